@@ -1,0 +1,3 @@
+module github.com/fdbrep/fdbrep
+
+go 1.26.8

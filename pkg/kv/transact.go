@@ -1,0 +1,107 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Run is FoundationDB's retry loop, shared by the backends and wrappers:
+// create a transaction, run f, commit, and on an Error let tr.OnError decide
+// whether to retry. See Transactor.Transact for its contract.
+func Run(ctx context.Context, create func() (Transaction, error), f func(Transaction) (any, error)) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	tr, err := create()
+	if err != nil {
+		return nil, err
+	}
+	// Cancelling a committed transaction would cancel the watches it set, so
+	// the transaction is cancelled only when the loop ends without a commit
+	// or ctx ends while it runs.
+	stop := context.AfterFunc(ctx, tr.Cancel)
+	committed := false
+	defer func() {
+		stop()
+		if !committed {
+			tr.Cancel()
+		}
+	}()
+	for {
+		ret, err := callGuarded(func() (any, error) { return f(tr) })
+		if err == nil {
+			_, err = tr.Commit().Get()
+			if err == nil {
+				committed = true
+				return ret, nil
+			}
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		var e Error
+		if !errors.As(err, &e) {
+			return nil, err
+		}
+		if _, err := tr.OnError(e).Get(); err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return nil, ctxErr
+			}
+			return nil, err
+		}
+	}
+}
+
+// RunRead is Run for read-only functions: there is no commit.
+func RunRead(ctx context.Context, create func() (Transaction, error), f func(ReadTransaction) (any, error)) (any, error) {
+	return Run(ctx, create, func(tr Transaction) (any, error) { return f(tr) })
+}
+
+// callGuarded runs f and turns a panic with an error (as MustGet raises) into
+// a returned error. Panics with anything else are re-raised.
+func callGuarded(f func() (any, error)) (ret any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(error)
+			if !ok {
+				panic(r)
+			}
+			ret, err = nil, e
+		}
+	}()
+	return f()
+}
+
+// Transact is Transactor.Transact with a typed result.
+func Transact[T any](ctx context.Context, t Transactor, f func(Transaction) (T, error)) (T, error) {
+	ret, err := t.Transact(ctx, func(tr Transaction) (any, error) { return f(tr) })
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return castResult[T](ret)
+}
+
+// ReadTransact is ReadTransactor.ReadTransact with a typed result.
+func ReadTransact[T any](ctx context.Context, t ReadTransactor, f func(ReadTransaction) (T, error)) (T, error) {
+	ret, err := t.ReadTransact(ctx, func(tr ReadTransaction) (any, error) { return f(tr) })
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return castResult[T](ret)
+}
+
+func castResult[T any](ret any) (T, error) {
+	if ret == nil {
+		var zero T
+		return zero, nil
+	}
+	v, ok := ret.(T)
+	if !ok {
+		var zero T
+		return zero, fmt.Errorf("kv: transaction result is %T, not %T", ret, zero)
+	}
+	return v, nil
+}
