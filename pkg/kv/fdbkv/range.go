@@ -1,0 +1,112 @@
+//go:build fdb
+
+package fdbkv
+
+import (
+	"github.com/apple/foundationdb/bindings/go/src/fdb"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+// fdbKey converts a key; a nil KeyConvertible is the empty key.
+func fdbKey(k kv.KeyConvertible) fdb.Key {
+	if k == nil {
+		return fdb.Key{}
+	}
+	return fdb.Key(k.FDBKey())
+}
+
+func fdbSelector(s kv.Selectable) fdb.KeySelector {
+	ks := s.FDBKeySelector()
+	return fdb.KeySelector{Key: fdbKey(ks.Key), OrEqual: ks.OrEqual, Offset: ks.Offset}
+}
+
+func fdbExactRange(r kv.ExactRange) fdb.KeyRange {
+	b, e := r.FDBRangeKeys()
+	return fdb.KeyRange{Begin: fdbKey(b), End: fdbKey(e)}
+}
+
+func fdbRange(r kv.Range) fdb.Range {
+	b, e := r.FDBRangeKeySelectors()
+	return fdb.SelectorRange{Begin: fdbSelector(b), End: fdbSelector(e)}
+}
+
+var streamingModes = map[kv.StreamingMode]fdb.StreamingMode{
+	kv.StreamingModeIterator: fdb.StreamingModeIterator,
+	kv.StreamingModeWantAll:  fdb.StreamingModeWantAll,
+	kv.StreamingModeExact:    fdb.StreamingModeExact,
+	kv.StreamingModeSmall:    fdb.StreamingModeSmall,
+	kv.StreamingModeMedium:   fdb.StreamingModeMedium,
+	kv.StreamingModeLarge:    fdb.StreamingModeLarge,
+	kv.StreamingModeSerial:   fdb.StreamingModeSerial,
+}
+
+// fdbRangeOptions converts options. An unknown streaming mode, which kv
+// allows backends to ignore, becomes the default, Iterator; Exact without a
+// limit, which FoundationDB refuses, becomes WantAll.
+func fdbRangeOptions(o kv.RangeOptions) fdb.RangeOptions {
+	mode, ok := streamingModes[o.Mode]
+	if !ok {
+		mode = fdb.StreamingModeIterator
+	}
+	if mode == fdb.StreamingModeExact && o.Limit == 0 {
+		mode = fdb.StreamingModeWantAll
+	}
+	return fdb.RangeOptions{Limit: o.Limit, Mode: mode, Reverse: o.Reverse}
+}
+
+func kvKeyValue(e fdb.KeyValue) kv.KeyValue {
+	return kv.KeyValue{Key: kv.Key(e.Key), Value: e.Value}
+}
+
+// rangeResult adapts fdb.RangeResult.
+type rangeResult struct {
+	rr fdb.RangeResult
+}
+
+func (r rangeResult) GetSliceWithError() ([]kv.KeyValue, error) {
+	kvs, err := r.rr.GetSliceWithError()
+	if err != nil {
+		return nil, convertErr(err)
+	}
+	out := make([]kv.KeyValue, len(kvs))
+	for i, e := range kvs {
+		out[i] = kvKeyValue(e)
+	}
+	return out, nil
+}
+
+func (r rangeResult) GetSliceOrPanic() []kv.KeyValue {
+	kvs, err := r.GetSliceWithError()
+	if err != nil {
+		panic(err)
+	}
+	return kvs
+}
+
+func (r rangeResult) Iterator() kv.RangeIterator {
+	return &rangeIterator{it: r.rr.Iterator()}
+}
+
+// rangeIterator adapts fdb.RangeIterator.
+type rangeIterator struct {
+	it *fdb.RangeIterator
+}
+
+func (i *rangeIterator) Advance() bool { return i.it.Advance() }
+
+func (i *rangeIterator) Get() (kv.KeyValue, error) {
+	e, err := i.it.Get()
+	if err != nil {
+		return kv.KeyValue{}, convertErr(err)
+	}
+	return kvKeyValue(e), nil
+}
+
+func (i *rangeIterator) MustGet() kv.KeyValue {
+	e, err := i.Get()
+	if err != nil {
+		panic(err)
+	}
+	return e
+}
