@@ -1,0 +1,58 @@
+package engine
+
+import "errors"
+
+// Sentinel errors. Errors returned by the engine wrap one of these with %w
+// and read "<tag>: <detail>", the tag being CouchDB's error class, e.g.
+// "db_not_found: could not open http://host/db/". URLs in errors never carry
+// passwords.
+var (
+	// ErrInvalidSpec reports a replication specification that fails
+	// validation (CouchDB's bad_request).
+	ErrInvalidSpec = errors.New("bad_request")
+
+	// ErrDBNotFound reports a source or target database that does not exist
+	// (or does not answer like a CouchDB database).
+	ErrDBNotFound = errors.New("db_not_found")
+
+	// ErrUnauthorized reports a peer that refused our credentials (401).
+	ErrUnauthorized = errors.New("unauthorized")
+
+	// ErrForbidden reports a peer that refused access (403).
+	ErrForbidden = errors.New("forbidden")
+
+	// ErrMaxBackoff reports a peer that kept answering 429 until the rate
+	// limiter's interval reached its cap; the scheduler should back off.
+	ErrMaxBackoff = errors.New("max_backoff")
+
+	// ErrHTTP reports an unexpected HTTP status or a request that failed
+	// after its retries (CouchDB's http_request_failed / http_error_code).
+	ErrHTTP = errors.New("http_request_failed")
+
+	// ErrFilterFetch reports a filter function that could not be read from
+	// the source's design document.
+	ErrFilterFetch = errors.New("filter_fetch_error")
+
+	// ErrChangesFeed reports a changes feed request the source kept failing.
+	ErrChangesFeed = errors.New("changes_req_failed")
+
+	// ErrRevsDiff reports a failed _revs_diff request.
+	ErrRevsDiff = errors.New("revs_diff_failed")
+
+	// ErrOpenRevs reports a document revision the source could not deliver.
+	ErrOpenRevs = errors.New("open_doc_revs_failed")
+
+	// ErrBulkDocs reports a _bulk_docs write the target rejected as a whole.
+	ErrBulkDocs = errors.New("bulk_docs_failed")
+
+	// ErrDocWrite reports a single document write the target rejected for a
+	// reason other than 401/403/413/415 (which count as doc_write_failures).
+	ErrDocWrite = errors.New("doc_write_failed")
+
+	// ErrCheckpoint reports a checkpoint that could not be written, or a peer
+	// that restarted (instance_start_time changed) since the last one.
+	ErrCheckpoint = errors.New("checkpoint_commit_failure")
+
+	// ErrStopped is the cause given to work cancelled by Run.Stop.
+	ErrStopped = errors.New("replication stopped")
+)

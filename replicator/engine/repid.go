@@ -1,0 +1,118 @@
+package engine
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// endpointID holds the parts of a normalized endpoint that enter the
+// replication id (CouchDB's version 4 get_v4_endpoint): the basic-auth user
+// name (never the password), host, port (0 when it is the scheme's default:
+// 80 or 5984 for http, 443 for https), path with query string, and the
+// user-supplied headers sorted by key.
+type endpointID struct {
+	User    *string
+	Host    string
+	Port    int
+	Path    string
+	Headers [][2]string
+}
+
+// newEndpointID derives the id parts from a normalized endpoint URL (no
+// userinfo, trailing slash), the basic-auth user ("" when none) and the
+// user-supplied headers.
+func newEndpointID(u *url.URL, user string, headers map[string]string) endpointID {
+	e := endpointID{Host: u.Hostname(), Path: u.EscapedPath()}
+	if user != "" {
+		e.User = &user
+	}
+	if u.RawQuery != "" {
+		e.Path += "?" + u.RawQuery
+	}
+	if e.Path == "" {
+		e.Path = "/"
+	}
+	if p := u.Port(); p != "" {
+		n, _ := strconv.Atoi(p)
+		switch {
+		case strings.EqualFold(u.Scheme, "http") && (n == 80 || n == 5984):
+		case strings.EqualFold(u.Scheme, "https") && n == 443:
+		default:
+			e.Port = n
+		}
+	}
+	for k, v := range headers {
+		e.Headers = append(e.Headers, [2]string{k, v})
+	}
+	sort.Slice(e.Headers, func(i, j int) bool { return e.Headers[i][0] < e.Headers[j][0] })
+	return e
+}
+
+// term renders the endpoint as CouchDB's
+// {remote, User, Host, Port, Path, Headers, undefined}.
+func (e endpointID) term() etfTuple {
+	var user any = etfAtomT("undefined")
+	if e.User != nil {
+		user = etfStr(*e.User)
+	}
+	var port any = etfAtomT("default")
+	if e.Port != 0 {
+		port = int64(e.Port)
+	}
+	headers := etfListT{}
+	for _, h := range e.Headers {
+		headers = append(headers, etfTuple{etfStr(h[0]), etfStr(h[1])})
+	}
+	return etfTuple{etfAtomT("remote"), user, etfStr(e.Host), port, etfStr(e.Path), headers, etfAtomT("undefined")}
+}
+
+// idInputs are the factors of a replication id besides the endpoints.
+type idInputs struct {
+	ServerUUID string
+	Source     endpointID
+	Target     endpointID
+	// Filter is the filter part: nil, or the list CouchDB appends (see
+	// ReplicationID).
+	Filter          etfListT
+	WinningRevsOnly bool
+	SinceSeq        json.RawMessage
+	Continuous      bool
+	CreateTarget    bool
+}
+
+// replicationID hashes the inputs as CouchDB's version 4 algorithm does: the
+// lowercase hex MD5 of term_to_binary([UUID, Src, Tgt | Filter ++ Winning ++
+// Since]) and the "+continuous" / "+create_target" suffix.
+func (in idInputs) replicationID() (base, full string, err error) {
+	terms := etfListT{in.ServerUUID, in.Source.term(), in.Target.term()}
+	terms = append(terms, in.Filter...)
+	if in.WinningRevsOnly {
+		terms = append(terms, "winning_revs_only")
+	}
+	if len(in.SinceSeq) > 0 {
+		v, err := ejson(in.SinceSeq, true)
+		if err != nil {
+			return "", "", err
+		}
+		terms = append(terms, v)
+	}
+	bin, err := termToBinary(terms)
+	if err != nil {
+		return "", "", err
+	}
+	sum := md5.Sum(bin)
+	base = hex.EncodeToString(sum[:])
+	full = base
+	if in.Continuous {
+		full += "+continuous"
+	}
+	if in.CreateTarget {
+		full += "+create_target"
+	}
+	return base, full, nil
+}

@@ -1,0 +1,74 @@
+package engine
+
+import (
+	"encoding/json"
+	"sync"
+)
+
+// seqTracker orders batches so that a checkpoint never claims a sequence
+// whose changes are not all written. Each batch handed to a worker gets an
+// increasing ticket together with the sequence of its last row; through is
+// the sequence of the last batch of the longest completed prefix of tickets.
+// Tickets exist because sequences are opaque (clustered CouchDB sequences
+// cannot be compared). Unlike CouchDB, which advances only to the lowest
+// finished batch, the tracker skips over every batch already finished behind
+// it, so a slow batch does not hold the checkpoint back once it completes.
+type seqTracker struct {
+	mu       sync.Mutex
+	next     uint64
+	pending  []trackedBatch // in ticket order
+	through  json.RawMessage
+	highest  json.RawMessage
+	highestT uint64
+}
+
+type trackedBatch struct {
+	ticket uint64
+	seq    json.RawMessage
+	done   bool
+}
+
+// newSeqTracker starts at the given sequence (the replication's start seq).
+func newSeqTracker(start json.RawMessage) *seqTracker {
+	return &seqTracker{through: start, highest: start}
+}
+
+// begin registers a batch ending at seq and returns its ticket. Batches must
+// begin in feed order.
+func (t *seqTracker) begin(seq json.RawMessage) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.next++
+	t.pending = append(t.pending, trackedBatch{ticket: t.next, seq: seq})
+	return t.next
+}
+
+// done marks the batch with the given ticket as written and advances through
+// over the completed prefix. Unknown tickets are ignored.
+func (t *seqTracker) done(ticket uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range t.pending {
+		if t.pending[i].ticket == ticket {
+			t.pending[i].done = true
+			if ticket > t.highestT {
+				t.highestT, t.highest = ticket, t.pending[i].seq
+			}
+			break
+		}
+	}
+	n := 0
+	for n < len(t.pending) && t.pending[n].done {
+		t.through = t.pending[n].seq
+		n++
+	}
+	t.pending = t.pending[n:]
+}
+
+// snapshot returns the checkpointable sequence, the highest finished
+// sequence and the number of batches in flight.
+func (t *seqTracker) snapshot() (through, highest json.RawMessage, inFlight int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.through, t.highest, len(t.pending)
+}

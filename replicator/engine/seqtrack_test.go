@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSeqTrackerOrdersBatches(t *testing.T) {
+	tr := newSeqTracker(json.RawMessage("0"))
+	a := tr.begin(json.RawMessage("10"))
+	b := tr.begin(json.RawMessage("20"))
+	c := tr.begin(json.RawMessage("30"))
+	tr.done(b)
+	through, highest, n := tr.snapshot()
+	require.Equal(t, "0", string(through))
+	require.Equal(t, "20", string(highest))
+	require.Equal(t, 3, n)
+	tr.done(a)
+	through, _, n = tr.snapshot()
+	require.Equal(t, "20", string(through), "skips over the finished batch b")
+	require.Equal(t, 1, n)
+	tr.done(c)
+	tr.done(99) // unknown tickets are ignored
+	through, highest, n = tr.snapshot()
+	require.Equal(t, "30", string(through))
+	require.Equal(t, "30", string(highest))
+	require.Equal(t, 0, n)
+}
+
+// TestSeqTrackerRandom checks the tracker against a model: through is always
+// the last sequence of the longest finished prefix.
+func TestSeqTrackerRandom(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	for round := 0; round < 50; round++ {
+		tr := newSeqTracker(json.RawMessage("0"))
+		n := 1 + rng.IntN(40)
+		tickets := make([]uint64, n)
+		for i := range tickets {
+			tickets[i] = tr.begin(json.RawMessage(strconv.Itoa((i + 1) * 10)))
+		}
+		done := make([]bool, n)
+		for _, i := range rng.Perm(n) {
+			tr.done(tickets[i])
+			done[i] = true
+			prefix := 0
+			for prefix < n && done[prefix] {
+				prefix++
+			}
+			through, _, inFlight := tr.snapshot()
+			require.Equal(t, strconv.Itoa(prefix*10), string(through))
+			require.Equal(t, n-prefix, inFlight)
+		}
+	}
+}
