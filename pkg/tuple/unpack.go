@@ -1,0 +1,221 @@
+package tuple
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/big"
+)
+
+// Unpack decodes a packed tuple. It returns an error wrapping ErrMalformed
+// when b is not a valid encoding, and never panics.
+func Unpack(b []byte) (Tuple, error) {
+	d := decoder{b: b}
+	t, err := d.decode()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w at offset %d", ErrMalformed, err, d.i)
+	}
+	return t, nil
+}
+
+// decoder decodes iteratively, keeping the tuples being built in a stack,
+// so that deeply nested input cannot exhaust the goroutine stack.
+type decoder struct {
+	b []byte
+	i int
+}
+
+var (
+	errTruncated       = fmt.Errorf("truncated element")
+	errUnterminated    = fmt.Errorf("unterminated nested tuple")
+	errUnknownTypeCode = fmt.Errorf("unknown type code")
+)
+
+func (d *decoder) decode() (Tuple, error) {
+	stack := []Tuple{{}}
+	for d.i < len(d.b) {
+		top := len(stack) - 1
+		code := d.b[d.i]
+		if code == codeNested {
+			stack = append(stack, Tuple{})
+			d.i++
+			continue
+		}
+		if code == codeNil && top > 0 {
+			if d.i+1 < len(d.b) && d.b[d.i+1] == escape {
+				stack[top] = append(stack[top], nil)
+				d.i += 2
+				continue
+			}
+			// End of the nested tuple.
+			stack[top-1] = append(stack[top-1], stack[top])
+			stack = stack[:top]
+			d.i++
+			continue
+		}
+		el, err := d.element(code)
+		if err != nil {
+			return nil, err
+		}
+		stack[top] = append(stack[top], el)
+	}
+	if len(stack) > 1 {
+		return nil, errUnterminated
+	}
+	return stack[0], nil
+}
+
+// need returns the n bytes after the type code at d.i, or fails.
+func (d *decoder) need(n int) ([]byte, error) {
+	if len(d.b)-d.i-1 < n {
+		return nil, errTruncated
+	}
+	return d.b[d.i+1 : d.i+1+n], nil
+}
+
+// element decodes the element at d.i, which is not a nested tuple or its
+// end, and moves past it.
+func (d *decoder) element(code byte) (TupleElement, error) {
+	switch {
+	case code == codeNil:
+		d.i++
+		return nil, nil
+	case code == codeBytes:
+		return d.bytes()
+	case code == codeString:
+		b, err := d.bytes()
+		if err != nil {
+			return nil, err
+		}
+		return string(b), nil
+	case code == codeNegBig || code == codePosBig:
+		return d.bigInt(code)
+	case code > codeNegBig && code < codePosBig:
+		return d.int(code)
+	case code == codeFloat:
+		b, err := d.need(4)
+		if err != nil {
+			return nil, err
+		}
+		d.i += 5
+		return math.Float32frombits(unorderFloat32(binary.BigEndian.Uint32(b))), nil
+	case code == codeDouble:
+		b, err := d.need(8)
+		if err != nil {
+			return nil, err
+		}
+		d.i += 9
+		return math.Float64frombits(unorderFloat64(binary.BigEndian.Uint64(b))), nil
+	case code == codeFalse:
+		d.i++
+		return false, nil
+	case code == codeTrue:
+		d.i++
+		return true, nil
+	case code == codeUUID:
+		b, err := d.need(16)
+		if err != nil {
+			return nil, err
+		}
+		d.i += 17
+		return UUID(b), nil
+	case code == codeVersionstamp:
+		b, err := d.need(12)
+		if err != nil {
+			return nil, err
+		}
+		d.i += 13
+		return Versionstamp{TransactionVersion: [10]byte(b[:10]), UserVersion: binary.BigEndian.Uint16(b[10:])}, nil
+	}
+	return nil, fmt.Errorf("%w 0x%02x", errUnknownTypeCode, code)
+}
+
+// bytes decodes a byte string: bytes up to a 0x00 not followed by 0xff,
+// with every 0x00 0xff turned back into 0x00.
+func (d *decoder) bytes() ([]byte, error) {
+	out := []byte{}
+	for j := d.i + 1; j < len(d.b); j++ {
+		c := d.b[j]
+		if c != 0x00 {
+			out = append(out, c)
+			continue
+		}
+		if j+1 < len(d.b) && d.b[j+1] == escape {
+			out = append(out, 0x00)
+			j++
+			continue
+		}
+		d.i = j + 1
+		return out, nil
+	}
+	return nil, fmt.Errorf("unterminated byte string")
+}
+
+// int decodes an integer of at most 8 bytes (codes 0x0c to 0x1c).
+func (d *decoder) int(code byte) (TupleElement, error) {
+	n := int(code) - codeIntZero
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	b, err := d.need(n)
+	if err != nil {
+		return nil, err
+	}
+	d.i += 1 + n
+	var u uint64
+	for _, c := range b {
+		u = u<<8 | uint64(c)
+	}
+	if !neg {
+		if u <= math.MaxInt64 {
+			return int64(u), nil
+		}
+		return u, nil
+	}
+	// u is the n-byte one's complement of the magnitude.
+	mag := ^u
+	if n < 8 {
+		mag &= 1<<(8*n) - 1
+	}
+	if mag <= 1<<63 {
+		return -int64(mag-1) - 1, nil // no overflow at MinInt64
+	}
+	return new(big.Int).Neg(new(big.Int).SetUint64(mag)), nil
+}
+
+// bigInt decodes an integer of more than 8 bytes (codes 0x0b and 0x1d),
+// normalizing to int64 or uint64 when it fits (a non-canonical encoding).
+func (d *decoder) bigInt(code byte) (TupleElement, error) {
+	lb, err := d.need(1)
+	if err != nil {
+		return nil, err
+	}
+	n := int(lb[0])
+	if code == codeNegBig {
+		n ^= 0xff
+	}
+	if len(d.b)-d.i-2 < n {
+		return nil, errTruncated
+	}
+	b := d.b[d.i+2 : d.i+2+n]
+	d.i += 2 + n
+	v := new(big.Int)
+	if code == codePosBig {
+		v.SetBytes(b)
+	} else {
+		mag := make([]byte, n)
+		for k, c := range b {
+			mag[k] = ^c
+		}
+		v.SetBytes(mag)
+		v.Neg(v)
+	}
+	switch {
+	case v.IsInt64():
+		return v.Int64(), nil
+	case v.IsUint64():
+		return v.Uint64(), nil
+	}
+	return v, nil
+}
