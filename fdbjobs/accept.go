@@ -1,0 +1,343 @@
+package fdbjobs
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// WaitForever as AcceptOptions.Timeout makes Accept wait until a job comes
+// or its context ends.
+const WaitForever time.Duration = -1
+
+// AcceptOptions tune Accept. The zero value takes any pending job whose
+// scheduled time is at most MaxScheduledTimeDefault, without waiting.
+type AcceptOptions struct {
+	// MaxScheduledTime is the inclusive upper bound of the scheduled times
+	// of the jobs taken. Zero means MaxScheduledTimeDefault, or 0 with
+	// NoSchedule.
+	MaxScheduledTime int64
+	// NoSchedule takes only jobs scheduled at 0, in O(1) without reading a
+	// range of pending keys, by looking next to a random point: it needs
+	// job ids that look random (such as UUIDs). MaxScheduledTime must be
+	// zero (ErrNoScheduleMaxTime).
+	NoSchedule bool
+	// Timeout is how long to wait for a job when none is pending: 0 returns
+	// ErrNotFound at once, WaitForever waits until ctx ends. A waiting
+	// Accept holds a watch on the type's pending counter and wakes as soon
+	// as a job is added; it never polls.
+	Timeout time.Duration
+}
+
+// Job is a job held by a worker, as returned by Accept. Pass it to Update,
+// Finish and Resubmit. It is not safe for concurrent use.
+type Job struct {
+	Type string
+	ID   string
+	// Data is the job's data as last read or written by this worker.
+	Data json.RawMessage
+	// ScheduledTime is the job's scheduled time as last seen by this
+	// worker.
+	ScheduledTime int64
+	// Resubmitted reports, after Update or Resubmit, that the job was
+	// resubmitted while running: Finish will make it pending again at
+	// ScheduledTime.
+	Resubmitted bool
+
+	lock lock
+}
+
+// Lock returns the job's lock (claim token and batch index) as text, for
+// logs.
+func (j *Job) Lock() string { return fmt.Sprintf("%s.%d", hex.EncodeToString(j.lock.token), j.lock.index) }
+
+// Accept takes one pending job of typ and makes it running with a fresh
+// lock (see AcceptBatch). It returns ErrNotFound when no job came before the
+// timeout.
+func (c *Client) Accept(ctx context.Context, typ string, opts AcceptOptions) (*Job, error) {
+	jobs, err := c.AcceptBatch(ctx, typ, 1, opts)
+	if err != nil {
+		return nil, err
+	}
+	return jobs[0], nil
+}
+
+// AcceptBatch takes up to n pending jobs of typ in one transaction and makes
+// them running. Candidates are read with a snapshot range read of at most
+// AcceptRangeLimit pending keys and picked at random, adding a read
+// conflict on the picked keys only, so concurrent acceptors rarely
+// conflict. It returns at least one job, or ErrNotFound when none came
+// before opts.Timeout.
+//
+// The claim token is chosen once per call, and the claims it made are
+// recorded under it, so a retry after commit_unknown_result returns the
+// jobs the first attempt took instead of taking others.
+func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts AcceptOptions) ([]*Job, error) {
+	if err := checkName("type", typ); err != nil {
+		return nil, err
+	}
+	if n < 1 || n > MaxBatch {
+		return nil, fmt.Errorf("%w: batch size %d outside [1, %d]", ErrInvalidArgument, n, MaxBatch)
+	}
+	max := opts.MaxScheduledTime
+	switch {
+	case opts.NoSchedule && max != 0:
+		return nil, ErrNoScheduleMaxTime
+	case max == 0 && !opts.NoSchedule:
+		max = MaxScheduledTimeDefault
+	}
+	if err := checkSTime(max); err != nil {
+		return nil, err
+	}
+	token := make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		return nil, err
+	}
+	clock := c.cfg.Clock
+	deadline := clock.Now().Add(opts.Timeout)
+	wait := opts.Timeout != 0
+	for {
+		jobs, watch, err := c.acceptOnce(ctx, typ, n, max, opts.NoSchedule, token, wait)
+		if err != nil {
+			return nil, err
+		}
+		if len(jobs) > 0 {
+			if watch != nil {
+				watch.Cancel()
+			}
+			return jobs, nil
+		}
+		if !wait {
+			return nil, fmt.Errorf("no pending job of type %q: %w", typ, ErrNotFound)
+		}
+		if err := c.awaitPending(ctx, watch, opts.Timeout > 0, deadline); err != nil {
+			if err == ErrNotFound {
+				return nil, fmt.Errorf("no pending job of type %q: %w", typ, ErrNotFound)
+			}
+			return nil, err
+		}
+	}
+}
+
+// awaitPending waits for the pending watch, the deadline or ctx.
+func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, timed bool, deadline time.Time) error {
+	defer watch.Cancel()
+	var timerC <-chan time.Time
+	if timed {
+		remaining := deadline.Sub(c.cfg.Clock.Now())
+		if remaining <= 0 {
+			return ErrNotFound
+		}
+		t := c.cfg.Clock.NewTimer(remaining)
+		defer t.Stop()
+		timerC = t.Chan()
+	}
+	select {
+	case <-watch.Done():
+		if _, err := watch.Get(); err != nil {
+			// The watch failed (too_many_watches, a cancelled commit): back
+			// off briefly and read again rather than spin.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		return nil
+	case <-timerC:
+		return ErrNotFound
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// acceptOnce runs one accept transaction. With no job to take and
+// wantWatch, it returns a watch on the type's pending counter set in that
+// transaction.
+func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, noSchedule bool, token []byte, wantWatch bool) ([]*Job, kv.FutureNil, error) {
+	type result struct {
+		jobs  []*Job
+		watch kv.FutureNil
+	}
+	res, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (result, error) {
+		jobs, err := c.reclaim(tr, typ, token)
+		if err != nil || len(jobs) > 0 {
+			return result{jobs: jobs}, err
+		}
+		var cands []kv.Key
+		if noSchedule {
+			cands, err = c.pickNoSchedule(tr, typ, n)
+		} else {
+			cands, err = c.pickScheduled(tr, typ, n, max)
+		}
+		if err != nil {
+			return result{}, err
+		}
+		jobs, err = c.claim(tr, typ, token, cands)
+		if err != nil {
+			return result{}, err
+		}
+		if len(jobs) == 0 && wantWatch {
+			return result{watch: tr.Watch(c.k.watchesPending(typ))}, nil
+		}
+		return result{jobs: jobs}, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return res.jobs, res.watch, nil
+}
+
+// reclaim returns the jobs an earlier attempt of this accept claimed under
+// token and still holds (after commit_unknown_result).
+func (c *Client) reclaim(tr kv.Transaction, typ string, token []byte) ([]*Job, error) {
+	kvs, err := tr.GetRange(prefixRange(c.k.claims, tuple.Tuple{typ, token}), kv.RangeOptions{}).GetSliceWithError()
+	if err != nil || len(kvs) == 0 {
+		return nil, err
+	}
+	var jobs []*Job
+	for _, e := range kvs {
+		t, err := c.k.claims.Unpack(e.Key)
+		if err != nil || len(t) != 3 {
+			continue
+		}
+		idx, ok := intElem(t[2])
+		if !ok {
+			continue
+		}
+		id := string(e.Value)
+		r, err := c.k.readRow(tr, typ, id)
+		if err != nil {
+			return nil, err
+		}
+		l := lock{token: token, index: idx}
+		if r != nil && r.lock.equal(l) {
+			jobs = append(jobs, &Job{Type: typ, ID: id, Data: r.data, ScheduledTime: r.stime, lock: l})
+		}
+	}
+	return jobs, nil
+}
+
+// pickScheduled picks up to n random keys among the first AcceptRangeLimit
+// pending keys scheduled at or before max, read as a snapshot.
+func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max int64) ([]kv.Key, error) {
+	kvs, err := tr.Snapshot().GetRange(c.pendingRange(typ, max), kv.RangeOptions{Limit: AcceptRangeLimit}).GetSliceWithError()
+	if err != nil {
+		return nil, err
+	}
+	if n > len(kvs) {
+		n = len(kvs)
+	}
+	out := make([]kv.Key, 0, n)
+	for i := 0; i < n; i++ {
+		j := i + mrand.IntN(len(kvs)-i)
+		kvs[i], kvs[j] = kvs[j], kvs[i]
+		out = append(out, kvs[i].Key)
+	}
+	return out, nil
+}
+
+// pickNoSchedule picks up to n pending keys scheduled at 0, each the
+// nearest one after or before a random point (couch_jobs' no_schedule).
+func (c *Client) pickNoSchedule(tr kv.Transaction, typ string, n int) ([]kv.Key, error) {
+	r := prefixRange(c.k.pending, tuple.Tuple{typ, int64(0)})
+	begin, end := r.Begin.FDBKey(), r.End.FDBKey()
+	snap := tr.Snapshot()
+	seen := map[string]bool{}
+	var out []kv.Key
+	inRange := func(k kv.Key) bool {
+		return bytes.Compare(k, begin) >= 0 && bytes.Compare(k, end) < 0 && !seen[string(k)]
+	}
+	for attempt := 0; attempt < 2*n && len(out) < n; attempt++ {
+		point := c.k.pending.Pack(tuple.Tuple{typ, int64(0), randomHex()})
+		sels := []kv.KeySelector{kv.FirstGreaterOrEqual(point), kv.LastLessOrEqual(point)}
+		if mrand.IntN(2) == 0 {
+			sels[0], sels[1] = sels[1], sels[0]
+		}
+		found := false
+		for _, sel := range sels {
+			k, err := snap.GetKey(sel).Get()
+			if err != nil {
+				return nil, err
+			}
+			if inRange(k) {
+				seen[string(k)] = true
+				out = append(out, k)
+				found = true
+				break
+			}
+		}
+		if !found {
+			break // both directions hit the range ends: nothing (else) pending
+		}
+	}
+	return out, nil
+}
+
+func randomHex() string {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(mrand.Uint32())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// claim takes the candidate pending keys: a read conflict on each, then the
+// job rows, which must be pending at the key's scheduled time (stale keys
+// are dropped).
+func (c *Client) claim(tr kv.Transaction, typ string, token []byte, cands []kv.Key) ([]*Job, error) {
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(cands))
+	stimes := make([]int64, len(cands))
+	futs := make([]kv.FutureByteSlice, len(cands))
+	for i, k := range cands {
+		t, err := c.k.pending.Unpack(k)
+		if err != nil || len(t) != 3 {
+			return nil, fmt.Errorf("fdbjobs: bad pending key %s", k)
+		}
+		id, _ := t[2].(string)
+		stime, _ := intElem(t[1])
+		ids[i], stimes[i] = id, stime
+		if err := tr.AddReadConflictKey(k); err != nil {
+			return nil, err
+		}
+		tr.Clear(k)
+		futs[i] = tr.Get(c.k.dataKey(typ, id))
+	}
+	var jobs []*Job
+	for i, f := range futs {
+		v, err := f.Get()
+		if err != nil {
+			return nil, err
+		}
+		if v == nil {
+			continue
+		}
+		r, err := decodeRow(v)
+		if err != nil {
+			return nil, err
+		}
+		if r.state != Pending || r.stime != stimes[i] {
+			continue
+		}
+		l := lock{token: token, index: int64(len(jobs))}
+		r.state, r.seqNew, r.lock, r.resubmit = Running, true, l, false
+		c.k.writeRow(tr, typ, ids[i], r)
+		tr.Set(c.k.claimKey(typ, l), []byte(ids[i]))
+		jobs = append(jobs, &Job{Type: typ, ID: ids[i], Data: r.data, ScheduledTime: r.stime, lock: l})
+	}
+	if len(jobs) > 0 {
+		c.k.bumpActivity(tr, typ)
+	}
+	return jobs, nil
+}

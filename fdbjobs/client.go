@@ -1,0 +1,396 @@
+package fdbjobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// Client is one node's handle on the job layer. Its API calls are safe for
+// concurrent use and work without Start; Start runs the node's background
+// services: an activity monitor per type and, for subscriptions, a
+// notifier per type. Many Clients (nodes) may share one database.
+type Client struct {
+	db  kv.Database
+	cfg Config
+	k   keys
+
+	svc   service
+	force chan struct{}
+
+	mu        sync.Mutex
+	runCtx    context.Context // of the running server; nil when stopped
+	monitors  map[string]*ActivityMonitor
+	notifiers map[string]*notifier
+
+	hooks testHooks
+}
+
+// testHooks let tests observe background services without sleeping.
+type testHooks struct {
+	monitorChecked func(typ string, reenqueued int)
+	monitorBatch   func(limit int) error // injects batch errors
+	notifierBatch  func(limit int) error
+}
+
+// New returns a Client on db. It validates cfg and fills in its defaults.
+func New(db kv.Database, cfg Config) (*Client, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil database", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Client{
+		db:        db,
+		cfg:       cfg,
+		k:         newKeys(cfg.Subspace),
+		force:     make(chan struct{}, 1),
+		monitors:  map[string]*ActivityMonitor{},
+		notifiers: map[string]*notifier{},
+	}, nil
+}
+
+// transactor returns tx, or the database when tx is nil.
+func (c *Client) transactor(tx kv.Transactor) kv.Transactor {
+	if tx == nil {
+		return c.db
+	}
+	return tx
+}
+
+func (c *Client) readTransactor(tx kv.ReadTransactor) kv.ReadTransactor {
+	if tx == nil {
+		return c.db
+	}
+	return tx
+}
+
+func checkName(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: empty %s", ErrInvalidArgument, what)
+	}
+	return nil
+}
+
+// SetTypeTimeout registers typ with its activity timeout: a running job of
+// this type that sends no Update for timeout is re-enqueued by the activity
+// monitors. The timeout must be at least a millisecond. tx may be nil (a
+// transaction of its own), a Database, or a caller's Transaction.
+func (c *Client) SetTypeTimeout(ctx context.Context, tx kv.Transactor, typ string, timeout time.Duration) error {
+	if err := checkName("type", typ); err != nil {
+		return err
+	}
+	if timeout < time.Millisecond {
+		return fmt.Errorf("%w: type timeout %v is under a millisecond", ErrInvalidArgument, timeout)
+	}
+	_, err := c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
+		tr.Set(c.k.timeoutKey(typ), tuple.Tuple{timeout.Milliseconds()}.Pack())
+		tr.Add(c.k.typesVersion(), one)
+		return nil, nil
+	})
+	if err != nil {
+		return err
+	}
+	c.forceTypeCheck()
+	return nil
+}
+
+// ClearTypeTimeout unregisters typ. Its jobs stay; Add of new ones fails
+// with ErrNoTypeTimeout and the activity monitors and notifiers of the
+// type stop.
+func (c *Client) ClearTypeTimeout(ctx context.Context, tx kv.Transactor, typ string) error {
+	if err := checkName("type", typ); err != nil {
+		return err
+	}
+	_, err := c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
+		tr.Clear(c.k.timeoutKey(typ))
+		tr.Add(c.k.typesVersion(), one)
+		return nil, nil
+	})
+	if err != nil {
+		return err
+	}
+	c.forceTypeCheck()
+	return nil
+}
+
+// TypeTimeout returns typ's activity timeout, or ErrNotFound.
+func (c *Client) TypeTimeout(ctx context.Context, tx kv.ReadTransactor, typ string) (time.Duration, error) {
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (time.Duration, error) {
+		return c.typeTimeout(tr, typ)
+	})
+}
+
+func (c *Client) typeTimeout(tr kv.ReadTransaction, typ string) (time.Duration, error) {
+	v, err := tr.Get(c.k.timeoutKey(typ)).Get()
+	if err != nil {
+		return 0, err
+	}
+	if v == nil {
+		return 0, fmt.Errorf("type %q: %w", typ, ErrNotFound)
+	}
+	return decodeTimeout(v)
+}
+
+func decodeTimeout(v []byte) (time.Duration, error) {
+	t, err := tuple.Unpack(v)
+	if err != nil || len(t) != 1 {
+		return 0, fmt.Errorf("fdbjobs: bad type timeout %x", v)
+	}
+	ms, ok := intElem(t[0])
+	if !ok {
+		return 0, fmt.Errorf("fdbjobs: bad type timeout %x", v)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// Types returns every type that has an activity timeout, sorted.
+func (c *Client) Types(ctx context.Context, tx kv.ReadTransactor) ([]string, error) {
+	m, err := kv.ReadTransact(ctx, c.readTransactor(tx), c.readTypes)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(m))
+	for t := range m {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (c *Client) readTypes(tr kv.ReadTransaction) (map[string]time.Duration, error) {
+	kvs, err := tr.GetRange(c.k.timeouts, kv.RangeOptions{}).GetSliceWithError()
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]time.Duration, len(kvs))
+	for _, e := range kvs {
+		t, err := c.k.timeouts.Unpack(e.Key)
+		if err != nil || len(t) != 1 {
+			continue
+		}
+		typ, ok := t[0].(string)
+		if !ok {
+			continue
+		}
+		d, err := decodeTimeout(e.Value)
+		if err != nil {
+			return nil, err
+		}
+		m[typ] = d
+	}
+	return m, nil
+}
+
+// Start runs the node's background services until Stop or until ctx ends:
+// it follows the list of types (through a watch, and every TypeCheckPeriod
+// as a fallback), runs an activity monitor per type unless
+// DisableActivityMonitor is set, and serves Subscribe with a notifier per
+// type. Start on a started Client does nothing.
+func (c *Client) Start(ctx context.Context) error {
+	c.svc.start(ctx, func(ctx context.Context) {
+		c.mu.Lock()
+		c.runCtx = ctx
+		c.mu.Unlock()
+		c.serve(ctx)
+		c.mu.Lock()
+		c.runCtx = nil
+		mons, nots := c.monitors, c.notifiers
+		c.monitors, c.notifiers = map[string]*ActivityMonitor{}, map[string]*notifier{}
+		c.mu.Unlock()
+		for _, m := range mons {
+			m.Stop()
+		}
+		for _, n := range nots {
+			n.stop()
+		}
+	})
+	return nil
+}
+
+// Stop stops the background services and waits for them to end. Pending
+// subscriptions get no further events. Stop before Start, and a second
+// Stop, do nothing.
+func (c *Client) Stop() { c.svc.stop() }
+
+func (c *Client) forceTypeCheck() {
+	select {
+	case c.force <- struct{}{}:
+	default:
+	}
+}
+
+// serve is the type-check loop.
+func (c *Client) serve(ctx context.Context) {
+	log := c.cfg.Logger
+	for {
+		types, watch, err := c.typesAndWatch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn().Err(err).Msg("fdbjobs: reading types")
+		} else {
+			c.syncTypes(ctx, types)
+		}
+		period := c.cfg.TypeCheckPeriod + jitter(c.cfg.TypeCheckPeriod/2)
+		t := c.cfg.Clock.NewTimer(period)
+		var watchDone <-chan struct{}
+		if watch != nil {
+			watchDone = watch.Done()
+		}
+		select {
+		case <-ctx.Done():
+		case <-watchDone:
+		case <-c.force:
+		case <-t.Chan():
+		}
+		t.Stop()
+		if watch != nil {
+			watch.Cancel()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func (c *Client) typesAndWatch(ctx context.Context) (map[string]time.Duration, kv.FutureNil, error) {
+	type res struct {
+		types map[string]time.Duration
+		watch kv.FutureNil
+	}
+	r, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (res, error) {
+		m, err := c.readTypes(tr)
+		if err != nil {
+			return res{}, err
+		}
+		return res{m, tr.Watch(c.k.typesVersion())}, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.types, r.watch, nil
+}
+
+func (c *Client) syncTypes(ctx context.Context, types map[string]time.Duration) {
+	c.mu.Lock()
+	var stopM []*ActivityMonitor
+	var stopN []*notifier
+	for typ, m := range c.monitors {
+		if _, ok := types[typ]; !ok {
+			stopM = append(stopM, m)
+			delete(c.monitors, typ)
+		}
+	}
+	for typ, n := range c.notifiers {
+		if _, ok := types[typ]; !ok {
+			stopN = append(stopN, n)
+			delete(c.notifiers, typ)
+		}
+	}
+	if !c.cfg.DisableActivityMonitor {
+		for typ := range types {
+			if c.monitors[typ] == nil {
+				m := c.NewActivityMonitor(typ)
+				_ = m.Start(ctx)
+				c.monitors[typ] = m
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, m := range stopM {
+		m.Stop()
+	}
+	for _, n := range stopN {
+		n.stop()
+	}
+}
+
+// notifierFor returns the running notifier of typ, starting one if needed.
+func (c *Client) notifierFor(typ string) (*notifier, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runCtx == nil {
+		return nil, ErrNotStarted
+	}
+	if n := c.notifiers[typ]; n != nil {
+		return n, nil
+	}
+	n := newNotifier(c, typ)
+	n.start(c.runCtx)
+	c.notifiers[typ] = n
+	return n, nil
+}
+
+// runningCounts reports how many activity monitors and notifiers run, for
+// tests.
+func (c *Client) runningCounts() (monitors, notifiers int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.monitors), len(c.notifiers)
+}
+
+// jitter returns a random duration in [0, max].
+func jitter(max time.Duration) time.Duration {
+	if max <= 0 {
+		return 0
+	}
+	return rand.N(max + 1)
+}
+
+// service is the Start/Stop lifecycle shared by the Client, activity
+// monitors and notifiers: stop before start and double stop do nothing,
+// and stop waits for the goroutine to end.
+type service struct {
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (s *service) start(ctx context.Context, run func(ctx context.Context)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancel != nil {
+		return false
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	s.cancel, s.done = cancel, done
+	go func() {
+		defer close(done)
+		run(ctx)
+	}()
+	return true
+}
+
+func (s *service) stop() {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel, s.done = nil, nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// errShrink reports whether a background batch should shrink and retry.
+func errShrink(err error) bool {
+	var e kv.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	return e.Retryable() || e.Code == kv.CodeTransactionTooLarge || e.Code == kv.CodeTransactionTimedOut ||
+		e.Code == kv.CodeTimedOut
+}

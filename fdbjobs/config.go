@@ -1,0 +1,148 @@
+package fdbjobs
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/subspace"
+)
+
+// Defaults for Config and the API. Each is documented where it is used.
+const (
+	// ActivityMonitorMaxJitterDefault caps the random delay added to each
+	// activity monitor period (the delay is at most half the type timeout).
+	ActivityMonitorMaxJitterDefault = 10 * time.Second
+	// MissingTimeoutCheckDefault is how often an activity monitor whose type
+	// lost its timeout checks whether it came back.
+	MissingTimeoutCheckDefault = 5 * time.Second
+	// NotifierHoldoffDefault is the least time between two rounds of a
+	// notifier: changes within it are coalesced into one round of reads.
+	NotifierHoldoffDefault = 50 * time.Millisecond
+	// TypeCheckPeriodDefault is how often a started Client re-reads the
+	// list of types as a fallback; changes made through SetTypeTimeout and
+	// ClearTypeTimeout are seen at once through a watch.
+	TypeCheckPeriodDefault = 15 * time.Second
+	// BatchSizeDefault is the initial number of jobs the activity monitor
+	// re-enqueues, and the notifier reads, per transaction.
+	BatchSizeDefault = 1000
+	// BatchIncrementDefault is added to the batch size after a full batch
+	// succeeds.
+	BatchIncrementDefault = 100
+	// BatchFactorDefault multiplies the batch size after a batch fails
+	// with transaction_too_large, a retryable error or a timeout.
+	BatchFactorDefault = 0.75
+	// AcceptRangeLimit is the number of pending keys a scheduled Accept
+	// reads to pick a job from at random.
+	AcceptRangeLimit = 1024
+	// MaxScheduledTimeDefault is the maximum scheduled time Accept uses
+	// when AcceptOptions.MaxScheduledTime is zero (couch_jobs' 2^36).
+	MaxScheduledTimeDefault int64 = 1 << 36
+	// PendingCountLimitDefault is PendingCount's limit when given 0.
+	PendingCountLimitDefault = 1024
+	// FoldBatchDefault is the number of jobs FoldJobs reads per
+	// transaction.
+	FoldBatchDefault = 500
+	// MaxDataSize is the largest job data accepted, leaving room in
+	// FoundationDB's 100,000-byte value limit for the row's other fields.
+	MaxDataSize = kv.MaxValueSize - 200
+	// MaxBatch is the most jobs one batch call takes.
+	MaxBatch = 10_000
+)
+
+// SubspaceDefault is the subspace of the job layer's keys when
+// Config.Subspace is nil.
+var SubspaceDefault = subspace.Sub("fdbjobs")
+
+// Config configures a Client. The zero value gives the defaults.
+type Config struct {
+	// Subspace holds every key of the job layer. Defaults to
+	// SubspaceDefault. Every node must use the same one.
+	Subspace subspace.Subspace
+	// Clock drives activity monitor periods and Accept timeouts; tests pass
+	// a fake clock. Defaults to the real clock.
+	Clock clockwork.Clock
+	// Logger receives errors from background services. Defaults to a
+	// logger that discards everything.
+	Logger *zerolog.Logger
+	// ActivityMonitorMaxJitter: see ActivityMonitorMaxJitterDefault.
+	ActivityMonitorMaxJitter time.Duration
+	// MissingTimeoutCheck: see MissingTimeoutCheckDefault.
+	MissingTimeoutCheck time.Duration
+	// NotifierHoldoff: see NotifierHoldoffDefault. A longer holdoff reads
+	// less under heavy activity and delays events by up to that much.
+	NotifierHoldoff time.Duration
+	// TypeCheckPeriod: see TypeCheckPeriodDefault.
+	TypeCheckPeriod time.Duration
+	// BatchSize: see BatchSizeDefault.
+	BatchSize int
+	// BatchIncrement: see BatchIncrementDefault.
+	BatchIncrement int
+	// BatchFactor: see BatchFactorDefault; in (0, 1).
+	BatchFactor float64
+	// DisableActivityMonitor stops a started Client from running activity
+	// monitors; some other node must run them or dead workers' jobs stay
+	// running forever.
+	DisableActivityMonitor bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.Subspace == nil {
+		c.Subspace = SubspaceDefault
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Logger == nil {
+		l := zerolog.Nop()
+		c.Logger = &l
+	}
+	if c.ActivityMonitorMaxJitter == 0 {
+		c.ActivityMonitorMaxJitter = ActivityMonitorMaxJitterDefault
+	}
+	if c.MissingTimeoutCheck == 0 {
+		c.MissingTimeoutCheck = MissingTimeoutCheckDefault
+	}
+	if c.NotifierHoldoff == 0 {
+		c.NotifierHoldoff = NotifierHoldoffDefault
+	}
+	if c.TypeCheckPeriod == 0 {
+		c.TypeCheckPeriod = TypeCheckPeriodDefault
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = BatchSizeDefault
+	}
+	if c.BatchIncrement == 0 {
+		c.BatchIncrement = BatchIncrementDefault
+	}
+	if c.BatchFactor == 0 {
+		c.BatchFactor = BatchFactorDefault
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case c.ActivityMonitorMaxJitter < 0:
+		return bad("ActivityMonitorMaxJitter %v is negative", c.ActivityMonitorMaxJitter)
+	case c.MissingTimeoutCheck < 0:
+		return bad("MissingTimeoutCheck %v is negative", c.MissingTimeoutCheck)
+	case c.NotifierHoldoff < 0:
+		return bad("NotifierHoldoff %v is negative", c.NotifierHoldoff)
+	case c.TypeCheckPeriod < 0:
+		return bad("TypeCheckPeriod %v is negative", c.TypeCheckPeriod)
+	case c.BatchSize < 0:
+		return bad("BatchSize %d is negative", c.BatchSize)
+	case c.BatchIncrement < 0:
+		return bad("BatchIncrement %d is negative", c.BatchIncrement)
+	case c.BatchFactor <= 0 || c.BatchFactor >= 1:
+		return bad("BatchFactor %v is not in (0, 1)", c.BatchFactor)
+	}
+	return nil
+}

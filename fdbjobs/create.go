@@ -1,0 +1,307 @@
+package fdbjobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// checkData validates job data; nil or empty data becomes "{}".
+func checkData(d json.RawMessage) ([]byte, error) {
+	if len(d) == 0 {
+		return []byte("{}"), nil
+	}
+	if len(d) > MaxDataSize {
+		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrDataTooLarge, len(d), MaxDataSize)
+	}
+	if !json.Valid(d) {
+		return nil, ErrInvalidData
+	}
+	return d, nil
+}
+
+// checkOptionalData is checkData for calls where nil means "keep the
+// current data".
+func checkOptionalData(d json.RawMessage) ([]byte, error) {
+	if d == nil {
+		return nil, nil
+	}
+	return checkData(d)
+}
+
+func checkSTime(stime int64) error {
+	if stime < 0 || stime > MaxScheduledTimeMax {
+		return fmt.Errorf("%w: scheduled time %d outside [0, %d]", ErrInvalidArgument, stime, MaxScheduledTimeMax)
+	}
+	return nil
+}
+
+// MaxScheduledTimeMax is the largest scheduled time accepted.
+const MaxScheduledTimeMax int64 = 1 << 62
+
+// Add creates job id of type typ with data (nil means "{}"), scheduled at
+// stime (by convention seconds since the Unix epoch; any non-negative
+// integer works: Accept takes jobs whose scheduled time is at most its
+// maximum). The type must have a timeout (ErrNoTypeTimeout).
+//
+// Adding a job that exists resubmits it, as couch_jobs does:
+//   - finished: it is pending again at stime with the new data;
+//   - pending at the same stime: nothing is written and the data is not
+//     changed;
+//   - pending at another stime: it moves to stime and takes the new data;
+//   - running: it is flagged to be re-enqueued at stime when its worker
+//     finishes it; the data is not changed (the worker's final data is
+//     kept).
+//
+// tx may be nil, a Database or a caller's Transaction: a document write and
+// the job it creates can commit atomically.
+func (c *Client) Add(ctx context.Context, tx kv.Transactor, typ, id string, data json.RawMessage, stime int64) error {
+	if err := checkName("type", typ); err != nil {
+		return err
+	}
+	if err := checkName("job id", id); err != nil {
+		return err
+	}
+	if err := checkSTime(stime); err != nil {
+		return err
+	}
+	d, err := checkData(data)
+	if err != nil {
+		return err
+	}
+	_, err = c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
+		tf := tr.Get(c.k.timeoutKey(typ))
+		rf := tr.Get(c.k.dataKey(typ, id))
+		tv, err := tf.Get()
+		if err != nil {
+			return nil, err
+		}
+		if tv == nil {
+			return nil, fmt.Errorf("type %q: %w", typ, ErrNoTypeTimeout)
+		}
+		v, err := rf.Get()
+		if err != nil {
+			return nil, err
+		}
+		if v == nil {
+			c.k.enqueue(tr, typ, id, &row{data: d}, stime)
+			return nil, nil
+		}
+		r, err := decodeRow(v)
+		if err != nil {
+			return nil, err
+		}
+		c.resubmitRow(tr, typ, id, r, stime, d)
+		return nil, nil
+	})
+	return err
+}
+
+// resubmitRow applies the resubmit rules to an existing job (see Add).
+// data nil keeps the current data.
+func (c *Client) resubmitRow(tr kv.Transaction, typ, id string, r *row, stime int64, data []byte) {
+	switch r.state {
+	case Finished:
+		if data != nil {
+			r.data = data
+		}
+		c.k.enqueue(tr, typ, id, r, stime)
+	case Pending:
+		if r.stime == stime {
+			return
+		}
+		tr.Clear(c.k.pendingKey(typ, r.stime, id))
+		if data != nil {
+			r.data = data
+		}
+		c.k.enqueue(tr, typ, id, r, stime)
+	case Running:
+		if r.resubmit && r.stime == stime {
+			return
+		}
+		r.resubmit, r.stime = true, stime
+		c.k.writeRow(tr, typ, id, r)
+	}
+}
+
+// Remove deletes a job in any state. A running job's worker gets ErrHalt
+// from its next Update or Finish; subscribers get a NotFound event.
+// Removing a missing job returns ErrNotFound. Run in its own retry loop
+// (tx nil or a Database), a retry after commit_unknown_result reports
+// success, not ErrNotFound.
+func (c *Client) Remove(ctx context.Context, tx kv.Transactor, typ, id string) error {
+	if err := checkName("type", typ); err != nil {
+		return err
+	}
+	if err := checkName("job id", id); err != nil {
+		return err
+	}
+	removedBefore := false
+	_, err := c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
+		r, err := c.k.readRow(tr, typ, id)
+		if err != nil {
+			return nil, err
+		}
+		if r == nil {
+			if removedBefore {
+				// An earlier attempt of this call removed it and may have
+				// committed: the job is gone either way.
+				return nil, nil
+			}
+			return nil, fmt.Errorf("job %q of type %q: %w", id, typ, ErrNotFound)
+		}
+		if r.state == Pending {
+			tr.Clear(c.k.pendingKey(typ, r.stime, id))
+		}
+		c.k.release(tr, typ, id, r)
+		tr.Clear(c.k.dataKey(typ, id))
+		c.k.bumpActivity(tr, typ)
+		removedBefore = true
+		return nil, nil
+	})
+	return err
+}
+
+// JobData returns a job's data, or ErrNotFound.
+func (c *Client) JobData(ctx context.Context, tx kv.ReadTransactor, typ, id string) (json.RawMessage, error) {
+	r, err := c.readJob(ctx, tx, typ, id)
+	if err != nil {
+		return nil, err
+	}
+	return r.data, nil
+}
+
+// JobState returns a job's state, or ErrNotFound.
+func (c *Client) JobState(ctx context.Context, tx kv.ReadTransactor, typ, id string) (State, error) {
+	r, err := c.readJob(ctx, tx, typ, id)
+	if err != nil {
+		return 0, err
+	}
+	return r.state, nil
+}
+
+func (c *Client) readJob(ctx context.Context, tx kv.ReadTransactor, typ, id string) (*row, error) {
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (*row, error) {
+		r, err := c.k.readRow(tr, typ, id)
+		if err != nil {
+			return nil, err
+		}
+		if r == nil {
+			return nil, fmt.Errorf("job %q of type %q: %w", id, typ, ErrNotFound)
+		}
+		return r, nil
+	})
+}
+
+// ActiveJobIDs returns the ids of the running jobs of typ, oldest activity
+// first. It reads them in one transaction: for very many running jobs use
+// FoldJobs.
+func (c *Client) ActiveJobIDs(ctx context.Context, tx kv.ReadTransactor, typ string) ([]string, error) {
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) ([]string, error) {
+		kvs, err := tr.GetRange(prefixRange(c.k.activity, tuple.Tuple{typ}), kv.RangeOptions{}).GetSliceWithError()
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]string, 0, len(kvs))
+		for _, e := range kvs {
+			t, err := c.k.activity.Unpack(e.Key)
+			if err != nil || len(t) != 3 {
+				continue
+			}
+			if id, ok := t[2].(string); ok {
+				ids = append(ids, id)
+			}
+		}
+		return ids, nil
+	})
+}
+
+// PendingCount counts the pending jobs of typ scheduled at or before
+// maxSTime, up to limit (0 means PendingCountLimitDefault). It is a
+// snapshot read: it never makes a caller's transaction conflict.
+func (c *Client) PendingCount(ctx context.Context, tx kv.ReadTransactor, typ string, maxSTime int64, limit int) (int, error) {
+	if err := checkSTime(maxSTime); err != nil {
+		return 0, err
+	}
+	if limit < 0 {
+		return 0, fmt.Errorf("%w: negative limit %d", ErrInvalidArgument, limit)
+	}
+	if limit == 0 {
+		limit = PendingCountLimitDefault
+	}
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (int, error) {
+		kvs, err := tr.Snapshot().GetRange(c.pendingRange(typ, maxSTime), kv.RangeOptions{Limit: limit}).GetSliceWithError()
+		return len(kvs), err
+	})
+}
+
+// pendingRange is the range of pending keys of typ with stime <= max.
+func (c *Client) pendingRange(typ string, max int64) kv.KeyRange {
+	return kv.KeyRange{
+		Begin: c.k.pending.Pack(tuple.Tuple{typ}),
+		End:   c.k.pending.Pack(tuple.Tuple{typ, max + 1}),
+	}
+}
+
+// JobInfo is one job as FoldJobs reports it.
+type JobInfo struct {
+	Type          string
+	ID            string
+	State         State
+	ScheduledTime int64
+	Data          json.RawMessage
+}
+
+// FoldJobs calls fn for every job of typ, in job id order, reading
+// FoldBatchDefault jobs per transaction so that any number of jobs can be
+// visited without reaching FoundationDB's five-second or size limits. fn
+// runs outside any transaction; the jobs are not one consistent snapshot
+// (each batch is). An error from fn stops the fold and is returned.
+func (c *Client) FoldJobs(ctx context.Context, typ string, fn func(JobInfo) error) error {
+	r := prefixRange(c.k.data, tuple.Tuple{typ})
+	begin := r.Begin.FDBKey()
+	for {
+		type batch struct {
+			jobs []JobInfo
+			n    int
+			last kv.Key
+		}
+		b, err := kv.ReadTransact(ctx, c.db, func(tr kv.ReadTransaction) (batch, error) {
+			kvs, err := tr.Snapshot().GetRange(kv.KeyRange{Begin: begin, End: r.End},
+				kv.RangeOptions{Limit: FoldBatchDefault}).GetSliceWithError()
+			if err != nil {
+				return batch{}, err
+			}
+			out := batch{jobs: make([]JobInfo, 0, len(kvs)), n: len(kvs)}
+			for _, e := range kvs {
+				out.last = e.Key
+				t, err := c.k.data.Unpack(e.Key)
+				if err != nil || len(t) != 2 {
+					continue
+				}
+				id, _ := t[1].(string)
+				row, err := decodeRow(e.Value)
+				if err != nil {
+					return batch{}, err
+				}
+				out.jobs = append(out.jobs, JobInfo{Type: typ, ID: id, State: row.state, ScheduledTime: row.stime, Data: row.data})
+			}
+			return out, nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, j := range b.jobs {
+			if err := fn(j); err != nil {
+				return err
+			}
+		}
+		if b.n < FoldBatchDefault {
+			return nil
+		}
+		begin = kv.KeyAfter(b.last)
+	}
+}

@@ -1,0 +1,313 @@
+package fdbjobs
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/subspace"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// Key layout (under Config.Subspace; see doc.go for the table).
+const (
+	keyData            = 1 // (1, Type, JobID) -> row
+	keyPending         = 2 // (2, Type, STime, JobID) -> ""
+	keyWatchesPending  = 3 // (3, Type) -> int64 LE counter
+	keyWatchesActivity = 4 // (4, Type) -> (Versionstamp)
+	keyActivityTimeout = 5 // (5, Type) -> (TimeoutMillis)
+	keyActivity        = 6 // (6, Type, Versionstamp, JobID) -> ""
+	keyClaims          = 7 // (7, Type, Token, Index) -> JobID
+	keyTypesVersion    = 8 // (8) -> int64 LE counter
+)
+
+// State is a job's state.
+type State int
+
+// Job states. NotFound appears only in events, for a removed job.
+const (
+	Pending State = iota + 1
+	Running
+	Finished
+	NotFound
+)
+
+// String returns the state's name as couch_jobs spells it.
+func (s State) String() string {
+	switch s {
+	case Pending:
+		return "pending"
+	case Running:
+		return "running"
+	case Finished:
+		return "finished"
+	case NotFound:
+		return "not_found"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// lock identifies one claim of a job: the random token of the Accept call
+// and the job's index within that call's batch. The zero lock (nil token)
+// means "not held".
+type lock struct {
+	token []byte
+	index int64
+}
+
+func (l lock) held() bool { return l.token != nil }
+
+func (l lock) equal(o lock) bool {
+	return l.held() && o.held() && l.index == o.index && bytes.Equal(l.token, o.token)
+}
+
+// row is a decoded DATA value.
+type row struct {
+	state    State
+	seq      tuple.Versionstamp // running only: versionstamp of its ACTIVITY key
+	seqNew   bool               // seq is to be filled in by this commit
+	lock     lock               // running only
+	stime    int64
+	resubmit bool // running only: re-enqueue at finish
+	prev     lock // lock of the last Finish, to recognise a retried Finish
+	data     []byte
+}
+
+type keys struct {
+	root     subspace.Subspace
+	data     subspace.Subspace
+	pending  subspace.Subspace
+	activity subspace.Subspace
+	claims   subspace.Subspace
+	timeouts subspace.Subspace
+}
+
+func newKeys(root subspace.Subspace) keys {
+	return keys{
+		root:     root,
+		data:     root.Sub(keyData),
+		pending:  root.Sub(keyPending),
+		activity: root.Sub(keyActivity),
+		claims:   root.Sub(keyClaims),
+		timeouts: root.Sub(keyActivityTimeout),
+	}
+}
+
+func (k keys) dataKey(typ, id string) kv.Key { return k.data.Pack(tuple.Tuple{typ, id}) }
+
+func (k keys) pendingKey(typ string, stime int64, id string) kv.Key {
+	return k.pending.Pack(tuple.Tuple{typ, stime, id})
+}
+
+func (k keys) watchesPending(typ string) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyWatchesPending, typ})
+}
+
+func (k keys) watchesActivity(typ string) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyWatchesActivity, typ})
+}
+
+func (k keys) timeoutKey(typ string) kv.Key { return k.timeouts.Pack(tuple.Tuple{typ}) }
+
+func (k keys) typesVersion() kv.Key { return k.root.Pack(tuple.Tuple{keyTypesVersion}) }
+
+func (k keys) activityKey(typ string, vs tuple.Versionstamp, id string) kv.Key {
+	return k.activity.Pack(tuple.Tuple{typ, vs, id})
+}
+
+func (k keys) claimKey(typ string, l lock) kv.Key {
+	return k.claims.Pack(tuple.Tuple{typ, l.token, l.index})
+}
+
+// prefixRange is the range of every key that extends the packed tuple t
+// under ss.
+func prefixRange(ss subspace.Subspace, t tuple.Tuple) kv.KeyRange {
+	p := ss.Pack(t)
+	end, err := kv.Strinc(p)
+	if err != nil {
+		panic(err) // a packed tuple under a subspace always has a non-0xff byte
+	}
+	return kv.KeyRange{Begin: p, End: end}
+}
+
+var one = func() []byte { b := make([]byte, 8); binary.LittleEndian.PutUint64(b, 1); return b }()
+
+// bumpPending wakes acceptors blocked on the type's pending watch.
+func (k keys) bumpPending(tr kv.Transaction, typ string) { tr.Add(k.watchesPending(typ), one) }
+
+// bumpActivity sets the type's activity clock to this commit's versionstamp.
+func (k keys) bumpActivity(tr kv.Transaction, typ string) {
+	v, err := tuple.Tuple{tuple.IncompleteVersionstamp(0)}.PackWithVersionstamp(nil)
+	if err != nil {
+		panic(err)
+	}
+	tr.SetVersionstampedValue(k.watchesActivity(typ), v)
+}
+
+// readActivityClock decodes the value at watchesActivity; ok is false when
+// the type never saw activity.
+func decodeActivityClock(v []byte) (tuple.Versionstamp, bool, error) {
+	if v == nil {
+		return tuple.Versionstamp{}, false, nil
+	}
+	t, err := tuple.Unpack(v)
+	if err != nil || len(t) != 1 {
+		return tuple.Versionstamp{}, false, fmt.Errorf("fdbjobs: bad activity clock %x: %v", v, err)
+	}
+	vs, ok := t[0].(tuple.Versionstamp)
+	if !ok {
+		return tuple.Versionstamp{}, false, fmt.Errorf("fdbjobs: bad activity clock %x", v)
+	}
+	return vs, true, nil
+}
+
+// encodeRow packs r. For a running row whose seq is new, the value holds an
+// incomplete versionstamp and versionstamped is true.
+func encodeRow(r *row) (value []byte, versionstamped bool) {
+	var seq tuple.TupleElement
+	switch r.state {
+	case Pending:
+		seq = int64(0)
+	case Finished:
+		seq = nil
+	case Running:
+		if r.seqNew {
+			seq = tuple.IncompleteVersionstamp(0)
+		} else {
+			seq = r.seq
+		}
+	}
+	var tok, prevTok tuple.TupleElement
+	if r.lock.held() {
+		tok = r.lock.token
+	}
+	if r.prev.held() {
+		prevTok = r.prev.token
+	}
+	t := tuple.Tuple{seq, tok, r.lock.index, r.stime, r.resubmit, prevTok, r.prev.index, r.data}
+	if r.state == Running && r.seqNew {
+		v, err := t.PackWithVersionstamp(nil)
+		if err != nil {
+			panic(err)
+		}
+		return v, true
+	}
+	return t.Pack(), false
+}
+
+func decodeRow(v []byte) (*row, error) {
+	t, err := tuple.Unpack(v)
+	if err != nil {
+		return nil, fmt.Errorf("fdbjobs: bad job row: %w", err)
+	}
+	if len(t) != 8 {
+		return nil, fmt.Errorf("fdbjobs: bad job row: %d elements", len(t))
+	}
+	r := &row{}
+	bad := func(what string) error { return fmt.Errorf("fdbjobs: bad job row: %s", what) }
+	var ok bool
+	if r.lock.token, ok = bytesElem(t[1]); !ok {
+		return nil, bad("token")
+	}
+	if r.lock.index, ok = intElem(t[2]); !ok {
+		return nil, bad("index")
+	}
+	if r.stime, ok = intElem(t[3]); !ok {
+		return nil, bad("stime")
+	}
+	if r.resubmit, ok = t[4].(bool); !ok {
+		return nil, bad("resubmit")
+	}
+	if r.prev.token, ok = bytesElem(t[5]); !ok {
+		return nil, bad("prev token")
+	}
+	if r.prev.index, ok = intElem(t[6]); !ok {
+		return nil, bad("prev index")
+	}
+	if r.data, ok = t[7].([]byte); !ok {
+		return nil, bad("data")
+	}
+	switch s := t[0].(type) {
+	case nil:
+		r.state = Finished
+	case tuple.Versionstamp:
+		r.state, r.seq = Running, s
+	default:
+		r.state = Pending
+	}
+	if r.state == Running && !r.lock.held() {
+		return nil, bad("running without lock")
+	}
+	return r, nil
+}
+
+func bytesElem(e tuple.TupleElement) ([]byte, bool) {
+	switch v := e.(type) {
+	case nil:
+		return nil, true
+	case []byte:
+		return v, true
+	}
+	return nil, false
+}
+
+func intElem(e tuple.TupleElement) (int64, bool) {
+	switch v := e.(type) {
+	case int64:
+		return v, true
+	case int:
+		return int64(v), true
+	case uint64:
+		if v <= 1<<63-1 {
+			return int64(v), true
+		}
+	}
+	return 0, false
+}
+
+// readRow reads a job's row with a conflicting read; nil when absent.
+func (k keys) readRow(tr kv.ReadTransaction, typ, id string) (*row, error) {
+	v, err := tr.Get(k.dataKey(typ, id)).Get()
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		return nil, nil
+	}
+	return decodeRow(v)
+}
+
+// writeRow stores r. A running row with a new seq also gets its ACTIVITY key
+// under the same commit versionstamp.
+func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
+	v, vs := encodeRow(r)
+	if vs {
+		tr.SetVersionstampedValue(k.dataKey(typ, id), v)
+		ak, err := k.activity.PackWithVersionstamp(tuple.Tuple{typ, tuple.IncompleteVersionstamp(0), id})
+		if err != nil {
+			panic(err)
+		}
+		tr.SetVersionstampedKey(ak, nil)
+		return
+	}
+	tr.Set(k.dataKey(typ, id), v)
+}
+
+// enqueue makes r pending at stime and writes its pending key.
+func (k keys) enqueue(tr kv.Transaction, typ, id string, r *row, stime int64) {
+	r.state, r.seq, r.seqNew, r.lock, r.resubmit, r.stime = Pending, tuple.Versionstamp{}, false, lock{}, false, stime
+	k.writeRow(tr, typ, id, r)
+	tr.Set(k.pendingKey(typ, stime, id), nil)
+	k.bumpPending(tr, typ)
+}
+
+// release clears what a running row holds besides itself: its ACTIVITY key
+// and its claim marker.
+func (k keys) release(tr kv.Transaction, typ, id string, r *row) {
+	if r.state != Running {
+		return
+	}
+	tr.Clear(k.activityKey(typ, r.seq, id))
+	tr.Clear(k.claimKey(typ, r.lock))
+}

@@ -1,0 +1,246 @@
+package fdbjobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// ActivityMonitor re-enqueues the running jobs of one type whose worker sent
+// no Update for a type timeout. A started Client runs one per type; several
+// nodes may run one for the same type (they then conflict harmlessly).
+//
+// It works on versionstamps, not clocks, so clock skew between nodes does
+// not matter: each period (the type timeout plus a random jitter of at
+// most half of it, capped by Config.ActivityMonitorMaxJitter) it reads the
+// type's activity clock, and re-enqueues every running job whose last
+// activity is not newer than the clock value read one period before. A dead
+// worker's job is thus pending again between one and a bit over two type
+// timeouts after its last Update. The re-enqueued job keeps its data; the
+// old worker's next Update or Finish gets ErrHalt.
+//
+// Re-enqueuing runs in batches of Config.BatchSize jobs per transaction,
+// growing by Config.BatchIncrement after each full batch and shrinking by
+// Config.BatchFactor after transaction_too_large, a retryable error or a
+// timeout (AIMD).
+type ActivityMonitor struct {
+	c   *Client
+	typ string
+	svc service
+
+	// Owned by the running goroutine (or a caller of Check).
+	vs      tuple.Versionstamp
+	haveVS  bool
+	timeout time.Duration
+	batch   int
+}
+
+// NewActivityMonitor returns a stopped activity monitor for typ. Most
+// programs let Client.Start run monitors; this is for running one alone.
+func (c *Client) NewActivityMonitor(typ string) *ActivityMonitor {
+	return &ActivityMonitor{c: c, typ: typ, batch: c.cfg.BatchSize}
+}
+
+// Start runs the monitor until Stop or until ctx ends. Starting a started
+// monitor does nothing.
+func (m *ActivityMonitor) Start(ctx context.Context) error {
+	m.svc.start(ctx, m.run)
+	return nil
+}
+
+// Stop stops the monitor and waits for it. Stop before Start and a second
+// Stop do nothing.
+func (m *ActivityMonitor) Stop() { m.svc.stop() }
+
+func (m *ActivityMonitor) run(ctx context.Context) {
+	for {
+		n, next, err := m.Check(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			m.c.cfg.Logger.Warn().Err(err).Str("type", m.typ).Msg("fdbjobs: activity monitor check failed")
+		}
+		t := m.c.cfg.Clock.NewTimer(next)
+		if h := m.c.hooks.monitorChecked; h != nil {
+			h(m.typ, n)
+		}
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.Chan():
+		}
+	}
+}
+
+// Check runs one cycle of the monitor: it re-enqueues the jobs inactive
+// since the previous cycle's clock reading (none on the first cycle, or
+// after the type timeout changed), then reads the clock again. It returns
+// how many jobs it re-enqueued and when the next cycle is due. Check must
+// not run concurrently with itself or with a started monitor.
+func (m *ActivityMonitor) Check(ctx context.Context) (reenqueued int, next time.Duration, err error) {
+	timeout, err := m.c.TypeTimeout(ctx, nil, m.typ)
+	if errors.Is(err, ErrNotFound) {
+		m.haveVS = false
+		return 0, m.c.cfg.MissingTimeoutCheck, nil
+	}
+	if err != nil {
+		return 0, m.c.cfg.MissingTimeoutCheck, err
+	}
+	if timeout != m.timeout {
+		m.timeout, m.haveVS = timeout, false
+	}
+	maxJitter := min(timeout/2, m.c.cfg.ActivityMonitorMaxJitter)
+	next = timeout + jitter(maxJitter)
+	if m.haveVS {
+		if reenqueued, err = m.reenqueue(ctx, m.vs); err != nil {
+			return reenqueued, next, err
+		}
+	}
+	v, err := kv.ReadTransact(ctx, m.c.db, func(tr kv.ReadTransaction) ([]byte, error) {
+		return tr.Get(m.c.k.watchesActivity(m.typ)).Get()
+	})
+	if err != nil {
+		m.haveVS = false
+		return reenqueued, next, err
+	}
+	m.vs, m.haveVS, err = decodeActivityClock(v)
+	return reenqueued, next, err
+}
+
+// reenqueue re-enqueues every running job whose activity versionstamp is at
+// most vs, in AIMD-sized batches.
+func (m *ActivityMonitor) reenqueue(ctx context.Context, vs tuple.Versionstamp) (int, error) {
+	k := m.c.k
+	begin := k.activity.Pack(tuple.Tuple{m.typ})
+	end, err := kv.Strinc(k.activity.Pack(tuple.Tuple{m.typ, vs}))
+	if err != nil {
+		return 0, err
+	}
+	total, failures := 0, 0
+	for {
+		n, full, err := m.batchOnce(ctx, kv.KeyRange{Begin: begin, End: end}, m.batch)
+		if err != nil {
+			if !errShrink(err) || ctx.Err() != nil {
+				return total, err
+			}
+			failures++
+			if failures > 50 {
+				return total, fmt.Errorf("fdbjobs: activity monitor gave up after %d failed batches: %w", failures, err)
+			}
+			m.batch = max(1, int(float64(m.batch)*m.c.cfg.BatchFactor))
+			continue
+		}
+		total += n
+		if !full {
+			return total, nil
+		}
+		m.batch += m.c.cfg.BatchIncrement
+	}
+}
+
+// batchOnce re-enqueues up to limit inactive jobs in a single transaction
+// attempt: errors come back to reenqueue, which sizes the next batch.
+func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit int) (int, bool, error) {
+	if h := m.c.hooks.monitorBatch; h != nil {
+		if err := h(limit); err != nil {
+			return 0, false, err
+		}
+	}
+	k, typ := m.c.k, m.typ
+	type result struct {
+		n    int
+		full bool
+	}
+	res, err := once(ctx, m.c.db, func(tr kv.Transaction) (result, error) {
+		kvs, err := tr.GetRange(r, kv.RangeOptions{Limit: limit}).GetSliceWithError()
+		if err != nil {
+			return result{}, err
+		}
+		type item struct {
+			key kv.Key
+			id  string
+			vs  tuple.Versionstamp
+			f   kv.FutureByteSlice
+		}
+		items := make([]item, 0, len(kvs))
+		for _, e := range kvs {
+			t, err := k.activity.Unpack(e.Key)
+			if err != nil || len(t) != 3 {
+				tr.Clear(e.Key)
+				continue
+			}
+			vs, _ := t[1].(tuple.Versionstamp)
+			id, _ := t[2].(string)
+			items = append(items, item{key: e.Key, id: id, vs: vs, f: tr.Get(k.dataKey(typ, id))})
+		}
+		n := 0
+		for _, it := range items {
+			v, err := it.f.Get()
+			if err != nil {
+				return result{}, err
+			}
+			tr.Clear(it.key)
+			if v == nil {
+				continue
+			}
+			row, err := decodeRow(v)
+			if err != nil {
+				return result{}, err
+			}
+			if row.state != Running || row.seq != it.vs {
+				continue // a stale activity key
+			}
+			tr.Clear(k.claimKey(typ, row.lock))
+			k.enqueue(tr, typ, it.id, row, row.stime)
+			n++
+		}
+		if n > 0 {
+			k.bumpActivity(tr, typ)
+		}
+		return result{n: n, full: len(kvs) == limit}, nil
+	})
+	return res.n, res.full, err
+}
+
+// once runs f in one transaction attempt and commits, without retrying.
+func once[T any](ctx context.Context, db kv.Database, f func(kv.Transaction) (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	tr, err := db.CreateTransaction()
+	if err != nil {
+		return zero, err
+	}
+	stop := context.AfterFunc(ctx, tr.Cancel)
+	defer stop()
+	v, err := guarded(func() (T, error) { return f(tr) })
+	if err == nil {
+		_, err = tr.Commit().Get()
+	}
+	if err != nil {
+		tr.Cancel()
+		return zero, err
+	}
+	return v, nil
+}
+
+// guarded turns a panic with an error (from MustGet or Pack) into an error.
+func guarded[T any](f func() (T, error)) (v T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(error)
+			if !ok {
+				panic(r)
+			}
+			err = e
+		}
+	}()
+	return f()
+}

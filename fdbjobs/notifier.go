@@ -1,0 +1,436 @@
+package fdbjobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// Event is a change of a subscribed job: a new state, or for a running job
+// a new Update (heartbeat or data). State is NotFound, and Data nil, when
+// the job was removed.
+type Event struct {
+	Type  string
+	ID    string
+	State State
+	Data  json.RawMessage
+}
+
+// final reports whether no event follows e.
+func (e Event) final() bool { return e.State == Finished || e.State == NotFound }
+
+// Subscription delivers the events of one job to one subscriber. Events are
+// queued without bound until Wait takes them; Unsubscribe drops them.
+type Subscription struct {
+	Type string
+	ID   string
+
+	n      *notifier
+	signal chan struct{} // capacity 1: "the queue or closed changed"
+
+	mu     sync.Mutex
+	queue  []Event
+	closed bool // no event will be added
+	// Last state and seq delivered; guarded by n.mu.
+	state State
+	seq   tuple.Versionstamp
+}
+
+// Subscribe follows the state of job id of type typ from this node,
+// whichever node runs the job. It returns the job's current state and data.
+// For a finished job it returns a nil Subscription: nothing more will
+// happen. For a missing job or a type without a timeout it returns
+// ErrNotFound. The Client must be started (ErrNotStarted): events come from
+// the node's notifier for the type, which watches the type's activity clock
+// and reads the subscribed jobs when it changes, at most once per
+// Config.NotifierHoldoff.
+//
+// Each call returns a new Subscription; call Unsubscribe when done.
+func (c *Client) Subscribe(ctx context.Context, tx kv.ReadTransactor, typ, id string) (*Subscription, State, json.RawMessage, error) {
+	if err := checkName("type", typ); err != nil {
+		return nil, 0, nil, err
+	}
+	if err := checkName("job id", id); err != nil {
+		return nil, 0, nil, err
+	}
+	r, err := kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (*row, error) {
+		if _, err := c.typeTimeout(tr, typ); err != nil {
+			return nil, err
+		}
+		r, err := c.k.readRow(tr, typ, id)
+		if err != nil {
+			return nil, err
+		}
+		if r == nil {
+			return nil, fmt.Errorf("job %q of type %q: %w", id, typ, ErrNotFound)
+		}
+		return r, nil
+	})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if r.state == Finished {
+		return nil, Finished, r.data, nil
+	}
+	n, err := c.notifierFor(typ)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	s := &Subscription{Type: typ, ID: id, n: n, signal: make(chan struct{}, 1), state: r.state, seq: r.seq}
+	if !n.add(s) {
+		return nil, 0, nil, ErrNotStarted
+	}
+	return s, r.state, r.data, nil
+}
+
+// Wait returns the next event, ctx's error when ctx ends first, or
+// ErrSubscriptionClosed after Unsubscribe, after the final event (finished
+// or not found) was returned, or when the Client stopped.
+func (s *Subscription) Wait(ctx context.Context) (Event, error) {
+	for {
+		if e, ok, err := s.poll(); ok || err != nil {
+			return e, err
+		}
+		select {
+		case <-s.signal:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+// WaitState is Wait skipping events whose state is not state; the final
+// event is returned whatever its state.
+func (s *Subscription) WaitState(ctx context.Context, state State) (Event, error) {
+	for {
+		e, err := s.Wait(ctx)
+		if err != nil || e.State == state || e.final() {
+			return e, err
+		}
+	}
+}
+
+// poll takes a queued event if there is one.
+func (s *Subscription) poll() (Event, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) > 0 {
+		e := s.queue[0]
+		s.queue = s.queue[1:]
+		if len(s.queue) > 0 || s.closed {
+			s.wake()
+		}
+		return e, true, nil
+	}
+	if s.closed {
+		return Event{}, false, ErrSubscriptionClosed
+	}
+	return Event{}, false, nil
+}
+
+func (s *Subscription) wake() {
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+// push queues e; a final event closes the subscription.
+func (s *Subscription) push(e Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.queue = append(s.queue, e)
+	if e.final() {
+		s.closed = true
+	}
+	s.wake()
+}
+
+// close ends the subscription, dropping queued events if drop is set.
+func (s *Subscription) close(drop bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if drop {
+		s.queue = nil
+	}
+	s.closed = true
+	s.wake()
+}
+
+// Unsubscribe ends the subscription and drops the events not yet taken.
+// It may be called more than once, and on a nil Subscription.
+func (s *Subscription) Unsubscribe() {
+	if s == nil {
+		return
+	}
+	s.n.remove(s)
+	s.close(true)
+}
+
+// WaitAny waits for the next event of any of subs, skipping closed ones.
+// It returns ErrSubscriptionClosed when all are closed and drained.
+func WaitAny(ctx context.Context, subs ...*Subscription) (Event, *Subscription, error) {
+	for {
+		open := 0
+		for _, s := range subs {
+			e, ok, err := s.poll()
+			if ok {
+				return e, s, nil
+			}
+			if err == nil {
+				open++
+			}
+		}
+		if open == 0 {
+			return Event{}, nil, ErrSubscriptionClosed
+		}
+		cases := make([]reflect.SelectCase, 0, len(subs)+1)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+		for _, s := range subs {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.signal)})
+		}
+		if i, _, _ := reflect.Select(cases); i == 0 {
+			return Event{}, nil, ctx.Err()
+		}
+	}
+}
+
+// notifier serves the subscriptions of one type on one node.
+type notifier struct {
+	c   *Client
+	typ string
+	svc service
+
+	poke chan struct{}
+
+	mu      sync.Mutex
+	subs    map[string]map[*Subscription]bool
+	stopped bool
+	batch   int // owned by the loop
+}
+
+func newNotifier(c *Client, typ string) *notifier {
+	return &notifier{c: c, typ: typ, poke: make(chan struct{}, 1), subs: map[string]map[*Subscription]bool{}, batch: c.cfg.BatchSize}
+}
+
+func (n *notifier) start(ctx context.Context) { n.svc.start(ctx, n.run) }
+
+// stop ends the loop and closes every subscription (their queued events
+// stay readable).
+func (n *notifier) stop() {
+	n.svc.stop()
+	n.mu.Lock()
+	n.stopped = true
+	subs := n.subs
+	n.subs = map[string]map[*Subscription]bool{}
+	n.mu.Unlock()
+	for _, m := range subs {
+		for s := range m {
+			s.close(false)
+		}
+	}
+}
+
+func (n *notifier) add(s *Subscription) bool {
+	n.mu.Lock()
+	if n.stopped {
+		n.mu.Unlock()
+		return false
+	}
+	m := n.subs[s.ID]
+	if m == nil {
+		m = map[*Subscription]bool{}
+		n.subs[s.ID] = m
+	}
+	m[s] = true
+	n.mu.Unlock()
+	// Check the new subscription at once: the job may have changed between
+	// Subscribe's read and now.
+	select {
+	case n.poke <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (n *notifier) remove(s *Subscription) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if m := n.subs[s.ID]; m != nil {
+		delete(m, s)
+		if len(m) == 0 {
+			delete(n.subs, s.ID)
+		}
+	}
+}
+
+func (n *notifier) run(ctx context.Context) {
+	log := n.c.cfg.Logger
+	holdoff := n.c.cfg.NotifierHoldoff
+	var last tuple.Versionstamp
+	haveLast := false
+	for {
+		type res struct {
+			v     []byte
+			watch kv.FutureNil
+		}
+		r, err := kv.Transact(ctx, n.c.db, func(tr kv.Transaction) (res, error) {
+			v, err := tr.Get(n.c.k.watchesActivity(n.typ)).Get()
+			if err != nil {
+				return res{}, err
+			}
+			return res{v: v, watch: tr.Watch(n.c.k.watchesActivity(n.typ))}, nil
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn().Err(err).Str("type", n.typ).Msg("fdbjobs: notifier watch failed")
+			if !sleepCtx(ctx, holdoff) {
+				return
+			}
+			continue
+		}
+		vs, ok, err := decodeActivityClock(r.v)
+		if err != nil {
+			log.Warn().Err(err).Str("type", n.typ).Msg("fdbjobs: notifier")
+		}
+		poked := false
+		select {
+		case <-n.poke:
+			poked = true
+		default:
+		}
+		if poked || ok != haveLast || vs != last {
+			if err := n.process(ctx); err != nil && ctx.Err() == nil {
+				log.Warn().Err(err).Str("type", n.typ).Msg("fdbjobs: notifier read failed")
+			}
+			last, haveLast = vs, ok
+		}
+		select {
+		case <-ctx.Done():
+			r.watch.Cancel()
+			return
+		case <-r.watch.Done():
+		case <-n.poke:
+			// Put it back: the next round checks the new subscription.
+			select {
+			case n.poke <- struct{}{}:
+			default:
+			}
+		}
+		r.watch.Cancel()
+		if !sleepCtx(ctx, holdoff) {
+			return
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// process reads every subscribed job and sends the events due.
+func (n *notifier) process(ctx context.Context) error {
+	n.mu.Lock()
+	ids := make([]string, 0, len(n.subs))
+	for id := range n.subs {
+		ids = append(ids, id)
+	}
+	n.mu.Unlock()
+	rows := make(map[string]*row, len(ids))
+	for i := 0; i < len(ids); {
+		end := min(len(ids), i+n.batch)
+		err := n.readBatch(ctx, ids[i:end], rows)
+		if err != nil {
+			if !errShrink(err) || ctx.Err() != nil {
+				return err
+			}
+			n.batch = max(1, int(float64(n.batch)*n.c.cfg.BatchFactor))
+			continue
+		}
+		if end-i == n.batch {
+			n.batch += n.c.cfg.BatchIncrement
+		}
+		i = end
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, id := range ids {
+		r := rows[id]
+		for s := range n.subs[id] {
+			var e Event
+			switch {
+			case r == nil:
+				e = Event{Type: n.typ, ID: id, State: NotFound}
+			case r.state != s.state || (r.state == Running && r.seq != s.seq):
+				e = Event{Type: n.typ, ID: id, State: r.state, Data: r.data}
+				s.state, s.seq = r.state, r.seq
+			default:
+				continue
+			}
+			s.push(e)
+			if e.final() {
+				delete(n.subs[id], s)
+			}
+		}
+		if len(n.subs[id]) == 0 {
+			delete(n.subs, id)
+		}
+	}
+	return nil
+}
+
+func (n *notifier) readBatch(ctx context.Context, ids []string, into map[string]*row) error {
+	if h := n.c.hooks.notifierBatch; h != nil {
+		if err := h(len(ids)); err != nil {
+			return err
+		}
+	}
+	rows, err := once(ctx, n.c.db, func(tr kv.Transaction) ([]*row, error) {
+		futs := make([]kv.FutureByteSlice, len(ids))
+		for i, id := range ids {
+			futs[i] = tr.Snapshot().Get(n.c.k.dataKey(n.typ, id))
+		}
+		out := make([]*row, len(ids))
+		for i, f := range futs {
+			v, err := f.Get()
+			if err != nil {
+				return nil, err
+			}
+			if v == nil {
+				continue
+			}
+			if out[i], err = decodeRow(v); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, id := range ids {
+		into[id] = rows[i]
+	}
+	return nil
+}

@@ -1,0 +1,218 @@
+package fdbjobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+// Completion is one job of a batch Update or Finish, with its new data (nil
+// keeps the current data).
+type Completion struct {
+	Job  *Job
+	Data json.RawMessage
+}
+
+// Update is the worker's heartbeat and fence: it checks that the worker
+// still holds job, stores data (nil keeps the current data) and records the
+// job's activity, so the activity monitor leaves it running for another
+// type timeout. A worker must call it at least once per type timeout, and
+// in every transaction in which it writes something for the job (pass that
+// transaction as tx): the lock check then makes the writes conditional on
+// still holding the job. It returns ErrHalt when the job was removed,
+// re-enqueued or taken by another worker; the worker must then stop.
+//
+// After Update, job.Resubmitted and job.ScheduledTime tell whether the job
+// was resubmitted while running. At most one Update or Finish per job per
+// transaction: reading a row written with a versionstamp in the same
+// transaction fails with accessed_unreadable (1036).
+func (c *Client) Update(ctx context.Context, tx kv.Transactor, job *Job, data json.RawMessage) error {
+	errs, err := c.UpdateBatch(ctx, tx, []Completion{{Job: job, Data: data}})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
+// Finish ends the worker's hold on job and stores data (nil keeps the
+// current data). The job becomes finished, or pending again at its
+// scheduled time if it was resubmitted while running. It returns ErrHalt
+// when the worker no longer holds the job, in which case nothing is
+// written. A retry after commit_unknown_result of a Finish that committed
+// returns nil.
+func (c *Client) Finish(ctx context.Context, tx kv.Transactor, job *Job, data json.RawMessage) error {
+	errs, err := c.FinishBatch(ctx, tx, []Completion{{Job: job, Data: data}})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
+// UpdateBatch is Update for many jobs in one transaction. The second result
+// is the transaction's error; otherwise errs[i] is the outcome for items[i]
+// (nil or ErrHalt), and the jobs whose item succeeded were updated.
+func (c *Client) UpdateBatch(ctx context.Context, tx kv.Transactor, items []Completion) (errs []error, err error) {
+	return c.batch(ctx, tx, items, c.updateRow)
+}
+
+// FinishBatch is Finish for many jobs in one transaction, with per-item
+// outcomes as in UpdateBatch.
+func (c *Client) FinishBatch(ctx context.Context, tx kv.Transactor, items []Completion) (errs []error, err error) {
+	return c.batch(ctx, tx, items, c.finishRow)
+}
+
+type applyFunc func(tr kv.Transaction, j *Job, r *row, data []byte) (after *row, err error)
+
+func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion, apply applyFunc) ([]error, error) {
+	if len(items) == 0 || len(items) > MaxBatch {
+		return nil, fmt.Errorf("%w: batch size %d outside [1, %d]", ErrInvalidArgument, len(items), MaxBatch)
+	}
+	datas := make([][]byte, len(items))
+	seen := make(map[[2]string]bool, len(items))
+	for i, it := range items {
+		if it.Job == nil || !it.Job.lock.held() {
+			return nil, fmt.Errorf("%w: item %d: not a job returned by Accept", ErrInvalidArgument, i)
+		}
+		k := [2]string{it.Job.Type, it.Job.ID}
+		if seen[k] {
+			return nil, fmt.Errorf("%w: job %q appears twice in one batch", ErrInvalidArgument, it.Job.ID)
+		}
+		seen[k] = true
+		d, err := checkOptionalData(it.Data)
+		if err != nil {
+			return nil, fmt.Errorf("job %q: %w", it.Job.ID, err)
+		}
+		datas[i] = d
+	}
+	type outcome struct {
+		errs  []error
+		after []*row
+	}
+	out, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (outcome, error) {
+		futs := make([]kv.FutureByteSlice, len(items))
+		for i, it := range items {
+			futs[i] = tr.Get(c.k.dataKey(it.Job.Type, it.Job.ID))
+		}
+		o := outcome{errs: make([]error, len(items)), after: make([]*row, len(items))}
+		bumped := map[string]bool{}
+		for i, it := range items {
+			v, err := futs[i].Get()
+			if err != nil {
+				return outcome{}, err
+			}
+			var r *row
+			if v != nil {
+				if r, err = decodeRow(v); err != nil {
+					return outcome{}, err
+				}
+			}
+			after, err := apply(tr, it.Job, r, datas[i])
+			if err != nil {
+				o.errs[i] = fmt.Errorf("job %q of type %q: %w", it.Job.ID, it.Job.Type, err)
+				continue
+			}
+			o.after[i] = after
+			if after != nil && !bumped[it.Job.Type] {
+				c.k.bumpActivity(tr, it.Job.Type)
+				bumped[it.Job.Type] = true
+			}
+		}
+		return o, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, it := range items {
+		if r := out.after[i]; r != nil {
+			it.Job.Data, it.Job.ScheduledTime, it.Job.Resubmitted = r.data, r.stime, r.resubmit
+		}
+	}
+	return out.errs, nil
+}
+
+// updateRow is Update's body for one job.
+func (c *Client) updateRow(tr kv.Transaction, j *Job, r *row, data []byte) (*row, error) {
+	if r == nil || !r.lock.equal(j.lock) {
+		return nil, ErrHalt
+	}
+	tr.Clear(c.k.activityKey(j.Type, r.seq, j.ID))
+	if data != nil {
+		r.data = data
+	}
+	r.seqNew = true
+	c.k.writeRow(tr, j.Type, j.ID, r)
+	return r, nil
+}
+
+// finishRow is Finish's body for one job. A row whose last finisher is j
+// means this is a retry of a Finish that committed: nothing to do.
+func (c *Client) finishRow(tr kv.Transaction, j *Job, r *row, data []byte) (*row, error) {
+	if r == nil {
+		return nil, ErrHalt
+	}
+	if !r.lock.equal(j.lock) {
+		if r.prev.equal(j.lock) {
+			return nil, nil
+		}
+		return nil, ErrHalt
+	}
+	c.k.release(tr, j.Type, j.ID, r)
+	if data != nil {
+		r.data = data
+	}
+	r.prev = j.lock
+	if r.resubmit {
+		stime := r.stime
+		c.k.enqueue(tr, j.Type, j.ID, r, stime)
+		r.resubmit = true // reported to the caller: it is pending again
+		return r, nil
+	}
+	r.state, r.lock, r.resubmit = Finished, lock{}, false
+	c.k.writeRow(tr, j.Type, j.ID, r)
+	return r, nil
+}
+
+// Resubmit schedules job to run again at stime with data (nil keeps the
+// current data). It does not check the lock: a job's creator may call it
+// with any Job value of that type and id (see also Add, which does the
+// same given only the id):
+//   - finished: pending again at stime;
+//   - pending at the same stime: nothing changes;
+//   - pending at another stime: moved to stime, data replaced;
+//   - running: flagged so that Finish makes it pending at stime; the data
+//     is not changed and job.Resubmitted becomes true.
+//
+// It returns ErrNotFound for a removed job.
+func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime int64, data json.RawMessage) error {
+	if job == nil {
+		return fmt.Errorf("%w: nil job", ErrInvalidArgument)
+	}
+	if err := checkSTime(stime); err != nil {
+		return err
+	}
+	d, err := checkOptionalData(data)
+	if err != nil {
+		return err
+	}
+	st, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (State, error) {
+		r, err := c.k.readRow(tr, job.Type, job.ID)
+		if err != nil {
+			return 0, err
+		}
+		if r == nil {
+			return 0, fmt.Errorf("job %q of type %q: %w", job.ID, job.Type, ErrNotFound)
+		}
+		c.resubmitRow(tr, job.Type, job.ID, r, stime, d)
+		return r.state, nil
+	})
+	if err != nil {
+		return err
+	}
+	job.ScheduledTime = stime
+	if st == Running {
+		job.Resubmitted = true
+	}
+	return nil
+}
