@@ -1,0 +1,39 @@
+// Package kvtest holds the storage layer's test support: the helpers every
+// package's tests open databases with, and the conformance suite every kv
+// backend must pass.
+//
+// # Test databases
+//
+// NewDB opens an empty in-memory embedded store (package kv/embedded) for
+// one test and closes it in t.Cleanup; NewDiskDB does the same on disk in a
+// t.TempDir(), and OpenDiskDB in a given directory for reopen tests. When
+// the environment variable FDBREP_KV_FAULTS enables fault injection (see
+// faultkv.FromEnv; CI runs the whole suite a second time with
+// FDBREP_KV_FAULTS=1), the store is wrapped by faultkv, the seed is logged
+// with the value of FDBREP_KV_FAULTS that replays it, and the injected fault
+// counts are logged when the test ends. Code under test must therefore
+// survive not_committed, transaction_too_old and commit_unknown_result at
+// any commit, and transaction_too_old at any read.
+//
+// # Conformance
+//
+// RunConformance(t, open) checks a backend against FoundationDB's semantics:
+// serializability (FoundationDB's Cycle workload, seeded), read, range,
+// phantom, snapshot and explicit conflict ranges, read-your-writes, key
+// selectors and range options over many keys, versionstamps, watches, every
+// atomic operation, FoundationDB's limits, transaction options, the shared
+// retry loop (retries, panics, nesting, commit_unknown_result), context
+// cancellation, read and commit versions and error classification. Each
+// subtest opens its own database with open.
+//
+// Tests that drive transactions by hand (two transactions racing for a
+// conflict, say) cannot rely on the retry loop, so they run as scenarios: an
+// unexpected retryable error, as fault injection produces, reruns the
+// scenario on fresh keys (at most 200 times) instead of failing it. The
+// suite therefore also holds on a faultkv-wrapped backend, which is how it
+// checks that the wrapper keeps the semantics.
+//
+// One subtest waits out the five second transaction lifetime; -short skips
+// it. The suite has no timing thresholds: waits on signals are bounded only
+// to turn a hang into a failure.
+package kvtest

@@ -1,0 +1,186 @@
+package kvtest
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+var limitTests = []conformanceTest{
+	{"Sizes", testSizeLimits},
+	{"SystemKeys", testSystemKeys},
+	{"TransactionTooLarge", testTransactionTooLarge},
+	{"TransactionTooOld", testTransactionTooOld},
+	{"Timeout", testTimeout},
+	{"RetryLimit", testRetryLimit},
+	{"MaxRetryDelay", testMaxRetryDelay},
+}
+
+// testSizeLimits: keys and values at FoundationDB's limits commit; one byte
+// more fails the commit with key_too_large or value_too_large.
+func testSizeLimits(t *testing.T, open OpenFunc) {
+	db := open(t)
+	for _, tc := range []struct {
+		name       string
+		keyLen     int
+		valueLen   int
+		code       int
+		atomicOnly bool
+	}{
+		{"largest key", kv.MaxKeySize, 1, 0, false},
+		{"key too large", kv.MaxKeySize + 1, 1, kv.CodeKeyTooLarge, false},
+		{"largest value", 10, kv.MaxValueSize, 0, false},
+		{"value too large", 10, kv.MaxValueSize + 1, kv.CodeValueTooLarge, false},
+		{"atomic key too large", kv.MaxKeySize + 1, 8, kv.CodeKeyTooLarge, true},
+		{"atomic param too large", 10, kv.MaxValueSize + 1, kv.CodeValueTooLarge, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scenario(t, func(ks keyspace) {
+				key := append(ks.key(""), bytes.Repeat([]byte("k"), tc.keyLen-len(ks))...)
+				value := bytes.Repeat([]byte("v"), tc.valueLen)
+				tr := newTr(t, db)
+				if tc.atomicOnly {
+					tr.BitOr(key, value)
+				} else {
+					tr.Set(key, value)
+				}
+				err := commit(tr)
+				if tc.code != 0 {
+					mustCode(t, err, tc.code)
+					return
+				}
+				must(t, err)
+				require.Len(t, read(t, db, key), tc.valueLen)
+			})
+		})
+	}
+}
+
+// testSystemKeys: writes at or after "\xff" fail the commit with
+// key_outside_legal_range.
+func testSystemKeys(t *testing.T, open OpenFunc) {
+	db := open(t)
+	for _, tc := range []struct {
+		name  string
+		write func(tr kv.Transaction)
+	}{
+		{"set", func(tr kv.Transaction) { tr.Set(kv.Key("\xffsystem"), []byte("v")) }},
+		{"clear", func(tr kv.Transaction) { tr.Clear(kv.Key("\xff\xff")) }},
+		{"atomic", func(tr kv.Transaction) { tr.Add(kv.Key("\xff"), le64(1)) }},
+		{"clear range past user keys", func(tr kv.Transaction) {
+			tr.ClearRange(kv.KeyRange{Begin: kv.Key("a"), End: kv.Key("\xff\x01")})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scenario(t, func(ks keyspace) {
+				tr := newTr(t, db)
+				tc.write(tr)
+				mustCode(t, commit(tr), kv.CodeKeyOutsideLegalRange)
+			})
+		})
+	}
+}
+
+// testTransactionTooLarge: more than MaxTransactionSize bytes of mutations
+// fail the commit with transaction_too_large, which is not retryable.
+func testTransactionTooLarge(t *testing.T, open OpenFunc) {
+	db := open(t)
+	value := bytes.Repeat([]byte("v"), kv.MaxValueSize)
+	calls := 0
+	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+		calls++
+		for i := range kv.MaxTransactionSize/kv.MaxValueSize + 1 {
+			tr.Set(kv.Key(fmt.Sprintf("big/%04d", i)), value)
+		}
+		return nil, nil
+	})
+	require.True(t, kv.HasCode(err, kv.CodeTransactionTooLarge), "got %v", err)
+	require.Empty(t, readAll(t, db, kv.KeyRange{Begin: kv.Key("big/"), End: kv.Key("big0")}))
+	// A fault injected before the size check may have retried the function.
+	require.GreaterOrEqual(t, calls, 1)
+}
+
+// testTransactionTooOld: a transaction older than the five second lifetime
+// can neither read nor commit (transaction_too_old), which the retry loop
+// retries.
+func testTransactionTooOld(t *testing.T, open OpenFunc) {
+	if testing.Short() {
+		t.Skip("waits out the five second transaction lifetime")
+	}
+	db := open(t)
+	scenario(t, func(ks keyspace) {
+		set(t, db, ks.key("k"), "1")
+		tr := newTr(t, db)
+		require.Equal(t, []byte("1"), wait(t, tr.Get(ks.key("k"))))
+		tr.Set(ks.key("k"), []byte("2"))
+		// Waiting out a deadline is the behaviour under test.
+		time.Sleep(kv.MaxTransactionLifetimeMillis*time.Millisecond + 500*time.Millisecond)
+		_, err := tr.Get(ks.key("other")).Get()
+		mustCode(t, err, kv.CodeTransactionTooOld)
+		mustCode(t, commit(tr), kv.CodeTransactionTooOld)
+		require.True(t, kv.IsRetryable(kv.Error{Code: kv.CodeTransactionTooOld}))
+		require.Equal(t, []byte("1"), read(t, db, ks.key("k")))
+	})
+}
+
+// testTimeout: with SetTimeout, operations fail with transaction_timed_out
+// once the time has passed, and the retry loop does not retry it.
+func testTimeout(t *testing.T, open OpenFunc) {
+	db := open(t)
+	calls := 0
+	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+		calls++
+		if calls > 10 {
+			return nil, fmt.Errorf("transaction_timed_out was retried %d times", calls-1)
+		}
+		if err := tr.Options().SetTimeout(1); err != nil {
+			return nil, err
+		}
+		time.Sleep(20 * time.Millisecond) // let the 1 ms timeout pass
+		tr.Get(kv.Key("k")).MustGet()
+		tr.Set(kv.Key("k"), []byte("v"))
+		return nil, nil
+	})
+	require.True(t, kv.HasCode(err, kv.CodeTransactionTimedOut), "got %v", err)
+	require.Nil(t, read(t, db, kv.Key("k")))
+
+	tr := newTr(t, db)
+	require.NoError(t, tr.Options().SetTimeout(0), "0 disables the timeout")
+}
+
+// testRetryLimit: with SetRetryLimit(n), OnError gives up after n retries.
+func testRetryLimit(t *testing.T, open OpenFunc) {
+	db := open(t)
+	calls := 0
+	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+		calls++
+		if err := tr.Options().SetRetryLimit(2); err != nil {
+			return nil, err
+		}
+		return nil, kv.Error{Code: kv.CodeNotCommitted}
+	})
+	require.True(t, kv.HasCode(err, kv.CodeNotCommitted), "got %v", err)
+	require.Equal(t, 3, calls, "one try and two retries")
+}
+
+func testMaxRetryDelay(t *testing.T, open OpenFunc) {
+	db := open(t)
+	calls := 0
+	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+		calls++
+		if err := tr.Options().SetMaxRetryDelay(1); err != nil {
+			return nil, err
+		}
+		if calls < 5 {
+			return nil, kv.Error{Code: kv.CodeNotCommitted}
+		}
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 5, calls)
+}

@@ -1,0 +1,231 @@
+package kvtest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+var retryLoopTests = []conformanceTest{
+	{"RetriesRetryableErrors", testRetryRetryable},
+	{"ReturnsOtherErrors", testRetryReturnsOthers},
+	{"MustGetPanicsBecomeErrors", testRetryPanics},
+	{"CommitUnknownResultRunsAgain", testRetryCommitUnknown},
+	{"NestedTransactJoins", testNestedTransact},
+	{"ReadTransact", testReadTransact},
+	{"TypedResults", testTypedResults},
+}
+
+// testRetryRetryable: the loop retries retryable errors from the function
+// and discards the failed attempt's writes.
+func testRetryRetryable(t *testing.T, open OpenFunc) {
+	db := open(t)
+	for _, code := range []int{kv.CodeNotCommitted, kv.CodeTransactionTooOld, kv.CodeFutureVersion, kv.CodeProcessBehind} {
+		t.Run(kv.Error{Code: code}.Name(), func(t *testing.T) {
+			key := kv.Key("retry/" + kv.Error{Code: code}.Name())
+			calls := 0
+			ret, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+				calls++
+				tr.Set(append(key, byte('0'+calls)), []byte("v"))
+				if calls < 3 {
+					return nil, kv.Error{Code: code}
+				}
+				return "done", nil
+			})
+			require.NoError(t, err)
+			require.Equal(t, "done", ret)
+			require.GreaterOrEqual(t, calls, 3)
+			r, err := kv.PrefixRange(key)
+			require.NoError(t, err)
+			got := readAll(t, db, r)
+			require.NotEmpty(t, got)
+			for _, e := range got {
+				require.GreaterOrEqual(t, e.Key[len(key)], byte('3'), "a failed attempt's write survived")
+			}
+		})
+	}
+}
+
+var errApp = errors.New("application error")
+
+// testRetryReturnsOthers: non-retryable errors end the loop at once and come
+// back unchanged; nothing is committed.
+func testRetryReturnsOthers(t *testing.T, open OpenFunc) {
+	db := open(t)
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"application error", errApp},
+		{"wrapped application error", errors.Join(errApp, errors.New("context"))},
+		{"non-retryable kv.Error", kv.Error{Code: kv.CodeClientInvalidOperation}},
+		{"transaction_timed_out", kv.Error{Code: kv.CodeTransactionTimedOut}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+				calls++
+				tr.Set(kv.Key("others"), []byte("v"))
+				return nil, tc.err
+			})
+			require.Equal(t, tc.err, err)
+			require.Equal(t, 1, calls)
+			require.Nil(t, read(t, db, kv.Key("others")))
+		})
+	}
+}
+
+// testRetryPanics: a panic with an error (as MustGet raises) is handled like
+// a returned error; other panics propagate.
+func testRetryPanics(t *testing.T, open OpenFunc) {
+	db := open(t)
+	calls := 0
+	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+		calls++
+		if calls == 1 {
+			kv.ReadyFuture[[]byte](nil, kv.Error{Code: kv.CodeNotCommitted}).MustGet()
+		}
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, calls, 2)
+
+	_, err = db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+		panic(kv.Error{Code: kv.CodeInvertedRange})
+	})
+	require.Equal(t, kv.Error{Code: kv.CodeInvertedRange}, err)
+
+	_, err = db.ReadTransact(ctxBg, func(tr kv.ReadTransaction) (any, error) {
+		panic(errApp)
+	})
+	require.Equal(t, errApp, err)
+
+	require.PanicsWithValue(t, "not an error", func() {
+		_, _ = db.Transact(ctxBg, func(tr kv.Transaction) (any, error) { panic("not an error") })
+	})
+}
+
+// testRetryCommitUnknown: after commit_unknown_result the loop runs the
+// function again (it must be idempotent).
+func testRetryCommitUnknown(t *testing.T, open OpenFunc) {
+	db := open(t)
+	calls := 0
+	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+		calls++
+		tr.Set(kv.Key("unknown"), []byte("v"))
+		if calls == 1 {
+			return nil, kv.Error{Code: kv.CodeCommitUnknownResult}
+		}
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, calls, 2)
+	require.Equal(t, []byte("v"), read(t, db, kv.Key("unknown")))
+}
+
+// testNestedTransact: Transact and ReadTransact on a Transaction (or a
+// snapshot) run the function once in that transaction; the outer loop
+// commits everything atomically.
+func testNestedTransact(t *testing.T, open OpenFunc) {
+	db := open(t)
+	setOne := func(tor kv.Transactor, key, value string) error {
+		_, err := tor.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+			tr.Set(kv.Key(key), []byte(value))
+			return nil, nil
+		})
+		return err
+	}
+	getOne := func(tor kv.ReadTransactor, key string) ([]byte, error) {
+		return kv.ReadTransact(ctxBg, tor, func(tr kv.ReadTransaction) ([]byte, error) {
+			return tr.Get(kv.Key(key)).Get()
+		})
+	}
+	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+		if err := setOne(tr, "n/a", "1"); err != nil {
+			return nil, err
+		}
+		if err := setOne(tr, "n/b", "2"); err != nil {
+			return nil, err
+		}
+		v, err := getOne(tr, "n/a")
+		if err != nil {
+			return nil, err
+		}
+		if string(v) != "1" {
+			return nil, errors.New("nested write not visible to the caller")
+		}
+		if v, err := getOne(tr.Snapshot(), "n/b"); err != nil || string(v) != "2" {
+			return nil, errors.New("nested write not visible to a snapshot")
+		}
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.Len(t, readAll(t, db, kv.KeyRange{Begin: kv.Key("n/"), End: kv.Key("n0")}), 2)
+
+	// A nested function runs once: its error, even a retryable one, comes
+	// back to the caller instead of being retried inside.
+	calls := 0
+	tr := newTr(t, db)
+	_, err = tr.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+		calls++
+		return nil, kv.Error{Code: kv.CodeNotCommitted}
+	})
+	require.Equal(t, kv.Error{Code: kv.CodeNotCommitted}, err)
+	require.Equal(t, 1, calls)
+	_, err = tr.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+		panic(kv.Error{Code: kv.CodeNotCommitted})
+	})
+	require.Equal(t, kv.Error{Code: kv.CodeNotCommitted}, err, "a nested panic becomes an error")
+
+	// A nested Transact does not commit.
+	tr = newTr(t, db)
+	require.NoError(t, setOne(tr, "n/uncommitted", "x"))
+	require.Nil(t, read(t, db, kv.Key("n/uncommitted")))
+
+	// A cancelled context does not stop a nested function: the caller's loop
+	// owns the context.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ret, err := tr.ReadTransact(ctx, func(kv.ReadTransaction) (any, error) { return 7, nil })
+	require.NoError(t, err)
+	require.Equal(t, 7, ret)
+}
+
+// testReadTransact: the read-only loop retries, returns results and never
+// commits.
+func testReadTransact(t *testing.T, open OpenFunc) {
+	db := open(t)
+	set(t, db, kv.Key("r"), "v")
+	calls := 0
+	ret, err := db.ReadTransact(ctxBg, func(tr kv.ReadTransaction) (any, error) {
+		calls++
+		if calls == 1 {
+			return nil, kv.Error{Code: kv.CodeTransactionTooOld}
+		}
+		return tr.Get(kv.Key("r")).Get()
+	})
+	require.NoError(t, err)
+	require.Equal(t, []byte("v"), ret)
+	require.GreaterOrEqual(t, calls, 2)
+}
+
+func testTypedResults(t *testing.T, open OpenFunc) {
+	db := open(t)
+	n, err := kv.Transact(ctxBg, db, func(tr kv.Transaction) (int, error) {
+		tr.Set(kv.Key("typed"), []byte("v"))
+		return 42, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 42, n)
+	v, err := kv.ReadTransact(ctxBg, db, func(tr kv.ReadTransaction) ([]byte, error) {
+		return tr.Get(kv.Key("typed")).Get()
+	})
+	require.NoError(t, err)
+	require.Equal(t, []byte("v"), v)
+	_, err = kv.Transact(ctxBg, db, func(tr kv.Transaction) (string, error) { return "", errApp })
+	require.Equal(t, errApp, err)
+}
