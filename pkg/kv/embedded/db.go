@@ -1,0 +1,232 @@
+package embedded
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+// formatMajorVersion is pebble's on-disk format. It is set explicitly so
+// that upgrading pebble never ratchets a store's format by accident.
+const formatMajorVersion = pebble.FormatValueSeparation
+
+// versionKey holds the last commit version, big-endian, written in every
+// batch. It lies in "\xff\xff", which no transaction can read or write.
+var versionKey = []byte("\xff\xff/fdbrep/embedded/version")
+
+// maxReadKey is the end of the user key space: reads and selectors stop at it.
+var maxReadKey = []byte{0xff}
+
+// DB is an embedded FoundationDB-like store. It implements kv.Database and
+// is safe for concurrent use.
+type DB struct {
+	opts Options
+	pdb  *pebble.DB
+
+	// closeMu is held shared by every operation that touches pebble and
+	// exclusively by Close.
+	closeMu sync.RWMutex
+	closed  atomic.Bool
+
+	cur   atomic.Pointer[snapshot] // the newest durable state
+	snapMu sync.Mutex
+	live  map[*snapshot]struct{} // open pebble snapshots, closed by Close
+
+	qmu      sync.Mutex
+	queue    []*commitReq
+	qclosed  bool
+	qsignal  chan struct{}
+	stopped  chan struct{}
+	failed   error // set by the leader when a batch could not be written
+
+	// Leader state.
+	res         *resolver
+	lastVersion int64
+	baseVersion int64
+	baseTime    time.Time
+	published   []pubRecord // versions published in the last lifetime, oldest first
+
+	watches *watchRegistry
+}
+
+type pubRecord struct {
+	at  time.Time
+	ver int64
+}
+
+// snapshot is a published read version: a pebble snapshot shared by the
+// transactions reading at it and released when the last of them is done.
+type snapshot struct {
+	db      *DB
+	s       *pebble.Snapshot
+	version int64
+	refs    atomic.Int32
+}
+
+// Open opens (creating if needed) the store described by opts.
+func Open(opts Options) (*DB, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cache := pebble.NewCache(opts.CacheSize)
+	defer cache.Unref()
+	popts := &pebble.Options{
+		Cache:              cache,
+		FormatMajorVersion: formatMajorVersion,
+		Logger:             quietLogger{},
+	}
+	dir := opts.Dir
+	if opts.InMemory {
+		popts.FS = vfs.NewMem()
+		if dir == "" {
+			dir = "mem"
+		}
+	}
+	pdb, err := pebble.Open(dir, popts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: open %s: %w", dir, err)
+	}
+	var last int64
+	v, closer, err := pdb.Get(versionKey)
+	switch {
+	case err == nil:
+		if len(v) == 8 {
+			last = int64(binary.BigEndian.Uint64(v))
+		}
+		closer.Close()
+	case !errors.Is(err, pebble.ErrNotFound):
+		pdb.Close()
+		return nil, fmt.Errorf("embedded: read version: %w", err)
+	}
+	db := &DB{
+		opts:        opts,
+		pdb:         pdb,
+		live:        map[*snapshot]struct{}{},
+		qsignal:     make(chan struct{}, 1),
+		stopped:     make(chan struct{}),
+		res:         newResolver(),
+		lastVersion: last,
+		baseVersion: last + 1,
+		baseTime:    time.Now(),
+		watches:     newWatchRegistry(),
+	}
+	db.publish(db.newSnapshot(last), time.Now())
+	go db.leader()
+	return db, nil
+}
+
+// Close stops the commit leader, fails queued commits, outstanding watches
+// and open transactions with kv.ErrDatabaseClosed, and closes the store.
+// Close is idempotent.
+func (db *DB) Close() error {
+	db.closeMu.Lock()
+	if db.closed.Swap(true) {
+		db.closeMu.Unlock()
+		return nil
+	}
+	db.closeMu.Unlock()
+	db.qmu.Lock()
+	db.qclosed = true
+	db.qmu.Unlock()
+	select {
+	case db.qsignal <- struct{}{}:
+	default:
+	}
+	<-db.stopped
+	db.watches.closeAll()
+	db.snapMu.Lock()
+	for s := range db.live {
+		s.s.Close()
+	}
+	db.live = nil
+	db.snapMu.Unlock()
+	return db.pdb.Close()
+}
+
+// CreateTransaction starts a transaction.
+func (db *DB) CreateTransaction() (kv.Transaction, error) {
+	if db.closed.Load() {
+		return nil, kv.ErrDatabaseClosed
+	}
+	return newTransaction(db), nil
+}
+
+// Transact runs f in a transaction and commits it, retrying as
+// FoundationDB's Transact does (see kv.Transactor).
+func (db *DB) Transact(ctx context.Context, f func(kv.Transaction) (any, error)) (any, error) {
+	return kv.Run(ctx, db.CreateTransaction, f)
+}
+
+// ReadTransact runs f in a transaction without committing writes, retrying
+// as FoundationDB's ReadTransact does.
+func (db *DB) ReadTransact(ctx context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
+	return kv.RunRead(ctx, db.CreateTransaction, f)
+}
+
+// newSnapshot takes a pebble snapshot of the current state at version v.
+// Only the leader (and Open) call it: nothing else writes to pebble, so the
+// state is exactly what the leader has committed.
+func (db *DB) newSnapshot(v int64) *snapshot {
+	s := &snapshot{db: db, s: db.pdb.NewSnapshot(), version: v}
+	s.refs.Store(1)
+	db.snapMu.Lock()
+	db.live[s] = struct{}{}
+	db.snapMu.Unlock()
+	return s
+}
+
+// publish makes s the state new transactions read.
+func (db *DB) publish(s *snapshot, now time.Time) {
+	if old := db.cur.Swap(s); old != nil {
+		old.release()
+	}
+	db.published = append(db.published, pubRecord{at: now, ver: s.version})
+}
+
+// acquire returns the newest published snapshot with a reference taken.
+func (db *DB) acquire() *snapshot {
+	for {
+		s := db.cur.Load()
+		n := s.refs.Load()
+		if n > 0 && s.refs.CompareAndSwap(n, n+1) {
+			return s
+		}
+	}
+}
+
+func (s *snapshot) release() {
+	if s.refs.Add(-1) != 0 {
+		return
+	}
+	db := s.db
+	db.snapMu.Lock()
+	if db.live != nil {
+		delete(db.live, s)
+		s.s.Close()
+	}
+	db.snapMu.Unlock()
+}
+
+// quietLogger drops pebble's informational messages.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any) {}
+func (quietLogger) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "embedded: pebble: "+format+"\n", args...)
+}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("embedded: pebble: "+format, args...))
+}
+
+var _ kv.Database = (*DB)(nil)

@@ -1,0 +1,220 @@
+package embedded
+
+import (
+	"bytes"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+// Batch sizes of a streaming range read in the default (iterator) mode:
+// they start small and double, as FoundationDB's do.
+const (
+	iterFirstBatch = 64
+	iterMaxBatch   = 4096
+)
+
+// rangeResult is the lazy result of GetRange.
+type rangeResult struct {
+	tr   *transaction
+	snap bool
+	r    kv.Range
+	opts kv.RangeOptions
+}
+
+func (rr *rangeResult) GetSliceWithError() ([]kv.KeyValue, error) {
+	it := rr.iter()
+	it.whole = true
+	var out []kv.KeyValue
+	for it.Advance() {
+		kv, err := it.Get()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, kv)
+	}
+	return out, nil
+}
+
+func (rr *rangeResult) GetSliceOrPanic() []kv.KeyValue {
+	out, err := rr.GetSliceWithError()
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+func (rr *rangeResult) Iterator() kv.RangeIterator { return rr.iter() }
+
+func (rr *rangeResult) iter() *rangeIter {
+	it := &rangeIter{rr: rr, chunk: iterFirstBatch}
+	switch rr.opts.Mode {
+	case kv.StreamingModeWantAll, kv.StreamingModeExact:
+		it.whole = true
+	}
+	return it
+}
+
+// rangeIter streams a range read in batches. Each batch is a limited scan
+// of the transaction's current view that adds the read conflict range it
+// examined, so the union of the batches' ranges is what FoundationDB adds.
+type rangeIter struct {
+	rr      *rangeResult
+	started bool
+	whole   bool // read everything that is left in one batch
+	b, e    []byte
+	left    int // rows left under the limit; -1: no limit
+	chunk   int
+	buf     []kv.KeyValue
+	pos     int
+	done    bool
+	err     error
+	errSeen bool
+	cur     kv.KeyValue
+}
+
+func (it *rangeIter) Advance() bool {
+	if it.err != nil {
+		if it.errSeen {
+			return false
+		}
+		it.errSeen = true
+		return true
+	}
+	if it.pos < len(it.buf) {
+		it.cur = it.buf[it.pos]
+		it.pos++
+		return true
+	}
+	if it.done {
+		return false
+	}
+	it.fetch()
+	if it.err != nil {
+		it.errSeen = true
+		return true
+	}
+	if len(it.buf) == 0 {
+		return false
+	}
+	it.cur = it.buf[0]
+	it.pos = 1
+	return true
+}
+
+func (it *rangeIter) Get() (kv.KeyValue, error) {
+	if it.err != nil {
+		return kv.KeyValue{}, it.err
+	}
+	return it.cur, nil
+}
+
+func (it *rangeIter) MustGet() kv.KeyValue {
+	v, err := it.Get()
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// fetch reads the next batch into buf.
+func (it *rangeIter) fetch() {
+	it.buf, it.pos = nil, 0
+	tr := it.rr.tr
+	if err := tr.lockRead(); err != nil {
+		it.err = err
+		return
+	}
+	defer tr.unlockRead()
+	if !it.started {
+		it.started = true
+		if err := it.start(); err != nil {
+			it.err = err
+			return
+		}
+		if it.done {
+			return
+		}
+	}
+	n := it.left // 0 < n, or -1
+	if !it.whole {
+		if n < 0 || n > it.chunk {
+			n = it.chunk
+		}
+		if it.chunk < iterMaxBatch {
+			it.chunk *= 2
+		}
+	}
+	if n < 0 {
+		n = 0
+	}
+	reverse := it.rr.opts.Reverse
+	kvs, err := tr.scan(it.b, it.e, n, reverse)
+	if err != nil {
+		it.err = err
+		return
+	}
+	full := n > 0 && len(kvs) == n
+	if full {
+		last := kvs[len(kvs)-1].Key
+		if reverse {
+			if !it.rr.snap {
+				tr.addRead(last, it.e)
+			}
+			it.e = last
+		} else {
+			next := keyAfter(last)
+			if !it.rr.snap {
+				tr.addRead(it.b, next)
+			}
+			it.b = next
+		}
+	} else {
+		if !it.rr.snap {
+			tr.addRead(it.b, it.e)
+		}
+		it.done = true
+	}
+	if it.left > 0 {
+		it.left -= len(kvs)
+		if it.left == 0 {
+			it.done = true
+		}
+	}
+	it.buf = kvs
+}
+
+// start validates the range and resolves its selectors.
+func (it *rangeIter) start() error {
+	rr := it.rr
+	if rr.opts.Limit < 0 {
+		return errRangeLimits
+	}
+	it.left = -1
+	if rr.opts.Limit > 0 {
+		it.left = rr.opts.Limit
+	}
+	bs, es := rr.r.FDBRangeKeySelectors()
+	bsel, esel := bs.FDBKeySelector(), es.FDBKeySelector()
+	bk, ek := bsel.Key.FDBKey(), esel.Key.FDBKey()
+	if bytes.Compare(bk, maxReadKey) > 0 || bytes.Compare(ek, maxReadKey) > 0 {
+		return errOutsideLegalRange
+	}
+	if bytes.Compare(bk, ek) >= 0 && bsel.Offset >= esel.Offset {
+		it.done = true // empty, and no conflict range, as in FoundationDB
+		return nil
+	}
+	b, err := it.rr.tr.rangePosition(bsel, rr.snap)
+	if err != nil {
+		return err
+	}
+	e, err := it.rr.tr.rangePosition(esel, rr.snap)
+	if err != nil {
+		return err
+	}
+	if bytes.Compare(b, e) >= 0 {
+		it.done = true
+		return nil
+	}
+	it.b, it.e = clone(b), clone(e)
+	return nil
+}

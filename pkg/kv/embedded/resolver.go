@@ -1,0 +1,140 @@
+package embedded
+
+import (
+	"bytes"
+
+	"github.com/tidwall/btree"
+)
+
+// span is the key range [begin, end).
+type span struct {
+	begin, end []byte
+}
+
+// histEntry says that the keys from key up to the next entry's key were last
+// written at version ver (0: not within the history's horizon).
+type histEntry struct {
+	key []byte
+	ver int64
+}
+
+// resolver is FoundationDB's conflict history: a step function from keys to
+// the version that last wrote them, kept for the transaction lifetime. It
+// always holds an entry for the empty key. Only the commit leader uses it.
+type resolver struct {
+	tree *btree.BTreeG[histEntry]
+	// horizon is the newest version forgotten by gc: a transaction whose
+	// read version is older cannot be checked and gets transaction_too_old.
+	horizon int64
+	sweep   []byte // where the next gc step starts
+}
+
+func newResolver() *resolver {
+	t := btree.NewBTreeGOptions(func(a, b histEntry) bool { return bytes.Compare(a.key, b.key) < 0 },
+		btree.Options{NoLocks: true})
+	t.Set(histEntry{key: []byte{}, ver: 0})
+	return &resolver{tree: t}
+}
+
+// versionAt returns the last write version of key k.
+func (r *resolver) versionAt(k []byte) int64 {
+	var v int64
+	r.tree.Descend(histEntry{key: k}, func(e histEntry) bool { v = e.ver; return false })
+	return v
+}
+
+// conflicts reports whether any key in one of the ranges was written after
+// version rv.
+func (r *resolver) conflicts(ranges []span, rv int64) bool {
+	for _, s := range ranges {
+		if r.versionAt(s.begin) > rv {
+			return true
+		}
+		hit := false
+		r.tree.Ascend(histEntry{key: s.begin}, func(e histEntry) bool {
+			if bytes.Compare(e.key, s.end) >= 0 {
+				return false
+			}
+			if e.ver > rv {
+				hit = true
+				return false
+			}
+			return true
+		})
+		if hit {
+			return true
+		}
+	}
+	return false
+}
+
+// insert records that the range s was written at version v, which is not
+// older than any version already recorded.
+func (r *resolver) insert(s span, v int64) {
+	endVer := r.versionAt(s.end)
+	_, endExists := r.tree.Get(histEntry{key: s.end})
+	var drop [][]byte
+	r.tree.Ascend(histEntry{key: s.begin}, func(e histEntry) bool {
+		if bytes.Compare(e.key, s.end) >= 0 {
+			return false
+		}
+		drop = append(drop, e.key)
+		return true
+	})
+	for _, k := range drop {
+		r.tree.Delete(histEntry{key: k})
+	}
+	r.tree.Set(histEntry{key: s.begin, ver: v})
+	if !endExists {
+		r.tree.Set(histEntry{key: s.end, ver: endVer})
+	}
+}
+
+// gc forgets versions up to horizon, visiting at most n entries from where
+// the previous call stopped, so that the cost is spread over many batches.
+// Entries at or below the horizon become 0 and runs of them are merged.
+func (r *resolver) gc(horizon int64, n int) {
+	if horizon > r.horizon {
+		r.horizon = horizon
+	}
+	prevStale := false
+	if len(r.sweep) > 0 {
+		r.tree.Descend(histEntry{key: r.sweep}, func(e histEntry) bool {
+			if bytes.Equal(e.key, r.sweep) {
+				return true
+			}
+			prevStale = e.ver <= r.horizon
+			return false
+		})
+	}
+	var drop [][]byte
+	var zero []histEntry
+	visited := 0
+	wrapped := true
+	r.tree.Ascend(histEntry{key: r.sweep}, func(e histEntry) bool {
+		if visited >= n {
+			r.sweep = e.key
+			wrapped = false
+			return false
+		}
+		visited++
+		stale := e.ver <= r.horizon
+		switch {
+		case stale && prevStale && len(e.key) > 0:
+			drop = append(drop, e.key)
+		case stale && e.ver != 0:
+			zero = append(zero, histEntry{key: e.key, ver: 0})
+		}
+		prevStale = stale
+		return true
+	})
+	if wrapped {
+		r.sweep = nil
+	}
+	for _, k := range drop {
+		r.tree.Delete(histEntry{key: k})
+	}
+	for _, e := range zero {
+		r.tree.Set(e)
+	}
+}
