@@ -1,0 +1,267 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// changesRequest is how the changes feed is asked for, given the filter.
+type changesRequest struct {
+	method string
+	query  url.Values
+	body   []byte
+	// keep, when set, filters rows client-side (doc_ids against a server
+	// without the _doc_ids filter).
+	keep map[string]bool
+}
+
+// viewArgKeys are query_params keys JSON-encoded for filter=_view.
+var viewArgKeys = map[string]bool{"key": true, "keys": true, "startkey": true, "endkey": true,
+	"start_key": true, "end_key": true, "startkey_docid": false}
+
+// changesRequest builds the request for the configured filter.
+func (r *Run) changesRequest() (changesRequest, error) {
+	rep := r.rep
+	q := url.Values{}
+	if rep.WinningRevsOnly {
+		q.Set("style", "main_only")
+	} else {
+		q.Set("style", "all_docs")
+	}
+	req := changesRequest{method: http.MethodGet, query: q}
+	switch {
+	case len(rep.DocIDs) > 0:
+		q.Set("filter", "_doc_ids")
+		b, err := json.Marshal(map[string][]string{"doc_ids": rep.DocIDs})
+		if err != nil {
+			return req, err
+		}
+		req.method, req.body = http.MethodPost, b
+	case len(rep.Selector) > 0:
+		q.Set("filter", "_selector")
+		if r.src.pouch {
+			// pouchdb-server ignores a POSTed selector and then crashes;
+			// it reads the selector from the query string instead.
+			q.Set("selector", compactJSON(rep.Selector))
+		} else {
+			req.method = http.MethodPost
+			req.body = []byte(`{"selector":` + compactJSON(rep.Selector) + `}`)
+		}
+	case rep.Filter != "":
+		var jsonKeys map[string]bool
+		if rep.Filter == "_view" {
+			jsonKeys = viewArgKeys
+		}
+		params, err := objectQuery(rep.QueryParams, jsonKeys)
+		if err != nil {
+			return req, fmt.Errorf("%w: query_params: %v", ErrInvalidSpec, err)
+		}
+		for k, v := range params {
+			if k == "filter" || k == "feed" || k == "since" || k == "style" {
+				continue
+			}
+			q[k] = v
+		}
+		q.Set("filter", rep.Filter)
+	}
+	return req, nil
+}
+
+// readChanges streams the source's changes into out: one request for a
+// one-shot replication (feed=normal, ending with the feed), or an endless
+// sequence of feed=continuous requests, each resuming from the last
+// sequence seen. A feed that ends with last_seq beyond the last row queues a
+// row without id so that the checkpoint can advance past filtered changes.
+// Broken streams are resumed from the last sequence; the error budget
+// (retries_per_request, 250 ms doubling) is refilled whenever rows arrive.
+func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
+	base, err := r.changesRequest()
+	if err != nil {
+		return err
+	}
+	since := r.startSeq
+	var lastRowSeq json.RawMessage
+	failures := 0
+	wait := retryWaitDefault
+	for {
+		progressed := false
+		emit := func(c change) error {
+			if base.keep != nil && !base.keep[c.ID] {
+				since = c.Seq
+				return nil
+			}
+			select {
+			case out <- c:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			since, lastRowSeq, progressed = c.Seq, c.Seq, true
+			return nil
+		}
+		lastSeq, err := r.changesOnce(ctx, &base, since, emit)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil && lastSeq != nil && !seqEqual(lastSeq, lastRowSeq) && !seqEqual(lastSeq, since) {
+			if err := emit(change{Seq: lastSeq}); err != nil {
+				return nil
+			}
+			since = lastSeq
+		} else if err == nil && lastSeq != nil {
+			since = lastSeq
+		}
+		if err == nil && !r.rep.Continuous {
+			return nil
+		}
+		if err == nil {
+			failures, wait = 0, retryWaitDefault
+			continue
+		}
+		if errors.Is(err, errRetryNow) {
+			continue
+		}
+		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrForbidden) || errors.Is(err, ErrMaxBackoff) || errors.Is(err, ErrInvalidSpec) {
+			return fmt.Errorf("%w: %w", ErrChangesFeed, err)
+		}
+		if progressed {
+			failures, wait = 0, retryWaitDefault
+		}
+		failures++
+		if failures > r.rep.RetriesPerRequest {
+			return fmt.Errorf("%w: %w", ErrChangesFeed, err)
+		}
+		r.log.Warn().Err(err).Int("attempt", failures).Msg("changes feed interrupted, resuming")
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil
+		}
+		wait = min(2*wait, retryWaitMax)
+	}
+}
+
+// changesOnce issues one changes request and parses its rows.
+func (r *Run) changesOnce(ctx context.Context, base *changesRequest, since json.RawMessage, emit func(change) error) (json.RawMessage, error) {
+	q := url.Values{}
+	for k, v := range base.query {
+		q[k] = v
+	}
+	q.Set("since", seqParam(since))
+	if r.rep.Continuous {
+		q.Set("feed", "continuous")
+		q.Set("timeout", strconv.FormatInt(max(1000, r.rep.ConnectionTimeout.Milliseconds()/3), 10))
+	} else {
+		q.Set("feed", "normal")
+	}
+	reqCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req := httpRequest{method: base.method, path: "_changes", query: q, header: jsonHeader(), body: base.body, stream: true}
+	res, err := r.src.t.call(reqCtx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.stream.Close()
+	if res.status == http.StatusMethodNotAllowed && base.method == http.MethodPost && len(r.rep.DocIDs) > 0 {
+		// Servers without the _doc_ids filter: read everything, keep ours.
+		base.method, base.body = http.MethodGet, nil
+		base.query.Del("filter")
+		base.keep = map[string]bool{}
+		for _, id := range r.rep.DocIDs {
+			base.keep[id] = true
+		}
+		return nil, errRetryNow
+	}
+	if res.status != http.StatusOK {
+		res.body, _ = io.ReadAll(io.LimitReader(res.stream, 64<<10))
+		return nil, newStatusError(req.method, r.src.url()+"_changes", res)
+	}
+	body := newIdleReader(res.stream, r.rep.ConnectionTimeout+500*time.Millisecond, cancel)
+	defer body.stop()
+	wrapped := func(c change) error {
+		body.pause()
+		defer body.resume()
+		return emit(c)
+	}
+	var lastSeq json.RawMessage
+	if r.rep.Continuous {
+		lastSeq, err = parseContinuousFeed(body, wrapped)
+	} else {
+		lastSeq, err = parseNormalFeed(body, wrapped)
+	}
+	if err != nil && body.timedOut() {
+		return nil, fmt.Errorf("changes feed idle for %v: %w", r.rep.ConnectionTimeout, err)
+	}
+	return lastSeq, err
+}
+
+// errRetryNow asks readChanges to reissue the request (after switching
+// strategy), counting as one failure.
+var errRetryNow = errors.New("changes request strategy changed")
+
+// seqParam encodes a sequence for the since parameter: strings as is, other
+// values as JSON.
+func seqParam(seq json.RawMessage) string {
+	if len(seq) == 0 {
+		return "0"
+	}
+	return seqString(seq)
+}
+
+// compactJSON returns raw without insignificant whitespace (raw as is if
+// it is not valid JSON; Validate has checked it).
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// idleReader cancels a streamed response that stays silent for longer than
+// its timeout (the peer or the network died without closing). The clock is
+// paused while the consumer is busy.
+type idleReader struct {
+	r       io.Reader
+	d       time.Duration
+	mu      sync.Mutex
+	timer   *time.Timer
+	expired bool
+}
+
+func newIdleReader(r io.Reader, d time.Duration, cancel context.CancelFunc) *idleReader {
+	ir := &idleReader{r: r, d: d}
+	ir.timer = time.AfterFunc(d, func() {
+		ir.mu.Lock()
+		ir.expired = true
+		ir.mu.Unlock()
+		cancel()
+	})
+	return ir
+}
+
+func (ir *idleReader) Read(p []byte) (int, error) {
+	n, err := ir.r.Read(p)
+	if n > 0 {
+		ir.timer.Reset(ir.d)
+	}
+	return n, err
+}
+
+func (ir *idleReader) pause()  { ir.timer.Stop() }
+func (ir *idleReader) resume() { ir.timer.Reset(ir.d) }
+func (ir *idleReader) stop()   { ir.timer.Stop() }
+
+func (ir *idleReader) timedOut() bool {
+	ir.mu.Lock()
+	defer ir.mu.Unlock()
+	return ir.expired
+}

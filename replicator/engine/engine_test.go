@@ -1,0 +1,129 @@
+package engine_test
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
+	"github.com/stretchr/testify/require"
+)
+
+const testUUID = "0123456789abcdef0123456789abcdef"
+
+func hash(s string) string {
+	h := md5.Sum([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// fixture fills db with n documents of every kind the engine must carry:
+// several revisions, deletions, conflicts (two or three leaves, some
+// deleted), design documents and attachments. It returns the number of
+// leaf revisions written.
+func fixture(t *testing.T, srv *couchtest.Server, db string, n int, seed uint64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var docs []map[string]any
+	flush := func() {
+		if len(docs) > 0 {
+			for _, r := range srv.BulkDocs(t, db, docs, false) {
+				require.Empty(t, r.Error, "%s: %s", r.ID, r.Reason)
+			}
+			docs = nil
+		}
+	}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("doc-%06d", i)
+		gens := 1 + rng.IntN(4)
+		branches := 1
+		if i%7 == 0 {
+			branches = 2 + rng.IntN(2)
+		}
+		for b := 0; b < branches; b++ {
+			ids := make([]string, gens)
+			for g := 0; g < gens; g++ {
+				// Branches share their first revision.
+				key := fmt.Sprintf("%s/%d/%d", id, g, b)
+				if g == gens-1 || b == 0 {
+					key = fmt.Sprintf("%s/%d/%d", id, g, b)
+				}
+				if g == 0 {
+					key = id + "/root"
+				}
+				ids[gens-1-g] = hash(key)
+			}
+			if gens == 1 && b > 0 {
+				ids[0] = hash(fmt.Sprintf("%s/0/%d", id, b))
+			}
+			d := map[string]any{
+				"_id":        id,
+				"_rev":       fmt.Sprintf("%d-%s", gens, ids[0]),
+				"_revisions": map[string]any{"start": gens, "ids": ids},
+				"n":          i,
+				"branch":     b,
+				"tags":       []any{"x", float64(i % 3)},
+				"nested":     map[string]any{"even": i%2 == 0},
+			}
+			if i%11 == 5 && b == branches-1 {
+				d["_deleted"] = true
+			}
+			docs = append(docs, d)
+		}
+		if len(docs) >= 500 {
+			flush()
+		}
+	}
+	flush()
+	// Attachments and design documents, written through the normal API.
+	for i := 0; i < 5; i++ {
+		srv.PutDoc(t, db, map[string]any{
+			"_id": fmt.Sprintf("att-%d", i),
+			"_attachments": map[string]any{
+				"a.txt":   map[string]any{"content_type": "text/plain", "data": base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf("hello %d", i)))},
+				"b/c.bin": map[string]any{"content_type": "application/octet-stream", "data": base64.StdEncoding.EncodeToString([]byte{0, 1, 2, byte(i), 255})},
+			},
+		})
+	}
+	srv.PutDoc(t, db, map[string]any{
+		"_id":     "_design/app",
+		"filters": map[string]any{"even": "function(doc, req) { return doc.n % 2 === 0 && (!req.query.max || doc.n < Number(req.query.max)); }"},
+		"views":   map[string]any{"small": map[string]any{"map": "function(doc) { if (doc.n < 20) emit(doc.n); }"}},
+	})
+}
+
+func endpoint(t *testing.T, url string) engine.Endpoint {
+	t.Helper()
+	ep, err := engine.ParseEndpoint(url)
+	require.NoError(t, err)
+	return ep
+}
+
+func runOnce(t *testing.T, rep engine.Replication, opts engine.Options) engine.Result {
+	t.Helper()
+	if opts.ServerUUID == "" {
+		opts.ServerUUID = testUUID
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := engine.Start(ctx, rep, opts).Wait()
+	require.NoError(t, err)
+	return res
+}
+
+func TestOneShot(t *testing.T) {
+	srv := couchtest.StartPouchDB(t)
+	srv.CreateDB(t, "src")
+	srv.CreateDB(t, "tgt")
+	fixture(t, srv, "src", 300, 1)
+	rep := engine.Replication{Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, srv.DBURL("tgt")), WorkerBatchSize: 50}
+	res := runOnce(t, rep, engine.Options{})
+	t.Logf("%+v", res.Stats)
+	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
+}

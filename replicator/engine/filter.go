@@ -1,0 +1,46 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// FetchFilterCode reads the source text of a "ddoc/name" filter function
+// from the replication's source (GET {source}/_design/ddoc, member
+// filters.name), trimmed of surrounding whitespace. It is an input of
+// ReplicationID, so editing the function changes the id. Failures wrap
+// ErrFilterFetch.
+func FetchFilterCode(ctx context.Context, rep Replication, opts Options) (string, error) {
+	rep = rep.withDefaults()
+	r := &Run{rep: rep, opts: opts}
+	src, _, err := r.newPeers()
+	if err != nil {
+		return "", err
+	}
+	return fetchFilterCode(ctx, src, rep.Filter)
+}
+
+func fetchFilterCode(ctx context.Context, src *peer, filter string) (string, error) {
+	ddoc, name, ok := strings.Cut(filter, "/")
+	if !ok || ddoc == "" || name == "" {
+		return "", fmt.Errorf("%w: Invalid filter. Must match `ddocname/filtername`.", ErrInvalidSpec)
+	}
+	var d struct {
+		Filters map[string]any `json:"filters"`
+	}
+	_, err := src.do(ctx, http.MethodGet, escapeDocID("_design/"+ddoc), nil, nil, &d)
+	if err != nil {
+		if errors.Is(err, ErrMaxBackoff) {
+			return "", err
+		}
+		return "", fmt.Errorf("%w: couldn't open document `_design/%s` from source database %s: %w", ErrFilterFetch, ddoc, src.url(), err)
+	}
+	code, ok := d.Filters[name].(string)
+	if !ok {
+		return "", fmt.Errorf("%w: filter function `%s` not found in design document `_design/%s`", ErrFilterFetch, name, ddoc)
+	}
+	return strings.TrimSpace(code), nil
+}

@@ -1,0 +1,428 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+)
+
+// transport sends one HTTP request to a database endpoint. path is relative
+// to the database URL ("" is the database itself) and already escaped.
+// Statuses are returned, not turned into errors; errors mean the request
+// could not be completed (transport failures after the client's retries,
+// rate-limiter give-up, context end). With stream set the body is returned
+// unread in httpResult.stream and must be closed.
+type transport interface {
+	call(ctx context.Context, r httpRequest) (*httpResult, error)
+	// redacted is the endpoint URL without password, for messages.
+	redacted() string
+}
+
+type httpRequest struct {
+	method  string
+	path    string
+	query   url.Values
+	header  http.Header
+	body    []byte
+	stream  bool
+	noRetry bool
+}
+
+type httpResult struct {
+	status int
+	header http.Header
+	body   []byte
+	stream io.ReadCloser
+}
+
+// peer is one side of a replication with the protocol calls built on its
+// transport.
+type peer struct {
+	t transport
+	// pouch is set when the peer is a pouchdb-server (its database info
+	// carries "adapter"), whose quirks the engine avoids.
+	pouch bool
+}
+
+func (p *peer) url() string { return p.t.redacted() }
+
+func jsonHeader() http.Header {
+	return http.Header{"Content-Type": {"application/json"}, "Accept": {"application/json"}}
+}
+
+// do sends a request with a JSON body (when body is not nil) and decodes a
+// 2xx JSON reply into out (when out is not nil). Non-2xx statuses are
+// returned as *statusError.
+func (p *peer) do(ctx context.Context, method, path string, query url.Values, body, out any) (*httpResult, error) {
+	req := httpRequest{method: method, path: path, query: query, header: jsonHeader()}
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		req.body = b
+	}
+	res, err := p.t.call(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if res.status < 200 || res.status > 299 {
+		return res, newStatusError(method, p.url()+path, res)
+	}
+	if out != nil {
+		if err := json.Unmarshal(res.body, out); err != nil {
+			return res, fmt.Errorf("%w: %s %s: bad JSON reply: %v", ErrHTTP, method, p.url()+path, err)
+		}
+	}
+	return res, nil
+}
+
+// statusError is an unexpected HTTP status. It unwraps to the sentinel for
+// 401 / 403 and to ErrHTTP otherwise.
+type statusError struct {
+	Method, URL    string
+	Status         int
+	Error_, Reason string
+}
+
+func newStatusError(method, u string, res *httpResult) *statusError {
+	e := &statusError{Method: method, URL: u, Status: res.status}
+	var body struct {
+		Error  string `json:"error"`
+		Reason string `json:"reason"`
+	}
+	if json.Unmarshal(res.body, &body) == nil {
+		e.Error_, e.Reason = body.Error, body.Reason
+	}
+	return e
+}
+
+func (e *statusError) Error() string {
+	msg := fmt.Sprintf("%s %s: HTTP %d", e.Method, e.URL, e.Status)
+	if e.Error_ != "" {
+		msg += " " + e.Error_
+		if e.Reason != "" {
+			msg += ": " + e.Reason
+		}
+	}
+	return msg
+}
+
+func (e *statusError) Unwrap() error {
+	switch e.Status {
+	case http.StatusUnauthorized:
+		return ErrUnauthorized
+	case http.StatusForbidden:
+		return ErrForbidden
+	}
+	return ErrHTTP
+}
+
+func statusOf(err error) int {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.Status
+	}
+	return 0
+}
+
+// dbInfo is the part of GET {db}/ the engine uses.
+type dbInfo struct {
+	UpdateSeq         json.RawMessage `json:"update_seq"`
+	InstanceStartTime json.RawMessage `json:"instance_start_time"`
+	Adapter           string          `json:"adapter"`
+	DocCount          int64           `json:"doc_count"`
+}
+
+// info reads the database info, mapping failures as CouchDB's db_open does:
+// 401 unauthorized, 403 forbidden, anything else but a JSON object with
+// update_seq and instance_start_time is db_not_found.
+func (p *peer) info(ctx context.Context) (dbInfo, error) {
+	var info dbInfo
+	_, err := p.do(ctx, http.MethodGet, "", nil, nil, &info)
+	switch {
+	case err == nil && len(info.UpdateSeq) > 0 && len(info.InstanceStartTime) > 0:
+		p.pouch = info.Adapter != ""
+		return info, nil
+	case errors.Is(err, ErrUnauthorized):
+		return info, fmt.Errorf("%w: unauthorized to access or create database %s", ErrUnauthorized, p.url())
+	case errors.Is(err, ErrForbidden):
+		return info, fmt.Errorf("%w: forbidden to access database %s", ErrForbidden, p.url())
+	case err != nil && statusOf(err) == 0:
+		return info, err // transport failure after retries, max backoff, context
+	default:
+		return info, fmt.Errorf("%w: could not open %s", ErrDBNotFound, p.url())
+	}
+}
+
+// create issues PUT {db} with the given parameters; only 401 and 403 are
+// errors (an existing database is fine).
+func (p *peer) create(ctx context.Context, params json.RawMessage) error {
+	q, err := objectQuery(params, nil)
+	if err != nil {
+		return fmt.Errorf("%w: create_target_params: %v", ErrInvalidSpec, err)
+	}
+	_, err = p.do(ctx, http.MethodPut, "", q, nil, nil)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrUnauthorized):
+		return fmt.Errorf("%w: unauthorized to access or create database %s", ErrUnauthorized, p.url())
+	case errors.Is(err, ErrForbidden):
+		return fmt.Errorf("%w: forbidden to create database %s", ErrForbidden, p.url())
+	case statusOf(err) != 0:
+		return nil
+	}
+	return err
+}
+
+// objectQuery turns a JSON object into query parameters: strings as is,
+// other values JSON-encoded (or, for keys in jsonKeys, always JSON-encoded).
+func objectQuery(obj json.RawMessage, jsonKeys map[string]bool) (url.Values, error) {
+	q := url.Values{}
+	if len(obj) == 0 || string(obj) == "null" {
+		return q, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &m); err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := m[k]
+		var s string
+		if !jsonKeys[k] && json.Unmarshal(v, &s) == nil {
+			q.Set(k, s)
+			continue
+		}
+		var c bytes.Buffer
+		if err := json.Compact(&c, v); err != nil {
+			return nil, err
+		}
+		q.Set(k, c.String())
+	}
+	return q, nil
+}
+
+// escapeDocID encodes a document id for a URL path: the _design/ and
+// _local/ prefixes stay, everything else (including "/") is escaped.
+func escapeDocID(id string) string {
+	for _, prefix := range []string{"_design/", "_local/"} {
+		if strings.HasPrefix(id, prefix) {
+			return prefix + url.PathEscape(id[len(prefix):])
+		}
+	}
+	return url.PathEscape(id)
+}
+
+// getLocal reads a checkpoint document; nil without error when absent.
+func (p *peer) getLocal(ctx context.Context, id string) (*CheckpointDoc, error) {
+	var d CheckpointDoc
+	_, err := p.do(ctx, http.MethodGet, escapeDocID(id), nil, nil, &d)
+	if statusOf(err) == http.StatusNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// putLocal writes a checkpoint document and returns its new revision.
+func (p *peer) putLocal(ctx context.Context, d *CheckpointDoc) (string, error) {
+	var reply struct {
+		Rev string `json:"rev"`
+	}
+	req := httpRequest{method: http.MethodPut, path: escapeDocID(d.ID), header: jsonHeader()}
+	req.header.Set("X-Couch-Full-Commit", "false")
+	b, err := json.Marshal(d)
+	if err != nil {
+		return "", err
+	}
+	req.body = b
+	res, err := p.t.call(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	if res.status < 200 || res.status > 299 {
+		return "", newStatusError(req.method, p.url()+req.path, res)
+	}
+	_ = json.Unmarshal(res.body, &reply)
+	return reply.Rev, nil
+}
+
+// ensureFullCommit returns the instance_start_time the peer reports.
+func (p *peer) ensureFullCommit(ctx context.Context) (json.RawMessage, error) {
+	var reply struct {
+		InstanceStartTime json.RawMessage `json:"instance_start_time"`
+	}
+	req := httpRequest{method: http.MethodPost, path: "_ensure_full_commit", header: jsonHeader(), body: []byte("{}")}
+	res, err := p.t.call(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if res.status < 200 || res.status > 299 {
+		return nil, newStatusError(req.method, p.url()+req.path, res)
+	}
+	if err := json.Unmarshal(res.body, &reply); err != nil {
+		return nil, fmt.Errorf("%w: _ensure_full_commit: %v", ErrHTTP, err)
+	}
+	return reply.InstanceStartTime, nil
+}
+
+// revsDiffEntry is one document's answer from _revs_diff.
+type revsDiffEntry struct {
+	Missing           []string `json:"missing"`
+	PossibleAncestors []string `json:"possible_ancestors"`
+}
+
+func (p *peer) revsDiff(ctx context.Context, revs map[string][]string) (map[string]revsDiffEntry, error) {
+	out := map[string]revsDiffEntry{}
+	if _, err := p.do(ctx, http.MethodPost, "_revs_diff", nil, revs, &out); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRevsDiff, err)
+	}
+	return out, nil
+}
+
+// bulkGetDoc is one entry of a _bulk_get request.
+type bulkGetDoc struct {
+	ID        string   `json:"id"`
+	Rev       string   `json:"rev"`
+	AttsSince []string `json:"atts_since,omitempty"`
+}
+
+// bulkGet asks for the given revisions with revs=true, latest=true and
+// attachment stubs. Options go both in the query string (CouchDB reads them
+// there) and in the body (pouchdb-server reads both).
+func (p *peer) bulkGet(ctx context.Context, reqs []bulkGetDoc) ([]*doc, error) {
+	q := url.Values{"revs": {"true"}, "latest": {"true"}, "attachments": {"false"}}
+	body := map[string]any{"docs": reqs, "revs": true, "latest": true, "attachments": false}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.t.call(ctx, httpRequest{method: http.MethodPost, path: "_bulk_get", query: q, header: jsonHeader(), body: b})
+	if err != nil {
+		return nil, err
+	}
+	if res.status != http.StatusOK {
+		return nil, newStatusError(http.MethodPost, p.url()+"_bulk_get", res)
+	}
+	return parseBulkGet(bytes.NewReader(res.body))
+}
+
+// openRevs fetches revisions of one document with their attachment bodies:
+// multipart/mixed from CouchDB, a JSON array with inline base64 from
+// pouchdb-server.
+func (p *peer) openRevs(ctx context.Context, id string, revs, attsSince []string, latest bool) ([]*doc, []string, error) {
+	rb, _ := json.Marshal(revs)
+	q := url.Values{"revs": {"true"}, "open_revs": {string(rb)}, "attachments": {"true"}}
+	if latest {
+		q.Set("latest", "true")
+	}
+	if len(attsSince) > 0 && !p.pouch {
+		ab, _ := json.Marshal(attsSince)
+		q.Set("atts_since", string(ab))
+	}
+	req := httpRequest{method: http.MethodGet, path: escapeDocID(id), query: q,
+		header: http.Header{"Accept": {"multipart/mixed, application/json"}}, stream: true}
+	res, err := p.t.call(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer res.stream.Close()
+	if res.status != http.StatusOK {
+		res.body, _ = io.ReadAll(io.LimitReader(res.stream, 64<<10))
+		return nil, nil, newStatusError(req.method, p.url()+req.path, res)
+	}
+	return parseOpenRevs(res.header.Get("Content-Type"), res.stream)
+}
+
+// bulkDocsError is one failed entry of a _bulk_docs reply.
+type bulkDocsError struct {
+	ID     string `json:"id"`
+	Rev    string `json:"rev"`
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+}
+
+// bulkDocs writes already-encoded documents with new_edits=false and
+// returns the entries the target reported as errors.
+func (p *peer) bulkDocs(ctx context.Context, docs []json.RawMessage) ([]bulkDocsError, error) {
+	size := 32
+	for _, d := range docs {
+		size += len(d) + 1
+	}
+	b := bytes.NewBuffer(make([]byte, 0, size))
+	b.WriteString(`{"new_edits":false,"docs":[`)
+	for i, d := range docs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(d)
+	}
+	b.WriteString("]}")
+	req := httpRequest{method: http.MethodPost, path: "_bulk_docs", header: jsonHeader(), body: b.Bytes()}
+	req.header.Set("X-Couch-Full-Commit", "false")
+	res, err := p.t.call(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if res.status != http.StatusCreated && res.status != http.StatusOK && res.status != http.StatusExpectationFailed {
+		return nil, newStatusError(req.method, p.url()+req.path, res)
+	}
+	var entries []bulkDocsError
+	if err := json.Unmarshal(res.body, &entries); err != nil {
+		return nil, fmt.Errorf("%w: _bulk_docs reply: %v", ErrBulkDocs, err)
+	}
+	failed := entries[:0]
+	for _, e := range entries {
+		if e.Error != "" {
+			failed = append(failed, e)
+		}
+	}
+	return failed, nil
+}
+
+// putDoc writes one document with new_edits=false, as multipart/related
+// when it carries attachment bodies.
+func (p *peer) putDoc(ctx context.Context, d *doc, boundary string) error {
+	ct, body, err := multipartDoc(d, boundary, p.pouch)
+	if err != nil {
+		return err
+	}
+	req := httpRequest{method: http.MethodPut, path: escapeDocID(d.ID), query: url.Values{"new_edits": {"false"}},
+		header: http.Header{"Content-Type": {ct}, "Accept": {"application/json"}}, body: body}
+	res, err := p.t.call(ctx, req)
+	if err != nil {
+		return err
+	}
+	if res.status < 200 || res.status > 299 {
+		return newStatusError(req.method, p.url()+req.path, res)
+	}
+	return nil
+}
+
+// pendingSince asks the source how many changes follow seq (the "pending"
+// field of _changes?limit=0); nil when the source does not say.
+func (p *peer) pendingSince(ctx context.Context, seq json.RawMessage) *int64 {
+	var reply struct {
+		Pending *int64 `json:"pending"`
+	}
+	q := url.Values{"since": {seqParam(seq)}, "limit": {"0"}}
+	if _, err := p.do(ctx, http.MethodGet, "_changes", q, nil, &reply); err != nil {
+		return nil
+	}
+	return reply.Pending
+}

@@ -1,0 +1,276 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Defaults of the per-replication tunables (CouchDB's [replicator] defaults).
+const (
+	// WorkerProcessesDefault is the number of concurrent workers. More
+	// workers overlap fetching and writing; each holds up to
+	// WorkerBatchSize changes in memory.
+	WorkerProcessesDefault = 4
+	// WorkerBatchSizeDefault is the number of changes rows a worker
+	// replicates at a time (one _revs_diff, _bulk_get and _bulk_docs each).
+	// Larger batches mean fewer requests but coarser checkpoints.
+	WorkerBatchSizeDefault = 500
+	// HTTPConnectionsDefault caps concurrent requests per endpoint.
+	HTTPConnectionsDefault = 20
+	// ConnectionTimeoutDefault is the socket inactivity timeout; continuous
+	// feeds ask the source to end after a third of it.
+	ConnectionTimeoutDefault = 30 * time.Second
+	// RetriesPerRequestDefault is how often a failed request is retried
+	// (250 ms doubling) before the run fails.
+	RetriesPerRequestDefault = 5
+	// CheckpointIntervalDefault is the time between checkpoints. Shorter
+	// intervals redo less work after a crash but cost four requests each.
+	CheckpointIntervalDefault = 30 * time.Second
+)
+
+// Replication is a parsed replication specification (a _replicator
+// document or a POST /_replicate body). Zero tunables mean their defaults;
+// ParseReplication fills them in, and Validate checks everything.
+type Replication struct {
+	Source Endpoint
+	Target Endpoint
+
+	// Continuous keeps replicating new changes until stopped.
+	Continuous bool
+	// CreateTarget creates the target database (PUT, with
+	// CreateTargetParams as query string) before replicating.
+	CreateTarget       bool
+	CreateTargetParams json.RawMessage
+
+	// At most one of DocIDs, Selector and Filter selects what to replicate.
+	DocIDs   []string
+	Selector json.RawMessage
+	// Filter is "ddoc/name" (a filter function in the source's
+	// _design/ddoc) or a built-in filter such as "_view" (QueryParams
+	// must then name the view: {"view": "ddoc/view"}).
+	Filter      string
+	QueryParams json.RawMessage
+
+	// SinceSeq starts the replication at this source sequence when no
+	// checkpoint is found.
+	SinceSeq json.RawMessage
+	// WinningRevsOnly replicates only winning revisions (no conflicts).
+	WinningRevsOnly bool
+
+	// DisableCheckpoints is use_checkpoints: false — no checkpoint
+	// documents are written (existing ones are still read).
+	DisableCheckpoints bool
+	// DisableBulkGet is use_bulk_get: false.
+	DisableBulkGet bool
+
+	CheckpointInterval time.Duration // CheckpointIntervalDefault when 0
+	WorkerProcesses    int           // WorkerProcessesDefault when 0
+	WorkerBatchSize    int           // WorkerBatchSizeDefault when 0
+	HTTPConnections    int           // HTTPConnectionsDefault when 0
+	ConnectionTimeout  time.Duration // ConnectionTimeoutDefault when 0
+	// RetriesPerRequest is RetriesPerRequestDefault when 0; use a negative
+	// value for no retries.
+	RetriesPerRequest int
+
+	// UserCtx is the user the replication runs as (informational for
+	// remote endpoints).
+	UserCtx UserCtx
+}
+
+// UserCtx identifies the user a replication runs for.
+type UserCtx struct {
+	Name  string   `json:"name,omitempty"`
+	Roles []string `json:"roles,omitempty"`
+}
+
+// withDefaults fills zero tunables.
+func (rep Replication) withDefaults() Replication {
+	if rep.CheckpointInterval == 0 {
+		rep.CheckpointInterval = CheckpointIntervalDefault
+	}
+	if rep.WorkerProcesses == 0 {
+		rep.WorkerProcesses = WorkerProcessesDefault
+	}
+	if rep.WorkerBatchSize == 0 {
+		rep.WorkerBatchSize = WorkerBatchSizeDefault
+	}
+	if rep.HTTPConnections == 0 {
+		rep.HTTPConnections = HTTPConnectionsDefault
+	}
+	if rep.ConnectionTimeout == 0 {
+		rep.ConnectionTimeout = ConnectionTimeoutDefault
+	}
+	switch {
+	case rep.RetriesPerRequest == 0:
+		rep.RetriesPerRequest = RetriesPerRequestDefault
+	case rep.RetriesPerRequest < 0:
+		rep.RetriesPerRequest = 0
+	}
+	return rep
+}
+
+// Validate checks the specification with CouchDB's rules and messages.
+// Errors wrap ErrInvalidSpec.
+func (rep Replication) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
+	}
+	if err := rep.Source.validate(); err != nil {
+		return bad("source: %v", err)
+	}
+	if err := rep.Target.validate(); err != nil {
+		return bad("target: %v", err)
+	}
+	n := 0
+	if rep.DocIDs != nil {
+		n++
+	}
+	if len(rep.Selector) > 0 {
+		n++
+	}
+	if rep.Filter != "" {
+		n++
+	}
+	if n > 1 {
+		return bad("`doc_ids`,`filter`,`selector` are mutually exclusive")
+	}
+	if len(rep.Selector) > 0 && !isJSONObject(rep.Selector) {
+		return bad("parameter `selector` must be a JSON object")
+	}
+	if len(rep.QueryParams) > 0 && !isJSONObject(rep.QueryParams) && string(rep.QueryParams) != "null" {
+		return bad("parameter `query_params` must be an object")
+	}
+	if len(rep.CreateTargetParams) > 0 && !isJSONObject(rep.CreateTargetParams) && string(rep.CreateTargetParams) != "null" {
+		return bad("parameter `create_target_params` must be a JSON object")
+	}
+	if len(rep.SinceSeq) > 0 && !json.Valid(rep.SinceSeq) {
+		return bad("parameter `since_seq` must be JSON")
+	}
+	for _, id := range rep.DocIDs {
+		if id == "" {
+			return bad("parameter `doc_ids` must not contain empty ids")
+		}
+	}
+	switch {
+	case rep.Filter == "":
+	case rep.Filter == "_view":
+		var qp struct {
+			View string `json:"view"`
+		}
+		_ = json.Unmarshal(rep.QueryParams, &qp)
+		if parts := strings.Split(qp.View, "/"); len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+			return bad("Invalid `view` parameter.")
+		}
+	case strings.HasPrefix(rep.Filter, "_"):
+	default:
+		if parts := strings.Split(rep.Filter, "/"); len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+			return bad("Invalid filter. Must match `ddocname/filtername`.")
+		}
+	}
+	d := rep.withDefaults()
+	for _, c := range []struct {
+		name string
+		v    int64
+		min  int64
+	}{
+		{"worker_processes", int64(d.WorkerProcesses), 1},
+		{"worker_batch_size", int64(d.WorkerBatchSize), 1},
+		{"http_connections", int64(d.HTTPConnections), 1},
+		{"connection_timeout", d.ConnectionTimeout.Milliseconds(), 1},
+		{"retries_per_request", int64(d.RetriesPerRequest), 0},
+		{"checkpoint_interval", d.CheckpointInterval.Milliseconds(), 1},
+	} {
+		if c.v < c.min {
+			return bad("parameter `%s` must be at least %d", c.name, c.min)
+		}
+	}
+	return nil
+}
+
+// userFilter reports whether Filter names a design document filter.
+func (rep Replication) userFilter() bool {
+	return rep.Filter != "" && !strings.HasPrefix(rep.Filter, "_")
+}
+
+func isJSONObject(raw json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(raw, &m) == nil && m != nil
+}
+
+// ReplicationID computes the replication's base id (the checkpoint
+// document is _local/<base>) and full id (base plus "+continuous" and
+// "+create_target" as applicable), with CouchDB's version 4 inputs: the
+// server UUID; each endpoint's user name (not its password), host, port,
+// path and custom headers; the filter — doc_ids (sorted, unique), the
+// selector (keys sorted), a built-in filter's name with its query_params,
+// or a design document filter's source code (filterCode, trimmed) with its
+// query_params (keys sorted, so equal objects hash alike); winning_revs_only;
+// and since_seq. Tunables, create_target_params and use_checkpoints do not
+// change the id.
+func ReplicationID(rep Replication, serverUUID, filterCode string) (base, full string, err error) {
+	in := idInputs{
+		ServerUUID:      serverUUID,
+		Source:          rep.Source.id(),
+		Target:          rep.Target.id(),
+		WinningRevsOnly: rep.WinningRevsOnly,
+		SinceSeq:        rep.SinceSeq,
+		Continuous:      rep.Continuous,
+		CreateTarget:    rep.CreateTarget,
+	}
+	queryParams := func() (any, error) {
+		if len(rep.QueryParams) == 0 || string(rep.QueryParams) == "null" {
+			return etfTuple{etfListT{}}, nil
+		}
+		return ejson(rep.QueryParams, true)
+	}
+	switch {
+	case rep.DocIDs != nil:
+		ids := make([]string, len(rep.DocIDs))
+		for i, id := range rep.DocIDs {
+			if dec, err := url.PathUnescape(id); err == nil {
+				id = dec
+			}
+			ids[i] = id
+		}
+		sort.Strings(ids)
+		list := etfListT{}
+		for i, id := range ids {
+			if i > 0 && id == ids[i-1] {
+				continue
+			}
+			list = append(list, id)
+		}
+		in.Filter = etfListT{list}
+	case len(rep.Selector) > 0:
+		sel, err := ejson(rep.Selector, true)
+		if err != nil {
+			return "", "", fmt.Errorf("%w: selector: %v", ErrInvalidSpec, err)
+		}
+		in.Filter = etfListT{sel}
+	case rep.Filter != "":
+		qp, err := queryParams()
+		if err != nil {
+			return "", "", fmt.Errorf("%w: query_params: %v", ErrInvalidSpec, err)
+		}
+		name := rep.Filter
+		if rep.userFilter() {
+			name = strings.TrimSpace(filterCode)
+		}
+		in.Filter = etfListT{name, qp}
+	}
+	return in.replicationID()
+}
+
+// compactBytes returns raw compacted, or raw itself if it is not JSON.
+func compactBytes(raw json.RawMessage) []byte {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return raw
+	}
+	return b.Bytes()
+}

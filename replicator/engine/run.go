@@ -1,0 +1,623 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+)
+
+// Options are the per-run inputs that are not part of the replication
+// specification.
+type Options struct {
+	// ServerUUID is the replicator installation's persistent UUID, the first
+	// factor of the replication id. Required.
+	ServerUUID string
+
+	// FilterCode is the source text of the "ddoc/name" filter function. When
+	// empty for a user filter, Start fetches it from the source (see
+	// FetchFilterCode); the job layer normally passes the code it hashed.
+	FilterCode string
+
+	// Stats seeds the counters (cumulative over restarts of one
+	// replication); the run starts from the element-wise maximum of these
+	// and the counters of the checkpoint it resumes from.
+	Stats Stats
+
+	// OnCheckpoint, when set, is called after every checkpoint tick (every
+	// Replication.CheckpointInterval, and at the end of a one-shot run or a
+	// Stop), including ticks that had nothing new to record. The job layer
+	// uses it as its heartbeat. It runs on the checkpointing goroutine and
+	// must not block for long; it must not call Stop or Wait.
+	OnCheckpoint func(Checkpoint)
+
+	// Transport overrides how requests reach the peers (tests); nil uses
+	// pkg/couch.
+	Transport TransportFunc
+
+	// Logger receives the run's log lines; the zero value discards them.
+	Logger zerolog.Logger
+}
+
+// Checkpoint describes one checkpoint tick.
+type Checkpoint struct {
+	// Seq is the sequence recorded: every change up to it is on the target.
+	Seq json.RawMessage
+	// Written reports whether checkpoint documents were written on this
+	// tick (false when nothing changed or with use_checkpoints false).
+	Written bool
+	// Stats are the run's counters at the tick.
+	Stats Stats
+	Time  time.Time
+}
+
+// Result is the outcome of a finished one-shot run (or of a stopped run),
+// shaped like CouchDB's POST /_replicate reply.
+type Result struct {
+	OK                   bool            `json:"ok"`
+	NoChanges            bool            `json:"no_changes,omitempty"`
+	UseCheckpoints       *bool           `json:"use_checkpoints,omitempty"`
+	SessionID            string          `json:"session_id,omitempty"`
+	SourceLastSeq        json.RawMessage `json:"source_last_seq,omitempty"`
+	ReplicationIDVersion int             `json:"replication_id_version,omitempty"`
+	History              []HistoryEntry  `json:"history,omitempty"`
+	// Stats are the final counters (not part of the JSON reply).
+	Stats Stats `json:"-"`
+	// StartSeq is the sequence this run started from.
+	StartSeq json.RawMessage `json:"-"`
+}
+
+// Run is one execution of a replication, from Start until it completes
+// (one-shot), fails, is stopped, or its context ends.
+type Run struct {
+	rep  Replication
+	opts Options
+	log  zerolog.Logger
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+
+	stopOnce sync.Once
+	stopCh   chan struct{}
+	stopMu   sync.Mutex
+	stopCtx  context.Context
+
+	// Set during setup, read-only afterwards.
+	src, tgt      *peer
+	baseID        string
+	fullID        string
+	sessionID     string
+	startTime     time.Time
+	startSeq      json.RawMessage
+	history       []HistoryEntry
+	srcStartTime  json.RawMessage
+	tgtStartTime  json.RawMessage
+	ready         chan struct{} // closed when setup has finished
+	maxBulkBytes  int
+	perWorkerConn int
+
+	tracker *seqTracker
+	stats   counters
+	rows    chan change
+	batchMu sync.Mutex
+	tuning  tuning
+
+	ckMu          sync.Mutex // serialises checkpoints
+	committedSeq  json.RawMessage
+	srcLogRev     string
+	tgtLogRev     string
+	pendingMu     sync.Mutex
+	pending       *int64
+	lastResultDoc *CheckpointDoc
+
+	failMu  sync.Mutex
+	failErr error
+
+	result Result
+	err    error
+}
+
+// Start begins replicating in the background and returns at once; setup
+// errors (missing database, bad credentials, ...) are reported by Wait. The
+// run lasts until the one-shot replication completes, an error stops it,
+// Stop is called or ctx ends (which aborts without a final checkpoint).
+func Start(ctx context.Context, rep Replication, opts Options) *Run {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	r := &Run{
+		rep:    rep.withDefaults(),
+		opts:   opts,
+		log:    opts.Logger,
+		ctx:    runCtx,
+		cancel: cancel,
+		done:   make(chan struct{}),
+		stopCh: make(chan struct{}),
+		ready:  make(chan struct{}),
+	}
+	go r.run()
+	return r
+}
+
+// Wait blocks until the run ends and returns its result. A one-shot run that
+// completes, and a run ended by Stop, return a nil error.
+func (r *Run) Wait() (Result, error) {
+	<-r.done
+	return r.result, r.err
+}
+
+// Done is closed when the run has ended.
+func (r *Run) Done() <-chan struct{} { return r.done }
+
+// Stop ends the run gracefully: it stops reading changes, lets the workers
+// finish the batches they hold, writes a final checkpoint and returns Wait's
+// error. If ctx ends first, in-flight work is cancelled and the final
+// checkpoint covers only what was complete. Stop may be called more than once
+// and after the run has ended.
+func (r *Run) Stop(ctx context.Context) error {
+	r.stopOnce.Do(func() {
+		r.stopMu.Lock()
+		r.stopCtx = ctx
+		r.stopMu.Unlock()
+		close(r.stopCh)
+	})
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		r.cancel(ErrStopped)
+		<-r.done
+	}
+	return r.err
+}
+
+// ID returns the replication's base and full id once setup has computed
+// them; ok is false before that (or if setup failed).
+func (r *Run) ID() (base, full string, ok bool) {
+	select {
+	case <-r.ready:
+		return r.baseID, r.fullID, r.baseID != ""
+	default:
+		return "", "", false
+	}
+}
+
+// Progress returns the current counters and sequences.
+func (r *Run) Progress() Stats {
+	s := r.stats.load()
+	select {
+	case <-r.ready:
+	default:
+		return s
+	}
+	if r.tracker != nil {
+		through, highest, _ := r.tracker.snapshot()
+		s.ThroughSeq, s.SourceSeq = seqString(through), seqString(highest)
+	}
+	r.ckMu.Lock()
+	s.CheckpointedSourceSeq = seqString(r.committedSeq)
+	r.ckMu.Unlock()
+	r.pendingMu.Lock()
+	s.ChangesPending = r.pending
+	r.pendingMu.Unlock()
+	return s
+}
+
+func (r *Run) stopping() bool {
+	select {
+	case <-r.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// fail records the first error and cancels the run's work.
+func (r *Run) fail(err error, cancel context.CancelCauseFunc) {
+	r.failMu.Lock()
+	if r.failErr == nil {
+		r.failErr = err
+	}
+	r.failMu.Unlock()
+	cancel(err)
+}
+
+func (r *Run) failure() error {
+	r.failMu.Lock()
+	defer r.failMu.Unlock()
+	return r.failErr
+}
+
+func (r *Run) run() {
+	defer close(r.done)
+	defer r.cancel(nil)
+	err := r.setup(r.ctx)
+	close(r.ready)
+	if err != nil {
+		r.err = err
+		r.log.Error().Err(err).Msg("replication setup failed")
+		return
+	}
+	r.err = r.replicate()
+}
+
+// setup verifies the peers, computes the id and finds the start sequence.
+func (r *Run) setup(ctx context.Context) error {
+	if err := r.rep.Validate(); err != nil {
+		return err
+	}
+	if r.opts.ServerUUID == "" {
+		return fmt.Errorf("%w: Options.ServerUUID is required", ErrInvalidSpec)
+	}
+	src, tgt, err := r.newPeers()
+	if err != nil {
+		return err
+	}
+	r.src, r.tgt = src, tgt
+	r.sessionID = newSessionID()
+	r.startTime = time.Now()
+	r.maxBulkBytes = bulkDocsMaxBytesDefault
+	r.perWorkerConn = max(1, r.rep.HTTPConnections/r.rep.WorkerProcesses)
+	r.tuning = newTuning()
+
+	if r.rep.CreateTarget {
+		if err := r.tgt.create(ctx, r.rep.CreateTargetParams); err != nil {
+			return err
+		}
+	}
+	srcInfo, err := r.src.info(ctx)
+	if err != nil {
+		return err
+	}
+	tgtInfo, err := r.tgt.info(ctx)
+	if err != nil {
+		return err
+	}
+	r.srcStartTime, r.tgtStartTime = srcInfo.InstanceStartTime, tgtInfo.InstanceStartTime
+
+	code := r.opts.FilterCode
+	if r.rep.userFilter() && code == "" {
+		if code, err = fetchFilterCode(ctx, r.src, r.rep.Filter); err != nil {
+			return err
+		}
+	}
+	if r.baseID, r.fullID, err = ReplicationID(r.rep, r.opts.ServerUUID, code); err != nil {
+		return err
+	}
+	r.log = r.log.With().Str("replication_id", r.fullID).Logger()
+
+	logID := CheckpointIDPrefix + r.baseID
+	srcLog, err := r.src.getLocal(ctx, logID)
+	if err != nil {
+		return fmt.Errorf("reading the source checkpoint: %w", err)
+	}
+	tgtLog, err := r.tgt.getLocal(ctx, logID)
+	if err != nil {
+		return fmt.Errorf("reading the target checkpoint: %w", err)
+	}
+	if srcLog != nil {
+		r.srcLogRev = srcLog.Rev
+	}
+	if tgtLog != nil {
+		r.tgtLogRev = tgtLog.Rev
+	}
+	seq, history, found := compareLogs(srcLog, tgtLog)
+	seed := r.opts.Stats
+	if found && srcLog != nil && len(srcLog.History) > 0 {
+		seed = maxStats(seed, statsOfHistory(srcLog.History[0]))
+	}
+	if !found && len(r.rep.SinceSeq) > 0 {
+		seq = r.rep.SinceSeq
+	}
+	if !found {
+		r.log.Info().Msg("no common ancestry, performing a full replication")
+	}
+	r.startSeq, r.history, r.committedSeq = seq, history, seq
+	r.stats.seed(seed)
+	r.tracker = newSeqTracker(seq)
+	return nil
+}
+
+func newSessionID() string {
+	u := uuid.New()
+	return fmt.Sprintf("%x", u[:])
+}
+
+// replicate runs the changes reader, the workers and the checkpoint timer.
+func (r *Run) replicate() error {
+	runCtx, runCancel := context.WithCancelCause(r.ctx)
+	defer runCancel(nil)
+	feedCtx, feedCancel := context.WithCancel(runCtx)
+	defer feedCancel()
+
+	r.rows = make(chan change, r.rep.WorkerBatchSize*r.rep.WorkerProcesses*2)
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		defer close(r.rows)
+		if err := r.readChanges(feedCtx, r.rows); err != nil && feedCtx.Err() == nil {
+			r.fail(err, runCancel)
+		}
+	}()
+
+	var workers sync.WaitGroup
+	for i := 0; i < r.rep.WorkerProcesses; i++ {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			if err := r.work(runCtx); err != nil {
+				r.fail(err, runCancel)
+			}
+		}()
+	}
+	workersDone := make(chan struct{})
+	go func() { workers.Wait(); close(workersDone) }()
+
+	tickerStop := make(chan struct{})
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		t := time.NewTicker(r.rep.CheckpointInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if err := r.checkpoint(runCtx); err != nil {
+					if runCtx.Err() == nil {
+						r.fail(err, runCancel)
+					}
+					return
+				}
+			case <-tickerStop:
+				return
+			case <-runCtx.Done():
+				return
+			}
+		}
+	}()
+	finish := func() {
+		close(tickerStop)
+		feedCancel()
+		<-workersDone
+		bg.Wait()
+	}
+
+	select {
+	case <-workersDone:
+		finish()
+		if err := r.failure(); err != nil {
+			return err
+		}
+		if err := r.ctx.Err(); err != nil {
+			return r.abortError()
+		}
+		if r.stopping() {
+			return r.finalCheckpoint(r.stopContext())
+		}
+		return r.finalCheckpoint(r.ctx)
+	case <-r.stopCh:
+		feedCancel()
+		stopCtx := r.stopContext()
+		select {
+		case <-workersDone:
+		case <-stopCtx.Done():
+			runCancel(ErrStopped)
+		case <-runCtx.Done():
+		}
+		finish()
+		if err := r.failure(); err != nil && !errors.Is(err, ErrStopped) {
+			return err
+		}
+		if stopCtx.Err() != nil {
+			return fmt.Errorf("%w: %w", ErrStopped, stopCtx.Err())
+		}
+		return r.finalCheckpoint(stopCtx)
+	case <-runCtx.Done():
+		finish()
+		if err := r.failure(); err != nil {
+			return err
+		}
+		return r.abortError()
+	}
+}
+
+func (r *Run) abortError() error {
+	if cause := context.Cause(r.ctx); cause != nil {
+		return cause
+	}
+	return r.ctx.Err()
+}
+
+func (r *Run) stopContext() context.Context {
+	r.stopMu.Lock()
+	defer r.stopMu.Unlock()
+	if r.stopCtx == nil {
+		return r.ctx
+	}
+	return r.stopCtx
+}
+
+// finalCheckpoint writes the last checkpoint and builds the result.
+func (r *Run) finalCheckpoint(ctx context.Context) error {
+	written, err := r.doCheckpoint(ctx)
+	if err != nil {
+		return err
+	}
+	res := Result{OK: true, Stats: r.Progress(), StartSeq: r.startSeq}
+	switch {
+	case r.rep.DisableCheckpoints:
+		f := false
+		res.UseCheckpoints = &f
+	default:
+		r.ckMu.Lock()
+		d := r.lastResultDoc
+		r.ckMu.Unlock()
+		if d == nil {
+			d = r.logDoc(r.startSeq, r.stats.load())
+			d.History = r.history
+			res.NoChanges = !written
+		}
+		res.SessionID = d.SessionID
+		res.SourceLastSeq = d.SourceLastSeq
+		res.ReplicationIDVersion = ReplicationIDVersion
+		res.History = d.History
+	}
+	r.result = res
+	return nil
+}
+
+// checkpoint is the timer's tick.
+func (r *Run) checkpoint(ctx context.Context) error {
+	_, err := r.doCheckpoint(ctx)
+	return err
+}
+
+// doCheckpoint records through_seq on both peers when it moved, refreshes
+// changes_pending and notifies OnCheckpoint.
+func (r *Run) doCheckpoint(ctx context.Context) (bool, error) {
+	r.ckMu.Lock()
+	defer r.ckMu.Unlock()
+	through, _, _ := r.tracker.snapshot()
+	written := false
+	if !seqEqual(through, r.committedSeq) {
+		if !r.rep.DisableCheckpoints {
+			if err := r.writeLogs(ctx, through); err != nil {
+				return false, err
+			}
+			written = true
+		}
+		r.committedSeq = through
+	}
+	r.refreshPending(ctx, through)
+	if r.opts.OnCheckpoint != nil {
+		s := r.stats.load()
+		_, highest, _ := r.tracker.snapshot()
+		s.ThroughSeq, s.SourceSeq, s.CheckpointedSourceSeq = seqString(through), seqString(highest), seqString(r.committedSeq)
+		r.pendingMu.Lock()
+		s.ChangesPending = r.pending
+		r.pendingMu.Unlock()
+		r.opts.OnCheckpoint(Checkpoint{Seq: through, Written: written, Stats: s, Time: time.Now()})
+	}
+	return written, nil
+}
+
+// logDoc builds the checkpoint body for seq.
+func (r *Run) logDoc(seq json.RawMessage, s Stats) *CheckpointDoc {
+	now := time.Now()
+	entry := HistoryEntry{
+		SessionID:        r.sessionID,
+		StartTime:        rfc1123(r.startTime),
+		EndTime:          rfc1123(now),
+		StartLastSeq:     r.startSeq,
+		EndLastSeq:       seq,
+		RecordedSeq:      seq,
+		MissingChecked:   s.RevisionsChecked,
+		MissingFound:     s.MissingRevisionsFound,
+		DocsRead:         s.DocsRead,
+		DocsWritten:      s.DocsWritten,
+		DocWriteFailures: s.DocWriteFailures,
+		BulkGetDocs:      s.BulkGetDocs,
+		BulkGetAttempts:  s.BulkGetAttempts,
+	}
+	d := &CheckpointDoc{
+		ID:                   CheckpointIDPrefix + r.baseID,
+		SessionID:            r.sessionID,
+		SourceLastSeq:        seq,
+		ReplicationIDVersion: ReplicationIDVersion,
+		History:              historyWith(entry, r.history),
+	}
+	if len(r.rep.DocIDs) > 0 {
+		d.StartTime, d.EndTime = entry.StartTime, entry.EndTime
+		d.DocsRead, d.DocsWritten, d.DocWriteFailures = &entry.DocsRead, &entry.DocsWritten, &entry.DocWriteFailures
+	}
+	return d
+}
+
+// writeLogs commits both peers and writes the checkpoint documents.
+func (r *Run) writeLogs(ctx context.Context, seq json.RawMessage) error {
+	for _, side := range []struct {
+		name string
+		p    *peer
+		want json.RawMessage
+	}{{"source", r.src, r.srcStartTime}, {"target", r.tgt, r.tgtStartTime}} {
+		got, err := side.p.ensureFullCommit(ctx)
+		if err != nil {
+			return fmt.Errorf("%w: _ensure_full_commit on the %s: %w", ErrCheckpoint, side.name, err)
+		}
+		if !sameInstance(got, side.want) {
+			return fmt.Errorf("%w: instance_start_time on %s database has changed since last checkpoint", ErrCheckpoint, side.name)
+		}
+	}
+	d := r.logDoc(seq, r.stats.load())
+	rev, err := r.putLog(ctx, r.src, d, r.srcLogRev)
+	if err != nil {
+		return fmt.Errorf("%w: Error updating the source checkpoint document: %w", ErrCheckpoint, err)
+	}
+	r.srcLogRev = rev
+	rev, err = r.putLog(ctx, r.tgt, d, r.tgtLogRev)
+	if err != nil {
+		return fmt.Errorf("%w: Error updating the target checkpoint document: %w", ErrCheckpoint, err)
+	}
+	r.tgtLogRev = rev
+	r.lastResultDoc = d
+	r.log.Debug().RawJSON("seq", seq).Msg("checkpoint written")
+	return nil
+}
+
+// putLog writes d with the given revision; on a conflict it re-reads the
+// document and adopts its revision if it already holds what we sent (an
+// earlier attempt succeeded but its reply was lost).
+func (r *Run) putLog(ctx context.Context, p *peer, d *CheckpointDoc, rev string) (string, error) {
+	body := *d
+	body.Rev = rev
+	newRev, err := p.putLocal(ctx, &body)
+	if statusOf(err) == 409 {
+		cur, gerr := p.getLocal(ctx, d.ID)
+		if gerr == nil && cur != nil && cur.SessionID == d.SessionID && seqEqual(cur.SourceLastSeq, d.SourceLastSeq) {
+			return cur.Rev, nil
+		}
+		return "", err
+	}
+	if err != nil {
+		return "", err
+	}
+	if newRev == "" { // pouchdb-server style replies without rev
+		cur, gerr := p.getLocal(ctx, d.ID)
+		if gerr != nil || cur == nil {
+			return "", fmt.Errorf("re-reading %s: %v", d.ID, gerr)
+		}
+		newRev = cur.Rev
+	}
+	return newRev, nil
+}
+
+func sameInstance(got, want json.RawMessage) bool {
+	if seqString(got) == "0" || seqString(want) == "0" {
+		return true
+	}
+	return seqString(got) == seqString(want)
+}
+
+// refreshPending recomputes changes_pending at a checkpoint tick: update_seq minus through_seq for integer sequences, the
+// _changes "pending" count otherwise; nil when unknown.
+func (r *Run) refreshPending(ctx context.Context, through json.RawMessage) {
+	var pending *int64
+	if n, err := strconv.ParseInt(seqString(through), 10, 64); err == nil {
+		if info, err := r.src.info(ctx); err == nil {
+			if u, err := strconv.ParseInt(seqString(info.UpdateSeq), 10, 64); err == nil {
+				p := max(0, u-n)
+				pending = &p
+			}
+		}
+	} else {
+		pending = r.src.pendingSince(ctx, through)
+	}
+	r.pendingMu.Lock()
+	r.pending = pending
+	r.pendingMu.Unlock()
+}
