@@ -38,16 +38,16 @@ type DB struct {
 	closeMu sync.RWMutex
 	closed  atomic.Bool
 
-	cur   atomic.Pointer[snapshot] // the newest durable state
+	cur    atomic.Pointer[snapshot] // the newest durable state
 	snapMu sync.Mutex
-	live  map[*snapshot]struct{} // open pebble snapshots, closed by Close
+	live   map[*snapshot]struct{} // open pebble snapshots, closed by Close
 
-	qmu      sync.Mutex
-	queue    []*commitReq
-	qclosed  bool
-	qsignal  chan struct{}
-	stopped  chan struct{}
-	failed   error // set by the leader when a batch could not be written
+	qmu     sync.Mutex
+	queue   []*commitReq
+	qclosed bool
+	qsignal chan struct{}
+	stopped chan struct{}
+	failed  error // set by the leader when a batch could not be written
 
 	// Leader state.
 	res         *resolver

@@ -711,14 +711,18 @@ func (tr *transaction) atomicOp(op opType, key kv.KeyConvertible, param []byte) 
 	}
 }
 
-func (tr *transaction) Add(key kv.KeyConvertible, param []byte)     { tr.atomicOp(opAdd, key, param) }
-func (tr *transaction) BitAnd(key kv.KeyConvertible, param []byte)  { tr.atomicOp(opBitAnd, key, param) }
-func (tr *transaction) BitOr(key kv.KeyConvertible, param []byte)   { tr.atomicOp(opBitOr, key, param) }
-func (tr *transaction) BitXor(key kv.KeyConvertible, param []byte)  { tr.atomicOp(opBitXor, key, param) }
-func (tr *transaction) Max(key kv.KeyConvertible, param []byte)     { tr.atomicOp(opMax, key, param) }
-func (tr *transaction) Min(key kv.KeyConvertible, param []byte)     { tr.atomicOp(opMin, key, param) }
-func (tr *transaction) ByteMax(key kv.KeyConvertible, param []byte) { tr.atomicOp(opByteMax, key, param) }
-func (tr *transaction) ByteMin(key kv.KeyConvertible, param []byte) { tr.atomicOp(opByteMin, key, param) }
+func (tr *transaction) Add(key kv.KeyConvertible, param []byte)    { tr.atomicOp(opAdd, key, param) }
+func (tr *transaction) BitAnd(key kv.KeyConvertible, param []byte) { tr.atomicOp(opBitAnd, key, param) }
+func (tr *transaction) BitOr(key kv.KeyConvertible, param []byte)  { tr.atomicOp(opBitOr, key, param) }
+func (tr *transaction) BitXor(key kv.KeyConvertible, param []byte) { tr.atomicOp(opBitXor, key, param) }
+func (tr *transaction) Max(key kv.KeyConvertible, param []byte)    { tr.atomicOp(opMax, key, param) }
+func (tr *transaction) Min(key kv.KeyConvertible, param []byte)    { tr.atomicOp(opMin, key, param) }
+func (tr *transaction) ByteMax(key kv.KeyConvertible, param []byte) {
+	tr.atomicOp(opByteMax, key, param)
+}
+func (tr *transaction) ByteMin(key kv.KeyConvertible, param []byte) {
+	tr.atomicOp(opByteMin, key, param)
+}
 func (tr *transaction) CompareAndClear(key kv.KeyConvertible, param []byte) {
 	tr.atomicOp(opCompareAndClear, key, param)
 }
@@ -1070,12 +1074,29 @@ func (tr *transaction) Options() kv.TransactionOptions { return txnOptions{tr} }
 
 func (tr *transaction) Snapshot() kv.ReadTransaction { return snapshotView{tr} }
 
+// Transact runs f once in this transaction, without committing; a panic
+// with an error (as MustGet raises) is returned as the error.
 func (tr *transaction) Transact(_ context.Context, f func(kv.Transaction) (any, error)) (any, error) {
-	return f(tr)
+	return guarded(func() (any, error) { return f(tr) })
 }
 
+// ReadTransact runs f once in this transaction.
 func (tr *transaction) ReadTransact(_ context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
-	return f(tr)
+	return guarded(func() (any, error) { return f(tr) })
+}
+
+// guarded runs f, turning a panic with an error into a returned error.
+func guarded(f func() (any, error)) (ret any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e, ok := r.(error)
+			if !ok {
+				panic(r)
+			}
+			ret, err = nil, e
+		}
+	}()
+	return f()
 }
 
 // txnOptions implements kv.TransactionOptions.
@@ -1119,7 +1140,7 @@ func (o txnOptions) SetMaxRetryDelay(ms int64) error {
 type snapshotView struct{ tr *transaction }
 
 func (s snapshotView) Get(key kv.KeyConvertible) kv.FutureByteSlice { return s.tr.get(key, true) }
-func (s snapshotView) GetKey(sel kv.Selectable) kv.FutureKey       { return s.tr.getKey(sel, true) }
+func (s snapshotView) GetKey(sel kv.Selectable) kv.FutureKey        { return s.tr.getKey(sel, true) }
 func (s snapshotView) GetRange(r kv.Range, o kv.RangeOptions) kv.RangeResult {
 	return &rangeResult{tr: s.tr, snap: true, r: r, opts: o}
 }
@@ -1127,7 +1148,7 @@ func (s snapshotView) GetReadVersion() kv.FutureInt64 { return s.tr.GetReadVersi
 func (s snapshotView) Snapshot() kv.ReadTransaction   { return s }
 func (s snapshotView) Cancel()                        { s.tr.Cancel() }
 func (s snapshotView) ReadTransact(_ context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
-	return f(s)
+	return guarded(func() (any, error) { return f(s) })
 }
 
 var (
