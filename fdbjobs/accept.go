@@ -57,7 +57,9 @@ type Job struct {
 
 // Lock returns the job's lock (claim token and batch index) as text, for
 // logs.
-func (j *Job) Lock() string { return fmt.Sprintf("%s.%d", hex.EncodeToString(j.lock.token), j.lock.index) }
+func (j *Job) Lock() string {
+	return fmt.Sprintf("%s.%d", hex.EncodeToString(j.lock.token), j.lock.index)
+}
 
 // Accept takes one pending job of typ and makes it running with a fresh
 // lock (see AcceptBatch). It returns ErrNotFound when no job came before the

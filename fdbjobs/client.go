@@ -38,6 +38,7 @@ type testHooks struct {
 	monitorChecked func(typ string, reenqueued int)
 	monitorBatch   func(limit int) error // injects batch errors
 	notifierBatch  func(limit int) error
+	typesSynced    func()
 }
 
 // New returns a Client on db. It validates cfg and fills in its defaults.
@@ -201,6 +202,7 @@ func (c *Client) Start(ctx context.Context) error {
 		c.mu.Lock()
 		c.runCtx = ctx
 		c.mu.Unlock()
+	}, func(ctx context.Context) {
 		c.serve(ctx)
 		c.mu.Lock()
 		c.runCtx = nil
@@ -314,6 +316,9 @@ func (c *Client) syncTypes(ctx context.Context, types map[string]time.Duration) 
 	for _, n := range stopN {
 		n.stop()
 	}
+	if h := c.hooks.typesSynced; h != nil {
+		h()
+	}
 }
 
 // notifierFor returns the running notifier of typ, starting one if needed.
@@ -357,7 +362,7 @@ type service struct {
 	done   chan struct{}
 }
 
-func (s *service) start(ctx context.Context, run func(ctx context.Context)) bool {
+func (s *service) start(ctx context.Context, prepare, run func(ctx context.Context)) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cancel != nil {
@@ -366,6 +371,9 @@ func (s *service) start(ctx context.Context, run func(ctx context.Context)) bool
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	s.cancel, s.done = cancel, done
+	if prepare != nil {
+		prepare(ctx)
+	}
 	go func() {
 		defer close(done)
 		run(ctx)

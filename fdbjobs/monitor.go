@@ -48,7 +48,7 @@ func (c *Client) NewActivityMonitor(typ string) *ActivityMonitor {
 // Start runs the monitor until Stop or until ctx ends. Starting a started
 // monitor does nothing.
 func (m *ActivityMonitor) Start(ctx context.Context) error {
-	m.svc.start(ctx, m.run)
+	m.svc.start(ctx, nil, m.run)
 	return nil
 }
 

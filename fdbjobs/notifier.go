@@ -222,7 +222,7 @@ func newNotifier(c *Client, typ string) *notifier {
 	return &notifier{c: c, typ: typ, poke: make(chan struct{}, 1), subs: map[string]map[*Subscription]bool{}, batch: c.cfg.BatchSize}
 }
 
-func (n *notifier) start(ctx context.Context) { n.svc.start(ctx, n.run) }
+func (n *notifier) start(ctx context.Context) { n.svc.start(ctx, nil, n.run) }
 
 // stop ends the loop and closes every subscription (their queued events
 // stay readable).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
 // Completion is one job of a batch Update or Finish, with its new data (nil
@@ -63,7 +64,10 @@ func (c *Client) FinishBatch(ctx context.Context, tx kv.Transactor, items []Comp
 	return c.batch(ctx, tx, items, c.finishRow)
 }
 
-type applyFunc func(tr kv.Transaction, j *Job, r *row, data []byte) (after *row, err error)
+// applyFunc applies an Update or Finish to one job's row r (nil when the
+// job is gone). seen holds the row's seq as first read by this call: a retry
+// after commit_unknown_result finds a different one if it committed.
+type applyFunc func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (after *row, err error)
 
 func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion, apply applyFunc) ([]error, error) {
 	if len(items) == 0 || len(items) > MaxBatch {
@@ -90,6 +94,7 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 		errs  []error
 		after []*row
 	}
+	firstSeq := make([]*tuple.Versionstamp, len(items))
 	out, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (outcome, error) {
 		futs := make([]kv.FutureByteSlice, len(items))
 		for i, it := range items {
@@ -108,7 +113,11 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 					return outcome{}, err
 				}
 			}
-			after, err := apply(tr, it.Job, r, datas[i])
+			if firstSeq[i] == nil && r != nil && r.state == Running {
+				seq := r.seq
+				firstSeq[i] = &seq
+			}
+			after, err := apply(tr, it.Job, r, datas[i], firstSeq[i])
 			if err != nil {
 				o.errs[i] = fmt.Errorf("job %q of type %q: %w", it.Job.ID, it.Job.Type, err)
 				continue
@@ -133,9 +142,14 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 }
 
 // updateRow is Update's body for one job.
-func (c *Client) updateRow(tr kv.Transaction, j *Job, r *row, data []byte) (*row, error) {
+func (c *Client) updateRow(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, error) {
 	if r == nil || !r.lock.equal(j.lock) {
 		return nil, ErrHalt
+	}
+	if seen != nil && r.seq != *seen {
+		// Only this lock's holder moves the seq: an earlier attempt of
+		// this call committed. Writing again would be a second heartbeat.
+		return r, nil
 	}
 	tr.Clear(c.k.activityKey(j.Type, r.seq, j.ID))
 	if data != nil {
@@ -148,7 +162,7 @@ func (c *Client) updateRow(tr kv.Transaction, j *Job, r *row, data []byte) (*row
 
 // finishRow is Finish's body for one job. A row whose last finisher is j
 // means this is a retry of a Finish that committed: nothing to do.
-func (c *Client) finishRow(tr kv.Transaction, j *Job, r *row, data []byte) (*row, error) {
+func (c *Client) finishRow(tr kv.Transaction, j *Job, r *row, data []byte, _ *tuple.Versionstamp) (*row, error) {
 	if r == nil {
 		return nil, ErrHalt
 	}

@@ -1,0 +1,129 @@
+// Package fdbjobs is a distributed job layer on a FoundationDB-shaped store
+// (package kv): the Go counterpart of CouchDB 4.x's couch_jobs. Jobs live in
+// the database, so creating a job can commit atomically with the document
+// write that asks for it, and any number of nodes can create, run and
+// watch jobs without a coordinator.
+//
+// # Model
+//
+// A job has a type, an id, JSON data and a scheduled time (an integer,
+// seconds since the Unix epoch by convention). It is pending, running or
+// finished:
+//
+//	Add ──► pending ──Accept──► running ──Finish──► finished
+//	           ▲                   │  │                 │
+//	           └── activity monitor┘  └─Finish if       │
+//	               (no Update for a    resubmitted      │
+//	                type timeout)                       │
+//	           ▲────────────── Add / Resubmit ──────────┘
+//
+// Each type has an activity timeout (SetTypeTimeout). A worker that
+// accepted a job holds it through a lock (a random token chosen per Accept
+// call plus the job's index in the batch). Update is the heartbeat and the
+// fence: called at least once per type timeout, and in every transaction in
+// which the worker writes anything for the job, it checks the lock and
+// returns ErrHalt when the job was removed, re-enqueued or taken by another
+// worker, so writes by a worker that lost its job never commit. Each job
+// therefore runs on at most one worker at a time, as far as the database is
+// concerned; effects outside the database are at-least-once.
+//
+// # API
+//
+//   - Types: SetTypeTimeout, TypeTimeout, ClearTypeTimeout, Types.
+//   - Creation: Add (creates, or resubmits an existing job), Remove, JobData,
+//     JobState, ActiveJobIDs, PendingCount, FoldJobs. All but FoldJobs take a
+//     kv.Transactor (nil for a transaction of their own) and so can join a
+//     caller's transaction.
+//   - Processing: Accept and AcceptBatch (blocking with a timeout, woken
+//     by a watch within milliseconds of an Add), Update, Finish, Resubmit,
+//     UpdateBatch and FinishBatch.
+//   - Subscriptions: Subscribe, Subscription.Wait / WaitState / Unsubscribe,
+//     WaitAny. They work from any node, not only the one running the job.
+//   - Services: Client.Start / Stop run one activity monitor per type and,
+//     for subscriptions, one notifier per type.
+//
+// # Key layout
+//
+// Every key is a tuple under Config.Subspace (SubspaceDefault is
+// ("fdbjobs")):
+//
+//	(1, Type, JobID)              DATA: (Seq, Token, Index, STime, Resubmit,
+//	                              PrevToken, PrevIndex, Data)
+//	(2, Type, STime, JobID)       PENDING: "" — the queue, in scheduled-time order
+//	(3, Type)                     WATCHES_PENDING: int64 LE counter, atomic
+//	                              add 1 on every enqueue; blocked acceptors
+//	                              watch it
+//	(4, Type)                     WATCHES_ACTIVITY: (Versionstamp) of the
+//	                              last accept, update, finish, remove or
+//	                              re-enqueue; the type's activity clock,
+//	                              read by monitors, watched by notifiers
+//	(5, Type)                     ACTIVITY_TIMEOUT: (Milliseconds); the set
+//	                              of these keys is the set of types
+//	(6, Type, Versionstamp, JobID) ACTIVITY: "" — one per running job, keyed by
+//	                              the versionstamp of its last accept or update
+//	(7, Type, Token, Index)       CLAIMS: JobID — the claim an Accept made, so
+//	                              that its retry after commit_unknown_result
+//	                              finds it; cleared when the job stops running
+//	(8)                           TYPES_VERSION: int64 LE counter bumped by
+//	                              SetTypeTimeout and ClearTypeTimeout;
+//	                              started Clients watch it
+//
+// In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
+// running one, the versionstamp of its ACTIVITY key (both written in the
+// same commit with versionstamped operations). Token is nil unless running.
+// PrevToken/PrevIndex name the lock of the last Finish, so that a Finish
+// retried after commit_unknown_result recognises its own commit. Data is
+// the job's JSON.
+//
+// # Accepting
+//
+// A scheduled Accept reads at most AcceptRangeLimit pending keys with a
+// snapshot read, picks one (or n, for AcceptBatch) at random and adds a read
+// conflict on the picked keys only: concurrent acceptors conflict only when
+// they pick the same job. A NoSchedule Accept takes the pending key next to
+// a random point (O(1), for random-looking ids scheduled at 0). With nothing
+// pending, the same transaction sets a watch on the type's pending counter
+// and Accept waits on it: no polling.
+//
+// # Activity monitor
+//
+// See ActivityMonitor. A dead worker's job is pending again between one and
+// a bit more than two type timeouts after its last Update; the comparison
+// uses versionstamps, so node clocks need not agree.
+//
+// # Notifications
+//
+// A notifier per type per node watches the type's activity clock; when it
+// changes (at most once per NotifierHoldoff) the notifier reads every job
+// subscribed on that node and queues an event per subscription whose job
+// changed state or, when running, was updated. Events are never dropped
+// while a subscription is open; Unsubscribe drops the queued ones.
+//
+// # Failure behaviour and idempotence
+//
+// Every transaction is small and retried by the kv retry loop, including
+// after commit_unknown_result, when the previous attempt may have
+// committed. Each operation gives the same outcome when its transaction
+// body runs twice: Accept finds the claims recorded under its token and
+// returns those jobs; Update re-checks the lock and writes a new heartbeat;
+// Finish recognises its own earlier commit through PrevToken; Resubmit and
+// Add find the job already in the requested state; Remove reports success
+// when an earlier attempt of the same call removed the job. (When another
+// transaction commits between the two attempts, the second sees its
+// effects: for example a job removed by someone else after our Finish
+// committed gives ErrHalt.) Operations that join a caller's transaction run
+// once per call; the caller's loop owns retries.
+//
+// The activity monitor and the notifier size their batches by AIMD: a
+// transaction_too_large, retryable error or timeout shrinks the batch by
+// BatchFactor, and each full batch grows it by BatchIncrement.
+//
+// # Differences from couch_jobs
+//
+// Types and job ids are strings. Data is any JSON value. Scheduled times
+// must be non-negative. Resubmit with nil data keeps the data, and the
+// Go Resubmit takes the scheduled time explicitly (couch_jobs' resubmit/2
+// moved the job to 2^36). Unsubscribe really drops queued events, and
+// WaitState keeps its filter. Every Subscribe returns a new Subscription.
+// The ACTIVITY value is empty (the notifier reads DATA).
+package fdbjobs

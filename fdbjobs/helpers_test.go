@@ -1,0 +1,149 @@
+package fdbjobs
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// The two types of couch_jobs_tests.erl: T1 with a 2 s timeout, T2 with 3 s.
+const (
+	t1 = "t1"
+	t2 = "42"
+	j1 = "j1"
+	j2 = "j2"
+)
+
+// testWait bounds every wait of a test, so that a bug fails the test
+// instead of hanging it; nothing is timed against it.
+const testWait = 2 * time.Minute
+
+type bundle struct {
+	c     *Client
+	db    kv.Database
+	clock *clockwork.FakeClock
+	ctx   context.Context
+}
+
+type bundleOpt func(*Config)
+
+// setup returns a client on a fresh database with a fake clock and the two
+// test types registered. The client is not started.
+func setup(t *testing.T, opts ...bundleOpt) *bundle {
+	t.Helper()
+	db := kvtest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0))
+	cfg := Config{Clock: clock, NotifierHoldoff: time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := New(db, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	t.Cleanup(cancel)
+	t.Cleanup(c.Stop)
+	require.NoError(t, c.SetTypeTimeout(ctx, nil, t1, 2*time.Second))
+	require.NoError(t, c.SetTypeTimeout(ctx, nil, t2, 3*time.Second))
+	return &bundle{c: c, db: db, clock: clock, ctx: ctx}
+}
+
+func (b *bundle) start(t *testing.T) {
+	t.Helper()
+	require.NoError(t, b.c.Start(b.ctx))
+}
+
+func (b *bundle) state(t *testing.T, typ, id string) State {
+	t.Helper()
+	s, err := b.c.JobState(b.ctx, nil, typ, id)
+	require.NoError(t, err)
+	return s
+}
+
+func (b *bundle) data(t *testing.T, typ, id string) string {
+	t.Helper()
+	d, err := b.c.JobData(b.ctx, nil, typ, id)
+	require.NoError(t, err)
+	return string(d)
+}
+
+func (b *bundle) stime(t *testing.T, typ, id string) int64 {
+	t.Helper()
+	r, err := b.c.readJob(b.ctx, nil, typ, id)
+	require.NoError(t, err)
+	return r.stime
+}
+
+func (b *bundle) add(t *testing.T, typ, id, data string, stime int64) {
+	t.Helper()
+	require.NoError(t, b.c.Add(b.ctx, nil, typ, id, raw(data), stime))
+}
+
+func (b *bundle) accept(t *testing.T, typ string) *Job {
+	t.Helper()
+	j, err := b.c.Accept(b.ctx, typ, AcceptOptions{})
+	require.NoError(t, err)
+	return j
+}
+
+func (b *bundle) pendingCounter(t *testing.T, typ string) []byte {
+	t.Helper()
+	v, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]byte, error) {
+		return tr.Get(b.c.k.watchesPending(typ)).Get()
+	})
+	require.NoError(t, err)
+	return v
+}
+
+// count returns how many keys the job layer holds in the subspace sub of
+// its layout (keyPending, keyActivity, keyClaims, ...).
+func (b *bundle) count(t *testing.T, sub int) int {
+	t.Helper()
+	n, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) (int, error) {
+		kvs, err := tr.GetRange(b.c.k.root.Sub(sub), kv.RangeOptions{}).GetSliceWithError()
+		return len(kvs), err
+	})
+	require.NoError(t, err)
+	return n
+}
+
+// requireClean checks that no running-job bookkeeping is left.
+func (b *bundle) requireClean(t *testing.T) {
+	t.Helper()
+	require.Zero(t, b.count(t, keyActivity), "ACTIVITY keys left")
+	require.Zero(t, b.count(t, keyClaims), "CLAIMS keys left")
+}
+
+func raw(s string) json.RawMessage {
+	if s == "" {
+		return nil
+	}
+	return json.RawMessage(s)
+}
+
+// next waits for the next event of s.
+func next(t *testing.T, ctx context.Context, s *Subscription) Event {
+	t.Helper()
+	e, err := s.Wait(ctx)
+	require.NoError(t, err)
+	return e
+}
+
+// versionstamp returns a complete versionstamp for tests of the encoding.
+func versionstamp(b byte) tuple.Versionstamp {
+	var v tuple.Versionstamp
+	v.TransactionVersion[9] = b
+	return v
+}
