@@ -129,6 +129,9 @@ func (db *DB) advanceHorizon(now time.Time, work int) {
 // accepted ones in one synced pebble batch, publishes the new state, and
 // only then acknowledges them.
 func (db *DB) commitBatch(batch []*commitReq) {
+	if db.testHookBatch != nil {
+		db.testHookBatch(len(batch))
+	}
 	if db.failed != nil {
 		for _, r := range batch {
 			r.finish(fmt.Errorf("%w: %v", ErrStoreFailed, db.failed))

@@ -57,6 +57,10 @@ type DB struct {
 	published   []pubRecord // versions published in the last lifetime, oldest first
 
 	watches *watchRegistry
+
+	// testHookBatch, when set before the first commit, is called by the
+	// leader with the size of each batch before resolving it.
+	testHookBatch func(n int)
 }
 
 type pubRecord struct {

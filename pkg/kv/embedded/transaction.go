@@ -153,6 +153,13 @@ func (tr *transaction) timedOut() bool {
 	return tr.timeoutMs > 0 && time.Since(tr.start) >= time.Duration(tr.timeoutMs)*time.Millisecond
 }
 
+// timedOutLocked reports, for tests, whether the timeout has passed.
+func (tr *transaction) timedOutLocked() bool {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.timedOut()
+}
+
 // committed reports whether the last Commit succeeded.
 func (tr *transaction) committed() bool {
 	if tr.readOnlyDone {
@@ -449,7 +456,11 @@ func (tr *transaction) scan(b, e []byte, limit int, reverse bool) ([]kv.KeyValue
 	if tr.unreadableOverlaps(b, e) {
 		return nil, errUnreadable
 	}
-	it, err := tr.ref.s.s.NewIter(&pebble.IterOptions{LowerBound: b, UpperBound: e})
+	io := &pebble.IterOptions{UpperBound: e}
+	if len(b) > 0 {
+		io.LowerBound = b // pebble wants nil, not empty, for no bound
+	}
+	it, err := tr.ref.s.s.NewIter(io)
 	if err != nil {
 		return nil, err
 	}
@@ -506,7 +517,7 @@ func (tr *transaction) scan(b, e []byte, limit int, reverse bool) ([]kv.KeyValue
 			sk := it.Key()
 			if c, covered := tr.clearAt(sk); covered {
 				if reverse {
-					ok = it.SeekLT(c.begin)
+					ok = len(c.begin) > 0 && it.SeekLT(c.begin)
 				} else {
 					ok = it.SeekGE(c.end)
 				}
@@ -972,7 +983,7 @@ func (tr *transaction) Commit() kv.FutureNil {
 		tr.releaseSnapshot()
 		return kv.ReadyFuture(struct{}{}, nil)
 	}
-	if len(tr.reads) > 0 && time.Since(tr.grvTime) > tr.db.opts.TransactionLifetime {
+	if len(tr.reads) > 0 && tr.ref.s != nil && time.Since(tr.grvTime) > tr.db.opts.TransactionLifetime {
 		return fail(errTooOld)
 	}
 	if tr.size > kv.MaxTransactionSize {

@@ -1,0 +1,210 @@
+package embedded
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+func TestWriteLimits(t *testing.T) {
+	big := func(n int) []byte { return bytes.Repeat([]byte{'x'}, n) }
+	for _, tc := range []struct {
+		name  string
+		write func(tr kv.Transaction)
+		code  int
+	}{
+		{"key too large", func(tr kv.Transaction) { tr.Set(kv.Key(big(kv.MaxKeySize+1)), nil) }, kv.CodeKeyTooLarge},
+		{"largest key", func(tr kv.Transaction) { tr.Set(kv.Key(big(kv.MaxKeySize)), nil) }, 0},
+		{"value too large", func(tr kv.Transaction) { tr.Set(kv.Key("k"), big(kv.MaxValueSize+1)) }, kv.CodeValueTooLarge},
+		{"largest value", func(tr kv.Transaction) { tr.Set(kv.Key("k"), big(kv.MaxValueSize)) }, 0},
+		{"atomic param too large", func(tr kv.Transaction) { tr.Add(kv.Key("k"), big(kv.MaxValueSize+1)) }, kv.CodeValueTooLarge},
+		{"system key", func(tr kv.Transaction) { tr.Set(kv.Key("\xff"), nil) }, kv.CodeKeyOutsideLegalRange},
+		{"system key clear", func(tr kv.Transaction) { tr.Clear(kv.Key("\xff/x")) }, kv.CodeKeyOutsideLegalRange},
+		{"system key atomic", func(tr kv.Transaction) { tr.Max(kv.Key("\xff\xff"), []byte{1}) }, kv.CodeKeyOutsideLegalRange},
+		{"clear range into system keys", func(tr kv.Transaction) { tr.ClearRange(kr("a", "\xff\x00")) }, kv.CodeKeyOutsideLegalRange},
+		{"clear range up to system keys", func(tr kv.Transaction) { tr.ClearRange(kr("a", "\xff")) }, 0},
+		{"inverted clear range", func(tr kv.Transaction) { tr.ClearRange(kr("b", "a")) }, kv.CodeInvertedRange},
+		{"versionstamp offset out of range", func(tr kv.Transaction) {
+			tr.SetVersionstampedKey(kv.Key("abc\x05\x00\x00\x00"), nil)
+		}, kv.CodeClientInvalidOperation},
+		{"versionstamp without offset", func(tr kv.Transaction) { tr.SetVersionstampedValue(kv.Key("k"), []byte{1}) }, kv.CodeClientInvalidOperation},
+		{"transaction too large", func(tr kv.Transaction) {
+			for i := range kv.MaxTransactionSize/kv.MaxValueSize + 1 {
+				tr.Set(kv.Key{byte(i >> 8), byte(i)}, big(kv.MaxValueSize))
+			}
+		}, kv.CodeTransactionTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := openMem(t)
+			tr := newTr(t, db)
+			tc.write(tr)
+			_, err := tr.Commit().Get()
+			if tc.code == 0 {
+				require.NoError(t, err)
+				return
+			}
+			requireCode(t, err, tc.code)
+		})
+	}
+}
+
+func TestReadLimits(t *testing.T) {
+	db := openMem(t)
+	tr := newTr(t, db)
+	_, err := tr.Get(kv.Key("\xff")).Get()
+	requireCode(t, err, kv.CodeKeyOutsideLegalRange)
+	_, err = tr.GetRange(kr("a", "\xff\x01"), kv.RangeOptions{}).GetSliceWithError()
+	requireCode(t, err, kv.CodeKeyOutsideLegalRange)
+	_, err = tr.GetRange(kr("a", "\xff"), kv.RangeOptions{}).GetSliceWithError()
+	require.NoError(t, err)
+	_, err = tr.GetRange(kr("a", "b"), kv.RangeOptions{Limit: -1}).GetSliceWithError()
+	require.Error(t, err)
+	_, err = tr.GetKey(kv.FirstGreaterOrEqual(kv.Key("\xff\x01"))).Get()
+	requireCode(t, err, kv.CodeKeyOutsideLegalRange)
+	requireCode(t, tr.AddReadConflictRange(kr("b", "a")), kv.CodeInvertedRange)
+	requireCode(t, tr.AddWriteConflictRange(kr("a", "\xff\x00")), kv.CodeKeyOutsideLegalRange)
+	requireCode(t, tr.AddReadConflictKey(kv.Key("\xff")), kv.CodeKeyOutsideLegalRange)
+	v, err := tr.Get(kv.Key(bytes.Repeat([]byte{'k'}, kv.MaxKeySize+1))).Get()
+	require.NoError(t, err, "a key too large to exist reads as absent")
+	require.Nil(t, v)
+	v, err = tr.Get(kv.Key("")).Get()
+	require.NoError(t, err)
+	require.Nil(t, v)
+}
+
+func TestCancelResetAndUseDuringCommit(t *testing.T) {
+	db := openMem(t)
+
+	tr := newTr(t, db)
+	tr.Set(kv.Key("k"), []byte("v"))
+	tr.Cancel()
+	_, err := tr.Get(kv.Key("k")).Get()
+	requireCode(t, err, kv.CodeTransactionCancelled)
+	_, err = tr.Commit().Get()
+	requireCode(t, err, kv.CodeTransactionCancelled)
+	_, err = tr.OnError(kv.Error{Code: kv.CodeNotCommitted}).Get()
+	requireCode(t, err, kv.CodeTransactionCancelled)
+	tr.Reset()
+	v, ok := mustGet(t, tr, "k")
+	require.False(t, ok, "reset dropped the write: %q", v)
+
+	tr = newTr(t, db)
+	tr.Set(kv.Key("k"), []byte("v"))
+	f := tr.Commit()
+	_, err = tr.Get(kv.Key("k")).Get()
+	requireCode(t, err, kv.CodeUsedDuringCommit)
+	_, err = tr.Commit().Get()
+	requireCode(t, err, kv.CodeUsedDuringCommit)
+	_, err = f.Get()
+	require.NoError(t, err)
+	cv, err := tr.GetCommittedVersion()
+	require.NoError(t, err)
+	require.Positive(t, cv)
+	tr.Cancel() // no-op after a commit
+	cv2, err := tr.GetCommittedVersion()
+	require.NoError(t, err)
+	require.Equal(t, cv, cv2)
+
+	ro := newTr(t, db)
+	_, _ = mustGet(t, ro, "k")
+	_, err = ro.Commit().Get()
+	require.NoError(t, err)
+	cv, err = ro.GetCommittedVersion()
+	require.NoError(t, err)
+	require.Equal(t, int64(-1), cv)
+	_, err = ro.GetVersionstamp().Get()
+	require.Error(t, err)
+}
+
+func TestTimeoutAndRetryLimit(t *testing.T) {
+	db := openMem(t)
+	tr := newTr(t, db)
+	require.NoError(t, tr.Options().SetTimeout(1))
+	timer := tr.OnError(kv.Error{Code: kv.CodeNotCommitted}) // wait past the timeout
+	_, _ = waitReady(t, timer)
+	for !tr.(*transaction).timedOutLocked() {
+		_, _ = waitReady(t, tr.OnError(kv.Error{Code: kv.CodeNotCommitted}))
+	}
+	_, err := tr.Get(kv.Key("k")).Get()
+	requireCode(t, err, kv.CodeTransactionTimedOut)
+	_, err = tr.Commit().Get()
+	requireCode(t, err, kv.CodeTransactionTimedOut)
+	tr.Reset()
+	_, err = tr.Get(kv.Key("k")).Get()
+	require.NoError(t, err, "reset clears the timeout")
+
+	require.Error(t, tr.Options().SetTimeout(-1))
+	require.Error(t, tr.Options().SetRetryLimit(-2))
+	require.Error(t, tr.Options().SetMaxRetryDelay(-1))
+
+	// Retry limit: the loop gives up with the last error.
+	calls := 0
+	_, err = db.Transact(context.Background(), func(tr kv.Transaction) (any, error) {
+		calls++
+		if err := tr.Options().SetRetryLimit(2); err != nil {
+			return nil, err
+		}
+		return nil, kv.Error{Code: kv.CodeNotCommitted}
+	})
+	requireCode(t, err, kv.CodeNotCommitted)
+	require.Equal(t, 3, calls)
+
+	// A non-retryable error comes straight back.
+	tr2 := newTr(t, db)
+	_, err = tr2.OnError(kv.Error{Code: kv.CodeKeyTooLarge}).Get()
+	requireCode(t, err, kv.CodeKeyTooLarge)
+}
+
+func TestOnErrorBackoff(t *testing.T) {
+	db := openMem(t)
+	tr := newTr(t, db).(*transaction)
+	require.NoError(t, tr.Options().SetMaxRetryDelay(40))
+	var seen []int64
+	for range 5 {
+		seen = append(seen, int64(tr.backoff/1e6))
+		_, err := waitReady(t, tr.OnError(kv.Error{Code: kv.CodeCommitUnknownResult}))
+		require.NoError(t, err)
+	}
+	require.Equal(t, []int64{10, 20, 40, 40, 40}, seen, "backoff doubles from 10 ms up to the max retry delay")
+}
+
+func TestOptionsValidation(t *testing.T) {
+	for _, o := range []Options{
+		{},
+		{InMemory: true, CacheSize: -1},
+		{InMemory: true, MaxBatchTxns: 1 << 17},
+		{InMemory: true, MaxBatchBytes: -1},
+		{InMemory: true, MaxWatches: -1},
+		{InMemory: true, TransactionLifetime: -1},
+	} {
+		_, err := Open(o)
+		require.ErrorIs(t, err, ErrInvalidOptions)
+	}
+}
+
+func TestClosedDatabase(t *testing.T) {
+	db, err := Open(Options{InMemory: true})
+	require.NoError(t, err)
+	tr, err := db.CreateTransaction()
+	require.NoError(t, err)
+	_, err = tr.Get(kv.Key("k")).Get()
+	require.NoError(t, err)
+	w := tr.Watch(kv.Key("k"))
+	_, err = tr.Commit().Get()
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	require.NoError(t, db.Close(), "Close is idempotent")
+	_, err = w.Get()
+	require.ErrorIs(t, err, kv.ErrDatabaseClosed)
+	_, err = db.CreateTransaction()
+	require.ErrorIs(t, err, kv.ErrDatabaseClosed)
+	tr.Reset()
+	_, err = tr.Get(kv.Key("k")).Get()
+	require.ErrorIs(t, err, kv.ErrDatabaseClosed)
+	_, err = db.Transact(context.Background(), func(kv.Transaction) (any, error) { return nil, nil })
+	require.ErrorIs(t, err, kv.ErrDatabaseClosed)
+}
