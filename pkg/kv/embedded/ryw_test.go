@@ -75,7 +75,7 @@ func TestReadYourWritesAtomicOverClear(t *testing.T) {
 	put(t, db, "k", "\x05", "v", "same")
 	tr := newTr(t, db)
 	tr.ClearRange(kr("a", "z"))
-	tr.Add(kv.Key("k"), []byte{1})             // base known absent: 1
+	tr.Add(kv.Key("k"), []byte{1})                  // base known absent: 1
 	tr.CompareAndClear(kv.Key("v"), []byte("same")) // absent stays absent
 	v, ok := mustGet(t, tr, "k")
 	require.True(t, ok)
