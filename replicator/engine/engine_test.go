@@ -119,11 +119,62 @@ func runOnce(t *testing.T, rep engine.Replication, opts engine.Options) engine.R
 
 func TestOneShot(t *testing.T) {
 	srv := couchtest.StartPouchDB(t)
-	srv.CreateDB(t, "src")
-	srv.CreateDB(t, "tgt")
-	fixture(t, srv, "src", 300, 1)
-	rep := engine.Replication{Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, srv.DBURL("tgt")), WorkerBatchSize: 50}
+	srv.CreateDB(t, "a")
+	srv.CreateDB(t, "b")
+	fixture(t, srv, "a", 2000, 1)
+	want := enginetest.Take(t, srv.DBURL("a"))
+	leaves := 0
+	for _, revs := range want {
+		leaves += len(revs)
+	}
+	require.Greater(t, leaves, len(want), "the fixture has conflicts")
+
+	rep := engine.Replication{Source: endpoint(t, srv.DBURL("a")), Target: endpoint(t, srv.DBURL("b")), WorkerBatchSize: 100}
 	res := runOnce(t, rep, engine.Options{})
-	t.Logf("%+v", res.Stats)
-	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
+	enginetest.RequireEqual(t, want, enginetest.Take(t, srv.DBURL("b")))
+	require.True(t, res.OK)
+	require.Equal(t, int64(leaves), res.Stats.RevisionsChecked)
+	require.Equal(t, int64(leaves), res.Stats.MissingRevisionsFound)
+	require.Equal(t, int64(leaves), res.Stats.DocsRead)
+	require.Equal(t, int64(leaves), res.Stats.DocsWritten)
+	require.Zero(t, res.Stats.DocWriteFailures)
+	require.Len(t, res.History, 1)
+	require.Equal(t, res.SessionID, res.History[0].SessionID)
+	require.Equal(t, engine.ReplicationIDVersion, res.ReplicationIDVersion)
+	_, lastSeq := srv.Changes(t, "a", "0")
+	require.JSONEq(t, string(lastSeq), string(res.SourceLastSeq))
+	require.Equal(t, string(lastSeq), res.Stats.ThroughSeq)
+	require.Equal(t, string(lastSeq), res.Stats.CheckpointedSourceSeq)
+	require.NotNil(t, res.Stats.ChangesPending)
+	require.Zero(t, *res.Stats.ChangesPending)
+
+	// Both sides carry the same checkpoint document.
+	base, _, err := engine.ReplicationID(rep, testUUID, "")
+	require.NoError(t, err)
+	srcLog := srv.GetDoc(t, "a", "_local/"+base)
+	tgtLog := srv.GetDoc(t, "b", "_local/"+base)
+	require.NotNil(t, srcLog)
+	delete(srcLog, "_rev")
+	delete(tgtLog, "_rev")
+	require.Equal(t, srcLog, tgtLog)
+	require.Equal(t, res.SessionID, srcLog["session_id"])
+
+	// Nothing to do the second time.
+	again := runOnce(t, rep, engine.Options{})
+	require.True(t, again.NoChanges)
+	require.Equal(t, res.Stats.DocsWritten, again.Stats.DocsWritten, "counters carry over")
+
+	// Attachments the other way: new and updated attachment documents on b
+	// replicate back to a.
+	rev := srv.GetDoc(t, "b", "att-1")["_rev"].(string)
+	srv.PutDoc(t, "b", map[string]any{"_id": "att-1", "_rev": rev, "v": 2, "_attachments": map[string]any{
+		"new.txt": map[string]any{"content_type": "text/plain", "data": base64.StdEncoding.EncodeToString([]byte("from b"))},
+	}})
+	srv.PutDoc(t, "b", map[string]any{"_id": "from-b", "_attachments": map[string]any{
+		"x.json": map[string]any{"content_type": "application/json", "data": base64.StdEncoding.EncodeToString([]byte(`{"a":1}`))},
+	}})
+	back := engine.Replication{Source: endpoint(t, srv.DBURL("b")), Target: endpoint(t, srv.DBURL("a"))}
+	res = runOnce(t, back, engine.Options{})
+	require.Equal(t, int64(2), res.Stats.DocsWritten)
+	enginetest.RequireSame(t, srv.DBURL("a"), srv.DBURL("b"))
 }

@@ -303,13 +303,28 @@ func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[strin
 // writes them. Revisions the source reports missing are asked for once more
 // after missingDocRetryDefault; a second miss fails the run.
 func (r *Run) fetchOne(ctx context.Context, id string, revs, attsSince []string, w *batchWriter) error {
+	failures, wait := 0, retryWaitDefault
 	for attempt := 0; ; attempt++ {
 		docs, missingRevs, err := r.src.openRevs(ctx, id, revs, attsSince, true)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("%w: %s: %w", ErrOpenRevs, id, err)
+			// The reply is streamed, so a connection cut while reading it
+			// surfaces here rather than in the transport's retries.
+			st := statusOf(err)
+			failures++
+			if errors.Is(err, ErrMaxBackoff) || (st >= 400 && st < 500 && st != 408 && st != 429) || failures > r.rep.RetriesPerRequest {
+				return fmt.Errorf("%w: %s: %w", ErrOpenRevs, id, err)
+			}
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			wait = min(2*wait, retryWaitMax)
+			attempt--
+			continue
 		}
 		r.stats.docsRead.Add(int64(len(docs)))
 		for _, d := range docs {
