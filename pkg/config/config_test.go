@@ -1,0 +1,177 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/CONFIG.md's key reference")
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "fdbrep.ini")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	c := Default()
+	for _, k := range Registry {
+		require.NoError(t, k.check(k.Default), "[%s] %s", k.Section, k.Name)
+		require.NotEmpty(t, k.Doc, "[%s] %s", k.Section, k.Name)
+	}
+	require.Equal(t, int64(500), c.Int("replicator", "max_jobs"))
+	require.Equal(t, "127.0.0.1:5984", c.BindAddress())
+	require.Equal(t, []string{RoleAPIFrontend, RoleReplication}, c.Roles())
+	require.Equal(t, SharesDefault, c.Shares("_replicator"))
+	require.Equal(t, 0.98, c.Float("replicator", "priority_coeff"))
+	require.True(t, c.Bool("chttpd", "admin_only_all_dbs"))
+	require.Equal(t, "default", c.Source("replicator", "max_jobs"))
+	require.Empty(t, c.Warnings())
+}
+
+func TestLoadFilesAndEnv(t *testing.T) {
+	base := writeFile(t, `
+; CouchDB-style comment
+[replicator]
+max_jobs = 10
+max_churn = 3
+
+[replicator.shares]
+_replicator = 200
+another/_replicator = 50
+
+[admins]
+Admin = -pbkdf2:sha256-abc,def,10
+
+[chttpd]
+port = 15984
+
+[node]
+roles = replication
+
+[mystery]
+x = 1
+`)
+	local := writeFile(t, "[replicator]\nmax_churn = 7\nwhat = 1\n")
+	c, err := Load([]string{base, local}, []string{
+		"FDBREP_REPLICATOR__MAX_JOBS=42",
+		"FDBREP_CHTTPD__BIND_ADDRESS=0.0.0.0",
+		"FDBREP_BIND=ignored-no-double-underscore",
+		"PATH=/bin",
+		"FDBREP_REPLICATOR_SHARES___REPLICATOR=300",
+		"FDBREP_COUCH_JOBS__BATCH_SIZE=5",
+	})
+	require.NoError(t, err)
+	require.Equal(t, int64(42), c.Int("replicator", "max_jobs"))
+	require.Equal(t, "env FDBREP_REPLICATOR__MAX_JOBS", c.Source("replicator", "max_jobs"))
+	require.Equal(t, int64(7), c.Int("replicator", "max_churn"))
+	require.Equal(t, local, c.Source("replicator", "max_churn"))
+	require.Equal(t, "0.0.0.0:15984", c.BindAddress())
+	require.Equal(t, 300, c.Shares("_replicator"))
+	require.Equal(t, 50, c.Shares("another/_replicator"))
+	require.Equal(t, int64(5), c.Int("couch_jobs", "batch_size"))
+	require.Equal(t, map[string]string{"Admin": "-pbkdf2:sha256-abc,def,10"}, c.Admins())
+	require.True(t, c.HasRole(RoleReplication))
+	require.False(t, c.HasRole(RoleAPIFrontend))
+	w := strings.Join(c.Warnings(), "\n")
+	require.Contains(t, w, "[mystery]")
+	require.Contains(t, w, "unknown key what in [replicator]")
+}
+
+func TestLoadRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name, ini string
+		env       []string
+		want      string
+	}{
+		{"not an int", "[replicator]\nmax_jobs = lots\n", nil, `[replicator] max_jobs = "lots"`},
+		{"out of range", "[chttpd]\nport = 70000\n", nil, "want an integer from 0 to 65535"},
+		{"float range", "[replicator]\nusage_coeff = 2\n", nil, "from 0 to 1"},
+		{"bool", "[chttpd]\nrequire_valid_user = maybe\n", nil, "want true or false"},
+		{"one of", "[log]\nformat = xml\n", nil, "want one of console, json"},
+		{"bad role", "[node]\nroles = api_frontend,indexing\n", nil, `"indexing" is not one of`},
+		{"no roles", "[node]\nroles = ,\n", nil, "at least one role"},
+		{"shares range", "[replicator.shares]\n_replicator = 5000\n", nil, "from 1 to 1000"},
+		{"shares db", "[replicator.shares]\nfoo = 5\n", nil, "not a replicator database"},
+		{"empty admin password", "[admins]\nbob =\n", nil, "empty password"},
+		{"health not loopback", "[node]\nhealth_address = 0.0.0.0:5986\n", nil, "loopback"},
+		{"env unknown section", "", []string{"FDBREP_REPLICATR__MAX_JOBS=1"}, "FDBREP_REPLICATR__MAX_JOBS"},
+		{"env bad value", "", []string{"FDBREP_REPLICATOR__MAX_JOBS=-1"}, "env FDBREP_REPLICATOR__MAX_JOBS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]string{writeFile(t, tc.ini)}, tc.env)
+			require.Error(t, err)
+			require.True(t, errors.Is(err, ErrInvalidValue) || errors.Is(err, ErrUnknownKey), "%v", err)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestSecretValueNotInError(t *testing.T) {
+	// No registered secret has a type that can fail, so check the wrapper.
+	c := &Config{values: map[string]map[string]string{"chttpd_auth": {"secret": "hunter2"}}, sources: map[string]string{}}
+	err := c.wrap(lookup("chttpd_auth", "secret"), errors.New("bad"))
+	require.NotContains(t, err.Error(), "hunter2")
+}
+
+func TestLoadFileErrors(t *testing.T) {
+	_, err := Load([]string{filepath.Join(t.TempDir(), "missing.ini")}, nil)
+	require.ErrorIs(t, err, ErrFile)
+	_, err = Load([]string{writeFile(t, "[unterminated\n")}, nil)
+	require.ErrorIs(t, err, ErrFile)
+}
+
+func TestGetterPanicsOnUnregisteredKey(t *testing.T) {
+	require.Panics(t, func() { Default().Int("replicator", "no_such_key") })
+}
+
+func TestFromMap(t *testing.T) {
+	c, err := FromMap(map[string]map[string]string{"users": {"bob": "pw"}, "user_roles": {"bob": "a, b"}})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"bob": "pw"}, c.Users())
+	require.Equal(t, []string{"a", "b"}, c.UserRoles("bob"))
+	_, err = FromMap(map[string]map[string]string{"chttpd": {"port": "x"}})
+	require.ErrorIs(t, err, ErrInvalidValue)
+}
+
+func TestEnvName(t *testing.T) {
+	require.Equal(t, "FDBREP_REPLICATOR__MAX_JOBS", EnvName("replicator", "max_jobs"))
+	require.Equal(t, "FDBREP_REPLICATOR_SHARES___REPLICATOR", EnvName("replicator.shares", "_replicator"))
+}
+
+// TestConfigDoc keeps docs/CONFIG.md's reference in step with Registry; run
+// with -update to rewrite it.
+func TestConfigDoc(t *testing.T) {
+	const begin, end = "<!-- BEGIN REFERENCE (generated by go test ./pkg/config -update) -->\n", "<!-- END REFERENCE -->"
+	path := filepath.Join("..", "..", "docs", "CONFIG.md")
+	doc, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var ref bytes.Buffer
+	require.NoError(t, WriteReference(&ref))
+	i, j := bytes.Index(doc, []byte(begin)), bytes.Index(doc, []byte(end))
+	require.True(t, i >= 0 && j > i, "docs/CONFIG.md lacks the reference markers")
+	want := append(append(append([]byte{}, doc[:i+len(begin)]...), ref.Bytes()...), doc[j:]...)
+	if *update {
+		require.NoError(t, os.WriteFile(path, want, 0o644))
+		return
+	}
+	require.Equal(t, string(want), string(doc), "docs/CONFIG.md is stale: go test ./pkg/config -update")
+}
+
+func ExampleLoad() {
+	c, err := Load(nil, []string{"FDBREP_REPLICATOR__MAX_JOBS=100"})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(c.Int("replicator", "max_jobs"), c.Source("replicator", "max_jobs"))
+	// Output: 100 env FDBREP_REPLICATOR__MAX_JOBS
+}

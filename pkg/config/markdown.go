@@ -1,0 +1,34 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// WriteReference writes the key reference of docs/CONFIG.md: one table per
+// section, every key of Registry with its type, default and meaning.
+func WriteReference(w io.Writer) error {
+	var b strings.Builder
+	section := ""
+	for _, k := range Registry {
+		if k.Section != section {
+			section = k.Section
+			fmt.Fprintf(&b, "\n### [%s]\n\n| key | type | default | meaning |\n| --- | --- | --- | --- |\n", section)
+		}
+		def := "`" + k.Default + "`"
+		if k.Default == "" {
+			def = "(empty)"
+		}
+		typ := k.Kind.String()
+		if k.HasRange {
+			typ += " " + fmtBound(k.Min) + ".." + fmtBound(k.Max)
+		}
+		if len(k.OneOf) > 0 {
+			typ += ": " + strings.Join(k.OneOf, ", ")
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", k.Name, typ, def, strings.ReplaceAll(k.Doc, "|", "\\|"))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,187 @@
+package config
+
+import "strings"
+
+// Kind is the type of a config value.
+type Kind int
+
+// Kinds of config values.
+const (
+	KindString Kind = iota
+	KindInt
+	KindBool
+	KindFloat
+	KindList // comma-separated strings
+)
+
+func (k Kind) String() string {
+	return [...]string{"string", "integer", "boolean", "float", "list"}[k]
+}
+
+// Key describes one known config key: its type, default, range and meaning.
+// Registry lists them all; docs/CONFIG.md is checked against it.
+type Key struct {
+	Section string
+	Name    string
+	Kind    Kind
+	Default string
+	// Min and Max bound KindInt and KindFloat values (inclusive) when
+	// HasRange is set.
+	Min, Max float64
+	HasRange bool
+	// OneOf restricts KindString and KindList values to these words.
+	OneOf []string
+	// Secret values never appear in errors or logs.
+	Secret bool
+	Doc    string
+}
+
+// Sections whose keys are free-form: every key is a name (an admin, a user,
+// a replicator database) rather than a fixed setting.
+const (
+	SectionAdmins    = "admins"
+	SectionUsers     = "users"
+	SectionUserRoles = "user_roles"
+	SectionShares    = "replicator.shares"
+)
+
+// Bounds and default of [replicator.shares] values, as in CouchDB.
+const (
+	SharesDefault = 100
+	SharesMin     = 1
+	SharesMax     = 1000
+)
+
+// Node roles.
+const (
+	RoleAPIFrontend = "api_frontend"
+	RoleReplication = "replication"
+)
+
+func intKey(section, name, def string, min, max float64, doc string) Key {
+	return Key{Section: section, Name: name, Kind: KindInt, Default: def, Min: min, Max: max, HasRange: true, Doc: doc}
+}
+
+func floatKey(section, name, def string, min, max float64, doc string) Key {
+	return Key{Section: section, Name: name, Kind: KindFloat, Default: def, Min: min, Max: max, HasRange: true, Doc: doc}
+}
+
+func boolKey(section, name, def, doc string) Key {
+	return Key{Section: section, Name: name, Kind: KindBool, Default: def, Doc: doc}
+}
+
+func strKey(section, name, def, doc string, oneOf ...string) Key {
+	return Key{Section: section, Name: name, Kind: KindString, Default: def, OneOf: oneOf, Doc: doc}
+}
+
+const maxInt = 1 << 53
+
+// Registry is every fixed key fdbrep reads, in documentation order.
+var Registry = []Key{
+	// [chttpd]
+	strKey("chttpd", "bind_address", "127.0.0.1", "Address the HTTP API listens on (api_frontend nodes). Use 0.0.0.0 to listen on every interface."),
+	intKey("chttpd", "port", "5984", 0, 65535, "Port of the HTTP API; 0 picks a free port."),
+	intKey("chttpd", "max_http_request_size", "1048576", 1024, 64<<20, "Largest request body accepted, in bytes; larger bodies get 413 too_large."),
+	intKey("chttpd", "max_document_size", "65536", 256, 90000, "Largest replication document accepted, in bytes of JSON (documents are stored in one FoundationDB value)."),
+	intKey("chttpd", "max_json_depth", "32", 2, 1000, "Deepest nesting of JSON objects and arrays accepted in a request body."),
+	boolKey("chttpd", "admin_only_all_dbs", "true", "Only server admins may list databases with GET /_all_dbs."),
+	boolKey("chttpd", "require_valid_user", "false", "Refuse every unauthenticated request except GET /_up and /_session."),
+	// [chttpd_auth]
+	{Section: "chttpd_auth", Name: "secret", Kind: KindString, Default: "", Secret: true, Doc: "Key that signs AuthSession cookies. Empty: a random key per process, so cookies are only valid on the node that issued them; set the same secret on every api_frontend node."},
+	intKey("chttpd_auth", "timeout", "600", 1, maxInt, "Seconds an AuthSession cookie stays valid; it is refreshed when less than 10% of this remains."),
+	boolKey("chttpd_auth", "allow_persistent_cookies", "true", "Give AuthSession cookies a Max-Age (otherwise they are session cookies)."),
+	strKey("chttpd_auth", "pbkdf2_prf", "sha256", "Pseudo-random function used to hash plaintext passwords found in [admins] and [users].", "sha", "sha256", "sha512"),
+	intKey("chttpd_auth", "iterations", "600000", 1, 100_000_000, "PBKDF2 iterations used to hash plaintext passwords found in [admins] and [users]."),
+	intKey("chttpd_auth", "auth_cache_size", "1000", 0, 1_000_000, "Verified credentials remembered, so that Basic auth does not rerun PBKDF2 on every request; 0 disables the cache."),
+	// [fdb]
+	strKey("fdb", "backend", "embedded", "Storage backend: the embedded store, or a FoundationDB cluster (binary built with -tags fdb).", "embedded", "fdb"),
+	strKey("fdb", "cluster_file", "", "FoundationDB cluster file (backend fdb); empty uses FoundationDB's default lookup."),
+	strKey("fdb", "data_dir", "./data", "Directory of the embedded store (backend embedded)."),
+	boolKey("fdb", "in_memory", "false", "Keep the embedded store in memory only: nothing survives a restart."),
+	// [log]
+	strKey("log", "level", "info", "Least severity logged.", "debug", "info", "warn", "error"),
+	strKey("log", "format", "console", "Log format: human-readable console lines or JSON objects.", "console", "json"),
+	boolKey("log", "requests", "true", "Log one line per HTTP request (method, path, status, user, duration; never credentials)."),
+	// [node]
+	strKey("node", "name", "", "Name of this node in _scheduler and _active_tasks output; empty means fdbrep@<hostname>."),
+	{Section: "node", Name: "roles", Kind: KindList, Default: "api_frontend,replication", OneOf: []string{RoleAPIFrontend, RoleReplication}, Doc: "Roles this node runs: api_frontend serves the HTTP API, replication runs replication jobs. A replication-only node opens no listener except health_address."},
+	strKey("node", "health_address", "", "Optional loopback address (host:port) serving GET /_up, /_node/_local/_stats and /_node/_local/_prometheus; meant for replication-only nodes. Must be a loopback address."),
+	// [replicator] — job server
+	intKey("replicator", "max_jobs", "500", 0, maxInt, "Most replication jobs running on one replication node."),
+	intKey("replicator", "max_churn", "100", 0, maxInt, "Most jobs started or stopped on one node per scheduling interval."),
+	intKey("replicator", "max_acceptors", "2", 1, 1000, "Idle acceptors waiting for pending jobs on one node."),
+	intKey("replicator", "interval_sec", "15", 1, maxInt, "Seconds between scheduling cycles."),
+	intKey("replicator", "min_run_time_sec", "60", 0, maxInt, "A continuous job runs at least this long before the scheduler may stop it for another."),
+	intKey("replicator", "transient_job_max_age_sec", "86400", 1, maxInt, "Finished /_replicate jobs are forgotten this long after their last update."),
+	intKey("replicator", "startup_jitter", "5000", 0, maxInt, "Milliseconds of random delay before an acceptor retries when no job is pending."),
+	intKey("replicator", "min_backoff_penalty_sec", "32", 1, maxInt, "Least delay before a crashed job is retried."),
+	intKey("replicator", "max_backoff_penalty_sec", "172800", 1, maxInt, "Greatest delay before a crashed job is retried."),
+	intKey("replicator", "health_threshold_sec", "120", 1, maxInt, "A crash within this long after the previous one counts as consecutive."),
+	intKey("replicator", "max_history", "10", 1, 1000, "Events kept in a job's history."),
+	intKey("replicator", "stats_update_interval_sec", "10", 1, maxInt, "Seconds between writes of a running job's stats to its job data."),
+	// [replicator] — per-replication defaults
+	intKey("replicator", "worker_processes", "4", 1, 1000, "Default parallel workers per replication."),
+	intKey("replicator", "worker_batch_size", "500", 1, 100000, "Default changes per worker batch."),
+	intKey("replicator", "http_connections", "20", 1, 10000, "Default most connections per endpoint."),
+	intKey("replicator", "connection_timeout", "30000", 1000, maxInt, "Default socket inactivity timeout, in milliseconds."),
+	intKey("replicator", "retries_per_request", "5", 0, 1000, "Default retries of a failed HTTP request."),
+	intKey("replicator", "checkpoint_interval", "30000", 100, maxInt, "Default milliseconds between checkpoints."),
+	boolKey("replicator", "use_checkpoints", "true", "Default: write _local checkpoint documents."),
+	boolKey("replicator", "use_bulk_get", "true", "Default: fetch documents with _bulk_get when the source supports it."),
+	boolKey("replicator", "verify_ssl_certificates", "false", "Verify the TLS certificates of replication endpoints."),
+	strKey("replicator", "ssl_trusted_certificates_file", "", "PEM bundle of trusted CAs for endpoint TLS; empty uses the system pool."),
+	{Section: "replicator", Name: "valid_endpoint_protocols", Kind: KindList, Default: "http,https", OneOf: []string{"http", "https"}, Doc: "URL schemes allowed for replication endpoints."},
+	{Section: "replicator", Name: "valid_proxy_protocols", Kind: KindList, Default: "http,https,socks5", OneOf: []string{"http", "https", "socks5"}, Doc: "URL schemes allowed for proxies."},
+	floatKey("replicator", "usage_coeff", "0.5", 0, 1, "Fair share: decay of a replicator database's usage per cycle."),
+	floatKey("replicator", "priority_coeff", "0.98", 0, 1, "Fair share: decay of job priorities per cycle."),
+	// [couch_jobs]
+	intKey("couch_jobs", "activity_monitor_max_jitter_msec", "10000", 1, maxInt, "Cap of the random delay added to each activity monitor period."),
+	intKey("couch_jobs", "type_monitor_holdoff_msec", "50", 1, maxInt, "Least time between two rounds of a job notifier."),
+	intKey("couch_jobs", "type_check_period_msec", "15000", 1, maxInt, "How often the list of job types is re-read as a fallback."),
+	intKey("couch_jobs", "batch_size", "1000", 1, 100000, "Jobs the activity monitor and notifier handle per transaction, initially."),
+}
+
+var registryIndex = func() map[string]*Key {
+	m := make(map[string]*Key, len(Registry))
+	for i := range Registry {
+		k := &Registry[i]
+		m[k.Section+"/"+k.Name] = k
+	}
+	return m
+}()
+
+func lookup(section, name string) *Key {
+	return registryIndex[section+"/"+name]
+}
+
+// knownSections is every section fdbrep reads, fixed and free-form.
+var knownSections = func() map[string]bool {
+	m := map[string]bool{SectionAdmins: true, SectionUsers: true, SectionUserRoles: true, SectionShares: true}
+	for _, k := range Registry {
+		m[k.Section] = true
+	}
+	return m
+}()
+
+func freeForm(section string) bool {
+	switch section {
+	case SectionAdmins, SectionUsers, SectionUserRoles, SectionShares:
+		return true
+	}
+	return false
+}
+
+// EnvPrefix starts every environment override.
+const EnvPrefix = "FDBREP_"
+
+// EnvName is the environment variable that overrides section/key:
+// FDBREP_<SECTION>__<KEY>, upper case, with the dots of section names
+// turned into single underscores (FDBREP_REPLICATOR__MAX_JOBS,
+// FDBREP_REPLICATOR_SHARES___REPLICATOR, FDBREP_ADMINS__ADMIN).
+func EnvName(section, key string) string {
+	return EnvPrefix + envSection(section) + "__" + strings.ToUpper(key)
+}
+
+func envSection(section string) string {
+	return strings.ToUpper(strings.ReplaceAll(section, ".", "_"))
+}
