@@ -13,7 +13,7 @@ import (
 
 // TupleElement is one element of a Tuple: a value of one of the types listed
 // in the package documentation.
-type TupleElement any //nolint:revive // FDB's name, kept for familiarity.
+type TupleElement any
 
 // Tuple is an ordered list of elements that packs into a key whose byte
 // order is the tuple order. A Tuple is a kv.KeyConvertible (its packed

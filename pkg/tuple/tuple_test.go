@@ -629,3 +629,19 @@ func FuzzUnpack(f *testing.F) {
 		requireSameTuple(t, tup, again)
 	})
 }
+
+func BenchmarkPack(b *testing.B) {
+	t := Tuple{"fdbrep", "jobs", "replication", int64(1234567), []byte("job-id\x00x"), 3.25, true, UUID{1}}
+	for b.Loop() {
+		_ = t.Pack()
+	}
+}
+
+func BenchmarkUnpack(b *testing.B) {
+	packed := Tuple{"fdbrep", "jobs", "replication", int64(1234567), []byte("job-id\x00x"), 3.25, true, UUID{1}}.Pack()
+	for b.Loop() {
+		if _, err := Unpack(packed); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
