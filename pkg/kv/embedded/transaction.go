@@ -911,7 +911,9 @@ func (tr *transaction) Watch(key kv.KeyConvertible) kv.FutureNil {
 	fut.onCancel = func() { w.reg.release(w) }
 	if tr.timeoutMs > 0 {
 		left := time.Until(tr.start.Add(time.Duration(tr.timeoutMs) * time.Millisecond))
+		w.reg.mu.Lock()
 		w.timer = time.AfterFunc(left, func() { w.finish(errTimedOut) })
+		w.reg.mu.Unlock()
 	}
 	tr.watches = append(tr.watches, w)
 	return fut

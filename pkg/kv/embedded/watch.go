@@ -20,7 +20,7 @@ type watch struct {
 	initial []byte
 	present bool
 	fut     *future[struct{}]
-	timer   *time.Timer
+	timer   *time.Timer // guarded by reg.mu
 }
 
 // finish resolves the watch with err (nil: it fired) unless it is resolved
@@ -59,15 +59,15 @@ func (r *watchRegistry) reserve(limit int) error {
 
 // release removes a resolved watch.
 func (r *watchRegistry) release(w *watch) {
-	if w.timer != nil {
-		w.timer.Stop()
-	}
 	r.mu.Lock()
 	r.releaseLocked(w)
 	r.mu.Unlock()
 }
 
 func (r *watchRegistry) releaseLocked(w *watch) {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
 	r.outstanding--
 	list := r.byKey[string(w.key)]
 	for i, x := range list {
@@ -101,9 +101,6 @@ func (w *watch) differs(s *snapshot) bool {
 // fireLocked resolves w as fired; r.mu is held.
 func (r *watchRegistry) fireLocked(w *watch) {
 	if w.fut.set(struct{}{}, nil) {
-		if w.timer != nil {
-			w.timer.Stop()
-		}
 		r.releaseLocked(w)
 	}
 }
@@ -185,4 +182,11 @@ func (r *watchRegistry) closeAll() {
 		}
 	}
 	r.byKey = map[string][]*watch{}
+}
+
+// count returns the number of outstanding watches.
+func (r *watchRegistry) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.outstanding
 }
