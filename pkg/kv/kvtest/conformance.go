@@ -3,6 +3,7 @@ package kvtest
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,6 +71,10 @@ const waitTimeout = 2 * time.Minute
 // retryable errors, which fault injection produces.
 const scenarioAttempts = 200
 
+// scenarioSeq numbers scenario attempts, so that every attempt of every
+// scenario uses keys of its own, also when scenarios share a database.
+var scenarioSeq atomic.Uint64
+
 // redo is the panic value with which a scenario asks to be rerun.
 type redo struct{ err error }
 
@@ -96,8 +101,8 @@ func (ks keyspace) all() kv.KeyRange {
 func scenario(t *testing.T, fn func(ks keyspace)) {
 	t.Helper()
 	var last error
-	for attempt := range scenarioAttempts {
-		ks := keyspace(fmt.Sprintf("s%03d/", attempt))
+	for range scenarioAttempts {
+		ks := keyspace(fmt.Sprintf("s%06d/", scenarioSeq.Add(1)))
 		err := runScenario(func() { fn(ks) })
 		if err == nil {
 			return

@@ -182,5 +182,5 @@ func testMaxRetryDelay(t *testing.T, open OpenFunc) {
 		return nil, nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, 5, calls)
+	require.GreaterOrEqual(t, calls, 5)
 }

@@ -228,6 +228,6 @@ func testPrefixRange(t *testing.T, open OpenFunc) {
 		r, err := kv.PrefixRange(ks.key("p"))
 		require.NoError(t, err)
 		got := keysOf(readAll(t, db, r), ks)
-		require.Equal(t, []string{"p", "p\x00", "p\xff\xff", "pa"}, got)
+		require.Equal(t, []string{"p", "p\x00", "pa", "p\xff\xff"}, got)
 	})
 }
