@@ -1,0 +1,475 @@
+package couchtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// StartTimeoutDefault bounds how long StartPouchDB waits for GET / to answer
+// after starting the process (a start normally takes well under 2 s).
+const StartTimeoutDefault = 60 * time.Second
+
+// startAttempts is how often StartPouchDB retries when the process dies before
+// answering, which happens when another process grabbed the free port first.
+const startAttempts = 3
+
+// Server is a running pouchdb-server peer. Its methods that take a
+// testing.TB fail the test on any error; they are meant for test set-up and
+// assertions, not for the code under test.
+type Server struct {
+	base     *url.URL // http://127.0.0.1:port, no userinfo
+	dir      string
+	logPath  string
+	admin    string
+	password string
+	client   *http.Client
+
+	cmd      *exec.Cmd
+	exited   chan struct{} // closed when the process has exited
+	waitErr  error         // set before exited is closed
+	stopOnce sync.Once
+	stopped  atomic.Bool // Stop was called
+}
+
+// Option configures StartPouchDB.
+type Option func(*startConfig)
+
+type startConfig struct {
+	admin, password string
+	timeout         time.Duration
+}
+
+// WithAdmin makes the peer require a server admin (name, password) for
+// server-level operations; without it the peer runs in "admin party" mode.
+// Anonymous requests may still read and write databases that have no
+// _security members, as on CouchDB 1.x. The helper methods of Server
+// authenticate as this admin.
+func WithAdmin(name, password string) Option {
+	return func(c *startConfig) { c.admin, c.password = name, password }
+}
+
+// WithStartTimeout replaces StartTimeoutDefault.
+func WithStartTimeout(d time.Duration) Option {
+	return func(c *startConfig) { c.timeout = d }
+}
+
+// StartPouchDB starts an in-memory pouchdb-server on 127.0.0.1 and stops it
+// in t.Cleanup. See the package documentation for how the binary is found.
+func StartPouchDB(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	cfg := startConfig{timeout: StartTimeoutDefault}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	require.Positive(t, cfg.timeout, "couchtest: start timeout must be positive")
+	require.False(t, strings.ContainsAny(cfg.admin, ":@/"), "couchtest: admin name %q must not contain ':', '@' or '/'", cfg.admin)
+
+	bin, err := pouchDBServerBinary()
+	require.NoError(t, err)
+
+	var lastErr error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		s, err := startOnce(t, bin, cfg)
+		if err == nil {
+			t.Cleanup(func() { s.cleanup(t) })
+			return s
+		}
+		lastErr = err
+		t.Logf("couchtest: pouchdb-server start attempt %d failed: %v", attempt, err)
+	}
+	require.NoError(t, lastErr, "couchtest: could not start pouchdb-server")
+	return nil
+}
+
+func startOnce(t testing.TB, bin string, cfg startConfig) (*Server, error) {
+	dir := t.TempDir()
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	configPath := filepath.Join(dir, "config.json")
+	conf := map[string]any{"log": map[string]any{"file": filepath.Join(dir, "log.txt")}}
+	if cfg.admin != "" {
+		conf["admins"] = map[string]string{cfg.admin: cfg.password}
+	}
+	b, err := json.Marshal(conf)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(configPath, b, 0o600); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, "stdout.txt")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child keeps its own descriptor
+
+	cmd := exec.Command(bin, "--in-memory", "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--config", configPath, "--dir", filepath.Join(dir, "db"))
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
+	setProcessGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	s := &Server{
+		base:     &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))},
+		dir:      dir,
+		logPath:  logPath,
+		admin:    cfg.admin,
+		password: cfg.password,
+		client:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, DisableCompression: true}},
+		cmd:      cmd,
+		exited:   make(chan struct{}),
+	}
+	go func() {
+		s.waitErr = cmd.Wait()
+		close(s.exited)
+	}()
+	if err := s.waitReady(cfg.timeout); err != nil {
+		s.kill()
+		return nil, fmt.Errorf("%w; output: %s", err, s.logTail())
+	}
+	return s, nil
+}
+
+// waitReady polls GET / until it answers 200, the process exits or the
+// timeout passes.
+func (s *Server) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	delay := 20 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL()+"/", nil)
+		resp, err := s.client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		cancel()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			return nil
+		}
+		select {
+		case <-s.exited:
+			return fmt.Errorf("pouchdb-server exited before answering: %v", s.waitErr)
+		case <-time.After(delay):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pouchdb-server did not answer GET / within %v", timeout)
+		}
+		if delay < 200*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// freePort asks the kernel for a free port on 127.0.0.1. Another process may
+// take it before pouchdb-server binds it; StartPouchDB then retries.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) kill() {
+	killProcessGroup(s.cmd)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+	}
+	s.client.CloseIdleConnections()
+}
+
+func (s *Server) cleanup(t testing.TB) {
+	select {
+	case <-s.exited:
+		if !s.stopped.Load() {
+			t.Logf("couchtest: pouchdb-server %s exited during the test (%v); output tail:\n%s", s.URL(), s.waitErr, s.logTail())
+		}
+	default:
+	}
+	s.Stop()
+}
+
+// Stop kills the peer (its whole process group) and waits for it to exit. It
+// may be called more than once; t.Cleanup calls it too.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		s.stopped.Store(true)
+		s.kill()
+	})
+}
+
+// Exited reports whether the process has exited (after Stop, or because it
+// crashed, which some malformed requests make pouchdb-server 4.2.0 do).
+func (s *Server) Exited() bool {
+	select {
+	case <-s.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(s.logPath)
+	return tail(b, 4000)
+}
+
+// URL is the server root without a trailing slash, e.g. http://127.0.0.1:41234.
+func (s *Server) URL() string { return s.base.String() }
+
+// DBURL is the URL of database name (escaped), without credentials or trailing
+// slash.
+func (s *Server) DBURL(name string) string { return s.URL() + "/" + url.PathEscape(name) }
+
+// AuthDBURL is DBURL with the admin's credentials as URL userinfo (as users
+// write replication endpoints); without WithAdmin it equals DBURL.
+func (s *Server) AuthDBURL(name string) string {
+	if s.admin == "" {
+		return s.DBURL(name)
+	}
+	u := *s.base
+	u.User = url.UserPassword(s.admin, s.password)
+	return u.String() + "/" + url.PathEscape(name)
+}
+
+// Admin returns the admin credentials given to WithAdmin ("" when none).
+func (s *Server) Admin() (name, password string) { return s.admin, s.password }
+
+// Dir is the peer's working directory (config.json, log.txt, stdout.txt).
+func (s *Server) Dir() string { return s.dir }
+
+// Request sends one request as the admin (if any) with a JSON body (nil for
+// none; []byte is sent as is) and decodes a JSON reply into out (if non-nil
+// and the reply is 2xx). It fails the test on a transport error and returns
+// the status code; path is relative to the server root ("/db/doc").
+func (s *Server) Request(t testing.TB, method, path string, body, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, ok := body.([]byte)
+		if !ok {
+			var err error
+			b, err = json.Marshal(body)
+			require.NoError(t, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, s.URL()+path, rd)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if s.admin != "" {
+		req.SetBasicAuth(s.admin, s.password)
+	}
+	resp, err := s.client.Do(req)
+	require.NoError(t, err, "couchtest: %s %s", method, path)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err, "couchtest: %s %s", method, path)
+	if out != nil && resp.StatusCode/100 == 2 {
+		require.NoError(t, json.Unmarshal(data, out), "couchtest: %s %s: decode %q", method, path, data)
+	}
+	return resp.StatusCode
+}
+
+// must sends a request and requires one of the wanted statuses.
+func (s *Server) must(t testing.TB, method, path string, body, out any, want ...int) {
+	t.Helper()
+	code := s.Request(t, method, path, body, out)
+	require.Contains(t, want, code, "couchtest: %s %s answered %d", method, path, code)
+}
+
+// CreateDB creates database name.
+func (s *Server) CreateDB(t testing.TB, name string) {
+	t.Helper()
+	s.must(t, http.MethodPut, "/"+url.PathEscape(name), nil, nil, http.StatusCreated)
+}
+
+// DeleteDB deletes database name.
+func (s *Server) DeleteDB(t testing.TB, name string) {
+	t.Helper()
+	s.must(t, http.MethodDelete, "/"+url.PathEscape(name), nil, nil, http.StatusOK)
+}
+
+// DBInfo returns GET /db.
+func (s *Server) DBInfo(t testing.TB, db string) map[string]any {
+	t.Helper()
+	var info map[string]any
+	s.must(t, http.MethodGet, "/"+url.PathEscape(db), nil, &info, http.StatusOK)
+	return info
+}
+
+// DocPath is the escaped path of a document below the server root; the
+// _design/ and _local/ prefixes keep their slash.
+func DocPath(db, id string) string {
+	for _, p := range []string{"_design/", "_local/"} {
+		if strings.HasPrefix(id, p) {
+			return "/" + url.PathEscape(db) + "/" + p + url.PathEscape(id[len(p):])
+		}
+	}
+	return "/" + url.PathEscape(db) + "/" + url.PathEscape(id)
+}
+
+// PutDoc writes doc (which must carry "_id", and "_rev" to update) and
+// returns the new revision.
+func (s *Server) PutDoc(t testing.TB, db string, doc map[string]any) string {
+	t.Helper()
+	id, ok := doc["_id"].(string)
+	require.True(t, ok && id != "", "couchtest: PutDoc needs a string _id")
+	var res struct {
+		Rev string `json:"rev"`
+	}
+	s.must(t, http.MethodPut, DocPath(db, id), doc, &res, http.StatusCreated, http.StatusOK)
+	return res.Rev
+}
+
+// GetDoc returns the winning revision of a document, or nil when it is
+// missing or deleted. query is appended as is (e.g. "revs=true").
+func (s *Server) GetDoc(t testing.TB, db, id string, query ...string) map[string]any {
+	t.Helper()
+	path := DocPath(db, id)
+	if len(query) > 0 {
+		path += "?" + strings.Join(query, "&")
+	}
+	var doc map[string]any
+	code := s.Request(t, http.MethodGet, path, nil, &doc)
+	if code == http.StatusNotFound {
+		return nil
+	}
+	require.Equal(t, http.StatusOK, code, "couchtest: GET %s", path)
+	return doc
+}
+
+// BulkResult is one entry of a _bulk_docs reply.
+type BulkResult struct {
+	ID     string `json:"id"`
+	Rev    string `json:"rev,omitempty"`
+	OK     bool   `json:"ok,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// BulkDocs writes docs with POST _bulk_docs and returns the per-doc results;
+// it does not fail on per-doc errors. With newEdits false the docs must carry
+// _rev (and _revisions) and are stored as given (pouchdb-server then returns
+// only errors).
+func (s *Server) BulkDocs(t testing.TB, db string, docs []map[string]any, newEdits bool) []BulkResult {
+	t.Helper()
+	if docs == nil {
+		docs = []map[string]any{}
+	}
+	body := map[string]any{"docs": docs}
+	if !newEdits {
+		body["new_edits"] = false
+	}
+	var res []BulkResult
+	s.must(t, http.MethodPost, "/"+url.PathEscape(db)+"/_bulk_docs", body, &res, http.StatusCreated, http.StatusOK)
+	return res
+}
+
+// AddDocs writes n small documents doc-<first>…doc-<first+n-1> (ids
+// zero-padded to 8 digits so they sort numerically) in batches of 1000 and
+// returns their ids.
+func (s *Server) AddDocs(t testing.TB, db string, first, n int) []string {
+	t.Helper()
+	ids := make([]string, 0, n)
+	for start := 0; start < n; start += 1000 {
+		end := min(start+1000, n)
+		docs := make([]map[string]any, 0, end-start)
+		for i := start; i < end; i++ {
+			id := fmt.Sprintf("doc-%08d", first+i)
+			ids = append(ids, id)
+			docs = append(docs, map[string]any{"_id": id, "n": first + i})
+		}
+		for _, r := range s.BulkDocs(t, db, docs, true) {
+			require.Empty(t, r.Error, "couchtest: AddDocs %s: %s %s", r.ID, r.Error, r.Reason)
+		}
+	}
+	return ids
+}
+
+// Row is one row of an _all_docs reply.
+type Row struct {
+	ID    string `json:"id"`
+	Key   string `json:"key"`
+	Value struct {
+		Rev     string `json:"rev"`
+		Deleted bool   `json:"deleted,omitempty"`
+	} `json:"value"`
+	Doc map[string]any `json:"doc,omitempty"`
+}
+
+// AllDocs returns every row of GET _all_docs (with include_docs=true when
+// includeDocs), sorted by id.
+func (s *Server) AllDocs(t testing.TB, db string, includeDocs bool) []Row {
+	t.Helper()
+	path := "/" + url.PathEscape(db) + "/_all_docs"
+	if includeDocs {
+		path += "?include_docs=true"
+	}
+	var res struct {
+		Rows []Row `json:"rows"`
+	}
+	s.must(t, http.MethodGet, path, nil, &res, http.StatusOK)
+	return res.Rows
+}
+
+// Change is one row of a _changes reply.
+type Change struct {
+	Seq     json.RawMessage `json:"seq"`
+	ID      string          `json:"id"`
+	Changes []struct {
+		Rev string `json:"rev"`
+	} `json:"changes"`
+	Deleted bool `json:"deleted,omitempty"`
+}
+
+// Changes returns the normal (non-continuous) changes feed since seq ("0" for
+// all) with style=all_docs, and its last_seq.
+func (s *Server) Changes(t testing.TB, db, since string) ([]Change, json.RawMessage) {
+	t.Helper()
+	q := url.Values{"style": {"all_docs"}, "since": {since}}
+	var res struct {
+		Results []Change        `json:"results"`
+		LastSeq json.RawMessage `json:"last_seq"`
+	}
+	s.must(t, http.MethodGet, "/"+url.PathEscape(db)+"/_changes?"+q.Encode(), nil, &res, http.StatusOK)
+	return res.Results, res.LastSeq
+}
+
+// SetSecurity writes the database's _security object, e.g.
+// {"members":{"names":["alice"]}} to close it to anonymous users.
+func (s *Server) SetSecurity(t testing.TB, db string, sec map[string]any) {
+	t.Helper()
+	s.must(t, http.MethodPut, "/"+url.PathEscape(db)+"/_security", sec, nil, http.StatusOK, http.StatusCreated)
+}
