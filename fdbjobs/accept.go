@@ -99,8 +99,8 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	if err := checkSTime(max); err != nil {
 		return nil, err
 	}
-	token := make([]byte, 16)
-	if _, err := rand.Read(token); err != nil {
+	token, err := newToken()
+	if err != nil {
 		return nil, err
 	}
 	clock := c.cfg.Clock
@@ -282,6 +282,15 @@ func (c *Client) pickNoSchedule(tr kv.Transaction, typ string, n int) ([]kv.Key,
 		}
 	}
 	return out, nil
+}
+
+// newToken returns 16 random bytes: a claim or add token.
+func newToken() ([]byte, error) {
+	token := make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		return nil, fmt.Errorf("fdbjobs: random token: %w", err)
+	}
+	return token, nil
 }
 
 func randomHex() string {

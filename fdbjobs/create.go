@@ -1,6 +1,7 @@
 package fdbjobs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -58,6 +59,13 @@ const MaxScheduledTimeMax int64 = 1 << 62
 //
 // tx may be nil, a Database or a caller's Transaction: a document write and
 // the job it creates can commit atomically.
+//
+// In its own retry loop (tx nil or a Database), Add is idempotent: a
+// retry after commit_unknown_result recognises the row its earlier attempt
+// wrote (even if a worker took the job meanwhile) and does not resubmit.
+// Joined to a caller's transaction, each call is a new Add: a caller whose
+// transaction may run again should add only what it has not added yet (for
+// example, check JobState for ErrNotFound in the same transaction).
 func (c *Client) Add(ctx context.Context, tx kv.Transactor, typ, id string, data json.RawMessage, stime int64) error {
 	if err := checkName("type", typ); err != nil {
 		return err
@@ -69,6 +77,10 @@ func (c *Client) Add(ctx context.Context, tx kv.Transactor, typ, id string, data
 		return err
 	}
 	d, err := checkData(data)
+	if err != nil {
+		return err
+	}
+	token, err := newToken()
 	if err != nil {
 		return err
 	}
@@ -87,22 +99,28 @@ func (c *Client) Add(ctx context.Context, tx kv.Transactor, typ, id string, data
 			return nil, err
 		}
 		if v == nil {
-			c.k.enqueue(tr, typ, id, &row{data: d}, stime)
+			c.k.enqueue(tr, typ, id, &row{data: d, addToken: token}, stime)
 			return nil, nil
 		}
 		r, err := decodeRow(v)
 		if err != nil {
 			return nil, err
 		}
-		c.resubmitRow(tr, typ, id, r, stime, d)
+		c.resubmitRow(tr, typ, id, r, stime, d, token)
 		return nil, nil
 	})
 	return err
 }
 
 // resubmitRow applies the resubmit rules to an existing job (see Add).
-// data nil keeps the current data.
-func (c *Client) resubmitRow(tr kv.Transaction, typ, id string, r *row, stime int64, data []byte) {
+// data nil keeps the current data. token identifies the Add or Resubmit
+// call: a row it already changed is left alone, as the call's earlier
+// attempt committed (and the job may have moved on since).
+func (c *Client) resubmitRow(tr kv.Transaction, typ, id string, r *row, stime int64, data, token []byte) {
+	if bytes.Equal(r.addToken, token) {
+		return
+	}
+	r.addToken = token
 	switch r.state {
 	case Finished:
 		if data != nil {
@@ -131,7 +149,7 @@ func (c *Client) resubmitRow(tr kv.Transaction, typ, id string, r *row, stime in
 // from its next Update or Finish; subscribers get a NotFound event.
 // Removing a missing job returns ErrNotFound. Run in its own retry loop
 // (tx nil or a Database), a retry after commit_unknown_result reports
-// success, not ErrNotFound.
+// success, not ErrNotFound, and leaves alone a job added again meanwhile.
 func (c *Client) Remove(ctx context.Context, tx kv.Transactor, typ, id string) error {
 	if err := checkName("type", typ); err != nil {
 		return err
@@ -139,18 +157,21 @@ func (c *Client) Remove(ctx context.Context, tx kv.Transactor, typ, id string) e
 	if err := checkName("job id", id); err != nil {
 		return err
 	}
+	// What an earlier attempt of this call removed: nothing yet (nil), or
+	// the add token of the incarnation of the job it removed.
+	var removed []byte
 	removedBefore := false
 	_, err := c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
 		r, err := c.k.readRow(tr, typ, id)
 		if err != nil {
 			return nil, err
 		}
+		if removedBefore && (r == nil || !bytes.Equal(r.addToken, removed)) {
+			// An earlier attempt removed the job and may have committed;
+			// what is there now, if anything, was added since.
+			return nil, nil
+		}
 		if r == nil {
-			if removedBefore {
-				// An earlier attempt of this call removed it and may have
-				// committed: the job is gone either way.
-				return nil, nil
-			}
 			return nil, fmt.Errorf("job %q of type %q: %w", id, typ, ErrNotFound)
 		}
 		if r.state == Pending {
@@ -159,7 +180,7 @@ func (c *Client) Remove(ctx context.Context, tx kv.Transactor, typ, id string) e
 		c.k.release(tr, typ, id, r)
 		tr.Clear(c.k.dataKey(typ, id))
 		c.k.bumpActivity(tr, typ)
-		removedBefore = true
+		removed, removedBefore = r.addToken, true
 		return nil, nil
 	})
 	return err

@@ -72,6 +72,9 @@ type row struct {
 	resubmit bool // running only: re-enqueue at finish
 	prev     lock // lock of the last Finish, to recognise a retried Finish
 	data     []byte
+	// addToken is the token of the last Add or Resubmit call that changed
+	// the row, to recognise its retry after commit_unknown_result.
+	addToken []byte
 }
 
 type keys struct {
@@ -185,7 +188,11 @@ func encodeRow(r *row) (value []byte, versionstamped bool) {
 	if r.prev.held() {
 		prevTok = r.prev.token
 	}
-	t := tuple.Tuple{seq, tok, r.lock.index, r.stime, r.resubmit, prevTok, r.prev.index, r.data}
+	var addTok tuple.TupleElement
+	if r.addToken != nil {
+		addTok = r.addToken
+	}
+	t := tuple.Tuple{seq, tok, r.lock.index, r.stime, r.resubmit, prevTok, r.prev.index, r.data, addTok}
 	if r.state == Running && r.seqNew {
 		v, err := t.PackWithVersionstamp(nil)
 		if err != nil {
@@ -201,7 +208,7 @@ func decodeRow(v []byte) (*row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fdbjobs: bad job row: %w", err)
 	}
-	if len(t) != 8 {
+	if len(t) != 9 {
 		return nil, fmt.Errorf("fdbjobs: bad job row: %d elements", len(t))
 	}
 	r := &row{}
@@ -227,6 +234,9 @@ func decodeRow(v []byte) (*row, error) {
 	}
 	if r.data, ok = t[7].([]byte); !ok {
 		return nil, bad("data")
+	}
+	if r.addToken, ok = bytesElem(t[8]); !ok {
+		return nil, bad("add token")
 	}
 	switch s := t[0].(type) {
 	case nil:

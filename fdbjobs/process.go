@@ -210,6 +210,10 @@ func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime
 	if err != nil {
 		return err
 	}
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
 	st, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (State, error) {
 		r, err := c.k.readRow(tr, job.Type, job.ID)
 		if err != nil {
@@ -218,7 +222,7 @@ func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime
 		if r == nil {
 			return 0, fmt.Errorf("job %q of type %q: %w", job.ID, job.Type, ErrNotFound)
 		}
-		c.resubmitRow(tr, job.Type, job.ID, r, stime, d)
+		c.resubmitRow(tr, job.Type, job.ID, r, stime, d, token)
 		return r.state, nil
 	})
 	if err != nil {
