@@ -1,0 +1,508 @@
+package couch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// DB is one remote database: an Endpoint with its own connection pool,
+// limited to Options.HTTPConnections concurrent requests. It is safe for
+// concurrent use. Close releases its idle connections.
+type DB struct {
+	ep      Endpoint
+	opts    Options
+	limiter *RateLimiter
+	client  *http.Client
+	tr      *http.Transport
+	slots   chan struct{} // one token per concurrent request
+	auth    string        // Authorization header value, "" for none
+	keyBase string        // rate limiter key prefix: scheme://host
+}
+
+// NewDB returns a client for ep. limiter is shared 429 back-off state; pass
+// the process's one limiter, or nil for a private one with default settings.
+func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
+	if ep.URL == nil || (ep.URL.Scheme != "http" && ep.URL.Scheme != "https") || ep.URL.Host == "" {
+		return nil, fmt.Errorf("%w: endpoint %q is not an http(s) URL", ErrInvalidEndpoint, ep.Redacted())
+	}
+	if ep.URL.User != nil {
+		return nil, fmt.Errorf("%w: endpoint URL %q carries credentials; use ParseEndpoint", ErrInvalidEndpoint, ep.Redacted())
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.WithDefaults()
+	if limiter == nil {
+		limiter, _ = NewRateLimiter(RateLimiterConfig{})
+	}
+	u := *ep.URL
+	ep.URL = &u
+	ep.Headers = ep.Headers.Clone()
+	if ep.Headers == nil {
+		ep.Headers = http.Header{}
+	}
+	dialer := &net.Dialer{Timeout: opts.ConnectionTimeout, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		DialContext:         dialer.DialContext,
+		TLSClientConfig:     opts.TLS,
+		TLSHandshakeTimeout: opts.ConnectionTimeout,
+		MaxConnsPerHost:     opts.HTTPConnections,
+		MaxIdleConnsPerHost: opts.HTTPConnections,
+		MaxIdleConns:        opts.HTTPConnections,
+		IdleConnTimeout:     opts.IdleConnTimeout,
+		// No transparent gzip: a compressing peer (pouchdb-server's express)
+		// buffers streamed feeds, heartbeats included.
+		DisableCompression: true,
+		ForceAttemptHTTP2:  true,
+	}
+	if opts.Proxy != nil {
+		tr.Proxy = http.ProxyURL(opts.Proxy)
+	}
+	db := &DB{
+		ep:      ep,
+		opts:    opts,
+		limiter: limiter,
+		tr:      tr,
+		client:  &http.Client{Transport: tr},
+		slots:   make(chan struct{}, opts.HTTPConnections),
+		keyBase: ep.URL.Scheme + "://" + strings.ToLower(ep.URL.Host),
+	}
+	if ep.Username != "" || ep.Password != "" {
+		req := &http.Request{Header: http.Header{}}
+		req.SetBasicAuth(ep.Username, ep.Password)
+		db.auth = req.Header.Get("Authorization")
+	}
+	return db, nil
+}
+
+// Endpoint returns the database's endpoint.
+func (db *DB) Endpoint() Endpoint { return db.ep }
+
+// Options returns the options in effect (defaults filled in).
+func (db *DB) Options() Options { return db.opts }
+
+// Redacted is the database URL without password, for messages.
+func (db *DB) Redacted() string { return db.ep.Redacted() }
+
+// Close closes idle pooled connections. Requests in flight are not
+// interrupted; the DB stays usable.
+func (db *DB) Close() { db.tr.CloseIdleConnections() }
+
+// Request is one HTTP request to a DB.
+type Request struct {
+	Method string
+	// Path is relative to the database URL and already escaped ("" is the
+	// database itself, "_changes", "_local/x", EscapeDocID(id)); a leading
+	// "/" makes it relative to the server root instead ("/_session").
+	Path   string
+	Query  url.Values
+	Header http.Header // added to the endpoint's headers
+	// Body is sent with Content-Length (never chunked) and re-sent on
+	// retries; Content-Type defaults to application/json when Body is set.
+	Body []byte
+	// NoRetry makes a single attempt (429 back-off still applies).
+	NoRetry bool
+	// Stream exempts the request from Options.RequestTimeout (continuous
+	// feeds); the ConnectionTimeout inactivity limit still applies to every
+	// read of the body.
+	Stream bool
+}
+
+// EscapeDocID escapes a document id for Request.Path: "_design/" and
+// "_local/" prefixes keep their slash, everything else is path-escaped (a
+// "/" inside an id becomes %2F).
+func EscapeDocID(id string) string {
+	for _, p := range []string{"_design/", "_local/"} {
+		if rest, ok := strings.CutPrefix(id, p); ok {
+			return p + url.PathEscape(rest)
+		}
+	}
+	return url.PathEscape(id)
+}
+
+// Do sends r and returns a 2xx response whose body the caller must close.
+// Transport errors, ConnectionTimeout silences, 408 and 5xx answers are
+// retried (RetryWait doubling, up to RetriesPerRequest retries and within
+// RetryTimeLimit); 429 answers back off through the rate limiter without
+// using up retries. Redirects are followed. Any other status, or the last
+// 408/5xx, is returned as *HTTPError with the body consumed. The body
+// returned fails with an error wrapping ErrTimeout if the peer stays silent
+// for ConnectionTimeout during a Read (time spent between Reads does not
+// count).
+func (db *DB) Do(ctx context.Context, r Request) (*http.Response, error) {
+	resp, _, err := db.do(ctx, r, false)
+	return resp, err
+}
+
+// DoJSON sends r with Accept: application/json and decodes the 2xx reply
+// body into out (skipped when out is nil). The whole body is read inside the
+// retry loop, so a reply cut short is retried like a transport error.
+func (db *DB) DoJSON(ctx context.Context, r Request, out any) error {
+	if r.Header.Get("Accept") == "" {
+		r.Header = r.Header.Clone()
+		if r.Header == nil {
+			r.Header = http.Header{}
+		}
+		r.Header.Set("Accept", "application/json")
+	}
+	_, body, err := db.do(ctx, r, true)
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("%w: %s %s: %v", ErrBadResponse, r.Method, db.redactedPath(r), err)
+	}
+	return nil
+}
+
+// DoBytes is DoJSON returning the raw 2xx body.
+func (db *DB) DoBytes(ctx context.Context, r Request) ([]byte, error) {
+	_, body, err := db.do(ctx, r, true)
+	return body, err
+}
+
+// requestURL builds the absolute URL of r.
+func (db *DB) requestURL(r Request) *url.URL {
+	u := *db.ep.URL
+	u.User = nil
+	var escPath string
+	if strings.HasPrefix(r.Path, "/") {
+		escPath = r.Path
+	} else {
+		base := db.ep.URL.EscapedPath()
+		if r.Path != "" && !strings.HasSuffix(base, "/") {
+			base += "/"
+		}
+		escPath = base + r.Path
+	}
+	if p, err := url.PathUnescape(escPath); err == nil {
+		u.Path, u.RawPath = p, escPath
+	} else {
+		u.Path, u.RawPath = escPath, ""
+	}
+	q := db.ep.URL.Query()
+	for k, vs := range r.Query {
+		q[k] = append(q[k], vs...)
+	}
+	u.RawQuery = q.Encode()
+	u.ForceQuery = false
+	return &u
+}
+
+// redactedPath is the request URL for messages: no query (it may carry
+// doc ids or filter values), no password.
+func (db *DB) redactedPath(r Request) string {
+	u := db.requestURL(r)
+	u.RawQuery = ""
+	return redactURL(u, db.ep.Username)
+}
+
+// do runs the retry loop. With readAll the 2xx body is read (and a failed
+// read retried) and returned as bytes; otherwise the response is returned
+// with its body open.
+func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, []byte, error) {
+	if r.Method == "" {
+		r.Method = http.MethodGet
+	}
+	target := db.requestURL(r)
+	where := db.redactedPath(r)
+	key := db.keyBase + " " + r.Method
+	retries := db.opts.RetriesPerRequest
+	if r.NoRetry {
+		retries = 0
+	}
+	wait := db.opts.RetryWait
+	var firstFailure time.Time
+	attempts := 0
+	for {
+		if err := db.limiter.Wait(ctx, key); err != nil {
+			if errors.Is(err, ErrMaxBackoff) {
+				return nil, nil, fmt.Errorf("%w: %s %s: the peer kept answering 429 Too Many Requests", ErrMaxBackoff, r.Method, where)
+			}
+			return nil, nil, err
+		}
+		attempts++
+		resp, body, err := db.attempt(ctx, r, target, readAll)
+		var retryable error
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
+			retryable = err
+		case resp.StatusCode == http.StatusTooManyRequests:
+			db.limiter.Failure(key)
+			db.log().Debug().Str("url", where).Str("method", r.Method).Dur("interval", db.limiter.Interval(key)).Msg("couch: 429, backing off")
+			attempts-- // 429s do not use up retries
+			continue
+		default:
+			db.limiter.Success(key)
+			if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+				return resp, body, nil
+			}
+			herr := newHTTPError(r.Method, where, resp, body)
+			if resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode < 500 {
+				return nil, nil, herr
+			}
+			retryable = herr
+		}
+		now := time.Now()
+		if firstFailure.IsZero() {
+			firstFailure = now
+		}
+		if attempts > retries || now.Sub(firstFailure) >= db.opts.RetryTimeLimit {
+			db.log().Warn().Str("url", where).Str("method", r.Method).Int("attempts", attempts).Str("error", retryable.Error()).Msg("couch: request failed")
+			var herr *HTTPError
+			if errors.As(retryable, &herr) {
+				return nil, nil, herr
+			}
+			return nil, nil, &RequestError{Method: r.Method, URL: where, Attempts: attempts, Err: retryable}
+		}
+		db.log().Debug().Str("url", where).Str("method", r.Method).Int("attempt", attempts).Dur("wait", wait).Str("error", retryable.Error()).Msg("couch: retrying")
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, ctx.Err()
+		}
+		wait = min(2*wait, db.opts.RetryWaitMax)
+	}
+}
+
+// attempt sends one request. It returns either an error (no usable answer,
+// retryable) or a response; for non-2xx responses and with readAll the body
+// has been read into the returned bytes and closed.
+func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll bool) (*http.Response, []byte, error) {
+	select {
+	case db.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	release := sync.OnceFunc(func() { <-db.slots })
+
+	actx, cancel := context.WithCancelCause(ctx)
+	if db.opts.RequestTimeout > 0 && !r.Stream {
+		var stop context.CancelFunc
+		actx, stop = context.WithTimeoutCause(actx, db.opts.RequestTimeout, errRequestTimeout)
+		inner := cancel
+		cancel = func(c error) { stop(); inner(c) }
+	}
+	wd := newWatchdog(db.opts.ConnectionTimeout, cancel)
+	wd.start() // connecting, sending and waiting for headers
+
+	var body io.Reader
+	if r.Body != nil {
+		body = &kickReader{r: bytes.NewReader(r.Body), wd: wd}
+	}
+	req, err := http.NewRequestWithContext(actx, r.Method, target.String(), body)
+	if err != nil {
+		wd.stop()
+		cancel(nil)
+		release()
+		return nil, nil, err
+	}
+	if r.Body != nil {
+		req.ContentLength = int64(len(r.Body))
+		req.GetBody = func() (io.ReadCloser, error) {
+			return io.NopCloser(&kickReader{r: bytes.NewReader(r.Body), wd: wd}), nil
+		}
+	}
+	for k, vs := range db.ep.Headers {
+		req.Header[k] = append([]string(nil), vs...)
+	}
+	for k, vs := range r.Header {
+		req.Header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+	}
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json")
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", db.opts.UserAgent)
+	}
+	if r.Body != nil && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if db.auth != "" {
+		req.Header.Set("Authorization", db.auth)
+	}
+
+	resp, err := db.client.Do(req)
+	wd.stop()
+	if err != nil {
+		err = cleanError(err, actx)
+		cancel(nil)
+		release()
+		return nil, nil, err
+	}
+	done := func() {
+		wd.stop()
+		cancel(nil)
+		release()
+	}
+	ok := resp.StatusCode >= 200 && resp.StatusCode <= 299
+	if !ok || readAll {
+		limit := int64(ErrorBodyMax)
+		if ok {
+			limit = -1
+		}
+		data, rerr := readBody(&watchedBody{rc: resp.Body, wd: wd, ctx: actx}, limit)
+		resp.Body.Close()
+		done()
+		if rerr != nil && ok {
+			return nil, nil, rerr
+		}
+		resp.Body = http.NoBody
+		return resp, data, nil
+	}
+	resp.Body = &watchedBody{rc: resp.Body, wd: wd, ctx: actx, done: sync.OnceFunc(done)}
+	return resp, nil, nil
+}
+
+// readBody reads rc fully (limit < 0) or its first limit bytes.
+func readBody(rc io.Reader, limit int64) ([]byte, error) {
+	if limit >= 0 {
+		rc = io.LimitReader(rc, limit)
+	}
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+func newHTTPError(method, where string, resp *http.Response, body []byte) *HTTPError {
+	e := &HTTPError{Status: resp.StatusCode, Method: method, URL: where, Body: body}
+	var couchErr struct {
+		Error  string `json:"error"`
+		Reason string `json:"reason"`
+	}
+	if json.Unmarshal(body, &couchErr) == nil {
+		e.Error_, e.Reason = couchErr.Error, couchErr.Reason
+	}
+	if e.Error_ == "" {
+		e.Error_ = strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_"))
+	}
+	return e
+}
+
+// nopLogger is used when Options.Logger is nil.
+var nopLogger = zerolog.Nop()
+
+func (db *DB) log() *zerolog.Logger {
+	if db.opts.Logger != nil {
+		return db.opts.Logger
+	}
+	return &nopLogger
+}
+
+// errRequestTimeout is the cancel cause of RequestTimeout.
+var errRequestTimeout = fmt.Errorf("%w: request_timeout exceeded", ErrTimeout)
+
+// errIdle is the cancel cause of the ConnectionTimeout watchdog.
+var errIdle = fmt.Errorf("%w: the peer sent nothing for connection_timeout", ErrTimeout)
+
+// cleanError turns a client error into one without URLs (a *url.Error
+// prints the request URL; ours never carries a password, but query strings
+// may be long) and with the timeout cause when the watchdog fired.
+func cleanError(err error, ctx context.Context) error {
+	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, ErrTimeout) {
+		return cause
+	}
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return uerr.Err
+	}
+	return err
+}
+
+// watchdog cancels an attempt when the peer stays silent for a timeout
+// while the client waits on it.
+type watchdog struct {
+	timeout time.Duration
+	mu      sync.Mutex
+	timer   *time.Timer
+	fire    func(error)
+}
+
+func newWatchdog(timeout time.Duration, cancel context.CancelCauseFunc) *watchdog {
+	return &watchdog{timeout: timeout, fire: func(e error) { cancel(e) }}
+}
+
+// start (re)arms the timer.
+func (w *watchdog) start() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.timer == nil {
+		w.timer = time.AfterFunc(w.timeout, func() { w.fire(errIdle) })
+		return
+	}
+	w.timer.Reset(w.timeout)
+}
+
+// stop disarms the timer.
+func (w *watchdog) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+// kickReader re-arms the watchdog whenever the transport reads more of the
+// request body (the peer is accepting data).
+type kickReader struct {
+	r  io.Reader
+	wd *watchdog
+}
+
+func (k *kickReader) Read(p []byte) (int, error) {
+	n, err := k.r.Read(p)
+	k.wd.start()
+	return n, err
+}
+
+// watchedBody arms the watchdog only while a Read is blocked, maps the
+// watchdog's cancellation to ErrTimeout, and releases the connection slot
+// on Close.
+type watchedBody struct {
+	rc   io.ReadCloser
+	wd   *watchdog
+	ctx  context.Context
+	done func()
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	b.wd.start()
+	n, err := b.rc.Read(p)
+	b.wd.stop()
+	if err != nil && err != io.EOF {
+		if cause := context.Cause(b.ctx); cause != nil && errors.Is(cause, ErrTimeout) {
+			err = cause
+		}
+	}
+	return n, err
+}
+
+func (b *watchedBody) Close() error {
+	err := b.rc.Close()
+	if b.done != nil {
+		b.done()
+	}
+	return err
+}

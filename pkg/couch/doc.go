@@ -1,0 +1,48 @@
+// Package couch is fdbrep's HTTP client for CouchDB-compatible databases
+// (CouchDB, pouchdb-server), with the behaviour of CouchDB's replicator
+// client (couch_replicator_httpc).
+//
+// An Endpoint is parsed from a replication's "source" or "target"
+// (ParseEndpoint): a URL string or {"url", "headers", "auth"}. Credentials are
+// taken out of the URL and headers (precedence auth.basic, URL userinfo,
+// Authorization: Basic) and sent as a Basic Authorization header on every
+// request. Passwords never appear in errors or logs: every URL printed is
+// Endpoint.Redacted(), "http://user:*****@host/db/", and request errors carry
+// no raw URL.
+//
+// A DB is one remote database with its own connection pool. Defaults follow
+// CouchDB's [replicator] section:
+//
+//   - HTTPConnections (http_connections, 20): at most this many requests in
+//     flight and pooled connections per DB; more requests wait for a slot
+//     (the wait does not count toward any timeout). A 2xx body returned by Do
+//     holds its slot until it is closed.
+//   - ConnectionTimeout (connection_timeout, 30 s): an inactivity limit. An
+//     attempt fails when the peer accepts none of the request body, sends no
+//     response headers, or sends nothing during a body Read for this long.
+//     Time the caller spends between Reads does not count, so a slow consumer
+//     of a continuous feed is not mistaken for a silent peer.
+//   - RetriesPerRequest (retries_per_request, 5): transport errors,
+//     ConnectionTimeout silences, 408 and 5xx are retried after 250 ms,
+//     doubling (0.25, 0.5, 1, 2, 4 s), and not after RetryTimeLimit (60 s)
+//     since the first failure. Bodies are []byte and re-sent as they are, so
+//     only send requests that are safe to repeat (replication's are), or set
+//     NoRetry.
+//   - RequestTimeout (request_timeout, none): an overall limit per attempt,
+//     never applied to Stream requests.
+//   - 429 Too Many Requests goes to a RateLimiter (AIMD, shared by all DBs of
+//     a process, keyed by scheme://host and method) and is retried without
+//     using up retries; when the back-off interval reaches its maximum
+//     (25 s) the request fails with ErrMaxBackoff, which a replication turns
+//     into a max_backoff crash.
+//
+// Non-2xx answers come back as *HTTPError (errors.Is(err, ErrNotFound) and
+// friends work); requests without any answer as *RequestError
+// (ErrRequestFailed, and ErrTimeout for silences). DoJSON reads the whole body
+// inside the retry loop, so a reply cut short is retried too; Do returns the
+// body open for streaming and the caller handles read errors.
+//
+// Responses are requested uncompressed: pouchdb-server compresses when asked
+// and then buffers continuous feeds, heartbeats included. Session (cookie)
+// authentication and multipart bodies are the caller's business.
+package couch

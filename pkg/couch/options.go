@@ -1,0 +1,133 @@
+package couch
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Defaults, from CouchDB's [replicator] section where it has the knob.
+const (
+	// HTTPConnectionsDefault is http_connections: concurrent requests (and
+	// pooled connections) per endpoint.
+	HTTPConnectionsDefault = 20
+	// ConnectionTimeoutDefault is connection_timeout: how long the peer may
+	// stay silent (connecting, answering, or in the middle of a body) before
+	// the attempt fails.
+	ConnectionTimeoutDefault = 30 * time.Second
+	// RetriesPerRequestDefault is retries_per_request.
+	RetriesPerRequestDefault = 5
+	// RequestTimeoutDefault is request_timeout: 0, no overall limit (CouchDB's
+	// "infinity"). Never applied to Stream requests.
+	RequestTimeoutDefault = 0
+	// RetryWaitDefault is the first wait between retries; it doubles.
+	RetryWaitDefault = 250 * time.Millisecond
+	// RetryWaitMaxDefault caps the doubling wait.
+	RetryWaitMaxDefault = 5 * time.Minute
+	// RetryTimeLimitDefault stops retrying once this long has passed since
+	// the first failure of a request (health_threshold / 2).
+	RetryTimeLimitDefault = 60 * time.Second
+	// IdleConnTimeoutDefault is connection_close_interval: pooled idle
+	// connections are closed after it.
+	IdleConnTimeoutDefault = 90 * time.Second
+	// UserAgentDefault is sent unless the endpoint headers set User-Agent.
+	UserAgentDefault = "fdbrep-replicator/1"
+)
+
+// NoRetries, as Options.RetriesPerRequest, disables retries (0 means the
+// default, as for every Options field).
+const NoRetries = -1
+
+// Options tune one DB. Zero fields take their …Default.
+type Options struct {
+	HTTPConnections   int           // ≥ 1
+	ConnectionTimeout time.Duration // > 0
+	RetriesPerRequest int           // ≥ 0, or NoRetries
+	RequestTimeout    time.Duration // ≥ 0; 0 = none
+	RetryWait         time.Duration // > 0
+	RetryWaitMax      time.Duration // ≥ RetryWait
+	RetryTimeLimit    time.Duration // > 0
+	IdleConnTimeout   time.Duration // > 0
+	UserAgent         string
+
+	// Proxy, if set, is an http, https or socks5 proxy URL for every request.
+	Proxy *url.URL
+	// TLS, if set, configures https (nil: Go's defaults, which verify
+	// certificates against the system roots).
+	TLS *tls.Config
+	// Logger receives retries and give-ups (URLs redacted). nil: no logging.
+	Logger *zerolog.Logger
+}
+
+// WithDefaults returns o with every zero field replaced by its default.
+func (o Options) WithDefaults() Options {
+	if o.HTTPConnections == 0 {
+		o.HTTPConnections = HTTPConnectionsDefault
+	}
+	if o.ConnectionTimeout == 0 {
+		o.ConnectionTimeout = ConnectionTimeoutDefault
+	}
+	switch o.RetriesPerRequest {
+	case 0:
+		o.RetriesPerRequest = RetriesPerRequestDefault
+	case NoRetries:
+		o.RetriesPerRequest = 0
+	}
+	if o.RetryWait == 0 {
+		o.RetryWait = RetryWaitDefault
+	}
+	if o.RetryWaitMax == 0 {
+		o.RetryWaitMax = max(RetryWaitMaxDefault, o.RetryWait)
+	}
+	if o.RetryTimeLimit == 0 {
+		o.RetryTimeLimit = RetryTimeLimitDefault
+	}
+	if o.IdleConnTimeout == 0 {
+		o.IdleConnTimeout = IdleConnTimeoutDefault
+	}
+	if o.UserAgent == "" {
+		o.UserAgent = UserAgentDefault
+	}
+	return o
+}
+
+// Validate reports the first field out of range (after WithDefaults, so
+// zero fields are fine). Errors wrap ErrInvalidOptions.
+func (o Options) Validate() error {
+	o = o.WithDefaults()
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...)
+	}
+	switch {
+	case o.HTTPConnections < 1:
+		return bad("http_connections must be at least 1, got %d", o.HTTPConnections)
+	case o.ConnectionTimeout < 0:
+		return bad("connection_timeout must be positive, got %v", o.ConnectionTimeout)
+	case o.RetriesPerRequest < 0:
+		return bad("retries_per_request must be at least 0, got %d", o.RetriesPerRequest)
+	case o.RequestTimeout < 0:
+		return bad("request_timeout must not be negative, got %v", o.RequestTimeout)
+	case o.RetryWait < 0:
+		return bad("retry wait must be positive, got %v", o.RetryWait)
+	case o.RetryWaitMax < o.RetryWait:
+		return bad("retry wait max %v is below the retry wait %v", o.RetryWaitMax, o.RetryWait)
+	case o.RetryTimeLimit < 0:
+		return bad("retry time limit must be positive, got %v", o.RetryTimeLimit)
+	case o.IdleConnTimeout < 0:
+		return bad("idle connection timeout must be positive, got %v", o.IdleConnTimeout)
+	}
+	if o.Proxy != nil {
+		switch o.Proxy.Scheme {
+		case "http", "https", "socks5":
+		default:
+			return bad("proxy %q: scheme must be http, https or socks5", redactURL(o.Proxy, o.Proxy.User.Username()))
+		}
+		if o.Proxy.Host == "" {
+			return bad("proxy %q has no host", redactURL(o.Proxy, o.Proxy.User.Username()))
+		}
+	}
+	return nil
+}
