@@ -1,0 +1,109 @@
+package fdbjobs
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestLifecycleStopBeforeStartAndDoubleStop(t *testing.T) {
+	b := setup(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	m := b.c.NewActivityMonitor(t1)
+	b.c.Stop()
+	m.Stop()
+
+	b.start(t)
+	require.NoError(t, b.c.Start(b.ctx), "Start on a started client does nothing")
+	require.NoError(t, m.Start(b.ctx))
+	require.NoError(t, m.Start(b.ctx))
+	b.add(t, t1, j1, "", 0)
+	sub, _, _, err := b.c.Subscribe(b.ctx, nil, t1, j1)
+	require.NoError(t, err)
+
+	m.Stop()
+	m.Stop()
+	b.c.Stop()
+	b.c.Stop()
+	_, err = sub.Wait(b.ctx)
+	require.ErrorIs(t, err, ErrSubscriptionClosed, "stopping the client closes its subscriptions")
+	_, _, _, err = b.c.Subscribe(b.ctx, nil, t1, j1)
+	require.ErrorIs(t, err, ErrNotStarted)
+
+	// It starts again after a stop.
+	b.start(t)
+	sub, _, _, err = b.c.Subscribe(b.ctx, nil, t1, j1)
+	require.NoError(t, err)
+	b.accept(t, t1)
+	require.Equal(t, Running, next(t, b.ctx, sub).State)
+	b.c.Stop()
+}
+
+// A blocked Accept ends with its context and leaves no watch or goroutine.
+func TestLifecycleAcceptCancelled(t *testing.T) {
+	b := setup(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.c.Accept(ctx, t1, AcceptOptions{Timeout: WaitForever})
+		done <- err
+	}()
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
+
+// TestLifecycleStress starts and stops clients, monitors and notifiers from
+// several goroutines at once, with subscriptions coming and going, and
+// checks that no goroutine is left behind.
+func TestLifecycleStress(t *testing.T) {
+	b := setup(t, func(c *Config) { c.TypeCheckPeriod = time.Millisecond })
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	b.add(t, t1, j1, "", 0)
+	m := b.c.NewActivityMonitor(t2)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				switch (g + i) % 4 {
+				case 0:
+					_ = b.c.Start(b.ctx)
+				case 1:
+					b.c.Stop()
+				case 2:
+					_ = m.Start(b.ctx)
+					m.Stop()
+				case 3:
+					sub, _, _, err := b.c.Subscribe(b.ctx, nil, t1, j1)
+					if err == nil {
+						sub.Unsubscribe()
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.c.Stop()
+	m.Stop()
+}
+
+// A client whose start context ends stops its services by itself.
+func TestLifecycleStartContextEnds(t *testing.T) {
+	b := setup(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithCancel(b.ctx)
+	require.NoError(t, b.c.Start(ctx))
+	b.add(t, t1, j1, "", 0)
+	sub, _, _, err := b.c.Subscribe(b.ctx, nil, t1, j1)
+	require.NoError(t, err)
+	cancel()
+	_, err = sub.Wait(b.ctx)
+	require.ErrorIs(t, err, ErrSubscriptionClosed)
+	b.c.Stop()
+}
