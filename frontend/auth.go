@@ -1,0 +1,377 @@
+package frontend
+
+import (
+	"crypto/hmac"
+	"crypto/pbkdf2"
+	"crypto/rand"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// RoleAdmin is the role of server admins, as in CouchDB.
+const RoleAdmin = "_admin"
+
+// RoleReplicator is CouchDB's role that exempts a user from the owner rules
+// and validation of replicator documents.
+const RoleReplicator = "_replicator"
+
+// User is the authenticated user of a request; nil or an empty Name is the
+// anonymous user.
+type User struct {
+	Name  string
+	Roles []string
+	// Method is how the user authenticated: "cookie" or "default" (Basic).
+	Method string
+}
+
+// Anonymous tells whether u is the anonymous user.
+func (u *User) Anonymous() bool { return u == nil || u.Name == "" }
+
+// HasRole tells whether u has role.
+func (u *User) HasRole(role string) bool {
+	if u == nil {
+		return false
+	}
+	for _, r := range u.Roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
+// IsAdmin tells whether u is a server admin.
+func (u *User) IsAdmin() bool { return u.HasRole(RoleAdmin) }
+
+// Password hash formats, CouchDB's.
+const (
+	pbkdf2Prefix = "-pbkdf2"
+	hashedPrefix = "-hashed-"
+)
+
+// Errors of password hashes (never holding the hash or password).
+var (
+	errBadHash = errors.New("frontend: malformed password hash")
+)
+
+// PRFs accepted in "-pbkdf2:<prf>-" hashes and [chttpd_auth] pbkdf2_prf.
+func prfFunc(name string) (func() hash.Hash, int, bool) {
+	switch name {
+	case "sha", "sha1":
+		return sha1.New, sha1.Size, true
+	case "sha256":
+		return sha256.New, sha256.Size, true
+	case "sha512":
+		return sha512.New, sha512.Size, true
+	}
+	return nil, 0, false
+}
+
+// HashPassword returns password hashed in CouchDB's [admins] format:
+// "-pbkdf2-<hex key>,<salt>,<iterations>" for prf "sha" (CouchDB <= 3.3),
+// "-pbkdf2:<prf>-<hex key>,<salt>,<iterations>" otherwise (CouchDB 3.4+).
+// The salt is 32 random hex characters used as bytes, as CouchDB does.
+func HashPassword(password, prf string, iterations int) (string, error) {
+	h, size, ok := prfFunc(prf)
+	if !ok || iterations < 1 {
+		return "", fmt.Errorf("%w: prf %q, iterations %d", ErrInvalidOptions, prf, iterations)
+	}
+	salt := make([]byte, 16)
+	_, _ = rand.Read(salt)
+	saltHex := hex.EncodeToString(salt)
+	key, err := pbkdf2.Key(h, password, []byte(saltHex), iterations, size)
+	if err != nil {
+		return "", err
+	}
+	prefix := pbkdf2Prefix + "-"
+	if prf != "sha" && prf != "sha1" {
+		prefix = pbkdf2Prefix + ":" + prf + "-"
+	}
+	return prefix + hex.EncodeToString(key) + "," + saltHex + "," + strconv.Itoa(iterations), nil
+}
+
+// isHashed tells whether a stored password is one of CouchDB's hash
+// formats rather than plaintext.
+func isHashed(stored string) bool {
+	return strings.HasPrefix(stored, pbkdf2Prefix) || strings.HasPrefix(stored, hashedPrefix)
+}
+
+type parsedHash struct {
+	hashed     bool // -hashed- format
+	prf        func() hash.Hash
+	key        []byte
+	salt       string
+	iterations int
+}
+
+// parseHash parses a stored CouchDB password hash without running it.
+func parseHash(stored string) (parsedHash, error) {
+	switch {
+	case strings.HasPrefix(stored, hashedPrefix):
+		// -hashed-<sha1 hex of password+salt>,<salt>: CouchDB's oldest format.
+		want, salt, ok := strings.Cut(strings.TrimPrefix(stored, hashedPrefix), ",")
+		key, err := hex.DecodeString(want)
+		if !ok || err != nil || len(key) != sha1.Size {
+			return parsedHash{}, errBadHash
+		}
+		return parsedHash{hashed: true, key: key, salt: salt}, nil
+	case strings.HasPrefix(stored, pbkdf2Prefix):
+		rest := strings.TrimPrefix(stored, pbkdf2Prefix)
+		prf := "sha"
+		switch {
+		case strings.HasPrefix(rest, ":"):
+			p, r, ok := strings.Cut(rest[1:], "-")
+			if !ok {
+				return parsedHash{}, errBadHash
+			}
+			prf, rest = p, r
+		case strings.HasPrefix(rest, "-"):
+			rest = rest[1:]
+		default:
+			return parsedHash{}, errBadHash
+		}
+		h, _, ok := prfFunc(prf)
+		parts := strings.Split(rest, ",")
+		if !ok || len(parts) != 3 {
+			return parsedHash{}, errBadHash
+		}
+		key, err := hex.DecodeString(parts[0])
+		if err != nil || len(key) == 0 {
+			return parsedHash{}, errBadHash
+		}
+		iter, err := strconv.Atoi(parts[2])
+		if err != nil || iter < 1 {
+			return parsedHash{}, errBadHash
+		}
+		return parsedHash{prf: h, key: key, salt: parts[1], iterations: iter}, nil
+	}
+	return parsedHash{}, errBadHash
+}
+
+// verifyPassword checks password against a stored hash in constant time.
+func verifyPassword(stored, password string) (bool, error) {
+	p, err := parseHash(stored)
+	if err != nil {
+		return false, err
+	}
+	if p.hashed {
+		sum := sha1.Sum([]byte(password + p.salt))
+		return subtle.ConstantTimeCompare(sum[:], p.key) == 1, nil
+	}
+	got, err := pbkdf2.Key(p.prf, password, []byte(p.salt), p.iterations, len(p.key))
+	if err != nil {
+		return false, errBadHash
+	}
+	return subtle.ConstantTimeCompare(got, p.key) == 1, nil
+}
+
+type account struct {
+	name  string
+	hash  string
+	roles []string
+}
+
+// Accounts are the users a frontend knows: server admins and, as an fdbrep
+// extension, configured non-admin users.
+type Accounts struct {
+	byName map[string]*account
+}
+
+// AccountsOptions hash plaintext passwords met by NewAccounts.
+type AccountsOptions struct {
+	PRF        string // "sha", "sha256" or "sha512"
+	Iterations int
+}
+
+// NewAccounts builds the account table. admins and users map names to
+// CouchDB password hashes or plaintext; plaintext ones are hashed with opts
+// and their names returned in plain, so the caller can warn. roles gives
+// users' roles; admins get RoleAdmin. A name in both maps is an admin.
+func NewAccounts(admins, users map[string]string, roles map[string][]string, opts AccountsOptions) (*Accounts, []string, error) {
+	a := &Accounts{byName: map[string]*account{}}
+	var plain []string
+	add := func(name, stored string, rs []string) error {
+		if name == "" || strings.Contains(name, ":") {
+			return fmt.Errorf("%w: user name %q must be non-empty without ':'", ErrInvalidOptions, name)
+		}
+		if !isHashed(stored) {
+			h, err := HashPassword(stored, opts.PRF, opts.Iterations)
+			if err != nil {
+				return err
+			}
+			stored = h
+			plain = append(plain, name)
+		} else if _, err := parseHash(stored); err != nil {
+			return fmt.Errorf("%w: password hash of %q: %v", ErrInvalidOptions, name, err)
+		}
+		a.byName[name] = &account{name: name, hash: stored, roles: rs}
+		return nil
+	}
+	for name, stored := range users {
+		if _, isAdmin := admins[name]; isAdmin {
+			continue
+		}
+		if err := add(name, stored, append([]string(nil), roles[name]...)); err != nil {
+			return nil, nil, err
+		}
+	}
+	for name, stored := range admins {
+		if err := add(name, stored, []string{RoleAdmin}); err != nil {
+			return nil, nil, err
+		}
+	}
+	return a, plain, nil
+}
+
+// authenticator checks Basic credentials and AuthSession cookies.
+type authenticator struct {
+	accounts   *Accounts
+	secret     []byte
+	timeout    time.Duration
+	persistent bool
+	now        func() time.Time
+	decoy      string // a hash of the configured cost, for unknown names
+
+	mu        sync.Mutex
+	cache     map[[32]byte]struct{} // verified name+password+hash digests
+	cacheSize int
+}
+
+func (a *authenticator) lookup(name string) *account {
+	if a.accounts == nil {
+		return nil
+	}
+	return a.accounts.byName[name]
+}
+
+// login checks a name and password; nil when they are wrong.
+func (a *authenticator) login(name, password string) *account {
+	acc := a.lookup(name)
+	if acc == nil {
+		// Spend comparable time so that unknown names are not revealed by
+		// timing.
+		_, _ = verifyPassword(a.decoy, password)
+		return nil
+	}
+	digest := sha256.Sum256([]byte(acc.name + "\x00" + password + "\x00" + acc.hash))
+	if a.cacheSize > 0 {
+		a.mu.Lock()
+		_, ok := a.cache[digest]
+		a.mu.Unlock()
+		if ok {
+			return acc
+		}
+	}
+	ok, err := verifyPassword(acc.hash, password)
+	if err != nil || !ok {
+		return nil
+	}
+	if a.cacheSize > 0 {
+		a.mu.Lock()
+		if len(a.cache) >= a.cacheSize {
+			clear(a.cache)
+		}
+		a.cache[digest] = struct{}{}
+		a.mu.Unlock()
+	}
+	return acc
+}
+
+func userOf(acc *account, method string) *User {
+	return &User{Name: acc.name, Roles: append([]string(nil), acc.roles...), Method: method}
+}
+
+// cookieMAC signs "name:hextime" with the server secret and the account's
+// password hash, so a password change invalidates the account's cookies.
+func (a *authenticator) cookieMAC(acc *account, payload string) []byte {
+	m := hmac.New(sha256.New, append(append([]byte{}, a.secret...), acc.hash...))
+	m.Write([]byte(payload))
+	return m.Sum(nil)
+}
+
+func (a *authenticator) makeCookie(acc *account, r *http.Request) *http.Cookie {
+	payload := acc.name + ":" + strconv.FormatInt(a.now().Unix(), 16)
+	val := base64.RawURLEncoding.EncodeToString(append([]byte(payload+":"), a.cookieMAC(acc, payload)...))
+	c := &http.Cookie{Name: "AuthSession", Value: val, Path: "/", HttpOnly: true, Secure: r.TLS != nil}
+	if a.persistent {
+		c.MaxAge = int(a.timeout / time.Second)
+	}
+	return c
+}
+
+// checkCookie returns the account of a valid AuthSession cookie and
+// whether the cookie should be refreshed; nil for invalid or expired
+// cookies (which CouchDB treats as no cookie).
+func (a *authenticator) checkCookie(value string) (*account, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(value, "="))
+	if err != nil {
+		return nil, false
+	}
+	name, rest, ok := strings.Cut(string(raw), ":")
+	if !ok {
+		return nil, false
+	}
+	hexTime, mac, ok := strings.Cut(rest, ":")
+	if !ok {
+		return nil, false
+	}
+	acc := a.lookup(name)
+	if acc == nil {
+		return nil, false
+	}
+	if !hmac.Equal([]byte(mac), a.cookieMAC(acc, name+":"+hexTime)) {
+		return nil, false
+	}
+	issued, err := strconv.ParseInt(hexTime, 16, 64)
+	if err != nil {
+		return nil, false
+	}
+	age := a.now().Sub(time.Unix(issued, 0))
+	if age < 0 || age >= a.timeout {
+		return nil, false
+	}
+	return acc, age > a.timeout/10
+}
+
+// authenticate finds the request's user: Basic credentials first, then the
+// AuthSession cookie. Wrong Basic credentials are an error (401), as in
+// CouchDB; a bad cookie is ignored. refresh is a cookie to set on the
+// response, or nil.
+func (a *authenticator) authenticate(r *http.Request) (u *User, refresh *http.Cookie, err *httpError) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, _, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "basic") {
+			return nil, nil, nil // other schemes are not ours; anonymous
+		}
+		name, password, ok := r.BasicAuth()
+		if !ok {
+			return nil, nil, badRequest("Authorization header has invalid encoding")
+		}
+		acc := a.login(name, password)
+		if acc == nil {
+			return nil, nil, errUnauthorizedLogin
+		}
+		return userOf(acc, "default"), nil, nil
+	}
+	if c, err := r.Cookie("AuthSession"); err == nil && c.Value != "" {
+		if acc, stale := a.checkCookie(c.Value); acc != nil {
+			if stale {
+				refresh = a.makeCookie(acc, r)
+			}
+			return userOf(acc, "cookie"), refresh, nil
+		}
+	}
+	return nil, nil, nil
+}

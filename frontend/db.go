@@ -1,0 +1,264 @@
+package frontend
+
+import (
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+func parseNonNeg(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("not a non-negative integer")
+	}
+	return n, nil
+}
+
+func urlUnescape(s string) (string, error) { return url.PathUnescape(s) }
+
+func queryParseError(reason string) *httpError {
+	return newError(http.StatusBadRequest, "query_parse_error", reason)
+}
+
+// intParam parses an integer query parameter (def when absent).
+func intParam(q url.Values, name string, def int) (int, *httpError) {
+	v := q.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, queryParseError(fmt.Sprintf("Invalid value for integer: %q", v))
+	}
+	if n < 0 {
+		return 0, queryParseError(fmt.Sprintf("%s must be a non-negative integer", name))
+	}
+	return n, nil
+}
+
+func boolParam(q url.Values, name string) (bool, *httpError) {
+	switch v := q.Get(name); v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, queryParseError(fmt.Sprintf("Invalid boolean parameter: %q", v))
+	}
+}
+
+// jsonStringParam parses a JSON-encoded string parameter (startkey="a").
+func jsonStringParam(q url.Values, names ...string) (*string, *httpError) {
+	for _, name := range names {
+		v, ok := q[name]
+		if !ok {
+			continue
+		}
+		var s string
+		if err := json.Unmarshal([]byte(v[0]), &s); err != nil {
+			return nil, queryParseError(fmt.Sprintf("Invalid JSON for %s: document ids are JSON strings, e.g. %s=\"abc\"", name, name))
+		}
+		return &s, nil
+	}
+	return nil, nil
+}
+
+// dbFromPath returns the decoded, checked database name of the request.
+func dbFromPath(w http.ResponseWriter, r *http.Request) (string, bool) {
+	name, he := pathVar(r, "db")
+	if he == nil {
+		he = checkDBName(name)
+	}
+	if he != nil {
+		writeError(w, he)
+		return "", false
+	}
+	return name, true
+}
+
+func (s *Server) handleDB(w http.ResponseWriter, r *http.Request) {
+	name, he := pathVar(r, "db")
+	if he != nil {
+		writeError(w, he)
+		return
+	}
+	if strings.HasPrefix(name, "_") && name != ReplicatorDB {
+		writeError(w, badRequest("Unknown or unsupported endpoint /"+name))
+		return
+	}
+	if he := checkDBName(name); he != nil {
+		writeError(w, he)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		if !requireUser(w, r) {
+			return
+		}
+		info, err := s.store.info(r.Context(), name)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{
+			"db_name": name, "update_seq": info.updateSeq, "purge_seq": 0,
+			"doc_count": info.docCount, "doc_del_count": info.delCount,
+			"sizes":               map[string]int{"file": 0, "external": 0, "active": 0},
+			"disk_format_version": 8, "compact_running": false,
+			"cluster":             map[string]int{"q": 1, "n": 1, "w": 1, "r": 1},
+			"instance_start_time": "0", "uuid": info.meta.UUID,
+		})
+	case http.MethodPut:
+		if !requireAdmin(w, r) {
+			return
+		}
+		if err := s.createDB(r.Context(), name); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		w.Header().Set("Location", "/"+url.PathEscape(name))
+		writeJSON(w, http.StatusCreated, map[string]bool{"ok": true})
+	case http.MethodDelete:
+		if !requireAdmin(w, r) {
+			return
+		}
+		if r.URL.Query().Has("rev") {
+			writeError(w, badRequest("You tried to DELETE a database with a ?rev= parameter. Did you mean to DELETE a document instead?"))
+			return
+		}
+		err := s.store.deleteDB(r.Context(), name, func(tr kv.Transaction) error {
+			if s.opts.Replicator != nil {
+				return s.opts.Replicator.DBDeleted(r.Context(), tr, name)
+			}
+			return nil
+		})
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	case http.MethodPost:
+		if !requireUser(w, r) {
+			return
+		}
+		if !isJSONType(r.Header.Get("Content-Type")) {
+			writeError(w, errJSONContentType)
+			return
+		}
+		body, ok := s.readDocBody(w, r)
+		if !ok {
+			return
+		}
+		id, _ := body["_id"].(string)
+		if _, has := body["_id"]; has && id == "" {
+			writeError(w, newError(http.StatusBadRequest, "illegal_docid", "Document id must be a non-empty string"))
+			return
+		}
+		if id == "" {
+			id = newDocID() // outside the transaction: retries keep the id
+		}
+		s.writeDoc(w, r, name, id, body)
+	}
+}
+
+func (s *Server) handleAllDocs(w http.ResponseWriter, r *http.Request) {
+	db, ok := dbFromPath(w, r)
+	if !ok || !requireUser(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	var adq allDocsQuery
+	var he *httpError
+	adq.limit, he = intParam(q, "limit", -1)
+	if he == nil {
+		adq.skip, he = intParam(q, "skip", 0)
+	}
+	var includeDocs bool
+	if he == nil {
+		includeDocs, he = boolParam(q, "include_docs")
+	}
+	if he == nil {
+		adq.descending, he = boolParam(q, "descending")
+	}
+	if he == nil {
+		adq.startKey, he = jsonStringParam(q, "startkey", "start_key")
+	}
+	if he == nil {
+		adq.endKey, he = jsonStringParam(q, "endkey", "end_key")
+	}
+	if he != nil {
+		writeError(w, he)
+		return
+	}
+	docs, total, err := s.store.allDocs(r.Context(), db, adq)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	u := userFrom(r)
+	rows := make([]map[string]any, 0, len(docs))
+	for _, d := range docs {
+		row := map[string]any{"id": d.id, "key": d.id, "value": map[string]string{"rev": d.rev}}
+		if includeDocs {
+			row["doc"] = s.docJSON(d, u)
+		}
+		rows = append(rows, row)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"total_rows": total, "offset": adq.skip, "rows": rows})
+}
+
+func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
+	db, ok := dbFromPath(w, r)
+	if !ok || !requireUser(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	if f := q.Get("feed"); f != "" && f != "normal" {
+		writeError(w, badRequest("fdbrep supports only feed=normal on replicator databases"))
+		return
+	}
+	limit, he := intParam(q, "limit", -1)
+	var includeDocs bool
+	if he == nil {
+		includeDocs, he = boolParam(q, "include_docs")
+	}
+	if he != nil {
+		writeError(w, he)
+		return
+	}
+	since := q.Get("since")
+	if since == "now" {
+		info, err := s.store.info(r.Context(), db)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		since = info.updateSeq
+	}
+	rows, last, err := s.store.changes(r.Context(), db, since, limit, includeDocs)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	u := userFrom(r)
+	results := make([]map[string]any, 0, len(rows))
+	for _, c := range rows {
+		row := map[string]any{"seq": c.seq, "id": c.ID, "changes": []map[string]string{{"rev": c.Rev}}}
+		if c.Deleted {
+			row["deleted"] = true
+		}
+		if includeDocs {
+			if c.doc != nil {
+				row["doc"] = s.docJSON(c.doc, u)
+			} else {
+				row["doc"] = map[string]any{"_id": c.ID, "_rev": c.Rev, "_deleted": true}
+			}
+		}
+		results = append(results, row)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": results, "last_seq": last, "pending": 0})
+}

@@ -1,0 +1,84 @@
+package frontend
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Sentinel errors of the storage layer; handlers turn them into CouchDB
+// error responses (see httpError).
+var (
+	// ErrDBNotFound: the database does not exist.
+	ErrDBNotFound = errors.New("frontend: database does not exist")
+	// ErrDBExists: PUT of a database that exists.
+	ErrDBExists = errors.New("frontend: database already exists")
+	// ErrDocNotFound: the document never existed (or has no such rev).
+	ErrDocNotFound = errors.New("frontend: document missing")
+	// ErrDocDeleted: the document's current revision is a deletion.
+	ErrDocDeleted = errors.New("frontend: document deleted")
+	// ErrConflict: the write's base revision is not the current one.
+	ErrConflict = errors.New("frontend: document update conflict")
+	// ErrInvalidOptions: Options failed validation.
+	ErrInvalidOptions = errors.New("frontend: invalid options")
+)
+
+// httpError is an error with a CouchDB response: status, "error" and
+// "reason". Reasons must never hold credentials.
+type httpError struct {
+	status int
+	err    string
+	reason string
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.err, e.reason) }
+
+func newError(status int, err, reason string) *httpError {
+	return &httpError{status: status, err: err, reason: reason}
+}
+
+func badRequest(reason string) *httpError { return newError(http.StatusBadRequest, "bad_request", reason) }
+
+func forbidden(reason string) *httpError { return newError(http.StatusForbidden, "forbidden", reason) }
+
+func notFound(reason string) *httpError { return newError(http.StatusNotFound, "not_found", reason) }
+
+var (
+	errUnauthorizedLogin = newError(http.StatusUnauthorized, "unauthorized", "Name or password is incorrect.")
+	errNotServerAdmin    = newError(http.StatusUnauthorized, "unauthorized", "You are not a server admin.")
+	errAuthRequired      = newError(http.StatusUnauthorized, "unauthorized", "Authentication required.")
+	errConflict          = newError(http.StatusConflict, "conflict", "Document update conflict.")
+	errDBMissing         = notFound("Database does not exist.")
+	errDBExists          = newError(http.StatusPreconditionFailed, "file_exists", "The database could not be created, the file already exists.")
+	errTooLarge          = newError(http.StatusRequestEntityTooLarge, "too_large", "the request entity is too large")
+	errJSONContentType   = newError(http.StatusUnsupportedMediaType, "bad_content_type", "Content-Type must be application/json")
+)
+
+// notDBAdmin is CouchDB's check_is_admin failure: 401 for anonymous users,
+// 403 for authenticated ones.
+func notDBAdmin(u *User) *httpError {
+	if u.Anonymous() {
+		return newError(http.StatusUnauthorized, "unauthorized", "You are not a db or server admin.")
+	}
+	return forbidden("You are not a db or server admin.")
+}
+
+// toHTTPError maps storage errors to responses.
+func toHTTPError(err error) *httpError {
+	var he *httpError
+	switch {
+	case errors.As(err, &he):
+		return he
+	case errors.Is(err, ErrDBNotFound):
+		return errDBMissing
+	case errors.Is(err, ErrDBExists):
+		return errDBExists
+	case errors.Is(err, ErrDocDeleted):
+		return notFound("deleted")
+	case errors.Is(err, ErrDocNotFound):
+		return notFound("missing")
+	case errors.Is(err, ErrConflict):
+		return errConflict
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/pkg/subspace"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// Test accounts: passwords in plaintext, hashed by NewAccounts.
+const (
+	adminName, adminPass = "admin", "s3cret-admin"
+	aliceName, alicePass = "alice", "alice-pw-123"
+	bobName, bobPass     = "bob", "bob-pw-456"
+)
+
+// fakeReplicator stands in for package replicator: it validates like the
+// real parser would for the fields tests use, and records each hook call
+// as a key written in the caller's transaction, so tests can check that
+// jobs commit with the documents.
+type fakeReplicator struct {
+	sub subspace.Subspace
+	mu  sync.Mutex
+	// failWritten makes DocWritten fail (the write must not be stored).
+	failWritten bool
+}
+
+func (f *fakeReplicator) ValidateDoc(db, docID string, doc map[string]any, user *User) error {
+	for _, field := range []string{"source", "target"} {
+		switch v := doc[field].(type) {
+		case string:
+			if !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
+				return errors.New("endpoint has an invalid url")
+			}
+		case map[string]any:
+		case nil:
+			return errors.New("Missing replicator database")
+		default:
+			return errors.New("endpoint has an invalid url")
+		}
+	}
+	if c, ok := doc["continuous"]; ok {
+		if _, ok := c.(bool); !ok {
+			return errors.New("parameter `continuous` must be a boolean")
+		}
+	}
+	return nil
+}
+
+func (f *fakeReplicator) DocWritten(ctx context.Context, tr kv.Transaction, db, docID string, doc map[string]any) error {
+	f.mu.Lock()
+	fail := f.failWritten
+	f.mu.Unlock()
+	if fail {
+		return errors.New("job layer refused")
+	}
+	key := f.sub.Pack(tuple.Tuple{"job", db, docID})
+	if doc == nil {
+		tr.Clear(key)
+		return nil
+	}
+	b, _ := json.Marshal(doc)
+	tr.Set(key, b)
+	return nil
+}
+
+func (f *fakeReplicator) DBCreated(ctx context.Context, tr kv.Transaction, db string) error {
+	tr.Set(f.sub.Pack(tuple.Tuple{"db", db}), []byte("1"))
+	return nil
+}
+
+func (f *fakeReplicator) DBDeleted(ctx context.Context, tr kv.Transaction, db string) error {
+	tr.Clear(f.sub.Pack(tuple.Tuple{"db", db}))
+	tr.ClearRange(f.sub.Sub("job", db))
+	return nil
+}
+
+// job reads the fake job of a document (nil when none).
+func (f *fakeReplicator) job(t *testing.T, db kv.Database, repDB, docID string) map[string]any {
+	t.Helper()
+	v, err := kv.ReadTransact(context.Background(), db, func(tr kv.ReadTransaction) ([]byte, error) {
+		return tr.Get(f.sub.Pack(tuple.Tuple{"job", repDB, docID})).Get()
+	})
+	require.NoError(t, err)
+	if v == nil {
+		return nil
+	}
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(v, &m))
+	return m
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type testEnv struct {
+	t    *testing.T
+	db   kv.Database
+	srv  *Server
+	url  string
+	rep  *fakeReplicator
+	logs *syncBuffer
+}
+
+func testAccounts(t *testing.T) *Accounts {
+	t.Helper()
+	a, plain, err := NewAccounts(
+		map[string]string{adminName: adminPass},
+		map[string]string{aliceName: alicePass, bobName: bobPass},
+		map[string][]string{aliceName: {"dev"}},
+		AccountsOptions{PRF: "sha256", Iterations: 10},
+	)
+	require.NoError(t, err)
+	require.Len(t, plain, 3)
+	return a
+}
+
+// newEnv starts a frontend on a real loopback listener over a fresh store.
+func newEnv(t *testing.T, mod ...func(*Options)) *testEnv {
+	t.Helper()
+	db := kvtest.NewDB(t)
+	logs := &syncBuffer{}
+	logger := zerolog.New(logs)
+	rep := &fakeReplicator{sub: subspace.Sub("fakejobs")}
+	opts := Options{DB: db, Accounts: testAccounts(t), Logger: &logger, LogRequests: true, Replicator: rep, Version: "test"}
+	for _, m := range mod {
+		m(&opts)
+	}
+	srv, err := New(opts)
+	require.NoError(t, err)
+	require.NoError(t, srv.Init(context.Background()))
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return &testEnv{t: t, db: db, srv: srv, url: ts.URL, rep: rep, logs: logs}
+}
+
+type creds struct{ name, pass string }
+
+var (
+	asAdmin = &creds{adminName, adminPass}
+	asAlice = &creds{aliceName, alicePass}
+	asBob   = &creds{bobName, bobPass}
+	anon    = (*creds)(nil)
+)
+
+// resp is a decoded response.
+type resp struct {
+	status int
+	header http.Header
+	raw    string
+	body   map[string]any
+	list   []any
+}
+
+// do sends a request; body is JSON-encoded unless it is a string or
+// []byte, and sent as application/json unless ctype says otherwise.
+func (e *testEnv) do(method, path string, c *creds, body any, hdr ...string) resp {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		require.NoError(e.t, err)
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, e.url+path, rd)
+	require.NoError(e.t, err)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	if c != nil {
+		req.SetBasicAuth(c.name, c.pass)
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(e.t, err)
+	out := resp{status: res.StatusCode, header: res.Header, raw: string(raw)}
+	if method != http.MethodHead && strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+		var v any
+		require.NoError(e.t, json.Unmarshal(raw, &v), "body %s", raw)
+		switch x := v.(type) {
+		case map[string]any:
+			out.body = x
+		case []any:
+			out.list = x
+		}
+	}
+	return out
+}
+
+// requireError checks a CouchDB error response.
+func requireError(t *testing.T, r resp, status int, errName string) {
+	t.Helper()
+	require.Equal(t, status, r.status, "body %s", r.raw)
+	require.Equal(t, errName, r.body["error"], "body %s", r.raw)
+	require.IsType(t, "", r.body["reason"], "body %s", r.raw)
+}
+
+// repDoc is a valid replication document.
+func repDoc(extra ...any) map[string]any {
+	d := map[string]any{"source": "http://src.example/db", "target": "http://tgt.example/db"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		d[extra[i].(string)] = extra[i+1]
+	}
+	return d
+}

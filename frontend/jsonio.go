@@ -1,0 +1,104 @@
+package frontend
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+)
+
+// readBody reads a request body of at most max bytes.
+func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *httpError) {
+	if r.ContentLength > max {
+		return nil, errTooLarge
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, errTooLarge
+		}
+		return nil, badRequest("could not read the request body")
+	}
+	return b, nil
+}
+
+// isJSONType tells whether a Content-Type is application/json.
+func isJSONType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
+
+// checkDepth refuses JSON nested deeper than max without building it.
+func checkDepth(b []byte, max int) *httpError {
+	d := json.NewDecoder(bytes.NewReader(b))
+	depth := 0
+	for {
+		t, err := d.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return badRequest("invalid UTF-8 JSON")
+		}
+		if delim, ok := t.(json.Delim); ok {
+			switch delim {
+			case '{', '[':
+				depth++
+				if depth > max {
+					return badRequest(fmt.Sprintf("JSON nested deeper than %d levels", max))
+				}
+			case '}', ']':
+				depth--
+			}
+		}
+	}
+}
+
+// decodeObject parses b as one JSON object (numbers kept exact), refusing
+// other values, trailing data and nesting deeper than maxDepth.
+func decodeObject(b []byte, maxDepth int) (map[string]any, *httpError) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, badRequest("Request body must be a JSON object")
+	}
+	if he := checkDepth(b, maxDepth); he != nil {
+		return nil, he
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, badRequest("invalid UTF-8 JSON")
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, badRequest("invalid UTF-8 JSON")
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, badRequest("Request body must be a JSON object")
+	}
+	return m, nil
+}
+
+// writeJSON sends v with CouchDB's headers.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":"unknown_error","reason":"response encoding failed"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "must-revalidate")
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, he *httpError) {
+	writeJSON(w, he.status, map[string]string{"error": he.err, "reason": he.reason})
+}

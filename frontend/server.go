@@ -1,0 +1,427 @@
+package frontend
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/mux"
+	"github.com/rs/zerolog"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/subspace"
+)
+
+// Defaults of Options.
+const (
+	// MaxRequestSizeDefault caps request bodies (bytes).
+	MaxRequestSizeDefault = 1 << 20
+	// MaxDocumentSizeDefault caps a document's JSON (bytes); documents are
+	// stored in one FoundationDB value (at most kv.MaxValueSize).
+	MaxDocumentSizeDefault = 64 << 10
+	// MaxJSONDepthDefault caps JSON nesting in request bodies.
+	MaxJSONDepthDefault = 32
+	// SessionTimeoutDefault is how long an AuthSession cookie is valid.
+	SessionTimeoutDefault = 10 * time.Minute
+	// AuthCacheSizeDefault is how many verified credentials are remembered.
+	AuthCacheSizeDefault = 1000
+	// MaxUUIDCount is the most uuids GET /_uuids returns at once.
+	MaxUUIDCount = 1000
+	// maxDocIDLength caps document ids (bytes).
+	maxDocIDLength = 1024
+)
+
+// SubspaceDefault holds the frontend's keys when Options.Subspace is nil.
+var SubspaceDefault = subspace.Sub("frontend")
+
+// Options configure a Server. Only DB is required.
+type Options struct {
+	DB       kv.Database
+	Subspace subspace.Subspace
+	// Accounts are the users who can log in; nil means nobody (every
+	// request is anonymous and admin endpoints are closed).
+	Accounts *Accounts
+	// Secret signs AuthSession cookies; nil means 32 random bytes, so only
+	// this process accepts its cookies.
+	Secret []byte
+	// SessionTimeout: see SessionTimeoutDefault.
+	SessionTimeout time.Duration
+	// SessionCookies makes AuthSession cookies session cookies (no
+	// Max-Age).
+	SessionCookies bool
+	// AuthCacheSize: see AuthCacheSizeDefault; negative disables the cache.
+	AuthCacheSize int
+	// MaxRequestSize, MaxDocumentSize, MaxJSONDepth: see the defaults.
+	MaxRequestSize  int64
+	MaxDocumentSize int
+	MaxJSONDepth    int
+	// PublicAllDBs lets every user list databases (CouchDB's
+	// admin_only_all_dbs = false).
+	PublicAllDBs bool
+	// RequireValidUser refuses unauthenticated requests except GET /_up
+	// and /_session.
+	RequireValidUser bool
+	// Logger receives request logs and errors; nil discards them.
+	Logger *zerolog.Logger
+	// LogRequests logs one line per request.
+	LogRequests bool
+	// NodeName appears in GET / and _node paths; "" means "fdbrep@local".
+	NodeName string
+	// Version is reported by GET /.
+	Version string
+	// Replicator validates replicator documents and creates their jobs in
+	// the write transaction; nil means documents are stored without
+	// validation or jobs (a frontend without a scheduler).
+	Replicator Replicator
+	// Scheduler serves _replicate, _scheduler and _active_tasks; nil
+	// answers them with 503.
+	Scheduler Scheduler
+	// Metrics adds the replicator's metrics to _stats and _prometheus.
+	Metrics MetricsSource
+}
+
+// Server is the HTTP API of an api_frontend node. It is an http.Handler;
+// the caller runs the listener.
+type Server struct {
+	opts   Options
+	store  *store
+	auth   *authenticator
+	log    zerolog.Logger
+	router *mux.Router
+	stats  *httpStats
+}
+
+// New validates opts and builds a Server. Call Init before serving.
+func New(opts Options) (*Server, error) {
+	if opts.DB == nil {
+		return nil, fmt.Errorf("%w: DB is required", ErrInvalidOptions)
+	}
+	if opts.Subspace == nil {
+		opts.Subspace = SubspaceDefault
+	}
+	if opts.SessionTimeout == 0 {
+		opts.SessionTimeout = SessionTimeoutDefault
+	}
+	if opts.AuthCacheSize == 0 {
+		opts.AuthCacheSize = AuthCacheSizeDefault
+	}
+	if opts.MaxRequestSize == 0 {
+		opts.MaxRequestSize = MaxRequestSizeDefault
+	}
+	if opts.MaxDocumentSize == 0 {
+		opts.MaxDocumentSize = MaxDocumentSizeDefault
+	}
+	if opts.MaxJSONDepth == 0 {
+		opts.MaxJSONDepth = MaxJSONDepthDefault
+	}
+	if opts.NodeName == "" {
+		opts.NodeName = "fdbrep@local"
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	switch {
+	case opts.SessionTimeout < time.Second:
+		return nil, fmt.Errorf("%w: SessionTimeout %v is under a second", ErrInvalidOptions, opts.SessionTimeout)
+	case opts.MaxRequestSize < 1024:
+		return nil, fmt.Errorf("%w: MaxRequestSize %d is under 1024", ErrInvalidOptions, opts.MaxRequestSize)
+	case opts.MaxDocumentSize < 256 || opts.MaxDocumentSize > kv.MaxValueSize-1000:
+		return nil, fmt.Errorf("%w: MaxDocumentSize %d not in [256, %d]", ErrInvalidOptions, opts.MaxDocumentSize, kv.MaxValueSize-1000)
+	case opts.MaxJSONDepth < 2:
+		return nil, fmt.Errorf("%w: MaxJSONDepth %d is under 2", ErrInvalidOptions, opts.MaxJSONDepth)
+	}
+	if opts.Secret == nil {
+		opts.Secret = make([]byte, 32)
+		_, _ = rand.Read(opts.Secret)
+	}
+	logger := zerolog.Nop()
+	if opts.Logger != nil {
+		logger = *opts.Logger
+	}
+	decoy, _ := HashPassword("decoy", "sha256", 1)
+	if opts.Accounts != nil {
+		for _, a := range opts.Accounts.byName {
+			decoy = a.hash // same cost as a real check
+			break
+		}
+	}
+	s := &Server{
+		opts:  opts,
+		store: &store{db: opts.DB, sub: opts.Subspace},
+		auth: &authenticator{
+			accounts: opts.Accounts, secret: opts.Secret, timeout: opts.SessionTimeout,
+			persistent: !opts.SessionCookies, now: time.Now, decoy: decoy,
+			cache: map[[32]byte]struct{}{}, cacheSize: max(opts.AuthCacheSize, 0),
+		},
+		log:   logger,
+		stats: newHTTPStats(),
+	}
+	s.router = s.routes()
+	return s, nil
+}
+
+// Init creates the _replicator database if it does not exist (CouchDB
+// creates it at startup). It is safe to run on every node at every start.
+func (s *Server) Init(ctx context.Context) error {
+	err := s.createDB(ctx, ReplicatorDB)
+	if err != nil && err != ErrDBExists {
+		return err
+	}
+	return nil
+}
+
+func (s *Server) createDB(ctx context.Context, name string) error {
+	return s.store.createDB(ctx, name, uuid.NewString(), func(tr kv.Transaction) error {
+		if s.opts.Replicator != nil {
+			return s.opts.Replicator.DBCreated(ctx, tr, name)
+		}
+		return nil
+	})
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+type ctxKey struct{}
+
+// reqState travels with a request through the middleware.
+type reqState struct {
+	user *User
+}
+
+func userFrom(r *http.Request) *User {
+	if st, ok := r.Context().Value(ctxKey{}).(*reqState); ok {
+		return st.user
+	}
+	return nil
+}
+
+func (s *Server) routes() *mux.Router {
+	r := mux.NewRouter().UseEncodedPath()
+	r.Use(s.middleware)
+	h := func(path string, fn http.HandlerFunc, methods ...string) {
+		r.Handle(path, s.methods(fn, methods...))
+	}
+	h("/", s.handleRoot, "GET", "HEAD")
+	h("/_up", s.handleUp, "GET", "HEAD")
+	h("/_uuids", s.handleUUIDs, "GET")
+	h("/_all_dbs", s.handleAllDBs, "GET", "HEAD")
+	h("/_session", s.handleSession, "GET", "POST", "DELETE")
+	h("/_node/{node}/_stats", s.handleStats, "GET")
+	h("/_node/{node}/_prometheus", s.handlePrometheus, "GET")
+	h("/_replicate", s.handleReplicate, "POST")
+	h("/_active_tasks", s.handleActiveTasks, "GET")
+	h("/_scheduler/jobs", s.handleSchedulerJobs, "GET")
+	h("/_scheduler/jobs/{id}", s.handleSchedulerJob, "GET")
+	h("/_scheduler/docs", s.handleSchedulerDocs, "GET")
+	r.PathPrefix("/_scheduler/docs/").Handler(s.methods(s.handleSchedulerDocsPath, "GET"))
+	r.PathPrefix("/_scheduler/").HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found"})
+	})
+	h("/{db}", s.handleDB, "GET", "HEAD", "PUT", "DELETE", "POST")
+	h("/{db}/", s.handleDB, "GET", "HEAD", "PUT", "DELETE", "POST")
+	h("/{db}/_all_docs", s.handleAllDocs, "GET", "HEAD")
+	h("/{db}/_changes", s.handleChanges, "GET")
+	h("/{db}/_design/{ddoc}", s.handleDesignDoc, "GET", "HEAD", "PUT", "DELETE")
+	h("/{db}/_local/{id}", s.handleLocalDoc, "GET", "HEAD", "PUT", "DELETE")
+	h("/{db}/{docid}", s.handleDoc, "GET", "HEAD", "PUT", "DELETE")
+	r.NotFoundHandler = s.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, notFound("missing"))
+	}))
+	return r
+}
+
+// methods wraps fn so other methods get CouchDB's 405.
+func (s *Server) methods(fn http.HandlerFunc, allowed ...string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, m := range allowed {
+			if r.Method == m {
+				fn(w, r)
+				return
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allowed, ","))
+		writeError(w, newError(http.StatusMethodNotAllowed, "method_not_allowed", "Only "+strings.Join(allowed, ",")+" allowed"))
+	})
+}
+
+// statusWriter records the status and size of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += n
+	return n, err
+}
+
+// middleware authenticates, recovers from panics, counts and logs. The
+// log line holds the method, the escaped path (never the query, headers or
+// body, where credentials travel), status, user and duration.
+func (s *Server) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if _, done := r.Context().Value(ctxKey{}).(*reqState); done {
+			next.ServeHTTP(rw, r)
+			return
+		}
+		start := time.Now()
+		w := &statusWriter{ResponseWriter: rw}
+		st := &reqState{}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error().Str("method", r.Method).Str("path", r.URL.EscapedPath()).Interface("panic", fmt.Sprint(p)).Msg("request handler panicked")
+				if w.status == 0 {
+					writeError(w, newError(http.StatusInternalServerError, "unknown_error", "internal error"))
+				}
+			}
+			s.stats.record(r.Method, w.status)
+			if s.opts.LogRequests {
+				name := ""
+				if st.user != nil {
+					name = st.user.Name
+				}
+				s.log.Info().Str("method", r.Method).Str("path", r.URL.EscapedPath()).Int("status", w.status).
+					Str("user", name).Str("remote", r.RemoteAddr).Int("bytes", w.bytes).
+					Dur("duration", time.Since(start)).Msg("request")
+			}
+		}()
+		u, refresh, he := s.auth.authenticate(r)
+		if he != nil {
+			writeError(w, he)
+			return
+		}
+		st.user = u
+		if refresh != nil {
+			http.SetCookie(w, refresh)
+		}
+		if s.opts.RequireValidUser && u.Anonymous() && r.URL.Path != "/_session" && r.URL.Path != "/_up" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="server"`)
+			writeError(w, errAuthRequired)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, st)))
+	})
+}
+
+// requireAdmin answers 401 unless the user is a server admin.
+func requireAdmin(w http.ResponseWriter, r *http.Request) bool {
+	if userFrom(r).IsAdmin() {
+		return true
+	}
+	writeError(w, errNotServerAdmin)
+	return false
+}
+
+// requireUser answers 401 unless a user is logged in.
+func requireUser(w http.ResponseWriter, r *http.Request) bool {
+	if !userFrom(r).Anonymous() {
+		return true
+	}
+	writeError(w, errAuthRequired)
+	return false
+}
+
+// fail writes err as a CouchDB error; unknown errors are logged and
+// answered with 500 without their text (it may come from storage).
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if he := toHTTPError(err); he != nil {
+		writeError(w, he)
+		return
+	}
+	if r.Context().Err() != nil {
+		writeError(w, newError(http.StatusServiceUnavailable, "service_unavailable", "request cancelled"))
+		return
+	}
+	s.log.Error().Err(err).Str("method", r.Method).Str("path", r.URL.EscapedPath()).Msg("request failed")
+	writeError(w, newError(http.StatusInternalServerError, "unknown_error", "internal error; see the node's log"))
+}
+
+// pathVar returns a decoded path variable.
+func pathVar(r *http.Request, name string) (string, *httpError) {
+	v, err := url.PathUnescape(mux.Vars(r)[name])
+	if err != nil {
+		return "", badRequest("Invalid path")
+	}
+	return v, nil
+}
+
+func (s *Server) handleRoot(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"couchdb":  "Welcome",
+		"version":  s.opts.Version,
+		"vendor":   map[string]string{"name": "fdbrep", "version": s.opts.Version},
+		"features": []string{"scheduler"},
+	})
+}
+
+func (s *Server) handleUp(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := kv.ReadTransact(ctx, s.opts.DB, func(tr kv.ReadTransaction) (int64, error) {
+		return tr.GetReadVersion().Get()
+	}); err != nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"status": "maintenance_mode"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleUUIDs(w http.ResponseWriter, r *http.Request) {
+	n := 1
+	if c := r.URL.Query().Get("count"); c != "" {
+		var err error
+		n, err = parseNonNeg(c)
+		if err != nil {
+			writeError(w, badRequest("count must be a positive integer"))
+			return
+		}
+		if n > MaxUUIDCount {
+			writeError(w, badRequest("count parameter too large"))
+			return
+		}
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = newDocID()
+	}
+	w.Header().Set("Cache-Control", "must-revalidate, no-cache")
+	writeJSON(w, http.StatusOK, map[string]any{"uuids": ids})
+}
+
+func newDocID() string {
+	u := uuid.New()
+	return strings.ReplaceAll(u.String(), "-", "")
+}
+
+func (s *Server) handleAllDBs(w http.ResponseWriter, r *http.Request) {
+	if !s.opts.PublicAllDBs && !requireAdmin(w, r) {
+		return
+	}
+	names, err := s.store.listDBs(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, names)
+}

@@ -1,0 +1,137 @@
+package frontend
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// httpStats counts requests like CouchDB's couchdb.httpd* metrics.
+type httpStats struct {
+	mu       sync.Mutex
+	requests int64
+	methods  map[string]int64
+	statuses map[int]int64
+}
+
+func newHTTPStats() *httpStats {
+	return &httpStats{methods: map[string]int64{}, statuses: map[int]int64{}}
+}
+
+func (h *httpStats) record(method string, status int) {
+	switch method {
+	case "GET", "HEAD", "POST", "PUT", "DELETE", "COPY", "OPTIONS":
+	default:
+		method = "OTHER" // bounded label set
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.requests++
+	h.methods[method]++
+	h.statuses[status]++
+}
+
+func (h *httpStats) snapshot() (int64, map[string]int64, map[int]int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := make(map[string]int64, len(h.methods))
+	for k, v := range h.methods {
+		m[k] = v
+	}
+	st := make(map[int]int64, len(h.statuses))
+	for k, v := range h.statuses {
+		st[k] = v
+	}
+	return h.requests, m, st
+}
+
+func counter(v int64, desc string) map[string]any {
+	return map[string]any{"value": v, "type": "counter", "desc": desc}
+}
+
+func (s *Server) checkNode(w http.ResponseWriter, r *http.Request) bool {
+	node, he := pathVar(r, "node")
+	if he != nil {
+		writeError(w, he)
+		return false
+	}
+	if node != "_local" && node != s.opts.NodeName {
+		writeError(w, notFound("no such node: "+node))
+		return false
+	}
+	return true
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
+	if !requireAdmin(w, r) || !s.checkNode(w, r) {
+		return
+	}
+	writeJSON(w, http.StatusOK, s.StatsJSON())
+}
+
+// StatsJSON returns the node's metrics in the shape of CouchDB's
+// /_node/_local/_stats.
+func (s *Server) StatsJSON() map[string]any {
+	total, methods, statuses := s.stats.snapshot()
+	ms := map[string]any{}
+	for k, v := range methods {
+		ms[k] = counter(v, "number of HTTP "+k+" requests")
+	}
+	ss := map[string]any{}
+	for k, v := range statuses {
+		ss[strconv.Itoa(k)] = counter(v, fmt.Sprintf("number of HTTP %d responses", k))
+	}
+	out := map[string]any{
+		"couchdb": map[string]any{
+			"httpd":                map[string]any{"requests": counter(total, "number of HTTP requests")},
+			"httpd_request_methods": ms,
+			"httpd_status_codes":   ss,
+		},
+	}
+	if s.opts.Metrics != nil {
+		out["couch_replicator"] = s.opts.Metrics.StatsJSON()
+	}
+	return out
+}
+
+func (s *Server) handlePrometheus(w http.ResponseWriter, r *http.Request) {
+	if !requireAdmin(w, r) || !s.checkNode(w, r) {
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(s.Prometheus()))
+}
+
+// Prometheus returns the node's metrics in Prometheus' text format, with
+// CouchDB's metric names.
+func (s *Server) Prometheus() string {
+	total, methods, statuses := s.stats.snapshot()
+	var b strings.Builder
+	fmt.Fprintf(&b, "# TYPE couchdb_httpd_requests_total counter\ncouchdb_httpd_requests_total %d\n", total)
+	b.WriteString("# TYPE couchdb_httpd_request_methods counter\n")
+	keys := make([]string, 0, len(methods))
+	for k := range methods {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "couchdb_httpd_request_methods{method=%q} %d\n", k, methods[k])
+	}
+	b.WriteString("# TYPE couchdb_httpd_status_codes counter\n")
+	codes := make([]int, 0, len(statuses))
+	for k := range statuses {
+		codes = append(codes, k)
+	}
+	sort.Ints(codes)
+	for _, k := range codes {
+		fmt.Fprintf(&b, "couchdb_httpd_status_codes{code=\"%d\"} %d\n", k, statuses[k])
+	}
+	if s.opts.Metrics != nil {
+		b.WriteString(s.opts.Metrics.Prometheus())
+	}
+	return b.String()
+}
