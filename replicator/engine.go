@@ -1,0 +1,60 @@
+package replicator
+
+import (
+	"context"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// Engine runs replications for a Node. EngineDefault is the protocol
+// engine (package engine); tests and benchmarks substitute fakes.
+type Engine interface {
+	// ReplicationID computes the replication id (the full id, with its
+	// "+continuous"/"+create_target" suffix) and the filter code it used.
+	// For design document filters it fetches the code from the source.
+	ReplicationID(ctx context.Context, rep engine.Replication, serverUUID string) (id, filterCode string, err error)
+	// Start begins a run; see engine.Start.
+	Start(ctx context.Context, rep engine.Replication, opts engine.Options) Run
+}
+
+// Run is one execution of a replication (see engine.Run).
+type Run interface {
+	Stop(ctx context.Context) error
+	Wait() (engine.Result, error)
+	Done() <-chan struct{}
+	Progress() engine.Stats
+}
+
+// EngineDefault runs replications with package engine.
+type EngineDefault struct {
+	// Transport overrides how requests reach the peers (tests); nil uses
+	// the engine's default.
+	Transport engine.TransportFunc
+	// Logger receives the runs' log lines.
+	Logger zerolog.Logger
+}
+
+// ReplicationID implements Engine.
+func (e EngineDefault) ReplicationID(ctx context.Context, rep engine.Replication, serverUUID string) (string, string, error) {
+	code := ""
+	if rep.Filter != "" && rep.Filter[0] != '_' {
+		var err error
+		code, err = engine.FetchFilterCode(ctx, rep, engine.Options{ServerUUID: serverUUID, Transport: e.Transport})
+		if err != nil {
+			return "", "", err
+		}
+	}
+	_, full, err := engine.ReplicationID(rep, serverUUID, code)
+	return full, code, err
+}
+
+// Start implements Engine.
+func (e EngineDefault) Start(ctx context.Context, rep engine.Replication, opts engine.Options) Run {
+	if opts.Transport == nil {
+		opts.Transport = e.Transport
+	}
+	opts.Logger = e.Logger
+	return engine.Start(ctx, rep, opts)
+}

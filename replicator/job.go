@@ -1,0 +1,494 @@
+package replicator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+type stopKind int
+
+const (
+	stopNone stopKind = iota
+	stopPreempt
+	stopShutdown
+)
+
+// worker runs one accepted job on a node.
+type worker struct {
+	n   *Node
+	job *fdbjobs.Job
+	ctx context.Context // the node's op context
+	cfg Config
+
+	data       *jobData // nil when the data did not decode
+	decodeErr  error
+	continuous bool
+	shareKey   string
+	started    time.Time
+	charged    time.Time // guarded by n.mu
+
+	stopCh   chan struct{}
+	stopOnce sync.Once
+	stopMu   sync.Mutex
+	kind     stopKind
+}
+
+func newWorker(n *Node, job *fdbjobs.Job, ctx context.Context, cfg Config) *worker {
+	w := &worker{n: n, job: job, ctx: ctx, cfg: cfg, started: cfg.Clock.Now(), stopCh: make(chan struct{})}
+	w.data, w.decodeErr = decodeJobData(job.Data)
+	if w.data != nil {
+		w.continuous, w.shareKey = w.data.continuous(), w.data.shareKey()
+	}
+	return w
+}
+
+func (w *worker) requestStop(k stopKind) {
+	w.stopOnce.Do(func() {
+		w.stopMu.Lock()
+		w.kind = k
+		w.stopMu.Unlock()
+		close(w.stopCh)
+	})
+}
+
+func (w *worker) stopRequested() bool {
+	select {
+	case <-w.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *worker) stopKind() stopKind {
+	w.stopMu.Lock()
+	defer w.stopMu.Unlock()
+	return w.kind
+}
+
+func (w *worker) now() time.Time { return w.cfg.Clock.Now() }
+
+// run is the job's whole life on this node.
+func (w *worker) run() {
+	if w.decodeErr != nil {
+		w.cfg.Logger.Error().Err(w.decodeErr).Str("job", w.job.ID).Msg("replicator: undecodable job data")
+		w.fail(&jobData{State: StatePending}, "bad_job_data", w.decodeErr.Error())
+		return
+	}
+	d := w.data
+	if d.Rep == nil || d.State == StateFailed {
+		reason := d.LastError
+		if reason == "" {
+			reason = "the replication document could not be parsed"
+		}
+		w.fail(d, "bad_rep_doc", reason)
+		return
+	}
+	rep, err := d.Rep.Engine()
+	if err != nil {
+		w.fail(d, "bad_rep_doc", engineReason(err))
+		return
+	}
+	if w.stopRequested() {
+		w.reschedule(d, "")
+		return
+	}
+	uuid := w.n.serverUUID
+	repID, code, err := w.n.eng.ReplicationID(w.ctx, rep, uuid)
+	if err != nil {
+		if w.ctx.Err() != nil {
+			return
+		}
+		w.crash(d, err)
+		return
+	}
+	if !w.initJob(d, repID, code) {
+		return
+	}
+	w.execute(d, rep, code)
+}
+
+// execute runs the engine until the job ends, is stopped or halted.
+func (w *worker) execute(d *jobData, rep engine.Replication, code string) {
+	runCtx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	ck := make(chan engine.Checkpoint, 1)
+	run := w.n.eng.Start(runCtx, rep, engine.Options{
+		ServerUUID: w.n.serverUUID, FilterCode: code, Stats: d.Stats,
+		OnCheckpoint: func(c engine.Checkpoint) {
+			select {
+			case ck <- c:
+			default:
+				select {
+				case <-ck:
+				default:
+				}
+				select {
+				case ck <- c:
+				default:
+				}
+			}
+		},
+	})
+	hb := w.cfg.Clock.NewTicker(w.cfg.heartbeat())
+	defer hb.Stop()
+	halt := func() {
+		cancel()
+		<-run.Done()
+	}
+	for {
+		select {
+		case <-run.Done():
+			res, err := run.Wait()
+			switch {
+			case w.ctx.Err() != nil:
+				return // hard stop: the activity monitor re-enqueues the job
+			case err != nil:
+				if errors.Is(err, engine.ErrCheckpoint) {
+					w.n.m.inc(MetricCheckpointsFailure)
+				}
+				d.Stats = mergeStats(d.Stats, run.Progress())
+				w.crash(d, err)
+			case w.stopRequested():
+				d.Stats = mergeStats(d.Stats, res.Stats)
+				w.reschedule(d, "")
+			case d.continuous():
+				d.Stats = mergeStats(d.Stats, res.Stats)
+				w.reschedule(d, "")
+			default:
+				w.complete(d, res)
+			}
+			return
+		case c := <-ck:
+			w.n.m.inc(MetricCheckpointsSuccess)
+			if d.Rep.userFilter() {
+				if id, _, err := w.n.eng.ReplicationID(runCtx, rep, w.n.serverUUID); err == nil && id != d.RepID {
+					// The filter changed: stop, back to pending; the next
+					// start runs under the new id.
+					stopCtx, c2 := context.WithTimeout(w.ctx, w.cfg.ShutdownTimeout)
+					_ = run.Stop(stopCtx)
+					c2()
+					d.Stats = mergeStats(d.Stats, run.Progress())
+					w.reschedule(d, "filter changed")
+					return
+				}
+			}
+			if !w.heartbeat(d, c.Stats) {
+				halt()
+				return
+			}
+		case <-hb.Chan():
+			if !w.heartbeat(d, run.Progress()) {
+				halt()
+				return
+			}
+		case <-w.stopCh:
+			stopCtx, c2 := context.WithTimeout(w.ctx, w.cfg.ShutdownTimeout)
+			err := run.Stop(stopCtx)
+			c2()
+			if w.ctx.Err() != nil {
+				return
+			}
+			d.Stats = mergeStats(d.Stats, run.Progress())
+			if err != nil && !errors.Is(err, engine.ErrStopped) {
+				w.crash(d, err)
+				return
+			}
+			w.reschedule(d, "")
+			return
+		case <-w.ctx.Done():
+			halt()
+			return
+		}
+	}
+}
+
+func mergeStats(old, cur engine.Stats) engine.Stats {
+	if cur.DocsRead < old.DocsRead || cur.RevisionsChecked < old.RevisionsChecked {
+		return old
+	}
+	return cur
+}
+
+// initJob marks the job running under repID after checking who holds
+// repID (see doc.go, "Replication id collisions"). It reports whether the
+// job should run.
+func (w *worker) initJob(d *jobData, repID, code string) bool {
+	type outcome struct {
+		run   bool
+		x     *jobData
+		state string
+	}
+	o, err := kv.Transact(w.ctx, w.n.db, func(tr kv.Transaction) (outcome, error) {
+		x := d.clone()
+		now := w.now()
+		if x.RepID != "" && x.RepID != repID {
+			if err := clearRepID(tr, w.n.k, x.RepID, w.job.ID); err != nil {
+				return outcome{}, err
+			}
+			x.Stats = engine.Stats{}
+			x.History = nil
+		}
+		x.RepID, x.FilterCode = repID, code
+		v, err := tr.Get(w.n.k.repIDKey(repID)).Get()
+		if err != nil {
+			return outcome{}, err
+		}
+		if v != nil && string(v) != w.job.ID {
+			other := string(v)
+			od, ost, err := readJob(w.ctx, w.n.jobs, tr, other)
+			if err != nil {
+				return outcome{}, err
+			}
+			if od != nil && ost != fdbjobs.Finished && (od.State == StatePending || od.State == StateRunning) {
+				if od.transient() {
+					reason := fmt.Sprintf("Replication `%s` is already running as a transient replication (job %s); retrying later", repID, other)
+					if x.transient() {
+						return outcome{x: x, state: StateFailed}, w.failTx(tr, x, "error", reason)
+					}
+					return outcome{x: x, state: StateCrashing}, w.crashTx(tr, x, "error", reason)
+				}
+				var reason string
+				if x.transient() {
+					reason = fmt.Sprintf("Replication `%s` already started, triggered by document `%s` from db `%s`", repID, od.DocID, od.DBName)
+				} else {
+					reason = fmt.Sprintf("Replication `%s` specified by document `%s` already started, triggered by document `%s` from db `%s`",
+						repID, x.DocID, od.DocID, od.DBName)
+				}
+				return outcome{x: x, state: StateFailed}, w.failTx(tr, x, "error", reason)
+			}
+			// The holder is finished, crashing or gone: take over.
+		}
+		tr.Set(w.n.k.repIDKey(repID), []byte(w.job.ID))
+		x.State, x.StateInfo, x.LastStart, x.LastUpdated, x.Node = StateRunning, nil, ms(now), ms(now), w.cfg.NodeName
+		x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventStarted, Timestamp: ms(now)})
+		if err := w.n.jobs.Update(w.ctx, tr, w.job, x.encode()); err != nil {
+			return outcome{}, err
+		}
+		return outcome{run: true, x: x, state: StateRunning}, nil
+	})
+	if err != nil {
+		w.txError(err)
+		return false
+	}
+	*d = *o.x
+	w.afterFinish(o.state, d)
+	return o.run
+}
+
+// txError logs a failed job transaction; ErrHalt means the job was
+// removed or taken over, and the worker just stops.
+func (w *worker) txError(err error) {
+	if errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil {
+		return
+	}
+	w.cfg.Logger.Warn().Err(err).Str("job", w.job.ID).Msg("replicator: job transaction")
+}
+
+// heartbeat stores the stats (the fdbjobs heartbeat); false on halt.
+func (w *worker) heartbeat(d *jobData, s engine.Stats) bool {
+	x, err := kv.Transact(w.ctx, w.n.db, func(tr kv.Transaction) (*jobData, error) {
+		x := d.clone()
+		now := w.now()
+		x.Stats = mergeStats(x.Stats, s)
+		x.LastUpdated = ms(now)
+		if x.ErrorCount > 0 && now.Sub(time.UnixMilli(x.LastStart)) > w.cfg.HealthThreshold {
+			x.ErrorCount, x.LastError = 0, ""
+		}
+		return x, w.n.jobs.Update(w.ctx, tr, w.job, x.encode())
+	})
+	if err != nil {
+		w.txError(err)
+		return !errors.Is(err, fdbjobs.ErrHalt) && w.ctx.Err() == nil
+	}
+	*d = *x
+	return true
+}
+
+// finishTx runs f (which finishes the job) in a transaction and updates d.
+func (w *worker) finishTx(d *jobData, state string, f func(tr kv.Transaction, x *jobData) error) {
+	x, err := kv.Transact(w.ctx, w.n.db, func(tr kv.Transaction) (*jobData, error) {
+		x := d.clone()
+		return x, f(tr, x)
+	})
+	if err != nil {
+		w.txError(err)
+		return
+	}
+	*d = *x
+	w.afterFinish(state, d)
+}
+
+func (w *worker) afterFinish(state string, d *jobData) {
+	switch state {
+	case StateFailed:
+		w.n.m.inc(MetricJobsFailed)
+		w.n.m.inc(MetricJobsStops)
+		if !d.transient() && w.cfg.DocUpdater != nil {
+			w.n.m.inc(MetricDocsFailedUpdates)
+		}
+	case StateCompleted:
+		w.n.m.inc(MetricJobsCompleted)
+		w.n.m.inc(MetricJobsStops)
+		if !d.transient() && w.cfg.DocUpdater != nil {
+			w.n.m.inc(MetricDocsCompletedUpdates)
+		}
+	case StateCrashing:
+		w.n.m.inc(MetricJobsCrashes)
+		w.n.m.inc(MetricJobsStops)
+	case StatePending:
+		w.n.m.inc(MetricJobsStops)
+	}
+}
+
+// fail ends the job in state failed.
+func (w *worker) fail(d *jobData, tag, reason string) {
+	w.finishTx(d, StateFailed, func(tr kv.Transaction, x *jobData) error { return w.failTx(tr, x, tag, reason) })
+}
+
+func (w *worker) failTx(tr kv.Transaction, x *jobData, tag, reason string) error {
+	now := w.now()
+	x.State, x.StateInfo, x.LastError, x.Node = StateFailed, stateInfoOf(tag, reason), reason, ""
+	x.ErrorCount++
+	x.LastUpdated = ms(now)
+	x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventCrashed, Timestamp: ms(now), Reason: reason})
+	if err := w.n.jobs.Finish(w.ctx, tr, w.job, x.encode()); err != nil {
+		return err
+	}
+	return w.updateDoc(tr, x, StateFailed, reason, nil)
+}
+
+func (w *worker) updateDoc(tr kv.Transaction, x *jobData, state, reason string, stats json.RawMessage) error {
+	if x.transient() || w.cfg.DocUpdater == nil {
+		return nil
+	}
+	err := w.cfg.DocUpdater.UpdateDocState(w.ctx, tr, x.DBName, x.DocID, state, reason, stats)
+	var ke kv.Error
+	if errors.As(err, &ke) {
+		return err
+	}
+	if err != nil {
+		w.cfg.Logger.Warn().Err(err).Str("db", x.DBName).Str("doc", x.DocID).Msg("replicator: document state update refused")
+	}
+	return nil
+}
+
+// complete ends a one-shot job in state completed with its final
+// checkpoint as result.
+func (w *worker) complete(d *jobData, res engine.Result) {
+	w.finishTx(d, StateCompleted, func(tr kv.Transaction, x *jobData) error {
+		now := w.now()
+		x.Stats = mergeStats(x.Stats, res.Stats)
+		x.CheckpointHistory, _ = json.Marshal(res)
+		x.State, x.Node, x.LastUpdated = StateCompleted, "", ms(now)
+		x.StateInfo, _ = json.Marshal(x.Stats)
+		x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventStopped, Timestamp: ms(now)})
+		if err := w.n.jobs.Finish(w.ctx, tr, w.job, x.encode()); err != nil {
+			return err
+		}
+		stats := map[string]any{}
+		b, _ := json.Marshal(x.Stats)
+		_ = json.Unmarshal(b, &stats)
+		stats["start_time"] = isoMS(x.StartTime)
+		sb, _ := json.Marshal(stats)
+		return w.updateDoc(tr, x, StateCompleted, "", sb)
+	})
+}
+
+// reschedule stops the job and makes it pending again at its fair-share
+// time (preemption, shutdown, filter change).
+func (w *worker) reschedule(d *jobData, why string) {
+	w.finishTx(d, StatePending, func(tr kv.Transaction, x *jobData) error {
+		now := w.now()
+		x.State, x.StateInfo, x.Node, x.LastUpdated = StatePending, nil, "", ms(now)
+		x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventStopped, Timestamp: ms(now), Reason: why})
+		x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventPending, Timestamp: ms(now)})
+		stime := w.cfg.enqueueTime(now, w.n.currentUsage(), x.shareKey())
+		return w.resubmitTx(tr, x, stime)
+	})
+}
+
+func (w *worker) resubmitTx(tr kv.Transaction, x *jobData, stime int64) error {
+	if err := w.n.jobs.Resubmit(w.ctx, tr, w.job, stime, nil); err != nil {
+		if errors.Is(err, fdbjobs.ErrNotFound) {
+			return fmt.Errorf("job removed: %w", fdbjobs.ErrHalt)
+		}
+		return err
+	}
+	return w.n.jobs.Finish(w.ctx, tr, w.job, x.encode())
+}
+
+// crash handles an error: a persistent job (or a rate-limited transient
+// one) becomes crashing and backs off; a transient job fails.
+func (w *worker) crash(d *jobData, err error) {
+	tag, reason := classify(err)
+	if d.transient() && !errors.Is(err, engine.ErrMaxBackoff) {
+		w.fail(d, tag, reason)
+		return
+	}
+	w.finishTx(d, StateCrashing, func(tr kv.Transaction, x *jobData) error { return w.crashTx(tr, x, tag, reason) })
+}
+
+func (w *worker) crashTx(tr kv.Transaction, x *jobData, tag, reason string) error {
+	now := w.now()
+	if x.LastStart > 0 && now.Sub(time.UnixMilli(x.LastStart)) > w.cfg.HealthThreshold {
+		x.ErrorCount = 0 // healed: it ran long enough since its last start
+	}
+	x.ErrorCount++
+	x.State, x.StateInfo, x.LastError, x.Node, x.LastUpdated = StateCrashing, stateInfoOf(tag, reason), reason, "", ms(now)
+	x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventCrashed, Timestamp: ms(now), Reason: reason})
+	x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventPending, Timestamp: ms(now)})
+	return w.resubmitTx(tr, x, ms(now)+w.cfg.backoff(x.ErrorCount).Milliseconds())
+}
+
+// backoff is the wait after the n-th consecutive crash (n >= 1):
+// min(MinBackoff * 2^(n-1), MaxBackoff), minus a random jitter of up to a
+// quarter.
+func (c Config) backoff(n int) time.Duration {
+	wait := c.MinBackoff
+	for i := 1; i < n && wait < c.MaxBackoff; i++ {
+		wait *= 2
+	}
+	wait = min(wait, c.MaxBackoff)
+	q := wait / 4
+	if q <= 0 {
+		return wait
+	}
+	return wait - q + time.Duration(rand.Int64N(int64(q)+1))
+}
+
+// engineErrors are the engine's error classes, matched in order.
+var engineErrors = []error{
+	engine.ErrInvalidSpec, engine.ErrDBNotFound, engine.ErrUnauthorized, engine.ErrForbidden,
+	engine.ErrMaxBackoff, engine.ErrFilterFetch, engine.ErrChangesFeed, engine.ErrRevsDiff,
+	engine.ErrOpenRevs, engine.ErrBulkDocs, engine.ErrDocWrite, engine.ErrCheckpoint, engine.ErrHTTP,
+	engine.ErrStopped,
+}
+
+// classify splits an engine error into CouchDB's error tag and reason.
+func classify(err error) (tag, reason string) {
+	msg := err.Error()
+	for _, e := range engineErrors {
+		if errors.Is(err, e) {
+			tag = e.Error()
+			return tag, strings.TrimPrefix(msg, tag+": ")
+		}
+	}
+	return "error", msg
+}
+
+func (d *jobData) clone() *jobData {
+	x := *d
+	x.History = append([]historyEvent(nil), d.History...)
+	return &x
+}

@@ -1,0 +1,584 @@
+package replicator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+// Node is a replication node's job server: it accepts replication jobs
+// from the cluster-wide queue, runs them with its Engine, rotates
+// continuous jobs when more are runnable than it may run, backs crashing
+// jobs off, charges run time for fair share and removes expired transient
+// jobs. Many nodes share one store; they need no connection to each other
+// or to the frontends.
+type Node struct {
+	db   kv.Database
+	jobs *fdbjobs.Client
+	eng  Engine
+	k    keys
+	m    *Metrics
+
+	cfgMu sync.Mutex
+	next  *Config // from SetConfig, applied at the next interval
+
+	svcMu    sync.Mutex
+	cancel   context.CancelFunc
+	done     chan struct{}
+	stopHard context.CancelFunc
+
+	kick chan struct{}
+
+	mu          sync.Mutex
+	cfg         Config          // applied; guarded by mu
+	ctx         context.Context // accept context; nil when stopped
+	opCtx       context.Context // workers' context; outlives ctx by the shutdown timeout
+	stopping    bool
+	serverUUID  string
+	acceptors   int
+	churn       int
+	workers     map[*worker]bool
+	wg          sync.WaitGroup
+	usage       usageMap
+	charges     map[string]int64
+	lowered     bool // MaxJobs was lowered: one-shot jobs may be preempted
+	lastCleanup time.Time
+	rotations   []int // preemptions per interval (most recent last, capped)
+	intervals   int64
+}
+
+// NewNode returns a stopped replication node running replications with eng
+// (nil means EngineDefault{}).
+func NewNode(db kv.Database, jobs *fdbjobs.Client, eng Engine, cfg Config) (*Node, error) {
+	if db == nil || jobs == nil {
+		return nil, fmt.Errorf("%w: nil database or jobs client", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if eng == nil {
+		eng = EngineDefault{}
+	}
+	return &Node{db: db, jobs: jobs, eng: eng, k: newKeys(cfg.Subspace), m: cfg.Metrics, cfg: cfg,
+		kick: make(chan struct{}, 1), workers: map[*worker]bool{}, charges: map[string]int64{}}, nil
+}
+
+// Metrics returns a snapshot of this process's replicator counters.
+func (n *Node) Metrics() []Metric { return n.m.Snapshot() }
+
+// SetConfig validates cfg and applies it at the next interval. Subspace,
+// Metrics, Clock and Logger keep their values from NewNode.
+func (n *Node) SetConfig(cfg Config) error {
+	n.mu.Lock()
+	cur := n.cfg
+	n.mu.Unlock()
+	cfg.Subspace, cfg.Metrics, cfg.Clock, cfg.Logger = cur.Subspace, cur.Metrics, cur.Clock, cur.Logger
+	if cfg.DocUpdater == nil {
+		cfg.DocUpdater = cur.DocUpdater
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	n.cfgMu.Lock()
+	n.next = &cfg
+	n.cfgMu.Unlock()
+	return nil
+}
+
+// Config returns the configuration in effect.
+func (n *Node) Config() Config {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cfg
+}
+
+// Reschedule runs the rescheduling step now instead of at the next tick.
+func (n *Node) Reschedule() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start registers the rep_jobs type, then starts the acceptors and the
+// rescheduling loop; they run until Stop or until ctx ends. Start on a
+// started node does nothing.
+func (n *Node) Start(ctx context.Context) error {
+	n.svcMu.Lock()
+	defer n.svcMu.Unlock()
+	if n.cancel != nil {
+		return nil
+	}
+	cfg := n.Config()
+	uuid, err := ensureSetup(ctx, n.db, n.jobs, n.k, cfg)
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	opCtx, stopHard := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	n.cancel, n.done, n.stopHard = cancel, done, stopHard
+	n.mu.Lock()
+	n.ctx, n.opCtx, n.stopping, n.serverUUID = runCtx, opCtx, false, uuid
+	n.lastCleanup = time.Time{}
+	n.spawnAcceptorsLocked()
+	n.mu.Unlock()
+	go func() {
+		defer close(done)
+		n.serve(runCtx)
+		n.shutdown()
+	}()
+	return nil
+}
+
+// Stop stops accepting, stops every running job (each writes a final
+// checkpoint and goes back to pending, so another node resumes it at once;
+// jobs still busy after Config.ShutdownTimeout are aborted and resumed
+// elsewhere after the job timeout) and waits for every goroutine to end.
+// Stop before Start and a second Stop do nothing.
+func (n *Node) Stop() {
+	n.svcMu.Lock()
+	cancel, done := n.cancel, n.done
+	n.cancel, n.done = nil, nil
+	n.svcMu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (n *Node) shutdown() {
+	n.mu.Lock()
+	n.stopping = true
+	timeout := n.cfg.ShutdownTimeout
+	for w := range n.workers {
+		w.requestStop(stopShutdown)
+	}
+	n.mu.Unlock()
+	all := make(chan struct{})
+	go func() { n.wg.Wait(); close(all) }()
+	t := time.NewTimer(timeout)
+	select {
+	case <-all:
+	case <-t.C:
+		n.stopHard()
+		<-all
+	}
+	t.Stop()
+	n.stopHard()
+	n.flushCharges(context.Background())
+	n.mu.Lock()
+	n.ctx, n.opCtx = nil, nil
+	n.mu.Unlock()
+}
+
+func (n *Node) serve(ctx context.Context) {
+	for {
+		cfg := n.Config()
+		d := cfg.Interval + time.Duration(rand.Int64N(int64(cfg.Interval/3)+1))
+		t := cfg.Clock.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.Chan():
+		case <-n.kick:
+			t.Stop()
+		}
+		if err := n.reschedule(ctx); err != nil && ctx.Err() == nil {
+			cfg.Logger.Warn().Err(err).Msg("replicator: reschedule")
+		}
+	}
+}
+
+// spawnAcceptorsLocked tops the acceptor pool up: while acceptors <
+// MaxAcceptors and acceptors + workers < MaxJobs.
+func (n *Node) spawnAcceptorsLocked() {
+	for n.acceptors < n.cfg.MaxAcceptors && n.acceptors+len(n.workers) < n.cfg.MaxJobs {
+		if !n.startAcceptorLocked() {
+			return
+		}
+	}
+}
+
+func (n *Node) startAcceptorLocked() bool {
+	if n.ctx == nil || n.stopping || n.ctx.Err() != nil {
+		return false
+	}
+	n.acceptors++
+	n.wg.Add(1)
+	go n.acceptor(n.ctx, n.opCtx)
+	return true
+}
+
+func (n *Node) acceptor(ctx, opCtx context.Context) {
+	defer n.wg.Done()
+	for {
+		job, err := n.acceptOne(ctx)
+		if job != nil {
+			w := n.accepted(job, opCtx)
+			w.run()
+			n.workerExit(w)
+			return
+		}
+		if ctx.Err() != nil {
+			n.mu.Lock()
+			n.acceptors--
+			n.mu.Unlock()
+			return
+		}
+		if err != nil {
+			n.Config().Logger.Warn().Err(err).Msg("replicator: accept")
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// acceptOne takes the runnable job with the oldest scheduled time (within
+// the search granularity), or waits up to a random part of StartupJitter
+// for one to be enqueued. It returns nil, nil when none came.
+func (n *Node) acceptOne(ctx context.Context) (*fdbjobs.Job, error) {
+	cfg := n.Config()
+	now := ms(cfg.Clock.Now())
+	t, ok, err := n.oldestDue(ctx, now, cfg)
+	if err != nil {
+		return nil, err
+	}
+	n.m.inc(MetricJobsAccepts)
+	if ok {
+		job, err := n.jobs.Accept(ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: t})
+		if errors.Is(err, fdbjobs.ErrNotFound) {
+			return nil, nil
+		}
+		return job, err
+	}
+	wait := time.Millisecond
+	if cfg.StartupJitter > 0 {
+		wait += time.Duration(rand.Int64N(int64(cfg.StartupJitter)))
+	}
+	job, err := n.jobs.Accept(ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: now, Timeout: wait})
+	if errors.Is(err, fdbjobs.ErrNotFound) || (err != nil && ctx.Err() != nil) {
+		return nil, nil
+	}
+	return job, err
+}
+
+// oldestDue finds, by bisection over pending counts in one snapshot read
+// transaction, the smallest scheduled time T (to a granularity of
+// Interval/50) such that some job is runnable at T; ok is false when no
+// job is runnable now.
+func (n *Node) oldestDue(ctx context.Context, now int64, cfg Config) (int64, bool, error) {
+	g := max(1, cfg.Interval.Milliseconds()/50)
+	type res struct {
+		t  int64
+		ok bool
+	}
+	r, err := kv.ReadTransact(ctx, n.db, func(tr kv.ReadTransaction) (res, error) {
+		count := func(t int64) (bool, error) {
+			c, err := n.jobs.PendingCount(ctx, tr, JobType, t, 1)
+			return c > 0, err
+		}
+		if now < 0 {
+			return res{}, nil
+		}
+		any, err := count(now)
+		if err != nil || !any {
+			return res{}, err
+		}
+		if at0, err := count(0); err != nil || at0 {
+			return res{t: 0, ok: at0}, err
+		}
+		lo, hi := int64(0), now
+		for hi-lo > g {
+			mid := lo + (hi-lo)/2
+			ok, err := count(mid)
+			if err != nil {
+				return res{}, err
+			}
+			if ok {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		return res{t: hi, ok: true}, nil
+	})
+	return r.t, r.ok, err
+}
+
+func (n *Node) accepted(job *fdbjobs.Job, opCtx context.Context) *worker {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.acceptors--
+	w := newWorker(n, job, opCtx, n.cfg)
+	n.workers[w] = true
+	n.churn++
+	n.m.inc(MetricJobsStarts)
+	n.m.set(MetricJobsRunning, int64(len(n.workers)))
+	if n.stopping {
+		w.requestStop(stopShutdown)
+	}
+	n.spawnAcceptorsLocked()
+	return w
+}
+
+func (n *Node) workerExit(w *worker) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.workers, w)
+	n.addChargeLocked(w, n.cfg.Clock.Now())
+	n.m.set(MetricJobsRunning, int64(len(n.workers)))
+	n.spawnAcceptorsLocked()
+}
+
+// addChargeLocked accrues w's run time since its last charge.
+func (n *Node) addChargeLocked(w *worker, now time.Time) {
+	if w.started.IsZero() {
+		return
+	}
+	from := w.started
+	if w.charged.After(from) {
+		from = w.charged
+	}
+	if d := now.Sub(from).Milliseconds(); d > 0 {
+		n.charges[w.shareKey] += d
+	}
+	w.charged = now
+}
+
+func (n *Node) flushCharges(ctx context.Context) {
+	n.mu.Lock()
+	ch := n.charges
+	n.charges = map[string]int64{}
+	n.mu.Unlock()
+	if err := chargeUsage(ctx, n.db, n.k, ch); err != nil {
+		n.mu.Lock()
+		for k, v := range ch {
+			n.charges[k] += v
+		}
+		n.mu.Unlock()
+	}
+}
+
+// currentUsage returns the node's cached fair-share usage table.
+func (n *Node) currentUsage() usageMap {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.usage
+}
+
+// NodeStats are a node's scheduler figures.
+type NodeStats struct {
+	Running   int
+	Acceptors int
+	Intervals int64
+	// Rotations holds the number of jobs preempted in each of the last
+	// intervals (at most 1000, oldest first).
+	Rotations []int
+}
+
+// Stats returns the node's scheduler figures.
+func (n *Node) Stats() NodeStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return NodeStats{Running: len(n.workers), Acceptors: n.acceptors, Intervals: n.intervals,
+		Rotations: append([]int(nil), n.rotations...)}
+}
+
+// reschedule is the interval step.
+func (n *Node) reschedule(ctx context.Context) error {
+	n.cfgMu.Lock()
+	next := n.next
+	n.next = nil
+	n.cfgMu.Unlock()
+	n.mu.Lock()
+	if next != nil {
+		if next.MaxJobs < n.cfg.MaxJobs {
+			n.lowered = true
+		}
+		n.cfg = *next
+	}
+	cfg := n.cfg
+	now := cfg.Clock.Now()
+	for w := range n.workers {
+		n.addChargeLocked(w, now)
+	}
+	n.mu.Unlock()
+
+	// Fair share: charge, roll up, cache.
+	n.flushCharges(ctx)
+	if usage, err := rollUpUsage(ctx, n.db, n.k, now, cfg.Interval, cfg.UsageCoeff); err == nil {
+		n.mu.Lock()
+		n.usage = usage
+		n.mu.Unlock()
+	} else if ctx.Err() == nil {
+		cfg.Logger.Warn().Err(err).Msg("replicator: fair share usage")
+	}
+
+	// Trim: stop the oldest continuous jobs beyond MaxJobs (one-shot jobs
+	// only after MaxJobs was lowered).
+	n.mu.Lock()
+	var active []*worker
+	for w := range n.workers {
+		if !w.stopRequested() {
+			active = append(active, w)
+		}
+	}
+	excess := len(active) - cfg.MaxJobs
+	stopped := 0
+	if excess > 0 {
+		sort.Slice(active, func(i, j int) bool { return active[i].started.Before(active[j].started) })
+		for _, w := range active {
+			if stopped == excess {
+				break
+			}
+			if w.continuous && now.Sub(w.started) >= cfg.MinRunTime {
+				w.requestStop(stopPreempt)
+				stopped++
+			}
+		}
+		if n.lowered {
+			for _, w := range active {
+				if stopped == excess {
+					break
+				}
+				if !w.continuous && !w.stopRequested() {
+					w.requestStop(stopPreempt)
+					stopped++
+				}
+			}
+		}
+		n.churn += excess
+	}
+	if len(active)-stopped <= cfg.MaxJobs {
+		n.lowered = false
+	}
+	n.rotations = append(n.rotations, stopped)
+	if len(n.rotations) > 1000 {
+		n.rotations = n.rotations[1:]
+	}
+	n.m.add(MetricJobsPreempted, int64(stopped))
+	churnLeft := cfg.MaxChurn - n.churn
+	slots := cfg.MaxJobs + cfg.MaxChurn - (n.acceptors + len(n.workers))
+	want := min(churnLeft, slots)
+	n.mu.Unlock()
+
+	// Extra acceptors while runnable jobs are pending.
+	if want > 0 {
+		pending, err := n.jobs.PendingCount(ctx, nil, JobType, ms(now), want)
+		if err != nil {
+			return err
+		}
+		n.m.set(MetricJobsPending, int64(pending))
+		n.mu.Lock()
+		for i := 0; i < min(want, pending); i++ {
+			n.startAcceptorLocked()
+		}
+		n.mu.Unlock()
+	}
+
+	if err := n.cleanup(ctx, cfg, now); err != nil && ctx.Err() == nil {
+		cfg.Logger.Warn().Err(err).Msg("replicator: cleanup")
+	}
+
+	n.mu.Lock()
+	n.m.set(MetricJobsAccepting, int64(n.acceptors))
+	n.m.set(MetricJobsRunning, int64(len(n.workers)))
+	n.m.inc(MetricJobsReschedules)
+	n.churn = 0
+	n.intervals++
+	n.mu.Unlock()
+	return nil
+}
+
+// cleanup removes finished transient jobs older than TransientJobMaxAge
+// and jobs of deleted _replicator databases. It folds every job, so it
+// runs at most every max(Interval, TransientJobMaxAge/10).
+func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
+	every := max(cfg.Interval, min(cfg.TransientJobMaxAge/10, 10*time.Minute))
+	n.mu.Lock()
+	due := n.lastCleanup.IsZero() || now.Sub(n.lastCleanup) >= every
+	if due {
+		n.lastCleanup = now
+	}
+	n.mu.Unlock()
+	if !due {
+		return nil
+	}
+	dbs := map[string]string{}
+	var expired, orphans []string
+	err := foldJobs(ctx, n.jobs, func(id string, st fdbjobs.State, d *jobData) error {
+		if d.transient() {
+			if st == fdbjobs.Finished && ms(now)-d.LastUpdated >= cfg.TransientJobMaxAge.Milliseconds() {
+				expired = append(expired, id)
+			}
+			return nil
+		}
+		u, ok := dbs[d.DBName]
+		if !ok {
+			var err error
+			u, err = kv.ReadTransact(ctx, n.db, func(tr kv.ReadTransaction) (string, error) {
+				v, err := tr.Get(n.k.dbKey(d.DBName)).Get()
+				return string(v), err
+			})
+			if err != nil {
+				return err
+			}
+			dbs[d.DBName] = u
+		}
+		if u != d.DBUUID {
+			orphans = append(orphans, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range expired {
+		removed, err := kv.Transact(ctx, n.db, func(tr kv.Transaction) (bool, error) {
+			d, st, err := readJob(ctx, n.jobs, tr, id)
+			if err != nil || d == nil || st != fdbjobs.Finished || !d.transient() ||
+				ms(now)-d.LastUpdated < cfg.TransientJobMaxAge.Milliseconds() {
+				return false, err
+			}
+			return true, removeJob(ctx, n.jobs, n.k, tr, id, d)
+		})
+		if err != nil {
+			return err
+		}
+		if removed {
+			n.m.inc(MetricTransientJobsRemoved)
+			n.m.inc(MetricJobsRemoves)
+		}
+	}
+	for _, id := range orphans {
+		_, err := kv.Transact(ctx, n.db, func(tr kv.Transaction) (any, error) {
+			d, _, err := readJob(ctx, n.jobs, tr, id)
+			if err != nil || d == nil || d.transient() {
+				return nil, err
+			}
+			v, err := tr.Get(n.k.dbKey(d.DBName)).Get()
+			if err != nil || string(v) == d.DBUUID {
+				return nil, err
+			}
+			return nil, removeJob(ctx, n.jobs, n.k, tr, id, d)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

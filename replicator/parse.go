@@ -1,0 +1,435 @@
+package replicator
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// UserCtx is the user on whose behalf a request is made.
+type UserCtx struct {
+	Name  string   `json:"name"`
+	Roles []string `json:"roles"`
+}
+
+// HasRole reports whether the user has role.
+func (u UserCtx) HasRole(role string) bool {
+	for _, r := range u.Roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
+// IsAdmin reports whether the user is a server admin (role _admin).
+func (u UserCtx) IsAdmin() bool { return u.HasRole("_admin") }
+
+// Request is a parsed POST /_replicate body: a replication, or a cancel
+// naming the replication by its specification or by id.
+type Request struct {
+	Spec   *Spec  // nil for a cancel by id
+	Cancel bool   // "cancel": true
+	ID     string // "replication_id", "id" or "_local_id" (cancel by id)
+}
+
+// ParseSpec parses and validates a replication specification (the body of a
+// _replicator document or of POST /_replicate). Errors wrap ErrBadRequest;
+// Reason gives the message for the user.
+func ParseSpec(body json.RawMessage) (*Spec, error) {
+	obj, err := decodeObject(body)
+	if err != nil {
+		return nil, err
+	}
+	return parseSpec(obj)
+}
+
+// ParseRequest parses a POST /_replicate body. A cancel may name the
+// replication by id instead of by source and target.
+func ParseRequest(body json.RawMessage) (*Request, error) {
+	obj, err := decodeObject(body)
+	if err != nil {
+		return nil, err
+	}
+	req := &Request{}
+	if v, ok := obj["cancel"]; ok {
+		b, err := boolField(v, "cancel")
+		if err != nil {
+			return nil, err
+		}
+		req.Cancel = b
+	}
+	for _, k := range []string{"replication_id", "id", "_local_id"} {
+		if v, ok := obj[k]; ok && string(v) != "null" {
+			var s string
+			if json.Unmarshal(v, &s) != nil {
+				return nil, newReason(ErrBadRequest, "`%s` must be a string", k)
+			}
+			req.ID = s
+		}
+	}
+	if req.Cancel && req.ID != "" {
+		return req, nil
+	}
+	if req.Spec, err = parseSpec(obj); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+func decodeObject(body json.RawMessage) (map[string]json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	if err := d.Decode(&obj); err != nil || obj == nil {
+		return nil, newReason(ErrBadRequest, "the replication must be a JSON object")
+	}
+	return obj, nil
+}
+
+func boolField(v json.RawMessage, name string) (bool, error) {
+	var b bool
+	if json.Unmarshal(v, &b) != nil {
+		return false, newReason(ErrBadRequest, "`%s` must be a boolean", name)
+	}
+	return b, nil
+}
+
+// intField accepts an integer or a string holding one, as CouchDB does.
+func intField(v json.RawMessage, name string, min int64) (int64, error) {
+	var n json.Number
+	if err := json.Unmarshal(v, &n); err != nil {
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			return 0, newReason(ErrBadRequest, "`%s` must be an integer", name)
+		}
+		n = json.Number(strings.TrimSpace(s))
+	}
+	i, err := strconv.ParseInt(string(n), 10, 64)
+	if err != nil {
+		return 0, newReason(ErrBadRequest, "`%s` must be an integer", name)
+	}
+	if i < min {
+		return 0, newReason(ErrBadRequest, "`%s` must be at least %d", name, min)
+	}
+	return i, nil
+}
+
+func isNull(v json.RawMessage) bool { return len(v) == 0 || string(v) == "null" }
+
+func isObject(v json.RawMessage) bool {
+	v = bytes.TrimSpace(v)
+	return len(v) > 0 && v[0] == '{' && json.Valid(v)
+}
+
+func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
+	s := &Spec{}
+	var err error
+	if s.Source, err = parseEndpoint(obj, "source"); err != nil {
+		return nil, err
+	}
+	if s.Target, err = parseEndpoint(obj, "target"); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"continuous", "create_target", "winning_revs_only", "use_bulk_get"} {
+		v, ok := obj[name]
+		if !ok || isNull(v) {
+			continue
+		}
+		b, err := boolField(v, name)
+		if err != nil {
+			return nil, err
+		}
+		switch name {
+		case "continuous":
+			s.Continuous = b
+		case "create_target":
+			s.CreateTarget = b
+		case "winning_revs_only":
+			s.WinningRevsOnly = b
+		case "use_bulk_get":
+			s.DisableBulkGet = !b
+		}
+	}
+	if v, ok := obj["use_checkpoints"]; ok {
+		var b bool
+		if json.Unmarshal(v, &b) != nil && !isNull(v) {
+			return nil, newReason(ErrBadRequest, "`use_checkpoints` must be a boolean")
+		}
+		s.DisableCheckpoints = !isNull(v) && !b
+	}
+	if v, ok := obj["create_target_params"]; ok && !isNull(v) {
+		if !isObject(v) {
+			return nil, newReason(ErrBadRequest, "`create_target_params` must be an object")
+		}
+		s.CreateTargetParams = v
+	}
+	n := 0
+	if v, ok := obj["doc_ids"]; ok && !isNull(v) {
+		var raw []json.RawMessage
+		if json.Unmarshal(v, &raw) != nil {
+			return nil, newReason(ErrBadRequest, "`doc_ids` must be an array")
+		}
+		s.DocIDs = make([]string, 0, len(raw))
+		for _, e := range raw {
+			var id string
+			if json.Unmarshal(e, &id) != nil {
+				return nil, newReason(ErrBadRequest, "`doc_ids` array must contain strings")
+			}
+			s.DocIDs = append(s.DocIDs, id)
+		}
+		n++
+	}
+	if v, ok := obj["filter"]; ok && !isNull(v) {
+		if json.Unmarshal(v, &s.Filter) != nil {
+			return nil, newReason(ErrBadRequest, "`filter` must be a string")
+		}
+		if s.Filter != "" {
+			n++
+		}
+	}
+	if v, ok := obj["selector"]; ok && !isNull(v) {
+		if !isObject(v) {
+			return nil, newReason(ErrBadRequest, "`selector` must be a JSON object")
+		}
+		s.Selector = v
+		n++
+	}
+	if n > 1 {
+		return nil, newReason(ErrBadRequest, "`doc_ids`, `filter` and `selector` are mutually exclusive: use at most one")
+	}
+	if v, ok := obj["query_params"]; ok && !isNull(v) {
+		if !isObject(v) {
+			return nil, newReason(ErrBadRequest, "`query_params` must be null or an object")
+		}
+		s.QueryParams = v
+	}
+	if v, ok := obj["since_seq"]; ok && !isNull(v) {
+		s.SinceSeq = v
+	}
+	ints := []struct {
+		name string
+		min  int64
+		set  func(int64)
+	}{
+		{"worker_processes", 1, func(i int64) { s.WorkerProcesses = int(i) }},
+		{"worker_batch_size", 1, func(i int64) { s.WorkerBatchSize = int(i) }},
+		{"http_connections", 1, func(i int64) { s.HTTPConnections = int(i) }},
+		{"connection_timeout", 1, func(i int64) { s.ConnectionTimeout = i }},
+		{"retries_per_request", 0, func(i int64) {
+			s.RetriesPerRequest = int(i)
+			if i == 0 {
+				s.RetriesPerRequest = -1
+			}
+		}},
+		{"checkpoint_interval", 1, func(i int64) { s.CheckpointInterval = i }},
+	}
+	for _, f := range ints {
+		if v, ok := obj[f.name]; ok && !isNull(v) {
+			i, err := intField(v, f.name, f.min)
+			if err != nil {
+				return nil, err
+			}
+			f.set(i)
+		}
+	}
+	if err := parseProxies(obj, s); err != nil {
+		return nil, err
+	}
+	if v, ok := obj["user_ctx"]; ok && !isNull(v) {
+		var u UserCtx
+		if !isObject(v) || json.Unmarshal(v, &u) != nil {
+			return nil, newReason(ErrBadRequest, "`user_ctx` must be an object with a string `name` and an array of string `roles`")
+		}
+		s.UserCtx = &u
+	}
+	rep, err := s.Engine()
+	if err != nil {
+		return nil, newReason(ErrBadRequest, "%s", engineReason(err))
+	}
+	if err := rep.Validate(); err != nil {
+		return nil, newReason(ErrBadRequest, "%s", engineReason(err))
+	}
+	return s, nil
+}
+
+// engineReason strips the engine's class prefix from a validation error.
+func engineReason(err error) string {
+	msg := err.Error()
+	if errors.Is(err, engine.ErrInvalidSpec) {
+		msg = strings.TrimPrefix(msg, engine.ErrInvalidSpec.Error()+": ")
+	}
+	return msg
+}
+
+func parseEndpoint(obj map[string]json.RawMessage, name string) (EndpointSpec, error) {
+	v, ok := obj[name]
+	if !ok || isNull(v) {
+		return EndpointSpec{}, newReason(ErrBadRequest, "Missing `%s` field", name)
+	}
+	var raw string
+	var headers map[string]string
+	var authUser, authPass string
+	haveAuth := false
+	if json.Unmarshal(v, &raw) != nil {
+		if !isObject(v) {
+			return EndpointSpec{}, newReason(ErrBadRequest, "`%s` must be a URL string or an object with a `url`", name)
+		}
+		var o map[string]json.RawMessage
+		_ = json.Unmarshal(v, &o)
+		u, ok := o["url"]
+		if !ok || json.Unmarshal(u, &raw) != nil {
+			return EndpointSpec{}, newReason(ErrBadRequest, "`%s` must have a string `url`", name)
+		}
+		if h, ok := o["headers"]; ok && !isNull(h) {
+			if !isObject(h) || json.Unmarshal(h, &headers) != nil {
+				return EndpointSpec{}, newReason(ErrBadRequest, "if defined, `%s.headers` must be an object of strings", name)
+			}
+		}
+		if a, ok := o["auth"]; ok && !isNull(a) {
+			var auth struct {
+				Basic *struct {
+					Username string `json:"username"`
+					Password string `json:"password"`
+				} `json:"basic"`
+			}
+			if !isObject(a) || json.Unmarshal(a, &auth) != nil {
+				return EndpointSpec{}, newReason(ErrBadRequest, "if defined, `%s.auth` must be an object", name)
+			}
+			if auth.Basic != nil && auth.Basic.Username != "" {
+				authUser, authPass, haveAuth = auth.Basic.Username, auth.Basic.Password, true
+			}
+		}
+	}
+	if !strings.HasPrefix(raw, "http://") && !strings.HasPrefix(raw, "https://") {
+		if raw == "" || !strings.Contains(raw, "://") {
+			return EndpointSpec{}, newReason(ErrBadRequest,
+				"`%s` must be an http:// or https:// URL; local database names are not supported (local_endpoints_not_supported)", name)
+		}
+		return EndpointSpec{}, newReason(ErrBadRequest, "`%s` has an invalid url: only http and https are supported", name)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return EndpointSpec{}, newReason(ErrBadRequest, "`%s` has an invalid url", name)
+	}
+	ep := EndpointSpec{}
+	// Credentials: auth.basic, then URL userinfo, then an Authorization:
+	// Basic header; the others are dropped.
+	var urlUser, urlPass string
+	haveURL := false
+	if u.User != nil {
+		if p, ok := u.User.Password(); ok {
+			urlUser, urlPass, haveURL = u.User.Username(), p, true
+		}
+		u.User = nil
+	}
+	var hdrUser, hdrPass string
+	haveHdr := false
+	for k, val := range headers {
+		if !strings.EqualFold(k, "authorization") {
+			continue
+		}
+		if scheme, cred, ok := strings.Cut(val, " "); ok && strings.EqualFold(scheme, "basic") {
+			if dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil {
+				if user, pass, ok := strings.Cut(string(dec), ":"); ok {
+					hdrUser, hdrPass, haveHdr = user, pass, true
+				}
+			}
+			delete(headers, k)
+		}
+	}
+	switch {
+	case haveAuth:
+		ep.Username, ep.Password = authUser, authPass
+	case haveURL:
+		ep.Username, ep.Password = urlUser, urlPass
+	case haveHdr:
+		ep.Username, ep.Password = hdrUser, hdrPass
+	}
+	if len(headers) > 0 {
+		ep.Headers = headers
+	}
+	n, err := engine.ParseEndpoint(u.String())
+	if err != nil {
+		return EndpointSpec{}, newReason(ErrBadRequest, "`%s` has an invalid url", name)
+	}
+	ep.URL = n.URL.String()
+	return ep, nil
+}
+
+func parseProxies(obj map[string]json.RawMessage, s *Spec) error {
+	get := func(k string) (string, error) {
+		v, ok := obj[k]
+		if !ok || isNull(v) {
+			return "", nil
+		}
+		var p string
+		if json.Unmarshal(v, &p) != nil {
+			return "", newReason(ErrBadRequest, "`%s` must be a string", k)
+		}
+		if p == "" {
+			return "", nil
+		}
+		u, err := url.Parse(p)
+		if err != nil || u.Host == "" {
+			return "", newReason(ErrBadRequest, "`%s` has an invalid url", k)
+		}
+		switch u.Scheme {
+		case "http", "https", "socks5":
+		default:
+			return "", newReason(ErrBadRequest, "Unsupported proxy protocol in `%s`: use http, https or socks5", k)
+		}
+		return p, nil
+	}
+	proxy, err := get("proxy")
+	if err != nil {
+		return err
+	}
+	sp, err := get("source_proxy")
+	if err != nil {
+		return err
+	}
+	tp, err := get("target_proxy")
+	if err != nil {
+		return err
+	}
+	if proxy != "" && sp != "" {
+		return newReason(ErrBadRequest, "`proxy` is mutually exclusive with `source_proxy`")
+	}
+	if proxy != "" && tp != "" {
+		return newReason(ErrBadRequest, "`proxy` is mutually exclusive with `target_proxy`")
+	}
+	if proxy != "" {
+		sp, tp = proxy, proxy
+	}
+	s.Source.Proxy, s.Target.Proxy = sp, tp
+	return nil
+}
+
+// redactURL replaces the password of a URL with *****; unparseable input
+// gives "".
+func redactURL(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "PASSWORDPLACEHOLDER")
+			return strings.Replace(u.String(), "PASSWORDPLACEHOLDER", "*****", 1)
+		}
+	}
+	return u.String()
+}
+
+var _ = fmt.Sprintf

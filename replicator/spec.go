@@ -1,0 +1,211 @@
+package replicator
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"net/url"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// EndpointSpec is a normalized replication endpoint as stored in job data:
+// the URL without credentials (trailing slash added unless it has a query
+// string), the Basic credentials taken from auth.basic, the URL or an
+// Authorization: Basic header (in that order of precedence), and the other
+// headers.
+type EndpointSpec struct {
+	URL      string            `json:"url"`
+	Headers  map[string]string `json:"headers,omitempty"`
+	Username string            `json:"username,omitempty"`
+	Password string            `json:"password,omitempty"`
+	Proxy    string            `json:"proxy,omitempty"`
+}
+
+// Redacted returns the URL as monitoring shows it: user kept, password
+// replaced by *****.
+func (e EndpointSpec) Redacted() string {
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		return ""
+	}
+	if e.Username != "" {
+		u.User = url.UserPassword(e.Username, "PASSWORDPLACEHOLDER")
+		return strings.Replace(u.String(), "PASSWORDPLACEHOLDER", "*****", 1)
+	}
+	return u.String()
+}
+
+// Spec is a parsed, validated replication: what a _replicator document or
+// a POST /_replicate body asks for, in a form that survives a JSON round
+// trip through job data. Engine converts it for the protocol engine.
+type Spec struct {
+	Source EndpointSpec `json:"source"`
+	Target EndpointSpec `json:"target"`
+
+	Continuous         bool            `json:"continuous,omitempty"`
+	CreateTarget       bool            `json:"create_target,omitempty"`
+	CreateTargetParams json.RawMessage `json:"create_target_params,omitempty"`
+	DocIDs             []string        `json:"doc_ids,omitempty"`
+	Selector           json.RawMessage `json:"selector,omitempty"`
+	Filter             string          `json:"filter,omitempty"`
+	QueryParams        json.RawMessage `json:"query_params,omitempty"`
+	SinceSeq           json.RawMessage `json:"since_seq,omitempty"`
+	WinningRevsOnly    bool            `json:"winning_revs_only,omitempty"`
+	DisableCheckpoints bool            `json:"disable_checkpoints,omitempty"`
+	DisableBulkGet     bool            `json:"disable_bulk_get,omitempty"`
+
+	// Tunables; zero means the engine's default. Durations in ms.
+	CheckpointInterval int64 `json:"checkpoint_interval,omitempty"`
+	WorkerProcesses    int   `json:"worker_processes,omitempty"`
+	WorkerBatchSize    int   `json:"worker_batch_size,omitempty"`
+	HTTPConnections    int   `json:"http_connections,omitempty"`
+	ConnectionTimeout  int64 `json:"connection_timeout,omitempty"`
+	RetriesPerRequest  int   `json:"retries_per_request,omitempty"`
+
+	// UserCtx is the document's user_ctx (informational).
+	UserCtx *UserCtx `json:"user_ctx,omitempty"`
+}
+
+// Engine returns the engine's form of the specification.
+func (s *Spec) Engine() (engine.Replication, error) {
+	src, err := s.Source.engine()
+	if err != nil {
+		return engine.Replication{}, err
+	}
+	tgt, err := s.Target.engine()
+	if err != nil {
+		return engine.Replication{}, err
+	}
+	rep := engine.Replication{
+		Source: src, Target: tgt,
+		Continuous: s.Continuous, CreateTarget: s.CreateTarget, CreateTargetParams: s.CreateTargetParams,
+		DocIDs: s.DocIDs, Selector: s.Selector, Filter: s.Filter, QueryParams: s.QueryParams,
+		SinceSeq: s.SinceSeq, WinningRevsOnly: s.WinningRevsOnly,
+		DisableCheckpoints: s.DisableCheckpoints, DisableBulkGet: s.DisableBulkGet,
+		CheckpointInterval: time.Duration(s.CheckpointInterval) * time.Millisecond,
+		WorkerProcesses:    s.WorkerProcesses, WorkerBatchSize: s.WorkerBatchSize,
+		HTTPConnections:   s.HTTPConnections,
+		ConnectionTimeout: time.Duration(s.ConnectionTimeout) * time.Millisecond,
+		RetriesPerRequest: s.RetriesPerRequest,
+	}
+	if s.UserCtx != nil {
+		rep.UserCtx = engine.UserCtx{Name: s.UserCtx.Name, Roles: s.UserCtx.Roles}
+	}
+	return rep, nil
+}
+
+func (e EndpointSpec) engine() (engine.Endpoint, error) {
+	ep, err := engine.ParseEndpoint(e.URL)
+	if err != nil {
+		return engine.Endpoint{}, err
+	}
+	ep.Username, ep.Password = e.Username, e.Password
+	if len(e.Headers) > 0 {
+		ep.Headers = make(map[string]string, len(e.Headers))
+		for k, v := range e.Headers {
+			ep.Headers[k] = v
+		}
+	}
+	return ep, nil
+}
+
+// userFilter reports whether the replication uses a design document filter
+// (whose code is part of the replication id and may change).
+func (s *Spec) userFilter() bool { return s.Filter != "" && !strings.HasPrefix(s.Filter, "_") }
+
+// sameReplication reports whether two specifications describe the same
+// replication (CouchDB's compare_reps): endpoints with their credentials
+// and headers, and every option. Key order and doc_ids order do not
+// matter.
+func sameReplication(a, b *Spec) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	na, nb := a.normalized(), b.normalized()
+	return reflect.DeepEqual(na, nb)
+}
+
+func (s *Spec) normalized() Spec {
+	n := *s
+	n.DocIDs = append([]string(nil), s.DocIDs...)
+	sort.Strings(n.DocIDs)
+	n.Selector = canonicalJSON(s.Selector)
+	n.QueryParams = canonicalJSON(s.QueryParams)
+	n.CreateTargetParams = canonicalJSON(s.CreateTargetParams)
+	n.SinceSeq = canonicalJSON(s.SinceSeq)
+	if len(n.Source.Headers) == 0 {
+		n.Source.Headers = nil
+	}
+	if len(n.Target.Headers) == 0 {
+		n.Target.Headers = nil
+	}
+	return n
+}
+
+// canonicalJSON re-encodes raw with sorted object keys (nil for absent or
+// null).
+func canonicalJSON(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return raw
+	}
+	b, err := json.Marshal(v) // maps marshal with sorted keys
+	if err != nil {
+		return raw
+	}
+	return b
+}
+
+// transientJobID is the job id of a POST /_replicate replication: a hash of
+// the server UUID, both endpoints (URL, user name, headers; never the
+// password), the user, the options that change the replication id, and
+// the filter as given (its code is not fetched).
+func transientJobID(serverUUID string, s *Spec, user string) string {
+	type ep struct {
+		URL     string
+		User    string
+		Headers [][2]string
+	}
+	mk := func(e EndpointSpec) ep {
+		out := ep{URL: e.URL, User: e.Username}
+		for k, v := range e.Headers {
+			out.Headers = append(out.Headers, [2]string{strings.ToLower(k), v})
+		}
+		sort.Slice(out.Headers, func(i, j int) bool { return out.Headers[i][0] < out.Headers[j][0] })
+		return out
+	}
+	n := s.normalized()
+	parts := []any{serverUUID, mk(s.Source), mk(s.Target), user}
+	opts := ""
+	if s.Continuous {
+		opts += "+continuous"
+	}
+	if s.CreateTarget {
+		opts += "+create_target"
+	}
+	parts = append(parts, opts, n.DocIDs, n.Selector, n.Filter, n.QueryParams, n.SinceSeq, s.WinningRevsOnly)
+	b, _ := json.Marshal(parts)
+	sum := md5.Sum(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// persistentJobID is the job id of a _replicator document: the database
+// instance's UUID and the document id.
+func persistentJobID(dbUUID, docID string) string { return dbUUID + "|" + docID }
+
+func defaultNodeName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "fdbrep"
+	}
+	return h
+}
