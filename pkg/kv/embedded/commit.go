@@ -81,10 +81,24 @@ func (db *DB) take() (batch []*commitReq, closed bool) {
 	return batch, false
 }
 
-// leader is the single commit goroutine: it resolves, writes and publishes
-// batches of queued transactions until Close.
+// syncQueueDepth bounds how many written batches may wait for their WAL
+// sync; the leader blocks when that many are outstanding.
+const syncQueueDepth = 64
+
+// pending is a batch written to pebble without sync, waiting for the
+// syncer to make it durable and publish it.
+type pending struct {
+	batch   []*commitReq
+	snap    *snapshot // the state right after the batch
+	touched touchSet
+}
+
+// leader is the commit sequencer and resolver: it takes batches of queued
+// transactions, resolves them in order, writes the accepted ones to pebble
+// without waiting for the WAL sync, and hands the batch to the syncer. It
+// runs until Close.
 func (db *DB) leader() {
-	defer close(db.stopped)
+	defer close(db.synced)
 	for range db.qsignal {
 		for {
 			batch, closed := db.take()
@@ -96,6 +110,84 @@ func (db *DB) leader() {
 			}
 			db.commitBatch(batch)
 		}
+	}
+}
+
+// syncer makes written batches durable: one WAL sync covers every batch
+// waiting, after which their state is published, their watches fire and
+// their transactions are acknowledged, in order. Readers never see a batch
+// before its sync returns.
+func (db *DB) syncer() {
+	defer close(db.stopped)
+	var group []*pending
+	for p := range db.synced {
+		group = append(group[:0], p)
+	drain:
+		for {
+			select {
+			case q, ok := <-db.synced:
+				if !ok {
+					break drain
+				}
+				group = append(group, q)
+			default:
+				break drain
+			}
+		}
+		err := db.storeFailure()
+		if err == nil {
+			if err = db.pdb.LogData(nil, pebble.Sync); err != nil {
+				db.setFailure(err)
+			}
+		}
+		if err != nil {
+			for _, q := range group {
+				q.snap.release()
+				failBatch(q.batch)
+			}
+			continue
+		}
+		last := group[len(group)-1]
+		now := time.Now()
+		for _, q := range group[:len(group)-1] {
+			q.snap.release()
+		}
+		db.publish(last.snap, now)
+		var armed []*watch
+		var touched touchSet
+		for _, q := range group {
+			touched.keys = append(touched.keys, q.touched.keys...)
+			touched.spans = append(touched.spans, q.touched.spans...)
+			for _, r := range q.batch {
+				if r.err == nil {
+					armed = append(armed, r.watches...)
+				}
+			}
+		}
+		db.watches.afterCommit(last.snap, &touched, armed)
+		for _, q := range group {
+			for _, r := range q.batch {
+				r.finish(r.err)
+			}
+		}
+		clear(group)
+	}
+}
+
+func (db *DB) storeFailure() error {
+	db.failMu.Lock()
+	defer db.failMu.Unlock()
+	if db.failed == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %v", ErrStoreFailed, db.failed)
+}
+
+func (db *DB) setFailure(err error) {
+	db.failMu.Lock()
+	defer db.failMu.Unlock()
+	if db.failed == nil {
+		db.failed = err
 	}
 }
 
@@ -114,6 +206,7 @@ func (db *DB) nextVersion(now time.Time) int64 {
 func (db *DB) advanceHorizon(now time.Time, work int) {
 	cutoff := now.Add(-db.opts.TransactionLifetime - time.Second)
 	horizon := db.res.horizon
+	db.pubMu.Lock()
 	i := 0
 	for i < len(db.published)-1 && db.published[i].at.Before(cutoff) {
 		horizon = db.published[i].ver
@@ -122,21 +215,21 @@ func (db *DB) advanceHorizon(now time.Time, work int) {
 	if i > 0 {
 		db.published = append(db.published[:0], db.published[i:]...)
 	}
+	db.pubMu.Unlock()
 	db.res.gc(horizon, work)
 }
 
-// commitBatch resolves the transactions of batch in order, writes the
-// accepted ones in one synced pebble batch, publishes the new state, and
-// only then acknowledges them.
+// commitBatch resolves the transactions of batch in order and writes the
+// accepted ones in one pebble batch (not yet synced) for the syncer.
 func (db *DB) commitBatch(batch []*commitReq) {
-	if db.testHookBatch != nil {
-		db.testHookBatch(len(batch))
-	}
-	if db.failed != nil {
+	if err := db.storeFailure(); err != nil {
 		for _, r := range batch {
-			r.finish(fmt.Errorf("%w: %v", ErrStoreFailed, db.failed))
+			r.finish(err)
 		}
 		return
+	}
+	if db.testHookBatch != nil {
+		db.testHookBatch(len(batch))
 	}
 	now := time.Now()
 	cv := db.nextVersion(now)
@@ -151,7 +244,7 @@ func (db *DB) commitBatch(batch []*commitReq) {
 		b = db.pdb.NewBatch()
 	}
 	defer b.Close()
-	var touched touchSet
+	p := &pending{batch: batch}
 	accepted := 0
 	inserted := 0
 	for _, r := range batch {
@@ -168,7 +261,7 @@ func (db *DB) commitBatch(batch []*commitReq) {
 		stamp := make([]byte, 10)
 		binary.BigEndian.PutUint64(stamp, uint64(cv))
 		binary.BigEndian.PutUint16(stamp[8:], uint16(accepted))
-		if err := applyMutations(b, r.muts, stamp, &touched); err != nil {
+		if err := applyMutations(b, r.muts, stamp, &p.touched); err != nil {
 			db.fail(batch, err)
 			return
 		}
@@ -179,39 +272,39 @@ func (db *DB) commitBatch(batch []*commitReq) {
 		r.version, r.stamp = cv, stamp
 		accepted++
 	}
-	if accepted > 0 {
-		var vb [8]byte
-		binary.BigEndian.PutUint64(vb[:], uint64(cv))
-		if err := b.Set(versionKey, vb[:], nil); err != nil {
-			db.fail(batch, err)
-			return
-		}
-		if err := b.Commit(pebble.Sync); err != nil {
-			db.fail(batch, err)
-			return
-		}
-		db.lastVersion = cv
-		done := time.Now()
-		s := db.newSnapshot(cv)
-		db.publish(s, done)
-		var armed []*watch
+	if accepted == 0 {
 		for _, r := range batch {
-			if r.err == nil {
-				armed = append(armed, r.watches...)
-			}
+			r.finish(r.err)
 		}
-		db.watches.afterCommit(s, &touched, armed)
-		db.advanceHorizon(done, 2*inserted+16)
+		return
 	}
-	for _, r := range batch {
-		r.finish(r.err)
+	var vb [8]byte
+	binary.BigEndian.PutUint64(vb[:], uint64(cv))
+	if err := b.Set(versionKey, vb[:], nil); err != nil {
+		db.fail(batch, err)
+		return
 	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		db.fail(batch, err)
+		return
+	}
+	db.lastVersion = cv
+	// Only the leader writes, so the snapshot holds exactly this batch and
+	// the ones before it.
+	p.snap = db.newSnapshot(cv)
+	db.synced <- p
+	db.advanceHorizon(now, 2*inserted+16)
 }
 
 // fail gives up on batch after a storage error: the transactions whose
 // writes were attempted may or may not be durable.
 func (db *DB) fail(batch []*commitReq, err error) {
-	db.failed = err
+	db.setFailure(err)
+	failBatch(batch)
+}
+
+// failBatch finishes a batch that could not be made durable.
+func failBatch(batch []*commitReq) {
 	for _, r := range batch {
 		if r.err == nil {
 			r.err = errUnknownResult

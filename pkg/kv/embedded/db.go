@@ -46,15 +46,20 @@ type DB struct {
 	queue   []*commitReq
 	qclosed bool
 	qsignal chan struct{}
-	stopped chan struct{}
-	failed  error // set by the leader when a batch could not be written
+	stopped chan struct{} // closed when the leader and syncer have exited
+	synced  chan *pending  // batches written, waiting for the WAL sync
+
+	failMu sync.Mutex
+	failed error // set when a batch could not be written or synced
 
 	// Leader state.
 	res         *resolver
 	lastVersion int64
 	baseVersion int64
 	baseTime    time.Time
-	published   []pubRecord // versions published in the last lifetime, oldest first
+
+	pubMu     sync.Mutex
+	published []pubRecord // versions published in the last lifetime, oldest first
 
 	watches *watchRegistry
 
@@ -119,6 +124,7 @@ func Open(opts Options) (*DB, error) {
 		live:        map[*snapshot]struct{}{},
 		qsignal:     make(chan struct{}, 1),
 		stopped:     make(chan struct{}),
+		synced:      make(chan *pending, syncQueueDepth),
 		res:         newResolver(),
 		lastVersion: last,
 		baseVersion: last + 1,
@@ -127,6 +133,7 @@ func Open(opts Options) (*DB, error) {
 	}
 	db.publish(db.newSnapshot(last), time.Now())
 	go db.leader()
+	go db.syncer()
 	return db, nil
 }
 
@@ -195,7 +202,9 @@ func (db *DB) publish(s *snapshot, now time.Time) {
 	if old := db.cur.Swap(s); old != nil {
 		old.release()
 	}
+	db.pubMu.Lock()
 	db.published = append(db.published, pubRecord{at: now, ver: s.version})
+	db.pubMu.Unlock()
 }
 
 // acquire returns the newest published snapshot with a reference taken.

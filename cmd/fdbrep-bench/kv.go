@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
+)
+
+func init() { register("kv", runKVBench) }
+
+// runKVBench measures durable read-modify-write transactions (read one key,
+// write two keys of -value-bytes) on the embedded store at several client
+// counts, next to plain pebble doing the same Get + synced batch, on
+// on-disk stores in a temporary directory.
+func runKVBench(args []string) error {
+	fs := flag.NewFlagSet("kv", flag.ContinueOnError)
+	keys := fs.Int("keys", 100_000, "keys preloaded")
+	valueBytes := fs.Int("value-bytes", 200, "bytes per value")
+	duration := fs.Duration("duration", 3*time.Second, "time per measurement")
+	clientList := fs.String("clients", "1,16,64", "comma-separated client counts")
+	dir := fs.String("dir", "", "directory for the stores (default: a new temporary directory, removed afterwards)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the embedded rows to this file")
+	pebbleRow := fs.Bool("pebble", true, "also measure plain pebble for comparison")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *keys < 2 || *valueBytes < 8 || *duration <= 0 {
+		return errors.New("-keys must be at least 2, -value-bytes at least 8, -duration positive")
+	}
+	var clients []int
+	for _, s := range strings.Split(*clientList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("bad -clients entry %q", s)
+		}
+		clients = append(clients, n)
+	}
+	root := *dir
+	if root == "" {
+		d, err := os.MkdirTemp("", "fdbrep-bench-kv-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		root = d
+	}
+	b := kvBench{keys: *keys, valueBytes: *valueBytes, duration: *duration}
+
+	fmt.Printf("kv benchmark: durable RMW transactions (read 1 key, write 2 keys of %d B), %d keys preloaded, %v per row, GOMAXPROCS=%d\n",
+		*valueBytes, *keys, *duration, runtime.GOMAXPROCS(0))
+	emb, err := embedded.Open(embedded.Options{Dir: filepath.Join(root, "embedded")})
+	if err != nil {
+		return err
+	}
+	defer emb.Close()
+	cache := pebble.NewCache(embedded.CacheSizeDefault)
+	defer cache.Unref()
+	pdb, err := pebble.Open(filepath.Join(root, "pebble"), &pebble.Options{
+		Cache:              cache,
+		FormatMajorVersion: pebble.FormatValueSeparation,
+		Logger:             quietPebbleLogger{},
+	})
+	if err != nil {
+		return err
+	}
+	defer pdb.Close()
+	if err := b.preloadEmbedded(emb); err != nil {
+		return err
+	}
+	if err := b.preloadPebble(pdb); err != nil {
+		return err
+	}
+
+	fmt.Printf("\n%-9s %8s %12s %12s %12s %10s %12s %12s %8s\n",
+		"clients", "engine", "txn/s", "commit p50", "commit p99", "retries", "pebble tx/s", "pebble p50", "ratio")
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	for _, c := range clients {
+		e := b.run(c, func(rng *rand.Rand, buf []byte) (time.Duration, int, error) { return b.embeddedTxn(emb, rng, buf) })
+		if e.err != nil {
+			return e.err
+		}
+		p := kvResult{rate: 1}
+		if *pebbleRow {
+			if *cpuProfile != "" {
+				pprof.StopCPUProfile()
+			}
+			p = b.run(c, func(rng *rand.Rand, buf []byte) (time.Duration, int, error) { return b.pebbleTxn(pdb, rng, buf) })
+			if p.err != nil {
+				return p.err
+			}
+		}
+		fmt.Printf("%-9d %8s %12.0f %12s %12s %10d %12.0f %12s %7.0f%%\n",
+			c, "embedded", e.rate, fmtDur(e.p50), fmtDur(e.p99), e.retries, p.rate, fmtDur(p.p50), 100*e.rate/p.rate)
+	}
+	return nil
+}
+
+type kvBench struct {
+	keys, valueBytes int
+	duration         time.Duration
+}
+
+type kvResult struct {
+	rate     float64
+	p50, p99 time.Duration
+	retries  int
+	err      error
+}
+
+func (b kvBench) key(i int) []byte { return []byte(fmt.Sprintf("bench/%08d", i)) }
+
+func (b kvBench) value(rng *rand.Rand, buf []byte) []byte {
+	for i := 8; i+8 <= len(buf); i += 8 {
+		binary.LittleEndian.PutUint64(buf[i:], rng.Uint64())
+	}
+	return buf
+}
+
+func (b kvBench) preloadEmbedded(db *embedded.DB) error {
+	rng := rand.New(rand.NewPCG(1, 1))
+	buf := make([]byte, b.valueBytes)
+	const chunk = 10_000
+	for start := 0; start < b.keys; start += chunk {
+		_, err := db.Transact(context.Background(), func(tr kv.Transaction) (any, error) {
+			for i := start; i < min(start+chunk, b.keys); i++ {
+				tr.Set(kv.Key(b.key(i)), b.value(rng, buf))
+			}
+			return nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("preload: %w", err)
+		}
+	}
+	return nil
+}
+
+func (b kvBench) preloadPebble(db *pebble.DB) error {
+	rng := rand.New(rand.NewPCG(1, 1))
+	buf := make([]byte, b.valueBytes)
+	batch := db.NewBatch()
+	for i := range b.keys {
+		if err := batch.Set(b.key(i), b.value(rng, buf), nil); err != nil {
+			return err
+		}
+	}
+	return batch.Commit(pebble.Sync)
+}
+
+// embeddedTxn runs one RMW transaction and returns its commit latency.
+func (b kvBench) embeddedTxn(db *embedded.DB, rng *rand.Rand, buf []byte) (time.Duration, int, error) {
+	k1, k2 := b.key(rng.IntN(b.keys)), b.key(rng.IntN(b.keys))
+	var commit time.Duration
+	attempts := 0
+	tr, err := db.CreateTransaction()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer tr.Cancel()
+	for {
+		attempts++
+		err := func() error {
+			v, err := tr.Get(kv.Key(k1)).Get()
+			if err != nil {
+				return err
+			}
+			out := b.value(rng, buf)
+			if len(v) >= 8 {
+				binary.LittleEndian.PutUint64(out, binary.LittleEndian.Uint64(v)+1)
+			}
+			tr.Set(kv.Key(k1), out)
+			tr.Set(kv.Key(k2), out)
+			start := time.Now()
+			_, err = tr.Commit().Get()
+			commit = time.Since(start)
+			return err
+		}()
+		if err == nil {
+			return commit, attempts - 1, nil
+		}
+		var e kv.Error
+		if !errors.As(err, &e) {
+			return 0, 0, err
+		}
+		if _, err := tr.OnError(e).Get(); err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+func (b kvBench) pebbleTxn(db *pebble.DB, rng *rand.Rand, buf []byte) (time.Duration, int, error) {
+	k1, k2 := b.key(rng.IntN(b.keys)), b.key(rng.IntN(b.keys))
+	v, closer, err := db.Get(k1)
+	if err != nil && !errors.Is(err, pebble.ErrNotFound) {
+		return 0, 0, err
+	}
+	out := b.value(rng, buf)
+	if err == nil {
+		if len(v) >= 8 {
+			binary.LittleEndian.PutUint64(out, binary.LittleEndian.Uint64(v)+1)
+		}
+		closer.Close()
+	}
+	batch := db.NewBatch()
+	defer batch.Close()
+	if err := batch.Set(k1, out, nil); err != nil {
+		return 0, 0, err
+	}
+	if err := batch.Set(k2, out, nil); err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	err = batch.Commit(pebble.Sync)
+	return time.Since(start), 0, err
+}
+
+// run drives txn from the given number of clients for the duration.
+func (b kvBench) run(clients int, txn func(*rand.Rand, []byte) (time.Duration, int, error)) kvResult {
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	lat := make([][]time.Duration, clients)
+	retries := make([]int, clients)
+	errs := make([]error, clients)
+	start := time.Now()
+	for c := range clients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), uint64(start.UnixNano())))
+			buf := make([]byte, b.valueBytes)
+			for !stop.Load() {
+				d, r, err := txn(rng, buf)
+				if err != nil {
+					errs[c] = err
+					return
+				}
+				lat[c] = append(lat[c], d)
+				retries[c] += r
+			}
+		})
+	}
+	time.Sleep(b.duration)
+	stop.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start)
+	var all []time.Duration
+	res := kvResult{}
+	for c := range clients {
+		all = append(all, lat[c]...)
+		res.retries += retries[c]
+		if errs[c] != nil && res.err == nil {
+			res.err = errs[c]
+		}
+	}
+	slices.Sort(all)
+	if len(all) > 0 {
+		res.p50 = all[len(all)/2]
+		res.p99 = all[len(all)*99/100]
+	}
+	res.rate = float64(len(all)) / elapsed.Seconds()
+	return res
+}
+
+func fmtDur(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+// quietPebbleLogger drops pebble's informational messages.
+type quietPebbleLogger struct{}
+
+func (quietPebbleLogger) Infof(string, ...any) {}
+func (quietPebbleLogger) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "pebble: "+format+"\n", args...)
+}
+func (quietPebbleLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
+}
