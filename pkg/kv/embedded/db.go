@@ -47,7 +47,7 @@ type DB struct {
 	qclosed bool
 	qsignal chan struct{}
 	stopped chan struct{} // closed when the leader and syncer have exited
-	synced  chan *pending  // batches written, waiting for the WAL sync
+	synced  chan *pending // batches written, waiting for the WAL sync
 
 	failMu sync.Mutex
 	failed error // set when a batch could not be written or synced
