@@ -112,7 +112,9 @@ type Request struct {
 	// Body is sent with Content-Length (never chunked) and re-sent on
 	// retries; Content-Type defaults to application/json when Body is set.
 	Body []byte
-	// NoRetry makes a single attempt (429 back-off still applies).
+	// NoRetry makes a single attempt (429 back-off still applies). net/http
+	// may still replay an idempotent request (GET, HEAD) once by itself when
+	// a reused pooled connection turns out closed before any answer.
 	NoRetry bool
 	// Stream exempts the request from Options.RequestTimeout (continuous
 	// feeds); the ConnectionTimeout inactivity limit still applies to every

@@ -170,7 +170,12 @@ func (l *RateLimiter) Failure(key string) {
 	if !e.updated.IsZero() && now.Sub(e.updated) < l.cfg.MinUpdateInterval {
 		return
 	}
-	next := time.Duration(math.Round(float64(max(e.interval, l.cfg.BaseInterval)) * l.cfg.Multiplier))
+	cur := max(e.interval, l.cfg.BaseInterval)
+	// Whole milliseconds, as CouchDB; always growing, even from tiny bases.
+	next := time.Duration(math.Round(float64(cur)*l.cfg.Multiplier/float64(time.Millisecond))) * time.Millisecond
+	if next <= cur {
+		next = cur + time.Millisecond
+	}
 	e.interval = min(next, l.cfg.MaxInterval)
 	e.updated = now
 }

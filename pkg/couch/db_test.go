@@ -1,0 +1,518 @@
+package couch_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/fdbrep/fdbrep/pkg/couch"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const secret = "hunter2-s3cret"
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newDB opens a DB on rawURL with the secret password and fast retries; the
+// returned buffer collects its debug log.
+func newDB(t *testing.T, rawURL string, opts couch.Options, limiter *couch.RateLimiter) (*couch.DB, *syncBuffer) {
+	t.Helper()
+	ep, err := couch.ParseEndpoint(json.RawMessage(fmt.Sprintf(
+		`{"url":%q,"auth":{"basic":{"username":"bob","password":%q}}}`, rawURL, secret)))
+	require.NoError(t, err)
+	logs := &syncBuffer{}
+	lg := zerolog.New(logs).Level(zerolog.DebugLevel)
+	opts.Logger = &lg
+	if opts.RetryWait == 0 {
+		opts.RetryWait = time.Millisecond
+	}
+	db, err := couch.NewDB(ep, opts, limiter)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	return db, logs
+}
+
+// requireNoSecret checks that the password appears in none of the strings.
+func requireNoSecret(t *testing.T, texts ...string) {
+	t.Helper()
+	for _, s := range texts {
+		require.NotContains(t, s, secret)
+	}
+}
+
+func TestRequestShape(t *testing.T) {
+	type seen struct {
+		method, uri, body string
+		header            http.Header
+	}
+	var mu sync.Mutex
+	var got []seen
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, seen{r.Method, r.RequestURI, string(b), r.Header.Clone()})
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/plain") // pouchdb-server's label; must not matter
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+	defer srv.Close()
+
+	ep, err := couch.ParseEndpoint(json.RawMessage(fmt.Sprintf(
+		`{"url":"%s/my%%2Fdb?x=1","headers":{"X-Tenant":"acme"},"auth":{"basic":{"username":"bob","password":%q}}}`, srv.URL, secret)))
+	require.NoError(t, err)
+	db, err := couch.NewDB(ep, couch.Options{}, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	ctx := context.Background()
+
+	var out struct{ OK bool }
+	require.NoError(t, db.DoJSON(ctx, couch.Request{}, &out))
+	require.True(t, out.OK)
+	require.NoError(t, db.DoJSON(ctx, couch.Request{Method: http.MethodPost, Path: "_bulk_docs",
+		Query: map[string][]string{"y": {"a b"}}, Body: []byte(`{"docs":[]}`)}, nil))
+	require.NoError(t, db.DoJSON(ctx, couch.Request{Path: "/_session", Header: http.Header{"Accept": {"text/plain"}}}, nil))
+	require.NoError(t, db.DoJSON(ctx, couch.Request{Method: http.MethodPut, Path: couch.EscapeDocID("_local/a/b"),
+		Body: []byte(`{}`), Header: http.Header{"content-type": {"application/x"}}}, nil))
+	resp, err := db.Do(ctx, couch.Request{Path: couch.EscapeDocID("a/b c")})
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, resp.Body.Close())
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, got, 5)
+	auth := "Basic " + base64Std("bob:"+secret)
+	for _, s := range got {
+		require.Equal(t, auth, s.header.Get("Authorization"))
+		require.Equal(t, "acme", s.header.Get("X-Tenant"))
+		require.Equal(t, couch.UserAgentDefault, s.header.Get("User-Agent"))
+		require.Empty(t, s.header.Get("Accept-Encoding"), "no compression asked")
+	}
+	require.Equal(t, "GET /my%2Fdb?x=1", got[0].method+" "+got[0].uri) // URLs with a query keep their path
+	require.Equal(t, "application/json", got[0].header.Get("Accept"))
+	require.Equal(t, "POST /my%2Fdb/_bulk_docs?x=1&y=a+b", got[1].method+" "+got[1].uri)
+	require.Equal(t, `{"docs":[]}`, got[1].body)
+	require.Equal(t, "application/json", got[1].header.Get("Content-Type"))
+	require.Equal(t, "GET /_session?x=1", got[2].method+" "+got[2].uri)
+	require.Equal(t, "text/plain", got[2].header.Get("Accept"))
+	require.Equal(t, "PUT /my%2Fdb/_local/a%2Fb?x=1", got[3].method+" "+got[3].uri)
+	require.Equal(t, "application/x", got[3].header.Get("Content-Type"))
+	require.Equal(t, "GET /my%2Fdb/a%2Fb%20c?x=1", got[4].method+" "+got[4].uri)
+}
+
+func base64Std(s string) string {
+	req := &http.Request{Header: http.Header{}}
+	user, pass, _ := strings.Cut(s, ":")
+	req.SetBasicAuth(user, pass)
+	return strings.TrimPrefix(req.Header.Get("Authorization"), "Basic ")
+}
+
+func TestHTTPErrors(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var code int
+		_, _ = fmt.Sscanf(strings.TrimPrefix(r.URL.Path, "/db/"), "%d", &code)
+		w.WriteHeader(code)
+		if code != http.StatusGone {
+			_, _ = fmt.Fprintf(w, `{"error":"e%d","reason":"r%d"}`, code, code)
+		}
+	}))
+	defer srv.Close()
+	db, logs := newDB(t, srv.URL+"/db", couch.Options{RetriesPerRequest: 1}, nil)
+	for _, tc := range []struct {
+		status int
+		is     error
+	}{
+		{400, couch.ErrBadRequest}, {401, couch.ErrUnauthorized}, {403, couch.ErrForbidden},
+		{404, couch.ErrNotFound}, {405, couch.ErrMethodNotAllowed}, {409, couch.ErrConflict},
+		{412, couch.ErrPreconditionFailed}, {413, couch.ErrTooLarge}, {414, couch.ErrURITooLong},
+		{415, couch.ErrUnsupportedMedia}, {417, couch.ErrExpectationFailed},
+		{500, couch.ErrServerError}, {503, couch.ErrServerError}, {410, nil},
+	} {
+		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
+			err := db.DoJSON(context.Background(), couch.Request{Path: fmt.Sprint(tc.status)}, nil)
+			var herr *couch.HTTPError
+			require.ErrorAs(t, err, &herr)
+			require.Equal(t, tc.status, herr.Status)
+			if tc.is != nil {
+				require.ErrorIs(t, err, tc.is)
+				require.Equal(t, fmt.Sprintf("e%d", tc.status), herr.Error_)
+				require.Equal(t, fmt.Sprintf("r%d", tc.status), herr.Reason)
+				require.Contains(t, string(herr.Body), "reason")
+			} else {
+				require.Equal(t, "gone", herr.Error_)
+			}
+			require.NotErrorIs(t, err, couch.ErrRequestFailed)
+			require.Contains(t, err.Error(), "http://bob:*****@127.0.0.1")
+			requireNoSecret(t, err.Error())
+		})
+	}
+	requireNoSecret(t, logs.String())
+}
+
+func TestRetries(t *testing.T) {
+	var calls atomic.Int64
+	failFirst := atomic.Int64{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		if strings.HasSuffix(r.URL.Path, "/drop") {
+			panic(http.ErrAbortHandler)
+		}
+		if n <= failFirst.Load() {
+			switch n % 3 {
+			case 0:
+				w.WriteHeader(http.StatusServiceUnavailable)
+			case 1:
+				w.WriteHeader(http.StatusRequestTimeout)
+			default:
+				panic(http.ErrAbortHandler) // connection dropped without an answer
+			}
+			return
+		}
+		_, _ = w.Write(b) // echo: proves the body was re-sent intact
+	}))
+	defer srv.Close()
+	db, logs := newDB(t, srv.URL+"/db", couch.Options{RetriesPerRequest: 5}, nil)
+
+	// Five failures, then success on the sixth attempt.
+	failFirst.Store(5)
+	var out map[string]int
+	require.NoError(t, db.DoJSON(context.Background(), couch.Request{Method: http.MethodPost, Path: "_revs_diff",
+		Body: []byte(`{"a":1}`)}, &out))
+	require.Equal(t, map[string]int{"a": 1}, out)
+	require.EqualValues(t, 6, calls.Load())
+
+	// Six failures exhaust the retries: the last answer is reported.
+	calls.Store(0)
+	failFirst.Store(6)
+	err := db.DoJSON(context.Background(), couch.Request{Method: http.MethodPost, Path: "_revs_diff", Body: []byte(`{}`)}, nil)
+	require.ErrorIs(t, err, couch.ErrServerError)
+	require.EqualValues(t, 6, calls.Load())
+
+	// NoRetry makes one attempt.
+	calls.Store(0)
+	// (POST: net/http itself replays a GET once when a reused connection was
+	// closed before any answer.)
+	err = db.DoJSON(context.Background(), couch.Request{Method: http.MethodPost, Path: "drop", NoRetry: true}, nil)
+	require.ErrorIs(t, err, couch.ErrRequestFailed)
+	require.EqualValues(t, 1, calls.Load())
+	var rerr *couch.RequestError
+	require.ErrorAs(t, err, &rerr)
+	require.Equal(t, 1, rerr.Attempts)
+	requireNoSecret(t, err.Error(), logs.String())
+	require.Contains(t, logs.String(), "retrying")
+}
+
+func TestRetriesStopAfterTimeLimit(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	// A time limit below the first wait: one retry at most, not 100.
+	db, _ := newDB(t, srv.URL+"/db", couch.Options{RetriesPerRequest: 100, RetryWait: 5 * time.Millisecond,
+		RetryTimeLimit: time.Millisecond}, nil)
+	err := db.DoJSON(context.Background(), couch.Request{}, nil)
+	require.ErrorIs(t, err, couch.ErrServerError)
+	require.LessOrEqual(t, calls.Load(), int64(2))
+}
+
+func TestConnectionRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	db, logs := newDB(t, "http://"+addr+"/db", couch.Options{RetriesPerRequest: 2}, nil)
+	err = db.DoJSON(context.Background(), couch.Request{}, nil)
+	require.ErrorIs(t, err, couch.ErrRequestFailed)
+	var rerr *couch.RequestError
+	require.ErrorAs(t, err, &rerr)
+	require.Equal(t, 3, rerr.Attempts)
+	require.Contains(t, err.Error(), "connection refused")
+	require.Contains(t, err.Error(), "http://bob:*****@"+addr+"/db/")
+	requireNoSecret(t, err.Error(), fmt.Sprintf("%v %+v %#v", err, err, err), logs.String())
+}
+
+func TestTooManyRequests(t *testing.T) {
+	var calls, limited atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if limited.Add(-1) >= 0 {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		_, _ = io.WriteString(w, `{}`)
+	}))
+	defer srv.Close()
+	limiter, err := couch.NewRateLimiter(couch.RateLimiterConfig{BaseInterval: time.Millisecond,
+		MaxInterval: 50 * time.Millisecond, MinUpdateInterval: time.Nanosecond})
+	require.NoError(t, err)
+	db, logs := newDB(t, srv.URL+"/db", couch.Options{RetriesPerRequest: couch.NoRetries}, limiter)
+	key := "http://" + strings.TrimPrefix(srv.URL, "http://") + " GET"
+
+	// 429s do not use up retries (there are none here).
+	limited.Store(4)
+	require.NoError(t, db.DoJSON(context.Background(), couch.Request{}, nil))
+	require.EqualValues(t, 5, calls.Load())
+	require.Equal(t, 4, strings.Count(logs.String(), "429, backing off"))
+
+	// A peer that never stops answering 429 ends in max_backoff.
+	limited.Store(1 << 40)
+	err = db.DoJSON(context.Background(), couch.Request{}, nil)
+	require.ErrorIs(t, err, couch.ErrMaxBackoff)
+	require.Equal(t, 50*time.Millisecond, limiter.Interval(key))
+	requireNoSecret(t, err.Error(), logs.String())
+	require.Contains(t, err.Error(), "http://bob:*****@")
+
+	// The limiter is shared: another DB on the same host fails at once.
+	db2, _ := newDB(t, srv.URL+"/other", couch.Options{}, limiter)
+	before := calls.Load()
+	require.ErrorIs(t, db2.DoJSON(context.Background(), couch.Request{}, nil), couch.ErrMaxBackoff)
+	require.Equal(t, before, calls.Load())
+	// ... but not for another method.
+	limited.Store(0)
+	require.NoError(t, db2.DoJSON(context.Background(), couch.Request{Method: http.MethodPost, Body: []byte(`{}`)}, nil))
+}
+
+func TestConnectionCap(t *testing.T) {
+	const limit, total = 3, 12
+	var inflight, maxInflight, conns atomic.Int64
+	arrived := make(chan struct{}, total)
+	gate := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inflight.Add(1)
+		for {
+			m := maxInflight.Load()
+			if n <= m || maxInflight.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		arrived <- struct{}{}
+		<-gate
+		inflight.Add(-1)
+		_, _ = io.WriteString(w, `{}`)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	db, _ := newDB(t, srv.URL+"/db", couch.Options{HTTPConnections: limit}, nil)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, total)
+	for range total {
+		wg.Go(func() { errs <- db.DoJSON(context.Background(), couch.Request{}, nil) })
+	}
+	// Let requests through one at a time, each only once `limit` are
+	// waiting at the server (or all that remain).
+	for done := 0; done < total; done++ {
+		for int(inflight.Load()) < min(limit, total-done) {
+			<-arrived
+		}
+		gate <- struct{}{}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, limit, maxInflight.Load())
+	require.LessOrEqual(t, conns.Load(), int64(limit))
+}
+
+func TestConnectionTimeout(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		switch r.URL.Path {
+		case "/db/headers": // silent before the headers on the first attempt
+			if n == 1 {
+				select {
+				case <-r.Context().Done():
+				case <-release:
+				}
+				return
+			}
+			_, _ = io.WriteString(w, `{"ok":true}`)
+		case "/db/body": // silent in the middle of the body
+			_, _ = io.WriteString(w, `{"rows":[`)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		case "/db/slowreader": // all data at once; the reader is slow
+			_, _ = io.WriteString(w, strings.Repeat("x", 100))
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	const timeout = 100 * time.Millisecond
+	db, logs := newDB(t, srv.URL+"/db", couch.Options{ConnectionTimeout: timeout, RetriesPerRequest: 1}, nil)
+	ctx := context.Background()
+
+	// A silent first attempt times out and the retry succeeds.
+	var out struct{ OK bool }
+	require.NoError(t, db.DoJSON(ctx, couch.Request{Path: "headers"}, &out))
+	require.True(t, out.OK)
+	require.EqualValues(t, 2, calls.Load())
+	require.Contains(t, logs.String(), "connection_timeout")
+
+	// Without retries the timeout is reported.
+	calls.Store(0)
+	err := db.DoJSON(ctx, couch.Request{Path: "headers", NoRetry: true}, nil)
+	require.ErrorIs(t, err, couch.ErrTimeout)
+	require.ErrorIs(t, err, couch.ErrRequestFailed)
+	requireNoSecret(t, err.Error())
+
+	// A body that stops flowing fails the Read with ErrTimeout.
+	resp, err := db.Do(ctx, couch.Request{Path: "body", Stream: true})
+	require.NoError(t, err)
+	_, err = io.ReadAll(resp.Body)
+	require.ErrorIs(t, err, couch.ErrTimeout)
+	require.NoError(t, resp.Body.Close())
+
+	// Time spent between Reads is not silence.
+	resp, err = db.Do(ctx, couch.Request{Path: "slowreader", Stream: true})
+	require.NoError(t, err)
+	buf := make([]byte, 10)
+	_, err = io.ReadFull(resp.Body, buf)
+	require.NoError(t, err)
+	time.Sleep(3 * timeout) // a slow consumer, not a timing assertion
+	rest, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Len(t, rest, 90)
+	require.NoError(t, resp.Body.Close())
+}
+
+func TestRequestTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Trickle data forever: never silent, never done.
+		for {
+			if _, err := io.WriteString(w, " "); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}))
+	defer srv.Close()
+	db, _ := newDB(t, srv.URL+"/db", couch.Options{RequestTimeout: 50 * time.Millisecond, RetriesPerRequest: couch.NoRetries}, nil)
+	err := db.DoJSON(context.Background(), couch.Request{}, nil)
+	require.ErrorIs(t, err, couch.ErrTimeout)
+
+	// Streams are exempt: the body keeps flowing past the request timeout.
+	resp, err := db.Do(context.Background(), couch.Request{Stream: true})
+	require.NoError(t, err)
+	n := 0
+	buf := make([]byte, 1)
+	deadline := time.Now().Add(150 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		_, err := resp.Body.Read(buf)
+		require.NoError(t, err)
+		n++
+	}
+	require.NoError(t, resp.Body.Close())
+}
+
+func TestContextCancel(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	db, _ := newDB(t, srv.URL+"/db", couch.Options{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	go cancel()
+	err := db.DoJSON(ctx, couch.Request{}, nil)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestBadResponse(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `not json`)
+	}))
+	defer srv.Close()
+	db, _ := newDB(t, srv.URL+"/db", couch.Options{}, nil)
+	var out map[string]any
+	err := db.DoJSON(context.Background(), couch.Request{}, &out)
+	require.ErrorIs(t, err, couch.ErrBadResponse)
+	requireNoSecret(t, err.Error())
+	b, err := db.DoBytes(context.Background(), couch.Request{})
+	require.NoError(t, err)
+	require.Equal(t, "not json", string(b))
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    couch.Options
+		ok   bool
+	}{
+		{"zero is defaults", couch.Options{}, true},
+		{"no retries", couch.Options{RetriesPerRequest: couch.NoRetries}, true},
+		{"negative connections", couch.Options{HTTPConnections: -1}, false},
+		{"negative timeout", couch.Options{ConnectionTimeout: -time.Second}, false},
+		{"negative retries", couch.Options{RetriesPerRequest: -2}, false},
+		{"negative request timeout", couch.Options{RequestTimeout: -1}, false},
+		{"wait max below wait", couch.Options{RetryWait: time.Second, RetryWaitMax: time.Millisecond}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.o.Validate()
+			if tc.ok {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, couch.ErrInvalidOptions)
+			}
+		})
+	}
+	d := couch.Options{}.WithDefaults()
+	require.Equal(t, couch.HTTPConnectionsDefault, d.HTTPConnections)
+	require.Equal(t, couch.ConnectionTimeoutDefault, d.ConnectionTimeout)
+	require.Equal(t, couch.RetriesPerRequestDefault, d.RetriesPerRequest)
+	require.Equal(t, 0, couch.Options{RetriesPerRequest: couch.NoRetries}.WithDefaults().RetriesPerRequest)
+
+	_, err := couch.NewDB(couch.Endpoint{}, couch.Options{}, nil)
+	require.ErrorIs(t, err, couch.ErrInvalidEndpoint)
+}
