@@ -3,6 +3,9 @@ package frontend
 import (
 	"bytes"
 	"context"
+	"crypto/pbkdf2"
+	"crypto/sha1"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -242,4 +245,25 @@ func repDoc(extra ...any) map[string]any {
 		d[extra[i].(string)] = extra[i+1]
 	}
 	return d
+}
+
+func decodeJSONBody(res *http.Response, v any) error {
+	defer res.Body.Close()
+	return json.NewDecoder(res.Body).Decode(v)
+}
+
+func sha1Hex(s string) string {
+	sum := sha1.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// mustHex computes a PBKDF2 key independently of the code under test's
+// parsing, to build CouchDB-format hashes.
+func mustHex(t *testing.T, password, prf, salt string, iter int) string {
+	t.Helper()
+	h, size, ok := prfFunc(prf)
+	require.True(t, ok)
+	k, err := pbkdf2.Key(h, password, []byte(salt), iter, size)
+	require.NoError(t, err)
+	return hex.EncodeToString(k)
 }

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 )
 
 // readBody reads a request body of at most max bytes.
@@ -64,6 +65,9 @@ func checkDepth(b []byte, max int) *httpError {
 func decodeObject(b []byte, maxDepth int) (map[string]any, *httpError) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil, badRequest("Request body must be a JSON object")
+	}
+	if !utf8.Valid(b) {
+		return nil, badRequest("invalid UTF-8 JSON")
 	}
 	if he := checkDepth(b, maxDepth); he != nil {
 		return nil, he
