@@ -235,15 +235,15 @@ func TestAllDocsAndChanges(t *testing.T) {
 	require.Nil(t, row["doc"])
 
 	for q, want := range map[string][]string{
-		"limit=2":                     {"a", "b"},
-		"skip=1":                      {"b", "c"},
-		"limit=1&skip=1":              {"b"},
-		"descending=true":             {"c", "b", "a"},
-		`startkey="b"`:                {"b", "c"},
-		`endkey="b"`:                  {"a", "b"},
-		`start_key="b"&end_key="b"`:   {"b"},
+		"limit=2":                      {"a", "b"},
+		"skip=1":                       {"b", "c"},
+		"limit=1&skip=1":               {"b"},
+		"descending=true":              {"c", "b", "a"},
+		`startkey="b"`:                 {"b", "c"},
+		`endkey="b"`:                   {"a", "b"},
+		`start_key="b"&end_key="b"`:    {"b"},
 		`descending=true&startkey="b"`: {"b", "a"},
-		"limit=0":                     nil,
+		"limit=0":                      nil,
 	} {
 		r := e.do("GET", "/_replicator/_all_docs?"+strings.ReplaceAll(q, `"`, "%22"), asAdmin, nil)
 		require.Equal(t, 200, r.status, "%s: %s", q, r.raw)

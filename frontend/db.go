@@ -1,9 +1,9 @@
 package frontend
 
 import (
-	"github.com/fdbrep/fdbrep/pkg/kv"
 	"encoding/json"
 	"fmt"
+	"github.com/fdbrep/fdbrep/pkg/kv"
 	"net/http"
 	"net/url"
 	"strconv"

@@ -37,7 +37,9 @@ func newError(status int, err, reason string) *httpError {
 	return &httpError{status: status, err: err, reason: reason}
 }
 
-func badRequest(reason string) *httpError { return newError(http.StatusBadRequest, "bad_request", reason) }
+func badRequest(reason string) *httpError {
+	return newError(http.StatusBadRequest, "bad_request", reason)
+}
 
 func forbidden(reason string) *httpError { return newError(http.StatusForbidden, "forbidden", reason) }
 

@@ -86,9 +86,9 @@ func (s *Server) StatsJSON() map[string]any {
 	}
 	out := map[string]any{
 		"couchdb": map[string]any{
-			"httpd":                map[string]any{"requests": counter(total, "number of HTTP requests")},
+			"httpd":                 map[string]any{"requests": counter(total, "number of HTTP requests")},
 			"httpd_request_methods": ms,
-			"httpd_status_codes":   ss,
+			"httpd_status_codes":    ss,
 		},
 	}
 	if s.opts.Metrics != nil {
