@@ -199,6 +199,11 @@ func (it *rangeIter) start() error {
 	if bytes.Compare(bk, maxReadKey) > 0 || bytes.Compare(ek, maxReadKey) > 0 {
 		return errOutsideLegalRange
 	}
+	// As FoundationDB: or-equal selectors become plain ones on the next
+	// key, then a range whose begin is not below its end in both key and
+	// offset is empty and adds no conflict range.
+	bsel, esel = withoutOrEqual(bsel), withoutOrEqual(esel)
+	bk, ek = bsel.Key.FDBKey(), esel.Key.FDBKey()
 	if bytes.Compare(bk, ek) >= 0 && bsel.Offset >= esel.Offset {
 		it.done = true // empty, and no conflict range, as in FoundationDB
 		return nil
@@ -217,4 +222,13 @@ func (it *rangeIter) start() error {
 	}
 	it.b, it.e = clone(b), clone(e)
 	return nil
+}
+
+// withoutOrEqual rewrites an or-equal selector on k as the equivalent plain
+// selector on the key after k.
+func withoutOrEqual(s kv.KeySelector) kv.KeySelector {
+	if !s.OrEqual {
+		return s
+	}
+	return kv.KeySelector{Key: kv.Key(keyAfter(s.Key.FDBKey())), Offset: s.Offset}
 }

@@ -176,3 +176,21 @@ func TestStreamingIterator(t *testing.T) {
 		})
 	}
 }
+
+// TestAtomicOpsInRangeReads: a range read applies pending atomic ops to the
+// stored values in both directions.
+func TestAtomicOpsInRangeReads(t *testing.T) {
+	db := openMem(t)
+	put(t, db, "a", "\x01", "b", "\x02", "c", "\x03")
+	tr := newTr(t, db)
+	tr.Add(kv.Key("a"), []byte{0x10})
+	tr.Add(kv.Key("b"), []byte{0x10})
+	tr.Add(kv.Key("c"), []byte{0x10})
+	want := []kv.KeyValue{{Key: kv.Key("a"), Value: []byte{0x11}}, {Key: kv.Key("b"), Value: []byte{0x12}}, {Key: kv.Key("c"), Value: []byte{0x13}}}
+	got, err := tr.GetRange(kr("a", "d"), kv.RangeOptions{}).GetSliceWithError()
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	got, err = tr.GetRange(kr("a", "d"), kv.RangeOptions{Reverse: true}).GetSliceWithError()
+	require.NoError(t, err)
+	require.Equal(t, []kv.KeyValue{want[2], want[1], want[0]}, got)
+}

@@ -62,6 +62,18 @@ func TestSelectors(t *testing.T) {
 		require.Equal(t, []string{"b"}, getRange(t, tr, r, kv.RangeOptions{}))
 	})
 
+	t.Run("or-equal selectors on the same key", func(t *testing.T) {
+		// FoundationDB rewrites LastLessOrEqual(d) as LastLessThan(d\x00)
+		// before deciding that a range is empty.
+		tr := newTr(t, db)
+		r := kv.SelectorRange{Begin: kv.LastLessThan(k("d")), End: kv.LastLessOrEqual(k("d"))}
+		require.Equal(t, []string{"b"}, getRange(t, tr, r, kv.RangeOptions{}))
+		r = kv.SelectorRange{Begin: kv.FirstGreaterThan(k("\xff")), End: kv.LastLessOrEqual(k("\xff"))}
+		require.Empty(t, getRange(t, tr, r, kv.RangeOptions{}))
+		r = kv.SelectorRange{Begin: kv.LastLessThan(k("\xff")), End: kv.FirstGreaterThan(k("\xff"))}
+		require.Equal(t, []string{"f"}, getRange(t, tr, r, kv.RangeOptions{}))
+	})
+
 	t.Run("inverted and empty ranges read nothing", func(t *testing.T) {
 		tr := newTr(t, db)
 		require.Empty(t, getRange(t, tr, kr("f", "b"), kv.RangeOptions{}))

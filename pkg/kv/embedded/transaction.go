@@ -384,6 +384,9 @@ func (tr *transaction) getKey(sel kv.Selectable, snap bool) kv.FutureKey {
 // adding a read conflict on the keys it examined unless snap.
 func (tr *transaction) resolveKey(s kv.KeySelector, snap bool) ([]byte, error) {
 	k := s.Key.FDBKey()
+	if bytes.Compare(k, maxReadKey) > 0 {
+		k = maxReadKey // an or-equal selector rewritten past the last key
+	}
 	if s.Offset >= 1 {
 		from := k
 		if s.OrEqual {
@@ -435,6 +438,9 @@ func (tr *transaction) resolveKey(s kv.KeySelector, snap bool) ([]byte, error) {
 // lookup and add no conflict, as in FoundationDB.
 func (tr *transaction) rangePosition(s kv.KeySelector, snap bool) ([]byte, error) {
 	k := s.Key.FDBKey()
+	if bytes.Compare(k, maxReadKey) > 0 {
+		k = maxReadKey
+	}
 	if s.Offset == 1 {
 		if s.OrEqual {
 			k = keyAfter(k)
@@ -539,7 +545,7 @@ func (tr *transaction) scan(b, e []byte, limit int, reverse bool) ([]kv.KeyValue
 			if err != nil {
 				return nil, err
 			}
-			base, present = v, true
+			base, present = clone(v), true // the iterator reuses v once it moves
 			ok = step()
 		}
 		v, exists, err := ent.resolve(base, present)
