@@ -582,3 +582,16 @@ func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
 	}
 	return nil
 }
+
+// kill stops the node as if its process died: running jobs are abandoned
+// without writing anything (the activity monitor re-enqueues them). For
+// tests.
+func (n *Node) kill() {
+	n.svcMu.Lock()
+	hard := n.stopHard
+	n.svcMu.Unlock()
+	if hard != nil {
+		hard()
+	}
+	n.Stop()
+}
