@@ -340,7 +340,7 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 	if r.Body != nil && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if db.auth != "" {
+	if db.auth != "" && r.Header.Get("Authorization") == "" {
 		req.Header.Set("Authorization", db.auth)
 	}
 

@@ -386,14 +386,16 @@ func TestConnectionTimeout(t *testing.T) {
 	defer srv.Close()
 	defer close(release)
 	const timeout = 100 * time.Millisecond
-	db, logs := newDB(t, srv.URL+"/db", couch.Options{ConnectionTimeout: timeout, RetriesPerRequest: 1}, nil)
+	// Many retries: on a loaded machine a healthy attempt may also exceed
+	// the tiny timeout; it is then retried, which is what is being tested.
+	db, logs := newDB(t, srv.URL+"/db", couch.Options{ConnectionTimeout: timeout, RetriesPerRequest: 50}, nil)
 	ctx := context.Background()
 
-	// A silent first attempt times out and the retry succeeds.
+	// A silent first attempt times out and a retry succeeds.
 	var out struct{ OK bool }
 	require.NoError(t, db.DoJSON(ctx, couch.Request{Path: "headers"}, &out))
 	require.True(t, out.OK)
-	require.EqualValues(t, 2, calls.Load())
+	require.GreaterOrEqual(t, calls.Load(), int64(2))
 	require.Contains(t, logs.String(), "connection_timeout")
 
 	// Without retries the timeout is reported.

@@ -45,8 +45,14 @@ async function main() {
   }) + '\n');
 }
 
+// redact hides URL passwords: http://user:secret@host -> http://user:*****@host.
+function redact(s) {
+  return String(s).replace(/(\w+:\/\/[^:\/@\s]*):[^\/\s]*@/g, '$1:*****@');
+}
+
 main().catch((err) => {
-  // Never print the endpoint URLs: they may carry credentials.
-  process.stderr.write(`replicate.js: ${err && (err.name || err.error)}: ${err && (err.message || err.reason)}\n`);
+  const name = err && (err.name || err.error);
+  const msg = err && (err.message || err.reason);
+  process.stderr.write(redact(`replicate.js: ${name}: ${msg}`) + '\n');
   process.exit(1);
 });
