@@ -389,7 +389,7 @@ func readBody(rc io.Reader, limit int64) ([]byte, error) {
 }
 
 func newHTTPError(method, where string, resp *http.Response, body []byte) *HTTPError {
-	e := &HTTPError{Status: resp.StatusCode, Method: method, URL: where, Body: body}
+	e := &HTTPError{Status: resp.StatusCode, Method: method, URL: where, Header: resp.Header, Body: body}
 	var couchErr struct {
 		Error  string `json:"error"`
 		Reason string `json:"reason"`

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -517,4 +518,56 @@ func TestOptionsValidate(t *testing.T) {
 
 	_, err := couch.NewDB(couch.Endpoint{}, couch.Options{}, nil)
 	require.ErrorIs(t, err, couch.ErrInvalidEndpoint)
+}
+
+func TestRedirectsKeepAuthAndBody(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, r.Method+" "+r.URL.Path+" "+string(b)+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/old/_bulk_docs":
+			http.Redirect(w, r, "/db/_bulk_docs", http.StatusTemporaryRedirect)
+		case "/old/":
+			http.Redirect(w, r, "/db/", http.StatusMovedPermanently)
+		default:
+			_, _ = io.WriteString(w, `{}`)
+		}
+	}))
+	defer srv.Close()
+	db, _ := newDB(t, srv.URL+"/old", couch.Options{}, nil)
+	require.NoError(t, db.DoJSON(context.Background(), couch.Request{}, nil))
+	require.NoError(t, db.DoJSON(context.Background(), couch.Request{Method: http.MethodPost, Path: "_bulk_docs", Body: []byte(`{"x":1}`)}, nil))
+	auth := "Basic " + base64Std("bob:"+secret)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{
+		"GET /old/  " + auth, "GET /db/  " + auth,
+		"POST /old/_bulk_docs {\"x\":1} " + auth, "POST /db/_bulk_docs {\"x\":1} " + auth,
+	}, got)
+}
+
+func TestForwardProxy(t *testing.T) {
+	var seen atomic.Value
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Store(r.RequestURI) // a forward proxy gets the absolute URL
+		_, _ = io.WriteString(w, `{"via":"proxy"}`)
+	}))
+	defer proxy.Close()
+	pu, err := url.Parse(proxy.URL)
+	require.NoError(t, err)
+	// The target does not exist: only the proxy can answer.
+	db, _ := newDB(t, "http://couch.invalid:5984/db", couch.Options{Proxy: pu}, nil)
+	var out struct{ Via string }
+	require.NoError(t, db.DoJSON(context.Background(), couch.Request{Path: "_changes"}, &out))
+	require.Equal(t, "proxy", out.Via)
+	require.Equal(t, "http://couch.invalid:5984/db/_changes", seen.Load())
+
+	require.ErrorIs(t, couch.Options{Proxy: &url.URL{Scheme: "ftp", Host: "h"}}.Validate(), couch.ErrInvalidOptions)
+	err = couch.Options{Proxy: &url.URL{Scheme: "gopher", Host: "h", User: url.UserPassword("u", secret)}}.Validate()
+	require.ErrorIs(t, err, couch.ErrInvalidOptions)
+	requireNoSecret(t, err.Error())
 }

@@ -66,13 +66,15 @@ type HTTPError struct {
 	Reason string `json:"reason"`
 	Method string `json:"-"`
 	URL    string `json:"-"` // redacted request URL (no password, no query)
+	// Header is the reply's header.
+	Header http.Header `json:"-"`
 	// Body is the start of the reply body (at most ErrorBodyMax bytes), e.g.
 	// the per-document results of a 417 _bulk_docs reply. Not printed.
 	Body []byte `json:"-"`
 }
 
 // ErrorBodyMax bounds HTTPError.Body.
-const ErrorBodyMax = 64 << 10
+const ErrorBodyMax = 1 << 20
 
 func (e *HTTPError) Error() string {
 	msg := fmt.Sprintf("couch: %s %s: %d", e.Method, e.URL, e.Status)
