@@ -3,6 +3,8 @@ package kvtest
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,6 +36,7 @@ func RunConformance(t *testing.T, open OpenFunc) {
 		{"Serializability", serializabilityTests},
 		{"Conflicts", conflictTests},
 		{"ReadYourWrites", readYourWritesTests},
+		{"Model", modelTests},
 		{"Reads", readTests},
 		{"Versionstamps", versionstampTests},
 		{"Watches", watchTests},
@@ -216,4 +219,22 @@ func keysOf(kvs []kv.KeyValue, prefix keyspace) []string {
 		out[i] = string(e.Key[len(prefix):])
 	}
 	return out
+}
+
+// SeedEnv names the environment variable that fixes the seed of the
+// suite's randomized tests, to replay a failure: FDBREP_KVTEST_SEED=<seed>.
+const SeedEnv = "FDBREP_KVTEST_SEED"
+
+// testSeed returns the seed of a randomized test (from SeedEnv if set,
+// else from the clock) and logs it.
+func testSeed(t testing.TB) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv(SeedEnv); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "%s", SeedEnv)
+		seed = s
+	}
+	t.Logf("seed %d (replay: %s=%d)", seed, SeedEnv, seed)
+	return seed
 }

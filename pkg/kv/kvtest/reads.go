@@ -138,6 +138,11 @@ func testSelectorRanges(t *testing.T, open OpenFunc) {
 			{"inclusive end", kv.FirstGreaterOrEqual(ks.key("c")), kv.FirstGreaterThan(ks.key("e")), "cde"},
 			{"offsets", kv.FirstGreaterOrEqual(ks.key("a")).Add(2), kv.FirstGreaterOrEqual(ks.key("a")).Add(5), "cde"},
 			{"last less than begin", kv.LastLessThan(ks.key("c")), kv.FirstGreaterOrEqual(ks.key("d")), "bc"},
+			// Same key and offset, but or-equal only on the end: the end
+			// selector resolves one key further, so the range is one key.
+			{"or-equal end only", kv.KeySelector{Key: ks.key("c"), Offset: 2}, kv.KeySelector{Key: ks.key("c"), OrEqual: true, Offset: 2}, "d"},
+			{"or-equal end only, negative offset", kv.KeySelector{Key: ks.key("e"), Offset: -1}, kv.KeySelector{Key: ks.key("e"), OrEqual: true, Offset: -1}, "c"},
+			{"or-equal begin only is empty", kv.KeySelector{Key: ks.key("c"), OrEqual: true, Offset: 1}, kv.KeySelector{Key: ks.key("c"), Offset: 1}, ""},
 		} {
 			var got string
 			for _, e := range slice(t, tr.GetRange(kv.SelectorRange{Begin: tc.begin, End: tc.end}, kv.RangeOptions{})) {

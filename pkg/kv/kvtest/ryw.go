@@ -13,6 +13,7 @@ var readYourWritesTests = []conformanceTest{
 	{"RangeMergesWrites", testRYWRange},
 	{"ClearRangeThenSet", testRYWClearRangeThenSet},
 	{"AtomicOpThenGet", testRYWAtomic},
+	{"AtomicOpInRangeReads", testRYWAtomicInRange},
 	{"GetKeySeesWrites", testRYWGetKey},
 	{"SnapshotSeesWrites", testRYWSnapshot},
 	{"OthersDoNotSeeUncommitted", testUncommittedInvisible},
@@ -154,4 +155,44 @@ func testUncommittedInvisible(t *testing.T, open OpenFunc) {
 		must(t, commit(tr))
 		require.Equal(t, []byte("mine"), read(t, db, ks.key("a")))
 	})
+}
+
+// testRYWAtomicInRange: a range read, in either direction, shows an atomic
+// operation applied to the committed value of its own key, whatever keys
+// surround it.
+func testRYWAtomicInRange(t *testing.T, open OpenFunc) {
+	db := open(t)
+	for _, tc := range []struct {
+		name    string
+		reverse bool
+		limit   int
+	}{
+		{"forward", false, 0},
+		{"reverse", true, 0},
+		{"reverse limit", true, 1},
+		{"forward limit", false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scenario(t, func(ks keyspace) {
+				_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+					tr.Set(ks.key("a"), []byte("11"))
+					tr.Set(ks.key("b"), []byte("88"))
+					tr.Set(ks.key("c"), []byte("23"))
+					tr.Set(ks.key("d"), []byte("44"))
+					return nil, nil
+				})
+				require.NoError(t, err)
+				tr := newTr(t, db)
+				tr.BitXor(ks.key("c"), []byte{0x5f, 0x00})
+				tr.Add(ks.key("a"), []byte{0x01, 0x00})
+				want := map[string]string{"a": "21", "b": "88", "c": "m3", "d": "44"}
+				kvs := slice(t, tr.GetRange(ks.all(), kv.RangeOptions{Reverse: tc.reverse, Limit: tc.limit}))
+				require.NotEmpty(t, kvs)
+				for _, e := range kvs {
+					k := string(e.Key[len(ks):])
+					require.Equal(t, want[k], string(e.Value), "key %s", k)
+				}
+			})
+		})
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -77,8 +76,7 @@ func checkCycle(kvs []kv.KeyValue) error {
 func testCycle(t *testing.T, open OpenFunc) {
 	db := open(t)
 	ctx := context.Background()
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	seed := testSeed(t)
 
 	_, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		for i := range cycleKeys {
@@ -138,7 +136,7 @@ func testCycle(t *testing.T, open OpenFunc) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(seed), uint64(w)))
+			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			for range cycleTxPerWorker {
 				if err := swap(rng); err != nil {
 					report(fmt.Errorf("worker %d: %w", w, err))
