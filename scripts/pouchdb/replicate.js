@@ -5,7 +5,8 @@
 //
 //   node replicate.js <source-url> <target-url> [batch_size] [batches_limit]
 //
-// batch_size and batches_limit default to PouchDB's own defaults (100, 10).
+// batch_size and batches_limit default (when absent or 0) to PouchDB's own
+// defaults (100, 10).
 'use strict';
 
 const PouchDB = require('pouchdb-core')
@@ -17,21 +18,22 @@ function usage() {
   process.exit(2);
 }
 
-function positive(arg, name) {
+// count parses a batch option; 0 means PouchDB's default.
+function count(arg, name) {
   const n = Number(arg);
-  if (!Number.isInteger(n) || n < 1) {
-    process.stderr.write(`replicate.js: ${name} must be a positive integer, got ${JSON.stringify(arg)}\n`);
+  if (!Number.isInteger(n) || n < 0) {
+    process.stderr.write(`replicate.js: ${name} must be a non-negative integer, got ${JSON.stringify(arg)}\n`);
     process.exit(2);
   }
-  return n;
+  return n || undefined;
 }
 
 async function main() {
   const args = process.argv.slice(2);
   if (args.length < 2 || args.length > 4) usage();
   const opts = {};
-  if (args[2] !== undefined) opts.batch_size = positive(args[2], 'batch_size');
-  if (args[3] !== undefined) opts.batches_limit = positive(args[3], 'batches_limit');
+  if (args[2] !== undefined) opts.batch_size = count(args[2], 'batch_size');
+  if (args[3] !== undefined) opts.batches_limit = count(args[3], 'batches_limit');
   const start = process.hrtime.bigint();
   const res = await PouchDB.replicate(args[0], args[1], opts);
   const ms = Number(process.hrtime.bigint() - start) / 1e6;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -242,4 +243,30 @@ func TestFaultConfigValidate(t *testing.T) {
 	}
 	_, err := couchtest.StartFaultProxy("not a url", couchtest.FaultConfig{})
 	require.Error(t, err)
+}
+
+func TestLaunchAndPouchReplicate(t *testing.T) {
+	src, err := couchtest.LaunchPouchDB(couchtest.WithAdmin("admin", "pw"))
+	require.NoError(t, err)
+	defer src.Stop()
+	dir := src.Dir()
+	tgt := couchtest.StartPouchDB(t)
+
+	src.CreateDB(t, "src")
+	src.AddDocs(t, "src", 0, 120)
+	tgt.CreateDB(t, "tgt")
+	res, err := couchtest.PouchReplicate(context.Background(), src.AuthDBURL("src"), tgt.DBURL("tgt"), 50, 2)
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.EqualValues(t, 120, res.DocsWritten)
+	require.Positive(t, res.Elapsed())
+	require.Len(t, tgt.AllDocs(t, "tgt", false), 120)
+
+	_, err = couchtest.PouchReplicate(context.Background(), src.AuthDBURL("src"), "http://admin:pw@127.0.0.1:1/x", 0, 0)
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), ":pw@")
+
+	src.Stop()
+	_, err = os.Stat(dir)
+	require.True(t, os.IsNotExist(err), "working directory removed")
 }

@@ -26,6 +26,12 @@
 // results per doc id, and a few malformed requests crash the process (then
 // Exited reports it and the cleanup logs the tail of its output).
 //
+// LaunchPouchDB does the same for callers without a testing.TB (benchmarks);
+// they Stop it themselves. PouchReplicate runs one PouchDB.replicate between
+// two URLs with scripts/pouchdb/replicate.js (PouchDB 7.3.1 defaults
+// batch_size 100, batches_limit 10), the baseline for the replication
+// benchmark.
+//
 // # Fault proxy
 //
 // FaultProxy is a reverse proxy on 127.0.0.1 placed between a client and a

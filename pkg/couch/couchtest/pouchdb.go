@@ -46,6 +46,7 @@ type Server struct {
 	waitErr  error         // set before exited is closed
 	stopOnce sync.Once
 	stopped  atomic.Bool // Stop was called
+	onStop   func()      // extra clean-up (LaunchPouchDB's temp dir)
 }
 
 // Option configures StartPouchDB.
@@ -74,32 +75,70 @@ func WithStartTimeout(d time.Duration) Option {
 // in t.Cleanup. See the package documentation for how the binary is found.
 func StartPouchDB(t testing.TB, opts ...Option) *Server {
 	t.Helper()
+	s, err := launch(t.TempDir, t.Logf, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.cleanup(t) })
+	return s
+}
+
+// LaunchPouchDB is StartPouchDB for callers without a testing.TB (such as
+// benchmarks): the caller must Stop the server, which also removes its
+// working directory. The helper methods taking a testing.TB are not for
+// such callers; talk to the server with pkg/couch instead.
+func LaunchPouchDB(opts ...Option) (*Server, error) {
+	var dirs []string
+	mkdir := func() string {
+		d, err := os.MkdirTemp("", "fdbrep-pouchdb-")
+		if err != nil {
+			panic(fmt.Sprintf("couchtest: %v", err))
+		}
+		dirs = append(dirs, d)
+		return d
+	}
+	removeAll := func() {
+		for _, d := range dirs {
+			_ = os.RemoveAll(d)
+		}
+	}
+	s, err := launch(mkdir, func(string, ...any) {}, opts...)
+	if err != nil {
+		removeAll()
+		return nil, err
+	}
+	s.onStop = removeAll
+	return s, nil
+}
+
+// launch validates the options, finds the binary and starts the server,
+// retrying when it dies before answering (another process took the port).
+func launch(mkdir func() string, logf func(string, ...any), opts ...Option) (*Server, error) {
 	cfg := startConfig{timeout: StartTimeoutDefault}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	require.Positive(t, cfg.timeout, "couchtest: start timeout must be positive")
-	require.False(t, strings.ContainsAny(cfg.admin, ":@/"), "couchtest: admin name %q must not contain ':', '@' or '/'", cfg.admin)
-
+	if cfg.timeout <= 0 {
+		return nil, fmt.Errorf("couchtest: start timeout must be positive, got %v", cfg.timeout)
+	}
+	if strings.ContainsAny(cfg.admin, ":@/") {
+		return nil, fmt.Errorf("couchtest: admin name %q must not contain ':', '@' or '/'", cfg.admin)
+	}
 	bin, err := pouchDBServerBinary()
-	require.NoError(t, err)
-
+	if err != nil {
+		return nil, err
+	}
 	var lastErr error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
-		s, err := startOnce(t, bin, cfg)
+		s, err := startOnce(mkdir(), bin, cfg)
 		if err == nil {
-			t.Cleanup(func() { s.cleanup(t) })
-			return s
+			return s, nil
 		}
 		lastErr = err
-		t.Logf("couchtest: pouchdb-server start attempt %d failed: %v", attempt, err)
+		logf("couchtest: pouchdb-server start attempt %d failed: %v", attempt, err)
 	}
-	require.NoError(t, lastErr, "couchtest: could not start pouchdb-server")
-	return nil
+	return nil, fmt.Errorf("couchtest: could not start pouchdb-server: %w", lastErr)
 }
 
-func startOnce(t testing.TB, bin string, cfg startConfig) (*Server, error) {
-	dir := t.TempDir()
+func startOnce(dir, bin string, cfg startConfig) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -221,6 +260,9 @@ func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
 		s.stopped.Store(true)
 		s.kill()
+		if s.onStop != nil {
+			s.onStop()
+		}
 	})
 }
 
