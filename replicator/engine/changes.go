@@ -37,6 +37,9 @@ func (r *Run) changesRequest() (changesRequest, error) {
 	} else {
 		q.Set("style", "all_docs")
 	}
+	if r.inlineDocs {
+		q.Set("include_docs", "true")
+	}
 	req := changesRequest{method: http.MethodGet, query: q}
 	switch {
 	case len(rep.DocIDs) > 0:

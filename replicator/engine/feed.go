@@ -15,7 +15,14 @@ type change struct {
 	ID      string
 	Revs    []string
 	Deleted bool
+	// Doc is the document body when the feed was read with include_docs
+	// (see Run.inlineDocs); nil otherwise or when too large to keep.
+	Doc json.RawMessage
 }
+
+// inlineDocMaxBytes bounds the document bodies kept from an include_docs
+// feed; larger ones are fetched like any other.
+const inlineDocMaxBytes = 64 << 10
 
 // feedRow is the wire shape of a changes row or a continuous feed's
 // terminating last_seq line.
@@ -27,6 +34,7 @@ type feedRow struct {
 	} `json:"changes"`
 	Deleted bool            `json:"deleted"`
 	Removed bool            `json:"removed"`
+	Doc     json.RawMessage `json:"doc"`
 	LastSeq json.RawMessage `json:"last_seq"`
 }
 
@@ -51,7 +59,11 @@ func (r *feedRow) toChange() (change, bool) {
 	if len(revs) == 0 {
 		return change{}, false
 	}
-	return change{Seq: r.Seq, ID: *r.ID, Revs: revs, Deleted: r.Deleted}, true
+	c := change{Seq: r.Seq, ID: *r.ID, Revs: revs, Deleted: r.Deleted}
+	if len(r.Doc) > 0 && len(r.Doc) <= inlineDocMaxBytes && r.Doc[0] == '{' {
+		c.Doc = r.Doc
+	}
+	return c, true
 }
 
 // parseNormalFeed reads a feed=normal response, {"results":[rows...],

@@ -143,6 +143,7 @@ type dbInfo struct {
 	InstanceStartTime json.RawMessage `json:"instance_start_time"`
 	Adapter           string          `json:"adapter"`
 	DocCount          int64           `json:"doc_count"`
+	DocDelCount       int64           `json:"doc_del_count"`
 }
 
 // info reads the database info, mapping failures as CouchDB's db_open does:

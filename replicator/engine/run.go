@@ -102,6 +102,11 @@ type Run struct {
 	ready         chan struct{} // closed when setup has finished
 	maxBulkBytes  int
 	perWorkerConn int
+	// inlineDocs reads the changes feed with include_docs=true: set for a
+	// full replication into an empty target, where every document is
+	// missing. First revisions (single leaf, "1-", no attachments) are then
+	// written from the feed without a fetch, as PouchDB does with _all_docs.
+	inlineDocs bool
 
 	tracker *seqTracker
 	stats   counters
@@ -278,6 +283,7 @@ func (r *Run) setup(ctx context.Context) error {
 		return err
 	}
 	r.srcStartTime, r.tgtStartTime = srcInfo.InstanceStartTime, tgtInfo.InstanceStartTime
+	targetEmpty := tgtInfo.DocCount == 0 && tgtInfo.DocDelCount == 0
 
 	code := r.opts.FilterCode
 	if r.rep.userFilter() && code == "" {
@@ -317,6 +323,14 @@ func (r *Run) setup(ctx context.Context) error {
 		r.log.Info().Msg("no common ancestry, performing a full replication")
 	}
 	r.startSeq, r.history, r.committedSeq = seq, history, seq
+	if targetEmpty {
+		// Everything will be missing: skip _revs_diff from the start (the
+		// moving average re-checks within tuningRecheck) and, for a
+		// replication from the beginning, take first revisions straight
+		// from the feed.
+		r.tuning.missingRatio = 1
+		r.inlineDocs = isZeroSeq(seq)
+	}
 	r.stats.seed(seed)
 	r.tracker = newSeqTracker(seq)
 	return nil

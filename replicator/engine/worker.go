@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -174,6 +175,31 @@ func (r *Run) processBatch(ctx context.Context, rows []change) error {
 	}
 
 	w := &batchWriter{r: r}
+	if r.inlineDocs {
+		inline := map[string]json.RawMessage{}
+		for _, c := range rows {
+			if c.ID != "" {
+				inline[c.ID] = c.Doc // the last row of an id is the current one
+			}
+		}
+		n := 0
+		for id, body := range inline {
+			e := missing[id]
+			if len(e.Missing) != 1 {
+				continue
+			}
+			d := firstRevision(body, id, e.Missing[0])
+			if d == nil {
+				continue
+			}
+			if err := w.add(ctx, d); err != nil {
+				return err
+			}
+			delete(missing, id)
+			n++
+		}
+		r.stats.docsRead.Add(int64(n))
+	}
 	if err := r.fetchAndWrite(ctx, ids, missing, w); err != nil {
 		return err
 	}
@@ -197,6 +223,9 @@ func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[strin
 		return reqs[i].Rev < reqs[j].Rev
 	})
 
+	if len(reqs) == 0 {
+		return nil // never send an empty _bulk_get: pouchdb-server never answers it
+	}
 	leftover := map[string][]string{}
 	var leftoverIDs []string
 	addLeftover := func(id, rev string) {
@@ -357,6 +386,37 @@ func (r *Run) fetchOne(ctx context.Context, id string, revs, attsSince []string,
 		}
 		revs, attsSince = still, nil
 	}
+}
+
+// firstRevision returns the document of an include_docs feed row ready for
+// new_edits=false when it is exactly revision rev, a first revision
+// ("1-hash", whose _revisions is {"start":1,"ids":["hash"]}), not deleted
+// and without attachments; nil otherwise (the revision is then fetched).
+func firstRevision(body json.RawMessage, id, rev string) *doc {
+	if len(body) == 0 || !strings.HasPrefix(rev, "1-") {
+		return nil
+	}
+	var m struct {
+		ID          string          `json:"_id"`
+		Rev         string          `json:"_rev"`
+		Deleted     bool            `json:"_deleted"`
+		Attachments json.RawMessage `json:"_attachments"`
+		Revisions   json.RawMessage `json:"_revisions"`
+	}
+	if json.Unmarshal(body, &m) != nil || m.ID != id || m.Rev != rev || m.Deleted || len(m.Attachments) > 0 || len(m.Revisions) > 0 {
+		return nil
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) < 2 || trimmed[0] != '{' {
+		return nil
+	}
+	revs, _ := json.Marshal(map[string]any{"start": 1, "ids": []string{rev[2:]}})
+	full := make([]byte, 0, len(trimmed)+len(revs)+16)
+	full = append(full, `{"_revisions":`...)
+	full = append(full, revs...)
+	full = append(full, ',')
+	full = append(full, trimmed[1:]...)
+	return &doc{ID: id, Rev: rev, Body: full, Revisions: []string{rev}}
 }
 
 // batchWriter collects a batch's documents: plain documents go to a
