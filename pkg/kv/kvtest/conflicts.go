@@ -21,6 +21,8 @@ var conflictTests = []conformanceTest{
 	{"AtomicOpsDoNotConflict", testAtomicNoConflict},
 	{"ReadOnlyCommits", testReadOnlyCommits},
 	{"WriteBeforeReadVersionDoesNotConflict", testEarlierWriteNoConflict},
+	{"LimitedRangeRead", testConflictLimitedRange},
+	{"GetKey", testConflictGetKey},
 }
 
 // testConflictReadWrite: a key read by a transaction and written by another
@@ -267,6 +269,77 @@ func testEarlierWriteNoConflict(t *testing.T, open OpenFunc) {
 		must(t, commit(tr))
 		require.Equal(t, []byte("2"), read(t, db, ks.key("k")))
 	})
+}
+
+// testConflictLimitedRange: a range read stopped by its limit conflicts with
+// inserts into the part it read, in either direction, and, as on
+// FoundationDB, not with inserts into the part of the range it did not
+// reach.
+func testConflictLimitedRange(t *testing.T, open OpenFunc) {
+	db := open(t)
+	for _, tc := range []struct {
+		name     string
+		reverse  bool
+		insert   string
+		conflict bool
+	}{
+		{"forward, before the first key", false, "b0", true},
+		{"forward, between keys read", false, "c0", true},
+		{"forward, beyond the keys read", false, "m", false},
+		{"reverse, after the last key", true, "y0", true},
+		{"reverse, between keys read", true, "x0", true},
+		{"reverse, beyond the keys read", true, "m", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scenario(t, func(ks keyspace) {
+				_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+					for _, k := range []string{"c", "d", "x", "y"} {
+						tr.Set(ks.key(k), []byte("1"))
+					}
+					return nil, nil
+				})
+				require.NoError(t, err)
+				tr := newTr(t, db)
+				kvs := slice(t, tr.GetRange(ks.rangeOf("b", "z"), kv.RangeOptions{Limit: 2, Reverse: tc.reverse}))
+				require.Len(t, kvs, 2)
+				tr.Set(ks.key("out"), []byte("x"))
+				set(t, db, ks.key(tc.insert), "2")
+				if tc.conflict {
+					mustCode(t, commit(tr), kv.CodeNotCommitted)
+					return
+				}
+				must(t, commit(tr))
+			})
+		})
+	}
+}
+
+// testConflictGetKey: resolving a key selector conflicts with writes that
+// would change what it resolves to.
+func testConflictGetKey(t *testing.T, open OpenFunc) {
+	db := open(t)
+	for _, tc := range []struct {
+		name   string
+		sel    func(ks keyspace) kv.KeySelector
+		insert string
+	}{
+		{"first greater or equal", func(ks keyspace) kv.KeySelector { return kv.FirstGreaterOrEqual(ks.key("c")) }, "d"},
+		{"last less than", func(ks keyspace) kv.KeySelector { return kv.LastLessThan(ks.key("m")) }, "f"},
+		{"resolved key changed", func(ks keyspace) kv.KeySelector { return kv.FirstGreaterOrEqual(ks.key("c")) }, "e"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scenario(t, func(ks keyspace) {
+				set(t, db, ks.key("a"), "1")
+				set(t, db, ks.key("e"), "1")
+				set(t, db, ks.key("z"), "1")
+				tr := newTr(t, db)
+				wait(t, tr.GetKey(tc.sel(ks)))
+				tr.Set(ks.key("out"), []byte("x"))
+				set(t, db, ks.key(tc.insert), "2")
+				mustCode(t, commit(tr), kv.CodeNotCommitted)
+			})
+		})
+	}
 }
 
 func le64(v uint64) []byte {

@@ -16,6 +16,7 @@ import (
 
 var serializabilityTests = []conformanceTest{
 	{"Cycle", testCycle},
+	{"BoundedSet", testBoundedSet},
 }
 
 // Cycle workload parameters: a ring of cycleKeys keys, cycleWorkers
@@ -165,4 +166,56 @@ func testCycle(t *testing.T, open OpenFunc) {
 	<-readerDone
 	require.Empty(t, errs, "seed %d", seed)
 	require.NoError(t, checkRing(), "seed %d", seed)
+}
+
+// Bounded set workload parameters.
+const (
+	boundedSetMax         = 10
+	boundedSetWorkers     = 4
+	boundedSetTxPerWorker = 15
+)
+
+// testBoundedSet checks phantom protection under concurrency: each
+// transaction counts the members of a set with a range read and adds a
+// member of its own only while there are fewer than boundedSetMax. No key
+// is shared, so only the range conflict stops two transactions that both
+// saw boundedSetMax-1 members from both adding one.
+func testBoundedSet(t *testing.T, open OpenFunc) {
+	db := open(t)
+	ctx := context.Background()
+	set, err := kv.PrefixRange([]byte("set/"))
+	require.NoError(t, err)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for w := range boundedSetWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range boundedSetTxPerWorker {
+				member := kv.Key(fmt.Sprintf("set/%d-%d", w, i))
+				_, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
+					kvs, err := tr.GetRange(set, kv.RangeOptions{}).GetSliceWithError()
+					if err != nil {
+						return nil, err
+					}
+					if len(kvs) < boundedSetMax {
+						tr.Set(member, nil)
+					}
+					return nil, nil
+				})
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+	require.Len(t, readAll(t, db, set), boundedSetMax)
 }
