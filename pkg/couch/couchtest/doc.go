@@ -7,7 +7,8 @@
 // 7.3.1) in memory on 127.0.0.1 on a free port, with a fresh t.TempDir() as
 // its working directory (it writes config.json and log.txt there), waits until
 // GET / answers (bounded by StartTimeoutDefault) and kills its whole process
-// group in t.Cleanup. A start takes about 0.5–1 s on a 2-core machine.
+// group in t.Cleanup. A start takes about 0.5–2 s on an idle 2-core machine
+// (node loading PouchDB), several seconds when the machine is loaded.
 //
 // The binary is found, in order, at $FDBREP_POUCHDB_SERVER or at
 // scripts/pouchdb/node_modules/.bin/pouchdb-server below the module root (the
