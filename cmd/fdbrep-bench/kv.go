@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -89,8 +90,9 @@ func runKVBench(args []string) error {
 		return err
 	}
 
-	fmt.Printf("\n%-9s %8s %12s %12s %12s %10s %12s %12s %8s\n",
-		"clients", "engine", "txn/s", "commit p50", "commit p99", "retries", "pebble tx/s", "pebble p50", "ratio")
+	fmt.Printf("\n%-8s %10s %11s %11s %8s %9s %9s %9s %11s %11s %9s %7s\n",
+		"clients", "txn/s", "commit p50", "commit p99", "retries", "txn/batch", "txn/sync", "cpu/txn",
+		"pebble tx/s", "pebble p50", "cpu/txn", "ratio")
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -103,10 +105,14 @@ func runKVBench(args []string) error {
 		defer pprof.StopCPUProfile()
 	}
 	for _, c := range clients {
+		before := emb.Stats()
 		e := b.run(c, func(rng *rand.Rand, buf []byte) (time.Duration, int, error) { return b.embeddedTxn(emb, rng, buf) })
 		if e.err != nil {
 			return e.err
 		}
+		after := emb.Stats()
+		e.perBatch = float64(after.Commits-before.Commits) / float64(max(1, after.Batches-before.Batches))
+		e.perSync = float64(after.Commits-before.Commits) / float64(max(1, after.Syncs-before.Syncs))
 		p := kvResult{rate: 1}
 		if *pebbleRow {
 			if *cpuProfile != "" {
@@ -117,8 +123,9 @@ func runKVBench(args []string) error {
 				return p.err
 			}
 		}
-		fmt.Printf("%-9d %8s %12.0f %12s %12s %10d %12.0f %12s %7.0f%%\n",
-			c, "embedded", e.rate, fmtDur(e.p50), fmtDur(e.p99), e.retries, p.rate, fmtDur(p.p50), 100*e.rate/p.rate)
+		fmt.Printf("%-8d %10.0f %11s %11s %8d %9.1f %9.1f %9s %11.0f %11s %9s %6.0f%%\n",
+			c, e.rate, fmtDur(e.p50), fmtDur(e.p99), e.retries, e.perBatch, e.perSync, fmtMicros(e.cpuPerTxn),
+			p.rate, fmtDur(p.p50), fmtMicros(p.cpuPerTxn), 100*e.rate/p.rate)
 	}
 	return nil
 }
@@ -133,6 +140,18 @@ type kvResult struct {
 	p50, p99 time.Duration
 	retries  int
 	err      error
+
+	perBatch, perSync float64 // embedded: commits per leader batch and per WAL sync
+	cpuPerTxn         time.Duration
+}
+
+// processCPU returns the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func (b kvBench) key(i int) []byte { return []byte(fmt.Sprintf("bench/%08d", i)) }
@@ -248,6 +267,7 @@ func (b kvBench) run(clients int, txn func(*rand.Rand, []byte) (time.Duration, i
 	lat := make([][]time.Duration, clients)
 	retries := make([]int, clients)
 	errs := make([]error, clients)
+	cpu0 := processCPU()
 	start := time.Now()
 	for c := range clients {
 		wg.Go(func() {
@@ -268,6 +288,7 @@ func (b kvBench) run(clients int, txn func(*rand.Rand, []byte) (time.Duration, i
 	stop.Store(true)
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	var all []time.Duration
 	res := kvResult{}
 	for c := range clients {
@@ -283,8 +304,13 @@ func (b kvBench) run(clients int, txn func(*rand.Rand, []byte) (time.Duration, i
 		res.p99 = all[len(all)*99/100]
 	}
 	res.rate = float64(len(all)) / elapsed.Seconds()
+	if len(all) > 0 {
+		res.cpuPerTxn = cpu / time.Duration(len(all))
+	}
 	return res
 }
+
+func fmtMicros(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/1e3) }
 
 func fmtDur(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
 

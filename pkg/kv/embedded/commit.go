@@ -83,7 +83,7 @@ func (db *DB) take() (batch []*commitReq, closed bool) {
 
 // syncQueueDepth bounds how many written batches may wait for their WAL
 // sync; the leader blocks when that many are outstanding.
-const syncQueueDepth = 64
+const syncQueueDepth = 0
 
 // pending is a batch written to pebble without sync, waiting for the
 // syncer to make it durable and publish it.
@@ -139,6 +139,7 @@ func (db *DB) syncer() {
 			if err = db.pdb.LogData(nil, pebble.Sync); err != nil {
 				db.setFailure(err)
 			}
+			db.stats.syncs.Add(1)
 		}
 		if err != nil {
 			for _, q := range group {
@@ -251,10 +252,12 @@ func (db *DB) commitBatch(batch []*commitReq) {
 		if len(r.reads) > 0 {
 			if r.rv < db.res.horizon {
 				r.err = errTooOld
+				db.stats.tooOld.Add(1)
 				continue
 			}
 			if db.res.conflicts(r.reads, r.rv) {
 				r.err = errNotCommitted
+				db.stats.conflicts.Add(1)
 				continue
 			}
 		}
@@ -289,6 +292,8 @@ func (db *DB) commitBatch(batch []*commitReq) {
 		return
 	}
 	db.lastVersion = cv
+	db.stats.batches.Add(1)
+	db.stats.commits.Add(int64(accepted))
 	// Only the leader writes, so the snapshot holds exactly this batch and
 	// the ones before it.
 	p.snap = db.newSnapshot(cv)

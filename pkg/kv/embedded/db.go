@@ -62,6 +62,7 @@ type DB struct {
 	published []pubRecord // versions published in the last lifetime, oldest first
 
 	watches *watchRegistry
+	stats   stats
 
 	// testHookBatch, when set before the first commit, is called by the
 	// leader with the size of each batch before resolving it.
@@ -243,3 +244,27 @@ func (quietLogger) Fatalf(format string, args ...any) {
 }
 
 var _ kv.Database = (*DB)(nil)
+
+// Stats are counters of a DB's commit pipeline since Open.
+type Stats struct {
+	Batches   int64 // batches written by the leader
+	Commits   int64 // read-write transactions committed
+	Conflicts int64 // transactions rejected with not_committed
+	TooOld    int64 // transactions rejected with transaction_too_old at commit
+	Syncs     int64 // WAL syncs (each covers one or more batches)
+}
+
+type stats struct {
+	batches, commits, conflicts, tooOld, syncs atomic.Int64
+}
+
+// Stats returns the DB's counters.
+func (db *DB) Stats() Stats {
+	return Stats{
+		Batches:   db.stats.batches.Load(),
+		Commits:   db.stats.commits.Load(),
+		Conflicts: db.stats.conflicts.Load(),
+		TooOld:    db.stats.tooOld.Load(),
+		Syncs:     db.stats.syncs.Load(),
+	}
+}

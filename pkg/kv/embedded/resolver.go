@@ -71,14 +71,24 @@ func (r *resolver) conflicts(ranges []span, rv int64) bool {
 // insert records that the range s was written at version v, which is not
 // older than any version already recorded.
 func (r *resolver) insert(s span, v int64) {
-	endVer := r.versionAt(s.end)
-	_, endExists := r.tree.Get(histEntry{key: s.end})
+	// The step at s.end keeps its version: find it, and whether s.end is a
+	// boundary already.
+	var endVer int64
+	endExists := false
+	r.tree.Descend(histEntry{key: s.end}, func(e histEntry) bool {
+		endVer, endExists = e.ver, bytes.Equal(e.key, s.end)
+		return false
+	})
+	// Drop the boundaries inside (s.begin, s.end); the one at s.begin is
+	// overwritten below.
 	var drop [][]byte
 	r.tree.Ascend(histEntry{key: s.begin}, func(e histEntry) bool {
 		if bytes.Compare(e.key, s.end) >= 0 {
 			return false
 		}
-		drop = append(drop, e.key)
+		if !bytes.Equal(e.key, s.begin) {
+			drop = append(drop, e.key)
+		}
 		return true
 	})
 	for _, k := range drop {
