@@ -64,8 +64,12 @@ const (
 	SharesDefault = 100
 	SharesMin     = 1
 	SharesMax     = 1000
-	// UsageCoeffDefault is the fair-share usage decay per interval (K1).
-	UsageCoeffDefault = 0.5
+	// UsageCoeffDefault is the fair-share usage decay per interval (K1):
+	// usage halves in about 13 intervals. CouchDB 3.x decays by 0.5 per
+	// interval, but its priorities integrate usage over time; here a job's
+	// priority is fixed when it is enqueued, so usage must be smoothed
+	// over longer than a rotation cycle or the order oscillates.
+	UsageCoeffDefault = 0.95
 	// FairShareWindowDefault is the largest scheduling offset fair share
 	// gives a database that used more than its share (see doc.go).
 	FairShareWindowDefault = time.Hour

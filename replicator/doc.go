@@ -131,7 +131,7 @@
 // 60 s, startup_jitter 5 s, min_backoff 32 s, max_backoff 2 days (at most
 // 30 days), health_threshold 2 min, max_history 10, transient_job_max_age
 // 24 h, job timeout 61 s, stats update interval 10 s, shutdown timeout 5 s,
-// shares 100, usage_coeff 0.5, fair-share window 1 h. The *Default
+// shares 100, usage_coeff 0.95, fair-share window 1 h. The *Default
 // constants document each.
 //
 // # Failure trade-offs

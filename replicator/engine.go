@@ -5,6 +5,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
@@ -29,9 +30,9 @@ type Run interface {
 
 // EngineDefault runs replications with package engine.
 type EngineDefault struct {
-	// Transport overrides how requests reach the peers (tests); nil uses
-	// the engine's default.
-	Transport engine.TransportFunc
+	// Limiter is the process's shared 429 back-off state (nil: one per
+	// run).
+	Limiter *couch.RateLimiter
 	// Logger receives the runs' log lines.
 	Logger zerolog.Logger
 }
@@ -41,7 +42,7 @@ func (e EngineDefault) ReplicationID(ctx context.Context, rep engine.Replication
 	code := ""
 	if rep.Filter != "" && rep.Filter[0] != '_' {
 		var err error
-		code, err = engine.FetchFilterCode(ctx, rep, engine.Options{ServerUUID: serverUUID, Transport: e.Transport})
+		code, err = engine.FetchFilterCode(ctx, rep, engine.Options{ServerUUID: serverUUID, Limiter: e.Limiter})
 		if err != nil {
 			return "", "", err
 		}
@@ -52,8 +53,8 @@ func (e EngineDefault) ReplicationID(ctx context.Context, rep engine.Replication
 
 // Start implements Engine.
 func (e EngineDefault) Start(ctx context.Context, rep engine.Replication, opts engine.Options) Run {
-	if opts.Transport == nil {
-		opts.Transport = e.Transport
+	if opts.Limiter == nil {
+		opts.Limiter = e.Limiter
 	}
 	opts.Logger = e.Logger
 	return engine.Start(ctx, rep, opts)

@@ -2,7 +2,6 @@ package replicator
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
@@ -274,94 +274,24 @@ func parseEndpoint(obj map[string]json.RawMessage, name string) (EndpointSpec, e
 	if !ok || isNull(v) {
 		return EndpointSpec{}, newReason(ErrBadRequest, "Missing `%s` field", name)
 	}
-	var raw string
-	var headers map[string]string
-	var authUser, authPass string
-	haveAuth := false
-	if json.Unmarshal(v, &raw) != nil {
-		if !isObject(v) {
-			return EndpointSpec{}, newReason(ErrBadRequest, "`%s` must be a URL string or an object with a `url`", name)
-		}
-		var o map[string]json.RawMessage
-		_ = json.Unmarshal(v, &o)
-		u, ok := o["url"]
-		if !ok || json.Unmarshal(u, &raw) != nil {
-			return EndpointSpec{}, newReason(ErrBadRequest, "`%s` must have a string `url`", name)
-		}
-		if h, ok := o["headers"]; ok && !isNull(h) {
-			if !isObject(h) || json.Unmarshal(h, &headers) != nil {
-				return EndpointSpec{}, newReason(ErrBadRequest, "if defined, `%s.headers` must be an object of strings", name)
-			}
-		}
-		if a, ok := o["auth"]; ok && !isNull(a) {
-			var auth struct {
-				Basic *struct {
-					Username string `json:"username"`
-					Password string `json:"password"`
-				} `json:"basic"`
-			}
-			if !isObject(a) || json.Unmarshal(a, &auth) != nil {
-				return EndpointSpec{}, newReason(ErrBadRequest, "if defined, `%s.auth` must be an object", name)
-			}
-			if auth.Basic != nil && auth.Basic.Username != "" {
-				authUser, authPass, haveAuth = auth.Basic.Username, auth.Basic.Password, true
-			}
-		}
-	}
-	if !strings.HasPrefix(raw, "http://") && !strings.HasPrefix(raw, "https://") {
-		if raw == "" || !strings.Contains(raw, "://") {
-			return EndpointSpec{}, newReason(ErrBadRequest,
-				"`%s` must be an http:// or https:// URL; local database names are not supported (local_endpoints_not_supported)", name)
-		}
-		return EndpointSpec{}, newReason(ErrBadRequest, "`%s` has an invalid url: only http and https are supported", name)
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return EndpointSpec{}, newReason(ErrBadRequest, "`%s` has an invalid url", name)
-	}
-	ep := EndpointSpec{}
-	// Credentials: auth.basic, then URL userinfo, then an Authorization:
-	// Basic header; the others are dropped.
-	var urlUser, urlPass string
-	haveURL := false
-	if u.User != nil {
-		if p, ok := u.User.Password(); ok {
-			urlUser, urlPass, haveURL = u.User.Username(), p, true
-		}
-		u.User = nil
-	}
-	var hdrUser, hdrPass string
-	haveHdr := false
-	for k, val := range headers {
-		if !strings.EqualFold(k, "authorization") {
-			continue
-		}
-		if scheme, cred, ok := strings.Cut(val, " "); ok && strings.EqualFold(scheme, "basic") {
-			if dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil {
-				if user, pass, ok := strings.Cut(string(dec), ":"); ok {
-					hdrUser, hdrPass, haveHdr = user, pass, true
-				}
-			}
-			delete(headers, k)
-		}
-	}
-	switch {
-	case haveAuth:
-		ep.Username, ep.Password = authUser, authPass
-	case haveURL:
-		ep.Username, ep.Password = urlUser, urlPass
-	case haveHdr:
-		ep.Username, ep.Password = hdrUser, hdrPass
-	}
-	if len(headers) > 0 {
-		ep.Headers = headers
-	}
-	n, err := engine.ParseEndpoint(u.String())
+	ep, err := couch.ParseEndpoint(v)
 	if err != nil {
-		return EndpointSpec{}, newReason(ErrBadRequest, "`%s` has an invalid url", name)
+		msg := strings.TrimPrefix(err.Error(), couch.ErrInvalidEndpoint.Error()+": ")
+		return EndpointSpec{}, newReason(ErrBadRequest, "`%s`: %s", name, msg)
 	}
-	ep.URL = n.URL.String()
-	return ep, nil
+	return endpointSpecOf(ep), nil
+}
+
+// endpointSpecOf is the storable form of a parsed endpoint.
+func endpointSpecOf(ep couch.Endpoint) EndpointSpec {
+	out := EndpointSpec{URL: ep.URL.String(), Username: ep.Username, Password: ep.Password}
+	for k := range ep.Headers {
+		if out.Headers == nil {
+			out.Headers = map[string]string{}
+		}
+		out.Headers[k] = ep.Headers.Get(k)
+	}
+	return out
 }
 
 func parseProxies(obj map[string]json.RawMessage, s *Spec) error {

@@ -4,6 +4,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
+	"net/http"
 	"net/url"
 	"os"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
@@ -100,17 +102,16 @@ func (s *Spec) Engine() (engine.Replication, error) {
 	return rep, nil
 }
 
-func (e EndpointSpec) engine() (engine.Endpoint, error) {
-	ep, err := engine.ParseEndpoint(e.URL)
+func (e EndpointSpec) engine() (couch.Endpoint, error) {
+	raw, _ := json.Marshal(e.URL)
+	ep, err := couch.ParseEndpoint(raw)
 	if err != nil {
-		return engine.Endpoint{}, err
+		return couch.Endpoint{}, err
 	}
 	ep.Username, ep.Password = e.Username, e.Password
-	if len(e.Headers) > 0 {
-		ep.Headers = make(map[string]string, len(e.Headers))
-		for k, v := range e.Headers {
-			ep.Headers[k] = v
-		}
+	ep.Headers = http.Header{}
+	for k, v := range e.Headers {
+		ep.Headers.Set(k, v)
 	}
 	return ep, nil
 }
