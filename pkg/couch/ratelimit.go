@@ -24,7 +24,8 @@ const (
 	// RateDecayAfterDefault: a success this long after the previous update
 	// first decays the interval by 2 ms per elapsed millisecond.
 	RateDecayAfterDefault = time.Second
-	// RateForgetAfterDefault: a key not updated for this long is reset.
+	// RateForgetAfterDefault: a key not updated for this long (beyond its
+	// current interval) is reset.
 	RateForgetAfterDefault = 25 * time.Second
 )
 
@@ -85,7 +86,7 @@ func (c RateLimiterConfig) Validate() error {
 // 40 ms (> 100 ms), 100 ms (> 1 s) or 1 s (> 10 s); at 0 the key is dropped,
 // and a result below BaseInterval becomes BaseInterval. Once the interval has
 // reached MaxInterval, requests fail at once with ErrMaxBackoff. A key left
-// alone for ForgetAfter starts over at 0.
+// alone for ForgetAfter beyond its interval starts over at 0.
 //
 // A RateLimiter is safe for concurrent use; the zero value is not usable.
 type RateLimiter struct {
@@ -123,7 +124,7 @@ func (l *RateLimiter) Interval(key string) time.Duration {
 // ones. Called with mu held.
 func (l *RateLimiter) entry(key string, now time.Time, create bool) *rateEntry {
 	e := l.entries[key]
-	if e != nil && now.Sub(e.updated) > l.cfg.ForgetAfter {
+	if e != nil && l.stale(e, now) {
 		delete(l.entries, key)
 		e = nil
 	}
@@ -133,12 +134,19 @@ func (l *RateLimiter) entry(key string, now time.Time, create bool) *rateEntry {
 	}
 	if len(l.entries) > 1024 { // bound memory: drop other stale keys now and then
 		for k, o := range l.entries {
-			if now.Sub(o.updated) > l.cfg.ForgetAfter {
+			if l.stale(o, now) {
 				delete(l.entries, k)
 			}
 		}
 	}
 	return e
+}
+
+// stale reports whether e has seen no update for ForgetAfter beyond its own
+// interval (so a client that waits the interval and then spends a while on
+// the request is not forgotten in the middle of a back-off).
+func (l *RateLimiter) stale(e *rateEntry, now time.Time) bool {
+	return now.Sub(e.updated) > e.interval+l.cfg.ForgetAfter
 }
 
 // Wait sleeps key's interval (returning early with ctx's error), or fails

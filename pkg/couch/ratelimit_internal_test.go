@@ -78,7 +78,9 @@ func TestRateLimiterAIMD(t *testing.T) {
 	// Keys are independent and forgotten after ForgetAfter.
 	l.Failure("other")
 	require.Equal(t, 960*time.Millisecond, l.Interval(k))
-	clk.advance(RateForgetAfterDefault + time.Second)
+	clk.advance(RateForgetAfterDefault)
+	require.Equal(t, 960*time.Millisecond, l.Interval(k), "not before ForgetAfter beyond the interval")
+	clk.advance(time.Second)
 	require.Zero(t, l.Interval(k))
 }
 
@@ -101,6 +103,19 @@ func TestRateLimiterMaxBackoff(t *testing.T) {
 	l2, _ := newTestLimiter(t, RateLimiterConfig{})
 	l2.Failure(k)
 	require.ErrorIs(t, l2.Wait(ctx, k), context.Canceled)
+}
+
+// TestRateLimiterReachesMaxWithSlowRequests: a peer that answers 429 only
+// after a long time must still drive the interval to the maximum.
+func TestRateLimiterReachesMaxWithSlowRequests(t *testing.T) {
+	l, clk := newTestLimiter(t, RateLimiterConfig{})
+	const k = "http://h GET"
+	for n := 0; l.Interval(k) < RateMaxIntervalDefault; n++ {
+		require.Less(t, n, 1000)
+		clk.advance(l.Interval(k) + 10*time.Second) // the wait, then a slow 429
+		l.Failure(k)
+	}
+	require.ErrorIs(t, l.Wait(context.Background(), k), ErrMaxBackoff)
 }
 
 func TestRateLimiterConfigValidate(t *testing.T) {
