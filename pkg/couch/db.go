@@ -96,6 +96,12 @@ func (db *DB) Options() Options { return db.opts }
 // Redacted is the database URL without password, for messages.
 func (db *DB) Redacted() string { return db.ep.Redacted() }
 
+// String is the redacted URL, so printing a DB never shows its credentials.
+func (db *DB) String() string { return "couch.DB(" + db.ep.Redacted() + ")" }
+
+// GoString is String (for %#v).
+func (db *DB) GoString() string { return db.String() }
+
 // Close closes idle pooled connections. Requests in flight are not
 // interrupted; the DB stays usable.
 func (db *DB) Close() { db.tr.CloseIdleConnections() }

@@ -567,6 +567,10 @@ func TestForwardProxy(t *testing.T) {
 	require.Equal(t, "http://couch.invalid:5984/db/_changes", seen.Load())
 
 	require.ErrorIs(t, couch.Options{Proxy: &url.URL{Scheme: "ftp", Host: "h"}}.Validate(), couch.ErrInvalidOptions)
+	withPass := couch.Options{Proxy: &url.URL{Scheme: "http", Host: "h", User: url.UserPassword("u", secret)}}
+	requireNoSecret(t, fmt.Sprintf("%v %+v %#v %s", withPass, withPass, withPass, withPass))
+	require.Contains(t, withPass.String(), "http://u:*****@h")
+	requireNoSecret(t, fmt.Sprintf("%v %+v %#v %s", db, db, db, db))
 	err = couch.Options{Proxy: &url.URL{Scheme: "gopher", Host: "h", User: url.UserPassword("u", secret)}}.Validate()
 	require.ErrorIs(t, err, couch.ErrInvalidOptions)
 	requireNoSecret(t, err.Error())

@@ -131,3 +131,18 @@ func (o Options) Validate() error {
 	}
 	return nil
 }
+
+// String prints the options with the proxy's password redacted.
+func (o Options) String() string {
+	proxy := ""
+	if o.Proxy != nil {
+		proxy = redactURL(o.Proxy, o.Proxy.User.Username())
+	}
+	return fmt.Sprintf("{HTTPConnections:%d ConnectionTimeout:%v RetriesPerRequest:%d RequestTimeout:%v RetryWait:%v "+
+		"RetryWaitMax:%v RetryTimeLimit:%v IdleConnTimeout:%v UserAgent:%q Proxy:%q TLS:%t}",
+		o.HTTPConnections, o.ConnectionTimeout, o.RetriesPerRequest, o.RequestTimeout, o.RetryWait,
+		o.RetryWaitMax, o.RetryTimeLimit, o.IdleConnTimeout, o.UserAgent, proxy, o.TLS != nil)
+}
+
+// GoString is String (for %#v).
+func (o Options) GoString() string { return "couch.Options" + o.String() }
