@@ -202,7 +202,8 @@ func TestFaultProxyMatchAndClose(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
 
 	// A continuous feed in flight through the proxy ends when it closes.
-	p.SetConfig(couchtest.FaultConfig{})
+	require.Error(t, p.SetConfig(couchtest.FaultConfig{Rate500: 2}))
+	require.NoError(t, p.SetConfig(couchtest.FaultConfig{}))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL()+"/db/_changes?feed=continuous&heartbeat=100", nil)

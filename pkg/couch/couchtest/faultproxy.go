@@ -210,15 +210,16 @@ func (p *FaultProxy) Script(faults ...Fault) {
 }
 
 // SetConfig replaces the rates, stall length and matcher (the random sequence
-// continues; the seed is not reset). It panics on an invalid configuration.
-func (p *FaultProxy) SetConfig(cfg FaultConfig) {
+// continues; the seed is not reset). An invalid configuration is refused.
+func (p *FaultProxy) SetConfig(cfg FaultConfig) error {
 	if err := cfg.Validate(); err != nil {
-		panic(err)
+		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cfg.Seed = p.cfg.Seed
 	p.cfg = cfg
+	return nil
 }
 
 // Counts returns a snapshot of the counters.

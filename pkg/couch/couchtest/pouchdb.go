@@ -75,7 +75,7 @@ func WithStartTimeout(d time.Duration) Option {
 // in t.Cleanup. See the package documentation for how the binary is found.
 func StartPouchDB(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	s, err := launch(t.TempDir, t.Logf, opts...)
+	s, err := launch(func() (string, error) { return t.TempDir(), nil }, t.Logf, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.cleanup(t) })
 	return s
@@ -87,13 +87,13 @@ func StartPouchDB(t testing.TB, opts ...Option) *Server {
 // such callers; talk to the server with pkg/couch instead.
 func LaunchPouchDB(opts ...Option) (*Server, error) {
 	var dirs []string
-	mkdir := func() string {
+	mkdir := func() (string, error) {
 		d, err := os.MkdirTemp("", "fdbrep-pouchdb-")
 		if err != nil {
-			panic(fmt.Sprintf("couchtest: %v", err))
+			return "", fmt.Errorf("couchtest: %w", err)
 		}
 		dirs = append(dirs, d)
-		return d
+		return d, nil
 	}
 	removeAll := func() {
 		for _, d := range dirs {
@@ -111,7 +111,7 @@ func LaunchPouchDB(opts ...Option) (*Server, error) {
 
 // launch validates the options, finds the binary and starts the server,
 // retrying when it dies before answering (another process took the port).
-func launch(mkdir func() string, logf func(string, ...any), opts ...Option) (*Server, error) {
+func launch(mkdir func() (string, error), logf func(string, ...any), opts ...Option) (*Server, error) {
 	cfg := startConfig{timeout: StartTimeoutDefault}
 	for _, o := range opts {
 		o(&cfg)
@@ -128,7 +128,11 @@ func launch(mkdir func() string, logf func(string, ...any), opts ...Option) (*Se
 	}
 	var lastErr error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
-		s, err := startOnce(mkdir(), bin, cfg)
+		dir, err := mkdir()
+		if err != nil {
+			return nil, err
+		}
+		s, err := startOnce(dir, bin, cfg)
 		if err == nil {
 			return s, nil
 		}
