@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -16,6 +17,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 )
+
+// quiet discards the proxy's own error logging.
+var quiet = log.New(io.Discard, "", 0)
 
 // Fault is one kind of injected failure.
 type Fault int
@@ -177,6 +181,7 @@ func StartFaultProxy(target string, cfg FaultConfig) (*FaultProxy, error) {
 		},
 		Transport:     p.tr,
 		FlushInterval: -1, // stream continuous feeds
+		ErrorLog:      quiet, // cut streams are the point, not news
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // client went away or the proxy is closing
@@ -187,6 +192,7 @@ func StartFaultProxy(target string, cfg FaultConfig) (*FaultProxy, error) {
 	p.srv = &http.Server{
 		Handler:           http.HandlerFunc(p.serve),
 		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          quiet,
 		BaseContext:       func(net.Listener) context.Context { return p.ctx },
 	}
 	p.served = make(chan struct{})
