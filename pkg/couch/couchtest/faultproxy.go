@@ -180,7 +180,7 @@ func StartFaultProxy(target string, cfg FaultConfig) (*FaultProxy, error) {
 			pr.Out.Host = pr.In.Host // keep the Host the client used
 		},
 		Transport:     p.tr,
-		FlushInterval: -1, // stream continuous feeds
+		FlushInterval: -1,    // stream continuous feeds
 		ErrorLog:      quiet, // cut streams are the point, not news
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
