@@ -81,8 +81,10 @@ func (db *DB) take() (batch []*commitReq, closed bool) {
 	return batch, false
 }
 
-// syncQueueDepth bounds how many written batches may wait for their WAL
-// sync; the leader blocks when that many are outstanding.
+// syncQueueDepth is how many written batches may wait for the syncer. With
+// none, the leader hands a batch over only when the syncer takes it: while
+// one sync runs, the leader resolves and writes the next batch and then
+// waits, so the commits arriving meanwhile form one large batch.
 const syncQueueDepth = 0
 
 // pending is a batch written to pebble without sync, waiting for the

@@ -230,6 +230,12 @@ func (tr *transaction) addRead(b, e []byte) {
 	tr.reads = append(tr.reads, span{clone(b), clone(e)})
 }
 
+// addReadKey adds the read conflict range of the single key k.
+func (tr *transaction) addReadKey(k []byte) {
+	e := keyAfter(k)
+	tr.reads = append(tr.reads, span{e[:len(k):len(k)], e})
+}
+
 func (tr *transaction) addWrite(s span) {
 	tr.wconf = append(tr.wconf, s)
 	tr.size += len(s.begin) + len(s.end)
@@ -338,7 +344,7 @@ func (tr *transaction) getLocked(k []byte, snap bool) ([]byte, error) {
 		}
 	}
 	if !snap {
-		tr.addRead(k, keyAfter(k))
+		tr.addReadKey(k)
 	}
 	base, present, err := tr.storedGet(k)
 	if err != nil {
@@ -587,9 +593,10 @@ func (tr *transaction) Set(key kv.KeyConvertible, value []byte) {
 		tr.defer_(errValueTooLarge)
 		return
 	}
-	kc, vc := clone(k), clone(value)
+	ke := keyAfter(k)
+	kc, vc := ke[:len(k):len(k)], clone(value)
 	tr.log(mutation{op: opSet, key: kc, param: vc})
-	tr.addWrite(span{kc, keyAfter(kc)})
+	tr.addWrite(span{kc, ke})
 	tr.putEntry(&wentry{key: kc, kind: entValue, val: vc})
 }
 
@@ -956,8 +963,6 @@ func (tr *transaction) Commit() kv.FutureNil {
 	switch {
 	case tr.commitStarted:
 		return kv.ReadyFuture(struct{}{}, errUsedDuringCommit)
-	case tr.db.closed.Load():
-		return kv.ReadyFuture(struct{}{}, kv.ErrDatabaseClosed)
 	case tr.cancelled:
 		return kv.ReadyFuture(struct{}{}, errCancelled)
 	}
@@ -975,6 +980,8 @@ func (tr *transaction) Commit() kv.FutureNil {
 		return kv.ReadyFuture(struct{}{}, err)
 	}
 	switch {
+	case tr.db.closed.Load():
+		return fail(kv.ErrDatabaseClosed)
 	case tr.timedOut():
 		return fail(errTimedOut)
 	case tr.deferred != nil:
