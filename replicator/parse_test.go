@@ -1,0 +1,114 @@
+package replicator
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseSpecErrors(t *testing.T) {
+	for _, tc := range []struct {
+		body, reason string
+	}{
+		{`[]`, "the replication must be a JSON object"},
+		{`{"target":"http://h/b"}`, "Missing `source` field"},
+		{`{"source":"http://h/a"}`, "Missing `target` field"},
+		{`{"source":"a","target":"http://h/b"}`, "`source`: \"a\" is not an http:// or https:// URL (local database names are not supported)"},
+		{`{"source":{"junk":42},"target":"http://h/b"}`, "`source`: endpoint object has no string \"url\""},
+		{`{"source":"http://h/a","target":"http://h/b","create_target":"bad"}`, "`create_target` must be a boolean"},
+		{`{"source":"http://h/a","target":"http://h/b","continuous":1}`, "`continuous` must be a boolean"},
+		{`{"source":"http://h/a","target":"http://h/b","doc_ids":42}`, "`doc_ids` must be an array"},
+		{`{"source":"http://h/a","target":"http://h/b","doc_ids":[1]}`, "`doc_ids` array must contain strings"},
+		{`{"source":"http://h/a","target":"http://h/b","selector":{},"filter":"d/f"}`, "`doc_ids`, `filter` and `selector` are mutually exclusive: use at most one"},
+		{`{"source":"http://h/a","target":"http://h/b","selector":[]}`, "`selector` must be a JSON object"},
+		{`{"source":"http://h/a","target":"http://h/b","filter":7}`, "`filter` must be a string"},
+		{`{"source":"http://h/a","target":"http://h/b","query_params":"x"}`, "`query_params` must be null or an object"},
+		{`{"source":"http://h/a","target":"http://h/b","worker_processes":"many"}`, "`worker_processes` must be an integer"},
+		{`{"source":"http://h/a","target":"http://h/b","worker_processes":0}`, "`worker_processes` must be at least 1"},
+		{`{"source":"http://h/a","target":"http://h/b","proxy":"http://p","source_proxy":"http://q"}`, "`proxy` is mutually exclusive with `source_proxy`"},
+		{`{"source":"http://h/a","target":"http://h/b","proxy":"ftp://p"}`, "Unsupported proxy protocol in `proxy`: use http, https or socks5"},
+		{`{"source":"http://h/a","target":"http://h/b","filter":"nofilter"}`, "Invalid filter. Must match `ddocname/filtername`."},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			_, err := ParseSpec(json.RawMessage(tc.body))
+			require.ErrorIs(t, err, ErrBadRequest)
+			require.Equal(t, tc.reason, Reason(err))
+		})
+	}
+}
+
+func TestParseSpecNormalizes(t *testing.T) {
+	s, err := ParseSpec(json.RawMessage(`{"source":"http://u:p@h/a","target":{"url":"http://h/b?x=1","headers":{"Authorization":"Basic dTI6cDI=","X-Y":"z"}},
+		"worker_processes":"3","use_checkpoints":false,"continuous":true,"doc_ids":["b","a"]}`))
+	require.NoError(t, err)
+	require.Equal(t, "http://h/a/", s.Source.URL)
+	require.Equal(t, "u", s.Source.Username)
+	require.Equal(t, "p", s.Source.Password)
+	require.Equal(t, "http://h/b?x=1", s.Target.URL)
+	require.Equal(t, "u2", s.Target.Username)
+	require.Equal(t, map[string]string{"X-Y": "z"}, s.Target.Headers)
+	require.Equal(t, 3, s.WorkerProcesses)
+	require.True(t, s.DisableCheckpoints)
+	require.Equal(t, "http://u:*****@h/a/", s.Source.Redacted())
+
+	// Equal replications compare equal whatever the key and doc_ids order.
+	s2, err := ParseSpec(json.RawMessage(`{"doc_ids":["a","b"],"continuous":true,"use_checkpoints":false,"worker_processes":3,
+		"target":{"headers":{"X-Y":"z","Authorization":"Basic dTI6cDI="},"url":"http://h/b?x=1"},"source":"http://u:p@h/a"}`))
+	require.NoError(t, err)
+	require.True(t, sameReplication(s, s2))
+	require.Equal(t, transientJobID("uuid", s, "bob"), transientJobID("uuid", s2, "bob"))
+	require.NotEqual(t, transientJobID("uuid", s, "bob"), transientJobID("uuid", s, "eve"))
+	s2.Continuous = false
+	require.False(t, sameReplication(s, s2))
+}
+
+func TestParseRequestCancel(t *testing.T) {
+	r, err := ParseRequest(json.RawMessage(`{"replication_id":"abc+continuous","cancel":true}`))
+	require.NoError(t, err)
+	require.True(t, r.Cancel)
+	require.Equal(t, "abc+continuous", r.ID)
+	require.Nil(t, r.Spec)
+	_, err = ParseRequest(json.RawMessage(`{"cancel":"yes","source":"http://h/a","target":"http://h/b"}`))
+	require.Equal(t, "`cancel` must be a boolean", Reason(err))
+}
+
+func TestValidateDoc(t *testing.T) {
+	c := newCluster(t, 0, nil, testConfig())
+	bob := UserCtx{Name: "bob"}
+	admin := UserCtx{Name: "root", Roles: []string{"_admin"}}
+	good := `{"source":"http://h/a","target":"http://h/b"}`
+	for _, tc := range []struct {
+		name, db, id, doc string
+		user              UserCtx
+		reason            string // "" = accepted
+	}{
+		{"valid", "_replicator", "d", good, bob, ""},
+		{"not a replicator db", "foo_replicator", "d", `{}`, bob, ""},
+		{"design doc", "_replicator", "_design/x", `{}`, bob, ""},
+		{"local doc", "a/_replicator", "_local/x", `{}`, bob, ""},
+		{"source only", "_replicator", "d", `{"source":"http://h/a"}`, bob, "Missing `target` field"},
+		{"neither", "_replicator", "d", `{}`, bob, "Missing `source` field"},
+		{"other owner", "_replicator", "d", `{"owner":"eve","source":"http://h/a","target":"http://h/b"}`, bob,
+			"Can't update replication documents from other users."},
+		{"admin may write others'", "_replicator", "d", `{"owner":"eve","source":"http://h/a","target":"http://h/b"}`, admin, ""},
+		{"deleted", "_replicator", "d", `{"_deleted":true}`, bob, ""},
+		{"already failed", "_replicator", "d", `{"_replication_state":"failed"}`, bob, ""},
+		{"bogus state", "_replicator", "d", `{"_replication_state":"done","source":"http://h/a","target":"http://h/b"}`, bob,
+			"`_replication_state` is written by the replicator; \"done\" is not one of its states"},
+		{"_replicator role skips checks", "_replicator", "d", `{"owner":"eve"}`, UserCtx{Name: "r", Roles: []string{"_replicator"}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.fe.ValidateDoc(tc.db, tc.id, json.RawMessage(tc.doc), tc.user)
+			if tc.reason == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrForbidden)
+			require.Equal(t, tc.reason, Reason(err))
+		})
+	}
+	out, err := c.fe.PrepareDoc("_replicator", "d", json.RawMessage(good), bob)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"owner":"bob","source":"http://h/a","target":"http://h/b"}`, string(out))
+}
