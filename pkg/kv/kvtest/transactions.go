@@ -113,7 +113,14 @@ func testOnError(t *testing.T, open OpenFunc) {
 func testClosedDatabase(t *testing.T, open OpenFunc) {
 	db := open(t)
 	set(t, db, kv.Key("k"), "v")
+	pending := newTr(t, db)
+	pending.Set(kv.Key("k"), []byte("w"))
 	require.NoError(t, db.Close())
+	// A transaction still open cannot commit. (An injected fault may
+	// answer first.)
+	if err := commit(pending); !kv.IsRetryable(err) {
+		require.ErrorIs(t, err, kv.ErrDatabaseClosed)
+	}
 	_, err := db.CreateTransaction()
 	require.ErrorIs(t, err, kv.ErrDatabaseClosed)
 	called := false

@@ -14,6 +14,8 @@ var watchTests = []conformanceTest{
 	{"FiresOnClear", testWatchFiresOnClear},
 	{"FiresOnAtomicOp", testWatchFiresOnAtomic},
 	{"NotBeforeChange", testWatchNotBefore},
+	{"ChangedBeforeCommit", testWatchChangedBeforeCommit},
+	{"ManyWatchersOneKey", testWatchMany},
 	{"Cancel", testWatchCancel},
 	{"FailsWithCommit", testWatchFailedCommit},
 	{"AwaitRespectsContext", testWatchAwaitContext},
@@ -163,5 +165,48 @@ func testWatchAwaitContext(t *testing.T, open OpenFunc) {
 		require.ErrorIs(t, <-result, context.Canceled)
 		_, err := w.Get()
 		mustCode(t, err, kv.CodeOperationCancelled)
+	})
+}
+
+// testWatchChangedBeforeCommit: a watch compares against the value its
+// transaction read, so a change committed between that read and the watch's
+// commit fires it.
+func testWatchChangedBeforeCommit(t *testing.T, open OpenFunc) {
+	db := open(t)
+	scenario(t, func(ks keyspace) {
+		set(t, db, ks.key("w"), "1")
+		tr := newTr(t, db)
+		require.Equal(t, []byte("1"), wait(t, tr.Get(ks.key("w"))))
+		w := tr.Watch(ks.key("w"))
+		defer w.Cancel()
+		set(t, db, ks.key("w"), "2")
+		must(t, commit(tr)) // read-only apart from the watch: no conflict
+		awaitWatch(t, w)
+	})
+}
+
+// testWatchMany: every watch on a key fires on its change, whichever
+// transaction set it.
+func testWatchMany(t *testing.T, open OpenFunc) {
+	const watchers = 20
+	db := open(t)
+	scenario(t, func(ks keyspace) {
+		set(t, db, ks.key("w"), "1")
+		var ws []kv.FutureNil
+		defer func() {
+			for _, w := range ws {
+				w.Cancel()
+			}
+		}()
+		for range watchers {
+			ws = append(ws, watchCommitted(t, db, ks.key("w")))
+		}
+		tr := newTr(t, db)
+		ws = append(ws, tr.Watch(ks.key("w")), tr.Watch(ks.key("w")))
+		must(t, commit(tr))
+		set(t, db, ks.key("w"), "2")
+		for _, w := range ws {
+			awaitWatch(t, w)
+		}
 	})
 }
