@@ -8,27 +8,27 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
 func init() { register("replication", runReplicationBench) }
 
 // runReplicationBench replicates N documents between two in-memory
-// pouchdb-server processes with fdbrep's engine and with PouchDB's own
-// replicator (node, scripts/pouchdb/replicate.js, several batch sizes, the
-// best one counts), and measures the endpoint limit: the same documents
-// written straight into a fresh target with _bulk_docs new_edits=false.
+// pouchdb-server processes (source and target) with fdbrep's engine and
+// with PouchDB's own replicator (node, scripts/pouchdb/replicate.js, several
+// batch sizes, the best one counts), and measures the endpoint limit: the
+// same documents written straight into a fresh target with _bulk_docs
+// new_edits=false. Each contender runs -runs times, interleaved, after a
+// warm-up of both node processes; the best rate of each is compared.
 func runReplicationBench(args []string) error {
 	fs := flag.NewFlagSet("replication", flag.ContinueOnError)
 	docs := fs.Int("docs", 10000, "documents to replicate")
@@ -38,7 +38,6 @@ func runReplicationBench(args []string) error {
 	pouchBatches := fs.String("pouch-batch-sizes", "100,500,1000", "PouchDB.replicate batch_size values to try")
 	docBytes := fs.Int("doc-bytes", 200, "approximate size of each document body")
 	runs := fs.Int("runs", 3, "measurement rounds (the best of each contender counts)")
-	pouchDir := fs.String("pouchdb-dir", "", "directory holding node_modules with pouchdb-server (default: scripts/pouchdb below the module root)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -48,29 +47,16 @@ func runReplicationBench(args []string) error {
 	if *docs < 1 || *workers < 1 || *batch < 1 || *docBytes < 0 || *runs < 1 {
 		return errors.New("-docs, -workers, -batch and -runs must be positive")
 	}
-	dir := *pouchDir
-	if dir == "" {
-		root, err := moduleRootDir()
-		if err != nil {
-			return err
-		}
-		dir = filepath.Join(root, "scripts", "pouchdb")
-	}
-	bin := filepath.Join(dir, "node_modules", ".bin", "pouchdb-server")
-	if _, err := os.Stat(bin); err != nil {
-		return fmt.Errorf("pouchdb-server not installed (run `make pouchdb`): %w", err)
-	}
-
-	src, err := startPouch(bin)
+	src, err := couchtest.LaunchPouchDB()
 	if err != nil {
 		return err
 	}
-	defer src.stop()
-	tgt, err := startPouch(bin)
+	defer src.Stop()
+	tgt, err := couchtest.LaunchPouchDB()
 	if err != nil {
 		return err
 	}
-	defer tgt.stop()
+	defer tgt.Stop()
 
 	fmt.Printf("replication benchmark: %d docs of ~%d bytes, source and target in two pouchdb-server processes\n", *docs, *docBytes)
 	if err := loadSource(src, "src", *docs, *docBytes); err != nil {
@@ -100,14 +86,13 @@ func runReplicationBench(args []string) error {
 		// Endpoint limit: the documents written straight into a fresh
 		// target, `workers` batches in flight.
 		db := fmt.Sprintf("limit%d", run)
-		tgt0 := tgt.cpu()
 		d, err := bulkLoad(tgt, db, payload, *batch, *workers)
 		if err != nil {
 			return err
 		}
 		limitRates = append(limitRates, float64(*docs)/d.Seconds())
-		fmt.Printf("  run %d: endpoint limit (_bulk_docs new_edits=false, batch %d, %d in flight): %6.0f docs/s (CPU: target %v)\n", run, *batch, *workers,
-			limitRates[len(limitRates)-1], (tgt.cpu() - tgt0).Round(time.Millisecond))
+		fmt.Printf("  run %d: endpoint limit (_bulk_docs new_edits=false, batch %d, %d in flight): %6.0f docs/s\n", run, *batch, *workers,
+			limitRates[len(limitRates)-1])
 		if err := deleteDB(tgt, db); err != nil {
 			return err
 		}
@@ -115,13 +100,13 @@ func runReplicationBench(args []string) error {
 		// fdbrep's engine.
 		db = fmt.Sprintf("engine%d", run)
 		rep := engine.Replication{WorkerProcesses: *workers, WorkerBatchSize: *batch, CreateTarget: true}
-		if rep.Source, err = engine.ParseEndpoint(src.url + "/src"); err != nil {
+		if rep.Source, err = couch.ParseEndpoint(json.RawMessage(strconv.Quote(src.URL() + "/src"))); err != nil {
 			return err
 		}
-		if rep.Target, err = engine.ParseEndpoint(tgt.url + "/" + db); err != nil {
+		if rep.Target, err = couch.ParseEndpoint(json.RawMessage(strconv.Quote(tgt.URL() + "/" + db))); err != nil {
 			return err
 		}
-		cpu0, src0, tgt0 := selfCPU(), src.cpu(), tgt.cpu()
+		cpu0 := selfCPU()
 		start := time.Now()
 		res, err := engine.Start(context.Background(), rep, engine.Options{ServerUUID: "fdbrep-bench"}).Wait()
 		if err != nil {
@@ -132,8 +117,8 @@ func runReplicationBench(args []string) error {
 			return fmt.Errorf("engine wrote %d docs, want %d", res.Stats.DocsWritten, *docs)
 		}
 		engineRates = append(engineRates, float64(*docs)/d.Seconds())
-		fmt.Printf("  run %d: fdbrep engine (workers %d, batch %d): %6.0f docs/s (CPU: engine %v, source %v, target %v)\n", run, *workers, *batch,
-			engineRates[len(engineRates)-1], (selfCPU() - cpu0).Round(time.Millisecond), (src.cpu() - src0).Round(time.Millisecond), (tgt.cpu() - tgt0).Round(time.Millisecond))
+		fmt.Printf("  run %d: fdbrep engine (workers %d, batch %d): %6.0f docs/s (engine CPU %v)\n", run, *workers, *batch,
+			engineRates[len(engineRates)-1], (selfCPU() - cpu0).Round(time.Millisecond))
 		if err := deleteDB(tgt, db); err != nil {
 			return err
 		}
@@ -144,14 +129,14 @@ func runReplicationBench(args []string) error {
 			if err := putDB(tgt, db); err != nil {
 				return err
 			}
-			d, written, err := pouchReplicate(dir, src.url+"/src", tgt.url+"/"+db, bs)
+			pr, err := couchtest.PouchReplicate(context.Background(), src.URL()+"/src", tgt.URL()+"/"+db, bs, 0)
 			if err != nil {
 				return fmt.Errorf("PouchDB.replicate batch_size %d: %w", bs, err)
 			}
-			if written != int64(*docs) {
-				return fmt.Errorf("PouchDB.replicate batch_size %d wrote %d docs, want %d", bs, written, *docs)
+			if pr.DocsWritten != int64(*docs) {
+				return fmt.Errorf("PouchDB.replicate batch_size %d wrote %d docs, want %d", bs, pr.DocsWritten, *docs)
 			}
-			pouchRates[bs] = append(pouchRates[bs], float64(*docs)/d.Seconds())
+			pouchRates[bs] = append(pouchRates[bs], float64(*docs)/pr.Elapsed().Seconds())
 			fmt.Printf("  run %d: PouchDB.replicate (batch_size %d): %6.0f docs/s\n", run, bs, pouchRates[bs][len(pouchRates[bs])-1])
 			if err := deleteDB(tgt, db); err != nil {
 				return err
@@ -206,84 +191,13 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// cpu is the server process's user+system CPU time (Linux /proc; 0 when
-// unavailable).
-func (s *pouchServer) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100
-}
-
-func deleteDB(s *pouchServer, db string) error {
-	_, err := doJSON(http.MethodDelete, s.url+"/"+db, nil, nil)
+func deleteDB(s *couchtest.Server, db string) error {
+	_, err := doJSON(http.MethodDelete, s.URL()+"/"+db, nil, nil)
 	return err
 }
 
-// pouchServer is a pouchdb-server child process.
-type pouchServer struct {
-	url string
-	dir string
-	cmd *exec.Cmd
-}
-
-func startPouch(bin string) (*pouchServer, error) {
-	dir, err := os.MkdirTemp("", "fdbrep-bench-pouch-")
-	if err != nil {
-		return nil, err
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	conf := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(conf, []byte(`{"log":{"file":"`+filepath.Join(dir, "log.txt")+`"}}`), 0o600); err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "--in-memory", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--config", conf,
-		"--dir", filepath.Join(dir, "db"), "-n")
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	s := &pouchServer{url: "http://127.0.0.1:" + strconv.Itoa(port), dir: dir, cmd: cmd}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get(s.url + "/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			return nil, errors.New("pouchdb-server did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (s *pouchServer) stop() {
-	if s.cmd.Process != nil {
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		_ = s.cmd.Wait()
-	}
-	os.RemoveAll(s.dir)
-}
-
-func putDB(s *pouchServer, db string) error {
-	_, err := doJSON(http.MethodPut, s.url+"/"+db, nil, nil)
+func putDB(s *couchtest.Server, db string) error {
+	_, err := doJSON(http.MethodPut, s.URL()+"/"+db, nil, nil)
 	return err
 }
 
@@ -320,7 +234,7 @@ func doJSON(method, u string, body, out any) (int, error) {
 	return resp.StatusCode, nil
 }
 
-func loadSource(s *pouchServer, db string, n, size int) error {
+func loadSource(s *couchtest.Server, db string, n, size int) error {
 	if err := putDB(s, db); err != nil {
 		return err
 	}
@@ -330,7 +244,7 @@ func loadSource(s *pouchServer, db string, n, size int) error {
 		for i := start; i < min(n, start+1000); i++ {
 			docs = append(docs, map[string]any{"_id": fmt.Sprintf("doc-%08d", i), "n": i, "text": filler})
 		}
-		if _, err := doJSON(http.MethodPost, s.url+"/"+db+"/_bulk_docs", map[string]any{"docs": docs}, nil); err != nil {
+		if _, err := doJSON(http.MethodPost, s.URL()+"/"+db+"/_bulk_docs", map[string]any{"docs": docs}, nil); err != nil {
 			return err
 		}
 	}
@@ -338,7 +252,7 @@ func loadSource(s *pouchServer, db string, n, size int) error {
 }
 
 // fetchPayload reads the documents as a replicator would write them.
-func fetchPayload(s *pouchServer, db string, n int) ([]json.RawMessage, error) {
+func fetchPayload(s *couchtest.Server, db string, n int) ([]json.RawMessage, error) {
 	var all struct {
 		Rows []struct {
 			ID    string `json:"id"`
@@ -347,7 +261,7 @@ func fetchPayload(s *pouchServer, db string, n int) ([]json.RawMessage, error) {
 			} `json:"value"`
 		} `json:"rows"`
 	}
-	if _, err := doJSON(http.MethodGet, s.url+"/"+db+"/_all_docs", nil, &all); err != nil {
+	if _, err := doJSON(http.MethodGet, s.URL()+"/"+db+"/_all_docs", nil, &all); err != nil {
 		return nil, err
 	}
 	var out []json.RawMessage
@@ -363,7 +277,7 @@ func fetchPayload(s *pouchServer, db string, n int) ([]json.RawMessage, error) {
 				} `json:"docs"`
 			} `json:"results"`
 		}
-		if _, err := doJSON(http.MethodPost, s.url+"/"+db+"/_bulk_get?revs=true", map[string]any{"docs": reqs, "revs": true}, &reply); err != nil {
+		if _, err := doJSON(http.MethodPost, s.URL()+"/"+db+"/_bulk_get?revs=true", map[string]any{"docs": reqs, "revs": true}, &reply); err != nil {
 			return nil, err
 		}
 		for _, r := range reply.Results {
@@ -380,7 +294,7 @@ func fetchPayload(s *pouchServer, db string, n int) ([]json.RawMessage, error) {
 
 // bulkLoad writes docs into a fresh database in batches, `inflight` at a
 // time, and returns the elapsed time.
-func bulkLoad(s *pouchServer, db string, docs []json.RawMessage, batch, inflight int) (time.Duration, error) {
+func bulkLoad(s *couchtest.Server, db string, docs []json.RawMessage, batch, inflight int) (time.Duration, error) {
 	if err := putDB(s, db); err != nil {
 		return 0, err
 	}
@@ -406,7 +320,7 @@ func bulkLoad(s *pouchServer, db string, docs []json.RawMessage, batch, inflight
 		go func() {
 			defer wg.Done()
 			for body := range work {
-				resp, err := http.Post(s.url+"/"+db+"/_bulk_docs", "application/json", bytes.NewReader(body))
+				resp, err := http.Post(s.URL()+"/"+db+"/_bulk_docs", "application/json", bytes.NewReader(body))
 				if err != nil {
 					errs <- err
 					return
@@ -430,44 +344,4 @@ func bulkLoad(s *pouchServer, db string, docs []json.RawMessage, batch, inflight
 		return 0, err
 	}
 	return time.Since(start), nil
-}
-
-// pouchReplicate runs scripts/pouchdb/replicate.js and returns its own
-// measured replication time (node start-up excluded).
-func pouchReplicate(dir, src, tgt string, batch int) (time.Duration, int64, error) {
-	cmd := exec.Command("node", filepath.Join(dir, "replicate.js"), src, tgt, strconv.Itoa(batch))
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return 0, 0, fmt.Errorf("%w: %s", err, stderr.String())
-	}
-	var res struct {
-		OK          bool    `json:"ok"`
-		DocsWritten int64   `json:"docs_written"`
-		ElapsedMS   float64 `json:"elapsed_ms"`
-	}
-	if err := json.Unmarshal(bytes.TrimSpace(out), &res); err != nil {
-		return 0, 0, fmt.Errorf("replicate.js output %q: %w", out, err)
-	}
-	return time.Duration(res.ElapsedMS * float64(time.Millisecond)), res.DocsWritten, nil
-}
-
-// moduleRootDir walks up from the working directory to go.mod.
-func moduleRootDir() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
 }

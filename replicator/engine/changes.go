@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -165,10 +164,8 @@ func (r *Run) changesOnce(ctx context.Context, base *changesRequest, since json.
 	} else {
 		q.Set("feed", "normal")
 	}
-	reqCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	req := httpRequest{method: base.method, path: "_changes", query: q, header: jsonHeader(), body: base.body, stream: true}
-	res, err := r.src.t.call(reqCtx, req)
+	res, err := r.src.t.call(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -187,21 +184,13 @@ func (r *Run) changesOnce(ctx context.Context, base *changesRequest, since json.
 		res.body, _ = io.ReadAll(io.LimitReader(res.stream, 64<<10))
 		return nil, newStatusError(req.method, r.src.url()+"_changes", res)
 	}
-	body := newIdleReader(res.stream, r.rep.ConnectionTimeout+500*time.Millisecond, cancel)
-	defer body.stop()
-	wrapped := func(c change) error {
-		body.pause()
-		defer body.resume()
-		return emit(c)
-	}
+	body := res.stream
+	wrapped := emit
 	var lastSeq json.RawMessage
 	if r.rep.Continuous {
 		lastSeq, err = parseContinuousFeed(body, wrapped)
 	} else {
 		lastSeq, err = parseNormalFeed(body, wrapped)
-	}
-	if err != nil && body.timedOut() {
-		return nil, fmt.Errorf("changes feed idle for %v: %w", r.rep.ConnectionTimeout, err)
 	}
 	return lastSeq, err
 }
@@ -227,44 +216,4 @@ func compactJSON(raw json.RawMessage) string {
 		return string(raw)
 	}
 	return b.String()
-}
-
-// idleReader cancels a streamed response that stays silent for longer than
-// its timeout (the peer or the network died without closing). The clock is
-// paused while the consumer is busy.
-type idleReader struct {
-	r       io.Reader
-	d       time.Duration
-	mu      sync.Mutex
-	timer   *time.Timer
-	expired bool
-}
-
-func newIdleReader(r io.Reader, d time.Duration, cancel context.CancelFunc) *idleReader {
-	ir := &idleReader{r: r, d: d}
-	ir.timer = time.AfterFunc(d, func() {
-		ir.mu.Lock()
-		ir.expired = true
-		ir.mu.Unlock()
-		cancel()
-	})
-	return ir
-}
-
-func (ir *idleReader) Read(p []byte) (int, error) {
-	n, err := ir.r.Read(p)
-	if n > 0 {
-		ir.timer.Reset(ir.d)
-	}
-	return n, err
-}
-
-func (ir *idleReader) pause()  { ir.timer.Stop() }
-func (ir *idleReader) resume() { ir.timer.Reset(ir.d) }
-func (ir *idleReader) stop()   { ir.timer.Stop() }
-
-func (ir *idleReader) timedOut() bool {
-	ir.mu.Lock()
-	defer ir.mu.Unlock()
-	return ir.expired
 }

@@ -5,11 +5,14 @@ import (
 	"crypto/md5"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
@@ -98,9 +101,9 @@ func fixture(t *testing.T, srv *couchtest.Server, db string, n int, seed uint64)
 	})
 }
 
-func endpoint(t *testing.T, url string) engine.Endpoint {
+func endpoint(t *testing.T, url string) couch.Endpoint {
 	t.Helper()
-	ep, err := engine.ParseEndpoint(url)
+	ep, err := couch.ParseEndpoint(json.RawMessage(strconv.Quote(url)))
 	require.NoError(t, err)
 	return ep
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
@@ -134,7 +135,7 @@ func TestStartErrors(t *testing.T) {
 	srv.CreateDB(t, "closed")
 	srv.SetSecurity(t, "closed", map[string]any{"members": map[string]any{"names": []string{"admin"}}})
 	srv.CreateDB(t, "open")
-	authed := func(db, user, pass string) engine.Endpoint {
+	authed := func(db, user, pass string) couch.Endpoint {
 		ep := endpoint(t, srv.DBURL(db))
 		ep.Username, ep.Password = user, pass
 		return ep

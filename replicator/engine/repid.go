@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/fdbrep/fdbrep/pkg/couch"
 )
 
 // endpointID holds the parts of a normalized endpoint that enter the
@@ -21,6 +23,19 @@ type endpointID struct {
 	Port    int
 	Path    string
 	Headers [][2]string
+}
+
+// endpointIDOf derives the id parts of a parsed endpoint; multi-valued
+// headers are joined with ",".
+func endpointIDOf(ep couch.Endpoint) endpointID {
+	if ep.URL == nil {
+		return endpointID{}
+	}
+	headers := make(map[string]string, len(ep.Headers))
+	for k, v := range ep.Headers {
+		headers[k] = strings.Join(v, ",")
+	}
+	return newEndpointID(ep.URL, ep.Username, headers)
 }
 
 // newEndpointID derives the id parts from a normalized endpoint URL (no

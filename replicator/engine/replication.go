@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/couch"
 )
 
 // Defaults of the per-replication tunables (CouchDB's [replicator] defaults).
@@ -37,8 +39,8 @@ const (
 // document or a POST /_replicate body). Zero tunables mean their defaults;
 // ParseReplication fills them in, and Validate checks everything.
 type Replication struct {
-	Source Endpoint
-	Target Endpoint
+	Source couch.Endpoint
+	Target couch.Endpoint
 
 	// Continuous keeps replicating new changes until stopped.
 	Continuous bool
@@ -120,11 +122,11 @@ func (rep Replication) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
 	}
-	if err := rep.Source.validate(); err != nil {
-		return bad("source: %v", err)
+	if rep.Source.URL == nil {
+		return bad("Missing replicator database")
 	}
-	if err := rep.Target.validate(); err != nil {
-		return bad("target: %v", err)
+	if rep.Target.URL == nil {
+		return bad("Missing replicator database")
 	}
 	n := 0
 	if rep.DocIDs != nil {
@@ -215,8 +217,8 @@ func isJSONObject(raw json.RawMessage) bool {
 func ReplicationID(rep Replication, serverUUID, filterCode string) (base, full string, err error) {
 	in := idInputs{
 		ServerUUID:      serverUUID,
-		Source:          rep.Source.id(),
-		Target:          rep.Target.id(),
+		Source:          endpointIDOf(rep.Source),
+		Target:          endpointIDOf(rep.Target),
 		WinningRevsOnly: rep.WinningRevsOnly,
 		SinceSeq:        rep.SinceSeq,
 		Continuous:      rep.Continuous,

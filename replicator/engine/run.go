@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 )
@@ -37,9 +38,9 @@ type Options struct {
 	// must not block for long; it must not call Stop or Wait.
 	OnCheckpoint func(Checkpoint)
 
-	// Transport overrides how requests reach the peers (tests); nil uses
-	// pkg/couch.
-	Transport TransportFunc
+	// Limiter is the process's shared 429 back-off state (nil: a private
+	// one per run).
+	Limiter *couch.RateLimiter
 
 	// Logger receives the run's log lines; the zero value discards them.
 	Logger zerolog.Logger

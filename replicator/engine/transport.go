@@ -1,129 +1,84 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"time"
+	"strings"
+
+	"github.com/fdbrep/fdbrep/pkg/couch"
 )
 
-// TransportFunc builds the transport for one endpoint of a replication.
-type TransportFunc func(ep Endpoint, rep Replication) (Transport, error)
+// couchTransport sends the engine's requests through pkg/couch, which does
+// the retries (408, 5xx, transport errors, 250 ms doubling), the 429
+// back-off and the inactivity timeouts.
+type couchTransport struct{ db *couch.DB }
 
-// Transport is how the engine reaches a peer. See the transport interface.
-type Transport = transport
-
+// newPeers builds the source and target clients. The source gets at least
+// two connections: a streamed changes feed holds one for as long as it runs.
 func (r *Run) newPeers() (*peer, *peer, error) {
-	mk := r.opts.Transport
-	if mk == nil {
-		mk = newStdTransport
+	opts := couch.Options{
+		HTTPConnections:   r.rep.HTTPConnections,
+		ConnectionTimeout: r.rep.ConnectionTimeout,
+		RetriesPerRequest: r.rep.RetriesPerRequest,
+		Logger:            &r.log,
 	}
-	st, err := mk(r.rep.Source, r.rep)
+	if opts.RetriesPerRequest == 0 {
+		opts.RetriesPerRequest = couch.NoRetries
+	}
+	srcOpts := opts
+	srcOpts.HTTPConnections = max(2, opts.HTTPConnections)
+	src, err := couch.NewDB(r.rep.Source, srcOpts, r.opts.Limiter)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: source: %w", ErrInvalidSpec, err)
 	}
-	tt, err := mk(r.rep.Target, r.rep)
+	tgt, err := couch.NewDB(r.rep.Target, opts, r.opts.Limiter)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: target: %w", ErrInvalidSpec, err)
 	}
-	return &peer{t: st}, &peer{t: tt}, nil
+	return &peer{t: couchTransport{src}}, &peer{t: couchTransport{tgt}}, nil
 }
 
-// stdTransport is a plain net/http transport with CouchDB's retry rules
-// (408/5xx/transport errors retried with 250 ms doubling waits).
-type stdTransport struct {
-	ep      Endpoint
-	client  *http.Client
-	retries int
-}
+func (t couchTransport) redacted() string { return t.db.Redacted() }
 
-func newStdTransport(ep Endpoint, rep Replication) (Transport, error) {
-	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: rep.ConnectionTimeout}).DialContext,
-		MaxIdleConnsPerHost: rep.HTTPConnections,
-		MaxConnsPerHost:     rep.HTTPConnections,
-		IdleConnTimeout:     90 * time.Second,
-	}
-	return &stdTransport{ep: ep, client: &http.Client{Transport: tr}, retries: rep.RetriesPerRequest}, nil
-}
+// close releases idle connections.
+func (t couchTransport) close() { t.db.Close() }
 
-func (t *stdTransport) redacted() string { return t.ep.Redacted() }
-
-func (t *stdTransport) call(ctx context.Context, r httpRequest) (*httpResult, error) {
-	wait := retryWaitDefault
-	for attempt := 0; ; attempt++ {
-		res, err := t.once(ctx, r)
-		retry := err != nil || res.status == 408 || res.status == 429 || res.status >= 500
-		if !retry || r.noRetry || attempt >= t.retries || ctx.Err() != nil {
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				return nil, fmt.Errorf("%w: %s %s: %v", ErrHTTP, r.method, t.redacted()+r.path, err)
-			}
-			return res, nil
-		}
-		if res != nil && res.stream != nil {
-			res.stream.Close()
-		}
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		wait = min(2*wait, retryWaitMax)
-	}
-}
-
-func (t *stdTransport) once(ctx context.Context, r httpRequest) (*httpResult, error) {
-	u := *t.ep.URL
-	u.Path += r.path
-	u.RawPath = ""
-	if t.ep.URL.RawPath != "" || r.path != "" {
-		u.RawPath = t.ep.URL.EscapedPath() + r.path
-	}
-	if len(r.query) > 0 {
-		u.RawQuery = r.query.Encode()
-	}
-	var body io.Reader
-	if r.body != nil {
-		body = bytes.NewReader(r.body)
-	}
-	req, err := http.NewRequestWithContext(ctx, r.method, u.String(), body)
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range r.header {
-		req.Header[k] = v
-	}
-	for k, v := range t.ep.Headers {
-		req.Header.Set(k, v)
-	}
-	if req.Header.Get("Accept") == "" {
-		req.Header.Set("Accept", "application/json")
-	}
-	if t.ep.Username != "" {
-		req.SetBasicAuth(t.ep.Username, t.ep.Password)
-	}
-	resp, err := t.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	res := &httpResult{status: resp.StatusCode, header: resp.Header}
+// call maps pkg/couch's results onto httpResult: every HTTP answer becomes a
+// status (2xx bodies read whole unless streamed), and only requests without
+// an answer are errors, wrapped in ErrMaxBackoff or ErrHTTP.
+func (t couchTransport) call(ctx context.Context, r httpRequest) (*httpResult, error) {
+	req := couch.Request{Method: r.method, Path: r.path, Query: r.query, Header: r.header, Body: r.body,
+		NoRetry: r.noRetry, Stream: r.stream}
 	if r.stream {
-		res.stream = resp.Body
-		return res, nil
+		resp, err := t.db.Do(ctx, req)
+		if err != nil {
+			return t.failure(ctx, r, err)
+		}
+		return &httpResult{status: resp.StatusCode, header: resp.Header, stream: resp.Body}, nil
 	}
-	defer resp.Body.Close()
-	res.body, err = io.ReadAll(resp.Body)
+	body, err := t.db.DoBytes(ctx, req)
 	if err != nil {
-		return nil, err
+		return t.failure(ctx, r, err)
 	}
-	return res, nil
+	return &httpResult{status: http.StatusOK, body: body}, nil
 }
 
-var _ = errors.New
+func (t couchTransport) failure(ctx context.Context, r httpRequest, err error) (*httpResult, error) {
+	var he *couch.HTTPError
+	switch {
+	case errors.As(err, &he):
+		res := &httpResult{status: he.Status, header: he.Header, body: he.Body}
+		if r.stream {
+			res.stream = io.NopCloser(strings.NewReader(""))
+		}
+		return res, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, couch.ErrMaxBackoff):
+		return nil, fmt.Errorf("%w: %w", ErrMaxBackoff, err)
+	}
+	return nil, fmt.Errorf("%w: %w", ErrHTTP, err)
+}
