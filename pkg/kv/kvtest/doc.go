@@ -18,13 +18,19 @@
 // # Conformance
 //
 // RunConformance(t, open) checks a backend against FoundationDB's semantics:
-// serializability (FoundationDB's Cycle workload, seeded), read, range,
-// phantom, snapshot and explicit conflict ranges, read-your-writes, key
-// selectors and range options over many keys, versionstamps, watches, every
-// atomic operation, FoundationDB's limits, transaction options, the shared
-// retry loop (retries, panics, nesting, commit_unknown_result), context
-// cancellation, read and commit versions and error classification. Each
-// subtest opens its own database with open.
+// serializability (FoundationDB's Cycle workload and a phantom-sensitive
+// bounded-set workload, both concurrent), read, range, limited-range,
+// GetKey, phantom, snapshot and explicit conflict ranges, read-your-writes
+// (also checked by a randomized model test of writes, clears, atomic
+// operations, selectors and range options), key selectors and range options
+// over many keys, versionstamps, watches, every atomic operation,
+// FoundationDB's limits, transaction options, the shared retry loop
+// (retries, panics, nesting, commit_unknown_result), context cancellation,
+// read and commit versions and error classification. Each subtest opens its
+// own database with open.
+//
+// Randomized tests log their seed; FDBREP_KVTEST_SEED=<seed> replays one,
+// and FDBREP_KVTEST_TRACE=1 makes the model test log every transaction.
 //
 // Tests that drive transactions by hand (two transactions racing for a
 // conflict, say) cannot rely on the retry loop, so they run as scenarios: an

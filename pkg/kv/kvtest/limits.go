@@ -123,8 +123,14 @@ func testTransactionTooOld(t *testing.T, open OpenFunc) {
 		_, err := tr.Get(ks.key("other")).Get()
 		mustCode(t, err, kv.CodeTransactionTooOld)
 		mustCode(t, commit(tr), kv.CodeTransactionTooOld)
-		require.True(t, kv.IsRetryable(kv.Error{Code: kv.CodeTransactionTooOld}))
 		require.Equal(t, []byte("1"), read(t, db, ks.key("k")))
+		// OnError retries it: the reset transaction has a new read version.
+		_, err = tr.OnError(kv.Error{Code: kv.CodeTransactionTooOld}).Get()
+		require.NoError(t, err)
+		require.Equal(t, []byte("1"), wait(t, tr.Get(ks.key("k"))))
+		tr.Set(ks.key("k"), []byte("3"))
+		must(t, commit(tr))
+		require.Equal(t, []byte("3"), read(t, db, ks.key("k")))
 	})
 }
 
