@@ -315,7 +315,7 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 	wd.start() // connecting, sending and waiting for headers
 
 	var body io.Reader
-	if r.Body != nil {
+	if len(r.Body) > 0 {
 		body = &kickReader{r: bytes.NewReader(r.Body), wd: wd}
 	}
 	req, err := http.NewRequestWithContext(actx, r.Method, target.String(), body)
@@ -325,7 +325,10 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 		release()
 		return nil, nil, err
 	}
-	if r.Body != nil {
+	switch {
+	case len(r.Body) == 0 && r.Body != nil:
+		req.Body, req.ContentLength = http.NoBody, 0 // "Content-Length: 0", not chunked
+	case r.Body != nil:
 		req.ContentLength = int64(len(r.Body))
 		req.GetBody = func() (io.ReadCloser, error) {
 			return io.NopCloser(&kickReader{r: bytes.NewReader(r.Body), wd: wd}), nil
@@ -336,6 +339,10 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 	}
 	for k, vs := range r.Header {
 		req.Header[http.CanonicalHeaderKey(k)] = append([]string(nil), vs...)
+	}
+	if h := req.Header.Get("Host"); h != "" { // net/http ignores Host in Header
+		req.Host = h
+		req.Header.Del("Host")
 	}
 	if req.Header.Get("Accept") == "" {
 		req.Header.Set("Accept", "application/json")

@@ -76,15 +76,16 @@ func requireNoSecret(t *testing.T, texts ...string) {
 
 func TestRequestShape(t *testing.T) {
 	type seen struct {
-		method, uri, body string
-		header            http.Header
+		method, uri, body, host string
+		length                  int64
+		header                  http.Header
 	}
 	var mu sync.Mutex
 	var got []seen
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
-		got = append(got, seen{r.Method, r.RequestURI, string(b), r.Header.Clone()})
+		got = append(got, seen{r.Method, r.RequestURI, string(b), r.Host, r.ContentLength, r.Header.Clone()})
 		mu.Unlock()
 		w.Header().Set("Content-Type", "text/plain") // pouchdb-server's label; must not matter
 		_, _ = io.WriteString(w, `{"ok":true}`)
@@ -111,10 +112,12 @@ func TestRequestShape(t *testing.T) {
 	require.NoError(t, err)
 	_, _ = io.Copy(io.Discard, resp.Body)
 	require.NoError(t, resp.Body.Close())
+	require.NoError(t, db.DoJSON(ctx, couch.Request{Method: http.MethodPost, Path: "_ensure_full_commit", Body: []byte{},
+		Header: http.Header{"Host": {"vhost.example"}}}, nil))
 
 	mu.Lock()
 	defer mu.Unlock()
-	require.Len(t, got, 5)
+	require.Len(t, got, 6)
 	auth := "Basic " + base64Std("bob:"+secret)
 	for _, s := range got {
 		require.Equal(t, auth, s.header.Get("Authorization"))
@@ -132,6 +135,10 @@ func TestRequestShape(t *testing.T) {
 	require.Equal(t, "PUT /my%2Fdb/_local/a%2Fb?x=1", got[3].method+" "+got[3].uri)
 	require.Equal(t, "application/x", got[3].header.Get("Content-Type"))
 	require.Equal(t, "GET /my%2Fdb/a%2Fb%20c?x=1", got[4].method+" "+got[4].uri)
+	require.Equal(t, "POST /my%2Fdb/_ensure_full_commit?x=1", got[5].method+" "+got[5].uri)
+	require.Equal(t, "vhost.example", got[5].host)
+	require.Equal(t, int64(0), got[5].length)
+	require.Equal(t, "application/json", got[5].header.Get("Content-Type"))
 }
 
 func base64Std(s string) string {
