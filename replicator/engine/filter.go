@@ -16,10 +16,12 @@ import (
 func FetchFilterCode(ctx context.Context, rep Replication, opts Options) (string, error) {
 	rep = rep.withDefaults()
 	r := &Run{rep: rep, opts: opts}
-	src, _, err := r.newPeers()
+	src, tgt, err := r.newPeers()
 	if err != nil {
 		return "", err
 	}
+	defer src.t.close()
+	defer tgt.t.close()
 	return fetchFilterCode(ctx, src, rep.Filter)
 }
 

@@ -23,6 +23,8 @@ type transport interface {
 	call(ctx context.Context, r httpRequest) (*httpResult, error)
 	// redacted is the endpoint URL without password, for messages.
 	redacted() string
+	// close releases idle connections once the run is over.
+	close()
 }
 
 type httpRequest struct {

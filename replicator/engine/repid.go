@@ -14,9 +14,10 @@ import (
 
 // endpointID holds the parts of a normalized endpoint that enter the
 // replication id (CouchDB's version 4 get_v4_endpoint): the basic-auth user
-// name (never the password), host, port (0 when it is the scheme's default:
-// 80 or 5984 for http, 443 for https), path with query string, and the
-// user-supplied headers sorted by key.
+// name (never the password), host, port (0 for http's defaults 80 and
+// 5984), path with query string, and the
+// user-supplied headers sorted by key. Unlike CouchDB, an https endpoint
+// always carries its port, so http and https endpoints never share an id.
 type endpointID struct {
 	User    *string
 	Host    string
@@ -52,14 +53,18 @@ func newEndpointID(u *url.URL, user string, headers map[string]string) endpointI
 	if e.Path == "" {
 		e.Path = "/"
 	}
-	if p := u.Port(); p != "" {
-		n, _ := strconv.Atoi(p)
-		switch {
-		case strings.EqualFold(u.Scheme, "http") && (n == 80 || n == 5984):
-		case strings.EqualFold(u.Scheme, "https") && n == 443:
-		default:
-			e.Port = n
+	n, _ := strconv.Atoi(u.Port())
+	switch {
+	case strings.EqualFold(u.Scheme, "https"):
+		// CouchDB hashes https and http alike (port 'default' for both);
+		// we keep them apart by always naming the https port.
+		if n == 0 {
+			n = 443
 		}
+		e.Port = n
+	case n == 80 || n == 5984 || n == 0:
+	default:
+		e.Port = n
 	}
 	for k, v := range headers {
 		e.Headers = append(e.Headers, [2]string{k, v})

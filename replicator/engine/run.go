@@ -241,9 +241,19 @@ func (r *Run) failure() error {
 func (r *Run) run() {
 	defer close(r.done)
 	defer r.cancel(nil)
+	defer func() {
+		for _, p := range []*peer{r.src, r.tgt} {
+			if p != nil {
+				p.t.close()
+			}
+		}
+	}()
 	err := r.setup(r.ctx)
 	close(r.ready)
 	if err != nil {
+		if r.ctx.Err() != nil {
+			err = r.abortError()
+		}
 		r.err = err
 		r.log.Error().Err(err).Msg("replication setup failed")
 		return
