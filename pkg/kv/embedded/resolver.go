@@ -50,6 +50,9 @@ func (r *resolver) conflicts(ranges []span, rv int64) bool {
 		if r.versionAt(s.begin) > rv {
 			return true
 		}
+		if isPoint(s) {
+			continue // no boundary can lie strictly inside a single key's range
+		}
 		hit := false
 		r.tree.Ascend(histEntry{key: s.begin}, func(e histEntry) bool {
 			if bytes.Compare(e.key, s.end) >= 0 {
@@ -71,6 +74,10 @@ func (r *resolver) conflicts(ranges []span, rv int64) bool {
 // insert records that the range s was written at version v, which is not
 // older than any version already recorded.
 func (r *resolver) insert(s span, v int64) {
+	if isPoint(s) {
+		r.insertPoint(s, v)
+		return
+	}
 	// The step at s.end keeps its version: find it, and whether s.end is a
 	// boundary already.
 	var endVer int64
@@ -98,6 +105,27 @@ func (r *resolver) insert(s span, v int64) {
 	if !endExists {
 		r.tree.Set(histEntry{key: s.end, ver: endVer})
 	}
+}
+
+// insertPoint is insert for the range of a single key, which can hold no
+// boundary but its begin.
+func (r *resolver) insertPoint(s span, v int64) {
+	var endVer int64
+	endExists := false
+	r.tree.Descend(histEntry{key: s.end}, func(e histEntry) bool {
+		endVer, endExists = e.ver, bytes.Equal(e.key, s.end)
+		return false
+	})
+	r.tree.Set(histEntry{key: s.begin, ver: v})
+	if !endExists {
+		r.tree.Set(histEntry{key: s.end, ver: endVer})
+	}
+}
+
+// isPoint reports whether s is [k, k\x00).
+func isPoint(s span) bool {
+	n := len(s.begin)
+	return len(s.end) == n+1 && s.end[n] == 0 && bytes.Equal(s.end[:n], s.begin)
 }
 
 // gc forgets versions up to horizon, visiting at most n entries from where
