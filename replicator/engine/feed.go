@@ -22,7 +22,7 @@ type change struct {
 
 // inlineDocMaxBytes bounds the document bodies kept from an include_docs
 // feed; larger ones are fetched like any other.
-const inlineDocMaxBytes = 64 << 10
+const inlineDocMaxBytes = 16 << 10
 
 // feedRow is the wire shape of a changes row or a continuous feed's
 // terminating last_seq line.

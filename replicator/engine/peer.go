@@ -93,9 +93,10 @@ func (p *peer) do(ctx context.Context, method, path string, query url.Values, bo
 // statusError is an unexpected HTTP status. It unwraps to the sentinel for
 // 401 / 403 and to ErrHTTP otherwise.
 type statusError struct {
-	Method, URL    string
-	Status         int
-	Error_, Reason string
+	Method, URL string
+	Status      int
+	Name        string // CouchDB's "error" member
+	Reason      string
 }
 
 func newStatusError(method, u string, res *httpResult) *statusError {
@@ -105,15 +106,15 @@ func newStatusError(method, u string, res *httpResult) *statusError {
 		Reason string `json:"reason"`
 	}
 	if json.Unmarshal(res.body, &body) == nil {
-		e.Error_, e.Reason = body.Error, body.Reason
+		e.Name, e.Reason = body.Error, body.Reason
 	}
 	return e
 }
 
 func (e *statusError) Error() string {
 	msg := fmt.Sprintf("%s %s: HTTP %d", e.Method, e.URL, e.Status)
-	if e.Error_ != "" {
-		msg += " " + e.Error_
+	if e.Name != "" {
+		msg += " " + e.Name
 		if e.Reason != "" {
 			msg += ": " + e.Reason
 		}

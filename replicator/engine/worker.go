@@ -153,7 +153,8 @@ func (r *Run) processBatch(ctx context.Context, rows []change) error {
 	}
 
 	var missing map[string]revsDiffEntry
-	if r.tuning.skipRevsDiff() {
+	skipped := r.tuning.skipRevsDiff()
+	if skipped {
 		missing = make(map[string]revsDiffEntry, len(revs))
 		for id, rs := range revs {
 			missing[id] = revsDiffEntry{Missing: rs}
@@ -168,7 +169,9 @@ func (r *Run) processBatch(ctx context.Context, rows []change) error {
 	for _, e := range missing {
 		found += len(e.Missing)
 	}
-	r.tuning.recordRevsDiff(checked, found)
+	if !skipped {
+		r.tuning.recordRevsDiff(checked, found)
+	}
 	r.stats.missingFound.Add(int64(found))
 	if found == 0 {
 		return nil

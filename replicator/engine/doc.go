@@ -1,0 +1,87 @@
+// Package engine performs CouchDB replications: it copies every leaf
+// revision (conflicts and deletions included) of the documents of a source
+// database to a target database, over HTTP, with the protocol of CouchDB's
+// replicator, and records its progress in checkpoint documents so that a
+// later run resumes where the last one stopped.
+//
+// # Using it
+//
+// A Replication is the parsed specification (ParseReplication reads a
+// _replicator document or a POST /_replicate body with CouchDB's rules and
+// messages). ReplicationID computes its id from CouchDB's version 4 inputs —
+// the installation's server UUID, each endpoint's user, host, port, path and
+// headers (never the password), the filter (for a "ddoc/name" filter its
+// source code, which FetchFilterCode reads from the source), winning_revs_only
+// and since_seq — so equal requests get equal ids and different ones differ.
+// Start runs a replication in the background; Run.Progress reports the
+// counters, Options.OnCheckpoint is called at every checkpoint tick (the job
+// layer's heartbeat), Run.Stop ends a run gracefully with a final checkpoint
+// and Run.Wait returns the outcome, a one-shot replication's Result being
+// shaped like CouchDB's _replicate reply.
+//
+// # The protocol
+//
+// A run verifies both databases (GET {db}/: 401 → ErrUnauthorized, 403 →
+// ErrForbidden, anything else → ErrDBNotFound), creating the target first
+// with create_target (PUT, create_target_params as query string; an existing
+// database is fine). It reads the checkpoint documents _local/<base id> of
+// both sides and starts from their common ancestry (matching session ids in
+// the two histories) or from since_seq or 0. It then reads the source's
+// changes feed (feed=normal for one-shot runs, feed=continuous resumed from
+// the last sequence seen whenever it ends or breaks; style=all_docs, or
+// main_only with winning_revs_only; filtered by doc_ids, selector, a design
+// document filter with query_params, or _view), hands batches of
+// worker_batch_size rows to worker_processes workers, and for each batch
+// asks the target which revisions it lacks (_revs_diff), fetches them
+// (_bulk_get with revs and latest, results matched by id and revision, never
+// by position; documents with attachments and _bulk_get leftovers one by one
+// with GET ?open_revs, whose reply may be JSON or multipart/mixed with
+// multipart/related parts) and writes them with new_edits=false: plain
+// documents through _bulk_docs (flushed early past 4 MiB, split in halves on
+// 413), design documents and documents with attachments one by one with PUT
+// (multipart/related when attachment bodies travel along).
+//
+// Batches are tracked in feed order: the checkpointable sequence
+// (through_seq) is the last sequence of the longest run of finished batches,
+// so a checkpoint never claims changes that are not on the target. Every
+// checkpoint_interval, at the end of a one-shot run and on Stop, when
+// through_seq moved, the engine checks that neither peer restarted
+// (_ensure_full_commit's instance_start_time) and writes the same checkpoint
+// document (session_id, source_last_seq, replication_id_version 4, history of
+// at most 50 sessions, newest first) to the source and then the target.
+//
+// # Defaults and trade-offs
+//
+// Tunables default to CouchDB's values (WorkerProcessesDefault and its
+// siblings). Requests go through pkg/couch: transport errors, 408 and 5xx are
+// retried retries_per_request times (250 ms doubling), 429 backs off through
+// the shared rate limiter and gives up with ErrMaxBackoff. A broken changes
+// feed is resumed from its last sequence. A document the target refuses with
+// 401, 403 or 413 (or 415, or an attachment name error) is counted in
+// doc_write_failures and skipped; any other write error stops the run with
+// ErrBulkDocs or ErrDocWrite, so nothing is lost silently. A run that fails
+// may have written documents past its last checkpoint; the next run transfers
+// them again (writes with new_edits=false are idempotent), which is the cost
+// of checkpointing only every checkpoint_interval.
+//
+// Two optimizations go beyond CouchDB's replicator. When the target holds no
+// documents at all, _revs_diff is skipped from the start (everything is
+// missing; the moving average of missing revisions re-checks within 37 s, as
+// CouchDB does once a target proves empty), and a replication from sequence 0
+// reads the feed with include_docs=true and writes first revisions (a single
+// "1-" leaf without attachments, at most 16 KiB) straight from it, as
+// PouchDB's replicator does with _all_docs; other revisions are fetched as
+// usual. Unlike CouchDB, http and https endpoints never share an id.
+//
+// # pouchdb-server peers
+//
+// pouchdb-server (express-pouchdb 4.2) is a supported peer, and the engine
+// never sends what crashes or hangs it: selectors go in the query string
+// (a POSTed _selector filter kills the server), latest=true is only asked for
+// revisions the source's own feed listed, an empty _bulk_get is never sent
+// (it never answers), open_revs is accepted as JSON with inline base64
+// attachments, _bulk_get results grouped per id and {"missing": rev} entries
+// are understood, attachments are never sent gzip-encoded to it, and a PUT
+// reply without "rev" counts as success. Its continuous feeds never end;
+// pkg/couch's inactivity timeout catches a silent peer.
+package engine
