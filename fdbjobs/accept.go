@@ -169,7 +169,13 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		jobs  []*Job
 		watch kv.FutureNil
 	}
+	var picked []kv.Key // by the latest attempt, still marked in c.claiming
+	defer func() { c.claiming.release(picked) }()
 	res, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (result, error) {
+		// The previous attempt failed, or committed: either way its picks
+		// need no marking any more.
+		c.claiming.release(picked)
+		picked = nil
 		jobs, err := c.reclaim(tr, typ, token)
 		if err != nil || len(jobs) > 0 {
 			return result{jobs: jobs}, err
@@ -179,6 +185,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 			cands, err = c.pickNoSchedule(tr, typ, n)
 		} else {
 			cands, err = c.pickScheduled(tr, typ, n, max)
+			picked = cands
 		}
 		if err != nil {
 			return result{}, err
@@ -201,26 +208,22 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 // reclaim returns the jobs an earlier attempt of this accept claimed under
 // token and still holds (after commit_unknown_result).
 func (c *Client) reclaim(tr kv.Transaction, typ string, token []byte) ([]*Job, error) {
-	kvs, err := tr.GetRange(prefixRange(c.k.claims, tuple.Tuple{typ, token}), kv.RangeOptions{}).GetSliceWithError()
-	if err != nil || len(kvs) == 0 {
+	v, err := tr.Get(c.k.claimKey(typ, token)).Get()
+	if err != nil || v == nil {
 		return nil, err
 	}
+	ids, err := tuple.Unpack(v)
+	if err != nil {
+		return nil, fmt.Errorf("fdbjobs: bad claim record: %w", err)
+	}
 	var jobs []*Job
-	for _, e := range kvs {
-		t, err := c.k.claims.Unpack(e.Key)
-		if err != nil || len(t) != 3 {
-			continue
-		}
-		idx, ok := intElem(t[2])
-		if !ok {
-			continue
-		}
-		id := string(e.Value)
+	for i, e := range ids {
+		id, _ := e.(string)
 		r, err := c.k.readRow(tr, typ, id)
 		if err != nil {
 			return nil, err
 		}
-		l := lock{token: token, index: idx}
+		l := lock{token: token, index: int64(i)}
 		if r != nil && r.lock.equal(l) {
 			jobs = append(jobs, &Job{Type: typ, ID: id, Data: r.data, ScheduledTime: r.stime, lock: l})
 		}
@@ -229,22 +232,36 @@ func (c *Client) reclaim(tr kv.Transaction, typ string, token []byte) ([]*Job, e
 }
 
 // pickScheduled picks up to n random keys among the first AcceptRangeLimit
-// pending keys scheduled at or before max, read as a snapshot.
+// pending keys scheduled at or before max, read as a snapshot, skipping the
+// keys this node's other acceptors are claiming.
+//
+// The read starts at the node's cursor for the type: the first pending key
+// its previous read saw. Every key before it was pending earlier and has
+// most likely been accepted since, and on an LSM store (the embedded
+// backend) a read from the start of the range would step over all of their
+// deletion tombstones, making Accept cost grow with the number of jobs
+// accepted. The cursor goes back to the start of the range when the read
+// from it finds nothing and at least every CursorReset, so a job added
+// before the cursor (a lower scheduled time or id) waits at most that long
+// to become a candidate.
 func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max int64) ([]kv.Key, error) {
-	kvs, err := tr.Snapshot().GetRange(c.pendingRange(typ, max), kv.RangeOptions{Limit: AcceptRangeLimit}).GetSliceWithError()
+	r := c.pendingRange(typ, max)
+	snap := tr.Snapshot()
+	begin, fromCursor := c.claiming.cursor(typ, r.Begin.FDBKey())
+	kvs, err := snap.GetRange(kv.KeyRange{Begin: begin, End: r.End}, kv.RangeOptions{Limit: AcceptRangeLimit}).GetSliceWithError()
 	if err != nil {
 		return nil, err
 	}
-	if n > len(kvs) {
-		n = len(kvs)
+	if len(kvs) == 0 && fromCursor {
+		kvs, err = snap.GetRange(r, kv.RangeOptions{Limit: AcceptRangeLimit}).GetSliceWithError()
+		if err != nil {
+			return nil, err
+		}
 	}
-	out := make([]kv.Key, 0, n)
-	for i := 0; i < n; i++ {
-		j := i + mrand.IntN(len(kvs)-i)
-		kvs[i], kvs[j] = kvs[j], kvs[i]
-		out = append(out, kvs[i].Key)
+	if len(kvs) > 0 {
+		c.claiming.setCursor(typ, kvs[0].Key)
 	}
-	return out, nil
+	return c.claiming.pick(kvs, n), nil
 }
 
 // pickNoSchedule picks up to n pending keys scheduled at 0, each the
@@ -344,10 +361,14 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, cands []kv.K
 		l := lock{token: token, index: int64(len(jobs))}
 		r.state, r.seqNew, r.lock, r.resubmit = Running, true, l, false
 		c.k.writeRow(tr, typ, ids[i], r)
-		tr.Set(c.k.claimKey(typ, l), []byte(ids[i]))
 		jobs = append(jobs, &Job{Type: typ, ID: ids[i], Data: r.data, ScheduledTime: r.stime, lock: l})
 	}
 	if len(jobs) > 0 {
+		rec := make(tuple.Tuple, len(jobs))
+		for i, j := range jobs {
+			rec[i] = j.ID
+		}
+		tr.Set(c.k.claimKey(typ, token), rec.Pack())
 		c.k.bumpActivity(tr, typ)
 	}
 	return jobs, nil

@@ -22,8 +22,9 @@ type Client struct {
 	cfg Config
 	k   keys
 
-	svc   service
-	force chan struct{}
+	svc      service
+	force    chan struct{}
+	claiming claiming
 
 	mu        sync.Mutex
 	runCtx    context.Context // of the running server; nil when stopped

@@ -61,9 +61,11 @@
 //	                              of these keys is the set of types
 //	(6, Type, Versionstamp, JobID) ACTIVITY: "" — one per running job, keyed by
 //	                              the versionstamp of its last accept or update
-//	(7, Type, Token, Index)       CLAIMS: JobID — the claim an Accept made, so
-//	                              that its retry after commit_unknown_result
-//	                              finds it; cleared when the job stops running
+//	(7, Type, Token)              CLAIMS: (JobID, ...) — the jobs an Accept
+//	                              call took, in lock index order, so that its
+//	                              retry after commit_unknown_result finds
+//	                              them; cleared when any of them stops running
+//	                              (it is only needed while the call runs)
 //	(8)                           TYPES_VERSION: int64 LE counter bumped by
 //	                              SetTypeTimeout and ClearTypeTimeout;
 //	                              started Clients watch it

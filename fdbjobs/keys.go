@@ -18,7 +18,7 @@ const (
 	keyWatchesActivity = 4 // (4, Type) -> (Versionstamp)
 	keyActivityTimeout = 5 // (5, Type) -> (TimeoutMillis)
 	keyActivity        = 6 // (6, Type, Versionstamp, JobID) -> ""
-	keyClaims          = 7 // (7, Type, Token, Index) -> JobID
+	keyClaims          = 7 // (7, Type, Token) -> (JobID, ...)
 	keyTypesVersion    = 8 // (8) -> int64 LE counter
 )
 
@@ -119,8 +119,10 @@ func (k keys) activityKey(typ string, vs tuple.Versionstamp, id string) kv.Key {
 	return k.activity.Pack(tuple.Tuple{typ, vs, id})
 }
 
-func (k keys) claimKey(typ string, l lock) kv.Key {
-	return k.claims.Pack(tuple.Tuple{typ, l.token, l.index})
+// claimKey is the claim record of the Accept call with token: the ids of
+// the jobs it took, in lock index order.
+func (k keys) claimKey(typ string, token []byte) kv.Key {
+	return k.claims.Pack(tuple.Tuple{typ, token})
 }
 
 // prefixRange is the range of every key that extends the packed tuple t
@@ -313,11 +315,12 @@ func (k keys) enqueue(tr kv.Transaction, typ, id string, r *row, stime int64) {
 }
 
 // release clears what a running row holds besides itself: its ACTIVITY key
-// and its claim marker.
+// and the claim record of the Accept call that took it (shared with the
+// other jobs of that call; it is needed only while that call runs).
 func (k keys) release(tr kv.Transaction, typ, id string, r *row) {
 	if r.state != Running {
 		return
 	}
 	tr.Clear(k.activityKey(typ, r.seq, id))
-	tr.Clear(k.claimKey(typ, r.lock))
+	tr.Clear(k.claimKey(typ, r.lock.token))
 }

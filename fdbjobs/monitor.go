@@ -196,7 +196,7 @@ func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit in
 			if row.state != Running || row.seq != it.vs {
 				continue // a stale activity key
 			}
-			tr.Clear(k.claimKey(typ, row.lock))
+			tr.Clear(k.claimKey(typ, row.lock.token))
 			k.enqueue(tr, typ, it.id, row, row.stime)
 			n++
 		}
