@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/simengine"
+)
+
+func init() { register("scheduler", runSchedulerBench) }
+
+// runSchedulerBench measures the replication scheduler: -jobs continuous
+// replication jobs (documents of one _replicator database) on -nodes
+// replication nodes sharing one embedded store, each with -max-jobs. Runs
+// use the simulated engine (replicator/simengine): with real peers the
+// figures would measure pouchdb-server, not the scheduler. It reports the
+// time until every job has run at least once, CPU and memory (of the
+// whole process: the nodes share it), and rotations per interval.
+func runSchedulerBench(args []string) error {
+	fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)
+	jobs := fs.Int("jobs", 10_000, "continuous replication jobs")
+	nodes := fs.Int("nodes", 3, "replication nodes")
+	maxJobs := fs.Int("max-jobs", 500, "max_jobs per node")
+	maxChurn := fs.Int("max-churn", replicator.MaxChurnDefault, "max_churn per node")
+	interval := fs.Duration("interval", time.Second, "rescheduling interval (CouchDB: 15s)")
+	minRun := fs.Duration("min-run-time", time.Second, "min_run_time (CouchDB: 60s)")
+	ckEvery := fs.Duration("checkpoint", 5*time.Second, "simulated checkpoint interval (each is a job heartbeat)")
+	steady := fs.Int("steady-intervals", 10, "intervals measured after every job ran once")
+	inMemory := fs.Bool("in-memory", false, "in-memory store instead of a durable one in a temporary directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *jobs < 1 || *nodes < 1 || *maxJobs < 1 {
+		return errors.New("-jobs, -nodes and -max-jobs must be positive")
+	}
+	dir, err := os.MkdirTemp("", "fdbrep-bench-scheduler-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	db, err := embedded.Open(embedded.Options{Dir: filepath.Join(dir, "store"), InMemory: *inMemory})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx := context.Background()
+
+	cfg := replicator.Config{
+		MaxJobs: *maxJobs, MaxChurn: *maxChurn, Interval: *interval, MinRunTime: *minRun,
+		StartupJitter: 200 * time.Millisecond, TransientJobMaxAge: time.Hour,
+	}
+	feJobs, err := fdbjobs.New(db, fdbjobs.Config{})
+	if err != nil {
+		return err
+	}
+	fe, err := replicator.NewFrontend(db, feJobs, cfg)
+	if err != nil {
+		return err
+	}
+
+	// Create the jobs as a frontend does, 200 documents per transaction.
+	t0 := time.Now()
+	const perTx = 200
+	for start := 0; start < *jobs; start += perTx {
+		end := min(start+perTx, *jobs)
+		_, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
+			for i := start; i < end; i++ {
+				doc, _ := json.Marshal(map[string]any{
+					"source": fmt.Sprintf("http://peer.invalid/src%06d", i), "target": "http://peer.invalid/tgt",
+					"continuous": true,
+				})
+				if err := fe.DocWritten(ctx, tr, "_replicator", fmt.Sprintf("doc%06d", i), doc); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("creating jobs: %w", err)
+		}
+	}
+	created := time.Since(t0)
+	fmt.Printf("scheduler: %d continuous jobs on %d nodes, max_jobs %d, max_churn %d, interval %v, min_run_time %v, simulated checkpoint every %v (simengine; store: %s)\n",
+		*jobs, *nodes, *maxJobs, *maxChurn, *interval, *minRun, *ckEvery, map[bool]string{true: "in memory", false: "durable, on disk"}[*inMemory])
+	fmt.Printf("  created %d jobs in %v (%.0f jobs/s, through Frontend.DocWritten)\n", *jobs, created.Round(time.Millisecond), float64(*jobs)/created.Seconds())
+
+	sim := simengine.New()
+	sim.CheckpointEvery = *ckEvery
+	var ns []*replicator.Node
+	var clients []*fdbjobs.Client
+	defer func() {
+		for _, c := range clients {
+			c.Stop()
+		}
+	}()
+	ru0 := schedRusage()
+	start := time.Now()
+	for i := 0; i < *nodes; i++ {
+		c, err := fdbjobs.New(db, fdbjobs.Config{})
+		if err != nil {
+			return err
+		}
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+		clients = append(clients, c)
+		ncfg := cfg
+		ncfg.NodeName = fmt.Sprintf("node%d", i)
+		n, err := replicator.NewNode(db, c, sim, ncfg)
+		if err != nil {
+			return err
+		}
+		if err := n.Start(ctx); err != nil {
+			return err
+		}
+		ns = append(ns, n)
+	}
+	var peakHeap, peakSys uint64
+	sample := func() {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		peakHeap, peakSys = max(peakHeap, ms.HeapAlloc), max(peakSys, ms.Sys)
+	}
+	var allRan time.Duration
+	lastSample := time.Now()
+	for {
+		distinct, _, _, _ := sim.Stats()
+		if distinct >= *jobs {
+			allRan = time.Since(start)
+			break
+		}
+		if time.Since(lastSample) > time.Second {
+			sample()
+			lastSample = time.Now()
+			fmt.Printf("  %5.1fs: %d of %d jobs have run\n", time.Since(start).Seconds(), distinct, *jobs)
+		}
+		if time.Since(start) > 30*time.Minute {
+			return fmt.Errorf("only %d of %d jobs ran in 30 minutes", distinct, *jobs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ru1 := schedRusage()
+	sample()
+	rotBefore := make([]int, len(ns))
+	for i, n := range ns {
+		rotBefore[i] = len(n.Stats().Rotations)
+	}
+	steadyStart := time.Now()
+	time.Sleep(time.Duration(*steady) * (*interval + *interval/6))
+	steadyDur := time.Since(steadyStart)
+	ru2 := schedRusage()
+	sample()
+	_, total, running, maxRunning := sim.Stats()
+
+	fmt.Printf("  every job ran at least once after %v\n", allRan.Round(time.Millisecond))
+	cpu := ru1.Sub(ru0)
+	fmt.Printf("  CPU until then: %v user + %v system for the process = %.2f cores (about %.2f cores per node, the %d nodes share one process and store)\n",
+		cpu.user.Round(time.Millisecond), cpu.sys.Round(time.Millisecond), (cpu.user+cpu.sys).Seconds()/allRan.Seconds(),
+		(cpu.user+cpu.sys).Seconds()/allRan.Seconds()/float64(*nodes), *nodes)
+	cpu2 := ru2.Sub(ru1)
+	fmt.Printf("  steady state (%v): %.2f cores for the process (%.2f per node)\n", steadyDur.Round(time.Millisecond),
+		(cpu2.user+cpu2.sys).Seconds()/steadyDur.Seconds(), (cpu2.user+cpu2.sys).Seconds()/steadyDur.Seconds()/float64(*nodes))
+	fmt.Printf("  memory: peak heap %.1f MiB, peak Go runtime total %.1f MiB (process; about %.1f MiB heap per node)\n",
+		float64(peakHeap)/(1<<20), float64(peakSys)/(1<<20), float64(peakHeap)/(1<<20)/float64(*nodes))
+	fmt.Printf("  runs started %d, running now %d, most at once %d (cap %d = nodes × (max_jobs + max_churn))\n",
+		total, running, maxRunning, *nodes*(*maxJobs+*maxChurn))
+	for i, n := range ns {
+		st := n.Stats()
+		all, steadyRot := st.Rotations, st.Rotations[min(rotBefore[i], len(st.Rotations)):]
+		fmt.Printf("  node%d: %d intervals, rotations per interval: mean %.1f overall (max %d), mean %.1f in steady state; running %d\n",
+			i, st.Intervals, schedMean(all), schedMaxInt(all), schedMean(steadyRot), st.Running)
+	}
+	t1 := time.Now()
+	for _, n := range ns {
+		n.Stop()
+	}
+	fmt.Printf("  stopping the nodes (each job checkpoints and re-enqueues itself): %v\n", time.Since(t1).Round(time.Millisecond))
+	return nil
+}
+
+func schedMean(v []int) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := 0
+	for _, x := range v {
+		s += x
+	}
+	return float64(s) / float64(len(v))
+}
+
+func schedMaxInt(v []int) int {
+	m := 0
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
+}
+
+type schedCPU struct{ user, sys time.Duration }
+
+func (a schedCPU) Sub(b schedCPU) schedCPU { return schedCPU{a.user - b.user, a.sys - b.sys} }
+
+func schedRusage() schedCPU {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return schedCPU{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
+}
