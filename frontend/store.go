@@ -371,97 +371,103 @@ func (s *store) writeDoc(ctx context.Context, w writeReq) (string, error) {
 	}
 	var produced []string // revs earlier attempts would have committed
 	return kv.Transact(ctx, s.db, func(tr kv.Transaction) (string, error) {
-		cur, err := s.getDoc(tr, w.db, w.id)
-		switch {
-		case err == nil, err == ErrDocDeleted, err == ErrDocNotFound:
-		default:
+		return s.writeDocTx(tr, w, canonical, &produced)
+	})
+}
+
+// writeDocTx is writeDoc's transaction body; produced collects the revs
+// of earlier attempts, to recognise one that committed.
+func (s *store) writeDocTx(tr kv.Transaction, w writeReq, canonical []byte, produced *[]string) (string, error) {
+	cur, err := s.getDoc(tr, w.db, w.id)
+	switch {
+	case err == nil, err == ErrDocDeleted, err == ErrDocNotFound:
+	default:
+		return "", err
+	}
+	if cur != nil && (cur.deleted == w.deleted) {
+		for _, r := range *produced {
+			if r == cur.rev {
+				return r, nil
+			}
+		}
+	}
+	var prev string
+	var old *doc
+	switch {
+	case cur == nil: // new document
+		if w.baseRev != "" {
+			return "", ErrConflict
+		}
+		if w.deleted {
+			return "", ErrDocNotFound
+		}
+	case cur.deleted:
+		// CouchDB lets a deleted document be recreated without a rev,
+		// extending the tombstone's branch.
+		if w.baseRev != "" && w.baseRev != cur.rev {
+			return "", ErrConflict
+		}
+		if w.deleted {
+			return "", ErrDocDeleted
+		}
+		prev = cur.rev
+	default:
+		if w.baseRev != cur.rev {
+			return "", ErrConflict
+		}
+		prev, old = cur.rev, cur
+	}
+	rev := newRev(prev, w.deleted, canonical)
+	*produced = append(*produced, rev)
+	if w.hook != nil {
+		if err := w.hook(tr, old, w.body); err != nil {
 			return "", err
 		}
-		if cur != nil && (cur.deleted == w.deleted) {
-			for _, r := range produced {
-				if r == cur.rev {
-					return r, nil
-				}
-			}
+	}
+	// Store the revision.
+	if w.deleted {
+		v, _ := json.Marshal(docRecord{Rev: rev})
+		tr.Clear(s.docKey(w.db, w.id))
+		tr.Set(s.tombKey(w.db, w.id), v)
+	} else {
+		v, _ := json.Marshal(docRecord{Rev: rev, Body: canonical})
+		if len(v) > kv.MaxValueSize {
+			return "", newError(413, "document_too_large", w.id)
 		}
-		var prev string
-		var old *doc
-		switch {
-		case cur == nil: // new document
-			if w.baseRev != "" {
-				return "", ErrConflict
-			}
-			if w.deleted {
-				return "", ErrDocNotFound
-			}
-		case cur.deleted:
-			// CouchDB lets a deleted document be recreated without a rev,
-			// extending the tombstone's branch.
-			if w.baseRev != "" && w.baseRev != cur.rev {
-				return "", ErrConflict
-			}
-			if w.deleted {
-				return "", ErrDocDeleted
-			}
-			prev = cur.rev
-		default:
-			if w.baseRev != cur.rev {
-				return "", ErrConflict
-			}
-			prev, old = cur.rev, cur
-		}
-		rev := newRev(prev, w.deleted, canonical)
-		produced = append(produced, rev)
-		if w.hook != nil {
-			if err := w.hook(tr, old, w.body); err != nil {
-				return "", err
-			}
-		}
-		// Store the revision.
-		if w.deleted {
-			v, _ := json.Marshal(docRecord{Rev: rev})
-			tr.Clear(s.docKey(w.db, w.id))
-			tr.Set(s.tombKey(w.db, w.id), v)
-		} else {
-			v, _ := json.Marshal(docRecord{Rev: rev, Body: canonical})
-			if len(v) > kv.MaxValueSize {
-				return "", newError(413, "document_too_large", w.id)
-			}
-			tr.Clear(s.tombKey(w.db, w.id))
-			tr.Set(s.docKey(w.db, w.id), v)
-		}
-		// Counters.
-		switch {
-		case cur == nil:
-			tr.Add(s.countKey(w.db, "doc"), one)
-		case cur.deleted:
-			tr.Add(s.countKey(w.db, "doc"), one)
-			tr.Add(s.countKey(w.db, "del"), minusOne)
-		case w.deleted:
-			tr.Add(s.countKey(w.db, "doc"), minusOne)
-			tr.Add(s.countKey(w.db, "del"), one)
-		}
-		// Move the changes row.
-		if cur != nil {
-			old, err := tr.Get(s.docSeqKey(w.db, w.id)).Get()
-			if err != nil {
-				return "", err
-			}
-			if len(old) == 10 {
-				var vs tuple.Versionstamp
-				copy(vs.TransactionVersion[:], old)
-				tr.Clear(s.seqSpace(w.db).Pack(tuple.Tuple{vs}))
-			}
-		}
-		row, _ := json.Marshal(changeRow{ID: w.id, Rev: rev, Deleted: w.deleted})
-		key, err := s.seqSpace(w.db).PackWithVersionstamp(tuple.Tuple{tuple.IncompleteVersionstamp(0)})
+		tr.Clear(s.tombKey(w.db, w.id))
+		tr.Set(s.docKey(w.db, w.id), v)
+	}
+	// Counters.
+	switch {
+	case cur == nil:
+		tr.Add(s.countKey(w.db, "doc"), one)
+	case cur.deleted:
+		tr.Add(s.countKey(w.db, "doc"), one)
+		tr.Add(s.countKey(w.db, "del"), minusOne)
+	case w.deleted:
+		tr.Add(s.countKey(w.db, "doc"), minusOne)
+		tr.Add(s.countKey(w.db, "del"), one)
+	}
+	// Move the changes row.
+	if cur != nil {
+		old, err := tr.Get(s.docSeqKey(w.db, w.id)).Get()
 		if err != nil {
 			return "", err
 		}
-		tr.SetVersionstampedKey(key, row)
-		tr.SetVersionstampedValue(s.docSeqKey(w.db, w.id), make([]byte, 14)) // 10 bytes + offset 0
-		return rev, nil
-	})
+		if len(old) == 10 {
+			var vs tuple.Versionstamp
+			copy(vs.TransactionVersion[:], old)
+			tr.Clear(s.seqSpace(w.db).Pack(tuple.Tuple{vs}))
+		}
+	}
+	row, _ := json.Marshal(changeRow{ID: w.id, Rev: rev, Deleted: w.deleted})
+	key, err := s.seqSpace(w.db).PackWithVersionstamp(tuple.Tuple{tuple.IncompleteVersionstamp(0)})
+	if err != nil {
+		return "", err
+	}
+	tr.SetVersionstampedKey(key, row)
+	tr.SetVersionstampedValue(s.docSeqKey(w.db, w.id), make([]byte, 14)) // 10 bytes + offset 0
+	return rev, nil
 }
 
 // writeLocal writes a _local document: revs "0-N", no changes row, no
