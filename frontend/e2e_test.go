@@ -3,8 +3,8 @@ package frontend
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
