@@ -8,9 +8,11 @@ import (
 )
 
 // setProcessGroup starts cmd in its own process group so that everything it
-// spawns can be killed together.
+// spawns can be killed together, and (on Linux) has it killed if the test
+// process dies without running its clean-ups (e.g. a test timeout panic).
 func setProcessGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setDeathSignal(cmd.SysProcAttr)
 }
 
 // killProcessGroup sends SIGKILL to cmd's process group.
