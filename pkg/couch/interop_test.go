@@ -151,5 +151,15 @@ func TestPouchDBThroughFaults(t *testing.T) {
 	for f := couchtest.Fault500; f <= couchtest.FaultStall; f++ {
 		require.Positive(t, c.Injected[f], "fault %v injected", f)
 	}
-	requireNoSecret(t, logs.String())
+
+	// A peer that only answers 429 ends in max_backoff (small maximum here;
+	// CouchDB's is 25 s).
+	require.NoError(t, proxy.SetConfig(couchtest.FaultConfig{Rate429: 1}))
+	small, err := couch.NewRateLimiter(couch.RateLimiterConfig{MaxInterval: 200 * time.Millisecond, MinUpdateInterval: time.Nanosecond})
+	require.NoError(t, err)
+	db2, logs2 := newDB(t, proxy.URL()+"/db", couch.Options{}, small)
+	err = db2.DoJSON(ctx, couch.Request{Path: "_all_docs"}, nil)
+	require.ErrorIs(t, err, couch.ErrMaxBackoff)
+	require.Positive(t, proxy.Counts().Injected[couchtest.Fault429]-c.Injected[couchtest.Fault429])
+	requireNoSecret(t, logs.String(), logs2.String(), err.Error())
 }
