@@ -152,6 +152,7 @@ func (r *Run) processBatch(ctx context.Context, rows []change) error {
 		return nil
 	}
 
+	start := time.Now()
 	var missing map[string]revsDiffEntry
 	skipped := r.tuning.skipRevsDiff()
 	if skipped {
@@ -172,6 +173,7 @@ func (r *Run) processBatch(ctx context.Context, rows []change) error {
 	if !skipped {
 		r.tuning.recordRevsDiff(checked, found)
 	}
+	diffed := time.Now()
 	r.stats.missingFound.Add(int64(found))
 	if found == 0 {
 		return nil
@@ -206,7 +208,13 @@ func (r *Run) processBatch(ctx context.Context, rows []change) error {
 	if err := r.fetchAndWrite(ctx, ids, missing, w); err != nil {
 		return err
 	}
-	return w.flush(ctx)
+	fetched := time.Now()
+	if err := w.flush(ctx); err != nil {
+		return err
+	}
+	r.log.Debug().Int("rows", len(rows)).Int("missing", found).Bool("revs_diff_skipped", skipped).
+		Dur("diff", diffed.Sub(start)).Dur("fetch", fetched.Sub(diffed)).Dur("write", time.Since(fetched)).Msg("batch replicated")
+	return nil
 }
 
 // fetchAndWrite fetches the missing revisions (through _bulk_get when it
