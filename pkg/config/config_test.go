@@ -32,7 +32,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	require.Equal(t, "127.0.0.1:5984", c.BindAddress())
 	require.Equal(t, []string{RoleAPIFrontend, RoleReplication}, c.Roles())
 	require.Equal(t, SharesDefault, c.Shares("_replicator"))
-	require.Equal(t, 0.98, c.Float("replicator", "priority_coeff"))
+	require.Equal(t, 0.5, c.Float("replicator", "usage_coeff"))
 	require.True(t, c.Bool("chttpd", "admin_only_all_dbs"))
 	require.Equal(t, "default", c.Source("replicator", "max_jobs"))
 	require.Empty(t, c.Warnings())
@@ -95,7 +95,7 @@ func TestLoadRejects(t *testing.T) {
 	}{
 		{"not an int", "[replicator]\nmax_jobs = lots\n", nil, `[replicator] max_jobs = "lots"`},
 		{"out of range", "[chttpd]\nport = 70000\n", nil, "want an integer from 0 to 65535"},
-		{"float range", "[replicator]\nusage_coeff = 2\n", nil, "from 0 to 1"},
+		{"float range", "[replicator]\nusage_coeff = 2\n", nil, "to 1"},
 		{"bool", "[chttpd]\nrequire_valid_user = maybe\n", nil, "want true or false"},
 		{"one of", "[log]\nformat = xml\n", nil, "want one of console, json"},
 		{"bad role", "[node]\nroles = api_frontend,indexing\n", nil, `"indexing" is not one of`},

@@ -1,0 +1,75 @@
+// Package frontend is the HTTP API of fdbrep's api_frontend nodes: a
+// CouchDB-compatible server for replicator databases and the replication
+// endpoints, on the kv store.
+//
+// # Endpoints
+//
+//	GET  /  /_up  /_uuids  /_all_dbs (admins; see PublicAllDBs)
+//	GET|POST|DELETE /_session                 cookie login (AuthSession), as CouchDB
+//	PUT|GET|HEAD|DELETE|POST /{db}            _replicator and <prefix>/_replicator ('/' as %2F)
+//	PUT|GET|HEAD|DELETE /{db}/{docid}         documents, also _design/… and _local/…
+//	GET  /{db}/_all_docs  /{db}/_changes      (feed=normal; since, limit, include_docs, …)
+//	POST /_replicate                          any authenticated user
+//	GET  /_scheduler/jobs[/{id}]  /_scheduler/docs[/{db}[/{docid}]]  /_active_tasks   admins
+//	GET  /_node/_local/_stats  /_node/_local/_prometheus                                admins
+//
+// Replies have CouchDB's shapes and statuses, errors are
+// {"error": …, "reason": …}. Only replicator databases are served: other
+// names get 400 illegal_database_name with the rule spelled out.
+//
+// # Storage
+//
+// Documents live in the kv store under a subspace (SubspaceDefault,
+// ("frontend")), keyed by tuples; see store.go for the layout. Each write is
+// one small transaction: read the current revision, check the base
+// revision (409 conflict otherwise), store the new revision, move the
+// document's row in the changes feed (keyed by versionstamp) and adjust
+// counters — and, for replication documents, call Replicator.DocWritten in
+// that same transaction, so a document and its job commit together or not
+// at all. Revisions are "N-<md5>" where the digest covers the previous
+// revision and the body, so a write retried after commit_unknown_result
+// recognises its own committed revision and reports success instead of a
+// conflict. Only the winning revision is kept (no revision tree,
+// attachments, _bulk_docs or new_edits=false: replicating into a
+// replicator database is not supported).
+//
+// # Validation and owners
+//
+// Bodies are capped (MaxRequestSize, 413), must be one JSON object in
+// valid UTF-8 nested at most MaxJSONDepth deep (400), and documents at
+// most MaxDocumentSize (413). A replication document is checked before
+// anything is written: CouchDB's owner rules (a missing "owner" becomes
+// the writer; only admins write other users' documents) — and, unlike
+// CouchDB, the owner of the revision being replaced or deleted is checked
+// too — then the replicator's parser (Replicator.ValidateDoc); a failure
+// is 403 forbidden with the parser's reason and stores nothing. Design
+// documents (admins only) and _local documents are stored but never reach
+// the replicator. Readers other than a document's owner, admins and
+// holders of the _replicator role get its endpoints without credentials
+// (URL userinfo, "auth" and "headers" removed).
+//
+// # Authentication
+//
+// Accounts come from configuration: server admins ([admins], CouchDB's
+// password hash formats; plaintext is hashed when loaded) and, as an
+// fdbrep extension, non-admin users ([users], [user_roles]). Requests
+// authenticate with Basic auth (wrong credentials: 401 on any endpoint, as
+// CouchDB) or an AuthSession cookie signed with HMAC-SHA256 over the
+// server secret and the account's password hash (so changing a password
+// revokes its cookies), valid for SessionTimeout and refreshed after a
+// tenth of it. Verified credentials are cached (AuthCacheSize) so PBKDF2
+// does not run on every request. Anonymous users may use /, /_up, /_uuids
+// and /_session only; replicator databases need a user, database creation
+// and deletion, _all_dbs, _scheduler, _active_tasks and _node need a server
+// admin (401 "You are not a server admin.").
+//
+// # Logging
+//
+// One zerolog line per request (LogRequests) with method, escaped path,
+// status, user, remote address, size and duration. Query strings, headers
+// and bodies are never logged, and error replies never carry storage
+// errors' text, so credentials cannot leak through logs.
+//
+// Server is an http.Handler: the caller owns the listener and its
+// shutdown. Init creates _replicator when missing.
+package frontend

@@ -1,0 +1,46 @@
+package frontend
+
+import (
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/config"
+)
+
+// OptionsFromConfig fills the configurable Options from cfg ([chttpd],
+// [chttpd_auth], [admins], [users], [user_roles], [log] requests, [node]
+// name) and hashes plaintext passwords; it returns the names of accounts
+// whose password was plaintext, to warn about. DB, Logger, Version and the
+// replicator wiring are the caller's.
+func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
+	roles := map[string][]string{}
+	for name := range cfg.Users() {
+		roles[name] = cfg.UserRoles(name)
+	}
+	accounts, plain, err := NewAccounts(cfg.Admins(), cfg.Users(), roles, AccountsOptions{
+		PRF:        cfg.String("chttpd_auth", "pbkdf2_prf"),
+		Iterations: int(cfg.Int("chttpd_auth", "iterations")),
+	})
+	if err != nil {
+		return Options{}, nil, err
+	}
+	o := Options{
+		Accounts:         accounts,
+		SessionTimeout:   time.Duration(cfg.Int("chttpd_auth", "timeout")) * time.Second,
+		SessionCookies:   !cfg.Bool("chttpd_auth", "allow_persistent_cookies"),
+		AuthCacheSize:    int(cfg.Int("chttpd_auth", "auth_cache_size")),
+		MaxRequestSize:   cfg.Int("chttpd", "max_http_request_size"),
+		MaxDocumentSize:  int(cfg.Int("chttpd", "max_document_size")),
+		MaxJSONDepth:     int(cfg.Int("chttpd", "max_json_depth")),
+		PublicAllDBs:     !cfg.Bool("chttpd", "admin_only_all_dbs"),
+		RequireValidUser: cfg.Bool("chttpd", "require_valid_user"),
+		LogRequests:      cfg.Bool("log", "requests"),
+		NodeName:         cfg.NodeName(),
+	}
+	if o.AuthCacheSize == 0 {
+		o.AuthCacheSize = -1 // 0 in the file means "no cache"
+	}
+	if s := cfg.String("chttpd_auth", "secret"); s != "" {
+		o.Secret = []byte(s)
+	}
+	return o, plain, nil
+}
