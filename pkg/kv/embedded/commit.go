@@ -3,6 +3,7 @@ package embedded
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -29,7 +30,10 @@ type commitReq struct {
 	atomic  bool // muts hold atomic ops, which need an indexed batch
 	watches []*watch
 	fut     *future[struct{}]
-	vs      *future[kv.Key]
+
+	vsMu sync.Mutex
+	vs   *future[kv.Key] // created when someone asks for the versionstamp
+	done bool            // finish has run; guarded by vsMu
 
 	// Set by the leader before fut is resolved.
 	version int64
@@ -328,13 +332,35 @@ func (r *commitReq) finish(err error) {
 		for _, w := range r.watches {
 			w.finish(err)
 		}
-		if r.vs != nil {
-			r.vs.fail(err)
-		}
-	} else if r.vs != nil {
-		r.vs.set(kv.Key(r.stamp), nil)
+	}
+	r.vsMu.Lock()
+	r.done = true
+	vs := r.vs
+	r.vsMu.Unlock()
+	if vs != nil {
+		vs.set(r.versionstamp())
 	}
 	r.fut.set(struct{}{}, err)
+}
+
+func (r *commitReq) versionstamp() (kv.Key, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	return kv.Key(r.stamp), nil
+}
+
+// versionstampFuture returns the future of r's versionstamp.
+func (r *commitReq) versionstampFuture() kv.FutureKey {
+	r.vsMu.Lock()
+	defer r.vsMu.Unlock()
+	if r.done {
+		return kv.ReadyFuture(r.versionstamp())
+	}
+	if r.vs == nil {
+		r.vs = newFuture[kv.Key]()
+	}
+	return r.vs
 }
 
 // applyMutations replays a transaction's log into b, evaluating atomic ops

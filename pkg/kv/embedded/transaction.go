@@ -7,7 +7,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -100,6 +100,7 @@ type transaction struct {
 	cancelled     bool
 	commitStarted bool
 	readOnlyDone  bool
+	commitErr     error // why a commit failed before reaching the leader
 	req           *commitReq
 	vs            *future[kv.Key]
 }
@@ -130,7 +131,7 @@ func (tr *transaction) resetAttempt(err error) {
 	for _, w := range tr.watches {
 		w.finish(err)
 	}
-	if tr.vs != nil && tr.req == nil {
+	if tr.vs != nil {
 		tr.vs.fail(err)
 	}
 	tr.releaseSnapshot()
@@ -139,7 +140,7 @@ func (tr *transaction) resetAttempt(err error) {
 	tr.reads, tr.wconf, tr.watches = nil, nil, nil
 	tr.deferred = nil
 	tr.cancelled, tr.commitStarted, tr.readOnlyDone = false, false, false
-	tr.req, tr.vs = nil, nil
+	tr.req, tr.vs, tr.commitErr = nil, nil, nil
 }
 
 func (tr *transaction) releaseSnapshot() {
@@ -937,12 +938,19 @@ func (tr *transaction) Watch(key kv.KeyConvertible) kv.FutureNil {
 func (tr *transaction) GetVersionstamp() kv.FutureKey {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	if tr.vs == nil {
-		tr.vs = newFuture[kv.Key]()
-		if tr.cancelled {
-			tr.vs.fail(errCancelled)
-		}
+	switch {
+	case tr.vs != nil:
+		return tr.vs
+	case tr.req != nil:
+		return tr.req.versionstampFuture()
+	case tr.readOnlyDone:
+		return kv.ReadyFuture[kv.Key](nil, errNoCommitVersion)
+	case tr.commitErr != nil:
+		return kv.ReadyFuture[kv.Key](nil, tr.commitErr)
+	case tr.cancelled:
+		return kv.ReadyFuture[kv.Key](nil, errCancelled)
 	}
+	tr.vs = newFuture[kv.Key]()
 	return tr.vs
 }
 
@@ -967,15 +975,15 @@ func (tr *transaction) Commit() kv.FutureNil {
 		return kv.ReadyFuture(struct{}{}, errCancelled)
 	}
 	tr.commitStarted = true
-	if tr.vs == nil {
-		tr.vs = newFuture[kv.Key]()
-	}
 	fail := func(err error) kv.FutureNil {
 		for _, w := range tr.watches {
 			w.finish(err)
 		}
 		tr.watches = nil
-		tr.vs.fail(err)
+		tr.commitErr = err
+		if tr.vs != nil {
+			tr.vs.fail(err)
+		}
 		tr.releaseSnapshot()
 		return kv.ReadyFuture(struct{}{}, err)
 	}
@@ -994,7 +1002,9 @@ func (tr *transaction) Commit() kv.FutureNil {
 			tr.db.armReadOnly(tr.watches)
 			tr.watches = nil
 		}
-		tr.vs.fail(errNoCommitVersion)
+		if tr.vs != nil {
+			tr.vs.fail(errNoCommitVersion)
+		}
 		tr.releaseSnapshot()
 		return kv.ReadyFuture(struct{}{}, nil)
 	}
@@ -1014,6 +1024,7 @@ func (tr *transaction) Commit() kv.FutureNil {
 		fut:     newFuture[struct{}](),
 		vs:      tr.vs,
 	}
+	tr.vs = nil // the request owns it now
 	if tr.ref.s != nil {
 		req.rv = tr.ref.s.version
 	} else {
@@ -1032,7 +1043,7 @@ func coalesce(in []span) []span {
 	if len(in) <= 1 {
 		return in
 	}
-	sort.Slice(in, func(i, j int) bool { return bytes.Compare(in[i].begin, in[j].begin) < 0 })
+	slices.SortFunc(in, func(a, b span) int { return bytes.Compare(a.begin, b.begin) })
 	out := in[:1]
 	for _, s := range in[1:] {
 		last := &out[len(out)-1]
