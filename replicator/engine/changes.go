@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/couch"
 )
 
 // changesRequest is how the changes feed is asked for, given the filter.
@@ -134,8 +136,14 @@ func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
 		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrForbidden) || errors.Is(err, ErrMaxBackoff) || errors.Is(err, ErrInvalidSpec) {
 			return fmt.Errorf("%w: %w", ErrChangesFeed, err)
 		}
-		if progressed {
+		if progressed || (r.rep.Continuous && errors.Is(err, couch.ErrTimeout)) {
+			// Progress refills the budget; so does a continuous feed that
+			// merely went quiet for connection_timeout (pouchdb-server
+			// sends heartbeats, CouchDB ends the feed itself, so silence
+			// means a dead connection, not a dead source).
 			failures, wait = 0, retryWaitDefault
+			r.log.Debug().Err(err).Msg("changes feed interrupted, resuming")
+			continue
 		}
 		failures++
 		if failures > r.rep.RetriesPerRequest {

@@ -211,3 +211,46 @@ func TestFaults(t *testing.T) {
 	require.False(t, srv.Exited())
 	_ = fmt.Sprint()
 }
+
+// TestFaultsContinuous runs a continuous replication through fault-injecting
+// proxies while the source keeps changing.
+func TestFaultsContinuous(t *testing.T) {
+	srv := couchtest.StartPouchDB(t)
+	srv.CreateDB(t, "src")
+	srv.CreateDB(t, "tgt")
+	srv.AddDocs(t, "src", 0, 100)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	proxy := couchtest.NewFaultProxy(t, srv.URL(), couchtest.FaultConfig{Seed: seed, Rate500: 0.05, Rate429: 0.05,
+		RateDrop: 0.04, RateReset: 0.04, RateStall: 0.02, Stall: 200 * time.Millisecond})
+	rep := engine.Replication{
+		Source: endpoint(t, proxy.URL()+"/src"), Target: endpoint(t, proxy.URL()+"/tgt"), Continuous: true,
+		WorkerBatchSize: 10, CheckpointInterval: 20 * time.Millisecond, RetriesPerRequest: 10,
+	}
+	events := make(chan engine.Checkpoint, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run := engine.Start(ctx, rep, engine.Options{ServerUUID: testUUID, OnCheckpoint: func(c engine.Checkpoint) {
+		select {
+		case events <- c:
+		default:
+		}
+	}})
+	for i := 1; i <= 3; i++ {
+		srv.AddDocs(t, "src", 100*i, 100)
+	}
+	for done := false; !done; {
+		select {
+		case c := <-events:
+			done = c.Stats.DocsWritten >= 400
+		case <-run.Done():
+			_, err := run.Wait()
+			t.Fatalf("continuous run ended: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("timed out: %+v", run.Progress())
+		}
+	}
+	require.NoError(t, run.Stop(ctx))
+	t.Logf("faults: %+v", proxy.Counts())
+	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
+}
