@@ -505,30 +505,36 @@ func (r *Run) checkpoint(ctx context.Context) error {
 // doCheckpoint records through_seq on both peers when it moved, refreshes
 // changes_pending and notifies OnCheckpoint.
 func (r *Run) doCheckpoint(ctx context.Context) (bool, error) {
-	r.ckMu.Lock()
-	defer r.ckMu.Unlock()
-	through, _, _ := r.tracker.snapshot()
-	written := false
-	if !seqEqual(through, r.committedSeq) {
-		if !r.rep.DisableCheckpoints {
-			if err := r.writeLogs(ctx, through); err != nil {
-				return false, err
-			}
-			written = true
-		}
-		r.committedSeq = through
+	written, through, err := r.commitThrough(ctx)
+	if err != nil {
+		return false, err
 	}
 	r.refreshPending(ctx, through)
 	if r.opts.OnCheckpoint != nil {
-		s := r.stats.load()
-		_, highest, _ := r.tracker.snapshot()
-		s.ThroughSeq, s.SourceSeq, s.CheckpointedSourceSeq = seqString(through), seqString(highest), seqString(r.committedSeq)
-		r.pendingMu.Lock()
-		s.ChangesPending = r.pending
-		r.pendingMu.Unlock()
-		r.opts.OnCheckpoint(Checkpoint{Seq: through, Written: written, Stats: s, Time: time.Now()})
+		// Called without locks held, so the callback may use Progress.
+		r.opts.OnCheckpoint(Checkpoint{Seq: through, Written: written, Stats: r.Progress(), Time: time.Now()})
 	}
 	return written, nil
+}
+
+// commitThrough writes the checkpoint documents for the current through_seq
+// if it moved since the last checkpoint.
+func (r *Run) commitThrough(ctx context.Context) (bool, json.RawMessage, error) {
+	r.ckMu.Lock()
+	defer r.ckMu.Unlock()
+	through, _, _ := r.tracker.snapshot()
+	if seqEqual(through, r.committedSeq) {
+		return false, through, nil
+	}
+	written := false
+	if !r.rep.DisableCheckpoints {
+		if err := r.writeLogs(ctx, through); err != nil {
+			return false, through, err
+		}
+		written = true
+	}
+	r.committedSeq = through
+	return written, through, nil
 }
 
 // logDoc builds the checkpoint body for seq.
