@@ -19,7 +19,7 @@ import (
 // (Scheduler) and the replicator's metrics (Metrics).
 func WithReplicator(opts *Options, f *replicator.Frontend) {
 	a := &replicatorAdapter{f: f}
-	opts.Replicator, opts.Scheduler, opts.Metrics = a, a, a
+	opts.Replicator, opts.Scheduler, opts.Metrics = a, a, NewMetricsSource(f.Metrics)
 }
 
 // replicatorAdapter adapts replicator.Frontend to the frontend's
@@ -173,11 +173,20 @@ func (a *replicatorAdapter) ActiveTasks(ctx context.Context) (int, any, error) {
 	return a.result(tasks, err)
 }
 
+// NewMetricsSource serves a replicator metrics snapshot function
+// (replicator.Frontend.Metrics or replicator.Node.Metrics) as a
+// MetricsSource.
+func NewMetricsSource(snapshot func() []replicator.Metric) MetricsSource {
+	return metricsSource(snapshot)
+}
+
+type metricsSource func() []replicator.Metric
+
 // StatsJSON nests the replicator's metrics as CouchDB's _stats does:
 // "couch_replicator.jobs.adds" becomes {"jobs": {"adds": {...}}}.
-func (a *replicatorAdapter) StatsJSON() map[string]any {
+func (ms metricsSource) StatsJSON() map[string]any {
 	out := map[string]any{}
-	for _, m := range a.f.Metrics() {
+	for _, m := range ms() {
 		parts := strings.Split(strings.TrimPrefix(m.Name, "couch_replicator."), ".")
 		node := out
 		for _, p := range parts[:len(parts)-1] {
@@ -195,9 +204,9 @@ func (a *replicatorAdapter) StatsJSON() map[string]any {
 
 // Prometheus renders the metrics with CouchDB's Prometheus names
 // (couchdb_couch_replicator_jobs_adds_total).
-func (a *replicatorAdapter) Prometheus() string {
+func (ms metricsSource) Prometheus() string {
 	var b strings.Builder
-	for _, m := range a.f.Metrics() {
+	for _, m := range ms() {
 		name := "couchdb_" + strings.ReplaceAll(m.Name, ".", "_")
 		typ := "gauge"
 		if m.Type == "counter" {

@@ -1,13 +1,19 @@
 // Command fdbrep runs fdbrep nodes.
 //
-//	fdbrep serve [flags]   run a node (see fdbrep serve -h)
-//	fdbrep version         print the version
+//	fdbrep serve [flags]           run a node (see fdbrep serve -h)
+//	fdbrep hash-password [flags]   hash a password read from stdin for [admins] / [users]
+//	fdbrep version                 print the version
 //
-// Until the HTTP API lands, serve opens the store and answers GET / and
-// GET /_up, which is enough to check a deployment.
+// A node runs the roles of [node] roles (or -roles): api_frontend serves the
+// CouchDB-compatible HTTP API (package frontend), replication runs
+// replication jobs (package replicator); by default both, on the embedded
+// store. Configuration: CouchDB-style ini files (-config), then
+// FDBREP_<SECTION>__<KEY> environment variables, then flags; see
+// docs/CONFIG.md. SIGTERM and SIGINT shut the node down gracefully.
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -15,7 +21,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/fdbrep/fdbrep/frontend"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -34,16 +43,43 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: fdbrep serve [flags] | fdbrep version")
+		fmt.Fprintln(stderr, "usage: fdbrep serve [flags] | fdbrep hash-password [flags] | fdbrep version")
 		return errors.New("no command given")
 	}
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], stderr, nil)
+	case "hash-password":
+		return hashPassword(args[1:], os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "fdbrep", version)
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q (want serve or version)", args[0])
+		return fmt.Errorf("unknown command %q (want serve, hash-password or version)", args[0])
 	}
+}
+
+// hashPassword prints the CouchDB-format hash of the first line of in.
+func hashPassword(args []string, in io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hash-password", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	prf := fs.String("prf", "sha256", "PBKDF2 pseudo-random function: sha (CouchDB <= 3.3), sha256 or sha512")
+	iterations := fs.Int("iterations", 600000, "PBKDF2 iterations")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return err
+	}
+	password := strings.TrimRight(line, "\r\n")
+	if password == "" {
+		return errors.New("hash-password: empty password on stdin")
+	}
+	h, err := frontend.HashPassword(password, *prf, *iterations)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, h)
+	return nil
 }

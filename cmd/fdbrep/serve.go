@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,12 +9,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/frontend"
+	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
+	"github.com/fdbrep/fdbrep/replicator"
 )
 
 // Defaults of the serve flags.
@@ -29,121 +33,290 @@ const (
 	ShutdownTimeoutDefault = 30 * time.Second
 )
 
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// serveConfig is the resolved configuration of a node: config files, then
+// FDBREP_<SECTION>__<KEY> variables, then flags (and the older FDBREP_BIND,
+// FDBREP_DATA_DIR, FDBREP_LOG_FORMAT variables, which act as flags).
 type serveConfig struct {
-	bind      string
-	dataDir   string
-	inMemory  bool
-	logFormat string
+	cfg *config.Config
 }
+
+// flagOverrides maps serve flags to the config keys they set.
+var flagOverrides = map[string][2]string{
+	"data-dir":     {"fdb", "data_dir"},
+	"in-memory":    {"fdb", "in_memory"},
+	"log-format":   {"log", "format"},
+	"log-level":    {"log", "level"},
+	"roles":        {"node", "roles"},
+	"health-bind":  {"node", "health_address"},
+	"node-name":    {"node", "name"},
+	"backend":      {"fdb", "backend"},
+	"cluster-file": {"fdb", "cluster_file"},
+}
+
+// legacyEnv are variables that act as flags.
+var legacyEnv = map[string]string{"bind": "FDBREP_BIND", "data-dir": "FDBREP_DATA_DIR", "log-format": "FDBREP_LOG_FORMAT"}
 
 func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
-	var c serveConfig
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.bind, "bind", envOr("FDBREP_BIND", BindDefault), "address of the HTTP API (env FDBREP_BIND)")
-	fs.StringVar(&c.dataDir, "data-dir", envOr("FDBREP_DATA_DIR", DataDirDefault), "directory of the embedded store (env FDBREP_DATA_DIR)")
-	fs.BoolVar(&c.inMemory, "in-memory", false, "keep the embedded store in memory only: nothing survives a restart")
-	fs.StringVar(&c.logFormat, "log-format", envOr("FDBREP_LOG_FORMAT", "console"), "log format: console or json (env FDBREP_LOG_FORMAT)")
+	var files listFlag
+	fs.Var(&files, "config", "CouchDB-style ini file; repeat for several, later ones win (env FDBREP_CONFIG, comma-separated)")
+	fs.String("bind", BindDefault, "address of the HTTP API, host:port ([chttpd] bind_address and port; env FDBREP_BIND)")
+	fs.String("data-dir", DataDirDefault, "directory of the embedded store ([fdb] data_dir; env FDBREP_DATA_DIR)")
+	fs.Bool("in-memory", false, "keep the embedded store in memory only: nothing survives a restart ([fdb] in_memory)")
+	fs.String("log-format", "console", "log format: console or json ([log] format; env FDBREP_LOG_FORMAT)")
+	fs.String("log-level", "info", "least severity logged: debug, info, warn, error ([log] level)")
+	fs.String("roles", "api_frontend,replication", "roles of this node: api_frontend, replication or both ([node] roles)")
+	fs.String("health-bind", "", "optional loopback address for /_up and metrics, e.g. 127.0.0.1:5986 ([node] health_address)")
+	fs.String("node-name", "", "node name in _scheduler output ([node] name; default fdbrep@<hostname>)")
+	fs.String("backend", "embedded", "storage backend: embedded or fdb ([fdb] backend)")
+	fs.String("cluster-file", "", "FoundationDB cluster file for -backend fdb ([fdb] cluster_file)")
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		return serveConfig{}, err
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+		return serveConfig{}, fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
-	if _, _, err := net.SplitHostPort(c.bind); err != nil {
-		return c, fmt.Errorf("serve: -bind %q: %w", c.bind, err)
+	if len(files) == 0 {
+		if v := os.Getenv("FDBREP_CONFIG"); v != "" {
+			files = strings.Split(v, ",")
+		}
 	}
-	if c.logFormat != "console" && c.logFormat != "json" {
-		return c, fmt.Errorf("serve: -log-format %q: want console or json", c.logFormat)
+	// Flags become overrides after the environment's.
+	given := map[string]string{}
+	for name, env := range legacyEnv {
+		if v, ok := os.LookupEnv(env); ok {
+			given[name] = v
+		}
 	}
-	if !c.inMemory && c.dataDir == "" {
-		return c, errors.New("serve: -data-dir must not be empty")
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
+	var overrides []string
+	for name, v := range given {
+		if name == "config" {
+			continue
+		}
+		if name == "bind" {
+			host, port, err := net.SplitHostPort(v)
+			if err != nil {
+				return serveConfig{}, fmt.Errorf("serve: -bind %q: %w", v, err)
+			}
+			overrides = append(overrides, config.EnvName("chttpd", "bind_address")+"="+host, config.EnvName("chttpd", "port")+"="+port)
+			continue
+		}
+		key := flagOverrides[name]
+		overrides = append(overrides, config.EnvName(key[0], key[1])+"="+v)
 	}
-	return c, nil
+	cfg, err := config.Load(files, append(os.Environ(), overrides...))
+	if err != nil {
+		return serveConfig{}, fmt.Errorf("serve: %w", err)
+	}
+	if !cfg.Bool("fdb", "in_memory") && cfg.String("fdb", "backend") == "embedded" && cfg.String("fdb", "data_dir") == "" {
+		return serveConfig{}, errors.New("serve: -data-dir ([fdb] data_dir) must not be empty")
+	}
+	return serveConfig{cfg: cfg}, nil
 }
 
-func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
+func newLogger(cfg *config.Config, w io.Writer) zerolog.Logger {
+	if cfg.String("log", "format") == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
 	}
-	return def
+	level, err := zerolog.ParseLevel(cfg.String("log", "level"))
+	if err != nil {
+		level = zerolog.InfoLevel
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Str("node", cfg.NodeName()).Logger()
 }
 
-// serve runs a node until ctx ends. When ready is not nil, the listener's
-// address is sent on it once the node accepts connections.
+func openStore(cfg *config.Config) (kv.Database, error) {
+	switch cfg.String("fdb", "backend") {
+	case "fdb":
+		return openFDB(cfg.String("fdb", "cluster_file"))
+	default:
+		opts := embedded.Options{Dir: cfg.String("fdb", "data_dir")}
+		if cfg.Bool("fdb", "in_memory") {
+			opts = embedded.Options{InMemory: true}
+		}
+		db, err := embedded.Open(opts)
+		if err != nil {
+			return nil, fmt.Errorf("open embedded store: %w", err)
+		}
+		return db, nil
+	}
+}
+
+func secs(cfg *config.Config, key string) time.Duration {
+	return time.Duration(cfg.Int("replicator", key)) * time.Second
+}
+
+func millis(cfg *config.Config, section, key string) time.Duration {
+	return time.Duration(cfg.Int(section, key)) * time.Millisecond
+}
+
+// replicatorConfig maps [replicator] and [replicator.shares] to the
+// replicator's Config.
+func replicatorConfig(cfg *config.Config, log *zerolog.Logger, metrics *replicator.Metrics, docs replicator.DocUpdater) replicator.Config {
+	window := secs(cfg, "fair_share_window_sec")
+	if window == 0 {
+		window = -1 // disabled
+	}
+	return replicator.Config{
+		NodeName:            cfg.NodeName(),
+		MaxJobs:             int(cfg.Int("replicator", "max_jobs")),
+		MaxChurn:            int(cfg.Int("replicator", "max_churn")),
+		MaxAcceptors:        int(cfg.Int("replicator", "max_acceptors")),
+		Interval:            secs(cfg, "interval_sec"),
+		MinRunTime:          secs(cfg, "min_run_time_sec"),
+		StartupJitter:       millis(cfg, "replicator", "startup_jitter"),
+		MinBackoff:          secs(cfg, "min_backoff_penalty_sec"),
+		MaxBackoff:          secs(cfg, "max_backoff_penalty_sec"),
+		HealthThreshold:     secs(cfg, "health_threshold_sec"),
+		MaxHistory:          int(cfg.Int("replicator", "max_history")),
+		TransientJobMaxAge:  secs(cfg, "transient_job_max_age_sec"),
+		JobTimeout:          secs(cfg, "job_timeout_sec"),
+		StatsUpdateInterval: secs(cfg, "stats_update_interval_sec"),
+		Shares:              cfg.AllShares(),
+		UsageCoeff:          cfg.Float("replicator", "usage_coeff"),
+		FairShareWindow:     window,
+		DocUpdater:          docs,
+		Metrics:             metrics,
+		Logger:              log,
+	}
+}
+
+func jobsConfig(cfg *config.Config, log *zerolog.Logger) fdbjobs.Config {
+	return fdbjobs.Config{
+		Logger:                   log,
+		ActivityMonitorMaxJitter: millis(cfg, "couch_jobs", "activity_monitor_max_jitter_msec"),
+		NotifierHoldoff:          millis(cfg, "couch_jobs", "type_monitor_holdoff_msec"),
+		TypeCheckPeriod:          millis(cfg, "couch_jobs", "type_check_period_msec"),
+		BatchSize:                int(cfg.Int("couch_jobs", "batch_size")),
+	}
+}
+
+// serve runs a node until ctx ends, then shuts it down gracefully: the
+// HTTP listeners stop accepting and drain, the replication node
+// checkpoints and re-enqueues its jobs, and the store is closed. When
+// ready is not nil, the API address (or, on a node without api_frontend,
+// the health address, or "") is sent on it once the node serves.
 func serve(ctx context.Context, args []string, stderr io.Writer, ready chan<- string) error {
-	cfg, err := parseServeFlags(args, stderr)
+	sc, err := parseServeFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.logFormat, stderr)
-
-	opts := embedded.Options{Dir: cfg.dataDir}
-	if cfg.inMemory {
-		opts = embedded.Options{InMemory: true}
+	cfg := sc.cfg
+	log := newLogger(cfg, stderr)
+	for _, w := range cfg.Warnings() {
+		log.Warn().Msg("config: " + w)
 	}
-	db, err := embedded.Open(opts)
+
+	db, err := openStore(cfg)
 	if err != nil {
-		return fmt.Errorf("open embedded store: %w", err)
+		return err
 	}
 	defer db.Close()
 
-	ln, err := net.Listen("tcp", cfg.bind)
+	jobs, err := fdbjobs.New(db, jobsConfig(cfg, &log))
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: newHandler(db), ReadHeaderTimeout: 10 * time.Second}
-	log.Info().Str("addr", ln.Addr().String()).Str("data_dir", cfg.dataDir).Bool("in_memory", cfg.inMemory).Msg("fdbrep listening")
+	// Services start on a background context and are stopped in order by
+	// the deferred calls: listeners drain first, then the replication node
+	// checkpoints and re-enqueues its jobs, then the job layer and store.
+	if err := jobs.Start(context.Background()); err != nil {
+		return err
+	}
+	defer jobs.Stop()
+	var node *replicator.Node
+	defer func() {
+		if node != nil {
+			node.Stop()
+		}
+	}()
+
+	metrics := replicator.NewMetrics()
+	repCfg := replicatorConfig(cfg, &log, metrics, frontend.NewDocStore(db, nil))
+
+	var servers []*http.Server
+	errc := make(chan error, 2)
+	listen := func(addr string, h http.Handler, what string) (string, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return "", fmt.Errorf("%s listener: %w", what, err)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		servers = append(servers, srv)
+		go func() { errc <- srv.Serve(ln) }()
+		log.Info().Str("addr", ln.Addr().String()).Msg(what + " listening")
+		return ln.Addr().String(), nil
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeoutDefault)
+		defer cancel()
+		for _, srv := range servers {
+			if err := srv.Shutdown(sctx); err != nil {
+				_ = srv.Close() // requests still running (one-shot _replicate) are cut
+			}
+		}
+	}()
+
+	readyAddr := ""
+	if cfg.HasRole(config.RoleReplication) {
+		n, err := replicator.NewNode(db, jobs, replicator.EngineDefault{Logger: log}, repCfg)
+		if err != nil {
+			return err
+		}
+		if err := n.Start(context.Background()); err != nil {
+			return err
+		}
+		node = n
+		log.Info().Int("max_jobs", repCfg.MaxJobs).Msg("replication node started")
+		if addr := cfg.String("node", "health_address"); addr != "" {
+			if readyAddr, err = listen(addr, frontend.HealthHandler(db, frontend.NewMetricsSource(node.Metrics)), "health"); err != nil {
+				return err
+			}
+		}
+	}
+	if cfg.HasRole(config.RoleAPIFrontend) {
+		opts, plain, err := frontend.OptionsFromConfig(cfg)
+		if err != nil {
+			return err
+		}
+		for _, name := range plain {
+			log.Warn().Str("user", name).Msg("config: plaintext password hashed in memory; store a hash instead (fdbrep hash-password)")
+		}
+		fe, err := replicator.NewFrontend(db, jobs, repCfg)
+		if err != nil {
+			return err
+		}
+		opts.DB, opts.Logger, opts.Version = db, &log, version
+		frontend.WithReplicator(&opts, fe)
+		api, err := frontend.New(opts)
+		if err != nil {
+			return err
+		}
+		if err := api.Init(ctx); err != nil {
+			return fmt.Errorf("create _replicator: %w", err)
+		}
+		if readyAddr, err = listen(cfg.BindAddress(), api, "HTTP API"); err != nil {
+			return err
+		}
+	}
+	log.Info().Strs("roles", cfg.Roles()).Bool("in_memory", cfg.Bool("fdb", "in_memory")).Str("backend", cfg.String("fdb", "backend")).Msg("fdbrep node up")
 	if ready != nil {
-		ready <- ln.Addr().String()
+		ready <- readyAddr
 	}
 
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
 	log.Info().Msg("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeoutDefault)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return err
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
 	return nil
-}
-
-func newLogger(format string, w io.Writer) zerolog.Logger {
-	if format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
-	}
-	return zerolog.New(w).With().Timestamp().Logger()
-}
-
-func newHandler(db kv.Database) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"couchdb": "Welcome", "vendor": map[string]string{"name": "fdbrep", "version": version}, "version": version})
-	})
-	mux.HandleFunc("GET /_up", func(w http.ResponseWriter, r *http.Request) {
-		// The node is up when the store answers a read.
-		if _, err := kv.ReadTransact(r.Context(), db, func(tr kv.ReadTransaction) (int64, error) {
-			return tr.GetReadVersion().Get()
-		}); err != nil {
-			writeJSON(w, http.StatusNotFound, map[string]string{"status": "maintenance_mode", "reason": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	return mux
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

@@ -1,0 +1,13 @@
+//go:build !fdb
+
+package main
+
+import (
+	"errors"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+func openFDB(string) (kv.Database, error) {
+	return nil, errors.New("this binary was built without FoundationDB support; rebuild with -tags fdb (needs libfdb_c)")
+}
