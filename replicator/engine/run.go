@@ -34,8 +34,9 @@ type Options struct {
 	// OnCheckpoint, when set, is called after every checkpoint tick (every
 	// Replication.CheckpointInterval, and at the end of a one-shot run or a
 	// Stop), including ticks that had nothing new to record. The job layer
-	// uses it as its heartbeat. It runs on the checkpointing goroutine and
-	// must not block for long; it must not call Stop or Wait.
+	// uses it as its heartbeat. Calls are sequential, on the run's
+	// goroutines, without locks held: the callback may call Progress but
+	// must not block for long, nor call Stop or Wait.
 	OnCheckpoint func(Checkpoint)
 
 	// Limiter is the process's shared 429 back-off state (nil: a private

@@ -224,7 +224,7 @@ func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[strin
 	var reqs []bulkGetDoc
 	for _, id := range ids {
 		for _, rev := range missing[id].Missing {
-			reqs = append(reqs, bulkGetDoc{ID: id, Rev: rev, AttsSince: missing[id].PossibleAncestors})
+			reqs = append(reqs, bulkGetDoc{ID: id, Rev: rev})
 		}
 	}
 	sort.Slice(reqs, func(i, j int) bool {
@@ -250,11 +250,9 @@ func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[strin
 
 	if !r.rep.DisableBulkGet && r.tuning.useBulkGet() {
 		r.stats.bulkGetAttempts.Add(int64(len(reqs)))
-		bulkReqs := make([]bulkGetDoc, len(reqs))
-		for i, q := range reqs {
-			bulkReqs[i] = bulkGetDoc{ID: q.ID, Rev: q.Rev} // attachments are fetched individually
-		}
-		docs, err := r.src.bulkGet(ctx, bulkReqs)
+		// Attachment stubs only: documents with attachments are fetched
+		// individually, with their bodies (and atts_since).
+		docs, err := r.src.bulkGet(ctx, reqs)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, ErrMaxBackoff) {
 				return err
