@@ -30,6 +30,7 @@ type commitReq struct {
 	atomic  bool // muts hold atomic ops, which need an indexed batch
 	watches []*watch
 	fut     *future[struct{}]
+	snap    *snapshot // the read version's, held until resolved; may be nil
 
 	vsMu sync.Mutex
 	vs   *future[kv.Key] // created when someone asks for the versionstamp
@@ -155,11 +156,10 @@ func (db *DB) syncer() {
 			continue
 		}
 		last := group[len(group)-1]
-		now := time.Now()
 		for _, q := range group[:len(group)-1] {
 			q.snap.release()
 		}
-		db.publish(last.snap, now)
+		db.publish(last.snap)
 		var armed []*watch
 		var touched touchSet
 		for _, q := range group {
@@ -208,22 +208,15 @@ func (db *DB) nextVersion(now time.Time) int64 {
 	return v
 }
 
-// advanceHorizon forgets published versions older than the transaction
-// lifetime (plus a second of slack) and lets the resolver drop them.
-func (db *DB) advanceHorizon(now time.Time, work int) {
-	cutoff := now.Add(-db.opts.TransactionLifetime - time.Second)
-	horizon := db.res.horizon
-	db.pubMu.Lock()
-	i := 0
-	for i < len(db.published)-1 && db.published[i].at.Before(cutoff) {
-		horizon = db.published[i].ver
-		i++
+// advanceHorizon lets the resolver forget writes that no transaction can
+// conflict with any more: those at or below the oldest read version still
+// in use. Every transaction holds its snapshot until the leader has
+// resolved it, and one without a snapshot reads at the newest version, so
+// the history stays as short as the longest-running transaction.
+func (db *DB) advanceHorizon(work int) {
+	if oldest := db.oldestLive(); oldest >= 0 {
+		db.res.gc(oldest, work)
 	}
-	if i > 0 {
-		db.published = append(db.published[:0], db.published[i:]...)
-	}
-	db.pubMu.Unlock()
-	db.res.gc(horizon, work)
 }
 
 // commitBatch resolves the transactions of batch in order and writes the
@@ -281,6 +274,9 @@ func (db *DB) commitBatch(batch []*commitReq) {
 		r.version, r.stamp = cv, stamp
 		accepted++
 	}
+	for _, r := range batch {
+		r.releaseSnapshot()
+	}
 	if accepted == 0 {
 		for _, r := range batch {
 			r.finish(r.err)
@@ -304,7 +300,7 @@ func (db *DB) commitBatch(batch []*commitReq) {
 	// the ones before it.
 	p.snap = db.newSnapshot(cv)
 	db.synced <- p
-	db.advanceHorizon(now, 2*inserted+16)
+	db.advanceHorizon(2*inserted + 16)
 }
 
 // fail gives up on batch after a storage error: the transactions whose
@@ -328,6 +324,7 @@ func failBatch(batch []*commitReq) {
 // a successful commit were armed by the leader already.
 func (r *commitReq) finish(err error) {
 	r.err = err
+	r.releaseSnapshot()
 	if err != nil {
 		for _, w := range r.watches {
 			w.finish(err)
@@ -341,6 +338,13 @@ func (r *commitReq) finish(err error) {
 		vs.set(r.versionstamp())
 	}
 	r.fut.set(struct{}{}, err)
+}
+
+func (r *commitReq) releaseSnapshot() {
+	if r.snap != nil {
+		r.snap.release()
+		r.snap = nil
+	}
 }
 
 func (r *commitReq) versionstamp() (kv.Key, error) {

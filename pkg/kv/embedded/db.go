@@ -58,20 +58,12 @@ type DB struct {
 	baseVersion int64
 	baseTime    time.Time
 
-	pubMu     sync.Mutex
-	published []pubRecord // versions published in the last lifetime, oldest first
-
 	watches *watchRegistry
 	stats   stats
 
 	// testHookBatch, when set before the first commit, is called by the
 	// leader with the size of each batch before resolving it.
 	testHookBatch func(n int)
-}
-
-type pubRecord struct {
-	at  time.Time
-	ver int64
 }
 
 // snapshot is a published read version: a pebble snapshot shared by the
@@ -132,7 +124,7 @@ func Open(opts Options) (*DB, error) {
 		baseTime:    time.Now(),
 		watches:     newWatchRegistry(),
 	}
-	db.publish(db.newSnapshot(last), time.Now())
+	db.publish(db.newSnapshot(last))
 	go db.leader()
 	go db.syncer()
 	return db, nil
@@ -199,13 +191,24 @@ func (db *DB) newSnapshot(v int64) *snapshot {
 }
 
 // publish makes s the state new transactions read.
-func (db *DB) publish(s *snapshot, now time.Time) {
+func (db *DB) publish(s *snapshot) {
 	if old := db.cur.Swap(s); old != nil {
 		old.release()
 	}
-	db.pubMu.Lock()
-	db.published = append(db.published, pubRecord{at: now, ver: s.version})
-	db.pubMu.Unlock()
+}
+
+// oldestLive returns the version of the oldest snapshot still referenced:
+// no transaction that can still commit reads at an older version.
+func (db *DB) oldestLive() int64 {
+	db.snapMu.Lock()
+	defer db.snapMu.Unlock()
+	oldest := int64(-1)
+	for s := range db.live {
+		if oldest < 0 || s.version < oldest {
+			oldest = s.version
+		}
+	}
+	return oldest
 }
 
 // acquire returns the newest published snapshot with a reference taken.

@@ -46,7 +46,8 @@
 //     up to Options.MaxBatchTxns and MaxBatchBytes, as one batch with one
 //     commit version, and checks each in order against the conflict
 //     history: an ordered map of disjoint key intervals to the version that
-//     last wrote them, kept for the transaction lifetime. A transaction that
+//     last wrote them, kept back to the oldest read version still in use
+//     (transactions hold their snapshot until resolved). A transaction that
 //     read a range written after its read version fails with not_committed
 //     (1020); an accepted one's write ranges go into the history at once,
 //     so later transactions of the same batch conflict with it too. The

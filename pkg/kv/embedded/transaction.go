@@ -1026,12 +1026,17 @@ func (tr *transaction) Commit() kv.FutureNil {
 	}
 	tr.vs = nil // the request owns it now
 	if tr.ref.s != nil {
-		req.rv = tr.ref.s.version
+		// The request keeps the snapshot until the leader has resolved it,
+		// which holds back the resolver's horizon.
+		req.rv, req.snap = tr.ref.s.version, tr.ref.s
+		tr.ref.s = nil
 	} else {
-		req.rv = tr.db.cur.Load().version
+		// No read version yet: read at the newest, as FoundationDB takes one
+		// at commit. Explicit read conflict ranges are checked against it.
+		req.snap = tr.db.acquire()
+		req.rv = req.snap.version
 	}
 	tr.watches = nil
-	tr.releaseSnapshot()
 	tr.writes, tr.clears, tr.muts, tr.reads, tr.wconf = nil, nil, nil, nil, nil
 	tr.req = req
 	tr.db.enqueue(req)
