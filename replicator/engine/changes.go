@@ -92,35 +92,38 @@ func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
 	if err != nil {
 		return err
 	}
-	since := r.startSeq
-	var lastRowSeq json.RawMessage
+	since := r.startSeq   // where the next request resumes
+	emitted := r.startSeq // the last sequence handed to the workers
 	failures := 0
 	wait := retryWaitDefault
+	send := func(c change) error {
+		select {
+		case out <- c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		emitted = c.Seq
+		return nil
+	}
 	for {
 		progressed := false
 		emit := func(c change) error {
+			since, progressed = c.Seq, true
 			if base.keep != nil && !base.keep[c.ID] {
-				since = c.Seq
 				return nil
 			}
-			select {
-			case out <- c:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			since, lastRowSeq, progressed = c.Seq, c.Seq, true
-			return nil
+			return send(c)
 		}
 		lastSeq, err := r.changesOnce(ctx, &base, since, emit)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err == nil && lastSeq != nil && !seqEqual(lastSeq, lastRowSeq) && !seqEqual(lastSeq, since) {
-			if err := emit(change{Seq: lastSeq}); err != nil {
-				return nil
+		if err == nil && lastSeq != nil {
+			if !seqEqual(lastSeq, emitted) {
+				if err := send(change{Seq: lastSeq}); err != nil {
+					return nil
+				}
 			}
-			since = lastSeq
-		} else if err == nil && lastSeq != nil {
 			since = lastSeq
 		}
 		if err == nil && !r.rep.Continuous {
