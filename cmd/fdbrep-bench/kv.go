@@ -40,6 +40,7 @@ func runKVBench(args []string) error {
 	dir := fs.String("dir", "", "directory for the stores (default: a new temporary directory, removed afterwards)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the embedded store's preload and rows to this file")
 	pebbleRow := fs.Bool("pebble", true, "also measure plain pebble for comparison")
+	verbose := fs.Bool("v", false, "print the embedded store's counters after each row")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,6 +102,9 @@ func runKVBench(args []string) error {
 		e.perBatch = float64(after.Commits-before.Commits) / float64(max(1, after.Batches-before.Batches))
 		e.perSync = float64(after.Commits-before.Commits) / float64(max(1, after.Syncs-before.Syncs))
 		embRows = append(embRows, e)
+		if *verbose {
+			fmt.Printf("embedded %d clients: %+v\n", c, after)
+		}
 	}
 	if err := emb.Close(); err != nil {
 		return err

@@ -217,6 +217,7 @@ func (db *DB) advanceHorizon(work int) {
 	if oldest := db.oldestLive(); oldest >= 0 {
 		db.res.gc(oldest, work)
 	}
+	db.stats.history.Store(int64(db.res.tree.Len()))
 }
 
 // commitBatch resolves the transactions of batch in order and writes the

@@ -255,10 +255,13 @@ type Stats struct {
 	Conflicts int64 // transactions rejected with not_committed
 	TooOld    int64 // transactions rejected with transaction_too_old at commit
 	Syncs     int64 // WAL syncs (each covers one or more batches)
+	// History is the number of boundaries in the resolver's conflict
+	// history after the last batch.
+	History int64
 }
 
 type stats struct {
-	batches, commits, conflicts, tooOld, syncs atomic.Int64
+	batches, commits, conflicts, tooOld, syncs, history atomic.Int64
 }
 
 // Stats returns the DB's counters.
@@ -269,5 +272,6 @@ func (db *DB) Stats() Stats {
 		Conflicts: db.stats.conflicts.Load(),
 		TooOld:    db.stats.tooOld.Load(),
 		Syncs:     db.stats.syncs.Load(),
+		History:   db.stats.history.Load(),
 	}
 }
