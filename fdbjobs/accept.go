@@ -247,13 +247,14 @@ func (c *Client) reclaim(tr kv.Transaction, typ string, token []byte) ([]*Job, e
 func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max int64) ([]kv.Key, error) {
 	r := c.pendingRange(typ, max)
 	snap := tr.Snapshot()
-	begin, fromCursor := c.claiming.cursor(typ, r.Begin.FDBKey())
-	kvs, err := snap.GetRange(kv.KeyRange{Begin: begin, End: r.End}, kv.RangeOptions{Limit: AcceptRangeLimit}).GetSliceWithError()
+	begin, fromCursor := c.claiming.cursor(typ, r.Begin.FDBKey(), r.End.FDBKey())
+	limit := window(n)
+	kvs, err := snap.GetRange(kv.KeyRange{Begin: begin, End: r.End}, kv.RangeOptions{Limit: limit}).GetSliceWithError()
 	if err != nil {
 		return nil, err
 	}
 	if len(kvs) == 0 && fromCursor {
-		kvs, err = snap.GetRange(r, kv.RangeOptions{Limit: AcceptRangeLimit}).GetSliceWithError()
+		kvs, err = snap.GetRange(r, kv.RangeOptions{Limit: limit}).GetSliceWithError()
 		if err != nil {
 			return nil, err
 		}
@@ -262,6 +263,18 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max int64) 
 		c.claiming.setCursor(typ, kvs[0].Key)
 	}
 	return c.claiming.pick(kvs, n), nil
+}
+
+// window is how many pending keys an Accept of n jobs reads to pick from:
+// AcceptRangeLimit for one job, as couch_jobs, so that acceptors on
+// different nodes rarely pick the same job; for a batch, enough to choose
+// from (4n, at least 256) but no more than AcceptRangeLimit, as a batch
+// pays for every key it reads.
+func window(n int) int {
+	if n == 1 {
+		return AcceptRangeLimit
+	}
+	return min(AcceptRangeLimit, max(256, 4*n))
 }
 
 // pickNoSchedule picks up to n pending keys scheduled at 0, each the

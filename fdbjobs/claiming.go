@@ -37,13 +37,14 @@ type scanCursor struct {
 // cursor before it reads from the start of the pending range again.
 const CursorReset = time.Second
 
-// cursor returns where to start reading the pending range that starts at
-// begin, and whether that is the cursor rather than begin.
-func (c *claiming) cursor(typ string, begin kv.Key) (kv.Key, bool) {
+// cursor returns where to start reading the pending range [begin, end),
+// and whether that is the cursor rather than begin.
+func (c *claiming) cursor(typ string, begin, end kv.Key) (kv.Key, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cur, ok := c.cursors[typ]
-	if !ok || cur.key == nil || time.Since(cur.since) > CursorReset || bytes.Compare(cur.key, begin) <= 0 {
+	if !ok || cur.key == nil || time.Since(cur.since) > CursorReset ||
+		bytes.Compare(cur.key, begin) <= 0 || bytes.Compare(cur.key, end) >= 0 {
 		if c.cursors == nil {
 			c.cursors = map[string]scanCursor{}
 		}

@@ -742,3 +742,27 @@ func TestCouchJobs_batching(t *testing.T) {
 		require.Equal(t, []string{"j0", "j1", "j2", "j3", "j4"}, finished)
 	})
 }
+
+// The scan cursor never hides jobs for good: a job added before it is found
+// as soon as nothing after the cursor is pending, and max bounds below the
+// cursor still work.
+func TestAcceptCursor(t *testing.T) {
+	b := setup(t)
+	for i := range 3 {
+		b.add(t, t1, fmt.Sprintf("m%d", i), "", 10)
+	}
+	b.accept(t, t1) // sets the cursor at the first pending key
+	b.add(t, t1, "a-low", "", 0)
+	b.add(t, t1, "z-low", "", 5)
+	job, err := b.c.Accept(b.ctx, t1, AcceptOptions{MaxScheduledTime: 5})
+	require.NoError(t, err, "a bound below the cursor reads from the start")
+	require.Contains(t, []string{"a-low", "z-low"}, job.ID)
+	got := map[string]bool{job.ID: true}
+	for range 3 {
+		j := b.accept(t, t1)
+		got[j.ID] = true
+	}
+	require.Len(t, got, 4)
+	_, err = b.c.Accept(b.ctx, t1, AcceptOptions{})
+	require.ErrorIs(t, err, ErrNotFound)
+}

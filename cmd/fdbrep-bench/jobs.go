@@ -44,7 +44,7 @@ func runJobsBench(args []string) error {
 	pendingList := fs.String("pending", "10000,1000000", "queue sizes for the Accept cost")
 	skip1M := fs.Bool("skip-1m", false, "skip queue sizes of a million and more")
 	dir := fs.String("dir", "", "directory for the store (default: a new temporary directory, removed afterwards)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the burn-down to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the burn-down's work phase to this file")
 	inMemory := fs.Bool("in-memory", false, "use an in-memory store instead (to see what the disk costs)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -92,21 +92,7 @@ func runJobsBench(args []string) error {
 	}
 	fmt.Printf("jobs benchmark: embedded store %s, GOMAXPROCS=%d\n", where, runtime.GOMAXPROCS(0))
 
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-	}
-	err = burnDown(ctx, c, cdb, *jobs, *workers, *batch, *insertBatch, *inserters)
-	if *cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
-	if err != nil {
+	if err := burnDown(ctx, c, cdb, *jobs, *workers, *batch, *insertBatch, *inserters, *cpuProfile); err != nil {
 		return err
 	}
 	if err := wakeLatency(ctx, c, *wakeups); err != nil {
@@ -164,7 +150,7 @@ func insertJobs(ctx context.Context, c *fdbjobs.Client, db kv.Database, typ, pre
 	return <-errc
 }
 
-func burnDown(ctx context.Context, c *fdbjobs.Client, db kv.Database, n, workers, batch, insertBatch, inserters int) error {
+func burnDown(ctx context.Context, c *fdbjobs.Client, db kv.Database, n, workers, batch, insertBatch, inserters int, cpuProfile string) error {
 	const typ = "burn"
 	if err := c.SetTypeTimeout(ctx, nil, typ, time.Minute); err != nil {
 		return err
@@ -185,6 +171,17 @@ func burnDown(ctx context.Context, c *fdbjobs.Client, db kv.Database, n, workers
 	errc := make(chan error, workers)
 	stopTicker := make(chan struct{})
 	tickerDone := make(chan struct{})
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	t0, cpu0 = time.Now(), cpuTime()
 	go func() { // River-style progress lines
 		defer close(tickerDone)

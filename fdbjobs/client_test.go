@@ -1,0 +1,170 @@
+package fdbjobs
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+)
+
+func TestConfigValidation(t *testing.T) {
+	db := kvtest.NewDB(t)
+	_, err := New(nil, Config{})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"negative jitter", Config{ActivityMonitorMaxJitter: -1}},
+		{"negative missing-timeout check", Config{MissingTimeoutCheck: -1}},
+		{"negative holdoff", Config{NotifierHoldoff: -1}},
+		{"negative type check period", Config{TypeCheckPeriod: -1}},
+		{"negative batch", Config{BatchSize: -1}},
+		{"negative increment", Config{BatchIncrement: -1}},
+		{"factor 1", Config{BatchFactor: 1}},
+		{"factor above 1", Config{BatchFactor: 1.5}},
+		{"negative factor", Config{BatchFactor: -0.5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(db, tc.cfg)
+			require.ErrorIs(t, err, ErrInvalidConfig)
+		})
+	}
+	c, err := New(db, Config{})
+	require.NoError(t, err)
+	require.Equal(t, BatchSizeDefault, c.cfg.BatchSize)
+	require.Equal(t, NotifierHoldoffDefault, c.cfg.NotifierHoldoff)
+}
+
+func TestArgumentValidation(t *testing.T) {
+	b := setup(t)
+	require.ErrorIs(t, b.c.SetTypeTimeout(b.ctx, nil, t1, 0), ErrInvalidArgument)
+	require.ErrorIs(t, b.c.SetTypeTimeout(b.ctx, nil, "", time.Second), ErrInvalidArgument)
+	_, err := b.c.AcceptBatch(b.ctx, t1, 0, AcceptOptions{})
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = b.c.AcceptBatch(b.ctx, t1, MaxBatch+1, AcceptOptions{})
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = b.c.PendingCount(b.ctx, nil, t1, -1, 0)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = b.c.UpdateBatch(b.ctx, nil, nil)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = b.c.FinishBatch(b.ctx, nil, []Completion{{Job: &Job{Type: t1, ID: j1}}})
+	require.ErrorIs(t, err, ErrInvalidArgument, "a Job not returned by Accept")
+	b.add(t, t1, j1, "", 0)
+	job := b.accept(t, t1)
+	_, err = b.c.FinishBatch(b.ctx, nil, []Completion{{Job: job}, {Job: job}})
+	require.ErrorIs(t, err, ErrInvalidArgument, "the same job twice")
+}
+
+func TestPendingCountAndActiveJobIDs(t *testing.T) {
+	b := setup(t)
+	for i := range 10 {
+		b.add(t, t1, fmt.Sprintf("j%d", i), "", int64(i))
+	}
+	for _, tc := range []struct {
+		max   int64
+		limit int
+		want  int
+	}{
+		{0, 0, 10}, // 0 means the default maximum
+		{4, 0, 5},
+		{4, 3, 3},
+		{100, 0, 10},
+	} {
+		got, err := b.c.PendingCount(b.ctx, nil, t1, tc.max, tc.limit)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got, "max %d limit %d", tc.max, tc.limit)
+	}
+	jobs, err := b.c.AcceptBatch(b.ctx, t1, 3, AcceptOptions{MaxScheduledTime: 2})
+	require.NoError(t, err)
+	require.Len(t, jobs, 3)
+	ids, err := b.c.ActiveJobIDs(b.ctx, nil, t1)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"j0", "j1", "j2"}, ids)
+	n, err := b.c.PendingCount(b.ctx, nil, t1, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, 7, n)
+}
+
+// FoldJobs streams across transactions: more jobs than one batch, each seen
+// once, in id order.
+func TestFoldJobsStreams(t *testing.T) {
+	b := setup(t)
+	const n = 2*FoldBatchDefault + 7
+	for i := 0; i < n; i += 100 {
+		_, err := b.db.Transact(b.ctx, func(tr kv.Transaction) (any, error) {
+			for k := i; k < min(n, i+100); k++ {
+				if err := b.c.Add(b.ctx, tr, t1, fmt.Sprintf("f%05d", k), nil, 0); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		})
+		require.NoError(t, err)
+	}
+	var ids []string
+	require.NoError(t, b.c.FoldJobs(b.ctx, t1, func(j JobInfo) error {
+		ids = append(ids, j.ID)
+		return nil
+	}))
+	require.Len(t, ids, n)
+	for i, id := range ids {
+		require.Equal(t, fmt.Sprintf("f%05d", i), id)
+	}
+	stop := fmt.Errorf("stop")
+	seen := 0
+	err := b.c.FoldJobs(b.ctx, t1, func(JobInfo) error {
+		seen++
+		if seen == 3 {
+			return stop
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, 3, seen)
+}
+
+// A subscription on one node sees the work done on another.
+func TestSubscribeFromAnotherNode(t *testing.T) {
+	b := setup(t)
+	other, err := New(b.db, Config{Clock: b.clock})
+	require.NoError(t, err)
+	require.NoError(t, other.Start(b.ctx))
+	t.Cleanup(other.Stop)
+
+	b.add(t, t1, j1, "", 0)
+	sub, _, _, err := other.Subscribe(b.ctx, nil, t1, j1)
+	require.NoError(t, err)
+	job := b.accept(t, t1)
+	require.Equal(t, Running, next(t, b.ctx, sub).State)
+	require.NoError(t, b.c.Update(b.ctx, nil, job, raw(`{"p":1}`)))
+	require.Equal(t, Event{Type: t1, ID: j1, State: Running, Data: raw(`{"p":1}`)}, next(t, b.ctx, sub))
+	require.NoError(t, b.c.Finish(b.ctx, nil, job, nil))
+	require.Equal(t, Finished, next(t, b.ctx, sub).State)
+}
+
+func TestStateString(t *testing.T) {
+	for s, want := range map[State]string{Pending: "pending", Running: "running", Finished: "finished", NotFound: "not_found", 0: "State(0)"} {
+		require.Equal(t, want, s.String())
+	}
+}
+
+func TestRowEncoding(t *testing.T) {
+	for _, r := range []*row{
+		{state: Pending, stime: 5, data: []byte(`{}`)},
+		{state: Finished, stime: 7, prev: lock{token: []byte("0123456789abcdef"), index: 2}, data: []byte(`{"a":1}`), addToken: []byte("t")},
+		{state: Running, seq: versionstamp(3), lock: lock{token: []byte("0123456789abcdef"), index: 1}, stime: 1, resubmit: true, data: []byte(`[]`)},
+	} {
+		v, vs := encodeRow(r)
+		require.False(t, vs)
+		got, err := decodeRow(v)
+		require.NoError(t, err)
+		require.Equal(t, r, got)
+	}
+	_, err := decodeRow([]byte("garbage"))
+	require.Error(t, err)
+}
