@@ -75,7 +75,12 @@ func collectChanges(t *testing.T, r *Run, ctx context.Context, n int) []change {
 		case c := <-out:
 			got = append(got, c)
 		case err := <-errc:
-			t.Fatalf("reader ended early: %v (rows %v)", err, got)
+			for len(out) > 0 && len(got) < n { // rows sent before the reader returned
+				got = append(got, <-out)
+			}
+			if len(got) < n {
+				t.Fatalf("reader ended early: %v (rows %v)", err, got)
+			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("timed out with rows %v", got)
 		}
