@@ -136,6 +136,7 @@ func TestOneShot(t *testing.T) {
 	res := runOnce(t, rep, engine.Options{})
 	enginetest.RequireEqual(t, want, enginetest.Take(t, srv.DBURL("b")))
 	require.True(t, res.OK)
+	require.True(t, res.Completed)
 	require.Equal(t, int64(leaves), res.Stats.RevisionsChecked)
 	require.Equal(t, int64(leaves), res.Stats.MissingRevisionsFound)
 	require.Equal(t, int64(leaves), res.Stats.DocsRead)

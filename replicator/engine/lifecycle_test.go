@@ -58,6 +58,7 @@ func TestResumeFromCheckpoint(t *testing.T) {
 	require.NoError(t, run.Stop(ctx), "Stop twice")
 	first, err := run.Wait()
 	require.NoError(t, err)
+	require.False(t, first.Completed)
 	checkpointed := first.SourceLastSeq
 	require.Equal(t, string(checkpointed), first.Stats.CheckpointedSourceSeq, "the final checkpoint covers everything written")
 	require.Less(t, first.Stats.DocsWritten, int64(3000), "stopped mid-way")
@@ -66,6 +67,7 @@ func TestResumeFromCheckpoint(t *testing.T) {
 
 	after := countLeavesAfter(t, srv, "src", checkpointed)
 	second := runOnce(t, rep, engine.Options{})
+	require.True(t, second.Completed)
 	require.JSONEq(t, string(checkpointed), string(second.StartSeq))
 	require.Equal(t, after, second.Stats.RevisionsChecked-first.Stats.RevisionsChecked)
 	require.Equal(t, after, second.Stats.DocsWritten-first.Stats.DocsWritten, "no document transferred twice")

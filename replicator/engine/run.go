@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/couch"
@@ -73,6 +74,9 @@ type Result struct {
 	Stats Stats `json:"-"`
 	// StartSeq is the sequence this run started from.
 	StartSeq json.RawMessage `json:"-"`
+	// Completed reports a one-shot replication that replicated its whole
+	// feed; false for a continuous one and for a run ended by Stop first.
+	Completed bool `json:"-"`
 }
 
 // Run is one execution of a replication, from Start until it completes
@@ -123,6 +127,8 @@ type Run struct {
 	pendingMu     sync.Mutex
 	pending       *int64
 	lastResultDoc *CheckpointDoc
+
+	feedComplete atomic.Bool // a one-shot feed was read to its end
 
 	failMu  sync.Mutex
 	failErr error
@@ -366,8 +372,12 @@ func (r *Run) replicate() error {
 	go func() {
 		defer bg.Done()
 		defer close(r.rows)
-		if err := r.readChanges(feedCtx, r.rows); err != nil && feedCtx.Err() == nil {
+		err := r.readChanges(feedCtx, r.rows)
+		switch {
+		case err != nil && feedCtx.Err() == nil:
 			r.fail(err, runCancel)
+		case err == nil && feedCtx.Err() == nil && !r.rep.Continuous:
+			r.feedComplete.Store(true)
 		}
 	}()
 
@@ -474,7 +484,9 @@ func (r *Run) finalCheckpoint(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res := Result{OK: true, Stats: r.Progress(), StartSeq: r.startSeq}
+	_, _, inFlight := r.tracker.snapshot()
+	res := Result{OK: true, Stats: r.Progress(), StartSeq: r.startSeq,
+		Completed: r.feedComplete.Load() && len(r.rows) == 0 && inFlight == 0}
 	switch {
 	case r.rep.DisableCheckpoints:
 		f := false
