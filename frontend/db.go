@@ -217,6 +217,52 @@ func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	var docIDs map[string]bool // filter=_doc_ids
+	if r.Method == http.MethodPost {
+		b, he := readBody(w, r, s.opts.MaxRequestSize)
+		if he != nil {
+			writeError(w, he)
+			return
+		}
+		if len(strings.TrimSpace(string(b))) > 0 {
+			body, he := decodeObject(b, s.opts.MaxJSONDepth)
+			if he != nil {
+				writeError(w, he)
+				return
+			}
+			if ids, ok := body["doc_ids"]; ok {
+				list, ok := ids.([]any)
+				if !ok {
+					writeError(w, badRequest("`doc_ids` must be an array"))
+					return
+				}
+				docIDs = map[string]bool{}
+				for _, id := range list {
+					if s, ok := id.(string); ok {
+						docIDs[s] = true
+					}
+				}
+			}
+		}
+	}
+	switch f := q.Get("filter"); f {
+	case "":
+	case "_doc_ids":
+		if docIDs == nil {
+			docIDs = map[string]bool{}
+			var list []string
+			if err := json.Unmarshal([]byte(q.Get("doc_ids")), &list); err != nil {
+				writeError(w, badRequest("`doc_ids` must be a JSON array of document ids"))
+				return
+			}
+			for _, id := range list {
+				docIDs[id] = true
+			}
+		}
+	default:
+		writeError(w, badRequest("fdbrep supports only filter=_doc_ids on replicator databases"))
+		return
+	}
 	if f := q.Get("feed"); f != "" && f != "normal" {
 		writeError(w, badRequest("fdbrep supports only feed=normal on replicator databases"))
 		return
@@ -247,6 +293,9 @@ func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 	u := userFrom(r)
 	results := make([]map[string]any, 0, len(rows))
 	for _, c := range rows {
+		if docIDs != nil && !docIDs[c.ID] {
+			continue
+		}
 		row := map[string]any{"seq": c.seq, "id": c.ID, "changes": []map[string]string{{"rev": c.Rev}}}
 		if c.Deleted {
 			row["deleted"] = true

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,21 +10,41 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
-// readBody reads a request body of at most max bytes.
+// readBody reads a request body of at most max bytes. A gzip-encoded body
+// (Content-Encoding: gzip, which CouchDB clients such as kivik send) is
+// decompressed, and the limit applies to both the compressed and the
+// decompressed size.
 func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *httpError) {
 	if r.ContentLength > max {
 		return nil, errTooLarge
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	var body io.Reader = http.MaxBytesReader(w, r.Body, max)
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			return nil, badRequest("malformed gzip request body")
+		}
+		defer zr.Close()
+		body = io.LimitReader(zr, max+1)
+	default:
+		return nil, newError(http.StatusUnsupportedMediaType, "bad_content_type", "unsupported Content-Encoding "+strconv.Quote(enc))
+	}
+	b, err := io.ReadAll(body)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, errTooLarge
 		}
 		return nil, badRequest("could not read the request body")
+	}
+	if int64(len(b)) > max {
+		return nil, errTooLarge
 	}
 	return b, nil
 }

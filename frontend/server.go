@@ -226,7 +226,7 @@ func (s *Server) routes() *mux.Router {
 	h("/{db}", s.handleDB, "GET", "HEAD", "PUT", "DELETE", "POST")
 	h("/{db}/", s.handleDB, "GET", "HEAD", "PUT", "DELETE", "POST")
 	h("/{db}/_all_docs", s.handleAllDocs, "GET", "HEAD")
-	h("/{db}/_changes", s.handleChanges, "GET")
+	h("/{db}/_changes", s.handleChanges, "GET", "POST")
 	h("/{db}/_design/{ddoc}", s.handleDesignDoc, "GET", "HEAD", "PUT", "DELETE")
 	h("/{db}/_local/{id}", s.handleLocalDoc, "GET", "HEAD", "PUT", "DELETE")
 	h("/{db}/{docid}", s.handleDoc, "GET", "HEAD", "PUT", "DELETE")
