@@ -330,6 +330,9 @@ func (p *peer) bulkGet(ctx context.Context, reqs []bulkGetDoc) ([]*doc, error) {
 	return parseBulkGet(bytes.NewReader(res.body))
 }
 
+// attsSinceMaxBytes bounds the encoded atts_since parameter.
+const attsSinceMaxBytes = 4000
+
 // openRevs fetches revisions of one document with their attachment bodies:
 // multipart/mixed from CouchDB, a JSON array with inline base64 from
 // pouchdb-server.
@@ -339,9 +342,15 @@ func (p *peer) openRevs(ctx context.Context, id string, revs, attsSince []string
 	if latest {
 		q.Set("latest", "true")
 	}
-	if len(attsSince) > 0 && !p.pouch {
-		ab, _ := json.Marshal(attsSince)
-		q.Set("atts_since", string(ab))
+	if len(attsSince) > 0 && !p.pouch { // pouchdb-server does not support atts_since
+		// Keep the request line short (CouchDB stays under 7000 bytes).
+		for n := len(attsSince); n > 0; n /= 2 {
+			ab, _ := json.Marshal(attsSince[:n])
+			if len(ab) <= attsSinceMaxBytes {
+				q.Set("atts_since", string(ab))
+				break
+			}
+		}
 	}
 	req := httpRequest{method: http.MethodGet, path: escapeDocID(id), query: q,
 		header: http.Header{"Accept": {"multipart/mixed, application/json"}, "Accept-Encoding": {"identity"}}, stream: true}

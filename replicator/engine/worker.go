@@ -351,6 +351,11 @@ func (r *Run) fetchOne(ctx context.Context, id string, revs, attsSince []string,
 			// The reply is streamed, so a connection cut while reading it
 			// surfaces here rather than in the transport's retries.
 			st := statusOf(err)
+			if st == http.StatusRequestURITooLong && len(attsSince) > 0 {
+				attsSince = nil // fetch every attachment rather than fail
+				attempt--
+				continue
+			}
 			failures++
 			if errors.Is(err, ErrMaxBackoff) || (st >= 400 && st < 500 && st != 408 && st != 429) || failures > r.rep.RetriesPerRequest {
 				return fmt.Errorf("%w: %s: %w", ErrOpenRevs, id, err)
