@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
@@ -115,11 +116,13 @@ func runKVBench(args []string) error {
 	if *pebbleRow {
 		cache := pebble.NewCache(embedded.CacheSizeDefault)
 		defer cache.Unref()
-		pdb, err := pebble.Open(filepath.Join(root, "pebble"), &pebble.Options{
+		popts := &pebble.Options{
 			Cache:              cache,
 			FormatMajorVersion: pebble.FormatValueSeparation,
 			Logger:             quietPebbleLogger{},
-		})
+		}
+		popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10) // as the embedded store
+		pdb, err := pebble.Open(filepath.Join(root, "pebble"), popts)
 		if err != nil {
 			return err
 		}

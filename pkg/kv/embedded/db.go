@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -83,11 +84,7 @@ func Open(opts Options) (*DB, error) {
 	}
 	cache := pebble.NewCache(opts.CacheSize)
 	defer cache.Unref()
-	popts := &pebble.Options{
-		Cache:              cache,
-		FormatMajorVersion: formatMajorVersion,
-		Logger:             quietLogger{},
-	}
+	popts := pebbleOptions(cache)
 	dir := opts.Dir
 	if opts.InMemory {
 		popts.FS = vfs.NewMem()
@@ -234,6 +231,23 @@ func (s *snapshot) release() {
 	}
 	db.snapMu.Unlock()
 }
+
+// pebbleOptions is the engine configuration: an explicit format, the given
+// block cache, and bloom filters on every level (point reads, the commonest
+// read, then skip the tables that cannot hold the key).
+func pebbleOptions(cache *pebble.Cache) *pebble.Options {
+	o := &pebble.Options{
+		Cache:              cache,
+		FormatMajorVersion: formatMajorVersion,
+		Logger:             quietLogger{},
+	}
+	o.Levels[0].FilterPolicy = bloom.FilterPolicy(bloomBitsPerKey)
+	return o
+}
+
+// bloomBitsPerKey sizes the bloom filters: 10 bits a key give about 1%
+// false positives.
+const bloomBitsPerKey = 10
 
 // quietLogger drops pebble's informational messages.
 type quietLogger struct{}

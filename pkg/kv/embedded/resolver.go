@@ -27,6 +27,11 @@ type resolver struct {
 	// read version is older cannot be checked and gets transaction_too_old.
 	horizon int64
 	sweep   []byte // where the next gc step starts
+	// dropped counts the entries the current sweep removed; productive
+	// records whether the last full sweep removed a good share of the
+	// history, in which case gc works faster.
+	dropped    int
+	productive bool
 }
 
 func newResolver() *resolver {
@@ -135,6 +140,9 @@ func (r *resolver) gc(horizon int64, n int) {
 	if horizon > r.horizon {
 		r.horizon = horizon
 	}
+	if r.productive {
+		n = max(n, r.tree.Len()/16)
+	}
 	prevStale := false
 	if len(r.sweep) > 0 {
 		r.tree.Descend(histEntry{key: r.sweep}, func(e histEntry) bool {
@@ -166,8 +174,11 @@ func (r *resolver) gc(horizon int64, n int) {
 		prevStale = stale
 		return true
 	})
+	r.dropped += len(drop)
 	if wrapped {
 		r.sweep = nil
+		r.productive = r.dropped > r.tree.Len()/4
+		r.dropped = 0
 	}
 	for _, k := range drop {
 		r.tree.Delete(histEntry{key: k})
