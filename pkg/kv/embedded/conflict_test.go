@@ -200,14 +200,15 @@ func TestSameBatchConflicts(t *testing.T) {
 }
 
 func TestTransactionTooOld(t *testing.T) {
-	db := openMem(t, func(o *Options) { o.TransactionLifetime = 20 * time.Millisecond })
+	const lifetime = 200 * time.Millisecond
+	db := openMem(t, func(o *Options) { o.TransactionLifetime = lifetime })
 	put(t, db, "k", "1")
 
 	tr := newTr(t, db)
 	_, err := tr.Get(kv.Key("k")).Get()
 	require.NoError(t, err)
 	tr.Set(kv.Key("k"), []byte("2"))
-	time.Sleep(60 * time.Millisecond) // well past the lifetime
+	time.Sleep(2 * lifetime) // well past the lifetime
 	_, err = tr.Get(kv.Key("j")).Get()
 	requireCode(t, err, kv.CodeTransactionTooOld)
 	_, err = tr.Commit().Get()
@@ -218,7 +219,7 @@ func TestTransactionTooOld(t *testing.T) {
 	_, err = blind.GetReadVersion().Get()
 	require.NoError(t, err)
 	blind.Set(kv.Key("k"), []byte("3"))
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(2 * lifetime)
 	_, err = blind.Commit().Get()
 	require.NoError(t, err)
 
@@ -230,11 +231,11 @@ func TestTransactionTooOld(t *testing.T) {
 			return nil, err
 		}
 		if calls == 1 {
-			time.Sleep(60 * time.Millisecond)
+			time.Sleep(2 * lifetime)
 		}
 		tr.Set(kv.Key("k"), []byte("4"))
 		return nil, nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, 2, calls)
+	require.GreaterOrEqual(t, calls, 2)
 }

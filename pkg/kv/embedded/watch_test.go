@@ -173,8 +173,12 @@ func TestWatchFailures(t *testing.T) {
 		tr := newTr(t, db)
 		require.NoError(t, tr.Options().SetTimeout(50))
 		w := tr.Watch(kv.Key("w"))
+		// The commit normally succeeds; on a very slow machine it may time
+		// out itself. Either way the watch ends with the timeout.
 		_, err := tr.Commit().Get()
-		require.NoError(t, err)
+		if err != nil {
+			requireCode(t, err, kv.CodeTransactionTimedOut)
+		}
 		_, err = waitReady(t, w)
 		requireCode(t, err, kv.CodeTransactionTimedOut)
 	})
