@@ -47,7 +47,8 @@
 // # Job server
 //
 // Acceptors take the runnable job with the oldest scheduled time (found
-// by bisecting fdbjobs pending counts to Interval/50, then an Accept
+// by bisecting fdbjobs pending counts to Interval/50, widened to as many
+// jobs as the node has acceptors so they rarely collide, then an Accept
 // bounded by that time); with nothing runnable an acceptor waits on the
 // queue's watch for up to a random part of StartupJitter. An acceptor that
 // gets a job becomes its worker, and the pool is topped up while acceptors

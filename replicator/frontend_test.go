@@ -39,7 +39,7 @@ func TestDocWrittenLifecycle(t *testing.T) {
 	require.Contains(t, string(d.Info), "Missing `target` field")
 	failed, err := c.fe.SchedulerDocs(ctx, "_replicator", "", []string{StateFailed}, -1, 0)
 	require.NoError(t, err)
-	require.Equal(t, 1, failed.TotalRows)
+	require.Equal(t, 1, failed.TotalRows, "%+v", failed.Docs)
 	require.Equal(t, "bad", failed.Docs[0].DocID)
 	_, err = c.fe.SchedulerDocs(ctx, "_replicator", "", []string{"triggered"}, -1, 0)
 	require.ErrorIs(t, err, ErrBadQuery)

@@ -43,6 +43,7 @@ type Node struct {
 	stopping    bool
 	serverUUID  string
 	acceptors   int
+	quota       int // jobs the live acceptors may take, in all
 	churn       int
 	workers     map[*worker]bool
 	wg          sync.WaitGroup
@@ -201,39 +202,57 @@ func (n *Node) serve(ctx context.Context) {
 	}
 }
 
+// acceptBatchMax is the most jobs one acceptor takes in one transaction.
+const acceptBatchMax = 25
+
 // spawnAcceptorsLocked tops the acceptor pool up: while acceptors <
-// MaxAcceptors and acceptors + workers < MaxJobs.
+// MaxAcceptors and the jobs they may take plus the workers < MaxJobs. The
+// room is shared among the acceptors, each taking up to acceptBatchMax
+// jobs at once (a node filling up does not accept one job at a time).
 func (n *Node) spawnAcceptorsLocked() {
-	for n.acceptors < n.cfg.MaxAcceptors && n.acceptors+len(n.workers) < n.cfg.MaxJobs {
-		if !n.startAcceptorLocked() {
+	for n.acceptors < n.cfg.MaxAcceptors && n.quota+len(n.workers) < n.cfg.MaxJobs {
+		room := n.cfg.MaxJobs - len(n.workers) - n.quota
+		q := max(1, min(acceptBatchMax, room/(n.cfg.MaxAcceptors-n.acceptors)))
+		if !n.startAcceptorLocked(q) {
 			return
 		}
 	}
 }
 
-func (n *Node) startAcceptorLocked() bool {
+func (n *Node) startAcceptorLocked(q int) bool {
 	if n.ctx == nil || n.stopping || n.ctx.Err() != nil {
 		return false
 	}
 	n.acceptors++
+	n.quota += q
 	n.wg.Add(1)
-	go n.acceptor(n.ctx, n.opCtx)
+	go n.acceptor(n.ctx, n.opCtx, q)
 	return true
 }
 
-func (n *Node) acceptor(ctx, opCtx context.Context) {
+// acceptor waits for up to q runnable jobs, then runs the first as its
+// worker and starts a goroutine for each other.
+func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 	defer n.wg.Done()
 	for {
-		job, err := n.acceptOne(ctx)
-		if job != nil {
-			w := n.accepted(job, opCtx)
-			w.run()
-			n.workerExit(w)
+		jobs, err := n.acceptSome(ctx, q)
+		if len(jobs) > 0 {
+			ws := n.accepted(jobs, q, opCtx)
+			for _, w := range ws[1:] {
+				go func() {
+					defer n.wg.Done()
+					w.run()
+					n.workerExit(w)
+				}()
+			}
+			ws[0].run()
+			n.workerExit(ws[0])
 			return
 		}
 		if ctx.Err() != nil {
 			n.mu.Lock()
 			n.acceptors--
+			n.quota -= q
 			n.mu.Unlock()
 			return
 		}
@@ -247,10 +266,10 @@ func (n *Node) acceptor(ctx, opCtx context.Context) {
 	}
 }
 
-// acceptOne takes the runnable job with the oldest scheduled time (within
-// the search granularity), or waits up to a random part of StartupJitter
-// for one to be enqueued. It returns nil, nil when none came.
-func (n *Node) acceptOne(ctx context.Context) (*fdbjobs.Job, error) {
+// acceptSome takes up to q runnable jobs among those with the oldest
+// scheduled times, or waits up to a random part of StartupJitter for one
+// to be enqueued. It returns nil, nil when none came.
+func (n *Node) acceptSome(ctx context.Context, q int) ([]*fdbjobs.Job, error) {
 	cfg := n.Config()
 	now := ms(cfg.Clock.Now())
 	t, ok, err := n.oldestDue(ctx, now, cfg)
@@ -259,56 +278,68 @@ func (n *Node) acceptOne(ctx context.Context) (*fdbjobs.Job, error) {
 	}
 	n.m.inc(MetricJobsAccepts)
 	if ok {
-		job, err := n.jobs.Accept(ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: t})
+		jobs, err := n.jobs.AcceptBatch(ctx, JobType, q, fdbjobs.AcceptOptions{MaxScheduledTime: t})
 		if errors.Is(err, fdbjobs.ErrNotFound) {
 			return nil, nil
 		}
-		return job, err
+		return jobs, err
 	}
 	wait := time.Millisecond
 	if cfg.StartupJitter > 0 {
 		wait += time.Duration(rand.Int64N(int64(cfg.StartupJitter)))
 	}
-	job, err := n.jobs.Accept(ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: now, Timeout: wait})
+	jobs, err := n.jobs.AcceptBatch(ctx, JobType, q, fdbjobs.AcceptOptions{MaxScheduledTime: now, Timeout: wait})
 	if errors.Is(err, fdbjobs.ErrNotFound) || (err != nil && ctx.Err() != nil) {
 		return nil, nil
 	}
-	return job, err
+	return jobs, err
 }
+
+// acceptSpread is the least number of runnable jobs an acceptor picks
+// among at random: acceptors of all nodes start from the oldest jobs, and
+// picking among too few makes them collide (and retry).
+const acceptSpread = 4
 
 // oldestDue finds, by bisection over pending counts in one snapshot read
 // transaction, the smallest scheduled time T (to a granularity of
-// Interval/50) such that some job is runnable at T; ok is false when no
-// job is runnable now.
+// Interval/50) such that at least k jobs are runnable at T, k being
+// acceptSpread or twice the jobs this node's acceptors may take (so that
+// concurrent acceptors rarely collide); ok is false when no job is
+// runnable now.
 func (n *Node) oldestDue(ctx context.Context, now int64, cfg Config) (int64, bool, error) {
 	g := max(1, cfg.Interval.Milliseconds()/50)
+	n.mu.Lock()
+	k := min(max(acceptSpread, 2*n.quota), fdbjobs.AcceptRangeLimit/2)
+	n.mu.Unlock()
 	type res struct {
 		t  int64
 		ok bool
 	}
 	r, err := kv.ReadTransact(ctx, n.db, func(tr kv.ReadTransaction) (res, error) {
-		count := func(t int64) (bool, error) {
-			c, err := n.jobs.PendingCount(ctx, tr, JobType, t, 1)
-			return c > 0, err
+		count := func(t int64) (int, error) {
+			return n.jobs.PendingCount(ctx, tr, JobType, t, k)
 		}
 		if now < 0 {
 			return res{}, nil
 		}
-		any, err := count(now)
-		if err != nil || !any {
+		c, err := count(now)
+		if err != nil || c == 0 {
 			return res{}, err
 		}
-		if at0, err := count(0); err != nil || at0 {
-			return res{t: 0, ok: at0}, err
+		if c < k {
+			return res{t: now, ok: true}, nil
+		}
+		if c0, err := count(0); err != nil || c0 >= k {
+			return res{t: 0, ok: c0 > 0}, err
 		}
 		lo, hi := int64(0), now
 		for hi-lo > g {
 			mid := lo + (hi-lo)/2
-			ok, err := count(mid)
+			c, err := count(mid)
 			if err != nil {
 				return res{}, err
 			}
-			if ok {
+			if c >= k {
 				hi = mid
 			} else {
 				lo = mid
@@ -319,20 +350,30 @@ func (n *Node) oldestDue(ctx context.Context, now int64, cfg Config) (int64, boo
 	return r.t, r.ok, err
 }
 
-func (n *Node) accepted(job *fdbjobs.Job, opCtx context.Context) *worker {
+// accepted turns an acceptor with quota q into the workers of jobs (the
+// caller runs the first; the others are counted in n.wg).
+func (n *Node) accepted(jobs []*fdbjobs.Job, q int, opCtx context.Context) []*worker {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.acceptors--
-	w := newWorker(n, job, opCtx, n.cfg)
-	n.workers[w] = true
-	n.churn++
-	n.m.inc(MetricJobsStarts)
-	n.m.set(MetricJobsRunning, int64(len(n.workers)))
-	if n.stopping {
-		w.requestStop(stopShutdown)
+	n.quota -= q
+	ws := make([]*worker, len(jobs))
+	for i, job := range jobs {
+		w := newWorker(n, job, opCtx, n.cfg)
+		ws[i] = w
+		n.workers[w] = true
+		n.churn++
+		n.m.inc(MetricJobsStarts)
+		if i > 0 {
+			n.wg.Add(1)
+		}
+		if n.stopping {
+			w.requestStop(stopShutdown)
+		}
 	}
+	n.m.set(MetricJobsRunning, int64(len(n.workers)))
 	n.spawnAcceptorsLocked()
-	return w
+	return ws
 }
 
 func (n *Node) workerExit(w *worker) {
@@ -472,7 +513,7 @@ func (n *Node) reschedule(ctx context.Context) error {
 	}
 	n.m.add(MetricJobsPreempted, int64(stopped))
 	churnLeft := cfg.MaxChurn - n.churn
-	slots := cfg.MaxJobs + cfg.MaxChurn - (n.acceptors + len(n.workers))
+	slots := cfg.MaxJobs + cfg.MaxChurn - (n.quota + len(n.workers))
 	want := min(churnLeft, slots)
 	n.mu.Unlock()
 
@@ -484,8 +525,12 @@ func (n *Node) reschedule(ctx context.Context) error {
 		}
 		n.m.set(MetricJobsPending, int64(pending))
 		n.mu.Lock()
-		for i := 0; i < min(want, pending); i++ {
-			n.startAcceptorLocked()
+		for left := min(want, pending); left > 0; {
+			q := min(acceptBatchMax, left)
+			if !n.startAcceptorLocked(q) {
+				break
+			}
+			left -= q
 		}
 		n.mu.Unlock()
 	}

@@ -154,3 +154,28 @@ func TestGracefulStopHandsJobsOver(t *testing.T) {
 }
 
 var _ = fdbjobs.Pending
+
+// Lowering max_jobs takes effect at the next interval and, once no
+// continuous job is left to stop, preempts one-shot jobs too; they run
+// again later and complete.
+func TestLoweredMaxJobsPreemptsOneShot(t *testing.T) {
+	eng := newFakeEngine()
+	eng.oneShot = 2 * time.Second
+	cfg := testConfig()
+	cfg.MaxJobs, cfg.MaxChurn = 2, 1
+	c := newCluster(t, 1, eng, cfg)
+	c.putDoc("_replicator", "a", repDoc("http://h/a", "http://h/t", false))
+	c.putDoc("_replicator", "b", repDoc("http://h/b", "http://h/t", false))
+	c.waitDocState("_replicator", "a", StateRunning)
+	c.waitDocState("_replicator", "b", StateRunning)
+	lower := c.nodes[0].Config()
+	lower.MaxJobs = 1
+	require.NoError(t, c.nodes[0].SetConfig(lower))
+	waitFor(t, "a one-shot job preempted", func() bool {
+		return eng.startsOf("http://h/a/")+eng.startsOf("http://h/b/") >= 3 || c.nodes[0].m.Value(MetricJobsPreempted) > 0
+	})
+	require.Equal(t, 1, c.nodes[0].Config().MaxJobs)
+	c.waitDocState("_replicator", "a", StateCompleted)
+	c.waitDocState("_replicator", "b", StateCompleted)
+	require.Positive(t, c.nodes[0].m.Value(MetricJobsPreempted))
+}

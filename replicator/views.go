@@ -195,12 +195,12 @@ func page[T any](all []T, limit, skip int) ([]T, int, error) {
 }
 
 // SchedulerJobs lists the jobs that are not finished (pending, running,
-// crashing), sorted by id, as GET /_scheduler/jobs. limit < 0 means
+// crashing; not documents that failed to parse), sorted by id, as GET /_scheduler/jobs. limit < 0 means
 // SchedulerLimitDefault.
 func (f *Frontend) SchedulerJobs(ctx context.Context, limit, skip int) (JobList, error) {
 	var all []JobInfo
 	err := foldJobs(ctx, f.jobs, func(id string, st fdbjobs.State, d *jobData) error {
-		if st != fdbjobs.Finished {
+		if st != fdbjobs.Finished && d.State != StateFailed && d.State != StateCompleted {
 			all = append(all, d.jobInfo(id))
 		}
 		return nil

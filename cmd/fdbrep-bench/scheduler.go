@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
@@ -61,6 +63,8 @@ func runSchedulerBench(args []string) error {
 		MaxJobs: *maxJobs, MaxChurn: *maxChurn, Interval: *interval, MinRunTime: *minRun,
 		StartupJitter: 200 * time.Millisecond, TransientJobMaxAge: time.Hour,
 	}
+	logger := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
+	cfg.Logger = &logger
 	feJobs, err := fdbjobs.New(db, fdbjobs.Config{})
 	if err != nil {
 		return err
