@@ -121,6 +121,7 @@ func runOnce(t *testing.T, rep engine.Replication, opts engine.Options) engine.R
 }
 
 func TestOneShot(t *testing.T) {
+	t.Parallel()
 	srv := couchtest.StartPouchDB(t)
 	srv.CreateDB(t, "a")
 	srv.CreateDB(t, "b")

@@ -12,6 +12,7 @@ import (
 )
 
 func TestFilters(t *testing.T) {
+	t.Parallel()
 	srv := couchtest.StartPouchDB(t)
 	srv.CreateDB(t, "src")
 	fixture(t, srv, "src", 60, 2)

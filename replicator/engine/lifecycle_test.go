@@ -30,6 +30,7 @@ func countLeavesAfter(t *testing.T, srv *couchtest.Server, db string, seq json.R
 // TestResumeFromCheckpoint stops a run after its first checkpoint and checks
 // that the next run starts there and transfers only what followed.
 func TestResumeFromCheckpoint(t *testing.T) {
+	t.Parallel()
 	srv := couchtest.StartPouchDB(t)
 	srv.CreateDB(t, "src")
 	srv.CreateDB(t, "tgt")
@@ -46,7 +47,7 @@ func TestResumeFromCheckpoint(t *testing.T) {
 			close(written)
 		}
 	}}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	run := engine.Start(ctx, rep, opts)
 	select {
@@ -77,6 +78,7 @@ func TestResumeFromCheckpoint(t *testing.T) {
 }
 
 func TestContinuous(t *testing.T) {
+	t.Parallel()
 	srv := couchtest.StartPouchDB(t)
 	srv.CreateDB(t, "src")
 	srv.AddDocs(t, "src", 0, 200)
@@ -91,7 +93,7 @@ func TestContinuous(t *testing.T) {
 		default:
 		}
 	}}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	run := engine.Start(ctx, rep, opts)
 	waitWritten := func(n int64) {
@@ -133,6 +135,7 @@ func TestContinuous(t *testing.T) {
 }
 
 func TestStartErrors(t *testing.T) {
+	t.Parallel()
 	srv := couchtest.StartPouchDB(t, couchtest.WithAdmin("admin", "secret"))
 	srv.CreateDB(t, "closed")
 	srv.SetSecurity(t, "closed", map[string]any{"members": map[string]any{"names": []string{"admin"}}})
@@ -156,7 +159,7 @@ func TestStartErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			_, err := engine.Start(ctx, tt.rep, engine.Options{ServerUUID: testUUID}).Wait()
 			require.ErrorIs(t, err, tt.want)
@@ -177,6 +180,7 @@ func TestStartErrors(t *testing.T) {
 // TestFaults replicates through fault-injecting proxies on both sides and
 // requires the same outcome as without faults.
 func TestFaults(t *testing.T) {
+	t.Parallel()
 	srv := couchtest.StartPouchDB(t)
 	srv.CreateDB(t, "src")
 	srv.CreateDB(t, "tgt")
@@ -195,7 +199,7 @@ func TestFaults(t *testing.T) {
 	var res engine.Result
 	for attempt := 0; ; attempt++ {
 		require.Less(t, attempt, 10, "too many failed runs")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		var err error
 		res, err = engine.Start(ctx, rep, engine.Options{ServerUUID: testUUID}).Wait()
 		cancel()
@@ -217,6 +221,7 @@ func TestFaults(t *testing.T) {
 // TestFaultsContinuous runs a continuous replication through fault-injecting
 // proxies while the source keeps changing.
 func TestFaultsContinuous(t *testing.T) {
+	t.Parallel()
 	srv := couchtest.StartPouchDB(t)
 	srv.CreateDB(t, "src")
 	srv.CreateDB(t, "tgt")
@@ -230,7 +235,7 @@ func TestFaultsContinuous(t *testing.T) {
 		WorkerBatchSize: 10, CheckpointInterval: 20 * time.Millisecond, RetriesPerRequest: 10,
 	}
 	events := make(chan engine.Checkpoint, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	run := engine.Start(ctx, rep, engine.Options{ServerUUID: testUUID, OnCheckpoint: func(c engine.Checkpoint) {
 		select {

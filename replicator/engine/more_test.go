@@ -17,6 +17,7 @@ import (
 // validate_doc_update throwing forbidden / unauthorized) are counted in
 // doc_write_failures and skipped while the rest is replicated.
 func TestWriteFailures(t *testing.T) {
+	t.Parallel()
 	srv := couchtest.StartPouchDB(t)
 	srv.CreateDB(t, "src")
 	srv.CreateDB(t, "tgt")
@@ -35,6 +36,7 @@ func TestWriteFailures(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
+	t.Parallel()
 	srv := couchtest.StartPouchDB(t)
 	srv.CreateDB(t, "src")
 	fixture(t, srv, "src", 40, 4)
