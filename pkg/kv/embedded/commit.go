@@ -246,6 +246,7 @@ func (db *DB) commitBatch(batch []*commitReq) {
 	}
 	defer b.Close()
 	p := &pending{batch: batch}
+	p.touched.keys = make([][]byte, 0, 2*len(batch))
 	accepted := 0
 	inserted := 0
 	for _, r := range batch {

@@ -32,6 +32,9 @@ type resolver struct {
 	// history, in which case gc works faster.
 	dropped    int
 	productive bool
+
+	dropBuf [][]byte    // scratch for insert and gc
+	zeroBuf []histEntry // scratch for gc
 }
 
 func newResolver() *resolver {
@@ -93,7 +96,7 @@ func (r *resolver) insert(s span, v int64) {
 	})
 	// Drop the boundaries inside (s.begin, s.end); the one at s.begin is
 	// overwritten below.
-	var drop [][]byte
+	drop := r.dropBuf[:0]
 	r.tree.Ascend(histEntry{key: s.begin}, func(e histEntry) bool {
 		if bytes.Compare(e.key, s.end) >= 0 {
 			return false
@@ -106,6 +109,8 @@ func (r *resolver) insert(s span, v int64) {
 	for _, k := range drop {
 		r.tree.Delete(histEntry{key: k})
 	}
+	clear(drop)
+	r.dropBuf = drop[:0]
 	r.tree.Set(histEntry{key: s.begin, ver: v})
 	if !endExists {
 		r.tree.Set(histEntry{key: s.end, ver: endVer})
@@ -153,8 +158,7 @@ func (r *resolver) gc(horizon int64, n int) {
 			return false
 		})
 	}
-	var drop [][]byte
-	var zero []histEntry
+	drop, zero := r.dropBuf[:0], r.zeroBuf[:0]
 	visited := 0
 	wrapped := true
 	r.tree.Ascend(histEntry{key: r.sweep}, func(e histEntry) bool {
@@ -186,4 +190,7 @@ func (r *resolver) gc(horizon int64, n int) {
 	for _, e := range zero {
 		r.tree.Set(e)
 	}
+	clear(drop)
+	clear(zero)
+	r.dropBuf, r.zeroBuf = drop[:0], zero[:0]
 }

@@ -238,11 +238,17 @@ func (tr *transaction) addReadKey(k []byte) {
 }
 
 func (tr *transaction) addWrite(s span) {
+	if tr.wconf == nil {
+		tr.wconf = make([]span, 0, 4)
+	}
 	tr.wconf = append(tr.wconf, s)
 	tr.size += len(s.begin) + len(s.end)
 }
 
 func (tr *transaction) log(m mutation) {
+	if tr.muts == nil {
+		tr.muts = make([]mutation, 0, 4)
+	}
 	tr.muts = append(tr.muts, m)
 	tr.size += len(m.key) + len(m.param)
 	if m.op.isAtomic() {
