@@ -110,6 +110,9 @@ func TestDocumentMVCC(t *testing.T) {
 	require.Equal(t, false, r.body["continuous"])
 	require.Equal(t, adminName, r.body["owner"])
 	requireError(t, e.do("GET", "/_replicator/my_rep?rev="+rev1, asAdmin, nil), 404, "not_found")
+	revs := e.do("GET", "/_replicator/my_rep?revs=true", asAdmin, nil).body["_revisions"].(map[string]any)
+	require.EqualValues(t, 2, revs["start"])
+	require.Equal(t, []any{rev2[2:], rev1[2:]}, revs["ids"])
 
 	// Delete needs the current rev.
 	requireError(t, e.do("DELETE", "/_replicator/my_rep", asAdmin, nil), 409, "conflict")

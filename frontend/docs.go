@@ -254,7 +254,14 @@ func (s *Server) docRequest(w http.ResponseWriter, r *http.Request, id string) {
 			return
 		}
 		w.Header().Set("ETag", `"`+d.rev+`"`)
-		writeJSON(w, http.StatusOK, s.docJSON(d, userFrom(r)))
+		out := s.docJSON(d, userFrom(r))
+		if revs, he := boolParam(r.URL.Query(), "revs"); he != nil {
+			writeError(w, he)
+			return
+		} else if revs && !strings.HasPrefix(id, localPrefix) {
+			out["_revisions"] = revisions(d)
+		}
+		writeJSON(w, http.StatusOK, out)
 	case http.MethodPut:
 		if mt := r.Header.Get("Content-Type"); strings.HasPrefix(mt, "multipart/") {
 			writeError(w, newError(http.StatusUnsupportedMediaType, "bad_content_type", "attachments are not supported; send application/json"))
@@ -277,4 +284,16 @@ func (s *Server) docRequest(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		s.commitDoc(w, r, db, id, nil, rev, true, http.StatusOK)
 	}
+}
+
+// revisions renders CouchDB's _revisions: the rev position and the hashes
+// of the kept history, newest first.
+func revisions(d *doc) map[string]any {
+	pos, _ := revPos(d.rev)
+	ids := []string{}
+	for _, r := range append([]string{d.rev}, d.ancestors...) {
+		_, h, _ := strings.Cut(r, "-")
+		ids = append(ids, h)
+	}
+	return map[string]any{"start": pos, "ids": ids}
 }

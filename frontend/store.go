@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,9 +38,17 @@ type dbMeta struct {
 }
 
 type docRecord struct {
-	Rev  string          `json:"rev"`
+	Rev string `json:"rev"`
+	// Revs are the earlier revisions of the document's branch, newest
+	// first, at most maxRevHistory.
+	Revs []string        `json:"revs,omitempty"`
 	Body json.RawMessage `json:"body,omitempty"`
 }
+
+// maxRevHistory bounds the revision history kept per document: enough for
+// GET ?revs=true and for a retried write to find its own revision under
+// writes made since (see writeDocTx).
+const maxRevHistory = 20
 
 type changeRow struct {
 	ID      string `json:"id"`
@@ -242,10 +251,11 @@ func parseSeq(since string) (tuple.Versionstamp, bool, error) {
 
 // doc is a document as read.
 type doc struct {
-	id      string
-	rev     string
-	deleted bool
-	body    map[string]any // without _id and _rev
+	id        string
+	rev       string
+	ancestors []string // earlier revs, newest first
+	deleted   bool
+	body      map[string]any // without _id and _rev
 }
 
 func decodeBody(raw json.RawMessage) (map[string]any, error) {
@@ -312,7 +322,7 @@ func decodeRecord(id string, v []byte, deleted bool) (*doc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("frontend: corrupt document %q: %v", id, err)
 	}
-	return &doc{id: id, rev: r.Rev, deleted: deleted, body: body}, nil
+	return &doc{id: id, rev: r.Rev, ancestors: r.Revs, deleted: deleted, body: body}, nil
 }
 
 // revPos returns the generation of a rev ("3-abc" -> 3).
@@ -384,9 +394,12 @@ func (s *store) writeDocTx(tr kv.Transaction, w writeReq, canonical []byte, prod
 	default:
 		return "", err
 	}
-	if cur != nil && (cur.deleted == w.deleted) {
+	// A retry after commit_unknown_result finds the revision its earlier
+	// attempt committed, current or (if the replicator or a user wrote
+	// since) in the history: the write happened, report it.
+	if cur != nil {
 		for _, r := range *produced {
-			if r == cur.rev {
+			if r == cur.rev || slices.Contains(cur.ancestors, r) {
 				return r, nil
 			}
 		}
@@ -419,6 +432,13 @@ func (s *store) writeDocTx(tr kv.Transaction, w writeReq, canonical []byte, prod
 	}
 	rev := newRev(prev, w.deleted, canonical)
 	*produced = append(*produced, rev)
+	var history []string
+	if cur != nil {
+		history = append([]string{cur.rev}, cur.ancestors...)
+		if len(history) > maxRevHistory {
+			history = history[:maxRevHistory]
+		}
+	}
 	if w.hook != nil {
 		if err := w.hook(tr, old, w.body); err != nil {
 			return "", err
@@ -426,11 +446,11 @@ func (s *store) writeDocTx(tr kv.Transaction, w writeReq, canonical []byte, prod
 	}
 	// Store the revision.
 	if w.deleted {
-		v, _ := json.Marshal(docRecord{Rev: rev})
+		v, _ := json.Marshal(docRecord{Rev: rev, Revs: history})
 		tr.Clear(s.docKey(w.db, w.id))
 		tr.Set(s.tombKey(w.db, w.id), v)
 	} else {
-		v, _ := json.Marshal(docRecord{Rev: rev, Body: canonical})
+		v, _ := json.Marshal(docRecord{Rev: rev, Revs: history, Body: canonical})
 		if len(v) > kv.MaxValueSize {
 			return "", newError(413, "document_too_large", w.id)
 		}

@@ -55,6 +55,31 @@ func TestWriteRetryAfterCommit(t *testing.T) {
 		_, err = attempt()
 		require.ErrorIs(t, err, ErrConflict)
 	}
+	// A replay still finds its revision after someone else wrote on top of
+	// it (the replicator recording a state, say).
+	w := writeReq{db: "_replicator", id: "h", body: map[string]any{"v": 1}}
+	canonical, _ := json.Marshal(w.body)
+	var produced []string
+	first, err := kv.Transact(ctx, db, func(tr kv.Transaction) (string, error) { return s.writeDocTx(tr, w, canonical, &produced) })
+	require.NoError(t, err)
+	other := writeReq{db: "_replicator", id: "h", baseRev: first, body: map[string]any{"v": 2}}
+	_, err = s.writeDoc(ctx, other)
+	require.NoError(t, err)
+	again, err := kv.Transact(ctx, db, func(tr kv.Transaction) (string, error) { return s.writeDocTx(tr, w, canonical, &produced) })
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	require.NoError(t, s.deleteDB(ctx, "_replicator", nil))
+	require.NoError(t, s.createDB(ctx, "_replicator", "u3", nil))
+	w = writeReq{db: "_replicator", id: "d", body: map[string]any{}}
+	_, err = s.writeDoc(ctx, w)
+	require.NoError(t, err)
+	w = writeReq{db: "_replicator", id: "d", baseRev: "", deleted: false, body: map[string]any{}}
+	_, err = s.writeDoc(ctx, w)
+	require.ErrorIs(t, err, ErrConflict)
+	cur, err := kv.ReadTransact(ctx, db, func(tr kv.ReadTransaction) (*doc, error) { return s.getDoc(tr, "_replicator", "d") })
+	require.NoError(t, err)
+	_, err = s.writeDoc(ctx, writeReq{db: "_replicator", id: "d", baseRev: cur.rev, deleted: true, body: map[string]any{}})
+	require.NoError(t, err)
 	rows, _, err := s.changes(ctx, "_replicator", "", -1, false)
 	require.NoError(t, err)
 	require.Len(t, rows, 1, "one changes row per document")
