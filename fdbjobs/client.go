@@ -76,9 +76,16 @@ func (c *Client) readTransactor(tx kv.ReadTransactor) kv.ReadTransactor {
 	return tx
 }
 
+// MaxNameSize is the longest type or job id accepted, in bytes, so that
+// every key stays far below FoundationDB's 10,000-byte key limit.
+const MaxNameSize = 1000
+
 func checkName(what, s string) error {
 	if s == "" {
 		return fmt.Errorf("%w: empty %s", ErrInvalidArgument, what)
+	}
+	if len(s) > MaxNameSize {
+		return fmt.Errorf("%w: %s of %d bytes, at most %d", ErrInvalidArgument, what, len(s), MaxNameSize)
 	}
 	return nil
 }

@@ -82,10 +82,19 @@
 // A scheduled Accept reads at most AcceptRangeLimit pending keys with a
 // snapshot read, picks one (or n, for AcceptBatch) at random and adds a read
 // conflict on the picked keys only: concurrent acceptors conflict only when
-// they pick the same job. A NoSchedule Accept takes the pending key next to
-// a random point (O(1), for random-looking ids scheduled at 0). With nothing
+// they pick the same job. Acceptors of one node also skip the keys the
+// node's other acceptors are claiming, and start their reads at a per-node
+// cursor (reset at least every CursorReset) rather than at the start of
+// the queue, whose recently accepted keys an LSM store keeps as tombstones
+// for a while. A NoSchedule Accept takes the pending key next to a random
+// point (O(1), for random-looking ids scheduled at 0). With nothing
 // pending, the same transaction sets a watch on the type's pending counter
 // and Accept waits on it: no polling.
+//
+// Jobs are taken in no strict order: at random among the first pending
+// ones by scheduled time, and a job enqueued before the cursor (an earlier
+// scheduled time, or a lower id at the same time) may wait up to
+// CursorReset behind later ones.
 //
 // # Activity monitor
 //
@@ -106,15 +115,20 @@
 // Every transaction is small and retried by the kv retry loop, including
 // after commit_unknown_result, when the previous attempt may have
 // committed. Each operation gives the same outcome when its transaction
-// body runs twice: Accept finds the claims recorded under its token and
-// returns those jobs; Update re-checks the lock and writes a new heartbeat;
-// Finish recognises its own earlier commit through PrevToken; Resubmit and
-// Add find the job already in the requested state; Remove reports success
-// when an earlier attempt of the same call removed the job. (When another
-// transaction commits between the two attempts, the second sees its
-// effects: for example a job removed by someone else after our Finish
-// committed gives ErrHalt.) Operations that join a caller's transaction run
-// once per call; the caller's loop owns retries.
+// body runs again after committing, even when other clients changed the
+// job in between: Accept finds the claim record of its token and returns
+// those jobs; Update sees the heartbeat its earlier attempt wrote (the seq
+// moved under its own lock) and writes no second one; Finish recognises its
+// own commit through PrevToken; Add and Resubmit recognise their own add
+// token in the row and do not resubmit a job their first attempt enqueued
+// and a worker took since; Remove reports success when an earlier attempt
+// removed the job, and leaves alone a job added again since. Operations that
+// join a caller's transaction run once per call of the caller's function:
+// a caller whose function may run again after committing must make its
+// own calls idempotent (for example, Add only if JobState says
+// ErrNotFound, and treat ErrNotFound from Remove as done); Finish is safe
+// to repeat there too (the row records the lock that finished it), and a
+// repeated Update only writes one more heartbeat.
 //
 // The activity monitor and the notifier size their batches by AIMD: a
 // transaction_too_large, retryable error or timeout shrinks the batch by
