@@ -394,8 +394,11 @@ func TestCouchJobs_accept_no_schedule(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotFound)
 }
 
-func TestCouchJobs_subscribe(t *testing.T) {
-	b := setup(t)
+func TestCouchJobs_subscribe(t *testing.T) { testCouchJobs_subscribe(t, func(*bundle) {}) }
+
+func testCouchJobs_subscribe(t *testing.T, prep func(*bundle), opts ...bundleOpt) {
+	b := setup(t, opts...)
+	prep(b)
 	b.start(t)
 	_, _, _, err := b.c.Subscribe(b.ctx, nil, "unknown-type", j1)
 	require.ErrorIs(t, err, ErrNotFound)
@@ -445,7 +448,12 @@ func TestCouchJobs_subscribe(t *testing.T) {
 }
 
 func TestCouchJobs_remove_when_subscribed_and_pending(t *testing.T) {
-	b := setup(t)
+	testCouchJobs_remove_when_subscribed_and_pending(t, func(*bundle) {})
+}
+
+func testCouchJobs_remove_when_subscribed_and_pending(t *testing.T, prep func(*bundle), opts ...bundleOpt) {
+	b := setup(t, opts...)
+	prep(b)
 	b.start(t)
 	b.add(t, t1, j1, "", 0)
 	sub, _, _, err := b.c.Subscribe(b.ctx, nil, t1, j1)
@@ -457,7 +465,12 @@ func TestCouchJobs_remove_when_subscribed_and_pending(t *testing.T) {
 }
 
 func TestCouchJobs_remove_when_subscribed_and_running(t *testing.T) {
-	b := setup(t)
+	testCouchJobs_remove_when_subscribed_and_running(t, func(*bundle) {})
+}
+
+func testCouchJobs_remove_when_subscribed_and_running(t *testing.T, prep func(*bundle), opts ...bundleOpt) {
+	b := setup(t, opts...)
+	prep(b)
 	b.start(t)
 	b.add(t, t1, j1, "", 0)
 	sub, _, _, err := b.c.Subscribe(b.ctx, nil, t1, j1)
@@ -472,7 +485,12 @@ func TestCouchJobs_remove_when_subscribed_and_running(t *testing.T) {
 }
 
 func TestCouchJobs_subscribe_wait_multiple(t *testing.T) {
-	b := setup(t)
+	testCouchJobs_subscribe_wait_multiple(t, func(*bundle) {})
+}
+
+func testCouchJobs_subscribe_wait_multiple(t *testing.T, prep func(*bundle), opts ...bundleOpt) {
+	b := setup(t, opts...)
+	prep(b)
 	b.start(t)
 	b.add(t, t1, j1, "", 0)
 	b.add(t, t1, j2, "", 0)
@@ -724,7 +742,18 @@ func TestCouchJobs_batching(t *testing.T) {
 		require.Equal(t, n, cnt)
 		b.requireClean(t)
 	})
-	t.Run("subscribe", func(t *testing.T) {
+	notifierFaults := func(b *bundle) { b.c.hooks.notifierBatch = alternate(kv.CodeTransactionTimedOut) }
+	t.Run("subscribe", func(t *testing.T) { testCouchJobs_subscribe(t, notifierFaults, small) })
+	t.Run("remove_when_subscribed_and_pending", func(t *testing.T) {
+		testCouchJobs_remove_when_subscribed_and_pending(t, notifierFaults, small)
+	})
+	t.Run("remove_when_subscribed_and_running", func(t *testing.T) {
+		testCouchJobs_remove_when_subscribed_and_running(t, notifierFaults, small)
+	})
+	t.Run("subscribe_wait_multiple", func(t *testing.T) {
+		testCouchJobs_subscribe_wait_multiple(t, notifierFaults, small)
+	})
+	t.Run("subscribe_many", func(t *testing.T) {
 		b := setup(t, small)
 		b.c.hooks.notifierBatch = alternate(kv.CodeTransactionTimedOut)
 		b.start(t)
