@@ -43,7 +43,7 @@ func (r *Run) changesRequest() (changesRequest, error) {
 	}
 	req := changesRequest{method: http.MethodGet, query: q}
 	switch {
-	case len(rep.DocIDs) > 0:
+	case rep.DocIDs != nil:
 		q.Set("filter", "_doc_ids")
 		b, err := json.Marshal(map[string][]string{"doc_ids": rep.DocIDs})
 		if err != nil {
@@ -181,7 +181,7 @@ func (r *Run) changesOnce(ctx context.Context, base *changesRequest, since json.
 		return nil, err
 	}
 	defer res.stream.Close()
-	if res.status == http.StatusMethodNotAllowed && base.method == http.MethodPost && len(r.rep.DocIDs) > 0 {
+	if res.status == http.StatusMethodNotAllowed && base.method == http.MethodPost && r.rep.DocIDs != nil {
 		// Servers without the _doc_ids filter: read everything, keep ours.
 		base.method, base.body = http.MethodGet, nil
 		base.query.Del("filter")

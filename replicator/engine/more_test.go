@@ -154,3 +154,15 @@ func TestMaxBackoff(t *testing.T) {
 	_, err = engine.Start(ctx, rep, engine.Options{ServerUUID: testUUID, Limiter: limiter}).Wait()
 	require.ErrorIs(t, err, engine.ErrMaxBackoff)
 }
+
+func TestEmptyDocIDs(t *testing.T) {
+	t.Parallel()
+	srv := couchtest.StartPouchDB(t)
+	srv.CreateDB(t, "src")
+	srv.AddDocs(t, "src", 0, 5)
+	rep, err := engine.ParseReplication([]byte(`{"source": "` + srv.DBURL("src") + `", "target": "` + srv.DBURL("tgt") + `", "create_target": true, "doc_ids": []}`))
+	require.NoError(t, err)
+	res := runOnce(t, rep, engine.Options{})
+	require.Zero(t, res.Stats.DocsWritten)
+	require.Empty(t, enginetest.Take(t, srv.DBURL("tgt")))
+}

@@ -50,6 +50,8 @@ type Replication struct {
 	CreateTargetParams json.RawMessage
 
 	// At most one of DocIDs, Selector and Filter selects what to replicate.
+	// DocIDs is the doc_ids filter when not nil (an empty list replicates
+	// nothing).
 	DocIDs   []string
 	Selector json.RawMessage
 	// Filter is "ddoc/name" (a filter function in the source's

@@ -575,7 +575,7 @@ func (r *Run) logDoc(seq json.RawMessage, s Stats) *CheckpointDoc {
 		ReplicationIDVersion: ReplicationIDVersion,
 		History:              historyWith(entry, r.history),
 	}
-	if len(r.rep.DocIDs) > 0 {
+	if r.rep.DocIDs != nil {
 		d.StartTime, d.EndTime = entry.StartTime, entry.EndTime
 		d.DocsRead, d.DocsWritten, d.DocWriteFailures = &entry.DocsRead, &entry.DocsWritten, &entry.DocWriteFailures
 	}
