@@ -42,6 +42,7 @@ func runKVBench(args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the embedded store's preload and rows to this file")
 	pebbleRow := fs.Bool("pebble", true, "also measure plain pebble for comparison")
 	verbose := fs.Bool("v", false, "print the embedded store's counters after each row")
+	memProfile := fs.String("memprofile", "", "write an allocation profile of the embedded store's preload and rows to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -111,6 +112,17 @@ func runKVBench(args []string) error {
 		return err
 	}
 	pprof.StopCPUProfile()
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return err
+		}
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
 
 	pebRows := make([]kvResult, len(clients))
 	if *pebbleRow {
