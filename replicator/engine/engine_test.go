@@ -94,6 +94,22 @@ func fixture(t *testing.T, srv *couchtest.Server, db string, n int, seed uint64)
 			},
 		})
 	}
+	// Conflicting leaves that each carry attachments.
+	var conflicted []map[string]any
+	for i := 0; i < 3; i++ {
+		for b := 0; b < 2; b++ {
+			h := hash(fmt.Sprintf("attconf-%d-%d", i, b))
+			conflicted = append(conflicted, map[string]any{
+				"_id": fmt.Sprintf("attconf-%d", i), "_rev": "1-" + h, "_revisions": map[string]any{"start": 1, "ids": []string{h}},
+				"branch": b,
+				"_attachments": map[string]any{fmt.Sprintf("leaf-%d.txt", b): map[string]any{"content_type": "text/plain",
+					"data": base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf("leaf %d of %d", b, i)))}},
+			})
+		}
+	}
+	for _, r := range srv.BulkDocs(t, db, conflicted, false) {
+		require.Empty(t, r.Error, "%s: %s", r.ID, r.Reason)
+	}
 	srv.PutDoc(t, db, map[string]any{
 		"_id":     "_design/app",
 		"filters": map[string]any{"even": "function(doc, req) { return doc.n % 2 === 0 && (!req.query.max || doc.n < Number(req.query.max)); }"},
