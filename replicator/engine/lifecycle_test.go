@@ -174,6 +174,10 @@ func TestStartErrors(t *testing.T) {
 	rep.Target = authed("created2", "admin", "wrong")
 	_, err := engine.Start(context.Background(), rep, engine.Options{ServerUUID: testUUID}).Wait()
 	require.ErrorIs(t, err, engine.ErrUnauthorized)
+	// Anonymous: pouchdb-server would crash on the PUT, so it is not sent.
+	rep.Target = authed("created3", "", "")
+	_, err = engine.Start(context.Background(), rep, engine.Options{ServerUUID: testUUID}).Wait()
+	require.ErrorIs(t, err, engine.ErrUnauthorized)
 	require.False(t, srv.Exited())
 }
 

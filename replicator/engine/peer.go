@@ -177,6 +177,17 @@ func (p *peer) create(ctx context.Context, params json.RawMessage) error {
 	if err != nil {
 		return fmt.Errorf("%w: create_target_params: %v", ErrInvalidSpec, err)
 	}
+	// An existing database needs no PUT (CouchDB's would be answered 412
+	// and ignored).
+	_, err = p.info(ctx)
+	if err == nil || !errors.Is(err, ErrDBNotFound) {
+		return err
+	}
+	// pouchdb-server 4.2 crashes on a PUT {db} from a non-admin: ask it
+	// who we are first.
+	if p.isPouchServer(ctx) && !p.isAdmin(ctx) {
+		return fmt.Errorf("%w: unauthorized to access or create database %s", ErrUnauthorized, p.url())
+	}
 	_, err = p.do(ctx, http.MethodPut, "", q, nil, nil)
 	switch {
 	case err == nil:
@@ -189,6 +200,30 @@ func (p *peer) create(ctx context.Context, params json.RawMessage) error {
 		return nil
 	}
 	return err
+}
+
+// isPouchServer reports whether the server root greets as express-pouchdb.
+func (p *peer) isPouchServer(ctx context.Context) bool {
+	var root map[string]json.RawMessage
+	if _, err := p.do(ctx, http.MethodGet, "/", nil, nil, &root); err != nil {
+		return false
+	}
+	_, ok := root["express-pouchdb"]
+	return ok
+}
+
+// isAdmin reports whether the server's _session lists the _admin role for
+// our credentials.
+func (p *peer) isAdmin(ctx context.Context) bool {
+	var s struct {
+		UserCtx struct {
+			Roles []string `json:"roles"`
+		} `json:"userCtx"`
+	}
+	if _, err := p.do(ctx, http.MethodGet, "/_session", nil, nil, &s); err != nil {
+		return false
+	}
+	return contains(s.UserCtx.Roles, "_admin")
 }
 
 // objectQuery turns a JSON object into query parameters: strings as is,
