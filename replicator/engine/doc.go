@@ -23,8 +23,8 @@
 //
 // A run verifies both databases (GET {db}/: 401 → ErrUnauthorized, 403 →
 // ErrForbidden, anything else → ErrDBNotFound), creating the target first
-// with create_target (PUT, create_target_params as query string; an existing
-// database is fine). It reads the checkpoint documents _local/<base id> of
+// with create_target (PUT, create_target_params as query string, unless it
+// exists already). It reads the checkpoint documents _local/<base id> of
 // both sides and starts from their common ancestry (matching session ids in
 // the two histories) or from since_seq or 0. It then reads the source's
 // changes feed (feed=normal for one-shot runs, feed=continuous resumed from
@@ -79,7 +79,8 @@
 // never sends what crashes or hangs it: selectors go in the query string
 // (a POSTed _selector filter kills the server), latest=true is only asked for
 // revisions the source's own feed listed, an empty _bulk_get is never sent
-// (it never answers), open_revs is accepted as JSON with inline base64
+// (it never answers), create_target does not PUT a database that exists nor
+// one it may not create (a non-admin PUT kills the server; _session tells), open_revs is accepted as JSON with inline base64
 // attachments, _bulk_get results grouped per id and {"missing": rev} entries
 // are understood, attachments are never sent gzip-encoded to it, and a PUT
 // reply without "rev" counts as success. Its continuous feeds never end;
