@@ -90,6 +90,8 @@ func TestConflicts(t *testing.T) {
 		{"selector backward, insert between", getKey(kv.LastLessThan(kv.Key("f")), "d"), "e", true},
 		{"selector backward, insert before result", getKey(kv.LastLessThan(kv.Key("f")), "d"), "c", false},
 		{"selector off the end, insert after", getKey(kv.FirstGreaterThan(kv.Key("f")), "\xff"), "x", true},
+		{"first greater than, its own key written", getKey(kv.FirstGreaterThan(kv.Key("d")), "f"), "d", false},
+		{"first greater than, key between written", getKey(kv.FirstGreaterThan(kv.Key("d")), "f"), "e", true},
 		{"selector offset 2", getKey(kv.FirstGreaterOrEqual(kv.Key("a")).Add(1), "d"), "c", true},
 		{"selector offset 2, insert after", getKey(kv.FirstGreaterOrEqual(kv.Key("a")).Add(1), "d"), "e", false},
 		{"snapshot get", func(t *testing.T, tr kv.Transaction) {

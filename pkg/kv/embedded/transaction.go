@@ -409,15 +409,17 @@ func (tr *transaction) resolveKey(s kv.KeySelector, snap bool) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+		// As FoundationDB: the conflict range runs from the first key the
+		// selector could pick to its result.
 		if len(kvs) == s.Offset {
 			r := kvs[len(kvs)-1].Key
 			if !snap {
-				tr.addRead(k, keyAfter(r))
+				tr.addRead(from, keyAfter(r))
 			}
 			return r, nil
 		}
-		if !snap && bytes.Compare(k, maxReadKey) < 0 {
-			tr.addRead(k, maxReadKey)
+		if !snap && bytes.Compare(from, maxReadKey) < 0 {
+			tr.addRead(from, maxReadKey)
 		}
 		return clone(maxReadKey), nil
 	}
