@@ -114,9 +114,11 @@ func TestSeedExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts pouchdb-server peers")
 	}
-	e := newE2E(t)
+	// Peers first: cleanups run in reverse, so the node stops while they
+	// still answer.
 	src := couchtest.StartPouchDB(t)
 	tgt := couchtest.StartPouchDB(t, couchtest.WithAdmin("user", "pass"))
+	e := newE2E(t)
 	src.CreateDB(t, "foo")
 	src.AddDocs(t, "foo", 0, 20)
 
@@ -224,9 +226,9 @@ func TestReplicateEndpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts pouchdb-server peers")
 	}
-	e := newE2E(t)
 	src := couchtest.StartPouchDB(t)
 	tgt := couchtest.StartPouchDB(t)
+	e := newE2E(t)
 	src.CreateDB(t, "a")
 	src.AddDocs(t, "a", 0, 10)
 
