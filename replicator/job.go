@@ -229,9 +229,9 @@ func (w *worker) initJob(d *jobData, repID, code string) bool {
 		x     *jobData
 		state string
 	}
-	o, err := kv.Transact(w.ctx, w.n.db, func(tr kv.Transaction) (outcome, error) {
+	now, jitter := w.now(), rand.Float64()
+	o, err := transactJob(w, func(tr kv.Transaction) (outcome, error) {
 		x := d.clone()
-		now := w.now()
 		if x.RepID != "" && x.RepID != repID {
 			if err := clearRepID(tr, w.n.k, x.RepID, w.job.ID); err != nil {
 				return outcome{}, err
@@ -256,7 +256,7 @@ func (w *worker) initJob(d *jobData, repID, code string) bool {
 					if x.transient() {
 						return outcome{x: x, state: StateFailed}, w.failTx(tr, x, "error", reason)
 					}
-					return outcome{x: x, state: StateCrashing}, w.crashTx(tr, x, "error", reason)
+					return outcome{x: x, state: StateCrashing}, w.crashTx(tr, x, "error", reason, now, jitter)
 				}
 				var reason string
 				if x.transient() {
@@ -284,6 +284,30 @@ func (w *worker) initJob(d *jobData, repID, code string) bool {
 	*d = *o.x
 	w.afterFinish(o.state, d)
 	return o.run
+}
+
+// jobTxAttempts bounds how often a job transaction that failed with a
+// non-retryable error (such as transaction_timed_out) is run again before
+// the worker gives up and leaves the job to the activity monitor.
+const jobTxAttempts = 5
+
+// transactJob is kv.Transact, run again after non-retryable errors other
+// than ErrHalt (a job transaction abandoned halfway would leave the job
+// running with no worker until the activity monitor notices).
+func transactJob[T any](w *worker, f func(kv.Transaction) (T, error)) (T, error) {
+	var v T
+	var err error
+	for i := 0; i < jobTxAttempts; i++ {
+		v, err = kv.Transact(w.ctx, w.n.db, f)
+		if err == nil || errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil {
+			return v, err
+		}
+		select {
+		case <-w.ctx.Done():
+		case <-time.After(time.Duration(10<<i) * time.Millisecond):
+		}
+	}
+	return v, err
 }
 
 // txError logs a failed job transaction; ErrHalt means the job was
@@ -317,7 +341,7 @@ func (w *worker) heartbeat(d *jobData, s engine.Stats) bool {
 
 // finishTx runs f (which finishes the job) in a transaction and updates d.
 func (w *worker) finishTx(d *jobData, state string, f func(tr kv.Transaction, x *jobData) error) {
-	x, err := kv.Transact(w.ctx, w.n.db, func(tr kv.Transaction) (*jobData, error) {
+	x, err := transactJob(w, func(tr kv.Transaction) (*jobData, error) {
 		x := d.clone()
 		return x, f(tr, x)
 	})
@@ -408,12 +432,12 @@ func (w *worker) complete(d *jobData, res engine.Result) {
 // reschedule stops the job and makes it pending again at its fair-share
 // time (preemption, shutdown, filter change).
 func (w *worker) reschedule(d *jobData, why string) {
+	now := w.now()
+	stime := w.cfg.enqueueTime(now, w.n.currentUsage(), d.shareKey())
 	w.finishTx(d, StatePending, func(tr kv.Transaction, x *jobData) error {
-		now := w.now()
 		x.State, x.StateInfo, x.Node, x.LastUpdated = StatePending, nil, "", ms(now)
 		x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventStopped, Timestamp: ms(now), Reason: why})
 		x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventPending, Timestamp: ms(now)})
-		stime := w.cfg.enqueueTime(now, w.n.currentUsage(), x.shareKey())
 		return w.resubmitTx(tr, x, stime)
 	})
 }
@@ -436,11 +460,14 @@ func (w *worker) crash(d *jobData, err error) {
 		w.fail(d, tag, reason)
 		return
 	}
-	w.finishTx(d, StateCrashing, func(tr kv.Transaction, x *jobData) error { return w.crashTx(tr, x, tag, reason) })
+	now, jitter := w.now(), rand.Float64()
+	w.finishTx(d, StateCrashing, func(tr kv.Transaction, x *jobData) error { return w.crashTx(tr, x, tag, reason, now, jitter) })
 }
 
-func (w *worker) crashTx(tr kv.Transaction, x *jobData, tag, reason string) error {
-	now := w.now()
+// crashTx makes the job crashing. now and jitter (in [0, 1)) are chosen
+// outside the transaction so that a retry after commit_unknown_result
+// schedules the job at the same time.
+func (w *worker) crashTx(tr kv.Transaction, x *jobData, tag, reason string, now time.Time, jitter float64) error {
 	if x.LastStart > 0 && now.Sub(time.UnixMilli(x.LastStart)) > w.cfg.HealthThreshold {
 		x.ErrorCount = 0 // healed: it ran long enough since its last start
 	}
@@ -448,23 +475,19 @@ func (w *worker) crashTx(tr kv.Transaction, x *jobData, tag, reason string) erro
 	x.State, x.StateInfo, x.LastError, x.Node, x.LastUpdated = StateCrashing, stateInfoOf(tag, reason), reason, "", ms(now)
 	x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventCrashed, Timestamp: ms(now), Reason: reason})
 	x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventPending, Timestamp: ms(now)})
-	return w.resubmitTx(tr, x, ms(now)+w.cfg.backoff(x.ErrorCount).Milliseconds())
+	return w.resubmitTx(tr, x, ms(now)+w.cfg.backoff(x.ErrorCount, jitter).Milliseconds())
 }
 
 // backoff is the wait after the n-th consecutive crash (n >= 1):
-// min(MinBackoff * 2^(n-1), MaxBackoff), minus a random jitter of up to a
-// quarter.
-func (c Config) backoff(n int) time.Duration {
+// min(MinBackoff * 2^(n-1), MaxBackoff), minus up to a quarter: jitter in
+// [0, 1) picks how much.
+func (c Config) backoff(n int, jitter float64) time.Duration {
 	wait := c.MinBackoff
 	for i := 1; i < n && wait < c.MaxBackoff; i++ {
 		wait *= 2
 	}
 	wait = min(wait, c.MaxBackoff)
-	q := wait / 4
-	if q <= 0 {
-		return wait
-	}
-	return wait - q + time.Duration(rand.Int64N(int64(q)+1))
+	return wait - time.Duration(jitter*float64(wait/4))
 }
 
 // engineErrors are the engine's error classes, matched in order.
