@@ -46,13 +46,17 @@
 //
 // # Job server
 //
-// Acceptors take the runnable job with the oldest scheduled time (found
-// by bisecting fdbjobs pending counts to Interval/50, widened to as many
-// jobs as the node has acceptors so they rarely collide, then an Accept
-// bounded by that time); with nothing runnable an acceptor waits on the
-// queue's watch for up to a random part of StartupJitter. An acceptor that
-// gets a job becomes its worker, and the pool is topped up while acceptors
-// < MaxAcceptors and acceptors + workers < MaxJobs. Every Interval (plus
+// Acceptors take the runnable jobs with the oldest scheduled times: a
+// bisection over fdbjobs pending counts (one snapshot read transaction,
+// to Interval/50) finds the time T by which at least max(4, 2 × the jobs
+// this node's acceptors may take) jobs are runnable, and an AcceptBatch
+// bounded by T picks among them at random, so concurrent acceptors of all
+// nodes rarely collide. With nothing runnable an acceptor waits on the
+// queue's watch for up to a random part of StartupJitter. The pool holds
+// at most MaxAcceptors acceptors, which between them may take the room
+// left under MaxJobs (at most 25 jobs each at once, so a starting node
+// fills quickly); an acceptor that gets jobs becomes their workers and the
+// pool is topped up. Every Interval (plus
 // up to a third, at random) the node: applies a configuration given to
 // SetConfig; charges run time for fair share; stops the oldest continuous
 // jobs beyond MaxJobs that ran at least MinRunTime (one-shot jobs only
