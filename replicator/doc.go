@@ -56,15 +56,18 @@
 // at most MaxAcceptors acceptors, which between them may take the room
 // left under MaxJobs (at most 25 jobs each at once, so a starting node
 // fills quickly); an acceptor that gets jobs becomes their workers and the
-// pool is topped up. Every Interval (plus
-// up to a third, at random) the node: applies a configuration given to
+// pool is topped up.
+//
+// Every Interval (plus up to a third, at random) the node: applies a configuration given to
 // SetConfig; charges run time for fair share; stops the oldest continuous
 // jobs beyond MaxJobs that ran at least MinRunTime (one-shot jobs only
 // after MaxJobs was lowered, and after the continuous ones), each writing
 // a final checkpoint and going back to pending; starts up to
 // min(MaxChurn - jobs accepted in the last interval, MaxJobs + MaxChurn -
-// acceptors - workers, runnable jobs) extra acceptors, so that with more
-// runnable jobs than capacity about MaxChurn jobs rotate per interval; and
+// acceptors' room - workers, runnable jobs) jobs' worth of extra
+// acceptors, so that with more runnable jobs than capacity about MaxChurn
+// jobs rotate every two intervals (jobs accepted in one interval count
+// against the next one's churn, as in CouchDB); and
 // removes finished transient jobs older than TransientJobMaxAge (and jobs
 // of deleted _replicator databases) with their replication id mapping, at
 // most every max(Interval, TransientJobMaxAge/10).
