@@ -127,8 +127,6 @@
 //   - Options that are not in kv.TransactionOptions (priorities, tags,
 //     read-your-writes disable, system key access) do not exist; keys from
 //     "\xff" on are not readable.
-//   - Range reads that overlap a pending versionstamped key fail with
-//     accessed_unreadable even when a limit would have stopped before it.
 //   - Large scans are read in growing batches from the snapshot; each batch
 //     sees the transaction's writes as they are at that moment.
 package embedded

@@ -124,6 +124,15 @@ func TestVersionstampedReadsAreUnreadable(t *testing.T) {
 	requireCode(t, err, kv.CodeAccessedUnreadable)
 	_, err = tr2.Get(kv.Key("p")).Get()
 	require.NoError(t, err)
+	// A limited read that stops before the possible keys is readable.
+	put(t, db, "p/\x00", "x")
+	tr3 := newTr(t, db)
+	tr3.SetVersionstampedKey(kv.Key("p/\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00/s\x02\x00\x00\x00"), []byte("x"))
+	got, err := tr3.GetRange(kr("p/", "p0"), kv.RangeOptions{Limit: 1}).GetSliceWithError()
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	_, err = tr3.GetRange(kr("p/", "p0"), kv.RangeOptions{Limit: 2}).GetSliceWithError()
+	requireCode(t, err, kv.CodeAccessedUnreadable)
 	_, err = tr2.Commit().Get()
 	require.NoError(t, err)
 }

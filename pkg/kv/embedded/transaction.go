@@ -474,9 +474,6 @@ func (tr *transaction) scan(b, e []byte, limit int, reverse bool) ([]kv.KeyValue
 	if bytes.Compare(b, e) >= 0 {
 		return nil, nil
 	}
-	if tr.unreadableOverlaps(b, e) {
-		return nil, errUnreadable
-	}
 	io := &pebble.IterOptions{UpperBound: e}
 	if len(b) > 0 {
 		io.LowerBound = b // pebble wants nil, not empty, for no bound
@@ -574,6 +571,19 @@ func (tr *transaction) scan(b, e []byte, limit int, reverse bool) ([]kv.KeyValue
 	}
 	if err := it.Error(); err != nil {
 		return nil, err
+	}
+	// The part of [b, e) examined must not hold a key a pending
+	// SetVersionstampedKey could write: the result would depend on it.
+	eb, ee := b, e
+	if limit > 0 && len(out) == limit {
+		if last := out[len(out)-1].Key; reverse {
+			eb = last
+		} else {
+			ee = keyAfter(last)
+		}
+	}
+	if tr.unreadableOverlaps(eb, ee) {
+		return nil, errUnreadable
 	}
 	return out, nil
 }
