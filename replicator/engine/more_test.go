@@ -3,7 +3,12 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,6 +86,18 @@ func TestOptions(t *testing.T) {
 		require.Nil(t, srv.GetDoc(t, "nockpt", "_local/"+base))
 		enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("nockpt"))
 		require.Equal(t, string(lastSeq), res.Stats.ThroughSeq)
+	})
+	t.Run("proxy", func(t *testing.T) {
+		var hits atomic.Int64
+		proxy := httptest.NewServer(&httputil.ReverseProxy{Director: func(r *http.Request) { hits.Add(1) }})
+		t.Cleanup(proxy.Close)
+		u, err := url.Parse(proxy.URL)
+		require.NoError(t, err)
+		rep := engine.Replication{Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, srv.DBURL("proxied")),
+			CreateTarget: true, SourceProxy: u, TargetProxy: u}
+		runOnce(t, rep, engine.Options{})
+		require.Positive(t, hits.Load())
+		enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("proxied"))
 	})
 	t.Run("doc_ids checkpoint fields", func(t *testing.T) {
 		rep := engine.Replication{Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, srv.DBURL("ids")),

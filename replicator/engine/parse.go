@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -102,6 +103,42 @@ func ParseReplication(body []byte) (Replication, error) {
 	}
 	if present("since_seq") {
 		rep.SinceSeq = compactBytes(doc["since_seq"])
+	}
+	proxy := func(k string) (*url.URL, error) {
+		if !present(k) {
+			return nil, nil
+		}
+		var raw string
+		if err := json.Unmarshal(doc[k], &raw); err != nil {
+			return nil, bad("Invalid proxy url")
+		}
+		if raw == "" {
+			return nil, nil
+		}
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "socks5") || u.Host == "" {
+			return nil, bad("proxy has an invalid url")
+		}
+		return u, nil
+	}
+	both, err := proxy("proxy")
+	if err != nil {
+		return rep, err
+	}
+	if rep.SourceProxy, err = proxy("source_proxy"); err != nil {
+		return rep, err
+	}
+	if rep.TargetProxy, err = proxy("target_proxy"); err != nil {
+		return rep, err
+	}
+	if both != nil {
+		if rep.SourceProxy != nil {
+			return rep, bad("`proxy` is mutually exclusive with `source_proxy`")
+		}
+		if rep.TargetProxy != nil {
+			return rep, bad("`proxy` is mutually exclusive with `target_proxy`")
+		}
+		rep.SourceProxy, rep.TargetProxy = both, both
 	}
 	if present("user_ctx") {
 		if err := json.Unmarshal(doc["user_ctx"], &rep.UserCtx); err != nil {

@@ -32,6 +32,10 @@ func TestParseReplication(t *testing.T) {
 	require.Equal(t, 500*time.Millisecond, rep.CheckpointInterval)
 	require.Equal(t, engine.UserCtx{Name: "bob", Roles: []string{"r"}}, rep.UserCtx)
 
+	rep, err = engine.ParseReplication([]byte(`{"source": "http://h/a", "target": "http://h/b", "proxy": "socks5://p:1080"}`))
+	require.NoError(t, err)
+	require.Equal(t, "socks5://p:1080", rep.SourceProxy.String())
+	require.Equal(t, rep.SourceProxy, rep.TargetProxy)
 	rep, err = engine.ParseReplication([]byte(`{"source": "http://h/a", "target": "http://h/b"}`))
 	require.NoError(t, err)
 	require.Equal(t, engine.WorkerProcessesDefault, rep.WorkerProcesses)
@@ -56,6 +60,8 @@ func TestParseReplication(t *testing.T) {
 		{`{"source": "http://h/a", "target": "http://h/b", "worker_processes": "many"}`, "parameter `worker_processes` must be an integer"},
 		{`{"source": "http://h/a", "target": "http://h/b", "worker_batch_size": 0}`, "parameter `worker_batch_size` must be a positive integer"},
 		{`{"source": "http://bob:pw@h/a", "target": "ftp://bob:pw@h/b"}`, "only http and https"},
+		{`{"source": "http://h/a", "target": "http://h/b", "proxy": "ftp://p"}`, "proxy has an invalid url"},
+		{`{"source": "http://h/a", "target": "http://h/b", "proxy": "http://p", "source_proxy": "http://q"}`, "`proxy` is mutually exclusive with `source_proxy`"},
 	}
 	for _, b := range bad {
 		_, err := engine.ParseReplication([]byte(b.body))

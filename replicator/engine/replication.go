@@ -81,6 +81,11 @@ type Replication struct {
 	// value for no retries.
 	RetriesPerRequest int
 
+	// SourceProxy and TargetProxy route each side's requests through an
+	// http, https or socks5 proxy (the "proxy" field sets both).
+	SourceProxy *url.URL
+	TargetProxy *url.URL
+
 	// UserCtx is the user the replication runs as (informational for
 	// remote endpoints).
 	UserCtx UserCtx
@@ -129,6 +134,14 @@ func (rep Replication) Validate() error {
 	}
 	if rep.Target.URL == nil {
 		return bad("Missing replicator database")
+	}
+	for _, p := range []*url.URL{rep.SourceProxy, rep.TargetProxy} {
+		if p == nil {
+			continue
+		}
+		if (p.Scheme != "http" && p.Scheme != "https" && p.Scheme != "socks5") || p.Host == "" {
+			return bad("Invalid proxy url")
+		}
 	}
 	n := 0
 	if rep.DocIDs != nil {

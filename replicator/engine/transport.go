@@ -28,13 +28,14 @@ func (r *Run) newPeers() (*peer, *peer, error) {
 	if opts.RetriesPerRequest == 0 {
 		opts.RetriesPerRequest = couch.NoRetries
 	}
-	srcOpts := opts
+	srcOpts, tgtOpts := opts, opts
 	srcOpts.HTTPConnections = max(2, opts.HTTPConnections)
+	srcOpts.Proxy, tgtOpts.Proxy = r.rep.SourceProxy, r.rep.TargetProxy
 	src, err := couch.NewDB(r.rep.Source, srcOpts, r.opts.Limiter)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: source: %w", ErrInvalidSpec, err)
 	}
-	tgt, err := couch.NewDB(r.rep.Target, opts, r.opts.Limiter)
+	tgt, err := couch.NewDB(r.rep.Target, tgtOpts, r.opts.Limiter)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: target: %w", ErrInvalidSpec, err)
 	}
