@@ -69,7 +69,8 @@ func runReplicationBench(args []string) error {
 	if err != nil {
 		return err
 	}
-	// Warm both node processes up (JIT) before measuring.
+	// Warm the target's node process up (JIT) before measuring; the source
+	// warmed up serving the load and the payload.
 	if _, err := bulkLoad(tgt, "warmup", payload[:min(len(payload), 5000)], *batch, *workers); err != nil {
 		return err
 	}
