@@ -366,6 +366,7 @@ func jitter(max time.Duration) time.Duration {
 // and stop waits for the goroutine to end.
 type service struct {
 	mu     sync.Mutex
+	ctx    context.Context // of the running goroutine
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -374,11 +375,16 @@ func (s *service) start(ctx context.Context, prepare, run func(ctx context.Conte
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cancel != nil {
-		return false
+		if s.ctx.Err() == nil {
+			return false
+		}
+		// It ends, or ended, with its context: wait, then start again.
+		<-s.done
+		s.cancel()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	s.cancel, s.done = cancel, done
+	s.ctx, s.cancel, s.done = ctx, cancel, done
 	if prepare != nil {
 		prepare(ctx)
 	}
@@ -392,7 +398,7 @@ func (s *service) start(ctx context.Context, prepare, run func(ctx context.Conte
 func (s *service) stop() {
 	s.mu.Lock()
 	cancel, done := s.cancel, s.done
-	s.cancel, s.done = nil, nil
+	s.ctx, s.cancel, s.done = nil, nil, nil
 	s.mu.Unlock()
 	if cancel == nil {
 		return

@@ -105,5 +105,11 @@ func TestLifecycleStartContextEnds(t *testing.T) {
 	cancel()
 	_, err = sub.Wait(b.ctx)
 	require.ErrorIs(t, err, ErrSubscriptionClosed)
+
+	// Start works again without a Stop in between.
+	b.start(t)
+	sub, _, _, err = b.c.Subscribe(b.ctx, nil, t1, j1)
+	require.NoError(t, err)
+	sub.Unsubscribe()
 	b.c.Stop()
 }
