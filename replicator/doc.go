@@ -48,10 +48,10 @@
 //
 // Acceptors take the runnable jobs with the oldest scheduled times: a
 // bisection over fdbjobs pending counts (one snapshot read transaction,
-// to Interval/50) finds the time T by which at least max(4, 2 × the jobs
-// this node's acceptors may take) jobs are runnable, and an AcceptBatch
-// bounded by T picks among them at random, so concurrent acceptors of all
-// nodes rarely collide. With nothing runnable an acceptor waits on the
+// to Interval/50) finds the time T by which as many jobs are runnable as
+// the acceptor may take, and an AcceptBatch bounded by T takes them (when
+// acceptors of several nodes aim at the same jobs, the losers of the
+// conflict retry and take what is left by T). With nothing runnable an acceptor waits on the
 // queue's watch for up to a random part of StartupJitter. The pool holds
 // at most MaxAcceptors acceptors, which between them may take the room
 // left under MaxJobs (at most 25 jobs each at once, so a starting node

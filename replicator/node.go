@@ -272,7 +272,7 @@ func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 func (n *Node) acceptSome(ctx context.Context, q int) ([]*fdbjobs.Job, error) {
 	cfg := n.Config()
 	now := ms(cfg.Clock.Now())
-	t, ok, err := n.oldestDue(ctx, now, cfg)
+	t, ok, err := n.oldestDue(ctx, now, cfg, q)
 	if err != nil {
 		return nil, err
 	}
@@ -295,22 +295,15 @@ func (n *Node) acceptSome(ctx context.Context, q int) ([]*fdbjobs.Job, error) {
 	return jobs, err
 }
 
-// acceptSpread is the least number of runnable jobs an acceptor picks
-// among at random: acceptors of all nodes start from the oldest jobs, and
-// picking among too few makes them collide (and retry).
-const acceptSpread = 4
-
 // oldestDue finds, by bisection over pending counts in one snapshot read
 // transaction, the smallest scheduled time T (to a granularity of
-// Interval/50) such that at least k jobs are runnable at T, k being
-// acceptSpread or twice the jobs this node's acceptors may take (so that
-// concurrent acceptors rarely collide); ok is false when no job is
-// runnable now.
-func (n *Node) oldestDue(ctx context.Context, now int64, cfg Config) (int64, bool, error) {
+// Interval/50) such that at least q jobs are runnable at T (fewer when
+// fewer are runnable now); ok is false when no job is runnable now.
+// Concurrent acceptors aiming at the same oldest jobs conflict on the ones
+// they both pick; the loser's retry takes what is left by T.
+func (n *Node) oldestDue(ctx context.Context, now int64, cfg Config, q int) (int64, bool, error) {
 	g := max(1, cfg.Interval.Milliseconds()/50)
-	n.mu.Lock()
-	k := min(max(acceptSpread, 2*n.quota), fdbjobs.AcceptRangeLimit/2)
-	n.mu.Unlock()
+	k := min(max(1, q), fdbjobs.AcceptRangeLimit/2)
 	type res struct {
 		t  int64
 		ok bool
