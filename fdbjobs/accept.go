@@ -107,7 +107,8 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	deadline := clock.Now().Add(opts.Timeout)
 	wait := opts.Timeout != 0
 	for {
-		jobs, watch, err := c.acceptOnce(ctx, typ, n, max, opts.NoSchedule, token, wait)
+		released := c.claiming.released()
+		jobs, watch, busy, err := c.acceptOnce(ctx, typ, n, max, opts.NoSchedule, token, wait)
 		if err != nil {
 			return nil, err
 		}
@@ -116,6 +117,16 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 				watch.Cancel()
 			}
 			return jobs, nil
+		}
+		if busy {
+			// Every pending job seen is being claimed by another acceptor
+			// of this node: wait until one of them is done, then look again.
+			select {
+			case <-released:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
 		if !wait {
 			return nil, fmt.Errorf("no pending job of type %q: %w", typ, ErrNotFound)
@@ -164,7 +175,11 @@ func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, timed boo
 // acceptOnce runs one accept transaction. With no job to take and
 // wantWatch, it returns a watch on the type's pending counter set in that
 // transaction.
-func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, noSchedule bool, token []byte, wantWatch bool) ([]*Job, kv.FutureNil, error) {
+//
+// busy reports that pending jobs were seen but all were being claimed by
+// this node's other acceptors: the caller should wait for one of those to
+// finish (claiming.released) and try again.
+func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, noSchedule bool, token []byte, wantWatch bool) (jobs []*Job, watch kv.FutureNil, busy bool, err error) {
 	type result struct {
 		jobs  []*Job
 		watch kv.FutureNil
@@ -175,7 +190,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		// The previous attempt failed, or committed: either way its picks
 		// need no marking any more.
 		c.claiming.release(picked)
-		picked = nil
+		picked, busy = nil, false
 		jobs, err := c.reclaim(tr, typ, token)
 		if err != nil || len(jobs) > 0 {
 			return result{jobs: jobs}, err
@@ -184,7 +199,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		if noSchedule {
 			cands, err = c.pickNoSchedule(tr, typ, n)
 		} else {
-			cands, err = c.pickScheduled(tr, typ, n, max)
+			cands, busy, err = c.pickScheduled(tr, typ, n, max)
 			picked = cands
 		}
 		if err != nil {
@@ -194,15 +209,15 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		if err != nil {
 			return result{}, err
 		}
-		if len(jobs) == 0 && wantWatch {
+		if len(jobs) == 0 && wantWatch && !busy {
 			return result{watch: tr.Watch(c.k.watchesPending(typ))}, nil
 		}
 		return result{jobs: jobs}, nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	return res.jobs, res.watch, nil
+	return res.jobs, res.watch, busy && len(res.jobs) == 0, nil
 }
 
 // reclaim returns the jobs an earlier attempt of this accept claimed under
@@ -244,25 +259,38 @@ func (c *Client) reclaim(tr kv.Transaction, typ string, token []byte) ([]*Job, e
 // from it finds nothing and at least every CursorReset, so a job added
 // before the cursor (a lower scheduled time or id) waits at most that long
 // to become a candidate.
-func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max int64) ([]kv.Key, error) {
+func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max int64) (picked []kv.Key, busy bool, err error) {
 	r := c.pendingRange(typ, max)
 	snap := tr.Snapshot()
 	begin, fromCursor := c.claiming.cursor(typ, r.Begin.FDBKey(), r.End.FDBKey())
 	limit := window(n)
-	kvs, err := snap.GetRange(kv.KeyRange{Begin: begin, End: r.End}, kv.RangeOptions{Limit: limit}).GetSliceWithError()
-	if err != nil {
-		return nil, err
-	}
-	if len(kvs) == 0 && fromCursor {
-		kvs, err = snap.GetRange(r, kv.RangeOptions{Limit: limit}).GetSliceWithError()
+	seen := false
+	// Keys marked by this node's other acceptors are skipped; when a whole
+	// window is marked, look further (a few windows at most).
+	for windows := 0; windows < 8 && len(picked) < n; windows++ {
+		kvs, err := snap.GetRange(kv.KeyRange{Begin: begin, End: r.End}, kv.RangeOptions{Limit: limit}).GetSliceWithError()
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
+		if windows == 0 {
+			if len(kvs) == 0 && fromCursor {
+				kvs, err = snap.GetRange(r, kv.RangeOptions{Limit: limit}).GetSliceWithError()
+				if err != nil {
+					return nil, false, err
+				}
+			}
+			if len(kvs) > 0 {
+				c.claiming.setCursor(typ, kvs[0].Key)
+			}
+		}
+		seen = seen || len(kvs) > 0
+		picked = append(picked, c.claiming.pick(kvs, n-len(picked))...)
+		if len(kvs) < limit {
+			break
+		}
+		begin = kv.KeyAfter(kvs[len(kvs)-1].Key)
 	}
-	if len(kvs) > 0 {
-		c.claiming.setCursor(typ, kvs[0].Key)
-	}
-	return c.claiming.pick(kvs, n), nil
+	return picked, seen && len(picked) == 0, nil
 }
 
 // window is how many pending keys an Accept of n jobs reads to pick from:

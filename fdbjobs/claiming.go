@@ -25,6 +25,17 @@ type claiming struct {
 	mu      sync.Mutex
 	keys    map[string]struct{}
 	cursors map[string]scanCursor // by type
+	rel     chan struct{}         // closed and replaced by each release
+}
+
+// released returns a channel that is closed at the next release.
+func (c *claiming) released() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rel == nil {
+		c.rel = make(chan struct{})
+	}
+	return c.rel
 }
 
 // scanCursor is where a type's scheduled Accepts start reading.
@@ -98,5 +109,9 @@ func (c *claiming) release(keys []kv.Key) {
 	defer c.mu.Unlock()
 	for _, k := range keys {
 		delete(c.keys, string(k))
+	}
+	if c.rel != nil {
+		close(c.rel)
+		c.rel = nil
 	}
 }

@@ -807,3 +807,31 @@ func TestAcceptCursor(t *testing.T) {
 	_, err = b.c.Accept(b.ctx, t1, AcceptOptions{})
 	require.ErrorIs(t, err, ErrNotFound)
 }
+
+// Acceptors of one node skip each other's picks; one whose candidates are
+// all being claimed waits for a peer to finish instead of reporting
+// nothing pending, or waiting on the pending watch.
+func TestAcceptSkipsLocalClaims(t *testing.T) {
+	b := setup(t)
+	b.add(t, t1, j1, "", 0)
+	b.add(t, t1, j2, "", 0)
+	// Pretend a peer is claiming both.
+	k1, k2 := b.c.k.pendingKey(t1, 0, j1), b.c.k.pendingKey(t1, 0, j2)
+	b.c.claiming.pick([]kv.KeyValue{{Key: k1}, {Key: k2}}, 2)
+	type result struct {
+		job *Job
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		j, err := b.c.Accept(b.ctx, t1, AcceptOptions{})
+		done <- result{j, err}
+	}()
+	// The peer gives j2 up (its transaction failed): the acceptor takes it.
+	b.c.claiming.release([]kv.Key{k2})
+	r := <-done
+	require.NoError(t, r.err)
+	require.Equal(t, j2, r.job.ID)
+	b.c.claiming.release([]kv.Key{k1})
+	require.Equal(t, j1, b.accept(t, t1).ID)
+}
