@@ -105,16 +105,27 @@ func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
 		emitted = c.Seq
 		return nil
 	}
+	// pouchdb-server builds a whole feed=normal reply before sending any of
+	// it, which would leave the target idle for seconds on a large source:
+	// one-shot runs read it in pages of limit rows instead, the next page
+	// being fetched while the workers replicate the previous one. CouchDB
+	// streams its reply, so it gets one request, as its replicator sends.
+	limit := 0
+	if !r.rep.Continuous && r.src.pouch {
+		limit = max(100, r.rep.WorkerBatchSize*r.rep.WorkerProcesses)
+	}
 	for {
 		progressed := false
+		rows := 0
 		emit := func(c change) error {
 			since, progressed = c.Seq, true
+			rows++
 			if base.keep != nil && !base.keep[c.ID] {
 				return nil
 			}
 			return send(c)
 		}
-		lastSeq, err := r.changesOnce(ctx, &base, since, emit)
+		lastSeq, err := r.changesOnce(ctx, &base, since, limit, emit)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -126,7 +137,7 @@ func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
 			}
 			since = lastSeq
 		}
-		if err == nil && !r.rep.Continuous {
+		if err == nil && !r.rep.Continuous && (limit == 0 || rows < limit) {
 			return nil
 		}
 		if err == nil {
@@ -163,12 +174,15 @@ func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
 }
 
 // changesOnce issues one changes request and parses its rows.
-func (r *Run) changesOnce(ctx context.Context, base *changesRequest, since json.RawMessage, emit func(change) error) (json.RawMessage, error) {
+func (r *Run) changesOnce(ctx context.Context, base *changesRequest, since json.RawMessage, limit int, emit func(change) error) (json.RawMessage, error) {
 	q := url.Values{}
 	for k, v := range base.query {
 		q[k] = v
 	}
 	q.Set("since", seqParam(since))
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
 	if r.rep.Continuous {
 		q.Set("feed", "continuous")
 		q.Set("timeout", strconv.FormatInt(max(1000, r.rep.ConnectionTimeout.Milliseconds()/3), 10))

@@ -9,6 +9,7 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
+	"github.com/stretchr/testify/require"
 )
 
 func TestFilters(t *testing.T) {
@@ -85,6 +86,32 @@ func TestFilters(t *testing.T) {
 				t.Fatal("test expects no documents")
 			}
 			enginetest.RequireEqual(t, want, got)
+		})
+	}
+}
+
+// TestPagedFeeds replicates a pouchdb-server source larger than one page of
+// its one-shot feed, unfiltered and filtered (the filter must not end the
+// paging early).
+func TestPagedFeeds(t *testing.T) {
+	t.Parallel()
+	srv := couchtest.StartPouchDB(t)
+	srv.CreateDB(t, "src")
+	srv.AddDocs(t, "src", 0, 450)
+	srv.PutDoc(t, "src", map[string]any{"_id": "_design/app",
+		"filters": map[string]any{"third": "function(doc) { return doc.n % 3 === 0; }"}})
+	for _, tt := range []struct {
+		name, filter string
+		want         int64
+	}{{"unfiltered", "", 451}, {"filtered", "app/third", 150}} {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := engine.Replication{Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, srv.DBURL("tgt-"+tt.name)),
+				CreateTarget: true, Filter: tt.filter, WorkerBatchSize: 10, WorkerProcesses: 2}
+			res := runOnce(t, rep, engine.Options{})
+			require.Equal(t, tt.want, res.Stats.DocsWritten)
+			require.True(t, res.Completed)
+			_, lastSeq := srv.Changes(t, "src", "0")
+			require.Equal(t, string(lastSeq), res.Stats.ThroughSeq)
 		})
 	}
 }
