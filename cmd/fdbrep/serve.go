@@ -294,6 +294,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready chan<- st
 		if err != nil {
 			return err
 		}
+		// Register the job type before the first document write: the
+		// frontend would otherwise do it lazily inside the write's
+		// transaction, whose snapshot predates it, and the first writes
+		// fail until a replication node has run.
+		if err := jobs.SetTypeTimeout(ctx, nil, replicator.JobType, repCfg.JobTimeout); err != nil {
+			return fmt.Errorf("register the %s job type: %w", replicator.JobType, err)
+		}
 		opts.DB, opts.Logger, opts.Version = db, &log, version
 		frontend.WithReplicator(&opts, fe)
 		api, err := frontend.New(opts)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -188,4 +189,20 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.buf.String()
+}
+
+// TestServeFrontendOnly: a frontend with no replication node anywhere
+// accepts documents from the first write (the job type is registered at
+// startup).
+func TestServeFrontendOnly(t *testing.T) {
+	ini := writeIni(t, "[admins]\nadm = pw\n[chttpd_auth]\niterations = 10\n")
+	addr, _ := startServeLogs(t, "-config", ini, "-in-memory", "-bind", "127.0.0.1:0", "-roles", "api_frontend")
+	for i := 0; i < 3; i++ {
+		st, body := doJSON(t, "PUT", "http://"+addr+"/_replicator/r"+strconv.Itoa(i), "adm", "pw",
+			map[string]any{"source": "http://127.0.0.1:1/a", "target": "http://127.0.0.1:1/b"})
+		require.Equal(t, 201, st, body)
+	}
+	st, body := doJSON(t, "GET", "http://"+addr+"/_scheduler/docs/_replicator/r0", "adm", "pw", nil)
+	require.Equal(t, 200, st, body)
+	require.Equal(t, "pending", body["state"])
 }
