@@ -35,7 +35,7 @@ func init() { register("jobs", runJobsBench) }
 func runJobsBench(args []string) error {
 	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
 	jobs := fs.Int("jobs", 200_000, "jobs in the burn-down")
-	workers := fs.Int("workers", 4, "burn-down workers")
+	workers := fs.Int("workers", 8, "burn-down workers")
 	batch := fs.Int("batch", 50, "jobs per AcceptBatch / FinishBatch in the burn-down")
 	insertBatch := fs.Int("insert-batch", 500, "jobs added per transaction")
 	inserters := fs.Int("inserters", 4, "concurrent inserting goroutines")
