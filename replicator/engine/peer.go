@@ -48,8 +48,9 @@ type httpResult struct {
 // transport.
 type peer struct {
 	t transport
-	// pouch is set when the peer is a pouchdb-server (its database info
-	// carries "adapter"), whose quirks the engine avoids.
+	// pouch is set during setup when the peer is a pouchdb-server (its
+	// database info carries "adapter"), whose quirks the engine avoids.
+	// Read-only afterwards.
 	pouch bool
 }
 
@@ -157,7 +158,6 @@ func (p *peer) info(ctx context.Context) (dbInfo, error) {
 	_, err := p.do(ctx, http.MethodGet, "", nil, nil, &info)
 	switch {
 	case err == nil && len(info.UpdateSeq) > 0 && len(info.InstanceStartTime) > 0:
-		p.pouch = info.Adapter != ""
 		return info, nil
 	case errors.Is(err, ErrUnauthorized):
 		return info, fmt.Errorf("%w: unauthorized to access or create database %s", ErrUnauthorized, p.url())

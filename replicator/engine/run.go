@@ -301,6 +301,7 @@ func (r *Run) setup(ctx context.Context) error {
 		return err
 	}
 	r.srcStartTime, r.tgtStartTime = srcInfo.InstanceStartTime, tgtInfo.InstanceStartTime
+	r.src.pouch, r.tgt.pouch = srcInfo.Adapter != "", tgtInfo.Adapter != ""
 	targetEmpty := tgtInfo.DocCount == 0 && tgtInfo.DocDelCount == 0
 
 	code := r.opts.FilterCode
