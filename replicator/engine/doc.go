@@ -83,6 +83,9 @@
 // one it may not create (a non-admin PUT kills the server; _session tells), open_revs is accepted as JSON with inline base64
 // attachments, _bulk_get results grouped per id and {"missing": rev} entries
 // are understood, attachments are never sent gzip-encoded to it, and a PUT
-// reply without "rev" counts as success. Its continuous feeds never end;
+// reply without "rev" counts as success. Since it builds a whole
+// feed=normal reply before sending it, one-shot feeds from it are read in
+// pages (limit = worker_batch_size × worker_processes), the next page
+// being fetched while the workers replicate the last. Its continuous feeds never end;
 // pkg/couch's inactivity timeout catches a silent peer.
 package engine
