@@ -52,6 +52,15 @@ func NewFrontend(db kv.Database, jobs *fdbjobs.Client, cfg Config) (*Frontend, e
 // Metrics returns a snapshot of this process's replicator counters.
 func (f *Frontend) Metrics() []Metric { return f.m.Snapshot() }
 
+// Init registers the rep_jobs type (with Config.JobTimeout) and creates or
+// reads the server UUID. Call it at start-up; the other methods also do it
+// on first use, and DocWritten registers the type inside the caller's
+// transaction when that transaction's snapshot does not have it yet.
+func (f *Frontend) Init(ctx context.Context) error {
+	_, err := f.setup(ctx)
+	return err
+}
+
 // setup registers the job type and reads the server UUID, once.
 func (f *Frontend) setup(ctx context.Context) (string, error) {
 	f.setupMu.Lock()
@@ -249,6 +258,14 @@ func (f *Frontend) addJob(ctx context.Context, tr kv.Transaction, jobID string, 
 		return err
 	}
 	stime := f.cfg.enqueueTime(f.cfg.Clock.Now(), usage, d.shareKey())
+	if _, err := f.jobs.TypeTimeout(ctx, tr, JobType); errors.Is(err, fdbjobs.ErrNotFound) {
+		// The caller's snapshot predates the type's registration.
+		if err := f.jobs.SetTypeTimeout(ctx, tr, JobType, f.cfg.JobTimeout); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
 	if err := f.jobs.Add(ctx, tr, JobType, jobID, d.encode(), stime); err != nil {
 		return err
 	}

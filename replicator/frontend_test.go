@@ -18,7 +18,9 @@ func TestDocWrittenLifecycle(t *testing.T) {
 	doc := repDoc("http://h/a", "http://h/b", true)
 	c.putDoc("_replicator", "d", doc)
 	c.waitDocState("_replicator", "d", StateRunning)
-	require.Equal(t, 1, eng.startsOf("http://h/a/"))
+	// (The job is running from its start transaction; the engine starts
+	// right after.)
+	waitFor(t, "engine started", func() bool { return eng.startsOf("http://h/a/") == 1 })
 
 	// An update that keeps the replication (owner added, key order) leaves
 	// the running job alone.
@@ -100,4 +102,21 @@ func TestNodeLeavesNoGoroutines(t *testing.T) {
 		c.waitDocState("_replicator", "d", StateRunning)
 	})
 	goleak.VerifyNone(t, ignore)
+}
+
+// The first document write works even when the caller's transaction
+// began before the job type was registered (a retry of the caller's loop
+// at worst).
+func TestDocWrittenRegistersTypeInCallersTransaction(t *testing.T) {
+	c := newCluster(t, 0, newFakeEngine(), testConfig())
+	ctx := context.Background()
+	doc, _ := json.Marshal(repDoc("http://h/a", "http://h/b", true))
+	_, err := c.db.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		if _, err := tr.GetReadVersion().Get(); err != nil {
+			return nil, err
+		}
+		return nil, c.fe.DocWritten(ctx, tr, "_replicator", "d", doc)
+	})
+	require.NoError(t, err)
+	require.Equal(t, StatePending, c.docState("_replicator", "d").State)
 }

@@ -184,6 +184,7 @@ func TestTransientJobs(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(resp, &acc))
 	require.True(t, strings.HasSuffix(acc.LocalID, "+continuous"))
+	waitFor(t, "engine started", func() bool { return eng.startsOf("http://h/c/") == 1 })
 	status, _, err = c.fe.Replicate(ctx, cont, bob)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, status)
