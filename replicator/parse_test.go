@@ -2,6 +2,7 @@ package replicator
 
 import (
 	"encoding/json"
+	"net/url"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -111,4 +112,33 @@ func TestValidateDoc(t *testing.T) {
 	out, err := c.fe.PrepareDoc("_replicator", "d", json.RawMessage(good), bob)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"owner":"bob","source":"http://h/a","target":"http://h/b"}`, string(out))
+}
+
+func TestSpecEngineCarriesProxies(t *testing.T) {
+	for _, tc := range []struct {
+		name, body     string
+		source, target string
+	}{
+		{"none", `{"source":"http://h/a","target":"http://h/b"}`, "", ""},
+		{"proxy", `{"source":"http://h/a","target":"http://h/b","proxy":"http://p:3128"}`, "http://p:3128", "http://p:3128"},
+		{"per side", `{"source":"http://h/a","target":"http://h/b","source_proxy":"socks5://s:1080"}`, "socks5://s:1080", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := ParseSpec(json.RawMessage(tc.body))
+			require.NoError(t, err)
+			rep, err := s.Engine()
+			require.NoError(t, err)
+			for _, side := range []struct {
+				got  *url.URL
+				want string
+			}{{rep.SourceProxy, tc.source}, {rep.TargetProxy, tc.target}} {
+				if side.want == "" {
+					require.Nil(t, side.got)
+				} else {
+					require.NotNil(t, side.got)
+					require.Equal(t, side.want, side.got.String())
+				}
+			}
+		})
+	}
 }

@@ -99,7 +99,25 @@ func (s *Spec) Engine() (engine.Replication, error) {
 	if s.UserCtx != nil {
 		rep.UserCtx = engine.UserCtx{Name: s.UserCtx.Name, Roles: s.UserCtx.Roles}
 	}
+	if rep.SourceProxy, err = proxyURL(s.Source.Proxy); err != nil {
+		return engine.Replication{}, err
+	}
+	if rep.TargetProxy, err = proxyURL(s.Target.Proxy); err != nil {
+		return engine.Replication{}, err
+	}
 	return rep, nil
+}
+
+// proxyURL parses a proxy the parser has already validated; "" means none.
+func proxyURL(p string) (*url.URL, error) {
+	if p == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(p)
+	if err != nil {
+		return nil, newReason(ErrBadRequest, "proxy has an invalid url")
+	}
+	return u, nil
 }
 
 func (e EndpointSpec) engine() (couch.Endpoint, error) {
