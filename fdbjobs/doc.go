@@ -48,7 +48,7 @@
 // ("fdbjobs")):
 //
 //	(1, Type, JobID)              DATA: (Seq, Token, Index, STime, Resubmit,
-//	                              PrevToken, PrevIndex, Data)
+//	                              PrevToken, PrevIndex, Data, AddToken)
 //	(2, Type, STime, JobID)       PENDING: "" — the queue, in scheduled-time order
 //	(3, Type)                     WATCHES_PENDING: int64 LE counter, atomic
 //	                              add 1 on every enqueue; blocked acceptors
@@ -75,7 +75,9 @@
 // same commit with versionstamped operations). Token is nil unless running.
 // PrevToken/PrevIndex name the lock of the last Finish, so that a Finish
 // retried after commit_unknown_result recognises its own commit. Data is
-// the job's JSON.
+// the job's JSON. AddToken is the token of the last Add or Resubmit call that
+// changed the job, so that such a call retried after commit_unknown_result
+// recognises its own commit instead of resubmitting the job again.
 //
 // # Accepting
 //
