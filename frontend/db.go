@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 func parseNonNeg(s string) (int, error) {
@@ -263,9 +265,19 @@ func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("fdbrep supports only filter=_doc_ids on replicator databases"))
 		return
 	}
-	if f := q.Get("feed"); f != "" && f != "normal" {
-		writeError(w, badRequest("fdbrep supports only feed=normal on replicator databases"))
+	feed := q.Get("feed")
+	if feed != "" && feed != "normal" && feed != "longpoll" {
+		writeError(w, badRequest("fdbrep supports feed=normal and feed=longpoll on replicator databases"))
 		return
+	}
+	timeout := LongpollTimeoutDefault
+	if v := q.Get("timeout"); v != "" {
+		ms, err := strconv.Atoi(v)
+		if err != nil || ms < 0 {
+			writeError(w, queryParseError(fmt.Sprintf("Invalid value for integer: %q", v)))
+			return
+		}
+		timeout = min(time.Duration(ms)*time.Millisecond, LongpollTimeoutDefault)
 	}
 	limit, he := intParam(q, "limit", -1)
 	var includeDocs bool
@@ -286,6 +298,9 @@ func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 		since = info.updateSeq
 	}
 	rows, last, err := s.store.changes(r.Context(), db, since, limit, includeDocs)
+	if err == nil && feed == "longpoll" && len(rows) == 0 && limit != 0 {
+		rows, last, err = s.longpoll(r.Context(), db, since, limit, includeDocs, timeout)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -310,4 +325,52 @@ func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 		results = append(results, row)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"results": results, "last_seq": last, "pending": 0})
+}
+
+// LongpollTimeoutDefault is the longest a feed=longpoll request waits for
+// a change (also the cap of its timeout parameter).
+const LongpollTimeoutDefault = 60 * time.Second
+
+// longpoll waits, through a watch, until db has a change after since or
+// timeout passes, and returns the changes (none on timeout).
+func (s *Server) longpoll(ctx context.Context, db, since string, limit int, includeDocs bool, timeout time.Duration) ([]change, string, error) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		watches, err := s.store.waitChange(ctx, db, since)
+		if err != nil {
+			return nil, "", err
+		}
+		if watches != nil {
+			cancel := func() {
+				for _, w := range watches {
+					w.Cancel()
+				}
+			}
+			var fired kv.FutureNil
+			select {
+			case <-watches[0].Done():
+				fired = watches[0]
+			case <-watches[1].Done():
+				fired = watches[1]
+			case <-timer.C:
+				cancel()
+				return s.store.changes(ctx, db, since, limit, includeDocs)
+			case <-ctx.Done():
+				cancel()
+				return nil, "", ctx.Err()
+			}
+			_, werr := fired.Get()
+			cancel()
+			if werr != nil {
+				// A failed watch (too many watches, say): answer with what
+				// there is rather than spin.
+				return s.store.changes(ctx, db, since, limit, includeDocs)
+			}
+		}
+		rows, last, err := s.store.changes(ctx, db, since, limit, includeDocs)
+		if err != nil || len(rows) > 0 {
+			return rows, last, err
+		}
+	}
 }

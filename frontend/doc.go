@@ -8,7 +8,7 @@
 //	GET|POST|DELETE /_session                 cookie login (AuthSession), as CouchDB
 //	PUT|GET|HEAD|DELETE|POST /{db}            _replicator and <prefix>/_replicator ('/' as %2F)
 //	PUT|GET|HEAD|DELETE /{db}/{docid}         documents, also _design/… and _local/…
-//	GET  /{db}/_all_docs  /{db}/_changes      (feed=normal; since, limit, include_docs, …)
+//	GET  /{db}/_all_docs  /{db}/_changes      (feed=normal|longpoll; since, limit, include_docs, filter=_doc_ids)
 //	POST /_replicate                          any authenticated user
 //	GET  /_scheduler/jobs[/{id}]  /_scheduler/docs[/{db}[/{docid}]]  /_active_tasks   admins
 //	GET  /_node/_local/_stats  /_node/_local/_prometheus                                admins

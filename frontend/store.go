@@ -27,6 +27,7 @@ import (
 //	("docseq", db, id)       -> 10-byte versionstamp of the document's last change
 //	("seq", db, versionstamp)-> changeRow JSON: the changes feed
 //	("count", db, "doc"|"del") -> little-endian int64 counters (atomic adds)
+//	("feed", db)             -> versionstamp of the last write (watched by longpoll feeds)
 //
 // Live and deleted documents live in separate ranges so that _all_docs is a
 // plain range read; the changes feed holds one row per document, at the
@@ -68,6 +69,11 @@ func (s *store) tombKey(db, id string) kv.Key     { return s.sub.Pack(tuple.Tupl
 func (s *store) localKey(db, id string) kv.Key    { return s.sub.Pack(tuple.Tuple{"local", db, id}) }
 func (s *store) docSeqKey(db, id string) kv.Key   { return s.sub.Pack(tuple.Tuple{"docseq", db, id}) }
 func (s *store) countKey(db, which string) kv.Key { return s.sub.Pack(tuple.Tuple{"count", db, which}) }
+
+// feedKey changes (blind versionstamped write, no conflicts) with every
+// document write of db; longpoll feeds watch it.
+func (s *store) feedKey(db string) kv.Key { return s.sub.Pack(tuple.Tuple{"feed", db}) }
+
 func (s *store) seqSpace(db string) subspace.Subspace {
 	return s.sub.Sub("seq", db)
 }
@@ -145,6 +151,7 @@ func (s *store) deleteDB(ctx context.Context, db string, hook func(kv.Transactio
 		}
 		seen = true
 		tr.Clear(s.dbKey(db))
+		tr.Clear(s.feedKey(db))
 		for _, kind := range []string{"doc", "tomb", "local", "docseq", "seq", "count"} {
 			tr.ClearRange(s.sub.Sub(kind, db))
 		}
@@ -487,6 +494,7 @@ func (s *store) writeDocTx(tr kv.Transaction, w writeReq, canonical []byte, prod
 	}
 	tr.SetVersionstampedKey(key, row)
 	tr.SetVersionstampedValue(s.docSeqKey(w.db, w.id), make([]byte, 14)) // 10 bytes + offset 0
+	tr.SetVersionstampedValue(s.feedKey(w.db), make([]byte, 14))         // wakes longpoll watchers
 	return rev, nil
 }
 
@@ -675,4 +683,33 @@ func (s *store) changes(ctx context.Context, db, since string, limit int, includ
 		return res, nil
 	})
 	return res.rows, res.last, err
+}
+
+// waitChange returns watches that fire after the first document write of
+// db after since (the feed key) or the database's deletion (its metadata
+// key), or nil when there already is a change: the check and the watches
+// are in one transaction, so no write slips between.
+func (s *store) waitChange(ctx context.Context, db, since string) ([]kv.FutureNil, error) {
+	vs, after, err := parseSeq(since)
+	if err != nil {
+		return nil, badRequest(fmt.Sprintf("Malformed since sequence %q", since))
+	}
+	return kv.Transact(ctx, s.db, func(tr kv.Transaction) ([]kv.FutureNil, error) {
+		if _, err := s.getMeta(tr, db); err != nil {
+			return nil, err
+		}
+		sp := s.seqSpace(db)
+		begin, end := sp.FDBRangeKeys()
+		if after {
+			begin = kv.KeyAfter(sp.Pack(tuple.Tuple{vs}))
+		}
+		rows, err := tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: 1}).GetSliceWithError()
+		if err != nil {
+			return nil, err
+		}
+		if len(rows) > 0 {
+			return nil, nil
+		}
+		return []kv.FutureNil{tr.Watch(s.feedKey(db)), tr.Watch(s.dbKey(db))}, nil
+	})
 }
