@@ -6,8 +6,8 @@ DATA_DIR  ?= ./data
 FDBSTUB   := $(CURDIR)/scripts/fdbstub
 POUCHDB   := $(CURDIR)/scripts/pouchdb
 
-.PHONY: all build run test test-unit test-faults lint fdb-check pouchdb \
-        bench-kv bench-jobs bench-replication bench-scheduler cluster clean
+.PHONY: all build run test test-unit test-faults lint fdb-check pouchdb fuzz \
+        bench-kv bench-jobs bench-replication bench-scheduler bench-frontend clean
 
 all: build
 
@@ -16,7 +16,7 @@ build:
 
 ## run: start one node with every role on the embedded store in $(DATA_DIR).
 run: build
-	$(BIN)/fdbrep serve --data-dir $(DATA_DIR)
+	$(BIN)/fdbrep serve -data-dir $(DATA_DIR) $(ARGS)
 
 ## test: what CI runs: lint, the fdb-tagged build, the whole suite with the
 ## race detector, then the whole suite again with storage fault injection.
@@ -53,8 +53,19 @@ bench-jobs:
 bench-replication: pouchdb
 	$(GO) run ./cmd/fdbrep-bench replication $(ARGS)
 
-bench-scheduler: pouchdb
+bench-scheduler:
 	$(GO) run ./cmd/fdbrep-bench scheduler $(ARGS)
+
+bench-frontend:
+	$(GO) run ./cmd/fdbrep-bench frontend $(ARGS)
+
+## fuzz: run each fuzz target for FUZZTIME (default 30s).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzUnpack$$' -fuzztime $(FUZZTIME) ./pkg/tuple
+	$(GO) test -run '^$$' -fuzz '^FuzzParseFeed$$' -fuzztime $(FUZZTIME) ./replicator/engine
+	$(GO) test -run '^$$' -fuzz '^FuzzParseOpenRevs$$' -fuzztime $(FUZZTIME) ./replicator/engine
+	$(GO) test -run '^$$' -fuzz '^FuzzParseBulkGet$$' -fuzztime $(FUZZTIME) ./replicator/engine
 
 clean:
 	rm -rf $(BIN) $(DATA_DIR)
