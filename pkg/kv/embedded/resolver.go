@@ -12,7 +12,8 @@ type span struct {
 }
 
 // histEntry says that the keys from key up to the next entry's key were last
-// written at version ver (0: not within the history's horizon).
+// written at version ver; a version at or below the resolver's horizon means
+// "not within the horizon", whatever its value.
 type histEntry struct {
 	key []byte
 	ver int64
@@ -33,8 +34,10 @@ type resolver struct {
 	dropped    int
 	productive bool
 
-	dropBuf [][]byte    // scratch for insert and gc
-	zeroBuf []histEntry // scratch for gc
+	dropBuf [][]byte // scratch for insert and gc
+	// hint remembers the path of the last search: a transaction's write
+	// ranges come sorted, so each search starts near the previous one.
+	hint btree.PathHint
 }
 
 func newResolver() *resolver {
@@ -47,7 +50,7 @@ func newResolver() *resolver {
 // versionAt returns the last write version of key k.
 func (r *resolver) versionAt(k []byte) int64 {
 	var v int64
-	r.tree.Descend(histEntry{key: k}, func(e histEntry) bool { v = e.ver; return false })
+	r.tree.DescendHint(histEntry{key: k}, func(e histEntry) bool { v = e.ver; return false }, &r.hint)
 	return v
 }
 
@@ -90,10 +93,10 @@ func (r *resolver) insert(s span, v int64) {
 	// boundary already.
 	var endVer int64
 	endExists := false
-	r.tree.Descend(histEntry{key: s.end}, func(e histEntry) bool {
+	r.tree.DescendHint(histEntry{key: s.end}, func(e histEntry) bool {
 		endVer, endExists = e.ver, bytes.Equal(e.key, s.end)
 		return false
-	})
+	}, &r.hint)
 	// Drop the boundaries inside (s.begin, s.end); the one at s.begin is
 	// overwritten below.
 	drop := r.dropBuf[:0]
@@ -111,9 +114,9 @@ func (r *resolver) insert(s span, v int64) {
 	}
 	clear(drop)
 	r.dropBuf = drop[:0]
-	r.tree.Set(histEntry{key: s.begin, ver: v})
+	r.tree.SetHint(histEntry{key: s.begin, ver: v}, &r.hint)
 	if !endExists {
-		r.tree.Set(histEntry{key: s.end, ver: endVer})
+		r.tree.SetHint(histEntry{key: s.end, ver: endVer}, &r.hint)
 	}
 }
 
@@ -122,13 +125,13 @@ func (r *resolver) insert(s span, v int64) {
 func (r *resolver) insertPoint(s span, v int64) {
 	var endVer int64
 	endExists := false
-	r.tree.Descend(histEntry{key: s.end}, func(e histEntry) bool {
+	r.tree.DescendHint(histEntry{key: s.end}, func(e histEntry) bool {
 		endVer, endExists = e.ver, bytes.Equal(e.key, s.end)
 		return false
-	})
-	r.tree.Set(histEntry{key: s.begin, ver: v})
+	}, &r.hint)
+	r.tree.SetHint(histEntry{key: s.begin, ver: v}, &r.hint)
 	if !endExists {
-		r.tree.Set(histEntry{key: s.end, ver: endVer})
+		r.tree.SetHint(histEntry{key: s.end, ver: endVer}, &r.hint)
 	}
 }
 
@@ -140,7 +143,11 @@ func isPoint(s span) bool {
 
 // gc forgets versions up to horizon, visiting at most n entries from where
 // the previous call stopped, so that the cost is spread over many batches.
-// Entries at or below the horizon become 0 and runs of them are merged.
+// Runs of entries at or below the horizon are merged into their first. The
+// merged entry keeps its version rather than becoming 0, which would cost
+// a second tree update: conflicts never sees the difference, as it is only
+// asked about read versions at or above the horizon (older ones get
+// transaction_too_old first).
 func (r *resolver) gc(horizon int64, n int) {
 	if horizon > r.horizon {
 		r.horizon = horizon
@@ -158,7 +165,7 @@ func (r *resolver) gc(horizon int64, n int) {
 			return false
 		})
 	}
-	drop, zero := r.dropBuf[:0], r.zeroBuf[:0]
+	drop := r.dropBuf[:0]
 	visited := 0
 	wrapped := true
 	r.tree.Ascend(histEntry{key: r.sweep}, func(e histEntry) bool {
@@ -169,11 +176,8 @@ func (r *resolver) gc(horizon int64, n int) {
 		}
 		visited++
 		stale := e.ver <= r.horizon
-		switch {
-		case stale && prevStale && len(e.key) > 0:
+		if stale && prevStale && len(e.key) > 0 {
 			drop = append(drop, e.key)
-		case stale && e.ver != 0:
-			zero = append(zero, histEntry{key: e.key, ver: 0})
 		}
 		prevStale = stale
 		return true
@@ -187,10 +191,6 @@ func (r *resolver) gc(horizon int64, n int) {
 	for _, k := range drop {
 		r.tree.Delete(histEntry{key: k})
 	}
-	for _, e := range zero {
-		r.tree.Set(e)
-	}
 	clear(drop)
-	clear(zero)
-	r.dropBuf, r.zeroBuf = drop[:0], zero[:0]
+	r.dropBuf = drop[:0]
 }
