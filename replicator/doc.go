@@ -132,6 +132,7 @@
 //	(5, ShareKey)        -> (float64) decayed usage, ms
 //	(6, ShareKey)        -> int64 LE  charges since the last roll-up, atomic add
 //	(7)                  -> (int64)   last usage period rolled up
+//	(8, Token)           -> ""        charge applied (cleared right after)
 //
 // # Defaults
 //

@@ -34,6 +34,8 @@ type Frontend struct {
 
 	setupMu    sync.Mutex
 	serverUUID string
+
+	created createdUUIDs // DBCreated's UUIDs by transaction
 }
 
 // NewFrontend returns a Frontend. It validates cfg and does no I/O; the
@@ -327,7 +329,8 @@ func clearRepID(tr kv.Transaction, k keys, repID, jobID string) error {
 
 // DBCreated gives a _replicator database a new identity (persistent job
 // ids are its UUID and the document id), inside the transaction that
-// creates the database. Jobs of an earlier database of the same name are
+// creates the database. Run again in the same transaction (a retry, also
+// after commit_unknown_result), it writes the same identity. Jobs of an earlier database of the same name are
 // orphaned and removed by the nodes' cleanup. For a database that comes
 // back with documents (a restore), call DocWritten for each document
 // afterwards: they were never validated, and invalid ones become failed
@@ -336,7 +339,7 @@ func (f *Frontend) DBCreated(ctx context.Context, tr kv.Transaction, dbName stri
 	if !IsReplicatorDB(dbName) {
 		return nil
 	}
-	tr.Set(f.k.dbKey(dbName), []byte(newDBUUID(dbName)))
+	tr.Set(f.k.dbKey(dbName), []byte(f.created.uuidFor(tr, dbName)))
 	f.m.inc(MetricDocsDBsCreated)
 	return nil
 }
@@ -378,6 +381,46 @@ func (f *Frontend) DBDeleted(ctx context.Context, tr kv.Transaction, dbName stri
 		f.m.inc(MetricJobsRemoves)
 	}
 	return nil
+}
+
+// createdUUIDsMax bounds createdUUIDs: retries of one transaction follow
+// each other closely, so only recent entries matter.
+const createdUUIDsMax = 256
+
+// createdUUIDs remembers the database UUID DBCreated chose in a
+// transaction, so that the same transaction run again (a retry, possibly
+// after its earlier attempt committed with commit_unknown_result) writes
+// the same UUID: retry loops reuse their Transaction. Jobs created for the
+// database between the attempts keep their identity.
+type createdUUIDs struct {
+	mu    sync.Mutex
+	m     map[createdKey]string
+	order []createdKey
+}
+
+type createdKey struct {
+	tr     kv.Transaction
+	dbName string
+}
+
+func (c *createdUUIDs) uuidFor(tr kv.Transaction, dbName string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := createdKey{tr, dbName}
+	if u, ok := c.m[k]; ok {
+		return u
+	}
+	if c.m == nil {
+		c.m = map[createdKey]string{}
+	}
+	u := newDBUUID(dbName)
+	c.m[k] = u
+	c.order = append(c.order, k)
+	for len(c.order) > createdUUIDsMax {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+	return u
 }
 
 // errorBody is CouchDB's error reply.

@@ -21,6 +21,7 @@ const (
 	keyUsage       = 5 // (5, ShareKey) -> (float64 usage in ms)
 	keyCharges     = 6 // (6, ShareKey) -> int64 LE ms, atomic add
 	keyUsagePeriod = 7 // (7) -> (int64 period number)
+	keyChargeToken = 8 // (8, Token) -> "": a charge transaction that committed
 )
 
 type keys struct {
@@ -47,6 +48,9 @@ func (k keys) dbJobKey(dbUUID, docID string) kv.Key {
 func (k keys) usageKey(key string) kv.Key   { return k.usage.Pack(tuple.Tuple{key}) }
 func (k keys) chargesKey(key string) kv.Key { return k.charges.Pack(tuple.Tuple{key}) }
 func (k keys) periodKey() kv.Key            { return k.root.Pack(tuple.Tuple{keyUsagePeriod}) }
+func (k keys) chargeTokenKey(token string) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyChargeToken, token})
+}
 
 func prefixRange(ss subspace.Subspace, t tuple.Tuple) kv.KeyRange {
 	p := ss.Pack(t)

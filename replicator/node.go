@@ -586,12 +586,23 @@ func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
 		return err
 	}
 	for _, id := range expired {
+		// removing survives the retry loop: a retry that finds the job
+		// gone after an attempt that removed it (and committed despite
+		// commit_unknown_result) reports the same outcome.
+		removing := false
 		removed, err := kv.Transact(ctx, n.db, func(tr kv.Transaction) (bool, error) {
 			d, st, err := readJob(ctx, n.jobs, tr, id)
-			if err != nil || d == nil || st != fdbjobs.Finished || !d.transient() ||
-				ms(now)-d.LastUpdated < cfg.TransientJobMaxAge.Milliseconds() {
+			if err != nil {
 				return false, err
 			}
+			if d == nil {
+				return removing, nil
+			}
+			if st != fdbjobs.Finished || !d.transient() || ms(now)-d.LastUpdated < cfg.TransientJobMaxAge.Milliseconds() {
+				removing = false
+				return false, nil
+			}
+			removing = true
 			return true, removeJob(ctx, n.jobs, n.k, tr, id, d)
 		})
 		if err != nil {

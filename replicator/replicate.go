@@ -44,17 +44,28 @@ func (f *Frontend) Replicate(ctx context.Context, body json.RawMessage, user Use
 	spec := req.Spec
 	jobID := transientJobID(uuid, spec, user.Name)
 	now := f.cfg.Clock.Now()
+	// added survives the retry loop: a body that runs again after its
+	// earlier attempt committed finds its own job pending and reports the
+	// same outcome (the job added once).
+	added := false
 	_, err = kv.Transact(ctx, f.db, func(tr kv.Transaction) (any, error) {
 		old, st, err := readJob(ctx, f.jobs, tr, jobID)
 		if err != nil {
 			return nil, err
 		}
-		if old != nil && st != fdbjobs.Finished && sameReplication(old.Rep, spec) {
-			return nil, nil // the same replication is already pending or running
+		switch {
+		case old != nil && st != fdbjobs.Finished && sameReplication(old.Rep, spec):
+			return nil, nil // already pending or running (maybe since our earlier attempt)
+		case old != nil && added && old.StartTime == ms(now) && sameReplication(old.Rep, spec):
+			return nil, nil // our earlier attempt's job, which already finished
 		}
 		d := &jobData{Rep: spec, RepUser: user.Name, State: StatePending, StartTime: ms(now), LastUpdated: ms(now)}
 		d.addHistory(f.cfg.MaxHistory, historyEvent{Type: EventAdded, Timestamp: ms(now)})
-		return nil, f.addJob(ctx, tr, jobID, old, d)
+		if err := f.addJob(ctx, tr, jobID, old, d); err != nil {
+			return nil, err
+		}
+		added = true
+		return nil, nil
 	})
 	if err != nil {
 		return 0, nil, err
@@ -164,12 +175,18 @@ func (f *Frontend) cancel(ctx context.Context, req *Request, user UserCtx, uuid 
 		reason string
 		local  string
 	}
+	// done survives the retry loop: when an attempt removed the job and
+	// committed although the commit reported commit_unknown_result, the
+	// retry finds the job gone and gives the same answer (200, not 404).
+	var done *outcome
 	o, err := kv.Transact(ctx, f.db, func(tr kv.Transaction) (outcome, error) {
 		d, _, err := readJob(ctx, f.jobs, tr, jobID)
 		if err != nil {
 			return outcome{}, err
 		}
 		switch {
+		case d == nil && done != nil:
+			return *done, nil
 		case d == nil:
 			return outcome{status: http.StatusNotFound, tag: "not_found", reason: "missing"}, nil
 		case !d.transient():
@@ -187,7 +204,8 @@ func (f *Frontend) cancel(ctx context.Context, req *Request, user UserCtx, uuid 
 		if local == "" {
 			local = jobID
 		}
-		return outcome{status: http.StatusOK, local: local}, nil
+		done = &outcome{status: http.StatusOK, local: local}
+		return *done, nil
 	})
 	if err != nil {
 		return 0, nil, err

@@ -5,6 +5,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
@@ -76,19 +78,36 @@ func (c Config) enqueueTime(now time.Time, usage usageMap, key string) int64 {
 }
 
 // chargeUsage adds run time (ms) per share key to the cluster's charges.
+// The atomic adds are not idempotent, so the transaction also writes a
+// token chosen outside the retry loop: a retry that finds the token (its
+// earlier attempt committed despite commit_unknown_result) adds nothing.
+// A second transaction clears the token afterwards.
 func chargeUsage(ctx context.Context, db kv.Database, k keys, charges map[string]int64) error {
 	if len(charges) == 0 {
 		return nil
 	}
+	token := k.chargeTokenKey(uuid.NewString())
 	_, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		v, err := tr.Get(token).Get()
+		if err != nil || v != nil {
+			return nil, err
+		}
 		for key, v := range charges {
 			if v > 0 {
 				tr.Add(k.chargesKey(key), le64(v))
 			}
 		}
+		tr.Set(token, nil)
 		return nil, nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	_, _ = db.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		tr.Clear(token)
+		return nil, nil
+	})
+	return nil
 }
 
 // rollUpUsage folds the charges into the usage once per period (the
