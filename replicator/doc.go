@@ -150,4 +150,10 @@
 // that harmless). Monitoring may show a dead node's jobs running for up to
 // two JobTimeouts. Passwords are stored in job data (nodes need them) but
 // never appear in views, errors, logs or metrics.
+//
+// Metrics count commits, not attempts: counters move after a transaction
+// committed (for DocWritten, DBCreated and DBDeleted, which run in the
+// caller's transaction, once its commit succeeds, asynchronously right
+// after). An attempt that committed although its commit reported
+// commit_unknown_result is not counted; its retry counts what it does.
 package replicator

@@ -195,7 +195,7 @@ func (f *Frontend) DocWritten(ctx context.Context, tr kv.Transaction, dbName, do
 	if _, err := f.setup(ctx); err != nil {
 		return err
 	}
-	f.m.inc(MetricDocsDBChanges)
+	f.countOnCommit(tr, MetricDocsDBChanges)
 	dbUUID, err := f.k.dbUUID(tr, dbName)
 	if err != nil {
 		return err
@@ -220,7 +220,7 @@ func (f *Frontend) DocWritten(ctx context.Context, tr kv.Transaction, dbName, do
 			if err := removeJob(ctx, f.jobs, f.k, tr, jobID, old); err != nil {
 				return err
 			}
-			f.m.inc(MetricJobsRemoves)
+			f.countOnCommit(tr, MetricJobsRemoves)
 		}
 		return nil
 	}
@@ -244,7 +244,11 @@ func (f *Frontend) DocWritten(ctx context.Context, tr kv.Transaction, dbName, do
 		d.StateInfo = stateInfoOf("bad_rep_doc", Reason(perr))
 	}
 	d.addHistory(f.cfg.MaxHistory, historyEvent{Type: EventAdded, Timestamp: ms(now)})
-	return f.addJob(ctx, tr, jobID, old, d)
+	if err := f.addJob(ctx, tr, jobID, old, d); err != nil {
+		return err
+	}
+	f.countOnCommit(tr, MetricJobsAdds)
+	return nil
 }
 
 // addJob replaces job jobID (old is its current data, nil when absent) by
@@ -274,7 +278,6 @@ func (f *Frontend) addJob(ctx context.Context, tr kv.Transaction, jobID string, 
 	if d.DBUUID != "" {
 		tr.Set(f.k.dbJobKey(d.DBUUID, d.DocID), nil)
 	}
-	f.m.inc(MetricJobsAdds)
 	return nil
 }
 
@@ -340,7 +343,7 @@ func (f *Frontend) DBCreated(ctx context.Context, tr kv.Transaction, dbName stri
 		return nil
 	}
 	tr.Set(f.k.dbKey(dbName), []byte(f.created.uuidFor(tr, dbName)))
-	f.m.inc(MetricDocsDBsCreated)
+	f.countOnCommit(tr, MetricDocsDBsCreated)
 	return nil
 }
 
@@ -358,7 +361,7 @@ func (f *Frontend) DBDeleted(ctx context.Context, tr kv.Transaction, dbName stri
 	}
 	dbUUID := string(v)
 	tr.Clear(f.k.dbKey(dbName))
-	f.m.inc(MetricDocsDBsDeleted)
+	removed := 0
 	kvs, err := tr.GetRange(prefixRange(f.k.dbJobs, tuple.Tuple{dbUUID}), kv.RangeOptions{Limit: dbJobsInlineRemoveLimit}).GetSliceWithError()
 	if err != nil {
 		return err
@@ -378,9 +381,35 @@ func (f *Frontend) DBDeleted(ctx context.Context, tr kv.Transaction, dbName stri
 			return err
 		}
 		tr.Clear(e.Key)
-		f.m.inc(MetricJobsRemoves)
+		removed++
 	}
+	f.countOnCommit(tr, MetricDocsDBsDeleted)
+	f.countOnCommitN(tr, MetricJobsRemoves, removed)
 	return nil
+}
+
+// countOnCommit adds one to the counter name once tr commits: a
+// transaction function may run several times (retries), and only the
+// attempt that commits counts. The commit's versionstamp future resolves
+// without error for that attempt only. An attempt that committed but
+// reported commit_unknown_result does not count; its retry counts what it
+// does itself (see doc.go, "Failure trade-offs").
+func (f *Frontend) countOnCommit(tr kv.Transaction, name string) { f.countOnCommitN(tr, name, 1) }
+
+func (f *Frontend) countOnCommitN(tr kv.Transaction, name string, n int) {
+	countOnCommit(f.m, tr, name, n)
+}
+
+func countOnCommit(m *Metrics, tr kv.Transaction, name string, n int) {
+	if n <= 0 {
+		return
+	}
+	vs := tr.GetVersionstamp()
+	go func() {
+		if _, err := vs.Get(); err == nil {
+			m.add(name, int64(n))
+		}
+	}()
 }
 
 // createdUUIDsMax bounds createdUUIDs: retries of one transaction follow

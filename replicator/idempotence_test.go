@@ -112,3 +112,29 @@ func TestDBCreatedAfterUnknownCommit(t *testing.T) {
 		require.Equal(t, seen[0], u)
 	}
 }
+
+// Counters count commits, not attempts.
+func TestMetricsCountCommitsNotAttempts(t *testing.T) {
+	c := newCluster(t, 1, newFakeEngine(), testConfig())
+	ctx := context.Background()
+
+	// POST /_replicate whose first attempt conflicts.
+	fe := newRetryFrontend(t, c, afterConflict)
+	rep := map[string]any{"source": "http://h/ms", "target": "http://h/mt", "continuous": true}
+	status, _, err := fe.Replicate(ctx, replicateBody(t, rep), UserCtx{Name: "u"})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, status)
+	require.EqualValues(t, 1, fe.m.Value(MetricJobsAdds))
+
+	// A document write whose first attempt conflicts.
+	raw := replicateBody(t, repDoc("http://h/ds", "http://h/dt", true))
+	_, err = retryDB{Database: c.db, mode: afterConflict}.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		return nil, c.fe.DocWritten(ctx, tr, "_replicator", "d", raw)
+	})
+	require.NoError(t, err)
+	waitFor(t, "adds counted", func() bool {
+		return c.fe.m.Value(MetricJobsAdds) > 0 && c.fe.m.Value(MetricDocsDBChanges) > 0
+	})
+	require.EqualValues(t, 1, c.fe.m.Value(MetricJobsAdds))
+	require.EqualValues(t, 1, c.fe.m.Value(MetricDocsDBChanges))
+}

@@ -70,6 +70,9 @@ func (f *Frontend) Replicate(ctx context.Context, body json.RawMessage, user Use
 	if err != nil {
 		return 0, nil, err
 	}
+	if added {
+		f.m.inc(MetricJobsAdds)
+	}
 	return f.wait(ctx, jobID, spec.Continuous)
 }
 
