@@ -120,13 +120,18 @@ type Run struct {
 	batchMu sync.Mutex
 	tuning  tuning
 
-	ckMu          sync.Mutex // serialises checkpoints
+	// ckMu serialises checkpoints and is held across their requests;
+	// nothing that must answer promptly (Progress) may take it.
+	ckMu      sync.Mutex
+	srcLogRev string
+	tgtLogRev string
+	// committedMu guards committedSeq and lastResultDoc, written by
+	// checkpoints (under ckMu too) and read by Progress and the result.
+	committedMu   sync.Mutex
 	committedSeq  json.RawMessage
-	srcLogRev     string
-	tgtLogRev     string
-	pendingMu     sync.Mutex
-	pending       *int64
 	lastResultDoc *CheckpointDoc
+	pendingMu sync.Mutex
+	pending   *int64
 
 	feedComplete atomic.Bool // a one-shot feed was read to its end
 
@@ -211,9 +216,9 @@ func (r *Run) Progress() Stats {
 		through, highest, _ := r.tracker.snapshot()
 		s.ThroughSeq, s.SourceSeq = seqString(through), seqString(highest)
 	}
-	r.ckMu.Lock()
+	r.committedMu.Lock()
 	s.CheckpointedSourceSeq = seqString(r.committedSeq)
-	r.ckMu.Unlock()
+	r.committedMu.Unlock()
 	r.pendingMu.Lock()
 	s.ChangesPending = r.pending
 	r.pendingMu.Unlock()
@@ -493,9 +498,9 @@ func (r *Run) finalCheckpoint(ctx context.Context) error {
 		f := false
 		res.UseCheckpoints = &f
 	default:
-		r.ckMu.Lock()
+		r.committedMu.Lock()
 		d := r.lastResultDoc
-		r.ckMu.Unlock()
+		r.committedMu.Unlock()
 		if d == nil {
 			d = r.logDoc(r.startSeq, r.stats.load())
 			d.History = r.history
@@ -537,7 +542,10 @@ func (r *Run) commitThrough(ctx context.Context) (bool, json.RawMessage, error) 
 	r.ckMu.Lock()
 	defer r.ckMu.Unlock()
 	through, _, _ := r.tracker.snapshot()
-	if seqEqual(through, r.committedSeq) {
+	r.committedMu.Lock()
+	committed := r.committedSeq
+	r.committedMu.Unlock()
+	if seqEqual(through, committed) {
 		return false, through, nil
 	}
 	written := false
@@ -547,7 +555,9 @@ func (r *Run) commitThrough(ctx context.Context) (bool, json.RawMessage, error) 
 		}
 		written = true
 	}
+	r.committedMu.Lock()
 	r.committedSeq = through
+	r.committedMu.Unlock()
 	return written, through, nil
 }
 
@@ -609,7 +619,9 @@ func (r *Run) writeLogs(ctx context.Context, seq json.RawMessage) error {
 		return fmt.Errorf("%w: Error updating the target checkpoint document: %w", ErrCheckpoint, err)
 	}
 	r.tgtLogRev = rev
+	r.committedMu.Lock()
 	r.lastResultDoc = d
+	r.committedMu.Unlock()
 	r.log.Debug().RawJSON("seq", seq).Msg("checkpoint written")
 	return nil
 }
