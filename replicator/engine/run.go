@@ -130,8 +130,8 @@ type Run struct {
 	committedMu   sync.Mutex
 	committedSeq  json.RawMessage
 	lastResultDoc *CheckpointDoc
-	pendingMu sync.Mutex
-	pending   *int64
+	pendingMu     sync.Mutex
+	pending       *int64
 
 	feedComplete atomic.Bool // a one-shot feed was read to its end
 
