@@ -306,6 +306,15 @@ func keyAfter(k []byte) []byte {
 	return out
 }
 
+// keyAfterAnd returns keyAfter(k) and a copy of v (never nil) in one
+// allocation; neither has room to grow into the other.
+func keyAfterAnd(k, v []byte) (ke, vc []byte) {
+	buf := make([]byte, len(k)+1+len(v))
+	copy(buf, k)
+	copy(buf[len(k)+1:], v)
+	return buf[: len(k)+1 : len(k)+1], buf[len(k)+1:]
+}
+
 func isSystem(k []byte) bool { return bytes.Compare(k, maxReadKey) >= 0 }
 
 // --- reads -------------------------------------------------------------
@@ -612,8 +621,8 @@ func (tr *transaction) Set(key kv.KeyConvertible, value []byte) {
 		tr.defer_(errValueTooLarge)
 		return
 	}
-	ke := keyAfter(k)
-	kc, vc := ke[:len(k):len(k)], clone(value)
+	ke, vc := keyAfterAnd(k, value)
+	kc := ke[:len(k):len(k)]
 	tr.log(mutation{op: opSet, key: kc, param: vc})
 	tr.addWrite(span{kc, ke})
 	tr.putEntry(&wentry{key: kc, kind: entValue, val: vc})
@@ -633,9 +642,10 @@ func (tr *transaction) Clear(key kv.KeyConvertible) {
 	if len(k) > kv.MaxKeySize {
 		return // cannot exist
 	}
-	kc := clone(k)
+	ke := keyAfter(k)
+	kc := ke[:len(k):len(k)]
 	tr.log(mutation{op: opClear, key: kc})
-	tr.addWrite(span{kc, keyAfter(kc)})
+	tr.addWrite(span{kc, ke})
 	tr.putEntry(&wentry{key: kc, kind: entAbsent})
 }
 
@@ -728,10 +738,11 @@ func (tr *transaction) atomicOp(op opType, key kv.KeyConvertible, param []byte) 
 		tr.defer_(errValueTooLarge)
 		return
 	}
-	kc, pc := clone(k), clone(param)
+	ke, pc := keyAfterAnd(k, param)
+	kc := ke[:len(k):len(k)]
 	m := mutation{op: op, key: kc, param: pc}
 	tr.log(m)
-	tr.addWrite(span{kc, keyAfter(kc)})
+	tr.addWrite(span{kc, ke})
 	e := tr.entry(kc)
 	if e == nil {
 		if _, ok := tr.clearAt(kc); ok {
