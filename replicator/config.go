@@ -233,6 +233,14 @@ func (c Config) shares(key string) int {
 }
 
 // heartbeat is the period of a running job's Update.
+// stopGraceMax bounds how long a stopping run (Node.Stop, rotation, a
+// filter change) may take to write its final checkpoint before its
+// requests are cancelled; at most half of ShutdownTimeout is used, so the
+// job is re-enqueued within the shutdown timeout.
+const stopGraceMax = 2 * time.Second
+
+func (c Config) stopGrace() time.Duration { return min(stopGraceMax, c.ShutdownTimeout/2) }
+
 func (c Config) heartbeat() time.Duration {
 	hb := c.StatsUpdateInterval
 	if hb == 0 || hb > c.JobTimeout/3 {

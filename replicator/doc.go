@@ -102,7 +102,11 @@
 // count back to 0, also at heartbeats). A transient job that crashes
 // fails, unless the error is the rate limiter's max_backoff. Node.Stop
 // stops every job with a final checkpoint and re-enqueues it for another
-// node at once (ShutdownTimeout bounds the wait); a node that dies leaves
+// node at once. A stopping run keeps its heartbeat and gets
+// min(2 s, ShutdownTimeout/2) for the final checkpoint; then its requests
+// are cancelled (a peer that does not answer cannot hold the shutdown up)
+// and the job is re-enqueued with the progress of its last checkpoint.
+// ShutdownTimeout bounds the whole wait; a node that dies leaves
 // its jobs running until the fdbjobs activity monitor re-enqueues them,
 // between one and about two JobTimeouts after their last heartbeat.
 //

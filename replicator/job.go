@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator/engine"
@@ -175,9 +177,9 @@ func (w *worker) execute(d *jobData, rep engine.Replication, code string) {
 				if id, _, err := w.n.eng.ReplicationID(runCtx, rep, w.n.serverUUID); err == nil && id != d.RepID {
 					// The filter changed: stop, back to pending; the next
 					// start runs under the new id.
-					stopCtx, c2 := context.WithTimeout(w.ctx, w.cfg.ShutdownTimeout)
-					_ = run.Stop(stopCtx)
-					c2()
+					if _, _, halted := w.stopRun(run, cancel, d, hb); halted || w.ctx.Err() != nil {
+						return
+					}
 					d.Stats = mergeStats(d.Stats, run.Progress())
 					w.reschedule(d, "filter changed")
 					return
@@ -193,14 +195,14 @@ func (w *worker) execute(d *jobData, rep engine.Replication, code string) {
 				return
 			}
 		case <-w.stopCh:
-			stopCtx, c2 := context.WithTimeout(w.ctx, w.cfg.ShutdownTimeout)
-			err := run.Stop(stopCtx)
-			c2()
-			if w.ctx.Err() != nil {
+			err, cut, halted := w.stopRun(run, cancel, d, hb)
+			if halted || w.ctx.Err() != nil {
 				return
 			}
 			d.Stats = mergeStats(d.Stats, run.Progress())
-			if err != nil && !errors.Is(err, engine.ErrStopped) {
+			// An error after the grace ran out is the cut's doing: the job
+			// goes back to pending like any stopped job.
+			if err != nil && !errors.Is(err, engine.ErrStopped) && !cut {
 				w.crash(d, err)
 				return
 			}
@@ -209,6 +211,40 @@ func (w *worker) execute(d *jobData, rep engine.Replication, code string) {
 		case <-w.ctx.Done():
 			halt()
 			return
+		}
+	}
+}
+
+// stopRun asks run for a final checkpoint and waits for it to end, still
+// heartbeating (a slow stop must not let the activity monitor take the job
+// back). After Config.stopGrace, or if a heartbeat finds the job halted,
+// it cancels the stop and the run's context (cancelRun), so that requests
+// being retried against an unreachable peer end, and waits for the run to
+// return. cut reports that the grace ran out; halted that the job was
+// removed or taken over (the caller must write nothing more).
+func (w *worker) stopRun(run Run, cancelRun context.CancelFunc, d *jobData, hb clockwork.Ticker) (err error, cut, halted bool) {
+	stopCtx, cancelStop := context.WithCancel(w.ctx)
+	defer cancelStop()
+	errc := make(chan error, 1)
+	go func() { errc <- run.Stop(stopCtx) }()
+	grace := w.cfg.Clock.NewTimer(w.cfg.stopGrace())
+	defer grace.Stop()
+	abort := func() {
+		cancelStop()
+		cancelRun()
+	}
+	for {
+		select {
+		case err := <-errc:
+			return err, cut, halted
+		case <-grace.Chan():
+			cut = true
+			abort()
+		case <-hb.Chan():
+			if !halted && !cut && !w.heartbeat(d, run.Progress()) {
+				halted = true
+				abort()
+			}
 		}
 	}
 }

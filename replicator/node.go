@@ -143,7 +143,9 @@ func (n *Node) Start(ctx context.Context) error {
 
 // Stop stops accepting, stops every running job (each writes a final
 // checkpoint and goes back to pending, so another node resumes it at once;
-// jobs still busy after Config.ShutdownTimeout are aborted and resumed
+// a run that has not ended after a short grace, e.g. because a peer does
+// not answer, is cancelled and its job still goes back to pending; jobs
+// still busy after Config.ShutdownTimeout are aborted and resumed
 // elsewhere after the job timeout) and waits for every goroutine to end.
 // Stop before Start and a second Stop do nothing.
 func (n *Node) Stop() {
