@@ -87,6 +87,8 @@ func (r *Run) changesRequest() (changesRequest, error) {
 // row without id so that the checkpoint can advance past filtered changes.
 // Broken streams are resumed from the last sequence; the error budget
 // (retries_per_request, 250 ms doubling) is refilled whenever rows arrive.
+// A request that fails after the transport's own retries, or gets an
+// unexpected status, fails the feed at once.
 func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
 	base, err := r.changesRequest()
 	if err != nil {
@@ -147,6 +149,14 @@ func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
 		if errors.Is(err, errRetryNow) {
 			continue
 		}
+		var st settled
+		if errors.As(err, &st) {
+			// The request failed after the transport's own retries, or
+			// got a definitive answer: retrying it here again would
+			// multiply the retry budget (a frozen source would hold the
+			// run for retries_per_request² × connection_timeout).
+			return fmt.Errorf("%w: %w", ErrChangesFeed, st.err)
+		}
 		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrForbidden) || errors.Is(err, ErrMaxBackoff) || errors.Is(err, ErrInvalidSpec) {
 			return fmt.Errorf("%w: %w", ErrChangesFeed, err)
 		}
@@ -192,7 +202,7 @@ func (r *Run) changesOnce(ctx context.Context, base *changesRequest, since json.
 	req := httpRequest{method: base.method, path: "_changes", query: q, header: jsonHeader(), body: base.body, stream: true}
 	res, err := r.src.t.call(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, settled{err}
 	}
 	defer res.stream.Close()
 	if res.status == http.StatusMethodNotAllowed && base.method == http.MethodPost && r.rep.DocIDs != nil {
@@ -207,7 +217,7 @@ func (r *Run) changesOnce(ctx context.Context, base *changesRequest, since json.
 	}
 	if res.status != http.StatusOK {
 		res.body, _ = io.ReadAll(io.LimitReader(res.stream, 64<<10))
-		return nil, newStatusError(req.method, r.src.url()+"_changes", res)
+		return nil, settled{newStatusError(req.method, r.src.url()+"_changes", res)}
 	}
 	body := res.stream
 	wrapped := emit
@@ -219,6 +229,15 @@ func (r *Run) changesOnce(ctx context.Context, base *changesRequest, since json.
 	}
 	return lastSeq, err
 }
+
+// settled marks an error that the transport has already retried as far as
+// retries_per_request allows (no answer), or a definitive HTTP answer (408,
+// 429 and 5xx are retried by the transport). The engine's own retries only
+// cover what the transport cannot see: a streamed reply cut while it is read.
+type settled struct{ err error }
+
+func (e settled) Error() string { return e.err.Error() }
+func (e settled) Unwrap() error { return e.err }
 
 // errRetryNow asks readChanges to reissue the request (after switching
 // strategy), counting as one failure.

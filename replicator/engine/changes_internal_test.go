@@ -184,7 +184,27 @@ func TestChangesGivesUp(t *testing.T) {
 	r.rep.RetriesPerRequest = 2
 	err := r.readChanges(context.Background(), make(chan change, 1))
 	require.ErrorIs(t, err, ErrChangesFeed)
+	require.Len(t, ft.requests(), 1, "the transport has retried the request already")
+
+	// A reply cut while it is read is requested again, as often as
+	// retries_per_request allows when no row arrives.
+	ft = &fakeTransport{handler: func(n int, r httpRequest) (*httpResult, error) {
+		return streamOf(200, `{"results":[`), nil
+	}}
+	r = newTestRun(Replication{}, ft)
+	r.rep.RetriesPerRequest = 2
+	err = r.readChanges(context.Background(), make(chan change, 1))
+	require.ErrorIs(t, err, ErrChangesFeed)
+	require.ErrorIs(t, err, errBadFeed)
 	require.Len(t, ft.requests(), 3)
+
+	ft = &fakeTransport{handler: func(n int, r httpRequest) (*httpResult, error) {
+		return streamOf(500, `{"error":"unknown"}`), nil
+	}}
+	r = newTestRun(Replication{}, ft)
+	err = r.readChanges(context.Background(), make(chan change, 1))
+	require.ErrorIs(t, err, ErrChangesFeed)
+	require.Len(t, ft.requests(), 1, "the transport has retried the 500 already")
 
 	ft = &fakeTransport{handler: func(n int, r httpRequest) (*httpResult, error) {
 		return streamOf(401, `{"error":"unauthorized"}`), nil

@@ -56,7 +56,11 @@
 // siblings). Requests go through pkg/couch: transport errors, 408 and 5xx are
 // retried retries_per_request times (250 ms doubling), 429 backs off through
 // the shared rate limiter and gives up with ErrMaxBackoff. A broken changes
-// feed is resumed from its last sequence. A document the target refuses with
+// feed is resumed from its last sequence. The engine itself retries only
+// replies cut while they are read (changes feeds, open_revs), never a
+// request pkg/couch has given up on, so a dead or frozen peer fails the run
+// after one retry budget per request rather than its square; cancelling the
+// run's context, or the end of Stop's, ends every request at once. A document the target refuses with
 // 401, 403 or 413 (or 415, or an attachment name error) is counted in
 // doc_write_failures and skipped; any other write error stops the run with
 // ErrBulkDocs or ErrDocWrite, so nothing is lost silently. A run that fails

@@ -391,12 +391,12 @@ func (p *peer) openRevs(ctx context.Context, id string, revs, attsSince []string
 		header: http.Header{"Accept": {"multipart/mixed, application/json"}, "Accept-Encoding": {"identity"}}, stream: true}
 	res, err := p.t.call(ctx, req)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, settled{err}
 	}
 	defer res.stream.Close()
 	if res.status != http.StatusOK {
 		res.body, _ = io.ReadAll(io.LimitReader(res.stream, 64<<10))
-		return nil, nil, newStatusError(req.method, p.url()+req.path, res)
+		return nil, nil, settled{newStatusError(req.method, p.url()+req.path, res)}
 	}
 	return parseOpenRevs(res.header.Get("Content-Type"), res.stream)
 }

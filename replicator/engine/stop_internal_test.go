@@ -3,6 +3,10 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,4 +65,31 @@ func TestProgressDuringCheckpoint(t *testing.T) {
 	}
 	cancel()
 	require.ErrorIs(t, <-ckDone, ErrCheckpoint)
+}
+
+// TestFetchOneRetries checks that fetchOne retries only replies cut while
+// they are read: a failed request has been retried by the transport.
+func TestFetchOneRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		res      func() (*httpResult, error)
+		requests int
+	}{
+		{"no answer", func() (*httpResult, error) { return nil, errors.New("connection refused") }, 1},
+		{"server error", func() (*httpResult, error) { return streamOf(500, `{"error":"unknown"}`), nil }, 1},
+		{"not found", func() (*httpResult, error) { return streamOf(404, `{"error":"not_found"}`), nil }, 1},
+		{"cut reply", func() (*httpResult, error) {
+			return &httpResult{status: 200, header: http.Header{"Content-Type": {"application/json"}},
+				stream: io.NopCloser(strings.NewReader(`[{"ok":{"_id":"a"`))}, nil
+		}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ft := &fakeTransport{handler: func(int, httpRequest) (*httpResult, error) { return tc.res() }}
+			r := newTestRun(Replication{}, ft)
+			r.rep.RetriesPerRequest = 2
+			err := r.fetchOne(context.Background(), "a", []string{"1-x"}, nil, &batchWriter{r: r})
+			require.ErrorIs(t, err, ErrOpenRevs)
+			require.Len(t, ft.requests(), tc.requests)
+		})
+	}
 }

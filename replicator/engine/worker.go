@@ -338,7 +338,8 @@ func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[strin
 }
 
 // fetchOne fetches the given revisions of one document with open_revs and
-// writes them. Revisions the source reports missing are asked for once more
+// writes them; a reply cut while it is read is fetched again (up to
+// retries_per_request times). Revisions the source reports missing are asked for once more
 // after missingDocRetryDefault; a second miss fails the run.
 func (r *Run) fetchOne(ctx context.Context, id string, revs, attsSince []string, w *batchWriter) error {
 	failures, wait := 0, retryWaitDefault
@@ -356,8 +357,14 @@ func (r *Run) fetchOne(ctx context.Context, id string, revs, attsSince []string,
 				attempt--
 				continue
 			}
+			// Only a reply cut while it was read is retried here: the
+			// transport has retried everything else already, and retrying
+			// on top of it would multiply the budget (a frozen source would
+			// hold the worker, and a Stop, for retries_per_request² ×
+			// connection_timeout).
 			failures++
-			if errors.Is(err, ErrMaxBackoff) || (st >= 400 && st < 500 && st != 408 && st != 429) || failures > r.rep.RetriesPerRequest {
+			var done settled
+			if errors.As(err, &done) || errors.Is(err, ErrMaxBackoff) || failures > r.rep.RetriesPerRequest {
 				return fmt.Errorf("%w: %s: %w", ErrOpenRevs, id, err)
 			}
 			select {
