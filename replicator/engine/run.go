@@ -174,8 +174,12 @@ func (r *Run) Done() <-chan struct{} { return r.done }
 
 // Stop ends the run gracefully: it stops reading changes, lets the workers
 // finish the batches they hold, writes a final checkpoint and returns Wait's
-// error. If ctx ends first, in-flight work is cancelled and the final
-// checkpoint covers only what was complete. Stop may be called more than once
+// error. If ctx ends first, the run's work (final checkpoint included) is
+// cancelled at once and the error wraps ErrStopped; the next run resumes
+// from the last checkpoint written. With a ctx that never ends, the wait is
+// bounded by the requests in flight: against a dead or frozen peer each
+// gives up after retries_per_request retries (connection_timeout each at
+// most). Stop may be called more than once, concurrently, with an ended ctx,
 // and after the run has ended.
 func (r *Run) Stop(ctx context.Context) error {
 	r.stopOnce.Do(func() {
@@ -392,7 +396,9 @@ func (r *Run) replicate() error {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			if err := r.work(runCtx); err != nil {
+			// A worker cut short by the end of the run reports that end,
+			// not the request it was in.
+			if err := r.work(runCtx); err != nil && runCtx.Err() == nil {
 				r.fail(err, runCancel)
 			}
 		}()
@@ -439,9 +445,15 @@ func (r *Run) replicate() error {
 			return r.abortError()
 		}
 		if r.stopping() {
-			return r.finalCheckpoint(r.stopContext())
+			return r.stoppedCheckpoint(r.stopContext())
 		}
-		return r.finalCheckpoint(r.ctx)
+		if err := r.finalCheckpoint(r.ctx); err != nil {
+			if r.ctx.Err() != nil {
+				return r.abortError() // cancelled, or a Stop whose context ended
+			}
+			return err
+		}
+		return nil
 	case <-r.stopCh:
 		feedCancel()
 		stopCtx := r.stopContext()
@@ -458,7 +470,7 @@ func (r *Run) replicate() error {
 		if stopCtx.Err() != nil {
 			return fmt.Errorf("%w: %w", ErrStopped, stopCtx.Err())
 		}
-		return r.finalCheckpoint(stopCtx)
+		return r.stoppedCheckpoint(stopCtx)
 	case <-runCtx.Done():
 		finish()
 		if err := r.failure(); err != nil {
@@ -482,6 +494,17 @@ func (r *Run) stopContext() context.Context {
 		return r.ctx
 	}
 	return r.stopCtx
+}
+
+// stoppedCheckpoint is the final checkpoint of a run ended by Stop: when the
+// stop context ends during it, the run reports ErrStopped (the checkpoint
+// was cut short by the caller's deadline, the peers did not fail).
+func (r *Run) stoppedCheckpoint(stopCtx context.Context) error {
+	err := r.finalCheckpoint(stopCtx)
+	if err != nil && stopCtx.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrStopped, err)
+	}
+	return err
 }
 
 // finalCheckpoint writes the last checkpoint and builds the result.

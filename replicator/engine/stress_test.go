@@ -1,0 +1,330 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+	"github.com/stretchr/testify/require"
+)
+
+// killProxy is a TCP relay in front of a peer that the test can kill (every
+// connection reset, new ones refused) or stall (connections accepted, nothing
+// forwarded), as a peer killed or frozen during a test's cleanup would be.
+type killProxy struct {
+	ln     net.Listener
+	target string
+
+	mu      sync.Mutex
+	conns   map[net.Conn]bool
+	stalled bool
+	dead    bool
+	wg      sync.WaitGroup
+}
+
+func newKillProxy(t *testing.T, target string) *killProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &killProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.kill)
+	return p
+}
+
+func (p *killProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *killProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead {
+		c.Close()
+		return false
+	}
+	p.conns[c] = true
+	return true
+}
+
+func (p *killProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(c) {
+			continue
+		}
+		p.mu.Lock()
+		stalled := p.stalled
+		p.mu.Unlock()
+		if stalled {
+			continue // held open, never answered, closed by kill
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !p.track(up) {
+			c.Close()
+			continue
+		}
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); io.Copy(up, c); up.Close() }()
+		go func() { defer p.wg.Done(); io.Copy(c, up); c.Close() }()
+	}
+}
+
+// stall makes new connections hang; existing ones keep working.
+func (p *killProxy) stall() {
+	p.mu.Lock()
+	p.stalled = true
+	p.mu.Unlock()
+}
+
+// freeze makes the peer hang: open connections are cut and new ones are
+// accepted but never answered.
+func (p *killProxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = true
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// kill refuses new connections and resets every open one.
+func (p *killProxy) kill() {
+	p.mu.Lock()
+	if p.dead {
+		p.mu.Unlock()
+		return
+	}
+	p.dead = true
+	p.ln.Close()
+	for c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// stressAction is one thing the test does to a run or its peers.
+type stressAction int
+
+const (
+	actKillSource stressAction = iota
+	actKillTarget
+	actStallSource
+	actStallTarget
+	actStop          // Stop with a context that never ends
+	actStopShort     // Stop with a context that ends soon
+	actStopCancelled // Stop with an already cancelled context
+	actCancel        // cancel the run's context
+	actCount
+)
+
+func (a stressAction) String() string {
+	return [...]string{"kill-source", "kill-target", "stall-source", "stall-target", "stop", "stop-short",
+		"stop-cancelled", "cancel"}[a]
+}
+
+// TestStopRaces starts runs against pouchdb-server behind killable relays
+// and, at random moments, kills or freezes the peers, stops the run (with
+// contexts that never end, end soon or have ended), cancels its context, or
+// lets the callbacks call Progress, in random orders. Every run must end:
+// with its context cancelled or its Stop context ended at once, otherwise
+// within the retry limits. A run that does not end fails the test with a
+// goroutine dump. FDBREP_STRESS_ITERATIONS raises the iteration count.
+func TestStopRaces(t *testing.T) {
+	t.Parallel()
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("FDBREP_STRESS_SEED"); s != "" {
+		var err error
+		seed, err = strconv.ParseInt(s, 10, 64)
+		require.NoError(t, err)
+	}
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	iterations := 16
+	if testing.Short() {
+		iterations = 4
+	}
+	if s := os.Getenv("FDBREP_STRESS_ITERATIONS"); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err)
+		iterations = n
+	}
+
+	srv := couchtest.StartPouchDB(t)
+	srv.CreateDB(t, "src")
+	srv.AddDocs(t, "src", 0, 600)
+	host := srv.URL()[len("http://"):]
+
+	for i := 0; i < iterations; i++ {
+		srcProxy, tgtProxy := newKillProxy(t, host), newKillProxy(t, host)
+		rep := engine.Replication{
+			Source:             endpoint(t, "http://"+srcProxy.addr()+"/src"),
+			Target:             endpoint(t, "http://"+tgtProxy.addr()+"/tgt"+strconv.Itoa(i)),
+			CreateTarget:       true,
+			Continuous:         rng.IntN(2) == 0,
+			WorkerProcesses:    1 + rng.IntN(4),
+			WorkerBatchSize:    10 + rng.IntN(100),
+			CheckpointInterval: time.Duration(1+rng.IntN(50)) * time.Millisecond,
+			ConnectionTimeout:  time.Second,
+			RetriesPerRequest:  1 + rng.IntN(2),
+		}
+		var actions []stressAction
+		for n := 1 + rng.IntN(3); n > 0; n-- {
+			actions = append(actions, stressAction(rng.IntN(int(actCount))))
+		}
+		delay := time.Duration(rng.IntN(400)) * time.Millisecond
+		gap := time.Duration(rng.IntN(100)) * time.Millisecond
+		name := fmt.Sprintf("%d continuous=%v workers=%d actions=%v delay=%v", i, rep.Continuous,
+			rep.WorkerProcesses, actions, delay)
+
+		began := time.Now()
+		ctx, cancel := context.WithCancel(context.Background())
+		var run *engine.Run
+		ready := make(chan struct{})
+		opts := engine.Options{ServerUUID: testUUID, OnCheckpoint: func(engine.Checkpoint) {
+			<-ready
+			_ = run.Progress()
+		}}
+		run = engine.Start(ctx, rep, opts)
+		close(ready)
+
+		// Poll Progress throughout, as the job layer's heartbeat does: it
+		// must never wait on a checkpoint's requests.
+		progressDone := make(chan struct{})
+		go func() {
+			defer close(progressDone)
+			for {
+				select {
+				case <-run.Done():
+					return
+				case <-time.After(5 * time.Millisecond):
+					_ = run.Progress()
+				}
+			}
+		}()
+
+		time.Sleep(delay)
+		var stops sync.WaitGroup
+		bounded := false // an action that must end the run at once
+		for _, a := range actions {
+			switch a {
+			case actKillSource:
+				srcProxy.kill()
+			case actKillTarget:
+				tgtProxy.kill()
+			case actStallSource:
+				srcProxy.stall()
+			case actStallTarget:
+				tgtProxy.stall()
+			case actStop:
+				stops.Add(1)
+				go func() { defer stops.Done(); _ = run.Stop(context.Background()) }()
+			case actStopShort:
+				bounded = true
+				stops.Add(1)
+				go func() {
+					defer stops.Done()
+					sctx, scancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+					defer scancel()
+					_ = run.Stop(sctx)
+				}()
+			case actStopCancelled:
+				bounded = true
+				sctx, scancel := context.WithCancel(context.Background())
+				scancel()
+				_ = run.Stop(sctx)
+			case actCancel:
+				bounded = true
+				cancel()
+			}
+			time.Sleep(gap)
+		}
+		// Without a bounding action the run ends by itself (a one-shot run
+		// completes or fails on a dead peer) or, continuous, by a final
+		// cancel; dead and stalled peers are given up on within the retry
+		// limits (ConnectionTimeout 1 s, at most 2 retries).
+		limit := 90 * time.Second
+		if bounded {
+			limit = 15 * time.Second
+		}
+		if !bounded && rep.Continuous {
+			// A continuous run with live peers runs until cancelled.
+			select {
+			case <-run.Done():
+			case <-time.After(time.Second):
+			}
+			cancel()
+			limit = 15 * time.Second
+		}
+		select {
+		case <-run.Done():
+		case <-time.After(limit):
+			buf := make([]byte, 1<<22)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Fatalf("iteration %s: the run did not end within %v; goroutines:\n%s", name, limit, buf)
+		}
+		_, err := run.Wait()
+		t.Logf("iteration %s: ended after %v: %v", name, time.Since(began).Round(time.Millisecond), err)
+		stops.Wait()
+		<-progressDone
+		cancel()
+		srcProxy.kill()
+		tgtProxy.kill()
+	}
+}
+
+// TestFrozenSourceEndsContinuousRun freezes the source of a continuous run
+// (connections accepted, never answered): the run must fail by itself with
+// ErrChangesFeed once the transport has given up on the changes request,
+// rather than reconnect forever.
+func TestFrozenSourceEndsContinuousRun(t *testing.T) {
+	t.Parallel()
+	srv := couchtest.StartPouchDB(t)
+	srv.CreateDB(t, "src")
+	srv.AddDocs(t, "src", 0, 20)
+	srcProxy := newKillProxy(t, srv.URL()[len("http://"):])
+	rep := engine.Replication{
+		Source: endpoint(t, "http://"+srcProxy.addr()+"/src"), Target: endpoint(t, srv.DBURL("tgt")),
+		CreateTarget: true, Continuous: true, ConnectionTimeout: time.Second, RetriesPerRequest: 1,
+		CheckpointInterval: time.Hour,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := engine.Start(ctx, rep, engine.Options{ServerUUID: testUUID})
+	for run.Progress().DocsWritten < 20 {
+		select {
+		case <-run.Done():
+			_, err := run.Wait()
+			t.Fatalf("the run ended early: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	srcProxy.freeze()
+	_, err := run.Wait()
+	require.ErrorIs(t, err, engine.ErrChangesFeed)
+	require.ErrorIs(t, err, couch.ErrTimeout)
+	require.NoError(t, ctx.Err(), "the run ended by itself")
+}
