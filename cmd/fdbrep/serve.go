@@ -158,13 +158,22 @@ func millis(cfg *config.Config, section, key string) time.Duration {
 	return time.Duration(cfg.Int(section, key)) * time.Millisecond
 }
 
+// fairShareWindow maps fair_share_window_sec to Config.FairShareWindow:
+// the default (3600) is the replicator's FairShareWindowDefault with fair
+// share on; 0 disables fair share, which the replicator spells as a
+// negative window (its zero value means "use the default").
+func fairShareWindow(cfg *config.Config) time.Duration {
+	window := secs(cfg, "fair_share_window_sec")
+	if window == 0 {
+		return -1
+	}
+	return window
+}
+
 // replicatorConfig maps [replicator] and [replicator.shares] to the
 // replicator's Config.
 func replicatorConfig(cfg *config.Config, log *zerolog.Logger, metrics *replicator.Metrics, docs replicator.DocUpdater) replicator.Config {
-	window := secs(cfg, "fair_share_window_sec")
-	if window == 0 {
-		window = -1 // disabled
-	}
+	window := fairShareWindow(cfg)
 	return replicator.Config{
 		NodeName:            cfg.NodeName(),
 		MaxJobs:             int(cfg.Int("replicator", "max_jobs")),

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/replicator"
+)
+
+// fair_share_window_sec maps to the replicator's window: the default
+// config gives the replicator's default (fair share on), 0 disables it.
+func TestReplicatorConfigFairShareWindow(t *testing.T) {
+	db := kvtest.NewDB(t)
+	jobs, err := fdbjobs.New(db, fdbjobs.Config{})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name    string
+		environ []string
+		want    time.Duration
+	}{
+		{"default", nil, replicator.FairShareWindowDefault},
+		{"explicit hour", []string{config.EnvName("replicator", "fair_share_window_sec") + "=3600"}, time.Hour},
+		{"ten minutes", []string{config.EnvName("replicator", "fair_share_window_sec") + "=600"}, 10 * time.Minute},
+		{"disabled", []string{config.EnvName("replicator", "fair_share_window_sec") + "=0"}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Load(nil, tc.environ)
+			require.NoError(t, err)
+			rc := replicatorConfig(cfg, nil, replicator.NewMetrics(), nil)
+			n, err := replicator.NewNode(db, jobs, nil, rc)
+			require.NoError(t, err)
+			got := n.Config().FairShareWindow
+			if tc.want < 0 {
+				require.Negative(t, got, "fair share disabled")
+				return
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
+	require.Equal(t, time.Hour, replicator.FairShareWindowDefault)
+}
