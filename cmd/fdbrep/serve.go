@@ -303,10 +303,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready chan<- st
 		if err != nil {
 			return err
 		}
-		// Register the job type before the first document write: the
-		// frontend would otherwise do it lazily inside the write's
-		// transaction, whose snapshot predates it, and the first writes
-		// fail until a replication node has run.
+		// Register the job type and read the server UUID before the first
+		// request, so a frontend-only cluster serves document writes and
+		// POST /_replicate without any replication node having run.
+		if err := fe.Init(ctx); err != nil {
+			return fmt.Errorf("replicator frontend setup: %w", err)
+		}
+		// Kept from before Frontend.Init existed (Init does the same; the
+		// frontend also registers the type inside a write's transaction
+		// when that transaction's snapshot predates it). Harmless.
 		if err := jobs.SetTypeTimeout(ctx, nil, replicator.JobType, repCfg.JobTimeout); err != nil {
 			return fmt.Errorf("register the %s job type: %w", replicator.JobType, err)
 		}
