@@ -131,7 +131,29 @@ func TestStopAndCancel(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorIs(t, run.Stop(context.Background()), context.Canceled, "Stop after the end returns the run's error")
 
+	// Stopped at once: during its setup (ErrStopped) or just after it (nil).
 	run = engine.Start(context.Background(), rep, engine.Options{ServerUUID: testUUID})
+	err = run.Stop(context.Background())
+	if err != nil {
+		require.ErrorIs(t, err, engine.ErrStopped)
+	}
+	require.Equal(t, err, run.Stop(context.Background()))
+	_, werr := run.Wait()
+	require.Equal(t, err, werr)
+
+	// Stopped once set up: nil.
+	run = engine.Start(context.Background(), rep, engine.Options{ServerUUID: testUUID})
+	for {
+		if _, _, ok := run.ID(); ok {
+			break
+		}
+		select {
+		case <-run.Done():
+			_, err := run.Wait()
+			t.Fatalf("the run ended: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 	require.NoError(t, run.Stop(context.Background()))
 	require.NoError(t, run.Stop(context.Background()))
 	_, err = run.Wait()

@@ -163,7 +163,8 @@ func Start(ctx context.Context, rep Replication, opts Options) *Run {
 }
 
 // Wait blocks until the run ends and returns its result. A one-shot run that
-// completes, and a run ended by Stop, return a nil error.
+// completes, and a run ended by Stop once set up, return a nil error; a run
+// stopped during its setup returns an error wrapping ErrStopped.
 func (r *Run) Wait() (Result, error) {
 	<-r.done
 	return r.result, r.err
@@ -264,11 +265,28 @@ func (r *Run) run() {
 			}
 		}
 	}()
-	err := r.setup(r.ctx)
+	// Setup has nothing to checkpoint: Stop cancels it at once (against a
+	// frozen peer it would otherwise last its requests' retry budgets).
+	setupCtx, setupCancel := context.WithCancelCause(r.ctx)
+	setupDone := make(chan struct{})
+	go func() {
+		select {
+		case <-r.stopCh:
+			setupCancel(ErrStopped)
+		case <-setupDone:
+		}
+	}()
+	err := r.setup(setupCtx)
+	close(setupDone)
+	stopped := setupCtx.Err() != nil
+	setupCancel(nil)
 	close(r.ready)
 	if err != nil {
-		if r.ctx.Err() != nil {
+		switch {
+		case r.ctx.Err() != nil:
 			err = r.abortError()
+		case stopped:
+			err = fmt.Errorf("%w: during setup", ErrStopped)
 		}
 		r.err = err
 		r.log.Error().Err(err).Msg("replication setup failed")

@@ -328,3 +328,28 @@ func TestFrozenSourceEndsContinuousRun(t *testing.T) {
 	require.ErrorIs(t, err, couch.ErrTimeout)
 	require.NoError(t, ctx.Err(), "the run ended by itself")
 }
+
+// TestStopDuringSetup stops runs whose target is frozen while they verify
+// the peers: Stop, even with a context that never ends, cancels the setup at
+// once (it has nothing to checkpoint) instead of waiting out the requests'
+// retries (connection_timeout is left at its 30 s default here).
+func TestStopDuringSetup(t *testing.T) {
+	t.Parallel()
+	srv := couchtest.StartPouchDB(t)
+	srv.CreateDB(t, "src")
+	tgtProxy := newKillProxy(t, srv.URL()[len("http://"):])
+	tgtProxy.stall()
+	rep := engine.Replication{Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, "http://"+tgtProxy.addr()+"/tgt")}
+	run := engine.Start(context.Background(), rep, engine.Options{ServerUUID: testUUID})
+	stopped := make(chan error, 1)
+	go func() { stopped <- run.Stop(context.Background()) }()
+	select {
+	case err := <-stopped:
+		require.ErrorIs(t, err, engine.ErrStopped)
+	case <-time.After(15 * time.Second): // hang detector; the setup alone would take minutes
+		buf := make([]byte, 1<<22)
+		t.Fatalf("Stop waited for the setup's requests; goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+	_, _, ok := run.ID()
+	require.False(t, ok)
+}
