@@ -34,7 +34,7 @@ type resolver struct {
 	dropped    int
 	productive bool
 
-	dropBuf [][]byte // scratch for insert and gc
+	dropBuf [][]byte // scratch for insert
 	// hint remembers the path of the last search: a transaction's write
 	// ranges come sorted, so each search starts near the previous one.
 	hint btree.PathHint
@@ -165,32 +165,29 @@ func (r *resolver) gc(horizon int64, n int) {
 			return false
 		})
 	}
-	drop := r.dropBuf[:0]
-	visited := 0
+	// One pass deletes as it goes: deleting the merged entries one by one
+	// afterwards, each with its own search, cost several times the sweep.
+	dropped, visited := 0, 0
 	wrapped := true
-	r.tree.Ascend(histEntry{key: r.sweep}, func(e histEntry) bool {
+	r.tree.DeleteAscend(histEntry{key: r.sweep}, func(e histEntry) btree.Action {
 		if visited >= n {
 			r.sweep = e.key
 			wrapped = false
-			return false
+			return btree.Stop
 		}
 		visited++
 		stale := e.ver <= r.horizon
 		if stale && prevStale && len(e.key) > 0 {
-			drop = append(drop, e.key)
+			dropped++
+			return btree.Delete // prevStale stays true
 		}
 		prevStale = stale
-		return true
+		return btree.Keep
 	})
-	r.dropped += len(drop)
+	r.dropped += dropped
 	if wrapped {
 		r.sweep = nil
 		r.productive = r.dropped > r.tree.Len()/4
 		r.dropped = 0
 	}
-	for _, k := range drop {
-		r.tree.Delete(histEntry{key: k})
-	}
-	clear(drop)
-	r.dropBuf = drop[:0]
 }
