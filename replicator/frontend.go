@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -35,7 +36,7 @@ type Frontend struct {
 	setupMu    sync.Mutex
 	serverUUID string
 
-	created createdUUIDs // DBCreated's UUIDs by transaction
+	memo txMemo // what DBCreated and DocWritten did, by transaction
 }
 
 // NewFrontend returns a Frontend. It validates cfg and does no I/O; the
@@ -227,7 +228,10 @@ func (f *Frontend) DocWritten(ctx context.Context, tr kv.Transaction, dbName, do
 	spec, perr := parseSpec(obj)
 	if old != nil {
 		docState := replicationState(obj)
+		mine, _ := f.memo.get(tr, "job:"+jobID)
 		switch {
+		case perr == nil && sameReplication(old.Rep, spec) && mine == strconv.FormatInt(old.StartTime, 10):
+			return nil // the job an earlier run of this transaction added (it may have finished since)
 		case perr == nil && sameReplication(old.Rep, spec) &&
 			(oldState != fdbjobs.Finished || docState == StateCompleted || docState == StateFailed):
 			return nil // unchanged, or the replicator recording its own result
@@ -247,6 +251,7 @@ func (f *Frontend) DocWritten(ctx context.Context, tr kv.Transaction, dbName, do
 	if err := f.addJob(ctx, tr, jobID, old, d); err != nil {
 		return err
 	}
+	f.memo.put(tr, "job:"+jobID, strconv.FormatInt(d.StartTime, 10))
 	f.countOnCommit(tr, MetricJobsAdds)
 	return nil
 }
@@ -342,7 +347,12 @@ func (f *Frontend) DBCreated(ctx context.Context, tr kv.Transaction, dbName stri
 	if !IsReplicatorDB(dbName) {
 		return nil
 	}
-	tr.Set(f.k.dbKey(dbName), []byte(f.created.uuidFor(tr, dbName)))
+	u, ok := f.memo.get(tr, "db:"+dbName)
+	if !ok {
+		u = newDBUUID(dbName)
+		f.memo.put(tr, "db:"+dbName, u)
+	}
+	tr.Set(f.k.dbKey(dbName), []byte(u))
 	f.countOnCommit(tr, MetricDocsDBsCreated)
 	return nil
 }
@@ -412,44 +422,49 @@ func countOnCommit(m *Metrics, tr kv.Transaction, name string, n int) {
 	}()
 }
 
-// createdUUIDsMax bounds createdUUIDs: retries of one transaction follow
-// each other closely, so only recent entries matter.
-const createdUUIDsMax = 256
+// txMemoMax bounds txMemo: retries of one transaction follow each other
+// closely, so only recent entries matter.
+const txMemoMax = 256
 
-// createdUUIDs remembers the database UUID DBCreated chose in a
-// transaction, so that the same transaction run again (a retry, possibly
-// after its earlier attempt committed with commit_unknown_result) writes
-// the same UUID: retry loops reuse their Transaction. Jobs created for the
-// database between the attempts keep their identity.
-type createdUUIDs struct {
+// txMemo remembers, per transaction, what a function joining the caller's
+// transaction chose or did in an earlier run, so that the same transaction
+// run again (a retry, possibly after its earlier attempt committed with
+// commit_unknown_result) gives the same outcome: retry loops reuse their
+// Transaction. DBCreated keeps the database UUID it chose ("db:" + name);
+// DocWritten recognises the job it added ("job:" + id -> its start time).
+type txMemo struct {
 	mu    sync.Mutex
-	m     map[createdKey]string
-	order []createdKey
+	m     map[txMemoKey]string
+	order []txMemoKey
 }
 
-type createdKey struct {
-	tr     kv.Transaction
-	dbName string
+type txMemoKey struct {
+	tr  kv.Transaction
+	key string
 }
 
-func (c *createdUUIDs) uuidFor(tr kv.Transaction, dbName string) string {
+func (c *txMemo) get(tr kv.Transaction, key string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := createdKey{tr, dbName}
-	if u, ok := c.m[k]; ok {
-		return u
-	}
+	v, ok := c.m[txMemoKey{tr, key}]
+	return v, ok
+}
+
+func (c *txMemo) put(tr kv.Transaction, key, v string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := txMemoKey{tr, key}
 	if c.m == nil {
-		c.m = map[createdKey]string{}
+		c.m = map[txMemoKey]string{}
 	}
-	u := newDBUUID(dbName)
-	c.m[k] = u
-	c.order = append(c.order, k)
-	for len(c.order) > createdUUIDsMax {
+	if _, ok := c.m[k]; !ok {
+		c.order = append(c.order, k)
+	}
+	c.m[k] = v
+	for len(c.order) > txMemoMax {
 		delete(c.m, c.order[0])
 		c.order = c.order[1:]
 	}
-	return u
 }
 
 // errorBody is CouchDB's error reply.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
@@ -137,4 +138,30 @@ func TestMetricsCountCommitsNotAttempts(t *testing.T) {
 	})
 	require.EqualValues(t, 1, c.fe.m.Value(MetricJobsAdds))
 	require.EqualValues(t, 1, c.fe.m.Value(MetricDocsDBChanges))
+}
+
+// A document write run again after its commit (commit_unknown_result)
+// recognises the job its first run added even when that job has finished
+// in between: the replication does not run a second time.
+func TestDocWrittenAfterUnknownCommitJobFinished(t *testing.T) {
+	eng := newFakeEngine()
+	c := newCluster(t, 1, eng, testConfig())
+	ctx := context.Background()
+	raw := replicateBody(t, repDoc("http://h/os", "http://h/ot", false))
+	runs := 0
+	_, err := retryDB{Database: c.db, mode: afterCommit}.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		runs++
+		if _, err := c.fe.SchedulerDoc(ctx, "_replicator", "o"); err == nil {
+			// An earlier run committed; its one-shot job completes before
+			// this retry.
+			c.waitDocState("_replicator", "o", StateCompleted)
+		}
+		return nil, c.fe.DocWritten(ctx, tr, "_replicator", "o", raw)
+	})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, runs, 2)
+	_, st := c.jobSTime(c.docJobID("_replicator", "o"))
+	require.Equal(t, fdbjobs.Finished, st)
+	require.Equal(t, StateCompleted, c.docState("_replicator", "o").State)
+	require.Equal(t, 1, eng.startsOf("http://h/os/"))
 }
