@@ -7,7 +7,7 @@ FDBSTUB   := $(CURDIR)/scripts/fdbstub
 POUCHDB   := $(CURDIR)/scripts/pouchdb
 
 .PHONY: all build run test test-unit test-faults lint fdb-check pouchdb fuzz \
-        bench-kv bench-jobs bench-replication bench-scheduler bench-frontend clean
+        bench-kv bench-jobs bench-replication bench-scheduler bench-frontend cluster clean
 
 all: build
 
@@ -17,6 +17,12 @@ build:
 ## run: start one node with every role on the embedded store in $(DATA_DIR).
 run: build
 	$(BIN)/fdbrep serve -data-dir $(DATA_DIR) $(ARGS)
+
+## cluster: the docker-compose topology for development, in one process on
+## the embedded store in $(DATA_DIR): frontends on 127.0.0.1:5984 and 5985,
+## two replication nodes. Pass -config local.ini etc. with ARGS.
+cluster: build
+	$(BIN)/fdbrep cluster -data-dir $(DATA_DIR) $(ARGS)
 
 ## test: what CI runs: lint, the fdb-tagged build, the whole suite with the
 ## race detector, then the whole suite again with storage fault injection.

@@ -1,6 +1,7 @@
 // Command fdbrep runs fdbrep nodes.
 //
 //	fdbrep serve [flags]           run a node (see fdbrep serve -h)
+//	fdbrep cluster [flags]         development: several nodes in one process on one embedded store
 //	fdbrep hash-password [flags]   hash a password read from stdin for [admins] / [users]
 //	fdbrep version                 print the version
 //
@@ -43,19 +44,21 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: fdbrep serve [flags] | fdbrep hash-password [flags] | fdbrep version")
+		fmt.Fprintln(stderr, "usage: fdbrep serve [flags] | fdbrep cluster [flags] | fdbrep hash-password [flags] | fdbrep version")
 		return errors.New("no command given")
 	}
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], stderr, nil)
+	case "cluster":
+		return cluster(ctx, args[1:], stderr, nil)
 	case "hash-password":
 		return hashPassword(args[1:], os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "fdbrep", version)
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q (want serve, hash-password or version)", args[0])
+		return fmt.Errorf("unknown command %q (want serve, cluster, hash-password or version)", args[0])
 	}
 }
 

@@ -229,7 +229,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready chan<- st
 		return err
 	}
 	defer db.Close()
+	return runNode(ctx, cfg, db, log, ready)
+}
 
+// runNode runs the roles of cfg on an open store until ctx ends, then
+// shuts them down gracefully (see serve). Several nodes can share one
+// store in a process (fdbrep cluster).
+func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolog.Logger, ready chan<- string) error {
 	jobs, err := fdbjobs.New(db, jobsConfig(cfg, &log))
 	if err != nil {
 		return err
