@@ -290,7 +290,7 @@ func (w *worker) initJob(d *jobData, repID, code string) bool {
 				if od.transient() {
 					reason := fmt.Sprintf("Replication `%s` is already running as a transient replication (job %s); retrying later", repID, other)
 					if x.transient() {
-						return outcome{x: x, state: StateFailed}, w.failTx(tr, x, "error", reason)
+						return outcome{x: x, state: StateFailed}, w.failTx(tr, x, "error", reason, now)
 					}
 					return outcome{x: x, state: StateCrashing}, w.crashTx(tr, x, "error", reason, now, jitter)
 				}
@@ -301,7 +301,7 @@ func (w *worker) initJob(d *jobData, repID, code string) bool {
 					reason = fmt.Sprintf("Replication `%s` specified by document `%s` already started, triggered by document `%s` from db `%s`",
 						repID, x.DocID, od.DocID, od.DBName)
 				}
-				return outcome{x: x, state: StateFailed}, w.failTx(tr, x, "error", reason)
+				return outcome{x: x, state: StateFailed}, w.failTx(tr, x, "error", reason, now)
 			}
 			// The holder is finished, crashing or gone: take over.
 		}
@@ -413,11 +413,13 @@ func (w *worker) afterFinish(state string, d *jobData) {
 
 // fail ends the job in state failed.
 func (w *worker) fail(d *jobData, tag, reason string) {
-	w.finishTx(d, StateFailed, func(tr kv.Transaction, x *jobData) error { return w.failTx(tr, x, tag, reason) })
+	now := w.now()
+	w.finishTx(d, StateFailed, func(tr kv.Transaction, x *jobData) error { return w.failTx(tr, x, tag, reason, now) })
 }
 
-func (w *worker) failTx(tr kv.Transaction, x *jobData, tag, reason string) error {
-	now := w.now()
+// failTx makes the job failed. now is chosen outside the transaction, so
+// that a retry after commit_unknown_result writes the same data.
+func (w *worker) failTx(tr kv.Transaction, x *jobData, tag, reason string, now time.Time) error {
 	x.State, x.StateInfo, x.LastError, x.Node = StateFailed, stateInfoOf(tag, reason), reason, ""
 	x.ErrorCount++
 	x.LastUpdated = ms(now)
@@ -446,8 +448,8 @@ func (w *worker) updateDoc(tr kv.Transaction, x *jobData, state, reason string, 
 // complete ends a one-shot job in state completed with its final
 // checkpoint as result.
 func (w *worker) complete(d *jobData, res engine.Result) {
+	now := w.now() // outside the transaction: a retry writes the same data
 	w.finishTx(d, StateCompleted, func(tr kv.Transaction, x *jobData) error {
-		now := w.now()
 		x.Stats = mergeStats(x.Stats, res.Stats)
 		x.CheckpointHistory, _ = json.Marshal(res)
 		x.State, x.Node, x.LastUpdated = StateCompleted, "", ms(now)
