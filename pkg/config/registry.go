@@ -120,7 +120,7 @@ var Registry = []Key{
 	intKey("replicator", "max_history", "10", 1, 1000, "Events kept in a job's history."),
 	intKey("replicator", "stats_update_interval_sec", "10", 1, maxInt, "Seconds between writes of a running job's stats to its job data."),
 	intKey("replicator", "job_timeout_sec", "61", 3, 3600, "A running job whose node sends no heartbeat for this long is given to another node (the rep_jobs activity timeout); every node must use the same value."),
-	floatKey("replicator", "usage_coeff", "0.5", 0.000001, 1, "Fair share: decay of a replicator database's usage per cycle."),
+	floatKey("replicator", "usage_coeff", "0.95", 0.000001, 1, "Fair share: decay of a replicator database's usage per interval. Lower values forget usage faster; with CouchDB's 0.5 the order of databases oscillates, because a job's priority is fixed when it is enqueued."),
 	intKey("replicator", "fair_share_window_sec", "3600", 0, maxInt, "Fair share: the largest scheduling delay given to a database that used more than its share; 0 disables fair share."),
 	// [couch_jobs]
 	intKey("couch_jobs", "activity_monitor_max_jitter_msec", "10000", 1, maxInt, "Cap of the random delay added to each activity monitor period."),
