@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -32,6 +33,14 @@ import (
 var version = "dev"
 
 func main() {
+	// The store and the job layer allocate many short-lived objects per
+	// transaction; a GC target of 200% (instead of Go's 100%) cut CPU per
+	// job by about a fifth in make bench-jobs, for a Go heap that may grow
+	// to about three times its live size (pebble's block cache is outside
+	// the Go heap). GOGC in the environment still wins.
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(GCPercentDefault)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -86,3 +95,7 @@ func hashPassword(args []string, in io.Reader, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout, h)
 	return nil
 }
+
+// GCPercentDefault is the garbage collector's target used unless GOGC is
+// set (see main).
+const GCPercentDefault = 200
