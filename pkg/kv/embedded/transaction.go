@@ -603,6 +603,31 @@ func (tr *transaction) GetRange(r kv.Range, options kv.RangeOptions) kv.RangeRes
 
 // --- writes ------------------------------------------------------------
 
+// checkKey returns the error FoundationDB gives a write or watch of k:
+// key_outside_legal_range for the system key space, key_too_large past
+// kv.MaxKeySize.
+func checkKey(k []byte) error {
+	switch {
+	case isSystem(k):
+		return errOutsideLegalRange
+	case len(k) > kv.MaxKeySize:
+		return errKeyTooLarge
+	}
+	return nil
+}
+
+// checkWrite is checkKey, then value_too_large for a value (or atomic
+// operand) past kv.MaxValueSize.
+func checkWrite(k, v []byte) error {
+	if err := checkKey(k); err != nil {
+		return err
+	}
+	if len(v) > kv.MaxValueSize {
+		return errValueTooLarge
+	}
+	return nil
+}
+
 func (tr *transaction) Set(key kv.KeyConvertible, value []byte) {
 	k := key.FDBKey()
 	tr.mu.Lock()
@@ -610,15 +635,8 @@ func (tr *transaction) Set(key kv.KeyConvertible, value []byte) {
 	if !tr.writable() {
 		return
 	}
-	switch {
-	case isSystem(k):
-		tr.defer_(errOutsideLegalRange)
-		return
-	case len(k) > kv.MaxKeySize:
-		tr.defer_(errKeyTooLarge)
-		return
-	case len(value) > kv.MaxValueSize:
-		tr.defer_(errValueTooLarge)
+	if err := checkWrite(k, value); err != nil {
+		tr.defer_(err)
 		return
 	}
 	ke, vc := keyAfterAnd(k, value)
@@ -727,15 +745,8 @@ func (tr *transaction) atomicOp(op opType, key kv.KeyConvertible, param []byte) 
 	if !tr.writable() {
 		return
 	}
-	switch {
-	case isSystem(k):
-		tr.defer_(errOutsideLegalRange)
-		return
-	case len(k) > kv.MaxKeySize:
-		tr.defer_(errKeyTooLarge)
-		return
-	case len(param) > kv.MaxValueSize:
-		tr.defer_(errValueTooLarge)
+	if err := checkWrite(k, param); err != nil {
+		tr.defer_(err)
 		return
 	}
 	ke, pc := keyAfterAnd(k, param)
@@ -847,18 +858,15 @@ func (tr *transaction) SetVersionstampedValue(key kv.KeyConvertible, value []byt
 		return
 	}
 	v, pos, err := versionstampOffset(value)
-	switch {
-	case isSystem(k):
-		tr.defer_(errOutsideLegalRange)
-		return
-	case len(k) > kv.MaxKeySize:
-		tr.defer_(errKeyTooLarge)
-		return
-	case err != nil:
+	if err := checkKey(k); err != nil {
 		tr.defer_(err)
 		return
-	case len(v) > kv.MaxValueSize:
-		tr.defer_(errValueTooLarge)
+	}
+	if err == nil {
+		err = checkWrite(k, v)
+	}
+	if err != nil {
+		tr.defer_(err)
 		return
 	}
 	kc := clone(k)
@@ -933,12 +941,8 @@ func (tr *transaction) Watch(key kv.KeyConvertible) kv.FutureNil {
 		return fut
 	}
 	defer tr.unlockRead()
-	switch {
-	case isSystem(k):
-		fut.fail(errOutsideLegalRange)
-		return fut
-	case len(k) > kv.MaxKeySize:
-		fut.fail(errKeyTooLarge)
+	if err := checkKey(k); err != nil {
+		fut.fail(err)
 		return fut
 	}
 	v, err := tr.getLocked(k, true)
