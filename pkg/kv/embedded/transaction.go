@@ -891,42 +891,38 @@ func (tr *transaction) conflictCheck() error {
 
 func (tr *transaction) AddReadConflictKey(key kv.KeyConvertible) error {
 	k := key.FDBKey()
-	return tr.AddReadConflictRange(kv.KeyRange{Begin: kv.Key(k), End: kv.Key(keyAfter(k))})
+	return tr.addConflictRange(kv.KeyRange{Begin: kv.Key(k), End: kv.Key(keyAfter(k))}, false)
 }
 
 func (tr *transaction) AddReadConflictRange(r kv.ExactRange) error {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if err := tr.conflictCheck(); err != nil {
-		return err
-	}
-	b, e, err := exactRange(r)
-	if err != nil {
-		return err
-	}
-	if bytes.Compare(b, e) < 0 {
-		tr.reads = append(tr.reads, span{b, e})
-	}
-	return nil
+	return tr.addConflictRange(r, false)
 }
 
 func (tr *transaction) AddWriteConflictKey(key kv.KeyConvertible) error {
 	k := key.FDBKey()
-	return tr.AddWriteConflictRange(kv.KeyRange{Begin: kv.Key(k), End: kv.Key(keyAfter(k))})
+	return tr.addConflictRange(kv.KeyRange{Begin: kv.Key(k), End: kv.Key(keyAfter(k))}, true)
 }
 
 func (tr *transaction) AddWriteConflictRange(r kv.ExactRange) error {
+	return tr.addConflictRange(r, true)
+}
+
+// addConflictRange adds r to the read or the write conflict ranges; an
+// empty range adds nothing.
+func (tr *transaction) addConflictRange(r kv.ExactRange, write bool) error {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if err := tr.conflictCheck(); err != nil {
 		return err
 	}
 	b, e, err := exactRange(r)
-	if err != nil {
+	if err != nil || bytes.Compare(b, e) >= 0 {
 		return err
 	}
-	if bytes.Compare(b, e) < 0 {
+	if write {
 		tr.addWrite(span{b, e})
+	} else {
+		tr.reads = append(tr.reads, span{b, e})
 	}
 	return nil
 }
