@@ -44,3 +44,32 @@ func TestReplicatorConfigFairShareWindow(t *testing.T) {
 	}
 	require.Equal(t, time.Hour, replicator.FairShareWindowDefault)
 }
+
+// The config file's defaults are the replicator's own: a node started
+// without configuration schedules as the replicator package documents.
+func TestReplicatorConfigDefaultsMatchThePackage(t *testing.T) {
+	cfg := config.Default()
+	got := replicatorConfig(cfg, nil, nil, nil)
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"max_jobs", got.MaxJobs, replicator.MaxJobsDefault},
+		{"max_churn", got.MaxChurn, replicator.MaxChurnDefault},
+		{"max_acceptors", got.MaxAcceptors, replicator.MaxAcceptorsDefault},
+		{"interval", got.Interval, replicator.IntervalDefault},
+		{"min_run_time", got.MinRunTime, replicator.MinRunTimeDefault},
+		{"startup_jitter", got.StartupJitter, replicator.StartupJitterDefault},
+		{"min_backoff", got.MinBackoff, replicator.MinBackoffDefault},
+		{"max_backoff", got.MaxBackoff, replicator.MaxBackoffDefault},
+		{"health_threshold", got.HealthThreshold, replicator.HealthThresholdDefault},
+		{"max_history", got.MaxHistory, replicator.MaxHistoryDefault},
+		{"transient_job_max_age", got.TransientJobMaxAge, replicator.TransientJobMaxAgeDefault},
+		{"job_timeout", got.JobTimeout, replicator.JobTimeoutDefault},
+		{"stats_update_interval", got.StatsUpdateInterval, replicator.StatsUpdateIntervalDefault},
+		{"usage_coeff", got.UsageCoeff, replicator.UsageCoeffDefault},
+		{"fair_share_window", got.FairShareWindow, replicator.FairShareWindowDefault},
+	} {
+		require.EqualValues(t, c.want, c.got, c.name)
+	}
+}

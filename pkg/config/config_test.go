@@ -32,7 +32,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	require.Equal(t, "127.0.0.1:5984", c.BindAddress())
 	require.Equal(t, []string{RoleAPIFrontend, RoleReplication}, c.Roles())
 	require.Equal(t, SharesDefault, c.Shares("_replicator"))
-	require.Equal(t, 0.5, c.Float("replicator", "usage_coeff"))
+	require.Equal(t, 0.95, c.Float("replicator", "usage_coeff"))
 	require.True(t, c.Bool("chttpd", "admin_only_all_dbs"))
 	require.Equal(t, "default", c.Source("replicator", "max_jobs"))
 	require.Empty(t, c.Warnings())
