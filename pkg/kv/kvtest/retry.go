@@ -158,7 +158,11 @@ func testNestedTransact(t *testing.T, open OpenFunc) {
 		if string(v) != "1" {
 			return nil, errors.New("nested write not visible to the caller")
 		}
-		if v, err := getOne(tr.Snapshot(), "n/b"); err != nil || string(v) != "2" {
+		v, err = getOne(tr.Snapshot(), "n/b")
+		if err != nil {
+			return nil, err // a retryable error goes back to the retry loop
+		}
+		if string(v) != "2" {
 			return nil, errors.New("nested write not visible to a snapshot")
 		}
 		return nil, nil
