@@ -78,6 +78,8 @@ func replicatorError(err error) *httpError {
 		return badRequest(reason)
 	case errors.Is(err, replicator.ErrForbidden):
 		return forbidden(reason)
+	case errors.Is(err, replicator.ErrTooLarge):
+		return newError(http.StatusRequestEntityTooLarge, "document_too_large", reason)
 	case errors.Is(err, replicator.ErrUnauthorized):
 		return newError(http.StatusUnauthorized, "unauthorized", reason)
 	}

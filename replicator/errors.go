@@ -13,6 +13,10 @@ var (
 	// the user-facing reason (see Reason).
 	ErrBadRequest = errors.New("bad_request")
 
+	// ErrTooLarge wraps a replication whose stored form would exceed
+	// SpecMaxBytes (CouchDB's document_too_large).
+	ErrTooLarge = errors.New("document_too_large")
+
 	// ErrForbidden is returned by ValidateDoc for a document write the user
 	// may not make (another user's document, an invalid replication). The
 	// frontend answers 403 with Reason(err).

@@ -26,6 +26,7 @@ type fakeEngine struct {
 	mu      sync.Mutex
 	code    map[string]string // filter code by source URL
 	fail    map[string]error  // every run of this source fails with it
+	panics  map[string]any    // every Start of this source panics with it
 	starts  map[string]int
 	runTime map[string]time.Duration
 	running map[string]int
@@ -36,7 +37,7 @@ type fakeEngine struct {
 
 func newFakeEngine() *fakeEngine {
 	return &fakeEngine{ckEvery: 5 * time.Millisecond, oneShot: 20 * time.Millisecond,
-		code: map[string]string{}, fail: map[string]error{}, starts: map[string]int{},
+		code: map[string]string{}, fail: map[string]error{}, panics: map[string]any{}, starts: map[string]int{},
 		runTime: map[string]time.Duration{}, running: map[string]int{}, started: make(chan string, 100000)}
 }
 
@@ -87,8 +88,14 @@ func (e *fakeEngine) Start(ctx context.Context, rep engine.Replication, opts eng
 		cur += n
 	}
 	e.maxRun = max(e.maxRun, cur)
-	failErr := e.fail[src]
+	failErr, p := e.fail[src], e.panics[src]
 	e.mu.Unlock()
+	if p != nil {
+		e.mu.Lock()
+		e.running[src]--
+		e.mu.Unlock()
+		panic(p)
+	}
 	select {
 	case e.started <- src:
 	default:

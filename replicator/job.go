@@ -97,6 +97,11 @@ func (w *worker) run() {
 		return
 	}
 	rep, err := d.Rep.Engine()
+	if err == nil {
+		// Job data written by an older or foreign writer is held to
+		// today's bounds before anything is allocated for it.
+		err = rep.Validate()
+	}
 	if err != nil {
 		w.fail(d, "bad_rep_doc", engineReason(err))
 		return
@@ -533,7 +538,7 @@ var engineErrors = []error{
 	engine.ErrInvalidSpec, engine.ErrDBNotFound, engine.ErrUnauthorized, engine.ErrForbidden,
 	engine.ErrMaxBackoff, engine.ErrFilterFetch, engine.ErrChangesFeed, engine.ErrRevsDiff,
 	engine.ErrOpenRevs, engine.ErrBulkDocs, engine.ErrDocWrite, engine.ErrCheckpoint, engine.ErrHTTP,
-	engine.ErrStopped,
+	engine.ErrInternal, engine.ErrStopped,
 }
 
 // classify splits an engine error into CouchDB's error tag and reason.

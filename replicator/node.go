@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
 // Node is a replication node's job server: it accepts replication jobs
@@ -232,6 +234,35 @@ func (n *Node) startAcceptorLocked(q int) bool {
 	return true
 }
 
+// runWorker runs one accepted job. A panic in the job's code is contained
+// to that job: it is logged with its stack and the job crashes with an
+// internal_error reason (retried with backoff, as any crash), while the
+// node and its other jobs go on.
+func (n *Node) runWorker(w *worker) {
+	defer n.workerExit(w)
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		n.cfg.Logger.Error().Str("job", w.job.ID).Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
+			Msg("replicator: job panicked; it crashes, the node goes on")
+		d := w.data
+		if d == nil {
+			d = &jobData{State: StatePending}
+		}
+		defer func() {
+			// The job cannot even be marked crashing: without heartbeats
+			// the activity monitor re-enqueues it after the job timeout.
+			if p := recover(); p != nil {
+				n.cfg.Logger.Error().Str("job", w.job.ID).Str("panic", fmt.Sprint(p)).Msg("replicator: marking a panicked job crashing panicked too")
+			}
+		}()
+		w.crash(d, fmt.Errorf("%w: %v", engine.ErrInternal, p))
+	}()
+	w.run()
+}
+
 // acceptor waits for up to q runnable jobs, then runs the first as its
 // worker and starts a goroutine for each other.
 func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
@@ -243,12 +274,10 @@ func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 			for _, w := range ws[1:] {
 				go func() {
 					defer n.wg.Done()
-					w.run()
-					n.workerExit(w)
+					n.runWorker(w)
 				}()
 			}
-			ws[0].run()
-			n.workerExit(ws[0])
+			n.runWorker(ws[0])
 			return
 		}
 		if ctx.Err() != nil {

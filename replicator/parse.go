@@ -102,8 +102,9 @@ func boolField(v json.RawMessage, name string) (bool, error) {
 	return b, nil
 }
 
-// intField accepts an integer or a string holding one, as CouchDB does.
-func intField(v json.RawMessage, name string, min int64) (int64, error) {
+// intField accepts an integer in [min, max] or a string holding one, as
+// CouchDB does.
+func intField(v json.RawMessage, name string, min, max int64) (int64, error) {
 	var n json.Number
 	if err := json.Unmarshal(v, &n); err != nil {
 		var s string
@@ -118,6 +119,9 @@ func intField(v json.RawMessage, name string, min int64) (int64, error) {
 	}
 	if i < min {
 		return 0, newReason(ErrBadRequest, "`%s` must be at least %d", name, min)
+	}
+	if i > max {
+		return 0, newReason(ErrBadRequest, "`%s` must be at most %d", name, max)
 	}
 	return i, nil
 }
@@ -214,30 +218,26 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 	if v, ok := obj["since_seq"]; ok && !isNull(v) {
 		s.SinceSeq = v
 	}
-	ints := []struct {
-		name string
-		min  int64
-		set  func(int64)
-	}{
-		{"worker_processes", 1, func(i int64) { s.WorkerProcesses = int(i) }},
-		{"worker_batch_size", 1, func(i int64) { s.WorkerBatchSize = int(i) }},
-		{"http_connections", 1, func(i int64) { s.HTTPConnections = int(i) }},
-		{"connection_timeout", 1, func(i int64) { s.ConnectionTimeout = i }},
-		{"retries_per_request", 0, func(i int64) {
+	set := map[string]func(int64){
+		"worker_processes":   func(i int64) { s.WorkerProcesses = int(i) },
+		"worker_batch_size":  func(i int64) { s.WorkerBatchSize = int(i) },
+		"http_connections":   func(i int64) { s.HTTPConnections = int(i) },
+		"connection_timeout": func(i int64) { s.ConnectionTimeout = i },
+		"retries_per_request": func(i int64) {
 			s.RetriesPerRequest = int(i)
 			if i == 0 {
 				s.RetriesPerRequest = -1
 			}
-		}},
-		{"checkpoint_interval", 1, func(i int64) { s.CheckpointInterval = i }},
+		},
+		"checkpoint_interval": func(i int64) { s.CheckpointInterval = i },
 	}
-	for _, f := range ints {
-		if v, ok := obj[f.name]; ok && !isNull(v) {
-			i, err := intField(v, f.name, f.min)
+	for _, t := range engine.Tunables {
+		if v, ok := obj[t.Name]; ok && !isNull(v) {
+			i, err := intField(v, t.Name, t.Min, t.Max)
 			if err != nil {
 				return nil, err
 			}
-			f.set(i)
+			set[t.Name](i)
 		}
 	}
 	if err := parseProxies(obj, s); err != nil {
@@ -257,8 +257,16 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 	if err := rep.Validate(); err != nil {
 		return nil, newReason(ErrBadRequest, "%s", engineReason(err))
 	}
+	if b, err := json.Marshal(s); err != nil || len(b) > SpecMaxBytes {
+		return nil, newReason(ErrTooLarge, "the replication is larger than %d bytes", SpecMaxBytes)
+	}
 	return s, nil
 }
+
+// SpecMaxBytes bounds the stored form of a replication (its JSON in the
+// job data, which lives in one FoundationDB value with the job's state and
+// history).
+const SpecMaxBytes = 64 << 10
 
 // engineReason strips the engine's class prefix from a validation error.
 func engineReason(err error) string {

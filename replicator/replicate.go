@@ -14,7 +14,8 @@ import (
 // and the reply body CouchDB would send, or an error for an internal
 // failure (storage, ctx) only.
 //
-//   - An invalid body: 400 {"error":"bad_request","reason":...}.
+//   - An invalid body: 400 {"error":"bad_request","reason":...}; 413
+//     document_too_large for a replication over SpecMaxBytes.
 //   - "cancel": true with the replication's specification or its id
 //     ("replication_id", "id" or "_local_id"; a replication id or a job
 //     id): 200 {"ok":true,"_local_id":id}; 404 for an unknown job; 401 for
@@ -31,6 +32,9 @@ import (
 // ctx only bounds the wait.
 func (f *Frontend) Replicate(ctx context.Context, body json.RawMessage, user UserCtx) (int, json.RawMessage, error) {
 	req, err := ParseRequest(body)
+	if errors.Is(err, ErrTooLarge) {
+		return errReply(http.StatusRequestEntityTooLarge, "document_too_large", Reason(err))
+	}
 	if err != nil {
 		return errReply(http.StatusBadRequest, "bad_request", Reason(err))
 	}

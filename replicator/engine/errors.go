@@ -53,6 +53,11 @@ var (
 	// that restarted (instance_start_time changed) since the last one.
 	ErrCheckpoint = errors.New("checkpoint_commit_failure")
 
+	// ErrInternal reports a fault inside the engine itself (a panic in one
+	// of the run's goroutines): the run fails with it instead of taking
+	// its process down.
+	ErrInternal = errors.New("internal_error")
+
 	// ErrStopped is the cause given to work cancelled by Run.Stop.
 	ErrStopped = errors.New("replication stopped")
 )

@@ -35,6 +35,37 @@ const (
 	CheckpointIntervalDefault = 30 * time.Second
 )
 
+// Upper bounds of the per-replication tunables and of the sizes a
+// specification may carry. A replication's memory and goroutines grow with
+// its tunables, and any user who may write a _replicator document chooses
+// them, so they are capped well above any useful setting: a value beyond a
+// maximum is refused by Validate (a 400 or 403 at write time) instead of
+// being allowed to exhaust the node that runs it.
+const (
+	// WorkerProcessesMax caps worker_processes (goroutines per run).
+	WorkerProcessesMax = 64
+	// WorkerBatchSizeMax caps worker_batch_size (changes per batch).
+	WorkerBatchSizeMax = 10_000
+	// WorkerRowsMax caps worker_processes × worker_batch_size: the changes
+	// rows a run's workers may hold at once.
+	WorkerRowsMax = 100_000
+	// HTTPConnectionsMax caps http_connections (connections per endpoint).
+	HTTPConnectionsMax = 1_000
+	// ConnectionTimeoutMax caps connection_timeout.
+	ConnectionTimeoutMax = time.Hour
+	// RetriesPerRequestMax caps retries_per_request.
+	RetriesPerRequestMax = 100
+	// CheckpointIntervalMax caps checkpoint_interval.
+	CheckpointIntervalMax = time.Hour
+	// SinceSeqMaxBytes caps the JSON size of since_seq (CouchDB sequences
+	// of clustered databases run to a few kilobytes).
+	SinceSeqMaxBytes = 16 << 10
+	// DocIDsMax caps the number of doc_ids.
+	DocIDsMax = 10_000
+	// HeadersMax caps the custom headers of one endpoint.
+	HeadersMax = 64
+)
+
 // Replication is a parsed replication specification (a _replicator
 // document or a POST /_replicate body). Zero tunables mean their defaults;
 // ParseReplication fills them in, and Validate checks everything.
@@ -168,6 +199,20 @@ func (rep Replication) Validate() error {
 	if len(rep.SinceSeq) > 0 && !json.Valid(rep.SinceSeq) {
 		return bad("parameter `since_seq` must be JSON")
 	}
+	if len(rep.SinceSeq) > SinceSeqMaxBytes {
+		return bad("parameter `since_seq` is larger than %d bytes", SinceSeqMaxBytes)
+	}
+	if len(rep.DocIDs) > DocIDsMax {
+		return bad("parameter `doc_ids` has more than %d ids", DocIDsMax)
+	}
+	for _, ep := range []struct {
+		name string
+		h    map[string][]string
+	}{{"source", rep.Source.Headers}, {"target", rep.Target.Headers}} {
+		if len(ep.h) > HeadersMax {
+			return bad("`%s` has more than %d headers", ep.name, HeadersMax)
+		}
+	}
 	for _, id := range rep.DocIDs {
 		if id == "" {
 			return bad("parameter `doc_ids` must not contain empty ids")
@@ -190,23 +235,40 @@ func (rep Replication) Validate() error {
 		}
 	}
 	d := rep.withDefaults()
-	for _, c := range []struct {
-		name string
-		v    int64
-		min  int64
-	}{
-		{"worker_processes", int64(d.WorkerProcesses), 1},
-		{"worker_batch_size", int64(d.WorkerBatchSize), 1},
-		{"http_connections", int64(d.HTTPConnections), 1},
-		{"connection_timeout", d.ConnectionTimeout.Milliseconds(), 1},
-		{"retries_per_request", int64(d.RetriesPerRequest), 0},
-		{"checkpoint_interval", d.CheckpointInterval.Milliseconds(), 1},
-	} {
-		if c.v < c.min {
-			return bad("parameter `%s` must be at least %d", c.name, c.min)
+	for _, c := range Tunables {
+		v := c.get(d)
+		if v < c.Min {
+			return bad("parameter `%s` must be at least %d", c.Name, c.Min)
+		}
+		if v > c.Max {
+			return bad("parameter `%s` must be at most %d", c.Name, c.Max)
 		}
 	}
+	if d.WorkerProcesses*d.WorkerBatchSize > WorkerRowsMax {
+		return bad("`worker_processes` × `worker_batch_size` must be at most %d", WorkerRowsMax)
+	}
 	return nil
+}
+
+// Tunable describes one integer tunable of a specification: its name in
+// a _replicator document and its bounds, in the document's units
+// (milliseconds for durations).
+type Tunable struct {
+	Name     string
+	Min, Max int64
+	get      func(Replication) int64
+}
+
+// Tunables lists the integer tunables with their bounds; Validate checks
+// them after filling defaults, and parsers use them to refuse a value
+// before it is converted.
+var Tunables = []Tunable{
+	{"worker_processes", 1, WorkerProcessesMax, func(r Replication) int64 { return int64(r.WorkerProcesses) }},
+	{"worker_batch_size", 1, WorkerBatchSizeMax, func(r Replication) int64 { return int64(r.WorkerBatchSize) }},
+	{"http_connections", 1, HTTPConnectionsMax, func(r Replication) int64 { return int64(r.HTTPConnections) }},
+	{"connection_timeout", 1, ConnectionTimeoutMax.Milliseconds(), func(r Replication) int64 { return r.ConnectionTimeout.Milliseconds() }},
+	{"retries_per_request", 0, RetriesPerRequestMax, func(r Replication) int64 { return int64(r.RetriesPerRequest) }},
+	{"checkpoint_interval", 1, CheckpointIntervalMax.Milliseconds(), func(r Replication) int64 { return r.CheckpointInterval.Milliseconds() }},
 }
 
 // userFilter reports whether Filter names a design document filter.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -276,7 +277,7 @@ func (r *Run) run() {
 		case <-setupDone:
 		}
 	}()
-	err := r.setup(setupCtx)
+	err := r.safely(func() error { return r.setup(setupCtx) })
 	close(setupDone)
 	stopped := setupCtx.Err() != nil
 	setupCancel(nil)
@@ -292,7 +293,23 @@ func (r *Run) run() {
 		r.log.Error().Err(err).Msg("replication setup failed")
 		return
 	}
-	r.err = r.replicate()
+	r.err = r.safely(r.replicate)
+}
+
+// safely runs f and turns a panic in it into an error wrapping
+// ErrInternal. Every goroutine of a run goes through it, so a bug reached
+// by one replication's input fails that replication, not the process.
+// (Out-of-memory is not a panic and cannot be caught: Validate's maxima
+// keep a run's allocations bounded instead.)
+func (r *Run) safely(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", ErrInternal, p)
+			r.log.Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
+				Msg("replication run panicked; the run fails, the node goes on")
+		}
+	}()
+	return f()
 }
 
 // setup verifies the peers, computes the id and finds the start sequence.
@@ -394,15 +411,15 @@ func (r *Run) replicate() error {
 	feedCtx, feedCancel := context.WithCancel(runCtx)
 	defer feedCancel()
 
-	r.rows = make(chan change, r.rep.WorkerBatchSize*r.rep.WorkerProcesses*2)
+	r.rows = make(chan change, min(r.rep.WorkerBatchSize*r.rep.WorkerProcesses, WorkerBatchSizeMax)*2)
 	var bg sync.WaitGroup
 	bg.Add(1)
 	go func() {
 		defer bg.Done()
 		defer close(r.rows)
-		err := r.readChanges(feedCtx, r.rows)
+		err := r.safely(func() error { return r.readChanges(feedCtx, r.rows) })
 		switch {
-		case err != nil && feedCtx.Err() == nil:
+		case err != nil && (feedCtx.Err() == nil || errors.Is(err, ErrInternal)):
 			r.fail(err, runCancel)
 		case err == nil && feedCtx.Err() == nil && !r.rep.Continuous:
 			r.feedComplete.Store(true)
@@ -416,7 +433,8 @@ func (r *Run) replicate() error {
 			defer workers.Done()
 			// A worker cut short by the end of the run reports that end,
 			// not the request it was in.
-			if err := r.work(runCtx); err != nil && runCtx.Err() == nil {
+			err := r.safely(func() error { return r.work(runCtx) })
+			if err != nil && (runCtx.Err() == nil || errors.Is(err, ErrInternal)) {
 				r.fail(err, runCancel)
 			}
 		}()
@@ -433,8 +451,8 @@ func (r *Run) replicate() error {
 		for {
 			select {
 			case <-t.C:
-				if err := r.checkpoint(runCtx); err != nil {
-					if runCtx.Err() == nil {
+				if err := r.safely(func() error { return r.checkpoint(runCtx) }); err != nil {
+					if runCtx.Err() == nil || errors.Is(err, ErrInternal) {
 						r.fail(err, runCancel)
 					}
 					return

@@ -263,7 +263,9 @@ func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[strin
 		kept := map[string][]*doc{}
 		seen := map[idRev]bool{}
 		for _, d := range docs {
-			if d.hasAttachments() || seen[idRev{d.ID, d.Rev}] {
+			// A reply row that was not asked for (a peer answering with
+			// more than the request named) is never written.
+			if _, asked := missing[d.ID]; !asked || d.hasAttachments() || seen[idRev{d.ID, d.Rev}] {
 				continue
 			}
 			seen[idRev{d.ID, d.Rev}] = true
@@ -320,7 +322,8 @@ func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[strin
 		go func(id string, revs []string) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := r.fetchOne(fctx, id, revs, missing[id].PossibleAncestors, w); err != nil {
+			err := r.safely(func() error { return r.fetchOne(fctx, id, revs, missing[id].PossibleAncestors, w) })
+			if err != nil {
 				mu.Lock()
 				if firstErr == nil {
 					firstErr = err
