@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fdbrep/fdbrep/internal/service"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
@@ -22,7 +23,7 @@ type Client struct {
 	cfg Config
 	k   keys
 
-	svc      service
+	svc      service.Base
 	force    chan struct{}
 	claiming claiming
 
@@ -206,7 +207,7 @@ func (c *Client) readTypes(tr kv.ReadTransaction) (map[string]time.Duration, err
 // DisableActivityMonitor is set, and serves Subscribe with a notifier per
 // type. Start on a started Client does nothing.
 func (c *Client) Start(ctx context.Context) error {
-	c.svc.start(ctx, func(ctx context.Context) {
+	c.svc.Start(ctx, func(ctx context.Context) {
 		c.mu.Lock()
 		c.runCtx = ctx
 		c.mu.Unlock()
@@ -230,7 +231,7 @@ func (c *Client) Start(ctx context.Context) error {
 // Stop stops the background services and waits for them to end. Pending
 // subscriptions get no further events. Stop before Start, and a second
 // Stop, do nothing.
-func (c *Client) Stop() { c.svc.stop() }
+func (c *Client) Stop() { c.svc.Stop() }
 
 func (c *Client) forceTypeCheck() {
 	select {
@@ -359,52 +360,6 @@ func jitter(max time.Duration) time.Duration {
 		return 0
 	}
 	return rand.N(max + 1)
-}
-
-// service is the Start/Stop lifecycle shared by the Client, activity
-// monitors and notifiers: stop before start and double stop do nothing,
-// and stop waits for the goroutine to end.
-type service struct {
-	mu     sync.Mutex
-	ctx    context.Context // of the running goroutine
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (s *service) start(ctx context.Context, prepare, run func(ctx context.Context)) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cancel != nil {
-		if s.ctx.Err() == nil {
-			return false
-		}
-		// It ends, or ended, with its context: wait, then start again.
-		<-s.done
-		s.cancel()
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	s.ctx, s.cancel, s.done = ctx, cancel, done
-	if prepare != nil {
-		prepare(ctx)
-	}
-	go func() {
-		defer close(done)
-		run(ctx)
-	}()
-	return true
-}
-
-func (s *service) stop() {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.ctx, s.cancel, s.done = nil, nil, nil
-	s.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
 }
 
 // errShrink reports whether a background batch should shrink and retry.

@@ -2,7 +2,6 @@ package fdbjobs
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -136,7 +135,7 @@ func prefixRange(ss subspace.Subspace, t tuple.Tuple) kv.KeyRange {
 	return kv.KeyRange{Begin: p, End: end}
 }
 
-var one = func() []byte { b := make([]byte, 8); binary.LittleEndian.PutUint64(b, 1); return b }()
+var one = kv.Int64(1)
 
 // bumpPending wakes acceptors blocked on the type's pending watch.
 func (k keys) bumpPending(tr kv.Transaction, typ string) { tr.Add(k.watchesPending(typ), one) }

@@ -2,44 +2,18 @@ package fdbjobs
 
 import (
 	"context"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
 )
 
-// requireNoGoroutines checks that no goroutine of this package is left
-// besides the test's own: the store's goroutines (pebble compactions and
-// the like) come and go on their own and are checked by goleak in TestMain
-// once every store is closed. A goroutine may need a moment to exit after
-// Stop returns its last signal, so the check retries for a while.
-func requireNoGoroutines(t *testing.T) {
-	t.Helper()
-	var left []string
-	for range 200 {
-		left = left[:0]
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "fdbrep/fdbjobs.") && !strings.Contains(g, "testing.tRunner") &&
-				!strings.Contains(g, "requireNoGoroutines") {
-				left = append(left, g)
-			}
-		}
-		if len(left) == 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("goroutines left behind:\n%s", strings.Join(left, "\n\n"))
-}
-
 func TestLifecycleStopBeforeStartAndDoubleStop(t *testing.T) {
+	testutil.NoLeaks(t)
 	b := setup(t)
-	defer requireNoGoroutines(t)
 	m := b.c.NewActivityMonitor(t1)
 	b.c.Stop()
 	m.Stop()
@@ -72,8 +46,8 @@ func TestLifecycleStopBeforeStartAndDoubleStop(t *testing.T) {
 
 // A blocked Accept ends with its context and leaves no watch or goroutine.
 func TestLifecycleAcceptCancelled(t *testing.T) {
+	testutil.NoLeaks(t)
 	b := setup(t)
-	defer requireNoGoroutines(t)
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -88,8 +62,8 @@ func TestLifecycleAcceptCancelled(t *testing.T) {
 // several goroutines at once, with subscriptions coming and going, and
 // checks that no goroutine is left behind.
 func TestLifecycleStress(t *testing.T) {
+	testutil.NoLeaks(t)
 	b := setup(t, func(c *Config) { c.TypeCheckPeriod = time.Millisecond })
-	defer requireNoGoroutines(t)
 	b.add(t, t1, j1, "", 0)
 	m := b.c.NewActivityMonitor(t2)
 	var wg sync.WaitGroup
@@ -122,8 +96,8 @@ func TestLifecycleStress(t *testing.T) {
 
 // A client whose start context ends stops its services by itself.
 func TestLifecycleStartContextEnds(t *testing.T) {
+	testutil.NoLeaks(t)
 	b := setup(t)
-	defer requireNoGoroutines(t)
 	ctx, cancel := context.WithCancel(b.ctx)
 	require.NoError(t, b.c.Start(ctx))
 	b.add(t, t1, j1, "", 0)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fdbrep/fdbrep/internal/service"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
@@ -30,7 +31,7 @@ import (
 type ActivityMonitor struct {
 	c   *Client
 	typ string
-	svc service
+	svc service.Base
 
 	// Owned by the running goroutine (or a caller of Check).
 	vs      tuple.Versionstamp
@@ -48,13 +49,13 @@ func (c *Client) NewActivityMonitor(typ string) *ActivityMonitor {
 // Start runs the monitor until Stop or until ctx ends. Starting a started
 // monitor does nothing.
 func (m *ActivityMonitor) Start(ctx context.Context) error {
-	m.svc.start(ctx, nil, m.run)
+	m.svc.Start(ctx, nil, m.run)
 	return nil
 }
 
 // Stop stops the monitor and waits for it. Stop before Start and a second
 // Stop do nothing.
-func (m *ActivityMonitor) Stop() { m.svc.stop() }
+func (m *ActivityMonitor) Stop() { m.svc.Stop() }
 
 func (m *ActivityMonitor) run(ctx context.Context) {
 	for {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fdbrep/fdbrep/internal/service"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
@@ -208,7 +209,7 @@ func WaitAny(ctx context.Context, subs ...*Subscription) (Event, *Subscription, 
 type notifier struct {
 	c   *Client
 	typ string
-	svc service
+	svc service.Base
 
 	poke chan struct{}
 
@@ -222,12 +223,12 @@ func newNotifier(c *Client, typ string) *notifier {
 	return &notifier{c: c, typ: typ, poke: make(chan struct{}, 1), subs: map[string]map[*Subscription]bool{}, batch: c.cfg.BatchSize}
 }
 
-func (n *notifier) start(ctx context.Context) { n.svc.start(ctx, nil, n.run) }
+func (n *notifier) start(ctx context.Context) { n.svc.Start(ctx, nil, n.run) }
 
 // stop ends the loop and closes every subscription (their queued events
 // stay readable).
 func (n *notifier) stop() {
-	n.svc.stop()
+	n.svc.Stop()
 	n.mu.Lock()
 	n.stopped = true
 	subs := n.subs

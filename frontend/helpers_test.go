@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/pkg/subspace"
@@ -107,31 +108,13 @@ func (f *fakeReplicator) job(t *testing.T, db kv.Database, repDB, docID string) 
 	return m
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type testEnv struct {
 	t    *testing.T
 	db   kv.Database
 	srv  *Server
 	url  string
 	rep  *fakeReplicator
-	logs *syncBuffer
+	logs *testutil.SyncBuffer
 }
 
 func testAccounts(t *testing.T) *Accounts {
@@ -151,7 +134,7 @@ func testAccounts(t *testing.T) *Accounts {
 func newEnv(t *testing.T, mod ...func(*Options)) *testEnv {
 	t.Helper()
 	db := kvtest.NewDB(t)
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	logger := zerolog.New(logs)
 	rep := &fakeReplicator{sub: subspace.Sub("fakejobs")}
 	opts := Options{DB: db, Accounts: testAccounts(t), Logger: &logger, LogRequests: true, Replicator: rep, Version: "test"}

@@ -79,22 +79,9 @@ func (s *store) seqSpace(db string) subspace.Subspace {
 }
 
 var (
-	one      = le64(1)
-	minusOne = le64(-1)
+	one      = kv.Int64(1)
+	minusOne = kv.Int64(-1)
 )
-
-func le64(n int64) []byte {
-	b := make([]byte, 8)
-	binary.LittleEndian.PutUint64(b, uint64(n))
-	return b
-}
-
-func readLE64(b []byte) int64 {
-	if len(b) != 8 {
-		return 0
-	}
-	return int64(binary.LittleEndian.Uint64(b))
-}
 
 // getMeta reads a database's metadata; ErrDBNotFound when absent.
 func (s *store) getMeta(tr kv.ReadTransaction, db string) (dbMeta, error) {
@@ -213,7 +200,7 @@ func (s *store) info(ctx context.Context, db string) (dbInfo, error) {
 		if err != nil {
 			return dbInfo{}, err
 		}
-		info := dbInfo{meta: m, docCount: readLE64(d), delCount: readLE64(x), updateSeq: "0"}
+		info := dbInfo{meta: m, docCount: kv.DecodeInt64(d), delCount: kv.DecodeInt64(x), updateSeq: "0"}
 		if len(rows) == 1 {
 			if seq, err := s.seqOf(db, rows[0].Key); err == nil {
 				info.updateSeq = seq
@@ -574,14 +561,14 @@ func (s *store) allDocs(ctx context.Context, db string, q allDocsQuery) ([]*doc,
 		}
 		if bytes.Compare(begin.FDBKey(), end.FDBKey()) >= 0 {
 			c, err := count.Get()
-			return result{total: readLE64(c)}, err
+			return result{total: kv.DecodeInt64(c)}, err
 		}
 		opts := kv.RangeOptions{Reverse: q.descending}
 		if q.limit >= 0 {
 			opts.Limit = q.limit + q.skip
 			if opts.Limit == 0 {
 				c, err := count.Get()
-				return result{total: readLE64(c)}, err
+				return result{total: kv.DecodeInt64(c)}, err
 			}
 		}
 		rows, err := tr.GetRange(kv.KeyRange{Begin: begin, End: end}, opts).GetSliceWithError()
@@ -608,7 +595,7 @@ func (s *store) allDocs(ctx context.Context, db string, q allDocsQuery) ([]*doc,
 		if err != nil {
 			return result{}, err
 		}
-		return result{docs: out, total: readLE64(c)}, nil
+		return result{docs: out, total: kv.DecodeInt64(c)}, nil
 	})
 	return res.docs, res.total, err
 }

@@ -2,7 +2,6 @@ package replicator
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -60,19 +59,6 @@ func prefixRange(ss subspace.Subspace, t tuple.Tuple) kv.KeyRange {
 func subspaceRange(ss subspace.Subspace) kv.KeyRange {
 	b, e := ss.FDBRangeKeys()
 	return kv.KeyRange{Begin: b, End: e}
-}
-
-func le64(v int64) []byte {
-	b := make([]byte, 8)
-	binary.LittleEndian.PutUint64(b, uint64(v))
-	return b
-}
-
-func fromLE64(b []byte) int64 {
-	if len(b) < 8 {
-		return 0
-	}
-	return int64(binary.LittleEndian.Uint64(b))
 }
 
 // getServerUUID returns the installation's UUID, creating it on first use.

@@ -94,7 +94,7 @@ func chargeUsage(ctx context.Context, db kv.Database, k keys, charges map[string
 		}
 		for key, v := range charges {
 			if v > 0 {
-				tr.Add(k.chargesKey(key), le64(v))
+				tr.Add(k.chargesKey(key), kv.Int64(v))
 			}
 		}
 		tr.Set(token, nil)
@@ -151,7 +151,7 @@ func rollUpUsage(ctx context.Context, db kv.Database, k keys, now time.Time, int
 				continue
 			}
 			key, _ := t[0].(string)
-			charges[key] = fromLE64(e.Value)
+			charges[key] = kv.DecodeInt64(e.Value)
 		}
 		next := usageMap{}
 		for key, u := range usage {
@@ -161,7 +161,7 @@ func rollUpUsage(ctx context.Context, db kv.Database, k keys, now time.Time, int
 			next[key] += float64(c)
 			if c != 0 {
 				// Subtract what was folded: charges added meanwhile stay.
-				tr.Add(k.chargesKey(key), le64(-c))
+				tr.Add(k.chargesKey(key), kv.Int64(-c))
 			}
 		}
 		for key, u := range next {

@@ -10,11 +10,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
 )
 
 func writeIni(t *testing.T, body string) string {
@@ -25,12 +26,12 @@ func writeIni(t *testing.T, body string) string {
 }
 
 // startServeLogs is startServe returning the log buffer too.
-func startServeLogs(t *testing.T, args ...string) (string, *syncBuf) {
+func startServeLogs(t *testing.T, args ...string) (string, *testutil.SyncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	logs := &syncBuf{}
+	logs := &testutil.SyncBuffer{}
 	go func() { done <- serve(ctx, args, logs, ready) }()
 	var addr string
 	select {
@@ -154,7 +155,7 @@ func TestServeConfigErrors(t *testing.T) {
 		for k, v := range tc.env {
 			t.Setenv(k, v)
 		}
-		var out syncBuf
+		var out testutil.SyncBuffer
 		err := serve(context.Background(), append(tc.args, "-bind", "127.0.0.1:0"), &out, nil)
 		require.Error(t, err, "%q", tc.args)
 		require.Contains(t, err.Error(), tc.want)
@@ -171,24 +172,6 @@ func TestHashPassword(t *testing.T) {
 	require.NotContains(t, out.String(), "pw\n-")
 	require.Error(t, hashPassword(nil, strings.NewReader("\n"), &out, &errOut))
 	require.Error(t, hashPassword([]string{"-prf", "md5"}, strings.NewReader("x\n"), &out, &errOut))
-}
-
-// syncBuf is a log sink safe for concurrent writes.
-type syncBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 // TestServeFrontendOnly: a frontend with no replication node anywhere

@@ -29,7 +29,7 @@ func Run(ctx context.Context, create func() (Transaction, error), f func(Transac
 		}
 	}()
 	for {
-		ret, err := callGuarded(func() (any, error) { return f(tr) })
+		ret, err := Guard(func() (any, error) { return f(tr) })
 		if err == nil {
 			_, err = tr.Commit().Get()
 			if err == nil {
@@ -58,9 +58,11 @@ func RunRead(ctx context.Context, create func() (Transaction, error), f func(Rea
 	return Run(ctx, create, func(tr Transaction) (any, error) { return f(tr) })
 }
 
-// callGuarded runs f and turns a panic with an error (as MustGet raises) into
-// a returned error. Panics with anything else are re-raised.
-func callGuarded(f func() (any, error)) (ret any, err error) {
+// Guard runs f and turns a panic with an error (as MustGet raises) into a
+// returned error; panics with anything else are re-raised. Every backend's
+// Transact and ReadTransact run their function through it, as the FDB
+// binding's panicToError does.
+func Guard(f func() (any, error)) (ret any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			e, ok := r.(error)

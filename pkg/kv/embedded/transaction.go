@@ -1148,26 +1148,12 @@ func (tr *transaction) Snapshot() kv.ReadTransaction { return snapshotView{tr} }
 // Transact runs f once in this transaction, without committing; a panic
 // with an error (as MustGet raises) is returned as the error.
 func (tr *transaction) Transact(_ context.Context, f func(kv.Transaction) (any, error)) (any, error) {
-	return guarded(func() (any, error) { return f(tr) })
+	return kv.Guard(func() (any, error) { return f(tr) })
 }
 
 // ReadTransact runs f once in this transaction.
 func (tr *transaction) ReadTransact(_ context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
-	return guarded(func() (any, error) { return f(tr) })
-}
-
-// guarded runs f, turning a panic with an error into a returned error.
-func guarded(f func() (any, error)) (ret any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			e, ok := r.(error)
-			if !ok {
-				panic(r)
-			}
-			ret, err = nil, e
-		}
-	}()
-	return f()
+	return kv.Guard(func() (any, error) { return f(tr) })
 }
 
 // txnOptions implements kv.TransactionOptions.
@@ -1219,7 +1205,7 @@ func (s snapshotView) GetReadVersion() kv.FutureInt64 { return s.tr.GetReadVersi
 func (s snapshotView) Snapshot() kv.ReadTransaction   { return s }
 func (s snapshotView) Cancel()                        { s.tr.Cancel() }
 func (s snapshotView) ReadTransact(_ context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
-	return guarded(func() (any, error) { return f(s) })
+	return kv.Guard(func() (any, error) { return f(s) })
 }
 
 var (

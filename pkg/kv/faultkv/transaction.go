@@ -174,14 +174,14 @@ func (t *transaction) Cancel() { t.inner.Cancel() }
 
 // ReadTransact runs f in this transaction, as a kv.Transaction does.
 func (t *transaction) ReadTransact(_ context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
-	return guarded(func() (any, error) { return f(t) })
+	return kv.Guard(func() (any, error) { return f(t) })
 }
 
 // Transact runs f in this transaction without committing, as a
 // kv.Transaction does, so that nested helpers join the caller's
 // transaction and its faults.
 func (t *transaction) Transact(_ context.Context, f func(kv.Transaction) (any, error)) (any, error) {
-	return guarded(func() (any, error) { return f(t) })
+	return kv.Guard(func() (any, error) { return f(t) })
 }
 
 // Writes.
@@ -396,20 +396,5 @@ func (s *snapshot) Snapshot() kv.ReadTransaction   { return s }
 func (s *snapshot) Cancel()                        { s.t.Cancel() }
 
 func (s *snapshot) ReadTransact(_ context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
-	return guarded(func() (any, error) { return f(s) })
-}
-
-// guarded runs f, turning a panic with an error (as MustGet raises) into a
-// returned error, as kv.Transaction's Transact does.
-func guarded(f func() (any, error)) (ret any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			e, ok := r.(error)
-			if !ok {
-				panic(r)
-			}
-			ret, err = nil, e
-		}
-	}()
-	return f()
+	return kv.Guard(func() (any, error) { return f(s) })
 }

@@ -42,17 +42,8 @@ func convertPanic() {
 
 // guard runs f, turning a panic with an error (as MustGet raises) into a
 // returned error, as kv's retry loop does. Other panics are re-raised.
-func guard(f func() (any, error)) (ret any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			e, ok := r.(error)
-			if !ok {
-				panic(r)
-			}
-			ret, err = nil, convertErr(e)
-		}
-	}()
-	ret, err = f()
+func guard(f func() (any, error)) (any, error) {
+	ret, err := kv.Guard(f)
 	return ret, convertErr(err)
 }
 

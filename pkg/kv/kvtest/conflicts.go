@@ -225,7 +225,7 @@ func testBlindWrites(t *testing.T, open OpenFunc) {
 func testAtomicNoConflict(t *testing.T, open OpenFunc) {
 	db := open(t)
 	scenario(t, func(ks keyspace) {
-		one := le64(1)
+		one := kv.Int64(1)
 		tr := newTr(t, db)
 		wait(t, tr.GetReadVersion())
 		tr.Add(ks.key("n"), one)
@@ -340,10 +340,4 @@ func testConflictGetKey(t *testing.T, open OpenFunc) {
 			})
 		})
 	}
-}
-
-func le64(v uint64) []byte {
-	b := make([]byte, 8)
-	binary.LittleEndian.PutUint64(b, v)
-	return b
 }

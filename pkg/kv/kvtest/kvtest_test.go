@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
@@ -14,9 +14,7 @@ import (
 
 // TestMain also checks that the backends leave no goroutines behind once
 // every database is closed.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 func TestNewDiskDBSurvivesReopen(t *testing.T) {
 	t.Setenv(faultkv.EnvVar, "")

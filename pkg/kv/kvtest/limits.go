@@ -71,7 +71,7 @@ func testSystemKeys(t *testing.T, open OpenFunc) {
 	}{
 		{"set", func(tr kv.Transaction) { tr.Set(kv.Key("\xffsystem"), []byte("v")) }},
 		{"clear", func(tr kv.Transaction) { tr.Clear(kv.Key("\xff\xff")) }},
-		{"atomic", func(tr kv.Transaction) { tr.Add(kv.Key("\xff"), le64(1)) }},
+		{"atomic", func(tr kv.Transaction) { tr.Add(kv.Key("\xff"), kv.Int64(1)) }},
 		{"clear range past user keys", func(tr kv.Transaction) {
 			tr.ClearRange(kv.KeyRange{Begin: kv.Key("a"), End: kv.Key("\xff\x01")})
 		}},

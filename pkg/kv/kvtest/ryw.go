@@ -103,21 +103,21 @@ func testRYWAtomic(t *testing.T, open OpenFunc) {
 	db := open(t)
 	scenario(t, func(ks keyspace) {
 		_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
-			tr.Set(ks.key("n"), le64(40))
+			tr.Set(ks.key("n"), kv.Int64(40))
 			return nil, nil
 		})
 		require.NoError(t, err)
 		tr := newTr(t, db)
-		tr.Add(ks.key("n"), le64(2))
-		require.Equal(t, le64(42), wait(t, tr.Get(ks.key("n"))))
-		tr.Add(ks.key("n"), le64(1))
-		require.Equal(t, le64(43), wait(t, tr.Get(ks.key("n"))))
-		tr.Add(ks.key("fresh"), le64(5))
+		tr.Add(ks.key("n"), kv.Int64(2))
+		require.Equal(t, kv.Int64(42), wait(t, tr.Get(ks.key("n"))))
+		tr.Add(ks.key("n"), kv.Int64(1))
+		require.Equal(t, kv.Int64(43), wait(t, tr.Get(ks.key("n"))))
+		tr.Add(ks.key("fresh"), kv.Int64(5))
 		kvs := slice(t, tr.GetRange(ks.all(), kv.RangeOptions{}))
 		require.Equal(t, []string{"fresh", "n"}, keysOf(kvs, ks))
-		require.Equal(t, le64(5), kvs[0].Value)
+		require.Equal(t, kv.Int64(5), kvs[0].Value)
 		must(t, commit(tr))
-		require.Equal(t, le64(43), read(t, db, ks.key("n")))
+		require.Equal(t, kv.Int64(43), read(t, db, ks.key("n")))
 	})
 }
 

@@ -83,7 +83,7 @@ func testWatchFiresOnAtomic(t *testing.T, open OpenFunc) {
 		w := watchCommitted(t, db, ks.key("absent"))
 		defer w.Cancel()
 		_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
-			tr.Add(ks.key("absent"), le64(1))
+			tr.Add(ks.key("absent"), kv.Int64(1))
 			return nil, nil
 		})
 		require.NoError(t, err)

@@ -1,0 +1,116 @@
+// Package testutil is the project's shared test toolkit: a log sink safe
+// for concurrent writes, the goroutine-leak check every package's TestMain
+// runs, waits on test signals, and a bounded condition wait for the few
+// outcomes no signal reports (state in another process, or in a peer).
+package testutil
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fdbrep/fdbrep/internal/testsignal"
+)
+
+// WaitTimeout bounds every wait of this package: a wait that takes longer
+// is a hang, reported as a test failure. It is not a speed expectation.
+const WaitTimeout = 60 * time.Second
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writes: a log sink for
+// services whose output a test inspects.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// leakOptions ignore goroutines that outlive a test by design: idle
+// keep-alive connections of http.DefaultClient to servers that are gone
+// close asynchronously.
+var leakOptions = []goleak.Option{
+	goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+}
+
+// VerifyTestMain runs the package's tests and fails the run if any
+// goroutine is left behind once they are done (services not stopped,
+// stores not closed). Call it from TestMain.
+func VerifyTestMain(m *testing.M) { goleak.VerifyTestMain(m, leakOptions...) }
+
+// NoLeaks makes t fail if, once it and its cleanups are done, goroutines
+// are left that were not running when NoLeaks was called. Call it first in
+// a test, before the test registers cleanups (stores, services), since
+// cleanups run last-in first-out. goleak retries for a while, so
+// goroutines on their way out are not counted. Not for parallel tests.
+func NoLeaks(t testing.TB) {
+	t.Helper()
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		goleak.VerifyNone(t, append([]goleak.Option{before}, leakOptions...)...)
+	})
+}
+
+// Wait returns the next value of an initialised signal, failing t after
+// WaitTimeout.
+func Wait[T any](t testing.TB, s *testsignal.Signal[T]) T {
+	t.Helper()
+	timer := time.NewTimer(WaitTimeout)
+	defer timer.Stop()
+	select {
+	case v := <-s.C():
+		return v
+	case <-timer.C:
+		t.Fatalf("timed out after %v waiting for a test signal", WaitTimeout)
+		panic("unreachable")
+	}
+}
+
+// WaitUntil receives values of an initialised signal until cond accepts
+// one, and returns it; it fails t after WaitTimeout.
+func WaitUntil[T any](t testing.TB, s *testsignal.Signal[T], what string, cond func(T) bool) T {
+	t.Helper()
+	timer := time.NewTimer(WaitTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case v := <-s.C():
+			if cond(v) {
+				return v
+			}
+		case <-timer.C:
+			t.Fatalf("timed out after %v waiting for %s", WaitTimeout, what)
+		}
+	}
+}
+
+// Eventually checks cond with a growing pause (1 ms doubling to 100 ms)
+// until it holds, failing t after WaitTimeout. Use it only where nothing
+// signals the outcome: state in another process or in a replication peer.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(WaitTimeout)
+	pause := time.Millisecond
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", WaitTimeout, what)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
