@@ -186,6 +186,15 @@ func (c *Client) Remove(ctx context.Context, tx kv.Transactor, typ, id string) e
 	return err
 }
 
+// Job returns a job's state and data with one read, or ErrNotFound.
+func (c *Client) Job(ctx context.Context, tx kv.ReadTransactor, typ, id string) (State, json.RawMessage, error) {
+	r, err := c.readJob(ctx, tx, typ, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return r.state, r.data, nil
+}
+
 // JobData returns a job's data, or ErrNotFound.
 func (c *Client) JobData(ctx context.Context, tx kv.ReadTransactor, typ, id string) (json.RawMessage, error) {
 	r, err := c.readJob(ctx, tx, typ, id)

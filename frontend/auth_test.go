@@ -47,21 +47,21 @@ func TestPasswordHashes(t *testing.T) {
 func TestBasicAuth(t *testing.T) {
 	e := newEnv(t)
 	r := e.do("GET", "/_session", asAdmin, nil)
-	require.Equal(t, 200, r.status)
-	require.Equal(t, map[string]any{"name": adminName, "roles": []any{"_admin"}}, r.body["userCtx"])
-	require.Equal(t, "default", r.body["info"].(map[string]any)["authenticated"])
+	require.Equal(t, 200, r.Status)
+	require.Equal(t, map[string]any{"name": adminName, "roles": []any{"_admin"}}, r.Body["userCtx"])
+	require.Equal(t, "default", r.Body["info"].(map[string]any)["authenticated"])
 	r = e.do("GET", "/_session", asAlice, nil)
-	require.Equal(t, map[string]any{"name": aliceName, "roles": []any{"dev"}}, r.body["userCtx"])
+	require.Equal(t, map[string]any{"name": aliceName, "roles": []any{"dev"}}, r.Body["userCtx"])
 	r = e.do("GET", "/_session", anon, nil)
-	require.Equal(t, map[string]any{"name": nil, "roles": []any{}}, r.body["userCtx"])
+	require.Equal(t, map[string]any{"name": nil, "roles": []any{}}, r.Body["userCtx"])
 
 	// Wrong password or unknown user: 401 on any endpoint, as CouchDB.
-	requireError(t, e.do("GET", "/", &creds{adminName, "nope"}, nil), 401, "unauthorized")
-	requireError(t, e.do("GET", "/", &creds{"ghost", "x"}, nil), 401, "unauthorized")
+	requireError(t, e.do("GET", "/", &creds{Name: adminName, Pass: "nope"}, nil), 401, "unauthorized")
+	requireError(t, e.do("GET", "/", &creds{Name: "ghost", Pass: "x"}, nil), 401, "unauthorized")
 	requireError(t, e.do("GET", "/", anon, nil, "Authorization", "Basic !!!"), 400, "bad_request")
 	// Cached verification still refuses wrong passwords.
-	require.Equal(t, 200, e.do("GET", "/_all_dbs", asAdmin, nil).status)
-	requireError(t, e.do("GET", "/_all_dbs", &creds{adminName, adminPass + "x"}, nil), 401, "unauthorized")
+	require.Equal(t, 200, e.do("GET", "/_all_dbs", asAdmin, nil).Status)
+	requireError(t, e.do("GET", "/_all_dbs", &creds{Name: adminName, Pass: adminPass + "x"}, nil), 401, "unauthorized")
 
 	// Anonymous users cannot touch replicator databases.
 	requireError(t, e.do("GET", "/_replicator", anon, nil), 401, "unauthorized")
@@ -169,8 +169,8 @@ func TestRequireValidUser(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.RequireValidUser = true })
 	r := e.do("GET", "/", anon, nil)
 	requireError(t, r, 401, "unauthorized")
-	require.Equal(t, `Basic realm="server"`, r.header.Get("WWW-Authenticate"))
-	require.Equal(t, 200, e.do("GET", "/_up", anon, nil).status)
-	require.Equal(t, 200, e.do("GET", "/_session", anon, nil).status)
-	require.Equal(t, 200, e.do("GET", "/", asBob, nil).status)
+	require.Equal(t, `Basic realm="server"`, r.Header.Get("WWW-Authenticate"))
+	require.Equal(t, 200, e.do("GET", "/_up", anon, nil).Status)
+	require.Equal(t, 200, e.do("GET", "/_session", anon, nil).Status)
+	require.Equal(t, 200, e.do("GET", "/", asBob, nil).Status)
 }

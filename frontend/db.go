@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/fdbrep/fdbrep/pkg/kv"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/repdb"
 )
 
 func parseNonNeg(s string) (int, error) {
@@ -88,7 +90,7 @@ func (s *Server) handleDB(w http.ResponseWriter, r *http.Request) {
 		writeError(w, he)
 		return
 	}
-	if strings.HasPrefix(name, "_") && name != ReplicatorDB {
+	if strings.HasPrefix(name, "_") && name != repdb.ReplicatorDB {
 		writeError(w, badRequest("Unknown or unsupported endpoint /"+name))
 		return
 	}
@@ -101,18 +103,18 @@ func (s *Server) handleDB(w http.ResponseWriter, r *http.Request) {
 		if !requireUser(w, r) {
 			return
 		}
-		info, err := s.store.info(r.Context(), name)
+		info, err := s.store.Info(r.Context(), name)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{
-			"db_name": name, "update_seq": info.updateSeq, "purge_seq": 0,
-			"doc_count": info.docCount, "doc_del_count": info.delCount,
+			"db_name": name, "update_seq": info.UpdateSeq, "purge_seq": 0,
+			"doc_count": info.DocCount, "doc_del_count": info.DelCount,
 			"sizes":               map[string]int{"file": 0, "external": 0, "active": 0},
 			"disk_format_version": 8, "compact_running": false,
 			"cluster":             map[string]int{"q": 1, "n": 1, "w": 1, "r": 1},
-			"instance_start_time": "0", "uuid": info.meta.UUID,
+			"instance_start_time": "0", "uuid": info.UUID,
 		})
 	case http.MethodPut:
 		if !requireAdmin(w, r) {
@@ -132,7 +134,7 @@ func (s *Server) handleDB(w http.ResponseWriter, r *http.Request) {
 			writeError(w, badRequest("You tried to DELETE a database with a ?rev= parameter. Did you mean to DELETE a document instead?"))
 			return
 		}
-		err := s.store.deleteDB(r.Context(), name, func(tr kv.Transaction) error {
+		err := s.store.DeleteDB(r.Context(), name, func(tr kv.Transaction) error {
 			if s.opts.Replicator != nil {
 				return s.opts.Replicator.DBDeleted(r.Context(), tr, name)
 			}
@@ -173,30 +175,30 @@ func (s *Server) handleAllDocs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	var adq allDocsQuery
+	var adq repdb.AllDocsQuery
 	var he *httpError
-	adq.limit, he = intParam(q, "limit", -1)
+	adq.Limit, he = intParam(q, "limit", -1)
 	if he == nil {
-		adq.skip, he = intParam(q, "skip", 0)
+		adq.Skip, he = intParam(q, "skip", 0)
 	}
 	var includeDocs bool
 	if he == nil {
 		includeDocs, he = boolParam(q, "include_docs")
 	}
 	if he == nil {
-		adq.descending, he = boolParam(q, "descending")
+		adq.Descending, he = boolParam(q, "descending")
 	}
 	if he == nil {
-		adq.startKey, he = jsonStringParam(q, "startkey", "start_key")
+		adq.StartKey, he = jsonStringParam(q, "startkey", "start_key")
 	}
 	if he == nil {
-		adq.endKey, he = jsonStringParam(q, "endkey", "end_key")
+		adq.EndKey, he = jsonStringParam(q, "endkey", "end_key")
 	}
 	if he != nil {
 		writeError(w, he)
 		return
 	}
-	docs, total, err := s.store.allDocs(r.Context(), db, adq)
+	docs, total, err := s.store.AllDocs(r.Context(), db, adq)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -204,13 +206,13 @@ func (s *Server) handleAllDocs(w http.ResponseWriter, r *http.Request) {
 	u := userFrom(r)
 	rows := make([]map[string]any, 0, len(docs))
 	for _, d := range docs {
-		row := map[string]any{"id": d.id, "key": d.id, "value": map[string]string{"rev": d.rev}}
+		row := map[string]any{"id": d.ID, "key": d.ID, "value": map[string]string{"rev": d.Rev}}
 		if includeDocs {
 			row["doc"] = s.docJSON(d, u)
 		}
 		rows = append(rows, row)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"total_rows": total, "offset": adq.skip, "rows": rows})
+	writeJSON(w, http.StatusOK, map[string]any{"total_rows": total, "offset": adq.Skip, "rows": rows})
 }
 
 func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
@@ -290,14 +292,14 @@ func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 	}
 	since := q.Get("since")
 	if since == "now" {
-		info, err := s.store.info(r.Context(), db)
+		info, err := s.store.Info(r.Context(), db)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		since = info.updateSeq
+		since = info.UpdateSeq
 	}
-	rows, last, err := s.store.changes(r.Context(), db, since, limit, includeDocs)
+	rows, last, err := s.store.Changes(r.Context(), db, since, limit, includeDocs)
 	if err == nil && feed == "longpoll" && len(rows) == 0 && limit != 0 {
 		rows, last, err = s.longpoll(r.Context(), db, since, limit, includeDocs, timeout)
 	}
@@ -311,13 +313,13 @@ func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 		if docIDs != nil && !docIDs[c.ID] {
 			continue
 		}
-		row := map[string]any{"seq": c.seq, "id": c.ID, "changes": []map[string]string{{"rev": c.Rev}}}
+		row := map[string]any{"seq": c.Seq, "id": c.ID, "changes": []map[string]string{{"rev": c.Rev}}}
 		if c.Deleted {
 			row["deleted"] = true
 		}
 		if includeDocs {
-			if c.doc != nil {
-				row["doc"] = s.docJSON(c.doc, u)
+			if c.Doc != nil {
+				row["doc"] = s.docJSON(c.Doc, u)
 			} else {
 				row["doc"] = map[string]any{"_id": c.ID, "_rev": c.Rev, "_deleted": true}
 			}
@@ -333,11 +335,11 @@ const LongpollTimeoutDefault = 60 * time.Second
 
 // longpoll waits, through a watch, until db has a change after since or
 // timeout passes, and returns the changes (none on timeout).
-func (s *Server) longpoll(ctx context.Context, db, since string, limit int, includeDocs bool, timeout time.Duration) ([]change, string, error) {
+func (s *Server) longpoll(ctx context.Context, db, since string, limit int, includeDocs bool, timeout time.Duration) ([]repdb.Change, string, error) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
-		watches, err := s.store.waitChange(ctx, db, since)
+		watches, err := s.store.WaitChange(ctx, db, since)
 		if err != nil {
 			return nil, "", err
 		}
@@ -355,7 +357,7 @@ func (s *Server) longpoll(ctx context.Context, db, since string, limit int, incl
 				fired = watches[1]
 			case <-timer.C:
 				cancel()
-				return s.store.changes(ctx, db, since, limit, includeDocs)
+				return s.store.Changes(ctx, db, since, limit, includeDocs)
 			case <-ctx.Done():
 				cancel()
 				return nil, "", ctx.Err()
@@ -365,10 +367,10 @@ func (s *Server) longpoll(ctx context.Context, db, since string, limit int, incl
 			if werr != nil {
 				// A failed watch (too many watches, say): answer with what
 				// there is rather than spin.
-				return s.store.changes(ctx, db, since, limit, includeDocs)
+				return s.store.Changes(ctx, db, since, limit, includeDocs)
 			}
 		}
-		rows, last, err := s.store.changes(ctx, db, since, limit, includeDocs)
+		rows, last, err := s.store.Changes(ctx, db, since, limit, includeDocs)
 		if err != nil || len(rows) > 0 {
 			return rows, last, err
 		}

@@ -1,6 +1,10 @@
 // Package frontend is the HTTP API of fdbrep's api_frontend nodes: a
-// CouchDB-compatible server for replicator databases and the replication
-// endpoints, on the kv store.
+// CouchDB-compatible server for replicator databases (stored by package
+// repdb) and the replication endpoints. It reaches the replicator only
+// through the ports of ports.go (Replicator, Scheduler, MetricsSource),
+// which cmd/fdbrep wires to the control plane, and it maps every error to
+// a CouchDB reply in one place (toHTTPError): repdb's sentinels and the
+// ports' tagged errors.
 //
 // # Endpoints
 //
@@ -19,19 +23,15 @@
 //
 // # Storage
 //
-// Documents live in the kv store under a subspace (SubspaceDefault,
-// ("frontend")), keyed by tuples; see store.go for the layout. Each write is
-// one small transaction: read the current revision, check the base
-// revision (409 conflict otherwise), store the new revision, move the
-// document's row in the changes feed (keyed by versionstamp) and adjust
-// counters — and, for replication documents, call Replicator.DocWritten in
-// that same transaction, so a document and its job commit together or not
-// at all. Revisions are "N-<md5>" where the digest covers the previous
-// revision and the body, so a write retried after commit_unknown_result
-// recognises its own committed revision and reports success instead of a
-// conflict. Only the winning revision is kept (no revision tree,
-// attachments, _bulk_docs or new_edits=false: replicating into a
-// replicator database is not supported).
+// Documents are stored by package repdb (see its doc for the layout and
+// revisions). Each write is one small transaction (repdb.Store.Write):
+// the base revision check (409 conflict otherwise), the new revision, the
+// changes feed and counters — and, for replication documents, the
+// Replicator's DocWritten or DocDeleted in that same transaction, so a
+// document and its job commit together or not at all. Only the winning
+// revision is kept (no revision tree, attachments, _bulk_docs or
+// new_edits=false: replicating into a replicator database is not
+// supported).
 //
 // # Validation and owners
 //
@@ -41,8 +41,9 @@
 // anything is written: CouchDB's owner rules (a missing "owner" becomes
 // the writer; only admins write other users' documents) — and, unlike
 // CouchDB, the owner of the revision being replaced or deleted is checked
-// too — then the replicator's parser (Replicator.ValidateDoc); a failure
-// is 403 forbidden with the parser's reason and stores nothing. Design
+// too — then the replicator's parser (Replicator.ParseDoc, once per
+// write: its result travels to DocWritten); a failure is 403 forbidden
+// with the parser's reason and stores nothing. Design
 // documents (admins only) and _local documents are stored but never reach
 // the replicator. Readers other than a document's owner, admins and
 // holders of the _replicator role get its endpoints without credentials

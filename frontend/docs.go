@@ -2,12 +2,14 @@ package frontend
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/repdb"
 )
 
 // readDocBody reads and parses a document body within the size and depth
@@ -37,8 +39,8 @@ func checkDocID(id string) *httpError {
 		return illegal("Document id must be valid UTF-8")
 	case len(id) > maxDocIDLength:
 		return illegal(fmt.Sprintf("Document id is longer than %d bytes", maxDocIDLength))
-	case strings.HasPrefix(id, designPrefix) && len(id) > len(designPrefix),
-		strings.HasPrefix(id, localPrefix) && len(id) > len(localPrefix):
+	case strings.HasPrefix(id, repdb.DesignPrefix) && len(id) > len(repdb.DesignPrefix),
+		strings.HasPrefix(id, repdb.LocalPrefix) && len(id) > len(repdb.LocalPrefix):
 		return nil
 	case strings.HasPrefix(id, "_"):
 		return illegal("Only reserved document ids may start with underscore.")
@@ -91,7 +93,7 @@ func revFromRequest(r *http.Request, bodyRev string) (string, *httpError) {
 		rev = other
 	}
 	if rev != "" {
-		if _, ok := revPos(rev); !ok && !strings.HasPrefix(rev, "0-") {
+		if _, ok := repdb.RevPos(rev); !ok && !strings.HasPrefix(rev, "0-") {
 			return "", badRequest("Invalid rev format")
 		}
 	}
@@ -130,15 +132,21 @@ func (s *Server) commitDoc(w http.ResponseWriter, r *http.Request, db, id string
 		writeError(w, errAuthRequired)
 		return
 	}
-	isDesign := strings.HasPrefix(id, designPrefix)
-	isLocal := strings.HasPrefix(id, localPrefix)
-	isRep := !isDesign && !isLocal
+	isDesign := strings.HasPrefix(id, repdb.DesignPrefix)
+	isRep := repdb.IsReplicationDoc(id)
 	if isDesign && !u.IsAdmin() {
 		writeError(w, notDBAdmin(u))
 		return
 	}
 	if deleted {
 		body = map[string]any{}
+	}
+	ownerRulesApply := isRep && !u.HasRole(RoleReplicator)
+	if ownerRulesApply && !deleted {
+		if he := ownerRules(body, nil, u); he != nil {
+			writeError(w, he)
+			return
+		}
 	}
 	canonical, err := json.Marshal(body)
 	if err != nil {
@@ -149,38 +157,35 @@ func (s *Server) commitDoc(w http.ResponseWriter, r *http.Request, db, id string
 		writeError(w, newError(http.StatusRequestEntityTooLarge, "document_too_large", id))
 		return
 	}
-	ownerRulesApply := isRep && !u.HasRole(RoleReplicator)
-	if ownerRulesApply && !deleted {
-		if he := ownerRules(body, nil, u); he != nil {
-			writeError(w, he)
+	rep := s.opts.Replicator
+	var parsed ParsedDoc
+	if isRep && !deleted && rep != nil {
+		var perr error
+		parsed, perr = rep.ParseDoc(db, id, canonical)
+		if perr != nil && !u.HasRole(RoleReplicator) {
+			writeError(w, forbidden(reasonOf(perr)))
 			return
 		}
 	}
-	if isRep && !deleted && s.opts.Replicator != nil && !u.HasRole(RoleReplicator) && body["_replication_state"] != "failed" {
-		if err := s.opts.Replicator.ValidateDoc(db, id, body, u); err != nil {
-			writeError(w, forbidden(err.Error()))
-			return
-		}
-	}
-	req := writeReq{db: db, id: id, baseRev: rev, deleted: deleted, body: body}
+	wr := repdb.Write{DB: db, ID: id, BaseRev: rev, Deleted: deleted, Body: body, JSON: canonical}
 	if isRep {
-		req.hook = func(tr kv.Transaction, old *doc, final map[string]any) error {
+		wr.Hook = func(tr kv.Transaction, old *repdb.Doc) error {
 			if ownerRulesApply {
 				if he := ownerRules(nil, old, u); he != nil {
 					return he
 				}
 			}
-			if s.opts.Replicator == nil {
+			switch {
+			case rep == nil:
 				return nil
+			case deleted:
+				return rep.DocDeleted(r.Context(), tr, db, id)
+			default:
+				return rep.DocWritten(r.Context(), tr, parsed)
 			}
-			var d map[string]any
-			if !deleted {
-				d = final
-			}
-			return s.opts.Replicator.DocWritten(r.Context(), tr, db, id, d)
 		}
 	}
-	newRev, err := s.store.writeDoc(r.Context(), req)
+	newRev, err := s.store.Write(r.Context(), wr)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -189,18 +194,27 @@ func (s *Server) commitDoc(w http.ResponseWriter, r *http.Request, db, id string
 	writeJSON(w, okStatus, map[string]any{"ok": true, "id": id, "rev": newRev})
 }
 
+// reasonOf is the client-facing reason of a port's error.
+func reasonOf(err error) string {
+	var te TaggedError
+	if errors.As(err, &te) {
+		return te.Reason()
+	}
+	return err.Error()
+}
+
 // docJSON renders a document for u, with credentials stripped for readers
 // who are not its owner.
-func (s *Server) docJSON(d *doc, u *User) map[string]any {
-	out := make(map[string]any, len(d.body)+2)
-	for k, v := range d.body {
+func (s *Server) docJSON(d *repdb.Doc, u *User) map[string]any {
+	out := make(map[string]any, len(d.Body)+2)
+	for k, v := range d.Body {
 		out[k] = v
 	}
-	if !strings.HasPrefix(d.id, designPrefix) && !strings.HasPrefix(d.id, localPrefix) && !canSeeCredentials(d.body, u) {
+	if !strings.HasPrefix(d.ID, repdb.DesignPrefix) && !strings.HasPrefix(d.ID, repdb.LocalPrefix) && !canSeeCredentials(d.Body, u) {
 		stripCredentials(out)
 	}
-	out["_id"] = d.id
-	out["_rev"] = d.rev
+	out["_id"] = d.ID
+	out["_rev"] = d.Rev
 	return out
 }
 
@@ -219,7 +233,7 @@ func (s *Server) handleDesignDoc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, he)
 		return
 	}
-	s.docRequest(w, r, designPrefix+name)
+	s.docRequest(w, r, repdb.DesignPrefix+name)
 }
 
 func (s *Server) handleLocalDoc(w http.ResponseWriter, r *http.Request) {
@@ -228,7 +242,7 @@ func (s *Server) handleLocalDoc(w http.ResponseWriter, r *http.Request) {
 		writeError(w, he)
 		return
 	}
-	s.docRequest(w, r, localPrefix+name)
+	s.docRequest(w, r, repdb.LocalPrefix+name)
 }
 
 func (s *Server) docRequest(w http.ResponseWriter, r *http.Request, id string) {
@@ -242,23 +256,23 @@ func (s *Server) docRequest(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		d, err := kv.ReadTransact(r.Context(), s.opts.DB, func(tr kv.ReadTransaction) (*doc, error) {
-			return s.store.getDoc(tr, db, id)
+		d, err := kv.ReadTransact(r.Context(), s.opts.DB, func(tr kv.ReadTransaction) (*repdb.Doc, error) {
+			return s.store.Get(tr, db, id)
 		})
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		if rev := r.URL.Query().Get("rev"); rev != "" && rev != d.rev {
+		if rev := r.URL.Query().Get("rev"); rev != "" && rev != d.Rev {
 			writeError(w, notFound("missing"))
 			return
 		}
-		w.Header().Set("ETag", `"`+d.rev+`"`)
+		w.Header().Set("ETag", `"`+d.Rev+`"`)
 		out := s.docJSON(d, userFrom(r))
 		if revs, he := boolParam(r.URL.Query(), "revs"); he != nil {
 			writeError(w, he)
 			return
-		} else if revs && !strings.HasPrefix(id, localPrefix) {
+		} else if revs && !strings.HasPrefix(id, repdb.LocalPrefix) {
 			out["_revisions"] = revisions(d)
 		}
 		writeJSON(w, http.StatusOK, out)
@@ -288,10 +302,10 @@ func (s *Server) docRequest(w http.ResponseWriter, r *http.Request, id string) {
 
 // revisions renders CouchDB's _revisions: the rev position and the hashes
 // of the kept history, newest first.
-func revisions(d *doc) map[string]any {
-	pos, _ := revPos(d.rev)
+func revisions(d *repdb.Doc) map[string]any {
+	pos, _ := repdb.RevPos(d.Rev)
 	ids := []string{}
-	for _, r := range append([]string{d.rev}, d.ancestors...) {
+	for _, r := range append([]string{d.Rev}, d.Ancestors...) {
 		_, h, _ := strings.Cut(r, "-")
 		ids = append(ids, h)
 	}

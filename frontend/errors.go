@@ -4,24 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/fdbrep/fdbrep/repdb"
 )
 
-// Sentinel errors of the storage layer; handlers turn them into CouchDB
-// error responses (see httpError).
-var (
-	// ErrDBNotFound: the database does not exist.
-	ErrDBNotFound = errors.New("frontend: database does not exist")
-	// ErrDBExists: PUT of a database that exists.
-	ErrDBExists = errors.New("frontend: database already exists")
-	// ErrDocNotFound: the document never existed (or has no such rev).
-	ErrDocNotFound = errors.New("frontend: document missing")
-	// ErrDocDeleted: the document's current revision is a deletion.
-	ErrDocDeleted = errors.New("frontend: document deleted")
-	// ErrConflict: the write's base revision is not the current one.
-	ErrConflict = errors.New("frontend: document update conflict")
-	// ErrInvalidOptions: Options failed validation.
-	ErrInvalidOptions = errors.New("frontend: invalid options")
-)
+// ErrInvalidOptions: Options failed validation.
+var ErrInvalidOptions = errors.New("frontend: invalid options")
 
 // httpError is an error with a CouchDB response: status, "error" and
 // "reason". Reasons must never hold credentials.
@@ -65,22 +53,32 @@ func notDBAdmin(u *User) *httpError {
 	return forbidden("You are not a db or server admin.")
 }
 
-// toHTTPError maps storage errors to responses.
+// toHTTPError maps errors to CouchDB replies, in one place: the storage
+// sentinels of package repdb, the ports' tagged errors (see TaggedError)
+// and the handlers' own replies; nil for an internal failure.
 func toHTTPError(err error) *httpError {
 	var he *httpError
 	switch {
 	case errors.As(err, &he):
 		return he
-	case errors.Is(err, ErrDBNotFound):
+	case taggedHTTPError(err) != nil:
+		return taggedHTTPError(err)
+	case errors.Is(err, repdb.ErrDBNotFound):
 		return errDBMissing
-	case errors.Is(err, ErrDBExists):
+	case errors.Is(err, repdb.ErrDBExists):
 		return errDBExists
-	case errors.Is(err, ErrDocDeleted):
+	case errors.Is(err, repdb.ErrDocDeleted):
 		return notFound("deleted")
-	case errors.Is(err, ErrDocNotFound):
+	case errors.Is(err, repdb.ErrDocNotFound):
 		return notFound("missing")
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, repdb.ErrConflict):
 		return errConflict
+	case errors.Is(err, repdb.ErrTooLarge):
+		return newError(http.StatusRequestEntityTooLarge, "document_too_large", "the document does not fit in one stored value")
+	case errors.Is(err, repdb.ErrBadSequence):
+		return badRequest("Malformed since sequence")
+	case errors.Is(err, repdb.ErrBadDoc):
+		return badRequest("document body cannot be encoded")
 	}
 	return nil
 }

@@ -1,14 +1,12 @@
 package frontend
 
 import (
-	"bytes"
 	"context"
 	"crypto/pbkdf2"
 	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -32,10 +30,10 @@ const (
 	bobName, bobPass     = "bob", "bob-pw-456"
 )
 
-// fakeReplicator stands in for package replicator: it validates like the
-// real parser would for the fields tests use, and records each hook call
-// as a key written in the caller's transaction, so tests can check that
-// jobs commit with the documents.
+// fakeReplicator stands in for the replication control plane: it
+// validates like the real parser would for the fields tests use, and
+// records each hook call as a key written in the caller's transaction, so
+// tests can check that jobs commit with the documents.
 type fakeReplicator struct {
 	sub subspace.Subspace
 	mu  sync.Mutex
@@ -43,42 +41,63 @@ type fakeReplicator struct {
 	failWritten bool
 }
 
-func (f *fakeReplicator) ValidateDoc(db, docID string, doc map[string]any, user *User) error {
+// fakeDoc is fakeReplicator's parsed document.
+type fakeDoc struct {
+	db, id string
+	body   map[string]any
+}
+
+func (f *fakeReplicator) ParseDoc(db, docID string, raw json.RawMessage) (ParsedDoc, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, err
+	}
+	parsed := &fakeDoc{db: db, id: docID, body: doc}
+	if doc["_replication_state"] == "failed" {
+		return parsed, nil // as the control plane: a failed document is not refused
+	}
 	for _, field := range []string{"source", "target"} {
 		switch v := doc[field].(type) {
 		case string:
 			if !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
-				return errors.New("endpoint has an invalid url")
+				return parsed, errors.New("endpoint has an invalid url")
 			}
 		case map[string]any:
 		case nil:
-			return errors.New("Missing replicator database")
+			return parsed, errors.New("Missing replicator database")
 		default:
-			return errors.New("endpoint has an invalid url")
+			return parsed, errors.New("endpoint has an invalid url")
 		}
 	}
 	if c, ok := doc["continuous"]; ok {
 		if _, ok := c.(bool); !ok {
-			return errors.New("parameter `continuous` must be a boolean")
+			return parsed, errors.New("parameter `continuous` must be a boolean")
 		}
 	}
-	return nil
+	return parsed, nil
 }
 
-func (f *fakeReplicator) DocWritten(ctx context.Context, tr kv.Transaction, db, docID string, doc map[string]any) error {
+func (f *fakeReplicator) DocWritten(ctx context.Context, tr kv.Transaction, parsed ParsedDoc) error {
 	f.mu.Lock()
 	fail := f.failWritten
 	f.mu.Unlock()
 	if fail {
 		return errors.New("job layer refused")
 	}
-	key := f.sub.Pack(tuple.Tuple{"job", db, docID})
-	if doc == nil {
-		tr.Clear(key)
-		return nil
+	d := parsed.(*fakeDoc)
+	b, _ := json.Marshal(d.body)
+	tr.Set(f.sub.Pack(tuple.Tuple{"job", d.db, d.id}), b)
+	return nil
+}
+
+func (f *fakeReplicator) DocDeleted(ctx context.Context, tr kv.Transaction, db, docID string) error {
+	f.mu.Lock()
+	fail := f.failWritten
+	f.mu.Unlock()
+	if fail {
+		return errors.New("job layer refused")
 	}
-	b, _ := json.Marshal(doc)
-	tr.Set(key, b)
+	tr.Clear(f.sub.Pack(tuple.Tuple{"job", db, docID}))
 	return nil
 }
 
@@ -149,77 +168,24 @@ func newEnv(t *testing.T, mod ...func(*Options)) *testEnv {
 	return &testEnv{t: t, db: db, srv: srv, url: ts.URL, rep: rep, logs: logs}
 }
 
-type creds struct{ name, pass string }
+type creds = testutil.Creds
 
 var (
-	asAdmin = &creds{adminName, adminPass}
-	asAlice = &creds{aliceName, alicePass}
-	asBob   = &creds{bobName, bobPass}
+	asAdmin = &creds{Name: adminName, Pass: adminPass}
+	asAlice = &creds{Name: aliceName, Pass: alicePass}
+	asBob   = &creds{Name: bobName, Pass: bobPass}
 	anon    = (*creds)(nil)
 )
 
-// resp is a decoded response.
-type resp struct {
-	status int
-	header http.Header
-	raw    string
-	body   map[string]any
-	list   []any
-}
+type resp = testutil.Resp
 
-// do sends a request; body is JSON-encoded unless it is a string or
-// []byte, and sent as application/json unless ctype says otherwise.
+// do sends a request to the frontend (see testutil.Do).
 func (e *testEnv) do(method, path string, c *creds, body any, hdr ...string) resp {
 	e.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		j, err := json.Marshal(b)
-		require.NoError(e.t, err)
-		rd = bytes.NewReader(j)
-	}
-	req, err := http.NewRequest(method, e.url+path, rd)
-	require.NoError(e.t, err)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	if c != nil {
-		req.SetBasicAuth(c.name, c.pass)
-	}
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(e.t, err)
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	require.NoError(e.t, err)
-	out := resp{status: res.StatusCode, header: res.Header, raw: string(raw)}
-	if method != http.MethodHead && strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
-		var v any
-		require.NoError(e.t, json.Unmarshal(raw, &v), "body %s", raw)
-		switch x := v.(type) {
-		case map[string]any:
-			out.body = x
-		case []any:
-			out.list = x
-		}
-	}
-	return out
+	return testutil.Do(e.t, method, e.url+path, c, body, hdr...)
 }
 
-// requireError checks a CouchDB error response.
-func requireError(t *testing.T, r resp, status int, errName string) {
-	t.Helper()
-	require.Equal(t, status, r.status, "body %s", r.raw)
-	require.Equal(t, errName, r.body["error"], "body %s", r.raw)
-	require.IsType(t, "", r.body["reason"], "body %s", r.raw)
-}
+var requireError = testutil.RequireError
 
 // repDoc is a valid replication document.
 func repDoc(extra ...any) map[string]any {

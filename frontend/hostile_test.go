@@ -52,7 +52,7 @@ func TestHostileRequests(t *testing.T) {
 			}
 		})
 	}
-	require.EqualValues(t, 0, e.do("GET", "/_replicator", asAdmin, nil).body["doc_count"])
+	require.EqualValues(t, 0, e.do("GET", "/_replicator", asAdmin, nil).Body["doc_count"])
 
 	// A raw request with a lying Content-Length and a truncated body.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))

@@ -55,10 +55,17 @@ func isJSONType(ct string) bool {
 	return err == nil && mt == "application/json"
 }
 
-// checkDepth refuses JSON nested deeper than max without building it.
-func checkDepth(b []byte, max int) *httpError {
+// checkObject checks, without building it, that b is one JSON object in
+// valid UTF-8, nested at most maxDepth levels, with nothing after it.
+func checkObject(b []byte, maxDepth int) *httpError {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return badRequest("Request body must be a JSON object")
+	}
+	if !utf8.Valid(b) {
+		return badRequest("invalid UTF-8 JSON")
+	}
 	d := json.NewDecoder(bytes.NewReader(b))
-	depth := 0
+	depth, values := 0, 0
 	for {
 		t, err := d.Token()
 		if err == io.EOF {
@@ -67,12 +74,20 @@ func checkDepth(b []byte, max int) *httpError {
 		if err != nil {
 			return badRequest("invalid UTF-8 JSON")
 		}
+		if depth == 0 {
+			if values++; values > 1 {
+				return badRequest("invalid UTF-8 JSON")
+			}
+			if t != json.Delim('{') {
+				return badRequest("Request body must be a JSON object")
+			}
+		}
 		if delim, ok := t.(json.Delim); ok {
 			switch delim {
 			case '{', '[':
 				depth++
-				if depth > max {
-					return badRequest(fmt.Sprintf("JSON nested deeper than %d levels", max))
+				if depth > maxDepth {
+					return badRequest(fmt.Sprintf("JSON nested deeper than %d levels", maxDepth))
 				}
 			case '}', ']':
 				depth--
@@ -84,27 +99,14 @@ func checkDepth(b []byte, max int) *httpError {
 // decodeObject parses b as one JSON object (numbers kept exact), refusing
 // other values, trailing data and nesting deeper than maxDepth.
 func decodeObject(b []byte, maxDepth int) (map[string]any, *httpError) {
-	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, badRequest("Request body must be a JSON object")
-	}
-	if !utf8.Valid(b) {
-		return nil, badRequest("invalid UTF-8 JSON")
-	}
-	if he := checkDepth(b, maxDepth); he != nil {
+	if he := checkObject(b, maxDepth); he != nil {
 		return nil, he
 	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
+	var m map[string]any
+	if err := d.Decode(&m); err != nil || m == nil {
 		return nil, badRequest("invalid UTF-8 JSON")
-	}
-	if _, err := d.Token(); err != io.EOF {
-		return nil, badRequest("invalid UTF-8 JSON")
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, badRequest("Request body must be a JSON object")
 	}
 	return m, nil
 }

@@ -35,7 +35,7 @@ func TestDocumentsAgainstModel(t *testing.T) {
 		path := "/_replicator/" + strings.ReplaceAll(id, "/", "%2F")
 		m := model[id]
 		u := users[rng.IntN(len(users))]
-		mayWrite := m == nil || m.deleted || u == asAdmin || owner[id] == u.name
+		mayWrite := m == nil || m.deleted || u == asAdmin || owner[id] == u.Name
 		switch op := rng.IntN(4); op {
 		case 0, 1: // put, with the current rev, a stale one or none
 			v := rng.IntN(1000)
@@ -54,7 +54,7 @@ func TestDocumentsAgainstModel(t *testing.T) {
 			rev, _ := body["_rev"].(string)
 			live := m != nil && !m.deleted
 			okRev := (!live && (rev == "" || (m != nil && rev == m.rev))) || (live && rev == m.rev)
-			claimsOther := body["owner"] != nil && body["owner"] != u.name && u != asAdmin
+			claimsOther := body["owner"] != nil && body["owner"] != u.Name && u != asAdmin
 			switch {
 			case claimsOther: // refused before anything is read
 				requireError(t, r, 403, "forbidden")
@@ -63,17 +63,17 @@ func TestDocumentsAgainstModel(t *testing.T) {
 			case live && !mayWrite:
 				requireError(t, r, 403, "forbidden")
 			default:
-				require.Equal(t, 201, r.status, "step %d: %s", step, r.raw)
+				require.Equal(t, 201, r.Status, "step %d: %s", step, r.Raw)
 				gen := 1
 				if m != nil {
 					gen = m.gen + 1
 				}
-				require.True(t, strings.HasPrefix(r.body["rev"].(string), fmt.Sprintf("%d-", gen)), "step %d: %v", step, r.body)
-				model[id] = &state{rev: r.body["rev"].(string), gen: gen, value: v}
+				require.True(t, strings.HasPrefix(r.Body["rev"].(string), fmt.Sprintf("%d-", gen)), "step %d: %v", step, r.Body)
+				model[id] = &state{rev: r.Body["rev"].(string), gen: gen, value: v}
 				if o, ok := body["owner"].(string); ok {
 					owner[id] = o
 				} else {
-					owner[id] = u.name // a missing owner becomes the writer
+					owner[id] = u.Name // a missing owner becomes the writer
 				}
 			}
 		case 2: // delete
@@ -87,26 +87,26 @@ func TestDocumentsAgainstModel(t *testing.T) {
 			case rev == "":
 				requireError(t, r, 409, "conflict")
 			case !live:
-				require.Equal(t, 404, r.status, "step %d: %s", step, r.raw)
+				require.Equal(t, 404, r.Status, "step %d: %s", step, r.Raw)
 			case !mayWrite:
 				requireError(t, r, 403, "forbidden")
 			default:
-				require.Equal(t, 200, r.status, "step %d: %s", step, r.raw)
-				model[id] = &state{rev: r.body["rev"].(string), gen: m.gen + 1, deleted: true}
+				require.Equal(t, 200, r.Status, "step %d: %s", step, r.Raw)
+				model[id] = &state{rev: r.Body["rev"].(string), gen: m.gen + 1, deleted: true}
 			}
 		case 3: // read
 			r := e.do("GET", path, u, nil)
 			switch {
 			case m == nil:
 				requireError(t, r, 404, "not_found")
-				require.Equal(t, "missing", r.body["reason"])
+				require.Equal(t, "missing", r.Body["reason"])
 			case m.deleted:
 				requireError(t, r, 404, "not_found")
-				require.Equal(t, "deleted", r.body["reason"])
+				require.Equal(t, "deleted", r.Body["reason"])
 			default:
-				require.Equal(t, 200, r.status)
-				require.Equal(t, m.rev, r.body["_rev"])
-				require.EqualValues(t, m.value, r.body["v"])
+				require.Equal(t, 200, r.Status)
+				require.Equal(t, m.rev, r.Body["_rev"])
+				require.EqualValues(t, m.value, r.Body["v"])
 			}
 		}
 	}
@@ -123,14 +123,14 @@ func TestDocumentsAgainstModel(t *testing.T) {
 	}
 	r := e.do("GET", "/_replicator/_all_docs", asAdmin, nil)
 	var got []string
-	for _, row := range r.body["rows"].([]any) {
+	for _, row := range r.Body["rows"].([]any) {
 		got = append(got, row.(map[string]any)["id"].(string))
 	}
 	require.Equal(t, live, got)
-	require.EqualValues(t, len(live), r.body["total_rows"])
+	require.EqualValues(t, len(live), r.Body["total_rows"])
 	r = e.do("GET", "/_replicator/_changes", asAdmin, nil)
 	seen := map[string]bool{}
-	for _, row := range r.body["results"].([]any) {
+	for _, row := range r.Body["results"].([]any) {
 		c := row.(map[string]any)
 		id := c["id"].(string)
 		require.False(t, seen[id], "two changes rows for %s", id)
@@ -139,7 +139,7 @@ func TestDocumentsAgainstModel(t *testing.T) {
 		require.Equal(t, model[id].deleted, c["deleted"] == true)
 	}
 	require.Len(t, seen, len(all))
-	info := e.do("GET", "/_replicator", asAdmin, nil).body
+	info := e.do("GET", "/_replicator", asAdmin, nil).Body
 	require.EqualValues(t, len(live), info["doc_count"])
 	require.EqualValues(t, len(all)-len(live), info["doc_del_count"])
 }

@@ -11,9 +11,9 @@ func TestOwnerRules(t *testing.T) {
 	e := newEnv(t)
 	// A user's doc gets the user as owner.
 	r := e.do("PUT", "/_replicator/alice_rep", asAlice, repDoc())
-	require.Equal(t, 201, r.status, r.raw)
-	aliceRev := r.body["rev"].(string)
-	require.Equal(t, aliceName, e.do("GET", "/_replicator/alice_rep", asAlice, nil).body["owner"])
+	require.Equal(t, 201, r.Status, r.Raw)
+	aliceRev := r.Body["rev"].(string)
+	require.Equal(t, aliceName, e.do("GET", "/_replicator/alice_rep", asAlice, nil).Body["owner"])
 	require.Equal(t, aliceName, e.rep.job(t, e.db, "_replicator", "alice_rep")["owner"])
 
 	// Users cannot write docs owned by others, nor claim another owner.
@@ -35,30 +35,30 @@ func TestOwnerRules(t *testing.T) {
 	}
 	requireError(t, e.do("DELETE", "/_replicator/alice_rep?rev="+aliceRev, asBob, nil), 403, "forbidden")
 	require.Equal(t, "Can't update replication documents from other users.",
-		e.do("PUT", "/_replicator/x", asBob, repDoc("owner", aliceName)).body["reason"])
+		e.do("PUT", "/_replicator/x", asBob, repDoc("owner", aliceName)).Body["reason"])
 	// Nothing was stored by the refused writes.
 	requireError(t, e.do("GET", "/_replicator/x", asAdmin, nil), 404, "not_found")
-	require.Equal(t, aliceRev, e.do("GET", "/_replicator/alice_rep", asAdmin, nil).body["_rev"])
+	require.Equal(t, aliceRev, e.do("GET", "/_replicator/alice_rep", asAdmin, nil).Body["_rev"])
 
 	// user_ctx with the user's own name and roles is fine.
 	r = e.do("PUT", "/_replicator/ctx_ok", asAlice, repDoc("user_ctx", map[string]any{"name": aliceName, "roles": []any{"dev"}}))
-	require.Equal(t, 201, r.status, r.raw)
+	require.Equal(t, 201, r.Status, r.Raw)
 
 	// The owner updates and deletes; admins may touch anything and set any owner.
 	r = e.do("PUT", "/_replicator/alice_rep", asAlice, repDoc("_rev", aliceRev, "continuous", true))
-	require.Equal(t, 201, r.status, r.raw)
-	aliceRev = r.body["rev"].(string)
+	require.Equal(t, 201, r.Status, r.Raw)
+	aliceRev = r.Body["rev"].(string)
 	r = e.do("PUT", "/_replicator/alice_rep", asAdmin, repDoc("_rev", aliceRev, "owner", aliceName))
-	require.Equal(t, 201, r.status, r.raw)
-	aliceRev = r.body["rev"].(string)
+	require.Equal(t, 201, r.Status, r.Raw)
+	aliceRev = r.Body["rev"].(string)
 	r = e.do("PUT", "/_replicator/for_bob", asAdmin, repDoc("owner", bobName))
-	require.Equal(t, 201, r.status, r.raw)
-	require.Equal(t, bobName, e.do("GET", "/_replicator/for_bob", asBob, nil).body["owner"])
+	require.Equal(t, 201, r.Status, r.Raw)
+	require.Equal(t, bobName, e.do("GET", "/_replicator/for_bob", asBob, nil).Body["owner"])
 	r = e.do("PUT", "/_replicator/null_owner", asAdmin, repDoc("owner", nil))
-	require.Equal(t, 201, r.status, r.raw)
-	require.Equal(t, adminName, e.do("GET", "/_replicator/null_owner", asAdmin, nil).body["owner"])
+	require.Equal(t, 201, r.Status, r.Raw)
+	require.Equal(t, adminName, e.do("GET", "/_replicator/null_owner", asAdmin, nil).Body["owner"])
 	r = e.do("DELETE", "/_replicator/alice_rep?rev="+aliceRev, asAlice, nil)
-	require.Equal(t, 200, r.status, r.raw)
+	require.Equal(t, 200, r.Status, r.Raw)
 	require.Nil(t, e.rep.job(t, e.db, "_replicator", "alice_rep"))
 }
 
@@ -74,24 +74,24 @@ func TestValidationAtWriteTime(t *testing.T) {
 	} {
 		r := e.do("PUT", "/_replicator/bad", asAlice, tc.body)
 		requireError(t, r, 403, "forbidden")
-		require.Equal(t, tc.reason, r.body["reason"])
+		require.Equal(t, tc.reason, r.Body["reason"])
 	}
 	requireError(t, e.do("GET", "/_replicator/bad", asAdmin, nil), 404, "not_found")
 	require.Nil(t, e.rep.job(t, e.db, "_replicator", "bad"))
 
 	// Docs already failed, and users with the _replicator role, skip validation.
 	r := e.do("PUT", "/_replicator/failed", asAdmin, map[string]any{"_replication_state": "failed"})
-	require.Equal(t, 201, r.status, r.raw)
+	require.Equal(t, 201, r.Status, r.Raw)
 
 	// A job-layer failure aborts the document write too.
 	e.rep.mu.Lock()
 	e.rep.failWritten = true
 	e.rep.mu.Unlock()
 	r = e.do("PUT", "/_replicator/atomic", asAdmin, repDoc())
-	require.Equal(t, 500, r.status, r.raw)
-	require.NotContains(t, r.raw, "job layer refused")
+	require.Equal(t, 500, r.Status, r.Raw)
+	require.NotContains(t, r.Raw, "job layer refused")
 	requireError(t, e.do("GET", "/_replicator/atomic", asAdmin, nil), 404, "not_found")
-	require.EqualValues(t, 1, e.do("GET", "/_replicator", asAdmin, nil).body["doc_count"])
+	require.EqualValues(t, 1, e.do("GET", "/_replicator", asAdmin, nil).Body["doc_count"])
 }
 
 func TestCredentialStripping(t *testing.T) {
@@ -105,27 +105,27 @@ func TestCredentialStripping(t *testing.T) {
 		},
 		"proxy": "http://puser:ppass@proxy:3128",
 	}
-	require.Equal(t, 201, e.do("PUT", "/_replicator/secret", asAlice, doc).status)
+	require.Equal(t, 201, e.do("PUT", "/_replicator/secret", asAlice, doc).Status)
 	secrets := []string{"srcpass", "tpass", "authpass", "aGVhZGVycGFzcw==", "ppass", "srcuser"}
 
 	// The owner and admins see everything.
 	for _, c := range []*creds{asAlice, asAdmin} {
 		r := e.do("GET", "/_replicator/secret", c, nil)
-		require.Contains(t, r.raw, "authpass")
+		require.Contains(t, r.Raw, "authpass")
 	}
 	// Others get stripped endpoints in every read path.
 	for _, path := range []string{"/_replicator/secret", "/_replicator/_all_docs?include_docs=true", "/_replicator/_changes?include_docs=true"} {
 		r := e.do("GET", path, asBob, nil)
-		require.Equal(t, 200, r.status)
+		require.Equal(t, 200, r.Status)
 		for _, s := range secrets {
-			require.NotContains(t, r.raw, s, path)
+			require.NotContains(t, r.Raw, s, path)
 		}
-		require.Contains(t, r.raw, "src.example/db")
+		require.Contains(t, r.Raw, "src.example/db")
 	}
 	r := e.do("GET", "/_replicator/secret", asBob, nil)
-	require.Equal(t, "http://src.example/db", r.body["source"])
-	require.Equal(t, map[string]any{"url": "https://tgt.example/db"}, r.body["target"])
-	require.Equal(t, "http://proxy:3128", r.body["proxy"])
+	require.Equal(t, "http://src.example/db", r.Body["source"])
+	require.Equal(t, map[string]any{"url": "https://tgt.example/db"}, r.Body["target"])
+	require.Equal(t, "http://proxy:3128", r.Body["proxy"])
 
 	// No secret in any captured log line.
 	logs := e.logs.String()
@@ -184,10 +184,10 @@ func TestBadInputStoresNothing(t *testing.T) {
 			requireError(t, r, tc.status, tc.err)
 		})
 	}
-	info := e.do("GET", "/_replicator", asAdmin, nil).body
+	info := e.do("GET", "/_replicator", asAdmin, nil).Body
 	require.EqualValues(t, 0, info["doc_count"])
 	require.Equal(t, "0", info["update_seq"])
 	require.Nil(t, e.rep.job(t, e.db, "_replicator", "victim"))
 	// The server still works.
-	require.Equal(t, 201, e.do("PUT", "/_replicator/victim", asAdmin, repDoc()).status)
+	require.Equal(t, 201, e.do("PUT", "/_replicator/victim", asAdmin, repDoc()).Status)
 }

@@ -2,18 +2,46 @@ package frontend
 
 import (
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
+
+	"github.com/fdbrep/fdbrep/repdb"
 )
 
 var errNoScheduler = newError(http.StatusServiceUnavailable, "service_unavailable", "this node runs no replication scheduler")
 
 // answer writes a Scheduler's reply.
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, status int, body any, err error) {
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, body any, err error) {
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, status, body)
+	writeJSON(w, http.StatusOK, body)
+}
+
+// pageParams parses limit and skip as CouchDB's scheduler endpoints do
+// (limit -1 when absent: the Scheduler's default page).
+func pageParams(q url.Values) (limit, skip int, he *httpError) {
+	limit, skip = -1, 0
+	for _, p := range []struct {
+		name string
+		dst  *int
+	}{{"limit", &limit}, {"skip", &skip}} {
+		v := q.Get(p.name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, 0, queryParseError(p.name + " must be an integer")
+		}
+		if n < 0 {
+			return 0, 0, queryParseError(p.name + " not in range of [0,infinity]")
+		}
+		*p.dst = n
+	}
+	return limit, skip, nil
 }
 
 func (s *Server) handleReplicate(w http.ResponseWriter, r *http.Request) {
@@ -29,8 +57,7 @@ func (s *Server) handleReplicate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, he)
 		return
 	}
-	body, he := decodeObject(b, s.opts.MaxJSONDepth)
-	if he != nil {
+	if he := checkObject(b, s.opts.MaxJSONDepth); he != nil {
 		writeError(w, he)
 		return
 	}
@@ -38,8 +65,13 @@ func (s *Server) handleReplicate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNoScheduler)
 		return
 	}
-	st, resp, err := s.opts.Scheduler.Replicate(r.Context(), body, userFrom(r))
-	s.answer(w, r, st, resp, err)
+	res, err := s.opts.Scheduler.Replicate(r.Context(), b, userFrom(r))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	status, body := replicateReply(res)
+	writeJSON(w, status, body)
 }
 
 func (s *Server) handleActiveTasks(w http.ResponseWriter, r *http.Request) {
@@ -50,8 +82,8 @@ func (s *Server) handleActiveTasks(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, []any{})
 		return
 	}
-	st, resp, err := s.opts.Scheduler.ActiveTasks(r.Context())
-	s.answer(w, r, st, resp, err)
+	resp, err := s.opts.Scheduler.ActiveTasks(r.Context())
+	s.answer(w, r, resp, err)
 }
 
 func (s *Server) handleSchedulerJobs(w http.ResponseWriter, r *http.Request) {
@@ -62,8 +94,13 @@ func (s *Server) handleSchedulerJobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNoScheduler)
 		return
 	}
-	st, resp, err := s.opts.Scheduler.SchedulerJobs(r.Context(), r.URL.Query())
-	s.answer(w, r, st, resp, err)
+	limit, skip, he := pageParams(r.URL.Query())
+	if he != nil {
+		writeError(w, he)
+		return
+	}
+	resp, err := s.opts.Scheduler.SchedulerJobs(r.Context(), limit, skip)
+	s.answer(w, r, resp, err)
 }
 
 func (s *Server) handleSchedulerJob(w http.ResponseWriter, r *http.Request) {
@@ -82,8 +119,8 @@ func (s *Server) handleSchedulerJob(w http.ResponseWriter, r *http.Request) {
 	// A '+' in a job id may arrive as a space (form encoding), as CouchDB
 	// accepts.
 	id = strings.ReplaceAll(id, " ", "+")
-	st, resp, err := s.opts.Scheduler.SchedulerJob(r.Context(), id)
-	s.answer(w, r, st, resp, err)
+	resp, err := s.opts.Scheduler.SchedulerJob(r.Context(), id)
+	s.answer(w, r, resp, err)
 }
 
 func (s *Server) handleSchedulerDocs(w http.ResponseWriter, r *http.Request) {
@@ -94,8 +131,27 @@ func (s *Server) handleSchedulerDocs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNoScheduler)
 		return
 	}
-	st, resp, err := s.opts.Scheduler.SchedulerDocs(r.Context(), "", r.URL.Query())
-	s.answer(w, r, st, resp, err)
+	s.schedulerDocs(w, r, "")
+}
+
+// schedulerDocs serves a _scheduler/docs listing of db ("" for all).
+func (s *Server) schedulerDocs(w http.ResponseWriter, r *http.Request, db string) {
+	q := r.URL.Query()
+	limit, skip, he := pageParams(q)
+	if he != nil {
+		writeError(w, he)
+		return
+	}
+	var states []string
+	if v := q.Get("states"); v != "" {
+		for _, st := range strings.Split(v, ",") {
+			if st = strings.TrimSpace(st); st != "" {
+				states = append(states, st)
+			}
+		}
+	}
+	resp, err := s.opts.Scheduler.SchedulerDocs(r.Context(), db, states, limit, skip)
+	s.answer(w, r, resp, err)
 }
 
 // handleSchedulerDocsPath serves /_scheduler/docs/{db} and
@@ -119,13 +175,13 @@ func (s *Server) handleSchedulerDocsPath(w http.ResponseWriter, r *http.Request)
 	}
 	db, docID := "", ""
 	for i, seg := range dec {
-		if seg == ReplicatorDB || strings.HasSuffix(seg, "/"+ReplicatorDB) {
+		if seg == repdb.ReplicatorDB || strings.HasSuffix(seg, "/"+repdb.ReplicatorDB) {
 			db = strings.Join(dec[:i+1], "/")
 			docID = strings.Join(dec[i+1:], "/")
 			break
 		}
 	}
-	if db == "" || !IsReplicatorDB(db) {
+	if db == "" || !repdb.IsReplicatorDB(db) {
 		writeError(w, badRequest("Invalid path: the database must be _replicator or end in /_replicator"))
 		return
 	}
@@ -133,15 +189,10 @@ func (s *Server) handleSchedulerDocsPath(w http.ResponseWriter, r *http.Request)
 		writeError(w, errNoScheduler)
 		return
 	}
-	var (
-		st   int
-		resp any
-		err  error
-	)
 	if docID == "" {
-		st, resp, err = s.opts.Scheduler.SchedulerDocs(r.Context(), db, r.URL.Query())
-	} else {
-		st, resp, err = s.opts.Scheduler.SchedulerDoc(r.Context(), db, docID)
+		s.schedulerDocs(w, r, db)
+		return
 	}
-	s.answer(w, r, st, resp, err)
+	resp, err := s.opts.Scheduler.SchedulerDoc(r.Context(), db, docID)
+	s.answer(w, r, resp, err)
 }

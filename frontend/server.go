@@ -15,6 +15,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/subspace"
+	"github.com/fdbrep/fdbrep/repdb"
 )
 
 // Defaults of Options.
@@ -89,7 +90,7 @@ type Options struct {
 // the caller runs the listener.
 type Server struct {
 	opts   Options
-	store  *store
+	store  *repdb.Store
 	auth   *authenticator
 	log    zerolog.Logger
 	router *mux.Router
@@ -152,7 +153,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		opts:  opts,
-		store: &store{db: opts.DB, sub: opts.Subspace},
+		store: repdb.New(opts.DB, repdb.Options{Subspace: opts.Subspace}),
 		auth: &authenticator{
 			accounts: opts.Accounts, secret: opts.Secret, timeout: opts.SessionTimeout,
 			persistent: !opts.SessionCookies, now: time.Now, decoy: decoy,
@@ -168,15 +169,15 @@ func New(opts Options) (*Server, error) {
 // Init creates the _replicator database if it does not exist (CouchDB
 // creates it at startup). It is safe to run on every node at every start.
 func (s *Server) Init(ctx context.Context) error {
-	err := s.createDB(ctx, ReplicatorDB)
-	if err != nil && err != ErrDBExists {
+	err := s.createDB(ctx, repdb.ReplicatorDB)
+	if err != nil && err != repdb.ErrDBExists {
 		return err
 	}
 	return nil
 }
 
 func (s *Server) createDB(ctx context.Context, name string) error {
-	return s.store.createDB(ctx, name, uuid.NewString(), func(tr kv.Transaction) error {
+	return s.store.CreateDB(ctx, name, uuid.NewString(), func(tr kv.Transaction) error {
 		if s.opts.Replicator != nil {
 			return s.opts.Replicator.DBCreated(ctx, tr, name)
 		}
@@ -418,7 +419,7 @@ func (s *Server) handleAllDBs(w http.ResponseWriter, r *http.Request) {
 	if !s.opts.PublicAllDBs && !requireAdmin(w, r) {
 		return
 	}
-	names, err := s.store.listDBs(r.Context())
+	names, err := s.store.ListDBs(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return

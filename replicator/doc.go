@@ -1,24 +1,22 @@
-// Package replicator is fdbrep's CouchDB-compatible replication service on
-// the fdbjobs job layer (the design of CouchDB 4.x's FDB replicator RFC):
-// api_frontend nodes create replication jobs, replication nodes run them,
-// and all coordination goes through the shared store.
+// Package replicator is the shared core of fdbrep's CouchDB-compatible
+// replication service on the fdbjobs job layer (the design of CouchDB
+// 4.x's FDB replicator RFC): what a replication is (Spec, parsed and
+// validated once by ParseSpec), how it is stored as a job (JobData,
+// states, ids), the replicator's state in the store (Store: jobs, the
+// replication id → job id subspace, database identities, fair-share
+// usage), the cluster-wide settings (Config), the engine contract (Engine,
+// Run) and the metrics. Two planes build on it and share nothing else:
 //
-// # Two halves
+//   - replicator/control, the control plane api_frontend nodes run: it
+//     turns _replicator documents and POST /_replicate into jobs, inside
+//     the callers' transactions, and serves the monitoring views; it never
+//     contacts a replication endpoint;
+//   - replicator/scheduler, what replication nodes run: acceptors, workers
+//     running the protocol engine (replicator/engine), rotation, backoff,
+//     retention.
 //
-// Frontend (NewFrontend) runs on api_frontend nodes and makes no outbound
-// connection. It validates _replicator documents at write time
-// (ValidateDoc/PrepareDoc: 403 with a readable reason), creates, replaces
-// and removes jobs inside the caller's document-write transaction
-// (DocWritten, DBCreated, DBDeleted), serves POST /_replicate (Replicate)
-// and the monitoring views (SchedulerJobs, SchedulerJob, SchedulerDocs,
-// ActiveTasks) from the job data, cluster-wide.
-//
-// Node (NewNode) runs on replication nodes: a job server that keeps at most
-// MaxAcceptors acceptors waiting for runnable jobs and at most MaxJobs
-// jobs running in steady state, runs each with an Engine (EngineDefault is
-// package engine), and needs no inbound connection: terminal states reach
-// the _replicator documents through the DocUpdater the frontend's document
-// store implements, called in the job's finishing transaction.
+// Neither imports net/http: the HTTP API is package frontend, wired to the
+// control plane by cmd/fdbrep.
 //
 // # Jobs
 //
@@ -44,79 +42,14 @@
 //	completed -> fdbjobs finished
 //	failed    -> fdbjobs finished
 //
-// # Job server
-//
-// Acceptors take the runnable jobs with the oldest scheduled times: a
-// bisection over fdbjobs pending counts (one snapshot read transaction,
-// to Interval/50) finds the time T by which as many jobs are runnable as
-// the acceptor may take, and an AcceptBatch bounded by T takes them (when
-// acceptors of several nodes aim at the same jobs, the losers of the
-// conflict retry and take what is left by T). With nothing runnable an acceptor waits on the
-// queue's watch for up to a random part of StartupJitter. The pool holds
-// at most MaxAcceptors acceptors, which between them may take the room
-// left under MaxJobs (at most 25 jobs each at once, so a starting node
-// fills quickly); an acceptor that gets jobs becomes their workers and the
-// pool is topped up.
-//
-// Every Interval (plus up to a third, at random) the node: applies a configuration given to
-// SetConfig; charges run time for fair share; stops the oldest continuous
-// jobs beyond MaxJobs that ran at least MinRunTime (one-shot jobs only
-// after MaxJobs was lowered, and after the continuous ones), each writing
-// a final checkpoint and going back to pending; starts up to
-// min(MaxChurn - jobs accepted in the last interval, MaxJobs + MaxChurn -
-// acceptors' room - workers, runnable jobs) jobs' worth of extra
-// acceptors, so that with more runnable jobs than capacity about MaxChurn
-// jobs rotate every two intervals (jobs accepted in one interval count
-// against the next one's churn, as in CouchDB); and
-// removes finished transient jobs older than TransientJobMaxAge (and jobs
-// of deleted _replicator databases) with their replication id mapping, at
-// most every max(Interval, TransientJobMaxAge/10).
-//
-// # Job lifecycle
-//
-// Accepted, a job computes its replication id (the engine fetches a
-// design document filter's code from the source), then in one transaction
-// claims the id in the (replication id -> job id) subspace: if another job
-// holds it and that job is pending or running, a transient holder makes
-// this job crashing (a transient job: failed) and a persistent holder
-// makes it failed ("Replication `<id>` specified by document ... already
-// started, triggered by document ... from db ..."); a finished, crashing
-// or missing holder is taken over. The same transaction marks the job
-// running (history "started") as the fdbjobs heartbeat. While the engine
-// runs, every checkpoint and every StatsUpdateInterval (capped at a third
-// of JobTimeout) the stats are stored with fdbjobs.Update, the heartbeat
-// that keeps the activity monitor away and the fence that stops a worker
-// whose job was removed or replaced (ErrHalt: it stops writing at once).
-// At each checkpoint a filtered replication recomputes its id; if it
-// changed the job goes back to pending and runs again under the new id
-// (stats and history reset, the old mapping cleared). A one-shot run that
-// ends completes the job (state completed, state_info = stats,
-// checkpoint_history = the final checkpoint, the document updated).
-//
-// # Errors and backoff
-//
-// A crash makes a persistent job crashing (history "crashed" with the
-// reason, then "pending"), rescheduled at now + min(MinBackoff *
-// 2^(errors-1), MaxBackoff) less up to a quarter at random; a job that ran
-// longer than HealthThreshold since its last start is healed first (error
-// count back to 0, also at heartbeats). A transient job that crashes
-// fails, unless the error is the rate limiter's max_backoff. Node.Stop
-// stops every job with a final checkpoint and re-enqueues it for another
-// node at once. A stopping run keeps its heartbeat and gets
-// min(2 s, ShutdownTimeout/2) for the final checkpoint; then its requests
-// are cancelled (a peer that does not answer cannot hold the shutdown up)
-// and the job is re-enqueued with the progress of its last checkpoint.
-// ShutdownTimeout bounds the whole wait; a node that dies leaves
-// its jobs running until the fdbjobs activity monitor re-enqueues them,
-// between one and about two JobTimeouts after their last heartbeat.
-//
 // # Fair share
 //
 // Between _replicator databases (transient jobs form one more bucket,
 // key ""), cluster-wide: see share.go. Shares per database in Config.Shares
 // (default 100, 1..1000). Run time is charged per database; once per
-// Interval one node decays the usage (× UsageCoeff) and adds the charges.
-// A job is enqueued (by the frontend) or re-enqueued (rotation, shutdown)
+// node interval (scheduler.Config.Interval) one node decays the usage
+// (× UsageCoeff) and adds the charges.
+// A job is enqueued (by the control plane) or re-enqueued (rotation, shutdown)
 // with the scheduled time now - margin - FairShareWindow + FairShareWindow
 // × p/pmax, where p = usage/shares: always runnable, but behind the jobs
 // of databases that used less of their share, and moving forward as time
@@ -137,15 +70,6 @@
 //	(6, ShareKey)        -> int64 LE  charges since the last roll-up, atomic add
 //	(7)                  -> (int64)   last usage period rolled up
 //	(8, Token)           -> ""        charge applied (cleared right after)
-//
-// # Defaults
-//
-// max_jobs 500, max_churn 100, max_acceptors 2, interval 15 s, min_run_time
-// 60 s, startup_jitter 5 s, min_backoff 32 s, max_backoff 2 days (at most
-// 30 days), health_threshold 2 min, max_history 10, transient_job_max_age
-// 24 h, job timeout 61 s, stats update interval 10 s, shutdown timeout 5 s,
-// shares 100, usage_coeff 0.95, fair-share window 1 h. The *Default
-// constants document each.
 //
 // # Failure trade-offs
 //

@@ -1,11 +1,14 @@
 package replicator
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. Functions wrap them with %w; test with errors.Is.
 var (
-	// ErrInvalidConfig is returned by NewFrontend, NewNode and SetConfig
-	// for a Config that fails validation.
+	// ErrInvalidConfig reports a configuration that fails validation
+	// (control.New, scheduler.New, Node.SetConfig).
 	ErrInvalidConfig = errors.New("replicator: invalid config")
 
 	// ErrBadRequest wraps a replication document or POST /_replicate body
@@ -17,9 +20,8 @@ var (
 	// SpecMaxBytes (CouchDB's document_too_large).
 	ErrTooLarge = errors.New("document_too_large")
 
-	// ErrForbidden is returned by ValidateDoc for a document write the user
-	// may not make (another user's document, an invalid replication). The
-	// frontend answers 403 with Reason(err).
+	// ErrForbidden refuses a document write: an invalid replication
+	// document (the HTTP API answers 403 with Reason(err)).
 	ErrForbidden = errors.New("forbidden")
 
 	// ErrUnauthorized is returned when a user may not cancel a transient
@@ -30,31 +32,34 @@ var (
 	// that does not exist.
 	ErrNotFound = errors.New("not_found")
 
-	// ErrNotReplicatorDB is returned for a database name that is neither
-	// "_replicator" nor ends in "/_replicator".
-	ErrNotReplicatorDB = errors.New("replicator: not a _replicator database")
-
 	// ErrBadQuery reports a bad scheduler view argument (limit, skip,
 	// states); the frontend answers 400 query_parse_error.
 	ErrBadQuery = errors.New("query_parse_error")
 )
 
-// reasonError is a sentinel with a user-facing reason.
+// reasonError is a sentinel with a user-facing reason. Its Tag is the
+// sentinel's text, which for the user-facing sentinels is CouchDB's error
+// tag ("bad_request", "not_found", ...): the HTTP API maps tags to statuses.
 type reasonError struct {
 	kind   error
 	reason string
 }
 
-func (e *reasonError) Error() string { return e.kind.Error() + ": " + e.reason }
-func (e *reasonError) Unwrap() error { return e.kind }
+func (e *reasonError) Error() string  { return e.kind.Error() + ": " + e.reason }
+func (e *reasonError) Unwrap() error  { return e.kind }
+func (e *reasonError) Tag() string    { return e.kind.Error() }
+func (e *reasonError) Reason() string { return e.reason }
 
-func newReason(kind error, format string, a ...any) error {
+// NewReason returns an error wrapping kind with a user-facing reason.
+func NewReason(kind error, format string, a ...any) error {
 	r := format
 	if len(a) > 0 {
-		r = fmtSprintf(format, a...)
+		r = fmt.Sprintf(format, a...)
 	}
 	return &reasonError{kind: kind, reason: r}
 }
+
+func newReason(kind error, format string, a ...any) error { return NewReason(kind, format, a...) }
 
 // Reason returns the user-facing reason of an error from this package (the
 // text CouchDB puts in the "reason" member of an error reply), or the

@@ -22,14 +22,3 @@ func ExampleParseSpec() {
 	// http://bob:*****@127.0.0.1:5984/a/ http://127.0.0.1:5984/b/ true
 	// `doc_ids`, `filter` and `selector` are mutually exclusive: use at most one
 }
-
-// IsReplicatorDB tells which databases hold replication documents.
-func ExampleIsReplicatorDB() {
-	for _, name := range []string{"_replicator", "team/_replicator", "team_replicator"} {
-		fmt.Println(name, replicator.IsReplicatorDB(name))
-	}
-	// Output:
-	// _replicator true
-	// team/_replicator true
-	// team_replicator false
-}

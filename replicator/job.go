@@ -3,558 +3,148 @@ package replicator
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"math/rand/v2"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
-	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
-type stopKind int
-
+// Replication job states (the RFC's set; see doc.go for the fdbjobs
+// mapping). A _replicator document's "_replication_state" takes the
+// terminal ones.
 const (
-	stopNone stopKind = iota
-	stopPreempt
-	stopShutdown
+	StatePending   = "pending"
+	StateRunning   = "running"
+	StateCrashing  = "crashing"
+	StateCompleted = "completed"
+	StateFailed    = "failed"
 )
 
-// worker runs one accepted job on a node.
-type worker struct {
-	n   *Node
-	job *fdbjobs.Job
-	ctx context.Context // the node's op context
-	cfg Config
+// History event types.
+const (
+	EventAdded   = "added"
+	EventStarted = "started"
+	EventStopped = "stopped"
+	EventCrashed = "crashed"
+	EventPending = "pending"
+)
 
-	data       *jobData // nil when the data did not decode
-	decodeErr  error
-	continuous bool
-	shareKey   string
-	started    time.Time
-	charged    time.Time // guarded by n.mu
-
-	stopCh   chan struct{}
-	stopOnce sync.Once
-	stopMu   sync.Mutex
-	kind     stopKind
+// DocUpdater writes a terminal state into a _replicator document
+// (repdb.Store implements it). A replication node calls it inside the
+// transaction that finishes the job, so the document and the job change
+// together; no inbound connection to the node is needed, both live in the
+// same store. The document write it makes goes to the store directly, not
+// through the control plane's DocWritten. The writes must be idempotent:
+// after commit_unknown_result the transaction runs again.
+type DocUpdater interface {
+	// DocCompleted records a completed one-shot replication with its final
+	// counters (CouchDB's _replication_stats).
+	DocCompleted(ctx context.Context, tr kv.Transaction, dbName, docID string, stats json.RawMessage) error
+	// DocFailed records a failed replication with its reason.
+	DocFailed(ctx context.Context, tr kv.Transaction, dbName, docID, reason string) error
 }
 
-func newWorker(n *Node, job *fdbjobs.Job, ctx context.Context, cfg Config) *worker {
-	w := &worker{n: n, job: job, ctx: ctx, cfg: cfg, started: cfg.Clock.Now(), stopCh: make(chan struct{})}
-	w.data, w.decodeErr = decodeJobData(job.Data)
-	if w.data != nil {
-		w.continuous, w.shareKey = w.data.continuous(), w.data.shareKey()
-	}
-	return w
+// HistoryEvent is one job history entry (newest first in JobData).
+type HistoryEvent struct {
+	Type      string `json:"type"`
+	Timestamp int64  `json:"timestamp"` // Unix ms
+	Reason    string `json:"reason,omitempty"`
 }
 
-func (w *worker) requestStop(k stopKind) {
-	w.stopOnce.Do(func() {
-		w.stopMu.Lock()
-		w.kind = k
-		w.stopMu.Unlock()
-		close(w.stopCh)
-	})
+// JobData is the JSON data of a rep_jobs job: the replication and its
+// state as the control plane and the nodes record it.
+type JobData struct {
+	Rep     *Spec  `json:"rep"` // nil when the document did not parse
+	RepUser string `json:"rep_user,omitempty"`
+	RepID   string `json:"rep_id,omitempty"`
+	BaseID  string `json:"base_id,omitempty"`
+	// Persistent jobs only.
+	DBName string `json:"db_name,omitempty"`
+	DBUUID string `json:"db_uuid,omitempty"`
+	DocID  string `json:"doc_id,omitempty"`
+
+	State      string          `json:"state"`
+	StateInfo  json.RawMessage `json:"state_info,omitempty"`
+	ErrorCount int             `json:"error_count"`
+	LastError  string          `json:"last_error,omitempty"`
+	// Times in Unix ms.
+	StartTime   int64  `json:"start_time"`
+	LastStart   int64  `json:"last_start"`
+	LastUpdated int64  `json:"last_updated"`
+	Node        string `json:"node,omitempty"`
+
+	Stats             engine.Stats    `json:"rep_stats"`
+	History           []HistoryEvent  `json:"job_history"`
+	CheckpointHistory json.RawMessage `json:"checkpoint_history,omitempty"`
+	// FilterCode is the filter function source the current rep_id was
+	// computed with.
+	FilterCode string `json:"filter_code,omitempty"`
 }
 
-func (w *worker) stopRequested() bool {
-	select {
-	case <-w.stopCh:
-		return true
-	default:
-		return false
-	}
-}
+// Transient reports a POST /_replicate job (no document).
+func (d *JobData) Transient() bool { return d.DBName == "" }
 
-func (w *worker) stopKind() stopKind {
-	w.stopMu.Lock()
-	defer w.stopMu.Unlock()
-	return w.kind
-}
+// Continuous reports a continuous replication.
+func (d *JobData) Continuous() bool { return d.Rep != nil && d.Rep.Continuous }
 
-func (w *worker) now() time.Time { return w.cfg.Clock.Now() }
+// ShareKey is the fair-share bucket of the job: its _replicator database,
+// or "" for transient jobs.
+func (d *JobData) ShareKey() string { return d.DBName }
 
-// run is the job's whole life on this node.
-func (w *worker) run() {
-	if w.decodeErr != nil {
-		w.cfg.Logger.Error().Err(w.decodeErr).Str("job", w.job.ID).Msg("replicator: undecodable job data")
-		w.fail(&jobData{State: StatePending}, "bad_job_data", w.decodeErr.Error())
-		return
-	}
-	d := w.data
-	if d.Rep == nil || d.State == StateFailed {
-		reason := d.LastError
-		if reason == "" {
-			reason = "the replication document could not be parsed"
-		}
-		w.fail(d, "bad_rep_doc", reason)
-		return
-	}
-	rep, err := d.Rep.Engine()
-	if err == nil {
-		// Job data written by an older or foreign writer is held to
-		// today's bounds before anything is allocated for it.
-		err = rep.Validate()
-	}
-	if err != nil {
-		w.fail(d, "bad_rep_doc", engineReason(err))
-		return
-	}
-	if w.stopRequested() {
-		w.reschedule(d, "")
-		return
-	}
-	uuid := w.n.serverUUID
-	repID, code, err := w.n.eng.ReplicationID(w.ctx, rep, uuid)
-	if err != nil {
-		if w.ctx.Err() != nil {
-			return
-		}
-		w.crash(d, err)
-		return
-	}
-	if !w.initJob(d, repID, code) {
-		return
-	}
-	w.execute(d, rep, code)
-}
-
-// execute runs the engine until the job ends, is stopped or halted.
-func (w *worker) execute(d *jobData, rep engine.Replication, code string) {
-	runCtx, cancel := context.WithCancel(w.ctx)
-	defer cancel()
-	ck := make(chan engine.Checkpoint, 1)
-	run := w.n.eng.Start(runCtx, rep, engine.Options{
-		ServerUUID: w.n.serverUUID, FilterCode: code, Stats: d.Stats,
-		OnCheckpoint: func(c engine.Checkpoint) {
-			select {
-			case ck <- c:
-			default:
-				select {
-				case <-ck:
-				default:
-				}
-				select {
-				case ck <- c:
-				default:
-				}
-			}
-		},
-	})
-	hb := w.cfg.Clock.NewTicker(w.cfg.heartbeat())
-	defer hb.Stop()
-	halt := func() {
-		cancel()
-		<-run.Done()
-	}
-	for {
-		select {
-		case <-run.Done():
-			res, err := run.Wait()
-			switch {
-			case w.ctx.Err() != nil:
-				return // hard stop: the activity monitor re-enqueues the job
-			case err != nil:
-				if errors.Is(err, engine.ErrCheckpoint) {
-					w.n.m.inc(MetricCheckpointsFailure)
-				}
-				d.Stats = mergeStats(d.Stats, run.Progress())
-				w.crash(d, err)
-			case w.stopRequested():
-				d.Stats = mergeStats(d.Stats, res.Stats)
-				w.reschedule(d, "")
-			case d.continuous():
-				d.Stats = mergeStats(d.Stats, res.Stats)
-				w.reschedule(d, "")
-			default:
-				w.complete(d, res)
-			}
-			return
-		case c := <-ck:
-			w.n.m.inc(MetricCheckpointsSuccess)
-			if d.Rep.userFilter() {
-				if id, _, err := w.n.eng.ReplicationID(runCtx, rep, w.n.serverUUID); err == nil && id != d.RepID {
-					// The filter changed: stop, back to pending; the next
-					// start runs under the new id.
-					if _, _, halted := w.stopRun(run, cancel, d, hb); halted || w.ctx.Err() != nil {
-						return
-					}
-					d.Stats = mergeStats(d.Stats, run.Progress())
-					w.reschedule(d, "filter changed")
-					return
-				}
-			}
-			if !w.heartbeat(d, c.Stats) {
-				halt()
-				return
-			}
-		case <-hb.Chan():
-			if !w.heartbeat(d, run.Progress()) {
-				halt()
-				return
-			}
-		case <-w.stopCh:
-			err, cut, halted := w.stopRun(run, cancel, d, hb)
-			if halted || w.ctx.Err() != nil {
-				return
-			}
-			d.Stats = mergeStats(d.Stats, run.Progress())
-			// An error after the grace ran out is the cut's doing: the job
-			// goes back to pending like any stopped job.
-			if err != nil && !errors.Is(err, engine.ErrStopped) && !cut {
-				w.crash(d, err)
-				return
-			}
-			w.reschedule(d, "")
-			return
-		case <-w.ctx.Done():
-			halt()
-			return
-		}
+// AddHistory puts e first in the history, keeping at most max events.
+func (d *JobData) AddHistory(max int, e HistoryEvent) {
+	d.History = append([]HistoryEvent{e}, d.History...)
+	if len(d.History) > max {
+		d.History = d.History[:max]
 	}
 }
 
-// stopRun asks run for a final checkpoint and waits for it to end, still
-// heartbeating (a slow stop must not let the activity monitor take the job
-// back). After Config.stopGrace, or if a heartbeat finds the job halted,
-// it cancels the stop and the run's context (cancelRun), so that requests
-// being retried against an unreachable peer end, and waits for the run to
-// return. cut reports that the grace ran out; halted that the job was
-// removed or taken over (the caller must write nothing more).
-func (w *worker) stopRun(run Run, cancelRun context.CancelFunc, d *jobData, hb clockwork.Ticker) (err error, cut, halted bool) {
-	stopCtx, cancelStop := context.WithCancel(w.ctx)
-	defer cancelStop()
-	errc := make(chan error, 1)
-	go func() { errc <- run.Stop(stopCtx) }()
-	grace := w.cfg.Clock.NewTimer(w.cfg.stopGrace())
-	defer grace.Stop()
-	abort := func() {
-		cancelStop()
-		cancelRun()
-	}
-	for {
-		select {
-		case err := <-errc:
-			return err, cut, halted
-		case <-grace.Chan():
-			cut = true
-			abort()
-		case <-hb.Chan():
-			if !halted && !cut && !w.heartbeat(d, run.Progress()) {
-				halted = true
-				abort()
-			}
-		}
-	}
-}
-
-func mergeStats(old, cur engine.Stats) engine.Stats {
-	if cur.DocsRead < old.DocsRead || cur.RevisionsChecked < old.RevisionsChecked {
-		return old
-	}
-	return cur
-}
-
-// initJob marks the job running under repID after checking who holds
-// repID (see doc.go, "Replication id collisions"). It reports whether the
-// job should run.
-func (w *worker) initJob(d *jobData, repID, code string) bool {
-	type outcome struct {
-		run   bool
-		x     *jobData
-		state string
-	}
-	now, jitter := w.now(), rand.Float64()
-	o, err := transactJob(w, func(tr kv.Transaction) (outcome, error) {
-		x := d.clone()
-		if x.RepID != "" && x.RepID != repID {
-			if err := clearRepID(tr, w.n.k, x.RepID, w.job.ID); err != nil {
-				return outcome{}, err
-			}
-			x.Stats = engine.Stats{}
-			x.History = nil
-		}
-		x.RepID, x.FilterCode = repID, code
-		v, err := tr.Get(w.n.k.repIDKey(repID)).Get()
-		if err != nil {
-			return outcome{}, err
-		}
-		if v != nil && string(v) != w.job.ID {
-			other := string(v)
-			od, ost, err := readJob(w.ctx, w.n.jobs, tr, other)
-			if err != nil {
-				return outcome{}, err
-			}
-			if od != nil && ost != fdbjobs.Finished && (od.State == StatePending || od.State == StateRunning) {
-				if od.transient() {
-					reason := fmt.Sprintf("Replication `%s` is already running as a transient replication (job %s); retrying later", repID, other)
-					if x.transient() {
-						return outcome{x: x, state: StateFailed}, w.failTx(tr, x, "error", reason, now)
-					}
-					return outcome{x: x, state: StateCrashing}, w.crashTx(tr, x, "error", reason, now, jitter)
-				}
-				var reason string
-				if x.transient() {
-					reason = fmt.Sprintf("Replication `%s` already started, triggered by document `%s` from db `%s`", repID, od.DocID, od.DBName)
-				} else {
-					reason = fmt.Sprintf("Replication `%s` specified by document `%s` already started, triggered by document `%s` from db `%s`",
-						repID, x.DocID, od.DocID, od.DBName)
-				}
-				return outcome{x: x, state: StateFailed}, w.failTx(tr, x, "error", reason, now)
-			}
-			// The holder is finished, crashing or gone: take over.
-		}
-		tr.Set(w.n.k.repIDKey(repID), []byte(w.job.ID))
-		x.State, x.StateInfo, x.LastStart, x.LastUpdated, x.Node = StateRunning, nil, ms(now), ms(now), w.cfg.NodeName
-		x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventStarted, Timestamp: ms(now)})
-		if err := w.n.jobs.Update(w.ctx, tr, w.job, x.encode()); err != nil {
-			return outcome{}, err
-		}
-		return outcome{run: true, x: x, state: StateRunning}, nil
-	})
-	if err != nil {
-		w.txError(err)
-		return false
-	}
-	*d = *o.x
-	w.afterFinish(o.state, d)
-	return o.run
-}
-
-// jobTxAttempts bounds how often a job transaction that failed with a
-// non-retryable error (such as transaction_timed_out) is run again before
-// the worker gives up and leaves the job to the activity monitor.
-const jobTxAttempts = 5
-
-// transactJob is kv.Transact, run again after non-retryable errors other
-// than ErrHalt (a job transaction abandoned halfway would leave the job
-// running with no worker until the activity monitor notices).
-func transactJob[T any](w *worker, f func(kv.Transaction) (T, error)) (T, error) {
-	var v T
-	var err error
-	for i := 0; i < jobTxAttempts; i++ {
-		v, err = kv.Transact(w.ctx, w.n.db, f)
-		if err == nil || errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil {
-			return v, err
-		}
-		select {
-		case <-w.ctx.Done():
-		case <-time.After(time.Duration(10<<i) * time.Millisecond):
-		}
-	}
-	return v, err
-}
-
-// txError logs a failed job transaction; ErrHalt means the job was
-// removed or taken over, and the worker just stops.
-func (w *worker) txError(err error) {
-	if errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil {
-		return
-	}
-	w.cfg.Logger.Warn().Err(err).Str("job", w.job.ID).Msg("replicator: job transaction")
-}
-
-// heartbeat stores the stats (the fdbjobs heartbeat); false on halt.
-func (w *worker) heartbeat(d *jobData, s engine.Stats) bool {
-	x, err := kv.Transact(w.ctx, w.n.db, func(tr kv.Transaction) (*jobData, error) {
-		x := d.clone()
-		now := w.now()
-		x.Stats = mergeStats(x.Stats, s)
-		x.LastUpdated = ms(now)
-		if x.ErrorCount > 0 && now.Sub(time.UnixMilli(x.LastStart)) > w.cfg.HealthThreshold {
-			x.ErrorCount, x.LastError = 0, ""
-		}
-		return x, w.n.jobs.Update(w.ctx, tr, w.job, x.encode())
-	})
-	if err != nil {
-		w.txError(err)
-		return !errors.Is(err, fdbjobs.ErrHalt) && w.ctx.Err() == nil
-	}
-	*d = *x
-	return true
-}
-
-// finishTx runs f (which finishes the job) in a transaction and updates d.
-func (w *worker) finishTx(d *jobData, state string, f func(tr kv.Transaction, x *jobData) error) {
-	x, err := transactJob(w, func(tr kv.Transaction) (*jobData, error) {
-		x := d.clone()
-		return x, f(tr, x)
-	})
-	if err != nil {
-		w.txError(err)
-		return
-	}
-	*d = *x
-	w.afterFinish(state, d)
-}
-
-func (w *worker) afterFinish(state string, d *jobData) {
-	switch state {
-	case StateFailed:
-		w.n.m.inc(MetricJobsFailed)
-		w.n.m.inc(MetricJobsStops)
-		if !d.transient() && w.cfg.DocUpdater != nil {
-			w.n.m.inc(MetricDocsFailedUpdates)
-		}
-	case StateCompleted:
-		w.n.m.inc(MetricJobsCompleted)
-		w.n.m.inc(MetricJobsStops)
-		if !d.transient() && w.cfg.DocUpdater != nil {
-			w.n.m.inc(MetricDocsCompletedUpdates)
-		}
-	case StateCrashing:
-		w.n.m.inc(MetricJobsCrashes)
-		w.n.m.inc(MetricJobsStops)
-	case StatePending:
-		w.n.m.inc(MetricJobsStops)
-	}
-}
-
-// fail ends the job in state failed.
-func (w *worker) fail(d *jobData, tag, reason string) {
-	now := w.now()
-	w.finishTx(d, StateFailed, func(tr kv.Transaction, x *jobData) error { return w.failTx(tr, x, tag, reason, now) })
-}
-
-// failTx makes the job failed. now is chosen outside the transaction, so
-// that a retry after commit_unknown_result writes the same data.
-func (w *worker) failTx(tr kv.Transaction, x *jobData, tag, reason string, now time.Time) error {
-	x.State, x.StateInfo, x.LastError, x.Node = StateFailed, stateInfoOf(tag, reason), reason, ""
-	x.ErrorCount++
-	x.LastUpdated = ms(now)
-	x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventCrashed, Timestamp: ms(now), Reason: reason})
-	if err := w.n.jobs.Finish(w.ctx, tr, w.job, x.encode()); err != nil {
-		return err
-	}
-	return w.updateDoc(tr, x, StateFailed, reason, nil)
-}
-
-func (w *worker) updateDoc(tr kv.Transaction, x *jobData, state, reason string, stats json.RawMessage) error {
-	if x.transient() || w.cfg.DocUpdater == nil {
-		return nil
-	}
-	err := w.cfg.DocUpdater.UpdateDocState(w.ctx, tr, x.DBName, x.DocID, state, reason, stats)
-	var ke kv.Error
-	if errors.As(err, &ke) {
-		return err
-	}
-	if err != nil {
-		w.cfg.Logger.Warn().Err(err).Str("db", x.DBName).Str("doc", x.DocID).Msg("replicator: document state update refused")
-	}
-	return nil
-}
-
-// complete ends a one-shot job in state completed with its final
-// checkpoint as result.
-func (w *worker) complete(d *jobData, res engine.Result) {
-	now := w.now() // outside the transaction: a retry writes the same data
-	w.finishTx(d, StateCompleted, func(tr kv.Transaction, x *jobData) error {
-		x.Stats = mergeStats(x.Stats, res.Stats)
-		x.CheckpointHistory, _ = json.Marshal(res)
-		x.State, x.Node, x.LastUpdated = StateCompleted, "", ms(now)
-		x.StateInfo, _ = json.Marshal(x.Stats)
-		x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventStopped, Timestamp: ms(now)})
-		if err := w.n.jobs.Finish(w.ctx, tr, w.job, x.encode()); err != nil {
-			return err
-		}
-		stats := map[string]any{}
-		b, _ := json.Marshal(x.Stats)
-		_ = json.Unmarshal(b, &stats)
-		stats["start_time"] = isoMS(x.StartTime)
-		sb, _ := json.Marshal(stats)
-		return w.updateDoc(tr, x, StateCompleted, "", sb)
-	})
-}
-
-// reschedule stops the job and makes it pending again at its fair-share
-// time (preemption, shutdown, filter change).
-func (w *worker) reschedule(d *jobData, why string) {
-	now := w.now()
-	stime := w.cfg.enqueueTime(now, w.n.currentUsage(), d.shareKey())
-	w.finishTx(d, StatePending, func(tr kv.Transaction, x *jobData) error {
-		x.State, x.StateInfo, x.Node, x.LastUpdated = StatePending, nil, "", ms(now)
-		x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventStopped, Timestamp: ms(now), Reason: why})
-		x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventPending, Timestamp: ms(now)})
-		return w.resubmitTx(tr, x, stime)
-	})
-}
-
-func (w *worker) resubmitTx(tr kv.Transaction, x *jobData, stime int64) error {
-	if err := w.n.jobs.Resubmit(w.ctx, tr, w.job, stime, nil); err != nil {
-		if errors.Is(err, fdbjobs.ErrNotFound) {
-			return fmt.Errorf("job removed: %w", fdbjobs.ErrHalt)
-		}
-		return err
-	}
-	return w.n.jobs.Finish(w.ctx, tr, w.job, x.encode())
-}
-
-// crash handles an error: a persistent job (or a rate-limited transient
-// one) becomes crashing and backs off; a transient job fails.
-func (w *worker) crash(d *jobData, err error) {
-	tag, reason := classify(err)
-	if d.transient() && !errors.Is(err, engine.ErrMaxBackoff) {
-		w.fail(d, tag, reason)
-		return
-	}
-	now, jitter := w.now(), rand.Float64()
-	w.finishTx(d, StateCrashing, func(tr kv.Transaction, x *jobData) error { return w.crashTx(tr, x, tag, reason, now, jitter) })
-}
-
-// crashTx makes the job crashing. now and jitter (in [0, 1)) are chosen
-// outside the transaction so that a retry after commit_unknown_result
-// schedules the job at the same time.
-func (w *worker) crashTx(tr kv.Transaction, x *jobData, tag, reason string, now time.Time, jitter float64) error {
-	if x.LastStart > 0 && now.Sub(time.UnixMilli(x.LastStart)) > w.cfg.HealthThreshold {
-		x.ErrorCount = 0 // healed: it ran long enough since its last start
-	}
-	x.ErrorCount++
-	x.State, x.StateInfo, x.LastError, x.Node, x.LastUpdated = StateCrashing, stateInfoOf(tag, reason), reason, "", ms(now)
-	x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventCrashed, Timestamp: ms(now), Reason: reason})
-	x.addHistory(w.cfg.MaxHistory, historyEvent{Type: EventPending, Timestamp: ms(now)})
-	return w.resubmitTx(tr, x, ms(now)+w.cfg.backoff(x.ErrorCount, jitter).Milliseconds())
-}
-
-// backoff is the wait after the n-th consecutive crash (n >= 1):
-// min(MinBackoff * 2^(n-1), MaxBackoff), minus up to a quarter: jitter in
-// [0, 1) picks how much.
-func (c Config) backoff(n int, jitter float64) time.Duration {
-	wait := c.MinBackoff
-	for i := 1; i < n && wait < c.MaxBackoff; i++ {
-		wait *= 2
-	}
-	wait = min(wait, c.MaxBackoff)
-	return wait - time.Duration(jitter*float64(wait/4))
-}
-
-// engineErrors are the engine's error classes, matched in order.
-var engineErrors = []error{
-	engine.ErrInvalidSpec, engine.ErrDBNotFound, engine.ErrUnauthorized, engine.ErrForbidden,
-	engine.ErrMaxBackoff, engine.ErrFilterFetch, engine.ErrChangesFeed, engine.ErrRevsDiff,
-	engine.ErrOpenRevs, engine.ErrBulkDocs, engine.ErrDocWrite, engine.ErrCheckpoint, engine.ErrHTTP,
-	engine.ErrInternal, engine.ErrStopped,
-}
-
-// classify splits an engine error into CouchDB's error tag and reason.
-func classify(err error) (tag, reason string) {
-	msg := err.Error()
-	for _, e := range engineErrors {
-		if errors.Is(err, e) {
-			tag = e.Error()
-			return tag, strings.TrimPrefix(msg, tag+": ")
-		}
-	}
-	return "error", msg
-}
-
-func (d *jobData) clone() *jobData {
+// Clone returns a copy that can be changed without changing d.
+func (d *JobData) Clone() *JobData {
 	x := *d
-	x.History = append([]historyEvent(nil), d.History...)
+	x.History = append([]HistoryEvent(nil), d.History...)
 	return &x
+}
+
+// DecodeJobData decodes a job's data.
+func DecodeJobData(raw json.RawMessage) (*JobData, error) {
+	d := &JobData{}
+	if err := json.Unmarshal(raw, d); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Encode encodes the job's data.
+func (d *JobData) Encode() json.RawMessage {
+	b, err := json.Marshal(d)
+	if err != nil {
+		panic(err) // JobData always marshals
+	}
+	return b
+}
+
+// Millis is t in Unix milliseconds, the unit of job times.
+func Millis(t time.Time) int64 { return t.UnixMilli() }
+
+// ErrorInfo is the state_info of a crashing or failed job: CouchDB's
+// {"error": tag, "reason": text}.
+type ErrorInfo struct {
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+}
+
+// StateInfo encodes an ErrorInfo.
+func StateInfo(tag, reason string) json.RawMessage {
+	b, _ := json.Marshal(ErrorInfo{Error: tag, Reason: reason})
+	return b
+}
+
+// FormatMillis formats a job time (Unix ms) as CouchDB's scheduler views
+// and documents show times ("2006-01-02T15:04:05Z"); "" for none (<= 0).
+func FormatMillis(t int64) string {
+	if t <= 0 {
+		return ""
+	}
+	return time.UnixMilli(t).UTC().Format("2006-01-02T15:04:05Z")
 }

@@ -1,8 +1,12 @@
 package replicator
 
 import (
+	"fmt"
 	"sort"
+	"strings"
 	"sync/atomic"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
 // Metric names, as CouchDB's couch_replicator stats (priv/stats_descriptions.cfg).
@@ -30,7 +34,7 @@ const (
 	MetricTransientJobsRemoved = "couch_replicator.jobs.transient_removed"
 )
 
-// metricKind tells counters from gauges.
+// gauges tells gauges from counters.
 var gauges = map[string]bool{MetricJobsRunning: true, MetricJobsAccepting: true, MetricJobsPending: true}
 
 var metricNames = []string{
@@ -56,9 +60,32 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-func (m *Metrics) add(name string, d int64) { m.v[name].Add(d) }
-func (m *Metrics) inc(name string)          { m.v[name].Add(1) }
-func (m *Metrics) set(name string, v int64) { m.v[name].Store(v) }
+// Add adds d to a counter.
+func (m *Metrics) Add(name string, d int64) { m.v[name].Add(d) }
+
+// Inc adds one to a counter.
+func (m *Metrics) Inc(name string) { m.v[name].Add(1) }
+
+// Set sets a gauge.
+func (m *Metrics) Set(name string, v int64) { m.v[name].Store(v) }
+
+// CountOnCommit adds n to counter name once tr commits: a transaction
+// function may run several times (retries), and only the attempt that
+// commits counts. The commit's versionstamp future resolves without error
+// for that attempt only. An attempt that committed but reported
+// commit_unknown_result does not count; its retry counts what it does
+// itself (see doc.go, "Failure trade-offs").
+func (m *Metrics) CountOnCommit(tr kv.Transaction, name string, n int) {
+	if n <= 0 {
+		return
+	}
+	vs := tr.GetVersionstamp()
+	go func() {
+		if _, err := vs.Get(); err == nil {
+			m.Add(name, int64(n))
+		}
+	}()
+}
 
 // Metric is one counter or gauge of a snapshot.
 type Metric struct {
@@ -87,4 +114,41 @@ func (m *Metrics) Value(name string) int64 {
 		return v.Load()
 	}
 	return 0
+}
+
+// StatsJSON nests the metrics as CouchDB's _stats does:
+// "couch_replicator.jobs.adds" becomes {"jobs": {"adds": {...}}} (the
+// value of "couch_replicator" in /_node/_local/_stats).
+func (m *Metrics) StatsJSON() map[string]any {
+	out := map[string]any{}
+	for _, x := range m.Snapshot() {
+		parts := strings.Split(strings.TrimPrefix(x.Name, "couch_replicator."), ".")
+		node := out
+		for _, p := range parts[:len(parts)-1] {
+			next, ok := node[p].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				node[p] = next
+			}
+			node = next
+		}
+		node[parts[len(parts)-1]] = map[string]any{"value": x.Value, "type": x.Type, "desc": x.Name}
+	}
+	return out
+}
+
+// Prometheus renders the metrics in Prometheus' text format with
+// CouchDB's names (couchdb_couch_replicator_jobs_adds_total).
+func (m *Metrics) Prometheus() string {
+	var b strings.Builder
+	for _, x := range m.Snapshot() {
+		name := "couchdb_" + strings.ReplaceAll(x.Name, ".", "_")
+		typ := "gauge"
+		if x.Type == "counter" {
+			name += "_total"
+			typ = "counter"
+		}
+		fmt.Fprintf(&b, "# TYPE %s %s\n%s %d\n", name, typ, name, x.Value)
+	}
+	return b.String()
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
@@ -133,6 +132,9 @@ func isObject(v json.RawMessage) bool {
 	return len(v) > 0 && v[0] == '{' && json.Valid(v)
 }
 
+// ParseObject is ParseSpec for a body already decoded into its members.
+func ParseObject(obj map[string]json.RawMessage) (*Spec, error) { return parseSpec(obj) }
+
 func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 	s := &Spec{}
 	var err error
@@ -250,12 +252,8 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 		}
 		s.UserCtx = &u
 	}
-	rep, err := s.Engine()
-	if err != nil {
-		return nil, newReason(ErrBadRequest, "%s", engineReason(err))
-	}
-	if err := rep.Validate(); err != nil {
-		return nil, newReason(ErrBadRequest, "%s", engineReason(err))
+	if _, err := s.Replication(); err != nil {
+		return nil, err
 	}
 	if b, err := json.Marshal(s); err != nil || len(b) > SpecMaxBytes {
 		return nil, newReason(ErrTooLarge, "the replication is larger than %d bytes", SpecMaxBytes)
@@ -351,9 +349,9 @@ func parseProxies(obj map[string]json.RawMessage, s *Spec) error {
 	return nil
 }
 
-// redactURL replaces the password of a URL with *****; unparseable input
+// RedactURL replaces the password of a URL with *****; unparseable input
 // gives "".
-func redactURL(raw string) string {
+func RedactURL(raw string) string {
 	if raw == "" {
 		return ""
 	}
@@ -369,5 +367,3 @@ func redactURL(raw string) string {
 	}
 	return u.String()
 }
-
-var _ = fmt.Sprintf

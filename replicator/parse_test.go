@@ -66,11 +66,11 @@ func TestParseSpecNormalizes(t *testing.T) {
 	s2, err := ParseSpec(json.RawMessage(`{"doc_ids":["a","b"],"continuous":true,"use_checkpoints":false,"worker_processes":3,
 		"target":{"headers":{"X-Y":"z","Authorization":"Basic dTI6cDI="},"url":"http://h/b?x=1"},"source":"http://u:p@h/a"}`))
 	require.NoError(t, err)
-	require.True(t, sameReplication(s, s2))
-	require.Equal(t, transientJobID("uuid", s, "bob"), transientJobID("uuid", s2, "bob"))
-	require.NotEqual(t, transientJobID("uuid", s, "bob"), transientJobID("uuid", s, "eve"))
+	require.True(t, SameReplication(s, s2))
+	require.Equal(t, TransientJobID("uuid", s, "bob"), TransientJobID("uuid", s2, "bob"))
+	require.NotEqual(t, TransientJobID("uuid", s, "bob"), TransientJobID("uuid", s, "eve"))
 	s2.Continuous = false
-	require.False(t, sameReplication(s, s2))
+	require.False(t, SameReplication(s, s2))
 }
 
 func TestParseRequestCancel(t *testing.T) {
@@ -81,46 +81,6 @@ func TestParseRequestCancel(t *testing.T) {
 	require.Nil(t, r.Spec)
 	_, err = ParseRequest(json.RawMessage(`{"cancel":"yes","source":"http://h/a","target":"http://h/b"}`))
 	require.Equal(t, "`cancel` must be a boolean", Reason(err))
-}
-
-func TestValidateDoc(t *testing.T) {
-	c := newCluster(t, 0, nil, testConfig())
-	bob := UserCtx{Name: "bob"}
-	admin := UserCtx{Name: "root", Roles: []string{"_admin"}}
-	good := `{"source":"http://h/a","target":"http://h/b"}`
-	for _, tc := range []struct {
-		name, db, id, doc string
-		user              UserCtx
-		reason            string // "" = accepted
-	}{
-		{"valid", "_replicator", "d", good, bob, ""},
-		{"not a replicator db", "foo_replicator", "d", `{}`, bob, ""},
-		{"design doc", "_replicator", "_design/x", `{}`, bob, ""},
-		{"local doc", "a/_replicator", "_local/x", `{}`, bob, ""},
-		{"source only", "_replicator", "d", `{"source":"http://h/a"}`, bob, "Missing `target` field"},
-		{"neither", "_replicator", "d", `{}`, bob, "Missing `source` field"},
-		{"other owner", "_replicator", "d", `{"owner":"eve","source":"http://h/a","target":"http://h/b"}`, bob,
-			"Can't update replication documents from other users."},
-		{"admin may write others'", "_replicator", "d", `{"owner":"eve","source":"http://h/a","target":"http://h/b"}`, admin, ""},
-		{"deleted", "_replicator", "d", `{"_deleted":true}`, bob, ""},
-		{"already failed", "_replicator", "d", `{"_replication_state":"failed"}`, bob, ""},
-		{"bogus state", "_replicator", "d", `{"_replication_state":"done","source":"http://h/a","target":"http://h/b"}`, bob,
-			"`_replication_state` is written by the replicator; \"done\" is not one of its states"},
-		{"_replicator role skips checks", "_replicator", "d", `{"owner":"eve"}`, UserCtx{Name: "r", Roles: []string{"_replicator"}}, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := c.fe.ValidateDoc(tc.db, tc.id, json.RawMessage(tc.doc), tc.user)
-			if tc.reason == "" {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorIs(t, err, ErrForbidden)
-			require.Equal(t, tc.reason, Reason(err))
-		})
-	}
-	out, err := c.fe.PrepareDoc("_replicator", "d", json.RawMessage(good), bob)
-	require.NoError(t, err)
-	require.JSONEq(t, `{"owner":"bob","source":"http://h/a","target":"http://h/b"}`, string(out))
 }
 
 func TestSpecEngineCarriesProxies(t *testing.T) {

@@ -28,18 +28,18 @@ import (
 // priority decay of the paper comes for free). Crash backoff uses times in
 // the future, which are not runnable until they pass.
 
-// usageMap is the decayed usage (ms) per share key.
-type usageMap map[string]float64
+// Usage is the decayed usage (ms) per share key.
+type Usage map[string]float64
 
-// readUsage reads the usage table with snapshot reads (no conflicts).
-func readUsage(tr kv.ReadTransaction, k keys) (usageMap, error) {
-	kvs, err := tr.Snapshot().GetRange(subspaceRange(k.usage), kv.RangeOptions{}).GetSliceWithError()
+// Usage reads the usage table with snapshot reads (no conflicts).
+func (s *Store) Usage(tr kv.ReadTransaction) (Usage, error) {
+	kvs, err := tr.Snapshot().GetRange(subspaceRange(s.usage), kv.RangeOptions{}).GetSliceWithError()
 	if err != nil {
 		return nil, err
 	}
-	m := make(usageMap, len(kvs))
+	m := make(Usage, len(kvs))
 	for _, e := range kvs {
-		t, err := k.usage.Unpack(e.Key)
+		t, err := s.usage.Unpack(e.Key)
 		if err != nil || len(t) != 1 {
 			continue
 		}
@@ -55,20 +55,20 @@ func readUsage(tr kv.ReadTransaction, k keys) (usageMap, error) {
 	return m, nil
 }
 
-// enqueueTime is the scheduled time (Unix ms) of a job of share key
+// EnqueueTime is the scheduled time (Unix ms) of a job of share key
 // enqueued now.
-func (c Config) enqueueTime(now time.Time, usage usageMap, key string) int64 {
+func (c Config) EnqueueTime(now time.Time, usage Usage, key string) int64 {
 	// The margin keeps every such time at or before the maximum of an
 	// Accept that started waiting up to StartupJitter ago.
-	t := ms(now) - (c.StartupJitter + time.Second).Milliseconds()
+	t := Millis(now) - (c.StartupJitter + time.Second).Milliseconds()
 	if c.FairShareWindow < 0 {
 		return t
 	}
 	w := float64(c.FairShareWindow.Milliseconds())
-	p := usage[key] / float64(c.shares(key))
+	p := usage[key] / float64(c.SharesOf(key))
 	pmax := 0.0
 	for k, u := range usage {
-		pmax = math.Max(pmax, u/float64(c.shares(k)))
+		pmax = math.Max(pmax, u/float64(c.SharesOf(k)))
 	}
 	off := 0.0
 	if pmax > 0 {
@@ -77,24 +77,24 @@ func (c Config) enqueueTime(now time.Time, usage usageMap, key string) int64 {
 	return t - int64(w) + int64(off)
 }
 
-// chargeUsage adds run time (ms) per share key to the cluster's charges.
+// Charge adds run time (ms) per share key to the cluster's charges.
 // The atomic adds are not idempotent, so the transaction also writes a
 // token chosen outside the retry loop: a retry that finds the token (its
 // earlier attempt committed despite commit_unknown_result) adds nothing.
 // A second transaction clears the token afterwards.
-func chargeUsage(ctx context.Context, db kv.Database, k keys, charges map[string]int64) error {
+func (s *Store) Charge(ctx context.Context, charges map[string]int64) error {
 	if len(charges) == 0 {
 		return nil
 	}
-	token := k.chargeTokenKey(uuid.NewString())
-	_, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
+	token := s.chargeTokenKey(uuid.NewString())
+	_, err := s.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		v, err := tr.Get(token).Get()
 		if err != nil || v != nil {
 			return nil, err
 		}
 		for key, v := range charges {
 			if v > 0 {
-				tr.Add(k.chargesKey(key), kv.Int64(v))
+				tr.Add(s.chargesKey(key), kv.Int64(v))
 			}
 		}
 		tr.Set(token, nil)
@@ -103,20 +103,20 @@ func chargeUsage(ctx context.Context, db kv.Database, k keys, charges map[string
 	if err != nil {
 		return err
 	}
-	_, _ = db.Transact(ctx, func(tr kv.Transaction) (any, error) {
+	_, _ = s.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		tr.Clear(token)
 		return nil, nil
 	})
 	return nil
 }
 
-// rollUpUsage folds the charges into the usage once per period (the
+// RollUp folds the charges into the usage once per period (the
 // period number is Unix ms / interval); concurrent nodes conflict on the
 // period key and only one applies it. It returns the usage table.
-func rollUpUsage(ctx context.Context, db kv.Database, k keys, now time.Time, interval time.Duration, coeff float64) (usageMap, error) {
-	period := ms(now) / max(1, interval.Milliseconds())
-	return kv.Transact(ctx, db, func(tr kv.Transaction) (usageMap, error) {
-		pv, err := tr.Get(k.periodKey()).Get()
+func (s *Store) RollUp(ctx context.Context, now time.Time, interval time.Duration, coeff float64) (Usage, error) {
+	period := Millis(now) / max(1, interval.Milliseconds())
+	return kv.Transact(ctx, s.DB, func(tr kv.Transaction) (Usage, error) {
+		pv, err := tr.Get(s.periodKey()).Get()
 		if err != nil {
 			return nil, err
 		}
@@ -128,7 +128,7 @@ func rollUpUsage(ctx context.Context, db kv.Database, k keys, now time.Time, int
 				}
 			}
 		}
-		usage, err := readUsage(tr, k)
+		usage, err := s.Usage(tr)
 		if err != nil {
 			return nil, err
 		}
@@ -140,20 +140,20 @@ func rollUpUsage(ctx context.Context, db kv.Database, k keys, now time.Time, int
 			steps = 64
 		}
 		decay := math.Pow(coeff, float64(steps))
-		kvs, err := tr.Snapshot().GetRange(subspaceRange(k.charges), kv.RangeOptions{}).GetSliceWithError()
+		kvs, err := tr.Snapshot().GetRange(subspaceRange(s.charges), kv.RangeOptions{}).GetSliceWithError()
 		if err != nil {
 			return nil, err
 		}
 		charges := map[string]int64{}
 		for _, e := range kvs {
-			t, err := k.charges.Unpack(e.Key)
+			t, err := s.charges.Unpack(e.Key)
 			if err != nil || len(t) != 1 {
 				continue
 			}
 			key, _ := t[0].(string)
 			charges[key] = kv.DecodeInt64(e.Value)
 		}
-		next := usageMap{}
+		next := Usage{}
 		for key, u := range usage {
 			next[key] = u * decay
 		}
@@ -161,18 +161,18 @@ func rollUpUsage(ctx context.Context, db kv.Database, k keys, now time.Time, int
 			next[key] += float64(c)
 			if c != 0 {
 				// Subtract what was folded: charges added meanwhile stay.
-				tr.Add(k.chargesKey(key), kv.Int64(-c))
+				tr.Add(s.chargesKey(key), kv.Int64(-c))
 			}
 		}
 		for key, u := range next {
 			if u < 1 {
-				tr.Clear(k.usageKey(key))
+				tr.Clear(s.usageKey(key))
 				delete(next, key)
 				continue
 			}
-			tr.Set(k.usageKey(key), tuple.Tuple{u}.Pack())
+			tr.Set(s.usageKey(key), tuple.Tuple{u}.Pack())
 		}
-		tr.Set(k.periodKey(), tuple.Tuple{period}.Pack())
+		tr.Set(s.periodKey(), tuple.Tuple{period}.Pack())
 		return next, nil
 	})
 }

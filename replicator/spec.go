@@ -4,9 +4,8 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
-	"net/http"
+	"net/textproto"
 	"net/url"
-	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -74,7 +73,23 @@ type Spec struct {
 	UserCtx *UserCtx `json:"user_ctx,omitempty"`
 }
 
-// Engine returns the engine's form of the specification.
+// Replication returns the engine's form of the specification, validated
+// with the engine's rules and bounds; errors wrap ErrBadRequest with the
+// reason for the user. Job data is checked with it before a node runs it,
+// so data written by an older version or by hand is held to today's
+// bounds.
+func (s *Spec) Replication() (engine.Replication, error) {
+	rep, err := s.Engine()
+	if err == nil {
+		err = rep.Validate()
+	}
+	if err != nil {
+		return engine.Replication{}, newReason(ErrBadRequest, "%s", engineReason(err))
+	}
+	return rep, nil
+}
+
+// Engine returns the engine's form of the specification, unvalidated.
 func (s *Spec) Engine() (engine.Replication, error) {
 	src, err := s.Source.engine()
 	if err != nil {
@@ -127,22 +142,22 @@ func (e EndpointSpec) engine() (couch.Endpoint, error) {
 		return couch.Endpoint{}, err
 	}
 	ep.Username, ep.Password = e.Username, e.Password
-	ep.Headers = http.Header{}
+	ep.Headers = make(map[string][]string, len(e.Headers))
 	for k, v := range e.Headers {
-		ep.Headers.Set(k, v)
+		ep.Headers[textproto.CanonicalMIMEHeaderKey(k)] = []string{v}
 	}
 	return ep, nil
 }
 
-// userFilter reports whether the replication uses a design document filter
+// UserFilter reports whether the replication uses a design document filter
 // (whose code is part of the replication id and may change).
-func (s *Spec) userFilter() bool { return s.Filter != "" && !strings.HasPrefix(s.Filter, "_") }
+func (s *Spec) UserFilter() bool { return s.Filter != "" && !strings.HasPrefix(s.Filter, "_") }
 
-// sameReplication reports whether two specifications describe the same
+// SameReplication reports whether two specifications describe the same
 // replication (CouchDB's compare_reps): endpoints with their credentials
 // and headers, and every option. Key order and doc_ids order do not
 // matter.
-func sameReplication(a, b *Spec) bool {
+func SameReplication(a, b *Spec) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
@@ -184,11 +199,11 @@ func canonicalJSON(raw json.RawMessage) json.RawMessage {
 	return b
 }
 
-// transientJobID is the job id of a POST /_replicate replication: a hash of
+// TransientJobID is the job id of a POST /_replicate replication: a hash of
 // the server UUID, both endpoints (URL, user name, headers; never the
 // password), the user, the options that change the replication id, and
 // the filter as given (its code is not fetched).
-func transientJobID(serverUUID string, s *Spec, user string) string {
+func TransientJobID(serverUUID string, s *Spec, user string) string {
 	type ep struct {
 		URL     string
 		User    string
@@ -217,14 +232,6 @@ func transientJobID(serverUUID string, s *Spec, user string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// persistentJobID is the job id of a _replicator document: the database
+// DocJobID is the job id of a _replicator document: the database
 // instance's UUID and the document id.
-func persistentJobID(dbUUID, docID string) string { return dbUUID + "|" + docID }
-
-func defaultNodeName() string {
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		return "fdbrep"
-	}
-	return h
-}
+func DocJobID(dbUUID, docID string) string { return dbUUID + "|" + docID }

@@ -16,10 +16,12 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fdbrep/fdbrep/cmd/internal/wire"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/frontend"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/control"
 )
 
 func init() { register("frontend", runFrontendBench) }
@@ -71,14 +73,14 @@ func runFrontendBench(args []string) error {
 			return err
 		}
 		defer jobs.Stop()
-		fe, err := replicator.NewFrontend(db, jobs, replicator.Config{})
+		plane, err := control.New(db, jobs, replicator.Config{})
 		if err != nil {
 			return err
 		}
-		if err := jobs.SetTypeTimeout(ctx, nil, replicator.JobType, replicator.JobTimeoutDefault); err != nil {
+		if err := plane.Init(ctx); err != nil {
 			return err
 		}
-		frontend.WithReplicator(&fo, fe)
+		wire.Frontend(&fo, plane)
 	}
 	srv, err := frontend.New(fo)
 	if err != nil {

@@ -18,6 +18,8 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/control"
+	"github.com/fdbrep/fdbrep/replicator/scheduler"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
 )
 
@@ -35,7 +37,7 @@ func runSchedulerBench(args []string) error {
 	jobs := fs.Int("jobs", 10_000, "continuous replication jobs")
 	nodes := fs.Int("nodes", 3, "replication nodes")
 	maxJobs := fs.Int("max-jobs", 500, "max_jobs per node")
-	maxChurn := fs.Int("max-churn", replicator.MaxChurnDefault, "max_churn per node")
+	maxChurn := fs.Int("max-churn", scheduler.MaxChurnDefault, "max_churn per node")
 	interval := fs.Duration("interval", time.Second, "rescheduling interval (CouchDB: 15s)")
 	minRun := fs.Duration("min-run-time", time.Second, "min_run_time (CouchDB: 60s)")
 	ckEvery := fs.Duration("checkpoint", 5*time.Second, "simulated checkpoint interval (each is a job heartbeat)")
@@ -59,9 +61,10 @@ func runSchedulerBench(args []string) error {
 	defer db.Close()
 	ctx := context.Background()
 
-	cfg := replicator.Config{
+	cfg := scheduler.Config{
+		Config:  replicator.Config{StartupJitter: 200 * time.Millisecond},
 		MaxJobs: *maxJobs, MaxChurn: *maxChurn, Interval: *interval, MinRunTime: *minRun,
-		StartupJitter: 200 * time.Millisecond, TransientJobMaxAge: time.Hour,
+		TransientJobMaxAge: time.Hour,
 	}
 	logger := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
 	cfg.Logger = &logger
@@ -69,7 +72,7 @@ func runSchedulerBench(args []string) error {
 	if err != nil {
 		return err
 	}
-	fe, err := replicator.NewFrontend(db, feJobs, cfg)
+	plane, err := control.New(db, feJobs, cfg.Config)
 	if err != nil {
 		return err
 	}
@@ -85,7 +88,11 @@ func runSchedulerBench(args []string) error {
 					"source": fmt.Sprintf("http://peer.invalid/src%06d", i), "target": "http://peer.invalid/tgt",
 					"continuous": true,
 				})
-				if err := fe.DocWritten(ctx, tr, "_replicator", fmt.Sprintf("doc%06d", i), doc); err != nil {
+				parsed, err := plane.ParseDoc("_replicator", fmt.Sprintf("doc%06d", i), doc)
+				if err != nil {
+					return nil, err
+				}
+				if err := plane.DocWritten(ctx, tr, parsed); err != nil {
 					return nil, err
 				}
 			}
@@ -98,11 +105,11 @@ func runSchedulerBench(args []string) error {
 	created := time.Since(t0)
 	fmt.Printf("scheduler: %d continuous jobs on %d nodes, max_jobs %d, max_churn %d, interval %v, min_run_time %v, simulated checkpoint every %v (simengine; store: %s)\n",
 		*jobs, *nodes, *maxJobs, *maxChurn, *interval, *minRun, *ckEvery, map[bool]string{true: "in memory", false: "durable, on disk"}[*inMemory])
-	fmt.Printf("  created %d jobs in %v (%.0f jobs/s, through Frontend.DocWritten)\n", *jobs, created.Round(time.Millisecond), float64(*jobs)/created.Seconds())
+	fmt.Printf("  created %d jobs in %v (%.0f jobs/s, through the control plane's DocWritten)\n", *jobs, created.Round(time.Millisecond), float64(*jobs)/created.Seconds())
 
 	sim := simengine.New()
 	sim.CheckpointEvery = *ckEvery
-	var ns []*replicator.Node
+	var ns []*scheduler.Node
 	var clients []*fdbjobs.Client
 	defer func() {
 		for _, c := range clients {
@@ -122,7 +129,7 @@ func runSchedulerBench(args []string) error {
 		clients = append(clients, c)
 		ncfg := cfg
 		ncfg.NodeName = fmt.Sprintf("node%d", i)
-		n, err := replicator.NewNode(db, c, sim, ncfg)
+		n, err := scheduler.New(db, c, sim, ncfg)
 		if err != nil {
 			return err
 		}

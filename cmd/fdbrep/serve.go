@@ -14,12 +14,16 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fdbrep/fdbrep/cmd/internal/wire"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/frontend"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
+	"github.com/fdbrep/fdbrep/repdb"
 	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/control"
+	"github.com/fdbrep/fdbrep/replicator/scheduler"
 )
 
 // Defaults of the serve flags.
@@ -170,31 +174,37 @@ func fairShareWindow(cfg *config.Config) time.Duration {
 	return window
 }
 
-// replicatorConfig maps [replicator] and [replicator.shares] to the
-// replicator's Config.
-func replicatorConfig(cfg *config.Config, log *zerolog.Logger, metrics *replicator.Metrics, docs replicator.DocUpdater) replicator.Config {
-	window := fairShareWindow(cfg)
+// clusterConfig maps [replicator] and [replicator.shares] to the
+// replicator's cluster-wide settings.
+func clusterConfig(cfg *config.Config, log *zerolog.Logger, metrics *replicator.Metrics) replicator.Config {
 	return replicator.Config{
+		JobTimeout:      secs(cfg, "job_timeout_sec"),
+		MaxHistory:      int(cfg.Int("replicator", "max_history")),
+		StartupJitter:   millis(cfg, "replicator", "startup_jitter"),
+		Shares:          cfg.AllShares(),
+		UsageCoeff:      cfg.Float("replicator", "usage_coeff"),
+		FairShareWindow: fairShareWindow(cfg),
+		Metrics:         metrics,
+		Logger:          log,
+	}
+}
+
+// nodeConfig maps [replicator] to a replication node's settings.
+func nodeConfig(cfg *config.Config, cluster replicator.Config, docs replicator.DocUpdater) scheduler.Config {
+	return scheduler.Config{
+		Config:              cluster,
 		NodeName:            cfg.NodeName(),
 		MaxJobs:             int(cfg.Int("replicator", "max_jobs")),
 		MaxChurn:            int(cfg.Int("replicator", "max_churn")),
 		MaxAcceptors:        int(cfg.Int("replicator", "max_acceptors")),
 		Interval:            secs(cfg, "interval_sec"),
 		MinRunTime:          secs(cfg, "min_run_time_sec"),
-		StartupJitter:       millis(cfg, "replicator", "startup_jitter"),
 		MinBackoff:          secs(cfg, "min_backoff_penalty_sec"),
 		MaxBackoff:          secs(cfg, "max_backoff_penalty_sec"),
 		HealthThreshold:     secs(cfg, "health_threshold_sec"),
-		MaxHistory:          int(cfg.Int("replicator", "max_history")),
 		TransientJobMaxAge:  secs(cfg, "transient_job_max_age_sec"),
-		JobTimeout:          secs(cfg, "job_timeout_sec"),
 		StatsUpdateInterval: secs(cfg, "stats_update_interval_sec"),
-		Shares:              cfg.AllShares(),
-		UsageCoeff:          cfg.Float("replicator", "usage_coeff"),
-		FairShareWindow:     window,
 		DocUpdater:          docs,
-		Metrics:             metrics,
-		Logger:              log,
 	}
 }
 
@@ -247,7 +257,7 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 		return err
 	}
 	defer jobs.Stop()
-	var node *replicator.Node
+	var node *scheduler.Node
 	defer func() {
 		if node != nil {
 			node.Stop()
@@ -255,7 +265,8 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 	}()
 
 	metrics := replicator.NewMetrics()
-	repCfg := replicatorConfig(cfg, &log, metrics, frontend.NewDocStore(db, nil))
+	cluster := clusterConfig(cfg, &log, metrics)
+	docs := repdb.New(db, repdb.Options{})
 
 	var servers []*http.Server
 	errc := make(chan error, 2)
@@ -282,7 +293,8 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 
 	readyAddr := ""
 	if cfg.HasRole(config.RoleReplication) {
-		n, err := replicator.NewNode(db, jobs, replicator.EngineDefault{Logger: log}, repCfg)
+		ncfg := nodeConfig(cfg, cluster, docs)
+		n, err := scheduler.New(db, jobs, replicator.EngineDefault{Logger: log}, ncfg)
 		if err != nil {
 			return err
 		}
@@ -290,9 +302,9 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 			return err
 		}
 		node = n
-		log.Info().Int("max_jobs", repCfg.MaxJobs).Msg("replication node started")
+		log.Info().Int("max_jobs", ncfg.MaxJobs).Msg("replication node started")
 		if addr := cfg.String("node", "health_address"); addr != "" {
-			if readyAddr, err = listen(addr, frontend.HealthHandler(db, frontend.NewMetricsSource(node.Metrics)), "health"); err != nil {
+			if readyAddr, err = listen(addr, healthHandler(db, metrics), "health"); err != nil {
 				return err
 			}
 		}
@@ -305,24 +317,18 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 		for _, name := range plain {
 			log.Warn().Str("user", name).Msg("config: plaintext password hashed in memory; store a hash instead (fdbrep hash-password)")
 		}
-		fe, err := replicator.NewFrontend(db, jobs, repCfg)
+		plane, err := control.New(db, jobs, cluster)
 		if err != nil {
 			return err
 		}
 		// Register the job type and read the server UUID before the first
 		// request, so a frontend-only cluster serves document writes and
 		// POST /_replicate without any replication node having run.
-		if err := fe.Init(ctx); err != nil {
-			return fmt.Errorf("replicator frontend setup: %w", err)
-		}
-		// Kept from before Frontend.Init existed (Init does the same; the
-		// frontend also registers the type inside a write's transaction
-		// when that transaction's snapshot predates it). Harmless.
-		if err := jobs.SetTypeTimeout(ctx, nil, replicator.JobType, repCfg.JobTimeout); err != nil {
-			return fmt.Errorf("register the %s job type: %w", replicator.JobType, err)
+		if err := plane.Init(ctx); err != nil {
+			return fmt.Errorf("replicator control plane setup: %w", err)
 		}
 		opts.DB, opts.Logger, opts.Version = db, &log, version
-		frontend.WithReplicator(&opts, fe)
+		wire.Frontend(&opts, plane)
 		api, err := frontend.New(opts)
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/scheduler"
 )
 
 // fair_share_window_sec maps to the replicator's window: the default
@@ -31,8 +32,8 @@ func TestReplicatorConfigFairShareWindow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := config.Load(nil, tc.environ)
 			require.NoError(t, err)
-			rc := replicatorConfig(cfg, nil, replicator.NewMetrics(), nil)
-			n, err := replicator.NewNode(db, jobs, nil, rc)
+			rc := nodeConfig(cfg, clusterConfig(cfg, nil, replicator.NewMetrics()), nil)
+			n, err := scheduler.New(db, jobs, nil, rc)
 			require.NoError(t, err)
 			got := n.Config().FairShareWindow
 			if tc.want < 0 {
@@ -49,24 +50,24 @@ func TestReplicatorConfigFairShareWindow(t *testing.T) {
 // without configuration schedules as the replicator package documents.
 func TestReplicatorConfigDefaultsMatchThePackage(t *testing.T) {
 	cfg := config.Default()
-	got := replicatorConfig(cfg, nil, nil, nil)
+	got := nodeConfig(cfg, clusterConfig(cfg, nil, nil), nil)
 	for _, c := range []struct {
 		name      string
 		got, want any
 	}{
-		{"max_jobs", got.MaxJobs, replicator.MaxJobsDefault},
-		{"max_churn", got.MaxChurn, replicator.MaxChurnDefault},
-		{"max_acceptors", got.MaxAcceptors, replicator.MaxAcceptorsDefault},
-		{"interval", got.Interval, replicator.IntervalDefault},
-		{"min_run_time", got.MinRunTime, replicator.MinRunTimeDefault},
+		{"max_jobs", got.MaxJobs, scheduler.MaxJobsDefault},
+		{"max_churn", got.MaxChurn, scheduler.MaxChurnDefault},
+		{"max_acceptors", got.MaxAcceptors, scheduler.MaxAcceptorsDefault},
+		{"interval", got.Interval, scheduler.IntervalDefault},
+		{"min_run_time", got.MinRunTime, scheduler.MinRunTimeDefault},
 		{"startup_jitter", got.StartupJitter, replicator.StartupJitterDefault},
-		{"min_backoff", got.MinBackoff, replicator.MinBackoffDefault},
-		{"max_backoff", got.MaxBackoff, replicator.MaxBackoffDefault},
-		{"health_threshold", got.HealthThreshold, replicator.HealthThresholdDefault},
+		{"min_backoff", got.MinBackoff, scheduler.MinBackoffDefault},
+		{"max_backoff", got.MaxBackoff, scheduler.MaxBackoffDefault},
+		{"health_threshold", got.HealthThreshold, scheduler.HealthThresholdDefault},
 		{"max_history", got.MaxHistory, replicator.MaxHistoryDefault},
-		{"transient_job_max_age", got.TransientJobMaxAge, replicator.TransientJobMaxAgeDefault},
+		{"transient_job_max_age", got.TransientJobMaxAge, scheduler.TransientJobMaxAgeDefault},
 		{"job_timeout", got.JobTimeout, replicator.JobTimeoutDefault},
-		{"stats_update_interval", got.StatsUpdateInterval, replicator.StatsUpdateIntervalDefault},
+		{"stats_update_interval", got.StatsUpdateInterval, scheduler.StatsUpdateIntervalDefault},
 		{"usage_coeff", got.UsageCoeff, replicator.UsageCoeffDefault},
 		{"fair_share_window", got.FairShareWindow, replicator.FairShareWindowDefault},
 	} {

@@ -32,7 +32,8 @@ type DB struct {
 }
 
 // NewDB returns a client for ep. limiter is shared 429 back-off state; pass
-// the process's one limiter, or nil for a private one with default settings.
+// the process's one limiter, or nil for a private one with default settings
+// on opts.Clock.
 func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 	if ep.URL == nil || (ep.URL.Scheme != "http" && ep.URL.Scheme != "https") || ep.URL.Host == "" {
 		return nil, fmt.Errorf("%w: endpoint %q is not an http(s) URL", ErrInvalidEndpoint, ep.Redacted())
@@ -45,7 +46,7 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 	}
 	opts = opts.WithDefaults()
 	if limiter == nil {
-		limiter, _ = NewRateLimiter(RateLimiterConfig{})
+		limiter, _ = NewRateLimiter(RateLimiterConfig{Clock: opts.Clock})
 	}
 	u := *ep.URL
 	ep.URL = &u
@@ -269,7 +270,7 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			}
 			retryable = herr
 		}
-		now := time.Now()
+		now := db.opts.Clock.Now()
 		if firstFailure.IsZero() {
 			firstFailure = now
 		}
@@ -282,9 +283,9 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			return nil, nil, &RequestError{Method: r.Method, URL: where, Attempts: attempts, Err: retryable}
 		}
 		db.log().Debug().Str("url", where).Str("method", r.Method).Int("attempt", attempts).Dur("wait", wait).Str("error", retryable.Error()).Msg("couch: retrying")
-		t := time.NewTimer(wait)
+		t := db.opts.Clock.NewTimer(wait)
 		select {
-		case <-t.C:
+		case <-t.Chan():
 		case <-ctx.Done():
 			t.Stop()
 			return nil, nil, ctx.Err()
@@ -447,7 +448,8 @@ func cleanError(err error, ctx context.Context) error {
 }
 
 // watchdog cancels an attempt when the peer stays silent for a timeout
-// while the client waits on it.
+// while the client waits on it. It runs on real time, as the network's own
+// timeouts do (see Options.Clock).
 type watchdog struct {
 	timeout time.Duration
 	mu      sync.Mutex

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -242,6 +243,54 @@ func TestRetries(t *testing.T) {
 	require.Equal(t, 1, rerr.Attempts)
 	requireNoSecret(t, err.Error(), logs.String())
 	require.Contains(t, logs.String(), "retrying")
+}
+
+// TestRetryWaitsOnClock drives the retry loop with a fake clock: each retry
+// waits RetryWait, doubling, and not a moment less; RetryTimeLimit is
+// measured on the same clock.
+func TestRetryWaitsOnClock(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+	defer srv.Close()
+	clk := clockwork.NewFakeClock()
+	db, _ := newDB(t, srv.URL+"/db", couch.Options{RetryWait: 250 * time.Millisecond, RetryTimeLimit: time.Second,
+		Clock: clk}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	do := func() chan error {
+		done := make(chan error, 1)
+		go func() { done <- db.DoJSON(ctx, couch.Request{}, nil) }()
+		return done
+	}
+
+	done := do()
+	for attempt, wait := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond} {
+		require.NoError(t, clk.BlockUntilContext(ctx, 1), "the retry wait")
+		clk.Advance(wait - time.Millisecond)
+		// The retry timer has not fired, so no further attempt can be under way.
+		require.EqualValues(t, attempt+1, calls.Load())
+		clk.Advance(time.Millisecond)
+	}
+	require.NoError(t, <-done)
+	require.EqualValues(t, 3, calls.Load())
+
+	// Failures spread over RetryTimeLimit of the clock's time end the
+	// retries: the attempt after 0.25 + 0.5 + 1 s of waits is the last,
+	// although retries_per_request (5) would allow two more.
+	calls.Store(-10)
+	done = do()
+	for _, wait := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second} {
+		require.NoError(t, clk.BlockUntilContext(ctx, 1))
+		clk.Advance(wait)
+	}
+	require.ErrorIs(t, <-done, couch.ErrServerError)
+	require.EqualValues(t, -6, calls.Load(), "four attempts")
 }
 
 func TestRetriesStopAfterTimeLimit(t *testing.T) {

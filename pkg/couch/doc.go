@@ -42,6 +42,12 @@
 // inside the retry loop, so a reply cut short is retried too; Do returns the
 // body open for streaming and the caller handles read errors.
 //
+// Retry waits, RetryTimeLimit and the rate limiter's intervals are measured
+// on a clockwork.Clock (Options.Clock, RateLimiterConfig.Clock; the real
+// clock by default), so that tests can drive them with a fake clock; the
+// inactivity and request timeouts bound real network input and output and
+// run on real time.
+//
 // Responses are requested uncompressed: pouchdb-server compresses when asked
 // and then buffers continuous feeds, heartbeats included. Session (cookie)
 // authentication and multipart bodies are the caller's business.

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 )
 
@@ -60,6 +61,12 @@ type Options struct {
 	TLS *tls.Config
 	// Logger receives retries and give-ups (URLs redacted). nil: no logging.
 	Logger *zerolog.Logger
+	// Clock is the time source of the retry loop (its waits and
+	// RetryTimeLimit) and of the private rate limiter NewDB makes when given
+	// none; nil is the real clock. Tests pass a fake clock. Timeouts of the
+	// requests themselves (ConnectionTimeout, RequestTimeout, dialing) bound
+	// real input and output and always run on real time.
+	Clock clockwork.Clock
 }
 
 // WithDefaults returns o with every zero field replaced by its default.
@@ -90,6 +97,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.UserAgent == "" {
 		o.UserAgent = UserAgentDefault
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
 	}
 	return o
 }

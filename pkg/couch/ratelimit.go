@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // AIMD rate limiter defaults (couch_replicator_rate_limiter).
@@ -36,6 +38,9 @@ type RateLimiterConfig struct {
 	Multiplier        float64 // > 1
 	MinUpdateInterval time.Duration
 	ForgetAfter       time.Duration
+	// Clock is the time source of the intervals and waits (nil: the real
+	// clock).
+	Clock clockwork.Clock
 }
 
 func (c RateLimiterConfig) withDefaults() RateLimiterConfig {
@@ -53,6 +58,9 @@ func (c RateLimiterConfig) withDefaults() RateLimiterConfig {
 	}
 	if c.ForgetAfter == 0 {
 		c.ForgetAfter = RateForgetAfterDefault
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
 	}
 	return c
 }
@@ -91,7 +99,6 @@ func (c RateLimiterConfig) Validate() error {
 // A RateLimiter is safe for concurrent use; the zero value is not usable.
 type RateLimiter struct {
 	cfg RateLimiterConfig
-	now func() time.Time
 
 	mu      sync.Mutex
 	entries map[string]*rateEntry
@@ -107,14 +114,14 @@ func NewRateLimiter(cfg RateLimiterConfig) (*RateLimiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &RateLimiter{cfg: cfg.withDefaults(), now: time.Now, entries: map[string]*rateEntry{}}, nil
+	return &RateLimiter{cfg: cfg.withDefaults(), entries: map[string]*rateEntry{}}, nil
 }
 
 // Interval is the current interval for key.
 func (l *RateLimiter) Interval(key string) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e := l.entry(key, l.now(), false); e != nil {
+	if e := l.entry(key, l.cfg.Clock.Now(), false); e != nil {
 		return e.interval
 	}
 	return 0
@@ -159,10 +166,10 @@ func (l *RateLimiter) Wait(ctx context.Context, key string) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	t := time.NewTimer(d)
+	t := l.cfg.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.Chan():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -173,7 +180,7 @@ func (l *RateLimiter) Wait(ctx context.Context, key string) error {
 func (l *RateLimiter) Failure(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
+	now := l.cfg.Clock.Now()
 	e := l.entry(key, now, true)
 	if !e.updated.IsZero() && now.Sub(e.updated) < l.cfg.MinUpdateInterval {
 		return
@@ -192,7 +199,7 @@ func (l *RateLimiter) Failure(key string) {
 func (l *RateLimiter) Success(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
+	now := l.cfg.Clock.Now()
 	e := l.entry(key, now, false)
 	if e == nil || now.Sub(e.updated) < l.cfg.MinUpdateInterval {
 		return

@@ -5,21 +5,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 )
 
-// fakeClock is a manually advanced clock.
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) now() time.Time          { return c.t }
-func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
-
-func newTestLimiter(t *testing.T, cfg RateLimiterConfig) (*RateLimiter, *fakeClock) {
+func newTestLimiter(t *testing.T, cfg RateLimiterConfig) (*RateLimiter, *clockwork.FakeClock) {
 	t.Helper()
+	clk := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0))
+	cfg.Clock = clk
 	l, err := NewRateLimiter(cfg)
 	require.NoError(t, err)
-	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
-	l.now = clk.now
 	return l, clk
 }
 
@@ -33,23 +28,23 @@ func TestRateLimiterAIMD(t *testing.T) {
 	// Multiplicative increase from the 20 ms base: 24, 29, 35, 42 ms ...
 	want := []time.Duration{24, 29, 35, 42, 50, 60}
 	for _, w := range want {
-		clk.advance(100 * time.Millisecond)
+		clk.Advance(100 * time.Millisecond)
 		l.Failure(k)
 		require.Equal(t, w*time.Millisecond, l.Interval(k))
 	}
 	// Updates closer than 80 ms are ignored (a burst counts once).
-	clk.advance(10 * time.Millisecond)
+	clk.Advance(10 * time.Millisecond)
 	l.Failure(k)
 	require.Equal(t, 60*time.Millisecond, l.Interval(k))
 
 	// Additive decrease: -20 ms at <= 100 ms, clamped to the base, then gone.
-	clk.advance(100 * time.Millisecond)
+	clk.Advance(100 * time.Millisecond)
 	l.Success(k)
 	require.Equal(t, 40*time.Millisecond, l.Interval(k))
-	clk.advance(100 * time.Millisecond)
+	clk.Advance(100 * time.Millisecond)
 	l.Success(k)
 	require.Equal(t, 20*time.Millisecond, l.Interval(k))
-	clk.advance(100 * time.Millisecond)
+	clk.Advance(100 * time.Millisecond)
 	l.Success(k)
 	require.Zero(t, l.Interval(k))
 
@@ -60,27 +55,27 @@ func TestRateLimiterAIMD(t *testing.T) {
 		{20 * time.Second, 19 * time.Second},
 	} {
 		l.mu.Lock()
-		l.entries[k] = &rateEntry{interval: tc.start, updated: clk.now()}
+		l.entries[k] = &rateEntry{interval: tc.start, updated: clk.Now()}
 		l.mu.Unlock()
-		clk.advance(100 * time.Millisecond)
+		clk.Advance(100 * time.Millisecond)
 		l.Success(k)
 		require.Equal(t, tc.after, l.Interval(k), "from %v", tc.start)
 	}
 
 	// A success long after the last update first decays by 2 ms per ms.
 	l.mu.Lock()
-	l.entries[k] = &rateEntry{interval: 5 * time.Second, updated: clk.now()}
+	l.entries[k] = &rateEntry{interval: 5 * time.Second, updated: clk.Now()}
 	l.mu.Unlock()
-	clk.advance(2 * time.Second) // -4 s to 1 s, then -40 ms
+	clk.Advance(2 * time.Second) // -4 s to 1 s, then -40 ms
 	l.Success(k)
 	require.Equal(t, 960*time.Millisecond, l.Interval(k))
 
 	// Keys are independent and forgotten after ForgetAfter.
 	l.Failure("other")
 	require.Equal(t, 960*time.Millisecond, l.Interval(k))
-	clk.advance(RateForgetAfterDefault)
+	clk.Advance(RateForgetAfterDefault)
 	require.Equal(t, 960*time.Millisecond, l.Interval(k), "not before ForgetAfter beyond the interval")
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	require.Zero(t, l.Interval(k))
 }
 
@@ -90,7 +85,7 @@ func TestRateLimiterMaxBackoff(t *testing.T) {
 	n := 0
 	for l.Interval(k) < 100*time.Millisecond {
 		require.Less(t, n, 100, "the interval must reach the max")
-		clk.advance(time.Second)
+		clk.Advance(time.Second)
 		l.Failure(k)
 		n++
 	}
@@ -105,6 +100,28 @@ func TestRateLimiterMaxBackoff(t *testing.T) {
 	require.ErrorIs(t, l2.Wait(ctx, k), context.Canceled)
 }
 
+// TestRateLimiterWaitsOnClock checks that Wait sleeps the key's interval on
+// the limiter's clock, and not a moment less.
+func TestRateLimiterWaitsOnClock(t *testing.T) {
+	l, clk := newTestLimiter(t, RateLimiterConfig{})
+	const k = "http://h GET"
+	l.Failure(k)
+	require.Equal(t, 24*time.Millisecond, l.Interval(k))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- l.Wait(ctx, k) }()
+	require.NoError(t, clk.BlockUntilContext(ctx, 1))
+	clk.Advance(23 * time.Millisecond)
+	select {
+	case err := <-waited:
+		t.Fatalf("Wait returned %v before the interval passed", err)
+	default: // the timer has not fired: Wait cannot have returned
+	}
+	clk.Advance(time.Millisecond)
+	require.NoError(t, <-waited)
+}
+
 // TestRateLimiterReachesMaxWithSlowRequests: a peer that answers 429 only
 // after a long time must still drive the interval to the maximum.
 func TestRateLimiterReachesMaxWithSlowRequests(t *testing.T) {
@@ -112,7 +129,7 @@ func TestRateLimiterReachesMaxWithSlowRequests(t *testing.T) {
 	const k = "http://h GET"
 	for n := 0; l.Interval(k) < RateMaxIntervalDefault; n++ {
 		require.Less(t, n, 1000)
-		clk.advance(l.Interval(k) + 10*time.Second) // the wait, then a slow 429
+		clk.Advance(l.Interval(k) + 10*time.Second) // the wait, then a slow 429
 		l.Failure(k)
 	}
 	require.ErrorIs(t, l.Wait(context.Background(), k), ErrMaxBackoff)

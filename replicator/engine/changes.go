@@ -6,14 +6,59 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
+	"sync/atomic"
 
 	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
 )
+
+// changesReader reads the source's changes feed into rows, in feed order,
+// and owns the tracker that orders the batches the workers take from rows,
+// so that a checkpoint never claims a change that is not on the target.
+type changesReader struct {
+	rep      Replication
+	src      *peer
+	startSeq json.RawMessage // where the feed starts
+	// inlineDocs reads the feed with include_docs=true (see
+	// workers.inlineDocs).
+	inlineDocs bool
+	clock      clockwork.Clock
+	log        zerolog.Logger
+
+	rows     chan change
+	tracker  *seqTracker
+	complete atomic.Bool // a one-shot feed was read to its end
+}
+
+func newChangesReader(rep Replication, src *peer, startSeq json.RawMessage, inlineDocs bool, clock clockwork.Clock,
+	log zerolog.Logger) *changesReader {
+	return &changesReader{rep: rep, src: src, startSeq: startSeq, inlineDocs: inlineDocs, clock: clock, log: log,
+		// rows holds two rounds of batches at most.
+		rows:    make(chan change, min(rep.WorkerBatchSize*rep.WorkerProcesses, WorkerBatchSizeMax)*2),
+		tracker: newSeqTracker(startSeq)}
+}
+
+// run reads the feed until it ends, fails or ctx ends, and then closes
+// rows. A one-shot feed read to its end is recorded as complete.
+func (c *changesReader) run(ctx context.Context) error {
+	defer close(c.rows)
+	err := c.read(ctx)
+	if err == nil && ctx.Err() == nil && !c.rep.Continuous {
+		c.complete.Store(true)
+	}
+	return err
+}
+
+// completed reports whether the one-shot feed was read to its end and each
+// of its changes written: nothing is left queued or in flight.
+func (c *changesReader) completed() bool {
+	_, _, inFlight := c.tracker.snapshot()
+	return c.complete.Load() && len(c.rows) == 0 && inFlight == 0
+}
 
 // changesRequest is how the changes feed is asked for, given the filter.
 type changesRequest struct {
@@ -30,15 +75,15 @@ var viewArgKeys = map[string]bool{"key": true, "keys": true, "startkey": true, "
 	"start_key": true, "end_key": true, "startkey_docid": false}
 
 // changesRequest builds the request for the configured filter.
-func (r *Run) changesRequest() (changesRequest, error) {
-	rep := r.rep
+func (c *changesReader) changesRequest() (changesRequest, error) {
+	rep := c.rep
 	q := url.Values{}
 	if rep.WinningRevsOnly {
 		q.Set("style", "main_only")
 	} else {
 		q.Set("style", "all_docs")
 	}
-	if r.inlineDocs {
+	if c.inlineDocs {
 		q.Set("include_docs", "true")
 	}
 	req := changesRequest{method: http.MethodGet, query: q}
@@ -52,7 +97,7 @@ func (r *Run) changesRequest() (changesRequest, error) {
 		req.method, req.body = http.MethodPost, b
 	case len(rep.Selector) > 0:
 		q.Set("filter", "_selector")
-		if r.src.pouch {
+		if c.src.pouch {
 			// pouchdb-server ignores a POSTed selector and then crashes;
 			// it reads the selector from the query string instead.
 			q.Set("selector", compactJSON(rep.Selector))
@@ -80,7 +125,7 @@ func (r *Run) changesRequest() (changesRequest, error) {
 	return req, nil
 }
 
-// readChanges streams the source's changes into out: one request for a
+// read streams the source's changes into rows: one request for a
 // one-shot replication (feed=normal, ending with the feed), or an endless
 // sequence of feed=continuous requests, each resuming from the last
 // sequence seen. A feed that ends with last_seq beyond the last row queues a
@@ -89,22 +134,22 @@ func (r *Run) changesRequest() (changesRequest, error) {
 // (retries_per_request, 250 ms doubling) is refilled whenever rows arrive.
 // A request that fails after the transport's own retries, or gets an
 // unexpected status, fails the feed at once.
-func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
-	base, err := r.changesRequest()
+func (c *changesReader) read(ctx context.Context) error {
+	base, err := c.changesRequest()
 	if err != nil {
 		return err
 	}
-	since := r.startSeq   // where the next request resumes
-	emitted := r.startSeq // the last sequence handed to the workers
+	since := c.startSeq   // where the next request resumes
+	emitted := c.startSeq // the last sequence handed to the workers
 	failures := 0
 	wait := retryWaitDefault
-	send := func(c change) error {
+	send := func(row change) error {
 		select {
-		case out <- c:
+		case c.rows <- row:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		emitted = c.Seq
+		emitted = row.Seq
 		return nil
 	}
 	// pouchdb-server builds a whole feed=normal reply before sending any of
@@ -113,21 +158,21 @@ func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
 	// being fetched while the workers replicate the previous one. CouchDB
 	// streams its reply, so it gets one request, as its replicator sends.
 	limit := 0
-	if !r.rep.Continuous && r.src.pouch {
-		limit = max(100, r.rep.WorkerBatchSize*r.rep.WorkerProcesses)
+	if !c.rep.Continuous && c.src.pouch {
+		limit = max(100, c.rep.WorkerBatchSize*c.rep.WorkerProcesses)
 	}
 	for {
 		progressed := false
 		rows := 0
-		emit := func(c change) error {
-			since, progressed = c.Seq, true
+		emit := func(row change) error {
+			since, progressed = row.Seq, true
 			rows++
-			if base.keep != nil && !base.keep[c.ID] {
+			if base.keep != nil && !base.keep[row.ID] {
 				return nil
 			}
-			return send(c)
+			return send(row)
 		}
-		lastSeq, err := r.changesOnce(ctx, &base, since, limit, emit)
+		lastSeq, err := c.changesOnce(ctx, &base, since, limit, emit)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -139,7 +184,7 @@ func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
 			}
 			since = lastSeq
 		}
-		if err == nil && !r.rep.Continuous && (limit == 0 || rows < limit) {
+		if err == nil && !c.rep.Continuous && (limit == 0 || rows < limit) {
 			return nil
 		}
 		if err == nil {
@@ -160,22 +205,22 @@ func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
 		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrForbidden) || errors.Is(err, ErrMaxBackoff) || errors.Is(err, ErrInvalidSpec) {
 			return fmt.Errorf("%w: %w", ErrChangesFeed, err)
 		}
-		if progressed || (r.rep.Continuous && errors.Is(err, couch.ErrTimeout)) {
+		if progressed || (c.rep.Continuous && errors.Is(err, couch.ErrTimeout)) {
 			// Progress refills the budget; so does a continuous feed that
 			// merely went quiet for connection_timeout (pouchdb-server
 			// sends heartbeats, CouchDB ends the feed itself, so silence
 			// means a dead connection, not a dead source).
 			failures, wait = 0, retryWaitDefault
-			r.log.Debug().Err(err).Msg("changes feed interrupted, resuming")
+			c.log.Debug().Err(err).Msg("changes feed interrupted, resuming")
 			continue
 		}
 		failures++
-		if failures > r.rep.RetriesPerRequest {
+		if failures > c.rep.RetriesPerRequest {
 			return fmt.Errorf("%w: %w", ErrChangesFeed, err)
 		}
-		r.log.Warn().Err(err).Int("attempt", failures).Msg("changes feed interrupted, resuming")
+		c.log.Warn().Err(err).Int("attempt", failures).Msg("changes feed interrupted, resuming")
 		select {
-		case <-time.After(wait):
+		case <-c.clock.After(wait):
 		case <-ctx.Done():
 			return nil
 		}
@@ -184,7 +229,7 @@ func (r *Run) readChanges(ctx context.Context, out chan<- change) error {
 }
 
 // changesOnce issues one changes request and parses its rows.
-func (r *Run) changesOnce(ctx context.Context, base *changesRequest, since json.RawMessage, limit int, emit func(change) error) (json.RawMessage, error) {
+func (c *changesReader) changesOnce(ctx context.Context, base *changesRequest, since json.RawMessage, limit int, emit func(change) error) (json.RawMessage, error) {
 	q := url.Values{}
 	for k, v := range base.query {
 		q[k] = v
@@ -193,41 +238,35 @@ func (r *Run) changesOnce(ctx context.Context, base *changesRequest, since json.
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	if r.rep.Continuous {
+	if c.rep.Continuous {
 		q.Set("feed", "continuous")
-		q.Set("timeout", strconv.FormatInt(max(1000, r.rep.ConnectionTimeout.Milliseconds()/3), 10))
+		q.Set("timeout", strconv.FormatInt(max(1000, c.rep.ConnectionTimeout.Milliseconds()/3), 10))
 	} else {
 		q.Set("feed", "normal")
 	}
 	req := httpRequest{method: base.method, path: "_changes", query: q, header: jsonHeader(), body: base.body, stream: true}
-	res, err := r.src.t.call(ctx, req)
-	if err != nil {
-		return nil, settled{err}
-	}
-	defer res.stream.Close()
-	if res.status == http.StatusMethodNotAllowed && base.method == http.MethodPost && r.rep.DocIDs != nil {
+	res, err := c.src.t.call(ctx, req)
+	if statusOf(err) == http.StatusMethodNotAllowed && base.method == http.MethodPost && c.rep.DocIDs != nil {
 		// Servers without the _doc_ids filter: read everything, keep ours.
 		base.method, base.body = http.MethodGet, nil
 		base.query.Del("filter")
 		base.keep = map[string]bool{}
-		for _, id := range r.rep.DocIDs {
+		for _, id := range c.rep.DocIDs {
 			base.keep[id] = true
 		}
 		return nil, errRetryNow
 	}
+	if err != nil {
+		return nil, settled{err}
+	}
+	defer res.stream.Close()
 	if res.status != http.StatusOK {
-		res.body, _ = io.ReadAll(io.LimitReader(res.stream, 64<<10))
-		return nil, settled{newStatusError(req.method, r.src.url()+"_changes", res)}
+		return nil, settled{unexpectedStatus(req, c.src.url(), res)}
 	}
-	body := res.stream
-	wrapped := emit
-	var lastSeq json.RawMessage
-	if r.rep.Continuous {
-		lastSeq, err = parseContinuousFeed(body, wrapped)
-	} else {
-		lastSeq, err = parseNormalFeed(body, wrapped)
+	if c.rep.Continuous {
+		return parseContinuousFeed(res.stream, emit)
 	}
-	return lastSeq, err
+	return parseNormalFeed(res.stream, emit)
 }
 
 // settled marks an error that the transport has already retried as far as
@@ -239,7 +278,7 @@ type settled struct{ err error }
 func (e settled) Error() string { return e.err.Error() }
 func (e settled) Unwrap() error { return e.err }
 
-// errRetryNow asks readChanges to reissue the request (after switching
+// errRetryNow asks read to reissue the request (after switching
 // strategy), counting as one failure.
 var errRetryNow = errors.New("changes request strategy changed")
 

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,6 +24,9 @@ type fakeTransport struct {
 	handler func(n int, r httpRequest) (*httpResult, error)
 }
 
+// call answers with the handler's result; as couchTransport does, a status
+// other than 2xx becomes a *statusError, whose body is not decoded for a
+// streamed request.
 func (f *fakeTransport) call(ctx context.Context, r httpRequest) (*httpResult, error) {
 	f.mu.Lock()
 	f.reqs = append(f.reqs, r)
@@ -30,7 +35,16 @@ func (f *fakeTransport) call(ctx context.Context, r httpRequest) (*httpResult, e
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return f.handler(n, r)
+	res, err := f.handler(n, r)
+	if err != nil || (res.status >= 200 && res.status <= 299) {
+		return res, err
+	}
+	body := res.body
+	if res.stream != nil {
+		res.stream.Close()
+		body = nil
+	}
+	return nil, newStatusError(r.method, f.redacted()+r.path, res.status, body)
 }
 
 func (f *fakeTransport) redacted() string { return "http://fake/db/" }
@@ -58,17 +72,60 @@ func blockingStream(ctx context.Context, body string) *httpResult {
 	return &httpResult{status: http.StatusOK, header: http.Header{}, stream: pr}
 }
 
-func newTestRun(rep Replication, src transport) *Run {
+// testRep is rep between two fake endpoints, with defaults filled in.
+func testRep(rep Replication) Replication {
 	rep.Source.URL, _ = url.Parse("http://fake/db/")
 	rep.Target.URL = rep.Source.URL
-	return &Run{rep: rep.withDefaults(), src: &peer{t: src}, startSeq: json.RawMessage("0")}
+	return rep.withDefaults()
 }
 
-func collectChanges(t *testing.T, r *Run, ctx context.Context, n int) []change {
+// newTestReader reads the changes of the source src from sequence 0.
+func newTestReader(rep Replication, src transport) *changesReader {
+	return newChangesReader(testRep(rep), &peer{t: src}, json.RawMessage("0"), false, clockwork.NewRealClock(), zerolog.Nop())
+}
+
+// newTestWorkers are workers between the source src and itself.
+func newTestWorkers(rep Replication, src transport) *workers {
+	p := &peer{t: src}
+	return &workers{rep: testRep(rep), src: p, tgt: p, stats: &counters{}, clock: clockwork.NewRealClock(),
+		log: zerolog.Nop(), maxBulkBytes: bulkDocsMaxBytesDefault, perWorkerConn: 1}
+}
+
+// newTestCheckpointer records checkpoints on a peer that is both source
+// and target, starting from sequence 0.
+func newTestCheckpointer(t transport) *checkpointer {
+	p := &peer{t: t}
+	return &checkpointer{src: p, tgt: p, id: CheckpointIDPrefix + "base", sessionID: "session",
+		startSeq: json.RawMessage("0"), committedSeq: json.RawMessage("0"), tracker: newSeqTracker(json.RawMessage("0")),
+		stats: &counters{}, clock: clockwork.NewRealClock(), log: zerolog.Nop()}
+}
+
+// throughWaits runs f on a fake clock, which use installs, and lets it
+// through its retry waits: for each wait, once a timer is set, it checks
+// that no further request goes out to ft a moment before the wait is over,
+// then ends the wait. It returns f's error.
+func throughWaits(t *testing.T, ft *fakeTransport, use func(clockwork.Clock), f func(context.Context) error, waits ...time.Duration) error {
 	t.Helper()
-	out := make(chan change, 100)
+	clk := clockwork.NewFakeClock()
+	use(clk)
+	ctx, cancel := context.WithTimeout(context.Background(), hangBound)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	for i, d := range waits {
+		require.NoError(t, clk.BlockUntilContext(ctx, 1), "retry wait %d", i+1)
+		clk.Advance(d - time.Millisecond)
+		require.Len(t, ft.requests(), i+1, "a request before the wait of %v was over", d)
+		clk.Advance(time.Millisecond)
+	}
+	return <-done
+}
+
+func collectChanges(t *testing.T, r *changesReader, ctx context.Context, n int) []change {
+	t.Helper()
+	out := r.rows
 	errc := make(chan error, 1)
-	go func() { errc <- r.readChanges(ctx, out) }()
+	go func() { errc <- r.read(ctx) }()
 	var got []change
 	for len(got) < n {
 		select {
@@ -105,7 +162,7 @@ func TestContinuousFeedReconnects(t *testing.T) {
 			return blockingStream(ctx, `{"seq":"6-a","id":"e","changes":[{"rev":"1-w"}]}`+"\n"), nil
 		}
 	}
-	r := newTestRun(Replication{Continuous: true}, ft)
+	r := newTestReader(Replication{Continuous: true}, ft)
 	got := collectChanges(t, r, ctx, 5)
 	var ids, seqs []string
 	for _, c := range got {
@@ -133,7 +190,7 @@ func TestChangesFilters(t *testing.T) {
 			}
 			return streamOf(200, `{"results":[{"seq":1,"id":"a","changes":[{"rev":"1-x"}]},{"seq":2,"id":"b","changes":[{"rev":"1-y"}]},{"seq":3,"id":"c","changes":[{"rev":"1-y"}]}],"last_seq":3}`), nil
 		}
-		r := newTestRun(Replication{DocIDs: []string{"b"}}, ft)
+		r := newTestReader(Replication{DocIDs: []string{"b"}}, ft)
 		got := collectChanges(t, r, context.Background(), 2)
 		require.Equal(t, "b", got[0].ID)
 		require.Equal(t, "", got[1].ID, "the last_seq marker lets the checkpoint pass c")
@@ -149,7 +206,7 @@ func TestChangesFilters(t *testing.T) {
 		ft := &fakeTransport{handler: func(n int, r httpRequest) (*httpResult, error) {
 			return streamOf(200, `{"results":[{"seq":1,"id":"a","changes":[{"rev":"1-x"}]}],"last_seq":1}`), nil
 		}}
-		r := newTestRun(Replication{Selector: json.RawMessage(`{"a": {"$gt": 1}}`)}, ft)
+		r := newTestReader(Replication{Selector: json.RawMessage(`{"a": {"$gt": 1}}`)}, ft)
 		r.src.pouch = pouch
 		collectChanges(t, r, context.Background(), 1)
 		req := ft.requests()[0]
@@ -165,8 +222,8 @@ func TestChangesFilters(t *testing.T) {
 	ft := &fakeTransport{handler: func(n int, r httpRequest) (*httpResult, error) {
 		return streamOf(200, `{"results":[],"last_seq":0}`), nil
 	}}
-	r := newTestRun(Replication{Filter: "_view", QueryParams: json.RawMessage(`{"view":"d/v","key":"k","n":5}`), WinningRevsOnly: true}, ft)
-	require.NoError(t, r.readChanges(context.Background(), make(chan change, 1)))
+	r := newTestReader(Replication{Filter: "_view", QueryParams: json.RawMessage(`{"view":"d/v","key":"k","n":5}`), WinningRevsOnly: true}, ft)
+	require.NoError(t, r.read(context.Background()))
 	q := ft.requests()[0].query
 	require.Equal(t, "_view", q.Get("filter"))
 	require.Equal(t, "d/v", q.Get("view"))
@@ -180,20 +237,21 @@ func TestChangesGivesUp(t *testing.T) {
 	ft := &fakeTransport{handler: func(n int, r httpRequest) (*httpResult, error) {
 		return nil, errors.New("connection refused")
 	}}
-	r := newTestRun(Replication{RetriesPerRequest: 2}, ft)
+	r := newTestReader(Replication{RetriesPerRequest: 2}, ft)
 	r.rep.RetriesPerRequest = 2
-	err := r.readChanges(context.Background(), make(chan change, 1))
+	err := r.read(context.Background())
 	require.ErrorIs(t, err, ErrChangesFeed)
 	require.Len(t, ft.requests(), 1, "the transport has retried the request already")
 
 	// A reply cut while it is read is requested again, as often as
-	// retries_per_request allows when no row arrives.
+	// retries_per_request allows when no row arrives, after waits of 250 ms
+	// doubling.
 	ft = &fakeTransport{handler: func(n int, r httpRequest) (*httpResult, error) {
 		return streamOf(200, `{"results":[`), nil
 	}}
-	r = newTestRun(Replication{}, ft)
+	r = newTestReader(Replication{}, ft)
 	r.rep.RetriesPerRequest = 2
-	err = r.readChanges(context.Background(), make(chan change, 1))
+	err = throughWaits(t, ft, func(c clockwork.Clock) { r.clock = c }, r.read, 250*time.Millisecond, 500*time.Millisecond)
 	require.ErrorIs(t, err, ErrChangesFeed)
 	require.ErrorIs(t, err, errBadFeed)
 	require.Len(t, ft.requests(), 3)
@@ -201,16 +259,16 @@ func TestChangesGivesUp(t *testing.T) {
 	ft = &fakeTransport{handler: func(n int, r httpRequest) (*httpResult, error) {
 		return streamOf(500, `{"error":"unknown"}`), nil
 	}}
-	r = newTestRun(Replication{}, ft)
-	err = r.readChanges(context.Background(), make(chan change, 1))
+	r = newTestReader(Replication{}, ft)
+	err = r.read(context.Background())
 	require.ErrorIs(t, err, ErrChangesFeed)
 	require.Len(t, ft.requests(), 1, "the transport has retried the 500 already")
 
 	ft = &fakeTransport{handler: func(n int, r httpRequest) (*httpResult, error) {
 		return streamOf(401, `{"error":"unauthorized"}`), nil
 	}}
-	r = newTestRun(Replication{}, ft)
-	err = r.readChanges(context.Background(), make(chan change, 1))
+	r = newTestReader(Replication{}, ft)
+	err = r.read(context.Background())
 	require.ErrorIs(t, err, ErrUnauthorized)
 	require.Len(t, ft.requests(), 1)
 }
@@ -245,9 +303,7 @@ func TestCheckpointWrites(t *testing.T) {
 		}
 		return &httpResult{status: 500}, nil
 	}
-	r := newTestRun(Replication{}, ft)
-	r.tgt = r.src
-	r.baseID, r.sessionID = "base", "session"
+	r := newTestCheckpointer(ft)
 	r.srcStartTime, r.tgtStartTime = json.RawMessage(`"100"`), json.RawMessage(`"100"`)
 	require.NoError(t, r.writeLogs(context.Background(), json.RawMessage("5")))
 	// Source and target are the same fake: the target write saw a 409 for

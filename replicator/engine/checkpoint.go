@@ -2,9 +2,16 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
 )
 
 // CheckpointIDPrefix prefixes the replication's base id to name the
@@ -17,6 +24,19 @@ const ReplicationIDVersion = 4
 
 // HistoryLimit is the number of history entries a checkpoint document keeps.
 const HistoryLimit = 50
+
+// Checkpoint describes one checkpoint tick.
+type Checkpoint struct {
+	// Seq is the sequence recorded: every change up to it is on the target.
+	Seq json.RawMessage
+	// Written reports whether checkpoint documents were written on this
+	// tick (false when nothing changed or with use_checkpoints false).
+	Written bool
+	// Stats are the run's counters at the tick.
+	Stats Stats
+	// Time is when the tick happened, on Options.Clock.
+	Time time.Time
+}
 
 // HistoryEntry is one session's entry in a checkpoint document's history,
 // newest first, in CouchDB's format.
@@ -125,4 +145,265 @@ func historyWith(entry HistoryEntry, history []HistoryEntry) []HistoryEntry {
 		out = append(out, h)
 	}
 	return out
+}
+
+// checkpointer records a run's progress: when through_seq has moved, it
+// writes the checkpoint documents on both peers; it keeps the committed
+// sequence and changes_pending for Progress, and builds the run's result
+// from its last checkpoint.
+type checkpointer struct {
+	// Set during setup, read-only afterwards.
+	src, tgt                   *peer
+	srcStartTime, tgtStartTime json.RawMessage // instance_start_time at setup
+	id                         string          // CheckpointIDPrefix + base id
+	sessionID                  string
+	startTime                  time.Time
+	startSeq                   json.RawMessage
+	history                    []HistoryEntry // carried over from the common ancestor
+	disabled                   bool           // use_checkpoints: false
+	docIDs                     bool           // a doc_ids replication, whose documents carry more fields
+	tracker                    *seqTracker
+	stats                      *counters
+	onCheckpoint               func(Checkpoint)
+	clock                      clockwork.Clock
+	log                        zerolog.Logger
+
+	// ckMu serialises checkpoints and is held across their requests;
+	// nothing that must answer promptly (Progress) may take it. It guards
+	// the revisions of the checkpoint documents.
+	ckMu      sync.Mutex
+	srcLogRev string
+	tgtLogRev string
+	// committedMu guards committedSeq and lastResultDoc, written by
+	// checkpoints (under ckMu too) and read by progress and the result.
+	committedMu   sync.Mutex
+	committedSeq  json.RawMessage
+	lastResultDoc *CheckpointDoc
+	pendingMu     sync.Mutex
+	pending       *int64
+}
+
+// every checkpoints every interval (on the clock) until stop is closed or
+// ctx ends; it returns the error of the first checkpoint that fails.
+func (c *checkpointer) every(ctx context.Context, interval time.Duration, stop <-chan struct{}) error {
+	t := c.clock.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.Chan():
+			if _, err := c.checkpoint(ctx); err != nil {
+				return err
+			}
+		case <-stop:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// checkpoint records through_seq on both peers when it moved, refreshes
+// changes_pending and notifies Options.OnCheckpoint. It reports whether
+// checkpoint documents were written.
+func (c *checkpointer) checkpoint(ctx context.Context) (bool, error) {
+	written, through, err := c.commitThrough(ctx)
+	if err != nil {
+		return false, err
+	}
+	c.refreshPending(ctx, through)
+	if c.onCheckpoint != nil {
+		// Called without locks held, so the callback may use Progress.
+		c.onCheckpoint(Checkpoint{Seq: through, Written: written, Stats: c.progress(), Time: c.clock.Now()})
+	}
+	return written, nil
+}
+
+// progress returns the counters with the sequences and changes_pending.
+func (c *checkpointer) progress() Stats {
+	s := c.stats.load()
+	through, highest, _ := c.tracker.snapshot()
+	s.ThroughSeq, s.SourceSeq = seqString(through), seqString(highest)
+	c.committedMu.Lock()
+	s.CheckpointedSourceSeq = seqString(c.committedSeq)
+	c.committedMu.Unlock()
+	c.pendingMu.Lock()
+	s.ChangesPending = c.pending
+	c.pendingMu.Unlock()
+	return s
+}
+
+// finalCheckpoint writes the last checkpoint and builds the run's result;
+// completed is Result.Completed.
+func (c *checkpointer) finalCheckpoint(ctx context.Context, completed bool) (Result, error) {
+	written, err := c.checkpoint(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{OK: true, Stats: c.progress(), StartSeq: c.startSeq, Completed: completed}
+	switch {
+	case c.disabled:
+		f := false
+		res.UseCheckpoints = &f
+	default:
+		c.committedMu.Lock()
+		d := c.lastResultDoc
+		c.committedMu.Unlock()
+		if d == nil {
+			d = c.logDoc(c.startSeq, c.stats.load())
+			d.History = c.history
+			res.NoChanges = !written
+		}
+		res.SessionID = d.SessionID
+		res.SourceLastSeq = d.SourceLastSeq
+		res.ReplicationIDVersion = ReplicationIDVersion
+		res.History = d.History
+	}
+	return res, nil
+}
+
+// commitThrough writes the checkpoint documents for the current through_seq
+// if it moved since the last checkpoint.
+func (c *checkpointer) commitThrough(ctx context.Context) (bool, json.RawMessage, error) {
+	c.ckMu.Lock()
+	defer c.ckMu.Unlock()
+	through, _, _ := c.tracker.snapshot()
+	c.committedMu.Lock()
+	committed := c.committedSeq
+	c.committedMu.Unlock()
+	if seqEqual(through, committed) {
+		return false, through, nil
+	}
+	written := false
+	if !c.disabled {
+		if err := c.writeLogs(ctx, through); err != nil {
+			return false, through, err
+		}
+		written = true
+	}
+	c.committedMu.Lock()
+	c.committedSeq = through
+	c.committedMu.Unlock()
+	return written, through, nil
+}
+
+// logDoc builds the checkpoint body for seq.
+func (c *checkpointer) logDoc(seq json.RawMessage, s Stats) *CheckpointDoc {
+	entry := HistoryEntry{
+		SessionID:        c.sessionID,
+		StartTime:        rfc1123(c.startTime),
+		EndTime:          rfc1123(c.clock.Now()),
+		StartLastSeq:     c.startSeq,
+		EndLastSeq:       seq,
+		RecordedSeq:      seq,
+		MissingChecked:   s.RevisionsChecked,
+		MissingFound:     s.MissingRevisionsFound,
+		DocsRead:         s.DocsRead,
+		DocsWritten:      s.DocsWritten,
+		DocWriteFailures: s.DocWriteFailures,
+		BulkGetDocs:      s.BulkGetDocs,
+		BulkGetAttempts:  s.BulkGetAttempts,
+	}
+	d := &CheckpointDoc{
+		ID:                   c.id,
+		SessionID:            c.sessionID,
+		SourceLastSeq:        seq,
+		ReplicationIDVersion: ReplicationIDVersion,
+		History:              historyWith(entry, c.history),
+	}
+	if c.docIDs {
+		d.StartTime, d.EndTime = entry.StartTime, entry.EndTime
+		d.DocsRead, d.DocsWritten, d.DocWriteFailures = &entry.DocsRead, &entry.DocsWritten, &entry.DocWriteFailures
+	}
+	return d
+}
+
+// writeLogs commits both peers and writes the checkpoint documents. Called
+// with ckMu held.
+func (c *checkpointer) writeLogs(ctx context.Context, seq json.RawMessage) error {
+	for _, side := range []struct {
+		name string
+		p    *peer
+		want json.RawMessage
+	}{{"source", c.src, c.srcStartTime}, {"target", c.tgt, c.tgtStartTime}} {
+		got, err := side.p.ensureFullCommit(ctx)
+		if err != nil {
+			return fmt.Errorf("%w: _ensure_full_commit on the %s: %w", ErrCheckpoint, side.name, err)
+		}
+		if !sameInstance(got, side.want) {
+			return fmt.Errorf("%w: instance_start_time on %s database has changed since last checkpoint", ErrCheckpoint, side.name)
+		}
+	}
+	d := c.logDoc(seq, c.stats.load())
+	rev, err := putLog(ctx, c.src, d, c.srcLogRev)
+	if err != nil {
+		return fmt.Errorf("%w: Error updating the source checkpoint document: %w", ErrCheckpoint, err)
+	}
+	c.srcLogRev = rev
+	rev, err = putLog(ctx, c.tgt, d, c.tgtLogRev)
+	if err != nil {
+		return fmt.Errorf("%w: Error updating the target checkpoint document: %w", ErrCheckpoint, err)
+	}
+	c.tgtLogRev = rev
+	c.committedMu.Lock()
+	c.lastResultDoc = d
+	c.committedMu.Unlock()
+	c.log.Debug().RawJSON("seq", seq).Msg("checkpoint written")
+	return nil
+}
+
+// putLog writes d to p with the given revision and returns the new one. On
+// a conflict it re-reads the document and adopts its revision if it already
+// holds what we sent (an earlier attempt succeeded but its reply was lost).
+func putLog(ctx context.Context, p *peer, d *CheckpointDoc, rev string) (string, error) {
+	body := *d
+	body.Rev = rev
+	newRev, err := p.putLocal(ctx, &body)
+	if statusOf(err) == http.StatusConflict {
+		cur, gerr := p.getLocal(ctx, d.ID)
+		if gerr == nil && cur != nil && cur.SessionID == d.SessionID && seqEqual(cur.SourceLastSeq, d.SourceLastSeq) {
+			return cur.Rev, nil
+		}
+		return "", err
+	}
+	if err != nil {
+		return "", err
+	}
+	if newRev == "" { // pouchdb-server style replies without rev
+		cur, gerr := p.getLocal(ctx, d.ID)
+		switch {
+		case gerr != nil:
+			return "", fmt.Errorf("re-reading %s: %w", d.ID, gerr)
+		case cur == nil:
+			return "", fmt.Errorf("re-reading %s: the document is missing", d.ID)
+		}
+		newRev = cur.Rev
+	}
+	return newRev, nil
+}
+
+func sameInstance(got, want json.RawMessage) bool {
+	if seqString(got) == "0" || seqString(want) == "0" {
+		return true
+	}
+	return seqString(got) == seqString(want)
+}
+
+// refreshPending recomputes changes_pending at a checkpoint tick: update_seq
+// minus through_seq for integer sequences, the _changes "pending" count
+// otherwise; nil when unknown.
+func (c *checkpointer) refreshPending(ctx context.Context, through json.RawMessage) {
+	var pending *int64
+	if n, err := strconv.ParseInt(seqString(through), 10, 64); err == nil {
+		if info, err := c.src.info(ctx); err == nil {
+			if u, err := strconv.ParseInt(seqString(info.UpdateSeq), 10, 64); err == nil {
+				p := max(0, u-n)
+				pending = &p
+			}
+		}
+	} else {
+		pending = c.src.pendingSince(ctx, through)
+	}
+	c.pendingMu.Lock()
+	c.pending = pending
+	c.pendingMu.Unlock()
 }

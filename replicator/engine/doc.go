@@ -6,9 +6,10 @@
 //
 // # Using it
 //
-// A Replication is the parsed specification (ParseReplication reads a
-// _replicator document or a POST /_replicate body with CouchDB's rules and
-// messages). ReplicationID computes its id from CouchDB's version 4 inputs —
+// A Replication is a replication specification, as the replicator package
+// parses it from a _replicator document or a POST /_replicate body;
+// Replication.Validate checks it with CouchDB's rules and messages.
+// ReplicationID computes its id from CouchDB's version 4 inputs —
 // the installation's server UUID, each endpoint's user, host, port, path and
 // headers (never the password), the filter (for a "ddoc/name" filter its
 // source code, which FetchFilterCode reads from the source), winning_revs_only
@@ -18,6 +19,28 @@
 // layer's heartbeat), Run.Stop ends a run gracefully with a final checkpoint
 // and Run.Wait returns the outcome, a one-shot replication's Result being
 // shaped like CouchDB's _replicate reply.
+//
+// # Inside a run
+//
+// A Run owns the lifecycle (Start, Stop, Wait, Progress) and, once its setup
+// has found the start sequence, divides the work among three roles, as
+// CouchDB's replicator does (couch_replicator_scheduler_job,
+// _changes_reader, _worker):
+//
+//   - the changesReader (changes.go) streams the source's changes feed into
+//     a bounded channel of rows, and owns the seqTracker that orders the
+//     batches taken from it;
+//   - the workers (worker.go, write.go) take batches of rows in feed order
+//     and replicate each, sharing the moving averages that decide whether to
+//     skip _revs_diff or _bulk_get;
+//   - the checkpointer (checkpoint.go) writes the checkpoint documents on its
+//     ticker, at Stop and at the end, and keeps what Progress reports.
+//
+// Requests go through a transport (transport.go, pkg/couch underneath),
+// which returns 2xx answers and turns every other status into the engine's
+// one HTTP error type; the peer (peer.go) builds the protocol's calls on it.
+// The engine's waits, ticks and timestamps, and pkg/couch's retry waits,
+// are read from Options.Clock; network timeouts run on real time.
 //
 // # The protocol
 //

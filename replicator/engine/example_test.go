@@ -2,11 +2,14 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"net/http"
+	"strconv"
 	"strings"
 
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
@@ -31,11 +34,17 @@ func Example() {
 		resp.Body.Close()
 	}
 
-	rep, err := engine.ParseReplication([]byte(fmt.Sprintf(
-		`{"source": %q, "target": %q, "create_target": true}`, srv.URL()+"/source", srv.URL()+"/copy")))
+	// The replicator package parses _replicator documents into a
+	// Replication; here it is built directly.
+	source, err := couch.ParseEndpoint(json.RawMessage(strconv.Quote(srv.URL() + "/source")))
 	if err != nil {
 		log.Fatal(err)
 	}
+	target, err := couch.ParseEndpoint(json.RawMessage(strconv.Quote(srv.URL() + "/copy")))
+	if err != nil {
+		log.Fatal(err)
+	}
+	rep := engine.Replication{Source: source, Target: target, CreateTarget: true}
 	res, err := engine.Start(context.Background(), rep, engine.Options{ServerUUID: "example"}).Wait()
 	if err != nil {
 		log.Fatal(err)

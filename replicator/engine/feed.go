@@ -16,7 +16,7 @@ type change struct {
 	Revs    []string
 	Deleted bool
 	// Doc is the document body when the feed was read with include_docs
-	// (see Run.inlineDocs); nil otherwise or when too large to keep.
+	// (see workers.inlineDocs); nil otherwise or when too large to keep.
 	Doc json.RawMessage
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/rs/zerolog"
 )
 
 // FetchFilterCode reads the source text of a "ddoc/name" filter function
@@ -15,8 +17,8 @@ import (
 // ErrFilterFetch.
 func FetchFilterCode(ctx context.Context, rep Replication, opts Options) (string, error) {
 	rep = rep.withDefaults()
-	r := &Run{rep: rep, opts: opts}
-	src, tgt, err := r.newPeers()
+	var nolog zerolog.Logger // requests are not logged here
+	src, tgt, err := newPeers(rep, opts, &nolog)
 	if err != nil {
 		return "", err
 	}
@@ -33,7 +35,7 @@ func fetchFilterCode(ctx context.Context, src *peer, filter string) (string, err
 	var d struct {
 		Filters map[string]any `json:"filters"`
 	}
-	_, err := src.do(ctx, http.MethodGet, escapeDocID("_design/"+ddoc), nil, nil, &d)
+	err := src.do(ctx, http.MethodGet, escapeDocID("_design/"+ddoc), nil, nil, &d)
 	if err != nil {
 		if errors.Is(err, ErrMaxBackoff) {
 			return "", err

@@ -115,3 +115,16 @@ func TestPagedFeeds(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyDocIDs checks that an empty doc_ids list replicates nothing.
+func TestEmptyDocIDs(t *testing.T) {
+	t.Parallel()
+	srv := couchtest.StartPouchDB(t)
+	srv.CreateDB(t, "src")
+	srv.AddDocs(t, "src", 0, 5)
+	rep := engine.Replication{Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, srv.DBURL("tgt")),
+		CreateTarget: true, DocIDs: []string{}}
+	res := runOnce(t, rep, engine.Options{})
+	require.Zero(t, res.Stats.DocsWritten)
+	require.Empty(t, enginetest.Take(t, srv.DBURL("tgt")))
+}

@@ -6,43 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sort"
 	"strings"
 )
-
-// transport sends one HTTP request to a database endpoint. path is relative
-// to the database URL ("" is the database itself) and already escaped.
-// Statuses are returned, not turned into errors; errors mean the request
-// could not be completed (transport failures after the client's retries,
-// rate-limiter give-up, context end). With stream set the body is returned
-// unread in httpResult.stream and must be closed.
-type transport interface {
-	call(ctx context.Context, r httpRequest) (*httpResult, error)
-	// redacted is the endpoint URL without password, for messages.
-	redacted() string
-	// close releases idle connections once the run is over.
-	close()
-}
-
-type httpRequest struct {
-	method  string
-	path    string
-	query   url.Values
-	header  http.Header
-	body    []byte
-	stream  bool
-	noRetry bool
-}
-
-type httpResult struct {
-	status int
-	header http.Header
-	body   []byte
-	stream io.ReadCloser
-}
 
 // peer is one side of a replication with the protocol calls built on its
 // transport.
@@ -65,80 +33,27 @@ func jsonHeader() http.Header {
 }
 
 // do sends a request with a JSON body (when body is not nil) and decodes a
-// 2xx JSON reply into out (when out is not nil). Non-2xx statuses are
-// returned as *statusError.
-func (p *peer) do(ctx context.Context, method, path string, query url.Values, body, out any) (*httpResult, error) {
+// 2xx JSON reply into out (when out is not nil). Other statuses are the
+// transport's *statusError.
+func (p *peer) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
 	req := httpRequest{method: method, path: path, query: query, header: jsonHeader()}
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		req.body = b
 	}
 	res, err := p.t.call(ctx, req)
 	if err != nil {
-		return nil, err
-	}
-	if res.status < 200 || res.status > 299 {
-		return res, newStatusError(method, p.url()+path, res)
+		return err
 	}
 	if out != nil {
 		if err := json.Unmarshal(res.body, out); err != nil {
-			return res, fmt.Errorf("%w: %s %s: bad JSON reply: %v", ErrHTTP, method, p.url()+path, err)
+			return fmt.Errorf("%w: %s %s: bad JSON reply: %v", ErrHTTP, method, p.url()+path, err)
 		}
 	}
-	return res, nil
-}
-
-// statusError is an unexpected HTTP status. It unwraps to the sentinel for
-// 401 / 403 and to ErrHTTP otherwise.
-type statusError struct {
-	Method, URL string
-	Status      int
-	Name        string // CouchDB's "error" member
-	Reason      string
-}
-
-func newStatusError(method, u string, res *httpResult) *statusError {
-	e := &statusError{Method: method, URL: u, Status: res.status}
-	var body struct {
-		Error  string `json:"error"`
-		Reason string `json:"reason"`
-	}
-	if json.Unmarshal(res.body, &body) == nil {
-		e.Name, e.Reason = body.Error, body.Reason
-	}
-	return e
-}
-
-func (e *statusError) Error() string {
-	msg := fmt.Sprintf("%s %s: HTTP %d", e.Method, e.URL, e.Status)
-	if e.Name != "" {
-		msg += " " + e.Name
-		if e.Reason != "" {
-			msg += ": " + e.Reason
-		}
-	}
-	return msg
-}
-
-func (e *statusError) Unwrap() error {
-	switch e.Status {
-	case http.StatusUnauthorized:
-		return ErrUnauthorized
-	case http.StatusForbidden:
-		return ErrForbidden
-	}
-	return ErrHTTP
-}
-
-func statusOf(err error) int {
-	var se *statusError
-	if errors.As(err, &se) {
-		return se.Status
-	}
-	return 0
+	return nil
 }
 
 // dbInfo is the part of GET {db}/ the engine uses.
@@ -155,7 +70,7 @@ type dbInfo struct {
 // update_seq and instance_start_time is db_not_found.
 func (p *peer) info(ctx context.Context) (dbInfo, error) {
 	var info dbInfo
-	_, err := p.do(ctx, http.MethodGet, "", nil, nil, &info)
+	err := p.do(ctx, http.MethodGet, "", nil, nil, &info)
 	switch {
 	case err == nil && len(info.UpdateSeq) > 0 && len(info.InstanceStartTime) > 0:
 		return info, nil
@@ -188,7 +103,7 @@ func (p *peer) create(ctx context.Context, params json.RawMessage) error {
 	if p.isPouchServer(ctx) && !p.isAdmin(ctx) {
 		return fmt.Errorf("%w: unauthorized to access or create database %s", ErrUnauthorized, p.url())
 	}
-	_, err = p.do(ctx, http.MethodPut, "", q, nil, nil)
+	err = p.do(ctx, http.MethodPut, "", q, nil, nil)
 	switch {
 	case err == nil:
 		return nil
@@ -205,7 +120,7 @@ func (p *peer) create(ctx context.Context, params json.RawMessage) error {
 // isPouchServer reports whether the server root greets as express-pouchdb.
 func (p *peer) isPouchServer(ctx context.Context) bool {
 	var root map[string]json.RawMessage
-	if _, err := p.do(ctx, http.MethodGet, "/", nil, nil, &root); err != nil {
+	if err := p.do(ctx, http.MethodGet, "/", nil, nil, &root); err != nil {
 		return false
 	}
 	_, ok := root["express-pouchdb"]
@@ -220,7 +135,7 @@ func (p *peer) isAdmin(ctx context.Context) bool {
 			Roles []string `json:"roles"`
 		} `json:"userCtx"`
 	}
-	if _, err := p.do(ctx, http.MethodGet, "/_session", nil, nil, &s); err != nil {
+	if err := p.do(ctx, http.MethodGet, "/_session", nil, nil, &s); err != nil {
 		return false
 	}
 	return contains(s.UserCtx.Roles, "_admin")
@@ -272,7 +187,7 @@ func escapeDocID(id string) string {
 // getLocal reads a checkpoint document; nil without error when absent.
 func (p *peer) getLocal(ctx context.Context, id string) (*CheckpointDoc, error) {
 	var d CheckpointDoc
-	_, err := p.do(ctx, http.MethodGet, escapeDocID(id), nil, nil, &d)
+	err := p.do(ctx, http.MethodGet, escapeDocID(id), nil, nil, &d)
 	if statusOf(err) == http.StatusNotFound {
 		return nil, nil
 	}
@@ -298,9 +213,6 @@ func (p *peer) putLocal(ctx context.Context, d *CheckpointDoc) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if res.status < 200 || res.status > 299 {
-		return "", newStatusError(req.method, p.url()+req.path, res)
-	}
 	_ = json.Unmarshal(res.body, &reply)
 	return reply.Rev, nil
 }
@@ -314,9 +226,6 @@ func (p *peer) ensureFullCommit(ctx context.Context) (json.RawMessage, error) {
 	res, err := p.t.call(ctx, req)
 	if err != nil {
 		return nil, err
-	}
-	if res.status < 200 || res.status > 299 {
-		return nil, newStatusError(req.method, p.url()+req.path, res)
 	}
 	if err := json.Unmarshal(res.body, &reply); err != nil {
 		return nil, fmt.Errorf("%w: _ensure_full_commit: %v", ErrHTTP, err)
@@ -332,7 +241,7 @@ type revsDiffEntry struct {
 
 func (p *peer) revsDiff(ctx context.Context, revs map[string][]string) (map[string]revsDiffEntry, error) {
 	out := map[string]revsDiffEntry{}
-	if _, err := p.do(ctx, http.MethodPost, "_revs_diff", nil, revs, &out); err != nil {
+	if err := p.do(ctx, http.MethodPost, "_revs_diff", nil, revs, &out); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRevsDiff, err)
 	}
 	return out, nil
@@ -358,9 +267,6 @@ func (p *peer) bulkGet(ctx context.Context, reqs []bulkGetDoc) ([]*doc, error) {
 	res, err := p.t.call(ctx, httpRequest{method: http.MethodPost, path: "_bulk_get", query: q, header: jsonHeader(), body: b})
 	if err != nil {
 		return nil, err
-	}
-	if res.status != http.StatusOK {
-		return nil, newStatusError(http.MethodPost, p.url()+"_bulk_get", res)
 	}
 	return parseBulkGet(bytes.NewReader(res.body))
 }
@@ -395,8 +301,7 @@ func (p *peer) openRevs(ctx context.Context, id string, revs, attsSince []string
 	}
 	defer res.stream.Close()
 	if res.status != http.StatusOK {
-		res.body, _ = io.ReadAll(io.LimitReader(res.stream, 64<<10))
-		return nil, nil, settled{newStatusError(req.method, p.url()+req.path, res)}
+		return nil, nil, settled{unexpectedStatus(req, p.url(), res)}
 	}
 	return parseOpenRevs(res.header.Get("Content-Type"), res.stream)
 }
@@ -427,15 +332,20 @@ func (p *peer) bulkDocs(ctx context.Context, docs []json.RawMessage) ([]bulkDocs
 	b.WriteString("]}")
 	req := httpRequest{method: http.MethodPost, path: "_bulk_docs", header: jsonHeader(), body: b.Bytes()}
 	req.header.Set("X-Couch-Full-Commit", "false")
+	// 417 answers the documents' results too, when some were refused.
+	var reply []byte
 	res, err := p.t.call(ctx, req)
-	if err != nil {
+	var se *statusError
+	switch {
+	case err == nil:
+		reply = res.body
+	case errors.As(err, &se) && se.Status == http.StatusExpectationFailed:
+		reply = se.body
+	default:
 		return nil, err
 	}
-	if res.status != http.StatusCreated && res.status != http.StatusOK && res.status != http.StatusExpectationFailed {
-		return nil, newStatusError(req.method, p.url()+req.path, res)
-	}
 	var entries []bulkDocsError
-	if err := json.Unmarshal(res.body, &entries); err != nil {
+	if err := json.Unmarshal(reply, &entries); err != nil {
 		return nil, fmt.Errorf("%w: _bulk_docs reply: %v", ErrBulkDocs, err)
 	}
 	failed := entries[:0]
@@ -456,14 +366,8 @@ func (p *peer) putDoc(ctx context.Context, d *doc, boundary string) error {
 	}
 	req := httpRequest{method: http.MethodPut, path: escapeDocID(d.ID), query: url.Values{"new_edits": {"false"}},
 		header: http.Header{"Content-Type": {ct}, "Accept": {"application/json"}, "Accept-Encoding": {"identity"}}, body: body}
-	res, err := p.t.call(ctx, req)
-	if err != nil {
-		return err
-	}
-	if res.status < 200 || res.status > 299 {
-		return newStatusError(req.method, p.url()+req.path, res)
-	}
-	return nil
+	_, err = p.t.call(ctx, req)
+	return err
 }
 
 // pendingSince asks the source how many changes follow seq (the "pending"
@@ -473,7 +377,7 @@ func (p *peer) pendingSince(ctx context.Context, seq json.RawMessage) *int64 {
 		Pending *int64 `json:"pending"`
 	}
 	q := url.Values{"since": {seqParam(seq)}, "limit": {"0"}}
-	if _, err := p.do(ctx, http.MethodGet, "_changes", q, nil, &reply); err != nil {
+	if err := p.do(ctx, http.MethodGet, "_changes", q, nil, &reply); err != nil {
 		return nil
 	}
 	return reply.Pending

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -66,9 +65,9 @@ const (
 	HeadersMax = 64
 )
 
-// Replication is a parsed replication specification (a _replicator
-// document or a POST /_replicate body). Zero tunables mean their defaults;
-// ParseReplication fills them in, and Validate checks everything.
+// Replication is a replication specification (a _replicator document or a
+// POST /_replicate body, as the replicator package parses it). Zero tunables
+// mean their defaults, which Start fills in; Validate checks everything.
 type Replication struct {
 	Source couch.Endpoint
 	Target couch.Endpoint
@@ -343,13 +342,4 @@ func ReplicationID(rep Replication, serverUUID, filterCode string) (base, full s
 		in.Filter = etfListT{name, qp}
 	}
 	return in.replicationID()
-}
-
-// compactBytes returns raw compacted, or raw itself if it is not JSON.
-func compactBytes(raw json.RawMessage) []byte {
-	var b bytes.Buffer
-	if json.Compact(&b, raw) != nil {
-		return raw
-	}
-	return b.Bytes()
 }

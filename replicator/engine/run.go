@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strconv"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 )
 
@@ -47,18 +45,14 @@ type Options struct {
 
 	// Logger receives the run's log lines; the zero value discards them.
 	Logger zerolog.Logger
-}
 
-// Checkpoint describes one checkpoint tick.
-type Checkpoint struct {
-	// Seq is the sequence recorded: every change up to it is on the target.
-	Seq json.RawMessage
-	// Written reports whether checkpoint documents were written on this
-	// tick (false when nothing changed or with use_checkpoints false).
-	Written bool
-	// Stats are the run's counters at the tick.
-	Stats Stats
-	Time  time.Time
+	// Clock is the run's time source: checkpoint ticks, the engine's own
+	// retry waits, the moving averages' recheck periods, history
+	// timestamps and Checkpoint.Time, and pkg/couch's retry waits and
+	// private rate limiters (a shared Limiter keeps its own clock). nil is
+	// the real clock; tests pass a fake one. Connection and request
+	// timeouts bound real network I/O and run on real time.
+	Clock clockwork.Clock
 }
 
 // Result is the outcome of a finished one-shot run (or of a stopped run),
@@ -81,10 +75,13 @@ type Result struct {
 }
 
 // Run is one execution of a replication, from Start until it completes
-// (one-shot), fails, is stopped, or its context ends.
+// (one-shot), fails, is stopped, or its context ends. It owns the
+// lifecycle; the work is shared among three roles that setup builds, as in
+// CouchDB's replicator: a changesReader streams the source's feed, workers
+// replicate its batches and a checkpointer records the progress.
 type Run struct {
 	rep  Replication
-	opts Options
+	opts Options // Clock set
 	log  zerolog.Logger
 
 	ctx    context.Context
@@ -97,44 +94,15 @@ type Run struct {
 	stopCtx  context.Context
 
 	// Set during setup, read-only afterwards.
-	src, tgt      *peer
-	baseID        string
-	fullID        string
-	sessionID     string
-	startTime     time.Time
-	startSeq      json.RawMessage
-	history       []HistoryEntry
-	srcStartTime  json.RawMessage
-	tgtStartTime  json.RawMessage
-	ready         chan struct{} // closed when setup has finished
-	maxBulkBytes  int
-	perWorkerConn int
-	// inlineDocs reads the changes feed with include_docs=true: set for a
-	// full replication into an empty target, where every document is
-	// missing. First revisions (single leaf, "1-", no attachments) are then
-	// written from the feed without a fetch, as PouchDB does with _all_docs.
-	inlineDocs bool
+	src, tgt *peer
+	baseID   string
+	fullID   string
+	ready    chan struct{} // closed when setup has finished
+	changes  *changesReader
+	workers  *workers
+	ck       *checkpointer
 
-	tracker *seqTracker
-	stats   counters
-	rows    chan change
-	batchMu sync.Mutex
-	tuning  tuning
-
-	// ckMu serialises checkpoints and is held across their requests;
-	// nothing that must answer promptly (Progress) may take it.
-	ckMu      sync.Mutex
-	srcLogRev string
-	tgtLogRev string
-	// committedMu guards committedSeq and lastResultDoc, written by
-	// checkpoints (under ckMu too) and read by Progress and the result.
-	committedMu   sync.Mutex
-	committedSeq  json.RawMessage
-	lastResultDoc *CheckpointDoc
-	pendingMu     sync.Mutex
-	pending       *int64
-
-	feedComplete atomic.Bool // a one-shot feed was read to its end
+	stats counters // updated by the workers, read by the checkpointer
 
 	failMu  sync.Mutex
 	failErr error
@@ -148,6 +116,9 @@ type Run struct {
 // run lasts until the one-shot replication completes, an error stops it,
 // Stop is called or ctx ends (which aborts without a final checkpoint).
 func Start(ctx context.Context, rep Replication, opts Options) *Run {
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	r := &Run{
 		rep:    rep.withDefaults(),
@@ -210,30 +181,24 @@ func (r *Run) ID() (base, full string, ok bool) {
 	}
 }
 
-// Progress returns the current counters and sequences.
+// Progress returns the current counters and sequences. It never waits on
+// a checkpoint's requests.
 func (r *Run) Progress() Stats {
-	s := r.stats.load()
 	select {
 	case <-r.ready:
 	default:
-		return s
+		return r.stats.load()
 	}
-	if r.tracker != nil {
-		through, highest, _ := r.tracker.snapshot()
-		s.ThroughSeq, s.SourceSeq = seqString(through), seqString(highest)
+	if r.ck == nil { // setup failed
+		return r.stats.load()
 	}
-	r.committedMu.Lock()
-	s.CheckpointedSourceSeq = seqString(r.committedSeq)
-	r.committedMu.Unlock()
-	r.pendingMu.Lock()
-	s.ChangesPending = r.pending
-	r.pendingMu.Unlock()
-	return s
+	return r.ck.progress()
 }
 
-func (r *Run) stopping() bool {
+// closed reports whether ch is closed (ch only ever closes).
+func closed(ch <-chan struct{}) bool {
 	select {
-	case <-r.stopCh:
+	case <-ch:
 		return true
 	default:
 		return false
@@ -277,7 +242,7 @@ func (r *Run) run() {
 		case <-setupDone:
 		}
 	}()
-	err := r.safely(func() error { return r.setup(setupCtx) })
+	err := safely(&r.log, func() error { return r.setup(setupCtx) })
 	close(setupDone)
 	stopped := setupCtx.Err() != nil
 	setupCancel(nil)
@@ -293,26 +258,27 @@ func (r *Run) run() {
 		r.log.Error().Err(err).Msg("replication setup failed")
 		return
 	}
-	r.err = r.safely(r.replicate)
+	r.err = safely(&r.log, r.replicate)
 }
 
 // safely runs f and turns a panic in it into an error wrapping
-// ErrInternal. Every goroutine of a run goes through it, so a bug reached
-// by one replication's input fails that replication, not the process.
-// (Out-of-memory is not a panic and cannot be caught: Validate's maxima
-// keep a run's allocations bounded instead.)
-func (r *Run) safely(f func() error) (err error) {
+// ErrInternal, logged to *log. Every goroutine of a run goes through it, so
+// a bug reached by one replication's input fails that replication, not the
+// process. (Out-of-memory is not a panic and cannot be caught: Validate's
+// maxima keep a run's allocations bounded instead.)
+func safely(log *zerolog.Logger, f func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %v", ErrInternal, p)
-			r.log.Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
+			log.Error().Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
 				Msg("replication run panicked; the run fails, the node goes on")
 		}
 	}()
 	return f()
 }
 
-// setup verifies the peers, computes the id and finds the start sequence.
+// setup verifies the peers, computes the id, finds the start sequence and
+// builds the run's changes reader, workers and checkpointer.
 func (r *Run) setup(ctx context.Context) error {
 	if err := r.rep.Validate(); err != nil {
 		return err
@@ -320,16 +286,12 @@ func (r *Run) setup(ctx context.Context) error {
 	if r.opts.ServerUUID == "" {
 		return fmt.Errorf("%w: Options.ServerUUID is required", ErrInvalidSpec)
 	}
-	src, tgt, err := r.newPeers()
+	src, tgt, err := newPeers(r.rep, r.opts, &r.log)
 	if err != nil {
 		return err
 	}
 	r.src, r.tgt = src, tgt
-	r.sessionID = newSessionID()
-	r.startTime = time.Now()
-	r.maxBulkBytes = bulkDocsMaxBytesDefault
-	r.perWorkerConn = max(1, r.rep.HTTPConnections/r.rep.WorkerProcesses)
-	r.tuning = newTuning()
+	startTime := r.opts.Clock.Now()
 
 	if r.rep.CreateTarget {
 		if err := r.tgt.create(ctx, r.rep.CreateTargetParams); err != nil {
@@ -344,7 +306,6 @@ func (r *Run) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.srcStartTime, r.tgtStartTime = srcInfo.InstanceStartTime, tgtInfo.InstanceStartTime
 	r.src.pouch, r.tgt.pouch = srcInfo.Adapter != "", tgtInfo.Adapter != ""
 	targetEmpty := tgtInfo.DocCount == 0 && tgtInfo.DocDelCount == 0
 
@@ -368,12 +329,6 @@ func (r *Run) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the target checkpoint: %w", err)
 	}
-	if srcLog != nil {
-		r.srcLogRev = srcLog.Rev
-	}
-	if tgtLog != nil {
-		r.tgtLogRev = tgtLog.Rev
-	}
 	seq, history, found := compareLogs(srcLog, tgtLog)
 	seed := r.opts.Stats
 	if found && srcLog != nil && len(srcLog.History) > 0 {
@@ -385,17 +340,27 @@ func (r *Run) setup(ctx context.Context) error {
 	if !found {
 		r.log.Info().Msg("no common ancestry, performing a full replication")
 	}
-	r.startSeq, r.history, r.committedSeq = seq, history, seq
-	if targetEmpty {
-		// Everything will be missing: skip _revs_diff from the start (the
-		// moving average re-checks within tuningRecheck) and, for a
-		// replication from the beginning, take first revisions straight
-		// from the feed.
-		r.tuning.missingRatio = 1
-		r.inlineDocs = isZeroSeq(seq)
-	}
 	r.stats.seed(seed)
-	r.tracker = newSeqTracker(seq)
+
+	// On an empty target everything will be missing: skip _revs_diff from
+	// the start (the moving average re-checks within tuningRecheck) and,
+	// for a replication from the beginning, take first revisions straight
+	// from the feed.
+	missingRatio := 0.0
+	if targetEmpty {
+		missingRatio = 1
+	}
+	inlineDocs := targetEmpty && isZeroSeq(seq)
+	r.changes = newChangesReader(r.rep, r.src, seq, inlineDocs, r.opts.Clock, r.log)
+	r.workers = &workers{rep: r.rep, src: r.src, tgt: r.tgt, changes: r.changes, stats: &r.stats, stop: r.stopCh,
+		clock: r.opts.Clock, log: r.log, inlineDocs: inlineDocs, maxBulkBytes: bulkDocsMaxBytesDefault,
+		perWorkerConn: max(1, r.rep.HTTPConnections/r.rep.WorkerProcesses),
+		tuning:        newTuning(r.opts.Clock, startTime, missingRatio)}
+	r.ck = &checkpointer{src: r.src, tgt: r.tgt, srcStartTime: srcInfo.InstanceStartTime,
+		tgtStartTime: tgtInfo.InstanceStartTime, id: logID, sessionID: newSessionID(), startTime: startTime,
+		startSeq: seq, history: history, disabled: r.rep.DisableCheckpoints, docIDs: r.rep.DocIDs != nil,
+		tracker: r.changes.tracker, stats: &r.stats, onCheckpoint: r.opts.OnCheckpoint, clock: r.opts.Clock,
+		log: r.log, srcLogRev: logRev(srcLog), tgtLogRev: logRev(tgtLog), committedSeq: seq}
 	return nil
 }
 
@@ -404,67 +369,33 @@ func newSessionID() string {
 	return fmt.Sprintf("%x", u[:])
 }
 
-// replicate runs the changes reader, the workers and the checkpoint timer.
+// logRev is the revision of a checkpoint document, "" when there is none.
+func logRev(d *CheckpointDoc) string {
+	if d == nil {
+		return ""
+	}
+	return d.Rev
+}
+
+// replicate runs the changes reader, the workers and the checkpoint timer
+// until the feed is replicated (one-shot), Stop is called, an error occurs
+// or the run's context ends.
 func (r *Run) replicate() error {
 	runCtx, runCancel := context.WithCancelCause(r.ctx)
 	defer runCancel(nil)
 	feedCtx, feedCancel := context.WithCancel(runCtx)
 	defer feedCancel()
 
-	r.rows = make(chan change, min(r.rep.WorkerBatchSize*r.rep.WorkerProcesses, WorkerBatchSizeMax)*2)
-	var bg sync.WaitGroup
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		defer close(r.rows)
-		err := r.safely(func() error { return r.readChanges(feedCtx, r.rows) })
-		switch {
-		case err != nil && (feedCtx.Err() == nil || errors.Is(err, ErrInternal)):
-			r.fail(err, runCancel)
-		case err == nil && feedCtx.Err() == nil && !r.rep.Continuous:
-			r.feedComplete.Store(true)
-		}
-	}()
-
-	var workers sync.WaitGroup
+	var bg, workers sync.WaitGroup
+	r.spawn(&bg, feedCtx, runCancel, func() error { return r.changes.run(feedCtx) })
 	for i := 0; i < r.rep.WorkerProcesses; i++ {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			// A worker cut short by the end of the run reports that end,
-			// not the request it was in.
-			err := r.safely(func() error { return r.work(runCtx) })
-			if err != nil && (runCtx.Err() == nil || errors.Is(err, ErrInternal)) {
-				r.fail(err, runCancel)
-			}
-		}()
+		r.spawn(&workers, runCtx, runCancel, func() error { return r.workers.work(runCtx) })
 	}
 	workersDone := make(chan struct{})
 	go func() { workers.Wait(); close(workersDone) }()
-
 	tickerStop := make(chan struct{})
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		t := time.NewTicker(r.rep.CheckpointInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if err := r.safely(func() error { return r.checkpoint(runCtx) }); err != nil {
-					if runCtx.Err() == nil || errors.Is(err, ErrInternal) {
-						r.fail(err, runCancel)
-					}
-					return
-				}
-			case <-tickerStop:
-				return
-			case <-runCtx.Done():
-				return
-			}
-		}
-	}()
-	finish := func() {
+	r.spawn(&bg, runCtx, runCancel, func() error { return r.ck.every(runCtx, r.rep.CheckpointInterval, tickerStop) })
+	join := func() {
 		close(tickerStop)
 		feedCancel()
 		<-workersDone
@@ -473,14 +404,14 @@ func (r *Run) replicate() error {
 
 	select {
 	case <-workersDone:
-		finish()
+		join()
 		if err := r.failure(); err != nil {
 			return err
 		}
 		if err := r.ctx.Err(); err != nil {
 			return r.abortError()
 		}
-		if r.stopping() {
+		if closed(r.stopCh) {
 			return r.stoppedCheckpoint(r.stopContext())
 		}
 		if err := r.finalCheckpoint(r.ctx); err != nil {
@@ -499,7 +430,7 @@ func (r *Run) replicate() error {
 			runCancel(ErrStopped)
 		case <-runCtx.Done():
 		}
-		finish()
+		join()
 		if err := r.failure(); err != nil && !errors.Is(err, ErrStopped) {
 			return err
 		}
@@ -508,12 +439,26 @@ func (r *Run) replicate() error {
 		}
 		return r.stoppedCheckpoint(stopCtx)
 	case <-runCtx.Done():
-		finish()
+		join()
 		if err := r.failure(); err != nil {
 			return err
 		}
 		return r.abortError()
 	}
+}
+
+// spawn runs f on a goroutine counted by wg. An error fails the run, unless
+// ctx had ended (a role cut short by the end of the run reports that end,
+// not the request it was in); a panic (ErrInternal) always fails it.
+func (r *Run) spawn(wg *sync.WaitGroup, ctx context.Context, cancel context.CancelCauseFunc, f func() error) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := safely(&r.log, f)
+		if err != nil && (ctx.Err() == nil || errors.Is(err, ErrInternal)) {
+			r.fail(err, cancel)
+		}
+	}()
 }
 
 func (r *Run) abortError() error {
@@ -543,197 +488,13 @@ func (r *Run) stoppedCheckpoint(stopCtx context.Context) error {
 	return err
 }
 
-// finalCheckpoint writes the last checkpoint and builds the result.
+// finalCheckpoint writes the last checkpoint and records the run's result.
+// It runs once the reader and the workers have returned.
 func (r *Run) finalCheckpoint(ctx context.Context) error {
-	written, err := r.doCheckpoint(ctx)
+	res, err := r.ck.finalCheckpoint(ctx, r.changes.completed())
 	if err != nil {
 		return err
 	}
-	_, _, inFlight := r.tracker.snapshot()
-	res := Result{OK: true, Stats: r.Progress(), StartSeq: r.startSeq,
-		Completed: r.feedComplete.Load() && len(r.rows) == 0 && inFlight == 0}
-	switch {
-	case r.rep.DisableCheckpoints:
-		f := false
-		res.UseCheckpoints = &f
-	default:
-		r.committedMu.Lock()
-		d := r.lastResultDoc
-		r.committedMu.Unlock()
-		if d == nil {
-			d = r.logDoc(r.startSeq, r.stats.load())
-			d.History = r.history
-			res.NoChanges = !written
-		}
-		res.SessionID = d.SessionID
-		res.SourceLastSeq = d.SourceLastSeq
-		res.ReplicationIDVersion = ReplicationIDVersion
-		res.History = d.History
-	}
 	r.result = res
 	return nil
-}
-
-// checkpoint is the timer's tick.
-func (r *Run) checkpoint(ctx context.Context) error {
-	_, err := r.doCheckpoint(ctx)
-	return err
-}
-
-// doCheckpoint records through_seq on both peers when it moved, refreshes
-// changes_pending and notifies OnCheckpoint.
-func (r *Run) doCheckpoint(ctx context.Context) (bool, error) {
-	written, through, err := r.commitThrough(ctx)
-	if err != nil {
-		return false, err
-	}
-	r.refreshPending(ctx, through)
-	if r.opts.OnCheckpoint != nil {
-		// Called without locks held, so the callback may use Progress.
-		r.opts.OnCheckpoint(Checkpoint{Seq: through, Written: written, Stats: r.Progress(), Time: time.Now()})
-	}
-	return written, nil
-}
-
-// commitThrough writes the checkpoint documents for the current through_seq
-// if it moved since the last checkpoint.
-func (r *Run) commitThrough(ctx context.Context) (bool, json.RawMessage, error) {
-	r.ckMu.Lock()
-	defer r.ckMu.Unlock()
-	through, _, _ := r.tracker.snapshot()
-	r.committedMu.Lock()
-	committed := r.committedSeq
-	r.committedMu.Unlock()
-	if seqEqual(through, committed) {
-		return false, through, nil
-	}
-	written := false
-	if !r.rep.DisableCheckpoints {
-		if err := r.writeLogs(ctx, through); err != nil {
-			return false, through, err
-		}
-		written = true
-	}
-	r.committedMu.Lock()
-	r.committedSeq = through
-	r.committedMu.Unlock()
-	return written, through, nil
-}
-
-// logDoc builds the checkpoint body for seq.
-func (r *Run) logDoc(seq json.RawMessage, s Stats) *CheckpointDoc {
-	now := time.Now()
-	entry := HistoryEntry{
-		SessionID:        r.sessionID,
-		StartTime:        rfc1123(r.startTime),
-		EndTime:          rfc1123(now),
-		StartLastSeq:     r.startSeq,
-		EndLastSeq:       seq,
-		RecordedSeq:      seq,
-		MissingChecked:   s.RevisionsChecked,
-		MissingFound:     s.MissingRevisionsFound,
-		DocsRead:         s.DocsRead,
-		DocsWritten:      s.DocsWritten,
-		DocWriteFailures: s.DocWriteFailures,
-		BulkGetDocs:      s.BulkGetDocs,
-		BulkGetAttempts:  s.BulkGetAttempts,
-	}
-	d := &CheckpointDoc{
-		ID:                   CheckpointIDPrefix + r.baseID,
-		SessionID:            r.sessionID,
-		SourceLastSeq:        seq,
-		ReplicationIDVersion: ReplicationIDVersion,
-		History:              historyWith(entry, r.history),
-	}
-	if r.rep.DocIDs != nil {
-		d.StartTime, d.EndTime = entry.StartTime, entry.EndTime
-		d.DocsRead, d.DocsWritten, d.DocWriteFailures = &entry.DocsRead, &entry.DocsWritten, &entry.DocWriteFailures
-	}
-	return d
-}
-
-// writeLogs commits both peers and writes the checkpoint documents.
-func (r *Run) writeLogs(ctx context.Context, seq json.RawMessage) error {
-	for _, side := range []struct {
-		name string
-		p    *peer
-		want json.RawMessage
-	}{{"source", r.src, r.srcStartTime}, {"target", r.tgt, r.tgtStartTime}} {
-		got, err := side.p.ensureFullCommit(ctx)
-		if err != nil {
-			return fmt.Errorf("%w: _ensure_full_commit on the %s: %w", ErrCheckpoint, side.name, err)
-		}
-		if !sameInstance(got, side.want) {
-			return fmt.Errorf("%w: instance_start_time on %s database has changed since last checkpoint", ErrCheckpoint, side.name)
-		}
-	}
-	d := r.logDoc(seq, r.stats.load())
-	rev, err := r.putLog(ctx, r.src, d, r.srcLogRev)
-	if err != nil {
-		return fmt.Errorf("%w: Error updating the source checkpoint document: %w", ErrCheckpoint, err)
-	}
-	r.srcLogRev = rev
-	rev, err = r.putLog(ctx, r.tgt, d, r.tgtLogRev)
-	if err != nil {
-		return fmt.Errorf("%w: Error updating the target checkpoint document: %w", ErrCheckpoint, err)
-	}
-	r.tgtLogRev = rev
-	r.committedMu.Lock()
-	r.lastResultDoc = d
-	r.committedMu.Unlock()
-	r.log.Debug().RawJSON("seq", seq).Msg("checkpoint written")
-	return nil
-}
-
-// putLog writes d with the given revision; on a conflict it re-reads the
-// document and adopts its revision if it already holds what we sent (an
-// earlier attempt succeeded but its reply was lost).
-func (r *Run) putLog(ctx context.Context, p *peer, d *CheckpointDoc, rev string) (string, error) {
-	body := *d
-	body.Rev = rev
-	newRev, err := p.putLocal(ctx, &body)
-	if statusOf(err) == 409 {
-		cur, gerr := p.getLocal(ctx, d.ID)
-		if gerr == nil && cur != nil && cur.SessionID == d.SessionID && seqEqual(cur.SourceLastSeq, d.SourceLastSeq) {
-			return cur.Rev, nil
-		}
-		return "", err
-	}
-	if err != nil {
-		return "", err
-	}
-	if newRev == "" { // pouchdb-server style replies without rev
-		cur, gerr := p.getLocal(ctx, d.ID)
-		if gerr != nil || cur == nil {
-			return "", fmt.Errorf("re-reading %s: %v", d.ID, gerr)
-		}
-		newRev = cur.Rev
-	}
-	return newRev, nil
-}
-
-func sameInstance(got, want json.RawMessage) bool {
-	if seqString(got) == "0" || seqString(want) == "0" {
-		return true
-	}
-	return seqString(got) == seqString(want)
-}
-
-// refreshPending recomputes changes_pending at a checkpoint tick: update_seq minus through_seq for integer sequences, the
-// _changes "pending" count otherwise; nil when unknown.
-func (r *Run) refreshPending(ctx context.Context, through json.RawMessage) {
-	var pending *int64
-	if n, err := strconv.ParseInt(seqString(through), 10, 64); err == nil {
-		if info, err := r.src.info(ctx); err == nil {
-			if u, err := strconv.ParseInt(seqString(info.UpdateSeq), 10, 64); err == nil {
-				p := max(0, u-n)
-				pending = &p
-			}
-		}
-	} else {
-		pending = r.src.pendingSince(ctx, through)
-	}
-	r.pendingMu.Lock()
-	r.pending = pending
-	r.pendingMu.Unlock()
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,18 +36,14 @@ func TestProgressDuringCheckpoint(t *testing.T) {
 		<-ctx.Done() // a frozen peer
 		return nil, ctx.Err()
 	}
-	r := newTestRun(Replication{}, ft)
-	r.tgt = r.src
-	r.baseID, r.sessionID = "base", "session"
-	r.ready = make(chan struct{})
+	ck := newTestCheckpointer(ft)
+	ck.tracker.done(ck.tracker.begin(json.RawMessage("7")))
+	r := &Run{ready: make(chan struct{}), ck: ck}
 	close(r.ready)
-	r.committedSeq = json.RawMessage("0")
-	r.tracker = newSeqTracker(json.RawMessage("0"))
-	r.tracker.done(r.tracker.begin(json.RawMessage("7")))
 
 	ckDone := make(chan error, 1)
 	go func() {
-		_, err := r.doCheckpoint(ctx)
+		_, err := ck.checkpoint(ctx)
 		ckDone <- err
 	}()
 	select {
@@ -68,26 +65,30 @@ func TestProgressDuringCheckpoint(t *testing.T) {
 }
 
 // TestFetchOneRetries checks that fetchOne retries only replies cut while
-// they are read: a failed request has been retried by the transport.
+// they are read (after waits of 250 ms doubling): a failed request has been
+// retried by the transport.
 func TestFetchOneRetries(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		res      func() (*httpResult, error)
 		requests int
+		waits    []time.Duration
 	}{
-		{"no answer", func() (*httpResult, error) { return nil, errors.New("connection refused") }, 1},
-		{"server error", func() (*httpResult, error) { return streamOf(500, `{"error":"unknown"}`), nil }, 1},
-		{"not found", func() (*httpResult, error) { return streamOf(404, `{"error":"not_found"}`), nil }, 1},
+		{"no answer", func() (*httpResult, error) { return nil, errors.New("connection refused") }, 1, nil},
+		{"server error", func() (*httpResult, error) { return streamOf(500, `{"error":"unknown"}`), nil }, 1, nil},
+		{"not found", func() (*httpResult, error) { return streamOf(404, `{"error":"not_found"}`), nil }, 1, nil},
 		{"cut reply", func() (*httpResult, error) {
 			return &httpResult{status: 200, header: http.Header{"Content-Type": {"application/json"}},
 				stream: io.NopCloser(strings.NewReader(`[{"ok":{"_id":"a"`))}, nil
-		}, 3},
+		}, 3, []time.Duration{250 * time.Millisecond, 500 * time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ft := &fakeTransport{handler: func(int, httpRequest) (*httpResult, error) { return tc.res() }}
-			r := newTestRun(Replication{}, ft)
-			r.rep.RetriesPerRequest = 2
-			err := r.fetchOne(context.Background(), "a", []string{"1-x"}, nil, &batchWriter{r: r})
+			w := newTestWorkers(Replication{}, ft)
+			w.rep.RetriesPerRequest = 2
+			err := throughWaits(t, ft, func(c clockwork.Clock) { w.clock = c }, func(ctx context.Context) error {
+				return w.fetchOne(ctx, "a", []string{"1-x"}, nil, &batchWriter{w: w})
+			}, tc.waits...)
 			require.ErrorIs(t, err, ErrOpenRevs)
 			require.Len(t, ft.requests(), tc.requests)
 		})

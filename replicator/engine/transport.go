@@ -2,40 +2,144 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
+	"net/url"
 
 	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/rs/zerolog"
 )
+
+// transport sends one HTTP request to a database endpoint. path is relative
+// to the database URL ("" is the database itself) and already escaped. A 2xx
+// answer is returned as an httpResult. Any other status is returned as a
+// *statusError, the engine's one HTTP error type, which the transport makes
+// once and callers pass on. Other errors mean the request got no answer
+// (transport failures after the client's retries, rate-limiter give-up,
+// context end). With stream set the body is returned unread in
+// httpResult.stream and must be closed.
+type transport interface {
+	call(ctx context.Context, r httpRequest) (*httpResult, error)
+	// redacted is the endpoint URL without password, for messages.
+	redacted() string
+	// close releases idle connections once the run is over.
+	close()
+}
+
+type httpRequest struct {
+	method  string
+	path    string
+	query   url.Values
+	header  http.Header
+	body    []byte
+	stream  bool
+	noRetry bool
+}
+
+// httpResult is a 2xx answer. status is the answer's own for streamed
+// requests; the others report any 2xx as 200.
+type httpResult struct {
+	status int
+	header http.Header
+	body   []byte
+	stream io.ReadCloser
+}
+
+// statusError is an HTTP answer other than 2xx. It unwraps to the sentinel
+// for 401 / 403 and to ErrHTTP otherwise.
+type statusError struct {
+	Method, URL string
+	Status      int
+	Name        string // CouchDB's "error" member
+	Reason      string
+	// body is the start of the reply, for callers that read an error
+	// reply's content (_bulk_docs' 417).
+	body []byte
+}
+
+// newStatusError is the error for a status answer to method on u (the
+// redacted URL); Name and Reason come from body when it is CouchDB's
+// {"error", "reason"} object.
+func newStatusError(method, u string, status int, body []byte) *statusError {
+	e := &statusError{Method: method, URL: u, Status: status, body: body}
+	var reply struct {
+		Error  string `json:"error"`
+		Reason string `json:"reason"`
+	}
+	if json.Unmarshal(body, &reply) == nil {
+		e.Name, e.Reason = reply.Error, reply.Reason
+	}
+	return e
+}
+
+// unexpectedStatus is the error for a streamed 2xx answer to r other than
+// the 200 expected, from the endpoint at base; it reads the start of the
+// stream, which the caller closes.
+func unexpectedStatus(r httpRequest, base string, res *httpResult) *statusError {
+	body, _ := io.ReadAll(io.LimitReader(res.stream, 64<<10))
+	return newStatusError(r.method, base+r.path, res.status, body)
+}
+
+func (e *statusError) Error() string {
+	msg := fmt.Sprintf("%s %s: HTTP %d", e.Method, e.URL, e.Status)
+	if e.Name != "" {
+		msg += " " + e.Name
+		if e.Reason != "" {
+			msg += ": " + e.Reason
+		}
+	}
+	return msg
+}
+
+func (e *statusError) Unwrap() error {
+	switch e.Status {
+	case http.StatusUnauthorized:
+		return ErrUnauthorized
+	case http.StatusForbidden:
+		return ErrForbidden
+	}
+	return ErrHTTP
+}
+
+// statusOf is the status of a *statusError in err's chain, 0 if none.
+func statusOf(err error) int {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.Status
+	}
+	return 0
+}
 
 // couchTransport sends the engine's requests through pkg/couch, which does
 // the retries (408, 5xx, transport errors, 250 ms doubling), the 429
 // back-off and the inactivity timeouts.
 type couchTransport struct{ db *couch.DB }
 
-// newPeers builds the source and target clients. The source gets at least
-// two connections: a streamed changes feed holds one for as long as it runs.
-func (r *Run) newPeers() (*peer, *peer, error) {
-	opts := couch.Options{
-		HTTPConnections:   r.rep.HTTPConnections,
-		ConnectionTimeout: r.rep.ConnectionTimeout,
-		RetriesPerRequest: r.rep.RetriesPerRequest,
-		Logger:            &r.log,
+// newPeers builds the source and target clients, which log to log and wait
+// on opts.Clock. The source gets at least two connections: a streamed
+// changes feed holds one for as long as it runs.
+func newPeers(rep Replication, opts Options, log *zerolog.Logger) (*peer, *peer, error) {
+	copts := couch.Options{
+		HTTPConnections:   rep.HTTPConnections,
+		ConnectionTimeout: rep.ConnectionTimeout,
+		RetriesPerRequest: rep.RetriesPerRequest,
+		Logger:            log,
+		Clock:             opts.Clock,
 	}
-	if opts.RetriesPerRequest == 0 {
-		opts.RetriesPerRequest = couch.NoRetries
+	if copts.RetriesPerRequest == 0 {
+		copts.RetriesPerRequest = couch.NoRetries
 	}
-	srcOpts, tgtOpts := opts, opts
-	srcOpts.HTTPConnections = max(2, opts.HTTPConnections)
-	srcOpts.Proxy, tgtOpts.Proxy = r.rep.SourceProxy, r.rep.TargetProxy
-	src, err := couch.NewDB(r.rep.Source, srcOpts, r.opts.Limiter)
+	srcOpts, tgtOpts := copts, copts
+	srcOpts.HTTPConnections = max(2, copts.HTTPConnections)
+	srcOpts.Proxy, tgtOpts.Proxy = rep.SourceProxy, rep.TargetProxy
+	src, err := couch.NewDB(rep.Source, srcOpts, opts.Limiter)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: source: %w", ErrInvalidSpec, err)
 	}
-	tgt, err := couch.NewDB(r.rep.Target, tgtOpts, r.opts.Limiter)
+	tgt, err := couch.NewDB(rep.Target, tgtOpts, opts.Limiter)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: target: %w", ErrInvalidSpec, err)
 	}
@@ -47,39 +151,41 @@ func (t couchTransport) redacted() string { return t.db.Redacted() }
 // close releases idle connections.
 func (t couchTransport) close() { t.db.Close() }
 
-// call maps pkg/couch's results onto httpResult: every HTTP answer becomes a
-// status (2xx bodies read whole unless streamed), and only requests without
-// an answer are errors, wrapped in ErrMaxBackoff or ErrHTTP.
+// call maps pkg/couch's results: a 2xx answer is a result (its body read
+// whole unless streamed), any other answer a *statusError, and a request
+// without answer an error wrapping ErrMaxBackoff or ErrHTTP.
 func (t couchTransport) call(ctx context.Context, r httpRequest) (*httpResult, error) {
 	req := couch.Request{Method: r.method, Path: r.path, Query: r.query, Header: r.header, Body: r.body,
 		NoRetry: r.noRetry, Stream: r.stream}
 	if r.stream {
 		resp, err := t.db.Do(ctx, req)
 		if err != nil {
-			return t.failure(ctx, r, err)
+			return nil, t.failure(ctx, r, err)
 		}
 		return &httpResult{status: resp.StatusCode, header: resp.Header, stream: resp.Body}, nil
 	}
 	body, err := t.db.DoBytes(ctx, req)
 	if err != nil {
-		return t.failure(ctx, r, err)
+		return nil, t.failure(ctx, r, err)
 	}
 	return &httpResult{status: http.StatusOK, body: body}, nil
 }
 
-func (t couchTransport) failure(ctx context.Context, r httpRequest, err error) (*httpResult, error) {
+func (t couchTransport) failure(ctx context.Context, r httpRequest, err error) error {
 	var he *couch.HTTPError
 	switch {
 	case errors.As(err, &he):
-		res := &httpResult{status: he.Status, header: he.Header, body: he.Body}
+		body := he.Body
 		if r.stream {
-			res.stream = io.NopCloser(strings.NewReader(""))
+			// The error of a streamed request (changes feed, open_revs)
+			// names its status only: its body is not decoded.
+			body = nil
 		}
-		return res, nil
+		return newStatusError(r.method, t.redacted()+r.path, he.Status, body)
 	case ctx.Err() != nil:
-		return nil, ctx.Err()
+		return ctx.Err()
 	case errors.Is(err, couch.ErrMaxBackoff):
-		return nil, fmt.Errorf("%w: %w", ErrMaxBackoff, err)
+		return fmt.Errorf("%w: %w", ErrMaxBackoff, err)
 	}
-	return nil, fmt.Errorf("%w: %w", ErrHTTP, err)
+	return fmt.Errorf("%w: %w", ErrHTTP, err)
 }

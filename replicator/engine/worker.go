@@ -1,16 +1,17 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
 )
 
 // Internal constants mirroring CouchDB's replicator.
@@ -30,10 +31,35 @@ const (
 	tuningRecheck = 37 * time.Second
 )
 
+// workers replicate batches of changes. Each of worker_processes workers
+// takes the next batch from the changes reader, asks the target which of
+// its revisions are missing, fetches those from the source and writes them.
+type workers struct {
+	rep      Replication
+	src, tgt *peer
+	changes  *changesReader
+	stats    *counters
+	stop     <-chan struct{} // closed by Run.Stop: take no more batches
+	clock    clockwork.Clock
+	log      zerolog.Logger
+	// inlineDocs is set for a full replication into an empty target, where
+	// every document is missing: the changes feed carries the documents
+	// (include_docs=true), and first revisions (single leaf, "1-", no
+	// attachments) are written from it without a fetch, as PouchDB does
+	// with _all_docs.
+	inlineDocs    bool
+	maxBulkBytes  int // flush a batch's _bulk_docs buffer past this size
+	perWorkerConn int // concurrent individual fetches per worker
+
+	batchMu sync.Mutex // hands batches out in feed order
+	tuning  tuning
+}
+
 // tuning holds the moving averages that let workers skip _revs_diff when
 // nearly every revision is missing on the target (a fresh target) and stop
 // trying _bulk_get on sources where it keeps failing.
 type tuning struct {
+	clock          clockwork.Clock
 	mu             sync.Mutex
 	missingRatio   float64 // EMA (decay 0.4) of missing / checked
 	lastRevsDiff   time.Time
@@ -41,12 +67,16 @@ type tuning struct {
 	lastBulkGet    time.Time
 }
 
-func newTuning() tuning { return tuning{lastRevsDiff: time.Now(), lastBulkGet: time.Now()} }
+// newTuning starts the averages at now, with missingRatio as the first
+// estimate of the share of missing revisions.
+func newTuning(clock clockwork.Clock, now time.Time, missingRatio float64) tuning {
+	return tuning{clock: clock, missingRatio: missingRatio, lastRevsDiff: now, lastBulkGet: now}
+}
 
 func (t *tuning) skipRevsDiff() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.missingRatio > 0.95 && time.Since(t.lastRevsDiff) < tuningRecheck
+	return t.missingRatio > 0.95 && t.clock.Since(t.lastRevsDiff) < tuningRecheck
 }
 
 func (t *tuning) recordRevsDiff(checked, missing int) {
@@ -56,13 +86,13 @@ func (t *tuning) recordRevsDiff(checked, missing int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.missingRatio = 0.4*float64(missing)/float64(checked) + 0.6*t.missingRatio
-	t.lastRevsDiff = time.Now()
+	t.lastRevsDiff = t.clock.Now()
 }
 
 func (t *tuning) useBulkGet() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.bulkGetFailure <= 0.5 || time.Since(t.lastBulkGet) > tuningRecheck
+	return t.bulkGetFailure <= 0.5 || t.clock.Since(t.lastBulkGet) > tuningRecheck
 }
 
 func (t *tuning) recordBulkGet(failed bool) {
@@ -73,50 +103,50 @@ func (t *tuning) recordBulkGet(failed bool) {
 		f = 1
 	}
 	t.bulkGetFailure = 0.25*f + 0.75*t.bulkGetFailure
-	t.lastBulkGet = time.Now()
+	t.lastBulkGet = t.clock.Now()
 }
 
 // work is one worker: it takes batches of changes and replicates them until
 // the feed ends, the run stops or an error occurs.
-func (r *Run) work(ctx context.Context) error {
+func (w *workers) work(ctx context.Context) error {
 	for {
-		rows, ticket, ok := r.nextBatch(ctx)
+		rows, ticket, ok := w.nextBatch(ctx)
 		if !ok {
 			return nil
 		}
-		if err := r.processBatch(ctx, rows); err != nil {
+		if err := w.processBatch(ctx, rows); err != nil {
 			return err
 		}
-		r.tracker.done(ticket)
+		w.changes.tracker.done(ticket)
 	}
 }
 
 // nextBatch hands out up to worker_batch_size consecutive rows: it waits for
 // one, then takes whatever else is queued. Batches are registered with the
-// sequence tracker in feed order under batchMu.
-func (r *Run) nextBatch(ctx context.Context) ([]change, uint64, bool) {
-	r.batchMu.Lock()
-	defer r.batchMu.Unlock()
-	if r.stopping() {
+// changes reader's tracker in feed order under batchMu.
+func (w *workers) nextBatch(ctx context.Context) ([]change, uint64, bool) {
+	w.batchMu.Lock()
+	defer w.batchMu.Unlock()
+	if closed(w.stop) {
 		return nil, 0, false
 	}
 	var first change
 	select {
-	case c, ok := <-r.rows:
+	case c, ok := <-w.changes.rows:
 		if !ok {
 			return nil, 0, false
 		}
 		first = c
 	case <-ctx.Done():
 		return nil, 0, false
-	case <-r.stopCh:
+	case <-w.stop:
 		return nil, 0, false
 	}
 	rows := []change{first}
 fill:
-	for len(rows) < r.rep.WorkerBatchSize {
+	for len(rows) < w.rep.WorkerBatchSize {
 		select {
-		case c, ok := <-r.rows:
+		case c, ok := <-w.changes.rows:
 			if !ok {
 				break fill
 			}
@@ -125,11 +155,11 @@ fill:
 			break fill
 		}
 	}
-	return rows, r.tracker.begin(rows[len(rows)-1].Seq), true
+	return rows, w.changes.tracker.begin(rows[len(rows)-1].Seq), true
 }
 
 // processBatch replicates one batch: _revs_diff, fetch, write.
-func (r *Run) processBatch(ctx context.Context, rows []change) error {
+func (w *workers) processBatch(ctx context.Context, rows []change) error {
 	revs := map[string][]string{}
 	var ids []string
 	checked := 0
@@ -147,14 +177,14 @@ func (r *Run) processBatch(ctx context.Context, rows []change) error {
 			}
 		}
 	}
-	r.stats.revisionsChecked.Add(int64(checked))
+	w.stats.revisionsChecked.Add(int64(checked))
 	if checked == 0 {
 		return nil
 	}
 
-	start := time.Now()
+	start := w.clock.Now()
 	var missing map[string]revsDiffEntry
-	skipped := r.tuning.skipRevsDiff()
+	skipped := w.tuning.skipRevsDiff()
 	if skipped {
 		missing = make(map[string]revsDiffEntry, len(revs))
 		for id, rs := range revs {
@@ -162,7 +192,7 @@ func (r *Run) processBatch(ctx context.Context, rows []change) error {
 		}
 	} else {
 		var err error
-		if missing, err = r.tgt.revsDiff(ctx, revs); err != nil {
+		if missing, err = w.tgt.revsDiff(ctx, revs); err != nil {
 			return err
 		}
 	}
@@ -171,16 +201,16 @@ func (r *Run) processBatch(ctx context.Context, rows []change) error {
 		found += len(e.Missing)
 	}
 	if !skipped {
-		r.tuning.recordRevsDiff(checked, found)
+		w.tuning.recordRevsDiff(checked, found)
 	}
-	diffed := time.Now()
-	r.stats.missingFound.Add(int64(found))
+	diffed := w.clock.Now()
+	w.stats.missingFound.Add(int64(found))
 	if found == 0 {
 		return nil
 	}
 
-	w := &batchWriter{r: r}
-	if r.inlineDocs {
+	b := &batchWriter{w: w}
+	if w.inlineDocs {
 		inline := map[string]json.RawMessage{}
 		for _, c := range rows {
 			if c.ID != "" {
@@ -197,30 +227,30 @@ func (r *Run) processBatch(ctx context.Context, rows []change) error {
 			if d == nil {
 				continue
 			}
-			if err := w.add(ctx, d); err != nil {
+			if err := b.add(ctx, d); err != nil {
 				return err
 			}
 			delete(missing, id)
 			n++
 		}
-		r.stats.docsRead.Add(int64(n))
+		w.stats.docsRead.Add(int64(n))
 	}
-	if err := r.fetchAndWrite(ctx, ids, missing, w); err != nil {
+	if err := w.fetchAndWrite(ctx, ids, missing, b); err != nil {
 		return err
 	}
-	fetched := time.Now()
-	if err := w.flush(ctx); err != nil {
+	fetched := w.clock.Now()
+	if err := b.flush(ctx); err != nil {
 		return err
 	}
-	r.log.Debug().Int("rows", len(rows)).Int("missing", found).Bool("revs_diff_skipped", skipped).
-		Dur("diff", diffed.Sub(start)).Dur("fetch", fetched.Sub(diffed)).Dur("write", time.Since(fetched)).Msg("batch replicated")
+	w.log.Debug().Int("rows", len(rows)).Int("missing", found).Bool("revs_diff_skipped", skipped).
+		Dur("diff", diffed.Sub(start)).Dur("fetch", fetched.Sub(diffed)).Dur("write", w.clock.Since(fetched)).Msg("batch replicated")
 	return nil
 }
 
 // fetchAndWrite fetches the missing revisions (through _bulk_get when it
 // works, individually otherwise and for documents with attachments) and
 // hands them to the writer.
-func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[string]revsDiffEntry, w *batchWriter) error {
+func (w *workers) fetchAndWrite(ctx context.Context, ids []string, missing map[string]revsDiffEntry, b *batchWriter) error {
 	var reqs []bulkGetDoc
 	for _, id := range ids {
 		for _, rev := range missing[id].Missing {
@@ -248,18 +278,18 @@ func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[strin
 		}
 	}
 
-	if !r.rep.DisableBulkGet && r.tuning.useBulkGet() {
-		r.stats.bulkGetAttempts.Add(int64(len(reqs)))
+	if !w.rep.DisableBulkGet && w.tuning.useBulkGet() {
+		w.stats.bulkGetAttempts.Add(int64(len(reqs)))
 		// Attachment stubs only: documents with attachments are fetched
 		// individually, with their bodies (and atts_since).
-		docs, err := r.src.bulkGet(ctx, reqs)
+		docs, err := w.src.bulkGet(ctx, reqs)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, ErrMaxBackoff) {
 				return err
 			}
-			r.log.Debug().Err(err).Msg("_bulk_get failed, fetching individually")
+			w.log.Debug().Err(err).Msg("_bulk_get failed, fetching individually")
 		}
-		r.tuning.recordBulkGet(err != nil)
+		w.tuning.recordBulkGet(err != nil)
 		kept := map[string][]*doc{}
 		seen := map[idRev]bool{}
 		for _, d := range docs {
@@ -287,13 +317,13 @@ func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[strin
 		for _, id := range sortedKeys(kept) {
 			for _, d := range kept[id] {
 				n++
-				if err := w.add(ctx, d); err != nil {
+				if err := b.add(ctx, d); err != nil {
 					return err
 				}
 			}
 		}
-		r.stats.bulkGetDocs.Add(int64(n))
-		r.stats.docsRead.Add(int64(n))
+		w.stats.bulkGetDocs.Add(int64(n))
+		w.stats.docsRead.Add(int64(n))
 	} else {
 		for _, q := range reqs {
 			addLeftover(q.ID, q.Rev)
@@ -304,7 +334,7 @@ func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[strin
 	}
 
 	// Individual fetches, a few at a time.
-	sem := make(chan struct{}, r.perWorkerConn)
+	sem := make(chan struct{}, w.perWorkerConn)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
@@ -322,7 +352,7 @@ func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[strin
 		go func(id string, revs []string) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			err := r.safely(func() error { return r.fetchOne(fctx, id, revs, missing[id].PossibleAncestors, w) })
+			err := safely(&w.log, func() error { return w.fetchOne(fctx, id, revs, missing[id].PossibleAncestors, b) })
 			if err != nil {
 				mu.Lock()
 				if firstErr == nil {
@@ -344,10 +374,10 @@ func (r *Run) fetchAndWrite(ctx context.Context, ids []string, missing map[strin
 // writes them; a reply cut while it is read is fetched again (up to
 // retries_per_request times). Revisions the source reports missing are asked for once more
 // after missingDocRetryDefault; a second miss fails the run.
-func (r *Run) fetchOne(ctx context.Context, id string, revs, attsSince []string, w *batchWriter) error {
+func (w *workers) fetchOne(ctx context.Context, id string, revs, attsSince []string, b *batchWriter) error {
 	failures, wait := 0, retryWaitDefault
 	for attempt := 0; ; attempt++ {
-		docs, missingRevs, err := r.src.openRevs(ctx, id, revs, attsSince, true)
+		docs, missingRevs, err := w.src.openRevs(ctx, id, revs, attsSince, true)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -367,11 +397,11 @@ func (r *Run) fetchOne(ctx context.Context, id string, revs, attsSince []string,
 			// connection_timeout).
 			failures++
 			var done settled
-			if errors.As(err, &done) || errors.Is(err, ErrMaxBackoff) || failures > r.rep.RetriesPerRequest {
+			if errors.As(err, &done) || errors.Is(err, ErrMaxBackoff) || failures > w.rep.RetriesPerRequest {
 				return fmt.Errorf("%w: %s: %w", ErrOpenRevs, id, err)
 			}
 			select {
-			case <-time.After(wait):
+			case <-w.clock.After(wait):
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -379,9 +409,9 @@ func (r *Run) fetchOne(ctx context.Context, id string, revs, attsSince []string,
 			attempt--
 			continue
 		}
-		r.stats.docsRead.Add(int64(len(docs)))
+		w.stats.docsRead.Add(int64(len(docs)))
 		for _, d := range docs {
-			if err := w.add(ctx, d); err != nil {
+			if err := b.add(ctx, d); err != nil {
 				return err
 			}
 		}
@@ -404,150 +434,12 @@ func (r *Run) fetchOne(ctx context.Context, id string, revs, attsSince []string,
 			return fmt.Errorf("%w: %s revisions %v missing on the source", ErrOpenRevs, id, still)
 		}
 		select {
-		case <-time.After(missingDocRetryDefault):
+		case <-w.clock.After(missingDocRetryDefault):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 		revs, attsSince = still, nil
 	}
-}
-
-// firstRevision returns the document of an include_docs feed row ready for
-// new_edits=false when it is exactly revision rev, a first revision
-// ("1-hash", whose _revisions is {"start":1,"ids":["hash"]}), not deleted
-// and without attachments; nil otherwise (the revision is then fetched).
-func firstRevision(body json.RawMessage, id, rev string) *doc {
-	if len(body) == 0 || !strings.HasPrefix(rev, "1-") {
-		return nil
-	}
-	var m struct {
-		ID          string          `json:"_id"`
-		Rev         string          `json:"_rev"`
-		Deleted     bool            `json:"_deleted"`
-		Attachments json.RawMessage `json:"_attachments"`
-		Revisions   json.RawMessage `json:"_revisions"`
-	}
-	if json.Unmarshal(body, &m) != nil || m.ID != id || m.Rev != rev || m.Deleted || len(m.Attachments) > 0 || len(m.Revisions) > 0 {
-		return nil
-	}
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if len(trimmed) < 2 || trimmed[0] != '{' {
-		return nil
-	}
-	revs, _ := json.Marshal(map[string]any{"start": 1, "ids": []string{rev[2:]}})
-	full := make([]byte, 0, len(trimmed)+len(revs)+16)
-	full = append(full, `{"_revisions":`...)
-	full = append(full, revs...)
-	full = append(full, ',')
-	full = append(full, trimmed[1:]...)
-	return &doc{ID: id, Rev: rev, Body: full, Revisions: []string{rev}}
-}
-
-// batchWriter collects a batch's documents: plain documents go to a
-// _bulk_docs buffer (flushed when it grows past maxBulkBytes), design
-// documents and documents with attachment bodies are written at once with
-// a PUT each.
-type batchWriter struct {
-	r     *Run
-	mu    sync.Mutex
-	docs  []json.RawMessage
-	bytes int
-}
-
-func (w *batchWriter) add(ctx context.Context, d *doc) error {
-	if d.hasAttachments() || strings.HasPrefix(d.ID, "_design/") {
-		return w.r.writeOne(ctx, d)
-	}
-	w.mu.Lock()
-	w.docs = append(w.docs, d.Body)
-	w.bytes += len(d.Body)
-	var batch []json.RawMessage
-	if w.bytes >= w.r.maxBulkBytes {
-		batch, w.docs, w.bytes = w.docs, nil, 0
-	}
-	w.mu.Unlock()
-	if batch != nil {
-		return w.r.writeBulk(ctx, batch)
-	}
-	return nil
-}
-
-func (w *batchWriter) flush(ctx context.Context) error {
-	w.mu.Lock()
-	batch := w.docs
-	w.docs, w.bytes = nil, 0
-	w.mu.Unlock()
-	if len(batch) == 0 {
-		return nil
-	}
-	return w.r.writeBulk(ctx, batch)
-}
-
-// writeBulk writes documents with _bulk_docs. Per-document errors count as
-// doc_write_failures; 413 splits the batch (a single oversized document is
-// a failure); 401/403 refuse the whole batch, counted as failures; other
-// statuses stop the run.
-func (r *Run) writeBulk(ctx context.Context, docs []json.RawMessage) error {
-	failed, err := r.tgt.bulkDocs(ctx, docs)
-	switch st := statusOf(err); {
-	case err == nil:
-		for _, f := range failed {
-			r.log.Warn().Str("doc_id", f.ID).Str("error", f.Error).Str("reason", f.Reason).Msg("target refused a document")
-		}
-		r.stats.writeFailures.Add(int64(len(failed)))
-		r.stats.docsWritten.Add(int64(len(docs) - len(failed)))
-		return nil
-	case st == http.StatusRequestEntityTooLarge && len(docs) > 1:
-		half := len(docs) / 2
-		if err := r.writeBulk(ctx, docs[:half]); err != nil {
-			return err
-		}
-		return r.writeBulk(ctx, docs[half:])
-	case st == http.StatusRequestEntityTooLarge || st == http.StatusUnauthorized || st == http.StatusForbidden:
-		r.log.Warn().Err(err).Int("docs", len(docs)).Msg("target refused documents")
-		r.stats.writeFailures.Add(int64(len(docs)))
-		return nil
-	default:
-		return fmt.Errorf("%w: %w", ErrBulkDocs, err)
-	}
-}
-
-// writeOne writes a single document with PUT ?new_edits=false. Refusals
-// (401, 403, 413, 415, 400 about an attachment name) count as
-// doc_write_failures; 412 missing_stub refetches the document once with all
-// its attachments; anything else stops the run.
-func (r *Run) writeOne(ctx context.Context, d *doc) error {
-	err := r.tgt.putDoc(ctx, d, newSessionID())
-	st := statusOf(err)
-	switch {
-	case err == nil:
-		r.stats.docsWritten.Add(1)
-		return nil
-	case errors.Is(err, errBadDoc):
-		return fmt.Errorf("%w: %s: %w", ErrDocWrite, d.ID, err)
-	case st == http.StatusUnauthorized || st == http.StatusForbidden || st == http.StatusRequestEntityTooLarge ||
-		st == http.StatusUnsupportedMediaType || st == http.StatusConflict || (st == http.StatusBadRequest && attachmentNameError(err)):
-		r.log.Warn().Err(err).Str("doc_id", d.ID).Msg("target refused a document")
-		r.stats.writeFailures.Add(1)
-		return nil
-	case st == http.StatusPreconditionFailed:
-		docs, _, ferr := r.src.openRevs(ctx, d.ID, []string{d.Rev}, nil, true)
-		if ferr != nil || len(docs) == 0 {
-			return fmt.Errorf("%w: %s: refetch after missing_stub: %v", ErrDocWrite, d.ID, ferr)
-		}
-		if err := r.tgt.putDoc(ctx, docs[0], newSessionID()); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrDocWrite, d.ID, err)
-		}
-		r.stats.docsWritten.Add(1)
-		return nil
-	default:
-		return fmt.Errorf("%w: %s: %w", ErrDocWrite, d.ID, err)
-	}
-}
-
-func attachmentNameError(err error) bool {
-	var se *statusError
-	return errors.As(err, &se) && strings.HasPrefix(se.Reason, "Attachment name")
 }
 
 func contains(list []string, s string) bool {

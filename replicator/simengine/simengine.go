@@ -1,8 +1,10 @@
-// Package simengine is a replicator.Engine that replicates nothing: runs
+// Package simengine is the replicator.Engine that replicates nothing: runs
 // tick checkpoints and finish (one-shot) after a fixed time, so that the
 // scheduler can be measured and tested with many thousands of jobs and no
 // peers. Replication ids are computed as the real engine does (filter code
-// comes from SetFilterCode instead of the source).
+// comes from SetFilterCode instead of the source). Faults are injected per
+// source (SetFail, SetPanic), and the engine counts what ran (Starts,
+// RunTime, Stats) and signals each start (Started).
 package simengine
 
 import (
@@ -11,6 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
+	"github.com/fdbrep/fdbrep/internal/testsignal"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
@@ -23,15 +28,26 @@ const (
 	OneShotDefault = time.Second
 )
 
-// Engine is the simulated engine. The zero value is not usable; call New.
+// Engine is the simulated engine. The zero value is not usable; call New,
+// then set the exported fields before the engine's first run.
 type Engine struct {
 	// CheckpointEvery and OneShot: see the defaults.
 	CheckpointEvery time.Duration
 	OneShot         time.Duration
+	// Clock times the runs' ticks and one-shot ends; the real clock by
+	// default.
+	Clock clockwork.Clock
+	// Started carries the source URL of every run started (after its
+	// faults: a run that fails or panics at start is not signalled). Init
+	// it to wait on starts.
+	Started testsignal.Signal[string]
 
 	mu      sync.Mutex
-	code    map[string]string
-	starts  map[string]int
+	code    map[string]string        // filter code by source URL
+	fail    map[string]error         // every run of this source fails with it
+	panics  map[string]any           // every Start of this source panics with it
+	starts  map[string]int           // runs started, by source
+	runTime map[string]time.Duration // run time, by source
 	running int
 	maxRun  int
 	total   int64
@@ -39,16 +55,55 @@ type Engine struct {
 
 // New returns an Engine with the defaults.
 func New() *Engine {
-	return &Engine{CheckpointEvery: CheckpointEveryDefault, OneShot: OneShotDefault,
-		code: map[string]string{}, starts: map[string]int{}}
+	return &Engine{CheckpointEvery: CheckpointEveryDefault, OneShot: OneShotDefault, Clock: clockwork.NewRealClock(),
+		code: map[string]string{}, fail: map[string]error{}, panics: map[string]any{},
+		starts: map[string]int{}, runTime: map[string]time.Duration{}}
 }
 
 // SetFilterCode sets the filter code of replications from source (its
-// normalized URL).
+// normalized URL, with the trailing slash).
 func (e *Engine) SetFilterCode(source, code string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.code[source] = code
+}
+
+// SetFail makes every later run from source end at once with err (nil:
+// runs succeed again).
+func (e *Engine) SetFail(source string, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err == nil {
+		delete(e.fail, source)
+	} else {
+		e.fail[source] = err
+	}
+}
+
+// SetPanic makes every later Start of a run from source panic with v (nil:
+// no panic).
+func (e *Engine) SetPanic(source string, v any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if v == nil {
+		delete(e.panics, source)
+	} else {
+		e.panics[source] = v
+	}
+}
+
+// Starts reports how many runs from source started.
+func (e *Engine) Starts(source string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.starts[source]
+}
+
+// RunTime reports how long runs from source ran in all (runs that ended).
+func (e *Engine) RunTime(source string) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.runTime[source]
 }
 
 // Stats reports the number of distinct sources started at least once, the
@@ -71,39 +126,55 @@ func (e *Engine) ReplicationID(ctx context.Context, rep engine.Replication, uuid
 
 // Start implements replicator.Engine.
 func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.Options) replicator.Run {
+	src := rep.Source.URL.String()
 	e.mu.Lock()
-	e.starts[rep.Source.URL.String()]++
+	if p := e.panics[src]; p != nil {
+		e.mu.Unlock()
+		panic(p)
+	}
+	failErr := e.fail[src]
+	e.starts[src]++
 	e.total++
 	e.running++
 	e.maxRun = max(e.maxRun, e.running)
 	e.mu.Unlock()
 	r := &run{stop: make(chan struct{}), done: make(chan struct{}), stats: opts.Stats}
+	if failErr == nil {
+		e.Started.Signal(src)
+	}
 	go func() {
+		begin := e.Clock.Now()
 		defer func() {
 			e.mu.Lock()
 			e.running--
+			e.runTime[src] += e.Clock.Since(begin)
 			e.mu.Unlock()
 			close(r.done)
 		}()
-		t := time.NewTicker(e.CheckpointEvery)
+		if failErr != nil {
+			r.err = failErr
+			return
+		}
+		t := e.Clock.NewTicker(e.CheckpointEvery)
 		defer t.Stop()
 		var end <-chan time.Time
 		if !rep.Continuous {
-			end = time.After(e.OneShot)
+			end = e.Clock.After(e.OneShot)
 		}
 		for {
 			select {
-			case <-t.C:
+			case <-t.Chan():
 				r.mu.Lock()
 				r.stats.DocsRead++
 				r.stats.DocsWritten++
 				s := r.stats
 				r.mu.Unlock()
 				if opts.OnCheckpoint != nil {
-					opts.OnCheckpoint(engine.Checkpoint{Seq: json.RawMessage(`"1"`), Stats: s, Time: time.Now()})
+					opts.OnCheckpoint(engine.Checkpoint{Seq: json.RawMessage(`"1"`), Stats: s, Time: e.Clock.Now()})
 				}
 			case <-end:
-				r.res = engine.Result{OK: true, SessionID: "sim", SourceLastSeq: json.RawMessage(`"1"`), ReplicationIDVersion: 4, Stats: r.Progress()}
+				r.res = engine.Result{OK: true, SessionID: "sim", SourceLastSeq: json.RawMessage(`"1"`),
+					ReplicationIDVersion: engine.ReplicationIDVersion, Stats: r.Progress(), Completed: true}
 				return
 			case <-r.stop:
 				r.res = engine.Result{OK: true, Stats: r.Progress()}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/replicator"
+)
+
+// healthHandler serves, without authentication, GET /_up,
+// /_node/_local/_stats and /_node/_local/_prometheus (the replicator's
+// metrics). It is meant for a loopback port of a replication-only node,
+// which opens no other listener; never expose it beyond the host. It is
+// not the HTTP API: a replication node does not run package frontend.
+func healthHandler(db kv.Database, m *replicator.Metrics) http.Handler {
+	reply := func(w http.ResponseWriter, status int, v any) {
+		b, _ := json.Marshal(v)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write(append(b, '\n'))
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /_up", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if _, err := kv.ReadTransact(ctx, db, func(tr kv.ReadTransaction) (int64, error) {
+			return tr.GetReadVersion().Get()
+		}); err != nil {
+			reply(w, http.StatusNotFound, map[string]string{"status": "maintenance_mode"})
+			return
+		}
+		reply(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /_node/_local/_stats", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusOK, map[string]any{"couch_replicator": m.StatsJSON()})
+	})
+	mux.HandleFunc("GET /_node/_local/_prometheus", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		_, _ = w.Write([]byte(m.Prometheus()))
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusNotFound, map[string]string{"error": "not_found", "reason": "missing"})
+	})
+	return mux
+}

@@ -1,0 +1,120 @@
+package frontend
+
+import (
+	"net/http"
+	"net/url"
+	"regexp"
+
+	"github.com/fdbrep/fdbrep/repdb"
+)
+
+func checkDBName(name string) *httpError {
+	if repdb.IsReplicatorDB(name) {
+		return nil
+	}
+	return newError(http.StatusBadRequest, "illegal_database_name",
+		"Name: '"+name+"'. fdbrep serves only replicator databases: _replicator, or a name ending in /_replicator whose prefix matches ^[a-z][a-z0-9_$()+/-]*$ (escape '/' as %2F in URLs).")
+}
+
+// ownerRules applies CouchDB's before_doc_update owner handling to a
+// replication document written by u (who is not anonymous and has no
+// _replicator role), and, unlike CouchDB, also checks the owner of the
+// document being replaced or deleted, so that users cannot take over or
+// delete other users' replications. body is nil for a deletion.
+func ownerRules(body map[string]any, old *repdb.Doc, u *User) *httpError {
+	errOther := forbidden("Can't update replication documents from other users.")
+	if old != nil && !u.IsAdmin() {
+		if owner, _ := old.Body["owner"].(string); owner != u.Name {
+			return errOther
+		}
+	}
+	if body == nil {
+		return nil
+	}
+	owner, present := body["owner"]
+	switch {
+	case !present:
+		body["owner"] = u.Name
+	case owner == u.Name:
+	case u.IsAdmin():
+		if owner == nil {
+			body["owner"] = u.Name
+		}
+	default:
+		return errOther
+	}
+	if uc, ok := body["user_ctx"]; ok && !u.IsAdmin() {
+		m, ok := uc.(map[string]any)
+		if !ok {
+			return forbidden("user_ctx must be an object")
+		}
+		if name, ok := m["name"]; ok && name != u.Name {
+			return forbidden("user_ctx.name must be your own user name")
+		}
+		if roles, ok := m["roles"]; ok {
+			list, ok := roles.([]any)
+			if !ok {
+				return forbidden("user_ctx.roles must be an array")
+			}
+			for _, r := range list {
+				s, ok := r.(string)
+				if !ok || !u.HasRole(s) {
+					return forbidden("user_ctx.roles may only list roles you have")
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// canSeeCredentials is CouchDB's after_doc_read rule: admins, users with
+// the _replicator role and the document's owner see it whole.
+func canSeeCredentials(body map[string]any, u *User) bool {
+	if u.IsAdmin() || u.HasRole(RoleReplicator) {
+		return true
+	}
+	owner, _ := body["owner"].(string)
+	return !u.Anonymous() && owner == u.Name
+}
+
+// stripCredentials removes credentials from a replication document's
+// endpoints for readers who are not its owner: URL userinfo goes, endpoint
+// objects lose "headers" and "auth". Proxy URLs lose their userinfo too.
+func stripCredentials(body map[string]any) {
+	for _, field := range []string{"source", "target"} {
+		switch ep := body[field].(type) {
+		case string:
+			body[field] = StripURLUserinfo(ep)
+		case map[string]any:
+			c := make(map[string]any, len(ep))
+			for k, v := range ep {
+				if k == "headers" || k == "auth" {
+					continue
+				}
+				c[k] = v
+			}
+			if u, ok := c["url"].(string); ok {
+				c["url"] = StripURLUserinfo(u)
+			}
+			body[field] = c
+		}
+	}
+	for _, field := range []string{"proxy", "source_proxy", "target_proxy"} {
+		if s, ok := body[field].(string); ok {
+			body[field] = StripURLUserinfo(s)
+		}
+	}
+}
+
+var userinfoRe = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@`)
+
+// StripURLUserinfo removes the user and password of a URL string; strings
+// that do not parse are cut at the userinfo by pattern, never returned with
+// it.
+func StripURLUserinfo(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		u.User = nil
+		return u.String()
+	}
+	return userinfoRe.ReplaceAllString(s, "$1")
+}

@@ -1,0 +1,82 @@
+package testutil
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Resp is a decoded response of Do.
+type Resp struct {
+	Status int
+	Header http.Header
+	Raw    string
+	// Body or List is the JSON reply, when it is an object or an array.
+	Body map[string]any
+	List []any
+}
+
+// Creds are Basic credentials for Do; nil sends none.
+type Creds struct{ Name, Pass string }
+
+// Do sends a request to url and decodes a JSON reply. body is sent as it
+// is when it is a string or []byte and JSON-encoded otherwise (nil: no
+// body), with Content-Type application/json unless hdr (name, value
+// pairs) sets another.
+func Do(t testing.TB, method, url string, c *Creds, body any, hdr ...string) Resp {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		require.NoError(t, err)
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	require.NoError(t, err)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	if c != nil {
+		req.SetBasicAuth(c.Name, c.Pass)
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	out := Resp{Status: res.StatusCode, Header: res.Header, Raw: string(raw)}
+	if method != http.MethodHead && strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+		var v any
+		require.NoError(t, json.Unmarshal(raw, &v), "body %s", raw)
+		switch x := v.(type) {
+		case map[string]any:
+			out.Body = x
+		case []any:
+			out.List = x
+		}
+	}
+	return out
+}
+
+// RequireError checks a CouchDB error reply: status, "error" and a string
+// "reason".
+func RequireError(t testing.TB, r Resp, status int, errName string) {
+	t.Helper()
+	require.Equal(t, status, r.Status, "body %s", r.Raw)
+	require.Equal(t, errName, r.Body["error"], "body %s", r.Raw)
+	require.IsType(t, "", r.Body["reason"], "body %s", r.Raw)
+}

@@ -1,0 +1,25 @@
+package repdb
+
+import "errors"
+
+// Sentinel errors. Functions wrap them with %w; test with errors.Is.
+var (
+	// ErrDBNotFound: the database does not exist.
+	ErrDBNotFound = errors.New("repdb: database does not exist")
+	// ErrDBExists: the database to create exists.
+	ErrDBExists = errors.New("repdb: database already exists")
+	// ErrDocNotFound: the document never existed (or has no such revision).
+	ErrDocNotFound = errors.New("repdb: document missing")
+	// ErrDocDeleted: the document's current revision is a deletion.
+	ErrDocDeleted = errors.New("repdb: document deleted")
+	// ErrConflict: the write's base revision is not the current one.
+	ErrConflict = errors.New("repdb: document update conflict")
+	// ErrTooLarge: the document does not fit in one stored value.
+	ErrTooLarge = errors.New("repdb: document too large")
+	// ErrBadSequence: a since value that is not one of this store's
+	// sequences.
+	ErrBadSequence = errors.New("repdb: malformed sequence")
+	// ErrBadDoc: a document body that cannot be encoded, or a state the
+	// replicator does not write.
+	ErrBadDoc = errors.New("repdb: invalid document")
+)

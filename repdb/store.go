@@ -1,0 +1,104 @@
+package repdb
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/subspace"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// SubspaceDefault holds the store's keys when Options.Subspace is nil.
+var SubspaceDefault = subspace.Sub("frontend")
+
+// MaxRevHistory bounds the revision history kept per document: enough for
+// GET ?revs=true and for a retried write to find its own revision under
+// writes made since.
+const MaxRevHistory = 20
+
+// Options configure a Store. The zero value gives the defaults.
+type Options struct {
+	// Subspace holds the store's keys; every node of a cluster must use
+	// the same one. Defaults to SubspaceDefault.
+	Subspace subspace.Subspace
+	// Clock stamps database creation and state changes; defaults to the
+	// real clock.
+	Clock clockwork.Clock
+}
+
+// Store keeps replicator databases and their documents. It is safe for
+// concurrent use and holds no state of its own besides its options.
+type Store struct {
+	db    kv.Database
+	sub   subspace.Subspace
+	clock clockwork.Clock
+}
+
+// New returns the store of db.
+func New(db kv.Database, opts Options) *Store {
+	if opts.Subspace == nil {
+		opts.Subspace = SubspaceDefault
+	}
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
+	return &Store{db: db, sub: opts.Subspace, clock: opts.Clock}
+}
+
+type dbMeta struct {
+	UUID    string `json:"uuid"`
+	Created int64  `json:"created"`
+}
+
+// record is a stored document revision.
+type record struct {
+	Rev string `json:"rev"`
+	// Revs are the earlier revisions of the document's branch, newest
+	// first, at most MaxRevHistory.
+	Revs []string        `json:"revs,omitempty"`
+	Body json.RawMessage `json:"body,omitempty"`
+}
+
+// changeRow is a row of the changes feed as stored.
+type changeRow struct {
+	ID      string `json:"id"`
+	Rev     string `json:"rev"`
+	Deleted bool   `json:"deleted,omitempty"`
+}
+
+func (s *Store) dbKey(db string) kv.Key           { return s.sub.Pack(tuple.Tuple{"db", db}) }
+func (s *Store) docKey(db, id string) kv.Key      { return s.sub.Pack(tuple.Tuple{"doc", db, id}) }
+func (s *Store) tombKey(db, id string) kv.Key     { return s.sub.Pack(tuple.Tuple{"tomb", db, id}) }
+func (s *Store) localKey(db, id string) kv.Key    { return s.sub.Pack(tuple.Tuple{"local", db, id}) }
+func (s *Store) docSeqKey(db, id string) kv.Key   { return s.sub.Pack(tuple.Tuple{"docseq", db, id}) }
+func (s *Store) countKey(db, which string) kv.Key { return s.sub.Pack(tuple.Tuple{"count", db, which}) }
+
+// feedKey changes (a blind versionstamped write, no conflicts) with every
+// document write of db; longpoll feeds watch it.
+func (s *Store) feedKey(db string) kv.Key { return s.sub.Pack(tuple.Tuple{"feed", db}) }
+
+func (s *Store) seqSpace(db string) subspace.Subspace { return s.sub.Sub("seq", db) }
+
+var (
+	one      = kv.Int64(1)
+	minusOne = kv.Int64(-1)
+)
+
+// getMeta reads a database's metadata; ErrDBNotFound when absent.
+func (s *Store) getMeta(tr kv.ReadTransaction, db string) (dbMeta, error) {
+	v, err := tr.Get(s.dbKey(db)).Get()
+	if err != nil {
+		return dbMeta{}, err
+	}
+	if v == nil {
+		return dbMeta{}, ErrDBNotFound
+	}
+	var m dbMeta
+	if err := json.Unmarshal(v, &m); err != nil {
+		return dbMeta{}, fmt.Errorf("repdb: corrupt metadata of %q: %v", db, err)
+	}
+	return m, nil
+}

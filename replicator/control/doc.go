@@ -1,0 +1,43 @@
+// Package control is the replicator's control plane, what api_frontend
+// nodes run (Plane). It never contacts a replication endpoint and speaks
+// no HTTP: the HTTP API (package frontend) reaches it through ports that
+// cmd/fdbrep wires.
+//
+// # Documents
+//
+// A write to a _replicator database is parsed once (ParseDoc: the
+// replication's validation, 403 reasons for the user) and, inside the
+// transaction that stores the document, turned into a job (DocWritten,
+// DocDeleted): the document and its job commit together. An update that
+// leaves the replication unchanged leaves its job alone; a changed one
+// replaces the job, halting a running one at its next heartbeat. A
+// document that bypassed validation (a writer with the _replicator role,
+// a restored database) becomes a failed job whose reason shows in
+// _scheduler/docs. Database creation registers a fresh identity
+// (DBCreated); deletion removes the database's jobs (DBDeleted), the first
+// hundred in its transaction, the rest through the nodes' cleanup.
+//
+// # POST /_replicate
+//
+// Replicate adds a transient job (its id a digest of the replication and
+// the user, never a password) and follows it through an fdbjobs
+// subscription: a continuous replication answers Running once a node runs
+// it, a one-shot one Completed with its final checkpoint or Failed with
+// CouchDB's error tag and reason. The job outlives the request; posting
+// the same replication again does not restart it. A cancel names the
+// replication by its specification or id; only its user or an admin may
+// cancel it, and never a document's job.
+//
+// # Views
+//
+// SchedulerJobs, SchedulerJob, SchedulerDocs, SchedulerDoc and ActiveTasks
+// are CouchDB's _scheduler and _active_tasks shapes, cluster-wide, read
+// from the job data; credentials are never shown.
+//
+// # Retries
+//
+// Every function that joins the caller's transaction gives the same
+// outcome when the transaction runs again, also after
+// commit_unknown_result: choices made in an earlier attempt (a database
+// identity, the job a write added) are remembered per transaction.
+package control

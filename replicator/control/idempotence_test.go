@@ -1,0 +1,201 @@
+package control_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/control"
+	"github.com/fdbrep/fdbrep/replicator/replicatortest"
+	"github.com/fdbrep/fdbrep/replicator/simengine"
+)
+
+// retryMode is how retryDB runs a transaction function.
+type retryMode int
+
+const (
+	// afterCommit runs the function, commits, then runs it again in the
+	// same transaction and commits again: what the retry loop does after a
+	// commit that succeeded but reported commit_unknown_result.
+	afterCommit retryMode = iota
+	// afterConflict runs the function, discards the attempt (as after
+	// not_committed) and runs it again in the same transaction.
+	afterConflict
+)
+
+// retryDB makes every read-write transaction run its function twice (see
+// retryMode). Each run uses the inner store's retry loop, so injected
+// faults (FDBREP_KV_FAULTS=1) are retried as usual.
+type retryDB struct {
+	kv.Database
+	mode retryMode
+}
+
+func (d retryDB) Transact(ctx context.Context, f func(kv.Transaction) (any, error)) (any, error) {
+	tr, err := d.Database.CreateTransaction()
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Cancel()
+	same := func() (kv.Transaction, error) { return tr, nil }
+	switch d.mode {
+	case afterCommit:
+		if _, err := kv.Run(ctx, same, f); err != nil {
+			return nil, err
+		}
+	case afterConflict:
+		_, _ = f(tr) // discarded either way (an injected fault may end it early)
+	}
+	tr.Reset()
+	return kv.Run(ctx, same, f)
+}
+
+// newRetryPlane is a control plane on c's store whose transactions all run
+// twice, with counters of its own.
+func newRetryPlane(t *testing.T, c *replicatortest.Cluster, mode retryMode) *control.Plane {
+	t.Helper()
+	cfg := c.Config.Config
+	cfg.Metrics = replicator.NewMetrics()
+	p, err := control.New(retryDB{Database: c.DB, mode: mode}, c.Jobs, cfg)
+	require.NoError(t, err)
+	return p
+}
+
+func replicateBody(t *testing.T, v map[string]any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
+
+// writeDoc runs the control plane's document hooks in a transaction of db.
+func writeDoc(t *testing.T, p *control.Plane, db kv.Transactor, repDB, id string, doc map[string]any) error {
+	t.Helper()
+	parsed, _ := p.ParseDoc(repDB, id, replicateBody(t, doc))
+	ctx := context.Background()
+	_, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		return nil, p.DocWritten(ctx, tr, parsed)
+	})
+	return err
+}
+
+// Cancelling a POST /_replicate job whose transaction committed but
+// reported commit_unknown_result reports it cancelled, not missing.
+func TestCancelAfterUnknownCommit(t *testing.T) {
+	c := replicatortest.NewCluster(t, 1, simengine.New(), replicatortest.Config())
+	ctx := context.Background()
+	admin := replicator.UserCtx{Name: "adm", Roles: []string{"_admin"}}
+	rep := map[string]any{"source": "http://h/cs", "target": "http://h/ct", "continuous": true}
+	o, err := c.Plane.Replicate(ctx, replicateBody(t, rep), admin)
+	require.NoError(t, err)
+	require.Equal(t, control.Running, o.Kind)
+
+	p := newRetryPlane(t, c, afterCommit)
+	rep["cancel"] = true
+	o, err = p.Replicate(ctx, replicateBody(t, rep), admin)
+	require.NoError(t, err)
+	require.Equal(t, control.Cancelled, o.Kind, "%+v", o)
+	require.EqualValues(t, 1, p.Metrics().Value(replicator.MetricJobsRemoves))
+
+	// The job is gone: a second cancel finds nothing.
+	_, err = p.Replicate(ctx, replicateBody(t, rep), admin)
+	require.ErrorIs(t, err, replicator.ErrNotFound)
+}
+
+// DBCreated run again in the same transaction after a commit keeps the
+// identity it registered.
+func TestDBCreatedAfterUnknownCommit(t *testing.T) {
+	c := replicatortest.NewCluster(t, 0, simengine.New(), replicatortest.Config())
+	ctx := context.Background()
+	var seen []string
+	_, err := retryDB{Database: c.DB, mode: afterCommit}.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		if err := c.Plane.DBCreated(ctx, tr, "a/_replicator"); err != nil {
+			return nil, err
+		}
+		u, err := c.Store.RegisteredDB(tr, "a/_replicator")
+		seen = append(seen, u)
+		return nil, err
+	})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(seen), 2)
+	for _, u := range seen[1:] {
+		require.Equal(t, seen[0], u)
+	}
+}
+
+// Counters count commits, not attempts.
+func TestMetricsCountCommitsNotAttempts(t *testing.T) {
+	c := replicatortest.NewCluster(t, 1, simengine.New(), replicatortest.Config())
+	ctx := context.Background()
+
+	// POST /_replicate whose first attempt conflicts.
+	p := newRetryPlane(t, c, afterConflict)
+	rep := map[string]any{"source": "http://h/ms", "target": "http://h/mt", "continuous": true}
+	o, err := p.Replicate(ctx, replicateBody(t, rep), replicator.UserCtx{Name: "u"})
+	require.NoError(t, err)
+	require.Equal(t, control.Running, o.Kind)
+	require.EqualValues(t, 1, p.Metrics().Value(replicator.MetricJobsAdds))
+
+	// A document write whose first attempt conflicts.
+	err = writeDoc(t, c.Plane, retryDB{Database: c.DB, mode: afterConflict}, "_replicator", "d",
+		replicatortest.RepDoc("http://h/ds", "http://h/dt", true))
+	require.NoError(t, err)
+	m := c.Plane.Metrics()
+	testutil.Eventually(t, "adds counted", func() bool {
+		return m.Value(replicator.MetricJobsAdds) > 0 && m.Value(replicator.MetricDocsDBChanges) > 0
+	})
+	require.EqualValues(t, 1, m.Value(replicator.MetricJobsAdds))
+	require.EqualValues(t, 1, m.Value(replicator.MetricDocsDBChanges))
+}
+
+// A document write run again after its commit (commit_unknown_result)
+// recognises the job its first run added even when that job has finished
+// in between: the replication does not run a second time.
+func TestDocWrittenAfterUnknownCommitJobFinished(t *testing.T) {
+	eng := simengine.New()
+	eng.OneShot = 20 * time.Millisecond
+	c := replicatortest.NewCluster(t, 1, eng, replicatortest.Config())
+	ctx := context.Background()
+	parsed, _ := c.Plane.ParseDoc("_replicator", "o", replicateBody(t, replicatortest.RepDoc("http://h/os", "http://h/ot", false)))
+	runs := 0
+	_, err := retryDB{Database: c.DB, mode: afterCommit}.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		runs++
+		if _, err := c.Plane.SchedulerDoc(ctx, "_replicator", "o"); err == nil {
+			// An earlier run committed; its one-shot job completes before
+			// this retry.
+			c.WaitDocState("_replicator", "o", replicator.StateCompleted)
+		}
+		return nil, c.Plane.DocWritten(ctx, tr, parsed)
+	})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, runs, 2)
+	_, st := c.JobSTime(c.DocJobID("_replicator", "o"))
+	require.Equal(t, fdbjobs.Finished, st)
+	require.Equal(t, replicator.StateCompleted, c.DocState("_replicator", "o").State)
+	require.Equal(t, 1, eng.Starts("http://h/os/"))
+}
+
+// The first document write works even when the caller's transaction
+// began before the job type was registered (a retry of the caller's loop
+// at worst).
+func TestDocWrittenRegistersTypeInCallersTransaction(t *testing.T) {
+	c := replicatortest.NewCluster(t, 0, simengine.New(), replicatortest.Config())
+	ctx := context.Background()
+	parsed, err := c.Plane.ParseDoc("_replicator", "d", replicateBody(t, replicatortest.RepDoc("http://h/a", "http://h/b", true)))
+	require.NoError(t, err)
+	_, err = c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		if _, err := tr.GetReadVersion().Get(); err != nil {
+			return nil, err
+		}
+		return nil, c.Plane.DocWritten(ctx, tr, parsed)
+	})
+	require.NoError(t, err)
+	require.Equal(t, replicator.StatePending, c.DocState("_replicator", "d").State)
+}

@@ -1,0 +1,320 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"sync"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/repdb"
+	"github.com/fdbrep/fdbrep/replicator"
+)
+
+// dbJobsInlineRemoveLimit is how many jobs DBDeleted removes inside the
+// caller's transaction; the replication nodes' cleanup removes the rest.
+const dbJobsInlineRemoveLimit = 100
+
+// Plane is the replicator's control plane, what api_frontend nodes run:
+// it checks _replicator documents, creates and removes replication jobs as
+// documents and databases change (inside the caller's transaction), serves
+// POST /_replicate and the monitoring views. It never contacts a
+// replication endpoint. It is safe for concurrent use and has no
+// background work of its own; Replicate needs the fdbjobs Client to be
+// started (it waits through subscriptions).
+type Plane struct {
+	store *replicator.Store
+	cfg   replicator.Config
+	m     *replicator.Metrics
+
+	setupMu    sync.Mutex
+	serverUUID string
+
+	memo txMemo // what DBCreated and DocWritten did, by transaction
+}
+
+// New returns a control plane. It validates cfg and does no I/O; the
+// rep_jobs type and the server UUID are set up by Init or on first use.
+func New(db kv.Database, jobs *fdbjobs.Client, cfg replicator.Config) (*Plane, error) {
+	if db == nil || jobs == nil {
+		return nil, replicator.InvalidConfig("nil database or jobs client")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Plane{store: replicator.NewStore(db, jobs, cfg.Subspace), cfg: cfg, m: cfg.Metrics}, nil
+}
+
+// Metrics returns the counters the plane updates (shared with nodes of
+// the same process when their Config names the same Metrics).
+func (p *Plane) Metrics() *replicator.Metrics { return p.m }
+
+// Init registers the rep_jobs type (with Config.JobTimeout) and creates or
+// reads the server UUID. Call it at start-up; the other methods also do it
+// on first use, and DocWritten registers the type inside the caller's
+// transaction when that transaction's snapshot does not have it yet.
+func (p *Plane) Init(ctx context.Context) error {
+	_, err := p.setup(ctx)
+	return err
+}
+
+// setup registers the job type and reads the server UUID, once.
+func (p *Plane) setup(ctx context.Context) (string, error) {
+	p.setupMu.Lock()
+	defer p.setupMu.Unlock()
+	if p.serverUUID != "" {
+		return p.serverUUID, nil
+	}
+	u, err := p.store.Setup(ctx, p.cfg.JobTimeout)
+	if err != nil {
+		return "", err
+	}
+	p.serverUUID = u
+	return u, nil
+}
+
+// Doc is a replication document about to be written, parsed once by
+// ParseDoc and carried to DocWritten.
+type Doc struct {
+	DB, ID string
+	// State is the document's "_replication_state" ("" when absent).
+	State string
+	// Spec is the parsed replication; nil when it did not parse.
+	Spec *replicator.Spec
+	// Err is the parse failure (a document stored without validation,
+	// by a writer with the _replicator role or a restore).
+	Err error
+}
+
+// ParseDoc parses a document of a _replicator database about to be
+// written (CouchDB's before_doc_update validation). An error wrapping
+// replicator.ErrForbidden means the write must be refused (403 with its
+// Reason); the returned Doc records it either way, for writers that may
+// store it. Documents marked "_replication_state": "failed" are not
+// refused. Other databases and design and local documents give a Doc that
+// DocWritten ignores.
+func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (*Doc, error) {
+	d := &Doc{DB: db, ID: docID}
+	if !repdb.IsReplicatorDB(db) || !repdb.IsReplicationDoc(docID) {
+		return d, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		d.Err = replicator.NewReason(replicator.ErrForbidden, "a replication document must be a JSON object")
+		return d, d.Err
+	}
+	if v, ok := obj["_replication_state"]; ok {
+		_ = json.Unmarshal(v, &d.State)
+	}
+	d.Spec, d.Err = replicator.ParseObject(obj)
+	switch {
+	case d.State != "" && !knownDocState(d.State):
+		return d, replicator.NewReason(replicator.ErrForbidden, "`_replication_state` is written by the replicator; %q is not one of its states", d.State)
+	case d.State == replicator.StateFailed, d.Err == nil:
+		return d, nil
+	}
+	return d, replicator.NewReason(replicator.ErrForbidden, "%s", replicator.Reason(d.Err))
+}
+
+func knownDocState(s string) bool {
+	switch s {
+	case replicator.StateCompleted, replicator.StateFailed, replicator.StatePending, replicator.StateRunning,
+		replicator.StateCrashing, "triggered", "error":
+		return true
+	}
+	return false
+}
+
+// DocWritten creates or replaces the job of a written _replicator
+// document, in tr, the transaction that writes it, so both commit
+// together. A document that did not parse gets a job in state failed with
+// the parse error, visible in _scheduler/docs. An update that leaves the
+// replication unchanged while its job is pending, running or crashing, or
+// that only records the replicator's own terminal state, leaves the job
+// alone; any other update replaces the job (a running one is halted at
+// its next heartbeat). Run again in the same transaction (a retry, also
+// after commit_unknown_result) it gives the same outcome.
+func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) error {
+	if !repdb.IsReplicatorDB(doc.DB) || !repdb.IsReplicationDoc(doc.ID) {
+		return nil
+	}
+	if _, err := p.setup(ctx); err != nil {
+		return err
+	}
+	p.m.CountOnCommit(tr, replicator.MetricDocsDBChanges, 1)
+	dbUUID, err := p.store.DBUUID(tr, doc.DB)
+	if err != nil {
+		return err
+	}
+	jobID := replicator.DocJobID(dbUUID, doc.ID)
+	old, oldState, err := p.store.Job(ctx, tr, jobID)
+	if err != nil {
+		return err
+	}
+	spec, perr := doc.Spec, doc.Err
+	if old != nil {
+		mine, _ := p.memo.get(tr, "job:"+jobID)
+		same := perr == nil && replicator.SameReplication(old.Rep, spec)
+		switch {
+		case same && mine == strconv.FormatInt(old.StartTime, 10):
+			return nil // the job an earlier run of this transaction added (it may have finished since)
+		case same && (oldState != fdbjobs.Finished || doc.State == replicator.StateCompleted || doc.State == replicator.StateFailed):
+			return nil // unchanged, or the replicator recording its own result
+		case perr != nil && old.Rep == nil && old.LastError == replicator.Reason(perr):
+			return nil // the same parse failure
+		}
+	}
+	now := p.cfg.Clock.Now()
+	d := &replicator.JobData{Rep: spec, DBName: doc.DB, DBUUID: dbUUID, DocID: doc.ID, State: replicator.StatePending,
+		StartTime: replicator.Millis(now), LastUpdated: replicator.Millis(now)}
+	if perr != nil {
+		d.Rep, d.State = nil, replicator.StateFailed
+		d.LastError = replicator.Reason(perr)
+		d.StateInfo = replicator.StateInfo("bad_rep_doc", replicator.Reason(perr))
+	}
+	d.AddHistory(p.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventAdded, Timestamp: replicator.Millis(now)})
+	if err := p.addJob(ctx, tr, jobID, old, d); err != nil {
+		return err
+	}
+	p.memo.put(tr, "job:"+jobID, strconv.FormatInt(d.StartTime, 10))
+	p.m.CountOnCommit(tr, replicator.MetricJobsAdds, 1)
+	return nil
+}
+
+// DocDeleted removes the job of a deleted _replicator document, in tr.
+func (p *Plane) DocDeleted(ctx context.Context, tr kv.Transaction, db, docID string) error {
+	if !repdb.IsReplicatorDB(db) || !repdb.IsReplicationDoc(docID) {
+		return nil
+	}
+	if _, err := p.setup(ctx); err != nil {
+		return err
+	}
+	p.m.CountOnCommit(tr, replicator.MetricDocsDBChanges, 1)
+	dbUUID, err := p.store.DBUUID(tr, db)
+	if err != nil {
+		return err
+	}
+	jobID := replicator.DocJobID(dbUUID, docID)
+	old, _, err := p.store.Job(ctx, tr, jobID)
+	if err != nil || old == nil {
+		return err
+	}
+	if err := p.store.RemoveJob(ctx, tr, jobID, old); err != nil {
+		return err
+	}
+	p.m.CountOnCommit(tr, replicator.MetricJobsRemoves, 1)
+	return nil
+}
+
+// addJob replaces job jobID (old is its current data, nil when absent) by
+// a pending job with data d, scheduled by fair share.
+func (p *Plane) addJob(ctx context.Context, tr kv.Transaction, jobID string, old, d *replicator.JobData) error {
+	usage, err := p.store.Usage(tr)
+	if err != nil {
+		return err
+	}
+	stime := p.cfg.EnqueueTime(p.cfg.Clock.Now(), usage, d.ShareKey())
+	return p.store.AddJob(ctx, tr, jobID, old, d, stime, p.cfg.JobTimeout)
+}
+
+// DBCreated gives a _replicator database a new identity (persistent job
+// ids are its UUID and the document id), inside the transaction that
+// creates the database. Run again in the same transaction (a retry, also
+// after commit_unknown_result), it writes the same identity. Jobs of an
+// earlier database of the same name are orphaned and removed by the nodes'
+// cleanup. For a database that comes back with documents (a restore), call
+// DocWritten for each document afterwards: they were never validated, and
+// invalid ones become failed jobs.
+func (p *Plane) DBCreated(ctx context.Context, tr kv.Transaction, dbName string) error {
+	if !repdb.IsReplicatorDB(dbName) {
+		return nil
+	}
+	u, ok := p.memo.get(tr, "db:"+dbName)
+	if !ok {
+		u = replicator.NewDBUUID()
+		p.memo.put(tr, "db:"+dbName, u)
+	}
+	p.store.SetDBUUID(tr, dbName, u)
+	p.m.CountOnCommit(tr, replicator.MetricDocsDBsCreated, 1)
+	return nil
+}
+
+// DBDeleted removes the jobs of a deleted _replicator database, inside the
+// transaction that deletes it: up to dbJobsInlineRemoveLimit of them at
+// once, the rest through the replication nodes' periodic cleanup (their
+// database identity is gone, so they no longer run).
+func (p *Plane) DBDeleted(ctx context.Context, tr kv.Transaction, dbName string) error {
+	if !repdb.IsReplicatorDB(dbName) {
+		return nil
+	}
+	dbUUID, err := p.store.RegisteredDB(tr, dbName)
+	if err != nil || dbUUID == "" {
+		return err
+	}
+	p.store.ClearDB(tr, dbName)
+	docIDs, keys, err := p.store.DBJobs(tr, dbUUID, dbJobsInlineRemoveLimit)
+	if err != nil {
+		return err
+	}
+	for i, docID := range docIDs {
+		jobID := replicator.DocJobID(dbUUID, docID)
+		old, _, err := p.store.Job(ctx, tr, jobID)
+		if err != nil {
+			return err
+		}
+		if err := p.store.RemoveJob(ctx, tr, jobID, old); err != nil {
+			return err
+		}
+		tr.Clear(keys[i])
+	}
+	p.m.CountOnCommit(tr, replicator.MetricDocsDBsDeleted, 1)
+	p.m.CountOnCommit(tr, replicator.MetricJobsRemoves, len(docIDs))
+	return nil
+}
+
+// txMemoMax bounds txMemo: retries of one transaction follow each other
+// closely, so only recent entries matter.
+const txMemoMax = 256
+
+// txMemo remembers, per transaction, what a function joining the caller's
+// transaction chose or did in an earlier run, so that the same transaction
+// run again (a retry, possibly after its earlier attempt committed with
+// commit_unknown_result) gives the same outcome: retry loops reuse their
+// Transaction. DBCreated keeps the database UUID it chose ("db:" + name);
+// DocWritten recognises the job it added ("job:" + id -> its start time).
+type txMemo struct {
+	mu    sync.Mutex
+	m     map[txMemoKey]string
+	order []txMemoKey
+}
+
+type txMemoKey struct {
+	tr  kv.Transaction
+	key string
+}
+
+func (c *txMemo) get(tr kv.Transaction, key string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[txMemoKey{tr, key}]
+	return v, ok
+}
+
+func (c *txMemo) put(tr kv.Transaction, key, v string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := txMemoKey{tr, key}
+	if c.m == nil {
+		c.m = map[txMemoKey]string{}
+	}
+	if _, ok := c.m[k]; !ok {
+		c.order = append(c.order, k)
+	}
+	c.m[k] = v
+	for len(c.order) > txMemoMax {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+}

@@ -1,0 +1,205 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/replicator"
+)
+
+// OutcomeKind is how a POST /_replicate ended.
+type OutcomeKind int
+
+const (
+	// Running: a continuous replication is running on some node.
+	Running OutcomeKind = iota
+	// Completed: a one-shot replication completed.
+	Completed
+	// Failed: the replication failed.
+	Failed
+	// Cancelled: a cancel removed the replication.
+	Cancelled
+)
+
+// Outcome is the result of Replicate.
+type Outcome struct {
+	Kind OutcomeKind
+	// LocalID is the replication id (the job id before one was computed)
+	// of a running or cancelled replication.
+	LocalID string
+	// Checkpoint is a completed replication's final checkpoint, CouchDB's
+	// reply without "ok": session_id, source_last_seq, history, ...
+	Checkpoint json.RawMessage
+	// Tag and Reason describe a failure: CouchDB's error class
+	// ("db_not_found", "unauthorized", ...) and its reason.
+	Tag, Reason string
+}
+
+// Replicate serves POST /_replicate for user:
+//   - a replication: a continuous one returns Running once it runs on some
+//     replication node; a one-shot one blocks until it ends, Completed or
+//     Failed. Posting a replication identical to a pending or running one
+//     does not restart it. The job survives the caller going away (and
+//     node restarts); ctx only bounds the wait.
+//   - "cancel": true with the replication's specification or its id
+//     ("replication_id", "id" or "_local_id"; a replication id or a job
+//     id): Cancelled.
+//
+// Errors: ErrBadRequest or ErrTooLarge for a body that does not parse;
+// ErrNotFound for an unknown job to cancel (or one cancelled while the
+// caller waited); ErrUnauthorized to cancel another user's job (unless
+// user is an admin) or a job defined by a _replicator document; kv errors.
+func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user replicator.UserCtx) (Outcome, error) {
+	req, err := replicator.ParseRequest(body)
+	if err != nil {
+		return Outcome{}, err
+	}
+	uuid, err := p.setup(ctx)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if req.Cancel {
+		return p.cancel(ctx, req, user, uuid)
+	}
+	spec := req.Spec
+	jobID := replicator.TransientJobID(uuid, spec, user.Name)
+	now := replicator.Millis(p.cfg.Clock.Now())
+	// added survives the retry loop: a body that runs again after its
+	// earlier attempt committed finds its own job pending and reports the
+	// same outcome (the job added once).
+	added := false
+	_, err = kv.Transact(ctx, p.store.DB, func(tr kv.Transaction) (any, error) {
+		old, st, err := p.store.Job(ctx, tr, jobID)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case old != nil && st != fdbjobs.Finished && replicator.SameReplication(old.Rep, spec):
+			return nil, nil // already pending or running (maybe since our earlier attempt)
+		case old != nil && added && old.StartTime == now && replicator.SameReplication(old.Rep, spec):
+			return nil, nil // our earlier attempt's job, which already finished
+		}
+		d := &replicator.JobData{Rep: spec, RepUser: user.Name, State: replicator.StatePending, StartTime: now, LastUpdated: now}
+		d.AddHistory(p.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventAdded, Timestamp: now})
+		if err := p.addJob(ctx, tr, jobID, old, d); err != nil {
+			return nil, err
+		}
+		added = true
+		return nil, nil
+	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	if added {
+		p.m.Inc(replicator.MetricJobsAdds)
+	}
+	return p.wait(ctx, jobID, spec.Continuous)
+}
+
+var errCancelled = replicator.NewReason(replicator.ErrNotFound, "the replication was cancelled")
+
+// wait follows the job until it runs (continuous) or finishes (one-shot).
+func (p *Plane) wait(ctx context.Context, jobID string, continuous bool) (Outcome, error) {
+	sub, st, raw, err := p.store.Jobs.Subscribe(ctx, nil, replicator.JobType, jobID)
+	if errors.Is(err, fdbjobs.ErrNotFound) {
+		return Outcome{}, errCancelled
+	}
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer sub.Unsubscribe()
+	for {
+		if raw != nil {
+			d, err := replicator.DecodeJobData(raw)
+			if err != nil {
+				return Outcome{}, err
+			}
+			if o, done := outcomeOf(st, d, jobID, continuous); done {
+				return o, nil
+			}
+		}
+		if sub == nil {
+			return Outcome{}, errors.New("replicator: finished job without a terminal state")
+		}
+		ev, err := sub.Wait(ctx)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if ev.State == fdbjobs.NotFound {
+			return Outcome{}, errCancelled
+		}
+		st, raw = ev.State, ev.Data
+	}
+}
+
+// outcomeOf decides whether a job state answers the POST.
+func outcomeOf(st fdbjobs.State, d *replicator.JobData, jobID string, continuous bool) (Outcome, bool) {
+	localID := d.RepID
+	if localID == "" {
+		localID = jobID
+	}
+	switch {
+	case d.State == replicator.StateFailed && st == fdbjobs.Finished:
+		var ei replicator.ErrorInfo
+		if json.Unmarshal(d.StateInfo, &ei) != nil || ei.Error == "" {
+			ei = replicator.ErrorInfo{Error: "error", Reason: d.LastError}
+		}
+		return Outcome{Kind: Failed, Tag: ei.Error, Reason: ei.Reason}, true
+	case d.State == replicator.StateCompleted && st == fdbjobs.Finished:
+		return Outcome{Kind: Completed, Checkpoint: d.CheckpointHistory}, true
+	case continuous && d.State == replicator.StateRunning && st == fdbjobs.Running:
+		return Outcome{Kind: Running, LocalID: localID}, true
+	}
+	return Outcome{}, false
+}
+
+func (p *Plane) cancel(ctx context.Context, req *replicator.Request, user replicator.UserCtx, uuid string) (Outcome, error) {
+	jobID := req.ID
+	if req.Spec != nil && jobID == "" {
+		jobID = replicator.TransientJobID(uuid, req.Spec, user.Name)
+	}
+	jobID, err := p.resolveID(ctx, jobID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	// done survives the retry loop: when an attempt removed the job and
+	// committed although the commit reported commit_unknown_result, the
+	// retry finds the job gone and gives the same answer (cancelled, not
+	// missing).
+	var done *Outcome
+	o, err := kv.Transact(ctx, p.store.DB, func(tr kv.Transaction) (Outcome, error) {
+		d, _, err := p.store.Job(ctx, tr, jobID)
+		if err != nil {
+			return Outcome{}, err
+		}
+		switch {
+		case d == nil && done != nil:
+			return *done, nil
+		case d == nil:
+			return Outcome{}, replicator.NewReason(replicator.ErrNotFound, "missing")
+		case !d.Transient():
+			return Outcome{}, replicator.NewReason(replicator.ErrUnauthorized,
+				"Persistent replication collision: this replication is defined by document `%s` in `%s`; delete the document to stop it",
+				d.DocID, d.DBName)
+		case d.RepUser != user.Name && !user.IsAdmin():
+			return Outcome{}, replicator.NewReason(replicator.ErrUnauthorized,
+				"only the user who started the replication or a server admin may cancel it")
+		}
+		if err := p.store.RemoveJob(ctx, tr, jobID, d); err != nil {
+			return Outcome{}, err
+		}
+		local := d.RepID
+		if local == "" {
+			local = jobID
+		}
+		done = &Outcome{Kind: Cancelled, LocalID: local}
+		return *done, nil
+	})
+	if err == nil {
+		p.m.Inc(replicator.MetricJobsRemoves)
+	}
+	return o, err
+}

@@ -1,0 +1,339 @@
+// Package replicatortest runs a replicator cluster in one process for
+// tests: a control plane and replication nodes, each node with its own
+// fdbjobs client, on one store, after hashicorp/raft's MakeCluster. Jobs
+// are created as api_frontend nodes create them (the control plane's
+// ParseDoc and DocWritten), terminal states are recorded by MemDocs, and
+// waits follow the jobs through fdbjobs subscriptions instead of polling.
+package replicatortest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/control"
+	"github.com/fdbrep/fdbrep/replicator/scheduler"
+)
+
+// Config is a scheduler configuration for tests: intervals, backoffs and
+// timeouts in tens of milliseconds, room for four jobs per node.
+func Config() scheduler.Config {
+	return scheduler.Config{
+		Config:   replicator.Config{StartupJitter: 20 * time.Millisecond, JobTimeout: 2 * time.Second},
+		Interval: 40 * time.Millisecond, MinRunTime: 1,
+		MaxJobs: 4, MaxChurn: 4, MaxAcceptors: 2,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, HealthThreshold: time.Minute,
+		StatsUpdateInterval: 20 * time.Millisecond,
+		TransientJobMaxAge:  time.Hour, ShutdownTimeout: 5 * time.Second,
+	}
+}
+
+// Cluster is a store with a control plane and replication nodes.
+type Cluster struct {
+	t testing.TB
+	// DB is the shared store.
+	DB kv.Database
+	// Config is the configuration nodes start with (NodeName set per node).
+	Config scheduler.Config
+	// Plane is the control plane, on its own fdbjobs client Jobs.
+	Plane *control.Plane
+	Jobs  *fdbjobs.Client
+	// Store reads the replicator's state.
+	Store *replicator.Store
+	// Nodes are the nodes in the order they were added.
+	Nodes  []*scheduler.Node
+	Engine replicator.Engine
+	// Docs records the terminal states nodes write into documents, when
+	// Config.DocUpdater was nil.
+	Docs *MemDocs
+
+	nodeJobs []*fdbjobs.Client
+	cuts     []*cutDB
+}
+
+// JobsClient returns a started fdbjobs client on db with fast test
+// settings, stopped at the test's end.
+func JobsClient(t testing.TB, db kv.Database) *fdbjobs.Client {
+	t.Helper()
+	c, err := fdbjobs.New(db, fdbjobs.Config{ActivityMonitorMaxJitter: 50 * time.Millisecond, NotifierHoldoff: 5 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// NewCluster starts a control plane and n nodes running eng on a fresh
+// store (kvtest.NewDB), all stopped at the test's end.
+func NewCluster(t testing.TB, n int, eng replicator.Engine, cfg scheduler.Config) *Cluster {
+	t.Helper()
+	return NewClusterOn(t, kvtest.NewDB(t), n, eng, cfg)
+}
+
+// NewClusterOn is NewCluster on db.
+func NewClusterOn(t testing.TB, db kv.Database, n int, eng replicator.Engine, cfg scheduler.Config) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, DB: db, Config: cfg, Engine: eng}
+	if cfg.DocUpdater == nil {
+		c.Docs = NewMemDocs()
+		c.Config.DocUpdater = c.Docs
+	}
+	c.Jobs = JobsClient(t, db)
+	p, err := control.New(db, c.Jobs, c.Config.Config)
+	require.NoError(t, err)
+	require.NoError(t, p.Init(context.Background()))
+	c.Plane = p
+	c.Store = replicator.NewStore(db, c.Jobs, c.Config.Subspace)
+	for i := 0; i < n; i++ {
+		c.AddNode(fmt.Sprintf("node%d", i))
+	}
+	return c
+}
+
+// AddNode starts one more node named name, with its own fdbjobs client on
+// a view of the store that Kill can cut, and its test signals on.
+func (c *Cluster) AddNode(name string) *scheduler.Node {
+	c.t.Helper()
+	cut := &cutDB{Database: c.DB}
+	jc := JobsClient(c.t, cut)
+	cfg := c.Config
+	cfg.NodeName = name
+	n, err := scheduler.New(cut, jc, c.Engine, cfg)
+	require.NoError(c.t, err)
+	n.TestSignals.InitTestSignals()
+	require.NoError(c.t, n.Start(context.Background()))
+	c.t.Cleanup(n.Stop)
+	c.Nodes = append(c.Nodes, n)
+	c.nodeJobs = append(c.nodeJobs, jc)
+	c.cuts = append(c.cuts, cut)
+	return n
+}
+
+// Kill stops node i as if its process died: its store is cut off first,
+// so nothing it does from then on is stored (its running jobs stay
+// "running" until the activity monitor of another node re-enqueues them),
+// then it and its fdbjobs client are stopped.
+func (c *Cluster) Kill(i int) {
+	c.cuts[i].cut.Store(true)
+	c.Nodes[i].Stop()
+	c.nodeJobs[i].Stop()
+}
+
+// errCut is what a killed node's store answers.
+var errCut = errors.New("replicatortest: the node's store is cut off (killed)")
+
+// cutDB is a node's view of the store that Kill can cut off: every
+// transaction after the cut fails with a non-retryable error (a commit in
+// flight may still land, as when a process dies).
+type cutDB struct {
+	kv.Database
+	cut atomic.Bool
+}
+
+func (d *cutDB) Transact(ctx context.Context, f func(kv.Transaction) (any, error)) (any, error) {
+	if d.cut.Load() {
+		return nil, errCut
+	}
+	return d.Database.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		if d.cut.Load() {
+			return nil, errCut
+		}
+		return f(tr)
+	})
+}
+
+func (d *cutDB) ReadTransact(ctx context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
+	if d.cut.Load() {
+		return nil, errCut
+	}
+	return d.Database.ReadTransact(ctx, f)
+}
+
+func (d *cutDB) CreateTransaction() (kv.Transaction, error) {
+	if d.cut.Load() {
+		return nil, errCut
+	}
+	return d.Database.CreateTransaction()
+}
+
+// PutDoc writes a _replicator document's job as the HTTP API does (doc
+// nil: the document is deleted).
+func (c *Cluster) PutDoc(db, id string, doc map[string]any) {
+	c.t.Helper()
+	ctx := context.Background()
+	if doc == nil {
+		_, err := c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
+			return nil, c.Plane.DocDeleted(ctx, tr, db, id)
+		})
+		require.NoError(c.t, err)
+		return
+	}
+	raw, err := json.Marshal(doc)
+	require.NoError(c.t, err)
+	parsed, _ := c.Plane.ParseDoc(db, id, raw) // invalid documents become failed jobs
+	_, err = c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		return nil, c.Plane.DocWritten(ctx, tr, parsed)
+	})
+	require.NoError(c.t, err)
+}
+
+// DocState returns the scheduler view of a document's job.
+func (c *Cluster) DocState(db, id string) control.DocInfo {
+	c.t.Helper()
+	d, err := c.Plane.SchedulerDoc(context.Background(), db, id)
+	require.NoError(c.t, err)
+	return d
+}
+
+// DocJobID returns the job id of a _replicator document.
+func (c *Cluster) DocJobID(db, doc string) string {
+	c.t.Helper()
+	u, err := c.Store.ReadRegisteredDB(context.Background(), db)
+	require.NoError(c.t, err)
+	return replicator.DocJobID(u, doc)
+}
+
+// WaitDocState waits until a document's job is in one of states and
+// returns its scheduler view.
+func (c *Cluster) WaitDocState(db, id string, states ...string) control.DocInfo {
+	c.t.Helper()
+	c.WaitJob(fmt.Sprintf("%s/%s in %v", db, id, states), c.DocJobID(db, id), func(_ fdbjobs.State, d *replicator.JobData) bool {
+		return d != nil && slices.Contains(states, d.State)
+	})
+	return c.DocState(db, id)
+}
+
+// WaitJob waits until cond holds for a job's fdbjobs state and data (nil
+// when the job does not exist). An fdbjobs subscription wakes it when the
+// job's state changes; since a subscription reports states, not every
+// write (a job that crashes at once goes from pending to pending), the
+// job is also read again after a growing pause (1 ms doubling to 100 ms).
+func (c *Cluster) WaitJob(what, jobID string, cond func(fdbjobs.State, *replicator.JobData) bool) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitTimeout)
+	defer cancel()
+	var sub *fdbjobs.Subscription
+	defer func() {
+		if sub != nil {
+			sub.Unsubscribe()
+		}
+	}()
+	pause := time.Millisecond
+	for {
+		if sub == nil {
+			s, _, _, err := c.Jobs.Subscribe(ctx, nil, replicator.JobType, jobID)
+			if err == nil {
+				sub = s // nil for a finished job
+			}
+		}
+		d, st, err := c.Store.Job(ctx, nil, jobID)
+		require.NoError(c.t, err, "waiting for %s", what)
+		if d == nil {
+			st = fdbjobs.NotFound
+		}
+		if cond(st, d) {
+			return
+		}
+		wctx, wcancel := context.WithTimeout(ctx, pause)
+		if sub != nil {
+			ev, err := sub.Wait(wctx)
+			if (err == nil && (ev.State == fdbjobs.Finished || ev.State == fdbjobs.NotFound)) || (err != nil && wctx.Err() == nil) {
+				sub.Unsubscribe() // no more events (finished, removed, or the subscription closed)
+				sub = nil
+			}
+		}
+		if sub == nil {
+			<-wctx.Done()
+		}
+		wcancel()
+		if ctx.Err() != nil {
+			c.t.Fatalf("timed out after %v waiting for %s", testutil.WaitTimeout, what)
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
+// JobSTime returns a job's fdbjobs scheduled time and state.
+func (c *Cluster) JobSTime(jobID string) (int64, fdbjobs.State) {
+	c.t.Helper()
+	var st int64
+	var state fdbjobs.State
+	err := c.Jobs.FoldJobs(context.Background(), replicator.JobType, func(j fdbjobs.JobInfo) error {
+		if j.ID == jobID {
+			st, state = j.ScheduledTime, j.State
+		}
+		return nil
+	})
+	require.NoError(c.t, err)
+	return st, state
+}
+
+// RepDoc is a replication document from src to tgt.
+func RepDoc(src, tgt string, continuous bool) map[string]any {
+	return map[string]any{"source": src, "target": tgt, "continuous": continuous}
+}
+
+// MemDocs is a replicator.DocUpdater that records terminal states in
+// memory (and writes a key in the transaction, so the write is part of
+// it).
+type MemDocs struct {
+	mu     sync.Mutex
+	states map[string]DocUpdate
+}
+
+// DocUpdate is a recorded terminal state.
+type DocUpdate struct {
+	State, Reason string
+	Stats         json.RawMessage
+}
+
+// NewMemDocs returns an empty MemDocs.
+func NewMemDocs() *MemDocs { return &MemDocs{states: map[string]DocUpdate{}} }
+
+// DocCompleted implements replicator.DocUpdater.
+func (m *MemDocs) DocCompleted(ctx context.Context, tr kv.Transaction, db, doc string, stats json.RawMessage) error {
+	return m.record(tr, db, doc, DocUpdate{State: replicator.StateCompleted, Stats: stats})
+}
+
+// DocFailed implements replicator.DocUpdater.
+func (m *MemDocs) DocFailed(ctx context.Context, tr kv.Transaction, db, doc, reason string) error {
+	return m.record(tr, db, doc, DocUpdate{State: replicator.StateFailed, Reason: reason})
+}
+
+func (m *MemDocs) record(tr kv.Transaction, db, doc string, u DocUpdate) error {
+	tr.Set(kv.Key("test-doc-states/"+db+"/"+doc), []byte(u.State))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.states[db+"/"+doc] = u
+	return nil
+}
+
+// Get returns the last state recorded for a document.
+func (m *MemDocs) Get(db, doc string) (DocUpdate, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	u, ok := m.states[db+"/"+doc]
+	return u, ok
+}
+
+// WaitIntervals waits until node i has run k more interval steps than
+// when WaitIntervals was called.
+func (c *Cluster) WaitIntervals(i int, k int64) {
+	c.t.Helper()
+	n := c.Nodes[i]
+	target := n.Stats().Intervals + k
+	testutil.WaitUntil(c.t, &n.TestSignals.Rescheduled, fmt.Sprintf("node %d to reach interval %d", i, target),
+		func(step int64) bool { return step >= target })
+}

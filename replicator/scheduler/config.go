@@ -1,0 +1,174 @@
+package scheduler
+
+import (
+	"os"
+	"time"
+
+	"github.com/fdbrep/fdbrep/replicator"
+)
+
+// Defaults of Config. Durations are CouchDB 4.x's unless noted.
+const (
+	// MaxJobsDefault is the most jobs a replication node runs in steady
+	// state (it may briefly run up to MaxJobs+MaxChurn, see doc.go).
+	MaxJobsDefault = 500
+	// MaxChurnDefault is the most extra jobs a node starts per interval
+	// while runnable jobs are pending, and so the most it preempts.
+	MaxChurnDefault = 100
+	// MaxAcceptorsDefault is the most idle acceptors per node.
+	MaxAcceptorsDefault = 2
+	// IntervalDefault is the rescheduling interval (jittered by up to a
+	// third).
+	IntervalDefault = 15 * time.Second
+	// MinRunTimeDefault is how long a continuous job runs at least before
+	// it may be preempted.
+	MinRunTimeDefault = 60 * time.Second
+	// MinBackoffDefault is the first crash's backoff; each further
+	// consecutive crash doubles it.
+	MinBackoffDefault = 32 * time.Second
+	// MaxBackoffDefault caps the crash backoff (2 days).
+	MaxBackoffDefault = 48 * time.Hour
+	// MaxBackoffLimit is the largest MaxBackoff accepted (30 days).
+	MaxBackoffLimit = 30 * 24 * time.Hour
+	// HealthThresholdDefault: a job that ran this long without crashing is
+	// healed (its consecutive error count goes back to 0).
+	HealthThresholdDefault = 2 * time.Minute
+	// TransientJobMaxAgeDefault is how long finished transient jobs stay
+	// readable before the cleanup removes them.
+	TransientJobMaxAgeDefault = 24 * time.Hour
+	// StatsUpdateIntervalDefault is the heartbeat period of a running job
+	// (capped at a third of the job timeout); checkpoints also beat.
+	StatsUpdateIntervalDefault = 10 * time.Second
+	// ShutdownTimeoutDefault bounds how long Node.Stop waits for jobs to
+	// checkpoint and re-enqueue themselves.
+	ShutdownTimeoutDefault = 5 * time.Second
+)
+
+// stopGraceMax bounds how long a stopping run (Node.Stop, rotation, a
+// filter change) may take to write its final checkpoint before its
+// requests are cancelled; at most half of ShutdownTimeout is used, so the
+// job is re-enqueued within the shutdown timeout.
+const stopGraceMax = 2 * time.Second
+
+// Config configures a Node: the cluster-wide settings every node and
+// frontend shares (replicator.Config), and this node's own. The zero value
+// gives the defaults.
+type Config struct {
+	replicator.Config
+
+	// NodeName names this node in job data and monitoring ("node" fields).
+	// Defaults to the host name.
+	NodeName string
+
+	MaxJobs             int
+	MaxChurn            int
+	MaxAcceptors        int
+	Interval            time.Duration
+	MinRunTime          time.Duration
+	MinBackoff          time.Duration
+	MaxBackoff          time.Duration
+	HealthThreshold     time.Duration
+	TransientJobMaxAge  time.Duration
+	StatsUpdateInterval time.Duration
+	ShutdownTimeout     time.Duration
+
+	// DocUpdater writes terminal states into _replicator documents, in the
+	// job's finishing transaction. Nil writes nothing.
+	DocUpdater replicator.DocUpdater
+}
+
+func (c Config) withDefaults() Config {
+	c.Config = c.Config.WithDefaults()
+	if c.NodeName == "" {
+		c.NodeName = defaultNodeName()
+	}
+	def := func(p *int, d int) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	defD := func(p *time.Duration, d time.Duration) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	def(&c.MaxJobs, MaxJobsDefault)
+	def(&c.MaxChurn, MaxChurnDefault)
+	def(&c.MaxAcceptors, MaxAcceptorsDefault)
+	defD(&c.Interval, IntervalDefault)
+	defD(&c.MinRunTime, MinRunTimeDefault)
+	defD(&c.MinBackoff, MinBackoffDefault)
+	defD(&c.MaxBackoff, MaxBackoffDefault)
+	defD(&c.HealthThreshold, HealthThresholdDefault)
+	defD(&c.TransientJobMaxAge, TransientJobMaxAgeDefault)
+	defD(&c.StatsUpdateInterval, StatsUpdateIntervalDefault)
+	defD(&c.ShutdownTimeout, ShutdownTimeoutDefault)
+	return c
+}
+
+func (c Config) validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
+	bad := replicator.InvalidConfig
+	switch {
+	case c.MaxJobs < 0:
+		return bad("max_jobs %d is negative", c.MaxJobs)
+	case c.MaxChurn < 0:
+		return bad("max_churn %d is negative", c.MaxChurn)
+	case c.MaxAcceptors < 0:
+		return bad("max_acceptors %d is negative", c.MaxAcceptors)
+	case c.Interval < time.Millisecond:
+		return bad("interval %v is under a millisecond", c.Interval)
+	case c.MinRunTime < 0:
+		return bad("min_run_time %v is negative", c.MinRunTime)
+	case c.MinBackoff < time.Millisecond:
+		return bad("min_backoff %v is under a millisecond", c.MinBackoff)
+	case c.MaxBackoff < c.MinBackoff:
+		return bad("max_backoff %v is under min_backoff %v", c.MaxBackoff, c.MinBackoff)
+	case c.MaxBackoff > MaxBackoffLimit:
+		return bad("max_backoff %v is over %v", c.MaxBackoff, MaxBackoffLimit)
+	case c.HealthThreshold < 0:
+		return bad("health_threshold %v is negative", c.HealthThreshold)
+	case c.TransientJobMaxAge < 0:
+		return bad("transient_job_max_age %v is negative", c.TransientJobMaxAge)
+	case c.StatsUpdateInterval < 0:
+		return bad("stats update interval %v is negative", c.StatsUpdateInterval)
+	case c.ShutdownTimeout < 0:
+		return bad("shutdown timeout %v is negative", c.ShutdownTimeout)
+	}
+	return nil
+}
+
+// stopGrace is how long a stopping run may take for its final checkpoint.
+func (c Config) stopGrace() time.Duration { return min(stopGraceMax, c.ShutdownTimeout/2) }
+
+// heartbeat is the period of a running job's Update: StatsUpdateInterval,
+// at most a third of the job timeout.
+func (c Config) heartbeat() time.Duration {
+	hb := c.StatsUpdateInterval
+	if hb == 0 || hb > c.JobTimeout/3 {
+		hb = c.JobTimeout / 3
+	}
+	return hb
+}
+
+// backoff is the wait after the n-th consecutive crash (n >= 1):
+// min(MinBackoff * 2^(n-1), MaxBackoff), minus up to a quarter: jitter in
+// [0, 1) picks how much.
+func (c Config) backoff(n int, jitter float64) time.Duration {
+	wait := c.MinBackoff
+	for i := 1; i < n && wait < c.MaxBackoff; i++ {
+		wait *= 2
+	}
+	wait = min(wait, c.MaxBackoff)
+	return wait - time.Duration(jitter*float64(wait/4))
+}
+
+func defaultNodeName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "fdbrep"
+	}
+	return h
+}

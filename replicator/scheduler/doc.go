@@ -1,0 +1,86 @@
+// Package scheduler is a replication node's job server, what nodes with
+// the replication role run (Node): it accepts replication jobs from the
+// cluster-wide fdbjobs queue, runs them with a replicator.Engine (the
+// protocol engine by default), rotates continuous jobs when more are
+// runnable than it may run, backs crashing jobs off, heals them, charges
+// run time for fair share and removes expired transient jobs. Nodes share
+// only the store: they need no connection to each other or to the
+// api_frontend nodes, and open no listener. Terminal states reach the
+// _replicator documents through a replicator.DocUpdater (repdb.Store), in
+// the job's finishing transaction.
+//
+// # Job server
+//
+// Acceptors take the runnable jobs with the oldest scheduled times: a
+// bisection over fdbjobs pending counts (one snapshot read transaction,
+// to Interval/50) finds the time T by which as many jobs are runnable as
+// the acceptor may take, and an AcceptBatch bounded by T takes them (when
+// acceptors of several nodes aim at the same jobs, the losers of the
+// conflict retry and take what is left by T). With nothing runnable an acceptor waits on the
+// queue's watch for up to a random part of StartupJitter. The pool holds
+// at most MaxAcceptors acceptors, which between them may take the room
+// left under MaxJobs (at most 25 jobs each at once, so a starting node
+// fills quickly); an acceptor that gets jobs becomes their workers and the
+// pool is topped up.
+//
+// Every Interval (plus up to a third, at random) the node: applies a configuration given to
+// SetConfig; charges run time for fair share; stops the oldest continuous
+// jobs beyond MaxJobs that ran at least MinRunTime (one-shot jobs only
+// after MaxJobs was lowered, and after the continuous ones), each writing
+// a final checkpoint and going back to pending; starts up to
+// min(MaxChurn - jobs accepted in the last interval, MaxJobs + MaxChurn -
+// acceptors' room - workers, runnable jobs) jobs' worth of extra
+// acceptors, so that with more runnable jobs than capacity about MaxChurn
+// jobs rotate every two intervals (jobs accepted in one interval count
+// against the next one's churn, as in CouchDB); and
+// removes finished transient jobs older than TransientJobMaxAge (and jobs
+// of deleted _replicator databases) with their replication id mapping, at
+// most every max(Interval, TransientJobMaxAge/10).
+//
+// # Job lifecycle
+//
+// Accepted, a job computes its replication id (the engine fetches a
+// design document filter's code from the source), then in one transaction
+// claims the id in the (replication id -> job id) subspace: if another job
+// holds it and that job is pending or running, a transient holder makes
+// this job crashing (a transient job: failed) and a persistent holder
+// makes it failed ("Replication `<id>` specified by document ... already
+// started, triggered by document ... from db ..."); a finished, crashing
+// or missing holder is taken over. The same transaction marks the job
+// running (history "started") as the fdbjobs heartbeat. While the engine
+// runs, every checkpoint and every StatsUpdateInterval (capped at a third
+// of JobTimeout) the stats are stored with fdbjobs.Update, the heartbeat
+// that keeps the activity monitor away and the fence that stops a worker
+// whose job was removed or replaced (ErrHalt: it stops writing at once).
+// At each checkpoint a filtered replication recomputes its id; if it
+// changed the job goes back to pending and runs again under the new id
+// (stats and history reset, the old mapping cleared). A one-shot run that
+// ends completes the job (state completed, state_info = stats,
+// checkpoint_history = the final checkpoint, the document updated).
+//
+// # Errors and backoff
+//
+// A crash makes a persistent job crashing (history "crashed" with the
+// reason, then "pending"), rescheduled at now + min(MinBackoff *
+// 2^(errors-1), MaxBackoff) less up to a quarter at random; a job that ran
+// longer than HealthThreshold since its last start is healed first (error
+// count back to 0, also at heartbeats). A transient job that crashes
+// fails, unless the error is the rate limiter's max_backoff. Node.Stop
+// stops every job with a final checkpoint and re-enqueues it for another
+// node at once. A stopping run keeps its heartbeat and gets
+// min(2 s, ShutdownTimeout/2) for the final checkpoint; then its requests
+// are cancelled (a peer that does not answer cannot hold the shutdown up)
+// and the job is re-enqueued with the progress of its last checkpoint.
+// ShutdownTimeout bounds the whole wait; a node that dies leaves
+// its jobs running until the fdbjobs activity monitor re-enqueues them,
+// between one and about two JobTimeouts after their last heartbeat.
+//
+// # Defaults
+//
+// max_jobs 500, max_churn 100, max_acceptors 2, interval 15 s, min_run_time
+// 60 s, startup_jitter 5 s, min_backoff 32 s, max_backoff 2 days (at most
+// 30 days), health_threshold 2 min, max_history 10, transient_job_max_age
+// 24 h, job timeout 61 s, stats update interval 10 s, shutdown timeout 5 s,
+// shares 100, usage_coeff 0.95, fair-share window 1 h. The *Default
+// constants document each.
+package scheduler

@@ -1,0 +1,40 @@
+package scheduler_test
+
+import (
+	"testing"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/replicatortest"
+	"github.com/fdbrep/fdbrep/replicator/simengine"
+)
+
+// The package's tests run the scheduler as production does: replication
+// nodes taking jobs that the control plane created, on one store, through
+// the replicatortest harness; most use the simulated engine.
+
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
+
+var (
+	testConfig = replicatortest.Config
+	newCluster = replicatortest.NewCluster
+	repDoc     = replicatortest.RepDoc
+)
+
+// waitStarts waits for runs to start on eng (whose Started signal is
+// initialised) until cond holds.
+func waitStarts(t *testing.T, eng *simengine.Engine, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		testutil.WaitUntil(t, &eng.Started, what, func(string) bool { return true })
+	}
+}
+
+// runningOn is a replicatortest.Cluster.WaitJob condition: the job runs on
+// node.
+func runningOn(node string) func(fdbjobs.State, *replicator.JobData) bool {
+	return func(_ fdbjobs.State, d *replicator.JobData) bool {
+		return d != nil && d.State == replicator.StateRunning && d.Node == node
+	}
+}

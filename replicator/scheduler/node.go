@@ -1,0 +1,578 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/service"
+	"github.com/fdbrep/fdbrep/internal/testsignal"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// Node is a replication node's job server: it accepts replication jobs
+// from the cluster-wide queue, runs them with its Engine, rotates
+// continuous jobs when more are runnable than it may run, backs crashing
+// jobs off, charges run time for fair share and removes expired transient
+// jobs. Many nodes share one store; they need no connection to each other
+// or to the frontends.
+type Node struct {
+	store *replicator.Store
+	eng   replicator.Engine
+	m     *replicator.Metrics
+	svc   service.Base
+
+	cfgMu sync.Mutex
+	next  *Config // from SetConfig, applied at the next interval
+
+	kick chan struct{}
+
+	// TestSignals let tests wait for the node's steps instead of sleeping
+	// or polling; they do nothing unless a test initialises them before
+	// Start.
+	TestSignals Signals
+
+	mu          sync.Mutex
+	cfg         Config          // applied; guarded by mu
+	ctx         context.Context // accept context; nil when stopped
+	opCtx       context.Context // workers' context; outlives ctx by the shutdown timeout
+	stopHard    context.CancelFunc
+	stopping    bool
+	serverUUID  string
+	acceptors   int
+	quota       int // jobs the live acceptors may take, in all
+	churn       int
+	workers     map[*worker]bool
+	wg          sync.WaitGroup
+	usage       replicator.Usage
+	charges     map[string]int64
+	lowered     bool // MaxJobs was lowered: one-shot jobs may be preempted
+	lastCleanup time.Time
+	rotations   []int // preemptions per interval (most recent last, capped)
+	intervals   int64
+}
+
+// Signals are the moments of a node's work that tests wait for.
+type Signals struct {
+	// Rescheduled carries the number of each interval step that ended
+	// (NodeStats.Intervals after it).
+	Rescheduled testsignal.Signal[int64]
+	// Idle carries the clock time (Unix ms) at which an acceptor found no
+	// job due and started waiting for one.
+	Idle testsignal.Signal[int64]
+}
+
+// InitTestSignals initialises every test signal; call it before Start.
+func (s *Signals) InitTestSignals() {
+	s.Rescheduled.Init()
+	s.Idle.Init()
+}
+
+// New returns a stopped replication node running replications with eng
+// (nil means replicator.EngineDefault{}).
+func New(db kv.Database, jobs *fdbjobs.Client, eng replicator.Engine, cfg Config) (*Node, error) {
+	if db == nil || jobs == nil {
+		return nil, replicator.InvalidConfig("nil database or jobs client")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if eng == nil {
+		eng = replicator.EngineDefault{}
+	}
+	return &Node{store: replicator.NewStore(db, jobs, cfg.Subspace), eng: eng, m: cfg.Metrics, cfg: cfg,
+		kick: make(chan struct{}, 1), workers: map[*worker]bool{}, charges: map[string]int64{}}, nil
+}
+
+// Metrics returns the counters the node updates.
+func (n *Node) Metrics() *replicator.Metrics { return n.m }
+
+// SetConfig validates cfg and applies it at the next interval. Subspace,
+// Metrics, Clock and Logger keep their values from New.
+func (n *Node) SetConfig(cfg Config) error {
+	n.mu.Lock()
+	cur := n.cfg
+	n.mu.Unlock()
+	cfg.Subspace, cfg.Metrics, cfg.Clock, cfg.Logger = cur.Subspace, cur.Metrics, cur.Clock, cur.Logger
+	if cfg.DocUpdater == nil {
+		cfg.DocUpdater = cur.DocUpdater
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	n.cfgMu.Lock()
+	n.next = &cfg
+	n.cfgMu.Unlock()
+	return nil
+}
+
+// Config returns the configuration in effect.
+func (n *Node) Config() Config {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cfg
+}
+
+// Reschedule runs the rescheduling step now instead of at the next tick.
+func (n *Node) Reschedule() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start registers the rep_jobs type, then starts the acceptors and the
+// rescheduling loop; they run until Stop or until ctx ends (the node then
+// shuts down as by Stop). Start on a started node does nothing; a node
+// whose ctx ended starts again.
+func (n *Node) Start(ctx context.Context) error {
+	uuid, err := n.store.Setup(ctx, n.Config().JobTimeout)
+	if err != nil {
+		return err
+	}
+	n.svc.Start(ctx, func(runCtx context.Context) {
+		opCtx, stopHard := context.WithCancel(context.WithoutCancel(runCtx))
+		n.mu.Lock()
+		n.ctx, n.opCtx, n.stopHard, n.stopping, n.serverUUID = runCtx, opCtx, stopHard, false, uuid
+		n.lastCleanup = time.Time{}
+		n.spawnAcceptorsLocked()
+		n.mu.Unlock()
+	}, func(runCtx context.Context) {
+		n.serve(runCtx)
+		n.shutdown()
+	})
+	return nil
+}
+
+// Stop stops accepting, stops every running job (each writes a final
+// checkpoint and goes back to pending, so another node resumes it at once;
+// a run that has not ended after a short grace, e.g. because a peer does
+// not answer, is cancelled and its job still goes back to pending; jobs
+// still busy after Config.ShutdownTimeout are aborted and resumed
+// elsewhere after the job timeout) and waits for every goroutine to end.
+// Stop before Start and a second Stop do nothing.
+func (n *Node) Stop() { n.svc.Stop() }
+
+func (n *Node) shutdown() {
+	n.mu.Lock()
+	n.stopping = true
+	timeout := n.cfg.ShutdownTimeout
+	for w := range n.workers {
+		w.requestStop(stopShutdown)
+	}
+	n.mu.Unlock()
+	all := make(chan struct{})
+	go func() { n.wg.Wait(); close(all) }()
+	t := n.cfg.Clock.NewTimer(timeout)
+	select {
+	case <-all:
+	case <-t.Chan():
+		n.stopHard()
+		<-all
+	}
+	t.Stop()
+	n.stopHard()
+	n.flushCharges(context.Background())
+	n.mu.Lock()
+	n.ctx, n.opCtx = nil, nil
+	n.mu.Unlock()
+}
+
+func (n *Node) serve(ctx context.Context) {
+	for {
+		cfg := n.Config()
+		d := cfg.Interval + time.Duration(rand.Int64N(int64(cfg.Interval/3)+1))
+		t := cfg.Clock.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.Chan():
+		case <-n.kick:
+			t.Stop()
+		}
+		if err := n.reschedule(ctx); err != nil && ctx.Err() == nil {
+			cfg.Logger.Warn().Err(err).Msg("replicator: reschedule")
+		}
+	}
+}
+
+// acceptBatchMax is the most jobs one acceptor takes in one transaction.
+const acceptBatchMax = 25
+
+// spawnAcceptorsLocked tops the acceptor pool up: while acceptors <
+// MaxAcceptors and the jobs they may take plus the workers < MaxJobs. The
+// room is shared among the acceptors, each taking up to acceptBatchMax
+// jobs at once (a node filling up does not accept one job at a time).
+func (n *Node) spawnAcceptorsLocked() {
+	for n.acceptors < n.cfg.MaxAcceptors && n.quota+len(n.workers) < n.cfg.MaxJobs {
+		room := n.cfg.MaxJobs - len(n.workers) - n.quota
+		q := max(1, min(acceptBatchMax, room/(n.cfg.MaxAcceptors-n.acceptors)))
+		if !n.startAcceptorLocked(q) {
+			return
+		}
+	}
+}
+
+func (n *Node) startAcceptorLocked(q int) bool {
+	if n.ctx == nil || n.stopping || n.ctx.Err() != nil {
+		return false
+	}
+	n.acceptors++
+	n.quota += q
+	n.wg.Add(1)
+	go n.acceptor(n.ctx, n.opCtx, q)
+	return true
+}
+
+// runWorker runs one accepted job. A panic in the job's code is contained
+// to that job: it is logged with its stack and the job crashes with an
+// internal_error reason (retried with backoff, as any crash), while the
+// node and its other jobs go on.
+func (n *Node) runWorker(w *worker) {
+	defer n.workerExit(w)
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		n.cfg.Logger.Error().Str("job", w.job.ID).Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
+			Msg("replicator: job panicked; it crashes, the node goes on")
+		d := w.data
+		if d == nil {
+			d = &replicator.JobData{State: replicator.StatePending}
+		}
+		defer func() {
+			// The job cannot even be marked crashing: without heartbeats
+			// the activity monitor re-enqueues it after the job timeout.
+			if p := recover(); p != nil {
+				n.cfg.Logger.Error().Str("job", w.job.ID).Str("panic", fmt.Sprint(p)).Msg("replicator: marking a panicked job crashing panicked too")
+			}
+		}()
+		w.crash(d, fmt.Errorf("%w: %v", engine.ErrInternal, p))
+	}()
+	w.run()
+}
+
+// acceptor waits for up to q runnable jobs, then runs the first as its
+// worker and starts a goroutine for each other.
+func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
+	defer n.wg.Done()
+	for {
+		jobs, err := n.acceptSome(ctx, q)
+		if len(jobs) > 0 {
+			ws := n.accepted(jobs, q, opCtx)
+			for _, w := range ws[1:] {
+				go func() {
+					defer n.wg.Done()
+					n.runWorker(w)
+				}()
+			}
+			n.runWorker(ws[0])
+			return
+		}
+		if ctx.Err() != nil {
+			n.mu.Lock()
+			n.acceptors--
+			n.quota -= q
+			n.mu.Unlock()
+			return
+		}
+		if err != nil {
+			n.Config().Logger.Warn().Err(err).Msg("replicator: accept")
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// acceptSome takes up to q runnable jobs among those with the oldest
+// scheduled times, or waits up to a random part of StartupJitter for one
+// to be enqueued. It returns nil, nil when none came.
+func (n *Node) acceptSome(ctx context.Context, q int) ([]*fdbjobs.Job, error) {
+	cfg := n.Config()
+	now := replicator.Millis(cfg.Clock.Now())
+	t, ok, err := n.oldestDue(ctx, now, cfg, q)
+	if err != nil {
+		return nil, err
+	}
+	n.m.Inc(replicator.MetricJobsAccepts)
+	if ok {
+		jobs, err := n.store.Jobs.AcceptBatch(ctx, replicator.JobType, q, fdbjobs.AcceptOptions{MaxScheduledTime: t})
+		if errors.Is(err, fdbjobs.ErrNotFound) {
+			return nil, nil
+		}
+		return jobs, err
+	}
+	n.TestSignals.Idle.Signal(now)
+	wait := time.Millisecond
+	if cfg.StartupJitter > 0 {
+		wait += time.Duration(rand.Int64N(int64(cfg.StartupJitter)))
+	}
+	jobs, err := n.store.Jobs.AcceptBatch(ctx, replicator.JobType, q, fdbjobs.AcceptOptions{MaxScheduledTime: now, Timeout: wait})
+	if errors.Is(err, fdbjobs.ErrNotFound) || (err != nil && ctx.Err() != nil) {
+		return nil, nil
+	}
+	return jobs, err
+}
+
+// oldestDue finds, by bisection over pending counts in one snapshot read
+// transaction, the smallest scheduled time T (to a granularity of
+// Interval/50) such that at least q jobs are runnable at T (fewer when
+// fewer are runnable now); ok is false when no job is runnable now.
+// Concurrent acceptors aiming at the same oldest jobs conflict on the ones
+// they both pick; the loser's retry takes what is left by T.
+func (n *Node) oldestDue(ctx context.Context, now int64, cfg Config, q int) (int64, bool, error) {
+	g := max(1, cfg.Interval.Milliseconds()/50)
+	k := min(max(1, q), fdbjobs.AcceptRangeLimit/2)
+	type res struct {
+		t  int64
+		ok bool
+	}
+	r, err := kv.ReadTransact(ctx, n.store.DB, func(tr kv.ReadTransaction) (res, error) {
+		count := func(t int64) (int, error) {
+			return n.store.Jobs.PendingCount(ctx, tr, replicator.JobType, t, k)
+		}
+		if now < 0 {
+			return res{}, nil
+		}
+		c, err := count(now)
+		if err != nil || c == 0 {
+			return res{}, err
+		}
+		if c < k {
+			return res{t: now, ok: true}, nil
+		}
+		if c0, err := count(0); err != nil || c0 >= k {
+			return res{t: 0, ok: c0 > 0}, err
+		}
+		lo, hi := int64(0), now
+		for hi-lo > g {
+			mid := lo + (hi-lo)/2
+			c, err := count(mid)
+			if err != nil {
+				return res{}, err
+			}
+			if c >= k {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		return res{t: hi, ok: true}, nil
+	})
+	return r.t, r.ok, err
+}
+
+// accepted turns an acceptor with quota q into the workers of jobs (the
+// caller runs the first; the others are counted in n.wg).
+func (n *Node) accepted(jobs []*fdbjobs.Job, q int, opCtx context.Context) []*worker {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.acceptors--
+	n.quota -= q
+	ws := make([]*worker, len(jobs))
+	for i, job := range jobs {
+		w := newWorker(n, job, opCtx, n.cfg)
+		ws[i] = w
+		n.workers[w] = true
+		n.churn++
+		n.m.Inc(replicator.MetricJobsStarts)
+		if i > 0 {
+			n.wg.Add(1)
+		}
+		if n.stopping {
+			w.requestStop(stopShutdown)
+		}
+	}
+	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
+	n.spawnAcceptorsLocked()
+	return ws
+}
+
+func (n *Node) workerExit(w *worker) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.workers, w)
+	n.addChargeLocked(w, n.cfg.Clock.Now())
+	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
+	n.spawnAcceptorsLocked()
+}
+
+// addChargeLocked accrues w's run time since its last charge.
+func (n *Node) addChargeLocked(w *worker, now time.Time) {
+	if w.started.IsZero() {
+		return
+	}
+	from := w.started
+	if w.charged.After(from) {
+		from = w.charged
+	}
+	if d := now.Sub(from).Milliseconds(); d > 0 {
+		n.charges[w.shareKey] += d
+	}
+	w.charged = now
+}
+
+func (n *Node) flushCharges(ctx context.Context) {
+	n.mu.Lock()
+	ch := n.charges
+	n.charges = map[string]int64{}
+	n.mu.Unlock()
+	if err := n.store.Charge(ctx, ch); err != nil {
+		n.mu.Lock()
+		for k, v := range ch {
+			n.charges[k] += v
+		}
+		n.mu.Unlock()
+	}
+}
+
+// currentUsage returns the node's cached fair-share usage table.
+func (n *Node) currentUsage() replicator.Usage {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.usage
+}
+
+// NodeStats are a node's scheduler figures.
+type NodeStats struct {
+	Running   int
+	Acceptors int
+	Intervals int64
+	// Rotations holds the number of jobs preempted in each of the last
+	// intervals (at most 1000, oldest first).
+	Rotations []int
+}
+
+// Stats returns the node's scheduler figures.
+func (n *Node) Stats() NodeStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return NodeStats{Running: len(n.workers), Acceptors: n.acceptors, Intervals: n.intervals,
+		Rotations: append([]int(nil), n.rotations...)}
+}
+
+// reschedule is the interval step.
+func (n *Node) reschedule(ctx context.Context) error {
+	n.cfgMu.Lock()
+	next := n.next
+	n.next = nil
+	n.cfgMu.Unlock()
+	n.mu.Lock()
+	if next != nil {
+		if next.MaxJobs < n.cfg.MaxJobs {
+			n.lowered = true
+		}
+		n.cfg = *next
+	}
+	cfg := n.cfg
+	now := cfg.Clock.Now()
+	for w := range n.workers {
+		n.addChargeLocked(w, now)
+	}
+	n.mu.Unlock()
+
+	// Fair share: charge, roll up, cache.
+	n.flushCharges(ctx)
+	if usage, err := n.store.RollUp(ctx, now, cfg.Interval, cfg.UsageCoeff); err == nil {
+		n.mu.Lock()
+		n.usage = usage
+		n.mu.Unlock()
+	} else if ctx.Err() == nil {
+		cfg.Logger.Warn().Err(err).Msg("replicator: fair share usage")
+	}
+
+	// Trim: stop the oldest continuous jobs beyond MaxJobs (one-shot jobs
+	// only after MaxJobs was lowered).
+	n.mu.Lock()
+	var active []*worker
+	for w := range n.workers {
+		if !w.stopRequested() {
+			active = append(active, w)
+		}
+	}
+	excess := len(active) - cfg.MaxJobs
+	stopped := 0
+	if excess > 0 {
+		sort.Slice(active, func(i, j int) bool { return active[i].started.Before(active[j].started) })
+		for _, w := range active {
+			if stopped == excess {
+				break
+			}
+			if w.continuous && now.Sub(w.started) >= cfg.MinRunTime {
+				w.requestStop(stopPreempt)
+				stopped++
+			}
+		}
+		if n.lowered {
+			for _, w := range active {
+				if stopped == excess {
+					break
+				}
+				if !w.continuous && !w.stopRequested() {
+					w.requestStop(stopPreempt)
+					stopped++
+				}
+			}
+		}
+		n.churn += excess
+	}
+	if len(active)-stopped <= cfg.MaxJobs {
+		n.lowered = false
+	}
+	n.rotations = append(n.rotations, stopped)
+	if len(n.rotations) > 1000 {
+		n.rotations = n.rotations[1:]
+	}
+	n.m.Add(replicator.MetricJobsPreempted, int64(stopped))
+	churnLeft := cfg.MaxChurn - n.churn
+	slots := cfg.MaxJobs + cfg.MaxChurn - (n.quota + len(n.workers))
+	want := min(churnLeft, slots)
+	n.mu.Unlock()
+
+	// Extra acceptors while runnable jobs are pending.
+	if want > 0 {
+		pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), want)
+		if err != nil {
+			return err
+		}
+		n.m.Set(replicator.MetricJobsPending, int64(pending))
+		n.mu.Lock()
+		for left := min(want, pending); left > 0; {
+			q := min(acceptBatchMax, left)
+			if !n.startAcceptorLocked(q) {
+				break
+			}
+			left -= q
+		}
+		n.mu.Unlock()
+	}
+
+	if err := n.cleanup(ctx, cfg, now); err != nil && ctx.Err() == nil {
+		cfg.Logger.Warn().Err(err).Msg("replicator: cleanup")
+	}
+
+	n.mu.Lock()
+	n.m.Set(replicator.MetricJobsAccepting, int64(n.acceptors))
+	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
+	n.m.Inc(replicator.MetricJobsReschedules)
+	n.churn = 0
+	n.intervals++
+	step := n.intervals
+	n.mu.Unlock()
+	n.TestSignals.Rescheduled.Signal(step)
+	return nil
+}

@@ -1,0 +1,165 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/control"
+	"github.com/fdbrep/fdbrep/replicator/replicatortest"
+	"github.com/fdbrep/fdbrep/replicator/scheduler"
+	"github.com/fdbrep/fdbrep/replicator/simengine"
+)
+
+func TestNodeLifecycle(t *testing.T) {
+	db := kvtest.NewDB(t)
+	jc := replicatortest.JobsClient(t, db)
+	n, err := scheduler.New(db, jc, simengine.New(), testConfig())
+	require.NoError(t, err)
+	n.Stop() // before start
+	require.NoError(t, n.Start(context.Background()))
+	require.NoError(t, n.Start(context.Background()))
+	n.Stop()
+	n.Stop()
+	require.Zero(t, n.Stats().Running)
+}
+
+func TestConfigValidation(t *testing.T) {
+	db := kvtest.NewDB(t)
+	jc := replicatortest.JobsClient(t, db)
+	for _, tc := range []struct {
+		name string
+		cfg  scheduler.Config
+	}{
+		{"negative max_jobs", scheduler.Config{MaxJobs: -1}},
+		{"max_backoff under min", scheduler.Config{MinBackoff: time.Minute, MaxBackoff: time.Second}},
+		{"max_backoff over 30 days", scheduler.Config{MaxBackoff: 31 * 24 * time.Hour}},
+		{"shares out of range", scheduler.Config{Config: replicator.Config{Shares: map[string]int{"_replicator": 1001}}}},
+		{"usage coeff", scheduler.Config{Config: replicator.Config{UsageCoeff: 2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := scheduler.New(db, jc, nil, tc.cfg)
+			require.ErrorIs(t, err, replicator.ErrInvalidConfig)
+		})
+	}
+	// The cluster-wide part is checked by the control plane too.
+	_, err := control.New(db, jc, replicator.Config{UsageCoeff: 2})
+	require.ErrorIs(t, err, replicator.ErrInvalidConfig)
+}
+
+// More continuous jobs than capacity: every job gets to run (rotation),
+// and a node never runs more than MaxJobs + MaxChurn at once.
+func TestRotation(t *testing.T) {
+	eng := simengine.New()
+	eng.CheckpointEvery = 5 * time.Millisecond
+	eng.Started.Init()
+	cfg := testConfig()
+	cfg.MaxJobs, cfg.MaxChurn = 2, 2
+	c := newCluster(t, 2, eng, cfg)
+	const jobs = 10
+	for i := 0; i < jobs; i++ {
+		c.PutDoc("_replicator", fmt.Sprintf("d%d", i), repDoc(fmt.Sprintf("http://h/src%d", i), "http://h/tgt", true))
+	}
+	everyJobStarted := func(round int) bool {
+		for i := 0; i < jobs; i++ {
+			if eng.Starts(fmt.Sprintf("http://h/src%d/", i)) < round {
+				return false
+			}
+		}
+		return true
+	}
+	for round := 1; round <= 2; round++ {
+		waitStarts(t, eng, fmt.Sprintf("every job started %d times", round), func() bool { return everyJobStarted(round) })
+	}
+	_, _, _, maxRun := eng.Stats()
+	require.LessOrEqual(t, maxRun, 2*(cfg.MaxJobs+cfg.MaxChurn))
+	var rotations int
+	for _, n := range c.Nodes {
+		for _, r := range n.Stats().Rotations {
+			rotations += r
+		}
+	}
+	require.Positive(t, rotations)
+}
+
+// One-shot jobs are not preempted: with MaxJobs 1 and long one-shot runs,
+// every one-shot job starts exactly once and completes.
+func TestOneShotNotPreempted(t *testing.T) {
+	eng := simengine.New()
+	eng.OneShot = 300 * time.Millisecond
+	cfg := testConfig()
+	cfg.MaxJobs, cfg.MaxChurn = 1, 1
+	c := newCluster(t, 1, eng, cfg)
+	for i := 0; i < 3; i++ {
+		c.PutDoc("_replicator", fmt.Sprintf("d%d", i), repDoc(fmt.Sprintf("http://h/s%d", i), "http://h/t", false))
+	}
+	for i := 0; i < 3; i++ {
+		d := c.WaitDocState("_replicator", fmt.Sprintf("d%d", i), replicator.StateCompleted)
+		require.Equal(t, replicator.StateCompleted, d.State)
+		require.Equal(t, 1, eng.Starts(fmt.Sprintf("http://h/s%d/", i)))
+		u, ok := c.Docs.Get("_replicator", fmt.Sprintf("d%d", i))
+		require.True(t, ok)
+		require.Equal(t, replicator.StateCompleted, u.State)
+	}
+}
+
+func TestKilledNodeJobsResumeElsewhere(t *testing.T) {
+	eng := simengine.New()
+	eng.CheckpointEvery = 5 * time.Millisecond
+	cfg := testConfig()
+	cfg.JobTimeout = 300 * time.Millisecond
+	cfg.StatsUpdateInterval = 50 * time.Millisecond
+	cfg.MaxJobs = 10
+	c := newCluster(t, 1, eng, cfg)
+	for i := 0; i < 3; i++ {
+		c.PutDoc("_replicator", fmt.Sprintf("d%d", i), repDoc(fmt.Sprintf("http://h/s%d", i), "http://h/t", true))
+	}
+	for i := 0; i < 3; i++ {
+		d := c.WaitDocState("_replicator", fmt.Sprintf("d%d", i), replicator.StateRunning)
+		require.Equal(t, "node0", *d.Node)
+	}
+	c.Kill(0)
+	c.AddNode("node1")
+	for i := 0; i < 3; i++ {
+		c.WaitJob("job on node1", c.DocJobID("_replicator", fmt.Sprintf("d%d", i)), runningOn("node1"))
+	}
+}
+
+func TestGracefulStopHandsJobsOver(t *testing.T) {
+	c := newCluster(t, 1, simengine.New(), testConfig())
+	c.PutDoc("_replicator", "d", repDoc("http://h/s", "http://h/t", true))
+	c.WaitDocState("_replicator", "d", replicator.StateRunning)
+	c.Nodes[0].Stop()
+	require.Equal(t, replicator.StatePending, c.DocState("_replicator", "d").State)
+	c.AddNode("node1")
+	c.WaitJob("job on node1", c.DocJobID("_replicator", "d"), runningOn("node1"))
+}
+
+// Lowering max_jobs takes effect at the next interval and, once no
+// continuous job is left to stop, preempts one-shot jobs too; they run
+// again later and complete.
+func TestLoweredMaxJobsPreemptsOneShot(t *testing.T) {
+	eng := simengine.New()
+	eng.OneShot = 2 * time.Second
+	cfg := testConfig()
+	cfg.MaxJobs, cfg.MaxChurn = 2, 1
+	c := newCluster(t, 1, eng, cfg)
+	c.PutDoc("_replicator", "a", repDoc("http://h/a", "http://h/t", false))
+	c.PutDoc("_replicator", "b", repDoc("http://h/b", "http://h/t", false))
+	c.WaitDocState("_replicator", "a", replicator.StateRunning)
+	c.WaitDocState("_replicator", "b", replicator.StateRunning)
+	lower := c.Nodes[0].Config()
+	lower.MaxJobs = 1
+	require.NoError(t, c.Nodes[0].SetConfig(lower))
+	c.WaitIntervals(0, 2) // applied at the first, the excess stopped by then
+	require.Equal(t, 1, c.Nodes[0].Config().MaxJobs)
+	require.Positive(t, c.Nodes[0].Metrics().Value(replicator.MetricJobsPreempted))
+	c.WaitDocState("_replicator", "a", replicator.StateCompleted)
+	c.WaitDocState("_replicator", "b", replicator.StateCompleted)
+	require.GreaterOrEqual(t, eng.Starts("http://h/a/")+eng.Starts("http://h/b/"), 3, "the preempted one ran again")
+}

@@ -1,0 +1,546 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+type stopKind int
+
+const (
+	stopNone stopKind = iota
+	stopPreempt
+	stopShutdown
+)
+
+// worker runs one accepted job on a node.
+type worker struct {
+	n   *Node
+	job *fdbjobs.Job
+	ctx context.Context // the node's op context
+	cfg Config
+
+	data       *replicator.JobData // nil when the data did not decode
+	decodeErr  error
+	continuous bool
+	shareKey   string
+	started    time.Time
+	charged    time.Time // guarded by n.mu
+
+	stopCh   chan struct{}
+	stopOnce sync.Once
+	stopMu   sync.Mutex
+	kind     stopKind
+}
+
+func newWorker(n *Node, job *fdbjobs.Job, ctx context.Context, cfg Config) *worker {
+	w := &worker{n: n, job: job, ctx: ctx, cfg: cfg, started: cfg.Clock.Now(), stopCh: make(chan struct{})}
+	w.data, w.decodeErr = replicator.DecodeJobData(job.Data)
+	if w.data != nil {
+		w.continuous, w.shareKey = w.data.Continuous(), w.data.ShareKey()
+	}
+	return w
+}
+
+func (w *worker) requestStop(k stopKind) {
+	w.stopOnce.Do(func() {
+		w.stopMu.Lock()
+		w.kind = k
+		w.stopMu.Unlock()
+		close(w.stopCh)
+	})
+}
+
+func (w *worker) stopRequested() bool {
+	select {
+	case <-w.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *worker) stopKind() stopKind {
+	w.stopMu.Lock()
+	defer w.stopMu.Unlock()
+	return w.kind
+}
+
+func (w *worker) now() time.Time { return w.cfg.Clock.Now() }
+
+// run is the job's whole life on this node.
+func (w *worker) run() {
+	if w.decodeErr != nil {
+		w.cfg.Logger.Error().Err(w.decodeErr).Str("job", w.job.ID).Msg("replicator: undecodable job data")
+		w.fail(&replicator.JobData{State: replicator.StatePending}, "bad_job_data", w.decodeErr.Error())
+		return
+	}
+	d := w.data
+	if d.Rep == nil || d.State == replicator.StateFailed {
+		reason := d.LastError
+		if reason == "" {
+			reason = "the replication document could not be parsed"
+		}
+		w.fail(d, "bad_rep_doc", reason)
+		return
+	}
+	// Job data written by an older or foreign writer is held to today's
+	// bounds before anything is allocated for it.
+	rep, err := d.Rep.Replication()
+	if err != nil {
+		w.fail(d, "bad_rep_doc", replicator.Reason(err))
+		return
+	}
+	if w.stopRequested() {
+		w.reschedule(d, "")
+		return
+	}
+	uuid := w.n.serverUUID
+	repID, code, err := w.n.eng.ReplicationID(w.ctx, rep, uuid)
+	if err != nil {
+		if w.ctx.Err() != nil {
+			return
+		}
+		w.crash(d, err)
+		return
+	}
+	if !w.initJob(d, repID, code) {
+		return
+	}
+	w.execute(d, rep, code)
+}
+
+// execute runs the engine until the job ends, is stopped or halted.
+func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code string) {
+	runCtx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	ck := make(chan engine.Checkpoint, 1)
+	run := w.n.eng.Start(runCtx, rep, engine.Options{
+		ServerUUID: w.n.serverUUID, FilterCode: code, Stats: d.Stats, Clock: w.cfg.Clock,
+		OnCheckpoint: func(c engine.Checkpoint) {
+			select {
+			case ck <- c:
+			default:
+				select {
+				case <-ck:
+				default:
+				}
+				select {
+				case ck <- c:
+				default:
+				}
+			}
+		},
+	})
+	hb := w.cfg.Clock.NewTicker(w.cfg.heartbeat())
+	defer hb.Stop()
+	halt := func() {
+		cancel()
+		<-run.Done()
+	}
+	for {
+		select {
+		case <-run.Done():
+			res, err := run.Wait()
+			switch {
+			case w.ctx.Err() != nil:
+				return // hard stop: the activity monitor re-enqueues the job
+			case err != nil:
+				if errors.Is(err, engine.ErrCheckpoint) {
+					w.n.m.Inc(replicator.MetricCheckpointsFailure)
+				}
+				d.Stats = mergeStats(d.Stats, run.Progress())
+				w.crash(d, err)
+			case w.stopRequested():
+				d.Stats = mergeStats(d.Stats, res.Stats)
+				w.reschedule(d, "")
+			case d.Continuous():
+				d.Stats = mergeStats(d.Stats, res.Stats)
+				w.reschedule(d, "")
+			default:
+				w.complete(d, res)
+			}
+			return
+		case c := <-ck:
+			w.n.m.Inc(replicator.MetricCheckpointsSuccess)
+			if d.Rep.UserFilter() {
+				if id, _, err := w.n.eng.ReplicationID(runCtx, rep, w.n.serverUUID); err == nil && id != d.RepID {
+					// The filter changed: stop, back to pending; the next
+					// start runs under the new id.
+					if _, _, halted := w.stopRun(run, cancel, d, hb); halted || w.ctx.Err() != nil {
+						return
+					}
+					d.Stats = mergeStats(d.Stats, run.Progress())
+					w.reschedule(d, "filter changed")
+					return
+				}
+			}
+			if !w.heartbeat(d, c.Stats) {
+				halt()
+				return
+			}
+		case <-hb.Chan():
+			if !w.heartbeat(d, run.Progress()) {
+				halt()
+				return
+			}
+		case <-w.stopCh:
+			err, cut, halted := w.stopRun(run, cancel, d, hb)
+			if halted || w.ctx.Err() != nil {
+				return
+			}
+			d.Stats = mergeStats(d.Stats, run.Progress())
+			// An error after the grace ran out is the cut's doing: the job
+			// goes back to pending like any stopped job.
+			if err != nil && !errors.Is(err, engine.ErrStopped) && !cut {
+				w.crash(d, err)
+				return
+			}
+			w.reschedule(d, "")
+			return
+		case <-w.ctx.Done():
+			halt()
+			return
+		}
+	}
+}
+
+// stopRun asks run for a final checkpoint and waits for it to end, still
+// heartbeating (a slow stop must not let the activity monitor take the job
+// back). After Config.stopGrace, or if a heartbeat finds the job halted,
+// it cancels the stop and the run's context (cancelRun), so that requests
+// being retried against an unreachable peer end, and waits for the run to
+// return. cut reports that the grace ran out; halted that the job was
+// removed or taken over (the caller must write nothing more).
+func (w *worker) stopRun(run replicator.Run, cancelRun context.CancelFunc, d *replicator.JobData, hb clockwork.Ticker) (err error, cut, halted bool) {
+	stopCtx, cancelStop := context.WithCancel(w.ctx)
+	defer cancelStop()
+	errc := make(chan error, 1)
+	go func() { errc <- run.Stop(stopCtx) }()
+	grace := w.cfg.Clock.NewTimer(w.cfg.stopGrace())
+	defer grace.Stop()
+	abort := func() {
+		cancelStop()
+		cancelRun()
+	}
+	for {
+		select {
+		case err := <-errc:
+			return err, cut, halted
+		case <-grace.Chan():
+			cut = true
+			abort()
+		case <-hb.Chan():
+			if !halted && !cut && !w.heartbeat(d, run.Progress()) {
+				halted = true
+				abort()
+			}
+		}
+	}
+}
+
+func mergeStats(old, cur engine.Stats) engine.Stats {
+	if cur.DocsRead < old.DocsRead || cur.RevisionsChecked < old.RevisionsChecked {
+		return old
+	}
+	return cur
+}
+
+// initJob marks the job running under repID after checking who holds
+// repID (see doc.go, "Replication id collisions"). It reports whether the
+// job should run.
+func (w *worker) initJob(d *replicator.JobData, repID, code string) bool {
+	type outcome struct {
+		run   bool
+		x     *replicator.JobData
+		state string
+	}
+	now, jitter := w.now(), rand.Float64()
+	o, err := transactJob(w, func(tr kv.Transaction) (outcome, error) {
+		x := d.Clone()
+		if x.RepID != "" && x.RepID != repID {
+			if err := w.n.store.ClearRepID(tr, x.RepID, w.job.ID); err != nil {
+				return outcome{}, err
+			}
+			x.Stats = engine.Stats{}
+			x.History = nil
+		}
+		x.RepID, x.FilterCode = repID, code
+		other, err := w.n.store.RepIDOwner(tr, repID)
+		if err != nil {
+			return outcome{}, err
+		}
+		if other != "" && other != w.job.ID {
+			od, ost, err := w.n.store.Job(w.ctx, tr, other)
+			if err != nil {
+				return outcome{}, err
+			}
+			if od != nil && ost != fdbjobs.Finished && (od.State == replicator.StatePending || od.State == replicator.StateRunning) {
+				if od.Transient() {
+					reason := fmt.Sprintf("Replication `%s` is already running as a transient replication (job %s); retrying later", repID, other)
+					if x.Transient() {
+						return outcome{x: x, state: replicator.StateFailed}, w.failTx(tr, x, "error", reason, now)
+					}
+					return outcome{x: x, state: replicator.StateCrashing}, w.crashTx(tr, x, "error", reason, now, jitter)
+				}
+				var reason string
+				if x.Transient() {
+					reason = fmt.Sprintf("Replication `%s` already started, triggered by document `%s` from db `%s`", repID, od.DocID, od.DBName)
+				} else {
+					reason = fmt.Sprintf("Replication `%s` specified by document `%s` already started, triggered by document `%s` from db `%s`",
+						repID, x.DocID, od.DocID, od.DBName)
+				}
+				return outcome{x: x, state: replicator.StateFailed}, w.failTx(tr, x, "error", reason, now)
+			}
+			// The holder is finished, crashing or gone: take over.
+		}
+		w.n.store.ClaimRepID(tr, repID, w.job.ID)
+		x.State, x.StateInfo, x.LastStart, x.LastUpdated, x.Node = replicator.StateRunning, nil, replicator.Millis(now), replicator.Millis(now), w.cfg.NodeName
+		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventStarted, Timestamp: replicator.Millis(now)})
+		if err := w.n.store.Jobs.Update(w.ctx, tr, w.job, x.Encode()); err != nil {
+			return outcome{}, err
+		}
+		return outcome{run: true, x: x, state: replicator.StateRunning}, nil
+	})
+	if err != nil {
+		w.txError(err)
+		return false
+	}
+	*d = *o.x
+	w.afterFinish(o.state, d)
+	return o.run
+}
+
+// jobTxAttempts bounds how often a job transaction that failed with a
+// non-retryable error (such as transaction_timed_out) is run again before
+// the worker gives up and leaves the job to the activity monitor.
+const jobTxAttempts = 5
+
+// transactJob is kv.Transact, run again after non-retryable errors other
+// than ErrHalt (a job transaction abandoned halfway would leave the job
+// running with no worker until the activity monitor notices).
+func transactJob[T any](w *worker, f func(kv.Transaction) (T, error)) (T, error) {
+	var v T
+	var err error
+	for i := 0; i < jobTxAttempts; i++ {
+		v, err = kv.Transact(w.ctx, w.n.store.DB, f)
+		if err == nil || errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil {
+			return v, err
+		}
+		select {
+		case <-w.ctx.Done():
+		case <-time.After(time.Duration(10<<i) * time.Millisecond):
+		}
+	}
+	return v, err
+}
+
+// txError logs a failed job transaction; ErrHalt means the job was
+// removed or taken over, and the worker just stops.
+func (w *worker) txError(err error) {
+	if errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil {
+		return
+	}
+	w.cfg.Logger.Warn().Err(err).Str("job", w.job.ID).Msg("replicator: job transaction")
+}
+
+// heartbeat stores the stats (the fdbjobs heartbeat); false on halt.
+func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
+	x, err := kv.Transact(w.ctx, w.n.store.DB, func(tr kv.Transaction) (*replicator.JobData, error) {
+		x := d.Clone()
+		now := w.now()
+		x.Stats = mergeStats(x.Stats, s)
+		x.LastUpdated = replicator.Millis(now)
+		if x.ErrorCount > 0 && now.Sub(time.UnixMilli(x.LastStart)) > w.cfg.HealthThreshold {
+			x.ErrorCount, x.LastError = 0, ""
+		}
+		return x, w.n.store.Jobs.Update(w.ctx, tr, w.job, x.Encode())
+	})
+	if err != nil {
+		w.txError(err)
+		return !errors.Is(err, fdbjobs.ErrHalt) && w.ctx.Err() == nil
+	}
+	*d = *x
+	return true
+}
+
+// finishTx runs f (which finishes the job) in a transaction and updates d.
+func (w *worker) finishTx(d *replicator.JobData, state string, f func(tr kv.Transaction, x *replicator.JobData) error) {
+	x, err := transactJob(w, func(tr kv.Transaction) (*replicator.JobData, error) {
+		x := d.Clone()
+		return x, f(tr, x)
+	})
+	if err != nil {
+		w.txError(err)
+		return
+	}
+	*d = *x
+	w.afterFinish(state, d)
+}
+
+func (w *worker) afterFinish(state string, d *replicator.JobData) {
+	switch state {
+	case replicator.StateFailed:
+		w.n.m.Inc(replicator.MetricJobsFailed)
+		w.n.m.Inc(replicator.MetricJobsStops)
+		if !d.Transient() && w.cfg.DocUpdater != nil {
+			w.n.m.Inc(replicator.MetricDocsFailedUpdates)
+		}
+	case replicator.StateCompleted:
+		w.n.m.Inc(replicator.MetricJobsCompleted)
+		w.n.m.Inc(replicator.MetricJobsStops)
+		if !d.Transient() && w.cfg.DocUpdater != nil {
+			w.n.m.Inc(replicator.MetricDocsCompletedUpdates)
+		}
+	case replicator.StateCrashing:
+		w.n.m.Inc(replicator.MetricJobsCrashes)
+		w.n.m.Inc(replicator.MetricJobsStops)
+	case replicator.StatePending:
+		w.n.m.Inc(replicator.MetricJobsStops)
+	}
+}
+
+// fail ends the job in state failed.
+func (w *worker) fail(d *replicator.JobData, tag, reason string) {
+	now := w.now()
+	w.finishTx(d, replicator.StateFailed, func(tr kv.Transaction, x *replicator.JobData) error { return w.failTx(tr, x, tag, reason, now) })
+}
+
+// failTx makes the job failed. now is chosen outside the transaction, so
+// that a retry after commit_unknown_result writes the same data.
+func (w *worker) failTx(tr kv.Transaction, x *replicator.JobData, tag, reason string, now time.Time) error {
+	x.State, x.StateInfo, x.LastError, x.Node = replicator.StateFailed, replicator.StateInfo(tag, reason), reason, ""
+	x.ErrorCount++
+	x.LastUpdated = replicator.Millis(now)
+	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventCrashed, Timestamp: replicator.Millis(now), Reason: reason})
+	if err := w.n.store.Jobs.Finish(w.ctx, tr, w.job, x.Encode()); err != nil {
+		return err
+	}
+	return w.updateDoc(tr, x, replicator.StateFailed, reason, nil)
+}
+
+func (w *worker) updateDoc(tr kv.Transaction, x *replicator.JobData, state, reason string, stats json.RawMessage) error {
+	if x.Transient() || w.cfg.DocUpdater == nil {
+		return nil
+	}
+	var err error
+	if state == replicator.StateCompleted {
+		err = w.cfg.DocUpdater.DocCompleted(w.ctx, tr, x.DBName, x.DocID, stats)
+	} else {
+		err = w.cfg.DocUpdater.DocFailed(w.ctx, tr, x.DBName, x.DocID, reason)
+	}
+	var ke kv.Error
+	if errors.As(err, &ke) {
+		return err
+	}
+	if err != nil {
+		w.cfg.Logger.Warn().Err(err).Str("db", x.DBName).Str("doc", x.DocID).Msg("replicator: document state update refused")
+	}
+	return nil
+}
+
+// complete ends a one-shot job in state completed with its final
+// checkpoint as result.
+func (w *worker) complete(d *replicator.JobData, res engine.Result) {
+	now := w.now() // outside the transaction: a retry writes the same data
+	w.finishTx(d, replicator.StateCompleted, func(tr kv.Transaction, x *replicator.JobData) error {
+		x.Stats = mergeStats(x.Stats, res.Stats)
+		x.CheckpointHistory, _ = json.Marshal(res)
+		x.State, x.Node, x.LastUpdated = replicator.StateCompleted, "", replicator.Millis(now)
+		x.StateInfo, _ = json.Marshal(x.Stats)
+		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventStopped, Timestamp: replicator.Millis(now)})
+		if err := w.n.store.Jobs.Finish(w.ctx, tr, w.job, x.Encode()); err != nil {
+			return err
+		}
+		stats := map[string]any{}
+		b, _ := json.Marshal(x.Stats)
+		_ = json.Unmarshal(b, &stats)
+		stats["start_time"] = replicator.FormatMillis(x.StartTime)
+		sb, _ := json.Marshal(stats)
+		return w.updateDoc(tr, x, replicator.StateCompleted, "", sb)
+	})
+}
+
+// reschedule stops the job and makes it pending again at its fair-share
+// time (preemption, shutdown, filter change).
+func (w *worker) reschedule(d *replicator.JobData, why string) {
+	now := w.now()
+	stime := w.cfg.EnqueueTime(now, w.n.currentUsage(), d.ShareKey())
+	w.finishTx(d, replicator.StatePending, func(tr kv.Transaction, x *replicator.JobData) error {
+		x.State, x.StateInfo, x.Node, x.LastUpdated = replicator.StatePending, nil, "", replicator.Millis(now)
+		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventStopped, Timestamp: replicator.Millis(now), Reason: why})
+		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventPending, Timestamp: replicator.Millis(now)})
+		return w.resubmitTx(tr, x, stime)
+	})
+}
+
+func (w *worker) resubmitTx(tr kv.Transaction, x *replicator.JobData, stime int64) error {
+	if err := w.n.store.Jobs.Resubmit(w.ctx, tr, w.job, stime, nil); err != nil {
+		if errors.Is(err, fdbjobs.ErrNotFound) {
+			return fmt.Errorf("job removed: %w", fdbjobs.ErrHalt)
+		}
+		return err
+	}
+	return w.n.store.Jobs.Finish(w.ctx, tr, w.job, x.Encode())
+}
+
+// crash handles an error: a persistent job (or a rate-limited transient
+// one) becomes crashing and backs off; a transient job fails.
+func (w *worker) crash(d *replicator.JobData, err error) {
+	tag, reason := classify(err)
+	if d.Transient() && !errors.Is(err, engine.ErrMaxBackoff) {
+		w.fail(d, tag, reason)
+		return
+	}
+	now, jitter := w.now(), rand.Float64()
+	w.finishTx(d, replicator.StateCrashing, func(tr kv.Transaction, x *replicator.JobData) error {
+		return w.crashTx(tr, x, tag, reason, now, jitter)
+	})
+}
+
+// crashTx makes the job crashing. now and jitter (in [0, 1)) are chosen
+// outside the transaction so that a retry after commit_unknown_result
+// schedules the job at the same time.
+func (w *worker) crashTx(tr kv.Transaction, x *replicator.JobData, tag, reason string, now time.Time, jitter float64) error {
+	if x.LastStart > 0 && now.Sub(time.UnixMilli(x.LastStart)) > w.cfg.HealthThreshold {
+		x.ErrorCount = 0 // healed: it ran long enough since its last start
+	}
+	x.ErrorCount++
+	x.State, x.StateInfo, x.LastError, x.Node, x.LastUpdated = replicator.StateCrashing, replicator.StateInfo(tag, reason), reason, "", replicator.Millis(now)
+	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventCrashed, Timestamp: replicator.Millis(now), Reason: reason})
+	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventPending, Timestamp: replicator.Millis(now)})
+	return w.resubmitTx(tr, x, replicator.Millis(now)+w.cfg.backoff(x.ErrorCount, jitter).Milliseconds())
+}
+
+// engineErrors are the engine's error classes, matched in order.
+var engineErrors = []error{
+	engine.ErrInvalidSpec, engine.ErrDBNotFound, engine.ErrUnauthorized, engine.ErrForbidden,
+	engine.ErrMaxBackoff, engine.ErrFilterFetch, engine.ErrChangesFeed, engine.ErrRevsDiff,
+	engine.ErrOpenRevs, engine.ErrBulkDocs, engine.ErrDocWrite, engine.ErrCheckpoint, engine.ErrHTTP,
+	engine.ErrInternal, engine.ErrStopped,
+}
+
+// classify splits an engine error into CouchDB's error tag and reason.
+func classify(err error) (tag, reason string) {
+	msg := err.Error()
+	for _, e := range engineErrors {
+		if errors.Is(err, e) {
+			tag = e.Error()
+			return tag, strings.TrimPrefix(msg, tag+": ")
+		}
+	}
+	return "error", msg
+}
