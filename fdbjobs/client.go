@@ -102,8 +102,17 @@ func (c *Client) SetTypeTimeout(ctx context.Context, tx kv.Transactor, typ strin
 	if timeout < time.Millisecond {
 		return fmt.Errorf("%w: type timeout %v is under a millisecond", ErrInvalidArgument, timeout)
 	}
-	_, err := c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
+	return c.changeTypes(ctx, tx, func(tr kv.Transaction) {
 		tr.Set(c.k.timeoutKey(typ), tuple.Tuple{timeout.Milliseconds()}.Pack())
+	})
+}
+
+// changeTypes runs change, which sets or clears a type's timeout, in tx,
+// bumps the types version (the type monitors watch it) and makes this
+// client's type monitor look at once.
+func (c *Client) changeTypes(ctx context.Context, tx kv.Transactor, change func(kv.Transaction)) error {
+	_, err := c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
+		change(tr)
 		tr.Add(c.k.typesVersion(), one)
 		return nil, nil
 	})
@@ -121,16 +130,7 @@ func (c *Client) ClearTypeTimeout(ctx context.Context, tx kv.Transactor, typ str
 	if err := checkName("type", typ); err != nil {
 		return err
 	}
-	_, err := c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
-		tr.Clear(c.k.timeoutKey(typ))
-		tr.Add(c.k.typesVersion(), one)
-		return nil, nil
-	})
-	if err != nil {
-		return err
-	}
-	c.forceTypeCheck()
-	return nil
+	return c.changeTypes(ctx, tx, func(tr kv.Transaction) { tr.Clear(c.k.timeoutKey(typ)) })
 }
 
 // TypeTimeout returns typ's activity timeout, or ErrNotFound.

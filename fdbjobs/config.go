@@ -1,6 +1,7 @@
 package fdbjobs
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -100,27 +101,13 @@ func (c Config) withDefaults() Config {
 		l := zerolog.Nop()
 		c.Logger = &l
 	}
-	if c.ActivityMonitorMaxJitter == 0 {
-		c.ActivityMonitorMaxJitter = ActivityMonitorMaxJitterDefault
-	}
-	if c.MissingTimeoutCheck == 0 {
-		c.MissingTimeoutCheck = MissingTimeoutCheckDefault
-	}
-	if c.NotifierHoldoff == 0 {
-		c.NotifierHoldoff = NotifierHoldoffDefault
-	}
-	if c.TypeCheckPeriod == 0 {
-		c.TypeCheckPeriod = TypeCheckPeriodDefault
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = BatchSizeDefault
-	}
-	if c.BatchIncrement == 0 {
-		c.BatchIncrement = BatchIncrementDefault
-	}
-	if c.BatchFactor == 0 {
-		c.BatchFactor = BatchFactorDefault
-	}
+	c.ActivityMonitorMaxJitter = cmp.Or(c.ActivityMonitorMaxJitter, ActivityMonitorMaxJitterDefault)
+	c.MissingTimeoutCheck = cmp.Or(c.MissingTimeoutCheck, MissingTimeoutCheckDefault)
+	c.NotifierHoldoff = cmp.Or(c.NotifierHoldoff, NotifierHoldoffDefault)
+	c.TypeCheckPeriod = cmp.Or(c.TypeCheckPeriod, TypeCheckPeriodDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.BatchIncrement = cmp.Or(c.BatchIncrement, BatchIncrementDefault)
+	c.BatchFactor = cmp.Or(c.BatchFactor, BatchFactorDefault)
 	return c
 }
 

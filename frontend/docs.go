@@ -218,31 +218,18 @@ func (s *Server) docJSON(d *repdb.Doc, u *User) map[string]any {
 	return out
 }
 
-func (s *Server) handleDoc(w http.ResponseWriter, r *http.Request) {
-	id, he := pathVar(r, "docid")
-	if he != nil {
-		writeError(w, he)
-		return
+// docHandler serves a document whose id is prefix followed by the path
+// variable name: "docid" for plain documents, "ddoc" under _design/, "id"
+// under _local/.
+func (s *Server) docHandler(prefix, name string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, he := pathVar(r, name)
+		if he != nil {
+			writeError(w, he)
+			return
+		}
+		s.docRequest(w, r, prefix+id)
 	}
-	s.docRequest(w, r, id)
-}
-
-func (s *Server) handleDesignDoc(w http.ResponseWriter, r *http.Request) {
-	name, he := pathVar(r, "ddoc")
-	if he != nil {
-		writeError(w, he)
-		return
-	}
-	s.docRequest(w, r, repdb.DesignPrefix+name)
-}
-
-func (s *Server) handleLocalDoc(w http.ResponseWriter, r *http.Request) {
-	name, he := pathVar(r, "id")
-	if he != nil {
-		writeError(w, he)
-		return
-	}
-	s.docRequest(w, r, repdb.LocalPrefix+name)
 }
 
 func (s *Server) docRequest(w http.ResponseWriter, r *http.Request, id string) {

@@ -11,6 +11,19 @@ import (
 
 var errNoScheduler = newError(http.StatusServiceUnavailable, "service_unavailable", "this node runs no replication scheduler")
 
+// schedulerFor checks that the request comes from a server admin and that
+// a Scheduler is wired in, and answers the request when not.
+func (s *Server) schedulerFor(w http.ResponseWriter, r *http.Request) bool {
+	if !requireAdmin(w, r) {
+		return false
+	}
+	if s.opts.Scheduler == nil {
+		writeError(w, errNoScheduler)
+		return false
+	}
+	return true
+}
+
 // answer writes a Scheduler's reply.
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, body any, err error) {
 	if err != nil {
@@ -87,11 +100,7 @@ func (s *Server) handleActiveTasks(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSchedulerJobs(w http.ResponseWriter, r *http.Request) {
-	if !requireAdmin(w, r) {
-		return
-	}
-	if s.opts.Scheduler == nil {
-		writeError(w, errNoScheduler)
+	if !s.schedulerFor(w, r) {
 		return
 	}
 	limit, skip, he := pageParams(r.URL.Query())
@@ -104,16 +113,12 @@ func (s *Server) handleSchedulerJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSchedulerJob(w http.ResponseWriter, r *http.Request) {
-	if !requireAdmin(w, r) {
+	if !s.schedulerFor(w, r) {
 		return
 	}
 	id, he := pathVar(r, "id")
 	if he != nil {
 		writeError(w, he)
-		return
-	}
-	if s.opts.Scheduler == nil {
-		writeError(w, errNoScheduler)
 		return
 	}
 	// A '+' in a job id may arrive as a space (form encoding), as CouchDB
@@ -124,11 +129,7 @@ func (s *Server) handleSchedulerJob(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSchedulerDocs(w http.ResponseWriter, r *http.Request) {
-	if !requireAdmin(w, r) {
-		return
-	}
-	if s.opts.Scheduler == nil {
-		writeError(w, errNoScheduler)
+	if !s.schedulerFor(w, r) {
 		return
 	}
 	s.schedulerDocs(w, r, "")

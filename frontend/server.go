@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -36,9 +37,6 @@ const (
 	// maxDocIDLength caps document ids (bytes).
 	maxDocIDLength = 1024
 )
-
-// SubspaceDefault holds the frontend's keys when Options.Subspace is nil.
-var SubspaceDefault = subspace.Sub("frontend")
 
 // Options configure a Server. Only DB is required.
 type Options struct {
@@ -102,30 +100,13 @@ func New(opts Options) (*Server, error) {
 	if opts.DB == nil {
 		return nil, fmt.Errorf("%w: DB is required", ErrInvalidOptions)
 	}
-	if opts.Subspace == nil {
-		opts.Subspace = SubspaceDefault
-	}
-	if opts.SessionTimeout == 0 {
-		opts.SessionTimeout = SessionTimeoutDefault
-	}
-	if opts.AuthCacheSize == 0 {
-		opts.AuthCacheSize = AuthCacheSizeDefault
-	}
-	if opts.MaxRequestSize == 0 {
-		opts.MaxRequestSize = MaxRequestSizeDefault
-	}
-	if opts.MaxDocumentSize == 0 {
-		opts.MaxDocumentSize = MaxDocumentSizeDefault
-	}
-	if opts.MaxJSONDepth == 0 {
-		opts.MaxJSONDepth = MaxJSONDepthDefault
-	}
-	if opts.NodeName == "" {
-		opts.NodeName = "fdbrep@local"
-	}
-	if opts.Version == "" {
-		opts.Version = "dev"
-	}
+	opts.SessionTimeout = cmp.Or(opts.SessionTimeout, SessionTimeoutDefault)
+	opts.AuthCacheSize = cmp.Or(opts.AuthCacheSize, AuthCacheSizeDefault)
+	opts.MaxRequestSize = cmp.Or(opts.MaxRequestSize, MaxRequestSizeDefault)
+	opts.MaxDocumentSize = cmp.Or(opts.MaxDocumentSize, MaxDocumentSizeDefault)
+	opts.MaxJSONDepth = cmp.Or(opts.MaxJSONDepth, MaxJSONDepthDefault)
+	opts.NodeName = cmp.Or(opts.NodeName, "fdbrep@local")
+	opts.Version = cmp.Or(opts.Version, "dev")
 	switch {
 	case opts.SessionTimeout < time.Second:
 		return nil, fmt.Errorf("%w: SessionTimeout %v is under a second", ErrInvalidOptions, opts.SessionTimeout)
@@ -228,9 +209,9 @@ func (s *Server) routes() *mux.Router {
 	h("/{db}/", s.handleDB, "GET", "HEAD", "PUT", "DELETE", "POST")
 	h("/{db}/_all_docs", s.handleAllDocs, "GET", "HEAD")
 	h("/{db}/_changes", s.handleChanges, "GET", "POST")
-	h("/{db}/_design/{ddoc}", s.handleDesignDoc, "GET", "HEAD", "PUT", "DELETE")
-	h("/{db}/_local/{id}", s.handleLocalDoc, "GET", "HEAD", "PUT", "DELETE")
-	h("/{db}/{docid}", s.handleDoc, "GET", "HEAD", "PUT", "DELETE")
+	h("/{db}/_design/{ddoc}", s.docHandler(repdb.DesignPrefix, "ddoc"), "GET", "HEAD", "PUT", "DELETE")
+	h("/{db}/_local/{id}", s.docHandler(repdb.LocalPrefix, "id"), "GET", "HEAD", "PUT", "DELETE")
+	h("/{db}/{docid}", s.docHandler("", "docid"), "GET", "HEAD", "PUT", "DELETE")
 	r.NotFoundHandler = s.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("missing"))
 	}))

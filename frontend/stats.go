@@ -1,9 +1,11 @@
 package frontend
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,26 +114,19 @@ func (s *Server) Prometheus() string {
 	total, methods, statuses := s.stats.snapshot()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# TYPE couchdb_httpd_requests_total counter\ncouchdb_httpd_requests_total %d\n", total)
-	b.WriteString("# TYPE couchdb_httpd_request_methods counter\n")
-	keys := make([]string, 0, len(methods))
-	for k := range methods {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, "couchdb_httpd_request_methods{method=%q} %d\n", k, methods[k])
-	}
-	b.WriteString("# TYPE couchdb_httpd_status_codes counter\n")
-	codes := make([]int, 0, len(statuses))
-	for k := range statuses {
-		codes = append(codes, k)
-	}
-	sort.Ints(codes)
-	for _, k := range codes {
-		fmt.Fprintf(&b, "couchdb_httpd_status_codes{code=\"%d\"} %d\n", k, statuses[k])
-	}
+	writeFamily(&b, "couchdb_httpd_request_methods", "method", methods, func(k string) string { return strconv.Quote(k) })
+	writeFamily(&b, "couchdb_httpd_status_codes", "code", statuses, func(k int) string { return `"` + strconv.Itoa(k) + `"` })
 	if s.opts.Metrics != nil {
 		b.WriteString(s.opts.Metrics.Prometheus())
 	}
 	return b.String()
+}
+
+// writeFamily writes one Prometheus counter family with a label, in label
+// order.
+func writeFamily[K cmp.Ordered](b *strings.Builder, name, label string, counts map[K]int64, quote func(K) string) {
+	fmt.Fprintf(b, "# TYPE %s counter\n", name)
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		fmt.Fprintf(b, "%s{%s=%s} %d\n", name, label, quote(k), counts[k])
+	}
 }

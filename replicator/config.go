@@ -1,6 +1,7 @@
 package replicator
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -85,21 +86,11 @@ func (c Config) WithDefaults() Config {
 	if c.Subspace == nil {
 		c.Subspace = SubspaceDefault
 	}
-	if c.JobTimeout == 0 {
-		c.JobTimeout = JobTimeoutDefault
-	}
-	if c.MaxHistory == 0 {
-		c.MaxHistory = MaxHistoryDefault
-	}
-	if c.StartupJitter == 0 {
-		c.StartupJitter = StartupJitterDefault
-	}
-	if c.FairShareWindow == 0 {
-		c.FairShareWindow = FairShareWindowDefault
-	}
-	if c.UsageCoeff == 0 {
-		c.UsageCoeff = UsageCoeffDefault
-	}
+	c.JobTimeout = cmp.Or(c.JobTimeout, JobTimeoutDefault)
+	c.MaxHistory = cmp.Or(c.MaxHistory, MaxHistoryDefault)
+	c.StartupJitter = cmp.Or(c.StartupJitter, StartupJitterDefault)
+	c.FairShareWindow = cmp.Or(c.FairShareWindow, FairShareWindowDefault)
+	c.UsageCoeff = cmp.Or(c.UsageCoeff, UsageCoeffDefault)
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics()
 	}

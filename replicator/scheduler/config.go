@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"os"
 	"time"
 
@@ -79,30 +80,18 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.Config = c.Config.WithDefaults()
-	if c.NodeName == "" {
-		c.NodeName = defaultNodeName()
-	}
-	def := func(p *int, d int) {
-		if *p == 0 {
-			*p = d
-		}
-	}
-	defD := func(p *time.Duration, d time.Duration) {
-		if *p == 0 {
-			*p = d
-		}
-	}
-	def(&c.MaxJobs, MaxJobsDefault)
-	def(&c.MaxChurn, MaxChurnDefault)
-	def(&c.MaxAcceptors, MaxAcceptorsDefault)
-	defD(&c.Interval, IntervalDefault)
-	defD(&c.MinRunTime, MinRunTimeDefault)
-	defD(&c.MinBackoff, MinBackoffDefault)
-	defD(&c.MaxBackoff, MaxBackoffDefault)
-	defD(&c.HealthThreshold, HealthThresholdDefault)
-	defD(&c.TransientJobMaxAge, TransientJobMaxAgeDefault)
-	defD(&c.StatsUpdateInterval, StatsUpdateIntervalDefault)
-	defD(&c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.NodeName = cmp.Or(c.NodeName, defaultNodeName())
+	c.MaxJobs = cmp.Or(c.MaxJobs, MaxJobsDefault)
+	c.MaxChurn = cmp.Or(c.MaxChurn, MaxChurnDefault)
+	c.MaxAcceptors = cmp.Or(c.MaxAcceptors, MaxAcceptorsDefault)
+	c.Interval = cmp.Or(c.Interval, IntervalDefault)
+	c.MinRunTime = cmp.Or(c.MinRunTime, MinRunTimeDefault)
+	c.MinBackoff = cmp.Or(c.MinBackoff, MinBackoffDefault)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, MaxBackoffDefault)
+	c.HealthThreshold = cmp.Or(c.HealthThreshold, HealthThresholdDefault)
+	c.TransientJobMaxAge = cmp.Or(c.TransientJobMaxAge, TransientJobMaxAgeDefault)
+	c.StatsUpdateInterval = cmp.Or(c.StatsUpdateInterval, StatsUpdateIntervalDefault)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	return c
 }
 

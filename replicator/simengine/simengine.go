@@ -70,25 +70,22 @@ func (e *Engine) SetFilterCode(source, code string) {
 
 // SetFail makes every later run from source end at once with err (nil:
 // runs succeed again).
-func (e *Engine) SetFail(source string, err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err == nil {
-		delete(e.fail, source)
-	} else {
-		e.fail[source] = err
-	}
-}
+func (e *Engine) SetFail(source string, err error) { setOrDelete(&e.mu, e.fail, source, err) }
 
 // SetPanic makes every later Start of a run from source panic with v (nil:
 // no panic).
-func (e *Engine) SetPanic(source string, v any) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if v == nil {
-		delete(e.panics, source)
+func (e *Engine) SetPanic(source string, v any) { setOrDelete(&e.mu, e.panics, source, v) }
+
+// setOrDelete sets m[k] to v under mu, or deletes it when v is the zero
+// value.
+func setOrDelete[V comparable](mu *sync.Mutex, m map[string]V, k string, v V) {
+	mu.Lock()
+	defer mu.Unlock()
+	var zero V
+	if v == zero {
+		delete(m, k)
 	} else {
-		e.panics[source] = v
+		m[k] = v
 	}
 }
 
