@@ -168,3 +168,46 @@ func TestRowEncoding(t *testing.T) {
 	_, err := decodeRow([]byte("garbage"))
 	require.Error(t, err)
 }
+
+// Job reads state and data with one read.
+func TestJobReadsStateAndData(t *testing.T) {
+	b := setup(t)
+	_, _, err := b.c.Job(b.ctx, nil, t1, j1)
+	require.ErrorIs(t, err, ErrNotFound)
+	b.add(t, t1, j1, `{"v":1}`, 0)
+	st, data, err := b.c.Job(b.ctx, nil, t1, j1)
+	require.NoError(t, err)
+	require.Equal(t, Pending, st)
+	require.JSONEq(t, `{"v":1}`, string(data))
+	b.accept(t, t1)
+	st, _, err = b.c.Job(b.ctx, nil, t1, j1)
+	require.NoError(t, err)
+	require.Equal(t, Running, st)
+}
+
+// Reenqueue takes a running job back at once: it is pending and
+// acceptable again, and the old worker is fenced off.
+func TestReenqueue(t *testing.T) {
+	b := setup(t)
+	b.add(t, t1, j1, `{"v":1}`, 0)
+	ok, err := b.c.Reenqueue(b.ctx, nil, t1, j1)
+	require.NoError(t, err)
+	require.False(t, ok, "a pending job is left alone")
+	old := b.accept(t, t1)
+	ok, err = b.c.Reenqueue(b.ctx, nil, t1, j1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	st, _, err := b.c.Job(b.ctx, nil, t1, j1)
+	require.NoError(t, err)
+	require.Equal(t, Pending, st)
+	require.ErrorIs(t, b.c.Update(b.ctx, nil, old, nil), ErrHalt)
+	j := b.accept(t, t1)
+	require.Equal(t, j1, j.ID)
+	require.NoError(t, b.c.Update(b.ctx, nil, j, nil))
+	ids, err := b.c.ActiveJobIDs(b.ctx, nil, t1)
+	require.NoError(t, err)
+	require.Equal(t, []string{j1}, ids, "one activity entry: the new claim's")
+	ok, err = b.c.Reenqueue(b.ctx, nil, t1, "missing")
+	require.NoError(t, err)
+	require.False(t, ok)
+}

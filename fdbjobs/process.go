@@ -234,3 +234,30 @@ func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime
 	}
 	return nil
 }
+
+// Reenqueue makes a running job pending again at its scheduled time, as
+// the activity monitor does with a job whose worker stopped sending
+// heartbeats, but at once: for a node that restarted and knows that the
+// jobs its previous incarnation ran have no worker any more. A worker
+// still holding the job's lock gets ErrHalt at its next Update. It reports
+// whether the job was running (and is now pending); a job in another state
+// or missing is left alone. (A retry after commit_unknown_result finds the
+// job pending and reports false: the outcome is the same.)
+func (c *Client) Reenqueue(ctx context.Context, tx kv.Transactor, typ, id string) (bool, error) {
+	if err := checkName("type", typ); err != nil {
+		return false, err
+	}
+	if err := checkName("job id", id); err != nil {
+		return false, err
+	}
+	return kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (bool, error) {
+		r, err := c.k.readRow(tr, typ, id)
+		if err != nil || r == nil || r.state != Running {
+			return false, err
+		}
+		c.k.release(tr, typ, id, r)
+		c.k.enqueue(tr, typ, id, r, r.stime)
+		c.k.bumpActivity(tr, typ)
+		return true, nil
+	})
+}

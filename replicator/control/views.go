@@ -131,6 +131,19 @@ func endpoints(d *replicator.JobData) (src, tgt, sp, tp *string) {
 		strp(replicator.RedactURL(d.Rep.Source.Proxy)), strp(replicator.RedactURL(d.Rep.Target.Proxy))
 }
 
+// asSeen is a job's data as the views show it: a job whose data says
+// running while fdbjobs has it pending was re-enqueued (by the activity
+// monitor after its node died, or by the node on restart) and is pending,
+// with no node, until a node takes it.
+func asSeen(st fdbjobs.State, d *replicator.JobData) *replicator.JobData {
+	if d.State != replicator.StateRunning || st == fdbjobs.Running {
+		return d
+	}
+	x := *d
+	x.State, x.Node = replicator.StatePending, ""
+	return &x
+}
+
 func jobInfo(d *replicator.JobData, jobID string) JobInfo {
 	src, tgt, _, _ := endpoints(d)
 	return JobInfo{
@@ -175,7 +188,7 @@ func (p *Plane) SchedulerJobs(ctx context.Context, limit, skip int) (JobList, er
 	var all []JobInfo
 	err := p.store.FoldJobs(ctx, func(id string, st fdbjobs.State, d *replicator.JobData) error {
 		if st != fdbjobs.Finished && d.State != replicator.StateFailed && d.State != replicator.StateCompleted {
-			all = append(all, jobInfo(d, id))
+			all = append(all, jobInfo(asSeen(st, d), id))
 		}
 		return nil
 	})
@@ -212,14 +225,14 @@ func (p *Plane) SchedulerJob(ctx context.Context, id string) (JobInfo, error) {
 	if err != nil {
 		return JobInfo{}, err
 	}
-	d, _, err := p.store.Job(ctx, p.store.DB, jobID)
+	d, st, err := p.store.Job(ctx, p.store.DB, jobID)
 	if err != nil {
 		return JobInfo{}, err
 	}
 	if d == nil {
 		return JobInfo{}, replicator.NewReason(replicator.ErrNotFound, "missing")
 	}
-	return jobInfo(d, jobID), nil
+	return jobInfo(asSeen(st, d), jobID), nil
 }
 
 // resolveID maps a replication id to its job id through the mapping, or
@@ -271,6 +284,7 @@ func (p *Plane) SchedulerDocs(ctx context.Context, db, docID string, states []st
 	current := map[string]string{} // db name -> registered uuid
 	var all []DocInfo
 	err := p.store.FoldJobs(ctx, func(id string, st fdbjobs.State, d *replicator.JobData) error {
+		d = asSeen(st, d)
 		if d.Transient() || (db != "" && d.DBName != db) || (len(want) > 0 && !want[d.State]) {
 			return nil
 		}
@@ -315,14 +329,14 @@ func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (DocInfo, er
 	if u == "" {
 		return DocInfo{}, missing
 	}
-	d, _, err := p.store.Job(ctx, p.store.DB, replicator.DocJobID(u, docID))
+	d, st, err := p.store.Job(ctx, p.store.DB, replicator.DocJobID(u, docID))
 	if err != nil {
 		return DocInfo{}, err
 	}
 	if d == nil {
 		return DocInfo{}, missing
 	}
-	return docInfo(d), nil
+	return docInfo(asSeen(st, d)), nil
 }
 
 // ActiveTasks lists the running replications of the whole cluster, as

@@ -136,8 +136,12 @@ func (n *Node) Reschedule() {
 // shuts down as by Stop). Start on a started node does nothing; a node
 // whose ctx ended starts again.
 func (n *Node) Start(ctx context.Context) error {
-	uuid, err := n.store.Setup(ctx, n.Config().JobTimeout)
+	cfg := n.Config()
+	uuid, err := n.store.Setup(ctx, cfg.JobTimeout)
 	if err != nil {
+		return err
+	}
+	if err := n.takeBack(ctx, cfg); err != nil {
 		return err
 	}
 	n.svc.Start(ctx, func(runCtx context.Context) {
@@ -151,6 +155,39 @@ func (n *Node) Start(ctx context.Context) error {
 		n.serve(runCtx)
 		n.shutdown()
 	})
+	return nil
+}
+
+// takeBack re-enqueues at once the jobs an earlier run of a node with this
+// name left running: they have no worker any more (the process died, or
+// was stopped past its shutdown timeout), and without this they would wait
+// for the activity monitor, a job timeout or more. Node names must be
+// unique in a cluster (the default is the host name).
+func (n *Node) takeBack(ctx context.Context, cfg Config) error {
+	var mine []string
+	err := n.store.FoldJobs(ctx, func(id string, st fdbjobs.State, d *replicator.JobData) error {
+		if st == fdbjobs.Running && d.Node == cfg.NodeName {
+			mine = append(mine, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	taken := 0
+	for _, id := range mine {
+		ok, err := n.store.Jobs.Reenqueue(ctx, nil, replicator.JobType, id)
+		if err != nil {
+			return err
+		}
+		if ok {
+			taken++
+		}
+	}
+	if taken > 0 {
+		cfg.Logger.Info().Int("jobs", taken).Str("node", cfg.NodeName).
+			Msg("replicator: took back the jobs an earlier run of this node left running")
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
@@ -162,4 +163,46 @@ func TestLoweredMaxJobsPreemptsOneShot(t *testing.T) {
 	c.WaitDocState("_replicator", "a", replicator.StateCompleted)
 	c.WaitDocState("_replicator", "b", replicator.StateCompleted)
 	require.GreaterOrEqual(t, eng.Starts("http://h/a/")+eng.Starts("http://h/b/"), 3, "the preempted one ran again")
+}
+
+// M4: a node restarted under the same name takes back at once the jobs its
+// earlier run left running (no wait for the activity monitor and its job
+// timeout, an hour here), and the views never show a job running that no
+// node runs.
+func TestRestartedNodeTakesItsJobsBack(t *testing.T) {
+	eng := simengine.New()
+	eng.CheckpointEvery = 5 * time.Millisecond
+	cfg := testConfig()
+	cfg.JobTimeout, cfg.MaxJobs = time.Hour, 10
+	c := newCluster(t, 1, eng, cfg)
+	for i := 0; i < 3; i++ {
+		c.PutDoc("_replicator", fmt.Sprintf("d%d", i), repDoc(fmt.Sprintf("http://h/s%d", i), "http://h/t", true))
+	}
+	for i := 0; i < 3; i++ {
+		c.WaitDocState("_replicator", fmt.Sprintf("d%d", i), replicator.StateRunning)
+	}
+	c.Kill(0)
+	killed := time.Now().UnixMilli()
+	// The dead node's jobs still look running: fdbjobs has them running
+	// until someone re-enqueues them.
+	require.Equal(t, replicator.StateRunning, c.DocState("_replicator", "d0").State)
+
+	// Re-enqueued but not yet taken, a job is pending in every view.
+	ok, err := c.Jobs.Reenqueue(context.Background(), nil, replicator.JobType, c.DocJobID("_replicator", "d0"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	d := c.DocState("_replicator", "d0")
+	require.Equal(t, replicator.StatePending, d.State)
+	require.Nil(t, d.Node)
+	tasks, err := c.Plane.ActiveTasks(context.Background())
+	require.NoError(t, err)
+	require.Len(t, tasks, 2, "only the jobs fdbjobs has running")
+
+	c.AddNode("node0")
+	for i := 0; i < 3; i++ {
+		c.WaitJob(fmt.Sprintf("d%d started again", i), c.DocJobID("_replicator", fmt.Sprintf("d%d", i)),
+			func(st fdbjobs.State, d *replicator.JobData) bool {
+				return st == fdbjobs.Running && d.Node == "node0" && d.LastStart >= killed
+			})
+	}
 }
