@@ -54,10 +54,13 @@ type HistoryEvent struct {
 // JobData is the JSON data of a rep_jobs job: the replication and its
 // state as the control plane and the nodes record it.
 type JobData struct {
-	Rep     *Spec  `json:"rep"` // nil when the document did not parse
+	Rep *Spec `json:"rep"` // nil when the document did not parse
+	// RepUser is the user who posted a transient replication.
 	RepUser string `json:"rep_user,omitempty"`
-	RepID   string `json:"rep_id,omitempty"`
-	BaseID  string `json:"base_id,omitempty"`
+	// DocOwner is the "owner" of a persistent job's document.
+	DocOwner string `json:"doc_owner,omitempty"`
+	RepID    string `json:"rep_id,omitempty"`
+	BaseID   string `json:"base_id,omitempty"`
 	// Persistent jobs only.
 	DBName string `json:"db_name,omitempty"`
 	DBUUID string `json:"db_uuid,omitempty"`
@@ -79,6 +82,16 @@ type JobData struct {
 	// FilterCode is the filter function source the current rep_id was
 	// computed with.
 	FilterCode string `json:"filter_code,omitempty"`
+}
+
+// Owner is the user a job belongs to: its document's owner, or the user
+// who posted a transient replication. Replication id collisions fail a job
+// only for another job of the same owner.
+func (d *JobData) Owner() string {
+	if d.Transient() {
+		return d.RepUser
+	}
+	return d.DocOwner
 }
 
 // Transient reports a POST /_replicate job (no document).

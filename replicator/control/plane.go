@@ -81,6 +81,8 @@ type Doc struct {
 	DB, ID string
 	// State is the document's "_replication_state" ("" when absent).
 	State string
+	// Owner is the document's "owner" ("" when absent).
+	Owner string
 	// Spec is the parsed replication; nil when it did not parse.
 	Spec *replicator.Spec
 	// Err is the parse failure (a document stored without validation,
@@ -107,6 +109,9 @@ func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (*Doc, error) {
 	}
 	if v, ok := obj["_replication_state"]; ok {
 		_ = json.Unmarshal(v, &d.State)
+	}
+	if v, ok := obj["owner"]; ok {
+		_ = json.Unmarshal(v, &d.Owner)
 	}
 	d.Spec, d.Err = replicator.ParseObject(obj)
 	switch {
@@ -167,7 +172,7 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) err
 		}
 	}
 	now := p.cfg.Clock.Now()
-	d := &replicator.JobData{Rep: spec, DBName: doc.DB, DBUUID: dbUUID, DocID: doc.ID, State: replicator.StatePending,
+	d := &replicator.JobData{Rep: spec, DocOwner: doc.Owner, DBName: doc.DB, DBUUID: dbUUID, DocID: doc.ID, State: replicator.StatePending,
 		StartTime: replicator.Millis(now), LastUpdated: replicator.Millis(now)}
 	if perr != nil {
 		d.Rep, d.State = nil, replicator.StateFailed

@@ -289,12 +289,23 @@ func (w *worker) initJob(d *replicator.JobData, repID, code string) bool {
 				return outcome{}, err
 			}
 			if od != nil && ost != fdbjobs.Finished && (od.State == replicator.StatePending || od.State == replicator.StateRunning) {
-				if od.Transient() {
-					reason := fmt.Sprintf("Replication `%s` is already running as a transient replication (job %s); retrying later", repID, other)
-					if x.Transient() {
-						return outcome{x: x, state: replicator.StateFailed}, w.failTx(tr, x, "error", reason, now)
+				switch {
+				case od.Owner() != x.Owner():
+					// Another user's replication never makes this one
+					// fail (it could be squatting on the id with wrong
+					// credentials): wait and retry, without naming it.
+					what := "replication"
+					if od.Transient() {
+						what = "transient replication"
 					}
+					reason := fmt.Sprintf("Replication `%s` is already running as another user's %s; retrying later", repID, what)
 					return outcome{x: x, state: replicator.StateCrashing}, w.crashTx(tr, x, "error", reason, now, jitter)
+				case od.Transient() && !x.Transient():
+					reason := fmt.Sprintf("Replication `%s` is already running as a transient replication (job %s); retrying later", repID, other)
+					return outcome{x: x, state: replicator.StateCrashing}, w.crashTx(tr, x, "error", reason, now, jitter)
+				case od.Transient():
+					reason := fmt.Sprintf("Replication `%s` is already running as a transient replication (job %s); retrying later", repID, other)
+					return outcome{x: x, state: replicator.StateFailed}, w.failTx(tr, x, "error", reason, now)
 				}
 				var reason string
 				if x.Transient() {

@@ -240,3 +240,34 @@ func withMaxAge(cfg scheduler.Config, d time.Duration) scheduler.Config {
 	cfg.TransientJobMaxAge = d
 	return cfg
 }
+
+// M1: a user cannot make another user's replication fail by creating the
+// same replication first (the replication id leaves out passwords and
+// proxies): the second user's job waits, crashing with a reason that names
+// no other user's document, and runs once the squatter's job stops.
+func TestCollisionAcrossOwnersNeverFails(t *testing.T) {
+	eng := simengine.New()
+	c := newCluster(t, 1, eng, testConfig())
+	squat := repDoc("http://h/sq", "http://h/t", true)
+	squat["owner"] = "bob"
+	c.PutDoc("_replicator", "bob_squat", squat)
+	c.WaitDocState("_replicator", "bob_squat", replicator.StateRunning)
+
+	real := repDoc("http://h/sq", "http://h/t", true)
+	real["owner"] = "alice"
+	c.PutDoc("_replicator", "alice_rep", real)
+	d := c.WaitDocState("_replicator", "alice_rep", replicator.StateCrashing)
+	require.Contains(t, string(d.Info), "already running as another user's replication")
+	require.NotContains(t, string(d.Info), "bob")
+	_, failed := c.Docs.Get("_replicator", "alice_rep")
+	require.False(t, failed, "no failed state written into alice's document")
+
+	// The same owner keeps CouchDB's rule: the second document fails.
+	dup := repDoc("http://h/sq", "http://h/t", true)
+	dup["owner"] = "bob"
+	c.PutDoc("_replicator", "bob_dup", dup)
+	c.WaitDocState("_replicator", "bob_dup", replicator.StateFailed)
+
+	c.PutDoc("_replicator", "bob_squat", nil)
+	c.WaitDocState("_replicator", "alice_rep", replicator.StateRunning)
+}
