@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/repdb"
 )
 
 func TestServerEndpoints(t *testing.T) {
@@ -163,6 +165,7 @@ func TestDocIDsAndSpecialMembers(t *testing.T) {
 		{"/_replicator/ok", repDoc("_rev", 5), 400, "bad_request"},
 		{"/_replicator/ok", repDoc("_rev", "garbage"), 400, "bad_request"},
 		{"/_replicator/" + strings.Repeat("x", 1025), repDoc(), 400, "illegal_docid"},
+		{"/_replicator/" + strings.Repeat("x", repdb.MaxDocIDLength+1), repDoc(), 400, "illegal_docid"}, // L1: was a 500 from the job layer
 	} {
 		r := e.do("PUT", tc.path, asAdmin, tc.body)
 		requireError(t, r, tc.status, tc.err)

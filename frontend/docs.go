@@ -37,8 +37,8 @@ func checkDocID(id string) *httpError {
 		return illegal("Document id must not be empty")
 	case !utf8.ValidString(id):
 		return illegal("Document id must be valid UTF-8")
-	case len(id) > maxDocIDLength:
-		return illegal(fmt.Sprintf("Document id is longer than %d bytes", maxDocIDLength))
+	case len(id) > repdb.MaxDocIDLength:
+		return illegal(fmt.Sprintf("Document id is longer than %d bytes", repdb.MaxDocIDLength))
 	case strings.HasPrefix(id, repdb.DesignPrefix) && len(id) > len(repdb.DesignPrefix),
 		strings.HasPrefix(id, repdb.LocalPrefix) && len(id) > len(repdb.LocalPrefix):
 		return nil
@@ -168,6 +168,9 @@ func (s *Server) commitDoc(w http.ResponseWriter, r *http.Request, db, id string
 		}
 	}
 	wr := repdb.Write{DB: db, ID: id, BaseRev: rev, Deleted: deleted, Body: body, JSON: canonical}
+	if strings.HasPrefix(id, repdb.LocalPrefix) && !privileged(u) {
+		wr.Owner = u.Name // users keep to their own _local documents
+	}
 	if isRep {
 		wr.Hook = func(tr kv.Transaction, old *repdb.Doc) error {
 			if ownerRulesApply {
@@ -252,6 +255,10 @@ func (s *Server) docRequest(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		if rev := r.URL.Query().Get("rev"); rev != "" && rev != d.Rev {
 			writeError(w, notFound("missing"))
+			return
+		}
+		if u := userFrom(r); strings.HasPrefix(id, repdb.LocalPrefix) && !privileged(u) && d.Owner != u.Name {
+			writeError(w, notFound("missing")) // another user's _local document
 			return
 		}
 		w.Header().Set("ETag", `"`+d.Rev+`"`)

@@ -73,6 +73,8 @@ func toHTTPError(err error) *httpError {
 		return notFound("missing")
 	case errors.Is(err, repdb.ErrConflict):
 		return errConflict
+	case errors.Is(err, repdb.ErrNotOwner):
+		return forbidden("Can't update another user's _local document.")
 	case errors.Is(err, repdb.ErrTooLarge):
 		return newError(http.StatusRequestEntityTooLarge, "document_too_large", "the document does not fit in one stored value")
 	case errors.Is(err, repdb.ErrBadSequence):

@@ -67,10 +67,14 @@ func ownerRules(body map[string]any, old *repdb.Doc, u *User) *httpError {
 	return nil
 }
 
+// privileged reports users who may read and write every document of a
+// replicator database: server admins and holders of the _replicator role.
+func privileged(u *User) bool { return u.IsAdmin() || u.HasRole(RoleReplicator) }
+
 // canSeeCredentials is CouchDB's after_doc_read rule: admins, users with
 // the _replicator role and the document's owner see it whole.
 func canSeeCredentials(body map[string]any, u *User) bool {
-	if u.IsAdmin() || u.HasRole(RoleReplicator) {
+	if privileged(u) {
 		return true
 	}
 	owner, _ := body["owner"].(string)

@@ -191,3 +191,23 @@ func TestBadInputStoresNothing(t *testing.T) {
 	// The server still works.
 	require.Equal(t, 201, e.do("PUT", "/_replicator/victim", asAdmin, repDoc()).Status)
 }
+
+// L3: users keep to their own _local documents: another user can neither
+// read nor overwrite nor delete them; admins can.
+func TestLocalDocsBelongToTheirWriter(t *testing.T) {
+	e := newEnv(t)
+	r := e.do("PUT", "/_replicator/_local/alice_secret", asAlice, map[string]any{"pw": "alice's"})
+	require.Equal(t, 201, r.Status, r.Raw)
+	require.Equal(t, "alice's", e.do("GET", "/_replicator/_local/alice_secret", asAlice, nil).Body["pw"])
+
+	requireError(t, e.do("GET", "/_replicator/_local/alice_secret", asBob, nil), 404, "not_found")
+	requireError(t, e.do("PUT", "/_replicator/_local/alice_secret", asBob, map[string]any{"_rev": "0-1", "pw": "pwned"}), 403, "forbidden")
+	requireError(t, e.do("DELETE", "/_replicator/_local/alice_secret?rev=0-1", asBob, nil), 403, "forbidden")
+	require.Equal(t, "alice's", e.do("GET", "/_replicator/_local/alice_secret", asAlice, nil).Body["pw"])
+
+	// Admins read and write every _local document; alice keeps hers.
+	require.Equal(t, "alice's", e.do("GET", "/_replicator/_local/alice_secret", asAdmin, nil).Body["pw"])
+	r = e.do("PUT", "/_replicator/_local/alice_secret", asAdmin, map[string]any{"_rev": "0-1", "pw": "reset"})
+	require.Equal(t, 201, r.Status, r.Raw)
+	require.Equal(t, "reset", e.do("GET", "/_replicator/_local/alice_secret", asAlice, nil).Body["pw"])
+}

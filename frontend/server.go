@@ -34,8 +34,6 @@ const (
 	AuthCacheSizeDefault = 1000
 	// MaxUUIDCount is the most uuids GET /_uuids returns at once.
 	MaxUUIDCount = 1000
-	// maxDocIDLength caps document ids (bytes).
-	maxDocIDLength = 1024
 )
 
 // Options configure a Server. Only DB is required.

@@ -25,6 +25,9 @@ type Doc struct {
 	Deleted   bool
 	// Body is the document without _id and _rev. Numbers are json.Number.
 	Body map[string]any
+	// Owner is the user who wrote a _local document ("" when an admin did;
+	// always "" for other documents, whose owner is in their body).
+	Owner string
 }
 
 // DecodeBody decodes a JSON object keeping numbers as json.Number, as
@@ -114,7 +117,7 @@ func decodeRecord(id string, v []byte, deleted bool) (*Doc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("repdb: corrupt document %q: %v", id, err)
 	}
-	return &Doc{ID: id, Rev: r.Rev, Ancestors: r.Revs, Deleted: deleted, Body: body}, nil
+	return &Doc{ID: id, Rev: r.Rev, Ancestors: r.Revs, Deleted: deleted, Body: body, Owner: r.Owner}, nil
 }
 
 // RevPos returns the generation of a revision ("3-abc" -> 3).
@@ -157,6 +160,11 @@ type Write struct {
 	// JSON is Body encoded, when the caller has it already; nil makes
 	// Write encode Body.
 	JSON []byte
+	// Owner, for a _local document, is the writing user: a non-empty
+	// owner may only replace or delete a _local document it wrote
+	// (ErrNotOwner otherwise), and is recorded; empty (admins) may write
+	// any. Other documents ignore it.
+	Owner string
 	// Hook, when not nil, runs in the write's transaction after the
 	// revision checks, with the current document (nil when there is none
 	// or it is deleted); its error aborts the write. It may run more than
@@ -313,6 +321,9 @@ func (s *Store) writeLocal(ctx context.Context, w Write, canonical []byte) (stri
 		} else if w.Deleted && len(produced) > 0 {
 			return "0-0", nil // an earlier attempt deleted it
 		}
+		if cur != nil && w.Owner != "" && cur.Owner != w.Owner {
+			return "", ErrNotOwner
+		}
 		n := 0
 		switch {
 		case cur == nil && w.BaseRev != "":
@@ -330,7 +341,11 @@ func (s *Store) writeLocal(ctx context.Context, w Write, canonical []byte) (stri
 			tr.Clear(s.localKey(w.DB, w.ID))
 			return "0-0", nil
 		}
-		v, _ := json.Marshal(record{Rev: rev, Body: canonical})
+		owner := w.Owner
+		if owner == "" && cur != nil {
+			owner = cur.Owner // an admin's write keeps the owner
+		}
+		v, _ := json.Marshal(record{Rev: rev, Body: canonical, Owner: owner})
 		if len(v) > kv.MaxValueSize {
 			return "", fmt.Errorf("%w: %s", ErrTooLarge, w.ID)
 		}

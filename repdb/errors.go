@@ -14,6 +14,8 @@ var (
 	ErrDocDeleted = errors.New("repdb: document deleted")
 	// ErrConflict: the write's base revision is not the current one.
 	ErrConflict = errors.New("repdb: document update conflict")
+	// ErrNotOwner: a user wrote another user's _local document.
+	ErrNotOwner = errors.New("repdb: the document belongs to another user")
 	// ErrTooLarge: the document does not fit in one stored value.
 	ErrTooLarge = errors.New("repdb: document too large")
 	// ErrBadSequence: a since value that is not one of this store's

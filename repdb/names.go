@@ -18,6 +18,12 @@ const (
 // MaxDBNameLength is CouchDB's limit on database names.
 const MaxDBNameLength = 238
 
+// MaxDocIDLength caps document ids (bytes). A replication document's job
+// id is its database's 32-character identity, "|" and the document id, and
+// job ids are at most 1000 bytes (fdbjobs.MaxNameSize), so longer ids are
+// refused when written rather than failing inside the job layer.
+const MaxDocIDLength = 960
+
 var dbPrefixRe = regexp.MustCompile(`^[a-z][a-z0-9_$()+/-]*$`)
 
 // IsReplicatorDB reports whether name is a replicator database fdbrep

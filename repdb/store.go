@@ -60,6 +60,8 @@ type record struct {
 	// first, at most MaxRevHistory.
 	Revs []string        `json:"revs,omitempty"`
 	Body json.RawMessage `json:"body,omitempty"`
+	// Owner is the user who wrote a _local document ("" for admins).
+	Owner string `json:"owner,omitempty"`
 }
 
 // changeRow is a row of the changes feed as stored.

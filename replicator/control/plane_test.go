@@ -2,11 +2,14 @@ package control_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/repdb"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/replicatortest"
@@ -49,4 +52,11 @@ func TestParseDoc(t *testing.T) {
 	d, err := p.ParseDoc("_replicator", "d", json.RawMessage(good))
 	require.NoError(t, err)
 	require.Equal(t, "http://h/a/", d.Spec.Source.URL)
+}
+
+// L1: the longest document id the HTTP API accepts gives a job id the job
+// layer accepts.
+func TestLongestDocIDFitsAJobID(t *testing.T) {
+	id := replicator.DocJobID(replicator.NewDBUUID(), strings.Repeat("z", repdb.MaxDocIDLength))
+	require.LessOrEqual(t, len(id), fdbjobs.MaxNameSize)
 }
