@@ -13,11 +13,16 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"math"
+	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // RoleAdmin is the role of server admins, as in CouchDB.
@@ -241,12 +246,14 @@ type authenticator struct {
 	secret     []byte
 	timeout    time.Duration
 	persistent bool
-	now        func() time.Time
+	clock      clockwork.Clock
 	decoy      string // a hash of the configured cost, for unknown names
 
 	mu        sync.Mutex
 	cache     map[[32]byte]struct{} // verified name+password+hash digests
 	cacheSize int
+
+	guard *loginGuard
 }
 
 func (a *authenticator) lookup(name string) *account {
@@ -256,28 +263,40 @@ func (a *authenticator) lookup(name string) *account {
 	return a.accounts.byName[name]
 }
 
-// login checks a name and password; nil when they are wrong.
-func (a *authenticator) login(name, password string) *account {
+// login checks a name and password for client (see clientAddr); the
+// error is errUnauthorizedLogin for wrong credentials, or a 429 while the
+// client is held back after failed checks (see loginGuard).
+func (a *authenticator) login(name, password, client string) (*account, *httpError) {
 	acc := a.lookup(name)
+	var digest [32]byte
+	if acc != nil {
+		digest = sha256.Sum256([]byte(acc.name + "\x00" + password + "\x00" + acc.hash))
+		if a.cacheSize > 0 {
+			a.mu.Lock()
+			_, ok := a.cache[digest]
+			a.mu.Unlock()
+			if ok {
+				return acc, nil // verified before: no hash to compute
+			}
+		}
+	}
+	if he := a.guard.admit(client); he != nil {
+		return nil, he
+	}
+	defer a.guard.done()
 	if acc == nil {
 		// Spend comparable time so that unknown names are not revealed by
 		// timing.
 		_, _ = verifyPassword(a.decoy, password)
-		return nil
-	}
-	digest := sha256.Sum256([]byte(acc.name + "\x00" + password + "\x00" + acc.hash))
-	if a.cacheSize > 0 {
-		a.mu.Lock()
-		_, ok := a.cache[digest]
-		a.mu.Unlock()
-		if ok {
-			return acc
-		}
+		a.guard.failed(client)
+		return nil, errUnauthorizedLogin
 	}
 	ok, err := verifyPassword(acc.hash, password)
 	if err != nil || !ok {
-		return nil
+		a.guard.failed(client)
+		return nil, errUnauthorizedLogin
 	}
+	a.guard.succeeded(client)
 	if a.cacheSize > 0 {
 		a.mu.Lock()
 		if len(a.cache) >= a.cacheSize {
@@ -286,7 +305,116 @@ func (a *authenticator) login(name, password string) *account {
 		a.cache[digest] = struct{}{}
 		a.mu.Unlock()
 	}
-	return acc
+	return acc, nil
+}
+
+// Defaults of the failed-login guard.
+const (
+	// LoginFailuresFreeDefault is how many failed password checks a client
+	// makes before it is held back.
+	LoginFailuresFreeDefault = 5
+	// LoginBackoffMaxDefault caps how long a client is held back: the wait
+	// doubles from a second with each further failure.
+	LoginBackoffMaxDefault = time.Minute
+	// loginClientsMax bounds the clients remembered (the oldest entries go
+	// first).
+	loginClientsMax = 10_000
+)
+
+// loginGuard bounds what failed password checks cost: a password hash is
+// deliberately slow (PBKDF2), so a client that keeps failing is held back
+// (429, no hash computed) for a wait that doubles with each failure past
+// the free ones, and at most one hash per CPU runs at once, so a flood of
+// wrong passwords cannot take every core. Verified credentials come from
+// the cache and never reach the guard.
+type loginGuard struct {
+	free    int
+	maxWait time.Duration
+	clock   clockwork.Clock
+	sem     chan struct{}
+
+	mu      sync.Mutex
+	clients map[string]*loginFailures
+}
+
+type loginFailures struct {
+	n     int
+	until time.Time
+	last  time.Time
+}
+
+func newLoginGuard(clock clockwork.Clock) *loginGuard {
+	return &loginGuard{free: LoginFailuresFreeDefault, maxWait: LoginBackoffMaxDefault, clock: clock,
+		sem: make(chan struct{}, runtime.GOMAXPROCS(0)), clients: map[string]*loginFailures{}}
+}
+
+// admit waits for a hashing slot, or refuses a client being held back.
+func (g *loginGuard) admit(client string) *httpError {
+	g.mu.Lock()
+	f := g.clients[client]
+	var wait time.Duration
+	if f != nil {
+		wait = f.until.Sub(g.clock.Now())
+	}
+	g.mu.Unlock()
+	if wait > 0 {
+		return newError(http.StatusTooManyRequests, "too_many_requests",
+			fmt.Sprintf("too many failed logins from this client; retry in %d s", int(math.Ceil(wait.Seconds()))))
+	}
+	g.sem <- struct{}{}
+	return nil
+}
+
+func (g *loginGuard) done() { <-g.sem }
+
+func (g *loginGuard) failed(client string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.clock.Now()
+	f := g.clients[client]
+	if f == nil {
+		if len(g.clients) >= loginClientsMax {
+			g.forgetOldestLocked()
+		}
+		f = &loginFailures{}
+		g.clients[client] = f
+	}
+	f.n++
+	f.last = now
+	if over := f.n - g.free; over > 0 {
+		wait := g.maxWait
+		if over < 32 {
+			wait = min(g.maxWait, time.Second<<(over-1))
+		}
+		f.until = now.Add(wait)
+	}
+}
+
+func (g *loginGuard) succeeded(client string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.clients, client)
+}
+
+func (g *loginGuard) forgetOldestLocked() {
+	var oldest string
+	var at time.Time
+	for k, f := range g.clients {
+		if oldest == "" || f.last.Before(at) {
+			oldest, at = k, f.last
+		}
+	}
+	delete(g.clients, oldest)
+}
+
+// clientAddr is the host of a request's remote address: the client the
+// login guard holds back.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 func userOf(acc *account, method string) *User {
@@ -302,7 +430,7 @@ func (a *authenticator) cookieMAC(acc *account, payload string) []byte {
 }
 
 func (a *authenticator) makeCookie(acc *account, r *http.Request) *http.Cookie {
-	payload := acc.name + ":" + strconv.FormatInt(a.now().Unix(), 16)
+	payload := acc.name + ":" + strconv.FormatInt(a.clock.Now().Unix(), 16)
 	val := base64.RawURLEncoding.EncodeToString(append([]byte(payload+":"), a.cookieMAC(acc, payload)...))
 	c := &http.Cookie{Name: "AuthSession", Value: val, Path: "/", HttpOnly: true, Secure: r.TLS != nil}
 	if a.persistent {
@@ -338,7 +466,7 @@ func (a *authenticator) checkCookie(value string) (*account, bool) {
 	if err != nil {
 		return nil, false
 	}
-	age := a.now().Sub(time.Unix(issued, 0))
+	age := a.clock.Now().Sub(time.Unix(issued, 0))
 	if age < 0 || age >= a.timeout {
 		return nil, false
 	}
@@ -359,9 +487,9 @@ func (a *authenticator) authenticate(r *http.Request) (u *User, refresh *http.Co
 		if !ok {
 			return nil, nil, badRequest("Authorization header has invalid encoding")
 		}
-		acc := a.login(name, password)
-		if acc == nil {
-			return nil, nil, errUnauthorizedLogin
+		acc, he := a.login(name, password, clientAddr(r))
+		if he != nil {
+			return nil, nil, he
 		}
 		return userOf(acc, "default"), nil, nil
 	}

@@ -5,10 +5,10 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 )
 
@@ -74,11 +74,9 @@ func TestBasicAuth(t *testing.T) {
 }
 
 func TestCookieSessions(t *testing.T) {
-	var clock atomic.Int64
-	clock.Store(1_700_000_000)
-	advance := func(d time.Duration) { clock.Add(int64(d / time.Second)) }
-	e := newEnv(t, func(o *Options) { o.SessionTimeout = 100 * time.Second })
-	e.srv.auth.now = func() time.Time { return time.Unix(clock.Load(), 0) }
+	clock := clockwork.NewFakeClockAt(time.Unix(1_700_000_000, 0))
+	advance := clock.Advance
+	e := newEnv(t, func(o *Options) { o.SessionTimeout = 100 * time.Second; o.Clock = clock })
 
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)

@@ -301,7 +301,7 @@ func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 	}
 	rows, last, err := s.store.Changes(r.Context(), db, since, limit, includeDocs)
 	if err == nil && feed == "longpoll" && len(rows) == 0 && limit != 0 {
-		rows, last, err = s.longpoll(r.Context(), db, since, limit, includeDocs, timeout)
+		evictableDuring(r, func() { rows, last, err = s.longpoll(r.Context(), db, since, limit, includeDocs, timeout) })
 	}
 	if err != nil {
 		s.fail(w, r, err)

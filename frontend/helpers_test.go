@@ -7,8 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -131,6 +131,7 @@ type testEnv struct {
 	t    *testing.T
 	db   kv.Database
 	srv  *Server
+	hs   *HTTPServer
 	url  string
 	rep  *fakeReplicator
 	logs *testutil.SyncBuffer
@@ -163,9 +164,17 @@ func newEnv(t *testing.T, mod ...func(*Options)) *testEnv {
 	srv, err := New(opts)
 	require.NoError(t, err)
 	require.NoError(t, srv.Init(context.Background()))
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	return &testEnv{t: t, db: db, srv: srv, url: ts.URL, rep: rep, logs: logs}
+	hs, err := NewHTTPServer(srv, opts.Limits)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	t.Cleanup(func() {
+		require.NoError(t, hs.Close())
+		require.ErrorIs(t, <-served, http.ErrServerClosed)
+	})
+	return &testEnv{t: t, db: db, srv: srv, hs: hs, url: "http://" + ln.Addr().String(), rep: rep, logs: logs}
 }
 
 type creds = testutil.Creds

@@ -41,6 +41,9 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *httpE
 		if errors.As(err, &mbe) {
 			return nil, errTooLarge
 		}
+		if errors.Is(err, errBodyTimeout) {
+			return nil, newError(http.StatusRequestTimeout, "request_timeout", "the request body did not arrive in time")
+		}
 		return nil, badRequest("could not read the request body")
 	}
 	if int64(len(b)) > max {

@@ -35,6 +35,7 @@ func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
 		RequireValidUser: cfg.Bool("chttpd", "require_valid_user"),
 		LogRequests:      cfg.Bool("log", "requests"),
 		NodeName:         cfg.NodeName(),
+		Limits:           LimitsFromConfig(cfg),
 	}
 	if o.AuthCacheSize == 0 {
 		o.AuthCacheSize = -1 // 0 in the file means "no cache"
@@ -43,4 +44,21 @@ func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
 		o.Secret = []byte(s)
 	}
 	return o, plain, nil
+}
+
+// LimitsFromConfig reads the listener limits from [chttpd].
+func LimitsFromConfig(cfg *config.Config) Limits {
+	ms := func(key string) time.Duration { return time.Duration(cfg.Int("chttpd", key)) * time.Millisecond }
+	l := Limits{
+		MaxConnections:    int(cfg.Int("chttpd", "max_connections")),
+		HeaderTimeout:     ms("header_timeout_msec"),
+		BodyTimeout:       ms("body_timeout_msec"),
+		IdleTimeout:       ms("idle_timeout_msec"),
+		MaxClientRequests: int(cfg.Int("chttpd", "max_client_requests")),
+		MaxHeaderBytes:    int(cfg.Int("chttpd", "max_header_bytes")),
+	}
+	if l.MaxClientRequests == 0 {
+		l.MaxClientRequests = -1 // 0 in the file means "no cap"
+	}
+	return l
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gorilla/mux"
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -80,17 +81,24 @@ type Options struct {
 	Scheduler Scheduler
 	// Metrics adds the replicator's metrics to _stats and _prometheus.
 	Metrics MetricsSource
+	// Clock times sessions and login backoffs; the real clock when nil.
+	Clock clockwork.Clock
+	// Limits protect the server from slow and greedy clients (zero fields:
+	// the defaults). Serve the Server with NewHTTPServer and the same
+	// Limits for the connection-level ones.
+	Limits Limits
 }
 
 // Server is the HTTP API of an api_frontend node. It is an http.Handler;
 // the caller runs the listener.
 type Server struct {
-	opts   Options
-	store  *repdb.Store
-	auth   *authenticator
-	log    zerolog.Logger
-	router *mux.Router
-	stats  *httpStats
+	opts    Options
+	store   *repdb.Store
+	auth    *authenticator
+	log     zerolog.Logger
+	router  *mux.Router
+	stats   *httpStats
+	clients *clientRequests
 }
 
 // New validates opts and builds a Server. Call Init before serving.
@@ -105,6 +113,13 @@ func New(opts Options) (*Server, error) {
 	opts.MaxJSONDepth = cmp.Or(opts.MaxJSONDepth, MaxJSONDepthDefault)
 	opts.NodeName = cmp.Or(opts.NodeName, "fdbrep@local")
 	opts.Version = cmp.Or(opts.Version, "dev")
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
+	opts.Limits = opts.Limits.withDefaults()
+	if err := opts.Limits.validate(); err != nil {
+		return nil, err
+	}
 	switch {
 	case opts.SessionTimeout < time.Second:
 		return nil, fmt.Errorf("%w: SessionTimeout %v is under a second", ErrInvalidOptions, opts.SessionTimeout)
@@ -135,11 +150,12 @@ func New(opts Options) (*Server, error) {
 		store: repdb.New(opts.DB, repdb.Options{Subspace: opts.Subspace}),
 		auth: &authenticator{
 			accounts: opts.Accounts, secret: opts.Secret, timeout: opts.SessionTimeout,
-			persistent: !opts.SessionCookies, now: time.Now, decoy: decoy,
-			cache: map[[32]byte]struct{}{}, cacheSize: max(opts.AuthCacheSize, 0),
+			persistent: !opts.SessionCookies, clock: opts.Clock, decoy: decoy,
+			cache: map[[32]byte]struct{}{}, cacheSize: max(opts.AuthCacheSize, 0), guard: newLoginGuard(opts.Clock),
 		},
-		log:   logger,
-		stats: newHTTPStats(),
+		log:     logger,
+		stats:   newHTTPStats(),
+		clients: &clientRequests{max: opts.Limits.MaxClientRequests, n: map[string]int{}},
 	}
 	s.router = s.routes()
 	return s, nil
@@ -230,19 +246,30 @@ func (s *Server) methods(fn http.HandlerFunc, allowed ...string) http.Handler {
 	})
 }
 
-// statusWriter records the status and size of a response.
+// statusWriter records the status and size of a response. An error
+// reply written before the request's body was read closes the connection
+// instead of draining the body first (which a client trickling its body
+// could stretch for ever).
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int
+	// unread reports a request body not read to its end.
+	unread func() bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+		if code >= 400 && w.unread != nil && w.unread() {
+			w.Header().Set("Connection", "close")
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
@@ -265,6 +292,12 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		start := time.Now()
 		w := &statusWriter{ResponseWriter: rw}
 		st := &reqState{}
+		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+			tc, _ := r.Context().Value(connKey{}).(*trackedConn)
+			lb := &limitedBody{body: r.Body, rc: http.NewResponseController(rw), conn: tc, deadline: s.opts.Limits.BodyTimeout}
+			r.Body, w.unread = lb, func() bool { return !lb.drained() }
+			defer lb.finish()
+		}
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
@@ -294,6 +327,15 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		st.user = u
 		if refresh != nil {
 			http.SetCookie(w, refresh)
+		}
+		if !u.IsAdmin() && r.URL.Path != "/_up" {
+			client := clientKey(r, u)
+			if !s.clients.acquire(client) {
+				writeError(w, newError(http.StatusTooManyRequests, "too_many_requests",
+					fmt.Sprintf("more than %d requests in flight from this client", s.opts.Limits.MaxClientRequests)))
+				return
+			}
+			defer s.clients.release(client)
 		}
 		if s.opts.RequireValidUser && u.Anonymous() && r.URL.Path != "/_session" && r.URL.Path != "/_up" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="server"`)

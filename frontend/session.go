@@ -53,9 +53,9 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 				"Content-Type must be application/json or application/x-www-form-urlencoded"))
 			return
 		}
-		acc := s.auth.login(name, password)
-		if acc == nil {
-			writeError(w, errUnauthorizedLogin)
+		acc, he := s.auth.login(name, password, clientAddr(r))
+		if he != nil {
+			writeError(w, he)
 			return
 		}
 		http.SetCookie(w, s.auth.makeCookie(acc, r))

@@ -268,17 +268,22 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 	cluster := clusterConfig(cfg, &log, metrics)
 	docs := repdb.New(db, repdb.Options{})
 
-	var servers []*http.Server
+	var servers []*frontend.HTTPServer
 	errc := make(chan error, 2)
+	limits := frontend.LimitsFromConfig(cfg)
 	listen := func(addr string, h http.Handler, what string) (string, error) {
+		srv, err := frontend.NewHTTPServer(h, limits)
+		if err != nil {
+			return "", err
+		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return "", fmt.Errorf("%s listener: %w", what, err)
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		servers = append(servers, srv)
 		go func() { errc <- srv.Serve(ln) }()
-		log.Info().Str("addr", ln.Addr().String()).Msg(what + " listening")
+		_, capacity := srv.Connections()
+		log.Info().Str("addr", ln.Addr().String()).Int("max_connections", capacity).Msg(what + " listening")
 		return ln.Addr().String(), nil
 	}
 	defer func() {

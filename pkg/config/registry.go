@@ -86,6 +86,12 @@ var Registry = []Key{
 	intKey("chttpd", "max_json_depth", "32", 2, 1000, "Deepest nesting of JSON objects and arrays accepted in a request body."),
 	boolKey("chttpd", "admin_only_all_dbs", "true", "Only server admins may list databases with GET /_all_dbs."),
 	boolKey("chttpd", "require_valid_user", "false", "Refuse every unauthenticated request except GET /_up and /_session."),
+	intKey("chttpd", "max_connections", "10000", 1, 1_000_000, "Open connections at most on a listener (lowered to the process's file limit less 256). At the cap a new connection closes the one idle, still sending its request or waiting in a longpoll the longest."),
+	intKey("chttpd", "header_timeout_msec", "10000", 1, 3_600_000, "Milliseconds a client has to send its request line and headers."),
+	intKey("chttpd", "body_timeout_msec", "30000", 1, 3_600_000, "Milliseconds a client has to send a request body once its headers arrived; a slower body gets 408."),
+	intKey("chttpd", "idle_timeout_msec", "120000", 1, 3_600_000, "Milliseconds a keep-alive connection may stay idle."),
+	intKey("chttpd", "max_client_requests", "100", 0, 1_000_000, "Requests one client (a user, or an anonymous client's address) may have in flight; more get 429. Server admins and GET /_up are not counted. 0 disables the cap."),
+	intKey("chttpd", "max_header_bytes", "65536", 4096, 16<<20, "Largest request headers accepted, in bytes."),
 	// [chttpd_auth]
 	{Section: "chttpd_auth", Name: "secret", Kind: KindString, Default: "", Secret: true, Doc: "Key that signs AuthSession cookies. Empty: a random key per process, so cookies are only valid on the node that issued them; set the same secret on every api_frontend node."},
 	intKey("chttpd_auth", "timeout", "600", 1, maxInt, "Seconds an AuthSession cookie stays valid; it is refreshed when less than 10% of this remains."),

@@ -1,0 +1,367 @@
+package frontend
+
+import (
+	"cmp"
+	"io"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Defaults of Limits.
+const (
+	// MaxConnectionsDefault caps open connections; the process's file limit
+	// (RLIMIT_NOFILE) lowers it, keeping FileReserve descriptors for the
+	// store, outbound connections and logs.
+	MaxConnectionsDefault = 10_000
+	// FileReserve is how many file descriptors the connection cap leaves
+	// to the rest of the process.
+	FileReserve = 256
+	// HeaderTimeoutDefault bounds the reading of a request line and headers.
+	HeaderTimeoutDefault = 10 * time.Second
+	// BodyTimeoutDefault bounds the reading of a request body, from the end
+	// of the headers.
+	BodyTimeoutDefault = 30 * time.Second
+	// IdleTimeoutDefault closes keep-alive connections idle this long.
+	IdleTimeoutDefault = 2 * time.Minute
+	// MaxClientRequestsDefault caps the requests one client (a user, or an
+	// anonymous client's address) has in flight; server admins and GET
+	// /_up are not counted.
+	MaxClientRequestsDefault = 100
+	// MaxHeaderBytesDefault caps a request's headers.
+	MaxHeaderBytesDefault = 64 << 10
+)
+
+// Limits protect a node's listeners from slow and greedy clients.
+type Limits struct {
+	// MaxConnections caps open connections (0: MaxConnectionsDefault). At
+	// the cap a new connection closes the one that has been idle, or still
+	// sending its request, or waiting in a longpoll, the longest; when
+	// every connection is busy in a handler the new one is closed at once.
+	// The process's file limit lowers the cap (see FileReserve).
+	MaxConnections int
+	// HeaderTimeout, BodyTimeout and IdleTimeout: see the defaults.
+	HeaderTimeout time.Duration
+	BodyTimeout   time.Duration
+	IdleTimeout   time.Duration
+	// MaxClientRequests: see MaxClientRequestsDefault; negative disables
+	// the cap.
+	MaxClientRequests int
+	// MaxHeaderBytes: see MaxHeaderBytesDefault.
+	MaxHeaderBytes int
+}
+
+func (l Limits) withDefaults() Limits {
+	l.MaxConnections = cmp.Or(l.MaxConnections, MaxConnectionsDefault)
+	l.HeaderTimeout = cmp.Or(l.HeaderTimeout, HeaderTimeoutDefault)
+	l.BodyTimeout = cmp.Or(l.BodyTimeout, BodyTimeoutDefault)
+	l.IdleTimeout = cmp.Or(l.IdleTimeout, IdleTimeoutDefault)
+	l.MaxClientRequests = cmp.Or(l.MaxClientRequests, MaxClientRequestsDefault)
+	l.MaxHeaderBytes = cmp.Or(l.MaxHeaderBytes, MaxHeaderBytesDefault)
+	return l
+}
+
+func (l Limits) validate() error {
+	switch {
+	case l.MaxConnections < 1:
+		return fmt.Errorf("%w: MaxConnections %d is under 1", ErrInvalidOptions, l.MaxConnections)
+	case l.HeaderTimeout < time.Millisecond, l.BodyTimeout < time.Millisecond, l.IdleTimeout < time.Millisecond:
+		return fmt.Errorf("%w: limit timeouts must be at least a millisecond", ErrInvalidOptions)
+	case l.MaxHeaderBytes < 4096:
+		return fmt.Errorf("%w: MaxHeaderBytes %d is under 4096", ErrInvalidOptions, l.MaxHeaderBytes)
+	}
+	return nil
+}
+
+// connCap is MaxConnections lowered to what the file limit allows.
+func (l Limits) connCap() int {
+	var rl syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil && rl.Cur > FileReserve*2 {
+		return min(l.MaxConnections, int(rl.Cur)-FileReserve)
+	}
+	return l.MaxConnections
+}
+
+// HTTPServer runs handlers under Limits: Serve wraps a listener so that
+// connections stay under the cap, and the http.Server enforces the header
+// and idle timeouts. Request-level limits (body deadline, requests per
+// client) are applied by the handler (Server does; others may use
+// BodyDeadline).
+type HTTPServer struct {
+	*http.Server
+	limits Limits
+	conns  *connSet
+}
+
+// NewHTTPServer returns a server for h with limits (zero fields: the
+// defaults).
+func NewHTTPServer(h http.Handler, limits Limits) (*HTTPServer, error) {
+	limits = limits.withDefaults()
+	if err := limits.validate(); err != nil {
+		return nil, err
+	}
+	cs := &connSet{max: limits.connCap(), all: map[*trackedConn]struct{}{}}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: limits.HeaderTimeout,
+		IdleTimeout:       limits.IdleTimeout,
+		MaxHeaderBytes:    limits.MaxHeaderBytes,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if tc, ok := c.(*trackedConn); ok {
+				return context.WithValue(ctx, connKey{}, tc)
+			}
+			return ctx
+		},
+		ConnState: cs.stateChanged,
+	}
+	return &HTTPServer{Server: srv, limits: limits, conns: cs}, nil
+}
+
+// Serve accepts connections on ln under the connection cap until Shutdown
+// or Close.
+func (s *HTTPServer) Serve(ln net.Listener) error {
+	return s.Server.Serve(&cappedListener{Listener: ln, set: s.conns})
+}
+
+// Connections reports the open connections and the cap.
+func (s *HTTPServer) Connections() (open, capacity int) {
+	s.conns.mu.Lock()
+	defer s.conns.mu.Unlock()
+	return len(s.conns.all), s.conns.max
+}
+
+type connKey struct{}
+
+// connSet tracks a listener's open connections and which may be closed
+// to make room.
+type connSet struct {
+	max int
+	mu  sync.Mutex
+	all map[*trackedConn]struct{}
+}
+
+// trackedConn is a connection of a connSet. evictable is set while the
+// connection waits for a request (new or idle), reads a request body or
+// waits in a longpoll; since is when that began.
+type trackedConn struct {
+	net.Conn
+	set       *connSet
+	evictable bool // guarded by set.mu
+	since     time.Time
+	closeOnce sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.closeOnce.Do(func() {
+		c.set.mu.Lock()
+		delete(c.set.all, c)
+		c.set.mu.Unlock()
+	})
+	return err
+}
+
+// setEvictable marks the connection as one a new connection may close.
+func (c *trackedConn) setEvictable(on bool) {
+	c.set.mu.Lock()
+	defer c.set.mu.Unlock()
+	if c.evictable != on {
+		c.evictable, c.since = on, time.Now()
+	}
+}
+
+func (cs *connSet) stateChanged(c net.Conn, st http.ConnState) {
+	tc, ok := c.(*trackedConn)
+	if !ok {
+		return
+	}
+	switch st {
+	case http.StateNew, http.StateIdle:
+		tc.setEvictable(true)
+	case http.StateActive:
+		tc.setEvictable(false)
+	case http.StateClosed, http.StateHijacked:
+		tc.closeOnce.Do(func() {
+			cs.mu.Lock()
+			delete(cs.all, tc)
+			cs.mu.Unlock()
+		})
+	}
+}
+
+// admit adds c, closing the longest evictable connection when the set is
+// full; it reports false (c is to be closed) when none can be.
+func (cs *connSet) admit(c *trackedConn) bool {
+	cs.mu.Lock()
+	var victim *trackedConn
+	if len(cs.all) >= cs.max {
+		for o := range cs.all {
+			if o.evictable && (victim == nil || o.since.Before(victim.since)) {
+				victim = o
+			}
+		}
+		if victim == nil {
+			cs.mu.Unlock()
+			return false
+		}
+		delete(cs.all, victim)
+	}
+	c.evictable, c.since = true, time.Now()
+	cs.all[c] = struct{}{}
+	cs.mu.Unlock()
+	if victim != nil {
+		_ = victim.Conn.Close()
+	}
+	return true
+}
+
+// cappedListener admits accepted connections into a connSet.
+type cappedListener struct {
+	net.Listener
+	set *connSet
+}
+
+func (l *cappedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		tc := &trackedConn{Conn: c, set: l.set}
+		if l.set.admit(tc) {
+			return tc, nil
+		}
+		_ = c.Close() // every connection is busy: refuse this one
+	}
+}
+
+// evictableDuring marks the request's connection as one that may be
+// closed to make room while f runs (a longpoll wait).
+func evictableDuring(r *http.Request, f func()) {
+	tc, _ := r.Context().Value(connKey{}).(*trackedConn)
+	if tc != nil {
+		tc.setEvictable(true)
+		defer tc.setEvictable(false)
+	}
+	f()
+}
+
+// errBodyTimeout is a body read past Limits.BodyTimeout.
+var errBodyTimeout = errors.New("frontend: the request body did not arrive in time")
+
+// limitedBody is a request body read under a deadline: the connection is
+// evictable while it is read, and the body's end is remembered so that an
+// early error reply can close the connection instead of draining it.
+type limitedBody struct {
+	body     io.ReadCloser
+	rc       *http.ResponseController
+	conn     *trackedConn
+	started  bool
+	deadline time.Duration
+	done     bool // the deadline and evictability ended
+	eof      bool // the body was read to its end
+	mu       sync.Mutex
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	if !b.started {
+		b.started = true
+		_ = b.rc.SetReadDeadline(time.Now().Add(b.deadline))
+		if b.conn != nil {
+			b.conn.setEvictable(true)
+		}
+	}
+	b.mu.Unlock()
+	n, err := b.body.Read(p)
+	if err != nil {
+		if err == io.EOF {
+			b.mu.Lock()
+			b.eof = true
+			b.mu.Unlock()
+		}
+		b.finish()
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			err = errBodyTimeout
+		}
+	}
+	return n, err
+}
+
+// finish ends the body deadline (the response may take longer: a
+// continuous feed) and the connection's evictability.
+func (b *limitedBody) finish() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return
+	}
+	b.done = true
+	if b.started {
+		_ = b.rc.SetReadDeadline(time.Time{})
+		if b.conn != nil {
+			b.conn.setEvictable(false)
+		}
+	}
+}
+
+func (b *limitedBody) Close() error { return b.body.Close() }
+
+// drained reports whether the body was read to its end.
+func (b *limitedBody) drained() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.eof
+}
+
+// clientRequests counts the requests each client has in flight.
+type clientRequests struct {
+	max int
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+// acquire counts a request of client; false when the client is at the
+// cap.
+func (c *clientRequests) acquire(client string) bool {
+	if c.max < 0 {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[client] >= c.max {
+		return false
+	}
+	c.n[client]++
+	return true
+}
+
+func (c *clientRequests) release(client string) {
+	if c.max < 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[client]--; c.n[client] <= 0 {
+		delete(c.n, client)
+	}
+}
+
+// clientKey names the client of a request for the per-client cap: the
+// user, or the remote address's host for anonymous requests.
+func clientKey(r *http.Request, u *User) string {
+	if !u.Anonymous() {
+		return "user:" + u.Name
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "addr:" + host
+}

@@ -1,0 +1,164 @@
+package frontend
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+)
+
+// hangBound bounds waits that detect a hang; it is not a speed
+// expectation.
+const hangBound = 30 * time.Second
+
+// rawRequest opens a connection to e, sends head (request line and
+// headers, then the blank line) and returns the connection.
+func rawRequest(t *testing.T, e *testEnv, head string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	_, err = io.WriteString(c, head+"\r\n")
+	require.NoError(t, err)
+	return c
+}
+
+// readStatus reads a response's status code from c (0 when the
+// connection ends without one).
+func readStatus(t *testing.T, c net.Conn) int {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(hangBound)))
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Logf("no response: %v", err)
+		return 0
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// H1: a client that sends headers and then trickles (here: withholds) its
+// body gets an error reply as soon as the request is refused, instead of
+// holding the connection until the body is drained.
+func TestEarlyErrorDoesNotWaitForTheBody(t *testing.T) {
+	e := newEnv(t)
+	c := rawRequest(t, e, "PUT /_replicator/x HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n")
+	_, err := io.WriteString(c, "{")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusUnauthorized, readStatus(t, c), "anonymous: refused before the body arrives")
+}
+
+// H1: a body that does not arrive within BodyTimeout ends the request with
+// 408.
+func TestBodyTimeout(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Limits.BodyTimeout = 100 * time.Millisecond })
+	auth := "Authorization: Basic " + basicAuth(aliceName, alicePass) + "\r\n"
+	c := rawRequest(t, e, "PUT /_replicator/x HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n"+auth)
+	_, err := io.WriteString(c, `{"source":`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusRequestTimeout, readStatus(t, c))
+	requireError(t, e.do("GET", "/_replicator/x", asAdmin, nil), 404, "not_found")
+}
+
+// H1: at the connection cap, new clients are served by closing the
+// connections that wait the longest for a request or trickle a body; /_up
+// and admins keep answering.
+func TestConnectionCapEvictsSlowClients(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Limits.MaxConnections = 20 })
+	var idle []net.Conn
+	for i := 0; i < 20; i++ {
+		c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		idle = append(idle, c)
+	}
+	auth := "Authorization: Basic " + basicAuth(aliceName, alicePass) + "\r\n"
+	for i := 0; i < 20; i++ {
+		c := rawRequest(t, e, "PUT /_replicator/slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n"+auth)
+		_, err := io.WriteString(c, "{")
+		require.NoError(t, err)
+	}
+	for i := 0; i < 5; i++ {
+		require.Equal(t, 200, e.do("GET", "/_up", anon, nil).Status)
+		require.Equal(t, 200, e.do("GET", "/_all_dbs", asAdmin, nil).Status)
+	}
+	open, capacity := e.hs.Connections()
+	require.Equal(t, 20, capacity)
+	require.LessOrEqual(t, open, capacity)
+	// The idle connections were closed to make room.
+	closed := 0
+	for _, c := range idle {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(hangBound)))
+		if _, err := c.Read(make([]byte, 1)); err != nil {
+			closed++
+		}
+	}
+	require.Equal(t, len(idle), closed)
+}
+
+// H1: one client cannot take every request slot: past MaxClientRequests
+// its requests get 429, while other users, admins and /_up go on.
+func TestPerClientRequestCap(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Limits.MaxClientRequests = 3 })
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.do("GET", "/_replicator/_changes?feed=longpoll&since=now&timeout=60000", asBob, nil)
+		}()
+	}
+	testutil.Eventually(t, "bob's longpolls in flight", func() bool {
+		e.srv.clients.mu.Lock()
+		defer e.srv.clients.mu.Unlock()
+		return e.srv.clients.n["user:"+bobName] == 3
+	})
+	requireError(t, e.do("GET", "/_replicator", asBob, nil), 429, "too_many_requests")
+	require.Equal(t, 200, e.do("GET", "/_replicator", asAlice, nil).Status)
+	require.Equal(t, 200, e.do("GET", "/_all_dbs", asAdmin, nil).Status)
+	require.Equal(t, 200, e.do("GET", "/_up", anon, nil).Status)
+	// A write ends the longpolls.
+	require.Equal(t, 201, e.do("PUT", "/_replicator/wake", asAdmin, repDoc()).Status)
+	wg.Wait()
+	require.Equal(t, 200, e.do("GET", "/_replicator", asBob, nil).Status)
+}
+
+// L5: failed password checks are costly (PBKDF2), so a client that keeps
+// failing is held back with 429 (no hash computed), for a wait that grows
+// with each failure; a correct password afterwards works again.
+func TestFailedLoginBackoff(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	e := newEnv(t, func(o *Options) { o.Clock = clock })
+	wrong := &creds{Name: aliceName, Pass: "wrong"}
+	for i := 0; i < LoginFailuresFreeDefault; i++ {
+		requireError(t, e.do("GET", "/_replicator", wrong, nil), 401, "unauthorized")
+	}
+	requireError(t, e.do("GET", "/_replicator", wrong, nil), 401, "unauthorized") // the first failure past the free ones
+	for _, c := range []*creds{wrong, asAlice, {Name: "ghost", Pass: "x"}} {
+		requireError(t, e.do("GET", "/_replicator", c, nil), 429, "too_many_requests")
+	}
+	clock.Advance(time.Second)
+	requireError(t, e.do("GET", "/_replicator", wrong, nil), 401, "unauthorized")
+	r := e.do("GET", "/_replicator", asAlice, nil)
+	requireError(t, r, 429, "too_many_requests")
+	require.Contains(t, r.Body["reason"], "retry in 2 s", "the wait doubled")
+	clock.Advance(2 * time.Second)
+	require.Equal(t, 200, e.do("GET", "/_replicator", asAlice, nil).Status)
+	// Success forgets the failures; a cached credential never waits.
+	requireError(t, e.do("GET", "/_replicator", wrong, nil), 401, "unauthorized")
+	require.Equal(t, 200, e.do("GET", "/_replicator", asAlice, nil).Status)
+}
+
+func basicAuth(name, pass string) string {
+	req, _ := http.NewRequest("GET", "http://x/", nil)
+	req.SetBasicAuth(name, pass)
+	return strings.TrimPrefix(req.Header.Get("Authorization"), "Basic ")
+}
