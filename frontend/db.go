@@ -194,8 +194,16 @@ func (s *Server) handleAllDocs(w http.ResponseWriter, r *http.Request) {
 	if he == nil {
 		adq.EndKey, he = jsonStringParam(q, "endkey", "end_key")
 	}
+	var keys []string
+	if he == nil {
+		keys, he = s.allDocsKeys(w, r)
+	}
 	if he != nil {
 		writeError(w, he)
+		return
+	}
+	if keys != nil {
+		s.allDocsByKeys(w, r, db, keys, includeDocs)
 		return
 	}
 	docs, total, err := s.store.AllDocs(r.Context(), db, adq)
@@ -213,6 +221,76 @@ func (s *Server) handleAllDocs(w http.ResponseWriter, r *http.Request) {
 		rows = append(rows, row)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"total_rows": total, "offset": adq.Skip, "rows": rows})
+}
+
+// allDocsKeys returns the ids asked for by keys: the query parameter (a
+// JSON array) or, for POST, the body's "keys"; nil when none.
+func (s *Server) allDocsKeys(w http.ResponseWriter, r *http.Request) ([]string, *httpError) {
+	bad := queryParseError("`keys` must be a JSON array of document ids")
+	var raw []byte
+	if v, ok := r.URL.Query()["keys"]; ok {
+		raw = []byte(v[0])
+	}
+	if r.Method == http.MethodPost {
+		b, he := readBody(w, r, s.opts.MaxRequestSize)
+		if he != nil {
+			return nil, he
+		}
+		body, he := decodeObject(b, s.opts.MaxJSONDepth)
+		if he != nil {
+			return nil, he
+		}
+		if k, ok := body["keys"]; ok {
+			if raw, _ = json.Marshal(k); raw == nil {
+				return nil, bad
+			}
+		}
+	}
+	if raw == nil {
+		return nil, nil
+	}
+	keys := []string{}
+	if json.Unmarshal(raw, &keys) != nil {
+		return nil, bad
+	}
+	return keys, nil
+}
+
+// allDocsByKeys answers _all_docs for the given ids, in their order, as
+// CouchDB does: a row per id, "error": "not_found" for ids never written,
+// "deleted": true (and a null doc) for deleted ones.
+func (s *Server) allDocsByKeys(w http.ResponseWriter, r *http.Request, db string, keys []string, includeDocs bool) {
+	docs, err := s.store.Lookup(r.Context(), db, keys)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	info, err := s.store.Info(r.Context(), db)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	u := userFrom(r)
+	rows := make([]map[string]any, 0, len(keys))
+	for i, d := range docs {
+		switch {
+		case d == nil:
+			rows = append(rows, map[string]any{"key": keys[i], "error": "not_found"})
+		case d.Deleted:
+			row := map[string]any{"id": d.ID, "key": d.ID, "value": map[string]any{"rev": d.Rev, "deleted": true}}
+			if includeDocs {
+				row["doc"] = nil
+			}
+			rows = append(rows, row)
+		default:
+			row := map[string]any{"id": d.ID, "key": d.ID, "value": map[string]string{"rev": d.Rev}}
+			if includeDocs {
+				row["doc"] = s.docJSON(d, u)
+			}
+			rows = append(rows, row)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"total_rows": info.DocCount, "offset": nil, "rows": rows})
 }
 
 func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
@@ -282,9 +360,15 @@ func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 		timeout = min(time.Duration(ms)*time.Millisecond, LongpollTimeoutDefault)
 	}
 	limit, he := intParam(q, "limit", -1)
-	var includeDocs bool
+	var includeDocs, descending bool
 	if he == nil {
 		includeDocs, he = boolParam(q, "include_docs")
+	}
+	if he == nil {
+		descending, he = boolParam(q, "descending")
+	}
+	if he == nil && descending && feed == "longpoll" {
+		he = badRequest("descending is not supported with feed=longpoll")
 	}
 	if he != nil {
 		writeError(w, he)
@@ -299,7 +383,7 @@ func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 		}
 		since = info.UpdateSeq
 	}
-	rows, last, err := s.store.Changes(r.Context(), db, since, limit, includeDocs)
+	rows, last, err := s.store.ChangesOf(r.Context(), db, repdb.ChangesQuery{Since: since, Limit: limit, Descending: descending, IncludeDocs: includeDocs})
 	if err == nil && feed == "longpoll" && len(rows) == 0 && limit != 0 {
 		evictableDuring(r, func() { rows, last, err = s.longpoll(r.Context(), db, since, limit, includeDocs, timeout) })
 	}

@@ -198,7 +198,9 @@ func userFrom(r *http.Request) *User {
 }
 
 func (s *Server) routes() *mux.Router {
-	r := mux.NewRouter().UseEncodedPath()
+	// SkipClean: a path such as /../_replicator is refused by the name
+	// rules with a CouchDB error, not redirected with an empty 301.
+	r := mux.NewRouter().UseEncodedPath().SkipClean(true)
 	r.Use(s.middleware)
 	h := func(path string, fn http.HandlerFunc, methods ...string) {
 		r.Handle(path, s.methods(fn, methods...))
@@ -216,12 +218,12 @@ func (s *Server) routes() *mux.Router {
 	h("/_scheduler/jobs/{id}", s.handleSchedulerJob, "GET")
 	h("/_scheduler/docs", s.handleSchedulerDocs, "GET")
 	r.PathPrefix("/_scheduler/docs/").Handler(s.methods(s.handleSchedulerDocsPath, "GET"))
-	r.PathPrefix("/_scheduler/").HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found"})
-	})
+	r.PathPrefix("/_scheduler/").Handler(s.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, notFound("missing"))
+	})))
 	h("/{db}", s.handleDB, "GET", "HEAD", "PUT", "DELETE", "POST")
 	h("/{db}/", s.handleDB, "GET", "HEAD", "PUT", "DELETE", "POST")
-	h("/{db}/_all_docs", s.handleAllDocs, "GET", "HEAD")
+	h("/{db}/_all_docs", s.handleAllDocs, "GET", "HEAD", "POST")
 	h("/{db}/_changes", s.handleChanges, "GET", "POST")
 	h("/{db}/_design/{ddoc}", s.docHandler(repdb.DesignPrefix, "ddoc"), "GET", "HEAD", "PUT", "DELETE")
 	h("/{db}/_local/{id}", s.docHandler(repdb.LocalPrefix, "id"), "GET", "HEAD", "PUT", "DELETE")

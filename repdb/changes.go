@@ -56,11 +56,28 @@ func (s *Store) feedRange(db, since string) (kv.KeyRange, error) {
 	return kv.KeyRange{Begin: begin, End: end}, nil
 }
 
+// ChangesQuery selects rows of a changes feed: those after Since ("" or
+// "0": from the start), at most Limit (< 0: all), oldest first or, with
+// Descending, newest first.
+type ChangesQuery struct {
+	Since       string
+	Limit       int
+	Descending  bool
+	IncludeDocs bool
+}
+
 // Changes reads db's feed after since, at most limit rows (< 0: all), and
 // returns them with the last sequence read (since itself, or "0", when
 // there is none). ErrBadSequence for a since that is not a sequence of
 // this store.
 func (s *Store) Changes(ctx context.Context, db, since string, limit int, includeDocs bool) ([]Change, string, error) {
+	return s.ChangesOf(ctx, db, ChangesQuery{Since: since, Limit: limit, IncludeDocs: includeDocs})
+}
+
+// ChangesOf is Changes with every option; descending rows report as last
+// sequence the oldest row read, where the next page continues.
+func (s *Store) ChangesOf(ctx context.Context, db string, q ChangesQuery) ([]Change, string, error) {
+	since, limit, includeDocs := q.Since, q.Limit, q.IncludeDocs
 	rng, err := s.feedRange(db, since)
 	if err != nil {
 		return nil, "", err
@@ -80,7 +97,7 @@ func (s *Store) Changes(ctx context.Context, db, since string, limit int, includ
 		if limit == 0 {
 			return res, nil
 		}
-		opts := kv.RangeOptions{}
+		opts := kv.RangeOptions{Reverse: q.Descending}
 		if limit > 0 {
 			opts.Limit = limit
 		}

@@ -428,3 +428,26 @@ func (s *Store) AllDocs(ctx context.Context, db string, q AllDocsQuery) ([]*Doc,
 	})
 	return res.docs, res.total, err
 }
+
+// Lookup reads the documents ids of db in one transaction, in order: a
+// live document, a deleted one (Deleted set, no body) or nil for an id
+// never written.
+func (s *Store) Lookup(ctx context.Context, db string, ids []string) ([]*Doc, error) {
+	return kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) ([]*Doc, error) {
+		if _, err := s.getMeta(tr, db); err != nil {
+			return nil, err
+		}
+		out := make([]*Doc, len(ids))
+		for i, id := range ids {
+			d, err := s.Get(tr, db, id)
+			switch {
+			case err == nil, errors.Is(err, ErrDocDeleted):
+				out[i] = d
+			case errors.Is(err, ErrDocNotFound):
+			default:
+				return nil, err
+			}
+		}
+		return out, nil
+	})
+}
