@@ -53,9 +53,6 @@ func (f *fakeReplicator) ParseDoc(db, docID string, raw json.RawMessage) (Parsed
 		return nil, err
 	}
 	parsed := &fakeDoc{db: db, id: docID, body: doc}
-	if doc["_replication_state"] == "failed" {
-		return parsed, nil // as the control plane: a failed document is not refused
-	}
 	for _, field := range []string{"source", "target"} {
 		switch v := doc[field].(type) {
 		case string:

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strings"
 
 	"github.com/fdbrep/fdbrep/repdb"
 )
@@ -103,20 +104,25 @@ func stripCredentials(body map[string]any) {
 			body[field] = c
 		}
 	}
-	for _, field := range []string{"proxy", "source_proxy", "target_proxy"} {
+	for _, field := range []string{"proxy", "source_proxy", "target_proxy", "_replication_state_reason"} {
 		if s, ok := body[field].(string); ok {
 			body[field] = StripURLUserinfo(s)
 		}
 	}
 }
 
-var userinfoRe = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@`)
+// userinfoRe matches a URL's scheme and everything up to the last '@' of
+// the same token: a password may hold '/', '?' or '#' unescaped (which
+// url.Parse then reads as a path), so every '@' after "://" may end the
+// userinfo.
+var userinfoRe = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^\s"'<>]*@`)
 
-// StripURLUserinfo removes the user and password of a URL string; strings
-// that do not parse are cut at the userinfo by pattern, never returned with
-// it.
+// StripURLUserinfo removes the user and password of a URL string, in
+// every form: a well-formed URL loses its userinfo; in anything else all
+// text between "://" and the last '@' of the token goes (a URL whose path
+// holds an '@' loses more than its userinfo, never less).
 func StripURLUserinfo(s string) string {
-	if u, err := url.Parse(s); err == nil && u.User != nil {
+	if u, err := url.Parse(s); err == nil && u.User != nil && !strings.Contains(u.Host+u.Path, "@") {
 		u.User = nil
 		return u.String()
 	}

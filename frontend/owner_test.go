@@ -79,9 +79,10 @@ func TestValidationAtWriteTime(t *testing.T) {
 	requireError(t, e.do("GET", "/_replicator/bad", asAdmin, nil), 404, "not_found")
 	require.Nil(t, e.rep.job(t, e.db, "_replicator", "bad"))
 
-	// Docs already failed, and users with the _replicator role, skip validation.
+	// M2: documents carrying the replicator's fields are checked like any
+	// other (a document marked failed used to skip validation).
 	r := e.do("PUT", "/_replicator/failed", asAdmin, map[string]any{"_replication_state": "failed"})
-	require.Equal(t, 201, r.Status, r.Raw)
+	requireError(t, r, 403, "forbidden")
 
 	// A job-layer failure aborts the document write too.
 	e.rep.mu.Lock()
@@ -91,7 +92,7 @@ func TestValidationAtWriteTime(t *testing.T) {
 	require.Equal(t, 500, r.Status, r.Raw)
 	require.NotContains(t, r.Raw, "job layer refused")
 	requireError(t, e.do("GET", "/_replicator/atomic", asAdmin, nil), 404, "not_found")
-	require.EqualValues(t, 1, e.do("GET", "/_replicator", asAdmin, nil).Body["doc_count"])
+	require.EqualValues(t, 0, e.do("GET", "/_replicator", asAdmin, nil).Body["doc_count"])
 }
 
 func TestCredentialStripping(t *testing.T) {
@@ -142,6 +143,14 @@ func TestStripURLUserinfo(t *testing.T) {
 		"http://h/db":          "http://h/db",
 		"http://u:p@h/%zz":     "http://h/%zz",
 		"not a url":            "not a url",
+		// M2: passwords with unescaped '/', '?' or '#' (url.Parse reads a
+		// path or a query where the userinfo is), IPv6 hosts, reasons that
+		// quote a URL.
+		"http://padm:Alice/LeakPw14@127.0.0.1:25986/secsrc":   "http://127.0.0.1:25986/secsrc",
+		"http://u:pa?ss@h/db":                                 "http://h/db",
+		"http://u:pa#ss@h/db":                                 "http://h/db",
+		"http://u:p@[::1]:5984/db":                            "http://[::1]:5984/db",
+		"`source`: endpoint has an invalid url \"http://u:a/b@h/x\"": "`source`: endpoint has an invalid url \"http://h/x\"",
 	} {
 		require.Equal(t, want, StripURLUserinfo(in), in)
 	}

@@ -94,9 +94,10 @@ type Doc struct {
 // written (CouchDB's before_doc_update validation). An error wrapping
 // replicator.ErrForbidden means the write must be refused (403 with its
 // Reason); the returned Doc records it either way, for writers that may
-// store it. Documents marked "_replication_state": "failed" are not
-// refused. Other databases and design and local documents give a Doc that
-// DocWritten ignores.
+// store it. Documents carrying the replicator's own fields
+// ("_replication_state" and the like) are checked like any other. Other
+// databases and design and local documents give a Doc that DocWritten
+// ignores.
 func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (*Doc, error) {
 	d := &Doc{DB: db, ID: docID}
 	if !repdb.IsReplicatorDB(db) || !repdb.IsReplicationDoc(docID) {
@@ -117,7 +118,7 @@ func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (*Doc, error) {
 	switch {
 	case d.State != "" && !knownDocState(d.State):
 		return d, replicator.NewReason(replicator.ErrForbidden, "`_replication_state` is written by the replicator; %q is not one of its states", d.State)
-	case d.State == replicator.StateFailed, d.Err == nil:
+	case d.Err == nil:
 		return d, nil
 	}
 	return d, replicator.NewReason(replicator.ErrForbidden, "%s", replicator.Reason(d.Err))

@@ -34,7 +34,8 @@ func TestParseDoc(t *testing.T) {
 		{"source only", "_replicator", "d", `{"source":"http://h/a"}`, "Missing `target` field"},
 		{"neither", "_replicator", "d", `{}`, "Missing `source` field"},
 		{"not an object", "_replicator", "d", `[1]`, "a replication document must be a JSON object"},
-		{"already failed", "_replicator", "d", `{"_replication_state":"failed"}`, ""},
+		{"marked failed: checked all the same (M2)", "_replicator", "d", `{"_replication_state":"failed","source":"http://h/a"}`, "Missing `target` field"},
+		{"marked failed and valid", "_replicator", "d", `{"_replication_state":"failed","source":"http://h/a","target":"http://h/b"}`, ""},
 		{"bogus state", "_replicator", "d", `{"_replication_state":"done","source":"http://h/a","target":"http://h/b"}`,
 			"`_replication_state` is written by the replicator; \"done\" is not one of its states"},
 	} {
