@@ -2,10 +2,10 @@ package frontend
 
 import (
 	"cmp"
-	"io"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"

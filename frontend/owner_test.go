@@ -146,10 +146,10 @@ func TestStripURLUserinfo(t *testing.T) {
 		// M2: passwords with unescaped '/', '?' or '#' (url.Parse reads a
 		// path or a query where the userinfo is), IPv6 hosts, reasons that
 		// quote a URL.
-		"http://padm:Alice/LeakPw14@127.0.0.1:25986/secsrc":   "http://127.0.0.1:25986/secsrc",
-		"http://u:pa?ss@h/db":                                 "http://h/db",
-		"http://u:pa#ss@h/db":                                 "http://h/db",
-		"http://u:p@[::1]:5984/db":                            "http://[::1]:5984/db",
+		"http://padm:Alice/LeakPw14@127.0.0.1:25986/secsrc":          "http://127.0.0.1:25986/secsrc",
+		"http://u:pa?ss@h/db":                                        "http://h/db",
+		"http://u:pa#ss@h/db":                                        "http://h/db",
+		"http://u:p@[::1]:5984/db":                                   "http://[::1]:5984/db",
 		"`source`: endpoint has an invalid url \"http://u:a/b@h/x\"": "`source`: endpoint has an invalid url \"http://h/x\"",
 	} {
 		require.Equal(t, want, StripURLUserinfo(in), in)
