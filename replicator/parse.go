@@ -161,7 +161,7 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 		case "winning_revs_only":
 			s.WinningRevsOnly = b
 		case "use_bulk_get":
-			s.DisableBulkGet = !b
+			s.UseBulkGet = &b
 		}
 	}
 	if v, ok := obj["use_checkpoints"]; ok {
@@ -169,7 +169,9 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 		if json.Unmarshal(v, &b) != nil && !isNull(v) {
 			return nil, newReason(ErrBadRequest, "`use_checkpoints` must be a boolean")
 		}
-		s.DisableCheckpoints = !isNull(v) && !b
+		if !isNull(v) {
+			s.UseCheckpoints = &b
+		}
 	}
 	if v, ok := obj["create_target_params"]; ok && !isNull(v) {
 		if !isObject(v) {

@@ -59,7 +59,9 @@ func TestParseSpecNormalizes(t *testing.T) {
 	require.Equal(t, "u2", s.Target.Username)
 	require.Equal(t, map[string]string{"X-Y": "z"}, s.Target.Headers)
 	require.Equal(t, 3, s.WorkerProcesses)
-	require.True(t, s.DisableCheckpoints)
+	require.NotNil(t, s.UseCheckpoints)
+	require.False(t, *s.UseCheckpoints)
+	require.Nil(t, s.UseBulkGet, "unset: the node's default")
 	require.Equal(t, "http://u:*****@h/a/", s.Source.Redacted())
 
 	// Equal replications compare equal whatever the key and doc_ids order.

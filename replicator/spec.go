@@ -58,8 +58,10 @@ type Spec struct {
 	QueryParams        json.RawMessage `json:"query_params,omitempty"`
 	SinceSeq           json.RawMessage `json:"since_seq,omitempty"`
 	WinningRevsOnly    bool            `json:"winning_revs_only,omitempty"`
-	DisableCheckpoints bool            `json:"disable_checkpoints,omitempty"`
-	DisableBulkGet     bool            `json:"disable_bulk_get,omitempty"`
+	// UseCheckpoints and UseBulkGet are use_checkpoints and use_bulk_get,
+	// nil when the replication leaves them to the node's defaults.
+	UseCheckpoints *bool `json:"use_checkpoints,omitempty"`
+	UseBulkGet     *bool `json:"use_bulk_get,omitempty"`
 
 	// Tunables; zero means the engine's default. Durations in ms.
 	CheckpointInterval int64 `json:"checkpoint_interval,omitempty"`
@@ -104,7 +106,8 @@ func (s *Spec) Engine() (engine.Replication, error) {
 		Continuous: s.Continuous, CreateTarget: s.CreateTarget, CreateTargetParams: s.CreateTargetParams,
 		DocIDs: s.DocIDs, Selector: s.Selector, Filter: s.Filter, QueryParams: s.QueryParams,
 		SinceSeq: s.SinceSeq, WinningRevsOnly: s.WinningRevsOnly,
-		DisableCheckpoints: s.DisableCheckpoints, DisableBulkGet: s.DisableBulkGet,
+		DisableCheckpoints: s.UseCheckpoints != nil && !*s.UseCheckpoints,
+		DisableBulkGet:     s.UseBulkGet != nil && !*s.UseBulkGet,
 		CheckpointInterval: time.Duration(s.CheckpointInterval) * time.Millisecond,
 		WorkerProcesses:    s.WorkerProcesses, WorkerBatchSize: s.WorkerBatchSize,
 		HTTPConnections:   s.HTTPConnections,

@@ -204,7 +204,27 @@ func nodeConfig(cfg *config.Config, cluster replicator.Config, docs replicator.D
 		HealthThreshold:     secs(cfg, "health_threshold_sec"),
 		TransientJobMaxAge:  secs(cfg, "transient_job_max_age_sec"),
 		StatsUpdateInterval: secs(cfg, "stats_update_interval_sec"),
+		JobDefaults:         jobDefaults(cfg),
 		DocUpdater:          docs,
+	}
+}
+
+// jobDefaults maps [replicator]'s defaults of the replications' own
+// settings.
+func jobDefaults(cfg *config.Config) replicator.JobDefaults {
+	retries := int(cfg.Int("replicator", "retries_per_request"))
+	if retries == 0 {
+		retries = -1 // the engine's "no retries"
+	}
+	return replicator.JobDefaults{
+		WorkerProcesses:    int(cfg.Int("replicator", "worker_processes")),
+		WorkerBatchSize:    int(cfg.Int("replicator", "worker_batch_size")),
+		HTTPConnections:    int(cfg.Int("replicator", "http_connections")),
+		ConnectionTimeout:  millis(cfg, "replicator", "connection_timeout"),
+		RetriesPerRequest:  retries,
+		CheckpointInterval: millis(cfg, "replicator", "checkpoint_interval"),
+		NoCheckpoints:      !cfg.Bool("replicator", "use_checkpoints"),
+		NoBulkGet:          !cfg.Bool("replicator", "use_bulk_get"),
 	}
 }
 

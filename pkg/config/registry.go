@@ -128,6 +128,15 @@ var Registry = []Key{
 	intKey("replicator", "job_timeout_sec", "61", 3, 3600, "A running job whose node sends no heartbeat for this long is given to another node (the rep_jobs activity timeout); every node must use the same value."),
 	floatKey("replicator", "usage_coeff", "0.95", 0.000001, 1, "Fair share: decay of a replicator database's usage per interval. Lower values forget usage faster; with CouchDB's 0.5 the order of databases oscillates, because a job's priority is fixed when it is enqueued."),
 	intKey("replicator", "fair_share_window_sec", "3600", 0, maxInt, "Fair share: the largest scheduling delay given to a database that used more than its share; 0 disables fair share."),
+	// [replicator] — defaults of the replications' own settings
+	intKey("replicator", "worker_processes", "4", 1, 64, "Default worker_processes of a replication that does not set it: concurrent workers per replication."),
+	intKey("replicator", "worker_batch_size", "500", 1, 10000, "Default worker_batch_size: changes each worker replicates at a time (worker_processes × worker_batch_size is at most 100000)."),
+	intKey("replicator", "http_connections", "20", 1, 1000, "Default http_connections: connections per endpoint and replication."),
+	intKey("replicator", "connection_timeout", "30000", 1, 3_600_000, "Default connection_timeout, in milliseconds: a request whose connection stays silent this long fails and is retried."),
+	intKey("replicator", "retries_per_request", "5", 0, 100, "Default retries_per_request: retries of a failed request before the replication crashes."),
+	intKey("replicator", "checkpoint_interval", "30000", 1, 3_600_000, "Default checkpoint_interval, in milliseconds, between checkpoints of a replication."),
+	boolKey("replicator", "use_checkpoints", "true", "Default use_checkpoints: write checkpoint documents on the endpoints."),
+	boolKey("replicator", "use_bulk_get", "true", "Default use_bulk_get: fetch documents with _bulk_get when the source supports it."),
 	// [couch_jobs]
 	intKey("couch_jobs", "activity_monitor_max_jitter_msec", "10000", 1, maxInt, "Cap of the random delay added to each activity monitor period."),
 	intKey("couch_jobs", "type_monitor_holdoff_msec", "50", 1, maxInt, "Least time between two rounds of a job notifier."),

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -129,21 +130,11 @@ type UserCtx struct {
 
 // withDefaults fills zero tunables.
 func (rep Replication) withDefaults() Replication {
-	if rep.CheckpointInterval == 0 {
-		rep.CheckpointInterval = CheckpointIntervalDefault
-	}
-	if rep.WorkerProcesses == 0 {
-		rep.WorkerProcesses = WorkerProcessesDefault
-	}
-	if rep.WorkerBatchSize == 0 {
-		rep.WorkerBatchSize = WorkerBatchSizeDefault
-	}
-	if rep.HTTPConnections == 0 {
-		rep.HTTPConnections = HTTPConnectionsDefault
-	}
-	if rep.ConnectionTimeout == 0 {
-		rep.ConnectionTimeout = ConnectionTimeoutDefault
-	}
+	rep.CheckpointInterval = cmp.Or(rep.CheckpointInterval, CheckpointIntervalDefault)
+	rep.WorkerProcesses = cmp.Or(rep.WorkerProcesses, WorkerProcessesDefault)
+	rep.WorkerBatchSize = cmp.Or(rep.WorkerBatchSize, WorkerBatchSizeDefault)
+	rep.HTTPConnections = cmp.Or(rep.HTTPConnections, HTTPConnectionsDefault)
+	rep.ConnectionTimeout = cmp.Or(rep.ConnectionTimeout, ConnectionTimeoutDefault)
 	switch {
 	case rep.RetriesPerRequest == 0:
 		rep.RetriesPerRequest = RetriesPerRequestDefault
@@ -232,6 +223,15 @@ func (rep Replication) Validate() error {
 		if parts := strings.Split(rep.Filter, "/"); len(parts) != 2 || parts[0] == "" || parts[1] == "" {
 			return bad("Invalid filter. Must match `ddocname/filtername`.")
 		}
+	}
+	return rep.ValidateTunables()
+}
+
+// ValidateTunables checks the tunables alone (zero ones count as their
+// defaults) against their bounds; errors wrap ErrInvalidSpec.
+func (rep Replication) ValidateTunables() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
 	}
 	d := rep.withDefaults()
 	for _, c := range Tunables {

@@ -73,6 +73,10 @@ type Config struct {
 	StatsUpdateInterval time.Duration
 	ShutdownTimeout     time.Duration
 
+	// JobDefaults fill the tunables a replication leaves unset (CouchDB's
+	// node-wide [replicator] worker_processes and the like).
+	JobDefaults replicator.JobDefaults
+
 	// DocUpdater writes terminal states into _replicator documents, in the
 	// job's finishing transaction. Nil writes nothing.
 	DocUpdater replicator.DocUpdater
@@ -97,6 +101,9 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	if err := c.Config.Validate(); err != nil {
+		return err
+	}
+	if err := c.JobDefaults.Validate(); err != nil {
 		return err
 	}
 	bad := replicator.InvalidConfig

@@ -206,3 +206,30 @@ func TestRestartedNodeTakesItsJobsBack(t *testing.T) {
 			})
 	}
 }
+
+// A node's [replicator] defaults fill what a replication leaves unset and
+// nothing else (M4 found checkpoint_interval ignored).
+func TestNodeJobDefaults(t *testing.T) {
+	eng := simengine.New()
+	eng.Started.Init()
+	cfg := testConfig()
+	cfg.JobDefaults = replicator.JobDefaults{WorkerProcesses: 7, CheckpointInterval: 5 * time.Second, NoBulkGet: true, NoCheckpoints: true}
+	c := newCluster(t, 1, eng, cfg)
+	doc := repDoc("http://h/jd", "http://h/t", true)
+	doc["worker_processes"] = 3
+	doc["use_checkpoints"] = true
+	c.PutDoc("_replicator", "d", doc)
+	waitStarts(t, eng, "the run", func() bool { return eng.Starts("http://h/jd/") > 0 })
+	rep, ok := eng.LastReplication("http://h/jd/")
+	require.True(t, ok)
+	require.Equal(t, 3, rep.WorkerProcesses, "the document's own value")
+	require.Equal(t, 5*time.Second, rep.CheckpointInterval, "the node's default")
+	require.True(t, rep.DisableBulkGet, "use_bulk_get unset: the node's default")
+	require.False(t, rep.DisableCheckpoints, "use_checkpoints set by the document")
+
+	bad := testConfig()
+	bad.JobDefaults.WorkerProcesses = 65
+	_, err := scheduler.New(c.DB, c.Jobs, eng, bad)
+	require.ErrorIs(t, err, replicator.ErrInvalidConfig)
+	require.ErrorContains(t, err, "worker_processes")
+}

@@ -104,6 +104,7 @@ func (w *worker) run() {
 		w.fail(d, "bad_rep_doc", replicator.Reason(err))
 		return
 	}
+	rep = w.cfg.JobDefaults.Apply(rep, d.Rep)
 	if w.stopRequested() {
 		w.reschedule(d, "")
 		return

@@ -43,11 +43,12 @@ type Engine struct {
 	Started testsignal.Signal[string]
 
 	mu      sync.Mutex
-	code    map[string]string        // filter code by source URL
-	fail    map[string]error         // every run of this source fails with it
-	panics  map[string]any           // every Start of this source panics with it
-	starts  map[string]int           // runs started, by source
-	runTime map[string]time.Duration // run time, by source
+	code    map[string]string             // filter code by source URL
+	fail    map[string]error              // every run of this source fails with it
+	panics  map[string]any                // every Start of this source panics with it
+	starts  map[string]int                // runs started, by source
+	last    map[string]engine.Replication // the latest run's replication, by source
+	runTime map[string]time.Duration      // run time, by source
 	running int
 	maxRun  int
 	total   int64
@@ -57,7 +58,7 @@ type Engine struct {
 func New() *Engine {
 	return &Engine{CheckpointEvery: CheckpointEveryDefault, OneShot: OneShotDefault, Clock: clockwork.NewRealClock(),
 		code: map[string]string{}, fail: map[string]error{}, panics: map[string]any{},
-		starts: map[string]int{}, runTime: map[string]time.Duration{}}
+		starts: map[string]int{}, runTime: map[string]time.Duration{}, last: map[string]engine.Replication{}}
 }
 
 // SetFilterCode sets the filter code of replications from source (its
@@ -96,6 +97,15 @@ func (e *Engine) Starts(source string) int {
 	return e.starts[source]
 }
 
+// LastReplication returns the replication the latest run from source was
+// started with (the node's defaults applied), and whether there was one.
+func (e *Engine) LastReplication(source string) (engine.Replication, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rep, ok := e.last[source]
+	return rep, ok
+}
+
 // RunTime reports how long runs from source ran in all (runs that ended).
 func (e *Engine) RunTime(source string) time.Duration {
 	e.mu.Lock()
@@ -130,6 +140,7 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 		panic(p)
 	}
 	failErr := e.fail[src]
+	e.last[src] = rep
 	e.starts[src]++
 	e.total++
 	e.running++

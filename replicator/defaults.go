@@ -1,0 +1,65 @@
+package replicator
+
+import (
+	"time"
+
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// JobDefaults are a node's defaults for the tunables a replication leaves
+// unset: CouchDB's [replicator] worker_processes, worker_batch_size,
+// http_connections, connection_timeout, retries_per_request,
+// checkpoint_interval, use_checkpoints and use_bulk_get. Zero fields keep
+// the engine's defaults (engine.WorkerProcessesDefault and so on).
+type JobDefaults struct {
+	WorkerProcesses    int
+	WorkerBatchSize    int
+	HTTPConnections    int
+	ConnectionTimeout  time.Duration
+	RetriesPerRequest  int // 0: the engine's default; engine's -1: none
+	CheckpointInterval time.Duration
+	// NoCheckpoints and NoBulkGet make use_checkpoints and use_bulk_get
+	// false by default.
+	NoCheckpoints bool
+	NoBulkGet     bool
+}
+
+// Apply fills rep's unset tunables (rep comes from s) with d.
+func (d JobDefaults) Apply(rep engine.Replication, s *Spec) engine.Replication {
+	orZero := func(v, def int) int {
+		if v == 0 {
+			return def
+		}
+		return v
+	}
+	rep.WorkerProcesses = orZero(rep.WorkerProcesses, d.WorkerProcesses)
+	rep.WorkerBatchSize = orZero(rep.WorkerBatchSize, d.WorkerBatchSize)
+	rep.HTTPConnections = orZero(rep.HTTPConnections, d.HTTPConnections)
+	rep.RetriesPerRequest = orZero(rep.RetriesPerRequest, d.RetriesPerRequest)
+	if rep.ConnectionTimeout == 0 {
+		rep.ConnectionTimeout = d.ConnectionTimeout
+	}
+	if rep.CheckpointInterval == 0 {
+		rep.CheckpointInterval = d.CheckpointInterval
+	}
+	if s.UseCheckpoints == nil {
+		rep.DisableCheckpoints = d.NoCheckpoints
+	}
+	if s.UseBulkGet == nil {
+		rep.DisableBulkGet = d.NoBulkGet
+	}
+	return rep
+}
+
+// Validate checks the defaults against the engine's bounds (errors wrap
+// ErrInvalidConfig and name the key).
+func (d JobDefaults) Validate() error {
+	probe := engine.Replication{
+		WorkerProcesses: d.WorkerProcesses, WorkerBatchSize: d.WorkerBatchSize, HTTPConnections: d.HTTPConnections,
+		ConnectionTimeout: d.ConnectionTimeout, RetriesPerRequest: d.RetriesPerRequest, CheckpointInterval: d.CheckpointInterval,
+	}
+	if err := probe.ValidateTunables(); err != nil {
+		return InvalidConfig("[replicator] %s", engineReason(err))
+	}
+	return nil
+}
