@@ -43,6 +43,17 @@ func Await[T any](ctx context.Context, f Future[T]) (T, error) {
 	}
 }
 
+// Must returns v, or panics with err if err is not nil: the MustGet of
+// futures and range iterators, and GetSliceOrPanic, are Must of their
+// error-returning counterpart. Guard, and so every retry loop, turns the
+// panic back into err.
+func Must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
 // ReadyFuture returns a Future that is already resolved to v and err. Backends
 // and wrappers use it for results known at once.
 func ReadyFuture[T any](v T, err error) Future[T] {
@@ -56,13 +67,8 @@ type readyFuture[T any] struct {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-func (f readyFuture[T]) Get() (T, error) { return f.v, f.err }
-func (f readyFuture[T]) MustGet() T {
-	if f.err != nil {
-		panic(f.err)
-	}
-	return f.v
-}
+func (f readyFuture[T]) Get() (T, error)       { return f.v, f.err }
+func (f readyFuture[T]) MustGet() T            { return Must(f.v, f.err) }
 func (f readyFuture[T]) IsReady() bool         { return true }
 func (f readyFuture[T]) Done() <-chan struct{} { return closedChan }
 func (f readyFuture[T]) Cancel()               {}

@@ -77,32 +77,23 @@ func Guard(f func() (any, error)) (ret any, err error) {
 
 // Transact is Transactor.Transact with a typed result.
 func Transact[T any](ctx context.Context, t Transactor, f func(Transaction) (T, error)) (T, error) {
-	ret, err := t.Transact(ctx, func(tr Transaction) (any, error) { return f(tr) })
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	return castResult[T](ret)
+	return typedResult[T](t.Transact(ctx, func(tr Transaction) (any, error) { return f(tr) }))
 }
 
 // ReadTransact is ReadTransactor.ReadTransact with a typed result.
 func ReadTransact[T any](ctx context.Context, t ReadTransactor, f func(ReadTransaction) (T, error)) (T, error) {
-	ret, err := t.ReadTransact(ctx, func(tr ReadTransaction) (any, error) { return f(tr) })
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	return castResult[T](ret)
+	return typedResult[T](t.ReadTransact(ctx, func(tr ReadTransaction) (any, error) { return f(tr) }))
 }
 
-func castResult[T any](ret any) (T, error) {
-	if ret == nil {
-		var zero T
-		return zero, nil
+// typedResult returns a retry loop's result as a T: the zero T on an error
+// or a nil result.
+func typedResult[T any](ret any, err error) (T, error) {
+	var zero T
+	if err != nil || ret == nil {
+		return zero, err
 	}
 	v, ok := ret.(T)
 	if !ok {
-		var zero T
 		return zero, fmt.Errorf("kv: transaction result is %T, not %T", ret, zero)
 	}
 	return v, nil

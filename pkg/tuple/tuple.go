@@ -287,10 +287,10 @@ func (e *encoder) element(el TupleElement, nested bool) error {
 		return e.bigInt(&v)
 	case float32:
 		e.buf = append(e.buf, codeFloat)
-		e.buf = binary.BigEndian.AppendUint32(e.buf, orderFloat32(math.Float32bits(v)))
+		e.buf = binary.BigEndian.AppendUint32(e.buf, orderFloat(math.Float32bits(v)))
 	case float64:
 		e.buf = append(e.buf, codeDouble)
-		e.buf = binary.BigEndian.AppendUint64(e.buf, orderFloat64(math.Float64bits(v)))
+		e.buf = binary.BigEndian.AppendUint64(e.buf, orderFloat(math.Float64bits(v)))
 	case UUID:
 		e.buf = append(e.buf, codeUUID)
 		e.buf = append(e.buf, v[:]...)
@@ -392,32 +392,22 @@ func (e *encoder) bigInt(v *big.Int) error {
 	return nil
 }
 
-// orderFloat32 maps IEEE bits to bits that sort as the floats do: a
-// negative number has every bit flipped, a positive one its sign bit.
-func orderFloat32(bits uint32) uint32 {
-	if bits&(1<<31) != 0 {
+// orderFloat maps the IEEE bits of a float32 or float64 to bits that sort
+// as the floats do: a negative number has every bit flipped, a positive
+// one its sign bit.
+func orderFloat[T uint32 | uint64](bits T) T {
+	sign := ^(^T(0) >> 1)
+	if bits&sign != 0 {
 		return ^bits
 	}
-	return bits | 1<<31
+	return bits | sign
 }
 
-func unorderFloat32(bits uint32) uint32 {
-	if bits&(1<<31) != 0 {
-		return bits &^ (1 << 31)
-	}
-	return ^bits
-}
-
-func orderFloat64(bits uint64) uint64 {
-	if bits&(1<<63) != 0 {
-		return ^bits
-	}
-	return bits | 1<<63
-}
-
-func unorderFloat64(bits uint64) uint64 {
-	if bits&(1<<63) != 0 {
-		return bits &^ (1 << 63)
+// unorderFloat is the inverse of orderFloat.
+func unorderFloat[T uint32 | uint64](bits T) T {
+	sign := ^(^T(0) >> 1)
+	if bits&sign != 0 {
+		return bits &^ sign
 	}
 	return ^bits
 }

@@ -77,9 +77,6 @@ func (d *decoder) need(n int) ([]byte, error) {
 // end, and moves past it.
 func (d *decoder) element(code byte) (TupleElement, error) {
 	switch {
-	case code == codeNil:
-		d.i++
-		return nil, nil
 	case code == codeBytes:
 		return d.bytes()
 	case code == codeString:
@@ -92,42 +89,37 @@ func (d *decoder) element(code byte) (TupleElement, error) {
 		return d.bigInt(code)
 	case code > codeNegBig && code < codePosBig:
 		return d.int(code)
-	case code == codeFloat:
-		b, err := d.need(4)
+	}
+	if f := fixedElements[code]; f.decode != nil {
+		b, err := d.need(f.size)
 		if err != nil {
 			return nil, err
 		}
-		d.i += 5
-		return math.Float32frombits(unorderFloat32(binary.BigEndian.Uint32(b))), nil
-	case code == codeDouble:
-		b, err := d.need(8)
-		if err != nil {
-			return nil, err
-		}
-		d.i += 9
-		return math.Float64frombits(unorderFloat64(binary.BigEndian.Uint64(b))), nil
-	case code == codeFalse:
-		d.i++
-		return false, nil
-	case code == codeTrue:
-		d.i++
-		return true, nil
-	case code == codeUUID:
-		b, err := d.need(16)
-		if err != nil {
-			return nil, err
-		}
-		d.i += 17
-		return UUID(b), nil
-	case code == codeVersionstamp:
-		b, err := d.need(12)
-		if err != nil {
-			return nil, err
-		}
-		d.i += 13
-		return Versionstamp{TransactionVersion: [10]byte(b[:10]), UserVersion: binary.BigEndian.Uint16(b[10:])}, nil
+		d.i += 1 + f.size
+		return f.decode(b), nil
 	}
 	return nil, fmt.Errorf("%w 0x%02x", errUnknownTypeCode, code)
+}
+
+// fixedElements decodes, by type code, the elements of a fixed size: size
+// bytes after the type code.
+var fixedElements = [256]struct {
+	size   int
+	decode func(b []byte) TupleElement
+}{
+	codeNil:   {0, func([]byte) TupleElement { return nil }},
+	codeFalse: {0, func([]byte) TupleElement { return false }},
+	codeTrue:  {0, func([]byte) TupleElement { return true }},
+	codeFloat: {4, func(b []byte) TupleElement {
+		return math.Float32frombits(unorderFloat(binary.BigEndian.Uint32(b)))
+	}},
+	codeDouble: {8, func(b []byte) TupleElement {
+		return math.Float64frombits(unorderFloat(binary.BigEndian.Uint64(b)))
+	}},
+	codeUUID: {16, func(b []byte) TupleElement { return UUID(b) }},
+	codeVersionstamp: {12, func(b []byte) TupleElement {
+		return Versionstamp{TransactionVersion: [10]byte(b[:10]), UserVersion: binary.BigEndian.Uint16(b[10:])}
+	}},
 }
 
 // bytes decodes a byte string: bytes up to a 0x00 not followed by 0xff,

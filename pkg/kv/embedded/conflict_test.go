@@ -203,14 +203,17 @@ func TestSameBatchConflicts(t *testing.T) {
 
 func TestTransactionTooOld(t *testing.T) {
 	const lifetime = 200 * time.Millisecond
-	db := openMem(t, func(o *Options) { o.TransactionLifetime = lifetime })
+	db, clock := openFakeClock(t, func(o *Options) { o.TransactionLifetime = lifetime })
 	put(t, db, "k", "1")
 
 	tr := newTr(t, db)
 	_, err := tr.Get(kv.Key("k")).Get()
 	require.NoError(t, err)
 	tr.Set(kv.Key("k"), []byte("2"))
-	time.Sleep(2 * lifetime) // well past the lifetime
+	clock.Advance(lifetime)
+	_, err = tr.Get(kv.Key("j")).Get()
+	require.NoError(t, err, "the lifetime is not over until it has passed")
+	clock.Advance(lifetime) // well past the lifetime
 	_, err = tr.Get(kv.Key("j")).Get()
 	requireCode(t, err, kv.CodeTransactionTooOld)
 	_, err = tr.Commit().Get()
@@ -221,7 +224,7 @@ func TestTransactionTooOld(t *testing.T) {
 	_, err = blind.GetReadVersion().Get()
 	require.NoError(t, err)
 	blind.Set(kv.Key("k"), []byte("3"))
-	time.Sleep(2 * lifetime)
+	clock.Advance(2 * lifetime)
 	_, err = blind.Commit().Get()
 	require.NoError(t, err)
 
@@ -233,7 +236,7 @@ func TestTransactionTooOld(t *testing.T) {
 			return nil, err
 		}
 		if calls == 1 {
-			time.Sleep(2 * lifetime)
+			clock.Advance(2 * lifetime)
 		}
 		tr.Set(kv.Key("k"), []byte("4"))
 		return nil, nil

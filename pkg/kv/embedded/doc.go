@@ -92,10 +92,12 @@
 // its commit with transaction_too_old (1007); so does a commit whose read
 // version the conflict history has forgotten. SetTimeout fails operations
 // with transaction_timed_out (1031) after the given time since creation or
-// Reset, watches included. Cancel fails operations with
-// transaction_cancelled (1025) and is a no-op after a successful commit.
-// Operations after Commit fail with used_during_commit (2017) until Reset
-// or OnError. OnError retries retryable errors after FoundationDB's
+// Reset, watches included. Both the lifetime and timeouts are measured on
+// Options.Clock, the real clock unless a test passes a fake one; commit
+// versions and OnError's backoff always follow the real clock. Cancel
+// fails operations with transaction_cancelled (1025) and is a no-op after a
+// successful commit. Operations after Commit fail with used_during_commit
+// (2017) until Reset or OnError. OnError retries retryable errors after FoundationDB's
 // backoff: starting at 10 ms, doubling, capped by SetMaxRetryDelay (one
 // second by default), with full jitter, until SetRetryLimit.
 //

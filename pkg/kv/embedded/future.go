@@ -11,7 +11,7 @@ import (
 type future[T any] struct {
 	done     chan struct{}
 	mu       sync.Mutex
-	set_     bool
+	resolved bool
 	v        T
 	err      error
 	onCancel func() // called once when Cancel wins; may be nil
@@ -22,11 +22,11 @@ func newFuture[T any]() *future[T] { return &future[T]{done: make(chan struct{})
 // set resolves f and reports whether this call did so.
 func (f *future[T]) set(v T, err error) bool {
 	f.mu.Lock()
-	if f.set_ {
+	if f.resolved {
 		f.mu.Unlock()
 		return false
 	}
-	f.set_, f.v, f.err = true, v, err
+	f.resolved, f.v, f.err = true, v, err
 	f.mu.Unlock()
 	close(f.done)
 	return true
@@ -42,13 +42,7 @@ func (f *future[T]) Get() (T, error) {
 	return f.v, f.err
 }
 
-func (f *future[T]) MustGet() T {
-	v, err := f.Get()
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
+func (f *future[T]) MustGet() T { return kv.Must(f.Get()) }
 
 func (f *future[T]) IsReady() bool {
 	select {

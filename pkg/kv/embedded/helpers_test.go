@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -21,6 +22,14 @@ func openMem(t *testing.T, mod ...func(*Options)) *DB {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 	return db
+}
+
+// openFakeClock is openMem on a store whose transaction lifetimes and
+// timeouts run on the returned fake clock.
+func openFakeClock(t *testing.T, mod ...func(*Options)) (*DB, *clockwork.FakeClock) {
+	t.Helper()
+	clock := clockwork.NewFakeClock()
+	return openMem(t, append(mod, func(o *Options) { o.Clock = clock })...), clock
 }
 
 // openDir opens an on-disk store in dir; the caller closes it.

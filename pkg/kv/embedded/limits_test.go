@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -121,15 +122,15 @@ func TestCancelResetAndUseDuringCommit(t *testing.T) {
 }
 
 func TestTimeoutAndRetryLimit(t *testing.T) {
-	db := openMem(t)
+	db, clock := openFakeClock(t)
 	tr := newTr(t, db)
 	require.NoError(t, tr.Options().SetTimeout(1))
-	timer := tr.OnError(kv.Error{Code: kv.CodeNotCommitted}) // wait past the timeout
-	_, _ = waitReady(t, timer)
-	for !tr.(*transaction).timedOutLocked() {
-		_, _ = waitReady(t, tr.OnError(kv.Error{Code: kv.CodeNotCommitted}))
-	}
-	_, err := tr.Get(kv.Key("k")).Get()
+	_, err := waitReady(t, tr.OnError(kv.Error{Code: kv.CodeNotCommitted}))
+	require.NoError(t, err, "the timeout has not passed yet")
+	clock.Advance(time.Millisecond)
+	_, err = waitReady(t, tr.OnError(kv.Error{Code: kv.CodeNotCommitted}))
+	requireCode(t, err, kv.CodeTransactionTimedOut)
+	_, err = tr.Get(kv.Key("k")).Get()
 	requireCode(t, err, kv.CodeTransactionTimedOut)
 	_, err = tr.Commit().Get()
 	requireCode(t, err, kv.CodeTransactionTimedOut)
@@ -177,6 +178,7 @@ func TestOptionsValidation(t *testing.T) {
 		{},
 		{InMemory: true, CacheSize: -1},
 		{InMemory: true, MaxBatchTxns: 1 << 17},
+		{InMemory: true, MaxBatchTxns: -1},
 		{InMemory: true, MaxBatchBytes: -1},
 		{InMemory: true, MaxWatches: -1},
 		{InMemory: true, TransactionLifetime: -1},

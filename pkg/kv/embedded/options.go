@@ -3,6 +3,8 @@ package embedded
 import (
 	"fmt"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Defaults of Options. A zero field in Options means its default.
@@ -51,6 +53,11 @@ type Options struct {
 	// (TransactionLifetimeDefault if 0). Only tests should change it:
 	// FoundationDB's lifetime is five seconds.
 	TransactionLifetime time.Duration
+	// Clock measures the transaction lifetime and the timeouts set with
+	// SetTimeout, watches' included (the real clock if nil). Tests pass a
+	// fake clock to move past them without waiting. Commit versions and
+	// OnError's backoff follow the real clock whatever Clock is.
+	Clock clockwork.Clock
 }
 
 // withDefaults validates o and fills in defaults.
@@ -58,35 +65,42 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Dir == "" && !o.InMemory {
 		return o, fmt.Errorf("%w: Dir is required unless InMemory is set", ErrInvalidOptions)
 	}
-	if o.CacheSize < 0 {
-		return o, fmt.Errorf("%w: CacheSize %d is negative", ErrInvalidOptions, o.CacheSize)
+	// The first error in this order is reported.
+	for _, err := range []error{
+		orDefault("CacheSize", &o.CacheSize, CacheSizeDefault),
+		batchTxnsLimit(o.MaxBatchTxns),
+		orDefault("MaxBatchTxns", &o.MaxBatchTxns, MaxBatchTxnsDefault),
+		orDefault("MaxBatchBytes", &o.MaxBatchBytes, MaxBatchBytesDefault),
+		orDefault("MaxWatches", &o.MaxWatches, MaxWatchesDefault),
+		orDefault("TransactionLifetime", &o.TransactionLifetime, TransactionLifetimeDefault),
+	} {
+		if err != nil {
+			return o, err
+		}
 	}
-	if o.CacheSize == 0 {
-		o.CacheSize = CacheSizeDefault
-	}
-	if o.MaxBatchTxns < 0 || o.MaxBatchTxns > maxBatchTxnsLimit {
-		return o, fmt.Errorf("%w: MaxBatchTxns %d is outside [1, %d]", ErrInvalidOptions, o.MaxBatchTxns, maxBatchTxnsLimit)
-	}
-	if o.MaxBatchTxns == 0 {
-		o.MaxBatchTxns = MaxBatchTxnsDefault
-	}
-	if o.MaxBatchBytes < 0 {
-		return o, fmt.Errorf("%w: MaxBatchBytes %d is negative", ErrInvalidOptions, o.MaxBatchBytes)
-	}
-	if o.MaxBatchBytes == 0 {
-		o.MaxBatchBytes = MaxBatchBytesDefault
-	}
-	if o.MaxWatches < 0 {
-		return o, fmt.Errorf("%w: MaxWatches %d is negative", ErrInvalidOptions, o.MaxWatches)
-	}
-	if o.MaxWatches == 0 {
-		o.MaxWatches = MaxWatchesDefault
-	}
-	if o.TransactionLifetime < 0 {
-		return o, fmt.Errorf("%w: TransactionLifetime %v is negative", ErrInvalidOptions, o.TransactionLifetime)
-	}
-	if o.TransactionLifetime == 0 {
-		o.TransactionLifetime = TransactionLifetimeDefault
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
 	}
 	return o, nil
+}
+
+// orDefault fails if the option name (*v) is negative and sets it to def if
+// it is zero.
+func orDefault[T int | int64 | time.Duration](name string, v *T, def T) error {
+	switch {
+	case *v < 0:
+		return fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, name, *v)
+	case *v == 0:
+		*v = def
+	}
+	return nil
+}
+
+// batchTxnsLimit checks that MaxBatchTxns is at most maxBatchTxnsLimit and
+// not negative.
+func batchTxnsLimit(n int) error {
+	if n < 0 || n > maxBatchTxnsLimit {
+		return fmt.Errorf("%w: MaxBatchTxns %d is outside [1, %d]", ErrInvalidOptions, n, maxBatchTxnsLimit)
+	}
+	return nil
 }

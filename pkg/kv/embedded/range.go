@@ -3,6 +3,8 @@ package embedded
 import (
 	"bytes"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
@@ -35,13 +37,7 @@ func (rr *rangeResult) GetSliceWithError() ([]kv.KeyValue, error) {
 	return out, nil
 }
 
-func (rr *rangeResult) GetSliceOrPanic() []kv.KeyValue {
-	out, err := rr.GetSliceWithError()
-	if err != nil {
-		panic(err)
-	}
-	return out
-}
+func (rr *rangeResult) GetSliceOrPanic() []kv.KeyValue { return kv.Must(rr.GetSliceWithError()) }
 
 func (rr *rangeResult) Iterator() kv.RangeIterator { return rr.iter() }
 
@@ -108,13 +104,7 @@ func (it *rangeIter) Get() (kv.KeyValue, error) {
 	return it.cur, nil
 }
 
-func (it *rangeIter) MustGet() kv.KeyValue {
-	v, err := it.Get()
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
+func (it *rangeIter) MustGet() kv.KeyValue { return kv.Must(it.Get()) }
 
 // fetch reads the next batch into buf.
 func (it *rangeIter) fetch() {
@@ -231,4 +221,127 @@ func withoutOrEqual(s kv.KeySelector) kv.KeySelector {
 		return s
 	}
 	return kv.KeySelector{Key: kv.Key(keyAfter(s.Key.FDBKey())), Offset: s.Offset}
+}
+
+// rangePosition resolves a selector to the key where a range read starts or
+// stops. First-greater-or-equal and first-greater-than selectors need no
+// lookup and add no conflict, as in FoundationDB.
+func (tr *transaction) rangePosition(s kv.KeySelector, snap bool) ([]byte, error) {
+	k := s.Key.FDBKey()
+	if bytes.Compare(k, maxReadKey) > 0 {
+		k = maxReadKey
+	}
+	if s.Offset == 1 {
+		if s.OrEqual {
+			k = keyAfter(k)
+			if bytes.Compare(k, maxReadKey) > 0 {
+				k = maxReadKey
+			}
+		}
+		return k, nil
+	}
+	return tr.resolveKey(s, snap)
+}
+
+// scan reads up to limit (0: all) entries of the transaction's view of
+// [b, e), in order or in reverse: a merge of the snapshot's iterator with
+// the write buffer's entries, skipping what the buffer cleared. It adds no
+// conflict ranges.
+func (tr *transaction) scan(b, e []byte, limit int, reverse bool) ([]kv.KeyValue, error) {
+	if bytes.Compare(b, e) >= 0 {
+		return nil, nil
+	}
+	io := &pebble.IterOptions{UpperBound: e}
+	if len(b) > 0 {
+		io.LowerBound = b // pebble wants nil, not empty, for no bound
+	}
+	it, err := tr.ref.s.s.NewIter(io)
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var bc entryCursor
+	bc.init(&tr.buf, b, e, reverse)
+	defer bc.release()
+	var ok bool
+	if reverse {
+		ok = it.Last()
+	} else {
+		ok = it.First()
+	}
+	step := func() bool {
+		if reverse {
+			return it.Prev()
+		}
+		return it.Next()
+	}
+	var out []kv.KeyValue
+	for (limit <= 0 || len(out) < limit) && (ok || bc.ok) {
+		var cmp int
+		switch {
+		case ok && bc.ok:
+			cmp = bytes.Compare(it.Key(), bc.entry().key)
+			if reverse {
+				cmp = -cmp
+			}
+		case ok:
+			cmp = -1
+		default:
+			cmp = 1
+		}
+		if cmp < 0 {
+			sk := it.Key()
+			if c, covered := tr.buf.clearAt(sk); covered {
+				if reverse {
+					ok = len(c.begin) > 0 && it.SeekLT(c.begin)
+				} else {
+					ok = it.SeekGE(c.end)
+				}
+				continue
+			}
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, kv.KeyValue{Key: clone(sk), Value: clone(v)})
+			ok = step()
+			continue
+		}
+		ent := bc.entry()
+		var base []byte
+		present := false
+		if cmp == 0 {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return nil, err
+			}
+			base, present = clone(v), true // the iterator reuses v once it moves
+			ok = step()
+		}
+		v, exists, err := ent.resolve(base, present)
+		if err != nil {
+			return nil, err
+		}
+		if exists {
+			out = append(out, kv.KeyValue{Key: clone(ent.key), Value: v})
+		}
+		bc.next()
+	}
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	// The part of [b, e) examined must not hold a key a pending
+	// SetVersionstampedKey could write: the result would depend on it.
+	eb, ee := b, e
+	if limit > 0 && len(out) == limit {
+		if last := out[len(out)-1].Key; reverse {
+			eb = last
+		} else {
+			ee = keyAfter(last)
+		}
+	}
+	if tr.buf.unreadableOverlaps(eb, ee) {
+		return nil, errUnreadable
+	}
+	return out, nil
 }

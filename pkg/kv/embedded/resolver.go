@@ -85,10 +85,6 @@ func (r *resolver) conflicts(ranges []span, rv int64) bool {
 // insert records that the range s was written at version v, which is not
 // older than any version already recorded.
 func (r *resolver) insert(s span, v int64) {
-	if isPoint(s) {
-		r.insertPoint(s, v)
-		return
-	}
 	// The step at s.end keeps its version: find it, and whether s.end is a
 	// boundary already.
 	var endVer int64
@@ -97,8 +93,18 @@ func (r *resolver) insert(s span, v int64) {
 		endVer, endExists = e.ver, bytes.Equal(e.key, s.end)
 		return false
 	}, &r.hint)
-	// Drop the boundaries inside (s.begin, s.end); the one at s.begin is
-	// overwritten below.
+	if !isPoint(s) { // the range of a single key holds no boundary but its begin
+		r.dropInside(s)
+	}
+	r.tree.SetHint(histEntry{key: s.begin, ver: v}, &r.hint)
+	if !endExists {
+		r.tree.SetHint(histEntry{key: s.end, ver: endVer}, &r.hint)
+	}
+}
+
+// dropInside drops the boundaries inside (s.begin, s.end); the one at
+// s.begin is left for insert to overwrite.
+func (r *resolver) dropInside(s span) {
 	drop := r.dropBuf[:0]
 	r.tree.Ascend(histEntry{key: s.begin}, func(e histEntry) bool {
 		if bytes.Compare(e.key, s.end) >= 0 {
@@ -114,25 +120,6 @@ func (r *resolver) insert(s span, v int64) {
 	}
 	clear(drop)
 	r.dropBuf = drop[:0]
-	r.tree.SetHint(histEntry{key: s.begin, ver: v}, &r.hint)
-	if !endExists {
-		r.tree.SetHint(histEntry{key: s.end, ver: endVer}, &r.hint)
-	}
-}
-
-// insertPoint is insert for the range of a single key, which can hold no
-// boundary but its begin.
-func (r *resolver) insertPoint(s span, v int64) {
-	var endVer int64
-	endExists := false
-	r.tree.DescendHint(histEntry{key: s.end}, func(e histEntry) bool {
-		endVer, endExists = e.ver, bytes.Equal(e.key, s.end)
-		return false
-	}, &r.hint)
-	r.tree.SetHint(histEntry{key: s.begin, ver: v}, &r.hint)
-	if !endExists {
-		r.tree.SetHint(histEntry{key: s.end, ver: endVer}, &r.hint)
-	}
 }
 
 // isPoint reports whether s is [k, k\x00).

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
@@ -20,7 +20,7 @@ type watch struct {
 	initial []byte
 	present bool
 	fut     *future[struct{}]
-	timer   *time.Timer // guarded by reg.mu
+	timer   clockwork.Timer // the timeout's, on the store's clock; guarded by reg.mu
 }
 
 // finish resolves the watch with err (nil: it fired) unless it is resolved

@@ -2,11 +2,19 @@ package embedded
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
+
+// requireFires waits for the watch w and requires it to have fired.
+func requireFires(t *testing.T, w kv.FutureNil, msgAndArgs ...any) {
+	t.Helper()
+	_, err := waitReady(t, w)
+	require.NoError(t, err, msgAndArgs...)
+}
 
 // watchKey sets a watch on key in a committed transaction.
 func watchKey(t *testing.T, db *DB, key string) kv.FutureNil {
@@ -42,8 +50,7 @@ func TestWatchFires(t *testing.T) {
 				return nil, nil
 			})
 			require.NoError(t, err)
-			_, err = waitReady(t, w)
-			require.NoError(t, err)
+			requireFires(t, w)
 		})
 	}
 }
@@ -62,8 +69,7 @@ func TestWatchDoesNotFireOnSameValue(t *testing.T) {
 	require.NoError(t, err)
 	notReady(t, db, w)
 	put(t, db, "w", "2")
-	_, err = waitReady(t, w)
-	require.NoError(t, err)
+	requireFires(t, w)
 }
 
 func TestWatchAbsentKey(t *testing.T) {
@@ -71,8 +77,7 @@ func TestWatchAbsentKey(t *testing.T) {
 	w := watchKey(t, db, "w")
 	notReady(t, db, w)
 	put(t, db, "w", "")
-	_, err := waitReady(t, w)
-	require.NoError(t, err, "an empty value differs from absent")
+	requireFires(t, w, "an empty value differs from absent")
 }
 
 func TestWatchChangedBeforeArming(t *testing.T) {
@@ -84,8 +89,7 @@ func TestWatchChangedBeforeArming(t *testing.T) {
 	tr.Set(kv.Key("other"), nil)
 	_, err := tr.Commit().Get()
 	require.NoError(t, err)
-	_, err = waitReady(t, w)
-	require.NoError(t, err)
+	requireFires(t, w)
 }
 
 func TestWatchOwnWriteAfterWatch(t *testing.T) {
@@ -96,8 +100,7 @@ func TestWatchOwnWriteAfterWatch(t *testing.T) {
 	tr.Set(kv.Key("w"), []byte("mine"))
 	_, err := tr.Commit().Get()
 	require.NoError(t, err)
-	_, err = waitReady(t, w)
-	require.NoError(t, err, "the transaction's own later write changes the watched value")
+	requireFires(t, w, "the transaction's own later write changes the watched value")
 
 	tr = newTr(t, db)
 	tr.Set(kv.Key("w"), []byte("before"))
@@ -122,22 +125,19 @@ func TestWatchFailures(t *testing.T) {
 		_, err = waitReady(t, w)
 		requireCode(t, err, kv.CodeNotCommitted)
 	})
-	t.Run("reset", func(t *testing.T) {
-		db := openMem(t)
-		tr := newTr(t, db)
-		w := tr.Watch(kv.Key("w"))
-		tr.Reset()
-		_, err := waitReady(t, w)
-		requireCode(t, err, kv.CodeTransactionCancelled)
-	})
-	t.Run("cancel before commit", func(t *testing.T) {
-		db := openMem(t)
-		tr := newTr(t, db)
-		w := tr.Watch(kv.Key("w"))
-		tr.Cancel()
-		_, err := waitReady(t, w)
-		requireCode(t, err, kv.CodeTransactionCancelled)
-	})
+	for _, tc := range []struct {
+		name string
+		end  func(kv.Transaction)
+	}{{"reset", kv.Transaction.Reset}, {"cancel before commit", kv.Transaction.Cancel}} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := openMem(t)
+			tr := newTr(t, db)
+			w := tr.Watch(kv.Key("w"))
+			tc.end(tr)
+			_, err := waitReady(t, w)
+			requireCode(t, err, kv.CodeTransactionCancelled)
+		})
+	}
 	t.Run("cancel after commit leaves it", func(t *testing.T) {
 		db := openMem(t)
 		tr := newTr(t, db)
@@ -147,8 +147,7 @@ func TestWatchFailures(t *testing.T) {
 		tr.Cancel()
 		notReady(t, db, w)
 		put(t, db, "w", "1")
-		_, err = waitReady(t, w)
-		require.NoError(t, err)
+		requireFires(t, w)
 	})
 	t.Run("future cancel", func(t *testing.T) {
 		db := openMem(t)
@@ -169,16 +168,15 @@ func TestWatchFailures(t *testing.T) {
 		watchKey(t, db, "c")
 	})
 	t.Run("timeout", func(t *testing.T) {
-		db := openMem(t)
+		db, clock := openFakeClock(t)
 		tr := newTr(t, db)
 		require.NoError(t, tr.Options().SetTimeout(50))
 		w := tr.Watch(kv.Key("w"))
-		// The commit normally succeeds; on a very slow machine it may time
-		// out itself. Either way the watch ends with the timeout.
 		_, err := tr.Commit().Get()
-		if err != nil {
-			requireCode(t, err, kv.CodeTransactionTimedOut)
-		}
+		require.NoError(t, err)
+		clock.Advance(49 * time.Millisecond)
+		notReady(t, db, w)
+		clock.Advance(time.Millisecond)
 		_, err = waitReady(t, w)
 		requireCode(t, err, kv.CodeTransactionTimedOut)
 	})
@@ -200,8 +198,7 @@ func TestWatchManyWaiters(t *testing.T) {
 	ws = append(ws, watchKey(t, db, "other"))
 	put(t, db, "w", "x")
 	for _, w := range ws[:20] {
-		_, err := waitReady(t, w)
-		require.NoError(t, err)
+		requireFires(t, w)
 	}
 	notReady(t, db, ws[20])
 	require.Equal(t, 1, db.watches.count())

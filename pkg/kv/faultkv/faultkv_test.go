@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
 // openDB opens an in-memory embedded database wrapped with opts.
@@ -28,19 +28,6 @@ func openDB(t *testing.T, opts faultkv.Options) *faultkv.DB {
 		require.NoError(t, db.Close())
 	})
 	return db
-}
-
-// testSeed returns FDBREP_TEST_SEED or a clock-based seed, and logs it.
-func testSeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("FDBREP_TEST_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "FDBREP_TEST_SEED")
-		seed = v
-	}
-	t.Logf("seed %d (replay with FDBREP_TEST_SEED=%d)", seed, seed)
-	return seed
 }
 
 // testCtx bounds a test's retry loops, so that a bug that makes them spin
@@ -100,7 +87,7 @@ func incrementOnce(token string) func(kv.Transaction) (any, error) {
 // function stays exact.
 func TestCommitUnknownResultReappliesNonIdempotentFunctions(t *testing.T) {
 	const calls = 200
-	opts := faultkv.Options{Seed: testSeed(t), CommitUnknownResult: 0.3}
+	opts := faultkv.Options{Seed: kvtest.Seed(t), CommitUnknownResult: 0.3}
 
 	t.Run("non-idempotent", func(t *testing.T) {
 		db := openDB(t, opts)
@@ -129,7 +116,7 @@ func TestCommitUnknownResultReappliesNonIdempotentFunctions(t *testing.T) {
 // Under every fault at once and concurrent callers, token-guarded
 // increments stay exact.
 func TestConcurrentIdempotentIncrementsUnderAllFaults(t *testing.T) {
-	opts := faultkv.DefaultOptions(testSeed(t))
+	opts := faultkv.DefaultOptions(kvtest.Seed(t))
 	opts.CommitUnknownResult, opts.NotCommitted, opts.TransactionTooOld, opts.ReadTooOld = 0.1, 0.1, 0.05, 0.05
 	db := openDB(t, opts)
 	const workers, each = 4, 50
@@ -405,7 +392,7 @@ func TestWritesPassThrough(t *testing.T) {
 }
 
 func TestSameSeedSameFaults(t *testing.T) {
-	seed := testSeed(t)
+	seed := kvtest.Seed(t)
 	run := func() faultkv.Stats {
 		opts := faultkv.DefaultOptions(seed)
 		opts.ReadTooOld = 0.05

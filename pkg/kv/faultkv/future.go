@@ -6,107 +6,69 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
+// future is a future of the wrapped transaction whose result then
+// rewrites.
+type future[T any] struct {
+	inner kv.Future[T]
+	then  func(T, error) (T, error)
+}
+
+func (f *future[T]) Get() (T, error)       { return f.then(f.inner.Get()) }
+func (f *future[T]) MustGet() T            { return kv.Must(f.Get()) }
+func (f *future[T]) IsReady() bool         { return f.inner.IsReady() }
+func (f *future[T]) Done() <-chan struct{} { return f.inner.Done() }
+func (f *future[T]) Cancel()               { f.inner.Cancel() }
+
 // attemptFuture is a watch or versionstamp future of an attempt: it fails
 // with the attempt's injected failure, as the commit's futures fail with the
 // commit's error. The attempt cancels the inner future when it fails, so a
 // pending Get returns.
-type attemptFuture[T any] struct {
-	inner kv.Future[T]
-	att   *attempt
-}
-
-func newAttemptFuture[T any](att *attempt, inner kv.Future[T]) *attemptFuture[T] {
+func attemptFuture[T any](att *attempt, inner kv.Future[T]) kv.Future[T] {
 	att.track(inner.Cancel)
-	return &attemptFuture[T]{inner: inner, att: att}
+	return &future[T]{inner: inner, then: func(v T, err error) (T, error) {
+		if aerr := att.failure(); aerr != nil {
+			var zero T
+			return zero, aerr
+		}
+		return v, err
+	}}
 }
 
-func (f *attemptFuture[T]) Get() (T, error) {
-	v, err := f.inner.Get()
-	if aerr := f.att.failure(); aerr != nil {
-		var zero T
-		return zero, aerr
-	}
-	return v, err
+// settledFuture is inner with its error passed through settle, once: every
+// Get returns what the first one settled on.
+func settledFuture(inner kv.FutureNil, settle func(error) error) kv.FutureNil {
+	var (
+		once sync.Once
+		res  error
+	)
+	return &future[struct{}]{inner: inner, then: func(_ struct{}, err error) (struct{}, error) {
+		once.Do(func() { res = settle(err) })
+		return struct{}{}, res
+	}}
 }
-
-func (f *attemptFuture[T]) MustGet() T {
-	v, err := f.Get()
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
-
-func (f *attemptFuture[T]) IsReady() bool         { return f.inner.IsReady() }
-func (f *attemptFuture[T]) Done() <-chan struct{} { return f.inner.Done() }
-func (f *attemptFuture[T]) Cancel()               { f.inner.Cancel() }
 
 // unknownResultFuture is a real commit that reports commit_unknown_result
 // once it succeeded.
-type unknownResultFuture struct {
-	inner kv.FutureNil
-	att   *attempt
-	db    *DB
-
-	once sync.Once
-	err  error
-}
-
-func (f *unknownResultFuture) Get() (struct{}, error) {
-	_, err := f.inner.Get()
-	f.once.Do(func() {
+func unknownResultFuture(db *DB, att *attempt, commit kv.FutureNil) kv.FutureNil {
+	return settledFuture(commit, func(err error) error {
 		if err != nil {
-			f.err = err
-			return
+			return err
 		}
-		f.db.commitUnknown.Add(1)
-		f.err = f.att.fail(kv.Error{Code: kv.CodeCommitUnknownResult})
+		db.commitUnknown.Add(1)
+		return att.fail(kv.Error{Code: kv.CodeCommitUnknownResult})
 	})
-	return struct{}{}, f.err
 }
 
-func (f *unknownResultFuture) MustGet() struct{} {
-	if _, err := f.Get(); err != nil {
-		panic(err)
-	}
-	return struct{}{}
-}
-
-func (f *unknownResultFuture) IsReady() bool         { return f.inner.IsReady() }
-func (f *unknownResultFuture) Done() <-chan struct{} { return f.inner.Done() }
-func (f *unknownResultFuture) Cancel()               { f.inner.Cancel() }
-
-// onErrorFuture starts a new attempt of its transaction once the wrapped
-// OnError resolved without error (the wrapped transaction was reset).
-type onErrorFuture struct {
-	inner kv.FutureNil
-	t     *transaction
-
-	once sync.Once
-	err  error
-}
-
-func (f *onErrorFuture) Get() (struct{}, error) {
-	_, err := f.inner.Get()
-	f.once.Do(func() {
-		f.err = err
+// onErrorFuture starts a new attempt of t once the wrapped OnError
+// resolved without error (the wrapped transaction was reset).
+func onErrorFuture(t *transaction, onError kv.FutureNil) kv.FutureNil {
+	return settledFuture(onError, func(err error) error {
 		if err == nil {
-			f.t.newAttempt(false)
+			t.newAttempt(false)
 		}
+		return err
 	})
-	return struct{}{}, f.err
 }
-
-func (f *onErrorFuture) MustGet() struct{} {
-	if _, err := f.Get(); err != nil {
-		panic(err)
-	}
-	return struct{}{}
-}
-
-func (f *onErrorFuture) IsReady() bool         { return f.inner.IsReady() }
-func (f *onErrorFuture) Done() <-chan struct{} { return f.inner.Done() }
-func (f *onErrorFuture) Cancel()               { f.inner.Cancel() }
 
 // failedRange is a range read that failed with an injected error.
 type failedRange struct{ err error }

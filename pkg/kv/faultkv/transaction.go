@@ -10,6 +10,7 @@ import (
 // transaction wraps a kv.Transaction. Its state between two resets is an
 // attempt; OnError and Reset start a new one.
 type transaction struct {
+	faultReads
 	db    *DB
 	inner kv.Transaction
 
@@ -21,7 +22,9 @@ type transaction struct {
 var _ kv.Transaction = (*transaction)(nil)
 
 func newTransaction(db *DB, inner kv.Transaction) *transaction {
-	return &transaction{db: db, inner: inner, att: &attempt{}}
+	t := &transaction{db: db, inner: inner, att: &attempt{}}
+	t.faultReads = faultReads{t: t, inner: inner}
+	return t
 }
 
 // attempt is one try of a transaction. Once a fault is injected into it,
@@ -46,10 +49,12 @@ func (a *attempt) seal() {
 	a.mu.Unlock()
 }
 
-func (a *attempt) isSealed() bool {
+// status returns the injected failure (or nil), whether the attempt wrote,
+// and whether it is sealed.
+func (a *attempt) status() (failure error, wrote, sealed bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.sealed
+	return a.err, a.wrote, a.sealed
 }
 
 func (a *attempt) failure() error {
@@ -85,12 +90,6 @@ func (a *attempt) markWrote() {
 	a.mu.Unlock()
 }
 
-func (a *attempt) hasWrites() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.wrote
-}
-
 // track registers an inner future to cancel if the attempt fails.
 func (a *attempt) track(cancel func()) {
 	a.mu.Lock()
@@ -124,11 +123,8 @@ func (t *transaction) newAttempt(clearOptions bool) {
 // readFault returns the error a read fails with, injecting one by chance.
 func (t *transaction) readFault() error {
 	att, timeout := t.current()
-	if err := att.failure(); err != nil {
+	if err, _, sealed := att.status(); err != nil || sealed {
 		return err
-	}
-	if att.isSealed() {
-		return nil
 	}
 	if code := t.db.readFault(timeout); code != 0 {
 		return att.fail(kv.Error{Code: code})
@@ -141,33 +137,38 @@ func (t *transaction) markWrote() {
 	att.markWrote()
 }
 
-// Reads.
+// faultReads are the reads of a transaction or of its snapshot view: each
+// may fail with an injected fault, which fails the attempt.
+type faultReads struct {
+	t     *transaction
+	inner kv.ReadTransaction
+}
 
-func (t *transaction) Get(key kv.KeyConvertible) kv.FutureByteSlice {
-	if err := t.readFault(); err != nil {
+func (r faultReads) Get(key kv.KeyConvertible) kv.FutureByteSlice {
+	if err := r.t.readFault(); err != nil {
 		return kv.ReadyFuture[[]byte](nil, err)
 	}
-	return t.inner.Get(key)
+	return r.inner.Get(key)
 }
 
-func (t *transaction) GetKey(sel kv.Selectable) kv.FutureKey {
-	if err := t.readFault(); err != nil {
+func (r faultReads) GetKey(sel kv.Selectable) kv.FutureKey {
+	if err := r.t.readFault(); err != nil {
 		return kv.ReadyFuture[kv.Key](nil, err)
 	}
-	return t.inner.GetKey(sel)
+	return r.inner.GetKey(sel)
 }
 
-func (t *transaction) GetRange(r kv.Range, options kv.RangeOptions) kv.RangeResult {
-	if err := t.readFault(); err != nil {
+func (r faultReads) GetRange(rg kv.Range, options kv.RangeOptions) kv.RangeResult {
+	if err := r.t.readFault(); err != nil {
 		return failedRange{err}
 	}
-	return t.inner.GetRange(r, options)
+	return r.inner.GetRange(rg, options)
 }
 
-func (t *transaction) GetReadVersion() kv.FutureInt64 { return t.inner.GetReadVersion() }
+func (r faultReads) GetReadVersion() kv.FutureInt64 { return r.inner.GetReadVersion() }
 
 func (t *transaction) Snapshot() kv.ReadTransaction {
-	return &snapshot{t: t, inner: t.inner.Snapshot()}
+	return &snapshot{faultReads{t: t, inner: t.inner.Snapshot()}}
 }
 
 func (t *transaction) Cancel() { t.inner.Cancel() }
@@ -278,12 +279,12 @@ func (t *transaction) AddWriteConflictRange(r kv.ExactRange) error {
 
 func (t *transaction) Watch(key kv.KeyConvertible) kv.FutureNil {
 	att, _ := t.current()
-	return newAttemptFuture(att, t.inner.Watch(key))
+	return attemptFuture(att, t.inner.Watch(key))
 }
 
 func (t *transaction) GetVersionstamp() kv.FutureKey {
 	att, _ := t.current()
-	return newAttemptFuture(att, t.inner.GetVersionstamp())
+	return attemptFuture(att, t.inner.GetVersionstamp())
 }
 
 func (t *transaction) GetCommittedVersion() (int64, error) {
@@ -306,10 +307,11 @@ func (t *transaction) Options() kv.TransactionOptions {
 // Read-only transactions are passed through: FoundationDB never fails them.
 func (t *transaction) Commit() kv.FutureNil {
 	att, timeout := t.current()
-	if err := att.failure(); err != nil {
+	err, wrote, _ := att.status()
+	if err != nil {
 		return kv.ReadyFuture(struct{}{}, att.fail(err))
 	}
-	if !att.hasWrites() {
+	if !wrote {
 		att.seal()
 		return t.inner.Commit()
 	}
@@ -320,7 +322,7 @@ func (t *transaction) Commit() kv.FutureNil {
 		return t.inner.Commit()
 	case kv.CodeCommitUnknownResult:
 		t.db.commits.Add(1)
-		return &unknownResultFuture{inner: t.inner.Commit(), att: att, db: t.db}
+		return unknownResultFuture(t.db, att, t.inner.Commit())
 	default:
 		return kv.ReadyFuture(struct{}{}, att.fail(kv.Error{Code: code}))
 	}
@@ -330,7 +332,7 @@ func (t *transaction) Commit() kv.FutureNil {
 // about retries, backs off and resets; once it resolves without error, a
 // new attempt starts here too.
 func (t *transaction) OnError(e kv.Error) kv.FutureNil {
-	return &onErrorFuture{inner: t.inner.OnError(e), t: t}
+	return onErrorFuture(t, t.inner.OnError(e))
 }
 
 func (t *transaction) Reset() {
@@ -364,36 +366,13 @@ func (o txOptions) SetMaxRetryDelay(milliseconds int64) error {
 // snapshot is the snapshot view of a wrapped transaction: its reads get
 // faults as the transaction's do.
 type snapshot struct {
-	t     *transaction
-	inner kv.ReadTransaction
+	faultReads
 }
 
 var _ kv.ReadTransaction = (*snapshot)(nil)
 
-func (s *snapshot) Get(key kv.KeyConvertible) kv.FutureByteSlice {
-	if err := s.t.readFault(); err != nil {
-		return kv.ReadyFuture[[]byte](nil, err)
-	}
-	return s.inner.Get(key)
-}
-
-func (s *snapshot) GetKey(sel kv.Selectable) kv.FutureKey {
-	if err := s.t.readFault(); err != nil {
-		return kv.ReadyFuture[kv.Key](nil, err)
-	}
-	return s.inner.GetKey(sel)
-}
-
-func (s *snapshot) GetRange(r kv.Range, options kv.RangeOptions) kv.RangeResult {
-	if err := s.t.readFault(); err != nil {
-		return failedRange{err}
-	}
-	return s.inner.GetRange(r, options)
-}
-
-func (s *snapshot) GetReadVersion() kv.FutureInt64 { return s.inner.GetReadVersion() }
-func (s *snapshot) Snapshot() kv.ReadTransaction   { return s }
-func (s *snapshot) Cancel()                        { s.t.Cancel() }
+func (s *snapshot) Snapshot() kv.ReadTransaction { return s }
+func (s *snapshot) Cancel()                      { s.t.Cancel() }
 
 func (s *snapshot) ReadTransact(_ context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
 	return kv.Guard(func() (any, error) { return f(s) })

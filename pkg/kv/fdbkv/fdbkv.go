@@ -74,7 +74,7 @@ func (d *database) CreateTransaction() (kv.Transaction, error) {
 	if err != nil {
 		return nil, convertErr(err)
 	}
-	return &transaction{tr: tr, db: d}, nil
+	return newTransaction(d, tr), nil
 }
 
 // Transact runs f in kv's retry loop; see kv.Transactor.

@@ -26,13 +26,7 @@ func newFuture[T any](f fdb.Future, get func() (T, error)) *future[T] {
 
 func (f *future[T]) Get() (T, error) { return f.get() }
 
-func (f *future[T]) MustGet() T {
-	v, err := f.get()
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
+func (f *future[T]) MustGet() T { return kv.Must(f.get()) }
 
 func (f *future[T]) IsReady() bool { return f.f.IsReady() }
 

@@ -76,13 +76,7 @@ func (r rangeResult) GetSliceWithError() ([]kv.KeyValue, error) {
 	return out, nil
 }
 
-func (r rangeResult) GetSliceOrPanic() []kv.KeyValue {
-	kvs, err := r.GetSliceWithError()
-	if err != nil {
-		panic(err)
-	}
-	return kvs
-}
+func (r rangeResult) GetSliceOrPanic() []kv.KeyValue { return kv.Must(r.GetSliceWithError()) }
 
 func (r rangeResult) Iterator() kv.RangeIterator {
 	return &rangeIterator{it: r.rr.Iterator()}
@@ -103,10 +97,4 @@ func (i *rangeIterator) Get() (kv.KeyValue, error) {
 	return kvKeyValue(e), nil
 }
 
-func (i *rangeIterator) MustGet() kv.KeyValue {
-	e, err := i.Get()
-	if err != nil {
-		panic(err)
-	}
-	return e
-}
+func (i *rangeIterator) MustGet() kv.KeyValue { return kv.Must(i.Get()) }

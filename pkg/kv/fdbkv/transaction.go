@@ -11,8 +11,28 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
+// reads adapts the reads of the binding's transaction or snapshot.
+type reads struct {
+	r fdb.ReadTransaction
+}
+
+func (r reads) Get(key kv.KeyConvertible) kv.FutureByteSlice {
+	return byteSliceFuture(r.r.Get(fdbKey(key)))
+}
+
+func (r reads) GetKey(sel kv.Selectable) kv.FutureKey {
+	return keyFuture(r.r.GetKey(fdbSelector(sel)))
+}
+
+func (r reads) GetRange(rg kv.Range, options kv.RangeOptions) kv.RangeResult {
+	return rangeResult{rr: r.r.GetRange(fdbRange(rg), fdbRangeOptions(options))}
+}
+
+func (r reads) GetReadVersion() kv.FutureInt64 { return int64Future(r.r.GetReadVersion()) }
+
 // transaction adapts fdb.Transaction to kv.Transaction.
 type transaction struct {
+	reads
 	tr fdb.Transaction
 	db *database
 	// committed is set once a Commit is seen to succeed and cleared by
@@ -23,24 +43,12 @@ type transaction struct {
 
 var _ kv.Transaction = (*transaction)(nil)
 
-func (t *transaction) Get(key kv.KeyConvertible) kv.FutureByteSlice {
-	return byteSliceFuture(t.tr.Get(fdbKey(key)))
-}
-
-func (t *transaction) GetKey(sel kv.Selectable) kv.FutureKey {
-	return keyFuture(t.tr.GetKey(fdbSelector(sel)))
-}
-
-func (t *transaction) GetRange(r kv.Range, options kv.RangeOptions) kv.RangeResult {
-	return rangeResult{rr: t.tr.GetRange(fdbRange(r), fdbRangeOptions(options))}
-}
-
-func (t *transaction) GetReadVersion() kv.FutureInt64 {
-	return int64Future(t.tr.GetReadVersion())
+func newTransaction(db *database, tr fdb.Transaction) *transaction {
+	return &transaction{reads: reads{tr}, tr: tr, db: db}
 }
 
 func (t *transaction) Snapshot() kv.ReadTransaction {
-	return &snapshot{t: t, s: t.tr.Snapshot()}
+	return &snapshot{reads: reads{t.tr.Snapshot()}, t: t}
 }
 
 func (t *transaction) Cancel() {
@@ -139,25 +147,11 @@ func (t *transaction) Reset() {
 
 // snapshot adapts fdb.Snapshot: reads that add no read conflict ranges.
 type snapshot struct {
+	reads
 	t *transaction
-	s fdb.Snapshot
 }
 
 var _ kv.ReadTransaction = (*snapshot)(nil)
-
-func (s *snapshot) Get(key kv.KeyConvertible) kv.FutureByteSlice {
-	return byteSliceFuture(s.s.Get(fdbKey(key)))
-}
-
-func (s *snapshot) GetKey(sel kv.Selectable) kv.FutureKey {
-	return keyFuture(s.s.GetKey(fdbSelector(sel)))
-}
-
-func (s *snapshot) GetRange(r kv.Range, options kv.RangeOptions) kv.RangeResult {
-	return rangeResult{rr: s.s.GetRange(fdbRange(r), fdbRangeOptions(options))}
-}
-
-func (s *snapshot) GetReadVersion() kv.FutureInt64 { return int64Future(s.s.GetReadVersion()) }
 
 func (s *snapshot) Snapshot() kv.ReadTransaction { return s }
 

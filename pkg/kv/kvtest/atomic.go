@@ -9,7 +9,7 @@ import (
 )
 
 var atomicTests = []conformanceTest{
-	{"Table", testAtomicTable},
+	onDB("Table", testAtomicTable),
 }
 
 type atomicOp func(tr kv.Transaction, key kv.KeyConvertible, param []byte)
@@ -31,8 +31,7 @@ var atomicOps = map[string]atomicOp{
 // parameter), both as read back in the same transaction and after commit.
 // A nil existing value means the key is absent; a nil want means the key
 // ends up absent.
-func testAtomicTable(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testAtomicTable(t *testing.T, db kv.Database) {
 	b := func(bs ...byte) []byte { return bs }
 	for _, tc := range []struct {
 		name     string
@@ -74,23 +73,17 @@ func testAtomicTable(t *testing.T, open OpenFunc) {
 		{"compare and clear different", "CompareAndClear", []byte("v"), []byte("w"), []byte("v")},
 		{"compare and clear absent", "CompareAndClear", nil, []byte("v"), nil},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		subScenario(t, tc.name, func(t *testing.T, ks keyspace) {
 			op := atomicOps[tc.op]
-			scenario(t, func(ks keyspace) {
-				key := ks.key("k")
-				if tc.existing != nil {
-					_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
-						tr.Set(key, tc.existing)
-						return nil, nil
-					})
-					require.NoError(t, err)
-				}
-				tr := newTr(t, db)
-				op(tr, key, tc.param)
-				requireValue(t, tc.want, wait(t, tr.Get(key)), "read in the transaction")
-				must(t, commit(tr))
-				requireValue(t, tc.want, read(t, db, key), "read after commit")
-			})
+			key := ks.key("k")
+			if tc.existing != nil {
+				setAll(t, db, ks, "k", string(tc.existing))
+			}
+			tr := newTr(t, db)
+			op(tr, key, tc.param)
+			requireValue(t, tc.want, wait(t, tr.Get(key)), "read in the transaction")
+			must(t, commit(tr))
+			requireValue(t, tc.want, read(t, db, key), "read after commit")
 		})
 	}
 }

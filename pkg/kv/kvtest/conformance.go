@@ -62,6 +62,20 @@ type conformanceTest struct {
 	run  func(t *testing.T, open OpenFunc)
 }
 
+// onDB is a conformance test of one fresh database.
+func onDB(name string, test func(t *testing.T, db kv.Database)) conformanceTest {
+	return conformanceTest{name, func(t *testing.T, open OpenFunc) { test(t, open(t)) }}
+}
+
+// inScenario is a conformance test that is one scenario on one fresh
+// database.
+func inScenario(name string, test func(t *testing.T, db kv.Database, ks keyspace)) conformanceTest {
+	return conformanceTest{name, func(t *testing.T, open OpenFunc) {
+		db := open(t)
+		scenario(t, func(ks keyspace) { test(t, db, ks) })
+	}}
+}
+
 // ctxBg is the context of operations that need no cancellation.
 var ctxBg = context.Background()
 
@@ -129,6 +143,14 @@ func runScenario(fn func()) (err error) {
 	return nil
 }
 
+// subScenario runs fn as a scenario in the subtest name.
+func subScenario(t *testing.T, name string, fn func(t *testing.T, ks keyspace)) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		scenario(t, func(ks keyspace) { fn(t, ks) })
+	})
+}
+
 // must fails the test on a non-retryable error and reruns the scenario on a
 // retryable one. Use it only inside scenario.
 func must(t testing.TB, err error) {
@@ -182,6 +204,31 @@ func newTr(t testing.TB, db kv.Database) kv.Transaction {
 	return tr
 }
 
+// transactRuns is db's retry loop around fn, which gets the number of its
+// run (1 for the first). It returns the loop's result and error, and how
+// many runs there were.
+func transactRuns(ctx context.Context, db kv.Transactor, fn func(tr kv.Transaction, run int) (any, error)) (any, int, error) {
+	runs := 0
+	ret, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		runs++
+		return fn(tr, runs)
+	})
+	return ret, runs, err
+}
+
+// setAll commits the keys and values of pairs (key, value, key, value…)
+// under ks in one transaction of its own retry loop.
+func setAll(t testing.TB, db kv.Database, ks keyspace, pairs ...string) {
+	t.Helper()
+	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
+		for i := 0; i+1 < len(pairs); i += 2 {
+			tr.Set(ks.key(pairs[i]), []byte(pairs[i+1]))
+		}
+		return nil, nil
+	})
+	require.NoError(t, err)
+}
+
 // set commits key=value in its own retry loop.
 func set(t testing.TB, db kv.Database, key kv.Key, value string) {
 	t.Helper()
@@ -225,9 +272,9 @@ func keysOf(kvs []kv.KeyValue, prefix keyspace) []string {
 // suite's randomized tests, to replay a failure: FDBREP_KVTEST_SEED=<seed>.
 const SeedEnv = "FDBREP_KVTEST_SEED"
 
-// testSeed returns the seed of a randomized test (from SeedEnv if set,
-// else from the clock) and logs it.
-func testSeed(t testing.TB) uint64 {
+// Seed returns the seed of a randomized test (from SeedEnv if set, else
+// from the clock) and logs it, with how to replay it.
+func Seed(t testing.TB) uint64 {
 	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv(SeedEnv); v != "" {

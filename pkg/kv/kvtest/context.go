@@ -11,14 +11,13 @@ import (
 )
 
 var contextTests = []conformanceTest{
-	{"CancelledBeforeStart", testContextCancelledBefore},
-	{"CancelledDuringLoop", testContextCancelledDuring},
-	{"DeadlineExceeded", testContextDeadline},
-	{"CancelledWhileRetrying", testContextWhileRetrying},
+	onDB("CancelledBeforeStart", testContextCancelledBefore),
+	onDB("CancelledDuringLoop", testContextCancelledDuring),
+	onDB("DeadlineExceeded", testContextDeadline),
+	onDB("CancelledWhileRetrying", testContextWhileRetrying),
 }
 
-func testContextCancelledBefore(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testContextCancelledBefore(t *testing.T, db kv.Database) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	called := false
@@ -37,12 +36,9 @@ func testContextCancelledBefore(t *testing.T, open OpenFunc) {
 
 // testContextCancelledDuring: when ctx ends while the function runs, the
 // loop returns ctx's error instead of retrying, and nothing is committed.
-func testContextCancelledDuring(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testContextCancelledDuring(t *testing.T, db kv.Database) {
 	ctx, cancel := context.WithCancel(context.Background())
-	calls := 0
-	_, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
-		calls++
+	_, calls, err := transactRuns(ctx, db, func(tr kv.Transaction, _ int) (any, error) {
 		tr.Set(kv.Key("ctx"), []byte("v"))
 		cancel()
 		return nil, kv.Error{Code: kv.CodeNotCommitted}
@@ -53,8 +49,7 @@ func testContextCancelledDuring(t *testing.T, open OpenFunc) {
 
 }
 
-func testContextDeadline(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testContextDeadline(t *testing.T, db kv.Database) {
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
 	_, err := db.Transact(ctx, func(kv.Transaction) (any, error) { return nil, nil })
@@ -63,17 +58,14 @@ func testContextDeadline(t *testing.T, open OpenFunc) {
 
 // testContextWhileRetrying: a loop that keeps failing with retryable errors
 // stops when its context is cancelled from elsewhere.
-func testContextWhileRetrying(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testContextWhileRetrying(t *testing.T, db kv.Database) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	retrying := make(chan struct{})
 	result := make(chan error, 1)
 	go func() {
-		calls := 0
-		_, err := db.Transact(ctx, func(kv.Transaction) (any, error) {
-			calls++
-			if calls == 3 {
+		_, _, err := transactRuns(ctx, db, func(tr kv.Transaction, run int) (any, error) {
+			if run == 3 {
 				close(retrying)
 			}
 			return nil, kv.Error{Code: kv.CodeNotCommitted}

@@ -29,8 +29,12 @@
 // read and commit versions and error classification. Each subtest opens its
 // own database with open.
 //
-// Randomized tests log their seed; FDBREP_KVTEST_SEED=<seed> replays one,
-// and FDBREP_KVTEST_TRACE=1 makes the model test log every transaction.
+// Cycle, the suite's Cycle workload, is exported so that a backend's own
+// tests can run it at other sizes.
+//
+// Randomized tests log their seed (Seed, which other storage tests use
+// too); FDBREP_KVTEST_SEED=<seed> replays one, and FDBREP_KVTEST_TRACE=1
+// makes the model test log every transaction.
 //
 // Tests that drive transactions by hand (two transactions racing for a
 // conflict, say) cannot rely on the retry loop, so they run as scenarios: an

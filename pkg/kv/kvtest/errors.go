@@ -12,7 +12,7 @@ import (
 
 var errorTests = []conformanceTest{
 	{"Predicates", testErrorPredicates},
-	{"BackendErrorsAreUnwrapped", testErrorsUnwrapped},
+	inScenario("BackendErrorsAreUnwrapped", testErrorsUnwrapped),
 }
 
 func testErrorPredicates(t *testing.T, _ OpenFunc) {
@@ -59,23 +59,17 @@ func testErrorPredicates(t *testing.T, _ OpenFunc) {
 
 // testErrorsUnwrapped: what the backend returns for a conflict is a kv.Error
 // value itself, not a wrapper, so code that type-switches works too.
-func testErrorsUnwrapped(t *testing.T, open OpenFunc) {
-	db := open(t)
-	scenario(t, func(ks keyspace) {
-		tr := newTr(t, db)
-		wait(t, tr.Get(ks.key("k")))
-		tr.Set(ks.key("out"), []byte("x"))
-		set(t, db, ks.key("k"), "v")
-		err := commit(tr)
-		mustCode(t, err, kv.CodeNotCommitted)
-		_, ok := err.(kv.Error)
-		require.True(t, ok, "error is %T, want kv.Error", err)
+func testErrorsUnwrapped(t *testing.T, db kv.Database, ks keyspace) {
+	tr := newTr(t, db)
+	wait(t, tr.Get(ks.key("k")))
+	err := commitAfterWrite(t, db, ks, tr, "k", true)
+	_, ok := err.(kv.Error)
+	require.True(t, ok, "error is %T, want kv.Error", err)
 
-		tr = newTr(t, db)
-		tr.Cancel()
-		_, err = tr.Get(ks.key("k")).Get()
-		mustCode(t, err, kv.CodeTransactionCancelled)
-		_, ok = err.(kv.Error)
-		require.True(t, ok, "error is %T, want kv.Error", err)
-	})
+	tr = newTr(t, db)
+	tr.Cancel()
+	_, err = tr.Get(ks.key("k")).Get()
+	mustCode(t, err, kv.CodeTransactionCancelled)
+	_, ok = err.(kv.Error)
+	require.True(t, ok, "error is %T, want kv.Error", err)
 }

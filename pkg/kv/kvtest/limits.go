@@ -12,19 +12,18 @@ import (
 )
 
 var limitTests = []conformanceTest{
-	{"Sizes", testSizeLimits},
-	{"SystemKeys", testSystemKeys},
-	{"TransactionTooLarge", testTransactionTooLarge},
+	onDB("Sizes", testSizeLimits),
+	onDB("SystemKeys", testSystemKeys),
+	onDB("TransactionTooLarge", testTransactionTooLarge),
 	{"TransactionTooOld", testTransactionTooOld},
-	{"Timeout", testTimeout},
-	{"RetryLimit", testRetryLimit},
-	{"MaxRetryDelay", testMaxRetryDelay},
+	onDB("Timeout", testTimeout),
+	onDB("RetryLimit", testRetryLimit),
+	onDB("MaxRetryDelay", testMaxRetryDelay),
 }
 
 // testSizeLimits: keys and values at FoundationDB's limits commit; one byte
 // more fails the commit with key_too_large or value_too_large.
-func testSizeLimits(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testSizeLimits(t *testing.T, db kv.Database) {
 	for _, tc := range []struct {
 		name       string
 		keyLen     int
@@ -39,32 +38,29 @@ func testSizeLimits(t *testing.T, open OpenFunc) {
 		{"atomic key too large", kv.MaxKeySize + 1, 8, kv.CodeKeyTooLarge, true},
 		{"atomic param too large", 10, kv.MaxValueSize + 1, kv.CodeValueTooLarge, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			scenario(t, func(ks keyspace) {
-				key := append(ks.key(""), bytes.Repeat([]byte("k"), tc.keyLen-len(ks))...)
-				value := bytes.Repeat([]byte("v"), tc.valueLen)
-				tr := newTr(t, db)
-				if tc.atomicOnly {
-					tr.BitOr(key, value)
-				} else {
-					tr.Set(key, value)
-				}
-				err := commit(tr)
-				if tc.code != 0 {
-					mustCode(t, err, tc.code)
-					return
-				}
-				must(t, err)
-				require.Len(t, read(t, db, key), tc.valueLen)
-			})
+		subScenario(t, tc.name, func(t *testing.T, ks keyspace) {
+			key := append(ks.key(""), bytes.Repeat([]byte("k"), tc.keyLen-len(ks))...)
+			value := bytes.Repeat([]byte("v"), tc.valueLen)
+			tr := newTr(t, db)
+			if tc.atomicOnly {
+				tr.BitOr(key, value)
+			} else {
+				tr.Set(key, value)
+			}
+			err := commit(tr)
+			if tc.code != 0 {
+				mustCode(t, err, tc.code)
+				return
+			}
+			must(t, err)
+			require.Len(t, read(t, db, key), tc.valueLen)
 		})
 	}
 }
 
 // testSystemKeys: writes at or after "\xff" fail the commit with
 // key_outside_legal_range.
-func testSystemKeys(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testSystemKeys(t *testing.T, db kv.Database) {
 	for _, tc := range []struct {
 		name  string
 		write func(tr kv.Transaction)
@@ -76,24 +72,19 @@ func testSystemKeys(t *testing.T, open OpenFunc) {
 			tr.ClearRange(kv.KeyRange{Begin: kv.Key("a"), End: kv.Key("\xff\x01")})
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			scenario(t, func(ks keyspace) {
-				tr := newTr(t, db)
-				tc.write(tr)
-				mustCode(t, commit(tr), kv.CodeKeyOutsideLegalRange)
-			})
+		subScenario(t, tc.name, func(t *testing.T, ks keyspace) {
+			tr := newTr(t, db)
+			tc.write(tr)
+			mustCode(t, commit(tr), kv.CodeKeyOutsideLegalRange)
 		})
 	}
 }
 
 // testTransactionTooLarge: more than MaxTransactionSize bytes of mutations
 // fail the commit with transaction_too_large, which is not retryable.
-func testTransactionTooLarge(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testTransactionTooLarge(t *testing.T, db kv.Database) {
 	value := bytes.Repeat([]byte("v"), kv.MaxValueSize)
-	calls := 0
-	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
-		calls++
+	_, calls, err := transactRuns(ctxBg, db, func(tr kv.Transaction, _ int) (any, error) {
 		for i := range kv.MaxTransactionSize/kv.MaxValueSize + 1 {
 			tr.Set(kv.Key(fmt.Sprintf("big/%04d", i)), value)
 		}
@@ -136,13 +127,10 @@ func testTransactionTooOld(t *testing.T, open OpenFunc) {
 
 // testTimeout: with SetTimeout, operations fail with transaction_timed_out
 // once the time has passed, and the retry loop does not retry it.
-func testTimeout(t *testing.T, open OpenFunc) {
-	db := open(t)
-	calls := 0
-	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
-		calls++
-		if calls > 10 {
-			return nil, fmt.Errorf("transaction_timed_out was retried %d times", calls-1)
+func testTimeout(t *testing.T, db kv.Database) {
+	_, _, err := transactRuns(ctxBg, db, func(tr kv.Transaction, run int) (any, error) {
+		if run > 10 {
+			return nil, fmt.Errorf("transaction_timed_out was retried %d times", run-1)
 		}
 		if err := tr.Options().SetTimeout(1); err != nil {
 			return nil, err
@@ -160,11 +148,8 @@ func testTimeout(t *testing.T, open OpenFunc) {
 }
 
 // testRetryLimit: with SetRetryLimit(n), OnError gives up after n retries.
-func testRetryLimit(t *testing.T, open OpenFunc) {
-	db := open(t)
-	calls := 0
-	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
-		calls++
+func testRetryLimit(t *testing.T, db kv.Database) {
+	_, calls, err := transactRuns(ctxBg, db, func(tr kv.Transaction, _ int) (any, error) {
 		if err := tr.Options().SetRetryLimit(2); err != nil {
 			return nil, err
 		}
@@ -174,15 +159,12 @@ func testRetryLimit(t *testing.T, open OpenFunc) {
 	require.Equal(t, 3, calls, "one try and two retries")
 }
 
-func testMaxRetryDelay(t *testing.T, open OpenFunc) {
-	db := open(t)
-	calls := 0
-	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
-		calls++
+func testMaxRetryDelay(t *testing.T, db kv.Database) {
+	_, calls, err := transactRuns(ctxBg, db, func(tr kv.Transaction, run int) (any, error) {
 		if err := tr.Options().SetMaxRetryDelay(1); err != nil {
 			return nil, err
 		}
-		if calls < 5 {
+		if run < 5 {
 			return nil, kv.Error{Code: kv.CodeNotCommitted}
 		}
 		return nil, nil

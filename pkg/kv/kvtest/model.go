@@ -15,7 +15,7 @@ import (
 )
 
 var modelTests = []conformanceTest{
-	{"RandomTransactions", testModelRandom},
+	onDB("RandomTransactions", testModelRandom),
 }
 
 // traceModel logs every transaction of the model test (set
@@ -132,9 +132,8 @@ func modelXor(existing, param []byte) []byte {
 // operations and reads of every kind, checking every read against the model
 // (read-your-writes, selectors, range options) and the committed state after
 // every commit. Some transactions are abandoned instead of committed.
-func testModelRandom(t *testing.T, open OpenFunc) {
-	db := open(t)
-	seed := testSeed(t)
+func testModelRandom(t *testing.T, db kv.Database) {
+	seed := Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x6d6f64656c))
 	m := &model{committed: map[string][]byte{}}
 	randKey := func() string { return modelKeys[rng.IntN(len(modelKeys))] }

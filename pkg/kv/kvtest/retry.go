@@ -11,27 +11,24 @@ import (
 )
 
 var retryLoopTests = []conformanceTest{
-	{"RetriesRetryableErrors", testRetryRetryable},
-	{"ReturnsOtherErrors", testRetryReturnsOthers},
-	{"MustGetPanicsBecomeErrors", testRetryPanics},
-	{"CommitUnknownResultRunsAgain", testRetryCommitUnknown},
-	{"NestedTransactJoins", testNestedTransact},
-	{"ReadTransact", testReadTransact},
-	{"TypedResults", testTypedResults},
+	onDB("RetriesRetryableErrors", testRetryRetryable),
+	onDB("ReturnsOtherErrors", testRetryReturnsOthers),
+	onDB("MustGetPanicsBecomeErrors", testRetryPanics),
+	onDB("CommitUnknownResultRunsAgain", testRetryCommitUnknown),
+	onDB("NestedTransactJoins", testNestedTransact),
+	onDB("ReadTransact", testReadTransact),
+	onDB("TypedResults", testTypedResults),
 }
 
 // testRetryRetryable: the loop retries retryable errors from the function
 // and discards the failed attempt's writes.
-func testRetryRetryable(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testRetryRetryable(t *testing.T, db kv.Database) {
 	for _, code := range []int{kv.CodeNotCommitted, kv.CodeTransactionTooOld, kv.CodeFutureVersion, kv.CodeProcessBehind} {
 		t.Run(kv.Error{Code: code}.Name(), func(t *testing.T) {
 			key := kv.Key("retry/" + kv.Error{Code: code}.Name())
-			calls := 0
-			ret, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
-				calls++
-				tr.Set(append(key, byte('0'+calls)), []byte("v"))
-				if calls < 3 {
+			ret, calls, err := transactRuns(ctxBg, db, func(tr kv.Transaction, run int) (any, error) {
+				tr.Set(append(key, byte('0'+run)), []byte("v"))
+				if run < 3 {
 					return nil, kv.Error{Code: code}
 				}
 				return "done", nil
@@ -54,8 +51,7 @@ var errApp = errors.New("application error")
 
 // testRetryReturnsOthers: non-retryable errors end the loop at once and come
 // back unchanged; nothing is committed.
-func testRetryReturnsOthers(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testRetryReturnsOthers(t *testing.T, db kv.Database) {
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -66,9 +62,7 @@ func testRetryReturnsOthers(t *testing.T, open OpenFunc) {
 		{"transaction_timed_out", kv.Error{Code: kv.CodeTransactionTimedOut}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			calls := 0
-			_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
-				calls++
+			_, calls, err := transactRuns(ctxBg, db, func(tr kv.Transaction, _ int) (any, error) {
 				tr.Set(kv.Key("others"), []byte("v"))
 				return nil, tc.err
 			})
@@ -81,12 +75,9 @@ func testRetryReturnsOthers(t *testing.T, open OpenFunc) {
 
 // testRetryPanics: a panic with an error (as MustGet raises) is handled like
 // a returned error; other panics propagate.
-func testRetryPanics(t *testing.T, open OpenFunc) {
-	db := open(t)
-	calls := 0
-	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
-		calls++
-		if calls == 1 {
+func testRetryPanics(t *testing.T, db kv.Database) {
+	_, calls, err := transactRuns(ctxBg, db, func(tr kv.Transaction, run int) (any, error) {
+		if run == 1 {
 			kv.ReadyFuture[[]byte](nil, kv.Error{Code: kv.CodeNotCommitted}).MustGet()
 		}
 		return nil, nil
@@ -111,13 +102,10 @@ func testRetryPanics(t *testing.T, open OpenFunc) {
 
 // testRetryCommitUnknown: after commit_unknown_result the loop runs the
 // function again (it must be idempotent).
-func testRetryCommitUnknown(t *testing.T, open OpenFunc) {
-	db := open(t)
-	calls := 0
-	_, err := db.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
-		calls++
+func testRetryCommitUnknown(t *testing.T, db kv.Database) {
+	_, calls, err := transactRuns(ctxBg, db, func(tr kv.Transaction, run int) (any, error) {
 		tr.Set(kv.Key("unknown"), []byte("v"))
-		if calls == 1 {
+		if run == 1 {
 			return nil, kv.Error{Code: kv.CodeCommitUnknownResult}
 		}
 		return nil, nil
@@ -130,8 +118,7 @@ func testRetryCommitUnknown(t *testing.T, open OpenFunc) {
 // testNestedTransact: Transact and ReadTransact on a Transaction (or a
 // snapshot) run the function once in that transaction; the outer loop
 // commits everything atomically.
-func testNestedTransact(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testNestedTransact(t *testing.T, db kv.Database) {
 	setOne := func(tor kv.Transactor, key, value string) error {
 		_, err := tor.Transact(ctxBg, func(tr kv.Transaction) (any, error) {
 			tr.Set(kv.Key(key), []byte(value))
@@ -201,8 +188,7 @@ func testNestedTransact(t *testing.T, open OpenFunc) {
 
 // testReadTransact: the read-only loop retries, returns results and never
 // commits.
-func testReadTransact(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testReadTransact(t *testing.T, db kv.Database) {
 	set(t, db, kv.Key("r"), "v")
 	calls := 0
 	ret, err := db.ReadTransact(ctxBg, func(tr kv.ReadTransaction) (any, error) {
@@ -217,8 +203,7 @@ func testReadTransact(t *testing.T, open OpenFunc) {
 	require.GreaterOrEqual(t, calls, 2)
 }
 
-func testTypedResults(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testTypedResults(t *testing.T, db kv.Database) {
 	n, err := kv.Transact(ctxBg, db, func(tr kv.Transaction) (int, error) {
 		tr.Set(kv.Key("typed"), []byte("v"))
 		return 42, nil

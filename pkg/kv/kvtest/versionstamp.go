@@ -15,11 +15,11 @@ import (
 )
 
 var versionstampTests = []conformanceTest{
-	{"KeyAndValue", testVersionstampKeyAndValue},
-	{"UserVersionsInOneTransaction", testVersionstampUserVersions},
-	{"ConcurrentCommitsAreOrderedAndUnique", testVersionstampConcurrent},
-	{"UnreadableInSameTransaction", testVersionstampUnreadable},
-	{"MatchesCommittedVersion", testVersionstampCommittedVersion},
+	inScenario("KeyAndValue", testVersionstampKeyAndValue),
+	inScenario("UserVersionsInOneTransaction", testVersionstampUserVersions),
+	onDB("ConcurrentCommitsAreOrderedAndUnique", testVersionstampConcurrent),
+	onDB("UnreadableInSameTransaction", testVersionstampUnreadable),
+	inScenario("MatchesCommittedVersion", testVersionstampCommittedVersion),
 }
 
 // vsKey returns prefix, 10 placeholder bytes, suffix and the 4-byte
@@ -32,61 +32,54 @@ func vsOperand(prefix, suffix []byte) []byte {
 	return binary.LittleEndian.AppendUint32(out, uint32(len(prefix)))
 }
 
-func testVersionstampKeyAndValue(t *testing.T, open OpenFunc) {
-	db := open(t)
-	scenario(t, func(ks keyspace) {
-		tr := newTr(t, db)
-		tr.SetVersionstampedKey(kv.Key(vsOperand(ks.key("k/"), []byte("/end"))), []byte("v"))
-		tr.SetVersionstampedValue(ks.key("val"), vsOperand([]byte("pre"), []byte("post")))
-		vsf := tr.GetVersionstamp()
-		must(t, commit(tr))
-		vs := wait(t, vsf)
-		require.Len(t, vs, 10)
+func testVersionstampKeyAndValue(t *testing.T, db kv.Database, ks keyspace) {
+	tr := newTr(t, db)
+	tr.SetVersionstampedKey(kv.Key(vsOperand(ks.key("k/"), []byte("/end"))), []byte("v"))
+	tr.SetVersionstampedValue(ks.key("val"), vsOperand([]byte("pre"), []byte("post")))
+	vsf := tr.GetVersionstamp()
+	must(t, commit(tr))
+	vs := wait(t, vsf)
+	require.Len(t, vs, 10)
 
-		r, err := kv.PrefixRange(ks.key("k/"))
-		require.NoError(t, err)
-		kvs := readAll(t, db, r)
-		require.Len(t, kvs, 1)
-		want := append(append(append([]byte{}, ks.key("k/")...), vs...), "/end"...)
-		require.Equal(t, want, []byte(kvs[0].Key))
-		require.Equal(t, []byte("v"), kvs[0].Value)
+	r, err := kv.PrefixRange(ks.key("k/"))
+	require.NoError(t, err)
+	kvs := readAll(t, db, r)
+	require.Len(t, kvs, 1)
+	want := append(append(append([]byte{}, ks.key("k/")...), vs...), "/end"...)
+	require.Equal(t, want, []byte(kvs[0].Key))
+	require.Equal(t, []byte("v"), kvs[0].Value)
 
-		wantVal := append(append([]byte("pre"), vs...), "post"...)
-		require.Equal(t, wantVal, read(t, db, ks.key("val")))
-	})
+	wantVal := append(append([]byte("pre"), vs...), "post"...)
+	require.Equal(t, wantVal, read(t, db, ks.key("val")))
 }
 
 // testVersionstampUserVersions: several versionstamped keys of one
 // transaction share its versionstamp and sort by the user version after it.
-func testVersionstampUserVersions(t *testing.T, open OpenFunc) {
-	db := open(t)
-	scenario(t, func(ks keyspace) {
-		tr := newTr(t, db)
-		for _, uv := range []uint16{3, 0, 2, 1} {
-			suffix := binary.BigEndian.AppendUint16(nil, uv)
-			tr.SetVersionstampedKey(kv.Key(vsOperand(ks.key("q/"), suffix)), suffix)
-		}
-		vsf := tr.GetVersionstamp()
-		must(t, commit(tr))
-		vs := wait(t, vsf)
-		r, err := kv.PrefixRange(ks.key("q/"))
-		require.NoError(t, err)
-		kvs := readAll(t, db, r)
-		require.Len(t, kvs, 4)
-		for i, e := range kvs {
-			stamp := e.Key[len(ks.key("q/")):]
-			require.Equal(t, []byte(vs), []byte(stamp[:10]))
-			require.Equal(t, uint16(i), binary.BigEndian.Uint16(stamp[10:]))
-		}
-	})
+func testVersionstampUserVersions(t *testing.T, db kv.Database, ks keyspace) {
+	tr := newTr(t, db)
+	for _, uv := range []uint16{3, 0, 2, 1} {
+		suffix := binary.BigEndian.AppendUint16(nil, uv)
+		tr.SetVersionstampedKey(kv.Key(vsOperand(ks.key("q/"), suffix)), suffix)
+	}
+	vsf := tr.GetVersionstamp()
+	must(t, commit(tr))
+	vs := wait(t, vsf)
+	r, err := kv.PrefixRange(ks.key("q/"))
+	require.NoError(t, err)
+	kvs := readAll(t, db, r)
+	require.Len(t, kvs, 4)
+	for i, e := range kvs {
+		stamp := e.Key[len(ks.key("q/")):]
+		require.Equal(t, []byte(vs), []byte(stamp[:10]))
+		require.Equal(t, uint16(i), binary.BigEndian.Uint16(stamp[10:]))
+	}
 }
 
 // testVersionstampConcurrent: many transactions committing concurrently get
 // distinct versionstamps whose order is the commit order; every key written
 // with one is found under the versionstamp its commit reported.
-func testVersionstampConcurrent(t *testing.T, open OpenFunc) {
+func testVersionstampConcurrent(t *testing.T, db kv.Database) {
 	const workers, perWorker = 4, 25
-	db := open(t)
 	prefix := kv.Key("vs/")
 	type result struct {
 		worker, seq int
@@ -172,8 +165,7 @@ func commitVersionstamped(db kv.Database, key []byte) ([]byte, error) {
 
 // testVersionstampUnreadable: what a versionstamped operation writes cannot
 // be read back before commit (accessed_unreadable).
-func testVersionstampUnreadable(t *testing.T, open OpenFunc) {
-	db := open(t)
+func testVersionstampUnreadable(t *testing.T, db kv.Database) {
 	scenario(t, func(ks keyspace) {
 		tr := newTr(t, db)
 		tr.SetVersionstampedValue(ks.key("val"), vsOperand(nil, nil))
@@ -199,18 +191,15 @@ func testVersionstampUnreadable(t *testing.T, open OpenFunc) {
 
 // testVersionstampCommittedVersion: the first 8 bytes of the versionstamp
 // are the commit version, big-endian.
-func testVersionstampCommittedVersion(t *testing.T, open OpenFunc) {
-	db := open(t)
-	scenario(t, func(ks keyspace) {
-		tr := newTr(t, db)
-		rv := wait(t, tr.GetReadVersion())
-		tr.Set(ks.key("k"), []byte("v"))
-		vsf := tr.GetVersionstamp()
-		must(t, commit(tr))
-		cv, err := tr.GetCommittedVersion()
-		require.NoError(t, err)
-		require.Greater(t, cv, rv)
-		vs := wait(t, vsf)
-		require.Equal(t, uint64(cv), binary.BigEndian.Uint64(vs[:8]))
-	})
+func testVersionstampCommittedVersion(t *testing.T, db kv.Database, ks keyspace) {
+	tr := newTr(t, db)
+	rv := wait(t, tr.GetReadVersion())
+	tr.Set(ks.key("k"), []byte("v"))
+	vsf := tr.GetVersionstamp()
+	must(t, commit(tr))
+	cv, err := tr.GetCommittedVersion()
+	require.NoError(t, err)
+	require.Greater(t, cv, rv)
+	vs := wait(t, vsf)
+	require.Equal(t, uint64(cv), binary.BigEndian.Uint64(vs[:8]))
 }

@@ -1,0 +1,23 @@
+package embedded
+
+import "bytes"
+
+// keyAfter returns k followed by a zero byte: the first key after k.
+func keyAfter(k []byte) []byte {
+	out := make([]byte, len(k)+1)
+	copy(out, k)
+	return out
+}
+
+// keyAfterAnd returns keyAfter(k) and a copy of v (never nil) in one
+// allocation; neither has room to grow into the other.
+func keyAfterAnd(k, v []byte) (ke, vc []byte) {
+	buf := make([]byte, len(k)+1+len(v))
+	copy(buf, k)
+	copy(buf[len(k)+1:], v)
+	return buf[: len(k)+1 : len(k)+1], buf[len(k)+1:]
+}
+
+// isSystem reports whether k lies in the system key space, from "\xff" on,
+// which transactions can neither read nor write.
+func isSystem(k []byte) bool { return bytes.Compare(k, maxReadKey) >= 0 }
