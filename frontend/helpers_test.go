@@ -125,7 +125,7 @@ func (f *fakeReplicator) job(t *testing.T, db kv.Database, repDB, docID string) 
 }
 
 type testEnv struct {
-	t    *testing.T
+	t    testing.TB
 	db   kv.Database
 	srv  *Server
 	hs   *HTTPServer
@@ -134,7 +134,7 @@ type testEnv struct {
 	logs *testutil.SyncBuffer
 }
 
-func testAccounts(t *testing.T) *Accounts {
+func testAccounts(t testing.TB) *Accounts {
 	t.Helper()
 	a, plain, err := NewAccounts(
 		map[string]string{adminName: adminPass},
@@ -148,7 +148,7 @@ func testAccounts(t *testing.T) *Accounts {
 }
 
 // newEnv starts a frontend on a real loopback listener over a fresh store.
-func newEnv(t *testing.T, mod ...func(*Options)) *testEnv {
+func newEnv(t testing.TB, mod ...func(*Options)) *testEnv {
 	t.Helper()
 	db := kvtest.NewDB(t)
 	logs := &testutil.SyncBuffer{}

@@ -19,7 +19,6 @@ import (
 	"github.com/fdbrep/fdbrep/cmd/internal/wire"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/frontend"
-	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
 )
@@ -43,20 +42,12 @@ func runFrontendBench(args []string) error {
 	if *docs < 1 || *clients < 1 {
 		return errors.New("-docs and -clients must be positive")
 	}
-	opts := embedded.Options{InMemory: true}
-	if !*inMemory {
-		dir, err := os.MkdirTemp("", "fdbrep-bench-frontend-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		opts = embedded.Options{Dir: dir}
-	}
-	db, err := embedded.Open(opts)
+	env := newBenchEnv("frontend", "")
+	defer env.close()
+	db, err := env.openStore("store", *inMemory)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
 	ctx := context.Background()
 	accounts, _, err := frontend.NewAccounts(map[string]string{"admin": "pw"}, nil, nil, frontend.AccountsOptions{PRF: "sha256", Iterations: 600000})
 	if err != nil {
@@ -137,7 +128,7 @@ func runFrontendBench(args []string) error {
 		el := time.Since(start)
 		slices.Sort(lat)
 		fmt.Printf("%-22s %7d requests  %8.0f req/s  p50 %7.2f ms  p99 %7.2f ms\n", name, n,
-			float64(n)/el.Seconds(), millis(lat[n/2]), millis(lat[n*99/100]))
+			float64(n)/el.Seconds(), ms(lat[n/2]), ms(lat[n*99/100]))
 		return nil
 	}
 	fmt.Printf("frontend: %d docs, %d clients, store %s, jobs %v\n", *docs, *clients, map[bool]string{true: "in-memory", false: "on disk"}[*inMemory], !*noJobs)
@@ -167,5 +158,3 @@ func runFrontendBench(args []string) error {
 	}
 	return nil
 }
-
-func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -5,21 +5,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
-	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 )
 
 func init() { register("jobs", runJobsBench) }
@@ -52,34 +46,19 @@ func runJobsBench(args []string) error {
 	if *jobs < 1 || *workers < 1 || *batch < 1 || *batch > fdbjobs.MaxBatch || *insertBatch < 1 || *inserters < 1 {
 		return errors.New("-jobs, -workers, -batch, -insert-batch and -inserters must be positive (-batch at most 10000)")
 	}
-	var pending []int
-	for _, s := range strings.Split(*pendingList, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			return fmt.Errorf("bad -pending entry %q", s)
-		}
-		if *skip1M && n >= 1_000_000 {
-			continue
-		}
-		pending = append(pending, n)
-	}
-	root := *dir
-	if root == "" {
-		d, err := os.MkdirTemp("", "fdbrep-bench-jobs-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		root = d
-	}
-	db, err := embedded.Open(embedded.Options{Dir: filepath.Join(root, "store"), InMemory: *inMemory})
+	pending, err := parseInts("pending", *pendingList)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	if *skip1M {
+		pending = slices.DeleteFunc(pending, func(n int) bool { return n >= 1_000_000 })
+	}
+	env := newBenchEnv("jobs", *dir)
+	defer env.close()
+	db, err := env.openStore("store", *inMemory)
+	if err != nil {
+		return err
+	}
 	cdb := &countingDB{Database: db}
 	c, err := fdbjobs.New(cdb, fdbjobs.Config{})
 	if err != nil {
@@ -171,17 +150,11 @@ func burnDown(ctx context.Context, c *fdbjobs.Client, db kv.Database, n, workers
 	errc := make(chan error, workers)
 	stopTicker := make(chan struct{})
 	tickerDone := make(chan struct{})
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	t0, cpu0 = time.Now(), cpuTime()
 	go func() { // River-style progress lines
 		defer close(tickerDone)
@@ -348,8 +321,6 @@ func mean(d []time.Duration) time.Duration {
 	return sum / time.Duration(max(1, len(d)))
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // countingDB counts transaction function runs (attempts, retries included).
 type countingDB struct {
 	kv.Database
@@ -361,13 +332,4 @@ func (d *countingDB) Transact(ctx context.Context, f func(kv.Transaction) (any, 
 		d.runs.Add(1)
 		return f(tr)
 	})
-}
-
-// cpuTime returns the process's user plus system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

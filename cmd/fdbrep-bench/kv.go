@@ -12,11 +12,8 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -49,22 +46,15 @@ func runKVBench(args []string) error {
 	if *keys < 2 || *valueBytes < 8 || *duration <= 0 {
 		return errors.New("-keys must be at least 2, -value-bytes at least 8, -duration positive")
 	}
-	var clients []int
-	for _, s := range strings.Split(*clientList, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			return fmt.Errorf("bad -clients entry %q", s)
-		}
-		clients = append(clients, n)
+	clients, err := parseInts("clients", *clientList)
+	if err != nil {
+		return err
 	}
-	root := *dir
-	if root == "" {
-		d, err := os.MkdirTemp("", "fdbrep-bench-kv-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		root = d
+	env := newBenchEnv("kv", *dir)
+	defer env.close()
+	root, err := env.workDir()
+	if err != nil {
+		return err
 	}
 	b := kvBench{keys: *keys, valueBytes: *valueBytes, duration: *duration}
 
@@ -73,17 +63,11 @@ func runKVBench(args []string) error {
 	// Each store is preloaded and measured on its own, one after the other,
 	// so that neither's background compactions land in the other's figures
 	// (CPU per transaction is the whole process's).
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	emb, err := embedded.Open(embedded.Options{Dir: filepath.Join(root, "embedded")})
 	if err != nil {
 		return err
@@ -111,7 +95,7 @@ func runKVBench(args []string) error {
 	if err := emb.Close(); err != nil {
 		return err
 	}
-	pprof.StopCPUProfile()
+	stopProfile()
 	if *memProfile != "" {
 		f, err := os.Create(*memProfile)
 		if err != nil {
@@ -180,15 +164,6 @@ type kvResult struct {
 
 	perBatch, perSync float64 // embedded: commits per leader batch and per WAL sync
 	cpuPerTxn         time.Duration
-}
-
-// processCPU returns the user and system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func (b kvBench) key(i int) []byte { return []byte(fmt.Sprintf("bench/%08d", i)) }
@@ -304,7 +279,7 @@ func (b kvBench) run(clients int, txn func(*rand.Rand, []byte) (time.Duration, i
 	lat := make([][]time.Duration, clients)
 	retries := make([]int, clients)
 	errs := make([]error, clients)
-	cpu0 := processCPU()
+	cpu0 := cpuTime()
 	start := time.Now()
 	for c := range clients {
 		wg.Go(func() {
@@ -325,7 +300,7 @@ func (b kvBench) run(clients int, txn func(*rand.Rand, []byte) (time.Duration, i
 	stop.Store(true)
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu := processCPU() - cpu0
+	cpu := cpuTime() - cpu0
 	var all []time.Duration
 	res := kvResult{}
 	for c := range clients {

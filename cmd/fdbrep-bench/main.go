@@ -4,6 +4,7 @@
 //	fdbrep-bench jobs [flags]         job layer (make bench-jobs)
 //	fdbrep-bench replication [flags]  replication engine (make bench-replication)
 //	fdbrep-bench scheduler [flags]    replication scheduler (make bench-scheduler)
+//	fdbrep-bench frontend [flags]     HTTP API of an api_frontend node (make bench-frontend)
 //
 // Each benchmark lives in its own file and registers itself in init.
 package main

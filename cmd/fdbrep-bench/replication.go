@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/couch"
@@ -78,7 +77,7 @@ func runReplicationBench(args []string) error {
 		return err
 	}
 
-	sizes, err := parseSizes(*pouchBatches)
+	sizes, err := parseInts("pouch-batch-sizes", *pouchBatches)
 	if err != nil {
 		return err
 	}
@@ -108,7 +107,7 @@ func runReplicationBench(args []string) error {
 		if rep.Target, err = couch.ParseEndpoint(json.RawMessage(strconv.Quote(tgt.URL() + "/" + db))); err != nil {
 			return err
 		}
-		cpu0 := selfCPU()
+		cpu0 := cpuTime()
 		start := time.Now()
 		res, err := engine.Start(context.Background(), rep, engine.Options{ServerUUID: "fdbrep-bench"}).Wait()
 		if err != nil {
@@ -120,7 +119,7 @@ func runReplicationBench(args []string) error {
 		}
 		engineRates = append(engineRates, float64(*docs)/d.Seconds())
 		fmt.Printf("  run %d: fdbrep engine (workers %d, batch %d): %6.0f docs/s (engine CPU %v)\n", run, *workers, *batch,
-			engineRates[len(engineRates)-1], (selfCPU() - cpu0).Round(time.Millisecond))
+			engineRates[len(engineRates)-1], (cpuTime() - cpu0).Round(time.Millisecond))
 		if err := deleteDB(tgt, db); err != nil {
 			return err
 		}
@@ -199,30 +198,6 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func parseSizes(list string) ([]int, error) {
-	var out []int
-	if strings.TrimSpace(list) == "" {
-		return nil, nil // PouchDB's replicator not measured
-	}
-	for _, s := range strings.Split(list, ",") {
-		bs, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || bs < 1 {
-			return nil, fmt.Errorf("bad -pouch-batch-sizes entry %q", s)
-		}
-		out = append(out, bs)
-	}
-	return out, nil
-}
-
-// selfCPU is this process's user+system CPU time.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 func deleteDB(s *couchtest.Server, db string) error {
 	_, err := doJSON(http.MethodDelete, s.URL()+"/"+db, nil, nil)
 	return err
@@ -286,12 +261,7 @@ func loadSource(s *couchtest.Server, db string, n, size int) error {
 // fetchPayload reads the documents as a replicator would write them.
 func fetchPayload(s *couchtest.Server, db string, n int) ([]json.RawMessage, error) {
 	var all struct {
-		Rows []struct {
-			ID    string `json:"id"`
-			Value struct {
-				Rev string `json:"rev"`
-			} `json:"value"`
-		} `json:"rows"`
+		Rows []couchtest.Row `json:"rows"`
 	}
 	if _, err := doJSON(http.MethodGet, s.URL()+"/"+db+"/_all_docs", nil, &all); err != nil {
 		return nil, err

@@ -7,16 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
-	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
@@ -49,16 +46,12 @@ func runSchedulerBench(args []string) error {
 	if *jobs < 1 || *nodes < 1 || *maxJobs < 1 {
 		return errors.New("-jobs, -nodes and -max-jobs must be positive")
 	}
-	dir, err := os.MkdirTemp("", "fdbrep-bench-scheduler-")
+	env := newBenchEnv("scheduler", "")
+	defer env.close()
+	db, err := env.openStore("store", *inMemory)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	db, err := embedded.Open(embedded.Options{Dir: filepath.Join(dir, "store"), InMemory: *inMemory})
-	if err != nil {
-		return err
-	}
-	defer db.Close()
 	ctx := context.Background()
 
 	cfg := scheduler.Config{
@@ -225,7 +218,6 @@ type schedCPU struct{ user, sys time.Duration }
 func (a schedCPU) Sub(b schedCPU) schedCPU { return schedCPU{a.user - b.user, a.sys - b.sys} }
 
 func schedRusage() schedCPU {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return schedCPU{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
+	user, sys := rusage()
+	return schedCPU{user, sys}
 }

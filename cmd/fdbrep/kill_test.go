@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -16,6 +14,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testsignal"
+	"github.com/fdbrep/fdbrep/internal/testutil"
 )
 
 // TestKilledFrontendLosesNothing SIGKILLs an api_frontend node while
@@ -24,44 +25,17 @@ import (
 // no document exists without its job or job without its document: the
 // document write and the job creation commit together or not at all.
 func TestKilledFrontendLosesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
+	bin := buildBinary(t)
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed))
 
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "fdbrep")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
 	env := append(os.Environ(), "FDBREP_ADMINS__ADM=pass")
-	args := []string{"-roles", "api_frontend", "-data-dir", filepath.Join(dir, "data")}
-
-	start := func() (*exec.Cmd, string) {
-		cmd := exec.Command(bin, append([]string{"serve", "-bind", "127.0.0.1:0", "-log-format", "json"}, args...)...)
-		cmd.Env = env
-		stderr, err := cmd.StderrPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		addrc := make(chan string, 1)
-		go func() {
-			sc := bufio.NewScanner(stderr)
-			for sc.Scan() {
-				var m map[string]any
-				if json.Unmarshal(sc.Bytes(), &m) == nil && m["message"] == "HTTP API listening" {
-					addrc <- m["addr"].(string)
-				}
-			}
-		}()
-		select {
-		case addr := <-addrc:
-			return cmd, "http://" + addr
-		case <-time.After(60 * time.Second):
-			t.Fatal("node did not listen within 60s")
-			return nil, ""
-		}
+	args := []string{"serve", "-bind", "127.0.0.1:0", "-log-format", "json", "-roles", "api_frontend",
+		"-data-dir", filepath.Join(t.TempDir(), "data")}
+	start := func() (*process, string) {
+		p := startProcess(t, bin, env, args...)
+		return p, "http://" + p.waitLog(t, "HTTP API listening")["addr"].(string)
 	}
 	client := &http.Client{Timeout: 30 * time.Second}
 	put := func(base, id string) (int, error) {
@@ -77,7 +51,12 @@ func TestKilledFrontendLosesNothing(t *testing.T) {
 		return res.StatusCode, nil
 	}
 
-	cmd, base := start()
+	node, base := start()
+	// Kill once a random number of writes has been acknowledged; the
+	// writers report each acknowledgement.
+	target := 20 + rng.IntN(200)
+	var acks testsignal.Signal[int]
+	acks.Init()
 	// Writers keep writing until the node dies under them.
 	var mu sync.Mutex
 	acked := map[string]bool{}
@@ -95,37 +74,23 @@ func TestKilledFrontendLosesNothing(t *testing.T) {
 				if status == http.StatusCreated {
 					mu.Lock()
 					acked[id] = true
+					acks.Signal(len(acked))
 					mu.Unlock()
 				}
 			}
 		}()
 	}
-	// Kill once a random number of writes has been acknowledged.
-	target := 20 + rng.IntN(200)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n >= target || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	testutil.WaitUntil(t, &acks, fmt.Sprintf("%d acknowledged writes", target), func(n int) bool { return n >= target })
+	require.NoError(t, node.cmd.Process.Signal(syscall.SIGKILL))
 	wg.Wait()
-	_ = cmd.Wait()
+	_ = node.wait(t)
 	require.NotEmpty(t, acked, "no write was acknowledged before the kill")
 
 	_, base = start()
 	get := func(path string, out any) int {
-		req, _ := http.NewRequest("GET", base+path, nil)
-		req.SetBasicAuth("adm", "pass")
-		res, err := client.Do(req)
-		require.NoError(t, err)
-		defer res.Body.Close()
-		require.NoError(t, json.NewDecoder(res.Body).Decode(out))
-		return res.StatusCode
+		r := testutil.Do(t, "GET", base+path, &testutil.Creds{Name: "adm", Pass: "pass"}, nil)
+		require.NoError(t, json.Unmarshal([]byte(r.Raw), out))
+		return r.Status
 	}
 	var all struct {
 		Rows []struct {

@@ -3,48 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
 )
 
-// startServe runs serve in the background with args and returns its base
-// URL; the node is stopped, and its exit checked, in t.Cleanup.
-func startServe(t *testing.T, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	var logs bytes.Buffer
-	go func() { done <- serve(ctx, append([]string{"-bind", "127.0.0.1:0"}, args...), &logs, ready) }()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("serve exited early: %v\n%s", err, logs.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not start within 30s")
-	}
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	return "http://" + addr
-}
-
-func getJSON(t *testing.T, url string) (int, map[string]any) {
-	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var body map[string]any
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
-	return resp.StatusCode, body
-}
-
+// TestServeUp starts a node in memory and one on disk: each answers / and
+// /_up.
 func TestServeUp(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -54,13 +27,13 @@ func TestServeUp(t *testing.T) {
 		{"on-disk", []string{"-data-dir", t.TempDir()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			base := startServe(t, tc.args...)
-			status, body := getJSON(t, base+"/_up")
-			require.Equal(t, http.StatusOK, status)
-			require.Equal(t, "ok", body["status"])
-			status, body = getJSON(t, base+"/")
-			require.Equal(t, http.StatusOK, status)
-			require.Equal(t, "Welcome", body["couchdb"])
+			addr, _ := startServe(t, append([]string{"-bind", "127.0.0.1:0"}, tc.args...)...)
+			r := testutil.Do(t, http.MethodGet, "http://"+addr+"/_up", nil, nil)
+			require.Equal(t, http.StatusOK, r.Status)
+			require.Equal(t, "ok", r.Body["status"])
+			r = testutil.Do(t, http.MethodGet, "http://"+addr+"/", nil, nil)
+			require.Equal(t, http.StatusOK, r.Status)
+			require.Equal(t, "Welcome", r.Body["couchdb"])
 		})
 	}
 }
@@ -84,4 +57,124 @@ func TestRunCommands(t *testing.T) {
 	require.Contains(t, out.String(), "fdbrep")
 	require.Error(t, run(context.Background(), nil, &out, &errOut))
 	require.Error(t, run(context.Background(), []string{"bogus"}, &out, &errOut))
+}
+
+func TestServeWithConfigFile(t *testing.T) {
+	ini := writeIni(t, `
+[admins]
+adm = secret-pw
+
+[users]
+joe = joe-pw
+
+[chttpd_auth]
+iterations = 10
+
+[replicator]
+max_jobs = 7
+
+[log]
+format = json
+`)
+	addr, logs := startServe(t, "-config", ini, "-in-memory", "-bind", "127.0.0.1:0", "-node-name", "n1@test")
+	base := "http://" + addr
+	adm, joe := &testutil.Creds{Name: "adm", Pass: "secret-pw"}, &testutil.Creds{Name: "joe", Pass: "joe-pw"}
+	r := testutil.Do(t, "GET", base+"/_session", adm, nil)
+	require.Equal(t, 200, r.Status)
+	require.Equal(t, "adm", r.Body["userCtx"].(map[string]any)["name"])
+	r = testutil.Do(t, "GET", base+"/_all_dbs", joe, nil)
+	require.Equal(t, 401, r.Status)
+	r = testutil.Do(t, "PUT", base+"/_replicator/r1", joe, map[string]any{"source": "http://127.0.0.1:1/a", "target": "http://127.0.0.1:1/b"})
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = testutil.Do(t, "PUT", base+"/_replicator/bad", joe, map[string]any{"source": "http://127.0.0.1:1/a"})
+	require.Equal(t, 403, r.Status, r.Raw)
+	r = testutil.Do(t, "GET", base+"/_scheduler/docs/_replicator/r1", adm, nil)
+	require.Equal(t, 200, r.Status, r.Raw)
+	require.Equal(t, "r1", r.Body["doc_id"])
+	// Logs are JSON, warn about plaintext passwords, and hold no password.
+	out := logs.String()
+	require.Contains(t, out, `plaintext password hashed`)
+	require.Contains(t, out, `"node":"n1@test"`)
+	require.NotContains(t, out, "secret-pw")
+	require.NotContains(t, out, "joe-pw")
+}
+
+func TestServeReplicationOnly(t *testing.T) {
+	// The API port of the config must stay closed on a replication node.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	apiAddr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	_, apiPort, _ := net.SplitHostPort(apiAddr)
+	t.Setenv("FDBREP_CHTTPD__PORT", apiPort)
+	t.Setenv("FDBREP_NODE__ROLES", "replication")
+
+	addr, _ := startServe(t, "-in-memory", "-health-bind", "127.0.0.1:0")
+	r := testutil.Do(t, "GET", "http://"+addr+"/_up", nil, nil)
+	require.Equal(t, 200, r.Status)
+	require.Equal(t, "ok", r.Body["status"])
+	r = testutil.Do(t, "GET", "http://"+addr+"/_node/_local/_stats", nil, nil)
+	require.Equal(t, 200, r.Status)
+	require.Contains(t, r.Body, "couch_replicator")
+	r = testutil.Do(t, "GET", "http://"+addr+"/_replicator", nil, nil)
+	require.Equal(t, 404, r.Status)
+	_, err = net.DialTimeout("tcp", apiAddr, time.Second)
+	require.Error(t, err, "a replication-only node must not listen on the API port")
+}
+
+func TestServeReplicationOnlyWithoutHealth(t *testing.T) {
+	addr, _ := startServe(t, "-in-memory", "-roles", "replication")
+	require.Empty(t, addr)
+}
+
+func TestServeConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"-config", "/nonexistent.ini"}, nil, "cannot read file"},
+		{[]string{"-roles", "indexing"}, nil, "not one of"},
+		{[]string{"-health-bind", "0.0.0.0:1"}, nil, "loopback"},
+		{[]string{"-in-memory"}, map[string]string{"FDBREP_REPLICATOR__MAX_JOBS": "many"}, "max_jobs"},
+		{[]string{"-in-memory"}, map[string]string{"FDBREP_NOPE__X": "1"}, "FDBREP_NOPE__X"},
+		{[]string{"-in-memory", "-backend", "fdb"}, nil, "FoundationDB"},
+	} {
+		for k, v := range tc.env {
+			t.Setenv(k, v)
+		}
+		var out testutil.SyncBuffer
+		err := serve(context.Background(), append(tc.args, "-bind", "127.0.0.1:0"), &out, nil)
+		require.Error(t, err, "%q", tc.args)
+		require.Contains(t, err.Error(), tc.want)
+		for k := range tc.env {
+			os.Unsetenv(k)
+		}
+	}
+}
+
+func TestHashPassword(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.NoError(t, hashPassword([]string{"-iterations", "5"}, strings.NewReader("pw\n"), &out, &errOut))
+	require.True(t, strings.HasPrefix(out.String(), "-pbkdf2:sha256-"), out.String())
+	require.NotContains(t, out.String(), "pw\n-")
+	require.Error(t, hashPassword(nil, strings.NewReader("\n"), &out, &errOut))
+	require.Error(t, hashPassword([]string{"-prf", "md5"}, strings.NewReader("x\n"), &out, &errOut))
+}
+
+// TestServeFrontendOnly: a frontend with no replication node anywhere
+// accepts documents from the first write (the job type is registered at
+// startup).
+func TestServeFrontendOnly(t *testing.T) {
+	ini := writeIni(t, "[admins]\nadm = pw\n[chttpd_auth]\niterations = 10\n")
+	addr, _ := startServe(t, "-config", ini, "-in-memory", "-bind", "127.0.0.1:0", "-roles", "api_frontend")
+	adm := &testutil.Creds{Name: "adm", Pass: "pw"}
+	for i := 0; i < 3; i++ {
+		r := testutil.Do(t, "PUT", "http://"+addr+"/_replicator/r"+strconv.Itoa(i), adm,
+			map[string]any{"source": "http://127.0.0.1:1/a", "target": "http://127.0.0.1:1/b"})
+		require.Equal(t, 201, r.Status, r.Raw)
+	}
+	r := testutil.Do(t, "GET", "http://"+addr+"/_scheduler/docs/_replicator/r0", adm, nil)
+	require.Equal(t, 200, r.Status, r.Raw)
+	require.Equal(t, "pending", r.Body["state"])
 }

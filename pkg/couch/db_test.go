@@ -1,7 +1,7 @@
 package couch_test
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,48 +19,26 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/couch"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 const secret = "hunter2-s3cret"
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // newDB opens a DB on rawURL with the secret password and fast retries; the
 // returned buffer collects its debug log.
-func newDB(t *testing.T, rawURL string, opts couch.Options, limiter *couch.RateLimiter) (*couch.DB, *syncBuffer) {
+func newDB(t *testing.T, rawURL string, opts couch.Options, limiter *couch.RateLimiter) (*couch.DB, *testutil.SyncBuffer) {
 	t.Helper()
 	ep, err := couch.ParseEndpoint(json.RawMessage(fmt.Sprintf(
 		`{"url":%q,"auth":{"basic":{"username":"bob","password":%q}}}`, rawURL, secret)))
 	require.NoError(t, err)
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	lg := zerolog.New(logs).Level(zerolog.DebugLevel)
 	opts.Logger = &lg
-	if opts.RetryWait == 0 {
-		opts.RetryWait = time.Millisecond
-	}
+	opts.RetryWait = cmp.Or(opts.RetryWait, time.Millisecond)
 	db, err := couch.NewDB(ep, opts, limiter)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
@@ -547,23 +525,18 @@ func TestOptionsValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		o    couch.Options
-		ok   bool
+		want error // nil: valid
 	}{
-		{"zero is defaults", couch.Options{}, true},
-		{"no retries", couch.Options{RetriesPerRequest: couch.NoRetries}, true},
-		{"negative connections", couch.Options{HTTPConnections: -1}, false},
-		{"negative timeout", couch.Options{ConnectionTimeout: -time.Second}, false},
-		{"negative retries", couch.Options{RetriesPerRequest: -2}, false},
-		{"negative request timeout", couch.Options{RequestTimeout: -1}, false},
-		{"wait max below wait", couch.Options{RetryWait: time.Second, RetryWaitMax: time.Millisecond}, false},
+		{"zero is defaults", couch.Options{}, nil},
+		{"no retries", couch.Options{RetriesPerRequest: couch.NoRetries}, nil},
+		{"negative connections", couch.Options{HTTPConnections: -1}, couch.ErrInvalidOptions},
+		{"negative timeout", couch.Options{ConnectionTimeout: -time.Second}, couch.ErrInvalidOptions},
+		{"negative retries", couch.Options{RetriesPerRequest: -2}, couch.ErrInvalidOptions},
+		{"negative request timeout", couch.Options{RequestTimeout: -1}, couch.ErrInvalidOptions},
+		{"wait max below wait", couch.Options{RetryWait: time.Second, RetryWaitMax: time.Millisecond}, couch.ErrInvalidOptions},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.o.Validate()
-			if tc.ok {
-				require.NoError(t, err)
-			} else {
-				require.ErrorIs(t, err, couch.ErrInvalidOptions)
-			}
+			require.ErrorIs(t, tc.o.Validate(), tc.want) // a nil want requires no error
 		})
 	}
 	d := couch.Options{}.WithDefaults()

@@ -43,6 +43,13 @@ var (
 	ErrBadResponse = errors.New("couch: bad response")
 )
 
+// invalidOptions is the error for an Options or RateLimiterConfig value
+// out of range: it wraps ErrInvalidOptions, followed by format applied to
+// args.
+func invalidOptions(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...)
+}
+
 // statusErrors maps HTTP statuses to their sentinels (5xx handled apart).
 var statusErrors = map[int]error{
 	http.StatusBadRequest:            ErrBadRequest,

@@ -133,12 +133,7 @@ func TestPouchDBThroughFaults(t *testing.T) {
 			continue
 		}
 		var res struct {
-			Rows []struct {
-				ID    string `json:"id"`
-				Value struct {
-					Rev string `json:"rev"`
-				} `json:"value"`
-			} `json:"rows"`
+			Rows []couchtest.Row `json:"rows"`
 		}
 		require.NoError(t, db.DoJSON(ctx, couch.Request{Path: "_all_docs"}, &res), "request %d", i)
 		require.Len(t, res.Rows, len(model), "request %d", i)

@@ -1,6 +1,7 @@
 package couch
 
 import (
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"net/url"
@@ -71,33 +72,19 @@ type Options struct {
 
 // WithDefaults returns o with every zero field replaced by its default.
 func (o Options) WithDefaults() Options {
-	if o.HTTPConnections == 0 {
-		o.HTTPConnections = HTTPConnectionsDefault
-	}
-	if o.ConnectionTimeout == 0 {
-		o.ConnectionTimeout = ConnectionTimeoutDefault
-	}
+	o.HTTPConnections = cmp.Or(o.HTTPConnections, HTTPConnectionsDefault)
+	o.ConnectionTimeout = cmp.Or(o.ConnectionTimeout, ConnectionTimeoutDefault)
 	switch o.RetriesPerRequest {
 	case 0:
 		o.RetriesPerRequest = RetriesPerRequestDefault
 	case NoRetries:
 		o.RetriesPerRequest = 0
 	}
-	if o.RetryWait == 0 {
-		o.RetryWait = RetryWaitDefault
-	}
-	if o.RetryWaitMax == 0 {
-		o.RetryWaitMax = max(RetryWaitMaxDefault, o.RetryWait)
-	}
-	if o.RetryTimeLimit == 0 {
-		o.RetryTimeLimit = RetryTimeLimitDefault
-	}
-	if o.IdleConnTimeout == 0 {
-		o.IdleConnTimeout = IdleConnTimeoutDefault
-	}
-	if o.UserAgent == "" {
-		o.UserAgent = UserAgentDefault
-	}
+	o.RetryWait = cmp.Or(o.RetryWait, RetryWaitDefault)
+	o.RetryWaitMax = cmp.Or(o.RetryWaitMax, max(RetryWaitMaxDefault, o.RetryWait))
+	o.RetryTimeLimit = cmp.Or(o.RetryTimeLimit, RetryTimeLimitDefault)
+	o.IdleConnTimeout = cmp.Or(o.IdleConnTimeout, IdleConnTimeoutDefault)
+	o.UserAgent = cmp.Or(o.UserAgent, UserAgentDefault)
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
 	}
@@ -108,35 +95,32 @@ func (o Options) WithDefaults() Options {
 // zero fields are fine). Errors wrap ErrInvalidOptions.
 func (o Options) Validate() error {
 	o = o.WithDefaults()
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...)
-	}
 	switch {
 	case o.HTTPConnections < 1:
-		return bad("http_connections must be at least 1, got %d", o.HTTPConnections)
+		return invalidOptions("http_connections must be at least 1, got %d", o.HTTPConnections)
 	case o.ConnectionTimeout < 0:
-		return bad("connection_timeout must be positive, got %v", o.ConnectionTimeout)
+		return invalidOptions("connection_timeout must be positive, got %v", o.ConnectionTimeout)
 	case o.RetriesPerRequest < 0:
-		return bad("retries_per_request must be at least 0, got %d", o.RetriesPerRequest)
+		return invalidOptions("retries_per_request must be at least 0, got %d", o.RetriesPerRequest)
 	case o.RequestTimeout < 0:
-		return bad("request_timeout must not be negative, got %v", o.RequestTimeout)
+		return invalidOptions("request_timeout must not be negative, got %v", o.RequestTimeout)
 	case o.RetryWait < 0:
-		return bad("retry wait must be positive, got %v", o.RetryWait)
+		return invalidOptions("retry wait must be positive, got %v", o.RetryWait)
 	case o.RetryWaitMax < o.RetryWait:
-		return bad("retry wait max %v is below the retry wait %v", o.RetryWaitMax, o.RetryWait)
+		return invalidOptions("retry wait max %v is below the retry wait %v", o.RetryWaitMax, o.RetryWait)
 	case o.RetryTimeLimit < 0:
-		return bad("retry time limit must be positive, got %v", o.RetryTimeLimit)
+		return invalidOptions("retry time limit must be positive, got %v", o.RetryTimeLimit)
 	case o.IdleConnTimeout < 0:
-		return bad("idle connection timeout must be positive, got %v", o.IdleConnTimeout)
+		return invalidOptions("idle connection timeout must be positive, got %v", o.IdleConnTimeout)
 	}
 	if o.Proxy != nil {
 		switch o.Proxy.Scheme {
 		case "http", "https", "socks5":
 		default:
-			return bad("proxy %q: scheme must be http, https or socks5", redactURL(o.Proxy, o.Proxy.User.Username()))
+			return invalidOptions("proxy %q: scheme must be http, https or socks5", redactURL(o.Proxy, o.Proxy.User.Username()))
 		}
 		if o.Proxy.Host == "" {
-			return bad("proxy %q has no host", redactURL(o.Proxy, o.Proxy.User.Username()))
+			return invalidOptions("proxy %q has no host", redactURL(o.Proxy, o.Proxy.User.Username()))
 		}
 	}
 	return nil

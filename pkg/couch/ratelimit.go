@@ -1,8 +1,8 @@
 package couch
 
 import (
+	"cmp"
 	"context"
-	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -44,21 +44,11 @@ type RateLimiterConfig struct {
 }
 
 func (c RateLimiterConfig) withDefaults() RateLimiterConfig {
-	if c.BaseInterval == 0 {
-		c.BaseInterval = RateBaseIntervalDefault
-	}
-	if c.MaxInterval == 0 {
-		c.MaxInterval = RateMaxIntervalDefault
-	}
-	if c.Multiplier == 0 {
-		c.Multiplier = RateMultiplierDefault
-	}
-	if c.MinUpdateInterval == 0 {
-		c.MinUpdateInterval = RateMinUpdateIntervalDefault
-	}
-	if c.ForgetAfter == 0 {
-		c.ForgetAfter = RateForgetAfterDefault
-	}
+	c.BaseInterval = cmp.Or(c.BaseInterval, RateBaseIntervalDefault)
+	c.MaxInterval = cmp.Or(c.MaxInterval, RateMaxIntervalDefault)
+	c.Multiplier = cmp.Or(c.Multiplier, RateMultiplierDefault)
+	c.MinUpdateInterval = cmp.Or(c.MinUpdateInterval, RateMinUpdateIntervalDefault)
+	c.ForgetAfter = cmp.Or(c.ForgetAfter, RateForgetAfterDefault)
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
@@ -70,13 +60,13 @@ func (c RateLimiterConfig) Validate() error {
 	c = c.withDefaults()
 	switch {
 	case c.BaseInterval <= 0:
-		return fmt.Errorf("%w: rate limiter base interval must be positive", ErrInvalidOptions)
+		return invalidOptions("rate limiter base interval must be positive")
 	case c.MaxInterval < c.BaseInterval:
-		return fmt.Errorf("%w: rate limiter max interval %v is below the base interval %v", ErrInvalidOptions, c.MaxInterval, c.BaseInterval)
+		return invalidOptions("rate limiter max interval %v is below the base interval %v", c.MaxInterval, c.BaseInterval)
 	case !(c.Multiplier > 1) || math.IsInf(c.Multiplier, 0):
-		return fmt.Errorf("%w: rate limiter multiplier must be > 1, got %v", ErrInvalidOptions, c.Multiplier)
+		return invalidOptions("rate limiter multiplier must be > 1, got %v", c.Multiplier)
 	case c.MinUpdateInterval < 0 || c.ForgetAfter < 0:
-		return fmt.Errorf("%w: rate limiter intervals must not be negative", ErrInvalidOptions)
+		return invalidOptions("rate limiter intervals must not be negative")
 	}
 	return nil
 }

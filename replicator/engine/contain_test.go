@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
 )
@@ -71,9 +69,7 @@ func TestValidateMaxima(t *testing.T) {
 // run beside it go on.
 func TestFaultyRunFailsAlone(t *testing.T) {
 	t.Parallel()
-	srv := couchtest.StartPouchDB(t)
-	srv.CreateDB(t, "src")
-	srv.AddDocs(t, "src", 0, 200)
+	srv := startPeer(t, 200)
 	for _, tc := range []struct {
 		name string
 		rep  engine.Replication
@@ -85,15 +81,10 @@ func TestFaultyRunFailsAlone(t *testing.T) {
 			engine.Options{OnCheckpoint: func(engine.Checkpoint) { panic("injected fault") }}, engine.ErrInternal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
 			bad := tc.rep
-			bad.Source, bad.Target, bad.CreateTarget = endpoint(t, srv.DBURL("src")), endpoint(t, srv.DBURL(tc.name)), true
-			tc.opts.ServerUUID = testUUID
-			badRun := engine.Start(ctx, bad, tc.opts)
-			good := engine.Start(ctx, engine.Replication{
-				Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, srv.DBURL(tc.name+"-good")), CreateTarget: true,
-			}, engine.Options{ServerUUID: testUUID})
+			bad.CreateTarget = true
+			badRun := start(t, srcTo(t, srv, tc.name, bad), tc.opts)
+			good := start(t, srcTo(t, srv, tc.name+"-good", engine.Replication{CreateTarget: true}), engine.Options{})
 			_, err := badRun.Wait()
 			require.ErrorIs(t, err, tc.want)
 			res, err := good.Wait()

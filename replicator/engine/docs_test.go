@@ -117,15 +117,22 @@ func FuzzParseOpenRevs(f *testing.F) {
 	f.Add("multipart/mixed; boundary=x", []byte("--x\r\nContent-Type: application/json; error=\"true\"\r\n\r\n{\"missing\":\"1-a\"}\r\n--x--\r\n"))
 	f.Fuzz(func(t *testing.T, ct string, body []byte) {
 		docs, _, err := parseOpenRevs(ct, bytes.NewReader(body))
-		if err != nil {
-			return
-		}
-		for _, d := range docs {
-			if d.ID == "" || d.Rev == "" {
-				t.Fatalf("document without id or rev: %+v", d)
-			}
-		}
+		requireIdentified(t, docs, err)
 	})
+}
+
+// requireIdentified fails t for a document without id or revision among
+// those a parser returned without error.
+func requireIdentified(t *testing.T, docs []*doc, err error) {
+	t.Helper()
+	if err != nil {
+		return
+	}
+	for _, d := range docs {
+		if d.ID == "" || d.Rev == "" {
+			t.Fatalf("document without id or rev: %+v", d)
+		}
+	}
 }
 
 func FuzzParseBulkGet(f *testing.F) {
@@ -133,14 +140,7 @@ func FuzzParseBulkGet(f *testing.F) {
 	f.Add([]byte(`{"results":[{"id":"b","docs":[{"error":{"id":"b","rev":"1-y","error":"not_found"}}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		docs, err := parseBulkGet(bytes.NewReader(body))
-		if err != nil {
-			return
-		}
-		for _, d := range docs {
-			if d.ID == "" || d.Rev == "" {
-				t.Fatalf("document without id or rev: %+v", d)
-			}
-		}
+		requireIdentified(t, docs, err)
 	})
 }
 

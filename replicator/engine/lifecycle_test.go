@@ -1,18 +1,19 @@
 package engine_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
+	"net/http"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
-	"github.com/stretchr/testify/require"
 )
 
 // countLeavesAfter counts the leaf revisions the source's feed lists after
@@ -31,32 +32,14 @@ func countLeavesAfter(t *testing.T, srv *couchtest.Server, db string, seq json.R
 // that the next run starts there and transfers only what followed.
 func TestResumeFromCheckpoint(t *testing.T) {
 	t.Parallel()
-	srv := couchtest.StartPouchDB(t)
-	srv.CreateDB(t, "src")
+	srv := startPeer(t, 3000)
 	srv.CreateDB(t, "tgt")
-	srv.AddDocs(t, "src", 0, 3000)
-	rep := engine.Replication{
-		Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, srv.DBURL("tgt")),
-		WorkerProcesses: 1, WorkerBatchSize: 50, CheckpointInterval: time.Millisecond,
+	rep := srcTo(t, srv, "tgt", engine.Replication{WorkerProcesses: 1, WorkerBatchSize: 50, CheckpointInterval: time.Millisecond})
+	run := start(t, rep, engine.Options{})
+	for !run.next().Written { // until the first checkpoint written
 	}
-	written := make(chan struct{})
-	var once bool
-	opts := engine.Options{ServerUUID: testUUID, OnCheckpoint: func(c engine.Checkpoint) {
-		if c.Written && !once {
-			once = true
-			close(written)
-		}
-	}}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	run := engine.Start(ctx, rep, opts)
-	select {
-	case <-written:
-	case <-run.Done():
-		t.Fatal("the run ended before its first checkpoint")
-	}
-	require.NoError(t, run.Stop(ctx))
-	require.NoError(t, run.Stop(ctx), "Stop twice")
+	require.NoError(t, run.Stop(run.ctx))
+	require.NoError(t, run.Stop(run.ctx), "Stop twice")
 	first, err := run.Wait()
 	require.NoError(t, err)
 	require.False(t, first.Completed)
@@ -77,42 +60,47 @@ func TestResumeFromCheckpoint(t *testing.T) {
 	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
 }
 
+// TestCheckpointsOnClock runs a continuous replication on a fake clock: a
+// checkpoint happens at each tick of the clock and at Stop, and
+// Checkpoint.Time and the history's timestamps are the clock's.
+func TestCheckpointsOnClock(t *testing.T) {
+	t.Parallel()
+	srv := startPeer(t, 20)
+	began := time.Date(2013, 8, 11, 20, 38, 50, 0, time.UTC)
+	clk := clockwork.NewFakeClockAt(began)
+	const interval = time.Minute
+	rep := srcTo(t, srv, "tgt", engine.Replication{CreateTarget: true, Continuous: true, CheckpointInterval: interval})
+	run := start(t, rep, engine.Options{Clock: clk})
+
+	// Tick until a checkpoint has recorded every document.
+	for ticks := 1; ; ticks++ {
+		// Without failures, the ticker is the run's one timer.
+		require.NoError(t, clk.BlockUntilContext(run.ctx, 1))
+		clk.Advance(interval)
+		c := run.next()
+		require.Equal(t, began.Add(time.Duration(ticks)*interval), c.Time, "tick %d", ticks)
+		if c.Written && c.Stats.DocsWritten == 20 {
+			break
+		}
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- run.Stop(run.ctx) }()
+	require.Equal(t, clk.Now(), run.next().Time, "the final checkpoint")
+	require.NoError(t, <-stopped)
+	res, err := run.Wait()
+	require.NoError(t, err)
+	require.Len(t, res.History, 1)
+	require.Equal(t, "Sun, 11 Aug 2013 20:38:50 GMT", res.History[0].StartTime)
+	require.Equal(t, clk.Now().Format(http.TimeFormat), res.History[0].EndTime)
+	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
+}
+
 func TestContinuous(t *testing.T) {
 	t.Parallel()
-	srv := couchtest.StartPouchDB(t)
-	srv.CreateDB(t, "src")
-	srv.AddDocs(t, "src", 0, 200)
-	rep := engine.Replication{
-		Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, srv.DBURL("tgt")),
-		Continuous: true, CreateTarget: true, CheckpointInterval: 20 * time.Millisecond,
-	}
-	events := make(chan engine.Checkpoint, 1)
-	opts := engine.Options{ServerUUID: testUUID, OnCheckpoint: func(c engine.Checkpoint) {
-		select {
-		case events <- c:
-		default:
-		}
-	}}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	run := engine.Start(ctx, rep, opts)
-	waitWritten := func(n int64) {
-		t.Helper()
-		for {
-			select {
-			case c := <-events:
-				if c.Stats.DocsWritten >= n {
-					return
-				}
-			case <-run.Done():
-				_, err := run.Wait()
-				t.Fatalf("continuous run ended: %v", err)
-			case <-ctx.Done():
-				t.Fatalf("timed out waiting for %d writes: %+v", n, run.Progress())
-			}
-		}
-	}
-	waitWritten(200)
+	srv := startPeer(t, 200)
+	run := start(t, srcTo(t, srv, "tgt", engine.Replication{Continuous: true, CreateTarget: true,
+		CheckpointInterval: 20 * time.Millisecond}), engine.Options{})
+	run.waitWritten(200)
 	_, full, ok := run.ID()
 	require.True(t, ok)
 	require.Contains(t, full, "+continuous+create_target")
@@ -124,9 +112,9 @@ func TestContinuous(t *testing.T) {
 	doc = srv.GetDoc(t, "src", "doc-00000002")
 	doc["_deleted"] = true
 	srv.PutDoc(t, "src", doc)
-	waitWritten(302)
+	run.waitWritten(302)
 
-	require.NoError(t, run.Stop(ctx))
+	require.NoError(t, run.Stop(run.ctx))
 	res, err := run.Wait()
 	require.NoError(t, err)
 	require.Equal(t, int64(302), res.Stats.DocsWritten)
@@ -159,9 +147,7 @@ func TestStartErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			_, err := engine.Start(ctx, tt.rep, engine.Options{ServerUUID: testUUID}).Wait()
+			_, err := start(t, tt.rep, engine.Options{}).Wait()
 			require.ErrorIs(t, err, tt.want)
 			require.NotContains(t, err.Error(), "secret")
 			require.NotContains(t, err.Error(), "wrong")
@@ -172,41 +158,44 @@ func TestStartErrors(t *testing.T) {
 	rep := engine.Replication{Source: authed("open", "admin", "secret"), Target: authed("created", "admin", "secret"), CreateTarget: true}
 	runOnce(t, rep, engine.Options{})
 	rep.Target = authed("created2", "admin", "wrong")
-	_, err := engine.Start(context.Background(), rep, engine.Options{ServerUUID: testUUID}).Wait()
+	_, err := start(t, rep, engine.Options{}).Wait()
 	require.ErrorIs(t, err, engine.ErrUnauthorized)
 	// Anonymous: pouchdb-server would crash on the PUT, so it is not sent.
 	rep.Target = authed("created3", "", "")
-	_, err = engine.Start(context.Background(), rep, engine.Options{ServerUUID: testUUID}).Wait()
+	_, err = start(t, rep, engine.Options{}).Wait()
 	require.ErrorIs(t, err, engine.ErrUnauthorized)
 	require.False(t, srv.Exited())
+}
+
+// throughFaults returns rep replicating the database src of srv into its
+// database tgt through a proxy that injects the faults of cfg, seeded from
+// the clock (the seed is logged), and the proxy.
+func throughFaults(t *testing.T, srv *couchtest.Server, cfg couchtest.FaultConfig, rep engine.Replication) (engine.Replication, *couchtest.FaultProxy) {
+	t.Helper()
+	cfg.Seed = uint64(time.Now().UnixNano())
+	t.Logf("seed %d", cfg.Seed)
+	proxy := couchtest.NewFaultProxy(t, srv.URL(), cfg)
+	rep.Source, rep.Target = endpoint(t, proxy.URL()+"/src"), endpoint(t, proxy.URL()+"/tgt")
+	return rep, proxy
 }
 
 // TestFaults replicates through fault-injecting proxies on both sides and
 // requires the same outcome as without faults.
 func TestFaults(t *testing.T) {
 	t.Parallel()
-	srv := couchtest.StartPouchDB(t)
-	srv.CreateDB(t, "src")
+	srv := startPeer(t, 0)
 	srv.CreateDB(t, "tgt")
 	fixture(t, srv, "src", 400, 3)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	cfg := couchtest.FaultConfig{Seed: seed, Rate500: 0.04, Rate429: 0.04, RateDrop: 0.03, RateReset: 0.03, RateStall: 0.02,
-		Stall: 300 * time.Millisecond}
-	proxy := couchtest.NewFaultProxy(t, srv.URL(), cfg)
-	rep := engine.Replication{
-		Source: endpoint(t, proxy.URL()+"/src"), Target: endpoint(t, proxy.URL()+"/tgt"),
-		WorkerBatchSize: 10, CheckpointInterval: 50 * time.Millisecond, RetriesPerRequest: 8,
-	}
+	rep, proxy := throughFaults(t, srv, couchtest.FaultConfig{Rate500: 0.04, Rate429: 0.04, RateDrop: 0.03, RateReset: 0.03,
+		RateStall: 0.02, Stall: 300 * time.Millisecond},
+		engine.Replication{WorkerBatchSize: 10, CheckpointInterval: 50 * time.Millisecond, RetriesPerRequest: 8})
 	// A run may still fail when one request exhausts its retries; the
 	// next run resumes from its checkpoint, as the scheduler would do.
 	var res engine.Result
 	for attempt := 0; ; attempt++ {
 		require.Less(t, attempt, 10, "too many failed runs")
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		var err error
-		res, err = engine.Start(ctx, rep, engine.Options{ServerUUID: testUUID}).Wait()
-		cancel()
+		res, err = start(t, rep, engine.Options{}).Wait()
 		if err == nil {
 			break
 		}
@@ -219,49 +208,36 @@ func TestFaults(t *testing.T) {
 	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
 	require.Zero(t, res.Stats.DocWriteFailures)
 	require.False(t, srv.Exited())
-	_ = fmt.Sprint()
 }
 
 // TestFaultsContinuous runs a continuous replication through fault-injecting
 // proxies while the source keeps changing.
 func TestFaultsContinuous(t *testing.T) {
 	t.Parallel()
-	srv := couchtest.StartPouchDB(t)
-	srv.CreateDB(t, "src")
+	srv := startPeer(t, 100)
 	srv.CreateDB(t, "tgt")
-	srv.AddDocs(t, "src", 0, 100)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	proxy := couchtest.NewFaultProxy(t, srv.URL(), couchtest.FaultConfig{Seed: seed, Rate500: 0.05, Rate429: 0.05,
-		RateDrop: 0.04, RateReset: 0.04, RateStall: 0.02, Stall: 200 * time.Millisecond})
-	rep := engine.Replication{
-		Source: endpoint(t, proxy.URL()+"/src"), Target: endpoint(t, proxy.URL()+"/tgt"), Continuous: true,
-		WorkerBatchSize: 10, CheckpointInterval: 20 * time.Millisecond, RetriesPerRequest: 10,
-	}
-	events := make(chan engine.Checkpoint, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	run := engine.Start(ctx, rep, engine.Options{ServerUUID: testUUID, OnCheckpoint: func(c engine.Checkpoint) {
-		select {
-		case events <- c:
-		default:
-		}
-	}})
+	rep, proxy := throughFaults(t, srv, couchtest.FaultConfig{Rate500: 0.05, Rate429: 0.05, RateDrop: 0.04, RateReset: 0.04,
+		RateStall: 0.02, Stall: 200 * time.Millisecond},
+		engine.Replication{Continuous: true, WorkerBatchSize: 10, CheckpointInterval: 20 * time.Millisecond, RetriesPerRequest: 10})
+	run := start(t, rep, engine.Options{})
 	for i := 1; i <= 3; i++ {
 		srv.AddDocs(t, "src", 100*i, 100)
 	}
-	for done := false; !done; {
-		select {
-		case c := <-events:
-			done = c.Stats.DocsWritten >= 400
-		case <-run.Done():
-			_, err := run.Wait()
-			t.Fatalf("continuous run ended: %v", err)
-		case <-ctx.Done():
-			t.Fatalf("timed out: %+v", run.Progress())
-		}
-	}
-	require.NoError(t, run.Stop(ctx))
+	run.waitWritten(400)
+	require.NoError(t, run.Stop(run.ctx))
 	t.Logf("faults: %+v", proxy.Counts())
 	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
+}
+
+// TestMaxBackoff checks that a peer answering nothing but 429 ends the run
+// with ErrMaxBackoff once the shared limiter reaches its ceiling.
+func TestMaxBackoff(t *testing.T) {
+	t.Parallel()
+	srv := startPeer(t, 10)
+	proxy := couchtest.NewFaultProxy(t, srv.URL(), couchtest.FaultConfig{Seed: 1, Rate429: 1})
+	limiter, err := couch.NewRateLimiter(couch.RateLimiterConfig{MaxInterval: 200 * time.Millisecond, MinUpdateInterval: time.Millisecond})
+	require.NoError(t, err)
+	rep := engine.Replication{Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, proxy.URL()+"/tgt")}
+	_, err = start(t, rep, engine.Options{Limiter: limiter}).Wait()
+	require.ErrorIs(t, err, engine.ErrMaxBackoff)
 }

@@ -144,24 +144,28 @@ func (rep Replication) withDefaults() Replication {
 	return rep
 }
 
+// invalidSpec is the error for a specification that breaks CouchDB's
+// rules or a tunable's bounds: it wraps ErrInvalidSpec, followed by format
+// applied to args.
+func invalidSpec(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
+}
+
 // Validate checks the specification with CouchDB's rules and messages.
 // Errors wrap ErrInvalidSpec.
 func (rep Replication) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
-	}
 	if rep.Source.URL == nil {
-		return bad("Missing replicator database")
+		return invalidSpec("Missing replicator database")
 	}
 	if rep.Target.URL == nil {
-		return bad("Missing replicator database")
+		return invalidSpec("Missing replicator database")
 	}
 	for _, p := range []*url.URL{rep.SourceProxy, rep.TargetProxy} {
 		if p == nil {
 			continue
 		}
 		if (p.Scheme != "http" && p.Scheme != "https" && p.Scheme != "socks5") || p.Host == "" {
-			return bad("Invalid proxy url")
+			return invalidSpec("Invalid proxy url")
 		}
 	}
 	n := 0
@@ -175,37 +179,37 @@ func (rep Replication) Validate() error {
 		n++
 	}
 	if n > 1 {
-		return bad("`doc_ids`,`filter`,`selector` are mutually exclusive")
+		return invalidSpec("`doc_ids`,`filter`,`selector` are mutually exclusive")
 	}
 	if len(rep.Selector) > 0 && !isJSONObject(rep.Selector) {
-		return bad("parameter `selector` must be a JSON object")
+		return invalidSpec("parameter `selector` must be a JSON object")
 	}
 	if len(rep.QueryParams) > 0 && !isJSONObject(rep.QueryParams) && string(rep.QueryParams) != "null" {
-		return bad("parameter `query_params` must be an object")
+		return invalidSpec("parameter `query_params` must be an object")
 	}
 	if len(rep.CreateTargetParams) > 0 && !isJSONObject(rep.CreateTargetParams) && string(rep.CreateTargetParams) != "null" {
-		return bad("parameter `create_target_params` must be a JSON object")
+		return invalidSpec("parameter `create_target_params` must be a JSON object")
 	}
 	if len(rep.SinceSeq) > 0 && !json.Valid(rep.SinceSeq) {
-		return bad("parameter `since_seq` must be JSON")
+		return invalidSpec("parameter `since_seq` must be JSON")
 	}
 	if len(rep.SinceSeq) > SinceSeqMaxBytes {
-		return bad("parameter `since_seq` is larger than %d bytes", SinceSeqMaxBytes)
+		return invalidSpec("parameter `since_seq` is larger than %d bytes", SinceSeqMaxBytes)
 	}
 	if len(rep.DocIDs) > DocIDsMax {
-		return bad("parameter `doc_ids` has more than %d ids", DocIDsMax)
+		return invalidSpec("parameter `doc_ids` has more than %d ids", DocIDsMax)
 	}
 	for _, ep := range []struct {
 		name string
 		h    map[string][]string
 	}{{"source", rep.Source.Headers}, {"target", rep.Target.Headers}} {
 		if len(ep.h) > HeadersMax {
-			return bad("`%s` has more than %d headers", ep.name, HeadersMax)
+			return invalidSpec("`%s` has more than %d headers", ep.name, HeadersMax)
 		}
 	}
 	for _, id := range rep.DocIDs {
 		if id == "" {
-			return bad("parameter `doc_ids` must not contain empty ids")
+			return invalidSpec("parameter `doc_ids` must not contain empty ids")
 		}
 	}
 	switch {
@@ -216,12 +220,12 @@ func (rep Replication) Validate() error {
 		}
 		_ = json.Unmarshal(rep.QueryParams, &qp)
 		if parts := strings.Split(qp.View, "/"); len(parts) != 2 || parts[0] == "" || parts[1] == "" {
-			return bad("Invalid `view` parameter.")
+			return invalidSpec("Invalid `view` parameter.")
 		}
 	case strings.HasPrefix(rep.Filter, "_"):
 	default:
 		if parts := strings.Split(rep.Filter, "/"); len(parts) != 2 || parts[0] == "" || parts[1] == "" {
-			return bad("Invalid filter. Must match `ddocname/filtername`.")
+			return invalidSpec("Invalid filter. Must match `ddocname/filtername`.")
 		}
 	}
 	return rep.ValidateTunables()
@@ -230,21 +234,18 @@ func (rep Replication) Validate() error {
 // ValidateTunables checks the tunables alone (zero ones count as their
 // defaults) against their bounds; errors wrap ErrInvalidSpec.
 func (rep Replication) ValidateTunables() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
-	}
 	d := rep.withDefaults()
 	for _, c := range Tunables {
 		v := c.get(d)
 		if v < c.Min {
-			return bad("parameter `%s` must be at least %d", c.Name, c.Min)
+			return invalidSpec("parameter `%s` must be at least %d", c.Name, c.Min)
 		}
 		if v > c.Max {
-			return bad("parameter `%s` must be at most %d", c.Name, c.Max)
+			return invalidSpec("parameter `%s` must be at most %d", c.Name, c.Max)
 		}
 	}
 	if d.WorkerProcesses*d.WorkerBatchSize > WorkerRowsMax {
-		return bad("`worker_processes` × `worker_batch_size` must be at most %d", WorkerRowsMax)
+		return invalidSpec("`worker_processes` × `worker_batch_size` must be at most %d", WorkerRowsMax)
 	}
 	return nil
 }

@@ -2,11 +2,9 @@ package engine_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -15,14 +13,11 @@ import (
 // TestStopAndCancel checks the lifecycle edges: Stop after the end, Stop
 // twice, cancelling the context, and that no goroutines stay behind.
 func TestStopAndCancel(t *testing.T) {
-	srv := couchtest.StartPouchDB(t)
-	srv.CreateDB(t, "src")
-	srv.AddDocs(t, "src", 0, 20)
+	srv := startPeer(t, 20)
 	// Once the runs have ended no goroutine of theirs is left (each run
 	// closes its idle HTTP connections).
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	rep := engine.Replication{Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, srv.DBURL("tgt")),
-		CreateTarget: true, Continuous: true}
+	rep := srcTo(t, srv, "tgt", engine.Replication{CreateTarget: true, Continuous: true})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	run := engine.Start(ctx, rep, engine.Options{ServerUUID: testUUID})
@@ -47,16 +42,9 @@ func TestStopAndCancel(t *testing.T) {
 	// Stopped once set up (its first checkpoint tick is the signal): nil.
 	ticking := rep
 	ticking.CheckpointInterval = time.Millisecond
-	setUp := make(chan struct{})
-	var once sync.Once
-	run = engine.Start(context.Background(), ticking, engine.Options{ServerUUID: testUUID,
-		OnCheckpoint: func(engine.Checkpoint) { once.Do(func() { close(setUp) }) }})
-	select {
-	case <-setUp:
-	case <-run.Done():
-		_, err := run.Wait()
-		t.Fatalf("the run ended: %v", err)
-	}
+	tr := start(t, ticking, engine.Options{})
+	tr.next()
+	run = tr.Run
 	_, _, ok := run.ID()
 	require.True(t, ok)
 	require.NoError(t, run.Stop(context.Background()))

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/couch"
-	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 	"github.com/stretchr/testify/require"
 )
@@ -173,9 +172,7 @@ func TestStopRaces(t *testing.T) {
 		iterations = n
 	}
 
-	srv := couchtest.StartPouchDB(t)
-	srv.CreateDB(t, "src")
-	srv.AddDocs(t, "src", 0, 600)
+	srv := startPeer(t, 600)
 	host := srv.URL()[len("http://"):]
 
 	for i := 0; i < iterations; i++ {
@@ -302,31 +299,20 @@ func TestStopRaces(t *testing.T) {
 // rather than reconnect forever.
 func TestFrozenSourceEndsContinuousRun(t *testing.T) {
 	t.Parallel()
-	srv := couchtest.StartPouchDB(t)
-	srv.CreateDB(t, "src")
-	srv.AddDocs(t, "src", 0, 20)
+	srv := startPeer(t, 20)
 	srcProxy := newKillProxy(t, srv.URL()[len("http://"):])
 	rep := engine.Replication{
 		Source: endpoint(t, "http://"+srcProxy.addr()+"/src"), Target: endpoint(t, srv.DBURL("tgt")),
 		CreateTarget: true, Continuous: true, ConnectionTimeout: time.Second, RetriesPerRequest: 1,
 		CheckpointInterval: time.Hour,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	run := engine.Start(ctx, rep, engine.Options{ServerUUID: testUUID})
-	for run.Progress().DocsWritten < 20 {
-		select {
-		case <-run.Done():
-			_, err := run.Wait()
-			t.Fatalf("the run ended early: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	run := start(t, rep, engine.Options{})
+	run.waitProgress("20 documents written", func(s engine.Stats) bool { return s.DocsWritten >= 20 })
 	srcProxy.freeze()
 	_, err := run.Wait()
 	require.ErrorIs(t, err, engine.ErrChangesFeed)
 	require.ErrorIs(t, err, couch.ErrTimeout)
-	require.NoError(t, ctx.Err(), "the run ended by itself")
+	require.NoError(t, run.ctx.Err(), "the run ended by itself")
 }
 
 // TestStopDuringSetup stops runs whose target is frozen while they verify
@@ -335,12 +321,11 @@ func TestFrozenSourceEndsContinuousRun(t *testing.T) {
 // retries (connection_timeout is left at its 30 s default here).
 func TestStopDuringSetup(t *testing.T) {
 	t.Parallel()
-	srv := couchtest.StartPouchDB(t)
-	srv.CreateDB(t, "src")
+	srv := startPeer(t, 0)
 	tgtProxy := newKillProxy(t, srv.URL()[len("http://"):])
 	tgtProxy.stall()
 	rep := engine.Replication{Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, "http://"+tgtProxy.addr()+"/tgt")}
-	run := engine.Start(context.Background(), rep, engine.Options{ServerUUID: testUUID})
+	run := start(t, rep, engine.Options{})
 	stopped := make(chan error, 1)
 	go func() { stopped <- run.Stop(context.Background()) }()
 	select {

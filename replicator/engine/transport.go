@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,13 @@ type httpResult struct {
 
 // statusError is an HTTP answer other than 2xx. It unwraps to the sentinel
 // for 401 / 403 and to ErrHTTP otherwise.
+//
+// It is kept apart from pkg/couch's *HTTPError, which the transport turns
+// into it, for real differences: its message (which becomes a job's
+// failure reason) has no "couch:" prefix and no status text standing in
+// for a missing "error" member; it unwraps to the engine's sentinels, not
+// couch's; the error of a streamed request carries no decoded body; and
+// the tests' fake transports make it without a pkg/couch client.
 type statusError struct {
 	Method, URL string
 	Status      int
@@ -125,12 +133,10 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger) (*peer, *peer,
 	copts := couch.Options{
 		HTTPConnections:   rep.HTTPConnections,
 		ConnectionTimeout: rep.ConnectionTimeout,
-		RetriesPerRequest: rep.RetriesPerRequest,
+		// The engine's 0 (after its defaults) is no retries, couch's the default.
+		RetriesPerRequest: cmp.Or(rep.RetriesPerRequest, couch.NoRetries),
 		Logger:            log,
 		Clock:             opts.Clock,
-	}
-	if copts.RetriesPerRequest == 0 {
-		copts.RetriesPerRequest = couch.NoRetries
 	}
 	srcOpts, tgtOpts := copts, copts
 	srcOpts.HTTPConnections = max(2, copts.HTTPConnections)

@@ -10,14 +10,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
 func TestPouchDBDocRoundTrip(t *testing.T) {
 	start := time.Now()

@@ -1,6 +1,7 @@
 package couchtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -258,10 +259,7 @@ func (p *FaultProxy) Close() {
 func (p *FaultProxy) choose(r *http.Request) (Fault, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	stall := p.cfg.Stall
-	if stall == 0 {
-		stall = StallDefault
-	}
+	stall := cmp.Or(p.cfg.Stall, StallDefault)
 	if p.cfg.Match != nil && !p.cfg.Match(r) {
 		return FaultNone, stall
 	}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
+)
+
+// benchEnv is what a benchmark sets up before it measures: a working
+// directory and the embedded stores in it. close releases them, the last
+// acquired first.
+type benchEnv struct {
+	name    string // the benchmark's, part of a temporary directory's name
+	dir     string // the working directory ("" until workDir makes one)
+	closers []func()
+}
+
+// newBenchEnv prepares the surroundings of benchmark name; dir is its
+// -dir flag, "" for a new temporary directory.
+func newBenchEnv(name, dir string) *benchEnv { return &benchEnv{name: name, dir: dir} }
+
+// close releases what the benchmark acquired, the last first.
+func (e *benchEnv) close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+	e.closers = nil
+}
+
+// workDir returns the working directory: -dir as given, or a new temporary
+// directory that close removes.
+func (e *benchEnv) workDir() (string, error) {
+	if e.dir != "" {
+		return e.dir, nil
+	}
+	d, err := os.MkdirTemp("", "fdbrep-bench-"+e.name+"-")
+	if err != nil {
+		return "", err
+	}
+	e.dir = d
+	e.closers = append(e.closers, func() { os.RemoveAll(d) })
+	return d, nil
+}
+
+// openStore opens an embedded store in memory, or on disk with durable
+// commits in the subdirectory sub of the working directory; close closes
+// it.
+func (e *benchEnv) openStore(sub string, inMemory bool) (*embedded.DB, error) {
+	opts := embedded.Options{InMemory: true}
+	if !inMemory {
+		root, err := e.workDir()
+		if err != nil {
+			return nil, err
+		}
+		opts = embedded.Options{Dir: filepath.Join(root, sub)}
+	}
+	db, err := embedded.Open(opts)
+	if err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, func() { db.Close() })
+	return db, nil
+}
+
+// startCPUProfile writes a CPU profile of the process to path ("": none)
+// until stop, which may be called more than once.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return sync.OnceFunc(func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}), nil
+}
+
+// parseInts parses flag -name's comma-separated list of positive
+// integers; empty entries are skipped.
+func parseInts(name, list string) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad -%s entry %q", name, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// rusage returns the user and the system CPU time the process has used
+// (zero when the system does not say).
+func rusage() (user, sys time.Duration) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0
+	}
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
+}
+
+// cpuTime returns the process's user plus system CPU time so far.
+func cpuTime() time.Duration {
+	user, sys := rusage()
+	return user + sys
+}
+
+// ms is d in (fractional) milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
