@@ -383,20 +383,13 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, cands []kv.K
 		tr.Clear(k)
 		futs[i] = tr.Get(c.k.dataKey(typ, id))
 	}
+	rows, err := decodeRows(futs)
+	if err != nil {
+		return nil, err
+	}
 	var jobs []*Job
-	for i, f := range futs {
-		v, err := f.Get()
-		if err != nil {
-			return nil, err
-		}
-		if v == nil {
-			continue
-		}
-		r, err := decodeRow(v)
-		if err != nil {
-			return nil, err
-		}
-		if r.state != Pending || r.stime != stimes[i] {
+	for i, r := range rows {
+		if r == nil || r.state != Pending || r.stime != stimes[i] {
 			continue
 		}
 		l := lock{token: token, index: int64(len(jobs))}

@@ -394,12 +394,10 @@ func TestCouchJobs_accept_no_schedule(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotFound)
 }
 
-func TestCouchJobs_subscribe(t *testing.T) { testCouchJobs_subscribe(t, func(*bundle) {}) }
+func TestCouchJobs_subscribe(t *testing.T) { testCouchJobs_subscribe(t, plain) }
 
-func testCouchJobs_subscribe(t *testing.T, prep func(*bundle), opts ...bundleOpt) {
-	b := setup(t, opts...)
-	prep(b)
-	b.start(t)
+func testCouchJobs_subscribe(t *testing.T, v variant) {
+	b := v.started(t)
 	_, _, _, err := b.c.Subscribe(b.ctx, nil, "unknown-type", j1)
 	require.ErrorIs(t, err, ErrNotFound)
 	_, _, _, err = b.c.Subscribe(b.ctx, nil, t1, j1)
@@ -448,13 +446,11 @@ func testCouchJobs_subscribe(t *testing.T, prep func(*bundle), opts ...bundleOpt
 }
 
 func TestCouchJobs_remove_when_subscribed_and_pending(t *testing.T) {
-	testCouchJobs_remove_when_subscribed_and_pending(t, func(*bundle) {})
+	testCouchJobs_remove_when_subscribed_and_pending(t, plain)
 }
 
-func testCouchJobs_remove_when_subscribed_and_pending(t *testing.T, prep func(*bundle), opts ...bundleOpt) {
-	b := setup(t, opts...)
-	prep(b)
-	b.start(t)
+func testCouchJobs_remove_when_subscribed_and_pending(t *testing.T, v variant) {
+	b := v.started(t)
 	b.add(t, t1, j1, "", 0)
 	sub, _, _, err := b.c.Subscribe(b.ctx, nil, t1, j1)
 	require.NoError(t, err)
@@ -465,13 +461,11 @@ func testCouchJobs_remove_when_subscribed_and_pending(t *testing.T, prep func(*b
 }
 
 func TestCouchJobs_remove_when_subscribed_and_running(t *testing.T) {
-	testCouchJobs_remove_when_subscribed_and_running(t, func(*bundle) {})
+	testCouchJobs_remove_when_subscribed_and_running(t, plain)
 }
 
-func testCouchJobs_remove_when_subscribed_and_running(t *testing.T, prep func(*bundle), opts ...bundleOpt) {
-	b := setup(t, opts...)
-	prep(b)
-	b.start(t)
+func testCouchJobs_remove_when_subscribed_and_running(t *testing.T, v variant) {
+	b := v.started(t)
 	b.add(t, t1, j1, "", 0)
 	sub, _, _, err := b.c.Subscribe(b.ctx, nil, t1, j1)
 	require.NoError(t, err)
@@ -485,13 +479,11 @@ func testCouchJobs_remove_when_subscribed_and_running(t *testing.T, prep func(*b
 }
 
 func TestCouchJobs_subscribe_wait_multiple(t *testing.T) {
-	testCouchJobs_subscribe_wait_multiple(t, func(*bundle) {})
+	testCouchJobs_subscribe_wait_multiple(t, plain)
 }
 
-func testCouchJobs_subscribe_wait_multiple(t *testing.T, prep func(*bundle), opts ...bundleOpt) {
-	b := setup(t, opts...)
-	prep(b)
-	b.start(t)
+func testCouchJobs_subscribe_wait_multiple(t *testing.T, v variant) {
+	b := v.started(t)
 	b.add(t, t1, j1, "", 0)
 	b.add(t, t1, j2, "", 0)
 	s1, _, _, err := b.c.Subscribe(b.ctx, nil, t1, j1)
@@ -559,12 +551,11 @@ func waitCycle(t *testing.T, b *bundle, ch chan [2]any, typ string) int {
 }
 
 func TestCouchJobs_enqueue_inactive(t *testing.T) {
-	testEnqueueInactive(t, func(*bundle) {})
+	testEnqueueInactive(t, plain)
 }
 
-func testEnqueueInactive(t *testing.T, prep func(*bundle), opts ...bundleOpt) {
-	b := setup(t, opts...)
-	prep(b)
+func testEnqueueInactive(t *testing.T, v variant) {
+	b := v.setup(t)
 	b.add(t, t1, j1, `{"v":1}`, 0)
 	job := b.accept(t, t1)
 	cycles := monitorEvents(b)
@@ -712,10 +703,10 @@ func TestCouchJobs_batching(t *testing.T) {
 		}
 	}
 	t.Run("enqueue_inactive", func(t *testing.T) {
-		testEnqueueInactive(t, func(b *bundle) {
+		testEnqueueInactive(t, variant{func(b *bundle) {
 			b.c.hooks.monitorBatch = alternate(kv.CodeTransactionTooLarge, kv.CodeTransactionTooOld)
 			b.c.hooks.notifierBatch = alternate(kv.CodeTransactionTimedOut)
-		}, small)
+		}, []bundleOpt{small}})
 	})
 	t.Run("enqueue_inactive_many", func(t *testing.T) {
 		b := setup(t, small)
@@ -743,15 +734,15 @@ func TestCouchJobs_batching(t *testing.T) {
 		b.requireClean(t)
 	})
 	notifierFaults := func(b *bundle) { b.c.hooks.notifierBatch = alternate(kv.CodeTransactionTimedOut) }
-	t.Run("subscribe", func(t *testing.T) { testCouchJobs_subscribe(t, notifierFaults, small) })
+	t.Run("subscribe", func(t *testing.T) { testCouchJobs_subscribe(t, variant{notifierFaults, []bundleOpt{small}}) })
 	t.Run("remove_when_subscribed_and_pending", func(t *testing.T) {
-		testCouchJobs_remove_when_subscribed_and_pending(t, notifierFaults, small)
+		testCouchJobs_remove_when_subscribed_and_pending(t, variant{notifierFaults, []bundleOpt{small}})
 	})
 	t.Run("remove_when_subscribed_and_running", func(t *testing.T) {
-		testCouchJobs_remove_when_subscribed_and_running(t, notifierFaults, small)
+		testCouchJobs_remove_when_subscribed_and_running(t, variant{notifierFaults, []bundleOpt{small}})
 	})
 	t.Run("subscribe_wait_multiple", func(t *testing.T) {
-		testCouchJobs_subscribe_wait_multiple(t, notifierFaults, small)
+		testCouchJobs_subscribe_wait_multiple(t, variant{notifierFaults, []bundleOpt{small}})
 	})
 	t.Run("subscribe_many", func(t *testing.T) {
 		b := setup(t, small)

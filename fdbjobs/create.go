@@ -33,6 +33,25 @@ func checkOptionalData(d json.RawMessage) ([]byte, error) {
 	return checkData(d)
 }
 
+// enqueueArgs checks the scheduled time and data of a write that enqueues
+// a job (optional: nil data keeps the job's) and draws the token that lets
+// the write recognise its own earlier commit.
+func enqueueArgs(stime int64, data json.RawMessage, optional bool) (d, token []byte, err error) {
+	if err := checkSTime(stime); err != nil {
+		return nil, nil, err
+	}
+	if optional {
+		d, err = checkOptionalData(data)
+	} else {
+		d, err = checkData(data)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	token, err = newToken()
+	return d, token, err
+}
+
 func checkSTime(stime int64) error {
 	if stime < 0 || stime > MaxScheduledTimeMax {
 		return fmt.Errorf("%w: scheduled time %d outside [0, %d]", ErrInvalidArgument, stime, MaxScheduledTimeMax)
@@ -73,14 +92,7 @@ func (c *Client) Add(ctx context.Context, tx kv.Transactor, typ, id string, data
 	if err := checkName("job id", id); err != nil {
 		return err
 	}
-	if err := checkSTime(stime); err != nil {
-		return err
-	}
-	d, err := checkData(data)
-	if err != nil {
-		return err
-	}
-	token, err := newToken()
+	d, token, err := enqueueArgs(stime, data, false)
 	if err != nil {
 		return err
 	}
@@ -214,7 +226,18 @@ func (c *Client) JobState(ctx context.Context, tx kv.ReadTransactor, typ, id str
 }
 
 func (c *Client) readJob(ctx context.Context, tx kv.ReadTransactor, typ, id string) (*row, error) {
+	return c.readJobOfType(ctx, tx, typ, id, false)
+}
+
+// readJobOfType reads a job's row, or ErrNotFound; with typed, a type with
+// no timeout registered is ErrNotFound too.
+func (c *Client) readJobOfType(ctx context.Context, tx kv.ReadTransactor, typ, id string, typed bool) (*row, error) {
 	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (*row, error) {
+		if typed {
+			if _, err := c.typeTimeout(tr, typ); err != nil {
+				return nil, err
+			}
+		}
 		r, err := c.k.readRow(tr, typ, id)
 		if err != nil {
 			return nil, err

@@ -145,3 +145,28 @@ func versionstamp(b byte) tuple.Versionstamp {
 	v.TransactionVersion[9] = b
 	return v
 }
+
+// variant is how a couch_jobs test runs: as written (plain), or with a
+// fault injected by prep and options for the bundle.
+type variant struct {
+	prep func(*bundle)
+	opts []bundleOpt
+}
+
+var plain = variant{prep: func(*bundle) {}}
+
+// setup makes the variant's bundle, not started.
+func (v variant) setup(t *testing.T) *bundle {
+	t.Helper()
+	b := setup(t, v.opts...)
+	v.prep(b)
+	return b
+}
+
+// started makes the variant's bundle and starts its client.
+func (v variant) started(t *testing.T) *bundle {
+	t.Helper()
+	b := v.setup(t)
+	b.start(t)
+	return b
+}

@@ -323,3 +323,22 @@ func (k keys) release(tr kv.Transaction, typ, id string, r *row) {
 	tr.Clear(k.activityKey(typ, r.seq, id))
 	tr.Clear(k.claimKey(typ, r.lock.token))
 }
+
+// decodeRows waits for the DATA reads futs and decodes them, in order;
+// a job that does not exist gives nil.
+func decodeRows(futs []kv.FutureByteSlice) ([]*row, error) {
+	out := make([]*row, len(futs))
+	for i, f := range futs {
+		v, err := f.Get()
+		if err != nil {
+			return nil, err
+		}
+		if v == nil {
+			continue
+		}
+		if out[i], err = decodeRow(v); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

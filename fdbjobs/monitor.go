@@ -232,16 +232,10 @@ func once[T any](ctx context.Context, db kv.Database, f func(kv.Transaction) (T,
 	return v, nil
 }
 
-// guarded turns a panic with an error (from MustGet or Pack) into an error.
-func guarded[T any](f func() (T, error)) (v T, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			e, ok := r.(error)
-			if !ok {
-				panic(r)
-			}
-			err = e
-		}
-	}()
-	return f()
+// guarded is kv.Guard for a typed function: a panic with an error (from
+// MustGet or Pack) becomes an error.
+func guarded[T any](f func() (T, error)) (T, error) {
+	v, err := kv.Guard(func() (any, error) { return f() })
+	t, _ := v.(T)
+	return t, err
 }

@@ -3,7 +3,6 @@ package fdbjobs
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"sync"
 	"time"
@@ -60,19 +59,7 @@ func (c *Client) Subscribe(ctx context.Context, tx kv.ReadTransactor, typ, id st
 	if err := checkName("job id", id); err != nil {
 		return nil, 0, nil, err
 	}
-	r, err := kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (*row, error) {
-		if _, err := c.typeTimeout(tr, typ); err != nil {
-			return nil, err
-		}
-		r, err := c.k.readRow(tr, typ, id)
-		if err != nil {
-			return nil, err
-		}
-		if r == nil {
-			return nil, fmt.Errorf("job %q of type %q: %w", id, typ, ErrNotFound)
-		}
-		return r, nil
-	})
+	r, err := c.readJobOfType(ctx, tx, typ, id, true)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -412,20 +399,7 @@ func (n *notifier) readBatch(ctx context.Context, ids []string, into map[string]
 		for i, id := range ids {
 			futs[i] = tr.Snapshot().Get(n.c.k.dataKey(n.typ, id))
 		}
-		out := make([]*row, len(ids))
-		for i, f := range futs {
-			v, err := f.Get()
-			if err != nil {
-				return nil, err
-			}
-			if v == nil {
-				continue
-			}
-			if out[i], err = decodeRow(v); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
+		return decodeRows(futs)
 	})
 	if err != nil {
 		return err

@@ -203,14 +203,7 @@ func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime
 	if job == nil {
 		return fmt.Errorf("%w: nil job", ErrInvalidArgument)
 	}
-	if err := checkSTime(stime); err != nil {
-		return err
-	}
-	d, err := checkOptionalData(data)
-	if err != nil {
-		return err
-	}
-	token, err := newToken()
+	d, token, err := enqueueArgs(stime, data, true)
 	if err != nil {
 		return err
 	}

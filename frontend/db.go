@@ -55,6 +55,37 @@ func boolParam(q url.Values, name string) (bool, *httpError) {
 	}
 }
 
+// params reads query parameters with intParam, boolParam and
+// jsonStringParam, keeping the first error (err) so a handler checks once.
+type params struct {
+	q   url.Values
+	err *httpError
+}
+
+func (p *params) int(name string, def int) int {
+	v, he := intParam(p.q, name, def)
+	p.keep(he)
+	return v
+}
+
+func (p *params) bool(name string) bool {
+	v, he := boolParam(p.q, name)
+	p.keep(he)
+	return v
+}
+
+func (p *params) jsonString(names ...string) *string {
+	v, he := jsonStringParam(p.q, names...)
+	p.keep(he)
+	return v
+}
+
+func (p *params) keep(he *httpError) {
+	if p.err == nil {
+		p.err = he
+	}
+}
+
 // jsonStringParam parses a JSON-encoded string parameter (startkey="a").
 func jsonStringParam(q url.Values, names ...string) (*string, *httpError) {
 	for _, name := range names {
@@ -175,26 +206,14 @@ func (s *Server) handleAllDocs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	var adq repdb.AllDocsQuery
-	var he *httpError
-	adq.Limit, he = intParam(q, "limit", -1)
-	if he == nil {
-		adq.Skip, he = intParam(q, "skip", 0)
+	p := params{q: q}
+	adq := repdb.AllDocsQuery{
+		Limit: p.int("limit", -1), Skip: p.int("skip", 0), Descending: p.bool("descending"),
+		StartKey: p.jsonString("startkey", "start_key"), EndKey: p.jsonString("endkey", "end_key"),
 	}
-	var includeDocs bool
-	if he == nil {
-		includeDocs, he = boolParam(q, "include_docs")
-	}
-	if he == nil {
-		adq.Descending, he = boolParam(q, "descending")
-	}
-	if he == nil {
-		adq.StartKey, he = jsonStringParam(q, "startkey", "start_key")
-	}
-	if he == nil {
-		adq.EndKey, he = jsonStringParam(q, "endkey", "end_key")
-	}
+	includeDocs := p.bool("include_docs")
 	var keys []string
+	he := p.err
 	if he == nil {
 		keys, he = s.allDocsKeys(w, r)
 	}
@@ -214,11 +233,7 @@ func (s *Server) handleAllDocs(w http.ResponseWriter, r *http.Request) {
 	u := userFrom(r)
 	rows := make([]map[string]any, 0, len(docs))
 	for _, d := range docs {
-		row := map[string]any{"id": d.ID, "key": d.ID, "value": map[string]string{"rev": d.Rev}}
-		if includeDocs {
-			row["doc"] = s.docJSON(d, u)
-		}
-		rows = append(rows, row)
+		rows = append(rows, s.allDocsRow(d, u, includeDocs))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"total_rows": total, "offset": adq.Skip, "rows": rows})
 }
@@ -273,24 +288,30 @@ func (s *Server) allDocsByKeys(w http.ResponseWriter, r *http.Request, db string
 	u := userFrom(r)
 	rows := make([]map[string]any, 0, len(keys))
 	for i, d := range docs {
-		switch {
-		case d == nil:
+		if d == nil {
 			rows = append(rows, map[string]any{"key": keys[i], "error": "not_found"})
-		case d.Deleted:
-			row := map[string]any{"id": d.ID, "key": d.ID, "value": map[string]any{"rev": d.Rev, "deleted": true}}
-			if includeDocs {
-				row["doc"] = nil
-			}
-			rows = append(rows, row)
-		default:
-			row := map[string]any{"id": d.ID, "key": d.ID, "value": map[string]string{"rev": d.Rev}}
-			if includeDocs {
-				row["doc"] = s.docJSON(d, u)
-			}
-			rows = append(rows, row)
+			continue
 		}
+		rows = append(rows, s.allDocsRow(d, u, includeDocs))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"total_rows": info.DocCount, "offset": nil, "rows": rows})
+}
+
+// allDocsRow is a document's _all_docs row, CouchDB's shape; a deleted
+// one (only listed by keys) says so and has a null doc.
+func (s *Server) allDocsRow(d *repdb.Doc, u *User, includeDocs bool) map[string]any {
+	value := map[string]any{"rev": d.Rev}
+	row := map[string]any{"id": d.ID, "key": d.ID, "value": value}
+	switch {
+	case d.Deleted:
+		value["deleted"] = true
+		if includeDocs {
+			row["doc"] = nil
+		}
+	case includeDocs:
+		row["doc"] = s.docJSON(d, u)
+	}
+	return row
 }
 
 func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
@@ -359,14 +380,9 @@ func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 		}
 		timeout = min(time.Duration(ms)*time.Millisecond, LongpollTimeoutDefault)
 	}
-	limit, he := intParam(q, "limit", -1)
-	var includeDocs, descending bool
-	if he == nil {
-		includeDocs, he = boolParam(q, "include_docs")
-	}
-	if he == nil {
-		descending, he = boolParam(q, "descending")
-	}
+	p := params{q: q}
+	limit, includeDocs, descending := p.int("limit", -1), p.bool("include_docs"), p.bool("descending")
+	he := p.err
 	if he == nil && descending && feed == "longpoll" {
 		he = badRequest("descending is not supported with feed=longpoll")
 	}

@@ -23,11 +23,12 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
-// Test accounts: passwords in plaintext, hashed by NewAccounts.
+// Test accounts (testutil's test users): passwords in plaintext, hashed
+// by NewAccounts.
 const (
-	adminName, adminPass = "admin", "s3cret-admin"
-	aliceName, alicePass = "alice", "alice-pw-123"
-	bobName, bobPass     = "bob", "bob-pw-456"
+	adminName, adminPass = testutil.AdminName, testutil.AdminPass
+	aliceName, alicePass = testutil.AliceName, testutil.AlicePass
+	bobName, bobPass     = testutil.BobName, testutil.BobPass
 )
 
 // fakeReplicator stands in for the replication control plane: it
@@ -177,10 +178,8 @@ func newEnv(t testing.TB, mod ...func(*Options)) *testEnv {
 type creds = testutil.Creds
 
 var (
-	asAdmin = &creds{Name: adminName, Pass: adminPass}
-	asAlice = &creds{Name: aliceName, Pass: alicePass}
-	asBob   = &creds{Name: bobName, Pass: bobPass}
-	anon    = (*creds)(nil)
+	asAdmin, asAlice, asBob = testutil.AsAdmin, testutil.AsAlice, testutil.AsBob
+	anon                    = (*creds)(nil)
 )
 
 type resp = testutil.Resp

@@ -92,11 +92,7 @@ func cluster(ctx context.Context, args []string, stderr io.Writer, ready chan<- 
 	if first.String("fdb", "backend") != "embedded" {
 		return errors.New("cluster: runs on the embedded store only; on FoundationDB run one fdbrep serve per node")
 	}
-	log := newLogger(first, stderr)
-	for _, w := range first.Warnings() {
-		log.Warn().Msg("config: " + w)
-	}
-	db, err := openStore(first)
+	log, db, err := start(first, stderr)
 	if err != nil {
 		return err
 	}

@@ -248,18 +248,23 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready chan<- st
 	if err != nil {
 		return err
 	}
-	cfg := sc.cfg
-	log := newLogger(cfg, stderr)
-	for _, w := range cfg.Warnings() {
-		log.Warn().Msg("config: " + w)
-	}
-
-	db, err := openStore(cfg)
+	log, db, err := start(sc.cfg, stderr)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	return runNode(ctx, cfg, db, log, ready)
+	return runNode(ctx, sc.cfg, db, log, ready)
+}
+
+// start makes the logger of cfg, logs what the configuration ignored and
+// opens the store.
+func start(cfg *config.Config, stderr io.Writer) (zerolog.Logger, kv.Database, error) {
+	log := newLogger(cfg, stderr)
+	for _, w := range cfg.Warnings() {
+		log.Warn().Msg("config: " + w)
+	}
+	db, err := openStore(cfg)
+	return log, db, err
 }
 
 // runNode runs the roles of cfg on an open store until ctx ends, then

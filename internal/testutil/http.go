@@ -80,3 +80,18 @@ func RequireError(t testing.TB, r Resp, status int, errName string) {
 	require.Equal(t, errName, r.Body["error"], "body %s", r.Raw)
 	require.IsType(t, "", r.Body["reason"], "body %s", r.Raw)
 }
+
+// The test users of the HTTP tests: a server admin and two users; Alice
+// has the role "dev".
+const (
+	AdminName, AdminPass = "admin", "s3cret-admin"
+	AliceName, AlicePass = "alice", "alice-pw-123"
+	BobName, BobPass     = "bob", "bob-pw-456"
+)
+
+// Credentials of the test users, for Do.
+var (
+	AsAdmin = &Creds{Name: AdminName, Pass: AdminPass}
+	AsAlice = &Creds{Name: AliceName, Pass: AlicePass}
+	AsBob   = &Creds{Name: BobName, Pass: BobPass}
+)

@@ -19,10 +19,7 @@ import (
 // the document does not parse, shown by the views, removed with the
 // document or its database.
 func TestDocWrittenLifecycle(t *testing.T) {
-	eng := simengine.New()
-	eng.CheckpointEvery = 5 * time.Millisecond
-	eng.Started.Init()
-	c := newCluster(t, 1, eng, testConfig())
+	c, eng := simCluster(t, 1, testConfig(), 5*time.Millisecond, 0)
 	ctx := context.Background()
 	doc := repDoc("http://h/a", "http://h/b", true)
 	c.PutDoc("_replicator", "d", doc)

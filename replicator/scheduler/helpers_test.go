@@ -1,12 +1,15 @@
 package scheduler_test
 
 import (
+	"cmp"
 	"testing"
+	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/replicatortest"
+	"github.com/fdbrep/fdbrep/replicator/scheduler"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
 )
 
@@ -37,4 +40,16 @@ func runningOn(node string) func(fdbjobs.State, *replicator.JobData) bool {
 	return func(_ fdbjobs.State, d *replicator.JobData) bool {
 		return d != nil && d.State == replicator.StateRunning && d.Node == node
 	}
+}
+
+// simCluster starts n nodes with cfg running the simulated engine, whose
+// runs checkpoint every ck and end one-shot runs after oneShot (zero: the
+// engine's defaults), with its Started signal on.
+func simCluster(t *testing.T, n int, cfg scheduler.Config, ck, oneShot time.Duration) (*replicatortest.Cluster, *simengine.Engine) {
+	t.Helper()
+	eng := simengine.New()
+	eng.CheckpointEvery = cmp.Or(ck, eng.CheckpointEvery)
+	eng.OneShot = cmp.Or(oneShot, eng.OneShot)
+	eng.Started.Init()
+	return newCluster(t, n, eng, cfg), eng
 }

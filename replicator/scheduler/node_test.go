@@ -56,12 +56,9 @@ func TestConfigValidation(t *testing.T) {
 // More continuous jobs than capacity: every job gets to run (rotation),
 // and a node never runs more than MaxJobs + MaxChurn at once.
 func TestRotation(t *testing.T) {
-	eng := simengine.New()
-	eng.CheckpointEvery = 5 * time.Millisecond
-	eng.Started.Init()
 	cfg := testConfig()
 	cfg.MaxJobs, cfg.MaxChurn = 2, 2
-	c := newCluster(t, 2, eng, cfg)
+	c, eng := simCluster(t, 2, cfg, 5*time.Millisecond, 0)
 	const jobs = 10
 	for i := 0; i < jobs; i++ {
 		c.PutDoc("_replicator", fmt.Sprintf("d%d", i), repDoc(fmt.Sprintf("http://h/src%d", i), "http://h/tgt", true))
@@ -91,11 +88,9 @@ func TestRotation(t *testing.T) {
 // One-shot jobs are not preempted: with MaxJobs 1 and long one-shot runs,
 // every one-shot job starts exactly once and completes.
 func TestOneShotNotPreempted(t *testing.T) {
-	eng := simengine.New()
-	eng.OneShot = 300 * time.Millisecond
 	cfg := testConfig()
 	cfg.MaxJobs, cfg.MaxChurn = 1, 1
-	c := newCluster(t, 1, eng, cfg)
+	c, eng := simCluster(t, 1, cfg, 0, 300*time.Millisecond)
 	for i := 0; i < 3; i++ {
 		c.PutDoc("_replicator", fmt.Sprintf("d%d", i), repDoc(fmt.Sprintf("http://h/s%d", i), "http://h/t", false))
 	}
@@ -145,11 +140,9 @@ func TestGracefulStopHandsJobsOver(t *testing.T) {
 // continuous job is left to stop, preempts one-shot jobs too; they run
 // again later and complete.
 func TestLoweredMaxJobsPreemptsOneShot(t *testing.T) {
-	eng := simengine.New()
-	eng.OneShot = 2 * time.Second
 	cfg := testConfig()
 	cfg.MaxJobs, cfg.MaxChurn = 2, 1
-	c := newCluster(t, 1, eng, cfg)
+	c, eng := simCluster(t, 1, cfg, 0, 2*time.Second)
 	c.PutDoc("_replicator", "a", repDoc("http://h/a", "http://h/t", false))
 	c.PutDoc("_replicator", "b", repDoc("http://h/b", "http://h/t", false))
 	c.WaitDocState("_replicator", "a", replicator.StateRunning)

@@ -161,10 +161,7 @@ func TestFilterChange(t *testing.T) {
 }
 
 func TestTransientJobs(t *testing.T) {
-	eng := simengine.New()
-	eng.OneShot = 20 * time.Millisecond
-	eng.Started.Init()
-	c := newCluster(t, 1, eng, testConfig())
+	c, eng := simCluster(t, 1, testConfig(), 0, 20*time.Millisecond)
 	ctx := context.Background()
 	bob := replicator.UserCtx{Name: "bob"}
 

@@ -32,20 +32,18 @@ import (
 
 func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
-// Test accounts: passwords in plaintext, hashed by NewAccounts.
+// Test accounts (testutil's test users).
 const (
-	adminName, adminPass = "admin", "s3cret-admin"
-	aliceName, alicePass = "alice", "alice-pw-123"
-	bobName, bobPass     = "bob", "bob-pw-456"
+	adminName, adminPass = testutil.AdminName, testutil.AdminPass
+	aliceName, alicePass = testutil.AliceName, testutil.AlicePass
+	bobName, bobPass     = testutil.BobName, testutil.BobPass
 )
 
 type creds = testutil.Creds
 
 var (
-	asAdmin = &creds{Name: adminName, Pass: adminPass}
-	asAlice = &creds{Name: aliceName, Pass: alicePass}
-	asBob   = &creds{Name: bobName, Pass: bobPass}
-	anon    = (*creds)(nil)
+	asAdmin, asAlice, asBob = testutil.AsAdmin, testutil.AsAlice, testutil.AsBob
+	anon                    = (*creds)(nil)
 )
 
 // service is one node with every role, on a loopback listener.
