@@ -142,6 +142,13 @@ func parseURL(raw string) (ep Endpoint, user, pass string, err error) {
 			return Endpoint{}, "", "", fmt.Errorf("%w: endpoint has an invalid port in %q", ErrInvalidEndpoint, redactRaw(raw))
 		}
 	}
+	if u.User != nil && strings.Contains(afterUserinfo(raw), "@") {
+		// Another '@' after the userinfo: most likely a password with an
+		// unescaped '@', '/', '?' or '#', which would leave part of it in
+		// the path.
+		return Endpoint{}, "", "", fmt.Errorf("%w: endpoint has an invalid url %q: escape '@', '/', '?' and '#' in the user name and password (%%40, %%2F, %%3F, %%23)",
+			ErrInvalidEndpoint, redactRaw(raw))
+	}
 	u.Scheme = strings.ToLower(u.Scheme)
 	if u.User != nil {
 		if p, ok := u.User.Password(); ok && u.User.Username() != "" {
@@ -159,25 +166,36 @@ func parseURL(raw string) (ep Endpoint, user, pass string, err error) {
 	return Endpoint{URL: u}, user, pass, nil
 }
 
-// redactRaw hides a password in a string that failed to parse as a URL:
-// everything between the first ':' after "://" (or the start) and the last
-// '@' before the path is replaced by *****.
+// afterUserinfo is what follows the userinfo of an http(s) URL, as
+// url.Parse splits it: the authority ends at the first '/', '?' or '#',
+// and the userinfo at the authority's last '@'.
+func afterUserinfo(raw string) string {
+	after := raw[strings.Index(raw, "://")+3:]
+	authority := after
+	if j := strings.IndexAny(after, "/?#"); j >= 0 {
+		authority = after[:j]
+	}
+	return after[strings.LastIndex(authority, "@")+1:]
+}
+
+// redactRaw hides a password in a string that did not parse as an
+// endpoint URL: the text between the first ':' after "://" and the last '@'
+// (a password may hold '/', '?' or '#' unescaped, so any '@' may end the
+// userinfo) is replaced by *****; the user name is kept.
 func redactRaw(s string) string {
 	rest, prefix := s, ""
 	if i := strings.Index(s, "://"); i >= 0 {
 		prefix, rest = s[:i+3], s[i+3:]
 	}
-	end := len(rest)
-	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
-		end = j
-	}
-	at := strings.LastIndex(rest[:end], "@")
+	at := strings.LastIndex(rest, "@")
 	if at < 0 {
 		return s
 	}
 	userinfo := rest[:at]
 	if c := strings.Index(userinfo, ":"); c >= 0 {
 		userinfo = userinfo[:c] + ":*****"
+	} else if strings.ContainsAny(userinfo, "/?#") {
+		userinfo = "*****" // no user name to keep: the whole part may be secret
 	}
 	return prefix + userinfo + rest[at:]
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -136,4 +137,23 @@ func ExampleParseEndpoint() {
 	// http://127.0.0.1:5984/db/
 	// http://bob:*****@127.0.0.1:5984/db/
 	// bob acme
+}
+
+// M2: an endpoint URL that does not parse never comes back with its
+// password in the error, whatever the password holds.
+func TestInvalidEndpointErrorsHidePasswords(t *testing.T) {
+	for _, raw := range []string{
+		"http://padm:Alice/LeakPw14@127.0.0.1:25986/secsrc",
+		"http://padm:Echo?Pw8@127.0.0.1/x",
+		"http://padm:Echo#Pw8@127.0.0.1/x",
+		"http://padm:Ech@o/Pw8@127.0.0.1:99999/x",
+		"ftp://padm:Pw8secret@h/x",
+		"padm:Pw8secret@h/x",
+	} {
+		_, err := couch.ParseEndpoint(json.RawMessage(strconv.Quote(raw)))
+		require.ErrorIs(t, err, couch.ErrInvalidEndpoint, raw)
+		for _, secret := range []string{"LeakPw14", "Pw8", "o/Pw8"} {
+			require.NotContains(t, err.Error(), secret, raw)
+		}
+	}
 }

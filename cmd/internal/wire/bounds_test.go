@@ -51,3 +51,25 @@ func TestReplicateSpecTooLarge(t *testing.T) {
 	t.Log(r.Status, r.Raw[:min(len(r.Raw), 300)])
 	requireError(t, r, 413, "document_too_large")
 }
+
+// M2: a password holding '/', '?', '#' or '@' unescaped never reaches
+// another user, nor its author's error reply, whatever the document
+// claims to be.
+func TestOddPasswordsNeverShown(t *testing.T) {
+	e := newService(t)
+	for i, src := range []string{
+		"http://padm:Alice/LeakPw14@127.0.0.1:25986/secsrc",
+		"http://padm:Ech@o/LeakPw14@127.0.0.1:25986/secsrc",
+		"http://padm:Alice?LeakPw14@127.0.0.1:25986/secsrc",
+	} {
+		doc := map[string]any{"_replication_state": "failed", "source": src, "target": "http://127.0.0.1:25986/x"}
+		id := fmt.Sprintf("leak%d", i)
+		r := e.do("PUT", "/_replicator/"+id, asAlice, doc)
+		requireError(t, r, 403, "forbidden")
+		require.NotContains(t, r.Raw, "LeakPw14", src)
+		requireError(t, e.do("GET", "/_replicator/"+id, asBob, nil), 404, "not_found")
+	}
+	r := e.do("GET", "/_replicator/_all_docs?include_docs=true", asBob, nil)
+	require.NotContains(t, r.Raw, "LeakPw14")
+	require.NotContains(t, e.logs.String(), "LeakPw14")
+}
