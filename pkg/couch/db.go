@@ -9,9 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -142,14 +144,19 @@ func EscapeDocID(id string) string {
 }
 
 // Do sends r and returns a 2xx response whose body the caller must close.
-// Transport errors, ConnectionTimeout silences, 408 and 5xx answers are
-// retried (RetryWait doubling, up to RetriesPerRequest retries and within
-// RetryTimeLimit); 429 answers back off through the rate limiter without
-// using up retries. Redirects are followed. Any other status, or the last
-// 408/5xx, is returned as *HTTPError with the body consumed. The body
-// returned fails with an error wrapping ErrTimeout if the peer stays silent
-// for ConnectionTimeout during a Read (time spent between Reads does not
-// count).
+// Transport errors, 408 and 5xx answers are retried (RetryWait doubling,
+// up to RetriesPerRequest retries and within RetryTimeLimit); 429 answers
+// back off through the rate limiter without using up retries. A stalled
+// peer is not retried: a request fails at once with an error wrapping
+// ErrTimeout when the peer stays silent for ConnectionTimeout, or, for a
+// request that is not a stream, sends fewer than StallBytes in a whole
+// ConnectionTimeout (a trickle); only a first stall on a pooled
+// connection, which the peer may have dropped unannounced, is retried,
+// once. Redirects are followed. Any other status,
+// or the last 408/5xx, is returned as *HTTPError with the body consumed.
+// The body returned fails with an error wrapping ErrTimeout if the peer
+// stays silent for ConnectionTimeout during a Read (time spent between
+// Reads does not count).
 func (db *DB) Do(ctx context.Context, r Request) (*http.Response, error) {
 	resp, _, err := db.do(ctx, r, false)
 	return resp, err
@@ -237,7 +244,7 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 	}
 	wait := db.opts.RetryWait
 	var firstFailure time.Time
-	attempts := 0
+	attempts, stalls := 0, 0
 	for {
 		if err := db.limiter.Wait(ctx, key); err != nil {
 			if errors.Is(err, ErrMaxBackoff) {
@@ -274,7 +281,18 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 		if firstFailure.IsZero() {
 			firstFailure = now
 		}
-		if attempts > retries || now.Sub(firstFailure) >= db.opts.RetryTimeLimit {
+		// A stalled peer (silent, or trickling, for ConnectionTimeout)
+		// fails the request at once: waiting out every retry would hide
+		// the stall for retries × connection_timeout. The one exception is
+		// a first stall on a pooled connection, which a peer or a NAT may
+		// have dropped without closing it: that is retried once, on a new
+		// connection.
+		stalled := false
+		if errors.Is(retryable, ErrTimeout) {
+			stalls++
+			stalled = stalls > 1 || !errors.Is(retryable, errPooled)
+		}
+		if stalled || attempts > retries || now.Sub(firstFailure) >= db.opts.RetryTimeLimit {
 			db.log().Warn().Str("url", where).Str("method", r.Method).Int("attempts", attempts).Str("error", retryable.Error()).Msg("couch: request failed")
 			var herr *HTTPError
 			if errors.As(retryable, &herr) {
@@ -314,6 +332,9 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 	}
 	wd := newWatchdog(db.opts.ConnectionTimeout, cancel)
 	wd.start() // connecting, sending and waiting for headers
+	if !r.Stream {
+		wd.guardTrickle()
+	}
 
 	var body io.Reader
 	if len(r.Body) > 0 {
@@ -321,7 +342,7 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 	}
 	req, err := http.NewRequestWithContext(actx, r.Method, target.String(), body)
 	if err != nil {
-		wd.stop()
+		wd.end()
 		cancel(nil)
 		release()
 		return nil, nil, err
@@ -358,16 +379,22 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 		req.Header.Set("Authorization", db.auth)
 	}
 
+	var pooled atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { pooled.Store(info.Reused) },
+	}))
 	resp, err := db.client.Do(req)
 	wd.stop()
 	if err != nil {
+		wd.end()
 		err = cleanError(err, actx)
 		cancel(nil)
 		release()
-		return nil, nil, err
+		return nil, nil, markPooled(err, pooled.Load())
 	}
+	wd.restartTrickle() // the body gets a whole window of its own
 	done := func() {
-		wd.stop()
+		wd.end()
 		cancel(nil)
 		release()
 	}
@@ -381,7 +408,7 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 		resp.Body.Close()
 		done()
 		if rerr != nil && ok {
-			return nil, nil, rerr
+			return nil, nil, markPooled(rerr, pooled.Load())
 		}
 		resp.Body = http.NoBody
 		return resp, data, nil
@@ -430,6 +457,18 @@ func (db *DB) log() *zerolog.Logger {
 // errRequestTimeout is the cancel cause of RequestTimeout.
 var errRequestTimeout = fmt.Errorf("%w: request_timeout exceeded", ErrTimeout)
 
+// errPooled marks a timeout on a connection that came from the pool (see
+// do).
+var errPooled = errors.New("on a pooled connection")
+
+// markPooled adds errPooled to a timeout on a pooled connection.
+func markPooled(err error, pooled bool) error {
+	if pooled && errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("%w (%w)", err, errPooled)
+	}
+	return err
+}
+
 // errIdle is the cancel cause of the ConnectionTimeout watchdog.
 var errIdle = fmt.Errorf("%w: the peer sent nothing for connection_timeout", ErrTimeout)
 
@@ -455,10 +494,67 @@ type watchdog struct {
 	mu      sync.Mutex
 	timer   *time.Timer
 	fire    func(error)
+
+	// The trickle guard (requests that are not streams): bytes moved in
+	// the current ConnectionTimeout window.
+	moved  atomic.Int64
+	trickT *time.Timer
 }
+
+// StallBytes is the least a request that is not a stream must move (sent
+// or received) in every ConnectionTimeout window; less is a trickle,
+// which fails the request with ErrTimeout.
+const StallBytes = 1024
+
+// errTrickle is the cancel cause of the trickle guard.
+var errTrickle = fmt.Errorf("%w: the peer moved fewer than %d bytes in connection_timeout", ErrTimeout, StallBytes)
 
 func newWatchdog(timeout time.Duration, cancel context.CancelCauseFunc) *watchdog {
 	return &watchdog{timeout: timeout, fire: func(e error) { cancel(e) }}
+}
+
+// guardTrickle checks, every ConnectionTimeout until stop, that the
+// request moved at least StallBytes.
+func (w *watchdog) guardTrickle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var check func()
+	check = func() {
+		if w.moved.Swap(0) < StallBytes {
+			w.fire(errTrickle)
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.trickT != nil {
+			w.trickT.Reset(w.timeout)
+		}
+	}
+	w.trickT = time.AfterFunc(w.timeout, check)
+}
+
+// restartTrickle starts a new trickle window, if the guard is armed.
+func (w *watchdog) restartTrickle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.trickT != nil {
+		w.moved.Store(0)
+		w.trickT.Reset(w.timeout)
+	}
+}
+
+// progress counts bytes moved, for the trickle guard.
+func (w *watchdog) progress(n int) { w.moved.Add(int64(n)) }
+
+// end disarms both timers for good.
+func (w *watchdog) end() {
+	w.stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.trickT != nil {
+		w.trickT.Stop()
+		w.trickT = nil
+	}
 }
 
 // start (re)arms the timer.
@@ -490,6 +586,7 @@ type kickReader struct {
 
 func (k *kickReader) Read(p []byte) (int, error) {
 	n, err := k.r.Read(p)
+	k.wd.progress(n)
 	k.wd.start()
 	return n, err
 }
@@ -508,6 +605,7 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	b.wd.start()
 	n, err := b.rc.Read(p)
 	b.wd.stop()
+	b.wd.progress(n)
 	if err != nil && err != io.EOF {
 		if cause := context.Cause(b.ctx); cause != nil && errors.Is(cause, ErrTimeout) {
 			err = cause

@@ -393,52 +393,73 @@ func TestConnectionCap(t *testing.T) {
 }
 
 func TestConnectionTimeout(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
-	var calls atomic.Int64
+	var mu sync.Mutex
+	calls := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := calls.Add(1)
+		mu.Lock()
+		calls[r.URL.Path]++
+		n := calls[r.URL.Path]
+		mu.Unlock()
+		silent := func() {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}
 		switch r.URL.Path {
-		case "/db/headers": // silent before the headers on the first attempt
+		case "/db/ok":
+			_, _ = io.WriteString(w, `{"ok":true}`)
+		case "/db/silent", "/db/silent2": // never answers
+			silent()
+		case "/db/once": // silent before the headers on the first attempt
 			if n == 1 {
-				select {
-				case <-r.Context().Done():
-				case <-release:
-				}
+				silent()
 				return
 			}
 			_, _ = io.WriteString(w, `{"ok":true}`)
 		case "/db/body": // silent in the middle of the body
 			_, _ = io.WriteString(w, `{"rows":[`)
 			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-			case <-release:
-			}
+			silent()
 		case "/db/slowreader": // all data at once; the reader is slow
 			_, _ = io.WriteString(w, strings.Repeat("x", 100))
 		}
 	}))
 	defer srv.Close()
 	defer close(release)
-	const timeout = 100 * time.Millisecond
-	// Many retries: on a loaded machine a healthy attempt may also exceed
-	// the tiny timeout; it is then retried, which is what is being tested.
-	db, logs := newDB(t, srv.URL+"/db", couch.Options{ConnectionTimeout: timeout, RetriesPerRequest: 50}, nil)
+	callsOf := func(path string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls["/db/"+path]
+	}
+	// Generous for a healthy answer on a loaded machine: a stall on a new
+	// connection is not retried.
+	const timeout = time.Second
+	db, logs := newDB(t, srv.URL+"/db", couch.Options{ConnectionTimeout: timeout, RetriesPerRequest: 5, HTTPConnections: 1}, nil)
 	ctx := context.Background()
-
-	// A silent first attempt times out and a retry succeeds.
 	var out struct{ OK bool }
-	require.NoError(t, db.DoJSON(ctx, couch.Request{Path: "headers"}, &out))
-	require.True(t, out.OK)
-	require.GreaterOrEqual(t, calls.Load(), int64(2))
-	require.Contains(t, logs.String(), "connection_timeout")
 
-	// Without retries the timeout is reported.
-	calls.Store(0)
-	err := db.DoJSON(ctx, couch.Request{Path: "headers", NoRetry: true}, nil)
+	// A silent peer on a new connection fails the request at once.
+	err := db.DoJSON(ctx, couch.Request{Path: "silent"}, nil)
 	require.ErrorIs(t, err, couch.ErrTimeout)
 	require.ErrorIs(t, err, couch.ErrRequestFailed)
+	require.Equal(t, 1, callsOf("silent"))
+	require.Contains(t, logs.String(), "connection_timeout")
 	requireNoSecret(t, err.Error())
+
+	// On a pooled connection (which the peer may have dropped unannounced)
+	// one stall is retried on a new connection...
+	require.NoError(t, db.DoJSON(ctx, couch.Request{Path: "ok"}, &out))
+	require.NoError(t, db.DoJSON(ctx, couch.Request{Path: "once"}, &out))
+	require.True(t, out.OK)
+	require.Equal(t, 2, callsOf("once"))
+	// ...and a second one fails.
+	require.NoError(t, db.DoJSON(ctx, couch.Request{Path: "ok"}, &out))
+	err = db.DoJSON(ctx, couch.Request{Path: "silent2"}, nil)
+	require.ErrorIs(t, err, couch.ErrTimeout)
+	require.Equal(t, 2, callsOf("silent2"))
 
 	// A body that stops flowing fails the Read with ErrTimeout.
 	resp, err := db.Do(ctx, couch.Request{Path: "body", Stream: true})
@@ -453,10 +474,49 @@ func TestConnectionTimeout(t *testing.T) {
 	buf := make([]byte, 10)
 	_, err = io.ReadFull(resp.Body, buf)
 	require.NoError(t, err)
-	time.Sleep(3 * timeout) // a slow consumer, not a timing assertion
+	time.Sleep(2 * timeout) // a slow consumer, not a timing assertion
 	rest, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.Len(t, rest, 90)
+	require.NoError(t, resp.Body.Close())
+}
+
+// TestTrickle checks that a peer which is never silent but sends less than
+// StallBytes per connection_timeout fails a request that is not a stream,
+// and that a stream may trickle.
+func TestTrickle(t *testing.T) {
+	t.Parallel()
+	const timeout = 300 * time.Millisecond
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		_, _ = io.WriteString(w, `{"rows":[`)
+		for range 100 { // bounded: 100 × timeout/10
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(timeout / 10):
+			}
+			if _, err := io.WriteString(w, " "); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	db, _ := newDB(t, srv.URL+"/db", couch.Options{ConnectionTimeout: timeout, RetriesPerRequest: 5}, nil)
+	err := db.DoJSON(context.Background(), couch.Request{}, nil)
+	require.ErrorIs(t, err, couch.ErrTimeout)
+	require.ErrorContains(t, err, "fewer than")
+	require.EqualValues(t, 1, calls.Load())
+
+	resp, err := db.Do(context.Background(), couch.Request{Stream: true})
+	require.NoError(t, err)
+	buf := make([]byte, 1)
+	for range 40 { // 9 bytes at once, then 31 × timeout/10 of trickle
+		_, err := io.ReadFull(resp.Body, buf)
+		require.NoError(t, err)
+	}
 	require.NoError(t, resp.Body.Close())
 }
 

@@ -21,9 +21,14 @@
 //     attempt fails when the peer accepts none of the request body, sends no
 //     response headers, or sends nothing during a body Read for this long.
 //     Time the caller spends between Reads does not count, so a slow consumer
-//     of a continuous feed is not mistaken for a silent peer.
-//   - RetriesPerRequest (retries_per_request, 5): transport errors,
-//     ConnectionTimeout silences, 408 and 5xx are retried after 250 ms,
+//     of a continuous feed is not mistaken for a silent peer. A request that
+//     is not a Stream also fails when it moves fewer than StallBytes in a
+//     whole ConnectionTimeout (a peer trickling a byte at a time). Stalls are
+//     not retried, so a black hole is reported after one ConnectionTimeout,
+//     not after every retry; only a first stall on a pooled connection (one
+//     the peer may have dropped unannounced) gets one retry.
+//   - RetriesPerRequest (retries_per_request, 5): transport errors, 408 and
+//     5xx are retried after 250 ms,
 //     doubling (0.25, 0.5, 1, 2, 4 s), and not after RetryTimeLimit (60 s)
 //     since the first failure. Bodies are []byte and re-sent as they are, so
 //     only send requests that are safe to repeat (replication's are), or set

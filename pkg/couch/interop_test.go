@@ -98,11 +98,11 @@ func TestPouchDBThroughFaults(t *testing.T) {
 	srv := couchtest.StartPouchDB(t, couchtest.WithAdmin("bob", secret))
 	srv.CreateDB(t, "db")
 	proxy := couchtest.NewFaultProxy(t, srv.URL(), couchtest.FaultConfig{
-		Seed: seed, Rate500: 0.08, Rate429: 0.04, RateDrop: 0.05, RateReset: 0.05, RateStall: 0.02,
-		Stall: 5 * time.Second,
+		Seed: seed, Rate500: 0.08, Rate429: 0.04, RateDrop: 0.05, RateReset: 0.05, Stall: 5 * time.Second,
 	})
-	// Scripted first: one of each, in front of the first request.
-	proxy.Script(couchtest.Fault500, couchtest.FaultDrop, couchtest.FaultReset, couchtest.Fault429, couchtest.FaultStall)
+	// Scripted first: one of each retried fault, in front of the first
+	// request.
+	proxy.Script(couchtest.Fault500, couchtest.FaultDrop, couchtest.FaultReset, couchtest.Fault429)
 	limiter, err := couch.NewRateLimiter(couch.RateLimiterConfig{BaseInterval: time.Millisecond})
 	require.NoError(t, err)
 	db, logs := newDB(t, proxy.URL()+"/db", couch.Options{
@@ -143,9 +143,21 @@ func TestPouchDBThroughFaults(t *testing.T) {
 	}
 	c := proxy.Counts()
 	t.Logf("requests %d, forwarded %d, injected %v", c.Requests, c.Forwarded, c.Injected)
-	for f := couchtest.Fault500; f <= couchtest.FaultStall; f++ {
+	for f := couchtest.Fault500; f <= couchtest.FaultReset; f++ {
 		require.Positive(t, c.Injected[f], "fault %v injected", f)
 	}
+
+	// A stall is not waited out: on a new connection the request fails at
+	// once, and the next one goes through.
+	fresh, _ := newDB(t, proxy.URL()+"/db", couch.Options{ConnectionTimeout: 500 * time.Millisecond}, limiter)
+	proxy.Script(couchtest.FaultStall)
+	err = fresh.DoJSON(ctx, couch.Request{Path: "_all_docs"}, nil)
+	require.ErrorIs(t, err, couch.ErrTimeout)
+	var rerr *couch.RequestError
+	require.ErrorAs(t, err, &rerr)
+	require.Equal(t, 1, rerr.Attempts)
+	require.NoError(t, fresh.DoJSON(ctx, couch.Request{Path: "_all_docs"}, nil))
+	c = proxy.Counts()
 
 	// A peer that only answers 429 ends in max_backoff (small maximum here;
 	// CouchDB's is 25 s).

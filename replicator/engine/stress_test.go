@@ -338,3 +338,23 @@ func TestStopDuringSetup(t *testing.T) {
 	_, _, ok := run.ID()
 	require.False(t, ok)
 }
+
+// TestStalledPeerEndsRun points a run at a source that accepts connections
+// and never answers: the first stalled request ends the run after
+// connection_timeout, however many retries_per_request allow (L4: a black
+// hole looked healthy for retries × connection_timeout).
+func TestStalledPeerEndsRun(t *testing.T) {
+	t.Parallel()
+	srv := startPeer(t, 0)
+	srcProxy := newKillProxy(t, srv.URL()[len("http://"):])
+	srcProxy.stall()
+	rep := engine.Replication{
+		Source: endpoint(t, "http://"+srcProxy.addr()+"/src"), Target: endpoint(t, srv.DBURL("tgt")),
+		CreateTarget: true, ConnectionTimeout: 300 * time.Millisecond, RetriesPerRequest: 10,
+	}
+	_, err := start(t, rep, engine.Options{}).Wait()
+	require.ErrorIs(t, err, couch.ErrTimeout)
+	var rerr *couch.RequestError
+	require.ErrorAs(t, err, &rerr)
+	require.Equal(t, 1, rerr.Attempts)
+}
