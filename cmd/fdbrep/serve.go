@@ -197,7 +197,7 @@ func nodeConfig(cfg *config.Config, cluster replicator.Config, docs replicator.D
 		MaxJobs:             int(cfg.Int("replicator", "max_jobs")),
 		MaxChurn:            int(cfg.Int("replicator", "max_churn")),
 		MaxAcceptors:        int(cfg.Int("replicator", "max_acceptors")),
-		Interval:            secs(cfg, "interval_sec"),
+		Interval:            cfg.Interval(),
 		MinRunTime:          secs(cfg, "min_run_time_sec"),
 		MinBackoff:          secs(cfg, "min_backoff_penalty_sec"),
 		MaxBackoff:          secs(cfg, "max_backoff_penalty_sec"),

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/config"
 )
 
 // TestServeUp starts a node in memory and one on disk: each answers / and
@@ -75,6 +76,9 @@ max_jobs = 7
 
 [log]
 format = json
+
+[couchdb]
+single_node = true
 `)
 	addr, logs := startServe(t, "-config", ini, "-in-memory", "-bind", "127.0.0.1:0", "-node-name", "n1@test")
 	base := "http://" + addr
@@ -95,8 +99,17 @@ format = json
 	out := logs.String()
 	require.Contains(t, out, `plaintext password hashed`)
 	require.Contains(t, out, `"node":"n1@test"`)
+	require.Contains(t, out, "[couchdb] is a CouchDB section fdbrep does not use")
 	require.NotContains(t, out, "secret-pw")
 	require.NotContains(t, out, "joe-pw")
+}
+
+func TestServeRefusesUnknownKeys(t *testing.T) {
+	ini := writeIni(t, "[replicator]\ncheckpiont_interval = 5000\n")
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"serve", "-config", ini, "-in-memory", "-bind", "127.0.0.1:0"}, &out, &errOut)
+	require.ErrorIs(t, err, config.ErrUnknownKey)
+	require.ErrorContains(t, err, "did you mean [replicator] checkpoint_interval?")
 }
 
 func TestServeReplicationOnly(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/ini.v1"
 )
@@ -28,10 +29,13 @@ type Config struct {
 //
 // Validation covers every key in Registry (type, range, allowed words),
 // [replicator.shares] values (integers 1..1000), [user_roles] values, and
-// the node's roles. Keys fdbrep does not know are kept and reported by
-// Warnings, as CouchDB ignores them; an environment variable that looks
-// like an override (FDBREP_<SECTION>__<KEY>) but names an unknown section
-// is an error, because a typo there would otherwise go unnoticed.
+// the node's roles. CouchDB's own sections and keys that fdbrep does not
+// use are ignored and named by Warnings, so a CouchDB local.ini works as
+// it is; a section or key that is neither fdbrep's nor CouchDB's is an
+// error wrapping ErrUnknownKey that suggests the closest known key, since
+// a typo would otherwise go unnoticed. So is an environment variable that
+// looks like an override (FDBREP_<SECTION>__<KEY>) but names an unknown
+// section.
 func Load(files []string, environ []string) (*Config, error) {
 	c := &Config{values: map[string]map[string]string{}, sources: map[string]string{}}
 	for _, path := range files {
@@ -148,7 +152,9 @@ func (c *Config) validate() error {
 	// Fixed keys: parse every value that is set.
 	for _, section := range c.sectionNames() {
 		if !knownSections[section] {
-			c.warnings = append(c.warnings, fmt.Sprintf("unknown section [%s] ignored", section))
+			if err := c.checkUnknown(section, ""); err != nil {
+				return err
+			}
 			continue
 		}
 		if freeForm(section) {
@@ -157,7 +163,9 @@ func (c *Config) validate() error {
 		for _, key := range c.keyNames(section) {
 			k := lookup(section, key)
 			if k == nil {
-				c.warnings = append(c.warnings, fmt.Sprintf("unknown key %s in [%s] ignored (%s)", key, section, c.sources[section+"/"+key]))
+				if err := c.checkUnknown(section, key); err != nil {
+					return err
+				}
 				continue
 			}
 			if err := k.check(c.values[section][key]); err != nil {
@@ -184,6 +192,11 @@ func (c *Config) validate() error {
 				return fmt.Errorf("%w: [%s] %s: empty password", ErrInvalidValue, section, name)
 			}
 		}
+	}
+	_, sec := c.values["replicator"]["interval_sec"]
+	if _, ms := c.values["replicator"]["interval"]; ms && sec {
+		return fmt.Errorf("%w: [replicator] interval (%s) and interval_sec (%s) are both set: keep one", ErrInvalidValue,
+			c.sources["replicator/interval"], c.sources["replicator/interval_sec"])
 	}
 	if len(c.Roles()) == 0 {
 		return fmt.Errorf("%w: [node] roles: at least one role is required (%s or %s)", ErrInvalidValue, RoleAPIFrontend, RoleReplication)
@@ -301,8 +314,8 @@ func (c *Config) keyNames(section string) []string {
 	return out
 }
 
-// Warnings lists what Load ignored: unknown sections and keys, keys before
-// the first section. Log them at startup.
+// Warnings lists what Load ignored: CouchDB sections and keys fdbrep does
+// not use, keys before the first section. Log them at startup.
 func (c *Config) Warnings() []string { return append([]string(nil), c.warnings...) }
 
 // Source tells where section/key was set: a file path, "env NAME", or
@@ -384,6 +397,16 @@ func (c *Config) NodeName() string {
 		host = "localhost"
 	}
 	return "fdbrep@" + host
+}
+
+// Interval is the scheduling interval of replication nodes: [replicator]
+// interval_sec, or CouchDB 3.x's interval (milliseconds) when only that is
+// set (Load refuses both).
+func (c *Config) Interval() time.Duration {
+	if _, ok := c.values["replicator"]["interval"]; ok {
+		return time.Duration(c.Int("replicator", "interval")) * time.Millisecond
+	}
+	return time.Duration(c.Int("replicator", "interval_sec")) * time.Second
 }
 
 // BindAddress returns [chttpd] bind_address and port as host:port.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -58,10 +59,10 @@ port = 15984
 [node]
 roles = replication
 
-[mystery]
-x = 1
+[cluster]
+q = 2
 `)
-	local := writeFile(t, "[replicator]\nmax_churn = 7\nwhat = 1\n")
+	local := writeFile(t, "[replicator]\nmax_churn = 7\nverify_ssl_certificates = true\n")
 	c, err := Load([]string{base, local}, []string{
 		"FDBREP_REPLICATOR__MAX_JOBS=42",
 		"FDBREP_CHTTPD__BIND_ADDRESS=0.0.0.0",
@@ -83,8 +84,8 @@ x = 1
 	require.True(t, c.HasRole(RoleReplication))
 	require.False(t, c.HasRole(RoleAPIFrontend))
 	w := strings.Join(c.Warnings(), "\n")
-	require.Contains(t, w, "[mystery]")
-	require.Contains(t, w, "unknown key what in [replicator]")
+	require.Contains(t, w, "[cluster] is a CouchDB section fdbrep does not use")
+	require.Contains(t, w, "[replicator] verify_ssl_certificates is a CouchDB setting fdbrep does not use; ignored ("+local+")")
 }
 
 func TestLoadRejects(t *testing.T) {
@@ -105,6 +106,15 @@ func TestLoadRejects(t *testing.T) {
 		{"empty admin password", "[admins]\nbob =\n", nil, "empty password"},
 		{"health not loopback", "[node]\nhealth_address = 0.0.0.0:5986\n", nil, "loopback"},
 		{"env unknown section", "", []string{"FDBREP_REPLICATR__MAX_JOBS=1"}, "FDBREP_REPLICATR__MAX_JOBS"},
+		{"typo in a key", "[replicator]\ncheckpiont_interval = 5000\n", nil, "[replicator] checkpiont_interval (" /* file */},
+		{"typo in a key: suggestion", "[replicator]\ncheckpiont_interval = 5000\n", nil, "did you mean [replicator] checkpoint_interval?"},
+		{"key in the wrong section", "[chttpd]\nmax_jobs = 5\n", nil, "did you mean [replicator] max_jobs?"},
+		{"typo in an env key", "", []string{"FDBREP_REPLICATOR__MAXJOBS=1"}, "env FDBREP_REPLICATOR__MAXJOBS"},
+		{"typo in a section", "[replicatr]\nmax_jobs = 5\n", nil, "did you mean [replicator]?"},
+		{"unknown section", "[mystery]\nx = 1\n", nil, "section [mystery]"},
+		{"unknown key, nothing close", "[log]\ncolour = yes\n", nil, "[log] colour"},
+		{"both intervals", "[replicator]\ninterval = 60000\ninterval_sec = 5\n", nil, "both set"},
+		{"interval too small", "[replicator]\ninterval = 10\n", nil, "want an integer from 1000"},
 		{"env bad value", "", []string{"FDBREP_REPLICATOR__MAX_JOBS=-1"}, "env FDBREP_REPLICATOR__MAX_JOBS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -174,4 +184,38 @@ func ExampleLoad() {
 	}
 	fmt.Println(c.Int("replicator", "max_jobs"), c.Source("replicator", "max_jobs"))
 	// Output: 100 env FDBREP_REPLICATOR__MAX_JOBS
+}
+
+func TestCouchDBLocalIni(t *testing.T) {
+	// Parts of a CouchDB 3.x local.ini: used where fdbrep knows the key,
+	// ignored with a warning where it does not.
+	c, err := Load([]string{writeFile(t, `
+[couchdb]
+uuid = 0123456789abcdef
+single_node = true
+
+[couch_httpd_auth]
+secret = s3cret
+timeout = 1200
+
+[httpd]
+port = 5986
+
+[replicator]
+interval = 60000
+max_jobs = 300
+verify_ssl_certificates = true
+`)}, nil)
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, c.Interval())
+	require.Equal(t, int64(300), c.Int("replicator", "max_jobs"))
+	w := strings.Join(c.Warnings(), "\n")
+	require.Contains(t, w, "[couchdb] is a CouchDB section fdbrep does not use")
+	require.Contains(t, w, "[couch_httpd_auth] is a CouchDB section fdbrep does not use; ignored")
+	require.Contains(t, w, "fdbrep reads secret, timeout from [chttpd_auth]")
+	require.Contains(t, w, "fdbrep reads port from [chttpd]")
+	require.Contains(t, w, "[replicator] verify_ssl_certificates")
+	require.NotContains(t, w, "s3cret")
+
+	require.Equal(t, 15*time.Second, Default().Interval())
 }

@@ -20,10 +20,12 @@
 // Every value of a key in Registry is checked when loading (type, range,
 // allowed words), so a typo in a number or a role fails at startup with an
 // error naming the section, key, value and where it came from, wrapping
-// ErrInvalidValue. Values of secret keys are never echoed. Unknown keys and
-// sections are kept and listed by Warnings rather than refused, as CouchDB
-// does; an environment override naming an unknown section is refused
-// (ErrUnknownKey), since nothing else would reveal the typo.
+// ErrInvalidValue. Values of secret keys are never echoed. CouchDB's own
+// sections and keys that fdbrep does not use are ignored and listed by
+// Warnings, so that a CouchDB local.ini can be used as it is; a section or
+// key that is neither fdbrep's nor CouchDB's (a typo, most likely) is
+// refused with ErrUnknownKey and a suggestion ("did you mean [replicator]
+// checkpoint_interval?").
 //
 // The getters (String, Int, Bool, Float, List) take a registered section
 // and key and return the validated value or its default; they panic for a
