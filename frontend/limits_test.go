@@ -158,7 +158,5 @@ func TestFailedLoginBackoff(t *testing.T) {
 }
 
 func basicAuth(name, pass string) string {
-	req, _ := http.NewRequest("GET", "http://x/", nil)
-	req.SetBasicAuth(name, pass)
-	return strings.TrimPrefix(req.Header.Get("Authorization"), "Basic ")
+	return strings.TrimPrefix((&testutil.Creds{Name: name, Pass: pass}).Authorization(), "Basic ")
 }

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -23,6 +24,15 @@ type Resp struct {
 
 // Creds are Basic credentials for Do; nil sends none.
 type Creds struct{ Name, Pass string }
+
+// Authorization is the value of c's Authorization header.
+func (c *Creds) Authorization() string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(c.Name+":"+c.Pass))
+}
+
+// client bounds every request of Do: a hang detector, not a speed
+// expectation.
+var client = &http.Client{Timeout: 2 * WaitTimeout}
 
 // Do sends a request to url and decodes a JSON reply. body is sent as it
 // is when it is a string or []byte and JSON-encoded otherwise (nil: no
@@ -53,7 +63,7 @@ func Do(t testing.TB, method, url string, c *Creds, body any, hdr ...string) Res
 	if c != nil {
 		req.SetBasicAuth(c.Name, c.Pass)
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := client.Do(req)
 	require.NoError(t, err)
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
