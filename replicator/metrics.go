@@ -79,10 +79,19 @@ func (m *Metrics) CountOnCommit(tr kv.Transaction, name string, n int) {
 	if n <= 0 {
 		return
 	}
+	OnCommit(tr, func() { m.Add(name, int64(n)) })
+}
+
+// OnCommit runs f, in a goroutine of its own, once tr (a transaction that
+// writes) has committed; for an attempt that does not commit, or whose
+// commit reports commit_unknown_result, f never runs. Logs and counters of
+// what a transaction did go through it, since a transaction function may
+// run several times.
+func OnCommit(tr kv.Transaction, f func()) {
 	vs := tr.GetVersionstamp()
 	go func() {
 		if _, err := vs.Get(); err == nil {
-			m.Add(name, int64(n))
+			f()
 		}
 	}()
 }

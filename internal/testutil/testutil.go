@@ -1,7 +1,8 @@
 // Package testutil is the project's shared test toolkit: a log sink safe
-// for concurrent writes, the goroutine-leak check every package's TestMain
-// runs, waits on test signals, and a bounded condition wait for the few
-// outcomes no signal reports (state in another process, or in a peer).
+// for concurrent writes and one whose lines a test can wait for (Logs),
+// the goroutine-leak check every package's TestMain runs, waits on test
+// signals, HTTP helpers, and a bounded condition wait for the few outcomes
+// no signal reports (state in another process, or in a peer).
 package testutil
 
 import (

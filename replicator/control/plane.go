@@ -186,6 +186,17 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) err
 	}
 	p.memo.put(tr, "job:"+jobID, strconv.FormatInt(d.StartTime, 10))
 	p.m.CountOnCommit(tr, replicator.MetricJobsAdds, 1)
+	replicator.OnCommit(tr, func() {
+		e := p.cfg.Logger.Info()
+		if perr != nil {
+			e = p.cfg.Logger.Warn().Str("reason", d.LastError)
+		}
+		e = e.Str("job_id", jobID).Str("db", doc.DB).Str("doc_id", doc.ID)
+		if doc.Owner != "" {
+			e = e.Str("owner", doc.Owner)
+		}
+		e.Str("state", d.State).Bool("replaces_job", old != nil).Msg("replication added by document")
+	})
 	return nil
 }
 
@@ -211,6 +222,9 @@ func (p *Plane) DocDeleted(ctx context.Context, tr kv.Transaction, db, docID str
 		return err
 	}
 	p.m.CountOnCommit(tr, replicator.MetricJobsRemoves, 1)
+	replicator.OnCommit(tr, func() {
+		p.cfg.Logger.Info().Str("job_id", jobID).Str("db", db).Str("doc_id", docID).Msg("replication removed: its document was deleted")
+	})
 	return nil
 }
 

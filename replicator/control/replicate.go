@@ -95,6 +95,8 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user replic
 	}
 	if added {
 		p.m.Inc(replicator.MetricJobsAdds)
+		p.cfg.Logger.Info().Str("job_id", jobID).Str("user", user.Name).Str("source", spec.Source.Redacted()).
+			Str("target", spec.Target.Redacted()).Bool("continuous", spec.Continuous).Msg("replication added by POST /_replicate")
 	}
 	return p.wait(ctx, jobID, spec.Continuous)
 }
@@ -200,6 +202,7 @@ func (p *Plane) cancel(ctx context.Context, req *replicator.Request, user replic
 	})
 	if err == nil {
 		p.m.Inc(replicator.MetricJobsRemoves)
+		p.cfg.Logger.Info().Str("job_id", jobID).Str("user", user.Name).Msg("replication cancelled by POST /_replicate")
 	}
 	return o, err
 }

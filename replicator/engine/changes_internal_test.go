@@ -76,7 +76,7 @@ func blockingStream(ctx context.Context, body string) *httpResult {
 func testRep(rep Replication) Replication {
 	rep.Source.URL, _ = url.Parse("http://fake/db/")
 	rep.Target.URL = rep.Source.URL
-	return rep.withDefaults()
+	return rep.WithDefaults()
 }
 
 // newTestReader reads the changes of the source src from sequence 0.

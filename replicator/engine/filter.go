@@ -16,7 +16,7 @@ import (
 // ReplicationID, so editing the function changes the id. Failures wrap
 // ErrFilterFetch.
 func FetchFilterCode(ctx context.Context, rep Replication, opts Options) (string, error) {
-	rep = rep.withDefaults()
+	rep = rep.WithDefaults()
 	var nolog zerolog.Logger // requests are not logged here
 	src, tgt, err := newPeers(rep, opts, &nolog)
 	if err != nil {

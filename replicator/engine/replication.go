@@ -128,8 +128,9 @@ type UserCtx struct {
 	Roles []string `json:"roles,omitempty"`
 }
 
-// withDefaults fills zero tunables.
-func (rep Replication) withDefaults() Replication {
+// WithDefaults returns rep with every zero tunable set to its default
+// (a negative RetriesPerRequest, NoRetries, becomes 0): what a run uses.
+func (rep Replication) WithDefaults() Replication {
 	rep.CheckpointInterval = cmp.Or(rep.CheckpointInterval, CheckpointIntervalDefault)
 	rep.WorkerProcesses = cmp.Or(rep.WorkerProcesses, WorkerProcessesDefault)
 	rep.WorkerBatchSize = cmp.Or(rep.WorkerBatchSize, WorkerBatchSizeDefault)
@@ -234,7 +235,7 @@ func (rep Replication) Validate() error {
 // ValidateTunables checks the tunables alone (zero ones count as their
 // defaults) against their bounds; errors wrap ErrInvalidSpec.
 func (rep Replication) ValidateTunables() error {
-	d := rep.withDefaults()
+	d := rep.WithDefaults()
 	for _, c := range Tunables {
 		v := c.get(d)
 		if v < c.Min {

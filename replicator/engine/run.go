@@ -121,7 +121,7 @@ func Start(ctx context.Context, rep Replication, opts Options) *Run {
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	r := &Run{
-		rep:    rep.withDefaults(),
+		rep:    rep.WithDefaults(),
 		opts:   opts,
 		log:    opts.Logger,
 		ctx:    runCtx,

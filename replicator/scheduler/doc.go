@@ -75,6 +75,23 @@
 // its jobs running until the fdbjobs activity monitor re-enqueues them,
 // between one and about two JobTimeouts after their last heartbeat.
 //
+// # Logs
+//
+// Each event an operator cares about is one structured line with job_id,
+// node, and db and doc_id (or user, for a POST /_replicate job); endpoints
+// appear only as redacted URLs. Info: "replication started" (rep_id,
+// source, target, continuous, worker_processes, worker_batch_size,
+// http_connections, and taken_over_from when the job's last node died or
+// resumed_after_restart when it was this node's), "replication completed"
+// (docs_read, docs_written, doc_write_failures, missing_revisions_found,
+// duration), "replication stopped" (why: rotation, shutdown, filter
+// change), "replication healed". Warn: "replication crashed" (error,
+// reason, error_count, retry_at, retry_in). Error: "replication failed"
+// (error, reason). The control plane logs "replication added by document",
+// "replication added by POST /_replicate", "replication removed: its
+// document was deleted" and "replication cancelled by POST /_replicate"
+// once their transaction commits.
+//
 // # Defaults
 //
 // max_jobs 500, max_churn 100, max_acceptors 2, interval 15 s, min_run_time

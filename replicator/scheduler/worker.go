@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -81,10 +82,26 @@ func (w *worker) stopKind() stopKind {
 
 func (w *worker) now() time.Time { return w.cfg.Clock.Now() }
 
+// logEvent starts the lifecycle log line of the job (see doc.go, "Logs"):
+// job_id, node, and db and doc_id for a document's job or user for a
+// transient one. Nothing of the endpoints but their redacted URLs is ever
+// added.
+func (w *worker) logEvent(e *zerolog.Event, d *replicator.JobData) *zerolog.Event {
+	e = e.Str("job_id", w.job.ID).Str("node", w.cfg.NodeName)
+	switch {
+	case d == nil:
+	case d.Transient():
+		e = e.Str("user", d.RepUser)
+	default:
+		e = e.Str("db", d.DBName).Str("doc_id", d.DocID)
+	}
+	return e
+}
+
 // run is the job's whole life on this node.
 func (w *worker) run() {
 	if w.decodeErr != nil {
-		w.cfg.Logger.Error().Err(w.decodeErr).Str("job", w.job.ID).Msg("replicator: undecodable job data")
+		w.cfg.Logger.Error().Err(w.decodeErr).Str("job_id", w.job.ID).Msg("replicator: undecodable job data")
 		w.fail(&replicator.JobData{State: replicator.StatePending}, "bad_job_data", w.decodeErr.Error())
 		return
 	}
@@ -118,7 +135,7 @@ func (w *worker) run() {
 		w.crash(d, err)
 		return
 	}
-	if !w.initJob(d, repID, code) {
+	if !w.initJob(d, rep, repID, code) {
 		return
 	}
 	w.execute(d, rep, code)
@@ -263,13 +280,14 @@ func mergeStats(old, cur engine.Stats) engine.Stats {
 // initJob marks the job running under repID after checking who holds
 // repID (see doc.go, "Replication id collisions"). It reports whether the
 // job should run.
-func (w *worker) initJob(d *replicator.JobData, repID, code string) bool {
+func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, code string) bool {
 	type outcome struct {
 		run   bool
 		x     *replicator.JobData
 		state string
 	}
 	now, jitter := w.now(), rand.Float64()
+	prevNode, wasRunning := d.Node, d.State == replicator.StateRunning
 	o, err := transactJob(w, func(tr kv.Transaction) (outcome, error) {
 		x := d.Clone()
 		if x.RepID != "" && x.RepID != repID {
@@ -333,7 +351,32 @@ func (w *worker) initJob(d *replicator.JobData, repID, code string) bool {
 	}
 	*d = *o.x
 	w.afterFinish(o.state, d)
+	switch {
+	case o.run:
+		w.logStarted(d, rep, prevNode, wasRunning)
+	case o.state == replicator.StateCrashing:
+		w.logCrashed(d, "error", d.LastError, now, jitter)
+	case o.state == replicator.StateFailed:
+		w.logFailed(d, "error", d.LastError)
+	}
 	return o.run
+}
+
+// logStarted logs a job's start with what it runs with, and whose job it
+// took over.
+func (w *worker) logStarted(d *replicator.JobData, rep engine.Replication, prevNode string, wasRunning bool) {
+	rep = rep.WithDefaults()
+	e := w.logEvent(w.cfg.Logger.Info(), d).Str("rep_id", d.RepID).
+		Str("source", d.Rep.Source.Redacted()).Str("target", d.Rep.Target.Redacted()).
+		Bool("continuous", d.Continuous()).Int("worker_processes", rep.WorkerProcesses).
+		Int("worker_batch_size", rep.WorkerBatchSize).Int("http_connections", rep.HTTPConnections)
+	switch {
+	case wasRunning && prevNode != "" && prevNode != w.cfg.NodeName:
+		e = e.Str("taken_over_from", prevNode)
+	case wasRunning && prevNode == w.cfg.NodeName:
+		e = e.Bool("resumed_after_restart", true)
+	}
+	e.Msg("replication started")
 }
 
 // jobTxAttempts bounds how often a job transaction that failed with a
@@ -366,17 +409,19 @@ func (w *worker) txError(err error) {
 	if errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil {
 		return
 	}
-	w.cfg.Logger.Warn().Err(err).Str("job", w.job.ID).Msg("replicator: job transaction")
+	w.cfg.Logger.Warn().Err(err).Str("job_id", w.job.ID).Msg("replicator: job transaction")
 }
 
 // heartbeat stores the stats (the fdbjobs heartbeat); false on halt.
 func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
+	healed := false
 	x, err := kv.Transact(w.ctx, w.n.store.DB, func(tr kv.Transaction) (*replicator.JobData, error) {
 		x := d.Clone()
 		now := w.now()
 		x.Stats = mergeStats(x.Stats, s)
 		x.LastUpdated = replicator.Millis(now)
-		if x.ErrorCount > 0 && now.Sub(time.UnixMilli(x.LastStart)) > w.cfg.HealthThreshold {
+		healed = x.ErrorCount > 0 && now.Sub(time.UnixMilli(x.LastStart)) > w.cfg.HealthThreshold
+		if healed {
 			x.ErrorCount, x.LastError = 0, ""
 		}
 		return x, w.n.store.Jobs.Update(w.ctx, tr, w.job, x.Encode())
@@ -385,22 +430,29 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 		w.txError(err)
 		return !errors.Is(err, fdbjobs.ErrHalt) && w.ctx.Err() == nil
 	}
+	if healed {
+		w.logEvent(w.cfg.Logger.Info(), x).Int("errors_forgotten", d.ErrorCount).
+			Str("running_for", w.now().Sub(time.UnixMilli(x.LastStart)).Round(time.Millisecond).String()).
+			Msg("replication healed")
+	}
 	*d = *x
 	return true
 }
 
-// finishTx runs f (which finishes the job) in a transaction and updates d.
-func (w *worker) finishTx(d *replicator.JobData, state string, f func(tr kv.Transaction, x *replicator.JobData) error) {
+// finishTx runs f (which finishes the job) in a transaction and updates
+// d; it reports whether the transaction committed.
+func (w *worker) finishTx(d *replicator.JobData, state string, f func(tr kv.Transaction, x *replicator.JobData) error) bool {
 	x, err := transactJob(w, func(tr kv.Transaction) (*replicator.JobData, error) {
 		x := d.Clone()
 		return x, f(tr, x)
 	})
 	if err != nil {
 		w.txError(err)
-		return
+		return false
 	}
 	*d = *x
 	w.afterFinish(state, d)
+	return true
 }
 
 func (w *worker) afterFinish(state string, d *replicator.JobData) {
@@ -428,7 +480,13 @@ func (w *worker) afterFinish(state string, d *replicator.JobData) {
 // fail ends the job in state failed.
 func (w *worker) fail(d *replicator.JobData, tag, reason string) {
 	now := w.now()
-	w.finishTx(d, replicator.StateFailed, func(tr kv.Transaction, x *replicator.JobData) error { return w.failTx(tr, x, tag, reason, now) })
+	if w.finishTx(d, replicator.StateFailed, func(tr kv.Transaction, x *replicator.JobData) error { return w.failTx(tr, x, tag, reason, now) }) {
+		w.logFailed(d, tag, reason)
+	}
+}
+
+func (w *worker) logFailed(d *replicator.JobData, tag, reason string) {
+	w.logEvent(w.cfg.Logger.Error(), d).Str("error", tag).Str("reason", reason).Msg("replication failed")
 }
 
 // failTx makes the job failed. now is chosen outside the transaction, so
@@ -468,7 +526,7 @@ func (w *worker) updateDoc(tr kv.Transaction, x *replicator.JobData, state, reas
 // checkpoint as result.
 func (w *worker) complete(d *replicator.JobData, res engine.Result) {
 	now := w.now() // outside the transaction: a retry writes the same data
-	w.finishTx(d, replicator.StateCompleted, func(tr kv.Transaction, x *replicator.JobData) error {
+	ok := w.finishTx(d, replicator.StateCompleted, func(tr kv.Transaction, x *replicator.JobData) error {
 		x.Stats = mergeStats(x.Stats, res.Stats)
 		x.CheckpointHistory, _ = json.Marshal(res)
 		x.State, x.Node, x.LastUpdated = replicator.StateCompleted, "", replicator.Millis(now)
@@ -484,6 +542,11 @@ func (w *worker) complete(d *replicator.JobData, res engine.Result) {
 		sb, _ := json.Marshal(stats)
 		return w.updateDoc(tr, x, replicator.StateCompleted, "", sb)
 	})
+	if ok {
+		w.logEvent(w.cfg.Logger.Info(), d).Int64("docs_read", d.Stats.DocsRead).Int64("docs_written", d.Stats.DocsWritten).
+			Int64("doc_write_failures", d.Stats.DocWriteFailures).Int64("missing_revisions_found", d.Stats.MissingRevisionsFound).
+			Str("duration", now.Sub(time.UnixMilli(d.LastStart)).Round(time.Millisecond).String()).Msg("replication completed")
+	}
 }
 
 // reschedule stops the job and makes it pending again at its fair-share
@@ -491,12 +554,26 @@ func (w *worker) complete(d *replicator.JobData, res engine.Result) {
 func (w *worker) reschedule(d *replicator.JobData, why string) {
 	now := w.now()
 	stime := w.cfg.EnqueueTime(now, w.n.currentUsage(), d.ShareKey())
-	w.finishTx(d, replicator.StatePending, func(tr kv.Transaction, x *replicator.JobData) error {
+	ok := w.finishTx(d, replicator.StatePending, func(tr kv.Transaction, x *replicator.JobData) error {
 		x.State, x.StateInfo, x.Node, x.LastUpdated = replicator.StatePending, nil, "", replicator.Millis(now)
 		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventStopped, Timestamp: replicator.Millis(now), Reason: why})
 		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventPending, Timestamp: replicator.Millis(now)})
 		return w.resubmitTx(tr, x, stime)
 	})
+	if !ok {
+		return
+	}
+	if why == "" {
+		switch w.stopKind() {
+		case stopPreempt:
+			why = "rotation: another job's turn"
+		case stopShutdown:
+			why = "the node is shutting down"
+		default:
+			why = "the run ended"
+		}
+	}
+	w.logEvent(w.cfg.Logger.Info(), d).Str("why", why).Msg("replication stopped")
 }
 
 func (w *worker) resubmitTx(tr kv.Transaction, x *replicator.JobData, stime int64) error {
@@ -518,9 +595,19 @@ func (w *worker) crash(d *replicator.JobData, err error) {
 		return
 	}
 	now, jitter := w.now(), rand.Float64()
-	w.finishTx(d, replicator.StateCrashing, func(tr kv.Transaction, x *replicator.JobData) error {
+	if w.finishTx(d, replicator.StateCrashing, func(tr kv.Transaction, x *replicator.JobData) error {
 		return w.crashTx(tr, x, tag, reason, now, jitter)
-	})
+	}) {
+		w.logCrashed(d, tag, reason, now, jitter)
+	}
+}
+
+// logCrashed logs a crash with when the job is retried (crashTx's
+// arithmetic on the committed error count).
+func (w *worker) logCrashed(d *replicator.JobData, tag, reason string, now time.Time, jitter float64) {
+	wait := w.cfg.backoff(d.ErrorCount, jitter)
+	w.logEvent(w.cfg.Logger.Warn(), d).Str("error", tag).Str("reason", reason).Int("error_count", d.ErrorCount).
+		Time("retry_at", now.Add(wait).UTC()).Str("retry_in", wait.Round(time.Millisecond).String()).Msg("replication crashed")
 }
 
 // crashTx makes the job crashing. now and jitter (in [0, 1)) are chosen

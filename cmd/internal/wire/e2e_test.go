@@ -77,6 +77,11 @@ func TestSeedExamples(t *testing.T) {
 	require.Equal(t, 201, e.do("PUT", "/_replicator/my_rep_crashing", asAdmin, crash).Status)
 	d = e.waitDocState("_replicator", "my_rep_crashing", "crashing")
 	require.NotContains(t, fmt.Sprint(d), "pass")
+	// The log says why, and when the job is retried.
+	crashed := e.logs.WaitFor(t, "replication crashed", func(m map[string]any) bool { return m["doc_id"] == "my_rep_crashing" })
+	require.Equal(t, "db_not_found", crashed["error"])
+	require.Contains(t, crashed["reason"], "could not open")
+	require.Contains(t, crashed, "retry_at")
 
 	// 2.2.6: deleting the document cancels the replication.
 	rev := e.do("GET", "/_replicator/my_rep", asAdmin, nil).Body["_rev"].(string)

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/cmd/internal/wire"
@@ -51,7 +50,7 @@ type service struct {
 	t    *testing.T
 	url  string
 	node *scheduler.Node
-	logs *testutil.SyncBuffer
+	logs *testutil.Logs // the API's, the control plane's and the node's
 }
 
 // nodeConfig is a replication node's configuration with short intervals.
@@ -69,8 +68,7 @@ func nodeConfig() scheduler.Config {
 func newService(t *testing.T) *service {
 	t.Helper()
 	db := kvtest.NewDB(t)
-	logs := &testutil.SyncBuffer{}
-	logger := zerolog.New(logs)
+	logs := &testutil.Logs{}
 	accounts, _, err := frontend.NewAccounts(
 		map[string]string{adminName: adminPass},
 		map[string]string{aliceName: alicePass, bobName: bobPass},
@@ -79,10 +77,11 @@ func newService(t *testing.T) *service {
 	)
 	require.NoError(t, err)
 	cfg := nodeConfig()
+	cfg.Logger = logs.Logger()
 	cfg.DocUpdater = repdb.New(db, repdb.Options{})
 	plane, err := control.New(db, replicatortest.JobsClient(t, db), cfg.Config)
 	require.NoError(t, err)
-	opts := frontend.Options{DB: db, Accounts: accounts, Logger: &logger, LogRequests: true, Version: "test"}
+	opts := frontend.Options{DB: db, Accounts: accounts, Logger: cfg.Logger, LogRequests: true, Version: "test"}
 	wire.Frontend(&opts, plane)
 	api, err := frontend.New(opts)
 	require.NoError(t, err)
