@@ -179,8 +179,13 @@ type checkpointer struct {
 	committedMu   sync.Mutex
 	committedSeq  json.RawMessage
 	lastResultDoc *CheckpointDoc
-	pendingMu     sync.Mutex
-	pending       *int64
+	// pendingMu guards pending and updateSeq: changes_pending as last
+	// asked of the source, or, for integer sequences, the source's
+	// update_seq, from which progress counts changes_pending down live as
+	// through_seq advances.
+	pendingMu sync.Mutex
+	pending   *int64
+	updateSeq *int64
 }
 
 // every checkpoints every interval (on the clock) until stop is closed or
@@ -228,6 +233,10 @@ func (c *checkpointer) progress() Stats {
 	c.committedMu.Unlock()
 	c.pendingMu.Lock()
 	s.ChangesPending = c.pending
+	if n, ok := intSeq(through); ok && c.updateSeq != nil {
+		p := max(0, *c.updateSeq-n)
+		s.ChangesPending = &p
+	}
 	c.pendingMu.Unlock()
 	return s
 }
@@ -388,22 +397,53 @@ func sameInstance(got, want json.RawMessage) bool {
 	return seqString(got) == seqString(want)
 }
 
-// refreshPending recomputes changes_pending at a checkpoint tick: update_seq
-// minus through_seq for integer sequences, the _changes "pending" count
-// otherwise; nil when unknown.
+// refreshPending recomputes changes_pending at a checkpoint tick: for an
+// integer through_seq from the source's update_seq (progress then counts it
+// down as through_seq advances), otherwise from the _changes "pending"
+// count; nil when unknown.
 func (c *checkpointer) refreshPending(ctx context.Context, through json.RawMessage) {
-	var pending *int64
-	if n, err := strconv.ParseInt(seqString(through), 10, 64); err == nil {
+	if _, ok := intSeq(through); ok {
+		var updateSeq json.RawMessage
 		if info, err := c.src.info(ctx); err == nil {
-			if u, err := strconv.ParseInt(seqString(info.UpdateSeq), 10, 64); err == nil {
-				p := max(0, u-n)
-				pending = &p
-			}
+			updateSeq = info.UpdateSeq
 		}
-	} else {
-		pending = c.src.pendingSince(ctx, through)
+		c.setPending(nil, updateSeq)
+		return
+	}
+	c.setPending(c.src.pendingSince(ctx, through), nil)
+}
+
+// primePending sets changes_pending at the end of setup, before the first
+// checkpoint: from the source's update_seq read by setup when both it and
+// the start sequence are integers, otherwise from the _changes "pending"
+// count since start.
+func (c *checkpointer) primePending(ctx context.Context, start, updateSeq json.RawMessage) {
+	_, startOK := intSeq(start)
+	if _, ok := intSeq(updateSeq); ok && startOK {
+		c.setPending(nil, updateSeq)
+		return
+	}
+	c.setPending(c.src.pendingSince(ctx, start), nil)
+}
+
+// setPending records a pending count, or an integer update_seq (nil or
+// not an integer: unknown).
+func (c *checkpointer) setPending(pending *int64, updateSeq json.RawMessage) {
+	var u *int64
+	if n, ok := intSeq(updateSeq); ok {
+		u = &n
 	}
 	c.pendingMu.Lock()
-	c.pending = pending
+	c.pending, c.updateSeq = pending, u
 	c.pendingMu.Unlock()
+}
+
+// intSeq returns an integer sequence's value (PouchDB's and CouchDB 1.x's
+// sequences; clustered CouchDB's are opaque strings).
+func intSeq(seq json.RawMessage) (int64, bool) {
+	if len(seq) == 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(seqString(seq), 10, 64)
+	return n, err == nil
 }

@@ -361,6 +361,7 @@ func (r *Run) setup(ctx context.Context) error {
 		startSeq: seq, history: history, disabled: r.rep.DisableCheckpoints, docIDs: r.rep.DocIDs != nil,
 		tracker: r.changes.tracker, stats: &r.stats, onCheckpoint: r.opts.OnCheckpoint, clock: r.opts.Clock,
 		log: r.log, srcLogRev: logRev(srcLog), tgtLogRev: logRev(tgtLog), committedSeq: seq}
+	r.ck.primePending(ctx, seq, srcInfo.UpdateSeq)
 	return nil
 }
 

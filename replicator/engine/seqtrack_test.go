@@ -59,3 +59,39 @@ func TestSeqTrackerRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressCountsPendingDown: with an integer update_seq recorded,
+// changes_pending follows through_seq between checkpoints; with opaque
+// sequences it stays the count last recorded.
+func TestProgressCountsPendingDown(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		start, end string
+		updateSeq  string
+		recorded   *int64
+		want       int64 // after one batch ending at end
+	}{
+		{name: "integer", start: "0", end: "40", updateSeq: "100", want: 60},
+		{name: "past update_seq", start: "90", end: "120", updateSeq: "100", want: 0},
+		{name: "opaque", start: `"0-a"`, end: `"40-b"`, recorded: ptr(int64(7)), want: 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newSeqTracker(json.RawMessage(tc.start))
+			c := &checkpointer{tracker: tr, stats: &counters{}}
+			var u json.RawMessage
+			if tc.updateSeq != "" {
+				u = json.RawMessage(tc.updateSeq)
+			}
+			c.setPending(tc.recorded, u)
+			tr.done(tr.begin(json.RawMessage(tc.end)))
+			got := c.progress().ChangesPending
+			require.NotNil(t, got)
+			require.Equal(t, tc.want, *got)
+		})
+	}
+	c := &checkpointer{tracker: newSeqTracker(json.RawMessage("0")), stats: &counters{}}
+	c.setPending(nil, json.RawMessage(`"not-a-number"`))
+	require.Nil(t, c.progress().ChangesPending, "unknown")
+}
+
+func ptr[T any](v T) *T { return &v }

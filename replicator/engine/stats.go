@@ -21,7 +21,11 @@ type Stats struct {
 	BulkGetDocs           int64 `json:"bulk_get_docs"`
 	BulkGetAttempts       int64 `json:"bulk_get_attempts"`
 	// ChangesPending is the number of source changes after through_seq, or
-	// nil when unknown.
+	// nil when unknown. It is known from the end of a run's setup on; with
+	// integer sequences (PouchDB, CouchDB 1.x) it counts down live as
+	// through_seq advances, the source's update_seq being read again at
+	// every checkpoint; with opaque sequences it is the _changes "pending"
+	// count of the last checkpoint (or of the setup).
 	ChangesPending        *int64 `json:"changes_pending"`
 	CheckpointedSourceSeq string `json:"checkpointed_source_seq,omitempty"`
 	SourceSeq             string `json:"source_seq,omitempty"`
