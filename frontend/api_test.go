@@ -19,6 +19,7 @@ func TestServerEndpoints(t *testing.T) {
 	require.Equal(t, 200, r.Status)
 	require.Equal(t, "Welcome", r.Body["couchdb"])
 	require.Equal(t, "test", r.Body["version"])
+	require.NotContains(t, r.Body, "uuid", "no server UUID configured")
 
 	r = e.do("GET", "/_up", anon, nil)
 	require.Equal(t, 200, r.Status)

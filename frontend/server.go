@@ -72,6 +72,10 @@ type Options struct {
 	NodeName string
 	// Version is reported by GET /.
 	Version string
+	// UUID is the installation's server UUID (the replicator's), reported
+	// by GET / as CouchDB's "uuid"; "" leaves it out. Clients such as
+	// fdbrep replicate use it to find the job of their POST /_replicate.
+	UUID string
 	// Replicator validates replicator documents and creates their jobs in
 	// the write transaction; nil means documents are stored without
 	// validation or jobs (a frontend without a scheduler).
@@ -391,12 +395,16 @@ func pathVar(r *http.Request, name string) (string, *httpError) {
 }
 
 func (s *Server) handleRoot(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
+	welcome := map[string]any{
 		"couchdb":  "Welcome",
 		"version":  s.opts.Version,
 		"vendor":   map[string]string{"name": "fdbrep", "version": s.opts.Version},
 		"features": []string{"scheduler"},
-	})
+	}
+	if s.opts.UUID != "" {
+		welcome["uuid"] = s.opts.UUID
+	}
+	writeJSON(w, http.StatusOK, welcome)
 }
 
 func (s *Server) handleUp(w http.ResponseWriter, r *http.Request) {

@@ -357,6 +357,9 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 		if err := plane.Init(ctx); err != nil {
 			return fmt.Errorf("replicator control plane setup: %w", err)
 		}
+		if opts.UUID, err = plane.ServerUUID(ctx); err != nil {
+			return err
+		}
 		opts.DB, opts.Logger, opts.Version = db, &log, version
 		wire.Frontend(&opts, plane)
 		api, err := frontend.New(opts)

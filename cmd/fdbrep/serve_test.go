@@ -35,6 +35,7 @@ func TestServeUp(t *testing.T) {
 			r = testutil.Do(t, http.MethodGet, "http://"+addr+"/", nil, nil)
 			require.Equal(t, http.StatusOK, r.Status)
 			require.Equal(t, "Welcome", r.Body["couchdb"])
+			require.Regexp(t, "^[0-9a-f]{32}$", r.Body["uuid"], "the server UUID, as CouchDB reports it")
 		})
 	}
 }

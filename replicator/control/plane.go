@@ -60,6 +60,10 @@ func (p *Plane) Init(ctx context.Context) error {
 	return err
 }
 
+// ServerUUID returns the installation's server UUID (the first input of
+// replication ids and transient job ids), creating it on first use.
+func (p *Plane) ServerUUID(ctx context.Context) (string, error) { return p.setup(ctx) }
+
 // setup registers the job type and reads the server UUID, once.
 func (p *Plane) setup(ctx context.Context) (string, error) {
 	p.setupMu.Lock()
