@@ -1,8 +1,14 @@
-// Command fdbrep runs fdbrep nodes.
+// Command fdbrep runs fdbrep nodes, and is the terminal client of a
+// cluster.
 //
 //	fdbrep serve [flags]           run a node (see fdbrep serve -h)
 //	fdbrep cluster [flags]         development: several nodes in one process on one embedded store
+//	fdbrep replicate [flags] SOURCE TARGET
+//	                               run a replication on a cluster or in process, with a progress bar
+//	fdbrep jobs [flags]            the cluster's _scheduler/jobs as a table (-watch refreshes)
+//	fdbrep docs [flags] [DB [DOC]] the cluster's _scheduler/docs as a table (-watch refreshes)
 //	fdbrep hash-password [flags]   hash a password read from stdin for [admins] / [users]
+//	fdbrep help [COMMAND]          usage
 //	fdbrep version                 print the version
 //
 // A node runs the roles of [node] roles (or -roles): api_frontend serves the
@@ -11,6 +17,11 @@
 // store. Configuration: CouchDB-style ini files (-config), then
 // FDBREP_<SECTION>__<KEY> environment variables, then flags; see
 // docs/CONFIG.md. SIGTERM and SIGINT shut the node down gracefully.
+//
+// The client commands are package cmd/internal/cli. Exit codes: 0 success,
+// 1 failure, 2 a bad command line, 130 a replication interrupted by
+// Ctrl-C (cancelled on the cluster, or stopped in process with a
+// checkpoint).
 package main
 
 import (
@@ -26,7 +37,10 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/fdbrep/fdbrep/cmd/internal/cli"
 	"github.com/fdbrep/fdbrep/frontend"
+	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/replicator"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -44,19 +58,81 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "fdbrep:", err)
-		}
-		os.Exit(1)
+		os.Exit(exitCode(err, os.Stderr))
 	}
+}
+
+// exitCode prints err (unless it is empty or a -h) and returns the process
+// exit code it calls for: a cli.ExitError's, 2 for flag.ErrHelp, else 1.
+func exitCode(err error, stderr io.Writer) int {
+	var ee *cli.ExitError
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return cli.ExitUsage
+	case errors.As(err, &ee):
+		if ee.Err != nil {
+			fmt.Fprintln(stderr, "fdbrep:", ee.Err)
+		}
+		return ee.Code
+	default:
+		fmt.Fprintln(stderr, "fdbrep:", err)
+		return cli.ExitFailure
+	}
+}
+
+// usage is fdbrep help's text.
+const usage = `usage: fdbrep COMMAND [flags]
+
+Nodes:
+  serve [flags]                    run a node: the HTTP API and/or replication jobs (fdbrep help serve)
+  cluster [flags]                  development: several nodes in one process on one embedded store
+  hash-password [flags]            hash a password read from stdin for [admins] / [users]
+
+Terminal client (a cluster: -cluster URL or $FDBREP_CLUSTER; credentials:
+-user/-password, the URL, $FDBREP_USER/$FDBREP_PASSWORD or ~/.netrc):
+  replicate [flags] SOURCE TARGET  replicate on the cluster (POST /_replicate), or in process without
+                                   one; a progress bar, a summary; Ctrl-C cancels
+  jobs [flags]                     _scheduler/jobs as a table; -watch refreshes until Ctrl-C
+  docs [flags] [DB [DOC]]          _scheduler/docs as a table; -watch refreshes until Ctrl-C
+
+  help [COMMAND]                   this text, or a command's flags
+  version                          print the version
+
+Exit codes: 0 success, 1 failure, 2 bad command line, 130 interrupted (Ctrl-C).
+`
+
+// help prints the usage, or a command's (its -h).
+func help(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	switch args[0] {
+	case "serve", "cluster", "hash-password", "replicate", "jobs", "docs":
+		err := run(ctx, []string{args[0], "-h"}, stdout, stdout)
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	return fmt.Errorf("help: unknown command %q", args[0])
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: fdbrep serve [flags] | fdbrep cluster [flags] | fdbrep hash-password [flags] | fdbrep version")
-		return errors.New("no command given")
+		fmt.Fprint(stderr, usage)
+		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("no command given")}
 	}
+	env := cli.Env{Stdout: stdout, Stderr: stderr, JobDefaults: clientJobDefaults}
 	switch args[0] {
+	case "replicate":
+		return cli.Replicate(ctx, args[1:], env)
+	case "jobs":
+		return cli.Jobs(ctx, args[1:], env)
+	case "docs":
+		return cli.Docs(ctx, args[1:], env)
+	case "help", "-h", "-help", "--help":
+		return help(ctx, args[1:], stdout, stderr)
 	case "serve":
 		return serve(ctx, args[1:], stderr, nil)
 	case "cluster":
@@ -67,7 +143,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "fdbrep", version)
 		return nil
 	default:
-		return fmt.Errorf("unknown command %q (want serve, cluster, hash-password or version)", args[0])
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("unknown command %q (see fdbrep help)", args[0])}
 	}
 }
 
@@ -99,3 +175,18 @@ func hashPassword(args []string, in io.Reader, stdout, stderr io.Writer) error {
 // GCPercentDefault is the garbage collector's target used unless GOGC is
 // set (see main).
 const GCPercentDefault = 200
+
+// clientJobDefaults are the defaults an in-process fdbrep replicate applies
+// to the replication's tunables: a node's, from [replicator] of the
+// configuration files in $FDBREP_CONFIG and FDBREP_REPLICATOR__* variables.
+func clientJobDefaults() (replicator.JobDefaults, error) {
+	var files []string
+	if v := os.Getenv("FDBREP_CONFIG"); v != "" {
+		files = strings.Split(v, ",")
+	}
+	cfg, err := config.Load(files, os.Environ())
+	if err != nil {
+		return replicator.JobDefaults{}, err
+	}
+	return jobDefaults(cfg), nil
+}

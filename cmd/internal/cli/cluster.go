@@ -1,0 +1,308 @@
+package cli
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/control"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// findPageSize is how many jobs one GET /_scheduler/jobs asks for while
+// the client looks for its one-shot replication's job.
+const findPageSize = 500
+
+// jobInfo decodes the "info" of a _scheduler entry: the stats of a
+// pending, running or completed job, the error of a crashing or failed
+// one.
+type jobInfo struct {
+	engine.Stats
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+}
+
+func decodeInfo(raw json.RawMessage) jobInfo {
+	var i jobInfo
+	_ = json.Unmarshal(raw, &i) // null or another shape: no stats
+	return i
+}
+
+// follower follows one replication's job on the cluster.
+type follower struct {
+	cl       *client
+	src, tgt string // redacted endpoints, as _scheduler shows them
+	user     string
+	id       string // job id or replication id, once known
+	last     sample
+	repID    string
+	lastErr  jobInfo // the last crash, for a failed job
+	notFound bool    // the job was removed (cancelled elsewhere)
+}
+
+// poll samples the job; ok is false while it has not been found (or the
+// cluster did not answer).
+func (f *follower) poll(ctx context.Context) (sample, bool) {
+	var ji control.JobInfo
+	if f.id == "" {
+		found, err := f.find(ctx)
+		if err != nil || found == nil {
+			return sample{}, false
+		}
+		ji = *found
+		f.id = ji.JobID
+	} else {
+		err := f.cl.get(ctx, "/_scheduler/jobs/"+url.PathEscape(f.id), nil, &ji)
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+			f.notFound = true
+		}
+		if err != nil {
+			return sample{}, false
+		}
+	}
+	if ji.ID != nil {
+		f.repID = *ji.ID
+	}
+	s := sample{state: ji.State, stats: f.last.stats}
+	info := decodeInfo(ji.Info)
+	if info.Error != "" {
+		f.lastErr = info
+	} else if ji.Info != nil && string(ji.Info) != "null" {
+		s.stats = info.Stats
+	}
+	f.last = s
+	return s, true
+}
+
+// find looks for the transient job of this replication among the
+// cluster's jobs, for a cluster that does not report its server UUID (from
+// which the job id is computed): no document, the same user and the same
+// endpoints. Replications of the same endpoints that differ in other
+// options cannot be told apart by the view: the newest one is taken.
+func (f *follower) find(ctx context.Context) (*control.JobInfo, error) {
+	var best *control.JobInfo
+	for skip := 0; ; skip += findPageSize {
+		var list control.JobList
+		q := url.Values{"limit": {strconv.Itoa(findPageSize)}, "skip": {strconv.Itoa(skip)}}
+		if err := f.cl.get(ctx, "/_scheduler/jobs", q, &list); err != nil {
+			return nil, err
+		}
+		for i := range list.Jobs {
+			j := &list.Jobs[i]
+			if j.DocID != nil || j.Source == nil || j.Target == nil || *j.Source != f.src || *j.Target != f.tgt {
+				continue
+			}
+			if (j.User == nil && f.user != "") || (j.User != nil && *j.User != f.user) {
+				continue
+			}
+			if best == nil || j.StartTime > best.StartTime {
+				best = j
+			}
+		}
+		if len(list.Jobs) < findPageSize || skip+len(list.Jobs) >= list.TotalRows {
+			return best, nil
+		}
+	}
+}
+
+// runCluster runs the replication through the cluster's POST /_replicate
+// and follows it until it ends, or until Ctrl-C cancels it.
+func (c *replicateCmd) runCluster(ctx context.Context) error {
+	cl, err := newClient(c.cluster, c.creds)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	user, err := cl.session(ctx)
+	if err != nil {
+		return &ExitError{Code: ExitFailure, Err: errors.New(c.r.String(cl.explain(err).Error()))}
+	}
+	if c.cancel {
+		return c.cancelOnCluster(cl, "", false, engine.Stats{})
+	}
+	c.r.Printf(c.env.Stdout, "Replicating %s on the cluster at %s\n", c.what(), cl)
+
+	type reply struct {
+		body json.RawMessage
+		err  error
+	}
+	postCtx, stopPost := context.WithCancel(context.Background())
+	defer stopPost()
+	replies := make(chan reply, 1)
+	go func() {
+		var raw json.RawMessage
+		_, err := cl.do(postCtx, http.MethodPost, "/_replicate", nil, c.body, &raw, 0)
+		replies <- reply{raw, err}
+	}()
+
+	f := &follower{cl: cl, src: c.spec.Source.Redacted(), tgt: c.spec.Target.Redacted(), user: user}
+	if uuid := cl.serverUUID(ctx); uuid != "" {
+		// The job's id, as the cluster computes it from the same body.
+		f.id = replicator.TransientJobID(uuid, c.spec, user)
+	}
+	d := newDisplay(c.progress, c.env.Stdout, c.r)
+	tick := time.NewTicker(c.interval)
+	defer tick.Stop()
+	poll := func() {
+		if s, ok := f.poll(ctx); ok {
+			d.update(s)
+		}
+	}
+	poll()
+	for {
+		select {
+		case rp := <-replies:
+			if rp.err != nil {
+				d.done(false)
+				return c.fail(rp.err)
+			}
+			if c.spec.Continuous {
+				return c.followContinuous(ctx, f, d, rp.body)
+			}
+			return c.completed(ctx, f, d, rp.body)
+		case <-tick.C:
+			poll()
+		case <-ctx.Done():
+			d.done(false)
+			stopPost()
+			return c.cancelOnCluster(cl, "", true, f.last.stats)
+		}
+	}
+}
+
+// completed shows the end of a one-shot replication: the cluster's final
+// counters of the job (its _scheduler/jobs entry), or, for a job that ended
+// before the client saw it, those of the reply's last history entry.
+func (c *replicateCmd) completed(ctx context.Context, f *follower, d display, body json.RawMessage) error {
+	var reply struct {
+		NoChanges bool                  `json:"no_changes"`
+		SessionID string                `json:"session_id"`
+		History   []engine.HistoryEntry `json:"history"`
+	}
+	_ = json.Unmarshal(body, &reply)
+	o := outcome{verb: "completed"}
+	var h *engine.HistoryEntry
+	for i := range reply.History {
+		if reply.History[i].SessionID == reply.SessionID {
+			h = &reply.History[i]
+		}
+	}
+	if h != nil {
+		o.startSeq = seqText(h.StartLastSeq)
+	}
+	if s, ok := f.poll(ctx); ok && f.id != "" {
+		o.stats, o.repID = s.stats, f.repID
+	} else if h != nil {
+		o.stats = engine.Stats{RevisionsChecked: h.MissingChecked, MissingRevisionsFound: h.MissingFound,
+			DocsRead: h.DocsRead, DocsWritten: h.DocsWritten, DocWriteFailures: h.DocWriteFailures,
+			BulkGetDocs: h.BulkGetDocs, BulkGetAttempts: h.BulkGetAttempts}
+	}
+	if reply.NoChanges {
+		o.note = "Nothing to replicate: the target was up to date."
+	}
+	shown := o.stats
+	if shown.ChangesPending == nil { // the job ended unseen: show processed/processed
+		shown.ChangesPending = new(int64)
+	}
+	d.update(sample{state: "completed", stats: shown})
+	d.done(true)
+	c.summary(o)
+	return nil
+}
+
+// followContinuous follows a continuous replication that runs on the
+// cluster until it fails, is removed, or Ctrl-C cancels it; with -detach
+// it returns at once.
+func (c *replicateCmd) followContinuous(ctx context.Context, f *follower, d display, body json.RawMessage) error {
+	var reply struct {
+		LocalID string `json:"_local_id"`
+	}
+	_ = json.Unmarshal(body, &reply)
+	f.id, f.repID = reply.LocalID, reply.LocalID
+	if c.detach {
+		d.done(true)
+		c.r.Printf(c.env.Stdout, "Continuous replication %s started; follow it with fdbrep jobs, cancel it with fdbrep replicate -cancel %s\n",
+			reply.LocalID, reply.LocalID)
+		return nil
+	}
+	tick := time.NewTicker(c.interval)
+	defer tick.Stop()
+	for {
+		if s, ok := f.poll(ctx); ok {
+			d.update(s)
+			if s.state == "failed" {
+				d.done(false)
+				c.summary(outcome{verb: "failed", repID: f.repID, stats: s.stats})
+				return c.fail(fmt.Errorf("%s: %s", f.lastErr.Error, f.lastErr.Reason))
+			}
+		} else if f.notFound {
+			d.done(false)
+			c.summary(outcome{verb: "removed", repID: f.repID, stats: f.last.stats})
+			return c.fail(errors.New("the replication was cancelled on the cluster"))
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			d.done(false)
+			return c.cancelOnCluster(f.cl, f.repID, true, f.last.stats)
+		}
+	}
+}
+
+// cancelOnCluster cancels the replication with POST /_replicate "cancel":
+// true, by replication id when given, else by its specification (the
+// cluster finds the job from it, and the user). Interrupted (Ctrl-C), it
+// prints the summary with the last stats seen and reports ExitInterrupted;
+// otherwise (-cancel) it reports the cancel alone.
+func (c *replicateCmd) cancelOnCluster(cl *client, repID string, interrupted bool, stats engine.Stats) error {
+	body := c.body
+	if repID != "" {
+		body = map[string]any{"replication_id": repID, "cancel": true}
+	} else if _, ok := body["cancel"]; !ok {
+		body = map[string]any{}
+		for k, v := range c.body {
+			body[k] = v
+		}
+		body["cancel"] = true
+	}
+	var reply struct {
+		LocalID string `json:"_local_id"`
+	}
+	_, err := cl.do(context.Background(), http.MethodPost, "/_replicate", nil, body, &reply, RequestTimeoutDefault)
+	if !interrupted {
+		if err != nil {
+			return &ExitError{Code: ExitFailure, Err: errors.New(c.r.String("cancel: " + err.Error()))}
+		}
+		c.r.Printf(c.env.Stdout, "Replication %s cancelled\n", reply.LocalID)
+		return nil
+	}
+	o := outcome{verb: "cancelled", repID: cmp.Or(reply.LocalID, repID), stats: stats}
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+		o.note = "Interrupted; the cluster had no such replication left to cancel (it had just ended)."
+	case err != nil:
+		o.note = c.r.String("Interrupted, but the cancel failed: " + err.Error() + "; the replication may still run on the cluster.")
+	default:
+		o.note = "Interrupted: the replication was cancelled on the cluster."
+	}
+	c.summary(o)
+	return &ExitError{Code: ExitInterrupted}
+}
+
+// seqText is a sequence as _scheduler shows it: a JSON string's contents,
+// any other JSON value as its text.
+func seqText(seq json.RawMessage) string {
+	var s string
+	if json.Unmarshal(seq, &s) == nil {
+		return s
+	}
+	return string(seq)
+}

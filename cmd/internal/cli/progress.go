@@ -1,0 +1,248 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// Progress display modes (-progress).
+const (
+	ProgressAuto  = "auto"  // a bar on a terminal, plain lines otherwise
+	ProgressBar   = "bar"   // a live bar
+	ProgressPlain = "plain" // one line per change of the counters
+	// ProgressDefault is the mode unless -progress says otherwise.
+	ProgressDefault = ProgressAuto
+)
+
+// Defaults of the progress display.
+const (
+	// IntervalDefault is how often the progress is sampled (and a watched
+	// table refreshed).
+	IntervalDefault = time.Second
+	// IntervalMin and IntervalMax bound -interval.
+	IntervalMin = 100 * time.Millisecond
+	IntervalMax = time.Hour
+	// barRefreshRate is how often the bar is redrawn between samples.
+	barRefreshRate = 150 * time.Millisecond
+	// barWidthDefault is the bar's width when the output is not a
+	// terminal whose width can be read.
+	barWidthDefault = 100
+	// ewmaAge is how many samples the bar's rate and ETA average over.
+	ewmaAge = 10
+)
+
+// sample is what the progress shows at one moment: the replication's
+// state and counters (cumulative over its runs, as the cluster shows them).
+type sample struct {
+	state string // "starting", "pending", "running", "crashing", ...
+	stats engine.Stats
+}
+
+// processed is the number of changes the replication has looked at.
+func (s sample) processed() int64 { return s.stats.RevisionsChecked }
+
+// total is processed plus pending, or -1 while pending is unknown.
+func (s sample) total() int64 {
+	if s.stats.ChangesPending == nil {
+		return -1
+	}
+	return s.processed() + *s.stats.ChangesPending
+}
+
+// display shows a replication's progress: a bar on a terminal, plain lines
+// in a pipe. update takes a new sample; done ends the display (ok: the
+// replication completed, the bar fills up) before the summary is printed.
+type display interface {
+	update(s sample)
+	done(ok bool)
+	// logs is where log lines go while the display runs (fallback: the
+	// writer the display does not draw on).
+	logs(fallback io.Writer) io.Writer
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+// newDisplay picks the display for mode and out.
+func newDisplay(mode string, out io.Writer, r *redactor) display {
+	if mode == ProgressBar || (mode == ProgressAuto && isTerminal(out)) {
+		return newBar(out)
+	}
+	return &plainDisplay{out: out, r: r, start: time.Now()}
+}
+
+// rate tracks changes per second over the samples in which the
+// replication runs with counters already seeded (the jump of a resumed
+// replication's counters to its checkpoint's values is not speed). A
+// cluster updates a job's counters every stats_update_interval_sec, more
+// seldom than it is sampled: a step counts from the last change of the
+// counters, so unchanged samples in between do not read as a stall.
+type rate struct {
+	first, last   sample
+	firstT, lastT time.Time // of the first counted sample and the last change
+	seen, valid   bool
+}
+
+// add records s at t and reports whether the counters moved since the
+// last change in a way that counts towards the rate, and over how long.
+func (r *rate) add(s sample, t time.Time) (bool, time.Duration) {
+	if r.seen && s.processed() == r.last.processed() && s.state == r.last.state {
+		return false, 0
+	}
+	counts := r.seen && s.state == "running" && r.last.state == "running" && r.last.processed() > 0
+	step := t.Sub(r.lastT)
+	if counts && !r.valid {
+		r.first, r.firstT, r.valid = r.last, r.lastT, true
+	}
+	r.last, r.lastT, r.seen = s, t, true
+	return counts, step
+}
+
+// perSecond is the average rate over the counted samples (0 when none).
+func (r *rate) perSecond() float64 {
+	d := r.lastT.Sub(r.firstT).Seconds()
+	if !r.valid || d <= 0 {
+		return 0
+	}
+	return float64(r.last.processed()-r.first.processed()) / d
+}
+
+// plainDisplay prints one line each time the counters or the state change:
+// for logs and pipes, no escape sequences.
+type plainDisplay struct {
+	out   io.Writer
+	r     *redactor
+	start time.Time
+	rate  rate
+	shown *sample
+}
+
+func (p *plainDisplay) update(s sample) {
+	now := time.Now()
+	p.rate.add(s, now)
+	if p.shown != nil && p.shown.state == s.state && p.shown.processed() == s.processed() &&
+		p.shown.stats.DocsWritten == s.stats.DocsWritten && p.shown.total() == s.total() {
+		return
+	}
+	p.shown = &s
+	line := fmt.Sprintf("[%s] %s: %s changes, %d docs written, %d failures",
+		now.Sub(p.start).Round(time.Second), s.state, ofTotal(s), s.stats.DocsWritten, s.stats.DocWriteFailures)
+	if v := p.rate.perSecond(); v > 0 {
+		line += fmt.Sprintf(", %.0f changes/s", v)
+		if t := s.total(); t >= 0 {
+			line += ", ETA " + (time.Duration(float64(t-s.processed())/v) * time.Second).Round(time.Second).String()
+		}
+	}
+	p.r.Printf(p.out, "%s\n", line)
+}
+
+func (p *plainDisplay) done(bool) {}
+
+func (p *plainDisplay) logs(fallback io.Writer) io.Writer { return fallback }
+
+// ofTotal is "processed/total", with "?" for an unknown total.
+func ofTotal(s sample) string {
+	t := "?"
+	if n := s.total(); n >= 0 {
+		t = strconv.FormatInt(n, 10)
+	}
+	return fmt.Sprintf("%d/%s", s.processed(), t)
+}
+
+// barDisplay draws a live bar with mpb: the state, the bar of changes
+// processed out of processed + pending, docs written, failures, rate and
+// ETA (moving averages over the last samples).
+type barDisplay struct {
+	p    *mpb.Progress
+	bar  *mpb.Bar
+	mu   sync.Mutex
+	cur  sample
+	rate rate
+}
+
+func newBar(out io.Writer) *barDisplay {
+	b := &barDisplay{cur: sample{state: "starting"}}
+	b.p = mpb.New(mpb.WithOutput(out), mpb.WithRefreshRate(barRefreshRate),
+		mpb.ContainerOptional(mpb.WithWidth(barWidthDefault), !isTerminal(out)),
+		mpb.ContainerOptional(mpb.WithAutoRefresh(), !isTerminal(out)))
+	text := func(f func(s sample) string) decor.Decorator {
+		return decor.Any(func(decor.Statistics) string {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return f(b.cur)
+		})
+	}
+	b.bar = b.p.New(0, mpb.BarStyle(),
+		mpb.PrependDecorators(
+			text(func(s sample) string { return fmt.Sprintf("%-9s ", s.state) }),
+			text(func(s sample) string { return ofTotal(s) + " changes" }),
+		),
+		mpb.AppendDecorators(
+			text(func(s sample) string {
+				t := fmt.Sprintf("%d written", s.stats.DocsWritten)
+				if s.stats.DocWriteFailures > 0 {
+					t += fmt.Sprintf(", %d failed", s.stats.DocWriteFailures)
+				}
+				return t + " "
+			}),
+			decor.EwmaSpeed(0, "%.0f/s ", ewmaAge),
+			decor.EwmaETA(decor.ET_STYLE_GO, ewmaAge, decor.WCSyncSpace),
+		),
+	)
+	return b
+}
+
+func (b *barDisplay) update(s sample) {
+	b.mu.Lock()
+	b.cur = s
+	counts, step := b.rate.add(s, time.Now())
+	b.mu.Unlock()
+	if t := s.total(); t >= 0 {
+		b.bar.SetTotal(max(t, 1), false)
+	}
+	switch {
+	case counts:
+		b.bar.EwmaSetCurrent(s.processed(), step)
+	case s.processed() != b.bar.Current():
+		b.bar.SetCurrent(s.processed())
+	}
+}
+
+func (b *barDisplay) done(ok bool) {
+	if ok {
+		b.bar.SetTotal(-1, true)
+	} else {
+		b.bar.Abort(false)
+	}
+	b.p.Wait()
+}
+
+// logs prints lines above the bar while it runs, then to fallback.
+func (b *barDisplay) logs(fallback io.Writer) io.Writer { return aboveBar{b.p, fallback} }
+
+type aboveBar struct {
+	p        *mpb.Progress
+	fallback io.Writer
+}
+
+func (a aboveBar) Write(p []byte) (int, error) {
+	n, err := a.p.Write(p)
+	if errors.Is(err, mpb.ErrDone) {
+		return a.fallback.Write(p)
+	}
+	return n, err
+}

@@ -1,0 +1,258 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fdbrep/fdbrep/replicator/control"
+)
+
+// TableLimitDefault is how many rows jobs and docs ask for (-limit).
+const TableLimitDefault = 100
+
+// tableCmd is `fdbrep jobs` or `fdbrep docs`: one GET of a _scheduler
+// view printed as a table, once or on every -interval with -watch.
+type tableCmd struct {
+	clusterFlags
+	watch    bool
+	asJSON   bool
+	interval time.Duration
+	limit    int
+	skip     int
+	states   string
+	env      Env
+	r        *redactor
+	cl       *client
+	path     string
+	query    url.Values
+	render   func(raw json.RawMessage) (string, error)
+}
+
+// Jobs runs `fdbrep jobs [flags]`: GET /_scheduler/jobs as a table.
+func Jobs(ctx context.Context, args []string, env Env) error {
+	t, err := newTableCmd("jobs", JobsUsage, args, env, 0)
+	if err != nil {
+		return err
+	}
+	t.path, t.render = "/_scheduler/jobs", renderJobs
+	return t.run(ctx)
+}
+
+// Docs runs `fdbrep docs [flags] [DB [DOC]]`: GET
+// /_scheduler/docs[/DB[/DOC]] as a table.
+func Docs(ctx context.Context, args []string, env Env) error {
+	t, err := newTableCmd("docs", DocsUsage, args, env, 2)
+	if err != nil {
+		return err
+	}
+	t.path, t.render = "/_scheduler/docs", renderDocs
+	if t.states != "" {
+		t.query.Set("states", t.states)
+	}
+	return t.run(ctx)
+}
+
+func newTableCmd(name, usage string, args []string, env Env, maxArgs int) (*tableCmd, error) {
+	t := &tableCmd{env: env}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	fs.Usage = func() { fmt.Fprint(env.Stderr, usage); fs.PrintDefaults() }
+	t.register(fs)
+	fs.BoolVar(&t.watch, "watch", false, "refresh every -interval until Ctrl-C (in a pipe: print the table once per interval)")
+	fs.DurationVar(&t.interval, "interval", IntervalDefault, "refresh period of -watch")
+	fs.BoolVar(&t.asJSON, "json", false, "print the cluster's JSON reply instead of a table")
+	fs.IntVar(&t.limit, "limit", TableLimitDefault, "most rows to show")
+	fs.IntVar(&t.skip, "skip", 0, "rows to skip")
+	if name == "docs" {
+		fs.StringVar(&t.states, "states", "", "only these states, comma-separated: pending, running, crashing, completed, failed")
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, flagError(err)
+	}
+	t.visited(fs)
+	switch {
+	case len(pos) > maxArgs:
+		return nil, usageError("%s: unexpected arguments %q", name, pos[maxArgs:])
+	case t.interval < IntervalMin || t.interval > IntervalMax:
+		return nil, usageError("-interval %v: want between %v and %v", t.interval, IntervalMin, IntervalMax)
+	case t.limit < 1 || t.skip < 0:
+		return nil, usageError("-limit must be at least 1 and -skip at least 0")
+	}
+	creds, err := t.credentials()
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	t.r = newRedactor(creds.secrets()...)
+	if t.cl, err = newClient(t.clusterURL(ClusterURLDefault), creds); err != nil {
+		return nil, usageError("%v", err)
+	}
+	t.query = url.Values{"limit": {strconv.Itoa(t.limit)}, "skip": {strconv.Itoa(t.skip)}}
+	for _, p := range pos {
+		t.path += "/" + url.PathEscape(p)
+	}
+	return t, nil
+}
+
+// run prints the table once, or with -watch on every interval until ctx
+// ends (a terminal's screen is redrawn, a pipe gets one table per
+// interval). A watch survives a cluster that does not answer, showing the
+// error instead; a single print fails with it.
+func (t *tableCmd) run(ctx context.Context) error {
+	if !t.watch {
+		text, err := t.fetch(ctx)
+		if err != nil {
+			return &ExitError{Code: ExitFailure, Err: errors.New(t.r.String(err.Error()))}
+		}
+		t.r.Printf(t.env.Stdout, "%s", text)
+		return nil
+	}
+	tty := isTerminal(t.env.Stdout)
+	tick := time.NewTicker(t.interval)
+	defer tick.Stop()
+	for {
+		text, err := t.fetch(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			text = "error: " + err.Error() + "\n"
+		}
+		header := fmt.Sprintf("Every %v: %s on %s    %s\n\n", t.interval, t.path, t.cl, time.Now().Format(time.RFC3339))
+		if tty {
+			header = "\x1b[H\x1b[2J" + header // home, clear screen
+		}
+		t.r.Printf(t.env.Stdout, "%s%s\n", header, text)
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// fetch GETs the view and renders it.
+func (t *tableCmd) fetch(ctx context.Context) (string, error) {
+	var raw json.RawMessage
+	if err := t.cl.get(ctx, t.path, t.query, &raw); err != nil {
+		return "", t.cl.explain(err)
+	}
+	if t.asJSON {
+		var b bytes.Buffer
+		if err := json.Indent(&b, raw, "", "  "); err != nil {
+			return "", err
+		}
+		return b.String() + "\n", nil
+	}
+	return t.render(raw)
+}
+
+// table lays rows out in aligned columns.
+func table(header []string, rows [][]string, footer string) string {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	_ = tw.Flush()
+	b.WriteString(footer)
+	return b.String()
+}
+
+// orDash is *s, or "-" for nil or empty.
+func orDash(s *string) string {
+	if s == nil || *s == "" {
+		return "-"
+	}
+	return *s
+}
+
+// counts are a view entry's written and pending columns, or its error.
+func counts(raw json.RawMessage) (written, pending, errText string) {
+	i := decodeInfo(raw)
+	if i.Error != "" {
+		return "-", "-", i.Error + ": " + i.Reason
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return "-", "-", ""
+	}
+	pending = "-"
+	if i.ChangesPending != nil {
+		pending = strconv.FormatInt(*i.ChangesPending, 10)
+	}
+	return strconv.FormatInt(i.DocsWritten, 10), pending, ""
+}
+
+func renderJobs(raw json.RawMessage) (string, error) {
+	var list control.JobList
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return "", fmt.Errorf("unexpected _scheduler/jobs reply: %w", err)
+	}
+	rows := make([][]string, 0, len(list.Jobs))
+	for _, j := range list.Jobs {
+		id := orDash(j.ID)
+		if j.ID == nil {
+			id = "(job " + j.JobID + ")"
+		}
+		doc := "-"
+		if j.DocID != nil {
+			doc = orDash(j.Database) + "/" + *j.DocID
+		}
+		written, pending, errText := counts(j.Info)
+		last := ""
+		if len(j.History) > 0 {
+			last = j.History[0].Type
+			if j.History[0].Reason != "" {
+				last += ": " + j.History[0].Reason
+			}
+		}
+		if errText != "" {
+			last = errText
+		}
+		rows = append(rows, []string{id, doc, j.State, orDash(j.Source), orDash(j.Target), orDash(j.Node),
+			orDash(j.User), written, pending, j.StartTime, last})
+	}
+	return table([]string{"ID", "DOC", "STATE", "SOURCE", "TARGET", "NODE", "USER", "WRITTEN", "PENDING", "STARTED", "LAST EVENT"},
+		rows, footer(len(list.Jobs), list.Offset, list.TotalRows, "jobs")), nil
+}
+
+func renderDocs(raw json.RawMessage) (string, error) {
+	var list control.DocList
+	var one control.DocInfo
+	switch {
+	case json.Unmarshal(raw, &one) == nil && one.DocID != "":
+		// /_scheduler/docs/{db}/{doc} is one entry, not a list.
+		list = control.DocList{TotalRows: 1, Docs: []control.DocInfo{one}}
+	case json.Unmarshal(raw, &list) != nil:
+		return "", errors.New("unexpected _scheduler/docs reply")
+	}
+	rows := make([][]string, 0, len(list.Docs))
+	for _, d := range list.Docs {
+		written, pending, errText := counts(d.Info)
+		rows = append(rows, []string{d.Database, d.DocID, d.State, orDash(d.Source), orDash(d.Target), orDash(d.Node),
+			strconv.Itoa(d.ErrorCount), written, pending, d.LastUpdated, errText})
+	}
+	return table([]string{"DATABASE", "DOC ID", "STATE", "SOURCE", "TARGET", "NODE", "ERRORS", "WRITTEN", "PENDING", "LAST UPDATED", "ERROR"},
+		rows, footer(len(list.Docs), list.Offset, list.TotalRows, "documents")), nil
+}
+
+// footer says how many rows of how many were shown.
+func footer(n, offset, total int, what string) string {
+	switch {
+	case n == total:
+		return fmt.Sprintf("%d %s\n", total, what)
+	case n == 0:
+		return fmt.Sprintf("none of the %d %s past -skip %d\n", total, what, offset)
+	}
+	return fmt.Sprintf("%s %d-%d of %d (-limit, -skip)\n", what, offset+1, offset+n, total)
+}
