@@ -44,13 +44,14 @@ type follower struct {
 	last     sample
 	repID    string
 	lastErr  jobInfo // the last crash, for a failed job
-	notFound bool    // the job was removed (cancelled elsewhere)
+	notFound bool    // the last poll found no job with id (not added yet, or removed)
 }
 
 // poll samples the job; ok is false while it has not been found (or the
 // cluster did not answer).
 func (f *follower) poll(ctx context.Context) (sample, bool) {
 	var ji control.JobInfo
+	f.notFound = false
 	if f.id == "" {
 		found, err := f.find(ctx)
 		if err != nil || found == nil {
