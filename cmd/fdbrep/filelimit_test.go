@@ -21,7 +21,7 @@ import (
 // Latencies are logged, not asserted.
 func TestSlowClientsAtFileLimit(t *testing.T) {
 	bin := buildBinary(t)
-	env := append(os.Environ(), "FDBREP_ADMINS__ADM=adm-pw", "FDBREP_USERS__ALICE=alice-pw",
+	env := append(os.Environ(), "FDBREP_ADMINS__ADM=adm-pw", "FDBREP_USERS__ALICE=alice-pw", "FDBREP_USERS__BOB=bob-pw",
 		"FDBREP_CHTTPD_AUTH__ITERATIONS=10", "FDBREP_LOG__REQUESTS=false")
 	node := startProcess(t, "/bin/sh", env, "-c",
 		`ulimit -n 1024 && exec "$0" serve -in-memory -bind 127.0.0.1:0 -log-format json`, bin)
@@ -30,7 +30,10 @@ func TestSlowClientsAtFileLimit(t *testing.T) {
 	t.Logf("connection cap: %v", listening["max_connections"])
 	require.Less(t, listening["max_connections"].(float64), 1024.0, "the cap leaves room under the file limit")
 	base := "http://" + addr
-	adm, alice := &testutil.Creds{Name: "adm", Pass: "adm-pw"}, &testutil.Creds{Name: "alice", Pass: "alice-pw"}
+	// alice holds hundreds of requests open; bob is another user, who must
+	// not suffer for it (alice herself may get 429: her in-flight cap).
+	adm := &testutil.Creds{Name: "adm", Pass: "adm-pw"}
+	alice, bob := &testutil.Creds{Name: "alice", Pass: "alice-pw"}, &testutil.Creds{Name: "bob", Pass: "bob-pw"}
 
 	const clients = 1100
 	aliceAuth := "Authorization: " + alice.Authorization() + "\r\n"
@@ -66,8 +69,8 @@ func TestSlowClientsAtFileLimit(t *testing.T) {
 		require.Equal(t, 200, timed("GET /_up", func() int { return testutil.Do(t, "GET", base+"/_up", nil, nil).Status }))
 		require.Equal(t, 200, timed("admin GET /_all_dbs", func() int { return testutil.Do(t, "GET", base+"/_all_dbs", adm, nil).Status }))
 		doc := map[string]any{"source": "http://127.0.0.1:1/a", "target": "http://127.0.0.1:1/b"}
-		require.Equal(t, 201, timed("alice PUT", func() int {
-			return testutil.Do(t, "PUT", fmt.Sprintf("%s/_replicator/ok%d", base, i), alice, doc).Status
+		require.Equal(t, 201, timed("bob PUT", func() int {
+			return testutil.Do(t, "PUT", fmt.Sprintf("%s/_replicator/ok%d", base, i), bob, doc).Status
 		}))
 	}
 	select {
