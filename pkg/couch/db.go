@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -29,7 +28,8 @@ type DB struct {
 	client  *http.Client
 	tr      *http.Transport
 	slots   chan struct{} // one token per concurrent request
-	auth    string        // Authorization header value, "" for none
+	auth    string        // Basic Authorization header value, "" for none
+	sess    *session      // cookie session (nil: Basic or no credentials)
 	keyBase string        // rate limiter key prefix: scheme://host
 }
 
@@ -56,10 +56,9 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 	if ep.Headers == nil {
 		ep.Headers = http.Header{}
 	}
-	dialer := &net.Dialer{Timeout: opts.ConnectionTimeout, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		DialContext:         dialer.DialContext,
-		TLSClientConfig:     opts.TLS,
+		DialContext:         opts.Socket.dialer(opts.ConnectionTimeout),
+		TLSClientConfig:     opts.TLS.Clone(), // the transport adds to it (HTTP/2)
 		TLSHandshakeTimeout: opts.ConnectionTimeout,
 		MaxConnsPerHost:     opts.HTTPConnections,
 		MaxIdleConnsPerHost: opts.HTTPConnections,
@@ -86,6 +85,9 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 		req := &http.Request{Header: http.Header{}}
 		req.SetBasicAuth(ep.Username, ep.Password)
 		db.auth = req.Header.Get("Authorization")
+		if opts.Auth == AuthSession {
+			db.sess = newSession(db)
+		}
 	}
 	return db, nil
 }
@@ -129,6 +131,10 @@ type Request struct {
 	// feeds); the ConnectionTimeout inactivity limit still applies to every
 	// read of the body.
 	Stream bool
+
+	// login marks a session's own POST /_session, which carries no
+	// session credential.
+	login bool
 }
 
 // EscapeDocID escapes a document id for Request.Path: "_design/" and
@@ -212,6 +218,9 @@ func (db *DB) requestURL(r Request) *url.URL {
 		u.Path, u.RawPath = escPath, ""
 	}
 	q := db.ep.URL.Query()
+	if r.login {
+		q = url.Values{} // the endpoint's query is for its database
+	}
 	for k, vs := range r.Query {
 		q[k] = append(q[k], vs...)
 	}
@@ -244,7 +253,7 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 	}
 	wait := db.opts.RetryWait
 	var firstFailure time.Time
-	attempts, stalls := 0, 0
+	attempts, stalls, authRetries := 0, 0, 0
 	for {
 		if err := db.limiter.Wait(ctx, key); err != nil {
 			if errors.Is(err, ErrMaxBackoff) {
@@ -252,8 +261,12 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			}
 			return nil, nil, err
 		}
+		cred, err := db.credential(ctx, r)
+		if err != nil {
+			return nil, nil, err
+		}
 		attempts++
-		resp, body, err := db.attempt(ctx, r, target, readAll)
+		resp, body, err := db.attempt(ctx, r, target, readAll, cred)
 		var retryable error
 		switch {
 		case err != nil:
@@ -266,9 +279,17 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			db.log().Debug().Str("url", where).Str("method", r.Method).Dur("interval", db.limiter.Interval(key)).Msg("couch: 429, backing off")
 			attempts-- // 429s do not use up retries
 			continue
+		case resp.StatusCode == http.StatusUnauthorized && cred.cookie != "" && authRetries < authRetriesMax && db.sess.rejected(cred):
+			db.limiter.Success(key)
+			authRetries++
+			attempts-- // a renewed session is not a retry
+			continue
 		default:
 			db.limiter.Success(key)
 			if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+				if db.sess != nil {
+					db.sess.accepted(cred, resp.Header)
+				}
 				return resp, body, nil
 			}
 			herr := newHTTPError(r.Method, where, resp, body)
@@ -292,7 +313,9 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			stalls++
 			stalled = stalls > 1 || !errors.Is(retryable, errPooled)
 		}
-		if stalled || attempts > retries || now.Sub(firstFailure) >= db.opts.RetryTimeLimit {
+		// A refused certificate stays refused: the error says which
+		// setting to change.
+		if stalled || errors.Is(retryable, ErrTLS) || attempts > retries || now.Sub(firstFailure) >= db.opts.RetryTimeLimit {
 			db.log().Warn().Str("url", where).Str("method", r.Method).Int("attempts", attempts).Str("error", retryable.Error()).Msg("couch: request failed")
 			var herr *HTTPError
 			if errors.As(retryable, &herr) {
@@ -312,10 +335,24 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 	}
 }
 
-// attempt sends one request. It returns either an error (no usable answer,
-// retryable) or a response; for non-2xx responses and with readAll the body
-// has been read into the returned bytes and closed.
-func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll bool) (*http.Response, []byte, error) {
+// credential is what the next attempt of r authenticates with: nothing
+// when the DB has no credentials or the caller set its own Authorization
+// (a login sets it, or nothing), the session's cookie (which may log in
+// first), or Basic.
+func (db *DB) credential(ctx context.Context, r Request) (credential, error) {
+	switch {
+	case db.auth == "" || r.login || r.Header.Get("Authorization") != "":
+		return credential{}, nil
+	case db.sess == nil:
+		return credential{basic: true}, nil
+	}
+	return db.sess.authorize(ctx)
+}
+
+// attempt sends one request with cred. It returns either an error (no
+// usable answer, retryable) or a response; for non-2xx responses and with
+// readAll the body has been read into the returned bytes and closed.
+func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll bool, cred credential) (*http.Response, []byte, error) {
 	select {
 	case db.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -375,8 +412,15 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 	if r.Body != nil && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if db.auth != "" && r.Header.Get("Authorization") == "" {
+	switch {
+	case cred.basic:
 		req.Header.Set("Authorization", db.auth)
+	case cred.cookie != "":
+		cookie := "AuthSession=" + cred.cookie
+		if h := req.Header.Get("Cookie"); h != "" { // the endpoint's own cookies
+			cookie = h + "; " + cookie
+		}
+		req.Header.Set("Cookie", cookie)
 	}
 
 	var pooled atomic.Bool
@@ -388,6 +432,9 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 	if err != nil {
 		wd.end()
 		err = cleanError(err, actx)
+		if terr := tlsFailure(err, db.opts.TLS != nil && len(db.opts.TLS.Certificates) > 0); terr != nil {
+			err = terr
+		}
 		cancel(nil)
 		release()
 		return nil, nil, markPooled(err, pooled.Load())

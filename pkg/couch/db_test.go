@@ -32,9 +32,27 @@ const secret = "hunter2-s3cret"
 // returned buffer collects its debug log.
 func newDB(t *testing.T, rawURL string, opts couch.Options, limiter *couch.RateLimiter) (*couch.DB, *testutil.SyncBuffer) {
 	t.Helper()
+	opts.Auth = couch.AuthBasic // the fakes count requests; session_test.go tests sessions
+	return newAuthDB(t, rawURL, opts, limiter)
+}
+
+// newAuthDB is newDB with opts.Auth as given (the zero value: sessions).
+func newAuthDB(t *testing.T, rawURL string, opts couch.Options, limiter *couch.RateLimiter) (*couch.DB, *testutil.SyncBuffer) {
+	t.Helper()
 	ep, err := couch.ParseEndpoint(json.RawMessage(fmt.Sprintf(
 		`{"url":%q,"auth":{"basic":{"username":"bob","password":%q}}}`, rawURL, secret)))
 	require.NoError(t, err)
+	return openDB(t, ep, opts, limiter)
+}
+
+// newAuthDBEndpoint is newAuthDB for a parsed endpoint.
+func newAuthDBEndpoint(t *testing.T, ep couch.Endpoint, opts couch.Options) (*couch.DB, *testutil.SyncBuffer) {
+	t.Helper()
+	return openDB(t, ep, opts, nil)
+}
+
+func openDB(t *testing.T, ep couch.Endpoint, opts couch.Options, limiter *couch.RateLimiter) (*couch.DB, *testutil.SyncBuffer) {
+	t.Helper()
 	logs := &testutil.SyncBuffer{}
 	lg := zerolog.New(logs).Level(zerolog.DebugLevel)
 	opts.Logger = &lg
@@ -74,7 +92,7 @@ func TestRequestShape(t *testing.T) {
 	ep, err := couch.ParseEndpoint(json.RawMessage(fmt.Sprintf(
 		`{"url":"%s/my%%2Fdb?x=1","headers":{"X-Tenant":"acme"},"auth":{"basic":{"username":"bob","password":%q}}}`, srv.URL, secret)))
 	require.NoError(t, err)
-	db, err := couch.NewDB(ep, couch.Options{}, nil)
+	db, err := couch.NewDB(ep, couch.Options{Auth: couch.AuthBasic}, nil)
 	require.NoError(t, err)
 	defer db.Close()
 	ctx := context.Background()

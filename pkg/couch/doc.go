@@ -5,10 +5,41 @@
 // An Endpoint is parsed from a replication's "source" or "target"
 // (ParseEndpoint): a URL string or {"url", "headers", "auth"}. Credentials are
 // taken out of the URL and headers (precedence auth.basic, URL userinfo,
-// Authorization: Basic) and sent as a Basic Authorization header on every
-// request. Passwords never appear in errors or logs: every URL printed is
-// Endpoint.Redacted(), "http://user:*****@host/db/", and request errors carry
-// no raw URL.
+// Authorization: Basic). Passwords never appear in errors or logs: every URL
+// printed is Endpoint.Redacted(), "http://user:*****@host/db/", and request
+// errors carry no raw URL.
+//
+// # Authentication
+//
+// With Options.Auth = AuthSession (the default, as CouchDB 3.x's
+// couch_replicator_auth_session) a DB with credentials logs in once through
+// POST /_session at its server's root (a form with name and password;
+// concurrent requests wait for the one login) and sends the AuthSession
+// cookie. A cookie the peer renews in an answer (Set-Cookie) replaces it; it
+// is renewed by a new login at 90% of its Max-Age, or after
+// SessionRefreshInterval (550 s) when it has none, and when a request that
+// used it is answered 401 (the request is then sent again at once, not
+// counting as a retry). The DB sends Basic on every request instead, for
+// good, when the peer shows sessions do not work: a login answered 401, 404,
+// 405 or 501, a login answered without a cookie, or a new cookie refused
+// before it ever worked. A login answered 401 with WWW-Authenticate (CouchDB
+// with require_valid_user) is repeated once with Basic. AuthBasic sends
+// Basic on every request. The password travels only in the login's body and
+// the Basic header.
+//
+// # TLS and sockets
+//
+// Options.TLS configures https; TLSSettings.Config builds it from CouchDB's
+// [replicator] keys (verify_ssl_certificates, which fdbrep turns on by
+// default, ssl_trusted_certificates_file, ssl_certificate_max_depth,
+// cert_file, key_file and password), reading the files once. A failed
+// handshake is not retried: the error wraps ErrTLS and names the setting to
+// change ("certificate signed by unknown authority: set [replicator]
+// ssl_trusted_certificates_file …"). Options.Socket applies CouchDB's
+// socket_options (ParseSocketOptions: keepalive, nodelay, sndbuf, recbuf,
+// priority on Linux; anything else is refused by name).
+//
+// # Pools, timeouts and retries
 //
 // A DB is one remote database with its own connection pool. Defaults follow
 // CouchDB's [replicator] section:
@@ -54,6 +85,6 @@
 // run on real time.
 //
 // Responses are requested uncompressed: pouchdb-server compresses when asked
-// and then buffers continuous feeds, heartbeats included. Session (cookie)
-// authentication and multipart bodies are the caller's business.
+// and then buffers continuous feeds, heartbeats included. Multipart bodies
+// are the caller's business.
 package couch

@@ -41,6 +41,10 @@ var (
 	ErrTimeout = errors.New("couch: timeout")
 	// ErrBadResponse: a 2xx reply whose body is not the expected JSON.
 	ErrBadResponse = errors.New("couch: bad response")
+	// ErrTLS: the TLS handshake with the endpoint failed (its certificate
+	// was refused, it refused ours, or it does not speak TLS). It is not
+	// retried: the error names the setting to change.
+	ErrTLS = errors.New("couch: TLS")
 )
 
 // invalidOptions is the error for an Options or RateLimiterConfig value

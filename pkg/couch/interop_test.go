@@ -20,7 +20,7 @@ import (
 
 func TestPouchDBInterop(t *testing.T) {
 	srv := couchtest.StartPouchDB(t, couchtest.WithAdmin("bob", secret))
-	db, logs := newDB(t, srv.DBURL("db"), couch.Options{}, nil)
+	db, logs := newAuthDB(t, srv.DBURL("db"), couch.Options{}, nil) // a session
 	ctx := context.Background()
 
 	require.NoError(t, db.DoJSON(ctx, couch.Request{Method: http.MethodPut}, nil))

@@ -58,8 +58,20 @@ type Options struct {
 	// Proxy, if set, is an http, https or socks5 proxy URL for every request.
 	Proxy *url.URL
 	// TLS, if set, configures https (nil: Go's defaults, which verify
-	// certificates against the system roots).
+	// certificates against the system roots); TLSSettings.Config makes
+	// one from CouchDB's settings. Each DB uses its own copy.
 	TLS *tls.Config
+	// Auth is how the endpoint's credentials are sent: AuthSession (the
+	// default) logs in through POST /_session once and sends the cookie,
+	// AuthBasic sends Basic on every request. Endpoints without
+	// credentials send neither.
+	Auth AuthMode
+	// SessionRefreshInterval renews a session cookie that came without
+	// Max-Age after this long (> 0; SessionRefreshIntervalDefault).
+	SessionRefreshInterval time.Duration
+	// Socket are the TCP options of every connection (zero: Go's
+	// defaults).
+	Socket SocketOptions
 	// Logger receives retries and give-ups (URLs redacted). nil: no logging.
 	Logger *zerolog.Logger
 	// Clock is the time source of the retry loop (its waits and
@@ -85,6 +97,7 @@ func (o Options) WithDefaults() Options {
 	o.RetryTimeLimit = cmp.Or(o.RetryTimeLimit, RetryTimeLimitDefault)
 	o.IdleConnTimeout = cmp.Or(o.IdleConnTimeout, IdleConnTimeoutDefault)
 	o.UserAgent = cmp.Or(o.UserAgent, UserAgentDefault)
+	o.SessionRefreshInterval = cmp.Or(o.SessionRefreshInterval, SessionRefreshIntervalDefault)
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
 	}
@@ -112,6 +125,13 @@ func (o Options) Validate() error {
 		return invalidOptions("retry time limit must be positive, got %v", o.RetryTimeLimit)
 	case o.IdleConnTimeout < 0:
 		return invalidOptions("idle connection timeout must be positive, got %v", o.IdleConnTimeout)
+	case o.Auth != AuthSession && o.Auth != AuthBasic:
+		return invalidOptions("auth must be AuthSession or AuthBasic, got %v", o.Auth)
+	case o.SessionRefreshInterval < 0:
+		return invalidOptions("session_refresh_interval_sec must be positive, got %v", o.SessionRefreshInterval)
+	}
+	if err := o.Socket.Validate(); err != nil {
+		return err
 	}
 	if o.Proxy != nil {
 		switch o.Proxy.Scheme {
@@ -133,9 +153,11 @@ func (o Options) String() string {
 		proxy = redactURL(o.Proxy, o.Proxy.User.Username())
 	}
 	return fmt.Sprintf("{HTTPConnections:%d ConnectionTimeout:%v RetriesPerRequest:%d RequestTimeout:%v RetryWait:%v "+
-		"RetryWaitMax:%v RetryTimeLimit:%v IdleConnTimeout:%v UserAgent:%q Proxy:%q TLS:%t}",
+		"RetryWaitMax:%v RetryTimeLimit:%v IdleConnTimeout:%v UserAgent:%q Proxy:%q TLS:%t Auth:%v "+
+		"SessionRefreshInterval:%v Socket:%v}",
 		o.HTTPConnections, o.ConnectionTimeout, o.RetriesPerRequest, o.RequestTimeout, o.RetryWait,
-		o.RetryWaitMax, o.RetryTimeLimit, o.IdleConnTimeout, o.UserAgent, proxy, o.TLS != nil)
+		o.RetryWaitMax, o.RetryTimeLimit, o.IdleConnTimeout, o.UserAgent, proxy, o.TLS != nil, o.Auth,
+		o.SessionRefreshInterval, o.Socket)
 }
 
 // GoString is String (for %#v).

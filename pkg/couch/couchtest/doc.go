@@ -39,7 +39,17 @@
 // peer. Per request it injects, from a script (Script) or at seeded rates
 // (FaultConfig), an HTTP 500, an HTTP 429, a connection dropped in the middle
 // of the response (after the peer processed the request), a connection reset
-// before any response, or a stall before the request is forwarded. It counts
-// what it injected (Counts) and shuts down in t.Cleanup, cancelling requests
+// before any response, a stall before the request is forwarded, or an HTTP
+// 401 (with WWW-Authenticate) or 404 in place of the peer's answer. It
+// counts what it injected and how requests authenticated (logins, Basic,
+// session cookies: Counts) and shuts down in t.Cleanup, cancelling requests
 // still in flight, including streamed continuous feeds.
+//
+// # TLS
+//
+// NewTLSProxy is a FaultProxy behind a TLS listener (a TLS terminator in
+// front of a plain pouchdb-server), optionally requiring client
+// certificates. NewCA makes a private CA for a test, with intermediates,
+// server certificates for 127.0.0.1 and client certificates; WriteKeyPair
+// and CA.WriteCert write them as PEM files for the replicator's settings.
 package couchtest

@@ -3,6 +3,7 @@ package couchtest
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log"
@@ -43,6 +44,13 @@ const (
 	// FaultStall waits FaultConfig.Stall (or until the client gives up)
 	// before forwarding the request.
 	FaultStall
+	// Fault401 answers 401 {"error":"unauthorized",...} with
+	// WWW-Authenticate: Basic (as CouchDB with require_valid_user) without
+	// forwarding: an expired session, or a peer that wants Basic.
+	Fault401
+	// Fault404 answers 404 {"error":"not_found",...} without forwarding: a
+	// peer without the resource (such as _session).
+	Fault404
 	numFaults
 )
 
@@ -63,6 +71,10 @@ func (f Fault) String() string {
 		return "reset"
 	case FaultStall:
 		return "stall"
+	case Fault401:
+		return "401"
+	case Fault404:
+		return "404"
 	}
 	return fmt.Sprintf("Fault(%d)", int(f))
 }
@@ -71,9 +83,9 @@ func (f Fault) String() string {
 // probability, in [0, 1], that a request gets that fault; their sum must not
 // exceed 1. Scripted faults (FaultProxy.Script) take precedence.
 type FaultConfig struct {
-	Seed                                             uint64 // seeds the random choice; logged by NewFaultProxy
-	Rate500, Rate429, RateDrop, RateReset, RateStall float64
-	Stall                                            time.Duration // stall length; 0 means StallDefault
+	Seed                                                               uint64 // seeds the random choice; logged by NewFaultProxy
+	Rate500, Rate429, RateDrop, RateReset, RateStall, Rate401, Rate404 float64
+	Stall                                                              time.Duration // stall length; 0 means StallDefault
 	// Match, if set, limits faults (scripted and random) to the requests it
 	// accepts; other requests are forwarded untouched and do not consume the
 	// script. It must be safe for concurrent use.
@@ -83,7 +95,7 @@ type FaultConfig struct {
 // Validate reports a configuration error.
 func (c FaultConfig) Validate() error {
 	sum := 0.0
-	for _, r := range []float64{c.Rate500, c.Rate429, c.RateDrop, c.RateReset, c.RateStall} {
+	for _, r := range []float64{c.Rate500, c.Rate429, c.RateDrop, c.RateReset, c.RateStall, c.Rate401, c.Rate404} {
 		if r < 0 || r > 1 || r != r {
 			return fmt.Errorf("couchtest: fault rate %v is not in [0, 1]", r)
 		}
@@ -103,6 +115,10 @@ type FaultCounts struct {
 	Requests  int64 // every request received
 	Forwarded int64 // requests that reached the peer (including drops and stalls)
 	Injected  map[Fault]int64
+	// How requests authenticated (counted on arrival, faulted or not):
+	// logins (POST /_session), requests with an Authorization: Basic
+	// header, and requests with an AuthSession cookie.
+	Logins, Basic, Cookie int64
 }
 
 // Total is the number of injected faults of all kinds.
@@ -136,6 +152,10 @@ type FaultProxy struct {
 	requests  atomic.Int64
 	forwarded atomic.Int64
 	injected  [numFaults]atomic.Int64
+	logins    atomic.Int64
+	basic     atomic.Int64
+	cookie    atomic.Int64
+	scheme    string // of URL: http, or https behind a TLS listener
 
 	closeOnce sync.Once
 }
@@ -154,6 +174,12 @@ func NewFaultProxy(t testing.TB, target string, cfg FaultConfig) *FaultProxy {
 // StartFaultProxy is NewFaultProxy for callers without a testing.TB (such as
 // benchmarks); the caller must Close it.
 func StartFaultProxy(target string, cfg FaultConfig) (*FaultProxy, error) {
+	return startProxy(target, cfg, nil)
+}
+
+// startProxy starts a proxy listening on 127.0.0.1, with TLS when tlsCfg
+// is set.
+func startProxy(target string, cfg FaultConfig, tlsCfg *tls.Config) (*FaultProxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -165,9 +191,14 @@ func StartFaultProxy(target string, cfg FaultConfig) (*FaultProxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("couchtest: fault proxy: %w", err)
 	}
+	scheme := "http"
+	if tlsCfg != nil {
+		ln, scheme = tls.NewListener(ln, tlsCfg), "https"
+	}
 	p := &FaultProxy{
 		target: u,
 		ln:     ln,
+		scheme: scheme,
 		cfg:    cfg,
 		rng:    rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		// No transparent gzip: pouchdb-server compresses when asked and then
@@ -206,7 +237,7 @@ func StartFaultProxy(target string, cfg FaultConfig) (*FaultProxy, error) {
 
 // URL is the proxy's root URL (no trailing slash); paths are forwarded
 // unchanged to the target.
-func (p *FaultProxy) URL() string { return "http://" + p.ln.Addr().String() }
+func (p *FaultProxy) URL() string { return p.scheme + "://" + p.ln.Addr().String() }
 
 // Script queues faults for the next matching requests, in order, ahead of
 // the random ones; FaultNone entries let a request through.
@@ -231,7 +262,8 @@ func (p *FaultProxy) SetConfig(cfg FaultConfig) error {
 
 // Counts returns a snapshot of the counters.
 func (p *FaultProxy) Counts() FaultCounts {
-	c := FaultCounts{Requests: p.requests.Load(), Forwarded: p.forwarded.Load(), Injected: map[Fault]int64{}}
+	c := FaultCounts{Requests: p.requests.Load(), Forwarded: p.forwarded.Load(), Injected: map[Fault]int64{},
+		Logins: p.logins.Load(), Basic: p.basic.Load(), Cookie: p.cookie.Load()}
 	for f := Fault500; f < numFaults; f++ {
 		if n := p.injected[f].Load(); n > 0 {
 			c.Injected[f] = n
@@ -272,7 +304,8 @@ func (p *FaultProxy) choose(r *http.Request) (Fault, time.Duration) {
 	for _, c := range []struct {
 		f    Fault
 		rate float64
-	}{{Fault500, p.cfg.Rate500}, {Fault429, p.cfg.Rate429}, {FaultDrop, p.cfg.RateDrop}, {FaultReset, p.cfg.RateReset}, {FaultStall, p.cfg.RateStall}} {
+	}{{Fault500, p.cfg.Rate500}, {Fault429, p.cfg.Rate429}, {FaultDrop, p.cfg.RateDrop}, {FaultReset, p.cfg.RateReset}, {FaultStall, p.cfg.RateStall},
+		{Fault401, p.cfg.Rate401}, {Fault404, p.cfg.Rate404}} {
 		if x < c.rate {
 			return c.f, stall
 		}
@@ -291,6 +324,7 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	p.mu.Unlock()
 	defer p.wg.Done()
 	p.requests.Add(1)
+	p.countAuth(r)
 	f, stall := p.choose(r)
 	if f != FaultNone {
 		p.injected[f].Add(1)
@@ -301,6 +335,13 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case Fault429:
 		writeJSONError(w, http.StatusTooManyRequests, "too_many_requests", "fault proxy: injected 429")
+		return
+	case Fault401:
+		w.Header().Set("WWW-Authenticate", `Basic realm="server"`)
+		writeJSONError(w, http.StatusUnauthorized, "unauthorized", "fault proxy: injected 401")
+		return
+	case Fault404:
+		writeJSONError(w, http.StatusNotFound, "not_found", "fault proxy: injected 404")
 		return
 	case FaultReset:
 		panic(http.ErrAbortHandler) // net/http closes the connection without a response
@@ -319,6 +360,19 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	p.forwarded.Add(1)
 	p.rp.ServeHTTP(w, r)
+}
+
+// countAuth counts how r authenticates.
+func (p *FaultProxy) countAuth(r *http.Request) {
+	if r.Method == http.MethodPost && r.URL.Path == "/_session" {
+		p.logins.Add(1)
+	}
+	if _, _, ok := r.BasicAuth(); ok {
+		p.basic.Add(1)
+	}
+	if c, err := r.Cookie("AuthSession"); err == nil && c.Value != "" {
+		p.cookie.Add(1)
+	}
 }
 
 // drop forwards r, relays the status, headers and about half of the body,
