@@ -40,7 +40,12 @@
 // which returns 2xx answers and turns every other status into the engine's
 // one HTTP error type; the peer (peer.go) builds the protocol's calls on it.
 // The engine's waits, ticks and timestamps, and pkg/couch's retry waits,
-// are read from Options.Clock; network timeouts run on real time.
+// are read from Options.Clock; network timeouts run on real time. The
+// node's client settings (Options.Client: the TLS configuration, session or
+// Basic authentication) apply to both endpoints of every run, and a
+// replication's socket_options (Replication.SocketOptions) to both of its
+// endpoints; a refused certificate fails the run with an ErrHTTP error
+// that wraps couch.ErrTLS and names the setting to change.
 //
 // # The protocol
 //

@@ -117,6 +117,11 @@ type Replication struct {
 	SourceProxy *url.URL
 	TargetProxy *url.URL
 
+	// SocketOptions are socket_options, the TCP options of both
+	// endpoints' connections (nil: Go's defaults). The replication's own
+	// replace the node's as a whole, as in CouchDB.
+	SocketOptions *couch.SocketOptions
+
 	// UserCtx is the user the replication runs as (informational for
 	// remote endpoints).
 	UserCtx UserCtx
@@ -167,6 +172,11 @@ func (rep Replication) Validate() error {
 		}
 		if (p.Scheme != "http" && p.Scheme != "https" && p.Scheme != "socks5") || p.Host == "" {
 			return invalidSpec("Invalid proxy url")
+		}
+	}
+	if rep.SocketOptions != nil {
+		if err := rep.SocketOptions.Validate(); err != nil {
+			return invalidSpec("parameter `socket_options`: %s", strings.TrimPrefix(err.Error(), couch.ErrInvalidOptions.Error()+": socket_options: "))
 		}
 	}
 	n := 0

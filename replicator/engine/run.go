@@ -43,6 +43,11 @@ type Options struct {
 	// one per run).
 	Limiter *couch.RateLimiter
 
+	// Client holds the node's settings of the endpoints' HTTP clients
+	// (TLS, authentication); the zero value is Go's TLS defaults and
+	// session authentication.
+	Client ClientSettings
+
 	// Logger receives the run's log lines; the zero value discards them.
 	Logger zerolog.Logger
 

@@ -3,12 +3,14 @@ package engine
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/rs/zerolog"
@@ -126,6 +128,21 @@ func statusOf(err error) int {
 // back-off and the inactivity timeouts.
 type couchTransport struct{ db *couch.DB }
 
+// ClientSettings are a node's settings of the HTTP clients of every
+// replication, CouchDB's [replicator] keys that a replication cannot
+// override.
+type ClientSettings struct {
+	// TLS configures https endpoints (nil: Go's defaults, which verify
+	// against the system's roots); see couch.TLSSettings.
+	TLS *tls.Config
+	// Auth is auth_plugins: session (the default) or Basic on every
+	// request.
+	Auth couch.AuthMode
+	// SessionRefreshInterval is session_refresh_interval_sec (0:
+	// couch.SessionRefreshIntervalDefault).
+	SessionRefreshInterval time.Duration
+}
+
 // newPeers builds the source and target clients, which log to log and wait
 // on opts.Clock. The source gets at least two connections: a streamed
 // changes feed holds one for as long as it runs.
@@ -134,9 +151,15 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger) (*peer, *peer,
 		HTTPConnections:   rep.HTTPConnections,
 		ConnectionTimeout: rep.ConnectionTimeout,
 		// The engine's 0 (after its defaults) is no retries, couch's the default.
-		RetriesPerRequest: cmp.Or(rep.RetriesPerRequest, couch.NoRetries),
-		Logger:            log,
-		Clock:             opts.Clock,
+		RetriesPerRequest:      cmp.Or(rep.RetriesPerRequest, couch.NoRetries),
+		Logger:                 log,
+		Clock:                  opts.Clock,
+		TLS:                    opts.Client.TLS,
+		Auth:                   opts.Client.Auth,
+		SessionRefreshInterval: opts.Client.SessionRefreshInterval,
+	}
+	if rep.SocketOptions != nil {
+		copts.Socket = *rep.SocketOptions
 	}
 	srcOpts, tgtOpts := copts, copts
 	srcOpts.HTTPConnections = max(2, copts.HTTPConnections)

@@ -1,0 +1,152 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
+)
+
+const endpointSecret = "endpoint-pw-71c"
+
+// securedPeer starts a pouchdb-server whose admin alone may read and
+// write "src" (docs documents) and the target databases named.
+func securedPeer(t *testing.T, docs int, targets ...string) *couchtest.Server {
+	t.Helper()
+	srv := couchtest.StartPouchDB(t, couchtest.WithAdmin("admin", endpointSecret))
+	only := map[string]any{"members": map[string]any{"names": []string{"admin"}}}
+	for _, db := range append([]string{"src"}, targets...) {
+		srv.CreateDB(t, db)
+		srv.SetSecurity(t, db, only)
+	}
+	srv.AddDocs(t, "src", 0, docs)
+	return srv
+}
+
+// authed is the endpoint base/db with the admin's credentials in an auth
+// object.
+func authed(t *testing.T, base, db string) couch.Endpoint {
+	t.Helper()
+	ep, err := couch.ParseEndpoint(json.RawMessage(fmt.Sprintf(`{"url":%q,"auth":{"basic":{"username":"admin","password":%q}}}`,
+		base+"/"+db, endpointSecret)))
+	require.NoError(t, err)
+	return ep
+}
+
+// Replications from and to a TLS endpoint with a private CA: refused with
+// a reason naming the setting without the CA, replicated with it, with
+// verification off, and with the client certificate the endpoint asks for.
+func TestTLSReplication(t *testing.T) {
+	t.Parallel()
+	const docs = 30
+	cases := []string{"no CA", "CA", "no verification", "no client certificate", "client certificate"}
+	srv := securedPeer(t, docs, cases...)
+	root := couchtest.NewCA(t, "private root")
+	caFile := root.WriteCert(t)
+	plain := couchtest.NewTLSProxy(t, srv.URL(), couchtest.TLSProxyConfig{Cert: root.Server(t)})
+	mutual := couchtest.NewTLSProxy(t, srv.URL(), couchtest.TLSProxyConfig{Cert: root.Server(t), ClientCAs: root.Pool()})
+	certFile, keyFile := couchtest.WriteKeyPair(t, root.Client(t, "replicator"))
+
+	tests := []struct {
+		name  string
+		proxy *couchtest.FaultProxy
+		s     couch.TLSSettings
+		want  string // "" for success, else in the error
+	}{
+		{"no CA", plain, couch.TLSSettings{}, "certificate signed by unknown authority: set [replicator] ssl_trusted_certificates_file"},
+		{"CA", plain, couch.TLSSettings{CAFile: caFile}, ""},
+		{"no verification", plain, couch.TLSSettings{NoVerify: true}, ""},
+		{"no client certificate", mutual, couch.TLSSettings{CAFile: caFile}, "requires a client certificate: set [replicator] cert_file and key_file"},
+		{"client certificate", mutual, couch.TLSSettings{CAFile: caFile, CertFile: certFile, KeyFile: keyFile}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := tt.s.Config()
+			require.NoError(t, err)
+			logs := &testutil.SyncBuffer{}
+			rep := engine.Replication{Source: authed(t, tt.proxy.URL(), "src"), Target: authed(t, tt.proxy.URL(), tt.name)}
+			opts := engine.Options{Client: engine.ClientSettings{TLS: cfg}, Logger: zerolog.New(logs).Level(zerolog.DebugLevel)}
+			res, err := start(t, rep, opts).Wait()
+			requireNoEndpointSecret(t, logs.String())
+			if tt.want == "" {
+				require.NoError(t, err)
+				require.Equal(t, int64(docs), res.Stats.DocsWritten)
+				enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL(tt.name))
+				return
+			}
+			require.ErrorIs(t, err, couch.ErrTLS)
+			require.ErrorIs(t, err, engine.ErrHTTP, "crashes as http_request_failed")
+			require.ErrorContains(t, err, tt.want)
+			requireNoEndpointSecret(t, err.Error())
+		})
+	}
+}
+
+// A replication between peers that require authentication logs in once
+// per endpoint and then sends cookies; with Basic it sends the password
+// on every request. Either way the password is in no log line or error.
+func TestSessionReplication(t *testing.T) {
+	t.Parallel()
+	const docs = 120
+	srv := securedPeer(t, docs, "session", "basic")
+	proxy := couchtest.NewFaultProxy(t, srv.URL(), couchtest.FaultConfig{})
+	tests := []struct {
+		name string
+		auth couch.AuthMode
+	}{{"session", couch.AuthSession}, {"basic", couch.AuthBasic}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logs := &testutil.SyncBuffer{}
+			before := proxy.Counts()
+			rep := engine.Replication{Source: authed(t, proxy.URL(), "src"), Target: authed(t, proxy.URL(), tt.name), WorkerBatchSize: 20}
+			res := runOnce(t, rep, engine.Options{Client: engine.ClientSettings{Auth: tt.auth}, Logger: zerolog.New(logs).Level(zerolog.DebugLevel)})
+			require.Equal(t, int64(docs), res.Stats.DocsWritten)
+			enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL(tt.name))
+			c := proxy.Counts()
+			requests, logins, basic, cookie := c.Requests-before.Requests, c.Logins-before.Logins, c.Basic-before.Basic, c.Cookie-before.Cookie
+			t.Logf("%s: %d requests, %d logins, %d with Basic, %d with a cookie", tt.name, requests, logins, basic, cookie)
+			if tt.auth == couch.AuthSession {
+				require.Equal(t, int64(2), logins, "one login per endpoint")
+				require.Zero(t, basic)
+				require.Equal(t, requests-logins, cookie)
+			} else {
+				require.Zero(t, logins)
+				require.Zero(t, cookie)
+				require.Equal(t, requests, basic)
+			}
+			requireNoEndpointSecret(t, logs.String())
+		})
+	}
+}
+
+// A replication's socket_options reach its connections; options fdbrep
+// cannot apply are refused with the replication.
+func TestSocketOptionsReplication(t *testing.T) {
+	t.Parallel()
+	srv := startPeer(t, 20)
+	o, err := couch.ParseSocketOptions("[{keepalive, false}, {nodelay, false}, {sndbuf, 65536}, {recbuf, 65536}]")
+	require.NoError(t, err)
+	rep := srcTo(t, srv, "tgt", engine.Replication{CreateTarget: true, SocketOptions: &o})
+	require.Equal(t, int64(20), runOnce(t, rep, engine.Options{}).Stats.DocsWritten)
+
+	rep.SocketOptions = &couch.SocketOptions{SendBuffer: couch.SocketBufferMax + 1}
+	err = rep.Validate()
+	require.ErrorIs(t, err, engine.ErrInvalidSpec)
+	require.ErrorContains(t, err, "parameter `socket_options`: sndbuf takes an integer from 1 to")
+}
+
+func requireNoEndpointSecret(t *testing.T, texts ...string) {
+	t.Helper()
+	for _, s := range texts {
+		require.False(t, strings.Contains(s, endpointSecret), "the password leaked: %s", s)
+	}
+}
