@@ -1,16 +1,19 @@
 package replicator
 
 import (
+	"strings"
 	"time"
 
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
 // JobDefaults are a node's defaults for the tunables a replication leaves
 // unset: CouchDB's [replicator] worker_processes, worker_batch_size,
 // http_connections, connection_timeout, retries_per_request,
-// checkpoint_interval, use_checkpoints and use_bulk_get. Zero fields keep
-// the engine's defaults (engine.WorkerProcessesDefault and so on).
+// checkpoint_interval, use_checkpoints, use_bulk_get and socket_options.
+// Zero fields keep the engine's defaults (engine.WorkerProcessesDefault and
+// so on).
 type JobDefaults struct {
 	WorkerProcesses    int
 	WorkerBatchSize    int
@@ -22,6 +25,9 @@ type JobDefaults struct {
 	// false by default.
 	NoCheckpoints bool
 	NoBulkGet     bool
+	// SocketOptions are the TCP options of a replication that sets none
+	// (nil: Go's defaults); a replication's own replace them as a whole.
+	SocketOptions *couch.SocketOptions
 }
 
 // Apply fills rep's unset tunables (rep comes from s) with d.
@@ -48,6 +54,9 @@ func (d JobDefaults) Apply(rep engine.Replication, s *Spec) engine.Replication {
 	if s.UseBulkGet == nil {
 		rep.DisableBulkGet = d.NoBulkGet
 	}
+	if rep.SocketOptions == nil {
+		rep.SocketOptions = d.SocketOptions
+	}
 	return rep
 }
 
@@ -57,6 +66,11 @@ func (d JobDefaults) Validate() error {
 	probe := engine.Replication{
 		WorkerProcesses: d.WorkerProcesses, WorkerBatchSize: d.WorkerBatchSize, HTTPConnections: d.HTTPConnections,
 		ConnectionTimeout: d.ConnectionTimeout, RetriesPerRequest: d.RetriesPerRequest, CheckpointInterval: d.CheckpointInterval,
+	}
+	if d.SocketOptions != nil {
+		if err := d.SocketOptions.Validate(); err != nil {
+			return InvalidConfig("[replicator] %s", strings.TrimPrefix(err.Error(), couch.ErrInvalidOptions.Error()+": "))
+		}
 	}
 	if err := probe.ValidateTunables(); err != nil {
 		return InvalidConfig("[replicator] %s", engineReason(err))

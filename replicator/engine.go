@@ -35,6 +35,9 @@ type EngineDefault struct {
 	Limiter *couch.RateLimiter
 	// Logger receives the runs' log lines.
 	Logger zerolog.Logger
+	// Client holds the node's TLS and authentication settings of every
+	// endpoint (the zero value: Go's TLS defaults, session auth).
+	Client engine.ClientSettings
 }
 
 // ReplicationID implements Engine.
@@ -42,7 +45,7 @@ func (e EngineDefault) ReplicationID(ctx context.Context, rep engine.Replication
 	code := ""
 	if rep.Filter != "" && rep.Filter[0] != '_' {
 		var err error
-		code, err = engine.FetchFilterCode(ctx, rep, engine.Options{ServerUUID: serverUUID, Limiter: e.Limiter})
+		code, err = engine.FetchFilterCode(ctx, rep, engine.Options{ServerUUID: serverUUID, Limiter: e.Limiter, Client: e.Client})
 		if err != nil {
 			return "", "", err
 		}
@@ -56,6 +59,6 @@ func (e EngineDefault) Start(ctx context.Context, rep engine.Replication, opts e
 	if opts.Limiter == nil {
 		opts.Limiter = e.Limiter
 	}
-	opts.Logger = e.Logger
+	opts.Logger, opts.Client = e.Logger, e.Client
 	return engine.Start(ctx, rep, opts)
 }

@@ -247,6 +247,19 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 	if err := parseProxies(obj, s); err != nil {
 		return nil, err
 	}
+	if v, ok := obj["socket_options"]; ok && !isNull(v) {
+		var raw string
+		if json.Unmarshal(v, &raw) != nil {
+			return nil, newReason(ErrBadRequest, "`socket_options` must be a string such as \"[{keepalive, true}, {nodelay, false}]\"")
+		}
+		o, err := couch.ParseSocketOptions(raw)
+		if err != nil {
+			return nil, newReason(ErrBadRequest, "`socket_options`: %s", socketReason(err))
+		}
+		if !o.IsZero() {
+			s.SocketOptions = o.String()
+		}
+	}
 	if v, ok := obj["user_ctx"]; ok && !isNull(v) {
 		var u UserCtx
 		if !isObject(v) || json.Unmarshal(v, &u) != nil {
@@ -267,6 +280,12 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 // job data, which lives in one FoundationDB value with the job's state and
 // history).
 const SpecMaxBytes = 64 << 10
+
+// socketReason strips the class prefix from a socket_options error.
+func socketReason(err error) string {
+	msg := strings.TrimPrefix(err.Error(), couch.ErrInvalidOptions.Error()+": ")
+	return strings.TrimPrefix(msg, "socket_options: ")
+}
 
 // engineReason strips the engine's class prefix from a validation error.
 func engineReason(err error) string {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/couch"
 )
 
 func TestParseSpecErrors(t *testing.T) {
@@ -40,6 +42,10 @@ func TestParseSpecErrors(t *testing.T) {
 		{`{"source":"http://h/a","target":"http://h/b","proxy":"http://p","source_proxy":"http://q"}`, "`proxy` is mutually exclusive with `source_proxy`"},
 		{`{"source":"http://h/a","target":"http://h/b","proxy":"ftp://p"}`, "Unsupported proxy protocol in `proxy`: use http, https or socks5"},
 		{`{"source":"http://h/a","target":"http://h/b","filter":"nofilter"}`, "Invalid filter. Must match `ddocname/filtername`."},
+		{`{"source":"http://h/a","target":"http://h/b","socket_options":[["nodelay",true]]}`, "`socket_options` must be a string such as \"[{keepalive, true}, {nodelay, false}]\""},
+		{`{"source":"http://h/a","target":"http://h/b","socket_options":"[{buffer, 8192}]"}`, "`socket_options`: buffer (the Erlang runtime's own receive buffer) has no equivalent in fdbrep; use recbuf for the kernel's"},
+		{`{"source":"http://h/a","target":"http://h/b","socket_options":"[{tos, 4}]"}`, "`socket_options`: tos is not supported; fdbrep applies keepalive, nodelay, sndbuf, recbuf and priority"},
+		{`{"source":"http://h/a","target":"http://h/b","socket_options":"[{sndbuf, 1000000000}]"}`, "`socket_options`: sndbuf takes an integer from 1 to 67108864, got 1000000000"},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			_, err := ParseSpec(json.RawMessage(tc.body))
@@ -115,6 +121,36 @@ func TestSpecEngineCarriesProxies(t *testing.T) {
 	}
 }
 
+// socket_options is kept normalized and reaches the engine; a replication
+// without it takes the node's default, one with it replaces the default.
+func TestSpecSocketOptions(t *testing.T) {
+	nodeDefault, err := couch.ParseSocketOptions("[{nodelay, false}]")
+	require.NoError(t, err)
+	defaults := JobDefaults{SocketOptions: &nodeDefault}
+	for _, tc := range []struct {
+		name, opts, stored, applied string
+	}{
+		{"unset", ``, "", "[{nodelay, false}]"},
+		{"empty", `,"socket_options":"[]"`, "", "[{nodelay, false}]"},
+		{"own", `,"socket_options":"[ {sndbuf,65536}, {keepalive,false} ]"`, "[{keepalive, false}, {sndbuf, 65536}]", "[{keepalive, false}, {sndbuf, 65536}]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := ParseSpec(json.RawMessage(`{"source":"http://h/a","target":"http://h/b"` + tc.opts + `}`))
+			require.NoError(t, err)
+			require.Equal(t, tc.stored, s.SocketOptions)
+			rep, err := s.Replication()
+			require.NoError(t, err)
+			rep = defaults.Apply(rep, s)
+			require.NotNil(t, rep.SocketOptions)
+			require.Equal(t, tc.applied, rep.SocketOptions.String())
+		})
+	}
+	bad := couch.SocketOptions{SendBuffer: -1}
+	err = JobDefaults{SocketOptions: &bad}.Validate()
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorContains(t, err, "[replicator] socket_options: sndbuf")
+}
+
 // FuzzParseSpec feeds the replication-spec parser arbitrary bodies: it
 // never panics, refuses with a user-facing reason, and what it accepts is
 // valid for the engine, within the stored size bound, and the same
@@ -130,6 +166,7 @@ func FuzzParseSpec(f *testing.F) {
 		`{"source":"http://padm:Alice/LeakPw14@127.0.0.1:25986/secsrc","target":"http://h/b"}`,
 		`{"source":"http://h/a","target":"http://h/b","proxy":"socks5://p:1080","selector":{"a":{"$gt":1}}}`,
 		`{"source":"http://[::1]:5984/a","target":"http://h/b","connection_timeout":"9223372036854775807"}`,
+		`{"source":"http://h/a","target":"http://h/b","socket_options":"[{nodelay, false}, {sndbuf, 4096}]"}`,
 		`[]`, `null`, `{"source":1}`, `{"source":"http://h/a","target":"http://h/b","user_ctx":{"name":"x","roles":[1]}}`,
 	} {
 		f.Add([]byte(seed))

@@ -70,6 +70,9 @@ type Spec struct {
 	HTTPConnections    int   `json:"http_connections,omitempty"`
 	ConnectionTimeout  int64 `json:"connection_timeout,omitempty"`
 	RetriesPerRequest  int   `json:"retries_per_request,omitempty"`
+	// SocketOptions is socket_options in CouchDB's syntax, normalized
+	// ("" leaves the node's default).
+	SocketOptions string `json:"socket_options,omitempty"`
 
 	// UserCtx is the document's user_ctx (informational).
 	UserCtx *UserCtx `json:"user_ctx,omitempty"`
@@ -116,6 +119,13 @@ func (s *Spec) Engine() (engine.Replication, error) {
 	}
 	if s.UserCtx != nil {
 		rep.UserCtx = engine.UserCtx{Name: s.UserCtx.Name, Roles: s.UserCtx.Roles}
+	}
+	if s.SocketOptions != "" {
+		o, err := couch.ParseSocketOptions(s.SocketOptions)
+		if err != nil {
+			return engine.Replication{}, newReason(ErrBadRequest, "`socket_options`: %s", socketReason(err))
+		}
+		rep.SocketOptions = &o
 	}
 	if rep.SourceProxy, err = proxyURL(s.Source.Proxy); err != nil {
 		return engine.Replication{}, err
