@@ -41,6 +41,7 @@ import (
 	"github.com/fdbrep/fdbrep/frontend"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -123,7 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, usage)
 		return &cli.ExitError{Code: cli.ExitUsage, Err: errors.New("no command given")}
 	}
-	env := cli.Env{Stdout: stdout, Stderr: stderr, JobDefaults: clientJobDefaults}
+	env := cli.Env{Stdout: stdout, Stderr: stderr, JobDefaults: clientJobDefaults, Client: clientEndpoints}
 	switch args[0] {
 	case "replicate":
 		return cli.Replicate(ctx, args[1:], env)
@@ -176,17 +177,32 @@ func hashPassword(args []string, in io.Reader, stdout, stderr io.Writer) error {
 // set (see main).
 const GCPercentDefault = 200
 
-// clientJobDefaults are the defaults an in-process fdbrep replicate applies
-// to the replication's tunables: a node's, from [replicator] of the
-// configuration files in $FDBREP_CONFIG and FDBREP_REPLICATOR__* variables.
-func clientJobDefaults() (replicator.JobDefaults, error) {
+// clientConfig is the configuration an in-process fdbrep replicate reads,
+// as a node does: the files in $FDBREP_CONFIG and FDBREP_* variables.
+func clientConfig() (*config.Config, error) {
 	var files []string
 	if v := os.Getenv("FDBREP_CONFIG"); v != "" {
 		files = strings.Split(v, ",")
 	}
-	cfg, err := config.Load(files, os.Environ())
+	return config.Load(files, os.Environ())
+}
+
+// clientJobDefaults are the defaults an in-process fdbrep replicate applies
+// to the replication's tunables: a node's, from [replicator].
+func clientJobDefaults() (replicator.JobDefaults, error) {
+	cfg, err := clientConfig()
 	if err != nil {
 		return replicator.JobDefaults{}, err
 	}
-	return jobDefaults(cfg), nil
+	return jobDefaults(cfg)
+}
+
+// clientEndpoints are the TLS and authentication settings an in-process
+// fdbrep replicate uses: a node's, from [replicator].
+func clientEndpoints() (engine.ClientSettings, error) {
+	cfg, err := clientConfig()
+	if err != nil {
+		return engine.ClientSettings{}, err
+	}
+	return clientSettings(cfg)
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,11 +19,13 @@ import (
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/frontend"
 	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 	"github.com/fdbrep/fdbrep/repdb"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
+	"github.com/fdbrep/fdbrep/replicator/engine"
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
 )
 
@@ -190,7 +193,11 @@ func clusterConfig(cfg *config.Config, log *zerolog.Logger, metrics *replicator.
 }
 
 // nodeConfig maps [replicator] to a replication node's settings.
-func nodeConfig(cfg *config.Config, cluster replicator.Config, docs replicator.DocUpdater) scheduler.Config {
+func nodeConfig(cfg *config.Config, cluster replicator.Config, docs replicator.DocUpdater) (scheduler.Config, error) {
+	defaults, err := jobDefaults(cfg)
+	if err != nil {
+		return scheduler.Config{}, err
+	}
 	return scheduler.Config{
 		Config:              cluster,
 		NodeName:            cfg.NodeName(),
@@ -204,17 +211,22 @@ func nodeConfig(cfg *config.Config, cluster replicator.Config, docs replicator.D
 		HealthThreshold:     secs(cfg, "health_threshold_sec"),
 		TransientJobMaxAge:  secs(cfg, "transient_job_max_age_sec"),
 		StatsUpdateInterval: secs(cfg, "stats_update_interval_sec"),
-		JobDefaults:         jobDefaults(cfg),
+		JobDefaults:         defaults,
 		DocUpdater:          docs,
-	}
+	}, nil
 }
 
 // jobDefaults maps [replicator]'s defaults of the replications' own
-// settings.
-func jobDefaults(cfg *config.Config) replicator.JobDefaults {
+// settings; socket_options that fdbrep cannot apply is an error.
+func jobDefaults(cfg *config.Config) (replicator.JobDefaults, error) {
 	retries := int(cfg.Int("replicator", "retries_per_request"))
 	if retries == 0 {
 		retries = -1 // the engine's "no retries"
+	}
+	socket, err := couch.ParseSocketOptions(cfg.String("replicator", "socket_options"))
+	if err != nil {
+		return replicator.JobDefaults{}, fmt.Errorf("%w: [replicator] %s", config.ErrInvalidValue,
+			strings.TrimPrefix(err.Error(), couch.ErrInvalidOptions.Error()+": "))
 	}
 	return replicator.JobDefaults{
 		WorkerProcesses:    int(cfg.Int("replicator", "worker_processes")),
@@ -225,7 +237,40 @@ func jobDefaults(cfg *config.Config) replicator.JobDefaults {
 		CheckpointInterval: millis(cfg, "replicator", "checkpoint_interval"),
 		NoCheckpoints:      !cfg.Bool("replicator", "use_checkpoints"),
 		NoBulkGet:          !cfg.Bool("replicator", "use_bulk_get"),
+		SocketOptions:      &socket,
+	}, nil
+}
+
+// clientSettings maps [replicator]'s TLS and authentication keys to the
+// settings of every replication's HTTP clients, reading the certificate
+// files: a missing or unreadable file, or a wrong key passphrase, is a
+// configuration error here, at start-up.
+func clientSettings(cfg *config.Config) (engine.ClientSettings, error) {
+	depth := int(cfg.Int("replicator", "ssl_certificate_max_depth"))
+	if depth == 0 {
+		depth = couch.MaxDepthNone
 	}
+	tlsCfg, err := couch.TLSSettings{
+		NoVerify:    !cfg.Bool("replicator", "verify_ssl_certificates"),
+		CAFile:      cfg.String("replicator", "ssl_trusted_certificates_file"),
+		MaxDepth:    depth,
+		CertFile:    cfg.String("replicator", "cert_file"),
+		KeyFile:     cfg.String("replicator", "key_file"),
+		KeyPassword: cfg.String("replicator", "password"),
+	}.Config()
+	if err != nil {
+		return engine.ClientSettings{}, fmt.Errorf("%w: %s", config.ErrInvalidValue,
+			strings.TrimPrefix(err.Error(), couch.ErrInvalidOptions.Error()+": "))
+	}
+	auth := couch.AuthBasic
+	if slices.Contains(cfg.List("replicator", "auth_plugins"), "couch_replicator_auth_session") {
+		auth = couch.AuthSession
+	}
+	return engine.ClientSettings{
+		TLS:                    tlsCfg,
+		Auth:                   auth,
+		SessionRefreshInterval: secs(cfg, "session_refresh_interval_sec"),
+	}, nil
 }
 
 func jobsConfig(cfg *config.Config, log *zerolog.Logger) fdbjobs.Config {
@@ -271,6 +316,21 @@ func start(cfg *config.Config, stderr io.Writer) (zerolog.Logger, kv.Database, e
 // shuts them down gracefully (see serve). Several nodes can share one
 // store in a process (fdbrep cluster).
 func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolog.Logger, ready chan<- string) error {
+	// A replication node reads its endpoints' certificate files before
+	// anything starts: a bad file stops it here, not a replication later.
+	var client engine.ClientSettings
+	if cfg.HasRole(config.RoleReplication) {
+		var err error
+		if client, err = clientSettings(cfg); err != nil {
+			return err
+		}
+		if _, err := jobDefaults(cfg); err != nil {
+			return err
+		}
+		if client.TLS.InsecureSkipVerify {
+			log.Warn().Msg("config: [replicator] verify_ssl_certificates is false: the certificates of https endpoints are not checked")
+		}
+	}
 	jobs, err := fdbjobs.New(db, jobsConfig(cfg, &log))
 	if err != nil {
 		return err
@@ -323,8 +383,11 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 
 	readyAddr := ""
 	if cfg.HasRole(config.RoleReplication) {
-		ncfg := nodeConfig(cfg, cluster, docs)
-		n, err := scheduler.New(db, jobs, replicator.EngineDefault{Logger: log}, ncfg)
+		ncfg, err := nodeConfig(cfg, cluster, docs)
+		if err != nil {
+			return err
+		}
+		n, err := scheduler.New(db, jobs, replicator.EngineDefault{Logger: log, Client: client}, ncfg)
 		if err != nil {
 			return err
 		}

@@ -198,6 +198,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: [replicator] interval (%s) and interval_sec (%s) are both set: keep one", ErrInvalidValue,
 			c.sources["replicator/interval"], c.sources["replicator/interval_sec"])
 	}
+	if len(c.List("replicator", "auth_plugins")) == 0 {
+		return fmt.Errorf("%w: [replicator] auth_plugins: name couch_replicator_auth_session, couch_replicator_auth_noop or both", ErrInvalidValue)
+	}
 	if len(c.Roles()) == 0 {
 		return fmt.Errorf("%w: [node] roles: at least one role is required (%s or %s)", ErrInvalidValue, RoleAPIFrontend, RoleReplication)
 	}

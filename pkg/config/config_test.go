@@ -62,7 +62,7 @@ roles = replication
 [cluster]
 q = 2
 `)
-	local := writeFile(t, "[replicator]\nmax_churn = 7\nverify_ssl_certificates = true\n")
+	local := writeFile(t, "[replicator]\nmax_churn = 7\nverify_ssl_certificates_log = true\n")
 	c, err := Load([]string{base, local}, []string{
 		"FDBREP_REPLICATOR__MAX_JOBS=42",
 		"FDBREP_CHTTPD__BIND_ADDRESS=0.0.0.0",
@@ -85,7 +85,7 @@ q = 2
 	require.False(t, c.HasRole(RoleAPIFrontend))
 	w := strings.Join(c.Warnings(), "\n")
 	require.Contains(t, w, "[cluster] is a CouchDB section fdbrep does not use")
-	require.Contains(t, w, "[replicator] verify_ssl_certificates is a CouchDB setting fdbrep does not use; ignored ("+local+")")
+	require.Contains(t, w, "[replicator] verify_ssl_certificates_log is a CouchDB setting fdbrep does not use; ignored ("+local+")")
 }
 
 func TestLoadRejects(t *testing.T) {
@@ -204,7 +204,7 @@ port = 5986
 [replicator]
 interval = 60000
 max_jobs = 300
-verify_ssl_certificates = true
+verify_ssl_certificates_log = true
 `)}, nil)
 	require.NoError(t, err)
 	require.Equal(t, time.Minute, c.Interval())
@@ -214,7 +214,7 @@ verify_ssl_certificates = true
 	require.Contains(t, w, "[couch_httpd_auth] is a CouchDB section fdbrep does not use; ignored")
 	require.Contains(t, w, "fdbrep reads secret, timeout from [chttpd_auth]")
 	require.Contains(t, w, "fdbrep reads port from [chttpd]")
-	require.Contains(t, w, "[replicator] verify_ssl_certificates")
+	require.Contains(t, w, "[replicator] verify_ssl_certificates_log")
 	require.NotContains(t, w, "s3cret")
 
 	require.Equal(t, 15*time.Second, Default().Interval())

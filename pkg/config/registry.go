@@ -138,6 +138,18 @@ var Registry = []Key{
 	intKey("replicator", "checkpoint_interval", "30000", 1, 3_600_000, "Default checkpoint_interval, in milliseconds, between checkpoints of a replication."),
 	boolKey("replicator", "use_checkpoints", "true", "Default use_checkpoints: write checkpoint documents on the endpoints."),
 	boolKey("replicator", "use_bulk_get", "true", "Default use_bulk_get: fetch documents with _bulk_get when the source supports it."),
+	strKey("replicator", "socket_options", "[{keepalive, true}, {nodelay, true}]", "Default socket_options, in CouchDB's syntax: TCP options of the replications' connections. fdbrep applies keepalive, nodelay, sndbuf, recbuf (bytes, at most 64 MiB) and priority (0 to 6, Linux); any other option stops the node with its name. A replication's own socket_options replace these. CouchDB's default turns nodelay off; fdbrep keeps it on (see COMPAT.md)."),
+	// [replicator] — endpoints: TLS and authentication
+	boolKey("replicator", "verify_ssl_certificates", "true", "Verify the certificates of https endpoints (chain to a trusted root, host name, ssl_certificate_max_depth). CouchDB's default is false; fdbrep's is true because the endpoints' passwords travel over these connections (see COMPAT.md)."),
+	strKey("replicator", "ssl_trusted_certificates_file", "", "PEM file of the CA certificates trusted for https endpoints; empty trusts the system's roots. Read at start-up: a missing or unreadable file stops the node."),
+	intKey("replicator", "ssl_certificate_max_depth", "3", 0, 100, "Intermediate certificates allowed between an endpoint's certificate and a trusted root (0: the root signs it directly)."),
+	strKey("replicator", "cert_file", "", "PEM file of the client certificate (with its intermediates) presented to https endpoints that ask for one; set with key_file."),
+	strKey("replicator", "key_file", "", "PEM file of the client certificate's private key (PKCS #1, PKCS #8 or SEC 1; encrypted with password)."),
+	{Section: "replicator", Name: "password", Kind: KindString, Default: "", Secret: true, Doc: "Passphrase of an encrypted key_file (encrypted PKCS #8, or legacy encrypted PEM). Never logged."},
+	{Section: "replicator", Name: "auth_plugins", Kind: KindList, Default: "couch_replicator_auth_session,couch_replicator_auth_noop",
+		OneOf: []string{"couch_replicator_auth_session", "couch_replicator_auth_noop"},
+		Doc:   "How the replicator authenticates to endpoints with credentials: with couch_replicator_auth_session it logs in once through POST /_session and sends the cookie (Basic where the endpoint has no usable _session); couch_replicator_auth_noop alone sends Basic on every request."},
+	intKey("replicator", "session_refresh_interval_sec", "550", 1, maxInt, "Seconds after which a session cookie without Max-Age is renewed (a cookie with Max-Age is renewed at 90% of it)."),
 	// [couch_jobs]
 	intKey("couch_jobs", "activity_monitor_max_jitter_msec", "10000", 1, maxInt, "Cap of the random delay added to each activity monitor period."),
 	intKey("couch_jobs", "type_monitor_holdoff_msec", "50", 1, maxInt, "Least time between two rounds of a job notifier."),

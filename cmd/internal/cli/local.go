@@ -95,6 +95,12 @@ func (c *replicateCmd) runLocal(ctx context.Context) error {
 		}
 		rep = defaults.Apply(rep, c.spec)
 	}
+	var client engine.ClientSettings
+	if c.env.Client != nil {
+		if client, err = c.env.Client(); err != nil {
+			return usageError("%v", err)
+		}
+	}
 	db, uuid, err := openLocal(ctx, dir)
 	if err != nil {
 		return &ExitError{Code: ExitFailure, Err: err}
@@ -105,7 +111,7 @@ func (c *replicateCmd) runLocal(ctx context.Context) error {
 	d := newDisplay(c.progress, c.env.Stdout, c.r)
 	log := zerolog.New(zerolog.ConsoleWriter{Out: redactWriter{d.logs(c.env.Stderr), c.r}, NoColor: true, TimeFormat: time.RFC3339}).
 		Level(zerolog.WarnLevel).With().Timestamp().Logger()
-	run := engine.Start(context.Background(), rep, engine.Options{ServerUUID: uuid, Logger: log})
+	run := engine.Start(context.Background(), rep, engine.Options{ServerUUID: uuid, Logger: log, Client: client})
 	repID := func() string {
 		_, full, _ := run.ID()
 		return full

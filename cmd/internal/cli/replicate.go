@@ -22,6 +22,10 @@ type Env struct {
 	// tunables (worker_processes, …), as a node applies them; nil: the
 	// engine's defaults.
 	JobDefaults func() (replicator.JobDefaults, error)
+	// Client returns [replicator]'s TLS and authentication settings of
+	// the endpoints, as a node reads them; nil: Go's TLS defaults and
+	// session authentication.
+	Client func() (engine.ClientSettings, error)
 }
 
 // listFlag collects a repeatable flag.
