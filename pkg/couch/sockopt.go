@@ -72,12 +72,9 @@ func ParseSocketOptions(s string) (SocketOptions, error) {
 		if !p.eat(',') {
 			return o, p.syntax("',' after " + name)
 		}
-		value := p.atom()
-		if value == "" {
-			return o, p.syntax("a value for " + name)
-		}
-		if !p.eat('}') {
-			return o, p.syntax("'}' after the value of " + name + " (options take one value)")
+		value, ok := p.value()
+		if !ok {
+			return o, p.syntax("'}' closing the option " + name)
 		}
 		if err := o.set(name, value); err != nil {
 			return SocketOptions{}, err
@@ -108,6 +105,13 @@ func (o *SocketOptions) set(name, value string) error {
 		return n, nil
 	}
 	var err error
+	known := map[string]bool{"nodelay": true, "keepalive": true, "sndbuf": true, "recbuf": true, "priority": true}
+	switch {
+	case known[name] && value == "":
+		return invalidOptions("socket_options: %s has no value", name)
+	case known[name] && strings.ContainsAny(value, ",{}[]<>\""):
+		return invalidOptions("socket_options: %s takes one value, got %s", name, value)
+	}
 	switch name {
 	case "nodelay":
 		o.NoDelay, err = boolean()
@@ -239,6 +243,28 @@ func (p *termParser) eat(c byte) bool {
 		return true
 	}
 	return false
+}
+
+// value reads the rest of a tuple, balanced brackets included, and the
+// '}' that closes it; it returns the text before that '}', trimmed.
+func (p *termParser) value() (string, bool) {
+	start, depth := p.i, 0
+	for ; p.i < len(p.s); p.i++ {
+		switch p.s[p.i] {
+		case '{', '[', '<':
+			depth++
+		case ']', '>':
+			depth--
+		case '}':
+			if depth == 0 {
+				v := strings.TrimSpace(p.s[start:p.i])
+				p.i++
+				return v, true
+			}
+			depth--
+		}
+	}
+	return "", false
 }
 
 // atom reads an atom or an integer ("" if neither is next).

@@ -29,8 +29,11 @@ func TestParseSocketOptions(t *testing.T) {
 		{"[{priority, 7}]", "priority takes an integer from 0 to 6, got 7", true},
 		{"{nodelay, true}", "expected a list", true},
 		{"[{nodelay, true}", "expected ',' or ']' at the end", true},
-		{"[{nodelay, true, 1}]", "options take one value", true},
-		{"[{raw, 6, 1, <<1:32>>}]", "expected '}' after the value of raw", true},
+		{"[{nodelay, true", "expected '}' closing the option nodelay at the end", true},
+		{"[{nodelay, true, 1}]", "nodelay takes one value, got true, 1", true},
+		{"[{nodelay, }]", "nodelay has no value", true},
+		{"[{raw, 6, 1, <<1:32>>}]", "raw is not supported", true},
+		{"[{linger, {true, 10}}, {nodelay, true}]", "linger is not supported", true},
 		{"[{nodelay, true}] extra", "expected the end after ']'", true},
 		{"[nodelay]", "expected a {name, value} tuple", true},
 	}
