@@ -28,7 +28,10 @@ func init() { register("replication", runReplicationBench) }
 // batch sizes, the best one counts), and measures the endpoint limit: the
 // same documents written straight into a fresh target with _bulk_docs
 // new_edits=false. Each contender runs -runs times, interleaved, after a
-// warm-up of both node processes; the best rate of each is compared.
+// warm-up of both node processes; the best rate of each is compared. With
+// -auth (the default) it then measures the engine against peers that
+// require authentication, Basic on every request versus session (see
+// authBench).
 func runReplicationBench(args []string) error {
 	fs := flag.NewFlagSet("replication", flag.ContinueOnError)
 	docs := fs.Int("docs", 10000, "documents to replicate")
@@ -38,6 +41,7 @@ func runReplicationBench(args []string) error {
 	pouchBatches := fs.String("pouch-batch-sizes", "100,500,1000", "PouchDB.replicate batch_size values to try (empty: skip PouchDB)")
 	docBytes := fs.Int("doc-bytes", 200, "approximate size of each document body")
 	runs := fs.Int("runs", 3, "measurement rounds (the best of each contender counts)")
+	auth := fs.Bool("auth", true, "also measure against peers that require authentication: Basic on every request versus session")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,7 +63,7 @@ func runReplicationBench(args []string) error {
 	defer tgt.Stop()
 
 	fmt.Printf("replication benchmark: %d docs of ~%d bytes, source and target in two pouchdb-server processes\n", *docs, *docBytes)
-	if err := loadSource(src, "src", *docs, *docBytes); err != nil {
+	if err := loadSource(src.URL(), "src", *docs, *docBytes); err != nil {
 		return err
 	}
 
@@ -73,7 +77,7 @@ func runReplicationBench(args []string) error {
 	if _, err := bulkLoad(tgt, "warmup", payload[:min(len(payload), 5000)], *batch, *workers); err != nil {
 		return err
 	}
-	if err := deleteDB(tgt, "warmup"); err != nil {
+	if err := deleteDB(tgt.URL(), "warmup"); err != nil {
 		return err
 	}
 
@@ -94,7 +98,7 @@ func runReplicationBench(args []string) error {
 		limitRates = append(limitRates, float64(*docs)/d.Seconds())
 		fmt.Printf("  run %d: endpoint limit (_bulk_docs new_edits=false, batch %d, %d in flight): %6.0f docs/s\n", run, *batch, *workers,
 			limitRates[len(limitRates)-1])
-		if err := deleteDB(tgt, db); err != nil {
+		if err := deleteDB(tgt.URL(), db); err != nil {
 			return err
 		}
 
@@ -120,14 +124,14 @@ func runReplicationBench(args []string) error {
 		engineRates = append(engineRates, float64(*docs)/d.Seconds())
 		fmt.Printf("  run %d: fdbrep engine (workers %d, batch %d): %6.0f docs/s (engine CPU %v)\n", run, *workers, *batch,
 			engineRates[len(engineRates)-1], (cpuTime() - cpu0).Round(time.Millisecond))
-		if err := deleteDB(tgt, db); err != nil {
+		if err := deleteDB(tgt.URL(), db); err != nil {
 			return err
 		}
 
 		// PouchDB's replicator.
 		for _, bs := range sizes {
 			db := fmt.Sprintf("pouch%d-%d", run, bs)
-			if err := putDB(tgt, db); err != nil {
+			if err := putDB(tgt.URL(), db); err != nil {
 				return err
 			}
 			pr, err := couchtest.PouchReplicate(context.Background(), src.URL()+"/src", tgt.URL()+"/"+db, bs, 0)
@@ -139,7 +143,7 @@ func runReplicationBench(args []string) error {
 			}
 			pouchRates[bs] = append(pouchRates[bs], float64(*docs)/pr.Elapsed().Seconds())
 			fmt.Printf("  run %d: PouchDB.replicate (batch_size %d): %6.0f docs/s\n", run, bs, pouchRates[bs][len(pouchRates[bs])-1])
-			if err := deleteDB(tgt, db); err != nil {
+			if err := deleteDB(tgt.URL(), db); err != nil {
 				return err
 			}
 		}
@@ -175,6 +179,9 @@ func runReplicationBench(args []string) error {
 		}
 		fmt.Printf("  engine / PouchDB (batch_size %d), median of rounds: %.2fx\n", bestBatch, median(ratios))
 	}
+	if *auth {
+		return authBench(*docs, *docBytes, *workers, *batch, *runs)
+	}
 	return nil
 }
 
@@ -198,13 +205,15 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func deleteDB(s *couchtest.Server, db string) error {
-	_, err := doJSON(http.MethodDelete, s.URL()+"/"+db, nil, nil)
+// deleteDB and putDB delete and create db at base, a server root URL
+// (with credentials for a peer that requires them).
+func deleteDB(base, db string) error {
+	_, err := doJSON(http.MethodDelete, base+"/"+db, nil, nil)
 	return err
 }
 
-func putDB(s *couchtest.Server, db string) error {
-	_, err := doJSON(http.MethodPut, s.URL()+"/"+db, nil, nil)
+func putDB(base, db string) error {
+	_, err := doJSON(http.MethodPut, base+"/"+db, nil, nil)
 	return err
 }
 
@@ -241,8 +250,9 @@ func doJSON(method, u string, body, out any) (int, error) {
 	return resp.StatusCode, nil
 }
 
-func loadSource(s *couchtest.Server, db string, n, size int) error {
-	if err := putDB(s, db); err != nil {
+// loadSource creates db at base with n documents of about size bytes.
+func loadSource(base, db string, n, size int) error {
+	if err := putDB(base, db); err != nil {
 		return err
 	}
 	filler := strings.Repeat("x", size)
@@ -251,7 +261,7 @@ func loadSource(s *couchtest.Server, db string, n, size int) error {
 		for i := start; i < min(n, start+1000); i++ {
 			docs = append(docs, map[string]any{"_id": fmt.Sprintf("doc-%08d", i), "n": i, "text": filler})
 		}
-		if _, err := doJSON(http.MethodPost, s.URL()+"/"+db+"/_bulk_docs", map[string]any{"docs": docs}, nil); err != nil {
+		if _, err := doJSON(http.MethodPost, base+"/"+db+"/_bulk_docs", map[string]any{"docs": docs}, nil); err != nil {
 			return err
 		}
 	}
@@ -297,7 +307,7 @@ func fetchPayload(s *couchtest.Server, db string, n int) ([]json.RawMessage, err
 // bulkLoad writes docs into a fresh database in batches, `inflight` at a
 // time, and returns the elapsed time.
 func bulkLoad(s *couchtest.Server, db string, docs []json.RawMessage, batch, inflight int) (time.Duration, error) {
-	if err := putDB(s, db); err != nil {
+	if err := putDB(s.URL(), db); err != nil {
 		return 0, err
 	}
 	var bodies [][]byte
