@@ -160,7 +160,9 @@ func TestDocIDsAndSpecialMembers(t *testing.T) {
 		err    string
 	}{
 		{"/_replicator/_foo", repDoc(), 400, "illegal_docid"},
-		{"/_replicator/ok", repDoc("_attachments", map[string]any{}), 400, "doc_validation"},
+		{"/_replicator/ok", repDoc("_attachments", map[string]any{"a.txt": map[string]any{"data": "eA=="}}), 415, "bad_content_type"},
+		{"/_replicator/ok", repDoc("_bogus", 1), 400, "doc_validation"},
+		{"/_replicator/ok", repDoc("_revisions", "nope"), 400, "bad_request"},
 		{"/_replicator/ok", repDoc("_deleted", "yes"), 400, "doc_validation"},
 		{"/_replicator/ok", repDoc("_id", "other"), 400, "bad_request"},
 		{"/_replicator/ok", repDoc("_rev", 5), 400, "bad_request"},
@@ -291,7 +293,8 @@ func TestAllDocsAndChanges(t *testing.T) {
 	r = e.do("GET", "/_replicator/_changes?since=now", asAdmin, nil)
 	require.Empty(t, r.Body["results"])
 	requireError(t, e.do("GET", "/_replicator/_changes?since=zz", asAdmin, nil), 400, "bad_request")
-	requireError(t, e.do("GET", "/_replicator/_changes?feed=continuous", asAdmin, nil), 400, "bad_request")
+	requireError(t, e.do("GET", "/_replicator/_changes?feed=bogus", asAdmin, nil), 400, "bad_request")
+	requireError(t, e.do("GET", "/_replicator/_changes?style=bogus", asAdmin, nil), 400, "bad_request")
 }
 
 func TestMethodsAndMissingDB(t *testing.T) {

@@ -1,14 +1,12 @@
 package frontend
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/repdb"
@@ -196,7 +194,12 @@ func (s *Server) handleDB(w http.ResponseWriter, r *http.Request) {
 		if id == "" {
 			id = newDocID() // outside the transaction: retries keep the id
 		}
-		s.writeDoc(w, r, name, id, body)
+		e, he := editFromBody(r, name, id, body, true)
+		if he != nil {
+			writeError(w, he)
+			return
+		}
+		s.writeDoc(w, r, e, http.StatusCreated)
 	}
 }
 
@@ -211,7 +214,8 @@ func (s *Server) handleAllDocs(w http.ResponseWriter, r *http.Request) {
 		Limit: p.int("limit", -1), Skip: p.int("skip", 0), Descending: p.bool("descending"),
 		StartKey: p.jsonString("startkey", "start_key"), EndKey: p.jsonString("endkey", "end_key"),
 	}
-	includeDocs := p.bool("include_docs")
+	includeDocs, o := p.bool("include_docs"), readOptsOf(&p)
+	adq.Conflicts = includeDocs && (o.conflicts || o.deletedConflicts)
 	var keys []string
 	he := p.err
 	if he == nil {
@@ -222,18 +226,21 @@ func (s *Server) handleAllDocs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if keys != nil {
-		s.allDocsByKeys(w, r, db, keys, includeDocs)
+		s.allDocsByKeys(w, r, db, keys, includeDocs, o)
 		return
 	}
-	docs, total, err := s.store.AllDocs(r.Context(), db, adq)
+	u := userFrom(r)
+	var rows []map[string]any
+	total, err := s.store.AllDocs(r.Context(), db, adq, func(d *repdb.Doc) error {
+		rows = append(rows, s.allDocsRow(d, u, includeDocs, o))
+		return nil
+	})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	u := userFrom(r)
-	rows := make([]map[string]any, 0, len(docs))
-	for _, d := range docs {
-		rows = append(rows, s.allDocsRow(d, u, includeDocs))
+	if rows == nil {
+		rows = []map[string]any{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"total_rows": total, "offset": adq.Skip, "rows": rows})
 }
@@ -274,8 +281,8 @@ func (s *Server) allDocsKeys(w http.ResponseWriter, r *http.Request) ([]string, 
 // allDocsByKeys answers _all_docs for the given ids, in their order, as
 // CouchDB does: a row per id, "error": "not_found" for ids never written,
 // "deleted": true (and a null doc) for deleted ones.
-func (s *Server) allDocsByKeys(w http.ResponseWriter, r *http.Request, db string, keys []string, includeDocs bool) {
-	docs, err := s.store.Lookup(r.Context(), db, keys)
+func (s *Server) allDocsByKeys(w http.ResponseWriter, r *http.Request, db string, keys []string, includeDocs bool, o readOpts) {
+	docs, err := s.store.Lookup(r.Context(), db, keys, includeDocs && (o.conflicts || o.deletedConflicts))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -292,14 +299,14 @@ func (s *Server) allDocsByKeys(w http.ResponseWriter, r *http.Request, db string
 			rows = append(rows, map[string]any{"key": keys[i], "error": "not_found"})
 			continue
 		}
-		rows = append(rows, s.allDocsRow(d, u, includeDocs))
+		rows = append(rows, s.allDocsRow(d, u, includeDocs, o))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"total_rows": info.DocCount, "offset": nil, "rows": rows})
 }
 
 // allDocsRow is a document's _all_docs row, CouchDB's shape; a deleted
 // one (only listed by keys) says so and has a null doc.
-func (s *Server) allDocsRow(d *repdb.Doc, u *User, includeDocs bool) map[string]any {
+func (s *Server) allDocsRow(d *repdb.Doc, u *User, includeDocs bool, o readOpts) map[string]any {
 	value := map[string]any{"rev": d.Rev}
 	row := map[string]any{"id": d.ID, "key": d.ID, "value": value}
 	switch {
@@ -309,170 +316,8 @@ func (s *Server) allDocsRow(d *repdb.Doc, u *User, includeDocs bool) map[string]
 			row["doc"] = nil
 		}
 	case includeDocs:
-		row["doc"] = s.docJSON(d, u)
+		o.revs, o.revsInfo = false, false // not offered by _all_docs
+		row["doc"] = s.renderDoc(d, u, o)
 	}
 	return row
-}
-
-func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
-	db, ok := dbFromPath(w, r)
-	if !ok || !requireUser(w, r) {
-		return
-	}
-	q := r.URL.Query()
-	var docIDs map[string]bool // filter=_doc_ids
-	if r.Method == http.MethodPost {
-		b, he := readBody(w, r, s.opts.MaxRequestSize)
-		if he != nil {
-			writeError(w, he)
-			return
-		}
-		if len(strings.TrimSpace(string(b))) > 0 {
-			body, he := decodeObject(b, s.opts.MaxJSONDepth)
-			if he != nil {
-				writeError(w, he)
-				return
-			}
-			if ids, ok := body["doc_ids"]; ok {
-				list, ok := ids.([]any)
-				if !ok {
-					writeError(w, badRequest("`doc_ids` must be an array"))
-					return
-				}
-				docIDs = map[string]bool{}
-				for _, id := range list {
-					if s, ok := id.(string); ok {
-						docIDs[s] = true
-					}
-				}
-			}
-		}
-	}
-	switch f := q.Get("filter"); f {
-	case "":
-	case "_doc_ids":
-		if docIDs == nil {
-			docIDs = map[string]bool{}
-			var list []string
-			if err := json.Unmarshal([]byte(q.Get("doc_ids")), &list); err != nil {
-				writeError(w, badRequest("`doc_ids` must be a JSON array of document ids"))
-				return
-			}
-			for _, id := range list {
-				docIDs[id] = true
-			}
-		}
-	default:
-		writeError(w, badRequest("fdbrep supports only filter=_doc_ids on replicator databases"))
-		return
-	}
-	feed := q.Get("feed")
-	if feed != "" && feed != "normal" && feed != "longpoll" {
-		writeError(w, badRequest("fdbrep supports feed=normal and feed=longpoll on replicator databases"))
-		return
-	}
-	timeout := LongpollTimeoutDefault
-	if v := q.Get("timeout"); v != "" {
-		ms, err := strconv.Atoi(v)
-		if err != nil || ms < 0 {
-			writeError(w, queryParseError(fmt.Sprintf("Invalid value for integer: %q", v)))
-			return
-		}
-		timeout = min(time.Duration(ms)*time.Millisecond, LongpollTimeoutDefault)
-	}
-	p := params{q: q}
-	limit, includeDocs, descending := p.int("limit", -1), p.bool("include_docs"), p.bool("descending")
-	he := p.err
-	if he == nil && descending && feed == "longpoll" {
-		he = badRequest("descending is not supported with feed=longpoll")
-	}
-	if he != nil {
-		writeError(w, he)
-		return
-	}
-	since := q.Get("since")
-	if since == "now" {
-		info, err := s.store.Info(r.Context(), db)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		since = info.UpdateSeq
-	}
-	rows, last, err := s.store.ChangesOf(r.Context(), db, repdb.ChangesQuery{Since: since, Limit: limit, Descending: descending, IncludeDocs: includeDocs})
-	if err == nil && feed == "longpoll" && len(rows) == 0 && limit != 0 {
-		evictableDuring(r, func() { rows, last, err = s.longpoll(r.Context(), db, since, limit, includeDocs, timeout) })
-	}
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	u := userFrom(r)
-	results := make([]map[string]any, 0, len(rows))
-	for _, c := range rows {
-		if docIDs != nil && !docIDs[c.ID] {
-			continue
-		}
-		row := map[string]any{"seq": c.Seq, "id": c.ID, "changes": []map[string]string{{"rev": c.Rev}}}
-		if c.Deleted {
-			row["deleted"] = true
-		}
-		if includeDocs {
-			if c.Doc != nil {
-				row["doc"] = s.docJSON(c.Doc, u)
-			} else {
-				row["doc"] = map[string]any{"_id": c.ID, "_rev": c.Rev, "_deleted": true}
-			}
-		}
-		results = append(results, row)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"results": results, "last_seq": last, "pending": 0})
-}
-
-// LongpollTimeoutDefault is the longest a feed=longpoll request waits for
-// a change (also the cap of its timeout parameter).
-const LongpollTimeoutDefault = 60 * time.Second
-
-// longpoll waits, through a watch, until db has a change after since or
-// timeout passes, and returns the changes (none on timeout).
-func (s *Server) longpoll(ctx context.Context, db, since string, limit int, includeDocs bool, timeout time.Duration) ([]repdb.Change, string, error) {
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for {
-		watches, err := s.store.WaitChange(ctx, db, since)
-		if err != nil {
-			return nil, "", err
-		}
-		if watches != nil {
-			cancel := func() {
-				for _, w := range watches {
-					w.Cancel()
-				}
-			}
-			var fired kv.FutureNil
-			select {
-			case <-watches[0].Done():
-				fired = watches[0]
-			case <-watches[1].Done():
-				fired = watches[1]
-			case <-timer.C:
-				cancel()
-				return s.store.Changes(ctx, db, since, limit, includeDocs)
-			case <-ctx.Done():
-				cancel()
-				return nil, "", ctx.Err()
-			}
-			_, werr := fired.Get()
-			cancel()
-			if werr != nil {
-				// A failed watch (too many watches, say): answer with what
-				// there is rather than spin.
-				return s.store.Changes(ctx, db, since, limit, includeDocs)
-			}
-		}
-		rows, last, err := s.store.Changes(ctx, db, since, limit, includeDocs)
-		if err != nil || len(rows) > 0 {
-			return rows, last, err
-		}
-	}
 }

@@ -1,10 +1,12 @@
 package frontend
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -48,36 +50,86 @@ func checkDocID(id string) *httpError {
 	return nil
 }
 
-// splitSpecial removes _id, _rev and _deleted from body and refuses other
-// special members, except the replicator's _replication_* fields (which
-// CouchDB lets through).
-func splitSpecial(body map[string]any) (rev string, deleted bool, he *httpError) {
+// docSpecials are a document body's special members.
+type docSpecials struct {
+	rev     string
+	deleted bool
+	// revisions is the path _revisions gives, newest first (nil without).
+	revisions []string
+}
+
+// ignoredSpecials are special members CouchDB accepts in a written
+// document and drops: they describe a document as read.
+var ignoredSpecials = map[string]bool{"_conflicts": true, "_deleted_conflicts": true, "_revs_info": true, "_local_seq": true}
+
+// splitSpecial removes the special members from body: _id, _rev,
+// _deleted and _revisions are returned, those of ignoredSpecials dropped,
+// an empty _attachments dropped; the replicator's _replication_* fields
+// stay (CouchDB lets them through). Anything else starting with '_' is
+// refused, as attachments are (fdbrep stores none).
+func splitSpecial(body map[string]any) (sp docSpecials, he *httpError) {
 	for k, v := range body {
 		if !strings.HasPrefix(k, "_") {
 			continue
 		}
 		switch {
-		case k == "_id":
+		case k == "_id", ignoredSpecials[k]:
 		case k == "_rev":
 			s, ok := v.(string)
 			if !ok {
-				return "", false, badRequest("_rev must be a string")
+				return sp, badRequest("_rev must be a string")
 			}
-			rev = s
+			sp.rev = s
 		case k == "_deleted":
 			b, ok := v.(bool)
 			if !ok {
-				return "", false, newError(http.StatusBadRequest, "doc_validation", "_deleted must be a boolean")
+				return sp, newError(http.StatusBadRequest, "doc_validation", "_deleted must be a boolean")
 			}
-			deleted = b
+			sp.deleted = b
+		case k == "_revisions":
+			if sp.revisions, he = parseRevisions(v); he != nil {
+				return sp, he
+			}
+		case k == "_attachments":
+			if m, ok := v.(map[string]any); !ok || len(m) > 0 {
+				return sp, newError(http.StatusUnsupportedMediaType, "bad_content_type", "attachments are not supported")
+			}
 		case strings.HasPrefix(k, "_replication_"):
 			continue
 		default:
-			return "", false, newError(http.StatusBadRequest, "doc_validation", "Bad special document member: "+k)
+			return sp, newError(http.StatusBadRequest, "doc_validation", "Bad special document member: "+k)
 		}
 		delete(body, k)
 	}
-	return rev, deleted, nil
+	return sp, nil
+}
+
+// parseRevisions reads CouchDB's _revisions ({"start": N, "ids": [...]})
+// into a revision path, newest first.
+func parseRevisions(v any) ([]string, *httpError) {
+	bad := badRequest("_revisions must be {\"start\": N, \"ids\": [ids, newest first]}")
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, bad
+	}
+	n, _ := m["start"].(json.Number)
+	start, err := strconv.Atoi(string(n))
+	ids, ok := m["ids"].([]any)
+	if err != nil || !ok || len(ids) == 0 || start < len(ids) {
+		return nil, bad
+	}
+	path := make([]string, len(ids))
+	for i, id := range ids {
+		s, ok := id.(string)
+		if !ok {
+			return nil, bad
+		}
+		path[i] = strconv.Itoa(start-i) + "-" + s
+		if _, _, ok := repdb.ParseRev(path[i]); !ok {
+			return nil, badRequest("Invalid rev format")
+		}
+	}
+	return path, nil
 }
 
 // revFromRequest merges the rev given in ?rev=, If-Match and the body.
@@ -100,101 +152,166 @@ func revFromRequest(r *http.Request, bodyRev string) (string, *httpError) {
 	return rev, nil
 }
 
-// writeDoc runs a document write for the handlers: the owner rules and
-// validation for replication documents, then the transactional write with
-// the job hook. body has had its special members removed by the caller or
-// is a deletion (deleted=true). It answers the request.
-func (s *Server) writeDoc(w http.ResponseWriter, r *http.Request, db, id string, body map[string]any) {
-	if he := checkDocID(id); he != nil {
-		writeError(w, he)
-		return
-	}
-	if bid, ok := body["_id"]; ok && bid != id {
-		writeError(w, badRequest("Document id must match document id in URL"))
-		return
-	}
-	bodyRev, deleted, he := splitSpecial(body)
-	if he != nil {
-		writeError(w, he)
-		return
-	}
-	rev, he := revFromRequest(r, bodyRev)
-	if he != nil {
-		writeError(w, he)
-		return
-	}
-	s.commitDoc(w, r, db, id, body, rev, deleted, http.StatusCreated)
+// docEdit is one document write as a handler received it.
+type docEdit struct {
+	db, id string
+	// body is the document without its special members.
+	body    map[string]any
+	deleted bool
+	// rev is the edited revision of a new edit ("" for a new document).
+	rev string
+	// revisions, for a replicated revision (new_edits=false), is its
+	// path, newest first; nil for a new edit.
+	revisions []string
 }
 
-func (s *Server) commitDoc(w http.ResponseWriter, r *http.Request, db, id string, body map[string]any, rev string, deleted bool, okStatus int) {
-	u := userFrom(r)
-	if u.Anonymous() {
-		writeError(w, errAuthRequired)
-		return
+// replicated reports a new_edits=false write.
+func (e *docEdit) replicated() bool { return e.revisions != nil }
+
+// editFromBody builds the edit of a document body for db/id: specials
+// split, the revision given in the body (and, for new edits, in r's
+// ?rev= and If-Match when r is not nil) checked.
+func editFromBody(r *http.Request, db, id string, body map[string]any, newEdits bool) (*docEdit, *httpError) {
+	if he := checkDocID(id); he != nil {
+		return nil, he
 	}
-	isDesign := strings.HasPrefix(id, repdb.DesignPrefix)
-	isRep := repdb.IsReplicationDoc(id)
-	if isDesign && !u.IsAdmin() {
-		writeError(w, notDBAdmin(u))
-		return
+	if bid, ok := body["_id"]; ok && bid != id {
+		return nil, badRequest("Document id must match document id in URL")
 	}
-	if deleted {
-		body = map[string]any{}
+	sp, he := splitSpecial(body)
+	if he != nil {
+		return nil, he
 	}
-	ownerRulesApply := isRep && !u.HasRole(RoleReplicator)
-	if ownerRulesApply && !deleted {
-		if he := ownerRules(body, nil, u); he != nil {
-			writeError(w, he)
-			return
-		}
-	}
-	canonical, err := json.Marshal(body)
-	if err != nil {
-		writeError(w, badRequest("document cannot be encoded"))
-		return
-	}
-	if len(canonical) > s.opts.MaxDocumentSize {
-		writeError(w, newError(http.StatusRequestEntityTooLarge, "document_too_large", id))
-		return
-	}
-	rep := s.opts.Replicator
-	var parsed ParsedDoc
-	if isRep && !deleted && rep != nil {
-		var perr error
-		parsed, perr = rep.ParseDoc(db, id, canonical)
-		if perr != nil && !u.HasRole(RoleReplicator) {
-			writeError(w, forbidden(reasonOf(perr)))
-			return
-		}
-	}
-	wr := repdb.Write{DB: db, ID: id, BaseRev: rev, Deleted: deleted, Body: body, JSON: canonical}
-	if strings.HasPrefix(id, repdb.LocalPrefix) && !privileged(u) {
-		wr.Owner = u.Name // users keep to their own _local documents
-	}
-	if isRep {
-		wr.Hook = func(tr kv.Transaction, old *repdb.Doc) error {
-			if ownerRulesApply {
-				if he := ownerRules(nil, old, u); he != nil {
-					return he
-				}
+	e := &docEdit{db: db, id: id, body: body, deleted: sp.deleted}
+	if !newEdits {
+		switch {
+		case sp.revisions == nil && sp.rev == "":
+			return nil, badRequest("When `new_edits: false`, the document needs `_rev` or `_revisions` specified")
+		case sp.revisions == nil:
+			if _, _, ok := repdb.ParseRev(sp.rev); !ok {
+				return nil, badRequest("Invalid rev format")
 			}
-			switch {
-			case rep == nil:
-				return nil
-			case deleted:
-				return rep.DocDeleted(r.Context(), tr, db, id)
-			default:
-				return rep.DocWritten(r.Context(), tr, parsed)
-			}
+			e.revisions = []string{sp.rev}
+		case sp.rev != "" && sp.rev != sp.revisions[0]:
+			return nil, badRequest("_rev and _revisions disagree")
+		default:
+			e.revisions = sp.revisions
+		}
+		return e, nil
+	}
+	rev := sp.rev
+	if r != nil {
+		if rev, he = revFromRequest(r, rev); he != nil {
+			return nil, he
+		}
+	} else if rev != "" {
+		if _, ok := repdb.RevPos(rev); !ok {
+			return nil, badRequest("Invalid rev format")
 		}
 	}
-	newRev, err := s.store.Write(r.Context(), wr)
+	e.rev = rev
+	if e.deleted {
+		e.body = map[string]any{} // a deletion keeps no body
+	}
+	return e, nil
+}
+
+// writeDoc answers a single-document write (PUT, POST /{db}, DELETE).
+func (s *Server) writeDoc(w http.ResponseWriter, r *http.Request, e *docEdit, okStatus int) {
+	rev, err := s.saveDoc(r.Context(), userFrom(r), e)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	w.Header().Set("ETag", `"`+newRev+`"`)
-	writeJSON(w, okStatus, map[string]any{"ok": true, "id": id, "rev": newRev})
+	w.Header().Set("ETag", `"`+rev+`"`)
+	writeJSON(w, okStatus, map[string]any{"ok": true, "id": e.id, "rev": rev})
+}
+
+// saveDoc writes one document for u with every rule of a document write,
+// whichever endpoint it came through: design documents for admins only;
+// for replication documents CouchDB's owner rules (also against the
+// revision replaced), the size limit, the replicator's parser (403 with
+// its reason, nothing stored), and the job change in the write's own
+// transaction. It returns the new revision (a replicated one's own).
+// Errors are *httpError or storage errors, for toHTTPError.
+func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, error) {
+	if u.Anonymous() {
+		return "", errAuthRequired
+	}
+	isRep := repdb.IsReplicationDoc(e.id)
+	if strings.HasPrefix(e.id, repdb.DesignPrefix) && !u.IsAdmin() {
+		return "", notDBAdmin(u)
+	}
+	ownerRulesApply := isRep && !u.HasRole(RoleReplicator)
+	if ownerRulesApply && !e.deleted {
+		if he := ownerRules(e.body, nil, u); he != nil {
+			return "", he
+		}
+	}
+	canonical, err := json.Marshal(e.body)
+	if err != nil {
+		return "", badRequest("document cannot be encoded")
+	}
+	if len(canonical) > s.opts.MaxDocumentSize {
+		return "", newError(http.StatusRequestEntityTooLarge, "document_too_large", e.id)
+	}
+	rep := s.opts.Replicator
+	var parsed ParsedDoc
+	if isRep && !e.deleted && rep != nil {
+		var perr error
+		parsed, perr = rep.ParseDoc(e.db, e.id, canonical)
+		if perr != nil && !u.HasRole(RoleReplicator) {
+			return "", forbidden(reasonOf(perr))
+		}
+	}
+	var hook repdb.Hook
+	if isRep {
+		hook = func(tr kv.Transaction, ev repdb.WriteEvent) (bool, error) {
+			if ownerRulesApply {
+				if he := ownerRules(nil, ev.Replaced, u); he != nil {
+					return false, he
+				}
+			}
+			return s.jobChange(ctx, tr, e.db, e.id, ev, parsed)
+		}
+	}
+	if e.replicated() {
+		if strings.HasPrefix(e.id, repdb.LocalPrefix) {
+			return "", badRequest("_local documents are not replicated")
+		}
+		_, err := s.store.WriteReplicated(ctx, repdb.ReplicatedWrite{DB: e.db, ID: e.id, Revisions: e.revisions,
+			Deleted: e.deleted, Body: e.body, JSON: canonical, Hook: hook})
+		return e.revisions[0], err
+	}
+	wr := repdb.Write{DB: e.db, ID: e.id, BaseRev: e.rev, Deleted: e.deleted, Body: e.body, JSON: canonical, Hook: hook}
+	if strings.HasPrefix(e.id, repdb.LocalPrefix) && !privileged(u) {
+		wr.Owner = u.Name // users keep to their own _local documents
+	}
+	return s.store.Write(ctx, wr)
+}
+
+// jobChange makes a replication document's job follow its winning
+// revision, in the write's transaction: none when the winner did not
+// change, DocDeleted when it became a deletion, DocWritten otherwise,
+// with the written body's parse (parsed) or, when another leaf now wins,
+// that leaf's (a body invalid now becomes a failed job). It returns
+// whether the replicator's stale fields must go.
+func (s *Server) jobChange(ctx context.Context, tr kv.Transaction, db, id string, ev repdb.WriteEvent, parsed ParsedDoc) (bool, error) {
+	rep := s.opts.Replicator
+	switch {
+	case rep == nil || !ev.WinnerChanged():
+		return false, nil
+	case ev.New == nil:
+		return false, rep.DocDeleted(ctx, tr, db, id)
+	}
+	if !ev.Written || parsed == nil {
+		raw, err := json.Marshal(ev.New.Body)
+		if err != nil {
+			return false, err
+		}
+		parsed, _ = rep.ParseDoc(db, id, raw) // a failure becomes the job's state
+	}
+	return rep.DocWritten(ctx, tr, parsed)
 }
 
 // reasonOf is the client-facing reason of a port's error.
@@ -204,21 +321,6 @@ func reasonOf(err error) string {
 		return te.Reason()
 	}
 	return err.Error()
-}
-
-// docJSON renders a document for u, with credentials stripped for readers
-// who are not its owner.
-func (s *Server) docJSON(d *repdb.Doc, u *User) map[string]any {
-	out := make(map[string]any, len(d.Body)+2)
-	for k, v := range d.Body {
-		out[k] = v
-	}
-	if !strings.HasPrefix(d.ID, repdb.DesignPrefix) && !strings.HasPrefix(d.ID, repdb.LocalPrefix) && !canSeeCredentials(d.Body, u) {
-		stripCredentials(out)
-	}
-	out["_id"] = d.ID
-	out["_rev"] = d.Rev
-	return out
 }
 
 // docHandler serves a document whose id is prefix followed by the path
@@ -246,40 +348,28 @@ func (s *Server) docRequest(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		d, err := kv.ReadTransact(r.Context(), s.opts.DB, func(tr kv.ReadTransaction) (*repdb.Doc, error) {
-			return s.store.Get(tr, db, id)
-		})
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if rev := r.URL.Query().Get("rev"); rev != "" && rev != d.Rev {
-			writeError(w, notFound("missing"))
-			return
-		}
-		if u := userFrom(r); strings.HasPrefix(id, repdb.LocalPrefix) && !privileged(u) && d.Owner != u.Name {
-			writeError(w, notFound("missing")) // another user's _local document
-			return
-		}
-		w.Header().Set("ETag", `"`+d.Rev+`"`)
-		out := s.docJSON(d, userFrom(r))
-		if revs, he := boolParam(r.URL.Query(), "revs"); he != nil {
-			writeError(w, he)
-			return
-		} else if revs && !strings.HasPrefix(id, repdb.LocalPrefix) {
-			out["_revisions"] = revisions(d)
-		}
-		writeJSON(w, http.StatusOK, out)
+		s.getDoc(w, r, db, id)
 	case http.MethodPut:
 		if mt := r.Header.Get("Content-Type"); strings.HasPrefix(mt, "multipart/") {
 			writeError(w, newError(http.StatusUnsupportedMediaType, "bad_content_type", "attachments are not supported; send application/json"))
+			return
+		}
+		p := params{q: r.URL.Query()}
+		newEdits := !p.q.Has("new_edits") || p.bool("new_edits")
+		if p.err != nil {
+			writeError(w, p.err)
 			return
 		}
 		body, ok := s.readDocBody(w, r)
 		if !ok {
 			return
 		}
-		s.writeDoc(w, r, db, id, body)
+		e, he := editFromBody(r, db, id, body, newEdits)
+		if he != nil {
+			writeError(w, he)
+			return
+		}
+		s.writeDoc(w, r, e, http.StatusCreated)
 	case http.MethodDelete:
 		rev, he := revFromRequest(r, "")
 		if he != nil {
@@ -290,18 +380,6 @@ func (s *Server) docRequest(w http.ResponseWriter, r *http.Request, id string) {
 			writeError(w, errConflict)
 			return
 		}
-		s.commitDoc(w, r, db, id, nil, rev, true, http.StatusOK)
+		s.writeDoc(w, r, &docEdit{db: db, id: id, body: map[string]any{}, rev: rev, deleted: true}, http.StatusOK)
 	}
-}
-
-// revisions renders CouchDB's _revisions: the rev position and the hashes
-// of the kept history, newest first.
-func revisions(d *repdb.Doc) map[string]any {
-	pos, _ := repdb.RevPos(d.Rev)
-	ids := []string{}
-	for _, r := range append([]string{d.Rev}, d.Ancestors...) {
-		_, h, _ := strings.Cut(r, "-")
-		ids = append(ids, h)
-	}
-	return map[string]any{"start": pos, "ids": ids}
 }

@@ -75,17 +75,20 @@ func (f *fakeReplicator) ParseDoc(db, docID string, raw json.RawMessage) (Parsed
 	return parsed, nil
 }
 
-func (f *fakeReplicator) DocWritten(ctx context.Context, tr kv.Transaction, parsed ParsedDoc) error {
+// DocWritten records the job; like the real one it reports a restarted
+// job unless the document records a terminal state.
+func (f *fakeReplicator) DocWritten(ctx context.Context, tr kv.Transaction, parsed ParsedDoc) (bool, error) {
 	f.mu.Lock()
 	fail := f.failWritten
 	f.mu.Unlock()
 	if fail {
-		return errors.New("job layer refused")
+		return false, errors.New("job layer refused")
 	}
 	d := parsed.(*fakeDoc)
 	b, _ := json.Marshal(d.body)
 	tr.Set(f.sub.Pack(tuple.Tuple{"job", d.db, d.id}), b)
-	return nil
+	state := d.body["_replication_state"]
+	return state != "completed" && state != "failed", nil
 }
 
 func (f *fakeReplicator) DocDeleted(ctx context.Context, tr kv.Transaction, db, docID string) error {

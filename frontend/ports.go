@@ -29,9 +29,14 @@ type Replicator interface {
 	// documents are stored anyway: the parsed document then records the
 	// failure and its job shows it.
 	ParseDoc(db, docID string, doc json.RawMessage) (ParsedDoc, error)
-	// DocWritten creates or replaces the job of a written document.
-	DocWritten(ctx context.Context, tr kv.Transaction, doc ParsedDoc) error
-	// DocDeleted removes the job of a deleted document.
+	// DocWritten creates or replaces the job of a document whose winning
+	// revision is doc. restarted reports that the write gave the document
+	// a new job that will run (not one recording an earlier run's end):
+	// the frontend then removes the replicator's stale "_replication_*"
+	// fields from the document.
+	DocWritten(ctx context.Context, tr kv.Transaction, doc ParsedDoc) (restarted bool, err error)
+	// DocDeleted removes the job of a deleted document (one whose winning
+	// revision is now a deletion).
 	DocDeleted(ctx context.Context, tr kv.Transaction, db, docID string) error
 	// DBCreated and DBDeleted run when a replicator database is created or
 	// deleted (DBDeleted removes the database's jobs).

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -15,11 +14,16 @@ import (
 // Change is one row of the changes feed: a document's last write.
 type Change struct {
 	// Seq is the write's sequence: its versionstamp in hex (24 digits).
-	Seq     string
-	ID      string
+	Seq string
+	ID  string
+	// Rev is the winning revision, Deleted whether it is a deletion.
 	Rev     string
 	Deleted bool
-	// Doc is the document with include_docs (nil for deletions).
+	// Revs are the leaves, winner first, with ChangesQuery.AllLeaves;
+	// only Rev otherwise.
+	Revs []string
+	// Doc is the winner with ChangesQuery.IncludeDocs (nil for
+	// deletions).
 	Doc *Doc
 }
 
@@ -57,77 +61,140 @@ func (s *Store) feedRange(db, since string) (kv.KeyRange, error) {
 }
 
 // ChangesQuery selects rows of a changes feed: those after Since ("" or
-// "0": from the start), at most Limit (< 0: all), oldest first or, with
-// Descending, newest first.
+// "0": from the start), oldest first or, with Descending, newest first, at
+// most Limit of them (< 0: all) among those DocIDs keeps.
 type ChangesQuery struct {
 	Since       string
 	Limit       int
 	Descending  bool
 	IncludeDocs bool
+	// AllLeaves lists every leaf in Change.Revs (style=all_docs).
+	AllLeaves bool
+	// Conflicts fills the Conflicts and DeletedConflicts of included
+	// documents.
+	Conflicts bool
+	// DocIDs, when not nil, keeps only the rows of these documents
+	// (filter=_doc_ids).
+	DocIDs map[string]bool
 }
 
-// Changes reads db's feed after since, at most limit rows (< 0: all), and
-// returns them with the last sequence read (since itself, or "0", when
-// there is none). ErrBadSequence for a since that is not a sequence of
-// this store.
-func (s *Store) Changes(ctx context.Context, db, since string, limit int, includeDocs bool) ([]Change, string, error) {
-	return s.ChangesOf(ctx, db, ChangesQuery{Since: since, Limit: limit, IncludeDocs: includeDocs})
-}
+// feedPageRows is the page of a feed read with include_docs, smaller than
+// scanPageRows: every row brings a document of up to 64 kB.
+const feedPageRows = 50
 
-// ChangesOf is Changes with every option; descending rows report as last
-// sequence the oldest row read, where the next page continues.
-func (s *Store) ChangesOf(ctx context.Context, db string, q ChangesQuery) ([]Change, string, error) {
-	since, limit, includeDocs := q.Since, q.Limit, q.IncludeDocs
-	rng, err := s.feedRange(db, since)
+// Feed reads db's changes feed after q.Since page by page (one read
+// transaction each, see scanPageRows) and calls emit with each row kept,
+// outside the transactions. It returns the last sequence read: that of
+// the last row emitted when Limit ends the feed, else that of the last
+// row read (filtered ones count, as in CouchDB), or Since ("0" for "")
+// when there is none; descending feeds report the oldest row read, where
+// the next page continues. ErrBadSequence for a since that is not a
+// sequence of this store, ErrDBNotFound for a missing database.
+func (s *Store) Feed(ctx context.Context, db string, q ChangesQuery, emit func(Change) error) (string, error) {
+	rng, err := s.feedRange(db, q.Since)
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
-	type result struct {
-		rows []Change
-		last string
+	last := q.Since
+	if last == "" {
+		last = "0"
 	}
-	res, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (result, error) {
-		if _, err := s.getMeta(tr, db); err != nil {
-			return result{}, err
+	first := func(tr kv.ReadTransaction) error {
+		_, err := s.getMeta(tr, db)
+		return err
+	}
+	if q.Limit == 0 {
+		_, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (struct{}, error) { return struct{}{}, first(tr) })
+		return last, err
+	}
+	type row struct {
+		c    Change
+		keep bool
+	}
+	read := func(tr kv.ReadTransaction, rows []kv.KeyValue) ([]row, int, error) {
+		if q.IncludeDocs {
+			rows = rows[:min(len(rows), feedPageRows)]
 		}
-		res := result{last: since}
-		if res.last == "" {
-			res.last = "0"
-		}
-		if limit == 0 {
-			return res, nil
-		}
-		opts := kv.RangeOptions{Reverse: q.Descending}
-		if limit > 0 {
-			opts.Limit = limit
-		}
-		rows, err := tr.GetRange(rng, opts).GetSliceWithError()
-		if err != nil {
-			return result{}, err
-		}
-		for _, r := range rows {
+		out := make([]row, len(rows))
+		docs := make([]kv.FutureByteSlice, len(rows))
+		trees := make([]kv.FutureByteSlice, len(rows))
+		for i, r := range rows {
 			seq, err := s.seqOf(db, r.Key)
 			if err != nil {
-				return result{}, err
+				return nil, 0, err
 			}
-			var row changeRow
-			if err := json.Unmarshal(r.Value, &row); err != nil {
-				return result{}, fmt.Errorf("repdb: corrupt change row: %v", err)
+			var cr changeRow
+			if err := json.Unmarshal(r.Value, &cr); err != nil {
+				return nil, 0, fmt.Errorf("repdb: corrupt change row: %v", err)
 			}
-			c := Change{Seq: seq, ID: row.ID, Rev: row.Rev, Deleted: row.Deleted}
-			if includeDocs && !c.Deleted {
-				d, err := s.Get(tr, db, c.ID)
-				if err != nil && !errors.Is(err, ErrDocDeleted) && !errors.Is(err, ErrDocNotFound) {
-					return result{}, err
-				}
-				c.Doc = d
+			out[i] = row{c: Change{Seq: seq, ID: cr.ID, Rev: cr.Rev, Deleted: cr.Deleted, Revs: []string{cr.Rev}},
+				keep: q.DocIDs == nil || q.DocIDs[cr.ID]}
+			if !out[i].keep {
+				continue
 			}
-			res.rows = append(res.rows, c)
-			res.last = seq
+			if q.IncludeDocs && !cr.Deleted {
+				docs[i] = tr.Get(s.docKey(db, cr.ID))
+			}
+			if q.AllLeaves && cr.Leaves > 1 {
+				trees[i] = tr.Get(s.treeKey(db, cr.ID))
+			}
 		}
-		return res, nil
+		for i := range out {
+			c := &out[i].c
+			if trees[i] != nil {
+				v, err := trees[i].Get()
+				if err != nil {
+					return nil, 0, err
+				}
+				if v != nil {
+					t, err := decodeTree(v)
+					if err != nil {
+						return nil, 0, fmt.Errorf("repdb: corrupt revision tree of %q: %v", c.ID, err)
+					}
+					c.Revs = c.Revs[:0]
+					for _, l := range t.Leaves() {
+						c.Revs = append(c.Revs, l.Rev)
+					}
+				}
+			}
+			if docs[i] != nil {
+				v, err := docs[i].Get()
+				if err != nil {
+					return nil, 0, err
+				}
+				if v != nil {
+					if c.Doc, err = decodeRecord(c.ID, v, false); err != nil {
+						return nil, 0, err
+					}
+				}
+			}
+		}
+		if q.IncludeDocs && q.Conflicts {
+			included := make([]*Doc, len(out))
+			for i := range out {
+				included[i] = out[i].c.Doc
+			}
+			if err := s.fillTrees(tr, db, included); err != nil {
+				return nil, 0, err
+			}
+		}
+		return out, len(rows), nil
+	}
+	emitted := 0
+	err = scan(ctx, s.db, rng, q.Descending, first, read, func(r row) error {
+		last = r.c.Seq
+		if !r.keep {
+			return nil
+		}
+		if err := emit(r.c); err != nil {
+			return err
+		}
+		if emitted++; q.Limit > 0 && emitted >= q.Limit {
+			return ErrStop
+		}
+		return nil
 	})
-	return res.rows, res.last, err
+	return last, err
 }
 
 // WaitChange returns watches that fire after the first document write of

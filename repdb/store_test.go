@@ -78,7 +78,11 @@ func TestWriteRetryAfterCommit(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Write(ctx, Write{DB: "_replicator", ID: "d", BaseRev: cur.Rev, Deleted: true, Body: map[string]any{}})
 	require.NoError(t, err)
-	rows, _, err := s.Changes(ctx, "_replicator", "", -1, false)
+	var rows []Change
+	_, err = s.Feed(ctx, "_replicator", ChangesQuery{Limit: -1}, func(c Change) error {
+		rows = append(rows, c)
+		return nil
+	})
 	require.NoError(t, err)
 	require.Len(t, rows, 1, "one changes row per document")
 	info, err := s.Info(ctx, "_replicator")

@@ -85,7 +85,7 @@ func runSchedulerBench(args []string) error {
 				if err != nil {
 					return nil, err
 				}
-				if err := plane.DocWritten(ctx, tr, parsed); err != nil {
+				if _, err := plane.DocWritten(ctx, tr, parsed); err != nil {
 					return nil, err
 				}
 			}

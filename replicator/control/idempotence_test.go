@@ -81,7 +81,8 @@ func writeDoc(t *testing.T, p *control.Plane, db kv.Transactor, repDB, id string
 	parsed, _ := p.ParseDoc(repDB, id, replicateBody(t, doc))
 	ctx := context.Background()
 	_, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
-		return nil, p.DocWritten(ctx, tr, parsed)
+		_, err := p.DocWritten(ctx, tr, parsed)
+		return nil, err
 	})
 	return err
 }
@@ -172,7 +173,8 @@ func TestDocWrittenAfterUnknownCommitJobFinished(t *testing.T) {
 			// this retry.
 			c.WaitDocState("_replicator", "o", replicator.StateCompleted)
 		}
-		return nil, c.Plane.DocWritten(ctx, tr, parsed)
+		_, err := c.Plane.DocWritten(ctx, tr, parsed)
+		return nil, err
 	})
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, runs, 2)
@@ -194,7 +196,8 @@ func TestDocWrittenRegistersTypeInCallersTransaction(t *testing.T) {
 		if _, err := tr.GetReadVersion().Get(); err != nil {
 			return nil, err
 		}
-		return nil, c.Plane.DocWritten(ctx, tr, parsed)
+		_, err := c.Plane.DocWritten(ctx, tr, parsed)
+		return nil, err
 	})
 	require.NoError(t, err)
 	require.Equal(t, replicator.StatePending, c.DocState("_replicator", "d").State)

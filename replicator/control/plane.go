@@ -137,43 +137,52 @@ func knownDocState(s string) bool {
 	return false
 }
 
-// DocWritten creates or replaces the job of a written _replicator
-// document, in tr, the transaction that writes it, so both commit
-// together. A document that did not parse gets a job in state failed with
-// the parse error, visible in _scheduler/docs. An update that leaves the
-// replication unchanged while its job is pending, running or crashing, or
-// that only records the replicator's own terminal state, leaves the job
-// alone; any other update replaces the job (a running one is halted at
-// its next heartbeat). Run again in the same transaction (a retry, also
-// after commit_unknown_result) it gives the same outcome.
-func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) error {
+// DocWritten creates or replaces the job of a _replicator document whose
+// winning revision is doc, in tr, the transaction that writes it, so both
+// commit together. A document that did not parse gets a job in state
+// failed with the parse error, visible in _scheduler/docs. An update that
+// leaves the replication unchanged while its job is pending, running or
+// crashing, or that only records the replicator's own terminal state,
+// leaves the job alone. A document marked "_replication_state":
+// "completed" or "failed" that has no job (one replicated or restored
+// from another server) gets none, as CouchDB does: it is not run again.
+// Any other update replaces the job (a running one is halted at its next
+// heartbeat). restarted reports a new pending job: the replication will
+// run (again), so the document's "_replication_*" fields are stale. Run
+// again in the same transaction (a retry, also after
+// commit_unknown_result) it gives the same outcome.
+func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) (restarted bool, err error) {
 	if !repdb.IsReplicatorDB(doc.DB) || !repdb.IsReplicationDoc(doc.ID) {
-		return nil
+		return false, nil
 	}
 	if _, err := p.setup(ctx); err != nil {
-		return err
+		return false, err
 	}
 	p.m.CountOnCommit(tr, replicator.MetricDocsDBChanges, 1)
 	dbUUID, err := p.store.DBUUID(tr, doc.DB)
 	if err != nil {
-		return err
+		return false, err
 	}
 	jobID := replicator.DocJobID(dbUUID, doc.ID)
 	old, oldState, err := p.store.Job(ctx, tr, jobID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	spec, perr := doc.Spec, doc.Err
+	terminal := doc.State == replicator.StateCompleted || doc.State == replicator.StateFailed
+	if old == nil && terminal {
+		return false, nil // a finished replication from elsewhere: not run again
+	}
 	if old != nil {
 		mine, _ := p.memo.get(tr, "job:"+jobID)
 		same := perr == nil && replicator.SameReplication(old.Rep, spec)
 		switch {
 		case same && mine == strconv.FormatInt(old.StartTime, 10):
-			return nil // the job an earlier run of this transaction added (it may have finished since)
-		case same && (oldState != fdbjobs.Finished || doc.State == replicator.StateCompleted || doc.State == replicator.StateFailed):
-			return nil // unchanged, or the replicator recording its own result
+			return true, nil // the job an earlier run of this transaction added (it may have finished since)
+		case same && (oldState != fdbjobs.Finished || terminal):
+			return false, nil // unchanged, or the replicator recording its own result
 		case perr != nil && old.Rep == nil && old.LastError == replicator.Reason(perr):
-			return nil // the same parse failure
+			return false, nil // the same parse failure
 		}
 	}
 	now := p.cfg.Clock.Now()
@@ -186,7 +195,7 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) err
 	}
 	d.AddHistory(p.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventAdded, Timestamp: replicator.Millis(now)})
 	if err := p.addJob(ctx, tr, jobID, old, d); err != nil {
-		return err
+		return false, err
 	}
 	p.memo.put(tr, "job:"+jobID, strconv.FormatInt(d.StartTime, 10))
 	p.m.CountOnCommit(tr, replicator.MetricJobsAdds, 1)
@@ -201,7 +210,7 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) err
 		}
 		e.Str("state", d.State).Bool("replaces_job", old != nil).Msg("replication added by document")
 	})
-	return nil
+	return perr == nil, nil
 }
 
 // DocDeleted removes the job of a deleted _replicator document, in tr.

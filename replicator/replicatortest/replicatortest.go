@@ -184,7 +184,8 @@ func (c *Cluster) PutDoc(db, id string, doc map[string]any) {
 	require.NoError(c.t, err)
 	parsed, _ := c.Plane.ParseDoc(db, id, raw) // invalid documents become failed jobs
 	_, err = c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
-		return nil, c.Plane.DocWritten(ctx, tr, parsed)
+		_, err := c.Plane.DocWritten(ctx, tr, parsed)
+		return nil, err
 	})
 	require.NoError(c.t, err)
 }

@@ -41,7 +41,7 @@ func (a planeAdapter) ParseDoc(db, docID string, doc json.RawMessage) (frontend.
 	return a.p.ParseDoc(db, docID, doc)
 }
 
-func (a planeAdapter) DocWritten(ctx context.Context, tr kv.Transaction, doc frontend.ParsedDoc) error {
+func (a planeAdapter) DocWritten(ctx context.Context, tr kv.Transaction, doc frontend.ParsedDoc) (bool, error) {
 	return a.p.DocWritten(ctx, tr, doc.(*control.Doc))
 }
 

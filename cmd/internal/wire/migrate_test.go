@@ -1,0 +1,238 @@
+package wire_test
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
+)
+
+// couch3Doc is a document of a CouchDB 3.x _replicator database, with its
+// revision history: one leaf, or two for a conflict.
+type couch3Doc struct {
+	id     string
+	leaves []map[string]any // each with _id, _rev, _revisions (and _deleted)
+}
+
+// revID is a CouchDB-style revision id (32 hex digits) derived from seed.
+func revID(seed ...any) string {
+	sum := md5.Sum([]byte(fmt.Sprint(seed...)))
+	return hex.EncodeToString(sum[:])
+}
+
+// leaf builds a revision of id with its history of n revisions (ids
+// derived from branch) and body fields.
+func leaf(id, branch string, n int, deleted bool, body map[string]any) map[string]any {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = revID(id, branch, n-i) // newest first
+	}
+	ids[n-1] = revID(id, "root", 1) // every branch starts at the same revision
+	d := map[string]any{"_id": id, "_rev": fmt.Sprintf("%d-%s", n, ids[0]),
+		"_revisions": map[string]any{"start": n, "ids": ids}}
+	for k, v := range body {
+		d[k] = v
+	}
+	if deleted {
+		d["_deleted"] = true
+	}
+	return d
+}
+
+// couch3ReplicatorDB builds n documents as a CouchDB 3.x _replicator
+// database holds them, and returns them with the ids of those that must
+// start in fdbrep (no _replication_state: pending). Kinds, by i % 10:
+// 0-3 completed one-shot replications (their second revision written by
+// the replicator: state, time, stats, a 2.x _replication_id), 4-5 failed
+// duplicates (state and reason), 6-8 pending continuous replications to
+// endpoints that do not answer (they crash and retry, never writing into
+// their documents), 9 deleted documents. Every 25th document also has a
+// conflict: pending ones a second live branch, the others a deleted one.
+// Owners are the test users; some endpoints carry credentials. The
+// deleted _design/_replicator that CouchDB 3 leaves behind is there too.
+func couch3ReplicatorDB(n int) (docs []couch3Doc, pending []string) {
+	owners := []string{adminName, aliceName, bobName}
+	for i := range n {
+		id := fmt.Sprintf("rep-%04d", i)
+		owner := owners[i%len(owners)]
+		spec := map[string]any{
+			"source":        fmt.Sprintf("http://%s:secret-%d@couch3.invalid:5984/src-%d", owner, i, i),
+			"target":        map[string]any{"url": fmt.Sprintf("http://127.0.0.1:9/tgt-%d", i), "headers": map[string]any{"x-note": "kept"}},
+			"create_target": true,
+			"owner":         owner,
+		}
+		with := func(extra map[string]any) map[string]any {
+			m := map[string]any{}
+			for k, v := range spec {
+				m[k] = v
+			}
+			for k, v := range extra {
+				m[k] = v
+			}
+			return m
+		}
+		d := couch3Doc{id: id}
+		var body map[string]any
+		revs := 2
+		switch kind := i % 10; {
+		case kind <= 3:
+			body = with(map[string]any{
+				"_replication_state":      "completed",
+				"_replication_state_time": "2024-05-01T10:00:00Z",
+				"_replication_id":         revID("repid", i),
+				"_replication_stats": map[string]any{"revisions_checked": 12, "missing_revisions_found": 12,
+					"docs_read": 12, "docs_written": 12, "doc_write_failures": 0, "checkpointed_source_seq": "12-g1AAAA"},
+			})
+		case kind <= 5:
+			body = with(map[string]any{
+				"continuous":                true,
+				"_replication_state":        "failed",
+				"_replication_state_time":   "2024-05-02T11:00:00Z",
+				"_replication_state_reason": fmt.Sprintf("Replication `%s+continuous` specified by document `%s` already started", revID("dup", i), id),
+			})
+		case kind <= 8:
+			body, revs = with(map[string]any{"continuous": true}), 1
+			pending = append(pending, id)
+		}
+		if i%25 == 2 || i%25 == 7 {
+			revs = 2 // branches share the first revision: the main one must go beyond it
+		}
+		if body == nil {
+			d.leaves = append(d.leaves, leaf(id, "main", 3, true, nil))
+		} else {
+			d.leaves = append(d.leaves, leaf(id, "main", revs, false, body))
+		}
+		switch i % 25 {
+		case 7: // a conflict: the same kind of document with another target
+			other := map[string]any{}
+			for k, v := range body {
+				other[k] = v
+			}
+			other["target"] = fmt.Sprintf("http://127.0.0.1:9/other-%d", i)
+			d.leaves = append(d.leaves, leaf(id, "other", 2, false, other))
+		case 2: // a deleted branch
+			d.leaves = append(d.leaves, leaf(id, "gone", 3, true, nil))
+		}
+		docs = append(docs, d)
+	}
+	ddoc := "_design/_replicator"
+	docs = append(docs, couch3Doc{id: ddoc, leaves: []map[string]any{leaf(ddoc, "main", 2, true, nil)}})
+	sort.Strings(pending)
+	return docs, pending
+}
+
+// loadCouch3 writes docs into a pouchdb-server database with
+// new_edits=false, as a replication would.
+func loadCouch3(t *testing.T, peer *couchtest.Server, db string, docs []couch3Doc) {
+	t.Helper()
+	peer.CreateDB(t, db)
+	var batch []map[string]any
+	for i, d := range docs {
+		batch = append(batch, d.leaves...)
+		if len(batch) >= 200 || i == len(docs)-1 {
+			for _, res := range peer.BulkDocs(t, db, batch, false) {
+				require.Empty(t, res.Error, "%+v", res)
+			}
+			batch = nil
+		}
+	}
+}
+
+// adminDBURL is the URL of one of the service's databases with the
+// admin's credentials.
+func (s *service) adminDBURL(db string) string {
+	u, err := url.Parse(s.url)
+	require.NoError(s.t, err)
+	u.User = url.UserPassword(adminName, adminPass)
+	return u.String() + "/" + url.PathEscape(db)
+}
+
+// requireStarted checks that /_scheduler/docs lists exactly ids for db,
+// each in a state of a job that runs or will.
+func (s *service) requireStarted(db string, ids []string) {
+	s.t.Helper()
+	r := s.do("GET", "/_scheduler/docs/"+url.PathEscape(db)+"?limit=5000", asAdmin, nil)
+	require.Equal(s.t, 200, r.Status, r.Raw)
+	var got []string
+	for _, d := range r.Body["docs"].([]any) {
+		doc := d.(map[string]any)
+		require.Contains(s.t, []string{"pending", "running", "crashing"}, doc["state"], "%v", doc)
+		got = append(got, doc["doc_id"].(string))
+	}
+	sort.Strings(got)
+	require.Equal(s.t, ids, got)
+}
+
+// TestMigrateReplicatorDB replicates a CouchDB 3.x _replicator database of
+// 1,000 documents (completed, failed, pending and deleted ones, conflicts,
+// CouchDB 3's deleted design document) from pouchdb-server into fdbrep and
+// back out, with fdbrep's own engine and with PouchDB.replicate: exactly
+// the pending documents start, and every leaf of every document comes back
+// identical, revisions and conflicts included.
+func TestMigrateReplicatorDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts pouchdb-server and replicates 1,000 documents four times")
+	}
+	peer := couchtest.StartPouchDB(t)
+	docs, pending := couch3ReplicatorDB(1000)
+	// pouchdb-server runs the replications of its own _replicator
+	// database: the 3.x database is held under another name.
+	loadCouch3(t, peer, "couch3", docs)
+	original := enginetest.Take(t, peer.DBURL("couch3"))
+	require.Len(t, original, len(docs))
+	conflicted := 0
+	for _, leaves := range original {
+		if len(leaves) > 1 {
+			conflicted++
+		}
+	}
+	require.Equal(t, 80, conflicted, "documents with conflicts or deleted branches")
+
+	t.Run("engine", func(t *testing.T) {
+		e := newService(t)
+		r := e.do("POST", "/_replicate", asAdmin, map[string]any{"source": peer.DBURL("couch3"), "target": e.adminDBURL("_replicator")})
+		require.Equal(t, 200, r.Status, r.Raw)
+		require.EqualValues(t, 0, r.Body["history"].([]any)[0].(map[string]any)["doc_write_failures"], r.Raw)
+		enginetest.RequireEqual(t, original, enginetest.Take(t, e.adminDBURL("_replicator")))
+		e.requireStarted("_replicator", pending)
+
+		r = e.do("POST", "/_replicate", asAdmin, map[string]any{"source": e.adminDBURL("_replicator"),
+			"target": peer.DBURL("engine_backup"), "create_target": true})
+		require.Equal(t, 200, r.Status, r.Raw)
+		enginetest.RequireEqual(t, original, enginetest.Take(t, peer.DBURL("engine_backup")))
+	})
+
+	t.Run("pouchdb", func(t *testing.T) {
+		e := newService(t)
+		db := "migrated/_replicator"
+		ctx := context.Background()
+		res, err := couchtest.PouchReplicate(ctx, peer.DBURL("couch3"), e.adminDBURL(db), 0, 0)
+		require.NoError(t, err)
+		require.True(t, res.OK)
+		require.Zero(t, res.DocWriteFailures)
+		enginetest.RequireEqual(t, original, enginetest.Take(t, e.adminDBURL(db)))
+		e.requireStarted(db, pending)
+
+		res, err = couchtest.PouchReplicate(ctx, e.adminDBURL(db), peer.DBURL("pouch_backup"), 0, 0)
+		require.NoError(t, err)
+		require.True(t, res.OK)
+		enginetest.RequireEqual(t, original, enginetest.Take(t, peer.DBURL("pouch_backup")))
+		// Replicating again finds nothing to do.
+		res, err = couchtest.PouchReplicate(ctx, peer.DBURL("couch3"), e.adminDBURL(db), 0, 0)
+		require.NoError(t, err)
+		require.Zero(t, res.DocsWritten)
+		require.False(t, slices.ContainsFunc(strings.Split(e.logs.String(), "\n"), func(l string) bool {
+			return strings.Contains(l, "secret-")
+		}), "a password in the logs")
+	})
+}
