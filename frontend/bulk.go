@@ -18,8 +18,14 @@ func (s *Server) bulkRequest(w http.ResponseWriter, r *http.Request) (db string,
 		writeError(w, errJSONContentType)
 		return "", nil, false
 	}
-	body, ok = s.readDocBody(w, r)
-	return db, body, ok
+	if body, ok = s.readDocBody(w, r); !ok {
+		return "", nil, false
+	}
+	if _, err := s.store.Info(r.Context(), db); err != nil {
+		s.fail(w, r, err)
+		return "", nil, false
+	}
+	return db, body, true
 }
 
 // handleBulkDocs answers POST /{db}/_bulk_docs: each document is written
@@ -70,10 +76,13 @@ func (s *Server) handleBulkDocs(w http.ResponseWriter, r *http.Request) {
 		result := map[string]any{"id": id}
 		e, he := editFromBody(nil, db, id, doc, newEdits)
 		var err error
-		if he == nil {
-			rev, err = s.saveDoc(r.Context(), u, e)
-		} else {
+		if he != nil {
 			err = he
+		} else {
+			var newRev string
+			if newRev, err = s.saveDoc(r.Context(), u, e); err == nil {
+				rev = newRev
+			}
 		}
 		if err != nil {
 			he := toHTTPError(err)

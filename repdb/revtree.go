@@ -36,10 +36,12 @@ func ParseRev(rev string) (pos int, id string, ok bool) {
 	if !found || id == "" || len(id) > MaxRevIDLength || n == "" || n[0] == '0' || len(n) > 9 {
 		return 0, "", false
 	}
-	pos, err := strconv.Atoi(n)
-	if err != nil || pos < 1 {
-		return 0, "", false
+	for i := 0; i < len(n); i++ {
+		if n[i] < '0' || n[i] > '9' {
+			return 0, "", false
+		}
 	}
+	pos, _ = strconv.Atoi(n)
 	for i := 0; i < len(id); i++ {
 		if id[i] <= ' ' || id[i] > '~' {
 			return 0, "", false
@@ -186,43 +188,33 @@ func (t *RevTree) add(rev, parent string, deleted bool) {
 
 // Merge adds a replicated revision with its history (path: the revision
 // first, then its ancestors, newest first, each one position below the
-// one before) as CouchDB merges new_edits=false writes. The part of the
-// path the tree lacks is grafted on the newest revision it has (or forms
-// a new root); ancestors older than a stemmed root are grafted above it.
-// It reports whether the revision was new: a revision already in the tree
-// changes nothing. An invalid path is an error wrapping ErrBadDoc.
-func (t *RevTree) Merge(path []string, deleted bool) (bool, error) {
+// one before), as CouchDB merges new_edits=false writes: every revision of
+// the path the tree lacks is added under its parent in the path (the
+// oldest one as a root), and a root of the tree that the path gives a
+// parent gets it (history stemmed away comes back; the tree is stemmed
+// again when stored). The result does not depend on the order in which
+// paths are merged. added reports that the revision itself was new,
+// changed that the tree changed at all (ancestors only, when not added).
+// An invalid path is an error wrapping ErrBadDoc.
+func (t *RevTree) Merge(path []string, deleted bool) (added, changed bool, err error) {
 	if err := checkPath(path); err != nil {
-		return false, err
+		return false, false, err
 	}
-	if t.Has(path[0]) {
-		return false, nil
-	}
-	anchor := len(path) // index of the newest revision the tree has
-	for i, r := range path {
-		if t.Has(r) {
-			anchor = i
-			break
+	added = !t.Has(path[0])
+	for i := len(path) - 1; i >= 0; i-- {
+		parent := ""
+		if i+1 < len(path) {
+			parent = path[i+1]
+		}
+		switch nd := t.node(path[i]); {
+		case nd == nil:
+			t.add(path[i], parent, i == 0 && deleted)
+			changed = true
+		case nd.parent == "" && parent != "":
+			nd.parent, changed = parent, true
 		}
 	}
-	// Graft older revisions above a root of the tree.
-	for j := anchor + 1; j < len(path); j++ {
-		child := t.nodes[path[j-1]]
-		if child.parent != "" || t.Has(path[j]) {
-			break
-		}
-		t.add(path[j], "", false)
-		child.parent = path[j]
-	}
-	parent := ""
-	if anchor < len(path) {
-		parent = path[anchor]
-	}
-	for i := min(anchor, len(path)) - 1; i >= 0; i-- {
-		t.add(path[i], parent, i == 0 && deleted)
-		parent = path[i]
-	}
-	return true, nil
+	return added, changed, nil
 }
 
 // checkPath validates a revision path: valid revisions with consecutive

@@ -260,9 +260,12 @@ func (s *Store) WriteReplicated(ctx context.Context, w ReplicatedWrite) (bool, e
 			return false, err
 		}
 		dw := s.newDocWrite(w.DB, w.ID, st)
-		added, err := dw.tree.Merge(w.Revisions, w.Deleted)
-		if err != nil || !added {
+		added, changed, err := dw.tree.Merge(w.Revisions, w.Deleted)
+		switch {
+		case err != nil || !changed:
 			return false, err
+		case !added:
+			return false, dw.apply(tr) // history the tree had lost: same leaves, same winner
 		}
 		written := &Doc{ID: w.ID, Rev: w.Revisions[0], Deleted: w.Deleted, Body: w.Body, raw: canonical}
 		dw.bodies[written.Rev] = written

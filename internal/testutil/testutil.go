@@ -7,6 +7,8 @@ package testutil
 
 import (
 	"bytes"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -114,4 +116,24 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 		time.Sleep(pause)
 		pause = min(2*pause, 100*time.Millisecond)
 	}
+}
+
+// SeedEnv names the environment variable that replays a randomized test.
+const SeedEnv = "FDBREP_TEST_SEED"
+
+// Seed returns the seed of a randomized test: $FDBREP_TEST_SEED when set
+// (to replay a failure), else the clock. It logs the seed with the line
+// that replays it.
+func Seed(t testing.TB) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(SeedEnv); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", SeedEnv, s, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (replay with %s=%d)", seed, SeedEnv, seed)
+	return seed
 }

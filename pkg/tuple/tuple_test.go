@@ -7,15 +7,14 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
@@ -273,20 +272,6 @@ func TestTupleRange(t *testing.T) {
 	require.Equal(t, kv.FirstGreaterOrEqual(b), sb)
 	require.Equal(t, kv.FirstGreaterOrEqual(e), se)
 	require.Equal(t, kv.Key(prefix.Pack()), prefix.FDBKey())
-}
-
-// testSeed returns the seed for a randomized test: FDBREP_TEST_SEED if set
-// (to replay a failure), else the clock. It logs it.
-func testSeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("FDBREP_TEST_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "FDBREP_TEST_SEED")
-		seed = v
-	}
-	t.Logf("seed %d (replay with FDBREP_TEST_SEED=%d)", seed, seed)
-	return seed
 }
 
 // gen draws random tuples from a small pool of interesting values, so that
@@ -569,7 +554,7 @@ func compareFloats(a, b float64, aNeg, bNeg bool, aBits, bBits uint64) int {
 func sign(c int) int { return cmp.Compare(c, 0) }
 
 func TestPackOrderMatchesTupleOrder(t *testing.T) {
-	g := gen{rand.New(rand.NewPCG(testSeed(t), 1))}
+	g := gen{rand.New(rand.NewPCG(testutil.Seed(t), 1))}
 	const n = 400
 	tuples := make([]Tuple, n)
 	packed := make([][]byte, n)
@@ -590,7 +575,7 @@ func TestPackOrderMatchesTupleOrder(t *testing.T) {
 }
 
 func TestRoundTrip(t *testing.T) {
-	g := gen{rand.New(rand.NewPCG(testSeed(t), 2))}
+	g := gen{rand.New(rand.NewPCG(testutil.Seed(t), 2))}
 	for range 2000 {
 		in := g.tuple(0)
 		packed := in.Pack()

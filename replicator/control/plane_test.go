@@ -1,6 +1,7 @@
 package control_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -8,11 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/repdb"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/replicatortest"
+	"github.com/fdbrep/fdbrep/replicator/simengine"
 )
 
 // ParseDoc is the write-time check of replication documents: what it
@@ -60,4 +63,55 @@ func TestParseDoc(t *testing.T) {
 func TestLongestDocIDFitsAJobID(t *testing.T) {
 	id := replicator.DocJobID(replicator.NewDBUUID(), strings.Repeat("z", repdb.MaxDocIDLength))
 	require.LessOrEqual(t, len(id), fdbjobs.MaxNameSize)
+}
+
+// What DocWritten does with a document's job, step by step, and whether
+// it reports the job restarted (the frontend then clears the
+// document's stale _replication_* fields).
+func TestDocWrittenOutcomes(t *testing.T) {
+	c := replicatortest.NewCluster(t, 0, simengine.New(), replicatortest.Config())
+	ctx := context.Background()
+	write := func(id string, doc map[string]any) bool {
+		t.Helper()
+		parsed, _ := c.Plane.ParseDoc("_replicator", id, replicateBody(t, doc))
+		restarted, err := kv.Transact(ctx, c.DB, func(tr kv.Transaction) (bool, error) {
+			return c.Plane.DocWritten(ctx, tr, parsed)
+		})
+		require.NoError(t, err)
+		return restarted
+	}
+	withState := func(doc map[string]any, state string) map[string]any {
+		out := map[string]any{"_replication_state": state}
+		for k, v := range doc {
+			out[k] = v
+		}
+		return out
+	}
+	jobs := func() int {
+		t.Helper()
+		l, err := c.Plane.SchedulerDocs(ctx, "_replicator", "", nil, -1, 0)
+		require.NoError(t, err)
+		return l.TotalRows
+	}
+	a := replicatortest.RepDoc("http://h/a", "http://h/b", true)
+	b := replicatortest.RepDoc("http://h/a", "http://h/other", true)
+	for _, step := range []struct {
+		name      string
+		id        string
+		doc       map[string]any
+		restarted bool
+		jobs      int
+	}{
+		{"a new document runs", "d", a, true, 1},
+		{"the same replication again: nothing", "d", a, false, 1},
+		{"the replicator's own result: nothing", "d", withState(a, "completed"), false, 1},
+		{"another replication runs again", "d", withState(b, "completed"), true, 1},
+		{"completed, never run here: no job", "done", withState(a, "completed"), false, 1},
+		{"failed, never run here: no job", "failed", withState(b, "failed"), false, 1},
+		{"a 2.x triggered document runs", "old", withState(replicatortest.RepDoc("http://h/t", "http://h/u", true), "triggered"), true, 2},
+		{"a document that does not parse: a failed job", "bad", map[string]any{"source": "http://h/a"}, false, 3},
+	} {
+		require.Equal(t, step.restarted, write(step.id, step.doc), step.name)
+		require.Equal(t, step.jobs, jobs(), step.name)
+	}
 }
