@@ -11,8 +11,13 @@
 //	GET  /  /_up  /_uuids  /_all_dbs (admins; see PublicAllDBs)
 //	GET|POST|DELETE /_session                 cookie login (AuthSession), as CouchDB
 //	PUT|GET|HEAD|DELETE|POST /{db}            _replicator and <prefix>/_replicator ('/' as %2F)
-//	PUT|GET|HEAD|DELETE /{db}/{docid}         documents, also _design/… and _local/…
-//	GET  /{db}/_all_docs  /{db}/_changes      (feed=normal|longpoll; since, limit, include_docs, filter=_doc_ids)
+//	PUT|GET|HEAD|DELETE /{db}/{docid}         documents, also _design/… and _local/…; GET with rev, revs,
+//	                                          open_revs, latest, conflicts, deleted_conflicts, revs_info, meta;
+//	                                          PUT with new_edits=false
+//	GET|POST /{db}/_all_docs                  keys, include_docs, conflicts, startkey, endkey, limit, skip, descending
+//	GET|POST /{db}/_changes                   feed=normal|longpoll|continuous|live|eventsource; since (now), limit,
+//	                                          style=all_docs, include_docs, conflicts, heartbeat, timeout, filter=_doc_ids
+//	POST /{db}/_bulk_docs  /{db}/_bulk_get  /{db}/_revs_diff  /{db}/_ensure_full_commit
 //	POST /_replicate                          any authenticated user
 //	GET  /_scheduler/jobs[/{id}]  /_scheduler/docs[/{db}[/{docid}]]  /_active_tasks   admins
 //	GET  /_node/_local/_stats  /_node/_local/_prometheus                                admins
@@ -24,14 +29,29 @@
 // # Storage
 //
 // Documents are stored by package repdb (see its doc for the layout and
-// revisions). Each write is one small transaction (repdb.Store.Write):
-// the base revision check (409 conflict otherwise), the new revision, the
-// changes feed and counters — and, for replication documents, the
-// Replicator's DocWritten or DocDeleted in that same transaction, so a
-// document and its job commit together or not at all. Only the winning
-// revision is kept (no revision tree, attachments, _bulk_docs or
-// new_edits=false: replicating into a replicator database is not
-// supported).
+// revision trees). Whatever the endpoint (PUT, POST /{db}, DELETE,
+// _bulk_docs, with or without new_edits=false), a document write goes
+// through saveDoc and is one small transaction (repdb.Store.Write for new
+// edits: the base revision must be a leaf, 409 conflict otherwise;
+// repdb.Store.WriteReplicated for replicated revisions: merged into the
+// tree), and, for replication documents, the Replicator's DocWritten or
+// DocDeleted runs in that same transaction whenever the winning revision
+// changes, so a document and its job commit together or not at all.
+// _bulk_docs writes its documents one transaction each, in order: a
+// failure is that document's alone. Replicators read replicator databases
+// as CouchDB's (_changes with style=all_docs, _bulk_get, open_revs as
+// JSON, _revs_diff), so they can be migrated in from CouchDB and backed up
+// out, conflicts included. Attachments are refused (415).
+//
+// # Changes feeds
+//
+// Feeds are read page by page (repdb.Store.Feed) and streamed: normal,
+// longpoll (which waits for a change, writing heartbeats meanwhile when
+// asked), continuous (a row per line, blank-line heartbeats, a last_seq
+// line at the end) and eventsource (server-sent events). Waiting feeds
+// wait on the database's watch, end after timeout of silence without a
+// heartbeat (at most LongpollTimeoutDefault), and let the node close
+// their connection when it is full.
 //
 // # Validation and owners
 //
@@ -43,11 +63,16 @@
 // CouchDB, the owner of the revision being replaced or deleted is checked
 // too — then the replicator's parser (Replicator.ParseDoc, once per
 // write: its result travels to DocWritten); a failure is 403 forbidden
-// with the parser's reason and stores nothing. Design
-// documents (admins only) and _local documents are stored but never reach
-// the replicator. Readers other than a document's owner, admins and
-// holders of the _replicator role get its endpoints without credentials
-// (URL userinfo, "auth" and "headers" removed).
+// with the parser's reason and stores nothing. Replicated revisions are
+// checked the same way (in _bulk_docs a refusal is that document's
+// "forbidden" entry). When a job runs again, the replicator's stale
+// "_replication_*" fields are removed from the document. Design documents
+// (admins only) and _local documents are stored but never reach the
+// replicator. Readers other than a document's owner, admins and holders
+// of the _replicator role get its endpoints without credentials (URL
+// userinfo, "auth" and "headers" removed), whichever endpoint they read
+// it through (GET, _bulk_get, open_revs, _all_docs and _changes with
+// include_docs, every feed).
 //
 // # Authentication
 //

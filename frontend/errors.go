@@ -1,9 +1,11 @@
 package frontend
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/fdbrep/fdbrep/repdb"
 )
@@ -80,7 +82,10 @@ func toHTTPError(err error) *httpError {
 	case errors.Is(err, repdb.ErrBadSequence):
 		return badRequest("Malformed since sequence")
 	case errors.Is(err, repdb.ErrBadDoc):
-		return badRequest("document body cannot be encoded")
+		// What follows the sentinel names the problem (never a
+		// credential: bodies are not quoted).
+		reason := strings.TrimPrefix(strings.TrimPrefix(err.Error(), repdb.ErrBadDoc.Error()), ": ")
+		return badRequest(cmp.Or(reason, "invalid document"))
 	}
 	return nil
 }

@@ -19,10 +19,6 @@ const (
 	scanPageBytes = 1 << 20
 )
 
-// ErrStop, returned by an emit callback of AllDocs or Feed, ends the read
-// without error.
-var ErrStop = errors.New("repdb: stop reading")
-
 // scan reads rng in pages, one read transaction each: read turns a page's
 // rows into values inside the transaction and reports how many rows it
 // used (fewer when a byte budget ran out, at least one); emit receives the

@@ -10,10 +10,14 @@
 // transaction that stores the document, turned into a job (DocWritten,
 // DocDeleted): the document and its job commit together. An update that
 // leaves the replication unchanged leaves its job alone; a changed one
-// replaces the job, halting a running one at its next heartbeat. A
-// document that bypassed validation (a writer with the _replicator role,
-// a restored database) becomes a failed job whose reason shows in
-// _scheduler/docs. Database creation registers a fresh identity
+// replaces the job, halting a running one at its next heartbeat, and is
+// reported as restarted so that the document loses its stale
+// "_replication_*" fields. A document that arrives marked "completed" or
+// "failed" and has no job (replicated or restored from another server) is
+// not run again, as in CouchDB. With conflicts the job follows the
+// document's winning revision. A document that bypassed validation (a
+// writer with the _replicator role) becomes a failed job whose reason
+// shows in _scheduler/docs. Database creation registers a fresh identity
 // (DBCreated); deletion removes the database's jobs (DBDeleted), the first
 // hundred in its transaction, the rest through the nodes' cleanup.
 //
