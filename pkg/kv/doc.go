@@ -6,23 +6,64 @@
 //     process on a durable local store and keeps FoundationDB's semantics:
 //     strictly serializable optimistic transactions with read and write
 //     conflict ranges, versionstamps, watches, atomic operations, FDB's size
-//     limits and its five second transaction lifetime, and FDB's error codes.
+//     limits (the transaction size counted as FoundationDB 7.3's client
+//     counts it) and its five second transaction lifetime, and FDB's error
+//     codes, names and messages.
 //   - The FoundationDB backend (package kv/fdbkv, build tag "fdb") adapts
 //     github.com/apple/foundationdb/bindings/go.
 //
-// Code that passes the conformance suite (package kv/kvtest) on the embedded
-// backend is expected to be correct on FoundationDB, so write every
-// transaction as FoundationDB demands:
+// # What the conformance suite proves
 //
-//   - Keep it small: at most 10,000,000 bytes of mutations, keys of at most
-//     10,000 bytes, values of at most 100,000 bytes, and at most five seconds
-//     between the read version and the commit.
+// The conformance suite (package kv/kvtest) runs on the embedded backend, on
+// it under fault injection (package kv/faultkv), and on a FoundationDB
+// cluster when one is configured. Passing it on the embedded backend shows
+// that code keeps FoundationDB's transaction semantics as far as the suite
+// exercises them: serializability, conflict ranges, read-your-writes,
+// versionstamps, watches, atomic operations, limits, the retry loop and the
+// error predicates. It does not prove that code works on a FoundationDB
+// cluster: package kv/embedded lists every known difference (latency,
+// errors only a cluster produces, watch behaviour, recoveries). Three test
+// modes narrow the gap; the whole suite can run under each:
+//
+//   - FDBREP_KV_FAULTS (package kv/faultkv): the errors of a loaded or
+//     failing cluster, commit_unknown_result after real commits above all.
+//   - FDBREP_KV_LATENCY (Latency): every read and commit of an embedded
+//     store waits as across a network (1 ms a read, 4 ms a commit with "1"),
+//     so serial reads run into the five second lifetime as on FoundationDB.
+//   - FDBREP_KV_BUDGET (Budget): a transaction over 1 MB written or read, or
+//     open over 1 s, fails with a *BudgetError naming where it was created,
+//     and fails the test that ran it (through kvtest).
+//
+// Every opener of an embedded store reads FDBREP_KV_LATENCY and
+// FDBREP_KV_BUDGET (kvtest.NewDB and `fdbrep serve` alike), unless it sets
+// the options explicitly.
+//
+// Write every transaction as FoundationDB demands:
+//
+//   - Keep it small: at most MaxTransactionSize (10,000,000) bytes as
+//     FoundationDB counts them (mutations, read and write conflict ranges,
+//     each with its overhead), keys of at most 10,000 bytes, values of at
+//     most 100,000 bytes, and at most five seconds between the read version
+//     and the commit. FoundationDB advises far less: under 1 MB and 1 s.
+//   - Issue independent reads before waiting on them: on FoundationDB every
+//     read is a network round trip.
 //   - Do no I/O inside a transaction function: the retry loop may run it many
 //     times.
 //   - Make it idempotent: after commit_unknown_result (1021) the retry loop
 //     runs the function again although the first attempt may have committed.
 //   - Return FDB errors unwrapped from the function (or let MustGet panic with
 //     them): the retry loop only retries errors it recognises as Error.
+//   - Call GetVersionstamp before Commit; do nothing with a transaction while
+//     its commit is in flight (used_during_commit, 2017).
+//   - A loop that retries on its own, outside Run, backs off with Backoff as
+//     FoundationDB's OnError would, so that it does not hammer a loaded
+//     cluster.
+//
+// # Operations
+//
+// Probe checks that a freshly opened store answers (opening FoundationDB
+// contacts nobody). Health reports whether a store can commit (the embedded
+// store refuses commits while its disk is full; see ErrStorageFull).
 //
 // # Transactors
 //

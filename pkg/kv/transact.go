@@ -44,16 +44,23 @@ func Run(ctx context.Context, create func() (Transaction, error), f func(Transac
 		if !errors.As(err, &e) {
 			return nil, err
 		}
-		if _, err := tr.OnError(e).Get(); err != nil {
+		if _, oerr := tr.OnError(e).Get(); oerr != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, ctxErr
 			}
-			return nil, err
+			// As the binding's retry loop: when OnError gives the error
+			// back, the caller gets its own (possibly wrapped) error.
+			if HasCode(oerr, e.Code) {
+				return nil, err
+			}
+			return nil, oerr
 		}
 	}
 }
 
-// RunRead is Run for read-only functions: there is no commit.
+// RunRead is Run for read-only functions. The transaction is committed
+// like any other: a read-only commit costs nothing on either backend (no
+// commit version, nothing sent), and it arms the watches f set.
 func RunRead(ctx context.Context, create func() (Transaction, error), f func(ReadTransaction) (any, error)) (any, error) {
 	return Run(ctx, create, func(tr Transaction) (any, error) { return f(tr) })
 }

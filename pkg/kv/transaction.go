@@ -118,7 +118,9 @@ type Transaction interface {
 	Watch(key KeyConvertible) FutureNil
 
 	// GetVersionstamp returns the 10-byte versionstamp of the commit,
-	// resolved once Commit succeeds.
+	// resolved once Commit succeeds. Call it before Commit: once Commit has
+	// been called it fails with used_during_commit (2017), as on
+	// FoundationDB, where the call also fails a commit still in flight.
 	GetVersionstamp() FutureKey
 	// GetCommittedVersion returns the commit version after a successful
 	// commit; for a read-only transaction, -1.

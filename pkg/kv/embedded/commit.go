@@ -3,7 +3,6 @@ package embedded
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -29,12 +28,10 @@ type commitReq struct {
 	size    int
 	atomic  bool // muts hold atomic ops, which need an indexed batch
 	watches []*watch
+	db      *DB
 	fut     *future[struct{}]
-	snap    *snapshot // the read version's, held until resolved; may be nil
-
-	vsMu sync.Mutex
-	vs   *future[kv.Key] // created when someone asks for the versionstamp
-	done bool            // finish has run; guarded by vsMu
+	snap    *snapshot       // the read version's, held until resolved; may be nil
+	vs      *future[kv.Key] // the versionstamp's, if it was asked for before Commit
 
 	// Set by the leader before fut is resolved.
 	version int64
@@ -42,8 +39,13 @@ type commitReq struct {
 	err     error
 }
 
-// enqueue hands r to the leader.
+// enqueue hands r to the leader, unless writes wait for the disk: then r
+// fails at once, not committed.
 func (db *DB) enqueue(r *commitReq) {
+	if err := db.health.commitRefusal(); err != nil {
+		r.finish(err)
+		return
+	}
 	db.qmu.Lock()
 	if db.qclosed {
 		db.qmu.Unlock()
@@ -83,7 +85,45 @@ func (db *DB) take() (batch []*commitReq, closed bool) {
 	rest := copy(db.queue, db.queue[n:])
 	clear(db.queue[rest:])
 	db.queue = db.queue[:rest]
+	db.inflightMu.Lock()
+	for _, r := range batch {
+		db.inflight[r] = struct{}{}
+	}
+	db.inflightMu.Unlock()
 	return batch, false
+}
+
+// refuseCommits runs when writes start waiting for the disk: queued commits
+// fail with the refusal (they never reached pebble), commits the leader
+// has taken fail with commit_unknown_result (they may still happen once the
+// writes complete).
+func (db *DB) refuseCommits() {
+	err := db.health.commitRefusal()
+	if err == nil {
+		return // the writes completed meanwhile
+	}
+	db.failPending(err)
+}
+
+// failPending fails the queued commits with err and those in flight with
+// commit_unknown_result.
+func (db *DB) failPending(err error) {
+	db.qmu.Lock()
+	queued := db.queue
+	db.queue = nil
+	db.inflightMu.Lock()
+	taken := make([]*commitReq, 0, len(db.inflight))
+	for r := range db.inflight {
+		taken = append(taken, r)
+	}
+	db.inflightMu.Unlock()
+	db.qmu.Unlock()
+	for _, r := range queued {
+		r.finish(err)
+	}
+	for _, r := range taken {
+		r.fail(errUnknownResult)
+	}
 }
 
 // syncQueueDepth is how many written batches may wait for the syncer. With
@@ -323,7 +363,8 @@ func failBatch(batch []*commitReq) {
 }
 
 // finish resolves r's futures and fails or leaves its watches: watches of
-// a successful commit were armed by the leader already.
+// a successful commit were armed by the leader already. Futures that fail
+// already (see fail) keep their error.
 func (r *commitReq) finish(err error) {
 	r.err = err
 	r.releaseSnapshot()
@@ -332,15 +373,28 @@ func (r *commitReq) finish(err error) {
 			w.finish(err)
 		}
 	}
-	r.vsMu.Lock()
-	r.done = true
-	vs := r.vs
-	r.vsMu.Unlock()
-	if vs != nil {
-		vs.set(r.versionstamp())
+	if r.vs != nil {
+		r.vs.set(r.versionstamp())
 	}
 	r.fut.set(struct{}{}, err)
+	r.db.inflightMu.Lock()
+	delete(r.db.inflight, r)
+	r.db.inflightMu.Unlock()
 }
+
+// fail resolves r's commit and versionstamp futures with err before the
+// commit finishes (an operation during the commit, a cancel, a disk that
+// stopped taking writes). The commit itself goes on and may still happen;
+// its watches follow its real outcome.
+func (r *commitReq) fail(err error) {
+	if r.vs != nil {
+		r.vs.fail(err)
+	}
+	r.fut.fail(err)
+}
+
+// outcome reports whether r's future is resolved, and its error.
+func (r *commitReq) outcome() (bool, error) { return r.fut.result() }
 
 func (r *commitReq) releaseSnapshot() {
 	if r.snap != nil {
@@ -354,19 +408,6 @@ func (r *commitReq) versionstamp() (kv.Key, error) {
 		return nil, r.err
 	}
 	return kv.Key(r.stamp), nil
-}
-
-// versionstampFuture returns the future of r's versionstamp.
-func (r *commitReq) versionstampFuture() kv.FutureKey {
-	r.vsMu.Lock()
-	defer r.vsMu.Unlock()
-	if r.done {
-		return kv.ReadyFuture(r.versionstamp())
-	}
-	if r.vs == nil {
-		r.vs = newFuture[kv.Key]()
-	}
-	return r.vs
 }
 
 // applyMutations replays a transaction's log into b, evaluating atomic ops

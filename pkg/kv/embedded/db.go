@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +50,14 @@ type DB struct {
 	synced  chan *pending // batches written, waiting for the WAL sync
 
 	failMu sync.Mutex
-	failed error // set when a batch could not be written or synced
+	failed error // set when pebble failed to apply a batch
+
+	health *health
+	// inflight are the commits the leader has taken and not finished: when
+	// writes start waiting for the disk they fail with
+	// commit_unknown_result at once (they may still happen).
+	inflightMu sync.Mutex
+	inflight   map[*commitReq]struct{}
 
 	// Leader state.
 	res         *resolver
@@ -84,13 +90,23 @@ func Open(opts Options) (*DB, error) {
 	}
 	cache := pebble.NewCache(opts.CacheSize)
 	defer cache.Unref()
-	popts := pebbleOptions(cache)
 	dir := opts.Dir
-	if opts.InMemory {
-		popts.FS = vfs.NewMem()
-		if dir == "" {
-			dir = "mem"
-		}
+	fs := opts.testFS
+	switch {
+	case fs != nil:
+	case opts.InMemory:
+		fs = vfs.NewMem()
+	default:
+		fs = vfs.Default
+	}
+	if opts.InMemory && dir == "" {
+		dir = "mem"
+	}
+	h := newHealth(dir, opts)
+	popts := pebbleOptions(cache, h)
+	popts.FS = &healthFS{FS: fs, h: h}
+	if opts.testPebble != nil {
+		opts.testPebble(popts)
 	}
 	pdb, err := pebble.Open(dir, popts)
 	if err != nil {
@@ -120,7 +136,10 @@ func Open(opts Options) (*DB, error) {
 		baseVersion: last + 1,
 		baseTime:    time.Now(),
 		watches:     newWatchRegistry(),
+		health:      h,
+		inflight:    map[*commitReq]struct{}{},
 	}
+	h.onBlocked = func() { go db.refuseCommits() }
 	db.publish(db.newSnapshot(last))
 	go db.leader()
 	go db.syncer()
@@ -129,7 +148,11 @@ func Open(opts Options) (*DB, error) {
 
 // Close stops the commit leader, fails queued commits, outstanding watches
 // and open transactions with kv.ErrDatabaseClosed, and closes the store.
-// Close is idempotent.
+// Close is idempotent. While writes wait for the disk (see Health), Close
+// does not wait for them: it fails every pending commit (with
+// commit_unknown_result for those that may still happen), returns an error
+// saying so, and closes pebble in the background once the writes complete;
+// the directory stays locked until then or until the process exits.
 func (db *DB) Close() error {
 	db.closeMu.Lock()
 	if db.closed.Swap(true) {
@@ -144,6 +167,17 @@ func (db *DB) Close() error {
 	case db.qsignal <- struct{}{}:
 	default:
 	}
+	if err := db.health.commitRefusal(); err != nil {
+		db.failPending(kv.ErrDatabaseClosed)
+		db.watches.closeAll()
+		go db.finishClose()
+		return fmt.Errorf("embedded: close: pebble is closed in the background once pending writes complete: %w", err)
+	}
+	return db.finishClose()
+}
+
+// finishClose waits for the leader and syncer and closes pebble.
+func (db *DB) finishClose() error {
 	<-db.stopped
 	db.watches.closeAll()
 	db.snapMu.Lock()
@@ -153,6 +187,24 @@ func (db *DB) Close() error {
 	db.live = nil
 	db.snapMu.Unlock()
 	return db.pdb.Close()
+}
+
+// Health reports whether the store can commit: nil, or an error saying why
+// not. While writes wait for disk space the error wraps kv.ErrStorageFull
+// and kv.Error{Code: kv.CodeIOError} (io_error, 1510), and commits fail
+// at once with such an error; while the disk fails writes otherwise, or
+// for Options.StorageErrorWindow after a failed flush or compaction, it
+// wraps kv.Error{Code: kv.CodeIOError}; after Close it is
+// kv.ErrDatabaseClosed. Reads keep working through all of these. DB is a
+// kv.Healther.
+func (db *DB) Health() error {
+	if db.closed.Load() {
+		return kv.ErrDatabaseClosed
+	}
+	if err := db.storeFailure(); err != nil {
+		return err
+	}
+	return db.health.status()
 }
 
 // CreateTransaction starts a transaction.
@@ -233,13 +285,15 @@ func (s *snapshot) release() {
 }
 
 // pebbleOptions is the engine configuration: an explicit format, the given
-// block cache, and bloom filters on every level (point reads, the commonest
-// read, then skip the tables that cannot hold the key).
-func pebbleOptions(cache *pebble.Cache) *pebble.Options {
+// block cache, bloom filters on every level (point reads, the commonest
+// read, then skip the tables that cannot hold the key), and h's logger and
+// event listener.
+func pebbleOptions(cache *pebble.Cache, h *health) *pebble.Options {
 	o := &pebble.Options{
 		Cache:              cache,
 		FormatMajorVersion: formatMajorVersion,
-		Logger:             quietLogger{},
+		Logger:             pebbleLogger{h},
+		EventListener:      h.listener(),
 	}
 	o.Levels[0].FilterPolicy = bloom.FilterPolicy(bloomBitsPerKey)
 	return o
@@ -249,18 +303,10 @@ func pebbleOptions(cache *pebble.Cache) *pebble.Options {
 // false positives.
 const bloomBitsPerKey = 10
 
-// quietLogger drops pebble's informational messages.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any) {}
-func (quietLogger) Errorf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "embedded: pebble: "+format+"\n", args...)
-}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("embedded: pebble: "+format, args...))
-}
-
-var _ kv.Database = (*DB)(nil)
+var (
+	_ kv.Database = (*DB)(nil)
+	_ kv.Healther = (*DB)(nil)
+)
 
 // Stats are counters of a DB's commit pipeline since Open.
 type Stats struct {

@@ -9,15 +9,11 @@ import (
 // ErrInvalidOptions is returned by Open for bad Options.
 var ErrInvalidOptions = errors.New("embedded: invalid options")
 
-// ErrStoreFailed is wrapped by the error of every commit after the store
-// failed to write a batch durably; the DB must be closed and reopened.
+// ErrStoreFailed is wrapped, with kv.Error{Code: kv.CodeIOError}, by the
+// error of every commit after pebble failed to apply a batch; the DB must
+// be closed and reopened. (A full or failing disk is not such a failure:
+// see DB.Health.)
 var ErrStoreFailed = errors.New("embedded: store failed")
-
-// Codes this backend returns that kv does not name.
-const (
-	codeNoCommitVersion    = 2021 // no_commit_version
-	codeRangeLimitsInvalid = 2210 // range_limits_invalid
-)
 
 func kvErr(code int) error { return kv.Error{Code: code} }
 
@@ -37,7 +33,8 @@ var (
 	errKeyTooLarge       = kvErr(kv.CodeKeyTooLarge)
 	errValueTooLarge     = kvErr(kv.CodeValueTooLarge)
 	errTooManyWatches    = kvErr(kv.CodeTooManyWatches)
-	errNoCommitVersion   = kvErr(codeNoCommitVersion)
-	errRangeLimits       = kvErr(codeRangeLimitsInvalid)
+	errNoCommitVersion   = kvErr(kv.CodeNoCommitVersion)
+	errRangeLimits       = kvErr(kv.CodeRangeLimitsInvalid)
+	errIO                = kvErr(kv.CodeIOError)
 	errUnknownResult     = kvErr(kv.CodeCommitUnknownResult)
 )

@@ -37,6 +37,13 @@ func (f *future[T]) fail(err error) bool {
 	return f.set(zero, err)
 }
 
+// result reports whether f is resolved, and its error, without waiting.
+func (f *future[T]) result() (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.resolved, f.err
+}
+
 func (f *future[T]) Get() (T, error) {
 	<-f.done
 	return f.v, f.err

@@ -11,10 +11,18 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
+// noEnv turns off the latency mode and budget check that the environment
+// may ask for: this package's tests check semantics, with their own
+// latency and budget tests.
+func noEnv(o Options) Options {
+	o.Latency, o.Budget = &kv.Latency{}, &kv.Budget{}
+	return o
+}
+
 // openMem opens an in-memory store closed at the end of the test.
 func openMem(t *testing.T, mod ...func(*Options)) *DB {
 	t.Helper()
-	o := Options{InMemory: true}
+	o := noEnv(Options{InMemory: true})
 	for _, m := range mod {
 		m(&o)
 	}
@@ -35,7 +43,7 @@ func openFakeClock(t *testing.T, mod ...func(*Options)) (*DB, *clockwork.FakeClo
 // openDir opens an on-disk store in dir; the caller closes it.
 func openDir(t *testing.T, dir string) *DB {
 	t.Helper()
-	db, err := Open(Options{Dir: dir})
+	db, err := Open(noEnv(Options{Dir: dir}))
 	require.NoError(t, err)
 	return db
 }

@@ -95,13 +95,14 @@ func TestCancelResetAndUseDuringCommit(t *testing.T) {
 
 	tr = newTr(t, db)
 	tr.Set(kv.Key("k"), []byte("v"))
-	f := tr.Commit()
+	_, err = tr.Commit().Get()
+	require.NoError(t, err)
 	_, err = tr.Get(kv.Key("k")).Get()
 	requireCode(t, err, kv.CodeUsedDuringCommit)
 	_, err = tr.Commit().Get()
 	requireCode(t, err, kv.CodeUsedDuringCommit)
-	_, err = f.Get()
-	require.NoError(t, err)
+	_, err = tr.GetVersionstamp().Get()
+	requireCode(t, err, kv.CodeUsedDuringCommit)
 	cv, err := tr.GetCommittedVersion()
 	require.NoError(t, err)
 	require.Positive(t, cv)
@@ -119,6 +120,49 @@ func TestCancelResetAndUseDuringCommit(t *testing.T) {
 	require.Equal(t, int64(-1), cv)
 	_, err = ro.GetVersionstamp().Get()
 	require.Error(t, err)
+}
+
+// An operation issued while a commit is in flight fails with
+// used_during_commit and fails the commit with it; a cancel fails it with
+// transaction_cancelled. The commit goes on and may still happen, as on
+// FoundationDB.
+func TestOperationDuringCommitFailsTheCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   func(tr kv.Transaction) error
+		code int
+	}{
+		{"read", func(tr kv.Transaction) error { _, err := tr.Get(kv.Key("x")).Get(); return err }, kv.CodeUsedDuringCommit},
+		{"versionstamp", func(tr kv.Transaction) error { _, err := tr.GetVersionstamp().Get(); return err }, kv.CodeUsedDuringCommit},
+		{"commit", func(tr kv.Transaction) error { _, err := tr.Commit().Get(); return err }, kv.CodeUsedDuringCommit},
+		{"write", func(tr kv.Transaction) error { tr.Set(kv.Key("x"), nil); return nil }, kv.CodeUsedDuringCommit},
+		{"cancel", func(tr kv.Transaction) error { tr.Cancel(); return nil }, kv.CodeTransactionCancelled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			db := openMem(t, func(o *Options) {})
+			db.testHookBatch = func(int) { <-release }
+			tr := newTr(t, db)
+			tr.Set(kv.Key("k"), []byte("v"))
+			vs := tr.GetVersionstamp()
+			f := tr.Commit()
+			if err := tc.op(tr); err != nil {
+				requireCode(t, err, tc.code)
+			}
+			_, err := f.Get()
+			requireCode(t, err, tc.code)
+			_, err = vs.Get()
+			requireCode(t, err, tc.code)
+			cv, err := tr.GetCommittedVersion()
+			require.NoError(t, err)
+			require.Equal(t, int64(-1), cv)
+			close(release)
+			put(t, db, "after", "1") // committed after the first batch
+			v, ok := read(t, db, "k")
+			require.True(t, ok, "the commit went on")
+			require.Equal(t, "v", v)
+		})
+	}
 }
 
 func TestTimeoutAndRetryLimit(t *testing.T) {
@@ -164,13 +208,21 @@ func TestOnErrorBackoff(t *testing.T) {
 	db := openMem(t)
 	tr := newTr(t, db).(*transaction)
 	require.NoError(t, tr.Options().SetMaxRetryDelay(40))
-	var seen []int64
+	tr.backoff.Rand = func() float64 { return 0 } // no waiting; the limits are checked below
 	for range 5 {
-		seen = append(seen, int64(tr.backoff/1e6))
 		_, err := waitReady(t, tr.OnError(kv.Error{Code: kv.CodeCommitUnknownResult}))
 		require.NoError(t, err)
 	}
-	require.Equal(t, []int64{10, 20, 40, 40, 40}, seen, "backoff doubles from 10 ms up to the max retry delay")
+	// The limit doubled from 10 ms and stopped at the max retry delay.
+	next := tr.backoff
+	next.Rand = func() float64 { return 1 }
+	d, ok := next.Next(kv.Error{Code: kv.CodeNotCommitted})
+	require.True(t, ok)
+	require.Equal(t, 40*time.Millisecond, d)
+	// transaction_too_old waits a fixed 10 ms, as FoundationDB.
+	d, ok = next.Next(kv.Error{Code: kv.CodeTransactionTooOld})
+	require.True(t, ok)
+	require.Equal(t, kv.FutureVersionRetryDelayDefault, d)
 }
 
 func TestOptionsValidation(t *testing.T) {

@@ -4,7 +4,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/jonboulle/clockwork"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
 // Defaults of Options. A zero field in Options means its default.
@@ -25,6 +29,15 @@ const (
 	// TransactionLifetimeDefault is how long after its read version a
 	// transaction may still read and commit (kv.MaxTransactionLifetimeMillis).
 	TransactionLifetimeDefault = time.Duration(5_000) * time.Millisecond
+	// ErrorLogIntervalDefault is how often at most the store logs storage
+	// trouble (pebble's background errors, writes waiting for disk space):
+	// the first occurrence at once, then one line per interval with the
+	// number of occurrences it stands for.
+	ErrorLogIntervalDefault = 10 * time.Second
+	// StorageErrorWindowDefault is how long after a background storage error
+	// (a failed flush or compaction) the store reports itself unhealthy
+	// unless a later flush or compaction succeeds.
+	StorageErrorWindowDefault = 30 * time.Second
 )
 
 // maxBatchTxnsLimit is the most transactions one batch may hold: the order
@@ -54,10 +67,38 @@ type Options struct {
 	// FoundationDB's lifetime is five seconds.
 	TransactionLifetime time.Duration
 	// Clock measures the transaction lifetime and the timeouts set with
-	// SetTimeout, watches' included (the real clock if nil). Tests pass a
-	// fake clock to move past them without waiting. Commit versions and
-	// OnError's backoff follow the real clock whatever Clock is.
+	// SetTimeout, watches' included, and the storage error window (the
+	// real clock if nil). Tests pass a fake clock to move past them without
+	// waiting. Commit versions, OnError's backoff, the latency mode and
+	// the budget check follow the real clock whatever Clock is.
 	Clock clockwork.Clock
+	// Latency is the network-latency mode (see kv.Latency): nil reads
+	// FDBREP_KV_LATENCY (kv.LatencyFromEnv), so that every opener of an
+	// embedded store gets it; a zero Latency disables it whatever the
+	// environment says.
+	Latency *kv.Latency
+	// Budget is the transaction budget check (see kv.Budget): nil reads
+	// FDBREP_KV_BUDGET (kv.BudgetFromEnv); a zero Budget disables it
+	// whatever the environment says.
+	Budget *kv.Budget
+	// OnBudgetExceeded is called once for each transaction attempt that
+	// goes over Budget, besides the attempt failing with the
+	// *kv.BudgetError (nil: the error is also written to standard error).
+	// kvtest sets it to fail the test.
+	OnBudgetExceeded func(*kv.BudgetError)
+	// ErrorLogInterval rate-limits the store's error log
+	// (ErrorLogIntervalDefault if 0).
+	ErrorLogInterval time.Duration
+	// StorageErrorWindow is how long a background storage error keeps the
+	// store unhealthy (StorageErrorWindowDefault if 0).
+	StorageErrorWindow time.Duration
+
+	// Test hooks: the file system under pebble (vfs.NewMem or the OS if
+	// nil), changes to pebble's options, and where the error log goes
+	// (standard error if nil).
+	testFS     vfs.FS
+	testPebble func(*pebble.Options)
+	testLog    func(string)
 }
 
 // withDefaults validates o and fills in defaults.
@@ -73,6 +114,8 @@ func (o Options) withDefaults() (Options, error) {
 		orDefault("MaxBatchBytes", &o.MaxBatchBytes, MaxBatchBytesDefault),
 		orDefault("MaxWatches", &o.MaxWatches, MaxWatchesDefault),
 		orDefault("TransactionLifetime", &o.TransactionLifetime, TransactionLifetimeDefault),
+		orDefault("ErrorLogInterval", &o.ErrorLogInterval, ErrorLogIntervalDefault),
+		orDefault("StorageErrorWindow", &o.StorageErrorWindow, StorageErrorWindowDefault),
 	} {
 		if err != nil {
 			return o, err
@@ -80,6 +123,26 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
+	}
+	if o.Latency == nil {
+		l, err := kv.LatencyFromEnv()
+		if err != nil {
+			return o, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
+		o.Latency = &l
+	}
+	if o.Budget == nil {
+		b, err := kv.BudgetFromEnv()
+		if err != nil {
+			return o, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		}
+		o.Budget = &b
+	}
+	if o.Latency.Read < 0 || o.Latency.GRV < 0 || o.Latency.Commit < 0 {
+		return o, fmt.Errorf("%w: Latency %v is negative", ErrInvalidOptions, *o.Latency)
+	}
+	if o.Budget.Bytes < 0 || o.Budget.Duration < 0 {
+		return o, fmt.Errorf("%w: Budget %+v is negative", ErrInvalidOptions, *o.Budget)
 	}
 	return o, nil
 }

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"bytes"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -106,23 +107,44 @@ func (it *rangeIter) Get() (kv.KeyValue, error) {
 
 func (it *rangeIter) MustGet() kv.KeyValue { return kv.Must(it.Get()) }
 
-// fetch reads the next batch into buf.
+// fetch reads the next batch into buf; in the latency mode it then waits
+// as long as the round trips for the batch would take.
 func (it *rangeIter) fetch() {
+	if d := it.fetchLocked(); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// fetchLocked reads the next batch under the transaction's lock and
+// returns the batch's latency.
+func (it *rangeIter) fetchLocked() time.Duration {
 	it.buf, it.pos = nil, 0
 	tr := it.rr.tr
 	if err := tr.lockRead(); err != nil {
 		it.err = err
-		return
+		return 0
 	}
 	defer tr.unlockRead()
+	n, err := it.fetchBatch()
+	if err == nil {
+		err = tr.countRead(n)
+	}
+	if err != nil {
+		it.err, it.buf = err, nil
+	}
+	return tr.readLatency(n)
+}
+
+// fetchBatch reads the next batch into buf and returns its size in bytes.
+func (it *rangeIter) fetchBatch() (int, error) {
+	tr := it.rr.tr
 	if !it.started {
 		it.started = true
 		if err := it.start(); err != nil {
-			it.err = err
-			return
+			return 0, err
 		}
 		if it.done {
-			return
+			return 0, nil
 		}
 	}
 	n := it.left // 0 < n, or -1
@@ -140,8 +162,7 @@ func (it *rangeIter) fetch() {
 	reverse := it.rr.opts.Reverse
 	kvs, err := tr.scan(it.b, it.e, n, reverse)
 	if err != nil {
-		it.err = err
-		return
+		return 0, err
 	}
 	full := n > 0 && len(kvs) == n
 	if full {
@@ -171,6 +192,11 @@ func (it *rangeIter) fetch() {
 		}
 	}
 	it.buf = kvs
+	size := 0
+	for _, e := range kvs {
+		size += len(e.Key) + len(e.Value)
+	}
+	return size, nil
 }
 
 // start validates the range and resolves its selectors.

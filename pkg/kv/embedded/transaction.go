@@ -17,11 +17,9 @@ import (
 // in tx_watch.go, and commit, retry and cancellation in tx_commit.go. This
 // file holds its state and the checks they share.
 
-// FoundationDB's client defaults for OnError.
-const (
-	initialBackoff       = 10 * time.Millisecond
-	maxRetryDelayDefault = 1000 // milliseconds
-)
+// maxRetryDelayDefault is FoundationDB's default for SetMaxRetryDelay, in
+// milliseconds (kv.BackoffMaxDefault).
+const maxRetryDelayDefault = int64(kv.BackoffMaxDefault / time.Millisecond)
 
 // snapRef holds a transaction's snapshot reference; a cleanup releases it
 // if the transaction is dropped without Commit, Cancel or Reset.
@@ -42,17 +40,26 @@ type transaction struct {
 	maxRetryDelay int64
 	start         time.Time // on the store's clock, for the timeout
 	retries       int64
-	backoff       time.Duration
+	backoff       kv.Backoff // OnError's, on the real clock
 
 	ref     *snapRef
 	grvTime time.Time // on the store's clock, for the lifetime
 
-	buf        writeBuffer
-	reads      []span // read conflict ranges
-	wconf      []span // write conflict ranges
-	wconfBytes int    // bytes of keys in wconf
-	watches    []*watch
-	deferred   error // the first invalid write's error, for Commit
+	buf      writeBuffer
+	reads    []span // read conflict ranges
+	wconf    []span // write conflict ranges
+	vsw      []span // where versionstamped keys may land: write conflicts the client does not send
+	watches  []*watch
+	deferred error // the first invalid write's error, for Commit
+	grvNow   bool  // the last readable() took the read version (latency mode)
+
+	// The budget check (Options.Budget): where the transaction was
+	// created, when the attempt's first operation ran (real clock), what
+	// it read, and the attempt's budget error once it went over.
+	site      kv.CallSite
+	opStart   time.Time
+	readBytes int64
+	budgetErr error
 
 	cancelled     bool
 	commitStarted bool
@@ -64,6 +71,9 @@ type transaction struct {
 
 func newTransaction(db *DB) *transaction {
 	tr := &transaction{db: db, ref: &snapRef{}}
+	if !db.opts.Budget.IsZero() {
+		tr.site = kv.CaptureCallSite()
+	}
 	tr.resetOptions()
 	runtime.AddCleanup(tr, func(r *snapRef) {
 		if r.s != nil {
@@ -79,7 +89,16 @@ func (tr *transaction) resetOptions() {
 	tr.maxRetryDelay = maxRetryDelayDefault
 	tr.start = tr.clock().Now()
 	tr.retries = 0
-	tr.backoff = initialBackoff
+	tr.backoff = kv.Backoff{Max: retryDelay(tr.maxRetryDelay)}
+}
+
+// retryDelay converts SetMaxRetryDelay's milliseconds to kv.Backoff.Max,
+// where 0 means the default and a negative value no delay.
+func retryDelay(ms int64) time.Duration {
+	if ms == 0 {
+		return -1
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // resetAttempt drops everything of the current attempt; pending watches
@@ -93,8 +112,9 @@ func (tr *transaction) resetAttempt(err error) {
 	}
 	tr.releaseSnapshot()
 	tr.buf = writeBuffer{}
-	tr.reads, tr.wconf, tr.wconfBytes, tr.watches = nil, nil, 0, nil
+	tr.reads, tr.wconf, tr.vsw, tr.watches = nil, nil, nil, nil
 	tr.deferred = nil
+	tr.opStart, tr.readBytes, tr.budgetErr = time.Time{}, 0, nil
 	tr.cancelled, tr.commitStarted, tr.readOnlyDone = false, false, false
 	tr.req, tr.vs, tr.commitErr = nil, nil, nil
 }
@@ -145,7 +165,9 @@ func (tr *transaction) unlockRead() {
 }
 
 // usable returns why the transaction cannot be used now, or nil; the
-// timeout counts only if timeout is set.
+// timeout counts only if timeout is set. An operation during a commit
+// fails with used_during_commit and, as on FoundationDB, fails the commit
+// still in flight with it too.
 func (tr *transaction) usable(timeout bool) error {
 	switch {
 	case tr.db.closed.Load():
@@ -155,20 +177,24 @@ func (tr *transaction) usable(timeout bool) error {
 	case timeout && tr.timedOut():
 		return errTimedOut
 	case tr.commitStarted:
+		tr.poisonCommit(errUsedDuringCommit)
 		return errUsedDuringCommit
 	}
-	return nil
+	tr.startOp()
+	return tr.overTime()
 }
 
 // readable returns why the transaction cannot read now, or nil, taking a
-// read version if it has none.
+// read version if it has none (grvNow then reports it, for the latency).
 func (tr *transaction) readable() error {
 	if err := tr.usable(true); err != nil {
 		return err
 	}
+	tr.grvNow = false
 	if tr.ref.s == nil {
 		tr.ref.s = tr.db.acquire()
 		tr.grvTime = tr.clock().Now()
+		tr.grvNow = true
 	}
 	if tr.tooOld() {
 		return errTooOld
@@ -183,10 +209,24 @@ func (tr *transaction) writable() bool {
 	case tr.cancelled:
 		return false
 	case tr.commitStarted:
+		tr.poisonCommit(errUsedDuringCommit)
 		tr.deferErr(errUsedDuringCommit)
 		return false
 	}
+	tr.startOp()
+	if err := tr.overTime(); err != nil {
+		tr.deferErr(err)
+	}
 	return true
+}
+
+// poisonCommit fails the commit in flight, if any, with err: its future
+// and its versionstamp's. The commit itself goes on, so it may still
+// happen, as on FoundationDB.
+func (tr *transaction) poisonCommit(err error) {
+	if tr.req != nil {
+		tr.req.fail(err)
+	}
 }
 
 // deferErr keeps err for Commit to fail with, unless an earlier error is
@@ -237,9 +277,7 @@ func (o txnOptions) SetMaxRetryDelay(ms int64) error {
 	}
 	o.tr.mu.Lock()
 	o.tr.maxRetryDelay = ms
-	if limit := time.Duration(ms) * time.Millisecond; o.tr.backoff > limit {
-		o.tr.backoff = limit
-	}
+	o.tr.backoff.Max = retryDelay(ms)
 	o.tr.mu.Unlock()
 	return nil
 }

@@ -1,7 +1,6 @@
 package embedded
 
 import (
-	"math/rand/v2"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -15,23 +14,27 @@ func (tr *transaction) committed() bool {
 	if tr.readOnlyDone {
 		return true
 	}
-	return tr.req != nil && tr.req.fut.IsReady() && tr.req.err == nil
+	if tr.req == nil {
+		return false
+	}
+	done, err := tr.req.outcome()
+	return done && err == nil
 }
 
+// GetVersionstamp returns the future of the commit's versionstamp. As on
+// FoundationDB it must be called before Commit: afterwards it fails with
+// used_during_commit, and fails a commit still in flight with it too.
 func (tr *transaction) GetVersionstamp() kv.FutureKey {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	switch {
-	case tr.vs != nil:
-		return tr.vs
-	case tr.req != nil:
-		return tr.req.versionstampFuture()
-	case tr.readOnlyDone:
-		return kv.ReadyFuture[kv.Key](nil, errNoCommitVersion)
-	case tr.commitErr != nil:
-		return kv.ReadyFuture[kv.Key](nil, tr.commitErr)
+	case tr.commitStarted:
+		tr.poisonCommit(errUsedDuringCommit)
+		return kv.ReadyFuture[kv.Key](nil, errUsedDuringCommit)
 	case tr.cancelled:
 		return kv.ReadyFuture[kv.Key](nil, errCancelled)
+	case tr.vs != nil:
+		return tr.vs
 	}
 	tr.vs = newFuture[kv.Key]()
 	return tr.vs
@@ -40,8 +43,10 @@ func (tr *transaction) GetVersionstamp() kv.FutureKey {
 func (tr *transaction) GetCommittedVersion() (int64, error) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	if tr.req != nil && tr.req.fut.IsReady() && tr.req.err == nil {
-		return tr.req.version, nil
+	if tr.req != nil {
+		if done, err := tr.req.outcome(); done && err == nil {
+			return tr.req.version, nil
+		}
 	}
 	return -1, nil
 }
@@ -53,6 +58,7 @@ func (tr *transaction) Commit() kv.FutureNil {
 	defer tr.db.closeMu.RUnlock()
 	switch {
 	case tr.commitStarted:
+		tr.poisonCommit(errUsedDuringCommit)
 		return kv.ReadyFuture(struct{}{}, errUsedDuringCommit)
 	case tr.cancelled:
 		return kv.ReadyFuture(struct{}{}, errCancelled)
@@ -66,8 +72,11 @@ func (tr *transaction) Commit() kv.FutureNil {
 	case tr.deferred != nil:
 		return tr.failCommit(tr.deferred)
 	}
-	if tr.buf.empty() && len(tr.wconf) == 0 {
+	if tr.buf.empty() && len(tr.wconf) == 0 && len(tr.vsw) == 0 {
 		// Read-only: nothing to resolve; watches arm at the newest state.
+		if err := tr.overTime(); err != nil {
+			return tr.failCommit(err)
+		}
 		tr.readOnlyDone = true
 		if len(tr.watches) > 0 {
 			tr.db.armReadOnly(tr.watches)
@@ -82,13 +91,21 @@ func (tr *transaction) Commit() kv.FutureNil {
 	if len(tr.reads) > 0 && tr.ref.s != nil && tr.tooOld() {
 		return tr.failCommit(errTooOld)
 	}
-	size := tr.buf.size + tr.wconfBytes
+	reads, writes := coalesce(tr.reads), coalesce(tr.wconf)
+	size := transactionSize(tr.buf.muts, reads, writes)
 	if size > kv.MaxTransactionSize {
 		return tr.failCommit(errTooLarge)
 	}
+	if err := tr.checkWritten(size); err != nil {
+		return tr.failCommit(err)
+	}
+	if len(tr.vsw) > 0 {
+		writes = coalesce(append(append([]span(nil), writes...), tr.vsw...))
+	}
 	req := &commitReq{
-		reads:   coalesce(tr.reads),
-		writes:  coalesce(tr.wconf),
+		db:      tr.db,
+		reads:   reads,
+		writes:  writes,
 		muts:    tr.buf.muts,
 		size:    size,
 		atomic:  tr.buf.atomic,
@@ -110,10 +127,10 @@ func (tr *transaction) Commit() kv.FutureNil {
 	}
 	tr.watches = nil
 	tr.buf = writeBuffer{}
-	tr.reads, tr.wconf = nil, nil
+	tr.reads, tr.wconf, tr.vsw = nil, nil, nil
 	tr.req = req
 	tr.db.enqueue(req)
-	return req.fut
+	return resolvedAfter(tr.db.opts.Latency.Commit, kv.FutureNil(req.fut))
 }
 
 // failCommit fails a commit before it reaches the leader: the watches and
@@ -141,18 +158,14 @@ func (tr *transaction) OnError(e kv.Error) kv.FutureNil {
 	if tr.cancelled {
 		return kv.ReadyFuture(struct{}{}, errCancelled)
 	}
-	if !e.Retryable() || (tr.retryLimit >= 0 && tr.retries >= tr.retryLimit) {
+	if !kv.OnErrorRetries(e) || (tr.retryLimit >= 0 && tr.retries >= tr.retryLimit) {
 		return kv.ReadyFuture[struct{}](struct{}{}, e)
 	}
 	if tr.timedOut() {
 		return kv.ReadyFuture(struct{}{}, errTimedOut)
 	}
 	tr.retries++
-	delay := time.Duration(rand.Float64() * float64(tr.backoff))
-	tr.backoff *= 2
-	if limit := time.Duration(tr.maxRetryDelay) * time.Millisecond; tr.backoff > limit {
-		tr.backoff = limit
-	}
+	delay, _ := tr.backoff.Next(e)
 	tr.resetAttempt(errCancelled)
 	fut := newFuture[struct{}]()
 	clock, start, timeout := tr.clock(), tr.start, tr.timeoutMs
@@ -174,12 +187,16 @@ func (tr *transaction) Reset() {
 	tr.resetOptions()
 }
 
+// Cancel fails the transaction's operations with transaction_cancelled,
+// a commit still in flight included (which may still happen, as on
+// FoundationDB); it does nothing after a successful commit.
 func (tr *transaction) Cancel() {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if tr.committed() {
 		return
 	}
+	tr.poisonCommit(errCancelled)
 	tr.resetAttempt(errCancelled)
 	tr.cancelled = true
 }

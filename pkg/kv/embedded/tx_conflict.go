@@ -61,14 +61,12 @@ func (tr *transaction) addReadKey(k []byte) {
 	tr.reads = append(tr.reads, span{e[:len(k):len(k)], e})
 }
 
-// addWrite adds the write conflict range s, whose keys it keeps; they count
-// towards the transaction's size.
+// addWrite adds the write conflict range s, whose keys it keeps.
 func (tr *transaction) addWrite(s span) {
 	if tr.wconf == nil {
 		tr.wconf = make([]span, 0, 4)
 	}
 	tr.wconf = append(tr.wconf, s)
-	tr.wconfBytes += len(s.begin) + len(s.end)
 }
 
 // coalesce sorts spans and merges those that overlap or touch.

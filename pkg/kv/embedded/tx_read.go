@@ -3,6 +3,7 @@ package embedded
 import (
 	"bytes"
 	"errors"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -18,7 +19,11 @@ func (tr *transaction) GetReadVersion() kv.FutureInt64 {
 		return kv.ReadyFuture[int64](0, err)
 	}
 	defer tr.unlockRead()
-	return kv.ReadyFuture(tr.ref.s.version, nil)
+	var d time.Duration
+	if tr.grvNow {
+		d = tr.db.opts.Latency.GRV
+	}
+	return readyAfter(d, tr.ref.s.version, nil)
 }
 
 func (tr *transaction) Get(key kv.KeyConvertible) kv.FutureByteSlice { return tr.get(key, false) }
@@ -36,7 +41,12 @@ func (tr *transaction) get(key kv.KeyConvertible, snap bool) kv.FutureByteSlice 
 		return kv.ReadyFuture[[]byte](nil, nil) // cannot exist, as in FoundationDB
 	}
 	v, err := tr.getLocked(k, snap)
-	return kv.ReadyFuture(v, err)
+	if err == nil {
+		if err = tr.countRead(len(k) + len(v)); err != nil {
+			v = nil
+		}
+	}
+	return readyAfter(tr.readLatency(len(v)), v, err)
 }
 
 // getLocked reads k as the transaction sees it. A key the transaction set
@@ -95,7 +105,12 @@ func (tr *transaction) getKey(sel kv.Selectable, snap bool) kv.FutureKey {
 		return kv.ReadyFuture[kv.Key](nil, errOutsideLegalRange)
 	}
 	k, err := tr.resolveKey(s, snap)
-	return kv.ReadyFuture(kv.Key(k), err)
+	if err == nil {
+		if err = tr.countRead(len(k)); err != nil {
+			k = nil
+		}
+	}
+	return readyAfter(tr.readLatency(len(k)), kv.Key(k), err)
 }
 
 // resolveKey resolves a key selector against the transaction's view,

@@ -6,9 +6,12 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
-// Watch remembers the key's value as the transaction sees it (a snapshot
-// read) and returns a future that the commit arms (see watch.go). With a
-// timeout set, the watch fails with transaction_timed_out when it passes.
+// Watch remembers the key's value as the transaction sees it and returns a
+// future that the commit arms (see watch.go). As on FoundationDB, the read
+// is not a snapshot read: it adds a read conflict range on the key (unless
+// the transaction wrote the key), so a transaction with writes that sets a
+// watch conflicts with a concurrent write of the key. With a timeout set,
+// the watch fails with transaction_timed_out when it passes.
 func (tr *transaction) Watch(key kv.KeyConvertible) kv.FutureNil {
 	fut := newFuture[struct{}]()
 	if err := tr.watch(key.FDBKey(), fut); err != nil {
@@ -26,7 +29,7 @@ func (tr *transaction) watch(k []byte, fut *future[struct{}]) error {
 	if err := checkKey(k); err != nil {
 		return err
 	}
-	v, err := tr.getLocked(k, true)
+	v, err := tr.getLocked(k, false)
 	if err != nil {
 		return err
 	}

@@ -150,16 +150,20 @@ func (tr *transaction) SetVersionstampedKey(key kv.KeyConvertible, value []byte)
 	if !tr.writable() {
 		return
 	}
-	k, pos, err := versionstampOffset(key.FDBKey())
+	// As FoundationDB, the size limits apply to the operands with their
+	// 4-byte offsets, before the offset is checked.
+	full := key.FDBKey()
 	switch {
-	case err != nil:
-		tr.deferErr(err)
-		return
-	case len(k) > kv.MaxKeySize:
+	case len(full) > kv.MaxKeySize:
 		tr.deferErr(errKeyTooLarge)
 		return
 	case len(value) > kv.MaxValueSize:
 		tr.deferErr(errValueTooLarge)
+		return
+	}
+	k, pos, err := versionstampOffset(full)
+	if err != nil {
+		tr.deferErr(err)
 		return
 	}
 	// The key lands somewhere in [k with the read version's stamp, k with
@@ -184,7 +188,10 @@ func (tr *transaction) SetVersionstampedKey(key kv.KeyConvertible, value []byte)
 		end = clone(maxReadKey)
 	}
 	tr.buf.setVersionstampedKey(clone(k), clone(value), pos, span{begin, end})
-	tr.addWrite(span{begin, end})
+	// The range is a write conflict range here (the resolver needs one);
+	// FoundationDB's client does not send it, so it is kept apart and not
+	// counted in the transaction's size.
+	tr.vsw = append(tr.vsw, span{begin, end})
 }
 
 func (tr *transaction) SetVersionstampedValue(key kv.KeyConvertible, value []byte) {
@@ -194,14 +201,12 @@ func (tr *transaction) SetVersionstampedValue(key kv.KeyConvertible, value []byt
 	if !tr.writable() {
 		return
 	}
-	v, pos, err := versionstampOffset(value)
-	if err := checkKey(k); err != nil {
+	// The size limit applies to the value with its 4-byte offset.
+	if err := checkWrite(k, value); err != nil {
 		tr.deferErr(err)
 		return
 	}
-	if err == nil {
-		err = checkWrite(k, v)
-	}
+	v, pos, err := versionstampOffset(value)
 	if err != nil {
 		tr.deferErr(err)
 		return

@@ -83,13 +83,23 @@ func TestWatchAbsentKey(t *testing.T) {
 func TestWatchChangedBeforeArming(t *testing.T) {
 	db := openMem(t)
 	put(t, db, "w", "1")
+	// Read-only: the watch arms at the newest state and fires at once.
 	tr := newTr(t, db)
 	w := tr.Watch(kv.Key("w"))
 	put(t, db, "w", "2") // after the watch's read version, before its commit
-	tr.Set(kv.Key("other"), nil)
 	_, err := tr.Commit().Get()
 	require.NoError(t, err)
 	requireFires(t, w)
+	// With writes, the watch's read conflicts with the change, as on
+	// FoundationDB: the commit fails, and the watch with it.
+	tr = newTr(t, db)
+	w = tr.Watch(kv.Key("w"))
+	put(t, db, "w", "3")
+	tr.Set(kv.Key("other"), nil)
+	_, err = tr.Commit().Get()
+	requireCode(t, err, kv.CodeNotCommitted)
+	_, err = waitReady(t, w)
+	requireCode(t, err, kv.CodeNotCommitted)
 }
 
 func TestWatchOwnWriteAfterWatch(t *testing.T) {

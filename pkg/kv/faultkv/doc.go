@@ -23,6 +23,16 @@
 //     Options().SetTimeout: transaction_timed_out (1031), which is not
 //     retryable. Transactions without a timeout never get it, as in
 //     FoundationDB.
+//   - The errors of a loaded cluster, all retryable, which FoundationDB's
+//     OnError (and so the retry loop, and kv.Backoff for loops of their
+//     own) backs off from: process_behind (1037) and future_version (1009)
+//     at any read; grv_proxy_memory_limit_exceeded (1078) and tag_throttled
+//     (1213) at the first read of an attempt, which gets the read version;
+//     commit_proxy_memory_limit_exceeded (1042) instead of a commit.
+//   - Watches: too_many_watches (1032) or future_version (1009) instead of
+//     waiting for a change, without failing the transaction. (FoundationDB's
+//     watch_cancelled, 1029, never reaches callers: its client polls
+//     instead.)
 //
 // Read-only transactions always commit, as in FoundationDB. Once a fault hits
 // a transaction, its later reads and its commit fail with the same error
@@ -49,6 +59,9 @@
 // # Environment
 //
 // FromEnv reads FDBREP_KV_FAULTS ("1" for the defaults, or
-// "seed=N,commit_unknown=R,not_committed=R,too_old=R,read_too_old=R,timed_out=R");
+// "seed=N,commit_unknown=R,not_committed=R,too_old=R,read_too_old=R,timed_out=R,
+// proxy_memory=R,process_behind=R,future_version=R,grv_memory=R,tag_throttled=R,watch=R");
 // the test helper kvtest.NewDB uses it to run the whole suite under faults.
+//
+// A wrapper is a kv.Healther: Health is the wrapped database's.
 package faultkv

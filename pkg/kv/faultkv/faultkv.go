@@ -19,10 +19,14 @@ type DB struct {
 	mu  sync.Mutex // guards rnd
 	rnd *rand.Rand
 
-	commits, commitUnknown, notCommitted, commitTooOld, readTooOld, timedOut atomic.Uint64
+	commits, commitUnknown, notCommitted, commitTooOld, readTooOld, timedOut        atomic.Uint64
+	proxyMemory, processBehind, futureVersion, grvMemory, tagThrottled, watchFailed atomic.Uint64
 }
 
-var _ kv.Database = (*DB)(nil)
+var (
+	_ kv.Database = (*DB)(nil)
+	_ kv.Healther = (*DB)(nil)
+)
 
 // Wrap returns db with fault injection at the rates of opts. It panics if
 // opts is invalid (see Options.Validate); check options from untrusted
@@ -51,17 +55,26 @@ type Stats struct {
 	CommitTooOld        uint64
 	ReadTooOld          uint64
 	TimedOut            uint64
+	ProxyMemoryLimit    uint64
+	ProcessBehind       uint64
+	FutureVersion       uint64
+	GRVProxyMemoryLimit uint64
+	TagThrottled        uint64
+	WatchFailed         uint64
 }
 
 // Injected returns the number of injected faults of every kind.
 func (s Stats) Injected() uint64 {
-	return s.CommitUnknownResult + s.NotCommitted + s.CommitTooOld + s.ReadTooOld + s.TimedOut
+	return s.CommitUnknownResult + s.NotCommitted + s.CommitTooOld + s.ReadTooOld + s.TimedOut +
+		s.ProxyMemoryLimit + s.ProcessBehind + s.FutureVersion + s.GRVProxyMemoryLimit + s.TagThrottled + s.WatchFailed
 }
 
 // String renders s for logs.
 func (s Stats) String() string {
-	return fmt.Sprintf("commits=%d commit_unknown_result=%d not_committed=%d commit_too_old=%d read_too_old=%d timed_out=%d",
-		s.Commits, s.CommitUnknownResult, s.NotCommitted, s.CommitTooOld, s.ReadTooOld, s.TimedOut)
+	return fmt.Sprintf("commits=%d commit_unknown_result=%d not_committed=%d commit_too_old=%d read_too_old=%d timed_out=%d "+
+		"proxy_memory=%d process_behind=%d future_version=%d grv_memory=%d tag_throttled=%d watch_failed=%d",
+		s.Commits, s.CommitUnknownResult, s.NotCommitted, s.CommitTooOld, s.ReadTooOld, s.TimedOut,
+		s.ProxyMemoryLimit, s.ProcessBehind, s.FutureVersion, s.GRVProxyMemoryLimit, s.TagThrottled, s.WatchFailed)
 }
 
 // Stats returns the counters so far.
@@ -73,6 +86,12 @@ func (db *DB) Stats() Stats {
 		CommitTooOld:        db.commitTooOld.Load(),
 		ReadTooOld:          db.readTooOld.Load(),
 		TimedOut:            db.timedOut.Load(),
+		ProxyMemoryLimit:    db.proxyMemory.Load(),
+		ProcessBehind:       db.processBehind.Load(),
+		FutureVersion:       db.futureVersion.Load(),
+		GRVProxyMemoryLimit: db.grvMemory.Load(),
+		TagThrottled:        db.tagThrottled.Load(),
+		WatchFailed:         db.watchFailed.Load(),
 	}
 }
 
@@ -110,6 +129,9 @@ func (db *DB) ReadTransact(ctx context.Context, f func(kv.ReadTransaction) (any,
 // Close closes the wrapped database.
 func (db *DB) Close() error { return db.inner.Close() }
 
+// Health is the wrapped database's (see kv.Health).
+func (db *DB) Health() error { return kv.Health(db.inner) }
+
 // draw returns a uniform number in [0, 1) from the seeded source.
 func (db *DB) draw() float64 {
 	db.mu.Lock()
@@ -121,15 +143,56 @@ func (db *DB) draw() float64 {
 // Every decision takes one draw, so the sequence is fixed by the seed.
 func (db *DB) readFault(withTimeout bool) int {
 	u := db.draw()
+	o := db.opts
 	switch {
-	case u < db.opts.ReadTooOld:
+	case u < o.ReadTooOld:
 		db.readTooOld.Add(1)
 		return kv.CodeTransactionTooOld
-	case withTimeout && u < db.opts.ReadTooOld+db.opts.TimedOut:
+	case u < o.ReadTooOld+o.ProcessBehind:
+		db.processBehind.Add(1)
+		return kv.CodeProcessBehind
+	case u < o.ReadTooOld+o.ProcessBehind+o.FutureVersion:
+		db.futureVersion.Add(1)
+		return kv.CodeFutureVersion
+	case withTimeout && u < o.ReadTooOld+o.ProcessBehind+o.FutureVersion+o.TimedOut:
 		db.timedOut.Add(1)
 		return kv.CodeTransactionTimedOut
 	}
 	return 0
+}
+
+// grvFault decides whether getting an attempt's read version fails, and
+// with which code (0: no).
+func (db *DB) grvFault() int {
+	if db.opts.GRVProxyMemoryLimit == 0 && db.opts.TagThrottled == 0 {
+		return 0 // no draw: the sequence of older options stays the same
+	}
+	u := db.draw()
+	switch {
+	case u < db.opts.GRVProxyMemoryLimit:
+		db.grvMemory.Add(1)
+		return kv.CodeGRVProxyMemoryLimit
+	case u < db.opts.GRVProxyMemoryLimit+db.opts.TagThrottled:
+		db.tagThrottled.Add(1)
+		return kv.CodeTagThrottled
+	}
+	return 0
+}
+
+// watchFault decides whether a watch fails, and with which code (0: no).
+func (db *DB) watchFault() int {
+	if db.opts.WatchFailure == 0 {
+		return 0
+	}
+	u := db.draw()
+	if u >= db.opts.WatchFailure {
+		return 0
+	}
+	db.watchFailed.Add(1)
+	if u < db.opts.WatchFailure/2 {
+		return kv.CodeTooManyWatches
+	}
+	return kv.CodeFutureVersion
 }
 
 // commitFault decides what happens to a commit with writes: 0 (commit),
@@ -148,6 +211,9 @@ func (db *DB) commitFault(withTimeout bool) int {
 	case u < o.NotCommitted+o.TransactionTooOld+o.CommitUnknownResult:
 		// Counted once the real commit succeeded.
 		return kv.CodeCommitUnknownResult
+	case u < o.NotCommitted+o.TransactionTooOld+o.CommitUnknownResult+o.ProxyMemoryLimit:
+		db.proxyMemory.Add(1)
+		return kv.CodeProxyMemoryLimit
 	}
 	if withTimeout && db.draw() < o.TimedOut {
 		db.timedOut.Add(1)

@@ -33,6 +33,29 @@ const (
 	// (1031), which is not retryable. Transactions without a timeout never
 	// get it, as in FoundationDB.
 	TimedOutDefault = 0.02
+	// ProxyMemoryLimitDefault is the chance that a commit is dropped and
+	// reports commit_proxy_memory_limit_exceeded (1042), as a commit proxy
+	// short of memory does; OnError then backs off for up to 30 s.
+	ProxyMemoryLimitDefault = 0.005
+	// ProcessBehindDefault is the chance that a read fails with
+	// process_behind (1037): the storage servers lag behind the logs.
+	ProcessBehindDefault = 0.002
+	// FutureVersionDefault is the chance that a read fails with
+	// future_version (1009): the storage server has not caught up with the
+	// read version yet.
+	FutureVersionDefault = 0.002
+	// GRVProxyMemoryLimitDefault is the chance that the first read of an
+	// attempt, which gets the read version, fails with
+	// grv_proxy_memory_limit_exceeded (1078).
+	GRVProxyMemoryLimitDefault = 0.002
+	// TagThrottledDefault is the chance that the first read of an attempt
+	// fails with tag_throttled (1213), as when ratekeeper throttles.
+	TagThrottledDefault = 0.002
+	// WatchFailureDefault is the chance that a watch fails instead of
+	// waiting for a change: with too_many_watches (1032) or, as a watch
+	// whose storage server fell behind, future_version (1009), half each.
+	// Callers must set it again after a pause.
+	WatchFailureDefault = 0.02
 )
 
 // EnvVar is the environment variable FromEnv reads.
@@ -58,6 +81,22 @@ type Options struct {
 	// TimedOut: in a transaction that set a timeout, fail a read or the
 	// commit with transaction_timed_out (1031).
 	TimedOut float64
+	// ProxyMemoryLimit: drop the commit, report
+	// commit_proxy_memory_limit_exceeded (1042).
+	ProxyMemoryLimit float64
+	// ProcessBehind: fail a read with process_behind (1037).
+	ProcessBehind float64
+	// FutureVersion: fail a read with future_version (1009).
+	FutureVersion float64
+	// GRVProxyMemoryLimit: fail the first read of an attempt (getting the
+	// read version) with grv_proxy_memory_limit_exceeded (1078).
+	GRVProxyMemoryLimit float64
+	// TagThrottled: fail the first read of an attempt with tag_throttled
+	// (1213).
+	TagThrottled float64
+	// WatchFailure: fail a watch with too_many_watches (1032) or
+	// future_version (1009).
+	WatchFailure float64
 }
 
 // DefaultOptions returns the default rates with the given seed.
@@ -69,11 +108,18 @@ func DefaultOptions(seed uint64) Options {
 		TransactionTooOld:   TransactionTooOldDefault,
 		ReadTooOld:          ReadTooOldDefault,
 		TimedOut:            TimedOutDefault,
+		ProxyMemoryLimit:    ProxyMemoryLimitDefault,
+		ProcessBehind:       ProcessBehindDefault,
+		FutureVersion:       FutureVersionDefault,
+		GRVProxyMemoryLimit: GRVProxyMemoryLimitDefault,
+		TagThrottled:        TagThrottledDefault,
+		WatchFailure:        WatchFailureDefault,
 	}
 }
 
-// Validate reports whether o is usable: every rate in [0, 1] and the commit
-// rates summing to at most 1.
+// Validate reports whether o is usable: every rate in [0, 1], and the rates
+// of each kind of decision (commit, read, read version) summing to at
+// most 1.
 func (o Options) Validate() error {
 	for _, r := range []struct {
 		name string
@@ -84,16 +130,25 @@ func (o Options) Validate() error {
 		{"TransactionTooOld", o.TransactionTooOld},
 		{"ReadTooOld", o.ReadTooOld},
 		{"TimedOut", o.TimedOut},
+		{"ProxyMemoryLimit", o.ProxyMemoryLimit},
+		{"ProcessBehind", o.ProcessBehind},
+		{"FutureVersion", o.FutureVersion},
+		{"GRVProxyMemoryLimit", o.GRVProxyMemoryLimit},
+		{"TagThrottled", o.TagThrottled},
+		{"WatchFailure", o.WatchFailure},
 	} {
 		if math.IsNaN(r.v) || r.v < 0 || r.v > 1 {
 			return fmt.Errorf("%w: %s rate %v is outside [0, 1]", ErrInvalidOptions, r.name, r.v)
 		}
 	}
-	if sum := o.CommitUnknownResult + o.NotCommitted + o.TransactionTooOld; sum > 1 {
+	if sum := o.CommitUnknownResult + o.NotCommitted + o.TransactionTooOld + o.ProxyMemoryLimit; sum > 1 {
 		return fmt.Errorf("%w: commit fault rates sum to %v, more than 1", ErrInvalidOptions, sum)
 	}
-	if sum := o.ReadTooOld + o.TimedOut; sum > 1 {
+	if sum := o.ReadTooOld + o.TimedOut + o.ProcessBehind + o.FutureVersion; sum > 1 {
 		return fmt.Errorf("%w: read fault rates sum to %v, more than 1", ErrInvalidOptions, sum)
+	}
+	if sum := o.GRVProxyMemoryLimit + o.TagThrottled; sum > 1 {
+		return fmt.Errorf("%w: read version fault rates sum to %v, more than 1", ErrInvalidOptions, sum)
 	}
 	return nil
 }
@@ -105,7 +160,17 @@ var envKeys = map[string]func(*Options) *float64{
 	"too_old":        func(o *Options) *float64 { return &o.TransactionTooOld },
 	"read_too_old":   func(o *Options) *float64 { return &o.ReadTooOld },
 	"timed_out":      func(o *Options) *float64 { return &o.TimedOut },
+	"proxy_memory":   func(o *Options) *float64 { return &o.ProxyMemoryLimit },
+	"process_behind": func(o *Options) *float64 { return &o.ProcessBehind },
+	"future_version": func(o *Options) *float64 { return &o.FutureVersion },
+	"grv_memory":     func(o *Options) *float64 { return &o.GRVProxyMemoryLimit },
+	"tag_throttled":  func(o *Options) *float64 { return &o.TagThrottled },
+	"watch":          func(o *Options) *float64 { return &o.WatchFailure },
 }
+
+// envKeyList lists the keys of FDBREP_KV_FAULTS, for error messages.
+const envKeyList = "seed, commit_unknown, not_committed, too_old, read_too_old, timed_out, proxy_memory, " +
+	"process_behind, future_version, grv_memory, tag_throttled or watch"
 
 // FromEnv reads FDBREP_KV_FAULTS and reports whether fault injection is
 // enabled and with which options:
@@ -113,7 +178,8 @@ var envKeys = map[string]func(*Options) *float64{
 //   - unset, empty, "0" or "false": disabled;
 //   - "1" or "true": DefaultOptions with a random seed;
 //   - a comma-separated list of key=value pairs, such as
-//     "seed=42,commit_unknown=0.05,not_committed=0.05,too_old=0.02,read_too_old=0.005,timed_out=0.02":
+//     "seed=42,commit_unknown=0.05,not_committed=0.05,too_old=0.02,read_too_old=0.005,timed_out=0.02,
+//     proxy_memory=0.005,process_behind=0.002,future_version=0.002,grv_memory=0.002,tag_throttled=0.002,watch=0.02":
 //     the defaults with the listed values replaced (a random seed if seed
 //     is not listed).
 //
@@ -148,8 +214,7 @@ func parseEnv(v string) (Options, bool, error) {
 		}
 		field, ok := envKeys[key]
 		if !ok {
-			return Options{}, false, fmt.Errorf("%w: %s: unknown key %q (want seed, commit_unknown, not_committed, too_old, read_too_old or timed_out)",
-				ErrInvalidOptions, EnvVar, key)
+			return Options{}, false, fmt.Errorf("%w: %s: unknown key %q (want %s)", ErrInvalidOptions, EnvVar, key, envKeyList)
 		}
 		rate, err := strconv.ParseFloat(val, 64)
 		if err != nil {

@@ -55,8 +55,16 @@ func TestParseEnv(t *testing.T) {
 		{in: "1", enabled: true},
 		{in: "TRUE", enabled: true},
 		{in: "seed=42", enabled: true, want: ptr(withSeed(42, nil))},
-		{in: "seed=7, commit_unknown=0.5 ,not_committed=0,too_old=0.1,read_too_old=0,timed_out=0.3", enabled: true,
+		{in: "seed=7, commit_unknown=0.5 ,not_committed=0,too_old=0.1,read_too_old=0,timed_out=0.3," +
+			"proxy_memory=0,process_behind=0,future_version=0,grv_memory=0,tag_throttled=0,watch=0", enabled: true,
 			want: ptr(Options{Seed: 7, CommitUnknownResult: 0.5, TransactionTooOld: 0.1, TimedOut: 0.3})},
+		{in: "seed=5,proxy_memory=0.1,process_behind=0.2,future_version=0.3,grv_memory=0.4,tag_throttled=0.5,watch=0.6",
+			enabled: true, want: ptr(withSeed(5, func(o *Options) {
+				o.ProxyMemoryLimit, o.ProcessBehind, o.FutureVersion = 0.1, 0.2, 0.3
+				o.GRVProxyMemoryLimit, o.TagThrottled, o.WatchFailure = 0.4, 0.5, 0.6
+			}))},
+		{in: "seed=1,grv_memory=0.6,tag_throttled=0.6", err: true},
+		{in: "seed=1,process_behind=0.6,future_version=0.6", err: true},
 		{in: "seed=3,not_committed=0.2", enabled: true, want: ptr(withSeed(3, func(o *Options) { o.NotCommitted = 0.2 }))},
 		{in: "yes", err: true},
 		{in: "seed=-1", err: true},

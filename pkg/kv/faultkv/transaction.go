@@ -37,6 +37,7 @@ type attempt struct {
 	err     error // the injected failure, or nil
 	wrote   bool  // a mutation or write conflict range: commit faults apply
 	sealed  bool  // committed without a fault: no more faults
+	grv     bool  // the attempt has (asked for) its read version
 	pending []func()
 }
 
@@ -120,13 +121,34 @@ func (t *transaction) newAttempt(clearOptions bool) {
 	}
 }
 
-// readFault returns the error a read fails with, injecting one by chance.
+// readFault returns the error a read fails with, injecting one by chance:
+// the attempt's first read may fail getting the read version, any read
+// as a storage server may fail it.
 func (t *transaction) readFault() error {
 	att, timeout := t.current()
 	if err, _, sealed := att.status(); err != nil || sealed {
 		return err
 	}
+	if err := t.grvFault(att); err != nil {
+		return err
+	}
 	if code := t.db.readFault(timeout); code != 0 {
+		return att.fail(kv.Error{Code: code})
+	}
+	return nil
+}
+
+// grvFault injects a read version fault by chance on the attempt's first
+// read.
+func (t *transaction) grvFault(att *attempt) error {
+	att.mu.Lock()
+	first := !att.grv
+	att.grv = true
+	att.mu.Unlock()
+	if !first {
+		return nil
+	}
+	if code := t.db.grvFault(); code != 0 {
 		return att.fail(kv.Error{Code: code})
 	}
 	return nil
@@ -165,7 +187,19 @@ func (r faultReads) GetRange(rg kv.Range, options kv.RangeOptions) kv.RangeResul
 	return r.inner.GetRange(rg, options)
 }
 
-func (r faultReads) GetReadVersion() kv.FutureInt64 { return r.inner.GetReadVersion() }
+func (r faultReads) GetReadVersion() kv.FutureInt64 {
+	att, _ := r.t.current()
+	if err, _, sealed := att.status(); err != nil || sealed {
+		if err != nil {
+			return kv.ReadyFuture[int64](0, err)
+		}
+		return r.inner.GetReadVersion()
+	}
+	if err := r.t.grvFault(att); err != nil {
+		return kv.ReadyFuture[int64](0, err)
+	}
+	return r.inner.GetReadVersion()
+}
 
 func (t *transaction) Snapshot() kv.ReadTransaction {
 	return &snapshot{faultReads{t: t, inner: t.inner.Snapshot()}}
@@ -277,8 +311,15 @@ func (t *transaction) AddWriteConflictRange(r kv.ExactRange) error {
 
 // Commit-bound futures.
 
+// Watch fails by chance with too_many_watches or future_version, as
+// FoundationDB's watches may; the transaction is not affected.
 func (t *transaction) Watch(key kv.KeyConvertible) kv.FutureNil {
 	att, _ := t.current()
+	if err, _, sealed := att.status(); err == nil && !sealed {
+		if code := t.db.watchFault(); code != 0 {
+			return kv.ReadyFuture(struct{}{}, error(kv.Error{Code: code}))
+		}
+	}
 	return attemptFuture(att, t.inner.Watch(key))
 }
 

@@ -34,12 +34,29 @@
 //     never fires keeps that goroutine until the watch is cancelled, so
 //     cancel watches you stop waiting for (kv.Await does).
 //   - Transact and ReadTransact on a Database run kv.Run and kv.RunRead, the
-//     shared retry loop, so context cancellation and the retry behaviour are
-//     those of the embedded backend.
+//     shared retry loop: context cancellation is kv.Run's, while whether to
+//     retry, the backoff, the retry limit and the timeout are FoundationDB's
+//     own OnError (which the embedded backend imitates). RunRead commits
+//     read-only transactions too; on FoundationDB that is a local no-op.
+//   - Every transaction starts with a timeout, TransactionTimeoutDefault
+//     unless OpenWithOptions says otherwise, so that an unreachable cluster
+//     shows as transaction_timed_out (1031) instead of a hang; Reset sets it
+//     again. It also ends the watches a transaction set (see
+//     TransactionTimeoutDefault). Open contacts nobody: kv.Probe checks that
+//     the cluster answers, and the Database's String names its cluster file
+//     for Probe's error.
+//   - Range iterators follow kv's contract (Advance moves, Get returns the
+//     current entry, false after an error was reported once), not the
+//     binding's, whose Get moves.
 //   - Cancel is a no-op after a successful commit, so that the retry loop's
 //     clean-up does not cancel the watches the transaction set.
 //   - Operations on a transaction after its Database was closed fail with
-//     kv.ErrDatabaseClosed at commit; creating one fails at once.
+//     kv.ErrDatabaseClosed at commit; creating one fails at once. Creating a
+//     transaction and closing the last Database of a handle exclude each
+//     other, so no transaction is created on a destroyed handle.
+//   - Watches: FoundationDB's default of 10,000 outstanding watches counts
+//     per handle, shared by every Open of one cluster file in the process;
+//     the max_watches database option is not exposed.
 //
 // The binding's extra features (tenants, locality, database options, size
 // estimates) are not part of kv and are not exposed.

@@ -82,19 +82,39 @@ func (r rangeResult) Iterator() kv.RangeIterator {
 	return &rangeIterator{it: r.rr.Iterator()}
 }
 
-// rangeIterator adapts fdb.RangeIterator.
+// rangeIterator adapts fdb.RangeIterator to kv's contract, which differs
+// from the binding's: in kv, Advance moves to the next entry and Get
+// returns the current one (any number of times), and after Advance has
+// reported an error once (true, then Get returns it) it returns false. The
+// binding's Advance only reports whether an entry or error is pending and
+// its Get moves, so Advance here calls both and keeps the result.
 type rangeIterator struct {
-	it *fdb.RangeIterator
+	it  *fdb.RangeIterator
+	cur kv.KeyValue
+	err error // the error reported by the last Advance that returned true
 }
 
-func (i *rangeIterator) Advance() bool { return i.it.Advance() }
-
-func (i *rangeIterator) Get() (kv.KeyValue, error) {
+func (i *rangeIterator) Advance() bool {
+	if i.err != nil {
+		return false
+	}
+	if !i.it.Advance() {
+		return false
+	}
 	e, err := i.it.Get()
 	if err != nil {
-		return kv.KeyValue{}, convertErr(err)
+		i.cur, i.err = kv.KeyValue{}, convertErr(err)
+		return true
 	}
-	return kvKeyValue(e), nil
+	i.cur = kvKeyValue(e)
+	return true
+}
+
+func (i *rangeIterator) Get() (kv.KeyValue, error) {
+	if i.err != nil {
+		return kv.KeyValue{}, i.err
+	}
+	return i.cur, nil
 }
 
 func (i *rangeIterator) MustGet() kv.KeyValue { return kv.Must(i.Get()) }

@@ -140,9 +140,21 @@ func (t *transaction) OnError(e kv.Error) kv.FutureNil {
 	return nilFuture(t.tr.OnError(fdb.Error{Code: e.Code}), nil)
 }
 
+// Reset resets the transaction, options included, and sets the database's
+// default timeout again, as FoundationDB does for a database-wide
+// transaction timeout.
 func (t *transaction) Reset() {
 	t.committed.Store(false)
 	t.tr.Reset()
+	_ = t.setDefaults() // only fails for an invalid value, checked at creation
+}
+
+// setDefaults applies the database's transaction defaults.
+func (t *transaction) setDefaults() error {
+	if t.db.timeoutMs > 0 {
+		return convertErr(t.tr.Options().SetTimeout(t.db.timeoutMs))
+	}
+	return nil
 }
 
 // snapshot adapts fdb.Snapshot: reads that add no read conflict ranges.

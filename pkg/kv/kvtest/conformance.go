@@ -47,6 +47,7 @@ func RunConformance(t *testing.T, open OpenFunc) {
 		{"Context", contextTests},
 		{"Versions", versionTests},
 		{"Errors", errorTests},
+		{"Fidelity", fidelityTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
@@ -152,16 +153,23 @@ func subScenario(t *testing.T, name string, fn func(t *testing.T, ks keyspace)) 
 }
 
 // must fails the test on a non-retryable error and reruns the scenario on a
-// retryable one. Use it only inside scenario.
+// retryable one, or on too_many_watches, with which FoundationDB may fail
+// any watch. Use it only inside scenario.
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err == nil {
 		return
 	}
-	if kv.IsRetryable(err) {
+	if rerunnable(err) {
 		panic(redo{err})
 	}
 	require.NoError(t, err)
+}
+
+// rerunnable reports whether err may come from a healthy backend at any
+// time (as fault injection produces), so that the scenario is rerun.
+func rerunnable(err error) bool {
+	return kv.IsRetryable(err) || kv.HasCode(err, kv.CodeTooManyWatches)
 }
 
 // mustCode requires err to carry code; another retryable error reruns the
@@ -171,7 +179,7 @@ func mustCode(t testing.TB, err error, code int) {
 	if kv.HasCode(err, code) {
 		return
 	}
-	if err != nil && kv.IsRetryable(err) {
+	if err != nil && rerunnable(err) {
 		panic(redo{err})
 	}
 	require.Failf(t, "wrong error", "want %s, got %v", kv.Error{Code: code}.Name(), err)

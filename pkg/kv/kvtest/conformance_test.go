@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
@@ -29,9 +27,7 @@ func TestConformanceEmbeddedFaults(t *testing.T) {
 	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	kvtest.RunConformance(t, func(t testing.TB) kv.Database {
-		db, err := embedded.Open(embedded.Options{InMemory: true})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = db.Close() })
+		db := kvtest.OpenEmbedded(t, embedded.Options{InMemory: true})
 		seed++
 		return kvtest.WithFaults(t, db, faultkv.DefaultOptions(seed))
 	})

@@ -12,8 +12,18 @@
 // FDBREP_KV_FAULTS=1), the store is wrapped by faultkv, the seed is logged
 // with the value of FDBREP_KV_FAULTS that replays it, and the injected fault
 // counts are logged when the test ends. Code under test must therefore
-// survive not_committed, transaction_too_old and commit_unknown_result at
-// any commit, and transaction_too_old at any read.
+// survive not_committed, transaction_too_old, commit_unknown_result and
+// commit_proxy_memory_limit_exceeded at any commit, transaction_too_old,
+// process_behind and future_version at any read, grv_proxy_memory_limit
+// and tag_throttled when getting a read version, and watches that fail.
+//
+// The stores read FDBREP_KV_LATENCY and FDBREP_KV_BUDGET (see package kv):
+// with the latency mode serial reads cost what they cost on FoundationDB;
+// with the budget check a transaction over 1 MB or 1 s fails with a
+// *kv.BudgetError naming its call site and fails the test through
+// t.Errorf. Tests that go over the budget on purpose call
+// ExemptFromBudget; OpenEmbedded opens a store with given options and the
+// same reporting, without fault injection.
 //
 // # Conformance
 //

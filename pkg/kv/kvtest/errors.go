@@ -3,6 +3,7 @@ package kvtest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -28,6 +29,12 @@ func testErrorPredicates(t *testing.T, _ OpenFunc) {
 		{kv.CodeProxyMemoryLimit, true, false, true},
 		{kv.CodeBatchTransactionThrottl, true, false, true},
 		{kv.CodeTagThrottled, true, false, true},
+		{kv.CodeGRVProxyMemoryLimit, true, false, true},
+		{kv.CodeProxyTagThrottled, true, false, true},
+		{kv.CodeBlobGranuleRequest, false, false, false},
+		{kv.CodeIOError, false, false, false},
+		{kv.CodeUsedDuringCommit, false, false, false},
+		{kv.CodeRangeLimitsInvalid, false, false, false},
 		{kv.CodeCommitUnknownResult, true, true, false},
 		{kv.CodeClusterVersionChanged, true, true, false},
 		{kv.CodeTransactionTimedOut, false, false, false},
@@ -49,7 +56,8 @@ func testErrorPredicates(t *testing.T, _ OpenFunc) {
 			require.Equal(t, tc.retryable, kv.IsRetryable(wrapped))
 			require.Equal(t, tc.maybeCommitted, kv.IsMaybeCommitted(wrapped))
 			require.True(t, kv.HasCode(wrapped, tc.code))
-			require.Contains(t, e.Error(), fmt.Sprintf("(%d)", tc.code))
+			require.True(t, strings.HasPrefix(e.Error(), fmt.Sprintf("FoundationDB error code %d (", tc.code)),
+				"the binding's format: %s", e.Error())
 		})
 	}
 	require.False(t, kv.IsRetryable(errors.New("other")))

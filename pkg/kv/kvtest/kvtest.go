@@ -3,6 +3,9 @@ package kvtest
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,6 +18,8 @@ import (
 // NewDB opens an empty in-memory embedded store for one test and closes it
 // when the test ends. When FDBREP_KV_FAULTS enables fault injection (see
 // faultkv.FromEnv), the store is wrapped with it and the seed is logged.
+// FDBREP_KV_LATENCY and FDBREP_KV_BUDGET apply as to every embedded store
+// (see OpenEmbedded); a transaction over the budget fails the test.
 func NewDB(t testing.TB) kv.Database {
 	t.Helper()
 	return open(t, embedded.Options{InMemory: true})
@@ -35,10 +40,79 @@ func OpenDiskDB(t testing.TB, dir string) kv.Database {
 
 func open(t testing.TB, opts embedded.Options) kv.Database {
 	t.Helper()
+	return WithEnvFaults(t, OpenEmbedded(t, opts))
+}
+
+// OpenEmbedded opens an embedded store with opts for one test and closes it
+// when the test ends, without fault injection. The store reads
+// FDBREP_KV_LATENCY and FDBREP_KV_BUDGET as every embedded store does,
+// unless opts sets Latency or Budget. A transaction that goes over the
+// budget fails with a *kv.BudgetError naming its call site and, through
+// t.Errorf, fails the test too (unless the test called ExemptFromBudget or
+// opts sets OnBudgetExceeded).
+func OpenEmbedded(t testing.TB, opts embedded.Options) *embedded.DB {
+	t.Helper()
+	if budgetExempt(t) {
+		opts.Budget = &kv.Budget{}
+	}
+	if opts.OnBudgetExceeded == nil {
+		opts.OnBudgetExceeded = budgetReporter(t)
+	}
 	db, err := embedded.Open(opts)
 	require.NoError(t, err)
 	closeOnCleanup(t, db)
-	return WithEnvFaults(t, db)
+	return db
+}
+
+// exempt holds the names of the tests that called ExemptFromBudget.
+var exempt sync.Map
+
+// ExemptFromBudget turns the budget check of FDBREP_KV_BUDGET off for the
+// stores that t and its subtests open from now on with this package's
+// helpers: for tests that go over it on purpose (transaction_too_large,
+// the five second lifetime).
+func ExemptFromBudget(t testing.TB) {
+	name := t.Name()
+	exempt.Store(name, true)
+	t.Cleanup(func() { exempt.Delete(name) })
+}
+
+func budgetExempt(t testing.TB) bool {
+	name := t.Name()
+	for {
+		if _, ok := exempt.Load(name); ok {
+			return true
+		}
+		i := strings.LastIndex(name, "/")
+		if i < 0 {
+			return false
+		}
+		name = name[:i]
+	}
+}
+
+// budgetReporter fails t for each transaction over the budget; after t has
+// ended (a goroutine that outlived it), it writes to standard error.
+func budgetReporter(t testing.TB) func(*kv.BudgetError) {
+	var (
+		mu   sync.Mutex
+		done bool
+	)
+	// Registered before the store's Close, so it runs after it.
+	t.Cleanup(func() {
+		mu.Lock()
+		done = true
+		mu.Unlock()
+	})
+	return func(e *kv.BudgetError) {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			fmt.Fprintln(os.Stderr, e.Error())
+			return
+		}
+		t.Errorf("%v", e)
+	}
 }
 
 // WithEnvFaults wraps db with fault injection when FDBREP_KV_FAULTS enables
@@ -66,8 +140,10 @@ func WithFaults(t testing.TB, db kv.Database, opts faultkv.Options) kv.Database 
 }
 
 func replayEnv(o faultkv.Options) string {
-	return fmt.Sprintf("%s=seed=%d,commit_unknown=%g,not_committed=%g,too_old=%g,read_too_old=%g,timed_out=%g",
-		faultkv.EnvVar, o.Seed, o.CommitUnknownResult, o.NotCommitted, o.TransactionTooOld, o.ReadTooOld, o.TimedOut)
+	return fmt.Sprintf("%s=seed=%d,commit_unknown=%g,not_committed=%g,too_old=%g,read_too_old=%g,timed_out=%g,"+
+		"proxy_memory=%g,process_behind=%g,future_version=%g,grv_memory=%g,tag_throttled=%g,watch=%g",
+		faultkv.EnvVar, o.Seed, o.CommitUnknownResult, o.NotCommitted, o.TransactionTooOld, o.ReadTooOld, o.TimedOut,
+		o.ProxyMemoryLimit, o.ProcessBehind, o.FutureVersion, o.GRVProxyMemoryLimit, o.TagThrottled, o.WatchFailure)
 }
 
 // closeOnCleanup closes db when the test ends; a test may close it first.

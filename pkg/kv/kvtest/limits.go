@@ -14,8 +14,8 @@ import (
 var limitTests = []conformanceTest{
 	onDB("Sizes", testSizeLimits),
 	onDB("SystemKeys", testSystemKeys),
-	onDB("TransactionTooLarge", testTransactionTooLarge),
-	{"TransactionTooOld", testTransactionTooOld},
+	withoutBudget(onDB("TransactionTooLarge", testTransactionTooLarge)),
+	withoutBudget(conformanceTest{"TransactionTooOld", testTransactionTooOld}),
 	onDB("Timeout", testTimeout),
 	onDB("RetryLimit", testRetryLimit),
 	onDB("MaxRetryDelay", testMaxRetryDelay),

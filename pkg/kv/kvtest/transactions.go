@@ -56,7 +56,7 @@ func testCancelAfterCommit(t *testing.T, db kv.Database, ks keyspace) {
 		if w != nil {
 			w.Cancel()
 		}
-		w = tr.Watch(ks.key("w"))
+		w = watchOf(t, tr, ks.key("w"))
 		return nil, nil
 	})
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func testCancelAfterCommit(t *testing.T, db kv.Database, ks keyspace) {
 	awaitWatch(t, w)
 
 	tr := newTr(t, db)
-	w2 := tr.Watch(ks.key("w2"))
+	w2 := watchOf(t, tr, ks.key("w2"))
 	defer w2.Cancel()
 	must(t, commit(tr))
 	tr.Cancel()

@@ -21,12 +21,27 @@ var watchTests = []conformanceTest{
 	inScenario("AwaitRespectsContext", testWatchAwaitContext),
 }
 
+// watchOf sets a watch on key in tr. A watch that fails at once with an
+// error a healthy FoundationDB may give any watch (as fault injection
+// does) reruns the scenario.
+func watchOf(t testing.TB, tr kv.Transaction, key kv.Key) kv.FutureNil {
+	t.Helper()
+	w := tr.Watch(key)
+	if w.IsReady() {
+		if _, err := w.Get(); err != nil && rerunnable(err) {
+			tr.Cancel()
+			panic(redo{err})
+		}
+	}
+	return w
+}
+
 // watchCommitted sets a watch on key in its own transaction and commits it.
 func watchCommitted(t *testing.T, db kv.Database, key kv.Key) kv.FutureNil {
 	t.Helper()
 	tr := newTr(t, db)
 	wait(t, tr.Get(key))
-	w := tr.Watch(key)
+	w := watchOf(t, tr, key)
 	if err := commit(tr); err != nil {
 		w.Cancel()
 		must(t, err)
@@ -87,7 +102,7 @@ func testWatchFiresOnAtomic(t *testing.T, db kv.Database, ks keyspace) {
 func testWatchNotBefore(t *testing.T, db kv.Database, ks keyspace) {
 	tr := newTr(t, db)
 	tr.Set(ks.key("w"), []byte("1"))
-	w := tr.Watch(ks.key("w"))
+	w := watchOf(t, tr, ks.key("w"))
 	defer w.Cancel()
 	must(t, commit(tr))
 	set(t, db, ks.key("other"), "x")
@@ -117,7 +132,7 @@ func testWatchFailedCommit(t *testing.T, db kv.Database, ks keyspace) {
 	set(t, db, ks.key("w"), "1")
 	tr := newTr(t, db)
 	wait(t, tr.Get(ks.key("w")))
-	w := tr.Watch(ks.key("w"))
+	w := watchOf(t, tr, ks.key("w"))
 	defer w.Cancel()
 	commitAfterWrite(t, db, ks, tr, "w", true)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -152,7 +167,7 @@ func testWatchChangedBeforeCommit(t *testing.T, db kv.Database, ks keyspace) {
 	set(t, db, ks.key("w"), "1")
 	tr := newTr(t, db)
 	require.Equal(t, []byte("1"), wait(t, tr.Get(ks.key("w"))))
-	w := tr.Watch(ks.key("w"))
+	w := watchOf(t, tr, ks.key("w"))
 	defer w.Cancel()
 	set(t, db, ks.key("w"), "2")
 	must(t, commit(tr)) // read-only apart from the watch: no conflict
@@ -174,7 +189,7 @@ func testWatchMany(t *testing.T, db kv.Database, ks keyspace) {
 		ws = append(ws, watchCommitted(t, db, ks.key("w")))
 	}
 	tr := newTr(t, db)
-	ws = append(ws, tr.Watch(ks.key("w")), tr.Watch(ks.key("w")))
+	ws = append(ws, watchOf(t, tr, ks.key("w")), watchOf(t, tr, ks.key("w")))
 	must(t, commit(tr))
 	set(t, db, ks.key("w"), "2")
 	for _, w := range ws {
