@@ -6,7 +6,7 @@ DATA_DIR  ?= ./data
 FDBSTUB   := $(CURDIR)/scripts/fdbstub
 POUCHDB   := $(CURDIR)/scripts/pouchdb
 
-.PHONY: all build run test test-unit test-faults lint fdb-check pouchdb fuzz \
+.PHONY: all build run test test-unit test-faults test-latency lint fdb-check pouchdb fuzz \
         bench-kv bench-jobs bench-replication bench-scheduler bench-frontend cluster clean
 
 all: build
@@ -25,14 +25,20 @@ cluster: build
 	$(BIN)/fdbrep cluster -data-dir $(DATA_DIR) $(ARGS)
 
 ## test: what CI runs: lint, the fdb-tagged build, the whole suite with the
-## race detector, then the whole suite again with storage fault injection.
-test: lint fdb-check pouchdb test-unit test-faults
+## race detector, again with storage fault injection, and again with
+## network latency and the transaction budget check on the embedded store.
+test: lint fdb-check pouchdb test-unit test-faults test-latency
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 test-faults:
 	FDBREP_KV_FAULTS=1 $(GO) test -race -count=1 -timeout 20m ./...
+
+## test-latency: every read and commit waits as over a network, and any
+## transaction over 1 MB or 1 s fails its test (FDB's guidance).
+test-latency:
+	FDBREP_KV_LATENCY=1 FDBREP_KV_BUDGET=1 $(GO) test -count=1 -timeout 20m ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -243,6 +243,7 @@ func (c *Client) forceTypeCheck() {
 // serve is the type-check loop.
 func (c *Client) serve(ctx context.Context) {
 	log := c.cfg.Logger
+	var b kv.Backoff
 	for {
 		types, watch, err := c.typesAndWatch(ctx)
 		if err != nil {
@@ -259,13 +260,18 @@ func (c *Client) serve(ctx context.Context) {
 		if watch != nil {
 			watchDone = watch.Done()
 		}
+		fired := false
 		select {
 		case <-ctx.Done():
 		case <-watchDone:
+			fired = true
 		case <-c.force:
 		case <-t.Chan():
 		}
 		t.Stop()
+		if fired && !afterWatch(ctx, &b, watch) {
+			return
+		}
 		if watch != nil {
 			watch.Cancel()
 		}
@@ -361,6 +367,46 @@ func jitter(max time.Duration) time.Duration {
 	}
 	return rand.N(max + 1)
 }
+
+// pause waits before a shrunk batch is tried again: as FoundationDB's
+// OnError would after a retryable err (b grows the wait), not at all after
+// transaction_too_large or a timeout (the smaller batch is the remedy). It
+// returns ctx's error if ctx ends first.
+func pause(ctx context.Context, b *kv.Backoff, err error) error {
+	if werr := b.Wait(ctx, err); werr != nil && werr != err {
+		return werr
+	}
+	return nil
+}
+
+// watchRetryDefault is how long a loop waits after a watch that failed
+// with an error FoundationDB would not retry (too_many_watches, or the
+// transaction timeout, which on FoundationDB also ends the transaction's
+// watches) before it sets the watch again.
+const watchRetryDefault = 100 * time.Millisecond
+
+// afterWatch is called once a watch of a loop is done: when it failed
+// instead of firing, it waits (as OnError would after a retryable error,
+// watchRetryDefault otherwise) so that the loop never spins on failing
+// watches, and resets b after a watch that fired. It reports false when
+// ctx ended.
+func afterWatch(ctx context.Context, b *kv.Backoff, watch kv.FutureNil) bool {
+	_, err := watch.Get()
+	if err == nil || ctx.Err() != nil {
+		b.Reset()
+		return ctx.Err() == nil
+	}
+	delay, ok := b.Next(err)
+	if !ok {
+		delay = watchRetryDefault
+	}
+	return sleepCtx(ctx, delay)
+}
+
+// shrinkAttemptsMax bounds how many failed batches in a row a background
+// loop (FoldJobs, the activity monitor, a notifier round) tries before it
+// gives up with the last error.
+const shrinkAttemptsMax = 50
 
 // errShrink reports whether a background batch should shrink and retry.
 func errShrink(err error) bool {

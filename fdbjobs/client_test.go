@@ -2,12 +2,14 @@ package fdbjobs
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
@@ -115,9 +117,22 @@ func TestFoldJobsStreams(t *testing.T) {
 	for i, id := range ids {
 		require.Equal(t, fmt.Sprintf("f%05d", i), id)
 	}
+	// Under a loaded cluster's read errors, batches shrink and are read
+	// again: still every job once, in order.
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	faulty, err := New(faultkv.Wrap(b.db, faultkv.Options{Seed: seed, ReadTooOld: 0.3, ProcessBehind: 0.2, FutureVersion: 0.1}), Config{})
+	require.NoError(t, err)
+	var again []string
+	require.NoError(t, faulty.FoldJobs(b.ctx, t1, func(j JobInfo) error {
+		again = append(again, j.ID)
+		return nil
+	}))
+	require.Equal(t, ids, again)
+
 	stop := fmt.Errorf("stop")
 	seen := 0
-	err := b.c.FoldJobs(b.ctx, t1, func(JobInfo) error {
+	err = b.c.FoldJobs(b.ctx, t1, func(JobInfo) error {
 		seen++
 		if seen == 3 {
 			return stop

@@ -312,23 +312,31 @@ type JobInfo struct {
 	Data          json.RawMessage
 }
 
-// FoldJobs calls fn for every job of typ, in job id order, reading
-// FoldBatchDefault jobs per transaction so that any number of jobs can be
-// visited without reaching FoundationDB's five-second or size limits. fn
-// runs outside any transaction; the jobs are not one consistent snapshot
-// (each batch is). An error from fn stops the fold and is returned.
+// FoldJobs calls fn for every job of typ, in job id order, reading at
+// most FoldBatchDefault jobs per transaction so that any number of jobs
+// can be visited without reaching FoundationDB's five-second or size
+// limits. A batch that fails with a retryable error, transaction_too_old,
+// transaction_too_large or a timeout is read again smaller (times
+// Config.BatchFactor, backing off as FoundationDB's OnError does after
+// retryable errors) and the size grows back by Config.BatchIncrement after
+// each full batch; after 50 failures in a row FoldJobs gives up with the
+// last error. fn runs outside any transaction; the jobs are not one
+// consistent snapshot (each batch is). An error from fn stops the fold and
+// is returned.
 func (c *Client) FoldJobs(ctx context.Context, typ string, fn func(JobInfo) error) error {
 	r := prefixRange(c.k.data, tuple.Tuple{typ})
 	begin := r.Begin.FDBKey()
+	limit, failures := FoldBatchDefault, 0
+	var bo kv.Backoff
 	for {
 		type batch struct {
 			jobs []JobInfo
 			n    int
 			last kv.Key
 		}
-		b, err := kv.ReadTransact(ctx, c.db, func(tr kv.ReadTransaction) (batch, error) {
+		b, err := once(ctx, c.db, func(tr kv.Transaction) (batch, error) {
 			kvs, err := tr.Snapshot().GetRange(kv.KeyRange{Begin: begin, End: r.End},
-				kv.RangeOptions{Limit: FoldBatchDefault}).GetSliceWithError()
+				kv.RangeOptions{Limit: limit}).GetSliceWithError()
 			if err != nil {
 				return batch{}, err
 			}
@@ -349,16 +357,29 @@ func (c *Client) FoldJobs(ctx context.Context, typ string, fn func(JobInfo) erro
 			return out, nil
 		})
 		if err != nil {
-			return err
+			if !errShrink(err) || ctx.Err() != nil {
+				return err
+			}
+			if failures++; failures > shrinkAttemptsMax {
+				return fmt.Errorf("fdbjobs: FoldJobs gave up after %d failed batches: %w", failures, err)
+			}
+			limit = max(1, int(float64(limit)*c.cfg.BatchFactor))
+			if err := pause(ctx, &bo, err); err != nil {
+				return err
+			}
+			continue
 		}
+		failures = 0
+		bo.Reset()
 		for _, j := range b.jobs {
 			if err := fn(j); err != nil {
 				return err
 			}
 		}
-		if b.n < FoldBatchDefault {
+		if b.n < limit {
 			return nil
 		}
 		begin = kv.KeyAfter(b.last)
+		limit = min(FoldBatchDefault, limit+c.cfg.BatchIncrement)
 	}
 }

@@ -124,6 +124,7 @@ func (m *ActivityMonitor) reenqueue(ctx context.Context, vs tuple.Versionstamp) 
 		return 0, err
 	}
 	total, failures := 0, 0
+	var b kv.Backoff
 	for {
 		n, full, err := m.batchOnce(ctx, kv.KeyRange{Begin: begin, End: end}, m.batch)
 		if err != nil {
@@ -131,12 +132,17 @@ func (m *ActivityMonitor) reenqueue(ctx context.Context, vs tuple.Versionstamp) 
 				return total, err
 			}
 			failures++
-			if failures > 50 {
+			if failures > shrinkAttemptsMax {
 				return total, fmt.Errorf("fdbjobs: activity monitor gave up after %d failed batches: %w", failures, err)
 			}
 			m.batch = max(1, int(float64(m.batch)*m.c.cfg.BatchFactor))
+			if err := pause(ctx, &b, err); err != nil {
+				return total, err
+			}
 			continue
 		}
+		failures = 0
+		b.Reset()
 		total += n
 		if !full {
 			return total, nil

@@ -3,6 +3,7 @@ package fdbjobs
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"sync"
 	"time"
@@ -266,6 +267,7 @@ func (n *notifier) run(ctx context.Context) {
 	holdoff := n.c.cfg.NotifierHoldoff
 	var last tuple.Versionstamp
 	haveLast := false
+	var wb kv.Backoff // after failed watches
 	for {
 		type res struct {
 			v     []byte
@@ -309,6 +311,9 @@ func (n *notifier) run(ctx context.Context) {
 			r.watch.Cancel()
 			return
 		case <-r.watch.Done():
+			if !afterWatch(ctx, &wb, r.watch) {
+				return
+			}
 		case <-n.poke:
 			// Put it back: the next round checks the new subscription.
 			select {
@@ -346,6 +351,8 @@ func (n *notifier) process(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	rows := make(map[string]*row, len(ids))
+	var b kv.Backoff
+	failures := 0
 	for i := 0; i < len(ids); {
 		end := min(len(ids), i+n.batch)
 		err := n.readBatch(ctx, ids[i:end], rows)
@@ -353,9 +360,17 @@ func (n *notifier) process(ctx context.Context) error {
 			if !errShrink(err) || ctx.Err() != nil {
 				return err
 			}
+			if failures++; failures > shrinkAttemptsMax {
+				return fmt.Errorf("fdbjobs: notifier gave up after %d failed batches: %w", failures, err)
+			}
 			n.batch = max(1, int(float64(n.batch)*n.c.cfg.BatchFactor))
+			if err := pause(ctx, &b, err); err != nil {
+				return err
+			}
 			continue
 		}
+		failures = 0
+		b.Reset()
 		if end-i == n.batch {
 			n.batch += n.c.cfg.BatchIncrement
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/repdb"
 )
 
@@ -58,6 +59,15 @@ func notDBAdmin(u *User) *httpError {
 // toHTTPError maps errors to CouchDB replies, in one place: the storage
 // sentinels of package repdb, the ports' tagged errors (see TaggedError)
 // and the handlers' own replies; nil for an internal failure.
+// Replies to storage failures; the store's own error text (paths) is
+// logged, never sent.
+var (
+	errStorageFull = newError(http.StatusInsufficientStorage, "insufficient_storage",
+		"the node's storage is full; nothing was written (writes resume once space is freed)")
+	errStorageFailing = newError(http.StatusServiceUnavailable, "service_unavailable",
+		"the node's storage cannot write; nothing was written")
+)
+
 func toHTTPError(err error) *httpError {
 	var he *httpError
 	switch {
@@ -81,6 +91,10 @@ func toHTTPError(err error) *httpError {
 		return newError(http.StatusRequestEntityTooLarge, "document_too_large", "the document does not fit in one stored value")
 	case errors.Is(err, repdb.ErrBadSequence):
 		return badRequest("Malformed since sequence")
+	case errors.Is(err, kv.ErrStorageFull):
+		return errStorageFull
+	case kv.HasCode(err, kv.CodeIOError):
+		return errStorageFailing
 	case errors.Is(err, repdb.ErrBadDoc):
 		// What follows the sentinel names the problem (never a
 		// credential: bodies are not quoted).

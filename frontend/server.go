@@ -15,6 +15,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/fdbrep/fdbrep/internal/health"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/subspace"
 	"github.com/fdbrep/fdbrep/repdb"
@@ -412,15 +413,8 @@ func (s *Server) handleRoot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleUp(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	if _, err := kv.ReadTransact(ctx, s.opts.DB, func(tr kv.ReadTransaction) (int64, error) {
-		return tr.GetReadVersion().Get()
-	}); err != nil {
-		writeJSON(w, http.StatusNotFound, map[string]string{"status": "maintenance_mode"})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	status, body := health.Up(r.Context(), s.opts.DB)
+	writeJSON(w, status, body)
 }
 
 func (s *Server) handleUUIDs(w http.ResponseWriter, r *http.Request) {

@@ -1,11 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"time"
 
+	"github.com/fdbrep/fdbrep/internal/health"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 )
@@ -24,15 +23,8 @@ func healthHandler(db kv.Database, m *replicator.Metrics) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /_up", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		defer cancel()
-		if _, err := kv.ReadTransact(ctx, db, func(tr kv.ReadTransaction) (int64, error) {
-			return tr.GetReadVersion().Get()
-		}); err != nil {
-			reply(w, http.StatusNotFound, map[string]string{"status": "maintenance_mode"})
-			return
-		}
-		reply(w, http.StatusOK, map[string]string{"status": "ok"})
+		status, body := health.Up(r.Context(), db)
+		reply(w, status, body)
 	})
 	mux.HandleFunc("GET /_node/_local/_stats", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, map[string]any{"couch_replicator": m.StatsJSON()})

@@ -301,10 +301,16 @@ func (n *Node) runWorker(w *worker) {
 	w.run()
 }
 
+// acceptRetryDefault is how long an acceptor waits after an accept that
+// failed with an error FoundationDB would not retry (retryable ones back
+// off as its OnError does).
+const acceptRetryDefault = 50 * time.Millisecond
+
 // acceptor waits for up to q runnable jobs, then runs the first as its
 // worker and starts a goroutine for each other.
 func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 	defer n.wg.Done()
+	var b kv.Backoff // FoundationDB's OnError delays between failed accepts
 	for {
 		jobs, err := n.acceptSome(ctx, q)
 		if len(jobs) > 0 {
@@ -325,12 +331,18 @@ func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 			n.mu.Unlock()
 			return
 		}
-		if err != nil {
-			n.Config().Logger.Warn().Err(err).Msg("replicator: accept")
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
+		if err == nil {
+			b.Reset()
+			continue
+		}
+		n.Config().Logger.Warn().Err(err).Msg("replicator: accept")
+		delay, ok := b.Next(err)
+		if !ok {
+			delay = acceptRetryDefault // not a FoundationDB retryable error
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
 		}
 	}
 }

@@ -91,7 +91,7 @@ func Open(opts Options) (*DB, error) {
 	cache := pebble.NewCache(opts.CacheSize)
 	defer cache.Unref()
 	dir := opts.Dir
-	fs := opts.testFS
+	fs := opts.FS
 	switch {
 	case fs != nil:
 	case opts.InMemory:

@@ -69,7 +69,7 @@ func (l *logLines) count(substr string) int {
 // openDisk opens a store on disk d, logging into log.
 func openDisk(t *testing.T, d *faultyDisk, log *logLines, mod ...func(*Options)) *DB {
 	t.Helper()
-	o := noEnv(Options{InMemory: true, testFS: d.fs, testLog: log.add})
+	o := noEnv(Options{InMemory: true, FS: d.fs, testLog: log.add})
 	for _, m := range mod {
 		m(&o)
 	}

@@ -93,10 +93,13 @@ type Options struct {
 	// store unhealthy (StorageErrorWindowDefault if 0).
 	StorageErrorWindow time.Duration
 
-	// Test hooks: the file system under pebble (vfs.NewMem or the OS if
-	// nil), changes to pebble's options, and where the error log goes
-	// (standard error if nil).
-	testFS     vfs.FS
+	// FS is the file system under pebble; nil means the OS's (or memory
+	// with InMemory). Tests of other packages set it to inject disk
+	// faults, e.g. pebble's errorfs returning ENOSPC for a full disk.
+	FS vfs.FS
+
+	// Test hooks: changes to pebble's options, and where the error log
+	// goes (standard error if nil).
 	testPebble func(*pebble.Options)
 	testLog    func(string)
 }

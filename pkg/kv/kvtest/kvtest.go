@@ -6,8 +6,12 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -153,4 +157,19 @@ func closeOnCleanup(t testing.TB, db kv.Database) {
 			t.Errorf("kvtest: close database: %v", err)
 		}
 	})
+}
+
+// OpenFullableDisk opens an in-memory embedded store on a disk whose
+// writes fail with ENOSPC while full is set: a full disk without filling
+// one, for tests of what the layers above do then.
+func OpenFullableDisk(t testing.TB) (db *embedded.DB, full *atomic.Bool) {
+	t.Helper()
+	full = &atomic.Bool{}
+	disk := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && (op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt) {
+			return syscall.ENOSPC
+		}
+		return nil
+	}))
+	return OpenEmbedded(t, embedded.Options{InMemory: true, FS: disk}), full
 }

@@ -1,0 +1,37 @@
+package health_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/health"
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
+
+func TestUp(t *testing.T) {
+	db, full := kvtest.OpenFullableDisk(t)
+	ctx := context.Background()
+	status, body := health.Up(ctx, db)
+	require.Equal(t, 200, status)
+	require.Equal(t, "ok", body["status"])
+
+	full.Store(true)
+	_, _ = kv.Transact(ctx, db, func(tr kv.Transaction) (any, error) { tr.Set(kv.Key("k"), []byte("v")); return nil, nil })
+	status, body = health.Up(ctx, db)
+	require.Equal(t, 507, status)
+	require.Equal(t, "storage_full", body["status"])
+	require.NotContains(t, body["reason"], "mem/", "no store paths in an unauthenticated reply")
+	full.Store(false)
+	testutil.Eventually(t, "healthy again", func() bool { s, _ := health.Up(ctx, db); return s == 200 })
+
+	require.NoError(t, db.Close())
+	status, body = health.Up(ctx, db)
+	require.Equal(t, 503, status)
+	require.Contains(t, []string{"storage_error", "storage_unavailable"}, body["status"])
+}
