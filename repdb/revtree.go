@@ -188,33 +188,47 @@ func (t *RevTree) add(rev, parent string, deleted bool) {
 
 // Merge adds a replicated revision with its history (path: the revision
 // first, then its ancestors, newest first, each one position below the
-// one before), as CouchDB merges new_edits=false writes: every revision of
-// the path the tree lacks is added under its parent in the path (the
-// oldest one as a root), and a root of the tree that the path gives a
-// parent gets it (history stemmed away comes back; the tree is stemmed
-// again when stored). The result does not depend on the order in which
-// paths are merged. added reports that the revision itself was new,
-// changed that the tree changed at all (ancestors only, when not added).
-// An invalid path is an error wrapping ErrBadDoc.
+// one before), as CouchDB merges new_edits=false writes. Walking the path
+// from the revision down, each revision the tree lacks is added under the
+// next one; a root of the tree that the path continues gets its parent
+// (history stemmed away comes back; the tree is stemmed again when
+// stored); the walk stops where the path contradicts the tree (a revision
+// whose parent is another one), ignoring the rest. So an ancestor is only
+// ever added with a child, and for consistent histories the result does
+// not depend on the order of merges. added reports that
+// the revision itself was new, changed that the tree changed at all
+// (grafts only, when not added). An invalid path is an error wrapping
+// ErrBadDoc.
 func (t *RevTree) Merge(path []string, deleted bool) (added, changed bool, err error) {
 	if err := checkPath(path); err != nil {
 		return false, false, err
 	}
 	added = !t.Has(path[0])
-	for i := len(path) - 1; i >= 0; i-- {
+	type edge struct{ rev, parent string }
+	var adds []edge
+walk:
+	for i, r := range path {
 		parent := ""
 		if i+1 < len(path) {
 			parent = path[i+1]
 		}
-		switch nd := t.node(path[i]); {
-		case nd == nil:
-			t.add(path[i], parent, i == 0 && deleted)
-			changed = true
-		case nd.parent == "" && parent != "":
-			nd.parent, changed = parent, true
+		nd := t.node(r)
+		if nd == nil {
+			adds = append(adds, edge{r, parent})
+			continue
+		}
+		switch {
+		case nd.parent == parent: // known history: go on, a root may lie below
+		case nd.parent == "":
+			nd.parent, changed = parent, true // a root the path continues
+		default:
+			break walk // the path contradicts the tree's history
 		}
 	}
-	return added, changed, nil
+	for _, a := range adds {
+		t.add(a.rev, a.parent, a.rev == path[0] && deleted)
+	}
+	return added, changed || len(adds) > 0, nil
 }
 
 // checkPath validates a revision path: valid revisions with consecutive

@@ -25,8 +25,8 @@ func newTreeModel() *treeModel {
 
 func (m *treeModel) has(rev string) bool { _, ok := m.parent[rev]; return ok }
 
-// merge adds a path (newest first): the union of the paths' revisions,
-// each with the parent a path gives it.
+// merge adds a path (newest first): for consistent histories, the union
+// of the paths' revisions, each with the parent a path gives it.
 func (m *treeModel) merge(path []string, deleted bool) (added, changed bool) {
 	added = !m.has(path[0])
 	for i, r := range path {
@@ -296,8 +296,10 @@ func FuzzRevTreeMerge(f *testing.F) {
 	f.Add("2-b 1-a|3-c 2-b|2-x 1-a!|5-e 4-d")
 	f.Add("1-a|1-b!|2-c 1-b")
 	f.Add("9-z 8-y|10-q 9-z 8-y 7-x|2-a 1-r")
+	f.Add("2-b 1-a|2-b 1-c") // the same revision with another history
 	f.Fuzz(func(t *testing.T, in string) {
 		tree := &RevTree{}
+		given := map[string]bool{} // revisions merged with a body
 		for _, p := range strings.Split(in, "|") {
 			deleted := strings.HasSuffix(p, "!")
 			path := strings.Fields(strings.TrimSuffix(p, "!"))
@@ -305,6 +307,7 @@ func FuzzRevTreeMerge(f *testing.F) {
 				require.ErrorIs(t, err, ErrBadDoc)
 				continue
 			}
+			given[path[0]] = true
 			added, changed, err := tree.Merge(path, deleted)
 			require.NoError(t, err)
 			require.False(t, added || changed)
@@ -320,6 +323,9 @@ func FuzzRevTreeMerge(f *testing.F) {
 			}
 			leaves := tree.Leaves()
 			require.NotEmpty(t, leaves)
+			for _, l := range leaves {
+				require.True(t, given[l.Rev], "leaf %s came as an ancestor only: it has no body", l.Rev)
+			}
 			w := tree.Winner()
 			require.True(t, tree.IsLeaf(w.Rev))
 			require.Equal(t, w, leaves[0])

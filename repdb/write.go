@@ -261,14 +261,14 @@ func (s *Store) WriteReplicated(ctx context.Context, w ReplicatedWrite) (bool, e
 		}
 		dw := s.newDocWrite(w.DB, w.ID, st)
 		added, changed, err := dw.tree.Merge(w.Revisions, w.Deleted)
-		switch {
-		case err != nil || !changed:
+		if err != nil || !changed {
 			return false, err
-		case !added:
-			return false, dw.apply(tr) // history the tree had lost: same leaves, same winner
 		}
-		written := &Doc{ID: w.ID, Rev: w.Revisions[0], Deleted: w.Deleted, Body: w.Body, raw: canonical}
-		dw.bodies[written.Rev] = written
+		var written *Doc // nil when only history the tree had lost came back
+		if added {
+			written = &Doc{ID: w.ID, Rev: w.Revisions[0], Deleted: w.Deleted, Body: w.Body, raw: canonical}
+			dw.bodies[written.Rev] = written
+		}
 		var replaced *Doc
 		if st.winner != nil && !st.winner.Deleted {
 			replaced = st.winner
@@ -288,7 +288,7 @@ func (s *Store) WriteReplicated(ctx context.Context, w ReplicatedWrite) (bool, e
 				}
 			}
 		}
-		return true, dw.apply(tr)
+		return added, dw.apply(tr)
 	})
 }
 
@@ -378,7 +378,7 @@ func (w *docWrite) event(tr kv.ReadTransaction, replaced, written *Doc) (WriteEv
 		if err != nil {
 			return ev, err
 		}
-		ev.New, ev.Written = d, d.Rev == written.Rev
+		ev.New, ev.Written = d, written != nil && d.Rev == written.Rev
 	}
 	return ev, nil
 }

@@ -256,6 +256,12 @@ func TestReplayAfterCommit(t *testing.T) {
 	added, err := s.WriteReplicated(ctx, ReplicatedWrite{DB: testDB, ID: "d", Revisions: []string{"2-b", "1-a"}, Body: map[string]any{}})
 	require.NoError(t, err)
 	require.False(t, added)
+	// The same revision with a history that contradicts the tree's (found
+	// by FuzzAPI): nothing changes, no ancestor becomes a leaf.
+	added, err = s.WriteReplicated(ctx, ReplicatedWrite{DB: testDB, ID: "d", Revisions: []string{"2-b", "1-z"}, Body: map[string]any{}})
+	require.NoError(t, err)
+	require.False(t, added)
+	require.Len(t, openAll(t, s, db, "d"), 1)
 }
 
 // Documents stored before revision trees keep their one branch, and their
