@@ -237,8 +237,9 @@ type ReplicatedWrite struct {
 // revision id), and the changes row, counters and hook follow as for
 // Write. It reports whether the revision was new: one the tree already has
 // changes nothing, which also makes a retry after commit_unknown_result
-// succeed. _local documents are refused (ErrBadDoc): they are not
-// replicated. Errors: ErrBadDoc (an invalid revision path), ErrTooLarge,
+// succeed (and report the revision new, as its earlier attempt found it).
+// _local documents are refused (ErrBadDoc): they are not replicated.
+// Errors: ErrBadDoc (an invalid revision path), ErrTooLarge,
 // ErrDBNotFound, the hook's.
 func (s *Store) WriteReplicated(ctx context.Context, w ReplicatedWrite) (bool, error) {
 	if strings.HasPrefix(w.ID, LocalPrefix) {
@@ -254,6 +255,7 @@ func (s *Store) WriteReplicated(ctx context.Context, w ReplicatedWrite) (bool, e
 	if len(canonical)+200 > kv.MaxValueSize {
 		return false, fmt.Errorf("%w: %s", ErrTooLarge, w.ID)
 	}
+	tried := false // an earlier attempt would have added the revision
 	return kv.Transact(ctx, s.db, func(tr kv.Transaction) (bool, error) {
 		st, err := s.load(tr, w.DB, w.ID)
 		if err != nil {
@@ -262,8 +264,11 @@ func (s *Store) WriteReplicated(ctx context.Context, w ReplicatedWrite) (bool, e
 		dw := s.newDocWrite(w.DB, w.ID, st)
 		added, changed, err := dw.tree.Merge(w.Revisions, w.Deleted)
 		if err != nil || !changed {
-			return false, err
+			// After commit_unknown_result, the revision found is the
+			// earlier attempt's.
+			return tried && err == nil && !added, err
 		}
+		tried = tried || added
 		var written *Doc // nil when only history the tree had lost came back
 		if added {
 			written = &Doc{ID: w.ID, Rev: w.Revisions[0], Deleted: w.Deleted, Body: w.Body, raw: canonical}
