@@ -2,7 +2,10 @@ package frontend
 
 import (
 	"cmp"
+	"context"
+	"fmt"
 	"net/http"
+	"sync"
 
 	"github.com/fdbrep/fdbrep/repdb"
 )
@@ -28,13 +31,19 @@ func (s *Server) bulkRequest(w http.ResponseWriter, r *http.Request) (db string,
 	return db, body, true
 }
 
+// bulkWriters is how many documents of one _bulk_docs request are written
+// at once, each in its own transaction: a commit waits for the store, and
+// commits in flight together share its round trip.
+const bulkWriters = 8
+
 // handleBulkDocs answers POST /{db}/_bulk_docs: each document is written
 // as a single-document write would be (saveDoc: its rules, its own
-// transaction with its job change), in order, so a failure is that
-// document's alone. With new_edits (the default) the reply lists every
-// document's outcome; with new_edits=false (replication) only the
-// failures, as CouchDB does. all_or_nothing is not supported (CouchDB 3
-// ignores it too): documents commit one by one.
+// transaction with its job change), so a failure is that document's
+// alone. Up to bulkWriters documents are written at once; the versions of
+// one document in a request are written in their order. With new_edits
+// (the default) the reply lists every document's outcome, in request
+// order; with new_edits=false (replication) only the failures, as CouchDB
+// does. all_or_nothing is not supported: documents commit one by one.
 func (s *Server) handleBulkDocs(w http.ResponseWriter, r *http.Request) {
 	db, body, ok := s.bulkRequest(w, r)
 	if !ok {
@@ -59,9 +68,15 @@ func (s *Server) handleBulkDocs(w http.ResponseWriter, r *http.Request) {
 		}
 		newEdits = b
 	}
-	u := userFrom(r)
-	results := make([]map[string]any, 0, len(docs))
-	for _, d := range docs {
+	type item struct {
+		id, rev string
+		e       *docEdit
+		err     error
+	}
+	items := make([]item, len(docs))
+	byID := map[string][]int{} // the documents to write, in order per id
+	var ids []string
+	for i, d := range docs {
 		doc, isObj := d.(map[string]any)
 		if !isObj {
 			writeError(w, badRequest("Document must be a JSON object"))
@@ -72,37 +87,71 @@ func (s *Server) handleBulkDocs(w http.ResponseWriter, r *http.Request) {
 			id = newDocID()
 			doc["_id"] = id
 		}
-		rev, _ := doc["_rev"].(string)
-		result := map[string]any{"id": id}
+		items[i].id = id
+		items[i].rev, _ = doc["_rev"].(string)
 		e, he := editFromBody(nil, db, id, doc, newEdits)
-		var err error
 		if he != nil {
-			err = he
-		} else {
-			var newRev string
-			if newRev, err = s.saveDoc(r.Context(), u, e); err == nil {
-				rev = newRev
-			}
-		}
-		if err != nil {
-			he := toHTTPError(err)
-			if he == nil {
-				s.fail(w, r, err) // a failure of the service: the documents before are stored
-				return
-			}
-			result["error"], result["reason"] = he.err, he.reason
-			if rev != "" {
-				result["rev"] = rev
-			}
-			results = append(results, result)
+			items[i].err = he
 			continue
 		}
-		if newEdits {
-			result["ok"], result["rev"] = true, rev
-			results = append(results, result)
+		items[i].e = e
+		if byID[id] == nil {
+			ids = append(ids, id)
 		}
+		byID[id] = append(byID[id], i)
+	}
+	u := userFrom(r)
+	sem := make(chan struct{}, bulkWriters)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(idx []int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			for _, i := range idx {
+				items[i].rev, items[i].err = s.saveDocContained(r.Context(), u, items[i].e, items[i].rev)
+			}
+		}(byID[id])
+	}
+	wg.Wait()
+	results := make([]map[string]any, 0, len(items))
+	for _, it := range items {
+		result := map[string]any{"id": it.id}
+		switch he := toHTTPError(it.err); {
+		case it.err == nil && !newEdits:
+			continue // replication: only failures are listed
+		case it.err == nil:
+			result["ok"], result["rev"] = true, it.rev
+		case he == nil:
+			s.fail(w, r, it.err) // a failure of the service; other documents may be stored
+			return
+		default:
+			result["error"], result["reason"] = he.err, he.reason
+			if it.rev != "" {
+				result["rev"] = it.rev
+			}
+		}
+		results = append(results, result)
 	}
 	writeJSON(w, http.StatusCreated, results)
+}
+
+// saveDocContained is saveDoc for a _bulk_docs writer goroutine: a panic
+// becomes that document's error (the request's recovery cannot reach
+// another goroutine). It returns the new revision, or rev on failure.
+func (s *Server) saveDocContained(ctx context.Context, u *User, e *docEdit, rev string) (newRev string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error().Str("doc_id", e.id).Interface("panic", fmt.Sprint(p)).Msg("document write panicked")
+			newRev, err = rev, fmt.Errorf("frontend: document write panicked: %v", p)
+		}
+	}()
+	newRev, err = s.saveDoc(ctx, u, e)
+	if err != nil {
+		return rev, err
+	}
+	return newRev, nil
 }
 
 // handleRevsDiff answers POST /{db}/_revs_diff: for each document, the

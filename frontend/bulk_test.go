@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -72,6 +73,20 @@ func TestBulkDocs(t *testing.T) {
 	job := e.rep.job(t, e.db, "_replicator", "a")
 	require.Equal(t, aliceName, job["owner"], "the job committed with the document")
 	require.Nil(t, e.rep.job(t, e.db, "_replicator", "invalid"))
+
+	// One document twice in a request: written in order, the second
+	// conflicts; many documents at once all land.
+	res = entries(t, e.bulk(asAlice, true, repDoc("_id", "twice"), repDoc("_id", "twice", "continuous", true)))
+	require.Equal(t, true, res[0]["ok"])
+	require.Equal(t, "conflict", res[1]["error"])
+	many := make([]map[string]any, 50)
+	for i := range many {
+		many[i] = repDoc("_id", fmt.Sprintf("many%02d", i))
+	}
+	for i, r := range entries(t, e.bulk(asAlice, true, many...)) {
+		require.Equal(t, fmt.Sprintf("many%02d", i), r["id"], "request order")
+		require.Equal(t, true, r["ok"], "%v", r)
+	}
 
 	// Fauxton deletes replications with _bulk_docs; Bob may not delete
 	// Alice's.

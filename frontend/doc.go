@@ -37,8 +37,9 @@
 // tree), and, for replication documents, the Replicator's DocWritten or
 // DocDeleted runs in that same transaction whenever the winning revision
 // changes, so a document and its job commit together or not at all.
-// _bulk_docs writes its documents one transaction each, in order: a
-// failure is that document's alone. Replicators read replicator databases
+// _bulk_docs writes its documents one transaction each, up to eight at
+// once (a document's versions in their order): a failure is that
+// document's alone. Replicators read replicator databases
 // as CouchDB's (_changes with style=all_docs, _bulk_get, open_revs as
 // JSON, _revs_diff), so they can be migrated in from CouchDB and backed up
 // out, conflicts included. Attachments are refused (415).

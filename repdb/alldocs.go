@@ -4,78 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"slices"
+	"fmt"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
-
-// Pages of the reads that can cover a whole database (AllDocs, Feed):
-// each transaction reads at most scanPageRows rows and stops early once
-// the documents it read exceed scanPageBytes, so no transaction grows with
-// the database.
-const (
-	scanPageRows  = 200
-	scanPageBytes = 1 << 20
-)
-
-// scan reads rng in pages, one read transaction each: read turns a page's
-// rows into values inside the transaction and reports how many rows it
-// used (fewer when a byte budget ran out, at least one); emit receives the
-// values between transactions. first, when not nil, runs in the first
-// page's transaction (database checks, counters). A page's transaction
-// retried reads the same page again: nothing is emitted twice.
-func scan[T any](ctx context.Context, db kv.Database, rng kv.KeyRange, reverse bool,
-	first func(tr kv.ReadTransaction) error,
-	read func(tr kv.ReadTransaction, rows []kv.KeyValue) ([]T, int, error),
-	emit func(T) error) error {
-	type page struct {
-		vals []T
-		last kv.Key
-		done bool
-	}
-	for firstPage := true; ; firstPage = false {
-		p, err := kv.ReadTransact(ctx, db, func(tr kv.ReadTransaction) (page, error) {
-			if firstPage && first != nil {
-				if err := first(tr); err != nil {
-					return page{}, err
-				}
-			}
-			rows, err := tr.GetRange(rng, kv.RangeOptions{Limit: scanPageRows, Reverse: reverse}).GetSliceWithError()
-			if err != nil {
-				return page{}, err
-			}
-			if len(rows) == 0 {
-				return page{done: true}, nil
-			}
-			vals, used, err := read(tr, rows)
-			if err != nil {
-				return page{}, err
-			}
-			used = min(max(used, 1), len(rows))
-			return page{vals: vals, last: rows[used-1].Key, done: used == len(rows) && len(rows) < scanPageRows}, nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, v := range p.vals {
-			if err := emit(v); err != nil {
-				if errors.Is(err, ErrStop) {
-					return nil
-				}
-				return err
-			}
-		}
-		if p.done {
-			return nil
-		}
-		if reverse {
-			rng.End = p.last
-		} else {
-			rng.Begin = kv.KeyAfter(p.last)
-		}
-	}
-}
 
 // AllDocsQuery selects documents of AllDocs: ids in [StartKey, EndKey]
 // (bounds included, nil for none; StartKey is the high end when
@@ -121,14 +54,12 @@ func (s *Store) AllDocs(ctx context.Context, db string, q AllDocsQuery, emit fun
 		_, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (struct{}, error) { return struct{}{}, first(tr) })
 		return total, err
 	}
-	read := func(tr kv.ReadTransaction, rows []kv.KeyValue) ([]*Doc, int, error) {
+	read := func(tr kv.ReadTransaction, rows []kv.KeyValue, b *readBudget) ([]*Doc, int, error) {
 		out := make([]*Doc, 0, len(rows))
-		size, used := 0, 0
 		for _, r := range rows {
-			used++
 			t, err := docs.Unpack(r.Key)
 			if err != nil || len(t) != 1 {
-				continue
+				return nil, 0, fmt.Errorf("repdb: bad document key %s", r.Key)
 			}
 			id, _ := t[0].(string)
 			d, err := decodeRecord(id, r.Value, false)
@@ -136,16 +67,15 @@ func (s *Store) AllDocs(ctx context.Context, db string, q AllDocsQuery, emit fun
 				return nil, 0, err
 			}
 			out = append(out, d)
-			if size += len(r.Value); size > scanPageBytes {
-				break
-			}
 		}
 		if q.Conflicts {
-			if err := s.fillTrees(tr, db, out); err != nil {
+			n, err := s.fillTrees(tr, db, out, b)
+			if err != nil {
 				return nil, 0, err
 			}
+			out = out[:n]
 		}
-		return out, used, nil
+		return out, len(out), nil
 	}
 	skipped, emitted := 0, 0
 	err := scan(ctx, s.db, kv.KeyRange{Begin: begin, End: end}, q.Descending, first, read, func(d *Doc) error {
@@ -164,71 +94,64 @@ func (s *Store) AllDocs(ctx context.Context, db string, q AllDocsQuery, emit fun
 	return total, err
 }
 
-// fillTrees reads, at once, the trees of the documents with more than
-// one leaf and fills their Path and conflicts; the others get their
-// one-branch values without a read.
-func (s *Store) fillTrees(tr kv.ReadTransaction, db string, docs []*Doc) error {
+// fillTrees reads the trees of the documents with more than one leaf,
+// in chunks, and fills their Path and conflicts (the others get their
+// one-branch values without a read). It stops after the chunk in which b
+// ran out and returns how many documents it filled.
+func (s *Store) fillTrees(tr kv.ReadTransaction, db string, docs []*Doc, b *readBudget) (int, error) {
 	futures := make([]kv.FutureByteSlice, len(docs))
-	for i, d := range docs {
-		if d != nil && d.Leaves > 1 {
+	return chunked(len(docs), b, func(i int) {
+		if d := docs[i]; d != nil && d.Leaves > 1 {
 			futures[i] = tr.Get(s.treeKey(db, d.ID))
 		}
-	}
-	for i, d := range docs {
+	}, func(i int) error {
 		if futures[i] == nil {
-			continue
+			return nil
 		}
-		v, err := futures[i].Get()
-		if err != nil {
-			return err
-		}
-		t := chainTree(d.Rev, d.ancestors, d.Deleted)
-		if v != nil {
-			if t, err = decodeTree(v); err != nil {
-				return errors.New("repdb: corrupt revision tree of " + d.ID + ": " + err.Error())
-			}
-		}
-		withTree(d, t)
+		return s.fillTree(docs[i], futures[i], b)
+	})
+}
+
+// fillTree fills d's Path and conflicts from its tree, read by f.
+func (s *Store) fillTree(d *Doc, f kv.FutureByteSlice, b *readBudget) error {
+	v, err := f.Get()
+	if err != nil {
+		return err
 	}
+	b.add(len(v))
+	t := chainTree(d.Rev, d.ancestors, d.Deleted)
+	if v != nil {
+		if t, err = decodeTree(v); err != nil {
+			return fmt.Errorf("repdb: corrupt revision tree of %q: %v", d.ID, err)
+		}
+	}
+	withTree(d, t)
 	return nil
 }
 
-// lookupPage bounds the ids Lookup reads per transaction.
-const lookupPage = 100
-
-// Lookup reads the winners of the documents ids of db, in order, at most
-// lookupPage per transaction: a live document, a deleted one (Deleted
-// set) or nil for an id never written. conflicts fills Conflicts and
-// DeletedConflicts as AllDocsQuery.Conflicts does.
+// Lookup reads the winners of the documents ids of db, in order, in
+// pages (see paged): a live document, a deleted one (Deleted set) or nil
+// for an id never written. conflicts fills Conflicts and DeletedConflicts
+// as AllDocsQuery.Conflicts does.
 func (s *Store) Lookup(ctx context.Context, db string, ids []string, conflicts bool) ([]*Doc, error) {
-	out := make([]*Doc, 0, len(ids))
-	for page := range slices.Chunk(ids, lookupPage) {
-		docs, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) ([]*Doc, error) {
-			if _, err := s.getMeta(tr, db); err != nil {
-				return nil, err
-			}
-			docs := make([]*Doc, len(page))
-			for i, id := range page {
-				d, err := s.Get(tr, db, id)
-				switch {
-				case err == nil, errors.Is(err, ErrDocDeleted):
-					docs[i] = d
-				case errors.Is(err, ErrDocNotFound):
-				default:
-					return nil, err
-				}
-			}
-			if conflicts {
-				if err := s.fillTrees(tr, db, docs); err != nil {
-					return nil, err
-				}
-			}
-			return docs, nil
-		})
-		if err != nil {
+	first := func(tr kv.ReadTransaction) error {
+		_, err := s.getMeta(tr, db)
+		return err
+	}
+	return paged(ctx, s.db, ids, first, func(tr kv.ReadTransaction, id string, b *readBudget) (*Doc, error) {
+		d, err := s.Get(tr, db, id)
+		switch {
+		case errors.Is(err, ErrDocNotFound):
+			return nil, nil
+		case err != nil && !errors.Is(err, ErrDocDeleted):
 			return nil, err
 		}
-		out = append(out, docs...)
-	}
-	return out, nil
+		b.add(len(d.raw))
+		if conflicts && d.Leaves > 1 {
+			if err := s.fillTree(d, tr.Get(s.treeKey(db, id)), b); err != nil {
+				return nil, err
+			}
+		}
+		return d, nil
+	})
 }

@@ -78,12 +78,9 @@ type ChangesQuery struct {
 	DocIDs map[string]bool
 }
 
-// feedPageRows is the page of a feed read with include_docs, smaller than
-// scanPageRows: every row brings a document of up to 64 kB.
-const feedPageRows = 50
-
 // Feed reads db's changes feed after q.Since page by page (one read
-// transaction each, see scanPageRows) and calls emit with each row kept,
+// transaction each, see scanPageRows and pageBudget: the documents and
+// trees a page brings count) and calls emit with each row kept,
 // outside the transactions. It returns the last sequence read: that of
 // the last row emitted when Limit ends the feed, else that of the last
 // row read (filtered ones count, as in CouchDB), or Since ("0" for "")
@@ -108,16 +105,12 @@ func (s *Store) Feed(ctx context.Context, db string, q ChangesQuery, emit func(C
 		return last, err
 	}
 	type row struct {
-		c    Change
-		keep bool
+		c      Change
+		keep   bool
+		leaves int
 	}
-	read := func(tr kv.ReadTransaction, rows []kv.KeyValue) ([]row, int, error) {
-		if q.IncludeDocs {
-			rows = rows[:min(len(rows), feedPageRows)]
-		}
+	read := func(tr kv.ReadTransaction, rows []kv.KeyValue, b *readBudget) ([]row, int, error) {
 		out := make([]row, len(rows))
-		docs := make([]kv.FutureByteSlice, len(rows))
-		trees := make([]kv.FutureByteSlice, len(rows))
 		for i, r := range rows {
 			seq, err := s.seqOf(db, r.Key)
 			if err != nil {
@@ -128,57 +121,33 @@ func (s *Store) Feed(ctx context.Context, db string, q ChangesQuery, emit func(C
 				return nil, 0, fmt.Errorf("repdb: corrupt change row: %v", err)
 			}
 			out[i] = row{c: Change{Seq: seq, ID: cr.ID, Rev: cr.Rev, Deleted: cr.Deleted, Revs: []string{cr.Rev}},
-				keep: q.DocIDs == nil || q.DocIDs[cr.ID]}
-			if !out[i].keep {
-				continue
-			}
-			if q.IncludeDocs && !cr.Deleted {
-				docs[i] = tr.Get(s.docKey(db, cr.ID))
-			}
-			if q.AllLeaves && cr.Leaves > 1 {
-				trees[i] = tr.Get(s.treeKey(db, cr.ID))
+				keep: q.DocIDs == nil || q.DocIDs[cr.ID], leaves: cr.Leaves}
+			if cr.Leaves > 1 && q.AllLeaves {
+				out[i].c.Revs = nil // filled from the tree
 			}
 		}
-		for i := range out {
+		// The documents and trees a row needs, read in chunks within the
+		// page's budget.
+		docs := make([]kv.FutureByteSlice, len(rows))
+		trees := make([]kv.FutureByteSlice, len(rows))
+		used, err := chunked(len(out), b, func(i int) {
 			c := &out[i].c
-			if trees[i] != nil {
-				v, err := trees[i].Get()
-				if err != nil {
-					return nil, 0, err
-				}
-				if v != nil {
-					t, err := decodeTree(v)
-					if err != nil {
-						return nil, 0, fmt.Errorf("repdb: corrupt revision tree of %q: %v", c.ID, err)
-					}
-					c.Revs = c.Revs[:0]
-					for _, l := range t.Leaves() {
-						c.Revs = append(c.Revs, l.Rev)
-					}
-				}
+			if !out[i].keep {
+				return
 			}
-			if docs[i] != nil {
-				v, err := docs[i].Get()
-				if err != nil {
-					return nil, 0, err
-				}
-				if v != nil {
-					if c.Doc, err = decodeRecord(c.ID, v, false); err != nil {
-						return nil, 0, err
-					}
-				}
+			if q.IncludeDocs && !c.Deleted {
+				docs[i] = tr.Get(s.docKey(db, c.ID))
 			}
+			if out[i].leaves > 1 && (q.AllLeaves || (q.IncludeDocs && q.Conflicts)) {
+				trees[i] = tr.Get(s.treeKey(db, c.ID))
+			}
+		}, func(i int) error {
+			return s.fillChange(&out[i].c, docs[i], trees[i], q.Conflicts, b)
+		})
+		if err != nil {
+			return nil, 0, err
 		}
-		if q.IncludeDocs && q.Conflicts {
-			included := make([]*Doc, len(out))
-			for i := range out {
-				included[i] = out[i].c.Doc
-			}
-			if err := s.fillTrees(tr, db, included); err != nil {
-				return nil, 0, err
-			}
-		}
-		return out, len(rows), nil
+		return out[:used], used, nil
 	}
 	emitted := 0
 	err = scan(ctx, s.db, rng, q.Descending, first, read, func(r row) error {
@@ -195,6 +164,52 @@ func (s *Store) Feed(ctx context.Context, db string, q ChangesQuery, emit func(C
 		return nil
 	})
 	return last, err
+}
+
+// fillChange completes a change row from its document's record and tree
+// (each future nil when not read): the included document, its conflicts,
+// every leaf.
+func (s *Store) fillChange(c *Change, doc, tree kv.FutureByteSlice, conflicts bool, b *readBudget) error {
+	var t *RevTree
+	if tree != nil {
+		v, err := tree.Get()
+		if err != nil {
+			return err
+		}
+		b.add(len(v))
+		if v != nil {
+			if t, err = decodeTree(v); err != nil {
+				return fmt.Errorf("repdb: corrupt revision tree of %q: %v", c.ID, err)
+			}
+		}
+	}
+	if doc != nil {
+		v, err := doc.Get()
+		if err != nil {
+			return err
+		}
+		b.add(len(v))
+		if v != nil {
+			if c.Doc, err = decodeRecord(c.ID, v, false); err != nil {
+				return err
+			}
+		}
+	}
+	if t == nil { // a document from before trees, or no tree asked for
+		t = chainTree(c.Rev, nil, c.Deleted)
+		if c.Doc != nil {
+			t = chainTree(c.Rev, c.Doc.ancestors, c.Deleted)
+		}
+	}
+	if c.Revs == nil {
+		for _, l := range t.Leaves() {
+			c.Revs = append(c.Revs, l.Rev)
+		}
+	}
+	if c.Doc != nil && conflicts {
+		withTree(c.Doc, t)
+	}
+	return nil
 }
 
 // WaitChange returns watches that fire after the first document write of

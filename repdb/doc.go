@@ -48,9 +48,9 @@
 // Lookup and Feed with their Conflicts options) read the tree too, only
 // for documents whose record says they have more than one leaf when they
 // can. Reads that may cover a whole database (AllDocs, Feed) page through
-// transactions of at most scanPageRows rows (and a byte budget); requests
-// that list documents (ReadRevs, RevsDiff, Lookup) read a bounded number
-// per transaction.
+// transactions of at most scanPageRows rows; requests that list documents
+// (ReadRevs, RevsDiff, Lookup) read at most pageDocs per transaction; and
+// every page stops once it has read pageBudget bytes (see pages.go).
 //
 // # Key layout
 //

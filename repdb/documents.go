@@ -148,6 +148,7 @@ func RevPos(rev string) (int, bool) {
 type docState struct {
 	winner *Doc
 	tree   *RevTree
+	size   int // bytes read
 }
 
 // load reads a document's winner and tree in tr. Documents stored before
@@ -178,7 +179,7 @@ func (s *Store) load(tr kv.ReadTransaction, db, id string) (*docState, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &docState{winner: d}
+	st := &docState{winner: d, size: len(v) + len(tv)}
 	if tv == nil {
 		st.tree = chainTree(d.Rev, d.ancestors, deleted)
 	} else if st.tree, err = decodeTree(tv); err != nil {

@@ -8,10 +8,6 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
-// revReadPage bounds the documents one transaction of ReadRevs or
-// RevsDiff reads: each may bring a revision tree of up to MaxTreeBytes.
-const revReadPage = 50
-
 // OpenRevsQuery selects revisions of a document for OpenRevs.
 type OpenRevsQuery struct {
 	// Revs are the revisions asked for; none means the winner.
@@ -39,10 +35,16 @@ type OpenRev struct {
 // All, and every revision missing otherwise; a deleted winner is returned
 // with Deleted set.
 func (s *Store) OpenRevs(tr kv.ReadTransaction, db, id string, q OpenRevsQuery) ([]OpenRev, error) {
+	return s.openRevs(tr, db, id, q, &readBudget{})
+}
+
+// openRevs is OpenRevs, counting what it reads in b.
+func (s *Store) openRevs(tr kv.ReadTransaction, db, id string, q OpenRevsQuery, b *readBudget) ([]OpenRev, error) {
 	st, err := s.load(tr, db, id)
 	if err != nil {
 		return nil, err
 	}
+	b.add(st.size)
 	if st.winner == nil {
 		if q.All || len(q.Revs) == 0 {
 			return nil, ErrDocNotFound
@@ -101,6 +103,7 @@ func (s *Store) OpenRevs(tr kv.ReadTransaction, db, id string, q OpenRevsQuery) 
 			if err != nil {
 				return nil, err
 			}
+			b.add(len(v))
 			if v == nil {
 				return nil, errors.New("repdb: corrupt document " + id + ": no record of leaf " + r)
 			}
@@ -133,32 +136,17 @@ type RevResult struct {
 	Err  error
 }
 
-// ReadRevs runs OpenRevs for each request, in order, reading at most
-// revReadPage documents per transaction (so a request as large as the
-// body limit allows never makes one large transaction).
+// ReadRevs runs OpenRevs for each request, in order, in pages (see paged),
+// so a request as large as the body limit allows never makes one large
+// transaction.
 func (s *Store) ReadRevs(ctx context.Context, db string, reqs []RevRequest) ([]RevResult, error) {
-	out := make([]RevResult, 0, len(reqs))
-	for page := range slices.Chunk(reqs, revReadPage) {
-		res, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) ([]RevResult, error) {
-			res := make([]RevResult, len(page))
-			for i, rq := range page {
-				revs, err := s.OpenRevs(tr, db, rq.ID, rq.Query)
-				switch {
-				case errors.Is(err, ErrDocNotFound):
-					res[i].Err = err
-				case err != nil:
-					return nil, err
-				}
-				res[i].Revs = revs
-			}
-			return res, nil
-		})
-		if err != nil {
-			return nil, err
+	return paged(ctx, s.db, reqs, nil, func(tr kv.ReadTransaction, rq RevRequest, b *readBudget) (RevResult, error) {
+		revs, err := s.openRevs(tr, db, rq.ID, rq.Query, b)
+		if errors.Is(err, ErrDocNotFound) {
+			return RevResult{Err: err}, nil
 		}
-		out = append(out, res...)
-	}
-	return out, nil
+		return RevResult{Revs: revs}, err
+	})
 }
 
 // RevsDiffResult is one document's answer of RevsDiff.
@@ -172,48 +160,45 @@ type RevsDiffResult struct {
 // RevsDiff answers _revs_diff: for each document of revs, the revisions
 // it does not hold (not in its tree, which includes stemmed ones) and its
 // possible ancestors among them; documents that hold every revision are
-// left out. It reads at most revReadPage documents per transaction.
+// left out. It reads the documents in pages (see paged).
 func (s *Store) RevsDiff(ctx context.Context, db string, revs map[string][]string) (map[string]RevsDiffResult, error) {
 	ids := make([]string, 0, len(revs))
 	for id := range revs {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	out := map[string]RevsDiffResult{}
-	for page := range slices.Chunk(ids, revReadPage) {
-		res, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (map[string]RevsDiffResult, error) {
-			res := map[string]RevsDiffResult{}
-			for _, id := range page {
-				st, err := s.load(tr, db, id)
-				if err != nil {
-					return nil, err
-				}
-				var r RevsDiffResult
-				maxPos := 0
-				for _, rev := range revs[id] {
-					if !st.tree.Has(rev) && !slices.Contains(r.Missing, rev) {
-						r.Missing = append(r.Missing, rev)
-						pos, _ := RevPos(rev)
-						maxPos = max(maxPos, pos)
-					}
-				}
-				if len(r.Missing) == 0 {
-					continue
-				}
-				for _, l := range st.tree.Leaves() {
-					if pos, _ := RevPos(l.Rev); pos < maxPos {
-						r.PossibleAncestors = append(r.PossibleAncestors, l.Rev)
-					}
-				}
-				res[id] = r
-			}
-			return res, nil
-		})
+	res, err := paged(ctx, s.db, ids, nil, func(tr kv.ReadTransaction, id string, b *readBudget) (*RevsDiffResult, error) {
+		st, err := s.load(tr, db, id)
 		if err != nil {
 			return nil, err
 		}
-		for id, r := range res {
-			out[id] = r
+		b.add(st.size)
+		var r RevsDiffResult
+		maxPos := 0
+		for _, rev := range revs[id] {
+			if !st.tree.Has(rev) && !slices.Contains(r.Missing, rev) {
+				r.Missing = append(r.Missing, rev)
+				pos, _ := RevPos(rev)
+				maxPos = max(maxPos, pos)
+			}
+		}
+		if len(r.Missing) == 0 {
+			return nil, nil
+		}
+		for _, l := range st.tree.Leaves() {
+			if pos, _ := RevPos(l.Rev); pos < maxPos {
+				r.PossibleAncestors = append(r.PossibleAncestors, l.Rev)
+			}
+		}
+		return &r, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]RevsDiffResult{}
+	for i, r := range res {
+		if r != nil {
+			out[ids[i]] = *r
 		}
 	}
 	return out, nil

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
@@ -399,4 +401,57 @@ func TestPagedReads(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "doc0003", docs[0].ID)
 	require.Nil(t, docs[1])
+}
+
+// Reads of many large documents stay within FoundationDB's advice for a
+// transaction (1 MB read, one second): the pages of Feed and AllDocs, and
+// the requests naming documents (Lookup, ReadRevs, RevsDiff), cut their
+// transactions by bytes as well as by rows.
+func TestPagesStayInBudget(t *testing.T) {
+	ctx := context.Background()
+	budget := kv.DefaultBudget()
+	db := kvtest.OpenEmbedded(t, embedded.Options{InMemory: true, Budget: &budget})
+	s := New(db, Options{})
+	require.NoError(t, s.CreateDB(ctx, testDB, "u1", nil))
+	big := strings.Repeat("x", 60_000)
+	var ids []string
+	var reqs []RevRequest
+	diff := map[string][]string{}
+	for i := range 40 {
+		id := fmt.Sprintf("big%02d", i)
+		ids = append(ids, id)
+		for _, branch := range []string{"a", "b"} { // a conflict: two bodies, a tree
+			_, err := s.WriteReplicated(ctx, ReplicatedWrite{DB: testDB, ID: id, Revisions: []string{"2-" + branch, "1-r"},
+				Body: map[string]any{"pad": big[:30_000]}})
+			require.NoError(t, err)
+		}
+		reqs = append(reqs, RevRequest{ID: id, Query: OpenRevsQuery{All: true}})
+		diff[id] = []string{"2-a", "3-c"}
+	}
+	rows := feed(t, s, ChangesQuery{Limit: -1, IncludeDocs: true, AllLeaves: true, Conflicts: true})
+	require.Len(t, rows, 40)
+	for _, c := range rows {
+		require.Equal(t, []string{"2-b", "2-a"}, c.Revs)
+		require.Equal(t, []string{"2-a"}, c.Doc.Conflicts)
+	}
+	n := 0
+	_, err := s.AllDocs(ctx, testDB, AllDocsQuery{Limit: -1, Conflicts: true}, func(d *Doc) error {
+		require.Equal(t, []string{"2-a"}, d.Conflicts)
+		n++
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 40, n)
+	docs, err := s.Lookup(ctx, testDB, ids, true)
+	require.NoError(t, err)
+	require.Len(t, docs, 40)
+	res, err := s.ReadRevs(ctx, testDB, reqs)
+	require.NoError(t, err)
+	require.Len(t, res, 40)
+	for _, r := range res {
+		require.Len(t, r.Revs, 2)
+	}
+	missing, err := s.RevsDiff(ctx, testDB, diff)
+	require.NoError(t, err)
+	require.Len(t, missing, 40)
 }
