@@ -293,6 +293,7 @@ type feedWriter struct {
 	s           *Server
 	contentType string // "" means application/json
 	buf         *bufio.Writer
+	wb          kv.Backoff // after failed watches
 }
 
 func (f *feedWriter) started() bool { return f.buf != nil }
@@ -394,8 +395,15 @@ func (f *feedWriter) wait(db string, cr *changesRequest, beat string) int {
 			return outcome
 		}
 		if _, err := fired.Get(); err != nil {
-			return waitChanged // a failed watch: answer with what there is rather than spin
+			// A failed watch (too many watches, say): look again after a
+			// backoff rather than spin.
+			delay, ok := f.wb.Next(err)
+			if !ok {
+				delay = kv.BackoffMaxDefault
+			}
+			return f.pause(ctx, delay, ticks, timeout, beat)
 		}
+		f.wb.Reset()
 	}
 }
 
@@ -413,9 +421,7 @@ func (f *feedWriter) waitWatches(ctx context.Context, watches []kv.FutureNil, ti
 		case <-watches[1].Done():
 			return watches[1], waitChanged
 		case <-ticks:
-			f.start()
-			f.buf.WriteString(beat)
-			if f.flush() != nil {
+			if !f.beat(beat) {
 				return nil, waitStopped
 			}
 		case <-timeout:
@@ -424,4 +430,32 @@ func (f *feedWriter) waitWatches(ctx context.Context, watches []kv.FutureNil, ti
 			return nil, waitStopped
 		}
 	}
+}
+
+// pause waits for delay, writing beat at each tick: waitChanged (look
+// again) once it has passed.
+func (f *feedWriter) pause(ctx context.Context, delay time.Duration, ticks, timeout <-chan time.Time, beat string) int {
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return waitChanged
+		case <-ticks:
+			if !f.beat(beat) {
+				return waitStopped
+			}
+		case <-timeout:
+			return waitTimeout
+		case <-ctx.Done():
+			return waitStopped
+		}
+	}
+}
+
+// beat writes a heartbeat; false when the client is gone.
+func (f *feedWriter) beat(beat string) bool {
+	f.start()
+	f.buf.WriteString(beat)
+	return f.flush() == nil
 }

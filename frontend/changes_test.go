@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
 // stream is a streamed _changes reply read line by line.
@@ -153,4 +155,18 @@ func TestChangesLongpollHeartbeat(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body.String()), &reply), body.String())
 	require.Len(t, reply.Results, 1)
 	require.Equal(t, reply.Results[0]["seq"], reply.LastSeq)
+}
+
+// A feed whose watches fail (too_many_watches) looks again after a
+// backoff instead of spinning, and still delivers changes.
+func TestChangesFailedWatches(t *testing.T) {
+	db := kvtest.OpenEmbedded(t, embedded.Options{InMemory: true, MaxWatches: 1}) // a feed sets two
+	e := newEnv(t, func(o *Options) { o.DB = db })
+	s := e.openStream(asAdmin, "/_replicator/_changes?feed=continuous&since=now&heartbeat=100&limit=1")
+	l, ok := s.line()
+	require.True(t, ok)
+	require.Equal(t, "", l, "waiting, with heartbeats")
+	require.Equal(t, 201, e.do("PUT", "/_replicator/a", asAdmin, repDoc()).Status)
+	require.Equal(t, "a", s.row()["id"])
+	require.Contains(t, s.row(), "last_seq")
 }
