@@ -30,6 +30,10 @@ func newRev(prev string, deleted bool, canonical []byte) string {
 	return strconv.Itoa(pos+1) + "-" + hex.EncodeToString(h.Sum(nil))
 }
 
+// recordOverhead is room for a record's fields besides the body: a body
+// that leaves less is refused before anything else is done.
+const recordOverhead = 200
+
 // WriteEvent is what a write does to a document, as its hook sees it.
 // Docs carry their bodies.
 type WriteEvent struct {
@@ -169,7 +173,7 @@ func (s *Store) writeTx(tr kv.Transaction, w Write, canonical []byte, produced *
 	if err != nil {
 		return "", err
 	}
-	if !w.Deleted && len(canonical)+200 > kv.MaxValueSize {
+	if !w.Deleted && len(canonical)+recordOverhead > kv.MaxValueSize {
 		return "", fmt.Errorf("%w: %s", ErrTooLarge, w.ID)
 	}
 	written := &Doc{ID: w.ID, Rev: newRev(base, w.Deleted, canonical), Deleted: w.Deleted, Body: w.Body, raw: canonical}
@@ -252,7 +256,7 @@ func (s *Store) WriteReplicated(ctx context.Context, w ReplicatedWrite) (bool, e
 	if err != nil {
 		return false, err
 	}
-	if len(canonical)+200 > kv.MaxValueSize {
+	if len(canonical)+recordOverhead > kv.MaxValueSize {
 		return false, fmt.Errorf("%w: %s", ErrTooLarge, w.ID)
 	}
 	tried := false // an earlier attempt would have added the revision
