@@ -5,8 +5,9 @@ BIN       ?= bin
 DATA_DIR  ?= ./data
 FDBSTUB   := $(CURDIR)/scripts/fdbstub
 POUCHDB   := $(CURDIR)/scripts/pouchdb
+FAUXTON   := $(CURDIR)/scripts/fauxton
 
-.PHONY: all build run test test-unit test-faults test-latency lint fdb-check pouchdb fuzz \
+.PHONY: all build run test test-unit test-faults test-latency lint fdb-check pouchdb fauxton fuzz \
         bench-kv bench-jobs bench-replication bench-scheduler bench-frontend cluster clean
 
 all: build
@@ -14,8 +15,11 @@ all: build
 build:
 	$(GO) build -o $(BIN)/fdbrep ./cmd/fdbrep
 
-## run: start one node with every role on the embedded store in $(DATA_DIR).
+## run: start one node with every role on the embedded store in $(DATA_DIR),
+## with Fauxton at /_utils/ when it can be installed (npm; the node runs
+## without it).
 run: build
+	@$(MAKE) --no-print-directory fauxton || echo "Fauxton not installed (needs npm): the node runs without /_utils"
 	$(BIN)/fdbrep serve -data-dir $(DATA_DIR) $(ARGS)
 
 ## cluster: the docker-compose topology for development, in one process on
@@ -27,7 +31,7 @@ cluster: build
 ## test: what CI runs: lint, the fdb-tagged build, the whole suite with the
 ## race detector, again with storage fault injection, and again with
 ## network latency and the transaction budget check on the embedded store.
-test: lint fdb-check pouchdb test-unit test-faults test-latency
+test: lint fdb-check pouchdb fauxton test-unit test-faults test-latency
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
@@ -55,6 +59,12 @@ fdb-check:
 ## replication tests and benchmarks.
 pouchdb:
 	@if [ ! -x $(POUCHDB)/node_modules/.bin/pouchdb-server ]; then cd $(POUCHDB) && npm ci --no-audit --no-fund --loglevel=error; fi
+
+## fauxton: install Fauxton, CouchDB's dashboard, from the committed lockfile
+## (its prebuilt dist/release, served at /_utils/ and used by the browser
+## tests).
+fauxton:
+	@if [ ! -f $(FAUXTON)/node_modules/fauxton/dist/release/index.html ]; then cd $(FAUXTON) && npm ci --no-audit --no-fund --loglevel=error; fi
 
 bench-kv:
 	$(GO) run ./cmd/fdbrep-bench kv $(ARGS)

@@ -19,17 +19,35 @@ import (
 // under scripts/pouchdb.
 const EnvPouchDBServer = "FDBREP_POUCHDB_SERVER"
 
-// InstallTimeoutDefault bounds the automatic `npm ci` run.
+// InstallTimeoutDefault bounds an automatic `npm ci` run.
 const InstallTimeoutDefault = 5 * time.Minute
 
-// pouchDir is the directory, relative to the module root, that holds the
-// package.json and lockfile pinning pouchdb-server.
-const pouchDir = "scripts/pouchdb"
+// Directories, relative to the module root, holding the package.json and
+// lockfile that pin pouchdb-server and Fauxton.
+const (
+	pouchDir   = "scripts/pouchdb"
+	fauxtonDir = "scripts/fauxton"
+)
+
+// fauxtonRelease is where npm ci in scripts/fauxton puts Fauxton's prebuilt
+// files, relative to that directory.
+const fauxtonRelease = "node_modules/fauxton/dist/release"
+
+// npmPackages is one directory installed with npm ci, once per process.
+type npmPackages struct {
+	name   string
+	dir    string // relative to the module root
+	want   string // relative to dir: the file that shows the install is done
+	ready  func(path string) bool
+	target string // "make <target>" installs it by hand
+
+	mu   sync.Mutex
+	done string // the want path once installed
+}
 
 var (
-	installMu   sync.Mutex
-	installDone bool
-	installBin  string
+	pouchPackages   = &npmPackages{name: "pouchdb-server", dir: pouchDir, want: "node_modules/.bin/pouchdb-server", ready: isExecutable, target: "pouchdb"}
+	fauxtonPackages = &npmPackages{name: "Fauxton", dir: fauxtonDir, want: fauxtonRelease + "/index.html", ready: isFile, target: "fauxton"}
 )
 
 // pouchDBServerBinary returns the pouchdb-server executable, installing it
@@ -41,39 +59,53 @@ func pouchDBServerBinary() (string, error) {
 		}
 		return p, nil
 	}
-	installMu.Lock()
-	defer installMu.Unlock()
-	if installDone {
-		return installBin, nil
+	return pouchPackages.path()
+}
+
+// FauxtonDir returns the directory of Fauxton's prebuilt files (the npm
+// package fauxton's dist/release, pinned by scripts/fauxton's lockfile),
+// installing it with npm ci when needed as pouchdb-server is.
+func FauxtonDir() (string, error) {
+	index, err := fauxtonPackages.path()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(index), nil
+}
+
+// path returns the installed file p.want, running npm ci first if needed.
+func (p *npmPackages) path() (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done != "" {
+		return p.done, nil
 	}
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(root, pouchDir)
-	bin := filepath.Join(dir, "node_modules", ".bin", "pouchdb-server")
-	if isExecutable(bin) {
-		installDone, installBin = true, bin
-		return bin, nil
+	dir := filepath.Join(root, p.dir)
+	want := filepath.Join(dir, p.want)
+	if !p.ready(want) {
+		if err := p.installLocked(dir, want); err != nil {
+			return "", fmt.Errorf("couchtest: %s is not installed in %s and installing it failed "+
+				"(run `make %s`; it needs Node.js >= 18 and npm): %w", p.name, dir, p.target, err)
+		}
 	}
-	if err := installLocked(dir, bin); err != nil {
-		return "", fmt.Errorf("couchtest: pouchdb-server is not installed in %s and installing it failed "+
-			"(run `make pouchdb`; it needs Node.js >= 18 and npm): %w", dir, err)
-	}
-	installDone, installBin = true, bin
-	return bin, nil
+	p.done = want
+	return want, nil
 }
 
 // installLocked runs npm ci in dir unless another process did it meanwhile.
-func installLocked(dir, bin string) error {
+func (p *npmPackages) installLocked(dir, want string) error {
 	sum := sha256.Sum256([]byte(dir))
-	lockPath := filepath.Join(os.TempDir(), "fdbrep-pouchdb-install-"+hex.EncodeToString(sum[:8])+".lock")
+	lockPath := filepath.Join(os.TempDir(), "fdbrep-npm-install-"+hex.EncodeToString(sum[:8])+".lock")
 	unlock, err := lockFile(lockPath)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if isExecutable(bin) { // another test process installed it while we waited
+	if p.ready(want) { // another test process installed it while we waited
 		return nil
 	}
 	npm, err := exec.LookPath("npm")
@@ -89,8 +121,8 @@ func installLocked(dir, bin string) error {
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("npm ci: %w: %s", err, tail(out.Bytes(), 2000))
 	}
-	if !isExecutable(bin) {
-		return fmt.Errorf("npm ci succeeded but %s is missing", bin)
+	if !p.ready(want) {
+		return fmt.Errorf("npm ci succeeded but %s is missing", want)
 	}
 	return nil
 }
@@ -117,6 +149,11 @@ func moduleRoot() (string, error) {
 func isExecutable(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // tail returns at most the last n bytes of b as a string.
