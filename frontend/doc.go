@@ -9,6 +9,7 @@
 // # Endpoints
 //
 //	GET  /  /_up  /_uuids  /_all_dbs (admins; see PublicAllDBs)
+//	GET  /_utils/…                            Fauxton's files (UtilsDir); /_utils redirects to /_utils/
 //	GET|POST|DELETE /_session                 cookie login (AuthSession), as CouchDB
 //	PUT|GET|HEAD|DELETE|POST /{db}            _replicator and <prefix>/_replicator ('/' as %2F)
 //	PUT|GET|HEAD|DELETE /{db}/{docid}         documents, also _design/… and _local/…; GET with rev, revs,
@@ -85,10 +86,22 @@
 // server secret and the account's password hash (so changing a password
 // revokes its cookies), valid for SessionTimeout and refreshed after a
 // tenth of it. Verified credentials are cached (AuthCacheSize) so PBKDF2
-// does not run on every request. Anonymous users may use /, /_up, /_uuids
-// and /_session only; replicator databases need a user, database creation
-// and deletion, _all_dbs, _scheduler, _active_tasks and _node need a server
-// admin (401 "You are not a server admin.").
+// does not run on every request. Anonymous users may use /, /_up, /_uuids,
+// /_session and /_utils only (the dashboard then asks them to log in);
+// replicator databases need a user, database creation and deletion,
+// _all_dbs, _scheduler, _active_tasks and _node need a server admin (401
+// "You are not a server admin.").
+//
+// # Fauxton
+//
+// CouchDB's dashboard is a set of static files (the npm package fauxton's
+// prebuilt dist/release) that talks to this API from the browser.
+// Options.UtilsDir names their directory, which New checks for index.html;
+// handleUtils serves them under /_utils/ (no directory listings, nothing
+// outside the directory, a Content-Security-Policy that allows this
+// server only). Without UtilsDir, /_utils answers 404 with how to install
+// them. The replication screens use only endpoints of this package; the
+// browser test in cmd/internal/wire checks each of them.
 //
 // # Logging
 //

@@ -1,6 +1,8 @@
 package frontend
 
 import (
+	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/config"
@@ -37,6 +39,9 @@ func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
 		NodeName:         cfg.NodeName(),
 		Limits:           LimitsFromConfig(cfg),
 	}
+	if o.UtilsDir, err = utilsDirFromConfig(cfg); err != nil {
+		return Options{}, nil, err
+	}
 	if o.AuthCacheSize == 0 {
 		o.AuthCacheSize = -1 // 0 in the file means "no cache"
 	}
@@ -44,6 +49,22 @@ func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
 		o.Secret = []byte(s)
 	}
 	return o, plain, nil
+}
+
+// utilsDirFromConfig is [chttpd] utils_dir, checked, or UtilsDirDefault
+// (made absolute) when that is empty and the directory holds a dashboard.
+func utilsDirFromConfig(cfg *config.Config) (string, error) {
+	dir := cfg.String("chttpd", "utils_dir")
+	if dir == "" {
+		if checkUtilsDir(UtilsDirDefault) != nil {
+			return "", nil
+		}
+		return filepath.Abs(UtilsDirDefault)
+	}
+	if err := checkUtilsDir(dir); err != nil {
+		return "", fmt.Errorf("config: [chttpd] utils_dir %q is not Fauxton's dist/release directory (no index.html in it)", dir)
+	}
+	return dir, nil
 }
 
 // LimitsFromConfig reads the listener limits from [chttpd].

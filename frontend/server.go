@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -92,6 +94,11 @@ type Options struct {
 	// the defaults). Serve the Server with NewHTTPServer and the same
 	// Limits for the connection-level ones.
 	Limits Limits
+	// UtilsDir is the directory of Fauxton's prebuilt files (the npm
+	// package fauxton's dist/release, holding index.html), served at
+	// /_utils/; "" means none, and /_utils answers 404 with how to install
+	// it. See UtilsDirDefault.
+	UtilsDir string
 }
 
 // Server is the HTTP API of an api_frontend node. It is an http.Handler;
@@ -104,6 +111,7 @@ type Server struct {
 	router  *mux.Router
 	stats   *httpStats
 	clients *clientRequests
+	utils   fs.FS // UtilsDir; nil without one
 }
 
 // New validates opts and builds a Server. Call Init before serving.
@@ -135,6 +143,11 @@ func New(opts Options) (*Server, error) {
 	case opts.MaxJSONDepth < 2:
 		return nil, fmt.Errorf("%w: MaxJSONDepth %d is under 2", ErrInvalidOptions, opts.MaxJSONDepth)
 	}
+	if opts.UtilsDir != "" {
+		if err := checkUtilsDir(opts.UtilsDir); err != nil {
+			return nil, err
+		}
+	}
 	if opts.Secret == nil {
 		opts.Secret = make([]byte, 32)
 		_, _ = rand.Read(opts.Secret)
@@ -161,6 +174,9 @@ func New(opts Options) (*Server, error) {
 		log:     logger,
 		stats:   newHTTPStats(),
 		clients: &clientRequests{max: opts.Limits.MaxClientRequests, n: map[string]int{}},
+	}
+	if opts.UtilsDir != "" {
+		s.utils = os.DirFS(opts.UtilsDir)
 	}
 	s.router = s.routes()
 	return s, nil
@@ -217,6 +233,8 @@ func (s *Server) routes() *mux.Router {
 	h("/_session", s.handleSession, "GET", "POST", "DELETE")
 	h("/_node/{node}/_stats", s.handleStats, "GET")
 	h("/_node/{node}/_prometheus", s.handlePrometheus, "GET")
+	h("/_utils", s.handleUtilsRedirect, "GET", "HEAD")
+	r.PathPrefix("/_utils/").Handler(s.methods(s.handleUtils, "GET", "HEAD"))
 	h("/_replicate", s.handleReplicate, "POST")
 	h("/_active_tasks", s.handleActiveTasks, "GET")
 	h("/_scheduler/jobs", s.handleSchedulerJobs, "GET")

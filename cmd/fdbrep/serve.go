@@ -331,6 +331,18 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 			log.Warn().Msg("config: [replicator] verify_ssl_certificates is false: the certificates of https endpoints are not checked")
 		}
 	}
+	// The HTTP API's settings too (accounts, [chttpd] utils_dir).
+	var apiOpts frontend.Options
+	if cfg.HasRole(config.RoleAPIFrontend) {
+		opts, plain, err := frontend.OptionsFromConfig(cfg)
+		if err != nil {
+			return err
+		}
+		for _, name := range plain {
+			log.Warn().Str("user", name).Msg("config: plaintext password hashed in memory; store a hash instead (fdbrep hash-password)")
+		}
+		apiOpts = opts
+	}
 	jobs, err := fdbjobs.New(db, jobsConfig(cfg, &log))
 	if err != nil {
 		return err
@@ -403,13 +415,7 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 		}
 	}
 	if cfg.HasRole(config.RoleAPIFrontend) {
-		opts, plain, err := frontend.OptionsFromConfig(cfg)
-		if err != nil {
-			return err
-		}
-		for _, name := range plain {
-			log.Warn().Str("user", name).Msg("config: plaintext password hashed in memory; store a hash instead (fdbrep hash-password)")
-		}
+		opts := apiOpts
 		plane, err := control.New(db, jobs, cluster)
 		if err != nil {
 			return err
@@ -431,6 +437,11 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 		}
 		if err := api.Init(ctx); err != nil {
 			return fmt.Errorf("create _replicator: %w", err)
+		}
+		if opts.UtilsDir != "" {
+			log.Info().Str("utils_dir", opts.UtilsDir).Msg("Fauxton served at /_utils/")
+		} else {
+			log.Info().Msg("Fauxton is not installed: /_utils/ says how to get it (make fauxton, or [chttpd] utils_dir)")
 		}
 		if readyAddr, err = listen(cfg.BindAddress(), api, "HTTP API"); err != nil {
 			return err

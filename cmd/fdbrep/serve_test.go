@@ -156,6 +156,7 @@ func TestServeConfigErrors(t *testing.T) {
 		{[]string{"-in-memory"}, map[string]string{"FDBREP_REPLICATOR__SSL_TRUSTED_CERTIFICATES_FILE": "/nonexistent/ca.pem"},
 			"[replicator] ssl_trusted_certificates_file: open /nonexistent/ca.pem: no such file or directory"},
 		{[]string{"-in-memory"}, map[string]string{"FDBREP_REPLICATOR__SOCKET_OPTIONS": "[{tos, 4}]"}, "[replicator] socket_options: tos is not supported"},
+		{[]string{"-in-memory"}, map[string]string{"FDBREP_CHTTPD__UTILS_DIR": "/nonexistent/release"}, "[chttpd] utils_dir"},
 	} {
 		for k, v := range tc.env {
 			t.Setenv(k, v)

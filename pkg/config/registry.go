@@ -92,6 +92,7 @@ var Registry = []Key{
 	intKey("chttpd", "idle_timeout_msec", "120000", 1, 3_600_000, "Milliseconds a keep-alive connection may stay idle."),
 	intKey("chttpd", "max_client_requests", "100", 0, 1_000_000, "Requests one client (a user, or an anonymous client's address) may have in flight; more get 429. Server admins and GET /_up are not counted. 0 disables the cap."),
 	intKey("chttpd", "max_header_bytes", "65536", 4096, 16<<20, "Largest request headers accepted, in bytes."),
+	strKey("chttpd", "utils_dir", "", "Directory of Fauxton's prebuilt files (the dist/release directory of the npm package fauxton), served at /_utils/. Empty: scripts/fauxton/node_modules/fauxton/dist/release under the working directory when it exists (`make fauxton` installs it; `make run` starts there); otherwise /_utils answers 404 with how to install it. A directory given here must hold index.html or the node does not start. A container image sets it (FDBREP_CHTTPD__UTILS_DIR)."),
 	// [chttpd_auth]
 	{Section: "chttpd_auth", Name: "secret", Kind: KindString, Default: "", Secret: true, Doc: "Key that signs AuthSession cookies. Empty: a random key per process, so cookies are only valid on the node that issued them; set the same secret on every api_frontend node."},
 	intKey("chttpd_auth", "timeout", "600", 1, maxInt, "Seconds an AuthSession cookie stays valid; it is refreshed when less than 10% of this remains."),
