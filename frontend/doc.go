@@ -8,7 +8,7 @@
 //
 // # Endpoints
 //
-//	GET  /  /_up  /_uuids  /_all_dbs (admins; see PublicAllDBs)
+//	GET  /  /_up  /_uuids  /_all_dbs (admins, see PublicAllDBs; startkey, endkey, limit, skip, descending)
 //	GET  /_utils/…                            Fauxton's files (UtilsDir); /_utils redirects to /_utils/
 //	GET|POST|DELETE /_session                 cookie login (AuthSession), as CouchDB
 //	PUT|GET|HEAD|DELETE|POST /{db}            _replicator and <prefix>/_replicator ('/' as %2F)

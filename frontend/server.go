@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -466,10 +467,48 @@ func (s *Server) handleAllDBs(w http.ResponseWriter, r *http.Request) {
 	if !s.opts.PublicAllDBs && !requireAdmin(w, r) {
 		return
 	}
+	p := params{q: r.URL.Query()}
+	start, end := p.jsonString("startkey", "start_key"), p.jsonString("endkey", "end_key")
+	desc, limit, skip := p.bool("descending"), p.int("limit", -1), p.int("skip", 0)
+	if p.err != nil {
+		writeError(w, p.err)
+		return
+	}
 	names, err := s.store.ListDBs(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, names)
+	writeJSON(w, http.StatusOK, nameRange(names, start, end, desc, limit, skip))
+}
+
+// nameRange is CouchDB's _all_dbs paging of sorted names: from start to
+// end (both included; in descending order start is the high end), then
+// skip and limit (negative: no limit).
+func nameRange(names []string, start, end *string, desc bool, limit, skip int) []string {
+	if desc {
+		names = slices.Clone(names)
+		slices.Reverse(names)
+	}
+	before := func(a, b string) bool { // a comes before b in the order
+		if desc {
+			return a > b
+		}
+		return a < b
+	}
+	out := []string{}
+	for _, n := range names {
+		if (start != nil && before(n, *start)) || (end != nil && before(*end, n)) {
+			continue
+		}
+		if skip > 0 {
+			skip--
+			continue
+		}
+		if limit >= 0 && len(out) >= limit {
+			break
+		}
+		out = append(out, n)
+	}
+	return out
 }

@@ -111,3 +111,29 @@ func TestUtilsDirFromConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, release, got)
 }
+
+func TestAllDBsRange(t *testing.T) {
+	e := newEnv(t)
+	for _, db := range []string{"a%2F_replicator", "b%2F_replicator", "c%2F_replicator"} {
+		require.Equal(t, 201, e.do("PUT", "/"+db, asAdmin, nil).Status)
+	}
+	for query, want := range map[string][]any{
+		"":                                    {"_replicator", "a/_replicator", "b/_replicator", "c/_replicator"},
+		`?startkey="a"&endkey="b\uffff"`:      {"a/_replicator", "b/_replicator"},
+		`?start_key="b"`:                      {"b/_replicator", "c/_replicator"},
+		`?endkey="b/_replicator"`:             {"_replicator", "a/_replicator", "b/_replicator"},
+		`?descending=true&startkey="b\uffff"`: {"b/_replicator", "a/_replicator", "_replicator"},
+		`?descending=true&endkey="b"&limit=5`: {"c/_replicator", "b/_replicator"},
+		"?limit=2&skip=1":                     {"a/_replicator", "b/_replicator"},
+		"?limit=0":                            {},
+		`?startkey="z"`:                       {},
+		`?startkey="%E9%A6%99"&endkey="%E9%A6%99"`: {},
+	} {
+		r := e.do("GET", "/_all_dbs"+strings.ReplaceAll(query, `\uffff`, "%EF%BF%BF"), asAdmin, nil)
+		require.Equal(t, 200, r.Status, query)
+		require.Equal(t, want, r.List, query)
+	}
+	requireError(t, e.do("GET", "/_all_dbs?startkey=a", asAdmin, nil), 400, "query_parse_error")
+	requireError(t, e.do("GET", "/_all_dbs?limit=-1", asAdmin, nil), 400, "query_parse_error")
+	requireError(t, e.do("GET", "/_all_dbs?descending=maybe", asAdmin, nil), 400, "query_parse_error")
+}
