@@ -75,7 +75,9 @@ type DocList struct {
 }
 
 // ActiveTask is a replication entry of GET /_active_tasks: the job and
-// its counters (engine.Stats, under CouchDB's names).
+// its counters (engine.Stats, under CouchDB's names). PID, CouchDB's
+// Erlang process id, is the job's id here: what names the running job
+// across the cluster (clients such as Fauxton expect a string).
 type ActiveTask struct {
 	Type               string  `json:"type"`
 	Node               string  `json:"node"`
@@ -352,7 +354,7 @@ func (p *Plane) ActiveTasks(ctx context.Context) ([]ActiveTask, error) {
 			ci = engine.CheckpointIntervalDefault.Milliseconds()
 		}
 		out = append(out, ActiveTask{
-			Type: "replication", Node: d.Node, ProcessStatus: "running", User: strp(d.RepUser),
+			Type: "replication", Node: d.Node, PID: strp(id), ProcessStatus: "running", User: strp(d.RepUser),
 			ReplicationID: d.RepID, Database: strp(d.DBName), DocID: strp(d.DocID),
 			Source: d.Rep.Source.Redacted(), Target: d.Rep.Target.Redacted(), Continuous: d.Rep.Continuous,
 			CheckpointInterval: ci, StartedOn: d.LastStart / 1000, UpdatedOn: d.LastUpdated / 1000,

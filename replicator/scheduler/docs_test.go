@@ -62,6 +62,8 @@ func TestDocWrittenLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, jobs.TotalRows)
 	require.Equal(t, "d", *jobs.Jobs[0].DocID)
+	require.NotNil(t, tasks[0].PID, "pid is a string: Fauxton reads it as one")
+	require.Equal(t, jobs.Jobs[0].JobID, *tasks[0].PID)
 	b, err := json.Marshal(jobs)
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"history":[{"timestamp":`)
