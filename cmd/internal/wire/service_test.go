@@ -65,7 +65,8 @@ func nodeConfig() scheduler.Config {
 	}
 }
 
-func newService(t *testing.T) *service {
+// newService starts one node; opts adjust the HTTP API's options.
+func newService(t *testing.T, opts ...func(*frontend.Options)) *service {
 	t.Helper()
 	db := kvtest.NewDB(t)
 	logs := &testutil.Logs{}
@@ -81,9 +82,12 @@ func newService(t *testing.T) *service {
 	cfg.DocUpdater = repdb.New(db, repdb.Options{})
 	plane, err := control.New(db, replicatortest.JobsClient(t, db), cfg.Config)
 	require.NoError(t, err)
-	opts := frontend.Options{DB: db, Accounts: accounts, Logger: cfg.Logger, LogRequests: true, Version: "test"}
-	wire.Frontend(&opts, plane)
-	api, err := frontend.New(opts)
+	fopts := frontend.Options{DB: db, Accounts: accounts, Logger: cfg.Logger, LogRequests: true, Version: "test"}
+	for _, o := range opts {
+		o(&fopts)
+	}
+	wire.Frontend(&fopts, plane)
+	api, err := frontend.New(fopts)
 	require.NoError(t, err)
 	require.NoError(t, api.Init(context.Background()))
 	node, err := scheduler.New(db, replicatortest.JobsClient(t, db), nil, cfg)
