@@ -47,6 +47,13 @@ RUN go mod download
 COPY . .
 RUN CGO_ENABLED=1 go build -tags fdb -trimpath -o /out/fdbrep ./cmd/fdbrep
 
+# Fauxton, CouchDB's dashboard, served at /_utils: its prebuilt files from
+# the pinned npm package (scripts/fauxton), nothing else of node.
+FROM node:20-bookworm-slim AS fauxton
+WORKDIR /fauxton
+COPY scripts/fauxton/package.json scripts/fauxton/package-lock.json scripts/fauxton/.npmrc ./
+RUN npm ci --no-audit --no-fund
+
 FROM debian:bookworm-slim
 ARG FDB_VERSION
 ARG TARGETARCH
@@ -60,6 +67,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* /usr/local/bin/install-fdb-clients.sh \
  && useradd --system --uid 10001 fdbrep
 COPY --from=build /out/fdbrep /usr/local/bin/fdbrep
+COPY --from=fauxton /fauxton/node_modules/fauxton/dist/release /usr/share/fdbrep/fauxton
+ENV FDBREP_CHTTPD__UTILS_DIR=/usr/share/fdbrep/fauxton
 USER fdbrep
 ENTRYPOINT ["/usr/local/bin/fdbrep"]
 CMD ["serve"]
