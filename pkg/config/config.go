@@ -77,11 +77,7 @@ func FromMap(m map[string]map[string]string) (*Config, error) {
 }
 
 func (c *Config) set(section, key, value, source string) {
-	section = strings.ToLower(strings.TrimSpace(section))
-	key = strings.TrimSpace(key)
-	if !freeForm(section) || section == SectionShares {
-		key = strings.ToLower(key)
-	}
+	section, key = Normalize(section, key)
 	m := c.values[section]
 	if m == nil {
 		m = map[string]string{}
@@ -197,6 +193,14 @@ func (c *Config) validate() error {
 	if _, ms := c.values["replicator"]["interval"]; ms && sec {
 		return fmt.Errorf("%w: [replicator] interval (%s) and interval_sec (%s) are both set: keep one", ErrInvalidValue,
 			c.sources["replicator/interval"], c.sources["replicator/interval_sec"])
+	}
+	if lo, hi := c.Int("replicator", "min_backoff_penalty_sec"), c.Int("replicator", "max_backoff_penalty_sec"); hi < lo {
+		return fmt.Errorf("%w: [replicator] max_backoff_penalty_sec %d (%s) is under min_backoff_penalty_sec %d (%s)", ErrInvalidValue,
+			hi, c.Source("replicator", "max_backoff_penalty_sec"), lo, c.Source("replicator", "min_backoff_penalty_sec"))
+	}
+	if name := c.String("node", "name"); strings.HasPrefix(name, "_") || strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("%w: [node] name = %q (%s): must not start with '_' (names such as _local and _cluster are the API's) nor contain '/'",
+			ErrInvalidValue, name, c.Source("node", "name"))
 	}
 	if len(c.List("replicator", "auth_plugins")) == 0 {
 		return fmt.Errorf("%w: [replicator] auth_plugins: name couch_replicator_auth_session, couch_replicator_auth_noop or both", ErrInvalidValue)

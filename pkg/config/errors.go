@@ -15,3 +15,13 @@ var (
 	// ErrFile is returned when a config file cannot be read or parsed.
 	ErrFile = errors.New("config: cannot read file")
 )
+
+// Errors of changes made at run time (CheckRuntimeKey).
+var (
+	// ErrRestartOnly is returned for a key that is read at start-up only
+	// and so cannot be changed through the _config API.
+	ErrRestartOnly = errors.New("config: read at start-up only")
+	// ErrNotUsed is returned for a CouchDB section or key that fdbrep does
+	// not use.
+	ErrNotUsed = errors.New("config: not used by fdbrep")
+)

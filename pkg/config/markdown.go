@@ -7,14 +7,15 @@ import (
 )
 
 // WriteReference writes the key reference of docs/CONFIG.md: one table per
-// section, every key of Registry with its type, default and meaning.
+// section, every key of Registry with its type, default, where a change at
+// run time applies ("restart" for keys read at start-up only) and meaning.
 func WriteReference(w io.Writer) error {
 	var b strings.Builder
 	section := ""
 	for _, k := range Registry {
 		if k.Section != section {
 			section = k.Section
-			fmt.Fprintf(&b, "\n### [%s]\n\n| key | type | default | meaning |\n| --- | --- | --- | --- |\n", section)
+			fmt.Fprintf(&b, "\n### [%s]\n\n| key | type | default | changes apply | meaning |\n| --- | --- | --- | --- | --- |\n", section)
 		}
 		def := "`" + k.Default + "`"
 		if k.Default == "" {
@@ -27,7 +28,7 @@ func WriteReference(w io.Writer) error {
 		if len(k.OneOf) > 0 {
 			typ += ": " + strings.Join(k.OneOf, ", ")
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", k.Name, typ, def, strings.ReplaceAll(k.Doc, "|", "\\|"))
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", k.Name, typ, def, k.Apply, strings.ReplaceAll(k.Doc, "|", "\\|"))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -31,9 +31,45 @@ type Key struct {
 	HasRange bool
 	// OneOf restricts KindString and KindList values to these words.
 	OneOf []string
-	// Secret values never appear in errors or logs.
+	// Secret values never appear in errors, logs or the _config API.
 	Secret bool
-	Doc    string
+	// Apply tells whether a change through the _config API takes effect
+	// at run time, and on which nodes; ApplyRestart keys are refused there.
+	Apply Apply
+	Doc   string
+}
+
+// Apply tells when a change to a key takes effect, and on which nodes a
+// change made at run time (the _config API) is applied.
+type Apply int
+
+// When changes apply.
+const (
+	// ApplyRestart: read at start-up only; the _config API refuses it.
+	ApplyRestart Apply = iota
+	// ApplyAll: applied at run time by every node.
+	ApplyAll
+	// ApplyReplication: applied at run time by replication nodes.
+	ApplyReplication
+	// ApplyFrontend: applied at run time by api_frontend nodes.
+	ApplyFrontend
+)
+
+func (a Apply) String() string {
+	return [...]string{"restart", "live: all nodes", "live: replication nodes", "live: api_frontend nodes"}[a]
+}
+
+// Roles returns the node roles a change applies to (nil for ApplyRestart).
+func (a Apply) Roles() []string {
+	switch a {
+	case ApplyAll:
+		return []string{RoleAPIFrontend, RoleReplication}
+	case ApplyReplication:
+		return []string{RoleReplication}
+	case ApplyFrontend:
+		return []string{RoleAPIFrontend}
+	}
+	return nil
 }
 
 // Sections whose keys are free-form: every key is a name (an admin, a user,
@@ -76,6 +112,16 @@ func strKey(section, name, def, doc string, oneOf ...string) Key {
 
 const maxInt = 1 << 53
 
+// MaxBackoffSecMax is the largest [replicator] max_backoff_penalty_sec (30
+// days), the replication node's own limit.
+const MaxBackoffSecMax = 30 * 24 * 3600
+
+// live marks a key as changeable at run time, applied by the nodes a names.
+func live(a Apply, k Key) Key {
+	k.Apply = a
+	return k
+}
+
 // Registry is every fixed key fdbrep reads, in documentation order.
 var Registry = []Key{
 	// [chttpd]
@@ -106,40 +152,40 @@ var Registry = []Key{
 	strKey("fdb", "data_dir", "./data", "Directory of the embedded store (backend embedded)."),
 	boolKey("fdb", "in_memory", "false", "Keep the embedded store in memory only: nothing survives a restart."),
 	// [log]
-	strKey("log", "level", "info", "Least severity logged.", "debug", "info", "warn", "error"),
+	live(ApplyAll, strKey("log", "level", "info", "Least severity logged.", "debug", "info", "warn", "error")),
 	strKey("log", "format", "console", "Log format: human-readable console lines or JSON objects.", "console", "json"),
 	boolKey("log", "requests", "true", "Log one line per HTTP request (method, path, status, user, duration; never credentials)."),
 	// [node]
-	strKey("node", "name", "", "Name of this node in _scheduler and _active_tasks output; empty means fdbrep@<hostname>."),
+	strKey("node", "name", "", "Name of this node in _scheduler, _active_tasks and _membership output and in /_node/{name} paths; empty means fdbrep@<hostname>. Must be unique in a cluster, must not start with _ nor contain /."),
 	{Section: "node", Name: "roles", Kind: KindList, Default: "api_frontend,replication", OneOf: []string{RoleAPIFrontend, RoleReplication}, Doc: "Roles this node runs: api_frontend serves the HTTP API, replication runs replication jobs. A replication-only node opens no listener except health_address."},
 	strKey("node", "health_address", "", "Optional loopback address (host:port) serving GET /_up, /_node/_local/_stats and /_node/_local/_prometheus; meant for replication-only nodes. Must be a loopback address."),
 	// [replicator] — job server
-	intKey("replicator", "max_jobs", "500", 1, maxInt, "Most replication jobs running on one replication node."),
-	intKey("replicator", "max_churn", "100", 1, maxInt, "Most jobs started or stopped on one node per scheduling interval."),
-	intKey("replicator", "max_acceptors", "2", 1, 1000, "Idle acceptors waiting for pending jobs on one node."),
-	intKey("replicator", "interval_sec", "15", 1, maxInt, "Seconds between scheduling cycles."),
-	intKey("replicator", "interval", "15000", 1000, maxInt, "CouchDB 3.x's name for the scheduling interval, in milliseconds; set interval_sec or interval, not both."),
-	intKey("replicator", "min_run_time_sec", "60", 1, maxInt, "A continuous job runs at least this long before the scheduler may stop it for another."),
-	intKey("replicator", "transient_job_max_age_sec", "86400", 1, maxInt, "Finished /_replicate jobs are forgotten this long after their last update."),
-	intKey("replicator", "startup_jitter", "5000", 1, maxInt, "Milliseconds of random delay before an acceptor retries when no job is pending."),
-	intKey("replicator", "min_backoff_penalty_sec", "32", 1, maxInt, "Least delay before a crashed job is retried."),
-	intKey("replicator", "max_backoff_penalty_sec", "172800", 1, maxInt, "Greatest delay before a crashed job is retried."),
-	intKey("replicator", "health_threshold_sec", "120", 1, maxInt, "A crash within this long after the previous one counts as consecutive."),
-	intKey("replicator", "max_history", "10", 1, 1000, "Events kept in a job's history."),
-	intKey("replicator", "stats_update_interval_sec", "10", 1, maxInt, "Seconds between writes of a running job's stats to its job data."),
+	live(ApplyReplication, intKey("replicator", "max_jobs", "500", 1, maxInt, "Most replication jobs running on one replication node.")),
+	live(ApplyReplication, intKey("replicator", "max_churn", "100", 1, maxInt, "Most jobs started or stopped on one node per scheduling interval.")),
+	live(ApplyReplication, intKey("replicator", "max_acceptors", "2", 1, 1000, "Idle acceptors waiting for pending jobs on one node.")),
+	live(ApplyReplication, intKey("replicator", "interval_sec", "15", 1, maxInt, "Seconds between scheduling cycles.")),
+	live(ApplyReplication, intKey("replicator", "interval", "15000", 1000, maxInt, "CouchDB 3.x's name for the scheduling interval, in milliseconds; set interval_sec or interval, not both.")),
+	live(ApplyReplication, intKey("replicator", "min_run_time_sec", "60", 1, maxInt, "A continuous job runs at least this long before the scheduler may stop it for another.")),
+	live(ApplyReplication, intKey("replicator", "transient_job_max_age_sec", "86400", 1, maxInt, "Finished /_replicate jobs are forgotten this long after their last update.")),
+	live(ApplyAll, intKey("replicator", "startup_jitter", "5000", 1, maxInt, "Milliseconds of random delay before an acceptor retries when no job is pending.")),
+	live(ApplyReplication, intKey("replicator", "min_backoff_penalty_sec", "32", 1, maxInt, "Least delay before a crashed job is retried.")),
+	live(ApplyReplication, intKey("replicator", "max_backoff_penalty_sec", "172800", 1, MaxBackoffSecMax, "Greatest delay before a crashed job is retried; at least min_backoff_penalty_sec.")),
+	live(ApplyReplication, intKey("replicator", "health_threshold_sec", "120", 1, maxInt, "A crash within this long after the previous one counts as consecutive.")),
+	live(ApplyAll, intKey("replicator", "max_history", "10", 1, 1000, "Events kept in a job's history.")),
+	live(ApplyReplication, intKey("replicator", "stats_update_interval_sec", "10", 1, maxInt, "Seconds between writes of a running job's stats to its job data.")),
 	intKey("replicator", "job_timeout_sec", "61", 3, 3600, "A running job whose node sends no heartbeat for this long is given to another node (the rep_jobs activity timeout); every node must use the same value."),
-	floatKey("replicator", "usage_coeff", "0.95", 0.000001, 1, "Fair share: decay of a replicator database's usage per interval. Lower values forget usage faster; with CouchDB's 0.5 the order of databases oscillates, because a job's priority is fixed when it is enqueued."),
-	intKey("replicator", "fair_share_window_sec", "3600", 0, maxInt, "Fair share: the largest scheduling delay given to a database that used more than its share; 0 disables fair share."),
+	live(ApplyAll, floatKey("replicator", "usage_coeff", "0.95", 0.000001, 1, "Fair share: decay of a replicator database's usage per interval. Lower values forget usage faster; with CouchDB's 0.5 the order of databases oscillates, because a job's priority is fixed when it is enqueued.")),
+	live(ApplyAll, intKey("replicator", "fair_share_window_sec", "3600", 0, maxInt, "Fair share: the largest scheduling delay given to a database that used more than its share; 0 disables fair share.")),
 	// [replicator] — defaults of the replications' own settings
-	intKey("replicator", "worker_processes", "4", 1, 64, "Default worker_processes of a replication that does not set it: concurrent workers per replication."),
-	intKey("replicator", "worker_batch_size", "500", 1, 10000, "Default worker_batch_size: changes each worker replicates at a time (worker_processes × worker_batch_size is at most 100000)."),
-	intKey("replicator", "http_connections", "20", 1, 1000, "Default http_connections: connections per endpoint and replication."),
-	intKey("replicator", "connection_timeout", "30000", 1, 3_600_000, "Default connection_timeout, in milliseconds: a request whose peer stays silent this long, or sends less than 1 KiB in that time (a trickle), fails at once, and the replication crashes with the reason (only a first stall on a reused connection is retried)."),
-	intKey("replicator", "retries_per_request", "5", 0, 100, "Default retries_per_request: retries of a failed request before the replication crashes."),
-	intKey("replicator", "checkpoint_interval", "30000", 1, 3_600_000, "Default checkpoint_interval, in milliseconds, between checkpoints of a replication."),
-	boolKey("replicator", "use_checkpoints", "true", "Default use_checkpoints: write checkpoint documents on the endpoints."),
-	boolKey("replicator", "use_bulk_get", "true", "Default use_bulk_get: fetch documents with _bulk_get when the source supports it."),
-	strKey("replicator", "socket_options", "[{keepalive, true}, {nodelay, true}]", "Default socket_options, in CouchDB's syntax: TCP options of the replications' connections. fdbrep applies keepalive, nodelay, sndbuf, recbuf (bytes, at most 64 MiB) and priority (0 to 6, Linux); any other option stops the node with its name. A replication's own socket_options replace these. CouchDB's default turns nodelay off; fdbrep keeps it on (see COMPAT.md)."),
+	live(ApplyReplication, intKey("replicator", "worker_processes", "4", 1, 64, "Default worker_processes of a replication that does not set it: concurrent workers per replication.")),
+	live(ApplyReplication, intKey("replicator", "worker_batch_size", "500", 1, 10000, "Default worker_batch_size: changes each worker replicates at a time (worker_processes × worker_batch_size is at most 100000).")),
+	live(ApplyReplication, intKey("replicator", "http_connections", "20", 1, 1000, "Default http_connections: connections per endpoint and replication.")),
+	live(ApplyReplication, intKey("replicator", "connection_timeout", "30000", 1, 3_600_000, "Default connection_timeout, in milliseconds: a request whose peer stays silent this long, or sends less than 1 KiB in that time (a trickle), fails at once, and the replication crashes with the reason (only a first stall on a reused connection is retried).")),
+	live(ApplyReplication, intKey("replicator", "retries_per_request", "5", 0, 100, "Default retries_per_request: retries of a failed request before the replication crashes.")),
+	live(ApplyReplication, intKey("replicator", "checkpoint_interval", "30000", 1, 3_600_000, "Default checkpoint_interval, in milliseconds, between checkpoints of a replication.")),
+	live(ApplyReplication, boolKey("replicator", "use_checkpoints", "true", "Default use_checkpoints: write checkpoint documents on the endpoints.")),
+	live(ApplyReplication, boolKey("replicator", "use_bulk_get", "true", "Default use_bulk_get: fetch documents with _bulk_get when the source supports it.")),
+	live(ApplyReplication, strKey("replicator", "socket_options", "[{keepalive, true}, {nodelay, true}]", "Default socket_options, in CouchDB's syntax: TCP options of the replications' connections. fdbrep applies keepalive, nodelay, sndbuf, recbuf (bytes, at most 64 MiB) and priority (0 to 6, Linux); any other option stops the node with its name. A replication's own socket_options replace these. CouchDB's default turns nodelay off; fdbrep keeps it on (see COMPAT.md).")),
 	// [replicator] — endpoints: TLS and authentication
 	boolKey("replicator", "verify_ssl_certificates", "true", "Verify the certificates of https endpoints (chain to a trusted root, host name, ssl_certificate_max_depth). CouchDB's default is false; fdbrep's is true because the endpoints' passwords travel over these connections (see COMPAT.md)."),
 	strKey("replicator", "ssl_trusted_certificates_file", "", "PEM file of the CA certificates trusted for https endpoints; empty trusts the system's roots. Read at start-up: a missing or unreadable file stops the node."),

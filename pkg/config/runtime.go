@@ -1,0 +1,187 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Runtime changes: the _config API of api_frontend nodes stores settings
+// in layers over a node's start-up configuration (see package cluster).
+// This file holds what the layers need from the registry: which keys may
+// change at run time (CheckRuntimeKey), how a layer merges (With), and the
+// effective values a node shows (Get, All).
+
+// Layer is a set of values laid over a configuration by With.
+type Layer struct {
+	// Source names where the values come from, for Source and errors
+	// ("_config (cluster)"); "" keeps the source of the value replaced.
+	Source string
+	// Values maps section -> key -> value.
+	Values map[string]map[string]string
+}
+
+// Sections that hold one setting under two names: [replicator] interval
+// (milliseconds, CouchDB 3.x) and interval_sec.
+var aliases = map[string]string{"replicator/interval": "interval_sec", "replicator/interval_sec": "interval"}
+
+// Normalize returns section and key as Load stores them: the section in
+// lower case, and the key too except in [admins], [users] and
+// [user_roles], whose keys are user names.
+func Normalize(section, key string) (string, string) {
+	section = strings.ToLower(strings.TrimSpace(section))
+	key = strings.TrimSpace(key)
+	if !freeForm(section) || section == SectionShares {
+		key = strings.ToLower(key)
+	}
+	return section, key
+}
+
+// SectionApply tells whether keys of a section may change at run time: a
+// free-form section's apply, or ApplyRestart with ok false for other
+// sections (whose keys have their own, see CheckRuntimeKey).
+func SectionApply(section string) (Apply, bool) {
+	switch section {
+	case SectionAdmins, SectionUsers, SectionUserRoles:
+		return ApplyFrontend, true
+	case SectionShares:
+		return ApplyAll, true
+	}
+	return ApplyRestart, false
+}
+
+// CheckRuntimeKey tells whether section/key (normalized) may be changed at
+// run time and which nodes apply it. The error wraps ErrUnknownKey for a
+// key that is neither fdbrep's nor CouchDB's (with a suggestion),
+// ErrNotUsed for CouchDB's keys fdbrep ignores, ErrRestartOnly for keys
+// read at start-up only.
+func CheckRuntimeKey(section, key string) (Apply, error) {
+	if a, ok := SectionApply(section); ok {
+		if key == "" {
+			return a, fmt.Errorf("%w: [%s]: empty name", ErrInvalidValue, section)
+		}
+		return a, nil
+	}
+	if k := lookup(section, key); k != nil {
+		if k.Apply == ApplyRestart {
+			return ApplyRestart, fmt.Errorf("%w: [%s] %s cannot change while the node runs: set it in an ini file, the environment or a flag, and restart",
+				ErrRestartOnly, section, key)
+		}
+		return k.Apply, nil
+	}
+	if couchDBSections[section] || couchDBKeys[section][key] {
+		return ApplyRestart, fmt.Errorf("%w: [%s] %s is a CouchDB setting fdbrep does not use", ErrNotUsed, section, key)
+	}
+	if !knownSections[section] {
+		return ApplyRestart, fmt.Errorf("%w: section [%s] is neither fdbrep's nor CouchDB's%s", ErrUnknownKey, section, suggest(section, ""))
+	}
+	return ApplyRestart, fmt.Errorf("%w: [%s] %s is neither fdbrep's nor CouchDB's%s", ErrUnknownKey, section, key, suggest(section, key))
+}
+
+// IsSecret tells whether the value of section/key must never be shown:
+// secret keys, and the password hashes of [admins] and [users].
+func IsSecret(section, key string) bool {
+	if section == SectionAdmins || section == SectionUsers {
+		return true
+	}
+	k := lookup(section, key)
+	return k != nil && k.Secret
+}
+
+// With returns the configuration with layers laid over it, in order (later
+// layers win), validated as Load validates files. A value for one name of
+// an aliased setting ([replicator] interval and interval_sec) hides the
+// other name's value from the layers below; one layer setting both is an
+// error.
+func (c *Config) With(layers ...Layer) (*Config, error) {
+	n := &Config{values: map[string]map[string]string{}, sources: make(map[string]string, len(c.sources)),
+		warnings: append([]string(nil), c.warnings...)}
+	for s, kvs := range c.values {
+		n.values[s] = make(map[string]string, len(kvs))
+		for k, v := range kvs {
+			n.values[s][k] = v
+		}
+	}
+	for k, v := range c.sources {
+		n.sources[k] = v
+	}
+	for _, l := range layers {
+		for s, kvs := range l.Values {
+			for k, v := range kvs {
+				s, k := Normalize(s, k)
+				if other, ok := aliases[s+"/"+k]; ok {
+					if _, both := kvs[other]; both {
+						return nil, fmt.Errorf("%w: [%s] %s and %s are both set (%s): keep one", ErrInvalidValue, s, k, other, l.Source)
+					}
+					delete(n.values[s], other)
+					delete(n.sources, s+"/"+other)
+				}
+				src := l.Source
+				if src == "" {
+					src = n.Source(s, k)
+				}
+				n.set(s, k, v, src)
+			}
+		}
+	}
+	if err := n.validate(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Get returns the value in effect for section/key and whether there is
+// one: a free-form section's entry, or a registered key's value or
+// default. Of [replicator] interval and interval_sec, a name is hidden
+// while the other one is set. CouchDB keys fdbrep ignores have none.
+func (c *Config) Get(section, key string) (string, bool) {
+	if freeForm(section) {
+		v, ok := c.values[section][key]
+		return v, ok
+	}
+	k := lookup(section, key)
+	if k == nil {
+		return "", false
+	}
+	if v, ok := c.values[section][key]; ok {
+		return v, true
+	}
+	if other, ok := aliases[section+"/"+key]; ok {
+		if _, set := c.values[section][other]; set {
+			return "", false
+		}
+	}
+	return k.Default, true
+}
+
+// All returns every value in effect, by section (see Get): each
+// registered key and each entry of the free-form sections.
+func (c *Config) All() map[string]map[string]string {
+	out := map[string]map[string]string{}
+	add := func(section, key string) {
+		if v, ok := c.Get(section, key); ok {
+			if out[section] == nil {
+				out[section] = map[string]string{}
+			}
+			out[section][key] = v
+		}
+	}
+	for _, k := range Registry {
+		add(k.Section, k.Name)
+	}
+	for _, s := range []string{SectionAdmins, SectionUsers, SectionUserRoles, SectionShares} {
+		for _, k := range c.keyNames(s) {
+			add(s, k)
+		}
+	}
+	return out
+}
+
+// Values returns a copy of the values set (by files, the environment,
+// flags or layers; defaults not included), by section.
+func (c *Config) Values() map[string]map[string]string {
+	out := make(map[string]map[string]string, len(c.values))
+	for s := range c.values {
+		out[s] = c.Section(s)
+	}
+	return out
+}
