@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -27,6 +28,8 @@ type Plane struct {
 	store *replicator.Store
 	cfg   replicator.Config
 	m     *replicator.Metrics
+	// live holds cfg with the settings SetConfig changes at run time.
+	live atomic.Pointer[replicator.Config]
 
 	setupMu    sync.Mutex
 	serverUUID string
@@ -44,8 +47,29 @@ func New(db kv.Database, jobs *fdbjobs.Client, cfg replicator.Config) (*Plane, e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Plane{store: replicator.NewStore(db, jobs, cfg.Subspace), cfg: cfg, m: cfg.Metrics}, nil
+	p := &Plane{store: replicator.NewStore(db, jobs, cfg.Subspace), cfg: cfg, m: cfg.Metrics}
+	p.live.Store(&cfg)
+	return p, nil
 }
+
+// SetConfig changes, from now on, the settings of cfg that may change at
+// run time: Shares, UsageCoeff, FairShareWindow and StartupJitter (the
+// enqueue times of new jobs) and MaxHistory. The others keep their values
+// from New. It validates cfg first.
+func (p *Plane) SetConfig(cfg replicator.Config) error {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	next := p.cfg
+	next.Shares, next.UsageCoeff, next.FairShareWindow = cfg.Shares, cfg.UsageCoeff, cfg.FairShareWindow
+	next.StartupJitter, next.MaxHistory = cfg.StartupJitter, cfg.MaxHistory
+	p.live.Store(&next)
+	return nil
+}
+
+// conf returns the configuration in effect (see SetConfig).
+func (p *Plane) conf() *replicator.Config { return p.live.Load() }
 
 // Metrics returns the counters the plane updates (shared with nodes of
 // the same process when their Config names the same Metrics).
@@ -193,7 +217,7 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) (re
 		d.LastError = replicator.Reason(perr)
 		d.StateInfo = replicator.StateInfo("bad_rep_doc", replicator.Reason(perr))
 	}
-	d.AddHistory(p.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventAdded, Timestamp: replicator.Millis(now)})
+	d.AddHistory(p.conf().MaxHistory, replicator.HistoryEvent{Type: replicator.EventAdded, Timestamp: replicator.Millis(now)})
 	if err := p.addJob(ctx, tr, jobID, old, d); err != nil {
 		return false, err
 	}
@@ -248,7 +272,7 @@ func (p *Plane) addJob(ctx context.Context, tr kv.Transaction, jobID string, old
 	if err != nil {
 		return err
 	}
-	stime := p.cfg.EnqueueTime(p.cfg.Clock.Now(), usage, d.ShareKey())
+	stime := p.conf().EnqueueTime(p.cfg.Clock.Now(), usage, d.ShareKey())
 	return p.store.AddJob(ctx, tr, jobID, old, d, stime, p.cfg.JobTimeout)
 }
 

@@ -115,3 +115,12 @@ func TestDocWrittenOutcomes(t *testing.T) {
 		require.Equal(t, step.jobs, jobs(), step.name)
 	}
 }
+
+// SetConfig validates what it is given, as New does.
+func TestPlaneSetConfig(t *testing.T) {
+	db := kvtest.NewDB(t)
+	p, err := control.New(db, replicatortest.JobsClient(t, db), replicator.Config{})
+	require.NoError(t, err)
+	require.ErrorIs(t, p.SetConfig(replicator.Config{Shares: map[string]int{"_replicator": 0}}), replicator.ErrInvalidConfig)
+	require.NoError(t, p.SetConfig(replicator.Config{Shares: map[string]int{"_replicator": 500}, MaxHistory: 3}))
+}

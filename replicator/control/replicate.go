@@ -83,7 +83,7 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user replic
 			return nil, nil // our earlier attempt's job, which already finished
 		}
 		d := &replicator.JobData{Rep: spec, RepUser: user.Name, State: replicator.StatePending, StartTime: now, LastUpdated: now}
-		d.AddHistory(p.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventAdded, Timestamp: now})
+		d.AddHistory(p.conf().MaxHistory, replicator.HistoryEvent{Type: replicator.EventAdded, Timestamp: now})
 		if err := p.addJob(ctx, tr, jobID, old, d); err != nil {
 			return nil, err
 		}

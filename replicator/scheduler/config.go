@@ -99,6 +99,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// CheckConfig reports whether New or SetConfig would accept cfg (with
+// its zero fields defaulted); the error wraps replicator.ErrInvalidConfig.
+func CheckConfig(cfg Config) error { return cfg.withDefaults().validate() }
+
 func (c Config) validate() error {
 	if err := c.Config.Validate(); err != nil {
 		return err

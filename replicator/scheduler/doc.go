@@ -25,8 +25,9 @@
 //
 // Every Interval (plus up to a third, at random) the node: applies a configuration given to
 // SetConfig; charges run time for fair share; stops the oldest continuous
-// jobs beyond MaxJobs that ran at least MinRunTime (one-shot jobs only
-// after MaxJobs was lowered, and after the continuous ones), each writing
+// jobs beyond MaxJobs that ran at least MinRunTime (after MaxJobs was
+// lowered: the oldest continuous jobs whatever their run time, then
+// one-shot jobs, as CouchDB stops the excess at once), each writing
 // a final checkpoint and going back to pending; starts up to
 // min(MaxChurn - jobs accepted in the last interval, MaxJobs + MaxChurn -
 // acceptors' room - workers, runnable jobs) jobs' worth of extra

@@ -96,8 +96,12 @@ func New(db kv.Database, jobs *fdbjobs.Client, eng replicator.Engine, cfg Config
 // Metrics returns the counters the node updates.
 func (n *Node) Metrics() *replicator.Metrics { return n.m }
 
-// SetConfig validates cfg and applies it at the next interval. Subspace,
-// Metrics, Clock and Logger keep their values from New.
+// SetConfig validates cfg and applies it at the next interval (a new
+// Interval is used from the interval after). Lowering MaxJobs stops the
+// excess then, the oldest first, whatever their run time; raising it
+// starts acceptors for pending jobs (up to MaxChurn per interval). New
+// JobDefaults apply to the jobs started from then on. Subspace, Metrics,
+// Clock and Logger keep their values from New.
 func (n *Node) SetConfig(cfg Config) error {
 	n.mu.Lock()
 	cur := n.cfg
@@ -544,8 +548,9 @@ func (n *Node) reschedule(ctx context.Context) error {
 		cfg.Logger.Warn().Err(err).Msg("replicator: fair share usage")
 	}
 
-	// Trim: stop the oldest continuous jobs beyond MaxJobs (one-shot jobs
-	// only after MaxJobs was lowered).
+	// Trim: stop the oldest continuous jobs beyond MaxJobs that ran at
+	// least MinRunTime; after MaxJobs was lowered, the oldest continuous
+	// jobs whatever their run time, then one-shot jobs.
 	n.mu.Lock()
 	var active []*worker
 	for w := range n.workers {
@@ -561,7 +566,7 @@ func (n *Node) reschedule(ctx context.Context) error {
 			if stopped == excess {
 				break
 			}
-			if w.continuous && now.Sub(w.started) >= cfg.MinRunTime {
+			if w.continuous && (n.lowered || now.Sub(w.started) >= cfg.MinRunTime) {
 				w.requestStop(stopPreempt)
 				stopped++
 			}

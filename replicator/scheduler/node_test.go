@@ -158,6 +158,41 @@ func TestLoweredMaxJobsPreemptsOneShot(t *testing.T) {
 	require.GreaterOrEqual(t, eng.Starts("http://h/a/")+eng.Starts("http://h/b/"), 3, "the preempted one ran again")
 }
 
+// Lowering max_jobs stops the excess continuous jobs at the next interval
+// even when they ran less than min_run_time (as CouchDB stops the excess
+// at once), and raising it again starts the pending ones.
+func TestMaxJobsLoweredAndRaised(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxJobs, cfg.MaxChurn, cfg.MinRunTime = 3, 3, time.Hour
+	c, _ := simCluster(t, 1, cfg, 0, 0)
+	for i := range 3 {
+		c.PutDoc("_replicator", fmt.Sprintf("d%d", i), repDoc(fmt.Sprintf("http://h/s%d", i), "http://h/t", true))
+	}
+	for i := range 3 {
+		c.WaitDocState("_replicator", fmt.Sprintf("d%d", i), replicator.StateRunning)
+	}
+	running := func() int {
+		n := 0
+		for i := range 3 {
+			if c.DocState("_replicator", fmt.Sprintf("d%d", i)).State == replicator.StateRunning {
+				n++
+			}
+		}
+		return n
+	}
+	for _, tc := range []struct{ maxJobs, want int }{{1, 1}, {3, 3}} {
+		next := c.Nodes[0].Config()
+		next.MaxJobs = tc.maxJobs
+		require.NoError(t, c.Nodes[0].SetConfig(next))
+		c.WaitIntervals(0, 1) // applied, the excess asked to stop or the acceptors started
+		for k := 0; running() != tc.want; k++ {
+			require.Less(t, k, 50, "max_jobs %d: %d jobs running", tc.maxJobs, running())
+			c.WaitIntervals(0, 1)
+		}
+		require.Equal(t, tc.maxJobs, c.Nodes[0].Config().MaxJobs)
+	}
+}
+
 // M4: a node restarted under the same name takes back at once the jobs its
 // earlier run left running (no wait for the activity monitor and its job
 // timeout, an hour here), and the views never show a job running that no

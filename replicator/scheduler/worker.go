@@ -280,6 +280,12 @@ func mergeStats(old, cur engine.Stats) engine.Stats {
 // initJob marks the job running under repID after checking who holds
 // repID (see doc.go, "Replication id collisions"). It reports whether the
 // job should run.
+// tagDuplicate is the error tag (the "error" of a job's info) of a job
+// whose replication another job already runs: CouchDB's name for that
+// error (CouchDB 3.x shows a duplicate document's info as the reason
+// alone, {"error": reason}).
+const tagDuplicate = "duplicate_job"
+
 func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, code string) bool {
 	type outcome struct {
 		run   bool
@@ -318,13 +324,13 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 						what = "transient replication"
 					}
 					reason := fmt.Sprintf("Replication `%s` is already running as another user's %s; retrying later", repID, what)
-					return outcome{x: x, state: replicator.StateCrashing}, w.crashTx(tr, x, "error", reason, now, jitter)
+					return outcome{x: x, state: replicator.StateCrashing}, w.crashTx(tr, x, tagDuplicate, reason, now, jitter)
 				case od.Transient() && !x.Transient():
 					reason := fmt.Sprintf("Replication `%s` is already running as a transient replication (job %s); retrying later", repID, other)
-					return outcome{x: x, state: replicator.StateCrashing}, w.crashTx(tr, x, "error", reason, now, jitter)
+					return outcome{x: x, state: replicator.StateCrashing}, w.crashTx(tr, x, tagDuplicate, reason, now, jitter)
 				case od.Transient():
 					reason := fmt.Sprintf("Replication `%s` is already running as a transient replication (job %s); retrying later", repID, other)
-					return outcome{x: x, state: replicator.StateFailed}, w.failTx(tr, x, "error", reason, now)
+					return outcome{x: x, state: replicator.StateFailed}, w.failTx(tr, x, tagDuplicate, reason, now)
 				}
 				var reason string
 				if x.Transient() {
@@ -333,7 +339,7 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 					reason = fmt.Sprintf("Replication `%s` specified by document `%s` already started, triggered by document `%s` from db `%s`",
 						repID, x.DocID, od.DocID, od.DBName)
 				}
-				return outcome{x: x, state: replicator.StateFailed}, w.failTx(tr, x, "error", reason, now)
+				return outcome{x: x, state: replicator.StateFailed}, w.failTx(tr, x, tagDuplicate, reason, now)
 			}
 			// The holder is finished, crashing or gone: take over.
 		}
@@ -355,9 +361,9 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 	case o.run:
 		w.logStarted(d, rep, prevNode, wasRunning)
 	case o.state == replicator.StateCrashing:
-		w.logCrashed(d, "error", d.LastError, now, jitter)
+		w.logCrashed(d, tagDuplicate, d.LastError, now, jitter)
 	case o.state == replicator.StateFailed:
-		w.logFailed(d, "error", d.LastError)
+		w.logFailed(d, tagDuplicate, d.LastError)
 	}
 	return o.run
 }
