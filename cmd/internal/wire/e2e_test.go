@@ -66,6 +66,7 @@ func TestSeedExamples(t *testing.T) {
 	require.Equal(t, 201, e.do("PUT", "/_replicator/my_rep_dup", asAdmin, dup).Status)
 	d = e.waitDocState("_replicator", "my_rep_dup", "failed")
 	require.Contains(t, fmt.Sprint(d["info"]), "already started")
+	require.Equal(t, "duplicate_job", d["info"].(map[string]any)["error"], "the info names the error")
 	r = e.do("GET", "/_scheduler/docs/_replicator?states=failed", asAdmin, nil)
 	require.Equal(t, 200, r.Status, r.Raw)
 	require.EqualValues(t, 1, len(r.Body["docs"].([]any)))
