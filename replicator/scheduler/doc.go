@@ -30,10 +30,13 @@
 // one-shot jobs, as CouchDB stops the excess at once), each writing
 // a final checkpoint and going back to pending; starts up to
 // min(MaxChurn - jobs accepted in the last interval, MaxJobs + MaxChurn -
-// acceptors' room - workers, runnable jobs) jobs' worth of extra
-// acceptors, so that with more runnable jobs than capacity about MaxChurn
-// jobs rotate every two intervals (jobs accepted in one interval count
-// against the next one's churn, as in CouchDB); and
+// acceptors' room - workers, room left under MaxJobs + the continuous
+// jobs that will have run MinRunTime at the next interval, runnable jobs)
+// jobs' worth of extra acceptors, so that with more runnable jobs than
+// capacity about MaxChurn jobs rotate every two intervals (jobs accepted
+// in one interval count against the next one's churn, as in CouchDB) and
+// a node runs more than MaxJobs only until the next interval rotates the
+// excess out; and
 // removes finished transient jobs older than TransientJobMaxAge (and jobs
 // of deleted _replicator databases) with their replication id mapping, at
 // most every max(Interval, TransientJobMaxAge/10).

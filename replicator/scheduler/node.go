@@ -259,20 +259,23 @@ func (n *Node) spawnAcceptorsLocked() {
 	for n.acceptors < n.cfg.MaxAcceptors && n.quota+len(n.workers) < n.cfg.MaxJobs {
 		room := n.cfg.MaxJobs - len(n.workers) - n.quota
 		q := max(1, min(acceptBatchMax, room/(n.cfg.MaxAcceptors-n.acceptors)))
-		if !n.startAcceptorLocked(q) {
+		if !n.startAcceptorLocked(q, false) {
 			return
 		}
 	}
 }
 
-func (n *Node) startAcceptorLocked(q int) bool {
+// startAcceptorLocked starts an acceptor that may take q jobs: one of the
+// pool, which takes jobs only while the node runs fewer than MaxJobs, or
+// an extra one (rotation), which may take them beyond.
+func (n *Node) startAcceptorLocked(q int, extra bool) bool {
 	if n.ctx == nil || n.stopping || n.ctx.Err() != nil {
 		return false
 	}
 	n.acceptors++
 	n.quota += q
 	n.wg.Add(1)
-	go n.acceptor(n.ctx, n.opCtx, q)
+	go n.acceptor(n.ctx, n.opCtx, q, extra)
 	return true
 }
 
@@ -311,14 +314,27 @@ func (n *Node) runWorker(w *worker) {
 const acceptRetryDefault = 50 * time.Millisecond
 
 // acceptor waits for up to q runnable jobs, then runs the first as its
-// worker and starts a goroutine for each other.
-func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
+// worker and starts a goroutine for each other. An acceptor of the pool
+// takes no more than the room left under MaxJobs, and ends when there is
+// none (MaxJobs was lowered).
+func (n *Node) acceptor(ctx, opCtx context.Context, q int, extra bool) {
 	defer n.wg.Done()
 	var b kv.Backoff // FoundationDB's OnError delays between failed accepts
 	for {
-		jobs, err := n.acceptSome(ctx, q)
+		limit := q
+		if !extra {
+			n.mu.Lock()
+			room := n.cfg.MaxJobs - len(n.workers)
+			n.mu.Unlock()
+			limit = min(q, room)
+		}
+		var jobs []*fdbjobs.Job
+		var err error
+		if limit > 0 {
+			jobs, err = n.acceptSome(ctx, limit)
+		}
 		if len(jobs) > 0 {
-			ws := n.accepted(jobs, q, opCtx)
+			ws := n.accepted(jobs, q, opCtx, extra)
 			for _, w := range ws[1:] {
 				go func() {
 					defer n.wg.Done()
@@ -328,7 +344,7 @@ func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 			n.runWorker(ws[0])
 			return
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || limit <= 0 {
 			n.mu.Lock()
 			n.acceptors--
 			n.quota -= q
@@ -430,12 +446,18 @@ func (n *Node) oldestDue(ctx context.Context, now int64, cfg Config, q int) (int
 }
 
 // accepted turns an acceptor with quota q into the workers of jobs (the
-// caller runs the first; the others are counted in n.wg).
-func (n *Node) accepted(jobs []*fdbjobs.Job, q int, opCtx context.Context) []*worker {
+// caller runs the first; the others are counted in n.wg). Jobs a pool
+// acceptor took beyond MaxJobs (it was waiting when MaxJobs was lowered)
+// go back to pending at once, without running.
+func (n *Node) accepted(jobs []*fdbjobs.Job, q int, opCtx context.Context, extra bool) []*worker {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.acceptors--
 	n.quota -= q
+	room := len(jobs)
+	if !extra {
+		room = n.cfg.MaxJobs - len(n.workers)
+	}
 	ws := make([]*worker, len(jobs))
 	for i, job := range jobs {
 		w := newWorker(n, job, opCtx, n.cfg)
@@ -446,8 +468,11 @@ func (n *Node) accepted(jobs []*fdbjobs.Job, q int, opCtx context.Context) []*wo
 		if i > 0 {
 			n.wg.Add(1)
 		}
-		if n.stopping {
+		switch {
+		case n.stopping:
 			w.requestStop(stopShutdown)
+		case i >= room:
+			w.requestStop(stopPreempt)
 		}
 	}
 	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
@@ -592,9 +617,19 @@ func (n *Node) reschedule(ctx context.Context) error {
 		n.rotations = n.rotations[1:]
 	}
 	n.m.Add(replicator.MetricJobsPreempted, int64(stopped))
-	churnLeft := cfg.MaxChurn - n.churn
-	slots := cfg.MaxJobs + cfg.MaxChurn - (n.quota + len(n.workers))
-	want := min(churnLeft, slots)
+	// Extra jobs beyond MaxJobs only as many as the next interval can
+	// rotate out (continuous jobs that will have run MinRunTime by then):
+	// more would stay beyond MaxJobs, as the jobs a lowered MaxJobs
+	// stopped would if they were taken back at once.
+	rotatable := 0
+	for _, w := range active {
+		if !w.stopRequested() && w.continuous && now.Sub(w.started) >= cfg.MinRunTime-cfg.Interval {
+			rotatable++
+		}
+	}
+	busy := n.quota + len(n.workers)
+	slots := min(cfg.MaxJobs+cfg.MaxChurn-busy, max(0, cfg.MaxJobs-busy)+rotatable)
+	want := min(cfg.MaxChurn-n.churn, slots)
 	n.mu.Unlock()
 
 	// Extra acceptors while runnable jobs are pending.
@@ -607,7 +642,7 @@ func (n *Node) reschedule(ctx context.Context) error {
 		n.mu.Lock()
 		for left := min(want, pending); left > 0; {
 			q := min(acceptBatchMax, left)
-			if !n.startAcceptorLocked(q) {
+			if !n.startAcceptorLocked(q, true) {
 				break
 			}
 			left -= q

@@ -190,6 +190,12 @@ func TestMaxJobsLoweredAndRaised(t *testing.T) {
 			c.WaitIntervals(0, 1)
 		}
 		require.Equal(t, tc.maxJobs, c.Nodes[0].Config().MaxJobs)
+		// And it stays so: no acceptor takes the stopped jobs back, no
+		// rotation runs beyond max_jobs jobs younger than min_run_time.
+		for range 3 {
+			c.WaitIntervals(0, 1)
+			require.Equal(t, tc.want, running(), "max_jobs %d", tc.maxJobs)
+		}
 	}
 }
 
