@@ -242,7 +242,7 @@ func TestUpdateBounds(t *testing.T) {
 		return nil
 	})
 	require.ErrorIs(t, err, ErrTooLarge)
-	l, err := store.Layers(ctx, db, "n")
+	l, err := store.Layers(ctx, "n")
 	require.NoError(t, err)
 	require.Zero(t, l.Version, "nothing was written")
 

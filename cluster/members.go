@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/config"
@@ -189,6 +190,12 @@ func Redact(c *config.Config) map[string]map[string]string {
 // replaced by Redacted) for other nodes to read (see Published).
 func publication(c *config.Config) []byte {
 	all := c.Values()
+	// The name and roles as the node has them, even where they are
+	// defaults (a default name is the node's host name).
+	if all["node"] == nil {
+		all["node"] = map[string]string{}
+	}
+	all["node"]["name"], all["node"]["roles"] = c.NodeName(), strings.Join(c.Roles(), ",")
 	for sec, kvs := range all {
 		for k, v := range kvs {
 			if v != "" && config.IsSecret(sec, k) {

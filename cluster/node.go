@@ -142,14 +142,15 @@ func (n *Node) Check(c *config.Config) error {
 }
 
 // Merge lays l over base and checks the result: the configuration that
-// would be in effect on the node of base.
+// would be in effect on the node of base. Every error wraps
+// config.ErrInvalidValue.
 func (n *Node) Merge(base *config.Config, l Layers) (*config.Config, error) {
 	c, err := l.Merge(base, base.NodeName())
 	if err != nil {
 		return nil, err
 	}
 	if err := n.Check(c); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %v", config.ErrInvalidValue, err)
 	}
 	return c, nil
 }
@@ -173,7 +174,7 @@ func (n *Node) Load(ctx context.Context) error { return n.read(ctx, false) }
 func (n *Node) Sync(ctx context.Context) error { return n.read(ctx, true) }
 
 func (n *Node) read(ctx context.Context, apply bool) error {
-	l, err := n.store.Layers(ctx, n.store.db, n.name)
+	l, err := n.store.Layers(ctx, n.name)
 	if err != nil {
 		return err
 	}

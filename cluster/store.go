@@ -171,9 +171,9 @@ func (s *Store) readLayers(tr kv.ReadTransaction, node string) (Layers, error) {
 }
 
 // Layers reads the runtime settings of node (ScopeCluster: the cluster
-// layer only), in one transaction of t (a database or a transaction).
-func (s *Store) Layers(ctx context.Context, t kv.ReadTransactor, node string) (Layers, error) {
-	return kv.ReadTransact(ctx, t, func(tr kv.ReadTransaction) (Layers, error) { return s.readLayers(tr, node) })
+// layer only) in one transaction.
+func (s *Store) Layers(ctx context.Context, node string) (Layers, error) {
+	return kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (Layers, error) { return s.readLayers(tr, node) })
 }
 
 // Update edits the runtime settings in one transaction: it reads the

@@ -185,3 +185,11 @@ func (c *Config) Values() map[string]map[string]string {
 	}
 	return out
 }
+
+// Alias returns the other name of an aliased setting ([replicator]
+// interval and interval_sec), which one layer must not set together with
+// section/key.
+func Alias(section, key string) (string, bool) {
+	other, ok := aliases[section+"/"+key]
+	return other, ok
+}
