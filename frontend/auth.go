@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -242,7 +243,7 @@ func NewAccounts(admins, users map[string]string, roles map[string][]string, opt
 
 // authenticator checks Basic credentials and AuthSession cookies.
 type authenticator struct {
-	accounts   *Accounts
+	accounts   atomic.Pointer[Accounts] // replaced by Server.SetAccounts
 	secret     []byte
 	timeout    time.Duration
 	persistent bool
@@ -257,10 +258,11 @@ type authenticator struct {
 }
 
 func (a *authenticator) lookup(name string) *account {
-	if a.accounts == nil {
+	accounts := a.accounts.Load()
+	if accounts == nil {
 		return nil
 	}
-	return a.accounts.byName[name]
+	return accounts.byName[name]
 }
 
 // login checks a name and password for client (see clientAddr); the

@@ -3,6 +3,7 @@ package frontend
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/config"
@@ -14,14 +15,7 @@ import (
 // whose password was plaintext, to warn about. DB, Logger, Version and the
 // replicator wiring are the caller's.
 func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
-	roles := map[string][]string{}
-	for name := range cfg.Users() {
-		roles[name] = cfg.UserRoles(name)
-	}
-	accounts, plain, err := NewAccounts(cfg.Admins(), cfg.Users(), roles, AccountsOptions{
-		PRF:        cfg.String("chttpd_auth", "pbkdf2_prf"),
-		Iterations: int(cfg.Int("chttpd_auth", "iterations")),
-	})
+	accounts, plain, err := AccountsFromConfig(cfg)
 	if err != nil {
 		return Options{}, nil, err
 	}
@@ -65,6 +59,58 @@ func utilsDirFromConfig(cfg *config.Config) (string, error) {
 		return "", fmt.Errorf("config: [chttpd] utils_dir %q is not Fauxton's dist/release directory (no index.html in it)", dir)
 	}
 	return dir, nil
+}
+
+// AccountsFromConfig builds the accounts of [admins], [users] and
+// [user_roles], hashing plaintext passwords (see NewAccounts); it returns
+// the names of the accounts whose password was plaintext.
+func AccountsFromConfig(cfg *config.Config) (*Accounts, []string, error) {
+	roles := map[string][]string{}
+	for name := range cfg.Users() {
+		roles[name] = cfg.UserRoles(name)
+	}
+	return NewAccounts(cfg.Admins(), cfg.Users(), roles, passwordHashing(cfg))
+}
+
+func passwordHashing(cfg *config.Config) AccountsOptions {
+	return AccountsOptions{PRF: cfg.String("chttpd_auth", "pbkdf2_prf"), Iterations: int(cfg.Int("chttpd_auth", "iterations"))}
+}
+
+// HashConfigPasswords returns cfg with the plaintext passwords of [admins]
+// and [users] replaced by hashes ([chttpd_auth] pbkdf2_prf and
+// iterations), and the names of those accounts. A node hashes its
+// start-up configuration once, so that the configurations merged at run
+// time hold the same hashes (an account's cookies stay valid) and no
+// password is hashed again.
+func HashConfigPasswords(cfg *config.Config) (*config.Config, []string, error) {
+	layer := config.Layer{Values: map[string]map[string]string{}}
+	hashing := passwordHashing(cfg)
+	var plain []string
+	for _, section := range []string{config.SectionAdmins, config.SectionUsers} {
+		for name, stored := range cfg.Section(section) {
+			if isHashed(stored) {
+				continue
+			}
+			h, err := HashPassword(stored, hashing.PRF, hashing.Iterations)
+			if err != nil {
+				return nil, nil, err
+			}
+			if layer.Values[section] == nil {
+				layer.Values[section] = map[string]string{}
+			}
+			layer.Values[section][name] = h
+			plain = append(plain, name)
+		}
+	}
+	if len(plain) == 0 {
+		return cfg, nil, nil
+	}
+	hashed, err := cfg.With(layer)
+	if err != nil {
+		return nil, nil, err
+	}
+	sort.Strings(plain)
+	return hashed, plain, nil
 }
 
 // LimitsFromConfig reads the listener limits from [chttpd].

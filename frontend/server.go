@@ -18,6 +18,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/fdbrep/fdbrep/cluster"
 	"github.com/fdbrep/fdbrep/internal/health"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/subspace"
@@ -89,6 +90,10 @@ type Options struct {
 	Scheduler Scheduler
 	// Metrics adds the replicator's metrics to _stats and _prometheus.
 	Metrics MetricsSource
+	// Cluster is the node's membership and runtime configuration (package
+	// cluster), behind /_membership and /_node/{node}/_config; nil
+	// answers them with 503. NodeName should be its name.
+	Cluster *cluster.Node
 	// Clock times sessions and login backoffs; the real clock when nil.
 	Clock clockwork.Clock
 	// Limits protect the server from slow and greedy clients (zero fields:
@@ -168,7 +173,7 @@ func New(opts Options) (*Server, error) {
 		opts:  opts,
 		store: repdb.New(opts.DB, repdb.Options{Subspace: opts.Subspace}),
 		auth: &authenticator{
-			accounts: opts.Accounts, secret: opts.Secret, timeout: opts.SessionTimeout,
+			secret: opts.Secret, timeout: opts.SessionTimeout,
 			persistent: !opts.SessionCookies, clock: opts.Clock, decoy: decoy,
 			cache: map[[32]byte]struct{}{}, cacheSize: max(opts.AuthCacheSize, 0), guard: newLoginGuard(opts.Clock),
 		},
@@ -179,6 +184,7 @@ func New(opts Options) (*Server, error) {
 	if opts.UtilsDir != "" {
 		s.utils = os.DirFS(opts.UtilsDir)
 	}
+	s.auth.accounts.Store(opts.Accounts)
 	s.router = s.routes()
 	return s, nil
 }
@@ -233,9 +239,18 @@ func (s *Server) routes() *mux.Router {
 	h("/_all_dbs", s.handleAllDBs, "GET", "HEAD")
 	h("/_session", s.handleSession, "GET", "POST", "DELETE")
 	h("/_node/{node}/_stats", s.handleStats, "GET")
+	h("/_node/{node}/_stats/{path:.+}", s.handleStats, "GET")
 	h("/_node/{node}/_prometheus", s.handlePrometheus, "GET")
 	h("/_utils", s.handleUtilsRedirect, "GET", "HEAD")
 	r.PathPrefix("/_utils/").Handler(s.methods(s.handleUtils, "GET", "HEAD"))
+	h("/_node/{node}/_config", s.handleConfig, "GET")
+	h("/_node/{node}/_config/{section}", s.handleConfig, "GET")
+	h("/_node/{node}/_config/{section}/{key}", s.handleConfig, "GET", "PUT", "DELETE")
+	r.PathPrefix("/_node/{node}/_config/{section}/{key}/").Handler(s.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, notFound("missing"))
+	})))
+	h("/_node/{node}", s.handleNode, "GET")
+	h("/_membership", s.handleMembership, "GET")
 	h("/_replicate", s.handleReplicate, "POST")
 	h("/_active_tasks", s.handleActiveTasks, "GET")
 	h("/_scheduler/jobs", s.handleSchedulerJobs, "GET")

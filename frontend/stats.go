@@ -67,11 +67,52 @@ func (s *Server) checkNode(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// RoleMetrics is CouchDB's role of read-only metrics users: they may read
+// /_node/{node}/_stats and _prometheus.
+const RoleMetrics = "_metrics"
+
+// requireMetrics answers 401 unless the user is a server admin or has
+// RoleMetrics.
+func requireMetrics(w http.ResponseWriter, r *http.Request) bool {
+	if u := userFrom(r); u.IsAdmin() || u.HasRole(RoleMetrics) {
+		return true
+	}
+	writeError(w, newError(http.StatusUnauthorized, "unauthorized", "You are not a server admin or read-only metrics user"))
+	return false
+}
+
+// handleStats answers GET /_node/{node}/_stats[/{path}]: the node's
+// metrics, or the subtree a path names (null when it names none), as
+// CouchDB does.
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
-	if !requireAdmin(w, r) || !s.checkNode(w, r) {
+	if !requireMetrics(w, r) || !s.checkNode(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, s.StatsJSON())
+	path, he := pathVar(r, "path")
+	if he != nil {
+		writeError(w, he)
+		return
+	}
+	writeJSON(w, http.StatusOK, StatsPath(s.StatsJSON(), path))
+}
+
+// StatsPath returns the subtree of stats that path ("a/b", "" for all)
+// names, or nil (JSON null) when it names none.
+func StatsPath(stats map[string]any, path string) any {
+	var cur any = stats
+	for _, part := range strings.Split(path, "/") {
+		if part == "" {
+			continue
+		}
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		if cur, ok = m[part]; !ok {
+			return nil
+		}
+	}
+	return cur
 }
 
 // StatsJSON returns the node's metrics in the shape of CouchDB's
@@ -100,7 +141,7 @@ func (s *Server) StatsJSON() map[string]any {
 }
 
 func (s *Server) handlePrometheus(w http.ResponseWriter, r *http.Request) {
-	if !requireAdmin(w, r) || !s.checkNode(w, r) {
+	if !requireMetrics(w, r) || !s.checkNode(w, r) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
