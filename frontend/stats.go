@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/fdbrep/fdbrep/internal/health"
 )
 
 // httpStats counts requests like CouchDB's couchdb.httpd* metrics.
@@ -93,26 +95,7 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 		writeError(w, he)
 		return
 	}
-	writeJSON(w, http.StatusOK, StatsPath(s.StatsJSON(), path))
-}
-
-// StatsPath returns the subtree of stats that path ("a/b", "" for all)
-// names, or nil (JSON null) when it names none.
-func StatsPath(stats map[string]any, path string) any {
-	var cur any = stats
-	for _, part := range strings.Split(path, "/") {
-		if part == "" {
-			continue
-		}
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		if cur, ok = m[part]; !ok {
-			return nil
-		}
-	}
-	return cur
+	writeJSON(w, http.StatusOK, health.StatsPath(s.StatsJSON(), path))
 }
 
 // StatsJSON returns the node's metrics in the shape of CouchDB's

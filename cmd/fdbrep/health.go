@@ -10,8 +10,8 @@ import (
 )
 
 // healthHandler serves, without authentication, GET /_up,
-// /_node/_local/_stats and /_node/_local/_prometheus (the replicator's
-// metrics). It is meant for a loopback port of a replication-only node,
+// /_node/_local/_stats[/{path}] and /_node/_local/_prometheus (the
+// replicator's metrics). It is meant for a loopback port of a replication-only node,
 // which opens no other listener; never expose it beyond the host. It is
 // not the HTTP API: a replication node does not run package frontend.
 func healthHandler(db kv.Database, m *replicator.Metrics) http.Handler {
@@ -26,9 +26,11 @@ func healthHandler(db kv.Database, m *replicator.Metrics) http.Handler {
 		status, body := health.Up(r.Context(), db)
 		reply(w, status, body)
 	})
-	mux.HandleFunc("GET /_node/_local/_stats", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, http.StatusOK, map[string]any{"couch_replicator": m.StatsJSON()})
-	})
+	stats := func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusOK, health.StatsPath(map[string]any{"couch_replicator": m.StatsJSON()}, r.PathValue("path")))
+	}
+	mux.HandleFunc("GET /_node/_local/_stats", stats)
+	mux.HandleFunc("GET /_node/_local/_stats/{path...}", stats)
 	mux.HandleFunc("GET /_node/_local/_prometheus", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		_, _ = w.Write([]byte(m.Prometheus()))

@@ -129,17 +129,6 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	return serveConfig{cfg: cfg}, nil
 }
 
-func newLogger(cfg *config.Config, w io.Writer) zerolog.Logger {
-	if cfg.String("log", "format") == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
-	}
-	level, err := zerolog.ParseLevel(cfg.String("log", "level"))
-	if err != nil {
-		level = zerolog.InfoLevel
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Str("node", cfg.NodeName()).Logger()
-}
-
 func openStore(cfg *config.Config) (kv.Database, error) {
 	switch cfg.String("fdb", "backend") {
 	case "fdb":
@@ -303,7 +292,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready chan<- st
 
 // start makes the logger of cfg, logs what the configuration ignored and
 // opens the store.
-func start(cfg *config.Config, stderr io.Writer) (zerolog.Logger, kv.Database, error) {
+func start(cfg *config.Config, stderr io.Writer) (nodeLog, kv.Database, error) {
 	log := newLogger(cfg, stderr)
 	for _, w := range cfg.Warnings() {
 		log.Warn().Msg("config: " + w)
@@ -315,7 +304,8 @@ func start(cfg *config.Config, stderr io.Writer) (zerolog.Logger, kv.Database, e
 // runNode runs the roles of cfg on an open store until ctx ends, then
 // shuts them down gracefully (see serve). Several nodes can share one
 // store in a process (fdbrep cluster).
-func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolog.Logger, ready chan<- string) error {
+func runNode(ctx context.Context, cfg *config.Config, db kv.Database, lg nodeLog, ready chan<- string) error {
+	log := lg.Logger
 	// A replication node reads its endpoints' certificate files before
 	// anything starts: a bad file stops it here, not a replication later.
 	var client engine.ClientSettings
@@ -331,17 +321,22 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 			log.Warn().Msg("config: [replicator] verify_ssl_certificates is false: the certificates of https endpoints are not checked")
 		}
 	}
-	// The HTTP API's settings too (accounts, [chttpd] utils_dir).
+	// The HTTP API's settings too (accounts, [chttpd] utils_dir); its
+	// plaintext passwords are hashed once, here: the configurations merged
+	// with runtime settings later keep these hashes.
 	var apiOpts frontend.Options
 	if cfg.HasRole(config.RoleAPIFrontend) {
-		opts, plain, err := frontend.OptionsFromConfig(cfg)
+		hashed, plain, err := frontend.HashConfigPasswords(cfg)
 		if err != nil {
 			return err
 		}
 		for _, name := range plain {
 			log.Warn().Str("user", name).Msg("config: plaintext password hashed in memory; store a hash instead (fdbrep hash-password)")
 		}
-		apiOpts = opts
+		if apiOpts, _, err = frontend.OptionsFromConfig(hashed); err != nil {
+			return err
+		}
+		cfg = hashed
 	}
 	jobs, err := fdbjobs.New(db, jobsConfig(cfg, &log))
 	if err != nil {
@@ -361,9 +356,17 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 		}
 	}()
 
-	metrics := replicator.NewMetrics()
-	cluster := clusterConfig(cfg, &log, metrics)
+	// The node's membership and runtime configuration: from here on cfg
+	// holds the settings changed through _config too.
 	docs := repdb.New(db, repdb.Options{})
+	live := &liveServices{log: lg, docs: docs}
+	cn, err := loadClusterNode(ctx, cfg, db, lg, live)
+	if err != nil {
+		return err
+	}
+	cfg = cn.Config()
+	metrics := replicator.NewMetrics()
+	shared := clusterConfig(cfg, &log, metrics)
 
 	var servers []*frontend.HTTPServer
 	errc := make(chan error, 2)
@@ -395,7 +398,7 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 
 	readyAddr := ""
 	if cfg.HasRole(config.RoleReplication) {
-		ncfg, err := nodeConfig(cfg, cluster, docs)
+		ncfg, err := nodeConfig(cfg, shared, docs)
 		if err != nil {
 			return err
 		}
@@ -406,7 +409,7 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 		if err := n.Start(context.Background()); err != nil {
 			return err
 		}
-		node = n
+		node, live.node = n, n
 		log.Info().Int("max_jobs", ncfg.MaxJobs).Msg("replication node started")
 		if addr := cfg.String("node", "health_address"); addr != "" {
 			if readyAddr, err = listen(addr, healthHandler(db, metrics), "health"); err != nil {
@@ -416,7 +419,10 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 	}
 	if cfg.HasRole(config.RoleAPIFrontend) {
 		opts := apiOpts
-		plane, err := control.New(db, jobs, cluster)
+		if opts.Accounts, _, err = frontend.AccountsFromConfig(cfg); err != nil {
+			return err
+		}
+		plane, err := control.New(db, jobs, shared)
 		if err != nil {
 			return err
 		}
@@ -429,12 +435,13 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 		if opts.UUID, err = plane.ServerUUID(ctx); err != nil {
 			return err
 		}
-		opts.DB, opts.Logger, opts.Version = db, &log, version
+		opts.DB, opts.Logger, opts.Version, opts.Cluster = db, &log, version, cn
 		wire.Frontend(&opts, plane)
 		api, err := frontend.New(opts)
 		if err != nil {
 			return err
 		}
+		live.plane, live.api = plane, api
 		if err := api.Init(ctx); err != nil {
 			return fmt.Errorf("create _replicator: %w", err)
 		}
@@ -447,6 +454,11 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, log zerolo
 			return err
 		}
 	}
+	// Heartbeats and runtime changes from now on: every service exists.
+	if err := cn.Start(context.Background()); err != nil {
+		return fmt.Errorf("joining the cluster: %w", err)
+	}
+	defer cn.Stop()
 	log.Info().Strs("roles", cfg.Roles()).Bool("in_memory", cfg.Bool("fdb", "in_memory")).Str("backend", cfg.String("fdb", "backend")).Msg("fdbrep node up")
 	if ready != nil {
 		ready <- readyAddr

@@ -1,12 +1,14 @@
-// Package health is the GET /_up check shared by the HTTP API of
-// api_frontend nodes and the loopback health port of replication nodes
-// (which do not link the HTTP API): whether the node's store can serve.
+// Package health is what the HTTP API of api_frontend nodes and the
+// loopback health port of replication nodes (which do not link the HTTP
+// API) share: the GET /_up check, whether the node's store can serve, and
+// the sub-paths of /_node/_local/_stats.
 package health
 
 import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -45,4 +47,25 @@ func Up(ctx context.Context, db kv.Database) (int, map[string]string) {
 			"reason": "the store did not answer; see the node's log"}
 	}
 	return http.StatusOK, map[string]string{"status": "ok"}
+}
+
+// StatsPath returns the subtree of stats (CouchDB's nested _stats
+// object) that path names ("couch_replicator/jobs"; "" for all), or nil
+// (JSON null) when it names none, as CouchDB answers
+// /_node/{node}/_stats/{path}.
+func StatsPath(stats map[string]any, path string) any {
+	var cur any = stats
+	for _, part := range strings.Split(path, "/") {
+		if part == "" {
+			continue
+		}
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		if cur, ok = m[part]; !ok {
+			return nil
+		}
+	}
+	return cur
 }
