@@ -227,6 +227,11 @@ func TestMembershipAndNode(t *testing.T) {
 	r = e.do("GET", "/_node/_local", asAdmin, nil)
 	require.Equal(t, map[string]any{"name": nodeName}, r.Body)
 	requireError(t, e.do("GET", "/_node/other", asAdmin, nil), 404, "not_found")
+	for _, path := range []string{"/_node/_local/_system", "/_node/_local/_versions"} {
+		r := e.do("GET", path, asAdmin, nil)
+		requireError(t, r, 404, "not_found")
+		require.Equal(t, "missing", r.Body["reason"], path)
+	}
 }
 
 func TestStatsPaths(t *testing.T) {

@@ -21,7 +21,10 @@
 //	POST /{db}/_bulk_docs  /{db}/_bulk_get  /{db}/_revs_diff  /{db}/_ensure_full_commit
 //	POST /_replicate                          any authenticated user
 //	GET  /_scheduler/jobs[/{id}]  /_scheduler/docs[/{db}[/{docid}]]  /_active_tasks   admins
-//	GET  /_node/_local/_stats  /_node/_local/_prometheus                                admins
+//	GET  /_node/_local/_stats[/{path}]  /_node/_local/_prometheus                       admins, _metrics role
+//	GET  /_node/_local  /_membership                                                    admins
+//	GET|PUT|DELETE /_node/{node}/_config[/{section}[/{key}]]  runtime configuration (config.go), admins;
+//	                                          {node}: _local, a node's name, or _cluster (every node)
 //
 // Replies have CouchDB's shapes and statuses, errors are
 // {"error": …, "reason": …}. Only replicator databases are served: other
@@ -80,7 +83,9 @@
 //
 // Accounts come from configuration: server admins ([admins], CouchDB's
 // password hash formats; plaintext is hashed when loaded) and, as an
-// fdbrep extension, non-admin users ([users], [user_roles]). Requests
+// fdbrep extension, non-admin users ([users], [user_roles]); changes made
+// at run time through /_node/{node}/_config reach the server through
+// SetAccounts. Requests
 // authenticate with Basic auth (wrong credentials: 401 on any endpoint, as
 // CouchDB) or an AuthSession cookie signed with HMAC-SHA256 over the
 // server secret and the account's password hash (so changing a password

@@ -250,6 +250,9 @@ func (s *Server) routes() *mux.Router {
 		writeError(w, notFound("missing"))
 	})))
 	h("/_node/{node}", s.handleNode, "GET")
+	r.PathPrefix("/_node/").Handler(s.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, notFound("missing"))
+	})))
 	h("/_membership", s.handleMembership, "GET")
 	h("/_replicate", s.handleReplicate, "POST")
 	h("/_active_tasks", s.handleActiveTasks, "GET")
