@@ -257,4 +257,6 @@ func TestStatsPaths(t *testing.T) {
 		})
 	}
 	requireError(t, e.do("GET", "/_node/_local/_stats/couchdb", asAlice, nil), 401, "unauthorized")
+	// Without a cluster.Node there is no runtime configuration.
+	requireError(t, e.do("GET", "/_node/_local/_config", asAdmin, nil), 503, "service_unavailable")
 }

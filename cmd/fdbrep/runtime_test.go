@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 )
 
@@ -199,4 +200,32 @@ func TestClusterMembershipAndFirstRun(t *testing.T) {
 	testutil.Eventually(t, "every node applied the cluster-wide change", func() bool {
 		return strings.Count(logs.String(), `"section":"log","key":"level","value":"debug"`) == 4
 	})
+}
+
+// [log] level changes the level of every copy of a node's logger.
+func TestLogLevelAtRunTime(t *testing.T) {
+	c, err := config.FromMap(map[string]map[string]string{"log": {"format": "json", "level": "info"}})
+	require.NoError(t, err)
+	var buf testutil.SyncBuffer
+	lg := newLogger(c, &buf)
+	copied := lg.With().Str("component", "x").Logger()
+	for _, tc := range []struct {
+		level       string
+		debug, info bool
+		warn        bool
+	}{
+		{"info", false, true, true},
+		{"debug", true, true, true},
+		{"warn", false, false, true},
+	} {
+		lg.level.set(tc.level)
+		before := len(buf.String())
+		copied.Debug().Msg("d-" + tc.level)
+		copied.Info().Msg("i-" + tc.level)
+		copied.Warn().Msg("w-" + tc.level)
+		out := buf.String()[before:]
+		require.Equal(t, tc.debug, strings.Contains(out, "d-"+tc.level), tc.level)
+		require.Equal(t, tc.info, strings.Contains(out, "i-"+tc.level), tc.level)
+		require.Equal(t, tc.warn, strings.Contains(out, "w-"+tc.level), tc.level)
+	}
 }
