@@ -250,7 +250,8 @@ func (n *Node) beat(ctx context.Context, first bool) error {
 
 // run is the node's loop: read the settings and watch their version,
 // apply them when they changed; heartbeat every HeartbeatInterval and
-// look for dead nodes every forgetEvery heartbeats.
+// look for dead nodes every forgetEvery heartbeats. After a read or a
+// watch that failed, the next heartbeat tries again.
 func (n *Node) run(ctx context.Context) {
 	tick := n.opts.Clock.NewTicker(n.opts.HeartbeatInterval)
 	defer tick.Stop()
@@ -270,7 +271,16 @@ func (n *Node) run(ctx context.Context) {
 			}
 			return
 		case <-changed:
-			continue
+			if _, err := watch.Get(); err == nil || ctx.Err() != nil {
+				continue
+			}
+			// A failed watch (too many watches, the store unavailable):
+			// no spinning; the next heartbeat reads the settings again.
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.Chan():
+			}
 		case <-tick.Chan():
 		}
 		if watch != nil {
