@@ -28,6 +28,10 @@ import (
 // growing by Config.BatchIncrement after each full batch and shrinking by
 // Config.BatchFactor after transaction_too_large, a retryable error or a
 // timeout (AIMD).
+//
+// Each cycle that re-enqueues jobs logs one info line on Config.Logger
+// with the type and how many jobs went back to pending: the sign, seen
+// from the job layer, that a worker (usually a whole node) stopped.
 type ActivityMonitor struct {
 	c   *Client
 	typ string
@@ -65,6 +69,10 @@ func (m *ActivityMonitor) run(ctx context.Context) {
 				return
 			}
 			m.c.cfg.Logger.Warn().Err(err).Str("type", m.typ).Msg("fdbjobs: activity monitor check failed")
+		}
+		if n > 0 {
+			m.c.cfg.Logger.Info().Str("type", m.typ).Int("jobs", n).Dur("timeout", m.timeout).
+				Msg("fdbjobs: activity monitor re-enqueued running jobs whose worker sent no update for a type timeout")
 		}
 		t := m.c.cfg.Clock.NewTimer(next)
 		if h := m.c.hooks.monitorChecked; h != nil {
