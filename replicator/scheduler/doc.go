@@ -94,7 +94,10 @@
 // (error, reason). The control plane logs "replication added by document",
 // "replication added by POST /_replicate", "replication removed: its
 // document was deleted" and "replication cancelled by POST /_replicate"
-// once their transaction commits.
+// once their transaction commits. A dead node's jobs show up first in the
+// job layer's line "fdbjobs: activity monitor re-enqueued running jobs",
+// then as "replication started" with taken_over_from on the node that
+// takes each one.
 //
 // # Defaults
 //
