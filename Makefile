@@ -88,6 +88,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseFeed$$' -fuzztime $(FUZZTIME) ./replicator/engine
 	$(GO) test -run '^$$' -fuzz '^FuzzParseOpenRevs$$' -fuzztime $(FUZZTIME) ./replicator/engine
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBulkGet$$' -fuzztime $(FUZZTIME) ./replicator/engine
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSpec$$' -fuzztime $(FUZZTIME) ./replicator
+	$(GO) test -run '^$$' -fuzz '^FuzzRevTreeMerge$$' -fuzztime $(FUZZTIME) ./repdb
+	$(GO) test -run '^$$' -fuzz '^FuzzAPI$$' -fuzztime $(FUZZTIME) ./frontend
 
 clean:
 	rm -rf $(BIN) $(DATA_DIR)
