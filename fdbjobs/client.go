@@ -31,6 +31,8 @@ type Client struct {
 	runCtx    context.Context // of the running server; nil when stopped
 	monitors  map[string]*ActivityMonitor
 	notifiers map[string]*notifier
+	// reenqueueHooks by type (SetReenqueueHook).
+	reenqueueHooks map[string]ReenqueueHook
 
 	hooks testHooks
 }

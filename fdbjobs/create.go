@@ -207,6 +207,31 @@ func (c *Client) Job(ctx context.Context, tx kv.ReadTransactor, typ, id string) 
 	return r.state, r.data, nil
 }
 
+// ReadJobs returns the jobs ids of typ in the order given, with their
+// reads issued at once (one round trip, not one per job); a missing job
+// has State NotFound and no data. Given a caller's transaction it reads in
+// it, so a page of jobs can be consistent with an index the caller keeps.
+func (c *Client) ReadJobs(ctx context.Context, tx kv.ReadTransactor, typ string, ids []string) ([]JobInfo, error) {
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) ([]JobInfo, error) {
+		futs := make([]kv.FutureByteSlice, len(ids))
+		for i, id := range ids {
+			futs[i] = tr.Get(c.k.dataKey(typ, id))
+		}
+		rows, err := decodeRows(futs)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]JobInfo, len(ids))
+		for i, r := range rows {
+			out[i] = JobInfo{Type: typ, ID: ids[i], State: NotFound}
+			if r != nil {
+				out[i].State, out[i].ScheduledTime, out[i].Data = r.state, r.stime, r.data
+			}
+		}
+		return out, nil
+	})
+}
+
 // JobData returns a job's data, or ErrNotFound.
 func (c *Client) JobData(ctx context.Context, tx kv.ReadTransactor, typ, id string) (json.RawMessage, error) {
 	r, err := c.readJob(ctx, tx, typ, id)

@@ -30,10 +30,13 @@
 // # API
 //
 //   - Types: SetTypeTimeout, TypeTimeout, ClearTypeTimeout, Types.
-//   - Creation: Add (creates, or resubmits an existing job), Remove, JobData,
-//     JobState, ActiveJobIDs, PendingCount, FoldJobs. All but FoldJobs take a
-//     kv.Transactor (nil for a transaction of their own) and so can join a
-//     caller's transaction.
+//   - Creation: Add (creates, or resubmits an existing job), Remove, Job,
+//     JobData, JobState, ReadJobs, ActiveJobIDs, PendingCount, FoldJobs. All
+//     but FoldJobs take a kv.Transactor (nil for a transaction of their
+//     own) and so can join a caller's transaction.
+//   - Hooks: SetReenqueueHook lets a type's owner update its own keys (and
+//     the job's data) inside the transactions in which the job layer
+//     re-enqueues jobs by itself (activity monitor, Reenqueue).
 //   - Processing: Accept and AcceptBatch (blocking with a timeout, woken
 //     by a watch within milliseconds of an Add), Update, Finish, Resubmit,
 //     UpdateBatch and FinishBatch.

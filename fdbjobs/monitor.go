@@ -29,6 +29,9 @@ import (
 // Config.BatchFactor after transaction_too_large, a retryable error or a
 // timeout (AIMD).
 //
+// The type's ReenqueueHook (SetReenqueueHook) runs in each batch's
+// transaction with the jobs it re-enqueues.
+//
 // Each cycle that re-enqueues jobs logs one info line on Config.Logger
 // with the type and how many jobs went back to pending: the sign, seen
 // from the job layer, that a worker (usually a whole node) stopped.
@@ -194,7 +197,8 @@ func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit in
 			id, _ := t[2].(string)
 			items = append(items, item{key: e.Key, id: id, vs: vs, f: tr.Get(k.dataKey(typ, id))})
 		}
-		n := 0
+		var ids []string
+		var rows []*row
 		for _, it := range items {
 			v, err := it.f.Get()
 			if err != nil {
@@ -211,14 +215,12 @@ func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit in
 			if row.state != Running || row.seq != it.vs {
 				continue // a stale activity key
 			}
-			tr.Clear(k.claimKey(typ, row.lock.token))
-			k.enqueue(tr, typ, it.id, row, row.stime)
-			n++
+			ids, rows = append(ids, it.id), append(rows, row)
 		}
-		if n > 0 {
-			k.bumpActivity(tr, typ)
+		if err := m.c.reenqueueRows(tr, typ, ids, rows); err != nil {
+			return result{}, err
 		}
-		return result{n: n, full: len(kvs) == limit}, nil
+		return result{n: len(ids), full: len(kvs) == limit}, nil
 	})
 	return res.n, res.full, err
 }

@@ -234,8 +234,10 @@ func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime
 // jobs its previous incarnation ran have no worker any more. A worker
 // still holding the job's lock gets ErrHalt at its next Update. It reports
 // whether the job was running (and is now pending); a job in another state
-// or missing is left alone. (A retry after commit_unknown_result finds the
-// job pending and reports false: the outcome is the same.)
+// or missing is left alone. A retry after commit_unknown_result that
+// finds the lock it took away gone reports true (the job may since have
+// been finished by its worker instead: either way, that worker lost it).
+// The type's ReenqueueHook runs in the same transaction.
 func (c *Client) Reenqueue(ctx context.Context, tx kv.Transactor, typ, id string) (bool, error) {
 	if err := checkName("type", typ); err != nil {
 		return false, err
@@ -243,14 +245,20 @@ func (c *Client) Reenqueue(ctx context.Context, tx kv.Transactor, typ, id string
 	if err := checkName("job id", id); err != nil {
 		return false, err
 	}
+	var took *lock // the lock an earlier attempt took away
 	return kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (bool, error) {
 		r, err := c.k.readRow(tr, typ, id)
-		if err != nil || r == nil || r.state != Running {
+		if err != nil {
 			return false, err
 		}
-		c.k.release(tr, typ, id, r)
-		c.k.enqueue(tr, typ, id, r, r.stime)
-		c.k.bumpActivity(tr, typ)
-		return true, nil
+		if took != nil && (r == nil || !r.lock.equal(*took)) {
+			return true, nil
+		}
+		if r == nil || r.state != Running {
+			return false, nil
+		}
+		l := r.lock
+		took = &l
+		return true, c.reenqueueRows(tr, typ, []string{id}, []*row{r})
 	})
 }
