@@ -55,14 +55,27 @@ type Scheduler interface {
 	// Replicate starts, waits for or cancels a replication described by
 	// body, a JSON object, for user.
 	Replicate(ctx context.Context, body json.RawMessage, user *User) (ReplicateResult, error)
-	// SchedulerJobs and SchedulerDocs list a page (limit < 0: the default
-	// page size) of jobs or of documents' jobs; db "" means every
-	// replicator database, states filters (empty: all).
-	SchedulerJobs(ctx context.Context, limit, skip int) (any, error)
+	// SchedulerJobs and SchedulerDocs list a page of jobs or of
+	// documents' jobs; db "" means every replicator database, states
+	// filters (empty: all).
+	SchedulerJobs(ctx context.Context, q PageQuery) (any, error)
 	SchedulerJob(ctx context.Context, id string) (any, error)
-	SchedulerDocs(ctx context.Context, db string, states []string, limit, skip int) (any, error)
+	SchedulerDocs(ctx context.Context, db string, states []string, q PageQuery) (any, error)
 	SchedulerDoc(ctx context.Context, db, docID string) (any, error)
 	ActiveTasks(ctx context.Context) (any, error)
+}
+
+// PageQuery is the page a scheduler listing asks for.
+type PageQuery struct {
+	// Limit is the page size; < 0 means the Scheduler's default.
+	Limit int
+	// Skip is how many rows to pass first.
+	Skip int
+	// StartKey is the key of the first row (inclusive; nil: from the
+	// first): for _scheduler/jobs [id] or [id, job_id], for
+	// _scheduler/docs [db] or [db, doc_id], for _scheduler/docs/{db}
+	// [doc_id] (docs/COMPAT.md).
+	StartKey []string
 }
 
 // ReplicateOutcome is how a POST /_replicate ended.

@@ -1,6 +1,8 @@
 package frontend
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -33,28 +35,43 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, body any, err er
 	writeJSON(w, http.StatusOK, body)
 }
 
-// pageParams parses limit and skip as CouchDB's scheduler endpoints do
-// (limit -1 when absent: the Scheduler's default page).
-func pageParams(q url.Values) (limit, skip int, he *httpError) {
-	limit, skip = -1, 0
+// pageParams parses a scheduler listing's page: limit and skip as
+// CouchDB's scheduler endpoints do (limit -1 when absent: the
+// Scheduler's default page), and fdbrep's start_key (alias startkey, as
+// for views): the first row's key, JSON, a string or an array of strings.
+func pageParams(q url.Values) (PageQuery, *httpError) {
+	pq := PageQuery{Limit: -1}
 	for _, p := range []struct {
 		name string
 		dst  *int
-	}{{"limit", &limit}, {"skip", &skip}} {
+	}{{"limit", &pq.Limit}, {"skip", &pq.Skip}} {
 		v := q.Get(p.name)
 		if v == "" {
 			continue
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return 0, 0, queryParseError(p.name + " must be an integer")
+			return PageQuery{}, queryParseError(p.name + " must be an integer")
 		}
 		if n < 0 {
-			return 0, 0, queryParseError(p.name + " not in range of [0,infinity]")
+			return PageQuery{}, queryParseError(p.name + " not in range of [0,infinity]")
 		}
 		*p.dst = n
 	}
-	return limit, skip, nil
+	for _, name := range []string{"startkey", "start_key"} {
+		v, ok := q[name]
+		if !ok {
+			continue
+		}
+		var one string
+		if err := json.Unmarshal([]byte(v[0]), &one); err == nil {
+			pq.StartKey = []string{one}
+		} else if err := json.Unmarshal([]byte(v[0]), &pq.StartKey); err != nil || len(pq.StartKey) == 0 {
+			return PageQuery{}, queryParseError(fmt.Sprintf(`Invalid JSON for %s: a JSON string or a non-empty array of strings, e.g. %s=["_replicator","doc1"]`, name, name))
+		}
+		break
+	}
+	return pq, nil
 }
 
 func (s *Server) handleReplicate(w http.ResponseWriter, r *http.Request) {
@@ -103,12 +120,12 @@ func (s *Server) handleSchedulerJobs(w http.ResponseWriter, r *http.Request) {
 	if !s.schedulerFor(w, r) {
 		return
 	}
-	limit, skip, he := pageParams(r.URL.Query())
+	pq, he := pageParams(r.URL.Query())
 	if he != nil {
 		writeError(w, he)
 		return
 	}
-	resp, err := s.opts.Scheduler.SchedulerJobs(r.Context(), limit, skip)
+	resp, err := s.opts.Scheduler.SchedulerJobs(r.Context(), pq)
 	s.answer(w, r, resp, err)
 }
 
@@ -138,7 +155,7 @@ func (s *Server) handleSchedulerDocs(w http.ResponseWriter, r *http.Request) {
 // schedulerDocs serves a _scheduler/docs listing of db ("" for all).
 func (s *Server) schedulerDocs(w http.ResponseWriter, r *http.Request, db string) {
 	q := r.URL.Query()
-	limit, skip, he := pageParams(q)
+	pq, he := pageParams(q)
 	if he != nil {
 		writeError(w, he)
 		return
@@ -151,7 +168,7 @@ func (s *Server) schedulerDocs(w http.ResponseWriter, r *http.Request, db string
 			}
 		}
 	}
-	resp, err := s.opts.Scheduler.SchedulerDocs(r.Context(), db, states, limit, skip)
+	resp, err := s.opts.Scheduler.SchedulerDocs(r.Context(), db, states, pq)
 	s.answer(w, r, resp, err)
 }
 

@@ -2,9 +2,10 @@
 // replication service on the fdbjobs job layer (the design of CouchDB
 // 4.x's FDB replicator RFC): what a replication is (Spec, parsed and
 // validated once by ParseSpec), how it is stored as a job (JobData,
-// states, ids), the replicator's state in the store (Store: jobs, the
-// replication id → job id subspace, database identities, fair-share
-// usage), the cluster-wide settings (Config), the engine contract (Engine,
+// states, ids), the replicator's state in the store (Store: jobs and the
+// view index kept with them, the replication id → job id subspace,
+// database identities, fair-share usage), the cluster-wide settings
+// (Config), the engine contract (Engine,
 // Run) and the metrics. Two planes build on it and share nothing else:
 //
 //   - replicator/control, the control plane api_frontend nodes run: it
@@ -62,21 +63,91 @@
 // Under Config.Subspace (SubspaceDefault ("fdbrep_replicator")), besides
 // the fdbjobs keys of type rep_jobs:
 //
-//	(1, RepID)           -> JobID     replication id owner
-//	(2)                  -> UUID      server UUID (replication ids, job ids)
-//	(3, DBName)          -> UUID      _replicator database identity
-//	(4, DBUUID, DocID)   -> ""        jobs of a database (DBDeleted)
-//	(5, ShareKey)        -> (float64) decayed usage, ms
-//	(6, ShareKey)        -> int64 LE  charges since the last roll-up, atomic add
-//	(7)                  -> (int64)   last usage period rolled up
-//	(8, Token)           -> ""        charge applied (cleared right after)
+//	(1, RepID)                  -> JobID     replication id owner
+//	(2)                         -> UUID      server UUID (replication ids, job ids)
+//	(3, DBName)                 -> UUID      _replicator database identity (registered instance)
+//	(4, DBUUID, DocID)          -> ""        jobs of a database instance (docs view, deletion)
+//	(5, ShareKey)               -> (float64) decayed usage, ms
+//	(6, ShareKey)               -> int64 LE  charges since the last roll-up, atomic add
+//	(7)                         -> (int64)   last usage period rolled up
+//	(8, Token)                  -> ""        charge applied (cleared right after)
+//	(9, JobID)                  -> (DBUUID, DBName, DocID, State, SortID, Node, Expires)
+//	                                         the job's view index entry as last written
+//	(10, DBUUID, State, DocID)  -> ""        documents by view state (states=)
+//	(11, SortID, JobID)         -> ""        unfinished jobs (_scheduler/jobs order)
+//	(12, Node, JobID)           -> ""        running jobs by node (_active_tasks, restarts)
+//	(13, LastUpdated, JobID)    -> ""        finished transient jobs by age (retention)
+//	(14, DBUUID, State)         -> int64 LE  documents of a database instance per state
+//	(15, State)                 -> int64 LE  documents of registered databases per state
+//	(16)                        -> int64 LE  unfinished jobs
+//	(17, Node)                  -> int64 LE  running jobs of a node
+//	(18, DBUUID)                -> (DBName, Holder, Until)
+//	                                         a deleted database whose jobs the nodes remove
+//	(19)                        -> (int64)   view index version built (backfill done)
+//
+// # View index
+//
+// _scheduler/docs, _scheduler/jobs and _active_tasks read keys 4 and
+// 9–17 instead of every job, so a page costs what it lists. A job's entry
+// is derived from its fdbjobs state and data (its view state is AsSeen:
+// a job whose data says running while fdbjobs has it pending shows
+// pending; SortID is the rep id, else the job id, and empty once the job
+// is finished or failed; Node only while running; Expires a finished
+// transient job's last update). Every transaction that writes a job's row
+// writes its entry through the Store: AddJob, RemoveJob, UpdateJob,
+// FinishJob, ResubmitJob, the removals of RemoveDeletedDBJobs and
+// RemoveExpiredJobs, and, for the re-enqueues the job layer makes by
+// itself (activity monitor, Reenqueue), the fdbjobs re-enqueue hook that
+// NewStore installs, which also rewrites such a job's data to pending (its
+// node kept as where it last ran). A write reads the job's last entry (9)
+// and changes keys and counters only by the difference, with atomic adds:
+// a transaction that runs again after commit_unknown_result finds the
+// entry current and changes nothing. Finish-based writes index the row as
+// it stands after the write (a Finish that recognised its own earlier
+// commit writes nothing, and the job may have moved on). The
+// all-databases counters (15) count the documents of registered instances
+// only: RegisterDB and UnregisterDB move an instance's counts (14) in or
+// out, and an entry write checks the registry in its transaction.
+//
+// Reads: _scheduler/docs walks the registered databases (3) in name order
+// and, in each, (4) or, filtered by states, the union of (10) for those
+// states, so a deleted database's documents never show; _scheduler/jobs
+// reads (11); _active_tasks reads (12); total_rows comes from the
+// counters. A page reads at most 100 jobs per transaction (a bigger page
+// spans transactions); skip costs keys-only reads, 5,000 per transaction,
+// except that whole databases are skipped by their counters; a start key
+// (fdbrep's start_key) starts a page anywhere in O(1).
+//
+// Stores that predate the index are indexed by a one-time backfill at
+// the first Setup (200 jobs per transaction), which also marks the
+// databases of orphaned jobs as deleted.
+//
+// # Deleted databases
+//
+// Deleting a _replicator database (UnregisterDB, in the deletion's
+// transaction) clears its registration, so its documents leave the views
+// at once and a database re-created under the name gets a new identity,
+// and marks it (18). Its running jobs stop at their next heartbeat
+// (UpdateJob halts them with ErrDBDeleted; a node that accepts one
+// removes it), a finishing one writes nothing into the new database's
+// document (OwnsDoc), and a new job does not count it as holding its
+// replication id. Every node's interval step removes the jobs of marked
+// databases, all of them, RemoveBatchDefault per transaction (halved while
+// transactions conflict), walking the database's documents from the last
+// one down (acceptors take the oldest jobs first), with one node holding
+// each database for DeletionLeaseDefault, renewed, so that nodes do not
+// all remove the same jobs.
 //
 // # Failure trade-offs
 //
 // Effects outside the store are at least once: a job re-run after its
 // node died repeats work since its last checkpoint (the protocol makes
 // that harmless). Monitoring may show a dead node's jobs running for up to
-// two JobTimeouts. Passwords are stored in job data (nodes need them) but
+// two JobTimeouts. The views are not one snapshot across pages (nor
+// within a page of more than 100 rows), as CouchDB's are not; the
+// transactions that maintain the index conflict with a database's
+// deletion when they change one of its documents' states at the same
+// moment (one of them retries). Passwords are stored in job data (nodes need them) but
 // never appear in views, errors, logs or metrics.
 //
 // Metrics count commits, not attempts: counters move after a transaction

@@ -33,8 +33,13 @@ var (
 	ErrNotFound = errors.New("not_found")
 
 	// ErrBadQuery reports a bad scheduler view argument (limit, skip,
-	// states); the frontend answers 400 query_parse_error.
+	// states, start key); the frontend answers 400 query_parse_error.
 	ErrBadQuery = errors.New("query_parse_error")
+
+	// ErrDBDeleted is returned by Store.UpdateJob, wrapped with
+	// fdbjobs.ErrHalt, for a job whose _replicator database was deleted:
+	// its worker stops, and the nodes remove the job.
+	ErrDBDeleted = errors.New("replicator: the job's _replicator database was deleted")
 )
 
 // reasonError is a sentinel with a user-facing reason. Its Tag is the

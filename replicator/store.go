@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,6 +25,19 @@ const (
 	keyCharges     = 6 // (6, ShareKey) -> int64 LE ms, atomic add
 	keyUsagePeriod = 7 // (7) -> (int64 period number)
 	keyChargeToken = 8 // (8, Token) -> "": a charge transaction that committed
+
+	// The view index (index.go).
+	keyEntries      = 9  // (9, JobID) -> packed entry
+	keyDocStates    = 10 // (10, DBUUID, State, DocID) -> ""
+	keyUnfinished   = 11 // (11, SortID, JobID) -> ""
+	keyRunning      = 12 // (12, Node, JobID) -> ""
+	keyExpiry       = 13 // (13, LastUpdated, JobID) -> ""
+	keyDBCounts     = 14 // (14, DBUUID, State) -> int64 LE
+	keyDocCounts    = 15 // (15, State) -> int64 LE
+	keyJobCount     = 16 // (16) -> int64 LE
+	keyNodeCounts   = 17 // (17, Node) -> int64 LE
+	keyDeletedDBs   = 18 // (18, DBUUID) -> DBName
+	keyIndexVersion = 19 // (19) -> (int64)
 )
 
 // Store is the replicator's state in the kv store, shared by the control
@@ -37,17 +51,28 @@ type Store struct {
 	Jobs *fdbjobs.Client
 
 	root, repIDs, dbs, dbJobs, usage, charges subspace.Subspace
+	// The view index.
+	entries, docStates, unfinished, running, expiry, dbCounts, deletedDBs subspace.Subspace
+
+	indexed atomic.Bool // the index version was seen built (Setup)
 }
 
 // NewStore returns the store of the replicator's keys under sub (nil means
-// SubspaceDefault) and of jobs.
+// SubspaceDefault) and of jobs. It installs the Store's re-enqueue hook for
+// JobType on jobs (fdbjobs.Client.SetReenqueueHook), which keeps the view
+// index true when the activity monitor or Reenqueue takes a job back.
 func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Store {
 	if sub == nil {
 		sub = SubspaceDefault
 	}
-	return &Store{DB: db, Jobs: jobs, root: sub,
+	s := &Store{DB: db, Jobs: jobs, root: sub,
 		repIDs: sub.Sub(keyRepIDs), dbs: sub.Sub(keyDBs), dbJobs: sub.Sub(keyDBJobs),
-		usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges)}
+		usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges),
+		entries: sub.Sub(keyEntries), docStates: sub.Sub(keyDocStates), unfinished: sub.Sub(keyUnfinished),
+		running: sub.Sub(keyRunning), expiry: sub.Sub(keyExpiry), dbCounts: sub.Sub(keyDBCounts),
+		deletedDBs: sub.Sub(keyDeletedDBs)}
+	jobs.SetReenqueueHook(JobType, s.reenqueued)
+	return s
 }
 
 func (s *Store) repIDKey(repID string) kv.Key { return s.repIDs.Pack(tuple.Tuple{repID}) }
@@ -56,9 +81,34 @@ func (s *Store) dbKey(name string) kv.Key     { return s.dbs.Pack(tuple.Tuple{na
 func (s *Store) dbJobKey(dbUUID, docID string) kv.Key {
 	return s.dbJobs.Pack(tuple.Tuple{dbUUID, docID})
 }
-func (s *Store) usageKey(key string) kv.Key   { return s.usage.Pack(tuple.Tuple{key}) }
-func (s *Store) chargesKey(key string) kv.Key { return s.charges.Pack(tuple.Tuple{key}) }
-func (s *Store) periodKey() kv.Key            { return s.root.Pack(tuple.Tuple{keyUsagePeriod}) }
+func (s *Store) entryKey(jobID string) kv.Key { return s.entries.Pack(tuple.Tuple{jobID}) }
+func (s *Store) docStateKey(dbUUID, state, docID string) kv.Key {
+	return s.docStates.Pack(tuple.Tuple{dbUUID, state, docID})
+}
+func (s *Store) unfinishedKey(sortID, jobID string) kv.Key {
+	return s.unfinished.Pack(tuple.Tuple{sortID, jobID})
+}
+func (s *Store) runningKey(node, jobID string) kv.Key {
+	return s.running.Pack(tuple.Tuple{node, jobID})
+}
+func (s *Store) expiryKey(t int64, jobID string) kv.Key {
+	return s.expiry.Pack(tuple.Tuple{t, jobID})
+}
+func (s *Store) dbCountKey(dbUUID, state string) kv.Key {
+	return s.dbCounts.Pack(tuple.Tuple{dbUUID, state})
+}
+func (s *Store) docCountKey(state string) kv.Key {
+	return s.root.Pack(tuple.Tuple{keyDocCounts, state})
+}
+func (s *Store) jobCountKey() kv.Key { return s.root.Pack(tuple.Tuple{keyJobCount}) }
+func (s *Store) nodeCountKey(node string) kv.Key {
+	return s.root.Pack(tuple.Tuple{keyNodeCounts, node})
+}
+func (s *Store) deletedDBKey(dbUUID string) kv.Key { return s.deletedDBs.Pack(tuple.Tuple{dbUUID}) }
+func (s *Store) indexVersionKey() kv.Key           { return s.root.Pack(tuple.Tuple{keyIndexVersion}) }
+func (s *Store) usageKey(key string) kv.Key        { return s.usage.Pack(tuple.Tuple{key}) }
+func (s *Store) chargesKey(key string) kv.Key      { return s.charges.Pack(tuple.Tuple{key}) }
+func (s *Store) periodKey() kv.Key                 { return s.root.Pack(tuple.Tuple{keyUsagePeriod}) }
 func (s *Store) chargeTokenKey(token string) kv.Key {
 	return s.root.Pack(tuple.Tuple{keyChargeToken, token})
 }
@@ -73,9 +123,10 @@ func subspaceRange(ss subspace.Subspace) kv.KeyRange {
 	return kv.KeyRange{Begin: b, End: e}
 }
 
-// Setup registers the rep_jobs type with jobTimeout (when it differs) and
-// returns the installation's server UUID, creating it on first use (it is
-// an input of replication ids and transient job ids).
+// Setup registers the rep_jobs type with jobTimeout (when it differs),
+// builds the view index if the store predates it (buildIndex) and returns
+// the installation's server UUID, creating it on first use (it is an
+// input of replication ids and transient job ids).
 func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration) (string, error) {
 	cur, err := s.Jobs.TypeTimeout(ctx, nil, JobType)
 	if err != nil || cur != jobTimeout {
@@ -88,7 +139,7 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration) (string, er
 	}
 	fresh := uuid.New()
 	id := fmt.Sprintf("%x", fresh[:])
-	return kv.Transact(ctx, s.DB, func(tr kv.Transaction) (string, error) {
+	id, err = kv.Transact(ctx, s.DB, func(tr kv.Transaction) (string, error) {
 		v, err := tr.Get(s.serverUUIDKey()).Get()
 		if err != nil {
 			return "", err
@@ -99,6 +150,10 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration) (string, er
 		tr.Set(s.serverUUIDKey(), []byte(id))
 		return id, nil
 	})
+	if err != nil {
+		return "", err
+	}
+	return id, s.buildIndex(ctx)
 }
 
 // Job returns a job's data and fdbjobs state with one read, or nil when
@@ -117,50 +172,6 @@ func (s *Store) Job(ctx context.Context, tr kv.ReadTransactor, jobID string) (*J
 		return nil, 0, fmt.Errorf("replicator: job %q: bad data: %v", jobID, err)
 	}
 	return d, st, nil
-}
-
-// AddJob replaces job jobID (old is its current data, nil when absent) by
-// a pending job with data d scheduled at stime (Unix ms), in tr. A
-// persistent job is also indexed under its database.
-func (s *Store) AddJob(ctx context.Context, tr kv.Transaction, jobID string, old, d *JobData, stime int64, jobTimeout time.Duration) error {
-	if old != nil {
-		if err := s.RemoveJob(ctx, tr, jobID, old); err != nil {
-			return err
-		}
-	}
-	if _, err := s.Jobs.TypeTimeout(ctx, tr, JobType); errors.Is(err, fdbjobs.ErrNotFound) {
-		// The caller's snapshot predates the type's registration.
-		if err := s.Jobs.SetTypeTimeout(ctx, tr, JobType, jobTimeout); err != nil {
-			return err
-		}
-	} else if err != nil {
-		return err
-	}
-	if err := s.Jobs.Add(ctx, tr, JobType, jobID, d.Encode(), stime); err != nil {
-		return err
-	}
-	if d.DBUUID != "" {
-		tr.Set(s.dbJobKey(d.DBUUID, d.DocID), nil)
-	}
-	return nil
-}
-
-// RemoveJob removes a job with its replication id mapping (if it still
-// points to the job) and its database index entry, in tr; d is its data
-// (nil when unknown).
-func (s *Store) RemoveJob(ctx context.Context, tr kv.Transaction, jobID string, d *JobData) error {
-	if err := s.Jobs.Remove(ctx, tr, JobType, jobID); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
-		return err
-	}
-	if d != nil && d.RepID != "" {
-		if err := s.ClearRepID(tr, d.RepID, jobID); err != nil {
-			return err
-		}
-	}
-	if d != nil && d.DBUUID != "" {
-		tr.Clear(s.dbJobKey(d.DBUUID, d.DocID))
-	}
-	return nil
 }
 
 // RepIDOwner returns the job that holds replication id repID, or "".
@@ -198,8 +209,7 @@ func (s *Store) DBUUID(tr kv.Transaction, dbName string) (string, error) {
 		return string(v), nil
 	}
 	id := NewDBUUID()
-	tr.Set(s.dbKey(dbName), []byte(id))
-	return id, nil
+	return id, s.RegisterDB(tr, dbName, id)
 }
 
 // NewDBUUID returns a fresh database identity (random: a re-created
@@ -209,13 +219,67 @@ func NewDBUUID() string {
 	return fmt.Sprintf("%x", u[:])
 }
 
-// SetDBUUID registers a database's identity.
-func (s *Store) SetDBUUID(tr kv.Transaction, dbName, dbUUID string) {
+// RegisterDB makes dbUUID the identity of database dbName, in tr. An
+// identity the name had before is retired first, as by UnregisterDB (its
+// jobs are removed by the nodes). Registering the current identity again
+// changes nothing.
+func (s *Store) RegisterDB(tr kv.Transaction, dbName, dbUUID string) error {
+	old, err := s.RegisteredDB(tr, dbName)
+	if err != nil || old == dbUUID {
+		return err
+	}
+	if old != "" {
+		if _, err := s.UnregisterDB(tr, dbName); err != nil {
+			return err
+		}
+	}
 	tr.Set(s.dbKey(dbName), []byte(dbUUID))
+	return s.moveDocCounts(tr, dbUUID, 1)
 }
 
-// ClearDB forgets a database's identity.
-func (s *Store) ClearDB(tr kv.Transaction, dbName string) { tr.Clear(s.dbKey(dbName)) }
+// UnregisterDB forgets database dbName's identity, in tr, and returns it
+// ("" when the name had none). Its documents' jobs leave the
+// all-databases counters at once and are marked for removal (keyDeletedDBs),
+// which the replication nodes do (RemoveDeletedDBJobs). It reads the
+// instance's counters: a job of the database changing state at the same
+// time makes one of the two transactions retry.
+func (s *Store) UnregisterDB(tr kv.Transaction, dbName string) (string, error) {
+	dbUUID, err := s.RegisteredDB(tr, dbName)
+	if err != nil || dbUUID == "" {
+		return "", err
+	}
+	if err := s.moveDocCounts(tr, dbUUID, -1); err != nil {
+		return "", err
+	}
+	tr.Clear(s.dbKey(dbName))
+	return dbUUID, s.markDeleted(tr, dbUUID, dbName)
+}
+
+// moveDocCounts adds (sign 1) or subtracts (-1) the per-state document
+// counts of database instance dbUUID to or from the all-databases counts:
+// those count the documents of registered instances only.
+func (s *Store) moveDocCounts(tr kv.Transaction, dbUUID string, sign int64) error {
+	keys := make([]kv.Key, len(viewStates))
+	for i, st := range viewStates {
+		keys[i] = s.dbCountKey(dbUUID, st)
+	}
+	ns, err := readCounters(tr, keys)
+	if err != nil {
+		return err
+	}
+	for i, n := range ns {
+		if n != 0 {
+			tr.Add(s.docCountKey(viewStates[i]), kv.Int64(sign*n))
+		}
+	}
+	return nil
+}
+
+// viewStates are the states a job shows in the views (the RFC's five).
+var viewStates = []string{StatePending, StateRunning, StateCrashing, StateCompleted, StateFailed}
+
+// ViewStates returns the states the views show, in CouchDB's order.
+func ViewStates() []string { return append([]string(nil), viewStates...) }
 
 // RegisteredDB returns a database's identity in tr, or "" when it has
 // none.
@@ -231,10 +295,15 @@ func (s *Store) ReadRegisteredDB(ctx context.Context, dbName string) (string, er
 	})
 }
 
-// DBJobs returns up to limit document ids of the jobs of database
-// instance dbUUID, with the index keys to clear once they are removed.
-func (s *Store) DBJobs(tr kv.ReadTransaction, dbUUID string, limit int) (docIDs []string, keys []kv.Key, err error) {
-	kvs, err := tr.GetRange(prefixRange(s.dbJobs, tuple.Tuple{dbUUID}), kv.RangeOptions{Limit: limit}).GetSliceWithError()
+// dbJobIDs returns up to limit document ids of the jobs of database
+// instance dbUUID before document id before, highest first ("" and first:
+// from the end), with their (4) keys.
+func (s *Store) dbJobIDs(tr kv.ReadTransaction, dbUUID, before string, first bool, limit int) (docIDs []string, keys []kv.Key, err error) {
+	rng := prefixRange(s.dbJobs, tuple.Tuple{dbUUID})
+	if !first {
+		rng.End = s.dbJobKey(dbUUID, before)
+	}
+	kvs, err := tr.GetRange(rng, kv.RangeOptions{Limit: limit, Reverse: true}).GetSliceWithError()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -18,8 +18,9 @@
 // document's winning revision. A document that bypassed validation (a
 // writer with the _replicator role) becomes a failed job whose reason
 // shows in _scheduler/docs. Database creation registers a fresh identity
-// (DBCreated); deletion removes the database's jobs (DBDeleted), the first
-// hundred in its transaction, the rest through the nodes' cleanup.
+// (DBCreated); deletion retires it (DBDeleted): the documents leave the
+// views at once, and the replication nodes remove the database's jobs at
+// their next interval.
 //
 // # POST /_replicate
 //
@@ -36,7 +37,10 @@
 //
 // SchedulerJobs, SchedulerJob, SchedulerDocs, SchedulerDoc and ActiveTasks
 // are CouchDB's _scheduler and _active_tasks shapes, cluster-wide, read
-// from the job data; credentials are never shown.
+// from the job data; credentials are never shown. The listings read pages
+// of the store's view index (replicator.Store.JobsPage, DocsPage,
+// RunningJobs), so their cost follows the page (and skip), not the number
+// of jobs; PageQuery.StartKey starts a page at a row's key.
 //
 // # Retries
 //

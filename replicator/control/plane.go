@@ -13,10 +13,6 @@ import (
 	"github.com/fdbrep/fdbrep/replicator"
 )
 
-// dbJobsInlineRemoveLimit is how many jobs DBDeleted removes inside the
-// caller's transaction; the replication nodes' cleanup removes the rest.
-const dbJobsInlineRemoveLimit = 100
-
 // Plane is the replicator's control plane, what api_frontend nodes run:
 // it checks _replicator documents, creates and removes replication jobs as
 // documents and databases change (inside the caller's transaction), serves
@@ -280,10 +276,11 @@ func (p *Plane) addJob(ctx context.Context, tr kv.Transaction, jobID string, old
 // ids are its UUID and the document id), inside the transaction that
 // creates the database. Run again in the same transaction (a retry, also
 // after commit_unknown_result), it writes the same identity. Jobs of an
-// earlier database of the same name are orphaned and removed by the nodes'
-// cleanup. For a database that comes back with documents (a restore), call
-// DocWritten for each document afterwards: they were never validated, and
-// invalid ones become failed jobs.
+// earlier database of the same name, if it was never deleted, are retired
+// as by DBDeleted and removed by the nodes. For a database that comes back
+// with documents (a restore), call DocWritten for each document
+// afterwards: they were never validated, and invalid ones become failed
+// jobs.
 func (p *Plane) DBCreated(ctx context.Context, tr kv.Transaction, dbName string) error {
 	if !repdb.IsReplicatorDB(dbName) {
 		return nil
@@ -293,41 +290,30 @@ func (p *Plane) DBCreated(ctx context.Context, tr kv.Transaction, dbName string)
 		u = replicator.NewDBUUID()
 		p.memo.put(tr, "db:"+dbName, u)
 	}
-	p.store.SetDBUUID(tr, dbName, u)
+	if err := p.store.RegisterDB(tr, dbName, u); err != nil {
+		return err
+	}
 	p.m.CountOnCommit(tr, replicator.MetricDocsDBsCreated, 1)
 	return nil
 }
 
-// DBDeleted removes the jobs of a deleted _replicator database, inside the
-// transaction that deletes it: up to dbJobsInlineRemoveLimit of them at
-// once, the rest through the replication nodes' periodic cleanup (their
-// database identity is gone, so they no longer run).
+// DBDeleted retires a deleted _replicator database's identity, inside the
+// transaction that deletes it: its documents leave _scheduler/docs at
+// once, a database re-created under the name gets a new identity (which
+// old jobs never write into), and the replication nodes remove the
+// database's jobs at their next interval, however many
+// (replicator.Store.RemoveDeletedDBJobs); a running one halts at its next
+// heartbeat. The deletion's transaction stays small and reads none of the
+// jobs: removing them inline would conflict with their heartbeats.
 func (p *Plane) DBDeleted(ctx context.Context, tr kv.Transaction, dbName string) error {
 	if !repdb.IsReplicatorDB(dbName) {
 		return nil
 	}
-	dbUUID, err := p.store.RegisteredDB(tr, dbName)
+	dbUUID, err := p.store.UnregisterDB(tr, dbName)
 	if err != nil || dbUUID == "" {
 		return err
 	}
-	p.store.ClearDB(tr, dbName)
-	docIDs, keys, err := p.store.DBJobs(tr, dbUUID, dbJobsInlineRemoveLimit)
-	if err != nil {
-		return err
-	}
-	for i, docID := range docIDs {
-		jobID := replicator.DocJobID(dbUUID, docID)
-		old, _, err := p.store.Job(ctx, tr, jobID)
-		if err != nil {
-			return err
-		}
-		if err := p.store.RemoveJob(ctx, tr, jobID, old); err != nil {
-			return err
-		}
-		tr.Clear(keys[i])
-	}
 	p.m.CountOnCommit(tr, replicator.MetricDocsDBsDeleted, 1)
-	p.m.CountOnCommit(tr, replicator.MetricJobsRemoves, len(docIDs))
 	return nil
 }
 

@@ -89,7 +89,7 @@ func TestDocWrittenOutcomes(t *testing.T) {
 	}
 	jobs := func() int {
 		t.Helper()
-		l, err := c.Plane.SchedulerDocs(ctx, "_replicator", "", nil, -1, 0)
+		l, err := c.Plane.SchedulerDocs(ctx, "_replicator", "", nil, control.PageQuery{Limit: -1})
 		require.NoError(t, err)
 		return l.TotalRows
 	}

@@ -3,7 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
@@ -133,19 +133,6 @@ func endpoints(d *replicator.JobData) (src, tgt, sp, tp *string) {
 		strp(replicator.RedactURL(d.Rep.Source.Proxy)), strp(replicator.RedactURL(d.Rep.Target.Proxy))
 }
 
-// asSeen is a job's data as the views show it: a job whose data says
-// running while fdbjobs has it pending was re-enqueued (by the activity
-// monitor after its node died, or by the node on restart) and is pending,
-// with no node, until a node takes it.
-func asSeen(st fdbjobs.State, d *replicator.JobData) *replicator.JobData {
-	if d.State != replicator.StateRunning || st == fdbjobs.Running {
-		return d
-	}
-	x := *d
-	x.State, x.Node = replicator.StatePending, ""
-	return &x
-}
-
 func jobInfo(d *replicator.JobData, jobID string) JobInfo {
 	src, tgt, _, _ := endpoints(d)
 	return JobInfo{
@@ -171,52 +158,61 @@ func docInfo(d *replicator.JobData) DocInfo {
 	}
 }
 
-func page[T any](all []T, limit, skip int) ([]T, int, error) {
-	if skip < 0 {
-		return nil, 0, replicator.NewReason(replicator.ErrBadQuery, "skip not in range of [0,infinity]")
+// PageQuery is a page of a _scheduler listing.
+type PageQuery struct {
+	// Limit is the page size; < 0 means SchedulerLimitDefault.
+	Limit int
+	// Skip is how many rows to pass first (CouchDB's skip); it costs
+	// keys-only reads of the index, so StartKey is the way to deep pages.
+	Skip int
+	// StartKey is where the page starts, inclusive (fdbrep's start_key):
+	// [id] or [id, job_id] for SchedulerJobs (id: the row's "id", or its
+	// "job_id" when "id" is null); [db] or [db, doc_id] for SchedulerDocs
+	// of every database; [doc_id] for one database's.
+	StartKey []string
+}
+
+// check validates q (its start key has at most maxKey elements) and fills
+// in the default limit.
+func (q PageQuery) check(maxKey int) (PageQuery, error) {
+	if q.Skip < 0 {
+		return q, replicator.NewReason(replicator.ErrBadQuery, "skip not in range of [0,infinity]")
 	}
-	if limit < 0 {
-		limit = SchedulerLimitDefault
+	if len(q.StartKey) > maxKey {
+		return q, replicator.NewReason(replicator.ErrBadQuery, "start_key has %d elements; at most %d here", len(q.StartKey), maxKey)
 	}
-	off := min(skip, len(all))
-	end := min(len(all), off+limit)
-	return all[off:end], off, nil
+	if q.Limit < 0 {
+		q.Limit = SchedulerLimitDefault
+	}
+	return q, nil
+}
+
+// key returns StartKey's element i, or "".
+func (q PageQuery) key(i int) string {
+	if i < len(q.StartKey) {
+		return q.StartKey[i]
+	}
+	return ""
 }
 
 // SchedulerJobs lists the jobs that are not finished (pending, running,
-// crashing; not documents that failed to parse), sorted by id, as GET /_scheduler/jobs. limit < 0 means
-// SchedulerLimitDefault.
-func (p *Plane) SchedulerJobs(ctx context.Context, limit, skip int) (JobList, error) {
-	var all []JobInfo
-	err := p.store.FoldJobs(ctx, func(id string, st fdbjobs.State, d *replicator.JobData) error {
-		if st != fdbjobs.Finished && d.State != replicator.StateFailed && d.State != replicator.StateCompleted {
-			all = append(all, jobInfo(asSeen(st, d), id))
-		}
-		return nil
-	})
+// crashing; not documents that failed to parse), sorted by id (the
+// replication id, or the job id before one is computed), as GET
+// /_scheduler/jobs: a page read from the view index (Store.JobsPage).
+func (p *Plane) SchedulerJobs(ctx context.Context, q PageQuery) (JobList, error) {
+	q, err := q.check(2)
 	if err != nil {
 		return JobList{}, err
 	}
-	sort.Slice(all, func(i, j int) bool { return sortID(all[i]) < sortID(all[j]) })
-	pg, off, err := page(all, limit, skip)
+	pg, err := p.store.JobsPage(ctx, q.key(0), q.key(1), q.Limit, q.Skip)
 	if err != nil {
 		return JobList{}, err
 	}
-	return JobList{TotalRows: len(all), Offset: off, Jobs: nonNil(pg)}, nil
-}
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
+	out := JobList{TotalRows: pg.Total, Offset: pg.Offset, Jobs: make([]JobInfo, 0, len(pg.Jobs))}
+	for _, j := range pg.Jobs {
+		out.Jobs = append(out.Jobs, jobInfo(replicator.AsSeen(j.State, j.Data), j.ID))
 	}
-	return s
-}
-
-func sortID(j JobInfo) string {
-	if j.ID != nil {
-		return *j.ID
-	}
-	return j.JobID
+	return out, nil
 }
 
 // SchedulerJob returns one job in any state (finished transient jobs
@@ -234,7 +230,7 @@ func (p *Plane) SchedulerJob(ctx context.Context, id string) (JobInfo, error) {
 	if d == nil {
 		return JobInfo{}, replicator.NewReason(replicator.ErrNotFound, "missing")
 	}
-	return jobInfo(asSeen(st, d), jobID), nil
+	return jobInfo(replicator.AsSeen(st, d), jobID), nil
 }
 
 // resolveID maps a replication id to its job id through the mapping, or
@@ -253,25 +249,18 @@ func (p *Plane) resolveID(ctx context.Context, id string) (string, error) {
 	})
 }
 
-// States a scheduler docs query may filter on.
-var docStates = []string{replicator.StatePending, replicator.StateRunning, replicator.StateCrashing, replicator.StateCompleted, replicator.StateFailed}
-
 // SchedulerDocs lists the persistent jobs in all states, as GET
 // /_scheduler/docs (db "" for every _replicator database) or
-// /_scheduler/docs/{db}, sorted by database and document id. With docID
-// set it returns that document's job alone, or ErrNotFound. states filters
-// (empty means all); an unknown state is ErrBadQuery.
-func (p *Plane) SchedulerDocs(ctx context.Context, db, docID string, states []string, limit, skip int) (DocList, error) {
-	want := map[string]bool{}
+// /_scheduler/docs/{db}, sorted by database and document id: a page read
+// from the view index (Store.DocsPage). With docID set it returns that
+// document's job alone, or ErrNotFound. states filters (empty means all);
+// an unknown state is ErrBadQuery.
+func (p *Plane) SchedulerDocs(ctx context.Context, db, docID string, states []string, q PageQuery) (DocList, error) {
+	known := replicator.ViewStates()
 	for _, s := range states {
-		ok := false
-		for _, k := range docStates {
-			ok = ok || s == k
+		if !slices.Contains(known, s) {
+			return DocList{}, replicator.NewReason(replicator.ErrBadQuery, "Unknown states [%s]. Choose from: [%s]", s, strings.Join(known, ", "))
 		}
-		if !ok {
-			return DocList{}, replicator.NewReason(replicator.ErrBadQuery, "Unknown states [%s]. Choose from: [%s]", s, strings.Join(docStates, ", "))
-		}
-		want[s] = true
 	}
 	if db != "" && !repdb.IsReplicatorDB(db) {
 		return DocList{}, replicator.NewReason(replicator.ErrNotFound, "%s is not a _replicator database", db)
@@ -283,38 +272,29 @@ func (p *Plane) SchedulerDocs(ctx context.Context, db, docID string, states []st
 		}
 		return DocList{TotalRows: 1, Docs: []DocInfo{di}}, nil
 	}
-	current := map[string]string{} // db name -> registered uuid
-	var all []DocInfo
-	err := p.store.FoldJobs(ctx, func(id string, st fdbjobs.State, d *replicator.JobData) error {
-		d = asSeen(st, d)
-		if d.Transient() || (db != "" && d.DBName != db) || (len(want) > 0 && !want[d.State]) {
-			return nil
-		}
-		u, ok := current[d.DBName]
-		if !ok {
-			u, _ = p.store.ReadRegisteredDB(ctx, d.DBName)
-			current[d.DBName] = u
-		}
-		if u != d.DBUUID {
-			return nil // a deleted database's job awaiting cleanup
-		}
-		all = append(all, docInfo(d))
-		return nil
-	})
+	maxKey := 2
+	if db != "" {
+		maxKey = 1
+	}
+	q, err := q.check(maxKey)
 	if err != nil {
 		return DocList{}, err
 	}
-	sort.Slice(all, func(i, j int) bool {
-		if all[i].Database != all[j].Database {
-			return all[i].Database < all[j].Database
-		}
-		return all[i].DocID < all[j].DocID
-	})
-	pg, off, err := page(all, limit, skip)
+	dq := replicator.DocsQuery{DB: db, States: slices.Compact(slices.Sorted(slices.Values(states))), Limit: q.Limit, Skip: q.Skip}
+	if db == "" {
+		dq.StartDB, dq.StartDoc = q.key(0), q.key(1)
+	} else {
+		dq.StartDoc = q.key(0)
+	}
+	pg, err := p.store.DocsPage(ctx, dq)
 	if err != nil {
 		return DocList{}, err
 	}
-	return DocList{TotalRows: len(all), Offset: off, Docs: nonNil(pg)}, nil
+	out := DocList{TotalRows: pg.Total, Offset: pg.Offset, Docs: make([]DocInfo, 0, len(pg.Jobs))}
+	for _, j := range pg.Jobs {
+		out.Docs = append(out.Docs, docInfo(replicator.AsSeen(j.State, j.Data)))
+	}
+	return out, nil
 }
 
 // SchedulerDoc returns the job of one _replicator document, or
@@ -338,29 +318,35 @@ func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (DocInfo, er
 	if d == nil {
 		return DocInfo{}, missing
 	}
-	return docInfo(asSeen(st, d)), nil
+	return docInfo(replicator.AsSeen(st, d)), nil
 }
 
 // ActiveTasks lists the running replications of the whole cluster, as
-// GET /_active_tasks shows them.
+// GET /_active_tasks shows them, sorted by node and job id: read from the
+// view index of running jobs (Store.RunningJobs), so it costs the running
+// jobs, not all of them.
 func (p *Plane) ActiveTasks(ctx context.Context) ([]ActiveTask, error) {
+	jobs, err := p.store.RunningJobs(ctx, "")
+	if err != nil {
+		return nil, err
+	}
 	out := []ActiveTask{}
-	err := p.store.FoldJobs(ctx, func(id string, st fdbjobs.State, d *replicator.JobData) error {
-		if st != fdbjobs.Running || d.State != replicator.StateRunning || d.Rep == nil {
-			return nil
+	for _, j := range jobs {
+		d := j.Data
+		if j.State != fdbjobs.Running || d.State != replicator.StateRunning || d.Rep == nil {
+			continue
 		}
 		ci := d.Rep.CheckpointInterval
 		if ci == 0 {
 			ci = engine.CheckpointIntervalDefault.Milliseconds()
 		}
 		out = append(out, ActiveTask{
-			Type: "replication", Node: d.Node, PID: strp(id), ProcessStatus: "running", User: strp(d.RepUser),
+			Type: "replication", Node: d.Node, PID: strp(j.ID), ProcessStatus: "running", User: strp(d.RepUser),
 			ReplicationID: d.RepID, Database: strp(d.DBName), DocID: strp(d.DocID),
 			Source: d.Rep.Source.Redacted(), Target: d.Rep.Target.Redacted(), Continuous: d.Rep.Continuous,
 			CheckpointInterval: ci, StartedOn: d.LastStart / 1000, UpdatedOn: d.LastUpdated / 1000,
 			Stats: d.Stats,
 		})
-		return nil
-	})
-	return out, err
+	}
+	return out, nil
 }

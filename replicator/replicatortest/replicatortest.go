@@ -190,6 +190,55 @@ func (c *Cluster) PutDoc(db, id string, doc map[string]any) {
 	require.NoError(c.t, err)
 }
 
+// putDocsBatch is how many documents PutDocs writes per transaction
+// (small enough to commit beside busy nodes under the race detector).
+const putDocsBatch = 50
+
+// PutDocs writes many _replicator documents' jobs as the HTTP API does,
+// putDocsBatch per transaction, in document id order.
+func (c *Cluster) PutDocs(db string, docs map[string]map[string]any) {
+	c.t.Helper()
+	ctx := context.Background()
+	ids := make([]string, 0, len(docs))
+	for id := range docs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for len(ids) > 0 {
+		batch := ids[:min(putDocsBatch, len(ids))]
+		ids = ids[len(batch):]
+		parsed := make([]*control.Doc, len(batch))
+		for i, id := range batch {
+			raw, err := json.Marshal(docs[id])
+			require.NoError(c.t, err)
+			parsed[i], _ = c.Plane.ParseDoc(db, id, raw)
+		}
+		_, err := c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
+			for _, p := range parsed {
+				if _, err := c.Plane.DocWritten(ctx, tr, p); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		})
+		require.NoError(c.t, err)
+	}
+}
+
+// DeleteDB and CreateDB run the control plane's hooks of a _replicator
+// database's deletion and creation, as the HTTP API does.
+func (c *Cluster) DeleteDB(db string) { c.dbHook(db, c.Plane.DBDeleted) }
+
+// CreateDB: see DeleteDB.
+func (c *Cluster) CreateDB(db string) { c.dbHook(db, c.Plane.DBCreated) }
+
+func (c *Cluster) dbHook(db string, hook func(context.Context, kv.Transaction, string) error) {
+	c.t.Helper()
+	ctx := context.Background()
+	_, err := c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) { return nil, hook(ctx, tr, db) })
+	require.NoError(c.t, err)
+}
+
 // DocState returns the scheduler view of a document's job.
 func (c *Cluster) DocState(db, id string) control.DocInfo {
 	c.t.Helper()

@@ -37,9 +37,20 @@
 // in one interval count against the next one's churn, as in CouchDB) and
 // a node runs more than MaxJobs only until the next interval rotates the
 // excess out; and
-// removes finished transient jobs older than TransientJobMaxAge (and jobs
-// of deleted _replicator databases) with their replication id mapping, at
-// most every max(Interval, TransientJobMaxAge/10).
+// removes, with their replication id mappings, every job of deleted
+// _replicator databases (one node per database at a time, however many
+// jobs: the step lasts as long as that takes) and finished transient jobs
+// older than TransientJobMaxAge, both found through the store's view
+// index (replicator.Store.RemoveDeletedDBJobs, RemoveExpiredJobs). A node
+// that starts takes back at once the jobs the index has running on a
+// node of its name (an earlier run of it that died).
+//
+// A job of a deleted database is not run: a worker that accepts one
+// removes it, and a running one stops at its next heartbeat
+// (replicator.ErrDBDeleted) and removes it; either kicks its node's
+// interval step, so the rest go at once. A job that ends before noticing
+// writes no state into a document of a database re-created under the same
+// name, and a job of a deleted database holds no replication id.
 //
 // # Job lifecycle
 //
@@ -89,7 +100,7 @@
 // resumed_after_restart when it was this node's), "replication completed"
 // (docs_read, docs_written, doc_write_failures, missing_revisions_found,
 // duration), "replication stopped" (why: rotation, shutdown, filter
-// change), "replication healed". Warn: "replication crashed" (error,
+// change, deleted database), "replication healed". Warn: "replication crashed" (error,
 // reason, error_count, retry_at, retry_in). Error: "replication failed"
 // (error, reason). The control plane logs "replication added by document",
 // "replication added by POST /_replicate", "replication removed: its

@@ -11,6 +11,7 @@ import (
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
 )
 
@@ -45,11 +46,11 @@ func TestDocWrittenLifecycle(t *testing.T) {
 	c.PutDoc("_replicator", "bad", map[string]any{"source": "http://h/x"})
 	d := c.WaitDocState("_replicator", "bad", replicator.StateFailed)
 	require.Contains(t, string(d.Info), "Missing `target` field")
-	failed, err := c.Plane.SchedulerDocs(ctx, "_replicator", "", []string{replicator.StateFailed}, -1, 0)
+	failed, err := c.Plane.SchedulerDocs(ctx, "_replicator", "", []string{replicator.StateFailed}, control.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Equal(t, 1, failed.TotalRows, "%+v", failed.Docs)
 	require.Equal(t, "bad", failed.Docs[0].DocID)
-	_, err = c.Plane.SchedulerDocs(ctx, "_replicator", "", []string{"triggered"}, -1, 0)
+	_, err = c.Plane.SchedulerDocs(ctx, "_replicator", "", []string{"triggered"}, control.PageQuery{Limit: -1})
 	require.ErrorIs(t, err, replicator.ErrBadQuery)
 
 	// _active_tasks and _scheduler/jobs show the running job.
@@ -58,7 +59,7 @@ func TestDocWrittenLifecycle(t *testing.T) {
 	require.Len(t, tasks, 1)
 	require.Equal(t, "replication", tasks[0].Type)
 	require.Equal(t, "http://h/a/", tasks[0].Source)
-	jobs, err := c.Plane.SchedulerJobs(ctx, 10, 0)
+	jobs, err := c.Plane.SchedulerJobs(ctx, control.PageQuery{Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, 1, jobs.TotalRows)
 	require.Equal(t, "d", *jobs.Jobs[0].DocID)

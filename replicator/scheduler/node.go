@@ -40,24 +40,23 @@ type Node struct {
 	// Start.
 	TestSignals Signals
 
-	mu          sync.Mutex
-	cfg         Config          // applied; guarded by mu
-	ctx         context.Context // accept context; nil when stopped
-	opCtx       context.Context // workers' context; outlives ctx by the shutdown timeout
-	stopHard    context.CancelFunc
-	stopping    bool
-	serverUUID  string
-	acceptors   int
-	quota       int // jobs the live acceptors may take, in all
-	churn       int
-	workers     map[*worker]bool
-	wg          sync.WaitGroup
-	usage       replicator.Usage
-	charges     map[string]int64
-	lowered     bool // MaxJobs was lowered: one-shot jobs may be preempted
-	lastCleanup time.Time
-	rotations   []int // preemptions per interval (most recent last, capped)
-	intervals   int64
+	mu         sync.Mutex
+	cfg        Config          // applied; guarded by mu
+	ctx        context.Context // accept context; nil when stopped
+	opCtx      context.Context // workers' context; outlives ctx by the shutdown timeout
+	stopHard   context.CancelFunc
+	stopping   bool
+	serverUUID string
+	acceptors  int
+	quota      int // jobs the live acceptors may take, in all
+	churn      int
+	workers    map[*worker]bool
+	wg         sync.WaitGroup
+	usage      replicator.Usage
+	charges    map[string]int64
+	lowered    bool  // MaxJobs was lowered: one-shot jobs may be preempted
+	rotations  []int // preemptions per interval (most recent last, capped)
+	intervals  int64
 }
 
 // Signals are the moments of a node's work that tests wait for.
@@ -152,7 +151,6 @@ func (n *Node) Start(ctx context.Context) error {
 		opCtx, stopHard := context.WithCancel(context.WithoutCancel(runCtx))
 		n.mu.Lock()
 		n.ctx, n.opCtx, n.stopHard, n.stopping, n.serverUUID = runCtx, opCtx, stopHard, false, uuid
-		n.lastCleanup = time.Time{}
 		n.spawnAcceptorsLocked()
 		n.mu.Unlock()
 	}, func(runCtx context.Context) {
@@ -165,16 +163,12 @@ func (n *Node) Start(ctx context.Context) error {
 // takeBack re-enqueues at once the jobs an earlier run of a node with this
 // name left running: they have no worker any more (the process died, or
 // was stopped past its shutdown timeout), and without this they would wait
-// for the activity monitor, a job timeout or more. Node names must be
-// unique in a cluster (the default is the host name).
+// for the activity monitor, a job timeout or more. They are found through
+// the view index of running jobs by node, so this costs what the node ran,
+// not the cluster's jobs. Node names must be unique in a cluster (the
+// default is the host name).
 func (n *Node) takeBack(ctx context.Context, cfg Config) error {
-	var mine []string
-	err := n.store.FoldJobs(ctx, func(id string, st fdbjobs.State, d *replicator.JobData) error {
-		if st == fdbjobs.Running && d.Node == cfg.NodeName {
-			mine = append(mine, id)
-		}
-		return nil
-	})
+	mine, err := n.store.RunningOn(ctx, cfg.NodeName)
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ func TestPouchRotationAndKilledNode(t *testing.T) {
 	for i := 0; i < reps; i++ {
 		enginetest.RequireSame(t, srv.DBURL(fmt.Sprintf("src%d", i)), srv.DBURL(fmt.Sprintf("tgt%d", i)))
 	}
-	list, err := c.Plane.SchedulerDocs(context.Background(), "_replicator", "", nil, -1, 0)
+	list, err := c.Plane.SchedulerDocs(context.Background(), "_replicator", "", nil, control.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Equal(t, reps, list.TotalRows)
 	for _, d := range list.Docs {

@@ -288,14 +288,29 @@ const tagDuplicate = "duplicate_job"
 
 func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, code string) bool {
 	type outcome struct {
-		run   bool
-		x     *replicator.JobData
-		state string
+		run    bool
+		orphan bool // the job's database was deleted: removed
+		x      *replicator.JobData
+		state  string
 	}
 	now, jitter := w.now(), rand.Float64()
-	prevNode, wasRunning := d.Node, d.State == replicator.StateRunning
+	// A node name in the data of a job about to start is the node it ran
+	// on when it was taken back (re-enqueued by the activity monitor, or
+	// by its node's restart); a job that stopped properly has none.
+	prevNode := d.Node
 	o, err := transactJob(w, func(tr kv.Transaction) (outcome, error) {
 		x := d.Clone()
+		if !x.Transient() {
+			// A deleted database's job, accepted before the nodes removed
+			// it (they are the oldest in the queue): removed at once.
+			owns, err := w.n.store.OwnsDoc(tr, x)
+			if err != nil {
+				return outcome{}, err
+			}
+			if !owns {
+				return outcome{orphan: true, x: x}, w.n.store.RemoveJob(w.ctx, tr, w.job.ID, x)
+			}
+		}
 		if x.RepID != "" && x.RepID != repID {
 			if err := w.n.store.ClearRepID(tr, x.RepID, w.job.ID); err != nil {
 				return outcome{}, err
@@ -313,7 +328,15 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 			if err != nil {
 				return outcome{}, err
 			}
-			if od != nil && ost != fdbjobs.Finished && (od.State == replicator.StatePending || od.State == replicator.StateRunning) {
+			live := od != nil && ost != fdbjobs.Finished && (od.State == replicator.StatePending || od.State == replicator.StateRunning)
+			if live && !od.Transient() {
+				// A job of a deleted database, about to be removed by the
+				// nodes, holds nothing.
+				if live, err = w.n.store.OwnsDoc(tr, od); err != nil {
+					return outcome{}, err
+				}
+			}
+			if live {
 				switch {
 				case od.Owner() != x.Owner():
 					// Another user's replication never makes this one
@@ -341,12 +364,12 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 				}
 				return outcome{x: x, state: replicator.StateFailed}, w.failTx(tr, x, tagDuplicate, reason, now)
 			}
-			// The holder is finished, crashing or gone: take over.
+			// The holder is finished, crashing, gone or orphaned: take over.
 		}
 		w.n.store.ClaimRepID(tr, repID, w.job.ID)
 		x.State, x.StateInfo, x.LastStart, x.LastUpdated, x.Node = replicator.StateRunning, nil, replicator.Millis(now), replicator.Millis(now), w.cfg.NodeName
 		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventStarted, Timestamp: replicator.Millis(now)})
-		if err := w.n.store.Jobs.Update(w.ctx, tr, w.job, x.Encode()); err != nil {
+		if err := w.n.store.UpdateJob(w.ctx, tr, w.job, x); err != nil {
 			return outcome{}, err
 		}
 		return outcome{run: true, x: x, state: replicator.StateRunning}, nil
@@ -355,11 +378,16 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 		w.txError(err)
 		return false
 	}
+	if o.orphan {
+		w.logEvent(w.cfg.Logger.Info(), d).Str("why", "its _replicator database was deleted").Msg("replication stopped")
+		w.n.Reschedule() // its cleanup removes the database's other jobs now
+		return false
+	}
 	*d = *o.x
 	w.afterFinish(o.state, d)
 	switch {
 	case o.run:
-		w.logStarted(d, rep, prevNode, wasRunning)
+		w.logStarted(d, rep, prevNode)
 	case o.state == replicator.StateCrashing:
 		w.logCrashed(d, tagDuplicate, d.LastError, now, jitter)
 	case o.state == replicator.StateFailed:
@@ -369,17 +397,17 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 }
 
 // logStarted logs a job's start with what it runs with, and whose job it
-// took over.
-func (w *worker) logStarted(d *replicator.JobData, rep engine.Replication, prevNode string, wasRunning bool) {
+// took over (prevNode: the node it was taken back from, or "").
+func (w *worker) logStarted(d *replicator.JobData, rep engine.Replication, prevNode string) {
 	rep = rep.WithDefaults()
 	e := w.logEvent(w.cfg.Logger.Info(), d).Str("rep_id", d.RepID).
 		Str("source", d.Rep.Source.Redacted()).Str("target", d.Rep.Target.Redacted()).
 		Bool("continuous", d.Continuous()).Int("worker_processes", rep.WorkerProcesses).
 		Int("worker_batch_size", rep.WorkerBatchSize).Int("http_connections", rep.HTTPConnections)
 	switch {
-	case wasRunning && prevNode != "" && prevNode != w.cfg.NodeName:
+	case prevNode != "" && prevNode != w.cfg.NodeName:
 		e = e.Str("taken_over_from", prevNode)
-	case wasRunning && prevNode == w.cfg.NodeName:
+	case prevNode == w.cfg.NodeName:
 		e = e.Bool("resumed_after_restart", true)
 	}
 	e.Msg("replication started")
@@ -410,8 +438,15 @@ func transactJob[T any](w *worker, f func(kv.Transaction) (T, error)) (T, error)
 }
 
 // txError logs a failed job transaction; ErrHalt means the job was
-// removed or taken over, and the worker just stops.
+// removed or taken over, or its database deleted, and the worker just
+// stops.
 func (w *worker) txError(err error) {
+	if errors.Is(err, replicator.ErrDBDeleted) {
+		w.logEvent(w.cfg.Logger.Info(), w.data).Str("why", "its _replicator database was deleted").Msg("replication stopped")
+		w.removeOrphan()
+		w.n.Reschedule() // its cleanup removes the database's other jobs now
+		return
+	}
 	if errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil {
 		return
 	}
@@ -430,7 +465,7 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 		if healed {
 			x.ErrorCount, x.LastError = 0, ""
 		}
-		return x, w.n.store.Jobs.Update(w.ctx, tr, w.job, x.Encode())
+		return x, w.n.store.UpdateJob(w.ctx, tr, w.job, x)
 	})
 	if err != nil {
 		w.txError(err)
@@ -502,17 +537,23 @@ func (w *worker) failTx(tr kv.Transaction, x *replicator.JobData, tag, reason st
 	x.ErrorCount++
 	x.LastUpdated = replicator.Millis(now)
 	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventCrashed, Timestamp: replicator.Millis(now), Reason: reason})
-	if err := w.n.store.Jobs.Finish(w.ctx, tr, w.job, x.Encode()); err != nil {
+	if err := w.n.store.FinishJob(w.ctx, tr, w.job, x); err != nil {
 		return err
 	}
 	return w.updateDoc(tr, x, replicator.StateFailed, reason, nil)
 }
 
+// updateDoc writes a terminal state into the job's document, in tr, if
+// the document is still the job's (Store.OwnsDoc: a database deleted and
+// re-created under the same name never receives an old job's state).
 func (w *worker) updateDoc(tr kv.Transaction, x *replicator.JobData, state, reason string, stats json.RawMessage) error {
 	if x.Transient() || w.cfg.DocUpdater == nil {
 		return nil
 	}
-	var err error
+	owns, err := w.n.store.OwnsDoc(tr, x)
+	if err != nil || !owns {
+		return err
+	}
 	if state == replicator.StateCompleted {
 		err = w.cfg.DocUpdater.DocCompleted(w.ctx, tr, x.DBName, x.DocID, stats)
 	} else {
@@ -538,7 +579,7 @@ func (w *worker) complete(d *replicator.JobData, res engine.Result) {
 		x.State, x.Node, x.LastUpdated = replicator.StateCompleted, "", replicator.Millis(now)
 		x.StateInfo, _ = json.Marshal(x.Stats)
 		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventStopped, Timestamp: replicator.Millis(now)})
-		if err := w.n.store.Jobs.Finish(w.ctx, tr, w.job, x.Encode()); err != nil {
+		if err := w.n.store.FinishJob(w.ctx, tr, w.job, x); err != nil {
 			return err
 		}
 		stats := map[string]any{}
@@ -564,7 +605,7 @@ func (w *worker) reschedule(d *replicator.JobData, why string) {
 		x.State, x.StateInfo, x.Node, x.LastUpdated = replicator.StatePending, nil, "", replicator.Millis(now)
 		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventStopped, Timestamp: replicator.Millis(now), Reason: why})
 		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventPending, Timestamp: replicator.Millis(now)})
-		return w.resubmitTx(tr, x, stime)
+		return w.n.store.ResubmitJob(w.ctx, tr, w.job, x, stime)
 	})
 	if !ok {
 		return
@@ -580,16 +621,6 @@ func (w *worker) reschedule(d *replicator.JobData, why string) {
 		}
 	}
 	w.logEvent(w.cfg.Logger.Info(), d).Str("why", why).Msg("replication stopped")
-}
-
-func (w *worker) resubmitTx(tr kv.Transaction, x *replicator.JobData, stime int64) error {
-	if err := w.n.store.Jobs.Resubmit(w.ctx, tr, w.job, stime, nil); err != nil {
-		if errors.Is(err, fdbjobs.ErrNotFound) {
-			return fmt.Errorf("job removed: %w", fdbjobs.ErrHalt)
-		}
-		return err
-	}
-	return w.n.store.Jobs.Finish(w.ctx, tr, w.job, x.Encode())
 }
 
 // crash handles an error: a persistent job (or a rate-limited transient
@@ -627,7 +658,7 @@ func (w *worker) crashTx(tr kv.Transaction, x *replicator.JobData, tag, reason s
 	x.State, x.StateInfo, x.LastError, x.Node, x.LastUpdated = replicator.StateCrashing, replicator.StateInfo(tag, reason), reason, "", replicator.Millis(now)
 	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventCrashed, Timestamp: replicator.Millis(now), Reason: reason})
 	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventPending, Timestamp: replicator.Millis(now)})
-	return w.resubmitTx(tr, x, replicator.Millis(now)+w.cfg.backoff(x.ErrorCount, jitter).Milliseconds())
+	return w.n.store.ResubmitJob(w.ctx, tr, w.job, x, replicator.Millis(now)+w.cfg.backoff(x.ErrorCount, jitter).Milliseconds())
 }
 
 // engineErrors are the engine's error classes, matched in order.

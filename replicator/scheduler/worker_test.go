@@ -175,7 +175,7 @@ func TestTransientJobs(t *testing.T) {
 	require.Equal(t, "sim", res["session_id"])
 
 	// Finished transient jobs are not listed but can be read by id.
-	list, err := c.Plane.SchedulerJobs(ctx, -1, 0)
+	list, err := c.Plane.SchedulerJobs(ctx, control.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Zero(t, list.TotalRows)
 	spec, err := replicator.ParseSpec(json.RawMessage(`{"source":"http://u:secret@h/a","target":"http://h/b"}`))
@@ -202,7 +202,7 @@ func TestTransientJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, control.Running, o.Kind)
 	require.Equal(t, 1, eng.Starts("http://h/c/"))
-	list, err = c.Plane.SchedulerJobs(ctx, -1, 0)
+	list, err = c.Plane.SchedulerJobs(ctx, control.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Equal(t, 1, list.TotalRows)
 	require.Equal(t, localID, *list.Jobs[0].ID)

@@ -76,16 +76,16 @@ func (a planeAdapter) Replicate(ctx context.Context, body json.RawMessage, user 
 	return res, nil
 }
 
-func (a planeAdapter) SchedulerJobs(ctx context.Context, limit, skip int) (any, error) {
-	return a.p.SchedulerJobs(ctx, limit, skip)
+func (a planeAdapter) SchedulerJobs(ctx context.Context, q frontend.PageQuery) (any, error) {
+	return a.p.SchedulerJobs(ctx, control.PageQuery(q))
 }
 
 func (a planeAdapter) SchedulerJob(ctx context.Context, id string) (any, error) {
 	return a.p.SchedulerJob(ctx, id)
 }
 
-func (a planeAdapter) SchedulerDocs(ctx context.Context, db string, states []string, limit, skip int) (any, error) {
-	return a.p.SchedulerDocs(ctx, db, "", states, limit, skip)
+func (a planeAdapter) SchedulerDocs(ctx context.Context, db string, states []string, q frontend.PageQuery) (any, error) {
+	return a.p.SchedulerDocs(ctx, db, "", states, control.PageQuery(q))
 }
 
 func (a planeAdapter) SchedulerDoc(ctx context.Context, db, docID string) (any, error) {

@@ -1,0 +1,272 @@
+package replicator
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// The view index: what _scheduler/docs, _scheduler/jobs and _active_tasks
+// read instead of every job (see doc.go, "View index"). Every write of a
+// job's row writes its index entries in the same transaction, through the
+// Store's job methods; the entry last written for each job is kept, so
+// that a write compares the new entry with it and changes keys and
+// counters only by the difference: a transaction run again after
+// commit_unknown_result finds its entry current and changes nothing.
+
+// AsSeen is a job's data as the views show it: a job whose data says
+// running while fdbjobs has it pending was re-enqueued (by the activity
+// monitor after its node died, or by the node on restart) and is pending,
+// with no node, until a node takes it. (The Store's re-enqueue hook
+// rewrites such data to pending; older stores may still hold it.)
+func AsSeen(st fdbjobs.State, d *JobData) *JobData {
+	if d.State != StateRunning || st == fdbjobs.Running {
+		return d
+	}
+	x := *d
+	x.State, x.Node = StatePending, ""
+	return &x
+}
+
+// Unfinished reports whether _scheduler/jobs lists a job: pending,
+// running or crashing (a document that did not parse is failed from its
+// start, though fdbjobs has it pending until a node fails it).
+func Unfinished(st fdbjobs.State, d *JobData) bool {
+	return st != fdbjobs.Finished && d.State != StateFailed && d.State != StateCompleted
+}
+
+// entry is a job's place in the view index, derived from its fdbjobs state
+// and data by entryOf.
+type entry struct {
+	dbUUID, dbName, docID string // a document's job; all "" for a transient one
+	state                 string // the view state (AsSeen)
+	sortID                string // _scheduler/jobs order (rep id, else job id); "" when not listed
+	node                  string // the node running it; "" unless running
+	expires               int64  // a finished transient job's last update (Unix ms); else 0
+}
+
+// entryOf is the index entry of a job; nil when the job is gone or its
+// data does not decode (the views skip such jobs).
+func entryOf(jobID string, st fdbjobs.State, d *JobData) *entry {
+	if d == nil || st == fdbjobs.NotFound {
+		return nil
+	}
+	v := AsSeen(st, d)
+	e := &entry{dbUUID: d.DBUUID, dbName: d.DBName, docID: d.DocID, state: v.State}
+	if e.dbUUID == "" {
+		e.dbName, e.docID = "", ""
+	}
+	if Unfinished(st, v) {
+		e.sortID = d.RepID
+		if e.sortID == "" {
+			e.sortID = jobID
+		}
+	}
+	if st == fdbjobs.Running && v.State == StateRunning {
+		e.node = v.Node
+	}
+	if d.Transient() && st == fdbjobs.Finished {
+		e.expires = max(d.LastUpdated, 1)
+	}
+	return e
+}
+
+func (e *entry) pack() []byte {
+	return tuple.Tuple{e.dbUUID, e.dbName, e.docID, e.state, e.sortID, e.node, e.expires}.Pack()
+}
+
+func unpackEntry(v []byte) (*entry, error) {
+	t, err := tuple.Unpack(v)
+	if err != nil || len(t) != 7 {
+		return nil, fmt.Errorf("replicator: bad index entry %x", v)
+	}
+	var e entry
+	for i, dst := range []*string{&e.dbUUID, &e.dbName, &e.docID, &e.state, &e.sortID, &e.node} {
+		s, ok := t[i].(string)
+		if !ok {
+			return nil, fmt.Errorf("replicator: bad index entry %x", v)
+		}
+		*dst = s
+	}
+	if e.expires, err = int64Elem(t[6]); err != nil {
+		return nil, fmt.Errorf("replicator: bad index entry %x", v)
+	}
+	return &e, nil
+}
+
+func int64Elem(x tuple.TupleElement) (int64, error) {
+	switch n := x.(type) {
+	case int64:
+		return n, nil
+	case int:
+		return int64(n), nil
+	}
+	return 0, fmt.Errorf("not an integer: %v", x)
+}
+
+// keys are the index keys the entry of jobID sets.
+func (s *Store) entryKeys(jobID string, e *entry) []kv.Key {
+	if e == nil {
+		return nil
+	}
+	var ks []kv.Key
+	if e.dbUUID != "" {
+		ks = append(ks, s.dbJobKey(e.dbUUID, e.docID), s.docStateKey(e.dbUUID, e.state, e.docID))
+	}
+	if e.sortID != "" {
+		ks = append(ks, s.unfinishedKey(e.sortID, jobID))
+	}
+	if e.node != "" {
+		ks = append(ks, s.runningKey(e.node, jobID))
+	}
+	if e.expires != 0 {
+		ks = append(ks, s.expiryKey(e.expires, jobID))
+	}
+	return ks
+}
+
+// countDeltas adds sign to the counters the entry counts in. registered
+// says whether the entry's database instance is the registered one of its
+// name (only those count in the all-databases counters).
+func (s *Store) countDeltas(deltas map[string]int64, e *entry, registered bool, sign int64) {
+	if e == nil {
+		return
+	}
+	if e.dbUUID != "" {
+		deltas[string(s.dbCountKey(e.dbUUID, e.state))] += sign
+		if registered {
+			deltas[string(s.docCountKey(e.state))] += sign
+		}
+	}
+	if e.sortID != "" {
+		deltas[string(s.jobCountKey())] += sign
+	}
+	if e.node != "" {
+		deltas[string(s.nodeCountKey(e.node))] += sign
+	}
+}
+
+// indexedJob is a job as the index sees it after a write: its fdbjobs
+// state and data (nil: gone, or data that does not decode).
+type indexedJob struct {
+	id string
+	st fdbjobs.State
+	d  *JobData
+}
+
+// index makes the index entries of jobs those of their given states, in
+// tr. It reads each job's last entry (all at once) and changes keys and
+// counters only where the entry changed.
+func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	futs := make([]kv.FutureByteSlice, len(jobs))
+	for i, j := range jobs {
+		futs[i] = tr.Get(s.entryKey(j.id))
+	}
+	olds := make([]*entry, len(jobs))
+	news := make([]*entry, len(jobs))
+	names := map[string]kv.FutureByteSlice{}
+	for i, j := range jobs {
+		v, err := futs[i].Get()
+		if err != nil {
+			return err
+		}
+		if v != nil {
+			if olds[i], err = unpackEntry(v); err != nil {
+				return err
+			}
+		}
+		news[i] = entryOf(j.id, j.st, j.d)
+		for _, e := range []*entry{olds[i], news[i]} {
+			if e != nil && e.dbUUID != "" && names[e.dbName] == nil {
+				names[e.dbName] = tr.Get(s.dbKey(e.dbName))
+			}
+		}
+	}
+	registered := map[string]string{}
+	for name, f := range names {
+		v, err := f.Get()
+		if err != nil {
+			return err
+		}
+		registered[name] = string(v)
+	}
+	isReg := func(e *entry) bool { return e != nil && e.dbUUID != "" && registered[e.dbName] == e.dbUUID }
+	deltas := map[string]int64{}
+	for i, j := range jobs {
+		old, cur := olds[i], news[i]
+		if old == nil && cur == nil || old != nil && cur != nil && *old == *cur {
+			continue
+		}
+		for _, k := range s.entryKeys(j.id, old) {
+			tr.Clear(k)
+		}
+		for _, k := range s.entryKeys(j.id, cur) {
+			tr.Set(k, nil)
+		}
+		if cur == nil {
+			tr.Clear(s.entryKey(j.id))
+		} else {
+			tr.Set(s.entryKey(j.id), cur.pack())
+		}
+		s.countDeltas(deltas, old, isReg(old), -1)
+		s.countDeltas(deltas, cur, isReg(cur), 1)
+	}
+	for k, d := range deltas {
+		if d != 0 {
+			tr.Add(kv.Key(k), kv.Int64(d))
+		}
+	}
+	return nil
+}
+
+// reindex indexes jobs ids as their rows stand in tr (after this
+// transaction's own writes): for writes whose outcome the caller does not
+// know exactly (an fdbjobs Finish that recognised its own earlier commit
+// writes nothing, and the job may have moved on since).
+func (s *Store) reindex(ctx context.Context, tr kv.Transaction, ids ...string) error {
+	rows, err := s.Jobs.ReadJobs(ctx, tr, JobType, ids)
+	if err != nil {
+		return err
+	}
+	jobs := make([]indexedJob, len(rows))
+	for i, r := range rows {
+		jobs[i] = indexedJob{id: r.ID, st: r.State}
+		if r.State != fdbjobs.NotFound {
+			jobs[i].d, _ = DecodeJobData(r.Data) // undecodable: not indexed
+		}
+	}
+	return s.index(tr, jobs)
+}
+
+// readCounters reads int64 counters at once (absent ones are 0).
+func readCounters(tr kv.ReadTransaction, keys []kv.Key) ([]int64, error) {
+	futs := make([]kv.FutureByteSlice, len(keys))
+	for i, k := range keys {
+		futs[i] = tr.Get(k)
+	}
+	out := make([]int64, len(keys))
+	for i, f := range futs {
+		v, err := f.Get()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = kv.DecodeInt64(v)
+	}
+	return out, nil
+}
+
+// sumCounters reads int64 counters at once and returns their sum.
+func sumCounters(tr kv.ReadTransaction, keys []kv.Key) (int64, error) {
+	ns, err := readCounters(tr, keys)
+	var sum int64
+	for _, n := range ns {
+		sum += n
+	}
+	return sum, err
+}

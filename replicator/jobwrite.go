@@ -1,0 +1,185 @@
+package replicator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+// Every write of a rep_jobs job goes through the methods of this file,
+// which write the job and its view index entries in one transaction (see
+// index.go). They take the caller's transaction and follow the kv rules.
+
+// AddJob replaces job jobID (old is its current data, nil when absent) by
+// a pending job with data d scheduled at stime (Unix ms), in tr.
+func (s *Store) AddJob(ctx context.Context, tr kv.Transaction, jobID string, old, d *JobData, stime int64, jobTimeout time.Duration) error {
+	if old != nil {
+		if err := s.RemoveJob(ctx, tr, jobID, old); err != nil {
+			return err
+		}
+	}
+	if _, err := s.Jobs.TypeTimeout(ctx, tr, JobType); errors.Is(err, fdbjobs.ErrNotFound) {
+		// The caller's snapshot predates the type's registration.
+		if err := s.Jobs.SetTypeTimeout(ctx, tr, JobType, jobTimeout); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if err := s.Jobs.Add(ctx, tr, JobType, jobID, d.Encode(), stime); err != nil {
+		return err
+	}
+	// The job was absent (or removed above): Add made it pending with d.
+	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.Pending, d: d}})
+}
+
+// RemoveJob removes a job with its replication id mapping (if it still
+// points to the job) and its index entries, in tr; d is its data (nil
+// when unknown). A missing job is no error.
+func (s *Store) RemoveJob(ctx context.Context, tr kv.Transaction, jobID string, d *JobData) error {
+	if err := s.Jobs.Remove(ctx, tr, JobType, jobID); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
+		return err
+	}
+	if d != nil && d.RepID != "" {
+		if err := s.ClearRepID(tr, d.RepID, jobID); err != nil {
+			return err
+		}
+	}
+	if d != nil && d.DBUUID != "" {
+		tr.Clear(s.dbJobKey(d.DBUUID, d.DocID)) // also for a job the index never saw
+	}
+	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.NotFound}})
+}
+
+// removeJobs removes the jobs ids that exist (RemoveJob for each, their
+// rows and replication id owners read at once) and returns them, in tr.
+// keep, when not nil, spares the jobs it returns true for.
+func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string, keep func(fdbjobs.State, *JobData) bool) ([]string, error) {
+	rows, err := s.Jobs.ReadJobs(ctx, tr, JobType, ids)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var datas []*JobData
+	for _, r := range rows {
+		if r.State == fdbjobs.NotFound {
+			continue
+		}
+		d, _ := DecodeJobData(r.Data) // undecodable data: removed all the same
+		if keep != nil && keep(r.State, d) {
+			continue
+		}
+		removed, datas = append(removed, r.ID), append(datas, d)
+	}
+	owners := make([]kv.FutureByteSlice, len(removed))
+	for i, d := range datas {
+		if d != nil && d.RepID != "" {
+			owners[i] = tr.Get(s.repIDKey(d.RepID))
+		}
+	}
+	gone := make([]indexedJob, len(removed))
+	for i, id := range removed {
+		if err := s.Jobs.Remove(ctx, tr, JobType, id); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
+			return nil, err
+		}
+		if d := datas[i]; d != nil && owners[i] != nil {
+			v, err := owners[i].Get()
+			if err != nil {
+				return nil, err
+			}
+			if string(v) == id {
+				tr.Clear(s.repIDKey(d.RepID))
+			}
+		}
+		if d := datas[i]; d != nil && d.DBUUID != "" {
+			tr.Clear(s.dbJobKey(d.DBUUID, d.DocID))
+		}
+		gone[i] = indexedJob{id: id, st: fdbjobs.NotFound}
+	}
+	return removed, s.index(tr, gone)
+}
+
+// UpdateJob stores d as the data of the running job job holds, with
+// fdbjobs' Update (the heartbeat and the fence: ErrHalt when the worker
+// lost the job), and its index entries, in tr. A document's job whose
+// database was deleted is halted instead (ErrHalt wrapping ErrDBDeleted,
+// nothing written): a deleted database's running jobs stop at their next
+// heartbeat, before the nodes remove them, and no longer write rows the
+// removal reads.
+func (s *Store) UpdateJob(ctx context.Context, tr kv.Transaction, job *fdbjobs.Job, d *JobData) error {
+	if !d.Transient() {
+		owns, err := s.OwnsDoc(tr, d)
+		if err != nil {
+			return err
+		}
+		if !owns {
+			return fmt.Errorf("job %q: %w: %w", job.ID, fdbjobs.ErrHalt, ErrDBDeleted)
+		}
+	}
+	if err := s.Jobs.Update(ctx, tr, job, d.Encode()); err != nil {
+		return err
+	}
+	// Update wrote d (or recognised its own earlier commit of it: only the
+	// lock holder writes a running job's data).
+	return s.index(tr, []indexedJob{{id: job.ID, st: fdbjobs.Running, d: d}})
+}
+
+// FinishJob ends the worker's hold on job with data d (fdbjobs Finish:
+// finished, or pending again if it was resubmitted while running) and
+// indexes the job as it then stands, in tr.
+func (s *Store) FinishJob(ctx context.Context, tr kv.Transaction, job *fdbjobs.Job, d *JobData) error {
+	if err := s.Jobs.Finish(ctx, tr, job, d.Encode()); err != nil {
+		return err
+	}
+	return s.reindex(ctx, tr, job.ID)
+}
+
+// ResubmitJob stops the running job job holds and makes it pending at
+// stime (Unix ms) with data d, in tr. A removed job is ErrHalt.
+func (s *Store) ResubmitJob(ctx context.Context, tr kv.Transaction, job *fdbjobs.Job, d *JobData, stime int64) error {
+	if err := s.Jobs.Resubmit(ctx, tr, job, stime, nil); err != nil {
+		if errors.Is(err, fdbjobs.ErrNotFound) {
+			return fmt.Errorf("job removed: %w", fdbjobs.ErrHalt)
+		}
+		return err
+	}
+	return s.FinishJob(ctx, tr, job, d)
+}
+
+// reenqueued is the Store's fdbjobs re-enqueue hook: a job the activity
+// monitor or Reenqueue takes back from a node is pending again, so its
+// data says so (state pending; node kept, as the node it last ran on, for
+// the "taken_over_from" log line of its next start), and its index
+// entries follow.
+func (s *Store) reenqueued(tr kv.Transaction, jobs []fdbjobs.ReenqueuedJob) error {
+	idx := make([]indexedJob, 0, len(jobs))
+	for i := range jobs {
+		d, err := DecodeJobData(jobs[i].Data)
+		if err != nil {
+			continue // not ours to judge: re-enqueued as it is
+		}
+		if d.State == StateRunning {
+			d.State = StatePending
+			jobs[i].Data = d.Encode()
+		}
+		idx = append(idx, indexedJob{id: jobs[i].ID, st: fdbjobs.Pending, d: d})
+	}
+	return s.index(tr, idx)
+}
+
+// OwnsDoc reports whether d's document still belongs to d's job, in tr:
+// the job's database instance is the one registered under its name. A job
+// of a deleted database (removed by the nodes shortly) must not write its
+// state into a document of a database re-created under the same name.
+// Transient jobs own no document.
+func (s *Store) OwnsDoc(tr kv.ReadTransaction, d *JobData) (bool, error) {
+	if d.Transient() {
+		return false, nil
+	}
+	u, err := s.RegisteredDB(tr, d.DBName)
+	return u == d.DBUUID, err
+}

@@ -1,0 +1,443 @@
+package replicator
+
+import (
+	"context"
+	"math"
+	"sort"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/subspace"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// Reading the views from the index (see doc.go, "View index"): a page
+// costs what it lists, not what the cluster holds. Rows are read in
+// transactions of at most viewRowsPerTx jobs, so a page of up to that many
+// rows is one consistent snapshot; a bigger one is several (rows that
+// change between them may be missed or shifted, as between two pages).
+// skip costs O(skip) keys-only reads, viewKeysPerTx per transaction,
+// except that whole databases are skipped by their counters.
+// (Variables so that tests can make pages span transactions.)
+var (
+	// viewRowsPerTx is how many jobs one transaction of a view reads
+	// (job data is typically 2 kB, at most 100 kB).
+	viewRowsPerTx = 100
+	// viewKeysPerTx is how many index keys one transaction of a view
+	// reads while skipping.
+	viewKeysPerTx = 5000
+)
+
+// Page is one page of a view, in the view's order.
+type Page struct {
+	// Total is the view's total_rows: every row it selects (a start key
+	// does not change it), from the index counters.
+	Total int
+	// Offset is the rows skipped (skip, at most Total).
+	Offset int
+	Jobs   []PageJob
+}
+
+// PageJob is a listed job: its id, fdbjobs state and data.
+type PageJob struct {
+	ID    string
+	State fdbjobs.State
+	Data  *JobData
+}
+
+// DocsQuery selects a page of _scheduler/docs.
+type DocsQuery struct {
+	// DB is the database to list; "" lists every registered one, in name
+	// order.
+	DB string
+	// States keeps the documents in these view states (none: all). They
+	// must be known states (ViewStates).
+	States []string
+	// StartDB and StartDoc are where the page starts (inclusive): the
+	// first row is the first at or after (StartDB, StartDoc). StartDB
+	// applies when DB is "".
+	StartDB, StartDoc string
+	Limit, Skip       int
+}
+
+// DocsPage returns a page of the jobs of _replicator documents, sorted by
+// database name and document id; a deleted database's documents never
+// show (only registered instances are walked).
+func (s *Store) DocsPage(ctx context.Context, q DocsQuery) (Page, error) {
+	states := q.States
+	if len(states) == 0 {
+		states = viewStates
+	}
+	states = append([]string(nil), states...)
+	sort.Strings(states)
+	c := docsCursor{s: s, states: states, filtered: len(q.States) > 0, one: q.DB != "", db: q.StartDB, doc: q.StartDoc, inclDB: true, inclDoc: true}
+	if c.one {
+		c.db = q.DB
+	}
+	total := func(tr kv.ReadTransaction) (int64, error) {
+		var keys []kv.Key
+		if c.one {
+			u, err := s.RegisteredDB(tr, q.DB)
+			if err != nil || u == "" {
+				return 0, err
+			}
+			for _, st := range states {
+				keys = append(keys, s.dbCountKey(u, st))
+			}
+		} else {
+			for _, st := range states {
+				keys = append(keys, s.docCountKey(st))
+			}
+		}
+		return sumCounters(tr, keys)
+	}
+	return s.page(ctx, c, total, q.Limit, q.Skip)
+}
+
+// JobsPage returns a page of _scheduler/jobs: the unfinished jobs
+// (Unfinished) sorted by replication id (job id when they have none yet),
+// then job id, starting at (startID, startJobID) inclusive.
+func (s *Store) JobsPage(ctx context.Context, startID, startJobID string, limit, skip int) (Page, error) {
+	rng := subspaceRange(s.unfinished)
+	if startID != "" || startJobID != "" {
+		rng.Begin = s.unfinishedKey(startID, startJobID)
+	}
+	total := func(tr kv.ReadTransaction) (int64, error) { return sumCounters(tr, []kv.Key{s.jobCountKey()}) }
+	return s.page(ctx, rangeCursor{ss: s.unfinished, rng: rng}, total, limit, skip)
+}
+
+// RunningJobs returns the jobs running on node ("" for every node),
+// sorted by node and job id: a node runs max_jobs + max_churn jobs at
+// most, so this costs the running jobs, not all of them.
+func (s *Store) RunningJobs(ctx context.Context, node string) ([]PageJob, error) {
+	rng := subspaceRange(s.running)
+	if node != "" {
+		rng = prefixRange(s.running, tuple.Tuple{node})
+	}
+	p, err := s.page(ctx, rangeCursor{ss: s.running, rng: rng}, nil, math.MaxInt, 0)
+	return p.Jobs, err
+}
+
+// NodeRunning returns how many jobs the index has running on node (its
+// counter).
+func (s *Store) NodeRunning(ctx context.Context, tr kv.ReadTransactor, node string) (int, error) {
+	if tr == nil {
+		tr = s.DB
+	}
+	return kv.ReadTransact(ctx, tr, func(tr kv.ReadTransaction) (int, error) {
+		n, err := sumCounters(tr, []kv.Key{s.nodeCountKey(node)})
+		return int(n), err
+	})
+}
+
+// cursor is a position in a view's index. Methods return the moved
+// cursor and leave the receiver as it was, so that a transaction that
+// runs again starts from the same place.
+type cursor interface {
+	// next returns the ids of up to n more rows (fewer only at the end).
+	next(tr kv.ReadTransaction, n int) ([]string, cursor, error)
+	// skip passes over up to n rows, reading keys only, or more cheaply
+	// when it can; it returns how many it passed (0 only at the end).
+	skip(tr kv.ReadTransaction, n int) (int, cursor, error)
+	done() bool
+}
+
+// page reads a page from c: skip rows, then up to limit, with total_rows
+// from total (nil: 0), paging across transactions.
+func (s *Store) page(ctx context.Context, c cursor, total func(kv.ReadTransaction) (int64, error), limit, skip int) (Page, error) {
+	p := Page{Jobs: []PageJob{}}
+	first, skipLeft := true, skip
+	for {
+		type step struct {
+			c        cursor
+			skipLeft int
+			total    int64
+			jobs     []PageJob
+		}
+		st, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) (step, error) {
+			out := step{c: c, skipLeft: skipLeft}
+			var err error
+			if first && total != nil {
+				if out.total, err = total(tr); err != nil {
+					return step{}, err
+				}
+			}
+			if limit == 0 {
+				return out, nil
+			}
+			for budget := viewKeysPerTx; out.skipLeft > 0 && budget > 0 && !out.c.done(); {
+				var n int
+				if n, out.c, err = out.c.skip(tr, min(out.skipLeft, budget)); err != nil {
+					return step{}, err
+				}
+				out.skipLeft -= n
+				budget -= max(n, 1)
+			}
+			if out.skipLeft > 0 || out.c.done() {
+				return out, nil
+			}
+			var ids []string
+			if ids, out.c, err = out.c.next(tr, min(limit-len(p.Jobs), viewRowsPerTx)); err != nil {
+				return step{}, err
+			}
+			rows, err := s.Jobs.ReadJobs(ctx, tr, JobType, ids)
+			if err != nil {
+				return step{}, err
+			}
+			for _, r := range rows {
+				if r.State == fdbjobs.NotFound {
+					continue
+				}
+				if d, err := DecodeJobData(r.Data); err == nil {
+					out.jobs = append(out.jobs, PageJob{ID: r.ID, State: r.State, Data: d})
+				}
+			}
+			return out, nil
+		})
+		if err != nil {
+			return Page{}, err
+		}
+		if first {
+			p.Total, first = int(st.total), false
+		}
+		c, skipLeft = st.c, st.skipLeft
+		p.Jobs = append(p.Jobs, st.jobs...)
+		if limit == 0 || c.done() || len(p.Jobs) >= limit {
+			p.Offset = min(skip, p.Total)
+			return p, nil
+		}
+	}
+}
+
+// rangeCursor walks one range of index subspace ss whose keys end in a
+// job id.
+type rangeCursor struct {
+	ss  subspace.Subspace
+	rng kv.KeyRange
+	end bool
+}
+
+func (c rangeCursor) done() bool { return c.end }
+
+func (c rangeCursor) read(tr kv.ReadTransaction, n int) ([]kv.KeyValue, cursor, error) {
+	kvs, err := tr.GetRange(c.rng, kv.RangeOptions{Limit: n}).GetSliceWithError()
+	if err != nil {
+		return nil, c, err
+	}
+	if len(kvs) < n {
+		c.end = true
+	} else {
+		c.rng.Begin = kv.KeyAfter(kvs[len(kvs)-1].Key)
+	}
+	return kvs, c, nil
+}
+
+func (c rangeCursor) next(tr kv.ReadTransaction, n int) ([]string, cursor, error) {
+	kvs, next, err := c.read(tr, n)
+	ids := make([]string, 0, len(kvs))
+	for _, e := range kvs {
+		if t, err := c.ss.Unpack(e.Key); err == nil && len(t) > 0 {
+			if id, ok := t[len(t)-1].(string); ok {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids, next, err
+}
+
+func (c rangeCursor) skip(tr kv.ReadTransaction, n int) (int, cursor, error) {
+	kvs, next, err := c.read(tr, n)
+	return len(kvs), next, err
+}
+
+// docsCursor walks _scheduler/docs: the registered databases in name
+// order (or one), in each its documents in id order, through (4, DBUUID,
+// DocID) or, filtered by states, the union of (10, DBUUID, State, DocID)
+// for those states.
+type docsCursor struct {
+	s        *Store
+	states   []string // sorted; every view state when not filtered
+	filtered bool
+	one      bool // only database db
+
+	db      string // the current database (or the one to start at)
+	inclDB  bool   // db itself is still to come (its uuid not read yet)
+	uuid    string // of db, once read; "" before
+	doc     string // position in db
+	inclDoc bool   // doc itself is still to come
+	end     bool
+}
+
+func (c docsCursor) done() bool { return c.end }
+
+// enter moves c to the database it stands at or after: it reads db's
+// identity, or the next registered name. c.end when there is none.
+func (c docsCursor) enter(tr kv.ReadTransaction) (docsCursor, error) {
+	if c.uuid != "" || c.end {
+		return c, nil
+	}
+	if c.one {
+		u, err := c.s.RegisteredDB(tr, c.db)
+		if err != nil {
+			return c, err
+		}
+		c.uuid, c.end = u, u == ""
+		return c, nil
+	}
+	rng := subspaceRange(c.s.dbs)
+	if c.inclDB {
+		rng.Begin = c.s.dbKey(c.db)
+	} else {
+		rng.Begin = kv.KeyAfter(c.s.dbKey(c.db))
+	}
+	kvs, err := tr.GetRange(rng, kv.RangeOptions{Limit: 1}).GetSliceWithError()
+	if err != nil || len(kvs) == 0 {
+		c.end = err == nil
+		return c, err
+	}
+	t, err := c.s.dbs.Unpack(kvs[0].Key)
+	name, _ := tupleString(t, err)
+	if name != c.db {
+		c.doc, c.inclDoc = "", true // a database after the start one: from its first document
+	}
+	c.db, c.inclDB, c.uuid = name, false, string(kvs[0].Value)
+	return c, nil
+}
+
+func tupleString(t tuple.Tuple, err error) (string, bool) {
+	if err != nil || len(t) != 1 {
+		return "", false
+	}
+	s, ok := t[0].(string)
+	return s, ok
+}
+
+// leave moves c past its database.
+func (c docsCursor) leave() docsCursor {
+	if c.one {
+		c.end = true
+		return c
+	}
+	c.uuid, c.inclDB, c.doc, c.inclDoc = "", false, "", true
+	return c
+}
+
+// docRange is the range of db's documents in state st ("" unfiltered)
+// from c's position.
+func (c docsCursor) docRange(st string) kv.KeyRange {
+	var prefix tuple.Tuple
+	var at kv.Key
+	ss := c.s.dbJobs
+	if st == "" {
+		prefix, at = tuple.Tuple{c.uuid}, c.s.dbJobKey(c.uuid, c.doc)
+	} else {
+		ss = c.s.docStates
+		prefix, at = tuple.Tuple{c.uuid, st}, c.s.docStateKey(c.uuid, st, c.doc)
+	}
+	rng := prefixRange(ss, prefix)
+	if c.inclDoc {
+		rng.Begin = at
+	} else {
+		rng.Begin = kv.KeyAfter(at)
+	}
+	return rng
+}
+
+// inDB returns up to n document ids of the current database from c's
+// position, and whether the database has no more.
+func (c docsCursor) inDB(tr kv.ReadTransaction, n int) ([]string, bool, error) {
+	ranges := []string{""}
+	if c.filtered {
+		ranges = c.states
+	}
+	results := make([]kv.RangeResult, len(ranges))
+	for i, st := range ranges {
+		results[i] = tr.GetRange(c.docRange(st), kv.RangeOptions{Limit: n})
+	}
+	var docs []string
+	exhausted := true
+	for i, r := range results {
+		kvs, err := r.GetSliceWithError()
+		if err != nil {
+			return nil, false, err
+		}
+		exhausted = exhausted && len(kvs) < n
+		ss := c.s.dbJobs
+		if ranges[i] != "" {
+			ss = c.s.docStates
+		}
+		for _, e := range kvs {
+			if t, err := ss.Unpack(e.Key); err == nil && len(t) > 0 {
+				if id, ok := t[len(t)-1].(string); ok {
+					docs = append(docs, id)
+				}
+			}
+		}
+	}
+	if len(ranges) > 1 {
+		sort.Strings(docs) // a document is in one state at a time: no duplicates
+		if len(docs) > n {
+			docs, exhausted = docs[:n], false
+		}
+	}
+	return docs, exhausted, nil
+}
+
+// advance moves c past docs, the ids inDB returned, and past the database
+// when it is exhausted.
+func (c docsCursor) advance(docs []string, exhausted bool) docsCursor {
+	if exhausted {
+		return c.leave()
+	}
+	if len(docs) > 0 {
+		c.doc, c.inclDoc = docs[len(docs)-1], false
+	}
+	return c
+}
+
+func (c docsCursor) next(tr kv.ReadTransaction, n int) ([]string, cursor, error) {
+	var ids []string
+	for len(ids) < n {
+		var err error
+		if c, err = c.enter(tr); err != nil || c.end {
+			return ids, c, err
+		}
+		docs, exhausted, err := c.inDB(tr, n-len(ids))
+		if err != nil {
+			return nil, c, err
+		}
+		for _, d := range docs {
+			ids = append(ids, DocJobID(c.uuid, d))
+		}
+		c = c.advance(docs, exhausted)
+	}
+	return ids, c, nil
+}
+
+// skip passes a whole database by its counters when it stands at the
+// database's start and the database has no more rows than n; otherwise
+// it reads keys within the database.
+func (c docsCursor) skip(tr kv.ReadTransaction, n int) (int, cursor, error) {
+	c, err := c.enter(tr)
+	if err != nil || c.end {
+		return 0, c, err
+	}
+	if c.doc == "" && c.inclDoc {
+		keys := make([]kv.Key, len(c.states))
+		for i, st := range c.states {
+			keys[i] = c.s.dbCountKey(c.uuid, st)
+		}
+		total, err := sumCounters(tr, keys)
+		if err != nil {
+			return 0, c, err
+		}
+		if total <= int64(n) {
+			return int(total), c.leave(), nil
+		}
+	}
+	docs, exhausted, err := c.inDB(tr, n)
+	if err != nil {
+		return 0, c, err
+	}
+	return len(docs), c.advance(docs, exhausted), nil
+}
