@@ -8,7 +8,7 @@ POUCHDB   := $(CURDIR)/scripts/pouchdb
 FAUXTON   := $(CURDIR)/scripts/fauxton
 
 .PHONY: all build run test test-unit test-faults test-latency lint fdb-check pouchdb fauxton fuzz \
-        bench-kv bench-jobs bench-replication bench-scheduler bench-frontend cluster clean
+        bench-kv bench-jobs bench-replication bench-scheduler bench-frontend bench-views cluster clean
 
 all: build
 
@@ -80,6 +80,11 @@ bench-scheduler:
 
 bench-frontend:
 	$(GO) run ./cmd/fdbrep-bench frontend $(ARGS)
+
+## bench-views: scheduler view page latency at 1k, 10k and 100k jobs
+## (ARGS="-sizes 1000,10000,100000,1000000" for the million).
+bench-views:
+	$(GO) run ./cmd/fdbrep-bench views $(ARGS)
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s).
 FUZZTIME ?= 30s

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
+	"github.com/fdbrep/fdbrep/replicator/control"
 )
 
 // benchEnv is what a benchmark sets up before it measures: a working
@@ -125,3 +129,42 @@ func cpuTime() time.Duration {
 
 // ms is d in (fractional) milliseconds.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// benchDocsPerTx is how many documents writeRepDocs writes per
+// transaction.
+const benchDocsPerTx = 200
+
+// repDocID is the id of the i-th document writeRepDocs writes.
+func repDocID(i int) string { return fmt.Sprintf("doc%08d", i) }
+
+// writeRepDocs writes continuous replication documents from to to (ids
+// repDocID(i), sources src<i>, in database dbOf(i)) through the control
+// plane, as a frontend does (ParseDoc, DocWritten), benchDocsPerTx per
+// transaction.
+func writeRepDocs(ctx context.Context, db kv.Database, plane *control.Plane, from, to int, dbOf func(int) string) error {
+	for from < to {
+		end := min(from+benchDocsPerTx, to)
+		parsed := make([]*control.Doc, 0, end-from)
+		for i := from; i < end; i++ {
+			raw, _ := json.Marshal(map[string]any{"source": fmt.Sprintf("http://peer.invalid/src%08d", i), "target": "http://peer.invalid/tgt", "continuous": true})
+			p, err := plane.ParseDoc(dbOf(i), repDocID(i), raw)
+			if err != nil {
+				return err
+			}
+			parsed = append(parsed, p)
+		}
+		_, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
+			for _, p := range parsed {
+				if _, err := plane.DocWritten(ctx, tr, p); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		})
+		if err != nil {
+			return err
+		}
+		from = end
+	}
+	return nil
+}

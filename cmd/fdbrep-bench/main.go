@@ -5,6 +5,7 @@
 //	fdbrep-bench replication [flags]  replication engine (make bench-replication)
 //	fdbrep-bench scheduler [flags]    replication scheduler (make bench-scheduler)
 //	fdbrep-bench frontend [flags]     HTTP API of an api_frontend node (make bench-frontend)
+//	fdbrep-bench views [flags]        scheduler view pages as jobs grow (make bench-views)
 //
 // Each benchmark lives in its own file and registers itself in init.
 package main

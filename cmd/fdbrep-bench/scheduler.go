@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
-	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
@@ -72,28 +70,8 @@ func runSchedulerBench(args []string) error {
 
 	// Create the jobs as a frontend does, 200 documents per transaction.
 	t0 := time.Now()
-	const perTx = 200
-	for start := 0; start < *jobs; start += perTx {
-		end := min(start+perTx, *jobs)
-		_, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
-			for i := start; i < end; i++ {
-				doc, _ := json.Marshal(map[string]any{
-					"source": fmt.Sprintf("http://peer.invalid/src%06d", i), "target": "http://peer.invalid/tgt",
-					"continuous": true,
-				})
-				parsed, err := plane.ParseDoc("_replicator", fmt.Sprintf("doc%06d", i), doc)
-				if err != nil {
-					return nil, err
-				}
-				if _, err := plane.DocWritten(ctx, tr, parsed); err != nil {
-					return nil, err
-				}
-			}
-			return nil, nil
-		})
-		if err != nil {
-			return fmt.Errorf("creating jobs: %w", err)
-		}
+	if err := writeRepDocs(ctx, db, plane, 0, *jobs, func(int) string { return "_replicator" }); err != nil {
+		return fmt.Errorf("creating jobs: %w", err)
 	}
 	created := time.Since(t0)
 	fmt.Printf("scheduler: %d continuous jobs on %d nodes, max_jobs %d, max_churn %d, interval %v, min_run_time %v, simulated checkpoint every %v (simengine; store: %s)\n",
