@@ -319,7 +319,8 @@ func (s *Store) dbJobIDs(tr kv.ReadTransaction, dbUUID, before string, first boo
 }
 
 // FoldJobs visits every replication job whose data decodes (paging across
-// transactions, as fdbjobs.FoldJobs).
+// transactions, as fdbjobs.FoldJobs): for the index backfill and for
+// tests; nothing a request or an interval does reads every job.
 func (s *Store) FoldJobs(ctx context.Context, fn func(id string, st fdbjobs.State, d *JobData) error) error {
 	return s.Jobs.FoldJobs(ctx, JobType, func(j fdbjobs.JobInfo) error {
 		d, err := DecodeJobData(j.Data)

@@ -37,17 +37,20 @@ func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
 // interval, but acceptors take such jobs first (they are the oldest), so
 // the worker that got one removes it at once.
 func (w *worker) removeOrphan() {
-	_, err := kv.Transact(w.ctx, w.n.store.DB, func(tr kv.Transaction) (any, error) {
+	removed, err := kv.Transact(w.ctx, w.n.store.DB, func(tr kv.Transaction) (bool, error) {
 		d, _, err := w.n.store.Job(w.ctx, tr, w.job.ID)
 		if err != nil || d == nil || d.Transient() {
-			return nil, err
+			return false, err
 		}
 		if owns, err := w.n.store.OwnsDoc(tr, d); err != nil || owns {
-			return nil, err
+			return false, err
 		}
-		return nil, w.n.store.RemoveJob(w.ctx, tr, w.job.ID, d)
+		return true, w.n.store.RemoveJob(w.ctx, tr, w.job.ID, d)
 	})
-	if err != nil && w.ctx.Err() == nil {
+	switch {
+	case err != nil && w.ctx.Err() == nil:
 		w.cfg.Logger.Warn().Err(err).Str("job_id", w.job.ID).Msg("replicator: removing a deleted database's job")
+	case removed:
+		w.n.m.Inc(replicator.MetricJobsRemoves)
 	}
 }

@@ -379,6 +379,7 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 		return false
 	}
 	if o.orphan {
+		w.n.m.Inc(replicator.MetricJobsRemoves)
 		w.logEvent(w.cfg.Logger.Info(), d).Str("why", "its _replicator database was deleted").Msg("replication stopped")
 		w.n.Reschedule() // its cleanup removes the database's other jobs now
 		return false
