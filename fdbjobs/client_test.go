@@ -3,6 +3,7 @@ package fdbjobs
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,6 +142,25 @@ func TestFoldJobsStreams(t *testing.T) {
 	})
 	require.ErrorIs(t, err, stop)
 	require.Equal(t, 3, seen)
+
+	// The first batch is a few rows (their size unknown); small rows make
+	// the next ones full.
+	counted := &countingDB{Database: b.db}
+	plain, err := New(counted, Config{})
+	require.NoError(t, err)
+	require.NoError(t, plain.FoldJobs(b.ctx, t1, func(JobInfo) error { return nil }))
+	require.LessOrEqual(t, counted.n.Load(), int64(5))
+}
+
+// countingDB counts the transactions created on it.
+type countingDB struct {
+	kv.Database
+	n atomic.Int64
+}
+
+func (d *countingDB) CreateTransaction() (kv.Transaction, error) {
+	d.n.Add(1)
+	return d.Database.CreateTransaction()
 }
 
 // A subscription on one node sees the work done on another.

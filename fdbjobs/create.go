@@ -2,6 +2,7 @@ package fdbjobs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -337,10 +338,15 @@ type JobInfo struct {
 	Data          json.RawMessage
 }
 
+// foldBatchBytes is about how much a FoldJobs batch reads (FoundationDB
+// advises under 1 MB per transaction): its row count is this over the
+// largest row seen so far (over MaxDataSize before any is seen).
+const foldBatchBytes = 400_000
+
 // FoldJobs calls fn for every job of typ, in job id order, reading at
-// most FoldBatchDefault jobs per transaction so that any number of jobs
-// can be visited without reaching FoundationDB's five-second or size
-// limits. A batch that fails with a retryable error, transaction_too_old,
+// most FoldBatchDefault jobs (and about foldBatchBytes) per transaction so
+// that any number of jobs can be visited without reaching FoundationDB's
+// five-second or size limits. A batch that fails with a retryable error, transaction_too_old,
 // transaction_too_large or a timeout is read again smaller (times
 // Config.BatchFactor, backing off as FoundationDB's OnError does after
 // retryable errors) and the size grows back by Config.BatchIncrement after
@@ -352,21 +358,26 @@ func (c *Client) FoldJobs(ctx context.Context, typ string, fn func(JobInfo) erro
 	r := prefixRange(c.k.data, tuple.Tuple{typ})
 	begin := r.Begin.FDBKey()
 	limit, failures := FoldBatchDefault, 0
+	// The largest row seen so far sizes the batches; the first one
+	// assumes the largest possible (a few rows).
+	largest := 0
 	var bo kv.Backoff
 	for {
 		type batch struct {
 			jobs []JobInfo
-			n    int
+			more bool // the range goes on after last
 			last kv.Key
 		}
+		n := min(limit, max(1, foldBatchBytes/cmp.Or(largest, MaxDataSize)))
 		b, err := once(ctx, c.db, func(tr kv.Transaction) (batch, error) {
 			kvs, err := tr.Snapshot().GetRange(kv.KeyRange{Begin: begin, End: r.End},
-				kv.RangeOptions{Limit: limit}).GetSliceWithError()
+				kv.RangeOptions{Limit: n}).GetSliceWithError()
 			if err != nil {
 				return batch{}, err
 			}
-			out := batch{jobs: make([]JobInfo, 0, len(kvs)), n: len(kvs)}
+			out := batch{jobs: make([]JobInfo, 0, len(kvs)), more: len(kvs) == n}
 			for _, e := range kvs {
+				largest = max(largest, len(e.Key)+len(e.Value))
 				out.last = e.Key
 				t, err := c.k.data.Unpack(e.Key)
 				if err != nil || len(t) != 2 {
@@ -401,7 +412,7 @@ func (c *Client) FoldJobs(ctx context.Context, typ string, fn func(JobInfo) erro
 				return err
 			}
 		}
-		if b.n < limit {
+		if !b.more || b.last == nil {
 			return nil
 		}
 		begin = kv.KeyAfter(b.last)
