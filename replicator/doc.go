@@ -114,7 +114,8 @@
 // states, so a deleted database's documents never show; _scheduler/jobs
 // reads (11); _active_tasks reads (12); total_rows comes from the
 // counters. A page reads at most 100 jobs per transaction (a bigger page
-// spans transactions); skip costs keys-only reads, 5,000 per transaction,
+// spans transactions; rows stop at 400 kB read per transaction); skip
+// costs keys-only reads, 1,000 per transaction,
 // except that whole databases are skipped by their counters; a start key
 // (fdbrep's start_key) starts a page anywhere in O(1).
 //

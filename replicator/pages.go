@@ -18,14 +18,50 @@ import (
 // change between them may be missed or shifted, as between two pages).
 // skip costs O(skip) keys-only reads, viewKeysPerTx per transaction,
 // except that whole databases are skipped by their counters.
+// Reads of job rows stop once a transaction has read rowBudget bytes
+// (FoundationDB advises staying under 1 MB): rows are read in chunks
+// issued together, the first of firstRowChunk (before any size is known:
+// that many of the largest rows, about 70 kB each, stay under 1 MB), the
+// next as many as the budget left allows at the largest row seen so far.
+const (
+	rowBudget     = 400_000
+	firstRowChunk = 8
+	rowGuess      = 2_000 // bytes assumed for a row before one is seen
+)
+
+// readRows reads the jobs ids (a prefix of them when rowBudget runs out;
+// at least one) in tr.
+func (s *Store) readRows(ctx context.Context, tr kv.ReadTransaction, ids []string) ([]fdbjobs.JobInfo, error) {
+	var out []fdbjobs.JobInfo
+	used, largest := 0, rowGuess
+	for len(out) < len(ids) && used < rowBudget {
+		n := firstRowChunk
+		if len(out) > 0 {
+			n = max(1, (rowBudget-used)/largest)
+		}
+		n = min(n, len(ids)-len(out))
+		rows, err := s.Jobs.ReadJobs(ctx, tr, JobType, ids[len(out):len(out)+n])
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			size := len(r.ID) + len(r.Data)
+			used, largest = used+size, max(largest, size)
+		}
+		out = append(out, rows...)
+	}
+	return out, nil
+}
+
 // (Variables so that tests can make pages span transactions.)
 var (
 	// viewRowsPerTx is how many jobs one transaction of a view reads
 	// (job data is typically 2 kB, at most 100 kB).
 	viewRowsPerTx = 100
 	// viewKeysPerTx is how many index keys one transaction of a view
-	// reads while skipping.
-	viewKeysPerTx = 5000
+	// reads while skipping (about 100 bytes each; up to 1 kB with the
+	// longest document ids).
+	viewKeysPerTx = 1000
 )
 
 // Page is one page of a view, in the view's order.
@@ -136,9 +172,10 @@ func (s *Store) NodeRunning(ctx context.Context, tr kv.ReadTransactor, node stri
 type cursor interface {
 	// next returns the ids of up to n more rows (fewer only at the end).
 	next(tr kv.ReadTransaction, n int) ([]string, cursor, error)
-	// skip passes over up to n rows, reading keys only, or more cheaply
-	// when it can; it returns how many it passed (0 only at the end).
-	skip(tr kv.ReadTransaction, n int) (int, cursor, error)
+	// skip passes over up to n rows, reading about n keys at most (keys
+	// only), or fewer when it can; it returns how many rows it passed (0
+	// only at the end) and how many keys it read.
+	skip(tr kv.ReadTransaction, n int) (passed, read int, c cursor, err error)
 	done() bool
 }
 
@@ -166,23 +203,31 @@ func (s *Store) page(ctx context.Context, c cursor, total func(kv.ReadTransactio
 				return out, nil
 			}
 			for budget := viewKeysPerTx; out.skipLeft > 0 && budget > 0 && !out.c.done(); {
-				var n int
-				if n, out.c, err = out.c.skip(tr, min(out.skipLeft, budget)); err != nil {
+				var n, read int
+				if n, read, out.c, err = out.c.skip(tr, min(out.skipLeft, budget)); err != nil {
 					return step{}, err
 				}
 				out.skipLeft -= n
-				budget -= max(n, 1)
+				budget -= max(read, 1)
 			}
 			if out.skipLeft > 0 || out.c.done() {
 				return out, nil
 			}
 			var ids []string
-			if ids, out.c, err = out.c.next(tr, min(limit-len(p.Jobs), viewRowsPerTx)); err != nil {
+			at := out.c
+			if ids, out.c, err = at.next(tr, min(limit-len(p.Jobs), viewRowsPerTx)); err != nil {
 				return step{}, err
 			}
-			rows, err := s.Jobs.ReadJobs(ctx, tr, JobType, ids)
+			rows, err := s.readRows(ctx, tr, ids)
 			if err != nil {
 				return step{}, err
+			}
+			if len(rows) < len(ids) {
+				// The byte budget ran out: the next transaction goes on
+				// after the last row read.
+				if _, out.c, err = at.next(tr, len(rows)); err != nil {
+					return step{}, err
+				}
 			}
 			for _, r := range rows {
 				if r.State == fdbjobs.NotFound {
@@ -245,9 +290,9 @@ func (c rangeCursor) next(tr kv.ReadTransaction, n int) ([]string, cursor, error
 	return ids, next, err
 }
 
-func (c rangeCursor) skip(tr kv.ReadTransaction, n int) (int, cursor, error) {
+func (c rangeCursor) skip(tr kv.ReadTransaction, n int) (int, int, cursor, error) {
 	kvs, next, err := c.read(tr, n)
-	return len(kvs), next, err
+	return len(kvs), len(kvs), next, err
 }
 
 // docsCursor walks _scheduler/docs: the registered databases in name
@@ -343,24 +388,32 @@ func (c docsCursor) docRange(st string) kv.KeyRange {
 	return rng
 }
 
-// inDB returns up to n document ids of the current database from c's
-// position, and whether the database has no more.
-func (c docsCursor) inDB(tr kv.ReadTransaction, n int) ([]string, bool, error) {
-	ranges := []string{""}
+// ranges are the states whose ranges inDB reads ("" for all).
+func (c docsCursor) ranges() []string {
 	if c.filtered {
-		ranges = c.states
+		return c.states
 	}
+	return []string{""}
+}
+
+// inDB returns up to n document ids of the current database from c's
+// position, whether the database has no more, and how many keys it read.
+// Filtered by states, it reads up to n from each state's range: the first
+// n of their union are exact (each is among the first n of its own range).
+func (c docsCursor) inDB(tr kv.ReadTransaction, n int) ([]string, bool, int, error) {
+	ranges := c.ranges()
 	results := make([]kv.RangeResult, len(ranges))
 	for i, st := range ranges {
 		results[i] = tr.GetRange(c.docRange(st), kv.RangeOptions{Limit: n})
 	}
 	var docs []string
-	exhausted := true
+	exhausted, read := true, 0
 	for i, r := range results {
 		kvs, err := r.GetSliceWithError()
 		if err != nil {
-			return nil, false, err
+			return nil, false, 0, err
 		}
+		read += len(kvs)
 		exhausted = exhausted && len(kvs) < n
 		ss := c.s.dbJobs
 		if ranges[i] != "" {
@@ -380,7 +433,7 @@ func (c docsCursor) inDB(tr kv.ReadTransaction, n int) ([]string, bool, error) {
 			docs, exhausted = docs[:n], false
 		}
 	}
-	return docs, exhausted, nil
+	return docs, exhausted, read, nil
 }
 
 // advance moves c past docs, the ids inDB returned, and past the database
@@ -402,7 +455,7 @@ func (c docsCursor) next(tr kv.ReadTransaction, n int) ([]string, cursor, error)
 		if c, err = c.enter(tr); err != nil || c.end {
 			return ids, c, err
 		}
-		docs, exhausted, err := c.inDB(tr, n-len(ids))
+		docs, exhausted, _, err := c.inDB(tr, n-len(ids))
 		if err != nil {
 			return nil, c, err
 		}
@@ -416,11 +469,12 @@ func (c docsCursor) next(tr kv.ReadTransaction, n int) ([]string, cursor, error)
 
 // skip passes a whole database by its counters when it stands at the
 // database's start and the database has no more rows than n; otherwise
-// it reads keys within the database.
-func (c docsCursor) skip(tr kv.ReadTransaction, n int) (int, cursor, error) {
+// it reads keys within the database, n over the number of states filtered
+// by from each state's range, so about n in all.
+func (c docsCursor) skip(tr kv.ReadTransaction, n int) (int, int, cursor, error) {
 	c, err := c.enter(tr)
 	if err != nil || c.end {
-		return 0, c, err
+		return 0, 1, c, err
 	}
 	if c.doc == "" && c.inclDoc {
 		keys := make([]kv.Key, len(c.states))
@@ -429,15 +483,15 @@ func (c docsCursor) skip(tr kv.ReadTransaction, n int) (int, cursor, error) {
 		}
 		total, err := sumCounters(tr, keys)
 		if err != nil {
-			return 0, c, err
+			return 0, 0, c, err
 		}
 		if total <= int64(n) {
-			return int(total), c.leave(), nil
+			return int(total), 1 + len(keys), c.leave(), nil
 		}
 	}
-	docs, exhausted, err := c.inDB(tr, n)
+	docs, exhausted, read, err := c.inDB(tr, max(1, n/len(c.ranges())))
 	if err != nil {
-		return 0, c, err
+		return 0, 0, c, err
 	}
-	return len(docs), c.advance(docs, exhausted), nil
+	return len(docs), read, c.advance(docs, exhausted), nil
 }
