@@ -55,15 +55,16 @@ func (s *Store) RemoveJob(ctx context.Context, tr kv.Transaction, jobID string, 
 	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.NotFound}})
 }
 
-// removeJobs removes the jobs ids that exist (RemoveJob for each, their
-// rows and replication id owners read at once) and returns them, in tr.
-// keep, when not nil, spares the jobs it returns true for.
-func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string, keep func(fdbjobs.State, *JobData) bool) ([]string, error) {
-	rows, err := s.Jobs.ReadJobs(ctx, tr, JobType, ids)
+// removeJobs removes those of the jobs ids that exist (RemoveJob for
+// each, their rows and replication id owners read in chunks) and returns
+// them, in tr, with how many of ids it examined: a prefix, when the
+// transaction's read budget ran out (readRows). keep, when not nil, spares
+// the jobs it returns true for.
+func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string, keep func(fdbjobs.State, *JobData) bool) (removed []string, examined int, err error) {
+	rows, err := s.readRows(ctx, tr, ids)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var removed []string
 	var datas []*JobData
 	for _, r := range rows {
 		if r.State == fdbjobs.NotFound {
@@ -84,12 +85,12 @@ func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string,
 	gone := make([]indexedJob, len(removed))
 	for i, id := range removed {
 		if err := s.Jobs.Remove(ctx, tr, JobType, id); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
-			return nil, err
+			return nil, 0, err
 		}
 		if d := datas[i]; d != nil && owners[i] != nil {
 			v, err := owners[i].Get()
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			if string(v) == id {
 				tr.Clear(s.repIDKey(d.RepID))
@@ -100,7 +101,7 @@ func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string,
 		}
 		gone[i] = indexedJob{id: id, st: fdbjobs.NotFound}
 	}
-	return removed, s.index(tr, gone)
+	return removed, len(rows), s.index(tr, gone)
 }
 
 // UpdateJob stores d as the data of the running job job holds, with

@@ -95,8 +95,7 @@ func (s *Store) buildIndex(ctx context.Context) error {
 	flush := func() error {
 		for len(batch) > 0 {
 			n, err := shrinking(ctx, s.DB, size, func(tr kv.Transaction, n int) (int, error) {
-				n = min(n, len(batch))
-				return n, s.indexExisting(ctx, tr, batch[:n])
+				return s.indexExisting(ctx, tr, batch[:min(n, len(batch))])
 			})
 			if err != nil {
 				return err
@@ -130,11 +129,12 @@ func (s *Store) buildIndex(ctx context.Context) error {
 
 // indexExisting indexes jobs ids as they stand, in tr, and marks the
 // databases of orphaned document jobs (their instance is not the one
-// registered under their name) as deleted.
-func (s *Store) indexExisting(ctx context.Context, tr kv.Transaction, ids []string) error {
-	rows, err := s.Jobs.ReadJobs(ctx, tr, JobType, ids)
+// registered under their name) as deleted. It returns how many of ids it
+// did: a prefix when the read budget ran out (readRows).
+func (s *Store) indexExisting(ctx context.Context, tr kv.Transaction, ids []string) (int, error) {
+	rows, err := s.readRows(ctx, tr, ids)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	jobs := make([]indexedJob, len(rows))
 	registered := map[string]string{}
@@ -154,17 +154,17 @@ func (s *Store) indexExisting(ctx context.Context, tr kv.Transaction, ids []stri
 		u, ok := registered[d.DBName]
 		if !ok {
 			if u, err = s.RegisteredDB(tr, d.DBName); err != nil {
-				return err
+				return 0, err
 			}
 			registered[d.DBName] = u
 		}
 		if u != d.DBUUID {
 			if err := s.markDeleted(tr, d.DBUUID, d.DBName); err != nil {
-				return err
+				return 0, err
 			}
 		}
 	}
-	return s.index(tr, jobs)
+	return len(rows), s.index(tr, jobs)
 }
 
 // dbCursor is where the removal of a deleted database's jobs stands. It
@@ -192,12 +192,15 @@ func (s *Store) removeDBJobs(ctx context.Context, tr kv.Transaction, dbUUID stri
 	for i, docID := range docIDs {
 		ids[i] = DocJobID(dbUUID, docID)
 	}
-	gone, err := s.removeJobs(ctx, tr, ids, nil)
+	gone, examined, err := s.removeJobs(ctx, tr, ids, nil)
 	if err != nil {
 		return 0, c, false, err
 	}
-	for _, k := range keys {
+	for _, k := range keys[:examined] {
 		tr.Clear(k) // also a stale key with no job
+	}
+	if examined < len(docIDs) {
+		return len(gone), dbCursor{before: docIDs[examined-1], moved: true}, false, nil
 	}
 	if len(docIDs) < limit {
 		tr.Clear(s.deletedDBKey(dbUUID))
@@ -348,13 +351,16 @@ func (s *Store) RemoveExpiredJobs(ctx context.Context, before int64, batch int) 
 	if batch <= 0 {
 		batch = RemoveBatchDefault
 	}
+	// The range's start moves past each batch, never back over the
+	// deletion tombstones of the keys removed (see dbCursor); a job
+	// finished since has a later time than before.
 	rng := kv.KeyRange{Begin: subspaceRange(s.expiry).Begin, End: s.expiry.Pack(tuple.Tuple{before + 1})}
 	total := 0
 	size := newBatchSize(batch)
 	for {
 		type res struct {
 			n    int
-			more bool
+			last kv.Key // the last key examined; nil when the range is done
 		}
 		r, err := shrinking(ctx, s.DB, size, func(tr kv.Transaction, batch int) (res, error) {
 			ids, keys, err := s.idsIn(tr, s.expiry, rng, batch)
@@ -362,7 +368,7 @@ func (s *Store) RemoveExpiredJobs(ctx context.Context, before int64, batch int) 
 				return res{}, err
 			}
 			var stale []string
-			gone, err := s.removeJobs(ctx, tr, ids, func(st fdbjobs.State, d *JobData) bool {
+			gone, examined, err := s.removeJobs(ctx, tr, ids, func(st fdbjobs.State, d *JobData) bool {
 				if e := entryOf("", st, d); e == nil || e.expires == 0 || e.expires > before {
 					return true
 				}
@@ -375,23 +381,28 @@ func (s *Store) RemoveExpiredJobs(ctx context.Context, before int64, batch int) 
 			for _, id := range gone {
 				removed[id] = true
 			}
-			for i, id := range ids {
+			for i, id := range ids[:examined] {
 				if !removed[id] {
 					stale = append(stale, id)
 					tr.Clear(keys[i])
 				}
 			}
+			out := res{n: len(gone)}
+			if examined < len(ids) || len(ids) == batch {
+				out.last = keys[examined-1]
+			}
 			// A kept job's expiry key did not match its row: the key goes
 			// and the job is indexed afresh, so the loop moves on.
-			return res{n: len(gone), more: len(ids) == batch}, s.reindex(ctx, tr, stale...)
+			return out, s.reindex(ctx, tr, stale...)
 		})
 		if err != nil {
 			return total, err
 		}
 		total += r.n
-		if !r.more {
+		if r.last == nil {
 			return total, nil
 		}
+		rng.Begin = kv.KeyAfter(r.last)
 	}
 }
 
