@@ -113,15 +113,15 @@
 // and, in each, (4) or, filtered by states, the union of (10) for those
 // states, so a deleted database's documents never show; _scheduler/jobs
 // reads (11); _active_tasks reads (12); total_rows comes from the
-// counters. A page reads at most 100 jobs per transaction (a bigger page
-// spans transactions; rows stop at 400 kB read per transaction); skip
-// costs keys-only reads, 1,000 per transaction,
-// except that whole databases are skipped by their counters; a start key
-// (fdbrep's start_key) starts a page anywhere in O(1).
+// counters. A page reads at most 100 jobs, and about 400 kB of their rows,
+// per transaction (a bigger page spans transactions); skip costs
+// keys-only reads, about 1,000 per transaction, except that whole
+// databases are skipped by their counters; a start key (fdbrep's
+// start_key) starts a page anywhere in O(1).
 //
 // Stores that predate the index are indexed by a one-time backfill at
-// the first Setup (200 jobs per transaction), which also marks the
-// databases of orphaned jobs as deleted.
+// the first Setup (200 jobs, and about 400 kB of rows, per transaction),
+// which also marks the databases of orphaned jobs as deleted.
 //
 // # Deleted databases
 //
@@ -134,7 +134,7 @@
 // document (OwnsDoc), and a new job does not count it as holding its
 // replication id. Every node's interval step removes the jobs of marked
 // databases, all of them, RemoveBatchDefault per transaction (halved while
-// transactions conflict), walking the database's documents from the last
+// transactions conflict, fewer when their rows pass 400 kB), walking the database's documents from the last
 // one down (acceptors take the oldest jobs first), with one node holding
 // each database for DeletionLeaseDefault, renewed, so that nodes do not
 // all remove the same jobs.
@@ -145,7 +145,7 @@
 // node died repeats work since its last checkpoint (the protocol makes
 // that harmless). Monitoring may show a dead node's jobs running for up to
 // two JobTimeouts. The views are not one snapshot across pages (nor
-// within a page of more than 100 rows), as CouchDB's are not; the
+// within a page of more than 100 rows or 400 kB), as CouchDB's are not; the
 // transactions that maintain the index conflict with a database's
 // deletion when they change one of its documents' states at the same
 // moment (one of them retries). Passwords are stored in job data (nodes need them) but

@@ -100,9 +100,9 @@
 // resumed_after_restart when it was this node's), "replication completed"
 // (docs_read, docs_written, doc_write_failures, missing_revisions_found,
 // duration), "replication stopped" (why: rotation, shutdown, filter
-// change, deleted database), "replication healed". Warn: "replication crashed" (error,
-// reason, error_count, retry_at, retry_in). Error: "replication failed"
-// (error, reason). The control plane logs "replication added by document",
+// change, deleted database), "replication healed". Warn: "replication
+// crashed" (error, reason, error_count, retry_at, retry_in). Error:
+// "replication failed" (error, reason). The control plane logs "replication added by document",
 // "replication added by POST /_replicate", "replication removed: its
 // document was deleted" and "replication cancelled by POST /_replicate"
 // once their transaction commits. A dead node's jobs show up first in the
