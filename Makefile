@@ -86,6 +86,13 @@ bench-frontend:
 bench-views:
 	$(GO) run ./cmd/fdbrep-bench views $(ARGS)
 
+## bench-scale: 100,000 _replicator documents on 3 replication nodes
+## (max_jobs 500): time until every job started once, store bytes per job,
+## memory per node, a fourth node joining, view pages at 1k/10k/100k
+## (ARGS="-view-sizes 1000,10000,100000,1000000" for the million).
+bench-scale:
+	$(GO) run ./cmd/fdbrep-bench scale $(ARGS)
+
 ## fuzz: run each fuzz target for FUZZTIME (default 30s).
 FUZZTIME ?= 30s
 fuzz:
