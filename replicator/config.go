@@ -31,15 +31,19 @@ const (
 	SharesDefault = 100
 	SharesMin     = 1
 	SharesMax     = 1000
-	// UsageCoeffDefault is the fair-share usage decay per interval (K1):
-	// usage halves in about 13 intervals. CouchDB 3.x decays by 0.5 per
-	// interval, but its priorities integrate usage over time; here a job's
-	// priority is fixed when it is enqueued, so usage must be smoothed
-	// over longer than a rotation cycle or the order oscillates.
-	UsageCoeffDefault = 0.95
-	// FairShareWindowDefault is the largest scheduling offset fair share
-	// gives a database that used more than its share (see EnqueueTime).
-	FairShareWindowDefault = time.Hour
+	// UsageCoeffDefault is the fair-share usage decay per interval (K1 of
+	// the paper, CouchDB's usage_coeff and its default): an idle
+	// database's usage halves every interval.
+	UsageCoeffDefault = 0.5
+	// PriorityCoeffDefault is the fair-share priority decay per interval
+	// (K2, CouchDB's priority_coeff and its default): jobs that waited
+	// move towards the front of the queue.
+	PriorityCoeffDefault = 0.98
+	// FairShareWindowDefault is how far ahead fair share orders the
+	// pending jobs (see EnqueueTime): a priority that takes longer than
+	// this to decay to 1 counts as that. With PriorityCoeffDefault and a
+	// 15 s interval a day covers priorities up to e^116, i.e. all.
+	FairShareWindowDefault = 24 * time.Hour
 )
 
 // SubspaceDefault holds the replicator's own keys when Config.Subspace is
@@ -66,6 +70,11 @@ type Config struct {
 	// Zero means UsageCoeffDefault; use a tiny positive value for "forget
 	// at once".
 	UsageCoeff float64
+	// PriorityCoeff is the per-interval decay of fair-share priorities, in
+	// [0, 1]. Zero means PriorityCoeffDefault; a tiny positive value
+	// forgets priorities at once (then jobs run in the order they were
+	// enqueued), 1 never forgets them.
+	PriorityCoeff float64
 	// FairShareWindow: see FairShareWindowDefault. Negative disables fair
 	// share (every job is enqueued at the current time).
 	FairShareWindow time.Duration
@@ -91,6 +100,7 @@ func (c Config) WithDefaults() Config {
 	c.StartupJitter = cmp.Or(c.StartupJitter, StartupJitterDefault)
 	c.FairShareWindow = cmp.Or(c.FairShareWindow, FairShareWindowDefault)
 	c.UsageCoeff = cmp.Or(c.UsageCoeff, UsageCoeffDefault)
+	c.PriorityCoeff = cmp.Or(c.PriorityCoeff, PriorityCoeffDefault)
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics()
 	}
@@ -116,6 +126,8 @@ func (c Config) Validate() error {
 		return InvalidConfig("job timeout %v is under 3ms", c.JobTimeout)
 	case c.UsageCoeff < 0 || c.UsageCoeff > 1:
 		return InvalidConfig("usage_coeff %v is not in [0, 1]", c.UsageCoeff)
+	case c.PriorityCoeff < 0 || c.PriorityCoeff > 1:
+		return InvalidConfig("priority_coeff %v is not in [0, 1]", c.PriorityCoeff)
 	}
 	for db, s := range c.Shares {
 		if s < SharesMin || s > SharesMax {

@@ -45,18 +45,18 @@
 //
 // # Fair share
 //
-// Between _replicator databases (transient jobs form one more bucket,
-// key ""), cluster-wide: see share.go. Shares per database in Config.Shares
-// (default 100, 1..1000). Run time is charged per database; once per
-// node interval (scheduler.Config.Interval) one node decays the usage
-// (× UsageCoeff) and adds the charges.
-// A job is enqueued (by the control plane) or re-enqueued (rotation, shutdown)
-// with the scheduled time now - margin - FairShareWindow + FairShareWindow
-// × p/pmax, where p = usage/shares: always runnable, but behind the jobs
-// of databases that used less of their share, and moving forward as time
-// passes. Acceptors taking the oldest runnable job first turns this into
-// priority scheduling; with more jobs than capacity, run time tends to the
-// ratio of the shares.
+// The fair-share RFC (seed 001) between _replicator databases (transient
+// jobs form one more bucket, key ""), cluster-wide: see share.go. Shares
+// per database in Config.Shares (default 100, 1..1000). Run time is
+// charged per database; once per node interval (scheduler.Config.Interval)
+// one node decays the usage (× UsageCoeff) and adds the charges. Nodes
+// raise the priority of the jobs they run by usage × jobs / shares² every
+// interval, every priority decays by PriorityCoeff per interval, and nodes
+// stop their running jobs with the highest priority first. A pending job's
+// priority is its scheduled time (the moment it would decay to 1, moved
+// FairShareWindow into the past so that it is runnable at once); acceptors
+// take the oldest first. With more jobs than capacity, run time tends to
+// the ratio of the shares.
 //
 // # Key layout
 //
@@ -69,7 +69,7 @@
 //	(4, DBUUID, DocID)          -> ""        jobs of a database instance (docs view, deletion)
 //	(5, ShareKey)               -> (float64) decayed usage, ms
 //	(6, ShareKey)               -> int64 LE  charges since the last roll-up, atomic add
-//	(7)                         -> (int64)   last usage period rolled up
+//	(7)                         -> (int64, int64) last usage period rolled up, its interval in ms
 //	(8, Token)                  -> ""        charge applied (cleared right after)
 //	(9, JobID)                  -> (DBUUID, DBName, DocID, State, SortID, Node, Expires)
 //	                                         the job's view index entry as last written

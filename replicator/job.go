@@ -82,6 +82,9 @@ type JobData struct {
 	// FilterCode is the filter function source the current rep_id was
 	// computed with.
 	FilterCode string `json:"filter_code,omitempty"`
+	// Priority is the job's fair-share priority (see share.go) when it
+	// was last enqueued, at LastUpdated; lower runs sooner.
+	Priority float64 `json:"priority,omitempty"`
 }
 
 // Owner is the user a job belongs to: its document's owner, or the user

@@ -23,7 +23,7 @@ const (
 	keyDBJobs      = 4 // (4, DBUUID, DocID) -> ""
 	keyUsage       = 5 // (5, ShareKey) -> (float64 usage in ms)
 	keyCharges     = 6 // (6, ShareKey) -> int64 LE ms, atomic add
-	keyUsagePeriod = 7 // (7) -> (int64 period number)
+	keyUsagePeriod = 7 // (7) -> (int64 period number, int64 interval in ms)
 	keyChargeToken = 8 // (8, Token) -> "": a charge transaction that committed
 
 	// The view index (index.go).

@@ -155,7 +155,7 @@ func millis(cfg *config.Config, section, key string) time.Duration {
 }
 
 // fairShareWindow maps fair_share_window_sec to Config.FairShareWindow:
-// the default (3600) is the replicator's FairShareWindowDefault with fair
+// the default (86400) is the replicator's FairShareWindowDefault with fair
 // share on; 0 disables fair share, which the replicator spells as a
 // negative window (its zero value means "use the default").
 func fairShareWindow(cfg *config.Config) time.Duration {
@@ -175,6 +175,7 @@ func clusterConfig(cfg *config.Config, log *zerolog.Logger, metrics *replicator.
 		StartupJitter:   millis(cfg, "replicator", "startup_jitter"),
 		Shares:          cfg.AllShares(),
 		UsageCoeff:      cfg.Float("replicator", "usage_coeff"),
+		PriorityCoeff:   cfg.Float("replicator", "priority_coeff"),
 		FairShareWindow: fairShareWindow(cfg),
 		Metrics:         metrics,
 		Logger:          log,

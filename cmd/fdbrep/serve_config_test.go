@@ -44,7 +44,7 @@ func TestReplicatorConfigFairShareWindow(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
-	require.Equal(t, time.Hour, replicator.FairShareWindowDefault)
+	require.Equal(t, 24*time.Hour, replicator.FairShareWindowDefault)
 }
 
 // The config file's defaults are the replicator's own: a node started
@@ -71,6 +71,7 @@ func TestReplicatorConfigDefaultsMatchThePackage(t *testing.T) {
 		{"job_timeout", got.JobTimeout, replicator.JobTimeoutDefault},
 		{"stats_update_interval", got.StatsUpdateInterval, scheduler.StatsUpdateIntervalDefault},
 		{"usage_coeff", got.UsageCoeff, replicator.UsageCoeffDefault},
+		{"priority_coeff", got.PriorityCoeff, replicator.PriorityCoeffDefault},
 		{"fair_share_window", got.FairShareWindow, replicator.FairShareWindowDefault},
 	} {
 		require.EqualValues(t, c.want, c.got, c.name)

@@ -41,7 +41,7 @@ var couchDBKeys = map[string]map[string]bool{
 		"public_fields", "same_site", "upgrade_hash_on_auth", "users_db_public", "require_valid_user"),
 	"replicator": setOf("cacert_reload_interval_hours", "cluster_start_period",
 		"connect_to", "max_document_id_length", "missing_doc_retry_msec",
-		"priority_coeff", "request_timeout", "valid_endpoint_protocols",
+		"request_timeout", "valid_endpoint_protocols",
 		"valid_endpoint_protocols_log", "valid_proxy_protocols", "valid_socket_options",
 		"verify_ssl_certificates_log", "cluster_quiet_period", "db_created_warning", "ibrowse_options",
 		"valid_ibrowse_options", "session_min_update_interval"),

@@ -174,8 +174,9 @@ var Registry = []Key{
 	live(ApplyAll, intKey("replicator", "max_history", "10", 1, 1000, "Events kept in a job's history.")),
 	live(ApplyReplication, intKey("replicator", "stats_update_interval_sec", "10", 1, maxInt, "Seconds between writes of a running job's stats to its job data.")),
 	intKey("replicator", "job_timeout_sec", "61", 3, 3600, "A running job whose node sends no heartbeat for this long is given to another node (the rep_jobs activity timeout); every node must use the same value."),
-	live(ApplyAll, floatKey("replicator", "usage_coeff", "0.95", 0.000001, 1, "Fair share: decay of a replicator database's usage per interval. Lower values forget usage faster; with CouchDB's 0.5 the order of databases oscillates, because a job's priority is fixed when it is enqueued.")),
-	live(ApplyAll, intKey("replicator", "fair_share_window_sec", "3600", 0, maxInt, "Fair share: the largest scheduling delay given to a database that used more than its share; 0 disables fair share.")),
+	live(ApplyAll, floatKey("replicator", "usage_coeff", "0.5", 0.000001, 1, "Fair share: decay of a replicator database's usage (its jobs' run time) per interval, as CouchDB's (K1 of the fair-share RFC). Lower values forget usage faster.")),
+	live(ApplyAll, floatKey("replicator", "priority_coeff", "0.98", 0.000001, 1, "Fair share: decay of every job's priority per interval, as CouchDB's (K2 of the fair-share RFC): jobs that waited move towards the front of the queue. Lower values forget faster; 1 never forgets.")),
+	live(ApplyAll, intKey("replicator", "fair_share_window_sec", "86400", 0, maxInt, "Fair share: how far ahead pending jobs are ordered by priority; a priority that would take longer than this to decay to 1 counts as that. 0 disables fair share (jobs run in the order they were enqueued).")),
 	// [replicator] — defaults of the replications' own settings
 	live(ApplyReplication, intKey("replicator", "worker_processes", "4", 1, 64, "Default worker_processes of a replication that does not set it: concurrent workers per replication.")),
 	live(ApplyReplication, intKey("replicator", "worker_batch_size", "500", 1, 10000, "Default worker_batch_size: changes each worker replicates at a time (worker_processes × worker_batch_size is at most 100000).")),

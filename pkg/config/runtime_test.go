@@ -16,6 +16,7 @@ func TestCheckRuntimeKey(t *testing.T) {
 	}{
 		{"replicator", "max_jobs", ApplyReplication, nil, ""},
 		{"replicator", "usage_coeff", ApplyAll, nil, ""},
+		{"replicator", "priority_coeff", ApplyAll, nil, ""},
 		{"replicator", "interval", ApplyReplication, nil, ""},
 		{"log", "level", ApplyAll, nil, ""},
 		{"admins", "Bob", ApplyFrontend, nil, ""},

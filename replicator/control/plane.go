@@ -49,7 +49,7 @@ func New(db kv.Database, jobs *fdbjobs.Client, cfg replicator.Config) (*Plane, e
 }
 
 // SetConfig changes, from now on, the settings of cfg that may change at
-// run time: Shares, UsageCoeff, FairShareWindow and StartupJitter (the
+// run time: Shares, UsageCoeff, PriorityCoeff, FairShareWindow and StartupJitter (the
 // enqueue times of new jobs) and MaxHistory. The others keep their values
 // from New. It validates cfg first.
 func (p *Plane) SetConfig(cfg replicator.Config) error {
@@ -58,7 +58,7 @@ func (p *Plane) SetConfig(cfg replicator.Config) error {
 		return err
 	}
 	next := p.cfg
-	next.Shares, next.UsageCoeff, next.FairShareWindow = cfg.Shares, cfg.UsageCoeff, cfg.FairShareWindow
+	next.Shares, next.UsageCoeff, next.PriorityCoeff, next.FairShareWindow = cfg.Shares, cfg.UsageCoeff, cfg.PriorityCoeff, cfg.FairShareWindow
 	next.StartupJitter, next.MaxHistory = cfg.StartupJitter, cfg.MaxHistory
 	p.live.Store(&next)
 	return nil
@@ -264,11 +264,14 @@ func (p *Plane) DocDeleted(ctx context.Context, tr kv.Transaction, db, docID str
 // addJob replaces job jobID (old is its current data, nil when absent) by
 // a pending job with data d, scheduled by fair share.
 func (p *Plane) addJob(ctx context.Context, tr kv.Transaction, jobID string, old, d *replicator.JobData) error {
-	usage, err := p.store.Usage(tr)
+	table, err := p.store.ShareTable(tr)
 	if err != nil {
 		return err
 	}
-	stime := p.conf().EnqueueTime(p.cfg.Clock.Now(), usage, d.ShareKey())
+	// A new job starts as if it had run one interval (CouchDB's job_added).
+	cfg := p.conf()
+	d.Priority = cfg.Increment(d.ShareKey(), table)
+	stime := cfg.EnqueueTime(p.cfg.Clock.Now(), d.Priority, table.Interval)
 	return p.store.AddJob(ctx, tr, jobID, old, d, stime, p.cfg.JobTimeout)
 }
 

@@ -24,10 +24,12 @@
 // pool is topped up.
 //
 // Every Interval (plus up to a third, at random) the node: applies a configuration given to
-// SetConfig; charges run time for fair share; stops the oldest continuous
-// jobs beyond MaxJobs that ran at least MinRunTime (after MaxJobs was
-// lowered: the oldest continuous jobs whatever their run time, then
-// one-shot jobs, as CouchDB stops the excess at once), each writing
+// SetConfig; charges run time for fair share and adjusts the fair-share
+// priorities of its jobs (replicator/share.go); stops the least deserving
+// continuous jobs beyond MaxJobs that ran at least MinRunTime, the highest
+// priority first, then the oldest (after MaxJobs was lowered: the least
+// deserving continuous jobs whatever their run time, then one-shot jobs,
+// as CouchDB stops the excess at once), each writing
 // a final checkpoint and going back to pending; starts up to
 // min(MaxChurn - jobs accepted in the last interval, MaxJobs + MaxChurn -
 // acceptors' room - workers, room left under MaxJobs + the continuous
@@ -116,6 +118,7 @@
 // 60 s, startup_jitter 5 s, min_backoff 32 s, max_backoff 2 days (at most
 // 30 days), health_threshold 2 min, max_history 10, transient_job_max_age
 // 24 h, job timeout 61 s, stats update interval 10 s, shutdown timeout 5 s,
-// shares 100, usage_coeff 0.95, fair-share window 1 h. The *Default
+// shares 100, usage_coeff 0.5, priority_coeff 0.98, fair-share window 24 h.
+// The *Default
 // constants document each.
 package scheduler

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,7 +52,7 @@ type Node struct {
 	churn      int
 	workers    map[*worker]bool
 	wg         sync.WaitGroup
-	usage      replicator.Usage
+	shares     replicator.ShareTable // as of the last roll-up
 	charges    map[string]int64
 	lowered    bool  // MaxJobs was lowered: one-shot jobs may be preempted
 	rotations  []int // preemptions per interval (most recent last, capped)
@@ -512,11 +512,14 @@ func (n *Node) flushCharges(ctx context.Context) {
 	}
 }
 
-// currentUsage returns the node's cached fair-share usage table.
-func (n *Node) currentUsage() replicator.Usage {
+// priorityOf returns w's fair-share priority at now: as of the last
+// interval step (or its start), decayed since. Its increment for the
+// part of an interval it ran since is not added (CouchDB adds increments
+// only at interval steps).
+func (n *Node) priorityOf(w *worker, now time.Time) float64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.usage
+	return w.cfg.Decay(w.priority, now.Sub(w.prioritized), w.cfg.Interval)
 }
 
 // NodeStats are a node's scheduler figures.
@@ -535,6 +538,19 @@ func (n *Node) Stats() NodeStats {
 	defer n.mu.Unlock()
 	return NodeStats{Running: len(n.workers), Acceptors: n.acceptors, Intervals: n.intervals,
 		Rotations: append([]int(nil), n.rotations...)}
+}
+
+// stopOrder orders running jobs for stopping (a cmp function on their
+// fair-share priorities and start times): the least deserving first, i.e.
+// the highest priority, then the one that started first (CouchDB's order).
+func stopOrder(pa float64, sa time.Time, pb float64, sb time.Time) int {
+	if pa != pb {
+		if pa > pb {
+			return -1
+		}
+		return 1
+	}
+	return sa.Compare(sb)
 }
 
 // reschedule is the interval step.
@@ -557,20 +573,30 @@ func (n *Node) reschedule(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 
-	// Fair share: charge, roll up, cache.
+	// Fair share: charge, roll up, then adjust the priorities of the jobs
+	// running here (replicator/share.go).
 	n.flushCharges(ctx)
-	if usage, err := n.store.RollUp(ctx, now, cfg.Interval, cfg.UsageCoeff); err == nil {
-		n.mu.Lock()
-		n.usage = usage
-		n.mu.Unlock()
-	} else if ctx.Err() == nil {
+	table, err := n.store.RollUp(ctx, now, cfg.Interval, cfg.UsageCoeff)
+	if err != nil && ctx.Err() == nil {
 		cfg.Logger.Warn().Err(err).Msg("replicator: fair share usage")
 	}
-
-	// Trim: stop the oldest continuous jobs beyond MaxJobs that ran at
-	// least MinRunTime; after MaxJobs was lowered, the oldest continuous
-	// jobs whatever their run time, then one-shot jobs.
 	n.mu.Lock()
+	if err == nil {
+		n.shares = table
+	}
+	for w := range n.workers {
+		from := w.started
+		if w.prioritized.After(from) {
+			from = w.prioritized
+		}
+		w.priority = cfg.Adjust(w.priority, w.shareKey, n.shares, now.Sub(from), now.Sub(w.prioritized), cfg.Interval)
+		w.prioritized = now
+	}
+
+	// Trim: stop the least deserving continuous jobs beyond MaxJobs that
+	// ran at least MinRunTime (the highest fair-share priority first, then
+	// the oldest); after MaxJobs was lowered, the least deserving
+	// continuous jobs whatever their run time, then one-shot jobs.
 	var active []*worker
 	for w := range n.workers {
 		if !w.stopRequested() {
@@ -580,7 +606,7 @@ func (n *Node) reschedule(ctx context.Context) error {
 	excess := len(active) - cfg.MaxJobs
 	stopped := 0
 	if excess > 0 {
-		sort.Slice(active, func(i, j int) bool { return active[i].started.Before(active[j].started) })
+		slices.SortFunc(active, func(a, b *worker) int { return stopOrder(a.priority, a.started, b.priority, b.started) })
 		for _, w := range active {
 			if stopped == excess {
 				break

@@ -40,6 +40,10 @@ type worker struct {
 	shareKey   string
 	started    time.Time
 	charged    time.Time // guarded by n.mu
+	// priority is the job's fair-share priority as of prioritized (both
+	// guarded by n.mu; see replicator/share.go).
+	priority    float64
+	prioritized time.Time
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
@@ -50,8 +54,11 @@ type worker struct {
 func newWorker(n *Node, job *fdbjobs.Job, ctx context.Context, cfg Config) *worker {
 	w := &worker{n: n, job: job, ctx: ctx, cfg: cfg, started: cfg.Clock.Now(), stopCh: make(chan struct{})}
 	w.data, w.decodeErr = replicator.DecodeJobData(job.Data)
+	w.prioritized = w.started
 	if w.data != nil {
 		w.continuous, w.shareKey = w.data.Continuous(), w.data.ShareKey()
+		// The priority it was enqueued with, decayed while it waited.
+		w.priority = cfg.Decay(w.data.Priority, w.started.Sub(time.UnixMilli(w.data.LastUpdated)), cfg.Interval)
 	}
 	return w
 }
@@ -601,9 +608,11 @@ func (w *worker) complete(d *replicator.JobData, res engine.Result) {
 // time (preemption, shutdown, filter change).
 func (w *worker) reschedule(d *replicator.JobData, why string) {
 	now := w.now()
-	stime := w.cfg.EnqueueTime(now, w.n.currentUsage(), d.ShareKey())
+	p := w.n.priorityOf(w, now)
+	stime := w.cfg.EnqueueTime(now, p, w.cfg.Interval)
 	ok := w.finishTx(d, replicator.StatePending, func(tr kv.Transaction, x *replicator.JobData) error {
 		x.State, x.StateInfo, x.Node, x.LastUpdated = replicator.StatePending, nil, "", replicator.Millis(now)
+		x.Priority = p
 		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventStopped, Timestamp: replicator.Millis(now), Reason: why})
 		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventPending, Timestamp: replicator.Millis(now)})
 		return w.n.store.ResubmitJob(w.ctx, tr, w.job, x, stime)
@@ -657,6 +666,7 @@ func (w *worker) crashTx(tr kv.Transaction, x *replicator.JobData, tag, reason s
 	}
 	x.ErrorCount++
 	x.State, x.StateInfo, x.LastError, x.Node, x.LastUpdated = replicator.StateCrashing, replicator.StateInfo(tag, reason), reason, "", replicator.Millis(now)
+	x.Priority = w.n.priorityOf(w, now) // kept for when its backoff ends
 	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventCrashed, Timestamp: replicator.Millis(now), Reason: reason})
 	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventPending, Timestamp: replicator.Millis(now)})
 	return w.n.store.ResubmitJob(w.ctx, tr, w.job, x, replicator.Millis(now)+w.cfg.backoff(x.ErrorCount, jitter).Milliseconds())

@@ -48,7 +48,8 @@ type Engine struct {
 	panics  map[string]any                // every Start of this source panics with it
 	starts  map[string]int                // runs started, by source
 	last    map[string]engine.Replication // the latest run's replication, by source
-	runTime map[string]time.Duration      // run time, by source
+	runTime map[string]time.Duration      // run time of the runs that ended, by source
+	open    map[string]map[*run]time.Time // the runs in progress and their starts, by source
 	running int
 	maxRun  int
 	total   int64
@@ -58,7 +59,8 @@ type Engine struct {
 func New() *Engine {
 	return &Engine{CheckpointEvery: CheckpointEveryDefault, OneShot: OneShotDefault, Clock: clockwork.NewRealClock(),
 		code: map[string]string{}, fail: map[string]error{}, panics: map[string]any{},
-		starts: map[string]int{}, runTime: map[string]time.Duration{}, last: map[string]engine.Replication{}}
+		starts: map[string]int{}, runTime: map[string]time.Duration{}, open: map[string]map[*run]time.Time{},
+		last: map[string]engine.Replication{}}
 }
 
 // SetFilterCode sets the filter code of replications from source (its
@@ -106,11 +108,16 @@ func (e *Engine) LastReplication(source string) (engine.Replication, bool) {
 	return rep, ok
 }
 
-// RunTime reports how long runs from source ran in all (runs that ended).
+// RunTime reports how long runs from source ran in all until now, the
+// runs in progress included.
 func (e *Engine) RunTime(source string) time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.runTime[source]
+	d := e.runTime[source]
+	for _, begin := range e.open[source] {
+		d += e.Clock.Since(begin)
+	}
+	return d
 }
 
 // Stats reports the number of distinct sources started at least once, the
@@ -150,12 +157,22 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 	if failErr == nil {
 		e.Started.Signal(src)
 	}
+	begin := e.Clock.Now()
+	e.mu.Lock()
+	if e.open[src] == nil {
+		e.open[src] = map[*run]time.Time{}
+	}
+	e.open[src][r] = begin
+	e.mu.Unlock()
 	go func() {
-		begin := e.Clock.Now()
 		defer func() {
 			e.mu.Lock()
 			e.running--
 			e.runTime[src] += e.Clock.Since(begin)
+			delete(e.open[src], r)
+			if len(e.open[src]) == 0 {
+				delete(e.open, src)
+			}
 			e.mu.Unlock()
 			close(r.done)
 		}()
