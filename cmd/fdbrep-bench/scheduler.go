@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -21,12 +23,13 @@ import (
 func init() { register("scheduler", runSchedulerBench) }
 
 // runSchedulerBench measures the replication scheduler: -jobs continuous
-// replication jobs (documents of one _replicator database) on -nodes
-// replication nodes sharing one embedded store, each with -max-jobs. Runs
+// replication jobs (documents of the -shares _replicator databases) on
+// -nodes replication nodes sharing one embedded store, each with -max-jobs. Runs
 // use the simulated engine (replicator/simengine): with real peers the
 // figures would measure pouchdb-server, not the scheduler. It reports the
 // time until every job has run at least once, CPU and memory (of the
-// whole process: the nodes share it), and rotations per interval.
+// whole process: the nodes share it), rotations per interval, and each
+// database's part of the run time against its shares (fair share).
 func runSchedulerBench(args []string) error {
 	fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)
 	jobs := fs.Int("jobs", 10_000, "continuous replication jobs")
@@ -38,7 +41,13 @@ func runSchedulerBench(args []string) error {
 	ckEvery := fs.Duration("checkpoint", 5*time.Second, "simulated checkpoint interval (each is a job heartbeat)")
 	steady := fs.Int("steady-intervals", 10, "intervals measured after every job ran once")
 	inMemory := fs.Bool("in-memory", false, "in-memory store instead of a durable one in a temporary directory")
+	sharesFlag := fs.String("shares", "100,200,400", "fair share: comma-separated shares of as many _replicator databases (db0/_replicator, …) among which the jobs are divided; prints each database's part of the run time (\"\": one _replicator database)")
+	shareIntervals := fs.Int("share-intervals", 60, "intervals over which the fair-share split is measured (with -shares)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	shares, err := parseShares(*sharesFlag)
+	if err != nil {
 		return err
 	}
 	if *jobs < 1 || *nodes < 1 || *maxJobs < 1 {
@@ -57,6 +66,14 @@ func runSchedulerBench(args []string) error {
 		MaxJobs: *maxJobs, MaxChurn: *maxChurn, Interval: *interval, MinRunTime: *minRun,
 		TransientJobMaxAge: time.Hour,
 	}
+	dbOf := func(i int) string { return "_replicator" }
+	if len(shares) > 0 {
+		cfg.Shares = map[string]int{}
+		for i, s := range shares {
+			cfg.Shares[fmt.Sprintf("db%d/_replicator", i)] = s
+		}
+		dbOf = func(i int) string { return fmt.Sprintf("db%d/_replicator", i%len(shares)) }
+	}
 	logger := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
 	cfg.Logger = &logger
 	feJobs, err := fdbjobs.New(db, fdbjobs.Config{})
@@ -70,7 +87,7 @@ func runSchedulerBench(args []string) error {
 
 	// Create the jobs as a frontend does, 200 documents per transaction.
 	t0 := time.Now()
-	if err := writeRepDocs(ctx, db, plane, 0, *jobs, func(int) string { return "_replicator" }); err != nil {
+	if err := writeRepDocs(ctx, db, plane, 0, *jobs, dbOf); err != nil {
 		return fmt.Errorf("creating jobs: %w", err)
 	}
 	created := time.Since(t0)
@@ -164,12 +181,54 @@ func runSchedulerBench(args []string) error {
 		fmt.Printf("  node%d: %d intervals, rotations per interval: mean %.1f overall (max %d), mean %.1f in steady state; running %d\n",
 			i, st.Intervals, schedMean(all), schedMaxInt(all), schedMean(steadyRot), st.Running)
 	}
+	if len(shares) > 0 {
+		// Run time per database over shareIntervals.
+		split := func() []time.Duration {
+			out := make([]time.Duration, len(shares))
+			for i := 0; i < *jobs; i++ {
+				out[i%len(shares)] += sim.RunTime(fmt.Sprintf("http://peer.invalid/src%08d/", i))
+			}
+			return out
+		}
+		before := split()
+		intervals0 := ns[0].Stats().Intervals
+		time.Sleep(time.Duration(*shareIntervals) * (*interval + *interval/6))
+		after := split()
+		var total time.Duration
+		sum := 0
+		for i := range shares {
+			total += after[i] - before[i]
+			sum += shares[i]
+		}
+		fmt.Printf("  fair share over %d intervals of node0 (run time, runs in progress included):\n", ns[0].Stats().Intervals-intervals0)
+		for i, s := range shares {
+			got, ideal := float64(after[i]-before[i])/float64(max(1, total)), float64(s)/float64(sum)
+			fmt.Printf("    db%d/_replicator: shares %d, %.1f%% of the run time (ideal %.1f%%, ratio %.3f)\n", i, s, 100*got, 100*ideal, got/ideal)
+		}
+	}
 	t1 := time.Now()
 	for _, n := range ns {
 		n.Stop()
 	}
 	fmt.Printf("  stopping the nodes (each job checkpoints and re-enqueues itself): %v\n", time.Since(t1).Round(time.Millisecond))
 	return nil
+}
+
+// parseShares parses -shares: comma-separated share counts in
+// [replicator.SharesMin, replicator.SharesMax]; "" is none.
+func parseShares(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < replicator.SharesMin || n > replicator.SharesMax {
+			return nil, fmt.Errorf("-shares: %q is not a share count from %d to %d", f, replicator.SharesMin, replicator.SharesMax)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func schedMean(v []int) float64 {
