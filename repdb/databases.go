@@ -64,6 +64,7 @@ func (s *Store) DeleteDB(ctx context.Context, db string, hook func(kv.Transactio
 		seen = true
 		tr.Clear(s.dbKey(db))
 		tr.Clear(s.feedKey(db))
+		tr.Clear(s.securityKey(db))
 		for _, kind := range []string{"doc", "tomb", "tree", "leaf", "local", "docseq", "seq", "count"} {
 			tr.ClearRange(s.sub.Sub(kind, db))
 		}

@@ -52,6 +52,15 @@
 // (ReadRevs, RevsDiff, Lookup) read at most pageDocs per transaction; and
 // every page stops once it has read pageBudget bytes (see pages.go).
 //
+// # Security objects
+//
+// Each database has CouchDB's security object (Security: "admins" and
+// "members", each with "names" and "roles"), stored whole in one value
+// and replaced in one transaction (SetSecurity). ParseSecurity applies
+// CouchDB's checks and IsAdmin, IsMember and Public its rules: an empty
+// "members" makes the database public. The HTTP API decides what each
+// user may do with them.
+//
 // # Key layout
 //
 // Under the store's subspace (SubspaceDefault is ("frontend"), the name of
@@ -67,6 +76,7 @@
 //	("seq", db, versionstamp)  -> change row JSON: the changes feed
 //	("count", db, "doc"|"del") -> little-endian int64 counters (atomic adds)
 //	("feed", db)               -> versionstamp of the last write (waiting feeds watch it)
+//	("sec", db)                -> the security object's JSON, as set (absent: {})
 //
 // A record is {"rev", "body", "deleted" (leaf records), "leaves" (the
 // winner's: the number of leaves when more than one)}. A tree is
