@@ -40,6 +40,9 @@ type User struct {
 	Roles []string
 	// Method is how the user authenticated: "cookie" or "default" (Basic).
 	Method string
+	// dbAdmin: an admin of the database the request is about (its
+	// security object's "admins"), set by Server.dbUser.
+	dbAdmin bool
 }
 
 // Anonymous tells whether u is the anonymous user.
@@ -60,6 +63,11 @@ func (u *User) HasRole(role string) bool {
 
 // IsAdmin tells whether u is a server admin.
 func (u *User) IsAdmin() bool { return u.HasRole(RoleAdmin) }
+
+// isDBAdmin tells whether u is an admin of the request's database: a
+// server admin or one its security object names (CouchDB's
+// check_is_admin).
+func (u *User) isDBAdmin() bool { return u.IsAdmin() || (u != nil && u.dbAdmin) }
 
 // Password hash formats, CouchDB's.
 const (

@@ -14,7 +14,7 @@ import (
 // reads its body, which must be a JSON object sent as application/json,
 // as CouchDB requires; ok is false when it answered.
 func (s *Server) bulkRequest(w http.ResponseWriter, r *http.Request) (db string, body map[string]any, ok bool) {
-	if db, ok = dbFromPath(w, r); !ok || !requireUser(w, r) {
+	if db, ok = dbFromPath(w, r); !ok || !s.dbUser(w, r, db) {
 		return "", nil, false
 	}
 	if !isJSONType(r.Header.Get("Content-Type")) {
@@ -307,7 +307,7 @@ func validRev(rev string) bool {
 // already.
 func (s *Server) handleEnsureFullCommit(w http.ResponseWriter, r *http.Request) {
 	db, ok := dbFromPath(w, r)
-	if !ok || !requireUser(w, r) {
+	if !ok || !s.dbUser(w, r, db) {
 		return
 	}
 	if _, err := s.store.Info(r.Context(), db); err != nil {

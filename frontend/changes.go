@@ -159,7 +159,7 @@ func decodeObjectOrEmpty(b []byte, depth int) (map[string]any, *httpError) {
 // connections may be closed to admit others when the node is full.
 func (s *Server) handleChanges(w http.ResponseWriter, r *http.Request) {
 	db, ok := dbFromPath(w, r)
-	if !ok || !requireUser(w, r) {
+	if !ok || !s.dbUser(w, r, db) {
 		return
 	}
 	cr, he := s.parseChanges(w, r)

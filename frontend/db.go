@@ -129,7 +129,7 @@ func (s *Server) handleDB(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		if !requireUser(w, r) {
+		if !s.dbUser(w, r, name) {
 			return
 		}
 		info, err := s.store.Info(r.Context(), name)
@@ -175,7 +175,7 @@ func (s *Server) handleDB(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	case http.MethodPost:
-		if !requireUser(w, r) {
+		if !s.dbUser(w, r, name) {
 			return
 		}
 		if !isJSONType(r.Header.Get("Content-Type")) {
@@ -205,7 +205,7 @@ func (s *Server) handleDB(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleAllDocs(w http.ResponseWriter, r *http.Request) {
 	db, ok := dbFromPath(w, r)
-	if !ok || !requireUser(w, r) {
+	if !ok || !s.dbUser(w, r, db) {
 		return
 	}
 	q := r.URL.Query()

@@ -239,7 +239,7 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 		return "", errAuthRequired
 	}
 	isRep := repdb.IsReplicationDoc(e.id)
-	if strings.HasPrefix(e.id, repdb.DesignPrefix) && !u.IsAdmin() {
+	if strings.HasPrefix(e.id, repdb.DesignPrefix) && !u.isDBAdmin() {
 		return "", notDBAdmin(u)
 	}
 	ownerRulesApply := isRep && !u.HasRole(RoleReplicator)
@@ -339,7 +339,7 @@ func (s *Server) docHandler(prefix, name string) http.HandlerFunc {
 
 func (s *Server) docRequest(w http.ResponseWriter, r *http.Request, id string) {
 	db, ok := dbFromPath(w, r)
-	if !ok || !requireUser(w, r) {
+	if !ok || !s.dbUser(w, r, db) {
 		return
 	}
 	if he := checkDocID(id); he != nil {

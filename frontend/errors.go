@@ -95,6 +95,8 @@ func toHTTPError(err error) *httpError {
 		return errStorageFull
 	case kv.HasCode(err, kv.CodeIOError):
 		return errStorageFailing
+	case errors.Is(err, repdb.ErrBadSecurity):
+		return badRequest(strings.TrimPrefix(err.Error(), repdb.ErrBadSecurity.Error()+": "))
 	case errors.Is(err, repdb.ErrBadDoc):
 		// What follows the sentinel names the problem (never a
 		// credential: bodies are not quoted).

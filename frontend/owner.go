@@ -21,10 +21,14 @@ func checkDBName(name string) *httpError {
 // replication document written by u (who is not anonymous and has no
 // _replicator role), and, unlike CouchDB, also checks the owner of the
 // document being replaced or deleted, so that users cannot take over or
-// delete other users' replications. body is nil for a deletion.
+// delete other users' replications. Admins of the database (server
+// admins and those its security object names) write any user's
+// documents, as in CouchDB; user_ctx may name other users and roles for
+// server admins only (CouchDB's _replicator validation). body is nil for a
+// deletion.
 func ownerRules(body map[string]any, old *repdb.Doc, u *User) *httpError {
 	errOther := forbidden("Can't update replication documents from other users.")
-	if old != nil && !u.IsAdmin() {
+	if old != nil && !u.isDBAdmin() {
 		if owner, _ := old.Body["owner"].(string); owner != u.Name {
 			return errOther
 		}
@@ -37,7 +41,7 @@ func ownerRules(body map[string]any, old *repdb.Doc, u *User) *httpError {
 	case !present:
 		body["owner"] = u.Name
 	case owner == u.Name:
-	case u.IsAdmin():
+	case u.isDBAdmin():
 		if owner == nil {
 			body["owner"] = u.Name
 		}
@@ -69,11 +73,13 @@ func ownerRules(body map[string]any, old *repdb.Doc, u *User) *httpError {
 }
 
 // privileged reports users who may read and write every document of a
-// replicator database: server admins and holders of the _replicator role.
-func privileged(u *User) bool { return u.IsAdmin() || u.HasRole(RoleReplicator) }
+// replicator database: its admins (server admins, and those its security
+// object names) and holders of the _replicator role.
+func privileged(u *User) bool { return u.isDBAdmin() || u.HasRole(RoleReplicator) }
 
-// canSeeCredentials is CouchDB's after_doc_read rule: admins, users with
-// the _replicator role and the document's owner see it whole.
+// canSeeCredentials is CouchDB's after_doc_read rule: admins of the
+// database, users with the _replicator role and the document's owner see
+// it whole.
 func canSeeCredentials(body map[string]any, u *User) bool {
 	if privileged(u) {
 		return true

@@ -271,6 +271,7 @@ func (s *Server) routes() *mux.Router {
 	h("/{db}/_bulk_get", s.handleBulkGet, "POST")
 	h("/{db}/_revs_diff", s.handleRevsDiff, "POST")
 	h("/{db}/_ensure_full_commit", s.handleEnsureFullCommit, "POST")
+	h("/{db}/_security", s.handleSecurity, "GET", "PUT")
 	h("/{db}/_design/{ddoc}", s.docHandler(repdb.DesignPrefix, "ddoc"), "GET", "HEAD", "PUT", "DELETE")
 	h("/{db}/_local/{id}", s.docHandler(repdb.LocalPrefix, "id"), "GET", "HEAD", "PUT", "DELETE")
 	h("/{db}/{docid}", s.docHandler("", "docid"), "GET", "HEAD", "PUT", "DELETE")
