@@ -19,8 +19,9 @@
 //	GET|POST /{db}/_changes                   feed=normal|longpoll|continuous|live|eventsource; since (now), limit,
 //	                                          style=all_docs, include_docs, conflicts, heartbeat, timeout, filter=_doc_ids
 //	POST /{db}/_bulk_docs  /{db}/_bulk_get  /{db}/_revs_diff  /{db}/_ensure_full_commit
+//	GET|PUT /{db}/_security                   the security object: members read it, admins of the db change it
 //	POST /_replicate                          any authenticated user
-//	GET  /_scheduler/jobs[/{id}]  /_scheduler/docs[/{db}[/{docid}]]  /_active_tasks   admins
+//	GET  /_scheduler/jobs[/{id}]  /_scheduler/docs[/{db}[/{docid}]]  /_active_tasks   admins; users: see below
 //	GET  /_node/_local/_stats[/{path}]  /_node/_local/_prometheus                       admins, _metrics role
 //	GET  /_node/_local  /_membership                                                    admins
 //	GET|PUT|DELETE /_node/{node}/_config[/{section}[/{key}]]  runtime configuration (config.go), admins;
@@ -93,9 +94,24 @@
 // tenth of it. Verified credentials are cached (AuthCacheSize) so PBKDF2
 // does not run on every request. Anonymous users may use /, /_up, /_uuids,
 // /_session and /_utils only (the dashboard then asks them to log in);
-// replicator databases need a user, database creation and deletion,
-// _all_dbs, _scheduler, _active_tasks and _node need a server admin (401
-// "You are not a server admin.").
+// database creation and deletion, _all_dbs and _node need a server admin
+// (401 "You are not a server admin.").
+//
+// # Users and security objects
+//
+// A replicator database is used by the users its security object
+// (GET|PUT /{db}/_security, stored by repdb) admits, as CouchDB's
+// is_member: server admins, its admins and members by name or role, and
+// every user when "members" names no one ({} by default); others get 403
+// forbidden, anonymous clients 401 (dbUser, one read before the request's
+// own). Admins of the database have CouchDB's check_is_admin rights in it
+// (others' documents whole and editable, design documents) and change the
+// security object, in a transaction that checks the object it replaces.
+// Users who are not server admins see the jobs they own in
+// _scheduler/jobs, _scheduler/jobs/{id} and _active_tasks (the ports'
+// UserJobs, UserJob, UserActiveTasks: paged among their own rows), and
+// the rows of the databases they are members of in _scheduler/docs/{db}
+// (/_scheduler/docs: _replicator's, as in CouchDB).
 //
 // # Fauxton
 //

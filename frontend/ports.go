@@ -63,6 +63,13 @@ type Scheduler interface {
 	SchedulerDocs(ctx context.Context, db string, states []string, q PageQuery) (any, error)
 	SchedulerDoc(ctx context.Context, db, docID string) (any, error)
 	ActiveTasks(ctx context.Context) (any, error)
+	// UserJobs, UserJob and UserActiveTasks are the views of a user who
+	// is not a server admin: only the jobs user owns (their documents'
+	// and the replications they posted); the page counts those. A job of
+	// another user is not found.
+	UserJobs(ctx context.Context, user string, q PageQuery) (any, error)
+	UserJob(ctx context.Context, user, id string) (any, error)
+	UserActiveTasks(ctx context.Context, user string) (any, error)
 }
 
 // PageQuery is the page a scheduler listing asks for.

@@ -13,10 +13,13 @@ import (
 
 var errNoScheduler = newError(http.StatusServiceUnavailable, "service_unavailable", "this node runs no replication scheduler")
 
-// schedulerFor checks that the request comes from a server admin and that
-// a Scheduler is wired in, and answers the request when not.
+// schedulerFor checks that the request comes from a user (anonymous
+// users get CouchDB's 401 "You are not a server admin.") and that a
+// Scheduler is wired in, and answers the request when not. Server admins
+// see every job; other users see their own (see handleSchedulerJobs).
 func (s *Server) schedulerFor(w http.ResponseWriter, r *http.Request) bool {
-	if !requireAdmin(w, r) {
+	if userFrom(r).Anonymous() {
+		writeError(w, errNotServerAdmin)
 		return false
 	}
 	if s.opts.Scheduler == nil {
@@ -104,18 +107,32 @@ func (s *Server) handleReplicate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, body)
 }
 
+// handleActiveTasks lists the running replications: all of them for
+// server admins, a user's own for other users (CouchDB's _active_tasks is
+// for server admins only).
 func (s *Server) handleActiveTasks(w http.ResponseWriter, r *http.Request) {
-	if !requireAdmin(w, r) {
+	u := userFrom(r)
+	if u.Anonymous() {
+		writeError(w, errNotServerAdmin)
 		return
 	}
 	if s.opts.Scheduler == nil {
 		writeJSON(w, http.StatusOK, []any{})
 		return
 	}
-	resp, err := s.opts.Scheduler.ActiveTasks(r.Context())
+	var resp any
+	var err error
+	if u.IsAdmin() {
+		resp, err = s.opts.Scheduler.ActiveTasks(r.Context())
+	} else {
+		resp, err = s.opts.Scheduler.UserActiveTasks(r.Context(), u.Name)
+	}
 	s.answer(w, r, resp, err)
 }
 
+// handleSchedulerJobs lists the unfinished jobs: every job for server
+// admins, and for other users the jobs they own, chosen before the page
+// is cut (CouchDB's _scheduler is for server admins only).
 func (s *Server) handleSchedulerJobs(w http.ResponseWriter, r *http.Request) {
 	if !s.schedulerFor(w, r) {
 		return
@@ -125,7 +142,13 @@ func (s *Server) handleSchedulerJobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, he)
 		return
 	}
-	resp, err := s.opts.Scheduler.SchedulerJobs(r.Context(), pq)
+	var resp any
+	var err error
+	if u := userFrom(r); u.IsAdmin() {
+		resp, err = s.opts.Scheduler.SchedulerJobs(r.Context(), pq)
+	} else {
+		resp, err = s.opts.Scheduler.UserJobs(r.Context(), u.Name, pq)
+	}
 	s.answer(w, r, resp, err)
 }
 
@@ -141,12 +164,28 @@ func (s *Server) handleSchedulerJob(w http.ResponseWriter, r *http.Request) {
 	// A '+' in a job id may arrive as a space (form encoding), as CouchDB
 	// accepts.
 	id = strings.ReplaceAll(id, " ", "+")
-	resp, err := s.opts.Scheduler.SchedulerJob(r.Context(), id)
+	var resp any
+	var err error
+	if u := userFrom(r); u.IsAdmin() {
+		resp, err = s.opts.Scheduler.SchedulerJob(r.Context(), id)
+	} else {
+		resp, err = s.opts.Scheduler.UserJob(r.Context(), u.Name, id)
+	}
 	s.answer(w, r, resp, err)
 }
 
+// handleSchedulerDocs lists the documents' jobs of every replicator
+// database for server admins. For other users it is what the path means
+// in CouchDB: the _replicator database's, for its members.
 func (s *Server) handleSchedulerDocs(w http.ResponseWriter, r *http.Request) {
 	if !s.schedulerFor(w, r) {
+		return
+	}
+	if !userFrom(r).IsAdmin() {
+		if !s.dbUser(w, r, repdb.ReplicatorDB) {
+			return
+		}
+		s.schedulerDocs(w, r, repdb.ReplicatorDB)
 		return
 	}
 	s.schedulerDocs(w, r, "")
@@ -175,9 +214,12 @@ func (s *Server) schedulerDocs(w http.ResponseWriter, r *http.Request, db string
 // handleSchedulerDocsPath serves /_scheduler/docs/{db} and
 // /_scheduler/docs/{db}/{docid}. The database name may arrive with its '/'
 // escaped or not ("/_scheduler/docs/other/_replicator/doc1" works), so the
-// path is split at the first "_replicator" segment.
+// path is split at the first "_replicator" segment. As in CouchDB 4.x,
+// members of the database read its rows, whoever owns them: the rows
+// carry no credentials, and members read the documents themselves.
 func (s *Server) handleSchedulerDocsPath(w http.ResponseWriter, r *http.Request) {
-	if !requireAdmin(w, r) {
+	if userFrom(r).Anonymous() {
+		writeError(w, errNotServerAdmin)
 		return
 	}
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/_scheduler/docs/")
@@ -201,6 +243,9 @@ func (s *Server) handleSchedulerDocsPath(w http.ResponseWriter, r *http.Request)
 	}
 	if db == "" || !repdb.IsReplicatorDB(db) {
 		writeError(w, badRequest("Invalid path: the database must be _replicator or end in /_replicator"))
+		return
+	}
+	if !s.dbUser(w, r, db) {
 		return
 	}
 	if s.opts.Scheduler == nil {

@@ -219,6 +219,11 @@ func (p *Plane) SchedulerJobs(ctx context.Context, q PageQuery) (JobList, error)
 // while they are retained), by replication id (a space stands for "+") or
 // job id, or ErrNotFound.
 func (p *Plane) SchedulerJob(ctx context.Context, id string) (JobInfo, error) {
+	return p.job(ctx, id, func(*replicator.JobData) bool { return true })
+}
+
+// job returns the job id names if keep accepts it, else ErrNotFound.
+func (p *Plane) job(ctx context.Context, id string, keep func(*replicator.JobData) bool) (JobInfo, error) {
 	jobID, err := p.resolveID(ctx, id)
 	if err != nil {
 		return JobInfo{}, err
@@ -227,7 +232,7 @@ func (p *Plane) SchedulerJob(ctx context.Context, id string) (JobInfo, error) {
 	if err != nil {
 		return JobInfo{}, err
 	}
-	if d == nil {
+	if d == nil || !keep(d) {
 		return JobInfo{}, replicator.NewReason(replicator.ErrNotFound, "missing")
 	}
 	return jobInfo(replicator.AsSeen(st, d), jobID), nil
@@ -326,27 +331,38 @@ func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (DocInfo, er
 // view index of running jobs (Store.RunningJobs), so it costs the running
 // jobs, not all of them.
 func (p *Plane) ActiveTasks(ctx context.Context) ([]ActiveTask, error) {
+	return p.activeTasks(ctx, func(*replicator.JobData) bool { return true })
+}
+
+// activeTasks lists the running jobs that keep accepts.
+func (p *Plane) activeTasks(ctx context.Context, keep func(*replicator.JobData) bool) ([]ActiveTask, error) {
 	jobs, err := p.store.RunningJobs(ctx, "")
 	if err != nil {
 		return nil, err
 	}
 	out := []ActiveTask{}
 	for _, j := range jobs {
-		d := j.Data
-		if j.State != fdbjobs.Running || d.State != replicator.StateRunning || d.Rep == nil {
-			continue
+		if t, ok := activeTask(j.ID, j.State, j.Data); ok && keep(j.Data) {
+			out = append(out, t)
 		}
-		ci := d.Rep.CheckpointInterval
-		if ci == 0 {
-			ci = engine.CheckpointIntervalDefault.Milliseconds()
-		}
-		out = append(out, ActiveTask{
-			Type: "replication", Node: d.Node, PID: strp(j.ID), ProcessStatus: "running", User: strp(d.RepUser),
-			ReplicationID: d.RepID, Database: strp(d.DBName), DocID: strp(d.DocID),
-			Source: d.Rep.Source.Redacted(), Target: d.Rep.Target.Redacted(), Continuous: d.Rep.Continuous,
-			CheckpointInterval: ci, StartedOn: d.LastStart / 1000, UpdatedOn: d.LastUpdated / 1000,
-			Stats: d.Stats,
-		})
 	}
 	return out, nil
+}
+
+// activeTask is the _active_tasks entry of a job, if it is running.
+func activeTask(id string, st fdbjobs.State, d *replicator.JobData) (ActiveTask, bool) {
+	if st != fdbjobs.Running || d.State != replicator.StateRunning || d.Rep == nil {
+		return ActiveTask{}, false
+	}
+	ci := d.Rep.CheckpointInterval
+	if ci == 0 {
+		ci = engine.CheckpointIntervalDefault.Milliseconds()
+	}
+	return ActiveTask{
+		Type: "replication", Node: d.Node, PID: strp(id), ProcessStatus: "running", User: strp(d.RepUser),
+		ReplicationID: d.RepID, Database: strp(d.DBName), DocID: strp(d.DocID),
+		Source: d.Rep.Source.Redacted(), Target: d.Rep.Target.Redacted(), Continuous: d.Rep.Continuous,
+		CheckpointInterval: ci, StartedOn: d.LastStart / 1000, UpdatedOn: d.LastUpdated / 1000,
+		Stats: d.Stats,
+	}, true
 }

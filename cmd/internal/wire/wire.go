@@ -95,3 +95,15 @@ func (a planeAdapter) SchedulerDoc(ctx context.Context, db, docID string) (any, 
 func (a planeAdapter) ActiveTasks(ctx context.Context) (any, error) {
 	return a.p.ActiveTasks(ctx)
 }
+
+func (a planeAdapter) UserJobs(ctx context.Context, user string, q frontend.PageQuery) (any, error) {
+	return a.p.UserJobs(ctx, user, control.PageQuery(q))
+}
+
+func (a planeAdapter) UserJob(ctx context.Context, user, id string) (any, error) {
+	return a.p.UserJob(ctx, user, id)
+}
+
+func (a planeAdapter) UserActiveTasks(ctx context.Context, user string) (any, error) {
+	return a.p.UserActiveTasks(ctx, user)
+}

@@ -1,0 +1,143 @@
+package wire_test
+
+import (
+	"encoding/json"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
+)
+
+// TestUsersSeeTheirReplications: what _scheduler/jobs, _scheduler/jobs/{id},
+// _active_tasks and _scheduler/docs show a server admin, the owner of
+// replications, another user and an anonymous client, with the real
+// control plane and node. Non-admins see their own jobs (CouchDB shows
+// these views to server admins only), paged among themselves; a
+// database's _scheduler/docs rows are its members', as in CouchDB 4.x;
+// no row ever carries a password.
+func TestUsersSeeTheirReplications(t *testing.T) {
+	e := newService(t)
+	for _, db := range []string{"src", "a1", "a2", "b1"} {
+		require.Equal(t, 201, e.do("PUT", "/"+url.PathEscape(db+"/_replicator"), asAdmin, nil).Status)
+	}
+	rep := func(target string) map[string]any {
+		return map[string]any{"source": e.adminDBURL("src/_replicator"), "target": e.adminDBURL(target + "/_replicator"), "continuous": true}
+	}
+	require.Equal(t, 201, e.do("PUT", "/_replicator/alice_rep", asAlice, rep("a1")).Status)
+	require.Equal(t, 201, e.do("PUT", "/_replicator/bob_rep", asBob, rep("b1")).Status)
+	r := e.do("POST", "/_replicate", asAlice, rep("a2"))
+	require.Equal(t, 202, r.Status, r.Raw)
+	aliceTransient := r.Body["_local_id"].(string)
+	e.waitDocState("_replicator", "alice_rep", "running")
+	e.waitDocState("_replicator", "bob_rep", "running")
+	testutil.Eventually(t, "three running tasks", func() bool {
+		return len(e.do("GET", "/_active_tasks", asAdmin, nil).List) == 3
+	})
+
+	// targets lists the target databases of a view's rows.
+	targets := func(rows []any) []string {
+		var out []string
+		for _, row := range rows {
+			m := row.(map[string]any)
+			tgt, _ := m["target"].(string)
+			require.NotContains(t, tgt, adminPass, "a row shows a password")
+			require.NotContains(t, m["source"], adminPass, "a row shows a password")
+			u, err := url.Parse(tgt)
+			require.NoError(t, err, tgt)
+			out = append(out, strings.TrimSuffix(strings.Trim(u.Path, "/"), "/_replicator"))
+		}
+		return out
+	}
+	ids := func(rows []any) []string {
+		var out []string
+		for _, row := range rows {
+			out = append(out, row.(map[string]any)["doc_id"].(string))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		c     *creds
+		jobs  []string // targets of _scheduler/jobs and _active_tasks rows
+		docs  []string // doc_id of _scheduler/docs rows
+		jobOK bool     // may read alice's transient job by id
+	}{
+		{"admin", asAdmin, []string{"a1", "a2", "b1"}, []string{"alice_rep", "bob_rep"}, true},
+		{"owner", asAlice, []string{"a1", "a2"}, []string{"alice_rep", "bob_rep"}, true},
+		{"other user", asBob, []string{"b1"}, []string{"alice_rep", "bob_rep"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do("GET", "/_scheduler/jobs", tc.c, nil)
+			require.Equal(t, 200, r.Status, r.Raw)
+			require.ElementsMatch(t, tc.jobs, targets(r.Body["jobs"].([]any)))
+			require.EqualValues(t, len(tc.jobs), r.Body["total_rows"])
+
+			r = e.do("GET", "/_active_tasks", tc.c, nil)
+			require.Equal(t, 200, r.Status, r.Raw)
+			require.ElementsMatch(t, tc.jobs, targets(r.List))
+
+			r = e.do("GET", "/_scheduler/jobs/"+url.PathEscape(aliceTransient), tc.c, nil)
+			if tc.jobOK {
+				require.Equal(t, 200, r.Status, r.Raw)
+				require.Equal(t, aliceTransient, r.Body["id"])
+			} else {
+				requireError(t, r, 404, "not_found")
+			}
+
+			for _, p := range []string{"/_scheduler/docs", "/_scheduler/docs/_replicator"} {
+				r = e.do("GET", p, tc.c, nil)
+				require.Equal(t, 200, r.Status, r.Raw)
+				require.Equal(t, tc.docs, ids(r.Body["docs"].([]any)))
+				targets(r.Body["docs"].([]any))
+			}
+			r = e.do("GET", "/_scheduler/docs/_replicator/alice_rep", tc.c, nil)
+			require.Equal(t, 200, r.Status, r.Raw)
+			require.Equal(t, "running", r.Body["state"])
+		})
+	}
+
+	t.Run("anonymous", func(t *testing.T) {
+		for _, p := range []string{"/_scheduler/jobs", "/_scheduler/jobs/" + url.PathEscape(aliceTransient), "/_active_tasks",
+			"/_scheduler/docs", "/_scheduler/docs/_replicator", "/_scheduler/docs/_replicator/alice_rep"} {
+			requireError(t, e.do("GET", p, anon, nil), 401, "unauthorized")
+		}
+	})
+
+	t.Run("paging counts the user's own jobs", func(t *testing.T) {
+		all := e.do("GET", "/_scheduler/jobs", asAlice, nil).Body["jobs"].([]any)
+		for skip, want := range all {
+			r := e.do("GET", "/_scheduler/jobs?limit=1&skip="+strconv.Itoa(skip), asAlice, nil)
+			require.Equal(t, 200, r.Status, r.Raw)
+			require.EqualValues(t, 2, r.Body["total_rows"])
+			require.EqualValues(t, skip, r.Body["offset"])
+			require.Equal(t, []any{want}, r.Body["jobs"])
+		}
+		r := e.do("GET", "/_scheduler/jobs?skip=5", asAlice, nil)
+		require.Empty(t, r.Body["jobs"])
+		require.EqualValues(t, 2, r.Body["total_rows"])
+		// start_key starts at the second of alice's jobs, whatever bob's.
+		second := all[1].(map[string]any)
+		key, err := json.Marshal([]any{second["id"], second["job_id"]})
+		require.NoError(t, err)
+		r = e.do("GET", "/_scheduler/jobs?start_key="+url.QueryEscape(string(key)), asAlice, nil)
+		require.Equal(t, 200, r.Status, r.Raw)
+		require.Equal(t, []any{second}, r.Body["jobs"])
+		require.EqualValues(t, 2, r.Body["total_rows"])
+	})
+
+	t.Run("members of the database", func(t *testing.T) {
+		require.Equal(t, 200, e.do("PUT", "/_replicator/_security", asAdmin, map[string]any{"members": map[string]any{"names": []any{aliceName}}}).Status)
+		t.Cleanup(func() { require.Equal(t, 200, e.do("PUT", "/_replicator/_security", asAdmin, map[string]any{}).Status) })
+		for _, p := range []string{"/_scheduler/docs", "/_scheduler/docs/_replicator", "/_scheduler/docs/_replicator/bob_rep"} {
+			r := e.do("GET", p, asBob, nil)
+			requireError(t, r, 403, "forbidden")
+			require.Equal(t, 200, e.do("GET", p, asAlice, nil).Status)
+		}
+		// Bob still sees his own jobs, whatever their database.
+		require.Equal(t, []string{"b1"}, targets(e.do("GET", "/_scheduler/jobs", asBob, nil).Body["jobs"].([]any)))
+	})
+}
