@@ -26,9 +26,8 @@ import (
 // as 127.0.0.1 (both loopback): Fauxton takes any endpoint whose URL holds
 // the page's host name for a database of its own server.
 func TestFauxton(t *testing.T) {
-	b := browsertest.Start(t) // skips when there is no browser
-	dir, err := couchtest.FauxtonDir()
-	require.NoError(t, err)
+	svc, f := startFauxton(t)
+	b := f.b
 	src := couchtest.StartPouchDB(t)
 	tgt := couchtest.StartPouchDB(t, couchtest.WithAdmin("tgtadmin", "tgt-secret"))
 	src.CreateDB(t, "fx-src")
@@ -36,8 +35,6 @@ func TestFauxton(t *testing.T) {
 		src.PutDoc(t, "fx-src", map[string]any{"_id": fmt.Sprintf("doc%d", i), "n": i})
 	}
 	tgt.CreateDB(t, "fx-tgt")
-	svc := newService(t, func(o *frontend.Options) { o.UtilsDir = dir })
-	f := &fauxton{b: b, base: strings.Replace(svc.url, "127.0.0.1", "localhost", 1) + "/_utils"}
 
 	// Login: /_utils redirects to /_utils/, which asks anonymous users to
 	// log in; a wrong password is refused with Fauxton's message.
@@ -186,6 +183,18 @@ func TestFauxton(t *testing.T) {
 		"POST 401 /_session", "PUT 400 /notes", // the wrong password, a database that is not a replicator database
 		"GET 404 /_replicator/fx-auth", "GET 404 /_replicator/fx-cont", // the form checks that a new document id is free
 	}, refused, "all requests:\n%s", strings.Join(b.Requests(), "\n"))
+}
+
+// startFauxton starts a browser and a service that serves Fauxton, and
+// returns the service and the dashboard's driver (the browser opens the
+// node as "localhost").
+func startFauxton(t *testing.T) (*service, *fauxton) {
+	t.Helper()
+	b := browsertest.Start(t) // skips when there is no browser
+	dir, err := couchtest.FauxtonDir()
+	require.NoError(t, err)
+	svc := newService(t, func(o *frontend.Options) { o.UtilsDir = dir })
+	return svc, &fauxton{b: b, base: strings.Replace(svc.url, "127.0.0.1", "localhost", 1) + "/_utils"}
 }
 
 // fauxton drives the dashboard's pages.
