@@ -410,6 +410,20 @@ func afterWatch(ctx context.Context, b *kv.Backoff, watch kv.FutureNil) bool {
 // gives up with the last error.
 const shrinkAttemptsMax = 50
 
+// batchMax is the most jobs an activity monitor's or a notifier's batch
+// grows to: their keys alone stay well under FoundationDB's advised 1 MB
+// per transaction.
+const batchMax = 2_000
+
+// monitorBatchBytes is about how many bytes of job rows one activity
+// monitor batch reads; it writes them back, so a transaction stays near
+// twice this, under FoundationDB's advised 1 MB.
+const monitorBatchBytes = 300_000
+
+// readAhead is how many rows a byte-bounded batch reads at once before it
+// looks at its budget again.
+const readAhead = 16
+
 // errShrink reports whether a background batch should shrink and retry.
 func errShrink(err error) bool {
 	var e kv.Error

@@ -25,9 +25,10 @@ import (
 // old worker's next Update or Finish gets ErrHalt.
 //
 // Re-enqueuing runs in batches of Config.BatchSize jobs per transaction,
-// growing by Config.BatchIncrement after each full batch and shrinking by
-// Config.BatchFactor after transaction_too_large, a retryable error or a
-// timeout (AIMD).
+// growing by Config.BatchIncrement after each full batch up to batchMax
+// and shrinking by Config.BatchFactor after transaction_too_large, a
+// retryable error or a timeout (AIMD); a batch also ends once it has read
+// about monitorBatchBytes of job rows, and the next starts that size.
 //
 // The type's ReenqueueHook (SetReenqueueHook) runs in each batch's
 // transaction with the jobs it re-enqueues.
@@ -158,7 +159,7 @@ func (m *ActivityMonitor) reenqueue(ctx context.Context, vs tuple.Versionstamp) 
 		if !full {
 			return total, nil
 		}
-		m.batch += m.c.cfg.BatchIncrement
+		m.batch = min(m.batch+m.c.cfg.BatchIncrement, batchMax)
 	}
 }
 
@@ -174,6 +175,7 @@ func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit in
 	type result struct {
 		n    int
 		full bool
+		cut  bool // ended by monitorBatchBytes, not by limit
 	}
 	res, err := once(ctx, m.c.db, func(tr kv.Transaction) (result, error) {
 		kvs, err := tr.GetRange(r, kv.RangeOptions{Limit: limit}).GetSliceWithError()
@@ -195,15 +197,29 @@ func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit in
 			}
 			vs, _ := t[1].(tuple.Versionstamp)
 			id, _ := t[2].(string)
-			items = append(items, item{key: e.Key, id: id, vs: vs, f: tr.Get(k.dataKey(typ, id))})
+			items = append(items, item{key: e.Key, id: id, vs: vs})
 		}
+		// Rows are read a few at a time, and the batch ends once about
+		// monitorBatchBytes of them were read (each is written back as
+		// much again): the activity keys not reached stay for the next.
 		var ids []string
 		var rows []*row
-		for _, it := range items {
+		read := 0
+		for i := range items {
+			if i%readAhead == 0 {
+				if read >= monitorBatchBytes {
+					return result{n: len(ids), full: true, cut: true}, m.c.reenqueueRows(tr, typ, ids, rows)
+				}
+				for j := i; j < min(i+readAhead, len(items)); j++ {
+					items[j].f = tr.Get(k.dataKey(typ, items[j].id))
+				}
+			}
+			it := items[i]
 			v, err := it.f.Get()
 			if err != nil {
 				return result{}, err
 			}
+			read += len(v)
 			tr.Clear(it.key)
 			if v == nil {
 				continue
@@ -222,6 +238,10 @@ func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit in
 		}
 		return result{n: len(ids), full: len(kvs) == limit}, nil
 	})
+	if res.cut {
+		// Rows this size fit about this many to a batch.
+		m.batch = max(1, res.n)
+	}
 	return res.n, res.full, err
 }
 

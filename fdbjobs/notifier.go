@@ -355,7 +355,7 @@ func (n *notifier) process(ctx context.Context) error {
 	failures := 0
 	for i := 0; i < len(ids); {
 		end := min(len(ids), i+n.batch)
-		err := n.readBatch(ctx, ids[i:end], rows)
+		got, err := n.readBatch(ctx, ids[i:end], rows)
 		if err != nil {
 			if !errShrink(err) || ctx.Err() != nil {
 				return err
@@ -371,10 +371,13 @@ func (n *notifier) process(ctx context.Context) error {
 		}
 		failures = 0
 		b.Reset()
-		if end-i == n.batch {
-			n.batch += n.c.cfg.BatchIncrement
+		switch {
+		case got < end-i:
+			n.batch = got // ended by its bytes: rows this size fit so many
+		case got == n.batch:
+			n.batch = min(n.batch+n.c.cfg.BatchIncrement, batchMax)
 		}
-		i = end
+		i += got
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -403,24 +406,42 @@ func (n *notifier) process(ctx context.Context) error {
 	return nil
 }
 
-func (n *notifier) readBatch(ctx context.Context, ids []string, into map[string]*row) error {
+// readBatch reads the rows of ids, or of as many of them as about
+// foldBatchBytes of rows take (at least readAhead), into into, in one
+// transaction attempt, and returns how many it read.
+func (n *notifier) readBatch(ctx context.Context, ids []string, into map[string]*row) (int, error) {
 	if h := n.c.hooks.notifierBatch; h != nil {
 		if err := h(len(ids)); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	rows, err := once(ctx, n.c.db, func(tr kv.Transaction) ([]*row, error) {
-		futs := make([]kv.FutureByteSlice, len(ids))
-		for i, id := range ids {
-			futs[i] = tr.Snapshot().Get(n.c.k.dataKey(n.typ, id))
+		var out []*row
+		read := 0
+		for i := 0; i < len(ids) && (i == 0 || read < foldBatchBytes); i += readAhead {
+			chunk := ids[i:min(i+readAhead, len(ids))]
+			futs := make([]kv.FutureByteSlice, len(chunk))
+			for j, id := range chunk {
+				futs[j] = tr.Snapshot().Get(n.c.k.dataKey(n.typ, id))
+			}
+			rs, err := decodeRows(futs)
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range rs {
+				if r != nil {
+					read += len(r.data)
+				}
+			}
+			out = append(out, rs...)
 		}
-		return decodeRows(futs)
+		return out, nil
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	for i, id := range ids {
-		into[id] = rows[i]
+	for i, r := range rows {
+		into[ids[i]] = r
 	}
-	return nil
+	return len(rows), nil
 }
