@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/fdbrep/fdbrep/internal/clockwait"
 )
 
 // DB is one remote database: an Endpoint with its own connection pool,
@@ -324,12 +326,8 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			return nil, nil, &RequestError{Method: r.Method, URL: where, Attempts: attempts, Err: retryable}
 		}
 		db.log().Debug().Str("url", where).Str("method", r.Method).Int("attempt", attempts).Dur("wait", wait).Str("error", retryable.Error()).Msg("couch: retrying")
-		t := db.opts.Clock.NewTimer(wait)
-		select {
-		case <-t.Chan():
-		case <-ctx.Done():
-			t.Stop()
-			return nil, nil, ctx.Err()
+		if err := clockwait.Sleep(ctx, db.opts.Clock, wait); err != nil {
+			return nil, nil, err
 		}
 		wait = min(2*wait, db.opts.RetryWaitMax)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/fdbrep/fdbrep/internal/clockwait"
 )
 
 // AIMD rate limiter defaults (couch_replicator_rate_limiter).
@@ -153,17 +155,7 @@ func (l *RateLimiter) Wait(ctx context.Context, key string) error {
 	if d >= l.cfg.MaxInterval {
 		return ErrMaxBackoff
 	}
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := l.cfg.Clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.Chan():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return clockwait.Sleep(ctx, l.cfg.Clock, d)
 }
 
 // Failure records a 429 for key.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/fdbrep/fdbrep/internal/clockwait"
 )
 
 // FoundationDB 7.3's client knobs for OnError's backoff (ClientKnobs.cpp).
@@ -118,24 +120,11 @@ func (b *Backoff) Wait(ctx context.Context, err error) error {
 	if !ok {
 		return err
 	}
-	if cerr := ctx.Err(); cerr != nil {
-		return cerr
-	}
-	if delay <= 0 {
-		return nil
-	}
 	clock := b.Clock
 	if clock == nil {
 		clock = clockwork.NewRealClock()
 	}
-	t := clock.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-t.Chan():
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return clockwait.Sleep(ctx, clock, delay)
 }
 
 // Reset returns the backoff to its initial limit, as after a success.
