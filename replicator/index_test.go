@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"testing"
 	"time"
 
@@ -359,13 +357,7 @@ func (m *indexModel) step() {
 // exactly what a full fold of the jobs computes, keys and counters, and
 // serves the same pages.
 func TestIndexModel(t *testing.T) {
-	seed := rand.Uint64()
-	if v := os.Getenv(indexSeedEnv); v != "" {
-		var err error
-		seed, err = strconv.ParseUint(v, 10, 64)
-		require.NoError(t, err)
-	}
-	t.Logf("seed %d (replay: %s=%d)", seed, indexSeedEnv, seed)
+	seed := testutil.SeedFrom(t, indexSeedEnv)
 	defer func(rows, keys int) { viewRowsPerTx, viewKeysPerTx = rows, keys }(viewRowsPerTx, viewKeysPerTx)
 	viewRowsPerTx, viewKeysPerTx = 3, 4 // pages and skips span transactions
 	m := newIndexModel(t, seed)

@@ -121,19 +121,25 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 // SeedEnv names the environment variable that replays a randomized test.
 const SeedEnv = "FDBREP_TEST_SEED"
 
-// Seed returns the seed of a randomized test: $FDBREP_TEST_SEED when set
-// (to replay a failure), else the clock. It logs the seed with the line
-// that replays it.
+// Seed returns the seed of a randomized test: SeedFrom with SeedEnv.
 func Seed(t testing.TB) uint64 {
 	t.Helper()
+	return SeedFrom(t, SeedEnv)
+}
+
+// SeedFrom returns the seed of a randomized test: $env when set (to
+// replay a failure), else the clock. It logs the seed with the line that
+// replays it.
+func SeedFrom(t testing.TB, env string) uint64 {
+	t.Helper()
 	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(SeedEnv); s != "" {
+	if s := os.Getenv(env); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			t.Fatalf("%s=%q: %v", SeedEnv, s, err)
+			t.Fatalf("%s=%q: %v", env, s, err)
 		}
 		seed = v
 	}
-	t.Logf("seed %d (replay with %s=%d)", seed, SeedEnv, seed)
+	t.Logf("seed %d (replay with %s=%d)", seed, env, seed)
 	return seed
 }

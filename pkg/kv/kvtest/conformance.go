@@ -3,14 +3,13 @@ package kvtest
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
@@ -284,12 +283,5 @@ const SeedEnv = "FDBREP_KVTEST_SEED"
 // from the clock) and logs it, with how to replay it.
 func Seed(t testing.TB) uint64 {
 	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv(SeedEnv); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		require.NoError(t, err, "%s", SeedEnv)
-		seed = s
-	}
-	t.Logf("seed %d (replay: %s=%d)", seed, SeedEnv, seed)
-	return seed
+	return testutil.SeedFrom(t, SeedEnv)
 }
