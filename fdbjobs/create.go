@@ -113,13 +113,16 @@ func (c *Client) Add(ctx context.Context, tx kv.Transactor, typ, id string, data
 		}
 		if v == nil {
 			c.k.enqueue(tr, typ, id, &row{data: d, addToken: token}, stime)
+			c.k.bumpPending(tr, typ)
 			return nil, nil
 		}
 		r, err := decodeRow(v)
 		if err != nil {
 			return nil, err
 		}
-		c.resubmitRow(tr, typ, id, r, stime, d, token)
+		if c.resubmitRow(tr, typ, id, r, stime, d, token) {
+			c.k.bumpPending(tr, typ)
+		}
 		return nil, nil
 	})
 	return err
@@ -128,10 +131,12 @@ func (c *Client) Add(ctx context.Context, tx kv.Transactor, typ, id string, data
 // resubmitRow applies the resubmit rules to an existing job (see Add).
 // data nil keeps the current data. token identifies the Add or Resubmit
 // call: a row it already changed is left alone, as the call's earlier
-// attempt committed (and the job may have moved on since).
-func (c *Client) resubmitRow(tr kv.Transaction, typ, id string, r *row, stime int64, data, token []byte) {
+// attempt committed (and the job may have moved on since). It reports
+// whether it enqueued the job: the caller then wakes the acceptors
+// (bumpPending), once per transaction.
+func (c *Client) resubmitRow(tr kv.Transaction, typ, id string, r *row, stime int64, data, token []byte) bool {
 	if bytes.Equal(r.addToken, token) {
-		return
+		return false
 	}
 	r.addToken = token
 	switch r.state {
@@ -140,22 +145,25 @@ func (c *Client) resubmitRow(tr kv.Transaction, typ, id string, r *row, stime in
 			r.data = data
 		}
 		c.k.enqueue(tr, typ, id, r, stime)
+		return true
 	case Pending:
 		if r.stime == stime {
-			return
+			return false
 		}
 		tr.Clear(c.k.pendingKey(typ, r.stime, id))
 		if data != nil {
 			r.data = data
 		}
 		c.k.enqueue(tr, typ, id, r, stime)
+		return true
 	case Running:
 		if r.resubmit && r.stime == stime {
-			return
+			return false
 		}
 		r.resubmit, r.stime = true, stime
 		c.k.writeRow(tr, typ, id, r)
 	}
+	return false
 }
 
 // Remove deletes a job in any state. A running job's worker gets ErrHalt
@@ -190,7 +198,7 @@ func (c *Client) Remove(ctx context.Context, tx kv.Transactor, typ, id string) e
 		if r.state == Pending {
 			tr.Clear(c.k.pendingKey(typ, r.stime, id))
 		}
-		c.k.release(tr, typ, id, r)
+		c.k.release(tr, typ, id, r, nil)
 		tr.Clear(c.k.dataKey(typ, id))
 		c.k.bumpActivity(tr, typ)
 		removed, removedBefore = r.addToken, true

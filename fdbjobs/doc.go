@@ -54,7 +54,8 @@
 //	                              PrevToken, PrevIndex, Data, AddToken)
 //	(2, Type, STime, JobID)       PENDING: "" — the queue, in scheduled-time order
 //	(3, Type)                     WATCHES_PENDING: int64 LE counter, atomic
-//	                              add 1 on every enqueue; blocked acceptors
+//	                              add 1 by every transaction that enqueues
+//	                              jobs of the type; blocked acceptors
 //	                              watch it
 //	(4, Type)                     WATCHES_ACTIVITY: (Versionstamp) of the
 //	                              last accept, update, finish, remove or

@@ -137,7 +137,8 @@ func prefixRange(ss subspace.Subspace, t tuple.Tuple) kv.KeyRange {
 
 var one = kv.Int64(1)
 
-// bumpPending wakes acceptors blocked on the type's pending watch.
+// bumpPending wakes acceptors blocked on the type's pending watch: once in
+// every transaction that enqueues jobs of typ.
 func (k keys) bumpPending(tr kv.Transaction, typ string) { tr.Add(k.watchesPending(typ), one) }
 
 // bumpActivity sets the type's activity clock to this commit's versionstamp.
@@ -305,24 +306,38 @@ func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
 	tr.Set(k.dataKey(typ, id), v)
 }
 
-// enqueue makes r pending at stime and writes its pending key.
+// enqueue makes r pending at stime and writes its pending key. The caller
+// wakes the type's acceptors with bumpPending, once per transaction.
 func (k keys) enqueue(tr kv.Transaction, typ, id string, r *row, stime int64) {
 	r.state, r.seq, r.seqNew, r.lock, r.resubmit, r.stime = Pending, tuple.Versionstamp{}, false, lock{}, false, stime
 	k.writeRow(tr, typ, id, r)
 	tr.Set(k.pendingKey(typ, stime, id), nil)
-	k.bumpPending(tr, typ)
 }
 
 // release clears what a running row holds besides itself: its ACTIVITY key
 // and the claim record of the Accept call that took it (shared with the
 // other jobs of that call; it is needed only while that call runs).
-func (k keys) release(tr kv.Transaction, typ, id string, r *row) {
+//
+// cleared, when not nil, holds the claim records this transaction already
+// cleared (by type and token), so that finishing many jobs of one Accept
+// call clears its record once.
+func (k keys) release(tr kv.Transaction, typ, id string, r *row, cleared map[claimRef]bool) {
 	if r.state != Running {
 		return
 	}
 	tr.Clear(k.activityKey(typ, r.seq, id))
+	if cleared != nil {
+		ref := claimRef{typ, string(r.lock.token)}
+		if cleared[ref] {
+			return
+		}
+		cleared[ref] = true
+	}
 	tr.Clear(k.claimKey(typ, r.lock.token))
 }
+
+// claimRef names a claim record: a type and an Accept call's token.
+type claimRef struct{ typ, token string }
 
 // decodeRows waits for the DATA reads futs and decodes them, in order;
 // a job that does not exist gives nil.

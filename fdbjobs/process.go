@@ -66,8 +66,9 @@ func (c *Client) FinishBatch(ctx context.Context, tx kv.Transactor, items []Comp
 
 // applyFunc applies an Update or Finish to one job's row r (nil when the
 // job is gone). seen holds the row's seq as first read by this call: a retry
-// after commit_unknown_result finds a different one if it committed.
-type applyFunc func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (after *row, err error)
+// after commit_unknown_result finds a different one if it committed. claims
+// holds the claim records the attempt cleared so far (see keys.release).
+type applyFunc func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp, claims map[claimRef]bool) (after *row, err error)
 
 func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion, apply applyFunc) ([]error, error) {
 	if len(items) == 0 || len(items) > MaxBatch {
@@ -101,7 +102,7 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 			futs[i] = tr.Get(c.k.dataKey(it.Job.Type, it.Job.ID))
 		}
 		o := outcome{errs: make([]error, len(items)), after: make([]*row, len(items))}
-		bumped := map[string]bool{}
+		bumped, enqueued, claims := map[string]bool{}, map[string]bool{}, map[claimRef]bool{}
 		for i, it := range items {
 			v, err := futs[i].Get()
 			if err != nil {
@@ -117,7 +118,7 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 				seq := r.seq
 				firstSeq[i] = &seq
 			}
-			after, err := apply(tr, it.Job, r, datas[i], firstSeq[i])
+			after, err := apply(tr, it.Job, r, datas[i], firstSeq[i], claims)
 			if err != nil {
 				o.errs[i] = fmt.Errorf("job %q of type %q: %w", it.Job.ID, it.Job.Type, err)
 				continue
@@ -126,6 +127,10 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 			if after != nil && !bumped[it.Job.Type] {
 				c.k.bumpActivity(tr, it.Job.Type)
 				bumped[it.Job.Type] = true
+			}
+			if after != nil && after.state == Pending && !enqueued[it.Job.Type] {
+				c.k.bumpPending(tr, it.Job.Type) // a Finish re-enqueued a resubmitted job
+				enqueued[it.Job.Type] = true
 			}
 		}
 		return o, nil
@@ -142,7 +147,7 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 }
 
 // updateRow is Update's body for one job.
-func (c *Client) updateRow(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, error) {
+func (c *Client) updateRow(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp, _ map[claimRef]bool) (*row, error) {
 	if r == nil || !r.lock.equal(j.lock) {
 		return nil, ErrHalt
 	}
@@ -162,7 +167,7 @@ func (c *Client) updateRow(tr kv.Transaction, j *Job, r *row, data []byte, seen 
 
 // finishRow is Finish's body for one job. A row whose last finisher is j
 // means this is a retry of a Finish that committed: nothing to do.
-func (c *Client) finishRow(tr kv.Transaction, j *Job, r *row, data []byte, _ *tuple.Versionstamp) (*row, error) {
+func (c *Client) finishRow(tr kv.Transaction, j *Job, r *row, data []byte, _ *tuple.Versionstamp, claims map[claimRef]bool) (*row, error) {
 	if r == nil {
 		return nil, ErrHalt
 	}
@@ -172,7 +177,7 @@ func (c *Client) finishRow(tr kv.Transaction, j *Job, r *row, data []byte, _ *tu
 		}
 		return nil, ErrHalt
 	}
-	c.k.release(tr, j.Type, j.ID, r)
+	c.k.release(tr, j.Type, j.ID, r, claims)
 	if data != nil {
 		r.data = data
 	}
@@ -215,7 +220,9 @@ func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime
 		if r == nil {
 			return 0, fmt.Errorf("job %q of type %q: %w", job.ID, job.Type, ErrNotFound)
 		}
-		c.resubmitRow(tr, job.Type, job.ID, r, stime, d, token)
+		if c.resubmitRow(tr, job.Type, job.ID, r, stime, d, token) {
+			c.k.bumpPending(tr, job.Type)
+		}
 		return r.state, nil
 	})
 	if err != nil {
