@@ -34,19 +34,23 @@ func checkOptionalData(d json.RawMessage) ([]byte, error) {
 	return checkData(d)
 }
 
-// enqueueArgs checks the scheduled time and data of a write that enqueues
-// a job (optional: nil data keeps the job's) and draws the token that lets
-// the write recognise its own earlier commit.
-func enqueueArgs(stime int64, data json.RawMessage, optional bool) (d, token []byte, err error) {
+// checkAddArgs checks the scheduled time and data of a job to add and
+// returns its data ("{}" for nil).
+func checkAddArgs(stime int64, data json.RawMessage) ([]byte, error) {
+	if err := checkSTime(stime); err != nil {
+		return nil, err
+	}
+	return checkData(data)
+}
+
+// resubmitArgs checks the scheduled time and data (nil keeps the job's)
+// of a Resubmit and draws the token that lets it recognise its own earlier
+// commit.
+func resubmitArgs(stime int64, data json.RawMessage) (d, token []byte, err error) {
 	if err := checkSTime(stime); err != nil {
 		return nil, nil, err
 	}
-	if optional {
-		d, err = checkOptionalData(data)
-	} else {
-		d, err = checkData(data)
-	}
-	if err != nil {
+	if d, err = checkOptionalData(data); err != nil {
 		return nil, nil, err
 	}
 	token, err = newToken()
@@ -87,45 +91,176 @@ const MaxScheduledTimeMax int64 = 1 << 62
 // transaction may run again should add only what it has not added yet (for
 // example, check JobState for ErrNotFound in the same transaction).
 func (c *Client) Add(ctx context.Context, tx kv.Transactor, typ, id string, data json.RawMessage, stime int64) error {
+	return c.add(ctx, tx, typ, []NewJob{{ID: id, Data: data, ScheduledTime: stime}}, false)
+}
+
+// NewJob is one job of AddBatch: its id, data (nil means "{}") and
+// scheduled time, as the arguments of Add.
+type NewJob struct {
+	ID            string
+	Data          json.RawMessage
+	ScheduledTime int64
+}
+
+// AddBatch is Add for up to MaxBatch jobs of typ (River's InsertMany).
+// Each job follows Add's rules (an existing job is resubmitted); a job id
+// may appear only once.
+//
+// In its own transactions (tx nil or a Database), AddBatch pages: each
+// transaction adds at most AddPageJobs jobs and about AddPageBytes bytes
+// (FoundationDB advises staying well under 1 MB), reads the type's timeout
+// once and the page's rows at once, and wakes blocked acceptors once. Jobs
+// that already exist with large data cut a page short and make the next
+// ones smaller. One token is drawn per call, so every page is idempotent
+// under commit_unknown_result as Add is. The pages commit one by one: after
+// an error the jobs of the pages before it are added (adding them again
+// follows Add's rules: a job still pending at the same time is left
+// alone, one a worker took meanwhile is resubmitted).
+//
+// Joined to a caller's transaction, the batch must fit one page
+// (ErrInvalidArgument otherwise), and each call is a new AddBatch, as for
+// Add.
+func (c *Client) AddBatch(ctx context.Context, tx kv.Transactor, typ string, jobs []NewJob) error {
+	return c.add(ctx, tx, typ, jobs, true)
+}
+
+// AddBatch's pages (see AddBatch).
+const (
+	// AddPageJobs is the most jobs AddBatch adds per transaction.
+	AddPageJobs = 500
+	// AddPageBytes is about the most bytes an AddBatch transaction reads
+	// and writes (a page stops at the job that reaches it).
+	AddPageBytes = 400_000
+)
+
+// addCost is what adding job j with data d is counted as in a page: its
+// data, its keys as mutations and write conflict ranges (the row, the
+// pending key) and room for the row's other fields.
+func addCost(typ string, j NewJob, d []byte) int {
+	return len(d) + 4*(len(typ)+len(j.ID)) + 256
+}
+
+// add is Add (batch false: errors name no job) and AddBatch.
+func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []NewJob, batch bool) error {
 	if err := checkName("type", typ); err != nil {
 		return err
 	}
-	if err := checkName("job id", id); err != nil {
-		return err
+	if len(jobs) == 0 || len(jobs) > MaxBatch {
+		return fmt.Errorf("%w: batch size %d outside [1, %d]", ErrInvalidArgument, len(jobs), MaxBatch)
 	}
-	d, token, err := enqueueArgs(stime, data, false)
+	datas := make([][]byte, len(jobs))
+	var seen map[string]bool
+	if batch {
+		seen = make(map[string]bool, len(jobs))
+	}
+	for i, j := range jobs {
+		err := checkName("job id", j.ID)
+		if err == nil {
+			datas[i], err = checkAddArgs(j.ScheduledTime, j.Data)
+		}
+		if err == nil && batch {
+			if seen[j.ID] {
+				err = fmt.Errorf("%w: job appears twice in one batch", ErrInvalidArgument)
+			}
+			seen[j.ID] = true
+		}
+		if err != nil {
+			if batch {
+				return fmt.Errorf("job %d (%q): %w", i, j.ID, err)
+			}
+			return err
+		}
+	}
+	token, err := newToken()
 	if err != nil {
 		return err
 	}
-	_, err = c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
-		tf := tr.Get(c.k.timeoutKey(typ))
-		rf := tr.Get(c.k.dataKey(typ, id))
-		tv, err := tf.Get()
-		if err != nil {
-			return nil, err
+	if _, joined := tx.(kv.Transaction); joined {
+		if n := addPageEnd(typ, jobs, datas, AddPageJobs); n < len(jobs) {
+			return fmt.Errorf("%w: %d jobs do not fit one transaction (%d would): pass a nil transactor to page", ErrInvalidArgument, len(jobs), n)
 		}
-		if tv == nil {
-			return nil, fmt.Errorf("type %q: %w", typ, ErrNoTypeTimeout)
-		}
-		v, err := rf.Get()
+		_, err := kv.Transact(ctx, tx, func(tr kv.Transaction) (int, error) {
+			return c.addPage(tr, typ, jobs, datas, token, false)
+		})
+		return err
+	}
+	for start, limit := 0, AddPageJobs; start < len(jobs); {
+		end := start + addPageEnd(typ, jobs[start:], datas[start:], limit)
+		used, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (int, error) {
+			return c.addPage(tr, typ, jobs[start:end], datas[start:end], token, true)
+		})
 		if err != nil {
-			return nil, err
+			if start > 0 {
+				return fmt.Errorf("jobs %d and after: %w", start, err)
+			}
+			return err
+		}
+		if used < end-start {
+			limit = used // rows read were larger than planned: smaller pages
+		}
+		start += used
+	}
+	return nil
+}
+
+// addPageEnd returns how many of jobs (with their checked data) make one
+// page of AddBatch: at most limit, and as many as fit AddPageBytes (at
+// least one).
+func addPageEnd(typ string, jobs []NewJob, datas [][]byte, limit int) int {
+	n, size := 0, 0
+	for n < min(limit, len(jobs)) {
+		size += addCost(typ, jobs[n], datas[n])
+		if n > 0 && size > AddPageBytes {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// addPage adds jobs in tr and returns how many it added: all of them, or
+// when mayCut, fewer once the rows it read of existing jobs bring the page
+// over AddPageBytes (at least one).
+func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][]byte, token []byte, mayCut bool) (int, error) {
+	tf := tr.Get(c.k.timeoutKey(typ))
+	futs := make([]kv.FutureByteSlice, len(jobs))
+	for i, j := range jobs {
+		futs[i] = tr.Get(c.k.dataKey(typ, j.ID))
+	}
+	tv, err := tf.Get()
+	if err != nil {
+		return 0, err
+	}
+	if tv == nil {
+		return 0, fmt.Errorf("type %q: %w", typ, ErrNoTypeTimeout)
+	}
+	enqueued, size, used := false, 0, len(jobs)
+	for i, j := range jobs {
+		if mayCut && i > 0 && size > AddPageBytes {
+			used = i
+			break
+		}
+		size += addCost(typ, j, datas[i])
+		v, err := futs[i].Get()
+		if err != nil {
+			return 0, err
 		}
 		if v == nil {
-			c.k.enqueue(tr, typ, id, &row{data: d, addToken: token}, stime)
-			c.k.bumpPending(tr, typ)
-			return nil, nil
+			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token}, j.ScheduledTime)
+			enqueued = true
+			continue
 		}
+		size += 2 * len(v) // read, and maybe written again with its data
 		r, err := decodeRow(v)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		if c.resubmitRow(tr, typ, id, r, stime, d, token) {
-			c.k.bumpPending(tr, typ)
-		}
-		return nil, nil
-	})
-	return err
+		enqueued = c.resubmitRow(tr, typ, j.ID, r, j.ScheduledTime, datas[i], token) || enqueued
+	}
+	if enqueued {
+		c.k.bumpPending(tr, typ)
+	}
+	return used, nil
 }
 
 // resubmitRow applies the resubmit rules to an existing job (see Add).

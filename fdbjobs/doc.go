@@ -30,10 +30,13 @@
 // # API
 //
 //   - Types: SetTypeTimeout, TypeTimeout, ClearTypeTimeout, Types.
-//   - Creation: Add (creates, or resubmits an existing job), Remove, Job,
-//     JobData, JobState, ReadJobs, ActiveJobIDs, PendingCount, FoldJobs. All
-//     but FoldJobs take a kv.Transactor (nil for a transaction of their
-//     own) and so can join a caller's transaction.
+//   - Creation: Add (creates, or resubmits an existing job), AddBatch (Add
+//     for up to MaxBatch jobs, as River's InsertMany, paged into
+//     transactions of at most AddPageJobs jobs and about AddPageBytes),
+//     Remove, Job, JobData, JobState, ReadJobs, ActiveJobIDs, PendingCount,
+//     FoldJobs. All but FoldJobs take a kv.Transactor (nil for a transaction
+//     of their own) and so can join a caller's transaction (AddBatch then
+//     takes one page at most).
 //   - Hooks: SetReenqueueHook lets a type's owner update its own keys (and
 //     the job's data) inside the transactions in which the job layer
 //     re-enqueues jobs by itself (activity monitor, Reenqueue).
@@ -127,8 +130,9 @@
 // moved under its own lock) and writes no second one; Finish recognises its
 // own commit through PrevToken; Add and Resubmit recognise their own add
 // token in the row and do not resubmit a job their first attempt enqueued
-// and a worker took since; Remove reports success when an earlier attempt
-// removed the job, and leaves alone a job added again since. Operations that
+// and a worker took since (the pages of one AddBatch share one token);
+// Remove reports success when an earlier attempt removed the job, and
+// leaves alone a job added again since. Operations that
 // join a caller's transaction run once per call of the caller's function:
 // a caller whose function may run again after committing must make its
 // own calls idempotent (for example, Add only if JobState says

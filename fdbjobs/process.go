@@ -208,7 +208,7 @@ func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime
 	if job == nil {
 		return fmt.Errorf("%w: nil job", ErrInvalidArgument)
 	}
-	d, token, err := enqueueArgs(stime, data, true)
+	d, token, err := resubmitArgs(stime, data)
 	if err != nil {
 		return err
 	}

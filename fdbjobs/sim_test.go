@@ -285,10 +285,16 @@ func TestIdempotentUnderCommitUnknownResult(t *testing.T) {
 
 	for round := range 10 {
 		ids := make([]string, 6)
+		var batch []NewJob
 		for i := range ids {
 			ids[i] = fmt.Sprintf("r%d-j%d", round, i)
-			b.add(t, t1, ids[i], fmt.Sprintf(`{"i":%d}`, i), 0)
+			if i < 4 {
+				batch = append(batch, NewJob{ID: ids[i], Data: raw(fmt.Sprintf(`{"i":%d}`, i))})
+			} else {
+				b.add(t, t1, ids[i], fmt.Sprintf(`{"i":%d}`, i), 0)
+			}
 		}
+		require.NoError(t, c.AddBatch(ctx, nil, t1, batch))
 		jobs, err := c.AcceptBatch(ctx, t1, 4, AcceptOptions{})
 		require.NoError(t, err)
 		require.Len(t, jobs, 4, "a retried accept returns what it claimed, no more")
@@ -380,6 +386,20 @@ func TestRetryAfterCommitWithProgressInBetween(t *testing.T) {
 		require.False(t, job.Resubmitted, "the retried Add must not resubmit the running job")
 		require.NoError(t, b.c.Finish(b.ctx, nil, job, nil))
 		require.Equal(t, Finished, b.state(t, t1, j1))
+	})
+	t.Run("AddBatch then accepted and finished", func(t *testing.T) {
+		b, c, idb := setupPair(t)
+		idb.between = func() {
+			jobs, err := b.c.AcceptBatch(b.ctx, t1, 2, AcceptOptions{})
+			require.NoError(t, err)
+			require.Len(t, jobs, 2)
+			require.NoError(t, b.c.Finish(b.ctx, nil, jobs[0], nil))
+		}
+		require.NoError(t, c.AddBatch(b.ctx, nil, t1, []NewJob{{ID: j1}, {ID: j2}}))
+		cnt, err := b.c.PendingCount(b.ctx, nil, t1, 0, 0)
+		require.NoError(t, err)
+		require.Zero(t, cnt, "the retried AddBatch must not resubmit the jobs its commit added")
+		require.Equal(t, 1, b.count(t, keyActivity), "one job still running, untouched")
 	})
 	t.Run("Add then finished", func(t *testing.T) {
 		b, c, idb := setupPair(t)
