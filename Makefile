@@ -47,6 +47,7 @@ test-latency:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C cmd/fdbrep-bench/river vet ./...
 
 ## fdb-check: build and vet the FoundationDB backend against the compile-only
 ## stand-in for libfdb_c (scripts/fdbstub); nothing built here runs.
@@ -69,8 +70,21 @@ fauxton:
 bench-kv:
 	$(GO) run ./cmd/fdbrep-bench kv $(ARGS)
 
+## bench-jobs: the job layer against River (PostgreSQL), alternating in one
+## run. Knobs, from the environment or the command line: BENCH_JOBS (the
+## burn-down's jobs, 200000), BENCH_DURATION (each continuous run, 30s),
+## BENCH_ROUNDS (rounds per mode, 3), RIVER=0 (fdbjobs alone). River's peer
+## is its own module (cmd/fdbrep-bench/river), built here; PostgreSQL's
+## initdb must be on PATH or in /usr/lib/postgresql/*/bin (else River is
+## skipped, said so).
+BENCH_JOBS     ?= 200000
+BENCH_DURATION ?= 30s
+BENCH_ROUNDS   ?= 3
+RIVER          ?= 1
 bench-jobs:
-	$(GO) run ./cmd/fdbrep-bench jobs $(ARGS)
+	@if [ "$(RIVER)" != 0 ]; then $(GO) -C cmd/fdbrep-bench/river build -o $(abspath $(BIN))/fdbrep-bench-river . ; fi
+	$(GO) run ./cmd/fdbrep-bench jobs -jobs $(BENCH_JOBS) -duration $(BENCH_DURATION) -rounds $(BENCH_ROUNDS) \
+		$(if $(filter-out 0,$(RIVER)),-river-bin $(abspath $(BIN))/fdbrep-bench-river) $(ARGS)
 
 bench-replication: pouchdb
 	$(GO) run ./cmd/fdbrep-bench replication $(ARGS)

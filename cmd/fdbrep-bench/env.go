@@ -168,3 +168,25 @@ func writeRepDocs(ctx context.Context, db kv.Database, plane *control.Plane, fro
 	}
 	return nil
 }
+
+// openFreshStore opens a new store as openStore does, in the subdirectory
+// sub, and returns a function that closes it and removes its directory
+// (close does it otherwise).
+func (e *benchEnv) openFreshStore(sub string, inMemory bool) (*embedded.DB, func(), error) {
+	db, err := e.openStore(sub, inMemory)
+	if err != nil {
+		return nil, nil, err
+	}
+	closer := e.closers[len(e.closers)-1]
+	done := false
+	e.closers[len(e.closers)-1] = func() {
+		if !done {
+			done = true
+			closer()
+			if !inMemory {
+				os.RemoveAll(filepath.Join(e.dir, sub))
+			}
+		}
+	}
+	return db, e.closers[len(e.closers)-1], nil
+}

@@ -8,328 +8,280 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
+	"strings"
 	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
-	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
 func init() { register("jobs", runJobsBench) }
 
-// runJobsBench measures the job layer on an on-disk embedded store with
-// durable commits:
+// River's benchmark settings that the fdbjobs side follows too (the River
+// side's are in its peer, cmd/fdbrep-bench/river).
+const (
+	// The continuous mode keeps -backlog jobs pending (75,000 by
+	// default), topped up every continuousCheck in batches of
+	// continuousInsert.
+	backlogDefault   = 75_000
+	continuousCheck  = 250 * time.Millisecond
+	continuousInsert = 5_000
+	// progressEvery is the period of the progress lines.
+	progressEvery = 2 * time.Second
+)
+
+// jobsOpts are the jobs benchmark's flags.
+type jobsOpts struct {
+	jobs, workers, batch, insertBatch, inserters int
+	rounds, backlog                              int
+	duration                                     time.Duration
+	wakeups, accepts                             int
+	pending                                      []int
+	inMemory                                     bool
+	cpuProfile, cpuProfileContinuous             string
+}
+
+// runJobsBench measures the job layer on on-disk embedded stores with
+// durable commits, next to River (PostgreSQL) run by its peer process in
+// the same invocation:
 //
-//  1. burn-down, as River's bench does: insert -jobs jobs, then -workers
-//     workers accept and finish them with the batch forms;
-//  2. wake-up latency from Add to a blocked Accept;
-//  3. the cost of one Accept (plus its Finish) with 10,000 and with
-//     1,000,000 pending jobs, to show that it does not grow with the queue.
+//  1. burn-down, River's bench method: insert -jobs jobs, then work them
+//     off (fdbjobs: -workers workers with the batch forms); -rounds
+//     rounds alternating fdbjobs and River, each on a fresh store or
+//     table;
+//  2. continuous: keep -backlog jobs (75,000) pending (topped up every 250 ms, 5,000
+//     at a time) while working them, for -duration; alternating too;
+//  3. wake-up latency from an insert to an idle worker;
+//  4. the cost of one Accept (plus its Finish) with 10,000 and with
+//     1,000,000 pending jobs, to show that it does not grow with the queue
+//     (fdbjobs only).
 func runJobsBench(args []string) error {
 	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
-	jobs := fs.Int("jobs", 200_000, "jobs in the burn-down")
-	workers := fs.Int("workers", 8, "burn-down workers")
-	batch := fs.Int("batch", 50, "jobs per AcceptBatch / FinishBatch in the burn-down")
-	insertBatch := fs.Int("insert-batch", 500, "jobs added per transaction")
-	inserters := fs.Int("inserters", 4, "concurrent inserting goroutines")
-	wakeups := fs.Int("wakeups", 300, "wake-up latency samples")
-	accepts := fs.Int("accepts", 2000, "Accept samples per queue size")
-	pendingList := fs.String("pending", "10000,1000000", "queue sizes for the Accept cost")
+	var o jobsOpts
+	fs.IntVar(&o.jobs, "jobs", 200_000, "jobs in the burn-down")
+	fs.IntVar(&o.workers, "workers", 8, "fdbjobs workers")
+	fs.IntVar(&o.batch, "batch", 50, "jobs per AcceptBatch / FinishBatch")
+	fs.IntVar(&o.insertBatch, "insert-batch", 5_000, "jobs per AddBatch call (River: InsertMany of 5,000); AddBatch pages them into transactions of at most 500")
+	fs.IntVar(&o.inserters, "inserters", 4, "concurrent inserting goroutines")
+	fs.IntVar(&o.rounds, "rounds", 3, "alternating rounds of fdbjobs and River per mode")
+	fs.DurationVar(&o.duration, "duration", 30*time.Second, "time per continuous run (0 skips the continuous mode)")
+	fs.IntVar(&o.backlog, "backlog", backlogDefault, "jobs the continuous mode keeps pending (both sides)")
+	fs.IntVar(&o.wakeups, "wakeups", 300, "wake-up latency samples")
+	fs.IntVar(&o.accepts, "accepts", 2000, "Accept samples per queue size")
+	pendingList := fs.String("pending", "10000,1000000", "queue sizes for the Accept cost (\"\" skips it)")
 	skip1M := fs.Bool("skip-1m", false, "skip queue sizes of a million and more")
-	dir := fs.String("dir", "", "directory for the store (default: a new temporary directory, removed afterwards)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the burn-down's work phase to this file")
-	inMemory := fs.Bool("in-memory", false, "use an in-memory store instead (to see what the disk costs)")
+	dir := fs.String("dir", "", "directory for the stores (default: a new temporary directory, removed afterwards)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the first fdbjobs burn-down's work phase to this file")
+	fs.StringVar(&o.cpuProfileContinuous, "cpuprofile-continuous", "", "write a CPU profile of the first fdbjobs continuous run to this file")
+	fs.BoolVar(&o.inMemory, "in-memory", false, "fdbjobs on in-memory stores instead (to see what the disk costs)")
+	riverBin := fs.String("river-bin", "", "the River peer binary (make bench-jobs builds it from cmd/fdbrep-bench/river); \"\" skips River")
+	pgBin := fs.String("pg-bin", "", "directory of PostgreSQL's initdb, pg_ctl and postgres (default: initdb on PATH, else the newest /usr/lib/postgresql/*/bin)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *jobs < 1 || *workers < 1 || *batch < 1 || *batch > fdbjobs.MaxBatch || *insertBatch < 1 || *inserters < 1 {
-		return errors.New("-jobs, -workers, -batch, -insert-batch and -inserters must be positive (-batch at most 10000)")
+	if o.jobs < 1 || o.workers < 1 || o.batch < 1 || o.batch > fdbjobs.MaxBatch || o.insertBatch < 1 || o.insertBatch > fdbjobs.MaxBatch ||
+		o.inserters < 1 || o.rounds < 1 || o.backlog < 1 || o.duration < 0 || o.wakeups < 0 || o.accepts < 1 {
+		return errors.New("-jobs, -workers, -batch and -insert-batch (at most 10000), -inserters, -rounds, -backlog and -accepts must be positive, -duration and -wakeups not negative")
 	}
-	pending, err := parseInts("pending", *pendingList)
-	if err != nil {
+	var err error
+	if o.pending, err = parseInts("pending", *pendingList); err != nil {
 		return err
 	}
 	if *skip1M {
-		pending = slices.DeleteFunc(pending, func(n int) bool { return n >= 1_000_000 })
+		o.pending = slices.DeleteFunc(o.pending, func(n int) bool { return n >= 1_000_000 })
 	}
 	env := newBenchEnv("jobs", *dir)
 	defer env.close()
-	db, err := env.openStore("store", *inMemory)
-	if err != nil {
-		return err
-	}
-	cdb := &countingDB{Database: db}
-	c, err := fdbjobs.New(cdb, fdbjobs.Config{})
-	if err != nil {
-		return err
-	}
-	ctx := context.Background()
 	where := "on disk (durable commits)"
-	if *inMemory {
+	if o.inMemory {
 		where = "in memory"
 	}
-	fmt.Printf("jobs benchmark: embedded store %s, GOMAXPROCS=%d\n", where, runtime.GOMAXPROCS(0))
-
-	if err := burnDown(ctx, c, cdb, *jobs, *workers, *batch, *insertBatch, *inserters, *cpuProfile); err != nil {
-		return err
-	}
-	if err := wakeLatency(ctx, c, *wakeups); err != nil {
-		return err
-	}
-	for _, n := range pending {
-		if err := acceptCost(ctx, c, db, n, *accepts, *insertBatch, *inserters); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// insertJobs adds n jobs of typ named prefix-%09d, insertBatch per
-// transaction from several goroutines.
-func insertJobs(ctx context.Context, c *fdbjobs.Client, db kv.Database, typ, prefix string, n, insertBatch, inserters int) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errc := make(chan error, inserters)
-	for range inserters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				start := int(next.Add(int64(insertBatch))) - insertBatch
-				if start >= n {
-					return
-				}
-				end := min(n, start+insertBatch)
-				_, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
-					for i := start; i < end; i++ {
-						id := fmt.Sprintf("%s-%09d", prefix, i)
-						// Idempotent under a retry: add only what is missing.
-						if _, err := c.JobState(ctx, tr, typ, id); !errors.Is(err, fdbjobs.ErrNotFound) {
-							if err != nil {
-								return nil, err
-							}
-							continue
-						}
-						if err := c.Add(ctx, tr, typ, id, []byte(`{"n":`+strconv.Itoa(i)+`}`), 0); err != nil {
-							return nil, err
-						}
-					}
-					return nil, nil
-				})
-				if err != nil {
-					errc <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errc)
-	return <-errc
-}
-
-func burnDown(ctx context.Context, c *fdbjobs.Client, db kv.Database, n, workers, batch, insertBatch, inserters int, cpuProfile string) error {
-	const typ = "burn"
-	if err := c.SetTypeTimeout(ctx, nil, typ, time.Minute); err != nil {
-		return err
-	}
-	fmt.Printf("\nburn-down: %d jobs, %d workers, batches of %d (River's bench method: insert all, then work them off)\n", n, workers, batch)
-	t0, cpu0 := time.Now(), cpuTime()
-	if err := insertJobs(ctx, c, db, typ, "job", n, insertBatch, inserters); err != nil {
-		return err
-	}
-	ins, insCPU := time.Since(t0), cpuTime()-cpu0
-	fmt.Printf("  inserted  %9d jobs in %7.2fs = %8.0f jobs/s (%d per transaction, %d inserters); CPU %.0f µs/job\n",
-		n, ins.Seconds(), float64(n)/ins.Seconds(), insertBatch, inserters, float64(insCPU.Microseconds())/float64(n))
-
-	var done, txns atomic.Int64
-	cdb := db.(*countingDB)
-	runs0 := cdb.runs.Load()
-	var wg sync.WaitGroup
-	errc := make(chan error, workers)
-	stopTicker := make(chan struct{})
-	tickerDone := make(chan struct{})
-	stopProfile, err := startCPUProfile(cpuProfile)
+	fmt.Printf("jobs benchmark: fdbjobs on the embedded store %s, GOMAXPROCS=%d, %d CPUs\n", where, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	river, err := startRiver(env, *riverBin, *pgBin)
 	if err != nil {
 		return err
 	}
-	defer stopProfile()
-	t0, cpu0 = time.Now(), cpuTime()
-	go func() { // River-style progress lines
-		defer close(tickerDone)
-		tick := time.NewTicker(2 * time.Second)
-		defer tick.Stop()
-		last, lastT := int64(0), t0
-		for {
-			select {
-			case <-stopTicker:
-				return
-			case now := <-tick.C:
-				d := done.Load()
-				fmt.Printf("  ... %9d worked, last 2s %8.0f jobs/s\n", d, float64(d-last)/now.Sub(lastT).Seconds())
-				last, lastT = d, now
-			}
-		}
-	}()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				jobs, err := c.AcceptBatch(ctx, typ, batch, fdbjobs.AcceptOptions{})
-				if errors.Is(err, fdbjobs.ErrNotFound) {
-					return
-				}
-				if err != nil {
-					errc <- err
-					return
-				}
-				items := make([]fdbjobs.Completion, len(jobs))
-				for i, j := range jobs {
-					items[i] = fdbjobs.Completion{Job: j}
-				}
-				errs, err := c.FinishBatch(ctx, nil, items)
-				if err != nil {
-					errc <- err
-					return
-				}
-				for _, e := range errs {
-					if e != nil {
-						errc <- e
-						return
-					}
-				}
-				done.Add(int64(len(jobs)))
-				txns.Add(2)
-			}
-		}()
-	}
-	wg.Wait()
-	close(stopTicker)
-	<-tickerDone
-	close(errc)
-	if err := <-errc; err != nil {
+	b := &jobsBench{env: env, o: o, river: river}
+	if err := b.burnDowns(); err != nil {
 		return err
 	}
-	work, workCPU := time.Since(t0), cpuTime()-cpu0
-	if got := done.Load(); got != int64(n) {
-		return fmt.Errorf("burn-down worked %d jobs, want %d", got, n)
+	if o.duration > 0 {
+		if err := b.continuousRuns(); err != nil {
+			return err
+		}
 	}
-	fmt.Printf("  worked    %9d jobs in %7.2fs = %8.0f jobs/s (accept + finish: %d transactions, %d attempts)\n",
-		n, work.Seconds(), float64(n)/work.Seconds(), txns.Load(), cdb.runs.Load()-runs0)
-	fmt.Printf("  CPU %.0f µs/job worked (process user+system time; the ceiling on %d idle cores is about %.0f jobs/s)\n",
-		float64(workCPU.Microseconds())/float64(n), runtime.NumCPU(), float64(runtime.NumCPU())*1e6/(float64(workCPU.Microseconds())/float64(n)))
-	fmt.Printf("  anchor: River works ~15,000-21,000 jobs/s on this machine with durable commits\n")
+	if o.wakeups > 0 {
+		if err := b.wakeUps(); err != nil {
+			return err
+		}
+	}
+	for _, n := range o.pending {
+		if err := b.acceptCost(n); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// wakeLatency measures how long a blocked Accept takes to return after an
-// Add: from the start of Add, and from its commit.
-func wakeLatency(ctx context.Context, c *fdbjobs.Client, samples int) error {
-	const typ = "wake"
-	if err := c.SetTypeTimeout(ctx, nil, typ, time.Minute); err != nil {
-		return err
-	}
-	fromStart := make([]time.Duration, 0, samples)
-	fromCommit := make([]time.Duration, 0, samples)
-	for i := range samples {
-		got := make(chan time.Time, 1)
-		errc := make(chan error, 1)
-		go func() {
-			job, err := c.Accept(ctx, typ, fdbjobs.AcceptOptions{Timeout: fdbjobs.WaitForever})
-			if err != nil {
-				errc <- err
-				return
-			}
-			got <- time.Now()
-			errc <- c.Finish(ctx, nil, job, nil)
-		}()
-		time.Sleep(5 * time.Millisecond) // let the acceptor block on its watch
-		t0 := time.Now()
-		if err := c.Add(ctx, nil, typ, fmt.Sprintf("w-%06d", i), nil, 0); err != nil {
-			return err
-		}
-		t1 := time.Now()
-		var woke time.Time
-		select {
-		case woke = <-got:
-		case err := <-errc:
-			return err
-		}
-		if err := <-errc; err != nil {
-			return err
-		}
-		fromStart = append(fromStart, woke.Sub(t0))
-		fromCommit = append(fromCommit, max(0, woke.Sub(t1)))
-	}
-	fmt.Printf("\nwake-up latency, Add -> blocked Accept returns (%d samples, one acceptor):\n", samples)
-	fmt.Printf("  from Add call:   p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms\n", ms(pct(fromStart, 50)), ms(pct(fromStart, 99)), ms(pct(fromStart, 100)))
-	fmt.Printf("  from Add commit: p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms\n", ms(pct(fromCommit, 50)), ms(pct(fromCommit, 99)), ms(pct(fromCommit, 100)))
-	fmt.Printf("  goal: p99 < 10 ms\n")
-	return nil
+// jobsBench runs the modes; river is nil when River is skipped.
+type jobsBench struct {
+	env   *benchEnv
+	o     jobsOpts
+	river *riverPeer
+	runs  int // fdbjobs runs so far, to name their stores
 }
 
-// acceptCost measures single Accept (and Finish) calls with n jobs pending.
-func acceptCost(ctx context.Context, c *fdbjobs.Client, db kv.Database, n, samples, insertBatch, inserters int) error {
-	typ := fmt.Sprintf("flat-%d", n)
-	if err := c.SetTypeTimeout(ctx, nil, typ, time.Minute); err != nil {
-		return err
+// runResult is one run of either side.
+type runResult struct {
+	inserted, worked   int64
+	insertSec, workSec float64
+	insertCPUSec       float64 // the insert phase (burn-down), PostgreSQL's included
+	cpuSec             float64 // the process running the jobs, work phase
+	pgCPUSec           float64 // River: PostgreSQL's processes, work phase
+}
+
+func (r runResult) rate() float64 { return float64(r.worked) / r.workSec }
+
+// line prints r as one row of a mode's table.
+func (r runResult) line(round int, who string) {
+	ins := ""
+	if r.insertSec > 0 {
+		ins = fmt.Sprintf("inserted %8.0f jobs/s (CPU %3.0f µs/job), ", float64(r.inserted)/r.insertSec, r.insertCPUSec*1e6/float64(r.inserted))
 	}
-	t0 := time.Now()
-	if err := insertJobs(ctx, c, db, typ, "p", n, insertBatch, inserters); err != nil {
-		return err
+	cpu := fmt.Sprintf("CPU %.0f µs/job", r.cpuSec*1e6/float64(r.worked))
+	if r.pgCPUSec > 0 {
+		cpu = fmt.Sprintf("CPU %.0f µs/job (River %.0f + PostgreSQL %.0f)", (r.cpuSec+r.pgCPUSec)*1e6/float64(r.worked),
+			r.cpuSec*1e6/float64(r.worked), r.pgCPUSec*1e6/float64(r.worked))
 	}
-	ins := time.Since(t0)
-	acc := make([]time.Duration, 0, samples)
-	fin := make([]time.Duration, 0, samples)
-	for range samples {
-		a := time.Now()
-		job, err := c.Accept(ctx, typ, fdbjobs.AcceptOptions{})
+	fmt.Printf("  round %d %-8s %s%9d worked in %6.2fs = %8.0f jobs/s; %s\n", round, who, ins, r.worked, r.workSec, r.rate(), cpu)
+}
+
+// compare prints the medians of both sides and their ratio.
+func compare(mode string, ours, theirs []runResult) {
+	rates := func(rs []runResult) []float64 {
+		out := make([]float64, len(rs))
+		for i, r := range rs {
+			out[i] = r.rate()
+		}
+		return out
+	}
+	a := median(rates(ours))
+	if len(theirs) == 0 {
+		fmt.Printf("  %s: fdbjobs median %.0f jobs/s (River skipped)\n", mode, a)
+		return
+	}
+	b := median(rates(theirs))
+	per := make([]string, len(ours))
+	for i := range ours {
+		per[i] = strconv.FormatFloat(ours[i].rate()/theirs[i].rate(), 'f', 2, 64)
+	}
+	fmt.Printf("  %s: fdbjobs median %.0f jobs/s, River median %.0f jobs/s: fdbjobs/River = %.2fx (rounds: %s; goal: at least 2x)\n",
+		mode, a, b, a/b, strings.Join(per, ", "))
+}
+
+func (b *jobsBench) burnDowns() error {
+	o := b.o
+	fmt.Printf("\nburn-down: %d jobs inserted, then worked off (River's method); %d rounds alternating fdbjobs (%d workers, batches of %d, AddBatch of %d) and River\n",
+		o.jobs, o.rounds, o.workers, o.batch, o.insertBatch)
+	return b.alternate("burn-down", o.cpuProfile,
+		func(s *fdbjobsRun, profile string) (runResult, error) { return s.burnDown(o.jobs, profile) },
+		"burn", "-jobs", strconv.Itoa(o.jobs))
+}
+
+func (b *jobsBench) continuousRuns() error {
+	o := b.o
+	fmt.Printf("\ncontinuous: %v of inserting and working at once, %d jobs kept pending (topped up every %v, %d at a time); %d rounds alternating fdbjobs and River\n",
+		o.duration, o.backlog, continuousCheck, continuousInsert, o.rounds)
+	return b.alternate("continuous", o.cpuProfileContinuous,
+		func(s *fdbjobsRun, profile string) (runResult, error) { return s.continuous(o.duration, profile) },
+		"continuous", "-duration", o.duration.String(), "-backlog", strconv.Itoa(o.backlog))
+}
+
+// alternate runs -rounds rounds of one mode, fdbjobs (ours, on a fresh
+// store; its first round writes the CPU profile to profile) then River
+// (its peer in riverMode with riverArgs), prints each run and then
+// compares them.
+func (b *jobsBench) alternate(mode, profile string, ours func(s *fdbjobsRun, profile string) (runResult, error),
+	riverMode string, riverArgs ...string) error {
+	var mine, theirs []runResult
+	for round := 1; round <= b.o.rounds; round++ {
+		r, err := b.fdbjobsRun(func(s *fdbjobsRun) (runResult, error) { return ours(s, profile) })
 		if err != nil {
 			return err
 		}
-		f := time.Now()
-		if err := c.Finish(ctx, nil, job, nil); err != nil {
+		profile = ""
+		r.line(round, "fdbjobs")
+		mine = append(mine, r)
+		if b.river == nil {
+			continue
+		}
+		rr, err := b.river.run(riverMode, riverArgs...)
+		if err != nil {
 			return err
 		}
-		acc = append(acc, f.Sub(a))
-		fin = append(fin, time.Since(f))
+		r = rr.result()
+		r.line(round, "River")
+		theirs = append(theirs, r)
 	}
-	fmt.Printf("\nAccept cost with %d jobs pending (inserted in %.1fs, %.0f jobs/s); %d sequential Accept + Finish:\n",
-		n, ins.Seconds(), float64(n)/ins.Seconds(), samples)
-	fmt.Printf("  Accept: p50 %7.3f ms  p99 %7.3f ms  mean %7.3f ms\n", ms(pct(acc, 50)), ms(pct(acc, 99)), ms(mean(acc)))
-	fmt.Printf("  Finish: p50 %7.3f ms  p99 %7.3f ms  mean %7.3f ms\n", ms(pct(fin, 50)), ms(pct(fin, 99)), ms(mean(fin)))
+	compare(mode, mine, theirs)
 	return nil
 }
 
-func pct(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	return s[min(len(s)-1, max(0, i-1))]
-}
-
-func mean(d []time.Duration) time.Duration {
-	var sum time.Duration
-	for _, x := range d {
-		sum += x
-	}
-	return sum / time.Duration(max(1, len(d)))
-}
-
-// countingDB counts transaction function runs (attempts, retries included).
-type countingDB struct {
-	kv.Database
-	runs atomic.Int64
-}
-
-func (d *countingDB) Transact(ctx context.Context, f func(kv.Transaction) (any, error)) (any, error) {
-	return d.Database.Transact(ctx, func(tr kv.Transaction) (any, error) {
-		d.runs.Add(1)
-		return f(tr)
+func (b *jobsBench) wakeUps() error {
+	var fromCall, fromCommit []time.Duration
+	_, err := b.fdbjobsRun(func(s *fdbjobsRun) (runResult, error) {
+		var err error
+		fromCall, fromCommit, err = s.wakeLatency(b.o.wakeups)
+		return runResult{}, err
 	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nwake-up latency, insert -> an idle worker gets the job (%d samples, one worker):\n", b.o.wakeups)
+	printWake := func(who string, call, commit []time.Duration) {
+		fmt.Printf("  %-8s from the insert call:   p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms\n", who, ms(pct(call, 50)), ms(pct(call, 99)), ms(pct(call, 100)))
+		fmt.Printf("  %-8s from its commit:        p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms\n", who, ms(pct(commit, 50)), ms(pct(commit, 99)), ms(pct(commit, 100)))
+	}
+	printWake("fdbjobs", fromCall, fromCommit)
+	if b.river != nil {
+		rr, err := b.river.run("wake", "-samples", strconv.Itoa(b.o.wakeups))
+		if err != nil {
+			return err
+		}
+		durs := func(ns []int64) []time.Duration {
+			out := make([]time.Duration, len(ns))
+			for i, n := range ns {
+				out[i] = time.Duration(n)
+			}
+			return out
+		}
+		printWake("River", durs(rr.WakeFromCall), durs(rr.WakeFromCommit))
+	}
+	fmt.Printf("  goal: fdbjobs p99 under 5 ms\n")
+	return nil
+}
+
+func (b *jobsBench) acceptCost(n int) error {
+	_, err := b.fdbjobsRun(func(s *fdbjobsRun) (runResult, error) { return runResult{}, s.acceptCost(n) })
+	return err
+}
+
+// fdbjobsRun runs f on a fresh store, removed afterwards.
+func (b *jobsBench) fdbjobsRun(f func(*fdbjobsRun) (runResult, error)) (runResult, error) {
+	b.runs++
+	db, closeDB, err := b.env.openFreshStore(fmt.Sprintf("fdbjobs-%d", b.runs), b.o.inMemory)
+	if err != nil {
+		return runResult{}, err
+	}
+	defer closeDB()
+	cdb := &countingDB{Database: db}
+	c, err := fdbjobs.New(cdb, fdbjobs.Config{})
+	if err != nil {
+		return runResult{}, err
+	}
+	return f(&fdbjobsRun{ctx: context.Background(), c: c, db: cdb, o: b.o})
+}
+
+func (r *riverResult) result() runResult {
+	return runResult{inserted: r.Inserted, worked: r.Worked, insertSec: r.InsertSeconds, insertCPUSec: r.InsertCPU, workSec: r.Seconds,
+		cpuSec: r.CPUSeconds, pgCPUSec: r.PGCPUSeconds}
 }

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+// fdbjobsRun is one fdbjobs run of the jobs benchmark, on a store of its
+// own.
+type fdbjobsRun struct {
+	ctx context.Context
+	c   *fdbjobs.Client
+	db  *countingDB
+	o   jobsOpts
+}
+
+// insertJobs adds the jobs numbered [from, from+n) of typ, named
+// prefix-%09d, with AddBatch (River's InsertMany), o.insertBatch per call
+// (paged into transactions of at most fdbjobs.AddPageJobs) from
+// o.inserters goroutines (their commits share the store's group commits).
+func (s *fdbjobsRun) insertJobs(typ, prefix string, from, n int) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, s.o.inserters)
+	for range s.o.inserters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			batch := make([]fdbjobs.NewJob, 0, s.o.insertBatch)
+			for {
+				start := int(next.Add(int64(s.o.insertBatch))) - s.o.insertBatch
+				if start >= n {
+					return
+				}
+				end := min(n, start+s.o.insertBatch)
+				batch = batch[:0]
+				for i := from + start; i < from+end; i++ {
+					batch = append(batch, fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(`{"n":` + strconv.Itoa(i) + `}`)})
+				}
+				// Its own retry loop: idempotent under commit_unknown_result.
+				err := s.c.AddBatch(s.ctx, nil, typ, batch)
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
+// work runs o.workers workers that accept and finish jobs of typ in
+// batches, counting the finished ones in done, until the queue is empty
+// (wait false) or ctx ends (wait true: idle workers wait for jobs).
+func (s *fdbjobsRun) work(ctx context.Context, typ string, wait bool, done *atomic.Int64) error {
+	var wg sync.WaitGroup
+	errc := make(chan error, s.o.workers)
+	opts := fdbjobs.AcceptOptions{}
+	if wait {
+		opts.Timeout = fdbjobs.WaitForever
+	}
+	for range s.o.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			items := make([]fdbjobs.Completion, 0, s.o.batch)
+			for {
+				jobs, err := s.c.AcceptBatch(ctx, typ, s.o.batch, opts)
+				if errors.Is(err, fdbjobs.ErrNotFound) && !wait || ctx.Err() != nil {
+					return
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+				items = items[:0]
+				for _, j := range jobs {
+					items = append(items, fdbjobs.Completion{Job: j})
+				}
+				errs, err := s.c.FinishBatch(ctx, nil, items)
+				if ctx.Err() != nil {
+					return
+				}
+				if err == nil {
+					err = errors.Join(errs...)
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+				done.Add(int64(len(jobs)))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
+// progress prints the worked rate every progressEvery until stop is
+// closed; the returned channel is closed when it has returned.
+func progress(done, inserted *atomic.Int64, stop <-chan struct{}) <-chan struct{} {
+	over := make(chan struct{})
+	go func() {
+		defer close(over)
+		tick := time.NewTicker(progressEvery)
+		defer tick.Stop()
+		last, lastT := int64(0), time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tick.C:
+				d := done.Load()
+				fmt.Printf("  ... %9d worked, last 2s %8.0f jobs/s (fdbjobs; %d inserted)\n", d, float64(d-last)/now.Sub(lastT).Seconds(), inserted.Load())
+				last, lastT = d, now
+			}
+		}
+	}()
+	return over
+}
+
+// burnDown inserts n jobs, then works them off.
+func (s *fdbjobsRun) burnDown(n int, cpuProfile string) (runResult, error) {
+	const typ = "burn"
+	if err := s.c.SetTypeTimeout(s.ctx, nil, typ, time.Minute); err != nil {
+		return runResult{}, err
+	}
+	t0, cpu0 := time.Now(), cpuTime()
+	if err := s.insertJobs(typ, "job", 0, n); err != nil {
+		return runResult{}, err
+	}
+	res := runResult{inserted: int64(n), insertSec: time.Since(t0).Seconds(), insertCPUSec: (cpuTime() - cpu0).Seconds()}
+
+	var done, inserted atomic.Int64
+	inserted.Store(int64(n))
+	err := measure(cpuProfile, &done, &inserted, &res, func() error { return s.work(s.ctx, typ, false, &done) })
+	if err != nil {
+		return runResult{}, err
+	}
+	if res.worked != int64(n) {
+		return runResult{}, fmt.Errorf("burn-down worked %d jobs, want %d", res.worked, n)
+	}
+	return res, nil
+}
+
+// continuous keeps o.backlog jobs pending, checked every
+// continuousCheck and topped up continuousInsert at a time, while the
+// workers work them, and counts the jobs finished within d.
+func (s *fdbjobsRun) continuous(d time.Duration, cpuProfile string) (runResult, error) {
+	const typ = "continuous"
+	if err := s.c.SetTypeTimeout(s.ctx, nil, typ, time.Minute); err != nil {
+		return runResult{}, err
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	var done, inserted atomic.Int64
+	ready := make(chan struct{})
+	insertErr := make(chan error, 1)
+	go func() {
+		ready := ready // closed, then nil, after the first top-up
+		t := time.NewTicker(continuousCheck)
+		defer t.Stop()
+		for {
+			for inserted.Load()-done.Load() < int64(s.o.backlog) {
+				if err := s.insertJobs(typ, "job", int(inserted.Load()), continuousInsert); err != nil {
+					if ctx.Err() == nil {
+						insertErr <- err
+					}
+					return
+				}
+				inserted.Add(continuousInsert)
+			}
+			if ready != nil {
+				close(ready)
+				ready = nil
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case err := <-insertErr:
+		return runResult{}, err
+	}
+	workErr := make(chan error, 1)
+	var res runResult
+	err := measure(cpuProfile, &done, &inserted, &res, func() error {
+		go func() { workErr <- s.work(ctx, typ, true, &done) }()
+		select {
+		case <-time.After(d):
+			return nil
+		case err := <-insertErr:
+			return err
+		case err := <-workErr:
+			if err == nil {
+				err = errors.New("the workers stopped early")
+			}
+			return err
+		}
+	})
+	res.inserted = inserted.Load()
+	cancel()
+	if err != nil {
+		return runResult{}, err
+	}
+	return res, <-workErr
+}
+
+// measure runs work, the work phase of a run, with the CPU profile written
+// to profile ("": none) and the progress lines, and sets res's worked
+// jobs (done when work returns), wall and CPU seconds.
+func measure(profile string, done, inserted *atomic.Int64, res *runResult, work func() error) error {
+	stopProfile, err := startCPUProfile(profile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	stop := make(chan struct{})
+	over := progress(done, inserted, stop)
+	t0, cpu0 := time.Now(), cpuTime()
+	err = work()
+	res.worked, res.workSec, res.cpuSec = done.Load(), time.Since(t0).Seconds(), (cpuTime() - cpu0).Seconds()
+	stopProfile()
+	close(stop)
+	<-over
+	return err
+}
+
+// wakeLatency measures how long a blocked Accept takes to return after an
+// Add: from the start of Add, and from its commit.
+func (s *fdbjobsRun) wakeLatency(samples int) (fromStart, fromCommit []time.Duration, err error) {
+	const typ = "wake"
+	ctx, c := s.ctx, s.c
+	if err := c.SetTypeTimeout(ctx, nil, typ, time.Minute); err != nil {
+		return nil, nil, err
+	}
+	for i := range samples {
+		got := make(chan time.Time, 1)
+		errc := make(chan error, 1)
+		go func() {
+			job, err := c.Accept(ctx, typ, fdbjobs.AcceptOptions{Timeout: fdbjobs.WaitForever})
+			if err != nil {
+				errc <- err
+				return
+			}
+			got <- time.Now()
+			errc <- c.Finish(ctx, nil, job, nil)
+		}()
+		time.Sleep(5 * time.Millisecond) // let the acceptor block on its watch
+		t0 := time.Now()
+		if err := c.Add(ctx, nil, typ, fmt.Sprintf("w-%06d", i), nil, 0); err != nil {
+			return nil, nil, err
+		}
+		t1 := time.Now()
+		var woke time.Time
+		select {
+		case woke = <-got:
+		case err := <-errc:
+			return nil, nil, err
+		}
+		if err := <-errc; err != nil {
+			return nil, nil, err
+		}
+		fromStart = append(fromStart, woke.Sub(t0))
+		fromCommit = append(fromCommit, max(0, woke.Sub(t1)))
+	}
+	return fromStart, fromCommit, nil
+}
+
+// acceptCost measures single Accept (and Finish) calls with n jobs pending.
+func (s *fdbjobsRun) acceptCost(n int) error {
+	typ := fmt.Sprintf("flat-%d", n)
+	ctx, c := s.ctx, s.c
+	if err := c.SetTypeTimeout(ctx, nil, typ, time.Minute); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := s.insertJobs(typ, "p", 0, n); err != nil {
+		return err
+	}
+	ins := time.Since(t0)
+	samples := s.o.accepts
+	acc := make([]time.Duration, 0, samples)
+	fin := make([]time.Duration, 0, samples)
+	for range samples {
+		a := time.Now()
+		job, err := c.Accept(ctx, typ, fdbjobs.AcceptOptions{})
+		if err != nil {
+			return err
+		}
+		f := time.Now()
+		if err := c.Finish(ctx, nil, job, nil); err != nil {
+			return err
+		}
+		acc = append(acc, f.Sub(a))
+		fin = append(fin, time.Since(f))
+	}
+	fmt.Printf("\nAccept cost with %d jobs pending (fdbjobs; inserted in %.1fs, %.0f jobs/s); %d sequential Accept + Finish:\n",
+		n, ins.Seconds(), float64(n)/ins.Seconds(), samples)
+	fmt.Printf("  Accept: p50 %7.3f ms  p99 %7.3f ms  mean %7.3f ms\n", ms(pct(acc, 50)), ms(pct(acc, 99)), ms(mean(acc)))
+	fmt.Printf("  Finish: p50 %7.3f ms  p99 %7.3f ms  mean %7.3f ms\n", ms(pct(fin, 50)), ms(pct(fin, 99)), ms(mean(fin)))
+	return nil
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[min(len(s)-1, max(0, i-1))]
+}
+
+func mean(d []time.Duration) time.Duration {
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	return sum / time.Duration(max(1, len(d)))
+}
+
+// countingDB counts transaction function runs (attempts, retries included).
+type countingDB struct {
+	kv.Database
+	runs atomic.Int64
+}
+
+func (d *countingDB) Transact(ctx context.Context, f func(kv.Transaction) (any, error)) (any, error) {
+	return d.Database.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		d.runs.Add(1)
+		return f(tr)
+	})
+}
