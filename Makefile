@@ -8,7 +8,7 @@ POUCHDB   := $(CURDIR)/scripts/pouchdb
 FAUXTON   := $(CURDIR)/scripts/fauxton
 
 .PHONY: all build run test test-unit test-faults test-latency lint fdb-check pouchdb fauxton fuzz \
-        bench-kv bench-jobs bench-replication bench-scheduler bench-frontend bench-views cluster clean
+        bench-kv bench-jobs bench-replication bench-scheduler bench-frontend bench-views bench-scale cluster clean
 
 all: build
 
