@@ -115,6 +115,45 @@ func TestMembershipHeartbeatsAndExpiry(t *testing.T) {
 	require.Empty(t, members)
 }
 
+// A replication node's load is in its record at once and in every later
+// heartbeat; a node that never reported one has none.
+func TestLoadRidesTheHeartbeat(t *testing.T) {
+	db := kvtest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	ctx := context.Background()
+	a, _ := startNode(t, db, base(t, "node-a", "api_frontend", nil), clock)
+	b, _ := startNode(t, db, base(t, "node-b", "replication", nil), clock)
+	loads := func() map[string]*Load {
+		t.Helper()
+		members, err := b.Members(ctx, clock.Now())
+		require.NoError(t, err)
+		out := map[string]*Load{}
+		for _, m := range members {
+			out[m.Name] = m.Load
+		}
+		return out
+	}
+	require.Equal(t, map[string]*Load{"node-a": nil, "node-b": nil}, loads())
+
+	require.NoError(t, b.SetLoad(ctx, Load{Running: 7}))
+	testutil.Wait(t, &b.TestSignals.Beat)
+	require.Equal(t, map[string]*Load{"node-a": nil, "node-b": {Running: 7}}, loads())
+	require.NoError(t, clock.BlockUntilContext(ctx, 2)) // both heartbeat tickers
+	clock.Advance(HeartbeatIntervalDefault)
+	testutil.Wait(t, &b.TestSignals.Beat)
+	testutil.Wait(t, &a.TestSignals.Beat)
+	require.Equal(t, map[string]*Load{"node-a": nil, "node-b": {Running: 7}}, loads(), "the heartbeat keeps it")
+	members, err := a.Members(ctx, clock.Now())
+	require.NoError(t, err)
+	require.True(t, members[1].HasRole("replication"))
+	require.False(t, members[0].HasRole("replication"))
+
+	// After Stop, SetLoad writes nothing (the node left).
+	b.Stop()
+	require.NoError(t, b.SetLoad(ctx, Load{Running: 1}))
+	require.Equal(t, map[string]*Load{"node-a": nil}, loads())
+}
+
 func TestPublishedConfigIsRedacted(t *testing.T) {
 	db := kvtest.NewDB(t)
 	clock := clockwork.NewFakeClock()

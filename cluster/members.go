@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -38,7 +39,21 @@ type Member struct {
 	Started int64 `json:"started"`
 	Seen    int64 `json:"seen"`
 	Expires int64 `json:"expires"`
+	// Load is what the node's replication scheduler last reported (nil
+	// before it did, and on nodes without the replication role).
+	Load *Load `json:"load,omitempty"`
 }
+
+// Load is a replication node's work as its scheduler reports it at each
+// of its intervals (Node.SetLoad): the replication nodes balance their
+// jobs with the loads of the others.
+type Load struct {
+	// Running is the number of jobs the node runs and does not stop.
+	Running int `json:"running"`
+}
+
+// HasRole tells whether m runs role.
+func (m Member) HasRole(role string) bool { return slices.Contains(m.Roles, role) }
 
 // Alive tells whether m has not expired at now.
 func (m Member) Alive(now time.Time) bool { return m.Expires > now.UnixMilli() }

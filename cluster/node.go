@@ -82,6 +82,11 @@ type Node struct {
 	started time.Time
 	// registered: Start wrote the membership record, Stop removes it.
 	registered bool
+
+	// beatMu serializes heartbeats, so that the record last written
+	// carries the last SetLoad.
+	beatMu sync.Mutex
+	load   *Load // the last SetLoad; guarded by beatMu
 }
 
 // Signals are the moments of a Node's work tests wait for.
@@ -237,10 +242,35 @@ func (n *Node) Stop() {
 	}
 }
 
+// Members returns the nodes alive at now (Store.Members), with their
+// loads.
+func (n *Node) Members(ctx context.Context, now time.Time) ([]Member, error) {
+	return n.store.Members(ctx, now)
+}
+
+// SetLoad records l as the node's load and writes it into the node's
+// membership record at once (a heartbeat); every later heartbeat carries
+// it too. A node that did not Start, or stopped, writes nothing.
+func (n *Node) SetLoad(ctx context.Context, l Load) error {
+	n.beatMu.Lock()
+	n.load = &l
+	n.beatMu.Unlock()
+	n.mu.Lock()
+	registered := n.registered
+	n.mu.Unlock()
+	if !registered {
+		return nil
+	}
+	return n.beat(ctx, false)
+}
+
 func (n *Node) beat(ctx context.Context, first bool) error {
+	n.beatMu.Lock()
+	defer n.beatMu.Unlock()
 	now := n.opts.Clock.Now()
+	load := n.load
 	m := Member{Name: n.name, Roles: n.roles, Version: n.opts.Version, Started: n.started.UnixMilli(),
-		Seen: now.UnixMilli(), Expires: now.Add(n.opts.NodeTimeout).UnixMilli()}
+		Seen: now.UnixMilli(), Expires: now.Add(n.opts.NodeTimeout).UnixMilli(), Load: load}
 	if err := n.store.heartbeat(ctx, m, publication(n.opts.Base), first); err != nil {
 		return err
 	}
