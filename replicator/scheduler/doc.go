@@ -31,14 +31,16 @@
 // deserving continuous jobs whatever their run time, then one-shot jobs,
 // as CouchDB stops the excess at once), each writing
 // a final checkpoint and going back to pending; starts up to
-// min(MaxChurn - jobs accepted in the last interval, MaxJobs + MaxChurn -
-// acceptors' room - workers, room left under MaxJobs + the continuous
-// jobs that will have run MinRunTime at the next interval, runnable jobs)
-// jobs' worth of extra acceptors, so that with more runnable jobs than
-// capacity about MaxChurn jobs rotate every two intervals (jobs accepted
-// in one interval count against the next one's churn, as in CouchDB) and
-// a node runs more than MaxJobs only until the next interval rotates the
-// excess out; and
+// min(MaxChurn, MaxJobs + MaxChurn - acceptors' room - workers not
+// stopping, room left under MaxJobs + the continuous jobs that will have
+// run MinRunTime at the next interval, runnable jobs) jobs' worth of
+// extra acceptors (those that would take the node over MaxJobs +
+// MaxChurn start as the workers stopped in this step leave), so that
+// with more runnable jobs than capacity MaxChurn jobs rotate every
+// interval: one interval's extra jobs are the excess the next one stops,
+// one rotation counted once against max_churn. A node runs more than
+// MaxJobs only until the next interval rotates the excess out, and never
+// more than MaxJobs + MaxChurn; and
 // removes, with their replication id mappings, every job of deleted
 // _replicator databases (one node per database at a time, however many
 // jobs: the step lasts as long as that takes) and finished transient jobs

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"cmp"
+	"fmt"
 	"testing"
 	"time"
 
@@ -52,4 +53,14 @@ func simCluster(t *testing.T, n int, cfg scheduler.Config, ck, oneShot time.Dura
 	eng.OneShot = cmp.Or(oneShot, eng.OneShot)
 	eng.Started.Init()
 	return newCluster(t, n, eng, cfg), eng
+}
+
+// rescheduleNow runs node i's interval step now and waits until it ended.
+func rescheduleNow(t *testing.T, c *replicatortest.Cluster, i int) {
+	t.Helper()
+	n := c.Nodes[i]
+	target := n.Stats().Intervals + 1
+	n.Reschedule()
+	testutil.WaitUntil(t, &n.TestSignals.Rescheduled, fmt.Sprintf("node %d's interval %d", i, target),
+		func(step int64) bool { return step >= target })
 }

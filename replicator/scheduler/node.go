@@ -49,7 +49,7 @@ type Node struct {
 	serverUUID string
 	acceptors  int
 	quota      int // jobs the live acceptors may take, in all
-	churn      int
+	deferred   int // extra acceptors' jobs to start as stopping workers leave (this interval's rotation)
 	workers    map[*worker]bool
 	wg         sync.WaitGroup
 	shares     replicator.ShareTable // as of the last roll-up
@@ -250,14 +250,17 @@ const acceptBatchMax = 25
 // room is shared among the acceptors, each taking up to acceptBatchMax
 // jobs at once (a node filling up does not accept one job at a time).
 func (n *Node) spawnAcceptorsLocked() {
-	for n.acceptors < n.cfg.MaxAcceptors && n.quota+len(n.workers) < n.cfg.MaxJobs {
-		room := n.cfg.MaxJobs - len(n.workers) - n.quota
+	for n.acceptors < n.cfg.MaxAcceptors && n.quota+len(n.workers) < n.poolLimitLocked() {
+		room := n.poolLimitLocked() - len(n.workers) - n.quota
 		q := max(1, min(acceptBatchMax, room/(n.cfg.MaxAcceptors-n.acceptors)))
 		if !n.startAcceptorLocked(q, false) {
 			return
 		}
 	}
 }
+
+// poolLimitLocked is the most jobs the acceptor pool fills the node to.
+func (n *Node) poolLimitLocked() int { return n.cfg.MaxJobs }
 
 // startAcceptorLocked starts an acceptor that may take q jobs: one of the
 // pool, which takes jobs only while the node runs fewer than MaxJobs, or
@@ -318,7 +321,7 @@ func (n *Node) acceptor(ctx, opCtx context.Context, q int, extra bool) {
 		limit := q
 		if !extra {
 			n.mu.Lock()
-			room := n.cfg.MaxJobs - len(n.workers)
+			room := n.poolLimitLocked() - len(n.workers)
 			n.mu.Unlock()
 			limit = min(q, room)
 		}
@@ -450,14 +453,13 @@ func (n *Node) accepted(jobs []*fdbjobs.Job, q int, opCtx context.Context, extra
 	n.quota -= q
 	room := len(jobs)
 	if !extra {
-		room = n.cfg.MaxJobs - len(n.workers)
+		room = n.poolLimitLocked() - len(n.workers)
 	}
 	ws := make([]*worker, len(jobs))
 	for i, job := range jobs {
 		w := newWorker(n, job, opCtx, n.cfg)
 		ws[i] = w
 		n.workers[w] = true
-		n.churn++
 		n.m.Inc(replicator.MetricJobsStarts)
 		if i > 0 {
 			n.wg.Add(1)
@@ -481,6 +483,21 @@ func (n *Node) workerExit(w *worker) {
 	n.addChargeLocked(w, n.cfg.Clock.Now())
 	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
 	n.spawnAcceptorsLocked()
+	n.startDeferredLocked()
+}
+
+// startDeferredLocked starts the extra acceptors of this interval's
+// rotation that waited for stopping workers to leave, while the node runs
+// fewer than MaxJobs + MaxChurn, in batches of up to acceptBatchMax.
+func (n *Node) startDeferredLocked() {
+	for n.deferred > 0 {
+		room := n.cfg.MaxJobs + n.cfg.MaxChurn - n.quota - len(n.workers)
+		q := min(n.deferred, acceptBatchMax, room)
+		if q < min(n.deferred, acceptBatchMax) || !n.startAcceptorLocked(q, true) {
+			return
+		}
+		n.deferred -= q
+	}
 }
 
 // addChargeLocked accrues w's run time since its last charge.
@@ -627,7 +644,6 @@ func (n *Node) reschedule(ctx context.Context) error {
 				}
 			}
 		}
-		n.churn += excess
 	}
 	if len(active)-stopped <= cfg.MaxJobs {
 		n.lowered = false
@@ -637,19 +653,36 @@ func (n *Node) reschedule(ctx context.Context) error {
 		n.rotations = n.rotations[1:]
 	}
 	n.m.Add(replicator.MetricJobsPreempted, int64(stopped))
-	// Extra jobs beyond MaxJobs only as many as the next interval can
-	// rotate out (continuous jobs that will have run MinRunTime by then):
-	// more would stay beyond MaxJobs, as the jobs a lowered MaxJobs
-	// stopped would if they were taken back at once.
-	rotatable := 0
-	for _, w := range active {
-		if !w.stopRequested() && w.continuous && now.Sub(w.started) >= cfg.MinRunTime-cfg.Interval {
+	n.deferred = 0
+	n.mu.Unlock()
+
+	full := true
+
+	// Rotation: up to MaxChurn extra jobs, the jobs the next interval
+	// stops beyond MaxJobs, so that MaxChurn jobs rotate every interval.
+	// Workers stopping now are leaving: the acceptors of jobs that would
+	// take the node over MaxJobs + MaxChurn start as they leave. No more
+	// extra jobs than the next interval can rotate out (continuous jobs
+	// that will have run MinRunTime by then): more would stay beyond
+	// MaxJobs, as the jobs a lowered MaxJobs stopped would if they were
+	// taken back at once.
+	n.mu.Lock()
+	kept, rotatable := 0, 0
+	for w := range n.workers {
+		if w.stopRequested() {
+			continue
+		}
+		kept++
+		if w.continuous && now.Sub(w.started) >= cfg.MinRunTime-cfg.Interval {
 			rotatable++
 		}
 	}
-	busy := n.quota + len(n.workers)
+	busy := n.quota + kept
 	slots := min(cfg.MaxJobs+cfg.MaxChurn-busy, max(0, cfg.MaxJobs-busy)+rotatable)
-	want := min(cfg.MaxChurn-n.churn, slots)
+	want := 0
+	if full {
+		want = min(cfg.MaxChurn, slots)
+	}
 	n.mu.Unlock()
 
 	// Extra acceptors while runnable jobs are pending.
@@ -660,13 +693,8 @@ func (n *Node) reschedule(ctx context.Context) error {
 		}
 		n.m.Set(replicator.MetricJobsPending, int64(pending))
 		n.mu.Lock()
-		for left := min(want, pending); left > 0; {
-			q := min(acceptBatchMax, left)
-			if !n.startAcceptorLocked(q, true) {
-				break
-			}
-			left -= q
-		}
+		n.deferred = min(want, pending)
+		n.startDeferredLocked()
 		n.mu.Unlock()
 	}
 
@@ -678,7 +706,6 @@ func (n *Node) reschedule(ctx context.Context) error {
 	n.m.Set(replicator.MetricJobsAccepting, int64(n.acceptors))
 	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
 	n.m.Inc(replicator.MetricJobsReschedules)
-	n.churn = 0
 	n.intervals++
 	step := n.intervals
 	n.mu.Unlock()

@@ -267,3 +267,46 @@ func TestNodeJobDefaults(t *testing.T) {
 	require.ErrorIs(t, err, replicator.ErrInvalidConfig)
 	require.ErrorContains(t, err, "worker_processes")
 }
+
+// Rotation uses the churn it is allowed: with more continuous jobs than
+// MaxJobs, every interval after the first stops MaxChurn jobs and starts
+// MaxChurn others, so every job has run after ⌈(jobs − MaxJobs) /
+// MaxChurn⌉ intervals, and the node never runs more than MaxJobs +
+// MaxChurn at once. The intervals are driven by hand (Reschedule; an hour
+// apart otherwise).
+func TestRotationUsesAllItsChurn(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		jobs, maxJobs, maxChurn int
+	}{
+		{"churn 2 of 4", 20, 4, 2},
+		{"churn 3 of 3", 15, 3, 3},
+		{"churn 1 of 5", 9, 5, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.MaxJobs, cfg.MaxChurn, cfg.Interval = tc.maxJobs, tc.maxChurn, time.Hour
+			c, eng := simCluster(t, 1, cfg, time.Hour, 0)
+			for i := range tc.jobs {
+				c.PutDoc("_replicator", fmt.Sprintf("d%d", i), repDoc(fmt.Sprintf("http://h/s%d", i), "http://h/t", true))
+			}
+			starts := func() int64 { _, total, _, _ := eng.Stats(); return total }
+			waitStarts(t, eng, "the node filled", func() bool { return starts() >= int64(tc.maxJobs) })
+			intervals := (tc.jobs - tc.maxJobs + tc.maxChurn - 1) / tc.maxChurn
+			for i := 1; i <= intervals; i++ {
+				rescheduleNow(t, c, 0)
+				want := int64(tc.maxJobs + i*tc.maxChurn)
+				waitStarts(t, eng, fmt.Sprintf("interval %d's rotation", i), func() bool { return starts() >= want })
+			}
+			distinct, total, _, maxRun := eng.Stats()
+			require.Equal(t, tc.jobs, distinct, "every job ran")
+			require.Equal(t, int64(tc.maxJobs+intervals*tc.maxChurn), total, "no job started twice")
+			require.LessOrEqual(t, maxRun, tc.maxJobs+tc.maxChurn)
+			rot := c.Nodes[0].Stats().Rotations
+			require.Len(t, rot, intervals)
+			for i, r := range rot[1:] {
+				require.Equal(t, tc.maxChurn, r, "interval %d stops the previous one's extra jobs", i+2)
+			}
+		})
+	}
+}
