@@ -22,6 +22,7 @@ const (
 	MetricJobsReschedules      = "couch_replicator.jobs.reschedules"
 	MetricJobsPending          = "couch_replicator.jobs.pending"
 	MetricJobsPreempted        = "couch_replicator.jobs.preempted"
+	MetricJobsMoves            = "couch_replicator.jobs.moves"
 	MetricJobsCompleted        = "couch_replicator.jobs.completed"
 	MetricJobsFailed           = "couch_replicator.jobs.failed"
 	MetricDocsDBsCreated       = "couch_replicator.docs.dbs_created"
@@ -40,7 +41,7 @@ var gauges = map[string]bool{MetricJobsRunning: true, MetricJobsAccepting: true,
 var metricNames = []string{
 	MetricJobsAdds, MetricJobsRemoves, MetricJobsAccepts, MetricJobsStarts, MetricJobsStops,
 	MetricJobsCrashes, MetricJobsRunning, MetricJobsAccepting, MetricJobsReschedules, MetricJobsPending,
-	MetricJobsPreempted, MetricJobsCompleted, MetricJobsFailed,
+	MetricJobsPreempted, MetricJobsMoves, MetricJobsCompleted, MetricJobsFailed,
 	MetricDocsDBsCreated, MetricDocsDBsDeleted, MetricDocsDBChanges, MetricDocsFailedUpdates,
 	MetricDocsCompletedUpdates, MetricCheckpointsSuccess, MetricCheckpointsFailure, MetricTransientJobsRemoved,
 }

@@ -403,6 +403,7 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, lg nodeLog
 		if err != nil {
 			return err
 		}
+		ncfg.Cluster = cn // the replication nodes balance their jobs through the membership records
 		n, err := scheduler.New(db, jobs, replicator.EngineDefault{Logger: log, Client: client}, ncfg)
 		if err != nil {
 			return err

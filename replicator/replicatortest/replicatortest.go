@@ -19,8 +19,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/cluster"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/replicator"
@@ -60,9 +62,21 @@ type Cluster struct {
 	// Config.DocUpdater was nil.
 	Docs *MemDocs
 
+	// Members are the nodes' memberships (cluster.Node), in the order of
+	// Nodes, in a cluster made by NewBalancedCluster; nil otherwise.
+	Members []*cluster.Node
+
 	nodeJobs []*fdbjobs.Client
 	cuts     []*cutDB
+	balanced bool
 }
+
+// Membership timings of a balanced cluster: a node killed counts as dead
+// NodeTimeout after its last heartbeat.
+const (
+	HeartbeatInterval = 50 * time.Millisecond
+	NodeTimeout       = 200 * time.Millisecond
+)
 
 // JobsClient returns a started fdbjobs client on db with fast test
 // settings, stopped at the test's end.
@@ -82,10 +96,24 @@ func NewCluster(t testing.TB, n int, eng replicator.Engine, cfg scheduler.Config
 	return NewClusterOn(t, kvtest.NewDB(t), n, eng, cfg)
 }
 
+// NewBalancedCluster is NewCluster with each node's membership
+// (a cluster.Node with the replication role, heartbeating every
+// HeartbeatInterval) given to its scheduler as Config.Cluster, so that the
+// nodes balance their jobs.
+func NewBalancedCluster(t testing.TB, n int, eng replicator.Engine, cfg scheduler.Config) *Cluster {
+	t.Helper()
+	return newClusterOn(t, kvtest.NewDB(t), n, eng, cfg, true)
+}
+
 // NewClusterOn is NewCluster on db.
 func NewClusterOn(t testing.TB, db kv.Database, n int, eng replicator.Engine, cfg scheduler.Config) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, DB: db, Config: cfg, Engine: eng}
+	return newClusterOn(t, db, n, eng, cfg, false)
+}
+
+func newClusterOn(t testing.TB, db kv.Database, n int, eng replicator.Engine, cfg scheduler.Config, balanced bool) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, DB: db, Config: cfg, Engine: eng, balanced: balanced}
 	if cfg.DocUpdater == nil {
 		c.Docs = NewMemDocs()
 		c.Config.DocUpdater = c.Docs
@@ -110,6 +138,11 @@ func (c *Cluster) AddNode(name string) *scheduler.Node {
 	jc := JobsClient(c.t, cut)
 	cfg := c.Config
 	cfg.NodeName = name
+	if c.balanced {
+		m := c.member(cut, name)
+		cfg.Cluster = m
+		c.Members = append(c.Members, m)
+	}
 	n, err := scheduler.New(cut, jc, c.Engine, cfg)
 	require.NoError(c.t, err)
 	n.TestSignals.InitTestSignals()
@@ -121,6 +154,19 @@ func (c *Cluster) AddNode(name string) *scheduler.Node {
 	return n
 }
 
+// member starts the membership of a replication node named name on db.
+func (c *Cluster) member(db kv.Database, name string) *cluster.Node {
+	c.t.Helper()
+	base, err := config.FromMap(map[string]map[string]string{"node": {"name": name, "roles": config.RoleReplication}})
+	require.NoError(c.t, err)
+	m, err := cluster.New(db, cluster.Options{Base: base, Version: "test",
+		HeartbeatInterval: HeartbeatInterval, NodeTimeout: NodeTimeout})
+	require.NoError(c.t, err)
+	require.NoError(c.t, m.Start(context.Background()))
+	c.t.Cleanup(m.Stop)
+	return m
+}
+
 // Kill stops node i as if its process died: its store is cut off first,
 // so nothing it does from then on is stored (its running jobs stay
 // "running" until the activity monitor of another node re-enqueues them),
@@ -128,6 +174,9 @@ func (c *Cluster) AddNode(name string) *scheduler.Node {
 func (c *Cluster) Kill(i int) {
 	c.cuts[i].cut.Store(true)
 	c.Nodes[i].Stop()
+	if c.balanced {
+		c.Members[i].Stop() // its record stays until it expires
+	}
 	c.nodeJobs[i].Stop()
 }
 

@@ -2,9 +2,11 @@ package scheduler
 
 import (
 	"cmp"
+	"context"
 	"os"
 	"time"
 
+	"github.com/fdbrep/fdbrep/cluster"
 	"github.com/fdbrep/fdbrep/replicator"
 )
 
@@ -14,7 +16,8 @@ const (
 	// state (it may briefly run up to MaxJobs+MaxChurn, see doc.go).
 	MaxJobsDefault = 500
 	// MaxChurnDefault is the most extra jobs a node starts per interval
-	// while runnable jobs are pending, and so the most it preempts.
+	// while runnable jobs are pending, and so the most it preempts; also
+	// the most jobs it moves to lighter nodes per interval.
 	MaxChurnDefault = 100
 	// MaxAcceptorsDefault is the most idle acceptors per node.
 	MaxAcceptorsDefault = 2
@@ -80,6 +83,20 @@ type Config struct {
 	// DocUpdater writes terminal states into _replicator documents, in the
 	// job's finishing transaction. Nil writes nothing.
 	DocUpdater replicator.DocUpdater
+
+	// Cluster is how the node learns which replication nodes are alive and
+	// how many jobs each runs, and publishes its own count (the node's
+	// cluster.Node): with it the nodes balance their jobs (see doc.go,
+	// "Balance"). Nil: the node does not balance.
+	Cluster Membership
+}
+
+// Membership is the part of a cluster.Node the scheduler uses.
+type Membership interface {
+	// Members returns the nodes alive at now, with their loads.
+	Members(ctx context.Context, now time.Time) ([]cluster.Member, error)
+	// SetLoad publishes this node's load.
+	SetLoad(ctx context.Context, l cluster.Load) error
 }
 
 func (c Config) withDefaults() Config {

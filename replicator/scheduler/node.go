@@ -48,8 +48,12 @@ type Node struct {
 	stopping   bool
 	serverUUID string
 	acceptors  int
-	quota      int // jobs the live acceptors may take, in all
-	deferred   int // extra acceptors' jobs to start as stopping workers leave (this interval's rotation)
+	quota      int        // jobs the live acceptors may take, in all
+	deferred   int        // extra acceptors' jobs to start as stopping workers leave (this interval's rotation)
+	share      int        // the most jobs the pool fills the node to when balancing (0: MaxJobs)
+	pubMu      sync.Mutex // serializes publishLoad
+	publishing bool       // a publishSoonLocked goroutine runs
+	republish  bool       // and publishes again when done
 	workers    map[*worker]bool
 	wg         sync.WaitGroup
 	shares     replicator.ShareTable // as of the last roll-up
@@ -100,12 +104,12 @@ func (n *Node) Metrics() *replicator.Metrics { return n.m }
 // excess then, the oldest first, whatever their run time; raising it
 // starts acceptors for pending jobs (up to MaxChurn per interval). New
 // JobDefaults apply to the jobs started from then on. Subspace, Metrics,
-// Clock and Logger keep their values from New.
+// Clock, Logger and Cluster keep their values from New.
 func (n *Node) SetConfig(cfg Config) error {
 	n.mu.Lock()
 	cur := n.cfg
 	n.mu.Unlock()
-	cfg.Subspace, cfg.Metrics, cfg.Clock, cfg.Logger = cur.Subspace, cur.Metrics, cur.Clock, cur.Logger
+	cfg.Subspace, cfg.Metrics, cfg.Clock, cfg.Logger, cfg.Cluster = cur.Subspace, cur.Metrics, cur.Clock, cur.Logger, cur.Cluster
 	if cfg.DocUpdater == nil {
 		cfg.DocUpdater = cur.DocUpdater
 	}
@@ -259,8 +263,14 @@ func (n *Node) spawnAcceptorsLocked() {
 	}
 }
 
-// poolLimitLocked is the most jobs the acceptor pool fills the node to.
-func (n *Node) poolLimitLocked() int { return n.cfg.MaxJobs }
+// poolLimitLocked is the most jobs the acceptor pool fills the node to:
+// MaxJobs, or less while the node balances with others (its share).
+func (n *Node) poolLimitLocked() int {
+	if n.share > 0 {
+		return min(n.share, n.cfg.MaxJobs)
+	}
+	return n.cfg.MaxJobs
+}
 
 // startAcceptorLocked starts an acceptor that may take q jobs: one of the
 // pool, which takes jobs only while the node runs fewer than MaxJobs, or
@@ -473,6 +483,7 @@ func (n *Node) accepted(jobs []*fdbjobs.Job, q int, opCtx context.Context, extra
 	}
 	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
 	n.spawnAcceptorsLocked()
+	n.publishSoonLocked()
 	return ws
 }
 
@@ -484,6 +495,7 @@ func (n *Node) workerExit(w *worker) {
 	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
 	n.spawnAcceptorsLocked()
 	n.startDeferredLocked()
+	n.publishSoonLocked()
 }
 
 // startDeferredLocked starts the extra acceptors of this interval's
@@ -656,7 +668,12 @@ func (n *Node) reschedule(ctx context.Context) error {
 	n.deferred = 0
 	n.mu.Unlock()
 
+	// Balance: with other replication nodes, move jobs to the lighter
+	// ones; rotation only while every node is full.
 	full := true
+	if cfg.Cluster != nil {
+		full = n.balance(ctx, cfg, now, stopped)
+	}
 
 	// Rotation: up to MaxChurn extra jobs, the jobs the next interval
 	// stops beyond MaxJobs, so that MaxChurn jobs rotate every interval.

@@ -25,6 +25,7 @@ const (
 	stopNone stopKind = iota
 	stopPreempt
 	stopShutdown
+	stopMove // balance: a lighter node takes the job
 )
 
 // worker runs one accepted job on a node.
@@ -626,6 +627,8 @@ func (w *worker) reschedule(d *replicator.JobData, why string) {
 			why = "rotation: another job's turn"
 		case stopShutdown:
 			why = "the node is shutting down"
+		case stopMove:
+			why = "balance: moved to a node that runs fewer jobs"
 		default:
 			why = "the run ended"
 		}

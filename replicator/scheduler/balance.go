@@ -1,0 +1,173 @@
+package scheduler
+
+import (
+	"context"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/fdbrep/fdbrep/cluster"
+	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/replicator"
+)
+
+// The nodes are balanced while every one runs within balanceTolerance
+// percent of the mean.
+const balanceTolerance = 10
+
+// balance is the interval's balancing step, with Config.Cluster: it reads
+// the replication nodes alive and their loads, sets the node's share
+// (the most jobs its acceptor pool fills it to) and moves the continuous jobs
+// it runs beyond its share when some node is out of balance, at most
+// MaxChurn - stopped of them; then it publishes the node's load. It
+// reports whether every node is full (the runnable jobs exceed the
+// nodes' MaxJobs): only then does rotation start extra jobs. When the
+// membership cannot be read the node works as without balancing.
+func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped int) bool {
+	members, err := cfg.Cluster.Members(ctx, now)
+	if err != nil {
+		if ctx.Err() == nil {
+			cfg.Logger.Warn().Err(err).Msg("replicator: balance: reading the membership; not balancing this interval")
+		}
+		n.setShare(0)
+		return true
+	}
+	mine := n.keptWorkers()
+	nodes, total, lo := 1, len(mine), len(mine)
+	for _, m := range members {
+		if m.Name == cfg.NodeName || !m.HasRole(config.RoleReplication) {
+			continue
+		}
+		r := 0
+		if m.Load != nil {
+			r = m.Load.Running
+		}
+		nodes, total, lo = nodes+1, total+r, min(lo, r)
+	}
+	capacity := nodes * cfg.MaxJobs
+	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), max(1, capacity-total))
+	if err != nil {
+		if ctx.Err() == nil {
+			cfg.Logger.Warn().Err(err).Msg("replicator: balance: counting pending jobs; not balancing this interval")
+		}
+		n.setShare(0)
+		return true
+	}
+	if total+pending >= capacity {
+		n.setShare(0)
+		n.publishLoad(ctx)
+		return true
+	}
+	// Every runnable job fits: each node's share of them.
+	target := float64(total+pending) / float64(nodes)
+	share := max(1, int(math.Ceil(target)))
+	moves := 0
+	// In integers: own > (1 + tol) × target, lo < (1 - tol) × target.
+	jobs := total + pending
+	if own := len(mine); own > share && (100*own*nodes > (100+balanceTolerance)*jobs || 100*lo*nodes < (100-balanceTolerance)*jobs) {
+		moves = min(own-share, cfg.MaxChurn-stopped)
+	}
+	moved := 0
+	n.mu.Lock()
+	if moves > 0 {
+		// The jobs rotation would stop first: the highest fair-share
+		// priority, then the oldest.
+		slices.SortFunc(mine, func(a, b *worker) int { return stopOrder(a.priority, a.started, b.priority, b.started) })
+		for _, w := range mine {
+			if moved == moves {
+				break
+			}
+			if w.continuous && !w.stopRequested() && now.Sub(w.started) >= cfg.MinRunTime {
+				w.requestStop(stopMove)
+				moved++
+			}
+		}
+	}
+	// The pool takes up to the share and the tolerance above it, so that
+	// loads read a moment too low cannot leave jobs pending that no node
+	// takes; a node that moves jobs takes none back.
+	n.share = int(math.Ceil((100 + balanceTolerance) * target / 100))
+	if moved > 0 {
+		n.share = share
+	}
+	n.mu.Unlock()
+	if moved > 0 {
+		n.m.Add(replicator.MetricJobsMoves, int64(moved))
+		cfg.Logger.Info().Str("node", cfg.NodeName).Int("moving", moved).Int("running", len(mine)-moved).
+			Int("share", share).Int("nodes", nodes).Int("cluster_running", total).Int("pending", pending).
+			Msg("replicator: moving jobs to nodes that run fewer")
+	}
+	n.publishLoad(ctx)
+	return false
+}
+
+// keptWorkers returns the workers not asked to stop.
+func (n *Node) keptWorkers() []*worker {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var ws []*worker
+	for w := range n.workers {
+		if !w.stopRequested() {
+			ws = append(ws, w)
+		}
+	}
+	return ws
+}
+
+func (n *Node) setShare(share int) {
+	n.mu.Lock()
+	n.share = share
+	n.mu.Unlock()
+}
+
+// publishSoonLocked publishes the node's load from a goroutine, once for
+// however many calls come while one publication runs (accepted jobs,
+// workers leaving), so that the figure others read follows the node's.
+func (n *Node) publishSoonLocked() {
+	if n.cfg.Cluster == nil || n.ctx == nil {
+		return
+	}
+	if n.publishing {
+		n.republish = true
+		return
+	}
+	n.publishing = true
+	ctx := n.ctx
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		for {
+			n.publishLoad(ctx)
+			n.mu.Lock()
+			again := n.republish && ctx.Err() == nil
+			n.publishing, n.republish = again, false
+			n.mu.Unlock()
+			if !again {
+				return
+			}
+		}
+	}()
+}
+
+// publishLoad publishes the number of jobs the node runs, with
+// Config.Cluster (best effort: the next interval publishes it again).
+// Jobs it is stopping count until their workers leave: the nodes that
+// read the figure meanwhile would otherwise take the node for lighter
+// than it is and size their shares too small for the jobs about to be
+// pending.
+func (n *Node) publishLoad(ctx context.Context) {
+	cfg := n.Config()
+	if cfg.Cluster == nil {
+		return
+	}
+	// Serialized from the count to the write: a figure read earlier never
+	// overwrites a later one.
+	n.pubMu.Lock()
+	defer n.pubMu.Unlock()
+	n.mu.Lock()
+	running := len(n.workers)
+	n.mu.Unlock()
+	if err := cfg.Cluster.SetLoad(ctx, cluster.Load{Running: running}); err != nil && ctx.Err() == nil {
+		cfg.Logger.Warn().Err(err).Msg("replicator: balance: publishing the node's load")
+	}
+}

@@ -1,0 +1,178 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/replicatortest"
+	"github.com/fdbrep/fdbrep/replicator/scheduler"
+	"github.com/fdbrep/fdbrep/replicator/simengine"
+)
+
+// balanceConfig: intervals driven by hand (Reschedule; an hour apart
+// otherwise), room for jobs on every node, so that no rotation runs.
+func balanceConfig() scheduler.Config {
+	cfg := testConfig()
+	cfg.MaxJobs, cfg.MaxChurn, cfg.Interval = 40, 40, time.Hour
+	return cfg
+}
+
+// balanced starts a balanced cluster of n nodes running the simulated
+// engine (one-shot runs last an hour), with its Started signal on.
+func balanced(t *testing.T, n int, cfg scheduler.Config) (*replicatortest.Cluster, *simengine.Engine) {
+	t.Helper()
+	eng := simengine.New()
+	eng.CheckpointEvery, eng.OneShot = time.Hour, time.Hour
+	eng.Started.Init()
+	return replicatortest.NewBalancedCluster(t, n, eng, cfg), eng
+}
+
+// moves is the number of jobs the nodes of c moved so far.
+func moves(c *replicatortest.Cluster) int64 {
+	var m int64
+	for _, n := range c.Nodes {
+		m += n.Metrics().Value(replicator.MetricJobsMoves)
+	}
+	return m
+}
+
+// running returns the jobs each of the first live nodes runs, as the
+// store has them.
+func running(t *testing.T, c *replicatortest.Cluster, live int) []int {
+	t.Helper()
+	by := map[string]int{}
+	require.NoError(t, c.Store.FoldJobs(context.Background(), func(_ string, st fdbjobs.State, d *replicator.JobData) error {
+		if st == fdbjobs.Running && d.State == replicator.StateRunning {
+			by[d.Node]++
+		}
+		return nil
+	}))
+	out := make([]int, live)
+	for i := range live {
+		out[i] = by[c.Nodes[i].Config().NodeName]
+	}
+	return out
+}
+
+// round runs the interval step of the first live nodes of c one after
+// the other, then waits until each job they moved has started again (on
+// another node).
+func round(t *testing.T, c *replicatortest.Cluster, eng *simengine.Engine, live int) {
+	t.Helper()
+	m0 := moves(c)
+	_, s0, _, _ := eng.Stats()
+	for i := range live {
+		rescheduleNow(t, c, i)
+	}
+	moved := moves(c) - m0
+	waitStarts(t, eng, "the moved jobs started again", func() bool {
+		_, s, _, _ := eng.Stats()
+		return s >= s0+moved
+	})
+}
+
+// withinTolerance tells whether every count is within 10% of their mean,
+// or within one job of it (integers cannot do better).
+func withinTolerance(counts []int) bool {
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	mean := float64(total) / float64(len(counts))
+	for _, n := range counts {
+		if d := math.Abs(float64(n) - mean); d > 0.1*mean && d > 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// A node joining a loaded cluster (every job running, none pending) gets
+// its share within a few intervals; then the balanced cluster moves no
+// job however many intervals pass.
+func TestJoiningNodeGetsItsShare(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		nodes, jobs int
+	}{
+		{"one node, a second joins", 1, 30},
+		{"two nodes, a third joins", 2, 60},
+		{"three nodes, a fourth joins", 3, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, eng := balanced(t, tc.nodes, balanceConfig())
+			for i := range tc.jobs {
+				c.PutDoc("_replicator", fmt.Sprintf("d%d", i), repDoc(fmt.Sprintf("http://h/s%d", i), "http://h/t", true))
+			}
+			waitStarts(t, eng, "every job running", func() bool { _, _, run, _ := eng.Stats(); return run == tc.jobs })
+			for k := 0; !withinTolerance(running(t, c, tc.nodes)); k++ {
+				require.Less(t, k, 3, "balanced before the join: %v", running(t, c, tc.nodes))
+				round(t, c, eng, tc.nodes)
+			}
+
+			c.AddNode(fmt.Sprintf("node%d", tc.nodes))
+			live := tc.nodes + 1
+			require.Zero(t, running(t, c, live)[tc.nodes], "nothing pending: the new node has nothing to take")
+			for k := 0; !withinTolerance(running(t, c, live)); k++ {
+				require.Less(t, k, 3, "balanced within 3 intervals: %v", running(t, c, live))
+				round(t, c, eng, live)
+			}
+			t.Logf("after the join: %v, %d moves", running(t, c, live), moves(c))
+
+			m0 := moves(c)
+			_, s0, _, _ := eng.Stats()
+			for range 3 {
+				round(t, c, eng, live)
+			}
+			_, s1, _, _ := eng.Stats()
+			require.Equal(t, m0, moves(c), "no move once balanced")
+			require.Equal(t, s0, s1, "no job stopped or started once balanced")
+		})
+	}
+}
+
+// One-shot jobs are never moved: a node running one-shot and continuous
+// jobs moves only continuous ones to a node that joins, even when that
+// leaves it above its share. Each move is logged and counted.
+func TestBalanceNeverMovesOneShotJobs(t *testing.T) {
+	logs := &testutil.Logs{}
+	cfg := balanceConfig()
+	cfg.Logger = logs.Logger()
+	c, eng := balanced(t, 1, cfg)
+	const oneShot, continuous = 8, 4
+	for i := range oneShot {
+		c.PutDoc("_replicator", fmt.Sprintf("o%d", i), repDoc(fmt.Sprintf("http://h/o%d", i), "http://h/t", false))
+	}
+	for i := range continuous {
+		c.PutDoc("_replicator", fmt.Sprintf("c%d", i), repDoc(fmt.Sprintf("http://h/c%d", i), "http://h/t", true))
+	}
+	const jobs = oneShot + continuous
+	waitStarts(t, eng, "every job running", func() bool { _, _, run, _ := eng.Stats(); return run == jobs })
+	c.AddNode("node1")
+	for range 3 {
+		round(t, c, eng, 2)
+	}
+	require.Equal(t, []int{oneShot, continuous}, running(t, c, 2), "the continuous jobs moved, the one-shot ones stayed")
+	require.EqualValues(t, continuous, moves(c))
+	for i := range oneShot {
+		require.Equal(t, 1, eng.Starts(fmt.Sprintf("http://h/o%d/", i)), "one-shot job o%d started once", i)
+		require.Equal(t, replicator.StateRunning, c.DocState("_replicator", fmt.Sprintf("o%d", i)).State)
+	}
+	for i := range continuous {
+		c.WaitJob(fmt.Sprintf("c%d on node1", i), c.DocJobID("_replicator", fmt.Sprintf("c%d", i)), runningOn("node1"))
+		logs.WaitFor(t, "replication stopped", func(m map[string]any) bool {
+			return m["doc_id"] == fmt.Sprintf("c%d", i) && m["node"] == "node0" && m["why"] == "balance: moved to a node that runs fewer jobs"
+		})
+	}
+	step := logs.WaitFor(t, "replicator: moving jobs to nodes that run fewer", func(map[string]any) bool { return true })
+	require.EqualValues(t, continuous, step["moving"])
+	require.EqualValues(t, 2, step["nodes"])
+}
