@@ -428,6 +428,7 @@ func runNode(ctx context.Context, cfg *config.Config, db kv.Database, lg nodeLog
 		if err != nil {
 			return err
 		}
+		plane.SetMembership(cn) // jobs of dead nodes are shown pending at once
 		// Register the job type and read the server UUID before the first
 		// request, so a frontend-only cluster serves document writes and
 		// POST /_replicate without any replication node having run.

@@ -31,6 +31,8 @@ type Plane struct {
 	serverUUID string
 
 	memo txMemo // what DBCreated and DocWritten did, by transaction
+
+	members Membership // nil: jobs shown as the store has them
 }
 
 // New returns a control plane. It validates cfg and does no I/O; the

@@ -26,13 +26,14 @@ func (p *Plane) UserJobs(ctx context.Context, user string, q PageQuery) (JobList
 	}
 	type row struct {
 		sortID string
-		info   JobInfo
+		info   JobInfo // JobID until the page is cut
+		st     fdbjobs.State
+		d      *replicator.JobData
 	}
 	var rows []row
 	err = p.store.FoldJobs(ctx, func(id string, st fdbjobs.State, d *replicator.JobData) error {
 		if d.Owner() == user && replicator.Unfinished(st, d) {
-			info := jobInfo(replicator.AsSeen(st, d), id)
-			rows = append(rows, row{cmp.Or(d.RepID, id), info})
+			rows = append(rows, row{cmp.Or(d.RepID, id), JobInfo{JobID: id}, st, d})
 		}
 		return nil
 	})
@@ -45,15 +46,16 @@ func (p *Plane) UserJobs(ctx context.Context, user string, q PageQuery) (JobList
 	slices.SortFunc(rows, order)
 	out := JobList{TotalRows: len(rows), Jobs: []JobInfo{}}
 	if len(q.StartKey) > 0 {
-		first, _ := slices.BinarySearchFunc(rows, row{q.key(0), JobInfo{JobID: q.key(1)}}, order)
+		first, _ := slices.BinarySearchFunc(rows, row{sortID: q.key(0), info: JobInfo{JobID: q.key(1)}}, order)
 		rows = rows[first:]
 	}
 	out.Offset = min(q.Skip, out.TotalRows)
+	seen := p.seer(ctx) // after the fold: it may read the member records
 	for _, r := range rows[min(q.Skip, len(rows)):] {
 		if len(out.Jobs) == q.Limit {
 			break
 		}
-		out.Jobs = append(out.Jobs, r.info)
+		out.Jobs = append(out.Jobs, jobInfo(seen(r.st, r.d), r.info.JobID))
 	}
 	return out, nil
 }

@@ -209,8 +209,9 @@ func (p *Plane) SchedulerJobs(ctx context.Context, q PageQuery) (JobList, error)
 		return JobList{}, err
 	}
 	out := JobList{TotalRows: pg.Total, Offset: pg.Offset, Jobs: make([]JobInfo, 0, len(pg.Jobs))}
+	seen := p.seer(ctx)
 	for _, j := range pg.Jobs {
-		out.Jobs = append(out.Jobs, jobInfo(replicator.AsSeen(j.State, j.Data), j.ID))
+		out.Jobs = append(out.Jobs, jobInfo(seen(j.State, j.Data), j.ID))
 	}
 	return out, nil
 }
@@ -235,7 +236,7 @@ func (p *Plane) job(ctx context.Context, id string, keep func(*replicator.JobDat
 	if d == nil || !keep(d) {
 		return JobInfo{}, replicator.NewReason(replicator.ErrNotFound, "missing")
 	}
-	return jobInfo(replicator.AsSeen(st, d), jobID), nil
+	return jobInfo(p.seer(ctx)(st, d), jobID), nil
 }
 
 // resolveID maps a replication id to its job id through the mapping, or
@@ -296,8 +297,13 @@ func (p *Plane) SchedulerDocs(ctx context.Context, db, docID string, states []st
 		return DocList{}, err
 	}
 	out := DocList{TotalRows: pg.Total, Offset: pg.Offset, Docs: make([]DocInfo, 0, len(pg.Jobs))}
+	seen := p.seer(ctx)
 	for _, j := range pg.Jobs {
-		out.Docs = append(out.Docs, docInfo(replicator.AsSeen(j.State, j.Data)))
+		d := seen(j.State, j.Data)
+		if len(states) > 0 && !slices.Contains(states, d.State) {
+			continue // running by the index, on a node that died
+		}
+		out.Docs = append(out.Docs, docInfo(d))
 	}
 	return out, nil
 }
@@ -323,7 +329,7 @@ func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (DocInfo, er
 	if d == nil {
 		return DocInfo{}, missing
 	}
-	return docInfo(replicator.AsSeen(st, d)), nil
+	return docInfo(p.seer(ctx)(st, d)), nil
 }
 
 // ActiveTasks lists the running replications of the whole cluster, as
@@ -341,8 +347,9 @@ func (p *Plane) activeTasks(ctx context.Context, keep func(*replicator.JobData) 
 		return nil, err
 	}
 	out := []ActiveTask{}
+	seen := p.seer(ctx)
 	for _, j := range jobs {
-		if t, ok := activeTask(j.ID, j.State, j.Data); ok && keep(j.Data) {
+		if t, ok := activeTask(j.ID, j.State, j.Data); ok && keep(j.Data) && seen(j.State, j.Data).State == replicator.StateRunning {
 			out = append(out, t)
 		}
 	}

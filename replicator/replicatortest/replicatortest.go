@@ -98,8 +98,9 @@ func NewCluster(t testing.TB, n int, eng replicator.Engine, cfg scheduler.Config
 
 // NewBalancedCluster is NewCluster with each node's membership
 // (a cluster.Node with the replication role, heartbeating every
-// HeartbeatInterval) given to its scheduler as Config.Cluster, so that the
-// nodes balance their jobs.
+// HeartbeatInterval, its test signals on) given to its scheduler as
+// Config.Cluster, so that the nodes balance their jobs, and to the
+// control plane's views (control.Plane.SetMembership).
 func NewBalancedCluster(t testing.TB, n int, eng replicator.Engine, cfg scheduler.Config) *Cluster {
 	t.Helper()
 	return newClusterOn(t, kvtest.NewDB(t), n, eng, cfg, true)
@@ -123,6 +124,9 @@ func newClusterOn(t testing.TB, db kv.Database, n int, eng replicator.Engine, cf
 	require.NoError(t, err)
 	require.NoError(t, p.Init(context.Background()))
 	c.Plane = p
+	if balanced {
+		p.SetMembership(cluster.NewStore(db, nil))
+	}
 	c.Store = replicator.NewStore(db, c.Jobs, c.Config.Subspace)
 	for i := 0; i < n; i++ {
 		c.AddNode(fmt.Sprintf("node%d", i))
@@ -162,6 +166,7 @@ func (c *Cluster) member(db kv.Database, name string) *cluster.Node {
 	m, err := cluster.New(db, cluster.Options{Base: base, Version: "test",
 		HeartbeatInterval: HeartbeatInterval, NodeTimeout: NodeTimeout})
 	require.NoError(c.t, err)
+	m.TestSignals.InitTestSignals()
 	require.NoError(c.t, m.Start(context.Background()))
 	c.t.Cleanup(m.Stop)
 	return m

@@ -9,9 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/cluster"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/replicatortest"
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
@@ -175,4 +177,68 @@ func TestBalanceNeverMovesOneShotJobs(t *testing.T) {
 	step := logs.WaitFor(t, "replicator: moving jobs to nodes that run fewer", func(map[string]any) bool { return true })
 	require.EqualValues(t, continuous, step["moving"])
 	require.EqualValues(t, 2, step["nodes"])
+}
+
+// A node that dies: from the moment its membership record expires, the
+// views show its jobs pending on no node and _active_tasks leaves them
+// out, though fdbjobs still has them running (the activity monitor
+// re-enqueues them only a job timeout, an hour here, after their last
+// heartbeat).
+func TestDeadNodeJobsShownNotRunning(t *testing.T) {
+	cfg := balanceConfig()
+	cfg.JobTimeout = time.Hour
+	c, eng := balanced(t, 2, cfg)
+	const jobs = 6
+	for i := range jobs {
+		c.PutDoc("_replicator", fmt.Sprintf("d%d", i), repDoc(fmt.Sprintf("http://h/s%d", i), "http://h/t", true))
+	}
+	waitStarts(t, eng, "every job running", func() bool { _, _, run, _ := eng.Stats(); return run == jobs })
+	for k := 0; running(t, c, 2)[0] == 0 || running(t, c, 2)[1] == 0; k++ {
+		require.Less(t, k, 3, "both nodes run jobs: %v", running(t, c, 2))
+		round(t, c, eng, 2)
+	}
+	ctx := context.Background()
+	onNode := map[string]string{}
+	for i := range jobs {
+		doc := fmt.Sprintf("d%d", i)
+		d := c.DocState("_replicator", doc)
+		require.Equal(t, replicator.StateRunning, d.State)
+		onNode[doc] = *d.Node
+	}
+
+	c.Kill(0)
+	last, ok, err := cluster.NewStore(c.DB, nil).Member(ctx, "node0")
+	require.NoError(t, err)
+	require.True(t, ok, "killed, node0 did not leave")
+	testutil.WaitUntil(t, &c.Members[1].TestSignals.Beat, "a heartbeat of node1 after node0's record expired",
+		func(expires int64) bool { return expires-replicatortest.NodeTimeout.Milliseconds() > last.Expires })
+
+	tasks, err := c.Plane.ActiveTasks(ctx)
+	require.NoError(t, err)
+	for _, task := range tasks {
+		require.Equal(t, "node1", task.Node)
+	}
+	list, err := c.Plane.SchedulerJobs(ctx, control.PageQuery{Limit: -1})
+	require.NoError(t, err)
+	require.Len(t, list.Jobs, jobs)
+	for _, j := range list.Jobs {
+		if onNode[*j.DocID] == "node0" {
+			require.Equal(t, replicator.StatePending, j.State, "%s ran on node0", *j.DocID)
+			require.Nil(t, j.Node)
+		} else {
+			require.Equal(t, replicator.StateRunning, j.State)
+		}
+	}
+	docs, err := c.Plane.SchedulerDocs(ctx, "", "", []string{replicator.StateRunning}, control.PageQuery{Limit: -1})
+	require.NoError(t, err)
+	require.Len(t, docs.Docs, len(tasks), "running: node1's jobs alone")
+	for doc, node := range onNode {
+		d := c.DocState("_replicator", doc)
+		_, st := c.JobSTime(c.DocJobID("_replicator", doc))
+		require.Equal(t, fdbjobs.Running, st, "not re-enqueued yet")
+		if node == "node0" {
+			require.Equal(t, replicator.StatePending, d.State)
+			require.Nil(t, d.Node)
+		}
+	}
 }
