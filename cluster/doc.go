@@ -7,7 +7,10 @@
 //     heartbeat). A node that stops gracefully removes its record; a dead
 //     node's record is listed no more once it expires and is removed
 //     ForgetAfter later by any live node. Node names must be unique in a
-//     cluster.
+//     cluster. A replication node's scheduler also reports its load (Load:
+//     the jobs it runs) with Node.SetLoad, written at once and carried by
+//     every later heartbeat; the nodes balance their jobs with it
+//     (replicator/scheduler, "Balance").
 //
 //   - Runtime configuration. Settings changed through the _config API live
 //     in the store in two layers over each node's start-up configuration
@@ -30,7 +33,8 @@
 //
 //	(1, Scope, Section, Key) -> value        runtime setting; Scope is "_cluster" or a node name
 //	(2)                      -> int64 LE     configuration version: +1 per change (atomic add); nodes watch it
-//	(3, Node)                -> member JSON  roles, version, start, last heartbeat and expiry (Unix ms)
+//	(3, Node)                -> member JSON  roles, version, start, last heartbeat and expiry (Unix ms),
+//	                                         and a replication node's load (jobs running)
 //	(4, Node)                -> config JSON  the node's start-up configuration, secrets replaced by Redacted
 //
 // # Transactions

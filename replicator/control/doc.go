@@ -40,7 +40,11 @@
 // from the job data; credentials are never shown. The listings read pages
 // of the store's view index (replicator.Store.JobsPage, DocsPage,
 // RunningJobs), so their cost follows the page (and skip), not the number
-// of jobs; PageQuery.StartKey starts a page at a row's key.
+// of jobs; PageQuery.StartKey starts a page at a row's key. With a
+// membership (SetMembership), a job running on a node whose membership
+// record expired is shown pending on no node, and is no active task, from
+// that moment: the member records are read once per request, only when
+// its page has a running job.
 //
 // # Retries
 //

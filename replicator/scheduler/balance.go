@@ -15,6 +15,11 @@ import (
 // percent of the mean.
 const balanceTolerance = 10
 
+// balancePendingMax bounds the pending jobs balance counts (a range read
+// of about 300 kB at most): with that many runnable jobs waiting the
+// nodes count as full, and the lighter ones fill from the queue.
+const balancePendingMax = 4000
+
 // balance is the interval's balancing step, with Config.Cluster: it reads
 // the replication nodes alive and their loads, sets the node's share
 // (the most jobs its acceptor pool fills it to) and moves the continuous jobs
@@ -45,7 +50,8 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 		nodes, total, lo = nodes+1, total+r, min(lo, r)
 	}
 	capacity := nodes * cfg.MaxJobs
-	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), max(1, capacity-total))
+	limit := min(balancePendingMax, max(1, capacity-total))
+	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), limit)
 	if err != nil {
 		if ctx.Err() == nil {
 			cfg.Logger.Warn().Err(err).Msg("replicator: balance: counting pending jobs; not balancing this interval")
@@ -53,7 +59,7 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 		n.setShare(0)
 		return true
 	}
-	if total+pending >= capacity {
+	if total+pending >= capacity || pending >= balancePendingMax {
 		n.setShare(0)
 		n.publishLoad(ctx)
 		return true

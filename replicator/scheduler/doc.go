@@ -92,7 +92,44 @@
 // and the job is re-enqueued with the progress of its last checkpoint.
 // ShutdownTimeout bounds the whole wait; a node that dies leaves
 // its jobs running until the fdbjobs activity monitor re-enqueues them,
-// between one and about two JobTimeouts after their last heartbeat.
+// between one and about two JobTimeouts after their last heartbeat (the
+// views show them pending as soon as the node's membership record
+// expires, see control.Plane.SetMembership).
+//
+// # Balance
+//
+// With Config.Cluster (the node's cluster.Node; fdbrep serve sets it) the
+// replication nodes balance their jobs through the store. Each node
+// publishes its load (cluster.Load: the jobs it runs, those it is
+// stopping included) in its membership record at every interval, after
+// accepting jobs and as workers leave (coalesced, one write at a time).
+// At every interval, after the trim, it reads the member records: the
+// nodes alive with the replication role and their loads (its own counted
+// exactly, a node without a load as 0), and counts the runnable pending
+// jobs (up to the room the nodes' MaxJobs leave, at most 4,000: one range
+// read of about 300 kB). Then:
+//
+//   - When the runnable jobs do not fit (running + pending >= nodes ×
+//     MaxJobs, or 4,000 jobs wait) every node is full: no move, rotation
+//     as above, a node that joins fills from the queue.
+//   - Otherwise no rotation (no extra acceptors): every node's target is
+//     (running + pending) / nodes, and its share ⌈target⌉. A node that runs
+//     more than its share while it runs over 110% of the target, or some
+//     node runs under 90% of it, moves the continuous jobs beyond its share
+//     (at most MaxChurn, less the jobs the trim stopped; those that ran
+//     MinRunTime; in rotation's order: the highest fair-share priority,
+//     then the oldest): each writes a final checkpoint and goes back to
+//     pending ("replication stopped", why "balance: moved to a node that
+//     runs fewer jobs"), a line "replicator: moving jobs to nodes that run
+//     fewer" gives the step's figures, and the jobs.moves metric counts
+//     them. Its acceptor pool then takes from the queue only up to its
+//     share (a node that moved none: a tenth above, so that a load read a
+//     moment too low leaves no job pending that no node takes), so the
+//     jobs moved go to the lighter nodes. One-shot jobs are never moved;
+//     balanced nodes move nothing.
+//
+// Loads are read as the nodes last published them, so a move may be
+// decided on a figure an accept ago; the next interval corrects it.
 //
 // # Logs
 //
