@@ -3,7 +3,6 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"testing"
 	"time"
 
@@ -82,15 +81,19 @@ func round(t *testing.T, c *replicatortest.Cluster, eng *simengine.Engine, live 
 }
 
 // withinTolerance tells whether every count is within 10% of their mean,
-// or within one job of it (integers cannot do better).
+// or within one job of it (integers cannot do better), in integers as
+// the scheduler decides it: |n × nodes − total| ≤ total / 10.
 func withinTolerance(counts []int) bool {
 	total := 0
 	for _, n := range counts {
 		total += n
 	}
-	mean := float64(total) / float64(len(counts))
 	for _, n := range counts {
-		if d := math.Abs(float64(n) - mean); d > 0.1*mean && d > 1 {
+		d := n*len(counts) - total
+		if d < 0 {
+			d = -d
+		}
+		if 10*d > total && d > len(counts) {
 			return false
 		}
 	}
