@@ -13,7 +13,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fdbrep/fdbrep/cluster"
 	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
@@ -158,7 +160,8 @@ func runScaleBench(args []string) error {
 	return runViewsBench([]string{"-sizes", *viewSizes, "-dbs", strconv.Itoa(*dbs)})
 }
 
-// scaleCluster is replication nodes, each with its own job-layer client,
+// scaleCluster is replication nodes, each with its own job-layer client
+// and membership (which the schedulers balance with, as in fdbrep serve),
 // on one store.
 type scaleCluster struct {
 	db      kv.Database
@@ -166,6 +169,7 @@ type scaleCluster struct {
 	cfg     scheduler.Config
 	nodes   []*scheduler.Node
 	clients []*fdbjobs.Client
+	members []*cluster.Node
 }
 
 func (c *scaleCluster) add(ctx context.Context) error {
@@ -179,6 +183,19 @@ func (c *scaleCluster) add(ctx context.Context) error {
 	c.clients = append(c.clients, jc)
 	cfg := c.cfg
 	cfg.NodeName = fmt.Sprintf("node%d", len(c.nodes))
+	base, err := config.FromMap(map[string]map[string]string{"node": {"name": cfg.NodeName, "roles": config.RoleReplication}})
+	if err != nil {
+		return err
+	}
+	m, err := cluster.New(c.db, cluster.Options{Base: base, Version: "bench"})
+	if err != nil {
+		return err
+	}
+	if err := m.Start(ctx); err != nil {
+		return err
+	}
+	c.members = append(c.members, m)
+	cfg.Cluster = m
 	n, err := scheduler.New(c.db, jc, c.sim, cfg)
 	if err != nil {
 		return err
@@ -223,7 +240,10 @@ func (c *scaleCluster) stop() {
 	for _, jc := range c.clients {
 		jc.Stop()
 	}
-	c.nodes, c.clients = nil, nil
+	for _, m := range c.members {
+		m.Stop()
+	}
+	c.nodes, c.clients, c.members = nil, nil, nil
 }
 
 // storeSize counts the store's keys and their bytes (keys plus values),
