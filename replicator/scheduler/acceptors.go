@@ -1,0 +1,285 @@
+package scheduler
+
+// The acceptor pool: acceptors take jobs from the cluster-wide queue into
+// the room under MaxJobs (and, for rotation, MaxChurn beyond it), and
+// each accepted job runs in a worker until it exits.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// acceptBatchMax is the most jobs one acceptor takes in one transaction.
+const acceptBatchMax = 25
+
+// spawnAcceptorsLocked tops the acceptor pool up: while acceptors <
+// MaxAcceptors and the jobs they may take plus the workers < MaxJobs. The
+// room is shared among the acceptors, each taking up to acceptBatchMax
+// jobs at once (a node filling up does not accept one job at a time).
+func (n *Node) spawnAcceptorsLocked() {
+	for n.acceptors < n.cfg.MaxAcceptors && n.quota+len(n.workers) < n.poolLimitLocked() {
+		room := n.poolLimitLocked() - len(n.workers) - n.quota
+		q := max(1, min(acceptBatchMax, room/(n.cfg.MaxAcceptors-n.acceptors)))
+		if !n.startAcceptorLocked(q, false) {
+			return
+		}
+	}
+}
+
+// poolLimitLocked is the most jobs the acceptor pool fills the node to:
+// MaxJobs, or less while the node balances with others (its share).
+func (n *Node) poolLimitLocked() int {
+	if n.share > 0 {
+		return min(n.share, n.cfg.MaxJobs)
+	}
+	return n.cfg.MaxJobs
+}
+
+// startAcceptorLocked starts an acceptor that may take q jobs: one of the
+// pool, which takes jobs only while the node runs fewer than MaxJobs, or
+// an extra one (rotation), which may take them beyond.
+func (n *Node) startAcceptorLocked(q int, extra bool) bool {
+	if n.ctx == nil || n.stopping || n.ctx.Err() != nil {
+		return false
+	}
+	n.acceptors++
+	n.quota += q
+	n.wg.Add(1)
+	go n.acceptor(n.ctx, n.opCtx, q, extra)
+	return true
+}
+
+// runWorker runs one accepted job. A panic in the job's code is contained
+// to that job: it is logged with its stack and the job crashes with an
+// internal_error reason (retried with backoff, as any crash), while the
+// node and its other jobs go on.
+func (n *Node) runWorker(w *worker) {
+	defer n.workerExit(w)
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		n.cfg.Logger.Error().Str("job_id", w.job.ID).Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
+			Msg("replicator: job panicked; it crashes, the node goes on")
+		d := w.data
+		if d == nil {
+			d = &replicator.JobData{State: replicator.StatePending}
+		}
+		defer func() {
+			// The job cannot even be marked crashing: without heartbeats
+			// the activity monitor re-enqueues it after the job timeout.
+			if p := recover(); p != nil {
+				n.cfg.Logger.Error().Str("job_id", w.job.ID).Str("panic", fmt.Sprint(p)).Msg("replicator: marking a panicked job crashing panicked too")
+			}
+		}()
+		w.crash(d, fmt.Errorf("%w: %v", engine.ErrInternal, p))
+	}()
+	w.run()
+}
+
+// acceptRetryDefault is how long an acceptor waits after an accept that
+// failed with an error FoundationDB would not retry (retryable ones back
+// off as its OnError does).
+const acceptRetryDefault = 50 * time.Millisecond
+
+// acceptor waits for up to q runnable jobs, then runs the first as its
+// worker and starts a goroutine for each other. An acceptor of the pool
+// takes no more than the room left under MaxJobs, and ends when there is
+// none (MaxJobs was lowered).
+func (n *Node) acceptor(ctx, opCtx context.Context, q int, extra bool) {
+	defer n.wg.Done()
+	var b kv.Backoff // FoundationDB's OnError delays between failed accepts
+	for {
+		limit := q
+		if !extra {
+			n.mu.Lock()
+			room := n.poolLimitLocked() - len(n.workers)
+			n.mu.Unlock()
+			limit = min(q, room)
+		}
+		var jobs []*fdbjobs.Job
+		var err error
+		if limit > 0 {
+			jobs, err = n.acceptSome(ctx, limit)
+		}
+		if len(jobs) > 0 {
+			ws := n.accepted(jobs, q, opCtx, extra)
+			for _, w := range ws[1:] {
+				go func() {
+					defer n.wg.Done()
+					n.runWorker(w)
+				}()
+			}
+			n.runWorker(ws[0])
+			return
+		}
+		if ctx.Err() != nil || limit <= 0 {
+			n.mu.Lock()
+			n.acceptors--
+			n.quota -= q
+			n.mu.Unlock()
+			return
+		}
+		if err == nil {
+			b.Reset()
+			continue
+		}
+		n.Config().Logger.Warn().Err(err).Msg("replicator: accept")
+		delay, ok := b.Next(err)
+		if !ok {
+			delay = acceptRetryDefault // not a FoundationDB retryable error
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+	}
+}
+
+// acceptSome takes up to q runnable jobs among those with the oldest
+// scheduled times, or waits up to a random part of StartupJitter for one
+// to be enqueued. It returns nil, nil when none came.
+func (n *Node) acceptSome(ctx context.Context, q int) ([]*fdbjobs.Job, error) {
+	cfg := n.Config()
+	now := replicator.Millis(cfg.Clock.Now())
+	t, ok, err := n.oldestDue(ctx, now, cfg, q)
+	if err != nil {
+		return nil, err
+	}
+	n.m.Inc(replicator.MetricJobsAccepts)
+	if ok {
+		jobs, err := n.store.Jobs.AcceptBatch(ctx, replicator.JobType, q, fdbjobs.AcceptOptions{MaxScheduledTime: t})
+		if errors.Is(err, fdbjobs.ErrNotFound) {
+			return nil, nil
+		}
+		return jobs, err
+	}
+	n.TestSignals.Idle.Signal(now)
+	wait := time.Millisecond
+	if cfg.StartupJitter > 0 {
+		wait += time.Duration(rand.Int64N(int64(cfg.StartupJitter)))
+	}
+	jobs, err := n.store.Jobs.AcceptBatch(ctx, replicator.JobType, q, fdbjobs.AcceptOptions{MaxScheduledTime: now, Timeout: wait})
+	if errors.Is(err, fdbjobs.ErrNotFound) || (err != nil && ctx.Err() != nil) {
+		return nil, nil
+	}
+	return jobs, err
+}
+
+// oldestDue finds, by bisection over pending counts in one snapshot read
+// transaction, the smallest scheduled time T (to a granularity of
+// Interval/50) such that at least q jobs are runnable at T (fewer when
+// fewer are runnable now); ok is false when no job is runnable now.
+// Concurrent acceptors aiming at the same oldest jobs conflict on the ones
+// they both pick; the loser's retry takes what is left by T.
+func (n *Node) oldestDue(ctx context.Context, now int64, cfg Config, q int) (int64, bool, error) {
+	g := max(1, cfg.Interval.Milliseconds()/50)
+	k := min(max(1, q), fdbjobs.AcceptRangeLimit/2)
+	type res struct {
+		t  int64
+		ok bool
+	}
+	r, err := kv.ReadTransact(ctx, n.store.DB, func(tr kv.ReadTransaction) (res, error) {
+		count := func(t int64) (int, error) {
+			return n.store.Jobs.PendingCount(ctx, tr, replicator.JobType, t, k)
+		}
+		if now < 0 {
+			return res{}, nil
+		}
+		c, err := count(now)
+		if err != nil || c == 0 {
+			return res{}, err
+		}
+		if c < k {
+			return res{t: now, ok: true}, nil
+		}
+		if c0, err := count(0); err != nil || c0 >= k {
+			return res{t: 0, ok: c0 > 0}, err
+		}
+		lo, hi := int64(0), now
+		for hi-lo > g {
+			mid := lo + (hi-lo)/2
+			c, err := count(mid)
+			if err != nil {
+				return res{}, err
+			}
+			if c >= k {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		return res{t: hi, ok: true}, nil
+	})
+	return r.t, r.ok, err
+}
+
+// accepted turns an acceptor with quota q into the workers of jobs (the
+// caller runs the first; the others are counted in n.wg). Jobs a pool
+// acceptor took beyond MaxJobs (it was waiting when MaxJobs was lowered)
+// go back to pending at once, without running.
+func (n *Node) accepted(jobs []*fdbjobs.Job, q int, opCtx context.Context, extra bool) []*worker {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.acceptors--
+	n.quota -= q
+	room := len(jobs)
+	if !extra {
+		room = n.poolLimitLocked() - len(n.workers)
+	}
+	ws := make([]*worker, len(jobs))
+	for i, job := range jobs {
+		w := newWorker(n, job, opCtx, n.cfg)
+		ws[i] = w
+		n.workers[w] = true
+		n.m.Inc(replicator.MetricJobsStarts)
+		if i > 0 {
+			n.wg.Add(1)
+		}
+		switch {
+		case n.stopping:
+			w.requestStop(stopShutdown)
+		case i >= room:
+			w.requestStop(stopPreempt)
+		}
+	}
+	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
+	n.spawnAcceptorsLocked()
+	n.publishSoonLocked()
+	return ws
+}
+
+func (n *Node) workerExit(w *worker) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.workers, w)
+	n.addChargeLocked(w, n.cfg.Clock.Now())
+	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
+	n.spawnAcceptorsLocked()
+	n.startDeferredLocked()
+	n.publishSoonLocked()
+}
+
+// startDeferredLocked starts the extra acceptors of this interval's
+// rotation that waited for stopping workers to leave, while the node runs
+// fewer than MaxJobs + MaxChurn, in batches of up to acceptBatchMax.
+func (n *Node) startDeferredLocked() {
+	for n.deferred > 0 {
+		room := n.cfg.MaxJobs + n.cfg.MaxChurn - n.quota - len(n.workers)
+		q := min(n.deferred, acceptBatchMax, room)
+		if q < min(n.deferred, acceptBatchMax) || !n.startAcceptorLocked(q, true) {
+			return
+		}
+		n.deferred -= q
+	}
+}
