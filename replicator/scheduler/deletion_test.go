@@ -44,7 +44,7 @@ func jobsOf(t *testing.T, s *replicator.Store, dbUUID string) int {
 // dozens of them heartbeat), and the ones running halt at their next
 // heartbeat; another database's job goes on.
 func TestDeletingADatabaseStopsAllItsJobs(t *testing.T) {
-	const docs = 2000
+	const docs = 1000 // ten times what one removal transaction used to take
 	// Dozens of jobs running per node, heartbeating ten times a second;
 	// churn kept low, as in production (with many more jobs pending than
 	// running, every accepted job is one the removal may conflict with).
