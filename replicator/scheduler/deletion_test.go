@@ -38,7 +38,7 @@ func jobsOf(t *testing.T, s *replicator.Store, dbUUID string) int {
 	return n
 }
 
-// Deleting a _replicator database with thousands of documents: its
+// Deleting a _replicator database with a thousand documents: its
 // documents leave the views at once, every one of its jobs is removed
 // within one interval of a node (not a hundred per cleanup pass, while
 // dozens of them heartbeat), and the ones running halt at their next
