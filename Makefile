@@ -81,8 +81,7 @@ BENCH_DURATION ?= 30s
 BENCH_ROUNDS   ?= 3
 RIVER          ?= 1
 bench-jobs:
-	$(GO) -C cmd/fdbrep-bench/river vet ./...
-	@if [ "$(RIVER)" != 0 ]; then $(GO) -C cmd/fdbrep-bench/river build -o $(abspath $(BIN))/fdbrep-bench-river . ; fi
+	@if [ "$(RIVER)" != 0 ]; then $(GO) -C cmd/fdbrep-bench/river vet ./... && $(GO) -C cmd/fdbrep-bench/river build -o $(abspath $(BIN))/fdbrep-bench-river . ; fi
 	$(GO) run ./cmd/fdbrep-bench jobs -jobs $(BENCH_JOBS) -duration $(BENCH_DURATION) -rounds $(BENCH_ROUNDS) \
 		$(if $(filter-out 0,$(RIVER)),-river-bin $(abspath $(BIN))/fdbrep-bench-river) $(ARGS)
 
