@@ -71,7 +71,7 @@
 //	(6, ShareKey)               -> int64 LE  charges since the last roll-up, atomic add
 //	(7)                         -> (int64, int64) last usage period rolled up, its interval in ms
 //	(8, Token)                  -> ""        charge applied (cleared right after)
-//	(9, JobID)                  -> (DBUUID, DBName, DocID, State, SortID, Node, Expires)
+//	(9, JobID)                  -> (DBUUID, DBName, DocID, State, SortID, Node, Expires, Owner)
 //	                                         the job's view index entry as last written
 //	(10, DBUUID, State, DocID)  -> ""        documents by view state (states=)
 //	(11, SortID, JobID)         -> ""        unfinished jobs (_scheduler/jobs order)
@@ -84,16 +84,20 @@
 //	(18, DBUUID)                -> (DBName, Holder, Until)
 //	                                         a deleted database whose jobs the nodes remove
 //	(19)                        -> (int64)   view index version built (backfill done)
+//	(20, Owner, SortID, JobID)  -> ""        unfinished jobs by owner (a user's _scheduler/jobs)
+//	(21, Owner)                 -> int64 LE  unfinished jobs of an owner
+//	(22, Owner, Node, JobID)    -> ""        running jobs by owner (a user's _active_tasks)
 //
 // # View index
 //
-// _scheduler/docs, _scheduler/jobs and _active_tasks read keys 4 and
-// 9–17 instead of every job, so a page costs what it lists. A job's entry
+// _scheduler/docs, _scheduler/jobs and _active_tasks read keys 4, 9–17
+// and 20–22 instead of every job, so a page costs what it lists. A job's entry
 // is derived from its fdbjobs state and data (its view state is AsSeen:
 // a job whose data says running while fdbjobs has it pending shows
 // pending; SortID is the rep id, else the job id, and empty once the job
 // is finished or failed; Node only while running; Expires a finished
-// transient job's last update). Every transaction that writes a job's row
+// transient job's last update; Owner is JobData.Owner, and an owner's
+// keys (20–22) exist for owners other than ""). Every transaction that writes a job's row
 // writes its entry through the Store: AddJob, RemoveJob, UpdateJob,
 // FinishJob, ResubmitJob, the removals of RemoveDeletedDBJobs and
 // RemoveExpiredJobs, and, for the re-enqueues the job layer makes by
@@ -112,16 +116,21 @@
 // Reads: _scheduler/docs walks the registered databases (3) in name order
 // and, in each, (4) or, filtered by states, the union of (10) for those
 // states, so a deleted database's documents never show; _scheduler/jobs
-// reads (11); _active_tasks reads (12); total_rows comes from the
-// counters. A page reads at most 100 jobs, and about 400 kB of their rows,
+// reads (11); _active_tasks reads (12); a user who is not a server admin
+// gets their own from (20) and (22); total_rows comes from the counters
+// (14–16, 21). A page reads at most 100 jobs, and about 400 kB of their rows,
 // per transaction (a bigger page spans transactions); skip costs
 // keys-only reads, about 1,000 per transaction, except that whole
 // databases are skipped by their counters; a start key (fdbrep's
 // start_key) starts a page anywhere in O(1).
 //
-// Stores that predate the index are indexed by a one-time backfill at
-// the first Setup (200 jobs, and about 400 kB of rows, per transaction),
-// which also marks the databases of orphaned jobs as deleted.
+// Stores that predate the index, or hold an older version of it (19), are
+// indexed by a one-time backfill at the first Setup (200 jobs, and about
+// 400 kB of rows, per transaction), which also marks the databases of
+// orphaned jobs as deleted. Version 2 added the owner keys (20–22): an
+// entry of version 1 has no Owner and reads as owner "", so the backfill
+// (or the job's next write) adds its owner's keys. Until a backfill is
+// done, users' listings miss the jobs it has not reached.
 //
 // # Deleted databases
 //

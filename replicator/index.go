@@ -1,6 +1,7 @@
 package replicator
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -46,6 +47,7 @@ type entry struct {
 	sortID                string // _scheduler/jobs order (rep id, else job id); "" when not listed
 	node                  string // the node running it; "" unless running
 	expires               int64  // a finished transient job's last update (Unix ms); else 0
+	owner                 string // JobData.Owner; "" for none (entries written before version 2 too)
 }
 
 // entryOf is the index entry of a job; nil when the job is gone or its
@@ -55,7 +57,7 @@ func entryOf(jobID string, st fdbjobs.State, d *JobData) *entry {
 		return nil
 	}
 	v := AsSeen(st, d)
-	e := &entry{dbUUID: d.DBUUID, dbName: d.DBName, docID: d.DocID, state: v.State}
+	e := &entry{dbUUID: d.DBUUID, dbName: d.DBName, docID: d.DocID, state: v.State, owner: d.Owner()}
 	if e.dbUUID == "" {
 		e.dbName, e.docID = "", ""
 	}
@@ -75,16 +77,23 @@ func entryOf(jobID string, st fdbjobs.State, d *JobData) *entry {
 }
 
 func (e *entry) pack() []byte {
-	return tuple.Tuple{e.dbUUID, e.dbName, e.docID, e.state, e.sortID, e.node, e.expires}.Pack()
+	return tuple.Tuple{e.dbUUID, e.dbName, e.docID, e.state, e.sortID, e.node, e.expires, e.owner}.Pack()
 }
 
+// unpackEntry decodes an entry; one of index version 1 has no owner (seven
+// elements): it reads as owner "", so the job's next write, or the
+// backfill to version 2, adds its owner's keys.
 func unpackEntry(v []byte) (*entry, error) {
 	t, err := tuple.Unpack(v)
-	if err != nil || len(t) != 7 {
+	if err != nil || len(t) != 7 && len(t) != 8 {
 		return nil, fmt.Errorf("replicator: bad index entry %x", v)
 	}
 	var e entry
-	for i, dst := range []*string{&e.dbUUID, &e.dbName, &e.docID, &e.state, &e.sortID, &e.node} {
+	strs := map[int]*string{0: &e.dbUUID, 1: &e.dbName, 2: &e.docID, 3: &e.state, 4: &e.sortID, 5: &e.node}
+	if len(t) == 8 {
+		strs[7] = &e.owner // after expires
+	}
+	for i, dst := range strs {
 		s, ok := t[i].(string)
 		if !ok {
 			return nil, fmt.Errorf("replicator: bad index entry %x", v)
@@ -122,6 +131,12 @@ func (s *Store) entryKeys(jobID string, e *entry) []kv.Key {
 	if e.node != "" {
 		ks = append(ks, s.runningKey(e.node, jobID))
 	}
+	if e.owner != "" && e.sortID != "" {
+		ks = append(ks, s.ownerJobKey(e.owner, e.sortID, jobID))
+	}
+	if e.owner != "" && e.node != "" {
+		ks = append(ks, s.ownerRunningKey(e.owner, e.node, jobID))
+	}
 	if e.expires != 0 {
 		ks = append(ks, s.expiryKey(e.expires, jobID))
 	}
@@ -143,6 +158,9 @@ func (s *Store) countDeltas(deltas map[string]int64, e *entry, registered bool, 
 	}
 	if e.sortID != "" {
 		deltas[string(s.jobCountKey())] += sign
+		if e.owner != "" {
+			deltas[string(s.ownerCountKey(e.owner))] += sign
+		}
 	}
 	if e.node != "" {
 		deltas[string(s.nodeCountKey(e.node))] += sign
@@ -169,6 +187,7 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 		futs[i] = tr.Get(s.entryKey(j.id))
 	}
 	olds := make([]*entry, len(jobs))
+	oldRaw := make([][]byte, len(jobs))
 	news := make([]*entry, len(jobs))
 	names := map[string]kv.FutureByteSlice{}
 	for i, j := range jobs {
@@ -177,6 +196,7 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 			return err
 		}
 		if v != nil {
+			oldRaw[i] = v
 			if olds[i], err = unpackEntry(v); err != nil {
 				return err
 			}
@@ -200,7 +220,13 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 	deltas := map[string]int64{}
 	for i, j := range jobs {
 		old, cur := olds[i], news[i]
-		if old == nil && cur == nil || old != nil && cur != nil && *old == *cur {
+		if old == nil && cur == nil {
+			continue
+		}
+		if old != nil && cur != nil && *old == *cur {
+			if p := cur.pack(); !bytes.Equal(oldRaw[i], p) {
+				tr.Set(s.entryKey(j.id), p) // an older version's encoding, same keys
+			}
 			continue
 		}
 		for _, k := range s.entryKeys(j.id, old) {

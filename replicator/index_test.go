@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +25,8 @@ import (
 
 func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
-// indexSeedEnv replays TestIndexModel with a given seed.
+// indexSeedEnv replays TestIndexModel (and TestIndexBackfillAddsOwners)
+// with a given seed.
 const indexSeedEnv = "FDBREP_INDEX_SEED"
 
 // modelJob is what the model expects of one job.
@@ -53,8 +55,9 @@ type indexModel struct {
 }
 
 var (
-	modelDBs   = []string{"_replicator", "a/_replicator", "b/_replicator"}
-	modelNodes = []string{"n1", "n2"}
+	modelDBs    = []string{"_replicator", "a/_replicator", "b/_replicator"}
+	modelNodes  = []string{"n1", "n2"}
+	modelOwners = []string{"", "u", "v"} // "": a document without an owner
 )
 
 func newIndexModel(t *testing.T, seed uint64) *indexModel {
@@ -108,6 +111,7 @@ func (m *indexModel) addDoc() {
 	name := m.pick(modelDBs)
 	doc := fmt.Sprintf("d%02d", m.rng.IntN(30))
 	bad := m.rng.IntN(10) == 0
+	owner := m.pick(modelOwners) // a rewrite may change the owner
 	var id, uuid string
 	m.tx(func(tr kv.Transaction) error {
 		var err error
@@ -119,7 +123,7 @@ func (m *indexModel) addDoc() {
 		if err != nil {
 			return err
 		}
-		d := &JobData{DBName: name, DBUUID: uuid, DocID: doc, State: StatePending, LastUpdated: m.now}
+		d := &JobData{DBName: name, DBUUID: uuid, DocID: doc, DocOwner: owner, State: StatePending, LastUpdated: m.now}
 		if bad {
 			d.State = StateFailed
 		}
@@ -137,12 +141,13 @@ func (m *indexModel) addDoc() {
 // addTransient adds a POST /_replicate job.
 func (m *indexModel) addTransient() {
 	id := fmt.Sprintf("t%02d", m.rng.IntN(10))
+	user := m.pick(modelOwners[1:])
 	m.tx(func(tr kv.Transaction) error {
 		old, _, err := m.s.Job(m.ctx, tr, id)
 		if err != nil {
 			return err
 		}
-		return m.s.AddJob(m.ctx, tr, id, old, &JobData{RepUser: "u", State: StatePending, LastUpdated: m.now}, 0, time.Hour)
+		return m.s.AddJob(m.ctx, tr, id, old, &JobData{RepUser: user, State: StatePending, LastUpdated: m.now}, 0, time.Hour)
 	})
 	delete(m.held, id)
 	m.jobs[id] = &modelJob{st: fdbjobs.Pending, view: StatePending, lastUpdated: m.now}
@@ -376,6 +381,46 @@ func TestIndexModel(t *testing.T) {
 	}
 }
 
+// A store indexed by version 1 (entries without owners, no owner keys)
+// is brought to version 2 by the backfill at the next start: the owner
+// keys and counters are what a full fold computes, the others unchanged,
+// and the owners' pages right; under injected faults.
+func TestIndexBackfillAddsOwners(t *testing.T) {
+	m := newIndexModel(t, testutil.SeedFrom(t, indexSeedEnv))
+	for i := 0; i < 150; i++ {
+		m.step()
+	}
+	m.checkIndex(-1)
+	s := m.s
+	// Back to version 1.
+	entries := m.readKeys(s.entries)
+	m.tx(func(tr kv.Transaction) error {
+		for k, v := range entries {
+			e, err := unpackEntry([]byte(v))
+			if err != nil {
+				return err
+			}
+			tr.Set(kv.Key(k), tuple.Tuple{e.dbUUID, e.dbName, e.docID, e.state, e.sortID, e.node, e.expires}.Pack())
+		}
+		tr.ClearRange(subspaceRange(s.ownerJobs))
+		tr.ClearRange(subspaceRange(s.ownerRunning))
+		tr.ClearRange(subspaceRange(s.root.Sub(keyOwnerCounts)))
+		tr.Set(s.indexVersionKey(), tuple.Tuple{int64(1)}.Pack())
+		return nil
+	})
+	p, err := s.OwnerJobsPage(m.ctx, "u", "", "", 100, 0)
+	require.NoError(t, err)
+	require.Empty(t, p.Jobs, "version 1 has no owner keys")
+
+	m.s = NewStore(m.db, s.Jobs, subspace.Sub("model"))
+	require.NoError(t, m.s.buildIndex(m.ctx))
+	m.checkIndex(-1)
+	m.checkPages(-1)
+	v, err := kv.ReadTransact(m.ctx, m.db, func(tr kv.ReadTransaction) ([]byte, error) { return tr.Get(s.indexVersionKey()).Get() })
+	require.NoError(t, err)
+	require.Equal(t, tuple.Tuple{int64(indexVersion)}.Pack(), v)
+}
+
 // fold reads every job with a full fold.
 func (m *indexModel) fold() map[string]PageJob {
 	out := map[string]PageJob{}
@@ -456,12 +501,12 @@ func (m *indexModel) checkIndex(step int) {
 		}
 	}
 	got := indexState{keys: map[string]string{}, counts: map[string]int64{}}
-	for _, ss := range []subspace.Subspace{s.entries, s.dbJobs, s.docStates, s.unfinished, s.running, s.expiry} {
+	for _, ss := range []subspace.Subspace{s.entries, s.dbJobs, s.docStates, s.unfinished, s.running, s.expiry, s.ownerJobs, s.ownerRunning} {
 		for k, v := range m.readKeys(ss) {
 			got.keys[k] = v
 		}
 	}
-	for _, ss := range []subspace.Subspace{s.dbCounts, s.root.Sub(keyDocCounts), s.root.Sub(keyJobCount), s.root.Sub(keyNodeCounts)} {
+	for _, ss := range []subspace.Subspace{s.dbCounts, s.root.Sub(keyDocCounts), s.root.Sub(keyJobCount), s.root.Sub(keyNodeCounts), s.root.Sub(keyOwnerCounts)} {
 		for k, v := range m.readKeys(ss) {
 			if n := kv.DecodeInt64([]byte(v)); n != 0 {
 				got.counts[k] = n
@@ -603,28 +648,26 @@ func (m *indexModel) checkPages(step int) {
 		require.Equal(m.t, min(q.Skip, total), p.Offset, "step %d: %+v offset", step, q)
 		require.Equal(m.t, nonNilIDs(want), pageIDs(p), "step %d: %+v", step, q)
 
-		limit, skip := m.rng.IntN(8), m.rng.IntN(6)
-		var startID, startJob string
-		if len(unfinished) > 0 && m.rng.IntN(2) == 0 {
-			j := unfinished[m.rng.IntN(len(unfinished))]
-			startID = sortID(j)
-			if m.rng.IntN(2) == 0 {
-				startJob = j.ID
-			}
-		}
-		var wantJobs []string
-		for _, j := range unfinished {
-			if s := sortID(j); s < startID || s == startID && j.ID < startJob {
-				continue
-			}
-			wantJobs = append(wantJobs, j.ID)
-		}
-		wantJobs = wantJobs[min(skip, len(wantJobs)):]
-		wantJobs = wantJobs[:min(limit, len(wantJobs))]
-		jp, err := m.s.JobsPage(m.ctx, startID, startJob, limit, skip)
+		jq, wantJobs := m.jobsQuery(unfinished, unfinished)
+		jp, err := m.s.JobsPage(m.ctx, jq.startID, jq.startJob, jq.limit, jq.skip)
 		require.NoError(m.t, err)
 		require.Equal(m.t, len(unfinished), jp.Total, "step %d: jobs total", step)
-		require.Equal(m.t, nonNilIDs(wantJobs), pageIDs(jp), "step %d: jobs from %q/%q limit %d skip %d", step, startID, startJob, limit, skip)
+		require.Equal(m.t, nonNilIDs(wantJobs), pageIDs(jp), "step %d: jobs %+v", step, jq)
+
+		// The same among one owner's jobs (the start key maybe another's).
+		owner := m.pick(modelOwners)
+		var mine []PageJob
+		for _, j := range unfinished {
+			if owner != "" && j.Data.Owner() == owner {
+				mine = append(mine, j)
+			}
+		}
+		jq, wantJobs = m.jobsQuery(unfinished, mine)
+		op, err := m.s.OwnerJobsPage(m.ctx, owner, jq.startID, jq.startJob, jq.limit, jq.skip)
+		require.NoError(m.t, err)
+		require.Equal(m.t, len(mine), op.Total, "step %d: %q's jobs total", step, owner)
+		require.Equal(m.t, min(jq.skip, len(mine)), op.Offset, "step %d: %q's jobs offset", step, owner)
+		require.Equal(m.t, nonNilIDs(wantJobs), pageIDs(op), "step %d: %q's jobs %+v", step, owner, jq)
 	}
 	rj, err := m.s.RunningJobs(m.ctx, "")
 	require.NoError(m.t, err)
@@ -633,6 +676,22 @@ func (m *indexModel) checkPages(step int) {
 		got = append(got, j.Data.Node+"\x00"+j.ID)
 	}
 	require.Equal(m.t, running, got, "step %d: running jobs", step)
+	for _, owner := range modelOwners {
+		var want []string
+		for _, r := range running {
+			id := r[strings.IndexByte(r, 0)+1:]
+			if owner != "" && all[id].Data.Owner() == owner {
+				want = append(want, r)
+			}
+		}
+		rj, err := m.s.OwnerRunningJobs(m.ctx, owner)
+		require.NoError(m.t, err)
+		got := []string(nil)
+		for _, j := range rj {
+			got = append(got, j.Data.Node+"\x00"+j.ID)
+		}
+		require.Equal(m.t, want, got, "step %d: %q's running jobs", step, owner)
+	}
 	for _, node := range modelNodes {
 		n, err := m.s.NodeRunning(m.ctx, nil, node)
 		require.NoError(m.t, err)
@@ -644,6 +703,35 @@ func (m *indexModel) checkPages(step int) {
 		}
 		require.Equal(m.t, c, n, "step %d: running on %s", step, node)
 	}
+}
+
+// jobsQuery is a page of _scheduler/jobs.
+type jobsQuery struct {
+	startID, startJob string
+	limit, skip       int
+}
+
+// jobsQuery picks a random page, its start key maybe one of unfinished's
+// jobs, and returns it with the ids it cuts from rows (in _scheduler/jobs
+// order).
+func (m *indexModel) jobsQuery(unfinished, rows []PageJob) (jobsQuery, []string) {
+	q := jobsQuery{limit: m.rng.IntN(8), skip: m.rng.IntN(6)}
+	if len(unfinished) > 0 && m.rng.IntN(2) == 0 {
+		j := unfinished[m.rng.IntN(len(unfinished))]
+		q.startID = cmpOr(j.Data.RepID, j.ID)
+		if m.rng.IntN(2) == 0 {
+			q.startJob = j.ID
+		}
+	}
+	var want []string
+	for _, j := range rows {
+		if s := cmpOr(j.Data.RepID, j.ID); s < q.startID || s == q.startID && j.ID < q.startJob {
+			continue
+		}
+		want = append(want, j.ID)
+	}
+	want = want[min(q.skip, len(want)):]
+	return q, want[:min(q.limit, len(want))]
 }
 
 func cmpOr(a, b string) string {

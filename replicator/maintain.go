@@ -61,8 +61,9 @@ func shrinking[T any](ctx context.Context, db kv.Database, b *batchSize, f func(
 }
 
 // indexVersion is the version of the view index this code keeps; a store
-// whose (19) key holds less is indexed by buildIndex.
-const indexVersion = 1
+// whose (19) key holds less is indexed by buildIndex. Version 2 added
+// the owner keys (20–22).
+const indexVersion = 2
 
 // buildIndex indexes the jobs of a store that predates the view index (or
 // holds an older version of it): once per store, at the first Setup that

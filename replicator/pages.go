@@ -142,6 +142,36 @@ func (s *Store) JobsPage(ctx context.Context, startID, startJobID string, limit,
 	return s.page(ctx, rangeCursor{ss: s.unfinished, rng: rng}, total, limit, skip)
 }
 
+// OwnerJobsPage is JobsPage among the unfinished jobs of owner
+// (JobData.Owner), read from their own keys (20) and counter (21): a
+// user's page costs what it lists, whoever else has jobs. Owner "" has
+// none.
+func (s *Store) OwnerJobsPage(ctx context.Context, owner, startID, startJobID string, limit, skip int) (Page, error) {
+	if owner == "" {
+		return Page{Jobs: []PageJob{}}, nil
+	}
+	rng := prefixRange(s.ownerJobs, tuple.Tuple{owner})
+	if startID != "" || startJobID != "" {
+		rng.Begin = s.ownerJobKey(owner, startID, startJobID)
+	}
+	total := func(tr kv.ReadTransaction) (int64, error) {
+		return sumCounters(tr, []kv.Key{s.ownerCountKey(owner)})
+	}
+	return s.page(ctx, rangeCursor{ss: s.ownerJobs, rng: rng}, total, limit, skip)
+}
+
+// OwnerRunningJobs returns the jobs of owner that run, sorted by node and
+// job id, read from their own keys (22): it costs owner's running jobs,
+// not the cluster's. Owner "" has none.
+func (s *Store) OwnerRunningJobs(ctx context.Context, owner string) ([]PageJob, error) {
+	if owner == "" {
+		return []PageJob{}, nil
+	}
+	rng := prefixRange(s.ownerRunning, tuple.Tuple{owner})
+	p, err := s.page(ctx, rangeCursor{ss: s.ownerRunning, rng: rng}, nil, math.MaxInt, 0)
+	return p.Jobs, err
+}
+
 // RunningJobs returns the jobs running on node ("" for every node),
 // sorted by node and job id: a node runs max_jobs + max_churn jobs at
 // most, so this costs the running jobs, not all of them.

@@ -38,6 +38,9 @@ const (
 	keyNodeCounts   = 17 // (17, Node) -> int64 LE
 	keyDeletedDBs   = 18 // (18, DBUUID) -> DBName
 	keyIndexVersion = 19 // (19) -> (int64)
+	keyOwnerJobs    = 20 // (20, Owner, SortID, JobID) -> ""
+	keyOwnerCounts  = 21 // (21, Owner) -> int64 LE
+	keyOwnerRunning = 22 // (22, Owner, Node, JobID) -> ""
 )
 
 // Store is the replicator's state in the kv store, shared by the control
@@ -53,6 +56,7 @@ type Store struct {
 	root, repIDs, dbs, dbJobs, usage, charges subspace.Subspace
 	// The view index.
 	entries, docStates, unfinished, running, expiry, dbCounts, deletedDBs subspace.Subspace
+	ownerJobs, ownerRunning                                               subspace.Subspace
 
 	indexed atomic.Bool // the index version was seen built (Setup)
 }
@@ -70,7 +74,7 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 		usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges),
 		entries: sub.Sub(keyEntries), docStates: sub.Sub(keyDocStates), unfinished: sub.Sub(keyUnfinished),
 		running: sub.Sub(keyRunning), expiry: sub.Sub(keyExpiry), dbCounts: sub.Sub(keyDBCounts),
-		deletedDBs: sub.Sub(keyDeletedDBs)}
+		deletedDBs: sub.Sub(keyDeletedDBs), ownerJobs: sub.Sub(keyOwnerJobs), ownerRunning: sub.Sub(keyOwnerRunning)}
 	jobs.SetReenqueueHook(JobType, s.reenqueued)
 	return s
 }
@@ -103,6 +107,15 @@ func (s *Store) docCountKey(state string) kv.Key {
 func (s *Store) jobCountKey() kv.Key { return s.root.Pack(tuple.Tuple{keyJobCount}) }
 func (s *Store) nodeCountKey(node string) kv.Key {
 	return s.root.Pack(tuple.Tuple{keyNodeCounts, node})
+}
+func (s *Store) ownerJobKey(owner, sortID, jobID string) kv.Key {
+	return s.ownerJobs.Pack(tuple.Tuple{owner, sortID, jobID})
+}
+func (s *Store) ownerCountKey(owner string) kv.Key {
+	return s.root.Pack(tuple.Tuple{keyOwnerCounts, owner})
+}
+func (s *Store) ownerRunningKey(owner, node, jobID string) kv.Key {
+	return s.ownerRunning.Pack(tuple.Tuple{owner, node, jobID})
 }
 func (s *Store) deletedDBKey(dbUUID string) kv.Key { return s.deletedDBs.Pack(tuple.Tuple{dbUUID}) }
 func (s *Store) indexVersionKey() kv.Key           { return s.root.Pack(tuple.Tuple{keyIndexVersion}) }
