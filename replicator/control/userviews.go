@@ -1,11 +1,8 @@
 package control
 
 import (
-	"cmp"
 	"context"
-	"slices"
 
-	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/replicator"
 )
 
@@ -13,49 +10,29 @@ import (
 // 401 (its _scheduler and _active_tasks are for server admins); fdbrep
 // shows such a user the jobs they own (JobData.Owner: their documents'
 // jobs, whatever the database, and the replications they posted), and
-// hides the others. The rows are chosen before the page is cut, so limit,
-// skip, offset and total_rows count the user's jobs only.
+// hides the others. The rows come from the view index's keys by owner,
+// so limit, skip, offset and total_rows count the user's jobs only, and a
+// page costs what it lists, not every job.
 
 // UserJobs is SchedulerJobs for user: the unfinished jobs user owns, in
-// the same order, with the same start key. There is no index by owner:
-// it folds over every job, keeping only user's rows in memory.
+// the same order, with the same start key, a page read from the index by
+// owner (Store.OwnerJobsPage).
 func (p *Plane) UserJobs(ctx context.Context, user string, q PageQuery) (JobList, error) {
 	q, err := q.check(2)
 	if err != nil {
 		return JobList{}, err
 	}
-	type row struct {
-		sortID string
-		info   JobInfo // JobID until the page is cut
-		st     fdbjobs.State
-		d      *replicator.JobData
-	}
-	var rows []row
-	err = p.store.FoldJobs(ctx, func(id string, st fdbjobs.State, d *replicator.JobData) error {
-		if d.Owner() == user && replicator.Unfinished(st, d) {
-			rows = append(rows, row{cmp.Or(d.RepID, id), JobInfo{JobID: id}, st, d})
-		}
-		return nil
-	})
+	pg, err := p.store.OwnerJobsPage(ctx, user, q.key(0), q.key(1), q.Limit, q.Skip)
 	if err != nil {
 		return JobList{}, err
 	}
-	order := func(a, b row) int {
-		return cmp.Or(cmp.Compare(a.sortID, b.sortID), cmp.Compare(a.info.JobID, b.info.JobID))
-	}
-	slices.SortFunc(rows, order)
-	out := JobList{TotalRows: len(rows), Jobs: []JobInfo{}}
-	if len(q.StartKey) > 0 {
-		first, _ := slices.BinarySearchFunc(rows, row{sortID: q.key(0), info: JobInfo{JobID: q.key(1)}}, order)
-		rows = rows[first:]
-	}
-	out.Offset = min(q.Skip, out.TotalRows)
-	seen := p.seer(ctx) // after the fold: it may read the member records
-	for _, r := range rows[min(q.Skip, len(rows)):] {
-		if len(out.Jobs) == q.Limit {
-			break
+	out := JobList{TotalRows: pg.Total, Offset: pg.Offset, Jobs: make([]JobInfo, 0, len(pg.Jobs))}
+	seen := p.seer(ctx)
+	for _, j := range pg.Jobs {
+		if j.Data.Owner() != user {
+			continue // read in the index's transaction, so never; but never another user's row
 		}
-		out.Jobs = append(out.Jobs, jobInfo(seen(r.st, r.d), r.info.JobID))
+		out.Jobs = append(out.Jobs, jobInfo(seen(j.State, j.Data), j.ID))
 	}
 	return out, nil
 }
@@ -67,7 +44,12 @@ func (p *Plane) UserJob(ctx context.Context, user, id string) (JobInfo, error) {
 }
 
 // UserActiveTasks is ActiveTasks for user: the running replications user
-// owns (read from the index of running jobs, as ActiveTasks).
+// owns, read from the index of running jobs by owner
+// (Store.OwnerRunningJobs), so it costs the user's running jobs.
 func (p *Plane) UserActiveTasks(ctx context.Context, user string) ([]ActiveTask, error) {
-	return p.activeTasks(ctx, func(d *replicator.JobData) bool { return d.Owner() == user })
+	jobs, err := p.store.OwnerRunningJobs(ctx, user)
+	if err != nil {
+		return nil, err
+	}
+	return p.activeTaskList(ctx, jobs, func(d *replicator.JobData) bool { return d.Owner() == user }), nil
 }

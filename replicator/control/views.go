@@ -337,15 +337,16 @@ func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (DocInfo, er
 // view index of running jobs (Store.RunningJobs), so it costs the running
 // jobs, not all of them.
 func (p *Plane) ActiveTasks(ctx context.Context) ([]ActiveTask, error) {
-	return p.activeTasks(ctx, func(*replicator.JobData) bool { return true })
-}
-
-// activeTasks lists the running jobs that keep accepts.
-func (p *Plane) activeTasks(ctx context.Context, keep func(*replicator.JobData) bool) ([]ActiveTask, error) {
 	jobs, err := p.store.RunningJobs(ctx, "")
 	if err != nil {
 		return nil, err
 	}
+	return p.activeTaskList(ctx, jobs, func(*replicator.JobData) bool { return true }), nil
+}
+
+// activeTaskList is the entries of the running jobs among jobs that keep
+// accepts.
+func (p *Plane) activeTaskList(ctx context.Context, jobs []replicator.PageJob, keep func(*replicator.JobData) bool) []ActiveTask {
 	out := []ActiveTask{}
 	seen := p.seer(ctx)
 	for _, j := range jobs {
@@ -353,7 +354,7 @@ func (p *Plane) activeTasks(ctx context.Context, keep func(*replicator.JobData) 
 			out = append(out, t)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // activeTask is the _active_tasks entry of a job, if it is running.

@@ -140,4 +140,20 @@ func TestUsersSeeTheirReplications(t *testing.T) {
 		// Bob still sees his own jobs, whatever their database.
 		require.Equal(t, []string{"b1"}, targets(e.do("GET", "/_scheduler/jobs", asBob, nil).Body["jobs"].([]any)))
 	})
+
+	t.Run("a deleted document's job leaves its owner's views", func(t *testing.T) {
+		r := e.do("GET", "/_replicator/alice_rep", asAlice, nil)
+		require.Equal(t, 200, r.Status, r.Raw)
+		r = e.do("DELETE", "/_replicator/alice_rep?rev="+url.QueryEscape(r.Body["_rev"].(string)), asAlice, nil)
+		require.Equal(t, 200, r.Status, r.Raw)
+		// The job and its index entries go in the deletion's transaction.
+		r = e.do("GET", "/_scheduler/jobs", asAlice, nil)
+		require.Equal(t, []string{"a2"}, targets(r.Body["jobs"].([]any)))
+		require.EqualValues(t, 1, r.Body["total_rows"])
+		require.Equal(t, []string{"a2"}, targets(e.do("GET", "/_active_tasks", asAlice, nil).List))
+		r = e.do("GET", "/_scheduler/jobs", asBob, nil)
+		require.Equal(t, []string{"b1"}, targets(r.Body["jobs"].([]any)))
+		require.EqualValues(t, 1, r.Body["total_rows"])
+		require.ElementsMatch(t, []string{"a2", "b1"}, targets(e.do("GET", "/_active_tasks", asAdmin, nil).List))
+	})
 }
