@@ -226,7 +226,7 @@ func (d *cutDB) CreateTransaction() (kv.Transaction, error) {
 // nil: the document is deleted).
 func (c *Cluster) PutDoc(db, id string, doc map[string]any) {
 	c.t.Helper()
-	ctx := context.Background()
+	ctx := c.writeCtx()
 	if doc == nil {
 		_, err := c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
 			return nil, c.Plane.DocDeleted(ctx, tr, db, id)
@@ -252,7 +252,7 @@ const putDocsBatch = 50
 // putDocsBatch per transaction, in document id order.
 func (c *Cluster) PutDocs(db string, docs map[string]map[string]any) {
 	c.t.Helper()
-	ctx := context.Background()
+	ctx := c.writeCtx()
 	ids := make([]string, 0, len(docs))
 	for id := range docs {
 		ids = append(ids, id)
@@ -288,9 +288,19 @@ func (c *Cluster) CreateDB(db string) { c.dbHook(db, c.Plane.DBCreated) }
 
 func (c *Cluster) dbHook(db string, hook func(context.Context, kv.Transaction, string) error) {
 	c.t.Helper()
-	ctx := context.Background()
+	ctx := c.writeCtx()
 	_, err := c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) { return nil, hook(ctx, tr, db) })
 	require.NoError(c.t, err)
+}
+
+// writeCtx bounds a test's own writes by testutil.WaitTimeout: a write that
+// keeps conflicting (with a job that checkpoints faster than a transaction
+// takes under the latency mode, say) fails its test instead of retrying
+// until the package's timeout.
+func (c *Cluster) writeCtx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitTimeout)
+	c.t.Cleanup(cancel)
+	return ctx
 }
 
 // DocState returns the scheduler view of a document's job.

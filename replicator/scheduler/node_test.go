@@ -58,7 +58,7 @@ func TestConfigValidation(t *testing.T) {
 func TestRotation(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxJobs, cfg.MaxChurn = 2, 2
-	c, eng := simCluster(t, 2, cfg, 5*time.Millisecond, 0)
+	c, eng := simCluster(t, 2, cfg, 50*time.Millisecond, 0)
 	const jobs = 10
 	for i := 0; i < jobs; i++ {
 		c.PutDoc("_replicator", fmt.Sprintf("d%d", i), repDoc(fmt.Sprintf("http://h/src%d", i), "http://h/tgt", true))
