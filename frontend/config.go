@@ -238,7 +238,11 @@ func (s *Server) changeConfig(w http.ResponseWriter, r *http.Request, t configTa
 	if node == cluster.ScopeCluster {
 		node = cn.Name() // checked against the answering node's configuration
 	}
-	var old string
+	// The edit may run again after a commit that reported
+	// commit_unknown_result: when the layer then already holds this
+	// request's change, the answer is what the earlier attempt saw.
+	var old, seenOld string
+	seen := false
 	_, err := cn.Store().Update(r.Context(), node, func(l *cluster.Layers) error {
 		layer := &l.Node
 		old = ""
@@ -248,8 +252,18 @@ func (s *Server) changeConfig(w http.ResponseWriter, r *http.Request, t configTa
 		} else if before, err := l.Merge(t.base, node); err == nil {
 			old, _ = before.Get(section, key)
 		}
+		cur, set := layer.Get(section, key)
+		retried := seen && (value == nil && !set || value != nil && set && cur == *value)
+		if retried {
+			old = seenOld
+		} else {
+			seenOld, seen = old, true
+		}
 		if value == nil {
-			if _, ok := layer.Get(section, key); !ok {
+			if !set {
+				if retried {
+					return nil // an earlier attempt deleted it
+				}
 				return errNoValue
 			}
 			layer.Delete(section, key)
