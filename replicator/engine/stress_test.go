@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -296,7 +297,8 @@ func TestStopRaces(t *testing.T) {
 // TestFrozenSourceEndsContinuousRun freezes the source of a continuous run
 // (connections accepted, never answered): the run must fail by itself with
 // ErrChangesFeed once the transport has given up on the changes request,
-// rather than reconnect forever.
+// rather than reconnect forever (or with ErrCheckpoint, when a checkpoint
+// under way times out first).
 func TestFrozenSourceEndsContinuousRun(t *testing.T) {
 	t.Parallel()
 	srv := startPeer(t, 20)
@@ -310,7 +312,9 @@ func TestFrozenSourceEndsContinuousRun(t *testing.T) {
 	run.waitProgress("20 documents written", func(s engine.Stats) bool { return s.DocsWritten >= 20 })
 	srcProxy.freeze()
 	_, err := run.Wait()
-	require.ErrorIs(t, err, engine.ErrChangesFeed)
+	// The changes request usually notices first; a checkpoint that was
+	// under way when the source froze may time out before it.
+	require.True(t, errors.Is(err, engine.ErrChangesFeed) || errors.Is(err, engine.ErrCheckpoint), "%v", err)
 	require.ErrorIs(t, err, couch.ErrTimeout)
 	require.NoError(t, run.ctx.Err(), "the run ended by itself")
 }

@@ -252,7 +252,6 @@ const putDocsBatch = 50
 // putDocsBatch per transaction, in document id order.
 func (c *Cluster) PutDocs(db string, docs map[string]map[string]any) {
 	c.t.Helper()
-	ctx := c.writeCtx()
 	ids := make([]string, 0, len(docs))
 	for id := range docs {
 		ids = append(ids, id)
@@ -267,6 +266,7 @@ func (c *Cluster) PutDocs(db string, docs map[string]map[string]any) {
 			require.NoError(c.t, err)
 			parsed[i], _ = c.Plane.ParseDoc(db, id, raw)
 		}
+		ctx := c.writeCtx() // each transaction's own: faults retry some many times
 		_, err := c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
 			for _, p := range parsed {
 				if _, err := c.Plane.DocWritten(ctx, tr, p); err != nil {
