@@ -2,14 +2,17 @@ package frontend
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/cluster"
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
@@ -24,6 +27,12 @@ const nodeName = "fdbrep@test"
 
 func newConfigEnv(t *testing.T, roles string) *configEnv {
 	t.Helper()
+	return newConfigEnvOn(t, roles, kvtest.NewDB(t))
+}
+
+// newConfigEnvOn is newConfigEnv on db.
+func newConfigEnvOn(t *testing.T, roles string, db kv.Database) *configEnv {
+	t.Helper()
 	base, err := config.FromMap(map[string]map[string]string{
 		"node":        {"name": nodeName, "roles": roles},
 		"admins":      {adminName: adminPass},
@@ -35,7 +44,6 @@ func newConfigEnv(t *testing.T, roles string) *configEnv {
 	base, plain, err := HashConfigPasswords(base)
 	require.NoError(t, err)
 	require.Equal(t, []string{adminName, aliceName}, plain)
-	db := kvtest.NewDB(t)
 	var srv *Server
 	node, err := cluster.New(db, cluster.Options{Base: base, Version: "test", Apply: func(c *config.Config) {
 		a, _, err := AccountsFromConfig(c)
@@ -259,4 +267,22 @@ func TestStatsPaths(t *testing.T) {
 	requireError(t, e.do("GET", "/_node/_local/_stats/couchdb", asAlice, nil), 401, "unauthorized")
 	// Without a cluster.Node there is no runtime configuration.
 	requireError(t, e.do("GET", "/_node/_local/_config", asAdmin, nil), 503, "service_unavailable")
+}
+
+// A _config change whose commit reports commit_unknown_result runs again
+// and finds its own change: it still answers the value in effect before
+// (and a delete that happened is no 404).
+func TestConfigChangesAnswerOnceUnderUnknownCommits(t *testing.T) {
+	db := faultkv.Wrap(kvtest.NewDB(t), faultkv.Options{Seed: testutil.Seed(t), CommitUnknownResult: 0.5})
+	e := newConfigEnvOn(t, "api_frontend,replication", db)
+	const path = "/_node/_local/_config/replicator/max_churn"
+	prev := `"20"`
+	for i := range 20 {
+		v := fmt.Sprintf(`"%d"`, 30+i)
+		require.Equal(t, prev+"\n", e.do("PUT", path, asAdmin, v).Raw, "PUT %d", i)
+		prev = v
+	}
+	require.Equal(t, prev+"\n", e.do("DELETE", path, asAdmin, nil).Raw)
+	require.Equal(t, `"20"`+"\n", e.do("GET", path, asAdmin, nil).Raw, "the start-up value is back")
+	require.Positive(t, db.Stats().CommitUnknownResult, "faults were injected")
 }
