@@ -78,6 +78,26 @@ func round(t *testing.T, c *replicatortest.Cluster, eng *simengine.Engine, live 
 		_, s, _, _ := eng.Stats()
 		return s >= s0+moved
 	})
+	// The next round decides on the loads the nodes published: wait until
+	// they say what the nodes run (a node publishes at each accept and
+	// exit, a little after the engine started the job).
+	members := cluster.NewStore(c.DB, nil)
+	testutil.Eventually(t, "the published loads match the running jobs", func() bool {
+		ms, err := members.Members(context.Background(), time.Now())
+		require.NoError(t, err)
+		load := map[string]int{}
+		for _, m := range ms {
+			if m.Load != nil {
+				load[m.Name] = m.Load.Running
+			}
+		}
+		for i, n := range running(t, c, live) {
+			if l, ok := load[c.Nodes[i].Config().NodeName]; !ok || l != n {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // withinTolerance tells whether every count is within 10% of their mean,
