@@ -53,6 +53,26 @@ func startNode(t *testing.T, db kv.Database, c *config.Config, clock clockwork.C
 	return n, applied
 }
 
+// nextApply returns the next configuration a node applied. A node whose
+// watch failed (injected faults) reads again at its next heartbeat, on its
+// fake clock: while nothing comes, the clock moves a heartbeat on.
+func nextApply(t *testing.T, ch <-chan *config.Config, clock *clockwork.FakeClock) *config.Config {
+	t.Helper()
+	deadline := time.After(testutil.WaitTimeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case c := <-ch:
+			return c
+		case <-tick.C:
+			clock.Advance(HeartbeatIntervalDefault)
+		case <-deadline:
+			t.Fatal("no configuration applied")
+		}
+	}
+}
+
 func put(section, key, value string) func(*Settings) {
 	return func(s *Settings) { s.Set(section, key, value) }
 }
@@ -194,8 +214,8 @@ func TestRuntimeLayersApplyLive(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, int64(20), (<-appliedA).Int("replicator", "max_jobs"))
-	require.Equal(t, int64(20), (<-appliedB).Int("replicator", "max_jobs"))
+	require.Equal(t, int64(20), nextApply(t, appliedA, clock).Int("replicator", "max_jobs"))
+	require.Equal(t, int64(20), nextApply(t, appliedB, clock).Int("replicator", "max_jobs"))
 
 	// A node's own layer wins over the cluster's, on that node only.
 	_, err = store.Update(ctx, "node-b", func(l *Layers) error {
@@ -203,12 +223,12 @@ func TestRuntimeLayersApplyLive(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	cb := <-appliedB
+	cb := nextApply(t, appliedB, clock)
 	require.Equal(t, int64(30), cb.Int("replicator", "max_jobs"))
 	require.Equal(t, "_config (node-b)", cb.Source("replicator", "max_jobs"))
 	testutil.Wait(t, &a.TestSignals.Applied) // the version moved; a's merge is the same
 	require.Equal(t, int64(20), a.Config().Int("replicator", "max_jobs"))
-	require.Equal(t, int64(20), (<-appliedA).Int("replicator", "max_jobs"))
+	require.Equal(t, int64(20), nextApply(t, appliedA, clock).Int("replicator", "max_jobs"))
 
 	// Sync applies at once, and a second Sync of the same version does
 	// nothing.
