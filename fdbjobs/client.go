@@ -31,6 +31,10 @@ type Client struct {
 	runCtx    context.Context // of the running server; nil when stopped
 	monitors  map[string]*ActivityMonitor
 	notifiers map[string]*notifier
+	// notifierSeq numbers the notifiers started, so that the type-check
+	// loop stops only notifiers older than its read of the types (a
+	// Subscribe between that read and the sync saw its type exist).
+	notifierSeq uint64
 	// reenqueueHooks by type (SetReenqueueHook).
 	reenqueueHooks map[string]ReenqueueHook
 
@@ -43,6 +47,7 @@ type testHooks struct {
 	monitorBatch   func(limit int) error // injects batch errors
 	notifierBatch  func(limit int) error
 	typesSynced    func()
+	typesRead      func() // between the type-check loop's read and its sync
 }
 
 // New returns a Client on db. It validates cfg and fills in its defaults.
@@ -247,14 +252,20 @@ func (c *Client) serve(ctx context.Context) {
 	log := c.cfg.Logger
 	var b kv.Backoff
 	for {
+		c.mu.Lock()
+		seq := c.notifierSeq
+		c.mu.Unlock()
 		types, watch, err := c.typesAndWatch(ctx)
+		if h := c.hooks.typesRead; h != nil {
+			h()
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			log.Warn().Err(err).Msg("fdbjobs: reading types")
 		} else {
-			c.syncTypes(ctx, types)
+			c.syncTypes(ctx, types, seq)
 		}
 		period := c.cfg.TypeCheckPeriod + jitter(c.cfg.TypeCheckPeriod/2)
 		t := c.cfg.Clock.NewTimer(period)
@@ -301,7 +312,11 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]time.Duration, k
 	return r.types, r.watch, nil
 }
 
-func (c *Client) syncTypes(ctx context.Context, types map[string]time.Duration) {
+// syncTypes starts the activity monitors of the types that exist and stops
+// those of the types that do not, and their notifiers; a notifier whose
+// number is above seq started after types was read and is kept (its
+// Subscribe found its type).
+func (c *Client) syncTypes(ctx context.Context, types map[string]time.Duration, seq uint64) {
 	c.mu.Lock()
 	var stopM []*ActivityMonitor
 	var stopN []*notifier
@@ -312,7 +327,7 @@ func (c *Client) syncTypes(ctx context.Context, types map[string]time.Duration) 
 		}
 	}
 	for typ, n := range c.notifiers {
-		if _, ok := types[typ]; !ok {
+		if _, ok := types[typ]; !ok && n.seq <= seq {
 			stopN = append(stopN, n)
 			delete(c.notifiers, typ)
 		}
@@ -348,7 +363,8 @@ func (c *Client) notifierFor(typ string) (*notifier, error) {
 	if n := c.notifiers[typ]; n != nil {
 		return n, nil
 	}
-	n := newNotifier(c, typ)
+	c.notifierSeq++
+	n := newNotifier(c, typ, c.notifierSeq)
 	n.start(c.runCtx)
 	c.notifiers[typ] = n
 	return n, nil

@@ -114,3 +114,47 @@ func TestLifecycleStartContextEnds(t *testing.T) {
 	sub.Unsubscribe()
 	b.c.Stop()
 }
+
+// A Subscribe to a type created while the type-check loop had read the
+// types without it keeps its notifier: the loop's stale list does not stop
+// it (it did, and a POST /_replicate waiting on a new node's first job got
+// ErrSubscriptionClosed instead of its result).
+func TestSubscriptionOutlivesAStaleTypeList(t *testing.T) {
+	b := setup(t)
+	read := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	b.c.hooks.typesRead = func() {
+		once.Do(func() {
+			close(read)
+			<-release
+		})
+	}
+	synced := make(chan struct{}, 1)
+	b.c.hooks.typesSynced = func() {
+		select {
+		case synced <- struct{}{}:
+		default:
+		}
+	}
+	b.start(t)
+	<-read // the loop read the types: t1 and t2, not t3
+	require.NoError(t, b.c.SetTypeTimeout(b.ctx, nil, "t3", time.Second))
+	b.add(t, "t3", j1, `{"n":1}`, 0)
+	sub, st, _, err := b.c.Subscribe(b.ctx, nil, "t3", j1)
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.Equal(t, Pending, st)
+	close(release)
+	select {
+	case <-synced: // the stale list was applied
+	case <-b.ctx.Done():
+		t.Fatal("the type-check loop never synced")
+	}
+	job := b.accept(t, "t3")
+	require.NoError(t, b.c.Finish(b.ctx, nil, job, raw(`{"n":2}`)))
+	e, err := sub.WaitState(b.ctx, Finished)
+	require.NoError(t, err)
+	require.Equal(t, Finished, e.State)
+	require.JSONEq(t, `{"n":2}`, string(e.Data))
+}

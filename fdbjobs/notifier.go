@@ -197,6 +197,7 @@ func WaitAny(ctx context.Context, subs ...*Subscription) (Event, *Subscription, 
 type notifier struct {
 	c   *Client
 	typ string
+	seq uint64 // its number among the Client's notifiers
 	svc service.Base
 
 	poke chan struct{}
@@ -207,8 +208,8 @@ type notifier struct {
 	batch   int // owned by the loop
 }
 
-func newNotifier(c *Client, typ string) *notifier {
-	return &notifier{c: c, typ: typ, poke: make(chan struct{}, 1), subs: map[string]map[*Subscription]bool{}, batch: c.cfg.BatchSize}
+func newNotifier(c *Client, typ string, seq uint64) *notifier {
+	return &notifier{c: c, typ: typ, seq: seq, poke: make(chan struct{}, 1), subs: map[string]map[*Subscription]bool{}, batch: c.cfg.BatchSize}
 }
 
 func (n *notifier) start(ctx context.Context) { n.svc.Start(ctx, nil, n.run) }
