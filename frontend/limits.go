@@ -184,6 +184,8 @@ func (cs *connSet) stateChanged(c net.Conn, st http.ConnState) {
 	case http.StateNew, http.StateIdle:
 		tc.setEvictable(true)
 	case http.StateActive:
+		// net/http reports a connection active once a request's headers
+		// were read (a request whose headers never end stays new).
 		tc.setEvictable(false)
 	case http.StateClosed, http.StateHijacked:
 		tc.closeOnce.Do(func() {
@@ -263,8 +265,10 @@ type limitedBody struct {
 	conn     *trackedConn
 	started  bool
 	deadline time.Duration
-	done     bool // the deadline and evictability ended
-	eof      bool // the body was read to its end
+	size     int64 // the request's Content-Length, -1 if unknown (chunked)
+	done     bool  // the deadline and evictability ended
+	read     int64 // bytes read
+	eof      bool  // the body was read to its end
 	mu       sync.Mutex
 }
 
@@ -279,12 +283,11 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	}
 	b.mu.Unlock()
 	n, err := b.body.Read(p)
+	b.mu.Lock()
+	b.read += int64(n)
+	b.eof = b.eof || err == io.EOF || (b.size >= 0 && b.read >= b.size)
+	b.mu.Unlock()
 	if err != nil {
-		if err == io.EOF {
-			b.mu.Lock()
-			b.eof = true
-			b.mu.Unlock()
-		}
 		b.finish()
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
@@ -292,6 +295,20 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// end is called when the handler returned: a body not read to its end
+// is not read any more. net/http would drain up to 256 kB of it before
+// the connection closes or serves its next request, unbounded in time
+// and with the connection busy (not evictable): a client that sends its
+// headers and a byte of a body it never finishes would hold the
+// connection for ever. A read deadline in the past ends that drain at
+// once; the reply said Connection: close (statusWriter).
+func (b *limitedBody) end() {
+	b.finish()
+	if !b.drained() {
+		_ = b.rc.SetReadDeadline(time.Now())
+	}
 }
 
 // finish ends the body deadline (the response may take longer: a
@@ -313,7 +330,8 @@ func (b *limitedBody) finish() {
 
 func (b *limitedBody) Close() error { return b.body.Close() }
 
-// drained reports whether the body was read to its end.
+// drained reports whether the body was read to its end (its last byte:
+// a JSON decoder stops there without asking for EOF).
 func (b *limitedBody) drained() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()

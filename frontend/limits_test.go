@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -54,6 +55,58 @@ func TestEarlyErrorDoesNotWaitForTheBody(t *testing.T) {
 	_, err := io.WriteString(c, "{")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusUnauthorized, readStatus(t, c), "anonymous: refused before the body arrives")
+}
+
+// H1: after that early reply the connection closes at once: net/http
+// would otherwise drain the unread body (up to 256 kB) before closing,
+// and the connection, busy and not evictable, would wait for a body that
+// never comes (1,100 such clients kept a node at its connection cap:
+// TestSlowClientsAtFileLimit).
+func TestEarlyErrorClosesTheConnection(t *testing.T) {
+	e := newEnv(t)
+	for _, head := range []string{
+		"PUT /_replicator/x HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n",
+		"PUT /_replicator/x HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n",
+	} {
+		c := rawRequest(t, e, head)
+		_, err := io.WriteString(c, "{")
+		require.NoError(t, err)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(hangBound)))
+		r := bufio.NewReader(c)
+		res, err := http.ReadResponse(r, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+		require.True(t, res.Close, "the reply says Connection: close")
+		_, err = io.Copy(io.Discard, res.Body)
+		require.NoError(t, err)
+		_, err = r.ReadByte()
+		require.ErrorIs(t, err, io.EOF, "the server closed the connection, before the hang bound")
+	}
+}
+
+// A request whose body was read to its end keeps its connection: the next
+// request on it is served (a JSON decoder stops at the body's last byte
+// without reading EOF; that counts as read).
+func TestKeepAliveAfterABodyRead(t *testing.T) {
+	e := newEnv(t)
+	auth := "Authorization: Basic " + basicAuth(adminName, adminPass) + "\r\n"
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	r := bufio.NewReader(c)
+	for i := range 3 {
+		body := `{"source":"http://127.0.0.1:1/a","target":"http://127.0.0.1:1/b"}`
+		_, err := fmt.Fprintf(c, "PUT /_replicator/k%d HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s",
+			i, len(body), auth, body)
+		require.NoError(t, err)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(hangBound)))
+		res, err := http.ReadResponse(r, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, res.StatusCode)
+		require.False(t, res.Close, "request %d: the connection stays open", i)
+		_, err = io.Copy(io.Discard, res.Body)
+		require.NoError(t, err)
+	}
 }
 
 // H1: a body that does not arrive within BodyTimeout ends the request with

@@ -295,10 +295,10 @@ func (s *Server) methods(fn http.HandlerFunc, allowed ...string) http.Handler {
 	})
 }
 
-// statusWriter records the status and size of a response. An error
-// reply written before the request's body was read closes the connection
-// instead of draining the body first (which a client trickling its body
-// could stretch for ever).
+// statusWriter records the status and size of a response. A reply
+// written before the request's body was read to its end closes the
+// connection instead of draining the body first (which a client
+// trickling its body could stretch for ever; limitedBody.end).
 type statusWriter struct {
 	http.ResponseWriter
 	status int
@@ -310,7 +310,7 @@ type statusWriter struct {
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
-		if code >= 400 && w.unread != nil && w.unread() {
+		if w.unread != nil && w.unread() {
 			w.Header().Set("Connection", "close")
 		}
 	}
@@ -343,9 +343,9 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		st := &reqState{}
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 			tc, _ := r.Context().Value(connKey{}).(*trackedConn)
-			lb := &limitedBody{body: r.Body, rc: http.NewResponseController(rw), conn: tc, deadline: s.opts.Limits.BodyTimeout}
+			lb := &limitedBody{body: r.Body, rc: http.NewResponseController(rw), conn: tc, deadline: s.opts.Limits.BodyTimeout, size: r.ContentLength}
 			r.Body, w.unread = lb, func() bool { return !lb.drained() }
-			defer lb.finish()
+			defer lb.end()
 		}
 		defer func() {
 			if p := recover(); p != nil {
