@@ -9,11 +9,9 @@ package replicatortest
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
@@ -67,7 +66,7 @@ type Cluster struct {
 	Members []*cluster.Node
 
 	nodeJobs []*fdbjobs.Client
-	cuts     []*cutDB
+	cuts     []*faultkv.Cuttable
 	balanced bool
 }
 
@@ -138,7 +137,7 @@ func newClusterOn(t testing.TB, db kv.Database, n int, eng replicator.Engine, cf
 // a view of the store that Kill can cut, and its test signals on.
 func (c *Cluster) AddNode(name string) *scheduler.Node {
 	c.t.Helper()
-	cut := &cutDB{Database: c.DB}
+	cut := faultkv.NewCuttable(c.DB)
 	jc := JobsClient(c.t, cut)
 	cfg := c.Config
 	cfg.NodeName = name
@@ -177,49 +176,12 @@ func (c *Cluster) member(db kv.Database, name string) *cluster.Node {
 // "running" until the activity monitor of another node re-enqueues them),
 // then it and its fdbjobs client are stopped.
 func (c *Cluster) Kill(i int) {
-	c.cuts[i].cut.Store(true)
+	c.cuts[i].Cut()
 	c.Nodes[i].Stop()
 	if c.balanced {
 		c.Members[i].Stop() // its record stays until it expires
 	}
 	c.nodeJobs[i].Stop()
-}
-
-// errCut is what a killed node's store answers.
-var errCut = errors.New("replicatortest: the node's store is cut off (killed)")
-
-// cutDB is a node's view of the store that Kill can cut off: every
-// transaction after the cut fails with a non-retryable error (a commit in
-// flight may still land, as when a process dies).
-type cutDB struct {
-	kv.Database
-	cut atomic.Bool
-}
-
-func (d *cutDB) Transact(ctx context.Context, f func(kv.Transaction) (any, error)) (any, error) {
-	if d.cut.Load() {
-		return nil, errCut
-	}
-	return d.Database.Transact(ctx, func(tr kv.Transaction) (any, error) {
-		if d.cut.Load() {
-			return nil, errCut
-		}
-		return f(tr)
-	})
-}
-
-func (d *cutDB) ReadTransact(ctx context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
-	if d.cut.Load() {
-		return nil, errCut
-	}
-	return d.Database.ReadTransact(ctx, f)
-}
-
-func (d *cutDB) CreateTransaction() (kv.Transaction, error) {
-	if d.cut.Load() {
-		return nil, errCut
-	}
-	return d.Database.CreateTransaction()
 }
 
 // PutDoc writes a _replicator document's job as the HTTP API does (doc
