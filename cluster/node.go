@@ -83,10 +83,12 @@ type Node struct {
 	// registered: Start wrote the membership record, Stop removes it.
 	registered bool
 
-	// beatMu serializes heartbeats, so that the record last written
-	// carries the last SetLoad.
-	beatMu sync.Mutex
-	load   *Load // the last SetLoad; guarded by beatMu
+	// beating serializes heartbeats (a channel of one slot, so that a
+	// caller waiting for its turn gives up when its context ends), so
+	// that the record last written carries the last SetLoad.
+	beating chan struct{}
+	loadMu  sync.Mutex
+	load    *Load // the last SetLoad; guarded by loadMu
 }
 
 // Signals are the moments of a Node's work tests wait for.
@@ -122,7 +124,7 @@ func New(db kv.Database, opts Options) (*Node, error) {
 		l := zerolog.Nop()
 		opts.Logger = &l
 	}
-	return &Node{store: NewStore(db, opts.Subspace), opts: opts, name: opts.Base.NodeName(), roles: opts.Base.Roles(),
+	return &Node{store: NewStore(db, opts.Subspace), opts: opts, beating: make(chan struct{}, 1), name: opts.Base.NodeName(), roles: opts.Base.Roles(),
 		cur: opts.Base, applied: -1, refused: -1}, nil
 }
 
@@ -252,9 +254,9 @@ func (n *Node) Members(ctx context.Context, now time.Time) ([]Member, error) {
 // membership record at once (a heartbeat); every later heartbeat carries
 // it too. A node that did not Start, or stopped, writes nothing.
 func (n *Node) SetLoad(ctx context.Context, l Load) error {
-	n.beatMu.Lock()
+	n.loadMu.Lock()
 	n.load = &l
-	n.beatMu.Unlock()
+	n.loadMu.Unlock()
 	n.mu.Lock()
 	registered := n.registered
 	n.mu.Unlock()
@@ -265,10 +267,16 @@ func (n *Node) SetLoad(ctx context.Context, l Load) error {
 }
 
 func (n *Node) beat(ctx context.Context, first bool) error {
-	n.beatMu.Lock()
-	defer n.beatMu.Unlock()
+	select {
+	case n.beating <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-n.beating }()
 	now := n.opts.Clock.Now()
+	n.loadMu.Lock()
 	load := n.load
+	n.loadMu.Unlock()
 	m := Member{Name: n.name, Roles: n.roles, Version: n.opts.Version, Started: n.started.UnixMilli(),
 		Seen: now.UnixMilli(), Expires: now.Add(n.opts.NodeTimeout).UnixMilli(), Load: load}
 	if err := n.store.heartbeat(ctx, m, publication(n.opts.Base), first); err != nil {
