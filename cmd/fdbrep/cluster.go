@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fdbrep/fdbrep/cmd/internal/node"
 	"github.com/fdbrep/fdbrep/pkg/config"
 )
 
@@ -58,16 +59,13 @@ func cluster(ctx context.Context, args []string, stderr io.Writer, ready chan<- 
 		return fmt.Errorf("cluster: -base-bind %q: bad port", *base)
 	}
 
-	type node struct {
-		cfg *config.Config
-	}
-	var nodes []node
+	var nodes []*config.Config
 	addNode := func(extra ...string) error {
 		sc, err := parseServeFlags(append(append([]string{}, rest...), extra...), stderr)
 		if err != nil {
 			return err
 		}
-		nodes = append(nodes, node{cfg: sc.cfg})
+		nodes = append(nodes, sc.cfg)
 		return nil
 	}
 	for i := range *frontends {
@@ -88,7 +86,7 @@ func cluster(ctx context.Context, args []string, stderr io.Writer, ready chan<- 
 
 	// The nodes' loggers share stderr: one write per log line, serialized.
 	stderr = zerolog.SyncWriter(stderr)
-	first := nodes[0].cfg
+	first := nodes[0]
 	if first.String("fdb", "backend") != "embedded" {
 		return errors.New("cluster: runs on the embedded store only; on FoundationDB run one fdbrep serve per node")
 	}
@@ -120,7 +118,7 @@ func cluster(ctx context.Context, args []string, stderr io.Writer, ready chan<- 
 				case <-ctx.Done():
 				}
 			}()
-			errs[i] = runNode(ctx, n.cfg, db, newLogger(n.cfg, stderr), nodeReady)
+			errs[i] = node.Run(ctx, node.Options{Config: n, DB: db, Log: node.NewLog(n, stderr), Version: version, Ready: readyAddr(nodeReady)})
 			if errs[i] != nil {
 				cancel()
 			}

@@ -38,6 +38,7 @@ import (
 	"syscall"
 
 	"github.com/fdbrep/fdbrep/cmd/internal/cli"
+	"github.com/fdbrep/fdbrep/cmd/internal/node"
 	"github.com/fdbrep/fdbrep/frontend"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/replicator"
@@ -194,7 +195,7 @@ func clientJobDefaults() (replicator.JobDefaults, error) {
 	if err != nil {
 		return replicator.JobDefaults{}, err
 	}
-	return jobDefaults(cfg)
+	return node.JobDefaults(cfg)
 }
 
 // clientEndpoints are the TLS and authentication settings an in-process
@@ -204,5 +205,5 @@ func clientEndpoints() (engine.ClientSettings, error) {
 	if err != nil {
 		return engine.ClientSettings{}, err
 	}
-	return clientSettings(cfg)
+	return node.ClientSettings(cfg)
 }

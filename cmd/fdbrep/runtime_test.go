@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/cmd/internal/node"
 	"github.com/fdbrep/fdbrep/internal/testutil"
-	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 )
 
@@ -121,7 +121,7 @@ func TestFirstRunAdmin(t *testing.T) {
 	m := passwordLine.FindStringSubmatch(out)
 	require.NotNil(t, m, "the password is printed:\n%s", out)
 	password := m[1]
-	require.Len(t, password, FirstRunPasswordLength)
+	require.Len(t, password, node.FirstRunPasswordLength)
 	require.Equal(t, 1, strings.Count(out, password), "printed once, and in no log line")
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "{") {
@@ -129,11 +129,11 @@ func TestFirstRunAdmin(t *testing.T) {
 		}
 	}
 	require.Contains(t, out, "created one, whose password was printed on stderr once and is not logged")
-	admin := &testutil.Creds{Name: FirstRunAdminName, Pass: password}
+	admin := &testutil.Creds{Name: node.FirstRunAdminName, Pass: password}
 	r := testutil.Do(t, "GET", base+"/_session", admin, nil)
 	require.Equal(t, []any{"_admin"}, r.Body["userCtx"].(map[string]any)["roles"])
 	r = testutil.Do(t, "GET", base+"/_node/_cluster/_config/admins", admin, nil)
-	require.Equal(t, map[string]any{FirstRunAdminName: "*****"}, r.Body)
+	require.Equal(t, map[string]any{node.FirstRunAdminName: "*****"}, r.Body)
 	stop()
 
 	base, out, stop = serveOnce("-data-dir", dir)
@@ -170,7 +170,7 @@ func TestClusterMembershipAndFirstRun(t *testing.T) {
 	out := logs.String()
 	all := passwordLine.FindAllStringSubmatch(out, -1)
 	require.Len(t, all, 1, "one admin for the whole cluster:\n%s", out)
-	admin := &testutil.Creds{Name: FirstRunAdminName, Pass: all[0][1]}
+	admin := &testutil.Creds{Name: node.FirstRunAdminName, Pass: all[0][1]}
 	for _, a := range addrs {
 		r := testutil.Do(t, "GET", "http://"+a+"/_membership", admin, nil)
 		require.Equal(t, 200, r.Status, r.Raw)
@@ -200,32 +200,4 @@ func TestClusterMembershipAndFirstRun(t *testing.T) {
 	testutil.Eventually(t, "every node applied the cluster-wide change", func() bool {
 		return strings.Count(logs.String(), `"section":"log","key":"level","value":"debug"`) == 4
 	})
-}
-
-// [log] level changes the level of every copy of a node's logger.
-func TestLogLevelAtRunTime(t *testing.T) {
-	c, err := config.FromMap(map[string]map[string]string{"log": {"format": "json", "level": "info"}})
-	require.NoError(t, err)
-	var buf testutil.SyncBuffer
-	lg := newLogger(c, &buf)
-	copied := lg.With().Str("component", "x").Logger()
-	for _, tc := range []struct {
-		level       string
-		debug, info bool
-		warn        bool
-	}{
-		{"info", false, true, true},
-		{"debug", true, true, true},
-		{"warn", false, false, true},
-	} {
-		lg.level.set(tc.level)
-		before := len(buf.String())
-		copied.Debug().Msg("d-" + tc.level)
-		copied.Info().Msg("i-" + tc.level)
-		copied.Warn().Msg("w-" + tc.level)
-		out := buf.String()[before:]
-		require.Equal(t, tc.debug, strings.Contains(out, "d-"+tc.level), tc.level)
-		require.Equal(t, tc.info, strings.Contains(out, "i-"+tc.level), tc.level)
-		require.Equal(t, tc.warn, strings.Contains(out, "w-"+tc.level), tc.level)
-	}
 }

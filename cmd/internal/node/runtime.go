@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -26,10 +26,10 @@ import (
 // pass (those a node applies at start-up), applying a new one to the
 // node's services, and the server admin of a first run.
 
-// nodeLog is a node's logger, with the level filter that [log] level
+// Log is a node's logger, with the level filter that [log] level
 // sets at run time, and the terminal (stderr) for the one message that
 // must not go through the logger.
-type nodeLog struct {
+type Log struct {
 	zerolog.Logger
 	level  *levelFilter
 	stderr io.Writer
@@ -62,7 +62,7 @@ func (f *levelFilter) set(level string) {
 	f.level.Store(int32(l))
 }
 
-func newLogger(cfg *config.Config, w io.Writer) nodeLog {
+func NewLog(cfg *config.Config, w io.Writer) Log {
 	stderr := w
 	if cfg.String("log", "format") == "console" {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
@@ -70,26 +70,13 @@ func newLogger(cfg *config.Config, w io.Writer) nodeLog {
 	f := &levelFilter{w: w}
 	f.set(cfg.String("log", "level"))
 	log := zerolog.New(f).Level(zerolog.DebugLevel).With().Timestamp().Str("node", cfg.NodeName()).Logger()
-	return nodeLog{Logger: log, level: f, stderr: stderr}
-}
-
-// checkConfig is what a configuration must pass, beyond the registry's
-// rules, before a node applies it: the replication node's settings built
-// from it (job defaults, socket_options, the scheduler's own checks),
-// whatever the node's roles, so that a cluster-wide value is good for
-// every node.
-func checkConfig(c *config.Config) error {
-	ncfg, err := nodeConfig(c, clusterConfig(c, nil, nil), nil)
-	if err != nil {
-		return err
-	}
-	return scheduler.CheckConfig(ncfg)
+	return Log{Logger: log, level: f, stderr: stderr}
 }
 
 // liveServices are the services of a node that take a new configuration
 // at run time; nil ones are absent from the node.
 type liveServices struct {
-	log   nodeLog
+	log   Log
 	plane *control.Plane
 	node  *scheduler.Node
 	api   *frontend.Server
@@ -171,7 +158,7 @@ const (
 // creates a new one). The password is written once to stderr, directly
 // and never through the logger; of nodes starting together on an empty
 // store, the one whose write wins prints it.
-func firstRunAdmin(ctx context.Context, cn *nodes.Node, lg nodeLog) error {
+func firstRunAdmin(ctx context.Context, cn *nodes.Node, lg Log) error {
 	if len(cn.Base().Admins()) > 0 {
 		return nil
 	}
@@ -222,7 +209,7 @@ func firstRunAdmin(ctx context.Context, cn *nodes.Node, lg nodeLog) error {
 // configuration, a frontend's plaintext passwords already hashed), creates
 // the first-run admin on an api_frontend node, and loads the runtime
 // settings; live receives their changes once the node starts.
-func loadClusterNode(ctx context.Context, cfg *config.Config, db kv.Database, lg nodeLog, live *liveServices) (*nodes.Node, error) {
+func loadClusterNode(ctx context.Context, cfg *config.Config, db kv.Database, lg Log, version string, live *liveServices) (*nodes.Node, error) {
 	log := lg.Logger
 	cn, err := nodes.New(db, nodes.Options{Base: cfg, Version: version, Check: checkConfig, Apply: live.apply, Logger: &log})
 	if err != nil {

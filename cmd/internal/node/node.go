@@ -1,0 +1,259 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/fdbrep/fdbrep/cluster"
+	"github.com/fdbrep/fdbrep/cmd/internal/wire"
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/frontend"
+	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/repdb"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/control"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+	"github.com/fdbrep/fdbrep/replicator/scheduler"
+)
+
+// ShutdownTimeoutDefault bounds the drain of a node's HTTP listeners at
+// shutdown.
+const ShutdownTimeoutDefault = 30 * time.Second
+
+// Options are what Run needs.
+type Options struct {
+	// Config is the node's start-up configuration (files, environment,
+	// flags): its roles, settings and accounts.
+	Config *config.Config
+	// DB is the open store; Run does not close it.
+	DB kv.Database
+	// Log is the node's logger (NewLog).
+	Log Log
+	// Version is reported by the node (GET /, /_membership).
+	Version string
+	// Engine runs the replications; nil is the replication protocol's
+	// engine with the [replicator] client settings (TLS, authentication).
+	Engine replicator.Engine
+	// NoListen opens no listener: the caller serves Parts.API and
+	// Parts.Health itself (a simulation calls them directly).
+	NoListen bool
+	// Ready, when not nil, is called once the node serves, with its parts.
+	Ready func(*Parts)
+}
+
+// Parts are a running node's services, for its caller: what it serves,
+// and the pieces tests look into. A part of a role the node does not run
+// is nil.
+type Parts struct {
+	// Addr is the API's address, or on a node without api_frontend the
+	// health listener's, or "" (none, or NoListen).
+	Addr string
+	// API is the HTTP API (api_frontend).
+	API http.Handler
+	// Health serves /_up, stats and metrics without authentication
+	// (replication).
+	Health http.Handler
+	// Plane is the control plane behind the API (api_frontend).
+	Plane *control.Plane
+	// Scheduler is the replication node's job server (replication).
+	Scheduler *scheduler.Node
+	// Member is the node's cluster membership and runtime configuration.
+	Member *cluster.Node
+	// Jobs is the node's job-layer client.
+	Jobs *fdbjobs.Client
+	// Metrics are the replicator's metrics.
+	Metrics *replicator.Metrics
+}
+
+// Run runs the roles of opts.Config on opts.DB until ctx ends, then shuts
+// them down gracefully: the HTTP listeners stop accepting and drain, the
+// replication node checkpoints and re-enqueues its jobs, and the job layer
+// stops (the caller closes the store). Several nodes can share one store
+// in a process (fdbrep cluster).
+func Run(ctx context.Context, opts Options) error {
+	cfg, db, lg := opts.Config, opts.DB, opts.Log
+	log := lg.Logger
+	// A replication node reads its endpoints' certificate files before
+	// anything starts: a bad file stops it here, not a replication later.
+	var client engine.ClientSettings
+	if cfg.HasRole(config.RoleReplication) {
+		var err error
+		if client, err = ClientSettings(cfg); err != nil {
+			return err
+		}
+		if _, err := JobDefaults(cfg); err != nil {
+			return err
+		}
+		if client.TLS.InsecureSkipVerify {
+			log.Warn().Msg("config: [replicator] verify_ssl_certificates is false: the certificates of https endpoints are not checked")
+		}
+	}
+	// The HTTP API's settings too (accounts, [chttpd] utils_dir); its
+	// plaintext passwords are hashed once, here: the configurations merged
+	// with runtime settings later keep these hashes.
+	var apiOpts frontend.Options
+	if cfg.HasRole(config.RoleAPIFrontend) {
+		hashed, plain, err := frontend.HashConfigPasswords(cfg)
+		if err != nil {
+			return err
+		}
+		for _, name := range plain {
+			log.Warn().Str("user", name).Msg("config: plaintext password hashed in memory; store a hash instead (fdbrep hash-password)")
+		}
+		if apiOpts, _, err = frontend.OptionsFromConfig(hashed); err != nil {
+			return err
+		}
+		cfg = hashed
+	}
+	jobs, err := fdbjobs.New(db, jobsConfig(cfg, &log))
+	if err != nil {
+		return err
+	}
+	// Services start on a background context and are stopped in order by
+	// the deferred calls: listeners drain first, then the replication node
+	// checkpoints and re-enqueues its jobs, then the job layer and store.
+	if err := jobs.Start(context.Background()); err != nil {
+		return err
+	}
+	defer jobs.Stop()
+	var node *scheduler.Node
+	defer func() {
+		if node != nil {
+			node.Stop()
+		}
+	}()
+
+	// The node's membership and runtime configuration: from here on cfg
+	// holds the settings changed through _config too.
+	docs := repdb.New(db, repdb.Options{})
+	live := &liveServices{log: lg, docs: docs}
+	cn, err := loadClusterNode(ctx, cfg, db, lg, opts.Version, live)
+	if err != nil {
+		return err
+	}
+	cfg = cn.Config()
+	metrics := replicator.NewMetrics()
+	shared := clusterConfig(cfg, &log, metrics)
+
+	var servers []*frontend.HTTPServer
+	errc := make(chan error, 2)
+	limits := frontend.LimitsFromConfig(cfg)
+	listen := func(addr string, h http.Handler, what string) (string, error) {
+		if opts.NoListen {
+			return "", nil
+		}
+		srv, err := frontend.NewHTTPServer(h, limits)
+		if err != nil {
+			return "", err
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return "", fmt.Errorf("%s listener: %w", what, err)
+		}
+		servers = append(servers, srv)
+		go func() { errc <- srv.Serve(ln) }()
+		_, capacity := srv.Connections()
+		log.Info().Str("addr", ln.Addr().String()).Int("max_connections", capacity).Msg(what + " listening")
+		return ln.Addr().String(), nil
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeoutDefault)
+		defer cancel()
+		for _, srv := range servers {
+			if err := srv.Shutdown(sctx); err != nil {
+				_ = srv.Close() // requests still running (one-shot _replicate) are cut
+			}
+		}
+	}()
+
+	readyAddr := ""
+	parts := &Parts{Metrics: metrics}
+	if cfg.HasRole(config.RoleReplication) {
+		ncfg, err := nodeConfig(cfg, shared, docs)
+		if err != nil {
+			return err
+		}
+		ncfg.Cluster = cn // the replication nodes balance their jobs through the membership records
+		eng := opts.Engine
+		if eng == nil {
+			eng = replicator.EngineDefault{Logger: log, Client: client}
+		}
+		n, err := scheduler.New(db, jobs, eng, ncfg)
+		if err != nil {
+			return err
+		}
+		if err := n.Start(context.Background()); err != nil {
+			return err
+		}
+		node, live.node = n, n
+		parts.Scheduler = n
+		log.Info().Int("max_jobs", ncfg.MaxJobs).Msg("replication node started")
+		parts.Health = healthHandler(db, metrics)
+		if addr := cfg.String("node", "health_address"); addr != "" {
+			if readyAddr, err = listen(addr, parts.Health, "health"); err != nil {
+				return err
+			}
+		}
+	}
+	if cfg.HasRole(config.RoleAPIFrontend) {
+		fopts := apiOpts
+		if fopts.Accounts, _, err = frontend.AccountsFromConfig(cfg); err != nil {
+			return err
+		}
+		plane, err := control.New(db, jobs, shared)
+		if err != nil {
+			return err
+		}
+		plane.SetMembership(cn) // jobs of dead nodes are shown pending at once
+		// Register the job type and read the server UUID before the first
+		// request, so a frontend-only cluster serves document writes and
+		// POST /_replicate without any replication node having run.
+		if err := plane.Init(ctx); err != nil {
+			return fmt.Errorf("replicator control plane setup: %w", err)
+		}
+		if fopts.UUID, err = plane.ServerUUID(ctx); err != nil {
+			return err
+		}
+		fopts.DB, fopts.Logger, fopts.Version, fopts.Cluster = db, &log, opts.Version, cn
+		wire.Frontend(&fopts, plane)
+		api, err := frontend.New(fopts)
+		if err != nil {
+			return err
+		}
+		live.plane, live.api = plane, api
+		parts.Plane, parts.API = plane, api
+		if err := api.Init(ctx); err != nil {
+			return fmt.Errorf("create _replicator: %w", err)
+		}
+		if fopts.UtilsDir != "" {
+			log.Info().Str("utils_dir", fopts.UtilsDir).Msg("Fauxton served at /_utils/")
+		} else {
+			log.Info().Msg("Fauxton is not installed: /_utils/ says how to get it (make fauxton, or [chttpd] utils_dir)")
+		}
+		if readyAddr, err = listen(cfg.BindAddress(), api, "HTTP API"); err != nil {
+			return err
+		}
+	}
+	// Heartbeats and runtime changes from now on: every service exists.
+	if err := cn.Start(context.Background()); err != nil {
+		return fmt.Errorf("joining the cluster: %w", err)
+	}
+	defer cn.Stop()
+	log.Info().Strs("roles", cfg.Roles()).Bool("in_memory", cfg.Bool("fdb", "in_memory")).Str("backend", cfg.String("fdb", "backend")).Msg("fdbrep node up")
+	if opts.Ready != nil {
+		parts.Addr, parts.Member, parts.Jobs = readyAddr, cn, jobs
+		opts.Ready(parts)
+	}
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info().Msg("shutting down")
+	return nil
+}
