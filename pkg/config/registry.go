@@ -161,7 +161,7 @@ var Registry = []Key{
 	strKey("node", "health_address", "", "Optional loopback address (host:port) serving GET /_up, /_node/_local/_stats and /_node/_local/_prometheus; meant for replication-only nodes. Must be a loopback address."),
 	// [replicator] — job server
 	live(ApplyReplication, intKey("replicator", "max_jobs", "500", 1, maxInt, "Most replication jobs running on one replication node.")),
-	live(ApplyReplication, intKey("replicator", "max_churn", "100", 1, maxInt, "Most jobs started or stopped on one node per scheduling interval.")),
+	live(ApplyReplication, intKey("replicator", "max_churn", "100", 1, maxInt, "Most jobs one node stops per scheduling interval to give their slots to waiting jobs (rotation, when more continuous jobs are runnable than the nodes may run), or moves to nodes that run fewer.")),
 	live(ApplyReplication, intKey("replicator", "max_acceptors", "2", 1, 1000, "Idle acceptors waiting for pending jobs on one node.")),
 	live(ApplyReplication, intKey("replicator", "interval_sec", "15", 1, maxInt, "Seconds between scheduling cycles.")),
 	live(ApplyReplication, intKey("replicator", "interval", "15000", 1000, maxInt, "CouchDB 3.x's name for the scheduling interval, in milliseconds; set interval_sec or interval, not both.")),

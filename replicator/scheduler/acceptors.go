@@ -21,40 +21,59 @@ import (
 // acceptBatchMax is the most jobs one acceptor takes in one transaction.
 const acceptBatchMax = 25
 
-// spawnAcceptorsLocked tops the acceptor pool up: while acceptors <
-// MaxAcceptors and the jobs they may take plus the workers < MaxJobs. The
-// room is shared among the acceptors, each taking up to acceptBatchMax
-// jobs at once (a node filling up does not accept one job at a time).
-func (n *Node) spawnAcceptorsLocked() {
-	for n.acceptors < n.cfg.MaxAcceptors && n.quota+len(n.workers) < n.poolLimitLocked() {
-		room := n.poolLimitLocked() - len(n.workers) - n.quota
-		q := max(1, min(acceptBatchMax, room/(n.cfg.MaxAcceptors-n.acceptors)))
-		if !n.startAcceptorLocked(q, false) {
-			return
-		}
-	}
-}
+// The pool keeps one invariant, in fillLocked, which every event that
+// changes its terms calls: the node starting, an acceptor taking jobs or
+// ending, a worker leaving, and every interval step (which sets the
+// node's share and rotation allowance, and applies a new MaxJobs):
+//
+//	running + quota < target  implies  acceptors == MaxAcceptors
+//
+// where running counts the workers (those stopping too: a slot is free
+// once its worker left), quota the jobs the live acceptors may still
+// take, and target is targetLocked. So whenever the node runs fewer jobs
+// than its target, at least one acceptor is waiting for a runnable job,
+// and a job that becomes runnable is taken at once (or, scheduled in the
+// future, within acceptWaitMax of its time); and since acceptors take no
+// more than the room under the target, the node never runs more than
+// MaxJobs (jobs that racing acceptors took beyond it go back to the queue
+// without running).
 
-// poolLimitLocked is the most jobs the acceptor pool fills the node to:
-// MaxJobs, or less while the node balances with others (its share).
-func (n *Node) poolLimitLocked() int {
+// targetLocked is how many jobs the node fills itself to: MaxJobs, or its
+// share while it balances with other nodes, if that is lower.
+func (n *Node) targetLocked() int {
 	if n.share > 0 {
 		return min(n.share, n.cfg.MaxJobs)
 	}
 	return n.cfg.MaxJobs
 }
 
-// startAcceptorLocked starts an acceptor that may take q jobs: one of the
-// pool, which takes jobs only while the node runs fewer than MaxJobs, or
-// an extra one (rotation), which may take them beyond.
-func (n *Node) startAcceptorLocked(q int, extra bool) bool {
+// fillLocked restores the pool's invariant: it starts acceptors while
+// there are fewer than MaxAcceptors and their quotas leave room under the
+// target. The room is shared among the acceptors it starts, each taking
+// up to acceptBatchMax jobs at once (a node filling up does not accept
+// one job at a time).
+func (n *Node) fillLocked() {
+	for n.acceptors < n.cfg.MaxAcceptors {
+		room := n.targetLocked() - len(n.workers) - n.quota
+		if room <= 0 {
+			return
+		}
+		q := max(1, min(acceptBatchMax, room/(n.cfg.MaxAcceptors-n.acceptors)))
+		if !n.startAcceptorLocked(q) {
+			return
+		}
+	}
+}
+
+// startAcceptorLocked starts an acceptor that may take q jobs.
+func (n *Node) startAcceptorLocked(q int) bool {
 	if n.ctx == nil || n.stopping || n.ctx.Err() != nil {
 		return false
 	}
 	n.acceptors++
 	n.quota += q
 	n.wg.Add(1)
-	go n.acceptor(n.ctx, n.opCtx, q, extra)
+	go n.acceptor(n.ctx, n.opCtx, q)
 	return true
 }
 
@@ -93,27 +112,23 @@ func (n *Node) runWorker(w *worker) {
 const acceptRetryDefault = 50 * time.Millisecond
 
 // acceptor waits for up to q runnable jobs, then runs the first as its
-// worker and starts a goroutine for each other. An acceptor of the pool
-// takes no more than the room left under MaxJobs, and ends when there is
-// none (MaxJobs was lowered).
-func (n *Node) acceptor(ctx, opCtx context.Context, q int, extra bool) {
+// worker and starts a goroutine for each other. It takes no more than the
+// room left under the node's target, and ends when there is none (the
+// target was lowered, or other acceptors filled it).
+func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 	defer n.wg.Done()
 	var b kv.Backoff // FoundationDB's OnError delays between failed accepts
 	for {
-		limit := q
-		if !extra {
-			n.mu.Lock()
-			room := n.poolLimitLocked() - len(n.workers)
-			n.mu.Unlock()
-			limit = min(q, room)
-		}
+		n.mu.Lock()
+		limit := min(q, n.targetLocked()-len(n.workers))
+		n.mu.Unlock()
 		var jobs []*fdbjobs.Job
 		var err error
 		if limit > 0 {
 			jobs, err = n.acceptSome(ctx, limit)
 		}
 		if len(jobs) > 0 {
-			ws := n.accepted(jobs, q, opCtx, extra)
+			ws := n.accepted(jobs, q, opCtx)
 			for _, w := range ws[1:] {
 				go func() {
 					defer n.wg.Done()
@@ -141,14 +156,14 @@ func (n *Node) acceptor(ctx, opCtx context.Context, q int, extra bool) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(delay):
+		case <-n.Config().Clock.After(delay):
 		}
 	}
 }
 
 // acceptSome takes up to q runnable jobs among those with the oldest
-// scheduled times, or waits up to a random part of StartupJitter for one
-// to be enqueued. It returns nil, nil when none came.
+// scheduled times, or waits for one to be enqueued, up to a random part of
+// acceptWaitMax. It returns nil, nil when none came.
 func (n *Node) acceptSome(ctx context.Context, q int) ([]*fdbjobs.Job, error) {
 	cfg := n.Config()
 	now := replicator.Millis(cfg.Clock.Now())
@@ -165,10 +180,7 @@ func (n *Node) acceptSome(ctx context.Context, q int) ([]*fdbjobs.Job, error) {
 		return jobs, err
 	}
 	n.TestSignals.Idle.Signal(now)
-	wait := time.Millisecond
-	if cfg.StartupJitter > 0 {
-		wait += time.Duration(rand.Int64N(int64(cfg.StartupJitter)))
-	}
+	wait := time.Millisecond + time.Duration(rand.Int64N(int64(cfg.acceptWaitMax())+1))
 	jobs, err := n.store.Jobs.AcceptBatch(ctx, replicator.JobType, q, fdbjobs.AcceptOptions{MaxScheduledTime: now, Timeout: wait})
 	if errors.Is(err, fdbjobs.ErrNotFound) || (err != nil && ctx.Err() != nil) {
 		return nil, nil
@@ -225,18 +237,15 @@ func (n *Node) oldestDue(ctx context.Context, now int64, cfg Config, q int) (int
 }
 
 // accepted turns an acceptor with quota q into the workers of jobs (the
-// caller runs the first; the others are counted in n.wg). Jobs a pool
-// acceptor took beyond MaxJobs (it was waiting when MaxJobs was lowered)
-// go back to pending at once, without running.
-func (n *Node) accepted(jobs []*fdbjobs.Job, q int, opCtx context.Context, extra bool) []*worker {
+// caller runs the first; the others are counted in n.wg). Jobs taken
+// beyond the node's target (it was lowered while the acceptor waited) go
+// back to the queue at once, at their place, without running.
+func (n *Node) accepted(jobs []*fdbjobs.Job, q int, opCtx context.Context) []*worker {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.acceptors--
 	n.quota -= q
-	room := len(jobs)
-	if !extra {
-		room = n.poolLimitLocked() - len(n.workers)
-	}
+	room := n.targetLocked() - len(n.workers)
 	ws := make([]*worker, len(jobs))
 	for i, job := range jobs {
 		w := newWorker(n, job, opCtx, n.cfg)
@@ -254,7 +263,7 @@ func (n *Node) accepted(jobs []*fdbjobs.Job, q int, opCtx context.Context, extra
 		}
 	}
 	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
-	n.spawnAcceptorsLocked()
+	n.fillLocked()
 	n.publishSoonLocked()
 	return ws
 }
@@ -265,21 +274,6 @@ func (n *Node) workerExit(w *worker) {
 	delete(n.workers, w)
 	n.addChargeLocked(w, n.cfg.Clock.Now())
 	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
-	n.spawnAcceptorsLocked()
-	n.startDeferredLocked()
+	n.fillLocked()
 	n.publishSoonLocked()
-}
-
-// startDeferredLocked starts the extra acceptors of this interval's
-// rotation that waited for stopping workers to leave, while the node runs
-// fewer than MaxJobs + MaxChurn, in batches of up to acceptBatchMax.
-func (n *Node) startDeferredLocked() {
-	for n.deferred > 0 {
-		room := n.cfg.MaxJobs + n.cfg.MaxChurn - n.quota - len(n.workers)
-		q := min(n.deferred, acceptBatchMax, room)
-		if q < min(n.deferred, acceptBatchMax) || !n.startAcceptorLocked(q, true) {
-			return
-		}
-		n.deferred -= q
-	}
 }

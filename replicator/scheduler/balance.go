@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/fdbrep/fdbrep/cluster"
@@ -26,7 +25,7 @@ const balancePendingMax = 4000
 // it runs beyond its share when some node is out of balance, at most
 // MaxChurn - stopped of them; then it publishes the node's load. It
 // reports whether every node is full (the runnable jobs exceed the
-// nodes' MaxJobs): only then does rotation start extra jobs. When the
+// nodes' MaxJobs): only then does the node rotate. When the
 // membership cannot be read the node works as without balancing.
 func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped int) bool {
 	members, err := cfg.Cluster.Members(ctx, now)
@@ -37,8 +36,10 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 		n.setShare(0)
 		return true
 	}
-	mine := n.keptWorkers()
-	nodes, total, lo := 1, len(mine), len(mine)
+	n.mu.Lock()
+	mine := n.keptLocked()
+	n.mu.Unlock()
+	nodes, total, lo, hi := 1, len(mine), len(mine), len(mine)
 	for _, m := range members {
 		if m.Name == cfg.NodeName || !m.HasRole(config.RoleReplication) {
 			continue
@@ -47,7 +48,7 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 		if m.Load != nil {
 			r = m.Load.Running
 		}
-		nodes, total, lo = nodes+1, total+r, min(lo, r)
+		nodes, total, lo, hi = nodes+1, total+r, min(lo, r), max(hi, r)
 	}
 	capacity := nodes * cfg.MaxJobs
 	limit := min(balancePendingMax, max(1, capacity-total))
@@ -64,37 +65,37 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 		n.publishLoad(ctx)
 		return true
 	}
-	// Every runnable job fits: each node's share of them.
-	target := float64(total+pending) / float64(nodes)
-	share := max(1, int(math.Ceil(target)))
-	moves := 0
-	// In integers: own > (1 + tol) × target, lo < (1 - tol) × target.
+	// Every runnable job fits: each node's share of them. A node moves
+	// when it runs more than its share while it runs over 110% of the
+	// target or some node runs under 90% of it (in integers, below).
 	jobs := total + pending
-	if own := len(mine); own > share && (100*own*nodes > (100+balanceTolerance)*jobs || 100*lo*nodes < (100-balanceTolerance)*jobs) {
-		moves = min(own-share, cfg.MaxChurn-stopped)
+	target := float64(jobs) / float64(nodes)
+	share := max(1, int(math.Ceil(target)))
+	moves := func(load int) bool {
+		return load > share && (100*load*nodes > (100+balanceTolerance)*jobs || 100*lo*nodes < (100-balanceTolerance)*jobs)
 	}
-	moved := 0
 	n.mu.Lock()
-	if moves > 0 {
-		// The jobs rotation would stop first: the highest fair-share
-		// priority, then the oldest.
-		slices.SortFunc(mine, func(a, b *worker) int { return stopOrder(a.priority, a.started, b.priority, b.started) })
-		for _, w := range mine {
-			if moved == moves {
-				break
-			}
-			if w.continuous && !w.stopRequested() && now.Sub(w.started) >= cfg.MinRunTime {
-				w.requestStop(stopMove)
-				moved++
-			}
-		}
+	moved := 0
+	if own := len(mine); moves(own) {
+		moved = stopLeastDeserving(mine, min(own-share, cfg.MaxChurn-stopped), stopMove, func(w *worker) bool {
+			return w.continuous && now.Sub(w.started) >= cfg.MinRunTime
+		})
 	}
-	// The pool takes up to the share and the tolerance above it, so that
-	// loads read a moment too low cannot leave jobs pending that no node
-	// takes; a node that moves jobs takes none back.
-	n.share = int(math.Ceil((100 + balanceTolerance) * target / 100))
-	if moved > 0 {
+	// What the pool may take from the queue until the next interval. A
+	// balanced cluster takes new jobs wherever there is room: a burst of
+	// new jobs starts at once, and the next interval moves the continuous
+	// ones if it left the nodes out of balance. While some node moves
+	// jobs, they must reach the lighter nodes: a node that moves takes
+	// none back (its share), the others take up to a tenth above the
+	// target (so that a load read a moment too low leaves no job pending
+	// that no node takes).
+	switch {
+	case moved > 0:
 		n.share = share
+	case moves(hi):
+		n.share = int(math.Ceil((100 + balanceTolerance) * target / 100))
+	default:
+		n.share = 0
 	}
 	n.mu.Unlock()
 	if moved > 0 {
@@ -105,19 +106,6 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 	}
 	n.publishLoad(ctx)
 	return false
-}
-
-// keptWorkers returns the workers not asked to stop.
-func (n *Node) keptWorkers() []*worker {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var ws []*worker
-	for w := range n.workers {
-		if !w.stopRequested() {
-			ws = append(ws, w)
-		}
-	}
-	return ws
 }
 
 func (n *Node) setShare(share int) {
@@ -168,8 +156,12 @@ func (n *Node) publishLoad(ctx context.Context) {
 	}
 	// Serialized from the count to the write: a figure read earlier never
 	// overwrites a later one.
-	n.pubMu.Lock()
-	defer n.pubMu.Unlock()
+	select {
+	case n.publishingLoad <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-n.publishingLoad }()
 	n.mu.Lock()
 	running := len(n.workers)
 	n.mu.Unlock()

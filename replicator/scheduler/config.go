@@ -12,12 +12,10 @@ import (
 
 // Defaults of Config. Durations are CouchDB 4.x's unless noted.
 const (
-	// MaxJobsDefault is the most jobs a replication node runs in steady
-	// state (it may briefly run up to MaxJobs+MaxChurn, see doc.go).
+	// MaxJobsDefault is the most jobs a replication node runs at once.
 	MaxJobsDefault = 500
-	// MaxChurnDefault is the most extra jobs a node starts per interval
-	// while runnable jobs are pending, and so the most it preempts; also
-	// the most jobs it moves to lighter nodes per interval.
+	// MaxChurnDefault is the most jobs a node stops per interval to give
+	// their slots to waiting jobs (rotation), or moves to lighter nodes.
 	MaxChurnDefault = 100
 	// MaxAcceptorsDefault is the most idle acceptors per node.
 	MaxAcceptorsDefault = 2
@@ -41,7 +39,8 @@ const (
 	// readable before the cleanup removes them.
 	TransientJobMaxAgeDefault = 24 * time.Hour
 	// StatsUpdateIntervalDefault is the heartbeat period of a running job
-	// (capped at a third of the job timeout); checkpoints also beat.
+	// (capped at Interval and at a third of the job timeout); checkpoints
+	// also beat.
 	StatsUpdateIntervalDefault = 10 * time.Second
 	// ShutdownTimeoutDefault bounds how long Node.Stop waits for jobs to
 	// checkpoint and re-enqueue themselves.
@@ -160,14 +159,23 @@ func (c Config) validate() error {
 // stopGrace is how long a stopping run may take for its final checkpoint.
 func (c Config) stopGrace() time.Duration { return min(stopGraceMax, c.ShutdownTimeout/2) }
 
+// acceptWaitMax bounds how long an acceptor that found no runnable job
+// waits on the queue's watch before it looks again: StartupJitter, at
+// most one Interval. A watch wakes it as soon as a job is enqueued; the
+// bound matters for jobs whose scheduled time comes without a write (a
+// crashing job's backoff ending), which it sees within this time.
+func (c Config) acceptWaitMax() time.Duration { return min(c.StartupJitter, c.Interval) }
+
 // heartbeat is the period of a running job's Update: StatsUpdateInterval,
-// at most a third of the job timeout.
+// at most Interval (a job whose document was deleted stops within an
+// interval: the heartbeat finds it removed) and a third of the job
+// timeout.
 func (c Config) heartbeat() time.Duration {
 	hb := c.StatsUpdateInterval
-	if hb == 0 || hb > c.JobTimeout/3 {
+	if hb == 0 {
 		hb = c.JobTimeout / 3
 	}
-	return hb
+	return min(hb, c.Interval, c.JobTimeout/3)
 }
 
 // backoff is the wait after the n-th consecutive crash (n >= 1):

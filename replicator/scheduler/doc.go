@@ -16,31 +16,39 @@
 // to Interval/50) finds the time T by which as many jobs are runnable as
 // the acceptor may take, and an AcceptBatch bounded by T takes them (when
 // acceptors of several nodes aim at the same jobs, the losers of the
-// conflict retry and take what is left by T). With nothing runnable an acceptor waits on the
-// queue's watch for up to a random part of StartupJitter. The pool holds
-// at most MaxAcceptors acceptors, which between them may take the room
-// left under MaxJobs (at most 25 jobs each at once, so a starting node
-// fills quickly); an acceptor that gets jobs becomes their workers and the
-// pool is topped up.
+// conflict retry and take what is left by T). With nothing runnable an
+// acceptor waits on the queue's watch, which wakes it when a job is
+// enqueued, for up to a random part of min(StartupJitter, Interval), then
+// looks again (a crashing job's backoff ends without a write).
 //
-// Every Interval (plus up to a third, at random) the node: applies a configuration given to
-// SetConfig; charges run time for fair share and adjusts the fair-share
-// priorities of its jobs (replicator/share.go); stops the least deserving
-// continuous jobs beyond MaxJobs that ran at least MinRunTime, the highest
-// priority first, then the oldest (after MaxJobs was lowered: the least
-// deserving continuous jobs whatever their run time, then one-shot jobs,
-// as CouchDB stops the excess at once), each writing
-// a final checkpoint and going back to pending; starts up to
-// min(MaxChurn, MaxJobs + MaxChurn - acceptors' room - workers not
-// stopping, room left under MaxJobs + the continuous jobs that will have
-// run MinRunTime at the next interval, runnable jobs) jobs' worth of
-// extra acceptors (those that would take the node over MaxJobs +
-// MaxChurn start as the workers stopped in this step leave), so that
-// with more runnable jobs than capacity MaxChurn jobs rotate every
-// interval: one interval's extra jobs are the excess the next one stops,
-// one rotation counted once against max_churn. A node runs more than
-// MaxJobs only until the next interval rotates the excess out, and never
-// more than MaxJobs + MaxChurn; and
+// The pool keeps one invariant (acceptors.go, fillLocked), restored after
+// every event that changes its terms: the node starting, an acceptor
+// taking jobs or ending, a worker leaving, and every interval step (which
+// applies a new MaxJobs and sets the node's share):
+//
+//	running + quota < target  implies  acceptors == MaxAcceptors
+//
+// where running counts the node's workers (stopping ones until they
+// leave), quota the jobs its live acceptors may still take (at most 25
+// each at once, so a starting node fills quickly), and target is MaxJobs,
+// or the node's share while it balances with others. So whenever a node
+// runs fewer jobs than its target an acceptor is waiting, and a runnable
+// job starts at once; and since acceptors take no more than the room
+// under the target, a node never runs more than MaxJobs (jobs that
+// racing acceptors took beyond it go back to the queue, at their place,
+// without running).
+//
+// Every Interval (plus up to a third, at random) the node: applies a
+// configuration given to SetConfig; charges run time for fair share and
+// adjusts the fair-share priorities of its jobs (replicator/share.go);
+// stops at once the jobs beyond a lowered MaxJobs (the least deserving
+// continuous jobs, then one-shot jobs); balances (below); rotates, while
+// every node is full: it stops as many continuous jobs that ran at least
+// MinRunTime as runnable jobs wait beyond its room, at most MaxChurn in
+// all with the trim's, the least deserving first (the highest fair-share
+// priority, then the oldest), each writing a final checkpoint and going
+// back to the queue behind the jobs that waited, which take the slots it
+// leaves; fills the pool to its target; and
 // removes, with their replication id mappings, every job of deleted
 // _replicator databases (one node per database at a time, however many
 // jobs: the step lasts as long as that takes) and finished transient jobs
@@ -67,8 +75,8 @@
 // started, triggered by document ... from db ..."); a finished, crashing
 // or missing holder is taken over. The same transaction marks the job
 // running (history "started") as the fdbjobs heartbeat. While the engine
-// runs, every checkpoint and every StatsUpdateInterval (capped at a third
-// of JobTimeout) the stats are stored with fdbjobs.Update, the heartbeat
+// runs, every checkpoint and every StatsUpdateInterval (capped at Interval
+// and at a third of JobTimeout) the stats are stored with fdbjobs.Update, the heartbeat
 // that keeps the activity monitor away and the fence that stops a worker
 // whose job was removed or replaced (ErrHalt: it stops writing at once).
 // At each checkpoint a filtered replication recomputes its id; if it
@@ -112,7 +120,7 @@
 //   - When the runnable jobs do not fit (running + pending >= nodes ×
 //     MaxJobs, or 4,000 jobs wait) every node is full: no move, rotation
 //     as above, a node that joins fills from the queue.
-//   - Otherwise no rotation (no extra acceptors): every node's target is
+//   - Otherwise no rotation: every node's target is
 //     (running + pending) / nodes, and its share ⌈target⌉. A node that runs
 //     more than its share while it runs over 110% of the target, or some
 //     node runs under 90% of it, moves the continuous jobs beyond its share
@@ -122,11 +130,14 @@
 //     pending ("replication stopped", why "balance: moved to a node that
 //     runs fewer jobs"), a line "replicator: moving jobs to nodes that run
 //     fewer" gives the step's figures, and the jobs.moves metric counts
-//     them. Its acceptor pool then takes from the queue only up to its
-//     share (a node that moved none: a tenth above, so that a load read a
-//     moment too low leaves no job pending that no node takes), so the
-//     jobs moved go to the lighter nodes. One-shot jobs are never moved;
-//     balanced nodes move nothing.
+//     them. Until the next interval its acceptor pool takes from the
+//     queue only up to its share, and while some node moves jobs the
+//     others take up to a tenth above the target (so that a load read a
+//     moment too low leaves no job pending that no node takes): the jobs
+//     moved go to the lighter nodes. One-shot jobs are never moved;
+//     balanced nodes move nothing, and take new jobs wherever there is
+//     room under MaxJobs (a burst starts at once; the next interval
+//     moves continuous jobs if it left the nodes out of balance).
 //
 // Loads are read as the nodes last published them, so a move may be
 // decided on a figure an accept ago; the next interval corrects it.
@@ -150,6 +161,35 @@
 // job layer's line "fdbjobs: activity monitor re-enqueued running jobs",
 // then as "replication started" with taken_over_from on the node that
 // takes each one.
+//
+// # Liveness
+//
+// What the loops above promise, checked by the model test
+// (cmd/internal/sim: whole nodes in a testing/synctest bubble under random
+// operations for simulated hours, replayable from its seed), with I the
+// largest interval in effect (Interval plus its third of jitter), each
+// bound counted from the last change of the cluster's shape (a node
+// started, stopped or dead, a setting changed):
+//
+//   - Room: when the runnable jobs fit on the live replication nodes
+//     (their MaxJobs in all), each starts within 2 I of becoming runnable
+//     (added, its backoff over, its node gone: a stopped node's jobs at
+//     once, a dead node's once the activity monitor re-enqueues them,
+//     between one and about two JobTimeouts after their last heartbeat).
+//   - Rotation: when they do not fit, each continuous job that waits for
+//     its first run starts within ceil(MinRunTime / I) + ceil(waiting /
+//     churn) + 2 intervals (and a one-shot run's length, whose slot frees
+//     only when it ends), where churn is what the nodes can rotate per
+//     interval: their MaxChurn in all, or fewer when MinRunTime is longer
+//     than the time the running jobs take to come round (running × I /
+//     MinRunTime). This is first come, first served: with fair share the
+//     queue's order follows the shares' usage instead, by design.
+//   - Ends: a one-shot job that starts completes; a waiting POST
+//     /_replicate returns its result; a job whose document or database
+//     was deleted stops within one heartbeat (StatsUpdateInterval, at most
+//     Interval and a third of JobTimeout).
+//   - Safety: a node never runs more than its MaxJobs; a job never runs on
+//     two nodes at once; a completed one-shot job never runs again.
 //
 // # Defaults
 //

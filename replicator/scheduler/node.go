@@ -43,20 +43,20 @@ type Node struct {
 	stopHard   context.CancelFunc
 	stopping   bool
 	serverUUID string
-	acceptors  int
-	quota      int        // jobs the live acceptors may take, in all
-	deferred   int        // extra acceptors' jobs to start as stopping workers leave (this interval's rotation)
-	share      int        // the most jobs the pool fills the node to when balancing (0: MaxJobs)
-	pubMu      sync.Mutex // serializes publishLoad
-	publishing bool       // a publishSoonLocked goroutine runs
-	republish  bool       // and publishes again when done
-	workers    map[*worker]bool
-	wg         sync.WaitGroup
-	shares     replicator.ShareTable // as of the last roll-up
-	charges    map[string]int64
-	lowered    bool  // MaxJobs was lowered: one-shot jobs may be preempted
-	rotations  []int // preemptions per interval (most recent last, capped)
-	intervals  int64
+	acceptors  int // live acceptors (see acceptors.go for the pool's invariant)
+	quota      int // jobs the live acceptors may take, in all
+	share      int // the most jobs the pool fills the node to when balancing (0: MaxJobs)
+	// publishingLoad serializes publishLoad: a channel of one slot, so
+	// that a caller waiting for its turn gives up when its context ends.
+	publishingLoad chan struct{}
+	publishing     bool // a publishSoonLocked goroutine runs
+	republish      bool // and publishes again when done
+	workers        map[*worker]bool
+	wg             sync.WaitGroup
+	shares         replicator.ShareTable // as of the last roll-up
+	charges        map[string]int64
+	rotations      []int // preemptions per interval (most recent last, capped)
+	intervals      int64
 }
 
 // Signals are the moments of a node's work that tests wait for.
@@ -89,7 +89,7 @@ func New(db kv.Database, jobs *fdbjobs.Client, eng replicator.Engine, cfg Config
 		eng = replicator.EngineDefault{}
 	}
 	return &Node{store: replicator.NewStore(db, jobs, cfg.Subspace), eng: eng, m: cfg.Metrics, cfg: cfg,
-		kick: make(chan struct{}, 1), workers: map[*worker]bool{}, charges: map[string]int64{}}, nil
+		kick: make(chan struct{}, 1), publishingLoad: make(chan struct{}, 1), workers: map[*worker]bool{}, charges: map[string]int64{}}, nil
 }
 
 // Metrics returns the counters the node updates.
@@ -151,7 +151,7 @@ func (n *Node) Start(ctx context.Context) error {
 		opCtx, stopHard := context.WithCancel(context.WithoutCancel(runCtx))
 		n.mu.Lock()
 		n.ctx, n.opCtx, n.stopHard, n.stopping, n.serverUUID = runCtx, opCtx, stopHard, false, uuid
-		n.spawnAcceptorsLocked()
+		n.fillLocked()
 		n.mu.Unlock()
 	}, func(runCtx context.Context) {
 		n.serve(runCtx)
@@ -312,6 +312,78 @@ func stopOrder(pa float64, sa time.Time, pb float64, sb time.Time) int {
 	return sa.Compare(sb)
 }
 
+// keptLocked returns the workers not asked to stop.
+func (n *Node) keptLocked() []*worker {
+	var ws []*worker
+	for w := range n.workers {
+		if !w.stopRequested() {
+			ws = append(ws, w)
+		}
+	}
+	return ws
+}
+
+// stopLeastDeserving asks up to k of the workers ws for which eligible
+// holds to stop (kind says why), the least deserving first: the highest
+// fair-share priority, then the one that started first (CouchDB's
+// order). It returns how many it asked. Trim, rotation and balance all
+// choose their jobs here. Call with n.mu held (priorities).
+func stopLeastDeserving(ws []*worker, k int, kind stopKind, eligible func(*worker) bool) int {
+	if k <= 0 {
+		return 0
+	}
+	ws = slices.Clone(ws)
+	slices.SortFunc(ws, func(a, b *worker) int { return stopOrder(a.priority, a.started, b.priority, b.started) })
+	stopped := 0
+	for _, w := range ws {
+		if stopped == k {
+			break
+		}
+		if !w.stopRequested() && eligible(w) {
+			w.requestStop(kind)
+			stopped++
+		}
+	}
+	return stopped
+}
+
+// rotate is the interval's rotation, while every node is full: it stops
+// as many continuous jobs that ran at least MinRunTime as runnable jobs
+// wait beyond the node's room, at most MaxChurn less the jobs the trim
+// stopped, the least deserving first. Each writes a final checkpoint and
+// goes back to the queue behind the jobs that waited, which take the
+// slots it leaves (a stopping worker counts against the target until it
+// leaves, so the node never runs more than MaxJobs). It returns how many
+// it stopped.
+func (n *Node) rotate(ctx context.Context, cfg Config, now time.Time, stopped int) int {
+	ran := func(w *worker) bool { return w.continuous && now.Sub(w.started) >= cfg.MinRunTime }
+	n.mu.Lock()
+	kept := n.keptLocked()
+	rotatable := 0
+	for _, w := range kept {
+		if ran(w) {
+			rotatable++
+		}
+	}
+	n.mu.Unlock()
+	want := min(cfg.MaxChurn-stopped, rotatable)
+	if want <= 0 {
+		return 0
+	}
+	room := max(0, cfg.MaxJobs-len(kept))
+	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), room+want)
+	if err != nil {
+		if ctx.Err() == nil {
+			cfg.Logger.Warn().Err(err).Msg("replicator: rotation: counting pending jobs; no rotation this interval")
+		}
+		return 0
+	}
+	n.m.Set(replicator.MetricJobsPending, int64(pending))
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return stopLeastDeserving(n.keptLocked(), min(want, pending-room), stopPreempt, ran)
+}
+
 // reschedule is the interval step.
 func (n *Node) reschedule(ctx context.Context) error {
 	n.cfgMu.Lock()
@@ -320,9 +392,6 @@ func (n *Node) reschedule(ctx context.Context) error {
 	n.cfgMu.Unlock()
 	n.mu.Lock()
 	if next != nil {
-		if next.MaxJobs < n.cfg.MaxJobs {
-			n.lowered = true
-		}
 		n.cfg = *next
 	}
 	cfg := n.cfg
@@ -352,98 +421,37 @@ func (n *Node) reschedule(ctx context.Context) error {
 		w.prioritized = now
 	}
 
-	// Trim: stop the least deserving continuous jobs beyond MaxJobs that
-	// ran at least MinRunTime (the highest fair-share priority first, then
-	// the oldest); after MaxJobs was lowered, the least deserving
-	// continuous jobs whatever their run time, then one-shot jobs.
-	var active []*worker
-	for w := range n.workers {
-		if !w.stopRequested() {
-			active = append(active, w)
-		}
-	}
-	excess := len(active) - cfg.MaxJobs
+	// Trim: after MaxJobs was lowered (or acceptors racing took the node
+	// over it), the excess stops at once: the least deserving continuous
+	// jobs, then one-shot jobs.
+	active := n.keptLocked()
 	stopped := 0
-	if excess > 0 {
-		slices.SortFunc(active, func(a, b *worker) int { return stopOrder(a.priority, a.started, b.priority, b.started) })
-		for _, w := range active {
-			if stopped == excess {
-				break
-			}
-			if w.continuous && (n.lowered || now.Sub(w.started) >= cfg.MinRunTime) {
-				w.requestStop(stopPreempt)
-				stopped++
-			}
-		}
-		if n.lowered {
-			for _, w := range active {
-				if stopped == excess {
-					break
-				}
-				if !w.continuous && !w.stopRequested() {
-					w.requestStop(stopPreempt)
-					stopped++
-				}
-			}
-		}
+	if excess := len(active) - cfg.MaxJobs; excess > 0 {
+		stopped = stopLeastDeserving(active, excess, stopPreempt, func(w *worker) bool { return w.continuous })
+		stopped += stopLeastDeserving(active, excess-stopped, stopPreempt, func(w *worker) bool { return !w.continuous })
 	}
-	if len(active)-stopped <= cfg.MaxJobs {
-		n.lowered = false
-	}
-	n.rotations = append(n.rotations, stopped)
-	if len(n.rotations) > 1000 {
-		n.rotations = n.rotations[1:]
-	}
-	n.m.Add(replicator.MetricJobsPreempted, int64(stopped))
-	n.deferred = 0
 	n.mu.Unlock()
 
 	// Balance: with other replication nodes, move jobs to the lighter
-	// ones; rotation only while every node is full.
+	// ones and set the node's share; rotation only while every node is
+	// full.
 	full := true
 	if cfg.Cluster != nil {
 		full = n.balance(ctx, cfg, now, stopped)
 	}
-
-	// Rotation: up to MaxChurn extra jobs, the jobs the next interval
-	// stops beyond MaxJobs, so that MaxChurn jobs rotate every interval.
-	// Workers stopping now are leaving: the acceptors of jobs that would
-	// take the node over MaxJobs + MaxChurn start as they leave. No more
-	// extra jobs than the next interval can rotate out (continuous jobs
-	// that will have run MinRunTime by then): more would stay beyond
-	// MaxJobs, as the jobs a lowered MaxJobs stopped would if they were
-	// taken back at once.
-	n.mu.Lock()
-	kept, rotatable := 0, 0
-	for w := range n.workers {
-		if w.stopRequested() {
-			continue
-		}
-		kept++
-		if w.continuous && now.Sub(w.started) >= cfg.MinRunTime-cfg.Interval {
-			rotatable++
-		}
-	}
-	busy := n.quota + kept
-	slots := min(cfg.MaxJobs+cfg.MaxChurn-busy, max(0, cfg.MaxJobs-busy)+rotatable)
-	want := 0
+	rotated := 0
 	if full {
-		want = min(cfg.MaxChurn, slots)
+		rotated = n.rotate(ctx, cfg, now, stopped)
 	}
-	n.mu.Unlock()
 
-	// Extra acceptors while runnable jobs are pending.
-	if want > 0 {
-		pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), want)
-		if err != nil {
-			return err
-		}
-		n.m.Set(replicator.MetricJobsPending, int64(pending))
-		n.mu.Lock()
-		n.deferred = min(want, pending)
-		n.startDeferredLocked()
-		n.mu.Unlock()
+	n.mu.Lock()
+	n.rotations = append(n.rotations, stopped+rotated)
+	if len(n.rotations) > 1000 {
+		n.rotations = n.rotations[1:]
 	}
+	n.m.Add(replicator.MetricJobsPreempted, int64(stopped+rotated))
+	n.fillLocked()
+	n.mu.Unlock()
 
 	if err := n.cleanup(ctx, cfg, now); err != nil && ctx.Err() == nil {
 		cfg.Logger.Warn().Err(err).Msg("replicator: cleanup")

@@ -131,7 +131,7 @@ func (w *worker) run() {
 	}
 	rep = w.cfg.JobDefaults.Apply(rep, d.Rep)
 	if w.stopRequested() {
-		w.reschedule(d, "")
+		w.putBack(d)
 		return
 	}
 	uuid := w.n.serverUUID
@@ -223,6 +223,9 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 				halt()
 				return
 			}
+			// The period follows the node's configuration: a shorter
+			// interval set at run time applies to running jobs too.
+			hb.Reset(w.n.Config().heartbeat())
 		case <-w.stopCh:
 			err, cut, halted := w.stopRun(run, cancel, d, hb)
 			if halted || w.ctx.Err() != nil {
@@ -634,6 +637,16 @@ func (w *worker) reschedule(d *replicator.JobData, why string) {
 		}
 	}
 	w.logEvent(w.cfg.Logger.Info(), d).Str("why", why).Msg("replication stopped")
+}
+
+// putBack returns a job accepted but never started (the node was
+// stopping, or its target fell while the acceptor waited) to the queue at
+// its scheduled time with its data unchanged, as if it had not been
+// taken: it keeps its place.
+func (w *worker) putBack(d *replicator.JobData) {
+	w.finishTx(d, replicator.StatePending, func(tr kv.Transaction, x *replicator.JobData) error {
+		return w.n.store.ResubmitJob(w.ctx, tr, w.job, x, w.job.ScheduledTime)
+	})
 }
 
 // crash handles an error: a persistent job (or a rate-limited transient
