@@ -269,3 +269,17 @@ func TestLaunchAndPouchReplicate(t *testing.T) {
 	_, err = os.Stat(dir)
 	require.True(t, os.IsNotExist(err), "working directory removed")
 }
+
+// A real CouchDB 3.5 starts, serves the helpers as pouchdb-server does,
+// and stops.
+func TestStartCouchDB(t *testing.T) {
+	s := couchtest.StartCouchDB(t)
+	var root map[string]any
+	require.Equal(t, 200, s.Request(t, "GET", "/", nil, &root))
+	require.Equal(t, "3.5.0", root["version"])
+	s.CreateDB(t, "a")
+	s.AddDocs(t, "a", 0, 10)
+	require.Len(t, s.AllDocs(t, "a", false), 10)
+	s.Stop()
+	require.True(t, s.Exited())
+}

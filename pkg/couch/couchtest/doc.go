@@ -33,6 +33,16 @@
 // batch_size 100, batches_limit 10), the baseline for the replication
 // benchmark.
 //
+// # Real CouchDB peers
+//
+// StartCouchDB starts a real Apache CouchDB 3.5.0 on 127.0.0.1 (a free
+// port, a fresh data directory, admin CouchAdmin) with the script
+// couchdb.sh ($FDBREP_COUCHDB_SH, or ../shared/couchdb/couchdb.sh beside the
+// module root, where CI has it) and stops it in t.Cleanup; where the
+// script is absent the test is skipped with a message saying so. Its
+// Server has the same helpers as pouchdb-server's. LaunchCouchDB is the
+// same for callers without a testing.TB.
+//
 // # Fault proxy
 //
 // FaultProxy is a reverse proxy on 127.0.0.1 placed between a client and a

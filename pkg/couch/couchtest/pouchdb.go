@@ -47,6 +47,10 @@ type Server struct {
 	stopOnce sync.Once
 	stopped  atomic.Bool // Stop was called
 	onStop   func()      // extra clean-up (LaunchPouchDB's temp dir)
+	// halt stops a server that is not this process's child (CouchDB,
+	// started by its script); nil for pouchdb-server.
+	halt func()
+	name string // "pouchdb-server" or "CouchDB", for messages
 }
 
 // Option configures StartPouchDB.
@@ -184,6 +188,7 @@ func startOnce(dir, bin string, cfg startConfig) (*Server, error) {
 		client:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, DisableCompression: true}},
 		cmd:      cmd,
 		exited:   make(chan struct{}),
+		name:     "pouchdb-server",
 	}
 	go func() {
 		s.waitErr = cmd.Wait()
@@ -239,6 +244,11 @@ func freePort() (int, error) {
 }
 
 func (s *Server) kill() {
+	if s.halt != nil {
+		s.halt()
+		s.client.CloseIdleConnections()
+		return
+	}
 	killProcessGroup(s.cmd)
 	select {
 	case <-s.exited:
@@ -251,7 +261,7 @@ func (s *Server) cleanup(t testing.TB) {
 	select {
 	case <-s.exited:
 		if !s.stopped.Load() {
-			t.Logf("couchtest: pouchdb-server %s exited during the test (%v); output tail:\n%s", s.URL(), s.waitErr, s.logTail())
+			t.Logf("couchtest: %s %s exited during the test (%v); output tail:\n%s", s.name, s.URL(), s.waitErr, s.logTail())
 		}
 	default:
 	}

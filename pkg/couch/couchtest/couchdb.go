@@ -1,0 +1,136 @@
+package couchtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// EnvCouchDBScript names the environment variable that, when set, gives
+// the path of the script that starts and stops a real Apache CouchDB 3.5
+// (couchdb.sh: "start PORT DATADIR", "stop DATADIR", "home") instead of
+// ../shared/couchdb/couchdb.sh beside the module root.
+const EnvCouchDBScript = "FDBREP_COUCHDB_SH"
+
+// CouchDB's server admin, as couchdb.sh configures it.
+const (
+	CouchAdmin    = "admin"
+	CouchPassword = "pass"
+)
+
+// couchScriptTimeout bounds one run of the script (a start waits for
+// GET /_up; the first one also unpacks the release).
+const couchScriptTimeout = 3 * time.Minute
+
+// CouchDBScript returns the script that runs a real CouchDB 3.5 for tests,
+// and whether it exists: $FDBREP_COUCHDB_SH, or ../shared/couchdb/couchdb.sh
+// from the module root (where CI has it).
+func CouchDBScript() (string, bool) {
+	if p := os.Getenv(EnvCouchDBScript); p != "" {
+		return p, isFile(p)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", false
+	}
+	p := filepath.Join(root, "..", "shared", "couchdb", "couchdb.sh")
+	return p, isFile(p)
+}
+
+// StartCouchDB starts a real Apache CouchDB 3.5 on 127.0.0.1 (a free port,
+// a fresh data directory under t.TempDir(), admin CouchAdmin with
+// CouchPassword) and stops it in t.Cleanup; the test is skipped, saying
+// why, where the script is absent (a user's machine: see CouchDBScript).
+// The Server's helpers work as on pouchdb-server; they authenticate as
+// the admin. A start takes about a second.
+func StartCouchDB(t testing.TB) *Server {
+	t.Helper()
+	script, ok := CouchDBScript()
+	if !ok {
+		t.Skipf("couchtest: no CouchDB 3.5 here (%s is absent; set %s): this test runs where it is, as in CI", script, EnvCouchDBScript)
+	}
+	s, err := LaunchCouchDB(script, t.TempDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.cleanup(t) })
+	return s
+}
+
+// couchHome serializes the first unpacking of the release across test
+// processes (the script unpacks it on first use, and two at once would
+// step on each other).
+var couchHome sync.Once
+
+// LaunchCouchDB starts CouchDB with script in a directory mkdir returns,
+// retrying on another port when a start fails (another process took the
+// port); the caller must Stop it (StartCouchDB does in t.Cleanup).
+func LaunchCouchDB(script string, mkdir func() string) (*Server, error) {
+	var homeErr error
+	couchHome.Do(func() {
+		unlock, err := lockFile(filepath.Join(os.TempDir(), "fdbrep-couchdb-home.lock"))
+		if err != nil {
+			homeErr = err
+			return
+		}
+		defer unlock()
+		_, homeErr = runCouchScript(script, "home")
+	})
+	if homeErr != nil {
+		return nil, homeErr
+	}
+	var lastErr error
+	for range startAttempts {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		dir := mkdir()
+		if _, err := runCouchScript(script, "start", strconv.Itoa(port), dir); err != nil {
+			lastErr = err
+			_, _ = runCouchScript(script, "stop", dir)
+			continue
+		}
+		s := &Server{
+			base:     &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))},
+			dir:      dir,
+			logPath:  filepath.Join(dir, "couchdb.log"),
+			admin:    CouchAdmin,
+			password: CouchPassword,
+			client:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, DisableCompression: true}},
+			exited:   make(chan struct{}),
+			name:     "CouchDB",
+		}
+		s.halt = func() {
+			if _, err := runCouchScript(script, "stop", dir); err != nil {
+				s.waitErr = err
+			}
+			close(s.exited)
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("couchtest: could not start CouchDB with %s: %w", script, lastErr)
+}
+
+func runCouchScript(script string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), couchScriptTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", append([]string{script}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("couchtest: %s %s: %w: %s", script, strings.Join(args, " "), err, tail(out.Bytes(), 2000))
+	}
+	return out.String(), nil
+}
