@@ -51,13 +51,17 @@ func CouchDBScript() (string, bool) {
 // StartCouchDB starts a real Apache CouchDB 3.5 on 127.0.0.1 (a free port,
 // a fresh data directory under t.TempDir(), admin CouchAdmin with
 // CouchPassword) and stops it in t.Cleanup; the test is skipped, saying
-// why, where the script is absent (a user's machine: see CouchDBScript).
+// why, where the script is absent (a user's machine: see CouchDBScript),
+// and failed there under CI ($CI set), which must run it.
 // The Server's helpers work as on pouchdb-server; they authenticate as
 // the admin. A start takes about a second.
 func StartCouchDB(t testing.TB) *Server {
 	t.Helper()
 	script, ok := CouchDBScript()
 	if !ok {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("couchtest: a CouchDB test under CI without CouchDB: %s is absent (set %s)", script, EnvCouchDBScript)
+		}
 		t.Skipf("couchtest: no CouchDB 3.5 here (%s is absent; set %s): this test runs where it is, as in CI", script, EnvCouchDBScript)
 	}
 	s, err := LaunchCouchDB(script, t.TempDir)

@@ -39,7 +39,8 @@
 // port, a fresh data directory, admin CouchAdmin) with the script
 // couchdb.sh ($FDBREP_COUCHDB_SH, or ../shared/couchdb/couchdb.sh beside the
 // module root, where CI has it) and stops it in t.Cleanup; where the
-// script is absent the test is skipped with a message saying so. Its
+// script is absent the test is skipped with a message saying so (failed
+// under CI, $CI set, which must run it). Its
 // Server has the same helpers as pouchdb-server's. LaunchCouchDB is the
 // same for callers without a testing.TB.
 //
