@@ -7,7 +7,7 @@ FDBSTUB   := $(CURDIR)/scripts/fdbstub
 POUCHDB   := $(CURDIR)/scripts/pouchdb
 FAUXTON   := $(CURDIR)/scripts/fauxton
 
-.PHONY: all build run test test-unit test-faults test-latency lint fdb-check pouchdb fauxton fuzz \
+.PHONY: all build run test test-unit test-faults test-latency soak lint fdb-check pouchdb fauxton fuzz \
         bench-kv bench-jobs bench-replication bench-scheduler bench-frontend bench-views bench-scale cluster clean
 
 all: build
@@ -43,6 +43,13 @@ test-faults:
 ## transaction over 1 MB or 1 s fails its test (FDB's guidance).
 test-latency:
 	FDBREP_KV_LATENCY=1 FDBREP_KV_BUDGET=1 $(GO) test -count=1 -timeout 20m ./...
+
+## soak: the scheduler's model test (cmd/internal/sim) over new seeds, one
+## after the other, for SOAK_DURATION (default 10m). make test runs one
+## seed of 10,000 intervals (1,000 under the race detector).
+SOAK_DURATION ?= 10m
+soak:
+	$(GO) test -count=1 -timeout 0 -run '^TestModel$$' ./cmd/internal/sim -v -sim.soak $(SOAK_DURATION)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
