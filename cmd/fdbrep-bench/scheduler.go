@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -43,6 +44,12 @@ func runSchedulerBench(args []string) error {
 	inMemory := fs.Bool("in-memory", false, "in-memory store instead of a durable one in a temporary directory")
 	sharesFlag := fs.String("shares", "100,200,400", "fair share: comma-separated shares of as many _replicator databases (db0/_replicator, …) among which the jobs are divided; prints each database's part of the run time (\"\": one _replicator database)")
 	shareIntervals := fs.Int("share-intervals", 60, "intervals over which the fair-share split is measured (with -shares)")
+	liveness := fs.Bool("liveness", true, "then the liveness phase: one node, documents added one at a time, max_jobs lowered and raised, a one-shot POST /_replicate")
+	lv := livenessBench{}
+	fs.IntVar(&lv.docs, "liveness-docs", 30, "liveness phase: continuous documents added one at a time")
+	fs.DurationVar(&lv.gap, "liveness-gap", 1500*time.Millisecond, "liveness phase: time between two documents")
+	fs.IntVar(&lv.maxJobs, "liveness-max-jobs", 12, "liveness phase: max_jobs")
+	fs.IntVar(&lv.maxChurn, "liveness-max-churn", 4, "liveness phase: max_churn")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -97,35 +104,18 @@ func runSchedulerBench(args []string) error {
 
 	sim := simengine.New()
 	sim.CheckpointEvery = *ckEvery
-	var ns []*scheduler.Node
-	var clients []*fdbjobs.Client
-	defer func() {
-		for _, c := range clients {
-			c.Stop()
-		}
-	}()
+	// The nodes as fdbrep serve runs them: each with its membership, so
+	// that they balance.
+	cl := &scaleCluster{db: db, sim: sim, cfg: cfg}
+	defer cl.stop()
 	ru0 := schedRusage()
 	start := time.Now()
 	for i := 0; i < *nodes; i++ {
-		c, err := fdbjobs.New(db, fdbjobs.Config{})
-		if err != nil {
+		if err := cl.add(ctx); err != nil {
 			return err
 		}
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
-		clients = append(clients, c)
-		ncfg := cfg
-		ncfg.NodeName = fmt.Sprintf("node%d", i)
-		n, err := scheduler.New(db, c, sim, ncfg)
-		if err != nil {
-			return err
-		}
-		if err := n.Start(ctx); err != nil {
-			return err
-		}
-		ns = append(ns, n)
 	}
+	ns := cl.nodes
 	var peakHeap, peakSys uint64
 	sample := func() {
 		var ms runtime.MemStats
@@ -163,7 +153,12 @@ func runSchedulerBench(args []string) error {
 	sample()
 	_, total, running, maxRunning := sim.Stats()
 
-	fmt.Printf("  every job ran at least once after %v\n", allRan.Round(time.Millisecond))
+	step := *interval + *interval/3
+	waiting := max(0, *jobs-*nodes**maxJobs)
+	boundSteps := int(math.Ceil(float64(*minRun)/float64(step))) + int(math.Ceil(float64(waiting)/float64(*nodes**maxChurn))) + 2
+	fmt.Printf("  every job ran at least once after %v (%.1f intervals; churn bound ceil(min_run_time/step) + ceil(%d/(%d × %d)) + 2 = %d steps = %v, ratio %.2f; with -shares the queue follows fair share, not arrival)\n",
+		allRan.Round(time.Millisecond), allRan.Seconds()/interval.Seconds(), waiting, *nodes, *maxChurn, boundSteps,
+		time.Duration(boundSteps)*step, allRan.Seconds()/(time.Duration(boundSteps)*step).Seconds())
 	cpu := ru1.Sub(ru0)
 	fmt.Printf("  CPU until then: %v user + %v system for the process = %.2f cores (about %.2f cores per node, the %d nodes share one process and store)\n",
 		cpu.user.Round(time.Millisecond), cpu.sys.Round(time.Millisecond), (cpu.user+cpu.sys).Seconds()/allRan.Seconds(),
@@ -173,8 +168,8 @@ func runSchedulerBench(args []string) error {
 		(cpu2.user+cpu2.sys).Seconds()/steadyDur.Seconds(), (cpu2.user+cpu2.sys).Seconds()/steadyDur.Seconds()/float64(*nodes))
 	fmt.Printf("  memory: peak heap %.1f MiB, peak Go runtime total %.1f MiB (process; about %.1f MiB heap per node)\n",
 		float64(peakHeap)/(1<<20), float64(peakSys)/(1<<20), float64(peakHeap)/(1<<20)/float64(*nodes))
-	fmt.Printf("  runs started %d, running now %d, most at once %d (cap %d = nodes × (max_jobs + max_churn))\n",
-		total, running, maxRunning, *nodes*(*maxJobs+*maxChurn))
+	fmt.Printf("  runs started %d, running now %d, most at once %d (cap %d = nodes × max_jobs)\n",
+		total, running, maxRunning, *nodes**maxJobs)
 	for i, n := range ns {
 		st := n.Stats()
 		all, steadyRot := st.Rotations, st.Rotations[min(rotBefore[i], len(st.Rotations)):]
@@ -207,11 +202,13 @@ func runSchedulerBench(args []string) error {
 		}
 	}
 	t1 := time.Now()
-	for _, n := range ns {
-		n.Stop()
-	}
+	cl.stop()
 	fmt.Printf("  stopping the nodes (each job checkpoints and re-enqueues itself): %v\n", time.Since(t1).Round(time.Millisecond))
-	return nil
+	if !*liveness {
+		return nil
+	}
+	lv.interval, lv.minRun = *interval, *minRun
+	return lv.run(ctx, env, *inMemory)
 }
 
 // parseShares parses -shares: comma-separated share counts in
