@@ -119,8 +119,8 @@ func (m *Model) runnableFrom(j *job, runs []Record, now time.Time) (time.Time, s
 			// in the store until the node restarts or the activity
 			// monitor takes it back.
 			for _, death := range d {
-				if death.at.Equal(last.End) {
-					from, why = death.at.Add(m.tm.takeBack()), "its node died (activity monitor)"
+				if !last.End.Before(death.at) && !last.End.After(death.done) {
+					from, why = death.done.Add(m.tm.takeBack()), "its node died (activity monitor)"
 					if !death.restart.IsZero() && death.restart.Before(from) {
 						from, why = death.restart, "its node died and restarted"
 					}
@@ -135,8 +135,8 @@ func (m *Model) runnableFrom(j *job, runs []Record, now time.Time) (time.Time, s
 	if len(runs) == 0 || !runs[len(runs)-1].End.IsZero() {
 		for _, ds := range m.deaths {
 			for _, d := range ds {
-				if !from.After(d.at) && (len(runs) == 0 || !runs[len(runs)-1].Start.After(d.at)) {
-					if t := d.at.Add(m.tm.takeBack()); t.After(from) {
+				if !from.After(d.done) && (len(runs) == 0 || !runs[len(runs)-1].Start.After(d.done)) {
+					if t := d.done.Add(m.tm.takeBack()); t.After(from) {
 						from, why = t, "a node died as it may have taken it (activity monitor)"
 					}
 				}
@@ -146,8 +146,10 @@ func (m *Model) runnableFrom(j *job, runs []Record, now time.Time) (time.Time, s
 	return from, why
 }
 
-// death is a node killed at at and restarted at restart (zero: not yet).
-type death struct{ at, restart time.Time }
+// death is a node killed from at to done (the kill takes simulated time
+// when the store's latency is simulated: runs end within it) and
+// restarted at restart (zero: not yet).
+type death struct{ at, done, restart time.Time }
 
 // Model tracks the expected state and checks the world against it.
 type Model struct {

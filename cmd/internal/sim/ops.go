@@ -395,7 +395,7 @@ func (r *runner) apply(op Op, now time.Time, i int) error {
 			}
 		case op.Kind == KillNode && n.Up:
 			n.Kill()
-			m.deaths[n.Name] = append(m.deaths[n.Name], death{at: now})
+			m.deaths[n.Name] = append(m.deaths[n.Name], death{at: now, done: time.Now()})
 			// The others learn of its death when its membership record
 			// expires; until then they keep its share of the jobs.
 			m.shapeChanged = now.Add(m.tm.nodeExpiry)

@@ -125,7 +125,7 @@ func (m *Model) deadNodeShown(node *string, now time.Time) bool {
 		return false
 	}
 	d := m.deaths[*node]
-	return len(d) > 0 && now.Sub(d[len(d)-1].at) <= m.tm.nodeExpiry
+	return len(d) > 0 && now.Sub(d[len(d)-1].done) <= m.tm.nodeExpiry
 }
 
 func deref(s *string) string {
