@@ -89,11 +89,12 @@ func (tm timing) takeBack() time.Duration { return 2*tm.jobTimeout + tm.monitor 
 // with why.
 func (m *Model) runnableFrom(j *job, runs []Record, now time.Time) (time.Time, string) {
 	from, why := j.created, "added"
-	if len(runs) == 0 {
-		return from, why
+	var last Record
+	if len(runs) > 0 {
+		last = runs[len(runs)-1]
 	}
-	last := runs[len(runs)-1]
 	switch {
+	case len(runs) == 0:
 	case !last.End.IsZero() && last.Failed:
 		if m.hostDown[j.host] {
 			return time.Time{}, ""
@@ -132,10 +133,10 @@ func (m *Model) runnableFrom(j *job, runs []Record, now time.Time) (time.Time, s
 	// before: it then stays running in the store, with no run and no node
 	// in its data (a restarting node cannot take it back), until the
 	// activity monitor re-enqueues it.
-	if len(runs) == 0 || !runs[len(runs)-1].End.IsZero() {
+	if len(runs) == 0 || !last.End.IsZero() {
 		for _, ds := range m.deaths {
 			for _, d := range ds {
-				if !from.After(d.done) && (len(runs) == 0 || !runs[len(runs)-1].Start.After(d.done)) {
+				if !from.After(d.done) && (len(runs) == 0 || !last.Start.After(d.done)) {
 					if t := d.done.Add(m.tm.takeBack()); t.After(from) {
 						from, why = t, "a node died as it may have taken it (activity monitor)"
 					}
