@@ -45,11 +45,15 @@ test-latency:
 	FDBREP_KV_LATENCY=1 FDBREP_KV_BUDGET=1 $(GO) test -count=1 -timeout 20m ./...
 
 ## soak: the scheduler's model test (cmd/internal/sim) over new seeds, one
-## after the other, for SOAK_DURATION (default 10m). make test runs one
-## seed of 10,000 intervals (1,000 under the race detector).
+## after the other, for SOAK_DURATION (default 10m), then the real-process
+## soak (cmd/internal/soak: fdbrep serve and fdbrep cluster against a real
+## CouchDB 3.5, SIGKILLs among the operations) for as long. make test runs
+## one seed of 10,000 intervals (1,000 under the race detector) and about
+## two minutes of the real-process soak.
 SOAK_DURATION ?= 10m
 soak:
 	$(GO) test -count=1 -timeout 0 -run '^TestModel$$' ./cmd/internal/sim -v -sim.soak $(SOAK_DURATION)
+	FDBREP_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' ./cmd/internal/soak -v
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
