@@ -141,6 +141,11 @@ func (c *Cluster) AddNode(name string) *scheduler.Node {
 	jc := JobsClient(c.t, cut)
 	cfg := c.Config
 	cfg.NodeName = name
+	if cfg.Logger != nil {
+		// The node's logger names it, as the composition root's does.
+		l := cfg.Logger.With().Str("node", name).Logger()
+		cfg.Logger = &l
+	}
 	if c.balanced {
 		m := c.member(cut, name)
 		cfg.Cluster = m

@@ -100,7 +100,7 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 	n.mu.Unlock()
 	if moved > 0 {
 		n.m.Add(replicator.MetricJobsMoves, int64(moved))
-		cfg.Logger.Info().Str("node", cfg.NodeName).Int("moving", moved).Int("running", len(mine)-moved).
+		cfg.Logger.Info().Int("moving", moved).Int("running", len(mine)-moved).
 			Int("share", share).Int("nodes", nodes).Int("cluster_running", total).Int("pending", pending).
 			Msg("replicator: moving jobs to nodes that run fewer")
 	}

@@ -60,7 +60,9 @@ type Config struct {
 	replicator.Config
 
 	// NodeName names this node in job data and monitoring ("node" fields).
-	// Defaults to the host name.
+	// Defaults to the host name. The node's lines name it through its
+	// logger (Config.Logger), which must carry it as a "node" field, as
+	// the composition root's does: a line of its own would repeat the key.
 	NodeName string
 
 	MaxJobs             int

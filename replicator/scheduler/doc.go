@@ -145,14 +145,17 @@
 // # Logs
 //
 // Each event an operator cares about is one structured line with job_id,
-// node, and db and doc_id (or user, for a POST /_replicate job); endpoints
+// node (from the node's logger, see Config.NodeName), and db and doc_id
+// (or user, for a POST /_replicate job); endpoints
 // appear only as redacted URLs. Info: "replication started" (rep_id,
 // source, target, continuous, worker_processes, worker_batch_size,
 // http_connections, and taken_over_from when the job's last node died or
 // resumed_after_restart when it was this node's), "replication completed"
 // (docs_read, docs_written, doc_write_failures, missing_revisions_found,
-// duration), "replication stopped" (why: rotation, shutdown, filter
-// change, deleted database), "replication healed". Warn: "replication
+// duration), "replication stopped" (why: rotation, shutdown, balance,
+// filter change, deleted database, its job removed or changed by its
+// document or replication, or re-enqueued or taken over elsewhere after
+// the node's hold on it lapsed), "replication healed". Warn: "replication
 // crashed" (error, reason, error_count, retry_at, retry_in). Error:
 // "replication failed" (error, reason). The control plane logs "replication added by document",
 // "replication added by POST /_replicate", "replication removed: its

@@ -66,5 +66,15 @@ func TestLifecycleLogs(t *testing.T) {
 	require.Contains(t, failed["reason"], "already started")
 	c.WaitDocState("_replicator", "dup", replicator.StateFailed)
 
+	// Removed: a running job whose document is deleted stops, and its
+	// node says why (its heartbeat finds the job gone).
+	c.PutDoc("_replicator", "crash", nil)
+	c.PutDoc("_replicator", "other", nil)
+	c.PutDoc("_replicator", "gone", repDoc(src("gone"), "http://127.0.0.1:9/t", true))
+	c.WaitDocState("_replicator", "gone", replicator.StateRunning)
+	c.PutDoc("_replicator", "gone", nil)
+	removed := logs.WaitFor(t, "replication stopped", doc("gone"))
+	require.Contains(t, removed["why"], "its job was removed")
+
 	require.NotContains(t, logs.String(), secret)
 }

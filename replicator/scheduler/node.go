@@ -183,7 +183,7 @@ func (n *Node) takeBack(ctx context.Context, cfg Config) error {
 		}
 	}
 	if taken > 0 {
-		cfg.Logger.Info().Int("jobs", taken).Str("node", cfg.NodeName).
+		cfg.Logger.Info().Int("jobs", taken).
 			Msg("replicator: took back the jobs an earlier run of this node left running")
 	}
 	return nil

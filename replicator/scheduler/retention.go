@@ -23,7 +23,7 @@ func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
 		return err
 	}
 	if removed > 0 {
-		cfg.Logger.Info().Int("jobs", removed).Str("node", cfg.NodeName).
+		cfg.Logger.Info().Int("jobs", removed).
 			Msg("replicator: removed the jobs of deleted _replicator databases")
 	}
 	expired, err := n.store.RemoveExpiredJobs(ctx, replicator.Millis(now)-cfg.TransientJobMaxAge.Milliseconds(), replicator.RemoveBatchDefault)

@@ -91,11 +91,11 @@ func (w *worker) stopKind() stopKind {
 func (w *worker) now() time.Time { return w.cfg.Clock.Now() }
 
 // logEvent starts the lifecycle log line of the job (see doc.go, "Logs"):
-// job_id, node, and db and doc_id for a document's job or user for a
-// transient one. Nothing of the endpoints but their redacted URLs is ever
+// job_id, and db and doc_id for a document's job or user for a transient
+// one (the node's logger adds node). Nothing of the endpoints but their redacted URLs is ever
 // added.
 func (w *worker) logEvent(e *zerolog.Event, d *replicator.JobData) *zerolog.Event {
-	e = e.Str("job_id", w.job.ID).Str("node", w.cfg.NodeName)
+	e = e.Str("job_id", w.job.ID)
 	switch {
 	case d == nil:
 	case d.Transient():
@@ -459,10 +459,33 @@ func (w *worker) txError(err error) {
 		w.n.Reschedule() // its cleanup removes the database's other jobs now
 		return
 	}
-	if errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil {
+	if w.ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, fdbjobs.ErrHalt) {
+		w.logHalted()
 		return
 	}
 	w.cfg.Logger.Warn().Err(err).Str("job_id", w.job.ID).Msg("replicator: job transaction")
+}
+
+// logHalted logs the end of a run whose job was taken from it (ErrHalt):
+// removed or changed by its document or replication, or re-enqueued or
+// taken over after this node's hold on it lapsed. One read tells which
+// (best effort: without it the line says removed).
+func (w *worker) logHalted() {
+	why := "its job was removed: its document or database deleted, or the replication cancelled"
+	d, st, err := w.n.store.Job(w.ctx, nil, w.job.ID)
+	switch {
+	case err != nil || d == nil || st == fdbjobs.Finished:
+	case w.data != nil && !replicator.SameReplication(d.Rep, w.data.Rep):
+		why = "its document was changed: the job runs again as the new version"
+	case st == fdbjobs.Running && d.Node != "" && d.Node != w.cfg.NodeName:
+		why = fmt.Sprintf("taken over by node %s: this node's hold on the job lapsed", d.Node)
+	default:
+		why = "re-enqueued: this node's hold on the job lapsed (no heartbeat within the job timeout)"
+	}
+	w.logEvent(w.cfg.Logger.Info(), w.data).Str("why", why).Msg("replication stopped")
 }
 
 // heartbeat stores the stats (the fdbjobs heartbeat); false on halt.
