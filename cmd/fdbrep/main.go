@@ -37,6 +37,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/rs/zerolog"
+
 	"github.com/fdbrep/fdbrep/cmd/internal/cli"
 	"github.com/fdbrep/fdbrep/cmd/internal/node"
 	"github.com/fdbrep/fdbrep/frontend"
@@ -44,6 +46,10 @@ import (
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
+
+// LogTimeFormat is the format of the "time" field of log lines: RFC 3339
+// in milliseconds.
+const LogTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
@@ -57,6 +63,9 @@ func main() {
 	if _, ok := os.LookupEnv("GOGC"); !ok {
 		debug.SetGCPercent(GCPercentDefault)
 	}
+	// Log times to the millisecond (zerolog's default is the second): the
+	// lines of one job on several nodes must be ordered by them.
+	zerolog.TimeFieldFormat = LogTimeFormat
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
