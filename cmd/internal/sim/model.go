@@ -335,6 +335,11 @@ func (m *Model) check(w *World, now time.Time) problems {
 		m.fitSince = now
 	}
 	for _, wt := range wait {
+		if capacity == 0 {
+			// No replication node is up: nothing can run. The bounds
+			// count again from the next node's start (shapeChanged).
+			break
+		}
 		var bound time.Duration
 		rule := "room"
 		if !over {
