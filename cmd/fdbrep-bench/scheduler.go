@@ -44,7 +44,7 @@ func runSchedulerBench(args []string) error {
 	inMemory := fs.Bool("in-memory", false, "in-memory store instead of a durable one in a temporary directory")
 	sharesFlag := fs.String("shares", "100,200,400", "fair share: comma-separated shares of as many _replicator databases (db0/_replicator, …) among which the jobs are divided; prints each database's part of the run time (\"\": one _replicator database)")
 	shareIntervals := fs.Int("share-intervals", 60, "intervals over which the fair-share split is measured (with -shares)")
-	liveness := fs.Bool("liveness", true, "then the liveness phase: one node, documents added one at a time, max_jobs lowered and raised, a one-shot POST /_replicate")
+	liveness := fs.Bool("liveness", true, "then the liveness phase: one node, documents added one at a time, then all at once, max_jobs lowered and raised, a one-shot POST /_replicate")
 	lv := livenessBench{}
 	fs.IntVar(&lv.docs, "liveness-docs", 30, "liveness phase: continuous documents added one at a time")
 	fs.DurationVar(&lv.gap, "liveness-gap", 1500*time.Millisecond, "liveness phase: time between two documents")
@@ -208,6 +208,10 @@ func runSchedulerBench(args []string) error {
 		return nil
 	}
 	lv.interval, lv.minRun = *interval, *minRun
+	if err := lv.run(ctx, env, *inMemory); err != nil {
+		return err
+	}
+	lv.gap = 0
 	return lv.run(ctx, env, *inMemory)
 }
 
