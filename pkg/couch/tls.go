@@ -207,12 +207,31 @@ func decryptKey(keyFile string, keyPEM []byte, password string) ([]byte, error) 
 			return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 		default:
 			der, err := x509.DecryptPEMBlock(block, []byte(password)) //nolint:staticcheck // legacy format CouchDB accepts
+			if err == nil && !parsesAsKey(der) {
+				// The legacy format has no integrity check: about one wrong
+				// passphrase in 256 passes the padding check and yields
+				// garbage instead of an error.
+				err = x509.IncorrectPasswordError
+			}
 			if err != nil {
 				return nil, invalidOptions("[replicator] key_file %q: cannot decrypt it with [replicator] password (wrong passphrase)", keyFile)
 			}
 			return pem.EncodeToMemory(&pem.Block{Type: block.Type, Bytes: der}), nil
 		}
 	}
+}
+
+// parsesAsKey reports whether der is a private key in one of the DER
+// forms a PEM file holds (PKCS #1, PKCS #8 or SEC 1).
+func parsesAsKey(der []byte) bool {
+	if _, err := x509.ParsePKCS1PrivateKey(der); err == nil {
+		return true
+	}
+	if _, err := x509.ParsePKCS8PrivateKey(der); err == nil {
+		return true
+	}
+	_, err := x509.ParseECPrivateKey(der)
+	return err == nil
 }
 
 // depthError is a verified chain longer than ssl_certificate_max_depth.
