@@ -145,14 +145,15 @@
 // # Logs
 //
 // Each event an operator cares about is one structured line with job_id,
-// node (from the node's logger, see Config.NodeName), and db and doc_id
-// (or user, for a POST /_replicate job); endpoints
-// appear only as redacted URLs. Info: "replication started" (rep_id,
-// source, target, continuous, worker_processes, worker_batch_size,
-// http_connections, and taken_over_from when the job's last node died or
-// resumed_after_restart when it was this node's), "replication completed"
-// (docs_read, docs_written, doc_write_failures, missing_revisions_found,
-// duration), "replication stopped" (why: rotation, shutdown, balance,
+// node (from the node's logger, see Config.NodeName), db and doc_id (or
+// user, for a POST /_replicate job), and rep_id once the run computed it
+// (a document's versions share its job id: rep_id tells their runs
+// apart); endpoints appear only as redacted URLs. Info: "replication
+// started" (source, target, continuous, worker_processes,
+// worker_batch_size, http_connections, and taken_over_from when the job's
+// last node died or resumed_after_restart when it was this node's),
+// "replication completed" (docs_read, docs_written, doc_write_failures,
+// missing_revisions_found, duration), "replication stopped" (why: rotation, shutdown, balance,
 // filter change, deleted database, its job removed or changed by its
 // document or replication, or re-enqueued or taken over elsewhere after
 // the node's hold on it lapsed), "replication healed". Warn: "replication

@@ -92,16 +92,21 @@ func (w *worker) now() time.Time { return w.cfg.Clock.Now() }
 
 // logEvent starts the lifecycle log line of the job (see doc.go, "Logs"):
 // job_id, and db and doc_id for a document's job or user for a transient
-// one (the node's logger adds node). Nothing of the endpoints but their redacted URLs is ever
-// added.
+// one, and rep_id once the run computed it (the node's logger adds node).
+// A document's versions share its job id: rep_id tells their runs apart.
+// Nothing of the endpoints but their redacted URLs is ever added.
 func (w *worker) logEvent(e *zerolog.Event, d *replicator.JobData) *zerolog.Event {
 	e = e.Str("job_id", w.job.ID)
 	switch {
 	case d == nil:
+		return e
 	case d.Transient():
 		e = e.Str("user", d.RepUser)
 	default:
 		e = e.Str("db", d.DBName).Str("doc_id", d.DocID)
+	}
+	if d.RepID != "" {
+		e = e.Str("rep_id", d.RepID)
 	}
 	return e
 }
@@ -412,7 +417,7 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 // took over (prevNode: the node it was taken back from, or "").
 func (w *worker) logStarted(d *replicator.JobData, rep engine.Replication, prevNode string) {
 	rep = rep.WithDefaults()
-	e := w.logEvent(w.cfg.Logger.Info(), d).Str("rep_id", d.RepID).
+	e := w.logEvent(w.cfg.Logger.Info(), d).
 		Str("source", d.Rep.Source.Redacted()).Str("target", d.Rep.Target.Redacted()).
 		Bool("continuous", d.Continuous()).Int("worker_processes", rep.WorkerProcesses).
 		Int("worker_batch_size", rep.WorkerBatchSize).Int("http_connections", rep.HTTPConnections)
@@ -474,6 +479,9 @@ func (w *worker) txError(err error) {
 // taken over after this node's hold on it lapsed. One read tells which
 // (best effort: without it the line says removed).
 func (w *worker) logHalted() {
+	if w.data == nil || w.data.State != replicator.StateRunning {
+		return // it never started here: there is no run to end
+	}
 	why := "its job was removed: its document or database deleted, or the replication cancelled"
 	d, st, err := w.n.store.Job(w.ctx, nil, w.job.ID)
 	switch {

@@ -168,8 +168,9 @@ func (s *soak) started(l soakLine) {
 	for _, r := range s.open[job] {
 		switch {
 		case r.v != v && !r.v.retired.IsZero():
-			// The retired version's worker stops, without a line, at its
-			// next heartbeat; the stop check at the end sees whether it did.
+			// The retired version's worker stops at its next heartbeat
+			// (its line, with its rep_id, may come after this one); the
+			// stop check at the end sees whether it did.
 			s.closeRun(r)
 		case r.v != v:
 			s.problem("safety: %s started on %s while %s, not retired, runs on %s since +%v", v, node, r.v, r.node, s.since(r.start))
@@ -188,7 +189,7 @@ func (s *soak) started(l soakLine) {
 	if !v.completed.IsZero() {
 		s.problem("safety: one-shot %s completed at +%v and started again on %s", v, s.since(v.completed), node)
 	}
-	keep = append(keep, &soakRun{v: v, job: job, node: node, start: l.at})
+	keep = append(keep, &soakRun{v: v, job: job, node: node, repID: soakStr(l.m, "rep_id"), start: l.at})
 	s.open[job] = keep
 	v.open++
 	v.everRan = true
@@ -212,10 +213,12 @@ func (s *soak) closeRun(r *soakRun) {
 
 // ended applies a line ending a run: stopped, completed, crashed, failed.
 func (s *soak) ended(l soakLine, how string) {
-	job, node := soakStr(l.m, "job_id"), soakStr(l.m, "node")
+	job, node, repID := soakStr(l.m, "job_id"), soakStr(l.m, "node"), soakStr(l.m, "rep_id")
 	var run *soakRun
 	for _, r := range s.open[job] {
-		if r.node == node {
+		// A line with a rep_id ends the run of that version only: a
+		// retired version's worker may stop after the next one started.
+		if r.node == node && (repID == "" || r.repID == "" || r.repID == repID) {
 			run = r
 		}
 	}

@@ -68,6 +68,7 @@ type soakRun struct {
 	v     *soakVersion
 	job   string
 	node  string
+	repID string // from its start line: a document's versions share its job id
 	start time.Time
 }
 
