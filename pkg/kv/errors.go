@@ -3,6 +3,7 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Error is an error from the storage layer carrying FoundationDB's error
@@ -20,44 +21,49 @@ type Error struct {
 
 // FoundationDB error codes used by fdbrep. The names are FoundationDB's.
 const (
-	CodeOperationFailed         = 1000 // operation_failed
-	CodeTimedOut                = 1004 // timed_out
-	CodeTransactionTooOld       = 1007 // transaction_too_old
-	CodeFutureVersion           = 1009 // future_version
-	CodeNotCommitted            = 1020 // not_committed
-	CodeCommitUnknownResult     = 1021 // commit_unknown_result
-	CodeTransactionCancelled    = 1025 // transaction_cancelled
-	CodeWatchCancelled          = 1029 // watch_cancelled (handled inside FDB's client; never returned)
-	CodeTransactionTimedOut     = 1031 // transaction_timed_out
-	CodeTooManyWatches          = 1032 // too_many_watches
-	CodeAccessedUnreadable      = 1036 // accessed_unreadable
-	CodeProcessBehind           = 1037 // process_behind
-	CodeDatabaseLocked          = 1038 // database_locked
-	CodeClusterVersionChanged   = 1039 // cluster_version_changed
-	CodeProxyMemoryLimit        = 1042 // commit_proxy_memory_limit_exceeded
-	CodeBatchTransactionThrottl = 1051 // batch_transaction_throttled
-	CodeGRVProxyMemoryLimit     = 1078 // grv_proxy_memory_limit_exceeded
-	CodeBlobGranuleRequest      = 1079 // blob_granule_request_failed
-	CodeOperationCancelled      = 1101 // operation_cancelled
-	CodeFutureReleased          = 1102 // future_released
-	CodeTagThrottled            = 1213 // tag_throttled
-	CodeProxyTagThrottled       = 1223 // proxy_tag_throttled
-	CodeIOError                 = 1510 // io_error
-	CodeClientInvalidOperation  = 2000 // client_invalid_operation
-	CodeKeyOutsideLegalRange    = 2004 // key_outside_legal_range
-	CodeInvertedRange           = 2005 // inverted_range
-	CodeInvalidOptionValue      = 2006 // invalid_option_value
-	CodeInvalidOption           = 2007 // invalid_option
-	CodeRangeLimitsInvalid      = 2012 // range_limits_invalid
-	CodeUsedDuringCommit        = 2017 // used_during_commit
-	CodeInvalidMutationType     = 2018 // invalid_mutation_type
-	CodeNoCommitVersion         = 2021 // no_commit_version
-	CodeTransactionTooLarge     = 2101 // transaction_too_large
-	CodeKeyTooLarge             = 2102 // key_too_large
-	CodeValueTooLarge           = 2103 // value_too_large
-	CodeExactModeWithoutLimits  = 2210 // exact_mode_without_limits
-	CodeUnknownError            = 4000 // unknown_error
-	CodeInternalError           = 4100 // internal_error
+	CodeOperationFailed          = 1000 // operation_failed
+	CodeTimedOut                 = 1004 // timed_out
+	CodeTransactionTooOld        = 1007 // transaction_too_old
+	CodeFutureVersion            = 1009 // future_version
+	CodeNotCommitted             = 1020 // not_committed
+	CodeCommitUnknownResult      = 1021 // commit_unknown_result
+	CodeTransactionCancelled     = 1025 // transaction_cancelled
+	CodeWatchCancelled           = 1029 // watch_cancelled (handled inside FDB's client; never returned)
+	CodeTransactionTimedOut      = 1031 // transaction_timed_out
+	CodeTooManyWatches           = 1032 // too_many_watches
+	CodeAccessedUnreadable       = 1036 // accessed_unreadable
+	CodeProcessBehind            = 1037 // process_behind
+	CodeDatabaseLocked           = 1038 // database_locked
+	CodeClusterVersionChanged    = 1039 // cluster_version_changed
+	CodeProxyMemoryLimit         = 1042 // commit_proxy_memory_limit_exceeded
+	CodeBatchTransactionThrottl  = 1051 // batch_transaction_throttled
+	CodeGRVProxyMemoryLimit      = 1078 // grv_proxy_memory_limit_exceeded
+	CodeBlobGranuleRequest       = 1079 // blob_granule_request_failed
+	CodeOperationCancelled       = 1101 // operation_cancelled
+	CodeFutureReleased           = 1102 // future_released
+	CodeTagThrottled             = 1213 // tag_throttled
+	CodeProxyTagThrottled        = 1223 // proxy_tag_throttled
+	CodeIOError                  = 1510 // io_error
+	CodeClientInvalidOperation   = 2000 // client_invalid_operation
+	CodeKeyOutsideLegalRange     = 2004 // key_outside_legal_range
+	CodeInvertedRange            = 2005 // inverted_range
+	CodeInvalidOptionValue       = 2006 // invalid_option_value
+	CodeInvalidOption            = 2007 // invalid_option
+	CodeRangeLimitsInvalid       = 2012 // range_limits_invalid
+	CodeUsedDuringCommit         = 2017 // used_during_commit
+	CodeInvalidMutationType      = 2018 // invalid_mutation_type
+	CodeNoCommitVersion          = 2021 // no_commit_version
+	CodeTransactionTooLarge      = 2101 // transaction_too_large
+	CodeKeyTooLarge              = 2102 // key_too_large
+	CodeValueTooLarge            = 2103 // value_too_large
+	CodeSpecialKeysWriteDisabled = 2114 // special_keys_write_disabled
+	CodeTenantNotFound           = 2131 // tenant_not_found
+	CodeTenantAlreadyExists      = 2132 // tenant_already_exists
+	CodeTenantNotEmpty           = 2133 // tenant_not_empty
+	CodeTenantsDisabled          = 2136 // tenants_disabled
+	CodeExactModeWithoutLimits   = 2210 // exact_mode_without_limits
+	CodeUnknownError             = 4000 // unknown_error
+	CodeInternalError            = 4100 // internal_error
 )
 
 // FoundationDB's limits. The embedded backend enforces them where and as
@@ -131,8 +137,77 @@ var errorInfos = map[int]errorInfo{
 	CodeKeyTooLarge:             {"key_too_large", "Key length exceeds limit"},
 	CodeValueTooLarge:           {"value_too_large", "Value length exceeds limit"},
 	CodeExactModeWithoutLimits:  {"exact_mode_without_limits", "EXACT streaming mode requires limits, but none were given"},
-	CodeUnknownError:            {"unknown_error", "An unknown error occurred"},
-	CodeInternalError:           {"internal_error", "An internal error occurred"},
+	// The other errors a client of FoundationDB 7.3 may see, so that none
+	// reads as "Unknown error".
+	1001:                         {"wrong_shard_server", "Shard is not available from this server"},
+	1006:                         {"all_alternatives_failed", "All alternatives failed"},
+	1022:                         {"commit_unknown_result_fatal", "Idempotency id for transaction may have expired, so the commit status of the transaction cannot be determined"},
+	1026:                         {"connection_failed", "Network connection failed"},
+	1027:                         {"coordinators_changed", "Coordination servers have changed"},
+	1030:                         {"request_maybe_delivered", "Request may or may not have been delivered"},
+	1033:                         {"locality_information_unavailable", "Locality information not available"},
+	1034:                         {"watches_disabled", "Watches cannot be set if read your writes is disabled"},
+	1040:                         {"external_client_already_loaded", "External client has already been loaded"},
+	1041:                         {"lookup_failed", "DNS lookup failed"},
+	1043:                         {"shutdown_in_progress", "Operation no longer supported due to shutdown"},
+	1054:                         {"wrong_connection_file", "Connection file mismatch"},
+	1100:                         {"broken_promise", "Broken promise"},
+	1211:                         {"server_overloaded", "Server is under too much load and cannot respond"},
+	1511:                         {"file_not_found", "File not found"},
+	1513:                         {"file_not_readable", "File could not be read"},
+	1515:                         {"no_cluster_file_found", "No cluster file found in current directory or default location"},
+	2008:                         {"network_not_setup", "Action not possible before the network is configured"},
+	2009:                         {"network_already_setup", "Network can be configured only once"},
+	2010:                         {"read_version_already_set", "Transaction already has a read version set"},
+	2011:                         {"version_invalid", "Version not valid"},
+	2015:                         {"future_not_set", "Future not ready"},
+	2016:                         {"future_not_error", "Future not an error"},
+	2020:                         {"transaction_invalid_version", "Transaction does not have a valid commit version"},
+	2023:                         {"transaction_read_only", "Attempted to commit a transaction specified as read-only"},
+	2100:                         {"incompatible_protocol_version", "Incompatible protocol version"},
+	2104:                         {"connection_string_invalid", "Connection string invalid"},
+	2107:                         {"tls_error", "TLS error"},
+	2108:                         {"unsupported_operation", "Operation is not supported"},
+	2109:                         {"too_many_tags", "Too many tags set on transaction"},
+	2110:                         {"tag_too_long", "Tag set on transaction is too long"},
+	2112:                         {"special_keys_cross_module_read", "Special key space range read crosses modules. Refer to the `special_key_space_relaxed' transaction option for more details."},
+	2113:                         {"special_keys_no_module_found", "Special key space range read does not intersect a module. Refer to the `special_key_space_relaxed' transaction option for more details."},
+	CodeSpecialKeysWriteDisabled: {"special_keys_write_disabled", "Special Key space is not allowed to write by default. Refer to the `special_key_space_enable_writes` transaction option for more details."},
+	2115:                         {"special_keys_no_write_module_found", "Special key space key or keyrange in set or clear does not intersect a module"},
+	2116:                         {"special_keys_cross_module_clear", "Special key space clear crosses modules"},
+	2117:                         {"special_keys_api_failure", "Api call through special keys failed. For more information, call get on special key 0xff0xff/error_message to get a json string of the error message."},
+	2125:                         {"incompatible_client", "None of the available clients match the protocol version of the cluster."},
+	2130:                         {"tenant_name_required", "Tenant name must be specified to access data in the cluster"},
+	CodeTenantNotFound:           {"tenant_not_found", "Tenant does not exist"},
+	CodeTenantAlreadyExists:      {"tenant_already_exists", "A tenant with the given name already exists"},
+	CodeTenantNotEmpty:           {"tenant_not_empty", "Cannot delete a non-empty tenant"},
+	2134:                         {"invalid_tenant_name", "Tenant name cannot begin with \\xff"},
+	2135:                         {"tenant_prefix_allocator_conflict", "The database already has keys stored at the prefix allocated for the tenant"},
+	CodeTenantsDisabled:          {"tenants_disabled", "Tenants have been disabled in the cluster"},
+	2138:                         {"illegal_tenant_access", "Illegal tenant access"},
+	2142:                         {"tenant_removed", "The tenant was removed"},
+	2143:                         {"invalid_tenant_state", "Operation cannot be applied to tenant in its current state"},
+	2144:                         {"tenant_locked", "Tenant is locked"},
+	2200:                         {"api_version_unset", "API version is not set"},
+	2201:                         {"api_version_already_set", "API version may be set only once"},
+	2202:                         {"api_version_invalid", "API version not valid"},
+	2203:                         {"api_version_not_supported", "API version not supported"},
+	2204:                         {"api_function_missing", "Failed to load a required FDB API function."},
+	4200:                         {"not_implemented", "Not implemented yet"},
+	6000:                         {"permission_denied", "Client tried to access unauthorized data"},
+	CodeUnknownError:             {"unknown_error", "An unknown error occurred"},
+	CodeInternalError:            {"internal_error", "An internal error occurred"},
+}
+
+// Codes returns, in increasing order, the codes whose FoundationDB name
+// and message kv knows.
+func Codes() []int {
+	codes := make([]int, 0, len(errorInfos))
+	for c := range errorInfos {
+		codes = append(codes, c)
+	}
+	slices.Sort(codes)
+	return codes
 }
 
 // Error renders the code and FoundationDB's message for it exactly as
