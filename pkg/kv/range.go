@@ -62,10 +62,16 @@ const (
 	StreamingModeSerial
 )
 
+// RowLimitUnlimited is FoundationDB's row limit that means none: a range
+// read with Limit -1 returns every row, as one with Limit 0 does.
+const RowLimitUnlimited = -1
+
 // RangeOptions tune a range read. The zero value reads every key in order.
 type RangeOptions struct {
-	// Limit is the maximum number of key-value pairs returned; 0 means no
-	// limit.
+	// Limit is the maximum number of key-value pairs returned; 0 (or
+	// RowLimitUnlimited) means no limit, and a limit below
+	// RowLimitUnlimited fails with range_limits_invalid (2012), as on
+	// FoundationDB.
 	Limit int
 	// Mode is a hint for how many rows to fetch per round trip.
 	Mode StreamingMode

@@ -193,8 +193,11 @@
 //     (FDBREP_KV_FAULTS).
 //   - The transaction lifetime is measured in time from when the
 //     transaction took its read version, not by the version distance from
-//     the newest commit (5,000,000 versions): on FoundationDB reads may
-//     succeed slightly past five seconds or fail early around recoveries.
+//     the newest commit (5,000,000 versions), and both reads and commits
+//     past it fail: on FoundationDB a commit past five seconds fails too,
+//     but reads often still succeed while the storage servers keep the
+//     version (seen on 7.3.79 at 5.5 s), and may fail early around
+//     recoveries.
 //   - Read versions are the newest durable commit version; a read-only
 //     transaction's read version may therefore stay the same while nothing
 //     commits (FoundationDB's keep advancing).
@@ -217,4 +220,11 @@
 //   - Options that are not in kv.TransactionOptions (priorities, tags,
 //     read-your-writes disable, system key access) do not exist; keys from
 //     "\xff" on are not readable.
+//   - After a CompareAndClear in a transaction, FoundationDB's
+//     read-your-writes cache counts its key as present when it resolves a
+//     key selector that moves from key to key (an offset other than 1),
+//     whatever the key's value (seen on 7.3.79: with keys a, d and x and a
+//     CompareAndClear of the absent key c, the second key from b resolves
+//     to d, not x); here only keys that exist count. fdbrep uses no CompareAndClear, and the conformance
+//     suite's model keeps the two apart.
 package embedded

@@ -21,3 +21,18 @@ func keyAfterAnd(k, v []byte) (ke, vc []byte) {
 // isSystem reports whether k lies in the system key space, from "\xff" on,
 // which transactions can neither read nor write.
 func isSystem(k []byte) bool { return bytes.Compare(k, maxReadKey) >= 0 }
+
+// specialKeys begins FoundationDB's special key space, which no write may
+// touch without the special_key_space_enable_writes option.
+var specialKeys = []byte{0xff, 0xff}
+
+// systemWriteErr is FoundationDB's error for a set or clear at k in the
+// system key space: special_keys_write_disabled in its special key space,
+// key_outside_legal_range elsewhere. (Atomic operations there are
+// key_outside_legal_range wherever they are.)
+func systemWriteErr(k []byte) error {
+	if bytes.Compare(k, specialKeys) >= 0 {
+		return errSpecialKeysWrite
+	}
+	return errOutsideLegalRange
+}

@@ -202,8 +202,13 @@ func (it *rangeIter) fetchBatch() (int, error) {
 // start validates the range and resolves its selectors.
 func (it *rangeIter) start() error {
 	rr := it.rr
-	if rr.opts.Limit < 0 {
+	switch {
+	case rr.opts.Limit < kv.RowLimitUnlimited:
 		return errRangeLimits
+	case rr.opts.Limit == kv.RowLimitUnlimited && rr.opts.Mode == kv.StreamingModeExact:
+		// FoundationDB's binding reads a limit of 0 as "all" whatever the
+		// mode, but passes -1 on, which the client refuses in EXACT mode.
+		return errExactMode
 	}
 	it.left = -1
 	if rr.opts.Limit > 0 {

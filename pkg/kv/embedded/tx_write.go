@@ -3,6 +3,7 @@ package embedded
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
@@ -12,9 +13,10 @@ import (
 // write buffer and adds its write conflict range. Keys and values are
 // copied: the caller may reuse its slices.
 
-// checkKey returns the error FoundationDB gives a write or watch of k:
-// key_outside_legal_range for the system key space, key_too_large past
-// kv.MaxKeySize.
+// checkKey returns the error FoundationDB gives an atomic operation or a
+// watch of k: key_outside_legal_range for the system key space,
+// key_too_large past kv.MaxKeySize. (A set or clear there is
+// systemWriteErr's.)
 func checkKey(k []byte) error {
 	switch {
 	case isSystem(k):
@@ -70,7 +72,17 @@ func (tr *transaction) writeKey(key kv.KeyConvertible, v []byte, record func(k, 
 	tr.addWrite(span{kc, ke})
 }
 
-func (tr *transaction) Set(key kv.KeyConvertible, value []byte) { tr.writeKey(key, value, tr.buf.set) }
+func (tr *transaction) Set(key kv.KeyConvertible, value []byte) {
+	if k := key.FDBKey(); isSystem(k) {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		if tr.writable() {
+			tr.deferErr(systemWriteErr(k))
+		}
+		return
+	}
+	tr.writeKey(key, value, tr.buf.set)
+}
 
 func (tr *transaction) Clear(key kv.KeyConvertible) {
 	k := key.FDBKey()
@@ -80,7 +92,7 @@ func (tr *transaction) Clear(key kv.KeyConvertible) {
 		return
 	}
 	if isSystem(k) {
-		tr.deferErr(errOutsideLegalRange)
+		tr.deferErr(systemWriteErr(k))
 		return
 	}
 	if len(k) > kv.MaxKeySize {
@@ -99,6 +111,10 @@ func (tr *transaction) ClearRange(r kv.ExactRange) {
 		return
 	}
 	b, e, err := exactRange(r)
+	if errors.Is(err, errOutsideLegalRange) {
+		bk, _ := r.FDBRangeKeys()
+		err = systemWriteErr(bk.FDBKey())
+	}
 	if err != nil {
 		tr.deferErr(err)
 		return

@@ -15,7 +15,7 @@ import (
 var fidelityTests = []conformanceTest{
 	inScenario("VersionstampAfterCommit", testVersionstampAfterCommit),
 	inScenario("WatchAddsReadConflict", testWatchAddsReadConflict),
-	inScenario("NegativeRangeLimit", testNegativeRangeLimit),
+	inScenario("RangeLimits", testRangeLimits),
 	withoutBudget(onDB("SizeCountsMutationOverhead", testSizeCountsMutationOverhead)),
 	withoutBudget(onDB("SizeCountsReadConflictRanges", testSizeCountsReadConflicts)),
 }
@@ -55,12 +55,22 @@ func testWatchAddsReadConflict(t *testing.T, db kv.Database, ks keyspace) {
 	require.Error(t, werr, "the watch fails with the commit")
 }
 
-// testNegativeRangeLimit: a negative limit is range_limits_invalid (2012).
-func testNegativeRangeLimit(t *testing.T, db kv.Database, ks keyspace) {
+// testRangeLimits: a limit of -1 (FoundationDB's ROW_LIMIT_UNLIMITED) reads
+// every row, as 0 does, but is exact_mode_without_limits in EXACT mode; a
+// limit below -1 is range_limits_invalid (2012).
+func testRangeLimits(t *testing.T, db kv.Database, ks keyspace) {
+	for i := range 3 {
+		set(t, db, ks.key(fmt.Sprint(i)), "v")
+	}
 	tr := newTr(t, db)
 	defer tr.Cancel()
-	_, err := tr.GetRange(ks.all(), kv.RangeOptions{Limit: -1}).GetSliceWithError()
+	rows, err := tr.GetRange(ks.all(), kv.RangeOptions{Limit: kv.RowLimitUnlimited}).GetSliceWithError()
+	must(t, err)
+	require.Len(t, rows, 3)
+	_, err = tr.GetRange(ks.all(), kv.RangeOptions{Limit: -2}).GetSliceWithError()
 	mustCode(t, err, kv.CodeRangeLimitsInvalid)
+	_, err = tr.GetRange(ks.all(), kv.RangeOptions{Limit: kv.RowLimitUnlimited, Mode: kv.StreamingModeExact}).GetSliceWithError()
+	mustCode(t, err, kv.CodeExactModeWithoutLimits)
 }
 
 // testSizeCountsMutationOverhead: FoundationDB counts every mutation and

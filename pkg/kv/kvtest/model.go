@@ -51,6 +51,20 @@ func maps(src map[string][]byte) map[string][]byte {
 	return out
 }
 
+// committedKVs returns the committed pairs in key order.
+func (m *model) committedKVs() []kv.KeyValue {
+	keys := make([]string, 0, len(m.committed))
+	for k := range m.committed {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]kv.KeyValue, len(keys))
+	for i, k := range keys {
+		out[i] = kv.KeyValue{Key: kv.Key(k), Value: m.committed[k]}
+	}
+	return out
+}
+
 func (m *model) sortedKeys() []string {
 	keys := make([]string, 0, len(m.tx))
 	for k := range m.tx {
@@ -150,14 +164,29 @@ func testModelRandom(t *testing.T, db kv.Database) {
 
 	for txn := 0; txn < modelTransactions; txn++ {
 		var log []string
+		committed := fmtKVs(m.committedKVs())
 		fail := func(format string, args ...any) {
 			t.Helper()
-			t.Fatalf("seed %d, transaction %d: %s\noperations:\n  %s", seed, txn,
-				fmt.Sprintf(format, args...), strings.Join(log, "\n  "))
+			t.Fatalf("seed %d, transaction %d: %s\ncommitted before it: %s\noperations:\n  %s", seed, txn,
+				fmt.Sprintf(format, args...), committed, strings.Join(log, "\n  "))
 		}
 		m.begin()
 		tr := newTr(t, db)
 		aborted := false
+		// After a CompareAndClear, FoundationDB's read-your-writes cache
+		// counts its key as present when it resolves a key selector that
+		// moves from key to key (an offset other than 1), whatever the
+		// key's value: the embedded store counts only keys that exist. So
+		// such selectors are not mixed with CompareAndClear in one
+		// transaction (fdbrep does neither; see kv/embedded's doc).
+		compareAndCleared := false
+		selector := func() kv.KeySelector {
+			s := randSelector()
+			if compareAndCleared {
+				s.Offset = 1
+			}
+			return s
+		}
 		// readOK handles a read error: fault injection may fail a read
 		// with a retryable error, which abandons the transaction.
 		readOK := func(err error) bool {
@@ -215,6 +244,7 @@ func testModelRandom(t *testing.T, db kv.Database) {
 					}
 					log = append(log, fmt.Sprintf("compare and clear %q %x", k, param))
 					tr.CompareAndClear(kv.Key(k), param)
+					compareAndCleared = true
 					if ok && bytes.Equal(cur, param) {
 						delete(m.tx, k)
 					}
@@ -238,7 +268,7 @@ func testModelRandom(t *testing.T, db kv.Database) {
 					fail("get %q: got %q, want %q", k, v, want)
 				}
 			case 6:
-				s := randSelector()
+				s := selector()
 				got, err := tr.GetKey(s).Get()
 				log = append(log, fmt.Sprintf("get key %+v -> %q", s, got))
 				if !readOK(err) {
@@ -257,7 +287,7 @@ func testModelRandom(t *testing.T, db kv.Database) {
 					}
 					begin, end = kv.FirstGreaterOrEqual(kv.Key(b)), kv.FirstGreaterOrEqual(kv.Key(e))
 				} else {
-					begin, end = randSelector(), randSelector()
+					begin, end = selector(), selector()
 				}
 				opts := kv.RangeOptions{Limit: rng.IntN(5), Reverse: rng.IntN(2) == 0}
 				var got []kv.KeyValue
