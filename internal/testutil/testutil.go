@@ -45,10 +45,12 @@ func (s *SyncBuffer) String() string {
 
 // leakOptions ignore goroutines that outlive a test by design: idle
 // keep-alive connections of http.DefaultClient to servers that are gone
-// close asynchronously.
+// close asynchronously, and FoundationDB's network thread runs for the
+// life of the process once a database was opened (tests on FoundationDB).
 var leakOptions = []goleak.Option{
 	goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 	goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	goleak.IgnoreTopFunction("github.com/apple/foundationdb/bindings/go/src/fdb._Cfunc_fdb_run_network"),
 }
 
 // VerifyTestMain runs the package's tests and fails the run if any

@@ -67,15 +67,25 @@ func OpenWithOptions(clusterFile string, o Options) (kv.Database, error) {
 		h = &handle{clusterFile: clusterFile, db: db}
 		handles[clusterFile] = h
 	}
+	d := &database{h: h, timeoutMs: o.timeoutMillis(), tenantName: o.Tenant}
+	if o.Tenant != "" {
+		t, err := h.db.OpenTenant(fdb.Key(o.Tenant))
+		if err != nil {
+			return nil, openError(clusterFile, err)
+		}
+		d.tenant = &t
+	}
 	h.refs++
-	return &database{h: h, timeoutMs: o.timeoutMillis()}, nil
+	return d, nil
 }
 
-// database adapts fdb.Database to kv.Database.
+// database adapts fdb.Database, or one of its tenants, to kv.Database.
 type database struct {
-	h         *handle
-	timeoutMs int64 // set on every new or reset transaction; 0: none
-	closed    atomic.Bool
+	h          *handle
+	tenant     *fdb.Tenant // nil: the whole database
+	tenantName string
+	timeoutMs  int64 // set on every new or reset transaction; 0: none
+	closed     atomic.Bool
 }
 
 var _ kv.Database = (*database)(nil)
@@ -86,7 +96,13 @@ func (d *database) CreateTransaction() (kv.Transaction, error) {
 	if d.closed.Load() || d.h.destroyed {
 		return nil, kv.ErrDatabaseClosed
 	}
-	tr, err := d.h.db.CreateTransaction()
+	var tr fdb.Transaction
+	var err error
+	if d.tenant != nil {
+		tr, err = d.tenant.CreateTransaction()
+	} else {
+		tr, err = d.h.db.CreateTransaction()
+	}
 	if err != nil {
 		return nil, convertErr(err)
 	}
@@ -98,12 +114,50 @@ func (d *database) CreateTransaction() (kv.Transaction, error) {
 	return t, nil
 }
 
-// String names the cluster file, for kv.Probe's error.
+// String names the cluster file (and the tenant), for kv.Probe's error.
 func (d *database) String() string {
-	if d.h.clusterFile == "" {
-		return "FoundationDB (default cluster file)"
+	s := "FoundationDB (default cluster file"
+	if d.h.clusterFile != "" {
+		s = fmt.Sprintf("FoundationDB (cluster file %s", d.h.clusterFile)
 	}
-	return fmt.Sprintf("FoundationDB (cluster file %s)", d.h.clusterFile)
+	if d.tenantName != "" {
+		s += fmt.Sprintf(", tenant %q", d.tenantName)
+	}
+	return s + ")"
+}
+
+// FoundationDB marks the database as a real FoundationDB's, for the tests
+// that accept what FoundationDB may do and the embedded store never does
+// (kvtest).
+func (d *database) FoundationDB() {}
+
+// CreateTenant creates the tenant name in the cluster of db (a Database
+// of this package, opened without a tenant). It fails when the tenant
+// exists, and with FoundationDB's error when the cluster does not allow
+// tenants.
+func CreateTenant(ctx context.Context, db kv.Database, name string) error {
+	return tenantOp(ctx, db, func(tr fdb.Transaction) error { return tr.CreateTenant(fdb.Key(name)) })
+}
+
+// DeleteTenant deletes the tenant name, which must be empty (clear its
+// keys first, in a transaction of the tenant).
+func DeleteTenant(ctx context.Context, db kv.Database, name string) error {
+	return tenantOp(ctx, db, func(tr fdb.Transaction) error { return tr.DeleteTenant(fdb.Key(name)) })
+}
+
+func tenantOp(ctx context.Context, db kv.Database, op func(fdb.Transaction) error) error {
+	d, ok := db.(*database)
+	if !ok || d.tenant != nil {
+		return fmt.Errorf("fdbkv: tenants are managed through a FoundationDB database opened without a tenant, not %v", db)
+	}
+	_, err := d.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		err := op(tr.(*transaction).tr)
+		if fe, ok := err.(fdb.Error); ok {
+			return nil, convertErr(fe)
+		}
+		return nil, err
+	})
+	return err
 }
 
 // Transact runs f in kv's retry loop; see kv.Transactor.

@@ -18,6 +18,14 @@ type Options struct {
 	// TransactionTimeout is the timeout transactions start with
 	// (TransactionTimeoutDefault if 0; negative: none).
 	TransactionTimeout time.Duration
+	// Tenant, when not empty, names the FoundationDB tenant every
+	// transaction runs in: a key space of its own, whose keys the tenant's
+	// prefix separates from every other tenant's and which reads as a
+	// whole database ("" to "\xff"). The cluster must allow tenants
+	// (fdbcli: configure tenant_mode=optional_experimental) and the tenant
+	// must exist (CreateTenant); a transaction in a missing one fails with
+	// tenant_not_found (2131).
+	Tenant string
 }
 
 // timeoutMillis returns the timeout to set on new transactions, 0 for none.

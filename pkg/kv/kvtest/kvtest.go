@@ -20,12 +20,17 @@ import (
 )
 
 // NewDB opens an empty in-memory embedded store for one test and closes it
-// when the test ends. When FDBREP_KV_FAULTS enables fault injection (see
-// faultkv.FromEnv), the store is wrapped with it and the seed is logged.
-// FDBREP_KV_LATENCY and FDBREP_KV_BUDGET apply as to every embedded store
-// (see OpenEmbedded); a transaction over the budget fails the test.
+// when the test ends; with FDBREP_KV_BACKEND=fdb, a new tenant of the
+// FoundationDB cluster instead, emptied and deleted when the test ends.
+// When FDBREP_KV_FAULTS enables fault injection (see faultkv.FromEnv), the
+// store is wrapped with it and the seed is logged. FDBREP_KV_LATENCY and
+// FDBREP_KV_BUDGET apply as to every embedded store (see OpenEmbedded); a
+// transaction over the budget fails the test.
 func NewDB(t testing.TB) kv.Database {
 	t.Helper()
+	if OnFoundationDB(t) {
+		return WithEnvFaults(t, openTenant(t, ""))
+	}
 	return open(t, embedded.Options{InMemory: true})
 }
 
@@ -36,9 +41,14 @@ func NewDiskDB(t testing.TB) kv.Database {
 }
 
 // OpenDiskDB is NewDB on a durable store in dir, for tests that close a
-// store and open it again (the store in dir must be closed first).
+// store and open it again (the store in dir must be closed first). With
+// FDBREP_KV_BACKEND=fdb, dir names a tenant that lives as long as the test
+// that first opened it.
 func OpenDiskDB(t testing.TB, dir string) kv.Database {
 	t.Helper()
+	if OnFoundationDB(t) {
+		return WithEnvFaults(t, openTenant(t, dir))
+	}
 	return open(t, embedded.Options{Dir: dir})
 }
 
