@@ -54,6 +54,13 @@
 //     kv.ErrDatabaseClosed at commit; creating one fails at once. Creating a
 //     transaction and closing the last Database of a handle exclude each
 //     other, so no transaction is created on a destroyed handle.
+//   - Tenants: with Options.Tenant every transaction runs in that tenant, a
+//     key space of its own that reads as a whole database; CreateTenant and
+//     DeleteTenant manage them (the cluster must allow tenants).
+//   - A failed kv.Probe says what to check (Explain): the cluster file
+//     missing, unreadable or malformed, the tenant missing or tenants not
+//     allowed, the coordinators not taking connections, or taking them while
+//     the database does not answer (never created, or recovering).
 //   - Watches: FoundationDB's default of 10,000 outstanding watches counts
 //     per handle, shared by every Open of one cluster file in the process;
 //     the max_watches database option is not exposed.
