@@ -111,13 +111,16 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	if !cfg.Bool("fdb", "in_memory") && cfg.String("fdb", "backend") == "embedded" && cfg.String("fdb", "data_dir") == "" {
 		return serveConfig{}, errors.New("serve: -data-dir ([fdb] data_dir) must not be empty")
 	}
+	if cfg.Bool("fdb", "in_memory") && cfg.String("fdb", "backend") == "fdb" {
+		return serveConfig{}, errors.New("serve: -in-memory ([fdb] in_memory) is an option of the embedded store, not of FoundationDB (-backend fdb)")
+	}
 	return serveConfig{cfg: cfg}, nil
 }
 
 func openStore(cfg *config.Config) (kv.Database, error) {
 	switch cfg.String("fdb", "backend") {
 	case "fdb":
-		return openFDB(cfg.String("fdb", "cluster_file"))
+		return openFDB(cfg.String("fdb", "cluster_file"), cfg.String("fdb", "tenant"))
 	default:
 		opts := embedded.Options{Dir: cfg.String("fdb", "data_dir")}
 		if cfg.Bool("fdb", "in_memory") {

@@ -155,12 +155,16 @@ func TestServeConfigErrors(t *testing.T) {
 		{[]string{"-health-bind", "0.0.0.0:1"}, nil, "loopback"},
 		{[]string{"-in-memory"}, map[string]string{"FDBREP_REPLICATOR__MAX_JOBS": "many"}, "max_jobs"},
 		{[]string{"-in-memory"}, map[string]string{"FDBREP_NOPE__X": "1"}, "FDBREP_NOPE__X"},
-		{[]string{"-in-memory", "-backend", "fdb"}, nil, "FoundationDB"},
+		{[]string{"-in-memory", "-backend", "fdb"}, nil, "an option of the embedded store, not of FoundationDB"},
+		{[]string{"-backend", "fdb", "-data-dir", "unused"}, nil, "built without FoundationDB support"},
 		{[]string{"-in-memory"}, map[string]string{"FDBREP_REPLICATOR__SSL_TRUSTED_CERTIFICATES_FILE": "/nonexistent/ca.pem"},
 			"[replicator] ssl_trusted_certificates_file: open /nonexistent/ca.pem: no such file or directory"},
 		{[]string{"-in-memory"}, map[string]string{"FDBREP_REPLICATOR__SOCKET_OPTIONS": "[{tos, 4}]"}, "[replicator] socket_options: tos is not supported"},
 		{[]string{"-in-memory"}, map[string]string{"FDBREP_CHTTPD__UTILS_DIR": "/nonexistent/release"}, "[chttpd] utils_dir"},
 	} {
+		if tc.want == "built without FoundationDB support" && fdbBuild {
+			continue
+		}
 		for k, v := range tc.env {
 			t.Setenv(k, v)
 		}

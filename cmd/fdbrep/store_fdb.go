@@ -11,14 +11,18 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/kv/fdbkv"
 )
 
-// openFDB opens the FoundationDB cluster named by clusterFile (every
-// transaction starts with fdbkv.TransactionTimeoutDefault) and probes it:
+// fdbBuild reports whether the binary has the FoundationDB backend.
+const fdbBuild = true
+
+// openFDB opens the FoundationDB cluster named by clusterFile, in tenant
+// unless it is empty (every transaction starts with
+// fdbkv.TransactionTimeoutDefault), and probes it:
 // opening contacts nobody, so a wrong cluster file or a cluster that is
 // down would otherwise show only as requests that hang. The node fails to
 // start with an error that says what to check; the container's restart
 // policy tries again.
-func openFDB(clusterFile string) (kv.Database, error) {
-	db, err := fdbkv.Open(clusterFile)
+func openFDB(clusterFile, tenant string) (kv.Database, error) {
+	db, err := fdbkv.OpenWithOptions(clusterFile, fdbkv.Options{Tenant: tenant})
 	if err != nil {
 		return nil, err
 	}

@@ -149,6 +149,7 @@ var Registry = []Key{
 	// [fdb]
 	strKey("fdb", "backend", "embedded", "Storage backend: the embedded store, or a FoundationDB cluster (binary built with -tags fdb).", "embedded", "fdb"),
 	strKey("fdb", "cluster_file", "", "FoundationDB cluster file (backend fdb); empty uses FoundationDB's default lookup."),
+	strKey("fdb", "tenant", "", "FoundationDB tenant the node's keys live in (backend fdb): a key space of its own on a shared cluster, which must allow tenants and hold it (fdbcli: configure tenant_mode=optional_experimental, then tenant create NAME); empty uses the whole database."),
 	strKey("fdb", "data_dir", "./data", "Directory of the embedded store (backend embedded)."),
 	boolKey("fdb", "in_memory", "false", "Keep the embedded store in memory only: nothing survives a restart."),
 	// [log]
