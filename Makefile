@@ -7,13 +7,20 @@ FDBSTUB   := $(CURDIR)/scripts/fdbstub
 POUCHDB   := $(CURDIR)/scripts/pouchdb
 FAUXTON   := $(CURDIR)/scripts/fauxton
 
-.PHONY: all build run test test-unit test-faults test-latency soak lint fdb-check pouchdb fauxton fuzz \
+.PHONY: all build build-fdb run test test-unit test-faults test-latency test-fdb soak lint fdb-check pouchdb fauxton fuzz \
         bench-kv bench-jobs bench-replication bench-scheduler bench-frontend bench-views bench-scale cluster clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/fdbrep ./cmd/fdbrep
+
+## build-fdb: the binary with the FoundationDB backend (-tags fdb), against
+## FoundationDB's client library: installed (its client package, or
+## ../shared/fdb/fdb.sh install), or that of ../shared/fdb.
+FDBSH ?= $(CURDIR)/../shared/fdb/fdb.sh
+build-fdb:
+	@if [ -f $(FDBSH) ]; then eval "$$(bash $(FDBSH) env)"; fi; $(GO) build -tags fdb -o $(BIN)/fdbrep ./cmd/fdbrep
 
 ## run: start one node with every role on the embedded store in $(DATA_DIR),
 ## with Fauxton at /_utils/ when it can be installed (npm; the node runs
@@ -29,9 +36,10 @@ cluster: build
 	$(BIN)/fdbrep cluster -data-dir $(DATA_DIR) $(ARGS)
 
 ## test: what CI runs: lint, the fdb-tagged build, the whole suite with the
-## race detector, again with storage fault injection, and again with
-## network latency and the transaction budget check on the embedded store.
-test: lint fdb-check pouchdb fauxton test-unit test-faults test-latency
+## race detector, again with storage fault injection, again with network
+## latency and the transaction budget check on the embedded store, and
+## again on a real FoundationDB cluster (test-fdb).
+test: lint fdb-check pouchdb fauxton test-unit test-faults test-latency test-fdb
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
@@ -54,6 +62,13 @@ SOAK_DURATION ?= 10m
 soak:
 	$(GO) test -count=1 -timeout 0 -run '^TestModel$$' ./cmd/internal/sim -v -sim.soak $(SOAK_DURATION)
 	FDBREP_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' ./cmd/internal/soak -v
+
+## test-fdb: the whole suite, the kv conformance suite among it, on a real
+## FoundationDB 7.3 cluster (scripts/with-fdb.sh: 3 processes started from
+## ../shared/fdb, or the cluster of FDB_CLUSTER_FILE), each test in a
+## tenant of its own; skipped with a message where neither is at hand.
+test-fdb:
+	scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb $(GO) test -tags fdb -count=1 -timeout 30m ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

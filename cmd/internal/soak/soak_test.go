@@ -25,6 +25,7 @@ import (
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
 // TestSoak runs both topologies for FDBREP_SOAK_DURATION in all (see the
@@ -45,12 +46,22 @@ func TestSoak(t *testing.T) {
 		total = d
 	}
 	couch := couchtest.StartCouchDB(t)
-	bin := buildBinary(t)
+	topos := soakTopologies()
+	var build []string
+	if kvtest.OnFoundationDB(t) {
+		// The processes run on the cluster, each topology in a tenant of
+		// its own. fdbrep cluster runs on the embedded store only: the
+		// roles as processes of their own on FoundationDB are the
+		// deployment test's.
+		build = []string{"-tags", "fdb"}
+		topos = topos[:1]
+	}
+	bin := buildBinary(t, build...)
 	seed := testutil.SeedFrom(t, soakSeedEnv)
-	for i, topo := range soakTopologies() {
+	for i, topo := range topos {
 		t.Run(topo.name, func(t *testing.T) {
 			s := newSoak(t, bin, couch, topo, seed, i)
-			s.run(total / 2)
+			s.run(total / time.Duration(len(topos)))
 		})
 	}
 }
@@ -265,6 +276,11 @@ func newSoak(t *testing.T, bin string, couch *couchtest.Server, topo soakTopolog
 		"FDBREP_REPLICATOR__HTTP_CONNECTIONS=4",
 		"FDBREP_REPLICATOR__RETRIES_PER_REQUEST=2")
 	s.args = topo.args(filepath.Join(t.TempDir(), "data"), s.addrs)
+	if kvtest.OnFoundationDB(t) {
+		cluster, tenant := kvtest.ProcessTenant(t)
+		s.args = append(s.args, "-backend", "fdb", "-cluster-file", cluster)
+		s.env = append(s.env, "FDBREP_FDB__TENANT="+tenant)
+	}
 
 	cu, cp := couch.Admin()
 	s.trickle = &soakTrickle{base: couch.URL(), user: cu, pass: cp, sources: s.lives, client: &http.Client{Timeout: 30 * time.Second},
@@ -562,12 +578,13 @@ func soakTargetKey(u string) string {
 	return k
 }
 
-// buildBinary builds fdbrep into a temporary directory and returns its
-// path.
-func buildBinary(t *testing.T) string {
+// buildBinary builds fdbrep with flags into a temporary directory and
+// returns its path.
+func buildBinary(t *testing.T, flags ...string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "fdbrep")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/fdbrep/fdbrep/cmd/fdbrep").CombinedOutput()
+	args := append(append([]string{"build"}, flags...), "-o", bin, "github.com/fdbrep/fdbrep/cmd/fdbrep")
+	out, err := exec.Command("go", args...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	return bin
 }

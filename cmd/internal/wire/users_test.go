@@ -114,7 +114,10 @@ func TestUsersSeeTheirReplications(t *testing.T) {
 			require.Equal(t, 200, r.Status, r.Raw)
 			require.EqualValues(t, 2, r.Body["total_rows"])
 			require.EqualValues(t, skip, r.Body["offset"])
-			require.Equal(t, []any{want}, r.Body["jobs"])
+			// The same job (its info may have moved on: it runs).
+			page := r.Body["jobs"].([]any)
+			require.Len(t, page, 1)
+			require.Equal(t, want.(map[string]any)["id"], page[0].(map[string]any)["id"])
 		}
 		r := e.do("GET", "/_scheduler/jobs?skip=5", asAlice, nil)
 		require.Empty(t, r.Body["jobs"])

@@ -59,3 +59,19 @@ func onFoundationDB(db kv.Database) bool {
 	_, ok := db.(interface{ FoundationDB() })
 	return ok
 }
+
+// newProcessTenant creates a tenant for processes a test starts (fdb.go;
+// nil without the fdb tag).
+var newProcessTenant func(t testing.TB) (clusterFile, tenant string)
+
+// ProcessTenant creates a tenant of the FoundationDB cluster for the
+// processes a test starts (fdbrep serve -backend fdb with [fdb] tenant),
+// emptied and deleted when the test ends, and returns the cluster file and
+// the tenant's name. With EnvBackend=fdb only.
+func ProcessTenant(t testing.TB) (clusterFile, tenant string) {
+	t.Helper()
+	if !OnFoundationDB(t) {
+		t.Fatalf("kvtest: ProcessTenant needs %s=%s", EnvBackend, BackendFDB)
+	}
+	return newProcessTenant(t)
+}

@@ -14,7 +14,7 @@ import (
 // cluster must allow tenants); it is skipped when the variable is unset.
 func TestConformanceFoundationDB(t *testing.T) {
 	if os.Getenv("FDB_CLUSTER_FILE") == "" {
-		t.Skip("FDB_CLUSTER_FILE is not set: make test-fdb runs this on a cluster of ../shared/fdb")
+		t.Skip("FDB_CLUSTER_FILE is not set: make test-fdb runs this on a throwaway cluster (scripts/with-fdb.sh)")
 	}
 	kvtest.RunConformance(t, kvtest.NewTenantDB)
 }

@@ -17,6 +17,16 @@
 // process_behind and future_version at any read, grv_proxy_memory_limit
 // and tag_throttled when getting a read version, and watches that fail.
 //
+// With FDBREP_KV_BACKEND=fdb (EnvBackend), in a test binary built with
+// -tags fdb, they hand out databases on the FoundationDB cluster that
+// FDB_CLUSTER_FILE names instead, each in a tenant of its own, created for
+// the test and emptied and deleted when it ends (never by clearing the
+// cluster): the cluster must allow tenants (fdbcli: configure
+// tenant_mode=optional_experimental). make test-fdb runs the whole suite
+// so on a throwaway cluster (scripts/with-fdb.sh). ProcessTenant gives a
+// tenant to processes a test starts (fdbrep serve -backend fdb with
+// [fdb] tenant).
+//
 // The stores read FDBREP_KV_LATENCY and FDBREP_KV_BUDGET (see package kv):
 // with the latency mode serial reads cost what they cost on FoundationDB;
 // with the budget check a transaction over 1 MB or 1 s fails with a
@@ -52,6 +62,12 @@
 // scenario on fresh keys (at most 200 times) instead of failing it. The
 // suite therefore also holds on a faultkv-wrapped backend, which is how it
 // checks that the wrapper keeps the semantics.
+//
+// On FoundationDB the suite accepts what FoundationDB may do where the
+// embedded store is deliberately stricter (a read past the five-second
+// lifetime may still be answered there), and its random model keeps apart
+// what FoundationDB's read-your-writes cache resolves its own way
+// (selectors after a CompareAndClear; see kv/embedded's differences).
 //
 // One subtest waits out the five second transaction lifetime; -short skips
 // it. The suite has no timing thresholds: waits on signals are bounded only

@@ -18,16 +18,27 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/kv/fdbkv"
 )
 
-func init() { openTenant = openFDBTenant }
+func init() {
+	openTenant = openFDBTenant
+	newProcessTenant = func(t testing.TB) (string, string) { return clusterFile(), newTenant(t, adminDB(t)) }
+	if os.Getenv(EnvBackend) == BackendFDB {
+		// Start FoundationDB's network thread now, outside any test: a
+		// test in a testing/synctest bubble (cmd/internal/sim) must not
+		// own a goroutine that runs for the life of the process.
+		admin, adminErr = fdbkv.Open(clusterFile())
+	}
+}
 
 // tenantPrefix begins the name of every tenant the test helpers create.
 const tenantPrefix = "fdbrep-test/"
 
 var (
-	adminMu sync.Mutex
-	admin   kv.Database // the cluster without a tenant, to manage tenants; kept for the process
-	keyedMu sync.Mutex
-	keyed   = map[string]string{} // OpenDiskDB's directories and their tenants
+	adminMu    sync.Mutex
+	admin      kv.Database // the cluster without a tenant, to manage tenants; kept for the process
+	adminErr   error       // opening it failed
+	adminReady bool        // it answered a probe
+	keyedMu    sync.Mutex
+	keyed      = map[string]string{} // OpenDiskDB's directories and their tenants
 )
 
 // clusterFile is the cluster file of EnvBackend=fdb.
@@ -39,16 +50,16 @@ func adminDB(t testing.TB) kv.Database {
 	t.Helper()
 	adminMu.Lock()
 	defer adminMu.Unlock()
-	if admin != nil {
-		return admin
+	if admin == nil && adminErr == nil {
+		admin, adminErr = fdbkv.Open(clusterFile())
 	}
-	db, err := fdbkv.Open(clusterFile())
-	require.NoError(t, err)
-	if err := kv.Probe(context.Background(), db, 0); err != nil {
-		_ = db.Close()
-		t.Fatalf("kvtest: %s=%s: %v", EnvBackend, BackendFDB, err)
+	require.NoError(t, adminErr)
+	if !adminReady {
+		if err := kv.Probe(context.Background(), admin, 0); err != nil {
+			t.Fatalf("kvtest: %s=%s: %v", EnvBackend, BackendFDB, err)
+		}
+		adminReady = true
 	}
-	admin = db
 	return admin
 }
 
