@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"time"
@@ -53,6 +54,7 @@ type Job struct {
 	Resubmitted bool
 
 	lock lock
+	hold *hold // the worker's claim as far as it can trust it (HoldDeadline)
 }
 
 // Lock returns the job's lock (claim token and batch index) as text, for
@@ -181,19 +183,32 @@ func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, timed boo
 // finish (claiming.released) and try again.
 func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, noSchedule bool, token []byte, wantWatch bool) (jobs []*Job, watch kv.FutureNil, busy bool, err error) {
 	type result struct {
-		jobs  []*Job
-		watch kv.FutureNil
+		jobs    []*Job
+		watch   kv.FutureNil
+		timeout time.Duration
 	}
 	var picked []kv.Key // by the latest attempt, still marked in c.claiming
 	defer func() { c.claiming.release(picked) }()
+	// The hold of the jobs taken counts from before the first attempt: any
+	// attempt may be the one that committed.
+	start := c.cfg.Clock.Now()
 	res, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (result, error) {
 		// The previous attempt failed, or committed: either way its picks
 		// need no marking any more.
 		c.claiming.release(picked)
 		picked, busy = nil, false
+		// The type timeout the holds count with (no hold for a type
+		// without one: no activity monitor takes its jobs back).
+		timeout, err := c.typeTimeout(tr.Snapshot(), typ)
+		if errors.Is(err, ErrNotFound) {
+			timeout, err = 0, nil
+		}
+		if err != nil {
+			return result{}, err
+		}
 		jobs, err := c.reclaim(tr, typ, token)
 		if err != nil || len(jobs) > 0 {
-			return result{jobs: jobs}, err
+			return result{jobs: jobs, timeout: timeout}, err
 		}
 		var cands []kv.Key
 		if noSchedule {
@@ -212,10 +227,15 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		if len(jobs) == 0 && wantWatch && !busy {
 			return result{watch: tr.Watch(c.k.watchesPending(typ))}, nil
 		}
-		return result{jobs: jobs}, nil
+		return result{jobs: jobs, timeout: timeout}, nil
 	})
 	if err != nil {
 		return nil, nil, false, err
+	}
+	if res.timeout > 0 {
+		for _, j := range res.jobs {
+			j.hold = &hold{clock: c.cfg.Clock, timeout: res.timeout, from: start}
+		}
 	}
 	return res.jobs, res.watch, busy && len(res.jobs) == 0, nil
 }

@@ -111,6 +111,33 @@
 // a bit more than two type timeouts after its last Update; the comparison
 // uses versionstamps, so node clocks need not agree.
 //
+// # Holding a job
+//
+// A worker holds a job it accepted for as long as it keeps the activity
+// monitor away, but it cannot see the monitor: a worker cut off from the
+// store (the cluster down, a firewall between them) keeps running while
+// its Updates fail, and the monitor of another node may re-enqueue the job
+// and a third worker start it. Job.HoldDeadline says until when the worker
+// can be sure that has not happened, and the worker must have stopped
+// acting on the job by then: its deadline is the start of the Accept, or
+// of the last transaction that renewed the hold (Job.Renewing) and is known
+// to have committed, plus the type timeout over HoldFraction.
+//
+// The timing argument. Let s be the start of that transaction on the
+// worker's clock, and c the moment its commit took effect (its activity
+// versionstamp u); s <= c. The monitor re-enqueues the job at a check k
+// only if the activity clock it read at check k-1 was at least u, so that
+// read happened after c; and checks are at least a type timeout T apart
+// on the monitor's timer, so the re-enqueue, and any other worker's start,
+// happens after c + T >= s + T. A worker that stops by s + T/HoldFraction
+// thus stops T/2 before that, which covers the time it needs to stop (its
+// requests cancelled), the two timers' drift, and a type timeout lowered
+// while it ran (the deadline keeps the timeout of the Accept). An attempt
+// that failed with commit_unknown_result may have committed later than s,
+// which only moves c and the re-enqueue later. A worker that cannot renew
+// its hold thus gives the job up before anyone else can have it: a job
+// never runs on two workers at once, whichever of them is cut off.
+//
 // # Notifications
 //
 // A notifier per type per node watches the type's activity clock; when it

@@ -1,0 +1,67 @@
+package fdbjobs
+
+import (
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// HoldFraction divides the type timeout into the time a worker may act on
+// a job after the start of the last transaction known to have renewed its
+// hold: half of it, so that a worker that stops acting by its deadline has
+// stopped well before any other worker can have the job (see the package
+// documentation, "Holding a job").
+const HoldFraction = 2
+
+// hold is a worker's claim on a job as far as the worker can trust it:
+// from the start of the Accept, or of the last transaction that renewed it
+// and is known to have committed.
+type hold struct {
+	mu      sync.Mutex
+	clock   clockwork.Clock
+	timeout time.Duration // the type timeout when the job was accepted
+	from    time.Time
+}
+
+// HoldDeadline returns the instant after which the worker must no longer
+// act on the job (reach the outside world for it, or write for it), unless
+// a transaction renewing its hold (Renewing) commits before: the start of
+// the Accept, or of the last renewal known to have committed, plus the
+// type timeout over HoldFraction. ok is false for a Job that did not come
+// from Accept. A worker that has stopped acting by then has stopped before
+// the activity monitor can hand the job to another worker, whatever
+// became of its transactions in between.
+func (j *Job) HoldDeadline() (deadline time.Time, ok bool) {
+	h := j.hold
+	if h == nil {
+		return time.Time{}, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.from.Add(h.timeout / HoldFraction), true
+}
+
+// Renewing marks the start of a transaction that calls Update for the job
+// (a heartbeat: it renews the worker's hold); call done with whether that
+// transaction committed. The hold then counts from this start, which no
+// attempt of the transaction can precede, so a commit_unknown_result that
+// did commit, or a retry that found the heartbeat of an earlier attempt,
+// leaves the deadline on the safe side.
+func (j *Job) Renewing() (done func(committed bool)) {
+	h := j.hold
+	if h == nil {
+		return func(bool) {}
+	}
+	start := h.clock.Now()
+	return func(committed bool) {
+		if !committed {
+			return
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if start.After(h.from) {
+			h.from = start
+		}
+	}
+}
