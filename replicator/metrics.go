@@ -23,6 +23,7 @@ const (
 	MetricJobsPending          = "couch_replicator.jobs.pending"
 	MetricJobsPreempted        = "couch_replicator.jobs.preempted"
 	MetricJobsMoves            = "couch_replicator.jobs.moves"
+	MetricJobsHoldsLost        = "couch_replicator.jobs.holds_lost"
 	MetricJobsCompleted        = "couch_replicator.jobs.completed"
 	MetricJobsFailed           = "couch_replicator.jobs.failed"
 	MetricDocsDBsCreated       = "couch_replicator.docs.dbs_created"
@@ -41,7 +42,7 @@ var gauges = map[string]bool{MetricJobsRunning: true, MetricJobsAccepting: true,
 var metricNames = []string{
 	MetricJobsAdds, MetricJobsRemoves, MetricJobsAccepts, MetricJobsStarts, MetricJobsStops,
 	MetricJobsCrashes, MetricJobsRunning, MetricJobsAccepting, MetricJobsReschedules, MetricJobsPending,
-	MetricJobsPreempted, MetricJobsMoves, MetricJobsCompleted, MetricJobsFailed,
+	MetricJobsPreempted, MetricJobsMoves, MetricJobsHoldsLost, MetricJobsCompleted, MetricJobsFailed,
 	MetricDocsDBsCreated, MetricDocsDBsDeleted, MetricDocsDBChanges, MetricDocsFailedUpdates,
 	MetricDocsCompletedUpdates, MetricCheckpointsSuccess, MetricCheckpointsFailure, MetricTransientJobsRemoved,
 }

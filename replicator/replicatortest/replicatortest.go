@@ -189,6 +189,12 @@ func (c *Cluster) Kill(i int) {
 	c.nodeJobs[i].Stop()
 }
 
+// CutOff cuts node i off from the store and leaves it running, as a
+// network partition or a firewall rule does: nothing it does from then on
+// is stored, and its jobs go back to pending when the activity monitor of
+// another node finds them without heartbeats.
+func (c *Cluster) CutOff(i int) { c.cuts[i].Cut() }
+
 // PutDoc writes a _replicator document's job as the HTTP API does (doc
 // nil: the document is deleted).
 func (c *Cluster) PutDoc(db, id string, doc map[string]any) {

@@ -106,10 +106,19 @@ func (n *Node) runWorker(w *worker) {
 	w.run()
 }
 
-// acceptRetryDefault is how long an acceptor waits after an accept that
-// failed with an error FoundationDB would not retry (retryable ones back
-// off as its OnError does).
-const acceptRetryDefault = 50 * time.Millisecond
+// acceptRetryDefault is how long an acceptor first waits after an accept
+// that failed with an error FoundationDB would not retry (retryable ones
+// back off as its OnError does); the wait doubles with each failure in a
+// row, up to acceptRetryMax, so that a node cut off from its store neither
+// spins nor floods its log.
+const (
+	acceptRetryDefault = 50 * time.Millisecond
+	acceptRetryMax     = 5 * time.Second
+)
+
+// acceptLogEvery is how often an acceptor that keeps failing logs it: the
+// first failure, then at most once per this.
+const acceptLogEvery = time.Minute
 
 // acceptor waits for up to q runnable jobs, then runs the first as its
 // worker and starts a goroutine for each other. It takes no more than the
@@ -118,6 +127,9 @@ const acceptRetryDefault = 50 * time.Millisecond
 func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 	defer n.wg.Done()
 	var b kv.Backoff // FoundationDB's OnError delays between failed accepts
+	var failures int // in a row
+	var logged time.Time
+	retry := acceptRetryDefault
 	for {
 		n.mu.Lock()
 		limit := min(q, n.targetLocked()-len(n.workers))
@@ -145,18 +157,27 @@ func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 			n.mu.Unlock()
 			return
 		}
+		cfg := n.Config()
 		if err == nil {
+			if failures > 0 {
+				cfg.Logger.Info().Int("failures", failures).Msg("replicator: accept works again")
+			}
 			b.Reset()
+			failures, retry = 0, acceptRetryDefault
 			continue
 		}
-		n.Config().Logger.Warn().Err(err).Msg("replicator: accept")
+		failures++
+		if now := cfg.Clock.Now(); failures == 1 || now.Sub(logged) >= acceptLogEvery {
+			cfg.Logger.Warn().Err(err).Int("failures", failures).Msg("replicator: accept")
+			logged = now
+		}
 		delay, ok := b.Next(err)
-		if !ok {
-			delay = acceptRetryDefault // not a FoundationDB retryable error
+		if !ok { // not a FoundationDB retryable error
+			delay, retry = retry, min(2*retry, acceptRetryMax)
 		}
 		select {
 		case <-ctx.Done():
-		case <-n.Config().Clock.After(delay):
+		case <-cfg.Clock.After(delay):
 		}
 	}
 }

@@ -178,12 +178,21 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 	})
 	hb := w.cfg.Clock.NewTicker(w.cfg.heartbeat())
 	defer hb.Stop()
+	hold := w.newHoldTimer()
+	defer hold.stop()
 	halt := func() {
 		cancel()
 		<-run.Done()
 	}
 	for {
 		select {
+		case <-hold.expired():
+			// The store has not taken a heartbeat for half the job
+			// timeout: another node may soon have the job. Stop acting on
+			// it now, and write nothing.
+			halt()
+			w.logHoldLost()
+			return
 		case <-run.Done():
 			res, err := run.Wait()
 			switch {
@@ -211,7 +220,7 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 				if id, _, err := w.n.eng.ReplicationID(runCtx, rep, w.n.serverUUID); err == nil && id != d.RepID {
 					// The filter changed: stop, back to pending; the next
 					// start runs under the new id.
-					if _, _, halted := w.stopRun(run, cancel, d, hb); halted || w.ctx.Err() != nil {
+					if _, _, halted := w.stopRun(run, cancel, d, hb, hold); halted || w.ctx.Err() != nil {
 						return
 					}
 					d.Stats = mergeStats(d.Stats, run.Progress())
@@ -223,16 +232,18 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 				halt()
 				return
 			}
+			hold.reset()
 		case <-hb.Chan():
 			if !w.heartbeat(d, run.Progress()) {
 				halt()
 				return
 			}
+			hold.reset()
 			// The period follows the node's configuration: a shorter
 			// interval set at run time applies to running jobs too.
 			hb.Reset(w.n.Config().heartbeat())
 		case <-w.stopCh:
-			err, cut, halted := w.stopRun(run, cancel, d, hb)
+			err, cut, halted := w.stopRun(run, cancel, d, hb, hold)
 			if halted || w.ctx.Err() != nil {
 				return
 			}
@@ -258,8 +269,9 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 // it cancels the stop and the run's context (cancelRun), so that requests
 // being retried against an unreachable peer end, and waits for the run to
 // return. cut reports that the grace ran out; halted that the job was
-// removed or taken over (the caller must write nothing more).
-func (w *worker) stopRun(run replicator.Run, cancelRun context.CancelFunc, d *replicator.JobData, hb clockwork.Ticker) (err error, cut, halted bool) {
+// removed or taken over, or that the node's hold on it expired (the caller
+// must write nothing more).
+func (w *worker) stopRun(run replicator.Run, cancelRun context.CancelFunc, d *replicator.JobData, hb clockwork.Ticker, hold *holdTimer) (err error, cut, halted bool) {
 	stopCtx, cancelStop := context.WithCancel(w.ctx)
 	defer cancelStop()
 	errc := make(chan error, 1)
@@ -282,8 +294,72 @@ func (w *worker) stopRun(run replicator.Run, cancelRun context.CancelFunc, d *re
 				halted = true
 				abort()
 			}
+			hold.reset()
+		case <-hold.expired():
+			if !halted {
+				halted = true
+				abort()
+				w.logHoldLost()
+			}
 		}
 	}
+}
+
+// holdTimer fires at the job's hold deadline (fdbjobs.Job.HoldDeadline):
+// past it another node may have the job, so the worker must have stopped
+// acting on it. It never fires for a job without a hold.
+type holdTimer struct {
+	w *worker
+	t clockwork.Timer
+}
+
+func (w *worker) newHoldTimer() *holdTimer {
+	h := &holdTimer{w: w}
+	if deadline, ok := w.job.HoldDeadline(); ok {
+		h.t = w.cfg.Clock.NewTimer(max(0, deadline.Sub(w.now())))
+	}
+	return h
+}
+
+// expired is the timer's channel (nil, never ready, without a hold).
+func (h *holdTimer) expired() <-chan time.Time {
+	if h.t == nil {
+		return nil
+	}
+	return h.t.Chan()
+}
+
+// reset moves the timer to the job's current deadline, after a renewal.
+func (h *holdTimer) reset() {
+	if h.t == nil {
+		return
+	}
+	if !h.t.Stop() {
+		select { // it fired while the renewal committed: drop that
+		case <-h.t.Chan():
+		default:
+		}
+	}
+	deadline, _ := h.w.job.HoldDeadline()
+	h.t.Reset(max(0, deadline.Sub(h.w.now())))
+}
+
+func (h *holdTimer) stop() {
+	if h.t != nil {
+		h.t.Stop()
+	}
+}
+
+// logHoldLost logs the stop of a run whose node could not renew its hold
+// on the job in time. The job stays running in the store until the
+// activity monitor re-enqueues it, a job timeout after the last heartbeat
+// that committed; then any node, this one too, may take it.
+func (w *worker) logHoldLost() {
+	w.n.m.Inc(replicator.MetricJobsHoldsLost)
+	w.logEvent(w.cfg.Logger.Warn(), w.data).
+		Str("why", "this node could not renew its hold on the job: the store took no heartbeat for half the job timeout; "+
+			"the run stopped before another node may take the job").
+		Msg("replication stopped")
 }
 
 func mergeStats(old, cur engine.Stats) engine.Stats {
@@ -314,6 +390,7 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 	// on when it was taken back (re-enqueued by the activity monitor, or
 	// by its node's restart); a job that stopped properly has none.
 	prevNode := d.Node
+	renewed := w.job.Renewing()
 	o, err := transactJob(w, func(tr kv.Transaction) (outcome, error) {
 		x := d.Clone()
 		if !x.Transient() {
@@ -390,6 +467,7 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 		}
 		return outcome{run: true, x: x, state: replicator.StateRunning}, nil
 	})
+	renewed(err == nil && o.run)
 	if err != nil {
 		w.txError(err)
 		return false
@@ -499,6 +577,7 @@ func (w *worker) logHalted() {
 // heartbeat stores the stats (the fdbjobs heartbeat); false on halt.
 func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 	healed := false
+	renewed := w.job.Renewing()
 	x, err := kv.Transact(w.ctx, w.n.store.DB, func(tr kv.Transaction) (*replicator.JobData, error) {
 		x := d.Clone()
 		now := w.now()
@@ -510,6 +589,7 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 		}
 		return x, w.n.store.UpdateJob(w.ctx, tr, w.job, x)
 	})
+	renewed(err == nil)
 	if err != nil {
 		w.txError(err)
 		return !errors.Is(err, fdbjobs.ErrHalt) && w.ctx.Err() == nil
