@@ -79,6 +79,23 @@ func (tm timing) backoff(k int) time.Duration {
 	return min(wait, tm.maxBackoff)
 }
 
+// cutOff reports whether node runs cut off from the store and may still
+// run its jobs (its hold on them has not expired): it cannot know that a
+// job was removed meanwhile.
+func (m *Model) cutOff(w *World, node string, now time.Time) bool {
+	for _, n := range w.nodes {
+		if n.Name == node && n.Partitioned {
+			return now.Sub(n.Since) <= m.tm.hold()
+		}
+	}
+	return false
+}
+
+// hold is the longest a node cut off from the store keeps running a job:
+// its hold on the job expires half a job timeout after its last heartbeat,
+// then the run stops.
+func (tm timing) hold() time.Duration { return tm.jobTimeout/2 + stopReaction }
+
 // takeBack is the longest a dead node's job stays running in the store:
 // the activity monitor re-enqueues it between one and two job timeouts
 // (plus its jitter) after its last heartbeat.
@@ -95,6 +112,18 @@ func (m *Model) runnableFrom(j *job, runs []Record, now time.Time) (time.Time, s
 	}
 	switch {
 	case len(runs) == 0:
+	case !last.End.IsZero() && m.endedUnrecorded(last):
+		// A run that ended as its node died or while it was cut off from
+		// the store: the job stays running in the store until the node
+		// restarts or the activity monitor takes it back.
+		for _, death := range m.deaths[last.Node] {
+			if !last.End.Before(death.at) && !last.End.After(death.done) {
+				from, why = death.done.Add(m.tm.takeBack()), "its node died or was cut off (activity monitor)"
+				if !death.restart.IsZero() && death.restart.Before(from) {
+					from, why = death.restart, "its node died and restarted"
+				}
+			}
+		}
 	case !last.End.IsZero() && last.Failed:
 		if m.hostDown[j.host] {
 			return time.Time{}, ""
@@ -115,19 +144,6 @@ func (m *Model) runnableFrom(j *job, runs []Record, now time.Time) (time.Time, s
 		}
 	case !last.End.IsZero():
 		from, why = last.End, "stopped"
-		if d := m.deaths[last.Node]; len(d) > 0 {
-			// A run that ended when its node died: the job stays running
-			// in the store until the node restarts or the activity
-			// monitor takes it back.
-			for _, death := range d {
-				if !last.End.Before(death.at) && !last.End.After(death.done) {
-					from, why = death.done.Add(m.tm.takeBack()), "its node died (activity monitor)"
-					if !death.restart.IsZero() && death.restart.Before(from) {
-						from, why = death.restart, "its node died and restarted"
-					}
-				}
-			}
-		}
 	}
 	// A job waiting when a node died may have been accepted by it just
 	// before: it then stays running in the store, with no run and no node
@@ -206,7 +222,7 @@ func (m *Model) cleanedBy(at, now time.Time) bool {
 func (m *Model) nodesChanged(w *World, now time.Time) {
 	up := 0
 	for _, n := range w.nodes {
-		if n.Up && n.Replication() {
+		if n.Serving() && n.Replication() {
 			up++
 		}
 	}
@@ -236,12 +252,26 @@ func (m *Model) observe(w *World, now time.Time) {
 		}
 		last := runs[len(runs)-1]
 		switch {
+		case m.endedUnrecorded(last):
+			// Its node was dead or cut off: nothing it did was stored,
+			// and the job runs again once taken back.
 		case last.Completed:
 			j.completed = last.End
 		case last.Failed && j.doc == "":
 			j.failed = last.End
 		}
 	}
+}
+
+// endedUnrecorded reports whether run r ended while its node was dying or
+// cut off from the store, so that its end was not stored.
+func (m *Model) endedUnrecorded(r Record) bool {
+	for _, d := range m.deaths[r.Node] {
+		if !r.End.Before(d.at) && !r.End.After(d.done) {
+			return true
+		}
+	}
+	return false
 }
 
 func newModel(tm timing) *Model {
@@ -274,15 +304,19 @@ func (m *Model) check(w *World, now time.Time) problems {
 	}
 	capacity := 0
 	for _, n := range w.nodes {
-		if n.Up && n.Replication() {
+		if n.Serving() && n.Replication() {
 			mj := n.MaxJobs()
 			capacity += mj
 			if perNode[n.Name] > mj && now.Sub(m.lowered) > m.tm.step()+stopReaction {
 				p.add("safety: node %s runs %d jobs, max_jobs %d", n.Name, perNode[n.Name], mj)
 			}
 		}
-		if !n.Up && perNode[n.Name] > 0 {
+		switch {
+		case !n.Up && perNode[n.Name] > 0:
 			p.add("safety: node %s is down but %d of its runs are open", n.Name, perNode[n.Name])
+		case n.Partitioned && perNode[n.Name] > 0 && now.Sub(n.Since) > m.tm.hold():
+			p.add("safety: node %s is cut off from the store since %s but %d of its runs are still open: its hold on their jobs expired",
+				n.Name, n.Since.Format(time.TimeOnly), perNode[n.Name])
 		}
 	}
 	for src, r := range open {
@@ -292,7 +326,7 @@ func (m *Model) check(w *World, now time.Time) problems {
 			continue
 		}
 		switch {
-		case !j.gone.IsZero() && now.Sub(j.gone) > m.tm.step():
+		case !j.gone.IsZero() && now.Sub(j.gone) > m.tm.step() && !m.cutOff(w, r.Node, now):
 			p.add("safety: %s still runs on %s %v after its removal", src, r.Node, now.Sub(j.gone))
 		case !j.completed.IsZero() && r.Start.After(j.completed):
 			p.add("safety: %s completed at %s and runs again on %s", src, j.completed.Format(time.TimeOnly), r.Node)
@@ -415,7 +449,7 @@ func (m *Model) rotationBound(w *World, demand, capacity int) time.Duration {
 	rate := 0.0 // jobs rotated in per interval, all nodes
 	minRun := 0
 	for _, n := range w.nodes {
-		if n.Up && n.Replication() && n.parts.Scheduler != nil {
+		if n.Serving() && n.Replication() && n.parts.Scheduler != nil {
 			c := n.parts.Scheduler.Config()
 			per := max(1, int(math.Ceil(float64(c.MinRunTime)/float64(c.Interval)))) // intervals between a job's rotations
 			rate += min(float64(c.MaxChurn), float64(c.MaxJobs)/float64(per))

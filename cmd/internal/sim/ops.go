@@ -32,12 +32,13 @@ const (
 	HostDown                    // an endpoint host fails every request
 	HostUp                      // and answers again
 	ChangeFilter                // the code of a filtered document's filter changes on its source
+	PartitionNode               // cut a replication node off from the store, leaving it running (until stopped or killed)
 	opKinds
 )
 
 var opNames = [...]string{"put-doc", "delete-doc", "replicate", "replicate-continuous", "cancel", "give-up",
 	"create-db", "delete-db", "max_jobs", "max_churn", "interval_sec", "start-node", "stop-node", "kill-node",
-	"host-down", "host-up", "change-filter"}
+	"host-down", "host-up", "change-filter", "partition-node"}
 
 func (k OpKind) String() string { return opNames[k] }
 
@@ -70,7 +71,7 @@ func (o Op) String() string {
 		return fmt.Sprintf("%v %s %s", at, o.Kind, dbName(o.DB))
 	case SetMaxJobs, SetMaxChurn, SetInterval:
 		return fmt.Sprintf("%v %s=%d", at, o.Kind, o.N)
-	case StartNode, StopNode, KillNode:
+	case StartNode, StopNode, KillNode, PartitionNode:
 		return fmt.Sprintf("%v %s r%d", at, o.Kind, o.Node)
 	default:
 		return fmt.Sprintf("%v %s h%d", at, o.Kind, o.Host)
@@ -138,7 +139,7 @@ func genOps(rng *rand.Rand, s Setup, intervals int) []Op {
 	// rest.
 	weights := [opKinds]int{PutDoc: 30, DeleteDoc: 12, Replicate: 5, ReplicateCont: 3, CancelRep: 3, GiveUp: 1,
 		CreateDB: 2, DeleteDB: 1, SetMaxJobs: 2, SetMaxChurn: 1, SetInterval: 1, StartNode: 3, StopNode: 1,
-		KillNode: 1, HostDown: 2, HostUp: 3, ChangeFilter: 2}
+		KillNode: 1, HostDown: 2, HostUp: 3, ChangeFilter: 2, PartitionNode: 1}
 	total := 0
 	for _, w := range weights {
 		total += w
@@ -379,6 +380,17 @@ func (r *runner) apply(op Op, now time.Time, i int) error {
 			m.maxJobs = op.N
 		}
 		m.shapeChanged = later(now, m.shapeChanged)
+	case PartitionNode:
+		n := r.w.replica(op.Node)
+		if !n.Up || n.Partitioned {
+			return nil
+		}
+		n.Partition()
+		// As a death, but its runs go on until its hold on their jobs
+		// expires (half the job timeout after its last heartbeat).
+		m.deaths[n.Name] = append(m.deaths[n.Name], death{at: now, done: now.Add(m.tm.hold())})
+		m.shapeChanged = now.Add(m.tm.nodeExpiry)
+		m.nodesChanged(r.w, now)
 	case StartNode, StopNode, KillNode:
 		n := r.w.replica(op.Node)
 		switch {

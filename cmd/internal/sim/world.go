@@ -46,8 +46,9 @@ type Node struct {
 	done   chan error
 	parts  *node.Parts
 	// Up is whether the node runs; Killed when it died last (its jobs
-	// stay running in the store until taken back).
-	Up, Killed bool
+	// stay running in the store until taken back); Partitioned while it
+	// runs cut off from the store.
+	Up, Killed, Partitioned bool
 	// Since is when it last started, stopped or was killed.
 	Since time.Time
 }
@@ -108,9 +109,20 @@ func (n *Node) Stop() error {
 	}
 	n.cancel()
 	err := <-n.done
-	n.Up, n.parts, n.Since = false, nil, time.Now()
+	n.Up, n.Partitioned, n.parts, n.Since = false, false, nil, time.Now()
 	return err
 }
+
+// Partition cuts the node off from the store and leaves it running, as a
+// network partition or a firewall rule does.
+func (n *Node) Partition() {
+	n.db.Cut()
+	n.Partitioned, n.Since = true, time.Now()
+}
+
+// Serving reports whether the node runs with its store: a partitioned
+// node runs but can take no job.
+func (n *Node) Serving() bool { return n.Up && !n.Partitioned }
 
 // Kill stops the node as if its process died: its store is cut off
 // first, so nothing it does from then on is stored.
@@ -122,7 +134,7 @@ func (n *Node) Kill() {
 	n.w.eng.Kill(n.Name)
 	n.cancel()
 	<-n.done
-	n.Up, n.Killed, n.parts, n.Since = false, true, nil, time.Now()
+	n.Up, n.Killed, n.Partitioned, n.parts, n.Since = false, true, false, nil, time.Now()
 }
 
 // Replication reports whether the node has the replication role.
@@ -134,7 +146,7 @@ func (n *Node) Frontend() bool { return strings.Contains(n.Roles, config.RoleAPI
 // MaxJobs is the max_jobs the node's scheduler applies now (0 when it
 // runs no scheduler).
 func (n *Node) MaxJobs() int {
-	if !n.Up || n.parts.Scheduler == nil {
+	if !n.Serving() || n.parts.Scheduler == nil {
 		return 0
 	}
 	return n.parts.Scheduler.Config().MaxJobs
