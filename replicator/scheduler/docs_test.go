@@ -10,6 +10,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
@@ -93,9 +94,12 @@ func TestDocWrittenLifecycle(t *testing.T) {
 	c.WaitDocState("a/_replicator", "x", replicator.StateRunning)
 
 	fe, node := c.Plane.Metrics(), c.Nodes[0].Metrics()
+	// Counters count the commits known to have happened: a single one
+	// that an injected commit_unknown_result hid stays uncounted.
+	_, faults, _ := faultkv.FromEnv()
 	testutil.Eventually(t, "the control plane's counters and a checkpoint", func() bool {
-		return fe.Value(replicator.MetricJobsAdds) > 0 && fe.Value(replicator.MetricJobsRemoves) > 0 &&
-			fe.Value(replicator.MetricDocsDBsDeleted) > 0 && node.Value(replicator.MetricCheckpointsSuccess) > 0
+		return fe.Value(replicator.MetricJobsAdds) > 0 && node.Value(replicator.MetricCheckpointsSuccess) > 0 &&
+			(faults || fe.Value(replicator.MetricJobsRemoves) > 0 && fe.Value(replicator.MetricDocsDBsDeleted) > 0)
 	})
 	require.Positive(t, c.Nodes[0].Metrics().Value(replicator.MetricJobsStarts))
 }
