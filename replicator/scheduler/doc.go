@@ -79,6 +79,13 @@
 // and at a third of JobTimeout) the stats are stored with fdbjobs.Update, the heartbeat
 // that keeps the activity monitor away and the fence that stops a worker
 // whose job was removed or replaced (ErrHalt: it stops writing at once).
+// Each of those transactions renews the worker's hold on the job
+// (fdbjobs.Job.HoldDeadline): a worker whose store took no heartbeat for
+// half the job timeout (the node cut off from the store, the cluster down)
+// cancels its run at once and writes nothing more ("replication stopped"
+// at warn, jobs.holds_lost), before the activity monitor can hand the job
+// to another node, which it does a job timeout after the last heartbeat:
+// a job never runs on two nodes at once.
 // At each checkpoint a filtered replication recomputes its id; if it
 // changed the job goes back to pending and runs again under the new id
 // (stats and history reset, the old mapping cleared). A one-shot run that
