@@ -90,7 +90,7 @@ func cluster(ctx context.Context, args []string, stderr io.Writer, ready chan<- 
 	if first.String("fdb", "backend") != "embedded" {
 		return errors.New("cluster: runs on the embedded store only; on FoundationDB run one fdbrep serve per node")
 	}
-	log, db, err := start(first, stderr)
+	log, db, err := start(ctx, first, stderr)
 	if err != nil {
 		return err
 	}

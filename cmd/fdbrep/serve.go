@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/rs/zerolog"
+
 	"github.com/fdbrep/fdbrep/cmd/internal/node"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -117,10 +119,10 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	return serveConfig{cfg: cfg}, nil
 }
 
-func openStore(cfg *config.Config) (kv.Database, error) {
+func openStore(ctx context.Context, cfg *config.Config, log *zerolog.Logger) (kv.Database, error) {
 	switch cfg.String("fdb", "backend") {
 	case "fdb":
-		return openFDB(cfg.String("fdb", "cluster_file"), cfg.String("fdb", "tenant"))
+		return openFDB(ctx, cfg.String("fdb", "cluster_file"), cfg.String("fdb", "tenant"), log)
 	default:
 		opts := embedded.Options{Dir: cfg.String("fdb", "data_dir")}
 		if cfg.Bool("fdb", "in_memory") {
@@ -144,7 +146,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready chan<- st
 	if err != nil {
 		return err
 	}
-	log, db, err := start(sc.cfg, stderr)
+	log, db, err := start(ctx, sc.cfg, stderr)
 	if err != nil {
 		return err
 	}
@@ -162,11 +164,11 @@ func readyAddr(ready chan<- string) func(*node.Parts) {
 
 // start makes the logger of cfg, logs what the configuration ignored and
 // opens the store.
-func start(cfg *config.Config, stderr io.Writer) (node.Log, kv.Database, error) {
+func start(ctx context.Context, cfg *config.Config, stderr io.Writer) (node.Log, kv.Database, error) {
 	log := node.NewLog(cfg, stderr)
 	for _, w := range cfg.Warnings() {
 		log.Warn().Msg("config: " + w)
 	}
-	db, err := openStore(cfg)
+	db, err := openStore(ctx, cfg, &log.Logger)
 	return log, db, err
 }

@@ -3,7 +3,10 @@
 package main
 
 import (
+	"context"
 	"errors"
+
+	"github.com/rs/zerolog"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
@@ -11,6 +14,6 @@ import (
 // fdbBuild reports whether the binary has the FoundationDB backend.
 const fdbBuild = false
 
-func openFDB(string, string) (kv.Database, error) {
+func openFDB(context.Context, string, string, *zerolog.Logger) (kv.Database, error) {
 	return nil, errors.New("this binary was built without FoundationDB support; rebuild with -tags fdb (needs libfdb_c)")
 }
