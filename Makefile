@@ -92,8 +92,19 @@ pouchdb:
 fauxton:
 	@if [ ! -f $(FAUXTON)/node_modules/fauxton/dist/release/index.html ]; then cd $(FAUXTON) && npm ci --no-audit --no-fund --loglevel=error; fi
 
+## Every benchmark below runs on the stores STORES lists, one after the
+## other in one run (default embedded): STORES=fdb runs it on a throwaway
+## FoundationDB 7.3.79 cluster of ../shared/fdb (scripts/with-fdb.sh; or
+## FDB_CLUSTER_FILE's), STORES=embedded,fdb prints both.
+STORES ?= embedded
+ifneq ($(findstring fdb,$(STORES)),)
+BENCH := scripts/with-fdb.sh env FDBREP_BENCH_STORES=$(STORES) $(GO) run -tags fdb ./cmd/fdbrep-bench
+else
+BENCH := FDBREP_BENCH_STORES=$(STORES) $(GO) run ./cmd/fdbrep-bench
+endif
+
 bench-kv:
-	$(GO) run ./cmd/fdbrep-bench kv $(ARGS)
+	$(BENCH) kv $(ARGS)
 
 ## bench-jobs: the job layer against River (PostgreSQL), alternating in one
 ## run. Knobs, from the environment or the command line: BENCH_JOBS (the
@@ -108,29 +119,29 @@ BENCH_ROUNDS   ?= 3
 RIVER          ?= 1
 bench-jobs:
 	@if [ "$(RIVER)" != 0 ]; then $(GO) -C cmd/fdbrep-bench/river vet ./... && $(GO) -C cmd/fdbrep-bench/river build -o $(abspath $(BIN))/fdbrep-bench-river . ; fi
-	$(GO) run ./cmd/fdbrep-bench jobs -jobs $(BENCH_JOBS) -duration $(BENCH_DURATION) -rounds $(BENCH_ROUNDS) \
+	$(BENCH) jobs -jobs $(BENCH_JOBS) -duration $(BENCH_DURATION) -rounds $(BENCH_ROUNDS) \
 		$(if $(filter-out 0,$(RIVER)),-river-bin $(abspath $(BIN))/fdbrep-bench-river) $(ARGS)
 
 bench-replication: pouchdb
-	$(GO) run ./cmd/fdbrep-bench replication $(ARGS)
+	$(BENCH) replication $(ARGS)
 
 bench-scheduler:
-	$(GO) run ./cmd/fdbrep-bench scheduler $(ARGS)
+	$(BENCH) scheduler $(ARGS)
 
 bench-frontend:
-	$(GO) run ./cmd/fdbrep-bench frontend $(ARGS)
+	$(BENCH) frontend $(ARGS)
 
 ## bench-views: scheduler view page latency at 1k, 10k and 100k jobs
 ## (ARGS="-sizes 1000,10000,100000,1000000" for the million).
 bench-views:
-	$(GO) run ./cmd/fdbrep-bench views $(ARGS)
+	$(BENCH) views $(ARGS)
 
 ## bench-scale: 100,000 _replicator documents on 3 replication nodes
 ## (max_jobs 500): time until every job started once, store bytes per job,
 ## memory per node, a fourth node joining, view pages at 1k/10k/100k
 ## (ARGS="-view-sizes 1000,10000,100000,1000000" for the million).
 bench-scale:
-	$(GO) run ./cmd/fdbrep-bench scale $(ARGS)
+	$(BENCH) scale $(ARGS)
 
 ## fuzz: run each fuzz target for FUZZTIME (default 30s).
 FUZZTIME ?= 30s

@@ -54,10 +54,61 @@ func (e *benchEnv) workDir() (string, error) {
 	return d, nil
 }
 
-// openStore opens an embedded store in memory, or on disk with durable
-// commits in the subdirectory sub of the working directory; close closes
-// it.
-func (e *benchEnv) openStore(sub string, inMemory bool) (*embedded.DB, error) {
+// Stores the benchmarks run on (FDBREP_BENCH_STORES, make's STORES): the
+// embedded store, or a FoundationDB cluster (FDB_CLUSTER_FILE; a binary
+// built with -tags fdb).
+const (
+	storeEmbedded = "embedded"
+	storeFDB      = "fdb"
+	// EnvBenchStores lists the stores, comma-separated, each benchmark
+	// runs on in turn (default embedded): its figures on each, one after
+	// the other, in one run.
+	EnvBenchStores = "FDBREP_BENCH_STORES"
+)
+
+// benchStore is the store the running benchmark measures.
+var benchStore = storeEmbedded
+
+// openFDBStore opens a database in a new tenant of the FoundationDB
+// cluster of FDB_CLUSTER_FILE and returns it with a function that empties
+// and deletes the tenant (bench_fdb.go; nil without the fdb tag).
+var openFDBStore func(name string) (kv.Database, func(), error)
+
+// benchStores returns the stores of EnvBenchStores.
+func benchStores() ([]string, error) {
+	v := os.Getenv(EnvBenchStores)
+	if v == "" {
+		return []string{storeEmbedded}, nil
+	}
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case storeEmbedded:
+		case storeFDB:
+			if openFDBStore == nil {
+				return nil, fmt.Errorf("%s=%s: this binary was built without FoundationDB support (make bench-… STORES=fdb builds it with -tags fdb)", EnvBenchStores, v)
+			}
+		default:
+			return nil, fmt.Errorf("%s=%s: want %s or %s", EnvBenchStores, v, storeEmbedded, storeFDB)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// openStore opens the store benchStore names: an embedded store in memory,
+// or on disk with durable commits in the subdirectory sub of the working
+// directory; or a fresh tenant of the FoundationDB cluster. close closes
+// it (and deletes the tenant).
+func (e *benchEnv) openStore(sub string, inMemory bool) (kv.Database, error) {
+	if benchStore == storeFDB {
+		db, drop, err := openFDBStore(e.name + "/" + sub)
+		if err != nil {
+			return nil, err
+		}
+		e.closers = append(e.closers, drop)
+		return db, nil
+	}
 	opts := embedded.Options{InMemory: true}
 	if !inMemory {
 		root, err := e.workDir()
@@ -172,7 +223,7 @@ func writeRepDocs(ctx context.Context, db kv.Database, plane *control.Plane, fro
 // openFreshStore opens a new store as openStore does, in the subdirectory
 // sub, and returns a function that closes it and removes its directory
 // (close does it otherwise).
-func (e *benchEnv) openFreshStore(sub string, inMemory bool) (*embedded.DB, func(), error) {
+func (e *benchEnv) openFreshStore(sub string, inMemory bool) (kv.Database, func(), error) {
 	db, err := e.openStore(sub, inMemory)
 	if err != nil {
 		return nil, nil, err
@@ -189,4 +240,16 @@ func (e *benchEnv) openFreshStore(sub string, inMemory bool) (*embedded.DB, func
 		}
 	}
 	return db, e.closers[len(e.closers)-1], nil
+}
+
+// describeFDB describes the FoundationDB cluster for the figures'
+// headings (bench_fdb.go).
+var describeFDB func() string
+
+// storeName describes store s for the figures' headings.
+func storeName(s string) string {
+	if s == storeFDB {
+		return describeFDB()
+	}
+	return "the embedded store"
 }

@@ -41,9 +41,20 @@ func main() {
 		fmt.Fprintf(os.Stderr, "usage: fdbrep-bench <benchmark> [flags]\nbenchmarks: %v\n", names)
 		os.Exit(2)
 	}
-	if err := benchmarks[os.Args[1]](os.Args[2:]); err != nil {
+	stores, err := benchStores()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdbrep-bench:", err)
-		os.Exit(1)
+		os.Exit(2)
+	}
+	for _, s := range stores {
+		benchStore = s
+		if len(stores) > 1 || s != storeEmbedded {
+			fmt.Printf("\n=== store: %s\n", storeName(s))
+		}
+		if err := benchmarks[os.Args[1]](os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "fdbrep-bench:", err)
+			os.Exit(1)
+		}
 	}
 }
 

@@ -1,0 +1,102 @@
+//go:build fdb
+
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/fdbkv"
+)
+
+func init() {
+	openFDBStore = openTenant
+	describeFDB = fdbDescription
+}
+
+var (
+	adminOnce sync.Once
+	admin     kv.Database
+	adminErr  error
+)
+
+// fdbAdmin opens the cluster of FDB_CLUSTER_FILE without a tenant, once.
+func fdbAdmin() (kv.Database, error) {
+	adminOnce.Do(func() {
+		admin, adminErr = fdbkv.Open(os.Getenv("FDB_CLUSTER_FILE"))
+		if adminErr == nil {
+			adminErr = kv.Probe(context.Background(), admin, 0)
+		}
+	})
+	return admin, adminErr
+}
+
+// openTenant opens a new tenant of the cluster for a benchmark's store; drop
+// empties and deletes it.
+func openTenant(name string) (kv.Database, func(), error) {
+	a, err := fdbAdmin()
+	if err != nil {
+		return nil, nil, err
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	tenant := "fdbrep-bench/" + name + "/" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := fdbkv.CreateTenant(ctx, a, tenant); err != nil {
+		return nil, nil, fmt.Errorf("creating tenant %q (the cluster must allow tenants: fdbcli configure tenant_mode=optional_experimental): %w", tenant, err)
+	}
+	db, err := fdbkv.OpenWithOptions(os.Getenv("FDB_CLUSTER_FILE"), fdbkv.Options{Tenant: tenant})
+	if err != nil {
+		return nil, nil, err
+	}
+	drop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// One range clear, whatever the tenant holds.
+		_, _ = db.Transact(ctx, func(tr kv.Transaction) (any, error) {
+			tr.ClearRange(kv.KeyRange{Begin: kv.Key(""), End: kv.Key("\xff")})
+			return nil, nil
+		})
+		_ = db.Close()
+		_ = fdbkv.DeleteTenant(ctx, a, tenant)
+	}
+	return db, drop, nil
+}
+
+// fdbDescription names the cluster and its configuration, from its status.
+func fdbDescription() string {
+	desc := fmt.Sprintf("FoundationDB (cluster file %s", os.Getenv("FDB_CLUSTER_FILE"))
+	a, err := fdbAdmin()
+	if err != nil {
+		return desc + ")"
+	}
+	tr, err := a.CreateTransaction()
+	if err != nil {
+		return desc + ")"
+	}
+	defer tr.Cancel()
+	v, err := tr.Get(kv.Key("\xff\xff/status/json")).Get()
+	var st struct {
+		Cluster struct {
+			Configuration struct {
+				RedundancyMode string `json:"redundancy_mode"`
+				StorageEngine string `json:"storage_engine"`
+			} `json:"configuration"`
+			Processes map[string]json.RawMessage `json:"processes"`
+		} `json:"cluster"`
+	}
+	if err != nil || json.Unmarshal(v, &st) != nil {
+		return desc + ")"
+	}
+	c := st.Cluster
+	return fmt.Sprintf("%s, %d processes, %s redundancy, storage engine %s)", desc, len(c.Processes),
+		c.Configuration.RedundancyMode, c.Configuration.StorageEngine)
+}
