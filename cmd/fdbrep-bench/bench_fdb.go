@@ -88,7 +88,7 @@ func fdbDescription() string {
 		Cluster struct {
 			Configuration struct {
 				RedundancyMode string `json:"redundancy_mode"`
-				StorageEngine string `json:"storage_engine"`
+				StorageEngine  string `json:"storage_engine"`
 			} `json:"configuration"`
 			Processes map[string]json.RawMessage `json:"processes"`
 		} `json:"cluster"`
