@@ -30,10 +30,13 @@ import (
 )
 
 // Config is a scheduler configuration for tests: intervals, backoffs and
-// timeouts in tens of milliseconds, room for four jobs per node.
+// timeouts in tens of milliseconds, room for four jobs per node. The job
+// timeout is 6 s, so that a node holds its jobs 3 s after a heartbeat
+// (fdbjobs.Job.HoldDeadline) however loaded the machine and however many
+// faults are injected: a shorter one makes busy nodes give jobs up.
 func Config() scheduler.Config {
 	return scheduler.Config{
-		Config:   replicator.Config{StartupJitter: 20 * time.Millisecond, JobTimeout: 2 * time.Second},
+		Config:   replicator.Config{StartupJitter: 20 * time.Millisecond, JobTimeout: 6 * time.Second},
 		Interval: 40 * time.Millisecond, MinRunTime: 1,
 		MaxJobs: 4, MaxChurn: 4, MaxAcceptors: 2,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, HealthThreshold: time.Minute,

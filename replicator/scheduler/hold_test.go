@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -15,7 +16,8 @@ import (
 // the job moves, and never runs on two nodes at once.
 func TestCutOffNodeStopsBeforeTakeover(t *testing.T) {
 	logs := &testutil.Logs{}
-	cfg := testConfig() // job timeout 2 s: a hold of 1 s
+	cfg := testConfig()
+	cfg.JobTimeout = 2 * time.Second // a hold of 1 s
 	cfg.Logger = logs.Logger()
 	c, eng := simCluster(t, 2, cfg, 0, 0)
 	c.PutDoc("_replicator", "cont", repDoc("http://127.0.0.1:9/cont/", "http://127.0.0.1:9/t", true))

@@ -160,6 +160,20 @@ func TestFoundationDBFaults(t *testing.T) {
 		started += len(n.find("replication started"))
 	}
 	require.Positive(t, lost, "no node gave a job up while the cluster was down")
+	// And counted it: jobs.holds_lost in the nodes' stats.
+	counted := 0.0
+	for _, n := range nodes[:2] {
+		url := "http://" + n.addr + "/_node/_local/_stats/couch_replicator/jobs/holds_lost"
+		creds := admin
+		if n.addr == "" {
+			url, creds = "http://"+n.health+"/_node/_local/_stats/couch_replicator/jobs/holds_lost", nil
+		}
+		status, body := get(url, creds)
+		require.Equal(t, 200, status, "%s: holds_lost", n.name)
+		v, _ := body["value"].(float64)
+		counted += v
+	}
+	require.EqualValues(t, lost, counted, "jobs.holds_lost counts the jobs given up")
 	t.Logf("%d runs started on %d nodes; %d given up when a node could not renew its hold; node-c waited through %d failed probes",
 		started, len(nodes), lost, waits)
 
