@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -35,6 +36,14 @@ const (
 	MaxClientRequestsDefault = 100
 	// MaxHeaderBytesDefault caps a request's headers.
 	MaxHeaderBytesDefault = 64 << 10
+	// LingerDefault is how long a connection closed before its request's
+	// body was read waits, write side shut, reading and discarding what
+	// the client still sends, before it closes. Closing at once, with
+	// unread bytes, makes the kernel reset the connection, and a client
+	// may drop the reply it had not read yet (RFC 9112 §9.6; net/http
+	// waits the same 500 ms). The connection stays counted, and
+	// evictable, meanwhile.
+	LingerDefault = 500 * time.Millisecond
 )
 
 // Limits protect a node's listeners from slow and greedy clients.
@@ -154,9 +163,15 @@ type trackedConn struct {
 	evictable bool // guarded by set.mu
 	since     time.Time
 	closeOnce sync.Once
+	// linger is set when the connection is to close with a request body
+	// unread (limitedBody.end): Close lingers (LingerDefault).
+	linger atomic.Bool
 }
 
 func (c *trackedConn) Close() error {
+	if c.linger.CompareAndSwap(true, false) {
+		c.lingerClose()
+	}
 	err := c.Conn.Close()
 	c.closeOnce.Do(func() {
 		c.set.mu.Lock()
@@ -164,6 +179,20 @@ func (c *trackedConn) Close() error {
 		c.set.mu.Unlock()
 	})
 	return err
+}
+
+// lingerClose shuts the write side, so that the client reads the reply
+// and then EOF, and discards what the client still sends for at most
+// LingerDefault (the client's close ends it sooner). It runs on the
+// connection's own goroutine, as net/http's does.
+func (c *trackedConn) lingerClose() {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	c.setEvictable(true)
+	_ = c.Conn.SetReadDeadline(time.Now().Add(LingerDefault))
+	_, _ = io.Copy(io.Discard, c.Conn)
 }
 
 // setEvictable marks the connection as one a new connection may close.
@@ -308,6 +337,9 @@ func (b *limitedBody) end() {
 	b.finish()
 	if !b.drained() {
 		_ = b.rc.SetReadDeadline(time.Now())
+		if b.conn != nil {
+			b.conn.linger.Store(true)
+		}
 	}
 }
 

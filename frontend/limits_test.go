@@ -61,7 +61,9 @@ func TestEarlyErrorDoesNotWaitForTheBody(t *testing.T) {
 // would otherwise drain the unread body (up to 256 kB) before closing,
 // and the connection, busy and not evictable, would wait for a body that
 // never comes (1,100 such clients kept a node at its connection cap:
-// TestSlowClientsAtFileLimit).
+// TestSlowClientsAtFileLimit). It closes with a FIN, not a reset: closed
+// at once with the body's byte unread, the kernel reset it, and a client
+// may lose the reply (72 of 200 runs read ECONNRESET, LingerDefault).
 func TestEarlyErrorClosesTheConnection(t *testing.T) {
 	e := newEnv(t)
 	for _, head := range []string{
@@ -80,7 +82,7 @@ func TestEarlyErrorClosesTheConnection(t *testing.T) {
 		_, err = io.Copy(io.Discard, res.Body)
 		require.NoError(t, err)
 		_, err = r.ReadByte()
-		require.ErrorIs(t, err, io.EOF, "the server closed the connection, before the hang bound")
+		require.ErrorIs(t, err, io.EOF, "the server closed the connection, before the hang bound and without a reset")
 	}
 }
 
