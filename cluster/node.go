@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -89,6 +90,9 @@ type Node struct {
 	beating chan struct{}
 	loadMu  sync.Mutex
 	load    *Load // the last SetLoad; guarded by loadMu
+	// lastBeat is when the last heartbeat that committed began (Unix
+	// milliseconds of the node's clock; 0 before the first).
+	lastBeat atomic.Int64
 }
 
 // Signals are the moments of a Node's work tests wait for.
@@ -282,8 +286,22 @@ func (n *Node) beat(ctx context.Context, first bool) error {
 	if err := n.store.heartbeat(ctx, m, publication(n.opts.Base), first); err != nil {
 		return err
 	}
+	n.lastBeat.Store(m.Seen)
 	n.TestSignals.Beat.Signal(m.Expires)
 	return nil
+}
+
+// HeartbeatAge is how long ago the node's last heartbeat that committed
+// began, by its clock: about HeartbeatInterval at most while the node
+// reaches the store, growing while it does not (a host cut off from
+// FoundationDB: its record expires after NodeTimeout and the other nodes
+// count it dead, but the process says why). -1 before the first.
+func (n *Node) HeartbeatAge() time.Duration {
+	ms := n.lastBeat.Load()
+	if ms == 0 {
+		return -1
+	}
+	return n.opts.Clock.Since(time.UnixMilli(ms))
 }
 
 // run is the node's loop: read the settings and watch their version,

@@ -8,7 +8,9 @@ import (
 // handleMembership answers GET /_membership in CouchDB's shape: the nodes
 // alive (cluster.Store.Members), in all_nodes and cluster_nodes alike (an
 // fdbrep cluster has no configured node list; nodes join by starting),
-// plus "nodes" with each one's roles, version and start time.
+// plus "nodes" with each one's roles, version, start time, last heartbeat
+// ("seen"), when it counts as dead without another ("expires") and, for a
+// replication node, the jobs it runs ("running").
 func (s *Server) handleMembership(w http.ResponseWriter, r *http.Request) {
 	if !requireAdmin(w, r) {
 		return
@@ -26,10 +28,16 @@ func (s *Server) handleMembership(w http.ResponseWriter, r *http.Request) {
 	nodes := make(map[string]any, len(members))
 	for _, m := range members {
 		names = append(names, m.Name)
-		nodes[m.Name] = map[string]any{
+		node := map[string]any{
 			"roles": m.Roles, "version": m.Version,
 			"started": time.UnixMilli(m.Started).UTC().Format(time.RFC3339),
+			"seen":    time.UnixMilli(m.Seen).UTC().Format(time.RFC3339Nano),
+			"expires": time.UnixMilli(m.Expires).UTC().Format(time.RFC3339Nano),
 		}
+		if m.Load != nil {
+			node["running"] = m.Load.Running
+		}
+		nodes[m.Name] = node
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"all_nodes": names, "cluster_nodes": names, "nodes": nodes})
 }

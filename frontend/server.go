@@ -451,7 +451,11 @@ func (s *Server) handleRoot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleUp(w http.ResponseWriter, r *http.Request) {
-	status, body := health.Up(r.Context(), s.opts.DB)
+	self := health.Self{Node: s.opts.NodeName}
+	if c := s.opts.Cluster; c != nil {
+		self.Roles, self.HeartbeatAge = c.Roles(), c.HeartbeatAge
+	}
+	status, body := health.Up(r.Context(), s.opts.DB, self)
 	writeJSON(w, status, body)
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -34,6 +35,11 @@ const (
 	MetricCheckpointsSuccess   = "couch_replicator.checkpoints.success"
 	MetricCheckpointsFailure   = "couch_replicator.checkpoints.failure"
 	MetricTransientJobsRemoved = "couch_replicator.jobs.transient_removed"
+	// MetricNodeHeartbeatAge is a gauge read when the metrics are: how
+	// long ago (ms) the node's last membership heartbeat committed; it
+	// grows while the node cannot reach the store (Metrics.Observe; not a
+	// CouchDB metric).
+	MetricNodeHeartbeatAge = "couch_replicator.node.heartbeat_age_ms"
 )
 
 // gauges tells gauges from counters.
@@ -51,6 +57,9 @@ var metricNames = []string{
 // for concurrent use; the zero value is not usable, call NewMetrics.
 type Metrics struct {
 	v map[string]*atomic.Int64
+
+	obsMu sync.Mutex
+	obs   map[string]func() int64 // gauges read at snapshot time
 }
 
 // NewMetrics returns a set of counters at zero.
@@ -67,6 +76,18 @@ func (m *Metrics) Add(name string, d int64) { m.v[name].Add(d) }
 
 // Inc adds one to a counter.
 func (m *Metrics) Inc(name string) { m.v[name].Add(1) }
+
+// Observe adds a gauge whose value f gives each time the metrics are read
+// (f must be quick and safe for concurrent use); a negative value is not
+// shown.
+func (m *Metrics) Observe(name string, f func() int64) {
+	m.obsMu.Lock()
+	defer m.obsMu.Unlock()
+	if m.obs == nil {
+		m.obs = map[string]func() int64{}
+	}
+	m.obs[name] = f
+}
 
 // Set sets a gauge.
 func (m *Metrics) Set(name string, v int64) { m.v[name].Store(v) }
@@ -115,6 +136,13 @@ func (m *Metrics) Snapshot() []Metric {
 		}
 		out = append(out, Metric{Name: n, Type: typ, Value: v.Load()})
 	}
+	m.obsMu.Lock()
+	for n, f := range m.obs {
+		if v := f(); v >= 0 {
+			out = append(out, Metric{Name: n, Type: "gauge", Value: v})
+		}
+	}
+	m.obsMu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }

@@ -180,6 +180,8 @@ func TestClusterMembershipAndFirstRun(t *testing.T) {
 		nodes := r.Body["nodes"].(map[string]any)
 		require.Equal(t, []any{"api_frontend"}, nodes["frontend2"].(map[string]any)["roles"])
 		require.Equal(t, []any{"replication"}, nodes["replication1"].(map[string]any)["roles"])
+		require.Contains(t, nodes["replication1"], "seen", "the last heartbeat tells a node cut off from a live one")
+		require.Contains(t, nodes["replication1"], "expires")
 	}
 	base := "http://" + addrs[0]
 	// A replication node's configuration, read and changed through a

@@ -3,6 +3,7 @@ package health_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,21 +18,35 @@ func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 func TestUp(t *testing.T) {
 	db, full := kvtest.OpenFullableDisk(t)
 	ctx := context.Background()
-	status, body := health.Up(ctx, db)
+	status, body := health.Up(ctx, db, health.Self{})
 	require.Equal(t, 200, status)
 	require.Equal(t, "ok", body["status"])
 
 	full.Store(true)
 	_, _ = kv.Transact(ctx, db, func(tr kv.Transaction) (any, error) { tr.Set(kv.Key("k"), []byte("v")); return nil, nil })
-	status, body = health.Up(ctx, db)
+	status, body = health.Up(ctx, db, health.Self{})
 	require.Equal(t, 507, status)
 	require.Equal(t, "storage_full", body["status"])
 	require.NotContains(t, body["reason"], "mem/", "no store paths in an unauthenticated reply")
 	full.Store(false)
-	testutil.Eventually(t, "healthy again", func() bool { s, _ := health.Up(ctx, db); return s == 200 })
+	testutil.Eventually(t, "healthy again", func() bool { s, _ := health.Up(ctx, db, health.Self{}); return s == 200 })
 
 	require.NoError(t, db.Close())
-	status, body = health.Up(ctx, db)
+	status, body = health.Up(ctx, db, health.Self{})
 	require.Equal(t, 503, status)
-	require.Contains(t, []string{"storage_error", "storage_unavailable"}, body["status"])
+	require.Contains(t, []any{"storage_error", "storage_unavailable"}, body["status"])
+}
+
+// The body names the node, its roles and its heartbeat's age, whatever
+// the store's state.
+func TestUpSaysWhoAnswers(t *testing.T) {
+	db := kvtest.NewDB(t)
+	self := health.Self{Node: "replication1", Roles: []string{"replication"}, HeartbeatAge: func() time.Duration { return 1500 * time.Millisecond }}
+	status, body := health.Up(context.Background(), db, self)
+	require.Equal(t, 200, status)
+	require.Equal(t, map[string]any{"status": "ok", "node": "replication1", "roles": []string{"replication"}, "heartbeat_age_ms": int64(1500)}, body)
+
+	self.HeartbeatAge = func() time.Duration { return -1 }
+	_, body = health.Up(context.Background(), db, self)
+	require.NotContains(t, body, "heartbeat_age_ms", "no heartbeat yet")
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/fdbrep/fdbrep/cluster"
 	"github.com/fdbrep/fdbrep/internal/health"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
@@ -14,7 +15,7 @@ import (
 // replicator's metrics). It is meant for a loopback port of a replication-only node,
 // which opens no other listener; never expose it beyond the host. It is
 // not the HTTP API: a replication node does not run package frontend.
-func healthHandler(db kv.Database, m *replicator.Metrics) http.Handler {
+func healthHandler(db kv.Database, m *replicator.Metrics, cn *cluster.Node) http.Handler {
 	reply := func(w http.ResponseWriter, status int, v any) {
 		b, _ := json.Marshal(v)
 		w.Header().Set("Content-Type", "application/json")
@@ -23,7 +24,7 @@ func healthHandler(db kv.Database, m *replicator.Metrics) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /_up", func(w http.ResponseWriter, r *http.Request) {
-		status, body := health.Up(r.Context(), db)
+		status, body := health.Up(r.Context(), db, health.Self{Node: cn.Name(), Roles: cn.Roles(), HeartbeatAge: cn.HeartbeatAge})
 		reply(w, status, body)
 	})
 	stats := func(w http.ResponseWriter, r *http.Request) {

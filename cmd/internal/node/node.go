@@ -137,6 +137,12 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	cfg = cn.Config()
 	metrics := replicator.NewMetrics()
+	metrics.Observe(replicator.MetricNodeHeartbeatAge, func() int64 {
+		if age := cn.HeartbeatAge(); age >= 0 {
+			return age.Milliseconds()
+		}
+		return -1
+	})
 	shared := clusterConfig(cfg, &log, metrics)
 
 	var servers []*frontend.HTTPServer
@@ -192,7 +198,7 @@ func Run(ctx context.Context, opts Options) error {
 		node, live.node = n, n
 		parts.Scheduler = n
 		log.Info().Int("max_jobs", ncfg.MaxJobs).Msg("replication node started")
-		parts.Health = healthHandler(db, metrics)
+		parts.Health = healthHandler(db, metrics, cn)
 		if addr := cfg.String("node", "health_address"); addr != "" {
 			if readyAddr, err = listen(addr, parts.Health, "health"); err != nil {
 				return err
