@@ -117,7 +117,7 @@ func (m *Model) runnableFrom(j *job, runs []Record, now time.Time) (time.Time, s
 		// the store: the job stays running in the store until the node
 		// restarts or the activity monitor takes it back.
 		for _, death := range m.deaths[last.Node] {
-			if !last.End.Before(death.at) && !last.End.After(death.done) {
+			if death.covers(last) {
 				from, why = death.done.Add(m.tm.takeBack()), "its node died or was cut off (activity monitor)"
 				if !death.restart.IsZero() && death.restart.Before(from) {
 					from, why = death.restart, "its node died and restarted"
@@ -167,6 +167,14 @@ func (m *Model) runnableFrom(j *job, runs []Record, now time.Time) (time.Time, s
 // when the store's latency is simulated: runs end within it) and
 // restarted at restart (zero: not yet).
 type death struct{ at, done, restart time.Time }
+
+// covers reports whether run r ended within the death (from at to done)
+// and began before the node's restart: a run of the restarted process
+// is not cut off by the death of the one before it (a partitioned node
+// killed and started again reaches the store).
+func (d death) covers(r Record) bool {
+	return !r.End.Before(d.at) && !r.End.After(d.done) && (d.restart.IsZero() || r.Start.Before(d.restart))
+}
 
 // Model tracks the expected state and checks the world against it.
 type Model struct {
@@ -267,7 +275,7 @@ func (m *Model) observe(w *World, now time.Time) {
 // cut off from the store, so that its end was not stored.
 func (m *Model) endedUnrecorded(r Record) bool {
 	for _, d := range m.deaths[r.Node] {
-		if !r.End.Before(d.at) && !r.End.After(d.done) {
+		if d.covers(r) {
 			return true
 		}
 	}

@@ -398,8 +398,10 @@ func (r *runner) apply(op Op, now time.Time, i int) error {
 			if err := n.Start(); err != nil {
 				return err
 			}
-			if d := m.deaths[n.Name]; len(d) > 0 && d[len(d)-1].restart.IsZero() {
-				d[len(d)-1].restart = now
+			for i, d := range m.deaths[n.Name] {
+				if d.restart.IsZero() {
+					m.deaths[n.Name][i].restart = now
+				}
 			}
 		case op.Kind == StopNode && n.Up:
 			if err := n.Stop(); err != nil {
