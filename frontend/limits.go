@@ -225,6 +225,19 @@ func (cs *connSet) stateChanged(c net.Conn, st http.ConnState) {
 	}
 }
 
+// evictable counts the connections a new one may close.
+func (cs *connSet) evictable() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	n := 0
+	for c := range cs.all {
+		if c.evictable {
+			n++
+		}
+	}
+	return n
+}
+
 // admit adds c, closing the longest evictable connection when the set is
 // full; it reports false (c is to be closed) when none can be.
 func (cs *connSet) admit(c *trackedConn) bool {
