@@ -246,6 +246,19 @@ func (e *benchEnv) openFreshStore(sub string, inMemory bool) (kv.Database, func(
 // headings (bench_fdb.go).
 var describeFDB func() string
 
+// storeKind says which store a benchmark measures, for its heading: the
+// embedded store in memory or durable on disk, or FoundationDB (whose
+// heading storeName gives).
+func storeKind(inMemory bool) string {
+	switch {
+	case benchStore == storeFDB:
+		return "FoundationDB"
+	case inMemory:
+		return "the embedded store in memory"
+	}
+	return "the embedded store on disk (durable commits)"
+}
+
 // storeName describes store s for the figures' headings.
 func storeName(s string) string {
 	if s == storeFDB {

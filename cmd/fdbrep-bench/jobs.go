@@ -91,14 +91,7 @@ func runJobsBench(args []string) error {
 	}
 	env := newBenchEnv("jobs", *dir)
 	defer env.close()
-	where := "the embedded store on disk (durable commits)"
-	switch {
-	case benchStore == storeFDB:
-		where = "FoundationDB"
-	case o.inMemory:
-		where = "the embedded store in memory"
-	}
-	fmt.Printf("jobs benchmark: fdbjobs on %s, GOMAXPROCS=%d, %d CPUs\n", where, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	fmt.Printf("jobs benchmark: fdbjobs on %s, GOMAXPROCS=%d, %d CPUs\n", storeKind(o.inMemory), runtime.GOMAXPROCS(0), runtime.NumCPU())
 	river, err := startRiver(env, *riverBin, *pgBin)
 	if err != nil {
 		return err

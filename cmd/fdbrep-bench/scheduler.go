@@ -99,7 +99,7 @@ func runSchedulerBench(args []string) error {
 	}
 	created := time.Since(t0)
 	fmt.Printf("scheduler: %d continuous jobs on %d nodes, max_jobs %d, max_churn %d, interval %v, min_run_time %v, simulated checkpoint every %v (simengine; store: %s)\n",
-		*jobs, *nodes, *maxJobs, *maxChurn, *interval, *minRun, *ckEvery, map[bool]string{true: "in memory", false: "durable, on disk"}[*inMemory])
+		*jobs, *nodes, *maxJobs, *maxChurn, *interval, *minRun, *ckEvery, storeKind(*inMemory))
 	fmt.Printf("  created %d jobs in %v (%.0f jobs/s, through the control plane's DocWritten)\n", *jobs, created.Round(time.Millisecond), float64(*jobs)/created.Seconds())
 
 	sim := simengine.New()

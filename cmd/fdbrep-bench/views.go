@@ -58,7 +58,7 @@ func runViewsBench(args []string) error {
 		return err
 	}
 	fmt.Printf("views: _replicator documents in %d databases, %d running, %d crashing, the rest pending; pages of %d, %d samples each, timed at the control plane (store: %s)\n",
-		*dbs, *running, *crashing, *limit, *samples, map[bool]string{true: "in memory", false: "durable, on disk"}[*inMemory])
+		*dbs, *running, *crashing, *limit, *samples, storeKind(*inMemory))
 	var all []viewFigures
 	for _, n := range sizes {
 		t0 := time.Now()
