@@ -65,6 +65,7 @@ func (s *Store) DeleteDB(ctx context.Context, db string, hook func(kv.Transactio
 		tr.Clear(s.dbKey(db))
 		tr.Clear(s.feedKey(db))
 		tr.Clear(s.securityKey(db))
+		tr.Clear(s.securityWriteKey(db))
 		for _, kind := range []string{"doc", "tomb", "tree", "leaf", "local", "docseq", "seq", "count"} {
 			tr.ClearRange(s.sub.Sub(kind, db))
 		}

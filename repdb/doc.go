@@ -77,6 +77,7 @@
 //	("count", db, "doc"|"del") -> little-endian int64 counters (atomic adds)
 //	("feed", db)               -> versionstamp of the last write (waiting feeds watch it)
 //	("sec", db)                -> the security object's JSON, as set (absent: {})
+//	("secw", db)               -> the token of the SetSecurity call that last wrote it
 //
 // A record is {"rev", "body", "deleted" (leaf records), "leaves" (the
 // winner's: the number of leaves when more than one)}. A tree is

@@ -3,6 +3,7 @@ package repdb
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,6 +120,10 @@ func parseAccess(raw json.RawMessage) (Access, error) {
 
 func (s *Store) securityKey(db string) kv.Key { return s.sub.Pack(tuple.Tuple{"sec", db}) }
 
+// securityWriteKey holds the token of the last SetSecurity that wrote
+// db's security object.
+func (s *Store) securityWriteKey(db string) kv.Key { return s.sub.Pack(tuple.Tuple{"secw", db}) }
+
 // ReadSecurity returns db's security object (the zero Security, {}, when
 // none was set); ErrDBNotFound when db does not exist. It is one read
 // transaction of two keys.
@@ -144,13 +149,26 @@ func (s *Store) Security(tr kv.ReadTransaction, db string) (Security, error) {
 // SetSecurity replaces db's security object with sec (from ParseSecurity)
 // if allowed, called in the transaction with the object it replaces,
 // accepts it (the caller's check that the writer is an admin of the
-// database). ErrDBNotFound when db does not exist. One transaction of two
-// reads and a write; a replay writes the same value.
+// database). ErrDBNotFound when db does not exist. One transaction of
+// three reads and two writes. Each call writes a token of its own beside
+// the object: an attempt that finds its token knows that an earlier one
+// committed (commit_unknown_result) and succeeds without asking allowed
+// again, which would judge the writer by the object it just wrote (a
+// database admin who removes their own admin role was refused after a
+// write that took effect).
 func (s *Store) SetSecurity(ctx context.Context, db string, sec Security, allowed func(old Security) error) error {
+	token := make([]byte, 16)
+	_, _ = rand.Read(token)
 	_, err := s.db.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		last := tr.Get(s.securityWriteKey(db))
 		old, err := s.Security(tr, db)
 		if err != nil {
 			return nil, err
+		}
+		if v, err := last.Get(); err != nil {
+			return nil, err
+		} else if bytes.Equal(v, token) {
+			return nil, nil
 		}
 		if allowed != nil {
 			if err := allowed(old); err != nil {
@@ -158,6 +176,7 @@ func (s *Store) SetSecurity(ctx context.Context, db string, sec Security, allowe
 			}
 		}
 		tr.Set(s.securityKey(db), sec.Raw)
+		tr.Set(s.securityWriteKey(db), token)
 		return nil, nil
 	})
 	return err
