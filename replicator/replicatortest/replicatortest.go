@@ -198,6 +198,11 @@ func (c *Cluster) Kill(i int) {
 // another node finds them without heartbeats.
 func (c *Cluster) CutOff(i int) { c.cuts[i].Cut() }
 
+// HangOff cuts node i off as a firewall rule does: its transactions wait
+// for timeout (a FoundationDB client's transaction timeout) instead of
+// failing at once (faultkv.Cuttable.Hang).
+func (c *Cluster) HangOff(i int, timeout time.Duration) { c.cuts[i].Hang(timeout) }
+
 // PutDoc writes a _replicator document's job as the HTTP API does (doc
 // nil: the document is deleted).
 func (c *Cluster) PutDoc(db, id string, doc map[string]any) {

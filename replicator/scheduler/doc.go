@@ -85,7 +85,11 @@
 // cancels its run at once and writes nothing more ("replication stopped"
 // at warn, jobs.holds_lost), before the activity monitor can hand the job
 // to another node, which it does a job timeout after the last heartbeat:
-// a job never runs on two nodes at once.
+// a job never runs on two nodes at once. A renewal, and a filter fetch at
+// a checkpoint, wait no longer than the hold (a store behind a firewall
+// rule does not fail: its transactions wait out a timeout far longer than
+// the hold, and the run went on meanwhile); after each the worker checks
+// the hold before anything else.
 // At each checkpoint a filtered replication recomputes its id; if it
 // changed the job goes back to pending and runs again under the new id
 // (stats and history reset, the old mapping cleared). A one-shot run that

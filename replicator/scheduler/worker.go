@@ -217,7 +217,17 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 		case c := <-ck:
 			w.n.m.Inc(replicator.MetricCheckpointsSuccess)
 			if d.Rep.UserFilter() {
-				if id, _, err := w.n.eng.ReplicationID(runCtx, rep, w.n.serverUUID); err == nil && id != d.RepID {
+				// Fetching the filter waits on the source: no longer
+				// than the hold, as a renewal (holdCtx).
+				idCtx, done := w.holdCtx()
+				id, _, err := w.n.eng.ReplicationID(idCtx, rep, w.n.serverUUID)
+				done()
+				if hold.lapsed() {
+					halt()
+					w.logHoldLost()
+					return
+				}
+				if err == nil && id != d.RepID {
 					// The filter changed: stop, back to pending; the next
 					// start runs under the new id.
 					if _, _, halted := w.stopRun(run, cancel, d, hb, hold); halted || w.ctx.Err() != nil {
@@ -232,10 +242,20 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 				halt()
 				return
 			}
+			if hold.lapsed() {
+				halt()
+				w.logHoldLost()
+				return
+			}
 			hold.reset()
 		case <-hb.Chan():
 			if !w.heartbeat(d, run.Progress()) {
 				halt()
+				return
+			}
+			if hold.lapsed() {
+				halt()
+				w.logHoldLost()
 				return
 			}
 			hold.reset()
@@ -294,6 +314,11 @@ func (w *worker) stopRun(run replicator.Run, cancelRun context.CancelFunc, d *re
 				halted = true
 				abort()
 			}
+			if !halted && hold.lapsed() {
+				halted = true
+				abort()
+				w.logHoldLost()
+			}
 			hold.reset()
 		case <-hold.expired():
 			if !halted {
@@ -342,6 +367,32 @@ func (h *holdTimer) reset() {
 	}
 	deadline, _ := h.w.job.HoldDeadline()
 	h.t.Reset(max(0, deadline.Sub(h.w.now())))
+}
+
+// lapsed reports whether the job's hold deadline has passed: a renewal
+// that did not commit in time (the store did not answer, and holdCtx
+// ended it) leaves the worker past it.
+func (h *holdTimer) lapsed() bool {
+	deadline, ok := h.w.job.HoldDeadline()
+	return ok && !h.w.now().Before(deadline)
+}
+
+// holdCtx bounds a renewal by the job's hold: past the deadline another
+// node may have the job, so a store that does not answer must not keep
+// the worker waiting in a renewal, its run going on, beyond it (the
+// transaction timeout is far longer). Without a hold, the worker's
+// context.
+func (w *worker) holdCtx() (context.Context, func()) {
+	deadline, ok := w.job.HoldDeadline()
+	if !ok {
+		return w.ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	t := w.cfg.Clock.AfterFunc(max(0, deadline.Sub(w.now())), cancel)
+	return ctx, func() {
+		t.Stop()
+		cancel()
+	}
 }
 
 func (h *holdTimer) stop() {
@@ -578,7 +629,9 @@ func (w *worker) logHalted() {
 func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 	healed := false
 	renewed := w.job.Renewing()
-	x, err := kv.Transact(w.ctx, w.n.store.DB, func(tr kv.Transaction) (*replicator.JobData, error) {
+	ctx, done := w.holdCtx()
+	defer done()
+	x, err := kv.Transact(ctx, w.n.store.DB, func(tr kv.Transaction) (*replicator.JobData, error) {
 		x := d.Clone()
 		now := w.now()
 		x.Stats = mergeStats(x.Stats, s)
@@ -587,7 +640,7 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 		if healed {
 			x.ErrorCount, x.LastError = 0, ""
 		}
-		return x, w.n.store.UpdateJob(w.ctx, tr, w.job, x)
+		return x, w.n.store.UpdateJob(ctx, tr, w.job, x)
 	})
 	renewed(err == nil)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
@@ -19,7 +20,8 @@ var ErrCut = errors.New("faultkv: the database is cut off")
 // through.
 type Cuttable struct {
 	kv.Database
-	cut atomic.Bool
+	cut  atomic.Bool
+	hang atomic.Int64 // how long a transaction hangs, in nanoseconds; 0: no hang
 }
 
 // NewCuttable wraps db.
@@ -28,8 +30,34 @@ func NewCuttable(db kv.Database) *Cuttable { return &Cuttable{Database: db} }
 // Cut cuts the database off for good.
 func (d *Cuttable) Cut() { d.cut.Store(true) }
 
+// Hang cuts the database off for good as a firewall rule does to a
+// FoundationDB client: from Hang on, every transaction of Transact and
+// ReadTransact waits, answering nothing, until its context ends or
+// timeout passes (a real client's transaction timeout), and then fails
+// with ErrCut.
+func (d *Cuttable) Hang(timeout time.Duration) { d.hang.Store(int64(max(timeout, 1))) }
+
+// hung waits as a hung transaction does (Hang); false when not hung.
+func (d *Cuttable) hung(ctx context.Context) (bool, error) {
+	timeout := time.Duration(d.hang.Load())
+	if timeout == 0 {
+		return false, nil
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return true, ctx.Err()
+	case <-t.C:
+		return true, ErrCut
+	}
+}
+
 // Transact implements kv.Database.
 func (d *Cuttable) Transact(ctx context.Context, f func(kv.Transaction) (any, error)) (any, error) {
+	if hung, err := d.hung(ctx); hung {
+		return nil, err
+	}
 	if d.cut.Load() {
 		return nil, ErrCut
 	}
@@ -43,6 +71,9 @@ func (d *Cuttable) Transact(ctx context.Context, f func(kv.Transaction) (any, er
 
 // ReadTransact implements kv.Database.
 func (d *Cuttable) ReadTransact(ctx context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
+	if hung, err := d.hung(ctx); hung {
+		return nil, err
+	}
 	if d.cut.Load() {
 		return nil, ErrCut
 	}
