@@ -3,16 +3,12 @@
 package fdbfault
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/cmd/internal/proctest"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
@@ -59,9 +56,9 @@ func TestFoundationDBFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a FoundationDB cluster, CouchDB and fdbrep processes")
 	}
-	fdb := startFDB(t)
+	fdb := proctest.StartFDB(t, proctest.FDBOptions{})
 	couch := couchtest.StartCouchDB(t)
-	bin := buildBinary(t)
+	bin := proctest.BuildFDBBinary(t)
 
 	const sources = 3
 	for i := range sources {
@@ -89,14 +86,14 @@ func TestFoundationDBFaults(t *testing.T) {
 		t.Logf("%s: the cluster answers again; checking", fault)
 		back := time.Now()
 		for _, n := range nodes {
-			require.False(t, n.exited(), "%s: %s exited during the fault:\n%s", fault, n.name, n.tail())
+			require.False(t, n.Exited(), "%s: %s exited during the fault:\n%s", fault, n.name, n.Tail())
 		}
 		// Every continuous job runs again and catches up with its source.
 		deadline := back.Add(recoverBound())
 		for i := range sources {
-			waitUntil(t, deadline, fmt.Sprintf("%s: c%d running again and caught up", fault, i), func() bool {
+			proctest.WaitUntil(t, deadline, fmt.Sprintf("%s: c%d running again and caught up", fault, i), func() bool {
 				st := docState(api, "_replicator", fmt.Sprintf("c%d", i))
-				return st == "running" && docCount(couch.AuthDBURL(fmt.Sprintf("tgt%d", i))) >= load.written(i)
+				return st == "running" && proctest.DocCount(couch.AuthDBURL(fmt.Sprintf("tgt%d", i))) >= load.written(i)
 			})
 		}
 		t.Logf("%s: every continuous job ran again and caught up %v after the cluster answered (bound %v)",
@@ -122,7 +119,7 @@ func TestFoundationDBFaults(t *testing.T) {
 			}
 		}
 		undo()
-		fdb.waitAvailable(t)
+		fdb.WaitAvailable(t)
 		if strings.Contains(name, "cluster is down") || strings.Contains(name, "whole cluster") {
 			// With one process down a majority keeps the database up (a
 			// controller's loss costs a recovery of a few seconds); with
@@ -136,28 +133,28 @@ func TestFoundationDBFaults(t *testing.T) {
 		checkpoint(name, down)
 	}
 
-	runFault("an fdbserver process SIGKILLed and restarted", func() { fdb.kill(t, 1) }, func() { fdb.restart(t, 1) })
-	cc := fdb.controller(t)
+	runFault("an fdbserver process SIGKILLed and restarted", func() { fdb.Kill(t, 1) }, func() { fdb.Restart(t, 1) })
+	cc := fdb.Controller(t)
 	runFault(fmt.Sprintf("the cluster controller (process %d) SIGKILLed and restarted", cc),
-		func() { fdb.kill(t, cc) }, func() { fdb.restart(t, cc) })
+		func() { fdb.Kill(t, cc) }, func() { fdb.Restart(t, cc) })
 	// The controller alone does not take the database down for long: the
 	// check above only asks for its return. The whole cluster does.
-	runFault("the whole cluster down", fdb.killAll(t), fdb.restartAll(t))
+	runFault("the whole cluster down", func() { fdb.KillAll(t) }, func() { fdb.RestartAll(t) })
 	var c *node
 	runFault("a node started while the cluster is down", func() {
-		fdb.killAll(t)()
+		fdb.KillAll(t)
 		c = startNodeNoWait(t, bin, fdb, "node-c", "replication")
-	}, fdb.restartAll(t))
-	c.waitLog(t, "fdbrep node up")
+	}, func() { fdb.RestartAll(t) })
+	c.WaitLog(t, "fdbrep node up")
 	nodes = append(nodes, c)
-	require.NotEmpty(t, c.find("waiting for FoundationDB"), "node-c said what it waited for")
+	require.NotEmpty(t, c.Find("waiting for FoundationDB"), "node-c said what it waited for")
 
 	// The nodes that ran jobs through the whole cluster's outages gave
 	// them up, and said so.
-	lost, started, waits := 0, 0, len(c.find("waiting for FoundationDB"))
+	lost, started, waits := 0, 0, len(c.Find("waiting for FoundationDB"))
 	for _, n := range nodes {
-		lost += len(n.find("replication stopped", "why", "could not renew its hold"))
-		started += len(n.find("replication started"))
+		lost += len(n.Find("replication stopped", "why", "could not renew its hold"))
+		started += len(n.Find("replication started"))
 	}
 	require.Positive(t, lost, "no node gave a job up while the cluster was down")
 	// And counted it: jobs.holds_lost in the nodes' stats.
@@ -191,24 +188,13 @@ func checkpointFinal(t *testing.T, api string, couch *couchtest.Server, load *lo
 	deadline := time.Now().Add(recoverBound())
 	for i := range sources {
 		src, tgt := couch.AuthDBURL(fmt.Sprintf("src%d", i)), couch.AuthDBURL(fmt.Sprintf("tgt%d", i))
-		want := docCount(src)
-		waitUntil(t, deadline, fmt.Sprintf("tgt%d caught up", i), func() bool { return docCount(tgt) == want })
+		want := proctest.DocCount(src)
+		proctest.WaitUntil(t, deadline, fmt.Sprintf("tgt%d caught up", i), func() bool { return proctest.DocCount(tgt) == want })
 		enginetest.RequireSame(t, src, tgt)
 	}
 	for _, id := range load.acked() {
-		waitUntil(t, deadline, id+" completed", func() bool { return docState(api, "_replicator", id) == "completed" })
+		proctest.WaitUntil(t, deadline, id+" completed", func() bool { return docState(api, "_replicator", id) == "completed" })
 		enginetest.RequireSame(t, couch.AuthDBURL("static"), couch.AuthDBURL("t-"+id))
-	}
-}
-
-// waitUntil polls cond until it holds, failing t at deadline.
-func waitUntil(t *testing.T, deadline time.Time, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within its bound", what)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -243,16 +229,6 @@ func docState(api, db, id string) string {
 	}
 	s, _ := body["state"].(string)
 	return s
-}
-
-// docCount is a CouchDB database's doc_count (-1 when unknown).
-func docCount(dbURL string) int {
-	status, body := get(dbURL, nil)
-	if status != 200 {
-		return -1
-	}
-	n, _ := body["doc_count"].(float64)
-	return int(n)
 }
 
 // load writes documents to the continuous replications' sources and
@@ -406,236 +382,26 @@ func (l *load) checkDocs(t *testing.T, fault string) {
 	}
 }
 
-// requireNoOverlap rebuilds each replication's runs per node from the
-// nodes' lifecycle lines (rep_id, node, time) and requires that no two
-// nodes ran one replication at the same time.
-func requireNoOverlap(t *testing.T, when string, nodes []*node) {
-	t.Helper()
-	type run struct {
-		node       string
-		start, end time.Time
-	}
-	runs := map[string][]*run{}
-	open := map[string]*run{} // by rep_id and node
-	var lines []line
-	for _, n := range nodes {
-		lines = append(lines, n.all()...)
-	}
-	slices.SortStableFunc(lines, func(a, b line) int { return a.at.Compare(b.at) })
-	for _, l := range lines {
-		rep, _ := l.m["rep_id"].(string)
-		node, _ := l.m["node"].(string)
-		if rep == "" {
-			continue
-		}
-		switch l.m["message"] {
-		case "replication started":
-			r := &run{node: node, start: l.at}
-			open[rep+"|"+node] = r
-			runs[rep] = append(runs[rep], r)
-		case "replication stopped", "replication completed", "replication crashed", "replication failed":
-			if r := open[rep+"|"+node]; r != nil {
-				r.end = l.at
-				delete(open, rep+"|"+node)
-			}
-		}
-	}
-	for rep, rs := range runs {
-		for i, a := range rs {
-			for _, b := range rs[i+1:] {
-				if a.node == b.node {
-					continue
-				}
-				aEnd, bEnd := a.end, b.end
-				if aEnd.IsZero() {
-					aEnd = time.Now()
-				}
-				if bEnd.IsZero() {
-					bEnd = time.Now()
-				}
-				overlap := a.start.Before(bEnd) && b.start.Before(aEnd)
-				require.False(t, overlap, "%s: replication %s ran on %s (%s to %s) and on %s (%s to %s) at once", when, rep,
-					a.node, a.start.Format(time.StampMilli), aEnd.Format(time.StampMilli),
-					b.node, b.start.Format(time.StampMilli), bEnd.Format(time.StampMilli))
-			}
-		}
-	}
-}
-
-// fdbCluster is a FoundationDB cluster of three processes started with
-// ../shared/fdb/fdb.sh.
-type fdbCluster struct {
-	sh, dir, file string
-	base          int
-}
-
-// fdbScript returns the script that runs FoundationDB for tests:
-// $FDBREP_FDB_SH, or ../shared/fdb/fdb.sh beside the module root.
-func fdbScript(t *testing.T) string {
-	if p := os.Getenv("FDBREP_FDB_SH"); p != "" {
-		return p
-	}
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "fdb", "fdb.sh")
-		}
-		parent := filepath.Dir(dir)
-		require.NotEqual(t, parent, dir, "no go.mod above the working directory")
-		dir = parent
-	}
-}
-
-func startFDB(t *testing.T) *fdbCluster {
-	t.Helper()
-	sh := fdbScript(t)
-	if _, err := os.Stat(sh); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("no FoundationDB under CI: %s is absent (set FDBREP_FDB_SH)", sh)
-		}
-		t.Skipf("no FoundationDB here (%s is absent; set FDBREP_FDB_SH): this test runs where it is, as in CI", sh)
-	}
-	c := &fdbCluster{sh: sh, dir: t.TempDir(), base: freePorts(t, 3)}
-	out, err := exec.Command("bash", sh, "start", strconv.Itoa(c.base), c.dir, "3").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	t.Cleanup(func() { _ = exec.Command("bash", sh, "stop", c.dir).Run() })
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	c.file = lines[len(lines)-1]
-	return c
-}
-
-// freePorts returns the first of n free consecutive ports on 127.0.0.1.
-func freePorts(t *testing.T, n int) int {
-	t.Helper()
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		base := ln.Addr().(*net.TCPAddr).Port
-		_ = ln.Close()
-		free := true
-		for i := 1; i < n && free; i++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
-			if err != nil {
-				free = false
-				continue
-			}
-			_ = l.Close()
-		}
-		if free {
-			return base
-		}
-	}
-	t.Fatal("no free ports")
-	return 0
-}
-
-func (c *fdbCluster) run(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command("bash", append([]string{c.sh}, args...)...).CombinedOutput()
-	require.NoError(t, err, "fdb.sh %v: %s", args, out)
-	return string(out)
-}
-
-func (c *fdbCluster) kill(t *testing.T, i int)    { c.run(t, "kill", c.dir, strconv.Itoa(i)) }
-func (c *fdbCluster) restart(t *testing.T, i int) { c.run(t, "restart", c.dir, strconv.Itoa(i)) }
-
-func (c *fdbCluster) killAll(t *testing.T) func() {
-	return func() {
-		for i := range 3 {
-			c.kill(t, i)
-		}
-	}
-}
-
-func (c *fdbCluster) restartAll(t *testing.T) func() {
-	return func() {
-		for i := range 3 {
-			c.restart(t, i)
-		}
-	}
-}
-
-// status is the cluster's status document, read with fdbcli.
-func (c *fdbCluster) status(t *testing.T) map[string]any {
-	t.Helper()
-	out := c.run(t, "cli", c.dir, "--exec", "status json", "--timeout", "20")
-	i := strings.IndexByte(out, '{')
-	require.GreaterOrEqual(t, i, 0, "status json: %s", out)
-	var st map[string]any
-	require.NoError(t, json.Unmarshal([]byte(out[i:]), &st), "status json: %s", out)
-	return st
-}
-
-// controller returns the index of the process acting as cluster
-// controller.
-func (c *fdbCluster) controller(t *testing.T) int {
-	t.Helper()
-	procs, _ := c.status(t)["cluster"].(map[string]any)["processes"].(map[string]any)
-	for _, p := range procs {
-		pm := p.(map[string]any)
-		roles, _ := pm["roles"].([]any)
-		for _, r := range roles {
-			if r.(map[string]any)["role"] == "cluster_controller" {
-				addr, _ := pm["address"].(string)
-				_, port, _ := net.SplitHostPort(addr)
-				n, _ := strconv.Atoi(port)
-				return n - c.base
-			}
-		}
-	}
-	t.Fatal("no cluster controller in the status")
-	return -1
-}
-
-// waitAvailable waits until the cluster's database is available again.
-func (c *fdbCluster) waitAvailable(t *testing.T) {
-	t.Helper()
-	waitUntil(t, time.Now().Add(testutil.WaitTimeout), "the cluster available again", func() bool {
-		out, err := exec.Command("bash", c.sh, "cli", c.dir, "--exec", "status minimal", "--timeout", "5").CombinedOutput()
-		return err == nil && strings.Contains(string(out), "The database is available")
-	})
-}
-
-// buildBinary builds fdbrep with the FoundationDB backend.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "fdbrep")
-	out, err := exec.Command("go", "build", "-tags", "fdb", "-o", bin, "github.com/fdbrep/fdbrep/cmd/fdbrep").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	return bin
-}
-
 // node is an fdbrep serve process on the cluster.
 type node struct {
+	*proctest.Proc
 	name, addr, health string
-	cmd                *exec.Cmd
-	done               chan struct{}
-
-	mu    sync.Mutex
-	lines []line
-	other []string // output that is not a JSON line
-}
-
-type line struct {
-	at time.Time
-	m  map[string]any
 }
 
 // startNode starts a node with roles and waits until it serves.
-func startNode(t *testing.T, bin string, fdb *fdbCluster, name, roles string) *node {
+func startNode(t *testing.T, bin string, fdb *proctest.FDB, name, roles string) *node {
 	t.Helper()
 	n := startNodeNoWait(t, bin, fdb, name, roles)
-	n.waitLog(t, "fdbrep node up")
+	n.WaitLog(t, "fdbrep node up")
 	return n
 }
 
-func startNodeNoWait(t *testing.T, bin string, fdb *fdbCluster, name, roles string) *node {
+func startNodeNoWait(t *testing.T, bin string, fdb *proctest.FDB, name, roles string) *node {
 	t.Helper()
-	n := &node{name: name, done: make(chan struct{})}
-	args := []string{"serve", "-backend", "fdb", "-cluster-file", fdb.file, "-node-name", name, "-roles", roles,
+	n := &node{name: name}
+	args := []string{"serve", "-backend", "fdb", "-cluster-file", fdb.File, "-node-name", name, "-roles", roles,
 		"-log-format", "json"}
-	port := freePorts(t, 1)
+	port := proctest.FreePorts(t, 1)
 	if strings.Contains(roles, "api_frontend") {
 		n.addr = fmt.Sprintf("127.0.0.1:%d", port)
 		args = append(args, "-bind", n.addr)
@@ -643,8 +409,8 @@ func startNodeNoWait(t *testing.T, bin string, fdb *fdbCluster, name, roles stri
 		n.health = fmt.Sprintf("127.0.0.1:%d", port)
 		args = append(args, "-health-bind", n.health)
 	}
-	n.cmd = exec.Command(bin, args...)
-	n.cmd.Env = append(os.Environ(), "FDBREP_ADMINS__ADM="+admin.Pass, "FDBREP_CHTTPD_AUTH__ITERATIONS=10",
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "FDBREP_ADMINS__ADM="+admin.Pass, "FDBREP_CHTTPD_AUTH__ITERATIONS=10",
 		"FDBREP_LOG__REQUESTS=false",
 		"FDBREP_REPLICATOR__INTERVAL_SEC="+strconv.Itoa(int(interval/time.Second)),
 		"FDBREP_REPLICATOR__JOB_TIMEOUT_SEC="+strconv.Itoa(int(jobTimeout/time.Second)),
@@ -652,82 +418,18 @@ func startNodeNoWait(t *testing.T, bin string, fdb *fdbCluster, name, roles stri
 		"FDBREP_REPLICATOR__MIN_BACKOFF_PENALTY_SEC=1",
 		"FDBREP_REPLICATOR__MAX_BACKOFF_PENALTY_SEC=8",
 		"FDBREP_REPLICATOR__CHECKPOINT_INTERVAL=500")
-	stderr, err := n.cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, n.cmd.Start())
-	go func() {
-		defer close(n.done)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var m map[string]any
-			n.mu.Lock()
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
-				at := time.Now()
-				if s, ok := m["time"].(string); ok {
-					if p, err := time.Parse(time.RFC3339Nano, s); err == nil {
-						at = p
-					}
-				}
-				n.lines = append(n.lines, line{at: at, m: m})
-			} else {
-				n.other = append(n.other, sc.Text())
-			}
-			n.mu.Unlock()
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-		_ = n.cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = n.cmd.Process.Kill()
-		<-n.done
-	})
+	n.Proc = proctest.Start(t, name, cmd)
 	return n
 }
 
-func (n *node) exited() bool {
-	select {
-	case <-n.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (n *node) all() []line {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return slices.Clone(n.lines)
-}
-
-// find returns the node's lines with message msg, and key (when given)
-// containing value.
-func (n *node) find(msg string, kv ...string) []line {
-	var out []line
-	for _, l := range n.all() {
-		if l.m["message"] != msg {
-			continue
-		}
-		if len(kv) == 2 {
-			v, _ := l.m[kv[0]].(string)
-			if !strings.Contains(v, kv[1]) {
-				continue
-			}
-		}
-		out = append(out, l)
-	}
-	return out
-}
-
-// waitLog waits until the node logged msg.
-func (n *node) waitLog(t *testing.T, msg string) {
+// requireNoOverlap requires that no job ran on two of the nodes at once.
+func requireNoOverlap(t *testing.T, when string, nodes []*node) {
 	t.Helper()
-	waitUntil(t, time.Now().Add(testutil.WaitTimeout), fmt.Sprintf("%s logs %q", n.name, msg), func() bool {
-		if n.exited() {
-			t.Fatalf("%s exited:\n%s", n.name, n.tail())
-		}
-		return len(n.find(msg)) > 0
-	})
+	procs := make([]*proctest.Proc, len(nodes))
+	for i, n := range nodes {
+		procs[i] = n.Proc
+	}
+	proctest.RequireNoOverlap(t, when, procs...)
 }
 
 // upStatus is the status of the node's GET /_up (0 when it did not
@@ -739,20 +441,4 @@ func (n *node) upStatus() int {
 	}
 	status, _ := get("http://"+addr+"/_up", nil)
 	return status
-}
-
-// tail is the node's last output, for a failure message.
-func (n *node) tail() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var b strings.Builder
-	for _, l := range n.lines[max(0, len(n.lines)-40):] {
-		raw, _ := json.Marshal(l.m)
-		b.Write(raw)
-		b.WriteByte('\n')
-	}
-	for _, s := range n.other {
-		b.WriteString(s + "\n")
-	}
-	return b.String()
 }

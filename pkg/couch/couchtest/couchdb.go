@@ -57,6 +57,30 @@ func CouchDBScript() (string, bool) {
 // the admin. A start takes about a second.
 func StartCouchDB(t testing.TB) *Server {
 	t.Helper()
+	return startCouchDB(t, nil)
+}
+
+// CouchDBHost is a host of a test's own network (a network namespace)
+// that StartCouchDBOn runs CouchDB on.
+type CouchDBHost struct {
+	// Exec is the command that runs a command on the host (ip netns exec
+	// NAME): couchdb.sh start and stop run behind it.
+	Exec []string
+	// Address is the host's address CouchDB listens on (couchdb.sh's
+	// COUCHDB_ADDRESS) and Port its port; the test must reach them.
+	Address string
+	Port    int
+}
+
+// StartCouchDBOn is StartCouchDB on host: CouchDB listens on its address
+// and port, and its log (couchdb.log in Dir) shows each request's peer.
+func StartCouchDBOn(t testing.TB, host CouchDBHost) *Server {
+	t.Helper()
+	return startCouchDB(t, &host)
+}
+
+func startCouchDB(t testing.TB, host *CouchDBHost) *Server {
+	t.Helper()
 	script, ok := CouchDBScript()
 	if !ok {
 		if os.Getenv("CI") != "" {
@@ -64,7 +88,7 @@ func StartCouchDB(t testing.TB) *Server {
 		}
 		t.Skipf("couchtest: no CouchDB 3.5 here (%s is absent; set %s): this test runs where it is, as in CI", script, EnvCouchDBScript)
 	}
-	s, err := LaunchCouchDB(script, t.TempDir)
+	s, err := launchCouchDB(script, t.TempDir, host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +105,12 @@ var couchHome sync.Once
 // retrying on another port when a start fails (another process took the
 // port); the caller must Stop it (StartCouchDB does in t.Cleanup).
 func LaunchCouchDB(script string, mkdir func() string) (*Server, error) {
+	return launchCouchDB(script, mkdir, nil)
+}
+
+// launchCouchDB is LaunchCouchDB on host (nil: 127.0.0.1 and free ports;
+// a host's port is fixed, so it is tried once).
+func launchCouchDB(script string, mkdir func() string, host *CouchDBHost) (*Server, error) {
 	var homeErr error
 	couchHome.Do(func() {
 		unlock, err := lockFile(filepath.Join(os.TempDir(), "fdbrep-couchdb-home.lock"))
@@ -89,25 +119,31 @@ func LaunchCouchDB(script string, mkdir func() string) (*Server, error) {
 			return
 		}
 		defer unlock()
-		_, homeErr = runCouchScript(script, "home")
+		_, homeErr = runCouchScript(nil, script, "home")
 	})
 	if homeErr != nil {
 		return nil, homeErr
 	}
+	addr, port, attempts := "127.0.0.1", 0, startAttempts
+	if host != nil {
+		addr, port, attempts = host.Address, host.Port, 1
+	}
 	var lastErr error
-	for range startAttempts {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
+	for range attempts {
+		if host == nil {
+			var err error
+			if port, err = freePort(); err != nil {
+				return nil, err
+			}
 		}
 		dir := mkdir()
-		if _, err := runCouchScript(script, "start", strconv.Itoa(port), dir); err != nil {
+		if _, err := runCouchScript(host, script, "start", strconv.Itoa(port), dir); err != nil {
 			lastErr = err
-			_, _ = runCouchScript(script, "stop", dir)
+			_, _ = runCouchScript(host, script, "stop", dir)
 			continue
 		}
 		s := &Server{
-			base:     &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))},
+			base:     &url.URL{Scheme: "http", Host: net.JoinHostPort(addr, strconv.Itoa(port))},
 			dir:      dir,
 			logPath:  filepath.Join(dir, "couchdb.log"),
 			admin:    CouchAdmin,
@@ -117,7 +153,7 @@ func LaunchCouchDB(script string, mkdir func() string) (*Server, error) {
 			name:     "CouchDB",
 		}
 		s.halt = func() {
-			if _, err := runCouchScript(script, "stop", dir); err != nil {
+			if _, err := runCouchScript(host, script, "stop", dir); err != nil {
 				s.waitErr = err
 			}
 			close(s.exited)
@@ -127,10 +163,18 @@ func LaunchCouchDB(script string, mkdir func() string) (*Server, error) {
 	return nil, fmt.Errorf("couchtest: could not start CouchDB with %s: %w", script, lastErr)
 }
 
-func runCouchScript(script string, args ...string) (string, error) {
+// runCouchScript runs script with args on host (nil: here).
+func runCouchScript(host *CouchDBHost, script string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), couchScriptTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "sh", append([]string{script}, args...)...)
+	argv := append([]string{"sh", script}, args...)
+	env := os.Environ()
+	if host != nil {
+		argv = append(append([]string{}, host.Exec...), argv...)
+		env = append(env, "COUCHDB_ADDRESS="+host.Address)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

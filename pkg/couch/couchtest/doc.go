@@ -42,7 +42,9 @@
 // script is absent the test is skipped with a message saying so (failed
 // under CI, $CI set, which must run it). Its
 // Server has the same helpers as pouchdb-server's. LaunchCouchDB is the
-// same for callers without a testing.TB.
+// same for callers without a testing.TB. StartCouchDBOn runs it on a host
+// of the test's own network instead: a network namespace's address and a
+// fixed port, with couchdb.sh run on that host (ip netns exec).
 //
 // # Fault proxy
 //
