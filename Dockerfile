@@ -21,7 +21,13 @@
 # below (or pass --build-arg FDB_CLIENTS_SHA256_AMD64=... and _ARM64=...).
 #
 # The embedded store is also compiled in; set [fdb] backend = fdb (or
-# FDBREP_FDB__BACKEND=fdb) and a cluster file to use FoundationDB.
+# FDBREP_FDB__BACKEND=fdb) and a cluster file to use FoundationDB. The role
+# configuration files of deploy/ are in /etc/fdbrep: run a role with
+#
+#   docker run ... fdbrep serve -config /etc/fdbrep/api_frontend.ini
+#   docker run ... fdbrep serve -config /etc/fdbrep/replication.ini
+#
+# and each host's own values in its environment (docs/DEPLOY.md).
 #
 # The image talks to FoundationDB 7.3 clusters only. To upgrade a cluster to
 # a later version without downtime, add that version's libfdb_c to the image
@@ -67,6 +73,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* /usr/local/bin/install-fdb-clients.sh \
  && useradd --system --uid 10001 fdbrep
 COPY --from=build /out/fdbrep /usr/local/bin/fdbrep
+COPY deploy/*.ini /etc/fdbrep/
 COPY --from=fauxton /fauxton/node_modules/fauxton/dist/release /usr/share/fdbrep/fauxton
 ENV FDBREP_CHTTPD__UTILS_DIR=/usr/share/fdbrep/fauxton
 USER fdbrep

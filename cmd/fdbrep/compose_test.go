@@ -12,6 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fdbrep/fdbrep/deploy"
+	"github.com/fdbrep/fdbrep/pkg/config"
 )
 
 // Static checks of the deployment files (docker-compose.yml, Dockerfile,
@@ -32,6 +35,7 @@ type composeService struct {
 	Restart     string            `yaml:"restart"`
 	Volumes     []string          `yaml:"volumes"`
 	Environment map[string]string `yaml:"environment"`
+	Command     []string          `yaml:"command"`
 	Networks    any               `yaml:"networks"` // a list of names or a map
 	Ports       []string          `yaml:"ports"`
 	Healthcheck struct {
@@ -73,7 +77,49 @@ func (s composeService) networks(t *testing.T) map[string]string {
 	return out
 }
 
-func (s composeService) roles() string { return s.Environment["FDBREP_NODE__ROLES"] }
+// configFile is the role configuration file the service runs (its
+// command's -config), "" for a service that is no fdbrep node.
+func (s composeService) configFile() string {
+	for i, a := range s.Command {
+		if a == "-config" && i+1 < len(s.Command) {
+			return s.Command[i+1]
+		}
+	}
+	return ""
+}
+
+// roleFile is the repository's copy of a role file of the image.
+func roleFile(t *testing.T, imagePath string) string {
+	t.Helper()
+	require.Equal(t, deploy.ImageDir, path.Dir(imagePath), "the image holds the role files in %s", deploy.ImageDir)
+	return filepath.Join(repoRoot, "deploy", path.Base(imagePath))
+}
+
+// startup is the service's start-up configuration, as fdbrep serve reads
+// it: its role file under its environment; nil for a service that is no
+// fdbrep node.
+func (s composeService) startup(t *testing.T) *config.Config {
+	t.Helper()
+	file := s.configFile()
+	if file == "" {
+		return nil
+	}
+	var env []string
+	for k, v := range s.Environment {
+		env = append(env, k+"="+v)
+	}
+	cfg, err := config.Load([]string{roleFile(t, file)}, env)
+	require.NoError(t, err)
+	return cfg
+}
+
+// roles are the service's fdbrep roles (none for other services).
+func (s composeService) roles(t *testing.T) []string {
+	if cfg := s.startup(t); cfg != nil {
+		return cfg.Roles()
+	}
+	return nil
+}
 
 // mount is one entry of a service's volumes.
 type mount struct{ source, target string }
@@ -116,10 +162,10 @@ func TestComposeRules(t *testing.T) {
 	require.True(t, ok, "a service named fdb runs FoundationDB")
 	var frontends, replicators []string
 	for name, s := range c.Services {
-		switch roles := s.roles(); {
-		case strings.Contains(roles, "api_frontend"):
+		switch roles := s.roles(t); {
+		case slices.Contains(roles, config.RoleAPIFrontend):
 			frontends = append(frontends, name)
-		case strings.Contains(roles, "replication"):
+		case slices.Contains(roles, config.RoleReplication):
 			replicators = append(replicators, name)
 		}
 	}
@@ -189,7 +235,7 @@ func TestComposeRules(t *testing.T) {
 			for _, name := range frontends {
 				s := c.Services[name]
 				require.Empty(t, s.Ports, "service %s publishes nothing itself", name)
-				bind := s.Environment["FDBREP_CHTTPD__BIND_ADDRESS"]
+				bind := s.startup(t).String("chttpd", "bind_address")
 				var onNet string
 				for net, addr := range s.networks(t) {
 					require.True(t, c.Networks[net].Internal, "service %s on network %s, which has a route out", name, net)
@@ -214,10 +260,10 @@ func TestComposeRules(t *testing.T) {
 			for _, name := range replicators {
 				s := c.Services[name]
 				require.Empty(t, s.Ports, "service %s", name)
-				health := s.Environment["FDBREP_NODE__HEALTH_ADDRESS"]
+				health := s.startup(t).String("node", "health_address")
 				require.True(t, strings.HasPrefix(health, "127.0.0.1:"), "service %s: health on loopback, got %q", name, health)
 				require.NotContains(t, s.Environment, "FDBREP_CHTTPD__BIND_ADDRESS")
-				require.NotContains(t, s.roles(), "api_frontend")
+				require.NotContains(t, s.roles(t), config.RoleAPIFrontend)
 				hasEgress := false
 				for net := range s.networks(t) {
 					require.False(t, proxyNets[net], "service %s on the ingress proxy's network %s", name, net)
@@ -231,7 +277,7 @@ func TestComposeRules(t *testing.T) {
 				if len(s.Ports) == 0 {
 					continue
 				}
-				require.Empty(t, s.roles(), "service %s is an fdbrep node", name)
+				require.Empty(t, s.roles(t), "service %s is an fdbrep node", name)
 				for _, p := range s.Ports {
 					require.True(t, strings.HasPrefix(p, "127.0.0.1:"), "service %s publishes %s beyond loopback", name, p)
 				}
@@ -241,7 +287,8 @@ func TestComposeRules(t *testing.T) {
 			conf := readRepoFile(t, "scripts/docker/ingress.conf")
 			var want []string
 			for _, name := range frontends {
-				want = append(want, c.Services[name].Environment["FDBREP_CHTTPD__BIND_ADDRESS"]+":5984")
+				cfg := c.Services[name].startup(t)
+				want = append(want, cfg.String("chttpd", "bind_address")+":"+cfg.String("chttpd", "port"))
 			}
 			var got []string
 			for _, m := range regexp.MustCompile(`proxy_pass\s+([0-9.]+:[0-9]+);`).FindAllStringSubmatch(conf, -1) {
@@ -275,15 +322,21 @@ func TestComposeRules(t *testing.T) {
 	}
 }
 
-// The image builds for amd64 and arm64 with a checked client package.
-func TestComposeDockerfileRules(t *testing.T) {
-	var lines []string // the Dockerfile without its comments
+// dockerfileCode is the Dockerfile without its comments.
+func dockerfileCode(t *testing.T) string {
+	t.Helper()
+	var lines []string
 	for _, l := range strings.Split(readRepoFile(t, "Dockerfile"), "\n") {
 		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
 			lines = append(lines, l)
 		}
 	}
-	dockerfile := strings.Join(lines, "\n")
+	return strings.Join(lines, "\n")
+}
+
+// The image builds for amd64 and arm64 with a checked client package.
+func TestComposeDockerfileRules(t *testing.T) {
+	dockerfile := dockerfileCode(t)
 	install := readRepoFile(t, "scripts/docker/install-fdb-clients.sh")
 	ignore := strings.Fields(readRepoFile(t, ".dockerignore"))
 	tests := []struct {
@@ -302,5 +355,44 @@ func TestComposeDockerfileRules(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { require.True(t, tc.ok) })
+	}
+}
+
+// Compose runs each role with the file of deploy/ that every host of the
+// role uses and that the deployment test (cmd/internal/deploy) runs: the
+// image holds the files, each fdbrep service's command names its role's,
+// and its environment sets only a host's own values (deploy.HostVariables).
+func TestComposeRunsTheRoleFiles(t *testing.T) {
+	dockerfile := dockerfileCode(t)
+	require.Regexp(t, `(?m)^COPY deploy/\*\.ini `+regexp.QuoteMeta(deploy.ImageDir)+`/$`, dockerfile, "the image holds the role files")
+	require.Regexp(t, `(?m)^ENTRYPOINT \["/usr/local/bin/fdbrep"\]$`, dockerfile, "a service's command is fdbrep's arguments")
+	for _, role := range deploy.Roles {
+		cfg, err := config.Load([]string{filepath.Join(repoRoot, "deploy", deploy.File(role))}, nil)
+		require.NoError(t, err)
+		require.Equal(t, []string{role}, cfg.Roles(), "deploy/%s runs its role only", deploy.File(role))
+	}
+	c := loadCompose(t)
+	runs := map[string]int{}
+	for name, s := range c.Services {
+		file := s.configFile()
+		if file == "" {
+			require.NotEqual(t, "fdbrep:latest", s.Image, "service %s runs fdbrep without a role file", name)
+			continue
+		}
+		own, err := config.Load([]string{roleFile(t, file)}, nil)
+		require.NoError(t, err)
+		require.Len(t, own.Roles(), 1, "service %s: %s", name, file)
+		role := own.Roles()[0]
+		require.Equal(t, []string{"serve", "-config", path.Join(deploy.ImageDir, deploy.File(role))}, s.Command, "service %s", name)
+		for key := range s.Environment {
+			if strings.HasPrefix(key, config.EnvPrefix) {
+				require.Contains(t, deploy.HostVariables[role], key,
+					"service %s sets %s: a setting of every %s host belongs in deploy/%s", name, key, role, deploy.File(role))
+			}
+		}
+		runs[role]++
+	}
+	for _, role := range deploy.Roles {
+		require.Positive(t, runs[role], "no service runs %s", role)
 	}
 }
