@@ -7,7 +7,7 @@ FDBSTUB   := $(CURDIR)/scripts/fdbstub
 POUCHDB   := $(CURDIR)/scripts/pouchdb
 FAUXTON   := $(CURDIR)/scripts/fauxton
 
-.PHONY: all build build-fdb run test test-unit test-faults test-latency test-fdb soak lint fdb-check pouchdb fauxton fuzz \
+.PHONY: all build build-fdb run test test-unit test-faults test-latency test-fdb test-deploy soak lint fdb-check pouchdb fauxton fuzz \
         bench-kv bench-jobs bench-replication bench-scheduler bench-frontend bench-views bench-scale cluster clean
 
 all: build
@@ -67,8 +67,20 @@ soak:
 ## FoundationDB 7.3 cluster (scripts/with-fdb.sh: 3 processes started from
 ## ../shared/fdb, or the cluster of FDB_CLUSTER_FILE), each test in a
 ## tenant of its own; skipped with a message where neither is at hand.
+## It includes the short version of the deployment test (test-deploy).
 test-fdb:
 	scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb $(GO) test -tags fdb -count=1 -timeout 30m ./...
+
+## test-deploy: the deployment test (cmd/internal/deploy; docs/DEPLOY.md):
+## FoundationDB, CouchDB and fdbrep nodes by role on hosts made of network
+## namespaces, under DEPLOY.md's nftables rulesets; a replication node
+## killed, then cut off from FoundationDB; and (FDBREP_DEPLOY_FULL, which
+## the short version leaves out) frontends stopped while clients wait on
+## POST /_replicate, and a rolling restart. Needs root, ip and nft; skipped
+## with a message otherwise.
+test-deploy:
+	@if [ -f $(FDBSH) ]; then eval "$$(bash $(FDBSH) env)"; fi; \
+	FDBREP_DEPLOY_FULL=1 $(GO) test -tags fdb -count=1 -timeout 20m -run '^TestDeploy' -v ./cmd/internal/deploy
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,58 @@
+// Package deploy is the deployment test, TestDeployment: fdbrep deployed
+// by role as docs/DEPLOY.md says, on hosts made of network namespaces.
+//
+// The test creates a namespace per host (FoundationDB, the replication
+// endpoints, two api_frontend and two replication nodes) joined by a Linux
+// bridge in a "switch" namespace, with addresses in a private /24 it picks
+// and no route out; its own namespace is the client host. FoundationDB is a
+// cluster of three processes (../shared/fdb/fdb.sh, double redundancy) on
+// its host, the endpoints a real CouchDB 3.5 (../shared/couchdb), and each
+// node runs fdbrep serve, built with -tags fdb, with its role's file of
+// deploy/ and only a host's own variables (deploy.HostVariables) plus the
+// [replicator] timing the test shortens (interval 1 s, job timeout 6 s,
+// min_run_time 2 s), as an operator could. Before anything starts, each
+// host loads DEPLOY.md's nftables ruleset for its node type, as written
+// there, with the test's own define block.
+//
+// It then checks, timing each phase:
+//
+//  1. The rules hold: a frontend cannot reach the endpoints, nothing can
+//     connect to a replication node (its ports from the client, a
+//     frontend and the endpoints' host), nor to FoundationDB from
+//     elsewhere than the nodes; the replication nodes answer /_up on their
+//     loopback health port.
+//  2. Both frontends serve one cluster: POST /_replicate through each
+//     returns the result of a run a replication node made, _replicator
+//     documents written through one are read through the other, and
+//     _scheduler/jobs, _scheduler/docs, _active_tasks and _membership
+//     answer the same through both; six continuous replications spread
+//     over both replication nodes.
+//  3. A replication node SIGKILLed: its jobs run on the other within the
+//     activity monitor's bound, and it gets its share back when it
+//     returns.
+//  4. A replication node cut off from FoundationDB by one nftables rule
+//     per direction, in both directions, then outbound only, then inbound
+//     only: it stops its jobs before its hold on them expires, they run on
+//     the other node, no job ever runs on two nodes at once (from the
+//     nodes' lifecycle lines, and from CouchDB's request log: the cut-off
+//     node writes nothing to the endpoints of a job the other runs), its
+//     /_up answers 503 storage_unavailable with a growing heartbeat age,
+//     and when the rule is removed it answers 200 and runs jobs again.
+//
+// With FDBREP_DEPLOY_FULL set (make test-deploy), also:
+//
+//  5. A frontend stopped (SIGTERM), then the other SIGKILLed, while
+//     clients wait on POST /_replicate through it: each client gets the
+//     result, or an error after which the same request through the other
+//     frontend gets it, and every target holds its source.
+//  6. A rolling restart, one node at a time (SIGTERM, then start again):
+//     the frontend not being restarted fails no request.
+//
+// A writer adds documents to the continuous replications' sources all
+// along; at the end every target holds its source's documents.
+//
+// It needs root, ip and nft (make test-deploy); without them it is skipped
+// with a message saying so, and fails under CI. It removes its namespaces
+// (and whatever runs in them) when it ends, also on failure, and at start
+// those of earlier runs whose process is gone.
+package deploy
