@@ -277,8 +277,16 @@ func TestInvalidMergeIsNotApplied(t *testing.T) {
 			return nil
 		})
 		require.NoError(t, err)
-		logs.WaitFor(t, "cluster: runtime configuration not applied on this node; the previous one stays in effect", func(m map[string]any) bool {
-			return strings.Contains(fmt.Sprint(m["error"]), tc.log)
+		// A watch that failed (injected faults) waits for the next
+		// heartbeat, on the fake clock: move it until the change is read.
+		testutil.Eventually(t, "the change refused", func() bool {
+			_, ok := logs.Find("cluster: runtime configuration not applied on this node; the previous one stays in effect", func(m map[string]any) bool {
+				return strings.Contains(fmt.Sprint(m["error"]), tc.log)
+			})
+			if !ok {
+				clock.Advance(HeartbeatIntervalDefault)
+			}
+			return ok
 		})
 	}
 	require.Equal(t, int64(32), n.Config().Int("replicator", "min_backoff_penalty_sec"))

@@ -51,6 +51,19 @@ func (l *Logs) String() string {
 	return l.raw.String()
 }
 
+// Find returns the first line logged so far with message msg for which
+// match (nil: any) holds, without waiting.
+func (l *Logs) Find(msg string, match func(map[string]any) bool) (map[string]any, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.lines {
+		if m["message"] == msg && (match == nil || match(m)) {
+			return m, true
+		}
+	}
+	return nil, false
+}
+
 // WaitFor returns the first line, logged before or after the call, with
 // message msg for which match (nil: any) holds; it fails t after
 // WaitTimeout.
