@@ -138,6 +138,11 @@
 // its hold thus gives the job up before anyone else can have it: a job
 // never runs on two workers at once, whichever of them is cut off.
 //
+// A cut that drops packets does not make transactions fail: they wait out
+// their timeout, longer than the hold. Job.HoldContext bounds a renewal,
+// or any wait on the outside world for the job, by the deadline, so that
+// the worker is back in time to stop.
+//
 // # Notifications
 //
 // A notifier per type per node watches the type's activity clock; when it

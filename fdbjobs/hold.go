@@ -1,6 +1,7 @@
 package fdbjobs
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -40,6 +41,26 @@ func (j *Job) HoldDeadline() (deadline time.Time, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.from.Add(h.timeout / HoldFraction), true
+}
+
+// HoldContext returns a context derived from ctx that ends at the job's
+// hold deadline as it stands now (by the Client's clock), for a
+// transaction that renews the hold or for waiting on the outside world
+// for the job: behind a firewall rule FoundationDB's client does not fail,
+// its transactions wait out their timeout, far longer than the hold, and
+// a worker waiting in one would act on the job past its deadline. For a
+// Job without a hold it is ctx, and cancel only releases it.
+func (j *Job) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := j.HoldDeadline()
+	ctx, cancel := context.WithCancel(ctx)
+	if !ok {
+		return ctx, cancel
+	}
+	t := j.hold.clock.AfterFunc(max(0, deadline.Sub(j.hold.clock.Now())), cancel)
+	return ctx, func() {
+		t.Stop()
+		cancel()
+	}
 }
 
 // Renewing marks the start of a transaction that calls Update for the job

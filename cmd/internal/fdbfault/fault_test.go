@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -202,22 +203,13 @@ func checkpointFinal(t *testing.T, api string, couch *couchtest.Server, load *lo
 // store gives up, rather than hang the test.
 var client = &http.Client{Timeout: 30 * time.Second}
 
-func get(url string, c *testutil.Creds) (int, map[string]any) {
-	req, err := http.NewRequest("GET", url, nil)
-	if err != nil {
-		return 0, nil
-	}
-	if c != nil {
-		req.SetBasicAuth(c.Name, c.Pass)
-	}
-	res, err := client.Do(req)
-	if err != nil {
-		return 0, nil
-	}
-	defer res.Body.Close()
-	var body map[string]any
-	_ = json.NewDecoder(res.Body).Decode(&body)
-	return res.StatusCode, body
+// get and put send a request with c's credentials (nil: none) and
+// return its status and JSON body; 0 when no answer came (the cluster or
+// the node may be down on purpose).
+func get(url string, c *testutil.Creds) (int, map[string]any) { return send("GET", url, c, nil) }
+
+func put(url string, c *testutil.Creds, body any) (int, map[string]any) {
+	return send("PUT", url, c, body)
 }
 
 // docState is a _replicator document's state in _scheduler/docs ("" when
@@ -318,13 +310,19 @@ func (l *load) writeDocs() {
 	}
 }
 
-func put(url string, c *testutil.Creds, body any) (int, map[string]any) {
-	raw, _ := json.Marshal(body)
-	req, err := http.NewRequest("PUT", url, bytes.NewReader(raw))
+func send(method, url string, c *testutil.Creds, body any) (int, map[string]any) {
+	var r io.Reader
+	if body != nil {
+		raw, _ := json.Marshal(body)
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, url, r)
 	if err != nil {
 		return 0, nil
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if c != nil {
 		req.SetBasicAuth(c.Name, c.Pass)
 	}
