@@ -87,8 +87,11 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 	// ones if it left the nodes out of balance. While some node moves
 	// jobs, they must reach the lighter nodes: a node that moves takes
 	// none back (its share), the others take up to a tenth above the
-	// target (so that a load read a moment too low leaves no job pending
-	// that no node takes).
+	// target, a margin for loads read a moment too low. It is not a
+	// guarantee: a node that accepted many jobs just before another read
+	// its load makes that one size its share too small, and a job moved
+	// may then wait for the next interval, whose shares are computed
+	// again (doc.go's Liveness bound is two intervals for that reason).
 	switch {
 	case moved > 0:
 		n.share = share

@@ -143,9 +143,11 @@
 //     fewer" gives the step's figures, and the jobs.moves metric counts
 //     them. Until the next interval its acceptor pool takes from the
 //     queue only up to its share, and while some node moves jobs the
-//     others take up to a tenth above the target (so that a load read a
-//     moment too low leaves no job pending that no node takes): the jobs
-//     moved go to the lighter nodes. One-shot jobs are never moved;
+//     others take up to a tenth above the target (a margin for loads
+//     read a moment too low): the jobs moved go to the lighter nodes. A
+//     load read further off (a node that accepted many jobs just before)
+//     can leave a moved job under no node's share until the next
+//     interval. One-shot jobs are never moved;
 //     balanced nodes move nothing, and take new jobs wherever there is
 //     room under MaxJobs (a burst starts at once; the next interval
 //     moves continuous jobs if it left the nodes out of balance).

@@ -128,7 +128,11 @@ func TestUsersSeeTheirReplications(t *testing.T) {
 		require.NoError(t, err)
 		r = e.do("GET", "/_scheduler/jobs?start_key="+url.QueryEscape(string(key)), asAlice, nil)
 		require.Equal(t, 200, r.Status, r.Raw)
-		require.Equal(t, []any{second}, r.Body["jobs"])
+		page := r.Body["jobs"].([]any)
+		require.Len(t, page, 1)
+		// The same job; its info may have moved on since, as above.
+		require.Equal(t, second["id"], page[0].(map[string]any)["id"])
+		require.Equal(t, second["job_id"], page[0].(map[string]any)["job_id"])
 		require.EqualValues(t, 2, r.Body["total_rows"])
 	})
 
