@@ -189,10 +189,12 @@ func (c *Config) validate() error {
 			}
 		}
 	}
-	_, sec := c.values["replicator"]["interval_sec"]
-	if _, ms := c.values["replicator"]["interval"]; ms && sec {
-		return fmt.Errorf("%w: [replicator] interval (%s) and interval_sec (%s) are both set: keep one", ErrInvalidValue,
-			c.sources["replicator/interval"], c.sources["replicator/interval_sec"])
+	for _, pair := range [][2]string{{"interval", "interval_sec"}, {"health_threshold", "health_threshold_sec"}} {
+		_, a := c.values["replicator"][pair[0]]
+		if _, b := c.values["replicator"][pair[1]]; a && b {
+			return fmt.Errorf("%w: [replicator] %s (%s) and %s (%s) are both set: keep one", ErrInvalidValue,
+				pair[0], c.sources["replicator/"+pair[0]], pair[1], c.sources["replicator/"+pair[1]])
+		}
 	}
 	if lo, hi := c.Int("replicator", "min_backoff_penalty_sec"), c.Int("replicator", "max_backoff_penalty_sec"); hi < lo {
 		return fmt.Errorf("%w: [replicator] max_backoff_penalty_sec %d (%s) is under min_backoff_penalty_sec %d (%s)", ErrInvalidValue,
@@ -414,6 +416,15 @@ func (c *Config) Interval() time.Duration {
 		return time.Duration(c.Int("replicator", "interval")) * time.Millisecond
 	}
 	return time.Duration(c.Int("replicator", "interval_sec")) * time.Second
+}
+
+// HealthThreshold returns [replicator] health_threshold_sec, or CouchDB
+// 3.x's health_threshold when only that is set (Load refuses both).
+func (c *Config) HealthThreshold() time.Duration {
+	if _, ok := c.values["replicator"]["health_threshold"]; ok {
+		return time.Duration(c.Int("replicator", "health_threshold")) * time.Second
+	}
+	return time.Duration(c.Int("replicator", "health_threshold_sec")) * time.Second
 }
 
 // BindAddress returns [chttpd] bind_address and port as host:port.

@@ -44,7 +44,10 @@ var couchDBKeys = map[string]map[string]bool{
 		"request_timeout", "valid_endpoint_protocols",
 		"valid_endpoint_protocols_log", "valid_proxy_protocols", "valid_socket_options",
 		"verify_ssl_certificates_log", "cluster_quiet_period", "db_created_warning", "ibrowse_options",
-		"valid_ibrowse_options", "session_min_update_interval"),
+		"valid_ibrowse_options", "session_min_update_interval",
+		// fdbrep writes only terminal states (completed, failed) into
+		// _replicator documents: CouchDB 3.x's update_docs = false.
+		"update_docs"),
 	"log": setOf("file", "filter_fields", "max_message_size", "strip_last_msg", "syslog_appid",
 		"syslog_facility", "syslog_host", "syslog_port", "write_buffer", "write_delay", "writer"),
 }

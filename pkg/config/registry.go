@@ -171,7 +171,8 @@ var Registry = []Key{
 	live(ApplyAll, intKey("replicator", "startup_jitter", "5000", 1, maxInt, "Milliseconds of random delay before an acceptor retries when no job is pending.")),
 	live(ApplyReplication, intKey("replicator", "min_backoff_penalty_sec", "32", 1, maxInt, "Least delay before a crashed job is retried.")),
 	live(ApplyReplication, intKey("replicator", "max_backoff_penalty_sec", "172800", 1, MaxBackoffSecMax, "Greatest delay before a crashed job is retried; at least min_backoff_penalty_sec.")),
-	live(ApplyReplication, intKey("replicator", "health_threshold_sec", "120", 1, maxInt, "A crash within this long after the previous one counts as consecutive.")),
+	live(ApplyReplication, intKey("replicator", "health_threshold_sec", "120", 1, maxInt, "A job that has run this long since its last start is healed: its count of consecutive crashes, which doubles its backoff at each crash, starts again (at its next stats update while it runs; a crash later than this counts as the first). A crash sooner adds to the count.")),
+	live(ApplyReplication, intKey("replicator", "health_threshold", "120", 1, maxInt, "CouchDB 3.x's name for health_threshold_sec, in seconds too; set health_threshold_sec or health_threshold, not both.")),
 	live(ApplyAll, intKey("replicator", "max_history", "10", 1, 1000, "Events kept in a job's history.")),
 	live(ApplyReplication, intKey("replicator", "stats_update_interval_sec", "10", 1, maxInt, "Seconds between writes of a running job's stats to its job data.")),
 	intKey("replicator", "job_timeout_sec", "61", 3, 3600, "A running job whose node sends no heartbeat for this long is given to another node (the rep_jobs activity timeout); every node must use the same value."),
@@ -198,6 +199,7 @@ var Registry = []Key{
 	{Section: "replicator", Name: "auth_plugins", Kind: KindList, Default: "couch_replicator_auth_session,couch_replicator_auth_noop",
 		OneOf: []string{"couch_replicator_auth_session", "couch_replicator_auth_noop"},
 		Doc:   "How the replicator authenticates to endpoints with credentials: with couch_replicator_auth_session it logs in once through POST /_session and sends the cookie (Basic where the endpoint has no usable _session); couch_replicator_auth_noop alone sends Basic on every request."},
+	intKey("replicator", "connection_close_interval", "90000", 1000, 86_400_000, "Milliseconds an idle pooled connection to an endpoint is kept open before it is closed, as CouchDB 3.x's."),
 	intKey("replicator", "session_refresh_interval_sec", "550", 1, maxInt, "Seconds after which a session cookie without Max-Age is renewed (a cookie with Max-Age is renewed at 90% of it)."),
 	// [couch_jobs]
 	intKey("couch_jobs", "activity_monitor_max_jitter_msec", "10000", 1, maxInt, "Cap of the random delay added to each activity monitor period."),

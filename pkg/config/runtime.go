@@ -20,9 +20,13 @@ type Layer struct {
 	Values map[string]map[string]string
 }
 
-// Sections that hold one setting under two names: [replicator] interval
-// (milliseconds, CouchDB 3.x) and interval_sec.
-var aliases = map[string]string{"replicator/interval": "interval_sec", "replicator/interval_sec": "interval"}
+// Settings held under two names, CouchDB 3.x's and fdbrep's: [replicator]
+// interval (milliseconds) and interval_sec, health_threshold and
+// health_threshold_sec (both seconds). A layer sets one of each pair.
+var aliases = map[string]string{
+	"replicator/interval": "interval_sec", "replicator/interval_sec": "interval",
+	"replicator/health_threshold": "health_threshold_sec", "replicator/health_threshold_sec": "health_threshold",
+}
 
 // Normalize returns section and key as Load stores them: the section in
 // lower case, and the key too except in [admins], [users] and
@@ -187,7 +191,7 @@ func (c *Config) Values() map[string]map[string]string {
 }
 
 // Alias returns the other name of an aliased setting ([replicator]
-// interval and interval_sec), which one layer must not set together with
+// interval and interval_sec, health_threshold and health_threshold_sec), which one layer must not set together with
 // section/key.
 func Alias(section, key string) (string, bool) {
 	other, ok := aliases[section+"/"+key]

@@ -141,6 +141,9 @@ type ClientSettings struct {
 	// SessionRefreshInterval is session_refresh_interval_sec (0:
 	// couch.SessionRefreshIntervalDefault).
 	SessionRefreshInterval time.Duration
+	// IdleConnTimeout is connection_close_interval: how long an idle
+	// pooled connection stays open (0: couch.IdleConnTimeoutDefault).
+	IdleConnTimeout time.Duration
 }
 
 // newPeers builds the source and target clients, which log to log and wait
@@ -157,6 +160,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger) (*peer, *peer,
 		TLS:                    opts.Client.TLS,
 		Auth:                   opts.Client.Auth,
 		SessionRefreshInterval: opts.Client.SessionRefreshInterval,
+		IdleConnTimeout:        opts.Client.IdleConnTimeout,
 	}
 	if rep.SocketOptions != nil {
 		copts.Socket = *rep.SocketOptions

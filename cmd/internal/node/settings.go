@@ -70,7 +70,7 @@ func nodeConfig(cfg *config.Config, cluster replicator.Config, docs replicator.D
 		MinRunTime:          secs(cfg, "min_run_time_sec"),
 		MinBackoff:          secs(cfg, "min_backoff_penalty_sec"),
 		MaxBackoff:          secs(cfg, "max_backoff_penalty_sec"),
-		HealthThreshold:     secs(cfg, "health_threshold_sec"),
+		HealthThreshold:     cfg.HealthThreshold(),
 		TransientJobMaxAge:  secs(cfg, "transient_job_max_age_sec"),
 		StatsUpdateInterval: secs(cfg, "stats_update_interval_sec"),
 		JobDefaults:         defaults,
@@ -132,6 +132,7 @@ func ClientSettings(cfg *config.Config) (engine.ClientSettings, error) {
 		TLS:                    tlsCfg,
 		Auth:                   auth,
 		SessionRefreshInterval: secs(cfg, "session_refresh_interval_sec"),
+		IdleConnTimeout:        millis(cfg, "replicator", "connection_close_interval"),
 	}, nil
 }
 
