@@ -34,7 +34,8 @@ type AcceptOptions struct {
 	// Timeout is how long to wait for a job when none is pending: 0 returns
 	// ErrNotFound at once, WaitForever waits until ctx ends. A waiting
 	// Accept holds a watch on the type's pending counter and wakes as soon
-	// as a job is added; it never polls.
+	// as a job is added; it never polls. A job made pending by this
+	// Client's own transaction wakes it at once, before the watch fires.
 	Timeout time.Duration
 }
 
@@ -109,7 +110,7 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	deadline := clock.Now().Add(opts.Timeout)
 	wait := opts.Timeout != 0
 	for {
-		released := c.claiming.released()
+		released, woken := c.claiming.released(), c.wake.wait(typ)
 		jobs, watch, busy, err := c.acceptOnce(ctx, typ, n, max, opts.NoSchedule, token, wait)
 		if err != nil {
 			return nil, err
@@ -133,7 +134,10 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 		if !wait {
 			return nil, fmt.Errorf("no pending job of type %q: %w", typ, ErrNotFound)
 		}
-		if err := c.awaitPending(ctx, watch, opts.Timeout > 0, deadline); err != nil {
+		if h := c.hooks.acceptWaiting; h != nil {
+			h(typ)
+		}
+		if err := c.awaitPending(ctx, watch, woken, opts.Timeout > 0, deadline); err != nil {
 			if err == ErrNotFound {
 				return nil, fmt.Errorf("no pending job of type %q: %w", typ, ErrNotFound)
 			}
@@ -142,8 +146,9 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	}
 }
 
-// awaitPending waits for the pending watch, the deadline or ctx.
-func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, timed bool, deadline time.Time) error {
+// awaitPending waits for the pending watch, a commit of this Client
+// (woken; see wakes), the deadline or ctx.
+func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, woken <-chan struct{}, timed bool, deadline time.Time) error {
 	defer watch.Cancel()
 	var timerC <-chan time.Time
 	if timed {
@@ -166,6 +171,8 @@ func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, timed boo
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
+		return nil
+	case <-woken:
 		return nil
 	case <-timerC:
 		return ErrNotFound

@@ -26,6 +26,7 @@ type Client struct {
 	svc      service.Base
 	force    chan struct{}
 	claiming claiming
+	wake     wakes // this Client's commits wake its own acceptors (wake.go)
 
 	mu        sync.Mutex
 	runCtx    context.Context // of the running server; nil when stopped
@@ -48,6 +49,7 @@ type testHooks struct {
 	notifierBatch  func(limit int) error
 	typesSynced    func()
 	typesRead      func() // between the type-check loop's read and its sync
+	acceptWaiting  func(typ string) // an Accept found nothing and waits
 }
 
 // New returns a Client on db. It validates cfg and fills in its defaults.

@@ -195,6 +195,7 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 			}
 			return err
 		}
+		c.committed(tx, typ)
 		if used < end-start {
 			limit = used // rows read were larger than planned: smaller pages
 		}

@@ -98,7 +98,12 @@
 // for a while. A NoSchedule Accept takes the pending key next to a random
 // point (O(1), for random-looking ids scheduled at 0). With nothing
 // pending, the same transaction sets a watch on the type's pending counter
-// and Accept waits on it: no polling.
+// and Accept waits on it: no polling. A commit of the same Client that
+// makes a job pending (Add, AddBatch, Resubmit, a Finish that re-enqueues,
+// Reenqueue, the activity monitor; in its own transaction, not the
+// caller's) also wakes that Client's waiting acceptors at once, without
+// waiting for the watch to fire, which on FoundationDB takes a few
+// milliseconds after the commit.
 //
 // Jobs are taken in no strict order: at random among the first pending
 // ones by scheduled time, and a job enqueued before the cursor (an earlier

@@ -242,6 +242,9 @@ func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit in
 		// Rows this size fit about this many to a batch.
 		m.batch = max(1, res.n)
 	}
+	if err == nil && res.n > 0 {
+		m.c.committed(nil, typ)
+	}
 	return res.n, res.full, err
 }
 

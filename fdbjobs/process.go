@@ -92,8 +92,9 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 		datas[i] = d
 	}
 	type outcome struct {
-		errs  []error
-		after []*row
+		errs     []error
+		after    []*row
+		enqueued []string // the types of the jobs a Finish made pending
 	}
 	firstSeq := make([]*tuple.Versionstamp, len(items))
 	out, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (outcome, error) {
@@ -131,6 +132,7 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 			if after != nil && after.state == Pending && !enqueued[it.Job.Type] {
 				c.k.bumpPending(tr, it.Job.Type) // a Finish re-enqueued a resubmitted job
 				enqueued[it.Job.Type] = true
+				o.enqueued = append(o.enqueued, it.Job.Type)
 			}
 		}
 		return o, nil
@@ -138,6 +140,7 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 	if err != nil {
 		return nil, err
 	}
+	c.committed(tx, out.enqueued...)
 	for i, it := range items {
 		if r := out.after[i]; r != nil {
 			it.Job.Data, it.Job.ScheduledTime, it.Job.Resubmitted = r.data, r.stime, r.resubmit
@@ -212,6 +215,7 @@ func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime
 	if err != nil {
 		return err
 	}
+	enqueued := false // by the attempt that committed
 	st, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (State, error) {
 		r, err := c.k.readRow(tr, job.Type, job.ID)
 		if err != nil {
@@ -220,13 +224,16 @@ func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime
 		if r == nil {
 			return 0, fmt.Errorf("job %q of type %q: %w", job.ID, job.Type, ErrNotFound)
 		}
-		if c.resubmitRow(tr, job.Type, job.ID, r, stime, d, token) {
+		if enqueued = c.resubmitRow(tr, job.Type, job.ID, r, stime, d, token); enqueued {
 			c.k.bumpPending(tr, job.Type)
 		}
 		return r.state, nil
 	})
 	if err != nil {
 		return err
+	}
+	if enqueued {
+		c.committed(tx, job.Type)
 	}
 	job.ScheduledTime = stime
 	if st == Running {
@@ -253,7 +260,7 @@ func (c *Client) Reenqueue(ctx context.Context, tx kv.Transactor, typ, id string
 		return false, err
 	}
 	var took *lock // the lock an earlier attempt took away
-	return kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (bool, error) {
+	ok, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (bool, error) {
 		r, err := c.k.readRow(tr, typ, id)
 		if err != nil {
 			return false, err
@@ -268,4 +275,8 @@ func (c *Client) Reenqueue(ctx context.Context, tx kv.Transactor, typ, id string
 		took = &l
 		return true, c.reenqueueRows(tr, typ, []string{id}, []*row{r})
 	})
+	if ok && err == nil {
+		c.committed(tx, typ)
+	}
+	return ok, err
 }
