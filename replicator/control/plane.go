@@ -200,7 +200,15 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) (re
 		same := perr == nil && replicator.SameReplication(old.Rep, spec)
 		switch {
 		case same && mine == strconv.FormatInt(old.StartTime, 10):
-			return true, nil // the job an earlier run of this transaction added (it may have finished since)
+			// The job an earlier run of this transaction added (it may
+			// have finished since): that run committed, with
+			// commit_unknown_result, so its line and count were not
+			// made. They are made now, once.
+			if _, said := p.memo.get(tr, "said:"+jobID); !said {
+				p.memo.put(tr, "said:"+jobID, "")
+				p.added(jobID, doc, replicator.StatePending, nil, false)
+			}
+			return true, nil
 		case same && (oldState != fdbjobs.Finished || terminal):
 			return false, nil // unchanged, or the replicator recording its own result
 		case perr != nil && old.Rep == nil && old.LastError == replicator.Reason(perr):
@@ -220,19 +228,22 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) (re
 		return false, err
 	}
 	p.memo.put(tr, "job:"+jobID, strconv.FormatInt(d.StartTime, 10))
-	p.m.CountOnCommit(tr, replicator.MetricJobsAdds, 1)
-	replicator.OnCommit(tr, func() {
-		e := p.cfg.Logger.Info()
-		if perr != nil {
-			e = p.cfg.Logger.Warn().Str("reason", d.LastError)
-		}
-		e = e.Str("job_id", jobID).Str("db", doc.DB).Str("doc_id", doc.ID)
-		if doc.Owner != "" {
-			e = e.Str("owner", doc.Owner)
-		}
-		e.Str("state", d.State).Bool("replaces_job", old != nil).Msg("replication added by document")
-	})
+	replicator.OnCommit(tr, func() { p.added(jobID, doc, d.State, perr, old != nil) })
 	return perr == nil, nil
+}
+
+// added counts and logs the job a document added.
+func (p *Plane) added(jobID string, doc *Doc, state string, perr error, replaces bool) {
+	p.m.Add(replicator.MetricJobsAdds, 1)
+	e := p.cfg.Logger.Info()
+	if perr != nil {
+		e = p.cfg.Logger.Warn().Str("reason", replicator.Reason(perr))
+	}
+	e = e.Str("job_id", jobID).Str("db", doc.DB).Str("doc_id", doc.ID)
+	if doc.Owner != "" {
+		e = e.Str("owner", doc.Owner)
+	}
+	e.Str("state", state).Bool("replaces_job", replaces).Msg("replication added by document")
 }
 
 // DocDeleted removes the job of a deleted _replicator document, in tr.
@@ -331,7 +342,8 @@ const txMemoMax = 256
 // run again (a retry, possibly after its earlier attempt committed with
 // commit_unknown_result) gives the same outcome: retry loops reuse their
 // Transaction. DBCreated keeps the database UUID it chose ("db:" + name);
-// DocWritten recognises the job it added ("job:" + id -> its start time).
+// DocWritten recognises the job it added ("job:" + id -> its start time)
+// and says it once ("said:" + id).
 type txMemo struct {
 	mu    sync.Mutex
 	m     map[txMemoKey]string

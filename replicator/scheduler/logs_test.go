@@ -22,6 +22,11 @@ func TestLifecycleLogs(t *testing.T) {
 	cfg.MaxJobs, cfg.MaxChurn = 1, 1
 	cfg.HealthThreshold = 100 * time.Millisecond
 	c, eng := simCluster(t, 1, cfg, 0, 0)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
 	const secret = "s3cret-pw"
 	src := func(name string) string { return fmt.Sprintf("http://u:%s@127.0.0.1:9/%s/", secret, name) }
 	doc := func(id string) func(map[string]any) bool {
