@@ -48,7 +48,7 @@ type testHooks struct {
 	monitorBatch   func(limit int) error // injects batch errors
 	notifierBatch  func(limit int) error
 	typesSynced    func()
-	typesRead      func() // between the type-check loop's read and its sync
+	typesRead      func()           // between the type-check loop's read and its sync
 	acceptWaiting  func(typ string) // an Accept found nothing and waits
 }
 

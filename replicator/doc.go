@@ -87,6 +87,7 @@
 //	(20, Owner, SortID, JobID)  -> ""        unfinished jobs by owner (a user's _scheduler/jobs)
 //	(21, Owner)                 -> int64 LE  unfinished jobs of an owner
 //	(22, Owner, Node, JobID)    -> ""        running jobs by owner (a user's _active_tasks)
+//	(23, JobID)                 -> JSON      a running job's live counters (Progress)
 //
 // # View index
 //
@@ -152,9 +153,15 @@
 //
 // Effects outside the store are at least once: a job re-run after its
 // node died repeats work since its last checkpoint (the protocol makes
-// that harmless). Monitoring may show a dead node's jobs running for up to
-// two JobTimeouts. The views are not one snapshot across pages (nor
-// within a page of more than 100 rows or 400 kB), as CouchDB's are not; the
+// that harmless). A dead node's jobs stay running in the store until the
+// fdbjobs activity monitor re-enqueues them, between one and about two
+// JobTimeouts after their last heartbeat; the views of fdbrep serve
+// (control.Plane.SetMembership) show them pending on no node, and
+// _active_tasks leaves them out, from the moment the node's membership
+// record expires (cluster.NodeTimeoutDefault, 30 s after its last
+// membership heartbeat), unless the member records cannot be read. The
+// views are not one snapshot across pages (nor within a page of more than
+// 100 rows or 400 kB), as CouchDB's are not; the
 // transactions that maintain the index conflict with a database's
 // deletion when they change one of its documents' states at the same
 // moment (one of them retries). Passwords are stored in job data (nodes need them) but

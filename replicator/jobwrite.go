@@ -52,6 +52,7 @@ func (s *Store) RemoveJob(ctx context.Context, tr kv.Transaction, jobID string, 
 	if d != nil && d.DBUUID != "" {
 		tr.Clear(s.dbJobKey(d.DBUUID, d.DocID)) // also for a job the index never saw
 	}
+	tr.Clear(s.progressKey(jobID))
 	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.NotFound}})
 }
 
@@ -96,6 +97,7 @@ func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string,
 				tr.Clear(s.repIDKey(d.RepID))
 			}
 		}
+		tr.Clear(s.progressKey(id))
 		if d := datas[i]; d != nil && d.DBUUID != "" {
 			tr.Clear(s.dbJobKey(d.DBUUID, d.DocID))
 		}

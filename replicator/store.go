@@ -41,6 +41,8 @@ const (
 	keyOwnerJobs    = 20 // (20, Owner, SortID, JobID) -> ""
 	keyOwnerCounts  = 21 // (21, Owner) -> int64 LE
 	keyOwnerRunning = 22 // (22, Owner, Node, JobID) -> ""
+
+	keyProgress = 23 // (23, JobID) -> JSON Progress (progress.go)
 )
 
 // Store is the replicator's state in the kv store, shared by the control

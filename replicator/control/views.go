@@ -229,7 +229,7 @@ func (p *Plane) job(ctx context.Context, id string, keep func(*replicator.JobDat
 	if err != nil {
 		return JobInfo{}, err
 	}
-	d, st, err := p.store.Job(ctx, p.store.DB, jobID)
+	d, st, err := p.store.ViewJob(ctx, jobID)
 	if err != nil {
 		return JobInfo{}, err
 	}
@@ -322,7 +322,7 @@ func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (DocInfo, er
 	if u == "" {
 		return DocInfo{}, missing
 	}
-	d, st, err := p.store.Job(ctx, p.store.DB, replicator.DocJobID(u, docID))
+	d, st, err := p.store.ViewJob(ctx, replicator.DocJobID(u, docID))
 	if err != nil {
 		return DocInfo{}, err
 	}

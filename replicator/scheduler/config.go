@@ -42,6 +42,9 @@ const (
 	// (capped at Interval and at a third of the job timeout); checkpoints
 	// also beat.
 	StatsUpdateIntervalDefault = 10 * time.Second
+	// ProgressIntervalDefault is how often a node writes the live counters
+	// of its running jobs that changed (see doc.go, "Live progress").
+	ProgressIntervalDefault = time.Second
 	// ShutdownTimeoutDefault bounds how long Node.Stop waits for jobs to
 	// checkpoint and re-enqueue themselves.
 	ShutdownTimeoutDefault = 5 * time.Second
@@ -75,6 +78,7 @@ type Config struct {
 	HealthThreshold     time.Duration
 	TransientJobMaxAge  time.Duration
 	StatsUpdateInterval time.Duration
+	ProgressInterval    time.Duration
 	ShutdownTimeout     time.Duration
 
 	// JobDefaults fill the tunables a replication leaves unset (CouchDB's
@@ -113,6 +117,7 @@ func (c Config) withDefaults() Config {
 	c.HealthThreshold = cmp.Or(c.HealthThreshold, HealthThresholdDefault)
 	c.TransientJobMaxAge = cmp.Or(c.TransientJobMaxAge, TransientJobMaxAgeDefault)
 	c.StatsUpdateInterval = cmp.Or(c.StatsUpdateInterval, StatsUpdateIntervalDefault)
+	c.ProgressInterval = cmp.Or(c.ProgressInterval, ProgressIntervalDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	return c
 }
@@ -152,6 +157,8 @@ func (c Config) validate() error {
 		return bad("transient_job_max_age %v is negative", c.TransientJobMaxAge)
 	case c.StatsUpdateInterval < 0:
 		return bad("stats update interval %v is negative", c.StatsUpdateInterval)
+	case c.ProgressInterval < time.Millisecond:
+		return bad("progress interval %v is under a millisecond", c.ProgressInterval)
 	case c.ShutdownTimeout < 0:
 		return bad("shutdown timeout %v is negative", c.ShutdownTimeout)
 	}

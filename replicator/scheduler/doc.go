@@ -96,6 +96,29 @@
 // ends completes the job (state completed, state_info = stats,
 // checkpoint_history = the final checkpoint, the document updated).
 //
+// # Live progress
+//
+// Heartbeats store a job's counters every StatsUpdateInterval (10 s);
+// between them the views would show a running job stand still. So each
+// node also runs a progress loop (progress.go): every ProgressInterval
+// (1 s) it reads the counters of its running jobs (engine Run.Progress)
+// and writes those that changed since its last write, one value of about
+// 400 bytes per job under key 23 (replicator.Progress, naming the run by
+// its node and start), all in one transaction of blind writes (pages of
+// 250 jobs): it reads nothing, so it conflicts with nothing, and running
+// it again after commit_unknown_result writes the same values. The views
+// (replicator.Store pages, ViewJob) show a running job's progress in
+// place of its data's counters when it names the job's current run and
+// is newer than the data; a run's progress is removed at the next tick
+// after the run ends (its last counters are in the job's data by then),
+// and with the job. Cost: one transaction per node per second while any
+// of its jobs moves, about 200 kB at MaxJobs 500 all busy, none while
+// they are idle; heartbeats are unchanged. Invariant: the counters a run
+// had ProgressInterval ago, plus one transaction, are what the views
+// show of its job, while it runs on a node with its store (the model
+// test, cmd/internal/sim, checks it through the API; a failed write is
+// retried at the next tick).
+//
 // # Errors and backoff
 //
 // A crash makes a persistent job crashing (history "crashed" with the

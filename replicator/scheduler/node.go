@@ -52,6 +52,7 @@ type Node struct {
 	publishing     bool // a publishSoonLocked goroutine runs
 	republish      bool // and publishes again when done
 	workers        map[*worker]bool
+	progressEnded  []string // jobs whose runs ended since the progress loop's last write
 	wg             sync.WaitGroup
 	shares         replicator.ShareTable // as of the last roll-up
 	charges        map[string]int64
@@ -67,12 +68,16 @@ type Signals struct {
 	// Idle carries the clock time (Unix ms) at which an acceptor found no
 	// job due and started waiting for one.
 	Idle testsignal.Signal[int64]
+	// Progress carries the clock time (Unix ms) of each write of the
+	// running jobs' live counters that committed.
+	Progress testsignal.Signal[int64]
 }
 
 // InitTestSignals initialises every test signal; call it before Start.
 func (s *Signals) InitTestSignals() {
 	s.Rescheduled.Init()
 	s.Idle.Init()
+	s.Progress.Init()
 }
 
 // New returns a stopped replication node running replications with eng
@@ -152,6 +157,8 @@ func (n *Node) Start(ctx context.Context) error {
 		n.mu.Lock()
 		n.ctx, n.opCtx, n.stopHard, n.stopping, n.serverUUID = runCtx, opCtx, stopHard, false, uuid
 		n.fillLocked()
+		n.wg.Add(1)
+		go n.progressLoop(runCtx)
 		n.mu.Unlock()
 	}, func(runCtx context.Context) {
 		n.serve(runCtx)

@@ -46,6 +46,8 @@ type worker struct {
 	priority    float64
 	prioritized time.Time
 
+	live *liveRun // the run, for the progress loop; guarded by n.mu
+
 	stopCh   chan struct{}
 	stopOnce sync.Once
 	stopMu   sync.Mutex
@@ -176,6 +178,8 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 			}
 		},
 	})
+	w.n.runStarted(w, run, d)
+	defer w.n.runEnded(w)
 	hb := w.cfg.Clock.NewTicker(w.cfg.heartbeat())
 	defer hb.Stop()
 	hold := w.newHoldTimer()

@@ -79,6 +79,20 @@ func (e *Engine) SetFail(source string, err error) { setOrDelete(&e.mu, e.fail, 
 // no panic).
 func (e *Engine) SetPanic(source string, v any) { setOrDelete(&e.mu, e.panics, source, v) }
 
+// Work makes the open runs from source read and write docs more
+// documents, as a real run does between its checkpoints: their Progress
+// shows them, no checkpoint is reported.
+func (e *Engine) Work(source string, docs int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for r := range e.open[source] {
+		r.mu.Lock()
+		r.stats.DocsRead += docs
+		r.stats.DocsWritten += docs
+		r.mu.Unlock()
+	}
+}
+
 // setOrDelete sets m[k] to v under mu, or deletes it when v is the zero
 // value.
 func setOrDelete[V comparable](mu *sync.Mutex, m map[string]V, k string, v V) {
@@ -154,9 +168,6 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 	e.maxRun = max(e.maxRun, e.running)
 	e.mu.Unlock()
 	r := &run{stop: make(chan struct{}), done: make(chan struct{}), stats: opts.Stats}
-	if failErr == nil {
-		e.Started.Signal(src)
-	}
 	begin := e.Clock.Now()
 	e.mu.Lock()
 	if e.open[src] == nil {
@@ -164,6 +175,9 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 	}
 	e.open[src][r] = begin
 	e.mu.Unlock()
+	if failErr == nil {
+		e.Started.Signal(src) // open: Work reaches it
+	}
 	go func() {
 		defer func() {
 			e.mu.Lock()

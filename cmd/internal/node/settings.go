@@ -73,6 +73,7 @@ func nodeConfig(cfg *config.Config, cluster replicator.Config, docs replicator.D
 		HealthThreshold:     cfg.HealthThreshold(),
 		TransientJobMaxAge:  secs(cfg, "transient_job_max_age_sec"),
 		StatsUpdateInterval: secs(cfg, "stats_update_interval_sec"),
+		ProgressInterval:    millis(cfg, "replicator", "progress_interval_msec"),
 		JobDefaults:         defaults,
 		DocUpdater:          docs,
 	}, nil

@@ -205,7 +205,22 @@ type Model struct {
 	// fitSince is the first check since which the runnable jobs have fit
 	// on the live nodes (zero while they do not).
 	fitSince time.Time
+	// worked is the last Work operation on each job's run.
+	worked map[string]work
 }
+
+// work is a Work operation: the run of node started at start had written
+// docs documents at.
+type work struct {
+	node      string
+	start, at time.Time
+	docs      int64
+}
+
+// progressShown bounds the time from a run's work to the views showing
+// its counters: the node's progress interval (1 s, the default), and one
+// more for a write that failed.
+const progressShown = 2 * time.Second
 
 // stopReaction bounds the time from a node asking a job to stop to the
 // job's run being asked to stop: the worker may be in the middle of a
@@ -285,7 +300,7 @@ func (m *Model) endedUnrecorded(r Record) bool {
 func newModel(tm timing) *Model {
 	return &Model{tm: tm, every: tm.interval, jobs: map[string]*job{}, docs: map[string]*job{}, reps: map[int]*replicate{},
 		hostDown: map[string]bool{}, hostUp: map[string]time.Time{}, deaths: map[string][]death{},
-		dbs: map[string]bool{"_replicator": true}}
+		dbs: map[string]bool{"_replicator": true}, worked: map[string]work{}}
 }
 
 // problems collects the violations of one check.

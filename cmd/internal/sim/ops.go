@@ -3,10 +3,16 @@ package sim
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"time"
 )
+
+// workDocs is how many documents a Work operation has a run read and
+// write.
+const workDocs = 10
 
 // OpKind is what an operation does.
 type OpKind int
@@ -33,12 +39,13 @@ const (
 	HostUp                      // and answers again
 	ChangeFilter                // the code of a filtered document's filter changes on its source
 	PartitionNode               // cut a replication node off from the store, leaving it running (until stopped or killed)
+	Work                        // a running job reads and writes documents (between its checkpoints)
 	opKinds
 )
 
 var opNames = [...]string{"put-doc", "delete-doc", "replicate", "replicate-continuous", "cancel", "give-up",
 	"create-db", "delete-db", "max_jobs", "max_churn", "interval_sec", "start-node", "stop-node", "kill-node",
-	"host-down", "host-up", "change-filter", "partition-node"}
+	"host-down", "host-up", "change-filter", "partition-node", "work"}
 
 func (k OpKind) String() string { return opNames[k] }
 
@@ -65,7 +72,7 @@ func (o Op) String() string {
 		return fmt.Sprintf("%v %s %s/d%d", at, o.Kind, dbName(o.DB), o.Doc)
 	case Replicate, ReplicateCont:
 		return fmt.Sprintf("%v %s #%d host=h%d", at, o.Kind, o.N, o.Host)
-	case CancelRep, GiveUp:
+	case CancelRep, GiveUp, Work:
 		return fmt.Sprintf("%v %s #%d", at, o.Kind, o.N)
 	case CreateDB, DeleteDB:
 		return fmt.Sprintf("%v %s %s", at, o.Kind, dbName(o.DB))
@@ -139,7 +146,7 @@ func genOps(rng *rand.Rand, s Setup, intervals int) []Op {
 	// rest.
 	weights := [opKinds]int{PutDoc: 30, DeleteDoc: 12, Replicate: 5, ReplicateCont: 3, CancelRep: 3, GiveUp: 1,
 		CreateDB: 2, DeleteDB: 1, SetMaxJobs: 2, SetMaxChurn: 1, SetInterval: 1, StartNode: 3, StopNode: 1,
-		KillNode: 1, HostDown: 2, HostUp: 3, ChangeFilter: 2, PartitionNode: 1}
+		KillNode: 1, HostDown: 2, HostUp: 3, ChangeFilter: 2, PartitionNode: 1, Work: 6}
 	total := 0
 	for _, w := range weights {
 		total += w
@@ -170,6 +177,8 @@ func genOps(rng *rand.Rand, s Setup, intervals int) []Op {
 				continue
 			}
 			op.N = 1 + rng.IntN(reps)
+		case Work:
+			op.N = rng.IntN(1000) // which of the open runs
 		case SetMaxJobs:
 			op.N = 1 + rng.IntN(8)
 		case SetMaxChurn:
@@ -380,6 +389,19 @@ func (r *runner) apply(op Op, now time.Time, i int) error {
 			m.maxJobs = op.N
 		}
 		m.shapeChanged = later(now, m.shapeChanged)
+	case Work:
+		open := r.w.eng.Open()
+		srcs := slices.Sorted(maps.Keys(open))
+		if len(srcs) == 0 {
+			return nil
+		}
+		src := srcs[op.N%len(srcs)]
+		rec := open[src]
+		if rec.run == nil {
+			return nil // being started
+		}
+		r.w.eng.inner.Work(src, workDocs)
+		m.worked[src] = work{node: rec.Node, start: rec.Start, at: now, docs: rec.run.Progress().DocsWritten}
 	case PartitionNode:
 		n := r.w.replica(op.Node)
 		if !n.Up || n.Partitioned {

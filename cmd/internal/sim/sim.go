@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -170,13 +171,19 @@ func run(t *testing.T, cfg Config) (res Result) {
 // Only the problems found at every look over ViewSettle are returned.
 func (r *runner) settledViews(i int) problems {
 	p := r.m.checkViews(r.w, r.frontend(i), time.Now())
+	var progress problems // they count at once: see progressProblem
+	for _, x := range p {
+		if strings.HasPrefix(x, progressProblem) {
+			progress = append(progress, x)
+		}
+	}
 	for end := time.Now().Add(ViewSettle); len(p) > 0 && time.Now().Before(end); {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		r.m.observe(r.w, time.Now())
 		p = p.intersect(r.m.checkViews(r.w, r.frontend(i), time.Now()))
 	}
-	return p
+	return append(p, progress...)
 }
 
 // countDone counts the POST /_replicate that answered.

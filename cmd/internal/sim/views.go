@@ -62,6 +62,7 @@ func (m *Model) checkViews(w *World, f *Node, now time.Time) problems {
 				continue
 			}
 			state("_scheduler/jobs", j, e.State, e.Node)
+			m.checkProgress(w, "_scheduler/jobs", src, open[src], e.Info, now, &p)
 		}
 		for _, j := range m.jobs {
 			if j.alive() && !listed[j.src] {
@@ -85,6 +86,7 @@ func (m *Model) checkViews(w *World, f *Node, now time.Time) problems {
 				p.add("views: _scheduler/docs shows %s with source %s; its document has %s", key, deref(d.Source), j.src)
 			default:
 				state("_scheduler/docs", j, d.State, d.Node)
+				m.checkProgress(w, "_scheduler/docs", j.src, open[j.src], d.Info, now, &p)
 			}
 			delete(rows, key)
 		}
@@ -107,6 +109,8 @@ func (m *Model) checkViews(w *World, f *Node, now time.Time) problems {
 				p.add("views: _active_tasks lists %s on %s; it runs nowhere", t.Source, t.Node)
 			case r != nil && r.Node != t.Node:
 				p.add("views: _active_tasks lists %s on %s; it runs on %s", t.Source, t.Node, r.Node)
+			case r != nil:
+				m.checkProgressCount(w, "_active_tasks", t.Source, r, t.DocsWritten, now, &p)
 			}
 		}
 		for src, r := range open {
@@ -116,6 +120,44 @@ func (m *Model) checkViews(w *World, f *Node, now time.Time) problems {
 		}
 	}
 	return p
+}
+
+// progressProblem starts the problems of checkProgress: they count at the
+// first look, not only when they last ViewSettle (heartbeats, every
+// stats_update_interval_sec, would hide them meanwhile).
+const progressProblem = "views: progress: "
+
+// checkProgress checks the counters a view shows of a running job (its
+// info) against the last work of its run r (scheduler doc.go, "Live
+// progress"): what the run had written progressShown ago is shown, while
+// the run goes on on a node with its store.
+func (m *Model) checkProgress(w *World, view, src string, r *Record, info json.RawMessage, now time.Time, p *problems) {
+	var s struct {
+		DocsWritten int64 `json:"docs_written"`
+	}
+	if len(info) > 0 && string(info) != "null" {
+		if err := json.Unmarshal(info, &s); err != nil {
+			p.add("views: %s: %s: info %s: %v", view, src, info, err)
+			return
+		}
+	}
+	m.checkProgressCount(w, view, src, r, s.DocsWritten, now, p)
+}
+
+func (m *Model) checkProgressCount(w *World, view, src string, r *Record, shown int64, now time.Time, p *problems) {
+	wk, ok := m.worked[src]
+	if !ok || r == nil || r.Node != wk.node || !r.Start.Equal(wk.start) || !r.StopAsked.IsZero() || now.Sub(wk.at) < progressShown {
+		return
+	}
+	for _, n := range w.nodes {
+		if n.Name == r.Node && !n.Serving() {
+			return // cut off from the store: it writes nothing
+		}
+	}
+	if shown < wk.docs {
+		p.add(progressProblem+"%s shows %s with %d documents written; its run on %s had written %d at %s", view, src, shown,
+			r.Node, wk.docs, wk.at.Format(time.TimeOnly))
+	}
 }
 
 // deadNodeShown reports whether a view may still show a job running on

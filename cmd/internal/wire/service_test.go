@@ -68,6 +68,13 @@ func nodeConfig() scheduler.Config {
 // newService starts one node; opts adjust the HTTP API's options.
 func newService(t *testing.T, opts ...func(*frontend.Options)) *service {
 	t.Helper()
+	return newServiceWith(t, nil, opts...)
+}
+
+// newServiceWith is newService with node adjusting the replication
+// node's configuration (nil: nodeConfig's).
+func newServiceWith(t *testing.T, node func(*scheduler.Config), opts ...func(*frontend.Options)) *service {
+	t.Helper()
 	db := kvtest.NewDB(t)
 	logs := &testutil.Logs{}
 	accounts, _, err := frontend.NewAccounts(
@@ -78,6 +85,9 @@ func newService(t *testing.T, opts ...func(*frontend.Options)) *service {
 	)
 	require.NoError(t, err)
 	cfg := nodeConfig()
+	if node != nil {
+		node(&cfg)
+	}
 	cfg.Logger = logs.Logger()
 	cfg.DocUpdater = repdb.New(db, repdb.Options{})
 	plane, err := control.New(db, replicatortest.JobsClient(t, db), cfg.Config)
@@ -90,13 +100,13 @@ func newService(t *testing.T, opts ...func(*frontend.Options)) *service {
 	api, err := frontend.New(fopts)
 	require.NoError(t, err)
 	require.NoError(t, api.Init(context.Background()))
-	node, err := scheduler.New(db, replicatortest.JobsClient(t, db), nil, cfg)
+	n, err := scheduler.New(db, replicatortest.JobsClient(t, db), nil, cfg)
 	require.NoError(t, err)
-	require.NoError(t, node.Start(context.Background()))
-	t.Cleanup(node.Stop)
+	require.NoError(t, n.Start(context.Background()))
+	t.Cleanup(n.Stop)
 	ts := httptest.NewServer(api)
 	t.Cleanup(ts.Close)
-	return &service{t: t, url: ts.URL, node: node, logs: logs}
+	return &service{t: t, url: ts.URL, node: n, logs: logs}
 }
 
 type resp = testutil.Resp

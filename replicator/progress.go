@@ -1,0 +1,138 @@
+package replicator
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// Progress is a running job's live counters as its node last wrote them
+// (key 23, see doc.go "Live progress"): the views show them in place of
+// the counters of the job's data when they belong to the job's current
+// run and are newer.
+type Progress struct {
+	// Node and Start name the run: JobData.Node and JobData.LastStart as
+	// the run's node wrote them when it started the run.
+	Node  string `json:"node"`
+	Start int64  `json:"start"`
+	// At is when the node read the counters (Unix ms, its clock).
+	At    int64        `json:"at"`
+	Stats engine.Stats `json:"stats"`
+}
+
+// ProgressWrite is one change of WriteProgress: the job's progress set
+// to Progress, or removed when Progress is nil.
+type ProgressWrite struct {
+	JobID    string
+	Progress *Progress
+}
+
+// progressPageMax is the most writes WriteProgress makes in one
+// transaction: a progress value is about 400 bytes, so a page writes
+// about 100 kB.
+const progressPageMax = 250
+
+func (s *Store) progressKey(jobID string) kv.Key {
+	return s.root.Pack(tuple.Tuple{keyProgress, jobID})
+}
+
+// WriteProgress applies writes in transactions of blind writes (at most
+// progressPageMax each): they read nothing, so they conflict with
+// nothing, and one run again after commit_unknown_result writes the same
+// values. Removals apply before sets, so a run that ended and a run of
+// the same job that started since, in one call, leave the new run's
+// progress. On an error, the pages before it were written.
+func (s *Store) WriteProgress(ctx context.Context, writes []ProgressWrite) error {
+	ordered := make([]ProgressWrite, 0, len(writes))
+	vals := make([][]byte, 0, len(writes))
+	for _, w := range writes {
+		if w.Progress == nil {
+			ordered, vals = append(ordered, w), append(vals, nil)
+		}
+	}
+	for _, w := range writes {
+		if w.Progress != nil {
+			v, err := json.Marshal(w.Progress)
+			if err != nil {
+				return err
+			}
+			ordered, vals = append(ordered, w), append(vals, v)
+		}
+	}
+	for len(ordered) > 0 {
+		n := min(len(ordered), progressPageMax)
+		page, pvals := ordered[:n], vals[:n]
+		if _, err := kv.Transact(ctx, s.DB, func(tr kv.Transaction) (any, error) {
+			for i, w := range page {
+				if pvals[i] == nil {
+					tr.Clear(s.progressKey(w.JobID))
+				} else {
+					tr.Set(s.progressKey(w.JobID), pvals[i])
+				}
+			}
+			return nil, nil
+		}); err != nil {
+			return err
+		}
+		ordered, vals = ordered[n:], vals[n:]
+	}
+	return nil
+}
+
+// overlayProgress reads, in tr, the progress of the running jobs among
+// jobs and puts into each job's data the counters of its current run
+// when they are newer than the data's.
+func (s *Store) overlayProgress(tr kv.ReadTransaction, jobs []PageJob) error {
+	futs := make([]kv.FutureByteSlice, len(jobs))
+	for i, j := range jobs {
+		if j.State == fdbjobs.Running && j.Data != nil && j.Data.State == StateRunning {
+			futs[i] = tr.Get(s.progressKey(j.ID))
+		}
+	}
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
+		v, err := f.Get()
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			continue
+		}
+		var p Progress
+		if json.Unmarshal(v, &p) != nil {
+			continue // a value this version cannot read: the data's counters
+		}
+		d := jobs[i].Data
+		if p.Node == d.Node && p.Start == d.LastStart && p.At > d.LastUpdated {
+			d.Stats = p.Stats
+		}
+	}
+	return nil
+}
+
+// ViewJob is Job for the views: the job's data with the live counters of
+// its current run (see Progress), read in one transaction.
+func (s *Store) ViewJob(ctx context.Context, jobID string) (*JobData, fdbjobs.State, error) {
+	type res struct {
+		d  *JobData
+		st fdbjobs.State
+	}
+	r, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) (res, error) {
+		d, st, err := s.Job(ctx, tr, jobID)
+		if err != nil || d == nil {
+			return res{}, err
+		}
+		jobs := []PageJob{{ID: jobID, State: st, Data: d}}
+		if err := s.overlayProgress(tr, jobs); err != nil {
+			return res{}, err
+		}
+		return res{d: d, st: st}, nil
+	})
+	return r.d, r.st, err
+}

@@ -1,0 +1,119 @@
+package scheduler
+
+import (
+	"context"
+
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// liveRun is a worker's run as the progress loop sees it: registered by
+// the worker once the run started (its job data then names this node and
+// the run's start), unregistered when the run ends. Guarded by Node.mu,
+// except written, which only the progress loop touches.
+type liveRun struct {
+	jobID string
+	run   replicator.Run
+	node  string
+	start int64 // JobData.LastStart of the run
+	// written is the counters last written (nil: none yet).
+	written *engine.Stats
+}
+
+// runStarted registers w's run for the progress loop.
+func (n *Node) runStarted(w *worker, run replicator.Run, d *replicator.JobData) {
+	n.mu.Lock()
+	w.live = &liveRun{jobID: w.job.ID, run: run, node: d.Node, start: d.LastStart}
+	n.mu.Unlock()
+}
+
+// runEnded unregisters w's run; the progress loop removes its progress at
+// its next write (the job's data has the run's last counters by then, or
+// soon: the views ignore progress of a run that is not the job's current
+// one).
+func (n *Node) runEnded(w *worker) {
+	n.mu.Lock()
+	if w.live != nil {
+		n.progressEnded = append(n.progressEnded, w.live.jobID)
+		w.live = nil
+	}
+	n.mu.Unlock()
+}
+
+// progressLoop writes the live counters of the node's running jobs every
+// ProgressInterval (see doc.go, "Live progress") until ctx ends.
+func (n *Node) progressLoop(ctx context.Context) {
+	defer n.wg.Done()
+	for {
+		cfg := n.Config()
+		t := cfg.Clock.NewTimer(cfg.ProgressInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.Chan():
+		}
+		n.writeProgress(ctx)
+	}
+}
+
+// writeProgress writes the counters of the runs that changed since their
+// last write, and removes the progress of the runs that ended. What a
+// failed write left unwritten is written at the next tick.
+func (n *Node) writeProgress(ctx context.Context) {
+	n.mu.Lock()
+	runs := make([]*liveRun, 0, len(n.workers))
+	for w := range n.workers {
+		if w.live != nil {
+			runs = append(runs, w.live)
+		}
+	}
+	ended := n.progressEnded
+	n.progressEnded = nil
+	n.mu.Unlock()
+
+	cfg := n.Config()
+	now := replicator.Millis(cfg.Clock.Now())
+	writes := make([]replicator.ProgressWrite, 0, len(ended)+len(runs))
+	for _, id := range ended {
+		writes = append(writes, replicator.ProgressWrite{JobID: id})
+	}
+	var changed []*liveRun
+	var counts []engine.Stats
+	for _, r := range runs {
+		s := r.run.Progress()
+		if r.written != nil && sameProgress(*r.written, s) {
+			continue
+		}
+		changed, counts = append(changed, r), append(counts, s)
+		writes = append(writes, replicator.ProgressWrite{JobID: r.jobID,
+			Progress: &replicator.Progress{Node: r.node, Start: r.start, At: now, Stats: s}})
+	}
+	if len(writes) == 0 {
+		return
+	}
+	if err := n.store.WriteProgress(ctx, writes); err != nil {
+		if ctx.Err() == nil {
+			cfg.Logger.Warn().Err(err).Int("jobs", len(writes)).Msg("replicator: writing the running jobs' progress; again at the next tick")
+		}
+		n.mu.Lock()
+		n.progressEnded = append(n.progressEnded, ended...)
+		n.mu.Unlock()
+		return
+	}
+	for i, r := range changed {
+		r.written = &counts[i]
+	}
+	n.TestSignals.Progress.Signal(now)
+}
+
+// sameProgress reports whether two readings of a run's counters are
+// equal.
+func sameProgress(a, b engine.Stats) bool {
+	ap, bp := a.ChangesPending, b.ChangesPending
+	a.ChangesPending, b.ChangesPending = nil, nil
+	if a != b {
+		return false
+	}
+	return (ap == nil) == (bp == nil) && (ap == nil || *ap == *bp)
+}
