@@ -179,12 +179,15 @@ type checkpointer struct {
 	committedMu   sync.Mutex
 	committedSeq  json.RawMessage
 	lastResultDoc *CheckpointDoc
-	// pendingMu guards pending and updateSeq: changes_pending as last
-	// asked of the source, or, for integer sequences, the source's
-	// update_seq, from which progress counts changes_pending down live as
-	// through_seq advances.
+	// pendingMu guards pending, pendingAt and updateSeq: changes_pending
+	// as last asked of the source, when the run had processed pendingAt
+	// changes (seqTracker.passedThrough), from which progress counts it
+	// down live by the changes processed since; or, for integer
+	// sequences, the source's update_seq, from which progress counts it
+	// down as through_seq advances.
 	pendingMu sync.Mutex
 	pending   *int64
+	pendingAt int64
 	updateSeq *int64
 }
 
@@ -211,11 +214,11 @@ func (c *checkpointer) every(ctx context.Context, interval time.Duration, stop <
 // changes_pending and notifies Options.OnCheckpoint. It reports whether
 // checkpoint documents were written.
 func (c *checkpointer) checkpoint(ctx context.Context) (bool, error) {
-	written, through, err := c.commitThrough(ctx)
+	written, through, passed, err := c.commitThrough(ctx)
 	if err != nil {
 		return false, err
 	}
-	c.refreshPending(ctx, through)
+	c.refreshPending(ctx, through, passed)
 	if c.onCheckpoint != nil {
 		// Called without locks held, so the callback may use Progress.
 		c.onCheckpoint(Checkpoint{Seq: through, Written: written, Stats: c.progress(), Time: c.clock.Now()})
@@ -226,13 +229,17 @@ func (c *checkpointer) checkpoint(ctx context.Context) (bool, error) {
 // progress returns the counters with the sequences and changes_pending.
 func (c *checkpointer) progress() Stats {
 	s := c.stats.load()
-	through, highest, _ := c.tracker.snapshot()
+	_, highest, _ := c.tracker.snapshot()
+	through, passed := c.tracker.passedThrough()
 	s.ThroughSeq, s.SourceSeq = seqString(through), seqString(highest)
 	c.committedMu.Lock()
 	s.CheckpointedSourceSeq = seqString(c.committedSeq)
 	c.committedMu.Unlock()
 	c.pendingMu.Lock()
-	s.ChangesPending = c.pending
+	if c.pending != nil {
+		p := max(0, *c.pending-(passed-c.pendingAt))
+		s.ChangesPending = &p
+	}
 	if n, ok := intSeq(through); ok && c.updateSeq != nil {
 		p := max(0, *c.updateSeq-n)
 		s.ChangesPending = &p
@@ -272,27 +279,27 @@ func (c *checkpointer) finalCheckpoint(ctx context.Context, completed bool) (Res
 
 // commitThrough writes the checkpoint documents for the current through_seq
 // if it moved since the last checkpoint.
-func (c *checkpointer) commitThrough(ctx context.Context) (bool, json.RawMessage, error) {
+// passed is the number of changes processed up to through.
+func (c *checkpointer) commitThrough(ctx context.Context) (written bool, through json.RawMessage, passed int64, err error) {
 	c.ckMu.Lock()
 	defer c.ckMu.Unlock()
-	through, _, _ := c.tracker.snapshot()
+	through, passed = c.tracker.passedThrough()
 	c.committedMu.Lock()
 	committed := c.committedSeq
 	c.committedMu.Unlock()
 	if seqEqual(through, committed) {
-		return false, through, nil
+		return false, through, passed, nil
 	}
-	written := false
 	if !c.disabled {
 		if err := c.writeLogs(ctx, through); err != nil {
-			return false, through, err
+			return false, through, passed, err
 		}
 		written = true
 	}
 	c.committedMu.Lock()
 	c.committedSeq = through
 	c.committedMu.Unlock()
-	return written, through, nil
+	return written, through, passed, nil
 }
 
 // logDoc builds the checkpoint body for seq.
@@ -400,17 +407,19 @@ func sameInstance(got, want json.RawMessage) bool {
 // refreshPending recomputes changes_pending at a checkpoint tick: for an
 // integer through_seq from the source's update_seq (progress then counts it
 // down as through_seq advances), otherwise from the _changes "pending"
-// count; nil when unknown.
-func (c *checkpointer) refreshPending(ctx context.Context, through json.RawMessage) {
+// count since through, which the run had reached after passed changes
+// (progress counts it down by the changes processed since); nil when
+// unknown.
+func (c *checkpointer) refreshPending(ctx context.Context, through json.RawMessage, passed int64) {
 	if _, ok := intSeq(through); ok {
 		var updateSeq json.RawMessage
 		if info, err := c.src.info(ctx); err == nil {
 			updateSeq = info.UpdateSeq
 		}
-		c.setPending(nil, updateSeq)
+		c.setPending(nil, 0, updateSeq)
 		return
 	}
-	c.setPending(c.src.pendingSince(ctx, through), nil)
+	c.setPending(c.src.pendingSince(ctx, through), passed, nil)
 }
 
 // primePending sets changes_pending at the end of setup, before the first
@@ -420,21 +429,21 @@ func (c *checkpointer) refreshPending(ctx context.Context, through json.RawMessa
 func (c *checkpointer) primePending(ctx context.Context, start, updateSeq json.RawMessage) {
 	_, startOK := intSeq(start)
 	if _, ok := intSeq(updateSeq); ok && startOK {
-		c.setPending(nil, updateSeq)
+		c.setPending(nil, 0, updateSeq)
 		return
 	}
-	c.setPending(c.src.pendingSince(ctx, start), nil)
+	c.setPending(c.src.pendingSince(ctx, start), 0, nil)
 }
 
-// setPending records a pending count, or an integer update_seq (nil or
-// not an integer: unknown).
-func (c *checkpointer) setPending(pending *int64, updateSeq json.RawMessage) {
+// setPending records a pending count, counted when the run had processed
+// at changes, or an integer update_seq (nil or not an integer: unknown).
+func (c *checkpointer) setPending(pending *int64, at int64, updateSeq json.RawMessage) {
 	var u *int64
 	if n, ok := intSeq(updateSeq); ok {
 		u = &n
 	}
 	c.pendingMu.Lock()
-	c.pending, c.updateSeq = pending, u
+	c.pending, c.pendingAt, c.updateSeq = pending, at, u
 	c.pendingMu.Unlock()
 }
 

@@ -18,14 +18,16 @@ type seqTracker struct {
 	next     uint64
 	pending  []trackedBatch // in ticket order
 	through  json.RawMessage
+	passed   int64 // the changes of the batches through covers
 	highest  json.RawMessage
 	highestT uint64
 }
 
 type trackedBatch struct {
-	ticket uint64
-	seq    json.RawMessage
-	done   bool
+	ticket  uint64
+	seq     json.RawMessage
+	changes int
+	done    bool
 }
 
 // newSeqTracker starts at the given sequence (the replication's start seq).
@@ -33,13 +35,13 @@ func newSeqTracker(start json.RawMessage) *seqTracker {
 	return &seqTracker{through: start, highest: start}
 }
 
-// begin registers a batch ending at seq and returns its ticket. Batches must
-// begin in feed order.
-func (t *seqTracker) begin(seq json.RawMessage) uint64 {
+// begin registers a batch of changes ending at seq and returns its
+// ticket. Batches must begin in feed order.
+func (t *seqTracker) begin(seq json.RawMessage, changes int) uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.next++
-	t.pending = append(t.pending, trackedBatch{ticket: t.next, seq: seq})
+	t.pending = append(t.pending, trackedBatch{ticket: t.next, seq: seq, changes: changes})
 	return t.next
 }
 
@@ -60,6 +62,7 @@ func (t *seqTracker) done(ticket uint64) {
 	n := 0
 	for n < len(t.pending) && t.pending[n].done {
 		t.through = t.pending[n].seq
+		t.passed += int64(t.pending[n].changes)
 		n++
 	}
 	t.pending = t.pending[n:]
@@ -71,4 +74,12 @@ func (t *seqTracker) snapshot() (through, highest json.RawMessage, inFlight int)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.through, t.highest, len(t.pending)
+}
+
+// passedThrough returns the checkpointable sequence with the number of
+// changes the run has processed up to it.
+func (t *seqTracker) passedThrough() (json.RawMessage, int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.through, t.passed
 }

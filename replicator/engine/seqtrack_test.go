@@ -12,9 +12,9 @@ import (
 
 func TestSeqTrackerOrdersBatches(t *testing.T) {
 	tr := newSeqTracker(json.RawMessage("0"))
-	a := tr.begin(json.RawMessage("10"))
-	b := tr.begin(json.RawMessage("20"))
-	c := tr.begin(json.RawMessage("30"))
+	a := tr.begin(json.RawMessage("10"), 10)
+	b := tr.begin(json.RawMessage("20"), 4)
+	c := tr.begin(json.RawMessage("30"), 7)
 	tr.done(b)
 	through, highest, n := tr.snapshot()
 	require.Equal(t, "0", string(through))
@@ -24,12 +24,16 @@ func TestSeqTrackerOrdersBatches(t *testing.T) {
 	through, _, n = tr.snapshot()
 	require.Equal(t, "20", string(through), "skips over the finished batch b")
 	require.Equal(t, 1, n)
+	_, passed := tr.passedThrough()
+	require.EqualValues(t, 14, passed, "the changes of a and b")
 	tr.done(c)
 	tr.done(99) // unknown tickets are ignored
 	through, highest, n = tr.snapshot()
 	require.Equal(t, "30", string(through))
 	require.Equal(t, "30", string(highest))
 	require.Equal(t, 0, n)
+	_, passed = tr.passedThrough()
+	require.EqualValues(t, 21, passed)
 }
 
 // TestSeqTrackerRandom checks the tracker against a model: through is always
@@ -43,7 +47,7 @@ func TestSeqTrackerRandom(t *testing.T) {
 		n := 1 + rng.IntN(40)
 		tickets := make([]uint64, n)
 		for i := range tickets {
-			tickets[i] = tr.begin(json.RawMessage(strconv.Itoa((i + 1) * 10)))
+			tickets[i] = tr.begin(json.RawMessage(strconv.Itoa((i + 1) * 10)), i+1)
 		}
 		done := make([]bool, n)
 		for _, i := range rng.Perm(n) {
@@ -56,6 +60,8 @@ func TestSeqTrackerRandom(t *testing.T) {
 			through, _, inFlight := tr.snapshot()
 			require.Equal(t, strconv.Itoa(prefix*10), string(through))
 			require.Equal(t, n-prefix, inFlight)
+			_, passed := tr.passedThrough()
+			require.EqualValues(t, prefix*(prefix+1)/2, passed, "the changes of the finished prefix")
 		}
 	}
 }
@@ -73,7 +79,8 @@ func TestProgressCountsPendingDown(t *testing.T) {
 	}{
 		{name: "integer", start: "0", end: "40", updateSeq: "100", want: 60},
 		{name: "past update_seq", start: "90", end: "120", updateSeq: "100", want: 0},
-		{name: "opaque", start: `"0-a"`, end: `"40-b"`, recorded: ptr(int64(7)), want: 7},
+		{name: "opaque: counted down by the batch's changes", start: `"0-a"`, end: `"40-b"`, recorded: ptr(int64(7)), want: 4},
+		{name: "opaque: more changes than counted", start: `"0-a"`, end: `"40-b"`, recorded: ptr(int64(2)), want: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := newSeqTracker(json.RawMessage(tc.start))
@@ -82,15 +89,15 @@ func TestProgressCountsPendingDown(t *testing.T) {
 			if tc.updateSeq != "" {
 				u = json.RawMessage(tc.updateSeq)
 			}
-			c.setPending(tc.recorded, u)
-			tr.done(tr.begin(json.RawMessage(tc.end)))
+			c.setPending(tc.recorded, 0, u)
+			tr.done(tr.begin(json.RawMessage(tc.end), 3))
 			got := c.progress().ChangesPending
 			require.NotNil(t, got)
 			require.Equal(t, tc.want, *got)
 		})
 	}
 	c := &checkpointer{tracker: newSeqTracker(json.RawMessage("0")), stats: &counters{}}
-	c.setPending(nil, json.RawMessage(`"not-a-number"`))
+	c.setPending(nil, 0, json.RawMessage(`"not-a-number"`))
 	require.Nil(t, c.progress().ChangesPending, "unknown")
 }
 

@@ -24,8 +24,9 @@ type Stats struct {
 	// nil when unknown. It is known from the end of a run's setup on; with
 	// integer sequences (PouchDB, CouchDB 1.x) it counts down live as
 	// through_seq advances, the source's update_seq being read again at
-	// every checkpoint; with opaque sequences it is the _changes "pending"
-	// count of the last checkpoint (or of the setup).
+	// every checkpoint; with opaque sequences (CouchDB 2.x and later) it is
+	// the _changes "pending" count of the last checkpoint (or of the
+	// setup), counted down live by the changes processed since.
 	ChangesPending        *int64 `json:"changes_pending"`
 	CheckpointedSourceSeq string `json:"checkpointed_source_seq,omitempty"`
 	SourceSeq             string `json:"source_seq,omitempty"`

@@ -155,7 +155,7 @@ fill:
 			break fill
 		}
 	}
-	return rows, w.changes.tracker.begin(rows[len(rows)-1].Seq), true
+	return rows, w.changes.tracker.begin(rows[len(rows)-1].Seq, len(rows)), true
 }
 
 // processBatch replicates one batch: _revs_diff, fetch, write.

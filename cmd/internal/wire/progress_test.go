@@ -14,7 +14,9 @@ import (
 // A replication between two databases of a real CouchDB 3.5 shows its
 // counters moving in _active_tasks and _scheduler/docs while it runs,
 // though its heartbeats and checkpoints are an hour apart: the node
-// writes its running jobs' counters every progress interval.
+// writes its running jobs' counters every progress interval, and
+// changes_pending (CouchDB's sequences are opaque) counts down from the
+// source's count at the start by the changes processed.
 func TestProgressMovesWhileItRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts CouchDB")
@@ -35,6 +37,7 @@ func TestProgressMovesWhileItRuns(t *testing.T) {
 
 	// Each look at the views while the job runs: what they say it wrote.
 	var tasks, rows []float64
+	var pending []any // changes_pending while documents are written
 	testutil.Eventually(t, "the replication completed", func() bool {
 		r := e.do("GET", "/_active_tasks", asAdmin, nil)
 		require.Equal(t, 200, r.Status, r.Raw)
@@ -48,6 +51,9 @@ func TestProgressMovesWhileItRuns(t *testing.T) {
 		if r.Body["state"] == "running" {
 			if info, ok := r.Body["info"].(map[string]any); ok {
 				rows = append(rows, info["docs_written"].(float64))
+				if info["docs_written"].(float64) > 0 {
+					pending = append(pending, info["changes_pending"])
+				}
 			}
 		}
 		return r.Body["state"] == "completed"
@@ -62,5 +68,11 @@ func TestProgressMovesWhileItRuns(t *testing.T) {
 		}
 		require.GreaterOrEqual(t, len(between), 2, "the counters moved while the job ran: %v", seen)
 	}
+	require.NotEmpty(t, pending)
+	for _, p := range pending {
+		require.IsType(t, float64(0), p, "changes_pending is known while the job runs: %v", pending)
+	}
+	t.Logf("changes_pending seen: %v", pending)
+	require.Less(t, pending[len(pending)-1], pending[0], "changes_pending counts down as the job runs")
 	require.Equal(t, docs, docCount(couch.AuthDBURL("tgt")))
 }
