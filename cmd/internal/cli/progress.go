@@ -88,9 +88,10 @@ func newDisplay(mode string, out io.Writer, r *redactor) display {
 // rate tracks changes per second over the samples in which the
 // replication runs with counters already seeded (the jump of a resumed
 // replication's counters to its checkpoint's values is not speed). A
-// cluster updates a job's counters every stats_update_interval_sec, more
-// seldom than it is sampled: a step counts from the last change of the
-// counters, so unchanged samples in between do not read as a stall.
+// cluster updates a job's counters every progress_interval_msec (1 s)
+// while they move, which may be more seldom than it is sampled: a step
+// counts from the last change of the counters, so unchanged samples in
+// between do not read as a stall.
 type rate struct {
 	first, last   sample
 	firstT, lastT time.Time // of the first counted sample and the last change
