@@ -215,7 +215,11 @@ func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime
 	if err != nil {
 		return err
 	}
-	enqueued := false // by the attempt that committed
+	// Whether an attempt enqueued the job: the one that committed may be
+	// an earlier one than the last (commit_unknown_result, after which
+	// the retry finds the row changed already). One that did not commit
+	// wakes the acceptors for nothing, which costs them a look.
+	enqueued := false
 	st, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (State, error) {
 		r, err := c.k.readRow(tr, job.Type, job.ID)
 		if err != nil {
@@ -224,8 +228,9 @@ func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime
 		if r == nil {
 			return 0, fmt.Errorf("job %q of type %q: %w", job.ID, job.Type, ErrNotFound)
 		}
-		if enqueued = c.resubmitRow(tr, job.Type, job.ID, r, stime, d, token); enqueued {
+		if c.resubmitRow(tr, job.Type, job.ID, r, stime, d, token) {
 			c.k.bumpPending(tr, job.Type)
+			enqueued = true
 		}
 		return r.state, nil
 	})
