@@ -273,6 +273,8 @@ func (c *checkpointer) finalCheckpoint(ctx context.Context, completed bool) (Res
 		res.SourceLastSeq = d.SourceLastSeq
 		res.ReplicationIDVersion = ReplicationIDVersion
 		res.History = d.History
+		res.StartTime, res.EndTime = d.StartTime, d.EndTime
+		res.DocsRead, res.DocsWritten, res.DocWriteFailures = d.DocsRead, d.DocsWritten, d.DocWriteFailures
 	}
 	return res, nil
 }

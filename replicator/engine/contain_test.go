@@ -90,7 +90,7 @@ func TestFaultyRunFailsAlone(t *testing.T) {
 			res, err := good.Wait()
 			require.NoError(t, err)
 			require.True(t, res.Completed)
-			enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL(tc.name+"-good"))
+			enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL(tc.name+"-good"))
 		})
 	}
 }

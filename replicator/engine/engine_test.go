@@ -25,7 +25,7 @@ func TestOneShot(t *testing.T) {
 	srv := startPeer(t, 0)
 	srv.CreateDB(t, "tgt")
 	fixture(t, srv, "src", 2000, 1)
-	want := enginetest.Take(t, srv.DBURL("src"))
+	want := enginetest.Take(t, srv.AuthDBURL("src"))
 	leaves := 0
 	for _, revs := range want {
 		leaves += len(revs)
@@ -34,7 +34,7 @@ func TestOneShot(t *testing.T) {
 
 	rep := srcTo(t, srv, "tgt", engine.Replication{WorkerBatchSize: 100})
 	res := runOnce(t, rep, engine.Options{})
-	enginetest.RequireEqual(t, want, enginetest.Take(t, srv.DBURL("tgt")))
+	enginetest.RequireEqual(t, want, enginetest.Take(t, srv.AuthDBURL("tgt")))
 	require.True(t, res.OK)
 	require.True(t, res.Completed)
 	require.Equal(t, int64(leaves), res.Stats.RevisionsChecked)
@@ -47,8 +47,8 @@ func TestOneShot(t *testing.T) {
 	require.Equal(t, engine.ReplicationIDVersion, res.ReplicationIDVersion)
 	_, lastSeq := srv.Changes(t, "src", "0")
 	require.JSONEq(t, string(lastSeq), string(res.SourceLastSeq))
-	require.Equal(t, string(lastSeq), res.Stats.ThroughSeq)
-	require.Equal(t, string(lastSeq), res.Stats.CheckpointedSourceSeq)
+	require.Equal(t, seqText(lastSeq), res.Stats.ThroughSeq)
+	require.Equal(t, seqText(lastSeq), res.Stats.CheckpointedSourceSeq)
 	require.NotNil(t, res.Stats.ChangesPending)
 	require.Zero(t, *res.Stats.ChangesPending)
 
@@ -77,10 +77,10 @@ func TestOneShot(t *testing.T) {
 	srv.PutDoc(t, "tgt", map[string]any{"_id": "from-b", "_attachments": map[string]any{
 		"x.json": map[string]any{"content_type": "application/json", "data": base64.StdEncoding.EncodeToString([]byte(`{"a":1}`))},
 	}})
-	back := engine.Replication{Source: endpoint(t, srv.DBURL("tgt")), Target: endpoint(t, srv.DBURL("src"))}
+	back := engine.Replication{Source: endpoint(t, srv.AuthDBURL("tgt")), Target: endpoint(t, srv.AuthDBURL("src"))}
 	res = runOnce(t, back, engine.Options{})
 	require.Equal(t, int64(2), res.Stats.DocsWritten)
-	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
+	enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL("tgt"))
 }
 
 // TestWriteFailures checks that documents the target refuses (a
@@ -111,8 +111,8 @@ func TestOptions(t *testing.T) {
 
 	t.Run("winning_revs_only", func(t *testing.T) {
 		runOnce(t, srcTo(t, srv, "winners", engine.Replication{CreateTarget: true, WinningRevsOnly: true}), engine.Options{})
-		got := enginetest.Take(t, srv.DBURL("winners"))
-		src := enginetest.Take(t, srv.DBURL("src"))
+		got := enginetest.Take(t, srv.AuthDBURL("winners"))
+		src := enginetest.Take(t, srv.AuthDBURL("src"))
 		require.Len(t, got, len(src))
 		for id, revs := range got {
 			require.Len(t, revs, 1, id)
@@ -129,7 +129,7 @@ func TestOptions(t *testing.T) {
 		since := rows[len(rows)-5].Seq
 		res := runOnce(t, srcTo(t, srv, "since", engine.Replication{CreateTarget: true, SinceSeq: since}), engine.Options{})
 		require.JSONEq(t, string(since), string(res.StartSeq))
-		require.Len(t, enginetest.Take(t, srv.DBURL("since")), 4)
+		require.Len(t, enginetest.Take(t, srv.AuthDBURL("since")), 4)
 	})
 	t.Run("use_checkpoints false", func(t *testing.T) {
 		rep := srcTo(t, srv, "nockpt", engine.Replication{CreateTarget: true, DisableCheckpoints: true})
@@ -140,8 +140,8 @@ func TestOptions(t *testing.T) {
 		require.NoError(t, err)
 		require.Nil(t, srv.GetDoc(t, "src", "_local/"+base))
 		require.Nil(t, srv.GetDoc(t, "nockpt", "_local/"+base))
-		enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("nockpt"))
-		require.Equal(t, string(lastSeq), res.Stats.ThroughSeq)
+		enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL("nockpt"))
+		require.Equal(t, seqText(lastSeq), res.Stats.ThroughSeq)
 	})
 	t.Run("proxy", func(t *testing.T) {
 		var hits atomic.Int64
@@ -151,7 +151,7 @@ func TestOptions(t *testing.T) {
 		require.NoError(t, err)
 		runOnce(t, srcTo(t, srv, "proxied", engine.Replication{CreateTarget: true, SourceProxy: u, TargetProxy: u}), engine.Options{})
 		require.Positive(t, hits.Load())
-		enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("proxied"))
+		enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL("proxied"))
 	})
 	t.Run("doc_ids checkpoint fields", func(t *testing.T) {
 		rep := srcTo(t, srv, "ids", engine.Replication{CreateTarget: true, DocIDs: []string{"doc-000001"}, DisableBulkGet: true})
@@ -171,7 +171,7 @@ func TestFilters(t *testing.T) {
 	t.Parallel()
 	srv := startPeer(t, 0)
 	fixture(t, srv, "src", 60, 2)
-	src := enginetest.Take(t, srv.DBURL("src"))
+	src := enginetest.Take(t, srv.AuthDBURL("src"))
 
 	// ids returns the ids of source documents whose winning-ish body
 	// matches keep (any leaf matching is enough for the all-leaves filters).
@@ -230,7 +230,7 @@ func TestFilters(t *testing.T) {
 			rep := srcTo(t, srv, tgt, engine.Replication{CreateTarget: true, WorkerBatchSize: 7})
 			tt.rep(&rep)
 			runOnce(t, rep, engine.Options{})
-			got := enginetest.Take(t, srv.DBURL(tgt))
+			got := enginetest.Take(t, srv.AuthDBURL(tgt))
 			want := enginetest.Snapshot{}
 			for _, id := range tt.want {
 				want[id] = src[id]
@@ -262,7 +262,7 @@ func TestPagedFeeds(t *testing.T) {
 			require.Equal(t, tt.want, res.Stats.DocsWritten)
 			require.True(t, res.Completed)
 			_, lastSeq := srv.Changes(t, "src", "0")
-			require.Equal(t, string(lastSeq), res.Stats.ThroughSeq)
+			require.Equal(t, seqText(lastSeq), res.Stats.ThroughSeq)
 		})
 	}
 }
@@ -273,5 +273,5 @@ func TestEmptyDocIDs(t *testing.T) {
 	srv := startPeer(t, 5)
 	res := runOnce(t, srcTo(t, srv, "tgt", engine.Replication{CreateTarget: true, DocIDs: []string{}}), engine.Options{})
 	require.Zero(t, res.Stats.DocsWritten)
-	require.Empty(t, enginetest.Take(t, srv.DBURL("tgt")))
+	require.Empty(t, enginetest.Take(t, srv.AuthDBURL("tgt")))
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -122,11 +123,15 @@ func fixture(t *testing.T, srv *couchtest.Server, db string, n int, seed uint64)
 // is a hang (a hang detector, not a speed requirement).
 const runTimeout = 2 * time.Minute
 
-// startPeer starts a pouchdb-server holding the database "src" with docs
-// documents doc-00000000… (see couchtest.Server.AddDocs).
+// startPeer starts a real CouchDB 3.5 holding the database "src" with
+// docs documents doc-00000000… (see couchtest.Server.AddDocs): the
+// protocol is tested against the server users replicate with (skipped,
+// saying so, where ../shared/couchdb is absent). Endpoints name its admin
+// (AuthDBURL, authURL). Tests of pouchdb-server's quirks start one
+// themselves.
 func startPeer(t *testing.T, docs int) *couchtest.Server {
 	t.Helper()
-	srv := couchtest.StartPouchDB(t)
+	srv := couchtest.StartCouchDB(t)
 	srv.CreateDB(t, "src")
 	if docs > 0 {
 		srv.AddDocs(t, "src", 0, docs)
@@ -146,7 +151,7 @@ func endpoint(t *testing.T, url string) couch.Endpoint {
 // tgt.
 func srcTo(t *testing.T, srv *couchtest.Server, tgt string, rep engine.Replication) engine.Replication {
 	t.Helper()
-	rep.Source, rep.Target = endpoint(t, srv.DBURL("src")), endpoint(t, srv.DBURL(tgt))
+	rep.Source, rep.Target = endpoint(t, srv.AuthDBURL("src")), endpoint(t, srv.AuthDBURL(tgt))
 	return rep
 }
 
@@ -244,4 +249,29 @@ func runOnce(t *testing.T, rep engine.Replication, opts engine.Options) engine.R
 	res, err := start(t, rep, opts).Wait()
 	require.NoError(t, err)
 	return res
+}
+
+// seqText is a sequence as engine.Stats shows it: a string sequence
+// (CouchDB's) unquoted, an integer one (PouchDB's) as it is.
+func seqText(seq json.RawMessage) string {
+	var s string
+	if json.Unmarshal(seq, &s) == nil {
+		return s
+	}
+	return string(seq)
+}
+
+// authURL is raw with srv's admin as userinfo (a proxy in front of srv;
+// raw itself without a server admin).
+func authURL(srv *couchtest.Server, raw string) string {
+	name, password := srv.Admin()
+	if name == "" {
+		return raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		panic(err)
+	}
+	u.User = url.UserPassword(name, password)
+	return u.String()
 }

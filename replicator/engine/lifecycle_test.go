@@ -44,7 +44,7 @@ func TestResumeFromCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, first.Completed)
 	checkpointed := first.SourceLastSeq
-	require.Equal(t, string(checkpointed), first.Stats.CheckpointedSourceSeq, "the final checkpoint covers everything written")
+	require.Equal(t, seqText(checkpointed), first.Stats.CheckpointedSourceSeq, "the final checkpoint covers everything written")
 	require.Less(t, first.Stats.DocsWritten, int64(3000), "stopped mid-way")
 	tgtDocs := int64(srv.DBInfo(t, "tgt")["doc_count"].(float64))
 	require.Equal(t, first.Stats.DocsWritten, tgtDocs)
@@ -57,7 +57,7 @@ func TestResumeFromCheckpoint(t *testing.T) {
 	require.Equal(t, after, second.Stats.DocsWritten-first.Stats.DocsWritten, "no document transferred twice")
 	require.Equal(t, int64(3000), second.Stats.DocsWritten)
 	require.Len(t, second.History, 2)
-	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
+	enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL("tgt"))
 }
 
 // TestCheckpointsOnClock runs a continuous replication on a fake clock: a
@@ -92,7 +92,7 @@ func TestCheckpointsOnClock(t *testing.T) {
 	require.Len(t, res.History, 1)
 	require.Equal(t, "Sun, 11 Aug 2013 20:38:50 GMT", res.History[0].StartTime)
 	require.Equal(t, clk.Now().Format(http.TimeFormat), res.History[0].EndTime)
-	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
+	enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL("tgt"))
 }
 
 func TestContinuous(t *testing.T) {
@@ -118,7 +118,7 @@ func TestContinuous(t *testing.T) {
 	res, err := run.Wait()
 	require.NoError(t, err)
 	require.Equal(t, int64(302), res.Stats.DocsWritten)
-	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
+	enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL("tgt"))
 	require.False(t, srv.Exited())
 }
 
@@ -129,7 +129,7 @@ func TestStartErrors(t *testing.T) {
 	srv.SetSecurity(t, "closed", map[string]any{"members": map[string]any{"names": []string{"admin"}}})
 	srv.CreateDB(t, "open")
 	authed := func(db, user, pass string) couch.Endpoint {
-		ep := endpoint(t, srv.DBURL(db))
+		ep := endpoint(t, srv.AuthDBURL(db))
 		ep.Username, ep.Password = user, pass
 		return ep
 	}
@@ -175,7 +175,7 @@ func throughFaults(t *testing.T, srv *couchtest.Server, cfg couchtest.FaultConfi
 	cfg.Seed = uint64(time.Now().UnixNano())
 	t.Logf("seed %d", cfg.Seed)
 	proxy := couchtest.NewFaultProxy(t, srv.URL(), cfg)
-	rep.Source, rep.Target = endpoint(t, proxy.URL()+"/src"), endpoint(t, proxy.URL()+"/tgt")
+	rep.Source, rep.Target = endpoint(t, authURL(srv, proxy.URL()+"/src")), endpoint(t, authURL(srv, proxy.URL()+"/tgt"))
 	return rep, proxy
 }
 
@@ -205,7 +205,7 @@ func TestFaults(t *testing.T) {
 	counts := proxy.Counts()
 	t.Logf("faults: %+v", counts)
 	require.Positive(t, counts.Total())
-	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
+	enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL("tgt"))
 	require.Zero(t, res.Stats.DocWriteFailures)
 	require.False(t, srv.Exited())
 }
@@ -226,7 +226,7 @@ func TestFaultsContinuous(t *testing.T) {
 	run.waitWritten(400)
 	require.NoError(t, run.Stop(run.ctx))
 	t.Logf("faults: %+v", proxy.Counts())
-	enginetest.RequireSame(t, srv.DBURL("src"), srv.DBURL("tgt"))
+	enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL("tgt"))
 }
 
 // TestMaxBackoff checks that a peer answering nothing but 429 ends the run
@@ -237,7 +237,7 @@ func TestMaxBackoff(t *testing.T) {
 	proxy := couchtest.NewFaultProxy(t, srv.URL(), couchtest.FaultConfig{Seed: 1, Rate429: 1})
 	limiter, err := couch.NewRateLimiter(couch.RateLimiterConfig{MaxInterval: 200 * time.Millisecond, MinUpdateInterval: time.Millisecond})
 	require.NoError(t, err)
-	rep := engine.Replication{Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, proxy.URL()+"/tgt")}
+	rep := engine.Replication{Source: endpoint(t, srv.AuthDBURL("src")), Target: endpoint(t, authURL(srv, proxy.URL()+"/tgt"))}
 	_, err = start(t, rep, engine.Options{Limiter: limiter}).Wait()
 	require.ErrorIs(t, err, engine.ErrMaxBackoff)
 }

@@ -70,6 +70,14 @@ type Result struct {
 	SourceLastSeq        json.RawMessage `json:"source_last_seq,omitempty"`
 	ReplicationIDVersion int             `json:"replication_id_version,omitempty"`
 	History              []HistoryEntry  `json:"history,omitempty"`
+	// For doc_ids replications only, as CouchDB answers them (from its
+	// 1.0-era replicator): the run's start and end (RFC 1123) and its
+	// counters, as the checkpoint document carries them.
+	StartTime        string `json:"start_time,omitempty"`
+	EndTime          string `json:"end_time,omitempty"`
+	DocsRead         *int64 `json:"docs_read,omitempty"`
+	DocsWritten      *int64 `json:"docs_written,omitempty"`
+	DocWriteFailures *int64 `json:"doc_write_failures,omitempty"`
 	// Stats are the final counters (not part of the JSON reply).
 	Stats Stats `json:"-"`
 	// StartSeq is the sequence this run started from.

@@ -47,7 +47,7 @@ func TestSeqTrackerRandom(t *testing.T) {
 		n := 1 + rng.IntN(40)
 		tickets := make([]uint64, n)
 		for i := range tickets {
-			tickets[i] = tr.begin(json.RawMessage(strconv.Itoa((i + 1) * 10)), i+1)
+			tickets[i] = tr.begin(json.RawMessage(strconv.Itoa((i+1)*10)), i+1)
 		}
 		done := make([]bool, n)
 		for _, i := range rng.Perm(n) {

@@ -179,8 +179,8 @@ func TestStopRaces(t *testing.T) {
 	for i := 0; i < iterations; i++ {
 		srcProxy, tgtProxy := newKillProxy(t, host), newKillProxy(t, host)
 		rep := engine.Replication{
-			Source:             endpoint(t, "http://"+srcProxy.addr()+"/src"),
-			Target:             endpoint(t, "http://"+tgtProxy.addr()+"/tgt"+strconv.Itoa(i)),
+			Source:             endpoint(t, authURL(srv, "http://"+srcProxy.addr()+"/src")),
+			Target:             endpoint(t, authURL(srv, "http://"+tgtProxy.addr()+"/tgt"+strconv.Itoa(i))),
 			CreateTarget:       true,
 			Continuous:         rng.IntN(2) == 0,
 			WorkerProcesses:    1 + rng.IntN(4),
@@ -304,7 +304,7 @@ func TestFrozenSourceEndsContinuousRun(t *testing.T) {
 	srv := startPeer(t, 20)
 	srcProxy := newKillProxy(t, srv.URL()[len("http://"):])
 	rep := engine.Replication{
-		Source: endpoint(t, "http://"+srcProxy.addr()+"/src"), Target: endpoint(t, srv.DBURL("tgt")),
+		Source: endpoint(t, authURL(srv, "http://"+srcProxy.addr()+"/src")), Target: endpoint(t, srv.AuthDBURL("tgt")),
 		CreateTarget: true, Continuous: true, ConnectionTimeout: time.Second, RetriesPerRequest: 1,
 		CheckpointInterval: time.Hour,
 	}
@@ -328,7 +328,7 @@ func TestStopDuringSetup(t *testing.T) {
 	srv := startPeer(t, 0)
 	tgtProxy := newKillProxy(t, srv.URL()[len("http://"):])
 	tgtProxy.stall()
-	rep := engine.Replication{Source: endpoint(t, srv.DBURL("src")), Target: endpoint(t, "http://"+tgtProxy.addr()+"/tgt")}
+	rep := engine.Replication{Source: endpoint(t, srv.AuthDBURL("src")), Target: endpoint(t, authURL(srv, "http://"+tgtProxy.addr()+"/tgt"))}
 	run := start(t, rep, engine.Options{})
 	stopped := make(chan error, 1)
 	go func() { stopped <- run.Stop(context.Background()) }()
@@ -353,7 +353,7 @@ func TestStalledPeerEndsRun(t *testing.T) {
 	srcProxy := newKillProxy(t, srv.URL()[len("http://"):])
 	srcProxy.stall()
 	rep := engine.Replication{
-		Source: endpoint(t, "http://"+srcProxy.addr()+"/src"), Target: endpoint(t, srv.DBURL("tgt")),
+		Source: endpoint(t, authURL(srv, "http://"+srcProxy.addr()+"/src")), Target: endpoint(t, srv.AuthDBURL("tgt")),
 		CreateTarget: true, ConnectionTimeout: 300 * time.Millisecond, RetriesPerRequest: 10,
 	}
 	_, err := start(t, rep, engine.Options{}).Wait()
