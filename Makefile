@@ -134,6 +134,12 @@ bench-jobs:
 	$(BENCH) jobs -jobs $(BENCH_JOBS) -duration $(BENCH_DURATION) -rounds $(BENCH_ROUNDS) \
 		$(if $(filter-out 0,$(RIVER)),-river-bin $(abspath $(BIN))/fdbrep-bench-river) $(ARGS)
 
+## bench-replication: the engine against PouchDB's replicator between two
+## pouchdb-server processes, and (where ../shared/couchdb is) CouchDB 3.5 ->
+## CouchDB 3.5 by CouchDB's own replicator and by the engine, in
+## alternating rounds, beside CouchDB's _bulk_docs new_edits=false limit;
+## then authenticated peers (Basic versus session). ARGS=-large for 100,000
+## documents.
 bench-replication: pouchdb
 	$(BENCH) replication $(ARGS)
 

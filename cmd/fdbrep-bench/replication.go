@@ -42,6 +42,7 @@ func runReplicationBench(args []string) error {
 	docBytes := fs.Int("doc-bytes", 200, "approximate size of each document body")
 	runs := fs.Int("runs", 3, "measurement rounds (the best of each contender counts)")
 	auth := fs.Bool("auth", true, "also measure against peers that require authentication: Basic on every request versus session")
+	couchdb := fs.Bool("couchdb", true, "also measure CouchDB 3.5 -> CouchDB 3.5 by CouchDB's own replicator and by the engine, and CouchDB's _bulk_docs limit (skipped, said so, where ../shared/couchdb is absent)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,13 +69,13 @@ func runReplicationBench(args []string) error {
 	}
 
 	// The replicated documents (with _revisions), for the endpoint limit.
-	payload, err := fetchPayload(src, "src", *docs)
+	payload, err := fetchPayload(src.URL(), "src", *docs)
 	if err != nil {
 		return err
 	}
 	// Warm the target's node process up (JIT) before measuring; the source
 	// warmed up serving the load and the payload.
-	if _, err := bulkLoad(tgt, "warmup", payload[:min(len(payload), 5000)], *batch, *workers); err != nil {
+	if _, err := bulkLoad(tgt.URL(), "warmup", payload[:min(len(payload), 5000)], *batch, *workers); err != nil {
 		return err
 	}
 	if err := deleteDB(tgt.URL(), "warmup"); err != nil {
@@ -91,7 +92,7 @@ func runReplicationBench(args []string) error {
 		// Endpoint limit: the documents written straight into a fresh
 		// target, `workers` batches in flight.
 		db := fmt.Sprintf("limit%d", run)
-		d, err := bulkLoad(tgt, db, payload, *batch, *workers)
+		d, err := bulkLoad(tgt.URL(), db, payload, *batch, *workers)
 		if err != nil {
 			return err
 		}
@@ -178,6 +179,11 @@ func runReplicationBench(args []string) error {
 			ratios[i] = engineRates[i] / pouchRates[bestBatch][i]
 		}
 		fmt.Printf("  engine / PouchDB (batch_size %d), median of rounds: %.2fx\n", bestBatch, median(ratios))
+	}
+	if *couchdb {
+		if err := couchBench(*docs, *docBytes, *workers, *batch, *runs); err != nil {
+			return err
+		}
 	}
 	if *auth {
 		return authBench(*docs, *docBytes, *workers, *batch, *runs)
@@ -268,12 +274,14 @@ func loadSource(base, db string, n, size int) error {
 	return nil
 }
 
-// fetchPayload reads the documents as a replicator would write them.
-func fetchPayload(s *couchtest.Server, db string, n int) ([]json.RawMessage, error) {
+// fetchPayload reads the documents of db at base (a server root URL, with
+// credentials for a peer that requires them) as a replicator would write
+// them.
+func fetchPayload(base, db string, n int) ([]json.RawMessage, error) {
 	var all struct {
 		Rows []couchtest.Row `json:"rows"`
 	}
-	if _, err := doJSON(http.MethodGet, s.URL()+"/"+db+"/_all_docs", nil, &all); err != nil {
+	if _, err := doJSON(http.MethodGet, base+"/"+db+"/_all_docs", nil, &all); err != nil {
 		return nil, err
 	}
 	var out []json.RawMessage
@@ -289,7 +297,7 @@ func fetchPayload(s *couchtest.Server, db string, n int) ([]json.RawMessage, err
 				} `json:"docs"`
 			} `json:"results"`
 		}
-		if _, err := doJSON(http.MethodPost, s.URL()+"/"+db+"/_bulk_get?revs=true", map[string]any{"docs": reqs, "revs": true}, &reply); err != nil {
+		if _, err := doJSON(http.MethodPost, base+"/"+db+"/_bulk_get?revs=true", map[string]any{"docs": reqs, "revs": true}, &reply); err != nil {
 			return nil, err
 		}
 		for _, r := range reply.Results {
@@ -304,10 +312,10 @@ func fetchPayload(s *couchtest.Server, db string, n int) ([]json.RawMessage, err
 	return out, nil
 }
 
-// bulkLoad writes docs into a fresh database in batches, `inflight` at a
-// time, and returns the elapsed time.
-func bulkLoad(s *couchtest.Server, db string, docs []json.RawMessage, batch, inflight int) (time.Duration, error) {
-	if err := putDB(s.URL(), db); err != nil {
+// bulkLoad writes docs into a fresh database db at base in batches,
+// `inflight` at a time, and returns the elapsed time.
+func bulkLoad(base, db string, docs []json.RawMessage, batch, inflight int) (time.Duration, error) {
+	if err := putDB(base, db); err != nil {
 		return 0, err
 	}
 	var bodies [][]byte
@@ -332,7 +340,7 @@ func bulkLoad(s *couchtest.Server, db string, docs []json.RawMessage, batch, inf
 		go func() {
 			defer wg.Done()
 			for body := range work {
-				resp, err := http.Post(s.URL()+"/"+db+"/_bulk_docs", "application/json", bytes.NewReader(body))
+				resp, err := http.Post(base+"/"+db+"/_bulk_docs", "application/json", bytes.NewReader(body))
 				if err != nil {
 					errs <- err
 					return
