@@ -129,8 +129,8 @@ func couch3ReplicatorDB(n int) (docs []couch3Doc, pending []string) {
 	return docs, pending
 }
 
-// loadCouch3 writes docs into a pouchdb-server database with
-// new_edits=false, as a replication would.
+// loadCouch3 writes docs into a database of peer with new_edits=false, as
+// a replication would.
 func loadCouch3(t *testing.T, peer *couchtest.Server, db string, docs []couch3Doc) {
 	t.Helper()
 	peer.CreateDB(t, db)
@@ -236,6 +236,41 @@ func TestMigrateReplicatorDB(t *testing.T) {
 		require.Zero(t, res.DocsWritten)
 		requireNoSecret(t, e)
 	})
+}
+
+// TestMigrateFromCouchDB moves the CouchDB 3.x _replicator database of
+// TestMigrateReplicatorDB in from a real CouchDB 3.5 with CouchDB's own
+// replicator pushing into fdbrep, as a user migrating does, and back out
+// into that CouchDB with fdbrep's: exactly the pending documents start,
+// and every leaf of every document comes back identical.
+func TestMigrateFromCouchDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts CouchDB and replicates 1,000 documents twice")
+	}
+	couch := couchtest.StartCouchDB(t) // before the service: its cleanup runs last
+	docs, pending := couch3ReplicatorDB(1000)
+	// Under another name than _replicator, whose documents CouchDB would
+	// run itself.
+	loadCouch3(t, couch, "couch3", docs)
+	original := enginetest.Take(t, couch.AuthDBURL("couch3"))
+	require.Len(t, original, len(docs))
+	e := newService(t)
+
+	var res map[string]any
+	require.Equal(t, 200, couch.Request(t, "POST", "/_replicate",
+		map[string]any{"source": couch.AuthDBURL("couch3"), "target": e.adminDBURL("_replicator")}, &res))
+	require.Equal(t, true, res["ok"], "%v", res)
+	require.EqualValues(t, 0, res["history"].([]any)[0].(map[string]any)["doc_write_failures"], "%v", res)
+	enginetest.RequireEqual(t, original, enginetest.Take(t, e.adminDBURL("_replicator")))
+	e.requireStarted("_replicator", pending)
+
+	require.Equal(t, 201, e.do("PUT", "/backups%2F_replicator", asAdmin, nil).Status)
+	r := e.do("PUT", "/backups%2F_replicator/nightly", asAdmin, map[string]any{"source": e.adminDBURL("_replicator"),
+		"target": couch.AuthDBURL("fdbrep_backup"), "create_target": true})
+	require.Equal(t, 201, r.Status, r.Raw)
+	e.waitDocState("backups/_replicator", "nightly", "completed")
+	enginetest.RequireEqual(t, original, enginetest.Take(t, couch.AuthDBURL("fdbrep_backup")))
+	requireNoSecret(t, e)
 }
 
 // requireNoSecret checks that no password of the migrated documents
