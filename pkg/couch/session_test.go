@@ -19,12 +19,13 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 )
 
-// sessionPeer is a pouchdb-server whose admin bob alone may read the
-// database "sec" (anonymous requests get 401), behind a proxy that counts
-// how requests authenticate and injects faults.
+// sessionPeer is a real CouchDB 3.5 whose user bob (not an admin) alone
+// may read the database "sec" (anonymous requests get 401), behind a
+// proxy that counts how requests authenticate and injects faults.
 func sessionPeer(t *testing.T) *couchtest.FaultProxy {
 	t.Helper()
-	srv := couchtest.StartPouchDB(t, couchtest.WithAdmin("bob", secret))
+	srv := couchtest.StartCouchDB(t)
+	srv.AddUser(t, "bob", secret)
 	srv.CreateDB(t, "sec")
 	srv.SetSecurity(t, "sec", map[string]any{"members": map[string]any{"names": []string{"bob"}}})
 	return couchtest.NewFaultProxy(t, srv.URL(), couchtest.FaultConfig{})
@@ -188,18 +189,33 @@ func TestSessionRenewalAndFallback(t *testing.T) {
 	}
 	require.NoError(t, proxy.SetConfig(couchtest.FaultConfig{}))
 
-	// Renewal before expiry: a cookie without Max-Age (pouchdb-server's)
-	// is renewed after SessionRefreshInterval.
+	// Renewal before expiry: CouchDB's cookie (Max-Age 600 s, its
+	// [chttpd_auth] timeout) is renewed at 90% of its age.
 	clock := clockwork.NewFakeClock()
 	db, _ := newAuthDB(t, proxy.URL()+"/sec", couch.Options{Clock: clock, SessionRefreshInterval: time.Minute}, nil)
 	before := proxy.Counts()
 	getInfo(t, db, 2)
-	clock.Advance(59 * time.Second)
+	clock.Advance(539 * time.Second)
 	getInfo(t, db, 1)
-	require.Equal(t, int64(1), delta(proxy, before).Logins)
-	clock.Advance(time.Minute)
+	require.Equal(t, int64(1), delta(proxy, before).Logins, "Max-Age, not SessionRefreshInterval, counts")
+	clock.Advance(2 * time.Second)
 	getInfo(t, db, 1)
 	require.Equal(t, couchtest.FaultCounts{Requests: 6, Logins: 2, Cookie: 4}, delta(proxy, before))
+
+	// A cookie without Max-Age (pouchdb-server's) is renewed after
+	// SessionRefreshInterval.
+	pouch := couchtest.StartPouchDB(t, couchtest.WithAdmin("bob", secret))
+	pouch.CreateDB(t, "sec")
+	pouchProxy := couchtest.NewFaultProxy(t, pouch.URL(), couchtest.FaultConfig{})
+	db, _ = newAuthDB(t, pouchProxy.URL()+"/sec", couch.Options{Clock: clock, SessionRefreshInterval: time.Minute}, nil)
+	before = pouchProxy.Counts()
+	getInfo(t, db, 2)
+	clock.Advance(59 * time.Second)
+	getInfo(t, db, 1)
+	require.Equal(t, int64(1), delta(pouchProxy, before).Logins)
+	clock.Advance(time.Minute)
+	getInfo(t, db, 1)
+	require.Equal(t, couchtest.FaultCounts{Requests: 6, Logins: 2, Cookie: 4}, delta(pouchProxy, before))
 }
 
 // The login is a form post to the server root's /_session, without the

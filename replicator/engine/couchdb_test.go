@@ -35,8 +35,7 @@ func TestRealCouchDB(t *testing.T) {
 	srv.CreateDB(t, "tgt")
 	require.Equal(t, 200, srv.Request(t, "PUT", "/_node/_local/_config/couchdb/max_document_size", []byte(`"100000"`), nil))
 	t.Cleanup(func() { srv.Request(t, "DELETE", "/_node/_local/_config/couchdb/max_document_size", nil, nil) })
-	require.Equal(t, 201, srv.Request(t, "PUT", "/_users/org.couchdb.user:rep",
-		map[string]any{"name": "rep", "password": "rep-pw", "roles": []string{}, "type": "user"}, nil))
+	srv.AddUser(t, "rep", "rep-pw")
 	srv.SetSecurity(t, "tgt", map[string]any{"members": map[string]any{"names": []string{"rep"}}})
 
 	tgt, err := url.Parse(srv.DBURL("tgt"))

@@ -18,13 +18,16 @@ import (
 
 const endpointSecret = "endpoint-pw-71c"
 
-// securedPeer starts a pouchdb-server whose admin alone may read and
-// write "src" (docs documents) and the target databases named.
+// securedPeer starts a real CouchDB 3.5 whose user "replicator" (not an
+// admin; password endpointSecret) alone may read and write the databases
+// "src" (with docs documents) and targets.
 func securedPeer(t *testing.T, docs int, targets ...string) *couchtest.Server {
 	t.Helper()
-	srv := couchtest.StartPouchDB(t, couchtest.WithAdmin("admin", endpointSecret))
-	only := map[string]any{"members": map[string]any{"names": []string{"admin"}}}
+	srv := couchtest.StartCouchDB(t)
+	srv.AddUser(t, "replicator", endpointSecret)
+	only := map[string]any{"members": map[string]any{"names": []string{"replicator"}}}
 	for _, db := range append([]string{"src"}, targets...) {
+		db = dbNameOf(db)
 		srv.CreateDB(t, db)
 		srv.SetSecurity(t, db, only)
 	}
@@ -32,11 +35,14 @@ func securedPeer(t *testing.T, docs int, targets ...string) *couchtest.Server {
 	return srv
 }
 
-// authed is the endpoint base/db with the admin's credentials in an auth
-// object.
+// dbNameOf is a test case's name as a CouchDB database name.
+func dbNameOf(name string) string { return strings.ToLower(strings.ReplaceAll(name, " ", "-")) }
+
+// authed is the endpoint base/db with the user replicator's credentials
+// in an auth object.
 func authed(t *testing.T, base, db string) couch.Endpoint {
 	t.Helper()
-	ep, err := couch.ParseEndpoint(json.RawMessage(fmt.Sprintf(`{"url":%q,"auth":{"basic":{"username":"admin","password":%q}}}`,
+	ep, err := couch.ParseEndpoint(json.RawMessage(fmt.Sprintf(`{"url":%q,"auth":{"basic":{"username":"replicator","password":%q}}}`,
 		base+"/"+db, endpointSecret)))
 	require.NoError(t, err)
 	return ep
@@ -73,14 +79,14 @@ func TestTLSReplication(t *testing.T) {
 			cfg, err := tt.s.Config()
 			require.NoError(t, err)
 			logs := &testutil.SyncBuffer{}
-			rep := engine.Replication{Source: authed(t, tt.proxy.URL(), "src"), Target: authed(t, tt.proxy.URL(), tt.name)}
+			rep := engine.Replication{Source: authed(t, tt.proxy.URL(), "src"), Target: authed(t, tt.proxy.URL(), dbNameOf(tt.name))}
 			opts := engine.Options{Client: engine.ClientSettings{TLS: cfg}, Logger: zerolog.New(logs).Level(zerolog.DebugLevel)}
 			res, err := start(t, rep, opts).Wait()
 			requireNoEndpointSecret(t, logs.String())
 			if tt.want == "" {
 				require.NoError(t, err)
 				require.Equal(t, int64(docs), res.Stats.DocsWritten)
-				enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL(tt.name))
+				enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL(dbNameOf(tt.name)))
 				return
 			}
 			require.ErrorIs(t, err, couch.ErrTLS)
@@ -107,10 +113,10 @@ func TestSessionReplication(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			logs := &testutil.SyncBuffer{}
 			before := proxy.Counts()
-			rep := engine.Replication{Source: authed(t, proxy.URL(), "src"), Target: authed(t, proxy.URL(), tt.name), WorkerBatchSize: 20}
+			rep := engine.Replication{Source: authed(t, proxy.URL(), "src"), Target: authed(t, proxy.URL(), dbNameOf(tt.name)), WorkerBatchSize: 20}
 			res := runOnce(t, rep, engine.Options{Client: engine.ClientSettings{Auth: tt.auth}, Logger: zerolog.New(logs).Level(zerolog.DebugLevel)})
 			require.Equal(t, int64(docs), res.Stats.DocsWritten)
-			enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL(tt.name))
+			enginetest.RequireSame(t, srv.AuthDBURL("src"), srv.AuthDBURL(dbNameOf(tt.name)))
 			c := proxy.Counts()
 			requests, logins, basic, cookie := c.Requests-before.Requests, c.Logins-before.Logins, c.Basic-before.Basic, c.Cookie-before.Cookie
 			t.Logf("%s: %d requests, %d logins, %d with Basic, %d with a cookie", tt.name, requests, logins, basic, cookie)

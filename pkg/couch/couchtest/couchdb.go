@@ -182,3 +182,15 @@ func runCouchScript(host *CouchDBHost, script string, args ...string) (string, e
 	}
 	return out.String(), nil
 }
+
+// AddUser creates a CouchDB user (not an admin) with no roles, creating
+// the _users database first when CouchDB has not yet (it does so a
+// moment after its start).
+func (s *Server) AddUser(t testing.TB, name, password string) {
+	t.Helper()
+	if st := s.Request(t, http.MethodPut, "/_users", nil, nil); st != http.StatusCreated && st != http.StatusPreconditionFailed {
+		t.Fatalf("couchtest: creating _users: %d", st)
+	}
+	s.must(t, http.MethodPut, "/_users/org.couchdb.user:"+url.PathEscape(name),
+		map[string]any{"name": name, "password": password, "roles": []string{}, "type": "user"}, nil, http.StatusCreated)
+}
