@@ -13,15 +13,15 @@ import (
 )
 
 // TestSeedExamples runs the CouchDB replicator documentation's examples
-// against real pouchdb-server peers through the HTTP API.
+// against real CouchDB 3.5 peers through the HTTP API.
 func TestSeedExamples(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts pouchdb-server peers")
+		t.Skip("starts CouchDB peers")
 	}
 	// Peers first: cleanups run in reverse, so the node stops while they
 	// still answer.
-	src := couchtest.StartPouchDB(t)
-	tgt := couchtest.StartPouchDB(t, couchtest.WithAdmin("user", "pass"))
+	src := couchtest.StartCouchDB(t)
+	tgt := couchtest.StartCouchDB(t)
 	e := newService(t)
 	src.CreateDB(t, "foo")
 	src.AddDocs(t, "foo", 0, 20)
@@ -29,10 +29,10 @@ func TestSeedExamples(t *testing.T) {
 	// 2.2.1: a continuous replication with basic auth in an auth object
 	// and create_target.
 	myRep := map[string]any{
-		"source": src.DBURL("foo"),
+		"source": src.AuthDBURL("foo"),
 		"target": map[string]any{
-			"url":  tgt.DBURL("bar"),
-			"auth": map[string]any{"basic": map[string]any{"username": "user", "password": "pass"}},
+			"url":  tgt.AuthDBURL("bar"),
+			"auth": map[string]any{"basic": map[string]any{"username": couchtest.CouchAdmin, "password": couchtest.CouchPassword}},
 		},
 		"create_target": true,
 		"continuous":    true,
@@ -61,7 +61,7 @@ func TestSeedExamples(t *testing.T) {
 
 	// 2.2.2: a second document describing the same replication fails.
 	dup := map[string]any{
-		"source": src.DBURL("foo"), "target": myRep["target"], "create_target": true, "continuous": true,
+		"source": src.AuthDBURL("foo"), "target": myRep["target"], "create_target": true, "continuous": true,
 	}
 	require.Equal(t, 201, e.do("PUT", "/_replicator/my_rep_dup", asAdmin, dup).Status)
 	d = e.waitDocState("_replicator", "my_rep_dup", "failed")
@@ -74,7 +74,7 @@ func TestSeedExamples(t *testing.T) {
 	requireError(t, e.do("GET", "/_scheduler/docs?limit=x", asAdmin, nil), 400, "query_parse_error")
 
 	// A crashing replication: the source is missing.
-	crash := map[string]any{"source": src.DBURL("missing"), "target": tgt.AuthDBURL("bar"), "continuous": true}
+	crash := map[string]any{"source": src.AuthDBURL("missing"), "target": tgt.AuthDBURL("bar"), "continuous": true}
 	require.Equal(t, 201, e.do("PUT", "/_replicator/my_rep_crashing", asAdmin, crash).Status)
 	d = e.waitDocState("_replicator", "my_rep_crashing", "crashing")
 	require.NotContains(t, fmt.Sprint(d), "pass")
@@ -91,7 +91,7 @@ func TestSeedExamples(t *testing.T) {
 
 	// 2.2.9: another replicator database, then deleting it stops its jobs.
 	require.Equal(t, 201, e.do("PUT", "/another%2F_replicator/", asAdmin, nil).Status)
-	repX := map[string]any{"source": src.DBURL("foo"), "target": tgt.AuthDBURL("foo_x"), "create_target": true, "continuous": true}
+	repX := map[string]any{"source": src.AuthDBURL("foo"), "target": tgt.AuthDBURL("foo_x"), "create_target": true, "continuous": true}
 	require.Equal(t, 201, e.do("PUT", "/another%2F_replicator/rep_from_X", asAdmin, repX).Status)
 	e.waitDocState("another/_replicator", "rep_from_X", "running")
 	// Unescaped slashes work in _scheduler/docs too.
@@ -104,7 +104,7 @@ func TestSeedExamples(t *testing.T) {
 
 	// A one-shot replication document completes and the node writes
 	// "completed" into it through the document store.
-	once := map[string]any{"source": src.DBURL("foo"), "target": tgt.AuthDBURL("once"), "create_target": true}
+	once := map[string]any{"source": src.AuthDBURL("foo"), "target": tgt.AuthDBURL("once"), "create_target": true}
 	r = e.do("PUT", "/_replicator/once", asAlice, once)
 	require.Equal(t, 201, r.Status, r.Raw)
 	e.waitDocState("_replicator", "once", "completed")
@@ -134,26 +134,26 @@ func TestSeedExamples(t *testing.T) {
 // checkpoint history), continuous (202), cancel (200), errors.
 func TestReplicateEndpoint(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts pouchdb-server peers")
+		t.Skip("starts CouchDB peers")
 	}
-	src := couchtest.StartPouchDB(t)
-	tgt := couchtest.StartPouchDB(t)
+	src := couchtest.StartCouchDB(t)
+	tgt := couchtest.StartCouchDB(t)
 	e := newService(t)
 	src.CreateDB(t, "a")
 	src.AddDocs(t, "a", 0, 10)
 
-	requireError(t, e.do("POST", "/_replicate", anon, map[string]any{"source": src.DBURL("a")}), 401, "unauthorized")
+	requireError(t, e.do("POST", "/_replicate", anon, map[string]any{"source": src.AuthDBURL("a")}), 401, "unauthorized")
 	requireError(t, e.do("POST", "/_replicate", asAlice, "{}", "Content-Type", "text/plain"), 415, "bad_content_type")
-	requireError(t, e.do("POST", "/_replicate", asAlice, map[string]any{"source": src.DBURL("a")}), 400, "bad_request")
-	requireError(t, e.do("POST", "/_replicate", asAlice, map[string]any{"source": src.DBURL("a"), "target": tgt.DBURL("b"), "continuous": "yes"}), 400, "bad_request")
+	requireError(t, e.do("POST", "/_replicate", asAlice, map[string]any{"source": src.AuthDBURL("a")}), 400, "bad_request")
+	requireError(t, e.do("POST", "/_replicate", asAlice, map[string]any{"source": src.AuthDBURL("a"), "target": tgt.AuthDBURL("b"), "continuous": "yes"}), 400, "bad_request")
 
-	r := e.do("POST", "/_replicate", asAlice, map[string]any{"source": src.DBURL("a"), "target": tgt.DBURL("b"), "create_target": true})
+	r := e.do("POST", "/_replicate", asAlice, map[string]any{"source": src.AuthDBURL("a"), "target": tgt.AuthDBURL("b"), "create_target": true})
 	require.Equal(t, 200, r.Status, r.Raw)
 	require.Equal(t, true, r.Body["ok"])
 	require.NotEmpty(t, r.Body["history"])
 	require.Len(t, tgt.AllDocs(t, "b", false), 10)
 
-	spec := map[string]any{"source": src.DBURL("a"), "target": tgt.DBURL("c"), "create_target": true, "continuous": true}
+	spec := map[string]any{"source": src.AuthDBURL("a"), "target": tgt.AuthDBURL("c"), "create_target": true, "continuous": true}
 	r = e.do("POST", "/_replicate", asAlice, spec)
 	require.Equal(t, 202, r.Status, r.Raw)
 	id := r.Body["_local_id"].(string)
