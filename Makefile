@@ -143,6 +143,10 @@ bench-jobs:
 bench-replication: pouchdb
 	$(BENCH) replication $(ARGS)
 
+## bench-scheduler: 10,000 continuous jobs on 3 nodes (simulated engine),
+## the liveness phase, then (where ../shared/couchdb is) CouchDB 3.5's
+## scheduler against one fdbrep node running the same real replications
+## with the same max_jobs, max_churn and interval.
 bench-scheduler:
 	$(BENCH) scheduler $(ARGS)
 

@@ -26,34 +26,12 @@ import (
 // inside the server it replicates from and to; fdbrep's engine in this
 // process: the CPU each used is printed beside its rate.
 func couchBench(docs, docBytes, workers, batch, runs int) error {
-	script, ok := couchtest.CouchDBScript()
-	if !ok {
-		fmt.Printf("\nCouchDB 3.5: skipped (%s is absent; set %s to its couchdb.sh)\n", script, couchtest.EnvCouchDBScript)
-		return nil
-	}
-	dir, err := os.MkdirTemp("", "fdbrep-bench-couchdb-")
-	if err != nil {
+	c, err := launchBenchCouch()
+	if c == nil || err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	n := 0
-	srv, err := couchtest.LaunchCouchDB(script, func() string {
-		n++
-		d := fmt.Sprintf("%s/%d", dir, n)
-		_ = os.MkdirAll(d, 0o755)
-		return d
-	})
-	if err != nil {
-		return err
-	}
-	defer srv.Stop()
-	u, err := url.Parse(srv.URL())
-	if err != nil {
-		return err
-	}
-	u.User = url.UserPassword(couchtest.CouchAdmin, couchtest.CouchPassword)
-	base := u.String()
-	pid, _ := couchPID(srv)
+	defer c.stop()
+	base, pid := c.base, c.pid
 
 	fmt.Printf("\nCouchDB 3.5 -> CouchDB 3.5, one server: %d docs of ~%d bytes, worker_processes %d, worker_batch_size %d\n",
 		docs, docBytes, workers, batch)
@@ -160,6 +138,53 @@ func couchBench(docs, docBytes, workers, batch, runs int) error {
 	}
 	fmt.Printf("  engine / CouchDB limit, median of rounds:        %.0f%%\n", 100*median(ratios))
 	return nil
+}
+
+// benchCouch is a CouchDB 3.5 started for a benchmark.
+type benchCouch struct {
+	srv  *couchtest.Server
+	base string // its root URL with the admin's credentials
+	pid  int    // 0 when unknown
+	dir  string
+}
+
+// launchBenchCouch starts a CouchDB 3.5 with ../shared/couchdb's script;
+// nil, said so, where the script is absent.
+func launchBenchCouch() (*benchCouch, error) {
+	script, ok := couchtest.CouchDBScript()
+	if !ok {
+		fmt.Printf("\nCouchDB 3.5: skipped (%s is absent; set %s to its couchdb.sh)\n", script, couchtest.EnvCouchDBScript)
+		return nil, nil
+	}
+	dir, err := os.MkdirTemp("", "fdbrep-bench-couchdb-")
+	if err != nil {
+		return nil, err
+	}
+	n := 0
+	srv, err := couchtest.LaunchCouchDB(script, func() string {
+		n++
+		d := fmt.Sprintf("%s/%d", dir, n)
+		_ = os.MkdirAll(d, 0o755)
+		return d
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	u, err := url.Parse(srv.URL())
+	if err != nil {
+		srv.Stop()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	u.User = url.UserPassword(couchtest.CouchAdmin, couchtest.CouchPassword)
+	pid, _ := couchPID(srv)
+	return &benchCouch{srv: srv, base: u.String(), pid: pid, dir: dir}, nil
+}
+
+func (c *benchCouch) stop() {
+	c.srv.Stop()
+	os.RemoveAll(c.dir)
 }
 
 // couchPID returns the process id couchdb.sh recorded for srv (0 when it

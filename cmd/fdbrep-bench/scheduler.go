@@ -44,6 +44,8 @@ func runSchedulerBench(args []string) error {
 	inMemory := fs.Bool("in-memory", false, "in-memory store instead of a durable one in a temporary directory")
 	sharesFlag := fs.String("shares", "100,200,400", "fair share: comma-separated shares of as many _replicator databases (db0/_replicator, …) among which the jobs are divided; prints each database's part of the run time (\"\": one _replicator database)")
 	shareIntervals := fs.Int("share-intervals", 60, "intervals over which the fair-share split is measured (with -shares)")
+	couchdb := fs.Bool("couchdb", true, "then CouchDB 3.5's scheduler against one fdbrep node with the real engine, the same -couch-jobs continuous replications between two databases of one CouchDB, with -max-jobs, -max-churn and -interval (skipped, said so, where ../shared/couchdb is absent)")
+	couchJobs := fs.Int("couch-jobs", 2000, "jobs of the CouchDB comparison")
 	liveness := fs.Bool("liveness", true, "then the liveness phase: one node, documents added one at a time, then all at once, max_jobs lowered and raised, a one-shot POST /_replicate")
 	lv := livenessBench{}
 	fs.IntVar(&lv.docs, "liveness-docs", 30, "liveness phase: continuous documents added one at a time")
@@ -204,15 +206,20 @@ func runSchedulerBench(args []string) error {
 	t1 := time.Now()
 	cl.stop()
 	fmt.Printf("  stopping the nodes (each job checkpoints and re-enqueues itself): %v\n", time.Since(t1).Round(time.Millisecond))
-	if !*liveness {
-		return nil
+	if *liveness {
+		lv.interval, lv.minRun = *interval, *minRun
+		if err := lv.run(ctx, env, *inMemory); err != nil {
+			return err
+		}
+		lv.gap = 0
+		if err := lv.run(ctx, env, *inMemory); err != nil {
+			return err
+		}
 	}
-	lv.interval, lv.minRun = *interval, *minRun
-	if err := lv.run(ctx, env, *inMemory); err != nil {
-		return err
+	if *couchdb {
+		return couchSchedulerBench(ctx, env, *couchJobs, *maxJobs, *maxChurn, *interval, *inMemory)
 	}
-	lv.gap = 0
-	return lv.run(ctx, env, *inMemory)
+	return nil
 }
 
 // parseShares parses -shares: comma-separated share counts in
