@@ -212,6 +212,10 @@ func TestBalanceNeverMovesOneShotJobs(t *testing.T) {
 	logs := &testutil.Logs{}
 	cfg := balanceConfig()
 	cfg.Logger = logs.Logger()
+	// A hold of 15 s, as in TestJoiningNodeGetsItsShare: a move must be
+	// the reason the job stops, not a hold lost to heartbeats slowed by
+	// injected faults (clean-clone CI, seed 10205786690385579834).
+	cfg.JobTimeout = 30 * time.Second
 	c, eng := balanced(t, 1, cfg)
 	const oneShot, continuous = 8, 4
 	for i := range oneShot {

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 
@@ -110,6 +111,14 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 	})
 	renewed(err == nil && o.run)
 	if err != nil {
+		if errors.Is(err, fdbjobs.ErrHalt) && w.ctx.Err() == nil {
+			// An attempt whose commit was unknown may have marked the job
+			// running, and the views shown it so, before the job was
+			// taken (its document deleted, say) and the retry halted: the
+			// start is said to have stopped, and why.
+			w.logHalted(true)
+			return false
+		}
 		w.txError(err)
 		return false
 	}

@@ -379,7 +379,7 @@ func (w *worker) txError(err error) {
 		return
 	}
 	if errors.Is(err, fdbjobs.ErrHalt) {
-		w.logHalted()
+		w.logHalted(false)
 		return
 	}
 	w.cfg.Logger.Warn().Err(err).Str("job_id", w.job.ID).Msg("replicator: job transaction")
@@ -388,9 +388,11 @@ func (w *worker) txError(err error) {
 // logHalted logs the end of a run whose job was taken from it (ErrHalt):
 // removed or changed by its document or replication, or re-enqueued or
 // taken over after this node's hold on it lapsed. One read tells which
-// (best effort: without it the line says removed).
-func (w *worker) logHalted() {
-	if w.data == nil || w.data.State != replicator.StateRunning {
+// (best effort: without it the line says removed). A job that never
+// started here has no run to end, unless starting says it may have
+// (starting).
+func (w *worker) logHalted(starting bool) {
+	if w.data == nil || (w.data.State != replicator.StateRunning && !starting) {
 		return // it never started here: there is no run to end
 	}
 	why := "its job was removed: its document or database deleted, or the replication cancelled"
