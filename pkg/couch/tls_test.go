@@ -111,7 +111,7 @@ func TestHTTPSToPlainPeer(t *testing.T) {
 		want string
 	}{
 		{"pouchdb-server", pouch, couch.ErrTLS, "does not speak TLS"},
-		{"CouchDB", couchdb, couch.ErrTimeout, "in connection_timeout"},
+		{"CouchDB", couchdb, couch.ErrTimeout, "connection_timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ep, err := couch.ParseEndpoint(json.RawMessage(fmt.Sprintf("%q", "https://"+tc.srv.URL()[len("http://"):]+"/db")))
