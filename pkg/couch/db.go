@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -517,6 +518,12 @@ func markPooled(err error, pooled bool) error {
 // errIdle is the cancel cause of the ConnectionTimeout watchdog.
 var errIdle = fmt.Errorf("%w: the peer sent nothing for connection_timeout", ErrTimeout)
 
+// errHandshake is a TLS handshake that got no answer for
+// connection_timeout (the transport's TLSHandshakeTimeout): a stall, as
+// the watchdog's, most often an https endpoint on a plain HTTP port whose
+// server waits for a request line (CouchDB does).
+var errHandshake = fmt.Errorf("%w: the peer answered nothing to the TLS handshake for connection_timeout (does it serve https on this port?)", ErrTimeout)
+
 // cleanError turns a client error into one without URLs (a *url.Error
 // prints the request URL; ours never carries a password, but query strings
 // may be long) and with the timeout cause when the watchdog fired.
@@ -526,7 +533,11 @@ func cleanError(err error, ctx context.Context) error {
 	}
 	var uerr *url.Error
 	if errors.As(err, &uerr) {
-		return uerr.Err
+		err = uerr.Err
+	}
+	var nerr net.Error
+	if errors.As(err, &nerr) && nerr.Timeout() && strings.Contains(err.Error(), "TLS handshake timeout") {
+		return errHandshake
 	}
 	return err
 }

@@ -183,13 +183,24 @@ func runCouchScript(host *CouchDBHost, script string, args ...string) (string, e
 	return out.String(), nil
 }
 
+// addUserAttempts bounds AddUser's attempts at creating _users while
+// CouchDB creates it too (the loser of that race gets a 500).
+const addUserAttempts = 50
+
 // AddUser creates a CouchDB user (not an admin) with no roles, creating
 // the _users database first when CouchDB has not yet (it does so a
 // moment after its start).
 func (s *Server) AddUser(t testing.TB, name, password string) {
 	t.Helper()
-	if st := s.Request(t, http.MethodPut, "/_users", nil, nil); st != http.StatusCreated && st != http.StatusPreconditionFailed {
-		t.Fatalf("couchtest: creating _users: %d", st)
+	for attempt := 1; ; attempt++ {
+		st := s.Request(t, http.MethodPut, "/_users", nil, nil)
+		if st == http.StatusCreated || st == http.StatusPreconditionFailed {
+			break
+		}
+		if attempt == addUserAttempts {
+			t.Fatalf("couchtest: creating _users: %d after %d attempts", st, attempt)
+		}
+		time.Sleep(20 * time.Millisecond) // CouchDB is creating it: its answer is a 500 until then
 	}
 	s.must(t, http.MethodPut, "/_users/org.couchdb.user:"+url.PathEscape(name),
 		map[string]any{"name": name, "password": password, "roles": []string{}, "type": "user"}, nil, http.StatusCreated)
