@@ -149,7 +149,7 @@ func TestConnectionCapEvictsSlowClients(t *testing.T) {
 		return e.hs.conns.evictable() == 20
 	})
 	for i := 0; i < 5; i++ {
-		require.Equal(t, 200, e.do("GET", "/_up", anon, nil).Status)
+		e.requireUp(t)
 		require.Equal(t, 200, e.do("GET", "/_all_dbs", asAdmin, nil).Status)
 	}
 	open, capacity := e.hs.Connections()
@@ -186,7 +186,7 @@ func TestPerClientRequestCap(t *testing.T) {
 	requireError(t, e.do("GET", "/_replicator", asBob, nil), 429, "too_many_requests")
 	require.Equal(t, 200, e.do("GET", "/_replicator", asAlice, nil).Status)
 	require.Equal(t, 200, e.do("GET", "/_all_dbs", asAdmin, nil).Status)
-	require.Equal(t, 200, e.do("GET", "/_up", anon, nil).Status)
+	e.requireUp(t)
 	// A write ends the longpolls.
 	require.Equal(t, 201, e.do("PUT", "/_replicator/wake", asAdmin, repDoc()).Status)
 	wg.Wait()
