@@ -65,6 +65,14 @@ func couchSchedulerBench(ctx context.Context, env *benchEnv, jobs, maxJobs, maxC
 	if _, err := doJSON(http.MethodPost, base+"/_node/_local/_restart", nil, nil); err != nil {
 		return err
 	}
+	// The restart is asynchronous: wait for CouchDB to go down (at most
+	// 5 s), then to answer again.
+	for t0 := time.Now(); time.Since(t0) < 5*time.Second; time.Sleep(50 * time.Millisecond) {
+		http.DefaultClient.CloseIdleConnections()
+		if _, err := doJSON(http.MethodGet, base+"/_up", nil, nil); err != nil {
+			break
+		}
+	}
 	for t0 := time.Now(); ; time.Sleep(100 * time.Millisecond) {
 		http.DefaultClient.CloseIdleConnections() // the restart closed them
 		if _, err := doJSON(http.MethodGet, base+"/_up", nil, nil); err == nil {
