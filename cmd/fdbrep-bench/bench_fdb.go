@@ -9,6 +9,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +22,25 @@ import (
 func init() {
 	openFDBStore = openTenant
 	describeFDB = fdbDescription
+	fdbServerCPU = serverCPU
+}
+
+// serverCPU returns the CPU time the cluster's fdbserver processes used so
+// far, when they run on this machine: the processes whose pid files
+// ../shared/fdb's fdb.sh keeps beside the cluster file (proc-N.pid). It
+// returns 0 for a cluster elsewhere (none of those files).
+func serverCPU() time.Duration {
+	pids, _ := filepath.Glob(filepath.Join(filepath.Dir(os.Getenv("FDB_CLUSTER_FILE")), "proc-*.pid"))
+	var sum time.Duration
+	for _, f := range pids {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		sum += procCPU(pid)
+	}
+	return sum
 }
 
 var (

@@ -242,6 +242,20 @@ func (e *benchEnv) openFreshStore(sub string, inMemory bool) (kv.Database, func(
 	return db, e.closers[len(e.closers)-1], nil
 }
 
+// fdbServerCPU returns the CPU time the FoundationDB cluster's server
+// processes used so far when they run on this machine, else 0
+// (bench_fdb.go; nil without the fdb tag).
+var fdbServerCPU func() time.Duration
+
+// storeServerCPU is fdbServerCPU on FoundationDB, else 0 (the embedded
+// store runs inside the measured process).
+func storeServerCPU() time.Duration {
+	if benchStore != storeFDB || fdbServerCPU == nil {
+		return 0
+	}
+	return fdbServerCPU()
+}
+
 // describeFDB describes the FoundationDB cluster for the figures'
 // headings (bench_fdb.go).
 var describeFDB func() string

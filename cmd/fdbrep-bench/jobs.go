@@ -133,6 +133,7 @@ type runResult struct {
 	insertCPUSec       float64 // the insert phase (burn-down), PostgreSQL's included
 	cpuSec             float64 // the process running the jobs, work phase
 	pgCPUSec           float64 // River: PostgreSQL's processes, work phase
+	serverCPUSec       float64 // fdbjobs on FoundationDB: its fdbserver processes on this machine, work phase
 }
 
 func (r runResult) rate() float64 { return float64(r.worked) / r.workSec }
@@ -147,6 +148,10 @@ func (r runResult) line(round int, who string) {
 	if r.pgCPUSec > 0 {
 		cpu = fmt.Sprintf("CPU %.0f µs/job (River %.0f + PostgreSQL %.0f)", (r.cpuSec+r.pgCPUSec)*1e6/float64(r.worked),
 			r.cpuSec*1e6/float64(r.worked), r.pgCPUSec*1e6/float64(r.worked))
+	}
+	if r.serverCPUSec > 0 {
+		cpu = fmt.Sprintf("CPU %.0f µs/job (fdbjobs %.0f + fdbserver %.0f)", (r.cpuSec+r.serverCPUSec)*1e6/float64(r.worked),
+			r.cpuSec*1e6/float64(r.worked), r.serverCPUSec*1e6/float64(r.worked))
 	}
 	fmt.Printf("  round %d %-8s %s%9d worked in %6.2fs = %8.0f jobs/s; %s\n", round, who, ins, r.worked, r.workSec, r.rate(), cpu)
 }

@@ -233,9 +233,10 @@ func measure(profile string, done, inserted *atomic.Int64, res *runResult, work 
 	defer stopProfile()
 	stop := make(chan struct{})
 	over := progress(done, inserted, stop)
-	t0, cpu0 := time.Now(), cpuTime()
+	t0, cpu0, srv0 := time.Now(), cpuTime(), storeServerCPU()
 	err = work()
 	res.worked, res.workSec, res.cpuSec = done.Load(), time.Since(t0).Seconds(), (cpuTime() - cpu0).Seconds()
+	res.serverCPUSec = (storeServerCPU() - srv0).Seconds()
 	stopProfile()
 	close(stop)
 	<-over
