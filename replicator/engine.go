@@ -26,6 +26,12 @@ type Run interface {
 	Wait() (engine.Result, error)
 	Done() <-chan struct{}
 	Progress() engine.Stats
+	// Sync is whether the run is in sync with its source, and if not,
+	// why; it never waits on a request.
+	Sync() engine.Sync
+	// Refused returns the documents the target refused whose Seq is
+	// above after (engine.Run.Refused).
+	Refused(after int64) []engine.RefusedDoc
 }
 
 // EngineDefault runs replications with package engine.

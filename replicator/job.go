@@ -76,7 +76,15 @@ type JobData struct {
 	LastUpdated int64  `json:"last_updated"`
 	Node        string `json:"node,omitempty"`
 
-	Stats             engine.Stats    `json:"rep_stats"`
+	Stats engine.Stats `json:"rep_stats"`
+	// Sync is the job's engine.Sync as its run last wrote it (at a
+	// heartbeat or the run's end; nil before its first run).
+	Sync *engine.Sync `json:"sync,omitempty"`
+	// FailedDocs are the job's failed documents (key 24) when the view
+	// read them (Store.ViewJob), nil otherwise; never stored here.
+	FailedDocs *[]FailedDoc `json:"-"`
+	// RetryAt is when a crashing job's backoff ends (Unix ms).
+	RetryAt           int64           `json:"retry_at,omitempty"`
 	History           []HistoryEvent  `json:"job_history"`
 	CheckpointHistory json.RawMessage `json:"checkpoint_history,omitempty"`
 	// FilterCode is the filter function source the current rep_id was

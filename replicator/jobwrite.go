@@ -53,6 +53,7 @@ func (s *Store) RemoveJob(ctx context.Context, tr kv.Transaction, jobID string, 
 		tr.Clear(s.dbJobKey(d.DBUUID, d.DocID)) // also for a job the index never saw
 	}
 	tr.Clear(s.progressKey(jobID))
+	tr.Clear(s.failedDocsKey(jobID))
 	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.NotFound}})
 }
 
@@ -98,6 +99,7 @@ func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string,
 			}
 		}
 		tr.Clear(s.progressKey(id))
+		tr.Clear(s.failedDocsKey(id))
 		if d := datas[i]; d != nil && d.DBUUID != "" {
 			tr.Clear(s.dbJobKey(d.DBUUID, d.DocID))
 		}

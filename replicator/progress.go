@@ -22,6 +22,8 @@ type Progress struct {
 	// At is when the node read the counters (Unix ms, its clock).
 	At    int64        `json:"at"`
 	Stats engine.Stats `json:"stats"`
+	// Sync is the run's engine.Sync at At (nil from older versions).
+	Sync *engine.Sync `json:"sync,omitempty"`
 }
 
 // ProgressWrite is one change of WriteProgress: the job's progress set
@@ -111,13 +113,17 @@ func (s *Store) overlayProgress(tr kv.ReadTransaction, jobs []PageJob) error {
 		d := jobs[i].Data
 		if p.Node == d.Node && p.Start == d.LastStart && p.At > d.LastUpdated {
 			d.Stats = p.Stats
+			if p.Sync != nil {
+				d.Sync = p.Sync
+			}
 		}
 	}
 	return nil
 }
 
 // ViewJob is Job for the views: the job's data with the live counters of
-// its current run (see Progress), read in one transaction.
+// its current run (see Progress) and its failed documents
+// (JobData.FailedDocs), read in one transaction.
 func (s *Store) ViewJob(ctx context.Context, jobID string) (*JobData, fdbjobs.State, error) {
 	type res struct {
 		d  *JobData
@@ -132,6 +138,14 @@ func (s *Store) ViewJob(ctx context.Context, jobID string) (*JobData, fdbjobs.St
 		if err := s.overlayProgress(tr, jobs); err != nil {
 			return res{}, err
 		}
+		failed, err := s.failedDocs(tr, jobID)
+		if err != nil {
+			return res{}, err
+		}
+		if failed == nil {
+			failed = []FailedDoc{}
+		}
+		d.FailedDocs = &failed
 		return res{d: d, st: st}, nil
 	})
 	return r.d, r.st, err

@@ -278,6 +278,7 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			}
 			retryable = err
 		case resp.StatusCode == http.StatusTooManyRequests:
+			db.observe(Attempt{Method: r.Method, URL: where, N: attempts, Max: retries + 1, Err: newHTTPError(r.Method, where, resp, body)})
 			db.limiter.Failure(key)
 			db.log().Debug().Str("url", where).Str("method", r.Method).Dur("interval", db.limiter.Interval(key)).Msg("couch: 429, backing off")
 			attempts-- // 429s do not use up retries
@@ -290,16 +291,19 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 		default:
 			db.limiter.Success(key)
 			if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+				db.observe(Attempt{Method: r.Method, URL: where, N: attempts, Max: retries + 1})
 				if db.sess != nil {
 					db.sess.accepted(cred, resp.Header)
 				}
 				return resp, body, nil
 			}
 			herr := newHTTPError(r.Method, where, resp, body)
-			if resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode < 500 {
-				return nil, nil, herr
+			if resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode >= 500 {
+				retryable = herr
+				break
 			}
-			retryable = herr
+			db.observe(Attempt{Method: r.Method, URL: where, N: attempts, Max: retries + 1})
+			return nil, nil, herr
 		}
 		now := db.opts.Clock.Now()
 		if firstFailure.IsZero() {
@@ -318,7 +322,9 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 		}
 		// A refused certificate stays refused: the error says which
 		// setting to change.
-		if stalled || errors.Is(retryable, ErrTLS) || attempts > retries || now.Sub(firstFailure) >= db.opts.RetryTimeLimit {
+		final := stalled || errors.Is(retryable, ErrTLS) || attempts > retries || now.Sub(firstFailure) >= db.opts.RetryTimeLimit
+		db.observe(Attempt{Method: r.Method, URL: where, N: attempts, Max: retries + 1, Err: retryable, Final: final})
+		if final {
 			db.log().Warn().Str("url", where).Str("method", r.Method).Int("attempts", attempts).Str("error", retryable.Error()).Msg("couch: request failed")
 			var herr *HTTPError
 			if errors.As(retryable, &herr) {
@@ -331,6 +337,13 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			return nil, nil, err
 		}
 		wait = min(2*wait, db.opts.RetryWaitMax)
+	}
+}
+
+// observe tells Options.Observe about an attempt.
+func (db *DB) observe(a Attempt) {
+	if db.opts.Observe != nil {
+		db.opts.Observe(a)
 	}
 }
 

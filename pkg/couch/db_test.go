@@ -210,15 +210,36 @@ func TestRetries(t *testing.T) {
 		_, _ = w.Write(b) // echo: proves the body was re-sent intact
 	}))
 	defer srv.Close()
-	db, logs := newDB(t, srv.URL+"/db", couch.Options{RetriesPerRequest: 5}, nil)
+	var seen []couch.Attempt // Options.Observe's
+	var seenMu sync.Mutex
+	observe := func(a couch.Attempt) {
+		seenMu.Lock()
+		seen = append(seen, a)
+		seenMu.Unlock()
+	}
+	db, logs := newDB(t, srv.URL+"/db", couch.Options{RetriesPerRequest: 5, Observe: observe}, nil)
 
-	// Five failures, then success on the sixth attempt.
+	// Five failures, then success on the sixth attempt: each attempt is
+	// observed, with its number, the most there may be, and why it failed.
 	failFirst.Store(5)
 	var out map[string]int
 	require.NoError(t, db.DoJSON(context.Background(), couch.Request{Method: http.MethodPost, Path: "_revs_diff",
 		Body: []byte(`{"a":1}`)}, &out))
 	require.Equal(t, map[string]int{"a": 1}, out)
 	require.EqualValues(t, 6, calls.Load())
+	seenMu.Lock()
+	require.Len(t, seen, 6)
+	for i, a := range seen {
+		require.Equal(t, i+1, a.N)
+		require.Equal(t, 6, a.Max)
+		require.False(t, a.Final)
+		require.Equal(t, i < 5, a.Err != nil, "attempt %d", i+1)
+		require.NotContains(t, a.URL, secret)
+	}
+	require.Contains(t, seen[0].Err.Error(), "408")
+	require.Contains(t, seen[2].Err.Error(), "503")
+	seen = nil
+	seenMu.Unlock()
 
 	// Six failures exhaust the retries: the last answer is reported.
 	calls.Store(0)
@@ -226,6 +247,10 @@ func TestRetries(t *testing.T) {
 	err := db.DoJSON(context.Background(), couch.Request{Method: http.MethodPost, Path: "_revs_diff", Body: []byte(`{}`)}, nil)
 	require.ErrorIs(t, err, couch.ErrServerError)
 	require.EqualValues(t, 6, calls.Load())
+	seenMu.Lock()
+	require.Len(t, seen, 6)
+	require.True(t, seen[5].Final, "the last attempt gives up")
+	seenMu.Unlock()
 
 	// NoRetry makes one attempt.
 	calls.Store(0)

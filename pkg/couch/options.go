@@ -74,12 +74,33 @@ type Options struct {
 	Socket SocketOptions
 	// Logger receives retries and give-ups (URLs redacted). nil: no logging.
 	Logger *zerolog.Logger
+	// Observe, if set, is told the outcome of every attempt of a request:
+	// the peer answered (Attempt.Err nil, whatever the status the request
+	// then returns), or the attempt failed and is retried or given up.
+	// It is called on the requesting goroutine and must not block.
+	Observe func(Attempt)
 	// Clock is the time source of the retry loop (its waits and
 	// RetryTimeLimit) and of the private rate limiter NewDB makes when given
 	// none; nil is the real clock. Tests pass a fake clock. Timeouts of the
 	// requests themselves (ConnectionTimeout, RequestTimeout, dialing) bound
 	// real input and output and always run on real time.
 	Clock clockwork.Clock
+}
+
+// Attempt is one attempt of a request, as Options.Observe sees it.
+type Attempt struct {
+	Method string
+	URL    string // redacted
+	// N is the attempt's number (1 for the first; answers of 429, and of
+	// 401 renewing a session, do not count) and Max the most a request
+	// makes (RetriesPerRequest + 1).
+	N, Max int
+	// Err is why the attempt failed: a transport error (wrapping
+	// ErrTimeout for a peer that stopped sending), or the *HTTPError of a
+	// 408, 429 or 5xx answer. nil: the peer answered.
+	Err error
+	// Final reports that the request gives up with Err (no retry).
+	Final bool
 }
 
 // WithDefaults returns o with every zero field replaced by its default.

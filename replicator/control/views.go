@@ -1,8 +1,10 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"math"
 	"slices"
 	"strings"
 
@@ -94,6 +96,7 @@ type ActiveTask struct {
 	StartedOn          int64   `json:"started_on"`
 	UpdatedOn          int64   `json:"updated_on"`
 	engine.Stats
+	SyncInfo
 }
 
 func strp(s string) *string {
@@ -112,18 +115,143 @@ func history(d *replicator.JobData) []HistoryEntry {
 }
 
 // info is CouchDB's "info": the stats for pending and running jobs, the
-// state info otherwise.
+// state info otherwise, with fdbrep's SyncInfo fields added to every
+// object.
 func info(d *replicator.JobData) json.RawMessage {
 	switch d.State {
 	case replicator.StatePending, replicator.StateRunning:
-		b, _ := json.Marshal(d.Stats)
+		b, _ := json.Marshal(struct {
+			engine.Stats
+			infoAdditions
+		}{d.Stats, additions(d)})
 		return b
 	}
 	if len(d.StateInfo) == 0 {
 		return json.RawMessage("null")
 	}
-	return d.StateInfo
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(d.StateInfo, &obj) != nil || obj == nil {
+		return d.StateInfo
+	}
+	extra, _ := json.Marshal(additions(d))
+	var add map[string]json.RawMessage
+	_ = json.Unmarshal(extra, &add)
+	for k, v := range add {
+		if _, ok := obj[k]; !ok {
+			obj[k] = v
+		}
+	}
+	b, _ := json.Marshal(obj)
+	return b
 }
+
+// infoAdditions is what fdbrep adds to a job's info: SyncInfo, and in the
+// views of one job, its failed documents.
+type infoAdditions struct {
+	SyncInfo
+	// FailedDocs are the last engine.RefusedDocsMax documents the target
+	// refused, oldest first (only in the views of one job: a page would
+	// read up to 64 kB more per row).
+	FailedDocs *[]FailedDocInfo `json:"failed_docs,omitempty"`
+}
+
+// FailedDocInfo is a document the target refused, as the views show it.
+type FailedDocInfo struct {
+	ID     string `json:"id"`
+	Rev    string `json:"rev,omitempty"`
+	Status int    `json:"status,omitempty"`
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+	Time   string `json:"time"`
+}
+
+func additions(d *replicator.JobData) infoAdditions {
+	out := infoAdditions{SyncInfo: syncInfo(d)}
+	if d.FailedDocs != nil {
+		list := make([]FailedDocInfo, 0, len(*d.FailedDocs))
+		for _, f := range *d.FailedDocs {
+			list = append(list, FailedDocInfo{ID: f.ID, Rev: f.Rev, Status: f.Status, Error: f.Error, Reason: f.Reason,
+				Time: replicator.FormatMillis(f.Time)})
+		}
+		out.FailedDocs = &list
+	}
+	return out
+}
+
+// SyncInfo is what fdbrep adds to every job's info and _active_tasks
+// entry (docs/COMPAT.md, "Is it in sync?"): whether the job has caught up
+// with its source, how fast it goes, and if it does not move, why.
+type SyncInfo struct {
+	// CaughtUp: the job has processed its source's changes up to the
+	// source's update sequence when it last asked (a completed one-shot
+	// job: true; a job that is not running: false).
+	CaughtUp      bool    `json:"caught_up"`
+	CaughtUpSince *string `json:"caught_up_since"`
+	// LastProgress is when the job last finished a batch of changes.
+	LastProgress *string `json:"last_progress"`
+	// Throughput is revisions checked per second over the last minute
+	// (0 when not running).
+	Throughput float64 `json:"throughput"`
+	// ETASec is the seconds until caught up at that rate: 0 when caught
+	// up, null when unknown (no rate, or no pending count: the count of
+	// the last checkpoint is spent while new changes are copied).
+	ETASec *int64 `json:"eta_sec"`
+	// Stall is null while the job progresses, or is idle and caught up.
+	Stall *StallInfo `json:"stall"`
+}
+
+// StallInfo is why a job does not move: engine.Stall with its times
+// formatted.
+type StallInfo struct {
+	Reason string  `json:"reason"`
+	Detail string  `json:"detail"`
+	Since  string  `json:"since"`
+	Until  *string `json:"until,omitempty"`
+}
+
+// syncInfo is d's SyncInfo: its run's engine.Sync while it runs, what the
+// state implies otherwise.
+func syncInfo(d *replicator.JobData) SyncInfo {
+	var y engine.Sync
+	if d.Sync != nil {
+		y = *d.Sync
+	}
+	out := SyncInfo{LastProgress: strp(replicator.FormatMillis(y.LastProgress))}
+	if y.LastProgress == 0 {
+		out.LastProgress = nil
+	}
+	switch d.State {
+	case replicator.StateRunning:
+		out.CaughtUp, out.Throughput = y.CaughtUp, roundRate(y.Throughput)
+		if y.CaughtUp && y.CaughtUpSince != 0 {
+			out.CaughtUpSince = strp(replicator.FormatMillis(y.CaughtUpSince))
+		}
+		switch p := d.Stats.ChangesPending; {
+		case y.CaughtUp:
+			zero := int64(0)
+			out.ETASec = &zero
+		case p != nil && *p > 0 && y.Throughput > 0:
+			eta := int64(math.Ceil(float64(*p) / y.Throughput))
+			out.ETASec = &eta
+		}
+		if y.Stall != nil {
+			out.Stall = &StallInfo{Reason: y.Stall.Reason, Detail: y.Stall.Detail, Since: replicator.FormatMillis(y.Stall.Since)}
+		}
+	case replicator.StateCompleted:
+		zero := int64(0)
+		out.CaughtUp, out.ETASec = true, &zero
+		out.CaughtUpSince = strp(replicator.FormatMillis(cmp.Or(y.CaughtUpSince, d.LastUpdated)))
+	case replicator.StateCrashing:
+		out.Stall = &StallInfo{Reason: engine.StallBackingOff, Detail: d.LastError, Since: replicator.FormatMillis(d.LastUpdated)}
+		if d.RetryAt != 0 {
+			out.Stall.Until = strp(replicator.FormatMillis(d.RetryAt))
+		}
+	}
+	return out
+}
+
+// roundRate rounds a rate to two decimals.
+func roundRate(r float64) float64 { return math.Round(r*100) / 100 }
 
 func endpoints(d *replicator.JobData) (src, tgt, sp, tp *string) {
 	if d.Rep == nil {
@@ -371,6 +499,6 @@ func activeTask(id string, st fdbjobs.State, d *replicator.JobData) (ActiveTask,
 		ReplicationID: d.RepID, Database: strp(d.DBName), DocID: strp(d.DocID),
 		Source: d.Rep.Source.Redacted(), Target: d.Rep.Target.Redacted(), Continuous: d.Rep.Continuous,
 		CheckpointInterval: ci, StartedOn: d.LastStart / 1000, UpdatedOn: d.LastUpdated / 1000,
-		Stats: d.Stats,
+		Stats: d.Stats, SyncInfo: syncInfo(d),
 	}, true
 }

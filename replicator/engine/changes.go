@@ -32,6 +32,7 @@ type changesReader struct {
 	rows     chan change
 	tracker  *seqTracker
 	complete atomic.Bool // a one-shot feed was read to its end
+	health   *health     // nil: none
 }
 
 func newChangesReader(rep Replication, src *peer, startSeq json.RawMessage, inlineDocs bool, clock clockwork.Clock,
@@ -149,6 +150,7 @@ func (c *changesReader) read(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		c.health.rowSent(row.ID != "")
 		emitted = row.Seq
 		return nil
 	}
@@ -183,6 +185,7 @@ func (c *changesReader) read(ctx context.Context) error {
 				}
 			}
 			since = lastSeq
+			c.health.feedEnded()
 		}
 		if err == nil && !c.rep.Continuous && (limit == 0 || rows < limit) {
 			return nil

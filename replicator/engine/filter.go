@@ -18,7 +18,7 @@ import (
 func FetchFilterCode(ctx context.Context, rep Replication, opts Options) (string, error) {
 	rep = rep.WithDefaults()
 	var nolog zerolog.Logger // requests are not logged here
-	src, tgt, err := newPeers(rep, opts, &nolog)
+	src, tgt, err := newPeers(rep, opts, &nolog, nil)
 	if err != nil {
 		return "", err
 	}

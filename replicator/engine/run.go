@@ -115,7 +115,8 @@ type Run struct {
 	workers  *workers
 	ck       *checkpointer
 
-	stats counters // updated by the workers, read by the checkpointer
+	stats  counters // updated by the workers, read by the checkpointer
+	health *health  // what Sync is computed from
 
 	failMu  sync.Mutex
 	failErr error
@@ -143,6 +144,7 @@ func Start(ctx context.Context, rep Replication, opts Options) *Run {
 		stopCh: make(chan struct{}),
 		ready:  make(chan struct{}),
 	}
+	r.health = newHealth(opts.Clock, r.rep.DocIDs != nil || len(r.rep.Selector) > 0 || r.rep.Filter != "")
 	go r.run()
 	return r
 }
@@ -207,6 +209,25 @@ func (r *Run) Progress() Stats {
 	}
 	return r.ck.progress()
 }
+
+// Sync returns whether the run is in sync with its source, and if not,
+// why (see Sync). Like Progress, it never waits on a request.
+func (r *Run) Sync() Sync {
+	s := r.Progress()
+	var passed int64
+	select {
+	case <-r.ready:
+		if r.ck != nil {
+			_, passed = r.ck.tracker.passedThrough()
+		}
+	default:
+	}
+	return r.health.sync(s, passed)
+}
+
+// Refused returns the documents the target refused whose RefusedDoc.Seq
+// is above after: the last RefusedDocsMax at most.
+func (r *Run) Refused(after int64) []RefusedDoc { return r.health.refusedAfter(after) }
 
 // closed reports whether ch is closed (ch only ever closes).
 func closed(ch <-chan struct{}) bool {
@@ -299,7 +320,7 @@ func (r *Run) setup(ctx context.Context) error {
 	if r.opts.ServerUUID == "" {
 		return fmt.Errorf("%w: Options.ServerUUID is required", ErrInvalidSpec)
 	}
-	src, tgt, err := newPeers(r.rep, r.opts, &r.log)
+	src, tgt, err := newPeers(r.rep, r.opts, &r.log, r.health)
 	if err != nil {
 		return err
 	}
@@ -365,6 +386,7 @@ func (r *Run) setup(ctx context.Context) error {
 	}
 	inlineDocs := targetEmpty && isZeroSeq(seq)
 	r.changes = newChangesReader(r.rep, r.src, seq, inlineDocs, r.opts.Clock, r.log)
+	r.changes.health = r.health
 	r.workers = &workers{rep: r.rep, src: r.src, tgt: r.tgt, changes: r.changes, stats: &r.stats, stop: r.stopCh,
 		clock: r.opts.Clock, log: r.log, inlineDocs: inlineDocs, maxBulkBytes: bulkDocsMaxBytesDefault,
 		perWorkerConn: max(1, r.rep.HTTPConnections/r.rep.WorkerProcesses),

@@ -146,10 +146,10 @@ type ClientSettings struct {
 	IdleConnTimeout time.Duration
 }
 
-// newPeers builds the source and target clients, which log to log and wait
-// on opts.Clock. The source gets at least two connections: a streamed
+// newPeers builds the source and target clients, which log to log, wait
+// on opts.Clock and tell h (nil: nothing) of their attempts. The source gets at least two connections: a streamed
 // changes feed holds one for as long as it runs.
-func newPeers(rep Replication, opts Options, log *zerolog.Logger) (*peer, *peer, error) {
+func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*peer, *peer, error) {
 	copts := couch.Options{
 		HTTPConnections:   rep.HTTPConnections,
 		ConnectionTimeout: rep.ConnectionTimeout,
@@ -168,6 +168,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger) (*peer, *peer,
 	srcOpts, tgtOpts := copts, copts
 	srcOpts.HTTPConnections = max(2, copts.HTTPConnections)
 	srcOpts.Proxy, tgtOpts.Proxy = rep.SourceProxy, rep.TargetProxy
+	srcOpts.Observe, tgtOpts.Observe = h.observer(sourceSide), h.observer(targetSide)
 	src, err := couch.NewDB(rep.Source, srcOpts, opts.Limiter)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: source: %w", ErrInvalidSpec, err)

@@ -118,6 +118,7 @@ func (w *workers) work(ctx context.Context) error {
 			return err
 		}
 		w.changes.tracker.done(ticket)
+		w.changes.health.batchDone()
 	}
 }
 

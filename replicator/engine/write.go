@@ -92,9 +92,15 @@ func (w *workers) writeBulk(ctx context.Context, docs []json.RawMessage) error {
 	case err == nil:
 		for _, f := range failed {
 			w.log.Warn().Str("doc_id", f.ID).Str("error", f.Error).Str("reason", f.Reason).Msg("target refused a document")
+			w.changes.health.refuse(f.ID, f.Rev, bulkStatus(f.Error), f.Error, f.Reason)
 		}
 		w.stats.writeFailures.Add(int64(len(failed)))
 		w.stats.docsWritten.Add(int64(len(docs) - len(failed)))
+		if len(failed) > 0 {
+			w.changes.health.wrote(len(docs), len(failed), bulkStatus(failed[0].Error), failed[0].Error+": "+failed[0].Reason)
+		} else {
+			w.changes.health.wrote(len(docs), 0, 0, "")
+		}
 		return nil
 	case st == http.StatusRequestEntityTooLarge && len(docs) > 1:
 		half := len(docs) / 2
@@ -105,6 +111,12 @@ func (w *workers) writeBulk(ctx context.Context, docs []json.RawMessage) error {
 	case st == http.StatusRequestEntityTooLarge || st == http.StatusUnauthorized || st == http.StatusForbidden:
 		w.log.Warn().Err(err).Int("docs", len(docs)).Msg("target refused documents")
 		w.stats.writeFailures.Add(int64(len(docs)))
+		name, reason := refusalParts(err)
+		for _, d := range docs {
+			id, rev := docIDRev(d)
+			w.changes.health.refuse(id, rev, st, name, reason)
+		}
+		w.changes.health.wrote(len(docs), len(docs), st, refusal(err))
 		return nil
 	default:
 		return fmt.Errorf("%w: %w", ErrBulkDocs, err)
@@ -121,6 +133,7 @@ func (w *workers) writeOne(ctx context.Context, d *doc) error {
 	switch {
 	case err == nil:
 		w.stats.docsWritten.Add(1)
+		w.changes.health.wrote(1, 0, 0, "")
 		return nil
 	case errors.Is(err, errBadDoc):
 		return fmt.Errorf("%w: %s: %w", ErrDocWrite, d.ID, err)
@@ -128,6 +141,9 @@ func (w *workers) writeOne(ctx context.Context, d *doc) error {
 		st == http.StatusUnsupportedMediaType || st == http.StatusConflict || (st == http.StatusBadRequest && attachmentNameError(err)):
 		w.log.Warn().Err(err).Str("doc_id", d.ID).Msg("target refused a document")
 		w.stats.writeFailures.Add(1)
+		name, reason := refusalParts(err)
+		w.changes.health.refuse(d.ID, d.Rev, st, name, reason)
+		w.changes.health.wrote(1, 1, st, refusal(err))
 		return nil
 	case st == http.StatusPreconditionFailed:
 		docs, _, ferr := w.src.openRevs(ctx, d.ID, []string{d.Rev}, nil, true)
@@ -142,6 +158,49 @@ func (w *workers) writeOne(ctx context.Context, d *doc) error {
 	default:
 		return fmt.Errorf("%w: %s: %w", ErrDocWrite, d.ID, err)
 	}
+}
+
+// bulkStatus is the HTTP status CouchDB gives a _bulk_docs error by its
+// name (0 for a name it has no status for).
+func bulkStatus(name string) int {
+	switch name {
+	case "unauthorized":
+		return http.StatusUnauthorized
+	case "forbidden":
+		return http.StatusForbidden
+	case "conflict":
+		return http.StatusConflict
+	case "too_large", "document_too_large":
+		return http.StatusRequestEntityTooLarge
+	case "bad_request":
+		return http.StatusBadRequest
+	}
+	return 0
+}
+
+// refusal is a refused write's error and reason, as CouchDB named them.
+func refusal(err error) string {
+	name, reason := refusalParts(err)
+	return name + ": " + reason
+}
+
+// refusalParts is a refused write's error name and reason.
+func refusalParts(err error) (name, reason string) {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.Name, se.Reason
+	}
+	return "error", err.Error()
+}
+
+// docIDRev reads an encoded document's _id and _rev.
+func docIDRev(body json.RawMessage) (id, rev string) {
+	var m struct {
+		ID  string `json:"_id"`
+		Rev string `json:"_rev"`
+	}
+	_ = json.Unmarshal(body, &m)
+	return m.ID, m.Rev
 }
 
 func attachmentNameError(err error) bool {

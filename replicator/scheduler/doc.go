@@ -119,6 +119,12 @@
 // test, cmd/internal/sim, checks it through the API; a failed write is
 // retried at the next tick).
 //
+// The same value carries the run's engine.Sync (caught up, last
+// progress, throughput, stall), written when it changes, and heartbeats
+// and the run's end keep it in the job's data, so that a job that is not
+// running still shows when it last progressed. The views derive the
+// backing_off stall of a crashing job from its data (JobData.RetryAt).
+//
 // # Errors and backoff
 //
 // A crash makes a persistent job crashing (history "crashed" with the

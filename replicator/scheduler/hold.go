@@ -80,6 +80,7 @@ func (w *worker) logHoldLost() {
 // heartbeat stores the stats (the fdbjobs heartbeat); false on halt.
 func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 	healed := false
+	sy := w.liveSync()
 	renewed := w.job.Renewing()
 	ctx, done := w.job.HoldContext(w.ctx)
 	defer done()
@@ -87,6 +88,9 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 		x := d.Clone()
 		now := w.now()
 		x.Stats = mergeStats(x.Stats, s)
+		if sy != nil {
+			x.Sync = sy
+		}
 		x.LastUpdated = replicator.Millis(now)
 		healed = x.ErrorCount > 0 && now.Sub(time.UnixMilli(x.LastStart)) > w.cfg.HealthThreshold
 		if healed {

@@ -52,7 +52,7 @@ type Node struct {
 	publishing     bool // a publishSoonLocked goroutine runs
 	republish      bool // and publishes again when done
 	workers        map[*worker]bool
-	progressEnded  []string // jobs whose runs ended since the progress loop's last write
+	progressEnded  []*liveRun // runs that ended since the progress loop's last write
 	wg             sync.WaitGroup
 	shares         replicator.ShareTable // as of the last roll-up
 	charges        map[string]int64

@@ -16,8 +16,12 @@ type liveRun struct {
 	run   replicator.Run
 	node  string
 	start int64 // JobData.LastStart of the run
-	// written is the counters last written (nil: none yet).
-	written *engine.Stats
+	// written and writtenSync are the counters and sync last written
+	// (nil: none yet).
+	written     *engine.Stats
+	writtenSync engine.Sync
+	// refused is the Seq of the last refused document stored.
+	refused int64
 }
 
 // runStarted registers w's run for the progress loop.
@@ -27,6 +31,18 @@ func (n *Node) runStarted(w *worker, run replicator.Run, d *replicator.JobData) 
 	n.mu.Unlock()
 }
 
+// liveSync is the Sync of w's run while it is registered, else nil.
+func (w *worker) liveSync() *engine.Sync {
+	w.n.mu.Lock()
+	r := w.live
+	w.n.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	s := r.run.Sync()
+	return &s
+}
+
 // runEnded unregisters w's run; the progress loop removes its progress at
 // its next write (the job's data has the run's last counters by then, or
 // soon: the views ignore progress of a run that is not the job's current
@@ -34,7 +50,7 @@ func (n *Node) runStarted(w *worker, run replicator.Run, d *replicator.JobData) 
 func (n *Node) runEnded(w *worker) {
 	n.mu.Lock()
 	if w.live != nil {
-		n.progressEnded = append(n.progressEnded, w.live.jobID)
+		n.progressEnded = append(n.progressEnded, w.live)
 		w.live = nil
 	}
 	n.mu.Unlock()
@@ -58,8 +74,10 @@ func (n *Node) progressLoop(ctx context.Context) {
 }
 
 // writeProgress writes the counters of the runs that changed since their
-// last write, and removes the progress of the runs that ended. What a
-// failed write left unwritten is written at the next tick.
+// last write, removes the progress of the runs that ended, and stores
+// the documents the targets refused since the last tick (those of the
+// runs that ended too). What a failed write left unwritten is written at
+// the next tick.
 func (n *Node) writeProgress(ctx context.Context) {
 	n.mu.Lock()
 	runs := make([]*liveRun, 0, len(n.workers))
@@ -75,36 +93,62 @@ func (n *Node) writeProgress(ctx context.Context) {
 	cfg := n.Config()
 	now := replicator.Millis(cfg.Clock.Now())
 	writes := make([]replicator.ProgressWrite, 0, len(ended)+len(runs))
-	for _, id := range ended {
-		writes = append(writes, replicator.ProgressWrite{JobID: id})
+	for _, r := range ended {
+		writes = append(writes, replicator.ProgressWrite{JobID: r.jobID})
 	}
 	var changed []*liveRun
 	var counts []engine.Stats
+	var syncs []engine.Sync
 	for _, r := range runs {
-		s := r.run.Progress()
-		if r.written != nil && sameProgress(*r.written, s) {
+		s, y := r.run.Progress(), r.run.Sync()
+		if r.written != nil && sameProgress(*r.written, s) && r.writtenSync.Equal(y) {
 			continue
 		}
-		changed, counts = append(changed, r), append(counts, s)
+		changed, counts, syncs = append(changed, r), append(counts, s), append(syncs, y)
 		writes = append(writes, replicator.ProgressWrite{JobID: r.jobID,
-			Progress: &replicator.Progress{Node: r.node, Start: r.start, At: now, Stats: s}})
+			Progress: &replicator.Progress{Node: r.node, Start: r.start, At: now, Stats: s, Sync: &y}})
 	}
-	if len(writes) == 0 {
-		return
-	}
-	if err := n.store.WriteProgress(ctx, writes); err != nil {
-		if ctx.Err() == nil {
-			cfg.Logger.Warn().Err(err).Int("jobs", len(writes)).Msg("replicator: writing the running jobs' progress; again at the next tick")
+	var retry []*liveRun // ended runs to see again at the next tick
+	if len(writes) > 0 {
+		if err := n.store.WriteProgress(ctx, writes); err != nil {
+			if ctx.Err() == nil {
+				cfg.Logger.Warn().Err(err).Int("jobs", len(writes)).Msg("replicator: writing the running jobs' progress; again at the next tick")
+			}
+			n.mu.Lock()
+			n.progressEnded = append(n.progressEnded, ended...)
+			n.mu.Unlock()
+			return
 		}
+		for i, r := range changed {
+			r.written, r.writtenSync = &counts[i], syncs[i]
+		}
+	}
+	// Refused documents, in a transaction per job that has new ones
+	// (rare: a refusal is a target's answer to a write).
+	for i, r := range append(runs, ended...) {
+		docs := r.run.Refused(r.refused)
+		if len(docs) == 0 {
+			continue
+		}
+		if err := n.store.AppendFailedDocs(ctx, r.jobID, r.node, r.start, docs); err != nil {
+			if ctx.Err() == nil {
+				cfg.Logger.Warn().Err(err).Str("job_id", r.jobID).Msg("replicator: storing the documents the target refused; again at the next tick")
+			}
+			if i >= len(runs) {
+				retry = append(retry, r)
+			}
+			continue
+		}
+		r.refused = docs[len(docs)-1].Seq
+	}
+	if len(retry) > 0 {
 		n.mu.Lock()
-		n.progressEnded = append(n.progressEnded, ended...)
+		n.progressEnded = append(n.progressEnded, retry...)
 		n.mu.Unlock()
-		return
 	}
-	for i, r := range changed {
-		r.written = &counts[i]
+	if len(writes) > 0 {
+		n.TestSignals.Progress.Signal(now)
 	}
-	n.TestSignals.Progress.Signal(now)
 }
 
 // sameProgress reports whether two readings of a run's counters are

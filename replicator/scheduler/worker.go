@@ -206,15 +206,16 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 				if errors.Is(err, engine.ErrCheckpoint) {
 					w.n.m.Inc(replicator.MetricCheckpointsFailure)
 				}
-				d.Stats = mergeStats(d.Stats, run.Progress())
+				d.Stats, d.Sync = mergeStats(d.Stats, run.Progress()), syncOf(run)
 				w.crash(d, err)
 			case w.stopRequested():
-				d.Stats = mergeStats(d.Stats, res.Stats)
+				d.Stats, d.Sync = mergeStats(d.Stats, res.Stats), syncOf(run)
 				w.reschedule(d, "")
 			case d.Continuous():
-				d.Stats = mergeStats(d.Stats, res.Stats)
+				d.Stats, d.Sync = mergeStats(d.Stats, res.Stats), syncOf(run)
 				w.reschedule(d, "")
 			default:
+				d.Sync = syncOf(run)
 				w.complete(d, res)
 			}
 			return
@@ -237,7 +238,7 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 					if _, _, halted := w.stopRun(run, cancel, d, hb, hold); halted || w.ctx.Err() != nil {
 						return
 					}
-					d.Stats = mergeStats(d.Stats, run.Progress())
+					d.Stats, d.Sync = mergeStats(d.Stats, run.Progress()), syncOf(run)
 					w.reschedule(d, "filter changed")
 					return
 				}
@@ -271,7 +272,7 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 			if halted || w.ctx.Err() != nil {
 				return
 			}
-			d.Stats = mergeStats(d.Stats, run.Progress())
+			d.Stats, d.Sync = mergeStats(d.Stats, run.Progress()), syncOf(run)
 			// An error after the grace ran out is the cut's doing: the job
 			// goes back to pending like any stopped job.
 			if err != nil && !errors.Is(err, engine.ErrStopped) && !cut {
@@ -332,6 +333,14 @@ func (w *worker) stopRun(run replicator.Run, cancelRun context.CancelFunc, d *re
 			}
 		}
 	}
+}
+
+// syncOf is run's Sync as the job's data keeps it: caught up when the run
+// last knew it, its last progress and stall; its throughput is the
+// run's, shown only while it runs.
+func syncOf(run replicator.Run) *engine.Sync {
+	s := run.Sync()
+	return &s
 }
 
 func mergeStats(old, cur engine.Stats) engine.Stats {
@@ -602,7 +611,8 @@ func (w *worker) crashTx(tr kv.Transaction, x *replicator.JobData, tag, reason s
 	x.Priority = w.n.priorityOf(w, now) // kept for when its backoff ends
 	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventCrashed, Timestamp: replicator.Millis(now), Reason: reason})
 	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventPending, Timestamp: replicator.Millis(now)})
-	return w.n.store.ResubmitJob(w.ctx, tr, w.job, x, replicator.Millis(now)+w.cfg.backoff(x.ErrorCount, jitter).Milliseconds())
+	x.RetryAt = replicator.Millis(now) + w.cfg.backoff(x.ErrorCount, jitter).Milliseconds()
+	return w.n.store.ResubmitJob(w.ctx, tr, w.job, x, x.RetryAt)
 }
 
 // engineErrors are the engine's error classes, matched in order.

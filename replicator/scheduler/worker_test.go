@@ -41,9 +41,21 @@ func TestCrashBackoffHeal(t *testing.T) {
 			return d != nil && d.State == replicator.StateCrashing && d.ErrorCount == i+1
 		})
 		d := c.DocState("_replicator", "d")
-		require.JSONEq(t, `{"error":"db_not_found","reason":"could not open http://h/s/"}`, string(d.Info))
+		var info struct {
+			Error, Reason string
+			CaughtUp      bool `json:"caught_up"`
+			Stall         struct{ Reason, Detail, Since, Until string }
+		}
+		require.NoError(t, json.Unmarshal(d.Info, &info))
+		require.Equal(t, "db_not_found", info.Error)
+		require.Equal(t, "could not open http://h/s/", info.Reason)
+		require.False(t, info.CaughtUp)
 		stime, st := c.JobSTime(jobID)
 		require.Equal(t, fdbjobs.Pending, st)
+		// Its stall says it backs off, why, and until its scheduled time.
+		require.Equal(t, engine.StallBackingOff, info.Stall.Reason)
+		require.Equal(t, info.Reason, info.Stall.Detail)
+		require.Equal(t, replicator.FormatMillis(stime), info.Stall.Until)
 		wait := time.Duration(stime-clk.Now().UnixMilli()) * time.Millisecond
 		require.GreaterOrEqual(t, wait, want-want/4-time.Millisecond, "crash %d", i+1)
 		require.LessOrEqual(t, wait, want, "crash %d", i+1)

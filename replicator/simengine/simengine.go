@@ -254,3 +254,10 @@ func (r *run) Progress() engine.Stats {
 	defer r.mu.Unlock()
 	return r.stats
 }
+
+// Sync reports the run caught up: a simulated replication has no source
+// to fall behind (the zero Sync otherwise).
+func (r *run) Sync() engine.Sync { return engine.Sync{CaughtUp: true} }
+
+// Refused returns nothing: a simulated target refuses no document.
+func (r *run) Refused(int64) []engine.RefusedDoc { return nil }

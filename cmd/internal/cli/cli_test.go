@@ -232,8 +232,11 @@ func TestPlainProgressLines(t *testing.T) {
 	p.update(sample{state: "running", stats: engine.Stats{RevisionsChecked: 5000, ChangesPending: pending(100)}}) // seeded
 	p.rate.lastT = p.rate.lastT.Add(-10 * time.Second)                                                            // as if sampled 10 s ago
 	p.update(sample{state: "running", stats: engine.Stats{RevisionsChecked: 5050, DocsWritten: 50, ChangesPending: pending(50)}})
+	p.update(sample{state: "running", stats: engine.Stats{RevisionsChecked: 5050, DocsWritten: 50, ChangesPending: pending(50)},
+		stall: "target_unreachable: GET http://h/b/: connection refused (attempt 2 of 11)"})
 	lines := bytes.Split(bytes.TrimSpace(b.Bytes()), []byte("\n"))
-	require.Len(t, lines, 3, b.String())
+	require.Len(t, lines, 4, b.String())
+	require.Regexp(t, `; stalled: target_unreachable: GET http://h/b/: connection refused \(attempt 2 of 11\)$`, string(lines[3]))
 	require.Regexp(t, `^\[0s\] pending: 0/\? changes, 0 docs written, 0 failures$`, string(lines[0]))
 	require.Regexp(t, `running: 5000/5100 changes, 0 docs written, 0 failures$`, string(lines[1]), "no rate from the seeded jump")
 	require.Regexp(t, `running: 5050/5100 changes, 50 docs written, 0 failures, 5 changes/s, ETA 10s$`, string(lines[2]))
@@ -242,13 +245,25 @@ func TestPlainProgressLines(t *testing.T) {
 func TestRenderTables(t *testing.T) {
 	jobs := `{"total_rows":3,"offset":0,"jobs":[
 		{"id":"r1+continuous","database":"_replicator","doc_id":"d1","source":"http://u:*****@h/a/","target":"http://h/b/","state":"running",
-		 "info":{"docs_written":7,"changes_pending":3},"user":null,"history":[{"timestamp":"t","type":"started"}],"start_time":"2026-01-01T00:00:00Z","node":"n1","pid":null,"job_id":"j1"},
+		 "info":{"docs_written":7,"changes_pending":3,"caught_up":false,"eta_sec":90,"stall":null},"user":null,"history":[{"timestamp":"t","type":"started"}],"start_time":"2026-01-01T00:00:00Z","node":"n1","pid":null,"job_id":"j1"},
 		{"id":null,"database":null,"doc_id":null,"source":"http://h/a/","target":"http://h/c/","state":"crashing",
-		 "info":{"error":"db_not_found","reason":"could not open http://h/c/"},"user":"joe","history":[],"start_time":"2026-01-01T00:00:00Z","node":null,"pid":null,"job_id":"j2"}]}`
+		 "info":{"error":"db_not_found","reason":"could not open http://h/c/","caught_up":false,"eta_sec":null,
+		 "stall":{"reason":"backing_off","detail":"could not open http://h/c/","since":"2026-01-01T00:00:09Z","until":"2026-01-01T00:00:19Z"}},"user":"joe","history":[],"start_time":"2026-01-01T00:00:00Z","node":null,"pid":null,"job_id":"j2"}]}`
 	out, err := renderJobs(json.RawMessage(jobs))
 	require.NoError(t, err)
 	for _, w := range []string{"ID", "LAST EVENT", "r1+continuous", "_replicator/d1", "running", "n1", "7", "started",
-		"(job j2)", "crashing", "joe", "db_not_found: could not open http://h/c/", "jobs 1-2 of 3 (-limit, -skip)"} {
+		"(job j2)", "crashing", "joe", "db_not_found: could not open http://h/c/", "jobs 1-2 of 3 (-limit, -skip)",
+		"IN SYNC", "in 1m30s", "STALL", "backing_off since 2026-01-01T00:00:09Z until 2026-01-01T00:00:19Z"} {
+		require.Contains(t, out, w)
+	}
+	// One job: its refused documents under the table.
+	oneJob := `{"id":"r1","database":null,"doc_id":null,"source":"http://h/a/","target":"http://h/b/","state":"running","job_id":"j1",
+		"info":{"docs_written":1,"doc_write_failures":1,"caught_up":true,"stall":{"reason":"target_refusing_writes","detail":"d","since":"2026-01-01T00:00:09Z"},
+		"failed_docs":[{"id":"doc-7","rev":"1-abc","status":403,"error":"forbidden","reason":"no sevens","time":"2026-01-01T00:00:08Z"}]},"history":[]}`
+	out, err = renderJobs(json.RawMessage(oneJob))
+	require.NoError(t, err)
+	for _, w := range []string{"yes", "target_refusing_writes since 2026-01-01T00:00:09Z", "Refused by the target (the last 1):",
+		"doc-7", "1-abc", "403", "forbidden: no sevens"} {
 		require.Contains(t, out, w)
 	}
 	docs := `{"total_rows":1,"offset":0,"docs":[{"id":null,"database":"_replicator","doc_id":"d2","source":"http://h/a/","target":"http://h/b/",

@@ -27,6 +27,11 @@ type jobInfo struct {
 	engine.Stats
 	Error  string `json:"error"`
 	Reason string `json:"reason"`
+	// fdbrep's additions (control.SyncInfo, failed_docs).
+	CaughtUp   *bool                   `json:"caught_up"`
+	ETASec     *int64                  `json:"eta_sec"`
+	Stall      *control.StallInfo      `json:"stall"`
+	FailedDocs []control.FailedDocInfo `json:"failed_docs"`
 }
 
 func decodeInfo(raw json.RawMessage) jobInfo {
@@ -78,6 +83,9 @@ func (f *follower) poll(ctx context.Context) (sample, bool) {
 		f.lastErr = info
 	} else if ji.Info != nil && string(ji.Info) != "null" {
 		s.stats = info.Stats
+	}
+	if info.Stall != nil {
+		s.stall = info.Stall.Reason + ": " + info.Stall.Detail
 	}
 	f.last = s
 	return s, true

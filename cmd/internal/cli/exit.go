@@ -45,18 +45,22 @@ Exit codes: 0 done, 1 failed, 2 bad command line, 130 interrupted.
 
 flags:
 `
-	JobsUsage = `usage: fdbrep jobs [flags]
+	JobsUsage = `usage: fdbrep jobs [flags] [ID]
 
-Prints the cluster's replication jobs (GET /_scheduler/jobs) as a table;
--watch refreshes it until Ctrl-C.
+Prints the cluster's replication jobs (GET /_scheduler/jobs, or one job's,
+by replication id or job id, with the documents its target refused) as a
+table; -watch refreshes it until Ctrl-C. IN SYNC is "yes" for a job caught
+up with its source, else the time left at its rate when known; STALL is why
+a job does not move.
 
 flags:
 `
 	DocsUsage = `usage: fdbrep docs [flags] [DB [DOC]]
 
 Prints the replications of _replicator documents (GET /_scheduler/docs, or
-/_scheduler/docs/DB, or one document's) as a table; -watch refreshes it until
-Ctrl-C.
+/_scheduler/docs/DB, or one document's, with the documents its target
+refused) as a table; -watch refreshes it until Ctrl-C. IN SYNC and STALL
+are as in fdbrep jobs.
 
 flags:
 `

@@ -127,7 +127,11 @@ func (c *replicateCmd) runLocal(ctx context.Context) error {
 	for {
 		select {
 		case <-tick.C:
-			d.update(sample{state: state(), stats: run.Progress()})
+			s := sample{state: state(), stats: run.Progress()}
+			if st := run.Sync().Stall; st != nil {
+				s.stall = st.Reason + ": " + st.Detail
+			}
+			d.update(s)
 		case <-run.Done():
 			res, err := run.Wait()
 			if err != nil {

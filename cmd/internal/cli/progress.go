@@ -47,6 +47,9 @@ const (
 type sample struct {
 	state string // "starting", "pending", "running", "crashing", ...
 	stats engine.Stats
+	// stall is why the job does not move ("reason: detail"), "" while it
+	// does (the views' stall).
+	stall string
 }
 
 // processed is the number of changes the replication has looked at.
@@ -136,7 +139,7 @@ func (p *plainDisplay) update(s sample) {
 	now := time.Now()
 	p.rate.add(s, now)
 	if p.shown != nil && p.shown.state == s.state && p.shown.processed() == s.processed() &&
-		p.shown.stats.DocsWritten == s.stats.DocsWritten && p.shown.total() == s.total() {
+		p.shown.stats.DocsWritten == s.stats.DocsWritten && p.shown.total() == s.total() && p.shown.stall == s.stall {
 		return
 	}
 	p.shown = &s
@@ -147,6 +150,9 @@ func (p *plainDisplay) update(s sample) {
 		if t := s.total(); t >= 0 {
 			line += ", ETA " + (time.Duration(float64(t-s.processed())/v) * time.Second).Round(time.Second).String()
 		}
+	}
+	if s.stall != "" {
+		line += "; stalled: " + s.stall
 	}
 	p.r.Printf(p.out, "%s\n", line)
 }
@@ -203,6 +209,17 @@ func newBar(out io.Writer) *barDisplay {
 			decor.EwmaSpeed(0, "%.0f/s ", ewmaAge),
 			decor.EwmaETA(decor.ET_STYLE_GO, ewmaAge, decor.WCSyncSpace),
 		),
+		// Under the bar, while the job is stalled: why.
+		mpb.BarExtender(mpb.BarFillerFunc(func(w io.Writer, _ decor.Statistics) error {
+			b.mu.Lock()
+			stall := b.cur.stall
+			b.mu.Unlock()
+			if stall == "" {
+				return nil
+			}
+			_, err := fmt.Fprintf(w, "  stalled: %s\n", stall)
+			return err
+		}), false),
 	)
 	return b
 }

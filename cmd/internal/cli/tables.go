@@ -39,7 +39,7 @@ type tableCmd struct {
 
 // Jobs runs `fdbrep jobs [flags]`: GET /_scheduler/jobs as a table.
 func Jobs(ctx context.Context, args []string, env Env) error {
-	t, err := newTableCmd("jobs", JobsUsage, args, env, 0)
+	t, err := newTableCmd("jobs", JobsUsage, args, env, 1)
 	if err != nil {
 		return err
 	}
@@ -193,10 +193,52 @@ func counts(raw json.RawMessage) (written, pending, errText string) {
 	return strconv.FormatInt(i.DocsWritten, 10), pending, ""
 }
 
+// syncCols are a view entry's IN SYNC and STALL columns.
+func syncCols(raw json.RawMessage) (inSync, stall string) {
+	i := decodeInfo(raw)
+	inSync, stall = "-", "-"
+	switch {
+	case i.CaughtUp == nil:
+	case *i.CaughtUp:
+		inSync = "yes"
+	case i.ETASec != nil:
+		inSync = "in " + (time.Duration(*i.ETASec) * time.Second).String()
+	default:
+		inSync = "no"
+	}
+	if i.Stall != nil {
+		stall = i.Stall.Reason + " since " + i.Stall.Since
+		if i.Stall.Until != nil {
+			stall += " until " + *i.Stall.Until
+		}
+	}
+	return inSync, stall
+}
+
+// failedDocs lists the documents an entry's target refused (one
+// entry's view), after its table.
+func failedDocs(raw json.RawMessage) string {
+	i := decodeInfo(raw)
+	if len(i.FailedDocs) == 0 {
+		return ""
+	}
+	rows := make([][]string, 0, len(i.FailedDocs))
+	for _, f := range i.FailedDocs {
+		rows = append(rows, []string{f.Time, f.ID, f.Rev, strconv.Itoa(f.Status), f.Error + ": " + f.Reason})
+	}
+	return "\nRefused by the target (the last " + strconv.Itoa(len(rows)) + "):\n" +
+		table([]string{"TIME", "DOC ID", "REV", "STATUS", "ERROR"}, rows, "")
+}
+
 func renderJobs(raw json.RawMessage) (string, error) {
 	var list control.JobList
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return "", fmt.Errorf("unexpected _scheduler/jobs reply: %w", err)
+	var one control.JobInfo
+	switch {
+	case json.Unmarshal(raw, &one) == nil && one.JobID != "":
+		// /_scheduler/jobs/{id} is one entry, not a list.
+		list = control.JobList{TotalRows: 1, Jobs: []control.JobInfo{one}}
+	case json.Unmarshal(raw, &list) != nil:
+		return "", errors.New("unexpected _scheduler/jobs reply")
 	}
 	rows := make([][]string, 0, len(list.Jobs))
 	for _, j := range list.Jobs {
@@ -219,11 +261,16 @@ func renderJobs(raw json.RawMessage) (string, error) {
 		if errText != "" {
 			last = errText
 		}
+		inSync, stall := syncCols(j.Info)
 		rows = append(rows, []string{id, doc, j.State, orDash(j.Source), orDash(j.Target), orDash(j.Node),
-			orDash(j.User), written, pending, j.StartTime, last})
+			orDash(j.User), written, pending, inSync, stall, j.StartTime, last})
 	}
-	return table([]string{"ID", "DOC", "STATE", "SOURCE", "TARGET", "NODE", "USER", "WRITTEN", "PENDING", "STARTED", "LAST EVENT"},
-		rows, footer(len(list.Jobs), list.Offset, list.TotalRows, "jobs")), nil
+	out := table([]string{"ID", "DOC", "STATE", "SOURCE", "TARGET", "NODE", "USER", "WRITTEN", "PENDING", "IN SYNC", "STALL", "STARTED", "LAST EVENT"},
+		rows, footer(len(list.Jobs), list.Offset, list.TotalRows, "jobs"))
+	if len(list.Jobs) == 1 {
+		out += failedDocs(list.Jobs[0].Info)
+	}
+	return out, nil
 }
 
 func renderDocs(raw json.RawMessage) (string, error) {
@@ -239,11 +286,16 @@ func renderDocs(raw json.RawMessage) (string, error) {
 	rows := make([][]string, 0, len(list.Docs))
 	for _, d := range list.Docs {
 		written, pending, errText := counts(d.Info)
+		inSync, stall := syncCols(d.Info)
 		rows = append(rows, []string{d.Database, d.DocID, d.State, orDash(d.Source), orDash(d.Target), orDash(d.Node),
-			strconv.Itoa(d.ErrorCount), written, pending, d.LastUpdated, errText})
+			strconv.Itoa(d.ErrorCount), written, pending, inSync, stall, d.LastUpdated, errText})
 	}
-	return table([]string{"DATABASE", "DOC ID", "STATE", "SOURCE", "TARGET", "NODE", "ERRORS", "WRITTEN", "PENDING", "LAST UPDATED", "ERROR"},
-		rows, footer(len(list.Docs), list.Offset, list.TotalRows, "documents")), nil
+	out := table([]string{"DATABASE", "DOC ID", "STATE", "SOURCE", "TARGET", "NODE", "ERRORS", "WRITTEN", "PENDING", "IN SYNC", "STALL", "LAST UPDATED", "ERROR"},
+		rows, footer(len(list.Docs), list.Offset, list.TotalRows, "documents"))
+	if len(list.Docs) == 1 {
+		out += failedDocs(list.Docs[0].Info)
+	}
+	return out, nil
 }
 
 // footer says how many rows of how many were shown.

@@ -213,6 +213,14 @@ var answersAllowed = []allowed{
 	// null, as 4.x.
 	{"GET /_scheduler/docs/_replicator/nosrc", "node", "type", nodeRow},
 	{"GET /_scheduler/jobs/{id of nosrc}", "node", "type", nodeRow},
+	// fdbrep's additions to every info and _active_tasks entry.
+	{"", "caught_up", "extra", syncRow},
+	{"", "caught_up_since", "extra", syncRow},
+	{"", "last_progress", "extra", syncRow},
+	{"", "throughput", "extra", syncRow},
+	{"", "eta_sec", "extra", syncRow},
+	{"", "stall", "extra", syncRow},
+	{"", "failed_docs", "extra", "Scheduler views › failed_docs"},
 	// Back in the queue after the crash, as 4.x.
 	{"GET /_scheduler/jobs/{id of nosrc}", "history[type=pending]", "extra", "Replication › Events in _scheduler/jobs' history"},
 }
@@ -226,6 +234,7 @@ const (
 	completedCountersRow = "Replication › Counters of a completed replication"
 	infoRow              = "Replication › info of a crashing or failed job"
 	nodeRow              = "Replication › node of a job that is not running"
+	syncRow              = "Scheduler views › Is it in sync? (caught_up, caught_up_since, last_progress, throughput, eta_sec, stall)"
 )
 
 // both sends method path to CouchDB and fdbrep as their admins, with body

@@ -1,0 +1,159 @@
+package wire_test
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	"github.com/fdbrep/fdbrep/replicator/scheduler"
+)
+
+// Is it in sync? Against a real CouchDB 3.5, a continuous replication's
+// _scheduler/docs row says caught_up once it has copied its source,
+// turns false when new changes come and true again once they are copied;
+// a target that refuses every document shows the stall
+// target_refusing_writes; a target nobody listens at shows
+// target_unreachable while the run retries, then backing_off until its
+// retry.
+func TestInSync(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts CouchDB")
+	}
+	couch := couchtest.StartCouchDB(t)
+	e := newServiceWith(t, func(c *scheduler.Config) {
+		c.ProgressInterval = 50 * time.Millisecond
+	})
+	info := func(doc string) map[string]any {
+		r := e.do("GET", "/_scheduler/docs/_replicator/"+doc, asAdmin, nil)
+		require.Equal(t, 200, r.Status, r.Raw)
+		i, _ := r.Body["info"].(map[string]any)
+		if r.Body["state"] != "running" || i == nil {
+			return nil
+		}
+		return i
+	}
+
+	t.Run("caught up, behind, caught up again", func(t *testing.T) {
+		couch.CreateDB(t, "src")
+		couch.AddDocs(t, "src", 0, 100)
+		// Small batches, one worker: new changes take a while to copy.
+		r := e.do("PUT", "/_replicator/live", asAdmin, map[string]any{"source": couch.AuthDBURL("src"),
+			"target": couch.AuthDBURL("tgt"), "create_target": true, "continuous": true,
+			"worker_processes": 1, "worker_batch_size": 10})
+		require.Equal(t, 201, r.Status, r.Raw)
+		var first map[string]any
+		testutil.Eventually(t, "caught up with 100 documents", func() bool {
+			first = info("live")
+			return first != nil && first["caught_up"] == true
+		})
+		t.Logf("caught up: %v", first)
+		require.Equal(t, float64(100), first["docs_written"])
+		require.Equal(t, float64(0), first["eta_sec"])
+		require.Nil(t, first["stall"])
+		require.NotNil(t, first["caught_up_since"])
+		require.NotNil(t, first["last_progress"])
+
+		couch.AddDocs(t, "src", 100, 2000)
+		var behind map[string]any
+		testutil.Eventually(t, "behind after 2,000 new documents", func() bool {
+			behind = info("live")
+			return behind != nil && behind["caught_up"] == false
+		})
+		t.Logf("behind: %v", behind)
+		require.Nil(t, behind["caught_up_since"])
+		var again map[string]any
+		testutil.Eventually(t, "caught up again", func() bool {
+			again = info("live")
+			return again != nil && again["caught_up"] == true && again["docs_written"] == float64(2100)
+		})
+		t.Logf("caught up again: %v", again)
+		require.GreaterOrEqual(t, again["caught_up_since"], first["caught_up_since"])
+		require.Greater(t, again["throughput"], float64(0))
+		require.Nil(t, again["stall"])
+	})
+
+	t.Run("target refusing writes", func(t *testing.T) {
+		couch.CreateDB(t, "few")
+		couch.AddDocs(t, "few", 0, 5)
+		couch.CreateDB(t, "guarded")
+		couch.PutDoc(t, "guarded", map[string]any{"_id": "_design/guard", "validate_doc_update": `function(doc) {
+			if (doc._id.indexOf("doc-") === 0) { throw({forbidden: "no documents today"}); }
+		}`})
+		r := e.do("PUT", "/_replicator/refused", asAdmin, map[string]any{"source": couch.AuthDBURL("few"),
+			"target": couch.AuthDBURL("guarded"), "continuous": true})
+		require.Equal(t, 201, r.Status, r.Raw)
+		var i map[string]any
+		testutil.Eventually(t, "the stall of a refusing target", func() bool {
+			i = info("refused")
+			return i != nil && i["stall"] != nil && i["doc_write_failures"] == float64(5)
+		})
+		t.Logf("refused: %v", i)
+		stall := i["stall"].(map[string]any)
+		require.Equal(t, "target_refusing_writes", stall["reason"])
+		require.Contains(t, stall["detail"], "403 forbidden: no documents today")
+		// Each refused document, in the views of the job.
+		var failed []any
+		testutil.Eventually(t, "the refused documents listed", func() bool {
+			failed, _ = info("refused")["failed_docs"].([]any)
+			return len(failed) == 5
+		})
+		for n, f := range failed {
+			f := f.(map[string]any)
+			require.Equal(t, fmt.Sprintf("doc-%08d", n), f["id"], "%v", failed)
+			require.Equal(t, float64(403), f["status"])
+			require.Equal(t, "forbidden", f["error"])
+			require.Equal(t, "no documents today", f["reason"])
+			require.NotEmpty(t, f["rev"])
+			require.NotEmpty(t, f["time"])
+		}
+		r = e.do("GET", "/_scheduler/docs/_replicator/refused", asAdmin, nil)
+		require.Equal(t, 200, r.Status, r.Raw)
+		r = e.do("GET", "/_scheduler/jobs/"+r.Body["id"].(string), asAdmin, nil)
+		require.Equal(t, 200, r.Status, r.Raw)
+		require.Len(t, r.Body["info"].(map[string]any)["failed_docs"], 5)
+		// Lists leave them out (a page would read them for every row).
+		r = e.do("GET", "/_scheduler/docs/_replicator", asAdmin, nil)
+		require.Equal(t, 200, r.Status, r.Raw)
+		for _, row := range r.Body["docs"].([]any) {
+			if i, ok := row.(map[string]any)["info"].(map[string]any); ok {
+				require.NotContains(t, i, "failed_docs")
+			}
+		}
+	})
+
+	t.Run("target unreachable, then backing off", func(t *testing.T) {
+		// A port nobody listens at: taken, then let go.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		nowhere := fmt.Sprintf("http://%s/nowhere", l.Addr())
+		require.NoError(t, l.Close())
+		couch.CreateDB(t, "lonely")
+		r := e.do("PUT", "/_replicator/unreachable", asAdmin, map[string]any{"source": couch.AuthDBURL("lonely"),
+			"target": nowhere, "continuous": true, "retries_per_request": 3})
+		require.Equal(t, 201, r.Status, r.Raw)
+		var i map[string]any
+		testutil.Eventually(t, "the stall of an unreachable target", func() bool {
+			i = info("unreachable")
+			return i != nil && i["stall"] != nil
+		})
+		t.Logf("unreachable: %v", i)
+		stall := i["stall"].(map[string]any)
+		require.Equal(t, "target_unreachable", stall["reason"])
+		require.Contains(t, stall["detail"], "of 4")
+		var row map[string]any
+		testutil.Eventually(t, "crashing, backing off", func() bool {
+			r := e.do("GET", "/_scheduler/docs/_replicator/unreachable", asAdmin, nil)
+			row = r.Body
+			return r.Body["state"] == "crashing"
+		})
+		t.Logf("crashing: %v", row)
+		stall = row["info"].(map[string]any)["stall"].(map[string]any)
+		require.Equal(t, "backing_off", stall["reason"])
+		require.NotEmpty(t, stall["until"])
+	})
+}
