@@ -22,6 +22,7 @@
 //	GET|PUT /{db}/_security                   the security object: members read it, admins of the db change it
 //	POST /_replicate                          any authenticated user
 //	GET  /_scheduler/jobs[/{id}]  /_scheduler/docs[/{db}[/{docid}]]  /_active_tasks   admins; users: see below
+//	POST /_scheduler/jobs/{id}/_retry         a crashing job's backoff ends now: admins, the job's owner
 //	GET  /_node/_local/_stats[/{path}]  /_node/_local/_prometheus                       admins, _metrics role
 //	GET  /_node/_local  /_membership                                                    admins
 //	GET|PUT|DELETE /_node/{node}/_config[/{section}[/{key}]]  runtime configuration (config.go), admins;

@@ -60,6 +60,9 @@ type Scheduler interface {
 	// filters (empty: all).
 	SchedulerJobs(ctx context.Context, q PageQuery) (any, error)
 	SchedulerJob(ctx context.Context, id string) (any, error)
+	// RetryJob ends a crashing job's backoff now; user "" is a server
+	// admin, else only the jobs user owns are found.
+	RetryJob(ctx context.Context, id, user string) (any, error)
 	SchedulerDocs(ctx context.Context, db string, states []string, q PageQuery) (any, error)
 	SchedulerDoc(ctx context.Context, db, docID string) (any, error)
 	ActiveTasks(ctx context.Context) (any, error)
@@ -138,6 +141,7 @@ var tagStatus = map[string]int{
 	"unauthorized":       http.StatusUnauthorized,
 	"forbidden":          http.StatusForbidden,
 	"not_found":          http.StatusNotFound,
+	"conflict":           http.StatusConflict,
 	"document_too_large": http.StatusRequestEntityTooLarge,
 }
 

@@ -156,14 +156,10 @@ func (s *Server) handleSchedulerJob(w http.ResponseWriter, r *http.Request) {
 	if !s.schedulerFor(w, r) {
 		return
 	}
-	id, he := pathVar(r, "id")
-	if he != nil {
-		writeError(w, he)
+	id, ok := jobIDVar(w, r)
+	if !ok {
 		return
 	}
-	// A '+' in a job id may arrive as a space (form encoding), as CouchDB
-	// accepts.
-	id = strings.ReplaceAll(id, " ", "+")
 	var resp any
 	var err error
 	if u := userFrom(r); u.IsAdmin() {
@@ -171,6 +167,36 @@ func (s *Server) handleSchedulerJob(w http.ResponseWriter, r *http.Request) {
 	} else {
 		resp, err = s.opts.Scheduler.UserJob(r.Context(), u.Name, id)
 	}
+	s.answer(w, r, resp, err)
+}
+
+// jobIDVar is the path's job id, or false once the error is written. A
+// '+' in a job id may arrive as a space (form encoding), as CouchDB
+// accepts.
+func jobIDVar(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id, he := pathVar(r, "id")
+	if he != nil {
+		writeError(w, he)
+		return "", false
+	}
+	return strings.ReplaceAll(id, " ", "+"), true
+}
+
+// handleRetryJob ends a crashing job's backoff at once (fdbrep's
+// addition): for server admins, and for the job's owner.
+func (s *Server) handleRetryJob(w http.ResponseWriter, r *http.Request) {
+	if !s.schedulerFor(w, r) {
+		return
+	}
+	id, ok := jobIDVar(w, r)
+	if !ok {
+		return
+	}
+	user := ""
+	if u := userFrom(r); !u.IsAdmin() {
+		user = u.Name
+	}
+	resp, err := s.opts.Scheduler.RetryJob(r.Context(), id, user)
 	s.answer(w, r, resp, err)
 }
 

@@ -258,6 +258,7 @@ func (s *Server) routes() *mux.Router {
 	h("/_active_tasks", s.handleActiveTasks, "GET")
 	h("/_scheduler/jobs", s.handleSchedulerJobs, "GET")
 	h("/_scheduler/jobs/{id}", s.handleSchedulerJob, "GET")
+	h("/_scheduler/jobs/{id}/_retry", s.handleRetryJob, "POST")
 	h("/_scheduler/docs", s.handleSchedulerDocs, "GET")
 	r.PathPrefix("/_scheduler/docs/").Handler(s.methods(s.handleSchedulerDocsPath, "GET"))
 	r.PathPrefix("/_scheduler/").Handler(s.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

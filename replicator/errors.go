@@ -32,6 +32,10 @@ var (
 	// that does not exist.
 	ErrNotFound = errors.New("not_found")
 
+	// ErrConflict refuses an operation the job's state does not allow
+	// (a retry of a job that is not crashing); the HTTP API answers 409.
+	ErrConflict = errors.New("conflict")
+
 	// ErrBadQuery reports a bad scheduler view argument (limit, skip,
 	// states, start key); the frontend answers 400 query_parse_error.
 	ErrBadQuery = errors.New("query_parse_error")

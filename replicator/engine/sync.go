@@ -157,9 +157,9 @@ type health struct {
 	lastMatch int64
 	caughtUp  int64 // since when caught up (0: not)
 	progress  int64
-	samples   []sample
+	samples   []sample     // revisions checked, at least a second apart, over throughputWindow
 	refused   []RefusedDoc // the last RefusedDocsMax
-	refusedN  int64 // revisions checked, at least a second apart, over throughputWindow
+	refusedN  int64        // refusals so far (the last one's Seq)
 }
 
 type sample struct {

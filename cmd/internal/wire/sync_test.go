@@ -19,7 +19,7 @@ import (
 // a target that refuses every document shows the stall
 // target_refusing_writes; a target nobody listens at shows
 // target_unreachable while the run retries, then backing_off until its
-// retry.
+// retry, which POST /_scheduler/jobs/{id}/_retry brings forward.
 func TestInSync(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts CouchDB")
@@ -27,6 +27,9 @@ func TestInSync(t *testing.T) {
 	couch := couchtest.StartCouchDB(t)
 	e := newServiceWith(t, func(c *scheduler.Config) {
 		c.ProgressInterval = 50 * time.Millisecond
+		// A crash backs off for an hour: only a retry on request runs
+		// the job again within the test.
+		c.MinBackoff, c.MaxBackoff = time.Hour, 2*time.Hour
 	})
 	info := func(doc string) map[string]any {
 		r := e.do("GET", "/_scheduler/docs/_replicator/"+doc, asAdmin, nil)
@@ -155,5 +158,30 @@ func TestInSync(t *testing.T) {
 		stall = row["info"].(map[string]any)["stall"].(map[string]any)
 		require.Equal(t, "backing_off", stall["reason"])
 		require.NotEmpty(t, stall["until"])
+		require.Equal(t, float64(1), row["error_count"])
+
+		// Retry now: for its owner and admins only, and only while it
+		// crashes.
+		retry := "/_scheduler/jobs/" + row["id"].(string) + "/_retry"
+		r = e.do("POST", retry, asBob, nil)
+		require.Equal(t, 404, r.Status, r.Raw)
+		r = e.do("POST", retry, asAdmin, nil)
+		require.Equal(t, 200, r.Status, r.Raw)
+		require.Equal(t, true, r.Body["ok"])
+		require.Equal(t, row["id"], r.Body["id"])
+		testutil.Eventually(t, "run again at once, crashed again", func() bool {
+			r := e.do("GET", "/_scheduler/docs/_replicator/unreachable", asAdmin, nil)
+			row = r.Body
+			return r.Body["error_count"] == float64(2)
+		})
+		t.Logf("retried: %v", row)
+		// A running job has no backoff to end.
+		r = e.do("GET", "/_scheduler/docs/_replicator/live", asAdmin, nil)
+		require.Equal(t, "running", r.Body["state"])
+		r = e.do("POST", "/_scheduler/jobs/"+r.Body["id"].(string)+"/_retry", asAdmin, nil)
+		require.Equal(t, 409, r.Status, r.Raw)
+		require.Equal(t, "conflict", r.Body["error"])
+		r = e.do("POST", "/_scheduler/jobs/no-such-job/_retry", asAdmin, nil)
+		require.Equal(t, 404, r.Status, r.Raw)
 	})
 }

@@ -84,6 +84,10 @@ func (a planeAdapter) SchedulerJob(ctx context.Context, id string) (any, error) 
 	return a.p.SchedulerJob(ctx, id)
 }
 
+func (a planeAdapter) RetryJob(ctx context.Context, id, user string) (any, error) {
+	return a.p.RetryJob(ctx, id, user)
+}
+
 func (a planeAdapter) SchedulerDocs(ctx context.Context, db string, states []string, q frontend.PageQuery) (any, error) {
 	return a.p.SchedulerDocs(ctx, db, "", states, control.PageQuery(q))
 }
