@@ -137,9 +137,9 @@ func (s *Server) handlePrometheus(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Prometheus() string {
 	total, methods, statuses := s.stats.snapshot()
 	var b strings.Builder
-	fmt.Fprintf(&b, "# TYPE couchdb_httpd_requests_total counter\ncouchdb_httpd_requests_total %d\n", total)
-	writeFamily(&b, "couchdb_httpd_request_methods", "method", methods, func(k string) string { return strconv.Quote(k) })
-	writeFamily(&b, "couchdb_httpd_status_codes", "code", statuses, func(k int) string { return `"` + strconv.Itoa(k) + `"` })
+	fmt.Fprintf(&b, "# HELP couchdb_httpd_requests_total HTTP requests\n# TYPE couchdb_httpd_requests_total counter\ncouchdb_httpd_requests_total %d\n", total)
+	writeFamily(&b, "couchdb_httpd_request_methods", "HTTP requests by method", "method", methods, func(k string) string { return strconv.Quote(k) })
+	writeFamily(&b, "couchdb_httpd_status_codes", "HTTP replies by status", "code", statuses, func(k int) string { return `"` + strconv.Itoa(k) + `"` })
 	if s.opts.Metrics != nil {
 		b.WriteString(s.opts.Metrics.Prometheus())
 	}
@@ -147,9 +147,9 @@ func (s *Server) Prometheus() string {
 }
 
 // writeFamily writes one Prometheus counter family with a label, in label
-// order.
-func writeFamily[K cmp.Ordered](b *strings.Builder, name, label string, counts map[K]int64, quote func(K) string) {
-	fmt.Fprintf(b, "# TYPE %s counter\n", name)
+// order. Its name is CouchDB's, without the "_total" of the convention.
+func writeFamily[K cmp.Ordered](b *strings.Builder, name, help, label string, counts map[K]int64, quote func(K) string) {
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name)
 	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		fmt.Fprintf(b, "%s{%s=%s} %d\n", name, label, quote(k), counts[k])
 	}

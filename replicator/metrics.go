@@ -3,6 +3,7 @@ package replicator
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,34 @@ const (
 	MetricNodeHeartbeatAge = "couch_replicator.node.heartbeat_age_ms"
 )
 
+// Labelled series, per replicator database (the label "database"; "" for
+// POST /_replicate's jobs), of the jobs running on this node; Prometheus
+// only (Metrics.ObserveSeries). Their label values are bounded by the
+// node's running jobs (max_jobs, 500 by default) whatever the cluster's
+// size: a node reports only the databases it runs jobs of, and
+// MetricDocsRefused only those it met refusals of (reset with the
+// process).
+const (
+	// MetricSyncJobs counts the node's running jobs per database and
+	// state: "caught_up", "behind" or "stalled" (engine.Sync; a stalled
+	// job counts as stalled only).
+	MetricSyncJobs = "couch_replicator.sync.jobs"
+	// MetricSyncLagChanges is the largest changes_pending among them.
+	MetricSyncLagChanges = "couch_replicator.sync.lag_changes"
+	// MetricSyncLagSeconds is the longest time one of them has been
+	// behind (since it was last caught up, or since its run started).
+	MetricSyncLagSeconds = "couch_replicator.sync.lag_seconds"
+	// MetricDocsRefused counts the documents targets refused, per
+	// database.
+	MetricDocsRefused = "couch_replicator.docs.refused"
+)
+
+// Series is one labelled value of a metric (Metrics.ObserveSeries).
+type Series struct {
+	Labels [][2]string // name, value
+	Value  float64
+}
+
 // gauges tells gauges from counters.
 var gauges = map[string]bool{MetricJobsRunning: true, MetricJobsAccepting: true, MetricJobsPending: true}
 
@@ -58,8 +87,14 @@ var metricNames = []string{
 type Metrics struct {
 	v map[string]*atomic.Int64
 
-	obsMu sync.Mutex
-	obs   map[string]func() int64 // gauges read at snapshot time
+	obsMu  sync.Mutex
+	obs    map[string]func() int64 // gauges read at snapshot time
+	series map[string]seriesSource
+}
+
+type seriesSource struct {
+	counter bool
+	f       func() []Series
 }
 
 // NewMetrics returns a set of counters at zero.
@@ -87,6 +122,19 @@ func (m *Metrics) Observe(name string, f func() int64) {
 		m.obs = map[string]func() int64{}
 	}
 	m.obs[name] = f
+}
+
+// ObserveSeries adds a labelled metric, counter or gauge, whose series f
+// gives each time the Prometheus text is rendered (f must be quick and
+// safe for concurrent use). _stats leaves them out (its shape has no
+// labels).
+func (m *Metrics) ObserveSeries(name string, counter bool, f func() []Series) {
+	m.obsMu.Lock()
+	defer m.obsMu.Unlock()
+	if m.series == nil {
+		m.series = map[string]seriesSource{}
+	}
+	m.series[name] = seriesSource{counter: counter, f: f}
 }
 
 // Set sets a gauge.
@@ -187,7 +235,63 @@ func (m *Metrics) Prometheus() string {
 			name += "_total"
 			typ = "counter"
 		}
-		fmt.Fprintf(&b, "# TYPE %s %s\n%s %d\n", name, typ, name, x.Value)
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", name, help(x.Name), name, typ, name, x.Value)
+	}
+	m.obsMu.Lock()
+	names := make([]string, 0, len(m.series))
+	for n := range m.series {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	srcs := make([]seriesSource, len(names))
+	for i, n := range names {
+		srcs[i] = m.series[n]
+	}
+	m.obsMu.Unlock()
+	for i, n := range names {
+		name, typ := "couchdb_"+strings.ReplaceAll(n, ".", "_"), "gauge"
+		if srcs[i].counter {
+			name, typ = name+"_total", "counter"
+		}
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help(n), name, typ)
+		for _, s := range srcs[i].f() {
+			b.WriteString(name)
+			if len(s.Labels) > 0 {
+				b.WriteByte('{')
+				for j, l := range s.Labels {
+					if j > 0 {
+						b.WriteByte(',')
+					}
+					fmt.Fprintf(&b, "%s=\"%s\"", l[0], labelEscaper.Replace(l[1]))
+				}
+				b.WriteByte('}')
+			}
+			fmt.Fprintf(&b, " %s\n", strconv.FormatFloat(s.Value, 'g', -1, 64))
+		}
 	}
 	return b.String()
 }
+
+// helps describe the metrics whose names do not say enough; the others
+// are described by their names.
+var helps = map[string]string{
+	MetricJobsRunning:      "replication jobs running on this node",
+	MetricJobsPending:      "replication jobs waiting for a slot, cluster-wide",
+	MetricJobsAccepting:    "acceptors of this node waiting for a job",
+	MetricNodeHeartbeatAge: "milliseconds since this node's last membership heartbeat committed",
+	MetricSyncJobs:         "running jobs of this node per replicator database and state (caught_up, behind, stalled)",
+	MetricSyncLagChanges:   "largest changes_pending among this node's running jobs of the database",
+	MetricSyncLagSeconds:   "longest time one of this node's running jobs of the database has been behind its source",
+	MetricDocsRefused:      "documents the targets of this node's jobs of the database refused",
+}
+
+// help is a metric's HELP text.
+func help(name string) string {
+	if h, ok := helps[name]; ok {
+		return h
+	}
+	return "CouchDB's " + name
+}
+
+// labelEscaper escapes a label value for Prometheus' text format.
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)

@@ -101,6 +101,9 @@ type Sync struct {
 	// ended at the feed's end).
 	CaughtUp      bool  `json:"caught_up"`
 	CaughtUpSince int64 `json:"caught_up_since,omitempty"`
+	// BehindSince is when a run that is not caught up last was (or its
+	// start); 0 while caught up.
+	BehindSince int64 `json:"behind_since,omitempty"`
 	// LastProgress is when the run last finished a batch of changes (its
 	// documents checked, and written where missing).
 	LastProgress int64 `json:"last_progress,omitempty"`
@@ -156,6 +159,7 @@ type health struct {
 	filtered  bool
 	lastMatch int64
 	caughtUp  int64 // since when caught up (0: not)
+	behind    int64 // since when not caught up (0: caught up)
 	progress  int64
 	samples   []sample     // revisions checked, at least a second apart, over throughputWindow
 	refused   []RefusedDoc // the last RefusedDocsMax
@@ -169,7 +173,7 @@ type sample struct {
 
 func newHealth(clock clockwork.Clock, filtered bool) *health {
 	now := clock.Now().UnixMilli()
-	return &health{clock: clock, filtered: filtered, lastMatch: now}
+	return &health{clock: clock, filtered: filtered, lastMatch: now, behind: now}
 }
 
 func (h *health) now() int64 { return h.clock.Now().UnixMilli() }
@@ -341,11 +345,11 @@ func (h *health) sync(s Stats, passed int64) Sync {
 	caught := !inFlight && (s.ChangesPending != nil && *s.ChangesPending == 0 || h.feedEnd.Load())
 	switch {
 	case caught && h.caughtUp == 0:
-		h.caughtUp = now
-	case !caught:
-		h.caughtUp = 0
+		h.caughtUp, h.behind = now, 0
+	case !caught && h.behind == 0:
+		h.caughtUp, h.behind = 0, now
 	}
-	out := Sync{CaughtUp: caught, CaughtUpSince: h.caughtUp, LastProgress: h.progress, Throughput: rate}
+	out := Sync{CaughtUp: caught, CaughtUpSince: h.caughtUp, BehindSince: h.behind, LastProgress: h.progress, Throughput: rate}
 	// The stall: the first present condition, in order of what to check
 	// first.
 	conds := []*condition{h.peer[sourceSide], h.peer[targetSide], h.refusing}

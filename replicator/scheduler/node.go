@@ -52,7 +52,9 @@ type Node struct {
 	publishing     bool // a publishSoonLocked goroutine runs
 	republish      bool // and publishes again when done
 	workers        map[*worker]bool
-	progressEnded  []*liveRun // runs that ended since the progress loop's last write
+	progressEnded  []*liveRun         // runs that ended since the progress loop's last write
+	syncByDB       map[string]*dbSync // the metrics' reading of the running jobs, per database
+	refusedByDB    map[string]int64   // documents refused, per database (MetricDocsRefused)
 	wg             sync.WaitGroup
 	shares         replicator.ShareTable // as of the last roll-up
 	charges        map[string]int64
@@ -93,8 +95,14 @@ func New(db kv.Database, jobs *fdbjobs.Client, eng replicator.Engine, cfg Config
 	if eng == nil {
 		eng = replicator.EngineDefault{}
 	}
-	return &Node{store: replicator.NewStore(db, jobs, cfg.Subspace), eng: eng, m: cfg.Metrics, cfg: cfg,
-		kick: make(chan struct{}, 1), publishingLoad: make(chan struct{}, 1), workers: map[*worker]bool{}, charges: map[string]int64{}}, nil
+	n := &Node{store: replicator.NewStore(db, jobs, cfg.Subspace), eng: eng, m: cfg.Metrics, cfg: cfg,
+		kick: make(chan struct{}, 1), publishingLoad: make(chan struct{}, 1), workers: map[*worker]bool{}, charges: map[string]int64{},
+		refusedByDB: map[string]int64{}}
+	for _, name := range []string{replicator.MetricSyncJobs, replicator.MetricSyncLagChanges, replicator.MetricSyncLagSeconds} {
+		n.m.ObserveSeries(name, false, func() []replicator.Series { return n.syncSeries(name) })
+	}
+	n.m.ObserveSeries(replicator.MetricDocsRefused, true, n.refusedSeries)
+	return n, nil
 }
 
 // Metrics returns the counters the node updates.

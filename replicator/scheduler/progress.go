@@ -1,7 +1,10 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"slices"
 
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/engine"
@@ -13,6 +16,7 @@ import (
 // except written, which only the progress loop touches.
 type liveRun struct {
 	jobID string
+	db    string // JobData.DBName: the metrics' database label
 	run   replicator.Run
 	node  string
 	start int64 // JobData.LastStart of the run
@@ -27,7 +31,7 @@ type liveRun struct {
 // runStarted registers w's run for the progress loop.
 func (n *Node) runStarted(w *worker, run replicator.Run, d *replicator.JobData) {
 	n.mu.Lock()
-	w.live = &liveRun{jobID: w.job.ID, run: run, node: d.Node, start: d.LastStart}
+	w.live = &liveRun{jobID: w.job.ID, db: d.DBName, run: run, node: d.Node, start: d.LastStart}
 	n.mu.Unlock()
 }
 
@@ -99,8 +103,10 @@ func (n *Node) writeProgress(ctx context.Context) {
 	var changed []*liveRun
 	var counts []engine.Stats
 	var syncs []engine.Sync
+	agg := map[string]*dbSync{}
 	for _, r := range runs {
 		s, y := r.run.Progress(), r.run.Sync()
+		agg[r.db] = agg[r.db].add(s, y, now)
 		if r.written != nil && sameProgress(*r.written, s) && r.writtenSync.Equal(y) {
 			continue
 		}
@@ -108,6 +114,9 @@ func (n *Node) writeProgress(ctx context.Context) {
 		writes = append(writes, replicator.ProgressWrite{JobID: r.jobID,
 			Progress: &replicator.Progress{Node: r.node, Start: r.start, At: now, Stats: s, Sync: &y}})
 	}
+	n.mu.Lock()
+	n.syncByDB = agg
+	n.mu.Unlock()
 	var retry []*liveRun // ended runs to see again at the next tick
 	if len(writes) > 0 {
 		if err := n.store.WriteProgress(ctx, writes); err != nil {
@@ -140,6 +149,9 @@ func (n *Node) writeProgress(ctx context.Context) {
 			continue
 		}
 		r.refused = docs[len(docs)-1].Seq
+		n.mu.Lock()
+		n.refusedByDB[r.db] += int64(len(docs))
+		n.mu.Unlock()
 	}
 	if len(retry) > 0 {
 		n.mu.Lock()
@@ -149,6 +161,75 @@ func (n *Node) writeProgress(ctx context.Context) {
 	if len(writes) > 0 {
 		n.TestSignals.Progress.Signal(now)
 	}
+}
+
+// dbSync is what the metrics say of one database's running jobs on this
+// node (replicator.MetricSync…).
+type dbSync struct {
+	caughtUp, behind, stalled int64
+	lagChanges                int64
+	lagMillis                 int64
+}
+
+// add counts a run's reading in d (nil: a new one) and returns d.
+func (d *dbSync) add(s engine.Stats, y engine.Sync, now int64) *dbSync {
+	if d == nil {
+		d = &dbSync{}
+	}
+	switch {
+	case y.Stall != nil:
+		d.stalled++
+	case y.CaughtUp:
+		d.caughtUp++
+		return d
+	default:
+		d.behind++
+	}
+	if s.ChangesPending != nil {
+		d.lagChanges = max(d.lagChanges, *s.ChangesPending)
+	}
+	if y.BehindSince > 0 {
+		d.lagMillis = max(d.lagMillis, now-y.BehindSince)
+	}
+	return d
+}
+
+// syncSeries are the series of MetricSyncJobs, MetricSyncLagChanges and
+// MetricSyncLagSeconds, from the progress loop's last reading.
+func (n *Node) syncSeries(which string) []replicator.Series {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]replicator.Series, 0, len(n.syncByDB))
+	for db, d := range n.syncByDB {
+		l := [2]string{"database", db}
+		switch which {
+		case replicator.MetricSyncJobs:
+			for _, st := range []struct {
+				name string
+				v    int64
+			}{{"caught_up", d.caughtUp}, {"behind", d.behind}, {"stalled", d.stalled}} {
+				out = append(out, replicator.Series{Labels: [][2]string{l, {"state", st.name}}, Value: float64(st.v)})
+			}
+		case replicator.MetricSyncLagChanges:
+			out = append(out, replicator.Series{Labels: [][2]string{l}, Value: float64(d.lagChanges)})
+		case replicator.MetricSyncLagSeconds:
+			out = append(out, replicator.Series{Labels: [][2]string{l}, Value: float64(d.lagMillis) / 1000})
+		}
+	}
+	slices.SortFunc(out, func(a, b replicator.Series) int { return cmp.Compare(fmt.Sprint(a.Labels), fmt.Sprint(b.Labels)) })
+	return out
+}
+
+// refusedSeries is MetricDocsRefused's.
+func (n *Node) refusedSeries() []replicator.Series {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]replicator.Series, 0, len(n.refusedByDB))
+	for db, v := range n.refusedByDB {
+		out = append(out, replicator.Series{Labels: [][2]string{{"database", db}}, Value: float64(v)})
+	}
+	slices.SortFunc(out, func(a, b replicator.Series) int { return cmp.Compare(a.Labels[0][1], b.Labels[0][1]) })
+	return out
 }
 
 // sameProgress reports whether two readings of a run's counters are
