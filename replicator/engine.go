@@ -18,6 +18,9 @@ type Engine interface {
 	ReplicationID(ctx context.Context, rep engine.Replication, serverUUID string) (id, filterCode string, err error)
 	// Start begins a run; see engine.Start.
 	Start(ctx context.Context, rep engine.Replication, opts engine.Options) Run
+	// Probe reports whether the host of base (scheme://host[:port]/)
+	// answers again; see engine.Probe.
+	Probe(ctx context.Context, base string) error
 }
 
 // Run is one execution of a replication (see engine.Run).
@@ -58,6 +61,11 @@ func (e EngineDefault) ReplicationID(ctx context.Context, rep engine.Replication
 	}
 	_, full, err := engine.ReplicationID(rep, serverUUID, code)
 	return full, code, err
+}
+
+// Probe implements Engine.
+func (e EngineDefault) Probe(ctx context.Context, base string) error {
+	return engine.Probe(ctx, base, e.Client)
 }
 
 // Start implements Engine.

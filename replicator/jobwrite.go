@@ -52,7 +52,7 @@ func (s *Store) RemoveJob(ctx context.Context, tr kv.Transaction, jobID string, 
 	if d != nil && d.DBUUID != "" {
 		tr.Clear(s.dbJobKey(d.DBUUID, d.DocID)) // also for a job the index never saw
 	}
-	tr.Clear(s.progressKey(jobID))
+	s.clearProgress(tr, jobID)
 	tr.Clear(s.failedDocsKey(jobID))
 	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.NotFound}})
 }
@@ -98,7 +98,7 @@ func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string,
 				tr.Clear(s.repIDKey(d.RepID))
 			}
 		}
-		tr.Clear(s.progressKey(id))
+		s.clearProgress(tr, id)
 		tr.Clear(s.failedDocsKey(id))
 		if d := datas[i]; d != nil && d.DBUUID != "" {
 			tr.Clear(s.dbJobKey(d.DBUUID, d.DocID))

@@ -26,10 +26,13 @@ type Progress struct {
 	Sync *engine.Sync `json:"sync,omitempty"`
 }
 
-// ProgressWrite is one change of WriteProgress: the job's progress set
-// to Progress, or removed when Progress is nil.
+// ProgressWrite is one change of WriteProgress: the progress of the run
+// (Node, Start) of job JobID set to Progress (whose Node and Start name
+// the run then), or removed when Progress is nil.
 type ProgressWrite struct {
 	JobID    string
+	Node     string
+	Start    int64
 	Progress *Progress
 }
 
@@ -38,16 +41,24 @@ type ProgressWrite struct {
 // about 100 kB.
 const progressPageMax = 250
 
-func (s *Store) progressKey(jobID string) kv.Key {
-	return s.root.Pack(tuple.Tuple{keyProgress, jobID})
+// progressKey is the key of the progress of one run of a job: a run's
+// end removes its own value, never that of a run of the job started
+// since, on this node or another.
+func (s *Store) progressKey(jobID, node string, start int64) kv.Key {
+	return s.root.Pack(tuple.Tuple{keyProgress, jobID, node, start})
+}
+
+// clearProgress removes the progress of every run of a job, in tr.
+func (s *Store) clearProgress(tr kv.Transaction, jobID string) {
+	tr.ClearRange(prefixRange(s.root, tuple.Tuple{keyProgress, jobID}))
 }
 
 // WriteProgress applies writes in transactions of blind writes (at most
 // progressPageMax each): they read nothing, so they conflict with
 // nothing, and one run again after commit_unknown_result writes the same
-// values. Removals apply before sets, so a run that ended and a run of
-// the same job that started since, in one call, leave the new run's
-// progress. On an error, the pages before it were written.
+// values. Each run has a key of its own, so removing the progress of a
+// run that ended never removes that of a run of the same job started
+// since. On an error, the pages before it were written.
 func (s *Store) WriteProgress(ctx context.Context, writes []ProgressWrite) error {
 	ordered := make([]ProgressWrite, 0, len(writes))
 	vals := make([][]byte, 0, len(writes))
@@ -71,9 +82,9 @@ func (s *Store) WriteProgress(ctx context.Context, writes []ProgressWrite) error
 		if _, err := kv.Transact(ctx, s.DB, func(tr kv.Transaction) (any, error) {
 			for i, w := range page {
 				if pvals[i] == nil {
-					tr.Clear(s.progressKey(w.JobID))
+					tr.Clear(s.progressKey(w.JobID, w.Node, w.Start))
 				} else {
-					tr.Set(s.progressKey(w.JobID), pvals[i])
+					tr.Set(s.progressKey(w.JobID, w.Progress.Node, w.Progress.Start), pvals[i])
 				}
 			}
 			return nil, nil
@@ -92,7 +103,7 @@ func (s *Store) overlayProgress(tr kv.ReadTransaction, jobs []PageJob) error {
 	futs := make([]kv.FutureByteSlice, len(jobs))
 	for i, j := range jobs {
 		if j.State == fdbjobs.Running && j.Data != nil && j.Data.State == StateRunning {
-			futs[i] = tr.Get(s.progressKey(j.ID))
+			futs[i] = tr.Get(s.progressKey(j.ID, j.Data.Node, j.Data.LastStart))
 		}
 	}
 	for i, f := range futs {

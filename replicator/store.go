@@ -42,7 +42,7 @@ const (
 	keyOwnerCounts  = 21 // (21, Owner) -> int64 LE
 	keyOwnerRunning = 22 // (22, Owner, Node, JobID) -> ""
 
-	keyProgress   = 23 // (23, JobID) -> JSON Progress (progress.go)
+	keyProgress   = 23 // (23, JobID, Node, Start) -> JSON Progress (progress.go)
 	keyFailedDocs = 24 // (24, JobID) -> JSON []FailedDoc (failed.go)
 )
 

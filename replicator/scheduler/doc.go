@@ -96,6 +96,25 @@
 // ends completes the job (state completed, state_info = stats,
 // checkpoint_history = the final checkpoint, the document updated).
 //
+// # Hosts that answer again
+//
+// A job that crashed because a request could not connect to its host
+// (refused, no route, name not resolved: engine.UnreachableHost) is
+// remembered by the node that crashed it, by host (hosts.go). At every
+// interval the node probes each such host once (Engine.Probe: a GET of
+// its root without credentials, any answer counts, at most 10 s), in a
+// goroutine of its own, one round at a time; when a host answers, the
+// backoff of its jobs ends at once (Store.EndBackoff, as
+// POST /_scheduler/jobs/{id}/_retry: pending at now, as when a backoff
+// runs out, the error count kept). Invariant: a job that crashed on a
+// host that did not answer is pending without backoff within one
+// interval (plus the probe) of the host answering again, as long as the
+// node that crashed it runs; otherwise (that node gone, a proxy in the
+// way, a crash of another kind) it waits out its backoff. The model test
+// (cmd/internal/sim) checks it: its hosts that go down refuse
+// connections, and its liveness bound for a host back up counts one
+// interval, not a backoff.
+//
 // # Live progress
 //
 // Heartbeats store a job's counters every StatsUpdateInterval (10 s);
@@ -110,7 +129,9 @@
 // (replicator.Store pages, ViewJob) show a running job's progress in
 // place of its data's counters when it names the job's current run and
 // is newer than the data; a run's progress is removed at the next tick
-// after the run ends (its last counters are in the job's data by then),
+// after the run ends (its last counters are in the job's data by then;
+// each run has a key of its own, so this never removes the progress of a
+// run of the same job started since, on this node or another),
 // and with the job. Cost: one transaction per node per second while any
 // of its jobs moves, about 200 kB at MaxJobs 500 all busy, none while
 // they are idle; heartbeats are unchanged. Invariant: the counters a run

@@ -55,6 +55,8 @@ type Node struct {
 	progressEnded  []*liveRun         // runs that ended since the progress loop's last write
 	syncByDB       map[string]*dbSync // the metrics' reading of the running jobs, per database
 	refusedByDB    map[string]int64   // documents refused, per database (MetricDocsRefused)
+	hosts          hostWatch          // jobs that crashed on hosts that did not answer (hosts.go)
+	probing        bool               // a probeHosts goroutine runs
 	wg             sync.WaitGroup
 	shares         replicator.ShareTable // as of the last roll-up
 	charges        map[string]int64
@@ -254,6 +256,7 @@ func (n *Node) serve(ctx context.Context) {
 		if err := n.reschedule(ctx); err != nil && ctx.Err() == nil {
 			cfg.Logger.Warn().Err(err).Msg("replicator: reschedule")
 		}
+		n.probeHosts(ctx)
 	}
 }
 

@@ -98,7 +98,7 @@ func (n *Node) writeProgress(ctx context.Context) {
 	now := replicator.Millis(cfg.Clock.Now())
 	writes := make([]replicator.ProgressWrite, 0, len(ended)+len(runs))
 	for _, r := range ended {
-		writes = append(writes, replicator.ProgressWrite{JobID: r.jobID})
+		writes = append(writes, replicator.ProgressWrite{JobID: r.jobID, Node: r.node, Start: r.start})
 	}
 	var changed []*liveRun
 	var counts []engine.Stats

@@ -588,6 +588,11 @@ func (w *worker) crash(d *replicator.JobData, err error) {
 		return w.crashTx(tr, x, tag, reason, now, jitter)
 	}) {
 		w.logCrashed(d, tag, reason, now, jitter)
+		// Through a proxy, the host's answer to a probe says nothing of
+		// the path the replication takes: it waits out its backoff.
+		if host := engine.UnreachableHost(err); host != "" && d.Rep != nil && d.Rep.Source.Proxy == "" && d.Rep.Target.Proxy == "" {
+			w.n.watchHost(host, w.job.ID)
+		}
 	}
 }
 

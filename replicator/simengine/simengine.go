@@ -10,6 +10,7 @@ package simengine
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"time"
 
@@ -261,3 +262,16 @@ func (r *run) Sync() engine.Sync { return engine.Sync{CaughtUp: true} }
 
 // Refused returns nothing: a simulated target refuses no document.
 func (r *run) Refused(int64) []engine.RefusedDoc { return nil }
+
+// Probe reports the host of base unreachable while a failure set by
+// SetFail for a source under base is one (engine.Unreachable).
+func (e *Engine) Probe(_ context.Context, base string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for src, err := range e.fail {
+		if strings.HasPrefix(src, base) && engine.Unreachable(err) {
+			return err
+		}
+	}
+	return nil
+}

@@ -2,11 +2,14 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"sync"
 	"time"
 
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
@@ -163,7 +166,7 @@ func (n nodeEngine) Start(ctx context.Context, rep engine.Replication, opts engi
 	}
 	down := e.down[hostOf(job)]
 	if down {
-		e.inner.SetFail(job, fmt.Errorf("%w: could not open %s", engine.ErrDBNotFound, job))
+		e.inner.SetFail(job, refused(job))
 	} else {
 		e.inner.SetFail(job, nil)
 	}
@@ -203,6 +206,23 @@ func (w *watchedRun) Stop(ctx context.Context) error {
 	}
 	w.e.mu.Unlock()
 	return w.Run.Stop(ctx)
+}
+
+// refused is the error of a run whose source's host is down: its first
+// request could not connect (engine.UnreachableHost names the host).
+func refused(job string) error {
+	return fmt.Errorf("%w: %w", engine.ErrHTTP, &couch.RequestError{Method: "GET", URL: job, Attempts: 1,
+		Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}})
+}
+
+// Probe implements replicator.Engine: a host set down does not answer.
+func (n nodeEngine) Probe(_ context.Context, base string) error {
+	n.e.mu.Lock()
+	defer n.e.mu.Unlock()
+	if n.e.down[hostOf(base)] {
+		return refused(base)
+	}
+	return nil
 }
 
 func hostOf(job string) string {

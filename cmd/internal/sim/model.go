@@ -79,6 +79,17 @@ func (tm timing) backoff(k int) time.Duration {
 	return min(wait, tm.maxBackoff)
 }
 
+// upThroughout reports whether node has run, reaching the store, without
+// a break since t.
+func (m *Model) upThroughout(w *World, node string, t time.Time) bool {
+	for _, n := range w.nodes {
+		if n.Name == node {
+			return n.Up && !n.Partitioned && !n.Since.After(t)
+		}
+	}
+	return false
+}
+
 // cutOff reports whether node runs cut off from the store and may still
 // run its jobs (its hold on them has not expired): it cannot know that a
 // job was removed meanwhile.
@@ -104,7 +115,7 @@ func (tm timing) takeBack() time.Duration { return 2*tm.jobTimeout + tm.monitor 
 // runnableFrom returns when j became runnable, from its runs, or zero
 // when it is not runnable at now (its endpoint down since it failed),
 // with why.
-func (m *Model) runnableFrom(j *job, runs []Record, now time.Time) (time.Time, string) {
+func (m *Model) runnableFrom(w *World, j *job, runs []Record, now time.Time) (time.Time, string) {
 	from, why := j.created, "added"
 	var last Record
 	if len(runs) > 0 {
@@ -139,8 +150,16 @@ func (m *Model) runnableFrom(j *job, runs []Record, now time.Time) (time.Time, s
 			}
 		}
 		from, why = last.Start.Add(m.tm.backoff(k)), fmt.Sprintf("backoff after %d errors", k)
-		if up := m.hostUp[j.host]; up.After(from) {
+		up := m.hostUp[j.host]
+		if up.After(from) {
 			from, why = up, "its endpoint answered again"
+		}
+		// The node that crashed it probes the host at its next interval
+		// and ends the backoff when it answers, if that node has run
+		// without a break since (scheduler doc.go, "Hosts that answer
+		// again").
+		if probed := up.Add(m.tm.step()); up.After(last.End) && probed.Before(from) && m.upThroughout(w, last.Node, last.End) {
+			from, why = probed, "its host answered again (probed by "+last.Node+")"
 		}
 	case !last.End.IsZero():
 		from, why = last.End, "stopped"
@@ -376,7 +395,7 @@ func (m *Model) check(w *World, now time.Time) problems {
 			j.everRan = true
 			continue
 		}
-		from, why := m.runnableFrom(j, w.eng.Runs(j.src), now)
+		from, why := m.runnableFrom(w, j, w.eng.Runs(j.src), now)
 		if from.IsZero() || from.After(now) {
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/fdbrep/fdbrep/cmd/internal/wire"
 	"github.com/fdbrep/fdbrep/frontend"
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/repdb"
 	"github.com/fdbrep/fdbrep/replicator"
@@ -51,6 +52,21 @@ type service struct {
 	url  string
 	node *scheduler.Node
 	logs *testutil.Logs // the API's, the control plane's and the node's
+	db   kv.Database
+	cfg  scheduler.Config // the node's
+}
+
+// addNode starts another replication node named name on the service's
+// store, with the first node's configuration.
+func (s *service) addNode(name string) *scheduler.Node {
+	s.t.Helper()
+	cfg := s.cfg
+	cfg.NodeName = name
+	n, err := scheduler.New(s.db, replicatortest.JobsClient(s.t, s.db), nil, cfg)
+	require.NoError(s.t, err)
+	require.NoError(s.t, n.Start(context.Background()))
+	s.t.Cleanup(n.Stop)
+	return n
 }
 
 // nodeConfig is a replication node's configuration with short intervals.
@@ -106,7 +122,7 @@ func newServiceWith(t *testing.T, node func(*scheduler.Config), opts ...func(*fr
 	t.Cleanup(n.Stop)
 	ts := httptest.NewServer(api)
 	t.Cleanup(ts.Close)
-	return &service{t: t, url: ts.URL, node: n, logs: logs}
+	return &service{t: t, url: ts.URL, node: n, logs: logs, db: db, cfg: cfg}
 }
 
 type resp = testutil.Resp

@@ -3,10 +3,14 @@ package wire_test
 import (
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,11 +141,14 @@ func TestInSync(t *testing.T) {
 		// A port nobody listens at: taken, then let go.
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
-		nowhere := fmt.Sprintf("http://%s/nowhere", l.Addr())
+		addr := l.Addr().String()
+		name, pass := couch.Admin()
+		nowhere := fmt.Sprintf("http://%s:%s@%s/nowhere", name, pass, addr)
 		require.NoError(t, l.Close())
 		couch.CreateDB(t, "lonely")
+		couch.AddDocs(t, "lonely", 0, 3)
 		r := e.do("PUT", "/_replicator/unreachable", asAdmin, map[string]any{"source": couch.AuthDBURL("lonely"),
-			"target": nowhere, "continuous": true, "retries_per_request": 3})
+			"target": nowhere, "create_target": true, "continuous": true, "retries_per_request": 3})
 		require.Equal(t, 201, r.Status, r.Raw)
 		var i map[string]any
 		testutil.Eventually(t, "the stall of an unreachable target", func() bool {
@@ -187,6 +194,120 @@ func TestInSync(t *testing.T) {
 		require.Equal(t, "conflict", r.Body["error"])
 		r = e.do("POST", "/_scheduler/jobs/no-such-job/_retry", asAdmin, nil)
 		require.Equal(t, 404, r.Status, r.Raw)
+
+		// The host answers again (CouchDB, behind a proxy on that port):
+		// the node that crashed the job probes it at its next interval
+		// and ends the backoff (an hour long) at once.
+		l, err = net.Listen("tcp", addr)
+		require.NoError(t, err)
+		base, err := url.Parse(couch.URL())
+		require.NoError(t, err)
+		srv := &http.Server{Handler: httputil.NewSingleHostReverseProxy(base), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(l) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		back := time.Now()
+		testutil.Eventually(t, "running again once its host answers", func() bool {
+			r := e.do("GET", "/_scheduler/docs/_replicator/unreachable", asAdmin, nil)
+			row = r.Body
+			i, _ := r.Body["info"].(map[string]any)
+			return r.Body["state"] == "running" && i != nil && i["docs_written"] == float64(3)
+		})
+		t.Logf("running again %v after its host answered: %v", time.Since(back).Round(time.Millisecond), row)
+		require.Equal(t, 3, docCount(couch.AuthDBURL("nowhere")))
+	})
+
+	// stallOf waits for doc's stall to have reason, and returns it.
+	stallOf := func(t *testing.T, doc, reason string) map[string]any {
+		t.Helper()
+		var st map[string]any
+		testutil.Eventually(t, doc+"'s stall "+reason, func() bool {
+			st, _ = info(doc)["stall"].(map[string]any)
+			return st != nil && st["reason"] == reason
+		})
+		t.Logf("%s: %v", doc, st)
+		return st
+	}
+
+	t.Run("source unreachable", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		gone := fmt.Sprintf("http://%s/gone", l.Addr())
+		require.NoError(t, l.Close())
+		r := e.do("PUT", "/_replicator/nosource", asAdmin, map[string]any{"source": gone,
+			"target": couch.AuthDBURL("tgt"), "continuous": true, "retries_per_request": 3})
+		require.Equal(t, 201, r.Status, r.Raw)
+		st := stallOf(t, "nosource", "source_unreachable")
+		require.Contains(t, st["detail"], "connection refused")
+	})
+
+	t.Run("retrying, then moving again", func(t *testing.T) {
+		// The target answers 503 to writes until told otherwise.
+		var refuse atomic.Bool
+		refuse.Store(true)
+		proxy := faultProxy(t, couch.URL(), func(w http.ResponseWriter, r *http.Request) bool {
+			if refuse.Load() && strings.HasSuffix(r.URL.Path, "/_bulk_docs") {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`{"error":"service_unavailable","reason":"busy"}`))
+				return true
+			}
+			return false
+		})
+		couch.CreateDB(t, "busysrc")
+		couch.AddDocs(t, "busysrc", 0, 10)
+		name, pass := couch.Admin()
+		r := e.do("PUT", "/_replicator/busy", asAdmin, map[string]any{"source": couch.AuthDBURL("busysrc"),
+			"target": fmt.Sprintf("http://%s:%s@%s/busytgt", name, pass, proxy), "create_target": true,
+			"continuous": true, "retries_per_request": 8})
+		require.Equal(t, 201, r.Status, r.Raw)
+		st := stallOf(t, "busy", "retrying")
+		require.Contains(t, st["detail"], "503 service_unavailable")
+		require.Contains(t, st["detail"], "of 9")
+		require.Contains(t, st["detail"], proxy)
+		refuse.Store(false)
+		testutil.Eventually(t, "moving again, caught up", func() bool {
+			i := info("busy")
+			return i != nil && i["stall"] == nil && i["caught_up"] == true && i["docs_written"] == float64(10)
+		})
+	})
+
+	t.Run("connection stalled", func(t *testing.T) {
+		// The target's proxy takes requests for the database and never
+		// answers them.
+		hang := make(chan struct{})
+		t.Cleanup(func() { close(hang) })
+		proxy := faultProxy(t, couch.URL(), func(w http.ResponseWriter, r *http.Request) bool {
+			if strings.HasPrefix(r.URL.Path, "/silent") {
+				select {
+				case <-hang:
+				case <-r.Context().Done():
+				}
+				return true
+			}
+			return false
+		})
+		name, pass := couch.Admin()
+		r := e.do("PUT", "/_replicator/silent", asAdmin, map[string]any{"source": couch.AuthDBURL("busysrc"),
+			"target": fmt.Sprintf("http://%s:%s@%s/silent", name, pass, proxy), "continuous": true,
+			"connection_timeout": 1000})
+		require.Equal(t, 201, r.Status, r.Raw)
+		st := stallOf(t, "silent", "connection_stalled")
+		require.Contains(t, st["detail"], proxy)
+	})
+
+	t.Run("filtering", func(t *testing.T) {
+		// A filter that takes its time over each document and passes none:
+		// the source reads its changes for seconds, nothing comes.
+		couch.CreateDB(t, "sieve")
+		couch.PutDoc(t, "sieve", map[string]any{"_id": "_design/f", "filters": map[string]any{
+			"none": `function(doc, req) { var t = Date.now(); while (Date.now() - t < 8) {} return false; }`}})
+		couch.AddDocs(t, "sieve", 0, 3000)
+		r := e.do("PUT", "/_replicator/sieve", asAdmin, map[string]any{"source": couch.AuthDBURL("sieve"),
+			"target": couch.AuthDBURL("sieved"), "create_target": true, "continuous": true, "filter": "f/none"})
+		require.Equal(t, 201, r.Status, r.Raw)
+		st := stallOf(t, "sieve", "filtering")
+		require.Contains(t, st["detail"], "none passing")
+		i := info("sieve")
+		require.Equal(t, false, i["caught_up"])
 	})
 
 	t.Run("metrics", func(t *testing.T) {
@@ -212,6 +333,44 @@ func TestInSync(t *testing.T) {
 		}
 		promtoolCheck(t, text, "check", "metrics")
 	})
+
+	t.Run("refused documents survive a move", func(t *testing.T) {
+		// The node stops; another takes the jobs, and the refusals of the
+		// first are still listed, the second's after them.
+		e.node.Stop()
+		e.addNode("node2@127.0.0.1")
+		couch.AddDocs(t, "few", 5, 2)
+		var failed []any
+		testutil.Eventually(t, "the refusals of both nodes", func() bool {
+			r := e.do("GET", "/_scheduler/docs/_replicator/refused", asAdmin, nil)
+			i, _ := r.Body["info"].(map[string]any)
+			failed, _ = i["failed_docs"].([]any)
+			return r.Body["node"] == "node2@127.0.0.1" && len(failed) == 7 && i["doc_write_failures"] == float64(7)
+		})
+		for n, f := range failed {
+			require.Equal(t, fmt.Sprintf("doc-%08d", n), f.(map[string]any)["id"], "%v", failed)
+		}
+	})
+}
+
+// faultProxy serves a reverse proxy to base on 127.0.0.1 and returns its
+// address: fault handles each request first, and the proxy the requests
+// it did not (fault returned false).
+func faultProxy(t *testing.T, base string, fault func(http.ResponseWriter, *http.Request) bool) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !fault(w, r) {
+			rp.ServeHTTP(w, r)
+		}
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return l.Addr().String()
 }
 
 // promtoolCheck runs promtool with args on input (Debian's prometheus

@@ -1,0 +1,37 @@
+package replicator
+
+import (
+	"context"
+	"time"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+// EndBackoff ends the backoff of the crashing job jobID now: it is
+// pending at now, as if its backoff had just run out (a backoff's end
+// keeps the job's place in the fair share: its priority stays in its
+// data), with its error count (a crash after it backs off longer still);
+// its data's RetryAt becomes now. keep, when set, must accept the job's data
+// (else ErrNotFound, as for a job that does not exist); a job that is not
+// crashing is ErrConflict. One transaction; run again after
+// commit_unknown_result, it finds the job moved already and moves it to
+// the same time. It returns the job's data as written.
+func (s *Store) EndBackoff(ctx context.Context, jobID string, now time.Time, keep func(*JobData) bool) (*JobData, error) {
+	return kv.Transact(ctx, s.DB, func(tr kv.Transaction) (*JobData, error) {
+		d, st, err := s.Job(ctx, tr, jobID)
+		if err != nil {
+			return nil, err
+		}
+		if d == nil || keep != nil && !keep(d) {
+			return nil, NewReason(ErrNotFound, "missing")
+		}
+		if d.State != StateCrashing || st != fdbjobs.Pending {
+			return nil, NewReason(ErrConflict, "the job is %s, not crashing: it has no backoff to end", d.State)
+		}
+		x := d.Clone()
+		x.RetryAt = Millis(now)
+		// Adding a pending job moves it to the new time with the new data.
+		return x, s.Jobs.Add(ctx, tr, JobType, jobID, x.Encode(), x.RetryAt)
+	})
+}
