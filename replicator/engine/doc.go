@@ -47,6 +47,16 @@
 // endpoints; a refused certificate fails the run with an ErrHTTP error
 // that wraps couch.ErrTLS and names the setting to change.
 //
+// Run.Sync says whether the run is in sync with its source and, if not,
+// why (sync.go): the changes reader counts the rows it hands out, the
+// workers the batches they finish and the documents the target refuses
+// (Run.Refused keeps the last RefusedDocsMax), and the transports report
+// every attempt (couch.Options.Observe), from which a closed list of
+// stall reasons is kept, each cleared by the event that ends it (an
+// answer from that peer, a document written, a row passing the filter).
+// Probe (probe.go) tells whether a host that took no connection answers
+// again; the scheduler uses it to end such crashes' backoffs.
+//
 // # The protocol
 //
 // A run verifies both databases (GET {db}/: 401 → ErrUnauthorized, 403 →

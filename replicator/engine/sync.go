@@ -1,12 +1,8 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,58 +219,6 @@ func attemptReason(s side, err error) (reason, what string) {
 		return StallTargetUnreachable, err.Error()
 	}
 	return StallRetrying, err.Error()
-}
-
-// Unreachable reports an error of a connection that could not be made:
-// refused, no route, timed out while dialing, name not resolved.
-func Unreachable(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	var dns *net.DNSError
-	return errors.As(err, &dns)
-}
-
-// UnreachableHost returns the base URL (scheme://host[:port]/) of the
-// host a request failed to connect to, when err is such a failure
-// (Unreachable, of a couch.RequestError), else "".
-func UnreachableHost(err error) string {
-	var rerr *couch.RequestError
-	if !Unreachable(err) || !errors.As(err, &rerr) {
-		return ""
-	}
-	u, perr := url.Parse(rerr.URL)
-	if perr != nil || u.Host == "" {
-		return ""
-	}
-	return u.Scheme + "://" + u.Host + "/"
-}
-
-// Probe asks base (scheme://host[:port]/) for its root, without
-// credentials, and reports whether the host answers: nil for any answer,
-// whatever its status, and for an error after a connection was made (a
-// refused certificate: the host is there); the error when no connection
-// could be made (Unreachable) or ctx ended first. Proxies are not used.
-func Probe(ctx context.Context, base string, client ClientSettings) error {
-	tr := &http.Transport{TLSClientConfig: client.TLS, DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := tr.RoundTrip(req)
-	if err == nil {
-		_ = resp.Body.Close()
-		return nil
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if Unreachable(err) {
-		return err
-	}
-	return nil
 }
 
 // wrote records a write of n documents of which failed were refused,
