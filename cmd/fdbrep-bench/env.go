@@ -189,16 +189,28 @@ const benchDocsPerTx = 200
 func repDocID(i int) string { return fmt.Sprintf("doc%08d", i) }
 
 // writeRepDocs writes continuous replication documents from to to (ids
-// repDocID(i), sources src<i>, in database dbOf(i)) through the control
-// plane, as a frontend does (ParseDoc, DocWritten), benchDocsPerTx per
-// transaction.
+// repDocID(i), sources src<i> on an unreachable host, in database
+// dbOf(i)) through the control plane, benchDocsPerTx per transaction.
 func writeRepDocs(ctx context.Context, db kv.Database, plane *control.Plane, from, to int, dbOf func(int) string) error {
+	return writeDocs(ctx, db, plane, from, to, func(i int) (string, string, any) {
+		return dbOf(i), repDocID(i), map[string]any{"source": fmt.Sprintf("http://peer.invalid/src%08d", i), "target": "http://peer.invalid/tgt", "continuous": true}
+	})
+}
+
+// writeDocs writes the replication documents from to to, document i
+// being body in database db under id, through the control plane,
+// benchDocsPerTx per transaction.
+func writeDocs(ctx context.Context, db kv.Database, plane *control.Plane, from, to int, doc func(i int) (db, id string, body any)) error {
 	for from < to {
 		end := min(from+benchDocsPerTx, to)
 		parsed := make([]*control.Doc, 0, end-from)
 		for i := from; i < end; i++ {
-			raw, _ := json.Marshal(map[string]any{"source": fmt.Sprintf("http://peer.invalid/src%08d", i), "target": "http://peer.invalid/tgt", "continuous": true})
-			p, err := plane.ParseDoc(dbOf(i), repDocID(i), raw)
+			dbName, id, body := doc(i)
+			raw, err := json.Marshal(body)
+			if err != nil {
+				return err
+			}
+			p, err := plane.ParseDoc(dbName, id, raw)
 			if err != nil {
 				return err
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
-	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
@@ -170,26 +168,10 @@ func couchSchedulerBench(ctx context.Context, env *benchEnv, jobs, maxJobs, maxC
 		return err
 	}
 	defer node.Stop()
-	for from := 0; from < jobs; from += benchDocsPerTx {
-		var parsed []*control.Doc
-		for i := from; i < min(jobs, from+benchDocsPerTx); i++ {
-			raw, _ := json.Marshal(spec(i, "tgt_fdbrep"))
-			p, err := plane.ParseDoc("_replicator", fmt.Sprintf("r%08d", i), raw)
-			if err != nil {
-				return err
-			}
-			parsed = append(parsed, p)
-		}
-		if _, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
-			for _, p := range parsed {
-				if _, err := plane.DocWritten(ctx, tr, p); err != nil {
-					return nil, err
-				}
-			}
-			return nil, nil
-		}); err != nil {
-			return err
-		}
+	if err := writeDocs(ctx, db, plane, 0, jobs, func(i int) (string, string, any) {
+		return "_replicator", fmt.Sprintf("r%08d", i), spec(i, "tgt_fdbrep")
+	}); err != nil {
+		return err
 	}
 	fdbrepAll, err := waitAllRan(start, jobs, func() (int, error) {
 		var ms runtime.MemStats

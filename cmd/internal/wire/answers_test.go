@@ -40,6 +40,7 @@ func TestAnswersAsCouchDBs(t *testing.T) {
 		})}
 	couch.CreateDB(t, "src")
 	couch.AddDocs(t, "src", 0, 3)
+	couch.EnsureDB(t, "_replicator") // CouchDB creates it a moment after its start
 
 	// The documents of scenarios (a) to (c) go in at once on both sides;
 	// each scenario then waits for its own.
@@ -329,6 +330,24 @@ func sameValue(key string, c, f any) bool {
 	return c == f
 }
 
+// walkMembers compares the members of c and f by name: one only in c is
+// missing, one only in f extra, and the others are walked; at names
+// their paths.
+func (a *answers) walkMembers(what string, c, f map[string]any, at func(string) string) {
+	for _, k := range slices.Sorted(maps.Keys(c)) {
+		if _, ok := f[k]; !ok {
+			a.diffs = append(a.diffs, difference{what: what, path: at(k), kind: "missing", couch: short(c[k]), fdbrep: "-"})
+			continue
+		}
+		a.walk(what, at(k), c[k], f[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(f)) {
+		if _, ok := c[k]; !ok {
+			a.diffs = append(a.diffs, difference{what: what, path: at(k), kind: "extra", couch: "-", fdbrep: short(f[k])})
+		}
+	}
+}
+
 // walk compares c and f at path, recursively.
 func (a *answers) walk(what, path string, c, f any) {
 	add := func(path, kind string, c, f string) {
@@ -340,38 +359,13 @@ func (a *answers) walk(what, path string, c, f any) {
 	}
 	switch cv := c.(type) {
 	case map[string]any:
-		fv := f.(map[string]any)
-		for _, k := range slices.Sorted(maps.Keys(cv)) {
-			p := strings.TrimPrefix(path+"."+k, ".")
-			if _, ok := fv[k]; !ok {
-				add(p, "missing", short(cv[k]), "-")
-				continue
-			}
-			a.walk(what, p, cv[k], fv[k])
-		}
-		for _, k := range slices.Sorted(maps.Keys(fv)) {
-			if _, ok := cv[k]; !ok {
-				add(strings.TrimPrefix(path+"."+k, "."), "extra", "-", short(fv[k]))
-			}
-		}
+		a.walkMembers(what, cv, f.(map[string]any), func(k string) string { return strings.TrimPrefix(path+"."+k, ".") })
 	case []any:
 		fv := f.([]any)
 		if ce, fe, ok := eventsByType(cv, fv); ok {
 			// A job's history: how many events it holds depends on how
 			// often each server retried; compare the newest of each type.
-			for _, typ := range slices.Sorted(maps.Keys(ce)) {
-				p := fmt.Sprintf("%s[type=%s]", path, typ)
-				if _, ok := fe[typ]; !ok {
-					add(p, "missing", short(ce[typ]), "-")
-					continue
-				}
-				a.walk(what, p, ce[typ], fe[typ])
-			}
-			for _, typ := range slices.Sorted(maps.Keys(fe)) {
-				if _, ok := ce[typ]; !ok {
-					add(fmt.Sprintf("%s[type=%s]", path, typ), "extra", "-", short(fe[typ]))
-				}
-			}
+			a.walkMembers(what, ce, fe, func(typ string) string { return fmt.Sprintf("%s[type=%s]", path, typ) })
 			return
 		}
 		if len(cv) != len(fv) {

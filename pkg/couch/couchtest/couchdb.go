@@ -183,25 +183,33 @@ func runCouchScript(host *CouchDBHost, script string, args ...string) (string, e
 	return out.String(), nil
 }
 
-// addUserAttempts bounds AddUser's attempts at creating _users while
-// CouchDB creates it too (the loser of that race gets a 500).
-const addUserAttempts = 50
+// ensureAttempts bounds EnsureDB's attempts at creating a system database
+// while CouchDB creates it too.
+const ensureAttempts = 50
 
-// AddUser creates a CouchDB user (not an admin) with no roles, creating
-// the _users database first when CouchDB has not yet (it does so a
-// moment after its start).
-func (s *Server) AddUser(t testing.TB, name, password string) {
+// EnsureDB makes sure database name exists: CouchDB creates its system
+// databases (_users, _replicator) itself soon after it starts, and a
+// request racing it gets a 404 or a 500 until then; EnsureDB creates it,
+// or waits for CouchDB to, trying again every 20 ms.
+func (s *Server) EnsureDB(t testing.TB, name string) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		st := s.Request(t, http.MethodPut, "/_users", nil, nil)
+		st := s.Request(t, http.MethodPut, "/"+url.PathEscape(name), nil, nil)
 		if st == http.StatusCreated || st == http.StatusPreconditionFailed {
-			break
+			return
 		}
-		if attempt == addUserAttempts {
-			t.Fatalf("couchtest: creating _users: %d after %d attempts", st, attempt)
+		if attempt == ensureAttempts {
+			t.Fatalf("couchtest: creating %s: %d after %d attempts", name, st, attempt)
 		}
-		time.Sleep(20 * time.Millisecond) // CouchDB is creating it: its answer is a 500 until then
+		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// AddUser creates a CouchDB user (in _users, which it creates if needed:
+// see EnsureDB) with no roles.
+func (s *Server) AddUser(t testing.TB, name, password string) {
+	t.Helper()
+	s.EnsureDB(t, "_users")
 	s.must(t, http.MethodPut, "/_users/org.couchdb.user:"+url.PathEscape(name),
 		map[string]any{"name": name, "password": password, "roles": []string{}, "type": "user"}, nil, http.StatusCreated)
 }
