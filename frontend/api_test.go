@@ -21,8 +21,7 @@ func TestServerEndpoints(t *testing.T) {
 	require.Equal(t, "test", r.Body["version"])
 	require.NotContains(t, r.Body, "uuid", "no server UUID configured")
 
-	r = e.do("GET", "/_up", anon, nil)
-	require.Equal(t, 200, r.Status)
+	r = e.requireUp(t)
 	require.Equal(t, "ok", r.Body["status"])
 
 	r = e.do("GET", "/_uuids?count=3", anon, nil)

@@ -228,15 +228,16 @@ func mustHex(t *testing.T, password, prf, salt string, iter int) string {
 // requireUp checks that GET /_up answers 200 without a user. Its store
 // probe may meet an injected fault (a 503 for that answer: seed
 // 9279236026593257774 in a clean-clone CI run), so it is asked until it
-// answers 200, at most 20 times, and never answers 401.
-func (e *testEnv) requireUp(t *testing.T) {
+// answers 200, at most 20 times, and never answers 401. It returns the
+// 200 answer.
+func (e *testEnv) requireUp(t *testing.T) resp {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		st := e.do("GET", "/_up", anon, nil).Status
-		require.NotEqual(t, 401, st)
-		if st == 200 {
-			return
+		r := e.do("GET", "/_up", anon, nil)
+		require.NotEqual(t, 401, r.Status)
+		if r.Status == 200 {
+			return r
 		}
-		require.Less(t, attempt, 20, "/_up kept answering %d", st)
+		require.Less(t, attempt, 20, "/_up kept answering %d", r.Status)
 	}
 }
