@@ -219,15 +219,17 @@ func (n *Node) take(l Layers, apply bool) {
 // configuration, written before Start returns), then heartbeats, watches
 // the runtime settings and applies their changes until Stop or ctx ends.
 func (n *Node) Start(ctx context.Context) error {
-	n.started = n.opts.Clock.Now()
-	if err := n.beat(ctx, true); err != nil {
-		return err
-	}
-	n.mu.Lock()
-	n.registered = true
-	n.mu.Unlock()
-	n.svc.Start(ctx, nil, n.run)
-	return nil
+	_, err := n.svc.Start(ctx, func(ctx context.Context) error {
+		n.started = n.opts.Clock.Now()
+		if err := n.beat(ctx, true); err != nil {
+			return err
+		}
+		n.mu.Lock()
+		n.registered = true
+		n.mu.Unlock()
+		return nil
+	}, n.run)
+	return err
 }
 
 // Stop stops the node's loop and removes its membership record, so that

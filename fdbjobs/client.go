@@ -216,10 +216,11 @@ func (c *Client) readTypes(tr kv.ReadTransaction) (map[string]time.Duration, err
 // DisableActivityMonitor is set, and serves Subscribe with a notifier per
 // type. Start on a started Client does nothing.
 func (c *Client) Start(ctx context.Context) error {
-	c.svc.Start(ctx, func(ctx context.Context) {
+	_, err := c.svc.Start(ctx, func(ctx context.Context) error {
 		c.mu.Lock()
 		c.runCtx = ctx
 		c.mu.Unlock()
+		return nil
 	}, func(ctx context.Context) {
 		c.serve(ctx)
 		c.mu.Lock()
@@ -234,7 +235,7 @@ func (c *Client) Start(ctx context.Context) error {
 			n.stop()
 		}
 	})
-	return nil
+	return err
 }
 
 // Stop stops the background services and waits for them to end. Pending

@@ -57,8 +57,8 @@ func (c *Client) NewActivityMonitor(typ string) *ActivityMonitor {
 // Start runs the monitor until Stop or until ctx ends. Starting a started
 // monitor does nothing.
 func (m *ActivityMonitor) Start(ctx context.Context) error {
-	m.svc.Start(ctx, nil, m.run)
-	return nil
+	_, err := m.svc.Start(ctx, nil, m.run)
+	return err
 }
 
 // Stop stops the monitor and waits for it. Stop before Start and a second

@@ -212,7 +212,7 @@ func newNotifier(c *Client, typ string, seq uint64) *notifier {
 	return &notifier{c: c, typ: typ, seq: seq, poke: make(chan struct{}, 1), subs: map[string]map[*Subscription]bool{}, batch: c.cfg.BatchSize}
 }
 
-func (n *notifier) start(ctx context.Context) { n.svc.Start(ctx, nil, n.run) }
+func (n *notifier) start(ctx context.Context) { _, _ = n.svc.Start(ctx, nil, n.run) }
 
 // stop ends the loop and closes every subscription (their queued events
 // stay readable).

@@ -4,8 +4,10 @@
 //
 // A service embeds a Base and calls Start with its loop. The rules are the
 // same everywhere:
-//   - Start runs the loop on a new goroutine under a context derived from
-//     the caller's; Start on a running service does nothing.
+//   - Start decides first: on a running service it does nothing, not even
+//     the service's start-up work (River's StartInit). Then it runs that
+//     work (prepare), and, unless it failed, the loop on a new goroutine
+//     under a context derived from the caller's.
 //   - Stop cancels that context and waits for the loop to return. Stop
 //     before Start, and a second Stop, do nothing; Stop may race Start.
 //   - A service whose context ended (the caller's ctx was cancelled) is
@@ -28,32 +30,39 @@ type Base struct {
 }
 
 // Start starts run on a new goroutine with a context derived from ctx and
-// reports whether it did (false: the service is already running). prepare,
-// when not nil, runs first on the caller's goroutine with that context,
-// under the lifecycle lock, so that state it sets is in place before
-// Start returns and before run begins.
-func (b *Base) Start(ctx context.Context, prepare, run func(ctx context.Context)) bool {
+// reports whether it did (false: the service is already running, or
+// prepare failed). prepare, when not nil, is the service's start-up work:
+// it runs only when the service is not running, first, on the caller's
+// goroutine with that context and under the lifecycle lock, so that state
+// it sets is in place before Start returns and before run begins, and a
+// concurrent Start or Stop waits for it. When it returns an error the
+// service stays stopped and Start returns the error.
+func (b *Base) Start(ctx context.Context, prepare func(ctx context.Context) error, run func(ctx context.Context)) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.cancel != nil {
 		if b.ctx.Err() == nil {
-			return false
+			return false, nil
 		}
 		// The loop ends, or ended, with its context: wait, then restart.
 		<-b.done
 		b.cancel()
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	if prepare != nil {
+		if err := prepare(ctx); err != nil {
+			cancel()
+			b.ctx, b.cancel, b.done = nil, nil, nil
+			return false, err
+		}
+	}
 	done := make(chan struct{})
 	b.ctx, b.cancel, b.done = ctx, cancel, done
-	if prepare != nil {
-		prepare(ctx)
-	}
 	go func() {
 		defer close(done)
 		run(ctx)
 	}()
-	return true
+	return true, nil
 }
 
 // Stop cancels the running loop's context and waits for it to return.

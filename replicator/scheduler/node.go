@@ -149,20 +149,22 @@ func (n *Node) Reschedule() {
 	}
 }
 
-// Start registers the rep_jobs type, then starts the acceptors and the
+// Start registers the rep_jobs type, takes back the jobs an earlier run
+// of this node left running (takeBack), then starts the acceptors and the
 // rescheduling loop; they run until Stop or until ctx ends (the node then
-// shuts down as by Stop). Start on a started node does nothing; a node
-// whose ctx ended starts again.
+// shuts down as by Stop). Start on a started node does nothing, the take
+// back included (it would put the node's own running jobs back in the
+// queue); a node whose ctx ended starts again.
 func (n *Node) Start(ctx context.Context) error {
-	cfg := n.Config()
-	uuid, err := n.store.Setup(ctx, cfg.JobTimeout)
-	if err != nil {
-		return err
-	}
-	if err := n.takeBack(ctx, cfg); err != nil {
-		return err
-	}
-	n.svc.Start(ctx, func(runCtx context.Context) {
+	_, err := n.svc.Start(ctx, func(runCtx context.Context) error {
+		cfg := n.Config()
+		uuid, err := n.store.Setup(runCtx, cfg.JobTimeout)
+		if err != nil {
+			return err
+		}
+		if err := n.takeBack(runCtx, cfg); err != nil {
+			return err
+		}
 		opCtx, stopHard := context.WithCancel(context.WithoutCancel(runCtx))
 		n.mu.Lock()
 		n.ctx, n.opCtx, n.stopHard, n.stopping, n.serverUUID = runCtx, opCtx, stopHard, false, uuid
@@ -170,11 +172,12 @@ func (n *Node) Start(ctx context.Context) error {
 		n.wg.Add(1)
 		go n.progressLoop(runCtx)
 		n.mu.Unlock()
+		return nil
 	}, func(runCtx context.Context) {
 		n.serve(runCtx)
 		n.shutdown()
 	})
-	return nil
+	return err
 }
 
 // takeBack re-enqueues at once the jobs an earlier run of a node with this

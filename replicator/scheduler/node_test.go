@@ -30,6 +30,28 @@ func TestNodeLifecycle(t *testing.T) {
 	require.Zero(t, n.Stats().Running)
 }
 
+// A second Start of a running node does nothing: its running jobs stay
+// running under it, not put back in the queue by the take back that a
+// first Start does (it re-enqueued them while their workers ran on).
+func TestSecondStartLeavesRunningJobs(t *testing.T) {
+	c, eng := simCluster(t, 1, testConfig(), 0, 0)
+	const jobs = 3
+	ids := make([]string, jobs)
+	for i := range jobs {
+		doc := fmt.Sprintf("d%d", i)
+		c.PutDoc("_replicator", doc, repDoc(fmt.Sprintf("http://h/src%d", i), "http://h/tgt", true))
+		ids[i] = c.DocJobID("_replicator", doc)
+		c.WaitJob(doc+" running", ids[i], runningOn(c.Nodes[0].Config().NodeName))
+	}
+	require.NoError(t, c.Nodes[0].Start(context.Background()))
+	for i, id := range ids {
+		_, state := c.JobSTime(id)
+		require.Equal(t, fdbjobs.Running, state, "job %d after a second Start", i)
+		require.Equal(t, 1, eng.Starts(fmt.Sprintf("http://h/src%d/", i)), "job %d started once", i)
+	}
+	require.Equal(t, jobs, c.Nodes[0].Stats().Running)
+}
+
 func TestConfigValidation(t *testing.T) {
 	db := kvtest.NewDB(t)
 	jc := replicatortest.JobsClient(t, db)
