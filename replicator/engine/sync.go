@@ -97,7 +97,11 @@ type Sync struct {
 	// pending count of the setup or the last checkpoint, counted down by
 	// the changes processed since, is 0; or the last changes request
 	// ended at the feed's end).
-	CaughtUp      bool  `json:"caught_up"`
+	CaughtUp bool `json:"caught_up"`
+	// CaughtUpSince is when the run last caught up after replicating
+	// anything: when it was first seen caught up, or when it last
+	// finished a batch of changes if later (changes that came and were
+	// replicated between two readings, which never saw it behind).
 	CaughtUpSince int64 `json:"caught_up_since,omitempty"`
 	// BehindSince is when a run that is not caught up last was (or its
 	// start); 0 while caught up.
@@ -334,6 +338,12 @@ func (h *health) sync(s Stats, passed int64) Sync {
 		h.caughtUp, h.behind = 0, now
 	}
 	out := Sync{CaughtUp: caught, CaughtUpSince: h.caughtUp, BehindSince: h.behind, LastProgress: h.progress, Throughput: rate}
+	if caught {
+		// Work done since this reading last saw the run catch up (changes
+		// that came and were replicated between two readings) makes the
+		// target identical to the source only when it ended.
+		out.CaughtUpSince = max(h.caughtUp, h.progress)
+	}
 	// The stall: the first present condition, in order of what to check
 	// first.
 	conds := []*condition{h.peer[sourceSide], h.peer[targetSide], h.refusing}

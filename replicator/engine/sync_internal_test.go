@@ -79,3 +79,29 @@ func TestHealthSync(t *testing.T) {
 	h.rowSent(true)
 	require.Nil(t, h.sync(pending(&some), 2).Stall, "a row passed the filter")
 }
+
+// caught_up_since is when the run last caught up after replicating
+// anything: changes that come and are replicated between two readings
+// move it, though no reading saw the run behind.
+func TestCaughtUpSinceAfterWork(t *testing.T) {
+	clk := clockwork.NewFakeClockAt(time.UnixMilli(1_000_000))
+	h := newHealth(clk, false)
+	zero := int64(0)
+	caught := h.sync(Stats{ChangesPending: &zero}, 0)
+	require.True(t, caught.CaughtUp)
+	clk.Advance(2 * time.Second)
+	require.Equal(t, caught.CaughtUpSince, h.sync(Stats{ChangesPending: &zero}, 0).CaughtUpSince, "idle: unchanged")
+
+	for range 3000 {
+		h.rowSent(true)
+	}
+	clk.Advance(time.Second)
+	h.batchDone()
+	done := clk.Now().UnixMilli()
+	clk.Advance(time.Second)
+	y := h.sync(Stats{ChangesPending: &zero}, 3000)
+	require.True(t, y.CaughtUp)
+	require.Equal(t, done, y.CaughtUpSince, "caught up when the new changes were replicated")
+	clk.Advance(time.Minute)
+	require.Equal(t, done, h.sync(Stats{ChangesPending: &zero}, 3000).CaughtUpSince, "idle again: unchanged")
+}
