@@ -15,15 +15,36 @@ all: build
 build:
 	$(GO) build -o $(BIN)/fdbrep ./cmd/fdbrep
 
-## build-fdb: the binary with the FoundationDB backend (-tags fdb), against
-## FoundationDB's client library: installed (its client package, or
-## ../shared/fdb/fdb.sh install), or that of ../shared/fdb.
+## build-fdb: $(BIN)/fdbrep-fdb, the binary with the FoundationDB backend
+## (-tags fdb; the embedded store too). It has a name of its own, so that
+## make run and make cluster, which build and run $(BIN)/fdbrep, never
+## replace it. It is linked against FoundationDB's client library
+## (libfdb_c): installed (its client package, or ../shared/fdb/fdb.sh
+## install), or that of ../shared/fdb. At run time the loader looks for
+## libfdb_c.so in LD_LIBRARY_PATH, then in FDB_RPATH (where FoundationDB's
+## Debian package and fdb.sh install put it), then where ldconfig knows of.
+## The binary is then run once (fdbrep-fdb version) under the caller's
+## LD_LIBRARY_PATH: where the loader finds no libfdb_c.so, the target fails
+## and says what to do.
 FDBSH ?= $(CURDIR)/../shared/fdb/fdb.sh
+FDB_RPATH ?= /usr/lib:/usr/local/lib
 build-fdb:
-	@if [ -f $(FDBSH) ]; then eval "$$(bash $(FDBSH) env)"; fi; $(GO) build -tags fdb -o $(BIN)/fdbrep ./cmd/fdbrep
+	@caller_ld_path="$${LD_LIBRARY_PATH:-}"; \
+	if [ -f $(FDBSH) ]; then eval "$$(bash $(FDBSH) env)"; fi; \
+	echo "$(GO) build -tags fdb -ldflags '-extldflags \"-Wl,-rpath,$(FDB_RPATH)\"' -o $(BIN)/fdbrep-fdb ./cmd/fdbrep"; \
+	$(GO) build -tags fdb -ldflags '-extldflags "-Wl,-rpath,$(FDB_RPATH)"' -o $(BIN)/fdbrep-fdb ./cmd/fdbrep || exit 1; \
+	if ! out=$$(LD_LIBRARY_PATH="$$caller_ld_path" $(BIN)/fdbrep-fdb version 2>&1); then \
+		echo "$(BIN)/fdbrep-fdb was built but does not start here:"; echo "  $$out"; \
+		echo "The loader looks for libfdb_c.so in LD_LIBRARY_PATH, in $(FDB_RPATH) and where ldconfig knows of."; \
+		echo "Install FoundationDB's client package (foundationdb-clients 7.3, from its GitHub releases),"; \
+		if [ -f $(FDBSH) ]; then echo "or run: sudo bash $(FDBSH) install,"; fi; \
+		echo "or run the binary with LD_LIBRARY_PATH set to the directory that holds libfdb_c.so."; \
+		exit 1; \
+	fi; echo "$(BIN)/fdbrep-fdb: $$out, with FoundationDB's client library"
 
-## run: start one node with every role on the embedded store in $(DATA_DIR),
-## with Fauxton at /_utils/ when it can be installed (npm; the node runs
+## run: start one node with every role on the embedded store in $(DATA_DIR)
+## ($(BIN)/fdbrep, built without FoundationDB; build-fdb's binary is
+## $(BIN)/fdbrep-fdb), with Fauxton at /_utils/ when it can be installed (npm; the node runs
 ## without it).
 run: build
 	@$(MAKE) --no-print-directory fauxton || echo "Fauxton not installed (needs npm): the node runs without /_utils"
