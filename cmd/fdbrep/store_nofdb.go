@@ -15,5 +15,5 @@ import (
 const fdbBuild = false
 
 func openFDB(context.Context, string, string, *zerolog.Logger) (kv.Database, error) {
-	return nil, errors.New("this binary was built without FoundationDB support; rebuild with -tags fdb (needs libfdb_c)")
+	return nil, errors.New("this binary was built without FoundationDB support: make build-fdb builds bin/fdbrep-fdb, which has it (go build -tags fdb; it needs FoundationDB's client library, libfdb_c)")
 }
