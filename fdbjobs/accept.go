@@ -19,12 +19,13 @@ import (
 // or its context ends.
 const WaitForever time.Duration = -1
 
-// AcceptOptions tune Accept. The zero value takes any pending job whose
-// scheduled time is at most MaxScheduledTimeDefault, without waiting.
+// AcceptOptions tune Accept. The zero value takes any pending job
+// scheduled up to now (Config.TimeUnit), without waiting.
 type AcceptOptions struct {
 	// MaxScheduledTime is the inclusive upper bound of the scheduled times
-	// of the jobs taken. Zero means MaxScheduledTimeDefault, or 0 with
-	// NoSchedule.
+	// of the jobs taken. Zero means now, in Config.TimeUnit (read at each
+	// look, so a job scheduled for later is taken once its time comes,
+	// when something wakes the Accept), or 0 with NoSchedule.
 	MaxScheduledTime int64
 	// NoSchedule takes only jobs scheduled at 0, in O(1) without reading a
 	// range of pending keys, by looking next to a random point: it needs
@@ -92,14 +93,10 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	if n < 1 || n > MaxBatch {
 		return nil, fmt.Errorf("%w: batch size %d outside [1, %d]", ErrInvalidArgument, n, MaxBatch)
 	}
-	max := opts.MaxScheduledTime
-	switch {
-	case opts.NoSchedule && max != 0:
+	if opts.NoSchedule && opts.MaxScheduledTime != 0 {
 		return nil, ErrNoScheduleMaxTime
-	case max == 0 && !opts.NoSchedule:
-		max = MaxScheduledTimeDefault
 	}
-	if err := checkSTime(max); err != nil {
+	if err := checkSTime(opts.MaxScheduledTime); err != nil {
 		return nil, err
 	}
 	token, err := newToken()
@@ -111,6 +108,10 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	wait := opts.Timeout != 0
 	for {
 		released, woken := c.claiming.released(), c.wake.wait(typ)
+		max := opts.MaxScheduledTime
+		if max == 0 && !opts.NoSchedule {
+			max = c.cfg.now()
+		}
 		jobs, watch, busy, err := c.acceptOnce(ctx, typ, n, max, opts.NoSchedule, token, wait)
 		if err != nil {
 			return nil, err

@@ -1,6 +1,8 @@
 package fdbjobs
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
@@ -245,4 +247,32 @@ func TestReenqueue(t *testing.T) {
 	ok, err = b.c.Reenqueue(b.ctx, nil, t1, "missing")
 	require.NoError(t, err)
 	require.False(t, ok)
+}
+
+// Accept and PendingCount without a maximum scheduled time take the jobs
+// scheduled up to now, in Config.TimeUnit: a job scheduled for later is
+// neither taken nor counted before its time (it was, up to 2^36).
+func TestDefaultMaxScheduledTimeIsNow(t *testing.T) {
+	for _, unit := range []time.Duration{0, time.Millisecond} {
+		t.Run(fmt.Sprint(unit), func(t *testing.T) {
+			b := setup(t, func(c *Config) { c.TimeUnit = unit })
+			per := int64(cmp.Or(unit, TimeUnitDefault))
+			now := b.clock.Now().UnixNano() / per
+			later := now + int64(time.Hour)/per
+			require.NoError(t, b.c.Add(b.ctx, nil, t1, "later", json.RawMessage(`{}`), later))
+			n, err := b.c.PendingCount(b.ctx, nil, t1, 0, 0)
+			require.NoError(t, err)
+			require.Zero(t, n, "not due")
+			_, err = b.c.Accept(b.ctx, t1, AcceptOptions{})
+			require.ErrorIs(t, err, ErrNotFound, "a job scheduled for later is not taken now")
+
+			b.clock.Advance(time.Hour)
+			n, err = b.c.PendingCount(b.ctx, nil, t1, 0, 0)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			job, err := b.c.Accept(b.ctx, t1, AcceptOptions{})
+			require.NoError(t, err)
+			require.Equal(t, "later", job.ID)
+		})
+	}
 }

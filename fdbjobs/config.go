@@ -39,9 +39,9 @@ const (
 	// AcceptRangeLimit is the number of pending keys a scheduled Accept
 	// reads to pick a job from at random.
 	AcceptRangeLimit = 1024
-	// MaxScheduledTimeDefault is the maximum scheduled time Accept uses
-	// when AcceptOptions.MaxScheduledTime is zero (couch_jobs' 2^36).
-	MaxScheduledTimeDefault int64 = 1 << 36
+	// TimeUnitDefault is the unit of scheduled times (Config.TimeUnit):
+	// seconds since the Unix epoch, couch_jobs' convention.
+	TimeUnitDefault = time.Second
 	// PendingCountLimitDefault is PendingCount's limit when given 0.
 	PendingCountLimitDefault = 1024
 	// FoldBatchDefault is the number of jobs FoldJobs reads per
@@ -84,6 +84,12 @@ type Config struct {
 	BatchIncrement int
 	// BatchFactor: see BatchFactorDefault; in (0, 1).
 	BatchFactor float64
+	// TimeUnit is the unit of scheduled times, counted from the Unix
+	// epoch: Accept and PendingCount without a maximum scheduled time take
+	// the jobs scheduled up to now (the Client's clock) in this unit, so
+	// that a job scheduled for later never runs early. Defaults to
+	// TimeUnitDefault; at least a nanosecond.
+	TimeUnit time.Duration
 	// DisableActivityMonitor stops a started Client from running activity
 	// monitors; some other node must run them or dead workers' jobs stay
 	// running forever.
@@ -108,8 +114,13 @@ func (c Config) withDefaults() Config {
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	c.BatchIncrement = cmp.Or(c.BatchIncrement, BatchIncrementDefault)
 	c.BatchFactor = cmp.Or(c.BatchFactor, BatchFactorDefault)
+	c.TimeUnit = cmp.Or(c.TimeUnit, TimeUnitDefault)
 	return c
 }
+
+// now is the Client's clock in scheduled-time units: the default maximum
+// scheduled time of Accept and PendingCount.
+func (c Config) now() int64 { return c.Clock.Now().UnixNano() / int64(c.TimeUnit) }
 
 func (c Config) validate() error {
 	bad := func(format string, a ...any) error {
@@ -130,6 +141,8 @@ func (c Config) validate() error {
 		return bad("BatchIncrement %d is negative", c.BatchIncrement)
 	case c.BatchFactor <= 0 || c.BatchFactor >= 1:
 		return bad("BatchFactor %v is not in (0, 1)", c.BatchFactor)
+	case c.TimeUnit < 0:
+		return bad("TimeUnit %v is negative", c.TimeUnit)
 	}
 	return nil
 }

@@ -443,12 +443,12 @@ func (c *Client) ActiveJobIDs(ctx context.Context, tx kv.ReadTransactor, typ str
 }
 
 // PendingCount counts the pending jobs of typ scheduled at or before
-// maxSTime (0 means MaxScheduledTimeDefault, as in AcceptOptions), up to
+// maxSTime (0 means now, in Config.TimeUnit, as in AcceptOptions), up to
 // limit (0 means PendingCountLimitDefault). It is a snapshot read: it never
 // makes a caller's transaction conflict.
 func (c *Client) PendingCount(ctx context.Context, tx kv.ReadTransactor, typ string, maxSTime int64, limit int) (int, error) {
 	if maxSTime == 0 {
-		maxSTime = MaxScheduledTimeDefault
+		maxSTime = c.cfg.now()
 	}
 	if err := checkSTime(maxSTime); err != nil {
 		return 0, err

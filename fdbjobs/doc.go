@@ -6,8 +6,8 @@
 //
 // # Model
 //
-// A job has a type, an id, JSON data and a scheduled time (an integer,
-// seconds since the Unix epoch by convention). It is pending, running or
+// A job has a type, an id, JSON data and a scheduled time (an integer
+// count of Config.TimeUnit since the Unix epoch: seconds by default). It is pending, running or
 // finished:
 //
 //	Add ──► pending ──Accept──► running ──Finish──► finished
@@ -186,7 +186,8 @@
 // Types and job ids are strings. Data is any JSON value. Scheduled times
 // must be non-negative. Resubmit with nil data keeps the data, and the
 // Go Resubmit takes the scheduled time explicitly (couch_jobs' resubmit/2
-// moved the job to 2^36). Unsubscribe really drops queued events, and
+// moved the job to 2^36). An Accept without a maximum scheduled time takes
+// the jobs due now, not every job scheduled up to 2^36. Unsubscribe really drops queued events, and
 // WaitState keeps its filter. Every Subscribe returns a new Subscription.
 // The ACTIVITY value is empty (the notifier reads DATA).
 package fdbjobs
