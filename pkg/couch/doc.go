@@ -20,12 +20,21 @@
 // SessionRefreshInterval (550 s) when it has none, and when a request that
 // used it is answered 401 (the request is then sent again at once, not
 // counting as a retry). The DB sends Basic on every request instead, for
-// good, when the peer shows sessions do not work: a login answered 401, 404,
-// 405 or 501, a login answered without a cookie, or a new cookie refused
-// before it ever worked. A login answered 401 with WWW-Authenticate (CouchDB
-// with require_valid_user) is repeated once with Basic. AuthBasic sends
-// Basic on every request. The password travels only in the login's body and
-// the Basic header.
+// good, when the peer shows sessions do not work: a login answered 404, 405
+// or 501, a login answered without a cookie, or a new cookie refused before
+// it ever worked. A login answered 401 with WWW-Authenticate (a proxy doing
+// Basic auth itself, a peer whose require_valid_user guards _session too;
+// CouchDB 3.5's lets logins through) is repeated once with Basic, unless the
+// peer's reason says it found the name or password wrong. A login refused
+// otherwise (401, 403) is the peer's answer: the DB sends those credentials
+// no more, neither as Basic nor in another login, and every request fails
+// with that answer (an *HTTPError with Login set and the peer's reason), so
+// a wrong password costs one failed login per DB, not one per request.
+// CouchDB 3.x counts them: after 5 failed logins of a user from one address
+// within 5 minutes it refuses that user's right password too, from there,
+// until the 5 minutes are over ([chttpd_auth_lockout], on by default).
+// AuthBasic sends Basic on every request. The password travels only in the
+// login's body and the Basic header.
 //
 // # TLS and sockets
 //

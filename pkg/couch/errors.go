@@ -82,6 +82,10 @@ type HTTPError struct {
 	// Body is the start of the reply body (at most ErrorBodyMax bytes), e.g.
 	// the per-document results of a 417 _bulk_docs reply. Not printed.
 	Body []byte `json:"-"`
+	// Login reports the answer to a session's login (POST /_session,
+	// Method and URL) that refused it: the request that needed the login
+	// was not sent.
+	Login bool `json:"-"`
 }
 
 // ErrorBodyMax bounds HTTPError.Body.

@@ -69,7 +69,11 @@ type credential struct {
 // refused before it ever worked shows that the peer's sessions do not work
 // (a proxy dropping cookies, say): the DB then sends Basic for good, as it
 // does when the peer has no _session (404, 405 or 501) or answers a login
-// without a cookie.
+// without a cookie. A login the peer refuses (401, 403) is its answer:
+// the DB neither sends the same credentials as Basic nor logs in again,
+// and every request fails with that answer, so that a wrong password
+// costs one failed login per DB (peers lock accounts out after a few:
+// CouchDB's [chttpd_auth_lockout]).
 type session struct {
 	db  *DB
 	sem chan struct{} // one login at a time
@@ -80,21 +84,28 @@ type session struct {
 	proven    bool // a request with this cookie was answered 2xx
 	refreshAt time.Time
 	basic     bool // fall back to Basic for good
-	// validUser: the peer wants Basic on the login too (CouchDB's
-	// require_valid_user answers a login without it 401 with
-	// WWW-Authenticate).
+	// validUser: the peer wants Basic on the login too (it answered a
+	// login without it 401 with WWW-Authenticate: a proxy doing Basic
+	// auth itself, a peer whose require_valid_user guards _session too).
 	validUser bool
+	// refused is the peer's refusal of a login (401 or 403), which every
+	// later request returns without asking the peer again.
+	refused *HTTPError
 }
 
 func newSession(db *DB) *session { return &session{db: db, sem: make(chan struct{}, 1)} }
 
 // authorize returns the credential for the next attempt, logging in first
 // when there is no cookie yet or it is due for renewal. Concurrent callers
-// wait for one login.
+// wait for one login. After a refused login it returns the refusal.
 func (s *session) authorize(ctx context.Context) (credential, error) {
 	for {
 		s.mu.Lock()
 		switch {
+		case s.refused != nil:
+			err := s.refused
+			s.mu.Unlock()
+			return credential{}, err
 		case s.basic:
 			s.mu.Unlock()
 			return credential{basic: true}, nil
@@ -111,7 +122,7 @@ func (s *session) authorize(ctx context.Context) (credential, error) {
 			return credential{}, ctx.Err()
 		}
 		s.mu.Lock()
-		current := s.epoch == epoch && !s.basic && (s.cookie == "" || !s.db.opts.Clock.Now().Before(s.refreshAt))
+		current := s.epoch == epoch && !s.basic && s.refused == nil && (s.cookie == "" || !s.db.opts.Clock.Now().Before(s.refreshAt))
 		s.mu.Unlock()
 		if !current { // another caller logged in meanwhile
 			<-s.sem
@@ -135,16 +146,22 @@ func (s *session) authorize(ctx context.Context) (credential, error) {
 // login posts the credentials to the server's /_session (at the root of
 // the endpoint's host, as CouchDB does) and keeps the cookie, or falls
 // back to Basic when the peer shows it has no sessions (loginRefusals).
-// Other failures (no answer, 5xx after the retries) are returned; the
-// request that needed the login fails with them.
+// A 401 with WWW-Authenticate asks for Basic on the login itself: the
+// login is repeated once with it, unless the peer's reason says it checked
+// the name and password (CouchDB's "Name or password is incorrect."). A
+// login refused with 401 or 403 is returned, with HTTPError.Login set, and
+// kept (session.refused). Other failures (no answer, 5xx after the
+// retries) are returned; the request that needed the login fails with
+// them.
 func (s *session) login(ctx context.Context) error {
 	form := url.Values{"name": {s.db.ep.Username}, "password": {s.db.ep.Password}}.Encode()
 	hdr := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
 	s.mu.Lock()
-	if s.validUser {
+	validUser := s.validUser
+	s.mu.Unlock()
+	if validUser {
 		hdr.Set("Authorization", s.db.auth)
 	}
-	s.mu.Unlock()
 	resp, _, err := s.db.do(ctx, Request{Method: http.MethodPost, Path: "/_session", Header: hdr, Body: []byte(form), login: true}, true)
 	var herr *HTTPError
 	switch {
@@ -156,15 +173,21 @@ func (s *session) login(ctx context.Context) error {
 		}
 		s.fallBack("the peer answered the login without an AuthSession cookie")
 		return nil
-	case errors.As(err, &herr) && herr.Status == http.StatusUnauthorized && herr.Header.Get("WWW-Authenticate") != "":
+	case errors.As(err, &herr) && herr.Status == http.StatusUnauthorized && herr.Header.Get("WWW-Authenticate") != "" &&
+		!validUser && herr.Reason != reasonWrongCredentials:
 		s.mu.Lock()
-		again := !s.validUser
 		s.validUser = true
 		s.mu.Unlock()
-		if again {
-			return s.login(ctx)
-		}
-		return err
+		return s.login(ctx)
+	case errors.As(err, &herr) && (herr.Status == http.StatusUnauthorized || herr.Status == http.StatusForbidden):
+		refused := *herr
+		refused.Login = true
+		s.mu.Lock()
+		s.refused = &refused
+		s.mu.Unlock()
+		s.db.log().Warn().Str("url", s.where()).Str("user", s.db.ep.Username).Int("status", herr.Status).
+			Str("reason", herr.Reason).Msg("couch: the peer refused the login; not trying these credentials again")
+		return &refused
 	case errors.As(err, &herr) && loginRefusals[herr.Status]:
 		s.fallBack(fmt.Sprintf("the peer answered the login %d %s", herr.Status, herr.Error_))
 		return nil
@@ -172,13 +195,18 @@ func (s *session) login(ctx context.Context) error {
 	return err
 }
 
+// reasonWrongCredentials is the reason CouchDB and pouchdb-server give a
+// login whose name or password they checked and found wrong.
+const reasonWrongCredentials = "Name or password is incorrect."
+
 // loginRefusals are the answers to a login that make a DB send Basic
-// instead: no _session (404, 405, 501), or credentials that are not a
-// session user's (401: an admin-party peer, a proxy doing Basic auth
-// itself; with a wrong password the requests are refused in turn, with
-// the peer's reason). CouchDB fails the replication on a 401.
+// instead: the peer has no _session (404, 405, 501). A 401 is not one:
+// the peers that answer it (CouchDB, pouchdb-server, admin party or not)
+// refuse the same credentials as Basic too, and each try counts toward
+// CouchDB's [chttpd_auth_lockout]; a proxy that does Basic auth itself
+// says so with WWW-Authenticate.
 var loginRefusals = map[int]bool{
-	http.StatusUnauthorized: true, http.StatusNotFound: true, http.StatusMethodNotAllowed: true, http.StatusNotImplemented: true,
+	http.StatusNotFound: true, http.StatusMethodNotAllowed: true, http.StatusNotImplemented: true,
 }
 
 // where is the login URL for logs (user name kept, password hidden).

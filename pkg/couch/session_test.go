@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,24 +106,92 @@ func TestSessionOneLogin(t *testing.T) {
 	require.Equal(t, couchtest.FaultCounts{Requests: 17, Logins: 1, Cookie: 16}, delta(proxy, before))
 }
 
-// A wrong password fails with the peer's 401 and appears nowhere.
+// A wrong password costs one failed login per DB, whatever the requests:
+// the peer's 401 to the login is its answer, not a cue to try Basic with
+// the same password (each try counts toward CouchDB's
+// [chttpd_auth_lockout]), and every request fails with it, the peer's
+// reason kept. The password appears nowhere.
 func TestSessionWrongPassword(t *testing.T) {
 	t.Parallel()
 	proxy := sessionPeer(t)
-	ep, err := couch.ParseEndpoint(json.RawMessage(fmt.Sprintf(`{"url":%q,"auth":{"basic":{"username":"bob","password":%q}}}`,
-		proxy.URL()+"/sec", "wrong-"+secret)))
-	require.NoError(t, err)
-	db, logs := newAuthDBEndpoint(t, ep, couch.Options{})
-	before := proxy.Counts()
-	err = db.DoJSON(context.Background(), couch.Request{}, nil)
-	require.ErrorIs(t, err, couch.ErrUnauthorized)
-	// The login is refused, so the DB tries Basic, which is refused too.
-	require.Equal(t, couchtest.FaultCounts{Requests: 2, Logins: 1, Basic: 1}, delta(proxy, before))
-	for _, s := range []string{err.Error(), logs.String(), fmt.Sprintf("%v %+v %#v", db, db, db)} {
-		require.NotContains(t, s, "wrong-")
-		requireNoSecret(t, s)
+	login := func(r *http.Request) bool { return r.URL.Path == "/_session" }
+	tests := []struct {
+		name       string
+		script     []couchtest.Fault // on the logins
+		requests   int
+		concurrent bool
+		want       couchtest.FaultCounts // Requests, Logins, Basic
+	}{
+		{"one request", nil, 1, false, couchtest.FaultCounts{Requests: 1, Logins: 1}},
+		{"requests after it", nil, 3, false, couchtest.FaultCounts{Requests: 1, Logins: 1}},
+		{"concurrent requests", nil, 8, true, couchtest.FaultCounts{Requests: 1, Logins: 1}},
+		// A proxy in front asks for Basic on the login (401 with
+		// WWW-Authenticate): the second login, with Basic, is the one
+		// CouchDB refuses.
+		{"the login wants Basic", []couchtest.Fault{couchtest.Fault401}, 3, false, couchtest.FaultCounts{Requests: 2, Logins: 2, Basic: 1}},
 	}
-	require.Contains(t, logs.String(), "sending Basic auth on every request")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ep, err := couch.ParseEndpoint(json.RawMessage(fmt.Sprintf(`{"url":%q,"auth":{"basic":{"username":"bob","password":%q}}}`,
+				proxy.URL()+"/sec", "wrong-"+secret)))
+			require.NoError(t, err)
+			db, logs := newAuthDBEndpoint(t, ep, couch.Options{HTTPConnections: 4})
+			require.NoError(t, proxy.SetConfig(couchtest.FaultConfig{Match: login}))
+			proxy.Script(tt.script...)
+			t.Cleanup(func() { require.NoError(t, proxy.SetConfig(couchtest.FaultConfig{})) })
+			before := proxy.Counts()
+			errs := make(chan error, tt.requests)
+			var wg sync.WaitGroup
+			for range tt.requests {
+				get := func() { errs <- db.DoJSON(context.Background(), couch.Request{}, nil) }
+				if tt.concurrent {
+					wg.Go(get)
+				} else {
+					get()
+				}
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.ErrorIs(t, err, couch.ErrUnauthorized)
+				var herr *couch.HTTPError
+				require.ErrorAs(t, err, &herr)
+				require.True(t, herr.Login, "the login's answer")
+				require.Equal(t, "POST", herr.Method)
+				require.Equal(t, "Name or password is incorrect.", herr.Reason)
+				for _, s := range []string{err.Error(), logs.String(), fmt.Sprintf("%v %+v %#v", db, db, db)} {
+					require.NotContains(t, s, "wrong-")
+					requireNoSecret(t, s)
+				}
+			}
+			require.Equal(t, tt.want, delta(proxy, before))
+			require.Contains(t, logs.String(), "the peer refused the login")
+			require.NotContains(t, logs.String(), "sending Basic auth on every request")
+		})
+	}
+
+	// The cases' DBs cost CouchDB 4 failed logins of bob from here, under
+	// its lockout threshold (5 within 5 minutes): the right password
+	// still works.
+	db, _ := newAuthDB(t, proxy.URL()+"/sec", couch.Options{}, nil)
+	getInfo(t, db, 1)
+
+	// A 401 with WWW-Authenticate whose reason says the peer checked the
+	// name and password is not repeated with Basic either.
+	var logins atomic.Int64
+	checked := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		logins.Add(1)
+		w.Header().Set("WWW-Authenticate", `Basic realm="server"`)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"error":"unauthorized","reason":"Name or password is incorrect."}`)
+	}))
+	t.Cleanup(checked.Close)
+	db, _ = newAuthDB(t, checked.URL+"/sec", couch.Options{}, nil)
+	for range 2 {
+		require.ErrorIs(t, db.DoJSON(context.Background(), couch.Request{}, nil), couch.ErrUnauthorized)
+	}
+	require.Equal(t, int64(1), logins.Load())
 }
 
 // Cookies are renewed when the peer refuses them (401) and when they near
