@@ -128,9 +128,10 @@
 // # Logging
 //
 // One zerolog line per request (LogRequests) with method, escaped path,
-// status, user, remote address, size and duration. Query strings, headers
-// and bodies are never logged, and error replies never carry storage
-// errors' text, so credentials cannot leak through logs.
+// status, user, remote address, size (bytes) and duration (duration_ms, in
+// milliseconds). Query strings, headers and bodies are never logged, and
+// error replies never carry storage errors' text, so credentials cannot
+// leak through logs.
 //
 // Server is an http.Handler: the caller owns the listener and its
 // shutdown. Init creates _replicator when missing.

@@ -366,7 +366,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 				}
 				s.log.Info().Str("method", r.Method).Str("path", r.URL.EscapedPath()).Int("status", w.status).
 					Str("user", name).Str("remote", r.RemoteAddr).Int("bytes", w.bytes).
-					Dur("duration", time.Since(start)).Msg("request")
+					Float64("duration_ms", float64(time.Since(start).Microseconds())/1000).Msg("request")
 			}
 		}()
 		u, refresh, he := s.auth.authenticate(r)

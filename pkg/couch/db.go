@@ -280,7 +280,7 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 		case resp.StatusCode == http.StatusTooManyRequests:
 			db.observe(Attempt{Method: r.Method, URL: where, N: attempts, Max: retries + 1, Err: newHTTPError(r.Method, where, resp, body)})
 			db.limiter.Failure(key)
-			db.log().Debug().Str("url", where).Str("method", r.Method).Dur("interval", db.limiter.Interval(key)).Msg("couch: 429, backing off")
+			db.log().Debug().Str("url", where).Str("method", r.Method).Float64("interval_ms", millis(db.limiter.Interval(key))).Msg("couch: 429, backing off")
 			attempts-- // 429s do not use up retries
 			continue
 		case resp.StatusCode == http.StatusUnauthorized && cred.cookie != "" && authRetries < authRetriesMax && db.sess.rejected(cred):
@@ -332,13 +332,17 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			}
 			return nil, nil, &RequestError{Method: r.Method, URL: where, Attempts: attempts, Err: retryable}
 		}
-		db.log().Debug().Str("url", where).Str("method", r.Method).Int("attempt", attempts).Dur("wait", wait).Str("error", retryable.Error()).Msg("couch: retrying")
+		db.log().Debug().Str("url", where).Str("method", r.Method).Int("attempt", attempts).Float64("wait_ms", millis(wait)).Str("error", retryable.Error()).Msg("couch: retrying")
 		if err := clockwait.Sleep(ctx, db.opts.Clock, wait); err != nil {
 			return nil, nil, err
 		}
 		wait = min(2*wait, db.opts.RetryWaitMax)
 	}
 }
+
+// millis is d in milliseconds, to the microsecond, for log fields named
+// …_ms.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // observe tells Options.Observe about an attempt.
 func (db *DB) observe(a Attempt) {

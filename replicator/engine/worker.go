@@ -244,7 +244,8 @@ func (w *workers) processBatch(ctx context.Context, rows []change) error {
 		return err
 	}
 	w.log.Debug().Int("rows", len(rows)).Int("missing", found).Bool("revs_diff_skipped", skipped).
-		Dur("diff", diffed.Sub(start)).Dur("fetch", fetched.Sub(diffed)).Dur("write", w.clock.Since(fetched)).Msg("batch replicated")
+		Float64("diff_ms", millis(diffed.Sub(start))).Float64("fetch_ms", millis(fetched.Sub(diffed))).
+		Float64("write_ms", millis(w.clock.Since(fetched))).Msg("batch replicated")
 	return nil
 }
 
@@ -460,3 +461,7 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// millis is d in milliseconds, to the microsecond, for log fields named
+// …_ms.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
