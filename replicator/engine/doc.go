@@ -45,7 +45,11 @@
 // Basic authentication) apply to both endpoints of every run, and a
 // replication's socket_options (Replication.SocketOptions) to both of its
 // endpoints; a refused certificate fails the run with an ErrHTTP error
-// that wraps couch.ErrTLS and names the setting to change.
+// that wraps couch.ErrTLS and names the setting to change. A request that
+// gets no answer fails with an ErrHTTP error naming the side, its
+// redacted URL and what failed ("source http://bob:*****@host/db/ refused
+// the connection (POST /_session, 6 attempts)"). Options.LogFields name
+// the job in every line of the run, its HTTP clients' included.
 //
 // Run.Sync says whether the run is in sync with its source and, if not,
 // why (sync.go): the changes reader counts the rows it hands out, the
@@ -60,7 +64,9 @@
 // # The protocol
 //
 // A run verifies both databases (GET {db}/: 401 → ErrUnauthorized, 403 →
-// ErrForbidden, anything else → ErrDBNotFound), creating the target first
+// ErrForbidden, each with the peer's reason, saying when its answer was
+// to the session's login and naming an account CouchDB locked out as
+// such; anything else → ErrDBNotFound), creating the target first
 // with create_target (PUT, create_target_params as query string, unless it
 // exists already). It reads the checkpoint documents _local/<base id> of
 // both sides and starts from their common ancestry (matching session ids in

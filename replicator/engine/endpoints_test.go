@@ -3,6 +3,8 @@ package engine_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -154,5 +156,76 @@ func requireNoEndpointSecret(t *testing.T, texts ...string) {
 	t.Helper()
 	for _, s := range texts {
 		require.False(t, strings.Contains(s, endpointSecret), "the password leaked: %s", s)
+	}
+}
+
+// A run that cannot start says which endpoint refused what, with the
+// peer's reason: a refused login (and a locked-out account, named as
+// such), a database the user may not read, an endpoint that refuses
+// connections. The "replication setup failed" line carries the job
+// layer's fields (Options.LogFields).
+func TestSetupFailureReasons(t *testing.T) {
+	t.Parallel()
+	srv := securedPeer(t, 1, "tgt")
+	srv.AddUser(t, "stranger", endpointSecret)
+	srv.AddUser(t, "locked", endpointSecret)
+	// CouchDB 3.5 locks a user out (from this address) after 5 failed
+	// logins ([chttpd_auth_lockout] threshold), right password or not.
+	for range 5 {
+		resp, err := http.PostForm(srv.URL()+"/_session", url.Values{"name": {"locked"}, "password": {"wrong-" + endpointSecret}})
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+	host := strings.TrimPrefix(srv.URL(), "http://")
+	as := func(user, password, base, db string) couch.Endpoint {
+		ep := authed(t, base, db)
+		ep.Username, ep.Password = user, password
+		return ep
+	}
+	tgt := authed(t, srv.URL(), "tgt")
+	tests := []struct {
+		name     string
+		src, tgt couch.Endpoint
+		is       error
+		want     string
+	}{
+		{"wrong password", as("replicator", "wrong-"+endpointSecret, srv.URL(), "src"), tgt, engine.ErrUnauthorized,
+			"unauthorized: unauthorized to access or create database http://replicator:*****@" + host + "/src/: " +
+				"the peer refused the login: Name or password is incorrect."},
+		{"not a member", as("stranger", endpointSecret, srv.URL(), "src"), tgt, engine.ErrForbidden,
+			"forbidden: forbidden to access database http://stranger:*****@" + host + "/src/: You are not allowed to access this db."},
+		{"locked out", as("locked", endpointSecret, srv.URL(), "src"), tgt, engine.ErrForbidden,
+			"forbidden: forbidden to access database http://locked:*****@" + host + "/src/: the peer refused the login: " +
+				"Account is temporarily locked due to multiple authentication failures (the account is locked out: CouchDB's " +
+				"[chttpd_auth_lockout] refuses a user's logins from an address, right password or not, after threshold failed ones " +
+				"from there, until max_lifetime after the first; 5 and 5 minutes by default)"},
+		{"source refuses connections", as("replicator", endpointSecret, "http://127.0.0.1:1", "src"), tgt, engine.ErrHTTP,
+			"http_request_failed: source http://replicator:*****@127.0.0.1:1/src/ refused the connection (POST /_session, 1 attempt)"},
+		{"target refuses connections", authed(t, srv.URL(), "src"), endpoint(t, "http://127.0.0.1:1/tgt"), engine.ErrHTTP,
+			"http_request_failed: target http://127.0.0.1:1/tgt/ refused the connection (GET /tgt/, 1 attempt)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logs := &testutil.SyncBuffer{}
+			rep := engine.Replication{Source: tt.src, Target: tt.tgt, RetriesPerRequest: couch.NoRetries}
+			_, err := start(t, rep, engine.Options{Logger: zerolog.New(logs),
+				LogFields: []any{"job_id", "j1", "db", "_replicator", "doc_id", "d1"}}).Wait()
+			require.ErrorIs(t, err, tt.is)
+			require.EqualError(t, err, tt.want)
+			var line struct {
+				JobID string `json:"job_id"`
+				DB    string `json:"db"`
+				DocID string `json:"doc_id"`
+				Error string `json:"error"`
+			}
+			for l := range strings.Lines(logs.String()) {
+				if strings.Contains(l, "replication setup failed") {
+					require.NoError(t, json.Unmarshal([]byte(l), &line))
+				}
+			}
+			require.Equal(t, "j1 _replicator d1 "+tt.want, line.JobID+" "+line.DB+" "+line.DocID+" "+line.Error)
+			requireNoEndpointSecret(t, logs.String())
+		})
 	}
 }

@@ -66,8 +66,9 @@ type dbInfo struct {
 }
 
 // info reads the database info, mapping failures as CouchDB's db_open does:
-// 401 unauthorized, 403 forbidden, anything else but a JSON object with
-// update_seq and instance_start_time is db_not_found.
+// 401 unauthorized, 403 forbidden (each followed by the peer's reason),
+// anything else but a JSON object with update_seq and instance_start_time
+// is db_not_found.
 func (p *peer) info(ctx context.Context) (dbInfo, error) {
 	var info dbInfo
 	err := p.do(ctx, http.MethodGet, "", nil, nil, &info)
@@ -75,9 +76,9 @@ func (p *peer) info(ctx context.Context) (dbInfo, error) {
 	case err == nil && len(info.UpdateSeq) > 0 && len(info.InstanceStartTime) > 0:
 		return info, nil
 	case errors.Is(err, ErrUnauthorized):
-		return info, fmt.Errorf("%w: unauthorized to access or create database %s", ErrUnauthorized, p.url())
+		return info, fmt.Errorf("%w: unauthorized to access or create database %s%s", ErrUnauthorized, p.url(), accessRefusal(err))
 	case errors.Is(err, ErrForbidden):
-		return info, fmt.Errorf("%w: forbidden to access database %s", ErrForbidden, p.url())
+		return info, fmt.Errorf("%w: forbidden to access database %s%s", ErrForbidden, p.url(), accessRefusal(err))
 	case err != nil && statusOf(err) == 0:
 		return info, err // transport failure after retries, max backoff, context
 	default:
@@ -108,13 +109,42 @@ func (p *peer) create(ctx context.Context, params json.RawMessage) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrUnauthorized):
-		return fmt.Errorf("%w: unauthorized to access or create database %s", ErrUnauthorized, p.url())
+		return fmt.Errorf("%w: unauthorized to access or create database %s%s", ErrUnauthorized, p.url(), accessRefusal(err))
 	case errors.Is(err, ErrForbidden):
-		return fmt.Errorf("%w: forbidden to create database %s", ErrForbidden, p.url())
+		return fmt.Errorf("%w: forbidden to create database %s%s", ErrForbidden, p.url(), accessRefusal(err))
 	case statusOf(err) != 0:
 		return nil
 	}
 	return err
+}
+
+// lockedOut is the start of CouchDB's reason for a 403 to a user locked
+// out by [chttpd_auth_lockout] ("Account is temporarily locked due to
+// multiple authentication failures").
+const lockedOut = "Account is temporarily locked"
+
+// accessRefusal is what ends the message of a 401 or 403 answer: the peer's
+// reason, saying when the answer was the login's, and naming a locked-out
+// account as such.
+func accessRefusal(err error) string {
+	var se *statusError
+	if !errors.As(err, &se) {
+		return ""
+	}
+	var s string
+	switch {
+	case se.login && se.Reason != "":
+		s = ": the peer refused the login: " + se.Reason
+	case se.login:
+		s = fmt.Sprintf(": the peer refused the login (HTTP %d)", se.Status)
+	case se.Reason != "":
+		s = ": " + se.Reason
+	}
+	if se.Status == http.StatusForbidden && strings.HasPrefix(se.Reason, lockedOut) {
+		s += " (the account is locked out: CouchDB's [chttpd_auth_lockout] refuses a user's logins from an address, right " +
+			"password or not, after threshold failed ones from there, until max_lifetime after the first; 5 and 5 minutes by default)"
+	}
+	return s
 }
 
 // isPouchServer reports whether the server root greets as express-pouchdb.

@@ -51,6 +51,11 @@ type Options struct {
 	// Logger receives the run's log lines; the zero value discards them.
 	Logger zerolog.Logger
 
+	// LogFields are added to each of the run's log lines, its HTTP
+	// clients' included, as key-value pairs ("job_id", id, …): the job
+	// layer names the job and its document.
+	LogFields []any
+
 	// Clock is the run's time source: checkpoint ticks, the engine's own
 	// retry waits, the moving averages' recheck periods, history
 	// timestamps and Checkpoint.Time, and pkg/couch's retry waits and
@@ -137,7 +142,7 @@ func Start(ctx context.Context, rep Replication, opts Options) *Run {
 	r := &Run{
 		rep:    rep.WithDefaults(),
 		opts:   opts,
-		log:    opts.Logger,
+		log:    opts.Logger.With().Fields(opts.LogFields).Logger(),
 		ctx:    runCtx,
 		cancel: cancel,
 		done:   make(chan struct{}),

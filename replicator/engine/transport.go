@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"syscall"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/couch"
@@ -68,6 +69,9 @@ type statusError struct {
 	// body is the start of the reply, for callers that read an error
 	// reply's content (_bulk_docs' 417).
 	body []byte
+	// login reports the peer's refusal of the session's login (Method and
+	// URL are the login's, POST /_session): the request was not sent.
+	login bool
 }
 
 // newStatusError is the error for a status answer to method on u (the
@@ -126,7 +130,10 @@ func statusOf(err error) int {
 // couchTransport sends the engine's requests through pkg/couch, which does
 // the retries (408, 5xx, transport errors, 250 ms doubling), the 429
 // back-off and the inactivity timeouts.
-type couchTransport struct{ db *couch.DB }
+type couchTransport struct {
+	db   *couch.DB
+	side string // "source" or "target", for messages
+}
 
 // ClientSettings are a node's settings of the HTTP clients of every
 // replication, CouchDB's [replicator] keys that a replication cannot
@@ -177,7 +184,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*p
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: target: %w", ErrInvalidSpec, err)
 	}
-	return &peer{t: couchTransport{src}}, &peer{t: couchTransport{tgt}}, nil
+	return &peer{t: couchTransport{src, "source"}}, &peer{t: couchTransport{tgt, "target"}}, nil
 }
 
 func (t couchTransport) redacted() string { return t.db.Redacted() }
@@ -187,7 +194,7 @@ func (t couchTransport) close() { t.db.Close() }
 
 // call maps pkg/couch's results: a 2xx answer is a result (its body read
 // whole unless streamed), any other answer a *statusError, and a request
-// without answer an error wrapping ErrMaxBackoff or ErrHTTP.
+// without answer an error wrapping ErrMaxBackoff, or an *unanswered.
 func (t couchTransport) call(ctx context.Context, r httpRequest) (*httpResult, error) {
 	req := couch.Request{Method: r.method, Path: r.path, Query: r.query, Header: r.header, Body: r.body,
 		NoRetry: r.noRetry, Stream: r.stream}
@@ -208,6 +215,12 @@ func (t couchTransport) call(ctx context.Context, r httpRequest) (*httpResult, e
 func (t couchTransport) failure(ctx context.Context, r httpRequest, err error) error {
 	var he *couch.HTTPError
 	switch {
+	case errors.As(err, &he) && he.Login:
+		// The login the request needed was refused: the answer is the
+		// login's, with the peer's reason.
+		se := newStatusError(he.Method, he.URL, he.Status, he.Body)
+		se.login = true
+		return se
 	case errors.As(err, &he):
 		body := he.Body
 		if r.stream {
@@ -221,5 +234,43 @@ func (t couchTransport) failure(ctx context.Context, r httpRequest, err error) e
 	case errors.Is(err, couch.ErrMaxBackoff):
 		return fmt.Errorf("%w: %w", ErrMaxBackoff, err)
 	}
-	return fmt.Errorf("%w: %w", ErrHTTP, err)
+	return &unanswered{side: t.side, url: t.redacted(), err: err}
 }
+
+// unanswered is a request that got no answer from a peer, after the
+// client's retries. It reads "http_request_failed: " and which peer, its
+// redacted URL and what failed, then the request and its attempts:
+// "source http://bob:*****@host/db/ refused the connection (POST /_session,
+// 6 attempts)". It unwraps to ErrHTTP and the client's error (a
+// *couch.RequestError, for UnreachableHost).
+type unanswered struct {
+	side, url string
+	err       error
+}
+
+func (e *unanswered) Error() string {
+	cause, request := e.err, ""
+	var re *couch.RequestError
+	if errors.As(e.err, &re) {
+		cause = re.Err
+		path := re.URL
+		if u, err := url.Parse(re.URL); err == nil {
+			path = u.EscapedPath()
+		}
+		request = fmt.Sprintf(" (%s %s, %d attempt", re.Method, path, re.Attempts)
+		if re.Attempts != 1 {
+			request += "s"
+		}
+		request += ")"
+	}
+	what := ": " + cause.Error()
+	switch {
+	case errors.Is(cause, syscall.ECONNREFUSED):
+		what = " refused the connection"
+	case errors.Is(cause, syscall.ECONNRESET):
+		what = " reset the connection"
+	}
+	return fmt.Sprintf("%v: %s %s%s%s", ErrHTTP, e.side, e.url, what, request)
+}
+
+func (e *unanswered) Unwrap() []error { return []error{ErrHTTP, e.err} }

@@ -227,7 +227,9 @@
 // once their transaction commits. A dead node's jobs show up first in the
 // job layer's line "fdbjobs: activity monitor re-enqueued running jobs",
 // then as "replication started" with taken_over_from on the node that
-// takes each one.
+// takes each one. The lines of a job's runs (the engine's, such as
+// "replication setup failed", and its HTTP clients') carry job_id and db
+// and doc_id (or user) too (engine.Options.LogFields).
 //
 // # Liveness
 //

@@ -98,19 +98,26 @@ func (w *worker) now() time.Time { return w.cfg.Clock.Now() }
 // A document's versions share its job id: rep_id tells their runs apart.
 // Nothing of the endpoints but their redacted URLs is ever added.
 func (w *worker) logEvent(e *zerolog.Event, d *replicator.JobData) *zerolog.Event {
-	e = e.Str("job_id", w.job.ID)
-	switch {
-	case d == nil:
-		return e
-	case d.Transient():
-		e = e.Str("user", d.RepUser)
-	default:
-		e = e.Str("db", d.DBName).Str("doc_id", d.DocID)
-	}
-	if d.RepID != "" {
+	e = e.Fields(w.logFields(d))
+	if d != nil && d.RepID != "" {
 		e = e.Str("rep_id", d.RepID)
 	}
 	return e
+}
+
+// logFields are the fields that name the job and its document (or its
+// user) in the lifecycle lines (logEvent) and in every line of its runs
+// (engine.Options.LogFields; a run adds replication_id itself).
+func (w *worker) logFields(d *replicator.JobData) []any {
+	f := []any{"job_id", w.job.ID}
+	switch {
+	case d == nil:
+	case d.Transient():
+		f = append(f, "user", d.RepUser)
+	default:
+		f = append(f, "db", d.DBName, "doc_id", d.DocID)
+	}
+	return f
 }
 
 // run is the job's whole life on this node.
@@ -162,7 +169,7 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 	defer cancel()
 	ck := make(chan engine.Checkpoint, 1)
 	run := w.n.eng.Start(runCtx, rep, engine.Options{
-		ServerUUID: w.n.serverUUID, FilterCode: code, Stats: d.Stats, Clock: w.cfg.Clock,
+		ServerUUID: w.n.serverUUID, FilterCode: code, Stats: d.Stats, Clock: w.cfg.Clock, LogFields: w.logFields(d),
 		OnCheckpoint: func(c engine.Checkpoint) {
 			select {
 			case ck <- c:

@@ -1,0 +1,90 @@
+package scheduler_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// A document with a wrong password does not lock its user out of CouchDB
+// 3.5, whose [chttpd_auth_lockout] (on by default) refuses a user's right
+// password too, from an address, once 5 logins from there failed within
+// 5 minutes: each start of the job costs one failed login, and its
+// backoff (min_backoff 32 s, doubling, less up to a quarter) starts it at
+// most 4 times in 5 minutes. The test ends each backoff itself, as
+// POST /_scheduler/jobs/{id}/_retry does. A document with the right
+// password then replicates. The bad document's info and stall keep
+// CouchDB's reason, and its runs' "replication setup failed" line names
+// the job and the document.
+func TestWrongPasswordDoesNotLockOut(t *testing.T) {
+	const docs, starts = 10, 4
+	srv := couchtest.StartCouchDB(t)
+	srv.AddUser(t, "bob", "right-pw")
+	for _, db := range []string{"src", "tgt"} {
+		srv.CreateDB(t, db)
+		srv.SetSecurity(t, db, map[string]any{"members": map[string]any{"names": []string{"bob"}}})
+	}
+	srv.AddDocs(t, "src", 0, docs)
+	host := strings.TrimPrefix(srv.URL(), "http://")
+	endpoint := func(password, db string) string { return "http://bob:" + password + "@" + host + "/" + db }
+
+	logs := &testutil.SyncBuffer{}
+	cfg := testConfig()
+	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+	c := newCluster(t, 1, replicator.EngineDefault{Logger: zerolog.New(logs)}, cfg)
+	c.PutDoc("_replicator", "bad", repDoc(endpoint("wrong-pw", "src"), endpoint("wrong-pw", "tgt"), false))
+	jobID := c.DocJobID("_replicator", "bad")
+	for n := 1; n <= starts; n++ {
+		c.WaitJob(fmt.Sprintf("crash %d", n), jobID, func(_ fdbjobs.State, d *replicator.JobData) bool {
+			return d != nil && d.State == replicator.StateCrashing && d.ErrorCount == n
+		})
+		if n < starts {
+			_, err := c.Plane.RetryJob(context.Background(), jobID, "")
+			require.NoError(t, err)
+		}
+	}
+	var info struct {
+		Error, Reason string
+		Stall         struct{ Reason, Detail string }
+	}
+	require.NoError(t, json.Unmarshal(c.DocState("_replicator", "bad").Info, &info))
+	require.Equal(t, "unauthorized", info.Error)
+	require.Equal(t, "unauthorized to access or create database http://bob:*****@"+host+"/src/: "+
+		"the peer refused the login: Name or password is incorrect.", info.Reason)
+	require.Equal(t, engine.StallBackingOff, info.Stall.Reason)
+	require.Equal(t, info.Reason, info.Stall.Detail)
+
+	c.PutDoc("_replicator", "good", repDoc(endpoint("right-pw", "src"), endpoint("right-pw", "tgt"), false))
+	d := c.WaitDocState("_replicator", "good", replicator.StateCompleted, replicator.StateCrashing)
+	require.Equal(t, replicator.StateCompleted, d.State, "%s", d.Info)
+	require.Equal(t, docs, docCount(t, srv, "tgt"))
+
+	var failed int
+	for l := range strings.Lines(logs.String()) {
+		var line struct {
+			Message string `json:"message"`
+			JobID   string `json:"job_id"`
+			DB      string `json:"db"`
+			DocID   string `json:"doc_id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &line))
+		if line.Message == "replication setup failed" {
+			failed++
+			require.Equal(t, jobID+" _replicator bad", line.JobID+" "+line.DB+" "+line.DocID)
+		}
+	}
+	require.Equal(t, starts, failed)
+	require.NotContains(t, logs.String(), "wrong-pw")
+}
