@@ -123,6 +123,8 @@ type deployment struct {
 	secret   string
 	apiPort  int    // [chttpd] port of api_frontend.ini
 	health   string // [node] health_address of replication.ini
+	promPort int    // the Prometheus server's port (deploy/prometheus/agent.yml)
+	mon      *monitoring
 	timings  []string
 	started  time.Time
 	couchLog string
@@ -161,10 +163,16 @@ func TestDeployment(t *testing.T) {
 			for _, name := range []string{"fe1", "fe2", "rep1", "rep2"} {
 				t.Logf("%s's last lines:\n%s", name, d.nodes[name].Tail())
 			}
+			if d.mon != nil {
+				for _, p := range append([]*proctest.Proc{d.mon.server}, d.mon.agents...) {
+					t.Logf("%s's last lines:\n%s", p.Name, p.Tail())
+				}
+			}
 		}
 	})
 	d.checkFirewalls(t)
 	d.checkFrontends(t)
+	d.checkMonitoring(t)
 	w := startWriter(t, d.couch)
 	d.killReplicationNode(t)
 	for _, c := range []struct {
@@ -208,7 +216,8 @@ func setUp(t *testing.T) *deployment {
 	d.net = newNetwork(t)
 	t.Logf("network: %s, client %s; namespaces %s*", d.net.subnet, d.net.client.addr, d.net.prefix)
 	blocks := rulesets(t)
-	defines := d.net.defines([2]int{fdbPort, fdbPort + fdbProcesses - 1}, d.apiPort, couchPort)
+	d.promPort = d.prometheusPort(t)
+	defines := d.net.defines([2]int{fdbPort, fdbPort + fdbProcesses - 1}, d.apiPort, couchPort, d.promPort)
 	require.ElementsMatch(t, defined(blocks[nftDefines]), defined(defines), "the test defines what DEPLOY.md's define block does")
 	for name, ruleset := range map[string]string{"fdb": nftFDB, "fe1": nftFrontend, "fe2": nftFrontend, "rep1": nftReplication, "rep2": nftReplication} {
 		applyRuleset(t, d.net.hosts[name], filepath.Join(d.dir, "nft"), defines, blocks[ruleset])
@@ -226,6 +235,7 @@ func setUp(t *testing.T) *deployment {
 		d.nodes[name] = &node{name: name, role: role, host: d.net.hosts[name]}
 		d.start(t, d.nodes[name])
 	}
+	d.mon = d.startMonitoring(t)
 	done()
 	return d
 }
@@ -329,8 +339,13 @@ func (d *deployment) checkFirewalls(t *testing.T) {
 		{h["fe1"], at("couch", couchPort), "a frontend reaches the endpoints", false},
 		{c, at("fdb", d.fdb.Base), "a client reaches FoundationDB", false},
 		{h["couch"], at("fdb", d.fdb.Base), "the endpoints' host reaches FoundationDB", false},
+		{h["mon"], at("fe1", d.apiPort), "the monitoring host reaches fe1's API", true},
+		{h["fe1"], at("mon", d.promPort), "a frontend reaches the monitoring host's Prometheus", false},
 	}
-	for _, from := range []*host{c, h["fe1"], h["couch"]} {
+	if d.mon != nil { // something listens there
+		checks = append(checks, check{h["rep1"], at("mon", d.promPort), "a replication node reaches the monitoring host's Prometheus", true})
+	}
+	for _, from := range []*host{c, h["fe1"], h["couch"], h["mon"]} {
 		for _, port := range []int{d.apiPort, hp} {
 			checks = append(checks, check{from, at("rep1", port), fmt.Sprintf("%s connects to rep1's port %d", from.name, port), false})
 		}

@@ -2,7 +2,8 @@
 // by role as docs/DEPLOY.md says, on hosts made of network namespaces.
 //
 // The test creates a namespace per host (FoundationDB, the replication
-// endpoints, two api_frontend and two replication nodes) joined by a Linux
+// endpoints, a monitoring host, two api_frontend and two replication
+// nodes) joined by a Linux
 // bridge in a "switch" namespace, with addresses in a private /24 it picks
 // and no route out; its own namespace is the client host. FoundationDB is a
 // cluster of three processes (../shared/fdb/fdb.sh, double redundancy) on
@@ -12,21 +13,31 @@
 // [replicator] timing the test shortens (interval 1 s, job timeout 6 s,
 // min_run_time 2 s), as an operator could. Before anything starts, each
 // host loads DEPLOY.md's nftables ruleset for its node type, as written
-// there, with the test's own define block.
+// there, with the test's own define block. The monitoring host runs
+// Prometheus with deploy/prometheus/prometheus.yml, each replication host
+// a Prometheus agent with agent.yml, with DEPLOY.md's flags and the test's
+// addresses in place of the files' examples (where prometheus is not
+// installed that part is left out, said so; under CI it fails).
 //
 // It then checks, timing each phase:
 //
-//  1. The rules hold: a frontend cannot reach the endpoints, nothing can
-//     connect to a replication node (its ports from the client, a
-//     frontend and the endpoints' host), nor to FoundationDB from
-//     elsewhere than the nodes; the replication nodes answer /_up on their
-//     loopback health port.
+//  1. The rules hold: a frontend cannot reach the endpoints nor the
+//     monitoring host, nothing can connect to a replication node (its
+//     ports from the client, a frontend, the endpoints' host and the
+//     monitoring host), nor to FoundationDB from elsewhere than the nodes;
+//     the monitoring host reaches the frontends' API and a replication
+//     node the monitoring host's Prometheus; the replication nodes answer
+//     /_up on their loopback health port.
 //  2. Both frontends serve one cluster: POST /_replicate through each
 //     returns the result of a run a replication node made, _replicator
 //     documents written through one are read through the other, and
 //     _scheduler/jobs, _scheduler/docs, _active_tasks and _membership
 //     answer the same through both; six continuous replications spread
-//     over both replication nodes.
+//     over both replication nodes. Prometheus has every node's series
+//     (up = 1), each with its node label: the frontends scraped as the
+//     metrics user DEPLOY.md creates, the replication nodes' pushed by
+//     their agents, whose sync series count the jobs _scheduler/jobs
+//     places on them; and it loaded alerts.yml.
 //  3. A replication node SIGKILLed: its jobs run on the other within the
 //     activity monitor's bound, and it gets its share back when it
 //     returns.

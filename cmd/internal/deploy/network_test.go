@@ -41,8 +41,8 @@ import (
 const nsPrefix = "fdbrep-"
 
 // hostIDs are the hosts and the last byte of their addresses; the client
-// (this namespace) is .1.
-var hostIDs = map[string]int{"fdb": 2, "couch": 3, "fe1": 11, "fe2": 12, "rep1": 21, "rep2": 22}
+// (this namespace) is .1, the monitoring host (Prometheus) "mon".
+var hostIDs = map[string]int{"fdb": 2, "couch": 3, "mon": 5, "fe1": 11, "fe2": 12, "rep1": 21, "rep2": 22}
 
 // host is a host of the test's network. The client host has no namespace
 // of its own (ns "").
@@ -257,7 +257,7 @@ func removeStale(t *testing.T) {
 
 // defines is the test's define block for DEPLOY.md's rulesets: its own
 // addresses in place of the example's.
-func (n *network) defines(fdbPorts [2]int, apiPort, couchPort int) string {
+func (n *network) defines(fdbPorts [2]int, apiPort, couchPort, prometheusPort int) string {
 	h := n.hosts
 	return fmt.Sprintf(`define fdb_hosts = { %s }
 define frontend_hosts = { %s, %s }
@@ -267,8 +267,10 @@ define endpoint_nets = { %s }
 define fdb_ports = { %d-%d }
 define api_port = %d
 define endpoint_ports = { %d }
+define monitoring_hosts = { %s }
+define prometheus_port = %d
 `, h["fdb"].addr, h["fe1"].addr, h["fe2"].addr, h["rep1"].addr, h["rep2"].addr, n.client.addr, h["couch"].addr,
-		fdbPorts[0], fdbPorts[1], apiPort, couchPort)
+		fdbPorts[0], fdbPorts[1], apiPort, couchPort, h["mon"].addr, prometheusPort)
 }
 
 // applyRuleset loads a ruleset on h as DEPLOY.md installs it: a file that
