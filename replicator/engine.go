@@ -42,6 +42,9 @@ type EngineDefault struct {
 	// Limiter is the process's shared 429 back-off state (nil: one per
 	// run).
 	Limiter *couch.RateLimiter
+	// Logins is the process's memory of refused logins, shared by its runs
+	// (nil: each run remembers its own; see engine.Options.Logins).
+	Logins *couch.Logins
 	// Logger receives the runs' log lines.
 	Logger zerolog.Logger
 	// Client holds the node's TLS and authentication settings of every
@@ -54,7 +57,7 @@ func (e EngineDefault) ReplicationID(ctx context.Context, rep engine.Replication
 	code := ""
 	if rep.Filter != "" && rep.Filter[0] != '_' {
 		var err error
-		code, err = engine.FetchFilterCode(ctx, rep, engine.Options{ServerUUID: serverUUID, Limiter: e.Limiter, Client: e.Client})
+		code, err = engine.FetchFilterCode(ctx, rep, engine.Options{ServerUUID: serverUUID, Limiter: e.Limiter, Logins: e.Logins, Client: e.Client})
 		if err != nil {
 			return "", "", err
 		}
@@ -72,6 +75,9 @@ func (e EngineDefault) Probe(ctx context.Context, base string) error {
 func (e EngineDefault) Start(ctx context.Context, rep engine.Replication, opts engine.Options) Run {
 	if opts.Limiter == nil {
 		opts.Limiter = e.Limiter
+	}
+	if opts.Logins == nil {
+		opts.Logins = e.Logins
 	}
 	opts.Logger, opts.Client = e.Logger, e.Client
 	return engine.Start(ctx, rep, opts)

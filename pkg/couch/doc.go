@@ -33,6 +33,11 @@
 // CouchDB 3.x counts them: after 5 failed logins of a user from one address
 // within 5 minutes it refuses that user's right password too, from there,
 // until the 5 minutes are over ([chttpd_auth_lockout], on by default).
+// DBs that share a Logins (Options.Logins; a replication node's runs) do
+// not log in again with credentials a peer refused within its memory
+// (RefusedLoginMemoryDefault, 5 minutes): they fail with the remembered
+// answer, so several documents with one wrong password cost one failed
+// login per 5 minutes per process.
 // AuthBasic sends Basic on every request. The password travels only in the
 // login's body and the Basic header.
 //

@@ -69,6 +69,11 @@ type Options struct {
 	// SessionRefreshInterval renews a session cookie that came without
 	// Max-Age after this long (> 0; SessionRefreshIntervalDefault).
 	SessionRefreshInterval time.Duration
+	// Logins, if set, is shared by the DBs of a process: a login that one
+	// of them saw refused is not tried again by any with the same peer and
+	// credentials while it remembers it (see Logins). nil: each DB
+	// remembers its own refusal only.
+	Logins *Logins
 	// Socket are the TCP options of every connection (zero: Go's
 	// defaults).
 	Socket SocketOptions

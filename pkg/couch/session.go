@@ -154,6 +154,15 @@ func (s *session) authorize(ctx context.Context) (credential, error) {
 // retries) are returned; the request that needed the login fails with
 // them.
 func (s *session) login(ctx context.Context) error {
+	key := loginKey(s.db.keyBase, s.db.ep.Username, s.db.ep.Password)
+	if herr, at, ok := s.db.opts.Logins.lookup(key); ok {
+		s.mu.Lock()
+		s.refused = &herr
+		s.mu.Unlock()
+		s.db.log().Debug().Str("url", s.where()).Str("user", s.db.ep.Username).Time("refused_at", at).
+			Msg("couch: the peer refused these credentials lately; not logging in with them")
+		return &herr
+	}
 	form := url.Values{"name": {s.db.ep.Username}, "password": {s.db.ep.Password}}.Encode()
 	hdr := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
 	s.mu.Lock()
@@ -185,6 +194,7 @@ func (s *session) login(ctx context.Context) error {
 		s.mu.Lock()
 		s.refused = &refused
 		s.mu.Unlock()
+		s.db.opts.Logins.remember(key, refused)
 		s.db.log().Warn().Str("url", s.where()).Str("user", s.db.ep.Username).Int("status", herr.Status).
 			Str("reason", herr.Reason).Msg("couch: the peer refused the login; not trying these credentials again")
 		return &refused

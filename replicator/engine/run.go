@@ -43,6 +43,12 @@ type Options struct {
 	// one per run).
 	Limiter *couch.RateLimiter
 
+	// Logins is the process's memory of the logins peers refused (nil: a
+	// run remembers its own only): credentials a peer refused lately are
+	// not tried again by any run, so that documents sharing a wrong
+	// password do not lock the account out (couch.Logins).
+	Logins *couch.Logins
+
 	// Client holds the node's settings of the endpoints' HTTP clients
 	// (TLS, authentication); the zero value is Go's TLS defaults and
 	// session authentication.

@@ -168,6 +168,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*p
 		Auth:                   opts.Client.Auth,
 		SessionRefreshInterval: opts.Client.SessionRefreshInterval,
 		IdleConnTimeout:        opts.Client.IdleConnTimeout,
+		Logins:                 opts.Logins,
 	}
 	if rep.SocketOptions != nil {
 		copts.Socket = *rep.SocketOptions

@@ -13,10 +13,28 @@ import (
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
+
+// lockoutPeer starts a real CouchDB 3.5 ([chttpd_auth_lockout] on, as by
+// default) with user bob (password right-pw), member of databases src,
+// holding docs documents, and tgt; endpoint names a database of it as bob
+// with a password.
+func lockoutPeer(t *testing.T, docs int) (srv *couchtest.Server, host string, endpoint func(password, db string) string) {
+	t.Helper()
+	srv = couchtest.StartCouchDB(t)
+	srv.AddUser(t, "bob", "right-pw")
+	for _, db := range []string{"src", "tgt"} {
+		srv.CreateDB(t, db)
+		srv.SetSecurity(t, db, map[string]any{"members": map[string]any{"names": []string{"bob"}}})
+	}
+	srv.AddDocs(t, "src", 0, docs)
+	host = strings.TrimPrefix(srv.URL(), "http://")
+	return srv, host, func(password, db string) string { return "http://bob:" + password + "@" + host + "/" + db }
+}
 
 // A document with a wrong password does not lock its user out of CouchDB
 // 3.5, whose [chttpd_auth_lockout] (on by default) refuses a user's right
@@ -30,15 +48,7 @@ import (
 // the job and the document.
 func TestWrongPasswordDoesNotLockOut(t *testing.T) {
 	const docs, starts = 10, 4
-	srv := couchtest.StartCouchDB(t)
-	srv.AddUser(t, "bob", "right-pw")
-	for _, db := range []string{"src", "tgt"} {
-		srv.CreateDB(t, db)
-		srv.SetSecurity(t, db, map[string]any{"members": map[string]any{"names": []string{"bob"}}})
-	}
-	srv.AddDocs(t, "src", 0, docs)
-	host := strings.TrimPrefix(srv.URL(), "http://")
-	endpoint := func(password, db string) string { return "http://bob:" + password + "@" + host + "/" + db }
+	srv, host, endpoint := lockoutPeer(t, docs)
 
 	logs := &testutil.SyncBuffer{}
 	cfg := testConfig()
@@ -87,4 +97,50 @@ func TestWrongPasswordDoesNotLockOut(t *testing.T) {
 	}
 	require.Equal(t, starts, failed)
 	require.NotContains(t, logs.String(), "wrong-pw")
+}
+
+// Documents that share a wrong password do not lock their user out
+// either: the node's runs share a memory of refused logins
+// (couch.Logins), so the peer sees one failed login in its 5 minutes,
+// however many documents start and restart with that password (here 6
+// documents started twice each: 12 failed logins without it, well over
+// CouchDB's threshold of 5). A document with the right password then
+// replicates, and every bad document keeps CouchDB's reason.
+func TestSharedWrongPasswordDoesNotLockOut(t *testing.T) {
+	const docs, bad, starts = 10, 6, 2
+	srv, _, endpoint := lockoutPeer(t, docs)
+
+	cfg := testConfig()
+	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+	c := newCluster(t, 1, replicator.EngineDefault{Logins: couch.NewLogins(0, nil)}, cfg)
+	ids := make([]string, bad)
+	for i := range ids {
+		doc := fmt.Sprintf("bad%d", i)
+		// A target of its own: documents that name the same source and
+		// target are one replication (duplicates).
+		c.PutDoc("_replicator", doc, repDoc(endpoint("wrong-pw", "src"), endpoint("wrong-pw", "tgt"+doc), false))
+		ids[i] = c.DocJobID("_replicator", doc)
+	}
+	for n := 1; n <= starts; n++ {
+		for i, id := range ids {
+			c.WaitJob(fmt.Sprintf("bad%d's crash %d", i, n), id, func(_ fdbjobs.State, d *replicator.JobData) bool {
+				return d != nil && d.State == replicator.StateCrashing && d.ErrorCount == n
+			})
+			if n < starts {
+				_, err := c.Plane.RetryJob(context.Background(), id, "")
+				require.NoError(t, err)
+			}
+		}
+	}
+	for i := range ids {
+		var info struct{ Error, Reason string }
+		require.NoError(t, json.Unmarshal(c.DocState("_replicator", fmt.Sprintf("bad%d", i)).Info, &info))
+		require.Equal(t, "unauthorized", info.Error)
+		require.Contains(t, info.Reason, "the peer refused the login: Name or password is incorrect.")
+	}
+
+	c.PutDoc("_replicator", "good", repDoc(endpoint("right-pw", "src"), endpoint("right-pw", "tgt"), false))
+	d := c.WaitDocState("_replicator", "good", replicator.StateCompleted, replicator.StateCrashing)
+	require.Equal(t, replicator.StateCompleted, d.State, "%s", d.Info)
+	require.Equal(t, docs, docCount(t, srv, "tgt"))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/frontend"
 	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/repdb"
 	"github.com/fdbrep/fdbrep/replicator"
@@ -186,7 +187,7 @@ func Run(ctx context.Context, opts Options) error {
 		ncfg.Cluster = cn // the replication nodes balance their jobs through the membership records
 		eng := opts.Engine
 		if eng == nil {
-			eng = replicator.EngineDefault{Logger: log, Client: client}
+			eng = replicator.EngineDefault{Logger: log, Client: client, Logins: couch.NewLogins(0, nil)}
 		}
 		n, err := scheduler.New(db, jobs, eng, ncfg)
 		if err != nil {
