@@ -36,6 +36,8 @@ type jobsOpts struct {
 	duration                                     time.Duration
 	wakeups, accepts                             int
 	pending                                      []int
+	nodes                                        []int
+	scaleJobs                                    int
 	inMemory                                     bool
 	cpuProfile, cpuProfileContinuous             string
 }
@@ -67,6 +69,8 @@ func runJobsBench(args []string) error {
 	fs.IntVar(&o.backlog, "backlog", backlogDefault, "jobs the continuous mode keeps pending (both sides)")
 	fs.IntVar(&o.wakeups, "wakeups", 300, "wake-up latency samples")
 	fs.IntVar(&o.accepts, "accepts", 2000, "Accept samples per queue size")
+	nodesList := fs.String("nodes", "1,2,4,8", "scale-out: run the burn-down with this many Clients (one per node) on one store, the -workers shared among them (\"\" skips it)")
+	fs.IntVar(&o.scaleJobs, "scale-jobs", 40_000, "scale-out: jobs in each burn-down")
 	pendingList := fs.String("pending", "10000,1000000", "queue sizes for the Accept cost (\"\" skips it)")
 	skip1M := fs.Bool("skip-1m", false, "skip queue sizes of a million and more")
 	dir := fs.String("dir", "", "directory for the stores (default: a new temporary directory, removed afterwards)")
@@ -79,10 +83,16 @@ func runJobsBench(args []string) error {
 		return err
 	}
 	if o.jobs < 1 || o.workers < 1 || o.batch < 1 || o.batch > fdbjobs.MaxBatch || o.insertBatch < 1 || o.insertBatch > fdbjobs.MaxBatch ||
-		o.inserters < 1 || o.rounds < 1 || o.backlog < 1 || o.duration < 0 || o.wakeups < 0 || o.accepts < 1 {
-		return errors.New("-jobs, -workers, -batch and -insert-batch (at most 10000), -inserters, -rounds, -backlog and -accepts must be positive, -duration and -wakeups not negative")
+		o.inserters < 1 || o.rounds < 1 || o.backlog < 1 || o.duration < 0 || o.wakeups < 0 || o.accepts < 1 || o.scaleJobs < 1 {
+		return errors.New("-jobs, -workers, -batch and -insert-batch (at most 10000), -inserters, -rounds, -backlog, -accepts and -scale-jobs must be positive, -duration and -wakeups not negative")
 	}
 	var err error
+	if o.nodes, err = parseInts("nodes", *nodesList); err != nil {
+		return err
+	}
+	if slices.ContainsFunc(o.nodes, func(k int) bool { return k < 1 || k > o.workers }) {
+		return fmt.Errorf("-nodes %s: each from 1 to -workers (%d)", *nodesList, o.workers)
+	}
 	if o.pending, err = parseInts("pending", *pendingList); err != nil {
 		return err
 	}
@@ -102,6 +112,11 @@ func runJobsBench(args []string) error {
 	}
 	if o.duration > 0 {
 		if err := b.continuousRuns(); err != nil {
+			return err
+		}
+	}
+	if len(o.nodes) > 0 {
+		if err := b.scaleOut(); err != nil {
 			return err
 		}
 	}
@@ -224,6 +239,47 @@ func (b *jobsBench) alternate(mode, profile string, ours func(s *fdbjobsRun, pro
 		theirs = append(theirs, r)
 	}
 	compare(mode, mine, theirs)
+	return nil
+}
+
+// scaleOut runs the burn-down of -scale-jobs jobs with K Clients on one
+// store for each K of -nodes, as K nodes would: the -workers workers in
+// all, worker i on Client i mod K, each AcceptBatch then FinishBatch. It
+// prints each K's rate, its ratio to K = 1, and what the work phase cost
+// the store (attempts per committed transaction, mutations and conflict
+// ranges per job), then River's burn-down of as many jobs.
+func (b *jobsBench) scaleOut() error {
+	o := b.o
+	fmt.Printf("\nscale-out: %d jobs inserted, then worked off by K Clients (one per node) on one store, %d workers in all, batches of %d\n",
+		o.scaleJobs, o.workers, o.batch)
+	var base float64
+	for _, k := range o.nodes {
+		var cost kvCost
+		r, err := b.fdbjobsRun(func(s *fdbjobsRun) (runResult, error) {
+			var err error
+			s.nodes, err = s.newNodes(k)
+			if err != nil {
+				return runResult{}, err
+			}
+			var res runResult
+			res, cost, err = s.burnDownCounted(o.scaleJobs)
+			return res, err
+		})
+		if err != nil {
+			return err
+		}
+		if base == 0 {
+			base = r.rate()
+		}
+		fmt.Printf("  K = %d: %7.0f jobs/s (%.2fx K = %d); %s\n", k, r.rate(), r.rate()/base, o.nodes[0], cost.perJob(r.worked))
+	}
+	if b.river != nil {
+		rr, err := b.river.run("burn", "-jobs", strconv.Itoa(o.scaleJobs))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  River (one PostgreSQL, its own workers): %7.0f jobs/s\n", rr.result().rate())
+	}
 	return nil
 }
 

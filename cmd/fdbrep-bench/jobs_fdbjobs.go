@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
-	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
 // fdbjobsRun is one fdbjobs run of the jobs benchmark, on a store of its
@@ -21,6 +20,51 @@ type fdbjobsRun struct {
 	c   *fdbjobs.Client
 	db  *countingDB
 	o   jobsOpts
+	// nodes, when set, are the Clients the workers share (worker i uses
+	// nodes[i mod len]), each on a countingDB of its own over db's store:
+	// several nodes on one store.
+	nodes []*node
+	// beforeWork, when set, is called at the start of a burn-down's work
+	// phase.
+	beforeWork func()
+}
+
+// node is one of a run's Clients and its counters.
+type node struct {
+	c  *fdbjobs.Client
+	db *countingDB
+}
+
+// newNodes returns k Clients on the run's store.
+func (s *fdbjobsRun) newNodes(k int) ([]*node, error) {
+	out := make([]*node, k)
+	for i := range out {
+		db := &countingDB{Database: s.db.Database}
+		c, err := fdbjobs.New(db, fdbjobs.Config{})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = &node{c: c, db: db}
+	}
+	return out, nil
+}
+
+// nodesCost is what the nodes' transactions cost the store so far.
+func (s *fdbjobsRun) nodesCost() kvCost {
+	var c kvCost
+	for _, n := range s.nodes {
+		c = c.add(n.db.cost())
+	}
+	return c
+}
+
+// burnDownCounted is burnDown, with what its work phase cost the store.
+func (s *fdbjobsRun) burnDownCounted(n int) (runResult, kvCost, error) {
+	var before kvCost
+	s.beforeWork = func() { before = s.nodesCost() }
+	defer func() { s.beforeWork = nil }()
+	res, err := s.burnDown(n, "")
+	return res, s.nodesCost().sub(before), err
 }
 
 // insertJobs adds the jobs numbered [from, from+n) of typ, named
@@ -70,13 +114,17 @@ func (s *fdbjobsRun) work(ctx context.Context, typ string, wait bool, done *atom
 	if wait {
 		opts.Timeout = fdbjobs.WaitForever
 	}
-	for range s.o.workers {
+	for w := range s.o.workers {
+		c := s.c
+		if len(s.nodes) > 0 {
+			c = s.nodes[w%len(s.nodes)].c
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			items := make([]fdbjobs.Completion, 0, s.o.batch)
 			for {
-				jobs, err := s.c.AcceptBatch(ctx, typ, s.o.batch, opts)
+				jobs, err := c.AcceptBatch(ctx, typ, s.o.batch, opts)
 				if errors.Is(err, fdbjobs.ErrNotFound) && !wait || ctx.Err() != nil {
 					return
 				}
@@ -88,7 +136,7 @@ func (s *fdbjobsRun) work(ctx context.Context, typ string, wait bool, done *atom
 				for _, j := range jobs {
 					items = append(items, fdbjobs.Completion{Job: j})
 				}
-				errs, err := s.c.FinishBatch(ctx, nil, items)
+				errs, err := c.FinishBatch(ctx, nil, items)
 				if ctx.Err() != nil {
 					return
 				}
@@ -145,6 +193,9 @@ func (s *fdbjobsRun) burnDown(n int, cpuProfile string) (runResult, error) {
 
 	var done, inserted atomic.Int64
 	inserted.Store(int64(n))
+	if s.beforeWork != nil {
+		s.beforeWork()
+	}
 	err := measure(cpuProfile, &done, &inserted, &res, func() error { return s.work(s.ctx, typ, false, &done) })
 	if err != nil {
 		return runResult{}, err
@@ -335,17 +386,4 @@ func mean(d []time.Duration) time.Duration {
 		sum += x
 	}
 	return sum / time.Duration(max(1, len(d)))
-}
-
-// countingDB counts transaction function runs (attempts, retries included).
-type countingDB struct {
-	kv.Database
-	runs atomic.Int64
-}
-
-func (d *countingDB) Transact(ctx context.Context, f func(kv.Transaction) (any, error)) (any, error) {
-	return d.Database.Transact(ctx, func(tr kv.Transaction) (any, error) {
-		d.runs.Add(1)
-		return f(tr)
-	})
 }
