@@ -200,7 +200,9 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 	// The hold of the jobs taken counts from before the first attempt: any
 	// attempt may be the one that committed.
 	start := c.cfg.Clock.Now()
+	attempts := 0
 	res, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (result, error) {
+		attempts++
 		// The previous attempt failed, or committed: either way its picks
 		// need no marking any more.
 		c.claiming.release(picked)
@@ -214,9 +216,14 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		if err != nil {
 			return result{}, err
 		}
-		jobs, err := c.reclaim(tr, typ, token)
-		if err != nil || len(jobs) > 0 {
-			return result{jobs: jobs, timeout: timeout}, err
+		// Only a retry can find a claim record of this call's token: the
+		// first attempt's, if it committed (commit_unknown_result).
+		var jobs []*Job
+		if attempts > 1 {
+			jobs, err = c.reclaim(tr, typ, token)
+			if err != nil || len(jobs) > 0 {
+				return result{jobs: jobs, timeout: timeout}, err
+			}
 		}
 		var cands []kv.Key
 		if noSchedule {
@@ -389,7 +396,9 @@ func randomHex() string {
 
 // claim takes the candidate pending keys: a read conflict on each, then the
 // job rows, which must be pending at the key's scheduled time (stale keys
-// are dropped).
+// are dropped). The rows are read as a snapshot: the conflict on the
+// pending key covers them, as every write to a pending job's row writes
+// that key too (see doc.go, "Pending keys").
 func (c *Client) claim(tr kv.Transaction, typ string, token []byte, cands []kv.Key) ([]*Job, error) {
 	if len(cands) == 0 {
 		return nil, nil
@@ -409,7 +418,7 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, cands []kv.K
 			return nil, err
 		}
 		tr.Clear(k)
-		futs[i] = tr.Get(c.k.dataKey(typ, id))
+		futs[i] = tr.Snapshot().Get(c.k.dataKey(typ, id))
 	}
 	rows, err := decodeRows(futs)
 	if err != nil {

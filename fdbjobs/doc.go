@@ -105,6 +105,16 @@
 // waiting for the watch to fire, which on FoundationDB takes a few
 // milliseconds after the commit.
 //
+// # Pending keys
+//
+// A pending job's row and its PENDING key change together: every write
+// that makes a row pending at a scheduled time sets that key, every write
+// that takes it out of that state (Accept, Remove, a resubmit to another
+// time) clears it, and nothing writes a row while it stays pending (an
+// Add or Resubmit at the same time changes nothing). So a conflict on a
+// pending key covers its row: Accept adds a read conflict on the keys it
+// picks and reads their rows as a snapshot.
+//
 // Jobs are taken in no strict order: at random among the first pending
 // ones by scheduled time, and a job enqueued before the cursor (an earlier
 // scheduled time, or a lower id at the same time) may wait up to
