@@ -43,6 +43,15 @@ func TestSecondStartLeavesRunningJobs(t *testing.T) {
 		ids[i] = c.DocJobID("_replicator", doc)
 		c.WaitJob(doc+" running", ids[i], runningOn(c.Nodes[0].Config().NodeName))
 	}
+	started := func() bool {
+		for i := range jobs {
+			if eng.Starts(fmt.Sprintf("http://h/src%d/", i)) < 1 {
+				return false
+			}
+		}
+		return true
+	}
+	waitStarts(t, eng, "every job's run started", started)
 	require.NoError(t, c.Nodes[0].Start(context.Background()))
 	for i, id := range ids {
 		_, state := c.JobSTime(id)
