@@ -6,7 +6,8 @@
 // view index kept with them, the replication id → job id subspace,
 // database identities, fair-share usage), the cluster-wide settings
 // (Config), the engine contract (Engine,
-// Run) and the metrics. Two planes build on it and share nothing else:
+// Run) and the metrics. Two planes build on it, and neither imports the
+// other:
 //
 //   - replicator/control, the control plane api_frontend nodes run: it
 //     turns _replicator documents and POST /_replicate into jobs, inside
@@ -16,8 +17,9 @@
 //     running the protocol engine (replicator/engine), rotation, backoff,
 //     retention.
 //
-// Neither imports net/http: the HTTP API is package frontend, wired to the
-// control plane by cmd/fdbrep.
+// Neither imports net/http: the HTTP API is package frontend, whose ports
+// cmd/internal/wire implements with the control plane (cmd/internal/node
+// builds both for fdbrep serve).
 //
 // # Jobs
 //
@@ -26,14 +28,17 @@
 // "<db instance uuid>|<doc id>" (the uuid is registered when the database
 // is created, so a re-created database gets new jobs); for POST
 // /_replicate, the MD5 of the server UUID, both endpoints (URL, user name,
-// headers, never passwords), the user, continuous/create_target and the
-// filter as written. Its data (JSON) holds the parsed replication (Spec,
-// with credentials: job data is as secret as the documents), state,
-// state_info, error_count, last_error, start_time, last_start,
-// last_updated, node, rep_stats, job_history (newest first, MaxHistory
-// entries), checkpoint_history (the result of a completed one-shot job),
-// rep_id and the filter code it was computed with. Scheduled times are
-// Unix milliseconds.
+// headers, never passwords), the user, continuous/create_target, and
+// doc_ids, selector, filter, query_params, since_seq and winning_revs_only
+// as written (TransientJobID). Its data (JSON, JobData) holds the parsed
+// replication (Spec, with credentials: job data is as secret as the
+// documents), its user and owner, the document's database and id, state,
+// state_info, error_count, last_error, retry_at, start_time, last_start,
+// last_updated, node, rep_stats, sync, job_history (newest first,
+// MaxHistory entries), checkpoint_history (the result of a completed
+// one-shot job), rep_id and base_id, the filter code they were computed
+// with, and the fair-share priority. Scheduled times are Unix
+// milliseconds.
 //
 // States are the RFC's five; the fdbjobs state follows:
 //
@@ -87,12 +92,19 @@
 //	(20, Owner, SortID, JobID)  -> ""        unfinished jobs by owner (a user's _scheduler/jobs)
 //	(21, Owner)                 -> int64 LE  unfinished jobs of an owner
 //	(22, Owner, Node, JobID)    -> ""        running jobs by owner (a user's _active_tasks)
-//	(23, JobID)                 -> JSON      a running job's live counters (Progress)
+//	(23, JobID, Node, Start)    -> JSON      a run's live counters and sync (Progress), one key per run
+//	                                         (Node, Start: JobData.Node, LastStart), written by its node
+//	(24, JobID)                 -> JSON      the last engine.RefusedDocsMax (100) documents the job's
+//	                                         targets refused (FailedDoc), under 64 kB
 //
 // # View index
 //
-// _scheduler/docs, _scheduler/jobs and _active_tasks read keys 4, 9–17
-// and 20–22 instead of every job, so a page costs what it lists. A job's entry
+// _scheduler/docs, _scheduler/jobs and _active_tasks read keys 3, 4,
+// 9–17 and 20–22 instead of every job, so a page costs what it lists;
+// the progress of the running jobs listed (23) is read with their rows
+// and shown when it names the job's current run and is newer than its
+// data, and ViewJob (one job) also reads its refused documents (24). A
+// job's removal clears its keys 23 and 24. A job's entry
 // is derived from its fdbjobs state and data (its view state is AsSeen:
 // a job whose data says running while fdbjobs has it pending shows
 // pending; SortID is the rep id, else the job id, and empty once the job

@@ -11,9 +11,9 @@ import (
 )
 
 // Progress is a running job's live counters as its node last wrote them
-// (key 23, see doc.go "Live progress"): the views show them in place of
-// the counters of the job's data when they belong to the job's current
-// run and are newer.
+// (key 23, see replicator/scheduler's doc.go, "Live progress"): the views
+// show them in place of the counters of the job's data when they belong
+// to the job's current run and are newer.
 type Progress struct {
 	// Node and Start name the run: JobData.Node and JobData.LastStart as
 	// the run's node wrote them when it started the run.

@@ -36,7 +36,7 @@ const (
 	keyDocCounts    = 15 // (15, State) -> int64 LE
 	keyJobCount     = 16 // (16) -> int64 LE
 	keyNodeCounts   = 17 // (17, Node) -> int64 LE
-	keyDeletedDBs   = 18 // (18, DBUUID) -> DBName
+	keyDeletedDBs   = 18 // (18, DBUUID) -> (DBName, Holder, Until)
 	keyIndexVersion = 19 // (19) -> (int64)
 	keyOwnerJobs    = 20 // (20, Owner, SortID, JobID) -> ""
 	keyOwnerCounts  = 21 // (21, Owner) -> int64 LE
