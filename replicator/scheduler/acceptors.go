@@ -1,8 +1,10 @@
 package scheduler
 
 // The acceptor pool: acceptors take jobs from the cluster-wide queue into
-// the room under MaxJobs (and, for rotation, MaxChurn beyond it), and
-// each accepted job runs in a worker until it exits.
+// the room under the node's target (MaxJobs, or its share while it
+// balances), never beyond it: MaxChurn bounds only the jobs the interval
+// step stops (rotation, balance), not the jobs acceptors start. Each
+// accepted job runs in a worker until it exits.
 
 import (
 	"context"
@@ -24,7 +26,7 @@ const acceptBatchMax = 25
 // The pool keeps one invariant, in fillLocked, which every event that
 // changes its terms calls: the node starting, an acceptor taking jobs or
 // ending, a worker leaving, and every interval step (which sets the
-// node's share and rotation allowance, and applies a new MaxJobs):
+// node's share and applies a new MaxJobs):
 //
 //	running + quota < target  implies  acceptors == MaxAcceptors
 //

@@ -41,21 +41,23 @@
 // Every Interval (plus up to a third, at random) the node: applies a
 // configuration given to SetConfig; charges run time for fair share and
 // adjusts the fair-share priorities of its jobs (replicator/share.go);
-// stops at once the jobs beyond a lowered MaxJobs (the least deserving
-// continuous jobs, then one-shot jobs); balances (below); rotates, while
-// every node is full: it stops as many continuous jobs that ran at least
-// MinRunTime as runnable jobs wait beyond its room, at most MaxChurn in
-// all with the trim's, the least deserving first (the highest fair-share
-// priority, then the oldest), each writing a final checkpoint and going
-// back to the queue behind the jobs that waited, which take the slots it
-// leaves; fills the pool to its target; and
-// removes, with their replication id mappings, every job of deleted
-// _replicator databases (one node per database at a time, however many
-// jobs: the step lasts as long as that takes) and finished transient jobs
-// older than TransientJobMaxAge, both found through the store's view
+// stops at once the jobs beyond a lowered MaxJobs, all of them whatever
+// MaxChurn (the least deserving continuous jobs, then one-shot jobs);
+// balances (below); rotates, while every node is full: it stops as many
+// continuous jobs that ran at least MinRunTime as runnable jobs wait
+// beyond its room, at most MaxChurn in all with the trim's, the least
+// deserving first (the highest fair-share priority, then the oldest), each
+// writing a final checkpoint and going back to the queue behind the jobs
+// that waited, which take the slots it leaves; fills the pool to its
+// target (MaxChurn bounds what the step stops, never what the acceptors
+// start: after MaxJobs is raised they take pending jobs into the new room
+// at once); and removes, with their replication id mappings, every job of
+// deleted _replicator databases (one node per database at a time, however
+// many jobs: the step lasts as long as that takes) and finished transient
+// jobs older than TransientJobMaxAge, both found through the store's view
 // index (replicator.Store.RemoveDeletedDBJobs, RemoveExpiredJobs). A node
-// that starts takes back at once the jobs the index has running on a
-// node of its name (an earlier run of it that died).
+// that starts takes back at once the jobs the index has running on a node
+// of its name (an earlier run of it that died).
 //
 // A job of a deleted database is not run: a worker that accepts one
 // removes it, and a running one stops at its next heartbeat
@@ -68,17 +70,24 @@
 //
 // Accepted, a job computes its replication id (the engine fetches a
 // design document filter's code from the source), then in one transaction
-// claims the id in the (replication id -> job id) subspace: if another job
-// holds it and that job is pending or running, a transient holder makes
-// this job crashing (a transient job: failed) and a persistent holder
-// makes it failed ("Replication `<id>` specified by document ... already
-// started, triggered by document ... from db ..."); a finished, crashing
-// or missing holder is taken over. The same transaction marks the job
-// running (history "started") as the fdbjobs heartbeat. While the engine
-// runs, every checkpoint and every StatsUpdateInterval (capped at Interval
-// and at a third of JobTimeout) the stats are stored with fdbjobs.Update, the heartbeat
-// that keeps the activity monitor away and the fence that stops a worker
-// whose job was removed or replaced (ErrHalt: it stops writing at once).
+// claims the id in the (replication id -> job id) subspace (repid.go,
+// initJob). If another job holds it and that job is pending or running
+// (and, for a document's job, its database was not deleted): a holder
+// owned by another user makes this job crashing, retried after its
+// backoff, whatever their kinds, without naming the holder ("... is
+// already running as another user's replication"); a transient holder
+// makes a document's job crashing and a transient job failed; a
+// document's job as holder makes this job failed ("Replication `<id>`
+// specified by document ... already started, triggered by document ...
+// from db ..."; for a transient job, without "specified by"). All carry
+// the error tag duplicate_job. A finished, crashing or missing holder, or
+// one of a deleted database, is taken over. The same transaction marks
+// the job running (history "started") as the fdbjobs heartbeat. While the
+// engine runs, every checkpoint and every StatsUpdateInterval (capped at
+// Interval and at a third of JobTimeout) the stats are stored with
+// fdbjobs.Update, the heartbeat that keeps the activity monitor away and
+// the fence that stops a worker whose job was removed or replaced
+// (ErrHalt: it stops writing at once).
 // Each of those transactions renews the worker's hold on the job
 // (fdbjobs.Job.HoldDeadline): a worker whose store took no heartbeat for
 // half the job timeout (the node cut off from the store, the cluster down)
@@ -153,7 +162,8 @@
 // 2^(errors-1), MaxBackoff) less up to a quarter at random; a job that ran
 // longer than HealthThreshold since its last start is healed first (error
 // count back to 0, also at heartbeats). A transient job that crashes
-// fails, unless the error is the rate limiter's max_backoff. Node.Stop
+// fails, unless the error is the rate limiter's max_backoff (or its
+// replication id is held by another user's job, above). Node.Stop
 // stops every job with a final checkpoint and re-enqueues it for another
 // node at once. A stopping run keeps its heartbeat and gets
 // min(2 s, ShutdownTimeout/2) for the final checkpoint; then its requests
@@ -265,8 +275,8 @@
 // max_jobs 500, max_churn 100, max_acceptors 2, interval 15 s, min_run_time
 // 60 s, startup_jitter 5 s, min_backoff 32 s, max_backoff 2 days (at most
 // 30 days), health_threshold 2 min, max_history 10, transient_job_max_age
-// 24 h, job timeout 61 s, stats update interval 10 s, shutdown timeout 5 s,
-// shares 100, usage_coeff 0.5, priority_coeff 0.98, fair-share window 24 h.
-// The *Default
-// constants document each.
+// 24 h, job timeout 61 s, stats update interval 10 s, progress interval
+// 1 s, shutdown timeout 5 s, shares 100, usage_coeff 0.5, priority_coeff
+// 0.98, fair-share window 24 h. The *Default constants (here and in
+// package replicator) document each.
 package scheduler

@@ -112,10 +112,14 @@ func (n *Node) Metrics() *replicator.Metrics { return n.m }
 
 // SetConfig validates cfg and applies it at the next interval (a new
 // Interval is used from the interval after). Lowering MaxJobs stops the
-// excess then, the oldest first, whatever their run time; raising it
-// starts acceptors for pending jobs (up to MaxChurn per interval). New
-// JobDefaults apply to the jobs started from then on. Subspace, Metrics,
-// Clock, Logger and Cluster keep their values from New.
+// excess then, whatever their run time and however many (MaxChurn does
+// not bound it), the least deserving first: continuous jobs, then
+// one-shot jobs, each in stopOrder. Raising it refills the acceptor pool
+// at that step, and the acceptors take pending jobs into the new room as
+// fast as they come (acceptBatchMax per accept, MaxAcceptors at once; not
+// bounded by MaxChurn). New JobDefaults apply to the jobs started from
+// then on. Subspace, Metrics, Clock, Logger and Cluster keep their values
+// from New.
 func (n *Node) SetConfig(cfg Config) error {
 	n.mu.Lock()
 	cur := n.cfg

@@ -18,8 +18,8 @@ import (
 const tagDuplicate = "duplicate_job"
 
 // initJob marks the job running under repID after checking who holds
-// repID (see doc.go, "Replication id collisions"). It reports whether the
-// job should run.
+// repID (the collision rules of doc.go, "Job lifecycle"). It reports
+// whether the job should run.
 func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, code string) bool {
 	type outcome struct {
 		run    bool
