@@ -48,7 +48,8 @@ type Member struct {
 // of its intervals (Node.SetLoad): the replication nodes balance their
 // jobs with the loads of the others.
 type Load struct {
-	// Running is the number of jobs the node runs and does not stop.
+	// Running is the number of jobs the node runs, those it is stopping
+	// included (its workers, until they leave).
 	Running int `json:"running"`
 }
 

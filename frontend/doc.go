@@ -2,7 +2,8 @@
 // CouchDB-compatible server for replicator databases (stored by package
 // repdb) and the replication endpoints. It reaches the replicator only
 // through the ports of ports.go (Replicator, Scheduler, MetricsSource),
-// which cmd/fdbrep wires to the control plane, and it maps every error to
+// which cmd/internal/wire implements with the control plane (built by
+// cmd/internal/node for fdbrep serve), and it maps every error to
 // a CouchDB reply in one place (toHTTPError): repdb's sentinels and the
 // ports' tagged errors.
 //

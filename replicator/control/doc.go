@@ -1,7 +1,7 @@
 // Package control is the replicator's control plane, what api_frontend
 // nodes run (Plane). It never contacts a replication endpoint and speaks
 // no HTTP: the HTTP API (package frontend) reaches it through ports that
-// cmd/fdbrep wires.
+// cmd/internal/wire implements with a Plane.
 //
 // # Documents
 //

@@ -1,10 +1,13 @@
 // Package wire connects the HTTP API (package frontend) to the
 // replicator's control plane (package replicator/control): the ports
 // frontend.Replicator and frontend.Scheduler implemented with a
-// control.Plane. It is the only place the two meet, so the HTTP package
-// links no replicator and the control plane speaks no HTTP. The fdbrep
-// binary and its benchmarks use it; its tests run the whole service (HTTP
-// API, control plane, replication node, real peers) in one process.
+// control.Plane, and the plane's metrics as frontend.MetricsSource. It is
+// the only code that connects the two, so the HTTP package links no
+// replicator and the control plane speaks no HTTP; the packages that
+// build a node (cmd/internal/node, for the fdbrep binary, and the
+// benchmarks) import both to construct them and call Frontend. Its tests
+// run the whole service (HTTP API, control plane, replication node, real
+// peers) in one process.
 package wire
 
 import (
