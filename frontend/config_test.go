@@ -17,7 +17,7 @@ import (
 )
 
 // configEnv is a frontend with a cluster.Node whose configuration changes
-// replace the server's accounts, as cmd/fdbrep wires them.
+// replace the server's accounts, as cmd/internal/node wires them.
 type configEnv struct {
 	*testEnv
 	node *cluster.Node

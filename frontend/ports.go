@@ -10,10 +10,10 @@ import (
 )
 
 // The frontend reaches the replication control plane through the ports of
-// this file; cmd/fdbrep wires package replicator/control to them. The
-// frontend imports nothing of the replicator, so an api_frontend node's
-// HTTP layer links no replication engine, and it maps every error to an
-// HTTP reply in one place (toHTTPError).
+// this file; cmd/internal/wire implements them with package
+// replicator/control. The frontend imports nothing of the replicator, so
+// an api_frontend node's HTTP layer links no replication engine, and it
+// maps every error to an HTTP reply in one place (toHTTPError).
 
 // Replicator checks replication documents and changes their jobs. Every
 // method but ParseDoc runs inside the frontend's write transaction, so a
