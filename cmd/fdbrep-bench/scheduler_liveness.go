@@ -36,7 +36,8 @@ type livenessBench struct {
 func (b livenessBench) step() time.Duration { return b.interval + b.interval/3 }
 
 // rotationBound is the number of steps within which every waiting
-// continuous job runs once over capacity (doc.go, "Liveness").
+// continuous job runs once over capacity (replicator/scheduler's doc.go,
+// "Liveness").
 func (b livenessBench) rotationBound(waiting int) int {
 	return int(math.Ceil(float64(b.minRun)/float64(b.step()))) + int(math.Ceil(float64(waiting)/float64(b.maxChurn))) + 2
 }
