@@ -408,8 +408,8 @@ func (s *Store) RemoveExpiredJobs(ctx context.Context, before int64, batch int) 
 }
 
 // RunningOn returns the ids of the jobs the index has running on node,
-// read scanBatch keys per transaction (a node runs max_jobs + max_churn
-// jobs at most).
+// read scanBatch keys per transaction (a node runs max_jobs jobs at
+// most).
 func (s *Store) RunningOn(ctx context.Context, node string) ([]string, error) {
 	rng := prefixRange(s.running, tuple.Tuple{node})
 	var out []string

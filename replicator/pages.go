@@ -173,8 +173,8 @@ func (s *Store) OwnerRunningJobs(ctx context.Context, owner string) ([]PageJob, 
 }
 
 // RunningJobs returns the jobs running on node ("" for every node),
-// sorted by node and job id: a node runs max_jobs + max_churn jobs at
-// most, so this costs the running jobs, not all of them.
+// sorted by node and job id: a node runs max_jobs jobs at most, so this
+// costs the running jobs, not all of them.
 func (s *Store) RunningJobs(ctx context.Context, node string) ([]PageJob, error) {
 	rng := subspaceRange(s.running)
 	if node != "" {
