@@ -151,6 +151,10 @@ func (d *JobData) Encode() json.RawMessage {
 // Millis is t in Unix milliseconds, the unit of job times.
 func Millis(t time.Time) int64 { return t.UnixMilli() }
 
+// TimeUnit is the unit of job times (Millis), as the job layer's clients
+// must be told (fdbjobs.Config.TimeUnit).
+const TimeUnit = time.Millisecond
+
 // ErrorInfo is the state_info of a crashing or failed job: CouchDB's
 // {"error": tag, "reason": text}.
 type ErrorInfo struct {

@@ -84,7 +84,8 @@ const (
 // settings, stopped at the test's end.
 func JobsClient(t testing.TB, db kv.Database) *fdbjobs.Client {
 	t.Helper()
-	c, err := fdbjobs.New(db, fdbjobs.Config{ActivityMonitorMaxJitter: 50 * time.Millisecond, NotifierHoldoff: 5 * time.Millisecond})
+	c, err := fdbjobs.New(db, fdbjobs.Config{ActivityMonitorMaxJitter: 50 * time.Millisecond, NotifierHoldoff: 5 * time.Millisecond,
+		TimeUnit: replicator.TimeUnit})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(context.Background()))
 	t.Cleanup(c.Stop)

@@ -238,10 +238,12 @@ func (n *Node) oldestDue(ctx context.Context, now int64, cfg Config, q int) (int
 		if c < k {
 			return res{t: now, ok: true}, nil
 		}
-		if c0, err := count(0); err != nil || c0 >= k {
-			return res{t: 0, ok: c0 > 0}, err
+		// The earliest time asked about is 1 ms, which covers the jobs
+		// scheduled at 0: fdbjobs reads a maximum of 0 as now.
+		if c0, err := count(1); err != nil || c0 >= k {
+			return res{t: 1, ok: c0 > 0}, err
 		}
-		lo, hi := int64(0), now
+		lo, hi := int64(1), now
 		for hi-lo > g {
 			mid := lo + (hi-lo)/2
 			c, err := count(mid)

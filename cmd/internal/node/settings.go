@@ -144,6 +144,7 @@ func jobsConfig(cfg *config.Config, log *zerolog.Logger) fdbjobs.Config {
 		NotifierHoldoff:          millis(cfg, "couch_jobs", "type_monitor_holdoff_msec"),
 		TypeCheckPeriod:          millis(cfg, "couch_jobs", "type_check_period_msec"),
 		BatchSize:                int(cfg.Int("couch_jobs", "batch_size")),
+		TimeUnit:                 replicator.TimeUnit,
 	}
 }
 
