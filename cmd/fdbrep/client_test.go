@@ -322,21 +322,29 @@ func TestReplicateInProcess(t *testing.T) {
 // Ctrl-C.
 func TestJobsAndDocsTables(t *testing.T) {
 	f := newClientFixture(t, 10)
-	r := testutil.Do(t, "PUT", f.node.base+"/_replicator/r1", f.node.adm, map[string]any{
-		"source": f.peer.AuthDBURL("src"), "target": f.peer.AuthDBURL("tgt"), "create_target": true, "continuous": true})
-	require.Equal(t, 201, r.Status, r.Raw)
-	waitState(t, f.node.base, f.node.adm, "r1", "running")
+	// Three documents, so that a view of one shows that one alone.
+	jobIDs := map[string]string{}
+	for _, doc := range []string{"r1", "r2", "r3"} {
+		r := testutil.Do(t, "PUT", f.node.base+"/_replicator/"+doc, f.node.adm, map[string]any{
+			"source": f.peer.AuthDBURL("src"), "target": f.peer.AuthDBURL("tgt-" + doc), "create_target": true, "continuous": true})
+		require.Equal(t, 201, r.Status, r.Raw)
+		waitState(t, f.node.base, f.node.adm, doc, "running")
+		r = testutil.Do(t, "GET", f.node.base+"/_scheduler/docs/_replicator/"+doc, f.node.adm, nil)
+		jobIDs[doc] = r.Body["id"].(string)
+	}
 	env := clientEnv(t, "FDBREP_CLUSTER="+f.node.base, "FDBREP_USER="+nodeAdmin, "FDBREP_PASSWORD="+nodePass)
 
 	for _, tc := range []struct {
-		args []string
-		want []string
+		args    []string
+		want    []string
+		notWant []string
 	}{
-		{[]string{"jobs"}, []string{"ID", "DOC", "STATE", "_replicator/r1", "running", "1 jobs"}},
-		{[]string{"docs"}, []string{"DATABASE", "DOC ID", "_replicator", "r1", "running", "1 documents"}},
-		{[]string{"docs", "_replicator", "-states", "running"}, []string{"r1", "running"}},
-		{[]string{"docs", "-json"}, []string{`"doc_id": "r1"`}},
-		{[]string{"docs", "_replicator", "r1"}, []string{"r1", "running", "1 documents"}},
+		{[]string{"jobs"}, []string{"ID", "DOC", "STATE", "_replicator/r1", "_replicator/r3", "running", "3 jobs"}, nil},
+		{[]string{"jobs", jobIDs["r2"]}, []string{jobIDs["r2"], "_replicator/r2", "running", "1 jobs"}, []string{"_replicator/r1", "_replicator/r3"}},
+		{[]string{"docs"}, []string{"DATABASE", "DOC ID", "_replicator", "r1", "r3", "running", "3 documents"}, nil},
+		{[]string{"docs", "_replicator", "-states", "running"}, []string{"r1", "r2", "running"}, nil},
+		{[]string{"docs", "-json"}, []string{`"doc_id": "r1"`}, nil},
+		{[]string{"docs", "_replicator", "r2"}, []string{"r2", "running", "1 documents"}, []string{"r1", "r3"}},
 	} {
 		code, out := runCLI(t, f.bin, env, tc.args...)
 		require.Equal(t, 0, code, out)
@@ -345,6 +353,16 @@ func TestJobsAndDocsTables(t *testing.T) {
 		for _, w := range tc.want {
 			require.Contains(t, out, w, "%q", tc.args)
 		}
+		for _, w := range tc.notWant {
+			require.NotContains(t, out, w, "%q shows one entry", tc.args)
+		}
+	}
+	// An unknown job or document: CouchDB's 404, on one line.
+	for _, args := range [][]string{{"jobs", "nope"}, {"docs", "_replicator", "nope"}} {
+		code, out := runCLI(t, f.bin, env, args...)
+		require.Equal(t, 1, code, out)
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(out), "\n")+1, "one line: %q", out)
+		require.Contains(t, out, "not_found", "%q", args)
 	}
 
 	// A watch in a pipe prints one table per interval; in a terminal it

@@ -39,30 +39,33 @@ type tableCmd struct {
 
 // Jobs runs `fdbrep jobs [flags]`: GET /_scheduler/jobs as a table.
 func Jobs(ctx context.Context, args []string, env Env) error {
-	t, err := newTableCmd("jobs", JobsUsage, args, env, 1)
+	t, err := newTableCmd("jobs", JobsUsage, "/_scheduler/jobs", args, env, 1)
 	if err != nil {
 		return err
 	}
-	t.path, t.render = "/_scheduler/jobs", renderJobs
+	t.render = renderJobs
 	return t.run(ctx)
 }
 
 // Docs runs `fdbrep docs [flags] [DB [DOC]]`: GET
 // /_scheduler/docs[/DB[/DOC]] as a table.
 func Docs(ctx context.Context, args []string, env Env) error {
-	t, err := newTableCmd("docs", DocsUsage, args, env, 2)
+	t, err := newTableCmd("docs", DocsUsage, "/_scheduler/docs", args, env, 2)
 	if err != nil {
 		return err
 	}
-	t.path, t.render = "/_scheduler/docs", renderDocs
+	t.render = renderDocs
 	if t.states != "" {
 		t.query.Set("states", t.states)
 	}
 	return t.run(ctx)
 }
 
-func newTableCmd(name, usage string, args []string, env Env, maxArgs int) (*tableCmd, error) {
-	t := &tableCmd{env: env}
+// newTableCmd parses the flags and arguments of a table command whose
+// view is at base; each positional argument (a job id, a database and a
+// document id) is a path segment after it.
+func newTableCmd(name, usage, base string, args []string, env Env, maxArgs int) (*tableCmd, error) {
+	t := &tableCmd{env: env, path: base}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	fs.Usage = func() { fmt.Fprint(env.Stderr, usage); fs.PrintDefaults() }
