@@ -431,6 +431,12 @@ func TestHelp(t *testing.T) {
 	require.Contains(t, out.String(), "-continuous")
 	require.Contains(t, out.String(), "-netrc")
 	require.Error(t, run(t.Context(), []string{"help", "nope"}, &out, &errOut))
+	// cluster's own flags, not serve's (which it passes on).
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"help", "cluster"}, &out, &errOut))
+	require.Contains(t, out.String(), "usage: fdbrep cluster")
+	require.Contains(t, out.String(), "-replication-nodes")
+	require.NotContains(t, out.String(), "-cluster-file", "serve's flags are not cluster's")
 
 	for _, tc := range []struct {
 		err  error

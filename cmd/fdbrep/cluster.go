@@ -28,6 +28,17 @@ const (
 	ClusterBaseBindDefault = "127.0.0.1:5984"
 )
 
+// clusterUsage heads fdbrep cluster's -h.
+const clusterUsage = `usage: fdbrep cluster [flags] [serve flags]
+
+Runs the topology of docker-compose.yml for development, in this process on
+one embedded store: api_frontend nodes on consecutive ports from -base-bind,
+and replication nodes, each with its own job-layer client, acceptors and
+metrics.
+
+flags:
+`
+
 // cluster runs the deployment topology of docker-compose.yml for
 // development: several api_frontend nodes on consecutive ports and several
 // replication nodes, all in this process on one embedded store (which one
@@ -43,7 +54,19 @@ func cluster(ctx context.Context, args []string, stderr io.Writer, ready chan<- 
 	frontends := fs.Int("frontends", ClusterFrontendsDefault, "api_frontend nodes, on consecutive ports from -base-bind")
 	replicators := fs.Int("replication-nodes", ClusterReplicationNodesDefault, "replication nodes")
 	base := fs.String("base-bind", ClusterBaseBindDefault, "address of the first frontend; port 0 gives each a free port")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, clusterUsage)
+		fs.PrintDefaults()
+		fmt.Fprintln(stderr, "\nEvery other flag is serve's and applies to every node (fdbrep help serve).")
+	}
 	own, rest := splitClusterArgs(args)
+	for _, a := range rest {
+		switch a {
+		case "-h", "-help", "--help":
+			fs.Usage()
+			return flag.ErrHelp
+		}
+	}
 	if err := fs.Parse(own); err != nil {
 		return err
 	}
