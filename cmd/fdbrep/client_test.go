@@ -405,7 +405,11 @@ func TestClientErrors(t *testing.T) {
 		{"one argument", nil, []string{"replicate", src}, 2, "want SOURCE and TARGET"},
 		{"bad selector", nil, []string{"replicate", "-selector", "{", src, src}, 2, "-selector: not JSON"},
 		{"refused by the parser", nil, []string{"replicate", "-opt", "worker_processes=0", src, src}, 2, "worker_processes"},
-		{"bad flag", nil, []string{"jobs", "-nope"}, 2, "flag provided but not defined: -nope"},
+		{"bad flag", nil, []string{"jobs", "-nope"}, 2, "fdbrep: jobs: unknown flag -nope; see fdbrep help jobs\n"},
+		{"misspelt flag", nil, []string{"jobs", "-wach"}, 2, "fdbrep: jobs: unknown flag -wach (did you mean -watch?); see fdbrep help jobs\n"},
+		{"misspelt serve flag", nil, []string{"serve", "-in-memroy"}, 2, "fdbrep: serve: unknown flag -in-memroy (did you mean -in-memory?); see fdbrep help serve\n"},
+		{"misspelt cluster flag", nil, []string{"cluster", "-frontend", "3"}, 2, "fdbrep: cluster: unknown flag -frontend (did you mean -frontends?); see fdbrep help cluster\n"},
+		{"bad flag value", nil, []string{"docs", "-limit", "x"}, 2, `fdbrep: docs: invalid value "x" for flag -limit: parse error; see fdbrep help docs` + "\n"},
 		{"no cluster", nil, []string{"jobs", "-cluster", "http://127.0.0.1:1"}, 1, "cannot reach the cluster at http://127.0.0.1:1"},
 		{"detach in process", nil, []string{"replicate", "-detach", "-continuous", src, src}, 2, "-detach needs a cluster"},
 	} {
@@ -413,6 +417,9 @@ func TestClientErrors(t *testing.T) {
 			code, out := runCLI(t, f.bin, clientEnv(t, tc.env...), tc.args...)
 			require.Equal(t, tc.code, code, out)
 			require.Contains(t, out, tc.want)
+			if strings.HasPrefix(tc.want, "fdbrep: ") {
+				require.Equal(t, tc.want, out, "one line, no usage")
+			}
 			requireNoSecrets(t, out)
 		})
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fdbrep/fdbrep/cmd/internal/cli"
 	"github.com/fdbrep/fdbrep/cmd/internal/node"
 	"github.com/fdbrep/fdbrep/pkg/config"
 )
@@ -67,7 +69,7 @@ func cluster(ctx context.Context, args []string, stderr io.Writer, ready chan<- 
 			return flag.ErrHelp
 		}
 	}
-	if err := fs.Parse(own); err != nil {
+	if _, err := cli.ParseFlags(fs, own, false); err != nil {
 		return err
 	}
 	if *frontends < 1 || *replicators < 1 || *frontends > 100 || *replicators > 100 {
@@ -85,6 +87,13 @@ func cluster(ctx context.Context, args []string, stderr io.Writer, ready chan<- 
 	var nodes []*config.Config
 	addNode := func(extra ...string) error {
 		sc, err := parseServeFlags(append(append([]string{}, rest...), extra...), stderr)
+		var fe *cli.FlagError
+		if errors.As(err, &fe) && fe.Unknown != "" {
+			// Neither cluster's flag nor serve's: said as cluster's,
+			// with the nearest of either.
+			fe.Cmd = "cluster"
+			fe.Suggest = cmp.Or(fe.Suggest, cli.ClosestFlag(fs, fe.Unknown))
+		}
 		if err != nil {
 			return err
 		}

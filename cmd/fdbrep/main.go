@@ -164,7 +164,7 @@ func hashPassword(args []string, in io.Reader, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	prf := fs.String("prf", "sha256", "PBKDF2 pseudo-random function: sha (CouchDB <= 3.3), sha256 or sha512")
 	iterations := fs.Int("iterations", 600000, "PBKDF2 iterations")
-	if err := fs.Parse(args); err != nil {
+	if _, err := cli.ParseFlags(fs, args, false); err != nil {
 		return err
 	}
 	line, err := bufio.NewReader(in).ReadString('\n')

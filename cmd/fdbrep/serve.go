@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fdbrep/fdbrep/cmd/internal/cli"
 	"github.com/fdbrep/fdbrep/cmd/internal/node"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -53,12 +54,24 @@ var flagOverrides = map[string][2]string{
 	"cluster-file": {"fdb", "cluster_file"},
 }
 
+// serveUsage heads fdbrep serve's -h.
+const serveUsage = `usage: fdbrep serve [flags]
+
+Runs a node: CouchDB's HTTP API (role api_frontend) and/or replication jobs
+(role replication), on the embedded store in -data-dir or on FoundationDB.
+Every setting is also an ini key (-config) and an FDBREP_<SECTION>__<KEY>
+variable; a flag wins over both. docs/CONFIG.md lists them.
+
+flags:
+`
+
 // legacyEnv are variables that act as flags.
 var legacyEnv = map[string]string{"bind": "FDBREP_BIND", "data-dir": "FDBREP_DATA_DIR", "log-format": "FDBREP_LOG_FORMAT"}
 
 func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	var files listFlag
 	fs.Var(&files, "config", "CouchDB-style ini file; repeat for several, later ones win (env FDBREP_CONFIG, comma-separated)")
 	fs.String("bind", BindDefault, "address of the HTTP API, host:port ([chttpd] bind_address and port; env FDBREP_BIND)")
@@ -71,11 +84,12 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.String("node-name", "", "node name in _scheduler output ([node] name; default fdbrep@<hostname>)")
 	fs.String("backend", "embedded", "storage backend: embedded or fdb ([fdb] backend)")
 	fs.String("cluster-file", "", "FoundationDB cluster file for -backend fdb ([fdb] cluster_file)")
-	if err := fs.Parse(args); err != nil {
+	rest, err := cli.ParseFlags(fs, args, false)
+	if err != nil {
 		return serveConfig{}, err
 	}
-	if fs.NArg() > 0 {
-		return serveConfig{}, fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	if len(rest) > 0 {
+		return serveConfig{}, &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("serve: unexpected arguments %q", rest)}
 	}
 	if len(files) == 0 {
 		if v := os.Getenv("FDBREP_CONFIG"); v != "" {

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"strings"
+
+	"github.com/agnivade/levenshtein"
 )
 
 // A CouchDB local.ini can be given to fdbrep as it is: settings of CouchDB
@@ -104,11 +106,11 @@ func suggest(section, key string) string {
 	}
 	if key == "" {
 		for s := range knownSections {
-			try("["+s+"]", distance(section, s))
+			try("["+s+"]", levenshtein.ComputeDistance(section, s))
 		}
 	} else {
 		for _, k := range Registry {
-			d := distance(key, k.Name)
+			d := levenshtein.ComputeDistance(key, k.Name)
 			if k.Section != section {
 				d++ // a right key in the wrong section is one more edit away
 			}
@@ -119,27 +121,6 @@ func suggest(section, key string) string {
 		return ""
 	}
 	return " (did you mean " + best + "?)"
-}
-
-// distance is the Levenshtein distance of a and b (bytes).
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func setOf(names ...string) map[string]bool {

@@ -57,33 +57,6 @@ func usageError(format string, a ...any) error {
 	return &ExitError{Code: ExitUsage, Err: fmt.Errorf(format, a...)}
 }
 
-// flagError is the error of a failed flag parse: flag.ErrHelp as is, else
-// ExitUsage with nothing more to print (the flag package printed the
-// problem and the usage).
-func flagError(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return err
-	}
-	return &ExitError{Code: ExitUsage}
-}
-
-// parseInterleaved parses fs's flags wherever they stand among the
-// positional arguments (fdbrep replicate SRC TGT -continuous works) and
-// returns the positional ones.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos, args = append(pos, args[0]), args[1:]
-	}
-}
-
 func newReplicateCmd(args []string, env Env) (*replicateCmd, error) {
 	c := &replicateCmd{env: env, start: time.Now()}
 	fs := flag.NewFlagSet("replicate", flag.ContinueOnError)
@@ -103,9 +76,9 @@ func newReplicateCmd(args []string, env Env) (*replicateCmd, error) {
 	fs.StringVar(&c.dataDir, "data-dir", "", "embedded store of in-process replications (default "+DataDirDefault+")")
 	fs.StringVar(&c.progress, "progress", ProgressDefault, "progress display: auto (a bar on a terminal, plain lines otherwise), bar or plain")
 	fs.DurationVar(&c.interval, "interval", IntervalDefault, "how often progress is sampled")
-	pos, err := parseInterleaved(fs, args)
+	pos, err := ParseFlags(fs, args, true)
 	if err != nil {
-		return nil, flagError(err)
+		return nil, err
 	}
 	c.visited(fs)
 	c.args = pos

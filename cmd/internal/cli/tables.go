@@ -78,9 +78,9 @@ func newTableCmd(name, usage, base string, args []string, env Env, maxArgs int) 
 	if name == "docs" {
 		fs.StringVar(&t.states, "states", "", "only these states, comma-separated: pending, running, crashing, completed, failed")
 	}
-	pos, err := parseInterleaved(fs, args)
+	pos, err := ParseFlags(fs, args, true)
 	if err != nil {
-		return nil, flagError(err)
+		return nil, err
 	}
 	t.visited(fs)
 	switch {
