@@ -96,31 +96,34 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 			files = strings.Split(v, ",")
 		}
 	}
-	// Flags become overrides after the environment's.
-	given := map[string]string{}
+	// Flags become overrides after the environment's, named as the user
+	// gave them: a flag, or one of the variables that act as flags.
+	type given struct{ value, source string }
+	byFlag := map[string]given{}
 	for name, env := range legacyEnv {
 		if v, ok := os.LookupEnv(env); ok {
-			given[name] = v
+			byFlag[name] = given{v, "env " + env}
 		}
 	}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
-	var overrides []string
-	for name, v := range given {
+	fs.Visit(func(f *flag.Flag) { byFlag[f.Name] = given{f.Value.String(), "flag -" + f.Name} })
+	var overrides []config.Override
+	for name, g := range byFlag {
 		if name == "config" {
 			continue
 		}
 		if name == "bind" {
-			host, port, err := net.SplitHostPort(v)
+			host, port, err := net.SplitHostPort(g.value)
 			if err != nil {
-				return serveConfig{}, fmt.Errorf("serve: -bind %q: %w", v, err)
+				return serveConfig{}, &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("serve: -bind %q: %w", g.value, err)}
 			}
-			overrides = append(overrides, config.EnvName("chttpd", "bind_address")+"="+host, config.EnvName("chttpd", "port")+"="+port)
+			overrides = append(overrides, config.Override{Section: "chttpd", Key: "bind_address", Value: host, Source: g.source},
+				config.Override{Section: "chttpd", Key: "port", Value: port, Source: g.source})
 			continue
 		}
 		key := flagOverrides[name]
-		overrides = append(overrides, config.EnvName(key[0], key[1])+"="+v)
+		overrides = append(overrides, config.Override{Section: key[0], Key: key[1], Value: g.value, Source: g.source})
 	}
-	cfg, err := config.Load(files, append(os.Environ(), overrides...))
+	cfg, err := config.LoadWith(files, os.Environ(), overrides)
 	if err != nil {
 		return serveConfig{}, fmt.Errorf("serve: %w", err)
 	}

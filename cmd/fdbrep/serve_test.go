@@ -156,7 +156,10 @@ func TestServeConfigErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"-config", "/nonexistent.ini"}, nil, "cannot read file"},
-		{[]string{"-roles", "indexing"}, nil, "not one of"},
+		// A flag's bad value names the flag, not a variable never set.
+		{[]string{"-roles", "indexing"}, nil, `-roles "indexing" ([node] roles): "indexing" is not one of`},
+		{[]string{"-log-level", "loud"}, nil, `-log-level "loud" ([log] level)`},
+		{[]string{"-in-memory"}, map[string]string{"FDBREP_REPLICATOR__INTERVAL": "10"}, "want an integer of at least 1000 (milliseconds)"},
 		{[]string{"-health-bind", "0.0.0.0:1"}, nil, "loopback"},
 		{[]string{"-in-memory"}, map[string]string{"FDBREP_REPLICATOR__MAX_JOBS": "many"}, "max_jobs"},
 		{[]string{"-in-memory"}, map[string]string{"FDBREP_NOPE__X": "1"}, "FDBREP_NOPE__X"},

@@ -37,6 +37,19 @@ type Config struct {
 // looks like an override (FDBREP_<SECTION>__<KEY>) but names an unknown
 // section.
 func Load(files []string, environ []string) (*Config, error) {
+	return LoadWith(files, environ, nil)
+}
+
+// Override is a value given to LoadWith beside the files and the
+// environment: a command-line flag, say. Source names it in errors and
+// in Source: "flag -roles" is said as the flag ("-roles \"x\" ([node]
+// roles): …").
+type Override struct {
+	Section, Key, Value, Source string
+}
+
+// LoadWith is Load with overrides applied after the environment's.
+func LoadWith(files []string, environ []string, overrides []Override) (*Config, error) {
 	c := &Config{values: map[string]map[string]string{}, sources: map[string]string{}}
 	for _, path := range files {
 		if err := c.loadFile(path); err != nil {
@@ -45,6 +58,9 @@ func Load(files []string, environ []string) (*Config, error) {
 	}
 	if err := c.loadEnv(environ); err != nil {
 		return nil, err
+	}
+	for _, o := range overrides {
+		c.set(o.Section, o.Key, o.Value, o.Source)
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -227,6 +243,9 @@ func (c *Config) validate() error {
 
 func (c *Config) wrap(k *Key, err error) error {
 	src := c.sources[k.Section+"/"+k.Name]
+	if flag, ok := strings.CutPrefix(src, "flag "); ok && !k.Secret {
+		return fmt.Errorf("%w: %s %q ([%s] %s): %v", ErrInvalidValue, flag, c.values[k.Section][k.Name], k.Section, k.Name, err)
+	}
 	if k.Secret {
 		return fmt.Errorf("%w: [%s] %s (%s): %v", ErrInvalidValue, k.Section, k.Name, src, err)
 	}
@@ -237,19 +256,13 @@ func (k *Key) check(v string) error {
 	switch k.Kind {
 	case KindInt:
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return fmt.Errorf("want an integer")
-		}
-		if k.HasRange && (float64(n) < k.Min || float64(n) > k.Max) {
-			return fmt.Errorf("want an integer from %s to %s", fmtBound(k.Min), fmtBound(k.Max))
+		if err != nil || k.HasRange && (float64(n) < k.Min || float64(n) > k.Max) {
+			return fmt.Errorf("want %s", k.wanted())
 		}
 	case KindFloat:
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || math.IsNaN(f) {
-			return fmt.Errorf("want a number")
-		}
-		if k.HasRange && (f < k.Min || f > k.Max) {
-			return fmt.Errorf("want a number from %s to %s", fmtBound(k.Min), fmtBound(k.Max))
+		if err != nil || math.IsNaN(f) || k.HasRange && (f < k.Min || f > k.Max) {
+			return fmt.Errorf("want %s", k.wanted())
 		}
 	case KindBool:
 		if _, err := parseBool(v); err != nil {
@@ -269,11 +282,28 @@ func (k *Key) check(v string) error {
 	return nil
 }
 
-func fmtBound(f float64) string {
-	if f >= maxInt {
-		return "infinity"
+// num prints a bound as it is written.
+func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// wanted says what a KindInt or KindFloat key takes: "an integer of at
+// least 1000 (milliseconds)", "an integer from 0 to 65535", "a number from
+// 0.000001 to 1".
+func (k *Key) wanted() string {
+	what := "a number"
+	if k.Kind == KindInt {
+		what = "an integer"
 	}
-	return strconv.FormatFloat(f, 'f', -1, 64)
+	switch {
+	case !k.HasRange:
+	case k.Max >= maxInt:
+		what += " of at least " + num(k.Min)
+	default:
+		what += " from " + num(k.Min) + " to " + num(k.Max)
+	}
+	if u := k.unit(); u != "" {
+		what += " (" + u + ")"
+	}
+	return what
 }
 
 func parseBool(v string) (bool, error) {

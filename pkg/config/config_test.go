@@ -115,7 +115,10 @@ func TestLoadRejects(t *testing.T) {
 		{"unknown section", "[mystery]\nx = 1\n", nil, "section [mystery]"},
 		{"unknown key, nothing close", "[log]\ncolour = yes\n", nil, "[log] colour"},
 		{"both intervals", "[replicator]\ninterval = 60000\ninterval_sec = 5\n", nil, "both set"},
-		{"interval too small", "[replicator]\ninterval = 10\n", nil, "want an integer from 1000"},
+		{"interval too small", "[replicator]\ninterval = 10\n", nil, "want an integer of at least 1000 (milliseconds)"},
+		{"no upper bound", "[replicator]\nmax_jobs = 0\n", nil, "want an integer of at least 1"},
+		{"unit from the name", "[replicator]\nprogress_interval_msec = 5\n", nil, "want an integer from 100 to 60000 (milliseconds)"},
+		{"seconds", "[replicator]\nmin_run_time_sec = 0\n", nil, "want an integer of at least 1 (seconds)"},
 		{"env bad value", "", []string{"FDBREP_REPLICATOR__MAX_JOBS=-1"}, "env FDBREP_REPLICATOR__MAX_JOBS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,8 +22,15 @@ func WriteReference(w io.Writer) error {
 			def = "(empty)"
 		}
 		typ := k.Kind.String()
-		if k.HasRange {
-			typ += " " + fmtBound(k.Min) + ".." + fmtBound(k.Max)
+		switch {
+		case !k.HasRange:
+		case k.Max >= maxInt:
+			typ += " ≥ " + num(k.Min)
+		default:
+			typ += " " + num(k.Min) + ".." + num(k.Max)
+		}
+		if u := k.unit(); u != "" {
+			typ += ", " + u
 		}
 		if len(k.OneOf) > 0 {
 			typ += ": " + strings.Join(k.OneOf, ", ")

@@ -29,6 +29,10 @@ type Key struct {
 	// HasRange is set.
 	Min, Max float64
 	HasRange bool
+	// Unit is what a KindInt value counts ("milliseconds", "seconds",
+	// "bytes"; "" for a plain count), named by range errors. Keys named
+	// …_msec and …_sec have theirs without saying.
+	Unit string
 	// OneOf restricts KindString and KindList values to these words.
 	OneOf []string
 	// Secret values never appear in errors, logs or the _config API.
@@ -116,6 +120,25 @@ const maxInt = 1 << 53
 // days), the replication node's own limit.
 const MaxBackoffSecMax = 30 * 24 * 3600
 
+// in gives a key the unit its name does not say.
+func in(unit string, k Key) Key {
+	k.Unit = unit
+	return k
+}
+
+// unit is what k's value counts: its Unit, or the one its name ends with.
+func (k *Key) unit() string {
+	switch {
+	case k.Unit != "":
+		return k.Unit
+	case strings.HasSuffix(k.Name, "_msec"):
+		return "milliseconds"
+	case strings.HasSuffix(k.Name, "_sec"):
+		return "seconds"
+	}
+	return ""
+}
+
 // live marks a key as changeable at run time, applied by the nodes a names.
 func live(a Apply, k Key) Key {
 	k.Apply = a
@@ -127,8 +150,8 @@ var Registry = []Key{
 	// [chttpd]
 	strKey("chttpd", "bind_address", "127.0.0.1", "Address the HTTP API listens on (api_frontend nodes). Use 0.0.0.0 to listen on every interface."),
 	intKey("chttpd", "port", "5984", 0, 65535, "Port of the HTTP API; 0 picks a free port."),
-	intKey("chttpd", "max_http_request_size", "1048576", 1024, 64<<20, "Largest request body accepted, in bytes; larger bodies get 413 too_large."),
-	intKey("chttpd", "max_document_size", "65536", 256, 90000, "Largest replication document accepted, in bytes of JSON (documents are stored in one FoundationDB value)."),
+	in("bytes", intKey("chttpd", "max_http_request_size", "1048576", 1024, 64<<20, "Largest request body accepted, in bytes; larger bodies get 413 too_large.")),
+	in("bytes", intKey("chttpd", "max_document_size", "65536", 256, 90000, "Largest replication document accepted, in bytes of JSON (documents are stored in one FoundationDB value).")),
 	intKey("chttpd", "max_json_depth", "32", 2, 1000, "Deepest nesting of JSON objects and arrays accepted in a request body."),
 	boolKey("chttpd", "admin_only_all_dbs", "true", "Only server admins may list databases with GET /_all_dbs."),
 	boolKey("chttpd", "require_valid_user", "false", "Refuse every unauthenticated request except GET /_up and /_session."),
@@ -137,11 +160,11 @@ var Registry = []Key{
 	intKey("chttpd", "body_timeout_msec", "30000", 1, 3_600_000, "Milliseconds a client has to send a request body once its headers arrived; a slower body gets 408."),
 	intKey("chttpd", "idle_timeout_msec", "120000", 1, 3_600_000, "Milliseconds a keep-alive connection may stay idle."),
 	intKey("chttpd", "max_client_requests", "100", 0, 1_000_000, "Requests one client (a user, or an anonymous client's address) may have in flight; more get 429. Server admins and GET /_up are not counted. 0 disables the cap."),
-	intKey("chttpd", "max_header_bytes", "65536", 4096, 16<<20, "Largest request headers accepted, in bytes."),
+	in("bytes", intKey("chttpd", "max_header_bytes", "65536", 4096, 16<<20, "Largest request headers accepted, in bytes.")),
 	strKey("chttpd", "utils_dir", "", "Directory of Fauxton's prebuilt files (the dist/release directory of the npm package fauxton), served at /_utils/. Empty: scripts/fauxton/node_modules/fauxton/dist/release under the working directory when it exists (`make fauxton` installs it; `make run` starts there); otherwise /_utils answers 404 with how to install it. A directory given here must hold index.html or the node does not start. A container image sets it (FDBREP_CHTTPD__UTILS_DIR)."),
 	// [chttpd_auth]
 	{Section: "chttpd_auth", Name: "secret", Kind: KindString, Default: "", Secret: true, Doc: "Key that signs AuthSession cookies. Empty: a random key per process, so cookies are only valid on the node that issued them; set the same secret on every api_frontend node."},
-	intKey("chttpd_auth", "timeout", "600", 1, maxInt, "Seconds an AuthSession cookie stays valid; it is refreshed when less than 10% of this remains."),
+	in("seconds", intKey("chttpd_auth", "timeout", "600", 1, maxInt, "Seconds an AuthSession cookie stays valid; it is refreshed when less than 10% of this remains.")),
 	boolKey("chttpd_auth", "allow_persistent_cookies", "true", "Give AuthSession cookies a Max-Age (otherwise they are session cookies)."),
 	strKey("chttpd_auth", "pbkdf2_prf", "sha256", "Pseudo-random function used to hash plaintext passwords found in [admins] and [users].", "sha", "sha256", "sha512"),
 	intKey("chttpd_auth", "iterations", "600000", 1, 100_000_000, "PBKDF2 iterations used to hash plaintext passwords found in [admins] and [users]."),
@@ -165,14 +188,14 @@ var Registry = []Key{
 	live(ApplyReplication, intKey("replicator", "max_churn", "100", 1, maxInt, "Most jobs one node stops per scheduling interval to give their slots to waiting jobs (rotation, when more continuous jobs are runnable than the nodes may run), or moves to nodes that run fewer; jobs stopped because max_jobs was lowered count against it but all stop. It does not bound starts: a node's acceptors take pending jobs into all the room it has under max_jobs (under its share of the jobs while the nodes balance).")),
 	live(ApplyReplication, intKey("replicator", "max_acceptors", "2", 1, 1000, "Idle acceptors waiting for pending jobs on one node.")),
 	live(ApplyReplication, intKey("replicator", "interval_sec", "15", 1, maxInt, "Seconds between scheduling cycles.")),
-	live(ApplyReplication, intKey("replicator", "interval", "15000", 1000, maxInt, "CouchDB 3.x's name for the scheduling interval, in milliseconds; set interval_sec or interval, not both.")),
+	live(ApplyReplication, in("milliseconds", intKey("replicator", "interval", "15000", 1000, maxInt, "CouchDB 3.x's name for the scheduling interval, in milliseconds; set interval_sec or interval, not both."))),
 	live(ApplyReplication, intKey("replicator", "min_run_time_sec", "60", 1, maxInt, "A continuous job runs at least this long before the scheduler may stop it for another.")),
 	live(ApplyReplication, intKey("replicator", "transient_job_max_age_sec", "86400", 1, maxInt, "Finished /_replicate jobs are forgotten this long after their last update.")),
-	live(ApplyAll, intKey("replicator", "startup_jitter", "5000", 1, maxInt, "Milliseconds an acceptor that finds no runnable job waits at most (a random part of it, and at most the interval) before it looks again; a job enqueued meanwhile wakes it at once.")),
+	live(ApplyAll, in("milliseconds", intKey("replicator", "startup_jitter", "5000", 1, maxInt, "Milliseconds an acceptor that finds no runnable job waits at most (a random part of it, and at most the interval) before it looks again; a job enqueued meanwhile wakes it at once."))),
 	live(ApplyReplication, intKey("replicator", "min_backoff_penalty_sec", "32", 1, maxInt, "Delay before a crashed job is retried after its first consecutive crash, doubled at each further one; each delay is shortened by up to a quarter at random.")),
 	live(ApplyReplication, intKey("replicator", "max_backoff_penalty_sec", "172800", 1, MaxBackoffSecMax, "Greatest delay before a crashed job is retried (before its random shortening by up to a quarter); at least min_backoff_penalty_sec.")),
 	live(ApplyReplication, intKey("replicator", "health_threshold_sec", "120", 1, maxInt, "A job that has run this long since its last start is healed: its count of consecutive crashes, which doubles its backoff at each crash, starts again (at its next stats update while it runs; a crash later than this counts as the first). A crash sooner adds to the count.")),
-	live(ApplyReplication, intKey("replicator", "health_threshold", "120", 1, maxInt, "CouchDB 3.x's name for health_threshold_sec, in seconds too; set health_threshold_sec or health_threshold, not both.")),
+	live(ApplyReplication, in("seconds", intKey("replicator", "health_threshold", "120", 1, maxInt, "CouchDB 3.x's name for health_threshold_sec, in seconds too; set health_threshold_sec or health_threshold, not both."))),
 	live(ApplyAll, intKey("replicator", "max_history", "10", 1, 1000, "Events kept in a job's history.")),
 	live(ApplyReplication, intKey("replicator", "progress_interval_msec", "1000", 100, 60_000, "Milliseconds between a replication node's writes of the live counters of its running jobs that changed (documents read and written, sequences), which _active_tasks and the _scheduler views show between heartbeats: one transaction per node per interval, about 400 bytes per job whose counters moved.")),
 	live(ApplyReplication, intKey("replicator", "stats_update_interval_sec", "10", 1, maxInt, "Seconds between writes of a running job's stats to its job data (its heartbeat; at most interval_sec and a third of job_timeout_sec); checkpoints write them too.")),
@@ -184,9 +207,9 @@ var Registry = []Key{
 	live(ApplyReplication, intKey("replicator", "worker_processes", "4", 1, 64, "Default worker_processes of a replication that does not set it: concurrent workers per replication.")),
 	live(ApplyReplication, intKey("replicator", "worker_batch_size", "500", 1, 10000, "Default worker_batch_size: changes each worker replicates at a time (worker_processes × worker_batch_size is at most 100000).")),
 	live(ApplyReplication, intKey("replicator", "http_connections", "20", 1, 1000, "Default http_connections: connections per endpoint and replication.")),
-	live(ApplyReplication, intKey("replicator", "connection_timeout", "30000", 1, 3_600_000, "Default connection_timeout, in milliseconds: a request whose peer stays silent this long, or sends less than 1 KiB in that time (a trickle), fails at once, and the replication crashes with the reason (only a first stall on a reused connection is retried).")),
+	live(ApplyReplication, in("milliseconds", intKey("replicator", "connection_timeout", "30000", 1, 3_600_000, "Default connection_timeout, in milliseconds: a request whose peer stays silent this long, or sends less than 1 KiB in that time (a trickle), fails at once, and the replication crashes with the reason (only a first stall on a reused connection is retried)."))),
 	live(ApplyReplication, intKey("replicator", "retries_per_request", "5", 0, 100, "Default retries_per_request: retries of a failed request before the replication crashes.")),
-	live(ApplyReplication, intKey("replicator", "checkpoint_interval", "30000", 1, 3_600_000, "Default checkpoint_interval, in milliseconds, between checkpoints of a replication.")),
+	live(ApplyReplication, in("milliseconds", intKey("replicator", "checkpoint_interval", "30000", 1, 3_600_000, "Default checkpoint_interval, in milliseconds, between checkpoints of a replication."))),
 	live(ApplyReplication, boolKey("replicator", "use_checkpoints", "true", "Default use_checkpoints: write checkpoint documents on the endpoints.")),
 	live(ApplyReplication, boolKey("replicator", "use_bulk_get", "true", "Default use_bulk_get: fetch documents with _bulk_get when the source supports it.")),
 	live(ApplyReplication, strKey("replicator", "socket_options", "[{keepalive, true}, {nodelay, true}]", "Default socket_options, in CouchDB's syntax: TCP options of the replications' connections. fdbrep applies keepalive, nodelay, sndbuf, recbuf (bytes, at most 64 MiB) and priority (0 to 6, Linux); any other option stops the node with its name. A replication's own socket_options replace these. CouchDB's default turns nodelay off; fdbrep keeps it on (see COMPAT.md).")),
@@ -200,7 +223,7 @@ var Registry = []Key{
 	{Section: "replicator", Name: "auth_plugins", Kind: KindList, Default: "couch_replicator_auth_session,couch_replicator_auth_noop",
 		OneOf: []string{"couch_replicator_auth_session", "couch_replicator_auth_noop"},
 		Doc:   "How the replicator authenticates to endpoints with credentials: with couch_replicator_auth_session it logs in once through POST /_session and sends the cookie (Basic where the endpoint has no usable _session); couch_replicator_auth_noop alone sends Basic on every request."},
-	intKey("replicator", "connection_close_interval", "90000", 1000, 86_400_000, "Milliseconds an idle pooled connection to an endpoint is kept open before it is closed, as CouchDB 3.x's."),
+	in("milliseconds", intKey("replicator", "connection_close_interval", "90000", 1000, 86_400_000, "Milliseconds an idle pooled connection to an endpoint is kept open before it is closed, as CouchDB 3.x's.")),
 	intKey("replicator", "session_refresh_interval_sec", "550", 1, maxInt, "Seconds after which a session cookie without Max-Age is renewed (a cookie with Max-Age is renewed at 90% of it)."),
 	// [couch_jobs]
 	intKey("couch_jobs", "activity_monitor_max_jitter_msec", "10000", 1, maxInt, "Cap of the random delay added to each activity monitor period."),
