@@ -146,6 +146,9 @@ func openStore(ctx context.Context, cfg *config.Config, log *zerolog.Logger) (kv
 			opts = embedded.Options{InMemory: true}
 		}
 		db, err := embedded.Open(opts)
+		if errors.Is(err, embedded.ErrInUse) {
+			return nil, fmt.Errorf("%w: another fdbrep node runs on this data directory; stop it, or give this one another -data-dir ([fdb] data_dir)", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open embedded store: %w", err)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -210,4 +211,18 @@ func TestServeFrontendOnly(t *testing.T) {
 	r := testutil.Do(t, "GET", "http://"+addr+"/_scheduler/docs/_replicator/r0", adm, nil)
 	require.Equal(t, 200, r.Status, r.Raw)
 	require.Equal(t, "pending", r.Body["state"])
+}
+
+// A second node on the data directory of a running one says that another
+// process holds it, by pid, and what to do.
+func TestDataDirInUse(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	env := append(os.Environ(), "FDBREP_CHTTPD_AUTH__ITERATIONS=10")
+	first := startProcess(t, bin, env, "serve", "-data-dir", dir, "-bind", "127.0.0.1:0", "-log-format", "json")
+	first.waitLog(t, "HTTP API listening")
+	code, out := runCLI(t, bin, env, "serve", "-data-dir", dir, "-bind", "127.0.0.1:0")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, fmt.Sprintf("%s is in use by another process (pid %d): another fdbrep node runs on this data directory; stop it, or give this one another -data-dir", dir, first.cmd.Process.Pid))
+	require.NotContains(t, out, "resource temporarily unavailable")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +83,22 @@ type snapshot struct {
 	refs    atomic.Int32
 }
 
+// openError is the error of a pebble.Open of dir that failed with err:
+// ErrInUse, with the holder's pid when known, when the store's lock is
+// held.
+func openError(dir string, fs vfs.FS, err error) error {
+	switch {
+	case strings.Contains(err.Error(), "lock held by current process"):
+		return fmt.Errorf("%w: %s is open in this process already", ErrInUse, dir)
+	case fs == vfs.Default && lockRefused(err):
+		if pid := lockHolder(dir); pid > 0 {
+			return fmt.Errorf("%w: %s is in use by another process (pid %d)", ErrInUse, dir, pid)
+		}
+		return fmt.Errorf("%w: %s is in use by another process", ErrInUse, dir)
+	}
+	return fmt.Errorf("embedded: open %s: %w", dir, err)
+}
+
 // Open opens (creating if needed) the store described by opts.
 func Open(opts Options) (*DB, error) {
 	opts, err := opts.withDefaults()
@@ -110,7 +127,7 @@ func Open(opts Options) (*DB, error) {
 	}
 	pdb, err := pebble.Open(dir, popts)
 	if err != nil {
-		return nil, fmt.Errorf("embedded: open %s: %w", dir, err)
+		return nil, openError(dir, fs, err)
 	}
 	var last int64
 	v, closer, err := pdb.Get(versionKey)

@@ -9,6 +9,11 @@ import (
 // ErrInvalidOptions is returned by Open for bad Options.
 var ErrInvalidOptions = errors.New("embedded: invalid options")
 
+// ErrInUse is wrapped by Open's error when the store's directory is held
+// by another open store: another process (named by its pid when the
+// system tells it) or this one.
+var ErrInUse = errors.New("embedded: store in use")
+
 // ErrStoreFailed is wrapped, with kv.Error{Code: kv.CodeIOError}, by the
 // error of every commit after pebble failed to apply a batch; the DB must
 // be closed and reopened. (A full or failing disk is not such a failure:

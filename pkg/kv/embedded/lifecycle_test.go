@@ -55,5 +55,6 @@ func TestReopenKeepsData(t *testing.T) {
 	require.Equal(t, cv, rv, "the read version after a reopen is the last commit's")
 
 	_, err = Open(Options{Dir: dir})
-	require.Error(t, err, "a second open of the same directory fails")
+	require.ErrorIs(t, err, ErrInUse, "a second open of the same directory fails")
+	require.ErrorContains(t, err, dir+" is open in this process already")
 }
