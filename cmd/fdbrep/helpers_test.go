@@ -84,7 +84,11 @@ func buildBinary(t *testing.T) string {
 		t.Skip("builds the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "fdbrep")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	args := []string{"build", "-o", bin}
+	if fdbBuild { // the binary as the tests: with FoundationDB
+		args = append(args, "-tags", "fdb")
+	}
+	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	return bin
 }

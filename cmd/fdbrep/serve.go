@@ -167,6 +167,12 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready chan<- st
 		return err
 	}
 	log, db, err := start(ctx, sc.cfg, stderr)
+	if err != nil && ctx.Err() != nil {
+		// Interrupted before the node was up (waiting for its store): an
+		// interrupt is not a failure, as after start-up.
+		log.Info().Msg(err.Error())
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -44,7 +45,11 @@ func openFDB(ctx context.Context, clusterFile, tenant string, log *zerolog.Logge
 			}
 			return db, nil
 		}
-		if ctx.Err() != nil || !fdbTransient(err) {
+		if ctx.Err() != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("interrupted while waiting for FoundationDB (%w)", ctx.Err())
+		}
+		if !fdbTransient(err) {
 			_ = db.Close()
 			return nil, err
 		}

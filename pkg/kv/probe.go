@@ -46,7 +46,7 @@ func Probe(ctx context.Context, db Database, timeout time.Duration) error {
 	}
 	return fmt.Errorf("%w: %s did not hand out a read version within %v: %w "+
 		"(check that the cluster file names the cluster's coordinators, that the cluster is up "+
-		"and configured, and that this host can reach it)", ErrUnreachable, name, timeout*2/3, err)
+		"and configured, and that this host can reach it)", ErrUnreachable, name, (timeout * 2 / 3).Round(100*time.Millisecond), err)
 }
 
 // Explainer is a store that can say why a probe failed (fdbkv's reads
