@@ -230,18 +230,18 @@ func (c *checkpointer) checkpoint(ctx context.Context) (bool, error) {
 func (c *checkpointer) progress() Stats {
 	s := c.stats.load()
 	_, highest, _ := c.tracker.snapshot()
-	through, passed := c.tracker.passedThrough()
+	through, passed, ahead := c.tracker.finishedAhead()
 	s.ThroughSeq, s.SourceSeq = seqString(through), seqString(highest)
 	c.committedMu.Lock()
 	s.CheckpointedSourceSeq = seqString(c.committedSeq)
 	c.committedMu.Unlock()
 	c.pendingMu.Lock()
 	if c.pending != nil {
-		p := max(0, *c.pending-(passed-c.pendingAt))
+		p := max(0, *c.pending-(passed-c.pendingAt)-ahead)
 		s.ChangesPending = &p
 	}
 	if n, ok := intSeq(through); ok && c.updateSeq != nil {
-		p := max(0, *c.updateSeq-n)
+		p := max(0, *c.updateSeq-n-ahead)
 		s.ChangesPending = &p
 	}
 	c.pendingMu.Unlock()

@@ -19,6 +19,7 @@ type seqTracker struct {
 	pending  []trackedBatch // in ticket order
 	through  json.RawMessage
 	passed   int64 // the changes of the batches through covers
+	finished int64 // the changes of every finished batch, past through too
 	highest  json.RawMessage
 	highestT uint64
 }
@@ -51,8 +52,9 @@ func (t *seqTracker) done(ticket uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := range t.pending {
-		if t.pending[i].ticket == ticket {
+		if t.pending[i].ticket == ticket && !t.pending[i].done {
 			t.pending[i].done = true
+			t.finished += int64(t.pending[i].changes)
 			if ticket > t.highestT {
 				t.highestT, t.highest = ticket, t.pending[i].seq
 			}
@@ -74,6 +76,14 @@ func (t *seqTracker) snapshot() (through, highest json.RawMessage, inFlight int)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.through, t.highest, len(t.pending)
+}
+
+// finishedAhead returns the checkpointable sequence, the changes up to it
+// and the changes of the batches finished past it.
+func (t *seqTracker) finishedAhead() (through json.RawMessage, passed, ahead int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.through, t.passed, t.finished - t.passed
 }
 
 // passedThrough returns the checkpointable sequence with the number of

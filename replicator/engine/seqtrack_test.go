@@ -102,3 +102,33 @@ func TestProgressCountsPendingDown(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Batches done past through_seq (a slow batch before them still in
+// flight) count as processed, so changes_pending leaves them out: the
+// processed and pending counts never add up to more than the source has.
+func TestPendingLeavesOutBatchesDonePastThrough(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		recorded  *int64
+		updateSeq string
+	}{
+		{name: "opaque", recorded: ptr(int64(100))},
+		{name: "integer", updateSeq: "100"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newSeqTracker(json.RawMessage("0"))
+			c := &checkpointer{tracker: tr, stats: &counters{}}
+			var u json.RawMessage
+			if tc.updateSeq != "" {
+				u = json.RawMessage(tc.updateSeq)
+			}
+			c.setPending(tc.recorded, 0, u)
+			slow := tr.begin(json.RawMessage("10"), 10)
+			tr.done(tr.begin(json.RawMessage("30"), 20))
+			tr.done(tr.begin(json.RawMessage("60"), 30))
+			require.Equal(t, int64(50), *c.progress().ChangesPending, "100 less the 50 done past through_seq")
+			tr.done(slow)
+			require.Equal(t, int64(40), *c.progress().ChangesPending, "through_seq passed them all")
+		})
+	}
+}

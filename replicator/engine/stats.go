@@ -20,8 +20,11 @@ type Stats struct {
 	DocWriteFailures      int64 `json:"doc_write_failures"`
 	BulkGetDocs           int64 `json:"bulk_get_docs"`
 	BulkGetAttempts       int64 `json:"bulk_get_attempts"`
-	// ChangesPending is the number of source changes after through_seq, or
-	// nil when unknown. It is known from the end of a run's setup on; with
+	// ChangesPending is the number of source changes the run has yet to
+	// process: those after through_seq, less those of the batches already
+	// done past it (which RevisionsChecked counts), so that the two never
+	// count a change twice; nil when unknown. It is known from the end of
+	// a run's setup on; with
 	// integer sequences (PouchDB, CouchDB 1.x) it counts down live as
 	// through_seq advances, the source's update_seq being read again at
 	// every checkpoint; with opaque sequences (CouchDB 2.x and later) it is

@@ -281,3 +281,23 @@ func TestRenderTables(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, "none of the 5 jobs past -skip 5\n", footer(0, 5, 5, "jobs"))
 }
+
+// The rate is known from the second counted step (within two samples,
+// not after a moving average's ten), over the last rateWindow.
+func TestProgressRate(t *testing.T) {
+	var r rate
+	t0 := time.Unix(1000, 0)
+	run := func(n int64) sample { return sample{state: "running", stats: engine.Stats{RevisionsChecked: n}} }
+	r.add(run(0), t0)
+	r.add(run(6000), t0.Add(time.Second)) // the first step from 0: maybe seeded counters, not counted
+	require.Zero(t, r.perSecond())
+	r.add(run(12000), t0.Add(2*time.Second))
+	require.Equal(t, 6000.0, r.perSecond(), "known at the second step")
+	for i := int64(3); i <= 30; i++ {
+		r.add(run(12000+(i-2)*1000), t0.Add(time.Duration(i)*time.Second))
+	}
+	require.Equal(t, 1000.0, r.perSecond(), "over the last window only")
+	eta, ok := r.eta(40000, 50000)
+	require.True(t, ok)
+	require.Equal(t, 10*time.Second, eta)
+}

@@ -38,8 +38,10 @@ const (
 	// barWidthDefault is the bar's width when the output is not a
 	// terminal whose width can be read.
 	barWidthDefault = 100
-	// ewmaAge is how many samples the bar's rate and ETA average over.
-	ewmaAge = 10
+	// rateWindow is how far back the rate and ETA look: the changes
+	// processed over the last rateWindow of samples that count (or since
+	// the first, when shorter).
+	rateWindow = 10 * time.Second
 )
 
 // sample is what the progress shows at one moment: the replication's
@@ -90,15 +92,24 @@ func newDisplay(mode string, out io.Writer, r *redactor) display {
 
 // rate tracks changes per second over the samples in which the
 // replication runs with counters already seeded (the jump of a resumed
-// replication's counters to its checkpoint's values is not speed). A
+// replication's counters to its checkpoint's values is not speed), over
+// the last rateWindow: it is known from the second step of the counters
+// on (within two samples), not after a moving average's warm-up. A
 // cluster updates a job's counters every progress_interval_msec (1 s)
 // while they move, which may be more seldom than it is sampled: a step
 // counts from the last change of the counters, so unchanged samples in
 // between do not read as a stall.
 type rate struct {
-	first, last   sample
-	firstT, lastT time.Time // of the first counted sample and the last change
-	seen, valid   bool
+	last   sample
+	lastT  time.Time // of the last change
+	seen   bool
+	points []point // the counted steps' ends within rateWindow, and the start of the first
+}
+
+// point is the changes processed at a moment.
+type point struct {
+	t time.Time
+	n int64
 }
 
 // add records s at t and reports whether the counters moved since the
@@ -109,46 +120,79 @@ func (r *rate) add(s sample, t time.Time) (bool, time.Duration) {
 	}
 	counts := r.seen && s.state == "running" && r.last.state == "running" && r.last.processed() > 0
 	step := t.Sub(r.lastT)
-	if counts && !r.valid {
-		r.first, r.firstT, r.valid = r.last, r.lastT, true
+	if counts {
+		if len(r.points) == 0 {
+			r.points = append(r.points, point{r.lastT, r.last.processed()})
+		}
+		r.points = append(r.points, point{t, s.processed()})
+		for len(r.points) > 2 && t.Sub(r.points[1].t) >= rateWindow {
+			r.points = r.points[1:]
+		}
 	}
 	r.last, r.lastT, r.seen = s, t, true
 	return counts, step
 }
 
-// perSecond is the average rate over the counted samples (0 when none).
+// perSecond is the rate over the window (0 before a step counted).
 func (r *rate) perSecond() float64 {
-	d := r.lastT.Sub(r.firstT).Seconds()
-	if !r.valid || d <= 0 {
+	if len(r.points) < 2 {
 		return 0
 	}
-	return float64(r.last.processed()-r.first.processed()) / d
+	a, b := r.points[0], r.points[len(r.points)-1]
+	d := b.t.Sub(a.t).Seconds()
+	if d <= 0 {
+		return 0
+	}
+	return float64(b.n-a.n) / d
+}
+
+// eta is the time left at the rate to process what is left of total
+// (false while either is unknown).
+func (r *rate) eta(processed, total int64) (time.Duration, bool) {
+	v := r.perSecond()
+	if v <= 0 || total < 0 {
+		return 0, false
+	}
+	return (time.Duration(float64(max(0, total-processed))/v) * time.Second).Round(time.Second), true
+}
+
+// shownTotal is the total to show with s: processed plus pending (the
+// cluster counts pending without the changes processed past through_seq,
+// so the two never count a change twice), never below processed; -1
+// while pending is unknown.
+func shownTotal(s sample) int64 {
+	if t := s.total(); t >= 0 {
+		return max(t, s.processed())
+	}
+	return -1
 }
 
 // plainDisplay prints one line each time the counters or the state change:
 // for logs and pipes, no escape sequences.
 type plainDisplay struct {
-	out   io.Writer
-	r     *redactor
-	start time.Time
-	rate  rate
-	shown *sample
+	out        io.Writer
+	r          *redactor
+	start      time.Time
+	rate       rate
+	shown      *sample
+	shownTotal int64
 }
 
 func (p *plainDisplay) update(s sample) {
 	now := time.Now()
 	p.rate.add(s, now)
+	total := shownTotal(s)
 	if p.shown != nil && p.shown.state == s.state && p.shown.processed() == s.processed() &&
-		p.shown.stats.DocsWritten == s.stats.DocsWritten && p.shown.total() == s.total() && p.shown.stall == s.stall {
+		p.shown.stats.DocsWritten == s.stats.DocsWritten && p.shownTotal == total && p.shown.stall == s.stall {
 		return
 	}
-	p.shown = &s
+	p.shown, p.shownTotal = &s, total
 	line := fmt.Sprintf("[%s] %s: %s changes, %d docs written, %d failures",
-		now.Sub(p.start).Round(time.Second), s.state, ofTotal(s), s.stats.DocsWritten, s.stats.DocWriteFailures)
+		now.Sub(p.start).Round(time.Second), s.state, ofTotal(s.processed(), total), s.stats.DocsWritten, s.stats.DocWriteFailures)
 	if v := p.rate.perSecond(); v > 0 {
 		line += fmt.Sprintf(", %.0f changes/s", v)
-		if t := s.total(); t >= 0 {
-			line += ", ETA " + (time.Duration(float64(t-s.processed())/v) * time.Second).Round(time.Second).String()
+		if eta, ok := p.rate.eta(s.processed(), total); ok {
+			line += ", ETA " + eta.String()
 		}
 	}
 	if s.stall != "" {
@@ -161,28 +205,29 @@ func (p *plainDisplay) done(bool) {}
 
 func (p *plainDisplay) logs(fallback io.Writer) io.Writer { return fallback }
 
-// ofTotal is "processed/total", with "?" for an unknown total.
-func ofTotal(s sample) string {
+// ofTotal is "processed/total", with "?" for an unknown total (-1).
+func ofTotal(processed, total int64) string {
 	t := "?"
-	if n := s.total(); n >= 0 {
-		t = strconv.FormatInt(n, 10)
+	if total >= 0 {
+		t = strconv.FormatInt(total, 10)
 	}
-	return fmt.Sprintf("%d/%s", s.processed(), t)
+	return fmt.Sprintf("%d/%s", processed, t)
 }
 
 // barDisplay draws a live bar with mpb: the state, the bar of changes
-// processed out of processed + pending, docs written, failures, rate and
-// ETA (moving averages over the last samples).
+// processed out of the total (shownTotal), docs written, failures, rate and
+// ETA (over the last rateWindow).
 type barDisplay struct {
-	p    *mpb.Progress
-	bar  *mpb.Bar
-	mu   sync.Mutex
-	cur  sample
-	rate rate
+	p     *mpb.Progress
+	bar   *mpb.Bar
+	mu    sync.Mutex
+	cur   sample
+	total int64
+	rate  rate
 }
 
 func newBar(out io.Writer) *barDisplay {
-	b := &barDisplay{cur: sample{state: "starting"}}
+	b := &barDisplay{cur: sample{state: "starting"}, total: -1}
 	b.p = mpb.New(mpb.WithOutput(out), mpb.WithRefreshRate(barRefreshRate),
 		mpb.ContainerOptional(mpb.WithWidth(barWidthDefault), !isTerminal(out)),
 		mpb.ContainerOptional(mpb.WithAutoRefresh(), !isTerminal(out)))
@@ -193,10 +238,22 @@ func newBar(out io.Writer) *barDisplay {
 			return f(b.cur)
 		})
 	}
+	// speed and ETA, known from the second step of the counters on.
+	speed := func(s sample) string {
+		v := b.rate.perSecond()
+		eta, ok := b.rate.eta(s.processed(), b.total)
+		switch {
+		case v <= 0:
+			return "-/s"
+		case !ok:
+			return fmt.Sprintf("%.0f/s", v)
+		}
+		return fmt.Sprintf("%.0f/s %s", v, eta)
+	}
 	b.bar = b.p.New(0, mpb.BarStyle(),
 		mpb.PrependDecorators(
 			text(func(s sample) string { return fmt.Sprintf("%-9s ", s.state) }),
-			text(func(s sample) string { return ofTotal(s) + " changes" }),
+			text(func(s sample) string { return ofTotal(s.processed(), b.total) + " changes" }),
 		),
 		mpb.AppendDecorators(
 			text(func(s sample) string {
@@ -206,8 +263,7 @@ func newBar(out io.Writer) *barDisplay {
 				}
 				return t + " "
 			}),
-			decor.EwmaSpeed(0, "%.0f/s ", ewmaAge),
-			decor.EwmaETA(decor.ET_STYLE_GO, ewmaAge, decor.WCSyncSpace),
+			text(speed),
 		),
 		// Under the bar, while the job is stalled: why.
 		mpb.BarExtender(mpb.BarFillerFunc(func(w io.Writer, _ decor.Statistics) error {
@@ -227,15 +283,14 @@ func newBar(out io.Writer) *barDisplay {
 func (b *barDisplay) update(s sample) {
 	b.mu.Lock()
 	b.cur = s
-	counts, step := b.rate.add(s, time.Now())
+	b.rate.add(s, time.Now())
+	t := shownTotal(s)
+	b.total = t
 	b.mu.Unlock()
-	if t := s.total(); t >= 0 {
+	if t >= 0 {
 		b.bar.SetTotal(max(t, 1), false)
 	}
-	switch {
-	case counts:
-		b.bar.EwmaSetCurrent(s.processed(), step)
-	case s.processed() != b.bar.Current():
+	if s.processed() != b.bar.Current() {
 		b.bar.SetCurrent(s.processed())
 	}
 }
