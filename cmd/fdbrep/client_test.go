@@ -341,6 +341,7 @@ func TestJobsAndDocsTables(t *testing.T) {
 	}{
 		{[]string{"jobs"}, []string{"ID", "DOC", "STATE", "_replicator/r1", "_replicator/r3", "running", "3 jobs"}, nil},
 		{[]string{"jobs", jobIDs["r2"]}, []string{jobIDs["r2"], "_replicator/r2", "running", "1 jobs"}, []string{"_replicator/r1", "_replicator/r3"}},
+		{[]string{"jobs", "-wide"}, []string{"STARTED", "USER", "http://padm:*****@"}, nil},
 		{[]string{"docs"}, []string{"DATABASE", "DOC ID", "_replicator", "r1", "r3", "running", "3 documents"}, nil},
 		{[]string{"docs", "_replicator", "-states", "running"}, []string{"r1", "r2", "running"}, nil},
 		{[]string{"docs", "-json"}, []string{`"doc_id": "r1"`}, nil},
@@ -349,7 +350,7 @@ func TestJobsAndDocsTables(t *testing.T) {
 		code, out := runCLI(t, f.bin, env, tc.args...)
 		require.Equal(t, 0, code, out)
 		requireNoSecrets(t, out)
-		require.Contains(t, out, "padm:*****@", "endpoints shown redacted")
+		require.Contains(t, out, "padm", "endpoints shown with their user, without the password")
 		for _, w := range tc.want {
 			require.Contains(t, out, w, "%q", tc.args)
 		}

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -25,6 +26,7 @@ type tableCmd struct {
 	clusterFlags
 	watch    bool
 	asJSON   bool
+	wide     bool
 	interval time.Duration
 	limit    int
 	skip     int
@@ -34,8 +36,12 @@ type tableCmd struct {
 	cl       *client
 	path     string
 	query    url.Values
-	render   func(raw json.RawMessage) (string, error)
+	render   func(raw json.RawMessage, wide bool) (string, error)
 }
+
+// narrowCellMax is the widest a free-text cell (a stall, an error, an
+// endpoint) is printed without -wide; longer ones are cut with "…".
+const narrowCellMax = 32
 
 // Jobs runs `fdbrep jobs [flags]`: GET /_scheduler/jobs as a table.
 func Jobs(ctx context.Context, args []string, env Env) error {
@@ -73,6 +79,7 @@ func newTableCmd(name, usage, base string, args []string, env Env, maxArgs int) 
 	fs.BoolVar(&t.watch, "watch", false, "refresh every -interval until Ctrl-C (in a pipe: print the table once per interval)")
 	fs.DurationVar(&t.interval, "interval", IntervalDefault, "refresh period of -watch")
 	fs.BoolVar(&t.asJSON, "json", false, "print the cluster's JSON reply instead of a table")
+	fs.BoolVar(&t.wide, "wide", false, "every column, uncut, endpoints as URLs (without it: no USER, STARTED or LAST UPDATED, endpoints as user@host/db, long cells cut)")
 	fs.IntVar(&t.limit, "limit", TableLimitDefault, "most rows to show")
 	fs.IntVar(&t.skip, "skip", 0, "rows to skip")
 	if name == "docs" {
@@ -156,7 +163,58 @@ func (t *tableCmd) fetch(ctx context.Context) (string, error) {
 		}
 		return b.String() + "\n", nil
 	}
-	return t.render(raw)
+	return t.render(raw, t.wide)
+}
+
+// endpoint is an endpoint as a narrow table shows it: user@host/db,
+// without the scheme and the redacted password (-wide: as the view has
+// it).
+func endpoint(s *string, wide bool) string {
+	v := orDash(s)
+	u, err := url.Parse(v)
+	if wide || err != nil || u.Host == "" {
+		return cut(v, wide)
+	}
+	out := u.Host + strings.TrimSuffix(u.EscapedPath(), "/")
+	if u.User != nil {
+		out = u.User.Username() + "@" + out
+	}
+	return cut(out, wide)
+}
+
+// cut shortens a free-text cell to narrowCellMax runes unless wide.
+func cut(s string, wide bool) string {
+	r := []rune(s)
+	if wide || len(r) <= narrowCellMax {
+		return s
+	}
+	return string(r[:narrowCellMax-1]) + "…"
+}
+
+// columns keeps, unless wide, the columns of header and rows whose
+// headers are not in wideOnly.
+func columns(header []string, rows [][]string, wide bool, wideOnly ...string) ([]string, [][]string) {
+	if wide {
+		return header, rows
+	}
+	var keep []int
+	for i, h := range header {
+		if !slices.Contains(wideOnly, h) {
+			keep = append(keep, i)
+		}
+	}
+	pick := func(r []string) []string {
+		out := make([]string, len(keep))
+		for j, i := range keep {
+			out[j] = r[i]
+		}
+		return out
+	}
+	narrow := make([][]string, len(rows))
+	for i, r := range rows {
+		narrow[i] = pick(r)
+	}
+	return pick(header), narrow
 }
 
 // table lays rows out in aligned columns.
@@ -233,7 +291,7 @@ func failedDocs(raw json.RawMessage) string {
 		table([]string{"TIME", "DOC ID", "REV", "STATUS", "ERROR"}, rows, "")
 }
 
-func renderJobs(raw json.RawMessage) (string, error) {
+func renderJobs(raw json.RawMessage, wide bool) (string, error) {
 	var list control.JobList
 	var one control.JobInfo
 	switch {
@@ -265,18 +323,19 @@ func renderJobs(raw json.RawMessage) (string, error) {
 			last = errText
 		}
 		inSync, stall := syncCols(j.Info)
-		rows = append(rows, []string{id, doc, j.State, orDash(j.Source), orDash(j.Target), orDash(j.Node),
-			orDash(j.User), written, pending, inSync, stall, j.StartTime, last})
+		rows = append(rows, []string{id, doc, j.State, endpoint(j.Source, wide), endpoint(j.Target, wide), orDash(j.Node),
+			orDash(j.User), written, pending, inSync, cut(stall, wide), j.StartTime, cut(last, wide)})
 	}
-	out := table([]string{"ID", "DOC", "STATE", "SOURCE", "TARGET", "NODE", "USER", "WRITTEN", "PENDING", "IN SYNC", "STALL", "STARTED", "LAST EVENT"},
-		rows, footer(len(list.Jobs), list.Offset, list.TotalRows, "jobs"))
+	header, rows := columns([]string{"ID", "DOC", "STATE", "SOURCE", "TARGET", "NODE", "USER", "WRITTEN", "PENDING", "IN SYNC", "STALL", "STARTED", "LAST EVENT"},
+		rows, wide, "USER", "STARTED")
+	out := table(header, rows, footer(len(list.Jobs), list.Offset, list.TotalRows, "jobs"))
 	if len(list.Jobs) == 1 {
 		out += failedDocs(list.Jobs[0].Info)
 	}
 	return out, nil
 }
 
-func renderDocs(raw json.RawMessage) (string, error) {
+func renderDocs(raw json.RawMessage, wide bool) (string, error) {
 	var list control.DocList
 	var one control.DocInfo
 	switch {
@@ -290,11 +349,12 @@ func renderDocs(raw json.RawMessage) (string, error) {
 	for _, d := range list.Docs {
 		written, pending, errText := counts(d.Info)
 		inSync, stall := syncCols(d.Info)
-		rows = append(rows, []string{d.Database, d.DocID, d.State, orDash(d.Source), orDash(d.Target), orDash(d.Node),
-			strconv.Itoa(d.ErrorCount), written, pending, inSync, stall, d.LastUpdated, errText})
+		rows = append(rows, []string{d.Database, d.DocID, d.State, endpoint(d.Source, wide), endpoint(d.Target, wide), orDash(d.Node),
+			strconv.Itoa(d.ErrorCount), written, pending, inSync, cut(stall, wide), d.LastUpdated, cut(errText, wide)})
 	}
-	out := table([]string{"DATABASE", "DOC ID", "STATE", "SOURCE", "TARGET", "NODE", "ERRORS", "WRITTEN", "PENDING", "IN SYNC", "STALL", "LAST UPDATED", "ERROR"},
-		rows, footer(len(list.Docs), list.Offset, list.TotalRows, "documents"))
+	header, rows := columns([]string{"DATABASE", "DOC ID", "STATE", "SOURCE", "TARGET", "NODE", "ERRORS", "WRITTEN", "PENDING", "IN SYNC", "STALL", "LAST UPDATED", "ERROR"},
+		rows, wide, "LAST UPDATED")
+	out := table(header, rows, footer(len(list.Docs), list.Offset, list.TotalRows, "documents"))
 	if len(list.Docs) == 1 {
 		out += failedDocs(list.Docs[0].Info)
 	}
