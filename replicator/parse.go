@@ -306,6 +306,14 @@ func parseEndpoint(obj map[string]json.RawMessage, name string) (EndpointSpec, e
 		msg := strings.TrimPrefix(err.Error(), couch.ErrInvalidEndpoint.Error()+": ")
 		return EndpointSpec{}, newReason(ErrBadRequest, "`%s`: %s", name, msg)
 	}
+	if strings.Trim(ep.URL.Path, "/") == "" {
+		// A server, not a database: what Fauxton's replication form saves
+		// for an endpoint it took for a local database it does not list
+		// (any URL that contains the page's host name, whatever its port).
+		return EndpointSpec{}, newReason(ErrBadRequest, "`%s` names no database: %s is a server's URL; "+
+			"if Fauxton's form showed it as a local database with no name, edit the document's JSON instead (docs/COMPAT.md, Fauxton)",
+			name, ep.Redacted())
+	}
 	return endpointSpecOf(ep), nil
 }
 

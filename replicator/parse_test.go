@@ -20,6 +20,11 @@ func TestParseSpecErrors(t *testing.T) {
 		{`{"source":"http://h/a"}`, "Missing `target` field"},
 		{`{"source":"a","target":"http://h/b"}`, "`source`: \"a\" is not an http:// or https:// URL (local database names are not supported)"},
 		{`{"source":{"junk":42},"target":"http://h/b"}`, "`source`: endpoint object has no string \"url\""},
+		// What Fauxton's form saves for a database it took for a local one
+		// it does not list: the server's root.
+		{`{"source":{"url":"http://127.0.0.1:5984/","headers":{"Authorization":"Basic YTpi"}},"target":"http://h/b"}`,
+			"`source` names no database: http://a:*****@127.0.0.1:5984/ is a server's URL; if Fauxton's form showed it as a local database with no name, edit the document's JSON instead (docs/COMPAT.md, Fauxton)"},
+		{`{"source":"http://h/a","target":"http://u:p@h"}`, "`target` names no database: http://u:*****@h/ is a server's URL; if Fauxton's form showed it as a local database with no name, edit the document's JSON instead (docs/COMPAT.md, Fauxton)"},
 		{`{"source":"http://h/a","target":"http://h/b","create_target":"bad"}`, "`create_target` must be a boolean"},
 		{`{"source":"http://h/a","target":"http://h/b","continuous":1}`, "`continuous` must be a boolean"},
 		{`{"source":"http://h/a","target":"http://h/b","doc_ids":42}`, "`doc_ids` must be an array"},
