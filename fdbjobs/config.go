@@ -90,6 +90,16 @@ type Config struct {
 	// that a job scheduled for later never runs early. Defaults to
 	// TimeUnitDefault; at least a nanosecond.
 	TimeUnit time.Duration
+	// Members names this node and the live nodes that accept jobs, for
+	// the pending queue's shards (see doc.go, "Shards"): each shard of a
+	// type is owned by one member, chosen by rendezvous hashing of the
+	// member names, and a node's Accepts take from the shards it owns
+	// first, so that the acceptors of different nodes do not meet on the
+	// same keys. It is called at each Accept and must be cheap (return a
+	// cached list). Nil, or a list without self, makes every shard this
+	// node's own: right for one node; nodes that share a store should set
+	// it, or their acceptors meet and retry more often.
+	Members func() (self string, members []string)
 	// DisableActivityMonitor stops a started Client from running activity
 	// monitors; some other node must run them or dead workers' jobs stay
 	// running forever.
