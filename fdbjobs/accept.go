@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"time"
@@ -77,10 +76,9 @@ func (c *Client) Accept(ctx context.Context, typ string, opts AcceptOptions) (*J
 }
 
 // AcceptBatch takes up to n pending jobs of typ in one transaction and makes
-// them running. Candidates are read with a snapshot range read of at most
-// AcceptRangeLimit pending keys and picked at random, adding a read
-// conflict on the picked keys only, so concurrent acceptors rarely
-// conflict. It returns at least one job, or ErrNotFound when none came
+// them running: the first due jobs of one of the shards this node owns,
+// and of others when that one has fewer (see doc.go, "Shards" and
+// "Accepting"). It returns at least one job, or ErrNotFound when none came
 // before opts.Timeout.
 //
 // The claim token is chosen once per call, and the claims it made are
@@ -97,6 +95,9 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 		return nil, ErrNoScheduleMaxTime
 	}
 	if err := checkSTime(opts.MaxScheduledTime); err != nil {
+		return nil, err
+	}
+	if err := c.CheckLayout(ctx); err != nil {
 		return nil, err
 	}
 	token, err := newToken()
@@ -186,63 +187,76 @@ func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, woken <-c
 // wantWatch, it returns a watch on the type's pending counter set in that
 // transaction.
 //
-// busy reports that pending jobs were seen but all were being claimed by
-// this node's other acceptors: the caller should wait for one of those to
-// finish (claiming.released) and try again.
+// busy reports that no job was found but shards were skipped because this
+// node's other acceptors were claiming from them: the caller should wait
+// for one of those to finish (claiming.released) and try again.
 func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, noSchedule bool, token []byte, wantWatch bool) (jobs []*Job, watch kv.FutureNil, busy bool, err error) {
 	type result struct {
 		jobs    []*Job
 		watch   kv.FutureNil
 		timeout time.Duration
 	}
-	var picked []kv.Key // by the latest attempt, still marked in c.claiming
-	defer func() { c.claiming.release(picked) }()
+	// A shard on which an attempt failed (most likely a conflict with
+	// another node's acceptor) is tried last by the next attempts.
+	avoid := map[int64]bool{}
+	var marked []int64 // shards marked by the latest attempt, still in c.claiming
+	unmark := func(avoided bool) {
+		for _, s := range marked {
+			c.claiming.release(typ, s)
+			if avoided {
+				avoid[s] = true
+			}
+		}
+		marked = nil
+	}
+	defer unmark(false)
 	// The hold of the jobs taken counts from before the first attempt: any
 	// attempt may be the one that committed.
 	start := c.cfg.Clock.Now()
 	attempts := 0
 	res, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (result, error) {
 		attempts++
-		// The previous attempt failed, or committed: either way its picks
+		// The previous attempt failed, or committed: either way its shards
 		// need no marking any more.
-		c.claiming.release(picked)
-		picked, busy = nil, false
-		// The type timeout the holds count with (no hold for a type
-		// without one: no activity monitor takes its jobs back).
-		timeout, err := c.typeTimeout(tr.Snapshot(), typ)
-		if errors.Is(err, ErrNotFound) {
-			timeout, err = 0, nil
-		}
-		if err != nil {
-			return result{}, err
-		}
+		unmark(true)
+		busy = false
+		info := c.readTypeInfo(tr.Snapshot(), typ)
 		// Only a retry can find a claim record of this call's token: the
 		// first attempt's, if it committed (commit_unknown_result).
 		var jobs []*Job
 		if attempts > 1 {
 			jobs, err = c.reclaim(tr, typ, token)
-			if err != nil || len(jobs) > 0 {
-				return result{jobs: jobs, timeout: timeout}, err
+			if err != nil {
+				return result{}, err
 			}
 		}
-		var cands []kv.Key
+		// The holds count with the type timeout (no hold for a type
+		// without one: no activity monitor takes its jobs back).
+		ti, err := info()
+		if err != nil || len(jobs) > 0 {
+			return result{jobs: jobs, timeout: ti.timeout}, err
+		}
+		var runs [][]kv.Key
 		if noSchedule {
-			cands, err = c.pickNoSchedule(tr, typ, n)
+			var cands []kv.Key
+			cands, marked, err = c.pickNoSchedule(tr, typ, n, ti.high, avoid)
+			if len(cands) > 0 {
+				runs = [][]kv.Key{cands}
+			}
 		} else {
-			cands, busy, err = c.pickScheduled(tr, typ, n, max)
-			picked = cands
+			runs, marked, busy, err = c.pickScheduled(tr, typ, n, max, ti.high, avoid)
 		}
 		if err != nil {
 			return result{}, err
 		}
-		jobs, err = c.claim(tr, typ, token, cands)
+		jobs, err = c.claim(tr, typ, token, runs, !noSchedule)
 		if err != nil {
 			return result{}, err
 		}
 		if len(jobs) == 0 && wantWatch && !busy {
 			return result{watch: tr.Watch(c.k.watchesPending(typ))}, nil
 		}
-		return result{jobs: jobs, timeout: timeout}, nil
+		return result{jobs: jobs, timeout: ti.timeout}, nil
 	})
 	if err != nil {
 		return nil, nil, false, err
@@ -281,100 +295,148 @@ func (c *Client) reclaim(tr kv.Transaction, typ string, token []byte) ([]*Job, e
 	return jobs, nil
 }
 
-// pickScheduled picks up to n random keys among the first AcceptRangeLimit
-// pending keys scheduled at or before max, read as a snapshot, skipping the
-// keys this node's other acceptors are claiming.
-//
-// The read starts at the node's cursor for the type: the first pending key
-// its previous read saw. Every key before it was pending earlier and has
-// most likely been accepted since, and on an LSM store (the embedded
-// backend) a read from the start of the range would step over all of their
-// deletion tombstones, making Accept cost grow with the number of jobs
-// accepted. The cursor goes back to the start of the range when the read
-// from it finds nothing and at least every CursorReset, so a job added
-// before the cursor (a lower scheduled time or id) waits at most that long
-// to become a candidate.
-func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max int64) (picked []kv.Key, busy bool, err error) {
-	r := c.pendingRange(typ, max)
-	snap := tr.Snapshot()
-	begin, fromCursor := c.claiming.cursor(typ, r.Begin.FDBKey(), r.End.FDBKey())
-	limit := window(n)
-	seen := false
-	// Keys marked by this node's other acceptors are skipped; when a whole
-	// window is marked, look further (a few windows at most).
-	for windows := 0; windows < 8 && len(picked) < n; windows++ {
-		kvs, err := snap.GetRange(kv.KeyRange{Begin: begin, End: r.End}, kv.RangeOptions{Limit: limit}).GetSliceWithError()
-		if err != nil {
-			return nil, false, err
+// shardsToTry orders the shards [0, high) of typ for an accept: this
+// node's own first, then the others, then those in avoid.
+func (c *Client) shardsToTry(typ string, high int64, avoid map[int64]bool) []int64 {
+	own, others := c.shardOrder(typ, high)
+	out := make([]int64, 0, high)
+	var last []int64
+	for _, s := range append(own, others...) {
+		if avoid[s] {
+			last = append(last, s)
+		} else {
+			out = append(out, s)
 		}
-		if windows == 0 {
-			if len(kvs) == 0 && fromCursor {
-				kvs, err = snap.GetRange(r, kv.RangeOptions{Limit: limit}).GetSliceWithError()
+	}
+	return append(out, last...)
+}
+
+// pickScheduled finds up to n pending keys of typ scheduled at or before
+// max, read as a snapshot, as runs: the first keys of a shard in its queue
+// order. It reads the first shard of shardsToTry that no other acceptor of
+// this node is claiming from; when that one has fewer than n due, it reads
+// every other shard not being claimed on this node at once, and takes runs
+// from them in that order until it has n (so an idle node helps with
+// other nodes' shards, and a batch fills from several shards when one has
+// too few). The shards it took runs from stay marked in c.claiming until
+// the caller releases them.
+//
+// busy reports that nothing was found but shards being claimed by this
+// node's other acceptors were skipped.
+func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high int64, avoid map[int64]bool) (runs [][]kv.Key, shards []int64, busy bool, err error) {
+	snap := tr.Snapshot()
+	read := func(s int64, limit int) kv.RangeResult {
+		return snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: limit})
+	}
+	got := 0
+	add := func(s int64, kvs []kv.KeyValue) {
+		kvs = kvs[:min(len(kvs), n-got)]
+		run := make([]kv.Key, len(kvs))
+		for i, e := range kvs {
+			run[i] = e.Key
+		}
+		runs, shards, got = append(runs, run), append(shards, s), got+len(run)
+	}
+	order := c.shardsToTry(typ, high, avoid)
+	skipped := false
+	rest := order
+	for i, s := range order {
+		if !c.claiming.take(typ, s) {
+			skipped = true
+			continue
+		}
+		rest = order[i+1:]
+		kvs, err := read(s, n).GetSliceWithError()
+		if err != nil {
+			c.claiming.release(typ, s)
+			return nil, nil, false, err
+		}
+		if len(kvs) == 0 {
+			c.claiming.release(typ, s)
+		} else {
+			add(s, kvs)
+		}
+		break
+	}
+	if got == n {
+		return runs, shards, false, nil
+	}
+	// The other shards, read at once.
+	type head struct {
+		shard int64
+		f     kv.RangeResult
+	}
+	var heads []head
+	for _, s := range rest {
+		if c.claiming.marked(typ, s) {
+			skipped = true
+			continue
+		}
+		heads = append(heads, head{s, read(s, n-got)})
+	}
+	for _, h := range heads {
+		kvs, err := h.f.GetSliceWithError()
+		if err != nil {
+			return runs, shards, false, err
+		}
+		if len(kvs) == 0 || got == n {
+			continue
+		}
+		if !c.claiming.take(typ, h.shard) {
+			skipped = true
+			continue
+		}
+		add(h.shard, kvs)
+	}
+	return runs, shards, got == 0 && skipped, nil
+}
+
+// pickNoSchedule picks up to n pending keys scheduled at 0 of one shard,
+// each the nearest one after or before a random point (couch_jobs'
+// no_schedule), trying the shards in shardsToTry's order. The shard stays
+// marked, as in pickScheduled.
+func (c *Client) pickNoSchedule(tr kv.Transaction, typ string, n int, high int64, avoid map[int64]bool) ([]kv.Key, []int64, error) {
+	snap := tr.Snapshot()
+	for _, shard := range c.shardsToTry(typ, high, avoid) {
+		if !c.claiming.take(typ, shard) {
+			continue
+		}
+		r := prefixRange(c.k.pending, tuple.Tuple{typ, shard, int64(0)})
+		begin, end := r.Begin.FDBKey(), r.End.FDBKey()
+		seen := map[string]bool{}
+		var out []kv.Key
+		inRange := func(k kv.Key) bool {
+			return bytes.Compare(k, begin) >= 0 && bytes.Compare(k, end) < 0 && !seen[string(k)]
+		}
+		for attempt := 0; attempt < 2*n && len(out) < n; attempt++ {
+			point := c.k.pending.Pack(tuple.Tuple{typ, shard, int64(0), randomHex()})
+			sels := []kv.KeySelector{kv.FirstGreaterOrEqual(point), kv.LastLessOrEqual(point)}
+			if mrand.IntN(2) == 0 {
+				sels[0], sels[1] = sels[1], sels[0]
+			}
+			found := false
+			for _, sel := range sels {
+				k, err := snap.GetKey(sel).Get()
 				if err != nil {
-					return nil, false, err
+					return nil, []int64{shard}, err
+				}
+				if inRange(k) {
+					seen[string(k)] = true
+					out = append(out, k)
+					found = true
+					break
 				}
 			}
-			if len(kvs) > 0 {
-				c.claiming.setCursor(typ, kvs[0].Key)
+			if !found {
+				break // both directions hit the range ends: nothing (else) pending
 			}
 		}
-		seen = seen || len(kvs) > 0
-		picked = append(picked, c.claiming.pick(kvs, n-len(picked))...)
-		if len(kvs) < limit {
-			break
+		if len(out) > 0 {
+			return out, []int64{shard}, nil
 		}
-		begin = kv.KeyAfter(kvs[len(kvs)-1].Key)
+		c.claiming.release(typ, shard)
 	}
-	return picked, seen && len(picked) == 0, nil
-}
-
-// window is how many pending keys an Accept of n jobs reads to pick from:
-// AcceptRangeLimit for one job, as couch_jobs, so that acceptors on
-// different nodes rarely pick the same job; for a batch, enough to choose
-// from (4n, at least 256) but no more than AcceptRangeLimit, as a batch
-// pays for every key it reads.
-func window(n int) int {
-	if n == 1 {
-		return AcceptRangeLimit
-	}
-	return min(AcceptRangeLimit, max(256, 4*n))
-}
-
-// pickNoSchedule picks up to n pending keys scheduled at 0, each the
-// nearest one after or before a random point (couch_jobs' no_schedule).
-func (c *Client) pickNoSchedule(tr kv.Transaction, typ string, n int) ([]kv.Key, error) {
-	r := prefixRange(c.k.pending, tuple.Tuple{typ, int64(0)})
-	begin, end := r.Begin.FDBKey(), r.End.FDBKey()
-	snap := tr.Snapshot()
-	seen := map[string]bool{}
-	var out []kv.Key
-	inRange := func(k kv.Key) bool {
-		return bytes.Compare(k, begin) >= 0 && bytes.Compare(k, end) < 0 && !seen[string(k)]
-	}
-	for attempt := 0; attempt < 2*n && len(out) < n; attempt++ {
-		point := c.k.pending.Pack(tuple.Tuple{typ, int64(0), randomHex()})
-		sels := []kv.KeySelector{kv.FirstGreaterOrEqual(point), kv.LastLessOrEqual(point)}
-		if mrand.IntN(2) == 0 {
-			sels[0], sels[1] = sels[1], sels[0]
-		}
-		found := false
-		for _, sel := range sels {
-			k, err := snap.GetKey(sel).Get()
-			if err != nil {
-				return nil, err
-			}
-			if inRange(k) {
-				seen[string(k)] = true
-				out = append(out, k)
-				found = true
-				break
-			}
-		}
-		if !found {
-			break // both directions hit the range ends: nothing (else) pending
-		}
-	}
-	return out, nil
+	return nil, nil, nil
 }
 
 // newToken returns 16 random bytes: a claim or add token.
@@ -394,12 +456,28 @@ func randomHex() string {
 	return hex.EncodeToString(b[:])
 }
 
-// claim takes the candidate pending keys: a read conflict on each, then the
-// job rows, which must be pending at the key's scheduled time (stale keys
-// are dropped). The rows are read as a snapshot: the conflict on the
-// pending key covers them, as every write to a pending job's row writes
-// that key too (see doc.go, "Pending keys").
-func (c *Client) claim(tr kv.Transaction, typ string, token []byte, cands []kv.Key) ([]*Job, error) {
+// claim takes the candidate pending keys, given as runs: a read conflict
+// on them and their clear (with run, each run is the first keys of a
+// shard in order, and gets one range for both; otherwise each key its
+// own), then the job rows, which must be pending at the key's
+// scheduled time (stale keys are dropped). The rows are read as a
+// snapshot: the conflict on the pending key covers them, as every write to
+// a pending job's row writes that key too (see doc.go, "Pending keys").
+func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.Key, run bool) ([]*Job, error) {
+	var cands []kv.Key
+	for _, keys := range runs {
+		if len(keys) == 0 {
+			continue
+		}
+		cands = append(cands, keys...)
+		if run {
+			r := kv.KeyRange{Begin: keys[0], End: kv.KeyAfter(keys[len(keys)-1])}
+			if err := tr.AddReadConflictRange(r); err != nil {
+				return nil, err
+			}
+			tr.ClearRange(r)
+		}
+	}
 	if len(cands) == 0 {
 		return nil, nil
 	}
@@ -408,16 +486,18 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, cands []kv.K
 	futs := make([]kv.FutureByteSlice, len(cands))
 	for i, k := range cands {
 		t, err := c.k.pending.Unpack(k)
-		if err != nil || len(t) != 3 {
+		if err != nil || len(t) != 4 {
 			return nil, fmt.Errorf("fdbjobs: bad pending key %s", k)
 		}
-		id, _ := t[2].(string)
-		stime, _ := intElem(t[1])
+		id, _ := t[3].(string)
+		stime, _ := intElem(t[2])
 		ids[i], stimes[i] = id, stime
-		if err := tr.AddReadConflictKey(k); err != nil {
-			return nil, err
+		if !run {
+			if err := tr.AddReadConflictKey(k); err != nil {
+				return nil, err
+			}
+			tr.Clear(k)
 		}
-		tr.Clear(k)
 		futs[i] = tr.Snapshot().Get(c.k.dataKey(typ, id))
 	}
 	rows, err := decodeRows(futs)

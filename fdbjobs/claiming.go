@@ -1,31 +1,24 @@
 package fdbjobs
 
-import (
-	"bytes"
-	mrand "math/rand/v2"
-	"sync"
-	"time"
+import "sync"
 
-	"github.com/fdbrep/fdbrep/pkg/kv"
-)
-
-// claiming is the set of pending keys that this node's acceptors are
-// claiming in transactions not yet finished. Concurrent acceptors on one
-// node skip each other's picks, so they do not conflict on them; acceptors
-// on different nodes still can, and then one retries. It is only a hint:
-// correctness rests on the read conflict on each picked key.
-//
-// A key stays marked from its pick until its accept transaction is over:
-// failed (the key is free again) or committed (the key is gone from every
-// later snapshot; a concurrent snapshot taken before the commit may still
-// show it, and skipping it there avoids a certain conflict, hence the
-// marks of committed picks are released only when the whole Accept
-// returns).
+// claiming is the set of shards that this node's acceptors are reading
+// and claiming from in transactions not yet finished: an acceptor takes a
+// shard nobody else on the node has, so that a node's acceptors never
+// claim the same keys, and releases it when its transaction attempt ends.
+// Acceptors of different nodes keep apart through shard ownership
+// (Client.shardOrder); when they meet, the read conflict on the run of
+// keys they claim lets one commit and the other retry. It is only a hint:
+// correctness rests on those conflicts.
 type claiming struct {
-	mu      sync.Mutex
-	keys    map[string]struct{}
-	cursors map[string]scanCursor // by type
-	rel     chan struct{}         // closed and replaced by each release
+	mu     sync.Mutex
+	shards map[shardRef]struct{}
+	rel    chan struct{} // closed and replaced by each release
+}
+
+type shardRef struct {
+	typ   string
+	shard int64
 }
 
 // released returns a channel that is closed at the next release.
@@ -38,78 +31,39 @@ func (c *claiming) released() <-chan struct{} {
 	return c.rel
 }
 
-// scanCursor is where a type's scheduled Accepts start reading.
-type scanCursor struct {
-	key   kv.Key
-	since time.Time // when the cursor last started at the range start
-}
-
-// CursorReset bounds how long a scheduled Accept keeps reading from its
-// cursor before it reads from the start of the pending range again.
-const CursorReset = time.Second
-
-// cursor returns where to start reading the pending range [begin, end),
-// and whether that is the cursor rather than begin.
-func (c *claiming) cursor(typ string, begin, end kv.Key) (kv.Key, bool) {
+// take marks shard of typ as this caller's, unless another acceptor of
+// the node has it.
+func (c *claiming) take(typ string, shard int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cur, ok := c.cursors[typ]
-	if !ok || cur.key == nil || time.Since(cur.since) > CursorReset ||
-		bytes.Compare(cur.key, begin) <= 0 || bytes.Compare(cur.key, end) >= 0 {
-		if c.cursors == nil {
-			c.cursors = map[string]scanCursor{}
-		}
-		c.cursors[typ] = scanCursor{since: time.Now()}
-		return begin, false
+	ref := shardRef{typ, shard}
+	if _, busy := c.shards[ref]; busy {
+		return false
 	}
-	return cur.key, true
+	if c.shards == nil {
+		c.shards = map[shardRef]struct{}{}
+	}
+	c.shards[ref] = struct{}{}
+	return true
 }
 
-// setCursor records the first key a read from the cursor found.
-func (c *claiming) setCursor(typ string, key kv.Key) {
+// marked reports whether an acceptor of the node has shard of typ.
+func (c *claiming) marked(typ string, shard int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cur := c.cursors[typ]
-	cur.key = key
-	c.cursors[typ] = cur
+	_, busy := c.shards[shardRef{typ, shard}]
+	return busy
 }
 
-// pick chooses up to n random keys of kvs that are not marked, and marks
-// them.
-func (c *claiming) pick(kvs []kv.KeyValue, n int) []kv.Key {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.keys == nil {
-		c.keys = map[string]struct{}{}
-	}
-	free := kvs[:0:0]
-	for _, e := range kvs {
-		if _, busy := c.keys[string(e.Key)]; !busy {
-			free = append(free, e)
-		}
-	}
-	if n > len(free) {
-		n = len(free)
-	}
-	out := make([]kv.Key, 0, n)
-	for i := 0; i < n; i++ {
-		j := i + mrand.IntN(len(free)-i)
-		free[i], free[j] = free[j], free[i]
-		out = append(out, free[i].Key)
-		c.keys[string(free[i].Key)] = struct{}{}
-	}
-	return out
-}
-
-func (c *claiming) release(keys []kv.Key) {
-	if len(keys) == 0 {
+// release gives shard of typ back and wakes the acceptors waiting for
+// one (released). A negative shard releases nothing.
+func (c *claiming) release(typ string, shard int64) {
+	if shard < 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, k := range keys {
-		delete(c.keys, string(k))
-	}
+	delete(c.shards, shardRef{typ, shard})
 	if c.rel != nil {
 		close(c.rel)
 		c.rel = nil

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fdbrep/fdbrep/internal/service"
@@ -26,7 +27,8 @@ type Client struct {
 	svc      service.Base
 	force    chan struct{}
 	claiming claiming
-	wake     wakes // this Client's commits wake its own acceptors (wake.go)
+	wake     wakes       // this Client's commits wake its own acceptors (wake.go)
+	layoutOK atomic.Bool // CheckLayout succeeded
 
 	mu        sync.Mutex
 	runCtx    context.Context // of the running server; nil when stopped
@@ -217,6 +219,9 @@ func (c *Client) readTypes(tr kv.ReadTransaction) (map[string]time.Duration, err
 // type. Start on a started Client does nothing.
 func (c *Client) Start(ctx context.Context) error {
 	_, err := c.svc.Start(ctx, func(ctx context.Context) error {
+		if err := c.CheckLayout(ctx); err != nil {
+			return err
+		}
 		c.mu.Lock()
 		c.runCtx = ctx
 		c.mu.Unlock()

@@ -36,9 +36,6 @@ const (
 	// BatchFactorDefault multiplies the batch size after a batch fails
 	// with transaction_too_large, a retryable error or a timeout.
 	BatchFactorDefault = 0.75
-	// AcceptRangeLimit is the number of pending keys a scheduled Accept
-	// reads to pick a job from at random.
-	AcceptRangeLimit = 1024
 	// TimeUnitDefault is the unit of scheduled times (Config.TimeUnit):
 	// seconds since the Unix epoch, couch_jobs' convention.
 	TimeUnitDefault = time.Second

@@ -782,19 +782,18 @@ func TestCouchJobs_batching(t *testing.T) {
 	})
 }
 
-// The scan cursor never hides jobs for good: a job added before it is found
-// as soon as nothing after the cursor is pending, and max bounds below the
-// cursor still work.
-func TestAcceptCursor(t *testing.T) {
+// A job added with an earlier scheduled time than those pending is found,
+// and a bound below the pending ones still takes it.
+func TestAcceptEarlierJob(t *testing.T) {
 	b := setup(t)
 	for i := range 3 {
 		b.add(t, t1, fmt.Sprintf("m%d", i), "", 10)
 	}
-	b.accept(t, t1) // sets the cursor at the first pending key
+	b.accept(t, t1)
 	b.add(t, t1, "a-low", "", 0)
 	b.add(t, t1, "z-low", "", 5)
 	job, err := b.c.Accept(b.ctx, t1, AcceptOptions{MaxScheduledTime: 5})
-	require.NoError(t, err, "a bound below the cursor reads from the start")
+	require.NoError(t, err, "a bound below the jobs pending before")
 	require.Contains(t, []string{"a-low", "z-low"}, job.ID)
 	got := map[string]bool{job.ID: true}
 	for range 3 {
@@ -806,16 +805,16 @@ func TestAcceptCursor(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotFound)
 }
 
-// Acceptors of one node skip each other's picks; one whose candidates are
-// all being claimed waits for a peer to finish instead of reporting
+// Acceptors of one node skip the shards the others are claiming from; one
+// that finds nothing else waits for a peer to finish instead of reporting
 // nothing pending, or waiting on the pending watch.
 func TestAcceptSkipsLocalClaims(t *testing.T) {
 	b := setup(t)
+	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 1))
 	b.add(t, t1, j1, "", 0)
 	b.add(t, t1, j2, "", 0)
-	// Pretend a peer is claiming both.
-	k1, k2 := b.c.k.pendingKey(t1, 0, j1), b.c.k.pendingKey(t1, 0, j2)
-	b.c.claiming.pick([]kv.KeyValue{{Key: k1}, {Key: k2}}, 2)
+	// Pretend a peer is claiming from the only shard.
+	require.True(t, b.c.claiming.take(t1, 0))
 	type result struct {
 		job *Job
 		err error
@@ -825,11 +824,11 @@ func TestAcceptSkipsLocalClaims(t *testing.T) {
 		j, err := b.c.Accept(b.ctx, t1, AcceptOptions{})
 		done <- result{j, err}
 	}()
-	// The peer gives j2 up (its transaction failed): the acceptor takes it.
-	b.c.claiming.release([]kv.Key{k2})
+	// The peer gives the shard up (its transaction failed): the acceptor
+	// takes the first job of the shard.
+	b.c.claiming.release(t1, 0)
 	r := <-done
 	require.NoError(t, r.err)
-	require.Equal(t, j2, r.job.ID)
-	b.c.claiming.release([]kv.Key{k1})
-	require.Equal(t, j1, b.accept(t, t1).ID)
+	require.Equal(t, j1, r.job.ID)
+	require.Equal(t, j2, b.accept(t, t1).ID)
 }

@@ -171,6 +171,9 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 			return err
 		}
 	}
+	if err := c.CheckLayout(ctx); err != nil {
+		return err
+	}
 	token, err := newToken()
 	if err != nil {
 		return err
@@ -223,16 +226,16 @@ func addPageEnd(typ string, jobs []NewJob, datas [][]byte, limit int) int {
 // when mayCut, fewer once the rows it read of existing jobs bring the page
 // over AddPageBytes (at least one).
 func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][]byte, token []byte, mayCut bool) (int, error) {
-	tf := tr.Get(c.k.timeoutKey(typ))
+	info := c.readTypeInfo(tr, typ)
 	futs := make([]kv.FutureByteSlice, len(jobs))
 	for i, j := range jobs {
 		futs[i] = tr.Get(c.k.dataKey(typ, j.ID))
 	}
-	tv, err := tf.Get()
+	ti, err := info()
 	if err != nil {
 		return 0, err
 	}
-	if tv == nil {
+	if !ti.hasTimeout {
 		return 0, fmt.Errorf("type %q: %w", typ, ErrNoTypeTimeout)
 	}
 	enqueued, size, used := false, 0, len(jobs)
@@ -247,7 +250,7 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 			return 0, err
 		}
 		if v == nil {
-			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token}, j.ScheduledTime)
+			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token, shard: shardOf(j.ID, ti.shards)}, j.ScheduledTime)
 			enqueued = true
 			continue
 		}
@@ -286,7 +289,7 @@ func (c *Client) resubmitRow(tr kv.Transaction, typ, id string, r *row, stime in
 		if r.stime == stime {
 			return false
 		}
-		tr.Clear(c.k.pendingKey(typ, r.stime, id))
+		tr.Clear(c.k.pendingKey(typ, r.shard, r.stime, id))
 		if data != nil {
 			r.data = data
 		}
@@ -332,7 +335,7 @@ func (c *Client) Remove(ctx context.Context, tx kv.Transactor, typ, id string) e
 			return nil, fmt.Errorf("job %q of type %q: %w", id, typ, ErrNotFound)
 		}
 		if r.state == Pending {
-			tr.Clear(c.k.pendingKey(typ, r.stime, id))
+			tr.Clear(c.k.pendingKey(typ, r.shard, r.stime, id))
 		}
 		c.k.release(tr, typ, id, r, nil)
 		tr.Clear(c.k.dataKey(typ, id))
@@ -444,8 +447,9 @@ func (c *Client) ActiveJobIDs(ctx context.Context, tx kv.ReadTransactor, typ str
 
 // PendingCount counts the pending jobs of typ scheduled at or before
 // maxSTime (0 means now, in Config.TimeUnit, as in AcceptOptions), up to
-// limit (0 means PendingCountLimitDefault). It is a snapshot read: it never
-// makes a caller's transaction conflict.
+// limit (0 means PendingCountLimitDefault). It reads every shard of the
+// queue at once, each up to limit keys, as a snapshot: it never makes a
+// caller's transaction conflict.
 func (c *Client) PendingCount(ctx context.Context, tx kv.ReadTransactor, typ string, maxSTime int64, limit int) (int, error) {
 	if maxSTime == 0 {
 		maxSTime = c.cfg.now()
@@ -460,17 +464,29 @@ func (c *Client) PendingCount(ctx context.Context, tx kv.ReadTransactor, typ str
 		limit = PendingCountLimitDefault
 	}
 	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (int, error) {
-		kvs, err := tr.Snapshot().GetRange(c.pendingRange(typ, maxSTime), kv.RangeOptions{Limit: limit}).GetSliceWithError()
-		return len(kvs), err
+		snap := tr.Snapshot()
+		v, err := snap.Get(c.k.shardsKey(typ)).Get()
+		if err != nil {
+			return 0, err
+		}
+		_, high, err := decodeShards(v)
+		if err != nil {
+			return 0, err
+		}
+		futs := make([]kv.RangeResult, high)
+		for s := range high {
+			futs[s] = snap.GetRange(c.k.pendingRange(typ, s, maxSTime), kv.RangeOptions{Limit: limit})
+		}
+		n := 0
+		for _, f := range futs {
+			kvs, err := f.GetSliceWithError()
+			if err != nil {
+				return 0, err
+			}
+			n += len(kvs)
+		}
+		return min(n, limit), nil
 	})
-}
-
-// pendingRange is the range of pending keys of typ with stime <= max.
-func (c *Client) pendingRange(typ string, max int64) kv.KeyRange {
-	return kv.KeyRange{
-		Begin: c.k.pending.Pack(tuple.Tuple{typ}),
-		End:   c.k.pending.Pack(tuple.Tuple{typ, max + 1}),
-	}
 }
 
 // JobInfo is one job as FoldJobs reports it.

@@ -54,8 +54,9 @@
 // ("fdbjobs")):
 //
 //	(1, Type, JobID)              DATA: (Seq, Token, Index, STime, Resubmit,
-//	                              PrevToken, PrevIndex, Data, AddToken)
-//	(2, Type, STime, JobID)       PENDING: "" — the queue, in scheduled-time order
+//	                              PrevToken, PrevIndex, Data, AddToken, Shard)
+//	(2, Type, Shard, STime, JobID) PENDING: "" — the queue's shards, each in
+//	                              scheduled-time order
 //	(3, Type)                     WATCHES_PENDING: int64 LE counter, atomic
 //	                              add 1 by every transaction that enqueues
 //	                              jobs of the type; blocked acceptors
@@ -76,6 +77,10 @@
 //	(8)                           TYPES_VERSION: int64 LE counter bumped by
 //	                              SetTypeTimeout and ClearTypeTimeout;
 //	                              started Clients watch it
+//	(9, Type)                     SHARDS: (Count, High) — the shards new jobs
+//	                              go to, and the most there have been
+//	                              (absent: ShardsDefault for both)
+//	(10)                          LAYOUT: (LayoutVersion) — see CheckLayout
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
 // running one, the versionstamp of its ACTIVITY key (both written in the
@@ -84,26 +89,48 @@
 // retried after commit_unknown_result recognises its own commit. Data is
 // the job's JSON. AddToken is the token of the last Add or Resubmit call that
 // changed the job, so that such a call retried after commit_unknown_result
-// recognises its own commit instead of resubmitting the job again.
+// recognises its own commit instead of resubmitting the job again. Shard is
+// the shard of the job's pending key, drawn from its id when it was created
+// (FNV-1a modulo the type's Count) and kept for its life.
+//
+// # Shards
+//
+// A type's pending queue is split into shards (ShardsDefault, or
+// SetTypeShards): a job's pending key is in the shard its row names, in
+// scheduled-time order within it. Each shard of a type is owned by one of
+// the nodes that Config.Members names, the one with the highest
+// rendezvous hash of (node, type, shard): every node computes the same
+// owners from the same list, and when a node comes or goes only its
+// shards change hands. A node's accepts take from the shards it owns, and
+// its acceptors each from a different shard (they mark the shard they
+// read, in memory), so acceptors meet only when membership views differ
+// for a moment, or when an idle node helps: a node with nothing due in its
+// own shards takes from the others. Nothing is written per shard besides
+// pending keys: no counter or head key that every accept touches.
+//
+// Lowering the count loses no job: jobs keep their shard, and acceptors
+// and PendingCount cover every shard up to High, the most the type has
+// had.
 //
 // # Accepting
 //
-// A scheduled Accept reads at most AcceptRangeLimit pending keys with a
-// snapshot read, picks one (or n, for AcceptBatch) at random and adds a read
-// conflict on the picked keys only: concurrent acceptors conflict only when
-// they pick the same job. Acceptors of one node also skip the keys the
-// node's other acceptors are claiming, and start their reads at a per-node
-// cursor (reset at least every CursorReset) rather than at the start of
-// the queue, whose recently accepted keys an LSM store keeps as tombstones
-// for a while. A NoSchedule Accept takes the pending key next to a random
-// point (O(1), for random-looking ids scheduled at 0). With nothing
-// pending, the same transaction sets a watch on the type's pending counter
-// and Accept waits on it: no polling. A commit of the same Client that
-// makes a job pending (Add, AddBatch, Resubmit, a Finish that re-enqueues,
-// Reenqueue, the activity monitor; in its own transaction, not the
-// caller's) also wakes that Client's waiting acceptors at once, without
-// waiting for the watch to fire, which on FoundationDB takes a few
-// milliseconds after the commit.
+// A scheduled Accept reads, as a snapshot, the first n due pending keys
+// of the first shard that it owns and that no other acceptor of the node
+// is reading (its own shards start at a random one each time); when that
+// shard has fewer than n, it reads the first keys of every other shard
+// not being read on the node at once and fills the batch from them, its
+// own shards first. It claims each run of keys (the first keys of a
+// shard) with one read conflict range and one range clear: two acceptors
+// conflict only when they take from the same shard at once, and then the
+// loser's retry tries that shard last. A NoSchedule Accept takes the
+// pending key next to a random point of a shard (O(1), for random-looking
+// ids scheduled at 0). With nothing pending, the same transaction sets a
+// watch on the type's pending counter and Accept waits on it: no polling.
+// A commit of the same Client that makes a job pending (Add, AddBatch,
+// Resubmit, a Finish that re-enqueues, Reenqueue, the activity monitor;
+// in its own transaction, not the caller's) also wakes that Client's
+// waiting acceptors at once, without waiting for the watch to fire, which
+// on FoundationDB takes a few milliseconds after the commit.
 //
 // # Pending keys
 //
@@ -113,12 +140,15 @@
 // time) clears it, and nothing writes a row while it stays pending (an
 // Add or Resubmit at the same time changes nothing). So a conflict on a
 // pending key covers its row: Accept adds a read conflict on the keys it
-// picks and reads their rows as a snapshot.
+// takes and reads their rows as a snapshot.
 //
-// Jobs are taken in no strict order: at random among the first pending
-// ones by scheduled time, and a job enqueued before the cursor (an earlier
-// scheduled time, or a lower id at the same time) may wait up to
-// CursorReset behind later ones.
+// Order: within a shard, jobs are taken in scheduled-time order (a job
+// added with an earlier time than the ones being taken is next). Across
+// shards there is no global order: a node takes from its own shards before
+// others', so a job due in a busy shard may wait while another node's
+// acceptors take later jobs from theirs, at most until its shard's owner
+// has taken the jobs ahead of it in that shard, or another node runs out
+// of its own. PendingCount counts across every shard.
 //
 // # Activity monitor
 //

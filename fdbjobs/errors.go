@@ -42,6 +42,11 @@ var (
 	// the final event (finished or not found) has been consumed.
 	ErrSubscriptionClosed = errors.New("fdbjobs: subscription closed")
 
+	// ErrLayout is returned by CheckLayout (and so by Start, Add,
+	// AddBatch and Accept) on a store whose jobs were written in a key
+	// layout this version does not read.
+	ErrLayout = errors.New("fdbjobs: store in another key layout")
+
 	// ErrInvalidConfig is returned by New for a Config that fails
 	// validation.
 	ErrInvalidConfig = errors.New("fdbjobs: invalid config")

@@ -11,14 +11,16 @@ import (
 
 // Key layout (under Config.Subspace; see doc.go for the table).
 const (
-	keyData            = 1 // (1, Type, JobID) -> row
-	keyPending         = 2 // (2, Type, STime, JobID) -> ""
-	keyWatchesPending  = 3 // (3, Type) -> int64 LE counter
-	keyWatchesActivity = 4 // (4, Type) -> (Versionstamp)
-	keyActivityTimeout = 5 // (5, Type) -> (TimeoutMillis)
-	keyActivity        = 6 // (6, Type, Versionstamp, JobID) -> ""
-	keyClaims          = 7 // (7, Type, Token) -> (JobID, ...)
-	keyTypesVersion    = 8 // (8) -> int64 LE counter
+	keyData            = 1  // (1, Type, JobID) -> row
+	keyPending         = 2  // (2, Type, Shard, STime, JobID) -> ""
+	keyWatchesPending  = 3  // (3, Type) -> int64 LE counter
+	keyWatchesActivity = 4  // (4, Type) -> (Versionstamp)
+	keyActivityTimeout = 5  // (5, Type) -> (TimeoutMillis)
+	keyActivity        = 6  // (6, Type, Versionstamp, JobID) -> ""
+	keyClaims          = 7  // (7, Type, Token) -> (JobID, ...)
+	keyTypesVersion    = 8  // (8) -> int64 LE counter
+	keyShards          = 9  // (9, Type) -> (Count, High)
+	keyLayout          = 10 // (10) -> (LayoutVersion)
 )
 
 // State is a job's state.
@@ -74,6 +76,9 @@ type row struct {
 	// addToken is the token of the last Add or Resubmit call that changed
 	// the row, to recognise its retry after commit_unknown_result.
 	addToken []byte
+	// shard is the shard of the job's pending key, drawn when the job was
+	// created and kept for its life (see doc.go, "Shards").
+	shard int64
 }
 
 type keys struct {
@@ -98,9 +103,22 @@ func newKeys(root subspace.Subspace) keys {
 
 func (k keys) dataKey(typ, id string) kv.Key { return k.data.Pack(tuple.Tuple{typ, id}) }
 
-func (k keys) pendingKey(typ string, stime int64, id string) kv.Key {
-	return k.pending.Pack(tuple.Tuple{typ, stime, id})
+func (k keys) pendingKey(typ string, shard, stime int64, id string) kv.Key {
+	return k.pending.Pack(tuple.Tuple{typ, shard, stime, id})
 }
+
+// pendingRange is the range of the pending keys of typ in shard with a
+// scheduled time of at most max.
+func (k keys) pendingRange(typ string, shard, max int64) kv.KeyRange {
+	return kv.KeyRange{
+		Begin: k.pending.Pack(tuple.Tuple{typ, shard}),
+		End:   k.pending.Pack(tuple.Tuple{typ, shard, max + 1}),
+	}
+}
+
+func (k keys) shardsKey(typ string) kv.Key { return k.root.Pack(tuple.Tuple{keyShards, typ}) }
+
+func (k keys) layout() kv.Key { return k.root.Pack(tuple.Tuple{keyLayout}) }
 
 func (k keys) watchesPending(typ string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyWatchesPending, typ})
@@ -194,7 +212,7 @@ func encodeRow(r *row) (value []byte, versionstamped bool) {
 	if r.addToken != nil {
 		addTok = r.addToken
 	}
-	t := tuple.Tuple{seq, tok, r.lock.index, r.stime, r.resubmit, prevTok, r.prev.index, r.data, addTok}
+	t := tuple.Tuple{seq, tok, r.lock.index, r.stime, r.resubmit, prevTok, r.prev.index, r.data, addTok, r.shard}
 	if r.state == Running && r.seqNew {
 		v, err := t.PackWithVersionstamp(nil)
 		if err != nil {
@@ -210,7 +228,7 @@ func decodeRow(v []byte) (*row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fdbjobs: bad job row: %w", err)
 	}
-	if len(t) != 9 {
+	if len(t) != 10 {
 		return nil, fmt.Errorf("fdbjobs: bad job row: %d elements", len(t))
 	}
 	r := &row{}
@@ -239,6 +257,9 @@ func decodeRow(v []byte) (*row, error) {
 	}
 	if r.addToken, ok = bytesElem(t[8]); !ok {
 		return nil, bad("add token")
+	}
+	if r.shard, ok = intElem(t[9]); !ok {
+		return nil, bad("shard")
 	}
 	switch s := t[0].(type) {
 	case nil:
@@ -306,12 +327,13 @@ func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
 	tr.Set(k.dataKey(typ, id), v)
 }
 
-// enqueue makes r pending at stime and writes its pending key. The caller
-// wakes the type's acceptors with bumpPending, once per transaction.
+// enqueue makes r pending at stime and writes its pending key, in the
+// row's shard. The caller wakes the type's acceptors with bumpPending,
+// once per transaction.
 func (k keys) enqueue(tr kv.Transaction, typ, id string, r *row, stime int64) {
 	r.state, r.seq, r.seqNew, r.lock, r.resubmit, r.stime = Pending, tuple.Versionstamp{}, false, lock{}, false, stime
 	k.writeRow(tr, typ, id, r)
-	tr.Set(k.pendingKey(typ, stime, id), nil)
+	tr.Set(k.pendingKey(typ, r.shard, stime, id), nil)
 }
 
 // release clears what a running row holds besides itself: its ACTIVITY key

@@ -375,6 +375,7 @@ func TestRetryAfterCommitWithProgressInBetween(t *testing.T) {
 		idb := &interleaveDB{Database: b.db}
 		c, err := New(idb, Config{Clock: b.clock})
 		require.NoError(t, err)
+		require.NoError(t, c.CheckLayout(b.ctx)) // before any interleaving
 		return b, c, idb
 	}
 	t.Run("Add then accepted", func(t *testing.T) {

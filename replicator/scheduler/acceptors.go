@@ -219,7 +219,7 @@ func (n *Node) acceptSome(ctx context.Context, q int) ([]*fdbjobs.Job, error) {
 // they both pick; the loser's retry takes what is left by T.
 func (n *Node) oldestDue(ctx context.Context, now int64, cfg Config, q int) (int64, bool, error) {
 	g := max(1, cfg.Interval.Milliseconds()/50)
-	k := min(max(1, q), fdbjobs.AcceptRangeLimit/2)
+	k := max(1, q)
 	type res struct {
 		t  int64
 		ok bool

@@ -110,7 +110,8 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		cfg = hashed
 	}
-	jobs, err := fdbjobs.New(db, jobsConfig(cfg, &log))
+	accepting := &acceptingNodes{self: cfg.NodeName()}
+	jobs, err := fdbjobs.New(db, jobsConfig(cfg, &log, accepting.list))
 	if err != nil {
 		return err
 	}
@@ -184,7 +185,10 @@ func Run(ctx context.Context, opts Options) error {
 		if err != nil {
 			return err
 		}
-		ncfg.Cluster = cn // the replication nodes balance their jobs through the membership records
+		// The replication nodes balance their jobs through the membership
+		// records, and their acceptors take from the queue's shards by it.
+		accepting.Membership = cn
+		ncfg.Cluster = accepting
 		eng := opts.Engine
 		if eng == nil {
 			eng = replicator.EngineDefault{Logger: log, Client: client, Logins: couch.NewLogins(0, nil)}

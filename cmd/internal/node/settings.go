@@ -137,8 +137,9 @@ func ClientSettings(cfg *config.Config) (engine.ClientSettings, error) {
 	}, nil
 }
 
-func jobsConfig(cfg *config.Config, log *zerolog.Logger) fdbjobs.Config {
+func jobsConfig(cfg *config.Config, log *zerolog.Logger, members func() (string, []string)) fdbjobs.Config {
 	return fdbjobs.Config{
+		Members:                  members,
 		Logger:                   log,
 		ActivityMonitorMaxJitter: millis(cfg, "couch_jobs", "activity_monitor_max_jitter_msec"),
 		NotifierHoldoff:          millis(cfg, "couch_jobs", "type_monitor_holdoff_msec"),

@@ -1,0 +1,182 @@
+package fdbjobs
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	mrand "math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// Shards of a type's pending queue (see doc.go, "Shards").
+const (
+	// ShardsDefault is the number of shards of a type's pending queue
+	// until SetTypeShards sets another. Nodes take from different shards,
+	// so a type needs about as many shards as the acceptors of all nodes
+	// that take from it at once, or more.
+	ShardsDefault = 16
+	// ShardsMax is the most shards a type may have.
+	ShardsMax = 4096
+)
+
+// typeInfo is what an accept or an add reads of its type: the activity
+// timeout (0 without one) and the shard counts.
+type typeInfo struct {
+	timeout    time.Duration
+	hasTimeout bool
+	// shards is the number of shards new jobs are spread over; high is
+	// the highest it has been, so that shards [shards, high) may still
+	// hold jobs created before it was lowered.
+	shards, high int64
+}
+
+// readTypeInfo issues the reads of typ's timeout and shard counts in tr,
+// and returns a function that waits for them.
+func (c *Client) readTypeInfo(tr kv.ReadTransaction, typ string) func() (typeInfo, error) {
+	tf, sf := tr.Get(c.k.timeoutKey(typ)), tr.Snapshot().Get(c.k.shardsKey(typ))
+	return func() (typeInfo, error) {
+		var ti typeInfo
+		tv, err := tf.Get()
+		if err != nil {
+			return ti, err
+		}
+		if tv != nil {
+			if ti.timeout, err = decodeTimeout(tv); err != nil {
+				return ti, err
+			}
+			ti.hasTimeout = true
+		}
+		sv, err := sf.Get()
+		if err != nil {
+			return ti, err
+		}
+		ti.shards, ti.high, err = decodeShards(sv)
+		return ti, err
+	}
+}
+
+func decodeShards(v []byte) (shards, high int64, err error) {
+	if v == nil {
+		return ShardsDefault, ShardsDefault, nil
+	}
+	t, err := tuple.Unpack(v)
+	if err == nil && len(t) == 2 {
+		s, ok1 := intElem(t[0])
+		h, ok2 := intElem(t[1])
+		if ok1 && ok2 && s >= 1 && h >= s && h <= ShardsMax {
+			return s, h, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("fdbjobs: bad shard counts %x", v)
+}
+
+// SetTypeShards sets the number of shards of typ's pending queue, in
+// [1, ShardsMax] (ShardsDefault until set). Jobs keep the shard they were
+// created in: after a lowered count, acceptors still take from the shards
+// above it, and nothing is lost. tx may be nil, a Database or a caller's
+// Transaction.
+func (c *Client) SetTypeShards(ctx context.Context, tx kv.Transactor, typ string, n int) error {
+	if err := checkName("type", typ); err != nil {
+		return err
+	}
+	if n < 1 || n > ShardsMax {
+		return fmt.Errorf("%w: %d shards outside [1, %d]", ErrInvalidArgument, n, ShardsMax)
+	}
+	_, err := c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
+		v, err := tr.Get(c.k.shardsKey(typ)).Get()
+		if err != nil {
+			return nil, err
+		}
+		_, high, err := decodeShards(v)
+		if err != nil {
+			return nil, err
+		}
+		tr.Set(c.k.shardsKey(typ), tuple.Tuple{int64(n), max(high, int64(n))}.Pack())
+		return nil, nil
+	})
+	return err
+}
+
+// TypeShards returns the number of shards new jobs of typ are spread
+// over.
+func (c *Client) TypeShards(ctx context.Context, tx kv.ReadTransactor, typ string) (int, error) {
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (int, error) {
+		v, err := tr.Get(c.k.shardsKey(typ)).Get()
+		if err != nil {
+			return 0, err
+		}
+		s, _, err := decodeShards(v)
+		return int(s), err
+	})
+}
+
+// shardOf is the shard a new job id goes to among n.
+func shardOf(id string, n int64) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return int64(h.Sum64() % uint64(n))
+}
+
+// shardOrder returns the shards [0, high) of typ in the order this node's
+// accepts try them: the ones it owns first, then the others, each group
+// from a random place on. A shard is owned by the member with the highest
+// rendezvous hash of (member, type, shard), so that when members come and
+// go only the shards of those members move; without Config.Members (or
+// when this node is not among them) every shard is this node's.
+func (c *Client) shardOrder(typ string, high int64) (own, others []int64) {
+	var self string
+	var members []string
+	if c.cfg.Members != nil {
+		self, members = c.cfg.Members()
+	}
+	if !slices.Contains(members, self) {
+		own = make([]int64, high)
+		for i := range own {
+			own[i] = int64(i)
+		}
+		return rotate(own), nil
+	}
+	for s := range high {
+		best, owner := uint64(0), ""
+		for _, m := range members {
+			if w := rendezvous(m, typ, s); owner == "" || w > best || (w == best && m < owner) {
+				best, owner = w, m
+			}
+		}
+		if owner == self {
+			own = append(own, s)
+		} else {
+			others = append(others, s)
+		}
+	}
+	return rotate(own), rotate(others)
+}
+
+func rendezvous(member, typ string, shard int64) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(member))
+	h.Write([]byte{0})
+	h.Write([]byte(typ))
+	h.Write([]byte{0, byte(shard >> 8), byte(shard)})
+	// fnv's low bits mix poorly for inputs that differ in their last
+	// bytes: finish with a multiplicative mix (splitmix64's).
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// rotate starts s at a random element, keeping its cyclic order.
+func rotate(s []int64) []int64 {
+	if len(s) < 2 {
+		return s
+	}
+	i := mrand.IntN(len(s))
+	return append(s[i:len(s):len(s)], s[:i]...)
+}

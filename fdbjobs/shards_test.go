@@ -1,0 +1,151 @@
+package fdbjobs
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+func TestSetTypeShards(t *testing.T) {
+	b := setup(t)
+	n, err := b.c.TypeShards(b.ctx, nil, t1)
+	require.NoError(t, err)
+	require.Equal(t, ShardsDefault, n)
+	for _, bad := range []int{0, -1, ShardsMax + 1} {
+		require.ErrorIs(t, b.c.SetTypeShards(b.ctx, nil, t1, bad), ErrInvalidArgument, bad)
+	}
+	require.ErrorIs(t, b.c.SetTypeShards(b.ctx, nil, "", 4), ErrInvalidArgument)
+	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 64))
+	n, err = b.c.TypeShards(b.ctx, nil, t1)
+	require.NoError(t, err)
+	require.Equal(t, 64, n)
+}
+
+// Jobs keep their shard when the count changes: after it is lowered, the
+// jobs of the shards above it are still counted and taken.
+func TestLoweredShardsLoseNoJob(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 32))
+	var ids []string
+	for i := range 40 {
+		id := fmt.Sprintf("job-%02d", i)
+		ids = append(ids, id)
+		b.add(t, t1, id, "", 0)
+	}
+	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 2))
+	b.add(t, t1, "late", "", 0)
+	ids = append(ids, "late")
+	n, err := b.c.PendingCount(b.ctx, nil, t1, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, len(ids), n)
+	var got []string
+	for {
+		jobs, err := b.c.AcceptBatch(b.ctx, t1, 7, AcceptOptions{})
+		if err != nil {
+			require.ErrorIs(t, err, ErrNotFound)
+			break
+		}
+		for _, j := range jobs {
+			got = append(got, j.ID)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(ids)
+	require.Equal(t, ids, got)
+}
+
+// Within a shard, jobs are taken in scheduled-time order.
+func TestShardOrder(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 1))
+	for i, st := range []int64{50, 10, 40, 20, 30} {
+		b.add(t, t1, fmt.Sprintf("j%d", i), "", st)
+	}
+	var stimes []int64
+	for range 5 {
+		stimes = append(stimes, b.accept(t, t1).ScheduledTime)
+	}
+	require.Equal(t, []int64{10, 20, 30, 40, 50}, stimes)
+}
+
+// Rendezvous ownership splits the shards among the members: each shard has
+// exactly one owner, every member sees the same split, and a member that
+// leaves moves only its own shards.
+func TestShardOwnership(t *testing.T) {
+	members := []string{"a", "b", "c", "d"}
+	owners := func(members []string) map[int64]string {
+		out := map[int64]string{}
+		for _, self := range members {
+			b := setup(t, func(c *Config) {
+				c.Members = func() (string, []string) { return self, members }
+			})
+			own, others := b.c.shardOrder(t1, 64)
+			require.Len(t, append(own, others...), 64)
+			for _, s := range own {
+				require.Empty(t, out[s], "shard %d owned twice", s)
+				out[s] = self
+			}
+		}
+		require.Len(t, out, 64, "every shard has an owner")
+		return out
+	}
+	before := owners(members)
+	perMember := map[string]int{}
+	for _, m := range before {
+		perMember[m]++
+	}
+	for _, m := range members {
+		require.Positive(t, perMember[m], "member %s owns no shard of 64", m)
+	}
+	after := owners([]string{"a", "b", "c"})
+	for s, m := range before {
+		if m != "d" {
+			require.Equal(t, m, after[s], "shard %d moved though its owner stayed", s)
+		}
+	}
+	// Not a member: every shard is its own.
+	b := setup(t, func(c *Config) { c.Members = func() (string, []string) { return "x", members } })
+	own, others := b.c.shardOrder(t1, 8)
+	require.Len(t, own, 8)
+	require.Empty(t, others)
+}
+
+// A store whose jobs were written in another layout is refused, with the
+// layout named; a new store gets the current one.
+func TestLayout(t *testing.T) {
+	t.Run("new store", func(t *testing.T) {
+		b := setup(t)
+		b.add(t, t1, j1, "", 0)
+		v, err := b.db.ReadTransact(b.ctx, func(tr kv.ReadTransaction) (any, error) { return tr.Get(b.c.k.layout()).Get() })
+		require.NoError(t, err)
+		require.Equal(t, tuple.Tuple{int64(LayoutVersion)}.Pack(), v)
+	})
+	t.Run("layout 1", func(t *testing.T) {
+		b := setup(t)
+		_, err := b.db.Transact(b.ctx, func(tr kv.Transaction) (any, error) {
+			tr.Set(b.c.k.dataKey(t1, j1), []byte("a layout 1 row"))
+			return nil, nil
+		})
+		require.NoError(t, err)
+		err = b.c.Add(b.ctx, nil, t1, j2, nil, 0)
+		require.ErrorIs(t, err, ErrLayout)
+		require.ErrorContains(t, err, "key layout 1")
+		_, err = b.c.Accept(b.ctx, t1, AcceptOptions{})
+		require.ErrorIs(t, err, ErrLayout)
+		require.ErrorIs(t, b.c.Start(b.ctx), ErrLayout)
+	})
+	t.Run("a later layout", func(t *testing.T) {
+		b := setup(t)
+		_, err := b.db.Transact(b.ctx, func(tr kv.Transaction) (any, error) {
+			tr.Set(b.c.k.layout(), tuple.Tuple{int64(LayoutVersion + 1)}.Pack())
+			return nil, nil
+		})
+		require.NoError(t, err)
+		require.ErrorContains(t, b.c.Add(b.ctx, nil, t1, j1, nil, 0), fmt.Sprintf("key layout %d", LayoutVersion+1))
+	})
+}
