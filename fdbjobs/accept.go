@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	mrand "math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -54,8 +55,36 @@ type Job struct {
 	// ScheduledTime.
 	Resubmitted bool
 
-	lock lock
-	hold *hold // the worker's claim as far as it can trust it (HoldDeadline)
+	lock  lock
+	hold  *hold  // the worker's claim as far as it can trust it (HoldDeadline)
+	lease *lease // the lease key the job was last written under
+}
+
+// lease is a worker's count of the jobs that one LEASES key lists and that
+// the worker still holds under it (neither finished, nor moved to a newer
+// lease by Update, nor lost). The transaction in which the last of them
+// leaves clears the key; a lease the worker abandons is cleared by the
+// activity monitor once it is older than a type timeout. Jobs of one lease
+// may be used by different goroutines.
+type lease struct {
+	vs tuple.Versionstamp // the key's, set once its commit is known
+
+	mu   sync.Mutex
+	held int
+}
+
+// emptiedBy reports whether n more jobs leaving would leave l empty.
+func (l *lease) emptiedBy(n int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held == n
+}
+
+// leave counts n jobs out of l, once their transaction committed.
+func (l *lease) leave(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held -= n
 }
 
 // Lock returns the job's lock (claim token and batch index) as text, for
@@ -195,6 +224,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		jobs    []*Job
 		watch   kv.FutureNil
 		timeout time.Duration
+		vs      kv.FutureKey // of the commit that took jobs (nil: reclaimed)
 	}
 	// A shard on which an attempt failed (most likely a conflict with
 	// another node's acceptor) is tried last by the next attempts.
@@ -214,6 +244,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 	// attempt may be the one that committed.
 	start := c.cfg.Clock.Now()
 	attempts := 0
+	var since int64 // the first attempt's read version
 	res, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (result, error) {
 		attempts++
 		// The previous attempt failed, or committed: either way its shards
@@ -221,11 +252,15 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		unmark(true)
 		busy = false
 		info := c.readTypeInfo(tr.Snapshot(), typ)
-		// Only a retry can find a claim record of this call's token: the
-		// first attempt's, if it committed (commit_unknown_result).
+		// Only a retry can find a lease of this call's token: the first
+		// attempt's, if it committed (commit_unknown_result).
 		var jobs []*Job
-		if attempts > 1 {
-			jobs, err = c.reclaim(tr, typ, token)
+		if attempts == 1 {
+			if since, err = tr.GetReadVersion().Get(); err != nil {
+				return result{}, err
+			}
+		} else {
+			jobs, err = c.reclaim(tr, typ, token, since)
 			if err != nil {
 				return result{}, err
 			}
@@ -256,10 +291,25 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		if len(jobs) == 0 && wantWatch && !busy {
 			return result{watch: tr.Watch(c.k.watchesPending(typ))}, nil
 		}
-		return result{jobs: jobs, timeout: ti.timeout}, nil
+		res := result{jobs: jobs, timeout: ti.timeout}
+		if len(jobs) > 0 {
+			res.vs = tr.GetVersionstamp()
+		}
+		return res, nil
 	})
 	if err != nil {
 		return nil, nil, false, err
+	}
+	if res.vs != nil {
+		vs, err := res.vs.Get()
+		if err != nil {
+			return nil, nil, false, err
+		}
+		l := &lease{held: len(res.jobs)}
+		copy(l.vs.TransactionVersion[:], vs)
+		for _, j := range res.jobs {
+			j.lease = l
+		}
 	}
 	if res.timeout > 0 {
 		for _, j := range res.jobs {
@@ -269,30 +319,49 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 	return res.jobs, res.watch, busy && len(res.jobs) == 0, nil
 }
 
+// reclaimPage bounds the lease keys a reclaim reads per transaction.
+const reclaimPage = 1000
+
 // reclaim returns the jobs an earlier attempt of this accept claimed under
-// token and still holds (after commit_unknown_result).
-func (c *Client) reclaim(tr kv.Transaction, typ string, token []byte) ([]*Job, error) {
-	v, err := tr.Get(c.k.claimKey(typ, token)).Get()
-	if err != nil || v == nil {
-		return nil, err
-	}
-	ids, err := tuple.Unpack(v)
-	if err != nil {
-		return nil, fmt.Errorf("fdbjobs: bad claim record: %w", err)
-	}
-	var jobs []*Job
-	for i, e := range ids {
-		id, _ := e.(string)
-		r, err := c.k.readRow(tr, typ, id)
+// token and still holds (after commit_unknown_result). That attempt's
+// lease, if it committed, was written after since (the first attempt's
+// read version): reclaim looks for the token among the type's leases
+// written since, a snapshot read of the few commits in between.
+func (c *Client) reclaim(tr kv.Transaction, typ string, token []byte, since int64) ([]*Job, error) {
+	r := kv.KeyRange{Begin: c.k.versionEnd(typ, since), End: prefixRange(c.k.leases, tuple.Tuple{typ}).End}
+	for {
+		kvs, err := tr.Snapshot().GetRange(r, kv.RangeOptions{Limit: reclaimPage}).GetSliceWithError()
 		if err != nil {
 			return nil, err
 		}
-		l := lock{token: token, index: int64(i)}
-		if r != nil && r.lock.equal(l) {
-			jobs = append(jobs, &Job{Type: typ, ID: id, Data: r.data, ScheduledTime: r.stime, lock: l})
+		for _, e := range kvs {
+			vs, tok, entries, err := c.k.decodeLease(e.Key, e.Value)
+			if err != nil {
+				return nil, err
+			}
+			if !bytes.Equal(tok, token) {
+				continue
+			}
+			var jobs []*Job
+			l := &lease{vs: vs}
+			for _, en := range entries {
+				r, err := c.k.readRow(tr, typ, en.id)
+				if err != nil {
+					return nil, err
+				}
+				lk := lock{token: token, index: en.index}
+				if r != nil && r.lock.equal(lk) && r.seq == vs {
+					jobs = append(jobs, &Job{Type: typ, ID: en.id, Data: r.data, ScheduledTime: r.stime, lock: lk, lease: l})
+				}
+			}
+			l.held = len(jobs)
+			return jobs, nil
 		}
+		if len(kvs) < reclaimPage {
+			return nil, nil
+		}
+		r.Begin = kv.KeyAfter(kvs[len(kvs)-1].Key)
 	}
-	return jobs, nil
 }
 
 // shardsToTry orders the shards [0, high) of typ for an accept: this
@@ -505,6 +574,8 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.
 		return nil, err
 	}
 	var jobs []*Job
+	var idx []int64
+	var held []string
 	for i, r := range rows {
 		if r == nil || r.state != Pending || r.stime != stimes[i] {
 			continue
@@ -513,14 +584,10 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.
 		r.state, r.seqNew, r.lock, r.resubmit = Running, true, l, false
 		c.k.writeRow(tr, typ, ids[i], r)
 		jobs = append(jobs, &Job{Type: typ, ID: ids[i], Data: r.data, ScheduledTime: r.stime, lock: l})
+		idx, held = append(idx, l.index), append(held, ids[i])
 	}
 	if len(jobs) > 0 {
-		rec := make(tuple.Tuple, len(jobs))
-		for i, j := range jobs {
-			rec[i] = j.ID
-		}
-		tr.Set(c.k.claimKey(typ, token), rec.Pack())
-		c.k.bumpActivity(tr, typ)
+		c.k.writeLease(tr, typ, token, idx, held)
 	}
 	return jobs, nil
 }

@@ -117,7 +117,7 @@ func TestFinishBatchReleasesSharedClaim(t *testing.T) {
 			require.ErrorIs(t, err, ErrNotFound)
 			break
 		}
-		require.Equal(t, 1, b.count(t, keyClaims))
+		require.Equal(t, 1, b.count(t, keyLeases), "one lease per Accept call")
 		items := make([]Completion, len(accepted))
 		for i, j := range accepted {
 			items[i] = Completion{Job: j}

@@ -263,7 +263,7 @@ func TestCouchJobs_job_processor_update(t *testing.T) {
 	require.ErrorIs(t, b.c.Update(b.ctx, nil, job, raw(`{1:2}`)), ErrInvalidData)
 	require.NoError(t, b.c.Finish(b.ctx, nil, job, raw(`{"d":2}`)))
 	require.Equal(t, `{"d":2}`, b.data(t, t1, j1))
-	require.Equal(t, 0, b.count(t, keyActivity), "updates leave no stale ACTIVITY keys")
+	require.Equal(t, 0, b.count(t, keyLeases), "updates and the finish leave no lease")
 }
 
 func TestCouchJobs_resubmit_enqueues_job(t *testing.T) {

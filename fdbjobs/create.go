@@ -337,9 +337,7 @@ func (c *Client) Remove(ctx context.Context, tx kv.Transactor, typ, id string) e
 		if r.state == Pending {
 			tr.Clear(c.k.pendingKey(typ, r.shard, r.stime, id))
 		}
-		c.k.release(tr, typ, id, r, nil)
 		tr.Clear(c.k.dataKey(typ, id))
-		c.k.bumpActivity(tr, typ)
 		removed, removedBefore = r.addToken, true
 		return nil, nil
 	})
@@ -423,22 +421,45 @@ func (c *Client) readJobOfType(ctx context.Context, tx kv.ReadTransactor, typ, i
 }
 
 // ActiveJobIDs returns the ids of the running jobs of typ, oldest activity
-// first. It reads them in one transaction: for very many running jobs use
-// FoldJobs.
+// first. It reads them in one transaction, the type's leases and the rows
+// they name: for very many running jobs use FoldJobs.
 func (c *Client) ActiveJobIDs(ctx context.Context, tx kv.ReadTransactor, typ string) ([]string, error) {
 	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) ([]string, error) {
-		kvs, err := tr.GetRange(prefixRange(c.k.activity, tuple.Tuple{typ}), kv.RangeOptions{}).GetSliceWithError()
+		kvs, err := tr.GetRange(prefixRange(c.k.leases, tuple.Tuple{typ}), kv.RangeOptions{}).GetSliceWithError()
 		if err != nil {
 			return nil, err
 		}
-		ids := make([]string, 0, len(kvs))
+		type held struct {
+			vs    tuple.Versionstamp
+			lk    lock
+			id    string
+			futOf kv.FutureByteSlice
+		}
+		var hs []held
 		for _, e := range kvs {
-			t, err := c.k.activity.Unpack(e.Key)
-			if err != nil || len(t) != 3 {
+			vs, token, entries, err := c.k.decodeLease(e.Key, e.Value)
+			if err != nil {
+				return nil, err
+			}
+			for _, en := range entries {
+				hs = append(hs, held{vs, lock{token, en.index}, en.id, tr.Get(c.k.dataKey(typ, en.id))})
+			}
+		}
+		var ids []string
+		for _, h := range hs {
+			v, err := h.futOf.Get()
+			if err != nil {
+				return nil, err
+			}
+			if v == nil {
 				continue
 			}
-			if id, ok := t[2].(string); ok {
-				ids = append(ids, id)
+			r, err := decodeRow(v)
+			if err != nil {
+				return nil, err
+			}
+			if r.state == Running && r.seq == h.vs && r.lock.equal(h.lk) {
+				ids = append(ids, h.id)
 			}
 		}
 		return ids, nil

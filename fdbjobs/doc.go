@@ -61,19 +61,13 @@
 //	                              add 1 by every transaction that enqueues
 //	                              jobs of the type; blocked acceptors
 //	                              watch it
-//	(4, Type)                     WATCHES_ACTIVITY: (Versionstamp) of the
-//	                              last accept, update, finish, remove or
-//	                              re-enqueue; the type's activity clock,
-//	                              read by monitors, watched by notifiers
 //	(5, Type)                     ACTIVITY_TIMEOUT: (Milliseconds); the set
 //	                              of these keys is the set of types
-//	(6, Type, Versionstamp, JobID) ACTIVITY: "" — one per running job, keyed by
-//	                              the versionstamp of its last accept or update
-//	(7, Type, Token)              CLAIMS: (JobID, ...) — the jobs an Accept
-//	                              call took, in lock index order, so that its
-//	                              retry after commit_unknown_result finds
-//	                              them; cleared when any of them stops running
-//	                              (it is only needed while the call runs)
+//	(6, Type, Versionstamp, Token) LEASES: (Index, JobID, ...) — written by
+//	                              each Accept call that took jobs (all of
+//	                              them) and each Update call's heartbeat
+//	                              (the jobs it renewed, per Accept token),
+//	                              keyed by that commit's versionstamp
 //	(8)                           TYPES_VERSION: int64 LE counter bumped by
 //	                              SetTypeTimeout and ClearTypeTimeout;
 //	                              started Clients watch it
@@ -82,9 +76,13 @@
 //	                              (absent: ShardsDefault for both)
 //	(10)                          LAYOUT: (LayoutVersion) — see CheckLayout
 //
+// Keys 4 and 7 held an activity clock and claim records in layout 1 and
+// are no longer written.
+//
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
-// running one, the versionstamp of its ACTIVITY key (both written in the
-// same commit with versionstamped operations). Token is nil unless running.
+// running one, the versionstamp of the lease that last granted it (both
+// written in the same commit with versionstamped operations). Token is nil
+// unless running.
 // PrevToken/PrevIndex name the lock of the last Finish, so that a Finish
 // retried after commit_unknown_result recognises its own commit. Data is
 // the job's JSON. AddToken is the token of the last Add or Resubmit call that
@@ -150,11 +148,28 @@
 // has taken the jobs ahead of it in that shard, or another node runs out
 // of its own. PendingCount counts across every shard.
 //
+// # Leases
+//
+// A running job is held under a lease: the LEASES key its row's Seq
+// names, whose entries list it under its lock. The lease is what the
+// activity monitor finds a dead worker's jobs by; nothing else is written
+// per running job, and no key is written by every accept or heartbeat of a
+// type. A job leaves its lease when it finishes, is lost (removed,
+// re-enqueued) or renewed by Update, which grants it a newer lease. The
+// worker's Client counts the jobs of each lease it still holds (Job's
+// lease) and clears the key in the transaction in which the last one
+// leaves; a lease it could not clear that way (a job abandoned, or an
+// Update or Finish joined to a caller's transaction, whose commit the job
+// layer cannot see) is cleared by the activity monitor once older than a
+// type timeout. A lease is never cleared while it holds a job: the count
+// goes down only after the commit in which a job left, and a job whose
+// leaving is uncertain keeps counting.
+//
 // # Activity monitor
 //
 // See ActivityMonitor. A dead worker's job is pending again between one and
 // a bit more than two type timeouts after its last Update; the comparison
-// uses versionstamps, so node clocks need not agree.
+// uses database versions, so node clocks need not agree.
 //
 // # Holding a job
 //
@@ -169,10 +184,10 @@
 // to have committed, plus the type timeout over HoldFraction.
 //
 // The timing argument. Let s be the start of that transaction on the
-// worker's clock, and c the moment its commit took effect (its activity
-// versionstamp u); s <= c. The monitor re-enqueues the job at a check k
-// only if the activity clock it read at check k-1 was at least u, so that
-// read happened after c; and checks are at least a type timeout T apart
+// worker's clock, and c the moment its commit took effect (its commit
+// version u, the version of the lease it wrote); s <= c. The monitor
+// re-enqueues the job at a check k only if the database version it read at
+// check k-1 was at least u, so that read happened after c; and checks are at least a type timeout T apart
 // on the monitor's timer, so the re-enqueue, and any other worker's start,
 // happens after c + T >= s + T. A worker that stops by s + T/HoldFraction
 // thus stops T/2 before that, which covers the time it needs to stop (its
@@ -190,11 +205,13 @@
 //
 // # Notifications
 //
-// A notifier per type per node watches the type's activity clock; when it
-// changes (at most once per NotifierHoldoff) the notifier reads every job
-// subscribed on that node and queues an event per subscription whose job
-// changed state or, when running, was updated. Events are never dropped
-// while a subscription is open; Unsubscribe drops the queued ones.
+// A notifier per type per node watches the rows of the jobs subscribed on
+// that node (up to NotifierWatchMax of them; the others are read every
+// NotifierPoll); when one changes (at most once per NotifierHoldoff) the
+// notifier reads every subscribed job and queues an event per
+// subscription whose job changed state or, when running, was updated.
+// Events are never dropped while a subscription is open; Unsubscribe drops
+// the queued ones.
 //
 // # Failure behaviour and idempotence
 //
@@ -202,8 +219,9 @@
 // after commit_unknown_result, when the previous attempt may have
 // committed. Each operation gives the same outcome when its transaction
 // body runs again after committing, even when other clients changed the
-// job in between: Accept finds the claim record of its token and returns
-// those jobs; Update sees the heartbeat its earlier attempt wrote (the seq
+// job in between: Accept finds the lease of its token among those written
+// since its first attempt's read version and returns the jobs it still
+// holds; Update sees the heartbeat its earlier attempt wrote (the seq
 // moved under its own lock) and writes no second one; Finish recognises its
 // own commit through PrevToken; Add and Resubmit recognise their own add
 // token in the row and do not resubmit a job their first attempt enqueued
@@ -229,5 +247,6 @@
 // moved the job to 2^36). An Accept without a maximum scheduled time takes
 // the jobs due now, not every job scheduled up to 2^36. Unsubscribe really drops queued events, and
 // WaitState keeps its filter. Every Subscribe returns a new Subscription.
-// The ACTIVITY value is empty (the notifier reads DATA).
+// There is no activity clock or index per running job: leases per batch,
+// and notifiers that watch the subscribed jobs.
 package fdbjobs

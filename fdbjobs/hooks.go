@@ -77,10 +77,8 @@ func (c *Client) reenqueueRows(tr kv.Transaction, typ string, ids []string, rows
 	}
 	for i, id := range ids {
 		r := rows[i]
-		c.k.release(tr, typ, id, r, nil)
 		c.k.enqueue(tr, typ, id, r, r.stime)
 	}
 	c.k.bumpPending(tr, typ)
-	c.k.bumpActivity(tr, typ)
 	return nil
 }

@@ -2,6 +2,7 @@ package fdbjobs
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -14,10 +15,8 @@ const (
 	keyData            = 1  // (1, Type, JobID) -> row
 	keyPending         = 2  // (2, Type, Shard, STime, JobID) -> ""
 	keyWatchesPending  = 3  // (3, Type) -> int64 LE counter
-	keyWatchesActivity = 4  // (4, Type) -> (Versionstamp)
 	keyActivityTimeout = 5  // (5, Type) -> (TimeoutMillis)
-	keyActivity        = 6  // (6, Type, Versionstamp, JobID) -> ""
-	keyClaims          = 7  // (7, Type, Token) -> (JobID, ...)
+	keyLeases          = 6  // (6, Type, Versionstamp, Token) -> (Index, JobID, ...)
 	keyTypesVersion    = 8  // (8) -> int64 LE counter
 	keyShards          = 9  // (9, Type) -> (Count, High)
 	keyLayout          = 10 // (10) -> (LayoutVersion)
@@ -66,7 +65,7 @@ func (l lock) equal(o lock) bool {
 // row is a decoded DATA value.
 type row struct {
 	state    State
-	seq      tuple.Versionstamp // running only: versionstamp of its ACTIVITY key
+	seq      tuple.Versionstamp // running only: versionstamp of its lease
 	seqNew   bool               // seq is to be filled in by this commit
 	lock     lock               // running only
 	stime    int64
@@ -85,8 +84,7 @@ type keys struct {
 	root     subspace.Subspace
 	data     subspace.Subspace
 	pending  subspace.Subspace
-	activity subspace.Subspace
-	claims   subspace.Subspace
+	leases   subspace.Subspace
 	timeouts subspace.Subspace
 }
 
@@ -95,8 +93,7 @@ func newKeys(root subspace.Subspace) keys {
 		root:     root,
 		data:     root.Sub(keyData),
 		pending:  root.Sub(keyPending),
-		activity: root.Sub(keyActivity),
-		claims:   root.Sub(keyClaims),
+		leases:   root.Sub(keyLeases),
 		timeouts: root.Sub(keyActivityTimeout),
 	}
 }
@@ -124,22 +121,69 @@ func (k keys) watchesPending(typ string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyWatchesPending, typ})
 }
 
-func (k keys) watchesActivity(typ string) kv.Key {
-	return k.root.Pack(tuple.Tuple{keyWatchesActivity, typ})
-}
-
 func (k keys) timeoutKey(typ string) kv.Key { return k.timeouts.Pack(tuple.Tuple{typ}) }
 
 func (k keys) typesVersion() kv.Key { return k.root.Pack(tuple.Tuple{keyTypesVersion}) }
 
-func (k keys) activityKey(typ string, vs tuple.Versionstamp, id string) kv.Key {
-	return k.activity.Pack(tuple.Tuple{typ, vs, id})
+func (k keys) leaseKey(typ string, vs tuple.Versionstamp, token []byte) kv.Key {
+	return k.leases.Pack(tuple.Tuple{typ, vs, token})
 }
 
-// claimKey is the claim record of the Accept call with token: the ids of
-// the jobs it took, in lock index order.
-func (k keys) claimKey(typ string, token []byte) kv.Key {
-	return k.claims.Pack(tuple.Tuple{typ, token})
+// versionEnd is the first lease key of typ written by a commit after
+// version: the end of the range of the leases written at or before it.
+func (k keys) versionEnd(typ string, version int64) kv.Key {
+	return k.leases.Pack(tuple.Tuple{typ, versionstampAt(version + 1)})
+}
+
+// versionstampAt is the first versionstamp of a commit at version.
+func versionstampAt(version int64) tuple.Versionstamp {
+	var vs tuple.Versionstamp
+	binary.BigEndian.PutUint64(vs.TransactionVersion[:8], uint64(version))
+	return vs
+}
+
+// writeLease writes, in tr, the lease of the jobs ids (at lock indexes
+// idx) held under token, keyed by this commit's versionstamp: the rows
+// written with a new seq in the same commit carry the same one.
+func (k keys) writeLease(tr kv.Transaction, typ string, token []byte, idx []int64, ids []string) {
+	key, err := k.leases.PackWithVersionstamp(tuple.Tuple{typ, tuple.IncompleteVersionstamp(0), token})
+	if err != nil {
+		panic(err)
+	}
+	v := make(tuple.Tuple, 0, 2*len(ids))
+	for i, id := range ids {
+		v = append(v, idx[i], id)
+	}
+	tr.SetVersionstampedKey(key, v.Pack())
+}
+
+// leaseEntry is one job of a lease.
+type leaseEntry struct {
+	index int64
+	id    string
+}
+
+// decodeLease decodes a lease key and value.
+func (k keys) decodeLease(key kv.Key, value []byte) (vs tuple.Versionstamp, token []byte, entries []leaseEntry, err error) {
+	t, err := k.leases.Unpack(key)
+	if err != nil || len(t) != 3 {
+		return vs, nil, nil, fmt.Errorf("fdbjobs: bad lease key %x", key)
+	}
+	vs, ok1 := t[1].(tuple.Versionstamp)
+	token, ok2 := t[2].([]byte)
+	v, err := tuple.Unpack(value)
+	if !ok1 || !ok2 || err != nil || len(v)%2 != 0 {
+		return vs, nil, nil, fmt.Errorf("fdbjobs: bad lease %x", key)
+	}
+	for i := 0; i < len(v); i += 2 {
+		idx, ok1 := intElem(v[i])
+		id, ok2 := v[i+1].(string)
+		if !ok1 || !ok2 {
+			return vs, nil, nil, fmt.Errorf("fdbjobs: bad lease %x", key)
+		}
+		entries = append(entries, leaseEntry{idx, id})
+	}
+	return vs, token, entries, nil
 }
 
 // prefixRange is the range of every key that extends the packed tuple t
@@ -158,32 +202,6 @@ var one = kv.Int64(1)
 // bumpPending wakes acceptors blocked on the type's pending watch: once in
 // every transaction that enqueues jobs of typ.
 func (k keys) bumpPending(tr kv.Transaction, typ string) { tr.Add(k.watchesPending(typ), one) }
-
-// bumpActivity sets the type's activity clock to this commit's versionstamp.
-func (k keys) bumpActivity(tr kv.Transaction, typ string) {
-	v, err := tuple.Tuple{tuple.IncompleteVersionstamp(0)}.PackWithVersionstamp(nil)
-	if err != nil {
-		panic(err)
-	}
-	tr.SetVersionstampedValue(k.watchesActivity(typ), v)
-}
-
-// readActivityClock decodes the value at watchesActivity; ok is false when
-// the type never saw activity.
-func decodeActivityClock(v []byte) (tuple.Versionstamp, bool, error) {
-	if v == nil {
-		return tuple.Versionstamp{}, false, nil
-	}
-	t, err := tuple.Unpack(v)
-	if err != nil || len(t) != 1 {
-		return tuple.Versionstamp{}, false, fmt.Errorf("fdbjobs: bad activity clock %x: %v", v, err)
-	}
-	vs, ok := t[0].(tuple.Versionstamp)
-	if !ok {
-		return tuple.Versionstamp{}, false, fmt.Errorf("fdbjobs: bad activity clock %x", v)
-	}
-	return vs, true, nil
-}
 
 // encodeRow packs r. For a running row whose seq is new, the value holds an
 // incomplete versionstamp and versionstamped is true.
@@ -311,17 +329,12 @@ func (k keys) readRow(tr kv.ReadTransaction, typ, id string) (*row, error) {
 	return decodeRow(v)
 }
 
-// writeRow stores r. A running row with a new seq also gets its ACTIVITY key
-// under the same commit versionstamp.
+// writeRow stores r. A running row with a new seq gets this commit's
+// versionstamp, which the caller gives its lease too (writeLease).
 func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
 	v, vs := encodeRow(r)
 	if vs {
 		tr.SetVersionstampedValue(k.dataKey(typ, id), v)
-		ak, err := k.activity.PackWithVersionstamp(tuple.Tuple{typ, tuple.IncompleteVersionstamp(0), id})
-		if err != nil {
-			panic(err)
-		}
-		tr.SetVersionstampedKey(ak, nil)
 		return
 	}
 	tr.Set(k.dataKey(typ, id), v)
@@ -335,31 +348,6 @@ func (k keys) enqueue(tr kv.Transaction, typ, id string, r *row, stime int64) {
 	k.writeRow(tr, typ, id, r)
 	tr.Set(k.pendingKey(typ, r.shard, stime, id), nil)
 }
-
-// release clears what a running row holds besides itself: its ACTIVITY key
-// and the claim record of the Accept call that took it (shared with the
-// other jobs of that call; it is needed only while that call runs).
-//
-// cleared, when not nil, holds the claim records this transaction already
-// cleared (by type and token), so that finishing many jobs of one Accept
-// call clears its record once.
-func (k keys) release(tr kv.Transaction, typ, id string, r *row, cleared map[claimRef]bool) {
-	if r.state != Running {
-		return
-	}
-	tr.Clear(k.activityKey(typ, r.seq, id))
-	if cleared != nil {
-		ref := claimRef{typ, string(r.lock.token)}
-		if cleared[ref] {
-			return
-		}
-		cleared[ref] = true
-	}
-	tr.Clear(k.claimKey(typ, r.lock.token))
-}
-
-// claimRef names a claim record: a type and an Accept call's token.
-type claimRef struct{ typ, token string }
 
 // decodeRows waits for the DATA reads futs and decodes them, in order;
 // a job that does not exist gives nil.

@@ -15,20 +15,26 @@ import (
 // no Update for a type timeout. A started Client runs one per type; several
 // nodes may run one for the same type (they then conflict harmlessly).
 //
-// It works on versionstamps, not clocks, so clock skew between nodes does
-// not matter: each period (the type timeout plus a random jitter of at
-// most half of it, capped by Config.ActivityMonitorMaxJitter) it reads the
-// type's activity clock, and re-enqueues every running job whose last
-// activity is not newer than the clock value read one period before. A dead
-// worker's job is thus pending again between one and a bit over two type
-// timeouts after its last Update. The re-enqueued job keeps its data; the
-// old worker's next Update or Finish gets ErrHalt.
+// It works on database versions, not clocks, so clock skew between nodes
+// does not matter: each period (the type timeout plus a random jitter of
+// at most half of it, capped by Config.ActivityMonitorMaxJitter) it reads
+// the database's current version, and goes through the type's leases
+// written at or before the version it read one period before: it
+// re-enqueues every job such a lease still holds (the row running under
+// the lease's token and index, with the lease's versionstamp as its seq:
+// no Update since) and clears the lease, whose other jobs have finished,
+// been lost or moved to a newer lease. A dead worker's job is thus pending
+// again between one and a bit over two type timeouts after its last
+// Update. The re-enqueued job keeps its data; the old worker's next Update
+// or Finish gets ErrHalt. No key is written by every accept or heartbeat
+// for it: it needs only the leases.
 //
-// Re-enqueuing runs in batches of Config.BatchSize jobs per transaction,
+// Re-enqueuing runs in batches of Config.BatchSize leases per transaction,
 // growing by Config.BatchIncrement after each full batch up to batchMax
 // and shrinking by Config.BatchFactor after transaction_too_large, a
-// retryable error or a timeout (AIMD); a batch also ends once it has read
-// about monitorBatchBytes of job rows, and the next starts that size.
+// retryable error or a timeout (AIMD); a batch also ends, between leases,
+// once it has read about monitorBatchBytes of job rows, and the next
+// starts that size.
 //
 // The type's ReenqueueHook (SetReenqueueHook) runs in each batch's
 // transaction with the jobs it re-enqueues.
@@ -42,7 +48,7 @@ type ActivityMonitor struct {
 	svc service.Base
 
 	// Owned by the running goroutine (or a caller of Check).
-	vs      tuple.Versionstamp
+	version int64 // the database version read by the previous check
 	haveVS  bool
 	timeout time.Duration
 	batch   int
@@ -92,8 +98,8 @@ func (m *ActivityMonitor) run(ctx context.Context) {
 }
 
 // Check runs one cycle of the monitor: it re-enqueues the jobs inactive
-// since the previous cycle's clock reading (none on the first cycle, or
-// after the type timeout changed), then reads the clock again. It returns
+// since the previous cycle's version reading (none on the first cycle, or
+// after the type timeout changed), then reads the version again. It returns
 // how many jobs it re-enqueued and when the next cycle is due. Check must
 // not run concurrently with itself or with a started monitor.
 func (m *ActivityMonitor) Check(ctx context.Context) (reenqueued int, next time.Duration, err error) {
@@ -111,30 +117,23 @@ func (m *ActivityMonitor) Check(ctx context.Context) (reenqueued int, next time.
 	maxJitter := min(timeout/2, m.c.cfg.ActivityMonitorMaxJitter)
 	next = timeout + jitter(maxJitter)
 	if m.haveVS {
-		if reenqueued, err = m.reenqueue(ctx, m.vs); err != nil {
+		if reenqueued, err = m.reenqueue(ctx, m.version); err != nil {
 			return reenqueued, next, err
 		}
 	}
-	v, err := kv.ReadTransact(ctx, m.c.db, func(tr kv.ReadTransaction) ([]byte, error) {
-		return tr.Get(m.c.k.watchesActivity(m.typ)).Get()
+	m.version, err = kv.ReadTransact(ctx, m.c.db, func(tr kv.ReadTransaction) (int64, error) {
+		return tr.GetReadVersion().Get()
 	})
-	if err != nil {
-		m.haveVS = false
-		return reenqueued, next, err
-	}
-	m.vs, m.haveVS, err = decodeActivityClock(v)
+	m.haveVS = err == nil
 	return reenqueued, next, err
 }
 
-// reenqueue re-enqueues every running job whose activity versionstamp is at
-// most vs, in AIMD-sized batches.
-func (m *ActivityMonitor) reenqueue(ctx context.Context, vs tuple.Versionstamp) (int, error) {
+// reenqueue re-enqueues every job still held by a lease written at or
+// before version, and clears those leases, in AIMD-sized batches.
+func (m *ActivityMonitor) reenqueue(ctx context.Context, version int64) (int, error) {
 	k := m.c.k
-	begin := k.activity.Pack(tuple.Tuple{m.typ})
-	end, err := kv.Strinc(k.activity.Pack(tuple.Tuple{m.typ, vs}))
-	if err != nil {
-		return 0, err
-	}
+	begin := k.leases.Pack(tuple.Tuple{m.typ})
+	end := k.versionEnd(m.typ, version)
 	total, failures := 0, 0
 	var b kv.Backoff
 	for {
@@ -173,74 +172,72 @@ func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit in
 	}
 	k, typ := m.c.k, m.typ
 	type result struct {
-		n    int
-		full bool
-		cut  bool // ended by monitorBatchBytes, not by limit
+		n      int  // jobs re-enqueued
+		leases int  // leases gone through
+		full   bool // the limit, or monitorBatchBytes, ended the batch
+		cut    bool // ended by monitorBatchBytes, not by limit
 	}
 	res, err := once(ctx, m.c.db, func(tr kv.Transaction) (result, error) {
-		kvs, err := tr.GetRange(r, kv.RangeOptions{Limit: limit}).GetSliceWithError()
+		// A snapshot read: leases this old are written by nobody, and two
+		// monitors that clear the same one need not conflict (they do on
+		// the rows of the jobs they both re-enqueue).
+		kvs, err := tr.Snapshot().GetRange(r, kv.RangeOptions{Limit: limit}).GetSliceWithError()
 		if err != nil {
 			return result{}, err
 		}
-		type item struct {
-			key kv.Key
-			id  string
-			vs  tuple.Versionstamp
-			f   kv.FutureByteSlice
-		}
-		items := make([]item, 0, len(kvs))
-		for _, e := range kvs {
-			t, err := k.activity.Unpack(e.Key)
-			if err != nil || len(t) != 3 {
-				tr.Clear(e.Key)
-				continue
-			}
-			vs, _ := t[1].(tuple.Versionstamp)
-			id, _ := t[2].(string)
-			items = append(items, item{key: e.Key, id: id, vs: vs})
-		}
-		// Rows are read a few at a time, and the batch ends once about
-		// monitorBatchBytes of them were read (each is written back as
-		// much again): the activity keys not reached stay for the next.
 		var ids []string
 		var rows []*row
 		read := 0
-		for i := range items {
-			if i%readAhead == 0 {
-				if read >= monitorBatchBytes {
-					return result{n: len(ids), full: true, cut: true}, m.c.reenqueueRows(tr, typ, ids, rows)
-				}
-				for j := i; j < min(i+readAhead, len(items)); j++ {
-					items[j].f = tr.Get(k.dataKey(typ, items[j].id))
-				}
+		for i, e := range kvs {
+			// Leases are read whole, and the batch ends between two once
+			// it read about monitorBatchBytes of rows (each is written
+			// back as much again): the leases not reached stay for the
+			// next.
+			if read >= monitorBatchBytes {
+				return result{n: len(ids), full: true, cut: true, leases: i}, m.c.reenqueueRows(tr, typ, ids, rows)
 			}
-			it := items[i]
-			v, err := it.f.Get()
+			vs, token, entries, err := k.decodeLease(e.Key, e.Value)
 			if err != nil {
-				return result{}, err
-			}
-			read += len(v)
-			tr.Clear(it.key)
-			if v == nil {
+				tr.Clear(e.Key)
 				continue
 			}
-			row, err := decodeRow(v)
-			if err != nil {
-				return result{}, err
+			futs := make([]kv.FutureByteSlice, len(entries))
+			for j, en := range entries {
+				futs[j] = tr.Snapshot().Get(k.dataKey(typ, en.id))
 			}
-			if row.state != Running || row.seq != it.vs {
-				continue // a stale activity key
+			for j, en := range entries {
+				v, err := futs[j].Get()
+				if err != nil {
+					return result{}, err
+				}
+				read += len(v)
+				if v == nil {
+					continue
+				}
+				row, err := decodeRow(v)
+				if err != nil {
+					return result{}, err
+				}
+				if row.state != Running || row.seq != vs || !row.lock.equal(lock{token, en.index}) {
+					continue // finished, lost or renewed since
+				}
+				// The job's worker sent nothing for a type timeout: take
+				// it back, unless that worker's Update commits first.
+				if err := tr.AddReadConflictKey(k.dataKey(typ, en.id)); err != nil {
+					return result{}, err
+				}
+				ids, rows = append(ids, en.id), append(rows, row)
 			}
-			ids, rows = append(ids, it.id), append(rows, row)
+			tr.Clear(e.Key)
 		}
 		if err := m.c.reenqueueRows(tr, typ, ids, rows); err != nil {
 			return result{}, err
 		}
-		return result{n: len(ids), full: len(kvs) == limit}, nil
+		return result{n: len(ids), full: len(kvs) == limit, leases: len(kvs)}, nil
 	})
 	if res.cut {
-		// Rows this size fit about this many to a batch.
-		m.batch = max(1, res.n)
+		// Leases this size fit about this many to a batch.
+		m.batch = max(1, res.leases)
 	}
 	if err == nil && res.n > 0 {
 		m.c.committed(nil, typ)

@@ -48,8 +48,8 @@ type Subscription struct {
 // For a finished job it returns a nil Subscription: nothing more will
 // happen. For a missing job or a type without a timeout it returns
 // ErrNotFound. The Client must be started (ErrNotStarted): events come from
-// the node's notifier for the type, which watches the type's activity clock
-// and reads the subscribed jobs when it changes, at most once per
+// the node's notifier for the type, which watches the subscribed jobs'
+// rows and reads them when one changes, at most once per
 // Config.NotifierHoldoff.
 //
 // Each call returns a new Subscription; call Unsubscribe when done.
@@ -263,70 +263,120 @@ func (n *notifier) remove(s *Subscription) {
 	}
 }
 
+// NotifierWatchMax is the most subscribed jobs of a type a notifier
+// watches on one node; the jobs beyond are read every NotifierPoll.
+// FoundationDB allows 10,000 watches per client by default.
+const NotifierWatchMax = 1000
+
+// NotifierPoll is how often a notifier with more than NotifierWatchMax
+// subscribed jobs reads them all, watches or not.
+const NotifierPoll = time.Second
+
+// run serves the subscriptions: each round it watches the rows of the
+// subscribed jobs (up to NotifierWatchMax of them), then reads them all
+// and queues the events due; it waits for a watch to fire (a job
+// changed), a new subscription, or NotifierPoll when some jobs are
+// unwatched; and it rests NotifierHoldoff between rounds. Setting the
+// watches before reading means no change falls between a read and the
+// watch that follows it.
 func (n *notifier) run(ctx context.Context) {
 	log := n.c.cfg.Logger
 	holdoff := n.c.cfg.NotifierHoldoff
-	var last tuple.Versionstamp
-	haveLast := false
 	var wb kv.Backoff // after failed watches
 	for {
-		type res struct {
-			v     []byte
-			watch kv.FutureNil
-		}
-		r, err := kv.Transact(ctx, n.c.db, func(tr kv.Transaction) (res, error) {
-			v, err := tr.Get(n.c.k.watchesActivity(n.typ)).Get()
-			if err != nil {
-				return res{}, err
-			}
-			return res{v: v, watch: tr.Watch(n.c.k.watchesActivity(n.typ))}, nil
-		})
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			log.Warn().Err(err).Str("type", n.typ).Msg("fdbjobs: notifier watch failed")
-			if !sleepCtx(ctx, holdoff) {
-				return
-			}
-			continue
-		}
-		vs, ok, err := decodeActivityClock(r.v)
-		if err != nil {
-			log.Warn().Err(err).Str("type", n.typ).Msg("fdbjobs: notifier")
-		}
-		poked := false
 		select {
 		case <-n.poke:
-			poked = true
 		default:
 		}
-		if poked || ok != haveLast || vs != last {
-			if err := n.process(ctx); err != nil && ctx.Err() == nil {
-				log.Warn().Err(err).Str("type", n.typ).Msg("fdbjobs: notifier read failed")
+		n.mu.Lock()
+		ids := make([]string, 0, len(n.subs))
+		for id := range n.subs {
+			ids = append(ids, id)
+		}
+		n.mu.Unlock()
+		watched := ids[:min(len(ids), NotifierWatchMax)]
+		var fired <-chan struct{}
+		var watches []kv.FutureNil
+		if len(watched) > 0 {
+			var err error
+			watches, err = kv.Transact(ctx, n.c.db, func(tr kv.Transaction) ([]kv.FutureNil, error) {
+				ws := make([]kv.FutureNil, len(watched))
+				for i, id := range watched {
+					ws[i] = tr.Watch(n.c.k.dataKey(n.typ, id))
+				}
+				return ws, nil
+			})
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				log.Warn().Err(err).Str("type", n.typ).Msg("fdbjobs: notifier watch failed")
+				if !sleepCtx(ctx, max(holdoff, watchRetryDefault)) {
+					return
+				}
+				continue
 			}
-			last, haveLast = vs, ok
+			fired = anyDone(ctx, watches)
+		}
+		if err := n.process(ctx); err != nil && ctx.Err() == nil {
+			log.Warn().Err(err).Str("type", n.typ).Msg("fdbjobs: notifier read failed")
+		}
+		var poll <-chan time.Time
+		var t *time.Timer
+		if len(ids) > len(watched) {
+			t = time.NewTimer(NotifierPoll)
+			poll = t.C
 		}
 		select {
 		case <-ctx.Done():
-			r.watch.Cancel()
-			return
-		case <-r.watch.Done():
-			if !afterWatch(ctx, &wb, r.watch) {
-				return
-			}
+		case <-fired:
 		case <-n.poke:
-			// Put it back: the next round checks the new subscription.
+			// Put it back: the next round reads the new subscription.
 			select {
 			case n.poke <- struct{}{}:
 			default:
 			}
+		case <-poll:
 		}
-		r.watch.Cancel()
+		if t != nil {
+			t.Stop()
+		}
+		var failed kv.FutureNil
+		for _, w := range watches {
+			if w.IsReady() {
+				if _, err := w.Get(); err != nil && failed == nil {
+					failed = w
+				}
+			}
+			w.Cancel()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if failed != nil && !afterWatch(ctx, &wb, failed) {
+			return
+		}
 		if !sleepCtx(ctx, holdoff) {
 			return
 		}
 	}
+}
+
+// anyDone returns a channel closed when the first of ws is done, or ctx
+// ends.
+func anyDone(ctx context.Context, ws []kv.FutureNil) <-chan struct{} {
+	done := make(chan struct{})
+	var once sync.Once
+	for _, w := range ws {
+		go func() {
+			select {
+			case <-w.Done():
+			case <-ctx.Done():
+			}
+			once.Do(func() { close(done) })
+		}()
+	}
+	return done
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

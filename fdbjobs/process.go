@@ -66,9 +66,10 @@ func (c *Client) FinishBatch(ctx context.Context, tx kv.Transactor, items []Comp
 
 // applyFunc applies an Update or Finish to one job's row r (nil when the
 // job is gone). seen holds the row's seq as first read by this call: a retry
-// after commit_unknown_result finds a different one if it committed. claims
-// holds the claim records the attempt cleared so far (see keys.release).
-type applyFunc func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp, claims map[claimRef]bool) (after *row, err error)
+// after commit_unknown_result finds a different one if it committed. It
+// reports whether it wrote a new seq (an Update's heartbeat), for which
+// the caller writes a lease.
+type applyFunc func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (after *row, renewed bool, err error)
 
 func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion, apply applyFunc) ([]error, error) {
 	if len(items) == 0 || len(items) > MaxBatch {
@@ -94,16 +95,29 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 	type outcome struct {
 		errs     []error
 		after    []*row
-		enqueued []string // the types of the jobs a Finish made pending
+		renewed  []bool       // a new seq and lease written (heartbeat)
+		left     []bool       // the job left its lease (Job.lease)
+		enqueued []string     // the types of the jobs a Finish made pending
+		vs       kv.FutureKey // of the commit, when it wrote leases
 	}
 	firstSeq := make([]*tuple.Versionstamp, len(items))
+	// Joined to a caller's transaction, the batch cannot know whether or
+	// when it commits: it leaves the workers' lease counts alone (a job
+	// then counts in its old lease until it leaves it in a transaction of
+	// its own, which only delays that lease's clear) and tracks no new
+	// lease (the activity monitor clears those).
+	_, joined := tx.(kv.Transaction)
 	out, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (outcome, error) {
 		futs := make([]kv.FutureByteSlice, len(items))
 		for i, it := range items {
 			futs[i] = tr.Get(c.k.dataKey(it.Job.Type, it.Job.ID))
 		}
-		o := outcome{errs: make([]error, len(items)), after: make([]*row, len(items))}
-		bumped, enqueued, claims := map[string]bool{}, map[string]bool{}, map[claimRef]bool{}
+		n := len(items)
+		o := outcome{errs: make([]error, n), after: make([]*row, n), renewed: make([]bool, n), left: make([]bool, n)}
+		enqueued := map[string]bool{}
+		leaving := map[*lease]int{}    // jobs leaving each lease in this batch
+		grants := map[claimRef][]int{} // heartbeats, by type and token
+		var order []claimRef           // grants' keys in item order
 		for i, it := range items {
 			v, err := futs[i].Get()
 			if err != nil {
@@ -119,20 +133,56 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 				seq := r.seq
 				firstSeq[i] = &seq
 			}
-			after, err := apply(tr, it.Job, r, datas[i], firstSeq[i], claims)
+			// A seq moved since this call first read it: an earlier
+			// attempt's heartbeat committed, and the job left its lease.
+			moved := r != nil && r.state == Running && firstSeq[i] != nil && r.seq != *firstSeq[i]
+			after, renewed, err := apply(tr, it.Job, r, datas[i], firstSeq[i])
+			o.left[i] = err != nil || renewed || moved || after == nil || after.state != Running
+			if l := it.Job.lease; l != nil && o.left[i] {
+				leaving[l]++
+			}
 			if err != nil {
 				o.errs[i] = fmt.Errorf("job %q of type %q: %w", it.Job.ID, it.Job.Type, err)
 				continue
 			}
-			o.after[i] = after
-			if after != nil && !bumped[it.Job.Type] {
-				c.k.bumpActivity(tr, it.Job.Type)
-				bumped[it.Job.Type] = true
+			o.after[i], o.renewed[i] = after, renewed
+			if renewed {
+				ref := claimRef{it.Job.Type, string(it.Job.lock.token)}
+				if grants[ref] == nil {
+					order = append(order, ref)
+				}
+				grants[ref] = append(grants[ref], i)
 			}
 			if after != nil && after.state == Pending && !enqueued[it.Job.Type] {
 				c.k.bumpPending(tr, it.Job.Type) // a Finish re-enqueued a resubmitted job
 				enqueued[it.Job.Type] = true
 				o.enqueued = append(o.enqueued, it.Job.Type)
+			}
+		}
+		for _, ref := range order {
+			idx, ids := make([]int64, 0, len(grants[ref])), make([]string, 0, len(grants[ref]))
+			for _, i := range grants[ref] {
+				idx, ids = append(idx, items[i].Job.lock.index), append(ids, items[i].Job.ID)
+			}
+			c.k.writeLease(tr, ref.typ, []byte(ref.token), idx, ids)
+		}
+		if joined {
+			return o, nil
+		}
+		if len(order) > 0 {
+			o.vs = tr.GetVersionstamp()
+		}
+		// A lease whose last job leaves goes: the jobs of one lease are
+		// all of one Accept (or heartbeat) call's token, held in this
+		// process, so the count is exact; a lease not cleared here (a
+		// job abandoned, or counted out by a retry) is the activity
+		// monitor's to clear.
+		for i, it := range items {
+			if l := it.Job.lease; l != nil && o.left[i] && leaving[l] > 0 {
+				if l.emptiedBy(leaving[l]) {
+					tr.Clear(c.k.leaseKey(it.Job.Type, l.vs, it.Job.lock.token))
+				}
+				leaving[l] = 0
 			}
 		}
 		return o, nil
@@ -141,46 +191,84 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 		return nil, err
 	}
 	c.committed(tx, out.enqueued...)
+	if joined {
+		for i, it := range items {
+			if r := out.after[i]; r != nil {
+				it.Job.Data, it.Job.ScheduledTime, it.Job.Resubmitted = r.data, r.stime, r.resubmit
+			}
+		}
+		return out.errs, nil
+	}
+	var granted map[claimRef]*lease
+	if out.vs != nil {
+		vs, err := out.vs.Get()
+		if err != nil {
+			return nil, err
+		}
+		granted = map[claimRef]*lease{}
+		for i, it := range items {
+			if !out.renewed[i] {
+				continue
+			}
+			ref := claimRef{it.Job.Type, string(it.Job.lock.token)}
+			if granted[ref] == nil {
+				granted[ref] = &lease{}
+				copy(granted[ref].vs.TransactionVersion[:], vs)
+			}
+			granted[ref].held++
+		}
+	}
 	for i, it := range items {
+		j := it.Job
+		if out.left[i] {
+			if j.lease != nil {
+				j.lease.leave(1)
+			}
+			j.lease = nil // untracked after a retry moved it: the monitor's
+		}
+		if out.renewed[i] {
+			j.lease = granted[claimRef{j.Type, string(j.lock.token)}]
+		}
 		if r := out.after[i]; r != nil {
-			it.Job.Data, it.Job.ScheduledTime, it.Job.Resubmitted = r.data, r.stime, r.resubmit
+			j.Data, j.ScheduledTime, j.Resubmitted = r.data, r.stime, r.resubmit
 		}
 	}
 	return out.errs, nil
 }
 
+// claimRef names the jobs of one Accept call: a type and the call's token.
+type claimRef struct{ typ, token string }
+
 // updateRow is Update's body for one job.
-func (c *Client) updateRow(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp, _ map[claimRef]bool) (*row, error) {
+func (c *Client) updateRow(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, bool, error) {
 	if r == nil || !r.lock.equal(j.lock) {
-		return nil, ErrHalt
+		return nil, false, ErrHalt
 	}
 	if seen != nil && r.seq != *seen {
 		// Only this lock's holder moves the seq: an earlier attempt of
 		// this call committed. Writing again would be a second heartbeat.
-		return r, nil
+		return r, false, nil
 	}
-	tr.Clear(c.k.activityKey(j.Type, r.seq, j.ID))
 	if data != nil {
 		r.data = data
 	}
 	r.seqNew = true
 	c.k.writeRow(tr, j.Type, j.ID, r)
-	return r, nil
+	return r, true, nil
 }
 
 // finishRow is Finish's body for one job. A row whose last finisher is j
 // means this is a retry of a Finish that committed: nothing to do.
-func (c *Client) finishRow(tr kv.Transaction, j *Job, r *row, data []byte, _ *tuple.Versionstamp, claims map[claimRef]bool) (*row, error) {
+func (c *Client) finishRow(tr kv.Transaction, j *Job, r *row, data []byte, _ *tuple.Versionstamp) (*row, bool, error) {
 	if r == nil {
-		return nil, ErrHalt
+		return nil, false, ErrHalt
 	}
 	if !r.lock.equal(j.lock) {
 		if r.prev.equal(j.lock) {
-			return nil, nil
+			return nil, false, nil
 		}
-		return nil, ErrHalt
+		return nil, false, ErrHalt
 	}
-	c.k.release(tr, j.Type, j.ID, r, claims)
 	if data != nil {
 		r.data = data
 	}
@@ -189,11 +277,11 @@ func (c *Client) finishRow(tr kv.Transaction, j *Job, r *row, data []byte, _ *tu
 		stime := r.stime
 		c.k.enqueue(tr, j.Type, j.ID, r, stime)
 		r.resubmit = true // reported to the caller: it is pending again
-		return r, nil
+		return r, false, nil
 	}
 	r.state, r.lock, r.resubmit = Finished, lock{}, false
 	c.k.writeRow(tr, j.Type, j.ID, r)
-	return r, nil
+	return r, false, nil
 }
 
 // Resubmit schedules job to run again at stime with data (nil keeps the
