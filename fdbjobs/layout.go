@@ -44,7 +44,7 @@ func (c *Client) CheckLayout(ctx context.Context) error {
 			return nil, err
 		}
 		if len(kvs) > 0 {
-			return nil, fmt.Errorf("%w: the store's jobs are in key layout 1, this version reads layout %d only", ErrLayout, LayoutVersion)
+			return nil, fmt.Errorf("%w: the store's jobs are in key layout 1, this version reads layout %d only (Migrate rewrites them)", ErrLayout, LayoutVersion)
 		}
 		tr.Set(c.k.layout(), tuple.Tuple{int64(LayoutVersion)}.Pack())
 		return nil, nil

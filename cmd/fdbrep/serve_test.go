@@ -14,8 +14,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
 // TestServeUp starts a node in memory and one on disk: each answers / and
@@ -225,4 +229,31 @@ func TestDataDirInUse(t *testing.T) {
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, fmt.Sprintf("%s is in use by another process (pid %d): another fdbrep node runs on this data directory; stop it, or give this one another -data-dir", dir, first.cmd.Process.Pid))
 	require.NotContains(t, out, "resource temporarily unavailable")
+}
+
+// A store whose jobs an earlier fdbrep wrote (job key layout 1) is refused
+// with one line that says what to do, and -migrate-jobs rewrites it.
+func TestServeOnLayout1Store(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	db, err := embedded.Open(embedded.Options{Dir: dir})
+	require.NoError(t, err)
+	_, err = db.Transact(context.Background(), func(tr kv.Transaction) (any, error) {
+		// A pending job as layout 1 kept it: a 9-element row.
+		row := tuple.Tuple{int64(0), nil, int64(0), int64(0), false, nil, int64(0), []byte(`{}`), nil}
+		tr.Set(fdbjobs.SubspaceDefault.Pack(tuple.Tuple{1, "old_type", "job"}), row.Pack())
+		tr.Set(fdbjobs.SubspaceDefault.Pack(tuple.Tuple{2, "old_type", int64(0), "job"}), nil)
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	env := append(os.Environ(), "FDBREP_CHTTPD_AUTH__ITERATIONS=10")
+
+	code, out := runCLI(t, bin, env, "serve", "-data-dir", dir, "-bind", "127.0.0.1:0")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "the store's jobs are in key layout 1")
+	require.Contains(t, out, "stop every node of that version, then start this one once with -migrate-jobs")
+
+	p := startProcess(t, bin, env, "serve", "-data-dir", dir, "-bind", "127.0.0.1:0", "-log-format", "json", "-migrate-jobs")
+	p.waitLog(t, "HTTP API listening")
 }

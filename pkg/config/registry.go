@@ -230,6 +230,7 @@ var Registry = []Key{
 	intKey("couch_jobs", "type_monitor_holdoff_msec", "50", 1, maxInt, "Least time between two rounds of a job notifier."),
 	intKey("couch_jobs", "type_check_period_msec", "15000", 1, maxInt, "How often the list of job types is re-read as a fallback."),
 	intKey("couch_jobs", "batch_size", "1000", 1, 100000, "Jobs the activity monitor and notifier handle per transaction, initially."),
+	boolKey("couch_jobs", "migrate", "false", "At start, rewrite a store whose jobs an earlier fdbrep wrote (job key layout 1, before 2026-11) into this version's layout, in place; without it such a store is refused. Stop every node of the earlier version first: it cannot read the new layout."),
 }
 
 var registryIndex = func() map[string]*Key {

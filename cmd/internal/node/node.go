@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -113,6 +114,17 @@ func Run(ctx context.Context, opts Options) error {
 	accepting := &acceptingNodes{self: cfg.NodeName()}
 	jobs, err := fdbjobs.New(db, jobsConfig(cfg, &log, accepting.list))
 	if err != nil {
+		return err
+	}
+	if cfg.Bool("couch_jobs", "migrate") {
+		log.Info().Msg("fdbjobs: migrating the store's jobs to this version's key layout, if an earlier one wrote them")
+		if err := jobs.Migrate(ctx); err != nil {
+			return err
+		}
+	}
+	if err := jobs.CheckLayout(ctx); errors.Is(err, fdbjobs.ErrLayout) {
+		return fmt.Errorf("%w; if an earlier fdbrep wrote it, stop every node of that version, then start this one once with -migrate-jobs ([couch_jobs] migrate = true)", err)
+	} else if err != nil {
 		return err
 	}
 	// Services start on a background context and are stopped in order by
