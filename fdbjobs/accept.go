@@ -67,7 +67,8 @@ type Job struct {
 // activity monitor once it is older than a type timeout. Jobs of one lease
 // may be used by different goroutines.
 type lease struct {
-	vs tuple.Versionstamp // the key's, set once its commit is known
+	shard int64
+	vs    tuple.Versionstamp // the key's, set once its commit is known
 
 	mu   sync.Mutex
 	held int
@@ -225,6 +226,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		watch   kv.FutureNil
 		timeout time.Duration
 		vs      kv.FutureKey // of the commit that took jobs (nil: reclaimed)
+		shard   int64        // of its lease
 	}
 	// A shard on which an attempt failed (most likely a conflict with
 	// another node's acceptor) is tried last by the next attempts.
@@ -244,7 +246,8 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 	// attempt may be the one that committed.
 	start := c.cfg.Clock.Now()
 	attempts := 0
-	var since int64 // the first attempt's read version
+	var since int64                  // the first attempt's read version
+	leaseShards := map[int64]bool{} // where the attempts wrote their leases
 	res, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (result, error) {
 		attempts++
 		// The previous attempt failed, or committed: either way its shards
@@ -260,7 +263,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 				return result{}, err
 			}
 		} else {
-			jobs, err = c.reclaim(tr, typ, token, since)
+			jobs, err = c.reclaim(tr, typ, token, since, leaseShards)
 			if err != nil {
 				return result{}, err
 			}
@@ -284,14 +287,18 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		if err != nil {
 			return result{}, err
 		}
-		jobs, err = c.claim(tr, typ, token, runs, !noSchedule)
+		var shard int64
+		jobs, shard, err = c.claim(tr, typ, token, runs, !noSchedule)
 		if err != nil {
 			return result{}, err
+		}
+		if len(jobs) > 0 {
+			leaseShards[shard] = true
 		}
 		if len(jobs) == 0 && wantWatch && !busy {
 			return result{watch: tr.Watch(c.k.watchesPending(typ))}, nil
 		}
-		res := result{jobs: jobs, timeout: ti.timeout}
+		res := result{jobs: jobs, timeout: ti.timeout, shard: shard}
 		if len(jobs) > 0 {
 			res.vs = tr.GetVersionstamp()
 		}
@@ -305,7 +312,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		if err != nil {
 			return nil, nil, false, err
 		}
-		l := &lease{held: len(res.jobs)}
+		l := &lease{shard: res.shard, held: len(res.jobs)}
 		copy(l.vs.TransactionVersion[:], vs)
 		for _, j := range res.jobs {
 			j.lease = l
@@ -325,10 +332,24 @@ const reclaimPage = 1000
 // reclaim returns the jobs an earlier attempt of this accept claimed under
 // token and still holds (after commit_unknown_result). That attempt's
 // lease, if it committed, was written after since (the first attempt's
-// read version): reclaim looks for the token among the type's leases
-// written since, a snapshot read of the few commits in between.
-func (c *Client) reclaim(tr kv.Transaction, typ string, token []byte, since int64) ([]*Job, error) {
-	r := kv.KeyRange{Begin: c.k.versionEnd(typ, since), End: prefixRange(c.k.leases, tuple.Tuple{typ}).End}
+// read version) in one of shards: reclaim looks for the token among the
+// leases written there since, a snapshot read of the few commits in
+// between.
+func (c *Client) reclaim(tr kv.Transaction, typ string, token []byte, since int64, shards map[int64]bool) ([]*Job, error) {
+	now, err := tr.GetReadVersion().Get()
+	if err != nil {
+		return nil, err
+	}
+	for shard := range shards {
+		jobs, err := c.reclaimIn(tr, typ, token, c.k.leaseRange(typ, shard, since, now), shard)
+		if err != nil || len(jobs) > 0 {
+			return jobs, err
+		}
+	}
+	return nil, nil
+}
+
+func (c *Client) reclaimIn(tr kv.Transaction, typ string, token []byte, r kv.KeyRange, shard int64) ([]*Job, error) {
 	for {
 		kvs, err := tr.Snapshot().GetRange(r, kv.RangeOptions{Limit: reclaimPage}).GetSliceWithError()
 		if err != nil {
@@ -343,7 +364,7 @@ func (c *Client) reclaim(tr kv.Transaction, typ string, token []byte, since int6
 				continue
 			}
 			var jobs []*Job
-			l := &lease{vs: vs}
+			l := &lease{shard: shard, vs: vs}
 			for _, en := range entries {
 				r, err := c.k.readRow(tr, typ, en.id)
 				if err != nil {
@@ -532,7 +553,7 @@ func randomHex() string {
 // scheduled time (stale keys are dropped). The rows are read as a
 // snapshot: the conflict on the pending key covers them, as every write to
 // a pending job's row writes that key too (see doc.go, "Pending keys").
-func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.Key, run bool) ([]*Job, error) {
+func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.Key, run bool) ([]*Job, int64, error) {
 	var cands []kv.Key
 	for _, keys := range runs {
 		if len(keys) == 0 {
@@ -542,13 +563,13 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.
 		if run {
 			r := kv.KeyRange{Begin: keys[0], End: kv.KeyAfter(keys[len(keys)-1])}
 			if err := tr.AddReadConflictRange(r); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			tr.ClearRange(r)
 		}
 	}
 	if len(cands) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	ids := make([]string, len(cands))
 	stimes := make([]int64, len(cands))
@@ -556,14 +577,14 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.
 	for i, k := range cands {
 		t, err := c.k.pending.Unpack(k)
 		if err != nil || len(t) != 4 {
-			return nil, fmt.Errorf("fdbjobs: bad pending key %s", k)
+			return nil, 0, fmt.Errorf("fdbjobs: bad pending key %s", k)
 		}
 		id, _ := t[3].(string)
 		stime, _ := intElem(t[2])
 		ids[i], stimes[i] = id, stime
 		if !run {
 			if err := tr.AddReadConflictKey(k); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			tr.Clear(k)
 		}
@@ -571,14 +592,18 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.
 	}
 	rows, err := decodeRows(futs)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var jobs []*Job
 	var idx []int64
 	var held []string
+	shard := int64(0) // the lease's: its first job's
 	for i, r := range rows {
 		if r == nil || r.state != Pending || r.stime != stimes[i] {
 			continue
+		}
+		if len(jobs) == 0 {
+			shard = r.shard
 		}
 		l := lock{token: token, index: int64(len(jobs))}
 		r.state, r.seqNew, r.lock, r.resubmit = Running, true, l, false
@@ -587,7 +612,7 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.
 		idx, held = append(idx, l.index), append(held, ids[i])
 	}
 	if len(jobs) > 0 {
-		c.k.writeLease(tr, typ, token, idx, held)
+		c.k.writeLease(tr, typ, shard, token, idx, held)
 	}
-	return jobs, nil
+	return jobs, shard, nil
 }

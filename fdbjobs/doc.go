@@ -63,11 +63,12 @@
 //	                              watch it
 //	(5, Type)                     ACTIVITY_TIMEOUT: (Milliseconds); the set
 //	                              of these keys is the set of types
-//	(6, Type, Versionstamp, Token) LEASES: (Index, JobID, ...) — written by
-//	                              each Accept call that took jobs (all of
-//	                              them) and each Update call's heartbeat
-//	                              (the jobs it renewed, per Accept token),
-//	                              keyed by that commit's versionstamp
+//	(6, Type, Shard, Versionstamp, Token) LEASES: (Index, JobID, ...) —
+//	                              written by each Accept call that took
+//	                              jobs (all of them) and each Update call's
+//	                              heartbeat (the jobs it renewed, per Accept
+//	                              token), keyed by that commit's
+//	                              versionstamp, under its first job's shard
 //	(8)                           TYPES_VERSION: int64 LE counter bumped by
 //	                              SetTypeTimeout and ClearTypeTimeout;
 //	                              started Clients watch it

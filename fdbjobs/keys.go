@@ -16,7 +16,7 @@ const (
 	keyPending         = 2  // (2, Type, Shard, STime, JobID) -> ""
 	keyWatchesPending  = 3  // (3, Type) -> int64 LE counter
 	keyActivityTimeout = 5  // (5, Type) -> (TimeoutMillis)
-	keyLeases          = 6  // (6, Type, Versionstamp, Token) -> (Index, JobID, ...)
+	keyLeases          = 6  // (6, Type, Shard, Versionstamp, Token) -> (Index, JobID, ...)
 	keyTypesVersion    = 8  // (8) -> int64 LE counter
 	keyShards          = 9  // (9, Type) -> (Count, High)
 	keyLayout          = 10 // (10) -> (LayoutVersion)
@@ -125,14 +125,17 @@ func (k keys) timeoutKey(typ string) kv.Key { return k.timeouts.Pack(tuple.Tuple
 
 func (k keys) typesVersion() kv.Key { return k.root.Pack(tuple.Tuple{keyTypesVersion}) }
 
-func (k keys) leaseKey(typ string, vs tuple.Versionstamp, token []byte) kv.Key {
-	return k.leases.Pack(tuple.Tuple{typ, vs, token})
+func (k keys) leaseKey(typ string, shard int64, vs tuple.Versionstamp, token []byte) kv.Key {
+	return k.leases.Pack(tuple.Tuple{typ, shard, vs, token})
 }
 
-// versionEnd is the first lease key of typ written by a commit after
-// version: the end of the range of the leases written at or before it.
-func (k keys) versionEnd(typ string, version int64) kv.Key {
-	return k.leases.Pack(tuple.Tuple{typ, versionstampAt(version + 1)})
+// leaseRange is the range of the leases of typ in shard written by commits
+// after version since and at or before version until.
+func (k keys) leaseRange(typ string, shard, since, until int64) kv.KeyRange {
+	return kv.KeyRange{
+		Begin: k.leases.Pack(tuple.Tuple{typ, shard, versionstampAt(since + 1)}),
+		End:   k.leases.Pack(tuple.Tuple{typ, shard, versionstampAt(until + 1)}),
+	}
 }
 
 // versionstampAt is the first versionstamp of a commit at version.
@@ -143,10 +146,12 @@ func versionstampAt(version int64) tuple.Versionstamp {
 }
 
 // writeLease writes, in tr, the lease of the jobs ids (at lock indexes
-// idx) held under token, keyed by this commit's versionstamp: the rows
-// written with a new seq in the same commit carry the same one.
-func (k keys) writeLease(tr kv.Transaction, typ string, token []byte, idx []int64, ids []string) {
-	key, err := k.leases.PackWithVersionstamp(tuple.Tuple{typ, tuple.IncompleteVersionstamp(0), token})
+// idx) held under token, keyed by this commit's versionstamp (the rows
+// written with a new seq in the same commit carry the same one) under a
+// shard of the jobs' (leases are spread as pending keys are: no tail
+// that every accept of a type appends to).
+func (k keys) writeLease(tr kv.Transaction, typ string, shard int64, token []byte, idx []int64, ids []string) {
+	key, err := k.leases.PackWithVersionstamp(tuple.Tuple{typ, shard, tuple.IncompleteVersionstamp(0), token})
 	if err != nil {
 		panic(err)
 	}
@@ -166,11 +171,11 @@ type leaseEntry struct {
 // decodeLease decodes a lease key and value.
 func (k keys) decodeLease(key kv.Key, value []byte) (vs tuple.Versionstamp, token []byte, entries []leaseEntry, err error) {
 	t, err := k.leases.Unpack(key)
-	if err != nil || len(t) != 3 {
+	if err != nil || len(t) != 4 {
 		return vs, nil, nil, fmt.Errorf("fdbjobs: bad lease key %x", key)
 	}
-	vs, ok1 := t[1].(tuple.Versionstamp)
-	token, ok2 := t[2].([]byte)
+	vs, ok1 := t[2].(tuple.Versionstamp)
+	token, ok2 := t[3].([]byte)
 	v, err := tuple.Unpack(value)
 	if !ok1 || !ok2 || err != nil || len(v)%2 != 0 {
 		return vs, nil, nil, fmt.Errorf("fdbjobs: bad lease %x", key)

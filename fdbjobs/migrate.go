@@ -115,13 +115,9 @@ func (c *Client) migrateType(ctx context.Context, typ string) error {
 		r.Begin = next
 	}
 	// Layout 1's ACTIVITY keys, (6, Type, Versionstamp, JobID), share the
-	// leases' subspace, where leases have a byte-string token instead of
-	// the job's id; and a stale pending key of layout 1 would have no
+	// leases' subspace, where leases have a shard too; and a stale pending key of layout 1 would have no
 	// shard.
-	if err := c.sweep(ctx, prefixRange(c.k.leases, tuple.Tuple{typ}), func(t tuple.Tuple) bool {
-		_, old := t[len(t)-1].(string)
-		return old
-	}); err != nil {
+	if err := c.sweep(ctx, prefixRange(c.k.leases, tuple.Tuple{typ}), func(t tuple.Tuple) bool { return len(t) == 3 }); err != nil {
 		return err
 	}
 	return c.sweep(ctx, prefixRange(c.k.pending, tuple.Tuple{typ}), func(t tuple.Tuple) bool { return len(t) == 3 })
@@ -175,7 +171,7 @@ func (c *Client) migrateRow(tr kv.Transaction, typ, id string, v []byte, shards 
 		// Its lease: the jobs of one Accept share a token, and those not
 		// updated since their seq, so the entry is added to what the
 		// lease holds already.
-		key := c.k.leaseKey(typ, r.seq, r.lock.token)
+		key := c.k.leaseKey(typ, r.shard, r.seq, r.lock.token)
 		old, err := tr.Get(key).Get()
 		if err != nil {
 			return err

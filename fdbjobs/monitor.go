@@ -129,15 +129,37 @@ func (m *ActivityMonitor) Check(ctx context.Context) (reenqueued int, next time.
 }
 
 // reenqueue re-enqueues every job still held by a lease written at or
-// before version, and clears those leases, in AIMD-sized batches.
+// before version, and clears those leases, shard by shard.
 func (m *ActivityMonitor) reenqueue(ctx context.Context, version int64) (int, error) {
-	k := m.c.k
-	begin := k.leases.Pack(tuple.Tuple{m.typ})
-	end := k.versionEnd(m.typ, version)
+	v, err := kv.ReadTransact(ctx, m.c.db, func(tr kv.ReadTransaction) ([]byte, error) {
+		return tr.Get(m.c.k.shardsKey(m.typ)).Get()
+	})
+	if err != nil {
+		return 0, err
+	}
+	_, high, err := decodeShards(v)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for s := range high {
+		r := m.c.k.leaseRange(m.typ, s, -1, version)
+		r.Begin = m.c.k.leases.Pack(tuple.Tuple{m.typ, s})
+		n, err := m.reenqueueRange(ctx, r)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// reenqueueRange goes through the leases of r in AIMD-sized batches.
+func (m *ActivityMonitor) reenqueueRange(ctx context.Context, r kv.KeyRange) (int, error) {
 	total, failures := 0, 0
 	var b kv.Backoff
 	for {
-		n, full, err := m.batchOnce(ctx, kv.KeyRange{Begin: begin, End: end}, m.batch)
+		n, full, err := m.batchOnce(ctx, r, m.batch)
 		if err != nil {
 			if !errShrink(err) || ctx.Err() != nil {
 				return total, err

@@ -164,7 +164,8 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 			for _, i := range grants[ref] {
 				idx, ids = append(idx, items[i].Job.lock.index), append(ids, items[i].Job.ID)
 			}
-			c.k.writeLease(tr, ref.typ, []byte(ref.token), idx, ids)
+			shard := o.after[grants[ref][0]].shard
+			c.k.writeLease(tr, ref.typ, shard, []byte(ref.token), idx, ids)
 		}
 		if joined {
 			return o, nil
@@ -180,7 +181,7 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 		for i, it := range items {
 			if l := it.Job.lease; l != nil && o.left[i] && leaving[l] > 0 {
 				if l.emptiedBy(leaving[l]) {
-					tr.Clear(c.k.leaseKey(it.Job.Type, l.vs, it.Job.lock.token))
+					tr.Clear(c.k.leaseKey(it.Job.Type, l.shard, l.vs, it.Job.lock.token))
 				}
 				leaving[l] = 0
 			}
@@ -212,7 +213,7 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 			}
 			ref := claimRef{it.Job.Type, string(it.Job.lock.token)}
 			if granted[ref] == nil {
-				granted[ref] = &lease{}
+				granted[ref] = &lease{shard: out.after[i].shard}
 				copy(granted[ref].vs.TransactionVersion[:], vs)
 			}
 			granted[ref].held++
