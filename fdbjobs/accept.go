@@ -246,7 +246,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 	// attempt may be the one that committed.
 	start := c.cfg.Clock.Now()
 	attempts := 0
-	var since int64                  // the first attempt's read version
+	var since int64                 // the first attempt's read version
 	leaseShards := map[int64]bool{} // where the attempts wrote their leases
 	res, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (result, error) {
 		attempts++
