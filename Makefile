@@ -142,7 +142,9 @@ bench-kv:
 ## bench-jobs: the job layer against River (PostgreSQL), alternating in one
 ## run, and its scale-out (-nodes 1,2,4,8: the burn-down of -scale-jobs
 ## jobs by K Clients on one store, with attempts per transaction, mutations
-## and conflict ranges per job). Knobs, from the environment or the command line: BENCH_JOBS (the
+## and conflict ranges per job; on FoundationDB, STORES=fdb, each K also by
+## K processes of the benchmark's binary, one Client each, on the same
+## tenant). Knobs, from the environment or the command line: BENCH_JOBS (the
 ## burn-down's jobs, 200000), BENCH_DURATION (each continuous run, 30s),
 ## BENCH_ROUNDS (rounds per mode, 3), RIVER=0 (fdbjobs alone). River's peer
 ## is its own module (cmd/fdbrep-bench/river), built here; PostgreSQL's

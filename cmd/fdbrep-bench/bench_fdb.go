@@ -21,6 +21,7 @@ import (
 
 func init() {
 	openFDBStore = openTenant
+	openFDBTenant = reopenTenant
 	describeFDB = fdbDescription
 	fdbServerCPU = serverCPU
 }
@@ -60,26 +61,25 @@ func fdbAdmin() (kv.Database, error) {
 	return admin, adminErr
 }
 
-// openTenant opens a new tenant of the cluster for a benchmark's store; drop
-// empties and deletes it.
-func openTenant(name string) (kv.Database, func(), error) {
+// openTenant opens a new tenant of the cluster for a benchmark's store and
+// returns it with its name; drop empties and deletes it.
+func openTenant(name string) (db kv.Database, tenant string, drop func(), err error) {
 	a, err := fdbAdmin()
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	tenant := "fdbrep-bench/" + name + "/" + hex.EncodeToString(b[:])
+	tenant = "fdbrep-bench/" + name + "/" + hex.EncodeToString(b[:])
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := fdbkv.CreateTenant(ctx, a, tenant); err != nil {
-		return nil, nil, fmt.Errorf("creating tenant %q (the cluster must allow tenants: fdbcli configure tenant_mode=optional_experimental): %w", tenant, err)
+		return nil, "", nil, fmt.Errorf("creating tenant %q (the cluster must allow tenants: fdbcli configure tenant_mode=optional_experimental): %w", tenant, err)
 	}
-	db, err := fdbkv.OpenWithOptions(os.Getenv("FDB_CLUSTER_FILE"), fdbkv.Options{Tenant: tenant})
-	if err != nil {
-		return nil, nil, err
+	if db, err = reopenTenant(tenant); err != nil {
+		return nil, "", nil, err
 	}
-	drop := func() {
+	drop = func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		// One range clear, whatever the tenant holds.
@@ -90,7 +90,16 @@ func openTenant(name string) (kv.Database, func(), error) {
 		_ = db.Close()
 		_ = fdbkv.DeleteTenant(ctx, a, tenant)
 	}
-	return db, drop, nil
+	return db, tenant, drop, nil
+}
+
+// reopenTenant opens the existing tenant of the cluster.
+func reopenTenant(tenant string) (kv.Database, error) {
+	db, err := fdbkv.OpenWithOptions(os.Getenv("FDB_CLUSTER_FILE"), fdbkv.Options{Tenant: tenant})
+	if err != nil {
+		return nil, fmt.Errorf("opening tenant %q: %w", tenant, err)
+	}
+	return db, nil
 }
 
 // fdbDescription names the cluster and its configuration, from its status.

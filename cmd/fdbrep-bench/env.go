@@ -25,6 +25,7 @@ type benchEnv struct {
 	name    string // the benchmark's, part of a temporary directory's name
 	dir     string // the working directory ("" until workDir makes one)
 	closers []func()
+	tenants map[kv.Database]string // the FoundationDB stores' tenants
 }
 
 // newBenchEnv prepares the surroundings of benchmark name; dir is its
@@ -70,9 +71,15 @@ const (
 var benchStore = storeEmbedded
 
 // openFDBStore opens a database in a new tenant of the FoundationDB
-// cluster of FDB_CLUSTER_FILE and returns it with a function that empties
-// and deletes the tenant (bench_fdb.go; nil without the fdb tag).
-var openFDBStore func(name string) (kv.Database, func(), error)
+// cluster of FDB_CLUSTER_FILE and returns it with the tenant's name and a
+// function that empties and deletes the tenant (bench_fdb.go; nil without
+// the fdb tag).
+var openFDBStore func(name string) (db kv.Database, tenant string, drop func(), err error)
+
+// openFDBTenant opens the existing tenant of the FoundationDB cluster of
+// FDB_CLUSTER_FILE, as another process of the benchmark does (bench_fdb.go;
+// nil without the fdb tag).
+var openFDBTenant func(tenant string) (kv.Database, error)
 
 // benchStores returns the stores of EnvBenchStores.
 func benchStores() ([]string, error) {
@@ -102,11 +109,18 @@ func benchStores() ([]string, error) {
 // it (and deletes the tenant).
 func (e *benchEnv) openStore(sub string, inMemory bool) (kv.Database, error) {
 	if benchStore == storeFDB {
-		db, drop, err := openFDBStore(e.name + "/" + sub)
+		db, tenant, drop, err := openFDBStore(e.name + "/" + sub)
 		if err != nil {
 			return nil, err
 		}
-		e.closers = append(e.closers, drop)
+		if e.tenants == nil {
+			e.tenants = map[kv.Database]string{}
+		}
+		e.tenants[db] = tenant
+		e.closers = append(e.closers, func() {
+			delete(e.tenants, db)
+			drop()
+		})
 		return db, nil
 	}
 	opts := embedded.Options{InMemory: true}
@@ -124,6 +138,11 @@ func (e *benchEnv) openStore(sub string, inMemory bool) (kv.Database, error) {
 	e.closers = append(e.closers, func() { db.Close() })
 	return db, nil
 }
+
+// tenant returns the tenant of db, a FoundationDB store openStore opened
+// (which other processes open with openFDBTenant), or "" for an embedded
+// store.
+func (e *benchEnv) tenant(db kv.Database) string { return e.tenants[db] }
 
 // startCPUProfile writes a CPU profile of the process to path ("": none)
 // until stop, which may be called more than once.

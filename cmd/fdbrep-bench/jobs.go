@@ -69,7 +69,7 @@ func runJobsBench(args []string) error {
 	fs.IntVar(&o.backlog, "backlog", backlogDefault, "jobs the continuous mode keeps pending (both sides)")
 	fs.IntVar(&o.wakeups, "wakeups", 300, "wake-up latency samples")
 	fs.IntVar(&o.accepts, "accepts", 2000, "Accept samples per queue size")
-	nodesList := fs.String("nodes", "1,2,4,8", "scale-out: run the burn-down with this many Clients (one per node) on one store, the -workers shared among them (\"\" skips it)")
+	nodesList := fs.String("nodes", "1,2,4,8", "scale-out: run the burn-down with this many Clients (one per node) on one store, the -workers shared among them; on FoundationDB also with this many processes (\"\" skips it)")
 	fs.IntVar(&o.scaleJobs, "scale-jobs", 40_000, "scale-out: jobs in each burn-down")
 	pendingList := fs.String("pending", "10000,1000000", "queue sizes for the Accept cost (\"\" skips it)")
 	skip1M := fs.Bool("skip-1m", false, "skip queue sizes of a million and more")
@@ -244,34 +244,31 @@ func (b *jobsBench) alternate(mode, profile string, ours func(s *fdbjobsRun, pro
 
 // scaleOut runs the burn-down of -scale-jobs jobs with K Clients on one
 // store for each K of -nodes, as K nodes would: the -workers workers in
-// all, worker i on Client i mod K, each AcceptBatch then FinishBatch. It
-// prints each K's rate, its ratio to K = 1, and what the work phase cost
-// the store (attempts per committed transaction, mutations and conflict
-// ranges per job), then River's burn-down of as many jobs.
+// all, worker i on Client i mod K, each AcceptBatch then FinishBatch. On
+// FoundationDB it runs each K a second time with K processes, one Client
+// each (burnDownProcesses). It prints each run's rate, its ratio to the
+// first K's run of its kind, and what the work phase cost the store
+// (attempts per committed transaction, mutations and conflict ranges per
+// job), then River's burn-down of as many jobs.
 func (b *jobsBench) scaleOut() error {
 	o := b.o
-	fmt.Printf("\nscale-out: %d jobs inserted, then worked off by K Clients (one per node) on one store, %d workers in all, batches of %d\n",
-		o.scaleJobs, o.workers, o.batch)
-	var base float64
+	procs := ""
+	if benchStore == storeFDB {
+		procs = "; then by K processes of this binary, one Client each"
+	}
+	fmt.Printf("\nscale-out: %d jobs inserted, then worked off by K Clients (one per node) on one store%s; %d workers in all, batches of %d\n",
+		o.scaleJobs, procs, o.workers, o.batch)
+	var base, baseProcs float64
 	for _, k := range o.nodes {
-		var cost kvCost
-		r, err := b.fdbjobsRun(func(s *fdbjobsRun) (runResult, error) {
-			var err error
-			s.nodes, err = s.newNodes(k)
-			if err != nil {
-				return runResult{}, err
-			}
-			var res runResult
-			res, cost, err = s.burnDownCounted(o.scaleJobs)
-			return res, err
-		})
-		if err != nil {
+		if err := b.scaleRun(k, "", &base, (*fdbjobsRun).burnDownClients); err != nil {
 			return err
 		}
-		if base == 0 {
-			base = r.rate()
+		if procs == "" {
+			continue
 		}
-		fmt.Printf("  K = %d: %7.0f jobs/s (%.2fx K = %d); %s\n", k, r.rate(), r.rate()/base, o.nodes[0], cost.perJob(r.worked))
+		if err := b.scaleRun(k, " processes", &baseProcs, (*fdbjobsRun).burnDownProcesses); err != nil {
+			return err
+		}
 	}
 	if b.river != nil {
 		rr, err := b.river.run("burn", "-jobs", strconv.Itoa(o.scaleJobs))
@@ -280,6 +277,27 @@ func (b *jobsBench) scaleOut() error {
 		}
 		fmt.Printf("  River (one PostgreSQL, its own workers): %7.0f jobs/s\n", rr.result().rate())
 	}
+	return nil
+}
+
+// scaleRun runs the scale-out's burn-down with K = k on a fresh store and
+// prints its line, "K = k" then label, with its ratio to *base, which the
+// first run of its kind sets.
+func (b *jobsBench) scaleRun(k int, label string, base *float64, run func(s *fdbjobsRun, k int) (runResult, kvCost, error)) error {
+	var cost kvCost
+	r, err := b.fdbjobsRun(func(s *fdbjobsRun) (runResult, error) {
+		var res runResult
+		var err error
+		res, cost, err = run(s, k)
+		return res, err
+	})
+	if err != nil {
+		return err
+	}
+	if *base == 0 {
+		*base = r.rate()
+	}
+	fmt.Printf("  %-17s %7.0f jobs/s (%.2fx K = %d); %s\n", fmt.Sprintf("K = %d%s:", k, label), r.rate(), r.rate()/(*base), b.o.nodes[0], cost.perJob(r.worked))
 	return nil
 }
 
@@ -335,7 +353,7 @@ func (b *jobsBench) fdbjobsRun(f func(*fdbjobsRun) (runResult, error)) (runResul
 	if err != nil {
 		return runResult{}, err
 	}
-	return f(&fdbjobsRun{ctx: context.Background(), c: c, db: cdb, o: b.o})
+	return f(&fdbjobsRun{ctx: context.Background(), c: c, db: cdb, o: b.o, tenant: b.env.tenant(db)})
 }
 
 func (r *riverResult) result() runResult {

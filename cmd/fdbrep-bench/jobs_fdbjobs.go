@@ -20,6 +20,9 @@ type fdbjobsRun struct {
 	c   *fdbjobs.Client
 	db  *countingDB
 	o   jobsOpts
+	// tenant is the store's FoundationDB tenant ("" on the embedded
+	// store), for the processes of burnDownProcesses.
+	tenant string
 	// nodes, when set, are the Clients the workers share (worker i uses
 	// nodes[i mod len]), each on a countingDB of its own over db's store:
 	// several nodes on one store.
@@ -35,12 +38,13 @@ type node struct {
 	db *countingDB
 }
 
-// newNodes returns k Clients on the run's store.
+// newNodes returns k Clients on the run's store, Client i being node i
+// of k to the pending queue's shards (nodeMembers).
 func (s *fdbjobsRun) newNodes(k int) ([]*node, error) {
 	out := make([]*node, k)
 	for i := range out {
 		db := &countingDB{Database: s.db.Database}
-		c, err := fdbjobs.New(db, fdbjobs.Config{})
+		c, err := fdbjobs.New(db, fdbjobs.Config{Members: nodeMembers(i, k)})
 		if err != nil {
 			return nil, err
 		}
@@ -56,6 +60,17 @@ func (s *fdbjobsRun) nodesCost() kvCost {
 		c = c.add(n.db.cost())
 	}
 	return c
+}
+
+// burnDownClients is the scale-out's burn-down of o.scaleJobs jobs by k
+// Clients in this process (newNodes), with what its work phase cost the
+// store.
+func (s *fdbjobsRun) burnDownClients(k int) (runResult, kvCost, error) {
+	var err error
+	if s.nodes, err = s.newNodes(k); err != nil {
+		return runResult{}, kvCost{}, err
+	}
+	return s.burnDownCounted(s.o.scaleJobs)
 }
 
 // burnDownCounted is burnDown, with what its work phase cost the store.
@@ -179,24 +194,21 @@ func progress(done, inserted *atomic.Int64, stop <-chan struct{}) <-chan struct{
 	return over
 }
 
+// burnType is the type of the burn-down's jobs.
+const burnType = "burn"
+
 // burnDown inserts n jobs, then works them off.
 func (s *fdbjobsRun) burnDown(n int, cpuProfile string) (runResult, error) {
-	const typ = "burn"
-	if err := s.c.SetTypeTimeout(s.ctx, nil, typ, time.Minute); err != nil {
+	res, err := s.fillBurn(n)
+	if err != nil {
 		return runResult{}, err
 	}
-	t0, cpu0 := time.Now(), cpuTime()
-	if err := s.insertJobs(typ, "job", 0, n); err != nil {
-		return runResult{}, err
-	}
-	res := runResult{inserted: int64(n), insertSec: time.Since(t0).Seconds(), insertCPUSec: (cpuTime() - cpu0).Seconds()}
-
 	var done, inserted atomic.Int64
 	inserted.Store(int64(n))
 	if s.beforeWork != nil {
 		s.beforeWork()
 	}
-	err := measure(cpuProfile, &done, &inserted, &res, func() error { return s.work(s.ctx, typ, false, &done) })
+	err = measure(cpuProfile, &done, &inserted, &res, func() error { return s.work(s.ctx, burnType, false, &done) })
 	if err != nil {
 		return runResult{}, err
 	}
@@ -204,6 +216,19 @@ func (s *fdbjobsRun) burnDown(n int, cpuProfile string) (runResult, error) {
 		return runResult{}, fmt.Errorf("burn-down worked %d jobs, want %d", res.worked, n)
 	}
 	return res, nil
+}
+
+// fillBurn inserts the burn-down's n jobs and returns the insert phase's
+// figures.
+func (s *fdbjobsRun) fillBurn(n int) (runResult, error) {
+	if err := s.c.SetTypeTimeout(s.ctx, nil, burnType, time.Minute); err != nil {
+		return runResult{}, err
+	}
+	t0, cpu0 := time.Now(), cpuTime()
+	if err := s.insertJobs(burnType, "job", 0, n); err != nil {
+		return runResult{}, err
+	}
+	return runResult{inserted: int64(n), insertSec: time.Since(t0).Seconds(), insertCPUSec: (cpuTime() - cpu0).Seconds()}, nil
 }
 
 // continuous keeps o.backlog jobs pending, checked every

@@ -74,7 +74,7 @@ func runKVBench(args []string) error {
 	var emb *embedded.DB
 	if benchStore == storeFDB {
 		var drop func()
-		if db, drop, err = openFDBStore("kv"); err != nil {
+		if db, _, drop, err = openFDBStore("kv"); err != nil {
 			return err
 		}
 		defer drop()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 
@@ -57,6 +58,22 @@ func (c kvCost) sub(o kvCost) kvCost {
 
 func (c kvCost) add(o kvCost) kvCost {
 	return kvCost{c.attempts + o.attempts, c.commits + o.commits, c.mutations + o.mutations, c.readRanges + o.readRanges, c.writeRanges + o.writeRanges}
+}
+
+// MarshalJSON and UnmarshalJSON carry a kvCost from a jobs-node process
+// to its parent.
+func (c kvCost) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]int64{"attempts": c.attempts, "commits": c.commits, "mutations": c.mutations,
+		"read_ranges": c.readRanges, "write_ranges": c.writeRanges})
+}
+
+func (c *kvCost) UnmarshalJSON(b []byte) error {
+	var m map[string]int64
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	*c = kvCost{m["attempts"], m["commits"], m["mutations"], m["read_ranges"], m["write_ranges"]}
+	return nil
 }
 
 // perJob prints the cost of jobs jobs: attempts per committed

@@ -23,6 +23,10 @@ var benchmarks = map[string]func(args []string) error{}
 
 func register(name string, run func(args []string) error) { benchmarks[name] = run }
 
+// hidden are the subcommands a benchmark runs in processes of its own
+// (jobs-node): left out of the usage, and run without a store heading.
+var hidden = map[string]bool{}
+
 func main() {
 	// The store and the job layer allocate many short-lived objects per
 	// transaction; a GC target of 200% (instead of Go's 100%) cut CPU per
@@ -35,7 +39,9 @@ func main() {
 	if len(os.Args) < 2 || benchmarks[os.Args[1]] == nil {
 		names := make([]string, 0, len(benchmarks))
 		for n := range benchmarks {
-			names = append(names, n)
+			if !hidden[n] {
+				names = append(names, n)
+			}
 		}
 		sort.Strings(names)
 		fmt.Fprintf(os.Stderr, "usage: fdbrep-bench <benchmark> [flags]\nbenchmarks: %v\n", names)
@@ -48,7 +54,7 @@ func main() {
 	}
 	for _, s := range stores {
 		benchStore = s
-		if len(stores) > 1 || s != storeEmbedded {
+		if !hidden[os.Args[1]] && (len(stores) > 1 || s != storeEmbedded) {
 			fmt.Printf("\n=== store: %s\n", storeName(s))
 		}
 		if err := benchmarks[os.Args[1]](os.Args[2:]); err != nil {
