@@ -29,6 +29,7 @@ type Client struct {
 	claiming claiming
 	wake     wakes       // this Client's commits wake its own acceptors (wake.go)
 	layoutOK atomic.Bool // CheckLayout succeeded
+	owners   ownership   // of the queues' shards (shards.go)
 
 	mu        sync.Mutex
 	runCtx    context.Context // of the running server; nil when stopped

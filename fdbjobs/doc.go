@@ -97,10 +97,11 @@
 // A type's pending queue is split into shards (ShardsDefault, or
 // SetTypeShards): a job's pending key is in the shard its row names, in
 // scheduled-time order within it. Each shard of a type is owned by one of
-// the nodes that Config.Members names, the one with the highest
-// rendezvous hash of (node, type, shard): every node computes the same
-// owners from the same list, and when a node comes or goes only its
-// shards change hands. A node's accepts take from the shards it owns, and
+// the nodes that Config.Members names, by rendezvous hashing of (node,
+// type, shard) with bounded load: every node owns as many shards as
+// another, give or take one; every node computes the same owners from the
+// same list, and when a node comes or goes few shards besides its own
+// change hands. A node's accepts take from the shards it owns, and
 // its acceptors each from a different shard (they mark the shard they
 // read, in memory), so acceptors meet only when membership views differ
 // for a moment, or when an idle node helps: a node with nothing due in its

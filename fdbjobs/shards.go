@@ -6,6 +6,8 @@ import (
 	"hash/fnv"
 	mrand "math/rand/v2"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -123,10 +125,8 @@ func shardOf(id string, n int64) int64 {
 
 // shardOrder returns the shards [0, high) of typ in the order this node's
 // accepts try them: the ones it owns first, then the others, each group
-// from a random place on. A shard is owned by the member with the highest
-// rendezvous hash of (member, type, shard), so that when members come and
-// go only the shards of those members move; without Config.Members (or
-// when this node is not among them) every shard is this node's.
+// from a random place on. Without Config.Members (or when this node is not
+// among them) every shard is this node's.
 func (c *Client) shardOrder(typ string, high int64) (own, others []int64) {
 	var self string
 	var members []string
@@ -140,20 +140,84 @@ func (c *Client) shardOrder(typ string, high int64) (own, others []int64) {
 		}
 		return rotate(own), nil
 	}
-	for s := range high {
-		best, owner := uint64(0), ""
-		for _, m := range members {
-			if w := rendezvous(m, typ, s); owner == "" || w > best || (w == best && m < owner) {
-				best, owner = w, m
-			}
-		}
-		if owner == self {
-			own = append(own, s)
+	owners := c.owners.of(typ, high, members)
+	for s, o := range owners {
+		if members[o] == self {
+			own = append(own, int64(s))
 		} else {
-			others = append(others, s)
+			others = append(others, int64(s))
 		}
 	}
 	return rotate(own), rotate(others)
+}
+
+// ownership caches the owners of each type's shards for the latest member
+// list, which changes rarely.
+type ownership struct {
+	mu      sync.Mutex
+	members []string
+	byType  map[shardsOf][]int // owner of each shard, as an index in members
+}
+
+type shardsOf struct {
+	typ  string
+	high int64
+}
+
+func (o *ownership) of(typ string, high int64, members []string) []int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !slices.Equal(o.members, members) {
+		o.members, o.byType = slices.Clone(members), map[shardsOf][]int{}
+	}
+	k := shardsOf{typ, high}
+	if owners, ok := o.byType[k]; ok {
+		return owners
+	}
+	owners := assignShards(typ, high, members)
+	o.byType[k] = owners
+	return owners
+}
+
+// assignShards gives each shard of typ an owner among members, by
+// rendezvous hashing with bounded load: shard by shard, the member with the
+// highest hash of (member, type, shard) that may own one more, each member
+// owning high/len(members) shards, and the first high%len(members) to
+// fill up one more. Every member thus owns as many shards as another, give
+// or take one (none when there are more members than shards), so that no
+// node is left to take only from others' shards while another has several;
+// every node computes the same owners from the same list, and a member
+// that comes or goes moves few shards besides its own.
+func assignShards(typ string, high int64, members []string) []int {
+	base, extra := int(high)/len(members), int(high)%len(members)
+	load := make([]int, len(members))
+	owners := make([]int, high)
+	rank := make([]int, len(members))
+	weights := make([]uint64, len(members))
+	for s := range high {
+		for i, m := range members {
+			rank[i], weights[i] = i, rendezvous(m, typ, s)
+		}
+		slices.SortFunc(rank, func(a, b int) int {
+			if weights[a] != weights[b] {
+				if weights[a] > weights[b] {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(members[a], members[b])
+		})
+		for _, i := range rank {
+			if load[i] < base || (load[i] == base && extra > 0) {
+				if load[i] == base {
+					extra--
+				}
+				owners[s], load[i] = i, load[i]+1
+				break
+			}
+		}
+	}
+	return owners
 }
 
 func rendezvous(member, typ string, shard int64) uint64 {
