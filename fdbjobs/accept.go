@@ -137,16 +137,20 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	clock := c.cfg.Clock
 	deadline := clock.Now().Add(opts.Timeout)
 	wait := opts.Timeout != 0
+	// After a look that found nothing, the jobs that woke this call may be
+	// in any shard: read them all at once rather than its own first.
+	scan := false
 	for {
 		released, woken := c.claiming.released(), c.wake.wait(typ)
 		max := opts.MaxScheduledTime
 		if max == 0 && !opts.NoSchedule {
 			max = c.cfg.now()
 		}
-		jobs, watch, busy, err := c.acceptOnce(ctx, typ, n, max, opts.NoSchedule, token, wait)
+		jobs, watch, busy, err := c.acceptOnce(ctx, typ, n, max, opts.NoSchedule, token, wait, scan)
 		if err != nil {
 			return nil, err
 		}
+		scan = true
 		if len(jobs) > 0 {
 			if watch != nil {
 				watch.Cancel()
@@ -220,7 +224,7 @@ func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, woken <-c
 // busy reports that no job was found but shards were skipped because this
 // node's other acceptors were claiming from them: the caller should wait
 // for one of those to finish (claiming.released) and try again.
-func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, noSchedule bool, token []byte, wantWatch bool) (jobs []*Job, watch kv.FutureNil, busy bool, err error) {
+func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, noSchedule bool, token []byte, wantWatch, scan bool) (jobs []*Job, watch kv.FutureNil, busy bool, err error) {
 	type result struct {
 		jobs    []*Job
 		watch   kv.FutureNil
@@ -282,7 +286,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 				runs = [][]kv.Key{cands}
 			}
 		} else {
-			runs, marked, busy, err = c.pickScheduled(tr, typ, n, max, ti.high, avoid)
+			runs, marked, busy, err = c.pickScheduled(tr, typ, n, max, ti.high, avoid, scan)
 		}
 		if err != nil {
 			return result{}, err
@@ -408,12 +412,14 @@ func (c *Client) shardsToTry(typ string, high int64, avoid map[int64]bool) []int
 // every other shard not being claimed on this node at once, and takes runs
 // from them in that order until it has n (so an idle node helps with
 // other nodes' shards, and a batch fills from several shards when one has
-// too few). The shards it took runs from stay marked in c.claiming until
-// the caller releases them.
+// too few). With scan, it reads every shard at once from the start (an
+// Accept woken after it found nothing: one round trip, not two). The
+// shards it took runs from stay marked in c.claiming until the caller
+// releases them.
 //
 // busy reports that nothing was found but shards being claimed by this
 // node's other acceptors were skipped.
-func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high int64, avoid map[int64]bool) (runs [][]kv.Key, shards []int64, busy bool, err error) {
+func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high int64, avoid map[int64]bool, scan bool) (runs [][]kv.Key, shards []int64, busy bool, err error) {
 	snap := tr.Snapshot()
 	read := func(s int64, limit int) kv.RangeResult {
 		return snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: limit})
@@ -431,6 +437,9 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 	skipped := false
 	rest := order
 	for i, s := range order {
+		if scan {
+			break
+		}
 		if !c.claiming.take(typ, s) {
 			skipped = true
 			continue
