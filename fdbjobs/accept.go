@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -390,32 +391,36 @@ func (c *Client) reclaimIn(tr kv.Transaction, typ string, token []byte, r kv.Key
 }
 
 // shardsToTry orders the shards [0, high) of typ for an accept: this
-// node's own first, then the others, then those in avoid.
-func (c *Client) shardsToTry(typ string, high int64, avoid map[int64]bool) []int64 {
+// node's own first, then the others, then those in avoid; mine tells the
+// node's own.
+func (c *Client) shardsToTry(typ string, high int64, avoid map[int64]bool) (order []int64, mine map[int64]bool) {
 	own, others := c.shardOrder(typ, high)
-	out := make([]int64, 0, high)
+	order = make([]int64, 0, high)
+	mine = make(map[int64]bool, len(own))
 	var last []int64
+	for _, s := range own {
+		mine[s] = true
+	}
 	for _, s := range append(own, others...) {
 		if avoid[s] {
 			last = append(last, s)
 		} else {
-			out = append(out, s)
+			order = append(order, s)
 		}
 	}
-	return append(out, last...)
+	return append(order, last...), mine
 }
 
 // pickScheduled finds up to n pending keys of typ scheduled at or before
-// max, read as a snapshot, as runs: the first keys of a shard in its queue
-// order. It reads the first shard of shardsToTry that no other acceptor of
-// this node is claiming from; when that one has fewer than n due, it reads
-// every other shard not being claimed on this node at once, and takes runs
-// from them in that order until it has n (so an idle node helps with
-// other nodes' shards, and a batch fills from several shards when one has
-// too few). With scan, it reads every shard at once from the start (an
-// Accept woken after it found nothing: one round trip, not two). The
-// shards it took runs from stay marked in c.claiming until the caller
-// releases them.
+// max, read as a snapshot, as runs of consecutive keys of a shard (see
+// doc.go, "Accepting"): the head of the first of the node's own shards
+// that no other acceptor of the node is claiming from; when that has fewer
+// than n due, the other shards not being claimed on the node, read at
+// once, the node's own from their head, then other nodes' from the end of
+// what is due, when none of its own has anything more. With scan, it
+// reads every shard at once from the start (an Accept woken after it
+// found nothing: one round trip, not two). The shards it took runs from
+// stay marked in c.claiming until the caller releases them.
 //
 // busy reports that nothing was found but shards being claimed by this
 // node's other acceptors were skipped.
@@ -433,12 +438,12 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 		}
 		runs, shards, got = append(runs, run), append(shards, s), got+len(run)
 	}
-	order := c.shardsToTry(typ, high, avoid)
+	order, mine := c.shardsToTry(typ, high, avoid)
 	skipped := false
 	rest := order
 	for i, s := range order {
-		if scan {
-			break
+		if scan || !mine[s] {
+			break // none of its own free: the others are read below
 		}
 		if !c.claiming.take(typ, s) {
 			skipped = true
@@ -460,32 +465,66 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 	if got == n {
 		return runs, shards, false, nil
 	}
-	// The other shards, read at once.
-	type head struct {
+	// The other shards, read at once: the node's own from their head,
+	// other nodes' from the end of what is due, so that a node helping
+	// with another's shard does not take the keys its owner is taking
+	// (their runs meet only when the shard is nearly empty).
+	type part struct {
 		shard int64
 		f     kv.RangeResult
+		tail  bool
 	}
-	var heads []head
+	var parts, theirs []part
+	var claimed []kv.RangeResult // the heads of its own shards other acceptors have
 	for _, s := range rest {
 		if c.claiming.marked(typ, s) {
 			skipped = true
+			if mine[s] {
+				claimed = append(claimed, snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: 1}))
+			}
 			continue
 		}
-		heads = append(heads, head{s, read(s, n-got)})
+		p := part{shard: s, tail: !mine[s]}
+		p.f = snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: n - got, Reverse: p.tail})
+		if p.tail {
+			theirs = append(theirs, p)
+		} else {
+			parts = append(parts, p)
+		}
 	}
-	for _, h := range heads {
-		kvs, err := h.f.GetSliceWithError()
+	// A node helps with other nodes' shards only once its own have nothing
+	// due: while one of them, being claimed by another of its acceptors,
+	// still has jobs, that acceptor takes them next, and this one had
+	// better wait (busy) than meet another node's acceptors. Helpers
+	// spread over the other nodes' shards at random.
+	for _, f := range claimed {
+		kvs, err := f.GetSliceWithError()
+		if err != nil {
+			return runs, shards, false, err
+		}
+		if len(kvs) > 0 {
+			theirs = nil
+			break
+		}
+	}
+	mrand.Shuffle(len(theirs), func(i, j int) { theirs[i], theirs[j] = theirs[j], theirs[i] })
+	for _, p := range append(parts, theirs...) {
+		kvs, err := p.f.GetSliceWithError()
 		if err != nil {
 			return runs, shards, false, err
 		}
 		if len(kvs) == 0 || got == n {
 			continue
 		}
-		if !c.claiming.take(typ, h.shard) {
+		if !c.claiming.take(typ, p.shard) {
 			skipped = true
 			continue
 		}
-		add(h.shard, kvs)
+		if p.tail {
+			kvs = kvs[:min(len(kvs), n-got)]
+			slices.Reverse(kvs)
+		}
+		add(p.shard, kvs)
 	}
 	return runs, shards, got == 0 && skipped, nil
 }
@@ -496,7 +535,8 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 // marked, as in pickScheduled.
 func (c *Client) pickNoSchedule(tr kv.Transaction, typ string, n int, high int64, avoid map[int64]bool) ([]kv.Key, []int64, error) {
 	snap := tr.Snapshot()
-	for _, shard := range c.shardsToTry(typ, high, avoid) {
+	order, _ := c.shardsToTry(typ, high, avoid)
+	for _, shard := range order {
 		if !c.claiming.take(typ, shard) {
 			continue
 		}

@@ -115,14 +115,17 @@
 // # Accepting
 //
 // A scheduled Accept reads, as a snapshot, the first n due pending keys
-// of the first shard that it owns and that no other acceptor of the node
-// is reading (its own shards start at a random one each time); when that
-// shard has fewer than n, it reads the first keys of every other shard
-// not being read on the node at once and fills the batch from them, its
-// own shards first. It claims each run of keys (the first keys of a
-// shard) with one read conflict range and one range clear: two acceptors
-// conflict only when they take from the same shard at once, and then the
-// loser's retry tries that shard last. A NoSchedule Accept takes the
+// of the first shard that its node owns and that no other acceptor of the
+// node is reading (its own shards start at a random one each time); when
+// that shard has fewer than n, it reads every other shard not being read
+// on the node at once and fills the batch from them: its node's own from
+// their head, then, only if none of its own shards has anything more due,
+// other nodes' from the end of what they have due (so that a helping node
+// and the shard's owner take from opposite ends), chosen at random. An
+// Accept that looks again after finding nothing reads every shard at once.
+// It claims each run of keys with one read conflict range and one range
+// clear: two acceptors conflict only when they take from the same end of
+// a shard at once, and then the loser's retry tries that shard last. A NoSchedule Accept takes the
 // pending key next to a random point of a shard (O(1), for random-looking
 // ids scheduled at 0). With nothing pending, the same transaction sets a
 // watch on the type's pending counter and Accept waits on it: no polling.
@@ -142,13 +145,14 @@
 // pending key covers its row: Accept adds a read conflict on the keys it
 // takes and reads their rows as a snapshot.
 //
-// Order: within a shard, jobs are taken in scheduled-time order (a job
-// added with an earlier time than the ones being taken is next). Across
-// shards there is no global order: a node takes from its own shards before
-// others', so a job due in a busy shard may wait while another node's
-// acceptors take later jobs from theirs, at most until its shard's owner
-// has taken the jobs ahead of it in that shard, or another node runs out
-// of its own. PendingCount counts across every shard.
+// Order: a shard's owner takes its jobs in scheduled-time order (a job
+// added with an earlier time than the ones being taken is next); a node
+// helping takes the latest due ones of the shard. Across shards there is
+// no global order: a node takes from its own shards before others', so a
+// job due in a busy shard may wait while another node's acceptors take
+// later jobs from theirs, at most until its shard's owner has taken the
+// jobs ahead of it in that shard, or another node runs out of its own.
+// PendingCount counts across every shard.
 //
 // # Leases
 //
