@@ -30,7 +30,7 @@ func TestBigJobsStayInBudget(t *testing.T) {
 	jobs, err := fdbjobs.New(db, fdbjobs.Config{})
 	require.NoError(t, err)
 	s := NewStore(db, jobs, nil)
-	_, err = s.Setup(ctx, time.Hour)
+	_, err = s.Setup(ctx, time.Hour, 0)
 	require.NoError(t, err)
 	const n = 60
 	code := strings.Repeat("x", 60_000)
@@ -119,7 +119,7 @@ func TestOwnerPagesCostTheirRows(t *testing.T) {
 	jobs, err := fdbjobs.New(db, fdbjobs.Config{})
 	require.NoError(t, err)
 	s := NewStore(db, jobs, nil)
-	_, err = s.Setup(ctx, time.Hour)
+	_, err = s.Setup(ctx, time.Hour, 0)
 	require.NoError(t, err)
 
 	const others, othersRunning, batch = 2000, 300, 10

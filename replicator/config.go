@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 
+	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/subspace"
 )
 
@@ -20,6 +21,10 @@ const (
 	// whose node sends no heartbeat for this long is re-enqueued by the
 	// fdbjobs activity monitor.
 	JobTimeoutDefault = 61 * time.Second
+	// JobShardsDefault is the number of shards of the rep_jobs queue
+	// (fdbjobs.SetTypeShards): set it to at least the acceptors of all
+	// replication nodes (the scheduler's MaxAcceptors each, 2 by default).
+	JobShardsDefault = fdbjobs.ShardsDefault
 	// MaxHistoryDefault is the number of history events kept per job.
 	MaxHistoryDefault = 10
 	// StartupJitterDefault bounds the random wait of a node's acceptor that
@@ -59,7 +64,10 @@ type Config struct {
 	// identities, fair-share usage). Defaults to SubspaceDefault.
 	Subspace subspace.Subspace
 
-	JobTimeout    time.Duration
+	JobTimeout time.Duration
+	// JobShards is the number of shards of the rep_jobs queue, in [1,
+	// fdbjobs.ShardsMax]; changing it loses no job.
+	JobShards     int
 	MaxHistory    int
 	StartupJitter time.Duration
 
@@ -96,6 +104,7 @@ func (c Config) WithDefaults() Config {
 		c.Subspace = SubspaceDefault
 	}
 	c.JobTimeout = cmp.Or(c.JobTimeout, JobTimeoutDefault)
+	c.JobShards = cmp.Or(c.JobShards, JobShardsDefault)
 	c.MaxHistory = cmp.Or(c.MaxHistory, MaxHistoryDefault)
 	c.StartupJitter = cmp.Or(c.StartupJitter, StartupJitterDefault)
 	c.FairShareWindow = cmp.Or(c.FairShareWindow, FairShareWindowDefault)
@@ -124,6 +133,8 @@ func (c Config) Validate() error {
 		return InvalidConfig("startup_jitter %v is negative", c.StartupJitter)
 	case c.JobTimeout < 3*time.Millisecond:
 		return InvalidConfig("job timeout %v is under 3ms", c.JobTimeout)
+	case c.JobShards < 1 || c.JobShards > fdbjobs.ShardsMax:
+		return InvalidConfig("job_shards %d is not in [1, %d]", c.JobShards, fdbjobs.ShardsMax)
 	case c.UsageCoeff < 0 || c.UsageCoeff > 1:
 		return InvalidConfig("usage_coeff %v is not in [0, 1]", c.UsageCoeff)
 	case c.PriorityCoeff < 0 || c.PriorityCoeff > 1:

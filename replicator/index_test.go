@@ -71,7 +71,7 @@ func newIndexModel(t *testing.T, seed uint64) *indexModel {
 	m := &indexModel{t: t, ctx: context.Background(), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b9)), db: db,
 		s: NewStore(db, jobs, subspace.Sub("model")), jobs: map[string]*modelJob{}, held: map[string]*fdbjobs.Job{},
 		now: 1_000_000, dbs: map[string]string{}, gone: map[string]bool{}, steps: map[string]int{}}
-	_, err = m.s.Setup(m.ctx, time.Hour)
+	_, err = m.s.Setup(m.ctx, time.Hour, 0)
 	require.NoError(t, err)
 	return m
 }

@@ -112,7 +112,7 @@ func TestShareTableStore(t *testing.T) {
 	jobs, err := fdbjobs.New(db, fdbjobs.Config{})
 	require.NoError(t, err)
 	s := NewStore(db, jobs, nil)
-	_, err = s.Setup(ctx, time.Hour)
+	_, err = s.Setup(ctx, time.Hour, 0)
 	require.NoError(t, err)
 	now := time.UnixMilli(10_000_000_000)
 	a, b := "a/_replicator", "b/_replicator"

@@ -139,17 +139,25 @@ func subspaceRange(ss subspace.Subspace) kv.KeyRange {
 	return kv.KeyRange{Begin: b, End: e}
 }
 
-// Setup registers the rep_jobs type with jobTimeout (when it differs),
-// builds the view index if the store predates it (buildIndex) and returns
-// the installation's server UUID, creating it on first use (it is an
-// input of replication ids and transient job ids).
-func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration) (string, error) {
+// Setup registers the rep_jobs type with jobTimeout and its queue's
+// shards (each when it differs; shards 0 leaves them as they are), builds the view index if the store
+// predates it (buildIndex) and returns the installation's server UUID,
+// creating it on first use (it is an input of replication ids and
+// transient job ids).
+func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int) (string, error) {
 	cur, err := s.Jobs.TypeTimeout(ctx, nil, JobType)
 	if err != nil || cur != jobTimeout {
 		if err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
 			return "", err
 		}
 		if err := s.Jobs.SetTypeTimeout(ctx, nil, JobType, jobTimeout); err != nil {
+			return "", err
+		}
+	}
+	if n, err := s.Jobs.TypeShards(ctx, nil, JobType); err != nil {
+		return "", err
+	} else if shards > 0 && n != shards {
+		if err := s.Jobs.SetTypeShards(ctx, nil, JobType, shards); err != nil {
 			return "", err
 		}
 	}

@@ -93,7 +93,7 @@ func (p *Plane) setup(ctx context.Context) (string, error) {
 	if p.serverUUID != "" {
 		return p.serverUUID, nil
 	}
-	u, err := p.store.Setup(ctx, p.cfg.JobTimeout)
+	u, err := p.store.Setup(ctx, p.cfg.JobTimeout, p.cfg.JobShards)
 	if err != nil {
 		return "", err
 	}

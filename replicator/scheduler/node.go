@@ -162,7 +162,7 @@ func (n *Node) Reschedule() {
 func (n *Node) Start(ctx context.Context) error {
 	_, err := n.svc.Start(ctx, func(runCtx context.Context) error {
 		cfg := n.Config()
-		uuid, err := n.store.Setup(runCtx, cfg.JobTimeout)
+		uuid, err := n.store.Setup(runCtx, cfg.JobTimeout, cfg.JobShards)
 		if err != nil {
 			return err
 		}

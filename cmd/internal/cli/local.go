@@ -64,7 +64,7 @@ func openLocal(ctx context.Context, dir string) (*embedded.DB, string, error) {
 	jobs, err := fdbjobs.New(db, fdbjobs.Config{Logger: &nop})
 	if err == nil {
 		var uuid string
-		if uuid, err = replicator.NewStore(db, jobs, nil).Setup(ctx, replicator.JobTimeoutDefault); err == nil {
+		if uuid, err = replicator.NewStore(db, jobs, nil).Setup(ctx, replicator.JobTimeoutDefault, 0); err == nil {
 			return db, uuid, nil
 		}
 	}

@@ -43,6 +43,7 @@ func fairShareWindow(cfg *config.Config) time.Duration {
 func clusterConfig(cfg *config.Config, log *zerolog.Logger, metrics *replicator.Metrics) replicator.Config {
 	return replicator.Config{
 		JobTimeout:      secs(cfg, "job_timeout_sec"),
+		JobShards:       int(cfg.Int("replicator", "job_shards")),
 		MaxHistory:      int(cfg.Int("replicator", "max_history")),
 		StartupJitter:   millis(cfg, "replicator", "startup_jitter"),
 		Shares:          cfg.AllShares(),
