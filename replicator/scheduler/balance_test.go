@@ -179,8 +179,12 @@ func TestJoiningNodeGetsItsShare(t *testing.T) {
 				c.PutDoc("_replicator", fmt.Sprintf("d%d", i), repDoc(fmt.Sprintf("http://h/s%d", i), "http://h/t", true))
 			}
 			waitStarts(t, eng, "every job running", func() bool { _, _, run, _ := eng.Stats(); return run == tc.jobs })
+			// Before the join (a precondition, not what is tested): the
+			// first accepts split the jobs as the acceptors raced for them
+			// (29/37/34 of 100 once, in a loaded clean-clone CI run),
+			// which a few intervals even out.
 			for k := 0; !withinTolerance(running(t, c, tc.nodes)); k++ {
-				require.Less(t, k, 3, "balanced before the join: %v", running(t, c, tc.nodes))
+				require.Less(t, k, 6, "balanced before the join: %v", running(t, c, tc.nodes))
 				round(t, c, eng, tc.nodes)
 			}
 
