@@ -125,9 +125,9 @@
 // Accept that looks again after finding nothing reads every shard at once.
 // It claims each run of keys with one read conflict range and one range
 // clear: two acceptors conflict only when they take from the same end of
-// a shard at once, and then the loser's retry tries that shard last. A NoSchedule Accept takes the
-// pending key next to a random point of a shard (O(1), for random-looking
-// ids scheduled at 0). With nothing pending, the same transaction sets a
+// a shard at once, and then the loser's retry tries that shard last. A
+// NoSchedule Accept takes the pending key next to a random point of a
+// shard (O(1), for random-looking ids scheduled at 0). With nothing pending, the same transaction sets a
 // watch on the type's pending counter and Accept waits on it: no polling.
 // A commit of the same Client that makes a job pending (Add, AddBatch,
 // Resubmit, a Finish that re-enqueues, Reenqueue, the activity monitor;
@@ -167,9 +167,10 @@
 // leaves; a lease it could not clear that way (a job abandoned, or an
 // Update or Finish joined to a caller's transaction, whose commit the job
 // layer cannot see) is cleared by the activity monitor once older than a
-// type timeout. A lease is never cleared while it holds a job: the count
-// goes down only after the commit in which a job left, and a job whose
-// leaving is uncertain keeps counting.
+// type timeout. A worker never clears a lease that still holds a job: the
+// count goes down only after the commit in which a job left, and a job
+// whose leaving is uncertain keeps counting; the monitor clears a lease
+// in the transaction that re-enqueues the jobs it still holds.
 //
 // # Activity monitor
 //
