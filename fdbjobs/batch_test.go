@@ -3,6 +3,7 @@ package fdbjobs
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
@@ -185,6 +187,32 @@ func TestAddBatchPages(t *testing.T) {
 	pc.n.Store(0)
 	require.NoError(t, b.c.AddBatch(b.ctx, pc, t1, jobs))
 	require.Equal(t, int64(MaxBatch/AddPageJobs), pc.n.Load())
+}
+
+// A page whose reads keep failing (a loaded cluster's process_behind, one
+// read in a hundred here) is retried with half its jobs each time, down to
+// 50, so a batch of full pages, which would seldom commit (0.99^500 <
+// 0.007), gets through, every job added once.
+func TestAddBatchPagesShrinkUnderReadErrors(t *testing.T) {
+	b := setupBudget(t)
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	faulty := faultkv.Wrap(b.db, faultkv.Options{Seed: seed, ProcessBehind: 0.01, CommitUnknownResult: 0.1})
+	c, err := New(faulty, Config{})
+	require.NoError(t, err)
+	t.Cleanup(c.Stop)
+	jobs := make([]NewJob, 3*AddPageJobs)
+	for i := range jobs {
+		jobs[i] = NewJob{ID: fmt.Sprintf("j%05d", i)}
+	}
+	pc := &pageCounter{Database: faulty}
+	require.NoError(t, c.AddBatch(b.ctx, pc, t1, jobs))
+	cnt, err := b.c.PendingCount(b.ctx, nil, t1, 0, len(jobs)+1)
+	require.NoError(t, err)
+	require.Equal(t, len(jobs), cnt)
+	st, _ := faultkv.StatsOf(faulty)
+	require.Positive(t, st.ProcessBehind, "reads failed")
+	require.Greater(t, pc.n.Load(), int64(3), "pages shrank")
 }
 
 // Rows of existing jobs larger than planned cut a page short, and the

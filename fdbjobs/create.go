@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
@@ -111,8 +112,13 @@ type NewJob struct {
 // (FoundationDB advises staying well under 1 MB), reads the type's timeout
 // once and the page's rows at once, and wakes blocked acceptors once. Jobs
 // that already exist with large data cut a page short and make the next
-// ones smaller. One token is drawn per call, so every page is idempotent
-// under commit_unknown_result as Add is. The pages commit one by one: after
+// ones smaller, and so does a page whose reads fail (each attempt after
+// such a failure takes half the jobs of the one before, down to 50: a page
+// of many reads gets through a cluster whose reads fail now and then, as a
+// loaded one's do);
+// a page that commits at its first attempt lets the next one be twice as
+// large, up to AddPageJobs. One token is drawn per call, so every page is
+// idempotent under commit_unknown_result as Add is. The pages commit one by one: after
 // an error the jobs of the pages before it are added (adding them again
 // follows Add's rules: a job still pending at the same time is left
 // alone, one a worker took meanwhile is resubmitted).
@@ -131,6 +137,8 @@ const (
 	// AddPageBytes is about the most bytes an AddBatch transaction reads
 	// and writes (a page stops at the job that reaches it).
 	AddPageBytes = 400_000
+	// addPageMin is the fewest jobs a page is cut to after failed reads.
+	addPageMin = 50
 )
 
 // addCost is what adding job j with data d is counted as in a page: its
@@ -189,8 +197,22 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 	}
 	for start, limit := 0, AddPageJobs; start < len(jobs); {
 		end := start + addPageEnd(typ, jobs[start:], datas[start:], limit)
+		attempts, failed := 0, 0
 		used, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (int, error) {
-			return c.addPage(tr, typ, jobs[start:end], datas[start:end], token, true)
+			// An attempt after one whose reads failed takes half its jobs
+			// (see AddBatch): pages get through a cluster whose reads keep
+			// failing. Jobs an earlier attempt committed carry the call's
+			// token, so taking fewer of them again changes nothing.
+			n := end - start
+			if n > addPageMin {
+				n = max(addPageMin, n>>min(failed, 30))
+			}
+			attempts++
+			used, err := c.addPage(tr, typ, jobs[start:start+n], datas[start:start+n], token, true)
+			if err != nil {
+				failed++
+			}
+			return used, err
 		})
 		if err != nil {
 			if start > 0 {
@@ -199,8 +221,11 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 			return err
 		}
 		c.committed(tx, typ)
-		if used < end-start {
-			limit = used // rows read were larger than planned: smaller pages
+		switch {
+		case used < end-start:
+			limit = used // rows larger than planned, or retries: smaller pages
+		case attempts == 1:
+			limit = min(AddPageJobs, 2*limit) // back towards full pages
 		}
 		start += used
 	}
@@ -508,6 +533,67 @@ func (c *Client) PendingCount(ctx context.Context, tx kv.ReadTransactor, typ str
 		}
 		return min(n, limit), nil
 	})
+}
+
+// DueTime finds the n pending jobs of typ due earliest, scheduled at or
+// before maxSTime (0 means now, as in PendingCount), across every shard:
+// it returns the latest of their scheduled times and how many there are
+// (at most n; 0, with stime 0, when none is due). An AcceptBatch of n
+// jobs with that time as its MaxScheduledTime takes due jobs of no later
+// time than those, the oldest first within a shard. It reads each shard's
+// first n due keys at once, as a snapshot, in one round trip: it never
+// makes a caller's transaction conflict.
+func (c *Client) DueTime(ctx context.Context, tx kv.ReadTransactor, typ string, maxSTime int64, n int) (stime int64, count int, err error) {
+	if maxSTime == 0 {
+		maxSTime = c.cfg.now()
+	}
+	if err := checkSTime(maxSTime); err != nil {
+		return 0, 0, err
+	}
+	if n < 1 || n > MaxBatch {
+		return 0, 0, fmt.Errorf("%w: count %d outside [1, %d]", ErrInvalidArgument, n, MaxBatch)
+	}
+	type due struct {
+		stime int64
+		count int
+	}
+	d, err := kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (due, error) {
+		snap := tr.Snapshot()
+		v, err := snap.Get(c.k.shardsKey(typ)).Get()
+		if err != nil {
+			return due{}, err
+		}
+		_, high, err := decodeShards(v)
+		if err != nil {
+			return due{}, err
+		}
+		futs := make([]kv.RangeResult, high)
+		for s := range high {
+			futs[s] = snap.GetRange(c.k.pendingRange(typ, s, maxSTime), kv.RangeOptions{Limit: n})
+		}
+		var stimes []int64
+		for _, f := range futs {
+			kvs, err := f.GetSliceWithError()
+			if err != nil {
+				return due{}, err
+			}
+			for _, e := range kvs {
+				t, err := c.k.pending.Unpack(e.Key)
+				if err != nil || len(t) != 4 {
+					return due{}, fmt.Errorf("fdbjobs: bad pending key %s", e.Key)
+				}
+				st, _ := intElem(t[2])
+				stimes = append(stimes, st)
+			}
+		}
+		if len(stimes) == 0 {
+			return due{}, nil
+		}
+		slices.Sort(stimes)
+		k := min(n, len(stimes))
+		return due{stime: stimes[k-1], count: k}, nil
+	})
+	return d.stime, d.count, err
 }
 
 // JobInfo is one job as FoldJobs reports it.
