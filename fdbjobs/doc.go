@@ -34,7 +34,7 @@
 //     for up to MaxBatch jobs, as River's InsertMany, paged into
 //     transactions of at most AddPageJobs jobs and about AddPageBytes),
 //     Remove, Job, JobData, JobState, ReadJobs, ActiveJobIDs, PendingCount,
-//     FoldJobs. All but FoldJobs take a kv.Transactor (nil for a transaction
+//     DueTime, FoldJobs. All but FoldJobs take a kv.Transactor (nil for a transaction
 //     of their own) and so can join a caller's transaction (AddBatch then
 //     takes one page at most).
 //   - Hooks: SetReenqueueHook lets a type's owner update its own keys (and
@@ -152,7 +152,8 @@
 // job due in a busy shard may wait while another node's acceptors take
 // later jobs from theirs, at most until its shard's owner has taken the
 // jobs ahead of it in that shard, or another node runs out of its own.
-// PendingCount counts across every shard.
+// PendingCount counts across every shard, and DueTime finds how far the
+// earliest n due jobs of all shards reach.
 //
 // # Leases
 //

@@ -73,6 +73,46 @@ func TestShardOrder(t *testing.T) {
 	require.Equal(t, []int64{10, 20, 30, 40, 50}, stimes)
 }
 
+// DueTime reaches across every shard: the n earliest due jobs' latest
+// scheduled time, how many are due (at most n), nothing for a queue with
+// none due, and an AcceptBatch bounded by that time takes exactly those.
+func TestDueTime(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 8))
+	stimes := []int64{70, 10, 60, 20, 50, 30, 40, 5000}
+	for i, st := range stimes {
+		b.add(t, t1, fmt.Sprintf("job-%02d", i), "", st)
+	}
+	for _, tc := range []struct {
+		n, max       int64
+		stime, count int64
+	}{
+		{n: 1, max: 100, stime: 10, count: 1},
+		{n: 3, max: 100, stime: 30, count: 3},
+		{n: 7, max: 100, stime: 70, count: 7},
+		{n: 20, max: 100, stime: 70, count: 7},
+		{n: 20, max: 45, stime: 40, count: 4},
+		{n: 5, max: 9, stime: 0, count: 0},
+	} {
+		st, c, err := b.c.DueTime(b.ctx, nil, t1, tc.max, int(tc.n))
+		require.NoError(t, err)
+		require.Equal(t, tc.stime, st, "n %d, max %d", tc.n, tc.max)
+		require.Equal(t, int(tc.count), c, "n %d, max %d", tc.n, tc.max)
+	}
+	_, _, err := b.c.DueTime(b.ctx, nil, t1, 100, 0)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+
+	st, c, err := b.c.DueTime(b.ctx, nil, t1, 100, 3)
+	require.NoError(t, err)
+	jobs, err := b.c.AcceptBatch(b.ctx, t1, c, AcceptOptions{MaxScheduledTime: st})
+	require.NoError(t, err)
+	var got []int64
+	for _, j := range jobs {
+		got = append(got, j.ScheduledTime)
+	}
+	require.ElementsMatch(t, []int64{10, 20, 30}, got)
+}
+
 // Ownership splits the shards among the members: each shard has exactly
 // one owner, every member sees the same split and owns as many shards as
 // another give or take one, and a member that leaves moves few shards

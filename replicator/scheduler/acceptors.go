@@ -190,7 +190,7 @@ func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 func (n *Node) acceptSome(ctx context.Context, q int) ([]*fdbjobs.Job, error) {
 	cfg := n.Config()
 	now := replicator.Millis(cfg.Clock.Now())
-	t, ok, err := n.oldestDue(ctx, now, cfg, q)
+	t, ok, err := n.oldestDue(ctx, now, q)
 	if err != nil {
 		return nil, err
 	}
@@ -211,54 +211,23 @@ func (n *Node) acceptSome(ctx context.Context, q int) ([]*fdbjobs.Job, error) {
 	return jobs, err
 }
 
-// oldestDue finds, by bisection over pending counts in one snapshot read
-// transaction, the smallest scheduled time T (to a granularity of
-// Interval/50) such that at least q jobs are runnable at T (fewer when
-// fewer are runnable now); ok is false when no job is runnable now.
-// Concurrent acceptors aiming at the same oldest jobs conflict on the ones
-// they both pick; the loser's retry takes what is left by T.
-func (n *Node) oldestDue(ctx context.Context, now int64, cfg Config, q int) (int64, bool, error) {
-	g := max(1, cfg.Interval.Milliseconds()/50)
-	k := max(1, q)
-	type res struct {
-		t  int64
-		ok bool
+// oldestDue finds the smallest scheduled time T such that at least q jobs
+// are runnable at T (fewer when fewer are runnable now), in one snapshot
+// read of every shard's head (fdbjobs' DueTime); ok is false when no job
+// is runnable now. Concurrent acceptors aiming at the same oldest jobs
+// conflict on the ones they both pick; the loser's retry takes what is
+// left by T.
+func (n *Node) oldestDue(ctx context.Context, now int64, q int) (int64, bool, error) {
+	if now < 1 {
+		return 0, false, nil
 	}
-	r, err := kv.ReadTransact(ctx, n.store.DB, func(tr kv.ReadTransaction) (res, error) {
-		count := func(t int64) (int, error) {
-			return n.store.Jobs.PendingCount(ctx, tr, replicator.JobType, t, k)
-		}
-		if now < 0 {
-			return res{}, nil
-		}
-		c, err := count(now)
-		if err != nil || c == 0 {
-			return res{}, err
-		}
-		if c < k {
-			return res{t: now, ok: true}, nil
-		}
-		// The earliest time asked about is 1 ms, which covers the jobs
-		// scheduled at 0: fdbjobs reads a maximum of 0 as now.
-		if c0, err := count(1); err != nil || c0 >= k {
-			return res{t: 1, ok: c0 > 0}, err
-		}
-		lo, hi := int64(1), now
-		for hi-lo > g {
-			mid := lo + (hi-lo)/2
-			c, err := count(mid)
-			if err != nil {
-				return res{}, err
-			}
-			if c >= k {
-				hi = mid
-			} else {
-				lo = mid
-			}
-		}
-		return res{t: hi, ok: true}, nil
-	})
-	return r.t, r.ok, err
+	t, c, err := n.store.Jobs.DueTime(ctx, nil, replicator.JobType, now, min(max(1, q), fdbjobs.MaxBatch))
+	if err != nil || c == 0 {
+		return 0, false, err
+	}
+	// At least 1 ms, which covers the jobs scheduled at 0: fdbjobs reads a
+	// maximum of 0 as now.
+	return max(t, 1), true, nil
 }
 
 // accepted turns an acceptor with quota q into the workers of jobs (the

@@ -11,10 +11,10 @@
 //
 // # Job server
 //
-// Acceptors take the runnable jobs with the oldest scheduled times: a
-// bisection over fdbjobs pending counts (one snapshot read transaction,
-// to Interval/50) finds the time T by which as many jobs are runnable as
-// the acceptor may take, and an AcceptBatch bounded by T takes them (when
+// Acceptors take the runnable jobs with the oldest scheduled times:
+// fdbjobs' DueTime (one snapshot read of every queue shard's head, in one
+// round trip) finds the time T by which as many jobs are runnable as the
+// acceptor may take, and an AcceptBatch bounded by T takes them (when
 // acceptors of several nodes aim at the same jobs, the losers of the
 // conflict retry and take what is left by T). With nothing runnable an
 // acceptor waits on the queue's watch, which wakes it when a job is
