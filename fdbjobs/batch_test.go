@@ -215,6 +215,44 @@ func TestAddBatchPagesShrinkUnderReadErrors(t *testing.T) {
 	require.Greater(t, pc.n.Load(), int64(3), "pages shrank")
 }
 
+// Fresh jobs are written without reading their rows: one whose id exists
+// replaces that job (its worker is halted), where a job without Fresh is
+// resubmitted as Add does; a page retried after commit_unknown_result reads
+// the rows and leaves alone what its first commit added and a worker took.
+func TestAddBatchFresh(t *testing.T) {
+	// No injected faults: a failed first attempt would read the rows.
+	b := setupBudget(t)
+	b.add(t, t1, "run", `{"old":1}`, 0)
+	running := b.accept(t, t1)
+	require.NoError(t, b.c.AddBatch(b.ctx, nil, t1, []NewJob{
+		{ID: "new", Data: raw(`{"n":1}`), Fresh: true},
+		{ID: "run", Data: raw(`{"new":1}`), ScheduledTime: 3, Fresh: true},
+	}))
+	require.Equal(t, `{"n":1}`, b.data(t, t1, "new"))
+	require.Equal(t, Pending, b.state(t, t1, "run"), "replaced, not flagged for resubmission")
+	require.Equal(t, `{"new":1}`, b.data(t, t1, "run"))
+	require.ErrorIs(t, b.c.Update(b.ctx, nil, running, nil), ErrHalt)
+
+	idb := &interleaveDB{Database: b.db}
+	c, err := New(idb, Config{})
+	require.NoError(t, err)
+	require.NoError(t, c.CheckLayout(b.ctx)) // before any interleaving
+	require.NoError(t, b.c.SetTypeTimeout(b.ctx, nil, t2, time.Minute))
+	idb.between = func() {
+		jobs, err := b.c.AcceptBatch(b.ctx, t2, 2, AcceptOptions{})
+		require.NoError(t, err)
+		require.Len(t, jobs, 2)
+		require.NoError(t, b.c.Finish(b.ctx, nil, jobs[0], nil))
+	}
+	require.NoError(t, c.AddBatch(b.ctx, nil, t2, []NewJob{{ID: j1, Fresh: true}, {ID: j2, Fresh: true}}))
+	cnt, err := b.c.PendingCount(b.ctx, nil, t2, 0, 0)
+	require.NoError(t, err)
+	require.Zero(t, cnt, "the retried page must not re-enqueue the jobs its first commit added")
+	active, err := b.c.ActiveJobIDs(b.ctx, nil, t2)
+	require.NoError(t, err)
+	require.Len(t, active, 1, "one job still running, untouched")
+}
+
 // Rows of existing jobs larger than planned cut a page short, and the
 // pages after it are smaller.
 func TestAddBatchPageCutByExistingRows(t *testing.T) {

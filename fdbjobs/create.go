@@ -101,6 +101,14 @@ type NewJob struct {
 	ID            string
 	Data          json.RawMessage
 	ScheduledTime int64
+	// Fresh says that no job of the type has this id, by construction (a
+	// UUID drawn for it, say): in AddBatch's own transactions, the first
+	// attempt of its page writes the job without reading its row, as
+	// River's InsertMany does; an attempt after that reads it as Add does,
+	// so the call stays idempotent under commit_unknown_result. A Fresh
+	// job whose id does exist replaces that job (a worker holding it gets
+	// ErrHalt). Joined to a caller's transaction, rows are always read.
+	Fresh bool
 }
 
 // AddBatch is Add for up to MaxBatch jobs of typ (River's InsertMany).
@@ -191,7 +199,7 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 			return fmt.Errorf("%w: %d jobs do not fit one transaction (%d would): pass a nil transactor to page", ErrInvalidArgument, len(jobs), n)
 		}
 		_, err := kv.Transact(ctx, tx, func(tr kv.Transaction) (int, error) {
-			return c.addPage(tr, typ, jobs, datas, token, false)
+			return c.addPage(tr, typ, jobs, datas, token, false, false)
 		})
 		return err
 	}
@@ -208,7 +216,7 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 				n = max(addPageMin, n>>min(failed, 30))
 			}
 			attempts++
-			used, err := c.addPage(tr, typ, jobs[start:start+n], datas[start:start+n], token, true)
+			used, err := c.addPage(tr, typ, jobs[start:start+n], datas[start:start+n], token, true, attempts == 1)
 			if err != nil {
 				failed++
 			}
@@ -249,12 +257,15 @@ func addPageEnd(typ string, jobs []NewJob, datas [][]byte, limit int) int {
 
 // addPage adds jobs in tr and returns how many it added: all of them, or
 // when mayCut, fewer once the rows it read of existing jobs bring the page
-// over AddPageBytes (at least one).
-func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][]byte, token []byte, mayCut bool) (int, error) {
+// over AddPageBytes (at least one). With blind, it does not read the rows
+// of Fresh jobs.
+func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][]byte, token []byte, mayCut, blind bool) (int, error) {
 	info := c.readTypeInfo(tr, typ)
 	futs := make([]kv.FutureByteSlice, len(jobs))
 	for i, j := range jobs {
-		futs[i] = tr.Get(c.k.dataKey(typ, j.ID))
+		if !blind || !j.Fresh {
+			futs[i] = tr.Get(c.k.dataKey(typ, j.ID))
+		}
 	}
 	ti, err := info()
 	if err != nil {
@@ -270,9 +281,11 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 			break
 		}
 		size += addCost(typ, j, datas[i])
-		v, err := futs[i].Get()
-		if err != nil {
-			return 0, err
+		var v []byte
+		if futs[i] != nil {
+			if v, err = futs[i].Get(); err != nil {
+				return 0, err
+			}
 		}
 		if v == nil {
 			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token, shard: shardOf(j.ID, ti.shards)}, j.ScheduledTime)

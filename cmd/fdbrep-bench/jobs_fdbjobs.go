@@ -103,7 +103,9 @@ func (s *fdbjobsRun) insertJobs(typ, prefix string, from, n int) error {
 				end := min(n, start+s.o.insertBatch)
 				batch = batch[:0]
 				for i := from + start; i < from+end; i++ {
-					batch = append(batch, fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(`{"n":` + strconv.Itoa(i) + `}`)})
+					// Numbered once per store and type: new by construction,
+					// as River's inserted rows are.
+					batch = append(batch, fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(`{"n":` + strconv.Itoa(i) + `}`), Fresh: true})
 				}
 				// Its own retry loop: idempotent under commit_unknown_result.
 				err := s.c.AddBatch(s.ctx, nil, typ, batch)
