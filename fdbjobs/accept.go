@@ -259,7 +259,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		// need no marking any more.
 		unmark(true)
 		busy = false
-		info := c.readTypeInfo(tr.Snapshot(), typ)
+		info := c.cachedTypeInfo(tr.Snapshot(), typ)
 		// Only a retry can find a lease of this call's token: the first
 		// attempt's, if it committed (commit_unknown_result).
 		var jobs []*Job

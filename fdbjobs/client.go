@@ -30,6 +30,15 @@ type Client struct {
 	wake     wakes       // this Client's commits wake its own acceptors (wake.go)
 	layoutOK atomic.Bool // CheckLayout succeeded
 	owners   ownership   // of the queues' shards (shards.go)
+	// infos is what the type-check loop last read of every type (their
+	// timeouts and shard counts), for accepts to use instead of reading
+	// it each time; nil while the Client is not started or that read
+	// failed (see cachedTypeInfo).
+	infos atomic.Pointer[map[string]typeInfo]
+	// typesGen counts this Client's own changes of types: the loop keeps
+	// a read only if none committed since it began, so that the Client
+	// that made a change never accepts with what it knew before.
+	typesGen atomic.Uint64
 
 	mu        sync.Mutex
 	runCtx    context.Context // of the running server; nil when stopped
@@ -131,8 +140,16 @@ func (c *Client) changeTypes(ctx context.Context, tx kv.Transactor, change func(
 	if err != nil {
 		return err
 	}
-	c.forceTypeCheck()
+	c.typesChanged()
 	return nil
+}
+
+// typesChanged drops the copy of the types this Client's accepts use
+// until the type-check loop, made to look at once, reads them again.
+func (c *Client) typesChanged() {
+	c.typesGen.Add(1)
+	c.infos.Store(nil)
+	c.forceTypeCheck()
 }
 
 // ClearTypeTimeout unregisters typ. Its jobs stay; Add of new ones fails
@@ -229,6 +246,7 @@ func (c *Client) Start(ctx context.Context) error {
 		return nil
 	}, func(ctx context.Context) {
 		c.serve(ctx)
+		c.infos.Store(nil)
 		c.mu.Lock()
 		c.runCtx = nil
 		mons, nots := c.monitors, c.notifiers
@@ -264,16 +282,27 @@ func (c *Client) serve(ctx context.Context) {
 		c.mu.Lock()
 		seq := c.notifierSeq
 		c.mu.Unlock()
-		types, watch, err := c.typesAndWatch(ctx)
+		gen := c.typesGen.Load()
+		infos, watch, err := c.typesAndWatch(ctx)
 		if h := c.hooks.typesRead; h != nil {
 			h()
 		}
 		if err != nil {
+			c.infos.Store(nil)
 			if ctx.Err() != nil {
 				return
 			}
 			log.Warn().Err(err).Msg("fdbjobs: reading types")
 		} else {
+			if c.typesGen.Load() == gen {
+				c.infos.Store(&infos)
+			}
+			types := make(map[string]time.Duration, len(infos))
+			for typ, ti := range infos {
+				if ti.hasTimeout {
+					types[typ] = ti.timeout
+				}
+			}
 			c.syncTypes(ctx, types, seq)
 		}
 		period := c.cfg.TypeCheckPeriod + jitter(c.cfg.TypeCheckPeriod/2)
@@ -303,22 +332,50 @@ func (c *Client) serve(ctx context.Context) {
 	}
 }
 
-func (c *Client) typesAndWatch(ctx context.Context) (map[string]time.Duration, kv.FutureNil, error) {
+// typesAndWatch reads what the type-check loop follows of every type, its
+// timeout and its shard counts (a type with shard counts set but no
+// timeout is listed without one), and watches the types version, which
+// every change of either bumps.
+func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.FutureNil, error) {
 	type res struct {
-		types map[string]time.Duration
+		infos map[string]typeInfo
 		watch kv.FutureNil
 	}
 	r, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (res, error) {
+		shards := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyShards}), kv.RangeOptions{})
 		m, err := c.readTypes(tr)
 		if err != nil {
 			return res{}, err
 		}
-		return res{m, tr.Watch(c.k.typesVersion())}, nil
+		kvs, err := shards.GetSliceWithError()
+		if err != nil {
+			return res{}, err
+		}
+		infos := make(map[string]typeInfo, len(m))
+		for typ, d := range m {
+			infos[typ] = typeInfo{timeout: d, hasTimeout: true, shards: ShardsDefault, high: ShardsDefault}
+		}
+		for _, e := range kvs {
+			t, err := c.k.root.Unpack(e.Key)
+			if err != nil || len(t) != 2 {
+				continue
+			}
+			typ, ok := t[1].(string)
+			if !ok {
+				continue
+			}
+			ti := infos[typ]
+			if ti.shards, ti.high, err = decodeShards(e.Value); err != nil {
+				return res{}, err
+			}
+			infos[typ] = ti
+		}
+		return res{infos, tr.Watch(c.k.typesVersion())}, nil
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return r.types, r.watch, nil
+	return r.infos, r.watch, nil
 }
 
 // syncTypes starts the activity monitors of the types that exist and stops

@@ -70,7 +70,8 @@
 //	                              token), keyed by that commit's
 //	                              versionstamp, under its first job's shard
 //	(8)                           TYPES_VERSION: int64 LE counter bumped by
-//	                              SetTypeTimeout and ClearTypeTimeout;
+//	                              SetTypeTimeout, ClearTypeTimeout and
+//	                              SetTypeShards;
 //	                              started Clients watch it
 //	(9, Type)                     SHARDS: (Count, High) — the shards new jobs
 //	                              go to, and the most there have been
@@ -123,6 +124,9 @@
 // other nodes' from the end of what they have due (so that a helping node
 // and the shard's owner take from opposite ends), chosen at random. An
 // Accept that looks again after finding nothing reads every shard at once.
+// A started Client's Accept takes the type's timeout and shard counts
+// from what its type-check loop last read (it watches TYPES_VERSION), so
+// no key is read by every accept of a type; one not started reads them.
 // It claims each run of keys with one read conflict range and one range
 // clear: two acceptors conflict only when they take from the same end of
 // a shard at once, and then the loser's retry tries that shard last. A

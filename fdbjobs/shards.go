@@ -36,6 +36,24 @@ type typeInfo struct {
 	shards, high int64
 }
 
+// cachedTypeInfo is readTypeInfo for accepts: a started Client takes
+// typ's timeout and shard counts from what its type-check loop last read
+// (it watches the types version, which SetTypeTimeout, ClearTypeTimeout
+// and SetTypeShards bump, so the copy lags a change by about a watch's
+// delay), and reads them in tr only when it has no copy: not started, or
+// the type not seen yet. An accept thus reads no key that every accept of
+// the type reads. A copy that lags a lowered timeout gives the jobs the
+// hold of the timeout before, as an Accept just before the change would
+// have (see "Holding a job").
+func (c *Client) cachedTypeInfo(tr kv.ReadTransaction, typ string) func() (typeInfo, error) {
+	if m := c.infos.Load(); m != nil {
+		if ti, ok := (*m)[typ]; ok {
+			return func() (typeInfo, error) { return ti, nil }
+		}
+	}
+	return c.readTypeInfo(tr, typ)
+}
+
 // readTypeInfo issues the reads of typ's timeout and shard counts in tr,
 // and returns a function that waits for them.
 func (c *Client) readTypeInfo(tr kv.ReadTransaction, typ string) func() (typeInfo, error) {
@@ -98,8 +116,12 @@ func (c *Client) SetTypeShards(ctx context.Context, tx kv.Transactor, typ string
 			return nil, err
 		}
 		tr.Set(c.k.shardsKey(typ), tuple.Tuple{int64(n), max(high, int64(n))}.Pack())
+		tr.Add(c.k.typesVersion(), one) // started Clients read it again
 		return nil, nil
 	})
+	if err == nil {
+		c.typesChanged()
+	}
 	return err
 }
 

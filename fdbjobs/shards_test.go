@@ -3,7 +3,9 @@ package fdbjobs
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -111,6 +113,69 @@ func TestDueTime(t *testing.T) {
 		got = append(got, j.ScheduledTime)
 	}
 	require.ElementsMatch(t, []int64{10, 20, 30}, got)
+}
+
+// A started Client's accepts take the type's timeout and shard counts from
+// what its type-check loop read: its own changes drop that copy at once
+// (even one made while the loop was reading), and the loop reads them again.
+func TestTypeInfoCache(t *testing.T) {
+	b := setup(t)
+	synced := make(chan struct{}, 1)
+	b.c.hooks.typesSynced = func() {
+		select {
+		case synced <- struct{}{}:
+		default:
+		}
+	}
+	var gate atomic.Pointer[chan struct{}]
+	reading := make(chan struct{}, 1)
+	b.c.hooks.typesRead = func() {
+		if g := gate.Load(); g != nil {
+			reading <- struct{}{}
+			<-*g
+		}
+	}
+	waitSync := func() {
+		select {
+		case <-synced:
+		case <-b.ctx.Done():
+			t.Fatal("the type-check loop never synced")
+		}
+	}
+	b.start(t)
+	waitSync()
+	infos := b.c.infos.Load()
+	require.NotNil(t, infos)
+	require.Equal(t, typeInfo{timeout: 2 * time.Second, hasTimeout: true, shards: ShardsDefault, high: ShardsDefault}, (*infos)[t1])
+
+	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 4))
+	require.Nil(t, b.c.infos.Load(), "the Client's own change drops the copy")
+	for b.c.infos.Load() == nil {
+		waitSync()
+	}
+	require.Equal(t, typeInfo{timeout: 2 * time.Second, hasTimeout: true, shards: 4, high: ShardsDefault}, (*b.c.infos.Load())[t1])
+
+	// A change committed while the loop read: its read is not kept.
+	hold := make(chan struct{})
+	gate.Store(&hold)
+	b.c.forceTypeCheck()
+	<-reading
+	require.NoError(t, b.c.SetTypeTimeout(b.ctx, nil, t1, time.Minute))
+	gate.Store(nil)
+	close(hold)
+	for {
+		waitSync()
+		if m := b.c.infos.Load(); m != nil {
+			require.Equal(t, time.Minute, (*m)[t1].timeout)
+			break
+		}
+	}
+
+	// Accepts use the copy: the hold follows its timeout.
+	m := map[string]typeInfo{t1: {timeout: time.Hour, hasTimeout: true, shards: 4, high: ShardsDefault}}
+	b.c.infos.Store(&m)
+	b.add(t, t1, j1, "", 0)
+	require.Equal(t, time.Hour, b.accept(t, t1).hold.timeout)
 }
 
 // Ownership splits the shards among the members: each shard has exactly
