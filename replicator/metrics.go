@@ -142,29 +142,14 @@ func (m *Metrics) Set(name string, v int64) { m.v[name].Store(v) }
 
 // CountOnCommit adds n to counter name once tr commits: a transaction
 // function may run several times (retries), and only the attempt that
-// commits counts. The commit's versionstamp future resolves without error
-// for that attempt only. An attempt that committed but reported
+// commits counts (kv.Locals.OnCommit). An attempt that committed but reported
 // commit_unknown_result does not count; its retry counts what it does
 // itself (see doc.go, "Failure trade-offs").
 func (m *Metrics) CountOnCommit(tr kv.Transaction, name string, n int) {
 	if n <= 0 {
 		return
 	}
-	OnCommit(tr, func() { m.Add(name, int64(n)) })
-}
-
-// OnCommit runs f, in a goroutine of its own, once tr (a transaction that
-// writes) has committed; for an attempt that does not commit, or whose
-// commit reports commit_unknown_result, f never runs. Logs and counters of
-// what a transaction did go through it, since a transaction function may
-// run several times.
-func OnCommit(tr kv.Transaction, f func()) {
-	vs := tr.GetVersionstamp()
-	go func() {
-		if _, err := vs.Get(); err == nil {
-			f()
-		}
-	}()
+	tr.Locals().OnCommit(func() { m.Add(name, int64(n)) })
 }
 
 // Metric is one counter or gauge of a snapshot.

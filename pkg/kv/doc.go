@@ -79,6 +79,14 @@
 //		return err
 //	}
 //
+// A helper joined to a caller's transaction cannot see its retries or its
+// commit; Transaction.Locals can: values kept there (a UUID it drew) live
+// as long as the Transaction, across the retries of its loop, so a run
+// after commit_unknown_result makes the same choice, and OnCommit hooks run
+// once the attempt that added them commits (logs and counters of what the
+// transaction did), never for an attempt that failed or whose commit is
+// unknown.
+//
 // # Futures
 //
 // Reads return futures, as in FoundationDB, so that many reads can be issued

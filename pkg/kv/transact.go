@@ -34,9 +34,11 @@ func Run(ctx context.Context, create func() (Transaction, error), f func(Transac
 			_, err = tr.Commit().Get()
 			if err == nil {
 				committed = true
+				tr.Locals().Committed()
 				return ret, nil
 			}
 		}
+		tr.Locals().Failed()
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
 		}

@@ -136,8 +136,12 @@ type Transaction interface {
 	// transaction (keeping its options) and resolves to nil; otherwise it
 	// resolves to the error itself.
 	OnError(e Error) FutureNil
-	// Reset returns the transaction to its initial state, options included.
+	// Reset returns the transaction to its initial state, options included
+	// (its Locals too).
 	Reset()
+	// Locals returns the state that code joining the transaction keeps with
+	// it across retries, and its after-commit hooks (see Locals).
+	Locals() *Locals
 }
 
 // TransactionOptions are the transaction options fdbrep uses.

@@ -30,8 +30,6 @@ type Plane struct {
 	setupMu    sync.Mutex
 	serverUUID string
 
-	memo txMemo // what DBCreated and DocWritten did, by transaction
-
 	members Membership // nil: jobs shown as the store has them
 }
 
@@ -196,7 +194,7 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) (re
 		return false, nil // a finished replication from elsewhere: not run again
 	}
 	if old != nil {
-		mine, _ := p.memo.get(tr, "job:"+jobID)
+		mine, _ := memo(tr, "job", jobID)
 		same := perr == nil && replicator.SameReplication(old.Rep, spec)
 		switch {
 		case same && mine == strconv.FormatInt(old.StartTime, 10):
@@ -204,8 +202,8 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) (re
 			// have finished since): that run committed, with
 			// commit_unknown_result, so its line and count were not
 			// made. They are made now, once.
-			if _, said := p.memo.get(tr, "said:"+jobID); !said {
-				p.memo.put(tr, "said:"+jobID, "")
+			if _, said := memo(tr, "said", jobID); !said {
+				setMemo(tr, "said", jobID, "")
 				p.added(jobID, doc, replicator.StatePending, nil, false)
 			}
 			return true, nil
@@ -227,8 +225,8 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) (re
 	if err := p.addJob(ctx, tr, jobID, old, d); err != nil {
 		return false, err
 	}
-	p.memo.put(tr, "job:"+jobID, strconv.FormatInt(d.StartTime, 10))
-	replicator.OnCommit(tr, func() { p.added(jobID, doc, d.State, perr, old != nil) })
+	setMemo(tr, "job", jobID, strconv.FormatInt(d.StartTime, 10))
+	tr.Locals().OnCommit(func() { p.added(jobID, doc, d.State, perr, old != nil) })
 	return perr == nil, nil
 }
 
@@ -268,7 +266,7 @@ func (p *Plane) DocDeleted(ctx context.Context, tr kv.Transaction, db, docID str
 		return err
 	}
 	p.m.CountOnCommit(tr, replicator.MetricJobsRemoves, 1)
-	replicator.OnCommit(tr, func() {
+	tr.Locals().OnCommit(func() {
 		p.cfg.Logger.Info().Str("job_id", jobID).Str("db", db).Str("doc_id", docID).Msg("replication removed: its document was deleted")
 	})
 	return nil
@@ -301,10 +299,10 @@ func (p *Plane) DBCreated(ctx context.Context, tr kv.Transaction, dbName string)
 	if !repdb.IsReplicatorDB(dbName) {
 		return nil
 	}
-	u, ok := p.memo.get(tr, "db:"+dbName)
+	u, ok := memo(tr, "db", dbName)
 	if !ok {
 		u = replicator.NewDBUUID()
-		p.memo.put(tr, "db:"+dbName, u)
+		setMemo(tr, "db", dbName, u)
 	}
 	if err := p.store.RegisterDB(tr, dbName, u); err != nil {
 		return err
@@ -333,48 +331,21 @@ func (p *Plane) DBDeleted(ctx context.Context, tr kv.Transaction, dbName string)
 	return nil
 }
 
-// txMemoMax bounds txMemo: retries of one transaction follow each other
-// closely, so only recent entries matter.
-const txMemoMax = 256
+// memoKey names what a function joining the caller's transaction chose or
+// did in an earlier run of that transaction, kept in its kv.Locals, so that
+// the same transaction run again (a retry, possibly after its earlier
+// attempt committed with commit_unknown_result) gives the same outcome:
+// DBCreated keeps the database UUID it chose ("db", name); DocWritten
+// recognises the job it added ("job", id -> its start time) and says it
+// once ("said", id).
+type memoKey struct{ kind, name string }
 
-// txMemo remembers, per transaction, what a function joining the caller's
-// transaction chose or did in an earlier run, so that the same transaction
-// run again (a retry, possibly after its earlier attempt committed with
-// commit_unknown_result) gives the same outcome: retry loops reuse their
-// Transaction. DBCreated keeps the database UUID it chose ("db:" + name);
-// DocWritten recognises the job it added ("job:" + id -> its start time)
-// and says it once ("said:" + id).
-type txMemo struct {
-	mu    sync.Mutex
-	m     map[txMemoKey]string
-	order []txMemoKey
+func memo(tr kv.Transaction, kind, name string) (string, bool) {
+	v, ok := tr.Locals().Value(memoKey{kind, name})
+	s, _ := v.(string)
+	return s, ok
 }
 
-type txMemoKey struct {
-	tr  kv.Transaction
-	key string
-}
-
-func (c *txMemo) get(tr kv.Transaction, key string) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.m[txMemoKey{tr, key}]
-	return v, ok
-}
-
-func (c *txMemo) put(tr kv.Transaction, key, v string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := txMemoKey{tr, key}
-	if c.m == nil {
-		c.m = map[txMemoKey]string{}
-	}
-	if _, ok := c.m[k]; !ok {
-		c.order = append(c.order, k)
-	}
-	c.m[k] = v
-	for len(c.order) > txMemoMax {
-		delete(c.m, c.order[0])
-		c.order = c.order[1:]
-	}
+func setMemo(tr kv.Transaction, kind, name, v string) {
+	tr.Locals().SetValue(memoKey{kind, name}, v)
 }

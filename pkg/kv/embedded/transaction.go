@@ -31,8 +31,9 @@ type snapRef struct {
 // come from another goroutine (a context), everything else from the
 // transaction's user.
 type transaction struct {
-	db *DB
-	mu sync.Mutex
+	db     *DB
+	mu     sync.Mutex
+	locals kv.Locals // kept by OnError, cleared by Reset
 
 	// Options, kept by OnError and cleared by Reset.
 	timeoutMs     int64

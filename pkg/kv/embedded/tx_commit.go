@@ -185,7 +185,10 @@ func (tr *transaction) Reset() {
 	defer tr.mu.Unlock()
 	tr.resetAttempt(errCancelled)
 	tr.resetOptions()
+	tr.locals.Reset()
 }
+
+func (tr *transaction) Locals() *kv.Locals { return &tr.locals }
 
 // Cancel fails the transaction's operations with transaction_cancelled,
 // a commit still in flight included (which may still happen, as on

@@ -381,6 +381,9 @@ func (t *transaction) Reset() {
 	t.newAttempt(true)
 }
 
+// Locals are the wrapped transaction's.
+func (t *transaction) Locals() *kv.Locals { return t.inner.Locals() }
+
 // txOptions records whether a timeout is set, since only such transactions
 // may time out.
 type txOptions struct {

@@ -33,8 +33,9 @@ func (r reads) GetReadVersion() kv.FutureInt64 { return int64Future(r.r.GetReadV
 // transaction adapts fdb.Transaction to kv.Transaction.
 type transaction struct {
 	reads
-	tr fdb.Transaction
-	db *database
+	tr     fdb.Transaction
+	db     *database
+	locals kv.Locals // kept by OnError, cleared by Reset
 	// committed is set once a Commit is seen to succeed and cleared by
 	// Reset; while it is set, Cancel does nothing, so that cancelling a
 	// committed transaction cannot cancel the watches it set.
@@ -143,7 +144,10 @@ func (t *transaction) OnError(e kv.Error) kv.FutureNil {
 // Reset resets the transaction, options included, and sets the database's
 // default timeout again, as FoundationDB does for a database-wide
 // transaction timeout.
+func (t *transaction) Locals() *kv.Locals { return &t.locals }
+
 func (t *transaction) Reset() {
+	t.locals.Reset()
 	t.committed.Store(false)
 	t.tr.Reset()
 	_ = t.setDefaults() // only fails for an invalid value, checked at creation

@@ -18,6 +18,57 @@ var retryLoopTests = []conformanceTest{
 	onDB("NestedTransactJoins", testNestedTransact),
 	onDB("ReadTransact", testReadTransact),
 	onDB("TypedResults", testTypedResults),
+	onDB("LocalsLiveWithTheTransaction", testLocals),
+}
+
+type localsKey struct{}
+
+// testLocals: a Transaction's Locals keep their values across the retries of
+// its loop (a retry after commit_unknown_result finds what the committed
+// attempt chose), run the hooks of the attempt that commits once, before
+// Transact returns, and of no other attempt (nested functions' hooks with
+// the outer commit); Reset drops them.
+func testLocals(t *testing.T, db kv.Database) {
+	var chosen []any
+	var hooks []int
+	_, calls, err := transactRuns(ctxBg, db, func(tr kv.Transaction, run int) (any, error) {
+		l := tr.Locals()
+		if _, ok := l.Value(localsKey{}); !ok {
+			l.SetValue(localsKey{}, run)
+		}
+		v, _ := l.Value(localsKey{})
+		chosen = append(chosen, v)
+		l.OnCommit(func() { hooks = append(hooks, run) })
+		tr.Set(kv.Key("locals"), []byte("v"))
+		if run == 1 {
+			// Committed, then reported unknown: its hooks must not run.
+			if _, err := tr.Commit().Get(); err != nil {
+				return nil, err
+			}
+			return nil, kv.Error{Code: kv.CodeCommitUnknownResult}
+		}
+		_, err := tr.Transact(ctxBg, func(inner kv.Transaction) (any, error) {
+			inner.Locals().OnCommit(func() { hooks = append(hooks, -run) })
+			return nil, nil
+		})
+		return nil, err
+	})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, calls, 2)
+	for _, v := range chosen {
+		require.Equal(t, 1, v, "every attempt sees the first one's choice")
+	}
+	require.Equal(t, []int{calls, -calls}, hooks, "the committing attempt's hooks, once, with the nested function's")
+
+	tr, err := db.CreateTransaction()
+	require.NoError(t, err)
+	defer tr.Cancel()
+	tr.Locals().SetValue(localsKey{}, "x")
+	tr.Locals().OnCommit(func() { t.Error("a hook survived Reset") })
+	tr.Reset()
+	_, ok := tr.Locals().Value(localsKey{})
+	require.False(t, ok, "Reset drops the values")
+	tr.Locals().Committed()
 }
 
 // testRetryRetryable: the loop retries retryable errors from the function
