@@ -44,7 +44,7 @@ type typeInfo struct {
 // the type not seen yet. An accept thus reads no key that every accept of
 // the type reads. A copy that lags a lowered timeout gives the jobs the
 // hold of the timeout before, as an Accept just before the change would
-// have (see "Holding a job").
+// have (see doc.go, "Holding a job").
 func (c *Client) cachedTypeInfo(tr kv.ReadTransaction, typ string) func() (typeInfo, error) {
 	if m := c.infos.Load(); m != nil {
 		if ti, ok := (*m)[typ]; ok {
