@@ -141,13 +141,19 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	// After a look that found nothing, the jobs that woke this call may be
 	// in any shard: read them all at once rather than its own first.
 	scan := false
+	sw := &sweep{}
+	var released, woken <-chan struct{}
 	for {
-		released, woken := c.claiming.released(), c.wake.wait(typ)
+		if sw.pos == 0 {
+			// From the start of a look: a release or wake-up during any of
+			// its transactions counts.
+			released, woken = c.claiming.released(), c.wake.wait(typ)
+		}
 		max := opts.MaxScheduledTime
 		if max == 0 && !opts.NoSchedule {
 			max = c.cfg.now()
 		}
-		jobs, watch, busy, err := c.acceptOnce(ctx, typ, n, max, opts.NoSchedule, token, wait, scan)
+		jobs, watch, busy, more, err := c.acceptOnce(ctx, typ, n, max, opts.NoSchedule, token, wait, scan, sw)
 		if err != nil {
 			return nil, err
 		}
@@ -158,6 +164,10 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 			}
 			return jobs, nil
 		}
+		if more {
+			continue // shards this look has not read yet
+		}
+		sw = &sweep{} // the next look starts over
 		if busy {
 			// Every pending job seen is being claimed by another acceptor
 			// of this node: wait until one of them is done, then look again.
@@ -225,13 +235,14 @@ func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, woken <-c
 // busy reports that no job was found but shards were skipped because this
 // node's other acceptors were claiming from them: the caller should wait
 // for one of those to finish (claiming.released) and try again.
-func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, noSchedule bool, token []byte, wantWatch, scan bool) (jobs []*Job, watch kv.FutureNil, busy bool, err error) {
+func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, noSchedule bool, token []byte, wantWatch, scan bool, sw *sweep) (jobs []*Job, watch kv.FutureNil, busy, more bool, err error) {
 	type result struct {
 		jobs    []*Job
 		watch   kv.FutureNil
 		timeout time.Duration
 		vs      kv.FutureKey // of the commit that took jobs (nil: reclaimed)
 		shard   int64        // of its lease
+		look    pick         // what pickScheduled saw
 	}
 	// A shard on which an attempt failed (most likely a conflict with
 	// another node's acceptor) is tried last by the next attempts.
@@ -280,6 +291,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 			return result{jobs: jobs, timeout: ti.timeout}, err
 		}
 		var runs [][]kv.Key
+		var look pick
 		if noSchedule {
 			var cands []kv.Key
 			cands, marked, err = c.pickNoSchedule(tr, typ, n, ti.high, avoid)
@@ -287,7 +299,8 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 				runs = [][]kv.Key{cands}
 			}
 		} else {
-			runs, marked, busy, err = c.pickScheduled(tr, typ, n, max, ti.high, avoid, scan)
+			look, err = c.pickScheduled(tr, typ, n, max, ti.high, avoid, scan, sw)
+			runs, marked, busy = look.runs, look.shards, look.busy
 		}
 		if err != nil {
 			return result{}, err
@@ -300,22 +313,26 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		if len(jobs) > 0 {
 			leaseShards[shard] = true
 		}
-		if len(jobs) == 0 && wantWatch && !busy {
-			return result{watch: tr.Watch(c.k.watchesPending(typ))}, nil
+		if len(jobs) == 0 && wantWatch && !busy && !look.more {
+			return result{watch: tr.Watch(c.k.watchesPending(typ)), look: look}, nil
 		}
-		res := result{jobs: jobs, timeout: ti.timeout, shard: shard}
+		res := result{jobs: jobs, timeout: ti.timeout, shard: shard, look: look}
 		if len(jobs) > 0 {
 			res.vs = tr.GetVersionstamp()
 		}
 		return res, nil
 	})
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, false, false, err
+	}
+	more = len(res.jobs) == 0 && res.look.more
+	if more {
+		sw.advance(res.look)
 	}
 	if res.vs != nil {
 		vs, err := res.vs.Get()
 		if err != nil {
-			return nil, nil, false, err
+			return nil, nil, false, false, err
 		}
 		l := &lease{shard: res.shard, held: len(res.jobs)}
 		copy(l.vs.TransactionVersion[:], vs)
@@ -328,7 +345,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 			j.hold = &hold{clock: c.cfg.Clock, timeout: res.timeout, from: start}
 		}
 	}
-	return res.jobs, res.watch, busy && len(res.jobs) == 0, nil
+	return res.jobs, res.watch, busy && len(res.jobs) == 0 && !more, more, nil
 }
 
 // reclaimPage bounds the lease keys a reclaim reads per transaction.
@@ -411,21 +428,80 @@ func (c *Client) shardsToTry(typ string, high int64, avoid map[int64]bool) (orde
 	return append(order, last...), mine
 }
 
+// sweepShards is the most shards an accept reads in one transaction: a
+// look over more (a type with more shards, when the node's own run short)
+// goes on in the next transactions of the same Accept, so that no accept
+// transaction grows with the type's shards, and so with the cluster.
+const sweepShards = 32
+
+// sweep is where one look over a type's shards is, across the accept
+// transactions of one Accept call: the shards in the order it reads them
+// (this node's own first), how many it has read, and the type's pending
+// counter as its first transaction read it, and whether it skipped shards
+// this node's other acceptors were claiming. A look that ends with
+// nothing found compares the counter as its last transaction reads it,
+// where it sets its watch: a job enqueued during the look changed it, and
+// the look starts over instead of waiting (an enqueue after that read
+// fires the watch).
+type sweep struct {
+	order   []int64
+	mine    map[int64]bool
+	pos     int
+	counter []byte
+	skipped bool
+}
+
+// advance moves the sweep past the shards look read, or back to the
+// start.
+func (sw *sweep) advance(look pick) {
+	if look.next == 0 {
+		sw.pos, sw.counter, sw.skipped = 0, nil, false
+		return
+	}
+	if sw.pos == 0 {
+		sw.counter = look.counter
+	}
+	sw.pos, sw.skipped = look.next, sw.skipped || look.busy
+}
+
+// pick is what pickScheduled found.
+type pick struct {
+	runs   [][]kv.Key
+	shards []int64 // marked in c.claiming, to be released by the caller
+	// busy reports that nothing was found but shards being claimed by this
+	// node's other acceptors were skipped.
+	busy bool
+	// more reports that nothing was found and the look goes on at next
+	// (0: it starts over, its counter having changed) in another
+	// transaction; counter is the pending counter this one read.
+	more    bool
+	next    int
+	counter []byte
+}
+
 // pickScheduled finds up to n pending keys of typ scheduled at or before
 // max, read as a snapshot, as runs of consecutive keys of a shard (see
 // doc.go, "Accepting"): the head of the first of the node's own shards
 // that no other acceptor of the node is claiming from; when that has fewer
 // than n due, the other shards not being claimed on the node, read at
-// once, the node's own from their head, then other nodes' from the end of
-// what is due, when none of its own has anything more. With scan, it
-// reads every shard at once from the start (an Accept woken after it
-// found nothing: one round trip, not two). The shards it took runs from
-// stay marked in c.claiming until the caller releases them.
-//
-// busy reports that nothing was found but shards being claimed by this
-// node's other acceptors were skipped.
-func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high int64, avoid map[int64]bool, scan bool) (runs [][]kv.Key, shards []int64, busy bool, err error) {
+// once, sweepShards at a time (sw), the node's own from their head, then
+// other nodes' from the end of what is due, when none of its own has
+// anything more. With scan, or past the sweep's first transaction, it
+// reads the shards at once from the start (an Accept woken after it found
+// nothing: one round trip, not two). The shards it took runs from stay
+// marked in c.claiming until the caller releases them.
+func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high int64, avoid map[int64]bool, scan bool, sw *sweep) (p pick, err error) {
 	snap := tr.Snapshot()
+	if int64(len(sw.order)) != high {
+		order, mine := c.shardsToTry(typ, high, nil)
+		*sw = sweep{order: order, mine: mine}
+	}
+	order, mine := sw.order, sw.mine
+	paged := len(order) > sweepShards
+	var counter kv.FutureByteSlice
+	if paged {
+		counter = snap.Get(c.k.watchesPending(typ))
+	}
 	read := func(s int64, limit int) kv.RangeResult {
 		return snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: limit})
 	}
@@ -436,35 +512,51 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 		for i, e := range kvs {
 			run[i] = e.Key
 		}
-		runs, shards, got = append(runs, run), append(shards, s), got+len(run)
+		p.runs, p.shards, got = append(p.runs, run), append(p.shards, s), got+len(run)
 	}
-	order, mine := c.shardsToTry(typ, high, avoid)
 	skipped := false
-	rest := order
-	for i, s := range order {
-		if scan || !mine[s] {
-			break // none of its own free: the others are read below
+	first := int64(-1)
+	if !scan && sw.pos == 0 {
+		for _, s := range order {
+			if !mine[s] || avoid[s] {
+				continue
+			}
+			if !c.claiming.take(typ, s) {
+				skipped = true
+				continue
+			}
+			first = s
+			kvs, err := read(s, n).GetSliceWithError()
+			if err != nil {
+				c.claiming.release(typ, s)
+				return p, err
+			}
+			if len(kvs) == 0 {
+				c.claiming.release(typ, s)
+			} else {
+				add(s, kvs)
+			}
+			break
 		}
-		if !c.claiming.take(typ, s) {
-			skipped = true
-			continue
+		if got == n {
+			return p, nil
 		}
-		rest = order[i+1:]
-		kvs, err := read(s, n).GetSliceWithError()
-		if err != nil {
-			c.claiming.release(typ, s)
-			return nil, nil, false, err
-		}
-		if len(kvs) == 0 {
-			c.claiming.release(typ, s)
-		} else {
-			add(s, kvs)
-		}
-		break
 	}
-	if got == n {
-		return runs, shards, false, nil
+	// This transaction's part of the look, shards a conflict made the
+	// caller avoid last.
+	window := order[sw.pos:min(len(order), sw.pos+sweepShards)]
+	p.next = sw.pos + len(window)
+	var rest, last []int64
+	for _, s := range window {
+		switch {
+		case s == first:
+		case avoid[s]:
+			last = append(last, s)
+		default:
+			rest = append(rest, s)
+		}
 	}
+	rest = append(rest, last...)
 	// The other shards, read at once: the node's own from their head,
 	// other nodes' from the end of what is due, so that a node helping
 	// with another's shard does not take the keys its owner is taking
@@ -484,12 +576,12 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 			}
 			continue
 		}
-		p := part{shard: s, tail: !mine[s]}
-		p.f = snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: n - got, Reverse: p.tail})
-		if p.tail {
-			theirs = append(theirs, p)
+		pt := part{shard: s, tail: !mine[s]}
+		pt.f = snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: n - got, Reverse: pt.tail})
+		if pt.tail {
+			theirs = append(theirs, pt)
 		} else {
-			parts = append(parts, p)
+			parts = append(parts, pt)
 		}
 	}
 	// A node helps with other nodes' shards only once its own have nothing
@@ -500,7 +592,7 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 	for _, f := range claimed {
 		kvs, err := f.GetSliceWithError()
 		if err != nil {
-			return runs, shards, false, err
+			return p, err
 		}
 		if len(kvs) > 0 {
 			theirs = nil
@@ -508,25 +600,41 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 		}
 	}
 	mrand.Shuffle(len(theirs), func(i, j int) { theirs[i], theirs[j] = theirs[j], theirs[i] })
-	for _, p := range append(parts, theirs...) {
-		kvs, err := p.f.GetSliceWithError()
+	for _, pt := range append(parts, theirs...) {
+		kvs, err := pt.f.GetSliceWithError()
 		if err != nil {
-			return runs, shards, false, err
+			return p, err
 		}
 		if len(kvs) == 0 || got == n {
 			continue
 		}
-		if !c.claiming.take(typ, p.shard) {
+		if !c.claiming.take(typ, pt.shard) {
 			skipped = true
 			continue
 		}
-		if p.tail {
+		if pt.tail {
 			kvs = kvs[:min(len(kvs), n-got)]
 			slices.Reverse(kvs)
 		}
-		add(p.shard, kvs)
+		add(pt.shard, kvs)
 	}
-	return runs, shards, got == 0 && skipped, nil
+	if got > 0 {
+		return p, nil
+	}
+	p.busy = skipped || sw.skipped
+	if !paged {
+		return p, nil
+	}
+	if p.counter, err = counter.Get(); err != nil {
+		return p, err
+	}
+	switch {
+	case p.next < len(order):
+		p.more = true
+	case sw.pos > 0 && !bytes.Equal(p.counter, sw.counter):
+		p.more, p.next = true, 0 // jobs were enqueued during the look
+	}
+	return p, nil
 }
 
 // pickNoSchedule picks up to n pending keys scheduled at 0 of one shard,

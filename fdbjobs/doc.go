@@ -118,12 +118,19 @@
 // A scheduled Accept reads, as a snapshot, the first n due pending keys
 // of the first shard that its node owns and that no other acceptor of the
 // node is reading (its own shards start at a random one each time); when
-// that shard has fewer than n, it reads every other shard not being read
-// on the node at once and fills the batch from them: its node's own from
-// their head, then, only if none of its own shards has anything more due,
-// other nodes' from the end of what they have due (so that a helping node
-// and the shard's owner take from opposite ends), chosen at random. An
-// Accept that looks again after finding nothing reads every shard at once.
+// that shard has fewer than n, it reads the other shards not being read
+// on the node at once, 32 at most per transaction (a type with more goes
+// on in the Accept's next transactions: no accept transaction grows with
+// the shards, and so with the cluster), and fills the batch from them:
+// its node's own from their head, then, only if none of its own shards
+// has anything more due, other nodes' from the end of what they have due
+// (so that a helping node and the shard's owner take from opposite ends),
+// chosen at random. An Accept that looks again after finding nothing
+// reads the shards at once, as many a transaction. A look over several
+// transactions that found nothing compares the type's pending counter as
+// its last transaction reads it (where it sets its watch) with its first
+// reading, and looks again when a job was enqueued meanwhile, so it never
+// waits with a job due in a shard it read before.
 // A started Client's Accept takes the type's timeout and shard counts
 // from what its type-check loop last read (it watches TYPES_VERSION), so
 // no key is read by every accept of a type; one not started reads them.
@@ -131,8 +138,9 @@
 // clear: two acceptors conflict only when they take from the same end of
 // a shard at once, and then the loser's retry tries that shard last. A
 // NoSchedule Accept takes the pending key next to a random point of a
-// shard (O(1), for random-looking ids scheduled at 0). With nothing pending, the same transaction sets a
-// watch on the type's pending counter and Accept waits on it: no polling.
+// shard (O(1), for random-looking ids scheduled at 0). With nothing
+// pending, the same transaction sets a watch on the type's pending counter
+// and Accept waits on it: no polling.
 // A commit of the same Client that makes a job pending (Add, AddBatch,
 // Resubmit, a Finish that re-enqueues, Reenqueue, the activity monitor;
 // in its own transaction, not the caller's) also wakes that Client's

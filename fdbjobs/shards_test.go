@@ -171,11 +171,18 @@ func TestTypeInfoCache(t *testing.T) {
 		}
 	}
 
-	// Accepts use the copy: the hold follows its timeout.
+	// Accepts use the copy: the hold follows its timeout (the loop held
+	// after a read, so that it does not replace the copy meanwhile).
+	hold = make(chan struct{})
+	gate.Store(&hold)
+	b.c.forceTypeCheck()
+	<-reading
 	m := map[string]typeInfo{t1: {timeout: time.Hour, hasTimeout: true, shards: 4, high: ShardsDefault}}
 	b.c.infos.Store(&m)
 	b.add(t, t1, j1, "", 0)
 	require.Equal(t, time.Hour, b.accept(t, t1).hold.timeout)
+	gate.Store(nil)
+	close(hold)
 }
 
 // Ownership splits the shards among the members: each shard has exactly
