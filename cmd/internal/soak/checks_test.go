@@ -339,10 +339,28 @@ func (s *soak) checkViews(now time.Time, jobs []soakJobRow, docs []soakDocRow, t
 			s.problem("safety: _scheduler/jobs shows %d jobs running on %s; max_jobs %d", n, node, lim)
 		}
 	}
+	docRows := map[string]soakDocRow{}
+	for _, d := range docs {
+		docRows[d.Database+"/"+d.DocID] = d
+	}
 	for _, v := range s.versions {
-		if v.alive() && !listed[v] {
-			p = append(p, fmt.Sprintf("views: _scheduler/jobs misses %s", v))
+		if !v.alive() || listed[v] {
+			continue
 		}
+		d, ok := docRows[v.db+"/"+v.doc]
+		ok = ok && v.post == nil && soakTargetKey(soakDeref(d.Target)) == v.key
+		if ok && !v.cont && !v.killedOpen.IsZero() && d.State == "completed" {
+			// Its run completed as its process was killed: the commit
+			// happened, the "completed" line did not.
+			v.completed = v.killedOpen
+			s.logOp("%s completed as its process was killed (its document says so; no log line)", v)
+			continue
+		}
+		state := "no document row"
+		if ok {
+			state = "its document: " + d.State
+		}
+		p = append(p, fmt.Sprintf("views: _scheduler/jobs misses %s (%s)", v, state))
 	}
 
 	tasked := map[string]bool{}

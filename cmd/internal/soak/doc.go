@@ -54,7 +54,10 @@
 //     jobs it shows running are those _active_tasks lists, and those the
 //     logs have running, node for node; _active_tasks lists no retired
 //     version. An answer of POST /_replicate (completed, running, failed)
-//     has its job's log line within soakLag.
+//     has its job's log line within soakLag. A one-shot document version
+//     whose run a kill ended counts as completed once _scheduler/docs
+//     says its document completed: the node logs after its commit, and
+//     the kill may fall in between.
 //
 // At the end, with max_jobs raised so that everything fits: every live
 // continuous replication's target has exactly its source's documents (as

@@ -31,8 +31,12 @@ type soakVersion struct {
 	endWhy    string
 	retryAt   time.Time // its crash's backoff ends
 	notBefore time.Time // it waited at a kill: an acceptor may have claimed it, the activity monitor frees it by then
-	crashes   int
-	crashInfo string
+	// killedOpen is the last kill that ended one of its runs: a node logs
+	// after its commit, so a one-shot run may have completed in the store
+	// without its "completed" line (_scheduler/docs tells).
+	killedOpen time.Time
+	crashes    int
+	crashInfo  string
 }
 
 func (v *soakVersion) works() bool { return v.src == "live" || v.src == "static" }

@@ -524,7 +524,7 @@ func (s *soak) opKill() {
 	}
 	s.startProc()
 	for v := range wasOpen {
-		v.lastEnd, v.endWhy = s.lastRestart, "its process was killed and restarted"
+		v.lastEnd, v.endWhy, v.killedOpen = s.lastRestart, "its process was killed and restarted", at
 	}
 	for _, v := range waiting {
 		v.notBefore = s.lastRestart.Add(soakTakeBack)
