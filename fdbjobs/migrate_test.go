@@ -80,9 +80,14 @@ func TestMigrateLayout1(t *testing.T) {
 	m := b.c.NewActivityMonitor(t1)
 	_, _, err = m.Check(b.ctx)
 	require.NoError(t, err)
+	// Under storage faults a batch that committed may report
+	// commit_unknown_result and go uncounted: the accepts check the outcome.
 	back, _, err := m.Check(b.ctx)
 	require.NoError(t, err)
-	require.Equal(t, 2, back)
+	require.LessOrEqual(t, back, 2)
+	active, err = b.c.ActiveJobIDs(b.ctx, nil, t1)
+	require.NoError(t, err)
+	require.Empty(t, active)
 	for range 2 {
 		j, err := b.c.Accept(b.ctx, t1, AcceptOptions{MaxScheduledTime: 10})
 		require.NoError(t, err)
