@@ -226,9 +226,14 @@ func (c *Cluster) PutDoc(db, id string, doc map[string]any) {
 	require.NoError(c.t, err)
 }
 
-// putDocsBatch is how many documents PutDocs writes per transaction
-// (small enough to commit beside busy nodes under the race detector).
-const putDocsBatch = 50
+// putDocsBatch is how many documents PutDocs writes per transaction:
+// small enough to commit beside busy nodes under the race detector, and
+// under the faults pass's read errors (about one read in 110 fails, and
+// a document's job costs about 11 reads: a transaction of 50 documents,
+// 550 reads, committed at fewer than 1 attempt in 100, and a seed of
+// TestDeletingADatabaseStopsAllItsJobs never got its first 50 through in
+// a minute; 10 commit at about 1 attempt in 3).
+const putDocsBatch = 10
 
 // PutDocs writes many _replicator documents' jobs as the HTTP API does,
 // putDocsBatch per transaction, in document id order.
