@@ -30,7 +30,7 @@ func (s *Store) EndBackoff(ctx context.Context, jobID string, now time.Time, kee
 			return nil, NewReason(ErrConflict, "the job is %s, not crashing: it has no backoff to end", d.State)
 		}
 		x := d.Clone()
-		x.RetryAt = Millis(now)
+		Lifecycle{}.Transform(x, Change{Kind: BackoffEnded, At: now})
 		// Adding a pending job moves it to the new time with the new data.
 		return x, s.Jobs.Add(ctx, tr, JobType, jobID, x.Encode(), x.RetryAt)
 	})

@@ -48,6 +48,44 @@
 //	completed -> fdbjobs finished
 //	failed    -> fdbjobs finished
 //
+// # Transitions
+//
+// A node changes a job it holds only through Lifecycle.Apply, with a
+// Change of one Kind, which sets the state, the fdbjobs operation, the
+// history events (newest last) and the counters counted once it commits
+// (transition.go's table, checked by TestTransitions):
+//
+//	started    running    Update                        started            -
+//	heartbeat  (kept)     Update                        -                  -
+//	crashed    crashing   Resubmit at RetryAt           crashed, pending   crashes, stops
+//	failed     failed     Finish, then the document     crashed            failed, stops
+//	completed  completed  Finish, then the document     stopped            completed, stops
+//	requeued   pending    Resubmit at fair-share time   stopped, pending   stops
+//	put back   (kept)     Resubmit at scheduled time    -                  stops
+//
+// A crash or a heartbeat of a job that ran HealthThreshold since its last
+// start forgets its errors first (Healed); a crash's backoff grows with
+// its error count. A failed or completed document's job writes its state
+// into its document when the document is still the job's, and counts
+// docs.failed_state_updates or docs.completed_state_updates.
+//
+// A job about to start under a replication id that a live job (pending or
+// running, and its document's) holds does not start: Collide decides.
+// Another user's job is not named and makes it crash (retry after its
+// backoff); a document's job crashes beside a transient one; every other
+// collision fails it, with CouchDB's reasons and the error tag
+// duplicate_job. A holder that is finished, crashing, gone or of a
+// deleted database is taken over.
+//
+// The other changes are not a node's, and Lifecycle.Transform makes them
+// too, written by the Store: added (pending, or failed from its start,
+// tag bad_rep_doc, for a document that did not parse; history added;
+// the control plane's Store.AddJob), backoff ended (a crashing job due
+// now, its error count kept: Store.EndBackoff) and taken back (a running
+// job the job layer re-enqueued shows pending, its node kept as where it
+// last ran: the Store's re-enqueue hook, "View index"). Removal
+// (Store.RemoveJob) leaves no state.
+//
 // # Fair share
 //
 // The fair-share RFC (seed 001) between _replicator databases (transient
@@ -181,7 +219,7 @@
 //
 // Metrics count commits, not attempts: counters move after a transaction
 // committed (for DocWritten, DBCreated and DBDeleted, which run in the
-// caller's transaction, once its commit succeeds, asynchronously right
-// after). An attempt that committed although its commit reported
+// caller's transaction, once its commit succeeds: kv.Locals' after-commit
+// hooks). An attempt that committed although its commit reported
 // commit_unknown_result is not counted; its retry counts what it does.
 package replicator

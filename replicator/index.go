@@ -27,6 +27,13 @@ func AsSeen(st fdbjobs.State, d *JobData) *JobData {
 	if d.State != StateRunning || st == fdbjobs.Running {
 		return d
 	}
+	return Unheld(d)
+}
+
+// Unheld is a copy of d shown as a running job that no node holds any
+// more is shown: pending, on no node (a job re-enqueued, or running on a
+// node that died).
+func Unheld(d *JobData) *JobData {
 	x := *d
 	x.State, x.Node = StatePending, ""
 	return &x

@@ -168,7 +168,7 @@ func (s *Store) reenqueued(tr kv.Transaction, jobs []fdbjobs.ReenqueuedJob) erro
 			continue // not ours to judge: re-enqueued as it is
 		}
 		if d.State == StateRunning {
-			d.State = StatePending
+			Lifecycle{}.Transform(d, Change{Kind: TakenBack})
 			jobs[i].Data = d.Encode()
 		}
 		idx = append(idx, indexedJob{id: jobs[i].ID, st: fdbjobs.Pending, d: d})

@@ -142,17 +142,17 @@ func (vb *viewBench) Grow(ctx context.Context, n, running, crashing int) error {
 		if err != nil {
 			return err
 		}
-		now := replicator.Millis(time.Now())
+		now := time.Now()
 		d.RepID = strings.ReplaceAll(job.ID, "|", "+")
+		// Crashed with an hour's backoff, as a node makes it.
+		l := replicator.Lifecycle{Store: vb.store, MaxHistory: 20,
+			Backoff: func(int, float64) time.Duration { return time.Hour }}
+		c := replicator.Change{Kind: replicator.Crashed, At: now, Tag: "db_not_found", Reason: "could not open http://peer.invalid/"}
+		if start {
+			c = replicator.Change{Kind: replicator.Started, At: now, Node: fmt.Sprintf("node%d", vb.running%8)}
+		}
 		_, err = vb.db.Transact(ctx, func(tr kv.Transaction) (any, error) {
-			x := d.Clone()
-			if start {
-				x.State, x.Node, x.LastStart, x.LastUpdated = replicator.StateRunning, fmt.Sprintf("node%d", vb.running%8), now, now
-				return nil, vb.store.UpdateJob(ctx, tr, job, x)
-			}
-			x.State, x.ErrorCount, x.LastUpdated = replicator.StateCrashing, 1, now
-			x.StateInfo = replicator.StateInfo("db_not_found", "could not open http://peer.invalid/")
-			return nil, vb.store.ResubmitJob(ctx, tr, job, x, now+time.Hour.Milliseconds())
+			return nil, l.Apply(ctx, tr, job, d.Clone(), c)
 		})
 		if err != nil {
 			return err

@@ -48,8 +48,6 @@ func (p *Plane) seer(ctx context.Context) func(fdbjobs.State, *replicator.JobDat
 		if alive == nil || alive[d.Node] {
 			return d
 		}
-		x := *d
-		x.State, x.Node = replicator.StatePending, ""
-		return &x
+		return replicator.Unheld(d)
 	}
 }

@@ -214,14 +214,12 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) (re
 		}
 	}
 	now := p.cfg.Clock.Now()
-	d := &replicator.JobData{Rep: spec, DocOwner: doc.Owner, DBName: doc.DB, DBUUID: dbUUID, DocID: doc.ID, State: replicator.StatePending,
-		StartTime: replicator.Millis(now), LastUpdated: replicator.Millis(now)}
+	d := &replicator.JobData{Rep: spec, DocOwner: doc.Owner, DBName: doc.DB, DBUUID: dbUUID, DocID: doc.ID}
+	c := replicator.Change{Kind: replicator.Added, At: now}
 	if perr != nil {
-		d.Rep, d.State = nil, replicator.StateFailed
-		d.LastError = replicator.Reason(perr)
-		d.StateInfo = replicator.StateInfo("bad_rep_doc", replicator.Reason(perr))
+		c.Reason = replicator.Reason(perr) // failed from its start
 	}
-	d.AddHistory(p.conf().MaxHistory, replicator.HistoryEvent{Type: replicator.EventAdded, Timestamp: replicator.Millis(now)})
+	replicator.Lifecycle{MaxHistory: p.conf().MaxHistory}.Transform(d, c)
 	if err := p.addJob(ctx, tr, jobID, old, d); err != nil {
 		return false, err
 	}

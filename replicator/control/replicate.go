@@ -66,7 +66,8 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user replic
 	}
 	spec := req.Spec
 	jobID := replicator.TransientJobID(uuid, spec, user.Name)
-	now := replicator.Millis(p.cfg.Clock.Now())
+	at := p.cfg.Clock.Now()
+	now := replicator.Millis(at)
 	// added survives the retry loop: a body that runs again after its
 	// earlier attempt committed finds its own job pending and reports the
 	// same outcome (the job added once).
@@ -82,8 +83,8 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user replic
 		case old != nil && added && old.StartTime == now && replicator.SameReplication(old.Rep, spec):
 			return nil, nil // our earlier attempt's job, which already finished
 		}
-		d := &replicator.JobData{Rep: spec, RepUser: user.Name, State: replicator.StatePending, StartTime: now, LastUpdated: now}
-		d.AddHistory(p.conf().MaxHistory, replicator.HistoryEvent{Type: replicator.EventAdded, Timestamp: now})
+		d := &replicator.JobData{Rep: spec, RepUser: user.Name}
+		replicator.Lifecycle{MaxHistory: p.conf().MaxHistory}.Transform(d, replicator.Change{Kind: replicator.Added, At: at})
 		if err := p.addJob(ctx, tr, jobID, old, d); err != nil {
 			return nil, err
 		}

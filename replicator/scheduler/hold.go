@@ -80,6 +80,7 @@ func (w *worker) logHoldLost() {
 // heartbeat stores the stats (the fdbjobs heartbeat); false on halt.
 func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 	healed := false
+	l := w.lifecycle()
 	sy := w.liveSync()
 	renewed := w.job.Renewing()
 	ctx, done := w.job.HoldContext(w.ctx)
@@ -91,12 +92,8 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 		if sy != nil {
 			x.Sync = sy
 		}
-		x.LastUpdated = replicator.Millis(now)
-		healed = x.ErrorCount > 0 && now.Sub(time.UnixMilli(x.LastStart)) > w.cfg.HealthThreshold
-		if healed {
-			x.ErrorCount, x.LastError = 0, ""
-		}
-		return x, w.n.store.UpdateJob(ctx, tr, w.job, x)
+		healed = x.ErrorCount > 0 && replicator.Healed(x.LastStart, now, w.cfg.HealthThreshold)
+		return x, l.Apply(ctx, tr, w.job, x, replicator.Change{Kind: replicator.Heartbeat, At: now})
 	})
 	renewed(err == nil)
 	if err != nil {

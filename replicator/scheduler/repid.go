@@ -2,20 +2,12 @@ package scheduler
 
 import (
 	"errors"
-	"fmt"
-	"math/rand/v2"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
-
-// tagDuplicate is the error tag (the "error" of a job's info) of a job
-// whose replication another job already runs: CouchDB's name for that
-// error (CouchDB 3.x shows a duplicate document's info as the reason
-// alone, {"error": reason}).
-const tagDuplicate = "duplicate_job"
 
 // initJob marks the job running under repID after checking who holds
 // repID (the collision rules of doc.go, "Job lifecycle"). It reports
@@ -25,9 +17,12 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 		run    bool
 		orphan bool // the job's database was deleted: removed
 		x      *replicator.JobData
-		state  string
+		c      replicator.Change
 	}
-	now, jitter := w.now(), rand.Float64()
+	now := w.now()
+	l := w.lifecycle()
+	// A collision's change, chosen outside the transaction (its jitter).
+	dup := w.crashed(now, replicator.TagDuplicate, "")
 	// A node name in the data of a job about to start is the node it ran
 	// on when it was taken back (re-enqueued by the activity monitor, or
 	// by its node's restart); a job that stopped properly has none.
@@ -72,42 +67,18 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 				}
 			}
 			if live {
-				switch {
-				case od.Owner() != x.Owner():
-					// Another user's replication never makes this one
-					// fail (it could be squatting on the id with wrong
-					// credentials): wait and retry, without naming it.
-					what := "replication"
-					if od.Transient() {
-						what = "transient replication"
-					}
-					reason := fmt.Sprintf("Replication `%s` is already running as another user's %s; retrying later", repID, what)
-					return outcome{x: x, state: replicator.StateCrashing}, w.crashTx(tr, x, tagDuplicate, reason, now, jitter)
-				case od.Transient() && !x.Transient():
-					reason := fmt.Sprintf("Replication `%s` is already running as a transient replication (job %s); retrying later", repID, other)
-					return outcome{x: x, state: replicator.StateCrashing}, w.crashTx(tr, x, tagDuplicate, reason, now, jitter)
-				case od.Transient():
-					reason := fmt.Sprintf("Replication `%s` is already running as a transient replication (job %s); retrying later", repID, other)
-					return outcome{x: x, state: replicator.StateFailed}, w.failTx(tr, x, tagDuplicate, reason, now)
-				}
-				var reason string
-				if x.Transient() {
-					reason = fmt.Sprintf("Replication `%s` already started, triggered by document `%s` from db `%s`", repID, od.DocID, od.DBName)
-				} else {
-					reason = fmt.Sprintf("Replication `%s` specified by document `%s` already started, triggered by document `%s` from db `%s`",
-						repID, x.DocID, od.DocID, od.DBName)
-				}
-				return outcome{x: x, state: replicator.StateFailed}, w.failTx(tr, x, tagDuplicate, reason, now)
+				c := dup
+				c.Kind, c.Reason = replicator.Collide(x, od, other, repID)
+				return outcome{x: x, c: c}, l.Apply(w.ctx, tr, w.job, x, c)
 			}
 			// The holder is finished, crashing, gone or orphaned: take over.
 		}
 		w.n.store.ClaimRepID(tr, repID, w.job.ID)
-		x.State, x.StateInfo, x.LastStart, x.LastUpdated, x.Node = replicator.StateRunning, nil, replicator.Millis(now), replicator.Millis(now), w.cfg.NodeName
-		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventStarted, Timestamp: replicator.Millis(now)})
-		if err := w.n.store.UpdateJob(w.ctx, tr, w.job, x); err != nil {
+		c := replicator.Change{Kind: replicator.Started, At: now, Node: w.cfg.NodeName}
+		if err := l.Apply(w.ctx, tr, w.job, x, c); err != nil {
 			return outcome{}, err
 		}
-		return outcome{run: true, x: x, state: replicator.StateRunning}, nil
+		return outcome{run: true, x: x, c: c}, nil
 	})
 	renewed(err == nil && o.run)
 	if err != nil {
@@ -129,14 +100,14 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 		return false
 	}
 	*d = *o.x
-	w.afterFinish(o.state, d)
-	switch {
-	case o.run:
+	w.count(d, o.c)
+	switch o.c.Kind {
+	case replicator.Started:
 		w.logStarted(d, rep, prevNode)
-	case o.state == replicator.StateCrashing:
-		w.logCrashed(d, tagDuplicate, d.LastError, now, jitter)
-	case o.state == replicator.StateFailed:
-		w.logFailed(d, tagDuplicate, d.LastError)
+	case replicator.Crashed:
+		w.logCrashed(d, replicator.TagDuplicate, d.LastError, o.c.At, o.c.Jitter)
+	case replicator.Failed:
+		w.logFailed(d, replicator.TagDuplicate, d.LastError)
 	}
 	return o.run
 }

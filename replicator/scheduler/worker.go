@@ -425,48 +425,45 @@ func (w *worker) logHalted(starting bool) {
 	w.logEvent(w.cfg.Logger.Info(), w.data).Str("why", why).Msg("replication stopped")
 }
 
-// finishTx runs f (which finishes the job) in a transaction and updates
-// d; it reports whether the transaction committed.
-func (w *worker) finishTx(d *replicator.JobData, state string, f func(tr kv.Transaction, x *replicator.JobData) error) bool {
+// change applies c to the job in a transaction (prep, when set, first
+// writes the worker's own data into the job's, such as its counters),
+// updates d and counts the change; it reports whether it committed.
+func (w *worker) change(d *replicator.JobData, c replicator.Change, prep func(x *replicator.JobData)) bool {
+	l := w.lifecycle()
 	x, err := transactJob(w, func(tr kv.Transaction) (*replicator.JobData, error) {
 		x := d.Clone()
-		return x, f(tr, x)
+		if prep != nil {
+			prep(x)
+		}
+		return x, l.Apply(w.ctx, tr, w.job, x, c)
 	})
 	if err != nil {
 		w.txError(err)
 		return false
 	}
 	*d = *x
-	w.afterFinish(state, d)
+	w.count(d, c)
 	return true
 }
 
-func (w *worker) afterFinish(state string, d *replicator.JobData) {
-	switch state {
-	case replicator.StateFailed:
-		w.n.m.Inc(replicator.MetricJobsFailed)
-		w.n.m.Inc(replicator.MetricJobsStops)
-		if !d.Transient() && w.cfg.DocUpdater != nil {
-			w.n.m.Inc(replicator.MetricDocsFailedUpdates)
-		}
-	case replicator.StateCompleted:
-		w.n.m.Inc(replicator.MetricJobsCompleted)
-		w.n.m.Inc(replicator.MetricJobsStops)
-		if !d.Transient() && w.cfg.DocUpdater != nil {
-			w.n.m.Inc(replicator.MetricDocsCompletedUpdates)
-		}
-	case replicator.StateCrashing:
-		w.n.m.Inc(replicator.MetricJobsCrashes)
-		w.n.m.Inc(replicator.MetricJobsStops)
-	case replicator.StatePending:
-		w.n.m.Inc(replicator.MetricJobsStops)
+// count adds to the counters of the change c, which committed, to the
+// job whose data is d.
+func (w *worker) count(d *replicator.JobData, c replicator.Change) {
+	for _, name := range w.lifecycle().Counters(d, c) {
+		w.n.m.Inc(name)
 	}
+}
+
+// lifecycle is how this worker's changes are applied, under the node's
+// current configuration.
+func (w *worker) lifecycle() replicator.Lifecycle {
+	return replicator.Lifecycle{Store: w.n.store, Docs: w.cfg.DocUpdater, Logger: w.cfg.Logger,
+		MaxHistory: w.cfg.MaxHistory, HealthThreshold: w.cfg.HealthThreshold, Backoff: w.cfg.backoff}
 }
 
 // fail ends the job in state failed.
 func (w *worker) fail(d *replicator.JobData, tag, reason string) {
-	now := w.now()
-	if w.finishTx(d, replicator.StateFailed, func(tr kv.Transaction, x *replicator.JobData) error { return w.failTx(tr, x, tag, reason, now) }) {
+	if w.change(d, replicator.Change{Kind: replicator.Failed, At: w.now(), Tag: tag, Reason: reason}, nil) {
 		w.logFailed(d, tag, reason)
 	}
 }
@@ -475,64 +472,13 @@ func (w *worker) logFailed(d *replicator.JobData, tag, reason string) {
 	w.logEvent(w.cfg.Logger.Error(), d).Str("error", tag).Str("reason", reason).Msg("replication failed")
 }
 
-// failTx makes the job failed. now is chosen outside the transaction, so
-// that a retry after commit_unknown_result writes the same data.
-func (w *worker) failTx(tr kv.Transaction, x *replicator.JobData, tag, reason string, now time.Time) error {
-	x.State, x.StateInfo, x.LastError, x.Node = replicator.StateFailed, replicator.StateInfo(tag, reason), reason, ""
-	x.ErrorCount++
-	x.LastUpdated = replicator.Millis(now)
-	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventCrashed, Timestamp: replicator.Millis(now), Reason: reason})
-	if err := w.n.store.FinishJob(w.ctx, tr, w.job, x); err != nil {
-		return err
-	}
-	return w.updateDoc(tr, x, replicator.StateFailed, reason, nil)
-}
-
-// updateDoc writes a terminal state into the job's document, in tr, if
-// the document is still the job's (Store.OwnsDoc: a database deleted and
-// re-created under the same name never receives an old job's state).
-func (w *worker) updateDoc(tr kv.Transaction, x *replicator.JobData, state, reason string, stats json.RawMessage) error {
-	if x.Transient() || w.cfg.DocUpdater == nil {
-		return nil
-	}
-	owns, err := w.n.store.OwnsDoc(tr, x)
-	if err != nil || !owns {
-		return err
-	}
-	if state == replicator.StateCompleted {
-		err = w.cfg.DocUpdater.DocCompleted(w.ctx, tr, x.DBName, x.DocID, stats)
-	} else {
-		err = w.cfg.DocUpdater.DocFailed(w.ctx, tr, x.DBName, x.DocID, reason)
-	}
-	var ke kv.Error
-	if errors.As(err, &ke) {
-		return err
-	}
-	if err != nil {
-		w.cfg.Logger.Warn().Err(err).Str("db", x.DBName).Str("doc", x.DocID).Msg("replicator: document state update refused")
-	}
-	return nil
-}
-
 // complete ends a one-shot job in state completed with its final
 // checkpoint as result.
 func (w *worker) complete(d *replicator.JobData, res engine.Result) {
 	now := w.now() // outside the transaction: a retry writes the same data
-	ok := w.finishTx(d, replicator.StateCompleted, func(tr kv.Transaction, x *replicator.JobData) error {
+	ok := w.change(d, replicator.Change{Kind: replicator.Completed, At: now}, func(x *replicator.JobData) {
 		x.Stats = mergeStats(x.Stats, res.Stats)
 		x.CheckpointHistory, _ = json.Marshal(res)
-		x.State, x.Node, x.LastUpdated = replicator.StateCompleted, "", replicator.Millis(now)
-		x.StateInfo, _ = json.Marshal(x.Stats)
-		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventStopped, Timestamp: replicator.Millis(now)})
-		if err := w.n.store.FinishJob(w.ctx, tr, w.job, x); err != nil {
-			return err
-		}
-		stats := map[string]any{}
-		b, _ := json.Marshal(x.Stats)
-		_ = json.Unmarshal(b, &stats)
-		stats["start_time"] = replicator.FormatMillis(x.StartTime)
-		sb, _ := json.Marshal(stats)
-		return w.updateDoc(tr, x, replicator.StateCompleted, "", sb)
 	})
 	if ok {
 		w.logEvent(w.cfg.Logger.Info(), d).Int64("docs_read", d.Stats.DocsRead).Int64("docs_written", d.Stats.DocsWritten).
@@ -546,15 +492,8 @@ func (w *worker) complete(d *replicator.JobData, res engine.Result) {
 func (w *worker) reschedule(d *replicator.JobData, why string) {
 	now := w.now()
 	p := w.n.priorityOf(w, now)
-	stime := w.cfg.EnqueueTime(now, p, w.cfg.Interval)
-	ok := w.finishTx(d, replicator.StatePending, func(tr kv.Transaction, x *replicator.JobData) error {
-		x.State, x.StateInfo, x.Node, x.LastUpdated = replicator.StatePending, nil, "", replicator.Millis(now)
-		x.Priority = p
-		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventStopped, Timestamp: replicator.Millis(now), Reason: why})
-		x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventPending, Timestamp: replicator.Millis(now)})
-		return w.n.store.ResubmitJob(w.ctx, tr, w.job, x, stime)
-	})
-	if !ok {
+	c := replicator.Change{Kind: replicator.Requeued, At: now, Reason: why, Priority: p, STime: w.cfg.EnqueueTime(now, p, w.cfg.Interval)}
+	if !w.change(d, c, nil) {
 		return
 	}
 	if why == "" {
@@ -577,9 +516,7 @@ func (w *worker) reschedule(d *replicator.JobData, why string) {
 // its scheduled time with its data unchanged, as if it had not been
 // taken: it keeps its place.
 func (w *worker) putBack(d *replicator.JobData) {
-	w.finishTx(d, replicator.StatePending, func(tr kv.Transaction, x *replicator.JobData) error {
-		return w.n.store.ResubmitJob(w.ctx, tr, w.job, x, w.job.ScheduledTime)
-	})
+	w.change(d, replicator.Change{Kind: replicator.PutBack}, nil)
 }
 
 // crash handles an error: a persistent job (or a rate-limited transient
@@ -590,11 +527,9 @@ func (w *worker) crash(d *replicator.JobData, err error) {
 		w.fail(d, tag, reason)
 		return
 	}
-	now, jitter := w.now(), rand.Float64()
-	if w.finishTx(d, replicator.StateCrashing, func(tr kv.Transaction, x *replicator.JobData) error {
-		return w.crashTx(tr, x, tag, reason, now, jitter)
-	}) {
-		w.logCrashed(d, tag, reason, now, jitter)
+	c := w.crashed(w.now(), tag, reason)
+	if w.change(d, c, nil) {
+		w.logCrashed(d, tag, reason, c.At, c.Jitter)
 		// Through a proxy, the host's answer to a probe says nothing of
 		// the path the replication takes: it waits out its backoff.
 		if host := engine.UnreachableHost(err); host != "" && d.Rep != nil && d.Rep.Source.Proxy == "" && d.Rep.Target.Proxy == "" {
@@ -603,28 +538,21 @@ func (w *worker) crash(d *replicator.JobData, err error) {
 	}
 }
 
-// logCrashed logs a crash with when the job is retried (crashTx's
-// arithmetic on the committed error count).
+// crashed is the change that makes the job crashing at now, with its
+// backoff's jitter and the priority it keeps for when its backoff ends,
+// chosen outside the transaction: a retry after commit_unknown_result
+// schedules the job at the same time.
+func (w *worker) crashed(now time.Time, tag, reason string) replicator.Change {
+	return replicator.Change{Kind: replicator.Crashed, At: now, Tag: tag, Reason: reason,
+		Jitter: rand.Float64(), Priority: w.n.priorityOf(w, now)}
+}
+
+// logCrashed logs a crash with when the job is retried (the Crashed
+// change's arithmetic on the committed error count).
 func (w *worker) logCrashed(d *replicator.JobData, tag, reason string, now time.Time, jitter float64) {
 	wait := w.cfg.backoff(d.ErrorCount, jitter)
 	w.logEvent(w.cfg.Logger.Warn(), d).Str("error", tag).Str("reason", reason).Int("error_count", d.ErrorCount).
 		Time("retry_at", now.Add(wait).UTC()).Str("retry_in", wait.Round(time.Millisecond).String()).Msg("replication crashed")
-}
-
-// crashTx makes the job crashing. now and jitter (in [0, 1)) are chosen
-// outside the transaction so that a retry after commit_unknown_result
-// schedules the job at the same time.
-func (w *worker) crashTx(tr kv.Transaction, x *replicator.JobData, tag, reason string, now time.Time, jitter float64) error {
-	if x.LastStart > 0 && now.Sub(time.UnixMilli(x.LastStart)) > w.cfg.HealthThreshold {
-		x.ErrorCount = 0 // healed: it ran long enough since its last start
-	}
-	x.ErrorCount++
-	x.State, x.StateInfo, x.LastError, x.Node, x.LastUpdated = replicator.StateCrashing, replicator.StateInfo(tag, reason), reason, "", replicator.Millis(now)
-	x.Priority = w.n.priorityOf(w, now) // kept for when its backoff ends
-	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventCrashed, Timestamp: replicator.Millis(now), Reason: reason})
-	x.AddHistory(w.cfg.MaxHistory, replicator.HistoryEvent{Type: replicator.EventPending, Timestamp: replicator.Millis(now)})
-	x.RetryAt = replicator.Millis(now) + w.cfg.backoff(x.ErrorCount, jitter).Milliseconds()
-	return w.n.store.ResubmitJob(w.ctx, tr, w.job, x, x.RetryAt)
 }
 
 // engineErrors are the engine's error classes, matched in order.

@@ -1,0 +1,229 @@
+package replicator
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+)
+
+// docCalls records what a Lifecycle writes into documents.
+type docCalls struct{ calls []string }
+
+func (d *docCalls) DocCompleted(_ context.Context, _ kv.Transaction, db, doc string, stats json.RawMessage) error {
+	d.calls = append(d.calls, "completed "+db+"/"+doc+" "+string(stats))
+	return nil
+}
+
+func (d *docCalls) DocFailed(_ context.Context, _ kv.Transaction, db, doc, reason string) error {
+	d.calls = append(d.calls, "failed "+db+"/"+doc+" "+reason)
+	return nil
+}
+
+// The table of doc.go, "Transitions": each kind applied to a document's
+// job through Lifecycle.Apply leaves the job in its state, in its fdbjobs
+// state and due time, with its history events, its document written for
+// the terminal ones, and names its counters.
+func TestTransitions(t *testing.T) {
+	const db, doc = "_replicator", "d1"
+	at := time.UnixMilli(5_000_000)
+	backoff := func(n int, jitter float64) time.Duration { return time.Duration(n) * time.Minute }
+	for _, tc := range []struct {
+		c        Change
+		state    string
+		st       fdbjobs.State
+		due      int64 // the job's scheduled time when pending again
+		events   []string
+		counters []string
+		doc      string
+	}{
+		{Change{Kind: Started, At: at, Node: "n2"}, StateRunning, fdbjobs.Running, 0, []string{EventStarted}, nil, ""},
+		{Change{Kind: Heartbeat, At: at}, StateRunning, fdbjobs.Running, 0, []string{EventStarted}, nil, ""},
+		{Change{Kind: Crashed, At: at, Tag: "http_error", Reason: "boom", Priority: 7},
+			StateCrashing, fdbjobs.Pending, at.UnixMilli() + time.Minute.Milliseconds(),
+			[]string{EventPending, EventCrashed, EventStarted}, []string{MetricJobsCrashes, MetricJobsStops}, ""},
+		{Change{Kind: Failed, At: at, Tag: "db_not_found", Reason: "gone"}, StateFailed, fdbjobs.Finished, 0,
+			[]string{EventCrashed, EventStarted}, []string{MetricJobsFailed, MetricJobsStops, MetricDocsFailedUpdates},
+			"failed _replicator/d1 gone"},
+		{Change{Kind: Completed, At: at}, StateCompleted, fdbjobs.Finished, 0,
+			[]string{EventStopped, EventStarted}, []string{MetricJobsCompleted, MetricJobsStops, MetricDocsCompletedUpdates},
+			`completed _replicator/d1 {"bulk_get_attempts":0,"bulk_get_docs":0,"changes_pending":null,"doc_write_failures":0,"docs_read":3,"docs_written":3,"missing_revisions_found":3,"revisions_checked":3,"start_time":"1970-01-01T00:16:40Z"}`},
+		{Change{Kind: Requeued, At: at, Reason: "rotation", Priority: 3, STime: 6_000_000}, StatePending, fdbjobs.Pending, 6_000_000,
+			[]string{EventPending, EventStopped, EventStarted}, []string{MetricJobsStops}, ""},
+		{Change{Kind: PutBack}, StatePending, fdbjobs.Pending, 1_000, nil, []string{MetricJobsStops}, ""},
+	} {
+		t.Run(tc.c.Kind.String(), func(t *testing.T) {
+			ctx := context.Background()
+			kdb := kvtest.NewDB(t)
+			jobs, err := fdbjobs.New(kdb, fdbjobs.Config{})
+			require.NoError(t, err)
+			s := NewStore(kdb, jobs, nil)
+			_, err = s.Setup(ctx, time.Hour, 0)
+			require.NoError(t, err)
+			docs := &docCalls{}
+			l := Lifecycle{Store: s, Docs: docs, MaxHistory: 10, HealthThreshold: time.Hour, Backoff: backoff}
+			var id string
+			_, err = kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
+				uuid, err := s.DBUUID(tr, db)
+				if err != nil {
+					return nil, err
+				}
+				id = DocJobID(uuid, doc)
+				d := &JobData{DBName: db, DBUUID: uuid, DocID: doc, State: StatePending, StartTime: 1_000_000}
+				return nil, s.AddJob(ctx, tr, id, nil, d, 1_000, time.Hour)
+			})
+			require.NoError(t, err)
+			job, err := jobs.Accept(ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: 2_000})
+			require.NoError(t, err)
+			d, err := DecodeJobData(job.Data)
+			require.NoError(t, err)
+			apply := func(c Change) {
+				_, err := kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
+					x := d.Clone()
+					x.Stats.DocsRead, x.Stats.DocsWritten, x.Stats.RevisionsChecked, x.Stats.MissingRevisionsFound = 3, 3, 3, 3
+					if err := l.Apply(ctx, tr, job, x, c); err != nil {
+						return nil, err
+					}
+					d = x
+					return nil, nil
+				})
+				require.NoError(t, err)
+			}
+			if tc.c.Kind != PutBack && tc.c.Kind != Started {
+				apply(Change{Kind: Started, At: at.Add(-time.Minute), Node: "n1"})
+			}
+			apply(tc.c)
+
+			got, st, err := s.Job(ctx, nil, id)
+			require.NoError(t, err)
+			require.Equal(t, tc.state, got.State)
+			require.Equal(t, tc.st, st)
+			var events []string
+			for _, e := range got.History {
+				events = append(events, e.Type)
+			}
+			require.Equal(t, tc.events, events)
+			require.Equal(t, tc.counters, l.Counters(got, tc.c))
+			if tc.doc == "" {
+				require.Empty(t, docs.calls)
+			} else {
+				require.Equal(t, []string{tc.doc}, docs.calls)
+			}
+			if st == fdbjobs.Pending {
+				j, err := jobs.Accept(ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: 1 << 50})
+				require.NoError(t, err)
+				require.Equal(t, tc.due, j.ScheduledTime)
+			}
+			node := map[Kind]string{Started: "n2", Heartbeat: "n1"}[tc.c.Kind]
+			require.Equal(t, node, got.Node, "the node, kept while running")
+			if tc.c.Kind == Crashed || tc.c.Kind == Failed {
+				require.Equal(t, tc.c.Reason, got.LastError)
+				require.Equal(t, 1, got.ErrorCount)
+				require.JSONEq(t, `{"error":"`+tc.c.Tag+`","reason":"`+tc.c.Reason+`"}`, string(got.StateInfo))
+			}
+		})
+	}
+}
+
+// A job forgets its errors at a heartbeat or a crash once it has run
+// HealthThreshold since its last start, and only then; a crash's backoff
+// follows its error count.
+func TestTransitionHealing(t *testing.T) {
+	l := Lifecycle{MaxHistory: 5, HealthThreshold: time.Minute,
+		Backoff: func(n int, jitter float64) time.Duration {
+			return time.Duration(n)*time.Second + time.Duration(jitter*1000)*time.Millisecond
+		}}
+	start := time.UnixMilli(10_000_000)
+	for _, tc := range []struct {
+		name       string
+		kind       Kind
+		ran        time.Duration // since the last start
+		errors     int
+		wantErrors int
+		wantLast   string
+		wantRetry  int64 // after At, ms
+	}{
+		{"heartbeat healed", Heartbeat, 2 * time.Minute, 3, 0, "", 0},
+		{"heartbeat not yet", Heartbeat, 30 * time.Second, 3, 3, "earlier", 0},
+		{"heartbeat at the threshold", Heartbeat, time.Minute, 3, 3, "earlier", 0},
+		{"crash healed", Crashed, 2 * time.Minute, 3, 1, "now", 1_500},
+		{"crash not yet", Crashed, 30 * time.Second, 3, 4, "now", 4_500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := &JobData{State: StateRunning, LastStart: start.UnixMilli(), ErrorCount: tc.errors, LastError: "earlier"}
+			at := start.Add(tc.ran)
+			l.Transform(x, Change{Kind: tc.kind, At: at, Reason: "now", Jitter: 0.5})
+			require.Equal(t, tc.wantErrors, x.ErrorCount)
+			require.Equal(t, tc.wantLast, x.LastError)
+			if tc.kind == Crashed {
+				require.Equal(t, at.UnixMilli()+tc.wantRetry, x.RetryAt)
+			}
+		})
+	}
+	require.False(t, Healed(0, start, time.Minute), "a job that never started")
+}
+
+// The changes no node makes with a held job: Transform makes them, Apply
+// refuses them.
+func TestTransformOthers(t *testing.T) {
+	at := time.UnixMilli(7_000)
+	l := Lifecycle{MaxHistory: 5}
+	added := &JobData{Rep: &Spec{}}
+	l.Transform(added, Change{Kind: Added, At: at})
+	require.Equal(t, &JobData{Rep: &Spec{}, State: StatePending, StartTime: 7_000, LastUpdated: 7_000,
+		History: []HistoryEvent{{Type: EventAdded, Timestamp: 7_000}}}, added)
+
+	bad := &JobData{Rep: &Spec{}}
+	l.Transform(bad, Change{Kind: Added, At: at, Reason: "no source"})
+	require.Equal(t, &JobData{State: StateFailed, StartTime: 7_000, LastUpdated: 7_000, LastError: "no source",
+		StateInfo: StateInfo("bad_rep_doc", "no source"), History: []HistoryEvent{{Type: EventAdded, Timestamp: 7_000}}}, bad)
+
+	crashing := &JobData{State: StateCrashing, ErrorCount: 2, RetryAt: 9_000, LastUpdated: 1_000}
+	l.Transform(crashing, Change{Kind: BackoffEnded, At: at})
+	require.Equal(t, &JobData{State: StateCrashing, ErrorCount: 2, RetryAt: 7_000, LastUpdated: 1_000}, crashing)
+
+	running := &JobData{State: StateRunning, Node: "n1", LastUpdated: 1_000}
+	l.Transform(running, Change{Kind: TakenBack})
+	require.Equal(t, &JobData{State: StatePending, Node: "n1", LastUpdated: 1_000}, running)
+
+	for _, k := range []Kind{Added, BackoffEnded, TakenBack} {
+		require.ErrorContains(t, l.Apply(context.Background(), nil, nil, &JobData{}, Change{Kind: k}), "not made to a held job")
+	}
+}
+
+// The collision rule: a table of who holds the replication id.
+func TestCollide(t *testing.T) {
+	docJob := func(owner, db, doc string) *JobData { return &JobData{DBName: db, DocID: doc, DocOwner: owner} }
+	transient := func(user string) *JobData { return &JobData{RepUser: user} }
+	for _, tc := range []struct {
+		name      string
+		x, holder *JobData
+		kind      Kind
+		reason    string
+	}{
+		{"another user's document", docJob("bob", "a/_replicator", "x"), docJob("eve", "b/_replicator", "h"), Crashed,
+			"Replication `r1` is already running as another user's replication; retrying later"},
+		{"another user's transient", docJob("bob", "a/_replicator", "x"), transient("eve"), Crashed,
+			"Replication `r1` is already running as another user's transient replication; retrying later"},
+		{"a document beside a transient", docJob("bob", "a/_replicator", "x"), transient("bob"), Crashed,
+			"Replication `r1` is already running as a transient replication (job h1); retrying later"},
+		{"two transients", transient("bob"), transient("bob"), Failed,
+			"Replication `r1` is already running as a transient replication (job h1); retrying later"},
+		{"a transient beside a document", transient("bob"), docJob("bob", "b/_replicator", "h"), Failed,
+			"Replication `r1` already started, triggered by document `h` from db `b/_replicator`"},
+		{"two documents", docJob("", "a/_replicator", "x"), docJob("", "b/_replicator", "h"), Failed,
+			"Replication `r1` specified by document `x` already started, triggered by document `h` from db `b/_replicator`"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kind, reason := Collide(tc.x, tc.holder, "h1", "r1")
+			require.Equal(t, tc.kind, kind)
+			require.Equal(t, tc.reason, reason)
+		})
+	}
+}
