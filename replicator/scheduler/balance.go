@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/fdbrep/fdbrep/cluster"
@@ -117,29 +118,59 @@ func (n *Node) setShare(share int) {
 	n.mu.Unlock()
 }
 
+// loadPublisher is the node's part that publishes its load: one
+// publication at a time, from the count to the write, and one more for
+// however many calls come while one runs. It owns its state.
+type loadPublisher struct {
+	// turn serializes publishLoad: a channel of one slot, so that a caller
+	// waiting for its turn gives up when its context ends.
+	turn chan struct{}
+
+	mu         sync.Mutex
+	publishing bool // a publishSoonLocked goroutine runs
+	republish  bool // and publishes again when done
+}
+
+func newLoadPublisher() loadPublisher { return loadPublisher{turn: make(chan struct{}, 1)} }
+
+// start reports whether the caller should start a publishing goroutine:
+// false when one runs (it publishes once more when done).
+func (p *loadPublisher) start() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.publishing {
+		p.republish = true
+		return false
+	}
+	p.publishing = true
+	return true
+}
+
+// again reports whether the publishing goroutine publishes once more
+// (asked for meanwhile, and live); when not, it is done.
+func (p *loadPublisher) again(live bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	again := p.republish && live
+	p.publishing, p.republish = again, false
+	return again
+}
+
 // publishSoonLocked publishes the node's load from a goroutine, once for
 // however many calls come while one publication runs (accepted jobs,
 // workers leaving), so that the figure others read follows the node's.
+// Called with n.mu held (the goroutine joins n.wg before Stop waits).
 func (n *Node) publishSoonLocked() {
-	if n.cfg.Cluster == nil || n.ctx == nil {
+	if n.cfg.Cluster == nil || n.ctx == nil || !n.load.start() {
 		return
 	}
-	if n.publishing {
-		n.republish = true
-		return
-	}
-	n.publishing = true
 	ctx := n.ctx
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		for {
 			n.publishLoad(ctx)
-			n.mu.Lock()
-			again := n.republish && ctx.Err() == nil
-			n.publishing, n.republish = again, false
-			n.mu.Unlock()
-			if !again {
+			if !n.load.again(ctx.Err() == nil) {
 				return
 			}
 		}
@@ -160,11 +191,11 @@ func (n *Node) publishLoad(ctx context.Context) {
 	// Serialized from the count to the write: a figure read earlier never
 	// overwrites a later one.
 	select {
-	case n.publishingLoad <- struct{}{}:
+	case n.load.turn <- struct{}{}:
 	case <-ctx.Done():
 		return
 	}
-	defer func() { <-n.publishingLoad }()
+	defer func() { <-n.load.turn }()
 	n.mu.Lock()
 	running := len(n.workers)
 	n.mu.Unlock()

@@ -9,6 +9,13 @@
 // _replicator documents through a replicator.DocUpdater (repdb.Store), in
 // the job's finishing transaction.
 //
+// A Node is made of parts: the acceptor pool, the workers, fair-share
+// charges and priorities, and the interval step (trim, balance, rotation)
+// share Node.mu; the parts that own their state, each behind its own
+// mutex, are the host prober (hosts.go), the load publisher (balance.go)
+// and the progress registry (progress.go). A worker changes its job only
+// through replicator.Lifecycle (replicator's doc.go, "Transitions").
+//
 // # Job server
 //
 // Acceptors take the runnable jobs with the oldest scheduled times:

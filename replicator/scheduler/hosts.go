@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/fdbrep/fdbrep/replicator"
@@ -12,23 +13,67 @@ import (
 // probeTimeout bounds one probe of a host (Engine.Probe).
 const probeTimeout = 10 * time.Second
 
-// hostWatch is what the node knows of the hosts its jobs crashed on
+// hostProber is the node's part that knows the hosts its jobs crashed on
 // without an answer (engine.UnreachableHost): for each host's base URL,
-// the jobs that wait out a backoff because of it. Guarded by Node.mu.
-type hostWatch map[string]map[string]bool
+// the jobs that wait out a backoff because of it, and whether a probe
+// runs. It owns its state (its own mutex); the zero value is ready.
+type hostProber struct {
+	mu      sync.Mutex
+	hosts   map[string]map[string]bool
+	probing bool // a probeHosts goroutine runs
+}
+
+// watch remembers that job crashed because host did not answer.
+func (p *hostProber) watch(host, jobID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hosts == nil {
+		p.hosts = map[string]map[string]bool{}
+	}
+	if p.hosts[host] == nil {
+		p.hosts[host] = map[string]bool{}
+	}
+	p.hosts[host][jobID] = true
+}
+
+// forget drops job from host's watch.
+func (p *hostProber) forget(host, jobID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.hosts[host], jobID)
+	if len(p.hosts[host]) == 0 {
+		delete(p.hosts, host)
+	}
+}
+
+// begin returns the watched hosts with their jobs (sorted) and marks a
+// probe running, or nil when one runs or nothing is watched.
+func (p *hostProber) begin() map[string][]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.probing || len(p.hosts) == 0 {
+		return nil
+	}
+	p.probing = true
+	hosts := make(map[string][]string, len(p.hosts))
+	for h, jobs := range p.hosts {
+		for id := range jobs {
+			hosts[h] = append(hosts[h], id)
+		}
+		slices.Sort(hosts[h])
+	}
+	return hosts
+}
+
+// end marks the probe that begin started done.
+func (p *hostProber) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.probing = false
+}
 
 // watchHost remembers that job crashed because host did not answer.
-func (n *Node) watchHost(host, jobID string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.hosts == nil {
-		n.hosts = hostWatch{}
-	}
-	if n.hosts[host] == nil {
-		n.hosts[host] = map[string]bool{}
-	}
-	n.hosts[host][jobID] = true
-}
+func (n *Node) watchHost(host, jobID string) { n.hosts.watch(host, jobID) }
 
 // probeHosts asks each watched host, in a goroutine of its own (one at a
 // time), whether it answers again (see doc.go, "Hosts that answer
@@ -39,27 +84,18 @@ func (n *Node) watchHost(host, jobID string) {
 // Called from the interval loop.
 func (n *Node) probeHosts(ctx context.Context) {
 	n.mu.Lock()
-	if n.probing || len(n.hosts) == 0 || n.stopping {
-		n.mu.Unlock()
+	defer n.mu.Unlock()
+	if n.stopping {
 		return
 	}
-	n.probing = true
-	hosts := make(map[string][]string, len(n.hosts))
-	for h, jobs := range n.hosts {
-		for id := range jobs {
-			hosts[h] = append(hosts[h], id)
-		}
-		slices.Sort(hosts[h])
+	hosts := n.hosts.begin()
+	if hosts == nil {
+		return
 	}
-	n.wg.Add(1)
-	n.mu.Unlock()
+	n.wg.Add(1) // under n.mu with stopping false: Stop waits for it
 	go func() {
 		defer n.wg.Done()
-		defer func() {
-			n.mu.Lock()
-			n.probing = false
-			n.mu.Unlock()
-		}()
+		defer n.hosts.end()
 		for host, ids := range hosts {
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			err := n.eng.Probe(pctx, host)
@@ -80,23 +116,13 @@ func (n *Node) retryHost(ctx context.Context, host string, ids []string) {
 		d, err := n.store.EndBackoff(ctx, id, cfg.Clock.Now(), nil)
 		switch {
 		case err == nil:
-			n.forgetHost(host, id)
+			n.hosts.forget(host, id)
 			cfg.Logger.Info().Str("job_id", id).Str("rep_id", d.RepID).Str("db", d.DBName).Str("doc_id", d.DocID).
 				Str("host", host).Int("error_count", d.ErrorCount).Msg("replication retried: its host answers again")
 		case errors.Is(err, replicator.ErrConflict) || errors.Is(err, replicator.ErrNotFound):
-			n.forgetHost(host, id) // running, done or gone: nothing to retry
+			n.hosts.forget(host, id) // running, done or gone: nothing to retry
 		case ctx.Err() == nil:
 			cfg.Logger.Warn().Err(err).Str("job_id", id).Str("host", host).Msg("replicator: ending a backoff; again at the next interval")
 		}
-	}
-}
-
-// forgetHost drops job from host's watch.
-func (n *Node) forgetHost(host, jobID string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	delete(n.hosts[host], jobID)
-	if len(n.hosts[host]) == 0 {
-		delete(n.hosts, host)
 	}
 }

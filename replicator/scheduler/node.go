@@ -31,6 +31,12 @@ type Node struct {
 
 	kick chan struct{}
 
+	hosts hostProber    // hosts that did not answer, and their jobs (hosts.go)
+	load  loadPublisher // the node's load for balance (balance.go)
+	// progress follows the running jobs' runs for the progress loop and
+	// the metrics (progress.go).
+	progress progress
+
 	// TestSignals let tests wait for the node's steps instead of sleeping
 	// or polling; they do nothing unless a test initialises them before
 	// Start.
@@ -46,22 +52,12 @@ type Node struct {
 	acceptors  int // live acceptors (see acceptors.go for the pool's invariant)
 	quota      int // jobs the live acceptors may take, in all
 	share      int // the most jobs the pool fills the node to when balancing (0: MaxJobs)
-	// publishingLoad serializes publishLoad: a channel of one slot, so
-	// that a caller waiting for its turn gives up when its context ends.
-	publishingLoad chan struct{}
-	publishing     bool // a publishSoonLocked goroutine runs
-	republish      bool // and publishes again when done
-	workers        map[*worker]bool
-	progressEnded  []*liveRun         // runs that ended since the progress loop's last write
-	syncByDB       map[string]*dbSync // the metrics' reading of the running jobs, per database
-	refusedByDB    map[string]int64   // documents refused, per database (MetricDocsRefused)
-	hosts          hostWatch          // jobs that crashed on hosts that did not answer (hosts.go)
-	probing        bool               // a probeHosts goroutine runs
-	wg             sync.WaitGroup
-	shares         replicator.ShareTable // as of the last roll-up
-	charges        map[string]int64
-	rotations      []int // preemptions per interval (most recent last, capped)
-	intervals      int64
+	workers    map[*worker]bool
+	wg         sync.WaitGroup
+	shares     replicator.ShareTable // as of the last roll-up
+	charges    map[string]int64
+	rotations  []int // preemptions per interval (most recent last, capped)
+	intervals  int64
 }
 
 // Signals are the moments of a node's work that tests wait for.
@@ -98,12 +94,12 @@ func New(db kv.Database, jobs *fdbjobs.Client, eng replicator.Engine, cfg Config
 		eng = replicator.EngineDefault{}
 	}
 	n := &Node{store: replicator.NewStore(db, jobs, cfg.Subspace), eng: eng, m: cfg.Metrics, cfg: cfg,
-		kick: make(chan struct{}, 1), publishingLoad: make(chan struct{}, 1), workers: map[*worker]bool{}, charges: map[string]int64{},
-		refusedByDB: map[string]int64{}}
+		kick: make(chan struct{}, 1), load: newLoadPublisher(), workers: map[*worker]bool{}, charges: map[string]int64{},
+		progress: newProgress()}
 	for _, name := range []string{replicator.MetricSyncJobs, replicator.MetricSyncLagChanges, replicator.MetricSyncLagSeconds} {
-		n.m.ObserveSeries(name, false, func() []replicator.Series { return n.syncSeries(name) })
+		n.m.ObserveSeries(name, false, func() []replicator.Series { return n.progress.syncSeries(name) })
 	}
-	n.m.ObserveSeries(replicator.MetricDocsRefused, true, n.refusedSeries)
+	n.m.ObserveSeries(replicator.MetricDocsRefused, true, n.progress.refusedSeries)
 	return n, nil
 }
 

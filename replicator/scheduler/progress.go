@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/engine"
@@ -12,8 +13,9 @@ import (
 
 // liveRun is a worker's run as the progress loop sees it: registered by
 // the worker once the run started (its job data then names this node and
-// the run's start), unregistered when the run ends. Guarded by Node.mu,
-// except written, which only the progress loop touches.
+// the run's start), unregistered when the run ends. Its fields are fixed
+// at registration, except written, writtenSync and refused, which only
+// the progress loop touches.
 type liveRun struct {
 	jobID string
 	db    string // JobData.DBName: the metrics' database label
@@ -28,18 +30,36 @@ type liveRun struct {
 	refused int64
 }
 
+// progress is the node's part that follows its running jobs' runs for
+// the progress loop and the metrics: the runs registered, those that
+// ended since the loop's last write, and the loop's last readings. It
+// owns its state (its own mutex).
+type progress struct {
+	mu          sync.Mutex
+	live        map[*worker]*liveRun
+	ended       []*liveRun         // runs that ended since the loop's last write
+	syncByDB    map[string]*dbSync // the metrics' reading of the running jobs, per database
+	refusedByDB map[string]int64   // documents refused, per database (MetricDocsRefused)
+}
+
+func newProgress() progress {
+	return progress{live: map[*worker]*liveRun{}, refusedByDB: map[string]int64{}}
+}
+
 // runStarted registers w's run for the progress loop.
 func (n *Node) runStarted(w *worker, run replicator.Run, d *replicator.JobData) {
-	n.mu.Lock()
-	w.live = &liveRun{jobID: w.job.ID, db: d.DBName, run: run, node: d.Node, start: d.LastStart}
-	n.mu.Unlock()
+	p := &n.progress
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.live[w] = &liveRun{jobID: w.job.ID, db: d.DBName, run: run, node: d.Node, start: d.LastStart}
 }
 
 // liveSync is the Sync of w's run while it is registered, else nil.
 func (w *worker) liveSync() *engine.Sync {
-	w.n.mu.Lock()
-	r := w.live
-	w.n.mu.Unlock()
+	p := &w.n.progress
+	p.mu.Lock()
+	r := p.live[w]
+	p.mu.Unlock()
 	if r == nil {
 		return nil
 	}
@@ -52,12 +72,20 @@ func (w *worker) liveSync() *engine.Sync {
 // soon: the views ignore progress of a run that is not the job's current
 // one).
 func (n *Node) runEnded(w *worker) {
-	n.mu.Lock()
-	if w.live != nil {
-		n.progressEnded = append(n.progressEnded, w.live)
-		w.live = nil
+	p := &n.progress
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.live[w]; r != nil {
+		p.ended = append(p.ended, r)
+		delete(p.live, w)
 	}
-	n.mu.Unlock()
+}
+
+// again gives ended runs back to the next tick.
+func (p *progress) again(ended []*liveRun) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended = append(p.ended, ended...)
 }
 
 // progressLoop writes the live counters of the node's running jobs every
@@ -83,16 +111,15 @@ func (n *Node) progressLoop(ctx context.Context) {
 // runs that ended too). What a failed write left unwritten is written at
 // the next tick.
 func (n *Node) writeProgress(ctx context.Context) {
-	n.mu.Lock()
-	runs := make([]*liveRun, 0, len(n.workers))
-	for w := range n.workers {
-		if w.live != nil {
-			runs = append(runs, w.live)
-		}
+	p := &n.progress
+	p.mu.Lock()
+	runs := make([]*liveRun, 0, len(p.live))
+	for _, r := range p.live {
+		runs = append(runs, r)
 	}
-	ended := n.progressEnded
-	n.progressEnded = nil
-	n.mu.Unlock()
+	ended := p.ended
+	p.ended = nil
+	p.mu.Unlock()
 
 	cfg := n.Config()
 	now := replicator.Millis(cfg.Clock.Now())
@@ -114,18 +141,16 @@ func (n *Node) writeProgress(ctx context.Context) {
 		writes = append(writes, replicator.ProgressWrite{JobID: r.jobID,
 			Progress: &replicator.Progress{Node: r.node, Start: r.start, At: now, Stats: s, Sync: &y}})
 	}
-	n.mu.Lock()
-	n.syncByDB = agg
-	n.mu.Unlock()
+	p.mu.Lock()
+	p.syncByDB = agg
+	p.mu.Unlock()
 	var retry []*liveRun // ended runs to see again at the next tick
 	if len(writes) > 0 {
 		if err := n.store.WriteProgress(ctx, writes); err != nil {
 			if ctx.Err() == nil {
 				cfg.Logger.Warn().Err(err).Int("jobs", len(writes)).Msg("replicator: writing the running jobs' progress; again at the next tick")
 			}
-			n.mu.Lock()
-			n.progressEnded = append(n.progressEnded, ended...)
-			n.mu.Unlock()
+			p.again(ended)
 			return
 		}
 		for i, r := range changed {
@@ -149,14 +174,12 @@ func (n *Node) writeProgress(ctx context.Context) {
 			continue
 		}
 		r.refused = docs[len(docs)-1].Seq
-		n.mu.Lock()
-		n.refusedByDB[r.db] += int64(len(docs))
-		n.mu.Unlock()
+		p.mu.Lock()
+		p.refusedByDB[r.db] += int64(len(docs))
+		p.mu.Unlock()
 	}
 	if len(retry) > 0 {
-		n.mu.Lock()
-		n.progressEnded = append(n.progressEnded, retry...)
-		n.mu.Unlock()
+		p.again(retry)
 	}
 	if len(writes) > 0 {
 		n.TestSignals.Progress.Signal(now)
@@ -196,11 +219,11 @@ func (d *dbSync) add(s engine.Stats, y engine.Sync, now int64) *dbSync {
 
 // syncSeries are the series of MetricSyncJobs, MetricSyncLagChanges and
 // MetricSyncLagSeconds, from the progress loop's last reading.
-func (n *Node) syncSeries(which string) []replicator.Series {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]replicator.Series, 0, len(n.syncByDB))
-	for db, d := range n.syncByDB {
+func (p *progress) syncSeries(which string) []replicator.Series {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]replicator.Series, 0, len(p.syncByDB))
+	for db, d := range p.syncByDB {
 		l := [2]string{"database", db}
 		switch which {
 		case replicator.MetricSyncJobs:
@@ -221,11 +244,11 @@ func (n *Node) syncSeries(which string) []replicator.Series {
 }
 
 // refusedSeries is MetricDocsRefused's.
-func (n *Node) refusedSeries() []replicator.Series {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]replicator.Series, 0, len(n.refusedByDB))
-	for db, v := range n.refusedByDB {
+func (p *progress) refusedSeries() []replicator.Series {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]replicator.Series, 0, len(p.refusedByDB))
+	for db, v := range p.refusedByDB {
 		out = append(out, replicator.Series{Labels: [][2]string{{"database", db}}, Value: float64(v)})
 	}
 	slices.SortFunc(out, func(a, b replicator.Series) int { return cmp.Compare(a.Labels[0][1], b.Labels[0][1]) })

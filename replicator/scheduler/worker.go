@@ -46,8 +46,6 @@ type worker struct {
 	priority    float64
 	prioritized time.Time
 
-	live *liveRun // the run, for the progress loop; guarded by n.mu
-
 	stopCh   chan struct{}
 	stopOnce sync.Once
 	stopMu   sync.Mutex
