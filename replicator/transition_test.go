@@ -13,16 +13,21 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
-// docCalls records what a Lifecycle writes into documents.
+// docCalls records what a Lifecycle writes into documents, once the
+// transaction commits (under storage faults an attempt may run again).
 type docCalls struct{ calls []string }
 
-func (d *docCalls) DocCompleted(_ context.Context, _ kv.Transaction, db, doc string, stats json.RawMessage) error {
-	d.calls = append(d.calls, "completed "+db+"/"+doc+" "+string(stats))
+func (d *docCalls) record(tr kv.Transaction, call string) {
+	tr.Locals().OnCommit(func() { d.calls = append(d.calls, call) })
+}
+
+func (d *docCalls) DocCompleted(_ context.Context, tr kv.Transaction, db, doc string, stats json.RawMessage) error {
+	d.record(tr, "completed "+db+"/"+doc+" "+string(stats))
 	return nil
 }
 
-func (d *docCalls) DocFailed(_ context.Context, _ kv.Transaction, db, doc, reason string) error {
-	d.calls = append(d.calls, "failed "+db+"/"+doc+" "+reason)
+func (d *docCalls) DocFailed(_ context.Context, tr kv.Transaction, db, doc, reason string) error {
+	d.record(tr, "failed "+db+"/"+doc+" "+reason)
 	return nil
 }
 
@@ -84,16 +89,14 @@ func TestTransitions(t *testing.T) {
 			d, err := DecodeJobData(job.Data)
 			require.NoError(t, err)
 			apply := func(c Change) {
-				_, err := kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
+				// Each attempt starts from d, as a worker's does.
+				x, err := kv.Transact(ctx, kdb, func(tr kv.Transaction) (*JobData, error) {
 					x := d.Clone()
 					x.Stats.DocsRead, x.Stats.DocsWritten, x.Stats.RevisionsChecked, x.Stats.MissingRevisionsFound = 3, 3, 3, 3
-					if err := l.Apply(ctx, tr, job, x, c); err != nil {
-						return nil, err
-					}
-					d = x
-					return nil, nil
+					return x, l.Apply(ctx, tr, job, x, c)
 				})
 				require.NoError(t, err)
+				d = x
 			}
 			if tc.c.Kind != PutBack && tc.c.Kind != Started {
 				apply(Change{Kind: Started, At: at.Add(-time.Minute), Node: "n1"})
