@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 
@@ -40,7 +39,7 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 	n.mu.Lock()
 	mine := n.keptLocked()
 	n.mu.Unlock()
-	nodes, total, lo, hi := 1, len(mine), len(mine), len(mine)
+	var others []int
 	for _, m := range members {
 		if m.Name == cfg.NodeName || !m.HasRole(config.RoleReplication) {
 			continue
@@ -49,11 +48,10 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 		if m.Load != nil {
 			r = m.Load.Running
 		}
-		nodes, total, lo, hi = nodes+1, total+r, min(lo, r), max(hi, r)
+		others = append(others, r)
 	}
-	capacity := nodes * cfg.MaxJobs
-	limit := min(balancePendingMax, max(1, capacity-total))
-	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), limit)
+	load := loadOf(len(mine), others)
+	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), load.pendingLimit(cfg.MaxJobs))
 	if err != nil {
 		if ctx.Err() == nil {
 			cfg.Logger.Warn().Err(err).Msg("replicator: balance: counting pending jobs; not balancing this interval")
@@ -61,27 +59,16 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 		n.setShare(0)
 		return true
 	}
-	if total+pending >= capacity || pending >= balancePendingMax {
+	p := load.plan(pending, cfg.MaxJobs, cfg.MaxChurn, stopped)
+	if p.full {
 		n.setShare(0)
 		n.publishLoad(ctx)
 		return true
 	}
-	// Every runnable job fits: each node's share of them. A node moves
-	// when it runs more than its share while it runs over 110% of the
-	// target or some node runs under 90% of it (in integers, below).
-	jobs := total + pending
-	target := float64(jobs) / float64(nodes)
-	share := max(1, int(math.Ceil(target)))
-	moves := func(load int) bool {
-		return load > share && (100*load*nodes > (100+balanceTolerance)*jobs || 100*lo*nodes < (100-balanceTolerance)*jobs)
-	}
 	n.mu.Lock()
-	moved := 0
-	if own := len(mine); moves(own) {
-		moved = stopLeastDeserving(mine, min(own-share, cfg.MaxChurn-stopped), stopMove, func(w *worker) bool {
-			return w.continuous && now.Sub(w.started) >= cfg.MinRunTime
-		})
-	}
+	moved := stopLeastDeserving(mine, p.move, stopMove, func(w *worker) bool {
+		return w.continuous && now.Sub(w.started) >= cfg.MinRunTime
+	})
 	// What the pool may take from the queue until the next interval. A
 	// balanced cluster takes new jobs wherever there is room: a burst of
 	// new jobs starts at once, and the next interval moves the continuous
@@ -93,19 +80,15 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 	// its load makes that one size its share too small, and a job moved
 	// may then wait for the next interval, whose shares are computed
 	// again (doc.go's Liveness bound is two intervals for that reason).
-	switch {
-	case moved > 0:
-		n.share = share
-	case moves(hi):
-		n.share = int(math.Ceil((100 + balanceTolerance) * target / 100))
-	default:
-		n.share = 0
+	n.share = p.shareStaying
+	if moved > 0 {
+		n.share = p.shareMoving
 	}
 	n.mu.Unlock()
 	if moved > 0 {
 		n.m.Add(replicator.MetricJobsMoves, int64(moved))
 		cfg.Logger.Info().Int("moving", moved).Int("running", len(mine)-moved).
-			Int("share", share).Int("nodes", nodes).Int("cluster_running", total).Int("pending", pending).
+			Int("share", p.share).Int("nodes", load.nodes).Int("cluster_running", load.total).Int("pending", pending).
 			Msg("replicator: moving jobs to nodes that run fewer")
 	}
 	n.publishLoad(ctx)

@@ -10,11 +10,15 @@
 // the job's finishing transaction.
 //
 // A Node is made of parts: the acceptor pool, the workers, fair-share
-// charges and priorities, and the interval step (trim, balance, rotation)
-// share Node.mu; the parts that own their state, each behind its own
-// mutex, are the host prober (hosts.go), the load publisher (balance.go)
-// and the progress registry (progress.go). A worker changes its job only
-// through replicator.Lifecycle (replicator's doc.go, "Transitions").
+// charges and priorities, and the interval step share Node.mu; the parts
+// that own their state, each behind its own mutex, are the host prober
+// (hosts.go), the load publisher (balance.go) and the progress registry
+// (progress.go). The interval step's decisions (how many jobs the trim,
+// the rotation and balance stop, and the node's share) are pure
+// functions of the figures it reads (plan.go, table-tested); the step
+// reads the figures and asks the least deserving workers to stop. A
+// worker changes its job's state only through replicator.Lifecycle
+// (replicator's doc.go, "Transitions").
 //
 // # Job server
 //

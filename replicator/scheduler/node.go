@@ -387,12 +387,11 @@ func (n *Node) rotate(ctx context.Context, cfg Config, now time.Time, stopped in
 		}
 	}
 	n.mu.Unlock()
-	want := min(cfg.MaxChurn-stopped, rotatable)
-	if want <= 0 {
+	limit := rotationPendingLimit(len(kept), rotatable, cfg.MaxJobs, cfg.MaxChurn, stopped)
+	if limit == 0 {
 		return 0
 	}
-	room := max(0, cfg.MaxJobs-len(kept))
-	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), room+want)
+	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), limit)
 	if err != nil {
 		if ctx.Err() == nil {
 			cfg.Logger.Warn().Err(err).Msg("replicator: rotation: counting pending jobs; no rotation this interval")
@@ -402,7 +401,8 @@ func (n *Node) rotate(ctx context.Context, cfg Config, now time.Time, stopped in
 	n.m.Set(replicator.MetricJobsPending, int64(pending))
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return stopLeastDeserving(n.keptLocked(), min(want, pending-room), stopPreempt, ran)
+	k := planRotation(len(kept), rotatable, pending, cfg.MaxJobs, cfg.MaxChurn, stopped)
+	return stopLeastDeserving(n.keptLocked(), k, stopPreempt, ran)
 }
 
 // reschedule is the interval step.
@@ -447,7 +447,7 @@ func (n *Node) reschedule(ctx context.Context) error {
 	// jobs, then one-shot jobs.
 	active := n.keptLocked()
 	stopped := 0
-	if excess := len(active) - cfg.MaxJobs; excess > 0 {
+	if excess := planTrim(len(active), cfg.MaxJobs); excess > 0 {
 		stopped = stopLeastDeserving(active, excess, stopPreempt, func(w *worker) bool { return w.continuous })
 		stopped += stopLeastDeserving(active, excess-stopped, stopPreempt, func(w *worker) bool { return !w.continuous })
 	}
