@@ -498,9 +498,10 @@ const shrinkAttemptsMax = 50
 const batchMax = 2_000
 
 // monitorBatchBytes is about how many bytes of job rows one activity
-// monitor batch reads; it writes them back, so a transaction stays near
-// twice this, under FoundationDB's advised 1 MB.
-const monitorBatchBytes = 300_000
+// monitor batch reads: three quarters of kv.PageBytes, as it writes them
+// back (a transaction stays near twice this, under FoundationDB's
+// advised 1 MB).
+const monitorBatchBytes = kv.PageBytes * 3 / 4
 
 // readAhead is how many rows a byte-bounded batch reads at once before it
 // looks at its budget again.

@@ -144,7 +144,7 @@ const (
 	AddPageJobs = 500
 	// AddPageBytes is about the most bytes an AddBatch transaction reads
 	// and writes (a page stops at the job that reaches it).
-	AddPageBytes = 400_000
+	AddPageBytes = kv.PageBytes
 	// addPageMin is the fewest jobs a page is cut to after failed reads.
 	addPageMin = 50
 )
@@ -621,7 +621,7 @@ type JobInfo struct {
 // foldBatchBytes is about how much a FoldJobs batch reads (FoundationDB
 // advises under 1 MB per transaction): its row count is this over the
 // largest row seen so far (over MaxDataSize before any is seen).
-const foldBatchBytes = 400_000
+const foldBatchBytes = kv.PageBytes
 
 // FoldJobs calls fn for every job of typ, in job id order, reading at
 // most FoldBatchDefault jobs (and about foldBatchBytes) per transaction so

@@ -17,7 +17,7 @@ import (
 const (
 	scanPageRows = 200
 	pageDocs     = 50
-	pageBudget   = 400_000
+	pageBudget   = kv.PageBytes
 	readChunk    = 8
 )
 

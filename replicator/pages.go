@@ -24,7 +24,7 @@ import (
 // that many of the largest rows, about 70 kB each, stay under 1 MB), the
 // next as many as the budget left allows at the largest row seen so far.
 const (
-	rowBudget     = 400_000
+	rowBudget     = kv.PageBytes
 	firstRowChunk = 8
 	rowGuess      = 2_000 // bytes assumed for a row before one is seen
 )

@@ -49,6 +49,16 @@ const (
 	BudgetDurationDefault = time.Second
 )
 
+// PageBytes is the transaction budget of every paging loop, stated once:
+// about the most bytes one transaction of a paged operation reads, or
+// reads and writes, before it ends its page and leaves the rest to the
+// next (view pages, scans, AddBatch, FoldJobs; the activity monitor takes
+// three quarters, as it writes back what it reads). It is 40% of
+// BudgetBytesDefault, FoundationDB's advice of 1 MB: a page stops at the
+// row or chunk that reaches it, which leaves room for the last chunk, the
+// keys and the index writes beside the values.
+const PageBytes = BudgetBytesDefault * 2 / 5
+
 // Latency is the network-latency mode of a store that runs in process:
 // every read and commit waits as long as it would across a network, so
 // that code doing thousands of sequential reads in one transaction runs
