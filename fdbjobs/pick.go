@@ -1,0 +1,292 @@
+package fdbjobs
+
+// How an accept picks the pending keys it takes: the order of the
+// shards it reads, its sweep across transactions, and the picks.
+
+import (
+	"bytes"
+	mrand "math/rand/v2"
+	"slices"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// shardsToTry orders the shards [0, high) of typ for an accept: this
+// node's own first, then the others, then those in avoid; mine tells the
+// node's own.
+func (c *Client) shardsToTry(typ string, high int64, avoid map[int64]bool) (order []int64, mine map[int64]bool) {
+	own, others := c.shardOrder(typ, high)
+	order = make([]int64, 0, high)
+	mine = make(map[int64]bool, len(own))
+	var last []int64
+	for _, s := range own {
+		mine[s] = true
+	}
+	for _, s := range append(own, others...) {
+		if avoid[s] {
+			last = append(last, s)
+		} else {
+			order = append(order, s)
+		}
+	}
+	return append(order, last...), mine
+}
+
+// sweepShards is the most shards an accept reads in one transaction: a
+// look over more (a type with more shards, when the node's own run short)
+// goes on in the next transactions of the same Accept, so that no accept
+// transaction grows with the type's shards, and so with the cluster.
+const sweepShards = 32
+
+// sweep is where one look over a type's shards is, across the accept
+// transactions of one Accept call: the shards in the order it reads them
+// (this node's own first), how many it has read, and the type's pending
+// counter as its first transaction read it, and whether it skipped shards
+// this node's other acceptors were claiming. A look that ends with
+// nothing found compares the counter as its last transaction reads it,
+// where it sets its watch: a job enqueued during the look changed it, and
+// the look starts over instead of waiting (an enqueue after that read
+// fires the watch).
+type sweep struct {
+	order   []int64
+	mine    map[int64]bool
+	pos     int
+	counter []byte
+	skipped bool
+}
+
+// advance moves the sweep past the shards look read, or back to the
+// start.
+func (sw *sweep) advance(look pick) {
+	if look.next == 0 {
+		sw.pos, sw.counter, sw.skipped = 0, nil, false
+		return
+	}
+	if sw.pos == 0 {
+		sw.counter = look.counter
+	}
+	sw.pos, sw.skipped = look.next, sw.skipped || look.busy
+}
+
+// pick is what pickScheduled found.
+type pick struct {
+	runs   [][]kv.Key
+	shards []int64 // marked in c.claiming, to be released by the caller
+	// busy reports that nothing was found but shards being claimed by this
+	// node's other acceptors were skipped.
+	busy bool
+	// more reports that nothing was found and the look goes on at next
+	// (0: it starts over, its counter having changed) in another
+	// transaction; counter is the pending counter this one read.
+	more    bool
+	next    int
+	counter []byte
+}
+
+// pickScheduled finds up to n pending keys of typ scheduled at or before
+// max, read as a snapshot, as runs of consecutive keys of a shard (see
+// doc.go, "Accepting"): the head of the first of the node's own shards
+// that no other acceptor of the node is claiming from; when that has fewer
+// than n due, the other shards not being claimed on the node, read at
+// once, sweepShards at a time (sw), the node's own from their head, then
+// other nodes' from the end of what is due, when none of its own has
+// anything more. With scan, or past the sweep's first transaction, it
+// reads the shards at once from the start (an Accept woken after it found
+// nothing: one round trip, not two). The shards it took runs from stay
+// marked in c.claiming until the caller releases them.
+func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high int64, avoid map[int64]bool, scan bool, sw *sweep) (p pick, err error) {
+	snap := tr.Snapshot()
+	if int64(len(sw.order)) != high {
+		order, mine := c.shardsToTry(typ, high, nil)
+		*sw = sweep{order: order, mine: mine}
+	}
+	order, mine := sw.order, sw.mine
+	paged := len(order) > sweepShards
+	var counter kv.FutureByteSlice
+	if paged {
+		counter = snap.Get(c.k.watchesPending(typ))
+	}
+	read := func(s int64, limit int) kv.RangeResult {
+		return snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: limit})
+	}
+	got := 0
+	add := func(s int64, kvs []kv.KeyValue) {
+		kvs = kvs[:min(len(kvs), n-got)]
+		run := make([]kv.Key, len(kvs))
+		for i, e := range kvs {
+			run[i] = e.Key
+		}
+		p.runs, p.shards, got = append(p.runs, run), append(p.shards, s), got+len(run)
+	}
+	skipped := false
+	first := int64(-1)
+	if !scan && sw.pos == 0 {
+		for _, s := range order {
+			if !mine[s] || avoid[s] {
+				continue
+			}
+			if !c.claiming.take(typ, s) {
+				skipped = true
+				continue
+			}
+			first = s
+			kvs, err := read(s, n).GetSliceWithError()
+			if err != nil {
+				c.claiming.release(typ, s)
+				return p, err
+			}
+			if len(kvs) == 0 {
+				c.claiming.release(typ, s)
+			} else {
+				add(s, kvs)
+			}
+			break
+		}
+		if got == n {
+			return p, nil
+		}
+	}
+	// This transaction's part of the look, shards a conflict made the
+	// caller avoid last.
+	window := order[sw.pos:min(len(order), sw.pos+sweepShards)]
+	p.next = sw.pos + len(window)
+	var rest, last []int64
+	for _, s := range window {
+		switch {
+		case s == first:
+		case avoid[s]:
+			last = append(last, s)
+		default:
+			rest = append(rest, s)
+		}
+	}
+	rest = append(rest, last...)
+	// The other shards, read at once: the node's own from their head,
+	// other nodes' from the end of what is due, so that a node helping
+	// with another's shard does not take the keys its owner is taking
+	// (their runs meet only when the shard is nearly empty).
+	type part struct {
+		shard int64
+		f     kv.RangeResult
+		tail  bool
+	}
+	var parts, theirs []part
+	var claimed []kv.RangeResult // the heads of its own shards other acceptors have
+	for _, s := range rest {
+		if c.claiming.marked(typ, s) {
+			skipped = true
+			if mine[s] {
+				claimed = append(claimed, snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: 1}))
+			}
+			continue
+		}
+		pt := part{shard: s, tail: !mine[s]}
+		pt.f = snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: n - got, Reverse: pt.tail})
+		if pt.tail {
+			theirs = append(theirs, pt)
+		} else {
+			parts = append(parts, pt)
+		}
+	}
+	// A node helps with other nodes' shards only once its own have nothing
+	// due: while one of them, being claimed by another of its acceptors,
+	// still has jobs, that acceptor takes them next, and this one had
+	// better wait (busy) than meet another node's acceptors. Helpers
+	// spread over the other nodes' shards at random.
+	for _, f := range claimed {
+		kvs, err := f.GetSliceWithError()
+		if err != nil {
+			return p, err
+		}
+		if len(kvs) > 0 {
+			theirs = nil
+			break
+		}
+	}
+	mrand.Shuffle(len(theirs), func(i, j int) { theirs[i], theirs[j] = theirs[j], theirs[i] })
+	for _, pt := range append(parts, theirs...) {
+		kvs, err := pt.f.GetSliceWithError()
+		if err != nil {
+			return p, err
+		}
+		if len(kvs) == 0 || got == n {
+			continue
+		}
+		if !c.claiming.take(typ, pt.shard) {
+			skipped = true
+			continue
+		}
+		if pt.tail {
+			kvs = kvs[:min(len(kvs), n-got)]
+			slices.Reverse(kvs)
+		}
+		add(pt.shard, kvs)
+	}
+	if got > 0 {
+		return p, nil
+	}
+	p.busy = skipped || sw.skipped
+	if !paged {
+		return p, nil
+	}
+	if p.counter, err = counter.Get(); err != nil {
+		return p, err
+	}
+	switch {
+	case p.next < len(order):
+		p.more = true
+	case sw.pos > 0 && !bytes.Equal(p.counter, sw.counter):
+		p.more, p.next = true, 0 // jobs were enqueued during the look
+	}
+	return p, nil
+}
+
+// pickNoSchedule picks up to n pending keys scheduled at 0 of one shard,
+// each the nearest one after or before a random point (couch_jobs'
+// no_schedule), trying the shards in shardsToTry's order. The shard stays
+// marked, as in pickScheduled.
+func (c *Client) pickNoSchedule(tr kv.Transaction, typ string, n int, high int64, avoid map[int64]bool) ([]kv.Key, []int64, error) {
+	snap := tr.Snapshot()
+	order, _ := c.shardsToTry(typ, high, avoid)
+	for _, shard := range order {
+		if !c.claiming.take(typ, shard) {
+			continue
+		}
+		r := prefixRange(c.k.pending, tuple.Tuple{typ, shard, int64(0)})
+		begin, end := r.Begin.FDBKey(), r.End.FDBKey()
+		seen := map[string]bool{}
+		var out []kv.Key
+		inRange := func(k kv.Key) bool {
+			return bytes.Compare(k, begin) >= 0 && bytes.Compare(k, end) < 0 && !seen[string(k)]
+		}
+		for attempt := 0; attempt < 2*n && len(out) < n; attempt++ {
+			point := c.k.pending.Pack(tuple.Tuple{typ, shard, int64(0), randomHex()})
+			sels := []kv.KeySelector{kv.FirstGreaterOrEqual(point), kv.LastLessOrEqual(point)}
+			if mrand.IntN(2) == 0 {
+				sels[0], sels[1] = sels[1], sels[0]
+			}
+			found := false
+			for _, sel := range sels {
+				k, err := snap.GetKey(sel).Get()
+				if err != nil {
+					return nil, []int64{shard}, err
+				}
+				if inRange(k) {
+					seen[string(k)] = true
+					out = append(out, k)
+					found = true
+					break
+				}
+			}
+			if !found {
+				break // both directions hit the range ends: nothing (else) pending
+			}
+		}
+		if len(out) > 0 {
+			return out, []int64{shard}, nil
+		}
+		c.claiming.release(typ, shard)
+	}
+	return nil, nil, nil
+}
