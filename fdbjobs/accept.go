@@ -142,6 +142,7 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	scan := false
 	sw := &sweep{}
 	var released, woken <-chan struct{}
+	var wb kv.Backoff // after failed watches
 	for {
 		if sw.pos == 0 {
 			// From the start of a look: a release or wake-up during any of
@@ -183,7 +184,7 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 		if h := c.hooks.acceptWaiting; h != nil {
 			h(typ)
 		}
-		if err := c.awaitPending(ctx, watch, woken, opts.Timeout > 0, deadline); err != nil {
+		if err := c.awaitPending(ctx, watch, &wb, woken, opts.Timeout > 0, deadline); err != nil {
 			if err == ErrNotFound {
 				return nil, fmt.Errorf("no pending job of type %q: %w", typ, ErrNotFound)
 			}
@@ -193,8 +194,10 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 }
 
 // awaitPending waits for the pending watch, a commit of this Client
-// (woken; see wakes), the deadline or ctx.
-func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, woken <-chan struct{}, timed bool, deadline time.Time) error {
+// (woken; see wakes), the deadline or ctx; after a watch that failed it
+// waits as every watch loop does (afterWatch, on wb) before the caller
+// reads again.
+func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, wb *kv.Backoff, woken <-chan struct{}, timed bool, deadline time.Time) error {
 	defer watch.Cancel()
 	var timerC <-chan time.Time
 	if timed {
@@ -208,14 +211,8 @@ func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, woken <-c
 	}
 	select {
 	case <-watch.Done():
-		if _, err := watch.Get(); err != nil {
-			// The watch failed (too_many_watches, a cancelled commit): back
-			// off briefly and read again rather than spin.
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(10 * time.Millisecond):
-			}
+		if !afterWatch(ctx, wb, watch) {
+			return ctx.Err()
 		}
 		return nil
 	case <-woken:

@@ -452,15 +452,12 @@ func jitter(max time.Duration) time.Duration {
 	return rand.N(max + 1)
 }
 
-// pause waits before a shrunk batch is tried again: as FoundationDB's
-// OnError would after a retryable err (b grows the wait), not at all after
-// transaction_too_large or a timeout (the smaller batch is the remedy). It
-// returns ctx's error if ctx ends first.
-func pause(ctx context.Context, b *kv.Backoff, err error) error {
-	if werr := b.Wait(ctx, err); werr != nil && werr != err {
-		return werr
+// gaveUp names the loop in an error of kv.Batch.Retry that gave up.
+func gaveUp(loop string, err error) error {
+	if errors.Is(err, kv.ErrGaveUp) {
+		return fmt.Errorf("fdbjobs: %s %w", loop, err)
 	}
-	return nil
+	return err
 }
 
 // watchRetryDefault is how long a loop waits after a watch that failed
@@ -487,11 +484,6 @@ func afterWatch(ctx context.Context, b *kv.Backoff, watch kv.FutureNil) bool {
 	return sleepCtx(ctx, delay)
 }
 
-// shrinkAttemptsMax bounds how many failed batches in a row a background
-// loop (FoldJobs, the activity monitor, a notifier round) tries before it
-// gives up with the last error.
-const shrinkAttemptsMax = 50
-
 // batchMax is the most jobs an activity monitor's or a notifier's batch
 // grows to: their keys alone stay well under FoundationDB's advised 1 MB
 // per transaction.
@@ -506,13 +498,3 @@ const monitorBatchBytes = kv.PageBytes * 3 / 4
 // readAhead is how many rows a byte-bounded batch reads at once before it
 // looks at its budget again.
 const readAhead = 16
-
-// errShrink reports whether a background batch should shrink and retry.
-func errShrink(err error) bool {
-	var e kv.Error
-	if !errors.As(err, &e) {
-		return false
-	}
-	return e.Retryable() || e.Code == kv.CodeTransactionTooLarge || e.Code == kv.CodeTransactionTimedOut ||
-		e.Code == kv.CodeTimedOut
-}

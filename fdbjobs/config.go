@@ -129,6 +129,13 @@ func (c Config) withDefaults() Config {
 // scheduled time of Accept and PendingCount.
 func (c Config) now() int64 { return c.Clock.Now().UnixNano() / int64(c.TimeUnit) }
 
+// batch is the adaptive batch of a background loop whose batches start at
+// BatchSize jobs, shrink by BatchFactor and grow by BatchIncrement up to
+// max (see doc.go, Failure behaviour and idempotence).
+func (c Config) batch(max int) kv.Batch {
+	return kv.Batch{Max: max, First: c.BatchSize, Factor: c.BatchFactor, Increment: c.BatchIncrement}
+}
+
 func (c Config) validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))

@@ -734,7 +734,7 @@ func TestCouchJobs_batching(t *testing.T) {
 		got, _, err = m.Check(b.ctx)
 		require.NoError(t, err)
 		require.LessOrEqual(t, got, n)
-		require.Equal(t, 1, m.batch, "the batch shrank to one job")
+		require.Equal(t, 1, m.batch.Size(), "the batch shrank to one job")
 		cnt, err := b.c.PendingCount(b.ctx, nil, t1, 0, 0)
 		require.NoError(t, err)
 		require.Equal(t, n, cnt)

@@ -520,29 +520,29 @@ const foldBatchBytes = kv.PageBytes
 // FoldJobs calls fn for every job of typ, in job id order, reading at
 // most FoldBatchDefault jobs (and about foldBatchBytes) per transaction so
 // that any number of jobs can be visited without reaching FoundationDB's
-// five-second or size limits. A batch that fails with a retryable error, transaction_too_old,
-// transaction_too_large or a timeout is read again smaller (times
-// Config.BatchFactor, backing off as FoundationDB's OnError does after
-// retryable errors) and the size grows back by Config.BatchIncrement after
-// each full batch; after 50 failures in a row FoldJobs gives up with the
+// five-second or size limits. A batch that fails with a retryable error,
+// transaction_too_old, transaction_too_large or a timeout is read again
+// smaller (times Config.BatchFactor, backing off as FoundationDB's OnError
+// does after retryable errors) and the size grows back by
+// Config.BatchIncrement after each full batch (kv.Batch); after
+// kv.BatchAttemptsDefault failures in a row FoldJobs gives up with the
 // last error. fn runs outside any transaction; the jobs are not one
 // consistent snapshot (each batch is). An error from fn stops the fold and
 // is returned.
 func (c *Client) FoldJobs(ctx context.Context, typ string, fn func(JobInfo) error) error {
 	r := prefixRange(c.k.data, tuple.Tuple{typ})
 	begin := r.Begin.FDBKey()
-	limit, failures := FoldBatchDefault, 0
+	size := kv.Batch{Max: FoldBatchDefault, Factor: c.cfg.BatchFactor, Increment: c.cfg.BatchIncrement}
 	// The largest row seen so far sizes the batches; the first one
 	// assumes the largest possible (a few rows).
 	largest := 0
-	var bo kv.Backoff
 	for {
 		type batch struct {
 			jobs []JobInfo
 			more bool // the range goes on after last
 			last kv.Key
 		}
-		n := min(limit, max(1, foldBatchBytes/cmp.Or(largest, MaxDataSize)))
+		n := min(size.Size(), max(1, foldBatchBytes/cmp.Or(largest, MaxDataSize)))
 		b, err := once(ctx, c.db, func(tr kv.Transaction) (batch, error) {
 			kvs, err := tr.Snapshot().GetRange(kv.KeyRange{Begin: begin, End: r.End},
 				kv.RangeOptions{Limit: n}).GetSliceWithError()
@@ -567,20 +567,12 @@ func (c *Client) FoldJobs(ctx context.Context, typ string, fn func(JobInfo) erro
 			return out, nil
 		})
 		if err != nil {
-			if !errShrink(err) || ctx.Err() != nil {
-				return err
-			}
-			if failures++; failures > shrinkAttemptsMax {
-				return fmt.Errorf("fdbjobs: FoldJobs gave up after %d failed batches: %w", failures, err)
-			}
-			limit = max(1, int(float64(limit)*c.cfg.BatchFactor))
-			if err := pause(ctx, &bo, err); err != nil {
-				return err
+			if err := size.Retry(ctx, err); err != nil {
+				return gaveUp("FoldJobs", err)
 			}
 			continue
 		}
-		failures = 0
-		bo.Reset()
+		size.Done()
 		for _, j := range b.jobs {
 			if err := fn(j); err != nil {
 				return err
@@ -590,6 +582,6 @@ func (c *Client) FoldJobs(ctx context.Context, typ string, fn func(JobInfo) erro
 			return nil
 		}
 		begin = kv.KeyAfter(b.last)
-		limit = min(FoldBatchDefault, limit+c.cfg.BatchIncrement)
+		size.Grow()
 	}
 }

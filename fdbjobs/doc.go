@@ -255,9 +255,13 @@
 // to repeat there too (the row records the lock that finished it), and a
 // repeated Update only writes one more heartbeat.
 //
-// The activity monitor and the notifier size their batches by AIMD: a
-// transaction_too_large, retryable error or timeout shrinks the batch by
-// BatchFactor, and each full batch grows it by BatchIncrement.
+// The activity monitor, the notifier and FoldJobs size their batches by
+// AIMD with a kv.Batch: a transaction_too_large, retryable error or
+// timeout shrinks the batch by BatchFactor (backing off as OnError would
+// after a retryable error), each full batch grows it by BatchIncrement,
+// a batch that its byte budget ended sets the next one's size, and
+// kv.BatchAttemptsDefault failed batches in a row end the loop with the
+// last error.
 //
 // # Differences from couch_jobs
 //

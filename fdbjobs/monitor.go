@@ -3,7 +3,6 @@ package fdbjobs
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/fdbrep/fdbrep/internal/service"
@@ -51,13 +50,13 @@ type ActivityMonitor struct {
 	version int64 // the database version read by the previous check
 	haveVS  bool
 	timeout time.Duration
-	batch   int
+	batch   kv.Batch
 }
 
 // NewActivityMonitor returns a stopped activity monitor for typ. Most
 // programs let Client.Start run monitors; this is for running one alone.
 func (c *Client) NewActivityMonitor(typ string) *ActivityMonitor {
-	return &ActivityMonitor{c: c, typ: typ, batch: c.cfg.BatchSize}
+	return &ActivityMonitor{c: c, typ: typ, batch: c.cfg.batch(batchMax)}
 }
 
 // Start runs the monitor until Stop or until ctx ends. Starting a started
@@ -156,31 +155,21 @@ func (m *ActivityMonitor) reenqueue(ctx context.Context, version int64) (int, er
 
 // reenqueueRange goes through the leases of r in AIMD-sized batches.
 func (m *ActivityMonitor) reenqueueRange(ctx context.Context, r kv.KeyRange) (int, error) {
-	total, failures := 0, 0
-	var b kv.Backoff
+	total := 0
 	for {
-		n, full, err := m.batchOnce(ctx, r, m.batch)
+		n, full, err := m.batchOnce(ctx, r, m.batch.Size())
 		if err != nil {
-			if !errShrink(err) || ctx.Err() != nil {
-				return total, err
-			}
-			failures++
-			if failures > shrinkAttemptsMax {
-				return total, fmt.Errorf("fdbjobs: activity monitor gave up after %d failed batches: %w", failures, err)
-			}
-			m.batch = max(1, int(float64(m.batch)*m.c.cfg.BatchFactor))
-			if err := pause(ctx, &b, err); err != nil {
-				return total, err
+			if err := m.batch.Retry(ctx, err); err != nil {
+				return total, gaveUp("activity monitor", err)
 			}
 			continue
 		}
-		failures = 0
-		b.Reset()
+		m.batch.Done()
 		total += n
 		if !full {
 			return total, nil
 		}
-		m.batch = min(m.batch+m.c.cfg.BatchIncrement, batchMax)
+		m.batch.Grow()
 	}
 }
 
@@ -259,7 +248,7 @@ func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit in
 	})
 	if res.cut {
 		// Leases this size fit about this many to a batch.
-		m.batch = max(1, res.leases)
+		m.batch.Fit(res.leases)
 	}
 	if err == nil && res.n > 0 {
 		m.c.committed(nil, typ)

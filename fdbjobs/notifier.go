@@ -3,7 +3,6 @@ package fdbjobs
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"sync"
 	"time"
@@ -205,11 +204,11 @@ type notifier struct {
 	mu      sync.Mutex
 	subs    map[string]map[*Subscription]bool
 	stopped bool
-	batch   int // owned by the loop
+	batch   kv.Batch // owned by the loop
 }
 
 func newNotifier(c *Client, typ string, seq uint64) *notifier {
-	return &notifier{c: c, typ: typ, seq: seq, poke: make(chan struct{}, 1), subs: map[string]map[*Subscription]bool{}, batch: c.cfg.BatchSize}
+	return &notifier{c: c, typ: typ, seq: seq, poke: make(chan struct{}, 1), subs: map[string]map[*Subscription]bool{}, batch: c.cfg.batch(batchMax)}
 }
 
 func (n *notifier) start(ctx context.Context) { _, _ = n.svc.Start(ctx, nil, n.run) }
@@ -402,31 +401,21 @@ func (n *notifier) process(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	rows := make(map[string]*row, len(ids))
-	var b kv.Backoff
-	failures := 0
 	for i := 0; i < len(ids); {
-		end := min(len(ids), i+n.batch)
+		end := min(len(ids), i+n.batch.Size())
 		got, err := n.readBatch(ctx, ids[i:end], rows)
 		if err != nil {
-			if !errShrink(err) || ctx.Err() != nil {
-				return err
-			}
-			if failures++; failures > shrinkAttemptsMax {
-				return fmt.Errorf("fdbjobs: notifier gave up after %d failed batches: %w", failures, err)
-			}
-			n.batch = max(1, int(float64(n.batch)*n.c.cfg.BatchFactor))
-			if err := pause(ctx, &b, err); err != nil {
-				return err
+			if err := n.batch.Retry(ctx, err); err != nil {
+				return gaveUp("notifier", err)
 			}
 			continue
 		}
-		failures = 0
-		b.Reset()
+		n.batch.Done()
 		switch {
 		case got < end-i:
-			n.batch = got // ended by its bytes: rows this size fit so many
-		case got == n.batch:
-			n.batch = min(n.batch+n.c.cfg.BatchIncrement, batchMax)
+			n.batch.Fit(got) // ended by its bytes: rows this size fit so many
+		case got == n.batch.Size():
+			n.batch.Grow()
 		}
 		i += got
 	}

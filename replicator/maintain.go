@@ -31,35 +31,6 @@ const (
 // when the holder died.
 const DeletionLeaseDefault = 30 * time.Second
 
-// batchSize is the size of the batches of a paged job, shrunk by
-// shrinking while they fail.
-type batchSize struct{ max, cur int }
-
-func newBatchSize(max int) *batchSize { return &batchSize{max: max, cur: max} }
-
-// shrinking runs f in a retry loop (kv.Transact) with a batch size that
-// halves at each retry and doubles back, up to its maximum, after a
-// success: a batch that reads many jobs conflicts with their own writes,
-// heartbeats above all, and a big one retried as it is could conflict
-// forever.
-func shrinking[T any](ctx context.Context, db kv.Database, b *batchSize, f func(tr kv.Transaction, n int) (T, error)) (T, error) {
-	n := b.cur
-	first := true
-	v, err := kv.Transact(ctx, db, func(tr kv.Transaction) (T, error) {
-		if !first {
-			n = max(1, n/2)
-		}
-		first = false
-		return f(tr, n)
-	})
-	if err == nil {
-		b.cur = min(b.max, 2*n)
-	} else {
-		b.cur = n
-	}
-	return v, err
-}
-
 // indexVersion is the version of the view index this code keeps; a store
 // whose (19) key holds less is indexed by buildIndex. Version 2 added
 // the owner keys (20–22).
@@ -92,10 +63,10 @@ func (s *Store) buildIndex(ctx context.Context) error {
 		}
 	}
 	var batch []string
-	size := newBatchSize(indexBatch)
+	size := &kv.Batch{Max: indexBatch}
 	flush := func() error {
 		for len(batch) > 0 {
-			n, err := shrinking(ctx, s.DB, size, func(tr kv.Transaction, n int) (int, error) {
+			n, err := kv.TransactBatch(ctx, s.DB, size, func(tr kv.Transaction, n int) (int, error) {
 				return s.indexExisting(ctx, tr, batch[:min(n, len(batch))])
 			})
 			if err != nil {
@@ -270,7 +241,7 @@ func (s *Store) takeDeletion(ctx context.Context, dbUUID, holder string, now tim
 
 // RemoveDeletedDBJobs removes the jobs of every database UnregisterDB
 // retired, batch (RemoveBatchDefault when 0) per transaction (fewer while
-// transactions fail, see shrinking), until none is left or ctx ends: a
+// transactions fail, see kv.TransactBatch), until none is left or ctx ends: a
 // database with n documents takes about n/batch transactions. holder
 // takes each database for lease (renewed at half-time, by now), so that
 // another node calling it at the same time passes that database by
@@ -283,7 +254,7 @@ func (s *Store) RemoveDeletedDBJobs(ctx context.Context, holder string, now func
 		batch = RemoveBatchDefault
 	}
 	total := 0
-	size := newBatchSize(batch)
+	size := &kv.Batch{Max: batch}
 	rng := subspaceRange(s.deletedDBs)
 	for {
 		marks, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) ([]kv.KeyValue, error) {
@@ -312,7 +283,7 @@ func (s *Store) RemoveDeletedDBJobs(ctx context.Context, holder string, now func
 
 // removeDeleted removes the jobs of one deleted database while holder
 // holds its lease.
-func (s *Store) removeDeleted(ctx context.Context, d deletion, holder string, now func() time.Time, lease time.Duration, size *batchSize) (int, error) {
+func (s *Store) removeDeleted(ctx context.Context, d deletion, holder string, now func() time.Time, lease time.Duration, size *kv.Batch) (int, error) {
 	total := 0
 	var renewAt time.Time
 	var c dbCursor
@@ -329,7 +300,7 @@ func (s *Store) removeDeleted(ctx context.Context, d deletion, holder string, no
 			c    dbCursor
 			done bool
 		}
-		r, err := shrinking(ctx, s.DB, size, func(tr kv.Transaction, n int) (res, error) {
+		r, err := kv.TransactBatch(ctx, s.DB, size, func(tr kv.Transaction, n int) (res, error) {
 			n, next, done, err := s.removeDBJobs(ctx, tr, d.dbUUID, c, n)
 			return res{n, next, done}, err
 		})
@@ -357,13 +328,13 @@ func (s *Store) RemoveExpiredJobs(ctx context.Context, before int64, batch int) 
 	// finished since has a later time than before.
 	rng := kv.KeyRange{Begin: subspaceRange(s.expiry).Begin, End: s.expiry.Pack(tuple.Tuple{before + 1})}
 	total := 0
-	size := newBatchSize(batch)
+	size := &kv.Batch{Max: batch}
 	for {
 		type res struct {
 			n    int
 			last kv.Key // the last key examined; nil when the range is done
 		}
-		r, err := shrinking(ctx, s.DB, size, func(tr kv.Transaction, batch int) (res, error) {
+		r, err := kv.TransactBatch(ctx, s.DB, size, func(tr kv.Transaction, batch int) (res, error) {
 			ids, keys, err := s.idsIn(tr, s.expiry, rng, batch)
 			if err != nil {
 				return res{}, err

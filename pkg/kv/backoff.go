@@ -90,12 +90,29 @@ func (b *Backoff) Next(err error) (delay time.Duration, ok bool) {
 	if !errors.As(err, &e) || !OnErrorRetries(e) {
 		return 0, false
 	}
+	return b.delay(e.Code), true
+}
+
+// NextAny is Next for a loop that runs again after any error, not only
+// those OnError retries (a job's transaction that must not be abandoned
+// halfway, after an error its retry loop returned): such an error waits as
+// a conflict would.
+func (b *Backoff) NextAny(err error) time.Duration {
+	if delay, ok := b.Next(err); ok {
+		return delay
+	}
+	return b.delay(CodeNotCommitted)
+}
+
+// delay returns the wait after an error of code that OnError retries and
+// advances the backoff.
+func (b *Backoff) delay(code int) time.Duration {
 	maxDelay := orDefault(b.Max, BackoffMaxDefault)
 	if maxDelay < 0 {
 		maxDelay = 0
 	}
-	if e.Code == CodeTransactionTooOld || e.Code == CodeFutureVersion {
-		return min(FutureVersionRetryDelayDefault, maxDelay), true
+	if code == CodeTransactionTooOld || code == CodeFutureVersion {
+		return min(FutureVersionRetryDelayDefault, maxDelay)
 	}
 	if !b.started {
 		b.limit, b.started = orDefault(b.Initial, BackoffInitialDefault), true
@@ -104,12 +121,12 @@ func (b *Backoff) Next(err error) (delay time.Duration, ok bool) {
 	if b.Rand != nil {
 		r = b.Rand
 	}
-	delay = time.Duration(r() * float64(b.limit))
-	if e.Code == CodeProxyMemoryLimit || e.Code == CodeGRVProxyMemoryLimit {
+	delay := time.Duration(r() * float64(b.limit))
+	if code == CodeProxyMemoryLimit || code == CodeGRVProxyMemoryLimit {
 		maxDelay = orDefault(b.MaxResourceConstrained, BackoffResourceConstrainedMaxDefault)
 	}
 	b.limit = min(b.limit*BackoffGrowth, maxDelay)
-	return delay, true
+	return delay
 }
 
 // Wait waits as Next says, on b.Clock, and returns nil when the loop should
@@ -120,6 +137,16 @@ func (b *Backoff) Wait(ctx context.Context, err error) error {
 	if !ok {
 		return err
 	}
+	return b.sleep(ctx, delay)
+}
+
+// WaitAny waits as NextAny says, on b.Clock; it returns ctx's error when
+// ctx ends first.
+func (b *Backoff) WaitAny(ctx context.Context, err error) error {
+	return b.sleep(ctx, b.NextAny(err))
+}
+
+func (b *Backoff) sleep(ctx context.Context, delay time.Duration) error {
 	clock := b.Clock
 	if clock == nil {
 		clock = clockwork.NewRealClock()

@@ -64,6 +64,21 @@ func TestBackoffGivesUpOnFatalErrors(t *testing.T) {
 	}
 }
 
+func TestBackoffNextAny(t *testing.T) {
+	ms := time.Millisecond
+	b := kv.Backoff{Rand: func() float64 { return 1 }}
+	var got []time.Duration
+	for _, err := range []error{
+		errors.New("not a kv error"), // waits as a conflict would
+		kv.Error{Code: kv.CodeTransactionTooLarge},
+		kv.Error{Code: kv.CodeNotCommitted},
+		kv.Error{Code: kv.CodeTransactionTooOld}, // OnError's own rule
+	} {
+		got = append(got, b.NextAny(err))
+	}
+	require.Equal(t, []time.Duration{10 * ms, 20 * ms, 40 * ms, 10 * ms}, got)
+}
+
 func TestBackoffWaitOnClock(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	b := kv.Backoff{Clock: clock, Rand: func() float64 { return 1 }}

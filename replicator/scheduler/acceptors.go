@@ -108,10 +108,11 @@ func (n *Node) runWorker(w *worker) {
 	w.run()
 }
 
-// acceptRetryDefault is how long an acceptor first waits after an accept
-// that failed with an error FoundationDB would not retry (retryable ones
-// back off as its OnError does); the wait doubles with each failure in a
-// row, up to acceptRetryMax, so that a node cut off from its store neither
+// acceptRetryDefault is the first limit of an acceptor's wait after an
+// accept that failed with an error FoundationDB would not retry (retryable
+// ones back off as its OnError does): a random part of a limit that
+// doubles with each failure in a row, up to acceptRetryMax
+// (kv.Backoff.NextAny), so that a node cut off from its store neither
 // spins nor floods its log.
 const (
 	acceptRetryDefault = 50 * time.Millisecond
@@ -128,10 +129,10 @@ const acceptLogEvery = time.Minute
 // target was lowered, or other acceptors filled it).
 func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 	defer n.wg.Done()
-	var b kv.Backoff // FoundationDB's OnError delays between failed accepts
-	var failures int // in a row
+	var b kv.Backoff                                                    // FoundationDB's OnError delays between failed accepts
+	cut := kv.Backoff{Initial: acceptRetryDefault, Max: acceptRetryMax} // after other errors
+	var failures int                                                    // in a row
 	var logged time.Time
-	retry := acceptRetryDefault
 	for {
 		n.mu.Lock()
 		limit := min(q, n.targetLocked()-len(n.workers))
@@ -165,7 +166,8 @@ func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 				cfg.Logger.Info().Int("failures", failures).Msg("replicator: accept works again")
 			}
 			b.Reset()
-			failures, retry = 0, acceptRetryDefault
+			cut.Reset()
+			failures = 0
 			continue
 		}
 		failures++
@@ -175,7 +177,7 @@ func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 		}
 		delay, ok := b.Next(err)
 		if !ok { // not a FoundationDB retryable error
-			delay, retry = retry, min(2*retry, acceptRetryMax)
+			delay = cut.NextAny(err)
 		}
 		select {
 		case <-ctx.Done():

@@ -362,18 +362,19 @@ const jobTxAttempts = 5
 
 // transactJob is kv.Transact, run again after non-retryable errors other
 // than ErrHalt (a job transaction abandoned halfway would leave the job
-// running with no worker until the activity monitor notices).
+// running with no worker until the activity monitor notices), waiting
+// between attempts as FoundationDB's OnError would (kv.Backoff.WaitAny).
 func transactJob[T any](w *worker, f func(kv.Transaction) (T, error)) (T, error) {
 	var v T
 	var err error
+	var b kv.Backoff
 	for i := 0; i < jobTxAttempts; i++ {
 		v, err = kv.Transact(w.ctx, w.n.store.DB, f)
 		if err == nil || errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil {
 			return v, err
 		}
-		select {
-		case <-w.ctx.Done():
-		case <-time.After(time.Duration(10<<i) * time.Millisecond):
+		if i < jobTxAttempts-1 && b.WaitAny(w.ctx, err) != nil {
+			break
 		}
 	}
 	return v, err
