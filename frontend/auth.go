@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/fdbrep/fdbrep/api"
 )
 
 // RoleAdmin is the role of server admins, as in CouchDB.
@@ -43,6 +45,15 @@ type User struct {
 	// dbAdmin: an admin of the database the request is about (its
 	// security object's "admins"), set by Server.dbUser.
 	dbAdmin bool
+}
+
+// Viewer is u as the control plane sees it: name and roles (none for the
+// anonymous user).
+func (u *User) Viewer() api.User {
+	if u == nil {
+		return api.User{Roles: []string{}}
+	}
+	return api.User{Name: u.Name, Roles: append([]string{}, u.Roles...)}
 }
 
 // Anonymous tells whether u is the anonymous user.

@@ -2,8 +2,9 @@
 // CouchDB-compatible server for replicator databases (stored by package
 // repdb) and the replication endpoints. It reaches the replicator only
 // through the ports of ports.go (Replicator, Scheduler, MetricsSource),
-// which cmd/internal/wire implements with the control plane (built by
-// cmd/internal/node for fdbrep serve), and it maps every error to
+// declared in package api's types, which the control plane satisfies as
+// it is (cmd/internal/wire plugs it in; cmd/internal/node builds both for
+// fdbrep serve), and it maps every error to
 // a CouchDB reply in one place (toHTTPError): repdb's sentinels and the
 // ports' tagged errors.
 //
@@ -110,8 +111,8 @@
 // (others' documents whole and editable, design documents) and change the
 // security object, in a transaction that checks the object it replaces.
 // Users who are not server admins see the jobs they own in
-// _scheduler/jobs, _scheduler/jobs/{id} and _active_tasks (the ports'
-// UserJobs, UserJob, UserActiveTasks: paged among their own rows), and
+// _scheduler/jobs, _scheduler/jobs/{id} and _active_tasks (the ports
+// take the viewer, User.Viewer: paged among their own rows), and
 // the rows of the databases they are members of in _scheduler/docs/{db}
 // (/_scheduler/docs: _replicator's, as in CouchDB).
 //

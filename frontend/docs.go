@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/repdb"
 )
@@ -256,7 +257,7 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 		return "", newError(http.StatusRequestEntityTooLarge, "document_too_large", e.id)
 	}
 	rep := s.opts.Replicator
-	var parsed ParsedDoc
+	var parsed api.ParsedDoc
 	if isRep && !e.deleted && rep != nil {
 		var perr error
 		parsed, perr = rep.ParseDoc(e.db, e.id, canonical)
@@ -296,7 +297,7 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 // with the written body's parse (parsed) or, when another leaf now wins,
 // that leaf's (a body invalid now becomes a failed job). It returns
 // whether the replicator's stale fields must go.
-func (s *Server) jobChange(ctx context.Context, tr kv.Transaction, db, id string, ev repdb.WriteEvent, parsed ParsedDoc) (bool, error) {
+func (s *Server) jobChange(ctx context.Context, tr kv.Transaction, db, id string, ev repdb.WriteEvent, parsed api.ParsedDoc) (bool, error) {
 	rep := s.opts.Replicator
 	switch {
 	case rep == nil || !ev.WinnerChanged():
@@ -316,7 +317,7 @@ func (s *Server) jobChange(ctx context.Context, tr kv.Transaction, db, id string
 
 // reasonOf is the client-facing reason of a port's error.
 func reasonOf(err error) string {
-	var te TaggedError
+	var te api.TaggedError
 	if errors.As(err, &te) {
 		return te.Reason()
 	}

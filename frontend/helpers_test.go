@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
@@ -48,7 +49,9 @@ type fakeDoc struct {
 	body   map[string]any
 }
 
-func (f *fakeReplicator) ParseDoc(db, docID string, raw json.RawMessage) (ParsedDoc, error) {
+func (d *fakeDoc) DocRef() (db, docID string) { return d.db, d.id }
+
+func (f *fakeReplicator) ParseDoc(db, docID string, raw json.RawMessage) (api.ParsedDoc, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, err
@@ -77,7 +80,7 @@ func (f *fakeReplicator) ParseDoc(db, docID string, raw json.RawMessage) (Parsed
 
 // DocWritten records the job; like the real one it reports a restarted
 // job unless the document records a terminal state.
-func (f *fakeReplicator) DocWritten(ctx context.Context, tr kv.Transaction, parsed ParsedDoc) (bool, error) {
+func (f *fakeReplicator) DocWritten(ctx context.Context, tr kv.Transaction, parsed api.ParsedDoc) (bool, error) {
 	f.mu.Lock()
 	fail := f.failWritten
 	f.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/repdb"
 )
 
@@ -42,8 +43,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, body any, err er
 // CouchDB's scheduler endpoints do (limit -1 when absent: the
 // Scheduler's default page), and fdbrep's start_key (alias startkey, as
 // for views): the first row's key, JSON, a string or an array of strings.
-func pageParams(q url.Values) (PageQuery, *httpError) {
-	pq := PageQuery{Limit: -1}
+func pageParams(q url.Values) (api.PageQuery, *httpError) {
+	pq := api.PageQuery{Limit: -1}
 	for _, p := range []struct {
 		name string
 		dst  *int
@@ -54,10 +55,10 @@ func pageParams(q url.Values) (PageQuery, *httpError) {
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return PageQuery{}, queryParseError(p.name + " must be an integer")
+			return api.PageQuery{}, queryParseError(p.name + " must be an integer")
 		}
 		if n < 0 {
-			return PageQuery{}, queryParseError(p.name + " not in range of [0,infinity]")
+			return api.PageQuery{}, queryParseError(p.name + " not in range of [0,infinity]")
 		}
 		*p.dst = n
 	}
@@ -70,7 +71,7 @@ func pageParams(q url.Values) (PageQuery, *httpError) {
 		if err := json.Unmarshal([]byte(v[0]), &one); err == nil {
 			pq.StartKey = []string{one}
 		} else if err := json.Unmarshal([]byte(v[0]), &pq.StartKey); err != nil || len(pq.StartKey) == 0 {
-			return PageQuery{}, queryParseError(fmt.Sprintf(`Invalid JSON for %s: a JSON string or a non-empty array of strings, e.g. %s=["_replicator","doc1"]`, name, name))
+			return api.PageQuery{}, queryParseError(fmt.Sprintf(`Invalid JSON for %s: a JSON string or a non-empty array of strings, e.g. %s=["_replicator","doc1"]`, name, name))
 		}
 		break
 	}
@@ -98,7 +99,7 @@ func (s *Server) handleReplicate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNoScheduler)
 		return
 	}
-	res, err := s.opts.Scheduler.Replicate(r.Context(), b, userFrom(r))
+	res, err := s.opts.Scheduler.Replicate(r.Context(), b, userFrom(r).Viewer())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -120,13 +121,7 @@ func (s *Server) handleActiveTasks(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, []any{})
 		return
 	}
-	var resp any
-	var err error
-	if u.IsAdmin() {
-		resp, err = s.opts.Scheduler.ActiveTasks(r.Context())
-	} else {
-		resp, err = s.opts.Scheduler.UserActiveTasks(r.Context(), u.Name)
-	}
+	resp, err := s.opts.Scheduler.ActiveTasks(r.Context(), u.Viewer())
 	s.answer(w, r, resp, err)
 }
 
@@ -142,13 +137,7 @@ func (s *Server) handleSchedulerJobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, he)
 		return
 	}
-	var resp any
-	var err error
-	if u := userFrom(r); u.IsAdmin() {
-		resp, err = s.opts.Scheduler.SchedulerJobs(r.Context(), pq)
-	} else {
-		resp, err = s.opts.Scheduler.UserJobs(r.Context(), u.Name, pq)
-	}
+	resp, err := s.opts.Scheduler.SchedulerJobs(r.Context(), userFrom(r).Viewer(), pq)
 	s.answer(w, r, resp, err)
 }
 
@@ -160,13 +149,7 @@ func (s *Server) handleSchedulerJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var resp any
-	var err error
-	if u := userFrom(r); u.IsAdmin() {
-		resp, err = s.opts.Scheduler.SchedulerJob(r.Context(), id)
-	} else {
-		resp, err = s.opts.Scheduler.UserJob(r.Context(), u.Name, id)
-	}
+	resp, err := s.opts.Scheduler.SchedulerJob(r.Context(), userFrom(r).Viewer(), id)
 	s.answer(w, r, resp, err)
 }
 
@@ -192,11 +175,7 @@ func (s *Server) handleRetryJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	user := ""
-	if u := userFrom(r); !u.IsAdmin() {
-		user = u.Name
-	}
-	resp, err := s.opts.Scheduler.RetryJob(r.Context(), id, user)
+	resp, err := s.opts.Scheduler.RetryJob(r.Context(), userFrom(r).Viewer(), id)
 	s.answer(w, r, resp, err)
 }
 

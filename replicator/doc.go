@@ -18,8 +18,8 @@
 //     retention.
 //
 // Neither imports net/http: the HTTP API is package frontend, whose ports
-// cmd/internal/wire implements with the control plane (cmd/internal/node
-// builds both for fdbrep serve).
+// (in package api's types) the control plane satisfies; cmd/internal/wire
+// plugs it in, and cmd/internal/node builds both for fdbrep serve.
 //
 // # Jobs
 //

@@ -8,28 +8,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
-// UserCtx is the user on whose behalf a request is made.
-type UserCtx struct {
-	Name  string   `json:"name"`
-	Roles []string `json:"roles"`
-}
-
-// HasRole reports whether the user has role.
-func (u UserCtx) HasRole(role string) bool {
-	for _, r := range u.Roles {
-		if r == role {
-			return true
-		}
-	}
-	return false
-}
-
-// IsAdmin reports whether the user is a server admin (role _admin).
-func (u UserCtx) IsAdmin() bool { return u.HasRole("_admin") }
+// UserCtx is the user on whose behalf a request is made (api.User).
+type UserCtx = api.User
 
 // Request is a parsed POST /_replicate body: a replication, or a cancel
 // naming the replication by its specification or by id.

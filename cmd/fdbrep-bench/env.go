@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 	"github.com/fdbrep/fdbrep/replicator/control"
@@ -222,7 +223,7 @@ func writeRepDocs(ctx context.Context, db kv.Database, plane *control.Plane, fro
 func writeDocs(ctx context.Context, db kv.Database, plane *control.Plane, from, to int, doc func(i int) (db, id string, body any)) error {
 	for from < to {
 		end := min(from+benchDocsPerTx, to)
-		parsed := make([]*control.Doc, 0, end-from)
+		parsed := make([]api.ParsedDoc, 0, end-from)
 		for i := from; i < end; i++ {
 			dbName, id, body := doc(i)
 			raw, err := json.Marshal(body)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
@@ -210,7 +211,7 @@ func (b livenessBench) run(ctx context.Context, env *benchEnv, inMemory bool) er
 		fmt.Printf("  one-shot POST /_replicate: no answer after %v: %v\n", time.Since(t0).Round(time.Millisecond), err)
 	default:
 		fmt.Printf("  one-shot POST /_replicate (its run lasts %v): answered %s after %v (bound: the rotation's %v and its run)\n",
-			sim.OneShot, outcomeWord(o.Kind), time.Since(t0).Round(time.Millisecond), bound)
+			sim.OneShot, outcomeWord(o.Outcome), time.Since(t0).Round(time.Millisecond), bound)
 	}
 	return nil
 }
@@ -222,13 +223,13 @@ func okWord(ok bool) string {
 	return "NOT REACHED"
 }
 
-func outcomeWord(k control.OutcomeKind) string {
+func outcomeWord(k api.Outcome) string {
 	switch k {
-	case control.Running:
+	case api.Running:
 		return "running"
-	case control.Completed:
+	case api.Completed:
 		return "completed"
-	case control.Failed:
+	case api.Failed:
 		return "failed"
 	default:
 		return "cancelled"

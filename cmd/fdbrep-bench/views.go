@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
@@ -194,28 +195,28 @@ func (vb *viewBench) Measure(ctx context.Context, samples, limit int) (viewFigur
 		return []string{vb.dbs[i%len(vb.dbs)], repDocID(i)}
 	}
 	randomID := func() []string { return []string{fmt.Sprintf("%032x", vb.rng.Uint64())} }
-	docs := func(db string, states []string, q control.PageQuery) func(context.Context) (int, error) {
+	docs := func(db string, states []string, q api.PageQuery) func(context.Context) (int, error) {
 		return func(ctx context.Context) (int, error) {
-			l, err := p.SchedulerDocs(ctx, db, "", states, q)
+			l, err := p.SchedulerDocs(ctx, db, states, q)
 			return len(l.Docs), err
 		}
 	}
 	queries := []viewQuery{
-		{name: "_scheduler/docs first page", run: docs("", nil, control.PageQuery{Limit: limit})},
+		{name: "_scheduler/docs first page", run: docs("", nil, api.PageQuery{Limit: limit})},
 		{name: "_scheduler/docs from a start_key", run: func(ctx context.Context) (int, error) {
-			return docs("", nil, control.PageQuery{Limit: limit, StartKey: randomDoc()})(ctx)
+			return docs("", nil, api.PageQuery{Limit: limit, StartKey: randomDoc()})(ctx)
 		}},
 		{name: "_scheduler/docs/{db}?states=crashing", run: func(ctx context.Context) (int, error) {
-			return docs(vb.dbs[vb.rng.IntN(len(vb.dbs))], []string{replicator.StateCrashing}, control.PageQuery{Limit: limit})(ctx)
+			return docs(vb.dbs[vb.rng.IntN(len(vb.dbs))], []string{replicator.StateCrashing}, api.PageQuery{Limit: limit})(ctx)
 		}},
-		{name: "_scheduler/docs?states=pending", run: docs("", []string{replicator.StatePending}, control.PageQuery{Limit: limit})},
+		{name: "_scheduler/docs?states=pending", run: docs("", []string{replicator.StatePending}, api.PageQuery{Limit: limit})},
 		{name: "_scheduler/jobs from a start_key", run: func(ctx context.Context) (int, error) {
-			l, err := p.SchedulerJobs(ctx, control.PageQuery{Limit: limit, StartKey: randomID()})
+			l, err := p.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: limit, StartKey: randomID()})
 			return len(l.Jobs), err
 		}},
-		{name: "_scheduler/docs skip=1000", run: docs("", nil, control.PageQuery{Limit: limit, Skip: 1000})},
+		{name: "_scheduler/docs skip=1000", run: docs("", nil, api.PageQuery{Limit: limit, Skip: 1000})},
 		{name: "_active_tasks", run: func(ctx context.Context) (int, error) {
-			t, err := p.ActiveTasks(ctx)
+			t, err := p.ActiveTasks(ctx, api.Admin)
 			return len(t), err
 		}},
 	}

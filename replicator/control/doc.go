@@ -1,7 +1,8 @@
 // Package control is the replicator's control plane, what api_frontend
 // nodes run (Plane). It never contacts a replication endpoint and speaks
-// no HTTP: the HTTP API (package frontend) reaches it through ports that
-// cmd/internal/wire implements with a Plane.
+// no HTTP: the HTTP API (package frontend) reaches it through ports
+// declared in package api's types, which a Plane satisfies as it is
+// (cmd/internal/wire plugs it in).
 //
 // # Documents
 //
@@ -40,7 +41,7 @@
 // from the job data; credentials are never shown. The listings read pages
 // of the store's view index (replicator.Store.JobsPage, DocsPage,
 // RunningJobs), so their cost follows the page (and skip), not the number
-// of jobs; PageQuery.StartKey starts a page at a row's key. With a
+// of jobs; api.PageQuery.StartKey starts a page at a row's key. With a
 // membership (SetMembership), a job running on a node whose membership
 // record expired is shown pending on no node, and is no active task, from
 // that moment: the member records are read once per request, only when

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
@@ -110,13 +111,13 @@ func TestCancelAfterUnknownCommit(t *testing.T) {
 	rep := map[string]any{"source": "http://h/cs", "target": "http://h/ct", "continuous": true}
 	o, err := c.Plane.Replicate(ctx, replicateBody(t, rep), admin)
 	require.NoError(t, err)
-	require.Equal(t, control.Running, o.Kind)
+	require.Equal(t, api.Running, o.Outcome)
 
 	p := newRetryPlane(t, c, afterCommit)
 	rep["cancel"] = true
 	o, err = p.Replicate(ctx, replicateBody(t, rep), admin)
 	require.NoError(t, err)
-	require.Equal(t, control.Cancelled, o.Kind, "%+v", o)
+	require.Equal(t, api.Cancelled, o.Outcome, "%+v", o)
 	require.EqualValues(t, 1, p.Metrics().Value(replicator.MetricJobsRemoves))
 
 	// The job is gone: a second cancel finds nothing.
@@ -194,7 +195,7 @@ func TestMetricsCountCommitsNotAttempts(t *testing.T) {
 	rep := map[string]any{"source": "http://h/ms", "target": "http://h/mt", "continuous": true}
 	o, err := p.Replicate(ctx, replicateBody(t, rep), replicator.UserCtx{Name: "u"})
 	require.NoError(t, err)
-	require.Equal(t, control.Running, o.Kind)
+	require.Equal(t, api.Running, o.Outcome)
 	require.EqualValues(t, 1, p.Metrics().Value(replicator.MetricJobsAdds))
 
 	// A document write whose first attempt conflicts.

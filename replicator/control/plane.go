@@ -3,10 +3,12 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/repdb"
@@ -114,6 +116,9 @@ type Doc struct {
 	Err error
 }
 
+// DocRef is the database and document id d was parsed for.
+func (d *Doc) DocRef() (db, docID string) { return d.DB, d.ID }
+
 // ParseDoc parses a document of a _replicator database about to be
 // written (CouchDB's before_doc_update validation). An error wrapping
 // replicator.ErrForbidden means the write must be refused (403 with its
@@ -122,7 +127,9 @@ type Doc struct {
 // ("_replication_state" and the like) are checked like any other. Other
 // databases and design and local documents give a Doc that DocWritten
 // ignores.
-func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (*Doc, error) {
+//
+// The result is a *Doc.
+func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (api.ParsedDoc, error) {
 	d := &Doc{DB: db, ID: docID}
 	if !repdb.IsReplicatorDB(db) || !repdb.IsReplicationDoc(docID) {
 		return d, nil
@@ -171,7 +178,13 @@ func knownDocState(s string) bool {
 // run (again), so the document's "_replication_*" fields are stale. Run
 // again in the same transaction (a retry, also after
 // commit_unknown_result) it gives the same outcome.
-func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, doc *Doc) (restarted bool, err error) {
+//
+// parsed must come from ParseDoc (any other api.ParsedDoc is an error).
+func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, parsed api.ParsedDoc) (restarted bool, err error) {
+	doc, ok := parsed.(*Doc)
+	if !ok {
+		return false, fmt.Errorf("control: DocWritten of a %T, not a document from ParseDoc", parsed)
+	}
 	if !repdb.IsReplicatorDB(doc.DB) || !repdb.IsReplicationDoc(doc.ID) {
 		return false, nil
 	}

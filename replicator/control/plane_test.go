@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
@@ -55,7 +56,7 @@ func TestParseDoc(t *testing.T) {
 	}
 	d, err := p.ParseDoc("_replicator", "d", json.RawMessage(good))
 	require.NoError(t, err)
-	require.Equal(t, "http://h/a/", d.Spec.Source.URL)
+	require.Equal(t, "http://h/a/", d.(*control.Doc).Spec.Source.URL)
 }
 
 // L1: the longest document id the HTTP API accepts gives a job id the job
@@ -89,7 +90,7 @@ func TestDocWrittenOutcomes(t *testing.T) {
 	}
 	jobs := func() int {
 		t.Helper()
-		l, err := c.Plane.SchedulerDocs(ctx, "_replicator", "", nil, control.PageQuery{Limit: -1})
+		l, err := c.Plane.SchedulerDocs(ctx, "_replicator", nil, api.PageQuery{Limit: -1})
 		require.NoError(t, err)
 		return l.TotalRows
 	}
@@ -123,4 +124,28 @@ func TestPlaneSetConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, p.SetConfig(replicator.Config{Shares: map[string]int{"_replicator": 0}}), replicator.ErrInvalidConfig)
 	require.NoError(t, p.SetConfig(replicator.Config{Shares: map[string]int{"_replicator": 500}, MaxHistory: 3}))
+}
+
+// The views take the viewer: the anonymous user sees nothing (CouchDB's
+// 401), so that no caller can reach every job by passing no user.
+func TestViewsRefuseTheAnonymousViewer(t *testing.T) {
+	db := kvtest.NewDB(t)
+	p, err := control.New(db, replicatortest.JobsClient(t, db), replicator.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	anonymous := api.User{Roles: []string{}}
+	for name, call := range map[string]func() error{
+		"SchedulerJobs": func() error { _, err := p.SchedulerJobs(ctx, anonymous, api.PageQuery{Limit: -1}); return err },
+		"SchedulerJob":  func() error { _, err := p.SchedulerJob(ctx, anonymous, "x"); return err },
+		"ActiveTasks":   func() error { _, err := p.ActiveTasks(ctx, anonymous); return err },
+		"RetryJob":      func() error { _, err := p.RetryJob(ctx, anonymous, "x"); return err },
+	} {
+		require.ErrorIs(t, call(), replicator.ErrUnauthorized, name)
+	}
+	list, err := p.SchedulerJobs(ctx, api.User{Name: "bob"}, api.PageQuery{Limit: -1})
+	require.NoError(t, err)
+	require.Empty(t, list.Jobs)
+	tasks, err := p.ActiveTasks(ctx, api.Admin)
+	require.NoError(t, err)
+	require.Empty(t, tasks)
 }

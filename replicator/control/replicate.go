@@ -5,41 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 )
 
-// OutcomeKind is how a POST /_replicate ended.
-type OutcomeKind int
-
-const (
-	// Running: a continuous replication is running on some node.
-	Running OutcomeKind = iota
-	// Completed: a one-shot replication completed.
-	Completed
-	// Failed: the replication failed.
-	Failed
-	// Cancelled: a cancel removed the replication.
-	Cancelled
-)
-
-// Outcome is the result of Replicate.
-type Outcome struct {
-	Kind OutcomeKind
-	// LocalID is the replication id (the job id before one was computed)
-	// of a running or cancelled replication.
-	LocalID string
-	// Checkpoint is a completed replication's final checkpoint, CouchDB's
-	// reply without "ok": session_id, source_last_seq, history, ...
-	Checkpoint json.RawMessage
-	// Tag and Reason describe a failure: CouchDB's error class
-	// ("db_not_found", "unauthorized", ...) and its reason.
-	Tag, Reason string
-}
-
 // Replicate serves POST /_replicate for user:
-//   - a replication: a continuous one returns Running once it runs on some
+//   - a replication: a continuous one returns api.Running once it runs on some
 //     replication node; a one-shot one blocks until it ends, Completed or
 //     Failed. Posting a replication identical to a pending or running one
 //     does not restart it. The job survives the caller going away (and
@@ -52,14 +25,14 @@ type Outcome struct {
 // ErrNotFound for an unknown job to cancel (or one cancelled while the
 // caller waited); ErrUnauthorized to cancel another user's job (unless
 // user is an admin) or a job defined by a _replicator document; kv errors.
-func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user replicator.UserCtx) (Outcome, error) {
+func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.User) (api.ReplicateResult, error) {
 	req, err := replicator.ParseRequest(body)
 	if err != nil {
-		return Outcome{}, err
+		return api.ReplicateResult{}, err
 	}
 	uuid, err := p.setup(ctx)
 	if err != nil {
-		return Outcome{}, err
+		return api.ReplicateResult{}, err
 	}
 	if req.Cancel {
 		return p.cancel(ctx, req, user, uuid)
@@ -92,7 +65,7 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user replic
 		return nil, nil
 	})
 	if err != nil {
-		return Outcome{}, err
+		return api.ReplicateResult{}, err
 	}
 	if added {
 		p.m.Inc(replicator.MetricJobsAdds)
@@ -105,41 +78,41 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user replic
 var errCancelled = replicator.NewReason(replicator.ErrNotFound, "the replication was cancelled")
 
 // wait follows the job until it runs (continuous) or finishes (one-shot).
-func (p *Plane) wait(ctx context.Context, jobID string, continuous bool) (Outcome, error) {
+func (p *Plane) wait(ctx context.Context, jobID string, continuous bool) (api.ReplicateResult, error) {
 	sub, st, raw, err := p.store.Jobs.Subscribe(ctx, nil, replicator.JobType, jobID)
 	if errors.Is(err, fdbjobs.ErrNotFound) {
-		return Outcome{}, errCancelled
+		return api.ReplicateResult{}, errCancelled
 	}
 	if err != nil {
-		return Outcome{}, err
+		return api.ReplicateResult{}, err
 	}
 	defer sub.Unsubscribe()
 	for {
 		if raw != nil {
 			d, err := replicator.DecodeJobData(raw)
 			if err != nil {
-				return Outcome{}, err
+				return api.ReplicateResult{}, err
 			}
 			if o, done := outcomeOf(st, d, jobID, continuous); done {
 				return o, nil
 			}
 		}
 		if sub == nil {
-			return Outcome{}, errors.New("replicator: finished job without a terminal state")
+			return api.ReplicateResult{}, errors.New("replicator: finished job without a terminal state")
 		}
 		ev, err := sub.Wait(ctx)
 		if err != nil {
-			return Outcome{}, err
+			return api.ReplicateResult{}, err
 		}
 		if ev.State == fdbjobs.NotFound {
-			return Outcome{}, errCancelled
+			return api.ReplicateResult{}, errCancelled
 		}
 		st, raw = ev.State, ev.Data
 	}
 }
 
 // outcomeOf decides whether a job state answers the POST.
-func outcomeOf(st fdbjobs.State, d *replicator.JobData, jobID string, continuous bool) (Outcome, bool) {
+func outcomeOf(st fdbjobs.State, d *replicator.JobData, jobID string, continuous bool) (api.ReplicateResult, bool) {
 	localID := d.RepID
 	if localID == "" {
 		localID = jobID
@@ -150,55 +123,55 @@ func outcomeOf(st fdbjobs.State, d *replicator.JobData, jobID string, continuous
 		if json.Unmarshal(d.StateInfo, &ei) != nil || ei.Error == "" {
 			ei = replicator.ErrorInfo{Error: "error", Reason: d.LastError}
 		}
-		return Outcome{Kind: Failed, Tag: ei.Error, Reason: ei.Reason}, true
+		return api.ReplicateResult{Outcome: api.Failed, Tag: ei.Error, Reason: ei.Reason}, true
 	case d.State == replicator.StateCompleted && st == fdbjobs.Finished:
-		return Outcome{Kind: Completed, Checkpoint: d.CheckpointHistory}, true
+		return api.ReplicateResult{Outcome: api.Completed, Checkpoint: d.CheckpointHistory}, true
 	case continuous && d.State == replicator.StateRunning && st == fdbjobs.Running:
-		return Outcome{Kind: Running, LocalID: localID}, true
+		return api.ReplicateResult{Outcome: api.Running, LocalID: localID}, true
 	}
-	return Outcome{}, false
+	return api.ReplicateResult{}, false
 }
 
-func (p *Plane) cancel(ctx context.Context, req *replicator.Request, user replicator.UserCtx, uuid string) (Outcome, error) {
+func (p *Plane) cancel(ctx context.Context, req *replicator.Request, user replicator.UserCtx, uuid string) (api.ReplicateResult, error) {
 	jobID := req.ID
 	if req.Spec != nil && jobID == "" {
 		jobID = replicator.TransientJobID(uuid, req.Spec, user.Name)
 	}
 	jobID, err := p.resolveID(ctx, jobID)
 	if err != nil {
-		return Outcome{}, err
+		return api.ReplicateResult{}, err
 	}
 	// done survives the retry loop: when an attempt removed the job and
 	// committed although the commit reported commit_unknown_result, the
 	// retry finds the job gone and gives the same answer (cancelled, not
 	// missing).
-	var done *Outcome
-	o, err := kv.Transact(ctx, p.store.DB, func(tr kv.Transaction) (Outcome, error) {
+	var done *api.ReplicateResult
+	o, err := kv.Transact(ctx, p.store.DB, func(tr kv.Transaction) (api.ReplicateResult, error) {
 		d, _, err := p.store.Job(ctx, tr, jobID)
 		if err != nil {
-			return Outcome{}, err
+			return api.ReplicateResult{}, err
 		}
 		switch {
 		case d == nil && done != nil:
 			return *done, nil
 		case d == nil:
-			return Outcome{}, replicator.NewReason(replicator.ErrNotFound, "missing")
+			return api.ReplicateResult{}, replicator.NewReason(replicator.ErrNotFound, "missing")
 		case !d.Transient():
-			return Outcome{}, replicator.NewReason(replicator.ErrUnauthorized,
+			return api.ReplicateResult{}, replicator.NewReason(replicator.ErrUnauthorized,
 				"Persistent replication collision: this replication is defined by document `%s` in `%s`; delete the document to stop it",
 				d.DocID, d.DBName)
 		case d.RepUser != user.Name && !user.IsAdmin():
-			return Outcome{}, replicator.NewReason(replicator.ErrUnauthorized,
+			return api.ReplicateResult{}, replicator.NewReason(replicator.ErrUnauthorized,
 				"only the user who started the replication or a server admin may cancel it")
 		}
 		if err := p.store.RemoveJob(ctx, tr, jobID, d); err != nil {
-			return Outcome{}, err
+			return api.ReplicateResult{}, err
 		}
 		local := d.RepID
 		if local == "" {
 			local = jobID
 		}
-		done = &Outcome{Kind: Cancelled, LocalID: local}
+		done = &api.ReplicateResult{Outcome: api.Cancelled, LocalID: local}
 		return *done, nil
 	})
 	if err == nil {

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/replicator"
 )
 
@@ -14,19 +15,32 @@ import (
 // so limit, skip, offset and total_rows count the user's jobs only, and a
 // page costs what it lists, not every job.
 
-// UserJobs is SchedulerJobs for user: the unfinished jobs user owns, in
+// ownerOf is the owner whose jobs viewer sees: "" (every job) for a
+// server admin, the viewer's name for any other user; the anonymous user
+// sees none (ErrUnauthorized, as CouchDB answers).
+func ownerOf(viewer api.User) (string, error) {
+	switch {
+	case viewer.IsAdmin():
+		return "", nil
+	case viewer.Name == "":
+		return "", replicator.NewReason(replicator.ErrUnauthorized, "You are not a server admin.")
+	}
+	return viewer.Name, nil
+}
+
+// userJobs is SchedulerJobs for user: the unfinished jobs user owns, in
 // the same order, with the same start key, a page read from the index by
 // owner (Store.OwnerJobsPage).
-func (p *Plane) UserJobs(ctx context.Context, user string, q PageQuery) (JobList, error) {
-	q, err := q.check(2)
+func (p *Plane) userJobs(ctx context.Context, user string, q api.PageQuery) (api.JobList, error) {
+	q, err := checkPage(q, 2)
 	if err != nil {
-		return JobList{}, err
+		return api.JobList{}, err
 	}
-	pg, err := p.store.OwnerJobsPage(ctx, user, q.key(0), q.key(1), q.Limit, q.Skip)
+	pg, err := p.store.OwnerJobsPage(ctx, user, startKey(q, 0), startKey(q, 1), q.Limit, q.Skip)
 	if err != nil {
-		return JobList{}, err
+		return api.JobList{}, err
 	}
-	out := JobList{TotalRows: pg.Total, Offset: pg.Offset, Jobs: make([]JobInfo, 0, len(pg.Jobs))}
+	out := api.JobList{TotalRows: pg.Total, Offset: pg.Offset, Jobs: make([]api.JobInfo, 0, len(pg.Jobs))}
 	seen := p.seer(ctx)
 	for _, j := range pg.Jobs {
 		if j.Data.Owner() != user {
@@ -37,16 +51,10 @@ func (p *Plane) UserJobs(ctx context.Context, user string, q PageQuery) (JobList
 	return out, nil
 }
 
-// UserJob is SchedulerJob for user: ErrNotFound for a job user does not
-// own, as for one that does not exist.
-func (p *Plane) UserJob(ctx context.Context, user, id string) (JobInfo, error) {
-	return p.job(ctx, id, func(d *replicator.JobData) bool { return d.Owner() == user })
-}
-
-// UserActiveTasks is ActiveTasks for user: the running replications user
+// userActiveTasks is ActiveTasks for user: the running replications user
 // owns, read from the index of running jobs by owner
 // (Store.OwnerRunningJobs), so it costs the user's running jobs.
-func (p *Plane) UserActiveTasks(ctx context.Context, user string) ([]ActiveTask, error) {
+func (p *Plane) userActiveTasks(ctx context.Context, user string) ([]api.ActiveTask, error) {
 	jobs, err := p.store.OwnerRunningJobs(ctx, user)
 	if err != nil {
 		return nil, err

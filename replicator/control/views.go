@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/repdb"
@@ -19,86 +20,6 @@ import (
 // SchedulerDocs when limit is negative (CouchDB's default is 100).
 const SchedulerLimitDefault = 100
 
-// HistoryEntry is a job history event as the scheduler views show it.
-type HistoryEntry struct {
-	Timestamp string `json:"timestamp"`
-	Type      string `json:"type"`
-	Reason    string `json:"reason,omitempty"`
-}
-
-// JobInfo is one entry of GET /_scheduler/jobs (and /_scheduler/jobs/{id}).
-type JobInfo struct {
-	ID        *string         `json:"id"`
-	Database  *string         `json:"database"`
-	DocID     *string         `json:"doc_id"`
-	Source    *string         `json:"source"`
-	Target    *string         `json:"target"`
-	State     string          `json:"state"`
-	Info      json.RawMessage `json:"info"`
-	User      *string         `json:"user"`
-	History   []HistoryEntry  `json:"history"`
-	StartTime string          `json:"start_time"`
-	Node      *string         `json:"node"`
-	PID       *string         `json:"pid"`
-	// JobID is fdbrep's job id (not in CouchDB's reply).
-	JobID string `json:"job_id"`
-}
-
-// JobList is GET /_scheduler/jobs.
-type JobList struct {
-	TotalRows int       `json:"total_rows"`
-	Offset    int       `json:"offset"`
-	Jobs      []JobInfo `json:"jobs"`
-}
-
-// DocInfo is one entry of GET /_scheduler/docs.
-type DocInfo struct {
-	ID          *string         `json:"id"`
-	Database    string          `json:"database"`
-	DocID       string          `json:"doc_id"`
-	Source      *string         `json:"source"`
-	Target      *string         `json:"target"`
-	SourceProxy *string         `json:"source_proxy"`
-	TargetProxy *string         `json:"target_proxy"`
-	State       string          `json:"state"`
-	Info        json.RawMessage `json:"info"`
-	ErrorCount  int             `json:"error_count"`
-	LastUpdated string          `json:"last_updated"`
-	StartTime   string          `json:"start_time"`
-	Node        *string         `json:"node"`
-	PID         *string         `json:"pid"`
-}
-
-// DocList is GET /_scheduler/docs[/{db}].
-type DocList struct {
-	TotalRows int       `json:"total_rows"`
-	Offset    int       `json:"offset"`
-	Docs      []DocInfo `json:"docs"`
-}
-
-// ActiveTask is a replication entry of GET /_active_tasks: the job and
-// its counters (engine.Stats, under CouchDB's names). PID, CouchDB's
-// Erlang process id, is the job's id here: what names the running job
-// across the cluster (clients such as Fauxton expect a string).
-type ActiveTask struct {
-	Type               string  `json:"type"`
-	Node               string  `json:"node"`
-	PID                *string `json:"pid"`
-	ProcessStatus      string  `json:"process_status"`
-	User               *string `json:"user"`
-	ReplicationID      string  `json:"replication_id"`
-	Database           *string `json:"database"`
-	DocID              *string `json:"doc_id"`
-	Source             string  `json:"source"`
-	Target             string  `json:"target"`
-	Continuous         bool    `json:"continuous"`
-	CheckpointInterval int64   `json:"checkpoint_interval"`
-	StartedOn          int64   `json:"started_on"`
-	UpdatedOn          int64   `json:"updated_on"`
-	engine.Stats
-	SyncInfo
-}
-
 func strp(s string) *string {
 	if s == "" {
 		return nil
@@ -106,22 +27,22 @@ func strp(s string) *string {
 	return &s
 }
 
-func history(d *replicator.JobData) []HistoryEntry {
-	out := make([]HistoryEntry, 0, len(d.History))
+func history(d *replicator.JobData) []api.HistoryEntry {
+	out := make([]api.HistoryEntry, 0, len(d.History))
 	for _, h := range d.History {
-		out = append(out, HistoryEntry{Timestamp: replicator.FormatMillis(h.Timestamp), Type: h.Type, Reason: h.Reason})
+		out = append(out, api.HistoryEntry{Timestamp: replicator.FormatMillis(h.Timestamp), Type: h.Type, Reason: h.Reason})
 	}
 	return out
 }
 
 // info is CouchDB's "info": the stats for pending and running jobs, the
-// state info otherwise, with fdbrep's SyncInfo fields added to every
+// state info otherwise, with fdbrep's api.SyncInfo fields added to every
 // object.
 func info(d *replicator.JobData) json.RawMessage {
 	switch d.State {
 	case replicator.StatePending, replicator.StateRunning:
 		b, _ := json.Marshal(struct {
-			engine.Stats
+			api.Stats
 			infoAdditions
 		}{d.Stats, additions(d)})
 		return b
@@ -145,32 +66,22 @@ func info(d *replicator.JobData) json.RawMessage {
 	return b
 }
 
-// infoAdditions is what fdbrep adds to a job's info: SyncInfo, and in the
+// infoAdditions is what fdbrep adds to a job's info: api.SyncInfo, and in the
 // views of one job, its failed documents.
 type infoAdditions struct {
-	SyncInfo
+	api.SyncInfo
 	// FailedDocs are the last engine.RefusedDocsMax documents the target
 	// refused, oldest first (only in the views of one job: a page would
 	// read up to 64 kB more per row).
-	FailedDocs *[]FailedDocInfo `json:"failed_docs,omitempty"`
-}
-
-// FailedDocInfo is a document the target refused, as the views show it.
-type FailedDocInfo struct {
-	ID     string `json:"id"`
-	Rev    string `json:"rev,omitempty"`
-	Status int    `json:"status,omitempty"`
-	Error  string `json:"error"`
-	Reason string `json:"reason"`
-	Time   string `json:"time"`
+	FailedDocs *[]api.FailedDocInfo `json:"failed_docs,omitempty"`
 }
 
 func additions(d *replicator.JobData) infoAdditions {
 	out := infoAdditions{SyncInfo: syncInfo(d)}
 	if d.FailedDocs != nil {
-		list := make([]FailedDocInfo, 0, len(*d.FailedDocs))
+		list := make([]api.FailedDocInfo, 0, len(*d.FailedDocs))
 		for _, f := range *d.FailedDocs {
-			list = append(list, FailedDocInfo{ID: f.ID, Rev: f.Rev, Status: f.Status, Error: f.Error, Reason: f.Reason,
+			list = append(list, api.FailedDocInfo{ID: f.ID, Rev: f.Rev, Status: f.Status, Error: f.Error, Reason: f.Reason,
 				Time: replicator.FormatMillis(f.Time)})
 		}
 		out.FailedDocs = &list
@@ -178,45 +89,14 @@ func additions(d *replicator.JobData) infoAdditions {
 	return out
 }
 
-// SyncInfo is what fdbrep adds to every job's info and _active_tasks
-// entry (docs/COMPAT.md, "Is it in sync?"): whether the job has caught up
-// with its source, how fast it goes, and if it does not move, why.
-type SyncInfo struct {
-	// CaughtUp: the job has processed its source's changes up to the
-	// source's update sequence when it last asked (a completed one-shot
-	// job: true; a job that is not running: false).
-	CaughtUp      bool    `json:"caught_up"`
-	CaughtUpSince *string `json:"caught_up_since"`
-	// LastProgress is when the job last finished a batch of changes.
-	LastProgress *string `json:"last_progress"`
-	// Throughput is revisions checked per second over the last minute
-	// (0 when not running).
-	Throughput float64 `json:"throughput"`
-	// ETASec is the seconds until caught up at that rate: 0 when caught
-	// up, null when unknown (no rate, or no pending count: the count of
-	// the last checkpoint is spent while new changes are copied).
-	ETASec *int64 `json:"eta_sec"`
-	// Stall is null while the job progresses, or is idle and caught up.
-	Stall *StallInfo `json:"stall"`
-}
-
-// StallInfo is why a job does not move: engine.Stall with its times
-// formatted.
-type StallInfo struct {
-	Reason string  `json:"reason"`
-	Detail string  `json:"detail"`
-	Since  string  `json:"since"`
-	Until  *string `json:"until,omitempty"`
-}
-
 // syncInfo is d's SyncInfo: its run's engine.Sync while it runs, what the
 // state implies otherwise.
-func syncInfo(d *replicator.JobData) SyncInfo {
+func syncInfo(d *replicator.JobData) api.SyncInfo {
 	var y engine.Sync
 	if d.Sync != nil {
 		y = *d.Sync
 	}
-	out := SyncInfo{LastProgress: strp(replicator.FormatMillis(y.LastProgress))}
+	out := api.SyncInfo{LastProgress: strp(replicator.FormatMillis(y.LastProgress))}
 	if y.LastProgress == 0 {
 		out.LastProgress = nil
 	}
@@ -235,14 +115,14 @@ func syncInfo(d *replicator.JobData) SyncInfo {
 			out.ETASec = &eta
 		}
 		if y.Stall != nil {
-			out.Stall = &StallInfo{Reason: y.Stall.Reason, Detail: y.Stall.Detail, Since: replicator.FormatMillis(y.Stall.Since)}
+			out.Stall = &api.StallInfo{Reason: y.Stall.Reason, Detail: y.Stall.Detail, Since: replicator.FormatMillis(y.Stall.Since)}
 		}
 	case replicator.StateCompleted:
 		zero := int64(0)
 		out.CaughtUp, out.ETASec = true, &zero
 		out.CaughtUpSince = strp(replicator.FormatMillis(cmp.Or(y.CaughtUpSince, d.LastUpdated)))
 	case replicator.StateCrashing:
-		out.Stall = &StallInfo{Reason: engine.StallBackingOff, Detail: d.LastError, Since: replicator.FormatMillis(d.LastUpdated)}
+		out.Stall = &api.StallInfo{Reason: engine.StallBackingOff, Detail: d.LastError, Since: replicator.FormatMillis(d.LastUpdated)}
 		if d.RetryAt != 0 {
 			out.Stall.Until = strp(replicator.FormatMillis(d.RetryAt))
 		}
@@ -261,9 +141,9 @@ func endpoints(d *replicator.JobData) (src, tgt, sp, tp *string) {
 		strp(replicator.RedactURL(d.Rep.Source.Proxy)), strp(replicator.RedactURL(d.Rep.Target.Proxy))
 }
 
-func jobInfo(d *replicator.JobData, jobID string) JobInfo {
+func jobInfo(d *replicator.JobData, jobID string) api.JobInfo {
 	src, tgt, _, _ := endpoints(d)
-	return JobInfo{
+	return api.JobInfo{
 		ID: strp(d.RepID), Database: strp(d.DBName), DocID: strp(d.DocID),
 		Source: src, Target: tgt, State: d.State, Info: info(d), User: strp(d.RepUser),
 		History: history(d), StartTime: replicator.FormatMillis(d.StartTime), Node: strp(nodeIfRunning(d)), JobID: jobID,
@@ -277,32 +157,18 @@ func nodeIfRunning(d *replicator.JobData) string {
 	return ""
 }
 
-func docInfo(d *replicator.JobData) DocInfo {
+func docInfo(d *replicator.JobData) api.DocInfo {
 	src, tgt, sp, tp := endpoints(d)
-	return DocInfo{
+	return api.DocInfo{
 		ID: strp(d.RepID), Database: d.DBName, DocID: d.DocID, Source: src, Target: tgt,
 		SourceProxy: sp, TargetProxy: tp, State: d.State, Info: info(d), ErrorCount: d.ErrorCount,
 		LastUpdated: replicator.FormatMillis(d.LastUpdated), StartTime: replicator.FormatMillis(d.StartTime), Node: strp(nodeIfRunning(d)),
 	}
 }
 
-// PageQuery is a page of a _scheduler listing.
-type PageQuery struct {
-	// Limit is the page size; < 0 means SchedulerLimitDefault.
-	Limit int
-	// Skip is how many rows to pass first (CouchDB's skip); it costs
-	// keys-only reads of the index, so StartKey is the way to deep pages.
-	Skip int
-	// StartKey is where the page starts, inclusive (fdbrep's start_key):
-	// [id] or [id, job_id] for SchedulerJobs (id: the row's "id", or its
-	// "job_id" when "id" is null); [db] or [db, doc_id] for SchedulerDocs
-	// of every database; [doc_id] for one database's.
-	StartKey []string
-}
-
-// check validates q (its start key has at most maxKey elements) and fills
-// in the default limit.
-func (q PageQuery) check(maxKey int) (PageQuery, error) {
+// checkPage validates q (its start key has at most maxKey elements) and
+// fills in the default limit.
+func checkPage(q api.PageQuery, maxKey int) (api.PageQuery, error) {
 	if q.Skip < 0 {
 		return q, replicator.NewReason(replicator.ErrBadQuery, "skip not in range of [0,infinity]")
 	}
@@ -315,8 +181,8 @@ func (q PageQuery) check(maxKey int) (PageQuery, error) {
 	return q, nil
 }
 
-// key returns StartKey's element i, or "".
-func (q PageQuery) key(i int) string {
+// startKey returns q.StartKey's element i, or "".
+func startKey(q api.PageQuery, i int) string {
 	if i < len(q.StartKey) {
 		return q.StartKey[i]
 	}
@@ -327,16 +193,25 @@ func (q PageQuery) key(i int) string {
 // crashing; not documents that failed to parse), sorted by id (the
 // replication id, or the job id before one is computed), as GET
 // /_scheduler/jobs: a page read from the view index (Store.JobsPage).
-func (p *Plane) SchedulerJobs(ctx context.Context, q PageQuery) (JobList, error) {
-	q, err := q.check(2)
+// A server admin sees every job; another viewer sees their own (see
+// userviews.go).
+func (p *Plane) SchedulerJobs(ctx context.Context, viewer api.User, q api.PageQuery) (api.JobList, error) {
+	owner, err := ownerOf(viewer)
 	if err != nil {
-		return JobList{}, err
+		return api.JobList{}, err
 	}
-	pg, err := p.store.JobsPage(ctx, q.key(0), q.key(1), q.Limit, q.Skip)
+	if owner != "" {
+		return p.userJobs(ctx, owner, q)
+	}
+	q, err = checkPage(q, 2)
 	if err != nil {
-		return JobList{}, err
+		return api.JobList{}, err
 	}
-	out := JobList{TotalRows: pg.Total, Offset: pg.Offset, Jobs: make([]JobInfo, 0, len(pg.Jobs))}
+	pg, err := p.store.JobsPage(ctx, startKey(q, 0), startKey(q, 1), q.Limit, q.Skip)
+	if err != nil {
+		return api.JobList{}, err
+	}
+	out := api.JobList{TotalRows: pg.Total, Offset: pg.Offset, Jobs: make([]api.JobInfo, 0, len(pg.Jobs))}
 	seen := p.seer(ctx)
 	for _, j := range pg.Jobs {
 		out.Jobs = append(out.Jobs, jobInfo(seen(j.State, j.Data), j.ID))
@@ -346,23 +221,29 @@ func (p *Plane) SchedulerJobs(ctx context.Context, q PageQuery) (JobList, error)
 
 // SchedulerJob returns one job in any state (finished transient jobs
 // while they are retained), by replication id (a space stands for "+") or
-// job id, or ErrNotFound.
-func (p *Plane) SchedulerJob(ctx context.Context, id string) (JobInfo, error) {
-	return p.job(ctx, id, func(*replicator.JobData) bool { return true })
+// job id, or ErrNotFound. A server admin finds every job; another viewer
+// only the jobs they own (ErrNotFound for the others, as for a job that
+// does not exist).
+func (p *Plane) SchedulerJob(ctx context.Context, viewer api.User, id string) (api.JobInfo, error) {
+	owner, err := ownerOf(viewer)
+	if err != nil {
+		return api.JobInfo{}, err
+	}
+	return p.job(ctx, id, func(d *replicator.JobData) bool { return owner == "" || d.Owner() == owner })
 }
 
 // job returns the job id names if keep accepts it, else ErrNotFound.
-func (p *Plane) job(ctx context.Context, id string, keep func(*replicator.JobData) bool) (JobInfo, error) {
+func (p *Plane) job(ctx context.Context, id string, keep func(*replicator.JobData) bool) (api.JobInfo, error) {
 	jobID, err := p.resolveID(ctx, id)
 	if err != nil {
-		return JobInfo{}, err
+		return api.JobInfo{}, err
 	}
 	d, st, err := p.store.ViewJob(ctx, jobID)
 	if err != nil {
-		return JobInfo{}, err
+		return api.JobInfo{}, err
 	}
 	if d == nil || !keep(d) {
-		return JobInfo{}, replicator.NewReason(replicator.ErrNotFound, "missing")
+		return api.JobInfo{}, replicator.NewReason(replicator.ErrNotFound, "missing")
 	}
 	return jobInfo(p.seer(ctx)(st, d), jobID), nil
 }
@@ -386,45 +267,37 @@ func (p *Plane) resolveID(ctx context.Context, id string) (string, error) {
 // SchedulerDocs lists the persistent jobs in all states, as GET
 // /_scheduler/docs (db "" for every _replicator database) or
 // /_scheduler/docs/{db}, sorted by database and document id: a page read
-// from the view index (Store.DocsPage). With docID set it returns that
-// document's job alone, or ErrNotFound. states filters (empty means all);
+// from the view index (Store.DocsPage). states filters (empty means all);
 // an unknown state is ErrBadQuery.
-func (p *Plane) SchedulerDocs(ctx context.Context, db, docID string, states []string, q PageQuery) (DocList, error) {
+func (p *Plane) SchedulerDocs(ctx context.Context, db string, states []string, q api.PageQuery) (api.DocList, error) {
 	known := replicator.ViewStates()
 	for _, s := range states {
 		if !slices.Contains(known, s) {
-			return DocList{}, replicator.NewReason(replicator.ErrBadQuery, "Unknown states [%s]. Choose from: [%s]", s, strings.Join(known, ", "))
+			return api.DocList{}, replicator.NewReason(replicator.ErrBadQuery, "Unknown states [%s]. Choose from: [%s]", s, strings.Join(known, ", "))
 		}
 	}
 	if db != "" && !repdb.IsReplicatorDB(db) {
-		return DocList{}, replicator.NewReason(replicator.ErrNotFound, "%s is not a _replicator database", db)
-	}
-	if docID != "" {
-		di, err := p.SchedulerDoc(ctx, db, docID)
-		if err != nil {
-			return DocList{}, err
-		}
-		return DocList{TotalRows: 1, Docs: []DocInfo{di}}, nil
+		return api.DocList{}, replicator.NewReason(replicator.ErrNotFound, "%s is not a _replicator database", db)
 	}
 	maxKey := 2
 	if db != "" {
 		maxKey = 1
 	}
-	q, err := q.check(maxKey)
+	q, err := checkPage(q, maxKey)
 	if err != nil {
-		return DocList{}, err
+		return api.DocList{}, err
 	}
 	dq := replicator.DocsQuery{DB: db, States: slices.Compact(slices.Sorted(slices.Values(states))), Limit: q.Limit, Skip: q.Skip}
 	if db == "" {
-		dq.StartDB, dq.StartDoc = q.key(0), q.key(1)
+		dq.StartDB, dq.StartDoc = startKey(q, 0), startKey(q, 1)
 	} else {
-		dq.StartDoc = q.key(0)
+		dq.StartDoc = startKey(q, 0)
 	}
 	pg, err := p.store.DocsPage(ctx, dq)
 	if err != nil {
-		return DocList{}, err
+		return api.DocList{}, err
 	}
-	out := DocList{TotalRows: pg.Total, Offset: pg.Offset, Docs: make([]DocInfo, 0, len(pg.Jobs))}
+	out := api.DocList{TotalRows: pg.Total, Offset: pg.Offset, Docs: make([]api.DocInfo, 0, len(pg.Jobs))}
 	seen := p.seer(ctx)
 	for _, j := range pg.Jobs {
 		d := seen(j.State, j.Data)
@@ -438,24 +311,24 @@ func (p *Plane) SchedulerDocs(ctx context.Context, db, docID string, states []st
 
 // SchedulerDoc returns the job of one _replicator document, or
 // ErrNotFound.
-func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (DocInfo, error) {
+func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (api.DocInfo, error) {
 	missing := replicator.NewReason(replicator.ErrNotFound, "missing")
 	if !repdb.IsReplicatorDB(db) {
-		return DocInfo{}, missing
+		return api.DocInfo{}, missing
 	}
 	u, err := p.store.ReadRegisteredDB(ctx, db)
 	if err != nil {
-		return DocInfo{}, err
+		return api.DocInfo{}, err
 	}
 	if u == "" {
-		return DocInfo{}, missing
+		return api.DocInfo{}, missing
 	}
 	d, st, err := p.store.ViewJob(ctx, replicator.DocJobID(u, docID))
 	if err != nil {
-		return DocInfo{}, err
+		return api.DocInfo{}, err
 	}
 	if d == nil {
-		return DocInfo{}, missing
+		return api.DocInfo{}, missing
 	}
 	return docInfo(p.seer(ctx)(st, d)), nil
 }
@@ -463,8 +336,16 @@ func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (DocInfo, er
 // ActiveTasks lists the running replications of the whole cluster, as
 // GET /_active_tasks shows them, sorted by node and job id: read from the
 // view index of running jobs (Store.RunningJobs), so it costs the running
-// jobs, not all of them.
-func (p *Plane) ActiveTasks(ctx context.Context) ([]ActiveTask, error) {
+// jobs, not all of them. A server admin sees every running job; another
+// viewer their own (see userviews.go).
+func (p *Plane) ActiveTasks(ctx context.Context, viewer api.User) ([]api.ActiveTask, error) {
+	owner, err := ownerOf(viewer)
+	if err != nil {
+		return nil, err
+	}
+	if owner != "" {
+		return p.userActiveTasks(ctx, owner)
+	}
 	jobs, err := p.store.RunningJobs(ctx, "")
 	if err != nil {
 		return nil, err
@@ -474,8 +355,8 @@ func (p *Plane) ActiveTasks(ctx context.Context) ([]ActiveTask, error) {
 
 // activeTaskList is the entries of the running jobs among jobs that keep
 // accepts.
-func (p *Plane) activeTaskList(ctx context.Context, jobs []replicator.PageJob, keep func(*replicator.JobData) bool) []ActiveTask {
-	out := []ActiveTask{}
+func (p *Plane) activeTaskList(ctx context.Context, jobs []replicator.PageJob, keep func(*replicator.JobData) bool) []api.ActiveTask {
+	out := []api.ActiveTask{}
 	seen := p.seer(ctx)
 	for _, j := range jobs {
 		if t, ok := activeTask(j.ID, j.State, j.Data); ok && keep(j.Data) && seen(j.State, j.Data).State == replicator.StateRunning {
@@ -486,15 +367,15 @@ func (p *Plane) activeTaskList(ctx context.Context, jobs []replicator.PageJob, k
 }
 
 // activeTask is the _active_tasks entry of a job, if it is running.
-func activeTask(id string, st fdbjobs.State, d *replicator.JobData) (ActiveTask, bool) {
+func activeTask(id string, st fdbjobs.State, d *replicator.JobData) (api.ActiveTask, bool) {
 	if st != fdbjobs.Running || d.State != replicator.StateRunning || d.Rep == nil {
-		return ActiveTask{}, false
+		return api.ActiveTask{}, false
 	}
 	ci := d.Rep.CheckpointInterval
 	if ci == 0 {
 		ci = engine.CheckpointIntervalDefault.Milliseconds()
 	}
-	return ActiveTask{
+	return api.ActiveTask{
 		Type: "replication", Node: d.Node, PID: strp(id), ProcessStatus: "running", User: strp(d.RepUser),
 		ReplicationID: d.RepID, Database: strp(d.DBName), DocID: strp(d.DocID),
 		Source: d.Rep.Source.Redacted(), Target: d.Rep.Target.Redacted(), Continuous: d.Rep.Continuous,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/cluster"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
@@ -247,7 +248,7 @@ func (c *Cluster) PutDocs(db string, docs map[string]map[string]any) {
 	for len(ids) > 0 {
 		batch := ids[:min(putDocsBatch, len(ids))]
 		ids = ids[len(batch):]
-		parsed := make([]*control.Doc, len(batch))
+		parsed := make([]api.ParsedDoc, len(batch))
 		for i, id := range batch {
 			raw, err := json.Marshal(docs[id])
 			require.NoError(c.t, err)
@@ -291,7 +292,7 @@ func (c *Cluster) writeCtx() context.Context {
 }
 
 // DocState returns the scheduler view of a document's job.
-func (c *Cluster) DocState(db, id string) control.DocInfo {
+func (c *Cluster) DocState(db, id string) api.DocInfo {
 	c.t.Helper()
 	d, err := c.Plane.SchedulerDoc(context.Background(), db, id)
 	require.NoError(c.t, err)
@@ -308,7 +309,7 @@ func (c *Cluster) DocJobID(db, doc string) string {
 
 // WaitDocState waits until a document's job is in one of states and
 // returns its scheduler view.
-func (c *Cluster) WaitDocState(db, id string, states ...string) control.DocInfo {
+func (c *Cluster) WaitDocState(db, id string, states ...string) api.DocInfo {
 	c.t.Helper()
 	c.WaitJob(fmt.Sprintf("%s/%s in %v", db, id, states), c.DocJobID(db, id), func(_ fdbjobs.State, d *replicator.JobData) bool {
 		return d != nil && slices.Contains(states, d.State)

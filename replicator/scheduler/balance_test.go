@@ -8,11 +8,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/cluster"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/replicator"
-	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/replicatortest"
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
@@ -285,12 +285,12 @@ func TestDeadNodeJobsShownNotRunning(t *testing.T) {
 	testutil.WaitUntil(t, &c.Members[1].TestSignals.Beat, "a heartbeat of node1 after node0's record expired",
 		func(expires int64) bool { return expires-replicatortest.NodeTimeout.Milliseconds() > last.Expires })
 
-	tasks, err := c.Plane.ActiveTasks(ctx)
+	tasks, err := c.Plane.ActiveTasks(ctx, api.Admin)
 	require.NoError(t, err)
 	for _, task := range tasks {
 		require.Equal(t, "node1", task.Node)
 	}
-	list, err := c.Plane.SchedulerJobs(ctx, control.PageQuery{Limit: -1})
+	list, err := c.Plane.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Len(t, list.Jobs, jobs)
 	for _, j := range list.Jobs {
@@ -301,7 +301,7 @@ func TestDeadNodeJobsShownNotRunning(t *testing.T) {
 			require.Equal(t, replicator.StateRunning, j.State)
 		}
 	}
-	docs, err := c.Plane.SchedulerDocs(ctx, "", "", []string{replicator.StateRunning}, control.PageQuery{Limit: -1})
+	docs, err := c.Plane.SchedulerDocs(ctx, "", []string{replicator.StateRunning}, api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Len(t, docs.Docs, len(tasks), "running: node1's jobs alone")
 	for doc, node := range onNode {

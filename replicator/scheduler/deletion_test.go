@@ -9,10 +9,10 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/replicator"
-	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
 )
 
@@ -63,7 +63,7 @@ func TestDeletingADatabaseStopsAllItsJobs(t *testing.T) {
 	c.AddNode("node1")
 	c.WaitDocState("_replicator", "keep", replicator.StateRunning)
 	runningBig := func() int {
-		tasks, err := c.Plane.ActiveTasks(ctx)
+		tasks, err := c.Plane.ActiveTasks(ctx, api.Admin)
 		require.NoError(t, err)
 		n := 0
 		for _, task := range tasks {
@@ -75,18 +75,18 @@ func TestDeletingADatabaseStopsAllItsJobs(t *testing.T) {
 	}
 	testutil.WaitUntil(t, &c.Nodes[0].TestSignals.Rescheduled, "jobs of the big database running",
 		func(int64) bool { return runningBig() > 0 })
-	list, err := c.Plane.SchedulerDocs(ctx, "big/_replicator", "", nil, control.PageQuery{Limit: 0})
+	list, err := c.Plane.SchedulerDocs(ctx, "big/_replicator", nil, api.PageQuery{Limit: 0})
 	require.NoError(t, err)
 	require.Equal(t, docs, list.TotalRows)
 	oldUUID := c.DocJobID("big/_replicator", "")[:32]
 	require.Equal(t, docs, jobsOf(t, c.Store, oldUUID))
 
 	c.DeleteDB("big/_replicator")
-	list, err = c.Plane.SchedulerDocs(ctx, "big/_replicator", "", nil, control.PageQuery{Limit: -1})
+	list, err = c.Plane.SchedulerDocs(ctx, "big/_replicator", nil, api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Zero(t, list.TotalRows, "the documents left the views with their database")
 	require.Empty(t, list.Docs)
-	list, err = c.Plane.SchedulerDocs(ctx, "", "", nil, control.PageQuery{Limit: -1})
+	list, err = c.Plane.SchedulerDocs(ctx, "", nil, api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Equal(t, 1, list.TotalRows)
 	require.Equal(t, "keep", list.Docs[0].DocID)
@@ -101,7 +101,7 @@ func TestDeletingADatabaseStopsAllItsJobs(t *testing.T) {
 	t.Logf("removed %d jobs in %v", docs, time.Since(start))
 	require.Zero(t, jobsOf(t, c.Store, oldUUID), "every job removed within one interval")
 	require.Zero(t, runningBig())
-	jobs, err := c.Plane.SchedulerJobs(ctx, control.PageQuery{Limit: -1})
+	jobs, err := c.Plane.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Equal(t, 1, jobs.TotalRows)
 	c.WaitDocState("_replicator", "keep", replicator.StateRunning) // (rotated while the big ones waited)

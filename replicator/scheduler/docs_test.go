@@ -8,11 +8,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/replicator"
-	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
 )
 
@@ -47,20 +47,20 @@ func TestDocWrittenLifecycle(t *testing.T) {
 	c.PutDoc("_replicator", "bad", map[string]any{"source": "http://h/x"})
 	d := c.WaitDocState("_replicator", "bad", replicator.StateFailed)
 	require.Contains(t, string(d.Info), "Missing `target` field")
-	failed, err := c.Plane.SchedulerDocs(ctx, "_replicator", "", []string{replicator.StateFailed}, control.PageQuery{Limit: -1})
+	failed, err := c.Plane.SchedulerDocs(ctx, "_replicator", []string{replicator.StateFailed}, api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Equal(t, 1, failed.TotalRows, "%+v", failed.Docs)
 	require.Equal(t, "bad", failed.Docs[0].DocID)
-	_, err = c.Plane.SchedulerDocs(ctx, "_replicator", "", []string{"triggered"}, control.PageQuery{Limit: -1})
+	_, err = c.Plane.SchedulerDocs(ctx, "_replicator", []string{"triggered"}, api.PageQuery{Limit: -1})
 	require.ErrorIs(t, err, replicator.ErrBadQuery)
 
 	// _active_tasks and _scheduler/jobs show the running job.
-	tasks, err := c.Plane.ActiveTasks(ctx)
+	tasks, err := c.Plane.ActiveTasks(ctx, api.Admin)
 	require.NoError(t, err)
 	require.Len(t, tasks, 1)
 	require.Equal(t, "replication", tasks[0].Type)
 	require.Equal(t, "http://h/a/", tasks[0].Source)
-	jobs, err := c.Plane.SchedulerJobs(ctx, control.PageQuery{Limit: 10})
+	jobs, err := c.Plane.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, 1, jobs.TotalRows)
 	require.Equal(t, "d", *jobs.Jobs[0].DocID)

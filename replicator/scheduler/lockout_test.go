@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/couch"
@@ -61,7 +62,7 @@ func TestWrongPasswordDoesNotLockOut(t *testing.T) {
 			return d != nil && d.State == replicator.StateCrashing && d.ErrorCount == n
 		})
 		if n < starts {
-			_, err := c.Plane.RetryJob(context.Background(), jobID, "")
+			_, err := c.Plane.RetryJob(context.Background(), api.Admin, jobID)
 			require.NoError(t, err)
 		}
 	}
@@ -127,7 +128,7 @@ func TestSharedWrongPasswordDoesNotLockOut(t *testing.T) {
 				return d != nil && d.State == replicator.StateCrashing && d.ErrorCount == n
 			})
 			if n < starts {
-				_, err := c.Plane.RetryJob(context.Background(), id, "")
+				_, err := c.Plane.RetryJob(context.Background(), api.Admin, id)
 				require.NoError(t, err)
 			}
 		}

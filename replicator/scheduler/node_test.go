@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/replicator"
@@ -259,7 +260,7 @@ func TestRestartedNodeTakesItsJobsBack(t *testing.T) {
 	d := c.DocState("_replicator", "d0")
 	require.Equal(t, replicator.StatePending, d.State)
 	require.Nil(t, d.Node)
-	tasks, err := c.Plane.ActiveTasks(context.Background())
+	tasks, err := c.Plane.ActiveTasks(context.Background(), api.Admin)
 	require.NoError(t, err)
 	require.Len(t, tasks, 2, "only the jobs fdbjobs has running")
 

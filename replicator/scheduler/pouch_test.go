@@ -10,10 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator"
-	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
 )
 
@@ -77,7 +77,7 @@ func TestPouchRotationAndKilledNode(t *testing.T) {
 	for i := 0; i < reps; i++ {
 		enginetest.RequireSame(t, srv.DBURL(fmt.Sprintf("src%d", i)), srv.DBURL(fmt.Sprintf("tgt%d", i)))
 	}
-	list, err := c.Plane.SchedulerDocs(context.Background(), "_replicator", "", nil, control.PageQuery{Limit: -1})
+	list, err := c.Plane.SchedulerDocs(context.Background(), "_replicator", nil, api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Equal(t, reps, list.TotalRows)
 	for _, d := range list.Docs {
@@ -101,7 +101,7 @@ func TestPouchReplicateOneShot(t *testing.T) {
 	body, _ := json.Marshal(map[string]any{"source": srv.DBURL("a"), "target": srv.DBURL("b"), "create_target": true})
 	o, err := c.Plane.Replicate(context.Background(), body, replicator.UserCtx{Name: "bob"})
 	require.NoError(t, err)
-	require.Equal(t, control.Completed, o.Kind, "%+v", o)
+	require.Equal(t, api.Completed, o.Outcome, "%+v", o)
 	var res struct {
 		OK        bool              `json:"ok"`
 		SessionID string            `json:"session_id"`
@@ -117,6 +117,6 @@ func TestPouchReplicateOneShot(t *testing.T) {
 	body, _ = json.Marshal(map[string]any{"source": srv.DBURL("missing"), "target": srv.DBURL("b")})
 	o, err = c.Plane.Replicate(context.Background(), body, replicator.UserCtx{Name: "bob"})
 	require.NoError(t, err)
-	require.Equal(t, control.Failed, o.Kind)
+	require.Equal(t, api.Failed, o.Outcome)
 	require.Equal(t, "db_not_found", o.Tag)
 }

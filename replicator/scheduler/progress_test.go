@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/replicator"
-	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
@@ -43,11 +43,11 @@ func TestProgressShownBetweenHeartbeats(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, replicator.StateRunning, d.State)
 		require.EqualValues(t, docs, stats(t, d.Info).DocsRead)
-		jobs, err := c.Plane.SchedulerJobs(ctx, control.PageQuery{Limit: -1})
+		jobs, err := c.Plane.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: -1})
 		require.NoError(t, err)
 		require.Len(t, jobs.Jobs, 1)
 		require.EqualValues(t, docs, stats(t, jobs.Jobs[0].Info).DocsWritten)
-		tasks, err := c.Plane.ActiveTasks(ctx)
+		tasks, err := c.Plane.ActiveTasks(ctx, api.Admin)
 		require.NoError(t, err)
 		require.Len(t, tasks, 1)
 		require.EqualValues(t, docs, tasks[0].DocsWritten)

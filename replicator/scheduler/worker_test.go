@@ -11,6 +11,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -87,7 +88,7 @@ func TestCrashBackoffHeal(t *testing.T) {
 	require.Equal(t, replicator.StateRunning, c.DocState("_replicator", "d").State)
 }
 
-func replicate(t *testing.T, p *control.Plane, body string, user replicator.UserCtx) (control.Outcome, error) {
+func replicate(t *testing.T, p *control.Plane, body string, user replicator.UserCtx) (api.ReplicateResult, error) {
 	t.Helper()
 	return p.Replicate(context.Background(), json.RawMessage(body), user)
 }
@@ -117,13 +118,13 @@ func TestCollisions(t *testing.T) {
 		bob := replicator.UserCtx{Name: "bob"}
 		o, err := replicate(t, c.Plane, `{"source":"http://h/c","target":"http://h/d","continuous":true}`, bob)
 		require.NoError(t, err)
-		require.Equal(t, control.Running, o.Kind)
+		require.Equal(t, api.Running, o.Outcome)
 		c.PutDoc("_replicator", "q", repDoc("http://h/c", "http://h/d", true))
 		d := c.WaitDocState("_replicator", "q", replicator.StateCrashing)
 		require.Contains(t, string(d.Info), "transient")
 		o, err = replicate(t, c.Plane, `{"source":"http://h/c","target":"http://h/d","continuous":true,"cancel":true}`, bob)
 		require.NoError(t, err)
-		require.Equal(t, control.Cancelled, o.Kind)
+		require.Equal(t, api.Cancelled, o.Outcome)
 		c.WaitDocState("_replicator", "q", replicator.StateRunning)
 		c.PutDoc("_replicator", "q", nil)
 	})
@@ -170,10 +171,10 @@ func TestFilterChange(t *testing.T) {
 		return d != nil && d.State == replicator.StateRunning && d.RepID != "" && d.RepID != *d1.ID
 	})
 	// The old id no longer resolves to the job; the new one does.
-	j, err := c.Plane.SchedulerJob(context.Background(), *c.DocState("_replicator", "d").ID)
+	j, err := c.Plane.SchedulerJob(context.Background(), api.Admin, *c.DocState("_replicator", "d").ID)
 	require.NoError(t, err)
 	require.Equal(t, "d", *j.DocID)
-	_, err = c.Plane.SchedulerJob(context.Background(), *d1.ID)
+	_, err = c.Plane.SchedulerJob(context.Background(), api.Admin, *d1.ID)
 	require.ErrorIs(t, err, replicator.ErrNotFound)
 }
 
@@ -184,14 +185,14 @@ func TestTransientJobs(t *testing.T) {
 
 	o, err := replicate(t, c.Plane, `{"source":"http://u:secret@h/a","target":"http://h/b"}`, bob)
 	require.NoError(t, err)
-	require.Equal(t, control.Completed, o.Kind, "%+v", o)
+	require.Equal(t, api.Completed, o.Outcome, "%+v", o)
 	var res map[string]any
 	require.NoError(t, json.Unmarshal(o.Checkpoint, &res))
 	require.Equal(t, true, res["ok"])
 	require.Equal(t, "sim", res["session_id"])
 
 	// Finished transient jobs are not listed but can be read by id.
-	list, err := c.Plane.SchedulerJobs(ctx, control.PageQuery{Limit: -1})
+	list, err := c.Plane.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Zero(t, list.TotalRows)
 	spec, err := replicator.ParseSpec(json.RawMessage(`{"source":"http://u:secret@h/a","target":"http://h/b"}`))
@@ -199,7 +200,7 @@ func TestTransientJobs(t *testing.T) {
 	uuid, err := c.Store.Setup(ctx, c.Config.JobTimeout, 0)
 	require.NoError(t, err)
 	jobID := replicator.TransientJobID(uuid, spec, "bob")
-	j, err := c.Plane.SchedulerJob(ctx, jobID)
+	j, err := c.Plane.SchedulerJob(ctx, api.Admin, jobID)
 	require.NoError(t, err)
 	require.Equal(t, replicator.StateCompleted, j.State)
 	require.Equal(t, "http://u:*****@h/a/", *j.Source)
@@ -210,15 +211,15 @@ func TestTransientJobs(t *testing.T) {
 	cont := `{"source":"http://h/c","target":"http://h/d","continuous":true}`
 	o, err = replicate(t, c.Plane, cont, bob)
 	require.NoError(t, err)
-	require.Equal(t, control.Running, o.Kind)
+	require.Equal(t, api.Running, o.Outcome)
 	require.True(t, strings.HasSuffix(o.LocalID, "+continuous"), o.LocalID)
 	waitStarts(t, eng, "engine started", func() bool { return eng.Starts("http://h/c/") == 1 })
 	localID := o.LocalID
 	o, err = replicate(t, c.Plane, cont, bob)
 	require.NoError(t, err)
-	require.Equal(t, control.Running, o.Kind)
+	require.Equal(t, api.Running, o.Outcome)
 	require.Equal(t, 1, eng.Starts("http://h/c/"))
-	list, err = c.Plane.SchedulerJobs(ctx, control.PageQuery{Limit: -1})
+	list, err = c.Plane.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Equal(t, 1, list.TotalRows)
 	require.Equal(t, localID, *list.Jobs[0].ID)
@@ -228,8 +229,8 @@ func TestTransientJobs(t *testing.T) {
 	require.ErrorIs(t, err, replicator.ErrUnauthorized)
 	o, err = replicate(t, c.Plane, `{"replication_id":"`+localID+`","cancel":true}`, replicator.UserCtx{Name: "root", Roles: []string{"_admin"}})
 	require.NoError(t, err)
-	require.Equal(t, control.Cancelled, o.Kind)
-	_, err = c.Plane.SchedulerJob(ctx, localID)
+	require.Equal(t, api.Cancelled, o.Outcome)
+	_, err = c.Plane.SchedulerJob(ctx, api.Admin, localID)
 	require.ErrorIs(t, err, replicator.ErrNotFound)
 	_, err = replicate(t, c.Plane, `{"replication_id":"nope","cancel":true}`, bob)
 	require.ErrorIs(t, err, replicator.ErrNotFound)
@@ -238,7 +239,7 @@ func TestTransientJobs(t *testing.T) {
 	eng.SetFail("http://h/x/", fmt.Errorf("%w: could not open http://h/x/", engine.ErrDBNotFound))
 	o, err = replicate(t, c.Plane, `{"source":"http://h/x","target":"http://h/y"}`, bob)
 	require.NoError(t, err)
-	require.Equal(t, control.Outcome{Kind: control.Failed, Tag: "db_not_found", Reason: "could not open http://h/x/"}, o)
+	require.Equal(t, api.ReplicateResult{Outcome: api.Failed, Tag: "db_not_found", Reason: "could not open http://h/x/"}, o)
 
 	// Bad bodies are bad requests with the parser's reason.
 	_, err = replicate(t, c.Plane, `{"source":"http://h/x"}`, bob)

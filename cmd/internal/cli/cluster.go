@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/replicator"
-	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
@@ -27,11 +27,11 @@ type jobInfo struct {
 	engine.Stats
 	Error  string `json:"error"`
 	Reason string `json:"reason"`
-	// fdbrep's additions (control.SyncInfo, failed_docs).
-	CaughtUp   *bool                   `json:"caught_up"`
-	ETASec     *int64                  `json:"eta_sec"`
-	Stall      *control.StallInfo      `json:"stall"`
-	FailedDocs []control.FailedDocInfo `json:"failed_docs"`
+	// fdbrep's additions (api.SyncInfo, failed_docs).
+	CaughtUp   *bool               `json:"caught_up"`
+	ETASec     *int64              `json:"eta_sec"`
+	Stall      *api.StallInfo      `json:"stall"`
+	FailedDocs []api.FailedDocInfo `json:"failed_docs"`
 }
 
 func decodeInfo(raw json.RawMessage) jobInfo {
@@ -55,7 +55,7 @@ type follower struct {
 // poll samples the job; ok is false while it has not been found (or the
 // cluster did not answer).
 func (f *follower) poll(ctx context.Context) (sample, bool) {
-	var ji control.JobInfo
+	var ji api.JobInfo
 	f.notFound = false
 	if f.id == "" {
 		found, err := f.find(ctx)
@@ -96,10 +96,10 @@ func (f *follower) poll(ctx context.Context) (sample, bool) {
 // which the job id is computed): no document, the same user and the same
 // endpoints. Replications of the same endpoints that differ in other
 // options cannot be told apart by the view: the newest one is taken.
-func (f *follower) find(ctx context.Context) (*control.JobInfo, error) {
-	var best *control.JobInfo
+func (f *follower) find(ctx context.Context) (*api.JobInfo, error) {
+	var best *api.JobInfo
 	for skip := 0; ; skip += findPageSize {
-		var list control.JobList
+		var list api.JobList
 		q := url.Values{"limit": {strconv.Itoa(findPageSize)}, "skip": {strconv.Itoa(skip)}}
 		if err := f.cl.get(ctx, "/_scheduler/jobs", q, &list); err != nil {
 			return nil, err

@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fdbrep/fdbrep/replicator/control"
+	"github.com/fdbrep/fdbrep/api"
 )
 
 // TableLimitDefault is how many rows jobs and docs ask for (-limit).
@@ -292,12 +292,12 @@ func failedDocs(raw json.RawMessage) string {
 }
 
 func renderJobs(raw json.RawMessage, wide bool) (string, error) {
-	var list control.JobList
-	var one control.JobInfo
+	var list api.JobList
+	var one api.JobInfo
 	switch {
 	case json.Unmarshal(raw, &one) == nil && one.JobID != "":
 		// /_scheduler/jobs/{id} is one entry, not a list.
-		list = control.JobList{TotalRows: 1, Jobs: []control.JobInfo{one}}
+		list = api.JobList{TotalRows: 1, Jobs: []api.JobInfo{one}}
 	case json.Unmarshal(raw, &list) != nil:
 		return "", errors.New("unexpected _scheduler/jobs reply")
 	}
@@ -336,12 +336,12 @@ func renderJobs(raw json.RawMessage, wide bool) (string, error) {
 }
 
 func renderDocs(raw json.RawMessage, wide bool) (string, error) {
-	var list control.DocList
-	var one control.DocInfo
+	var list api.DocList
+	var one api.DocInfo
 	switch {
 	case json.Unmarshal(raw, &one) == nil && one.DocID != "":
 		// /_scheduler/docs/{db}/{doc} is one entry, not a list.
-		list = control.DocList{TotalRows: 1, Docs: []control.DocInfo{one}}
+		list = api.DocList{TotalRows: 1, Docs: []api.DocInfo{one}}
 	case json.Unmarshal(raw, &list) != nil:
 		return "", errors.New("unexpected _scheduler/docs reply")
 	}

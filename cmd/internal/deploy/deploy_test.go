@@ -23,6 +23,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/cluster"
 	"github.com/fdbrep/fdbrep/cmd/internal/proctest"
 	"github.com/fdbrep/fdbrep/deploy"
@@ -30,7 +31,6 @@ import (
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
-	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
 )
 
@@ -486,12 +486,12 @@ func (d *deployment) ranOn(t *testing.T, target string) string {
 // document id and the node that runs it ("" unless running).
 func (d *deployment) placement(t *testing.T, fe *node) map[string]string {
 	t.Helper()
-	var list control.JobList
+	var list api.JobList
 	d.getJSON(t, fe, "/_scheduler/jobs", &list)
 	return placementOf(list)
 }
 
-func placementOf(list control.JobList) map[string]string {
+func placementOf(list api.JobList) map[string]string {
 	out := map[string]string{}
 	for _, j := range list.Jobs {
 		if j.DocID == nil {
@@ -546,18 +546,18 @@ func (d *deployment) view(t *testing.T, fe *node) clusterView {
 		return *s
 	}
 	var v clusterView
-	var jobs control.JobList
+	var jobs api.JobList
 	d.getJSON(t, fe, "/_scheduler/jobs", &jobs)
 	for _, j := range jobs.Jobs {
 		v.jobs = append(v.jobs, fmt.Sprintf("%s:%s@%s", str(j.DocID), j.State, str(j.Node)))
 	}
 	v.placement = placementOf(jobs)
-	var docs control.DocList
+	var docs api.DocList
 	d.getJSON(t, fe, "/_scheduler/docs", &docs)
 	for _, doc := range docs.Docs {
 		v.docs = append(v.docs, fmt.Sprintf("%s:%s@%s", doc.DocID, doc.State, str(doc.Node)))
 	}
-	var tasks []control.ActiveTask
+	var tasks []api.ActiveTask
 	d.getJSON(t, fe, "/_active_tasks", &tasks)
 	for _, task := range tasks {
 		v.tasks = append(v.tasks, fmt.Sprintf("%s@%s", str(task.DocID), task.Node))

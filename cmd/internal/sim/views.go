@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fdbrep/fdbrep/replicator/control"
+	"github.com/fdbrep/fdbrep/api"
 )
 
 // checkViews compares _scheduler/jobs, _scheduler/docs and _active_tasks,
@@ -47,7 +47,7 @@ func (m *Model) checkViews(w *World, f *Node, now time.Time) problems {
 		}
 	}
 
-	var jobs control.JobList
+	var jobs api.JobList
 	if get("/_scheduler/jobs?limit=1000", &jobs) {
 		listed := map[string]bool{}
 		for _, e := range jobs.Jobs {
@@ -71,9 +71,9 @@ func (m *Model) checkViews(w *World, f *Node, now time.Time) problems {
 		}
 	}
 
-	var docs control.DocList
+	var docs api.DocList
 	if get("/_scheduler/docs?limit=1000", &docs) {
-		rows := map[string]control.DocInfo{}
+		rows := map[string]api.DocInfo{}
 		for _, d := range docs.Docs {
 			rows[d.Database+"/"+d.DocID] = d
 		}
@@ -95,7 +95,7 @@ func (m *Model) checkViews(w *World, f *Node, now time.Time) problems {
 		}
 	}
 
-	var tasks []control.ActiveTask
+	var tasks []api.ActiveTask
 	if get("/_active_tasks", &tasks) {
 		listed := map[string]bool{}
 		for _, t := range tasks {

@@ -1,0 +1,167 @@
+package api
+
+import "encoding/json"
+
+// The rows of the _scheduler views and of _active_tasks, in CouchDB's
+// shapes with fdbrep's additions (docs/COMPAT.md).
+
+// HistoryEntry is a job history event as the scheduler views show it.
+type HistoryEntry struct {
+	Timestamp string `json:"timestamp"`
+	Type      string `json:"type"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// JobInfo is one entry of GET /_scheduler/jobs (and /_scheduler/jobs/{id}).
+type JobInfo struct {
+	ID        *string         `json:"id"`
+	Database  *string         `json:"database"`
+	DocID     *string         `json:"doc_id"`
+	Source    *string         `json:"source"`
+	Target    *string         `json:"target"`
+	State     string          `json:"state"`
+	Info      json.RawMessage `json:"info"`
+	User      *string         `json:"user"`
+	History   []HistoryEntry  `json:"history"`
+	StartTime string          `json:"start_time"`
+	Node      *string         `json:"node"`
+	PID       *string         `json:"pid"`
+	// JobID is fdbrep's job id (not in CouchDB's reply).
+	JobID string `json:"job_id"`
+}
+
+// JobList is GET /_scheduler/jobs.
+type JobList struct {
+	TotalRows int       `json:"total_rows"`
+	Offset    int       `json:"offset"`
+	Jobs      []JobInfo `json:"jobs"`
+}
+
+// DocInfo is one entry of GET /_scheduler/docs.
+type DocInfo struct {
+	ID          *string         `json:"id"`
+	Database    string          `json:"database"`
+	DocID       string          `json:"doc_id"`
+	Source      *string         `json:"source"`
+	Target      *string         `json:"target"`
+	SourceProxy *string         `json:"source_proxy"`
+	TargetProxy *string         `json:"target_proxy"`
+	State       string          `json:"state"`
+	Info        json.RawMessage `json:"info"`
+	ErrorCount  int             `json:"error_count"`
+	LastUpdated string          `json:"last_updated"`
+	StartTime   string          `json:"start_time"`
+	Node        *string         `json:"node"`
+	PID         *string         `json:"pid"`
+}
+
+// DocList is GET /_scheduler/docs[/{db}].
+type DocList struct {
+	TotalRows int       `json:"total_rows"`
+	Offset    int       `json:"offset"`
+	Docs      []DocInfo `json:"docs"`
+}
+
+// ActiveTask is a replication entry of GET /_active_tasks: the job and
+// its counters (Stats, under CouchDB's names). PID, CouchDB's
+// Erlang process id, is the job's id here: what names the running job
+// across the cluster (clients such as Fauxton expect a string).
+type ActiveTask struct {
+	Type               string  `json:"type"`
+	Node               string  `json:"node"`
+	PID                *string `json:"pid"`
+	ProcessStatus      string  `json:"process_status"`
+	User               *string `json:"user"`
+	ReplicationID      string  `json:"replication_id"`
+	Database           *string `json:"database"`
+	DocID              *string `json:"doc_id"`
+	Source             string  `json:"source"`
+	Target             string  `json:"target"`
+	Continuous         bool    `json:"continuous"`
+	CheckpointInterval int64   `json:"checkpoint_interval"`
+	StartedOn          int64   `json:"started_on"`
+	UpdatedOn          int64   `json:"updated_on"`
+	Stats
+	SyncInfo
+}
+
+// FailedDocInfo is a document the target refused, as the views show it.
+type FailedDocInfo struct {
+	ID     string `json:"id"`
+	Rev    string `json:"rev,omitempty"`
+	Status int    `json:"status,omitempty"`
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+	Time   string `json:"time"`
+}
+
+// SyncInfo is what fdbrep adds to every job's info and _active_tasks
+// entry (docs/COMPAT.md, "Is it in sync?"): whether the job has caught up
+// with its source, how fast it goes, and if it does not move, why.
+type SyncInfo struct {
+	// CaughtUp: the job has processed its source's changes up to the
+	// source's update sequence when it last asked (a completed one-shot
+	// job: true; a job that is not running: false).
+	CaughtUp      bool    `json:"caught_up"`
+	CaughtUpSince *string `json:"caught_up_since"`
+	// LastProgress is when the job last finished a batch of changes.
+	LastProgress *string `json:"last_progress"`
+	// Throughput is revisions checked per second over the last minute
+	// (0 when not running).
+	Throughput float64 `json:"throughput"`
+	// ETASec is the seconds until caught up at that rate: 0 when caught
+	// up, null when unknown (no rate, or no pending count: the count of
+	// the last checkpoint is spent while new changes are copied).
+	ETASec *int64 `json:"eta_sec"`
+	// Stall is null while the job progresses, or is idle and caught up.
+	Stall *StallInfo `json:"stall"`
+}
+
+// StallInfo is why a job does not move: the engine's Stall with its
+// times formatted.
+type StallInfo struct {
+	Reason string  `json:"reason"`
+	Detail string  `json:"detail"`
+	Since  string  `json:"since"`
+	Until  *string `json:"until,omitempty"`
+}
+
+// RetryResult is the reply of POST /_scheduler/jobs/{id}/_retry.
+type RetryResult struct {
+	OK bool `json:"ok"`
+	// ID is the replication id (the job id while it has none).
+	ID string `json:"id"`
+	// RetryAt is now: the job starts when a slot is free for it, as when
+	// its backoff runs out.
+	RetryAt string `json:"retry_at"`
+}
+
+// Stats are a replication's counters under CouchDB's names (as shown by
+// _scheduler/jobs and _active_tasks). Counters are cumulative over the runs
+// of one replication: a run starts from the element-wise maximum of
+// Options.Stats and the counters of the checkpoint history it resumes from.
+// The sequence fields follow CouchDB's encoding: a string sequence as is,
+// any other JSON value JSON-encoded into a string (integer 5 is "5").
+type Stats struct {
+	RevisionsChecked      int64 `json:"revisions_checked"`
+	MissingRevisionsFound int64 `json:"missing_revisions_found"`
+	DocsRead              int64 `json:"docs_read"`
+	DocsWritten           int64 `json:"docs_written"`
+	DocWriteFailures      int64 `json:"doc_write_failures"`
+	BulkGetDocs           int64 `json:"bulk_get_docs"`
+	BulkGetAttempts       int64 `json:"bulk_get_attempts"`
+	// ChangesPending is the number of source changes the run has yet to
+	// process: those after through_seq, less those of the batches already
+	// done past it (which RevisionsChecked counts), so that the two never
+	// count a change twice; nil when unknown. It is known from the end of
+	// a run's setup on; with
+	// integer sequences (PouchDB, CouchDB 1.x) it counts down live as
+	// through_seq advances, the source's update_seq being read again at
+	// every checkpoint; with opaque sequences (CouchDB 2.x and later) it is
+	// the _changes "pending" count of the last checkpoint (or of the
+	// setup), counted down live by the changes processed since.
+	ChangesPending        *int64 `json:"changes_pending"`
+	CheckpointedSourceSeq string `json:"checkpointed_source_seq,omitempty"`
+	SourceSeq             string `json:"source_seq,omitempty"`
+	ThroughSeq            string `json:"through_seq,omitempty"`
+}
