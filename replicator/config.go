@@ -51,8 +51,8 @@ const (
 	FairShareWindowDefault = 24 * time.Hour
 )
 
-// SubspaceDefault holds the replicator's own keys when Config.Subspace is
-// nil.
+// SubspaceDefault holds the replicator's own keys when NewStore is given
+// no subspace.
 var SubspaceDefault = subspace.Sub("fdbrep_replicator")
 
 // Config holds the cluster-wide settings: every api_frontend and
@@ -60,10 +60,6 @@ var SubspaceDefault = subspace.Sub("fdbrep_replicator")
 // decide what is stored and how jobs are ordered. The zero value gives the
 // defaults. Node settings are scheduler.Config.
 type Config struct {
-	// Subspace holds the replicator's keys (replication ids, database
-	// identities, fair-share usage). Defaults to SubspaceDefault.
-	Subspace subspace.Subspace
-
 	JobTimeout time.Duration
 	// JobShards is the number of shards of the rep_jobs queue, in [1,
 	// fdbjobs.ShardsMax]; changing it loses no job.
@@ -100,9 +96,6 @@ type Config struct {
 
 // WithDefaults fills the zero fields.
 func (c Config) WithDefaults() Config {
-	if c.Subspace == nil {
-		c.Subspace = SubspaceDefault
-	}
 	c.JobTimeout = cmp.Or(c.JobTimeout, JobTimeoutDefault)
 	c.JobShards = cmp.Or(c.JobShards, JobShardsDefault)
 	c.MaxHistory = cmp.Or(c.MaxHistory, MaxHistoryDefault)

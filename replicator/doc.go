@@ -103,7 +103,7 @@
 //
 // # Key layout
 //
-// Under Config.Subspace (SubspaceDefault ("fdbrep_replicator")), besides
+// Under the Store's subspace (SubspaceDefault ("fdbrep_replicator")), besides
 // the fdbjobs keys of type rep_jobs:
 //
 //	(1, RepID)                  -> JobID     replication id owner

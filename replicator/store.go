@@ -15,7 +15,7 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
-// Key layout under Config.Subspace (see doc.go).
+// Key layout under the Store's subspace (see doc.go).
 const (
 	keyRepIDs      = 1 // (1, RepID) -> JobID
 	keyServerUUID  = 2 // (2) -> UUID text

@@ -64,7 +64,7 @@ func runFrontendBench(args []string) error {
 			return err
 		}
 		defer jobs.Stop()
-		plane, err := control.New(db, jobs, replicator.Config{})
+		plane, err := control.New(replicator.NewStore(db, jobs, nil), replicator.Config{})
 		if err != nil {
 			return err
 		}

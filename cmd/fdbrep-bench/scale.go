@@ -67,7 +67,7 @@ func runScaleBench(args []string) error {
 	if err != nil {
 		return err
 	}
-	plane, err := control.New(db, feJobs, replicator.Config{})
+	plane, err := control.New(replicator.NewStore(db, feJobs, nil), replicator.Config{})
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func (c *scaleCluster) add(ctx context.Context) error {
 	}
 	c.members = append(c.members, m)
 	cfg.Cluster = m
-	n, err := scheduler.New(c.db, jc, c.sim, cfg)
+	n, err := scheduler.New(replicator.NewStore(c.db, jc, nil), c.sim, cfg)
 	if err != nil {
 		return err
 	}

@@ -89,7 +89,7 @@ func runSchedulerBench(args []string) error {
 	if err != nil {
 		return err
 	}
-	plane, err := control.New(db, feJobs, cfg.Config)
+	plane, err := control.New(replicator.NewStore(db, feJobs, nil), cfg.Config)
 	if err != nil {
 		return err
 	}

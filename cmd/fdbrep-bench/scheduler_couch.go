@@ -146,7 +146,7 @@ func couchSchedulerBench(ctx context.Context, env *benchEnv, jobs, maxJobs, maxC
 	if err != nil {
 		return err
 	}
-	plane, err := control.New(db, feJobs, cfg.Config)
+	plane, err := control.New(replicator.NewStore(db, feJobs, nil), cfg.Config)
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func couchSchedulerBench(ctx context.Context, env *benchEnv, jobs, maxJobs, maxC
 		return err
 	}
 	defer nodeJobs.Stop()
-	node, err := scheduler.New(db, nodeJobs, nil, cfg)
+	node, err := scheduler.New(replicator.NewStore(db, nodeJobs, nil), nil, cfg)
 	if err != nil {
 		return err
 	}

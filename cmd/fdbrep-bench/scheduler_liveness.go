@@ -62,7 +62,7 @@ func (b livenessBench) run(ctx context.Context, env *benchEnv, inMemory bool) er
 		return err
 	}
 	defer feJobs.Stop()
-	plane, err := control.New(db, feJobs, cfg.Config)
+	plane, err := control.New(replicator.NewStore(db, feJobs, nil), cfg.Config)
 	if err != nil {
 		return err
 	}

@@ -105,7 +105,7 @@ func newViewBench(ctx context.Context, db kv.Database, dbs int) (*viewBench, err
 	if err != nil {
 		return nil, err
 	}
-	plane, err := control.New(db, jobs, replicator.Config{})
+	plane, err := control.New(replicator.NewStore(db, jobs, nil), replicator.Config{})
 	if err != nil {
 		return nil, err
 	}

@@ -78,7 +78,7 @@ func newRetryPlane(t *testing.T, c *replicatortest.Cluster, mode retryMode) *con
 	t.Helper()
 	cfg := c.Config.Config
 	cfg.Metrics = replicator.NewMetrics()
-	p, err := control.New(retryDB{Database: c.DB, mode: mode}, c.Jobs, cfg)
+	p, err := control.New(replicator.NewStore(retryDB{Database: c.DB, mode: mode}, c.Jobs, nil), cfg)
 	require.NoError(t, err)
 	return p
 }

@@ -35,17 +35,19 @@ type Plane struct {
 	members Membership // nil: jobs shown as the store has them
 }
 
-// New returns a control plane. It validates cfg and does no I/O; the
-// rep_jobs type and the server UUID are set up by Init or on first use.
-func New(db kv.Database, jobs *fdbjobs.Client, cfg replicator.Config) (*Plane, error) {
-	if db == nil || jobs == nil {
-		return nil, replicator.InvalidConfig("nil database or jobs client")
+// New returns a control plane over store, which a process shares with its
+// replication node (cmd/internal/node builds one). It validates cfg and
+// does no I/O; the rep_jobs type and the server UUID are set up by Init or
+// on first use.
+func New(store *replicator.Store, cfg replicator.Config) (*Plane, error) {
+	if store == nil {
+		return nil, replicator.InvalidConfig("nil store")
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Plane{store: replicator.NewStore(db, jobs, cfg.Subspace), cfg: cfg, m: cfg.Metrics}
+	p := &Plane{store: store, cfg: cfg, m: cfg.Metrics}
 	p.live.Store(&cfg)
 	return p, nil
 }

@@ -24,7 +24,7 @@ import (
 // the HTTP API's, see frontend/owner_test.go.)
 func TestParseDoc(t *testing.T) {
 	db := kvtest.NewDB(t)
-	p, err := control.New(db, replicatortest.JobsClient(t, db), replicator.Config{})
+	p, err := control.New(replicator.NewStore(db, replicatortest.JobsClient(t, db), nil), replicator.Config{})
 	require.NoError(t, err)
 	good := `{"source":"http://h/a","target":"http://h/b"}`
 	for _, tc := range []struct {
@@ -120,7 +120,7 @@ func TestDocWrittenOutcomes(t *testing.T) {
 // SetConfig validates what it is given, as New does.
 func TestPlaneSetConfig(t *testing.T) {
 	db := kvtest.NewDB(t)
-	p, err := control.New(db, replicatortest.JobsClient(t, db), replicator.Config{})
+	p, err := control.New(replicator.NewStore(db, replicatortest.JobsClient(t, db), nil), replicator.Config{})
 	require.NoError(t, err)
 	require.ErrorIs(t, p.SetConfig(replicator.Config{Shares: map[string]int{"_replicator": 0}}), replicator.ErrInvalidConfig)
 	require.NoError(t, p.SetConfig(replicator.Config{Shares: map[string]int{"_replicator": 500}, MaxHistory: 3}))
@@ -130,7 +130,7 @@ func TestPlaneSetConfig(t *testing.T) {
 // 401), so that no caller can reach every job by passing no user.
 func TestViewsRefuseTheAnonymousViewer(t *testing.T) {
 	db := kvtest.NewDB(t)
-	p, err := control.New(db, replicatortest.JobsClient(t, db), replicator.Config{})
+	p, err := control.New(replicator.NewStore(db, replicatortest.JobsClient(t, db), nil), replicator.Config{})
 	require.NoError(t, err)
 	ctx := context.Background()
 	anonymous := api.User{Roles: []string{}}

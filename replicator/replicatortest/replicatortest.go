@@ -124,14 +124,14 @@ func newClusterOn(t testing.TB, db kv.Database, n int, eng replicator.Engine, cf
 		c.Config.DocUpdater = c.Docs
 	}
 	c.Jobs = JobsClient(t, db)
-	p, err := control.New(db, c.Jobs, c.Config.Config)
+	c.Store = replicator.NewStore(db, c.Jobs, nil)
+	p, err := control.New(c.Store, c.Config.Config)
 	require.NoError(t, err)
 	require.NoError(t, p.Init(context.Background()))
 	c.Plane = p
 	if balanced {
 		p.SetMembership(cluster.NewStore(db, nil))
 	}
-	c.Store = replicator.NewStore(db, c.Jobs, c.Config.Subspace)
 	for i := 0; i < n; i++ {
 		c.AddNode(fmt.Sprintf("node%d", i))
 	}
@@ -156,7 +156,7 @@ func (c *Cluster) AddNode(name string) *scheduler.Node {
 		cfg.Cluster = m
 		c.Members = append(c.Members, m)
 	}
-	n, err := scheduler.New(cut, jc, c.Engine, cfg)
+	n, err := scheduler.New(replicator.NewStore(cut, jc, nil), c.Engine, cfg)
 	require.NoError(c.t, err)
 	n.TestSignals.InitTestSignals()
 	require.NoError(c.t, n.Start(context.Background()))

@@ -9,11 +9,12 @@
 // _replicator documents through a replicator.DocUpdater (repdb.Store), in
 // the job's finishing transaction.
 //
-// A Node is made of parts: the acceptor pool, the workers, fair-share
-// charges and priorities, and the interval step share Node.mu; the parts
-// that own their state, each behind its own mutex, are the host prober
-// (hosts.go), the load publisher (balance.go) and the progress registry
-// (progress.go). The interval step's decisions (how many jobs the trim,
+// A Node is made of parts: the acceptor pool, the workers (with their
+// fair-share priorities) and the interval step share Node.mu; the parts
+// that own their state, each behind its own mutex, are the fair-share
+// charges and share table (charges.go), the host prober (hosts.go), the
+// load publisher (balance.go) and the progress registry (progress.go).
+// A part never takes Node.mu, so a holder of Node.mu may call one. The interval step's decisions (how many jobs the trim,
 // the rotation and balance stop, and the node's share) are pure
 // functions of the figures it reads (plan.go, table-tested); the step
 // reads the figures and asks the least deserving workers to stop. A

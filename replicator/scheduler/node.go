@@ -7,10 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/service"
 	"github.com/fdbrep/fdbrep/internal/testsignal"
-	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 )
 
@@ -36,6 +34,9 @@ type Node struct {
 	// progress follows the running jobs' runs for the progress loop and
 	// the metrics (progress.go).
 	progress progress
+	// charges accrues the jobs' run time for fair share and keeps the
+	// share table (charges.go).
+	charges *charges
 
 	// TestSignals let tests wait for the node's steps instead of sleeping
 	// or polling; they do nothing unless a test initialises them before
@@ -54,8 +55,6 @@ type Node struct {
 	share      int // the most jobs the pool fills the node to when balancing (0: MaxJobs)
 	workers    map[*worker]bool
 	wg         sync.WaitGroup
-	shares     replicator.ShareTable // as of the last roll-up
-	charges    map[string]int64
 	rotations  []int // preemptions per interval (most recent last, capped)
 	intervals  int64
 }
@@ -80,11 +79,12 @@ func (s *Signals) InitTestSignals() {
 	s.Progress.Init()
 }
 
-// New returns a stopped replication node running replications with eng
-// (nil means replicator.EngineDefault{}).
-func New(db kv.Database, jobs *fdbjobs.Client, eng replicator.Engine, cfg Config) (*Node, error) {
-	if db == nil || jobs == nil {
-		return nil, replicator.InvalidConfig("nil database or jobs client")
+// New returns a stopped replication node over store (which a process
+// shares with its control plane: cmd/internal/node builds one) running
+// replications with eng (nil means replicator.EngineDefault{}).
+func New(store *replicator.Store, eng replicator.Engine, cfg Config) (*Node, error) {
+	if store == nil {
+		return nil, replicator.InvalidConfig("nil store")
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -93,8 +93,8 @@ func New(db kv.Database, jobs *fdbjobs.Client, eng replicator.Engine, cfg Config
 	if eng == nil {
 		eng = replicator.EngineDefault{}
 	}
-	n := &Node{store: replicator.NewStore(db, jobs, cfg.Subspace), eng: eng, m: cfg.Metrics, cfg: cfg,
-		kick: make(chan struct{}, 1), load: newLoadPublisher(), workers: map[*worker]bool{}, charges: map[string]int64{},
+	n := &Node{store: store, eng: eng, m: cfg.Metrics, cfg: cfg,
+		kick: make(chan struct{}, 1), load: newLoadPublisher(), workers: map[*worker]bool{}, charges: newCharges(),
 		progress: newProgress()}
 	for _, name := range []string{replicator.MetricSyncJobs, replicator.MetricSyncLagChanges, replicator.MetricSyncLagSeconds} {
 		n.m.ObserveSeries(name, false, func() []replicator.Series { return n.progress.syncSeries(name) })
@@ -120,7 +120,7 @@ func (n *Node) SetConfig(cfg Config) error {
 	n.mu.Lock()
 	cur := n.cfg
 	n.mu.Unlock()
-	cfg.Subspace, cfg.Metrics, cfg.Clock, cfg.Logger, cfg.Cluster = cur.Subspace, cur.Metrics, cur.Clock, cur.Logger, cur.Cluster
+	cfg.Metrics, cfg.Clock, cfg.Logger, cfg.Cluster = cur.Metrics, cur.Clock, cur.Logger, cur.Cluster
 	if cfg.DocUpdater == nil {
 		cfg.DocUpdater = cur.DocUpdater
 	}
@@ -237,7 +237,7 @@ func (n *Node) shutdown() {
 	}
 	t.Stop()
 	n.stopHard()
-	n.flushCharges(context.Background())
+	_ = n.charges.flush(context.Background(), n.store) // lost if the store is gone: usage decays anyway
 	n.mu.Lock()
 	n.ctx, n.opCtx = nil, nil
 	n.mu.Unlock()
@@ -273,23 +273,9 @@ func (n *Node) addChargeLocked(w *worker, now time.Time) {
 		from = w.charged
 	}
 	if d := now.Sub(from).Milliseconds(); d > 0 {
-		n.charges[w.shareKey] += d
+		n.charges.add(w.shareKey, d)
 	}
 	w.charged = now
-}
-
-func (n *Node) flushCharges(ctx context.Context) {
-	n.mu.Lock()
-	ch := n.charges
-	n.charges = map[string]int64{}
-	n.mu.Unlock()
-	if err := n.store.Charge(ctx, ch); err != nil {
-		n.mu.Lock()
-		for k, v := range ch {
-			n.charges[k] += v
-		}
-		n.mu.Unlock()
-	}
 }
 
 // priorityOf returns w's fair-share priority at now: as of the last
@@ -424,21 +410,18 @@ func (n *Node) reschedule(ctx context.Context) error {
 
 	// Fair share: charge, roll up, then adjust the priorities of the jobs
 	// running here (replicator/share.go).
-	n.flushCharges(ctx)
-	table, err := n.store.RollUp(ctx, now, cfg.Interval, cfg.UsageCoeff)
-	if err != nil && ctx.Err() == nil {
+	_ = n.charges.flush(ctx, n.store) // kept for the next interval
+	if err := n.charges.rollUp(ctx, n.store, now, cfg.Interval, cfg.UsageCoeff); err != nil && ctx.Err() == nil {
 		cfg.Logger.Warn().Err(err).Msg("replicator: fair share usage")
 	}
+	shares := n.charges.shares()
 	n.mu.Lock()
-	if err == nil {
-		n.shares = table
-	}
 	for w := range n.workers {
 		from := w.started
 		if w.prioritized.After(from) {
 			from = w.prioritized
 		}
-		w.priority = cfg.Adjust(w.priority, w.shareKey, n.shares, now.Sub(from), now.Sub(w.prioritized), cfg.Interval)
+		w.priority = cfg.Adjust(w.priority, w.shareKey, shares, now.Sub(from), now.Sub(w.prioritized), cfg.Interval)
 		w.prioritized = now
 	}
 

@@ -21,7 +21,7 @@ import (
 func TestNodeLifecycle(t *testing.T) {
 	db := kvtest.NewDB(t)
 	jc := replicatortest.JobsClient(t, db)
-	n, err := scheduler.New(db, jc, simengine.New(), testConfig())
+	n, err := scheduler.New(replicator.NewStore(db, jc, nil), simengine.New(), testConfig())
 	require.NoError(t, err)
 	n.Stop() // before start
 	require.NoError(t, n.Start(context.Background()))
@@ -76,12 +76,12 @@ func TestConfigValidation(t *testing.T) {
 		{"usage coeff", scheduler.Config{Config: replicator.Config{UsageCoeff: 2}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := scheduler.New(db, jc, nil, tc.cfg)
+			_, err := scheduler.New(replicator.NewStore(db, jc, nil), nil, tc.cfg)
 			require.ErrorIs(t, err, replicator.ErrInvalidConfig)
 		})
 	}
 	// The cluster-wide part is checked by the control plane too.
-	_, err := control.New(db, jc, replicator.Config{UsageCoeff: 2})
+	_, err := control.New(replicator.NewStore(db, jc, nil), replicator.Config{UsageCoeff: 2})
 	require.ErrorIs(t, err, replicator.ErrInvalidConfig)
 }
 
@@ -295,7 +295,7 @@ func TestNodeJobDefaults(t *testing.T) {
 
 	bad := testConfig()
 	bad.JobDefaults.WorkerProcesses = 65
-	_, err := scheduler.New(c.DB, c.Jobs, eng, bad)
+	_, err := scheduler.New(replicator.NewStore(c.DB, c.Jobs, nil), eng, bad)
 	require.ErrorIs(t, err, replicator.ErrInvalidConfig)
 	require.ErrorContains(t, err, "worker_processes")
 }

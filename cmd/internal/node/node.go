@@ -122,6 +122,10 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
+	// One replicator store for the process: its control plane and its
+	// replication node share it (and the re-enqueue hook it installs on
+	// jobs).
+	store := replicator.NewStore(db, jobs, nil)
 	if err := jobs.CheckLayout(ctx); errors.Is(err, fdbjobs.ErrLayout) {
 		return fmt.Errorf("%w; if an earlier fdbrep wrote it, stop every node of that version, then start this one once with -migrate-jobs ([couch_jobs] migrate = true)", err)
 	} else if err != nil {
@@ -205,7 +209,7 @@ func Run(ctx context.Context, opts Options) error {
 		if eng == nil {
 			eng = replicator.EngineDefault{Logger: log, Client: client, Logins: couch.NewLogins(0, nil)}
 		}
-		n, err := scheduler.New(db, jobs, eng, ncfg)
+		n, err := scheduler.New(store, eng, ncfg)
 		if err != nil {
 			return err
 		}
@@ -227,7 +231,7 @@ func Run(ctx context.Context, opts Options) error {
 		if fopts.Accounts, _, err = frontend.AccountsFromConfig(cfg); err != nil {
 			return err
 		}
-		plane, err := control.New(db, jobs, shared)
+		plane, err := control.New(store, shared)
 		if err != nil {
 			return err
 		}

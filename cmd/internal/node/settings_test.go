@@ -34,7 +34,7 @@ func TestReplicatorConfigFairShareWindow(t *testing.T) {
 			require.NoError(t, err)
 			rc, err := nodeConfig(cfg, clusterConfig(cfg, nil, replicator.NewMetrics()), nil)
 			require.NoError(t, err)
-			n, err := scheduler.New(db, jobs, nil, rc)
+			n, err := scheduler.New(replicator.NewStore(db, jobs, nil), nil, rc)
 			require.NoError(t, err)
 			got := n.Config().FairShareWindow
 			if tc.want < 0 {

@@ -62,7 +62,7 @@ func (s *service) addNode(name string) *scheduler.Node {
 	s.t.Helper()
 	cfg := s.cfg
 	cfg.NodeName = name
-	n, err := scheduler.New(s.db, replicatortest.JobsClient(s.t, s.db), nil, cfg)
+	n, err := scheduler.New(replicator.NewStore(s.db, replicatortest.JobsClient(s.t, s.db), nil), nil, cfg)
 	require.NoError(s.t, err)
 	require.NoError(s.t, n.Start(context.Background()))
 	s.t.Cleanup(n.Stop)
@@ -106,7 +106,7 @@ func newServiceWith(t *testing.T, node func(*scheduler.Config), opts ...func(*fr
 	}
 	cfg.Logger = logs.Logger()
 	cfg.DocUpdater = repdb.New(db, repdb.Options{})
-	plane, err := control.New(db, replicatortest.JobsClient(t, db), cfg.Config)
+	plane, err := control.New(replicator.NewStore(db, replicatortest.JobsClient(t, db), nil), cfg.Config)
 	require.NoError(t, err)
 	fopts := frontend.Options{DB: db, Accounts: accounts, Logger: cfg.Logger, LogRequests: true, Version: "test"}
 	for _, o := range opts {
@@ -116,7 +116,7 @@ func newServiceWith(t *testing.T, node func(*scheduler.Config), opts ...func(*fr
 	api, err := frontend.New(fopts)
 	require.NoError(t, err)
 	require.NoError(t, api.Init(context.Background()))
-	n, err := scheduler.New(db, replicatortest.JobsClient(t, db), nil, cfg)
+	n, err := scheduler.New(replicator.NewStore(db, replicatortest.JobsClient(t, db), nil), nil, cfg)
 	require.NoError(t, err)
 	require.NoError(t, n.Start(context.Background()))
 	t.Cleanup(n.Stop)
