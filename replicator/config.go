@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/subspace"
 )
 
@@ -32,10 +33,11 @@ const (
 	// enqueue times keep this margin (see EnqueueTime).
 	StartupJitterDefault = 5 * time.Second
 	// SharesDefault is a _replicator database's fair-share weight when not
-	// configured; SharesMin and SharesMax bound configured values.
-	SharesDefault = 100
-	SharesMin     = 1
-	SharesMax     = 1000
+	// configured; SharesMin and SharesMax bound configured values. They
+	// are [replicator.shares]' (package config, which checks the section).
+	SharesDefault = config.SharesDefault
+	SharesMin     = config.SharesMin
+	SharesMax     = config.SharesMax
 	// UsageCoeffDefault is the fair-share usage decay per interval (K1 of
 	// the paper, CouchDB's usage_coeff and its default): an idle
 	// database's usage halves every interval.

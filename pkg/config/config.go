@@ -256,13 +256,13 @@ func (k *Key) check(v string) error {
 	switch k.Kind {
 	case KindInt:
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || k.HasRange && (float64(n) < k.Min || float64(n) > k.Max) {
-			return fmt.Errorf("want %s", k.wanted())
+		if err != nil || k.HasRange && (float64(n) < k.Min || float64(n) > k.max()) {
+			return fmt.Errorf("want %s", k.wanted(err == nil && float64(n) > k.max()))
 		}
 	case KindFloat:
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || math.IsNaN(f) || k.HasRange && (f < k.Min || f > k.Max) {
-			return fmt.Errorf("want %s", k.wanted())
+		if err != nil || math.IsNaN(f) || k.HasRange && (f < k.Min || f > k.max()) {
+			return fmt.Errorf("want %s", k.wanted(err == nil && f > k.max()))
 		}
 	case KindBool:
 		if _, err := parseBool(v); err != nil {
@@ -287,18 +287,19 @@ func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
 // wanted says what a KindInt or KindFloat key takes: "an integer of at
 // least 1000 (milliseconds)", "an integer from 0 to 65535", "a number from
-// 0.000001 to 1".
-func (k *Key) wanted() string {
+// 0.000001 to 1". A key without a maximum of its own names the one of its
+// unit (see Key.max) only to a value over it (above).
+func (k *Key) wanted(above bool) string {
 	what := "a number"
 	if k.Kind == KindInt {
 		what = "an integer"
 	}
 	switch {
 	case !k.HasRange:
-	case k.Max >= maxInt:
+	case k.Max >= maxInt && !above:
 		what += " of at least " + num(k.Min)
 	default:
-		what += " from " + num(k.Min) + " to " + num(k.Max)
+		what += " from " + num(k.Min) + " to " + num(k.max())
 	}
 	if u := k.unit(); u != "" {
 		what += " (" + u + ")"

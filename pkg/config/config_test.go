@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,6 +157,28 @@ func TestFromMap(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, c.UserRoles("bob"))
 	_, err = FromMap(map[string]map[string]string{"chttpd": {"port": "x"}})
 	require.ErrorIs(t, err, ErrInvalidValue)
+}
+
+// A key of seconds or milliseconds takes no value that a node, turning it
+// into a time.Duration, would wrap around (2^53 seconds did).
+func TestDurationKeysFitADuration(t *testing.T) {
+	most := map[string]int64{"seconds": math.MaxInt64 / int64(time.Second), "milliseconds": math.MaxInt64 / int64(time.Millisecond)}
+	checked := 0
+	for i := range Registry {
+		k := &Registry[i]
+		m, ok := most[k.unit()]
+		if !ok || k.Kind != KindInt || k.Max < float64(m) {
+			continue
+		}
+		checked++
+		require.NoError(t, k.check(strconv.FormatInt(m, 10)), "[%s] %s", k.Section, k.Name)
+		err := k.check(strconv.FormatInt(m+1, 10))
+		require.Error(t, err, "[%s] %s", k.Section, k.Name)
+		require.Contains(t, err.Error(), "from "+num(k.Min)+" to "+strconv.FormatInt(m, 10)+" ("+k.unit()+")")
+		d := time.Duration(m) * map[string]time.Duration{"seconds": time.Second, "milliseconds": time.Millisecond}[k.unit()]
+		require.Positive(t, d, "[%s] %s", k.Section, k.Name)
+	}
+	require.Greater(t, checked, 10)
 }
 
 func TestEnvName(t *testing.T) {

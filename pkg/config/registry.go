@@ -1,6 +1,10 @@
 package config
 
-import "strings"
+import (
+	"math"
+	"strings"
+	"time"
+)
 
 // Kind is the type of a config value.
 type Kind int
@@ -124,6 +128,19 @@ const MaxBackoffSecMax = 30 * 24 * 3600
 func in(unit string, k Key) Key {
 	k.Unit = unit
 	return k
+}
+
+// max is k's upper bound: Max, and for a key of seconds or milliseconds
+// at most what a time.Duration holds (about 292 years), so that no value
+// the check lets through wraps around when a node turns it into one.
+func (k *Key) max() float64 {
+	switch k.unit() {
+	case "seconds":
+		return min(k.Max, float64(math.MaxInt64/int64(time.Second)))
+	case "milliseconds":
+		return min(k.Max, float64(math.MaxInt64/int64(time.Millisecond)))
+	}
+	return k.Max
 }
 
 // unit is what k's value counts: its Unit, or the one its name ends with.
