@@ -161,136 +161,182 @@ func (w *worker) run() {
 	w.execute(d, rep, code)
 }
 
-// execute runs the engine until the job ends, is stopped or halted.
+// execute runs the engine until the job ends, is stopped or halted: one
+// loop over the run's events, each handled by a step of runLoop's (the
+// hold lapsing, the run ending, a checkpoint, a heartbeat, a stop, the
+// node's hard stop).
 func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code string) {
 	runCtx, cancel := context.WithCancel(w.ctx)
 	defer cancel()
 	ck := make(chan engine.Checkpoint, 1)
 	run := w.n.eng.Start(runCtx, rep, engine.Options{
 		ServerUUID: w.n.serverUUID, FilterCode: code, Stats: d.Stats, Clock: w.cfg.Clock, LogFields: w.logFields(d),
-		OnCheckpoint: func(c engine.Checkpoint) {
-			select {
-			case ck <- c:
-			default:
-				select {
-				case <-ck:
-				default:
-				}
-				select {
-				case ck <- c:
-				default:
-				}
-			}
-		},
+		OnCheckpoint: keepLatest(ck),
 	})
 	w.n.runStarted(w, run, d)
 	defer w.n.runEnded(w)
-	hb := w.cfg.Clock.NewTicker(w.cfg.heartbeat())
-	defer hb.Stop()
-	hold := w.newHoldTimer()
-	defer hold.stop()
-	halt := func() {
-		cancel()
-		<-run.Done()
-	}
+	r := &runLoop{w: w, d: d, rep: rep, run: run, cancel: cancel, hb: w.cfg.Clock.NewTicker(w.cfg.heartbeat()), hold: w.newHoldTimer()}
+	defer r.hb.Stop()
+	defer r.hold.stop()
 	for {
 		select {
-		case <-hold.expired():
+		case <-r.hold.expired():
 			// The store has not taken a heartbeat for half the job
 			// timeout: another node may soon have the job. Stop acting on
 			// it now, and write nothing.
-			halt()
-			w.logHoldLost()
+			r.holdLost()
 			return
 		case <-run.Done():
-			res, err := run.Wait()
-			switch {
-			case w.ctx.Err() != nil:
-				return // hard stop: the activity monitor re-enqueues the job
-			case err != nil:
-				if errors.Is(err, engine.ErrCheckpoint) {
-					w.n.m.Inc(replicator.MetricCheckpointsFailure)
-				}
-				d.Stats, d.Sync = mergeStats(d.Stats, run.Progress()), syncOf(run)
-				w.crash(d, err)
-			case w.stopRequested():
-				d.Stats, d.Sync = mergeStats(d.Stats, res.Stats), syncOf(run)
-				w.reschedule(d, "")
-			case d.Continuous():
-				d.Stats, d.Sync = mergeStats(d.Stats, res.Stats), syncOf(run)
-				w.reschedule(d, "")
-			default:
-				d.Sync = syncOf(run)
-				w.complete(d, res)
-			}
+			r.ended()
 			return
 		case c := <-ck:
-			w.n.m.Inc(replicator.MetricCheckpointsSuccess)
-			if d.Rep.UserFilter() {
-				// Fetching the filter waits on the source: no longer
-				// than the hold, as a renewal (Job.HoldContext).
-				idCtx, done := w.job.HoldContext(w.ctx)
-				id, _, err := w.n.eng.ReplicationID(idCtx, rep, w.n.serverUUID)
-				done()
-				if hold.lapsed() {
-					halt()
-					w.logHoldLost()
-					return
-				}
-				if err == nil && id != d.RepID {
-					// The filter changed: stop, back to pending; the next
-					// start runs under the new id.
-					if _, _, halted := w.stopRun(run, cancel, d, hb, hold); halted || w.ctx.Err() != nil {
-						return
-					}
-					d.Stats, d.Sync = mergeStats(d.Stats, run.Progress()), syncOf(run)
-					w.reschedule(d, "filter changed")
-					return
-				}
-			}
-			if !w.heartbeat(d, c.Stats) {
-				halt()
+			if !r.checkpointed(c) {
 				return
 			}
-			if hold.lapsed() {
-				halt()
-				w.logHoldLost()
+		case <-r.hb.Chan():
+			if !r.renew(run.Progress()) {
 				return
 			}
-			hold.reset()
-		case <-hb.Chan():
-			if !w.heartbeat(d, run.Progress()) {
-				halt()
-				return
-			}
-			if hold.lapsed() {
-				halt()
-				w.logHoldLost()
-				return
-			}
-			hold.reset()
 			// The period follows the node's configuration: a shorter
 			// interval set at run time applies to running jobs too.
-			hb.Reset(w.n.Config().heartbeat())
+			r.hb.Reset(w.n.Config().heartbeat())
 		case <-w.stopCh:
-			err, cut, halted := w.stopRun(run, cancel, d, hb, hold)
-			if halted || w.ctx.Err() != nil {
-				return
-			}
-			d.Stats, d.Sync = mergeStats(d.Stats, run.Progress()), syncOf(run)
-			// An error after the grace ran out is the cut's doing: the job
-			// goes back to pending like any stopped job.
-			if err != nil && !errors.Is(err, engine.ErrStopped) && !cut {
-				w.crash(d, err)
-				return
-			}
-			w.reschedule(d, "")
+			r.stopped()
 			return
 		case <-w.ctx.Done():
-			halt()
+			r.halt()
 			return
 		}
 	}
+}
+
+// keepLatest is an engine.Options.OnCheckpoint that keeps the latest
+// checkpoint in ck (a buffer of one), replacing one the loop has not
+// taken yet: the engine never waits on the loop.
+func keepLatest(ck chan engine.Checkpoint) func(engine.Checkpoint) {
+	return func(c engine.Checkpoint) {
+		select {
+		case ck <- c:
+		default:
+			select {
+			case <-ck:
+			default:
+			}
+			select {
+			case ck <- c:
+			default:
+			}
+		}
+	}
+}
+
+// runLoop is the state of execute's loop over one run.
+type runLoop struct {
+	w      *worker
+	d      *replicator.JobData
+	rep    engine.Replication
+	run    replicator.Run
+	cancel context.CancelFunc // the run's context
+	hb     clockwork.Ticker
+	hold   *holdTimer
+}
+
+// halt ends the run without a word to the store.
+func (r *runLoop) halt() {
+	r.cancel()
+	<-r.run.Done()
+}
+
+// holdLost halts the run of a job whose hold lapsed.
+func (r *runLoop) holdLost() {
+	r.halt()
+	r.w.logHoldLost()
+}
+
+// renew writes a heartbeat with stats and renews the hold; false when the
+// job was halted or its hold lapsed meanwhile (the run is halted then).
+func (r *runLoop) renew(stats engine.Stats) bool {
+	if !r.w.heartbeat(r.d, stats) {
+		r.halt()
+		return false
+	}
+	if r.hold.lapsed() {
+		r.holdLost()
+		return false
+	}
+	r.hold.reset()
+	return true
+}
+
+// ended records how the run ended: a crash, a stopped or continuous run
+// back to pending, or a one-shot run completed.
+func (r *runLoop) ended() {
+	w, d, run := r.w, r.d, r.run
+	res, err := run.Wait()
+	switch {
+	case w.ctx.Err() != nil:
+		return // hard stop: the activity monitor re-enqueues the job
+	case err != nil:
+		if errors.Is(err, engine.ErrCheckpoint) {
+			w.n.m.Inc(replicator.MetricCheckpointsFailure)
+		}
+		d.Stats, d.Sync = mergeStats(d.Stats, run.Progress()), syncOf(run)
+		w.crash(d, err)
+	case w.stopRequested(), d.Continuous():
+		d.Stats, d.Sync = mergeStats(d.Stats, res.Stats), syncOf(run)
+		w.reschedule(d, "")
+	default:
+		d.Sync = syncOf(run)
+		w.complete(d, res)
+	}
+}
+
+// checkpointed writes the stats of checkpoint c as a heartbeat; for a
+// replication with a user filter it first computes the replication id
+// again, and a changed filter stops the run, back to pending under the new
+// id. false when the loop is over.
+func (r *runLoop) checkpointed(c engine.Checkpoint) bool {
+	w, d := r.w, r.d
+	w.n.m.Inc(replicator.MetricCheckpointsSuccess)
+	if d.Rep.UserFilter() {
+		// Fetching the filter waits on the source: no longer than the
+		// hold, as a renewal (Job.HoldContext).
+		idCtx, done := w.job.HoldContext(w.ctx)
+		id, _, err := w.n.eng.ReplicationID(idCtx, r.rep, w.n.serverUUID)
+		done()
+		if r.hold.lapsed() {
+			r.holdLost()
+			return false
+		}
+		if err == nil && id != d.RepID {
+			if _, _, halted := w.stopRun(r.run, r.cancel, d, r.hb, r.hold); halted || w.ctx.Err() != nil {
+				return false
+			}
+			d.Stats, d.Sync = mergeStats(d.Stats, r.run.Progress()), syncOf(r.run)
+			w.reschedule(d, "filter changed")
+			return false
+		}
+	}
+	return r.renew(c.Stats)
+}
+
+// stopped ends the run the node asked to stop (rotation, balance, a lower
+// max_jobs, a removed job): a final checkpoint within the grace, then back
+// to pending, or a crash for an error the stop did not cause.
+func (r *runLoop) stopped() {
+	w, d := r.w, r.d
+	err, cut, halted := w.stopRun(r.run, r.cancel, d, r.hb, r.hold)
+	if halted || w.ctx.Err() != nil {
+		return
+	}
+	d.Stats, d.Sync = mergeStats(d.Stats, r.run.Progress()), syncOf(r.run)
+	// An error after the grace ran out is the cut's doing: the job goes
+	// back to pending like any stopped job.
+	if err != nil && !errors.Is(err, engine.ErrStopped) && !cut {
+		w.crash(d, err)
+		return
+	}
+	w.reschedule(d, "")
 }
 
 // stopRun asks run for a final checkpoint and waits for it to end, still
