@@ -142,7 +142,7 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	scan := false
 	sw := &sweep{}
 	var released, woken <-chan struct{}
-	var wb kv.Backoff // after failed watches
+	wb := kv.Backoff{Initial: acceptWatchRetry, Max: acceptWatchRetry, Rand: kv.Full} // after failed watches
 	for {
 		if sw.pos == 0 {
 			// From the start of a look: a release or wake-up during any of
@@ -193,10 +193,14 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	}
 }
 
+// acceptWatchRetry is how long an accept whose pending watch failed
+// (too_many_watches, a cancelled commit) waits before it reads again
+// rather than spin.
+const acceptWatchRetry = 10 * time.Millisecond
+
 // awaitPending waits for the pending watch, a commit of this Client
 // (woken; see wakes), the deadline or ctx; after a watch that failed it
-// waits as every watch loop does (afterWatch, on wb) before the caller
-// reads again.
+// waits acceptWatchRetry (wb) before the caller reads again.
 func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, wb *kv.Backoff, woken <-chan struct{}, timed bool, deadline time.Time) error {
 	defer watch.Cancel()
 	var timerC <-chan time.Time
@@ -211,8 +215,10 @@ func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, wb *kv.Ba
 	}
 	select {
 	case <-watch.Done():
-		if !afterWatch(ctx, wb, watch) {
-			return ctx.Err()
+		if _, err := watch.Get(); err != nil {
+			if werr := wb.WaitAny(ctx, err); werr != nil {
+				return werr
+			}
 		}
 		return nil
 	case <-woken:

@@ -154,6 +154,10 @@ func (b *Backoff) sleep(ctx context.Context, delay time.Duration) error {
 	return clockwait.Sleep(ctx, clock, delay)
 }
 
+// Full is a Backoff.Rand that always waits the whole limit: a fixed
+// doubling, for loops that must keep a known pace.
+func Full() float64 { return 1 }
+
 // Reset returns the backoff to its initial limit, as after a success.
 func (b *Backoff) Reset() { b.limit, b.started = 0, false }
 

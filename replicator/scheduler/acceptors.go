@@ -108,12 +108,11 @@ func (n *Node) runWorker(w *worker) {
 	w.run()
 }
 
-// acceptRetryDefault is the first limit of an acceptor's wait after an
-// accept that failed with an error FoundationDB would not retry (retryable
-// ones back off as its OnError does): a random part of a limit that
-// doubles with each failure in a row, up to acceptRetryMax
-// (kv.Backoff.NextAny), so that a node cut off from its store neither
-// spins nor floods its log.
+// acceptRetryDefault is how long an acceptor first waits after an accept
+// that failed with an error FoundationDB would not retry (retryable ones
+// back off as its OnError does); the wait doubles with each failure in a
+// row, up to acceptRetryMax (kv.Backoff.NextAny at a fixed pace), so that
+// a node cut off from its store neither spins nor floods its log.
 const (
 	acceptRetryDefault = 50 * time.Millisecond
 	acceptRetryMax     = 5 * time.Second
@@ -129,9 +128,9 @@ const acceptLogEvery = time.Minute
 // target was lowered, or other acceptors filled it).
 func (n *Node) acceptor(ctx, opCtx context.Context, q int) {
 	defer n.wg.Done()
-	var b kv.Backoff                                                    // FoundationDB's OnError delays between failed accepts
-	cut := kv.Backoff{Initial: acceptRetryDefault, Max: acceptRetryMax} // after other errors
-	var failures int                                                    // in a row
+	var b kv.Backoff                                                                   // FoundationDB's OnError delays between failed accepts
+	cut := kv.Backoff{Initial: acceptRetryDefault, Max: acceptRetryMax, Rand: kv.Full} // after other errors
+	var failures int                                                                   // in a row
 	var logged time.Time
 	for {
 		n.mu.Lock()

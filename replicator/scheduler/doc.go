@@ -216,7 +216,9 @@
 //     them. Until the next interval its acceptor pool takes from the
 //     queue only up to its share, and while some node moves jobs the
 //     others take up to a tenth above the target (a margin for loads
-//     read a moment too low): the jobs moved go to the lighter nodes. A
+//     read a moment too low), rounded down, so that none fills to a load
+//     that is out of balance itself, and at least their share: the jobs
+//     moved go to the lighter nodes. A
 //     load read further off (a node that accepted many jobs just before)
 //     can leave a moved job under no node's share until the next
 //     interval. One-shot jobs are never moved;

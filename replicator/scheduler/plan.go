@@ -71,9 +71,11 @@ type balancePlan struct {
 	// nodes are out of balance).
 	share, move int
 	// shareMoving is the node's pool share when it moves jobs (its share:
-	// it takes none back); shareStaying otherwise (a tenth above the mean
-	// while some node moves, so that moved jobs reach the lighter nodes;
-	// 0, all its room, in a balanced cluster).
+	// it takes none back); shareStaying otherwise (while some node moves:
+	// up to a tenth above the mean, rounded down so that a node that fills
+	// to it is not out of balance itself and never moves jobs back, and
+	// at least the share, so that moved jobs reach the lighter nodes; 0,
+	// all its room, in a balanced cluster).
 	shareMoving, shareStaying int
 }
 
@@ -96,7 +98,7 @@ func (l clusterLoad) plan(pending, maxJobs, maxChurn, stopped int) balancePlan {
 		p.move = min(l.own-share, maxChurn-stopped)
 	}
 	if moves(l.hi) {
-		p.shareStaying = int(math.Ceil((100 + balanceTolerance) * target / 100))
+		p.shareStaying = max(share, (100+balanceTolerance)*jobs/(100*l.nodes))
 	}
 	return p
 }

@@ -41,8 +41,9 @@ func TestPlanRotation(t *testing.T) {
 }
 
 // Balance: full clusters rotate; a node over its share moves jobs while
-// the nodes are out of balance; the others take a tenth above the mean
-// meanwhile; a balanced cluster takes jobs into all its room.
+// the nodes are out of balance; the others take up to a tenth above the
+// mean meanwhile, never so many that they are out of balance themselves;
+// a balanced cluster takes jobs into all its room.
 func TestPlanBalance(t *testing.T) {
 	for _, tc := range []struct {
 		name                             string
@@ -55,10 +56,13 @@ func TestPlanBalance(t *testing.T) {
 		{"alone, room", 3, nil, 2, 10, 5, 0, 7, balancePlan{share: 5, shareMoving: 5}},
 		{"full", 10, []int{10}, 1, 10, 5, 0, 1, balancePlan{full: true}},
 		{"many waiting", 0, []int{0}, balancePendingMax, 5000, 5, 0, balancePendingMax, balancePlan{full: true}},
-		{"heavy node moves", 8, []int{2}, 0, 10, 5, 0, 10, balancePlan{share: 5, move: 3, shareMoving: 5, shareStaying: 6}},
-		{"moves within churn", 8, []int{2}, 0, 10, 5, 4, 10, balancePlan{share: 5, move: 1, shareMoving: 5, shareStaying: 6}},
-		{"light node takes a tenth above", 2, []int{8}, 0, 10, 5, 0, 10, balancePlan{share: 5, shareMoving: 5, shareStaying: 6}},
-		{"joining node", 0, []int{10, 10}, 0, 20, 5, 0, 40, balancePlan{share: 7, shareMoving: 7, shareStaying: 8}},
+		{"heavy node moves", 8, []int{2}, 0, 10, 5, 0, 10, balancePlan{share: 5, move: 3, shareMoving: 5, shareStaying: 5}},
+		{"moves within churn", 8, []int{2}, 0, 10, 5, 4, 10, balancePlan{share: 5, move: 1, shareMoving: 5, shareStaying: 5}},
+		{"light node takes up to its share when a tenth is under one job", 2, []int{8}, 0, 10, 5, 0, 10, balancePlan{share: 5, shareMoving: 5, shareStaying: 5}},
+		{"joining node", 0, []int{10, 10}, 0, 20, 5, 0, 40, balancePlan{share: 7, shareMoving: 7, shareStaying: 7}},
+		// 27.5 rounded down: a node at 28 would be over 110% itself and move
+		// jobs back (a fourth node joining 33, 33 and 34 ended 28/22).
+		{"a tenth above, rounded down", 0, []int{33, 33, 34}, 0, 100, 20, 0, 300, balancePlan{share: 25, shareMoving: 25, shareStaying: 27}},
 		{"balanced", 5, []int{5}, 0, 10, 5, 0, 10, balancePlan{share: 5, shareMoving: 5}},
 		{"within the tolerance", 11, []int{10}, 0, 20, 5, 0, 19, balancePlan{share: 11, shareMoving: 11}},
 	} {
