@@ -190,7 +190,7 @@ func (s *Server) putConfig(w http.ResponseWriter, r *http.Request, t configTarge
 	}
 	if (section == config.SectionAdmins || section == config.SectionUsers) && value != "" && !isHashed(value) {
 		// Hashed here, once, as CouchDB does: only the hash is stored.
-		h := passwordHashing(s.opts.Cluster.Config())
+		h := PasswordHashing(s.opts.Cluster.Config())
 		hashed, err := HashPassword(value, h.PRF, h.Iterations)
 		if err != nil {
 			s.fail(w, r, err)

@@ -143,7 +143,7 @@ func TestConfigPutAndDelete(t *testing.T) {
 	require.Equal(t, "\"15\"\n", e.do("PUT", "/_node/_local/_config/replicator/interval_sec", asAdmin, `"5"`).Raw)
 	require.Equal(t, "\"\"\n", e.do("PUT", "/_node/_local/_config/replicator/interval", asAdmin, `"2000"`).Raw)
 	require.Equal(t, 404, e.do("GET", "/_node/_local/_config/replicator/interval_sec", asAdmin, nil).Status)
-	require.Equal(t, "2s", e.node.Config().Interval().String())
+	require.Equal(t, "2s", e.node.Config().Duration("replicator", "interval_sec").String())
 
 	for _, tc := range []struct {
 		name, path string

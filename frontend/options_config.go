@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
-	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/config"
 )
@@ -21,14 +20,14 @@ func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
 	}
 	o := Options{
 		Accounts:         accounts,
-		SessionTimeout:   time.Duration(cfg.Int("chttpd_auth", "timeout")) * time.Second,
-		SessionCookies:   !cfg.Bool("chttpd_auth", "allow_persistent_cookies"),
-		AuthCacheSize:    int(cfg.Int("chttpd_auth", "auth_cache_size")),
-		MaxRequestSize:   cfg.Int("chttpd", "max_http_request_size"),
-		MaxDocumentSize:  int(cfg.Int("chttpd", "max_document_size")),
-		MaxJSONDepth:     int(cfg.Int("chttpd", "max_json_depth")),
-		PublicAllDBs:     !cfg.Bool("chttpd", "admin_only_all_dbs"),
-		RequireValidUser: cfg.Bool("chttpd", "require_valid_user"),
+		SessionTimeout:   keySessionTimeout.Get(cfg),
+		SessionCookies:   !keyPersistentCookies.Get(cfg),
+		AuthCacheSize:    int(keyAuthCacheSize.Get(cfg)),
+		MaxRequestSize:   keyMaxRequestSize.Get(cfg),
+		MaxDocumentSize:  int(keyMaxDocumentSize.Get(cfg)),
+		MaxJSONDepth:     int(keyMaxJSONDepth.Get(cfg)),
+		PublicAllDBs:     !keyAdminOnlyAllDBs.Get(cfg),
+		RequireValidUser: keyRequireValidUser.Get(cfg),
 		LogRequests:      cfg.Bool("log", "requests"),
 		NodeName:         cfg.NodeName(),
 		Limits:           LimitsFromConfig(cfg),
@@ -39,7 +38,7 @@ func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
 	if o.AuthCacheSize == 0 {
 		o.AuthCacheSize = -1 // 0 in the file means "no cache"
 	}
-	if s := cfg.String("chttpd_auth", "secret"); s != "" {
+	if s := keySecret.Get(cfg); s != "" {
 		o.Secret = []byte(s)
 	}
 	return o, plain, nil
@@ -48,7 +47,7 @@ func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
 // utilsDirFromConfig is [chttpd] utils_dir, checked, or UtilsDirDefault
 // (made absolute) when that is empty and the directory holds a dashboard.
 func utilsDirFromConfig(cfg *config.Config) (string, error) {
-	dir := cfg.String("chttpd", "utils_dir")
+	dir := keyUtilsDir.Get(cfg)
 	if dir == "" {
 		if checkUtilsDir(UtilsDirDefault) != nil {
 			return "", nil
@@ -69,11 +68,13 @@ func AccountsFromConfig(cfg *config.Config) (*Accounts, []string, error) {
 	for name := range cfg.Users() {
 		roles[name] = cfg.UserRoles(name)
 	}
-	return NewAccounts(cfg.Admins(), cfg.Users(), roles, passwordHashing(cfg))
+	return NewAccounts(cfg.Admins(), cfg.Users(), roles, PasswordHashing(cfg))
 }
 
-func passwordHashing(cfg *config.Config) AccountsOptions {
-	return AccountsOptions{PRF: cfg.String("chttpd_auth", "pbkdf2_prf"), Iterations: int(cfg.Int("chttpd_auth", "iterations"))}
+// PasswordHashing is how cfg hashes plaintext passwords ([chttpd_auth]
+// pbkdf2_prf and iterations).
+func PasswordHashing(cfg *config.Config) AccountsOptions {
+	return AccountsOptions{PRF: keyHashPRF.Get(cfg), Iterations: int(keyHashIterations.Get(cfg))}
 }
 
 // HashConfigPasswords returns cfg with the plaintext passwords of [admins]
@@ -84,7 +85,7 @@ func passwordHashing(cfg *config.Config) AccountsOptions {
 // password is hashed again.
 func HashConfigPasswords(cfg *config.Config) (*config.Config, []string, error) {
 	layer := config.Layer{Values: map[string]map[string]string{}}
-	hashing := passwordHashing(cfg)
+	hashing := PasswordHashing(cfg)
 	var plain []string
 	for _, section := range []string{config.SectionAdmins, config.SectionUsers} {
 		for name, stored := range cfg.Section(section) {
@@ -115,14 +116,13 @@ func HashConfigPasswords(cfg *config.Config) (*config.Config, []string, error) {
 
 // LimitsFromConfig reads the listener limits from [chttpd].
 func LimitsFromConfig(cfg *config.Config) Limits {
-	ms := func(key string) time.Duration { return time.Duration(cfg.Int("chttpd", key)) * time.Millisecond }
 	l := Limits{
-		MaxConnections:    int(cfg.Int("chttpd", "max_connections")),
-		HeaderTimeout:     ms("header_timeout_msec"),
-		BodyTimeout:       ms("body_timeout_msec"),
-		IdleTimeout:       ms("idle_timeout_msec"),
-		MaxClientRequests: int(cfg.Int("chttpd", "max_client_requests")),
-		MaxHeaderBytes:    int(cfg.Int("chttpd", "max_header_bytes")),
+		MaxConnections:    int(keyMaxConnections.Get(cfg)),
+		HeaderTimeout:     keyHeaderTimeout.Get(cfg),
+		BodyTimeout:       keyBodyTimeout.Get(cfg),
+		IdleTimeout:       keyIdleTimeout.Get(cfg),
+		MaxClientRequests: int(keyMaxClientRequests.Get(cfg)),
+		MaxHeaderBytes:    int(keyMaxHeaderBytes.Get(cfg)),
 	}
 	if l.MaxClientRequests == 0 {
 		l.MaxClientRequests = -1 // 0 in the file means "no cap"

@@ -40,7 +40,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fdbrep/fdbrep/cmd/internal/cli"
-	"github.com/fdbrep/fdbrep/cmd/internal/node"
 	"github.com/fdbrep/fdbrep/frontend"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/replicator"
@@ -204,7 +203,7 @@ func clientJobDefaults() (replicator.JobDefaults, error) {
 	if err != nil {
 		return replicator.JobDefaults{}, err
 	}
-	return node.JobDefaults(cfg)
+	return replicator.JobDefaultsFromConfig(cfg)
 }
 
 // clientEndpoints are the TLS and authentication settings an in-process
@@ -214,5 +213,5 @@ func clientEndpoints() (engine.ClientSettings, error) {
 	if err != nil {
 		return engine.ClientSettings{}, err
 	}
-	return node.ClientSettings(cfg)
+	return replicator.ClientSettingsFromConfig(cfg)
 }

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"gopkg.in/ini.v1"
 )
@@ -27,7 +26,7 @@ type Config struct {
 // os.Environ returns; nil means none) and validates every value. A file
 // that does not exist is an error.
 //
-// Validation covers every key in Registry (type, range, allowed words),
+// Validation covers every registered key (see Keys) (type, range, allowed words),
 // [replicator.shares] values (integers 1..1000), [user_roles] values, and
 // the node's roles. CouchDB's own sections and keys that fdbrep does not
 // use are ignored and named by Warnings, so a CouchDB local.ini works as
@@ -138,7 +137,7 @@ func (c *Config) loadFile(path string) error {
 
 func (c *Config) loadEnv(environ []string) error {
 	bySection := map[string]string{}
-	for s := range knownSections {
+	for s := range frozen().sections {
 		bySection[envSection(s)] = s
 	}
 	for _, kv := range environ {
@@ -163,7 +162,7 @@ func (c *Config) loadEnv(environ []string) error {
 func (c *Config) validate() error {
 	// Fixed keys: parse every value that is set.
 	for _, section := range c.sectionNames() {
-		if !knownSections[section] {
+		if !knownSection(section) {
 			if err := c.checkUnknown(section, ""); err != nil {
 				return err
 			}
@@ -205,28 +204,29 @@ func (c *Config) validate() error {
 			}
 		}
 	}
-	for _, pair := range [][2]string{{"interval", "interval_sec"}, {"health_threshold", "health_threshold_sec"}} {
-		_, a := c.values["replicator"][pair[0]]
-		if _, b := c.values["replicator"][pair[1]]; a && b {
-			return fmt.Errorf("%w: [replicator] %s (%s) and %s (%s) are both set: keep one", ErrInvalidValue,
-				pair[0], c.sources["replicator/"+pair[0]], pair[1], c.sources["replicator/"+pair[1]])
+	for _, k := range frozen().ordered {
+		if k.Alias == "" || k.Name > k.Alias {
+			continue // each pair once
+		}
+		_, a := c.values[k.Section][k.Name]
+		if _, b := c.values[k.Section][k.Alias]; a && b {
+			return fmt.Errorf("%w: [%s] %s (%s) and %s (%s) are both set: keep one", ErrInvalidValue,
+				k.Section, k.Name, c.sources[k.Section+"/"+k.Name], k.Alias, c.sources[k.Section+"/"+k.Alias])
 		}
 	}
-	if lo, hi := c.Int("replicator", "min_backoff_penalty_sec"), c.Int("replicator", "max_backoff_penalty_sec"); hi < lo {
-		return fmt.Errorf("%w: [replicator] max_backoff_penalty_sec %d (%s) is under min_backoff_penalty_sec %d (%s)", ErrInvalidValue,
-			hi, c.Source("replicator", "max_backoff_penalty_sec"), lo, c.Source("replicator", "min_backoff_penalty_sec"))
-	}
-	if name := c.String("node", "name"); strings.HasPrefix(name, "_") || strings.ContainsAny(name, "/\x00") {
+	if name := keyNodeName.Get(c); strings.HasPrefix(name, "_") || strings.ContainsAny(name, "/\x00") {
 		return fmt.Errorf("%w: [node] name = %q (%s): must not start with '_' (names such as _local and _cluster are the API's) nor contain '/'",
 			ErrInvalidValue, name, c.Source("node", "name"))
-	}
-	if len(c.List("replicator", "auth_plugins")) == 0 {
-		return fmt.Errorf("%w: [replicator] auth_plugins: name couch_replicator_auth_session, couch_replicator_auth_noop or both", ErrInvalidValue)
 	}
 	if len(c.Roles()) == 0 {
 		return fmt.Errorf("%w: [node] roles: at least one role is required (%s or %s)", ErrInvalidValue, RoleAPIFrontend, RoleReplication)
 	}
-	if addr := c.String("node", "health_address"); addr != "" {
+	for _, check := range checks() {
+		if err := check(c); err != nil {
+			return err
+		}
+	}
+	if addr := keyHealthAddress.Get(c); addr != "" {
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil {
 			return fmt.Errorf("%w: [node] health_address = %q: %v", ErrInvalidValue, addr, err)
@@ -370,7 +370,7 @@ func (c *Config) Source(section, key string) string {
 func (c *Config) raw(section, key string) string {
 	k := lookup(section, key)
 	if k == nil {
-		panic(fmt.Errorf("%w: [%s] %s is not in config.Registry", ErrUnknownKey, section, key))
+		panic(fmt.Errorf("%w: [%s] %s is not a registered key", ErrUnknownKey, section, key))
 	}
 	if v, ok := c.values[section][key]; ok {
 		return v
@@ -379,7 +379,7 @@ func (c *Config) raw(section, key string) string {
 }
 
 // String returns a registered string key (validated by Load). It panics for
-// a key not in Registry: that is a programming error.
+// a key not registered: that is a programming error.
 func (c *Config) String(section, key string) string { return c.raw(section, key) }
 
 // Int returns a registered integer key.
@@ -416,7 +416,7 @@ func (c *Config) Section(section string) map[string]string {
 // Roles returns the node's roles, deduplicated, in configuration order.
 func (c *Config) Roles() []string {
 	var out []string
-	for _, r := range c.List("node", "roles") {
+	for _, r := range keyRoles.Get(c) {
 		if !contains(out, r) {
 			out = append(out, r)
 		}
@@ -429,7 +429,7 @@ func (c *Config) HasRole(role string) bool { return contains(c.Roles(), role) }
 
 // NodeName returns [node] name, or fdbrep@<hostname> when it is empty.
 func (c *Config) NodeName() string {
-	if n := c.String("node", "name"); n != "" {
+	if n := keyNodeName.Get(c); n != "" {
 		return n
 	}
 	host, err := os.Hostname()
@@ -439,28 +439,9 @@ func (c *Config) NodeName() string {
 	return "fdbrep@" + host
 }
 
-// Interval is the scheduling interval of replication nodes: [replicator]
-// interval_sec, or CouchDB 3.x's interval (milliseconds) when only that is
-// set (Load refuses both).
-func (c *Config) Interval() time.Duration {
-	if _, ok := c.values["replicator"]["interval"]; ok {
-		return time.Duration(c.Int("replicator", "interval")) * time.Millisecond
-	}
-	return time.Duration(c.Int("replicator", "interval_sec")) * time.Second
-}
-
-// HealthThreshold returns [replicator] health_threshold_sec, or CouchDB
-// 3.x's health_threshold when only that is set (Load refuses both).
-func (c *Config) HealthThreshold() time.Duration {
-	if _, ok := c.values["replicator"]["health_threshold"]; ok {
-		return time.Duration(c.Int("replicator", "health_threshold")) * time.Second
-	}
-	return time.Duration(c.Int("replicator", "health_threshold_sec")) * time.Second
-}
-
 // BindAddress returns [chttpd] bind_address and port as host:port.
 func (c *Config) BindAddress() string {
-	return net.JoinHostPort(c.String("chttpd", "bind_address"), strconv.FormatInt(c.Int("chttpd", "port"), 10))
+	return net.JoinHostPort(keyBindAddress.Get(c), strconv.FormatInt(keyPort.Get(c), 10))
 }
 
 // Shares returns the [replicator.shares] of db (SharesDefault when unset).

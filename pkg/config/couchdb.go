@@ -105,11 +105,11 @@ func suggest(section, key string) string {
 		}
 	}
 	if key == "" {
-		for s := range knownSections {
+		for s := range frozen().sections {
 			try("["+s+"]", levenshtein.ComputeDistance(section, s))
 		}
 	} else {
-		for _, k := range Registry {
+		for _, k := range frozen().ordered {
 			d := levenshtein.ComputeDistance(key, k.Name)
 			if k.Section != section {
 				d++ // a right key in the wrong section is one more edit away

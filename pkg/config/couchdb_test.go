@@ -52,8 +52,8 @@ func TestCouchDBReplicatorKeys(t *testing.T) {
 		}
 		require.Contains(t, w, "[replicator] "+k+" is a CouchDB setting fdbrep does not use; ignored", k)
 	}
-	require.Equal(t, time.Minute, c.Interval())
-	require.Equal(t, 2*time.Minute, c.HealthThreshold())
+	require.Equal(t, time.Minute, c.Duration("replicator", "interval_sec"))
+	require.Equal(t, 2*time.Minute, c.Duration("replicator", "health_threshold_sec"))
 	require.EqualValues(t, 20, c.Int("replicator", "max_history"))
 	require.EqualValues(t, 90000, c.Int("replicator", "connection_close_interval"))
 }
@@ -77,7 +77,7 @@ func TestHealthThresholdNames(t *testing.T) {
 			continue
 		}
 		require.NoError(t, err)
-		require.Equal(t, tc.want, c.HealthThreshold())
+		require.Equal(t, tc.want, c.Duration("replicator", "health_threshold_sec"))
 	}
 	// At run time one layer must not set both either.
 	_, err := Default().With(Layer{Source: "_config", Values: map[string]map[string]string{
@@ -104,7 +104,7 @@ func TestCouchDB35DefaultIni(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 200, c.Int("replicator", "max_jobs"))
 	require.EqualValues(t, 15984, c.Int("chttpd", "port"))
-	require.Equal(t, 5*time.Minute, c.HealthThreshold())
+	require.Equal(t, 5*time.Minute, c.Duration("replicator", "health_threshold_sec"))
 	w := strings.Join(c.Warnings(), "\n")
 	require.Contains(t, w, "[replicator] update_docs is a CouchDB setting fdbrep does not use")
 	require.Contains(t, w, "[couchdb] is a CouchDB section fdbrep does not use")

@@ -5,7 +5,7 @@
 //
 // # Precedence
 //
-// Load merges, key by key: the defaults in Registry, then each file in the
+// Load merges, key by key: the registered keys' defaults, then each file in the
 // order given (later files win, as CouchDB's default.ini and local.ini),
 // then environment variables named FDBREP_<SECTION>__<KEY> (upper case,
 // dots in section names become single underscores):
@@ -17,7 +17,7 @@
 //
 // # Validation
 //
-// Every value of a key in Registry is checked when loading (type, range,
+// Every value of a registered key is checked when loading (type, range,
 // allowed words), so a typo in a number or a role fails at startup with an
 // error naming the section, key, value and where it came from, wrapping
 // ErrInvalidValue. Values of secret keys are never echoed. CouchDB's own
@@ -27,11 +27,29 @@
 // refused with ErrUnknownKey and a suggestion ("did you mean [replicator]
 // checkpoint_interval?").
 //
-// The getters (String, Int, Bool, Float, List) take a registered section
-// and key and return the validated value or its default; they panic for a
-// key missing from Registry, which is a programming error that the package
-// tests catch. docs/CONFIG.md is generated from Registry by
-// WriteReference and a test keeps the two in step.
+// # Declaring a key
+//
+// A key is declared once, by the package that owns the setting it fills,
+// at package initialization: RegisterInt, RegisterDuration, RegisterFloat,
+// RegisterBool, RegisterString and RegisterList take its section and name,
+// its default (the package's Go constant), its range or words, its doc
+// and options (Live for keys changeable at run time, AliasOf, Secret), and
+// return a typed setting whose Get reads it from a Config. RegisterCheck
+// adds a rule between keys. A declaration that contradicts itself (a
+// default out of its range) panics when the package initializes. The
+// registry freezes when first read (Keys, Load): a key registered later
+// panics too. So a program loads a configuration only with the packages
+// that declare its keys linked in; a node's binary links them all
+// (cmd/internal/node), and package tests that load other packages' keys
+// import those packages for their declarations. This package declares the
+// keys it reads itself ([chttpd] bind_address and port, [fdb], [log],
+// [node]).
+//
+// The getters (String, Int, Bool, Float, List, Duration) take a
+// registered section and key and return the validated value or its
+// default; they panic for a key not registered, which is a programming
+// error that the tests catch. docs/CONFIG.md is generated from Keys by
+// WriteReference and a test of cmd/internal/node keeps the two in step.
 //
 // Passwords in [admins] and [users] are returned as written; package
 // frontend hashes plaintext ones in memory when it loads them (it does not

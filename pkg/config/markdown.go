@@ -7,12 +7,12 @@ import (
 )
 
 // WriteReference writes the key reference of docs/CONFIG.md: one table per
-// section, every key of Registry with its type, default, where a change at
+// section, every key of Keys with its type, default, where a change at
 // run time applies ("restart" for keys read at start-up only) and meaning.
 func WriteReference(w io.Writer) error {
 	var b strings.Builder
 	section := ""
-	for _, k := range Registry {
+	for _, k := range frozen().ordered {
 		if k.Section != section {
 			section = k.Section
 			fmt.Fprintf(&b, "\n### [%s]\n\n| key | type | default | changes apply | meaning |\n| --- | --- | --- | --- | --- |\n", section)

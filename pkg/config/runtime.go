@@ -20,14 +20,6 @@ type Layer struct {
 	Values map[string]map[string]string
 }
 
-// Settings held under two names, CouchDB 3.x's and fdbrep's: [replicator]
-// interval (milliseconds) and interval_sec, health_threshold and
-// health_threshold_sec (both seconds). A layer sets one of each pair.
-var aliases = map[string]string{
-	"replicator/interval": "interval_sec", "replicator/interval_sec": "interval",
-	"replicator/health_threshold": "health_threshold_sec", "replicator/health_threshold_sec": "health_threshold",
-}
-
 // Normalize returns section and key as Load stores them: the section in
 // lower case, and the key too except in [admins], [users] and
 // [user_roles], whose keys are user names.
@@ -75,7 +67,7 @@ func CheckRuntimeKey(section, key string) (Apply, error) {
 	if couchDBSections[section] || couchDBKeys[section][key] {
 		return ApplyRestart, fmt.Errorf("%w: [%s] %s is a CouchDB setting fdbrep does not use", ErrNotUsed, section, key)
 	}
-	if !knownSections[section] {
+	if !knownSection(section) {
 		return ApplyRestart, fmt.Errorf("%w: section [%s] is neither fdbrep's nor CouchDB's%s", ErrUnknownKey, section, suggest(section, ""))
 	}
 	return ApplyRestart, fmt.Errorf("%w: [%s] %s is neither fdbrep's nor CouchDB's%s", ErrUnknownKey, section, key, suggest(section, key))
@@ -112,7 +104,7 @@ func (c *Config) With(layers ...Layer) (*Config, error) {
 		for s, kvs := range l.Values {
 			for k, v := range kvs {
 				s, k := Normalize(s, k)
-				if other, ok := aliases[s+"/"+k]; ok {
+				if other, ok := frozen().aliases[s+"/"+k]; ok {
 					if _, both := kvs[other]; both {
 						return nil, fmt.Errorf("%w: [%s] %s and %s are both set (%s): keep one", ErrInvalidValue, s, k, other, l.Source)
 					}
@@ -149,7 +141,7 @@ func (c *Config) Get(section, key string) (string, bool) {
 	if v, ok := c.values[section][key]; ok {
 		return v, true
 	}
-	if other, ok := aliases[section+"/"+key]; ok {
+	if other, ok := frozen().aliases[section+"/"+key]; ok {
 		if _, set := c.values[section][other]; set {
 			return "", false
 		}
@@ -169,7 +161,7 @@ func (c *Config) All() map[string]map[string]string {
 			out[section][key] = v
 		}
 	}
-	for _, k := range Registry {
+	for _, k := range frozen().ordered {
 		add(k.Section, k.Name)
 	}
 	for _, s := range []string{SectionAdmins, SectionUsers, SectionUserRoles, SectionShares} {
@@ -194,6 +186,6 @@ func (c *Config) Values() map[string]map[string]string {
 // interval and interval_sec, health_threshold and health_threshold_sec), which one layer must not set together with
 // section/key.
 func Alias(section, key string) (string, bool) {
-	other, ok := aliases[section+"/"+key]
+	other, ok := frozen().aliases[section+"/"+key]
 	return other, ok
 }

@@ -54,7 +54,7 @@ func TestWith(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(30), c.Int("replicator", "max_jobs"))
 	require.Equal(t, "_config (node)", c.Source("replicator", "max_jobs"))
-	require.Equal(t, 2*time.Second, c.Interval(), "interval hides the interval_sec below it")
+	require.Equal(t, 2*time.Second, c.Duration("replicator", "interval_sec"), "interval hides the interval_sec below it")
 	_, ok := c.Get("replicator", "interval_sec")
 	require.False(t, ok)
 	v, ok := c.Get("replicator", "interval")
@@ -63,7 +63,7 @@ func TestWith(t *testing.T) {
 	require.Equal(t, "debug", c.String("log", "level"))
 	// The base is unchanged.
 	require.Equal(t, int64(10), base.Int("replicator", "max_jobs"))
-	require.Equal(t, 5*time.Second, base.Interval())
+	require.Equal(t, 5*time.Second, base.Duration("replicator", "interval_sec"))
 
 	for _, tc := range []struct {
 		name   string

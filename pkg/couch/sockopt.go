@@ -39,6 +39,11 @@ type SocketOptions struct {
 	Priority *int
 }
 
+// SocketOptionsDefault is the node-wide socket_options of replications
+// that set none ([replicator] socket_options' default): keepalive and
+// nodelay on. CouchDB's default turns nodelay off; fdbrep keeps it on.
+const SocketOptionsDefault = "[{keepalive, true}, {nodelay, true}]"
+
 // ParseSocketOptions parses CouchDB's socket_options syntax, an Erlang
 // list of {name, value} tuples such as "[{keepalive, true}, {nodelay,
 // false}, {sndbuf, 262144}]" ("" and "[]" are no options; a later tuple

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fdbrep/fdbrep/cluster"
-	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/replicator"
 )
 
@@ -31,9 +30,9 @@ const (
 	MinBackoffDefault = 32 * time.Second
 	// MaxBackoffDefault caps the crash backoff (2 days).
 	MaxBackoffDefault = 48 * time.Hour
-	// MaxBackoffLimit is the largest MaxBackoff accepted (30 days), as
-	// [replicator] max_backoff_penalty_sec's range says.
-	MaxBackoffLimit = config.MaxBackoffSecMax * time.Second
+	// MaxBackoffLimit is the largest MaxBackoff accepted (30 days), also
+	// [replicator] max_backoff_penalty_sec's upper bound.
+	MaxBackoffLimit = 30 * 24 * time.Hour
 	// HealthThresholdDefault: a job that ran this long without crashing is
 	// healed (its consecutive error count goes back to 0).
 	HealthThresholdDefault = 2 * time.Minute

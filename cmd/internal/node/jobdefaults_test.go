@@ -16,7 +16,7 @@ import (
 // The [replicator] defaults of the replications' own settings are the
 // engine's, and each key reaches the node.
 func TestJobDefaultsFromConfig(t *testing.T) {
-	got, err := JobDefaults(config.Default())
+	got, err := replicator.JobDefaultsFromConfig(config.Default())
 	require.NoError(t, err)
 	socket, err := couch.ParseSocketOptions("[{keepalive, true}, {nodelay, true}]")
 	require.NoError(t, err)
@@ -32,7 +32,7 @@ func TestJobDefaultsFromConfig(t *testing.T) {
 		"socket_options": "[{nodelay, false}, {sndbuf, 65536}]",
 	}})
 	require.NoError(t, err)
-	got, err = JobDefaults(cfg)
+	got, err = replicator.JobDefaultsFromConfig(cfg)
 	require.NoError(t, err)
 	require.Equal(t, time.Second, got.CheckpointInterval)
 	require.Equal(t, -1, got.RetriesPerRequest, "0 in the file: no retries")
@@ -48,7 +48,7 @@ func TestJobDefaultsFromConfig(t *testing.T) {
 	} {
 		cfg, err := config.FromMap(map[string]map[string]string{"replicator": {"socket_options": opts}})
 		require.NoError(t, err)
-		_, err = JobDefaults(cfg)
+		_, err = replicator.JobDefaultsFromConfig(cfg)
 		require.ErrorIs(t, err, config.ErrInvalidValue)
 		require.ErrorContains(t, err, want)
 	}
@@ -57,7 +57,7 @@ func TestJobDefaultsFromConfig(t *testing.T) {
 // The TLS and authentication keys: secure defaults, files read (and
 // refused) at start-up, the key passphrase never in an error.
 func TestClientSettingsFromConfig(t *testing.T) {
-	got, err := ClientSettings(config.Default())
+	got, err := replicator.ClientSettingsFromConfig(config.Default())
 	require.NoError(t, err)
 	require.Equal(t, couch.AuthSession, got.Auth)
 	require.Equal(t, couch.SessionRefreshIntervalDefault, got.SessionRefreshInterval)
@@ -85,7 +85,7 @@ func TestClientSettingsFromConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg, err := config.FromMap(map[string]map[string]string{"replicator": tt.keys})
 			require.NoError(t, err)
-			got, err := ClientSettings(cfg)
+			got, err := replicator.ClientSettingsFromConfig(cfg)
 			if tt.want != "" {
 				require.ErrorIs(t, err, config.ErrInvalidValue)
 				require.ErrorContains(t, err, tt.want)
@@ -110,7 +110,7 @@ func TestClientSettingsFromConfig(t *testing.T) {
 // keyDefault is the registry's default of a [replicator] key.
 func keyDefault(t *testing.T, name string) string {
 	t.Helper()
-	for _, k := range config.Registry {
+	for _, k := range config.Keys() {
 		if k.Section == "replicator" && k.Name == name {
 			return k.Default
 		}

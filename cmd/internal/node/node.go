@@ -84,10 +84,10 @@ func Run(ctx context.Context, opts Options) error {
 	var client engine.ClientSettings
 	if cfg.HasRole(config.RoleReplication) {
 		var err error
-		if client, err = ClientSettings(cfg); err != nil {
+		if client, err = replicator.ClientSettingsFromConfig(cfg); err != nil {
 			return err
 		}
-		if _, err := JobDefaults(cfg); err != nil {
+		if _, err := replicator.JobDefaultsFromConfig(cfg); err != nil {
 			return err
 		}
 		if client.TLS.InsecureSkipVerify {
@@ -116,7 +116,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Bool("couch_jobs", "migrate") {
+	if keyMigrate.Get(cfg) {
 		log.Info().Msg("fdbjobs: migrating the store's jobs to this version's key layout, if an earlier one wrote them")
 		if err := jobs.Migrate(ctx); err != nil {
 			return err

@@ -171,8 +171,8 @@ func firstRunAdmin(ctx context.Context, cn *nodes.Node, lg Log) error {
 		return nil
 	}
 	password := rand.Text()[:FirstRunPasswordLength]
-	base := cn.Base()
-	hash, err := frontend.HashPassword(password, base.String("chttpd_auth", "pbkdf2_prf"), int(base.Int("chttpd_auth", "iterations")))
+	hashing := frontend.PasswordHashing(cn.Base())
+	hash, err := frontend.HashPassword(password, hashing.PRF, hashing.Iterations)
 	if err != nil {
 		return err
 	}

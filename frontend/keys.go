@@ -1,0 +1,60 @@
+package frontend
+
+import (
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/config"
+)
+
+// Defaults of the password hashing of plaintext passwords in [admins] and
+// [users] (AccountsOptions).
+const (
+	// HashPRFDefault is [chttpd_auth] pbkdf2_prf's default.
+	HashPRFDefault = "sha256"
+	// HashIterationsDefault is [chttpd_auth] iterations' default (OWASP's
+	// figure for PBKDF2-HMAC-SHA256).
+	HashIterationsDefault = 600_000
+)
+
+// The [chttpd] and [chttpd_auth] keys of the HTTP API (Options, Limits),
+// each declared once: its default is this package's constant. [chttpd]
+// bind_address and port are package config's (Config.BindAddress).
+var (
+	keyMaxRequestSize = config.RegisterInt("chttpd", "max_http_request_size", MaxRequestSizeDefault, 1024, 64<<20,
+		"Largest request body accepted, in bytes; larger bodies get 413 too_large.", config.InUnit("bytes"))
+	keyMaxDocumentSize = config.RegisterInt("chttpd", "max_document_size", MaxDocumentSizeDefault, 256, 90000,
+		"Largest replication document accepted, in bytes of JSON (documents are stored in one FoundationDB value).", config.InUnit("bytes"))
+	keyMaxJSONDepth = config.RegisterInt("chttpd", "max_json_depth", MaxJSONDepthDefault, 2, 1000,
+		"Deepest nesting of JSON objects and arrays accepted in a request body.")
+	keyAdminOnlyAllDBs = config.RegisterBool("chttpd", "admin_only_all_dbs", true,
+		"Only server admins may list databases with GET /_all_dbs.")
+	keyRequireValidUser = config.RegisterBool("chttpd", "require_valid_user", false,
+		"Refuse every unauthenticated request except GET /_up and /_session.")
+	keyMaxConnections = config.RegisterInt("chttpd", "max_connections", MaxConnectionsDefault, 1, 1_000_000,
+		"Open connections at most on a listener (lowered to the process's file limit less 256). At the cap a new connection closes the one idle, still sending its request or waiting in a longpoll the longest.")
+	keyHeaderTimeout = config.RegisterDuration("chttpd", "header_timeout_msec", time.Millisecond, HeaderTimeoutDefault, time.Millisecond, time.Hour,
+		"Milliseconds a client has to send its request line and headers.")
+	keyBodyTimeout = config.RegisterDuration("chttpd", "body_timeout_msec", time.Millisecond, BodyTimeoutDefault, time.Millisecond, time.Hour,
+		"Milliseconds a client has to send a request body once its headers arrived; a slower body gets 408.")
+	keyIdleTimeout = config.RegisterDuration("chttpd", "idle_timeout_msec", time.Millisecond, IdleTimeoutDefault, time.Millisecond, time.Hour,
+		"Milliseconds a keep-alive connection may stay idle.")
+	keyMaxClientRequests = config.RegisterInt("chttpd", "max_client_requests", MaxClientRequestsDefault, 0, 1_000_000,
+		"Requests one client (a user, or an anonymous client's address) may have in flight; more get 429. Server admins and GET /_up are not counted. 0 disables the cap.")
+	keyMaxHeaderBytes = config.RegisterInt("chttpd", "max_header_bytes", MaxHeaderBytesDefault, 4096, 16<<20,
+		"Largest request headers accepted, in bytes.", config.InUnit("bytes"))
+	keyUtilsDir = config.RegisterString("chttpd", "utils_dir", "",
+		"Directory of Fauxton's prebuilt files (the dist/release directory of the npm package fauxton), served at /_utils/. Empty: scripts/fauxton/node_modules/fauxton/dist/release under the working directory when it exists (`make fauxton` installs it; `make run` starts there); otherwise /_utils answers 404 with how to install it. A directory given here must hold index.html or the node does not start. A container image sets it (FDBREP_CHTTPD__UTILS_DIR).", nil)
+
+	keySecret = config.RegisterString("chttpd_auth", "secret", "",
+		"Key that signs AuthSession cookies. Empty: a random key per process, so cookies are only valid on the node that issued them; set the same secret on every api_frontend node.", nil, config.Secret())
+	keySessionTimeout = config.RegisterDuration("chttpd_auth", "timeout", time.Second, SessionTimeoutDefault, time.Second, config.Forever,
+		"Seconds an AuthSession cookie stays valid; it is refreshed when less than 10% of this remains.")
+	keyPersistentCookies = config.RegisterBool("chttpd_auth", "allow_persistent_cookies", true,
+		"Give AuthSession cookies a Max-Age (otherwise they are session cookies).")
+	keyHashPRF = config.RegisterString("chttpd_auth", "pbkdf2_prf", HashPRFDefault,
+		"Pseudo-random function used to hash plaintext passwords found in [admins] and [users].", []string{"sha", "sha256", "sha512"})
+	keyHashIterations = config.RegisterInt("chttpd_auth", "iterations", HashIterationsDefault, 1, 100_000_000,
+		"PBKDF2 iterations used to hash plaintext passwords found in [admins] and [users].")
+	keyAuthCacheSize = config.RegisterInt("chttpd_auth", "auth_cache_size", AuthCacheSizeDefault, 0, 1_000_000,
+		"Verified credentials remembered, so that Basic auth does not rerun PBKDF2 on every request; 0 disables the cache.")
+)

@@ -1,0 +1,179 @@
+package replicator
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// The [replicator] keys of the cluster-wide settings (Config), each
+// declared once: its default is this package's constant.
+var (
+	keyJobTimeout = config.RegisterDuration("replicator", "job_timeout_sec", time.Second, JobTimeoutDefault, 3*time.Second, time.Hour,
+		"A running job whose node sends no heartbeat for this long is given to another node (the rep_jobs activity timeout); every node must use the same value.")
+	keyJobShards = config.RegisterInt("replicator", "job_shards", JobShardsDefault, 1, fdbjobs.ShardsMax,
+		"Shards of the replication job queue: the nodes' acceptors take from different shards, so use at least as many as the acceptors of all replication nodes (max_acceptors each); changing it loses no job. Every node must use the same value.")
+	keyMaxHistory = config.RegisterInt("replicator", "max_history", MaxHistoryDefault, 1, 1000,
+		"Events kept in a job's history.", config.Live(config.ApplyAll))
+	keyStartupJitter = config.RegisterDuration("replicator", "startup_jitter", time.Millisecond, StartupJitterDefault, time.Millisecond, config.Forever,
+		"Milliseconds an acceptor that finds no runnable job waits at most (a random part of it, and at most the interval) before it looks again; a job enqueued meanwhile wakes it at once.",
+		config.Live(config.ApplyAll))
+	keyUsageCoeff = config.RegisterFloat("replicator", "usage_coeff", UsageCoeffDefault, 0.000001, 1,
+		"Fair share: decay of a replicator database's usage (its jobs' run time) per interval, as CouchDB's (K1 of the fair-share RFC). Lower values forget usage faster.",
+		config.Live(config.ApplyAll))
+	keyPriorityCoeff = config.RegisterFloat("replicator", "priority_coeff", PriorityCoeffDefault, 0.000001, 1,
+		"Fair share: decay of every job's priority per interval, as CouchDB's (K2 of the fair-share RFC): jobs that waited move towards the front of the queue. Lower values forget faster; 1 never forgets.",
+		config.Live(config.ApplyAll))
+	keyFairShareWindow = config.RegisterDuration("replicator", "fair_share_window_sec", time.Second, FairShareWindowDefault, 0, config.Forever,
+		"Fair share: how far ahead pending jobs are ordered by priority; a priority that would take longer than this to decay to 1 counts as that. 0 disables fair share (jobs run in the order they were enqueued).",
+		config.Live(config.ApplyAll))
+)
+
+// The [replicator] defaults of the replications' own settings
+// (JobDefaults): the engine's defaults and bounds.
+var (
+	keyWorkerProcesses = config.RegisterInt("replicator", "worker_processes", engine.WorkerProcessesDefault, 1, engine.WorkerProcessesMax,
+		"Default worker_processes of a replication that does not set it: concurrent workers per replication.", config.Live(config.ApplyReplication))
+	keyWorkerBatchSize = config.RegisterInt("replicator", "worker_batch_size", engine.WorkerBatchSizeDefault, 1, engine.WorkerBatchSizeMax,
+		fmt.Sprintf("Default worker_batch_size: changes each worker replicates at a time (worker_processes × worker_batch_size is at most %d).", engine.WorkerRowsMax),
+		config.Live(config.ApplyReplication))
+	keyHTTPConnections = config.RegisterInt("replicator", "http_connections", engine.HTTPConnectionsDefault, 1, engine.HTTPConnectionsMax,
+		"Default http_connections: connections per endpoint and replication.", config.Live(config.ApplyReplication))
+	keyConnectionTimeout = config.RegisterDuration("replicator", "connection_timeout", time.Millisecond, engine.ConnectionTimeoutDefault, time.Millisecond, engine.ConnectionTimeoutMax,
+		"Default connection_timeout, in milliseconds: a request whose peer stays silent this long, or sends less than 1 KiB in that time (a trickle), fails at once, and the replication crashes with the reason (only a first stall on a reused connection is retried).",
+		config.Live(config.ApplyReplication))
+	keyRetriesPerRequest = config.RegisterInt("replicator", "retries_per_request", engine.RetriesPerRequestDefault, 0, engine.RetriesPerRequestMax,
+		"Default retries_per_request: retries of a failed request before the replication crashes.", config.Live(config.ApplyReplication))
+	keyCheckpointInterval = config.RegisterDuration("replicator", "checkpoint_interval", time.Millisecond, engine.CheckpointIntervalDefault, time.Millisecond, engine.CheckpointIntervalMax,
+		"Default checkpoint_interval, in milliseconds, between checkpoints of a replication.", config.Live(config.ApplyReplication))
+	keyUseCheckpoints = config.RegisterBool("replicator", "use_checkpoints", true,
+		"Default use_checkpoints: write checkpoint documents on the endpoints.", config.Live(config.ApplyReplication))
+	keyUseBulkGet = config.RegisterBool("replicator", "use_bulk_get", true,
+		"Default use_bulk_get: fetch documents with _bulk_get when the source supports it.", config.Live(config.ApplyReplication))
+	keySocketOptions = config.RegisterString("replicator", "socket_options", couch.SocketOptionsDefault,
+		"Default socket_options, in CouchDB's syntax: TCP options of the replications' connections. fdbrep applies keepalive, nodelay, sndbuf, recbuf (bytes, at most 64 MiB) and priority (0 to 6, Linux); any other option stops the node with its name. A replication's own socket_options replace these. CouchDB's default turns nodelay off; fdbrep keeps it on (see COMPAT.md).",
+		nil, config.Live(config.ApplyReplication))
+)
+
+// The [replicator] keys of the endpoints' TLS and authentication
+// (engine.ClientSettings), whose defaults are package couch's.
+var (
+	keyVerifyCertificates = config.RegisterBool("replicator", "verify_ssl_certificates", couch.VerifyCertificatesDefault,
+		"Verify the certificates of https endpoints (chain to a trusted root, host name, ssl_certificate_max_depth). CouchDB's default is false; fdbrep's is true because the endpoints' passwords travel over these connections (see COMPAT.md).")
+	keyTrustedCertificates = config.RegisterString("replicator", "ssl_trusted_certificates_file", "",
+		"PEM file of the CA certificates trusted for https endpoints; empty trusts the system's roots. Read at start-up: a missing or unreadable file stops the node.", nil)
+	keyCertificateMaxDepth = config.RegisterInt("replicator", "ssl_certificate_max_depth", couch.CertificateMaxDepthDefault, 0, couch.CertificateMaxDepthMax,
+		"Intermediate certificates allowed between an endpoint's certificate and a trusted root (0: the root signs it directly).")
+	keyCertFile = config.RegisterString("replicator", "cert_file", "",
+		"PEM file of the client certificate (with its intermediates) presented to https endpoints that ask for one; set with key_file.", nil)
+	keyKeyFile = config.RegisterString("replicator", "key_file", "",
+		"PEM file of the client certificate's private key (PKCS #1, PKCS #8 or SEC 1; encrypted with password).", nil)
+	keyKeyPassword = config.RegisterString("replicator", "password", "",
+		"Passphrase of an encrypted key_file (encrypted PKCS #8, or legacy encrypted PEM). Never logged.", nil, config.Secret())
+	keyAuthPlugins = config.RegisterList("replicator", "auth_plugins", []string{authSession, authNoop},
+		"How the replicator authenticates to endpoints with credentials: with couch_replicator_auth_session it logs in once through POST /_session and sends the cookie (Basic where the endpoint has no usable _session); couch_replicator_auth_noop alone sends Basic on every request.",
+		[]string{authSession, authNoop})
+	keyConnectionCloseInterval = config.RegisterDuration("replicator", "connection_close_interval", time.Millisecond, couch.IdleConnTimeoutDefault, time.Second, 24*time.Hour,
+		"Milliseconds an idle pooled connection to an endpoint is kept open before it is closed, as CouchDB 3.x's.")
+	keySessionRefreshInterval = config.RegisterDuration("replicator", "session_refresh_interval_sec", time.Second, couch.SessionRefreshIntervalDefault, time.Second, config.Forever,
+		"Seconds after which a session cookie without Max-Age is renewed (a cookie with Max-Age is renewed at 90% of it).")
+)
+
+// CouchDB's names of the replicator's ways to authenticate (auth_plugins).
+const (
+	authSession = "couch_replicator_auth_session"
+	authNoop    = "couch_replicator_auth_noop"
+)
+
+func init() {
+	config.RegisterCheck(func(c *config.Config) error {
+		if len(keyAuthPlugins.Get(c)) == 0 {
+			return fmt.Errorf("%w: [replicator] auth_plugins: name %s, %s or both", config.ErrInvalidValue, authSession, authNoop)
+		}
+		return nil
+	})
+}
+
+// FromConfig returns the cluster-wide settings of c's [replicator] and
+// [replicator.shares] keys; Metrics, Clock and Logger are the caller's.
+func FromConfig(c *config.Config) Config {
+	window := keyFairShareWindow.Get(c)
+	if window == 0 {
+		window = -1 // 0 in the file disables fair share; Config's zero means the default
+	}
+	return Config{
+		JobTimeout:      keyJobTimeout.Get(c),
+		JobShards:       int(keyJobShards.Get(c)),
+		MaxHistory:      int(keyMaxHistory.Get(c)),
+		StartupJitter:   keyStartupJitter.Get(c),
+		Shares:          c.AllShares(),
+		UsageCoeff:      keyUsageCoeff.Get(c),
+		PriorityCoeff:   keyPriorityCoeff.Get(c),
+		FairShareWindow: window,
+	}
+}
+
+// JobDefaultsFromConfig returns the defaults of the replications' own
+// settings from c's [replicator] keys; socket_options that fdbrep cannot
+// apply is an error wrapping config.ErrInvalidValue.
+func JobDefaultsFromConfig(c *config.Config) (JobDefaults, error) {
+	retries := int(keyRetriesPerRequest.Get(c))
+	if retries == 0 {
+		retries = -1 // the engine's "no retries"
+	}
+	socket, err := couch.ParseSocketOptions(keySocketOptions.Get(c))
+	if err != nil {
+		return JobDefaults{}, fmt.Errorf("%w: [replicator] %s", config.ErrInvalidValue,
+			strings.TrimPrefix(err.Error(), couch.ErrInvalidOptions.Error()+": "))
+	}
+	return JobDefaults{
+		WorkerProcesses:    int(keyWorkerProcesses.Get(c)),
+		WorkerBatchSize:    int(keyWorkerBatchSize.Get(c)),
+		HTTPConnections:    int(keyHTTPConnections.Get(c)),
+		ConnectionTimeout:  keyConnectionTimeout.Get(c),
+		RetriesPerRequest:  retries,
+		CheckpointInterval: keyCheckpointInterval.Get(c),
+		NoCheckpoints:      !keyUseCheckpoints.Get(c),
+		NoBulkGet:          !keyUseBulkGet.Get(c),
+		SocketOptions:      &socket,
+	}, nil
+}
+
+// ClientSettingsFromConfig maps [replicator]'s TLS and authentication keys to
+// the settings of every replication's HTTP clients, reading the certificate
+// files: a missing or unreadable file, or a wrong key passphrase, is a
+// configuration error here, at start-up.
+func ClientSettingsFromConfig(cfg *config.Config) (engine.ClientSettings, error) {
+	depth := int(keyCertificateMaxDepth.Get(cfg))
+	if depth == 0 {
+		depth = couch.MaxDepthNone
+	}
+	tlsCfg, err := couch.TLSSettings{
+		NoVerify:    !keyVerifyCertificates.Get(cfg),
+		CAFile:      keyTrustedCertificates.Get(cfg),
+		MaxDepth:    depth,
+		CertFile:    keyCertFile.Get(cfg),
+		KeyFile:     keyKeyFile.Get(cfg),
+		KeyPassword: keyKeyPassword.Get(cfg),
+	}.Config()
+	if err != nil {
+		return engine.ClientSettings{}, fmt.Errorf("%w: %s", config.ErrInvalidValue,
+			strings.TrimPrefix(err.Error(), couch.ErrInvalidOptions.Error()+": "))
+	}
+	auth := couch.AuthBasic
+	if slices.Contains(keyAuthPlugins.Get(cfg), authSession) {
+		auth = couch.AuthSession
+	}
+	return engine.ClientSettings{
+		TLS:                    tlsCfg,
+		Auth:                   auth,
+		SessionRefreshInterval: keySessionRefreshInterval.Get(cfg),
+		IdleConnTimeout:        keyConnectionCloseInterval.Get(cfg),
+	}, nil
+}

@@ -1,0 +1,86 @@
+package scheduler
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/replicator"
+)
+
+// The [replicator] keys of a replication node's own settings (Config),
+// each declared once: its default is this package's constant.
+var (
+	keyMaxJobs = config.RegisterInt("replicator", "max_jobs", MaxJobsDefault, 1, config.Unbounded,
+		"Most replication jobs running on one replication node.", config.Live(config.ApplyReplication))
+	keyMaxChurn = config.RegisterInt("replicator", "max_churn", MaxChurnDefault, 1, config.Unbounded,
+		"Most jobs one node stops per scheduling interval to give their slots to waiting jobs (rotation, when more continuous jobs are runnable than the nodes may run), or moves to nodes that run fewer; jobs stopped because max_jobs was lowered count against it but all stop. It does not bound starts: a node's acceptors take pending jobs into all the room it has under max_jobs (under its share of the jobs while the nodes balance).",
+		config.Live(config.ApplyReplication))
+	keyMaxAcceptors = config.RegisterInt("replicator", "max_acceptors", MaxAcceptorsDefault, 1, 1000,
+		"Idle acceptors waiting for pending jobs on one node.", config.Live(config.ApplyReplication))
+	keyInterval = config.RegisterDuration("replicator", "interval_sec", time.Second, IntervalDefault, time.Second, config.Forever,
+		"Seconds between scheduling cycles.", config.Live(config.ApplyReplication))
+	_ = config.RegisterDuration("replicator", "interval", time.Millisecond, IntervalDefault, time.Second, config.Forever,
+		"CouchDB 3.x's name for the scheduling interval, in milliseconds; set interval_sec or interval, not both.",
+		config.Live(config.ApplyReplication), config.AliasOf("interval_sec"))
+	keyMinRunTime = config.RegisterDuration("replicator", "min_run_time_sec", time.Second, MinRunTimeDefault, time.Second, config.Forever,
+		"A continuous job runs at least this long before the scheduler may stop it for another.", config.Live(config.ApplyReplication))
+	keyTransientJobMaxAge = config.RegisterDuration("replicator", "transient_job_max_age_sec", time.Second, TransientJobMaxAgeDefault, time.Second, config.Forever,
+		"Finished /_replicate jobs are forgotten this long after their last update.", config.Live(config.ApplyReplication))
+	keyMinBackoff = config.RegisterDuration("replicator", "min_backoff_penalty_sec", time.Second, MinBackoffDefault, time.Second, config.Forever,
+		"Delay before a crashed job is retried after its first consecutive crash, doubled at each further one; each delay is shortened by up to a quarter at random.",
+		config.Live(config.ApplyReplication))
+	keyMaxBackoff = config.RegisterDuration("replicator", "max_backoff_penalty_sec", time.Second, MaxBackoffDefault, time.Second, MaxBackoffLimit,
+		"Greatest delay before a crashed job is retried (before its random shortening by up to a quarter); at least min_backoff_penalty_sec.",
+		config.Live(config.ApplyReplication))
+	keyHealthThreshold = config.RegisterDuration("replicator", "health_threshold_sec", time.Second, HealthThresholdDefault, time.Second, config.Forever,
+		"A job that has run this long since its last start is healed: its count of consecutive crashes, which doubles its backoff at each crash, starts again (at its next stats update while it runs; a crash later than this counts as the first). A crash sooner adds to the count.",
+		config.Live(config.ApplyReplication))
+	_ = config.RegisterDuration("replicator", "health_threshold", time.Second, HealthThresholdDefault, time.Second, config.Forever,
+		"CouchDB 3.x's name for health_threshold_sec, in seconds too; set health_threshold_sec or health_threshold, not both.",
+		config.Live(config.ApplyReplication), config.AliasOf("health_threshold_sec"))
+	keyProgressInterval = config.RegisterDuration("replicator", "progress_interval_msec", time.Millisecond, ProgressIntervalDefault, 100*time.Millisecond, time.Minute,
+		"Milliseconds between a replication node's writes of the live counters of its running jobs that changed (documents read and written, sequences), which _active_tasks and the _scheduler views show between heartbeats: one transaction per node per interval, about 400 bytes per job whose counters moved.",
+		config.Live(config.ApplyReplication))
+	keyStatsUpdateInterval = config.RegisterDuration("replicator", "stats_update_interval_sec", time.Second, StatsUpdateIntervalDefault, time.Second, config.Forever,
+		"Seconds between writes of a running job's stats to its job data (its heartbeat; at most interval_sec and a third of job_timeout_sec); checkpoints write them too.",
+		config.Live(config.ApplyReplication))
+)
+
+func init() {
+	config.RegisterCheck(func(c *config.Config) error {
+		if lo, hi := keyMinBackoff.Get(c), keyMaxBackoff.Get(c); hi < lo {
+			return fmt.Errorf("%w: [replicator] %s %d (%s) is under %s %d (%s)", config.ErrInvalidValue,
+				keyMaxBackoff.Name(), hi/time.Second, c.Source("replicator", keyMaxBackoff.Name()),
+				keyMinBackoff.Name(), lo/time.Second, c.Source("replicator", keyMinBackoff.Name()))
+		}
+		return nil
+	})
+}
+
+// FromConfig returns a replication node's settings from c: the cluster's
+// (replicator.FromConfig), the node's name, its [replicator] keys and the
+// replications' defaults. The rest (DocUpdater, Cluster, Logger, Metrics)
+// is the caller's; the Config is not checked (see CheckConfig).
+func FromConfig(c *config.Config) (Config, error) {
+	defaults, err := replicator.JobDefaultsFromConfig(c)
+	if err != nil {
+		return Config{}, err
+	}
+	return Config{
+		Config:              replicator.FromConfig(c),
+		NodeName:            c.NodeName(),
+		MaxJobs:             int(keyMaxJobs.Get(c)),
+		MaxChurn:            int(keyMaxChurn.Get(c)),
+		MaxAcceptors:        int(keyMaxAcceptors.Get(c)),
+		Interval:            keyInterval.Get(c),
+		MinRunTime:          keyMinRunTime.Get(c),
+		MinBackoff:          keyMinBackoff.Get(c),
+		MaxBackoff:          keyMaxBackoff.Get(c),
+		HealthThreshold:     keyHealthThreshold.Get(c),
+		TransientJobMaxAge:  keyTransientJobMaxAge.Get(c),
+		StatsUpdateInterval: keyStatsUpdateInterval.Get(c),
+		ProgressInterval:    keyProgressInterval.Get(c),
+		JobDefaults:         defaults,
+	}, nil
+}
