@@ -80,39 +80,25 @@ func (c *Client) Migrate(ctx context.Context) error {
 // migrateType rewrites the rows of typ, a page per transaction, then
 // clears its layout 1 activity keys.
 func (c *Client) migrateType(ctx context.Context, typ string) error {
-	r := prefixRange(c.k.data, tuple.Tuple{typ})
-	for {
-		next, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (kv.Key, error) {
-			shards, err := c.TypeShards(ctx, tr, typ)
-			if err != nil {
-				return nil, err
-			}
-			kvs, err := tr.GetRange(r, kv.RangeOptions{Limit: migratePage}).GetSliceWithError()
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range kvs {
-				t, err := c.k.data.Unpack(e.Key)
-				if err != nil || len(t) != 2 {
-					return nil, fmt.Errorf("bad job key %s", e.Key)
-				}
-				id, _ := t[1].(string)
-				if err := c.migrateRow(tr, typ, id, e.Value, int64(shards)); err != nil {
-					return nil, fmt.Errorf("job %q: %w", id, err)
-				}
-			}
-			if len(kvs) < migratePage {
-				return nil, nil
-			}
-			return kv.KeyAfter(kvs[len(kvs)-1].Key), nil
-		})
+	err := kv.Pages(ctx, c.db, prefixRange(c.k.data, tuple.Tuple{typ}), migratePage, func(tr kv.Transaction, page []kv.KeyValue) (bool, error) {
+		shards, err := c.TypeShards(ctx, tr, typ)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if next == nil {
-			break
+		for _, e := range page {
+			t, err := c.k.data.Unpack(e.Key)
+			if err != nil || len(t) != 2 {
+				return false, fmt.Errorf("bad job key %s", e.Key)
+			}
+			id, _ := t[1].(string)
+			if err := c.migrateRow(tr, typ, id, e.Value, int64(shards)); err != nil {
+				return false, fmt.Errorf("job %q: %w", id, err)
+			}
 		}
-		r.Begin = next
+		return false, nil
+	})
+	if err != nil {
+		return err
 	}
 	// Layout 1's ACTIVITY keys, (6, Type, Versionstamp, JobID), share the
 	// leases' subspace, where leases have a shard too; and a stale pending key of layout 1 would have no
@@ -126,26 +112,14 @@ func (c *Client) migrateType(ctx context.Context, typ string) error {
 // sweep clears the keys of r (under the root subspace) whose tuple, after
 // the subspace's, old reports as layout 1's, a page per transaction.
 func (c *Client) sweep(ctx context.Context, r kv.KeyRange, old func(tuple.Tuple) bool) error {
-	for {
-		more, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (bool, error) {
-			kvs, err := tr.GetRange(r, kv.RangeOptions{Limit: migratePage}).GetSliceWithError()
-			if err != nil {
-				return false, err
+	return kv.Pages(ctx, c.db, r, migratePage, func(tr kv.Transaction, page []kv.KeyValue) (bool, error) {
+		for _, e := range page {
+			if t, err := c.k.root.Unpack(e.Key); err == nil && len(t) > 1 && old(t[1:]) {
+				tr.Clear(e.Key)
 			}
-			for _, e := range kvs {
-				if t, err := c.k.root.Unpack(e.Key); err == nil && len(t) > 1 && old(t[1:]) {
-					tr.Clear(e.Key)
-				}
-			}
-			if len(kvs) == migratePage {
-				r.Begin = kv.KeyAfter(kvs[len(kvs)-1].Key)
-			}
-			return len(kvs) == migratePage, nil
-		})
-		if err != nil || !more {
-			return err
 		}
-	}
+		return false, nil
+	})
 }
 
 // migrateRow rewrites one row of layout 1 (a row already rewritten is left

@@ -255,15 +255,7 @@ func (s *Store) RemoveDeletedDBJobs(ctx context.Context, holder string, now func
 	}
 	total := 0
 	size := &kv.Batch{Max: batch}
-	rng := subspaceRange(s.deletedDBs)
-	for {
-		marks, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) ([]kv.KeyValue, error) {
-			return tr.Snapshot().GetRange(rng, kv.RangeOptions{Limit: 16}).GetSliceWithError()
-		})
-		if err != nil || len(marks) == 0 {
-			return total, err
-		}
-		rng.Begin = kv.KeyAfter(marks[len(marks)-1].Key)
+	err := kv.ReadPages(ctx, s.DB, subspaceRange(s.deletedDBs), 16, func(marks []kv.KeyValue) (bool, error) {
 		for _, m := range marks {
 			d, ok := s.unpackDeletion(m.Key, m.Value)
 			if !ok {
@@ -272,13 +264,12 @@ func (s *Store) RemoveDeletedDBJobs(ctx context.Context, holder string, now func
 			n, err := s.removeDeleted(ctx, d, holder, now, lease, size)
 			total += n
 			if err != nil {
-				return total, err
+				return false, err
 			}
 		}
-		if len(marks) < 16 {
-			return total, nil
-		}
-	}
+		return false, nil
+	})
+	return total, err
 }
 
 // removeDeleted removes the jobs of one deleted database while holder
@@ -382,22 +373,13 @@ func (s *Store) RemoveExpiredJobs(ctx context.Context, before int64, batch int) 
 // read scanBatch keys per transaction (a node runs max_jobs jobs at
 // most).
 func (s *Store) RunningOn(ctx context.Context, node string) ([]string, error) {
-	rng := prefixRange(s.running, tuple.Tuple{node})
 	var out []string
-	for {
-		ids, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) ([]string, error) {
-			ids, _, err := s.idsIn(tr, s.running, rng, scanBatch)
-			return ids, err
-		})
-		if err != nil {
-			return nil, err
-		}
+	err := kv.ReadPages(ctx, s.DB, prefixRange(s.running, tuple.Tuple{node}), scanBatch, func(page []kv.KeyValue) (bool, error) {
+		ids, _ := idsOf(s.running, page)
 		out = append(out, ids...)
-		if len(ids) < scanBatch {
-			return out, nil
-		}
-		rng.Begin = kv.KeyAfter(s.runningKey(node, ids[len(ids)-1]))
-	}
+		return false, nil
+	})
+	return out, err
 }
 
 // idsIn returns the job ids (the last tuple element) of up to limit keys
@@ -407,6 +389,13 @@ func (s *Store) idsIn(tr kv.ReadTransaction, ss subspace.Subspace, rng kv.KeyRan
 	if err != nil {
 		return nil, nil, err
 	}
+	ids, keys := idsOf(ss, kvs)
+	return ids, keys, nil
+}
+
+// idsOf returns the job ids (the last tuple element) of the keys of kvs,
+// keys of index subspace ss, with those keys.
+func idsOf(ss subspace.Subspace, kvs []kv.KeyValue) ([]string, []kv.Key) {
 	ids := make([]string, 0, len(kvs))
 	keys := make([]kv.Key, 0, len(kvs))
 	for _, e := range kvs {
@@ -418,5 +407,5 @@ func (s *Store) idsIn(tr kv.ReadTransaction, ss subspace.Subspace, rng kv.KeyRan
 			ids, keys = append(ids, id), append(keys, e.Key)
 		}
 	}
-	return ids, keys, nil
+	return ids, keys
 }

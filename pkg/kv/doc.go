@@ -58,6 +58,10 @@
 //   - A loop that retries on its own, outside Run, backs off with Backoff as
 //     FoundationDB's OnError would, so that it does not hammer a loaded
 //     cluster.
+//   - Page work that grows with the data across transactions: Pages (a
+//     page read and handled per transaction, the cursor moving only past
+//     committed pages) and ReadPages (handled after the read); Batch and
+//     TransactBatch size batches that shrink when transactions fail.
 //
 // # Operations
 //
