@@ -116,6 +116,16 @@
 // (stats and history reset, the old mapping cleared). A one-shot run that
 // ends completes the job (state completed, state_info = stats,
 // checkpoint_history = the final checkpoint, the document updated).
+// The job's own writes (its start, and a run's end: completed, failed,
+// crashing or back to pending) are tried again after any error but a
+// halt, for as long as the worker holds the job, each attempt and each
+// wait bounded by the hold: a write given up sooner would leave the job
+// running with no worker until the activity monitor re-enqueues it, and a
+// one-shot job whose run completed would run again. Once the hold has
+// lapsed the worker writes nothing more ("replication stopped" at warn,
+// jobs.holds_lost, for a run that started) and the re-enqueue is the
+// recovery: a run's end is lost only when the store took none of the
+// worker's writes for half the job timeout.
 //
 // # Hosts that answer again
 //
@@ -243,7 +253,8 @@
 // missing_revisions_found, duration), "replication stopped" (why: rotation, shutdown, balance,
 // filter change, deleted database, its job removed or changed by its
 // document or replication, or re-enqueued or taken over elsewhere after
-// the node's hold on it lapsed), "replication healed". Warn: "replication
+// the node's hold on it lapsed; at warn, its hold lapsed before it could
+// renew it or store the run's end), "replication healed". Warn: "replication
 // crashed" (error, reason, error_count, retry_at, retry_in). Error:
 // "replication failed" (error, reason). The control plane logs "replication added by document",
 // "replication added by POST /_replicate", "replication removed: its
@@ -282,7 +293,9 @@
 //     was deleted stops within one heartbeat (StatsUpdateInterval, at most
 //     Interval and a third of JobTimeout).
 //   - Safety: a node never runs more than its MaxJobs; a job never runs on
-//     two nodes at once; a completed one-shot job never runs again.
+//     two nodes at once; a completed one-shot job never runs again (a run
+//     whose completion its node could not store before its hold lapsed,
+//     the node dead or cut off from the store, did not complete the job).
 //
 // # Defaults
 //

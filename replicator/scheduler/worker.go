@@ -401,35 +401,58 @@ func mergeStats(old, cur engine.Stats) engine.Stats {
 	return cur
 }
 
-// jobTxAttempts bounds how often a job transaction that failed with a
-// non-retryable error (such as transaction_timed_out) is run again before
-// the worker gives up and leaves the job to the activity monitor.
+// errHoldLapsed is wrapped, with the last attempt's error, by the error
+// of a job transaction that transactJob gave up on because the worker's
+// hold on the job lapsed before an attempt committed.
+var errHoldLapsed = errors.New("scheduler: the node's hold on the job lapsed before the job's write committed")
+
+// jobTxAttempts bounds the attempts of a job transaction for a job without
+// a hold (fdbjobs.Job.HoldDeadline: its type has no timeout), for which
+// transactJob has no deadline to go by.
 const jobTxAttempts = 5
 
 // jobTxRetryInitial is transactJob's first wait between attempts.
 const jobTxRetryInitial = 10 * time.Millisecond
 
-// transactJob is kv.Transact, run again after non-retryable errors other
-// than ErrHalt (a job transaction abandoned halfway would leave the job
-// running with no worker until the activity monitor notices), waiting
-// jobTxRetryInitial after the first failure and doubling after each
-// (kv.Backoff.WaitAny at a fixed pace: 10 ms to 160 ms, about 310 ms in
-// all, which rides out a short loss of the store before the job is left
-// to the activity monitor).
+// transactJob is kv.Transact, run again after the errors its retry loop
+// returns (those FoundationDB does not retry, such as
+// transaction_timed_out), other than ErrHalt, for as long as the worker
+// holds the job: a job transaction abandoned while the hold lasts leaves
+// the job running in the store with no worker until the activity monitor
+// re-enqueues it, a job timeout or more after the last heartbeat, and a
+// one-shot job whose run completed then runs again. Each attempt, and each
+// wait between two, ends at the hold deadline (Job.HoldContext, on the
+// node's clock): past it another node may have the job, the worker writes
+// nothing more for it, and the monitor's re-enqueue is the recovery; the
+// error then wraps errHoldLapsed. The waits are kv.Backoff.WaitAny at a
+// fixed pace, on the real clock as FoundationDB's own retries are: 10 ms
+// after the first failure, doubling up to kv.BackoffMaxDefault (1 s), so
+// that while the store fails the worker tries about once a second until
+// the deadline, half the job timeout after the start of the hold's last
+// renewal. A job without a hold gets jobTxAttempts attempts. No wait
+// follows the last attempt.
 func transactJob[T any](w *worker, f func(kv.Transaction) (T, error)) (T, error) {
-	var v T
-	var err error
+	_, held := w.job.HoldDeadline()
+	ctx, done := w.job.HoldContext(w.ctx)
+	defer done()
 	b := kv.Backoff{Initial: jobTxRetryInitial, Rand: kv.Full}
-	for i := 0; i < jobTxAttempts; i++ {
-		v, err = kv.Transact(w.ctx, w.n.store.DB, f)
-		if err == nil || errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil {
+	for attempt := 1; ; attempt++ {
+		v, err := kv.Transact(ctx, w.n.store.DB, f)
+		switch {
+		case err == nil || errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil:
+			return v, err
+		case ctx.Err() != nil:
+			return v, fmt.Errorf("%w: %w", errHoldLapsed, err)
+		case !held && attempt >= jobTxAttempts:
 			return v, err
 		}
-		if b.WaitAny(w.ctx, err) != nil {
-			break
+		if b.WaitAny(ctx, err) != nil {
+			if w.ctx.Err() != nil {
+				return v, err
+			}
+			return v, fmt.Errorf("%w: %w", errHoldLapsed, err)
 		}
 	}
-	return v, err
 }
 
 // txError logs a failed job transaction; ErrHalt means the job was
@@ -489,12 +512,36 @@ func (w *worker) change(d *replicator.JobData, c replicator.Change, prep func(x 
 		return x, l.Apply(w.ctx, tr, w.job, x, c)
 	})
 	if err != nil {
+		if errors.Is(err, errHoldLapsed) {
+			w.logEndLost(d, c, err)
+			return false
+		}
 		w.txError(err)
 		return false
 	}
 	*d = *x
 	w.count(d, c)
 	return true
+}
+
+// logEndLost logs the change c to the job whose data is d, which could not
+// be stored before the node's hold on the job lapsed (transactJob's err).
+// For a run that started here that change was the run's end: the line is
+// "replication stopped" at warn, counted in jobs.holds_lost as a run
+// stopped for want of its hold. The job stays running in the store until
+// the activity monitor re-enqueues it, then runs again, one-shot or not
+// (unless the last attempt, cut off at the deadline, committed unseen).
+// A job that never started here logs the failed transaction only.
+func (w *worker) logEndLost(d *replicator.JobData, c replicator.Change, err error) {
+	if d.State != replicator.StateRunning {
+		w.cfg.Logger.Warn().Err(err).Str("job_id", w.job.ID).Str("change", c.Kind.String()).Msg("replicator: job transaction")
+		return
+	}
+	w.n.m.Inc(replicator.MetricJobsHoldsLost)
+	w.logEvent(w.cfg.Logger.Warn(), d).Err(err).
+		Str("why", "this node could not renew its hold on the job, nor store the run's end ("+c.Kind.String()+") before the hold lapsed: "+
+			"the store took none of the job's writes for half the job timeout; the job runs again once the activity monitor re-enqueues it").
+		Msg("replication stopped")
 }
 
 // count adds to the counters of the change c, which committed, to the
