@@ -115,7 +115,10 @@
 // changed the job goes back to pending and runs again under the new id
 // (stats and history reset, the old mapping cleared). A one-shot run that
 // ends completes the job (state completed, state_info = stats,
-// checkpoint_history = the final checkpoint, the document updated).
+// checkpoint_history = the final checkpoint, the document updated), also
+// when the node asked it to stop as it ended (its final checkpoint found
+// the filter changed, a rotation, a shutdown): a run that replicated its
+// whole feed (engine.Result.Completed) is not sent back to pending.
 // The job's own writes (its start, and a run's end: completed, failed,
 // crashing or back to pending) are tried again after any error but a
 // halt, for as long as the worker holds the job, each attempt and each

@@ -269,7 +269,8 @@ func (r *runLoop) renew(stats engine.Stats) bool {
 }
 
 // ended records how the run ended: a crash, a stopped or continuous run
-// back to pending, or a one-shot run completed.
+// back to pending, or a one-shot run completed (also when a stop was asked
+// as it completed: completedRun).
 func (r *runLoop) ended() {
 	w, d, run := r.w, r.d, r.run
 	res, err := run.Wait()
@@ -282,6 +283,9 @@ func (r *runLoop) ended() {
 		}
 		d.Stats, d.Sync = mergeStats(d.Stats, run.Progress()), syncOf(run)
 		w.crash(d, err)
+	case res.Completed:
+		d.Sync = syncOf(run)
+		w.complete(d, res)
 	case w.stopRequested(), d.Continuous():
 		d.Stats, d.Sync = mergeStats(d.Stats, res.Stats), syncOf(run)
 		w.reschedule(d, "")
@@ -294,7 +298,8 @@ func (r *runLoop) ended() {
 // checkpointed writes the stats of checkpoint c as a heartbeat; for a
 // replication with a user filter it first computes the replication id
 // again, and a changed filter stops the run, back to pending under the new
-// id. false when the loop is over.
+// id (unless the run completed meanwhile: completedRun). false when the
+// loop is over.
 func (r *runLoop) checkpointed(c engine.Checkpoint) bool {
 	w, d := r.w, r.d
 	w.n.m.Inc(replicator.MetricCheckpointsSuccess)
@@ -313,6 +318,10 @@ func (r *runLoop) checkpointed(c engine.Checkpoint) bool {
 				return false
 			}
 			d.Stats, d.Sync = mergeStats(d.Stats, r.run.Progress()), syncOf(r.run)
+			if res, ok := completedRun(r.run); ok {
+				w.complete(d, res)
+				return false
+			}
 			w.reschedule(d, "filter changed")
 			return false
 		}
@@ -322,7 +331,9 @@ func (r *runLoop) checkpointed(c engine.Checkpoint) bool {
 
 // stopped ends the run the node asked to stop (rotation, balance, a lower
 // max_jobs, a removed job): a final checkpoint within the grace, then back
-// to pending, or a crash for an error the stop did not cause.
+// to pending, or a crash for an error the stop did not cause; a one-shot
+// run that completed before the stop reached it completes its job
+// (completedRun).
 func (r *runLoop) stopped() {
 	w, d := r.w, r.d
 	err, cut, halted := w.stopRun(r.run, r.cancel, d, r.hb, r.hold)
@@ -330,6 +341,10 @@ func (r *runLoop) stopped() {
 		return
 	}
 	d.Stats, d.Sync = mergeStats(d.Stats, r.run.Progress()), syncOf(r.run)
+	if res, ok := completedRun(r.run); ok {
+		w.complete(d, res)
+		return
+	}
 	// An error after the grace ran out is the cut's doing: the job goes
 	// back to pending like any stopped job.
 	if err != nil && !errors.Is(err, engine.ErrStopped) && !cut {
@@ -384,6 +399,17 @@ func (w *worker) stopRun(run replicator.Run, cancelRun context.CancelFunc, d *re
 			}
 		}
 	}
+}
+
+// completedRun returns the result of run, which has ended, and whether it
+// is a one-shot run that replicated its whole feed (engine.Result.Completed)
+// rather than one a stop ended first. Such a run completes its job whatever
+// the node asked of it as it ended (a changed filter found at its final
+// checkpoint, a rotation, a shutdown): that stop came too late, and the
+// job sent back to pending would run again after it completed.
+func completedRun(run replicator.Run) (engine.Result, bool) {
+	res, err := run.Wait()
+	return res, err == nil && res.Completed
 }
 
 // syncOf is run's Sync as the job's data keeps it: caught up when the run
