@@ -20,8 +20,10 @@ func (u User) HasRole(role string) bool {
 	return false
 }
 
-// Admin is a server admin as a viewer: the views show it every job.
-var Admin = User{Name: "", Roles: []string{"_admin"}}
+// Admin returns a server admin as a viewer, for callers inside the
+// server: the views show it every job. Each call returns a fresh User, so
+// that no caller can change another's roles.
+func Admin() User { return User{Name: "", Roles: []string{"_admin"}} }
 
 // IsAdmin reports whether u is a server admin (role _admin).
 func (u User) IsAdmin() bool { return u.HasRole("_admin") }

@@ -178,7 +178,7 @@ func couchSchedulerBench(ctx context.Context, env *benchEnv, jobs, maxJobs, maxC
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		peakHeap = max(peakHeap, ms.HeapAlloc)
-		list, err := plane.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: jobs})
+		list, err := plane.SchedulerJobs(ctx, api.Admin(), api.PageQuery{Limit: jobs})
 		if err != nil {
 			return 0, err
 		}

@@ -211,12 +211,12 @@ func (vb *viewBench) Measure(ctx context.Context, samples, limit int) (viewFigur
 		}},
 		{name: "_scheduler/docs?states=pending", run: docs("", []string{replicator.StatePending}, api.PageQuery{Limit: limit})},
 		{name: "_scheduler/jobs from a start_key", run: func(ctx context.Context) (int, error) {
-			l, err := p.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: limit, StartKey: randomID()})
+			l, err := p.SchedulerJobs(ctx, api.Admin(), api.PageQuery{Limit: limit, StartKey: randomID()})
 			return len(l.Jobs), err
 		}},
 		{name: "_scheduler/docs skip=1000", run: docs("", nil, api.PageQuery{Limit: limit, Skip: 1000})},
 		{name: "_active_tasks", run: func(ctx context.Context) (int, error) {
-			t, err := p.ActiveTasks(ctx, api.Admin)
+			t, err := p.ActiveTasks(ctx, api.Admin())
 			return len(t), err
 		}},
 	}

@@ -145,7 +145,7 @@ func TestViewsRefuseTheAnonymousViewer(t *testing.T) {
 	list, err := p.SchedulerJobs(ctx, api.User{Name: "bob"}, api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Empty(t, list.Jobs)
-	tasks, err := p.ActiveTasks(ctx, api.Admin)
+	tasks, err := p.ActiveTasks(ctx, api.Admin())
 	require.NoError(t, err)
 	require.Empty(t, tasks)
 }

@@ -285,12 +285,12 @@ func TestDeadNodeJobsShownNotRunning(t *testing.T) {
 	testutil.WaitUntil(t, &c.Members[1].TestSignals.Beat, "a heartbeat of node1 after node0's record expired",
 		func(expires int64) bool { return expires-replicatortest.NodeTimeout.Milliseconds() > last.Expires })
 
-	tasks, err := c.Plane.ActiveTasks(ctx, api.Admin)
+	tasks, err := c.Plane.ActiveTasks(ctx, api.Admin())
 	require.NoError(t, err)
 	for _, task := range tasks {
 		require.Equal(t, "node1", task.Node)
 	}
-	list, err := c.Plane.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: -1})
+	list, err := c.Plane.SchedulerJobs(ctx, api.Admin(), api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Len(t, list.Jobs, jobs)
 	for _, j := range list.Jobs {

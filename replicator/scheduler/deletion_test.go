@@ -63,7 +63,7 @@ func TestDeletingADatabaseStopsAllItsJobs(t *testing.T) {
 	c.AddNode("node1")
 	c.WaitDocState("_replicator", "keep", replicator.StateRunning)
 	runningBig := func() int {
-		tasks, err := c.Plane.ActiveTasks(ctx, api.Admin)
+		tasks, err := c.Plane.ActiveTasks(ctx, api.Admin())
 		require.NoError(t, err)
 		n := 0
 		for _, task := range tasks {
@@ -101,7 +101,7 @@ func TestDeletingADatabaseStopsAllItsJobs(t *testing.T) {
 	t.Logf("removed %d jobs in %v", docs, time.Since(start))
 	require.Zero(t, jobsOf(t, c.Store, oldUUID), "every job removed within one interval")
 	require.Zero(t, runningBig())
-	jobs, err := c.Plane.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: -1})
+	jobs, err := c.Plane.SchedulerJobs(ctx, api.Admin(), api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Equal(t, 1, jobs.TotalRows)
 	c.WaitDocState("_replicator", "keep", replicator.StateRunning) // (rotated while the big ones waited)

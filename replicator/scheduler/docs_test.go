@@ -55,12 +55,12 @@ func TestDocWrittenLifecycle(t *testing.T) {
 	require.ErrorIs(t, err, replicator.ErrBadQuery)
 
 	// _active_tasks and _scheduler/jobs show the running job.
-	tasks, err := c.Plane.ActiveTasks(ctx, api.Admin)
+	tasks, err := c.Plane.ActiveTasks(ctx, api.Admin())
 	require.NoError(t, err)
 	require.Len(t, tasks, 1)
 	require.Equal(t, "replication", tasks[0].Type)
 	require.Equal(t, "http://h/a/", tasks[0].Source)
-	jobs, err := c.Plane.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: 10})
+	jobs, err := c.Plane.SchedulerJobs(ctx, api.Admin(), api.PageQuery{Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, 1, jobs.TotalRows)
 	require.Equal(t, "d", *jobs.Jobs[0].DocID)

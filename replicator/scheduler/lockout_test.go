@@ -62,7 +62,7 @@ func TestWrongPasswordDoesNotLockOut(t *testing.T) {
 			return d != nil && d.State == replicator.StateCrashing && d.ErrorCount == n
 		})
 		if n < starts {
-			_, err := c.Plane.RetryJob(context.Background(), api.Admin, jobID)
+			_, err := c.Plane.RetryJob(context.Background(), api.Admin(), jobID)
 			require.NoError(t, err)
 		}
 	}
@@ -128,7 +128,7 @@ func TestSharedWrongPasswordDoesNotLockOut(t *testing.T) {
 				return d != nil && d.State == replicator.StateCrashing && d.ErrorCount == n
 			})
 			if n < starts {
-				_, err := c.Plane.RetryJob(context.Background(), api.Admin, id)
+				_, err := c.Plane.RetryJob(context.Background(), api.Admin(), id)
 				require.NoError(t, err)
 			}
 		}

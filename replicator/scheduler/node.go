@@ -221,7 +221,7 @@ func (n *Node) Stop() { n.svc.Stop() }
 func (n *Node) shutdown() {
 	n.mu.Lock()
 	n.stopping = true
-	timeout := n.cfg.ShutdownTimeout
+	timeout, log := n.cfg.ShutdownTimeout, n.cfg.Logger
 	for w := range n.workers {
 		w.requestStop(stopShutdown)
 	}
@@ -237,7 +237,14 @@ func (n *Node) shutdown() {
 	}
 	t.Stop()
 	n.stopHard()
-	_ = n.charges.flush(context.Background(), n.store) // lost if the store is gone: usage decays anyway
+	// The run time charged since the last interval, for fair share; if
+	// the store does not take it within the shutdown timeout it is lost,
+	// which usage's decay makes up for.
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	if err := n.charges.flush(ctx, n.store); err != nil {
+		log.Warn().Err(err).Msg("replicator: fair share usage: the last run time charged is lost")
+	}
+	cancel()
 	n.mu.Lock()
 	n.ctx, n.opCtx = nil, nil
 	n.mu.Unlock()

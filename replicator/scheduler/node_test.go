@@ -260,7 +260,7 @@ func TestRestartedNodeTakesItsJobsBack(t *testing.T) {
 	d := c.DocState("_replicator", "d0")
 	require.Equal(t, replicator.StatePending, d.State)
 	require.Nil(t, d.Node)
-	tasks, err := c.Plane.ActiveTasks(context.Background(), api.Admin)
+	tasks, err := c.Plane.ActiveTasks(context.Background(), api.Admin())
 	require.NoError(t, err)
 	require.Len(t, tasks, 2, "only the jobs fdbjobs has running")
 

@@ -171,10 +171,10 @@ func TestFilterChange(t *testing.T) {
 		return d != nil && d.State == replicator.StateRunning && d.RepID != "" && d.RepID != *d1.ID
 	})
 	// The old id no longer resolves to the job; the new one does.
-	j, err := c.Plane.SchedulerJob(context.Background(), api.Admin, *c.DocState("_replicator", "d").ID)
+	j, err := c.Plane.SchedulerJob(context.Background(), api.Admin(), *c.DocState("_replicator", "d").ID)
 	require.NoError(t, err)
 	require.Equal(t, "d", *j.DocID)
-	_, err = c.Plane.SchedulerJob(context.Background(), api.Admin, *d1.ID)
+	_, err = c.Plane.SchedulerJob(context.Background(), api.Admin(), *d1.ID)
 	require.ErrorIs(t, err, replicator.ErrNotFound)
 }
 
@@ -192,7 +192,7 @@ func TestTransientJobs(t *testing.T) {
 	require.Equal(t, "sim", res["session_id"])
 
 	// Finished transient jobs are not listed but can be read by id.
-	list, err := c.Plane.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: -1})
+	list, err := c.Plane.SchedulerJobs(ctx, api.Admin(), api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Zero(t, list.TotalRows)
 	spec, err := replicator.ParseSpec(json.RawMessage(`{"source":"http://u:secret@h/a","target":"http://h/b"}`))
@@ -200,7 +200,7 @@ func TestTransientJobs(t *testing.T) {
 	uuid, err := c.Store.Setup(ctx, c.Config.JobTimeout, 0)
 	require.NoError(t, err)
 	jobID := replicator.TransientJobID(uuid, spec, "bob")
-	j, err := c.Plane.SchedulerJob(ctx, api.Admin, jobID)
+	j, err := c.Plane.SchedulerJob(ctx, api.Admin(), jobID)
 	require.NoError(t, err)
 	require.Equal(t, replicator.StateCompleted, j.State)
 	require.Equal(t, "http://u:*****@h/a/", *j.Source)
@@ -219,7 +219,7 @@ func TestTransientJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, api.Running, o.Outcome)
 	require.Equal(t, 1, eng.Starts("http://h/c/"))
-	list, err = c.Plane.SchedulerJobs(ctx, api.Admin, api.PageQuery{Limit: -1})
+	list, err = c.Plane.SchedulerJobs(ctx, api.Admin(), api.PageQuery{Limit: -1})
 	require.NoError(t, err)
 	require.Equal(t, 1, list.TotalRows)
 	require.Equal(t, localID, *list.Jobs[0].ID)
@@ -230,7 +230,7 @@ func TestTransientJobs(t *testing.T) {
 	o, err = replicate(t, c.Plane, `{"replication_id":"`+localID+`","cancel":true}`, replicator.UserCtx{Name: "root", Roles: []string{"_admin"}})
 	require.NoError(t, err)
 	require.Equal(t, api.Cancelled, o.Outcome)
-	_, err = c.Plane.SchedulerJob(ctx, api.Admin, localID)
+	_, err = c.Plane.SchedulerJob(ctx, api.Admin(), localID)
 	require.ErrorIs(t, err, replicator.ErrNotFound)
 	_, err = replicate(t, c.Plane, `{"replication_id":"nope","cancel":true}`, bob)
 	require.ErrorIs(t, err, replicator.ErrNotFound)
