@@ -285,12 +285,15 @@
 //     between one and about two JobTimeouts after their last heartbeat).
 //   - Rotation: when they do not fit, each continuous job that waits for
 //     its first run starts within ceil(MinRunTime / I) + ceil(waiting /
-//     churn) + 2 intervals (and a one-shot run's length, whose slot frees
-//     only when it ends), where churn is what the nodes can rotate per
-//     interval: their MaxChurn in all, or fewer when MinRunTime is longer
-//     than the time the running jobs take to come round (running × I /
-//     MinRunTime). This is first come, first served: with fair share the
-//     queue's order follows the shares' usage instead, by design.
+//     churn) + 2 intervals, plus a one-shot run's length for the runs
+//     open when it came and one more for each slot's worth of one-shot
+//     runs that start while it waits (one-shot jobs are not stopped: a
+//     slot one takes frees only when its run ends), where churn is what
+//     the nodes can rotate per interval: their MaxChurn in all, or fewer
+//     when MinRunTime is longer than the time the running jobs take to
+//     come round (running × I / MinRunTime). This is first come, first
+//     served: with fair share the queue's order follows the shares' usage
+//     instead, by design.
 //   - Ends: a one-shot job that starts completes; a waiting POST
 //     /_replicate returns its result; a job whose document or database
 //     was deleted stops within one heartbeat (StatsUpdateInterval, at most

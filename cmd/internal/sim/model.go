@@ -410,6 +410,7 @@ func (m *Model) check(w *World, now time.Time) problems {
 	case m.fitSince.IsZero():
 		m.fitSince = now
 	}
+	var oneShotStarts []time.Time // read once per check, when needed
 	for _, wt := range wait {
 		if capacity == 0 {
 			// No replication node is up: nothing can run. The bounds
@@ -429,7 +430,11 @@ func (m *Model) check(w *World, now time.Time) problems {
 				continue
 			}
 			rule = "rotation"
-			bound = m.rotationBound(w, demand, capacity)
+			if oneShotStarts == nil {
+				oneShotStarts = m.oneShotStarts(w)
+			}
+			started := len(oneShotStarts) - sort.Search(len(oneShotStarts), func(i int) bool { return oneShotStarts[i].After(wt.from) })
+			bound = m.rotationBound(w, demand, capacity, started)
 		}
 		// The bounds hold for a cluster that keeps its shape (nodes,
 		// configuration): a change restarts them. The room bound counts
@@ -485,9 +490,12 @@ func (m *Model) check(w *World, now time.Time) problems {
 // first come first served: until the running jobs ran MinRunTime, then
 // until the waiting jobs ahead of it rotated in at the rate the nodes
 // rotate (each at most MaxChurn per interval, and each running job once
-// per MinRunTime), then two steps, and the length of a one-shot run
-// (one-shot jobs are not stopped: their slots free when they end).
-func (m *Model) rotationBound(w *World, demand, capacity int) time.Duration {
+// per MinRunTime), then two steps, and the length of a one-shot run for
+// the runs open when it came and for each slot's worth of the oneShots
+// one-shot runs that started while it waited: one-shot jobs are not
+// stopped, so the slot one takes frees only when its run ends (with one
+// slot, three one-shot jobs that go first hold it for three whole runs).
+func (m *Model) rotationBound(w *World, demand, capacity, oneShots int) time.Duration {
 	rate := 0.0 // jobs rotated in per interval, all nodes
 	minRun := 0
 	for _, n := range w.nodes {
@@ -499,7 +507,24 @@ func (m *Model) rotationBound(w *World, demand, capacity int) time.Duration {
 		}
 	}
 	k := float64(minRun) + math.Ceil(float64(demand-capacity)/max(rate, 0.01)) + 2
-	return time.Duration(k*float64(m.tm.step())) + m.tm.oneShot
+	runs := 1 + (oneShots+capacity-1)/max(capacity, 1)
+	return time.Duration(k*float64(m.tm.step())) + time.Duration(runs)*m.tm.oneShot
+}
+
+// oneShotStarts returns the start times of the one-shot jobs' runs, in
+// order.
+func (m *Model) oneShotStarts(w *World) []time.Time {
+	out := []time.Time{}
+	for src, j := range m.jobs {
+		if j.cont {
+			continue
+		}
+		for _, r := range w.eng.Runs(src) {
+			out = append(out, r.Start)
+		}
+	}
+	slices.SortFunc(out, time.Time.Compare)
+	return out
 }
 
 func later(a, b time.Time) time.Time {
