@@ -148,15 +148,23 @@ func TestTypeInfoCache(t *testing.T) {
 	require.NotNil(t, infos)
 	require.Equal(t, typeInfo{timeout: 2 * time.Second, hasTimeout: true, shards: ShardsDefault, high: ShardsDefault}, (*infos)[t1])
 
+	// The loop is held after a read, so that it cannot read the change
+	// again before the copy is looked at (it watches TYPES_VERSION).
+	hold := make(chan struct{})
+	gate.Store(&hold)
+	b.c.forceTypeCheck()
+	<-reading
 	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 4))
 	require.Nil(t, b.c.infos.Load(), "the Client's own change drops the copy")
+	gate.Store(nil)
+	close(hold)
 	for b.c.infos.Load() == nil {
 		waitSync()
 	}
 	require.Equal(t, typeInfo{timeout: 2 * time.Second, hasTimeout: true, shards: 4, high: ShardsDefault}, (*b.c.infos.Load())[t1])
 
 	// A change committed while the loop read: its read is not kept.
-	hold := make(chan struct{})
+	hold = make(chan struct{})
 	gate.Store(&hold)
 	b.c.forceTypeCheck()
 	<-reading
