@@ -202,22 +202,21 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 		})
 		return err
 	}
-	for start, limit := 0, AddPageJobs; start < len(jobs); {
-		end := start + addPageEnd(typ, jobs[start:], datas[start:], limit)
-		attempts, failed := 0, 0
+	size := kv.Batch{Max: AddPageJobs, Min: addPageMin}
+	for start := 0; start < len(jobs); {
+		end := start + addPageEnd(typ, jobs[start:], datas[start:], size.Size())
+		attempts := 0
 		used, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (int, error) {
-			// An attempt after one whose reads failed takes half its jobs
-			// (see AddBatch): pages get through a cluster whose reads keep
-			// failing. Jobs an earlier attempt committed carry the call's
-			// token, so taking fewer of them again changes nothing.
-			n := end - start
-			if n > addPageMin {
-				n = max(addPageMin, n>>min(failed, 30))
-			}
+			// An attempt after one whose reads failed takes half its jobs,
+			// down to addPageMin (see AddBatch): pages get through a
+			// cluster whose reads keep failing. Jobs an earlier attempt
+			// committed carry the call's token, so taking fewer of them
+			// again changes nothing.
+			n := min(end-start, size.Size())
 			attempts++
 			used, err := c.addPage(tr, typ, jobs[start:start+n], datas[start:start+n], token, true, attempts == 1)
 			if err != nil {
-				failed++
+				size.Shrink()
 			}
 			return used, err
 		})
@@ -230,9 +229,9 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 		c.committed(tx, typ)
 		switch {
 		case used < end-start:
-			limit = used // rows larger than planned, or retries: smaller pages
+			size.Fit(used) // rows larger than planned, or retries: smaller pages
 		case attempts == 1:
-			limit = min(AddPageJobs, 2*limit) // back towards full pages
+			size.Grow() // back towards full pages
 		}
 		start += used
 	}

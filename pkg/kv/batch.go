@@ -52,6 +52,11 @@ const (
 type Batch struct {
 	// Max is the largest size Grow reaches (1 if below).
 	Max int
+	// Min is the smallest size Shrink cuts a batch to (1 if below): a
+	// batch that must make progress through failures in a row, each of
+	// which a smaller batch meets less often but never avoids (reads
+	// failing at random), stops shrinking there. Fit may go below it.
+	Min int
 	// First is the first size (Max if 0); it may exceed Max, which the
 	// first Grow comes back to.
 	First int
@@ -78,13 +83,14 @@ func (b *Batch) Size() int {
 	return b.size
 }
 
-// Shrink multiplies the size by Factor (at least 1).
+// Shrink multiplies the size by Factor, down to Min (at least 1); a size
+// already under Min stays.
 func (b *Batch) Shrink() {
 	f := b.Factor
 	if f == 0 {
 		f = BatchFactorDefault
 	}
-	b.size = max(1, int(float64(b.Size())*f))
+	b.size = max(1, min(b.Size(), max(b.Min, int(float64(b.Size())*f))))
 }
 
 // Grow adds Increment to the size (doubles it if Increment is 0), up to

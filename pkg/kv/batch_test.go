@@ -25,6 +25,8 @@ func TestBatchSizes(t *testing.T) {
 		{"fit a byte-bound batch, then grow", kv.Batch{Max: 10, Increment: 4}, "fgg", []int{3, 7, 10}},
 		{"a zero max is one", kv.Batch{}, "gs", []int{1, 1}},
 		{"a first size above max", kv.Batch{Max: 10, First: 50, Increment: 1}, "sg", []int{25, 10}},
+		{"never below min", kv.Batch{Max: 500, Min: 50}, "ssssg", []int{250, 125, 62, 50, 100}},
+		{"fit below min stays there", kv.Batch{Max: 500, Min: 50}, "fsg", []int{3, 3, 6}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
