@@ -37,10 +37,11 @@ const (
 	MetricCheckpointsFailure   = "couch_replicator.checkpoints.failure"
 	MetricTransientJobsRemoved = "couch_replicator.jobs.transient_removed"
 	// MetricNodeHeartbeatAge is a gauge read when the metrics are: how
-	// long ago (ms) the node's last membership heartbeat committed; it
-	// grows while the node cannot reach the store (Metrics.Observe; not a
-	// CouchDB metric).
-	MetricNodeHeartbeatAge = "couch_replicator.node.heartbeat_age_ms"
+	// long ago (whole seconds) the node's last membership heartbeat
+	// committed; it grows while the node cannot reach the store
+	// (Metrics.Observe; not a CouchDB metric). Prometheus names carry
+	// their unit in full (promtool's lint).
+	MetricNodeHeartbeatAge = "couch_replicator.node.heartbeat_age_seconds"
 )
 
 // Labelled series, per replicator database (the label "database"; "" for
@@ -263,7 +264,7 @@ var helps = map[string]string{
 	MetricJobsRunning:      "replication jobs running on this node",
 	MetricJobsPending:      "replication jobs waiting for a slot, cluster-wide",
 	MetricJobsAccepting:    "acceptors of this node waiting for a job",
-	MetricNodeHeartbeatAge: "milliseconds since this node's last membership heartbeat committed",
+	MetricNodeHeartbeatAge: "seconds (whole) since this node's last membership heartbeat committed",
 	MetricSyncJobs:         "running jobs of this node per replicator database and state (caught_up, behind, stalled)",
 	MetricSyncLagChanges:   "largest changes_pending among this node's running jobs of the database",
 	MetricSyncLagSeconds:   "longest time one of this node's running jobs of the database has been behind its source",

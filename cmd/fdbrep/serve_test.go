@@ -136,7 +136,7 @@ func TestServeReplicationOnly(t *testing.T) {
 	require.NotEmpty(t, r.Body["node"], r.Raw)
 	require.Contains(t, r.Body, "heartbeat_age_ms", r.Raw)
 	r = testutil.Do(t, "GET", "http://"+addr+"/_node/_local/_prometheus", nil, nil)
-	require.Contains(t, r.Raw, "couchdb_couch_replicator_node_heartbeat_age_ms ", "how the node sees the store, in its metrics")
+	require.Contains(t, r.Raw, "couchdb_couch_replicator_node_heartbeat_age_seconds ", "how the node sees the store, in its metrics")
 	r = testutil.Do(t, "GET", "http://"+addr+"/_node/_local/_stats", nil, nil)
 	require.Equal(t, 200, r.Status)
 	require.Contains(t, r.Body, "couch_replicator")

@@ -45,6 +45,15 @@ type Options struct {
 	NoListen bool
 	// Ready, when not nil, is called once the node serves, with its parts.
 	Ready func(*Parts)
+	// Tune, when not nil, adjusts the replication node's own settings each
+	// time they are built from the configuration (at start and at each
+	// runtime change), after the configuration's checks: for tests whose
+	// intervals are shorter than the configuration's ranges allow.
+	// scheduler.New still checks what it gives. The part the node shares
+	// with the control plane and the store (scheduler.Config.Config: the
+	// job timeout above all, which the store holds as the job type's) is
+	// the configuration's whatever Tune does.
+	Tune func(*scheduler.Config)
 }
 
 // Parts are a running node's services, for its caller: what it serves,
@@ -148,7 +157,7 @@ func Run(ctx context.Context, opts Options) error {
 	// The node's membership and runtime configuration: from here on cfg
 	// holds the settings changed through _config too.
 	docs := repdb.New(db, repdb.Options{})
-	live := &liveServices{log: lg, docs: docs}
+	live := &liveServices{log: lg, docs: docs, tune: opts.Tune}
 	cn, err := loadClusterNode(ctx, cfg, db, lg, opts.Version, live)
 	if err != nil {
 		return err
@@ -157,7 +166,7 @@ func Run(ctx context.Context, opts Options) error {
 	metrics := replicator.NewMetrics()
 	metrics.Observe(replicator.MetricNodeHeartbeatAge, func() int64 {
 		if age := cn.HeartbeatAge(); age >= 0 {
-			return age.Milliseconds()
+			return int64(age / time.Second)
 		}
 		return -1
 	})
@@ -197,7 +206,7 @@ func Run(ctx context.Context, opts Options) error {
 	readyAddr := ""
 	parts := &Parts{Metrics: metrics}
 	if cfg.HasRole(config.RoleReplication) {
-		ncfg, err := nodeConfig(cfg, shared, docs)
+		ncfg, err := nodeConfig(cfg, shared, docs, opts.Tune)
 		if err != nil {
 			return err
 		}

@@ -81,6 +81,7 @@ type liveServices struct {
 	node  *scheduler.Node
 	api   *frontend.Server
 	docs  replicator.DocUpdater
+	tune  func(*scheduler.Config) // Options.Tune
 
 	prev *config.Config
 }
@@ -97,7 +98,7 @@ func (s *liveServices) apply(c *config.Config) {
 		}
 	}
 	if s.node != nil {
-		ncfg, err := nodeConfig(c, cl, s.docs)
+		ncfg, err := nodeConfig(c, cl, s.docs, s.tune)
 		if err == nil {
 			err = s.node.SetConfig(ncfg)
 		}

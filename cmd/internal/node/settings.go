@@ -37,13 +37,18 @@ func clusterConfig(cfg *config.Config, log *zerolog.Logger, metrics *replicator.
 	return c
 }
 
-// nodeConfig is a replication node's settings from cfg.
-func nodeConfig(cfg *config.Config, cluster replicator.Config, docs replicator.DocUpdater) (scheduler.Config, error) {
+// nodeConfig is a replication node's settings from cfg, adjusted by tune
+// when not nil (Options.Tune).
+func nodeConfig(cfg *config.Config, cluster replicator.Config, docs replicator.DocUpdater, tune func(*scheduler.Config)) (scheduler.Config, error) {
 	c, err := scheduler.FromConfig(cfg)
 	if err != nil {
 		return scheduler.Config{}, err
 	}
-	c.Config, c.DocUpdater = cluster, docs
+	c.DocUpdater = docs
+	if tune != nil {
+		tune(&c)
+	}
+	c.Config = cluster // not tuned: the control plane and the store share it
 	return c, nil
 }
 
@@ -65,7 +70,7 @@ func jobsConfig(cfg *config.Config, log *zerolog.Logger, members func() (string,
 // whatever the node's roles, so that a cluster-wide value is good for
 // every node.
 func checkConfig(c *config.Config) error {
-	ncfg, err := nodeConfig(c, clusterConfig(c, nil, nil), nil)
+	ncfg, err := nodeConfig(c, clusterConfig(c, nil, nil), nil, nil)
 	if err != nil {
 		return err
 	}

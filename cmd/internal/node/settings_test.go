@@ -32,7 +32,7 @@ func TestReplicatorConfigFairShareWindow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := config.Load(nil, tc.environ)
 			require.NoError(t, err)
-			rc, err := nodeConfig(cfg, clusterConfig(cfg, nil, replicator.NewMetrics()), nil)
+			rc, err := nodeConfig(cfg, clusterConfig(cfg, nil, replicator.NewMetrics()), nil, nil)
 			require.NoError(t, err)
 			n, err := scheduler.New(replicator.NewStore(db, jobs, nil), nil, rc)
 			require.NoError(t, err)
@@ -51,7 +51,7 @@ func TestReplicatorConfigFairShareWindow(t *testing.T) {
 // without configuration schedules as the replicator package documents.
 func TestReplicatorConfigDefaultsMatchThePackage(t *testing.T) {
 	cfg := config.Default()
-	got, err := nodeConfig(cfg, clusterConfig(cfg, nil, nil), nil)
+	got, err := nodeConfig(cfg, clusterConfig(cfg, nil, nil), nil, nil)
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name      string

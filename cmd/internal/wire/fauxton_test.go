@@ -9,7 +9,6 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/fdbrep/fdbrep/frontend"
 	"github.com/fdbrep/fdbrep/internal/browsertest"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 )
@@ -193,7 +192,7 @@ func startFauxton(t *testing.T) (*service, *fauxton) {
 	b := browsertest.Start(t) // skips when there is no browser
 	dir, err := couchtest.FauxtonDir()
 	require.NoError(t, err)
-	svc := newService(t, func(o *frontend.Options) { o.UtilsDir = dir })
+	svc := newService(t, func(m map[string]map[string]string) { m["chttpd"]["utils_dir"] = dir })
 	return svc, &fauxton{b: b, base: strings.Replace(svc.url, "127.0.0.1", "localhost", 1) + "/_utils"}
 }
 

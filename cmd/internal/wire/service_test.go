@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"testing"
@@ -13,22 +12,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fdbrep/fdbrep/cmd/internal/wire"
-	"github.com/fdbrep/fdbrep/frontend"
+	"github.com/fdbrep/fdbrep/cmd/internal/node"
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
-	"github.com/fdbrep/fdbrep/repdb"
-	"github.com/fdbrep/fdbrep/replicator"
-	"github.com/fdbrep/fdbrep/replicator/control"
-	"github.com/fdbrep/fdbrep/replicator/replicatortest"
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
 )
 
-// The package's tests run the whole service in one process, as fdbrep
-// serve does with every role: the HTTP API wired to the control plane, a
-// replication node running the real engine, one store, and real
-// pouchdb-server peers.
+// The package's tests run the whole service in one process, started as
+// fdbrep serve starts a node with every role (node.Run): the HTTP API
+// wired to the control plane, a replication node running the real engine,
+// one store, and real pouchdb-server and CouchDB peers.
 
 func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
 
@@ -46,83 +41,101 @@ var (
 	anon                    = (*creds)(nil)
 )
 
-// service is one node with every role, on a loopback listener.
+// service is one node with every role, started by node.Run as fdbrep
+// serve starts it, on an embedded store and a loopback listener.
 type service struct {
 	t    *testing.T
 	url  string
 	node *scheduler.Node
-	logs *testutil.Logs // the API's, the control plane's and the node's
+	logs *testutil.Logs // every node's
 	db   kv.Database
-	cfg  scheduler.Config // the node's
+	tune func(*scheduler.Config) // node.Options.Tune of every node
 }
 
 // addNode starts another replication node named name on the service's
-// store, with the first node's configuration.
+// store, tuned as the first.
 func (s *service) addNode(name string) *scheduler.Node {
 	s.t.Helper()
-	cfg := s.cfg
-	cfg.NodeName = name
-	n, err := scheduler.New(replicator.NewStore(s.db, replicatortest.JobsClient(s.t, s.db), nil), nil, cfg)
-	require.NoError(s.t, err)
-	require.NoError(s.t, n.Start(context.Background()))
-	s.t.Cleanup(n.Stop)
-	return n
+	return startNode(s.t, s.db, s.logs, settings(name, config.RoleReplication), s.tune).Scheduler
 }
 
-// nodeConfig is a replication node's configuration with short intervals.
-func nodeConfig() scheduler.Config {
-	return scheduler.Config{
-		Config:   replicator.Config{StartupJitter: 50 * time.Millisecond, JobTimeout: 5 * time.Second, Metrics: replicator.NewMetrics()},
-		Interval: 100 * time.Millisecond, MinRunTime: 1,
-		MaxJobs: 10, MaxChurn: 10, MaxAcceptors: 2,
-		MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second, HealthThreshold: time.Minute,
-		StatsUpdateInterval: 100 * time.Millisecond,
-		TransientJobMaxAge:  time.Hour, ShutdownTimeout: 5 * time.Second, NodeName: "node1@127.0.0.1",
+// settings is the configuration of the test nodes: the test accounts
+// (hashed cheaply), a listener on a free loopback port, small limits, and
+// the job timeout and jitter tests can wait out.
+func settings(name, roles string) map[string]map[string]string {
+	return map[string]map[string]string{
+		"node":        {"name": name, "roles": roles},
+		"chttpd":      {"bind_address": "127.0.0.1", "port": "0"},
+		"chttpd_auth": {"iterations": "10", "pbkdf2_prf": "sha256"},
+		"admins":      {adminName: adminPass},
+		"users":       {aliceName: alicePass, bobName: bobPass},
+		"user_roles":  {aliceName: "dev"},
+		"log":         {"requests": "true", "level": "debug", "format": "json"},
+		"replicator": {"max_jobs": "10", "max_churn": "10", "max_acceptors": "2",
+			"job_timeout_sec": "5", "startup_jitter": "50", "health_threshold_sec": "60",
+			"transient_job_max_age_sec": "3600"},
 	}
 }
 
-// newService starts one node; opts adjust the HTTP API's options.
-func newService(t *testing.T, opts ...func(*frontend.Options)) *service {
+// tuneDefault gives the replication nodes the short intervals the tests
+// wait out, under what the configuration's ranges allow.
+func tuneDefault(c *scheduler.Config) {
+	c.Interval, c.MinRunTime = 100*time.Millisecond, 1
+	c.MinBackoff, c.MaxBackoff = 200*time.Millisecond, 2*time.Second
+	c.StatsUpdateInterval, c.ShutdownTimeout = 100*time.Millisecond, 5*time.Second
+}
+
+// startNode runs node.Run with the configuration m on db until the test
+// ends, and returns its parts once it serves.
+func startNode(t *testing.T, db kv.Database, logs *testutil.Logs, m map[string]map[string]string, tune func(*scheduler.Config)) *node.Parts {
+	t.Helper()
+	cfg, err := config.FromMap(m)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan *node.Parts, 1), make(chan error, 1)
+	go func() {
+		done <- node.Run(ctx, node.Options{Config: cfg, DB: db, Log: node.NewLog(cfg, logs), Version: "test",
+			Tune: tune, Ready: func(p *node.Parts) { ready <- p }})
+	}()
+	select {
+	case p := <-ready:
+		t.Cleanup(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+		return p
+	case err := <-done:
+		cancel()
+		require.NoError(t, err, "node %s did not start", cfg.NodeName())
+		require.FailNow(t, "node.Run returned before it served")
+		return nil
+	}
+}
+
+// newService starts one node; opts adjust its configuration.
+func newService(t *testing.T, opts ...func(map[string]map[string]string)) *service {
 	t.Helper()
 	return newServiceWith(t, nil, opts...)
 }
 
-// newServiceWith is newService with node adjusting the replication
-// node's configuration (nil: nodeConfig's).
-func newServiceWith(t *testing.T, node func(*scheduler.Config), opts ...func(*frontend.Options)) *service {
+// newServiceWith is newService with tune adjusting the replication
+// node's settings after tuneDefault (nil: tuneDefault alone).
+func newServiceWith(t *testing.T, tune func(*scheduler.Config), opts ...func(map[string]map[string]string)) *service {
 	t.Helper()
 	db := kvtest.NewDB(t)
 	logs := &testutil.Logs{}
-	accounts, _, err := frontend.NewAccounts(
-		map[string]string{adminName: adminPass},
-		map[string]string{aliceName: alicePass, bobName: bobPass},
-		map[string][]string{aliceName: {"dev"}},
-		frontend.AccountsOptions{PRF: "sha256", Iterations: 10},
-	)
-	require.NoError(t, err)
-	cfg := nodeConfig()
-	if node != nil {
-		node(&cfg)
-	}
-	cfg.Logger = logs.Logger()
-	cfg.DocUpdater = repdb.New(db, repdb.Options{})
-	plane, err := control.New(replicator.NewStore(db, replicatortest.JobsClient(t, db), nil), cfg.Config)
-	require.NoError(t, err)
-	fopts := frontend.Options{DB: db, Accounts: accounts, Logger: cfg.Logger, LogRequests: true, Version: "test"}
+	m := settings("node1@127.0.0.1", config.RoleAPIFrontend+","+config.RoleReplication)
 	for _, o := range opts {
-		o(&fopts)
+		o(m)
 	}
-	wire.Frontend(&fopts, plane)
-	api, err := frontend.New(fopts)
-	require.NoError(t, err)
-	require.NoError(t, api.Init(context.Background()))
-	n, err := scheduler.New(replicator.NewStore(db, replicatortest.JobsClient(t, db), nil), nil, cfg)
-	require.NoError(t, err)
-	require.NoError(t, n.Start(context.Background()))
-	t.Cleanup(n.Stop)
-	ts := httptest.NewServer(api)
-	t.Cleanup(ts.Close)
-	return &service{t: t, url: ts.URL, node: n, logs: logs, db: db, cfg: cfg}
+	all := func(c *scheduler.Config) {
+		tuneDefault(c)
+		if tune != nil {
+			tune(c)
+		}
+	}
+	p := startNode(t, db, logs, m, all)
+	return &service{t: t, url: "http://" + p.Addr, node: p.Scheduler, logs: logs, db: db, tune: all}
 }
 
 type resp = testutil.Resp
