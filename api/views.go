@@ -117,6 +117,25 @@ type SyncInfo struct {
 	Stall *StallInfo `json:"stall"`
 }
 
+// ParkInfo is what fdbrep adds to the info of a parked replication (a
+// continuous replication that caught up and gave its slot back until its
+// source changes; docs/COMPAT.md, "Parked replications"), which the views
+// show running.
+type ParkInfo struct {
+	// Since is when it parked.
+	Since string `json:"since"`
+	// SweepAt is when it runs again if no change wakes it first.
+	SweepAt string `json:"sweep_at"`
+	// Through is the source sequence its last checkpoint covered.
+	Through string `json:"through"`
+}
+
+// WakeInfo is when a replication last woke from parking, and why.
+type WakeInfo struct {
+	At    string `json:"at"`
+	Cause string `json:"cause"`
+}
+
 // StallInfo is why a job does not move: the engine's Stall with its
 // times formatted.
 type StallInfo struct {

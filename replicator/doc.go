@@ -48,6 +48,11 @@
 //	completed -> fdbjobs finished
 //	failed    -> fdbjobs finished
 //
+// and fdbrep's own, which the views show running (docs/COMPAT.md,
+// "Parked replications"):
+//
+//	parked    -> fdbjobs pending, scheduled at its sweep (see "Parking")
+//
 // # Transitions
 //
 // A node changes a job it holds only through Lifecycle.Apply, with a
@@ -62,6 +67,7 @@
 //	completed  completed  Finish, then the document     stopped            completed, stops
 //	requeued   pending    Resubmit at fair-share time   stopped, pending   stops
 //	put back   (kept)     Resubmit at scheduled time    -                  stops
+//	parked     parked     Resubmit at its sweep time    stopped            parks, stops
 //
 // A crash or a heartbeat of a job that ran HealthThreshold since its last
 // start forgets its errors first (Healed); a crash's backoff grows with
@@ -83,8 +89,23 @@
 // the control plane's Store.AddJob), backoff ended (a crashing job due
 // now, its error count kept: Store.EndBackoff) and taken back (a running
 // job the job layer re-enqueued shows pending, its node kept as where it
-// last ran: the Store's re-enqueue hook, "View index"). Removal
-// (Store.RemoveJob) leaves no state.
+// last ran: the Store's re-enqueue hook, "View index") and woken (a
+// parked job pending at its fair-share place, history pending with the
+// cause: Store.WakeJob). Removal (Store.RemoveJob) leaves no state.
+//
+// # Parking
+//
+// A parked job (StateParked, JobData.Parked) is a continuous replication
+// that caught up and gave its slot back until its source changes (the
+// scheduler decides when: see its doc.go, "Parking"). It keeps the source
+// sequence its last checkpoint covered, when it parked, its sweep time
+// (its scheduled time in the job layer) and its source's watch group
+// (WatchGroupOf: the server's URL without the database, with the user
+// name and proxy that ask it; never a password or a header's value). The
+// view index lists parked jobs by group and source database (key 25), so
+// that a watch reads the parked jobs of its group, or of one database,
+// in pages (ParkedPage) and wakes them (WakeJob). Fair share counts no
+// parked job in jobs(Db): a parked job competes for no slot.
 //
 // # Fair share
 //
@@ -114,8 +135,9 @@
 //	(6, ShareKey)               -> int64 LE  charges since the last roll-up, atomic add
 //	(7)                         -> (int64, int64) last usage period rolled up, its interval in ms
 //	(8, Token)                  -> ""        charge applied (cleared right after)
-//	(9, JobID)                  -> (DBUUID, DBName, DocID, State, SortID, Node, Expires, Owner)
-//	                                         the job's view index entry as last written
+//	(9, JobID)                  -> (DBUUID, DBName, DocID, State, SortID, Node, Expires, Owner
+//	                                         [, Group, SourceDB]) the job's view index entry as last
+//	                                         written; a parked job's ends with its watch group
 //	(10, DBUUID, State, DocID)  -> ""        documents by view state (states=)
 //	(11, SortID, JobID)         -> ""        unfinished jobs (_scheduler/jobs order)
 //	(12, Node, JobID)           -> ""        running jobs by node (_active_tasks, restarts)
@@ -134,6 +156,7 @@
 //	                                         (Node, Start: JobData.Node, LastStart), written by its node
 //	(24, JobID)                 -> JSON      the last engine.RefusedDocsMax (100) documents the job's
 //	                                         targets refused (FailedDoc), under 64 kB
+//	(25, Group, SourceDB, JobID) -> ""       parked jobs by watch group and source database
 //
 // # View index
 //

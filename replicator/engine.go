@@ -21,6 +21,10 @@ type Engine interface {
 	// Probe reports whether the host of base (scheme://host[:port]/)
 	// answers again; see engine.Probe.
 	Probe(ctx context.Context, base string) error
+	// Pending returns how many changes rep's source has after since (a
+	// checkpointed source sequence): the exact check of a parked
+	// replication; see engine.Pending.
+	Pending(ctx context.Context, rep engine.Replication, since string) (int64, error)
 }
 
 // Run is one execution of a replication (see engine.Run).
@@ -69,6 +73,11 @@ func (e EngineDefault) ReplicationID(ctx context.Context, rep engine.Replication
 // Probe implements Engine.
 func (e EngineDefault) Probe(ctx context.Context, base string) error {
 	return engine.Probe(ctx, base, e.Client)
+}
+
+// Pending implements Engine.
+func (e EngineDefault) Pending(ctx context.Context, rep engine.Replication, since string) (int64, error) {
+	return engine.Pending(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.Client}, since)
 }
 
 // Start implements Engine.

@@ -55,6 +55,7 @@ type entry struct {
 	node                  string // the node running it; "" unless running
 	expires               int64  // a finished transient job's last update (Unix ms); else 0
 	owner                 string // JobData.Owner; "" for none (entries written before version 2 too)
+	group, srcDB          string // a parked job's watch group and source database; else ""
 }
 
 // entryOf is the index entry of a job; nil when the job is gone or its
@@ -80,25 +81,36 @@ func entryOf(jobID string, st fdbjobs.State, d *JobData) *entry {
 	if d.Transient() && st == fdbjobs.Finished {
 		e.expires = max(d.LastUpdated, 1)
 	}
+	if st == fdbjobs.Pending && d.State == StateParked && d.Parked != nil {
+		e.group, e.srcDB = d.Parked.Group, d.Parked.SourceDB
+	}
 	return e
 }
 
 func (e *entry) pack() []byte {
-	return tuple.Tuple{e.dbUUID, e.dbName, e.docID, e.state, e.sortID, e.node, e.expires, e.owner}.Pack()
+	t := tuple.Tuple{e.dbUUID, e.dbName, e.docID, e.state, e.sortID, e.node, e.expires, e.owner}
+	if e.group != "" {
+		t = append(t, e.group, e.srcDB)
+	}
+	return t.Pack()
 }
 
 // unpackEntry decodes an entry; one of index version 1 has no owner (seven
 // elements): it reads as owner "", so the job's next write, or the
-// backfill to version 2, adds its owner's keys.
+// backfill to version 2, adds its owner's keys. A parked job's has its
+// watch group and source database last (ten elements).
 func unpackEntry(v []byte) (*entry, error) {
 	t, err := tuple.Unpack(v)
-	if err != nil || len(t) != 7 && len(t) != 8 {
+	if err != nil || len(t) != 7 && len(t) != 8 && len(t) != 10 {
 		return nil, fmt.Errorf("replicator: bad index entry %x", v)
 	}
 	var e entry
 	strs := map[int]*string{0: &e.dbUUID, 1: &e.dbName, 2: &e.docID, 3: &e.state, 4: &e.sortID, 5: &e.node}
-	if len(t) == 8 {
+	if len(t) >= 8 {
 		strs[7] = &e.owner // after expires
+	}
+	if len(t) == 10 {
+		strs[8], strs[9] = &e.group, &e.srcDB
 	}
 	for i, dst := range strs {
 		s, ok := t[i].(string)
@@ -146,6 +158,9 @@ func (s *Store) entryKeys(jobID string, e *entry) []kv.Key {
 	}
 	if e.expires != 0 {
 		ks = append(ks, s.expiryKey(e.expires, jobID))
+	}
+	if e.group != "" {
+		ks = append(ks, s.parkedKey(e.group, e.srcDB, jobID))
 	}
 	return ks
 }

@@ -237,6 +237,40 @@ func (m *indexModel) resubmit(job *fdbjobs.Job, state string) {
 	j.st, j.view, j.node = fdbjobs.Pending, state, ""
 }
 
+// park parks a held job (a continuous job caught up and idle), pending at
+// its sweep time, in the watch group of its source.
+func (m *indexModel) park(job *fdbjobs.Job) {
+	d := m.data(job)
+	d.State, d.Node = StateParked, ""
+	d.Parked = &ParkInfo{Since: m.now, Through: "7", Group: m.pick([]string{"http://a/", "http://b/ user=u"}),
+		SourceDB: m.pick([]string{"s1", "s2"}), SweepAt: m.now + 3_600_000}
+	if !m.write(job, func(tr kv.Transaction) error { return m.s.ResubmitJob(m.ctx, tr, job, d, d.Parked.SweepAt) }) {
+		return
+	}
+	delete(m.held, job.ID)
+	j := m.jobs[job.ID]
+	j.st, j.view, j.node = fdbjobs.Pending, StateParked, ""
+}
+
+// wake wakes a job (WakeJob): a parked one is pending at once, any other
+// is left alone; a parked job comes first in its group's watch pages.
+func (m *indexModel) wake(id string) {
+	j := m.jobs[id]
+	if j.view == StateParked {
+		d, _, err := m.s.Job(m.ctx, nil, id)
+		require.NoError(m.t, err)
+		page, err := m.s.ParkedPage(m.ctx, m.db, d.Parked.Group, d.Parked.SourceDB, ParkedRef{}, 100)
+		require.NoError(m.t, err)
+		require.Contains(m.t, page, ParkedRef{SourceDB: d.Parked.SourceDB, JobID: id}, "a parked job is in its watch group")
+	}
+	woke, err := m.s.WakeJob(m.ctx, m.db, id, "test", time.UnixMilli(m.now), func(*JobData) int64 { return m.now })
+	require.NoError(m.t, err)
+	require.Equal(m.t, j.view == StateParked, woke, "job %s in %s", id, j.view)
+	if woke {
+		j.view = StatePending
+	}
+}
+
 // reenqueue takes one running job back (Node.takeBack); its worker keeps
 // the stale hold and is fenced off at its next write.
 func (m *indexModel) reenqueue(id string) {
@@ -337,6 +371,8 @@ func (m *indexModel) step() {
 		{"fail", len(held) > 0, func() { job := m.held[m.pick(held)]; m.finish(job, m.data(job), StateFailed) }},
 		{"reschedule", len(held) > 0, func() { m.resubmit(m.held[m.pick(held)], StatePending) }},
 		{"crash", len(held) > 0, func() { m.resubmit(m.held[m.pick(held)], StateCrashing) }},
+		{"park", len(held) > 0, func() { m.park(m.held[m.pick(held)]) }},
+		{"wake", len(all) > 0, func() { m.wake(m.pick(all)) }},
 		{"reenqueue", len(running) > 0, func() { m.reenqueue(m.pick(running)) }},
 		{"monitor", m.rng.IntN(4) == 0, m.monitor},
 		{"remove", len(all) > 0, func() { m.remove(m.pick(all)) }},
@@ -376,7 +412,7 @@ func TestIndexModel(t *testing.T) {
 		}
 	}
 	t.Logf("operations: %v", m.steps)
-	for _, name := range []string{"start", "heartbeat", "complete", "fail", "reschedule", "crash", "reenqueue", "monitor", "remove", "delete db", "re-create db", "cleanup"} {
+	for _, name := range []string{"start", "heartbeat", "complete", "fail", "reschedule", "crash", "park", "wake", "reenqueue", "monitor", "remove", "delete db", "re-create db", "cleanup"} {
 		require.Positive(t, m.steps[name], "%s never ran", name)
 	}
 }
@@ -501,7 +537,7 @@ func (m *indexModel) checkIndex(step int) {
 		}
 	}
 	got := indexState{keys: map[string]string{}, counts: map[string]int64{}}
-	for _, ss := range []subspace.Subspace{s.entries, s.dbJobs, s.docStates, s.unfinished, s.running, s.expiry, s.ownerJobs, s.ownerRunning} {
+	for _, ss := range []subspace.Subspace{s.entries, s.dbJobs, s.docStates, s.unfinished, s.running, s.expiry, s.ownerJobs, s.ownerRunning, s.parked} {
 		for k, v := range m.readKeys(ss) {
 			got.keys[k] = v
 		}

@@ -18,6 +18,11 @@ const (
 	StateCrashing  = "crashing"
 	StateCompleted = "completed"
 	StateFailed    = "failed"
+	// StateParked is fdbrep's own: a continuous replication that caught
+	// up and saw no change for a while gave its slot back and waits for a
+	// change to its source (see doc.go, "Parking"). The views show it
+	// running, as CouchDB shows a replication waiting on its changes feed.
+	StateParked = "parked"
 )
 
 // History event types.
@@ -93,6 +98,30 @@ type JobData struct {
 	// Priority is the job's fair-share priority (see share.go) when it
 	// was last enqueued, at LastUpdated; lower runs sooner.
 	Priority float64 `json:"priority,omitempty"`
+	// Parked is set while the job is parked (StateParked).
+	Parked *ParkInfo `json:"parked,omitempty"`
+	// LastWoken is when the job last woke from parking (Unix ms; 0 for
+	// never), and WakeCause why.
+	LastWoken int64  `json:"last_woken,omitempty"`
+	WakeCause string `json:"wake_cause,omitempty"`
+}
+
+// ParkInfo is what a parked job keeps of its last run: what a watch needs to
+// tell whether its source changed since (see doc.go, "Parking").
+type ParkInfo struct {
+	// Since is when it parked (Unix ms).
+	Since int64 `json:"since"`
+	// Through is the source sequence its final checkpoint covered: a
+	// change to the source has a later one (_changes?since=Through).
+	Through string `json:"through"`
+	// Group is its source's watch group (WatchGroupOf): the server and
+	// credentials a watch follows.
+	Group string `json:"group"`
+	// SourceDB is its source database's name on that server.
+	SourceDB string `json:"source_db"`
+	// SweepAt is when it runs again if nothing woke it first (Unix ms):
+	// its scheduled time in the job layer.
+	SweepAt int64 `json:"sweep_at"`
 }
 
 // Owner is the user a job belongs to: its document's owner, or the user
@@ -127,6 +156,10 @@ func (d *JobData) AddHistory(max int, e HistoryEvent) {
 func (d *JobData) Clone() *JobData {
 	x := *d
 	x.History = append([]HistoryEvent(nil), d.History...)
+	if d.Parked != nil {
+		p := *d.Parked
+		x.Parked = &p
+	}
 	return &x
 }
 

@@ -36,6 +36,11 @@ const (
 	MetricCheckpointsSuccess   = "couch_replicator.checkpoints.success"
 	MetricCheckpointsFailure   = "couch_replicator.checkpoints.failure"
 	MetricTransientJobsRemoved = "couch_replicator.jobs.transient_removed"
+	// MetricJobsParks counts the continuous jobs this node parked, and
+	// MetricJobsWakes the parked jobs it woke (not CouchDB metrics; see
+	// doc.go, "Parking").
+	MetricJobsParks = "couch_replicator.jobs.parks"
+	MetricJobsWakes = "couch_replicator.jobs.wakes"
 	// MetricNodeHeartbeatAge is a gauge read when the metrics are: how
 	// long ago (whole seconds) the node's last membership heartbeat
 	// committed; it grows while the node cannot reach the store
@@ -81,6 +86,7 @@ var metricNames = []string{
 	MetricJobsPreempted, MetricJobsMoves, MetricJobsHoldsLost, MetricJobsCompleted, MetricJobsFailed,
 	MetricDocsDBsCreated, MetricDocsDBsDeleted, MetricDocsDBChanges, MetricDocsFailedUpdates,
 	MetricDocsCompletedUpdates, MetricCheckpointsSuccess, MetricCheckpointsFailure, MetricTransientJobsRemoved,
+	MetricJobsParks, MetricJobsWakes,
 }
 
 // Metrics holds this process's replicator counters and gauges. It is safe
@@ -269,6 +275,8 @@ var helps = map[string]string{
 	MetricSyncLagChanges:   "largest changes_pending among this node's running jobs of the database",
 	MetricSyncLagSeconds:   "longest time one of this node's running jobs of the database has been behind its source",
 	MetricDocsRefused:      "documents the targets of this node's jobs of the database refused",
+	MetricJobsParks:        "continuous replications this node parked: caught up and idle, they gave their slot back",
+	MetricJobsWakes:        "parked replications this node woke: their source changed, or their sweep came",
 }
 
 // help is a metric's HELP text.

@@ -165,7 +165,9 @@ func (s *Store) ShareTable(tr kv.ReadTransaction) (ShareTable, error) {
 	if transient {
 		counters = append(counters, s.jobCountKey())
 		owners = append(owners, "")
-		for _, st := range unfinished {
+		// Parked documents are unfinished jobs too (16); parked transient
+		// jobs stay counted in the transient bucket (no counter tells them).
+		for _, st := range append(unfinished, StateParked) {
 			counters = append(counters, s.docCountKey(st))
 			owners = append(owners, "-")
 		}

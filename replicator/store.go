@@ -41,6 +41,7 @@ const (
 	keyOwnerJobs    = 20 // (20, Owner, SortID, JobID) -> ""
 	keyOwnerCounts  = 21 // (21, Owner) -> int64 LE
 	keyOwnerRunning = 22 // (22, Owner, Node, JobID) -> ""
+	keyParked       = 25 // (25, Group, SourceDB, JobID) -> "": parked jobs by watch group (park.go)
 
 	keyProgress   = 23 // (23, JobID, Node, Start) -> JSON Progress (progress.go)
 	keyFailedDocs = 24 // (24, JobID) -> JSON []FailedDoc (failed.go)
@@ -59,7 +60,7 @@ type Store struct {
 	root, repIDs, dbs, dbJobs, usage, charges subspace.Subspace
 	// The view index.
 	entries, docStates, unfinished, running, expiry, dbCounts, deletedDBs subspace.Subspace
-	ownerJobs, ownerRunning                                               subspace.Subspace
+	ownerJobs, ownerRunning, parked                                       subspace.Subspace
 
 	indexed atomic.Bool // the index version was seen built (Setup)
 }
@@ -77,7 +78,8 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 		usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges),
 		entries: sub.Sub(keyEntries), docStates: sub.Sub(keyDocStates), unfinished: sub.Sub(keyUnfinished),
 		running: sub.Sub(keyRunning), expiry: sub.Sub(keyExpiry), dbCounts: sub.Sub(keyDBCounts),
-		deletedDBs: sub.Sub(keyDeletedDBs), ownerJobs: sub.Sub(keyOwnerJobs), ownerRunning: sub.Sub(keyOwnerRunning)}
+		deletedDBs: sub.Sub(keyDeletedDBs), ownerJobs: sub.Sub(keyOwnerJobs), ownerRunning: sub.Sub(keyOwnerRunning),
+		parked: sub.Sub(keyParked)}
 	jobs.SetReenqueueHook(JobType, s.reenqueued)
 	return s
 }
@@ -119,6 +121,9 @@ func (s *Store) ownerCountKey(owner string) kv.Key {
 }
 func (s *Store) ownerRunningKey(owner, node, jobID string) kv.Key {
 	return s.ownerRunning.Pack(tuple.Tuple{owner, node, jobID})
+}
+func (s *Store) parkedKey(group, db, jobID string) kv.Key {
+	return s.parked.Pack(tuple.Tuple{group, db, jobID})
 }
 func (s *Store) deletedDBKey(dbUUID string) kv.Key { return s.deletedDBs.Pack(tuple.Tuple{dbUUID}) }
 func (s *Store) indexVersionKey() kv.Key           { return s.root.Pack(tuple.Tuple{keyIndexVersion}) }
@@ -299,10 +304,12 @@ func (s *Store) moveDocCounts(tr kv.Transaction, dbUUID string, sign int64) erro
 	return nil
 }
 
-// viewStates are the states a job shows in the views (the RFC's five).
-var viewStates = []string{StatePending, StateRunning, StateCrashing, StateCompleted, StateFailed}
+// viewStates are the states a job has in the view index: the RFC's five,
+// and parked (which the views show as running; see doc.go, "Parking").
+var viewStates = []string{StatePending, StateRunning, StateCrashing, StateCompleted, StateFailed, StateParked}
 
-// ViewStates returns the states the views show, in CouchDB's order.
+// ViewStates returns the states of the view index, in CouchDB's order,
+// then parked.
 func ViewStates() []string { return append([]string(nil), viewStates...) }
 
 // RegisteredDB returns a database's identity in tr, or "" when it has

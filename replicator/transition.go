@@ -40,6 +40,10 @@ const (
 	// PutBack: a job accepted but never started goes back to the queue at
 	// its scheduled time, its data unchanged (fdbjobs Resubmit).
 	PutBack
+	// Parked: a continuous job caught up and idle gives its slot back and
+	// waits for a change to its source, pending at Change.Park's SweepAt
+	// (fdbjobs Resubmit; see doc.go, "Parking").
+	Parked
 
 	// The transitions no node makes with a job it holds: Transform
 	// applies them, the Store writes them (Apply refuses them).
@@ -55,6 +59,9 @@ const (
 	// (the activity monitor, or the node's restart): pending, its node
 	// kept as where it last ran (the Store's re-enqueue hook).
 	TakenBack
+	// Woken: a parked job is due at Change.STime, for Change.Reason (its
+	// source changed; Store.WakeJob).
+	Woken
 )
 
 // kinds is the transition table: the state each kind leaves the job in
@@ -77,10 +84,12 @@ var kinds = map[Kind]struct {
 		[]string{MetricJobsCompleted, MetricJobsStops}},
 	Requeued: {"requeued", StatePending, []string{EventStopped, EventPending}, "resubmit", []string{MetricJobsStops}},
 	PutBack:  {"put back", "", nil, "resubmit", []string{MetricJobsStops}},
+	Parked:   {"parked", StateParked, []string{EventStopped}, "resubmit", []string{MetricJobsParks, MetricJobsStops}},
 
 	Added:        {"added", StatePending, []string{EventAdded}, "", nil},
 	BackoffEnded: {"backoff ended", "", nil, "", nil},
 	TakenBack:    {"taken back", StatePending, nil, "", nil},
+	Woken:        {"woken", StatePending, []string{EventPending}, "", nil},
 }
 
 func (k Kind) String() string { return kinds[k].name }
@@ -97,9 +106,10 @@ type Change struct {
 	// the reason of its "stopped" event ("" for none).
 	Tag, Reason string
 
-	Priority float64 // Crashed, Requeued: the fair-share priority the job keeps
-	STime    int64   // Requeued: when it is due again (Unix ms)
-	Jitter   float64 // Crashed: in [0, 1), the backoff's jitter
+	Priority float64   // Crashed, Requeued, Parked: the fair-share priority the job keeps
+	STime    int64     // Requeued, Woken: when it is due again (Unix ms)
+	Jitter   float64   // Crashed: in [0, 1), the backoff's jitter
+	Park     *ParkInfo // Parked: what the job keeps while parked (SweepAt: when it is due)
 }
 
 // Lifecycle applies Changes to the jobs of one node under the rules of
@@ -158,7 +168,7 @@ func (l Lifecycle) Transform(x *JobData, c Change) {
 			k.state = StateFailed
 		}
 	case Started:
-		x.StateInfo, x.LastStart, x.Node = nil, now, c.Node
+		x.StateInfo, x.LastStart, x.Node, x.Parked = nil, now, c.Node, nil
 	case Heartbeat:
 		if x.ErrorCount > 0 && Healed(x.LastStart, c.At, l.HealthThreshold) {
 			x.ErrorCount, x.LastError = 0, ""
@@ -178,13 +188,18 @@ func (l Lifecycle) Transform(x *JobData, c Change) {
 		x.StateInfo, _ = json.Marshal(x.Stats)
 	case Requeued:
 		x.StateInfo, x.Node, x.Priority = nil, "", c.Priority
+	case Parked:
+		p := *c.Park
+		x.StateInfo, x.Node, x.Priority, x.Parked = nil, "", c.Priority, &p
+	case Woken:
+		x.Parked, x.LastWoken, x.WakeCause = nil, now, c.Reason
 	}
 	if k.state != "" {
 		x.State = k.state
 	}
 	for _, ev := range k.events {
 		e := HistoryEvent{Type: ev, Timestamp: now}
-		if ev == EventCrashed || ev == EventStopped {
+		if ev == EventCrashed || ev == EventStopped || c.Kind == Woken {
 			e.Reason = c.Reason
 		}
 		x.AddHistory(l.MaxHistory, e)
@@ -217,6 +232,8 @@ func (l Lifecycle) Apply(ctx context.Context, tr kv.Transaction, job *fdbjobs.Jo
 			stime = x.RetryAt
 		case Requeued:
 			stime = c.STime
+		case Parked:
+			stime = c.Park.SweepAt
 		}
 		err = s.ResubmitJob(ctx, tr, job, x, stime)
 	}

@@ -62,6 +62,9 @@ func TestTransitions(t *testing.T) {
 		{Change{Kind: Requeued, At: at, Reason: "rotation", Priority: 3, STime: 6_000_000}, StatePending, fdbjobs.Pending, 6_000_000,
 			[]string{EventPending, EventStopped, EventStarted}, []string{MetricJobsStops}, ""},
 		{Change{Kind: PutBack}, StatePending, fdbjobs.Pending, 1_000, nil, []string{MetricJobsStops}, ""},
+		{Change{Kind: Parked, At: at, Reason: "parked: idle", Priority: 3,
+			Park: &ParkInfo{Since: at.UnixMilli(), Through: "42", Group: "http://src/ user=u", SourceDB: "a", SweepAt: 9_000_000}},
+			StateParked, fdbjobs.Pending, 9_000_000, []string{EventStopped, EventStarted}, []string{MetricJobsParks, MetricJobsStops}, ""},
 	} {
 		t.Run(tc.c.Kind.String(), func(t *testing.T) {
 			ctx := context.Background()
@@ -195,7 +198,12 @@ func TestTransformOthers(t *testing.T) {
 	l.Transform(running, Change{Kind: TakenBack})
 	require.Equal(t, &JobData{State: StatePending, Node: "n1", LastUpdated: 1_000}, running)
 
-	for _, k := range []Kind{Added, BackoffEnded, TakenBack} {
+	parked := &JobData{State: StateParked, Parked: &ParkInfo{Since: 1_000, Through: "5"}, LastUpdated: 1_000}
+	l.Transform(parked, Change{Kind: Woken, At: at, Reason: "its source changed"})
+	require.Equal(t, &JobData{State: StatePending, LastUpdated: 7_000, LastWoken: 7_000, WakeCause: "its source changed",
+		History: []HistoryEvent{{Type: EventPending, Timestamp: 7_000, Reason: "its source changed"}}}, parked)
+
+	for _, k := range []Kind{Added, BackoffEnded, TakenBack, Woken} {
 		require.ErrorContains(t, l.Apply(context.Background(), nil, nil, &JobData{}, Change{Kind: k}), "not made to a held job")
 	}
 }

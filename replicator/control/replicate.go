@@ -126,7 +126,8 @@ func outcomeOf(st fdbjobs.State, d *replicator.JobData, jobID string, continuous
 		return api.ReplicateResult{Outcome: api.Failed, Tag: ei.Error, Reason: ei.Reason}, true
 	case d.State == replicator.StateCompleted && st == fdbjobs.Finished:
 		return api.ReplicateResult{Outcome: api.Completed, Checkpoint: d.CheckpointHistory}, true
-	case continuous && d.State == replicator.StateRunning && st == fdbjobs.Running:
+	case continuous && d.State == replicator.StateRunning && st == fdbjobs.Running,
+		continuous && d.State == replicator.StateParked && st == fdbjobs.Pending: // caught up, shown running
 		return api.ReplicateResult{Outcome: api.Running, LocalID: localID}, true
 	}
 	return api.ReplicateResult{}, false

@@ -40,7 +40,7 @@ func history(d *replicator.JobData) []api.HistoryEntry {
 // object.
 func info(d *replicator.JobData) json.RawMessage {
 	switch d.State {
-	case replicator.StatePending, replicator.StateRunning:
+	case replicator.StatePending, replicator.StateRunning, replicator.StateParked:
 		b, _ := json.Marshal(struct {
 			api.Stats
 			infoAdditions
@@ -70,6 +70,10 @@ func info(d *replicator.JobData) json.RawMessage {
 // views of one job, its failed documents.
 type infoAdditions struct {
 	api.SyncInfo
+	// Parked says since when a parked job waits for its source to change,
+	// and LastWoken when a job last woke from parking.
+	Parked    *api.ParkInfo `json:"parked,omitempty"`
+	LastWoken *api.WakeInfo `json:"last_woken,omitempty"`
 	// FailedDocs are the last engine.RefusedDocsMax documents the target
 	// refused, oldest first (only in the views of one job: a page would
 	// read up to 64 kB more per row).
@@ -78,6 +82,12 @@ type infoAdditions struct {
 
 func additions(d *replicator.JobData) infoAdditions {
 	out := infoAdditions{SyncInfo: syncInfo(d)}
+	if p := d.Parked; p != nil && d.State == replicator.StateParked {
+		out.Parked = &api.ParkInfo{Since: replicator.FormatMillis(p.Since), SweepAt: replicator.FormatMillis(p.SweepAt), Through: p.Through}
+	}
+	if d.LastWoken > 0 {
+		out.LastWoken = &api.WakeInfo{At: replicator.FormatMillis(d.LastWoken), Cause: d.WakeCause}
+	}
 	if d.FailedDocs != nil {
 		list := make([]api.FailedDocInfo, 0, len(*d.FailedDocs))
 		for _, f := range *d.FailedDocs {
@@ -121,6 +131,11 @@ func syncInfo(d *replicator.JobData) api.SyncInfo {
 		zero := int64(0)
 		out.CaughtUp, out.ETASec = true, &zero
 		out.CaughtUpSince = strp(replicator.FormatMillis(cmp.Or(y.CaughtUpSince, d.LastUpdated)))
+	case replicator.StateParked:
+		// Caught up when it parked, and nothing since woke it.
+		zero := int64(0)
+		out.CaughtUp, out.ETASec = true, &zero
+		out.CaughtUpSince = strp(replicator.FormatMillis(cmp.Or(y.CaughtUpSince, d.LastUpdated)))
 	case replicator.StateCrashing:
 		out.Stall = &api.StallInfo{Reason: engine.StallBackingOff, Detail: d.LastError, Since: replicator.FormatMillis(d.LastUpdated)}
 		if d.RetryAt != 0 {
@@ -141,11 +156,21 @@ func endpoints(d *replicator.JobData) (src, tgt, sp, tp *string) {
 		strp(replicator.RedactURL(d.Rep.Source.Proxy)), strp(replicator.RedactURL(d.Rep.Target.Proxy))
 }
 
+// shownState is the state the views show for a job's: a parked job is
+// running, as CouchDB shows a replication that waits on its changes feed
+// (docs/COMPAT.md, "Parked replications").
+func shownState(state string) string {
+	if state == replicator.StateParked {
+		return replicator.StateRunning
+	}
+	return state
+}
+
 func jobInfo(d *replicator.JobData, jobID string) api.JobInfo {
 	src, tgt, _, _ := endpoints(d)
 	return api.JobInfo{
 		ID: strp(d.RepID), Database: strp(d.DBName), DocID: strp(d.DocID),
-		Source: src, Target: tgt, State: d.State, Info: info(d), User: strp(d.RepUser),
+		Source: src, Target: tgt, State: shownState(d.State), Info: info(d), User: strp(d.RepUser),
 		History: history(d), StartTime: replicator.FormatMillis(d.StartTime), Node: strp(nodeIfRunning(d)), JobID: jobID,
 	}
 }
@@ -161,7 +186,7 @@ func docInfo(d *replicator.JobData) api.DocInfo {
 	src, tgt, sp, tp := endpoints(d)
 	return api.DocInfo{
 		ID: strp(d.RepID), Database: d.DBName, DocID: d.DocID, Source: src, Target: tgt,
-		SourceProxy: sp, TargetProxy: tp, State: d.State, Info: info(d), ErrorCount: d.ErrorCount,
+		SourceProxy: sp, TargetProxy: tp, State: shownState(d.State), Info: info(d), ErrorCount: d.ErrorCount,
 		LastUpdated: replicator.FormatMillis(d.LastUpdated), StartTime: replicator.FormatMillis(d.StartTime), Node: strp(nodeIfRunning(d)),
 	}
 }
@@ -286,6 +311,9 @@ func (p *Plane) SchedulerDocs(ctx context.Context, db string, states []string, q
 	q, err := checkPage(q, maxKey)
 	if err != nil {
 		return api.DocList{}, err
+	}
+	if slices.Contains(states, replicator.StateRunning) {
+		states = append(slices.Clip(states), replicator.StateParked) // shown running
 	}
 	dq := replicator.DocsQuery{DB: db, States: slices.Compact(slices.Sorted(slices.Values(states))), Limit: q.Limit, Skip: q.Skip}
 	if db == "" {

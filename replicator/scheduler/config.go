@@ -49,6 +49,16 @@ const (
 	// ShutdownTimeoutDefault bounds how long Node.Stop waits for jobs to
 	// checkpoint and re-enqueue themselves.
 	ShutdownTimeoutDefault = 5 * time.Second
+	// ParkAfterDefault is how long a continuous replication stays caught
+	// up with no change before it parks (see doc.go, "Parking"); 0: it
+	// never parks.
+	ParkAfterDefault = 0
+	// ParkSweepDefault is how long a parked replication waits at most: it
+	// runs again then even if nothing woke it (fdbrep's own).
+	ParkSweepDefault = 24 * time.Hour
+	// parkCheckTimeout bounds the exact check after a park (one request
+	// to the source).
+	parkCheckTimeout = 30 * time.Second
 )
 
 // stopGraceMax bounds how long a stopping run (Node.Stop, rotation, a
@@ -81,6 +91,12 @@ type Config struct {
 	StatsUpdateInterval time.Duration
 	ProgressInterval    time.Duration
 	ShutdownTimeout     time.Duration
+	// ParkAfter is how long a continuous job stays caught up with no
+	// change before it parks; negative: never (0 takes the default).
+	ParkAfter time.Duration
+	// ParkSweep is how long a parked job waits at most before it runs
+	// again.
+	ParkSweep time.Duration
 
 	// JobDefaults fill the tunables a replication leaves unset (CouchDB's
 	// node-wide [replicator] worker_processes and the like).
@@ -120,6 +136,8 @@ func (c Config) withDefaults() Config {
 	c.StatsUpdateInterval = cmp.Or(c.StatsUpdateInterval, StatsUpdateIntervalDefault)
 	c.ProgressInterval = cmp.Or(c.ProgressInterval, ProgressIntervalDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.ParkAfter = cmp.Or(c.ParkAfter, ParkAfterDefault)
+	c.ParkSweep = cmp.Or(c.ParkSweep, ParkSweepDefault)
 	return c
 }
 
@@ -162,9 +180,14 @@ func (c Config) validate() error {
 		return bad("progress interval %v is under a millisecond", c.ProgressInterval)
 	case c.ShutdownTimeout < 0:
 		return bad("shutdown timeout %v is negative", c.ShutdownTimeout)
+	case c.ParkSweep < time.Millisecond:
+		return bad("park sweep %v is under a millisecond", c.ParkSweep)
 	}
 	return nil
 }
+
+// parks reports whether continuous jobs park when idle.
+func (c Config) parks() bool { return c.ParkAfter > 0 }
 
 // stopGrace is how long a stopping run may take for its final checkpoint.
 func (c Config) stopGrace() time.Duration { return min(stopGraceMax, c.ShutdownTimeout/2) }

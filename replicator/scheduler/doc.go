@@ -242,6 +242,45 @@
 // Loads are read as the nodes last published them, so a move may be
 // decided on a figure an accept ago; the next interval corrects it.
 //
+// # Parking
+//
+// A continuous replication that has been caught up, with no change to
+// copy, for ParkAfter ([replicator] park_after_sec; 0, the default for
+// now, never parks) gives its slot back: at a heartbeat its worker asks
+// its run to stop (stopPark), the run writes its final checkpoint, and
+// the job parks (replicator.Parked): pending in the job layer at its
+// sweep time, ParkSweep (24 h) later, with the source sequence that
+// checkpoint covered (Through) and its source's watch group and database
+// (replicator.WatchGroupOf: the server, the user and the proxy that ask
+// it). So a parked job holds no slot, no feed and no connection, and the
+// acceptors, rotation and balance need no case of their own: they count
+// only runnable pending jobs, and a parked job's scheduled time is in the
+// future, as a crashing job's is. A stop that ran out of its grace
+// before the final checkpoint, a replication that does not checkpoint
+// (use_checkpoints false), one whose source URL names no database and a
+// stalled one do not park.
+//
+// The invariant: no change to a parked job's source is lost between its
+// park and its wake, and a wake never touches a job that is not parked.
+//
+//   - Right after the park commits, the worker makes one exact check
+//     (Engine.Pending: _changes?since=Through&limit=1 on the source) and
+//     wakes the job when the source has a change after Through: a change
+//     that came between the run's last read and the park. A source that
+//     does not answer leaves the job parked (the sweep runs it).
+//   - A wake (Store.WakeJob) reads the job in its transaction and changes
+//     it only when it is parked and pending in the job layer: a job
+//     already woken, running (its document changed, its sweep came) or
+//     gone is left alone, and a park and a wake of the same job conflict
+//     on its row, so one of them sees the other.
+//   - A woken job is pending at its fair-share place (its priority when it
+//     parked, as a stopped job keeps it); it starts from its checkpoint.
+//   - Whatever happens to its wake, a parked job runs again at its sweep.
+//
+// A document edit, a deleted document or database, and a cancel reach a
+// parked job as any pending one: its job is replaced or removed, and its
+// watch index entry with it.
+//
 // # Logs
 //
 // Each event an operator cares about is one structured line with job_id,
@@ -257,7 +296,8 @@
 // filter change, deleted database, its job removed or changed by its
 // document or replication, or re-enqueued or taken over elsewhere after
 // the node's hold on it lapsed; at warn, its hold lapsed before it could
-// renew it or store the run's end), "replication healed". Warn: "replication
+// renew it or store the run's end), "replication healed", "replication
+// parked" (through_seq, idle, sweep_at), "replication woken" (cause). Warn: "replication
 // crashed" (error, reason, error_count, retry_at, retry_in). Error:
 // "replication failed" (error, reason). The control plane logs "replication added by document",
 // "replication added by POST /_replicate", "replication removed: its
@@ -294,6 +334,10 @@
 //     come round (running × I / MinRunTime). This is first come, first
 //     served: with fair share the queue's order follows the shares' usage
 //     instead, by design.
+//   - Parking: a parked job holds no slot and is not waiting in these
+//     bounds; woken (or at its sweep), it is runnable and they apply from
+//     then. A change to its source that the check after its park sees
+//     wakes it at once.
 //   - Ends: a one-shot job that starts completes; a waiting POST
 //     /_replicate returns its result; a job whose document or database
 //     was deleted stops within one heartbeat (StatsUpdateInterval, at most
@@ -310,6 +354,7 @@
 // 30 days), health_threshold 2 min, max_history 10, transient_job_max_age
 // 24 h, job timeout 61 s, stats update interval 10 s, progress interval
 // 1 s, shutdown timeout 5 s, shares 100, usage_coeff 0.5, priority_coeff
-// 0.98, fair-share window 24 h. The *Default constants (here and in
+// 0.98, fair-share window 24 h, park_after 0 (never), park_sweep 24 h.
+// The *Default constants (here and in
 // package replicator) document each.
 package scheduler

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -42,6 +43,12 @@ var (
 	keyProgressInterval = config.RegisterDuration("replicator", "progress_interval_msec", time.Millisecond, ProgressIntervalDefault, 100*time.Millisecond, time.Minute,
 		"Milliseconds between a replication node's writes of the live counters of its running jobs that changed (documents read and written, sequences), which _active_tasks and the _scheduler views show between heartbeats: one transaction per node per interval, about 400 bytes per job whose counters moved.",
 		config.Live(config.ApplyReplication))
+	keyParkAfter = config.RegisterDuration("replicator", "park_after_sec", time.Second, ParkAfterDefault, 0, config.Forever,
+		"Seconds a continuous replication stays caught up with no change to copy before it parks: it checkpoints, gives its slot and connections back, and waits in the store until a change to its source wakes it (docs/COMPAT.md, \"Parked replications\"); 0: replications never park, and hold their slot while idle as CouchDB's do.",
+		config.Live(config.ApplyReplication))
+	keyParkSweep = config.RegisterDuration("replicator", "park_sweep_sec", time.Second, ParkSweepDefault, time.Second, config.Forever,
+		"Seconds a parked replication waits at most: it runs again then, whether or not a change woke it.",
+		config.Live(config.ApplyReplication))
 	keyStatsUpdateInterval = config.RegisterDuration("replicator", "stats_update_interval_sec", time.Second, StatsUpdateIntervalDefault, time.Second, config.Forever,
 		"Seconds between writes of a running job's stats to its job data (its heartbeat; at most interval_sec and a third of job_timeout_sec); checkpoints write them too.",
 		config.Live(config.ApplyReplication))
@@ -81,6 +88,8 @@ func FromConfig(c *config.Config) (Config, error) {
 		TransientJobMaxAge:  keyTransientJobMaxAge.Get(c),
 		StatsUpdateInterval: keyStatsUpdateInterval.Get(c),
 		ProgressInterval:    keyProgressInterval.Get(c),
+		ParkAfter:           cmp.Or(keyParkAfter.Get(c), -1), // 0: never
+		ParkSweep:           keyParkSweep.Get(c),
 		JobDefaults:         defaults,
 	}, nil
 }

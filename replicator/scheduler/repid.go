@@ -58,7 +58,7 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 			if err != nil {
 				return outcome{}, err
 			}
-			live := od != nil && ost != fdbjobs.Finished && (od.State == replicator.StatePending || od.State == replicator.StateRunning)
+			live := od != nil && ost != fdbjobs.Finished && (od.State == replicator.StatePending || od.State == replicator.StateRunning || od.State == replicator.StateParked)
 			if live && !od.Transient() {
 				// A job of a deleted database, about to be removed by the
 				// nodes, holds nothing.

@@ -26,6 +26,7 @@ const (
 	stopPreempt
 	stopShutdown
 	stopMove // balance: a lighter node takes the job
+	stopPark // caught up and idle: the job parks (see doc.go, "Parking")
 )
 
 // worker runs one accepted job on a node.
@@ -197,6 +198,7 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 			if !r.renew(run.Progress()) {
 				return
 			}
+			r.parkIfIdle()
 			// The period follows the node's configuration: a shorter
 			// interval set at run time applies to running jobs too.
 			r.hb.Reset(w.n.Config().heartbeat())
@@ -351,7 +353,32 @@ func (r *runLoop) stopped() {
 		w.crash(d, err)
 		return
 	}
+	// A job parks only after its final checkpoint was written: its
+	// sequence is where a change is looked for.
+	if w.stopKind() == stopPark && !cut && d.Stats.CheckpointedSourceSeq != "" {
+		w.park(d, r.rep)
+		return
+	}
 	w.reschedule(d, "")
+}
+
+// parkIfIdle asks the run to stop and its job to park once it has been
+// caught up, with no change to copy, for the node's ParkAfter (see doc.go,
+// "Parking"): continuous jobs that checkpoint, whose source URL names a
+// database, and that are not stalled.
+func (r *runLoop) parkIfIdle() {
+	w := r.w
+	cfg := w.n.Config()
+	if !cfg.parks() || !r.d.Continuous() || r.rep.DisableCheckpoints {
+		return
+	}
+	if _, _, ok := replicator.WatchGroupOf(r.d.Rep.Source); !ok {
+		return
+	}
+	s := r.run.Sync()
+	if s.CaughtUp && s.Stall == nil && s.CaughtUpSince > 0 && w.now().Sub(time.UnixMilli(s.CaughtUpSince)) >= cfg.ParkAfter {
+		w.requestStop(stopPark)
+	}
 }
 
 // stopRun asks run for a final checkpoint and waits for it to end, still
@@ -628,6 +655,8 @@ func (w *worker) reschedule(d *replicator.JobData, why string) {
 			why = "the node is shutting down"
 		case stopMove:
 			why = "balance: moved to a node that runs fewer jobs"
+		case stopPark:
+			why = "caught up and idle, but its final checkpoint was not written: it waits its turn to run again"
 		default:
 			why = "the run ended"
 		}

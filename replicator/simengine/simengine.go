@@ -1,7 +1,9 @@
 // Package simengine is the replicator.Engine that replicates nothing: runs
 // tick checkpoints and finish (one-shot) after a fixed time, so that the
 // scheduler can be measured and tested with many thousands of jobs and no
-// peers. Replication ids are computed as the real engine does (filter code
+// peers. Each source has a sequence that Change moves on: a run copies a
+// change at once (it is caught up since then), checkpoints its source's
+// sequence, and Pending counts the changes after a checkpointed one. Replication ids are computed as the real engine does (filter code
 // comes from SetFilterCode instead of the source). Faults are injected per
 // source (SetFail, SetPanic), and the engine counts what ran (Starts,
 // RunTime, Stats) and signals each start (Started).
@@ -10,6 +12,7 @@ package simengine
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +54,7 @@ type Engine struct {
 	last    map[string]engine.Replication // the latest run's replication, by source
 	runTime map[string]time.Duration      // run time of the runs that ended, by source
 	open    map[string]map[*run]time.Time // the runs in progress and their starts, by source
+	seq     map[string]int64              // the source's update sequence, by source
 	running int
 	maxRun  int
 	total   int64
@@ -61,7 +65,36 @@ func New() *Engine {
 	return &Engine{CheckpointEvery: CheckpointEveryDefault, OneShot: OneShotDefault, Clock: clockwork.NewRealClock(),
 		code: map[string]string{}, fail: map[string]error{}, panics: map[string]any{},
 		starts: map[string]int{}, runTime: map[string]time.Duration{}, open: map[string]map[*run]time.Time{},
-		last: map[string]engine.Replication{}}
+		last: map[string]engine.Replication{}, seq: map[string]int64{}}
+}
+
+// Change writes a document to source: its sequence moves on, and its open
+// runs copy the change at once (caught up since now).
+func (e *Engine) Change(source string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seq[source]++
+	now := e.Clock.Now()
+	for r := range e.open[source] {
+		r.mu.Lock()
+		r.through, r.caughtUp = e.seq[source], now
+		r.stats.DocsRead++
+		r.stats.DocsWritten++
+		r.mu.Unlock()
+	}
+}
+
+// Pending implements replicator.Engine: the changes of rep's source after
+// since (a sequence its runs checkpointed).
+func (e *Engine) Pending(_ context.Context, rep engine.Replication, since string) (int64, error) {
+	src := rep.Source.URL.String()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.fail[src]; err != nil {
+		return 0, err
+	}
+	n, _ := strconv.ParseInt(since, 10, 64)
+	return max(0, e.seq[src]-n), nil
 }
 
 // SetFilterCode sets the filter code of replications from source (its
@@ -168,9 +201,11 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 	e.running++
 	e.maxRun = max(e.maxRun, e.running)
 	e.mu.Unlock()
-	r := &run{stop: make(chan struct{}), done: make(chan struct{}), stats: opts.Stats}
 	begin := e.Clock.Now()
+	r := &run{stop: make(chan struct{}), done: make(chan struct{}), stats: opts.Stats, caughtUp: begin}
 	e.mu.Lock()
+	r.through = e.seq[src] // what it has to copy, copied at once
+	r.stats.CheckpointedSourceSeq = strconv.FormatInt(r.through, 10)
 	if e.open[src] == nil {
 		e.open[src] = map[*run]time.Time{}
 	}
@@ -207,6 +242,7 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 				r.mu.Lock()
 				r.stats.DocsRead++
 				r.stats.DocsWritten++
+				r.stats.CheckpointedSourceSeq = strconv.FormatInt(r.through, 10)
 				s := r.stats
 				r.mu.Unlock()
 				if opts.OnCheckpoint != nil {
@@ -217,6 +253,9 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 					ReplicationIDVersion: engine.ReplicationIDVersion, Stats: r.Progress(), Completed: true}
 				return
 			case <-r.stop:
+				r.mu.Lock()
+				r.stats.CheckpointedSourceSeq = strconv.FormatInt(r.through, 10) // the final checkpoint
+				r.mu.Unlock()
 				r.res = engine.Result{OK: true, Stats: r.Progress()}
 				return
 			case <-ctx.Done():
@@ -234,6 +273,8 @@ type run struct {
 	done     chan struct{}
 	mu       sync.Mutex
 	stats    engine.Stats
+	through  int64     // the source sequence it copied up to
+	caughtUp time.Time // when it last copied a change (or started)
 	res      engine.Result
 	err      error
 }
@@ -256,9 +297,13 @@ func (r *run) Progress() engine.Stats {
 	return r.stats
 }
 
-// Sync reports the run caught up: a simulated replication has no source
-// to fall behind (the zero Sync otherwise).
-func (r *run) Sync() engine.Sync { return engine.Sync{CaughtUp: true} }
+// Sync reports the run caught up since it last copied a change (or
+// started): a simulated run copies each change at once.
+func (r *run) Sync() engine.Sync {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return engine.Sync{CaughtUp: true, CaughtUpSince: r.caughtUp.UnixMilli()}
+}
 
 // Refused returns nothing: a simulated target refuses no document.
 func (r *run) Refused(int64) []engine.RefusedDoc { return nil }

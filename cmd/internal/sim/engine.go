@@ -225,6 +225,19 @@ func (n nodeEngine) Probe(_ context.Context, base string) error {
 	return nil
 }
 
+// Pending implements replicator.Engine: a source whose host is down does
+// not answer; the others count their changes after since.
+func (n nodeEngine) Pending(ctx context.Context, rep engine.Replication, since string) (int64, error) {
+	job := rep.Source.URL.String()
+	n.e.mu.Lock()
+	down := n.e.down[hostOf(job)]
+	n.e.mu.Unlock()
+	if down {
+		return 0, refused(job)
+	}
+	return n.e.inner.Pending(ctx, rep, since)
+}
+
 func hostOf(job string) string {
 	u, err := url.Parse(job)
 	if err != nil {
