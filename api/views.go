@@ -128,6 +128,18 @@ type ParkInfo struct {
 	SweepAt string `json:"sweep_at"`
 	// Through is the source sequence its last checkpoint covered.
 	Through string `json:"through"`
+	// Watch is how its source is watched, in the views of one job.
+	Watch *WatchInfo `json:"watch,omitempty"`
+}
+
+// WatchInfo is how a parked replication's source server is watched: its
+// _db_updates feed ("db_updates"), or each parked replication's check in
+// turn ("poll", with the reason), by which node; mode "" until a node
+// took the watch.
+type WatchInfo struct {
+	Mode   string `json:"mode"`
+	Reason string `json:"reason,omitempty"`
+	Node   string `json:"node,omitempty"`
 }
 
 // WakeInfo is when a replication last woke from parking, and why.

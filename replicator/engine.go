@@ -2,6 +2,7 @@ package replicator
 
 import (
 	"context"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -25,6 +26,10 @@ type Engine interface {
 	// checkpointed source sequence): the exact check of a parked
 	// replication; see engine.Pending.
 	Pending(ctx context.Context, rep engine.Replication, since string) (int64, error)
+	// DBUpdates follows the _db_updates feed of the server of rep's
+	// source from since until it closes after timeout without a row; see
+	// engine.DBUpdates.
+	DBUpdates(ctx context.Context, rep engine.Replication, since string, timeout time.Duration, emit func(engine.DBUpdate) error) (string, error)
 }
 
 // Run is one execution of a replication (see engine.Run).
@@ -78,6 +83,11 @@ func (e EngineDefault) Probe(ctx context.Context, base string) error {
 // Pending implements Engine.
 func (e EngineDefault) Pending(ctx context.Context, rep engine.Replication, since string) (int64, error) {
 	return engine.Pending(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.Client}, since)
+}
+
+// DBUpdates implements Engine.
+func (e EngineDefault) DBUpdates(ctx context.Context, rep engine.Replication, since string, timeout time.Duration, emit func(engine.DBUpdate) error) (string, error) {
+	return engine.DBUpdates(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.Client}, since, timeout, emit)
 }
 
 // Start implements Engine.

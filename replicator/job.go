@@ -88,6 +88,9 @@ type JobData struct {
 	// FailedDocs are the job's failed documents (key 24) when the view
 	// read them (Store.ViewJob), nil otherwise; never stored here.
 	FailedDocs *[]FailedDoc `json:"-"`
+	// Watch is a parked job's watch as the view read it (Store.ViewJob),
+	// nil otherwise; never stored here.
+	Watch *WatchData `json:"-"`
 	// RetryAt is when a crashing job's backoff ends (Unix ms).
 	RetryAt           int64           `json:"retry_at,omitempty"`
 	History           []HistoryEvent  `json:"job_history"`

@@ -3,6 +3,7 @@ package replicator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -133,8 +134,9 @@ func (s *Store) overlayProgress(tr kv.ReadTransaction, jobs []PageJob) error {
 }
 
 // ViewJob is Job for the views: the job's data with the live counters of
-// its current run (see Progress) and its failed documents
-// (JobData.FailedDocs), read in one transaction.
+// its current run (see Progress), its failed documents
+// (JobData.FailedDocs) and, for a parked job, its group's watch
+// (JobData.Watch), read in one transaction.
 func (s *Store) ViewJob(ctx context.Context, jobID string) (*JobData, fdbjobs.State, error) {
 	type res struct {
 		d  *JobData
@@ -157,6 +159,15 @@ func (s *Store) ViewJob(ctx context.Context, jobID string) (*JobData, fdbjobs.St
 			failed = []FailedDoc{}
 		}
 		d.FailedDocs = &failed
+		if d.State == StateParked && d.Parked != nil {
+			wst, raw, err := s.Jobs.Job(ctx, tr, WatchType, WatchJobID(d.Parked.Group))
+			if err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
+				return res{}, err
+			}
+			if err == nil && wst != fdbjobs.Finished {
+				d.Watch, _ = DecodeWatchData(raw)
+			}
+		}
 		return res{d: d, st: st}, nil
 	})
 	return r.d, r.st, err

@@ -243,6 +243,8 @@ func (l Lifecycle) Apply(ctx context.Context, tr kv.Transaction, job *fdbjobs.Jo
 	switch c.Kind {
 	case Failed, Completed:
 		return l.updateDoc(ctx, tr, x, c)
+	case Parked:
+		return s.ensureWatch(ctx, tr, c.Park.Group)
 	}
 	return nil
 }

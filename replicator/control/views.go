@@ -84,6 +84,9 @@ func additions(d *replicator.JobData) infoAdditions {
 	out := infoAdditions{SyncInfo: syncInfo(d)}
 	if p := d.Parked; p != nil && d.State == replicator.StateParked {
 		out.Parked = &api.ParkInfo{Since: replicator.FormatMillis(p.Since), SweepAt: replicator.FormatMillis(p.SweepAt), Through: p.Through}
+		if w := d.Watch; w != nil {
+			out.Parked.Watch = &api.WatchInfo{Mode: w.Mode, Reason: w.Reason, Node: w.Node}
+		}
 	}
 	if d.LastWoken > 0 {
 		out.LastWoken = &api.WakeInfo{At: replicator.FormatMillis(d.LastWoken), Cause: d.WakeCause}

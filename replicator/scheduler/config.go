@@ -56,8 +56,17 @@ const (
 	// ParkSweepDefault is how long a parked replication waits at most: it
 	// runs again then even if nothing woke it (fdbrep's own).
 	ParkSweepDefault = 24 * time.Hour
-	// parkCheckTimeout bounds the exact check after a park (one request
-	// to the source).
+	// MaxWatchesDefault is the most watch jobs a node follows at once,
+	// beside its replication slots (see doc.go, "Watches").
+	MaxWatchesDefault = 100
+	// WatchPollIntervalDefault is how long a polling watch waits after a
+	// poll cycle before the next.
+	WatchPollIntervalDefault = time.Minute
+	// WatchPollRateDefault is the most exact checks per second a node's
+	// polling watches make in all.
+	WatchPollRateDefault = 20
+	// parkCheckTimeout bounds an exact check of a parked job (one request
+	// to its source).
 	parkCheckTimeout = 30 * time.Second
 )
 
@@ -97,6 +106,10 @@ type Config struct {
 	// ParkSweep is how long a parked job waits at most before it runs
 	// again.
 	ParkSweep time.Duration
+	// MaxWatches, WatchPollInterval and WatchPollRate: see their defaults.
+	MaxWatches        int
+	WatchPollInterval time.Duration
+	WatchPollRate     int
 
 	// JobDefaults fill the tunables a replication leaves unset (CouchDB's
 	// node-wide [replicator] worker_processes and the like).
@@ -138,6 +151,9 @@ func (c Config) withDefaults() Config {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.ParkAfter = cmp.Or(c.ParkAfter, ParkAfterDefault)
 	c.ParkSweep = cmp.Or(c.ParkSweep, ParkSweepDefault)
+	c.MaxWatches = cmp.Or(c.MaxWatches, MaxWatchesDefault)
+	c.WatchPollInterval = cmp.Or(c.WatchPollInterval, WatchPollIntervalDefault)
+	c.WatchPollRate = cmp.Or(c.WatchPollRate, WatchPollRateDefault)
 	return c
 }
 
@@ -182,6 +198,12 @@ func (c Config) validate() error {
 		return bad("shutdown timeout %v is negative", c.ShutdownTimeout)
 	case c.ParkSweep < time.Millisecond:
 		return bad("park sweep %v is under a millisecond", c.ParkSweep)
+	case c.MaxWatches < 1:
+		return bad("max_watches %d is under 1", c.MaxWatches)
+	case c.WatchPollInterval < time.Millisecond:
+		return bad("watch poll interval %v is under a millisecond", c.WatchPollInterval)
+	case c.WatchPollRate < 1:
+		return bad("watch poll rate %d is under 1", c.WatchPollRate)
 	}
 	return nil
 }

@@ -281,6 +281,52 @@
 // parked job as any pending one: its job is replaced or removed, and its
 // watch index entry with it.
 //
+// # Watches
+//
+// The parked jobs of one watch group (one source server, user and proxy)
+// share one watch: a job of the job layer's type replicator.WatchType,
+// which the park of a job into the group adds when the group has none
+// (replicator.Lifecycle, in the park's transaction), and which one
+// replication node holds at a time, fenced by its job lock and its hold,
+// and taken over by another when that node dies, is cut off or stops (the
+// activity monitor re-enqueues it, or the node puts it back as it stops).
+// A node follows at most MaxWatches watches at once, beside its MaxJobs
+// slots: a watch acceptor takes them as they are due. So the cost of
+// watching grows with the source servers and users, not with the parked
+// replications. A watch:
+//
+//   - follows the server's _db_updates feed with the source credentials
+//     of one of its parked jobs, from the sequence it stored (a watch
+//     taken over misses nothing the feed kept); a watch without one first
+//     takes the feed's end, then makes the exact check of each parked job
+//     of its group once (what changed before that end), then follows. For
+//     each database the feed names it wakes that database's parked jobs
+//     of the group. It asks the feed again every Interval (at most a
+//     minute), writes the sequence at each heartbeat, and ends once its
+//     group has no parked job (replicator.Store.EndWatch, which a park
+//     into the group meanwhile makes it skip).
+//   - polls where the feed is refused (401, 403: the credentials are not
+//     a server admin's) or missing (404: CouchDB 3.x serves it only once
+//     its _global_changes database exists; servers without it): one poll
+//     cycle makes the exact check of every parked job of the group, at
+//     the node's WatchPollRate for all its watches, then the watch is put
+//     back, due again WatchPollInterval later, so that polling watches
+//     take turns in the node's MaxWatches; every few minutes it asks for
+//     the feed again. The watch's data says which it does and why
+//     (WatchData.Mode, Reason), and the node logs it once per watch run
+//     with what enables the feed.
+//   - leaves the group's jobs parked, and asks again watchRetryWait later,
+//     when the server does not answer: a source that is down wakes no job,
+//     and its jobs wake when it answers again and shows their changes.
+//
+// CouchDB's _db_updates coalesces a database's updates (about half a
+// second), may lose the last ones when a CouchDB node dies and may rewind
+// after a restart: a lost update leaves a job parked until its sweep (or a
+// later update of its database), a rewind only wakes jobs again (a woken
+// job with nothing to copy parks again after ParkAfter). Writes to _local
+// documents (checkpoints) do not appear in it, so replications do not
+// wake each other through their checkpoints on a shared source.
+//
 // # Logs
 //
 // Each event an operator cares about is one structured line with job_id,
@@ -337,7 +383,12 @@
 //   - Parking: a parked job holds no slot and is not waiting in these
 //     bounds; woken (or at its sweep), it is runnable and they apply from
 //     then. A change to its source that the check after its park sees
-//     wakes it at once.
+//     wakes it at once; a later one wakes it within the watch's latency:
+//     the feed's (about a second) where the group's watch follows
+//     _db_updates, else a poll cycle (WatchPollInterval plus the group's
+//     parked jobs over the node's WatchPollRate), after a takeover or a
+//     node's restart up to a JobTimeout more; and whatever the watches do,
+//     within ParkSweep.
 //   - Ends: a one-shot job that starts completes; a waiting POST
 //     /_replicate returns its result; a job whose document or database
 //     was deleted stops within one heartbeat (StatsUpdateInterval, at most
@@ -354,7 +405,8 @@
 // 30 days), health_threshold 2 min, max_history 10, transient_job_max_age
 // 24 h, job timeout 61 s, stats update interval 10 s, progress interval
 // 1 s, shutdown timeout 5 s, shares 100, usage_coeff 0.5, priority_coeff
-// 0.98, fair-share window 24 h, park_after 0 (never), park_sweep 24 h.
+// 0.98, fair-share window 24 h, park_after 0 (never), park_sweep 24 h,
+// max_watches 100, watch_poll_interval 60 s, watch_poll_rate 20.
 // The *Default constants (here and in
 // package replicator) document each.
 package scheduler

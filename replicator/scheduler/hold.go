@@ -16,17 +16,21 @@ import (
 // past it another node may have the job, so the worker must have stopped
 // acting on it. It never fires for a job without a hold.
 type holdTimer struct {
-	w *worker
-	t clockwork.Timer
+	job   *fdbjobs.Job
+	clock clockwork.Clock
+	t     clockwork.Timer
 }
 
-func (w *worker) newHoldTimer() *holdTimer {
-	h := &holdTimer{w: w}
-	if deadline, ok := w.job.HoldDeadline(); ok {
-		h.t = w.cfg.Clock.NewTimer(max(0, deadline.Sub(w.now())))
+// newHoldTimer times job's hold on clock (the node's).
+func newHoldTimer(job *fdbjobs.Job, clock clockwork.Clock) *holdTimer {
+	h := &holdTimer{job: job, clock: clock}
+	if deadline, ok := job.HoldDeadline(); ok {
+		h.t = clock.NewTimer(max(0, deadline.Sub(clock.Now())))
 	}
 	return h
 }
+
+func (w *worker) newHoldTimer() *holdTimer { return newHoldTimer(w.job, w.cfg.Clock) }
 
 // expired is the timer's channel (nil, never ready, without a hold).
 func (h *holdTimer) expired() <-chan time.Time {
@@ -47,16 +51,16 @@ func (h *holdTimer) reset() {
 		default:
 		}
 	}
-	deadline, _ := h.w.job.HoldDeadline()
-	h.t.Reset(max(0, deadline.Sub(h.w.now())))
+	deadline, _ := h.job.HoldDeadline()
+	h.t.Reset(max(0, deadline.Sub(h.clock.Now())))
 }
 
 // lapsed reports whether the job's hold deadline has passed: a renewal
 // that did not commit in time (the store did not answer, and Job.HoldContext
 // ended it) leaves the worker past it.
 func (h *holdTimer) lapsed() bool {
-	deadline, ok := h.w.job.HoldDeadline()
-	return ok && !h.w.now().Before(deadline)
+	deadline, ok := h.job.HoldDeadline()
+	return ok && !h.clock.Now().Before(deadline)
 }
 
 func (h *holdTimer) stop() {

@@ -49,6 +49,15 @@ var (
 	keyParkSweep = config.RegisterDuration("replicator", "park_sweep_sec", time.Second, ParkSweepDefault, time.Second, config.Forever,
 		"Seconds a parked replication waits at most: it runs again then, whether or not a change woke it.",
 		config.Live(config.ApplyReplication))
+	keyMaxWatches = config.RegisterInt("replicator", "max_watches", MaxWatchesDefault, 1, 100_000,
+		"Most watches of parked replications one replication node follows at once, beside its max_jobs slots: a watch follows one source server's _db_updates feed for the parked replications of that server and user, or polls them.",
+		config.Live(config.ApplyReplication))
+	keyWatchPollInterval = config.RegisterDuration("replicator", "watch_poll_interval_sec", time.Second, WatchPollIntervalDefault, time.Second, config.Forever,
+		"Seconds between two poll cycles of a watch whose source server gives no _db_updates feed (it checks each parked replication of that server once a cycle).",
+		config.Live(config.ApplyReplication))
+	keyWatchPollRate = config.RegisterInt("replicator", "watch_poll_rate", WatchPollRateDefault, 1, 100_000,
+		"Most requests per second a replication node's polling watches make in all, one per parked replication checked.",
+		config.Live(config.ApplyReplication))
 	keyStatsUpdateInterval = config.RegisterDuration("replicator", "stats_update_interval_sec", time.Second, StatsUpdateIntervalDefault, time.Second, config.Forever,
 		"Seconds between writes of a running job's stats to its job data (its heartbeat; at most interval_sec and a third of job_timeout_sec); checkpoints write them too.",
 		config.Live(config.ApplyReplication))
@@ -90,6 +99,9 @@ func FromConfig(c *config.Config) (Config, error) {
 		ProgressInterval:    keyProgressInterval.Get(c),
 		ParkAfter:           cmp.Or(keyParkAfter.Get(c), -1), // 0: never
 		ParkSweep:           keyParkSweep.Get(c),
+		MaxWatches:          int(keyMaxWatches.Get(c)),
+		WatchPollInterval:   keyWatchPollInterval.Get(c),
+		WatchPollRate:       int(keyWatchPollRate.Get(c)),
 		JobDefaults:         defaults,
 	}, nil
 }

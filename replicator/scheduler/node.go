@@ -37,6 +37,8 @@ type Node struct {
 	// charges accrues the jobs' run time for fair share and keeps the
 	// share table (charges.go).
 	charges *charges
+	// watches follows the watch jobs of parked replications (watch.go).
+	watches *watches
 
 	// TestSignals let tests wait for the node's steps instead of sleeping
 	// or polling; they do nothing unless a test initialises them before
@@ -95,7 +97,7 @@ func New(store *replicator.Store, eng replicator.Engine, cfg Config) (*Node, err
 	}
 	n := &Node{store: store, eng: eng, m: cfg.Metrics, cfg: cfg,
 		kick: make(chan struct{}, 1), load: newLoadPublisher(), workers: map[*worker]bool{}, charges: newCharges(),
-		progress: newProgress()}
+		progress: newProgress(), watches: newWatches()}
 	for _, name := range []string{replicator.MetricSyncJobs, replicator.MetricSyncLagChanges, replicator.MetricSyncLagSeconds} {
 		n.m.ObserveSeries(name, false, func() []replicator.Series { return n.progress.syncSeries(name) })
 	}
@@ -169,8 +171,9 @@ func (n *Node) Start(ctx context.Context) error {
 		n.mu.Lock()
 		n.ctx, n.opCtx, n.stopHard, n.stopping, n.serverUUID = runCtx, opCtx, stopHard, false, uuid
 		n.fillLocked()
-		n.wg.Add(1)
+		n.wg.Add(2)
 		go n.progressLoop(runCtx)
+		go n.watchAcceptor(runCtx)
 		n.mu.Unlock()
 		return nil
 	}, func(runCtx context.Context) {

@@ -3,6 +3,9 @@ package scheduler_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,8 +13,10 @@ import (
 
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/engine"
+	"github.com/fdbrep/fdbrep/replicator/replicatortest"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
 )
 
@@ -59,24 +64,25 @@ func TestIdleReplicationParks(t *testing.T) {
 	require.NotNil(t, info.Parked)
 	require.Equal(t, "0", info.Parked.Through)
 
-	// A change, and the wake its watch makes.
+	// A change, and the wake its watch makes: the job runs from its
+	// checkpoint and, idle again, parks again.
 	eng.Change("http://h:5984/idle/")
-	woke, err := c.Store.WakeJob(context.Background(), c.DB, id, "its source changed", time.Now(),
-		func(*replicator.JobData) int64 { return 0 })
-	require.NoError(t, err)
-	require.True(t, woke)
-	waitStarts(t, eng, "the woken run", func() bool { return eng.Starts("http://h:5984/idle/") == 2 })
 	c.WaitJob("parked again", id, func(st fdbjobs.State, d *replicator.JobData) bool {
 		return parked(st, d) && d.Parked.Through == "1"
 	})
+	require.Equal(t, 2, eng.Starts("http://h:5984/idle/"))
 	d, _, err = c.Store.Job(context.Background(), nil, id)
 	require.NoError(t, err)
-	require.Equal(t, "its source changed", d.WakeCause)
 	require.Positive(t, d.LastWoken)
-	woke, err = c.Store.WakeJob(context.Background(), c.DB, id, "again", time.Now(), func(*replicator.JobData) int64 { return 0 })
+	require.Contains(t, d.WakeCause, "its source changed")
+	doc = c.DocState("_replicator", "idle")
+	require.Contains(t, string(doc.Info), `"last_woken":{"at":`)
+
+	// A wake wakes a parked job once.
+	woke, err := c.Store.WakeJob(context.Background(), c.DB, id, "again", time.Now(), func(*replicator.JobData) int64 { return 1 << 50 })
 	require.NoError(t, err)
 	require.True(t, woke)
-	woke, err = c.Store.WakeJob(context.Background(), c.DB, id, "once more", time.Now(), func(*replicator.JobData) int64 { return 0 })
+	woke, err = c.Store.WakeJob(context.Background(), c.DB, id, "once more", time.Now(), func(*replicator.JobData) int64 { return 1 << 50 })
 	require.NoError(t, err)
 	require.False(t, woke, "a job that is not parked is not woken")
 }
@@ -127,4 +133,85 @@ func TestParkedJobRunsAtItsSweep(t *testing.T) {
 	c.PutDoc("_replicator", "quiet", repDoc("http://h/quiet", "http://h/t", true))
 	c.WaitJob("parked", c.DocJobID("_replicator", "quiet"), parked)
 	waitStarts(t, eng, "the sweep's run", func() bool { return eng.Starts("http://h/quiet/") >= 2 })
+}
+
+// watchOf returns the state and data of group's watch job.
+func watchOf(t *testing.T, c *replicatortest.Cluster, group string) (fdbjobs.State, *replicator.WatchData) {
+	t.Helper()
+	st, raw, err := c.Store.Jobs.Job(context.Background(), nil, replicator.WatchType, replicator.WatchJobID(group))
+	if errors.Is(err, fdbjobs.ErrNotFound) {
+		return fdbjobs.NotFound, nil
+	}
+	require.NoError(t, err)
+	wd, err := replicator.DecodeWatchData(raw)
+	require.NoError(t, err)
+	return st, wd
+}
+
+// woken is a WaitJob condition: the job woke for a cause that contains
+// cause, and has run since.
+func wokenBy(cause string) func(fdbjobs.State, *replicator.JobData) bool {
+	return func(_ fdbjobs.State, d *replicator.JobData) bool {
+		return d != nil && strings.Contains(d.WakeCause, cause) && d.LastStart >= d.LastWoken
+	}
+}
+
+// The parked jobs of one source server and user share one watch, which
+// follows the server's _db_updates feed: a change to one source database
+// wakes its jobs, and only them; once its group has no parked job, the
+// watch ends.
+func TestWatchFollowsDBUpdates(t *testing.T) {
+	cfg := testConfig()
+	cfg.ParkAfter = 100 * time.Millisecond
+	c, eng := simCluster(t, 1, cfg, 20*time.Millisecond, 0)
+	c.PutDoc("_replicator", "a", repDoc("http://h/a", "http://h/t", true))
+	c.PutDoc("_replicator", "b", repDoc("http://h/b", "http://h/t", true))
+	a, b := c.DocJobID("_replicator", "a"), c.DocJobID("_replicator", "b")
+	c.WaitJob("a parked", a, parked)
+	c.WaitJob("b parked", b, parked)
+	testutil.Eventually(t, "the watch follows _db_updates", func() bool {
+		st, wd := watchOf(t, c, "http://h/")
+		return st == fdbjobs.Running && wd.Mode == replicator.WatchDBUpdates && wd.Since != ""
+	})
+
+	eng.Change("http://h/a/")
+	c.WaitJob("a woken by the feed", a, wokenBy("_db_updates"))
+	c.WaitJob("a parked again", a, func(st fdbjobs.State, d *replicator.JobData) bool {
+		return parked(st, d) && d.Parked.Through == "1"
+	})
+	d, st, err := c.Store.Job(context.Background(), nil, b)
+	require.NoError(t, err)
+	require.True(t, parked(st, d), "b's source did not change")
+	require.Zero(t, d.LastWoken)
+
+	c.PutDoc("_replicator", "a", nil)
+	c.PutDoc("_replicator", "b", nil)
+	testutil.Eventually(t, "the watch ended", func() bool {
+		st, _ := watchOf(t, c, "http://h/")
+		return st == fdbjobs.Finished
+	})
+}
+
+// A server that refuses _db_updates (or has none) is polled: each parked
+// job's exact check in turn, every WatchPollInterval; the watch says why.
+func TestWatchPollsWithoutDBUpdates(t *testing.T) {
+	cfg := testConfig()
+	cfg.ParkAfter, cfg.WatchPollInterval = 100*time.Millisecond, 50*time.Millisecond
+	c, eng := simCluster(t, 1, cfg, 20*time.Millisecond, 0)
+	eng.SetDBUpdates("http://p/", fmt.Errorf("%w: http://p/_db_updates answered 401: the credentials are refused, or are not a server admin's", engine.ErrUnauthorized))
+	c.PutDoc("_replicator", "a", repDoc("http://p/a", "http://p/t", true))
+	c.PutDoc("_replicator", "b", repDoc("http://p/b", "http://p/t", true))
+	a := c.DocJobID("_replicator", "a")
+	c.WaitJob("a parked", a, parked)
+	c.WaitJob("b parked", c.DocJobID("_replicator", "b"), parked)
+	testutil.Eventually(t, "the watch polls, and says why", func() bool {
+		_, wd := watchOf(t, c, "http://p/")
+		return wd != nil && wd.Mode == replicator.WatchPoll && strings.Contains(wd.Reason, "401")
+	})
+	eng.Change("http://p/a/")
+	c.WaitJob("a woken by a poll", a, wokenBy("poll"))
+	c.WaitJob("a parked again", a, parked)
+	job, err := c.Plane.SchedulerDoc(context.Background(), "_replicator", "b")
+	require.NoError(t, err)
+	require.Contains(t, string(job.Info), `"watch":{"mode":"poll","reason":"`, "the view of one job says how its source is watched")
 }

@@ -55,6 +55,9 @@ type Engine struct {
 	runTime map[string]time.Duration      // run time of the runs that ended, by source
 	open    map[string]map[*run]time.Time // the runs in progress and their starts, by source
 	seq     map[string]int64              // the source's update sequence, by source
+	updates map[string][]engine.DBUpdate  // each server's _db_updates feed, by server URL
+	feedErr map[string]error              // a server's answer to _db_updates, when not a feed
+	changed chan struct{}                 // closed and replaced at each Change
 	running int
 	maxRun  int
 	total   int64
@@ -65,7 +68,60 @@ func New() *Engine {
 	return &Engine{CheckpointEvery: CheckpointEveryDefault, OneShot: OneShotDefault, Clock: clockwork.NewRealClock(),
 		code: map[string]string{}, fail: map[string]error{}, panics: map[string]any{},
 		starts: map[string]int{}, runTime: map[string]time.Duration{}, open: map[string]map[*run]time.Time{},
-		last: map[string]engine.Replication{}, seq: map[string]int64{}}
+		last: map[string]engine.Replication{}, seq: map[string]int64{},
+		updates: map[string][]engine.DBUpdate{}, feedErr: map[string]error{}, changed: make(chan struct{})}
+}
+
+// SetDBUpdates makes the _db_updates feed of server (a URL ending in "/")
+// answer err (nil: a feed again), as a server that refuses or lacks it.
+func (e *Engine) SetDBUpdates(server string, err error) { setOrDelete(&e.mu, e.feedErr, server, err) }
+
+// DBUpdates implements replicator.Engine: the server of rep's source has a
+// feed of its sources' changes, one row per Change, its sequences 1, 2, …
+func (e *Engine) DBUpdates(ctx context.Context, rep engine.Replication, since string, timeout time.Duration, emit func(engine.DBUpdate) error) (string, error) {
+	src := rep.Source.URL.String()
+	server := src[:strings.LastIndexByte(strings.TrimSuffix(src, "/"), '/')+1]
+	var end <-chan time.Time
+	for {
+		e.mu.Lock()
+		if err := e.feedErr[server]; err != nil {
+			e.mu.Unlock()
+			return since, err
+		}
+		log, wait := e.updates[server], e.changed
+		e.mu.Unlock()
+		from := 0
+		switch since {
+		case "now":
+			from = len(log)
+		case "":
+		default:
+			n, _ := strconv.Atoi(since)
+			from = min(n, len(log))
+		}
+		for _, u := range log[from:] {
+			since = u.Seq
+			if err := emit(u); err != nil {
+				return since, err
+			}
+		}
+		if from < len(log) {
+			return since, nil
+		}
+		if since == "now" {
+			since = strconv.Itoa(len(log))
+		}
+		if end == nil {
+			end = e.Clock.After(timeout)
+		}
+		select {
+		case <-wait:
+		case <-end:
+			return since, nil
+		case <-ctx.Done():
+			return since, ctx.Err()
+		}
+	}
 }
 
 // Change writes a document to source: its sequence moves on, and its open
@@ -74,6 +130,13 @@ func (e *Engine) Change(source string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.seq[source]++
+	if i := strings.LastIndexByte(strings.TrimSuffix(source, "/"), '/'); i >= 0 {
+		server := source[:i+1]
+		e.updates[server] = append(e.updates[server], engine.DBUpdate{DB: strings.Trim(source[i+1:], "/"), Type: "updated",
+			Seq: strconv.Itoa(len(e.updates[server]) + 1)})
+	}
+	close(e.changed)
+	e.changed = make(chan struct{})
 	now := e.Clock.Now()
 	for r := range e.open[source] {
 		r.mu.Lock()

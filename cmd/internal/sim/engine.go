@@ -238,6 +238,19 @@ func (n nodeEngine) Pending(ctx context.Context, rep engine.Replication, since s
 	return n.e.inner.Pending(ctx, rep, since)
 }
 
+// DBUpdates implements replicator.Engine: a server whose host is down
+// does not answer.
+func (n nodeEngine) DBUpdates(ctx context.Context, rep engine.Replication, since string, timeout time.Duration, emit func(engine.DBUpdate) error) (string, error) {
+	job := rep.Source.URL.String()
+	n.e.mu.Lock()
+	down := n.e.down[hostOf(job)]
+	n.e.mu.Unlock()
+	if down {
+		return since, refused(job)
+	}
+	return n.e.inner.DBUpdates(ctx, rep, since, timeout, emit)
+}
+
 func hostOf(job string) string {
 	u, err := url.Parse(job)
 	if err != nil {

@@ -1,0 +1,110 @@
+package replicator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+// WatchType is the fdbjobs type of the watch jobs: one per watch group of
+// parked jobs (see doc.go, "Parking"), which one replication node holds
+// and follows, fenced by its job lock like any job.
+const WatchType = "rep_watch"
+
+// How a watch follows its source server (WatchData.Mode).
+const (
+	// WatchDBUpdates: the server's _db_updates feed, from WatchData.Since.
+	WatchDBUpdates = "db_updates"
+	// WatchPoll: each parked job's exact check in turn, at a bounded rate,
+	// where _db_updates is refused or missing (WatchData.Reason says why).
+	WatchPoll = "poll"
+)
+
+// WatchData is a watch job's data.
+type WatchData struct {
+	// Group is the watch group it follows (WatchGroupOf).
+	Group string `json:"group"`
+	// Mode is how it follows the group's server (WatchDBUpdates or
+	// WatchPoll; "" before its first run), and Reason why it polls.
+	Mode   string `json:"mode,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Since is the _db_updates sequence it has followed up to: a watch
+	// that another node takes over goes on from there and misses nothing
+	// the feed kept.
+	Since string `json:"since,omitempty"`
+	// FeedTried is when a polling watch last asked for _db_updates (Unix
+	// ms): it asks again some minutes later.
+	FeedTried int64 `json:"feed_tried,omitempty"`
+	// Node is the node that follows it, and Updated when it last wrote
+	// (Unix ms).
+	Node    string `json:"node,omitempty"`
+	Updated int64  `json:"updated,omitempty"`
+}
+
+// Encode encodes the watch's data.
+func (w *WatchData) Encode() json.RawMessage {
+	b, _ := json.Marshal(w)
+	return b
+}
+
+// DecodeWatchData decodes a watch job's data.
+func DecodeWatchData(raw json.RawMessage) (*WatchData, error) {
+	w := &WatchData{}
+	if err := json.Unmarshal(raw, w); err != nil {
+		return nil, fmt.Errorf("replicator: watch data: %w", err)
+	}
+	return w, nil
+}
+
+// ensureWatch makes sure group has a watch, in tr (the park of one of its
+// jobs): a watch that is pending or running already follows it, and sees
+// the job at its next look; one that is gone or finished is added,
+// pending at once. It reads the watch's row, so that a watch that ends
+// because its group is empty (EndWatch) and a park into the group
+// conflict: one of them sees the other.
+func (s *Store) ensureWatch(ctx context.Context, tr kv.Transaction, group string) error {
+	id := WatchJobID(group)
+	st, _, err := s.Jobs.Job(ctx, tr, WatchType, id)
+	switch {
+	case errors.Is(err, fdbjobs.ErrNotFound):
+	case err != nil:
+		return err
+	case st == fdbjobs.Pending || st == fdbjobs.Running:
+		return nil
+	}
+	return s.Jobs.Add(ctx, tr, WatchType, id, (&WatchData{Group: group}).Encode(), 0)
+}
+
+// EndWatch finishes the watch job that job holds, in tr, when its group
+// has no parked job any more, and reports whether it did; with parked
+// jobs it changes nothing. A park into the group meanwhile conflicts with
+// it (ensureWatch).
+func (s *Store) EndWatch(ctx context.Context, tr kv.Transaction, job *fdbjobs.Job, w *WatchData) (bool, error) {
+	any, err := s.AnyParked(tr, w.Group)
+	if err != nil || any {
+		return false, err
+	}
+	return true, s.Jobs.Finish(ctx, tr, job, w.Encode())
+}
+
+// setupWatches registers the watch type with jobTimeout and a few shards
+// (watch jobs are few: one per source server and user).
+func (s *Store) setupWatches(ctx context.Context, jobTimeout time.Duration) error {
+	if cur, err := s.Jobs.TypeTimeout(ctx, nil, WatchType); err == nil && cur == jobTimeout {
+		return nil
+	} else if err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
+		return err
+	}
+	if err := s.Jobs.SetTypeTimeout(ctx, nil, WatchType, jobTimeout); err != nil {
+		return err
+	}
+	return s.Jobs.SetTypeShards(ctx, nil, WatchType, watchShards)
+}
+
+// watchShards is the watch type's queue shards.
+const watchShards = 4
