@@ -40,6 +40,10 @@ type WatchData struct {
 	// FeedTried is when a polling watch last asked for _db_updates (Unix
 	// ms): it asks again some minutes later.
 	FeedTried int64 `json:"feed_tried,omitempty"`
+	// Unanswered is since when its server has not answered (Unix ms; 0
+	// while it answers): the node logs the first failure and the
+	// recovery, not each retry.
+	Unanswered int64 `json:"unanswered,omitempty"`
 	// Node is the node that follows it, and Updated when it last wrote
 	// (Unix ms).
 	Node    string `json:"node,omitempty"`

@@ -353,8 +353,25 @@ func (r *watchRun) follow(ctx context.Context, rep engine.Replication) (end watc
 					" (it needs a server admin's credentials in the replications, and on CouchDB 3.x the _global_changes database: PUT /_global_changes)")
 			return watchPolled, true
 		default:
-			cfg.Logger.Info().Err(err).Str("group", wd.Group).Msg("replicator: watch: the source server's _db_updates feed did not answer; its parked replications stay parked")
+			first := false
+			r.set(func(w *replicator.WatchData) {
+				if first = w.Unanswered == 0; first {
+					w.Unanswered = replicator.Millis(cfg.Clock.Now())
+				}
+			})
+			if first {
+				cfg.Logger.Info().Err(err).Str("group", wd.Group).
+					Msg("replicator: watch: the source server does not answer; its parked replications stay parked until it does")
+			}
 			return watchRetry, false
+		}
+	}
+	answered := func() {
+		was := int64(0)
+		r.set(func(w *replicator.WatchData) { was, w.Unanswered = w.Unanswered, 0 })
+		if was != 0 {
+			cfg.Logger.Info().Str("group", wd.Group).Str("after", cfg.Clock.Now().Sub(time.UnixMilli(was)).Round(time.Second).String()).
+				Msg("replicator: watch: the source server answers again")
 		}
 	}
 	if since == "" {
@@ -362,6 +379,7 @@ func (r *watchRun) follow(ctx context.Context, rep engine.Replication) (end watc
 		if err != nil {
 			return refused(err)
 		}
+		answered()
 		if err := r.checkAll(ctx, "its source changed (before its watch followed _db_updates)"); err != nil {
 			if ctx.Err() != nil {
 				return watchCancelled, false
@@ -382,6 +400,7 @@ func (r *watchRun) follow(ctx context.Context, rep engine.Replication) (end watc
 		if err != nil {
 			return refused(err)
 		}
+		answered()
 		any, err := kv.ReadTransact(ctx, r.n.store.DB, func(tr kv.ReadTransaction) (bool, error) {
 			return r.n.store.AnyParked(tr, wd.Group)
 		})

@@ -12,6 +12,7 @@ package simengine
 import (
 	"context"
 	"encoding/json"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,7 +133,11 @@ func (e *Engine) Change(source string) {
 	e.seq[source]++
 	if i := strings.LastIndexByte(strings.TrimSuffix(source, "/"), '/'); i >= 0 {
 		server := source[:i+1]
-		e.updates[server] = append(e.updates[server], engine.DBUpdate{DB: strings.Trim(source[i+1:], "/"), Type: "updated",
+		db, err := url.PathUnescape(strings.Trim(source[i+1:], "/")) // the feed names databases as they are
+		if err != nil {
+			db = strings.Trim(source[i+1:], "/")
+		}
+		e.updates[server] = append(e.updates[server], engine.DBUpdate{DB: db, Type: "updated",
 			Seq: strconv.Itoa(len(e.updates[server]) + 1)})
 	}
 	close(e.changed)

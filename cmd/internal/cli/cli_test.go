@@ -279,6 +279,13 @@ func TestRenderTables(t *testing.T) {
 	out, err = renderDocs(json.RawMessage(one), true)
 	require.NoError(t, err)
 	require.Contains(t, out, "d3")
+	// A parked replication: the views say running, with info.parked.
+	parked := `{"id":null,"database":"_replicator","doc_id":"d4","state":"running","node":null,"error_count":0,
+		"info":{"docs_written":4,"caught_up":true,"eta_sec":0,"stall":null,"parked":{"since":"2026-01-01T00:00:00Z","sweep_at":"2026-01-02T00:00:00Z","through":"9"}}}`
+	out, err = renderDocs(json.RawMessage(parked), true)
+	require.NoError(t, err)
+	require.Regexp(t, `d4 +parked `, out)
+	require.Contains(t, out, "yes", "in sync")
 	// Without -wide: no USER or STARTED, endpoints as user@host/db, long
 	// cells cut; a typical row fits 160 columns.
 	long := strings.Replace(jobs, `"could not open http://h/c/"`, `"`+strings.Repeat("x", 200)+`"`, 1)

@@ -32,6 +32,7 @@ type jobInfo struct {
 	ETASec     *int64              `json:"eta_sec"`
 	Stall      *api.StallInfo      `json:"stall"`
 	FailedDocs []api.FailedDocInfo `json:"failed_docs"`
+	Parked     *api.ParkInfo       `json:"parked"`
 }
 
 func decodeInfo(raw json.RawMessage) jobInfo {

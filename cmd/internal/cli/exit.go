@@ -51,7 +51,9 @@ Prints the cluster's replication jobs (GET /_scheduler/jobs, or one job's,
 by replication id or job id, with the documents its target refused) as a
 table; -watch refreshes it until Ctrl-C. IN SYNC is "yes" for a job caught
 up with its source, else the time left at its rate when known; STALL is why
-a job does not move.
+a job does not move. STATE "parked" is a continuous replication caught up
+and waiting for a change to its source without a slot (the views show it
+running).
 
 flags:
 `

@@ -323,7 +323,7 @@ func renderJobs(raw json.RawMessage, wide bool) (string, error) {
 			last = errText
 		}
 		inSync, stall := syncCols(j.Info)
-		rows = append(rows, []string{id, doc, j.State, endpoint(j.Source, wide), endpoint(j.Target, wide), orDash(j.Node),
+		rows = append(rows, []string{id, doc, stateCol(j.State, j.Info), endpoint(j.Source, wide), endpoint(j.Target, wide), orDash(j.Node),
 			orDash(j.User), written, pending, inSync, cut(stall, wide), j.StartTime, cut(last, wide)})
 	}
 	header, rows := columns([]string{"ID", "DOC", "STATE", "SOURCE", "TARGET", "NODE", "USER", "WRITTEN", "PENDING", "IN SYNC", "STALL", "STARTED", "LAST EVENT"},
@@ -349,7 +349,7 @@ func renderDocs(raw json.RawMessage, wide bool) (string, error) {
 	for _, d := range list.Docs {
 		written, pending, errText := counts(d.Info)
 		inSync, stall := syncCols(d.Info)
-		rows = append(rows, []string{d.Database, d.DocID, d.State, endpoint(d.Source, wide), endpoint(d.Target, wide), orDash(d.Node),
+		rows = append(rows, []string{d.Database, d.DocID, stateCol(d.State, d.Info), endpoint(d.Source, wide), endpoint(d.Target, wide), orDash(d.Node),
 			strconv.Itoa(d.ErrorCount), written, pending, inSync, cut(stall, wide), d.LastUpdated, cut(errText, wide)})
 	}
 	header, rows := columns([]string{"DATABASE", "DOC ID", "STATE", "SOURCE", "TARGET", "NODE", "ERRORS", "WRITTEN", "PENDING", "IN SYNC", "STALL", "LAST UPDATED", "ERROR"},
@@ -359,6 +359,16 @@ func renderDocs(raw json.RawMessage, wide bool) (string, error) {
 		out += failedDocs(list.Docs[0].Info)
 	}
 	return out, nil
+}
+
+// stateCol is a job's STATE: its view state, or "parked" for a running
+// replication that is parked (caught up, waiting for a change to its
+// source without a slot; the views show it running, with info.parked).
+func stateCol(state string, info json.RawMessage) string {
+	if state == "running" && decodeInfo(info).Parked != nil {
+		return "parked"
+	}
+	return state
 }
 
 // footer says how many rows of how many were shown.

@@ -6,10 +6,15 @@
 // the cluster's shape and a stream of operations (documents created,
 // updated and deleted, POST /_replicate waiting and cancelled, replicator
 // databases created and deleted, max_jobs, max_churn and interval
-// changed, nodes started, stopped and killed, endpoints failing); after
+// changed, nodes started, stopped and killed, endpoints failing, documents
+// written to sources; with parking on in some setups, and one server that
+// refuses _db_updates in some, so that its sources are polled); after
 // every interval a model, built from the operations and the engine's
 // record of every run, checks the invariants that replicator/scheduler's
-// doc.go states (liveness, safety) and that the views agree with it. A
+// doc.go states (liveness, safety; a parked replication runs again within
+// the watch's bound of a change to its source, or at its sweep, and is not
+// waiting meanwhile) and that the views agree with it (a parked one shows
+// running on no node, and only after its run parked). A
 // failure prints the seed and the shortest operation sequence found that
 // still fails.
 package sim

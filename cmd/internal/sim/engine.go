@@ -32,6 +32,21 @@ type Engine struct {
 	runs       map[string][]*Record
 	violations []string
 	started    int
+	checked    map[string][]time.Time // the exact checks of each job's source: it was parked then
+}
+
+// ParkedSince returns when job was first seen parked after after: the
+// first exact check of its source then (a node makes one right after a
+// park commits, and a watch only of parked jobs); zero for none.
+func (e *Engine) ParkedSince(job string, after time.Time) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range e.checked[job] {
+		if !t.Before(after) {
+			return t
+		}
+	}
+	return time.Time{}
 }
 
 // Started returns how many runs started.
@@ -57,7 +72,8 @@ type Record struct {
 func newEngine(oneShot, checkpoint time.Duration) *Engine {
 	in := simengine.New()
 	in.OneShot, in.CheckpointEvery = oneShot, checkpoint
-	return &Engine{inner: in, kill: map[string]context.CancelFunc{}, down: map[string]bool{}, open: map[string]*Record{}, runs: map[string][]*Record{}}
+	return &Engine{inner: in, kill: map[string]context.CancelFunc{}, down: map[string]bool{}, open: map[string]*Record{}, runs: map[string][]*Record{},
+		checked: map[string][]time.Time{}}
 }
 
 // For returns the engine as a new incarnation of node sees it.
@@ -231,6 +247,7 @@ func (n nodeEngine) Pending(ctx context.Context, rep engine.Replication, since s
 	job := rep.Source.URL.String()
 	n.e.mu.Lock()
 	down := n.e.down[hostOf(job)]
+	n.e.checked[job] = append(n.e.checked[job], time.Now())
 	n.e.mu.Unlock()
 	if down {
 		return 0, refused(job)

@@ -65,7 +65,16 @@ type timing struct {
 	nodeExpiry time.Duration // membership: node timeout plus a heartbeat
 	oneShot    time.Duration
 	fairShare  bool // on: the queue orders jobs by fair-share priority, not first come first served
+	// parkAfter is park_after_sec (0: never), parkSweep park_sweep_sec and
+	// pollInterval watch_poll_interval_sec.
+	parkAfter, parkSweep, pollInterval time.Duration
 }
+
+// watch is the longest from a change to a parked job's source to its wake:
+// its group's watch may have to be taken over from a dead node first (the
+// activity monitor), then polls (a cycle), then the wake's transaction
+// and an acceptor's step (scheduler doc.go, "Parking" and "Watches").
+func (tm timing) watch() time.Duration { return tm.takeBack() + tm.pollInterval + 2*tm.step() }
 
 // step is the largest interval step: the interval and its third of jitter.
 func (tm timing) step() time.Duration { return tm.interval + tm.interval/3 }
@@ -161,6 +170,21 @@ func (m *Model) runnableFrom(w *World, j *job, runs []Record, now time.Time) (ti
 		if probed := up.Add(m.tm.step()); up.After(last.End) && probed.Before(from) && m.upThroughout(w, last.Node, last.End) {
 			from, why = probed, "its host answered again (probed by "+last.Node+")"
 		}
+	case !last.End.IsZero() && j.cont && m.tm.parkAfter > 0 && !w.eng.ParkedSince(j.src, last.End).IsZero():
+		// It parked: runnable once a change to its source after its run
+		// woke it (from when its host answers: a watch does not see a
+		// server that is down), else at its sweep.
+		parked := w.eng.ParkedSince(j.src, last.End)
+		from, why = parked.Add(m.tm.parkSweep), "parked: its sweep"
+		for _, c := range m.changes[j.src] {
+			if !c.Before(last.End) {
+				if m.hostDown[j.host] {
+					return time.Time{}, ""
+				}
+				from, why = later(later(c, parked), m.hostUp[j.host]).Add(m.tm.watch()), "parked: its source changed at "+c.Format(time.TimeOnly)
+				break
+			}
+		}
 	case !last.End.IsZero():
 		from, why = last.End, "stopped"
 	}
@@ -226,6 +250,8 @@ type Model struct {
 	fitSince time.Time
 	// worked is the last Work operation on each job's run.
 	worked map[string]work
+	// changes are the Change operations on each job's source.
+	changes map[string][]time.Time
 }
 
 // work is a Work operation: the run of node started at start had written
@@ -319,7 +345,7 @@ func (m *Model) endedUnrecorded(r Record) bool {
 func newModel(tm timing) *Model {
 	return &Model{tm: tm, every: tm.interval, jobs: map[string]*job{}, docs: map[string]*job{}, reps: map[int]*replicate{},
 		hostDown: map[string]bool{}, hostUp: map[string]time.Time{}, deaths: map[string][]death{},
-		dbs: map[string]bool{"_replicator": true}, worked: map[string]work{}}
+		dbs: map[string]bool{"_replicator": true}, worked: map[string]work{}, changes: map[string][]time.Time{}}
 }
 
 // problems collects the violations of one check.

@@ -40,12 +40,13 @@ const (
 	ChangeFilter                // the code of a filtered document's filter changes on its source
 	PartitionNode               // cut a replication node off from the store, leaving it running (until stopped or killed)
 	Work                        // a running job reads and writes documents (between its checkpoints)
+	Change                      // a document is written to a continuous job's source
 	opKinds
 )
 
 var opNames = [...]string{"put-doc", "delete-doc", "replicate", "replicate-continuous", "cancel", "give-up",
 	"create-db", "delete-db", "max_jobs", "max_churn", "interval_sec", "start-node", "stop-node", "kill-node",
-	"host-down", "host-up", "change-filter", "partition-node", "work"}
+	"host-down", "host-up", "change-filter", "partition-node", "work", "change"}
 
 func (k OpKind) String() string { return opNames[k] }
 
@@ -72,7 +73,7 @@ func (o Op) String() string {
 		return fmt.Sprintf("%v %s %s/d%d", at, o.Kind, dbName(o.DB), o.Doc)
 	case Replicate, ReplicateCont:
 		return fmt.Sprintf("%v %s #%d host=h%d", at, o.Kind, o.N, o.Host)
-	case CancelRep, GiveUp, Work:
+	case CancelRep, GiveUp, Work, Change:
 		return fmt.Sprintf("%v %s #%d", at, o.Kind, o.N)
 	case CreateDB, DeleteDB:
 		return fmt.Sprintf("%v %s %s", at, o.Kind, dbName(o.DB))
@@ -110,6 +111,11 @@ type Setup struct {
 	Docs        int           // document slots per database
 	Hosts       int           // endpoint host slots
 	FairShare   bool          // fair share on (else fair_share_window_sec = 0: first come first served)
+	// ParkAfter is park_after_sec (0: replications never park), and
+	// NoFeedHost a host slot whose server refuses _db_updates (its parked
+	// replications are polled; -1: none).
+	ParkAfter  int
+	NoFeedHost int
 }
 
 // genSetup draws a Setup.
@@ -130,6 +136,8 @@ func genSetup(rng *rand.Rand) Setup {
 		Docs:        4 + rng.IntN(10),
 		Hosts:       3,
 		FairShare:   rng.IntN(2) == 0,
+		ParkAfter:   pick(0, 0, 20, 120),
+		NoFeedHost:  pick(-1, 2),
 	}
 	s.Started = 1 + rng.IntN(s.Replicas)
 	return s
@@ -146,7 +154,7 @@ func genOps(rng *rand.Rand, s Setup, intervals int) []Op {
 	// rest.
 	weights := [opKinds]int{PutDoc: 30, DeleteDoc: 12, Replicate: 5, ReplicateCont: 3, CancelRep: 3, GiveUp: 1,
 		CreateDB: 2, DeleteDB: 1, SetMaxJobs: 2, SetMaxChurn: 1, SetInterval: 1, StartNode: 3, StopNode: 1,
-		KillNode: 1, HostDown: 2, HostUp: 3, ChangeFilter: 2, PartitionNode: 1, Work: 6}
+		KillNode: 1, HostDown: 2, HostUp: 3, ChangeFilter: 2, PartitionNode: 1, Work: 6, Change: 6}
 	total := 0
 	for _, w := range weights {
 		total += w
@@ -179,6 +187,8 @@ func genOps(rng *rand.Rand, s Setup, intervals int) []Op {
 			op.N = 1 + rng.IntN(reps)
 		case Work:
 			op.N = rng.IntN(1000) // which of the open runs
+		case Change:
+			op.N = rng.IntN(1000) // which of the continuous jobs alive
 		case SetMaxJobs:
 			op.N = 1 + rng.IntN(8)
 		case SetMaxChurn:
@@ -402,6 +412,20 @@ func (r *runner) apply(op Op, now time.Time, i int) error {
 		}
 		r.w.eng.inner.Work(src, workDocs)
 		m.worked[src] = work{node: rec.Node, start: rec.Start, at: now, docs: rec.run.Progress().DocsWritten}
+	case Change:
+		var srcs []string
+		for src, j := range m.jobs {
+			if j.alive() && j.cont {
+				srcs = append(srcs, src)
+			}
+		}
+		if len(srcs) == 0 {
+			return nil
+		}
+		slices.Sort(srcs)
+		src := srcs[op.N%len(srcs)]
+		r.w.eng.inner.Change(src)
+		m.changes[src] = append(m.changes[src], now)
 	case PartitionNode:
 		n := r.w.replica(op.Node)
 		if !n.Up || n.Partitioned {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
 // Config is one simulation.
@@ -74,6 +75,10 @@ func run(t *testing.T, cfg Config) (res Result) {
 
 	db := kvtest.NewDB(t)
 	eng := newEngine(setup.OneShot, 5*time.Second)
+	if setup.NoFeedHost >= 0 {
+		eng.inner.SetDBUpdates(fmt.Sprintf("http://h%d.sim/", setup.NoFeedHost),
+			fmt.Errorf("%w: answered 401: the credentials are not a server admin's", engine.ErrUnauthorized))
+	}
 	w := newWorld(db, eng, baseConfig(setup))
 	for i := range setup.Frontends {
 		w.AddNode(fmt.Sprintf("f%d", i), "api_frontend")
@@ -98,6 +103,7 @@ func run(t *testing.T, cfg Config) (res Result) {
 		minBackoff: time.Duration(setup.MinBackoff) * time.Second, maxBackoff: time.Duration(setup.MaxBackoff) * time.Second,
 		health: 2 * time.Minute, jobTimeout: 61 * time.Second, monitor: 10 * time.Second,
 		nodeExpiry: 40 * time.Second, oneShot: setup.OneShot, fairShare: setup.FairShare,
+		parkAfter: time.Duration(setup.ParkAfter) * time.Second, parkSweep: parkSweep, pollInterval: pollInterval,
 	})
 	r := &runner{w: w, m: m, waits: map[int]context.CancelFunc{}, results: make(chan repResult, 1024)}
 	start := time.Now()
@@ -270,6 +276,8 @@ func baseConfig(s Setup) map[string]map[string]string {
 			"interval_sec": itoa(s.IntervalSec), "max_jobs": itoa(s.MaxJobs), "max_churn": itoa(s.MaxChurn),
 			"min_run_time_sec": itoa(s.MinRunTime), "min_backoff_penalty_sec": itoa(s.MinBackoff),
 			"max_backoff_penalty_sec": itoa(s.MaxBackoff), "fair_share_window_sec": map[bool]string{true: "86400", false: "0"}[s.FairShare],
+			"park_after_sec": itoa(s.ParkAfter), "park_sweep_sec": itoa(int(parkSweep / time.Second)),
+			"watch_poll_interval_sec": itoa(int(pollInterval / time.Second)),
 		},
 	}
 }
@@ -300,4 +308,8 @@ const (
 	// ViewSettle is how long a view may disagree with what runs before
 	// the check fails (see settledViews).
 	ViewSettle = 10 * time.Second
+	// parkSweep and pollInterval are the nodes' park_sweep_sec and
+	// watch_poll_interval_sec.
+	parkSweep    = time.Hour
+	pollInterval = 10 * time.Second
 )

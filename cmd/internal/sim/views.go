@@ -33,9 +33,22 @@ func (m *Model) checkViews(w *World, f *Node, now time.Time) problems {
 		}
 		return true
 	}
-	// state checks what a view says of job j: running on node, or not.
-	state := func(view string, j *job, st string, node *string) {
+	// state checks what a view says of job j: running on node, or not,
+	// or parked (shown running, on no node, with info.parked).
+	state := func(view string, j *job, st string, node *string, info json.RawMessage) {
 		r := open[j.src]
+		if parkedInfo(info) {
+			runs := w.eng.Runs(j.src)
+			switch {
+			case st != "running" || node != nil:
+				p.add("views: %s shows %s parked as %s on %v; a parked replication shows running on no node", view, j.src, st, deref(node))
+			case r != nil:
+				p.add("views: %s shows %s parked; it runs on %s since %s", view, j.src, r.Node, r.Start.Format(time.TimeOnly))
+			case len(runs) == 0 || w.eng.ParkedSince(j.src, runs[len(runs)-1].End).IsZero():
+				p.add("views: %s shows %s parked; it did not park after its last run (%s)", view, j.src, runsOf(w, j.src))
+			}
+			return
+		}
 		switch {
 		case r != nil && (st != "running" || node == nil || *node != r.Node):
 			p.add("views: %s shows %s as %s on %v; it runs on %s since %s", view, j.src, st, deref(node), r.Node,
@@ -61,7 +74,7 @@ func (m *Model) checkViews(w *World, f *Node, now time.Time) problems {
 				p.add("views: _scheduler/jobs lists %s (%s), which the model has %s", src, e.State, describe(j))
 				continue
 			}
-			state("_scheduler/jobs", j, e.State, e.Node)
+			state("_scheduler/jobs", j, e.State, e.Node, e.Info)
 			m.checkProgress(w, "_scheduler/jobs", src, open[src], e.Info, now, &p)
 		}
 		for _, j := range m.jobs {
@@ -85,7 +98,7 @@ func (m *Model) checkViews(w *World, f *Node, now time.Time) problems {
 			case deref(d.Source) != j.src:
 				p.add("views: _scheduler/docs shows %s with source %s; its document has %s", key, deref(d.Source), j.src)
 			default:
-				state("_scheduler/docs", j, d.State, d.Node)
+				state("_scheduler/docs", j, d.State, d.Node, d.Info)
 				m.checkProgress(w, "_scheduler/docs", j.src, open[j.src], d.Info, now, &p)
 			}
 			delete(rows, key)
@@ -168,6 +181,14 @@ func (m *Model) deadNodeShown(node *string, now time.Time) bool {
 	}
 	d := m.deaths[*node]
 	return len(d) > 0 && now.Sub(d[len(d)-1].done) <= m.tm.nodeExpiry
+}
+
+// parkedInfo reports whether a view's info says its job is parked.
+func parkedInfo(info json.RawMessage) bool {
+	var i struct {
+		Parked json.RawMessage `json:"parked"`
+	}
+	return len(info) > 0 && json.Unmarshal(info, &i) == nil && len(i.Parked) > 0 && string(i.Parked) != "null"
 }
 
 func deref(s *string) string {
