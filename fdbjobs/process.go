@@ -93,10 +93,15 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 		datas[i] = d
 	}
 	type outcome struct {
-		errs     []error
-		after    []*row
-		renewed  []bool       // a new seq and lease written (heartbeat)
-		left     []bool       // the job left its lease (Job.lease)
+		errs    []error
+		after   []*row
+		renewed []bool // a new seq and lease written (heartbeat)
+		left    []bool // the job left its lease (Job.lease)
+		// moved is, for a job whose heartbeat an earlier attempt of this
+		// call committed (commit_unknown_result), the seq it wrote: the
+		// versionstamp of the lease that attempt wrote, which the job
+		// holds now.
+		moved    []*tuple.Versionstamp
 		enqueued []string     // the types of the jobs a Finish made pending
 		vs       kv.FutureKey // of the commit, when it wrote leases
 	}
@@ -113,7 +118,8 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 			futs[i] = tr.Get(c.k.dataKey(it.Job.Type, it.Job.ID))
 		}
 		n := len(items)
-		o := outcome{errs: make([]error, n), after: make([]*row, n), renewed: make([]bool, n), left: make([]bool, n)}
+		o := outcome{errs: make([]error, n), after: make([]*row, n), renewed: make([]bool, n), left: make([]bool, n),
+			moved: make([]*tuple.Versionstamp, n)}
 		enqueued := map[string]bool{}
 		leaving := map[*lease]int{}    // jobs leaving each lease in this batch
 		grants := map[claimRef][]int{} // heartbeats, by type and token
@@ -146,6 +152,10 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 				continue
 			}
 			o.after[i], o.renewed[i] = after, renewed
+			if moved && after != nil && after.state == Running && after.seq == r.seq {
+				seq := r.seq
+				o.moved[i] = &seq
+			}
 			if renewed {
 				ref := claimRef{it.Job.Type, string(it.Job.lock.token)}
 				if grants[ref] == nil {
@@ -219,6 +229,23 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 			granted[ref].held++
 		}
 	}
+	// The leases an earlier attempt wrote and committed unseen: the jobs
+	// whose seq it moved hold them, one per token and versionstamp, so
+	// that their Finish clears them as it clears any other.
+	type movedRef struct {
+		claimRef
+		vs tuple.Versionstamp
+	}
+	recovered := map[movedRef]*lease{}
+	for i, it := range items {
+		if vs := out.moved[i]; vs != nil {
+			ref := movedRef{claimRef{it.Job.Type, string(it.Job.lock.token)}, *vs}
+			if recovered[ref] == nil {
+				recovered[ref] = &lease{shard: out.after[i].shard, vs: *vs}
+			}
+			recovered[ref].held++
+		}
+	}
 	for i, it := range items {
 		j := it.Job
 		if out.left[i] {
@@ -229,6 +256,9 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 		}
 		if out.renewed[i] {
 			j.lease = granted[claimRef{j.Type, string(j.lock.token)}]
+		}
+		if vs := out.moved[i]; vs != nil {
+			j.lease = recovered[movedRef{claimRef{j.Type, string(j.lock.token)}, *vs}]
 		}
 		if r := out.after[i]; r != nil {
 			j.Data, j.ScheduledTime, j.Resubmitted = r.data, r.stime, r.resubmit
