@@ -8,7 +8,7 @@ POUCHDB   := $(CURDIR)/scripts/pouchdb
 FAUXTON   := $(CURDIR)/scripts/fauxton
 
 .PHONY: all build build-fdb run test test-unit test-faults test-latency test-fdb test-deploy soak lint fdb-check pouchdb fauxton fuzz \
-        bench-kv bench-jobs bench-replication bench-scheduler bench-frontend bench-views bench-scale cluster clean
+        bench-kv bench-jobs bench-replication bench-scheduler bench-frontend bench-views bench-scale bench-dormant cluster clean
 
 all: build
 
@@ -182,6 +182,17 @@ bench-frontend:
 ## (ARGS="-sizes 1000,10000,100000,1000000" for the million).
 bench-views:
 	$(BENCH) views $(ARGS)
+
+## bench-dormant: many replications, few active: N (-n, 600) continuous
+## replications from N user databases of a CouchDB 3.5 into one shared
+## database, with the same max_jobs (100), max_churn (20) and interval (5 s)
+## on CouchDB 3.5's own replicator and on one fdbrep node whose replications
+## park when idle, fdbrep with _db_updates and without it (polled); once
+## they settled, connections, CPU and memory while idle, store size per
+## replication, then timed writes to random user databases: lag p50, p99,
+## max, missed. Needs ../shared/couchdb.
+bench-dormant:
+	$(BENCH) dormant $(ARGS)
 
 ## bench-scale: 100,000 _replicator documents on 3 replication nodes
 ## (max_jobs 500): time until every job started once, store bytes per job,

@@ -249,21 +249,12 @@ func (c *scaleCluster) stop() {
 // storeSize counts the store's keys and their bytes (keys plus values),
 // 10,000 keys per transaction.
 func storeSize(ctx context.Context, db kv.Database) (keys, bytes int64, err error) {
-	begin, end := kv.Key{}, kv.Key{0xff}
-	for {
-		kvs, err := kv.ReadTransact(ctx, db, func(tr kv.ReadTransaction) ([]kv.KeyValue, error) {
-			return tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: 10_000}).GetSliceWithError()
-		})
-		if err != nil {
-			return keys, bytes, err
-		}
-		for _, e := range kvs {
+	err = kv.ReadPages(ctx, db, kv.KeyRange{Begin: kv.Key{}, End: kv.Key{0xff}}, 10_000, func(page []kv.KeyValue) (bool, error) {
+		for _, e := range page {
 			keys++
 			bytes += int64(len(e.Key) + len(e.Value))
 		}
-		if len(kvs) < 10_000 {
-			return keys, bytes, nil
-		}
-		begin = append(append(kv.Key{}, kvs[len(kvs)-1].Key...), 0)
-	}
+		return false, nil
+	})
+	return keys, bytes, err
 }
