@@ -59,6 +59,9 @@ type EngineDefault struct {
 	// Client holds the node's TLS and authentication settings of every
 	// endpoint (the zero value: Go's TLS defaults, session auth).
 	Client engine.ClientSettings
+	// Pools is the process's shared connection pools (nil: each run has
+	// its own; see couch.Pools).
+	Pools *couch.Pools
 }
 
 // ReplicationID implements Engine.
@@ -66,7 +69,7 @@ func (e EngineDefault) ReplicationID(ctx context.Context, rep engine.Replication
 	code := ""
 	if rep.Filter != "" && rep.Filter[0] != '_' {
 		var err error
-		code, err = engine.FetchFilterCode(ctx, rep, engine.Options{ServerUUID: serverUUID, Limiter: e.Limiter, Logins: e.Logins, Client: e.Client})
+		code, err = engine.FetchFilterCode(ctx, rep, engine.Options{ServerUUID: serverUUID, Limiter: e.Limiter, Logins: e.Logins, Client: e.Client, Pools: e.Pools})
 		if err != nil {
 			return "", "", err
 		}
@@ -82,12 +85,12 @@ func (e EngineDefault) Probe(ctx context.Context, base string) error {
 
 // Pending implements Engine.
 func (e EngineDefault) Pending(ctx context.Context, rep engine.Replication, since string) (int64, error) {
-	return engine.Pending(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.Client}, since)
+	return engine.Pending(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.Client, Pools: e.Pools}, since)
 }
 
 // DBUpdates implements Engine.
 func (e EngineDefault) DBUpdates(ctx context.Context, rep engine.Replication, since string, timeout time.Duration, emit func(engine.DBUpdate) error) (string, error) {
-	return engine.DBUpdates(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.Client}, since, timeout, emit)
+	return engine.DBUpdates(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.Client, Pools: e.Pools}, since, timeout, emit)
 }
 
 // Start implements Engine.
@@ -97,6 +100,9 @@ func (e EngineDefault) Start(ctx context.Context, rep engine.Replication, opts e
 	}
 	if opts.Logins == nil {
 		opts.Logins = e.Logins
+	}
+	if opts.Pools == nil {
+		opts.Pools = e.Pools
 	}
 	opts.Logger, opts.Client = e.Logger, e.Client
 	return engine.Start(ctx, rep, opts)

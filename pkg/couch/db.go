@@ -31,6 +31,7 @@ type DB struct {
 	client  *http.Client
 	tr      *http.Transport
 	slots   chan struct{} // one token per concurrent request
+	release func()        // gives the pool back: Close
 	auth    string        // Basic Authorization header value, "" for none
 	sess    *session      // cookie session (nil: Basic or no credentials)
 	keyBase string        // rate limiter key prefix: scheme://host
@@ -59,21 +60,31 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 	if ep.Headers == nil {
 		ep.Headers = http.Header{}
 	}
-	tr := &http.Transport{
-		DialContext:         opts.Socket.dialer(opts.ConnectionTimeout),
-		TLSClientConfig:     opts.TLS.Clone(), // the transport adds to it (HTTP/2)
-		TLSHandshakeTimeout: opts.ConnectionTimeout,
-		MaxConnsPerHost:     opts.HTTPConnections,
-		MaxIdleConnsPerHost: opts.HTTPConnections,
-		MaxIdleConns:        opts.HTTPConnections,
-		IdleConnTimeout:     opts.IdleConnTimeout,
-		// No transparent gzip: a compressing peer (pouchdb-server's express)
-		// buffers streamed feeds, heartbeats included.
-		DisableCompression: true,
-		ForceAttemptHTTP2:  true,
+	mk := func() *http.Transport {
+		tr := &http.Transport{
+			DialContext:         opts.Socket.dialer(opts.ConnectionTimeout),
+			TLSClientConfig:     opts.TLS.Clone(), // the transport adds to it (HTTP/2)
+			TLSHandshakeTimeout: opts.ConnectionTimeout,
+			MaxConnsPerHost:     opts.HTTPConnections,
+			MaxIdleConnsPerHost: opts.HTTPConnections,
+			MaxIdleConns:        opts.HTTPConnections,
+			IdleConnTimeout:     opts.IdleConnTimeout,
+			// No transparent gzip: a compressing peer (pouchdb-server's
+			// express) buffers streamed feeds, heartbeats included.
+			DisableCompression: true,
+			ForceAttemptHTTP2:  true,
+		}
+		if opts.Proxy != nil {
+			tr.Proxy = http.ProxyURL(opts.Proxy)
+		}
+		return tr
 	}
-	if opts.Proxy != nil {
-		tr.Proxy = http.ProxyURL(opts.Proxy)
+	var tr *http.Transport
+	release := func() { tr.CloseIdleConnections() }
+	if opts.Pools != nil {
+		tr, release = opts.Pools.acquire(ep, opts, mk)
+	} else {
+		tr = mk()
 	}
 	db := &DB{
 		ep:      ep,
@@ -82,6 +93,7 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 		tr:      tr,
 		client:  &http.Client{Transport: tr},
 		slots:   make(chan struct{}, opts.HTTPConnections),
+		release: release,
 		keyBase: ep.URL.Scheme + "://" + strings.ToLower(ep.URL.Host),
 	}
 	if ep.Username != "" || ep.Password != "" {
@@ -110,9 +122,10 @@ func (db *DB) String() string { return "couch.DB(" + db.ep.Redacted() + ")" }
 // GoString is String (for %#v).
 func (db *DB) GoString() string { return db.String() }
 
-// Close closes idle pooled connections. Requests in flight are not
-// interrupted; the DB stays usable.
-func (db *DB) Close() { db.tr.CloseIdleConnections() }
+// Close closes the DB's idle connections, or with Options.Pools releases
+// its shared pool (whose idle connections close with its last DB).
+// Requests in flight are not interrupted; the DB stays usable.
+func (db *DB) Close() { db.release() }
 
 // Request is one HTTP request to a DB.
 type Request struct {

@@ -55,11 +55,18 @@
 //
 // # Pools, timeouts and retries
 //
-// A DB is one remote database with its own connection pool. Defaults follow
+// A DB is one remote database with its own connection pool, or with
+// Options.Pools the pool it shares with the process's other DBs of the
+// same server (scheme, host, proxy, TLS settings, socket options and
+// connection timeout; a replication node shares one Pools among its
+// runs, so that it holds about as many connections to a server as it has
+// requests in flight there, not as many as it runs replications).
+// Defaults follow
 // CouchDB's [replicator] section:
 //
 //   - HTTPConnections (http_connections, 20): at most this many requests in
-//     flight and pooled connections per DB; more requests wait for a slot
+//     flight per DB, and pooled connections without Pools (a shared pool
+//     keeps up to PoolIdleMaxDefault idle); more requests wait for a slot
 //     (the wait does not count toward any timeout). A 2xx body returned by Do
 //     holds its slot until it is closed.
 //   - ConnectionTimeout (connection_timeout, 30 s): an inactivity limit. An

@@ -77,6 +77,10 @@ type Options struct {
 	// Socket are the TCP options of every connection (zero: Go's
 	// defaults).
 	Socket SocketOptions
+	// Pools, if set, is the process's shared connection pools: the DB uses
+	// the one of its server (see Pools) instead of a pool of its own, and
+	// Close releases it. nil: the DB has its own pool.
+	Pools *Pools
 	// Logger receives retries and give-ups (URLs redacted). nil: no logging.
 	Logger *zerolog.Logger
 	// Observe, if set, is told the outcome of every attempt of a request:

@@ -48,6 +48,10 @@ type Options struct {
 	// not tried again by any run, so that documents sharing a wrong
 	// password do not lock the account out (couch.Logins).
 	Logins *couch.Logins
+	// Pools is the process's shared connection pools (nil: each run's
+	// peers have pools of their own; see couch.Pools): the runs reaching
+	// one server share its connections.
+	Pools *couch.Pools
 
 	// Client holds the node's settings of the endpoints' HTTP clients
 	// (TLS, authentication); the zero value is Go's TLS defaults and

@@ -169,6 +169,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*p
 		SessionRefreshInterval: opts.Client.SessionRefreshInterval,
 		IdleConnTimeout:        opts.Client.IdleConnTimeout,
 		Logins:                 opts.Logins,
+		Pools:                  opts.Pools,
 	}
 	if rep.SocketOptions != nil {
 		copts.Socket = *rep.SocketOptions
