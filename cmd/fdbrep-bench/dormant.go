@@ -274,7 +274,7 @@ func (b *dormantBench) runFdbrep(name, target string) error {
 		return err
 	}
 	defer nodeJobs.Stop()
-	eng := replicator.EngineDefault{Logger: logger, Logins: couch.NewLogins(0, nil)}
+	eng := replicator.EngineDefault{Logger: logger, Logins: couch.NewLogins(0, nil), Pools: couch.NewPools()} // as a node runs it
 	node, err := scheduler.New(replicator.NewStore(db, nodeJobs, nil), eng, cfg)
 	if err != nil {
 		return err
