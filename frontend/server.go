@@ -94,6 +94,10 @@ type Options struct {
 	// cluster), behind /_membership and /_node/{node}/_config; nil
 	// answers them with 503. NodeName should be its name.
 	Cluster *cluster.Node
+	// UpMore, when set, gives more members of GET /_up's body from the
+	// node's other services (health.Self.More: a replication node's
+	// watches, on a node with both roles).
+	UpMore func() map[string]any
 	// Clock times sessions and login backoffs; the real clock when nil.
 	Clock clockwork.Clock
 	// Limits protect the server from slow and greedy clients (zero fields:
@@ -452,7 +456,7 @@ func (s *Server) handleRoot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleUp(w http.ResponseWriter, r *http.Request) {
-	self := health.Self{Node: s.opts.NodeName}
+	self := health.Self{Node: s.opts.NodeName, More: s.opts.UpMore}
 	if c := s.opts.Cluster; c != nil {
 		self.Roles, self.HeartbeatAge = c.Roles(), c.HeartbeatAge
 	}

@@ -33,6 +33,10 @@ type WatchData struct {
 	// WatchPoll; "" before its first run), and Reason why it polls.
 	Mode   string `json:"mode,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Cause is why it polls, in a word: "refused" (401, 403: the
+	// credentials are not a server admin's) or "missing" (no feed: on
+	// CouchDB 3.x, no _global_changes).
+	Cause string `json:"cause,omitempty"`
 	// Since is the _db_updates sequence it has followed up to: a watch
 	// that another node takes over goes on from there and misses nothing
 	// the feed kept.

@@ -32,6 +32,10 @@ type Self struct {
 	// membership heartbeat committed (cluster.Node.HeartbeatAge; negative
 	// before the first).
 	HeartbeatAge func() time.Duration
+	// More, when set, gives more members of the body, from the node's
+	// services (a replication node's watches); never secrets, nor the
+	// store's or the endpoints' addresses: /_up answers anyone.
+	More func() map[string]any
 }
 
 // Up reports whether db can serve, as the HTTP status and JSON body of
@@ -61,6 +65,11 @@ func Up(ctx context.Context, db kv.Database, self Self) (int, map[string]any) {
 	if self.HeartbeatAge != nil {
 		if age := self.HeartbeatAge(); age >= 0 {
 			body["heartbeat_age_ms"] = age.Milliseconds()
+		}
+	}
+	if self.More != nil {
+		for k, v := range self.More() {
+			body[k] = v
 		}
 	}
 	return status, body

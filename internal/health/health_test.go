@@ -58,3 +58,11 @@ func TestUpSaysWhoAnswers(t *testing.T) {
 	_, body = health.Up(context.Background(), db, self)
 	require.NotContains(t, body, "heartbeat_age_ms", "no heartbeat yet")
 }
+
+// More adds the node's services' members to the body.
+func TestUpMore(t *testing.T) {
+	db := kvtest.NewDB(t)
+	status, body := health.Up(context.Background(), db, health.Self{Node: "n", More: func() map[string]any { return map[string]any{"watches": 2} }})
+	require.Equal(t, 200, status)
+	require.Equal(t, 2, body["watches"])
+}

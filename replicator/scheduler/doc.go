@@ -313,8 +313,10 @@
 //     back, due again WatchPollInterval later, so that polling watches
 //     take turns in the node's MaxWatches; every few minutes it asks for
 //     the feed again. The watch's data says which it does and why
-//     (WatchData.Mode, Reason), and the node logs it once per watch run
-//     with what enables the feed.
+//     (WatchData.Mode, Reason, Cause), the view of each of its parked jobs
+//     shows it, the node's /_up counts its watches by mode and cause
+//     (Node.Watches; no server named: /_up answers anyone), and the node
+//     logs it once per watch run with what enables the feed.
 //   - leaves the group's jobs parked, and asks again watchRetryWait later,
 //     when the server does not answer: a source that is down wakes no job,
 //     and its jobs wake when it answers again and shows their changes.

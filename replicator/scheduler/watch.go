@@ -38,14 +38,98 @@ const (
 // slots) and the rate of its exact checks (Config.WatchPollRate, for
 // every polling watch of the node together).
 type watches struct {
-	mu    sync.Mutex
-	held  int
-	freed chan struct{} // signalled (buffer of one) when a watch ends
-	limit *rate.Limiter
+	mu   sync.Mutex
+	held int
+	runs map[*watchRun]bool // the watches running
+	// recent are the watches that ran here and were put back, by job id:
+	// a polling watch runs a cycle at a time.
+	recent map[string]recentWatch
+	freed  chan struct{} // signalled (buffer of one) when a watch ends
+	limit  *rate.Limiter
+}
+
+// recentWatch is a watch that ran on the node, as it was put back.
+type recentWatch struct {
+	wd replicator.WatchData
+	at time.Time
 }
 
 func newWatches() *watches {
-	return &watches{freed: make(chan struct{}, 1), limit: rate.NewLimiter(rate.Inf, 1)}
+	return &watches{runs: map[*watchRun]bool{}, recent: map[string]recentWatch{}, freed: make(chan struct{}, 1),
+		limit: rate.NewLimiter(rate.Inf, 1)}
+}
+
+// WatchCounts are how the watches a node follows watch their servers.
+type WatchCounts struct {
+	// DBUpdates follow their server's _db_updates feed.
+	DBUpdates int `json:"db_updates"`
+	// Refused poll because the feed refused their credentials (they are
+	// not a server admin's), Missing because the server has no feed (on
+	// CouchDB 3.x, no _global_changes).
+	Refused int `json:"polled_refused"`
+	Missing int `json:"polled_missing"`
+	// Starting have not asked their server yet.
+	Starting int `json:"starting"`
+}
+
+// Watches returns how the watches the node follows watch their servers:
+// those it runs, and those it put back within two poll intervals (a
+// polling watch runs a cycle at a time). Its /_up says; which servers, and
+// why, are in the views of their parked jobs and in the log.
+func (n *Node) Watches() WatchCounts {
+	cfg := n.Config()
+	ws := n.watches
+	ws.mu.Lock()
+	runs := make([]*watchRun, 0, len(ws.runs))
+	seen := map[string]bool{}
+	for r := range ws.runs {
+		runs = append(runs, r)
+		seen[r.job.ID] = true
+	}
+	var all []replicator.WatchData
+	for id, rw := range ws.recent {
+		switch {
+		case cfg.Clock.Since(rw.at) > 2*cfg.WatchPollInterval:
+			delete(ws.recent, id)
+		case !seen[id]:
+			all = append(all, rw.wd)
+		}
+	}
+	ws.mu.Unlock()
+	for _, r := range runs {
+		all = append(all, *r.data())
+	}
+	var c WatchCounts
+	for _, wd := range all {
+		switch {
+		case wd.Mode == replicator.WatchDBUpdates:
+			c.DBUpdates++
+		case wd.Mode == replicator.WatchPoll && wd.Cause == "missing":
+			c.Missing++
+		case wd.Mode == replicator.WatchPoll:
+			c.Refused++
+		default:
+			c.Starting++
+		}
+	}
+	return c
+}
+
+// track adds r to the watches running, or removes it, keeping it among
+// the recent ones until its next run unless its group emptied.
+func (ws *watches) track(r *watchRun, on bool, end watchEnd, now time.Time) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if on {
+		ws.runs[r] = true
+		return
+	}
+	delete(ws.runs, r)
+	if end == watchEmpty {
+		delete(ws.recent, r.job.ID)
+	} else {
+		ws.recent[r.job.ID] = recentWatch{wd: *r.data(), at: now}
+	}
 }
 
 // take reserves room for one more watch; false when max are held.
@@ -156,6 +240,9 @@ func (n *Node) runWatch(ctx context.Context, job *fdbjobs.Job) {
 	wd.Node = cfg.NodeName
 	r := &watchRun{n: n, job: job, wd: *wd, hold: newHoldTimer(job, cfg.Clock)}
 	defer r.hold.stop()
+	n.watches.track(r, true, 0, time.Time{})
+	end := watchCancelled
+	defer func() { n.watches.track(r, false, end, cfg.Clock.Now()) }()
 	workCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan watchEnd, 1)
@@ -175,7 +262,7 @@ func (n *Node) runWatch(ctx context.Context, job *fdbjobs.Job) {
 				<-done
 				return
 			}
-		case end := <-done:
+		case end = <-done:
 			r.end(ctx, end)
 			return
 		case <-ctx.Done():
@@ -344,9 +431,12 @@ func (r *watchRun) follow(ctx context.Context, rep engine.Replication) (end watc
 		case ctx.Err() != nil:
 			return watchCancelled, false
 		case errors.Is(err, engine.ErrUnauthorized), errors.Is(err, engine.ErrForbidden), errors.Is(err, engine.ErrNoDBUpdates):
-			reason := replicator.Reason(err)
+			reason, cause := replicator.Reason(err), "refused"
+			if errors.Is(err, engine.ErrNoDBUpdates) {
+				cause = "missing"
+			}
 			r.set(func(w *replicator.WatchData) {
-				w.Mode, w.Reason, w.Since, w.FeedTried = replicator.WatchPoll, reason, "", replicator.Millis(cfg.Clock.Now())
+				w.Mode, w.Reason, w.Cause, w.Since, w.FeedTried = replicator.WatchPoll, reason, cause, "", replicator.Millis(cfg.Clock.Now())
 			})
 			cfg.Logger.Warn().Str("group", wd.Group).Str("reason", reason).
 				Msg("replicator: the parked replications of this source server are polled, one request each per poll: its _db_updates feed is not available" +
@@ -388,7 +478,9 @@ func (r *watchRun) follow(ctx context.Context, rep engine.Replication) (end watc
 		}
 		since = last
 	}
-	r.set(func(w *replicator.WatchData) { w.Mode, w.Reason, w.Since = replicator.WatchDBUpdates, "", since })
+	r.set(func(w *replicator.WatchData) {
+		w.Mode, w.Reason, w.Cause, w.Since = replicator.WatchDBUpdates, "", "", since
+	})
 	for {
 		last, err := r.n.eng.DBUpdates(ctx, rep, since, min(watchFeedTimeoutMax, r.n.Config().Interval), func(u engine.DBUpdate) error {
 			return r.wakeDB(ctx, u.DB)

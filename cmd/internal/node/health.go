@@ -8,6 +8,7 @@ import (
 	"github.com/fdbrep/fdbrep/internal/health"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/scheduler"
 )
 
 // healthHandler serves, without authentication, GET /_up,
@@ -15,7 +16,7 @@ import (
 // replicator's metrics). It is meant for a loopback port of a replication-only node,
 // which opens no other listener; never expose it beyond the host. It is
 // not the HTTP API: a replication node does not run package frontend.
-func healthHandler(db kv.Database, m *replicator.Metrics, cn *cluster.Node) http.Handler {
+func healthHandler(db kv.Database, m *replicator.Metrics, cn *cluster.Node, sn *scheduler.Node) http.Handler {
 	reply := func(w http.ResponseWriter, status int, v any) {
 		b, _ := json.Marshal(v)
 		w.Header().Set("Content-Type", "application/json")
@@ -24,7 +25,8 @@ func healthHandler(db kv.Database, m *replicator.Metrics, cn *cluster.Node) http
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /_up", func(w http.ResponseWriter, r *http.Request) {
-		status, body := health.Up(r.Context(), db, health.Self{Node: cn.Name(), Roles: cn.Roles(), HeartbeatAge: cn.HeartbeatAge})
+		status, body := health.Up(r.Context(), db, health.Self{Node: cn.Name(), Roles: cn.Roles(), HeartbeatAge: cn.HeartbeatAge,
+			More: upMore(sn)})
 		reply(w, status, body)
 	})
 	stats := func(w http.ResponseWriter, r *http.Request) {
@@ -40,4 +42,11 @@ func healthHandler(db kv.Database, m *replicator.Metrics, cn *cluster.Node) http
 		reply(w, http.StatusNotFound, map[string]string{"error": "not_found", "reason": "missing"})
 	})
 	return mux
+}
+
+// upMore is what a replication node adds to /_up: how its watches of
+// parked replications watch their servers (counts only: /_up answers
+// anyone).
+func upMore(sn *scheduler.Node) func() map[string]any {
+	return func() map[string]any { return map[string]any{"watches": sn.Watches()} }
 }

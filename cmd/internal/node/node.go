@@ -228,7 +228,7 @@ func Run(ctx context.Context, opts Options) error {
 		node, live.node = n, n
 		parts.Scheduler = n
 		log.Info().Int("max_jobs", ncfg.MaxJobs).Msg("replication node started")
-		parts.Health = healthHandler(db, metrics, cn)
+		parts.Health = healthHandler(db, metrics, cn, n)
 		if addr := cfg.String("node", "health_address"); addr != "" {
 			if readyAddr, err = listen(addr, parts.Health, "health"); err != nil {
 				return err
@@ -255,6 +255,9 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 		fopts.DB, fopts.Logger, fopts.Version, fopts.Cluster = db, &log, opts.Version, cn
+		if node != nil {
+			fopts.UpMore = upMore(node)
+		}
 		wire.Frontend(&fopts, plane)
 		api, err := frontend.New(fopts)
 		if err != nil {

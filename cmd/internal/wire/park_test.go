@@ -92,6 +92,10 @@ func TestParkedReplicationsWakeOnChange(t *testing.T) {
 		return w != nil && w["mode"] == "poll" && strings.Contains(w["reason"].(string), "401")
 	})
 	written = time.Now()
+	r = e.do("GET", "/_up", nil, nil)
+	require.Equal(t, 200, r.Status, r.Raw)
+	require.Equal(t, map[string]any{"db_updates": float64(1), "polled_refused": float64(1), "polled_missing": float64(0), "starting": float64(0)},
+		r.Body["watches"], "how the node's watches watch, without naming the servers: /_up answers anyone")
 	couch.AddDocs(t, "bob", 22, 1)
 	testutil.Eventually(t, "bob's new document in the shared database", func() bool { return docCount(couch.AuthDBURL("shared")) == 8 })
 	t.Logf("a write to a parked replication's source reached its target in %v (poll, every 200 ms here)", time.Since(written).Round(time.Millisecond))
