@@ -50,9 +50,11 @@ const (
 	// checkpoint and re-enqueue themselves.
 	ShutdownTimeoutDefault = 5 * time.Second
 	// ParkAfterDefault is how long a continuous replication stays caught
-	// up with no change before it parks (see doc.go, "Parking"); 0: it
-	// never parks.
-	ParkAfterDefault = 0
+	// up with no change before it parks (see doc.go, "Parking"): several
+	// minutes, so that a replication written to now and then does not park
+	// and wake at each write (a wake costs a run's setup, about 7
+	// requests).
+	ParkAfterDefault = 5 * time.Minute
 	// ParkSweepDefault is how long a parked replication waits at most: it
 	// runs again then even if nothing woke it (fdbrep's own).
 	ParkSweepDefault = 24 * time.Hour

@@ -245,8 +245,8 @@
 // # Parking
 //
 // A continuous replication that has been caught up, with no change to
-// copy, for ParkAfter ([replicator] park_after_sec; 0, the default for
-// now, never parks) gives its slot back: at a heartbeat its worker asks
+// copy, for ParkAfter ([replicator] park_after_sec, 5 minutes; 0: never)
+// gives its slot back: at a heartbeat its worker asks
 // its run to stop (stopPark), the run writes its final checkpoint, and
 // the job parks (replicator.Parked): pending in the job layer at its
 // sweep time, ParkSweep (24 h) later, with the source sequence that
@@ -407,7 +407,7 @@
 // 30 days), health_threshold 2 min, max_history 10, transient_job_max_age
 // 24 h, job timeout 61 s, stats update interval 10 s, progress interval
 // 1 s, shutdown timeout 5 s, shares 100, usage_coeff 0.5, priority_coeff
-// 0.98, fair-share window 24 h, park_after 0 (never), park_sweep 24 h,
+// 0.98, fair-share window 24 h, park_after 5 min, park_sweep 24 h,
 // max_watches 100, watch_poll_interval 60 s, watch_poll_rate 20.
 // The *Default constants (here and in
 // package replicator) document each.
