@@ -19,10 +19,10 @@ import (
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/couch"
-	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
+	"github.com/fdbrep/fdbrep/replicator/simengine"
 )
 
 func init() { register("dormant", runDormantBench) }
@@ -40,18 +40,21 @@ func init() { register("dormant", runDormantBench) }
 // documents to random user databases, one every -write-gap, and times each
 // until it is readable in the shared database, giving up at -give-up.
 type dormantBench struct {
-	n, writes                  int
-	maxJobs, maxChurn          int
-	interval, parkAfter        time.Duration
-	writeGap, giveUp, idle     time.Duration
-	settleMax                  time.Duration
-	inMemory, couchdb, noFeed  bool
-	base                       string // CouchDB's URL, with the admin's credentials
-	couchPID, couchPort        int
-	env                        *benchEnv
-	rng                        *rand.Rand
-	results                    []dormantResult
-	pollInterval, pollRateHint int
+	n, writes                 int
+	maxJobs, maxChurn         int
+	interval, parkAfter       time.Duration
+	writeGap, giveUp, idle    time.Duration
+	settleMax                 time.Duration
+	inMemory, couchdb, noFeed bool
+	base                      string // CouchDB's URL, with the admin's credentials
+	couchPID, couchPort       int
+	env                       *benchEnv
+	rng                       *rand.Rand
+	results                   []dormantResult
+	// The simulated run: simN replications over simServers servers on
+	// simNodes nodes of simMaxJobs each, parking after simParkAfter.
+	simN, simServers, simNodes, simMaxJobs int
+	simParkAfter                           time.Duration
 }
 
 // dormantResult is one run's figures.
@@ -83,6 +86,11 @@ func runDormantBench(args []string) error {
 	fs.BoolVar(&b.inMemory, "in-memory", false, "in-memory store instead of a durable one in a temporary directory")
 	fs.BoolVar(&b.couchdb, "couchdb", true, "run CouchDB 3.5's own replicator too")
 	fs.BoolVar(&b.noFeed, "no-feed", true, "run fdbrep a second time without _db_updates (_global_changes deleted: its watches poll)")
+	fs.IntVar(&b.simN, "sim-n", 100_000, "then a simulated run (the simulated engine, no peer): this many replications; 0 skips it")
+	fs.IntVar(&b.simServers, "sim-servers", 10, "simulated run: source servers")
+	fs.IntVar(&b.simNodes, "sim-nodes", 3, "simulated run: replication nodes")
+	fs.IntVar(&b.simMaxJobs, "sim-max-jobs", 1000, "simulated run: max_jobs (and max_churn) per node")
+	fs.DurationVar(&b.simParkAfter, "sim-park-after", 5*time.Second, "simulated run: park_after")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -124,6 +132,104 @@ func runDormantBench(args []string) error {
 		}
 	}
 	b.report()
+	if b.simN > 0 {
+		return b.runSim()
+	}
+	return nil
+}
+
+// runSim is the simulated run: simN replications whose sources change,
+// on simNodes nodes with the simulated engine (replicator/simengine: its
+// servers have a _db_updates feed), to measure parking and waking at a
+// scale a CouchDB on this machine does not reach: once every replication
+// parked, memory, goroutines and CPU while idle, the store's keys and
+// bytes per replication, then the time from a change at a random source
+// to its replication's run.
+func (b *dormantBench) runSim() error {
+	ctx := context.Background()
+	fmt.Printf("\nsimulated: %d continuous replications from as many databases of %d servers (the simulated engine, its _db_updates feed) on %d nodes with max_jobs %d; parking after %v\n",
+		b.simN, b.simServers, b.simNodes, b.simMaxJobs, b.simParkAfter)
+	db, drop, err := b.env.openFreshStore("sim", b.inMemory)
+	if err != nil {
+		return err
+	}
+	defer drop()
+	feJobs, err := fdbjobs.New(db, fdbjobs.Config{})
+	if err != nil {
+		return err
+	}
+	plane, err := control.New(replicator.NewStore(db, feJobs, nil), replicator.Config{})
+	if err != nil {
+		return err
+	}
+	if err := plane.Init(ctx); err != nil {
+		return err
+	}
+	src := func(i int) string { return fmt.Sprintf("http://s%d.sim/u%07d", i%b.simServers, i) }
+	t0 := time.Now()
+	if err := writeDocs(ctx, db, plane, 0, b.simN, func(i int) (string, string, any) {
+		return "_replicator", fmt.Sprintf("r%07d", i), map[string]any{"source": src(i), "target": "http://shared.sim/shared", "continuous": true}
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("  %d documents with their jobs written in %v\n", b.simN, time.Since(t0).Round(time.Second))
+	logger := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
+	sim := simengine.New()
+	cl := &scaleCluster{db: db, sim: sim, cfg: scheduler.Config{
+		Config:  replicator.Config{StartupJitter: 200 * time.Millisecond, Logger: &logger},
+		MaxJobs: b.simMaxJobs, MaxChurn: b.simMaxJobs, Interval: time.Second, MinRunTime: time.Second,
+		TransientJobMaxAge: time.Hour, ParkAfter: b.simParkAfter,
+	}}
+	defer cl.stop()
+	start := time.Now()
+	for range b.simNodes {
+		if err := cl.add(ctx); err != nil {
+			return err
+		}
+	}
+	saved := b.n
+	b.n = b.simN
+	settled, err := b.settle(start, func() (int, error) {
+		list, err := plane.SchedulerDocs(ctx, "_replicator", []string{replicator.StateParked}, api.PageQuery{Limit: 0})
+		return int(list.TotalRows), err
+	}, "parked")
+	b.n = saved
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	goroutines := runtime.NumGoroutine()
+	cpu0 := cpuTime()
+	time.Sleep(b.idle)
+	idleCPU := (cpuTime() - cpu0).Seconds() / b.idle.Seconds()
+	keys, bytes, err := storeSize(ctx, db)
+	if err != nil {
+		return err
+	}
+	var lags []time.Duration
+	for range b.writes {
+		s := src(b.rng.IntN(b.simN)) + "/"
+		before := sim.Starts(s)
+		t := time.Now()
+		sim.Change(s)
+		for sim.Starts(s) == before {
+			if time.Since(t) > b.giveUp {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if sim.Starts(s) > before {
+			lags = append(lags, time.Since(t))
+		}
+		time.Sleep(b.writeGap)
+	}
+	slices.Sort(lags)
+	fmt.Printf("  every replication parked after %v; idle: Go heap %.0f MiB, %d goroutines, %.3f cores (%d nodes); store %.1f keys, %.0f bytes per replication\n",
+		settled.Round(time.Second), float64(ms.HeapAlloc)/(1<<20), goroutines, idleCPU, b.simNodes, float64(keys)/float64(b.simN), float64(bytes)/float64(b.simN))
+	fmt.Printf("  %d of %d changes ran their replication within %v: from the change to the run, p50 %s p99 %s max %s\n",
+		len(lags), b.writes, b.giveUp, pctOr(lags, 50), pctOr(lags, 99), pctOr(lags, 100))
 	return nil
 }
 
@@ -311,9 +417,8 @@ func (b *dormantBench) runFdbrep(name, target string) error {
 		return err
 	}
 	res.keys, res.bytes = float64(keys)/float64(b.n), float64(bytes)/float64(b.n)
-	if res.watches, res.polls, err = watchModes(ctx, nodeJobs, db); err != nil {
-		return err
-	}
+	w := node.Watches()
+	res.watches, res.polls = w.DBUpdates, w.Refused+w.Missing
 	res.lags, res.missed, err = b.timeWrites(strings.TrimPrefix(target, "shared_"), target)
 	if err != nil {
 		return err
@@ -438,28 +543,6 @@ func connections(pid, port int) int {
 		}
 	}
 	return n
-}
-
-// watchModes counts the watches that follow _db_updates and those that
-// poll.
-func watchModes(ctx context.Context, jobs *fdbjobs.Client, db kv.Database) (feed, poll int, err error) {
-	err = jobs.FoldJobs(ctx, replicator.WatchType, func(j fdbjobs.JobInfo) error {
-		if j.State == fdbjobs.Finished {
-			return nil
-		}
-		w, err := replicator.DecodeWatchData(j.Data)
-		if err != nil {
-			return nil
-		}
-		switch w.Mode {
-		case replicator.WatchDBUpdates:
-			feed++
-		case replicator.WatchPoll:
-			poll++
-		}
-		return nil
-	})
-	return feed, poll, err
 }
 
 // line prints one run's figures.

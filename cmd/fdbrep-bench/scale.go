@@ -92,6 +92,7 @@ func runScaleBench(args []string) error {
 		Config:  replicator.Config{StartupJitter: 200 * time.Millisecond},
 		MaxJobs: *maxJobs, MaxChurn: *maxChurn, Interval: *interval, MinRunTime: *minRun,
 		TransientJobMaxAge: time.Hour,
+		ParkAfter:          -1, // rotation and balance measured; bench-dormant measures parking
 	}
 	logger := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
 	cfg.Logger = &logger

@@ -73,7 +73,7 @@ func runSchedulerBench(args []string) error {
 	cfg := scheduler.Config{
 		Config:  replicator.Config{StartupJitter: 200 * time.Millisecond},
 		MaxJobs: *maxJobs, MaxChurn: *maxChurn, Interval: *interval, MinRunTime: *minRun,
-		TransientJobMaxAge: time.Hour,
+		TransientJobMaxAge: time.Hour, ParkAfter: -1, // rotation measured; bench-dormant measures parking
 	}
 	dbOf := func(i int) string { return "_replicator" }
 	if len(shares) > 0 {

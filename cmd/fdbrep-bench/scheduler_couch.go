@@ -140,7 +140,7 @@ func couchSchedulerBench(ctx context.Context, env *benchEnv, jobs, maxJobs, maxC
 	cfg := scheduler.Config{
 		Config:  replicator.Config{StartupJitter: 200 * time.Millisecond, Logger: &logger},
 		MaxJobs: maxJobs, MaxChurn: maxChurn, Interval: interval, MinRunTime: interval,
-		TransientJobMaxAge: time.Hour, NodeName: "node0",
+		TransientJobMaxAge: time.Hour, NodeName: "node0", ParkAfter: -1, // rotation measured; bench-dormant measures parking
 	}
 	feJobs, err := fdbjobs.New(db, fdbjobs.Config{})
 	if err != nil {

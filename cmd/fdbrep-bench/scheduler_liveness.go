@@ -52,7 +52,7 @@ func (b livenessBench) run(ctx context.Context, env *benchEnv, inMemory bool) er
 	cfg := scheduler.Config{
 		Config:  replicator.Config{StartupJitter: 200 * time.Millisecond},
 		MaxJobs: b.maxJobs, MaxChurn: b.maxChurn, Interval: b.interval, MinRunTime: b.minRun,
-		TransientJobMaxAge: time.Hour,
+		TransientJobMaxAge: time.Hour, ParkAfter: -1, // rotation measured; bench-dormant measures parking
 	}
 	feJobs, err := fdbjobs.New(db, fdbjobs.Config{})
 	if err != nil {
