@@ -126,6 +126,15 @@ func TestTransitions(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, tc.due, j.ScheduledTime)
 			}
+			if tc.c.Kind == Parked {
+				// The park added its group's watch.
+				st, _, err := jobs.Job(ctx, nil, WatchType, WatchJobID(tc.c.Park.Group))
+				require.NoError(t, err)
+				require.Equal(t, fdbjobs.Pending, st)
+				unwatched, err := s.Unwatched(ctx)
+				require.NoError(t, err)
+				require.Empty(t, unwatched)
+			}
 			node := map[Kind]string{Started: "n2", Heartbeat: "n1"}[tc.c.Kind]
 			require.Equal(t, node, got.Node, "the node, kept while running")
 			if tc.c.Kind == Crashed || tc.c.Kind == Failed {
@@ -237,4 +246,38 @@ func TestCollide(t *testing.T) {
 			require.Equal(t, tc.reason, reason)
 		})
 	}
+}
+
+// Unwatched lists the groups whose parked jobs have no watch pending or
+// running: a park through Lifecycle adds the watch, a job parked without
+// one (written by hand here) is listed until its group's watch exists.
+func TestUnwatched(t *testing.T) {
+	ctx := context.Background()
+	kdb := kvtest.NewDB(t)
+	jobs, err := fdbjobs.New(kdb, fdbjobs.Config{})
+	require.NoError(t, err)
+	s := NewStore(kdb, jobs, nil)
+	_, err = s.Setup(ctx, time.Hour, 0)
+	require.NoError(t, err)
+	for _, id := range []string{"t1", "t2"} {
+		_, err = kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
+			return nil, s.AddJob(ctx, tr, id, nil, &JobData{RepUser: "u", State: StatePending}, 1, time.Hour)
+		})
+		require.NoError(t, err)
+		job, err := jobs.Accept(ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: 2})
+		require.NoError(t, err)
+		d, err := DecodeJobData(job.Data)
+		require.NoError(t, err)
+		d.State, d.Parked = StateParked, &ParkInfo{Group: "http://" + id + "/", SourceDB: "db", SweepAt: 1 << 40}
+		_, err = kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) { return nil, s.ResubmitJob(ctx, tr, job, d, 1<<40) })
+		require.NoError(t, err)
+	}
+	unwatched, err := s.Unwatched(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"http://t1/", "http://t2/"}, unwatched)
+	_, err = kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) { return nil, s.ensureWatch(ctx, tr, "http://t1/") })
+	require.NoError(t, err)
+	unwatched, err = s.Unwatched(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"http://t2/"}, unwatched)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
 // WatchType is the fdbjobs type of the watch jobs: one per watch group of
@@ -116,3 +117,57 @@ func (s *Store) setupWatches(ctx context.Context, jobTimeout time.Duration) erro
 
 // watchShards is the watch type's queue shards.
 const watchShards = 4
+
+// Unwatched returns the watch groups that have parked jobs and no watch
+// pending or running: none, as long as every park adds its group's watch
+// and a watch ends only with its group empty (see doc.go, "Parking"). It
+// reads the watch index a group per transaction, each group and its
+// watch in one snapshot, for checks (the model test).
+func (s *Store) Unwatched(ctx context.Context) ([]string, error) {
+	type look struct {
+		group     string
+		next      kv.Key
+		unwatched bool
+	}
+	var out []string
+	var after kv.Key
+	for {
+		l, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) (look, error) {
+			rng := subspaceRange(s.parked)
+			if after != nil {
+				rng.Begin = after
+			}
+			kvs, err := tr.GetRange(rng, kv.RangeOptions{Limit: 1}).GetSliceWithError()
+			if err != nil || len(kvs) == 0 {
+				return look{}, err
+			}
+			t, err := s.parked.Unpack(kvs[0].Key)
+			g, ok := "", false
+			if err == nil && len(t) > 0 {
+				g, ok = t[0].(string)
+			}
+			if !ok {
+				return look{}, fmt.Errorf("replicator: bad watch index key %x", kvs[0].Key)
+			}
+			next, err := kv.Strinc(s.parked.Pack(tuple.Tuple{g}))
+			if err != nil {
+				return look{}, err
+			}
+			st, _, err := s.Jobs.Job(ctx, tr, WatchType, WatchJobID(g))
+			switch {
+			case errors.Is(err, fdbjobs.ErrNotFound):
+				return look{g, next, true}, nil
+			case err != nil:
+				return look{}, err
+			}
+			return look{g, next, st != fdbjobs.Pending && st != fdbjobs.Running}, nil
+		})
+		if err != nil || l.group == "" {
+			return out, err
+		}
+		if l.unwatched {
+			out = append(out, l.group)
+		}
+		after = l.next
+	}
+}

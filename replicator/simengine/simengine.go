@@ -58,6 +58,7 @@ type Engine struct {
 	seq     map[string]int64              // the source's update sequence, by source
 	updates map[string][]engine.DBUpdate  // each server's _db_updates feed, by server URL
 	feedErr map[string]error              // a server's answer to _db_updates, when not a feed
+	rewind  map[string]int                // rows a server's feed gives again at its next request
 	changed chan struct{}                 // closed and replaced at each Change
 	running int
 	maxRun  int
@@ -70,7 +71,7 @@ func New() *Engine {
 		code: map[string]string{}, fail: map[string]error{}, panics: map[string]any{},
 		starts: map[string]int{}, runTime: map[string]time.Duration{}, open: map[string]map[*run]time.Time{},
 		last: map[string]engine.Replication{}, seq: map[string]int64{},
-		updates: map[string][]engine.DBUpdate{}, feedErr: map[string]error{}, changed: make(chan struct{})}
+		updates: map[string][]engine.DBUpdate{}, feedErr: map[string]error{}, rewind: map[string]int{}, changed: make(chan struct{})}
 }
 
 // SetDBUpdates makes the _db_updates feed of server (a URL ending in "/")
@@ -89,7 +90,8 @@ func (e *Engine) DBUpdates(ctx context.Context, rep engine.Replication, since st
 			e.mu.Unlock()
 			return since, err
 		}
-		log, wait := e.updates[server], e.changed
+		log, wait, back := e.updates[server], e.changed, e.rewind[server]
+		delete(e.rewind, server)
 		e.mu.Unlock()
 		from := 0
 		switch since {
@@ -98,7 +100,7 @@ func (e *Engine) DBUpdates(ctx context.Context, rep engine.Replication, since st
 		case "":
 		default:
 			n, _ := strconv.Atoi(since)
-			from = min(n, len(log))
+			from = max(0, min(n, len(log))-back)
 		}
 		for _, u := range log[from:] {
 			since = u.Seq
@@ -125,13 +127,28 @@ func (e *Engine) DBUpdates(ctx context.Context, rep engine.Replication, since st
 	}
 }
 
-// Change writes a document to source: its sequence moves on, and its open
-// runs copy the change at once (caught up since now).
-func (e *Engine) Change(source string) {
+// Change writes a document to source: its sequence moves on, its server's
+// _db_updates feed says so, and its open runs copy the change at once
+// (caught up since now).
+func (e *Engine) Change(source string) { e.change(source, false) }
+
+// ChangeUnannounced is Change without the feed's row, as CouchDB's
+// _db_updates loses the last updates of a node that dies.
+func (e *Engine) ChangeUnannounced(source string) { e.change(source, true) }
+
+// RewindFeed makes server's _db_updates feed give its last n rows again
+// at its next request, as CouchDB's may after a restart.
+func (e *Engine) RewindFeed(server string, n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rewind[server] = n
+}
+
+func (e *Engine) change(source string, unannounced bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.seq[source]++
-	if i := strings.LastIndexByte(strings.TrimSuffix(source, "/"), '/'); i >= 0 {
+	if i := strings.LastIndexByte(strings.TrimSuffix(source, "/"), '/'); i >= 0 && !unannounced {
 		server := source[:i+1]
 		db, err := url.PathUnescape(strings.Trim(source[i+1:], "/")) // the feed names databases as they are
 		if err != nil {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -173,10 +174,16 @@ func (m *Model) runnableFrom(w *World, j *job, runs []Record, now time.Time) (ti
 	case !last.End.IsZero() && j.cont && m.tm.parkAfter > 0 && !w.eng.ParkedSince(j.src, last.End).IsZero():
 		// It parked: runnable once a change to its source after its run
 		// woke it (from when its host answers: a watch does not see a
-		// server that is down), else at its sweep.
+		// server that is down), else at its sweep. A change whose feed row
+		// was lost wakes it only where its server is polled.
 		parked := w.eng.ParkedSince(j.src, last.End)
 		from, why = parked.Add(m.tm.parkSweep), "parked: its sweep"
-		for _, c := range m.changes[j.src] {
+		seen := m.changes[j.src]
+		if j.host == m.noFeedHost {
+			seen = append(slices.Clone(seen), m.lost[j.src]...)
+			slices.SortFunc(seen, time.Time.Compare)
+		}
+		for _, c := range seen {
 			if !c.Before(last.End) {
 				if m.hostDown[j.host] {
 					return time.Time{}, ""
@@ -250,8 +257,12 @@ type Model struct {
 	fitSince time.Time
 	// worked is the last Work operation on each job's run.
 	worked map[string]work
-	// changes are the Change operations on each job's source.
-	changes map[string][]time.Time
+	// changes are the Change operations on each job's source, and lost
+	// the ChangeLost ones (their server's feed lost them).
+	changes, lost map[string][]time.Time
+	// noFeedHost is the host whose server refuses _db_updates (its
+	// sources are polled, so a lost feed row loses nothing); "" for none.
+	noFeedHost string
 }
 
 // work is a Work operation: the run of node started at start had written
@@ -345,7 +356,8 @@ func (m *Model) endedUnrecorded(r Record) bool {
 func newModel(tm timing) *Model {
 	return &Model{tm: tm, every: tm.interval, jobs: map[string]*job{}, docs: map[string]*job{}, reps: map[int]*replicate{},
 		hostDown: map[string]bool{}, hostUp: map[string]time.Time{}, deaths: map[string][]death{},
-		dbs: map[string]bool{"_replicator": true}, worked: map[string]work{}, changes: map[string][]time.Time{}}
+		dbs: map[string]bool{"_replicator": true}, worked: map[string]work{}, changes: map[string][]time.Time{},
+		lost: map[string][]time.Time{}}
 }
 
 // problems collects the violations of one check.
@@ -399,6 +411,14 @@ func (m *Model) check(w *World, now time.Time) problems {
 		case !j.completed.IsZero() && r.Start.After(j.completed):
 			p.add("safety: %s completed at %s and runs again on %s", src, j.completed.Format(time.TimeOnly), r.Node)
 		}
+	}
+
+	// Safety: every parked job's group has a watch (a park adds it, a
+	// watch ends only with its group empty).
+	if groups, err := w.store.Unwatched(context.Background()); err != nil {
+		p.add("safety: reading the watches: %v", err)
+	} else if len(groups) > 0 {
+		p.add("safety: parked replications without a watch: groups %q", groups)
 	}
 
 	// Liveness: runnable jobs run. With room on the live nodes each

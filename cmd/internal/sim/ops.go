@@ -41,12 +41,14 @@ const (
 	PartitionNode               // cut a replication node off from the store, leaving it running (until stopped or killed)
 	Work                        // a running job reads and writes documents (between its checkpoints)
 	Change                      // a document is written to a continuous job's source
+	ChangeLost                  // the same, and its server's _db_updates feed loses its row
+	RewindFeed                  // a server's _db_updates feed gives its last rows again
 	opKinds
 )
 
 var opNames = [...]string{"put-doc", "delete-doc", "replicate", "replicate-continuous", "cancel", "give-up",
 	"create-db", "delete-db", "max_jobs", "max_churn", "interval_sec", "start-node", "stop-node", "kill-node",
-	"host-down", "host-up", "change-filter", "partition-node", "work", "change"}
+	"host-down", "host-up", "change-filter", "partition-node", "work", "change", "change-lost", "rewind-feed"}
 
 func (k OpKind) String() string { return opNames[k] }
 
@@ -73,7 +75,7 @@ func (o Op) String() string {
 		return fmt.Sprintf("%v %s %s/d%d", at, o.Kind, dbName(o.DB), o.Doc)
 	case Replicate, ReplicateCont:
 		return fmt.Sprintf("%v %s #%d host=h%d", at, o.Kind, o.N, o.Host)
-	case CancelRep, GiveUp, Work, Change:
+	case CancelRep, GiveUp, Work, Change, ChangeLost:
 		return fmt.Sprintf("%v %s #%d", at, o.Kind, o.N)
 	case CreateDB, DeleteDB:
 		return fmt.Sprintf("%v %s %s", at, o.Kind, dbName(o.DB))
@@ -154,7 +156,8 @@ func genOps(rng *rand.Rand, s Setup, intervals int) []Op {
 	// rest.
 	weights := [opKinds]int{PutDoc: 30, DeleteDoc: 12, Replicate: 5, ReplicateCont: 3, CancelRep: 3, GiveUp: 1,
 		CreateDB: 2, DeleteDB: 1, SetMaxJobs: 2, SetMaxChurn: 1, SetInterval: 1, StartNode: 3, StopNode: 1,
-		KillNode: 1, HostDown: 2, HostUp: 3, ChangeFilter: 2, PartitionNode: 1, Work: 6, Change: 6}
+		KillNode: 1, HostDown: 2, HostUp: 3, ChangeFilter: 2, PartitionNode: 1, Work: 6, Change: 6, ChangeLost: 1,
+		RewindFeed: 1}
 	total := 0
 	for _, w := range weights {
 		total += w
@@ -187,7 +190,7 @@ func genOps(rng *rand.Rand, s Setup, intervals int) []Op {
 			op.N = 1 + rng.IntN(reps)
 		case Work:
 			op.N = rng.IntN(1000) // which of the open runs
-		case Change:
+		case Change, ChangeLost:
 			op.N = rng.IntN(1000) // which of the continuous jobs alive
 		case SetMaxJobs:
 			op.N = 1 + rng.IntN(8)
@@ -412,7 +415,9 @@ func (r *runner) apply(op Op, now time.Time, i int) error {
 		}
 		r.w.eng.inner.Work(src, workDocs)
 		m.worked[src] = work{node: rec.Node, start: rec.Start, at: now, docs: rec.run.Progress().DocsWritten}
-	case Change:
+	case RewindFeed:
+		r.w.eng.inner.RewindFeed(fmt.Sprintf("http://h%d.sim/", op.Host), 5)
+	case Change, ChangeLost:
 		var srcs []string
 		for src, j := range m.jobs {
 			if j.alive() && j.cont {
@@ -424,8 +429,13 @@ func (r *runner) apply(op Op, now time.Time, i int) error {
 		}
 		slices.Sort(srcs)
 		src := srcs[op.N%len(srcs)]
-		r.w.eng.inner.Change(src)
-		m.changes[src] = append(m.changes[src], now)
+		if op.Kind == ChangeLost {
+			r.w.eng.inner.ChangeUnannounced(src)
+			m.lost[src] = append(m.lost[src], now)
+		} else {
+			r.w.eng.inner.Change(src)
+			m.changes[src] = append(m.changes[src], now)
+		}
 	case PartitionNode:
 		n := r.w.replica(op.Node)
 		if !n.Up || n.Partitioned {

@@ -79,7 +79,10 @@ func run(t *testing.T, cfg Config) (res Result) {
 		eng.inner.SetDBUpdates(fmt.Sprintf("http://h%d.sim/", setup.NoFeedHost),
 			fmt.Errorf("%w: answered 401: the credentials are not a server admin's", engine.ErrUnauthorized))
 	}
-	w := newWorld(db, eng, baseConfig(setup))
+	w, err := newWorld(db, eng, baseConfig(setup))
+	if err != nil {
+		t.Fatalf("sim: %v", err)
+	}
 	for i := range setup.Frontends {
 		w.AddNode(fmt.Sprintf("f%d", i), "api_frontend")
 	}
@@ -105,6 +108,9 @@ func run(t *testing.T, cfg Config) (res Result) {
 		nodeExpiry: 40 * time.Second, oneShot: setup.OneShot, fairShare: setup.FairShare,
 		parkAfter: time.Duration(setup.ParkAfter) * time.Second, parkSweep: parkSweep, pollInterval: pollInterval,
 	})
+	if setup.NoFeedHost >= 0 {
+		m.noFeedHost = fmt.Sprintf("h%d.sim", setup.NoFeedHost)
+	}
 	r := &runner{w: w, m: m, waits: map[int]context.CancelFunc{}, results: make(chan repResult, 1024)}
 	start := time.Now()
 	m.shapeChanged = start

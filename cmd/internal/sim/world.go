@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/fdbrep/fdbrep/cmd/internal/node"
+	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
+	"github.com/fdbrep/fdbrep/replicator"
 )
 
 // Admin is the server admin of the simulated cluster.
@@ -29,6 +31,7 @@ const (
 // bubble.
 type World struct {
 	db    kv.Database
+	store *replicator.Store // the model's reads of the replicator's state
 	eng   *Engine
 	base  map[string]map[string]string // every node's start-up configuration
 	log   *ring
@@ -54,8 +57,12 @@ type Node struct {
 }
 
 // newWorld returns a World on db whose nodes start with base.
-func newWorld(db kv.Database, eng *Engine, base map[string]map[string]string) *World {
-	return &World{db: db, eng: eng, base: base, log: newRing(400)}
+func newWorld(db kv.Database, eng *Engine, base map[string]map[string]string) (*World, error) {
+	jobs, err := fdbjobs.New(db, fdbjobs.Config{}) // never started: reads only
+	if err != nil {
+		return nil, err
+	}
+	return &World{db: db, store: replicator.NewStore(db, jobs, nil), eng: eng, base: base, log: newRing(400)}, nil
 }
 
 // AddNode adds a node that is not started.
