@@ -77,7 +77,8 @@ test-latency:
 ## after the other, for SOAK_DURATION (default 10m), then the real-process
 ## soak (cmd/internal/soak: fdbrep serve and fdbrep cluster against a real
 ## CouchDB 3.5, SIGKILLs among the operations) for as long. make test runs
-## one seed of 10,000 intervals (1,000 under the race detector) and about
+## one seed of 10,000 intervals (1,000 under the race detector, 2,000 on a
+## store that waits as over a network) and about
 ## two minutes of the real-process soak.
 SOAK_DURATION ?= 10m
 soak:

@@ -3,6 +3,7 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -43,11 +44,17 @@ func TestModel(t *testing.T) {
 }
 
 // intervalsDefault is IntervalsDefault, or a tenth of it under the race
-// detector (which makes the simulation ten times slower): make test's
-// plain pass runs the full length, its race passes the shorter one.
+// detector (which makes the simulation ten times slower), or a fifth in
+// make test's passes on a store that waits as over a network
+// (FDBREP_KV_LATENCY, FoundationDB): their value here is the store's
+// behaviour under the scheduler, which a shorter run shows as well, and
+// make soak runs new seeds at full length.
 func intervalsDefault() int {
-	if testutil.Race {
+	switch {
+	case testutil.Race:
 		return IntervalsDefault / 10
+	case os.Getenv("FDBREP_KV_LATENCY") != "" || os.Getenv("FDBREP_KV_BACKEND") == "fdb":
+		return IntervalsDefault / 5
 	}
 	return IntervalsDefault
 }
