@@ -68,16 +68,11 @@ func TestTransitions(t *testing.T) {
 	} {
 		t.Run(tc.c.Kind.String(), func(t *testing.T) {
 			ctx := context.Background()
-			kdb := kvtest.NewDB(t)
-			jobs, err := fdbjobs.New(kdb, fdbjobs.Config{})
-			require.NoError(t, err)
-			s := NewStore(kdb, jobs, nil)
-			_, err = s.Setup(ctx, time.Hour, 0)
-			require.NoError(t, err)
+			s, jobs, kdb := setupStore(t)
 			docs := &docCalls{}
 			l := Lifecycle{Store: s, Docs: docs, MaxHistory: 10, HealthThreshold: time.Hour, Backoff: backoff}
 			var id string
-			_, err = kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
+			_, err := kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
 				uuid, err := s.DBUUID(tr, db)
 				if err != nil {
 					return nil, err
@@ -253,14 +248,9 @@ func TestCollide(t *testing.T) {
 // one (written by hand here) is listed until its group's watch exists.
 func TestUnwatched(t *testing.T) {
 	ctx := context.Background()
-	kdb := kvtest.NewDB(t)
-	jobs, err := fdbjobs.New(kdb, fdbjobs.Config{})
-	require.NoError(t, err)
-	s := NewStore(kdb, jobs, nil)
-	_, err = s.Setup(ctx, time.Hour, 0)
-	require.NoError(t, err)
+	s, jobs, kdb := setupStore(t)
 	for _, id := range []string{"t1", "t2"} {
-		_, err = kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
+		_, err := kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
 			return nil, s.AddJob(ctx, tr, id, nil, &JobData{RepUser: "u", State: StatePending}, 1, time.Hour)
 		})
 		require.NoError(t, err)
@@ -280,4 +270,17 @@ func TestUnwatched(t *testing.T) {
 	unwatched, err = s.Unwatched(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"http://t2/"}, unwatched)
+}
+
+// setupStore returns a Store on a fresh store with its types registered
+// (job timeout an hour), its job layer client and the store.
+func setupStore(t *testing.T) (*Store, *fdbjobs.Client, kv.Database) {
+	t.Helper()
+	kdb := kvtest.NewDB(t)
+	jobs, err := fdbjobs.New(kdb, fdbjobs.Config{})
+	require.NoError(t, err)
+	s := NewStore(kdb, jobs, nil)
+	_, err = s.Setup(context.Background(), time.Hour, 0)
+	require.NoError(t, err)
+	return s, jobs, kdb
 }

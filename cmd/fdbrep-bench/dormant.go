@@ -154,15 +154,8 @@ func (b *dormantBench) runSim() error {
 		return err
 	}
 	defer drop()
-	feJobs, err := fdbjobs.New(db, fdbjobs.Config{})
+	plane, err := newPlane(ctx, db, replicator.Config{})
 	if err != nil {
-		return err
-	}
-	plane, err := control.New(replicator.NewStore(db, feJobs, nil), replicator.Config{})
-	if err != nil {
-		return err
-	}
-	if err := plane.Init(ctx); err != nil {
 		return err
 	}
 	src := func(i int) string { return fmt.Sprintf("http://s%d.sim/u%07d", i%b.simServers, i) }

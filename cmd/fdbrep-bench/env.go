@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/fdbrep/fdbrep/api"
+	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
+	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
 )
 
@@ -311,4 +313,19 @@ func storeName(s string) string {
 		return describeFDB()
 	}
 	return "the embedded store"
+}
+
+// newPlane returns a control plane with a job layer client of its own on
+// db, set up (its types registered, the server UUID read), as a frontend
+// node's.
+func newPlane(ctx context.Context, db kv.Database, cfg replicator.Config) (*control.Plane, error) {
+	jobs, err := fdbjobs.New(db, fdbjobs.Config{})
+	if err != nil {
+		return nil, err
+	}
+	plane, err := control.New(replicator.NewStore(db, jobs, nil), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return plane, plane.Init(ctx)
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
-	"github.com/fdbrep/fdbrep/replicator/control"
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
 )
@@ -63,15 +62,8 @@ func runScaleBench(args []string) error {
 	fmt.Printf("scale: %d continuous jobs in %d databases on %d replication nodes (+1 joining), max_jobs %d, max_churn %d, interval %v, min_run_time %v (simengine; durable store on disk; %d cores)\n",
 		*jobs, *dbs, *nodes, *maxJobs, *maxChurn, *interval, *minRun, runtime.NumCPU())
 
-	feJobs, err := fdbjobs.New(db, fdbjobs.Config{})
+	plane, err := newPlane(ctx, db, replicator.Config{})
 	if err != nil {
-		return err
-	}
-	plane, err := control.New(replicator.NewStore(db, feJobs, nil), replicator.Config{})
-	if err != nil {
-		return err
-	}
-	if err := plane.Init(ctx); err != nil {
 		return err
 	}
 	t0 := time.Now()
