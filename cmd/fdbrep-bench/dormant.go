@@ -82,7 +82,7 @@ func runDormantBench(args []string) error {
 	fs.DurationVar(&b.writeGap, "write-gap", 500*time.Millisecond, "time between two timed writes")
 	fs.DurationVar(&b.giveUp, "give-up", 150*time.Second, "a write not readable in the shared database by then is missed")
 	fs.DurationVar(&b.idle, "idle", 20*time.Second, "idle window over which CPU is measured")
-	fs.DurationVar(&b.settleMax, "settle-max", 20*time.Minute, "longest wait for the replications to settle")
+	fs.DurationVar(&b.settleMax, "settle-max", 20*time.Minute, "longest wait for the replications to settle (then measured as they stand)")
 	fs.BoolVar(&b.inMemory, "in-memory", false, "in-memory store instead of a durable one in a temporary directory")
 	fs.BoolVar(&b.couchdb, "couchdb", true, "run CouchDB 3.5's own replicator too")
 	fs.BoolVar(&b.noFeed, "no-feed", true, "run fdbrep a second time without _db_updates (_global_changes deleted: its watches poll)")
@@ -438,7 +438,10 @@ func (b *dormantBench) settle(start time.Time, done func() (int, error), what st
 			fmt.Printf("    %5.0fs: %d of %d %s\n", time.Since(start).Seconds(), n, b.n, what)
 		}
 		if time.Since(start) > b.settleMax {
-			return 0, fmt.Errorf("only %d of %d %s in %v", n, b.n, what, b.settleMax)
+			// Measured as it stands: a rotation that has not come round
+			// by then is part of what is measured.
+			fmt.Printf("    not settled after %v: %d of %d %s; measured as it stands\n", b.settleMax, n, b.n, what)
+			return time.Since(start), nil
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
