@@ -246,9 +246,9 @@
 //
 // A continuous replication that has been caught up, with no change to
 // copy, for ParkAfter ([replicator] park_after_sec, 5 minutes; 0: never)
-// gives its slot back: at a heartbeat its worker asks
-// its run to stop (stopPark), the run writes its final checkpoint, and
-// the job parks (replicator.Parked): pending in the job layer at its
+// gives its slot back: at a heartbeat its worker asks its run to stop
+// (stopPark), the run writes its final checkpoint, and the job parks
+// (replicator.Parked): pending in the job layer at its
 // sweep time, ParkSweep (24 h) later, with the source sequence that
 // checkpoint covered (Through) and its source's watch group and database
 // (replicator.WatchGroupOf: the server, the user and the proxy that ask
