@@ -157,6 +157,7 @@
 //	(24, JobID)                 -> JSON      the last engine.RefusedDocsMax (100) documents the job's
 //	                                         targets refused (FailedDoc), under 64 kB
 //	(25, Group, SourceDB, JobID) -> ""       parked jobs by watch group and source database
+//	(26)                        -> int64 LE  parked jobs (the jobs.parked gauge)
 //
 // # View index
 //

@@ -187,6 +187,9 @@ func (s *Store) countDeltas(deltas map[string]int64, e *entry, registered bool, 
 	if e.node != "" {
 		deltas[string(s.nodeCountKey(e.node))] += sign
 	}
+	if e.group != "" {
+		deltas[string(s.parkedCountKey())] += sign
+	}
 }
 
 // indexedJob is a job as the index sees it after a write: its fdbjobs

@@ -549,8 +549,10 @@ func (m *indexModel) checkIndex(step int) {
 			}
 		}
 	}
-	if n := m.counter(s.jobCountKey()); n != 0 {
-		got.counts[string(s.jobCountKey())] = n
+	for _, k := range []kv.Key{s.jobCountKey(), s.parkedCountKey()} {
+		if n := m.counter(k); n != 0 {
+			got.counts[string(k)] = n
+		}
 	}
 	require.Equal(m.t, describe(want.keys), describe(got.keys), "step %d: index keys", step)
 	require.Equal(m.t, describeCounts(want.counts), describeCounts(got.counts), "step %d: counters", step)

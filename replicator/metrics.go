@@ -41,6 +41,9 @@ const (
 	// doc.go, "Parking").
 	MetricJobsParks = "couch_replicator.jobs.parks"
 	MetricJobsWakes = "couch_replicator.jobs.wakes"
+	// MetricJobsParked is a gauge: the replications parked, cluster-wide,
+	// as a replication node last read it (every interval).
+	MetricJobsParked = "couch_replicator.jobs.parked"
 	// MetricNodeHeartbeatAge is a gauge read when the metrics are: how
 	// long ago (whole seconds) the node's last membership heartbeat
 	// committed; it grows while the node cannot reach the store
@@ -78,7 +81,7 @@ type Series struct {
 }
 
 // gauges tells gauges from counters.
-var gauges = map[string]bool{MetricJobsRunning: true, MetricJobsAccepting: true, MetricJobsPending: true}
+var gauges = map[string]bool{MetricJobsRunning: true, MetricJobsAccepting: true, MetricJobsPending: true, MetricJobsParked: true}
 
 var metricNames = []string{
 	MetricJobsAdds, MetricJobsRemoves, MetricJobsAccepts, MetricJobsStarts, MetricJobsStops,
@@ -86,7 +89,7 @@ var metricNames = []string{
 	MetricJobsPreempted, MetricJobsMoves, MetricJobsHoldsLost, MetricJobsCompleted, MetricJobsFailed,
 	MetricDocsDBsCreated, MetricDocsDBsDeleted, MetricDocsDBChanges, MetricDocsFailedUpdates,
 	MetricDocsCompletedUpdates, MetricCheckpointsSuccess, MetricCheckpointsFailure, MetricTransientJobsRemoved,
-	MetricJobsParks, MetricJobsWakes,
+	MetricJobsParks, MetricJobsWakes, MetricJobsParked,
 }
 
 // Metrics holds this process's replicator counters and gauges. It is safe
@@ -277,6 +280,7 @@ var helps = map[string]string{
 	MetricDocsRefused:      "documents the targets of this node's jobs of the database refused",
 	MetricJobsParks:        "continuous replications this node parked: caught up and idle, they gave their slot back",
 	MetricJobsWakes:        "parked replications this node woke: their source changed, or their sweep came",
+	MetricJobsParked:       "replications parked, cluster-wide: caught up, waiting for a change to their source without a slot",
 }
 
 // help is a metric's HELP text.

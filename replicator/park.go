@@ -82,6 +82,19 @@ func (s *Store) WakeJob(ctx context.Context, tr kv.Transactor, jobID, cause stri
 	})
 }
 
+// ParkedCount returns how many jobs are parked, cluster-wide (a counter
+// of the view index), in a snapshot read of tr (nil: a transaction of its
+// own).
+func (s *Store) ParkedCount(ctx context.Context, tr kv.ReadTransactor) (int64, error) {
+	if tr == nil {
+		tr = s.DB
+	}
+	return kv.ReadTransact(ctx, tr, func(tr kv.ReadTransaction) (int64, error) {
+		v, err := tr.Snapshot().Get(s.parkedCountKey()).Get()
+		return kv.DecodeInt64(v), err
+	})
+}
+
 // ParkedRef is a parked job as the watch index lists it.
 type ParkedRef struct {
 	SourceDB, JobID string

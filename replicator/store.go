@@ -42,6 +42,7 @@ const (
 	keyOwnerCounts  = 21 // (21, Owner) -> int64 LE
 	keyOwnerRunning = 22 // (22, Owner, Node, JobID) -> ""
 	keyParked       = 25 // (25, Group, SourceDB, JobID) -> "": parked jobs by watch group (park.go)
+	keyParkedCount  = 26 // (26) -> int64 LE: parked jobs
 
 	keyProgress   = 23 // (23, JobID, Node, Start) -> JSON Progress (progress.go)
 	keyFailedDocs = 24 // (24, JobID) -> JSON []FailedDoc (failed.go)
@@ -122,6 +123,7 @@ func (s *Store) ownerCountKey(owner string) kv.Key {
 func (s *Store) ownerRunningKey(owner, node, jobID string) kv.Key {
 	return s.ownerRunning.Pack(tuple.Tuple{owner, node, jobID})
 }
+func (s *Store) parkedCountKey() kv.Key { return s.root.Pack(tuple.Tuple{keyParkedCount}) }
 func (s *Store) parkedKey(group, db, jobID string) kv.Key {
 	return s.parked.Pack(tuple.Tuple{group, db, jobID})
 }

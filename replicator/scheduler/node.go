@@ -470,6 +470,9 @@ func (n *Node) reschedule(ctx context.Context) error {
 	if err := n.cleanup(ctx, cfg, now); err != nil && ctx.Err() == nil {
 		cfg.Logger.Warn().Err(err).Msg("replicator: cleanup")
 	}
+	if parked, err := n.store.ParkedCount(ctx, nil); err == nil {
+		n.m.Set(replicator.MetricJobsParked, parked)
+	}
 
 	n.mu.Lock()
 	n.m.Set(replicator.MetricJobsAccepting, int64(n.acceptors))

@@ -40,6 +40,8 @@ func TestIdleReplicationParks(t *testing.T) {
 	c.WaitJob("parked", id, parked)
 	require.Equal(t, 1, eng.Starts("http://h:5984/idle/"))
 	require.Zero(t, c.Nodes[0].Stats().Running, "a parked job holds no slot")
+	rescheduleNow(t, c, 0)
+	require.Contains(t, c.Nodes[0].Metrics().Prometheus(), "couchdb_couch_replicator_jobs_parked 1\n", "the parked gauge")
 
 	d, _, err := c.Store.Job(context.Background(), nil, id)
 	require.NoError(t, err)
