@@ -417,10 +417,11 @@ func TestIndexModel(t *testing.T) {
 	}
 }
 
-// A store indexed by version 1 (entries without owners, no owner keys)
-// is brought to version 2 by the backfill at the next start: the owner
-// keys and counters are what a full fold computes, the others unchanged,
-// and the owners' pages right; under injected faults.
+// A store indexed by version 1 (entries without owners or watch groups,
+// no owner or parked keys) is brought to version 2 by the backfill at
+// the next start: the owner keys and counters are what a full fold
+// computes, the others unchanged, and the owners' pages right; under
+// injected faults.
 func TestIndexBackfillAddsOwners(t *testing.T) {
 	m := newIndexModel(t, testutil.SeedFrom(t, indexSeedEnv))
 	for i := 0; i < 150; i++ {
@@ -441,6 +442,9 @@ func TestIndexBackfillAddsOwners(t *testing.T) {
 		tr.ClearRange(subspaceRange(s.ownerJobs))
 		tr.ClearRange(subspaceRange(s.ownerRunning))
 		tr.ClearRange(subspaceRange(s.root.Sub(keyOwnerCounts)))
+		// Version 1 predates parking: no watch-group keys, no parked count.
+		tr.ClearRange(subspaceRange(s.parked))
+		tr.Clear(s.parkedCountKey())
 		tr.Set(s.indexVersionKey(), tuple.Tuple{int64(1)}.Pack())
 		return nil
 	})
