@@ -57,21 +57,29 @@ cluster: build
 	$(BIN)/fdbrep cluster -data-dir $(DATA_DIR) $(ARGS)
 
 ## test: what CI runs: lint, the fdb-tagged build, the whole suite with the
-## race detector, again with storage fault injection, again with network
-## latency and the transaction budget check on the embedded store, and
-## again on a real FoundationDB cluster (test-fdb).
+## race detector, then the packages whose tests reach the store again with
+## storage fault injection, again with network latency and the transaction
+## budget check on the embedded store, and again on a real FoundationDB
+## cluster (test-fdb).
 test: lint fdb-check pouchdb fauxton test-unit test-faults test-latency test-fdb
+
+## store_pkgs lists the packages whose test binary links pkg/kv (go list
+## flags in $(1)): the passes that change the store rerun only these, since
+## the others (the CouchDB client, the replication protocol, the docs)
+## would repeat the plain pass.
+store_pkgs = $(shell $(GO) list $(1) -test -f '{{.ImportPath}}|{{range .Deps}}{{.}} {{end}}' ./... | \
+	awk -F'|' '$$1 ~ /\.test$$/ && index($$2, "/pkg/kv ") { sub(/\.test$$/, "", $$1); print $$1 }')
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 test-faults:
-	FDBREP_KV_FAULTS=1 $(GO) test -race -count=1 -timeout 20m ./...
+	FDBREP_KV_FAULTS=1 $(GO) test -race -count=1 -timeout 20m $(call store_pkgs)
 
 ## test-latency: every read and commit waits as over a network, and any
 ## transaction over 1 MB or 1 s fails its test (FDB's guidance).
 test-latency:
-	FDBREP_KV_LATENCY=1 FDBREP_KV_BUDGET=1 $(GO) test -count=1 -timeout 20m ./...
+	FDBREP_KV_LATENCY=1 FDBREP_KV_BUDGET=1 $(GO) test -count=1 -timeout 20m $(call store_pkgs)
 
 ## soak: the scheduler's model test (cmd/internal/sim) over new seeds, one
 ## after the other, for SOAK_DURATION (default 10m), then the real-process
@@ -85,13 +93,15 @@ soak:
 	$(GO) test -count=1 -timeout 0 -run '^TestModel$$' ./cmd/internal/sim -v -sim.soak $(SOAK_DURATION)
 	FDBREP_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' ./cmd/internal/soak -v
 
-## test-fdb: the whole suite, the kv conformance suite among it, on a real
-## FoundationDB 7.3 cluster (scripts/with-fdb.sh: 3 processes started from
+## test-fdb: the packages whose tests reach the store (store_pkgs), the kv
+## conformance suite among them, and the fault tests of FoundationDB's own
+## processes (cmd/internal/fdbfault), on a real FoundationDB 7.3 cluster (scripts/with-fdb.sh: 3 processes started from
 ## ../shared/fdb, or the cluster of FDB_CLUSTER_FILE), each test in a
 ## tenant of its own; skipped with a message where neither is at hand.
 ## It includes the short version of the deployment test (test-deploy).
 test-fdb:
-	scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb $(GO) test -tags fdb -count=1 -timeout 30m ./...
+	scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb $(GO) test -tags fdb -count=1 -timeout 30m \
+		$(call store_pkgs,-tags fdb) ./cmd/internal/fdbfault
 
 ## test-deploy: the deployment test (cmd/internal/deploy; docs/DEPLOY.md):
 ## FoundationDB, CouchDB and fdbrep nodes by role on hosts made of network

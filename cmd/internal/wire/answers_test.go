@@ -14,6 +14,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
 )
 
@@ -30,6 +31,7 @@ func TestAnswersAsCouchDBs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts CouchDB")
 	}
+	kvtest.PlainStoreOnly(t, "response shapes beside CouchDB's")
 	couch := couchtest.StartCouchDB(t) // before the service: its cleanup runs last
 	a := &answers{couch: couch, cc: &creds{Name: couchtest.CouchAdmin, Pass: couchtest.CouchPassword},
 		e: newServiceWith(t, func(c *scheduler.Config) {

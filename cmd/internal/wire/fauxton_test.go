@@ -11,6 +11,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/internal/browsertest"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
 // TestFauxton drives Fauxton, CouchDB's dashboard, served by the node at
@@ -25,6 +26,7 @@ import (
 // as 127.0.0.1 (both loopback): Fauxton takes any endpoint whose URL holds
 // the page's host name for a database of its own server.
 func TestFauxton(t *testing.T) {
+	kvtest.PlainStoreOnly(t, "a browser's view of the API")
 	svc, f := startFauxton(t)
 	b := f.b
 	src := couchtest.StartPouchDB(t)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
 // TestFauxtonUsers drives Fauxton as CouchDB's users use it: a server
@@ -17,6 +18,7 @@ import (
 // server admins only; what users get from _active_tasks is checked by
 // TestUsersSeeTheirReplications.)
 func TestFauxtonUsers(t *testing.T) {
+	kvtest.PlainStoreOnly(t, "a browser's view of the API")
 	svc, f := startFauxton(t)
 	b := f.b
 	peer := couchtest.StartPouchDB(t)

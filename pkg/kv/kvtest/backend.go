@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 )
 
 // EnvBackend names the environment variable that chooses the store
@@ -74,4 +75,21 @@ func ProcessTenant(t testing.TB) (clusterFile, tenant string) {
 		t.Fatalf("kvtest: ProcessTenant needs %s=%s", EnvBackend, BackendFDB)
 	}
 	return newProcessTenant(t)
+}
+
+// PlainStoreOnly skips t, saying why, in the passes of make test that
+// change the store (EnvBackend=fdb, faultkv.EnvVar, kv.EnvLatency): for a
+// test whose subject does not depend on it (a browser's view of the API,
+// response shapes beside CouchDB's), which those passes would repeat at
+// the cost of minutes.
+func PlainStoreOnly(t testing.TB, why string) {
+	t.Helper()
+	for _, env := range []string{faultkv.EnvVar, kv.EnvLatency} {
+		if os.Getenv(env) != "" {
+			t.Skipf("%s: runs in the pass on the plain store, not with %s", why, env)
+		}
+	}
+	if OnFoundationDB(t) {
+		t.Skipf("%s: runs in the pass on the plain store, not on FoundationDB", why)
+	}
 }
