@@ -362,6 +362,10 @@ func (m *indexModel) step() {
 		ok   bool
 		run  func()
 	}
+	// The rare ones (monitor, database delete and re-create, cleanup)
+	// run on one pick in 32 (one of 16 kinds, then a coin): at least 12
+	// times each, on average, in TestIndexModel's 400 steps, whose check
+	// that every kind ran then fails for about one seed in 10^5.
 	ops := []op{
 		{"add doc", true, m.addDoc},
 		{"add transient", true, m.addTransient},
@@ -374,11 +378,11 @@ func (m *indexModel) step() {
 		{"park", len(held) > 0, func() { m.park(m.held[m.pick(held)]) }},
 		{"wake", len(all) > 0, func() { m.wake(m.pick(all)) }},
 		{"reenqueue", len(running) > 0, func() { m.reenqueue(m.pick(running)) }},
-		{"monitor", m.rng.IntN(4) == 0, m.monitor},
+		{"monitor", m.rng.IntN(2) == 0, m.monitor},
 		{"remove", len(all) > 0, func() { m.remove(m.pick(all)) }},
-		{"delete db", m.rng.IntN(5) == 0, func() { m.retire(m.pick(modelDBs), false) }},
-		{"re-create db", m.rng.IntN(8) == 0, func() { m.retire(m.pick(modelDBs), true) }},
-		{"cleanup", m.rng.IntN(3) == 0, m.cleanup},
+		{"delete db", m.rng.IntN(2) == 0, func() { m.retire(m.pick(modelDBs), false) }},
+		{"re-create db", m.rng.IntN(2) == 0, func() { m.retire(m.pick(modelDBs), true) }},
+		{"cleanup", m.rng.IntN(2) == 0, m.cleanup},
 	}
 	for {
 		o := ops[m.rng.IntN(len(ops))]
