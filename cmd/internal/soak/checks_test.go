@@ -356,6 +356,20 @@ func (s *soak) checkViews(now time.Time, jobs []soakJobRow, docs []soakDocRow, t
 			s.logOp("%s completed as its process was killed (its document says so; no log line)", v)
 			continue
 		}
+		if v.post != nil && !v.cont && !v.killedOpen.IsZero() {
+			// Its run ended as its process was killed, before the line:
+			// the job itself says so while it is retained.
+			switch st := s.postedJobState(v); st {
+			case "completed", "failed":
+				if st == "completed" {
+					v.completed = v.killedOpen
+				} else {
+					v.failed = v.killedOpen
+				}
+				s.logOp("%s %s as its process was killed (_scheduler/jobs/{id} says so; no log line)", v, st)
+				continue
+			}
+		}
 		state := "no document row"
 		if ok {
 			state = "its document: " + d.State
@@ -437,4 +451,22 @@ func (s *soak) settle(now time.Time, p []string) {
 			delete(s.suspects, x)
 		}
 	}
+}
+
+// postedJobState returns the state GET /_scheduler/jobs/{id} gives the job
+// of v, a POST /_replicate's version ("" when it has no job id in the
+// logs yet or the view does not answer).
+func (s *soak) postedJobState(v *soakVersion) string {
+	for id, jv := range s.jobVer {
+		if jv != v {
+			continue
+		}
+		status, raw, err := s.do("GET", "/_scheduler/jobs/"+url.PathEscape(id), nil)
+		var row soakJobRow
+		if err != nil || status != http.StatusOK || json.Unmarshal(raw, &row) != nil {
+			return ""
+		}
+		return row.State
+	}
+	return ""
 }

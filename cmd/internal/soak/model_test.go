@@ -33,7 +33,8 @@ type soakVersion struct {
 	notBefore time.Time // it waited at a kill: an acceptor may have claimed it, the activity monitor frees it by then
 	// killedOpen is the last kill that ended one of its runs: a node logs
 	// after its commit, so a one-shot run may have completed in the store
-	// without its "completed" line (_scheduler/docs tells).
+	// without its "completed" (or "failed") line: _scheduler/docs tells,
+	// or for a POST's job _scheduler/jobs/{id} while it is retained.
 	killedOpen time.Time
 	crashes    int
 	crashInfo  string
