@@ -39,7 +39,10 @@ func TestIdleReplicationParks(t *testing.T) {
 	id := c.DocJobID("_replicator", "idle")
 	c.WaitJob("parked", id, parked)
 	require.Equal(t, 1, eng.Starts("http://h:5984/idle/"))
-	require.Zero(t, c.Nodes[0].Stats().Running, "a parked job holds no slot")
+	// Its worker gives the slot back once the exact check after the park
+	// answered.
+	testutil.WaitUntil(t, &c.Nodes[0].TestSignals.Rescheduled, "a parked job holds no slot",
+		func(int64) bool { return c.Nodes[0].Stats().Running == 0 })
 	rescheduleNow(t, c, 0)
 	require.Contains(t, c.Nodes[0].Metrics().Prometheus(), "couchdb_couch_replicator_jobs_parked 1\n", "the parked gauge")
 
