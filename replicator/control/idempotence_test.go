@@ -16,6 +16,7 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
+	"github.com/fdbrep/fdbrep/replicator/engine"
 	"github.com/fdbrep/fdbrep/replicator/replicatortest"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
 )
@@ -261,4 +262,37 @@ func TestDocWrittenRegistersTypeInCallersTransaction(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, replicator.StatePending, c.DocState("_replicator", "d").State)
+}
+
+// Ending a crashing job's backoff, run again after a commit that reported
+// commit_unknown_result, answers as its first attempt did, even when an
+// acceptor took the job in between (a retry that read "running" answered
+// a conflict).
+func TestRetryJobAfterUnknownCommitJobStarted(t *testing.T) {
+	eng := simengine.New()
+	cfg := replicatortest.Config()
+	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+	c := replicatortest.NewCluster(t, 1, eng, cfg)
+	const src = "http://h/rs/"
+	eng.SetFail(src, fmt.Errorf("%w: could not open %s", engine.ErrDBNotFound, src))
+	c.PutDoc("_replicator", "r", replicatortest.RepDoc(src, "http://h/rt", true))
+	id := c.DocJobID("_replicator", "r")
+	c.WaitJob("crashing", id, func(_ fdbjobs.State, d *replicator.JobData) bool {
+		return d != nil && d.State == replicator.StateCrashing
+	})
+	eng.SetFail(src, nil)
+
+	db := retryDB{Database: c.DB, mode: afterCommit, between: func() {
+		c.WaitJob("running again", id, func(st fdbjobs.State, d *replicator.JobData) bool {
+			return st == fdbjobs.Running && d != nil && d.State == replicator.StateRunning
+		})
+	}}
+	ccfg := c.Config.Config
+	ccfg.Metrics = replicator.NewMetrics()
+	p, err := control.New(replicator.NewStore(db, c.Jobs, nil), ccfg)
+	require.NoError(t, err)
+	r, err := p.RetryJob(context.Background(), api.Admin(), id)
+	require.NoError(t, err)
+	require.True(t, r.OK)
+	require.Equal(t, 2, eng.Starts(src))
 }
