@@ -396,12 +396,16 @@ func (f *feedWriter) wait(db string, cr *changesRequest, beat string) int {
 		}
 		if _, err := fired.Get(); err != nil {
 			// A failed watch (too many watches, say): look again after a
-			// backoff rather than spin.
+			// backoff rather than spin; a longpoll still waits for a
+			// change, not for the watch's failure.
 			delay, ok := f.wb.Next(err)
 			if !ok {
 				delay = kv.BackoffMaxDefault
 			}
-			return f.pause(ctx, delay, ticks, timeout, beat)
+			if outcome := f.pause(ctx, delay, ticks, timeout, beat); outcome != waitChanged {
+				return outcome
+			}
+			continue
 		}
 		f.wb.Reset()
 	}
