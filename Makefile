@@ -95,9 +95,9 @@ soak:
 
 ## test-fdb: the packages whose tests reach the store (store_pkgs), the kv
 ## conformance suite among them, and the fault tests of FoundationDB's own
-## processes (cmd/internal/fdbfault), on a real FoundationDB 7.3 cluster (scripts/with-fdb.sh: 3 processes started from
-## ../shared/fdb, or the cluster of FDB_CLUSTER_FILE), each test in a
-## tenant of its own; skipped with a message where neither is at hand.
+## processes (cmd/internal/fdbfault), on a real FoundationDB 7.3 cluster
+## (scripts/with-fdb.sh: 3 processes started from ../shared/fdb, or the
+## cluster of FDB_CLUSTER_FILE), each test in a tenant of its own; skipped with a message where neither is at hand.
 ## It includes the short version of the deployment test (test-deploy).
 test-fdb:
 	scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb $(GO) test -tags fdb -count=1 -timeout 30m \

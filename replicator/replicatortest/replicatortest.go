@@ -348,7 +348,6 @@ func (c *Cluster) WaitJob(what, jobID string, cond func(fdbjobs.State, *replicat
 		if cond(st, d) {
 			return
 		}
-		last := fmt.Sprintf("%v %s", st, d.Encode())
 		wctx, wcancel := context.WithTimeout(ctx, pause)
 		if sub != nil {
 			ev, err := sub.Wait(wctx)
@@ -362,7 +361,7 @@ func (c *Cluster) WaitJob(what, jobID string, cond func(fdbjobs.State, *replicat
 		}
 		wcancel()
 		if ctx.Err() != nil {
-			c.t.Fatalf("timed out after %v waiting for %s; the job last read: %s", testutil.WaitTimeout, what, last)
+			c.t.Fatalf("timed out after %v waiting for %s; the job last read: %v %s", testutil.WaitTimeout, what, st, d.Encode())
 		}
 		pause = min(2*pause, 100*time.Millisecond)
 	}
