@@ -99,8 +99,12 @@ soak:
 ## (scripts/with-fdb.sh: 3 processes started from ../shared/fdb, or the
 ## cluster of FDB_CLUSTER_FILE), each test in a tenant of its own; skipped with a message where neither is at hand.
 ## It includes the short version of the deployment test (test-deploy).
+## The cluster runs on mutual TLS (make test-fdb FDB_TLS=0: plain TCP),
+## so that every test also proves the TLS client; the TLS tests of
+## cmd/fdbrep start clusters of their own.
+FDB_TLS ?= 1
 test-fdb:
-	scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb $(GO) test -tags fdb -count=1 -timeout 30m \
+	FDBREP_FDB_TLS=$(FDB_TLS) scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb $(GO) test -tags fdb -count=1 -timeout 30m \
 		$(call store_pkgs,-tags fdb) ./cmd/internal/fdbfault
 
 ## test-deploy: the deployment test (cmd/internal/deploy; docs/DEPLOY.md):

@@ -3,6 +3,7 @@ package frontend
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -121,7 +122,7 @@ func NewHTTPServer(h http.Handler, limits Limits) (*HTTPServer, error) {
 		IdleTimeout:       limits.IdleTimeout,
 		MaxHeaderBytes:    limits.MaxHeaderBytes,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if tc, ok := c.(*trackedConn); ok {
+			if tc, ok := tracked(c); ok {
 				return context.WithValue(ctx, connKey{}, tc)
 			}
 			return ctx
@@ -135,6 +136,23 @@ func NewHTTPServer(h http.Handler, limits Limits) (*HTTPServer, error) {
 // or Close.
 func (s *HTTPServer) Serve(ln net.Listener) error {
 	return s.Server.Serve(&cappedListener{Listener: ln, set: s.conns})
+}
+
+// ServeTLS is Serve over TLS with cfg (HTTP/1.1, as CouchDB serves): the
+// cap counts TCP connections, handshakes included.
+func (s *HTTPServer) ServeTLS(ln net.Listener, cfg *tls.Config) error {
+	cfg = cfg.Clone()
+	cfg.NextProtos = []string{"http/1.1"}
+	return s.Server.Serve(tls.NewListener(&cappedListener{Listener: ln, set: s.conns}, cfg))
+}
+
+// tracked returns the trackedConn c is, or carries under TLS.
+func tracked(c net.Conn) (*trackedConn, bool) {
+	if t, ok := c.(*tls.Conn); ok {
+		c = t.NetConn()
+	}
+	tc, ok := c.(*trackedConn)
+	return tc, ok
 }
 
 // Connections reports the open connections and the cap.
@@ -205,7 +223,7 @@ func (c *trackedConn) setEvictable(on bool) {
 }
 
 func (cs *connSet) stateChanged(c net.Conn, st http.ConnState) {
-	tc, ok := c.(*trackedConn)
+	tc, ok := tracked(c)
 	if !ok {
 		return
 	}

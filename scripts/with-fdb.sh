@@ -7,8 +7,9 @@
 # "configure tenant_mode=optional_experimental"). Otherwise a throwaway
 # cluster of 3 processes (double redundancy) started on 127.0.0.1 with
 # ../shared/fdb/fdb.sh beside the repository ($FDBREP_FDB_SH to use
-# another), stopped and removed when COMMAND ends. Where neither is at
-# hand it says so and exits 0 (a user's machine); under CI ($CI set) that
+# another), stopped and removed when COMMAND ends; on mutual TLS (:tls
+# addresses, fdb.sh's throwaway CA) with FDBREP_FDB_TLS=1. Where neither
+# is at hand it says so and exits 0 (a user's machine); under CI ($CI set) that
 # is an error.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,7 +45,17 @@ for _ in $(seq 1 50); do
 	fi
 done
 [ -n "$port" ] || { echo "with-fdb: no free ports" >&2; exit 1; }
-cluster=$(bash "$fdbsh" start "$port" "$dir" 3 | tail -1)
+tls=""
+if [ "${FDBREP_FDB_TLS:-0}" = 1 ]; then
+	# Mutual TLS: only the start sees FDB_TLS, so that clusters the tests
+	# start themselves stay as they ask; COMMAND gets the client's
+	# FDB_TLS_* variables, which libfdb_c reads.
+	cluster=$(FDB_TLS=1 bash "$fdbsh" start "$port" "$dir" 3 | tail -1)
+	eval "$(bash "$fdbsh" tls-env "$dir")"
+	tls=", mutual TLS"
+else
+	cluster=$(bash "$fdbsh" start "$port" "$dir" 3 | tail -1)
+fi
 bash "$fdbsh" cli "$dir" --exec "configure tenant_mode=optional_experimental" >/dev/null
-echo "with-fdb: FoundationDB cluster of 3 processes on 127.0.0.1:$port-$((port + 2)) ($cluster)" >&2
+echo "with-fdb: FoundationDB cluster of 3 processes on 127.0.0.1:$port-$((port + 2))$tls ($cluster)" >&2
 FDB_CLUSTER_FILE=$cluster "$@"

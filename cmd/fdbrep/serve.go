@@ -141,7 +141,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 func openStore(ctx context.Context, cfg *config.Config, log *zerolog.Logger) (kv.Database, error) {
 	switch cfg.String("fdb", "backend") {
 	case "fdb":
-		return openFDB(ctx, cfg.String("fdb", "cluster_file"), cfg.String("fdb", "tenant"), log)
+		return openFDB(ctx, cfg, log)
 	default:
 		opts := embedded.Options{Dir: cfg.String("fdb", "data_dir")}
 		if cfg.Bool("fdb", "in_memory") {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/fdbkv"
 )
@@ -20,8 +21,9 @@ const fdbBuild = true
 // answer yet.
 const fdbWaitRetry = 5 * time.Second
 
-// openFDB opens the FoundationDB cluster named by clusterFile, in tenant
-// unless it is empty (every transaction starts with
+// openFDB opens the FoundationDB cluster of cfg's [fdb] cluster_file, in
+// its tenant unless it is empty, with its TLS settings (every transaction
+// starts with
 // fdbkv.TransactionTimeoutDefault), and probes it: opening contacts
 // nobody, so a wrong cluster file or a cluster that is down would
 // otherwise show only as requests that hang. A configuration that cannot
@@ -32,8 +34,17 @@ const fdbWaitRetry = 5 * time.Second
 // that says what to check after each probe, until it answers or ctx ends,
 // so that a node started before its cluster, or during an outage, comes
 // up with it.
-func openFDB(ctx context.Context, clusterFile, tenant string, log *zerolog.Logger) (kv.Database, error) {
-	db, err := fdbkv.OpenWithOptions(clusterFile, fdbkv.Options{Tenant: tenant})
+func openFDB(ctx context.Context, cfg *config.Config, log *zerolog.Logger) (kv.Database, error) {
+	db, err := fdbkv.OpenWithOptions(cfg.String("fdb", "cluster_file"), fdbkv.Options{
+		Tenant: cfg.String("fdb", "tenant"),
+		TLS: fdbkv.TLS{
+			CertificateFile: cfg.String("fdb", "tls_certificate_file"),
+			KeyFile:         cfg.String("fdb", "tls_key_file"),
+			CAFile:          cfg.String("fdb", "tls_ca_file"),
+			VerifyPeers:     cfg.String("fdb", "tls_verify_peers"),
+			Refresh:         time.Duration(cfg.Int("fdb", "tls_refresh_sec")) * time.Second,
+		},
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,13 @@ var client = &http.Client{Timeout: 2 * WaitTimeout}
 // pairs) sets another.
 func Do(t testing.TB, method, url string, c *Creds, body any, hdr ...string) Resp {
 	t.Helper()
+	return DoWith(t, client, method, url, c, body, hdr...)
+}
+
+// DoWith is Do with the HTTP client hc (an https:// server's CA, a client
+// certificate).
+func DoWith(t testing.TB, hc *http.Client, method, url string, c *Creds, body any, hdr ...string) Resp {
+	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -63,7 +70,7 @@ func Do(t testing.TB, method, url string, c *Creds, body any, hdr ...string) Res
 	if c != nil {
 		req.SetBasicAuth(c.Name, c.Pass)
 	}
-	res, err := client.Do(req)
+	res, err := hc.Do(req)
 	require.NoError(t, err)
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)

@@ -26,7 +26,7 @@ var couchDBSections = setOf(
 	"jwt_auth", "jwt_keys", "mango", "mem3", "native_query_servers", "nouveau", "nouveau_index_upgrader",
 	"os_daemons", "process_priority", "prometheus", "purge", "query_server_config", "query_servers", "quickjs",
 	"reshard", "rexi", "smoosh", "smoosh.ratio_dbs", "smoosh.ratio_views", "smoosh.slack_dbs", "smoosh.slack_views",
-	"ssl", "stats", "uuids", "vendor", "vhosts", "view_updater", "view_upgrade", "x_frame_options",
+	"stats", "uuids", "vendor", "vhosts", "view_updater", "view_upgrade", "x_frame_options",
 )
 
 // couchDBKeys are CouchDB 3.x's keys, in the sections fdbrep shares with
@@ -50,6 +50,9 @@ var couchDBKeys = map[string]map[string]bool{
 		// fdbrep writes only terminal states (completed, failed) into
 		// _replicator documents: CouchDB 3.x's update_docs = false.
 		"update_docs"),
+	// An encrypted key (password) is refused when it is loaded: its
+	// error says to give an unencrypted one.
+	"ssl": setOf("password", "verify_fun", "ssl_certificate_max_depth", "secure_renegotiate"),
 	"log": setOf("file", "filter_fields", "max_message_size", "strip_last_msg", "syslog_appid",
 		"syslog_facility", "syslog_host", "syslog_port", "write_buffer", "write_delay", "writer"),
 }

@@ -137,6 +137,10 @@ func (k *Key) unit() string {
 	return ""
 }
 
+// TLSRefreshSecDefault is [fdb] tls_refresh_sec's default (fdbkv's
+// TLSRefreshDefault, in seconds).
+const TLSRefreshSecDefault = 300
+
 // The keys this package reads itself, for the node's composition root:
 // the HTTP API's address, the store, the log and the node. Packages with
 // settings of their own register theirs (see setting.go).
@@ -151,6 +155,16 @@ var (
 		"FoundationDB cluster file (backend fdb); empty uses FoundationDB's default lookup.", nil)
 	_ = RegisterString("fdb", "tenant", "",
 		"FoundationDB tenant the node's keys live in (backend fdb): a key space of its own on a shared cluster, which must allow tenants and hold it (fdbcli: configure tenant_mode=optional_experimental, then tenant create NAME); empty uses the whole database.", nil)
+	_ = RegisterString("fdb", "tls_certificate_file", "",
+		"This node's certificate (PEM) for FoundationDB's mutual TLS (backend fdb, a cluster file with :tls addresses); the cluster's processes check it against their CA. Empty: FDB_TLS_CERTIFICATE_FILE.", nil)
+	_ = RegisterString("fdb", "tls_key_file", "",
+		"The private key (PEM, unencrypted) of tls_certificate_file. Empty: FDB_TLS_KEY_FILE.", nil)
+	_ = RegisterString("fdb", "tls_ca_file", "",
+		"CA certificates (PEM) the cluster's certificates must chain to. Empty: FDB_TLS_CA_FILE.", nil)
+	_ = RegisterString("fdb", "tls_verify_peers", "",
+		"FoundationDB's rules for the cluster's certificates (as fdbserver's --tls-verify-peers). Empty: FDB_TLS_VERIFY_PEERS, else FoundationDB's default Check.Valid=1 (a valid chain to tls_ca_file).", nil)
+	_ = RegisterInt("fdb", "tls_refresh_sec", TLSRefreshSecDefault, 1, 86400,
+		"How often FoundationDB's client rereads the TLS files: a certificate renewed on disk is used for new connections within this time, without a restart.")
 	_ = RegisterString("fdb", "data_dir", "./data",
 		"Directory of the embedded store (backend embedded).", nil)
 	_ = RegisterBool("fdb", "in_memory", false,
@@ -172,7 +186,7 @@ var (
 
 // sectionOrder is the order of the fixed sections in Keys and
 // docs/CONFIG.md; a key registers in one of them.
-var sectionOrder = []string{"chttpd", "chttpd_auth", "fdb", "log", "node", "replicator", "couch_jobs"}
+var sectionOrder = []string{"chttpd", "chttpd_auth", "ssl", "fdb", "log", "node", "replicator", "couch_jobs"}
 
 // reg is the registry: filled while packages initialize, frozen when first
 // read (Keys, Load, a getter), after which registering is a programming

@@ -57,6 +57,11 @@ func newClient(rawURL string, creds *credSource) (*client, error) {
 		return nil, fmt.Errorf("cluster URL %q: want http://host:port or https://host:port", redactedURL(rawURL))
 	}
 	c := &client{creds: creds.cluster(u), http: &http.Client{}}
+	if creds.tls != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = creds.tls
+		c.http.Transport = tr
+	}
 	base := *u
 	base.User, base.RawQuery, base.Fragment = nil, "", ""
 	base.Path = strings.TrimSuffix(base.Path, "/")

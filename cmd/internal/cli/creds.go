@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +27,14 @@ const (
 	EnvPassword = "FDBREP_PASSWORD"
 	// EnvNetrc names the netrc file (-netrc), as curl and git read it.
 	EnvNetrc = "NETRC"
+	// EnvCACert names the CA file an https:// cluster's certificate must
+	// chain to (-cacert).
+	EnvCACert = "FDBREP_CACERT"
+	// EnvCert and EnvKey name a client certificate and its key (-cert,
+	// -key), for a cluster that asks for one ([ssl]
+	// verify_ssl_certificates).
+	EnvCert = "FDBREP_CERT"
+	EnvKey  = "FDBREP_KEY"
 )
 
 // NetrcDefault is the netrc file read when neither -netrc nor $NETRC names
@@ -43,6 +53,9 @@ type clusterFlags struct {
 	user     string
 	password string
 	netrc    string
+	cacert   string
+	cert     string
+	key      string
 	set      map[string]bool // flags given on the command line
 }
 
@@ -51,6 +64,50 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.user, "user", "", "user name on the cluster (env "+EnvUser+"; else the URL's, else the netrc entry of the cluster's host)")
 	fs.StringVar(&c.password, "password", "", "password on the cluster; other local users can see command lines: prefer env "+EnvPassword+" or a netrc file")
 	fs.StringVar(&c.netrc, "netrc", "", "netrc file with credentials for the cluster and for endpoints given without any (env "+EnvNetrc+"; default ~/"+NetrcDefault+")")
+	fs.StringVar(&c.cacert, "cacert", "", "CA certificates (PEM) an https:// cluster's certificate must chain to, instead of the system's (env "+EnvCACert+")")
+	fs.StringVar(&c.cert, "cert", "", "client certificate (PEM) for a cluster that asks for one (env "+EnvCert+"; with -key)")
+	fs.StringVar(&c.key, "key", "", "the client certificate's private key (PEM, unencrypted; env "+EnvKey+")")
+}
+
+// flagOrEnv is the flag name's value when the command line gave it, else
+// the environment variable's.
+func (c *clusterFlags) flagOrEnv(name, value, env string) string {
+	if c.set[name] {
+		return value
+	}
+	return os.Getenv(env)
+}
+
+// tlsConfig is the TLS of -cacert, -cert and -key (or their variables);
+// nil when none is given (the system's CAs, no client certificate).
+func (c *clusterFlags) tlsConfig() (*tls.Config, error) {
+	ca := c.flagOrEnv("cacert", c.cacert, EnvCACert)
+	cert, key := c.flagOrEnv("cert", c.cert, EnvCert), c.flagOrEnv("key", c.key, EnvKey)
+	if ca == "" && cert == "" && key == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("-cacert: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-cacert %s holds no PEM certificate", ca)
+		}
+	}
+	if cert != "" || key != "" {
+		if cert == "" || key == "" {
+			return nil, errors.New("-cert and -key go together: give both")
+		}
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("-cert %s and -key %s: %w", cert, key, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
 }
 
 // visited records which flags the command line gave.
@@ -111,6 +168,10 @@ func (c *clusterFlags) credentials() (*credSource, error) {
 	if c.set["password"] {
 		cs.flagPass = &c.password
 	}
+	var err error
+	if cs.tls, err = c.tlsConfig(); err != nil {
+		return nil, err
+	}
 	return cs, nil
 }
 
@@ -118,6 +179,7 @@ func (c *clusterFlags) credentials() (*credSource, error) {
 type credSource struct {
 	machines           []*netrc.Machine
 	flagUser, flagPass *string
+	tls                *tls.Config // for an https:// cluster; nil: Go's defaults
 }
 
 // netrcFor returns the login and password of the netrc entry for host

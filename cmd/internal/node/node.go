@@ -2,10 +2,12 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/fdbrep/fdbrep/cluster"
@@ -61,8 +63,11 @@ type Options struct {
 // is nil.
 type Parts struct {
 	// Addr is the API's address, or on a node without api_frontend the
-	// health listener's, or "" (none, or NoListen).
+	// health listener's, or "" (none, or NoListen); with [ssl] https_only
+	// the HTTPS API's.
 	Addr string
+	// HTTPSAddr is the HTTPS API's address ([ssl] enable), or "".
+	HTTPSAddr string
 	// API is the HTTP API (api_frontend).
 	API http.Handler
 	// Health serves /_up, stats and metrics without authentication
@@ -175,7 +180,7 @@ func Run(ctx context.Context, opts Options) error {
 	var servers []*frontend.HTTPServer
 	errc := make(chan error, 2)
 	limits := frontend.LimitsFromConfig(cfg)
-	listen := func(addr string, h http.Handler, what string) (string, error) {
+	listen := func(addr string, h http.Handler, what string, tlsCfg *tls.Config) (string, error) {
 		if opts.NoListen {
 			return "", nil
 		}
@@ -188,7 +193,13 @@ func Run(ctx context.Context, opts Options) error {
 			return "", fmt.Errorf("%s listener: %w", what, err)
 		}
 		servers = append(servers, srv)
-		go func() { errc <- srv.Serve(ln) }()
+		go func() {
+			if tlsCfg != nil {
+				errc <- srv.ServeTLS(ln, tlsCfg)
+				return
+			}
+			errc <- srv.Serve(ln)
+		}()
 		_, capacity := srv.Connections()
 		log.Info().Str("addr", ln.Addr().String()).Int("max_connections", capacity).Msg(what + " listening")
 		return ln.Addr().String(), nil
@@ -230,7 +241,7 @@ func Run(ctx context.Context, opts Options) error {
 		log.Info().Int("max_jobs", ncfg.MaxJobs).Msg("replication node started")
 		parts.Health = healthHandler(db, metrics, cn, n)
 		if addr := cfg.String("node", "health_address"); addr != "" {
-			if readyAddr, err = listen(addr, parts.Health, "health"); err != nil {
+			if readyAddr, err = listen(addr, parts.Health, "health", nil); err != nil {
 				return err
 			}
 		}
@@ -273,8 +284,29 @@ func Run(ctx context.Context, opts Options) error {
 		} else {
 			log.Info().Msg("Fauxton is not installed: /_utils/ says how to get it (make fauxton, or [chttpd] utils_dir)")
 		}
-		if readyAddr, err = listen(cfg.BindAddress(), api, "HTTP API"); err != nil {
+		https, err := frontend.HTTPSFromConfig(cfg)
+		if err != nil {
 			return err
+		}
+		if !https.Only {
+			if readyAddr, err = listen(cfg.BindAddress(), api, "HTTP API", nil); err != nil {
+				return err
+			}
+		}
+		if https.Enable {
+			tlsCfg, err := https.TLSConfig()
+			if err != nil {
+				return err
+			}
+			host, _, _ := net.SplitHostPort(cfg.BindAddress())
+			addr, err := listen(net.JoinHostPort(host, strconv.Itoa(https.Port)), api, "HTTPS API", tlsCfg)
+			if err != nil {
+				return err
+			}
+			parts.HTTPSAddr = addr
+			if readyAddr == "" {
+				readyAddr = addr
+			}
 		}
 	}
 	// Heartbeats and runtime changes from now on: every service exists.

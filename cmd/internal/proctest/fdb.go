@@ -56,6 +56,9 @@ type FDBOptions struct {
 	// fdb.sh configures with double redundancy (one may die and the
 	// database stays up).
 	Processes int
+	// TLS runs the cluster on mutual TLS (fdb.sh's FDB_TLS=1): :tls
+	// addresses, a throwaway CA and certificates in TLSFile's directory.
+	TLS bool
 }
 
 // FDB is a FoundationDB cluster started with fdb.sh.
@@ -105,8 +108,17 @@ func (c *FDB) command(args ...string) *exec.Cmd {
 	if c.opts.Address != "" {
 		cmd.Env = append(cmd.Env, "FDB_ADDRESS="+c.opts.Address)
 	}
+	if c.opts.TLS {
+		cmd.Env = append(cmd.Env, "FDB_TLS=1")
+	}
 	return cmd
 }
+
+// TLSFile returns the path of a file fdb.sh made for a TLS cluster:
+// ca.pem, cert.pem and key.pem (the CA, and a certificate and key it
+// signed, which the processes and their clients use), rogue-ca.pem,
+// rogue-cert.pem and rogue-key.pem (another CA's).
+func (c *FDB) TLSFile(name string) string { return filepath.Join(c.dir, "tls", name) }
 
 // Run runs fdb.sh with args on the cluster's host and returns its output;
 // it fails t if fdb.sh fails.

@@ -80,6 +80,16 @@ func (ca *CA) Client(t testing.TB, name string) tls.Certificate {
 	return ca.issue(t, tmpl)
 }
 
+// Expired issues a client certificate for name that expired an hour ago.
+func (ca *CA) Expired(t testing.TB, name string) tls.Certificate {
+	t.Helper()
+	tmpl := template(name)
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	return ca.issue(t, tmpl)
+}
+
 func (ca *CA) issue(t testing.TB, tmpl *x509.Certificate) tls.Certificate {
 	key := newKey(t)
 	cert := sign(t, tmpl, ca.Cert, key.Public(), ca.key)

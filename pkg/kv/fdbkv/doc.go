@@ -61,6 +61,15 @@
 //     missing, unreadable or malformed, the tenant missing or tenants not
 //     allowed, the coordinators not taking connections, or taking them while
 //     the database does not answer (never created, or recovering).
+//   - Mutual TLS: Options.TLS names the client's certificate, key and CA
+//     (empty ones come from libfdb_c's FDB_TLS_* variables) and how often
+//     libfdb_c rereads them (TLSRefreshDefault). They are network options,
+//     set once for the process by the first Open; a later Open that asks
+//     for others fails with ErrTLSChanged. Open checks the files (readable,
+//     the key the certificate's, within its validity, a CA) and refuses a
+//     cluster file with :tls coordinators and no certificate (ErrTLS); a
+//     probe that times out on :tls coordinators shakes hands with one to
+//     tell a wrong CA from a certificate the cluster refuses.
 //   - Watches: FoundationDB's default of 10,000 outstanding watches counts
 //     per handle, shared by every Open of one cluster file in the process;
 //     the max_watches database option is not exposed.

@@ -15,6 +15,17 @@ import (
 // FoundationDB API version other than APIVersion.
 var ErrAPIVersion = errors.New("fdbkv: another FoundationDB API version is already selected")
 
+// ErrTLS is returned by Open when the TLS settings cannot work: a file
+// missing, unreadable or not what it should be, a certificate expired,
+// or a cluster file with :tls coordinators and no certificate. The
+// message names the setting and what to do.
+var ErrTLS = errors.New("fdbkv: TLS")
+
+// ErrTLSChanged is returned by Open when the process's FoundationDB
+// network was set up with other TLS settings: they are the process's and
+// set once, by the first Open.
+var ErrTLSChanged = errors.New("fdbkv: the FoundationDB network of this process was set up with other TLS settings")
+
 // convertErr returns err with every fdb.Error turned into the kv.Error with
 // the same code, unwrapped, so that kv's retry loop recognises it. Other
 // errors are returned as they are.

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,7 +28,9 @@ const statusKey = "\xff\xff/status/json"
 // Explain implements kv.Explainer: after a failed probe it says, in one
 // sentence, what an operator should check. It reads the cluster file
 // itself (missing, unreadable, not a cluster file), maps the tenant errors,
-// and after a timeout reads FoundationDB's status to tell coordinators
+// and after a timeout, for :tls coordinators, shakes hands with one to
+// tell a certificate refused or a wrong CA (explainTLS), then reads
+// FoundationDB's status to tell coordinators
 // that do not answer from a cluster with no database yet and from a
 // database that is not available.
 func (d *database) Explain(ctx context.Context, err error) string {
@@ -57,6 +60,17 @@ func (d *database) Explain(ctx context.Context, err error) string {
 		return "no cluster file was found: set [fdb] cluster_file (-cluster-file) to the cluster's fdb.cluster"
 	case !kv.HasCode(err, kv.CodeTransactionTimedOut) && !kv.HasCode(err, kv.CodeTimedOut):
 		return ""
+	}
+	if file != "" {
+		// Before the status, which waits as long as the handshakes fail.
+		if content, err := os.ReadFile(file); err == nil && tlsCoordinators(string(content)) {
+			addrs := coordinators(string(content))
+			down := unreachable(addrs)
+			up := slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return slices.Contains(down, a) })
+			if why := explainTLS(ctx, up, d.tls); why != "" {
+				return why
+			}
+		}
 	}
 	st, serr := d.status(ctx)
 	if serr != nil {

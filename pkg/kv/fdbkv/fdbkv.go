@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/apple/foundationdb/bindings/go/src/fdb"
 
@@ -36,6 +37,9 @@ type handle struct {
 var (
 	handlesMu sync.Mutex
 	handles   = map[string]*handle{}
+	// network is the TLS the process's FoundationDB network was set up
+	// with; nil before the first Open.
+	network *TLS
 )
 
 // Open is OpenWithOptions with the default Options.
@@ -58,6 +62,12 @@ func OpenWithOptions(clusterFile string, o Options) (kv.Database, error) {
 		}
 		return nil, openError(clusterFile, err)
 	}
+	if err := checkTLS(clusterFile, o.TLS, time.Now()); err != nil {
+		return nil, err
+	}
+	if err := setupNetwork(o.TLS); err != nil {
+		return nil, err
+	}
 	h := handles[clusterFile]
 	if h == nil {
 		db, err := fdb.OpenDatabase(clusterFile)
@@ -67,7 +77,7 @@ func OpenWithOptions(clusterFile string, o Options) (kv.Database, error) {
 		h = &handle{clusterFile: clusterFile, db: db}
 		handles[clusterFile] = h
 	}
-	d := &database{h: h, timeoutMs: o.timeoutMillis(), tenantName: o.Tenant}
+	d := &database{h: h, timeoutMs: o.timeoutMillis(), tenantName: o.Tenant, tls: o.TLS}
 	if o.Tenant != "" {
 		t, err := h.db.OpenTenant(fdb.Key(o.Tenant))
 		if err != nil {
@@ -79,11 +89,49 @@ func OpenWithOptions(clusterFile string, o Options) (kv.Database, error) {
 	return d, nil
 }
 
+// setupNetwork sets the process's FoundationDB network options from t
+// on the first Open (the binding starts the network with the first
+// database, after which they cannot change), and checks that a later
+// Open asks for the same. Called with handlesMu held.
+func setupNetwork(t TLS) error {
+	if t.Refresh == 0 {
+		t.Refresh = TLSRefreshDefault
+	}
+	if network != nil {
+		if *network != t {
+			return ErrTLSChanged
+		}
+		return nil
+	}
+	o := fdb.Options()
+	set := []struct {
+		value string
+		apply func(string) error
+	}{
+		{t.CertificateFile, o.SetTLSCertPath},
+		{t.KeyFile, o.SetTLSKeyPath},
+		{t.CAFile, o.SetTLSCaPath},
+		{t.VerifyPeers, func(v string) error { return o.SetTLSVerifyPeers([]byte(v)) }},
+		{fmt.Sprintf("tls_cert_refresh_delay_seconds=%d", max(1, int64(t.Refresh/time.Second))), o.SetKnob},
+	}
+	for _, s := range set {
+		if s.value == "" {
+			continue
+		}
+		if err := s.apply(s.value); err != nil {
+			return fmt.Errorf("%w: FoundationDB's client refused the setting %q: %w", ErrTLS, s.value, convertErr(err))
+		}
+	}
+	network = &t
+	return nil
+}
+
 // database adapts fdb.Database, or one of its tenants, to kv.Database.
 type database struct {
 	h          *handle
 	tenant     *fdb.Tenant // nil: the whole database
 	tenantName string
+	tls        TLS   // as Open was given it, for Explain
 	timeoutMs  int64 // set on every new or reset transaction; 0: none
 	closed     atomic.Bool
 }
