@@ -214,9 +214,9 @@ func explainTLS(ctx context.Context, addrs []string, t TLS) string {
 	case err != nil && strings.Contains(err.Error(), "remote error"):
 		return refused(addr, f, l, err)
 	case err != nil:
-		// Closed before its certificate came: FoundationDB closes the
-		// connections of a host for 9 s after a handshake of its failed
-		// (TLS_SERVER_CONNECTION_THROTTLE_TIMEOUT), as libfdb_c's keep
+		// No certificate came: FoundationDB throttles the connections
+		// of a host for 9 s after one of its handshakes failed
+		// (TLS_SERVER_CONNECTION_THROTTLE_TIMEOUT), and libfdb_c's keep
 		// failing. Say what this node's own files tell.
 		return ownChain(f, l)
 	}
@@ -252,7 +252,7 @@ func ownChain(f tlsFiles, l *loaded) string {
 				f.cert.value, l.leaf.Issuer.CommonName, f.ca.from, f.ca.value)
 		}
 	}
-	return fmt.Sprintf("the coordinators close this node's TLS handshakes: check that this node's certificate %s (issued by %q) is signed by a CA the cluster's processes trust (their --tls-ca-file) and meets their --tls-verify-peers rules",
+	return fmt.Sprintf("the coordinators take connections but no TLS handshake completes: check that this node's certificate %s (issued by %q) is signed by a CA the cluster's processes trust (their --tls-ca-file) and meets their --tls-verify-peers rules",
 		f.cert.value, l.leaf.Issuer.CommonName)
 }
 
