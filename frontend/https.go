@@ -227,7 +227,7 @@ type reloader struct {
 	certFile, keyFile, caFile string
 
 	mu    sync.Mutex
-	stamp string // the files' sizes and modification times at the last load
+	stamp string // the files' sizes and modification times at the last load, good or not
 	cert  *tls.Certificate
 	cas   *x509.CertPool
 }
@@ -250,7 +250,8 @@ func (r *reloader) stampOf() string {
 
 // load reads the files when they changed since the last load (always when
 // first); a failure keeps the last good files (none when first) and is
-// returned.
+// returned. Files that failed are read again only once they change again,
+// not at every handshake.
 func (r *reloader) load(first bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -258,6 +259,7 @@ func (r *reloader) load(first bool) error {
 	if !first && stamp == r.stamp {
 		return nil
 	}
+	r.stamp = stamp
 	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
 	if err != nil {
 		return fmt.Errorf("config: [ssl] cert_file %s and key_file %s: %w (give the PEM certificate chain, leaf first, and its unencrypted PEM key)", r.certFile, r.keyFile, err)
@@ -276,7 +278,7 @@ func (r *reloader) load(first bool) error {
 			return fmt.Errorf("config: [ssl] cacert_file %s holds no PEM certificate", r.caFile)
 		}
 	}
-	r.cert, r.cas, r.stamp = &cert, cas, stamp
+	r.cert, r.cas = &cert, cas
 	return nil
 }
 

@@ -196,12 +196,7 @@ func explainTLS(ctx context.Context, addrs []string, t TLS) string {
 			if l.cas == nil || !f.verifiesPeers() {
 				return nil
 			}
-			inter := x509.NewCertPool()
-			for _, c := range cs.PeerCertificates[1:] {
-				inter.AddCert(c)
-			}
-			_, err := serverCert.Verify(x509.VerifyOptions{Roots: l.cas, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-			return err
+			return verifyChain(cs.PeerCertificates, l.cas)
 		},
 	}
 	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: coordinatorDialTimeout}, Config: cfg}
@@ -240,13 +235,13 @@ func explainTLS(ctx context.Context, addrs []string, t TLS) string {
 // signed the cluster's certificates too.
 func ownChain(f tlsFiles, l *loaded) string {
 	if l.cas != nil {
-		inter := x509.NewCertPool()
+		chain := []*x509.Certificate{l.leaf}
 		for _, der := range l.pair.Certificate[1:] {
 			if c, err := x509.ParseCertificate(der); err == nil {
-				inter.AddCert(c)
+				chain = append(chain, c)
 			}
 		}
-		if _, err := l.leaf.Verify(x509.VerifyOptions{Roots: l.cas, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		if err := verifyChain(chain, l.cas); err != nil {
 			return fmt.Sprintf("the TLS handshakes fail, and this node's certificate %s (issued by %q) is not signed by a CA of %s %s: "+
 				"FoundationDB's processes and their clients trust one CA; give the CA that signed the cluster's certificates and a certificate it signed",
 				f.cert.value, l.leaf.Issuer.CommonName, f.ca.from, f.ca.value)
@@ -254,6 +249,18 @@ func ownChain(f tlsFiles, l *loaded) string {
 	}
 	return fmt.Sprintf("the coordinators take connections but no TLS handshake completes: check that this node's certificate %s (issued by %q) is signed by a CA the cluster's processes trust (their --tls-ca-file) and meets their --tls-verify-peers rules",
 		f.cert.value, l.leaf.Issuer.CommonName)
+}
+
+// verifyChain checks that chain (leaf first, then intermediates) leads to
+// a root of roots, for any use and whatever the host name, as
+// FoundationDB's Check.Valid=1 does.
+func verifyChain(chain []*x509.Certificate, roots *x509.CertPool) error {
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	_, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	return err
 }
 
 // refused is explainTLS's sentence for a coordinator that refused this
