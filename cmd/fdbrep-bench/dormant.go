@@ -55,6 +55,7 @@ type dormantBench struct {
 	// simNodes nodes of simMaxJobs each, parking after simParkAfter.
 	simN, simServers, simNodes, simMaxJobs int
 	simParkAfter                           time.Duration
+	cpuProfile                             string // the simulated run's settling, profiled
 }
 
 // dormantResult is one run's figures.
@@ -91,6 +92,7 @@ func runDormantBench(args []string) error {
 	fs.IntVar(&b.simNodes, "sim-nodes", 3, "simulated run: replication nodes")
 	fs.IntVar(&b.simMaxJobs, "sim-max-jobs", 1000, "simulated run: max_jobs (and max_churn) per node")
 	fs.DurationVar(&b.simParkAfter, "sim-park-after", 5*time.Second, "simulated run: park_after")
+	fs.StringVar(&b.cpuProfile, "cpuprofile", "", "write a CPU profile of the simulated run's settling to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -174,6 +176,11 @@ func (b *dormantBench) runSim() error {
 		TransientJobMaxAge: time.Hour, ParkAfter: b.simParkAfter,
 	}}
 	defer cl.stop()
+	stopProfile, err := startCPUProfile(b.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	start := time.Now()
 	for range b.simNodes {
 		if err := cl.add(ctx); err != nil {
@@ -187,6 +194,7 @@ func (b *dormantBench) runSim() error {
 		return int(list.TotalRows), err
 	}, "parked")
 	b.n = saved
+	stopProfile()
 	if err != nil {
 		return err
 	}

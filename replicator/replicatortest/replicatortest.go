@@ -35,6 +35,8 @@ import (
 // timeout is 6 s, so that a node holds its jobs 3 s after a heartbeat
 // (fdbjobs.Job.HoldDeadline) however loaded the machine and however many
 // faults are injected: a shorter one makes busy nodes give jobs up.
+// Parking is off (the simulated engine's runs are caught up at once, so
+// rotation would park them): tests of parking set ParkAfter.
 func Config() scheduler.Config {
 	return scheduler.Config{
 		Config:   replicator.Config{StartupJitter: 20 * time.Millisecond, JobTimeout: 6 * time.Second},
@@ -43,6 +45,7 @@ func Config() scheduler.Config {
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, HealthThreshold: time.Minute,
 		StatsUpdateInterval: 20 * time.Millisecond,
 		TransientJobMaxAge:  time.Hour, ShutdownTimeout: 5 * time.Second,
+		ParkAfter: scheduler.ParkNever,
 	}
 }
 

@@ -55,6 +55,10 @@ const (
 	// and wake at each write (a wake costs a run's setup, about 7
 	// requests).
 	ParkAfterDefault = 5 * time.Minute
+	// ParkNever as Config.ParkAfter turns parking off ([replicator]
+	// park_after_sec 0): continuous jobs hold their slots as in CouchDB
+	// 3.x.
+	ParkNever time.Duration = -1
 	// ParkSweepDefault is how long a parked replication waits at most: it
 	// runs again then even if nothing woke it (fdbrep's own).
 	ParkSweepDefault = 24 * time.Hour
@@ -103,7 +107,9 @@ type Config struct {
 	ProgressInterval    time.Duration
 	ShutdownTimeout     time.Duration
 	// ParkAfter is how long a continuous job stays caught up with no
-	// change before it parks; negative: never (0 takes the default).
+	// change before it parks; ParkNever (any negative value): never, and
+	// rotation and balance re-queue caught-up jobs as they stop them (0
+	// takes the default).
 	ParkAfter time.Duration
 	// ParkSweep is how long a parked job waits at most before it runs
 	// again.

@@ -8,13 +8,14 @@ import (
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
-// park parks the job whose run stopped caught up and idle (stopPark), its
-// final checkpoint written: it gives its slot back and waits, pending at
-// its sweep time, for a change to its source (see doc.go, "Parking").
-// Right after the park commits, one exact check asks the source for
-// changes after the checkpoint (a change that came between the run's last
-// read and the park) and wakes the job if there are any.
-func (w *worker) park(d *replicator.JobData, rep engine.Replication) {
+// park parks the job whose run stopped caught up, its final checkpoint
+// written: idle for ParkAfter (stopPark; by "") or stopped caught up by
+// rotation or balance (by names which): it gives its slot back and waits,
+// pending at its sweep time, for a change to its source (see doc.go,
+// "Parking"). Right after the park commits, one exact check asks the
+// source for changes after the checkpoint (a change that came between the
+// run's last read and the park) and wakes the job if there are any.
+func (w *worker) park(d *replicator.JobData, rep engine.Replication, by string) {
 	group, db, _ := replicator.WatchGroupOf(d.Rep.Source)
 	now := w.now()
 	cfg := w.n.Config()
@@ -25,13 +26,19 @@ func (w *worker) park(d *replicator.JobData, rep engine.Replication) {
 	through := d.Stats.CheckpointedSourceSeq
 	p := &replicator.ParkInfo{Since: replicator.Millis(now), Through: through, Group: group, SourceDB: db,
 		SweepAt: replicator.Millis(now.Add(cfg.ParkSweep))}
-	c := replicator.Change{Kind: replicator.Parked, At: now, Priority: w.n.priorityOf(w, now), Park: p,
-		Reason: "parked: caught up, no change to copy for " + idle.String()}
+	reason := "parked: caught up, no change to copy for " + idle.String()
+	if by != "" {
+		reason = "parked: caught up when " + by + " stopped it"
+	}
+	c := replicator.Change{Kind: replicator.Parked, At: now, Priority: w.n.priorityOf(w, now), Park: p, Reason: reason}
 	if !w.change(d, c, nil) {
 		return
 	}
-	w.logEvent(w.cfg.Logger.Info(), d).Str("through_seq", through).Str("idle", idle.String()).
-		Time("sweep_at", time.UnixMilli(p.SweepAt).UTC()).Msg("replication parked")
+	e := w.logEvent(w.cfg.Logger.Info(), d).Str("through_seq", through).Str("idle", idle.String())
+	if by != "" {
+		e = e.Str("stopped_by", by)
+	}
+	e.Time("sweep_at", time.UnixMilli(p.SweepAt).UTC()).Msg("replication parked")
 	ctx, cancel := context.WithTimeout(w.ctx, parkCheckTimeout)
 	n, err := w.n.eng.Pending(ctx, rep, through)
 	cancel()

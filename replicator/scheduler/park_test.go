@@ -220,3 +220,50 @@ func TestWatchPollsWithoutDBUpdates(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(job.Info), `"watch":{"mode":"poll","reason":"`, "the view of one job says how its source is watched")
 }
+
+// behindEngine is the simulated engine whose runs from sources named
+// ".../behind…" never catch up.
+type behindEngine struct{ *simengine.Engine }
+
+func (e behindEngine) Start(ctx context.Context, rep engine.Replication, opts engine.Options) replicator.Run {
+	r := e.Engine.Start(ctx, rep, opts)
+	if strings.Contains(rep.Source.URL.Path, "/behind") {
+		return behindRun{r}
+	}
+	return r
+}
+
+type behindRun struct{ replicator.Run }
+
+func (behindRun) Sync() engine.Sync { return engine.Sync{} }
+
+// With more jobs than slots, a job that rotation stops while it is caught
+// up parks at once, however long ParkAfter is: back in the queue it would
+// only take a slot again to find nothing to copy. One that is behind goes
+// back to the queue and keeps its turns.
+func TestRotationParksCaughtUpJobs(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxJobs, cfg.MaxChurn, cfg.ParkAfter = 1, 1, time.Hour
+	eng := simengine.New()
+	eng.CheckpointEvery = 20 * time.Millisecond
+	eng.Started.Init()
+	c := newCluster(t, 1, behindEngine{eng}, cfg)
+	c.PutDoc("_replicator", "behind", repDoc("http://h/behind", "http://h/t", true))
+	for i := range 3 {
+		c.PutDoc("_replicator", fmt.Sprintf("idle%d", i), repDoc(fmt.Sprintf("http://h/idle%d", i), "http://h/t", true))
+	}
+	for i := range 3 {
+		id := c.DocJobID("_replicator", fmt.Sprintf("idle%d", i))
+		c.WaitJob("parked by rotation", id, parked)
+		d, _, err := c.Store.Job(context.Background(), nil, id)
+		require.NoError(t, err)
+		require.Equal(t, "parked: caught up when rotation stopped it", d.History[0].Reason)
+		require.Equal(t, 1, eng.Starts(fmt.Sprintf("http://h/idle%d/", i)), "a parked job is not run again")
+	}
+	// The job that is behind holds the only slot: nothing else waits.
+	id := c.DocJobID("_replicator", "behind")
+	c.WaitJob("the job behind runs", id, runningOn(c.Nodes[0].Config().NodeName))
+	d, _, err := c.Store.Job(context.Background(), nil, id)
+	require.NoError(t, err)
+	require.Nil(t, d.Parked)
+}

@@ -24,6 +24,21 @@ const (
 	stopPark // caught up and idle: the job parks (see doc.go, "Parking")
 )
 
+// String names what asked for the stop, as the job's history and log say it.
+func (k stopKind) String() string {
+	switch k {
+	case stopPreempt:
+		return "rotation"
+	case stopShutdown:
+		return "shutdown"
+	case stopMove:
+		return "balance"
+	case stopPark:
+		return "park"
+	}
+	return "none"
+}
+
 // worker runs one accepted job on a node.
 type worker struct {
 	n   *Node
@@ -349,12 +364,31 @@ func (r *runLoop) stopped() {
 		return
 	}
 	// A job parks only after its final checkpoint was written: its
-	// sequence is where a change is looked for.
-	if w.stopKind() == stopPark && !cut && d.Stats.CheckpointedSourceSeq != "" {
-		w.park(d, r.rep)
-		return
+	// sequence is where a change is looked for. One that rotation or
+	// balance stopped while caught up parks too: back in the queue it
+	// would only take a slot again to find it has nothing to copy.
+	if !cut && d.Stats.CheckpointedSourceSeq != "" {
+		switch kind := w.stopKind(); {
+		case kind == stopPark:
+			w.park(d, r.rep, "")
+			return
+		case (kind == stopPreempt || kind == stopMove) && r.parkable() && d.Sync.CaughtUp && d.Sync.Stall == nil:
+			w.park(d, r.rep, kind.String())
+			return
+		}
 	}
 	w.reschedule(d, "")
+}
+
+// parkable reports whether the run's job may park (see doc.go,
+// "Parking"): parking is on, and the job is continuous, checkpoints and
+// its source URL names a database.
+func (r *runLoop) parkable() bool {
+	if !r.w.n.Config().parks() || !r.d.Continuous() || r.rep.DisableCheckpoints {
+		return false
+	}
+	_, _, ok := replicator.WatchGroupOf(r.d.Rep.Source)
+	return ok
 }
 
 // parkIfIdle asks the run to stop and its job to park once it has been
@@ -363,15 +397,11 @@ func (r *runLoop) stopped() {
 // database, and that are not stalled.
 func (r *runLoop) parkIfIdle() {
 	w := r.w
-	cfg := w.n.Config()
-	if !cfg.parks() || !r.d.Continuous() || r.rep.DisableCheckpoints {
-		return
-	}
-	if _, _, ok := replicator.WatchGroupOf(r.d.Rep.Source); !ok {
+	if !r.parkable() {
 		return
 	}
 	s := r.run.Sync()
-	if s.CaughtUp && s.Stall == nil && s.CaughtUpSince > 0 && w.now().Sub(time.UnixMilli(s.CaughtUpSince)) >= cfg.ParkAfter {
+	if s.CaughtUp && s.Stall == nil && s.CaughtUpSince > 0 && w.now().Sub(time.UnixMilli(s.CaughtUpSince)) >= w.n.Config().ParkAfter {
 		w.requestStop(stopPark)
 	}
 }
