@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -44,7 +45,7 @@ type dormantBench struct {
 	maxJobs, maxChurn         int
 	interval, parkAfter       time.Duration
 	writeGap, giveUp, idle    time.Duration
-	settleMax                 time.Duration
+	settleMax, couchSettleMax time.Duration
 	inMemory, couchdb, noFeed bool
 	base                      string // CouchDB's URL, with the admin's credentials
 	couchPID, couchPort       int
@@ -84,6 +85,7 @@ func runDormantBench(args []string) error {
 	fs.DurationVar(&b.giveUp, "give-up", 150*time.Second, "a write not readable in the shared database by then is missed")
 	fs.DurationVar(&b.idle, "idle", 20*time.Second, "idle window over which CPU is measured")
 	fs.DurationVar(&b.settleMax, "settle-max", 20*time.Minute, "longest wait for the replications to settle (then measured as they stand)")
+	fs.DurationVar(&b.couchSettleMax, "couch-settle-max", 0, "longest wait for CouchDB's replications to have all run once (0: -settle-max)")
 	fs.BoolVar(&b.inMemory, "in-memory", false, "in-memory store instead of a durable one in a temporary directory")
 	fs.BoolVar(&b.couchdb, "couchdb", true, "run CouchDB 3.5's own replicator too")
 	fs.BoolVar(&b.noFeed, "no-feed", true, "run fdbrep a second time without _db_updates (_global_changes deleted: its watches poll)")
@@ -291,7 +293,7 @@ func (b *dormantBench) runCouch() error {
 	}
 	res := dormantResult{name: "CouchDB 3.5's replicator"}
 	var err error
-	res.settled, err = b.settle(start, func() (int, error) {
+	res.settled, err = b.settleWithin(cmp.Or(b.couchSettleMax, b.settleMax), start, func() (int, error) {
 		var list struct {
 			Jobs []struct {
 				History []struct {
@@ -459,6 +461,11 @@ func (b *dormantBench) runFdbrep(name, target string) error {
 // settle waits until done says every replication has settled (what says
 // it), printing progress, at most settleMax.
 func (b *dormantBench) settle(start time.Time, done func() (int, error), what string) (time.Duration, error) {
+	return b.settleWithin(b.settleMax, start, done, what)
+}
+
+// settleWithin is settle, waiting at most limit.
+func (b *dormantBench) settleWithin(limit time.Duration, start time.Time, done func() (int, error), what string) (time.Duration, error) {
 	last := time.Now()
 	for {
 		n, err := done()
@@ -472,10 +479,10 @@ func (b *dormantBench) settle(start time.Time, done func() (int, error), what st
 			last = time.Now()
 			fmt.Printf("    %5.0fs: %d of %d %s\n", time.Since(start).Seconds(), n, b.n, what)
 		}
-		if time.Since(start) > b.settleMax {
+		if time.Since(start) > limit {
 			// Measured as it stands: a rotation that has not come round
 			// by then is part of what is measured.
-			fmt.Printf("    not settled after %v: %d of %d %s; measured as it stands\n", b.settleMax, n, b.n, what)
+			fmt.Printf("    not settled after %v: %d of %d %s; measured as it stands\n", limit, n, b.n, what)
 			return time.Since(start), nil
 		}
 		time.Sleep(500 * time.Millisecond)
