@@ -1,0 +1,25 @@
+// Package seal encrypts endpoint credentials for the store so that only
+// the nodes holding a private key can read them back.
+//
+// A sealed value is HPKE (RFC 9180, Go's crypto/hpke) to an X25519 key:
+// DHKEM(X25519, HKDF-SHA256), HKDF-SHA256 and AES-256-GCM, with the
+// caller's context (what the value belongs to) as associated data, so a
+// sealed value copied under another context does not open. It is a
+// string, safe in JSON and in URLs' userinfo:
+//
+//	fdbrep-sealed:v1:<key id>:<base64url of the encapsulated key and ciphertext>
+//
+// where the key id is the first 8 bytes, in hex, of the SHA-256 of the
+// public key: a node names the key a value needs without holding it.
+//
+// Keys are PEM files as OpenSSL writes them:
+//
+//	openssl genpkey -algorithm X25519 -out seal.key        # replication nodes
+//	openssl pkey -in seal.key -pubout -out seal.pub        # api_frontend nodes
+//
+// A Sealer holds a public key only: the nodes that write credentials (the
+// api_frontend role) seal but cannot open. An Opener holds one or more
+// private keys, the first current: the nodes that run jobs open values
+// sealed to any of them, and reseal the others to the current one, which
+// is how a key is rotated while nodes run.
+package seal
