@@ -108,8 +108,8 @@ type Config struct {
 	ShutdownTimeout     time.Duration
 	// ParkAfter is how long a continuous job stays caught up with no
 	// change before it parks; ParkNever (any negative value): never, and
-	// rotation and balance re-queue caught-up jobs as they stop them (0
-	// takes the default).
+	// rotation re-queues caught-up jobs as it stops them (0 takes the
+	// default).
 	ParkAfter time.Duration
 	// ParkSweep is how long a parked job waits at most before it runs
 	// again.

@@ -260,12 +260,13 @@
 // (use_checkpoints false), one whose source URL names no database and a
 // stalled one do not park.
 //
-// A parkable job that rotation or balance stops while it is caught up
-// (no change to copy, not stalled) parks the same way after its final
-// checkpoint, however short its idle time: back in the queue it would
-// only take a slot again to find nothing to copy. So with more jobs than
-// slots, a ParkAfter longer than MinRunTime does not keep jobs from
-// parking: their first pass ends in a park at their turn's end.
+// A parkable job that rotation (or a lower MaxJobs) stops while it is
+// caught up (no change to copy, not stalled) parks the same way after its
+// final checkpoint, however short its idle time: back in the queue it
+// would only wait for a slot to find nothing to copy. So with more jobs
+// than slots, a ParkAfter longer than MinRunTime does not keep jobs from
+// parking: their first pass ends in a park at their turn's end. A job
+// that balance moves is not parked: a lighter node runs it at once.
 //
 // The invariant: no change to a parked job's source is lost between its
 // park and its wake, and a wake never touches a job that is not parked.

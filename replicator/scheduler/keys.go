@@ -44,7 +44,7 @@ var (
 		"Milliseconds between a replication node's writes of the live counters of its running jobs that changed (documents read and written, sequences), which _active_tasks and the _scheduler views show between heartbeats: one transaction per node per interval, about 400 bytes per job whose counters moved.",
 		config.Live(config.ApplyReplication))
 	keyParkAfter = config.RegisterDuration("replicator", "park_after_sec", time.Second, ParkAfterDefault, 0, config.Forever,
-		"Seconds a continuous replication stays caught up with no change to copy before it parks: it checkpoints, gives its slot and connections back, and waits in the store until a change to its source wakes it (docs/COMPAT.md, \"Parked replications\"); one that rotation or balance stops while caught up parks at once; 0: replications never park, and hold their slot while idle as CouchDB's do.",
+		"Seconds a continuous replication stays caught up with no change to copy before it parks: it checkpoints, gives its slot and connections back, and waits in the store until a change to its source wakes it (docs/COMPAT.md, \"Parked replications\"); one that rotation stops while caught up parks at once; 0: replications never park, and hold their slot while idle as CouchDB's do.",
 		config.Live(config.ApplyReplication))
 	keyParkSweep = config.RegisterDuration("replicator", "park_sweep_sec", time.Second, ParkSweepDefault, time.Second, config.Forever,
 		"Seconds a parked replication waits at most: it runs again then, whether or not a change woke it.",

@@ -10,7 +10,7 @@ import (
 
 // park parks the job whose run stopped caught up, its final checkpoint
 // written: idle for ParkAfter (stopPark; by "") or stopped caught up by
-// rotation or balance (by names which): it gives its slot back and waits,
+// rotation (by "rotation"): it gives its slot back and waits,
 // pending at its sweep time, for a change to its source (see doc.go,
 // "Parking"). Right after the park commits, one exact check asks the
 // source for changes after the checkpoint (a change that came between the

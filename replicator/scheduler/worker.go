@@ -364,15 +364,16 @@ func (r *runLoop) stopped() {
 		return
 	}
 	// A job parks only after its final checkpoint was written: its
-	// sequence is where a change is looked for. One that rotation or
-	// balance stopped while caught up parks too: back in the queue it
-	// would only take a slot again to find it has nothing to copy.
+	// sequence is where a change is looked for. One that rotation (or a
+	// lower max_jobs) stopped while caught up parks too: back in the
+	// queue it would only wait for a slot to find it has nothing to copy.
+	// One that balance moves runs on at once on a lighter node.
 	if !cut && d.Stats.CheckpointedSourceSeq != "" {
 		switch kind := w.stopKind(); {
 		case kind == stopPark:
 			w.park(d, r.rep, "")
 			return
-		case (kind == stopPreempt || kind == stopMove) && r.parkable() && d.Sync.CaughtUp && d.Sync.Stall == nil:
+		case kind == stopPreempt && r.parkable() && d.Sync.CaughtUp && d.Sync.Stall == nil:
 			w.park(d, r.rep, kind.String())
 			return
 		}
