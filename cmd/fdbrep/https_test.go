@@ -54,6 +54,14 @@ func TestServeHTTPS(t *testing.T) {
 		return resp.StatusCode, nil
 	}
 
+	t.Run("a certificate that cannot be read stops the node before its roles start", func(t *testing.T) {
+		ini := writeIni(t, "[ssl]\nenable = true\nport = 0\ncert_file = "+filepath.Join(dir, "none.pem")+"\nkey_file = "+keyFile+"\n")
+		code, out := runCLI(t, bin, env, "serve", "-in-memory", "-bind", "127.0.0.1:0", "-log-format", "json", "-config", ini)
+		require.NotEqual(t, 0, code, out)
+		require.Contains(t, out, "[ssl] cert_file")
+		require.NotContains(t, out, "replication node started")
+	})
+
 	t.Run("beside HTTP", func(t *testing.T) {
 		ini := writeIni(t, "[ssl]\nenable = true\nport = 0\ncert_file = "+certFile+"\nkey_file = "+keyFile+"\n")
 		p := startProcess(t, bin, env, "serve", "-in-memory", "-bind", "127.0.0.1:0", "-log-format", "json", "-config", ini)

@@ -123,6 +123,11 @@ func Run(ctx context.Context, opts Options) error {
 		if apiOpts, _, err = frontend.OptionsFromConfig(hashed); err != nil {
 			return err
 		}
+		// [ssl] too, with its files: a bad certificate stops the node
+		// before its replication role takes any job.
+		if _, err := frontend.HTTPSFromConfig(hashed); err != nil {
+			return err
+		}
 		cfg = hashed
 	}
 	accepting := &acceptingNodes{self: cfg.NodeName()}
