@@ -25,7 +25,12 @@ func File(role string) string { return role + ".ini" }
 // HostVariables are, per role, the environment variables that may carry a
 // host's own settings; everything else comes from the role's file.
 var HostVariables = map[string][]string{
-	config.RoleAPIFrontend: {"FDBREP_NODE__NAME", "FDBREP_CHTTPD__BIND_ADDRESS", "FDBREP_FDB__CLUSTER_FILE",
-		"FDBREP_ADMINS__ADMIN", "FDBREP_CHTTPD_AUTH__SECRET"},
-	config.RoleReplication: {"FDBREP_NODE__NAME", "FDBREP_FDB__CLUSTER_FILE"},
+	config.RoleAPIFrontend: append([]string{"FDBREP_NODE__NAME", "FDBREP_CHTTPD__BIND_ADDRESS", "FDBREP_FDB__CLUSTER_FILE",
+		"FDBREP_ADMINS__ADMIN", "FDBREP_CHTTPD_AUTH__SECRET"}, TLSVariables...),
+	config.RoleReplication: append([]string{"FDBREP_NODE__NAME", "FDBREP_FDB__CLUSTER_FILE"}, TLSVariables...),
 }
+
+// TLSVariables are the host variables of the FoundationDB client's TLS
+// files ([fdb] tls_*), set where a host keeps them elsewhere than the role
+// files say, or empty for a cluster without TLS.
+var TLSVariables = []string{"FDBREP_FDB__TLS_CERTIFICATE_FILE", "FDBREP_FDB__TLS_KEY_FILE", "FDBREP_FDB__TLS_CA_FILE"}

@@ -172,6 +172,7 @@ func TestDeployment(t *testing.T) {
 		}
 	})
 	d.checkFirewalls(t)
+	d.checkStrangerRefused(t)
 	d.checkFrontends(t)
 	d.checkMonitoring(t)
 	w := startWriter(t, d.couch)
@@ -225,7 +226,7 @@ func setUp(t *testing.T) *deployment {
 	}
 
 	fdbHost, couchHost := d.net.hosts["fdb"], d.net.hosts["couch"]
-	d.fdb = proctest.StartFDB(t, proctest.FDBOptions{Exec: fdbHost.exec(), Address: fdbHost.addr, Port: fdbPort, Processes: fdbProcesses})
+	d.fdb = proctest.StartFDB(t, proctest.FDBOptions{Exec: fdbHost.exec(), Address: fdbHost.addr, Port: fdbPort, Processes: fdbProcesses, TLS: true})
 	d.couch = couchtest.StartCouchDBOn(t, couchtest.CouchDBHost{Exec: couchHost.exec(), Address: couchHost.addr, Port: couchPort})
 	d.couchLog = filepath.Join(d.couch.Dir(), "couchdb.log")
 	for _, name := range []string{"fe1", "fe2", "rep1", "rep2"} {
@@ -265,7 +266,8 @@ func (d *deployment) start(t *testing.T, n *node) {
 		require.NoError(t, os.MkdirAll(filepath.Dir(clusterFile), 0o755))
 		require.NoError(t, os.WriteFile(clusterFile, raw, 0o644))
 	}
-	own := map[string]string{"FDBREP_NODE__NAME": n.name, "FDBREP_FDB__CLUSTER_FILE": clusterFile}
+	own := d.hostTLS(t, n.name, n.host.addr)
+	own["FDBREP_NODE__NAME"], own["FDBREP_FDB__CLUSTER_FILE"] = n.name, clusterFile
 	if n.role == config.RoleAPIFrontend {
 		own["FDBREP_CHTTPD__BIND_ADDRESS"] = n.host.addr
 		own["FDBREP_ADMINS__ADMIN"] = d.admin.Pass

@@ -7,7 +7,10 @@
 // bridge in a "switch" namespace, with addresses in a private /24 it picks
 // and no route out; its own namespace is the client host. FoundationDB is a
 // cluster of three processes (../shared/fdb/fdb.sh, double redundancy) on
-// its host, the endpoints a real CouchDB 3.5 (../shared/couchdb), and each
+// its host, on mutual TLS (FDB_TLS=1: :tls addresses, a throwaway CA), and
+// each node gets a certificate and key of its own that CA signed, as
+// DEPLOY.md says, through its host's [fdb] tls_* variables; the endpoints
+// are a real CouchDB 3.5 (../shared/couchdb), and each
 // node runs fdbrep serve, built with -tags fdb, with its role's file of
 // deploy/ and only a host's own variables (deploy.HostVariables) plus the
 // [replicator] timing the test shortens (interval 1 s, job timeout 6 s,
@@ -28,6 +31,10 @@
 //     the monitoring host reaches the frontends' API and a replication
 //     node the monitoring host's Prometheus; the replication nodes answer
 //     /_up on their loopback health port.
+//     Then a node started on a frontend's host (which the firewall lets
+//     reach FoundationDB) with the cluster's CA but a certificate another
+//     CA signed is refused by FoundationDB: it never comes up, and its
+//     "waiting for FoundationDB" lines name its certificate.
 //  2. Both frontends serve one cluster: POST /_replicate through each
 //     returns the result of a run a replication node made, _replicator
 //     documents written through one are read through the other, and

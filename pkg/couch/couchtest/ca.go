@@ -46,6 +46,27 @@ func NewCA(t testing.TB, name string) *CA {
 	return &CA{Cert: cert, key: key}
 }
 
+// LoadCA is the root CA of certFile and keyFile (PEM; the key PKCS #8, as
+// OpenSSL writes it), made by another tool (../shared/fdb's fdb.sh), to
+// issue certificates it signs.
+func LoadCA(t testing.TB, certFile, keyFile string) *CA {
+	t.Helper()
+	block := func(path string) []byte {
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		b, _ := pem.Decode(raw)
+		require.NotNil(t, b, "%s holds no PEM block", path)
+		return b.Bytes
+	}
+	cert, err := x509.ParseCertificate(block(certFile))
+	require.NoError(t, err)
+	key, err := x509.ParsePKCS8PrivateKey(block(keyFile))
+	require.NoError(t, err)
+	signer, ok := key.(crypto.Signer)
+	require.True(t, ok, "%s is not a signing key", keyFile)
+	return &CA{Cert: cert, key: signer}
+}
+
 // Intermediate makes a CA signed by ca.
 func (ca *CA) Intermediate(t testing.TB, name string) *CA {
 	t.Helper()
@@ -77,6 +98,17 @@ func (ca *CA) Client(t testing.TB, name string) tls.Certificate {
 	tmpl := template(name)
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	return ca.issue(t, tmpl)
+}
+
+// Peer issues a certificate for name at ips that serves both ends of a
+// connection, as a FoundationDB process's or client's does.
+func (ca *CA) Peer(t testing.TB, name string, ips ...net.IP) tls.Certificate {
+	t.Helper()
+	tmpl := template(name)
+	tmpl.IPAddresses = ips
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}
 	return ca.issue(t, tmpl)
 }
 
