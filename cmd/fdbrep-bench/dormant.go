@@ -56,7 +56,7 @@ type dormantBench struct {
 	// simNodes nodes of simMaxJobs each, parking after simParkAfter.
 	simN, simServers, simNodes, simMaxJobs int
 	simParkAfter                           time.Duration
-	cpuProfile                             string // the simulated run's settling, profiled
+	cpuProfile, idleProfile                string // the simulated run's settling and idle window, profiled
 }
 
 // dormantResult is one run's figures.
@@ -95,6 +95,7 @@ func runDormantBench(args []string) error {
 	fs.IntVar(&b.simMaxJobs, "sim-max-jobs", 1000, "simulated run: max_jobs (and max_churn) per node")
 	fs.DurationVar(&b.simParkAfter, "sim-park-after", 5*time.Second, "simulated run: park_after")
 	fs.StringVar(&b.cpuProfile, "cpuprofile", "", "write a CPU profile of the simulated run's settling to this file")
+	fs.StringVar(&b.idleProfile, "idle-cpuprofile", "", "write a CPU profile of the simulated run's idle window to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -204,9 +205,14 @@ func (b *dormantBench) runSim() error {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	goroutines := runtime.NumGoroutine()
+	stopIdleProfile, err := startCPUProfile(b.idleProfile)
+	if err != nil {
+		return err
+	}
 	cpu0 := cpuTime()
 	time.Sleep(b.idle)
 	idleCPU := (cpuTime() - cpu0).Seconds() / b.idle.Seconds()
+	stopIdleProfile()
 	keys, bytes, err := storeSize(ctx, db)
 	if err != nil {
 		return err
