@@ -61,6 +61,9 @@ func TestRuntimeMaxJobs(t *testing.T) {
 	t.Setenv("FDBREP_REPLICATOR__INTERVAL_SEC", "1")
 	t.Setenv("FDBREP_REPLICATOR__STARTUP_JITTER", "100")
 	t.Setenv("FDBREP_REPLICATOR__MIN_RUN_TIME_SEC", "3600")
+	// Parking off: the idle jobs a lower max_jobs stops would park, and a
+	// parked replication shows running.
+	t.Setenv("FDBREP_REPLICATOR__PARK_AFTER_SEC", "0")
 	addr, logs := startServe(t, "-in-memory", "-bind", "127.0.0.1:0", "-log-format", "json")
 	base := "http://" + addr
 	t.Cleanup(func() {

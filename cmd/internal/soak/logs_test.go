@@ -105,7 +105,7 @@ func (s *soak) apply(l soakLine) {
 		s.ready = true
 	case "replication started":
 		s.started(l)
-	case "replication stopped", "replication completed", "replication crashed", "replication failed":
+	case "replication stopped", "replication completed", "replication crashed", "replication failed", "replication parked":
 		s.ended(l, strings.TrimPrefix(msg, "replication "))
 	case "replication added by POST /_replicate":
 		if v := s.versions[soakTargetKey(soakStr(l.m, "target"))]; v != nil {

@@ -271,6 +271,10 @@ func newSoak(t *testing.T, bin string, couch *couchtest.Server, topo soakTopolog
 		// First come first served: the rotation bound is the model's
 		// without fair share (which lets a lighter database go first).
 		"FDBREP_REPLICATOR__FAIR_SHARE_WINDOW_SEC=0",
+		// Parking off: the checks are rotation's (a job rotation stops
+		// while caught up would park; parking and waking have the model
+		// test, cmd/internal/sim, and the scheduler's tests).
+		"FDBREP_REPLICATOR__PARK_AFTER_SEC=0",
 		"FDBREP_REPLICATOR__JOB_TIMEOUT_SEC="+strconv.Itoa(int(soakJobTimeout/time.Second)),
 		"FDBREP_REPLICATOR__WORKER_PROCESSES=1",
 		"FDBREP_REPLICATOR__HTTP_CONNECTIONS=4",
