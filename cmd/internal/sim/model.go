@@ -133,6 +133,10 @@ func (m *Model) runnableFrom(w *World, j *job, runs []Record, now time.Time) (ti
 	}
 	switch {
 	case len(runs) == 0:
+	case last.End.IsZero() && now.Sub(last.Start) < m.tm.step():
+		// A run that started as the check read the open runs (after it
+		// read them): it runs, it does not wait.
+		return time.Time{}, ""
 	case !last.End.IsZero() && m.endedUnrecorded(last):
 		// A run that ended as its node died or while it was cut off from
 		// the store: the job stays running in the store until the node
