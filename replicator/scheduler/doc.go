@@ -126,7 +126,9 @@
 // running with no worker until the activity monitor re-enqueues it, and a
 // one-shot job whose run completed would run again. Once the hold has
 // lapsed the worker writes nothing more ("replication stopped" at warn,
-// jobs.holds_lost, for a run that started) and the re-enqueue is the
+// jobs.holds_lost, for a run that started or whose start may have been
+// stored: an attempt whose commit was unknown may have shown the job
+// running here, though no run started) and the re-enqueue is the
 // recovery: a run's end is lost only when the store took none of the
 // worker's writes for half the job timeout.
 //

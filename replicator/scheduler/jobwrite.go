@@ -161,6 +161,22 @@ func (w *worker) logEndLost(d *replicator.JobData, c replicator.Change, err erro
 		Msg("replication stopped")
 }
 
+// logStartLost logs a start that could not be stored before the node's
+// hold on the job lapsed (initJob's err, errHoldLapsed). An attempt whose
+// commit was unknown may have marked the job running here, and the views
+// shown it so, though no run started: the line is "replication stopped"
+// at warn, counted in jobs.holds_lost, as for a run that lost its hold.
+// The job stays as the store has it until the activity monitor
+// re-enqueues it.
+func (w *worker) logStartLost(d *replicator.JobData, err error) {
+	w.n.m.Inc(replicator.MetricJobsHoldsLost)
+	w.logEvent(w.cfg.Logger.Warn(), d).Err(err).
+		Str("why", "this node could not renew its hold on the job, nor store the run's start before the hold lapsed: "+
+			"the store took none of the job's writes for half the job timeout; no run started here, "+
+			"and the job runs once the activity monitor re-enqueues it").
+		Msg("replication stopped")
+}
+
 // count adds to the counters of the change c, which committed, to the
 // job whose data is d.
 func (w *worker) count(d *replicator.JobData, c replicator.Change) {

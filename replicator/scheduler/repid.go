@@ -90,6 +90,10 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 			w.logHalted(true)
 			return false
 		}
+		if errors.Is(err, errHoldLapsed) && w.ctx.Err() == nil {
+			w.logStartLost(d, err)
+			return false
+		}
 		w.txError(err)
 		return false
 	}
