@@ -90,8 +90,10 @@ func (f *flakyDocs) DocCompleted(ctx context.Context, tr kv.Transaction, db, doc
 // the job stayed running in the store, and the activity monitor
 // re-enqueued it.)
 func TestCompletionOutlastsFailedWrites(t *testing.T) {
+	logs := &testutil.Logs{}
 	cfg := testConfig()
 	cfg.JobTimeout = 10 * time.Second // a hold of 5 s; the retries take about 0.6 s
+	cfg.Logger = logs.Logger()
 	docs := &flakyDocs{MemDocs: replicatortest.NewMemDocs()}
 	docs.fails.Store(6)
 	cfg.DocUpdater = docs
@@ -101,6 +103,9 @@ func TestCompletionOutlastsFailedWrites(t *testing.T) {
 	c.WaitJob("finished", c.DocJobID("_replicator", "once"), func(st fdbjobs.State, _ *replicator.JobData) bool {
 		return st == fdbjobs.Finished // no activity monitor takes it back
 	})
+	// The worker counts the completion once its write returned, then
+	// logs it: the store may say finished before.
+	logs.WaitFor(t, "replication completed", nil)
 	require.GreaterOrEqual(t, docs.calls.Load(), int64(7), "six failed attempts, then one that committed")
 	require.Equal(t, 1, eng.Starts("http://h/once/"), "the job ran again")
 	u, ok := docs.Get("_replicator", "once")
