@@ -2,7 +2,6 @@ package couch
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -86,10 +85,8 @@ func ParseEndpoint(raw json.RawMessage) (Endpoint, error) {
 	}
 	hdrUser, hdrPass, hdrOK := "", "", false
 	if v := ep.Headers.Get("Authorization"); v != "" {
-		if scheme, cred, ok := strings.Cut(v, " "); ok && strings.EqualFold(scheme, "basic") {
-			if dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil {
-				hdrUser, hdrPass, hdrOK = strings.Cut(string(dec), ":")
-			}
+		var basic bool
+		if hdrUser, hdrPass, basic, hdrOK = BasicAuth(v); basic {
 			ep.Headers.Del("Authorization")
 		}
 	}

@@ -1,0 +1,157 @@
+package couch
+
+import (
+	"encoding/base64"
+	"maps"
+	"net/url"
+	"strings"
+)
+
+// Secret fields of a replication document, as WalkSecrets names them:
+// an endpoint's password ("source.password", "target.password", wherever
+// the document holds it: its URL's userinfo, its "url"'s, or
+// "auth.basic.password"), each header value ("source.header.<name>",
+// the name in lower case), a proxy URL's password ("proxy", for "proxy",
+// "source_proxy" and "target_proxy" alike), and an endpoint or proxy URL
+// that does not parse but may hold a userinfo ("source.url",
+// "target.url", "proxy.url": the whole string).
+const (
+	SecretPassword = "password"
+	SecretHeader   = "header."
+	SecretProxy    = "proxy"
+	SecretURL      = "url"
+)
+
+// Redacted is what messages and reads show in place of a password.
+const Redacted = "*****"
+
+// proxyFields are the members of a replication document naming a proxy.
+var proxyFields = []string{"proxy", "source_proxy", "target_proxy"}
+
+// WalkSecrets calls f with every credential of a replication document
+// body (see the Secret constants for their names) and puts f's result in
+// its place; the first error of f stops the walk and is returned. It
+// replaces body's "source", "target" and proxy members with copies where
+// a nested value changes, so nested objects shared with another body are
+// never modified. Values of other shapes are left alone (the parser
+// refuses them).
+func WalkSecrets(body map[string]any, f func(field, v string) (string, error)) error {
+	for _, side := range []string{"source", "target"} {
+		switch ep := body[side].(type) {
+		case string:
+			v, err := walkURL(ep, side+"."+SecretPassword, side+"."+SecretURL, f)
+			if err != nil {
+				return err
+			}
+			body[side] = v
+		case map[string]any:
+			c, err := walkEndpoint(ep, side, f)
+			if err != nil {
+				return err
+			}
+			body[side] = c
+		}
+	}
+	for _, field := range proxyFields {
+		if p, ok := body[field].(string); ok {
+			v, err := walkURL(p, SecretProxy, SecretProxy+"."+SecretURL, f)
+			if err != nil {
+				return err
+			}
+			body[field] = v
+		}
+	}
+	return nil
+}
+
+// walkEndpoint walks an endpoint object, returning a copy (or ep itself
+// when nothing in it is a credential).
+func walkEndpoint(ep map[string]any, side string, f func(field, v string) (string, error)) (map[string]any, error) {
+	c := maps.Clone(ep)
+	if u, ok := c["url"].(string); ok {
+		v, err := walkURL(u, side+"."+SecretPassword, side+"."+SecretURL, f)
+		if err != nil {
+			return nil, err
+		}
+		c["url"] = v
+	}
+	if auth, ok := c["auth"].(map[string]any); ok {
+		if basic, ok := auth["basic"].(map[string]any); ok {
+			if p, ok := basic["password"].(string); ok {
+				v, err := f(side+"."+SecretPassword, p)
+				if err != nil {
+					return nil, err
+				}
+				b := maps.Clone(basic)
+				b["password"] = v
+				a := maps.Clone(auth)
+				a["basic"] = b
+				c["auth"] = a
+			}
+		}
+	}
+	if h, ok := c["headers"].(map[string]any); ok {
+		hc := maps.Clone(h)
+		for name, v := range h {
+			s, ok := v.(string)
+			if !ok {
+				continue
+			}
+			r, err := f(side+"."+SecretHeader+strings.ToLower(name), s)
+			if err != nil {
+				return nil, err
+			}
+			hc[name] = r
+		}
+		c["headers"] = hc
+	}
+	return c, nil
+}
+
+// walkURL passes the password of URL raw to f as field password and
+// returns raw with f's result in its place (escaped). A URL that does not
+// parse but holds an '@' after its scheme, where a userinfo may hide, is
+// passed whole as field whole.
+func walkURL(raw, password, whole string, f func(field, v string) (string, error)) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.User != nil && strings.Contains(afterUserinfo(raw), "@")) {
+		if i := strings.Index(raw, "://"); i >= 0 && strings.Contains(raw[i:], "@") {
+			return f(whole, raw)
+		}
+		return raw, nil
+	}
+	if u.User == nil {
+		return raw, nil
+	}
+	p, ok := u.User.Password()
+	if !ok {
+		return raw, nil
+	}
+	v, err := f(password, p)
+	if err != nil || v == p {
+		return raw, err
+	}
+	u.User = url.UserPassword(u.User.Username(), v)
+	out := u.String()
+	if v == Redacted {
+		// As the views print it, unescaped.
+		out = strings.Replace(out, ":"+strings.Repeat("%2A", len(Redacted))+"@", ":"+Redacted+"@", 1)
+	}
+	return out, nil
+}
+
+// BasicAuth decodes an Authorization header value of the Basic scheme;
+// ok is false for another scheme. basic reports the Basic scheme, decoded
+// or not (CouchDB drops an undecodable one).
+func BasicAuth(v string) (user, pass string, basic, ok bool) {
+	scheme, cred, found := strings.Cut(v, " ")
+	if !found || !strings.EqualFold(scheme, "basic") {
+		return "", "", false, false
+	}
+	dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
+	if err != nil {
+		return "", "", true, false
+	}
+	user, pass, ok = strings.Cut(string(dec), ":")
+	return user, pass, true, ok
+}

@@ -1,0 +1,47 @@
+package couch
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// WalkSecrets names every credential of a replication document and puts
+// f's result in its place, copying the nested objects it changes.
+func TestWalkSecrets(t *testing.T) {
+	body := map[string]any{}
+	require.NoError(t, json.Unmarshal([]byte(`{
+		"source": "http://bob:s1@h/a",
+		"target": {"url": "https://t:s2@h/b", "auth": {"basic": {"username": "u", "password": "s3"}},
+		           "headers": {"X-Token": "s4", "Accept": "s5"}},
+		"proxy": "http://p:s6@proxy:3128",
+		"source_proxy": "not a url, no userinfo",
+		"target_proxy": "http://u:s 7@host/",
+		"other": "http://keep:me@h/"}`), &body))
+	target := body["target"].(map[string]any)
+	var seen []string
+	require.NoError(t, WalkSecrets(body, func(field, v string) (string, error) {
+		seen = append(seen, field+"="+v)
+		return "X" + strings.ToUpper(v), nil
+	}))
+	sort.Strings(seen)
+	require.Equal(t, []string{
+		"proxy.url=http://u:s 7@host/", "proxy=s6", "source.password=s1", "target.header.accept=s5",
+		"target.header.x-token=s4", "target.password=s2", "target.password=s3",
+	}, seen)
+	require.Equal(t, "http://bob:XS1@h/a", body["source"])
+	require.Equal(t, "https://t:XS2@h/b", body["target"].(map[string]any)["url"])
+	require.Equal(t, "XHTTP://U:S 7@HOST/", body["target_proxy"], "a URL that does not parse is passed whole")
+	require.Equal(t, "not a url, no userinfo", body["source_proxy"])
+	require.Equal(t, "http://keep:me@h/", body["other"], "only a replication's fields")
+	require.Equal(t, "s4", target["headers"].(map[string]any)["X-Token"], "nested objects are copied, not changed")
+	require.Equal(t, "s3", target["auth"].(map[string]any)["basic"].(map[string]any)["password"])
+
+	// The redacted password is printed as the views print it.
+	body = map[string]any{"source": "http://bob:pw@h/a"}
+	require.NoError(t, WalkSecrets(body, func(_, _ string) (string, error) { return Redacted, nil }))
+	require.Equal(t, "http://bob:*****@h/a", body["source"])
+}
