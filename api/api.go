@@ -81,6 +81,9 @@ type ParsedDoc interface {
 	// DocRef is the database and document id the document was parsed
 	// for.
 	DocRef() (db, docID string)
+	// Stored is the document to store in place of the one written (its
+	// credentials sealed), or nil to store it as written.
+	Stored() json.RawMessage
 }
 
 // TaggedError is an error the control plane reports to the client:

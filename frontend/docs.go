@@ -249,21 +249,39 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 			return "", he
 		}
 	}
+	if isRep && !e.deleted && !e.replicated() {
+		if err := s.keepSealed(ctx, e); err != nil {
+			return "", err
+		}
+	}
 	canonical, err := json.Marshal(e.body)
 	if err != nil {
 		return "", badRequest("document cannot be encoded")
-	}
-	if len(canonical) > s.opts.MaxDocumentSize {
-		return "", newError(http.StatusRequestEntityTooLarge, "document_too_large", e.id)
 	}
 	rep := s.opts.Replicator
 	var parsed api.ParsedDoc
 	if isRep && !e.deleted && rep != nil {
 		var perr error
 		parsed, perr = rep.ParseDoc(e.db, e.id, canonical)
-		if perr != nil && !u.HasRole(RoleReplicator) {
+		var te api.TaggedError
+		switch {
+		case perr != nil && !errors.As(perr, &te):
+			return "", perr // a failure of the service: nothing stored
+		case perr != nil && !u.HasRole(RoleReplicator):
 			return "", forbidden(reasonOf(perr))
 		}
+		if stored := parsed.Stored(); stored != nil {
+			// Its credentials sealed: what is stored, and counts for
+			// the size limit.
+			body, he := decodeObject(stored, s.opts.MaxJSONDepth+3) // auth.basic may add levels
+			if he != nil {
+				return "", he
+			}
+			e.body, canonical = body, stored
+		}
+	}
+	if len(canonical) > s.opts.MaxDocumentSize {
+		return "", newError(http.StatusRequestEntityTooLarge, "document_too_large", e.id)
 	}
 	var hook repdb.Hook
 	if isRep {

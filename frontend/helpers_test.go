@@ -49,30 +49,39 @@ type fakeDoc struct {
 	body   map[string]any
 }
 
+// forbiddenDoc is the fake's refusal of a document (an api.TaggedError,
+// as the control plane's).
+type forbiddenDoc string
+
+func (e forbiddenDoc) Error() string  { return string(e) }
+func (e forbiddenDoc) Tag() string    { return "forbidden" }
+func (e forbiddenDoc) Reason() string { return string(e) }
+
 func (d *fakeDoc) DocRef() (db, docID string) { return d.db, d.id }
+func (d *fakeDoc) Stored() json.RawMessage    { return nil }
 
 func (f *fakeReplicator) ParseDoc(db, docID string, raw json.RawMessage) (api.ParsedDoc, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(raw, &doc); err != nil {
-		return nil, err
+		return nil, forbiddenDoc("a replication document must be a JSON object")
 	}
 	parsed := &fakeDoc{db: db, id: docID, body: doc}
 	for _, field := range []string{"source", "target"} {
 		switch v := doc[field].(type) {
 		case string:
 			if !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
-				return parsed, errors.New("endpoint has an invalid url")
+				return parsed, forbiddenDoc("endpoint has an invalid url")
 			}
 		case map[string]any:
 		case nil:
-			return parsed, errors.New("Missing replicator database")
+			return parsed, forbiddenDoc("Missing replicator database")
 		default:
-			return parsed, errors.New("endpoint has an invalid url")
+			return parsed, forbiddenDoc("endpoint has an invalid url")
 		}
 	}
 	if c, ok := doc["continuous"]; ok {
 		if _, ok := c.(bool); !ok {
-			return parsed, errors.New("parameter `continuous` must be a boolean")
+			return parsed, forbiddenDoc("parameter `continuous` must be a boolean")
 		}
 	}
 	return parsed, nil

@@ -1,11 +1,15 @@
 package frontend
 
 import (
+	"context"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
 
+	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/fdbrep/fdbrep/pkg/seal"
 	"github.com/fdbrep/fdbrep/repdb"
 )
 
@@ -115,6 +119,59 @@ func stripCredentials(body map[string]any) {
 			body[field] = StripURLUserinfo(s)
 		}
 	}
+}
+
+// redacted is what reads show for a sealed credential of a replication
+// document (the replicator seals them when configured to: see
+// docs/CONFIG.md, seal_public_key_file), to its owner too.
+const redacted = "*****"
+
+// hideSealed shows each sealed credential of a replication document's
+// body as redacted (the body's nested objects are copied, never changed).
+func hideSealed(body map[string]any) {
+	_ = couch.WalkSecrets(body, func(_, v string) (string, error) {
+		if seal.IsSealed(v) {
+			return redacted, nil
+		}
+		return v, nil
+	})
+}
+
+// keepSealed puts back, in the body of an edit of a replication document,
+// each credential written as redacted (a document read and written back,
+// as Fauxton's editor does) that the revision it replaces holds sealed at
+// the same place. The write replaces that very revision or conflicts, so
+// no other revision's credential is taken. A redacted value with nothing
+// to keep is left for the replicator's parser to refuse.
+func (s *Server) keepSealed(ctx context.Context, e *docEdit) error {
+	wants := false
+	_ = couch.WalkSecrets(maps.Clone(e.body), func(_, v string) (string, error) {
+		wants = wants || v == redacted
+		return v, nil
+	})
+	if !wants || e.rev == "" {
+		return nil
+	}
+	res, err := s.store.ReadRevs(ctx, e.db, []repdb.RevRequest{{ID: e.id, Query: repdb.OpenRevsQuery{Revs: []string{e.rev}}}})
+	if err != nil {
+		return err
+	}
+	if len(res) != 1 || res[0].Err != nil || len(res[0].Revs) != 1 || res[0].Revs[0].Doc == nil {
+		return nil // the write itself reports the missing revision
+	}
+	held := map[string]string{}
+	_ = couch.WalkSecrets(maps.Clone(res[0].Revs[0].Doc.Body), func(field, v string) (string, error) {
+		if seal.IsSealed(v) {
+			held[field] = v
+		}
+		return v, nil
+	})
+	return couch.WalkSecrets(e.body, func(field, v string) (string, error) {
+		if k, ok := held[field]; ok && v == redacted {
+			return k, nil
+		}
+		return v, nil
+	})
 }
 
 // userinfoRe matches a URL's scheme and everything up to the last '@' of

@@ -29,7 +29,10 @@ type Replicator interface {
 	// (403 forbidden with Reason as the reason, which holds no
 	// credentials), except for writers with the _replicator role, whose
 	// documents are stored anyway: the parsed document then records the
-	// failure and its job shows it.
+	// failure and its job shows it. An error that is not an
+	// api.TaggedError is a failure of the service (a credential that
+	// could not be sealed): nothing is stored, whoever writes (500). The
+	// parsed document's Stored body, when not nil, is what is stored.
 	ParseDoc(db, docID string, doc json.RawMessage) (api.ParsedDoc, error)
 	// DocWritten creates or replaces the job of a document whose winning
 	// revision is doc. restarted reports that the write gave the document

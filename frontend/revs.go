@@ -36,8 +36,11 @@ func (s *Server) renderDoc(d *repdb.Doc, u *User, o readOpts) map[string]any {
 	for k, v := range d.Body {
 		out[k] = v
 	}
-	if repdb.IsReplicationDoc(d.ID) && !canSeeCredentials(d.Body, u) {
-		stripCredentials(out)
+	if repdb.IsReplicationDoc(d.ID) {
+		if !canSeeCredentials(d.Body, u) {
+			stripCredentials(out)
+		}
+		hideSealed(out)
 	}
 	out["_id"] = d.ID
 	out["_rev"] = d.Rev

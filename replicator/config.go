@@ -10,6 +10,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/pkg/seal"
 	"github.com/fdbrep/fdbrep/pkg/subspace"
 )
 
@@ -84,6 +85,18 @@ type Config struct {
 	// FairShareWindow: see FairShareWindowDefault. Negative disables fair
 	// share (every job is enqueued at the current time).
 	FairShareWindow time.Duration
+
+	// Sealer seals endpoint credentials before a document or a POST
+	// /_replicate stores them (the operator's public key, [replicator]
+	// seal_public_key_file; see "Credentials at rest" in doc.go). Nil
+	// stores them as written. The control plane uses it.
+	Sealer *seal.Sealer
+	// Opener opens sealed credentials at the start of each run (the
+	// operator's private keys, [replicator] seal_private_key_files). Nil:
+	// a job whose credentials are sealed crashes saying that this node
+	// holds no key, and waits for a node that does. Replication nodes use
+	// it.
+	Opener *seal.Opener
 
 	// Metrics receives the counters; nil makes a private set. Pass the
 	// same Metrics to the control plane and a node in one process to

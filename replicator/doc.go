@@ -107,6 +107,31 @@
 // in pages (ParkedPage) and wakes them (WakeJob). Fair share counts no
 // parked job in jobs(Db): a parked job competes for no slot.
 //
+// # Credentials at rest
+//
+// With Config.Sealer (the operator's X25519 public key, [replicator]
+// seal_public_key_file), the control plane seals every endpoint
+// credential of a _replicator document or a POST /_replicate body before
+// anything stores it (SealBody: a password in a URL or in auth.basic, each
+// header value, a proxy's password; package seal, HPKE). The document is
+// stored with them sealed (a Basic Authorization header becomes
+// auth.basic, as the parser reads it), so its job data, which the parser
+// derives from it, holds them sealed too; reads show each as "*****"
+// (Redacted), to its owner as well, and a document written back as read
+// keeps the credentials of the revision it replaces (the HTTP API puts
+// them back). Each sealed value is bound to its place: the document (or
+// the user who posted) and the field (DocScope, UserScope), so a value
+// copied elsewhere does not open. Only the replication node that runs a
+// job opens them (Spec.Open, with Config.Opener), for the run alone: job
+// data, logs and errors never hold them opened. A node without the key
+// crashes such jobs with a reason naming the key, and says so once. A
+// body sealed afresh seals differently each time: a POST /_replicate
+// matches its running job with SameRequest (the credentials of a running
+// transient job are kept, as CouchDB's replication id ignores them), and
+// a document written with its credentials in the clear again replaces
+// its job. Documents and jobs stored before the key was configured keep
+// their credentials as written until their next write.
+//
 // # Fair share
 //
 // The fair-share RFC (seed 001) between _replicator databases (transient

@@ -9,6 +9,7 @@ import (
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/fdbrep/fdbrep/pkg/seal"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
@@ -84,6 +85,37 @@ var (
 	keySessionRefreshInterval = config.RegisterDuration("replicator", "session_refresh_interval_sec", time.Second, couch.SessionRefreshIntervalDefault, time.Second, config.Forever,
 		"Seconds after which a session cookie without Max-Age is renewed (a cookie with Max-Age is renewed at 90% of it).")
 )
+
+// The [replicator] keys of the credentials sealed at rest (Config.Sealer,
+// Config.Opener; see SealingFromConfig).
+var (
+	keySealPublicKey = config.RegisterString("replicator", "seal_public_key_file", "",
+		"PEM file of the X25519 public key api_frontend nodes seal endpoint credentials with (passwords, header values, proxy passwords) before a _replicator document or a POST /_replicate stores them; reads show them as *****. Empty: they are stored as written (the node warns at start). Make the key pair with: openssl genpkey -algorithm X25519 -out seal.key; openssl pkey -in seal.key -pubout -out seal.pub.", nil)
+	keySealPrivateKeys = config.RegisterList("replicator", "seal_private_key_files", nil,
+		"PEM files of the X25519 private keys replication nodes open sealed credentials with, the current key (seal_public_key_file's) first, then older keys still in use after a rotation. Empty: this node runs no replication whose credentials are sealed (each crashes saying so, and waits for a node that holds the key).", nil)
+)
+
+// SealingFromConfig reads the sealing keys c names: the public key
+// (seal_public_key_file) for an api_frontend node (frontend), the private
+// keys (seal_private_key_files) for a replication node (replication); nil for what is not
+// configured. A file that cannot be read or is not such a key is an error
+// wrapping config.ErrInvalidValue, at start-up.
+func SealingFromConfig(c *config.Config, frontend, replication bool) (*seal.Sealer, *seal.Opener, error) {
+	var s *seal.Sealer
+	var o *seal.Opener
+	var err error
+	if path := keySealPublicKey.Get(c); frontend && path != "" {
+		if s, err = seal.LoadPublicKey(path); err != nil {
+			return nil, nil, fmt.Errorf("%w: [replicator] seal_public_key_file: %w", config.ErrInvalidValue, err)
+		}
+	}
+	if paths := keySealPrivateKeys.Get(c); replication && len(paths) > 0 {
+		if o, err = seal.LoadPrivateKeys(paths...); err != nil {
+			return nil, nil, fmt.Errorf("%w: [replicator] seal_private_key_files: %w", config.ErrInvalidValue, err)
+		}
+	}
+	return s, o, nil
+}
 
 // CouchDB's names of the replicator's ways to authenticate (auth_plugins).
 const (

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/fdbrep/fdbrep/pkg/seal"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
@@ -176,6 +177,26 @@ func SameReplication(a, b *Spec) bool {
 	}
 	na, nb := a.normalized(), b.normalized()
 	return reflect.DeepEqual(na, nb)
+}
+
+// SameRequest is SameReplication for POST /_replicate, whose credentials
+// are sealed afresh by each request: sealed values match each other, as
+// CouchDB matches a transient replication by its id, which no password
+// is part of.
+func SameRequest(a, b *Spec) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	mask := func(s *Spec) *Spec {
+		c := s.clone()
+		c.eachSecret(func(_ string, v *string) {
+			if seal.IsSealed(*v) {
+				*v = seal.Prefix
+			}
+		})
+		return c
+	}
+	return SameReplication(mask(a), mask(b))
 }
 
 func (s *Spec) normalized() Spec {

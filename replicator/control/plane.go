@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -116,10 +117,16 @@ type Doc struct {
 	// Err is the parse failure (a document stored without validation,
 	// by a writer with the _replicator role or a restore).
 	Err error
+	// Sealed is the document to store in place of the one written: its
+	// credentials sealed (Config.Sealer); nil to store it as written.
+	Sealed json.RawMessage
 }
 
 // DocRef is the database and document id d was parsed for.
 func (d *Doc) DocRef() (db, docID string) { return d.DB, d.ID }
+
+// Stored implements api.ParsedDoc.
+func (d *Doc) Stored() json.RawMessage { return d.Sealed }
 
 // ParseDoc parses a document of a _replicator database about to be
 // written (CouchDB's before_doc_update validation). An error wrapping
@@ -136,6 +143,18 @@ func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (api.ParsedDoc, 
 	if !repdb.IsReplicatorDB(db) || !repdb.IsReplicationDoc(docID) {
 		return d, nil
 	}
+	var serr error // a Redacted credential, with the others sealed
+	if s := p.cfg.Sealer; s != nil {
+		sealed, err := replicator.SealJSON(s, raw, replicator.DocScope(db, docID))
+		if sealed == nil {
+			d.Err = replicator.NewReason(replicator.ErrForbidden, "a replication document must be a JSON object")
+			if !errors.Is(err, replicator.ErrBadRequest) {
+				d.Err = err // not sealed: refused (500), whoever writes it
+			}
+			return d, d.Err
+		}
+		d.Sealed, raw, serr = sealed, sealed, err
+	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
 		d.Err = replicator.NewReason(replicator.ErrForbidden, "a replication document must be a JSON object")
@@ -148,6 +167,9 @@ func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (api.ParsedDoc, 
 		_ = json.Unmarshal(v, &d.Owner)
 	}
 	d.Spec, d.Err = replicator.ParseObject(obj)
+	if serr != nil {
+		d.Spec, d.Err = nil, serr
+	}
 	switch {
 	case d.State != "" && !knownDocState(d.State):
 		return d, replicator.NewReason(replicator.ErrForbidden, "`_replication_state` is written by the replicator; %q is not one of its states", d.State)

@@ -38,7 +38,17 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.Us
 		return p.cancel(ctx, req, user, uuid)
 	}
 	spec := req.Spec
-	jobID := replicator.TransientJobID(uuid, spec, user.Name)
+	jobID := replicator.TransientJobID(uuid, spec, user.Name) // of the credentials as given
+	if s := p.cfg.Sealer; s != nil {
+		sealed, err := replicator.SealJSON(s, body, replicator.UserScope(user.Name))
+		if err != nil {
+			return api.ReplicateResult{}, err
+		}
+		if req, err = replicator.ParseRequest(sealed); err != nil {
+			return api.ReplicateResult{}, err
+		}
+		spec = req.Spec
+	}
 	at := p.cfg.Clock.Now()
 	now := replicator.Millis(at)
 	// added survives the retry loop: a body that runs again after its
@@ -51,9 +61,9 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.Us
 			return nil, err
 		}
 		switch {
-		case old != nil && st != fdbjobs.Finished && replicator.SameReplication(old.Rep, spec):
+		case old != nil && st != fdbjobs.Finished && replicator.SameRequest(old.Rep, spec):
 			return nil, nil // already pending or running (maybe since our earlier attempt)
-		case old != nil && added && old.StartTime == now && replicator.SameReplication(old.Rep, spec):
+		case old != nil && added && old.StartTime == now && replicator.SameRequest(old.Rep, spec):
 			return nil, nil // our earlier attempt's job, which already finished
 		}
 		d := &replicator.JobData{Rep: spec, RepUser: user.Name}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/seal"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
@@ -268,6 +269,41 @@ func (w *worker) crash(d *replicator.JobData, err error) {
 		if host := engine.UnreachableHost(err); host != "" && d.Rep != nil && d.Rep.Source.Proxy == "" && d.Rep.Target.Proxy == "" {
 			w.n.watchHost(host, w.job.ID)
 		}
+	}
+}
+
+// TagSealed is the error of a job whose sealed credentials its node
+// could not open.
+const TagSealed = "sealed_credentials"
+
+// MsgNoSealingKey is the line a node logs, once per key, when it meets
+// credentials sealed with a key it does not hold.
+const MsgNoSealingKey = "replicator: this node holds no private key for sealed credentials"
+
+// cannotOpen ends a run whose credentials this node cannot open (err from
+// replicator.Spec.Open). Without the key the job crashes: it waits out its
+// backoff, and a node that holds the key may run it (the node also says
+// once, at warn, which key it lacks); credentials that do not open with
+// the key (altered, or copied from another document) fail the job, which
+// its document's next write replaces.
+func (w *worker) cannotOpen(d *replicator.JobData, err error) {
+	reason := replicator.OpenReason(err)
+	if !errors.Is(err, seal.ErrNoKey) {
+		w.fail(d, TagSealed, reason)
+		return
+	}
+	if id := d.Rep.SealedKeyID(); w.n.lacksKey(id) {
+		w.cfg.Logger.Warn().Str("key_id", id).Str("effect", "this node runs none of the replications whose credentials are sealed with it: "+
+			"they crash, and wait for a node that holds it; name its file in [replicator] seal_private_key_files").
+			Msg(MsgNoSealingKey)
+	}
+	if d.Transient() {
+		w.fail(d, TagSealed, reason)
+		return
+	}
+	c := w.crashed(w.now(), TagSealed, reason)
+	if w.change(d, c, nil) {
+		w.logCrashed(d, TagSealed, reason, c.At, c.Jitter)
 	}
 }
 

@@ -39,6 +39,9 @@ type Node struct {
 	charges *charges
 	// watches follows the watch jobs of parked replications (watch.go).
 	watches *watches
+	// keysLacking holds the ids of the sealing keys this node found it
+	// lacks (each said once; see worker.cannotOpen).
+	keysLacking sync.Map
 
 	// TestSignals let tests wait for the node's steps instead of sleeping
 	// or polling; they do nothing unless a test initialises them before
@@ -123,6 +126,7 @@ func (n *Node) SetConfig(cfg Config) error {
 	cur := n.cfg
 	n.mu.Unlock()
 	cfg.Metrics, cfg.Clock, cfg.Logger, cfg.Cluster = cur.Metrics, cur.Clock, cur.Logger, cur.Cluster
+	cfg.Opener = cur.Opener // its keys are read at start
 	if cfg.DocUpdater == nil {
 		cfg.DocUpdater = cur.DocUpdater
 	}
@@ -483,4 +487,11 @@ func (n *Node) reschedule(ctx context.Context) error {
 	n.mu.Unlock()
 	n.TestSignals.Rescheduled.Signal(step)
 	return nil
+}
+
+// lacksKey records that this node lacks sealing key id; true the first
+// time for each id.
+func (n *Node) lacksKey(id string) bool {
+	_, known := n.keysLacking.LoadOrStore(id, true)
+	return !known
 }

@@ -408,11 +408,15 @@ func (r *watchRun) replication(ctx context.Context, id string) (engine.Replicati
 	if err != nil || d == nil || d.State != replicator.StateParked || d.Parked == nil || d.Rep == nil {
 		return engine.Replication{}, nil, false
 	}
-	rep, err := d.Rep.Replication()
+	spec, err := d.Rep.Open(r.n.Config().Opener, d.SealScope()) // a node without the key cannot follow it
 	if err != nil {
 		return engine.Replication{}, nil, false
 	}
-	return r.n.Config().JobDefaults.Apply(rep, d.Rep), d, true
+	rep, err := spec.Replication()
+	if err != nil {
+		return engine.Replication{}, nil, false
+	}
+	return r.n.Config().JobDefaults.Apply(rep, spec), d, true
 }
 
 // follow follows the server's _db_updates feed with rep's source

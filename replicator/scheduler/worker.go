@@ -145,14 +145,21 @@ func (w *worker) run() {
 		w.fail(d, "bad_rep_doc", reason)
 		return
 	}
+	// Its sealed credentials, opened for this run alone (the job data
+	// keeps them sealed).
+	spec, err := d.Rep.Open(w.cfg.Opener, d.SealScope())
+	if err != nil {
+		w.cannotOpen(d, err)
+		return
+	}
 	// Job data written by an older or foreign writer is held to today's
 	// bounds before anything is allocated for it.
-	rep, err := d.Rep.Replication()
+	rep, err := spec.Replication()
 	if err != nil {
 		w.fail(d, "bad_rep_doc", replicator.Reason(err))
 		return
 	}
-	rep = w.cfg.JobDefaults.Apply(rep, d.Rep)
+	rep = w.cfg.JobDefaults.Apply(rep, spec)
 	if w.stopRequested() {
 		w.putBack(d)
 		return

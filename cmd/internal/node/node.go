@@ -130,6 +130,16 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		cfg = hashed
 	}
+	// The sealing keys: the public one seals on api_frontend nodes, the
+	// private ones open on replication nodes.
+	sealer, opener, err := replicator.SealingFromConfig(cfg, cfg.HasRole(config.RoleAPIFrontend), cfg.HasRole(config.RoleReplication))
+	if err != nil {
+		return err
+	}
+	if cfg.HasRole(config.RoleAPIFrontend) && sealer == nil {
+		log.Warn().Msg("config: [replicator] seal_public_key_file is not set: endpoint credentials are stored as written, " +
+			"readable in the store and its backups (docs/CONFIG.md, seal_public_key_file)")
+	}
 	accepting := &acceptingNodes{self: cfg.NodeName()}
 	jobs, err := fdbjobs.New(db, jobsConfig(cfg, &log, accepting.list))
 	if err != nil {
@@ -181,6 +191,7 @@ func Run(ctx context.Context, opts Options) error {
 		return -1
 	})
 	shared := clusterConfig(cfg, &log, metrics)
+	shared.Sealer, shared.Opener = sealer, opener
 
 	var servers []*frontend.HTTPServer
 	errc := make(chan error, 2)

@@ -1,0 +1,160 @@
+package wire_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+)
+
+// With sealing keys configured, no endpoint credential reaches the store
+// in the clear, whichever way a replication gives it (URL, auth, an
+// Authorization header, another header; a document or POST /_replicate):
+// a scan of the whole key space, and of the embedded store's files, finds
+// none, while the replications log in with them and run. Reads show
+// *****, to the owner too, and a document written back as read keeps its
+// credentials.
+func TestCredentialsSealedAtRest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a CouchDB peer")
+	}
+	peer := couchtest.StartCouchDB(t)
+	secret := func(prefix string) string {
+		b := make([]byte, 12)
+		_, _ = rand.Read(b)
+		return prefix + hex.EncodeToString(b)
+	}
+	user, pw, token := "sealadmin", secret("pw-"), secret("tok-")
+	require.Equal(t, 200, peer.Request(t, "PUT", "/_node/_local/_config/admins/"+user, pw, nil))
+	basic := base64.StdEncoding.EncodeToString([]byte(user + ":" + pw))
+	withCreds := func(db string) string {
+		u, err := url.Parse(peer.DBURL(db))
+		require.NoError(t, err)
+		u.User = url.UserPassword(user, pw)
+		return u.String()
+	}
+	for _, db := range []string{"src", "cont-src"} {
+		peer.CreateDB(t, db)
+		peer.AddDocs(t, db, 0, 3)
+	}
+
+	pub, priv := testutil.SealKeys(t)
+	dir := t.TempDir()
+	db := kvtest.OpenDiskDB(t, dir)
+	logs := &testutil.Logs{}
+	m := settings("node1@127.0.0.1", config.RoleAPIFrontend+","+config.RoleReplication)
+	m["replicator"]["seal_public_key_file"] = pub
+	m["replicator"]["seal_private_key_files"] = priv
+	p := startNode(t, db, logs, m, tuneDefault)
+	s := &service{t: t, url: "http://" + p.Addr, node: p.Scheduler, logs: logs, db: db, tune: tuneDefault}
+
+	// A one-shot document: the source's password in its URL, the target's
+	// in auth.basic.
+	r := s.do("PUT", "/_replicator/url", asAlice, map[string]any{
+		"source":        withCreds("src"),
+		"target":        map[string]any{"url": peer.DBURL("tgt"), "auth": map[string]any{"basic": map[string]any{"username": user, "password": pw}}},
+		"create_target": true,
+	})
+	require.Equal(t, 201, r.Status, r.Raw)
+	s.waitDocState("_replicator", "url", "completed")
+	require.Len(t, peer.AllDocs(t, "tgt", false), 3)
+
+	// A continuous one: an Authorization header and another header.
+	r = s.do("PUT", "/_replicator/cont", asAlice, map[string]any{
+		"source": map[string]any{"url": peer.DBURL("cont-src"), "headers": map[string]any{"Authorization": "Basic " + basic, "X-Secret-Token": token}},
+		"target": withCreds("cont-tgt"), "create_target": true, "continuous": true,
+	})
+	require.Equal(t, 201, r.Status, r.Raw)
+	s.waitDocState("_replicator", "cont", "running")
+	testutil.Eventually(t, "the continuous replication copied the source", func() bool { return docCount(peer.AuthDBURL("cont-tgt")) == 3 })
+
+	// POST /_replicate.
+	r = s.do("POST", "/_replicate", asAlice, map[string]any{"source": withCreds("src"), "target": withCreds("tgt2"), "create_target": true})
+	require.Equal(t, 200, r.Status, r.Raw)
+
+	// Reads show *****, to the owner and to admins.
+	for _, c := range []*creds{asAlice, asAdmin} {
+		d := s.do("GET", "/_replicator/url", c, nil)
+		require.Equal(t, 200, d.Status, d.Raw)
+		require.Contains(t, d.Body["source"], user+":*****@")
+		require.Equal(t, "*****", d.Body["target"].(map[string]any)["auth"].(map[string]any)["basic"].(map[string]any)["password"])
+		d = s.do("GET", "/_replicator/cont", c, nil)
+		src := d.Body["source"].(map[string]any)
+		require.Equal(t, map[string]any{"basic": map[string]any{"username": user, "password": "*****"}}, src["auth"],
+			"a Basic Authorization header is kept as auth.basic")
+		require.Equal(t, map[string]any{"X-Secret-Token": "*****"}, src["headers"])
+	}
+
+	// The continuous document written back as read (an edit in Fauxton)
+	// keeps its credentials: its job goes on.
+	before := s.waitDocState("_replicator", "cont", "running")
+	d := s.do("GET", "/_replicator/cont", asAlice, nil)
+	d.Body["note"] = "edited"
+	r = s.do("PUT", "/_replicator/cont", asAlice, d.Body)
+	require.Equal(t, 201, r.Status, r.Raw)
+	peer.PutDoc(t, "cont-src", map[string]any{"_id": "after-edit"})
+	testutil.Eventually(t, "a change after the edit replicated", func() bool { return docCount(peer.AuthDBURL("cont-tgt")) == 4 })
+	after := s.waitDocState("_replicator", "cont", "running")
+	require.Equal(t, before["start_time"], after["start_time"], "the edit left the job alone")
+
+	// Copied to a new document, ***** has nothing to stand for.
+	delete(d.Body, "_rev")
+	delete(d.Body, "_id")
+	r = s.do("PUT", "/_replicator/copy", asAlice, d.Body)
+	requireError(t, r, 403, "forbidden")
+	require.Contains(t, r.Body["reason"], "`source.password` is *****")
+
+	// Nothing in the store, nor in its files, holds a credential.
+	secrets := [][]byte{[]byte(pw), []byte(token), []byte(basic)}
+	var keys int
+	require.NoError(t, kv.ReadPages(context.Background(), db, kv.KeyRange{Begin: kv.Key(""), End: kv.Key("\xff")}, 1000,
+		func(page []kv.KeyValue) (bool, error) {
+			for _, kvp := range page {
+				keys++
+				for _, sec := range secrets {
+					require.False(t, bytes.Contains(kvp.Key, sec) || bytes.Contains(kvp.Value, sec),
+						"a credential in the clear under key %q", kvp.Key)
+				}
+			}
+			return false, nil
+		}))
+	require.Positive(t, keys)
+	files := 0
+	require.NoError(t, filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files++
+		for _, sec := range secrets {
+			require.False(t, bytes.Contains(b, sec), "a credential in the clear in %s", path)
+		}
+		return nil
+	}))
+	if !kvtest.OnFoundationDB(t) {
+		require.Positive(t, files, "the embedded store's files")
+	}
+	// Nor do the logs.
+	all := logs.String()
+	for _, sec := range secrets {
+		require.NotContains(t, all, string(sec), "a credential in the log")
+	}
+	t.Logf("scanned %d keys and %d files: no credential in the clear", keys, files)
+}

@@ -1,0 +1,105 @@
+package replicator
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/seal"
+)
+
+func sealKeys(t *testing.T) (*seal.Sealer, *seal.Opener) {
+	t.Helper()
+	pub, priv := testutil.SealKeys(t)
+	s, err := seal.LoadPublicKey(pub)
+	require.NoError(t, err)
+	o, err := seal.LoadPrivateKeys(priv)
+	require.NoError(t, err)
+	return s, o
+}
+
+// Every place a replication body may hold a credential is sealed, the
+// parsed specification shows none of them, and the node that holds the
+// key gets back exactly what the body as written parses to.
+func TestSealBodyAndOpen(t *testing.T) {
+	s, o := sealKeys(t)
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("carol:hdr-secret-1"))
+	for _, tc := range []struct{ name, body string }{
+		{"url userinfo", `{"source":"http://bob:url-secret-1@h/a","target":"http://h/b"}`},
+		{"object url userinfo", `{"source":{"url":"http://bob:url-secret-2@h/a"},"target":"http://h/b"}`},
+		{"auth basic", `{"source":{"url":"http://h/a","auth":{"basic":{"username":"bob","password":"auth-secret-1"}}},"target":"http://h/b"}`},
+		{"basic header", `{"source":{"url":"http://h/a","headers":{"Authorization":"` + basic + `"}},"target":"http://h/b"}`},
+		{"basic header beside auth", `{"source":{"url":"http://h/a","auth":{"basic":{"username":"bob","password":"auth-secret-2"}},"headers":{"authorization":"` + basic + `"}},"target":"http://h/b"}`},
+		{"bearer and other headers", `{"source":{"url":"http://h/a","headers":{"Authorization":"Bearer tok-secret-1","X-Api-Key":"key-secret-1"}},"target":"http://h/b"}`},
+		{"proxies", `{"source":"http://h/a","target":"http://h/b","source_proxy":"http://pu:proxy-secret-1@p:3128","target_proxy":"socks5://pu:proxy-secret-2@p:1080"}`},
+		{"proxy for both", `{"source":"http://h/a","target":{"url":"http://t:url-secret-3@h/b"},"proxy":"http://pu:proxy-secret-3@p:3128"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plain, err := ParseSpec(json.RawMessage(tc.body))
+			require.NoError(t, err)
+			scope := DocScope("_replicator", tc.name)
+			stored, err := SealJSON(s, json.RawMessage(tc.body), scope)
+			require.NoError(t, err)
+			require.NotContains(t, string(stored), "secret", "a credential in the clear: %s", stored)
+			require.NotContains(t, string(stored), strings.TrimPrefix(basic, "Basic "))
+			sealed, err := ParseSpec(stored)
+			require.NoError(t, err)
+			require.True(t, sealed.Sealed())
+			require.Equal(t, plain.Source.Redacted(), sealed.Source.Redacted(), "the views show the same user")
+			again, err := SealJSON(s, stored, scope)
+			require.NoError(t, err)
+			require.JSONEq(t, string(stored), string(again), "sealed values are kept as they are")
+
+			opened, err := sealed.Open(o, scope)
+			require.NoError(t, err)
+			want, err := plain.Replication()
+			require.NoError(t, err)
+			got, err := opened.Replication()
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+			require.False(t, opened.Sealed())
+			require.True(t, sealed.Sealed(), "Open leaves the job's specification sealed")
+
+			_, err = sealed.Open(o, DocScope("_replicator", "another"))
+			require.ErrorIs(t, err, seal.ErrCorrupt, "a sealed value copied to another document does not open")
+			_, err = sealed.Open(nil, scope)
+			require.ErrorIs(t, err, seal.ErrNoKey)
+			require.Contains(t, OpenReason(err), s.ID(), "the reason names the key")
+		})
+	}
+}
+
+// A body carrying what reads show for a sealed credential is refused,
+// naming the field, with its other credentials sealed all the same.
+func TestSealBodyRedacted(t *testing.T) {
+	s, _ := sealKeys(t)
+	stored, err := SealJSON(s, json.RawMessage(`{"source":{"url":"http://h/a","auth":{"basic":{"username":"bob","password":"*****"}}},"target":"http://u:tgt-secret@h/b"}`), UserScope("bob"))
+	require.ErrorIs(t, err, ErrBadRequest)
+	require.Contains(t, Reason(err), "`source.password` is *****")
+	require.NotContains(t, string(stored), "tgt-secret")
+}
+
+// POST /_replicate seals afresh each time: the same request matches the
+// job it started, a different one does not.
+func TestSameRequest(t *testing.T) {
+	s, _ := sealKeys(t)
+	body := `{"source":"http://bob:pw@h/a","target":"http://h/b","continuous":true}`
+	seal := func(b string) *Spec {
+		stored, err := SealJSON(s, json.RawMessage(b), UserScope("bob"))
+		require.NoError(t, err)
+		sp, err := ParseSpec(stored)
+		require.NoError(t, err)
+		return sp
+	}
+	a, b := seal(body), seal(body)
+	require.False(t, SameReplication(a, b), "sealed afresh")
+	require.True(t, SameRequest(a, b))
+	require.False(t, SameRequest(a, seal(strings.Replace(body, "h/b", "h/c", 1))))
+	plain, err := ParseSpec(json.RawMessage(body))
+	require.NoError(t, err)
+	require.False(t, SameRequest(plain, a), "a job stored in the clear is replaced by a sealed one")
+}
