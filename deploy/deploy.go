@@ -26,8 +26,18 @@ func File(role string) string { return role + ".ini" }
 // host's own settings; everything else comes from the role's file.
 var HostVariables = map[string][]string{
 	config.RoleAPIFrontend: append([]string{"FDBREP_NODE__NAME", "FDBREP_CHTTPD__BIND_ADDRESS", "FDBREP_FDB__CLUSTER_FILE",
-		"FDBREP_ADMINS__ADMIN", "FDBREP_CHTTPD_AUTH__SECRET"}, TLSVariables...),
-	config.RoleReplication: append([]string{"FDBREP_NODE__NAME", "FDBREP_FDB__CLUSTER_FILE"}, TLSVariables...),
+		"FDBREP_ADMINS__ADMIN", "FDBREP_CHTTPD_AUTH__SECRET", SealVariables[config.RoleAPIFrontend]}, TLSVariables...),
+	config.RoleReplication: append([]string{"FDBREP_NODE__NAME", "FDBREP_FDB__CLUSTER_FILE",
+		SealVariables[config.RoleReplication]}, TLSVariables...),
+}
+
+// SealVariables are, per role, the host variable of the sealing key files
+// ([replicator] seal_public_key_file on frontends, seal_private_key_files
+// on replication nodes), set where a host keeps them elsewhere than the
+// role files say, or empty to store credentials as written.
+var SealVariables = map[string]string{
+	config.RoleAPIFrontend: "FDBREP_REPLICATOR__SEAL_PUBLIC_KEY_FILE",
+	config.RoleReplication: "FDBREP_REPLICATOR__SEAL_PRIVATE_KEY_FILES",
 }
 
 // TLSVariables are the host variables of the FoundationDB client's TLS

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/deploy"
 	"github.com/fdbrep/fdbrep/pkg/config"
+	_ "github.com/fdbrep/fdbrep/replicator" // its [replicator] keys, which the role files set
 )
 
 // promtool is Debian's prometheus package's, which .ci/run installs;

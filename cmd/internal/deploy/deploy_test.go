@@ -32,6 +32,7 @@ import (
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	_ "github.com/fdbrep/fdbrep/replicator" // its [replicator] keys, which the role files set
 	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
 )
 
@@ -129,6 +130,8 @@ type deployment struct {
 	timings  []string
 	started  time.Time
 	couchLog string
+	// sealPub and sealPriv are the deployment's sealing key pair (sealKey).
+	sealPub, sealPriv string
 }
 
 // node is an fdbrep serve process on its host.
@@ -268,6 +271,7 @@ func (d *deployment) start(t *testing.T, n *node) {
 	}
 	own := d.hostTLS(t, n.name, n.host.addr)
 	own["FDBREP_NODE__NAME"], own["FDBREP_FDB__CLUSTER_FILE"] = n.name, clusterFile
+	own[deploy.SealVariables[n.role]] = d.sealKey(t, n.role)
 	if n.role == config.RoleAPIFrontend {
 		own["FDBREP_CHTTPD__BIND_ADDRESS"] = n.host.addr
 		own["FDBREP_ADMINS__ADMIN"] = d.admin.Pass

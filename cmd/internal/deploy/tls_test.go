@@ -14,9 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/cmd/internal/proctest"
+	"github.com/fdbrep/fdbrep/deploy"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	"github.com/fdbrep/fdbrep/pkg/seal"
 )
 
 // hostTLS writes a certificate and key of their own for node name at ip,
@@ -28,6 +30,23 @@ func (d *deployment) hostTLS(t *testing.T, name, ip string) map[string]string {
 	ca := couchtest.LoadCA(t, d.fdb.TLSFile("ca.pem"), d.fdb.TLSFile("ca.key"))
 	cert, key := couchtest.WriteKeyPair(t, ca.Peer(t, name, net.ParseIP(ip)))
 	return tlsVariables(cert, key, d.fdb.TLSFile("ca.pem"))
+}
+
+// sealKey is the sealing key file a host of role holds (DEPLOY.md): the
+// public key on frontends, the private key on replication hosts; one pair
+// for the deployment.
+func (d *deployment) sealKey(t *testing.T, role string) string {
+	if d.sealPub == "" {
+		priv, pub, err := seal.GenerateKey()
+		require.NoError(t, err)
+		d.sealPub, d.sealPriv = filepath.Join(d.dir, "seal.pub"), filepath.Join(d.dir, "seal.key")
+		require.NoError(t, os.WriteFile(d.sealPub, pub, 0o644))
+		require.NoError(t, os.WriteFile(d.sealPriv, priv, 0o600))
+	}
+	if role == config.RoleAPIFrontend {
+		return d.sealPub
+	}
+	return d.sealPriv
 }
 
 // tlsVariables are the host variables of deploy.TLSVariables.
@@ -50,6 +69,7 @@ func (d *deployment) checkStrangerRefused(t *testing.T) {
 	require.NoError(t, os.WriteFile(clusterFile, raw, 0o644))
 	own := tlsVariables(d.fdb.TLSFile("rogue-cert.pem"), d.fdb.TLSFile("rogue-key.pem"), d.fdb.TLSFile("ca.pem"))
 	own["FDBREP_NODE__NAME"], own["FDBREP_FDB__CLUSTER_FILE"] = "stranger", clusterFile
+	own[deploy.SealVariables[config.RoleReplication]] = d.sealKey(t, config.RoleReplication)
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, config.EnvPrefix) {
