@@ -143,10 +143,12 @@ fauxton:
 ## Every benchmark below runs on the stores STORES lists, one after the
 ## other in one run (default embedded): STORES=fdb runs it on a throwaway
 ## FoundationDB 7.3.79 cluster of ../shared/fdb (scripts/with-fdb.sh; or
-## FDB_CLUSTER_FILE's), STORES=embedded,fdb prints both.
+## FDB_CLUSTER_FILE's), STORES=embedded,fdb prints both, and
+## STORES=fdb,fdb-tls runs it on a second such cluster over mutual TLS too
+## and prints each headline figure over TLS beside the plain one.
 STORES ?= embedded
 ifneq ($(findstring fdb,$(STORES)),)
-BENCH := scripts/with-fdb.sh env FDBREP_BENCH_STORES=$(STORES) $(GO) run -tags fdb ./cmd/fdbrep-bench
+BENCH := $(if $(findstring fdb-tls,$(STORES)),FDBREP_FDB_TLS=both) scripts/with-fdb.sh env FDBREP_BENCH_STORES=$(STORES) $(GO) run -tags fdb ./cmd/fdbrep-bench
 else
 BENCH := FDBREP_BENCH_STORES=$(STORES) $(GO) run ./cmd/fdbrep-bench
 endif

@@ -31,7 +31,7 @@ func init() {
 // ../shared/fdb's fdb.sh keeps beside the cluster file (proc-N.pid). It
 // returns 0 for a cluster elsewhere (none of those files).
 func serverCPU() time.Duration {
-	pids, _ := filepath.Glob(filepath.Join(filepath.Dir(os.Getenv("FDB_CLUSTER_FILE")), "proc-*.pid"))
+	pids, _ := filepath.Glob(filepath.Join(filepath.Dir(fdbClusterFile()), "proc-*.pid"))
 	var sum time.Duration
 	for _, f := range pids {
 		b, err := os.ReadFile(f)
@@ -44,21 +44,32 @@ func serverCPU() time.Duration {
 	return sum
 }
 
-var (
-	adminOnce sync.Once
-	admin     kv.Database
-	adminErr  error
-)
+// admins are the clusters' databases without a tenant, by cluster file.
+var admins struct {
+	sync.Mutex
+	m map[string]kv.Database
+}
 
-// fdbAdmin opens the cluster of FDB_CLUSTER_FILE without a tenant, once.
+// fdbAdmin opens the cluster of fdbClusterFile without a tenant, once.
 func fdbAdmin() (kv.Database, error) {
-	adminOnce.Do(func() {
-		admin, adminErr = fdbkv.Open(os.Getenv("FDB_CLUSTER_FILE"))
-		if adminErr == nil {
-			adminErr = kv.Probe(context.Background(), admin, 0)
-		}
-	})
-	return admin, adminErr
+	admins.Lock()
+	defer admins.Unlock()
+	file := fdbClusterFile()
+	if db, ok := admins.m[file]; ok {
+		return db, nil
+	}
+	db, err := fdbkv.Open(file)
+	if err == nil {
+		err = kv.Probe(context.Background(), db, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if admins.m == nil {
+		admins.m = map[string]kv.Database{}
+	}
+	admins.m[file] = db
+	return db, nil
 }
 
 // openTenant opens a new tenant of the cluster for a benchmark's store and
@@ -95,7 +106,7 @@ func openTenant(name string) (db kv.Database, tenant string, drop func(), err er
 
 // reopenTenant opens the existing tenant of the cluster.
 func reopenTenant(tenant string) (kv.Database, error) {
-	db, err := fdbkv.OpenWithOptions(os.Getenv("FDB_CLUSTER_FILE"), fdbkv.Options{Tenant: tenant})
+	db, err := fdbkv.OpenWithOptions(fdbClusterFile(), fdbkv.Options{Tenant: tenant})
 	if err != nil {
 		return nil, fmt.Errorf("opening tenant %q: %w", tenant, err)
 	}
@@ -104,7 +115,7 @@ func reopenTenant(tenant string) (kv.Database, error) {
 
 // fdbDescription names the cluster and its configuration, from its status.
 func fdbDescription() string {
-	desc := fmt.Sprintf("FoundationDB (cluster file %s", os.Getenv("FDB_CLUSTER_FILE"))
+	desc := fmt.Sprintf("FoundationDB (cluster file %s", fdbClusterFile())
 	a, err := fdbAdmin()
 	if err != nil {
 		return desc + ")"

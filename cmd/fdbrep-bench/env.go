@@ -64,23 +64,76 @@ func (e *benchEnv) workDir() (string, error) {
 const (
 	storeEmbedded = "embedded"
 	storeFDB      = "fdb"
+	// storeFDBTLS is a FoundationDB cluster over mutual TLS
+	// (EnvBenchTLSClusterFile, the client's certificate in libfdb_c's
+	// FDB_TLS_* variables): beside storeFDB in one run, what TLS costs.
+	storeFDBTLS = "fdb-tls"
 	// EnvBenchStores lists the stores, comma-separated, each benchmark
 	// runs on in turn (default embedded): its figures on each, one after
 	// the other, in one run.
 	EnvBenchStores = "FDBREP_BENCH_STORES"
+	// EnvBenchTLSClusterFile is the cluster file of storeFDBTLS
+	// (scripts/with-fdb.sh sets it with FDBREP_FDB_TLS=both).
+	EnvBenchTLSClusterFile = "FDBREP_BENCH_TLS_CLUSTER_FILE"
 )
+
+// figures are the headline figures of each store's run (noteFigure), by
+// store, in the order noted.
+var figures = map[string][]figure{}
+
+// figure is one headline figure of a benchmark.
+type figure struct {
+	name, unit string
+	v          float64
+}
+
+// noteFigure records a headline figure of the running benchmark on its
+// store, for printTLSCost.
+func noteFigure(name, unit string, v float64) {
+	figures[benchStore] = append(figures[benchStore], figure{name, unit, v})
+}
+
+// printTLSCost prints, when the run measured both storeFDB and
+// storeFDBTLS, each headline figure over TLS beside the plain one.
+func printTLSCost() {
+	plain, tls := figures[storeFDB], figures[storeFDBTLS]
+	if len(plain) == 0 || len(tls) == 0 {
+		return
+	}
+	fmt.Printf("\n=== what mutual TLS to FoundationDB costs: the same figures on the two clusters of this run\n")
+	for _, p := range plain {
+		for _, t := range tls {
+			if t.name == p.name {
+				fmt.Printf("  %-40s plain %10.3f %-6s TLS %10.3f %-6s TLS/plain = %.2fx\n", p.name+":", p.v, p.unit, t.v, t.unit, t.v/p.v)
+			}
+		}
+	}
+}
+
+// onFDB reports whether the running benchmark measures a FoundationDB
+// cluster (with or without TLS).
+func onFDB() bool { return benchStore == storeFDB || benchStore == storeFDBTLS }
+
+// fdbClusterFile is the cluster file of the FoundationDB store the
+// running benchmark measures.
+func fdbClusterFile() string {
+	if benchStore == storeFDBTLS {
+		return os.Getenv(EnvBenchTLSClusterFile)
+	}
+	return os.Getenv("FDB_CLUSTER_FILE")
+}
 
 // benchStore is the store the running benchmark measures.
 var benchStore = storeEmbedded
 
 // openFDBStore opens a database in a new tenant of the FoundationDB
-// cluster of FDB_CLUSTER_FILE and returns it with the tenant's name and a
+// cluster (fdbClusterFile) and returns it with the tenant's name and a
 // function that empties and deletes the tenant (bench_fdb.go; nil without
 // the fdb tag).
 var openFDBStore func(name string) (db kv.Database, tenant string, drop func(), err error)
 
-// openFDBTenant opens the existing tenant of the FoundationDB cluster of
-// FDB_CLUSTER_FILE, as another process of the benchmark does (bench_fdb.go;
+// openFDBTenant opens the existing tenant of the FoundationDB cluster
+// (fdbClusterFile), as another process of the benchmark does (bench_fdb.go;
 // nil without the fdb tag).
 var openFDBTenant func(tenant string) (kv.Database, error)
 
@@ -94,12 +147,15 @@ func benchStores() ([]string, error) {
 	for _, s := range strings.Split(v, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case storeEmbedded:
-		case storeFDB:
+		case storeFDB, storeFDBTLS:
 			if openFDBStore == nil {
 				return nil, fmt.Errorf("%s=%s: this binary was built without FoundationDB support (make bench-… STORES=fdb builds it with -tags fdb)", EnvBenchStores, v)
 			}
+			if s == storeFDBTLS && os.Getenv(EnvBenchTLSClusterFile) == "" {
+				return nil, fmt.Errorf("%s=%s: %s names no cluster (make bench-… STORES=fdb,fdb-tls starts one)", EnvBenchStores, v, EnvBenchTLSClusterFile)
+			}
 		default:
-			return nil, fmt.Errorf("%s=%s: want %s or %s", EnvBenchStores, v, storeEmbedded, storeFDB)
+			return nil, fmt.Errorf("%s=%s: want %s, %s or %s", EnvBenchStores, v, storeEmbedded, storeFDB, storeFDBTLS)
 		}
 		out = append(out, s)
 	}
@@ -111,7 +167,7 @@ func benchStores() ([]string, error) {
 // directory; or a fresh tenant of the FoundationDB cluster. close closes
 // it (and deletes the tenant).
 func (e *benchEnv) openStore(sub string, inMemory bool) (kv.Database, error) {
-	if benchStore == storeFDB {
+	if onFDB() {
 		db, tenant, drop, err := openFDBStore(e.name + "/" + sub)
 		if err != nil {
 			return nil, err
@@ -284,7 +340,7 @@ var fdbServerCPU func() time.Duration
 // storeServerCPU is fdbServerCPU on FoundationDB, else 0 (the embedded
 // store runs inside the measured process).
 func storeServerCPU() time.Duration {
-	if benchStore != storeFDB || fdbServerCPU == nil {
+	if !onFDB() || fdbServerCPU == nil {
 		return 0
 	}
 	return fdbServerCPU()
@@ -299,7 +355,9 @@ var describeFDB func() string
 // heading storeName gives).
 func storeKind(inMemory bool) string {
 	switch {
-	case benchStore == storeFDB:
+	case benchStore == storeFDBTLS:
+		return "FoundationDB over mutual TLS"
+	case onFDB():
 		return "FoundationDB"
 	case inMemory:
 		return "the embedded store in memory"
@@ -309,8 +367,11 @@ func storeKind(inMemory bool) string {
 
 // storeName describes store s for the figures' headings.
 func storeName(s string) string {
-	if s == storeFDB {
+	switch s {
+	case storeFDB:
 		return describeFDB()
+	case storeFDBTLS:
+		return describeFDB() + ", over mutual TLS"
 	}
 	return "the embedded store"
 }

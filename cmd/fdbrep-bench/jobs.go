@@ -181,6 +181,7 @@ func compare(mode string, ours, theirs []runResult) {
 		return out
 	}
 	a := median(rates(ours))
+	noteFigure(mode+", fdbjobs median", "jobs/s", a)
 	if len(theirs) == 0 {
 		fmt.Printf("  %s: fdbjobs median %.0f jobs/s (River skipped)\n", mode, a)
 		return
@@ -253,7 +254,7 @@ func (b *jobsBench) alternate(mode, profile string, ours func(s *fdbjobsRun, pro
 func (b *jobsBench) scaleOut() error {
 	o := b.o
 	procs := ""
-	if benchStore == storeFDB {
+	if onFDB() {
 		procs = "; then by K processes of this binary, one Client each"
 	}
 	fmt.Printf("\nscale-out: %d jobs inserted, then worked off by K Clients (one per node) on one store%s; %d workers in all, batches of %d\n",
@@ -297,6 +298,7 @@ func (b *jobsBench) scaleRun(k int, label string, base *float64, run func(s *fdb
 	if *base == 0 {
 		*base = r.rate()
 	}
+	noteFigure(fmt.Sprintf("scale-out, K = %d%s", k, label), "jobs/s", r.rate())
 	fmt.Printf("  %-17s %7.0f jobs/s (%.2fx K = %d); %s\n", fmt.Sprintf("K = %d%s:", k, label), r.rate(), r.rate()/(*base), b.o.nodes[0], cost.perJob(r.worked))
 	return nil
 }
@@ -317,6 +319,8 @@ func (b *jobsBench) wakeUps() error {
 		fmt.Printf("  %-8s from its commit:        p50 %7.3f ms  p99 %7.3f ms  max %7.3f ms\n", who, ms(pct(commit, 50)), ms(pct(commit, 99)), ms(pct(commit, 100)))
 	}
 	printWake("fdbjobs", fromCall, fromCommit)
+	noteFigure("wake-up from the insert call, p50", "ms", ms(pct(fromCall, 50)))
+	noteFigure("wake-up from the insert call, p99", "ms", ms(pct(fromCall, 99)))
 	if b.river != nil {
 		rr, err := b.river.run("wake", "-samples", strconv.Itoa(b.o.wakeups))
 		if err != nil {

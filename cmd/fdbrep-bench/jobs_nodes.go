@@ -71,7 +71,7 @@ func runJobsNode(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if benchStore != storeFDB || openFDBTenant == nil || *tenant == "" {
+	if !onFDB() || openFDBTenant == nil || *tenant == "" {
 		return fmt.Errorf("%s runs on a FoundationDB tenant: -tenant, %s=%s, a binary built with -tags fdb", jobsNodeCmd, EnvBenchStores, storeFDB)
 	}
 	if *i < 0 || *i >= *k || o.workers < 1 || o.batch < 1 || o.batch > fdbjobs.MaxBatch {
@@ -206,7 +206,7 @@ type nodeProc struct {
 // its stderr this process's; the end of ctx kills it.
 func startNode(ctx context.Context, exe string, args ...string) (*nodeProc, error) {
 	cmd := exec.CommandContext(ctx, exe, append([]string{jobsNodeCmd}, args...)...)
-	cmd.Env = append(os.Environ(), EnvBenchStores+"="+storeFDB)
+	cmd.Env = append(os.Environ(), EnvBenchStores+"="+benchStore) // the same cluster
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

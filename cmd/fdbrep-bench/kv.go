@@ -72,7 +72,7 @@ func runKVBench(args []string) error {
 	// FoundationDB cluster (whose batching the client cannot see).
 	var db kv.Database
 	var emb *embedded.DB
-	if benchStore == storeFDB {
+	if onFDB() {
 		var drop func()
 		if db, _, drop, err = openFDBStore("kv"); err != nil {
 			return err

@@ -62,6 +62,7 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	printTLSCost()
 }
 
 // GCPercentDefault matches fdbrep's own GC target, so the benchmarks measure
