@@ -42,6 +42,7 @@ func runReplicationBench(args []string) error {
 	docBytes := fs.Int("doc-bytes", 200, "approximate size of each document body")
 	runs := fs.Int("runs", 3, "measurement rounds (the best of each contender counts)")
 	auth := fs.Bool("auth", true, "also measure against peers that require authentication: Basic on every request versus session")
+	tlsCost := fs.Bool("tls", true, "also measure the engine over HTTPS against plain HTTP, CouchDB 3.5 behind the same Go proxy (skipped, said so, where ../shared/couchdb is absent)")
 	couchdb := fs.Bool("couchdb", true, "also measure CouchDB 3.5 -> CouchDB 3.5 by CouchDB's own replicator and by the engine, and CouchDB's _bulk_docs limit (skipped, said so, where ../shared/couchdb is absent)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -182,6 +183,11 @@ func runReplicationBench(args []string) error {
 	}
 	if *couchdb {
 		if err := couchBench(*docs, *docBytes, *workers, *batch, *runs); err != nil {
+			return err
+		}
+	}
+	if *tlsCost {
+		if err := tlsBench(*docs, *docBytes, *workers, *batch, *runs); err != nil {
 			return err
 		}
 	}
