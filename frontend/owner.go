@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/fdbrep/fdbrep/pkg/couch"
@@ -124,7 +125,7 @@ func stripCredentials(body map[string]any) {
 // redacted is what reads show for a sealed credential of a replication
 // document (the replicator seals them when configured to: see
 // docs/CONFIG.md, seal_public_key_file), to its owner too.
-const redacted = "*****"
+const redacted = couch.Redacted
 
 // hideSealed shows each sealed credential of a replication document's
 // body as redacted (the body's nested objects are copied, never changed).
@@ -159,19 +160,33 @@ func (s *Server) keepSealed(ctx context.Context, e *docEdit) error {
 	if len(res) != 1 || res[0].Err != nil || len(res[0].Revs) != 1 || res[0].Revs[0].Doc == nil {
 		return nil // the write itself reports the missing revision
 	}
-	held := map[string]string{}
+	// Credentials are matched by place: a field and its occurrence (the
+	// three proxy fields share one name, as do an endpoint's URL and
+	// auth.basic passwords), which the walk visits in a fixed order.
+	held, place := map[string]string{}, places()
 	_ = couch.WalkSecrets(maps.Clone(res[0].Revs[0].Doc.Body), func(field, v string) (string, error) {
-		if seal.IsSealed(v) {
-			held[field] = v
+		if p := place(field); seal.IsSealed(v) {
+			held[p] = v
 		}
 		return v, nil
 	})
+	place = places()
 	return couch.WalkSecrets(e.body, func(field, v string) (string, error) {
-		if k, ok := held[field]; ok && v == redacted {
+		if k, ok := held[place(field)]; ok && v == redacted {
 			return k, nil
 		}
 		return v, nil
 	})
+}
+
+// places names each visit of a field by the field and how many times it
+// was visited so far.
+func places() func(field string) string {
+	seen := map[string]int{}
+	return func(field string) string {
+		seen[field]++
+		return field + "#" + strconv.Itoa(seen[field])
+	}
 }
 
 // userinfoRe matches a URL's scheme and everything up to the last '@' of

@@ -19,6 +19,7 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/repdb"
 )
 
 // With sealing keys configured, no endpoint credential reaches the store
@@ -110,6 +111,29 @@ func TestCredentialsSealedAtRest(t *testing.T) {
 	testutil.Eventually(t, "a change after the edit replicated", func() bool { return docCount(peer.AuthDBURL("cont-tgt")) == 4 })
 	after := s.waitDocState("_replicator", "cont", "running")
 	require.Equal(t, before["start_time"], after["start_time"], "the edit left the job alone")
+
+	// Two proxies with passwords of their own, shown alike: written back,
+	// each keeps its own (the job is not replaced).
+	r = s.do("PUT", "/_replicator/proxies", asAlice, map[string]any{
+		"source": peer.DBURL("src"), "target": peer.DBURL("p-tgt"), "continuous": true,
+		"source_proxy": "http://pu:" + secret("sp-") + "@127.0.0.1:9", "target_proxy": "http://pu:" + secret("tp-") + "@127.0.0.1:9",
+	})
+	require.Equal(t, 201, r.Status, r.Raw)
+	stored := func() (string, string) {
+		d, err := repdb.New(db, repdb.Options{}).ReadDoc(context.Background(), "_replicator", "proxies")
+		require.NoError(t, err)
+		return d.Body["source_proxy"].(string), d.Body["target_proxy"].(string)
+	}
+	sp, tp := stored()
+	require.NotEqual(t, sp, tp)
+	pd := s.do("GET", "/_replicator/proxies", asAlice, nil)
+	require.Equal(t, "http://pu:*****@127.0.0.1:9", pd.Body["source_proxy"])
+	pd.Body["note"] = "edited"
+	r = s.do("PUT", "/_replicator/proxies", asAlice, pd.Body)
+	require.Equal(t, 201, r.Status, r.Raw)
+	sp2, tp2 := stored()
+	require.Equal(t, sp, sp2, "the source proxy kept its own sealed password")
+	require.Equal(t, tp, tp2, "the target proxy kept its own sealed password")
 
 	// Copied to a new document, ***** has nothing to stand for.
 	delete(d.Body, "_rev")
