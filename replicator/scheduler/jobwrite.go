@@ -287,9 +287,8 @@ const MsgNoSealingKey = "replicator: this node holds no private key for sealed c
 // the key (altered, or copied from another document) fail the job, which
 // its document's next write replaces.
 func (w *worker) cannotOpen(d *replicator.JobData, err error) {
-	reason := replicator.OpenReason(err)
 	if !errors.Is(err, seal.ErrNoKey) {
-		w.fail(d, TagSealed, reason)
+		w.fail(d, TagSealed, replicator.OpenReason(err))
 		return
 	}
 	if id := d.Rep.SealedKeyID(); w.n.lacksKey(id) {
@@ -297,14 +296,7 @@ func (w *worker) cannotOpen(d *replicator.JobData, err error) {
 			"they crash, and wait for a node that holds it; name its file in [replicator] seal_private_key_files").
 			Msg(MsgNoSealingKey)
 	}
-	if d.Transient() {
-		w.fail(d, TagSealed, reason)
-		return
-	}
-	c := w.crashed(w.now(), TagSealed, reason)
-	if w.change(d, c, nil) {
-		w.logCrashed(d, TagSealed, reason, c.At, c.Jitter)
-	}
+	w.crash(d, err) // classify words it
 }
 
 // crashed is the change that makes the job crashing at now, with its
@@ -334,6 +326,9 @@ var engineErrors = []error{
 
 // classify splits an engine error into CouchDB's error tag and reason.
 func classify(err error) (tag, reason string) {
+	if errors.Is(err, seal.ErrNoKey) || errors.Is(err, seal.ErrCorrupt) {
+		return TagSealed, replicator.OpenReason(err)
+	}
 	msg := err.Error()
 	for _, e := range engineErrors {
 		if errors.Is(err, e) {
