@@ -32,6 +32,7 @@ type Engine struct {
 	runs       map[string][]*Record
 	violations []string
 	started    int
+	ended      uint64                 // runs whose end was recorded: the order of ends and deaths
 	checked    map[string][]time.Time // the exact checks of each job's source: it was parked then
 }
 
@@ -49,6 +50,20 @@ func (e *Engine) ParkedSince(job string, after time.Time) time.Time {
 	return time.Time{}
 }
 
+// Ended returns how many runs ended so far. Time alone cannot order a
+// run's end and an operation of the same instant: a run that ended as an
+// operation was applied (before it, since the simulation applies an
+// operation once every goroutine waits) has the same time as the
+// operation, and so has a run the operation ended (a kill). A death
+// records Ended as it begins; a run whose EndSeq is greater ended within
+// it.
+func (e *Engine) Ended() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.settleLocked()
+	return e.ended
+}
+
 // Started returns how many runs started.
 func (e *Engine) Started() int {
 	e.mu.Lock()
@@ -60,6 +75,7 @@ func (e *Engine) Started() int {
 type Record struct {
 	Job, Node   string
 	Start, End  time.Time // End is zero while the run is open
+	EndSeq      uint64    // the run's place among the ends recorded (Ended), from 1
 	StopAsked   time.Time // when the node asked the run to stop (zero: never)
 	Failed      bool      // its endpoint was down: it ended at once with an error
 	Completed   bool      // a one-shot run that ran to its end
@@ -121,7 +137,8 @@ func (e *Engine) endLocked(job string, r *Record) {
 		return
 	}
 	r.endRecorded = true
-	r.End = time.Now()
+	e.ended++
+	r.End, r.EndSeq = time.Now(), e.ended
 	res, err := r.run.Wait()
 	r.Completed = err == nil && res.Completed
 	if e.open[job] == r {

@@ -219,15 +219,20 @@ func (m *Model) runnableFrom(w *World, j *job, runs []Record, now time.Time) (ti
 
 // death is a node killed from at to done (the kill takes simulated time
 // when the store's latency is simulated: runs end within it) and
-// restarted at restart (zero: not yet).
-type death struct{ at, done, restart time.Time }
+// restarted at restart (zero: not yet). ended is the engine's count of
+// run ends as the death began (Engine.Ended): a run that ended at the
+// same instant but before it was stored as it ended.
+type death struct {
+	at, done, restart time.Time
+	ended             uint64
+}
 
-// covers reports whether run r ended within the death (from at to done)
-// and began before the node's restart: a run of the restarted process
-// is not cut off by the death of the one before it (a partitioned node
-// killed and started again reaches the store).
+// covers reports whether run r ended within the death (after it began,
+// and by done) and began before the node's restart: a run of the
+// restarted process is not cut off by the death of the one before it (a
+// partitioned node killed and started again reaches the store).
 func (d death) covers(r Record) bool {
-	return !r.End.Before(d.at) && !r.End.After(d.done) && (d.restart.IsZero() || r.Start.Before(d.restart))
+	return r.EndSeq > d.ended && !r.End.After(d.done) && (d.restart.IsZero() || r.Start.Before(d.restart))
 }
 
 // Model tracks the expected state and checks the world against it.

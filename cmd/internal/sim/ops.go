@@ -441,10 +441,11 @@ func (r *runner) apply(op Op, now time.Time, i int) error {
 		if !n.Up || n.Partitioned {
 			return nil
 		}
+		ended := r.w.eng.Ended()
 		n.Partition()
 		// As a death, but its runs go on until its hold on their jobs
 		// expires (half the job timeout after its last heartbeat).
-		m.deaths[n.Name] = append(m.deaths[n.Name], death{at: now, done: now.Add(m.tm.hold())})
+		m.deaths[n.Name] = append(m.deaths[n.Name], death{at: now, done: now.Add(m.tm.hold()), ended: ended})
 		m.shapeChanged = now.Add(m.tm.nodeExpiry)
 		m.nodesChanged(r.w, now)
 	case StartNode, StopNode, KillNode:
@@ -464,8 +465,9 @@ func (r *runner) apply(op Op, now time.Time, i int) error {
 				return fmt.Errorf("%s: %v", op, err)
 			}
 		case op.Kind == KillNode && n.Up:
+			ended := r.w.eng.Ended()
 			n.Kill()
-			m.deaths[n.Name] = append(m.deaths[n.Name], death{at: now, done: time.Now()})
+			m.deaths[n.Name] = append(m.deaths[n.Name], death{at: now, done: time.Now(), ended: ended})
 			// The others learn of its death when its membership record
 			// expires; until then they keep its share of the jobs.
 			m.shapeChanged = now.Add(m.tm.nodeExpiry)
