@@ -20,6 +20,8 @@
 // A Sealer holds a public key only: the nodes that write credentials (the
 // api_frontend role) seal but cannot open. An Opener holds one or more
 // private keys, the first current: the nodes that run jobs open values
-// sealed to any of them, and reseal the others to the current one, which
-// is how a key is rotated while nodes run.
+// sealed to any of them, so a key is rotated by sealing to a new one while
+// the old stays listed. Reseal moves one value to the current key: the
+// step by which values sealed to an old key can be moved before that key
+// is dropped (the nodes do not run such a pass yet: docs/DEPLOY.md).
 package seal
