@@ -380,6 +380,42 @@ func (c *Client) Remove(ctx context.Context, tx kv.Transactor, typ, id string) e
 	return err
 }
 
+// SetData replaces the data of a job that is not running (pending or
+// finished), keeping its state, scheduled time and place in the queue: a
+// change of the data alone, such as re-encrypting what it holds. Reading
+// the job's row, it conflicts with an Accept that takes the job at the
+// same time (one of them retries). A running job is ErrRunning (its holder
+// writes its data, with Update or Finish), a missing one ErrNotFound. It
+// writes the same thing when run again, so it is idempotent under
+// commit_unknown_result.
+func (c *Client) SetData(ctx context.Context, tx kv.Transactor, typ, id string, data json.RawMessage) error {
+	if err := checkName("type", typ); err != nil {
+		return err
+	}
+	if err := checkName("job id", id); err != nil {
+		return err
+	}
+	d, err := checkData(data)
+	if err != nil {
+		return err
+	}
+	_, err = c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
+		r, err := c.k.readRow(tr, typ, id)
+		switch {
+		case err != nil:
+			return nil, err
+		case r == nil:
+			return nil, fmt.Errorf("job %q of type %q: %w", id, typ, ErrNotFound)
+		case r.state == Running:
+			return nil, fmt.Errorf("job %q of type %q: %w", id, typ, ErrRunning)
+		}
+		r.data = d
+		c.k.writeRow(tr, typ, id, r)
+		return nil, nil
+	})
+	return err
+}
+
 // Job returns a job's state and data with one read, or ErrNotFound.
 func (c *Client) Job(ctx context.Context, tx kv.ReadTransactor, typ, id string) (State, json.RawMessage, error) {
 	r, err := c.readJob(ctx, tx, typ, id)

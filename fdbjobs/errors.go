@@ -15,6 +15,10 @@ var (
 	// The worker must stop working on the job and write nothing more for it.
 	ErrHalt = errors.New("fdbjobs: halt: job lock lost")
 
+	// ErrRunning is returned by SetData for a running job: its holder
+	// writes its data (Update, Finish).
+	ErrRunning = errors.New("fdbjobs: job is running")
+
 	// ErrNoTypeTimeout is returned by Add when SetTypeTimeout was never
 	// called for the job's type.
 	ErrNoTypeTimeout = errors.New("fdbjobs: type has no activity timeout")

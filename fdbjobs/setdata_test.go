@@ -1,0 +1,77 @@
+package fdbjobs
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// SetData changes the data of a job that no worker holds and nothing
+// else: its state, scheduled time and queue place stay; a running job's
+// data is its holder's to write.
+func TestSetData(t *testing.T) {
+	b := setup(t)
+	b.start(t)
+	b.add(t, t1, "pending", `{"v":1}`, 5)
+	b.add(t, t1, "finished", `{"v":1}`, 1)
+	b.add(t, t1, "running", `{"v":1}`, 2)
+	take := func(maxSTime int64) *Job {
+		j, err := b.c.Accept(b.ctx, t1, AcceptOptions{MaxScheduledTime: maxSTime})
+		require.NoError(t, err)
+		return j
+	}
+	done := take(1)
+	require.Equal(t, "finished", done.ID)
+	require.NoError(t, b.c.Finish(b.ctx, nil, done, nil))
+	require.Equal(t, "running", take(2).ID)
+
+	for _, tc := range []struct {
+		id    string
+		state State
+		err   error
+	}{
+		{"pending", Pending, nil},
+		{"finished", Finished, nil},
+		{"running", Running, ErrRunning},
+		{"missing", NotFound, ErrNotFound},
+	} {
+		t.Run(tc.id, func(t *testing.T) {
+			err := b.c.SetData(b.ctx, nil, t1, tc.id, raw(`{"v":2}`))
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+				if tc.state != NotFound {
+					require.JSONEq(t, `{"v":1}`, b.data(t, t1, tc.id))
+				}
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.state, b.state(t, t1, tc.id))
+			require.JSONEq(t, `{"v":2}`, b.data(t, t1, tc.id))
+		})
+	}
+	require.Equal(t, int64(5), b.stime(t, t1, "pending"))
+	require.ErrorIs(t, b.c.SetData(b.ctx, nil, t1, "pending", raw(`{`)), ErrInvalidData)
+
+	// The pending job is taken with its new data.
+	j := take(5)
+	require.Equal(t, "pending", j.ID)
+	require.JSONEq(t, `{"v":2}`, string(j.Data))
+}
+
+// A SetData and an Accept of the same job conflict: the one that commits
+// second sees the other's write (here SetData, which then finds the job
+// running).
+func TestSetDataConflictsWithAccept(t *testing.T) {
+	b := setup(t)
+	b.start(t)
+	b.add(t, t1, j1, `{"v":1}`, 0)
+	tr, err := b.db.CreateTransaction()
+	require.NoError(t, err)
+	require.NoError(t, b.c.SetData(b.ctx, tr, t1, j1, raw(`{"v":2}`)))
+	j := b.accept(t, t1)
+	require.Equal(t, j1, j.ID)
+	_, err = tr.Commit().Get()
+	require.Error(t, err, "the SetData read the row the Accept wrote")
+	require.ErrorIs(t, b.c.SetData(b.ctx, nil, t1, j1, raw(`{"v":2}`)), ErrRunning)
+	require.JSONEq(t, `{"v":1}`, string(j.Data))
+}
