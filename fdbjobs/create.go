@@ -547,6 +547,44 @@ type JobInfo struct {
 	Data          json.RawMessage
 }
 
+// JobsAfter returns up to limit jobs of typ whose ids follow after ("":
+// from the first), in id order, read at tx's snapshot (no conflict with
+// what other transactions write to them): a page of a walk over every job
+// that goes on across transactions and processes. A caller that changes
+// one reads it again in its transaction.
+func (c *Client) JobsAfter(ctx context.Context, tx kv.ReadTransactor, typ, after string, limit int) ([]JobInfo, error) {
+	if err := checkName("type", typ); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("%w: limit %d", ErrInvalidArgument, limit)
+	}
+	r := prefixRange(c.k.data, tuple.Tuple{typ})
+	if after != "" {
+		r.Begin = kv.KeyAfter(c.k.dataKey(typ, after))
+	}
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) ([]JobInfo, error) {
+		kvs, err := tr.Snapshot().GetRange(r, kv.RangeOptions{Limit: limit}).GetSliceWithError()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]JobInfo, 0, len(kvs))
+		for _, e := range kvs {
+			t, err := c.k.data.Unpack(e.Key)
+			if err != nil || len(t) != 2 {
+				continue
+			}
+			id, _ := t[1].(string)
+			row, err := decodeRow(e.Value)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, JobInfo{Type: typ, ID: id, State: row.state, ScheduledTime: row.stime, Data: row.data})
+		}
+		return out, nil
+	})
+}
+
 // foldBatchBytes is about how much a FoldJobs batch reads (FoundationDB
 // advises under 1 MB per transaction): its row count is this over the
 // largest row seen so far (over MaxDataSize before any is seen).

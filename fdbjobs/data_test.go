@@ -75,3 +75,33 @@ func TestSetDataConflictsWithAccept(t *testing.T) {
 	require.ErrorIs(t, b.c.SetData(b.ctx, nil, t1, j1, raw(`{"v":2}`)), ErrRunning)
 	require.JSONEq(t, `{"v":1}`, string(j.Data))
 }
+
+// JobsAfter walks every job of a type, in id order, a page at a time,
+// whatever their states, and nothing of another type.
+func TestJobsAfter(t *testing.T) {
+	b := setup(t)
+	b.start(t)
+	for _, id := range []string{"c", "a", "e", "b", "d"} {
+		b.add(t, t1, id, `{"id":"`+id+`"}`, 1)
+	}
+	b.add(t, t2, "x", `{}`, 1)
+	j, err := b.c.Accept(b.ctx, t1, AcceptOptions{MaxScheduledTime: 1})
+	require.NoError(t, err)
+	var seen []string
+	for after := ""; ; {
+		page, err := b.c.JobsAfter(b.ctx, nil, t1, after, 2)
+		require.NoError(t, err)
+		for _, p := range page {
+			seen = append(seen, p.ID)
+			require.JSONEq(t, `{"id":"`+p.ID+`"}`, string(p.Data))
+			require.Equal(t, p.ID == j.ID, p.State == Running, p.ID)
+		}
+		if len(page) < 2 {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	require.Equal(t, []string{"a", "b", "c", "d", "e"}, seen)
+	_, err = b.c.JobsAfter(b.ctx, nil, t1, "", 0)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+}
