@@ -26,6 +26,7 @@ func TestRewriteBodies(t *testing.T) {
 	repl("gone", []string{"1-x"}, false, map[string]any{"v": "old-x"})
 	repl("gone", []string{"2-y", "1-x"}, true, map[string]any{"v": "old-y"})
 	repl("same", []string{"1-s"}, false, map[string]any{"v": "new"})
+	repl("_design/x", []string{"1-dx"}, false, map[string]any{"v": "old-dx"})
 	before := feed(t, s, ChangesQuery{Limit: -1, AllLeaves: true})
 
 	upper := func(rev string, body map[string]any) (map[string]any, bool, error) {
@@ -65,10 +66,29 @@ func TestRewriteBodies(t *testing.T) {
 	require.ErrorIs(t, err, ErrDocDeleted)
 	require.Equal(t, before, feed(t, s, ChangesQuery{Limit: -1, AllLeaves: true}), "no new sequence, the same leaves")
 	live, dels := counts(t, s)
-	require.Equal(t, [2]int64{2, 1}, [2]int64{live, dels})
+	require.Equal(t, [2]int64{3, 1}, [2]int64{live, dels})
 
 	_, err = kv.Transact(ctx, db, func(tr kv.Transaction) (bool, error) {
 		return s.RewriteBodies(tr, "nodb", "d", upper)
 	})
 	require.ErrorIs(t, err, ErrDBNotFound)
+
+	// The walk over a database's documents, deleted ones too.
+	type page struct {
+		ids  []string
+		next string
+	}
+	ids := func(after string, limit int) page {
+		t.Helper()
+		out, err := kv.ReadTransact(ctx, db, func(tr kv.ReadTransaction) (page, error) {
+			ids, next, err := s.ReplicationDocIDs(tr, testDB, after, limit)
+			return page{ids, next}, err
+		})
+		require.NoError(t, err)
+		return out
+	}
+	require.Equal(t, page{[]string{"d", "gone", "same"}, ""}, ids("", 10))
+	require.Equal(t, page{nil, "_design/x"}, ids("", 1), "a design document is passed by")
+	require.Equal(t, page{[]string{"d", "gone"}, "gone"}, ids("_design/x", 2))
+	require.Equal(t, page{nil, ""}, ids("same", 10))
 }
