@@ -119,6 +119,13 @@ func (o *Opener) Stale(v string) bool {
 	return ok && id != o.current.id
 }
 
+// Holds reports whether v is sealed to one of o's keys.
+func (o *Opener) Holds(v string) bool {
+	id, ok := KeyID(v)
+	_, held := o.keys[id]
+	return ok && held
+}
+
 // Reseal opens v and seals it again to the current key; a value already
 // sealed to it is returned as it is.
 func (o *Opener) Reseal(v string, context []byte) (string, error) {
