@@ -129,8 +129,23 @@
 // matches its running job with SameRequest (the credentials of a running
 // transient job are kept, as CouchDB's replication id ignores them), and
 // a document written with its credentials in the clear again replaces
-// its job. Documents and jobs stored before the key was configured keep
-// their credentials as written until their next write.
+// its job.
+//
+// Rotation: the replication nodes list the new private key first and the
+// old ones after it ([replicator] seal_private_key_files), the frontends
+// get the new public key. The replication nodes then move every
+// credential stored to their current key (reseal.go, resealpass.go): a
+// pass walks the _replicator documents, each with its job in one
+// transaction (a Resealer gives both the same new values, so
+// SameReplication still matches them), then the transient jobs, a page
+// per transaction, resuming from its record (key 27) across intervals,
+// nodes and restarts; credentials stored in the clear before a key was
+// configured are sealed the same way. A running job is its worker's to
+// write: the worker moves its credentials, and its document's, as the
+// job starts. Bodies are rewritten in place (repdb.Store.RewriteBodies):
+// no revision, no change in the feed, nothing a read shows. Once a pass
+// ended with nothing held back (its log line says so), the old key can
+// be dropped.
 //
 // # Fair share
 //
@@ -183,6 +198,7 @@
 //	                                         targets refused (FailedDoc), under 64 kB
 //	(25, Group, SourceDB, JobID) -> ""       parked jobs by watch group and source database
 //	(26)                        -> int64 LE  parked jobs (the jobs.parked gauge)
+//	(27)                        -> JSON      the reseal pass: key, phase, place, holder and lease, counts
 //
 // # View index
 //

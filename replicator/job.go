@@ -34,8 +34,8 @@ const (
 	EventPending = "pending"
 )
 
-// DocUpdater writes a terminal state into a _replicator document
-// (repdb.Store implements it). A replication node calls it inside the
+// DocUpdater writes a terminal state into a _replicator document, and
+// rewrites its bodies in place (repdb.Store implements it). A replication node calls it inside the
 // transaction that finishes the job, so the document and the job change
 // together; no inbound connection to the node is needed, both live in the
 // same store. The document write it makes goes to the store directly, not
@@ -47,6 +47,9 @@ type DocUpdater interface {
 	DocCompleted(ctx context.Context, tr kv.Transaction, dbName, docID string, stats json.RawMessage) error
 	// DocFailed records a failed replication with its reason.
 	DocFailed(ctx context.Context, tr kv.Transaction, dbName, docID, reason string) error
+	// DocRewriter: a job's node moves its document's credentials with
+	// the job's (reseal.go).
+	DocRewriter
 }
 
 // HistoryEvent is one job history entry (newest first in JobData).

@@ -44,6 +44,10 @@ const (
 	// MetricJobsParked is a gauge: the replications parked, cluster-wide,
 	// as a replication node last read it (every interval).
 	MetricJobsParked = "couch_replicator.jobs.parked"
+	// MetricCredentialsResealed counts the _replicator documents and jobs
+	// whose credentials this node moved to its current sealing key
+	// (reseal.go; not a CouchDB metric).
+	MetricCredentialsResealed = "couch_replicator.credentials.resealed"
 	// MetricNodeHeartbeatAge is a gauge read when the metrics are: how
 	// long ago (whole seconds) the node's last membership heartbeat
 	// committed; it grows while the node cannot reach the store
@@ -89,7 +93,7 @@ var metricNames = []string{
 	MetricJobsPreempted, MetricJobsMoves, MetricJobsHoldsLost, MetricJobsCompleted, MetricJobsFailed,
 	MetricDocsDBsCreated, MetricDocsDBsDeleted, MetricDocsDBChanges, MetricDocsFailedUpdates,
 	MetricDocsCompletedUpdates, MetricCheckpointsSuccess, MetricCheckpointsFailure, MetricTransientJobsRemoved,
-	MetricJobsParks, MetricJobsWakes, MetricJobsParked,
+	MetricJobsParks, MetricJobsWakes, MetricJobsParked, MetricCredentialsResealed,
 }
 
 // Metrics holds this process's replicator counters and gauges. It is safe

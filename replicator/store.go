@@ -43,6 +43,7 @@ const (
 	keyOwnerRunning = 22 // (22, Owner, Node, JobID) -> ""
 	keyParked       = 25 // (25, Group, SourceDB, JobID) -> "": parked jobs by watch group (park.go)
 	keyParkedCount  = 26 // (26) -> int64 LE: parked jobs
+	keyReseal       = 27 // (27) -> JSON resealPass: the reseal pass (resealpass.go)
 
 	keyProgress   = 23 // (23, JobID, Node, Start) -> JSON Progress (progress.go)
 	keyFailedDocs = 24 // (24, JobID) -> JSON []FailedDoc (failed.go)

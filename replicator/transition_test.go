@@ -31,6 +31,14 @@ func (d *docCalls) DocFailed(_ context.Context, tr kv.Transaction, db, doc, reas
 	return nil
 }
 
+func (d *docCalls) ReplicationDocIDs(kv.ReadTransaction, string, string, int) ([]string, string, error) {
+	return nil, "", nil
+}
+
+func (d *docCalls) RewriteBodies(kv.Transaction, string, string, func(string, map[string]any) (map[string]any, bool, error)) (bool, error) {
+	return false, nil
+}
+
 // The table of doc.go, "Transitions": each kind applied to a document's
 // job through Lifecycle.Apply leaves the job in its state, in its fdbjobs
 // state and due time, with its history events, its document written for

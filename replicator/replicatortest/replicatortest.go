@@ -417,6 +417,18 @@ func (m *MemDocs) DocFailed(ctx context.Context, tr kv.Transaction, db, doc, rea
 	return m.record(tr, db, doc, DocUpdate{State: replicator.StateFailed, Reason: reason})
 }
 
+// ReplicationDocIDs implements replicator.DocRewriter: MemDocs keeps no
+// documents.
+func (m *MemDocs) ReplicationDocIDs(kv.ReadTransaction, string, string, int) ([]string, string, error) {
+	return nil, "", nil
+}
+
+// RewriteBodies implements replicator.DocRewriter: MemDocs keeps no
+// documents.
+func (m *MemDocs) RewriteBodies(kv.Transaction, string, string, func(string, map[string]any) (map[string]any, bool, error)) (bool, error) {
+	return false, nil
+}
+
 func (m *MemDocs) record(tr kv.Transaction, db, doc string, u DocUpdate) error {
 	tr.Set(kv.Key("test-doc-states/"+db+"/"+doc), []byte(u.State))
 	m.mu.Lock()

@@ -1,0 +1,347 @@
+package replicator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/pkg/seal"
+	"github.com/fdbrep/fdbrep/repdb"
+)
+
+// resealSeedEnv replays TestResealModel with a given seed.
+const resealSeedEnv = "FDBREP_RESEAL_SEED"
+
+// resealWorld is a store with replicator databases whose documents and
+// jobs hold credentials in the clear or sealed to one of three keys: the
+// old (a), the new (b: the nodes' current key, a second), and one the
+// nodes lack (c).
+type resealWorld struct {
+	t       *testing.T
+	ctx     context.Context
+	db      kv.Database
+	s       *Store
+	docs    *repdb.Store
+	clock   *clockwork.FakeClock
+	a, b, c *seal.Sealer
+	o       *seal.Opener // b, then a
+	// plain holds every credential's plaintext by document or job and
+	// field: none may be lost.
+	plain   map[string]map[string]string
+	running map[string]*fdbjobs.Job
+	n       int
+	rnd     *rand.Rand
+}
+
+func newResealWorld(t *testing.T) *resealWorld {
+	ctx := context.Background()
+	db := kvtest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0))
+	jobs, err := fdbjobs.New(db, fdbjobs.Config{Clock: clock})
+	require.NoError(t, err)
+	s := NewStore(db, jobs, nil)
+	_, err = s.Setup(ctx, time.Hour, 0)
+	require.NoError(t, err)
+	w := &resealWorld{t: t, ctx: ctx, db: db, s: s, docs: repdb.New(db, repdb.Options{Clock: clock}), clock: clock,
+		plain: map[string]map[string]string{}, running: map[string]*fdbjobs.Job{}}
+	pubA, privA := testutil.SealKeys(t)
+	pubB, privB := testutil.SealKeys(t)
+	pubC, _ := testutil.SealKeys(t)
+	for _, k := range []struct {
+		s   **seal.Sealer
+		pub string
+	}{{&w.a, pubA}, {&w.b, pubB}, {&w.c, pubC}} {
+		*k.s, err = seal.LoadPublicKey(k.pub)
+		require.NoError(t, err)
+	}
+	w.o, err = seal.LoadPrivateKeys(privB, privA)
+	require.NoError(t, err)
+	for i, name := range []string{"_replicator", "a/_replicator", "b/_replicator"} {
+		uuid := fmt.Sprintf("u%d", i)
+		require.NoError(t, w.docs.CreateDB(ctx, name, uuid, func(tr kv.Transaction) error { return s.RegisterDB(tr, name, uuid) }))
+	}
+	return w
+}
+
+// body is a replication body whose credentials are written as how says:
+// "clear", "a", "b", "c" (sealed to that key) or "mixed" (each its own
+// way), with their plaintexts by field.
+func (w *resealWorld) body(scope, how string) (json.RawMessage, map[string]string) {
+	w.n++
+	p := map[string]string{
+		"source." + couch.SecretPassword:             fmt.Sprintf("src-pw-%d", w.n),
+		"target." + couch.SecretPassword:             fmt.Sprintf("tgt-pw-%d", w.n),
+		"source." + couch.SecretHeader + "x-api-key": fmt.Sprintf("key-%d", w.n),
+		couch.SecretProxy:                            fmt.Sprintf("proxy-pw-%d", w.n),
+	}
+	raw := fmt.Sprintf(`{"source":{"url":"http://su:%s@h/a","headers":{"X-Api-Key":%q}},"target":{"url":"http://h/b","auth":{"basic":{"username":"tu","password":%q}}},"proxy":"http://pu:%s@p:3128","continuous":true}`,
+		p["source.password"], p["source.header.x-api-key"], p["target.password"], p[couch.SecretProxy])
+	body, err := decodeBody(json.RawMessage(raw))
+	require.NoError(w.t, err)
+	ways := []string{"clear", "a", "b", "c"}
+	require.NoError(w.t, couch.WalkSecrets(body, func(field, v string) (string, error) {
+		way := how
+		if how == "mixed" {
+			way = ways[w.rnd.IntN(len(ways))]
+		}
+		switch way {
+		case "a":
+			return w.a.Seal(v, sealContext(scope, field))
+		case "b":
+			return w.b.Seal(v, sealContext(scope, field))
+		case "c":
+			return w.c.Seal(v, sealContext(scope, field))
+		}
+		return v, nil
+	}))
+	b, err := json.Marshal(body)
+	require.NoError(w.t, err)
+	return b, p
+}
+
+// addDoc writes document id of db (a new revision when it exists) and
+// replaces its job by one in state ("" for none, "pending", "running" or
+// "finished"), as the control plane does.
+func (w *resealWorld) addDoc(db, uuid, id, how, state string) {
+	raw, p := w.body(DocScope(db, id), how)
+	base := ""
+	if cur, err := w.docs.ReadDoc(w.ctx, db, id); err == nil {
+		base = cur.Rev // else new, or deleted: the write extends the deletion
+	}
+	body, err := repdb.DecodeBody(raw)
+	require.NoError(w.t, err)
+	_, err = w.docs.Write(w.ctx, repdb.Write{DB: db, ID: id, BaseRev: base, Body: body})
+	require.NoError(w.t, err)
+	spec, err := ParseSpec(raw)
+	require.NoError(w.t, err)
+	w.plain[db+"\x00"+id] = p
+	w.setJob(DocJobID(uuid, id), &JobData{Rep: spec, DBName: db, DBUUID: uuid, DocID: id, State: StatePending}, state)
+}
+
+// deleteDoc deletes document id of db with its job.
+func (w *resealWorld) deleteDoc(db, uuid, id string) {
+	cur, err := w.docs.ReadDoc(w.ctx, db, id)
+	if err != nil {
+		return
+	}
+	_, err = w.docs.Write(w.ctx, repdb.Write{DB: db, ID: id, BaseRev: cur.Rev, Deleted: true})
+	require.NoError(w.t, err)
+	delete(w.plain, db+"\x00"+id)
+	w.setJob(DocJobID(uuid, id), nil, "")
+}
+
+// addTransient adds a transient job of user in state.
+func (w *resealWorld) addTransient(user, how, state string) {
+	raw, p := w.body(UserScope(user), how)
+	spec, err := ParseSpec(raw)
+	require.NoError(w.t, err)
+	id := fmt.Sprintf("t%d", w.n)
+	w.plain[id] = p
+	w.setJob(id, &JobData{Rep: spec, RepUser: user, State: StatePending}, state)
+}
+
+// setJob replaces job id by one with data d in state ("" for none).
+func (w *resealWorld) setJob(id string, d *JobData, state string) {
+	delete(w.running, id)
+	_, err := kv.Transact(w.ctx, w.db, func(tr kv.Transaction) (any, error) {
+		old, _, err := w.s.Job(w.ctx, tr, id)
+		if err != nil {
+			return nil, err
+		}
+		if state == "" {
+			if old == nil {
+				return nil, nil
+			}
+			return nil, w.s.RemoveJob(w.ctx, tr, id, old)
+		}
+		// A job to take at once is scheduled at 1, the others far ahead,
+		// out of the way of the Accept below.
+		stime := int64(1) << 40
+		if state != "pending" {
+			stime = 1
+		}
+		return nil, w.s.AddJob(w.ctx, tr, id, old, d, stime, time.Hour)
+	})
+	require.NoError(w.t, err)
+	if state == "" || state == "pending" {
+		return
+	}
+	j, err := w.s.Jobs.Accept(w.ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: 1})
+	require.NoError(w.t, err)
+	require.Equal(w.t, id, j.ID)
+	w.running[id] = j
+	if state == "finished" {
+		w.finish(id)
+	}
+}
+
+// take starts a pending job, if any.
+func (w *resealWorld) take() {
+	j, err := w.s.Jobs.Accept(w.ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: 1 << 41})
+	if errors.Is(err, fdbjobs.ErrNotFound) {
+		return
+	}
+	require.NoError(w.t, err)
+	w.running[j.ID] = j
+}
+
+// finish ends running job id with the data it was taken with, as a
+// worker writes back what it holds.
+func (w *resealWorld) finish(id string) {
+	j := w.running[id]
+	delete(w.running, id)
+	require.NoError(w.t, w.s.Jobs.Finish(w.ctx, nil, j, nil))
+}
+
+// step walks up to pages pages as holder.
+func (w *resealWorld) step(holder string, pages int) ResealReport {
+	rep, err := w.s.ResealStep(w.ctx, w.docs, w.o, holder, w.clock.Now, time.Minute, pages)
+	require.NoError(w.t, err)
+	return rep
+}
+
+// check verifies that every credential still opens to what was written
+// (or stays sealed to c), and, when settled (a pass ended after the last
+// change, no job running), that none is in the clear or sealed to a, and
+// that each document's job holds its document's values.
+func (w *resealWorld) check(settled bool) {
+	t := w.t
+	verify := func(what, scope string, plain map[string]string, field, v string) {
+		want, ok := plain[field]
+		require.True(t, ok, "%s: an unexpected credential %s", what, field)
+		switch {
+		case !seal.IsSealed(v):
+			require.Equal(t, want, v, "%s %s", what, field)
+			require.False(t, settled, "%s %s: in the clear after the pass", what, field)
+		case w.o.Holds(v):
+			got, err := w.o.Open(v, sealContext(scope, field))
+			require.NoError(t, err, "%s %s", what, field)
+			require.Equal(t, want, got, "%s %s", what, field)
+			require.False(t, settled && w.o.Stale(v), "%s %s: sealed to the old key after the pass", what, field)
+		}
+	}
+	docSpecs := map[string]*Spec{}
+	for key, plain := range w.plain {
+		db, id, ok := strings.Cut(key, "\x00")
+		if !ok {
+			continue // a transient job's
+		}
+		d, err := w.docs.ReadDoc(w.ctx, db, id)
+		require.NoError(t, err, key)
+		require.NoError(t, couch.WalkSecrets(d.Body, func(field, v string) (string, error) {
+			verify("document "+key, DocScope(db, id), plain, field, v)
+			return v, nil
+		}))
+		raw, err := json.Marshal(d.Body)
+		require.NoError(t, err)
+		docSpecs[key], err = ParseSpec(raw)
+		require.NoError(t, err)
+	}
+	require.NoError(t, w.s.FoldJobs(w.ctx, func(id string, st fdbjobs.State, d *JobData) error {
+		key := id
+		if !d.Transient() {
+			key = d.DBName + "\x00" + d.DocID
+		}
+		plain := w.plain[key]
+		require.NotNil(t, plain, "job %s", id)
+		d.Rep.eachSecret(func(field string, v *string) {
+			verify("job "+id, d.SealScope(), plain, field, *v)
+		})
+		if settled && !d.Transient() {
+			require.True(t, SameReplication(d.Rep, docSpecs[key]), "job %s holds values other than its document's", id)
+		}
+		return nil
+	}))
+}
+
+// The reseal pass over documents and jobs in every state, while they are
+// written, taken, finished and deleted and two nodes take turns: no
+// credential is lost, and a pass that starts once nothing runs ends
+// within its bound (the pages of its documents and jobs) with every
+// credential moved, each document's job holding its document's values.
+func TestResealModel(t *testing.T) {
+	seed := testutil.SeedFrom(t, resealSeedEnv)
+	w := newResealWorld(t)
+	w.rnd = rand.New(rand.NewPCG(seed, seed^0x5eed))
+	r := w.rnd
+	dbs := []struct{ name, uuid string }{{"_replicator", "u0"}, {"a/_replicator", "u1"}, {"b/_replicator", "u2"}}
+	hows := []string{"clear", "a", "b", "c", "mixed"}
+	states := []string{"", "pending", "running", "finished"}
+	ops := 150
+	if testing.Short() {
+		ops = 50
+	}
+	for i := range ops {
+		switch k := r.IntN(10); {
+		case k < 3:
+			db := dbs[r.IntN(len(dbs))]
+			w.addDoc(db.name, db.uuid, fmt.Sprintf("d%d", r.IntN(40)), hows[r.IntN(len(hows))], states[r.IntN(len(states))])
+		case k == 3:
+			w.addTransient(fmt.Sprintf("user%d", r.IntN(3)), hows[r.IntN(len(hows))], states[1+r.IntN(len(states)-1)])
+		case k == 4:
+			w.take()
+		case k == 5 && len(w.running) > 0:
+			ids := make([]string, 0, len(w.running))
+			for id := range w.running {
+				ids = append(ids, id)
+			}
+			slices.Sort(ids)
+			w.finish(ids[r.IntN(len(ids))])
+		case k == 6:
+			db := dbs[r.IntN(len(dbs))]
+			w.deleteDoc(db.name, db.uuid, fmt.Sprintf("d%d", r.IntN(40)))
+		default:
+			w.step([]string{"n1", "n2"}[r.IntN(2)], 1+r.IntN(3))
+			w.clock.Advance(time.Duration(r.IntN(90)) * time.Second)
+		}
+		if i%25 == 0 {
+			w.check(false)
+		}
+	}
+
+	// Settle: nothing runs; the pass under way ends, and the next (a day
+	// on) moves everything.
+	for id := range w.running {
+		w.finish(id)
+	}
+	w.clock.Advance(time.Hour) // the holder's lease ran out
+	for i := 0; ; i++ {
+		require.Less(t, i, 1000, "the pass under way does not end")
+		if rep := w.step("n1", 1); rep.Ended || rep.Pages == 0 {
+			break
+		}
+	}
+	w.clock.Advance(ResealAgainDefault)
+	jobs, docs := 0, 0
+	require.NoError(t, w.s.FoldJobs(w.ctx, func(string, fdbjobs.State, *JobData) error { jobs++; return nil }))
+	for key := range w.plain {
+		if strings.Contains(key, "\x00") {
+			docs++
+		}
+	}
+	bound := (docs+len(dbs)*ResealPageDefault)/ResealPageDefault + jobs/ResealPageDefault + len(dbs) + 2
+	pages, rep := 0, ResealReport{}
+	for ; pages <= bound && !rep.Ended; pages++ {
+		rep = w.step("n1", 1)
+		require.Equal(t, pages == 0, rep.Started, "page %d", pages)
+	}
+	require.True(t, rep.Ended, "the pass did not end within %d pages (%d documents, %d jobs)", bound, docs, jobs)
+	require.Zero(t, rep.PassHeld)
+	t.Logf("%d documents and %d jobs; the final pass took %d pages (bound %d) and moved %d", docs, jobs, pages, bound, rep.PassMoved)
+	w.check(true)
+	require.False(t, w.step("n1", 1).Started, "the next pass waits ResealAgainDefault")
+}
