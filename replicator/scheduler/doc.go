@@ -67,7 +67,20 @@
 // deleted _replicator databases (one node per database at a time, however
 // many jobs: the step lasts as long as that takes) and finished transient
 // jobs older than TransientJobMaxAge, both found through the store's view
-// index (replicator.Store.RemoveDeletedDBJobs, RemoveExpiredJobs). A node
+// index (replicator.Store.RemoveDeletedDBJobs, RemoveExpiredJobs); and,
+// on a node with private keys, walks up to ResealPagesDefault pages of the
+// reseal pass (reseal.go): every _replicator document with its job, and
+// every transient job, whose credentials are in the clear or sealed to
+// another of the node's keys, moved to its current key (a document with
+// its job in one transaction). The pass's place is one record in the
+// store, held by one node at a time for two intervals; it starts when a
+// node's current key is new to it, and again ResealAgainDefault after it
+// ended (ResealRetryDefault when it held values back). A running job's
+// data is its worker's to write, so the pass leaves such a job, and its
+// document, to it: a worker moves its job's credentials and its
+// document's in the transaction that starts the job (initJob), fenced by
+// the job's lock; a node gets a new key by restarting, which starts its
+// jobs again. A node
 // that starts takes back at once the jobs the index has running on a node
 // of its name (an earlier run of it that died).
 //
@@ -405,6 +418,18 @@
 //     /_replicate returns its result; a job whose document or database
 //     was deleted stops within one heartbeat (StatsUpdateInterval, at most
 //     Interval and a third of JobTimeout).
+//   - Reseal: a reseal pass (replicator.ResealStep, below) that starts
+//     while no job whose credentials it moves runs ends within
+//     ceil(documents / ResealPageDefault) + ceil(jobs /
+//     ResealPageDefault) + databases + 2 pages (more while failing
+//     transactions shrink them), ResealPagesDefault per interval step of
+//     the node holding it, with every credential of the
+//     documents and jobs it walked sealed to the current key (those to a
+//     key no node holds stay), each document's job holding its
+//     document's values, and none lost; a pass that held values back
+//     runs again within ResealRetryDefault. Checked by
+//     replicator.TestResealModel, over random writes, takes, ends and
+//     deletions, two nodes taking turns.
 //   - Safety: a node never runs more than its MaxJobs; a job never runs on
 //     two nodes at once; a completed one-shot job never runs again (a run
 //     whose completion its node could not store before its hold lapsed,

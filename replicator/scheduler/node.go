@@ -474,6 +474,9 @@ func (n *Node) reschedule(ctx context.Context) error {
 	if err := n.cleanup(ctx, cfg, now); err != nil && ctx.Err() == nil {
 		cfg.Logger.Warn().Err(err).Msg("replicator: cleanup")
 	}
+	if err := n.reseal(ctx, cfg); err != nil && ctx.Err() == nil {
+		cfg.Logger.Warn().Err(err).Msg("replicator: reseal pass; again at the next interval")
+	}
 	if parked, err := n.store.ParkedCount(ctx, nil); err == nil {
 		n.m.Set(replicator.MetricJobsParked, parked)
 	}

@@ -27,6 +27,10 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 	// on when it was taken back (re-enqueued by the activity monitor, or
 	// by its node's restart); a job that stopped properly has none.
 	prevNode := d.Node
+	var res *replicator.Resealer // one for the transaction's attempts: they write the same values
+	if d.Rep.Moves(w.cfg.Opener) {
+		res = replicator.NewResealer(w.cfg.Opener)
+	}
 	renewed := w.job.Renewing()
 	o, err := transactJob(w, func(tr kv.Transaction) (outcome, error) {
 		x := d.Clone()
@@ -74,6 +78,9 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 			// The holder is finished, crashing, gone or orphaned: take over.
 		}
 		w.n.store.ClaimRepID(tr, repID, w.job.ID)
+		if err := w.reseal(tr, x, res); err != nil {
+			return outcome{}, err
+		}
 		c := replicator.Change{Kind: replicator.Started, At: now, Node: w.cfg.NodeName}
 		if err := l.Apply(w.ctx, tr, w.job, x, c); err != nil {
 			return outcome{}, err
@@ -131,4 +138,25 @@ func (w *worker) logStarted(d *replicator.JobData, rep engine.Replication, prevN
 		e = e.Bool("resumed_after_restart", true)
 	}
 	e.Msg("replication started")
+}
+
+// reseal moves the credentials of the job about to start (x, changed in
+// place) and of its document to the node's current key with r (nil:
+// nothing moves), in the start's transaction, which the job's lock
+// fences. A running job's data is its holder's to write: the reseal pass
+// leaves such a job and its document to it (replicator.ResealDoc).
+func (w *worker) reseal(tr kv.Transaction, x *replicator.JobData, r *replicator.Resealer) error {
+	if r == nil {
+		return nil
+	}
+	rep, moved, err := r.Spec(x.Rep, x.SealScope())
+	if err != nil || !moved {
+		return err
+	}
+	x.Rep = rep
+	if x.Transient() || w.cfg.DocUpdater == nil {
+		return nil
+	}
+	_, err = r.Doc(tr, w.cfg.DocUpdater, x.DBName, x.DocID)
+	return err
 }

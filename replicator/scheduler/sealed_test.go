@@ -1,11 +1,15 @@
 package scheduler_test
 
 import (
+	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/api"
+	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/seal"
 	"github.com/fdbrep/fdbrep/replicator"
@@ -36,4 +40,59 @@ func TestNoSealingKey(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, s.ID(), line["key_id"])
 	require.Equal(t, 1, strings.Count(logs.String(), scheduler.MsgNoSealingKey), "said once")
+}
+
+// A key rotation while a replication runs: the reseal pass of a node that
+// holds the new key leaves the running job to the node running it, and
+// says it held one back; the job's credentials move to the new key in the
+// transaction that starts it on a node that holds that key.
+func TestRotationMovesARunningJobAtItsStart(t *testing.T) {
+	ctx := context.Background()
+	pubA, privA := testutil.SealKeys(t)
+	_, privB := testutil.SealKeys(t)
+	sealA, err := seal.LoadPublicKey(pubA)
+	require.NoError(t, err)
+	onlyA, err := seal.LoadPrivateKeys(privA)
+	require.NoError(t, err)
+	newFirst, err := seal.LoadPrivateKeys(privB, privA)
+	require.NoError(t, err)
+	newID := newFirst.Current().ID()
+
+	logs := &testutil.Logs{}
+	cfg := testConfig()
+	cfg.Sealer, cfg.Opener, cfg.Logger = sealA, onlyA, logs.Logger()
+	c, _ := simCluster(t, 1, cfg, 0, 0)
+	body, _ := json.Marshal(map[string]any{"source": "http://bob:pw@h/a", "target": "http://h/t", "continuous": true})
+	o, err := c.Plane.Replicate(ctx, body, replicator.UserCtx{Name: "bob"})
+	require.NoError(t, err)
+	require.Equal(t, api.Running, o.Outcome, "%+v", o)
+	var jobID string
+	require.NoError(t, c.Store.FoldJobs(ctx, func(id string, _ fdbjobs.State, d *replicator.JobData) error {
+		if d.Transient() {
+			jobID = id
+		}
+		return nil
+	}))
+	running := func(node, key string) func(fdbjobs.State, *replicator.JobData) bool {
+		return func(st fdbjobs.State, d *replicator.JobData) bool {
+			return st == fdbjobs.Running && d.State == replicator.StateRunning && d.Node == node && d.Rep.SealedKeyID() == key
+		}
+	}
+	c.WaitJob("running on node0, sealed to the old key", jobID, running("node0", sealA.ID()))
+
+	c.Config.Opener = newFirst
+	c.AddNode("node1")
+	ended := logs.WaitFor(t, scheduler.MsgResealEnded, func(m map[string]any) bool { return m["node"] == "node1" })
+	require.Equal(t, newID, ended["key"])
+	require.EqualValues(t, 1, ended["held"], "%v", ended)
+	require.Equal(t, "warn", ended["level"])
+	c.WaitJob("still running on node0, sealed to the old key", jobID, running("node0", sealA.ID()))
+
+	c.Nodes[0].Stop()
+	c.WaitJob("running on node1, sealed to the new key", jobID, running("node1", newID))
+	d, _, err := c.Store.Job(ctx, nil, jobID)
+	require.NoError(t, err)
+	spec, err := d.Rep.Open(newFirst, d.SealScope())
+	require.NoError(t, err)
+	require.Equal(t, "pw", spec.Source.Password, "the credential moved, not lost")
 }

@@ -1,0 +1,42 @@
+package scheduler
+
+import (
+	"context"
+
+	"github.com/fdbrep/fdbrep/replicator"
+)
+
+// The lines a reseal pass logs.
+const (
+	MsgResealStarted = "replicator: reseal pass started"
+	MsgResealEnded   = "replicator: reseal pass ended"
+)
+
+// reseal walks up to ResealPagesDefault pages of the reseal pass
+// (replicator.ResealStep: every _replicator document with its job, and
+// every transient job, moved to this node's current sealing key) at every
+// interval step of a node that holds private keys. One node at a time
+// holds the pass, for two intervals renewed at each page; another goes on
+// from its place when it stops. It logs a pass's start and end, and counts
+// what it moved in MetricCredentialsResealed.
+func (n *Node) reseal(ctx context.Context, cfg Config) error {
+	if cfg.Opener == nil || cfg.DocUpdater == nil {
+		return nil
+	}
+	rep, err := n.store.ResealStep(ctx, cfg.DocUpdater, cfg.Opener, cfg.NodeName, cfg.Clock.Now, 2*cfg.Interval, replicator.ResealPagesDefault)
+	n.m.Add(replicator.MetricCredentialsResealed, int64(rep.Moved))
+	if rep.Started {
+		cfg.Logger.Info().Str("key", rep.Key).
+			Str("why", "the endpoint credentials stored are moved to this node's current sealing key, a page of documents and jobs at a time").
+			Msg(MsgResealStarted)
+	}
+	if rep.Ended {
+		e, why := cfg.Logger.Info(), "every endpoint credential sealed to a key this node holds is sealed to its current one"
+		if rep.PassHeld > 0 {
+			e, why = cfg.Logger.Warn(), "replications that ran during the pass keep credentials sealed to an older key until they start again "+
+				"(their node moves them then, if it holds the current key); the pass runs again in "+replicator.ResealRetryDefault.String()
+		}
+		e.Str("key", rep.Key).Int("moved", rep.PassMoved).Int("held", rep.PassHeld).Str("why", why).Msg(MsgResealEnded)
+	}
+	return err
+}
