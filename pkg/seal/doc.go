@@ -21,7 +21,7 @@
 // api_frontend role) seal but cannot open. An Opener holds one or more
 // private keys, the first current: the nodes that run jobs open values
 // sealed to any of them, so a key is rotated by sealing to a new one while
-// the old stays listed. Reseal moves one value to the current key: the
-// step by which values sealed to an old key can be moved before that key
-// is dropped (the nodes do not run such a pass yet: docs/DEPLOY.md).
+// the old stays listed; Reseal moves a value to the current key (the
+// replication nodes' reseal pass moves every stored value so, after which
+// the old key can be dropped).
 package seal

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,6 +90,14 @@ func tuneDefault(c *scheduler.Config) {
 // ends, and returns its parts once it serves.
 func startNode(t *testing.T, db kv.Database, logs *testutil.Logs, m map[string]map[string]string, tune func(*scheduler.Config)) *node.Parts {
 	t.Helper()
+	p, stop := runNode(t, db, logs, m, tune)
+	t.Cleanup(stop)
+	return p
+}
+
+// runNode is startNode whose node runs until stop (which waits for it).
+func runNode(t *testing.T, db kv.Database, logs *testutil.Logs, m map[string]map[string]string, tune func(*scheduler.Config)) (*node.Parts, func()) {
+	t.Helper()
 	cfg, err := config.FromMap(m)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -99,16 +108,18 @@ func startNode(t *testing.T, db kv.Database, logs *testutil.Logs, m map[string]m
 	}()
 	select {
 	case p := <-ready:
-		t.Cleanup(func() {
-			cancel()
-			require.NoError(t, <-done)
-		})
-		return p
+		var once sync.Once
+		return p, func() {
+			once.Do(func() {
+				cancel()
+				require.NoError(t, <-done)
+			})
+		}
 	case err := <-done:
 		cancel()
 		require.NoError(t, err, "node %s did not start", cfg.NodeName())
 		require.FailNow(t, "node.Run returned before it served")
-		return nil
+		return nil, nil
 	}
 }
 
