@@ -148,7 +148,7 @@ func launchCouchDB(script string, mkdir func() string, host *CouchDBHost) (*Serv
 			logPath:  filepath.Join(dir, "couchdb.log"),
 			admin:    CouchAdmin,
 			password: CouchPassword,
-			client:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, DisableCompression: true}},
+			client:   peerClient(),
 			exited:   make(chan struct{}),
 			name:     "CouchDB",
 		}

@@ -185,7 +185,7 @@ func startOnce(dir, bin string, cfg startConfig) (*Server, error) {
 		logPath:  logPath,
 		admin:    cfg.admin,
 		password: cfg.password,
-		client:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, DisableCompression: true}},
+		client:   peerClient(),
 		cmd:      cmd,
 		exited:   make(chan struct{}),
 		name:     "pouchdb-server",
@@ -316,6 +316,15 @@ func (s *Server) AuthDBURL(name string) string {
 
 // Admin returns the admin credentials given to WithAdmin ("" when none).
 func (s *Server) Admin() (name, password string) { return s.admin, s.password }
+
+// peerClient is the client of a peer's helpers. It drops a connection
+// idle for a second: pouchdb-server (Node.js) closes one idle for 5 s, and
+// a request sent on it as it closes is reset, which Go retries for no PUT
+// or POST (a test that spent a while building a binary after starting its
+// peer failed its next PUT so).
+func peerClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, DisableCompression: true, IdleConnTimeout: time.Second}}
+}
 
 // Dir is the peer's working directory (config.json, log.txt, stdout.txt).
 func (s *Server) Dir() string { return s.dir }
