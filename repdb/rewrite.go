@@ -50,8 +50,9 @@ func (s *Store) ReplicationDocIDs(tr kv.ReadTransaction, db, after string, limit
 // update sequence and the changes feed stay as they are: a rewrite is
 // for what reads do not show (the replicator re-encrypts sealed
 // credentials, which reads redact), so f must leave every read the same.
-// It reports whether a body changed; a missing document is false.
-// Errors: ErrDBNotFound, ErrTooLarge, f's.
+// It reports whether a body changed; a missing document is false. On an
+// error it stores nothing. Errors: ErrDBNotFound, ErrTooLarge, a corrupt
+// record, f's.
 func (s *Store) RewriteBodies(tr kv.Transaction, db, id string, f func(rev string, body map[string]any) (map[string]any, bool, error)) (bool, error) {
 	st, err := s.load(tr, db, id)
 	if err != nil || st.winner == nil {
@@ -66,7 +67,9 @@ func (s *Store) RewriteBodies(tr kv.Transaction, db, id string, f func(rev strin
 			keys = append(keys, s.leafKey(db, id, l.Rev))
 		}
 	}
-	changed := false
+	// Every record is rewritten before any is stored: an error leaves
+	// the document as it was.
+	var sets []kv.KeyValue
 	for _, k := range keys {
 		v, err := tr.Get(k).Get()
 		if err != nil {
@@ -80,11 +83,13 @@ func (s *Store) RewriteBodies(tr kv.Transaction, db, id string, f func(rev strin
 			return false, err
 		}
 		if ok {
-			tr.Set(k, nv)
-			changed = true
+			sets = append(sets, kv.KeyValue{Key: k, Value: nv})
 		}
 	}
-	return changed, nil
+	for _, e := range sets {
+		tr.Set(e.Key, e.Value)
+	}
+	return len(sets) > 0, nil
 }
 
 // rewriteRecord applies f to the body of the record v, keeping the rest.
