@@ -143,9 +143,13 @@
 // configured are sealed the same way. A running job is its worker's to
 // write: the worker moves its credentials, and its document's, as the
 // job starts. Bodies are rewritten in place (repdb.Store.RewriteBodies):
-// no revision, no change in the feed, nothing a read shows. Once a pass
-// ended with nothing held back (its log line says so), the old key can
-// be dropped.
+// no revision, no change in the feed, nothing a read shows. A pass that
+// moved or held back anything is followed by another ResealRetryDefault
+// later (a document written back as read while it was moved keeps the
+// old values, say); once a clean pass (one that moved and held back
+// nothing) that started after every frontend sealed to the new key has
+// ended, the old key can be dropped. A document or job that cannot be
+// moved (too large once sealed) is left whole, and the pass names it.
 //
 // # Fair share
 //

@@ -89,9 +89,18 @@ func (r *Resealer) value(scope, field, v string) (string, error) {
 }
 
 // Body moves, in place, the credentials of a replication document body
-// sealed for scope, and reports whether one moved.
+// sealed for scope, and reports whether one moved. As SealBody, it stores
+// a Basic Authorization header in the clear as auth.basic, as the parser
+// reads it (the job parsed from the document holds it so).
 func (r *Resealer) Body(body map[string]any, scope string) (bool, error) {
 	changed := false
+	for _, side := range []string{"source", "target"} {
+		if ep, ok := body[side].(map[string]any); ok {
+			if a, adopted := adoptBasicHeader(ep); adopted {
+				body[side], changed = a, true
+			}
+		}
+	}
 	err := couch.WalkSecrets(body, func(field, v string) (string, error) {
 		nv, err := r.value(scope, field, v)
 		changed = changed || nv != v
@@ -176,16 +185,23 @@ func (s *Store) ResealDoc(ctx context.Context, tr kv.Transaction, docs DocRewrit
 	if d != nil && st == fdbjobs.Running && d.Rep.Moves(r.o) {
 		return ResealHeld, nil
 	}
+	// The job's new data first, checked: an error about the document or
+	// its job stores nothing.
+	var data []byte
+	if d != nil && st != fdbjobs.Running {
+		if data, err = r.jobData(d); err != nil {
+			return ResealNone, err
+		}
+	}
 	moved, err := r.Doc(tr, docs, db, docID)
 	if err != nil {
 		return ResealNone, err
 	}
-	if d != nil && st != fdbjobs.Running {
-		jm, err := s.resealJob(ctx, tr, jobID, d, r)
-		if err != nil {
+	if data != nil {
+		if err := s.Jobs.SetData(ctx, tr, JobType, jobID, data); err != nil {
 			return ResealNone, err
 		}
-		moved = moved || jm
+		moved = true
 	}
 	if moved {
 		return ResealMoved, nil
@@ -216,14 +232,25 @@ func (s *Store) ResealTransient(ctx context.Context, tr kv.Transaction, jobID st
 // resealJob moves the credentials of job jobID, with data d, which is
 // not running, in tr.
 func (s *Store) resealJob(ctx context.Context, tr kv.Transaction, jobID string, d *JobData, r *Resealer) (bool, error) {
+	data, err := r.jobData(d)
+	if err != nil || data == nil {
+		return false, err
+	}
+	return true, s.Jobs.SetData(ctx, tr, JobType, jobID, data)
+}
+
+// jobData is d's data with its credentials moved; nil when none moves.
+// Data that would no longer fit is fdbjobs.ErrDataTooLarge.
+func (r *Resealer) jobData(d *JobData) ([]byte, error) {
 	rep, changed, err := r.Spec(d.Rep, d.SealScope())
 	if err != nil || !changed {
-		return false, err
+		return nil, err
 	}
 	x := d.Clone()
 	x.Rep = rep
-	if err := s.Jobs.SetData(ctx, tr, JobType, jobID, x.Encode()); err != nil {
-		return false, fmt.Errorf("replicator: resealing job %s: %w", jobID, err)
+	data := x.Encode()
+	if len(data) > fdbjobs.MaxDataSize {
+		return nil, fmt.Errorf("%w: %d bytes with its credentials sealed, at most %d", fdbjobs.ErrDataTooLarge, len(data), fdbjobs.MaxDataSize)
 	}
-	return true, nil
+	return data, nil
 }

@@ -2,6 +2,7 @@ package replicator
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,7 +39,9 @@ type resealWorld struct {
 	docs    *repdb.Store
 	clock   *clockwork.FakeClock
 	a, b, c *seal.Sealer
-	o       *seal.Opener // b, then a
+	o       *seal.Opener               // b, then a
+	oc      *seal.Opener               // c, which the nodes lack
+	ids     map[string]map[string]bool // every document id written, by database
 	// plain holds every credential's plaintext by document or job and
 	// field: none may be lost.
 	plain   map[string]map[string]string
@@ -60,7 +63,7 @@ func newResealWorld(t *testing.T) *resealWorld {
 		plain: map[string]map[string]string{}, running: map[string]*fdbjobs.Job{}}
 	pubA, privA := testutil.SealKeys(t)
 	pubB, privB := testutil.SealKeys(t)
-	pubC, _ := testutil.SealKeys(t)
+	pubC, privC := testutil.SealKeys(t)
 	for _, k := range []struct {
 		s   **seal.Sealer
 		pub string
@@ -70,6 +73,9 @@ func newResealWorld(t *testing.T) *resealWorld {
 	}
 	w.o, err = seal.LoadPrivateKeys(privB, privA)
 	require.NoError(t, err)
+	w.oc, err = seal.LoadPrivateKeys(privC)
+	require.NoError(t, err)
+	w.ids = map[string]map[string]bool{}
 	for i, name := range []string{"_replicator", "a/_replicator", "b/_replicator"} {
 		uuid := fmt.Sprintf("u%d", i)
 		require.NoError(t, w.docs.CreateDB(ctx, name, uuid, func(tr kv.Transaction) error { return s.RegisterDB(tr, name, uuid) }))
@@ -88,8 +94,16 @@ func (w *resealWorld) body(scope, how string) (json.RawMessage, map[string]strin
 		"source." + couch.SecretHeader + "x-api-key": fmt.Sprintf("key-%d", w.n),
 		couch.SecretProxy:                            fmt.Sprintf("proxy-pw-%d", w.n),
 	}
-	raw := fmt.Sprintf(`{"source":{"url":"http://su:%s@h/a","headers":{"X-Api-Key":%q}},"target":{"url":"http://h/b","auth":{"basic":{"username":"tu","password":%q}}},"proxy":"http://pu:%s@p:3128","continuous":true}`,
-		p["source.password"], p["source.header.x-api-key"], p["target.password"], p[couch.SecretProxy])
+	target := fmt.Sprintf(`{"url":"http://h/b","auth":{"basic":{"username":"tu","password":%q}}}`, p["target.password"])
+	if how == "clear" && w.n%2 == 0 {
+		// In the clear, as stored before a key was configured, a Basic
+		// header: moved, it becomes auth.basic, as SealBody makes it.
+		h := "Basic " + base64.StdEncoding.EncodeToString([]byte("tu:"+p["target.password"]))
+		p["target."+couch.SecretHeader+"authorization"] = h
+		target = fmt.Sprintf(`{"url":"http://h/b","headers":{"Authorization":%q}}`, h)
+	}
+	raw := fmt.Sprintf(`{"source":{"url":"http://su:%s@h/a","headers":{"X-Api-Key":%q}},"target":%s,"proxy":"http://pu:%s@p:3128","continuous":true}`,
+		p["source.password"], p["source.header.x-api-key"], target, p[couch.SecretProxy])
 	body, err := decodeBody(json.RawMessage(raw))
 	require.NoError(w.t, err)
 	ways := []string{"clear", "a", "b", "c"}
@@ -129,6 +143,10 @@ func (w *resealWorld) addDoc(db, uuid, id, how, state string) {
 	spec, err := ParseSpec(raw)
 	require.NoError(w.t, err)
 	w.plain[db+"\x00"+id] = p
+	if w.ids[db] == nil {
+		w.ids[db] = map[string]bool{}
+	}
+	w.ids[db][id] = true
 	w.setJob(DocJobID(uuid, id), &JobData{Rep: spec, DBName: db, DBUUID: uuid, DocID: id, State: StatePending}, state)
 }
 
@@ -200,11 +218,12 @@ func (w *resealWorld) take() {
 }
 
 // finish ends running job id with the data it was taken with, as a
-// worker writes back what it holds.
+// worker writes back what it holds: had the pass changed a running job's
+// data, this would undo it.
 func (w *resealWorld) finish(id string) {
 	j := w.running[id]
 	delete(w.running, id)
-	require.NoError(w.t, w.s.Jobs.Finish(w.ctx, nil, j, nil))
+	require.NoError(w.t, w.s.Jobs.Finish(w.ctx, nil, j, j.Data))
 }
 
 // step walks up to pages pages as holder.
@@ -232,6 +251,10 @@ func (w *resealWorld) check(settled bool) {
 			require.NoError(t, err, "%s %s", what, field)
 			require.Equal(t, want, got, "%s %s", what, field)
 			require.False(t, settled && w.o.Stale(v), "%s %s: sealed to the old key after the pass", what, field)
+		default: // sealed to c, which the nodes lack: left as it was
+			got, err := w.oc.Open(v, sealContext(scope, field))
+			require.NoError(t, err, "%s %s", what, field)
+			require.Equal(t, want, got, "%s %s", what, field)
 		}
 	}
 	docSpecs := map[string]*Spec{}
@@ -326,14 +349,15 @@ func TestResealModel(t *testing.T) {
 		}
 	}
 	w.clock.Advance(ResealAgainDefault)
+	// The bound: each database's documents (deleted ones too) a page at
+	// a time, the walk ending on a page not full; then the jobs so.
 	jobs, docs := 0, 0
 	require.NoError(t, w.s.FoldJobs(w.ctx, func(string, fdbjobs.State, *JobData) error { jobs++; return nil }))
-	for key := range w.plain {
-		if strings.Contains(key, "\x00") {
-			docs++
-		}
+	bound := jobs/ResealPageDefault + 1
+	for _, db := range dbs {
+		docs += len(w.ids[db.name])
+		bound += len(w.ids[db.name])/ResealPageDefault + 1
 	}
-	bound := (docs+len(dbs)*ResealPageDefault)/ResealPageDefault + jobs/ResealPageDefault + len(dbs) + 2
 	pages, rep := 0, ResealReport{}
 	for ; pages <= bound && !rep.Ended; pages++ {
 		rep = w.step("n1", 1)
@@ -343,5 +367,63 @@ func TestResealModel(t *testing.T) {
 	require.Zero(t, rep.PassHeld)
 	t.Logf("%d documents and %d jobs; the final pass took %d pages (bound %d) and moved %d", docs, jobs, pages, bound, rep.PassMoved)
 	w.check(true)
-	require.False(t, w.step("n1", 1).Started, "the next pass waits ResealAgainDefault")
+
+	// It moved credentials: the next pass, ResealRetryDefault later,
+	// checks that none is left; clean, the next waits a day.
+	require.Equal(t, rep.PassMoved == 0, rep.Clean)
+	if !rep.Clean {
+		require.False(t, w.step("n1", 1).Started, "the next pass waits ResealRetryDefault")
+		w.clock.Advance(ResealRetryDefault)
+		rep = ResealReport{}
+		for i := 0; !rep.Ended; i++ {
+			require.Less(t, i, bound+1, "the check does not end")
+			rep = w.step("n1", 1)
+		}
+		require.True(t, rep.Clean, "%+v", rep)
+	}
+	w.clock.Advance(ResealRetryDefault)
+	require.False(t, w.step("n1", 1).Started, "after a clean pass the next waits ResealAgainDefault")
+}
+
+// A document that sealing would make too large is passed by, whole (its
+// job too), and named; the pass goes on and ends, not clean for it.
+func TestResealPassesByWhatItCannotMove(t *testing.T) {
+	w := newResealWorld(t)
+	w.addDoc("_replicator", "u0", "a-small", "clear", "pending")
+	// Filled to just under the largest value: sealed, it would not fit.
+	raw, _ := w.body(DocScope("_replicator", "big"), "clear")
+	body, err := repdb.DecodeBody(raw)
+	require.NoError(t, err)
+	body["filler"] = strings.Repeat("x", kv.MaxValueSize-len(raw)-240) // under the 200 bytes a write keeps for the record
+	_, err = w.docs.Write(w.ctx, repdb.Write{DB: "_replicator", ID: "big", Body: body})
+	require.NoError(t, err)
+	spec, err := ParseSpec(raw)
+	require.NoError(t, err)
+	w.setJob(DocJobID("u0", "big"), &JobData{Rep: spec, DBName: "_replicator", DBUUID: "u0", DocID: "big", State: StatePending}, "pending")
+	w.addDoc("_replicator", "u0", "z-small", "clear", "pending")
+
+	var rep ResealReport
+	for i := 0; !rep.Ended; i++ {
+		require.Less(t, i, 10)
+		rep = w.step("n1", 1)
+	}
+	require.Equal(t, 1, rep.PassSkipped, "%+v", rep)
+	require.Len(t, rep.PassNamed, 1)
+	require.Contains(t, rep.PassNamed[0], "_replicator/big: ")
+	require.Contains(t, rep.PassNamed[0], "too large")
+	require.Equal(t, 2, rep.PassMoved)
+	require.False(t, rep.Clean)
+
+	d, err := w.docs.ReadDoc(w.ctx, "_replicator", "big")
+	require.NoError(t, err)
+	require.Contains(t, d.Body["source"].(map[string]any)["url"], "@h/a")
+	require.NotContains(t, d.Body["source"].(map[string]any)["url"], seal.Prefix, "the document is left whole")
+	jd, _, err := w.s.Job(w.ctx, nil, DocJobID("u0", "big"))
+	require.NoError(t, err)
+	require.False(t, jd.Rep.Sealed(), "its job too")
+	for _, id := range []string{"a-small", "z-small"} {
+		jd, _, err := w.s.Job(w.ctx, nil, DocJobID("u0", id))
+		require.NoError(t, err)
+		require.Equal(t, w.b.ID(), jd.Rep.SealedKeyID(), id)
+	}
 }

@@ -2,7 +2,10 @@ package replicator
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -16,44 +19,60 @@ import (
 // is one record in the store, so the walk goes on across intervals,
 // nodes and restarts; one node at a time holds it for a lease (as the
 // removal of a deleted database's jobs), so two nodes do not conflict on
-// every page. A pass ends when the walk does; another starts when a node
-// whose current key is not the last pass's finds no pass under way (while
-// the nodes' current keys differ, during a rolling restart, each pass runs
-// to its end; every node must list the same key first, or their passes
-// take turns moving credentials back and forth), and ResealAgainDefault
-// after the last ended (sooner, ResealRetryDefault, when running jobs held
-// some of the values back: their holders move them at their next start,
-// but a job can run for days).
+// every page. A pass ends when the walk does. The next starts when a node
+// whose current key is not the last pass's finds none under way (nodes
+// whose current keys differ, during a rolling restart, take turns: each
+// pass runs while its holder steps; every node must list the same key
+// first, or their passes move credentials back and forth), and otherwise
+// ResealAgainDefault after the last ended, or ResealRetryDefault when it
+// moved or held back anything: the next pass then checks that nothing is
+// left (a write-back racing with a move, a frontend still sealing to the
+// old key, a running job whose node had not restarted). A pass that
+// moved nothing and held nothing back is clean: every credential stored
+// when it started was sealed to its key, or to a key no node holds, or is
+// one it could not move (a document that sealing would make too large,
+// say: it names them).
 
 const (
 	// ResealPageDefault is how many documents or jobs a reseal page
-	// examines, in one transaction (fewer while its transactions fail:
-	// kv.TransactBatch).
+	// examines at most, in one transaction (fewer after a page's
+	// transaction failed: kv.Batch).
 	ResealPageDefault = 50
 	// ResealPagesDefault is how many pages a node's interval step walks at
 	// most: a pass over n documents takes about n / (50 × 20) steps.
 	ResealPagesDefault = 20
-	// ResealAgainDefault is how long after a pass ended the next starts:
+	// ResealAgainDefault is how long after a clean pass the next starts:
 	// it finds what was sealed meanwhile to a key other than the current
 	// one (a frontend still configured with the old public key).
 	ResealAgainDefault = 24 * time.Hour
-	// ResealRetryDefault is ResealAgainDefault for a pass that running
-	// jobs held values back from.
+	// ResealRetryDefault is how long after a pass that moved or held back
+	// credentials the next starts.
 	ResealRetryDefault = 10 * time.Minute
+	// resealNamed is how many documents or jobs it could not move a pass
+	// names.
+	resealNamed = 5
 )
 
 // resealPass is the record of the current or last pass.
 type resealPass struct {
-	Key     string `json:"key"`             // the key id values move to
-	Phase   string `json:"phase"`           // passDocs, passJobs, passDone
-	DB      string `json:"db,omitempty"`    // passDocs: the database walked
-	After   string `json:"after,omitempty"` // the last document or job id done
-	Holder  string `json:"holder,omitempty"`
-	Until   int64  `json:"until,omitempty"` // the holder's lease (Unix ms)
-	Started int64  `json:"started"`         // Unix ms
-	Ended   int64  `json:"ended,omitempty"` // passDone: when (Unix ms)
-	Moved   int    `json:"moved"`           // documents and jobs changed
-	Held    int    `json:"held"`            // left to their running jobs' holders
+	Key     string   `json:"key"`               // the key id values move to
+	Phase   string   `json:"phase"`             // passDocs, passJobs, passDone
+	DB      string   `json:"db,omitempty"`      // passDocs: the database walked
+	DBUUID  string   `json:"db_uuid,omitempty"` // and its instance
+	After   string   `json:"after,omitempty"`   // the last document or job id done
+	Holder  string   `json:"holder,omitempty"`
+	Until   int64    `json:"until,omitempty"` // the holder's lease (Unix ms)
+	Started int64    `json:"started"`         // Unix ms
+	Ended   int64    `json:"ended,omitempty"` // passDone: when (Unix ms)
+	Moved   int      `json:"moved"`           // documents and jobs changed
+	Held    int      `json:"held"`            // left to their running jobs' workers
+	Skipped int      `json:"skipped"`         // that could not be moved
+	Named   []string `json:"named,omitempty"` // the first of those, with why
+	// StartedBy and EndedBy are the tokens of the pages that started and
+	// ended the pass: a page retried after commit_unknown_result knows
+	// its own.
+	StartedBy string `json:"started_by,omitempty"`
+	EndedBy   string `json:"ended_by,omitempty"`
 }
 
 const (
@@ -66,62 +85,74 @@ func (s *Store) resealKey() kv.Key { return s.root.Pack(tuple.Tuple{keyReseal}) 
 
 // ResealReport is what a ResealStep did.
 type ResealReport struct {
-	Pages       int  // pages walked: 0 when another node holds the pass, or none is due
-	Moved, Held int  // documents and jobs moved, and held back, by this step
-	Started     bool // this step started a pass
-	Ended       bool // this step ended the pass
-	// Pass counts over the whole pass, when it ended.
-	PassMoved, PassHeld int
-	Key                 string // the current key id
+	Key     string // the current key id
+	Pages   int    // pages walked: 0 when another node holds the pass, or none is due
+	Started bool   // this step started a pass
+	// Ended: this step ended the pass, which the Pass fields then
+	// describe (Clean: it moved and held back nothing).
+	Ended                            bool
+	PassStarted                      time.Time
+	PassMoved, PassHeld, PassSkipped int
+	PassNamed                        []string
+	Moved, Held, Skipped             int // by this step
+	Clean                            bool
 }
 
 // ResealStep walks up to pages pages of the reseal pass to o's current
 // key, as holder at now (see above), each page a transaction; nothing
 // when another node holds the pass (until its lease, renewed at each
-// page, runs out) or the last pass ended less than ResealAgainDefault
-// ago. Values sealed to keys o lacks stay (the runs that need them say
-// so).
+// page, runs out) or none is due. Values sealed to keys o lacks stay (the
+// runs that need them say so). A document or job that cannot be moved
+// (its data too large once sealed, a corrupt record) is passed by and
+// named; only the store's errors stop the step.
 func (s *Store) ResealStep(ctx context.Context, docs DocRewriter, o *seal.Opener, holder string, now func() time.Time, lease time.Duration, pages int) (ResealReport, error) {
 	rep := ResealReport{Key: o.Current().ID()}
 	size := kv.Batch{Max: ResealPageDefault} // smaller after a page's transaction failed
-	for range pages {
+	for done := 0; done < pages; {
 		r := NewResealer(o) // one per page: the memo lives across the page's attempts only
 		type outcome struct {
-			moved, held         int
-			walked, start, end  bool
-			passMoved, passHeld int
+			walked, start, end bool
+			page               resealCounts
+			pass               resealPass // when end
 		}
-		at := now()
-		out, err := kv.TransactBatch(ctx, s.DB, &size, func(tr kv.Transaction, n int) (outcome, error) {
+		at, token := now().UnixMilli(), newToken()
+		n := size.Size()
+		out, err := kv.Transact(ctx, s.DB, func(tr kv.Transaction) (outcome, error) {
 			var out outcome
 			p, err := s.readPass(tr)
 			if err != nil {
 				return out, err
 			}
 			switch {
-			case p.Phase != passDone && p.Holder != holder && p.Until > at.UnixMilli():
-				// Another node's, even to another key: during a rolling
-				// restart the nodes' current keys differ for a while, and
-				// each pass goes to its end.
-				return out, nil
+			case p.Phase == passDone && p.EndedBy == token:
+				// An earlier attempt of this page ended the pass and
+				// committed (commit_unknown_result).
+				return outcome{end: true, pass: p, start: p.StartedBy == token}, nil
+			case p.Phase != passDone && p.Holder != holder && p.Until > at:
+				return out, nil // another node's, whatever its key
 			case p.Key != rep.Key,
-				p.Phase == passDone && at.UnixMilli() >= p.Ended+resealWait(p).Milliseconds():
-				p = resealPass{Key: rep.Key, Phase: passDocs, Started: at.UnixMilli()}
-				out.start = true
+				p.Phase == passDone && at >= p.Ended+resealWait(p).Milliseconds():
+				p = resealPass{Key: rep.Key, Phase: passDocs, Started: at, StartedBy: token}
 			case p.Phase == passDone:
 				return out, nil
 			}
-			out.walked = true
-			if err := s.resealPage(ctx, tr, docs, r, &p, n, &out.moved, &out.held); err != nil {
+			out.walked, out.start = true, p.StartedBy == token
+			if err := s.resealPage(ctx, tr, docs, r, &p, n, &out.page); err != nil {
 				return out, err
 			}
-			p.Moved += out.moved
-			p.Held += out.held
+			p.Moved += out.page.moved
+			p.Held += out.page.held
+			p.Skipped += out.page.skipped
+			for _, x := range out.page.named {
+				if len(p.Named) < resealNamed {
+					p.Named = append(p.Named, x)
+				}
+			}
 			if p.Phase == passDone {
-				p.Ended, p.Holder, p.Until = at.UnixMilli(), "", 0
-				out.end, out.passMoved, out.passHeld = true, p.Moved, p.Held
+				p.Ended, p.EndedBy, p.Holder, p.Until = at, token, "", 0
+				out.end, out.pass = true, p
 			} else {
-				p.Holder, p.Until = holder, at.Add(lease).UnixMilli()
+				p.Holder, p.Until = holder, at+lease.Milliseconds()
 			}
 			v, err := json.Marshal(p)
 			if err != nil {
@@ -131,16 +162,26 @@ func (s *Store) ResealStep(ctx context.Context, docs DocRewriter, o *seal.Opener
 			return out, nil
 		})
 		if err != nil {
-			return rep, err
+			if err := size.Retry(ctx, err); err != nil {
+				return rep, err
+			}
+			continue
 		}
+		size.Done()
+		size.Grow()
+		done++
 		if out.walked {
 			rep.Pages++
 		}
-		rep.Moved += out.moved
-		rep.Held += out.held
+		rep.Moved += out.page.moved
+		rep.Held += out.page.held
+		rep.Skipped += out.page.skipped
 		rep.Started = rep.Started || out.start
 		if out.end {
-			rep.Ended, rep.PassMoved, rep.PassHeld = true, out.passMoved, out.passHeld
+			p := out.pass
+			rep.Ended, rep.PassStarted = true, time.UnixMilli(p.Started)
+			rep.PassMoved, rep.PassHeld, rep.PassSkipped, rep.PassNamed = p.Moved, p.Held, p.Skipped, p.Named
+			rep.Clean = p.Moved == 0 && p.Held == 0
 		}
 		if !out.walked || out.end {
 			return rep, nil
@@ -151,7 +192,7 @@ func (s *Store) ResealStep(ctx context.Context, docs DocRewriter, o *seal.Opener
 
 // resealWait is how long after pass p ended the next starts.
 func resealWait(p resealPass) time.Duration {
-	if p.Held > 0 {
+	if p.Moved > 0 || p.Held > 0 {
 		return ResealRetryDefault
 	}
 	return ResealAgainDefault
@@ -169,20 +210,38 @@ func (s *Store) readPass(tr kv.ReadTransaction) (resealPass, error) {
 	return p, nil
 }
 
-// resealPage walks one page of pass p, of n documents or jobs, in tr, and
-// moves p on.
-func (s *Store) resealPage(ctx context.Context, tr kv.Transaction, docs DocRewriter, r *Resealer, p *resealPass, n int, moved, held *int) error {
-	count := func(o Reseal) {
-		switch o {
-		case ResealMoved:
-			*moved++
-		case ResealHeld:
-			*held++
+// resealCounts is what a page did.
+type resealCounts struct {
+	moved, held, skipped int
+	named                []string
+}
+
+// add counts outcome o of the document or job what, or passes it by when
+// err is about it (not the store's: those stop the page).
+func (c *resealCounts) add(ctx context.Context, what string, o Reseal, err error) error {
+	var kerr kv.Error
+	switch {
+	case err != nil && (ctx.Err() != nil || errors.As(err, &kerr)):
+		return err
+	case err != nil:
+		c.skipped++
+		if len(c.named) < resealNamed {
+			c.named = append(c.named, what+": "+err.Error())
 		}
+	case o == ResealMoved:
+		c.moved++
+	case o == ResealHeld:
+		c.held++
 	}
+	return nil
+}
+
+// resealPage walks one page of pass p, of n documents or jobs at most, in
+// tr, and moves p on.
+func (s *Store) resealPage(ctx context.Context, tr kv.Transaction, docs DocRewriter, r *Resealer, p *resealPass, n int, c *resealCounts) error {
 	if p.Phase == passDocs {
 		if p.DB == "" {
-			next, uuid, err := s.dbAfter(tr, "")
+			db, uuid, err := s.dbAfter(tr, "")
 			if err != nil {
 				return err
 			}
@@ -190,25 +249,27 @@ func (s *Store) resealPage(ctx context.Context, tr kv.Transaction, docs DocRewri
 				p.Phase, p.After = passJobs, ""
 				return nil
 			}
-			p.DB = next
+			p.DB, p.DBUUID = db, uuid
 		}
 		uuid, err := s.RegisteredDB(tr, p.DB)
 		if err != nil {
 			return err
 		}
+		if uuid != p.DBUUID { // deleted, or deleted and created again: its documents from the first
+			p.DBUUID, p.After = uuid, ""
+		}
 		var ids []string
 		next := ""
-		if uuid != "" { // else deleted since: its documents went with it
+		if uuid != "" {
 			if ids, next, err = docs.ReplicationDocIDs(tr, p.DB, p.After, n); err != nil {
 				return err
 			}
 		}
 		for _, id := range ids {
 			o, err := s.ResealDoc(ctx, tr, docs, p.DB, uuid, id, r)
-			if err != nil {
+			if err := c.add(ctx, p.DB+"/"+id, o, err); err != nil {
 				return err
 			}
-			count(o)
 		}
 		p.After = next
 		if next == "" {
@@ -217,9 +278,9 @@ func (s *Store) resealPage(ctx context.Context, tr kv.Transaction, docs DocRewri
 				return err
 			}
 			if dbUUID == "" {
-				p.Phase, p.DB = passJobs, ""
+				p.Phase, p.DB, p.DBUUID = passJobs, "", ""
 			} else {
-				p.DB = db
+				p.DB, p.DBUUID = db, dbUUID
 			}
 		}
 		return nil
@@ -235,10 +296,9 @@ func (s *Store) resealPage(ctx context.Context, tr kv.Transaction, docs DocRewri
 			continue
 		}
 		o, err := s.ResealTransient(ctx, tr, j.ID, r)
-		if err != nil {
+		if err := c.add(ctx, "job "+j.ID, o, err); err != nil {
 			return err
 		}
-		count(o)
 	}
 	if len(jobs) < n {
 		p.Phase, p.After = passDone, ""
@@ -268,4 +328,11 @@ func (s *Store) dbAfter(tr kv.ReadTransaction, after string) (string, string, er
 	}
 	name, _ := t[0].(string)
 	return name, string(rows[0].Value), nil
+}
+
+// newToken is a random token naming one page of a pass.
+func newToken() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

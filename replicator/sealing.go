@@ -53,7 +53,7 @@ func sealContext(scope, field string) []byte { return []byte(scope + "\x00" + fi
 func SealBody(s *seal.Sealer, body map[string]any, scope string) error {
 	for _, side := range []string{"source", "target"} {
 		if ep, ok := body[side].(map[string]any); ok {
-			body[side] = adoptBasicHeader(ep)
+			body[side], _ = adoptBasicHeader(ep)
 		}
 	}
 	var redacted error
@@ -75,11 +75,11 @@ func SealBody(s *seal.Sealer, body map[string]any, scope string) error {
 
 // adoptBasicHeader moves a Basic Authorization header of endpoint object
 // ep into auth.basic where the endpoint has no other credentials, and
-// drops it otherwise; it returns ep or a changed copy.
-func adoptBasicHeader(ep map[string]any) map[string]any {
+// drops it otherwise; it returns ep, or a changed copy and true.
+func adoptBasicHeader(ep map[string]any) (map[string]any, bool) {
 	h, ok := ep["headers"].(map[string]any)
 	if !ok {
-		return ep
+		return ep, false
 	}
 	for name, v := range h {
 		s, ok := v.(string)
@@ -96,9 +96,9 @@ func adoptBasicHeader(ep map[string]any) map[string]any {
 		if decoded && user != "" && !hasCredentials(ep) {
 			c["auth"] = map[string]any{"basic": map[string]any{"username": user, "password": pass}}
 		}
-		return c
+		return c, true
 	}
-	return ep
+	return ep, false
 }
 
 // hasCredentials reports an endpoint object with auth.basic or a URL with

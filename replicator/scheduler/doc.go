@@ -75,7 +75,7 @@
 // its job in one transaction). The pass's place is one record in the
 // store, held by one node at a time for two intervals; it starts when a
 // node's current key is new to it, and again ResealAgainDefault after it
-// ended (ResealRetryDefault when it held values back). A running job's
+// ended (ResealRetryDefault when it moved or held back values). A running job's
 // data is its worker's to write, so the pass leaves such a job, and its
 // document, to it: a worker moves its job's credentials and its
 // document's in the transaction that starts the job (initJob), fenced by
@@ -418,17 +418,20 @@
 //     /_replicate returns its result; a job whose document or database
 //     was deleted stops within one heartbeat (StatsUpdateInterval, at most
 //     Interval and a third of JobTimeout).
-//   - Reseal: a reseal pass (replicator.ResealStep, below) that starts
-//     while no job whose credentials it moves runs ends within
-//     ceil(documents / ResealPageDefault) + ceil(jobs /
-//     ResealPageDefault) + databases + 2 pages (more while failing
+//   - Reseal: a reseal pass (replicator.ResealStep, above) that starts
+//     while no job whose credentials it moves runs ends within the sum
+//     over the _replicator databases of floor(documents /
+//     ResealPageDefault) + 1, plus floor(jobs / ResealPageDefault) + 1
+//     pages (documents counting deleted ones; more pages while failing
 //     transactions shrink them), ResealPagesDefault per interval step of
-//     the node holding it, with every credential of the
-//     documents and jobs it walked sealed to the current key (those to a
-//     key no node holds stay), each document's job holding its
-//     document's values, and none lost; a pass that held values back
-//     runs again within ResealRetryDefault. Checked by
-//     replicator.TestResealModel, over random writes, takes, ends and
+//     the node holding it, with every credential of the documents and
+//     jobs it walked sealed to the current key (those sealed to a key no
+//     node holds stay, and what it cannot move stays whole, named), each
+//     document's job holding its document's values, and none lost; a
+//     pass that moved or held back values is followed within
+//     ResealRetryDefault by another, clean once nothing was written
+//     meanwhile. Checked by replicator.TestResealModel, over random
+//     writes, takes, ends (a worker writing back the data it took) and
 //     deletions, two nodes taking turns.
 //   - Safety: a node never runs more than its MaxJobs; a job never runs on
 //     two nodes at once; a completed one-shot job never runs again (a run

@@ -31,12 +31,18 @@ func (n *Node) reseal(ctx context.Context, cfg Config) error {
 			Msg(MsgResealStarted)
 	}
 	if rep.Ended {
-		e, why := cfg.Logger.Info(), "every endpoint credential sealed to a key this node holds is sealed to its current one"
-		if rep.PassHeld > 0 {
-			e, why = cfg.Logger.Warn(), "replications that ran during the pass keep credentials sealed to an older key until they start again "+
-				"(their node moves them then, if it holds the current key); the pass runs again in "+replicator.ResealRetryDefault.String()
+		e := cfg.Logger.Info()
+		why := "every endpoint credential stored when the pass started was sealed to key " + rep.Key +
+			" (or to a key no node holds, or could not be moved: named): once this pass started after every frontend sealed to it, older keys can be dropped"
+		if !rep.Clean {
+			why = "credentials were moved or held back (replications that ran during the pass keep credentials sealed to an older key " +
+				"until they start again on a node that holds the current key); another pass checks in " + replicator.ResealRetryDefault.String()
 		}
-		e.Str("key", rep.Key).Int("moved", rep.PassMoved).Int("held", rep.PassHeld).Str("why", why).Msg(MsgResealEnded)
+		if rep.PassSkipped > 0 {
+			e = cfg.Logger.Warn().Strs("not_moved", rep.PassNamed)
+		}
+		e.Str("key", rep.Key).Time("started", rep.PassStarted).Int("moved", rep.PassMoved).Int("held", rep.PassHeld).
+			Int("skipped", rep.PassSkipped).Bool("clean", rep.Clean).Str("why", why).Msg(MsgResealEnded)
 	}
 	return err
 }
