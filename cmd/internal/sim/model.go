@@ -351,6 +351,19 @@ func (m *Model) observe(w *World, now time.Time) {
 	}
 }
 
+// diedSince reports whether a replication node died or was cut off from
+// the store at t or later (or was still dying then).
+func (m *Model) diedSince(t time.Time) bool {
+	for _, ds := range m.deaths {
+		for _, d := range ds {
+			if !d.done.Before(t) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // endedUnrecorded reports whether run r ended while its node was dying or
 // cut off from the store, so that its end was not stored.
 func (m *Model) endedUnrecorded(r Record) bool {

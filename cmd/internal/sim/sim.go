@@ -255,7 +255,10 @@ func (r *runner) collect(now time.Time) problems {
 				j.completed = last.End
 			}
 		case res.status == 202 && ok && rp.cont:
-			if len(runs) == 0 {
+			// A node that died or was cut off since the request may have
+			// marked the job running and gone before its run started
+			// (the liveness bounds then have it run once taken back).
+			if len(runs) == 0 && !r.m.diedSince(rp.sent) {
 				p.add("replicate: POST /_replicate #%d answered running; it never ran", res.n)
 			}
 		case res.status >= 400 && !j.gone.IsZero():
