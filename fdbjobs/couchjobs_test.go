@@ -310,6 +310,31 @@ func TestCouchJobs_resubmit_custom_schedtime(t *testing.T) {
 	require.Equal(t, int64(9), b.stime(t, t1, j1))
 }
 
+// FinishAt is the holder's own resubmit: pending at its time with its
+// data, whatever time another client flagged while it ran; fenced by the
+// lock, so a worker that lost the job writes nothing.
+func TestFinishAt(t *testing.T) {
+	b := setup(t)
+	b.add(t, t1, j1, `{"v":1}`, 7)
+	job := b.accept(t, t1)
+	require.NoError(t, b.c.Resubmit(b.ctx, nil, job, 3, nil)) // flagged at 3 while running
+	require.ErrorIs(t, b.c.FinishAt(b.ctx, nil, job, -1, nil), ErrInvalidArgument)
+	require.NoError(t, b.c.FinishAt(b.ctx, nil, job, 9, raw(`{"v":2}`)))
+	require.Equal(t, Pending, b.state(t, t1, j1))
+	require.Equal(t, int64(9), b.stime(t, t1, j1))
+	require.Equal(t, `{"v":2}`, b.data(t, t1, j1))
+	require.Equal(t, 1, b.count(t, keyPending))
+
+	job2 := b.accept(t, t1)
+	require.NoError(t, b.c.Remove(b.ctx, nil, t1, j1))
+	require.ErrorIs(t, b.c.FinishAt(b.ctx, nil, job2, 9, nil), ErrHalt, "removed")
+	b.add(t, t1, j1, `{"v":3}`, 0)
+	require.ErrorIs(t, b.c.FinishAt(b.ctx, nil, job2, 9, nil), ErrHalt, "added again: another job")
+	require.Equal(t, int64(0), b.stime(t, t1, j1))
+	require.Equal(t, `{"v":3}`, b.data(t, t1, j1))
+	b.requireClean(t)
+}
+
 // Resubmit with nil data keeps the data (couch_jobs crashed on it, §1.9).
 func TestResubmitNilDataKeepsData(t *testing.T) {
 	b := setup(t)

@@ -13,8 +13,8 @@
 //	Add ──► pending ──Accept──► running ──Finish──► finished
 //	           ▲                   │  │                 │
 //	           └── activity monitor┘  └─Finish if       │
-//	               (no Update for a    resubmitted      │
-//	                type timeout)                       │
+//	               (no Update for a    resubmitted,     │
+//	                type timeout)      or FinishAt      │
 //	           ▲────────────── Add / Resubmit ──────────┘
 //
 // Each type has an activity timeout (SetTypeTimeout). A worker that
@@ -41,8 +41,9 @@
 //     the job's data) inside the transactions in which the job layer
 //     re-enqueues jobs by itself (activity monitor, Reenqueue).
 //   - Processing: Accept and AcceptBatch (blocking with a timeout, woken
-//     by a watch within milliseconds of an Add), Update, Finish, Resubmit,
-//     UpdateBatch and FinishBatch.
+//     by a watch within milliseconds of an Add), Update, Finish, FinishAt
+//     (Finish that leaves the job pending at a time of the worker's: its
+//     own resubmit, fenced), Resubmit, UpdateBatch and FinishBatch.
 //   - Subscriptions: Subscribe, Subscription.Wait / WaitState / Unsubscribe,
 //     WaitAny. They work from any node, not only the one running the job.
 //   - Services: Client.Start / Stop run one activity monitor per type and,
@@ -242,8 +243,9 @@
 // job in between: Accept finds the lease of its token among those written
 // since its first attempt's read version and returns the jobs it still
 // holds; Update sees the heartbeat its earlier attempt wrote (the seq
-// moved under its own lock) and writes no second one; Finish recognises its
-// own commit through PrevToken; Add and Resubmit recognise their own add
+// moved under its own lock) and writes no second one; Finish and FinishAt
+// recognise their own commit through PrevToken and write nothing more (a
+// job another client moved since stays where it is); Add and Resubmit recognise their own add
 // token in the row and do not resubmit a job their first attempt enqueued
 // and a worker took since (the pages of one AddBatch share one token);
 // Remove reports success when an earlier attempt removed the job, and
@@ -251,8 +253,8 @@
 // join a caller's transaction run once per call of the caller's function:
 // a caller whose function may run again after committing must make its
 // own calls idempotent (for example, Add only if JobState says
-// ErrNotFound, and treat ErrNotFound from Remove as done); Finish is safe
-// to repeat there too (the row records the lock that finished it), and a
+// ErrNotFound, and treat ErrNotFound from Remove as done); Finish and
+// FinishAt are safe to repeat there too (the row records the lock that finished it), and a
 // repeated Update only writes one more heartbeat.
 //
 // The activity monitor, the notifier and FoldJobs size their batches by
@@ -268,7 +270,10 @@
 // Types and job ids are strings. Data is any JSON value. Scheduled times
 // must be non-negative. Resubmit with nil data keeps the data, and the
 // Go Resubmit takes the scheduled time explicitly (couch_jobs' resubmit/2
-// moved the job to 2^36). An Accept without a maximum scheduled time takes
+// moved the job to 2^36). A worker resubmits its own job with FinishAt,
+// fenced by its lock: Resubmit checks no lock, so Resubmit then Finish run
+// again after their commit would move a job another client had moved
+// since. An Accept without a maximum scheduled time takes
 // the jobs due now, not every job scheduled up to 2^36. Unsubscribe really drops queued events, and
 // WaitState keeps its filter. Every Subscribe returns a new Subscription.
 // There is no activity clock or index per running job: leases per batch,

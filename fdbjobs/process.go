@@ -51,6 +51,32 @@ func (c *Client) Finish(ctx context.Context, tx kv.Transactor, job *Job, data js
 	return errs[0]
 }
 
+// FinishAt ends the worker's hold on job as Finish does, and makes it
+// pending at stime (Unix ms, 0 for no schedule) with data (nil keeps the
+// current data), whether or not it was resubmitted while running: the
+// worker's own resubmit, fenced by its lock. It returns ErrHalt when the
+// worker no longer holds the job, in which case nothing is written. A
+// retry after commit_unknown_result of a FinishAt that committed returns
+// nil and writes nothing, though the job may have moved on since (been
+// resubmitted to another time, taken by another worker): Resubmit then
+// Finish in one transaction would move it back.
+func (c *Client) FinishAt(ctx context.Context, tx kv.Transactor, job *Job, stime int64, data json.RawMessage) error {
+	if err := checkSTime(stime); err != nil {
+		return err
+	}
+	errs, err := c.batch(ctx, tx, []Completion{{Job: job, Data: data}},
+		func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, bool, error) {
+			if r != nil && r.lock.equal(j.lock) {
+				r.resubmit, r.stime = true, stime
+			}
+			return c.finishRow(tr, j, r, data, seen)
+		})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
 // UpdateBatch is Update for many jobs in one transaction. The second result
 // is the transaction's error; otherwise errs[i] is the outcome for items[i]
 // (nil or ErrHalt), and the jobs whose item succeeded were updated.

@@ -321,9 +321,9 @@ func TestIdempotentUnderCommitUnknownResult(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []error{nil, nil}, errs)
 		require.NoError(t, c.Finish(ctx, nil, jobs[2], nil))
-		require.NoError(t, c.Resubmit(ctx, nil, jobs[3], 5, nil))
-		require.NoError(t, c.Finish(ctx, nil, jobs[3], nil))
+		require.NoError(t, c.FinishAt(ctx, nil, jobs[3], 5, nil))
 		require.Equal(t, Pending, b.state(t, t1, jobs[3].ID))
+		require.EqualValues(t, 5, b.stime(t, t1, jobs[3].ID))
 		require.NoError(t, c.Remove(ctx, nil, t1, jobs[4].ID))
 		require.ErrorIs(t, c.Remove(ctx, nil, t1, jobs[4].ID), ErrNotFound)
 		require.ErrorIs(t, c.Finish(ctx, nil, jobs[4], nil), ErrHalt)
@@ -428,6 +428,19 @@ func TestRetryAfterCommitWithProgressInBetween(t *testing.T) {
 		require.NoError(t, c.Finish(b.ctx, nil, job, nil), "the retried Finish recognises its commit")
 		require.Equal(t, Running, b.state(t, t1, j1))
 		require.NoError(t, b.c.Update(b.ctx, nil, job2, nil), "and leaves the new holder alone")
+	})
+	t.Run("FinishAt then resubmitted elsewhere", func(t *testing.T) {
+		// The worker's retry must not move the job back to its own time:
+		// another client (an operator ending a backoff) moved it since.
+		b, c, idb := setupPair(t)
+		b.add(t, t1, j1, "", 0)
+		job := b.accept(t, t1)
+		idb.between = func() { b.add(t, t1, j1, `{"retry":"now"}`, 5) }
+		require.NoError(t, c.FinishAt(b.ctx, nil, job, 1000, raw(`{"retry":"later"}`)))
+		require.Equal(t, Pending, b.state(t, t1, j1))
+		require.EqualValues(t, 5, b.stime(t, t1, j1))
+		require.Equal(t, `{"retry":"now"}`, b.data(t, t1, j1))
+		require.Equal(t, 1, b.count(t, keyPending))
 	})
 	t.Run("Update then removed", func(t *testing.T) {
 		b, c, idb := setupPair(t)

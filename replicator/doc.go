@@ -62,12 +62,12 @@
 //
 //	started    running    Update                        started            -
 //	heartbeat  (kept)     Update                        -                  -
-//	crashed    crashing   Resubmit at RetryAt           crashed, pending   crashes, stops
+//	crashed    crashing   FinishAt RetryAt              crashed, pending   crashes, stops
 //	failed     failed     Finish, then the document     crashed            failed, stops
 //	completed  completed  Finish, then the document     stopped            completed, stops
-//	requeued   pending    Resubmit at fair-share time   stopped, pending   stops
-//	put back   (kept)     Resubmit at scheduled time    -                  stops
-//	parked     parked     Resubmit at its sweep time    stopped            parks, stops
+//	requeued   pending    FinishAt fair-share time      stopped, pending   stops
+//	put back   (kept)     FinishAt scheduled time       -                  stops
+//	parked     parked     FinishAt its sweep time       stopped            parks, stops
 //
 // A crash or a heartbeat of a job that ran HealthThreshold since its last
 // start forgets its errors first (Healed); a crash's backoff grows with

@@ -144,15 +144,14 @@ func (s *Store) FinishJob(ctx context.Context, tr kv.Transaction, job *fdbjobs.J
 }
 
 // ResubmitJob stops the running job job holds and makes it pending at
-// stime (Unix ms) with data d, in tr. A removed job is ErrHalt.
+// stime (Unix ms) with data d, in tr (fdbjobs.Client.FinishAt: a retry
+// of one that committed leaves the job as it is by then). A job no longer
+// held is ErrHalt.
 func (s *Store) ResubmitJob(ctx context.Context, tr kv.Transaction, job *fdbjobs.Job, d *JobData, stime int64) error {
-	if err := s.Jobs.Resubmit(ctx, tr, job, stime, nil); err != nil {
-		if errors.Is(err, fdbjobs.ErrNotFound) {
-			return fmt.Errorf("job removed: %w", fdbjobs.ErrHalt)
-		}
+	if err := s.Jobs.FinishAt(ctx, tr, job, stime, d.Encode()); err != nil {
 		return err
 	}
-	return s.FinishJob(ctx, tr, job, d)
+	return s.reindex(ctx, tr, job.ID)
 }
 
 // reenqueued is the Store's fdbjobs re-enqueue hook: a job the activity

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/replicator"
@@ -270,6 +271,7 @@ func TestDocWrittenRegistersTypeInCallersTransaction(t *testing.T) {
 // a conflict).
 func TestRetryJobAfterUnknownCommitJobStarted(t *testing.T) {
 	eng := simengine.New()
+	eng.Started.Init()
 	cfg := replicatortest.Config()
 	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
 	c := replicatortest.NewCluster(t, 1, eng, cfg)
@@ -294,5 +296,49 @@ func TestRetryJobAfterUnknownCommitJobStarted(t *testing.T) {
 	r, err := p.RetryJob(context.Background(), api.Admin(), id)
 	require.NoError(t, err)
 	require.True(t, r.OK)
+	// The job is marked running before its run starts: wait for the run.
+	for eng.Starts(src) < 2 {
+		testutil.WaitUntil(t, &eng.Started, "the second run", func(string) bool { return true })
+	}
 	require.Equal(t, 2, eng.Starts(src))
+}
+
+// A worker's crash, written again after a commit that reported
+// commit_unknown_result, leaves the job where it is by then: an operator
+// who ended its backoff in between (POST /_scheduler/jobs/{id}/_retry)
+// does not see the job moved back to the end of its backoff by the
+// worker's retry (it stayed pending, for the hour, with no node taking
+// it).
+func TestCrashWrittenAfterUnknownCommitBackoffEnded(t *testing.T) {
+	cfg := replicatortest.Config()
+	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+	c := replicatortest.NewCluster(t, 0, simengine.New(), cfg)
+	ctx := context.Background()
+	c.PutDoc("_replicator", "r", replicatortest.RepDoc("http://h/cs", "http://h/ct", true))
+	id := c.DocJobID("_replicator", "r")
+	job, err := c.Jobs.Accept(ctx, replicator.JobType, fdbjobs.AcceptOptions{})
+	require.NoError(t, err)
+	require.Equal(t, id, job.ID)
+	d, err := replicator.DecodeJobData(job.Data)
+	require.NoError(t, err)
+
+	var retried *replicator.JobData
+	store := replicator.NewStore(retryDB{Database: c.DB, mode: afterCommit, between: func() {
+		var err error
+		retried, err = c.Store.EndBackoff(ctx, id, time.Now(), nil)
+		require.NoError(t, err)
+	}}, c.Jobs, nil)
+	l := replicator.Lifecycle{Store: store, Backoff: func(int, float64) time.Duration { return time.Hour }}
+	_, err = store.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
+		x := d.Clone()
+		return nil, l.Apply(ctx, tr, job, x, replicator.Change{Kind: replicator.Crashed, At: time.Now(), Reason: "boom"})
+	})
+	require.NoError(t, err)
+	require.NotNil(t, retried, "the backoff was ended between the attempts")
+	stime, st := c.JobSTime(id)
+	require.Equal(t, fdbjobs.Pending, st)
+	require.Equal(t, retried.RetryAt, stime, "pending at the time the backoff was ended, not an hour on")
+	got, _, err := c.Store.Job(ctx, nil, id)
+	require.NoError(t, err)
+	require.Equal(t, retried.RetryAt, got.RetryAt)
 }

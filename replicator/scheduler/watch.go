@@ -342,12 +342,7 @@ func (r *watchRun) requeue(ctx context.Context, at time.Time) {
 	wd := r.data()
 	hctx, done := r.job.HoldContext(ctx)
 	defer done()
-	_, err := kv.Transact(hctx, r.n.store.DB, func(tr kv.Transaction) (any, error) {
-		if err := r.n.store.Jobs.Resubmit(hctx, tr, r.job, replicator.Millis(at), nil); err != nil {
-			return nil, err
-		}
-		return nil, r.n.store.Jobs.Finish(hctx, tr, r.job, wd.Encode())
-	})
+	err := r.n.store.Jobs.FinishAt(hctx, r.n.store.DB, r.job, replicator.Millis(at), wd.Encode())
 	if err != nil && !errors.Is(err, fdbjobs.ErrHalt) && ctx.Err() == nil {
 		// The activity monitor puts it back a job timeout later.
 		r.n.Config().Logger.Warn().Err(err).Str("group", wd.Group).Msg("replicator: watch not put back")
