@@ -570,16 +570,13 @@ func (c *Client) JobsAfter(ctx context.Context, tx kv.ReadTransactor, typ, after
 		}
 		out := make([]JobInfo, 0, len(kvs))
 		for _, e := range kvs {
-			t, err := c.k.data.Unpack(e.Key)
-			if err != nil || len(t) != 2 {
-				continue
-			}
-			id, _ := t[1].(string)
-			row, err := decodeRow(e.Value)
+			j, ok, err := c.k.jobInfo(typ, e)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, JobInfo{Type: typ, ID: id, State: row.state, ScheduledTime: row.stime, Data: row.data})
+			if ok {
+				out = append(out, j)
+			}
 		}
 		return out, nil
 	})
@@ -626,16 +623,13 @@ func (c *Client) FoldJobs(ctx context.Context, typ string, fn func(JobInfo) erro
 			for _, e := range kvs {
 				largest = max(largest, len(e.Key)+len(e.Value))
 				out.last = e.Key
-				t, err := c.k.data.Unpack(e.Key)
-				if err != nil || len(t) != 2 {
-					continue
-				}
-				id, _ := t[1].(string)
-				row, err := decodeRow(e.Value)
+				j, ok, err := c.k.jobInfo(typ, e)
 				if err != nil {
 					return batch{}, err
 				}
-				out.jobs = append(out.jobs, JobInfo{Type: typ, ID: id, State: row.state, ScheduledTime: row.stime, Data: row.data})
+				if ok {
+					out.jobs = append(out.jobs, j)
+				}
 			}
 			return out, nil
 		})

@@ -354,6 +354,21 @@ func (k keys) enqueue(tr kv.Transaction, typ, id string, r *row, stime int64) {
 	tr.Set(k.pendingKey(typ, r.shard, stime, id), nil)
 }
 
+// jobInfo decodes e, a DATA row of typ read from a range; ok is false for
+// a key that is not a job's row.
+func (k keys) jobInfo(typ string, e kv.KeyValue) (j JobInfo, ok bool, err error) {
+	t, err := k.data.Unpack(e.Key)
+	if err != nil || len(t) != 2 {
+		return JobInfo{}, false, nil
+	}
+	id, _ := t[1].(string)
+	r, err := decodeRow(e.Value)
+	if err != nil {
+		return JobInfo{}, false, err
+	}
+	return JobInfo{Type: typ, ID: id, State: r.state, ScheduledTime: r.stime, Data: r.data}, true, nil
+}
+
 // decodeRows waits for the DATA reads futs and decodes them, in order;
 // a job that does not exist gives nil.
 func decodeRows(futs []kv.FutureByteSlice) ([]*row, error) {
