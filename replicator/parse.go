@@ -375,8 +375,7 @@ func RedactURL(raw string) string {
 	}
 	if u.User != nil {
 		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "PASSWORDPLACEHOLDER")
-			return strings.Replace(u.String(), "PASSWORDPLACEHOLDER", "*****", 1)
+			return couch.RedactURL(u, u.User.Username())
 		}
 	}
 	return u.String()

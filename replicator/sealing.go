@@ -22,7 +22,7 @@ import (
 
 // Redacted is what reads show in place of a sealed credential; a write
 // that gives it back keeps the credential its replaced revision held.
-const Redacted = "*****"
+const Redacted = couch.Redacted
 
 // DocScope is the sealing scope of a _replicator document's credentials.
 func DocScope(db, docID string) string { return "doc\x00" + db + "\x00" + docID }

@@ -36,11 +36,7 @@ func (e EndpointSpec) Redacted() string {
 	if err != nil {
 		return ""
 	}
-	if e.Username != "" {
-		u.User = url.UserPassword(e.Username, "PASSWORDPLACEHOLDER")
-		return strings.Replace(u.String(), "PASSWORDPLACEHOLDER", "*****", 1)
-	}
-	return u.String()
+	return couch.RedactURL(u, e.Username)
 }
 
 // Spec is a parsed, validated replication: what a _replicator document or

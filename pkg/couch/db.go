@@ -250,7 +250,7 @@ func (db *DB) requestURL(r Request) *url.URL {
 func (db *DB) redactedPath(r Request) string {
 	u := db.requestURL(r)
 	u.RawQuery = ""
-	return redactURL(u, db.ep.Username)
+	return RedactURL(u, db.ep.Username)
 }
 
 // do runs the retry loop. With readAll the 2xx body is read (and a failed

@@ -203,7 +203,7 @@ func (e Endpoint) Redacted() string {
 	if e.URL == nil {
 		return ""
 	}
-	return redactURL(e.URL, e.Username)
+	return RedactURL(e.URL, e.Username)
 }
 
 // String is Redacted, so formatting an Endpoint never prints the password.
@@ -212,8 +212,9 @@ func (e Endpoint) String() string { return e.Redacted() }
 // GoString is Redacted too (for %#v).
 func (e Endpoint) GoString() string { return "couch.Endpoint(" + e.Redacted() + ")" }
 
-// redactURL prints u with user (if any) and a ***** password.
-func redactURL(u *url.URL, user string) string {
+// RedactURL prints u for messages and logs: the user info it has replaced
+// by user (none when user is empty) with the password Redacted.
+func RedactURL(u *url.URL, user string) string {
 	c := *u
 	c.User = nil
 	s := c.String()
@@ -221,5 +222,5 @@ func redactURL(u *url.URL, user string) string {
 		return s
 	}
 	scheme, rest, _ := strings.Cut(s, "://")
-	return scheme + "://" + url.User(user).String() + ":*****@" + rest
+	return scheme + "://" + url.User(user).String() + ":" + Redacted + "@" + rest
 }

@@ -167,10 +167,10 @@ func (o Options) Validate() error {
 		switch o.Proxy.Scheme {
 		case "http", "https", "socks5":
 		default:
-			return invalidOptions("proxy %q: scheme must be http, https or socks5", redactURL(o.Proxy, o.Proxy.User.Username()))
+			return invalidOptions("proxy %q: scheme must be http, https or socks5", RedactURL(o.Proxy, o.Proxy.User.Username()))
 		}
 		if o.Proxy.Host == "" {
-			return invalidOptions("proxy %q has no host", redactURL(o.Proxy, o.Proxy.User.Username()))
+			return invalidOptions("proxy %q has no host", RedactURL(o.Proxy, o.Proxy.User.Username()))
 		}
 	}
 	return nil
@@ -180,7 +180,7 @@ func (o Options) Validate() error {
 func (o Options) String() string {
 	proxy := ""
 	if o.Proxy != nil {
-		proxy = redactURL(o.Proxy, o.Proxy.User.Username())
+		proxy = RedactURL(o.Proxy, o.Proxy.User.Username())
 	}
 	return fmt.Sprintf("{HTTPConnections:%d ConnectionTimeout:%v RetriesPerRequest:%d RequestTimeout:%v RetryWait:%v "+
 		"RetryWaitMax:%v RetryTimeLimit:%v IdleConnTimeout:%v UserAgent:%q Proxy:%q TLS:%t Auth:%v "+
