@@ -392,6 +392,12 @@ func (s *soak) opCancel() {
 	s.pump()
 	switch {
 	case err == nil && status == http.StatusOK:
+	case err == nil && status == http.StatusNotFound && p.answered.IsZero() && p.v.created.IsZero():
+		// The cancel came before its POST, still waiting, added the job:
+		// nothing was cancelled, and the POST goes on.
+		s.logOp("cancel POST /_replicate #%d (%s): 404, before its job was added", p.n, p.v.key)
+		s.stats["cancel before its job"]++
+		return
 	case err == nil && status == http.StatusNotFound && (!p.v.failed.IsZero() || p.cut && p.v.created.IsZero()):
 		// it failed, or its POST was cut by a kill before its job was added
 	default:
