@@ -72,6 +72,12 @@ type ReplicateResult struct {
 	// Tag and Reason describe a failure: CouchDB's error class
 	// ("db_not_found", "unauthorized", ...) and its reason.
 	Tag, Reason string
+	// Stopped, for a cancelled replication that was running, is its
+	// run's final counters as its node reported them once the run had
+	// stopped, every write it sent answered; nil when it was not running,
+	// or when its node did not report in time (Unconfirmed says why).
+	Stopped     *Stats
+	Unconfirmed string
 }
 
 // ParsedDoc is a replication document as the control plane parsed it

@@ -43,7 +43,10 @@
 //   - Processing: Accept and AcceptBatch (blocking with a timeout, woken
 //     by a watch within milliseconds of an Add), Update, Finish, FinishAt
 //     (Finish that leaves the job pending at a time of the worker's: its
-//     own resubmit, fenced), Resubmit, UpdateBatch and FinishBatch.
+//     own resubmit, fenced), Resubmit, UpdateBatch and FinishBatch;
+//     WatchHold (whether the worker still holds its job, and a watch on
+//     its row: a worker hears within milliseconds that its job was
+//     removed or taken, instead of at its next Update).
 //   - Subscriptions: Subscribe, Subscription.Wait / WaitState / Unsubscribe,
 //     WaitAny. They work from any node, not only the one running the job.
 //   - Services: Client.Start / Stop run one activity monitor per type and,

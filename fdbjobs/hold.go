@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
 // HoldFraction divides the type timeout into the time a worker may act on
@@ -85,4 +87,26 @@ func (j *Job) Renewing() (done func(committed bool)) {
 			h.from = start
 		}
 	}
+}
+
+// WatchHold reads, in tr, whether the worker still holds job as far as
+// the store says: its row exists, runs, and carries the lock of job's
+// Accept. If it does, it also sets a watch on the row, which fires once tr
+// has committed and the row changes: the job removed, re-enqueued, taken
+// by another worker, resubmitted or finished, and also updated by the
+// worker itself. A worker that follows its job this way, calling
+// WatchHold again in a new transaction each time the watch fires, hears
+// that the job was taken from it within the watch's latency (milliseconds)
+// instead of at its next Update: held false is the answer Update would
+// give as ErrHalt (see doc.go, "Holding a job"). A job that did not come
+// from Accept is never held. The watch is nil when held is false.
+func (c *Client) WatchHold(tr kv.Transaction, job *Job) (watch kv.FutureNil, held bool, err error) {
+	if job == nil || !job.lock.held() {
+		return nil, false, nil
+	}
+	r, err := c.k.readRow(tr, job.Type, job.ID)
+	if err != nil || r == nil || r.state != Running || !r.lock.equal(job.lock) {
+		return nil, false, err
+	}
+	return tr.Watch(c.k.dataKey(job.Type, job.ID)), true, nil
 }

@@ -118,7 +118,14 @@ func replicateReply(res api.ReplicateResult) (int, any) {
 	case api.Running:
 		return http.StatusAccepted, map[string]any{"ok": true, "_local_id": res.LocalID}
 	case api.Cancelled:
-		return http.StatusOK, map[string]any{"ok": true, "_local_id": res.LocalID}
+		m := map[string]any{"ok": true, "_local_id": res.LocalID}
+		if res.Stopped != nil {
+			m["stats"] = res.Stopped
+		}
+		if res.Unconfirmed != "" {
+			m["stop_unconfirmed"] = res.Unconfirmed
+		}
+		return http.StatusOK, m
 	case api.Completed:
 		m := map[string]json.RawMessage{}
 		if len(res.Checkpoint) > 0 {

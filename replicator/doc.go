@@ -257,8 +257,9 @@
 // Deleting a _replicator database (UnregisterDB, in the deletion's
 // transaction) clears its registration, so its documents leave the views
 // at once and a database re-created under the name gets a new identity,
-// and marks it (18). Its running jobs stop at their next heartbeat
-// (UpdateJob halts them with ErrDBDeleted; a node that accepts one
+// and marks it (18). Its running jobs stop as soon as their nodes hear of
+// it (WatchRun's watch on the registration; at the latest at their next
+// heartbeat, where UpdateJob halts them with ErrDBDeleted; a node that accepts one
 // removes it), a finishing one writes nothing into the new database's
 // document (OwnsDoc), and a new job does not count it as holding its
 // replication id. Every node's interval step removes the jobs of marked

@@ -35,6 +35,10 @@ type Engine interface {
 // Run is one execution of a replication (see engine.Run).
 type Run interface {
 	Stop(ctx context.Context) error
+	// Halt ends the run without a final checkpoint, starting no write
+	// after it is called and letting those in flight finish until ctx
+	// ends (engine.Run.Halt).
+	Halt(ctx context.Context) error
 	Wait() (engine.Result, error)
 	Done() <-chan struct{}
 	Progress() engine.Stats

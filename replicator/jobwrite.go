@@ -133,6 +133,33 @@ func (s *Store) UpdateJob(ctx context.Context, tr kv.Transaction, job *fdbjobs.J
 	return s.index(tr, []indexedJob{{id: job.ID, st: fdbjobs.Running, d: d}})
 }
 
+// WatchRun reads, in tr, whether the worker of the running job job (whose
+// data is d) may still run it: it holds the job (fdbjobs WatchHold) and,
+// for a document's job, the job's database is still the one it belongs
+// to (OwnsDoc). If so it sets watches that fire, once tr has committed,
+// when either changes: the job's row (removed, replaced, re-enqueued,
+// taken over, or written by the worker itself) or the database's
+// registration (deleted, re-created). A worker waits on them to stop
+// within the watches' latency when its replication is deleted or
+// cancelled, rather than at its next heartbeat (UpdateJob would halt it
+// then, ErrHalt).
+func (s *Store) WatchRun(tr kv.Transaction, job *fdbjobs.Job, d *JobData) (watches []kv.FutureNil, ok bool, err error) {
+	w, held, err := s.Jobs.WatchHold(tr, job)
+	if err != nil || !held {
+		return nil, false, err
+	}
+	watches = append(watches, w)
+	if !d.Transient() {
+		owns, err := s.OwnsDoc(tr, d)
+		if err != nil || !owns {
+			w.Cancel()
+			return nil, false, err
+		}
+		watches = append(watches, tr.Watch(s.dbKey(d.DBName)))
+	}
+	return watches, true, nil
+}
+
 // FinishJob ends the worker's hold on job with data d (fdbjobs Finish:
 // finished, or pending again if it was resubmitted while running) and
 // indexes the job as it then stands, in tr.

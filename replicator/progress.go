@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -25,6 +26,10 @@ type Progress struct {
 	Stats engine.Stats `json:"stats"`
 	// Sync is the run's engine.Sync at At (nil from older versions).
 	Sync *engine.Sync `json:"sync,omitempty"`
+	// Ended marks the final counters of a run that stopped because its
+	// job was removed (its replication deleted or cancelled): what the
+	// target took, every write of the run answered (RunEnd).
+	Ended bool `json:"ended,omitempty"`
 }
 
 // ProgressWrite is one change of WriteProgress: the progress of the run
@@ -95,6 +100,51 @@ func (s *Store) WriteProgress(ctx context.Context, writes []ProgressWrite) error
 		ordered, vals = ordered[n:], vals[n:]
 	}
 	return nil
+}
+
+// RunEndWaitDefault bounds how long RunEnd waits for the final counters of
+// a removed job's run: the run's node hears of the removal within the
+// store's watch latency and lets its writes in flight finish (at most
+// 5 s, the scheduler's halt grace) before it stores them.
+const RunEndWaitDefault = 10 * time.Second
+
+// RunEnd waits, until ctx ends, for the final counters of the run
+// (node, start) of job jobID, which the caller removed while it ran: the
+// node that ran it stores them once the run has stopped (Progress.Ended).
+// It takes them (removes the value) and returns them; nil when ctx ended
+// first (the node dead or cut off from the store: its run stops when its
+// hold lapses, and nothing is stored).
+func (s *Store) RunEnd(ctx context.Context, jobID, node string, start int64) (*engine.Stats, error) {
+	key := s.progressKey(jobID, node, start)
+	for {
+		type got struct {
+			p     *Progress
+			watch kv.FutureNil
+		}
+		g, err := kv.Transact(ctx, s.DB, func(tr kv.Transaction) (got, error) {
+			v, err := tr.Get(key).Get()
+			if err != nil {
+				return got{}, err
+			}
+			var p Progress
+			if v != nil && json.Unmarshal(v, &p) == nil && p.Ended {
+				tr.Clear(key)
+				return got{p: &p}, nil
+			}
+			return got{watch: tr.Watch(key)}, nil
+		})
+		switch {
+		case ctx.Err() != nil:
+			return nil, nil
+		case err != nil:
+			return nil, err
+		case g.p != nil:
+			return &g.p.Stats, nil
+		}
+		if _, err := kv.Await(ctx, g.watch); err != nil && ctx.Err() == nil {
+			return nil, err
+		}
+	}
 }
 
 // overlayProgress reads, in tr, the progress of the running jobs among

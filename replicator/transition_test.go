@@ -79,21 +79,7 @@ func TestTransitions(t *testing.T) {
 			s, jobs, kdb := setupStore(t)
 			docs := &docCalls{}
 			l := Lifecycle{Store: s, Docs: docs, MaxHistory: 10, HealthThreshold: time.Hour, Backoff: backoff}
-			var id string
-			_, err := kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
-				uuid, err := s.DBUUID(tr, db)
-				if err != nil {
-					return nil, err
-				}
-				id = DocJobID(uuid, doc)
-				d := &JobData{DBName: db, DBUUID: uuid, DocID: doc, State: StatePending, StartTime: 1_000_000}
-				return nil, s.AddJob(ctx, tr, id, nil, d, 1_000, time.Hour)
-			})
-			require.NoError(t, err)
-			job, err := jobs.Accept(ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: 2_000})
-			require.NoError(t, err)
-			d, err := DecodeJobData(job.Data)
-			require.NoError(t, err)
+			id, job, d := acceptDocJob(t, s, jobs, kdb, db, doc)
 			apply := func(c Change) {
 				// Each attempt starts from d, as a worker's does.
 				x, err := kv.Transact(ctx, kdb, func(tr kv.Transaction) (*JobData, error) {
@@ -147,6 +133,33 @@ func TestTransitions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A job whose database was deleted and re-created under the same name
+// while it ran (its node did not notice: no watch, no heartbeat) completes
+// without writing its state into the new database's document of the same
+// id: Lifecycle writes a terminal state only while the document is its
+// job's (OwnsDoc).
+func TestTerminalStateSkipsRecreatedDatabase(t *testing.T) {
+	const db, doc = "g/_replicator", "zz"
+	ctx := context.Background()
+	s, jobs, kdb := setupStore(t)
+	docs := &docCalls{}
+	l := Lifecycle{Store: s, Docs: docs, MaxHistory: 10, HealthThreshold: time.Hour}
+	_, job, d := acceptDocJob(t, s, jobs, kdb, db, doc)
+	_, err := kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
+		if _, err := s.UnregisterDB(tr, db); err != nil {
+			return nil, err
+		}
+		_, err := s.DBUUID(tr, db) // re-created: a new identity
+		return nil, err
+	})
+	require.NoError(t, err)
+	_, err = kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
+		return nil, l.Apply(ctx, tr, job, d.Clone(), Change{Kind: Completed, At: time.UnixMilli(5_000_000)})
+	})
+	require.NoError(t, err)
+	require.Empty(t, docs.calls, "the new database's document got the old job's state")
 }
 
 // A job forgets its errors at a heartbeat or a crash once it has run
@@ -282,6 +295,29 @@ func TestUnwatched(t *testing.T) {
 
 // setupStore returns a Store on a fresh store with its types registered
 // (job timeout an hour), its job layer client and the store.
+// acceptDocJob adds the pending job of document doc of database db
+// (scheduled at 1,000) and accepts it: its id, the held job and its data.
+func acceptDocJob(t *testing.T, s *Store, jobs *fdbjobs.Client, kdb kv.Database, db, doc string) (string, *fdbjobs.Job, *JobData) {
+	t.Helper()
+	ctx := context.Background()
+	var id string
+	_, err := kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
+		uuid, err := s.DBUUID(tr, db)
+		if err != nil {
+			return nil, err
+		}
+		id = DocJobID(uuid, doc)
+		d := &JobData{DBName: db, DBUUID: uuid, DocID: doc, State: StatePending, StartTime: 1_000_000}
+		return nil, s.AddJob(ctx, tr, id, nil, d, 1_000, time.Hour)
+	})
+	require.NoError(t, err)
+	job, err := jobs.Accept(ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: 2_000})
+	require.NoError(t, err)
+	d, err := DecodeJobData(job.Data)
+	require.NoError(t, err)
+	return id, job, d
+}
+
 func setupStore(t *testing.T) (*Store, *fdbjobs.Client, kv.Database) {
 	t.Helper()
 	kdb := kvtest.NewDB(t)

@@ -248,17 +248,19 @@ func TestReplicateTenThousandInATerminal(t *testing.T) {
 // replication on the cluster: a continuous one (cancelled by its id) and a
 // one-shot one held up by a source whose changes feed stalls (cancelled by
 // its specification). The client cancels it with POST /_replicate
-// "cancel": true and exits with ExitInterrupted; the job is gone.
+// "cancel": true and exits with ExitInterrupted; the job is gone, and the
+// summary counts what the target took (the cancel's answer carries the
+// run's final counters).
 func TestReplicateCtrlCCancelsOnTheCluster(t *testing.T) {
 	f := newClientFixture(t, 20)
 	stalled := couchtest.NewFaultProxy(t, f.peer.URL(), couchtest.FaultConfig{RateStall: 1, Stall: 10 * time.Minute,
 		Match: func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/_changes") }})
 	for _, tc := range []struct {
-		name string
-		args []string
+		name, tgt string
+		args      []string
 	}{
-		{"continuous", []string{"-continuous", f.peer.AuthDBURL("src"), f.peer.AuthDBURL("tgt")}},
-		{"one-shot", []string{stalled.URL() + "/src", f.peer.AuthDBURL("tgt2")}},
+		{"continuous", "tgt", []string{"-continuous", f.peer.AuthDBURL("src"), f.peer.AuthDBURL("tgt")}},
+		{"one-shot", "tgt2", []string{stalled.URL() + "/src", f.peer.AuthDBURL("tgt2")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startCLI(t, f.bin, f.env(t), true, append([]string{"replicate", "-cluster", f.node.base, "-user", nodeAdmin,
@@ -272,8 +274,10 @@ func TestReplicateCtrlCCancelsOnTheCluster(t *testing.T) {
 			code, out := p.wait(t)
 			require.Equal(t, 130, code, out)
 			requireNoSecrets(t, out)
-			require.Contains(t, out, "Interrupted: the replication was cancelled on the cluster.")
+			require.Contains(t, out, "Interrupted: the replication was cancelled on the cluster and its run stopped.")
 			require.Contains(t, out, "Replication cancelled after")
+			require.Equal(t, int64(len(f.peer.AllDocs(t, tc.tgt, false))), summaryCount(t, out, "docs written"),
+				"the summary counts what the target took")
 			r = testutil.Do(t, "GET", f.node.base+"/_scheduler/jobs", f.node.adm, nil)
 			require.Equal(t, float64(0), r.Body["total_rows"], "the job is gone: %s", r.Raw)
 		})

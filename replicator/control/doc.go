@@ -11,7 +11,8 @@
 // transaction that stores the document, turned into a job (DocWritten,
 // DocDeleted): the document and its job commit together. An update that
 // leaves the replication unchanged leaves its job alone; a changed one
-// replaces the job, halting a running one at its next heartbeat, and is
+// replaces the job, halting a running one as soon as its node hears of
+// it (within the store's watch latency), and is
 // reported as restarted so that the document loses its stale
 // "_replication_*" fields. A document that arrives marked "completed" or
 // "failed" and has no job (replicated or restored from another server) is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
@@ -157,8 +158,9 @@ func (p *Plane) cancel(ctx context.Context, req *replicator.Request, user replic
 	// retry finds the job gone and gives the same answer (cancelled, not
 	// missing).
 	var done *api.ReplicateResult
+	var ran *replicator.JobData // the job's data, if it was running
 	o, err := kv.Transact(ctx, p.store.DB, func(tr kv.Transaction) (api.ReplicateResult, error) {
-		d, _, err := p.store.Job(ctx, tr, jobID)
+		d, st, err := p.store.Job(ctx, tr, jobID)
 		if err != nil {
 			return api.ReplicateResult{}, err
 		}
@@ -182,12 +184,42 @@ func (p *Plane) cancel(ctx context.Context, req *replicator.Request, user replic
 		if local == "" {
 			local = jobID
 		}
+		ran = nil
+		if st == fdbjobs.Running && d.State == replicator.StateRunning {
+			ran = d
+		}
 		done = &api.ReplicateResult{Outcome: api.Cancelled, LocalID: local}
 		return *done, nil
 	})
-	if err == nil {
-		p.m.Inc(replicator.MetricJobsRemoves)
-		p.cfg.Logger.Info().Str("job_id", jobID).Str("user", user.Name).Msg("replication cancelled by POST /_replicate")
+	if err != nil {
+		return o, err
 	}
-	return o, err
+	p.m.Inc(replicator.MetricJobsRemoves)
+	p.cfg.Logger.Info().Str("job_id", jobID).Str("user", user.Name).Msg("replication cancelled by POST /_replicate")
+	if ran != nil {
+		o.Stopped, o.Unconfirmed = p.runEnd(ctx, jobID, ran)
+	}
+	return o, nil
+}
+
+// runEnd waits, up to replicator.RunEndWaitDefault, for the final counters
+// of the run of the cancelled job jobID (whose data was d): its node
+// hears of the removal, lets the writes it sent finish and reports them,
+// so that the answer says what the replication wrote, and nothing is
+// written after it. Without them (the node dead or cut off, or ctx ended)
+// it says why not.
+func (p *Plane) runEnd(ctx context.Context, jobID string, d *replicator.JobData) (*api.Stats, string) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := p.cfg.Clock.AfterFunc(replicator.RunEndWaitDefault, cancel)
+	defer t.Stop()
+	s, err := p.store.RunEnd(wctx, jobID, d.Node, d.LastStart)
+	switch {
+	case s != nil:
+		return s, ""
+	case err != nil:
+		return nil, "the stop of its run could not be confirmed: " + err.Error()
+	}
+	return nil, fmt.Sprintf("node %s did not confirm the stop of its run within %s: if it is cut off from the store, "+
+		"the run stops when its hold on the job lapses", d.Node, replicator.RunEndWaitDefault)
 }

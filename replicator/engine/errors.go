@@ -60,4 +60,9 @@ var (
 
 	// ErrStopped is the cause given to work cancelled by Run.Stop.
 	ErrStopped = errors.New("replication stopped")
+
+	// ErrHalted is the error of a run ended by Run.Halt: its job is no
+	// longer the caller's, and the run stopped without a final
+	// checkpoint.
+	ErrHalted = errors.New("replication halted")
 )

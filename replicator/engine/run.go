@@ -121,6 +121,11 @@ type Run struct {
 	stopMu   sync.Mutex
 	stopCtx  context.Context
 
+	haltOnce sync.Once
+	haltCh   chan struct{} // closed by Halt
+	halting  context.Context
+	halt     context.CancelFunc // ends halting
+
 	// Set during setup, read-only afterwards.
 	src, tgt *peer
 	baseID   string
@@ -149,15 +154,19 @@ func Start(ctx context.Context, rep Replication, opts Options) *Run {
 		opts.Clock = clockwork.NewRealClock()
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
+	halting, halt := context.WithCancel(context.Background())
 	r := &Run{
-		rep:    rep.WithDefaults(),
-		opts:   opts,
-		log:    opts.Logger.With().Fields(opts.LogFields).Logger(),
-		ctx:    runCtx,
-		cancel: cancel,
-		done:   make(chan struct{}),
-		stopCh: make(chan struct{}),
-		ready:  make(chan struct{}),
+		rep:     rep.WithDefaults(),
+		opts:    opts,
+		log:     opts.Logger.With().Fields(opts.LogFields).Logger(),
+		ctx:     runCtx,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		stopCh:  make(chan struct{}),
+		haltCh:  make(chan struct{}),
+		halting: halting,
+		halt:    halt,
+		ready:   make(chan struct{}),
 	}
 	r.health = newHealth(opts.Clock, r.rep.DocIDs != nil || len(r.rep.Selector) > 0 || r.rep.Filter != "")
 	go r.run()
@@ -199,6 +208,33 @@ func (r *Run) Stop(ctx context.Context) error {
 	}
 	return r.err
 }
+
+// Halt ends the run at once, without a final checkpoint, for a job that is
+// no longer the caller's (its replication deleted or cancelled, or the job
+// taken over): the changes feed and every read in flight are cancelled
+// now, and no write to the target starts after Halt is called. Writes
+// already sent (a _bulk_docs, a document's PUT) are left to finish until
+// ctx ends, when they are cut too: so, unless ctx ended first, the
+// counters Progress returns after Halt count exactly the documents the
+// target took. It returns once the run has ended, with Wait's error
+// (wrapping ErrHalted, unless the run had ended by itself first). Halt may
+// be called more than once, concurrently, and with Stop.
+func (r *Run) Halt(ctx context.Context) error {
+	r.haltOnce.Do(func() {
+		close(r.haltCh)
+		r.halt()
+	})
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		r.cancel(ErrHalted)
+		<-r.done
+	}
+	return r.err
+}
+
+// halted reports whether Halt was called.
+func (r *Run) halted() bool { return closed(r.haltCh) }
 
 // ID returns the replication's base and full id once setup has computed
 // them; ok is false before that (or if setup failed).
@@ -273,6 +309,7 @@ func (r *Run) failure() error {
 func (r *Run) run() {
 	defer close(r.done)
 	defer r.cancel(nil)
+	defer r.halt() // releases halting's resources; Halt reads haltCh
 	defer func() {
 		for _, p := range []*peer{r.src, r.tgt} {
 			if p != nil {
@@ -288,6 +325,8 @@ func (r *Run) run() {
 		select {
 		case <-r.stopCh:
 			setupCancel(ErrStopped)
+		case <-r.haltCh:
+			setupCancel(ErrHalted)
 		case <-setupDone:
 		}
 	}()
@@ -300,6 +339,8 @@ func (r *Run) run() {
 		switch {
 		case r.ctx.Err() != nil:
 			err = r.abortError()
+		case stopped && r.halted():
+			err = fmt.Errorf("%w: during setup", ErrHalted)
 		case stopped:
 			err = fmt.Errorf("%w: during setup", ErrStopped)
 		}
@@ -403,6 +444,7 @@ func (r *Run) setup(ctx context.Context) error {
 	r.changes = newChangesReader(r.rep, r.src, seq, inlineDocs, r.opts.Clock, r.log)
 	r.changes.health = r.health
 	r.workers = &workers{rep: r.rep, src: r.src, tgt: r.tgt, changes: r.changes, stats: &r.stats, stop: r.stopCh,
+		halt: r.haltCh, halting: r.halting,
 		clock: r.opts.Clock, log: r.log, inlineDocs: inlineDocs, maxBulkBytes: bulkDocsMaxBytesDefault,
 		perWorkerConn: max(1, r.rep.HTTPConnections/r.rep.WorkerProcesses),
 		tuning:        newTuning(r.opts.Clock, startTime, missingRatio)}
@@ -462,6 +504,9 @@ func (r *Run) replicate() error {
 		if err := r.ctx.Err(); err != nil {
 			return r.abortError()
 		}
+		if r.halted() {
+			return ErrHalted
+		}
 		if closed(r.stopCh) {
 			return r.stoppedCheckpoint(r.stopContext())
 		}
@@ -472,6 +517,16 @@ func (r *Run) replicate() error {
 			return err
 		}
 		return nil
+	case <-r.haltCh:
+		// Workers take no batch, and start no write, from now on; the
+		// writes in flight end by themselves, or when Halt's context
+		// ends (r.ctx).
+		feedCancel()
+		join()
+		if err := r.failure(); err != nil && !errors.Is(err, ErrHalted) {
+			return err
+		}
+		return ErrHalted
 	case <-r.stopCh:
 		feedCancel()
 		stopCtx := r.stopContext()
@@ -480,10 +535,14 @@ func (r *Run) replicate() error {
 		case <-stopCtx.Done():
 			runCancel(ErrStopped)
 		case <-runCtx.Done():
+		case <-r.haltCh:
 		}
 		join()
-		if err := r.failure(); err != nil && !errors.Is(err, ErrStopped) {
+		if err := r.failure(); err != nil && !errors.Is(err, ErrStopped) && !errors.Is(err, ErrHalted) {
 			return err
+		}
+		if r.halted() {
+			return ErrHalted
 		}
 		if stopCtx.Err() != nil {
 			return fmt.Errorf("%w: %w", ErrStopped, stopCtx.Err())
@@ -506,7 +565,9 @@ func (r *Run) spawn(wg *sync.WaitGroup, ctx context.Context, cancel context.Canc
 	go func() {
 		defer wg.Done()
 		err := safely(&r.log, f)
-		if err != nil && (ctx.Err() == nil || errors.Is(err, ErrInternal)) {
+		// A role cut short by a halt (a read cancelled, a write not
+		// started) ended as asked.
+		if err != nil && (errors.Is(err, ErrInternal) || (ctx.Err() == nil && !r.halted())) {
 			r.fail(err, cancel)
 		}
 	}()

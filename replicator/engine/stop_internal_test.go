@@ -87,7 +87,7 @@ func TestFetchOneRetries(t *testing.T) {
 			w := newTestWorkers(Replication{}, ft)
 			w.rep.RetriesPerRequest = 2
 			err := throughWaits(t, ft, func(c clockwork.Clock) { w.clock = c }, func(ctx context.Context) error {
-				return w.fetchOne(ctx, "a", []string{"1-x"}, nil, &batchWriter{w: w})
+				return w.fetchOne(ctx, "a", []string{"1-x"}, nil, &batchWriter{w: w, ctx: ctx})
 			}, tc.waits...)
 			require.ErrorIs(t, err, ErrOpenRevs)
 			require.Len(t, ft.requests(), tc.requests)

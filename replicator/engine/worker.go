@@ -40,8 +40,12 @@ type workers struct {
 	changes  *changesReader
 	stats    *counters
 	stop     <-chan struct{} // closed by Run.Stop: take no more batches
-	clock    clockwork.Clock
-	log      zerolog.Logger
+	// halt is closed by Run.Halt: take no more batches and start no
+	// write; halting ends with it, and cancels a batch's reads.
+	halt    <-chan struct{}
+	halting context.Context
+	clock   clockwork.Clock
+	log     zerolog.Logger
 	// inlineDocs is set for a full replication into an empty target, where
 	// every document is missing: the changes feed carries the documents
 	// (include_docs=true), and first revisions (single leaf, "1-", no
@@ -128,7 +132,7 @@ func (w *workers) work(ctx context.Context) error {
 func (w *workers) nextBatch(ctx context.Context) ([]change, uint64, bool) {
 	w.batchMu.Lock()
 	defer w.batchMu.Unlock()
-	if closed(w.stop) {
+	if closed(w.stop) || closed(w.halt) {
 		return nil, 0, false
 	}
 	var first change
@@ -141,6 +145,8 @@ func (w *workers) nextBatch(ctx context.Context) ([]change, uint64, bool) {
 	case <-ctx.Done():
 		return nil, 0, false
 	case <-w.stop:
+		return nil, 0, false
+	case <-w.halt:
 		return nil, 0, false
 	}
 	rows := []change{first}
@@ -159,8 +165,17 @@ fill:
 	return rows, w.changes.tracker.begin(rows[len(rows)-1].Seq, len(rows)), true
 }
 
-// processBatch replicates one batch: _revs_diff, fetch, write.
+// processBatch replicates one batch: _revs_diff, fetch, write. Its
+// writes run on ctx; its reads end also when the run is halted
+// (Run.Halt), after which no write starts (errHalted).
 func (w *workers) processBatch(ctx context.Context, rows []change) error {
+	b := &batchWriter{w: w, ctx: ctx}
+	if w.halting != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(w.halting, cancel)()
+	}
 	revs := map[string][]string{}
 	var ids []string
 	checked := 0
@@ -210,7 +225,6 @@ func (w *workers) processBatch(ctx context.Context, rows []change) error {
 		return nil
 	}
 
-	b := &batchWriter{w: w}
 	if w.inlineDocs {
 		inline := map[string]json.RawMessage{}
 		for _, c := range rows {
@@ -228,7 +242,7 @@ func (w *workers) processBatch(ctx context.Context, rows []change) error {
 			if d == nil {
 				continue
 			}
-			if err := b.add(ctx, d); err != nil {
+			if err := b.add(d); err != nil {
 				return err
 			}
 			delete(missing, id)
@@ -240,7 +254,7 @@ func (w *workers) processBatch(ctx context.Context, rows []change) error {
 		return err
 	}
 	fetched := w.clock.Now()
-	if err := b.flush(ctx); err != nil {
+	if err := b.flush(); err != nil {
 		return err
 	}
 	w.log.Debug().Int("rows", len(rows)).Int("missing", found).Bool("revs_diff_skipped", skipped).
@@ -319,7 +333,7 @@ func (w *workers) fetchAndWrite(ctx context.Context, ids []string, missing map[s
 		for _, id := range sortedKeys(kept) {
 			for _, d := range kept[id] {
 				n++
-				if err := b.add(ctx, d); err != nil {
+				if err := b.add(d); err != nil {
 					return err
 				}
 			}
@@ -413,7 +427,7 @@ func (w *workers) fetchOne(ctx context.Context, id string, revs, attsSince []str
 		}
 		w.stats.docsRead.Add(int64(len(docs)))
 		for _, d := range docs {
-			if err := b.add(ctx, d); err != nil {
+			if err := b.add(d); err != nil {
 				return err
 			}
 		}

@@ -45,17 +45,26 @@ func firstRevision(body json.RawMessage, id, rev string) *doc {
 // batchWriter collects a batch's documents: plain documents go to a
 // _bulk_docs buffer (flushed when it grows past maxBulkBytes), design
 // documents and documents with attachment bodies are written at once with
-// a PUT each.
+// a PUT each. Its writes run on ctx, the batch's, which a halt does not
+// end: a write sent finishes; none starts after the halt (errHalted).
 type batchWriter struct {
 	w     *workers
+	ctx   context.Context
 	mu    sync.Mutex
 	docs  []json.RawMessage
 	bytes int
 }
 
-func (b *batchWriter) add(ctx context.Context, d *doc) error {
+// errHalted is the error of a write that a halt (Run.Halt) kept from
+// starting.
+var errHalted = fmt.Errorf("%w: no write starts after a halt", ErrHalted)
+
+func (b *batchWriter) add(d *doc) error {
+	if closed(b.w.halt) {
+		return errHalted
+	}
 	if d.hasAttachments() || strings.HasPrefix(d.ID, "_design/") {
-		return b.w.writeOne(ctx, d)
+		return b.w.writeOne(b.ctx, d)
 	}
 	b.mu.Lock()
 	b.docs = append(b.docs, d.Body)
@@ -66,12 +75,12 @@ func (b *batchWriter) add(ctx context.Context, d *doc) error {
 	}
 	b.mu.Unlock()
 	if batch != nil {
-		return b.w.writeBulk(ctx, batch)
+		return b.w.writeBulk(b.ctx, batch)
 	}
 	return nil
 }
 
-func (b *batchWriter) flush(ctx context.Context) error {
+func (b *batchWriter) flush() error {
 	b.mu.Lock()
 	batch := b.docs
 	b.docs, b.bytes = nil, 0
@@ -79,7 +88,7 @@ func (b *batchWriter) flush(ctx context.Context) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	return b.w.writeBulk(ctx, batch)
+	return b.w.writeBulk(b.ctx, batch)
 }
 
 // writeBulk writes documents with _bulk_docs. Per-document errors count as
@@ -87,6 +96,9 @@ func (b *batchWriter) flush(ctx context.Context) error {
 // a failure); 401/403 refuse the whole batch, counted as failures; other
 // statuses stop the run.
 func (w *workers) writeBulk(ctx context.Context, docs []json.RawMessage) error {
+	if closed(w.halt) {
+		return errHalted
+	}
 	failed, err := w.tgt.bulkDocs(ctx, docs)
 	switch st := statusOf(err); {
 	case err == nil:
@@ -128,6 +140,9 @@ func (w *workers) writeBulk(ctx context.Context, docs []json.RawMessage) error {
 // doc_write_failures; 412 missing_stub refetches the document once with all
 // its attachments; anything else stops the run.
 func (w *workers) writeOne(ctx context.Context, d *doc) error {
+	if closed(w.halt) {
+		return errHalted
+	}
 	err := w.tgt.putDoc(ctx, d, newSessionID())
 	st := statusOf(err)
 	switch {

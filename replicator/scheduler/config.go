@@ -50,11 +50,17 @@ const (
 	// checkpoint and re-enqueue themselves.
 	ShutdownTimeoutDefault = 5 * time.Second
 	// ParkAfterDefault is how long a continuous replication stays caught
-	// up with no change before it parks (see doc.go, "Parking"): several
-	// minutes, so that a replication written to now and then does not park
-	// and wake at each write (a wake costs a run's setup, about 7
-	// requests).
+	// up with no change before it parks while no job waits for a slot,
+	// where its source's server gives a _db_updates feed (see doc.go,
+	// "When a replication parks"): several minutes, so that a replication
+	// written to now and then does not park and wake at each write (a
+	// wake costs a run's setup, about 7 requests).
 	ParkAfterDefault = 5 * time.Minute
+	// ParkWhenWaitingAfterDefault is how long a continuous replication
+	// stays caught up with no change before it parks while jobs wait for
+	// a slot: seconds, so that a slot an idle replication holds goes to
+	// one with work to do about as soon as its own work is done.
+	ParkWhenWaitingAfterDefault = 2 * time.Second
 	// ParkNever as Config.ParkAfter turns parking off ([replicator]
 	// park_after_sec 0): continuous jobs hold their slots as in CouchDB
 	// 3.x.
@@ -111,6 +117,10 @@ type Config struct {
 	// rotation re-queues caught-up jobs as it stops them (0 takes the
 	// default).
 	ParkAfter time.Duration
+	// ParkWhenWaitingAfter is how long a continuous job stays caught up
+	// with no change before it parks while jobs wait for a slot (0 takes
+	// the default).
+	ParkWhenWaitingAfter time.Duration
 	// ParkSweep is how long a parked job waits at most before it runs
 	// again.
 	ParkSweep time.Duration
@@ -159,6 +169,7 @@ func (c Config) withDefaults() Config {
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.ParkAfter = cmp.Or(c.ParkAfter, ParkAfterDefault)
 	c.ParkSweep = cmp.Or(c.ParkSweep, ParkSweepDefault)
+	c.ParkWhenWaitingAfter = cmp.Or(c.ParkWhenWaitingAfter, ParkWhenWaitingAfterDefault)
 	c.MaxWatches = cmp.Or(c.MaxWatches, MaxWatchesDefault)
 	c.WatchPollInterval = cmp.Or(c.WatchPollInterval, WatchPollIntervalDefault)
 	c.WatchPollRate = cmp.Or(c.WatchPollRate, WatchPollRateDefault)
@@ -206,6 +217,8 @@ func (c Config) validate() error {
 		return bad("shutdown timeout %v is negative", c.ShutdownTimeout)
 	case c.ParkSweep < time.Millisecond:
 		return bad("park sweep %v is under a millisecond", c.ParkSweep)
+	case c.ParkWhenWaitingAfter < 0:
+		return bad("park_when_waiting_after %v is negative", c.ParkWhenWaitingAfter)
 	case c.MaxWatches < 1:
 		return bad("max_watches %d is under 1", c.MaxWatches)
 	case c.WatchPollInterval < time.Millisecond:

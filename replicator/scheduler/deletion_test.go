@@ -111,19 +111,22 @@ func TestDeletingADatabaseStopsAllItsJobs(t *testing.T) {
 }
 
 // A database deleted and re-created under the same name never receives
-// an old job's state: a one-shot job of the deleted database that
-// completes before the nodes remove it writes nothing into the new
+// an old job's state: a one-shot job of the deleted database halts as its
+// node hears of the deletion (the watch on the database's registration,
+// worker.watchRun), before it completes, and writes nothing into the new
 // database's document of the same id, and a new job with its replication
-// id is not refused as a duplicate of the old one.
+// id is not refused as a duplicate of the old one. (A job that completes
+// without noticing the deletion is fenced as well: Lifecycle writes a
+// document's terminal state only while the document is its job's,
+// replicator's TestTerminalStateSkipsRecreatedDatabase.)
 func TestRecreatedDatabaseNeverGetsOldState(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	eng := simengine.New()
 	eng.Clock, eng.OneShot, eng.CheckpointEvery = clock, time.Minute, time.Hour
 	eng.Started.Init()
 	cfg := testConfig()
-	// No cleanup and no heartbeat during the test: the old job outlives
-	// the deletion and completes without noticing it (a heartbeat would
-	// halt it).
+	// No cleanup and no heartbeat during the test: the old run stops on
+	// the deletion's watch alone.
 	cfg.Interval, cfg.StatsUpdateInterval, cfg.JobTimeout = time.Hour, time.Hour, 3*time.Hour
 	c := newCluster(t, 1, eng, cfg)
 	const db = "g/_replicator"
@@ -134,27 +137,24 @@ func TestRecreatedDatabaseNeverGetsOldState(t *testing.T) {
 	clock.Advance(30 * time.Second) // the old run is half way
 
 	c.DeleteDB(db)
+	testutil.Eventually(t, "the old run halted", func() bool {
+		_, _, running, _ := eng.Stats()
+		return running == 0
+	})
 	c.CreateDB(db)
 	c.PutDoc(db, "zz", repDoc("http://h/once", "http://h/t", false))
 	newJob := c.DocJobID(db, "zz")
 	require.NotEqual(t, oldJob, newJob)
 	waitStarts(t, eng, "the new job's run", func() bool { return eng.Starts("http://h/once/") == 2 })
-	blockUntil(t, clock, 4)
 	c.WaitJob("the new job running", newJob, func(st fdbjobs.State, d *replicator.JobData) bool {
 		return st == fdbjobs.Running && d.State == replicator.StateRunning
-	})
-
-	// The old run ends: its job completes (it still exists), and writes
-	// nothing into the new database's document.
-	clock.Advance(30 * time.Second)
-	c.WaitJob("the old job completed", oldJob, func(st fdbjobs.State, d *replicator.JobData) bool {
-		return st == fdbjobs.Finished && d.State == replicator.StateCompleted
 	})
 	_, updated := c.Docs.Get(db, "zz")
 	require.False(t, updated, "the old job wrote into the re-created database's document")
 
 	// The new run ends: its job completes and records it.
-	clock.Advance(30 * time.Second)
+	blockUntil(t, clock, 2)
+	clock.Advance(time.Minute)
 	c.WaitJob("the new job completed", newJob, func(st fdbjobs.State, d *replicator.JobData) bool {
 		return st == fdbjobs.Finished && d.State == replicator.StateCompleted
 	})

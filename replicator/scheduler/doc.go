@@ -85,11 +85,37 @@
 // of its name (an earlier run of it that died).
 //
 // A job of a deleted database is not run: a worker that accepts one
-// removes it, and a running one stops at its next heartbeat
-// (replicator.ErrDBDeleted) and removes it; either kicks its node's
+// removes it, and a running one stops as soon as it hears of the deletion
+// (below, "Removed while running"; at the latest at its next heartbeat,
+// replicator.ErrDBDeleted) and removes it; either kicks its node's
 // interval step, so the rest go at once. A job that ends before noticing
 // writes no state into a document of a database re-created under the same
 // name, and a job of a deleted database holds no replication id.
+//
+// # Removed while running
+//
+// A worker follows its running job in the store (worker.watchRun,
+// replicator.Store.WatchRun): a read transaction sets watches on the
+// job's fdbjobs row and on its database's registration, and another one
+// follows each time they fire (the worker's own heartbeats fire them
+// too). When the store no longer gives the job to the worker (its
+// document or database deleted, the replication cancelled, its document
+// changed, the job taken over), the worker halts its run at once
+// (runLoop.taken, engine Run.Halt): the feed and the reads in flight are
+// cut, no write to the target starts from then on, and the writes already
+// sent finish, within haltGraceDefault (5 s), so that the run's counters
+// are what the target took. A heartbeat, which the fence refuses, then
+// tells why; the stop is logged with those counters, and for a removed
+// job they are stored (replicator.Progress.Ended) for whoever removed it:
+// a POST /_replicate cancel waits for them (replicator.Store.RunEnd) and
+// answers with them. Invariant: a replication deleted or cancelled while
+// it runs sends no write to its target after its node heard of it,
+// within the store's watch latency of the removal's commit (milliseconds;
+// the heartbeat, StatsUpdateInterval, is the fallback where a watch
+// fails), unless the node lost the store, when its hold bounds the run.
+// Cost: one read transaction per running job per heartbeat, and one or
+// two watches per running job (FoundationDB allows 10,000 per client by
+// default: a refused watch leaves that job to its heartbeat).
 //
 // # Job lifecycle
 //
@@ -260,9 +286,9 @@
 // # Parking
 //
 // A continuous replication that has been caught up, with no change to
-// copy, for ParkAfter ([replicator] park_after_sec, 5 minutes; 0: never)
-// gives its slot back: at a heartbeat its worker asks its run to stop
-// (stopPark), the run writes its final checkpoint, and the job parks
+// copy, long enough (below, "When a replication parks") gives its slot
+// back: its worker asks its run to stop (stopPark), the run writes its
+// final checkpoint, and the job parks
 // (replicator.Parked): pending in the job layer at its
 // sweep time, ParkSweep (24 h) later, with the source sequence that
 // checkpoint covered (Through) and its source's watch group and database
@@ -275,13 +301,38 @@
 // (use_checkpoints false), one whose source URL names no database and a
 // stalled one do not park.
 //
+// # When a replication parks
+//
+// Parking must never make a replication slower than CouchDB would: a
+// parked job learns of a change within about a second where its watch
+// follows its server's _db_updates feed, but only within a poll cycle
+// (WatchPollInterval, a minute) where the server gives none (CouchDB 3.x
+// without its _global_changes database, credentials that are not a
+// server admin's, PouchDB). So a caught-up, idle, parkable job parks:
+//
+//   - while no job waits for a slot: after ParkAfter ([replicator]
+//     park_after_sec, 5 minutes; 0: never), only where its group gives a
+//     feed (Node.feedOK: the node asks each source server once, from the
+//     feed's end, and remembers the answer for ten minutes). Without one
+//     it keeps its slot and its feed, as in CouchDB: nothing waits for
+//     the slot, and a poll would delay its changes;
+//   - while jobs wait for a slot (the runnable pending jobs beyond the
+//     node's free slots, counted by the progress loop each second while a
+//     job idles: Node.parkWhileWaiting): after ParkWhenWaitingAfter
+//     (park_when_waiting_after_sec, 2 s), as many of them as wait, the
+//     longest idle first, so that the slots go to jobs with work within
+//     seconds of the idle ones' work being done. Where its group gives no
+//     feed, only when so many wait that rotation would keep it out of a
+//     slot at least a poll cycle (ceil(waiting / MaxChurn) intervals >=
+//     WatchPollInterval: Config.pollParkOK): its poll then never delays a
+//     change longer than its turn in the rotation would.
+//
 // A parkable job that rotation (or a lower MaxJobs) stops while it is
-// caught up (no change to copy, not stalled) parks the same way after its
-// final checkpoint, however short its idle time: back in the queue it
-// would only wait for a slot to find nothing to copy. So with more jobs
-// than slots, a ParkAfter longer than MinRunTime does not keep jobs from
-// parking: their first pass ends in a park at their turn's end. A job
-// that balance moves is not parked: a lighter node runs it at once.
+// caught up (no change to copy, not stalled) parks after its final
+// checkpoint under the same rule, however short its idle time: back in
+// the queue it would only wait for a slot to find nothing to copy;
+// otherwise it goes back to the queue. A job that balance moves is not
+// parked: a lighter node runs it at once.
 //
 // The invariant: no change to a parked job's source is lost between its
 // park and its wake, and a wake never touches a job that is not parked.
@@ -416,8 +467,10 @@
 //     within ParkSweep.
 //   - Ends: a one-shot job that starts completes; a waiting POST
 //     /_replicate returns its result; a job whose document or database
-//     was deleted stops within one heartbeat (StatsUpdateInterval, at most
-//     Interval and a third of JobTimeout).
+//     was deleted, or that was cancelled, sends no write after its node
+//     heard of it through the store's watches ("Removed while running"),
+//     and stops within one heartbeat at the latest (StatsUpdateInterval,
+//     at most Interval and a third of JobTimeout).
 //   - Reseal: a reseal pass (replicator.ResealStep, above) that starts
 //     while no job whose credentials it moves runs ends within the sum
 //     over the _replicator databases of floor(documents /

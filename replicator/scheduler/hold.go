@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -111,4 +112,89 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 	}
 	*d = *x
 	return true
+}
+
+// haltGraceDefault bounds how long a run whose job was taken from it
+// (watchRun) lets its writes in flight finish before they are cut: a
+// write sent is counted only when the target answered it.
+const haltGraceDefault = 5 * time.Second
+
+// watchRun follows, on a goroutine of its own until ctx ends, whether the
+// store still gives the running job to this worker (replicator.Store
+// WatchRun: the job's row still carries the worker's lock and, for a
+// document's job, its database is still the one it belongs to), and closes
+// gone when it does not: the replication deleted or cancelled, its
+// document changed, its database deleted, or the job taken over. Each
+// round is one read transaction that sets watches on the job's row and
+// its database's registration, then a wait on them: the worker hears of a
+// removal within the watches' latency, not at its next heartbeat
+// (StatsUpdateInterval). Its own heartbeats fire the watch too, so a
+// round (a read, no write) follows each. A failed round (the store
+// unreachable, a watch it refused: too_many_watches) is tried again after
+// a backoff that grows to the heartbeat's period; meanwhile the
+// heartbeat's fence stops the run, as it would without the watch. stop
+// ends the goroutine and waits for it.
+func (w *worker) watchRun(ctx context.Context, d *replicator.JobData) (gone <-chan struct{}, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	ch, done := make(chan struct{}), make(chan struct{})
+	d = d.Clone() // the worker writes its own as the run goes
+	go func() {
+		defer close(done)
+		b := kv.Backoff{Initial: jobTxRetryInitial, Max: w.cfg.heartbeat(), Rand: kv.Full}
+		for {
+			type round struct {
+				watches []kv.FutureNil
+				ok      bool
+			}
+			r, err := kv.Transact(ctx, w.n.store.DB, func(tr kv.Transaction) (round, error) {
+				ws, ok, err := w.n.store.WatchRun(tr, w.job, d)
+				return round{ws, ok}, err
+			})
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				if b.WaitAny(ctx, err) != nil {
+					return
+				}
+				continue
+			case !r.ok:
+				close(ch)
+				return
+			}
+			if err := awaitAny(ctx, r.watches); err == nil {
+				b.Reset()
+			} else if ctx.Err() == nil && b.WaitAny(ctx, err) != nil {
+				return
+			}
+		}
+	}()
+	return ch, func() {
+		cancel()
+		<-done
+	}
+}
+
+// awaitAny waits until one of ws is ready (its error, nil when it fired)
+// or ctx ends, then cancels them all.
+func awaitAny(ctx context.Context, ws []kv.FutureNil) error {
+	defer func() {
+		for _, w := range ws {
+			w.Cancel()
+		}
+	}()
+	var second <-chan struct{}
+	if len(ws) > 1 {
+		second = ws[1].Done()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-ws[0].Done():
+		_, err := ws[0].Get()
+		return err
+	case <-second:
+		_, err := ws[1].Get()
+		return err
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/seal"
@@ -78,7 +80,7 @@ func transactJob[T any](w *worker, f func(kv.Transaction) (T, error)) (T, error)
 // stops.
 func (w *worker) txError(err error) {
 	if errors.Is(err, replicator.ErrDBDeleted) {
-		w.logEvent(w.cfg.Logger.Info(), w.data).Str("why", "its _replicator database was deleted").Msg("replication stopped")
+		w.withFinal(w.logEvent(w.cfg.Logger.Info(), w.data)).Str("why", "its _replicator database was deleted").Msg("replication stopped")
 		w.removeOrphan()
 		w.n.Reschedule() // its cleanup removes the database's other jobs now
 		return
@@ -98,13 +100,18 @@ func (w *worker) txError(err error) {
 // taken over after this node's hold on it lapsed. One read tells which
 // (best effort: without it the line says removed). A job that never
 // started here has no run to end, unless starting says it may have
-// (starting).
+// (starting). A run halted when its job was taken (runLoop.taken) adds
+// its final counters to the line and, when its job was removed, stores
+// them for whoever removed it (storeRunEnd).
 func (w *worker) logHalted(starting bool) {
 	if w.data == nil || (w.data.State != replicator.StateRunning && !starting) {
 		return // it never started here: there is no run to end
 	}
 	why := "its job was removed: its document or database deleted, or the replication cancelled"
 	d, st, err := w.n.store.Job(w.ctx, nil, w.job.ID)
+	if err == nil && d == nil && w.final != nil {
+		w.storeRunEnd(*w.final)
+	}
 	switch {
 	case err != nil || d == nil || st == fdbjobs.Finished:
 	case w.data != nil && !replicator.SameReplication(d.Rep, w.data.Rep):
@@ -114,7 +121,16 @@ func (w *worker) logHalted(starting bool) {
 	default:
 		why = "re-enqueued: this node's hold on the job lapsed (no heartbeat within the job timeout)"
 	}
-	w.logEvent(w.cfg.Logger.Info(), w.data).Str("why", why).Msg("replication stopped")
+	w.withFinal(w.logEvent(w.cfg.Logger.Info(), w.data)).Str("why", why).Msg("replication stopped")
+}
+
+// withFinal adds to e the final counters of a run halted because its job
+// was taken from it (worker.final), if this is one.
+func (w *worker) withFinal(e *zerolog.Event) *zerolog.Event {
+	if f := w.final; f != nil {
+		e = e.Int64("docs_read", f.DocsRead).Int64("docs_written", f.DocsWritten).Int64("doc_write_failures", f.DocWriteFailures)
+	}
+	return e
 }
 
 // change applies c to the job in a transaction (prep, when set, first

@@ -44,7 +44,10 @@ var (
 		"Milliseconds between a replication node's writes of the live counters of its running jobs that changed (documents read and written, sequences), which _active_tasks and the _scheduler views show between heartbeats: one transaction per node per interval, about 400 bytes per job whose counters moved.",
 		config.Live(config.ApplyReplication))
 	keyParkAfter = config.RegisterDuration("replicator", "park_after_sec", time.Second, ParkAfterDefault, 0, config.Forever,
-		"Seconds a continuous replication stays caught up with no change to copy before it parks: it checkpoints, gives its slot and connections back, and waits in the store until a change to its source wakes it (docs/COMPAT.md, \"Parked replications\"); one that rotation stops while caught up parks at once; 0: replications never park, and hold their slot while idle as CouchDB's do.",
+		"Seconds a continuous replication stays caught up with no change to copy before it parks while no replication waits for a slot: it checkpoints, gives its slot and connections back, and waits in the store until a change to its source wakes it (docs/COMPAT.md, \"Parked replications\"). It parks so only where its source's server gives it a _db_updates feed, which wakes it within about a second of a change; without one it keeps its slot, as in CouchDB. 0: replications never park, and hold their slot while idle as CouchDB's do.",
+		config.Live(config.ApplyReplication))
+	keyParkWhenWaitingAfter = config.RegisterDuration("replicator", "park_when_waiting_after_sec", time.Second, ParkWhenWaitingAfterDefault, time.Second, config.Forever,
+		"Seconds a continuous replication stays caught up with no change to copy before it parks while other replications wait for a slot, so that its slot goes to one with work to do. Without a _db_updates feed at its source it parks so only when so many wait that its watch's poll (watch_poll_interval_sec) is no slower than rotation would bring it back; one that rotation stops while caught up parks under the same rule. park_after_sec 0 turns this off too.",
 		config.Live(config.ApplyReplication))
 	keyParkSweep = config.RegisterDuration("replicator", "park_sweep_sec", time.Second, ParkSweepDefault, time.Second, config.Forever,
 		"Seconds a parked replication waits at most: it runs again then, whether or not a change woke it.",
@@ -84,24 +87,25 @@ func FromConfig(c *config.Config) (Config, error) {
 		return Config{}, err
 	}
 	return Config{
-		Config:              replicator.FromConfig(c),
-		NodeName:            c.NodeName(),
-		MaxJobs:             int(keyMaxJobs.Get(c)),
-		MaxChurn:            int(keyMaxChurn.Get(c)),
-		MaxAcceptors:        int(keyMaxAcceptors.Get(c)),
-		Interval:            keyInterval.Get(c),
-		MinRunTime:          keyMinRunTime.Get(c),
-		MinBackoff:          keyMinBackoff.Get(c),
-		MaxBackoff:          keyMaxBackoff.Get(c),
-		HealthThreshold:     keyHealthThreshold.Get(c),
-		TransientJobMaxAge:  keyTransientJobMaxAge.Get(c),
-		StatsUpdateInterval: keyStatsUpdateInterval.Get(c),
-		ProgressInterval:    keyProgressInterval.Get(c),
-		ParkAfter:           cmp.Or(keyParkAfter.Get(c), ParkNever), // 0: never
-		ParkSweep:           keyParkSweep.Get(c),
-		MaxWatches:          int(keyMaxWatches.Get(c)),
-		WatchPollInterval:   keyWatchPollInterval.Get(c),
-		WatchPollRate:       int(keyWatchPollRate.Get(c)),
-		JobDefaults:         defaults,
+		Config:               replicator.FromConfig(c),
+		NodeName:             c.NodeName(),
+		MaxJobs:              int(keyMaxJobs.Get(c)),
+		MaxChurn:             int(keyMaxChurn.Get(c)),
+		MaxAcceptors:         int(keyMaxAcceptors.Get(c)),
+		Interval:             keyInterval.Get(c),
+		MinRunTime:           keyMinRunTime.Get(c),
+		MinBackoff:           keyMinBackoff.Get(c),
+		MaxBackoff:           keyMaxBackoff.Get(c),
+		HealthThreshold:      keyHealthThreshold.Get(c),
+		TransientJobMaxAge:   keyTransientJobMaxAge.Get(c),
+		StatsUpdateInterval:  keyStatsUpdateInterval.Get(c),
+		ProgressInterval:     keyProgressInterval.Get(c),
+		ParkAfter:            cmp.Or(keyParkAfter.Get(c), ParkNever), // 0: never
+		ParkSweep:            keyParkSweep.Get(c),
+		ParkWhenWaitingAfter: keyParkWhenWaitingAfter.Get(c),
+		MaxWatches:           int(keyMaxWatches.Get(c)),
+		WatchPollInterval:    keyWatchPollInterval.Get(c),
+		WatchPollRate:        int(keyWatchPollRate.Get(c)),
+		JobDefaults:          defaults,
 	}, nil
 }

@@ -39,6 +39,11 @@ type Node struct {
 	charges *charges
 	// watches follows the watch jobs of parked replications (watch.go).
 	watches *watches
+	// feeds knows which source servers give a _db_updates feed, and
+	// waiting how many jobs wait for a slot, for parking's decisions
+	// (parkpolicy.go).
+	feeds   feeds
+	waiting waitingCount
 	// keysLacking holds the ids of the sealing keys this node found it
 	// lacks (each said once; see worker.cannotOpen).
 	keysLacking sync.Map
@@ -100,7 +105,7 @@ func New(store *replicator.Store, eng replicator.Engine, cfg Config) (*Node, err
 	}
 	n := &Node{store: store, eng: eng, m: cfg.Metrics, cfg: cfg,
 		kick: make(chan struct{}, 1), load: newLoadPublisher(), workers: map[*worker]bool{}, charges: newCharges(),
-		progress: newProgress(), watches: newWatches()}
+		progress: newProgress(), watches: newWatches(), feeds: newFeeds()}
 	for _, name := range []string{replicator.MetricSyncJobs, replicator.MetricSyncLagChanges, replicator.MetricSyncLagSeconds} {
 		n.m.ObserveSeries(name, false, func() []replicator.Series { return n.progress.syncSeries(name) })
 	}
@@ -391,6 +396,12 @@ func (n *Node) rotate(ctx context.Context, cfg Config, now time.Time, stopped in
 	if limit == 0 {
 		return 0
 	}
+	// Counted far enough for parking too: a job rotation stops caught up
+	// parks only where so many wait that a poll is no slower than its
+	// turn (pollParkOK).
+	if cfg.parks() {
+		limit = max(limit, max(0, cfg.MaxJobs-len(kept))+cfg.pollParkWaiting())
+	}
 	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), limit)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -399,6 +410,7 @@ func (n *Node) rotate(ctx context.Context, cfg Config, now time.Time, stopped in
 		return 0
 	}
 	n.m.Set(replicator.MetricJobsPending, int64(pending))
+	n.waiting.set(max(0, pending-max(0, cfg.MaxJobs-len(kept))), now)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := planRotation(len(kept), rotatable, pending, cfg.MaxJobs, cfg.MaxChurn, stopped)

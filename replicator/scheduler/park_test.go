@@ -197,28 +197,46 @@ func TestWatchFollowsDBUpdates(t *testing.T) {
 	})
 }
 
-// A server that refuses _db_updates (or has none) is polled: each parked
-// job's exact check in turn, every WatchPollInterval; the watch says why.
+// A server that refuses _db_updates (or has none): its idle replications
+// keep their slots while no job waits for one, as in CouchDB (a poll
+// would delay their changes); once so many wait that rotation would keep
+// them out for longer than a poll cycle, they park and are polled: each
+// parked job's exact check in turn, every WatchPollInterval; the watch
+// says why.
 func TestWatchPollsWithoutDBUpdates(t *testing.T) {
 	cfg := testConfig()
-	cfg.ParkAfter, cfg.WatchPollInterval = 100*time.Millisecond, 50*time.Millisecond
+	cfg.ParkAfter, cfg.ParkWhenWaitingAfter, cfg.WatchPollInterval = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
 	c, eng := simCluster(t, 1, cfg, 20*time.Millisecond, 0)
 	eng.SetDBUpdates("http://p/", fmt.Errorf("%w: http://p/_db_updates answered 401: the credentials are refused, or are not a server admin's", engine.ErrUnauthorized))
 	c.PutDoc("_replicator", "a", repDoc("http://p/a", "http://p/t", true))
 	c.PutDoc("_replicator", "b", repDoc("http://p/b", "http://p/t", true))
 	a := c.DocJobID("_replicator", "a")
+	c.WaitJob("a running", a, runningOn(c.Nodes[0].Config().NodeName))
+	// Many times ParkAfter and ParkWhenWaitingAfter, and the node has
+	// asked the server for its feed: nothing waits, so nothing parks.
+	c.WaitIntervals(0, 25)
+	for _, doc := range []string{"a", "b"} {
+		require.Equal(t, replicator.StateRunning, c.DocState("_replicator", doc).State, "%s keeps its slot", doc)
+	}
+	_, _, running, _ := eng.Stats()
+	require.Equal(t, 2, running, "both still run")
+
+	// More jobs than slots (testConfig: 4) wait: enough that a poll cycle
+	// (50 ms) is no slower than their turns (ceil(waiting / 4) × 40 ms).
+	for i := range 10 {
+		c.PutDoc("_replicator", fmt.Sprintf("w%d", i), repDoc(fmt.Sprintf("http://p/w%d", i), "http://p/t", true))
+	}
 	c.WaitJob("a parked", a, parked)
 	c.WaitJob("b parked", c.DocJobID("_replicator", "b"), parked)
 	testutil.Eventually(t, "the watch polls, and says why", func() bool {
 		_, wd := watchOf(t, c, "http://p/")
 		return wd != nil && wd.Mode == replicator.WatchPoll && strings.Contains(wd.Reason, "401")
 	})
-	eng.Change("http://p/a/")
-	c.WaitJob("a woken by a poll", a, wokenBy("poll"))
-	c.WaitJob("a parked again", a, parked)
 	job, err := c.Plane.SchedulerDoc(context.Background(), "_replicator", "b")
 	require.NoError(t, err)
 	require.Contains(t, string(job.Info), `"watch":{"mode":"poll","reason":"`, "the view of one job says how its source is watched")
+	eng.Change("http://p/a/")
+	c.WaitJob("a woken by a poll", a, wokenBy("poll"))
 }
 
 // behindEngine is the simulated engine whose runs from sources named
@@ -238,12 +256,15 @@ type behindRun struct{ replicator.Run }
 func (behindRun) Sync() engine.Sync { return engine.Sync{} }
 
 // With more jobs than slots, a job that rotation stops while it is caught
-// up parks at once, however long ParkAfter is: back in the queue it would
-// only take a slot again to find nothing to copy. One that is behind goes
-// back to the queue and keeps its turns.
+// up parks at once, however long ParkAfter is, where its source's server
+// gives a _db_updates feed: back in the queue it would only take a slot
+// again to find nothing to copy. One that is behind goes back to the
+// queue and keeps its turns. (Until its node has asked the server for its
+// feed, a caught-up job rotation stops goes back to the queue too.)
 func TestRotationParksCaughtUpJobs(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxJobs, cfg.MaxChurn, cfg.ParkAfter = 1, 1, time.Hour
+	cfg.ParkWhenWaitingAfter = time.Hour // rotation alone parks here
 	eng := simengine.New()
 	eng.CheckpointEvery = 20 * time.Millisecond
 	eng.Started.Init()
@@ -258,7 +279,15 @@ func TestRotationParksCaughtUpJobs(t *testing.T) {
 		d, _, err := c.Store.Job(context.Background(), nil, id)
 		require.NoError(t, err)
 		require.Equal(t, "parked: caught up when rotation stopped it", d.History[0].Reason)
-		require.Equal(t, 1, eng.Starts(fmt.Sprintf("http://h/idle%d/", i)), "a parked job is not run again")
+	}
+	// Parked, a job is not run again.
+	starts := make([]int, 3)
+	for i := range 3 {
+		starts[i] = eng.Starts(fmt.Sprintf("http://h/idle%d/", i))
+	}
+	c.WaitIntervals(0, 10)
+	for i := range 3 {
+		require.Equal(t, starts[i], eng.Starts(fmt.Sprintf("http://h/idle%d/", i)), "a parked job is not run again")
 	}
 	// The job that is behind holds the only slot: nothing else waits.
 	id := c.DocJobID("_replicator", "behind")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/engine"
@@ -28,7 +29,17 @@ type liveRun struct {
 	writtenSync engine.Sync
 	// refused is the Seq of the last refused document stored.
 	refused int64
+	// ended is set (under progress.mu) once the run's final counters
+	// were stored for whoever removed its job (storeRunEnd): the loop
+	// removes them runEndKeep later, not at its next tick.
+	ended bool
 }
+
+// runEndKeep is how long the final counters of a run whose job was
+// removed stay in the store for the one who removed it
+// (replicator.Store.RunEnd takes them at once) before the run's node
+// removes them.
+const runEndKeep = time.Minute
 
 // progress is the node's part that follows its running jobs' runs for
 // the progress loop and the metrics: the runs registered, those that
@@ -38,6 +49,7 @@ type progress struct {
 	mu          sync.Mutex
 	live        map[*worker]*liveRun
 	ended       []*liveRun         // runs that ended since the loop's last write
+	kept        []keptEnd          // final counters stored (storeRunEnd), removed at their time
 	syncByDB    map[string]*dbSync // the metrics' reading of the running jobs, per database
 	refusedByDB map[string]int64   // documents refused, per database (MetricDocsRefused)
 }
@@ -81,6 +93,36 @@ func (n *Node) runEnded(w *worker) {
 	}
 }
 
+// keptEnd is a run's final counters the loop removes at until (Unix ms).
+type keptEnd struct {
+	r     *liveRun
+	until int64
+}
+
+// storeRunEnd stores the final counters of w's run, halted because its
+// job was removed, for whoever removed it (replicator.Store.RunEnd), in a
+// transaction of its own; the progress loop removes them runEndKeep
+// later if nobody took them. Best effort: a failure is logged.
+func (w *worker) storeRunEnd(s engine.Stats) {
+	p := &w.n.progress
+	p.mu.Lock()
+	r := p.live[w]
+	if r != nil {
+		r.ended = true
+	}
+	p.mu.Unlock()
+	if r == nil {
+		return
+	}
+	now := replicator.Millis(w.cfg.Clock.Now())
+	sy := r.run.Sync()
+	err := w.n.store.WriteProgress(w.ctx, []replicator.ProgressWrite{{JobID: r.jobID,
+		Progress: &replicator.Progress{Node: r.node, Start: r.start, At: now, Stats: s, Sync: &sy, Ended: true}}})
+	if err != nil && w.ctx.Err() == nil {
+		w.cfg.Logger.Warn().Err(err).Str("job_id", r.jobID).Msg("replicator: storing the final counters of a removed job's run")
+	}
+}
+
 // again gives ended runs back to the next tick.
 func (p *progress) again(ended []*liveRun) {
 	p.mu.Lock()
@@ -102,6 +144,7 @@ func (n *Node) progressLoop(ctx context.Context) {
 		case <-t.Chan():
 		}
 		n.writeProgress(ctx)
+		n.parkWhileWaiting(ctx)
 	}
 }
 
@@ -115,16 +158,35 @@ func (n *Node) writeProgress(ctx context.Context) {
 	p.mu.Lock()
 	runs := make([]*liveRun, 0, len(p.live))
 	for _, r := range p.live {
-		runs = append(runs, r)
+		if !r.ended { // its final counters are stored: leave them
+			runs = append(runs, r)
+		}
 	}
-	ended := p.ended
-	p.ended = nil
-	p.mu.Unlock()
-
 	cfg := n.Config()
 	now := replicator.Millis(cfg.Clock.Now())
-	writes := make([]replicator.ProgressWrite, 0, len(ended)+len(runs))
-	for _, r := range ended {
+	var ended []*liveRun
+	for _, r := range p.ended {
+		if r.ended {
+			p.kept = append(p.kept, keptEnd{r: r, until: now + runEndKeep.Milliseconds()})
+		} else {
+			ended = append(ended, r)
+		}
+	}
+	p.ended = nil
+	kept := p.kept[:0]
+	var expired []*liveRun
+	for _, k := range p.kept {
+		if k.until <= now {
+			expired = append(expired, k.r)
+		} else {
+			kept = append(kept, k)
+		}
+	}
+	p.kept = kept
+	p.mu.Unlock()
+
+	writes := make([]replicator.ProgressWrite, 0, len(ended)+len(expired)+len(runs))
+	for _, r := range append(ended, expired...) {
 		writes = append(writes, replicator.ProgressWrite{JobID: r.jobID, Node: r.node, Start: r.start})
 	}
 	var changed []*liveRun
@@ -150,7 +212,7 @@ func (n *Node) writeProgress(ctx context.Context) {
 			if ctx.Err() == nil {
 				cfg.Logger.Warn().Err(err).Int("jobs", len(writes)).Msg("replicator: writing the running jobs' progress; again at the next tick")
 			}
-			p.again(ended)
+			p.again(append(ended, expired...))
 			return
 		}
 		for i, r := range changed {

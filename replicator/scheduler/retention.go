@@ -10,7 +10,8 @@ import (
 
 // cleanup runs at every interval step: it removes the jobs of deleted
 // _replicator databases, all of them however many (RemoveBatchDefault per
-// transaction; a running one halts at its next heartbeat; each database
+// transaction; a running one has halted when its node heard of the
+// deletion (watchRun); each database
 // is removed by one node at a time, which holds it for
 // DeletionLeaseDefault and renews that, so a big deletion lengthens that
 // node's step), and finished transient jobs older than

@@ -61,6 +61,17 @@ type worker struct {
 	stopOnce sync.Once
 	stopMu   sync.Mutex
 	kind     stopKind
+
+	// final is the counters of a run halted because its job was taken
+	// from it (runLoop.taken), for logHalted; nil otherwise.
+	final *engine.Stats
+	// rep, parkable and group are the replication of the job's run,
+	// whether it may park (runLoop.parkable) and its source's watch group,
+	// set before the run is registered with the progress loop
+	// (Node.runStarted), which reads them.
+	rep      engine.Replication
+	parkable bool
+	group    string
 }
 
 func newWorker(n *Node, job *fdbjobs.Job, ctx context.Context, cfg Config) *worker {
@@ -191,11 +202,16 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 		ServerUUID: w.n.serverUUID, FilterCode: code, Stats: d.Stats, Clock: w.cfg.Clock, LogFields: w.logFields(d),
 		OnCheckpoint: keepLatest(ck),
 	})
+	r := &runLoop{w: w, d: d, rep: rep, run: run, cancel: cancel, hb: w.cfg.Clock.NewTicker(w.cfg.heartbeat()), hold: w.newHoldTimer()}
+	w.rep, w.parkable = rep, r.parkable()
+	w.group, _, _ = replicator.WatchGroupOf(d.Rep.Source)
 	w.n.runStarted(w, run, d)
 	defer w.n.runEnded(w)
-	r := &runLoop{w: w, d: d, rep: rep, run: run, cancel: cancel, hb: w.cfg.Clock.NewTicker(w.cfg.heartbeat()), hold: w.newHoldTimer()}
 	defer r.hb.Stop()
 	defer r.hold.stop()
+	gone, stopWatch := w.watchRun(runCtx, d)
+	defer stopWatch()
+	r.gone = gone
 	for {
 		select {
 		case <-r.hold.expired():
@@ -219,6 +235,9 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 			// The period follows the node's configuration: a shorter
 			// interval set at run time applies to running jobs too.
 			r.hb.Reset(w.n.Config().heartbeat())
+		case <-gone:
+			r.taken()
+			return
 		case <-w.stopCh:
 			r.stopped()
 			return
@@ -258,6 +277,7 @@ type runLoop struct {
 	cancel context.CancelFunc // the run's context
 	hb     clockwork.Ticker
 	hold   *holdTimer
+	gone   <-chan struct{} // closed when the store no longer gives the job to the worker (watchRun)
 }
 
 // halt ends the run without a word to the store.
@@ -270,6 +290,35 @@ func (r *runLoop) halt() {
 func (r *runLoop) holdLost() {
 	r.halt()
 	r.w.logHoldLost()
+}
+
+// taken ends the run of a job the store no longer gives this worker
+// (watchRun): its replication was deleted or cancelled, its document
+// changed, its database deleted, or the job taken over. The run starts no
+// write from now on and lets those in flight finish, within
+// haltGraceDefault (engine Run.Halt), so that its counters are what the
+// target took. Then a heartbeat, which the fence refuses, tells why: the
+// stop is logged with those counters (txError, logHalted), and the
+// counters of a run whose job was removed are stored for whoever removed
+// it (replicator.Store.WriteRunEnd: a POST /_replicate that cancels the
+// replication waits for them). Should the heartbeat commit after all (the
+// store gave the job back meanwhile), the job goes back to pending.
+func (r *runLoop) taken() {
+	w, d := r.w, r.d
+	ctx, cancel := context.WithCancel(w.ctx)
+	t := w.cfg.Clock.AfterFunc(haltGraceDefault, cancel)
+	_ = r.run.Halt(ctx)
+	t.Stop()
+	cancel()
+	if w.ctx.Err() != nil {
+		return
+	}
+	final := r.run.Progress()
+	w.final = &final
+	if w.heartbeat(d, final) {
+		d.Stats, d.Sync = mergeStats(d.Stats, final), syncOf(r.run)
+		w.reschedule(d, "")
+	}
 }
 
 // renew writes a heartbeat with stats and renews the hold; false when the
@@ -380,7 +429,8 @@ func (r *runLoop) stopped() {
 		case kind == stopPark:
 			w.park(d, r.rep, "")
 			return
-		case kind == stopPreempt && r.parkable() && d.Sync.CaughtUp && d.Sync.Stall == nil:
+		case kind == stopPreempt && w.parkable && w.n.Config().parks() && d.Sync.CaughtUp && d.Sync.Stall == nil &&
+			w.n.mayPark(w, r.rep, w.n.waiting.get(w.now(), w.n.Config().Interval*2)):
 			w.park(d, r.rep, kind.String())
 			return
 		}
@@ -388,11 +438,12 @@ func (r *runLoop) stopped() {
 	w.reschedule(d, "")
 }
 
-// parkable reports whether the run's job may park (see doc.go,
-// "Parking"): parking is on, and the job is continuous, checkpoints and
-// its source URL names a database.
+// parkable reports whether the run's job may ever park (see doc.go,
+// "Parking"): it is continuous, checkpoints and its source URL names a
+// database. Whether parking is on (Config.parks) is read at each
+// decision.
 func (r *runLoop) parkable() bool {
-	if !r.w.n.Config().parks() || !r.d.Continuous() || r.rep.DisableCheckpoints {
+	if !r.d.Continuous() || r.rep.DisableCheckpoints {
 		return false
 	}
 	_, _, ok := replicator.WatchGroupOf(r.d.Rep.Source)
@@ -400,16 +451,20 @@ func (r *runLoop) parkable() bool {
 }
 
 // parkIfIdle asks the run to stop and its job to park once it has been
-// caught up, with no change to copy, for the node's ParkAfter (see doc.go,
-// "Parking"): continuous jobs that checkpoint, whose source URL names a
-// database, and that are not stalled.
+// caught up, with no change to copy, for the node's ParkAfter, where its
+// source's server gives a _db_updates feed that wakes it within a second
+// of a change (see doc.go, "When a replication parks"): continuous jobs
+// that checkpoint, whose source URL names a database, and that are not
+// stalled. (While jobs wait for a slot, the progress loop parks idle jobs
+// sooner: Node.parkWhileWaiting.)
 func (r *runLoop) parkIfIdle() {
 	w := r.w
-	if !r.parkable() {
+	if !w.parkable || !w.n.Config().parks() {
 		return
 	}
 	s := r.run.Sync()
-	if s.CaughtUp && s.Stall == nil && s.CaughtUpSince > 0 && w.now().Sub(time.UnixMilli(s.CaughtUpSince)) >= w.n.Config().ParkAfter {
+	if s.CaughtUp && s.Stall == nil && s.CaughtUpSince > 0 && w.now().Sub(time.UnixMilli(s.CaughtUpSince)) >= w.n.Config().ParkAfter &&
+		w.n.mayPark(w, r.rep, 0) {
 		w.requestStop(stopPark)
 	}
 }

@@ -287,7 +287,7 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 	e.maxRun = max(e.maxRun, e.running)
 	e.mu.Unlock()
 	begin := e.Clock.Now()
-	r := &run{stop: make(chan struct{}), done: make(chan struct{}), stats: opts.Stats, caughtUp: begin}
+	r := &run{stop: make(chan struct{}), halt: make(chan struct{}), done: make(chan struct{}), stats: opts.Stats, caughtUp: begin}
 	e.mu.Lock()
 	r.through = e.seq[src] // what it has to copy, copied at once
 	r.stats.CheckpointedSourceSeq = strconv.FormatInt(r.through, 10)
@@ -343,6 +343,9 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 				r.mu.Unlock()
 				r.res = engine.Result{OK: true, Stats: r.Progress()}
 				return
+			case <-r.halt:
+				r.err = engine.ErrHalted
+				return
 			case <-ctx.Done():
 				r.err = ctx.Err()
 				return
@@ -355,6 +358,8 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 type run struct {
 	stop     chan struct{}
 	stopOnce sync.Once
+	halt     chan struct{}
+	haltOnce sync.Once
 	done     chan struct{}
 	mu       sync.Mutex
 	stats    engine.Stats
@@ -366,6 +371,17 @@ type run struct {
 
 func (r *run) Stop(ctx context.Context) error {
 	r.stopOnce.Do(func() { close(r.stop) })
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return r.err
+}
+
+// Halt ends the run at once, without a final checkpoint.
+func (r *run) Halt(ctx context.Context) error {
+	r.haltOnce.Do(func() { close(r.halt) })
 	select {
 	case <-r.done:
 	case <-ctx.Done():

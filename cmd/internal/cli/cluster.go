@@ -232,7 +232,9 @@ func (c *replicateCmd) completed(ctx context.Context, f *follower, d display, bo
 // it returns at once.
 func (c *replicateCmd) followContinuous(ctx context.Context, f *follower, d display, body json.RawMessage) error {
 	var reply struct {
-		LocalID string `json:"_local_id"`
+		LocalID     string        `json:"_local_id"`
+		Stats       *engine.Stats `json:"stats"`
+		Unconfirmed string        `json:"stop_unconfirmed"`
 	}
 	_ = json.Unmarshal(body, &reply)
 	f.id, f.repID = reply.LocalID, reply.LocalID
@@ -283,7 +285,9 @@ func (c *replicateCmd) cancelOnCluster(cl *client, repID string, interrupted boo
 		body["cancel"] = true
 	}
 	var reply struct {
-		LocalID string `json:"_local_id"`
+		LocalID     string        `json:"_local_id"`
+		Stats       *engine.Stats `json:"stats"`
+		Unconfirmed string        `json:"stop_unconfirmed"`
 	}
 	_, err := cl.do(context.Background(), http.MethodPost, "/_replicate", nil, body, &reply, RequestTimeoutDefault)
 	if !interrupted {
@@ -293,6 +297,12 @@ func (c *replicateCmd) cancelOnCluster(cl *client, repID string, interrupted boo
 		c.r.Printf(c.env.Stdout, "Replication %s cancelled\n", reply.LocalID)
 		return nil
 	}
+	// The cluster's answer carries the run's final counters once its node
+	// stopped it (every write it sent answered): those, not the last ones
+	// seen, are what the target took.
+	if reply.Stats != nil {
+		stats = *reply.Stats
+	}
 	o := outcome{verb: "cancelled", repID: cmp.Or(reply.LocalID, repID), stats: stats}
 	var ae *apiError
 	switch {
@@ -300,8 +310,11 @@ func (c *replicateCmd) cancelOnCluster(cl *client, repID string, interrupted boo
 		o.note = "Interrupted; the cluster had no such replication left to cancel (it had just ended)."
 	case err != nil:
 		o.note = c.r.String("Interrupted, but the cancel failed: " + err.Error() + "; the replication may still run on the cluster.")
+	case reply.Unconfirmed != "":
+		o.note = c.r.String("Interrupted: the replication was cancelled on the cluster, but " + reply.Unconfirmed +
+			"; the counts below are the last ones seen.")
 	default:
-		o.note = "Interrupted: the replication was cancelled on the cluster."
+		o.note = "Interrupted: the replication was cancelled on the cluster and its run stopped."
 	}
 	c.summary(o)
 	return &ExitError{Code: ExitInterrupted}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -69,6 +70,9 @@ type timing struct {
 	// parkAfter is park_after_sec (0: never), parkSweep park_sweep_sec and
 	// pollInterval watch_poll_interval_sec.
 	parkAfter, parkSweep, pollInterval time.Duration
+	// removal is the longest a removed job's run may go on while its node
+	// reaches the store (stopReaction unless set).
+	removal time.Duration
 }
 
 // watch is the longest from a change to a parked job's source to its wake:
@@ -428,7 +432,7 @@ func (m *Model) check(w *World, now time.Time) problems {
 			continue
 		}
 		switch {
-		case !j.gone.IsZero() && now.Sub(j.gone) > m.tm.step() && !m.cutOff(w, r.Node, now):
+		case !j.gone.IsZero() && now.Sub(j.gone) > cmp.Or(m.tm.removal, stopReaction) && !m.cutOff(w, r.Node, now):
 			p.add("safety: %s still runs on %s %v after its removal", src, r.Node, now.Sub(j.gone))
 		case !j.completed.IsZero() && r.Start.After(j.completed):
 			p.add("safety: %s completed at %s and runs again on %s", src, j.completed.Format(time.TimeOnly), r.Node)

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
@@ -108,6 +109,12 @@ func run(t *testing.T, cfg Config) (res Result) {
 		nodeExpiry: 40 * time.Second, oneShot: setup.OneShot, fairShare: setup.FairShare,
 		parkAfter: time.Duration(setup.ParkAfter) * time.Second, parkSweep: parkSweep, pollInterval: pollInterval,
 	})
+	// A removed job's run stops as soon as its node hears of it through
+	// the store's watches; where faults make watches fail, at its
+	// heartbeat at the latest (scheduler doc.go, "Removed while running").
+	if _, faults, _ := faultkv.FromEnv(); faults {
+		m.tm.removal = m.tm.step()
+	}
 	if setup.NoFeedHost >= 0 {
 		m.noFeedHost = fmt.Sprintf("h%d.sim", setup.NoFeedHost)
 	}
