@@ -73,8 +73,9 @@
 // the two histories) or from since_seq or 0. It then reads the source's
 // changes feed (feed=normal for one-shot runs, feed=continuous resumed from
 // the last sequence seen whenever it ends or breaks; style=all_docs, or
-// main_only with winning_revs_only; filtered by doc_ids, selector, a design
-// document filter with query_params, or _view), hands batches of
+// main_only with winning_revs_only; filtered by doc_ids, each id
+// percent-decoded as CouchDB decodes it (%XX, and + for a space), selector,
+// a design document filter with query_params, or _view), hands batches of
 // worker_batch_size rows to worker_processes workers, and for each batch
 // asks the target which revisions it lacks (_revs_diff), fetches them
 // (_bulk_get with revs and latest, results matched by id and revision, never
