@@ -93,7 +93,10 @@
 // through_seq moved, the engine checks that neither peer restarted
 // (_ensure_full_commit's instance_start_time) and writes the same checkpoint
 // document (session_id, source_last_seq, replication_id_version 4, history of
-// at most 50 sessions, newest first) to the source and then the target.
+// at most 50 sessions, newest first) to the source and then the target. A
+// feed that ends past its last row (a filtered one) moves through_seq to
+// its last_seq, so the next run does not read the filtered changes again;
+// a one-shot run that replicated no change answers no_changes all the same.
 //
 // # Defaults and trade-offs
 //
