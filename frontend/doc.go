@@ -12,7 +12,7 @@
 //
 //	GET  /  /_up  /_uuids  /_all_dbs (admins, see PublicAllDBs; startkey, endkey, limit, skip, descending)
 //	GET  /_utils/…                            Fauxton's files (UtilsDir); /_utils redirects to /_utils/
-//	GET|POST|DELETE /_session                 cookie login (AuthSession), as CouchDB
+//	GET|POST|DELETE /_session                 cookie login (AuthSession; "name" or "username"), as CouchDB
 //	PUT|GET|HEAD|DELETE|POST /{db}            _replicator and <prefix>/_replicator ('/' as %2F)
 //	PUT|GET|HEAD|DELETE /{db}/{docid}         documents, also _design/… and _local/…; GET with rev, revs,
 //	                                          open_revs, latest, conflicts, deleted_conflicts, revs_info, meta;
