@@ -165,6 +165,58 @@ func TestCookieSessions(t *testing.T) {
 	require.Nil(t, m["userCtx"].(map[string]any)["name"])
 }
 
+// TestSessionUsername: POST /_session takes the user name as "name" or
+// as "username" (CouchDB's own test suite logs in so), in JSON and form
+// bodies; given both, they must agree; given neither, it is a bad
+// request, as in CouchDB 3.5.
+func TestSessionUsername(t *testing.T) {
+	e := newEnv(t)
+	const form = "application/x-www-form-urlencoded"
+	for _, tc := range []struct {
+		name string
+		body any
+		ct   string
+	}{
+		{"json username", map[string]any{"username": aliceName, "password": alicePass}, ""},
+		{"json name", map[string]any{"name": aliceName, "password": alicePass}, ""},
+		{"json both, equal", map[string]any{"name": aliceName, "username": aliceName, "password": alicePass}, ""},
+		{"form username", url.Values{"username": {aliceName}, "password": {alicePass}}.Encode(), form},
+		{"form name", url.Values{"name": {aliceName}, "password": {alicePass}}.Encode(), form},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hdr []string
+			if tc.ct != "" {
+				hdr = []string{"Content-Type", tc.ct}
+			}
+			r := e.do("POST", "/_session", anon, tc.body, hdr...)
+			require.Equal(t, 200, r.Status, r.Raw)
+			require.Equal(t, aliceName, r.Body["name"])
+			cookie, _, _ := strings.Cut(r.Header.Get("Set-Cookie"), ";")
+			r = e.do("GET", "/_session", anon, nil, "Cookie", cookie)
+			require.Equal(t, aliceName, r.Body["userCtx"].(map[string]any)["name"])
+		})
+	}
+	for _, tc := range []struct {
+		body   any
+		reason string
+	}{
+		{map[string]any{"password": alicePass}, "request body must contain a username"},
+		{map[string]any{"name": aliceName, "username": bobName, "password": alicePass}, "request body contains different usernames"},
+		{map[string]any{"username": 1, "password": alicePass}, "`username` must be a string"},
+		{"password=" + alicePass, "request body must contain a username"},
+		{"name=alice&username=bob&password=" + alicePass, "request body contains different usernames"},
+	} {
+		hdr := []string{"Content-Type", "application/json"}
+		if _, isForm := tc.body.(string); isForm {
+			hdr = []string{"Content-Type", form}
+		}
+		r := e.do("POST", "/_session", anon, tc.body, hdr...)
+		requireError(t, r, 400, "bad_request")
+		require.Equal(t, tc.reason, r.Body["reason"])
+	}
+	requireError(t, e.do("POST", "/_session", anon, map[string]any{"username": aliceName, "password": "nope"}), 401, "unauthorized")
+}
+
 func TestRequireValidUser(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.RequireValidUser = true })
 	r := e.do("GET", "/", anon, nil)

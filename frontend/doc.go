@@ -12,7 +12,7 @@
 //
 //	GET  /  /_up  /_uuids  /_all_dbs (admins, see PublicAllDBs; startkey, endkey, limit, skip, descending)
 //	GET  /_utils/…                            Fauxton's files (UtilsDir); /_utils redirects to /_utils/
-//	GET|POST|DELETE /_session                 cookie login (AuthSession), as CouchDB
+//	GET|POST|DELETE /_session                 cookie login (AuthSession; "name" or "username"), as CouchDB
 //	PUT|GET|HEAD|DELETE|POST /{db}            _replicator and <prefix>/_replicator ('/' as %2F)
 //	PUT|GET|HEAD|DELETE /{db}/{docid}         documents, also _design/… and _local/…; GET with rev, revs,
 //	                                          open_revs, latest, conflicts, deleted_conflicts, revs_info, meta;
@@ -130,10 +130,12 @@
 // # Logging
 //
 // One zerolog line per request (LogRequests) with method, escaped path,
-// status, user, remote address, size (bytes) and duration (duration_ms, in
-// milliseconds). Query strings, headers and bodies are never logged, and
-// error replies never carry storage errors' text, so credentials cannot
-// leak through logs.
+// status, user, remote address, size (bytes), duration (duration_ms, in
+// milliseconds) and request_id: the X-Couch-Request-ID every response
+// carries, as CouchDB's do, with X-CouchDB-Body-Time (the milliseconds
+// spent reading the body). Query strings, headers and bodies are never
+// logged, and error replies never carry storage errors' text, so
+// credentials cannot leak through logs.
 //
 // Server is an http.Handler: the caller owns the listener and its
 // shutdown. Init creates _replicator when missing.

@@ -329,13 +329,16 @@ type limitedBody struct {
 	done     bool  // the deadline and evictability ended
 	read     int64 // bytes read
 	eof      bool  // the body was read to its end
-	mu       sync.Mutex
+	// began and ended bound the reads: from the start of the first to
+	// the end of the last (X-CouchDB-Body-Time).
+	began, ended time.Time
+	mu           sync.Mutex
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	if !b.started {
-		b.started = true
+		b.started, b.began = true, time.Now()
 		_ = b.rc.SetReadDeadline(time.Now().Add(b.deadline))
 		if b.conn != nil {
 			b.conn.setEvictable(true)
@@ -344,6 +347,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	b.mu.Unlock()
 	n, err := b.body.Read(p)
 	b.mu.Lock()
+	b.ended = time.Now()
 	b.read += int64(n)
 	b.eof = b.eof || err == io.EOF || (b.size >= 0 && b.read >= b.size)
 	b.mu.Unlock()
@@ -392,6 +396,14 @@ func (b *limitedBody) finish() {
 }
 
 func (b *limitedBody) Close() error { return b.body.Close() }
+
+// readTime is the time spent reading the body: from the start of its
+// first read to the end of its last (0 when it was not read).
+func (b *limitedBody) readTime() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ended.Sub(b.began)
+}
 
 // drained reports whether the body was read to its end (its last byte:
 // a JSON decoder stops there without asking for EOF).

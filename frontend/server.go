@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -308,8 +310,10 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int
-	// unread reports a request body not read to its end.
-	unread func() bool
+	// unread reports a request body not read to its end; bodyTime the
+	// time spent reading it. Both are nil for a request without a body.
+	unread   func() bool
+	bodyTime func() time.Duration
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -317,6 +321,9 @@ func (w *statusWriter) WriteHeader(code int) {
 		w.status = code
 		if w.unread != nil && w.unread() {
 			w.Header().Set("Connection", "close")
+		}
+		if w.bodyTime != nil {
+			w.Header().Set(headerBodyTime, strconv.FormatInt(w.bodyTime().Milliseconds(), 10))
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -327,16 +334,38 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += n
 	return n, err
 }
 
-// middleware authenticates, recovers from panics, counts and logs. The
-// log line holds the method, the escaped path (never the query, headers or
-// body, where credentials travel), status, user and duration.
+// The headers CouchDB's chttpd adds to every response: the request's id
+// and the milliseconds spent reading its body.
+const (
+	headerRequestID = "X-Couch-Request-ID"
+	headerBodyTime  = "X-CouchDB-Body-Time"
+)
+
+// requestID is a request's X-Couch-Request-ID, as chttpd chooses it: the
+// client's own, when it is at most 36 letters, digits, - and _, else 10
+// random hex digits.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get(headerRequestID); id != "" && len(id) <= 36 && strings.TrimLeft(id,
+		"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") == "" {
+		return id
+	}
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// middleware authenticates, recovers from panics, counts and logs, and
+// sets CouchDB's X-Couch-Request-ID and X-CouchDB-Body-Time on every
+// response. The log line holds the method, the escaped path (never the
+// query, headers or body, where credentials travel), status, user,
+// duration and request id.
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if _, done := r.Context().Value(ctxKey{}).(*reqState); done {
@@ -346,10 +375,13 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		start := time.Now()
 		w := &statusWriter{ResponseWriter: rw}
 		st := &reqState{}
+		reqID := requestID(r)
+		w.Header().Set(headerRequestID, reqID)
+		w.Header().Set(headerBodyTime, "0")
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 			tc, _ := r.Context().Value(connKey{}).(*trackedConn)
 			lb := &limitedBody{body: r.Body, rc: http.NewResponseController(rw), conn: tc, deadline: s.opts.Limits.BodyTimeout, size: r.ContentLength}
-			r.Body, w.unread = lb, func() bool { return !lb.drained() }
+			r.Body, w.unread, w.bodyTime = lb, func() bool { return !lb.drained() }, lb.readTime
 			defer lb.end()
 		}
 		defer func() {
@@ -369,7 +401,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 					name = st.user.Name
 				}
 				s.log.Info().Str("method", r.Method).Str("path", r.URL.EscapedPath()).Int("status", w.status).
-					Str("user", name).Str("remote", r.RemoteAddr).Int("bytes", w.bytes).
+					Str("user", name).Str("remote", r.RemoteAddr).Int("bytes", w.bytes).Str("request_id", reqID).
 					Float64("duration_ms", float64(time.Since(start).Microseconds())/1000).Msg("request")
 			}
 		}()

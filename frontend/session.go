@@ -30,7 +30,8 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 			writeError(w, he)
 			return
 		}
-		var name, password string
+		// field returns a field of the body and whether it is there.
+		var field func(key string) (string, bool)
 		mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		switch mt {
 		case "application/json":
@@ -39,20 +40,37 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 				writeError(w, he)
 				return
 			}
-			name, _ = m["name"].(string)
-			password, _ = m["password"].(string)
+			for _, k := range []string{"name", "username"} {
+				if v, ok := m[k]; ok {
+					if _, isStr := v.(string); !isStr {
+						writeError(w, badRequest("`"+k+"` must be a string"))
+						return
+					}
+				}
+			}
+			field = func(key string) (string, bool) {
+				v, ok := m[key]
+				str, _ := v.(string)
+				return str, ok
+			}
 		case "application/x-www-form-urlencoded":
 			v, err := url.ParseQuery(string(body))
 			if err != nil {
 				writeError(w, badRequest("malformed form body"))
 				return
 			}
-			name, password = v.Get("name"), v.Get("password")
+			field = func(key string) (string, bool) { return v.Get(key), v.Has(key) }
 		default:
 			writeError(w, newError(http.StatusUnsupportedMediaType, "bad_content_type",
 				"Content-Type must be application/json or application/x-www-form-urlencoded"))
 			return
 		}
+		name, he := loginName(field)
+		if he != nil {
+			writeError(w, he)
+			return
+		}
+		password, _ := field("password")
 		acc, he := s.auth.login(name, password, clientAddr(r))
 		if he != nil {
 			writeError(w, he)
@@ -62,4 +80,22 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		roles := append([]string{}, acc.roles...)
 		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "name": acc.name, "roles": roles})
 	}
+}
+
+// loginName is the user name of a POST /_session body, as CouchDB 3.5
+// reads it (couch_httpd_auth:extract_username): "name", or "username",
+// which CouchDB's own tests and several clients send; when both are
+// given they must agree.
+func loginName(field func(key string) (string, bool)) (string, *httpError) {
+	name, hasName := field("name")
+	username, hasUsername := field("username")
+	switch {
+	case !hasName && !hasUsername:
+		return "", badRequest("request body must contain a username")
+	case !hasUsername:
+		return name, nil
+	case hasName && username != name:
+		return "", badRequest("request body contains different usernames")
+	}
+	return username, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
 func TestParseSpecErrors(t *testing.T) {
@@ -85,6 +86,40 @@ func TestParseSpecNormalizes(t *testing.T) {
 	require.NotEqual(t, TransientJobID("uuid", s, "bob"), TransientJobID("uuid", s, "eve"))
 	s2.Continuous = false
 	require.False(t, SameReplication(s, s2))
+}
+
+// TestEmptyDocIDs: `doc_ids: []` replicates nothing, as in CouchDB, where
+// it has a replication id of its own: the empty list survives job data
+// (an empty list is not the absent one) and is another replication than
+// the unfiltered one.
+func TestEmptyDocIDs(t *testing.T) {
+	const ends = `"source":"http://u:p@h/a","target":"http://h/b"`
+	empty, err := ParseSpec(json.RawMessage(`{` + ends + `,"doc_ids":[]}`))
+	require.NoError(t, err)
+	plain, err := ParseSpec(json.RawMessage(`{` + ends + `,"doc_ids":null}`))
+	require.NoError(t, err)
+	require.Nil(t, plain.DocIDs)
+
+	b, err := json.Marshal(&JobData{Rep: empty})
+	require.NoError(t, err)
+	stored, err := DecodeJobData(b)
+	require.NoError(t, err)
+	require.NotNil(t, stored.Rep.DocIDs, "the empty list is kept in job data: %s", b)
+	require.Empty(t, stored.Rep.DocIDs)
+	rep, err := stored.Rep.Replication()
+	require.NoError(t, err)
+	require.NotNil(t, rep.DocIDs, "the engine gets the empty list")
+
+	require.True(t, SameReplication(empty, stored.Rep))
+	require.False(t, SameReplication(empty, plain))
+	require.NotEqual(t, TransientJobID("uuid", plain, "bob"), TransientJobID("uuid", stored.Rep, "bob"))
+	plainRep, err := plain.Replication()
+	require.NoError(t, err)
+	emptyID, _, err := engine.ReplicationID(rep, "uuid", "")
+	require.NoError(t, err)
+	plainID, _, err := engine.ReplicationID(plainRep, "uuid", "")
+	require.NoError(t, err)
+	require.NotEqual(t, plainID, emptyID)
 }
 
 func TestParseRequestCancel(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -49,12 +50,16 @@ type Spec struct {
 	Continuous         bool            `json:"continuous,omitempty"`
 	CreateTarget       bool            `json:"create_target,omitempty"`
 	CreateTargetParams json.RawMessage `json:"create_target_params,omitempty"`
-	DocIDs             []string        `json:"doc_ids,omitempty"`
-	Selector           json.RawMessage `json:"selector,omitempty"`
-	Filter             string          `json:"filter,omitempty"`
-	QueryParams        json.RawMessage `json:"query_params,omitempty"`
-	SinceSeq           json.RawMessage `json:"since_seq,omitempty"`
-	WinningRevsOnly    bool            `json:"winning_revs_only,omitempty"`
+	// DocIDs is doc_ids as written (percent-encoded ids are decoded by
+	// the engine); nil when there is none. An empty list, which
+	// replicates nothing and has its own replication id, as in CouchDB,
+	// is kept as one through job data (omitzero).
+	DocIDs          []string        `json:"doc_ids,omitzero"`
+	Selector        json.RawMessage `json:"selector,omitempty"`
+	Filter          string          `json:"filter,omitempty"`
+	QueryParams     json.RawMessage `json:"query_params,omitempty"`
+	SinceSeq        json.RawMessage `json:"since_seq,omitempty"`
+	WinningRevsOnly bool            `json:"winning_revs_only,omitempty"`
 	// UseCheckpoints and UseBulkGet are use_checkpoints and use_bulk_get,
 	// nil when the replication leaves them to the node's defaults.
 	UseCheckpoints *bool `json:"use_checkpoints,omitempty"`
@@ -197,7 +202,7 @@ func SameRequest(a, b *Spec) bool {
 
 func (s *Spec) normalized() Spec {
 	n := *s
-	n.DocIDs = append([]string(nil), s.DocIDs...)
+	n.DocIDs = slices.Clone(s.DocIDs) // nil stays nil, empty stays empty
 	sort.Strings(n.DocIDs)
 	n.Selector = canonicalJSON(s.Selector)
 	n.QueryParams = canonicalJSON(s.QueryParams)

@@ -91,7 +91,7 @@ func (c *changesReader) changesRequest() (changesRequest, error) {
 	switch {
 	case rep.DocIDs != nil:
 		q.Set("filter", "_doc_ids")
-		b, err := json.Marshal(map[string][]string{"doc_ids": rep.DocIDs})
+		b, err := json.Marshal(map[string][]string{"doc_ids": rep.docIDs()})
 		if err != nil {
 			return req, err
 		}
@@ -254,7 +254,7 @@ func (c *changesReader) changesOnce(ctx context.Context, base *changesRequest, s
 		base.method, base.body = http.MethodGet, nil
 		base.query.Del("filter")
 		base.keep = map[string]bool{}
-		for _, id := range c.rep.DocIDs {
+		for _, id := range c.rep.docIDs() {
 			base.keep[id] = true
 		}
 		return nil, errRetryNow

@@ -202,6 +202,20 @@ func TestChangesFilters(t *testing.T) {
 		require.Equal(t, http.MethodGet, reqs[1].method)
 		require.Empty(t, reqs[1].query.Get("filter"))
 	})
+	t.Run("doc_ids are sent percent-decoded, as CouchDB's replicator sends them", func(t *testing.T) {
+		ft := &fakeTransport{}
+		ft.handler = func(n int, r httpRequest) (*httpResult, error) {
+			if r.method == http.MethodPost {
+				return streamOf(405, `{"error":"method_not_allowed"}`), nil
+			}
+			return streamOf(200, `{"results":[{"seq":1,"id":"_design/foo","changes":[{"rev":"1-x"}]},{"seq":2,"id":"_design%2Ffoo","changes":[{"rev":"1-y"}]}],"last_seq":2}`), nil
+		}
+		r := newTestReader(Replication{DocIDs: []string{"_design%2Ffoo", "b", "a+b", "100%", "%zz%41", "b"}}, ft)
+		got := collectChanges(t, r, context.Background(), 2)
+		require.Equal(t, "_design/foo", got[0].ID, "the client-side filter keeps the decoded id")
+		require.Equal(t, "", got[1].ID)
+		require.JSONEq(t, `{"doc_ids":["%zzA","100%","_design/foo","a b","b"]}`, string(ft.requests()[0].body))
+	})
 	for _, pouch := range []bool{false, true} {
 		ft := &fakeTransport{handler: func(n int, r httpRequest) (*httpResult, error) {
 			return streamOf(200, `{"results":[{"seq":1,"id":"a","changes":[{"rev":"1-x"}]}],"last_seq":1}`), nil

@@ -251,8 +251,7 @@ func (c *checkpointer) progress() Stats {
 // finalCheckpoint writes the last checkpoint and builds the run's result;
 // completed is Result.Completed.
 func (c *checkpointer) finalCheckpoint(ctx context.Context, completed bool) (Result, error) {
-	written, err := c.checkpoint(ctx)
-	if err != nil {
+	if _, err := c.checkpoint(ctx); err != nil {
 		return Result{}, err
 	}
 	res := Result{OK: true, Stats: c.progress(), StartSeq: c.startSeq, Completed: completed}
@@ -267,8 +266,13 @@ func (c *checkpointer) finalCheckpoint(ctx context.Context, completed bool) (Res
 		if d == nil {
 			d = c.logDoc(c.startSeq, c.stats.load())
 			d.History = c.history
-			res.NoChanges = !written
 		}
+		// no_changes, as CouchDB answers a run that replicated no change:
+		// none came, or none passed the filter (the checkpoint may still
+		// have moved past the filtered ones to the feed's last_seq, which
+		// CouchDB's does not).
+		_, passed, ahead := c.tracker.finishedAhead()
+		res.NoChanges = passed+ahead == 0
 		res.SessionID = d.SessionID
 		res.SourceLastSeq = d.SourceLastSeq
 		res.ReplicationIDVersion = ReplicationIDVersion

@@ -60,3 +60,36 @@ func TestRealCouchDB(t *testing.T) {
 	require.NotNil(t, srv.GetDoc(t, "tgt", "_local/"+base), fmt.Sprintf("checkpoint %s on the target", base))
 	require.NotNil(t, srv.GetDoc(t, "src", "_local/"+base))
 }
+
+// TestDocIDsReplicationIDAsCouchDB: CouchDB's own replicator gives
+// doc_ids replications the ids ReplicationID computes: an empty list its
+// own id (not the unfiltered replication's), and ids percent-encoded, with
+// + for a space, repeated or unsorted, decoded as CouchDB decodes them.
+func TestDocIDsReplicationIDAsCouchDB(t *testing.T) {
+	t.Parallel()
+	srv := startPeer(t, 0)
+	var root struct {
+		UUID string `json:"uuid"`
+	}
+	require.Equal(t, 200, srv.Request(t, "GET", "/", nil, &root))
+	require.NotEmpty(t, root.UUID)
+	seen := map[string][]string{}
+	for _, ids := range [][]string{nil, {}, {"_design%2Ffoo", "8"}, {"8", "_design/foo", "8"}, {"a+b", "a%20b"}, {"%zz%41", "100%"}} {
+		body := map[string]any{"source": srv.AuthDBURL("src"), "target": srv.AuthDBURL("tgt"), "continuous": true}
+		if ids != nil {
+			body["doc_ids"] = ids
+		}
+		var res struct {
+			LocalID string `json:"_local_id"`
+		}
+		require.Equal(t, 202, srv.Request(t, "POST", "/_replicate", body, &res))
+		_, full, err := engine.ReplicationID(srcTo(t, srv, "tgt", engine.Replication{Continuous: true, DocIDs: ids}), root.UUID, "")
+		require.NoError(t, err)
+		require.Equal(t, res.LocalID, full, "doc_ids %q", ids)
+		if prev, ok := seen[full]; ok {
+			require.Equal(t, []string{"_design%2Ffoo", "8"}, prev, "only the same ids share an id: %q", ids)
+		}
+		seen[full] = ids
+	}
+	require.Len(t, seen, 5)
+}

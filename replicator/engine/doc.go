@@ -73,8 +73,9 @@
 // the two histories) or from since_seq or 0. It then reads the source's
 // changes feed (feed=normal for one-shot runs, feed=continuous resumed from
 // the last sequence seen whenever it ends or breaks; style=all_docs, or
-// main_only with winning_revs_only; filtered by doc_ids, selector, a design
-// document filter with query_params, or _view), hands batches of
+// main_only with winning_revs_only; filtered by doc_ids, each id
+// percent-decoded as CouchDB decodes it (%XX, and + for a space), selector,
+// a design document filter with query_params, or _view), hands batches of
 // worker_batch_size rows to worker_processes workers, and for each batch
 // asks the target which revisions it lacks (_revs_diff), fetches them
 // (_bulk_get with revs and latest, results matched by id and revision, never
@@ -92,7 +93,10 @@
 // through_seq moved, the engine checks that neither peer restarted
 // (_ensure_full_commit's instance_start_time) and writes the same checkpoint
 // document (session_id, source_last_seq, replication_id_version 4, history of
-// at most 50 sessions, newest first) to the source and then the target.
+// at most 50 sessions, newest first) to the source and then the target. A
+// feed that ends past its last row (a filtered one) moves through_seq to
+// its last_seq, so the next run does not read the filtered changes again;
+// a one-shot run that replicated no change answers no_changes all the same.
 //
 // # Defaults and trade-offs
 //

@@ -267,11 +267,30 @@ func TestPagedFeeds(t *testing.T) {
 	}
 }
 
-// TestEmptyDocIDs checks that an empty doc_ids list replicates nothing.
+// TestEmptyDocIDs checks that an empty doc_ids list replicates nothing,
+// and that a run that replicated no change answers no_changes, as
+// CouchDB's does: also when its filter passed none of the source's
+// changes, whose feed's last_seq its checkpoint moved to (which CouchDB's
+// does not).
 func TestEmptyDocIDs(t *testing.T) {
 	t.Parallel()
 	srv := startPeer(t, 5)
 	res := runOnce(t, srcTo(t, srv, "tgt", engine.Replication{CreateTarget: true, DocIDs: []string{}}), engine.Options{})
 	require.Zero(t, res.Stats.DocsWritten)
+	require.True(t, res.NoChanges)
 	require.Empty(t, enginetest.Take(t, srv.AuthDBURL("tgt")))
+
+	missing := srcTo(t, srv, "tgt", engine.Replication{DocIDs: []string{"nope"}})
+	res = runOnce(t, missing, engine.Options{})
+	require.True(t, res.NoChanges, "nothing passed the filter")
+	base, _, err := engine.ReplicationID(missing, testUUID, "")
+	require.NoError(t, err)
+	require.NotNil(t, srv.GetDoc(t, "src", "_local/"+base), "checkpointed past the filtered changes")
+
+	found := srcTo(t, srv, "tgt", engine.Replication{DocIDs: []string{"nope", "doc-00000001"}})
+	res = runOnce(t, found, engine.Options{})
+	require.False(t, res.NoChanges)
+	require.EqualValues(t, 1, res.Stats.DocsWritten)
+	res = runOnce(t, found, engine.Options{})
+	require.True(t, res.NoChanges, "nothing new")
 }

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,7 +82,8 @@ type Replication struct {
 
 	// At most one of DocIDs, Selector and Filter selects what to replicate.
 	// DocIDs is the doc_ids filter when not nil (an empty list replicates
-	// nothing).
+	// nothing), as written: each id is percent-decoded as CouchDB decodes
+	// it (see unquote) before it is used.
 	DocIDs   []string
 	Selector json.RawMessage
 	// Filter is "ddoc/name" (a filter function in the source's
@@ -282,6 +283,59 @@ var Tunables = []Tunable{
 	{"checkpoint_interval", 1, CheckpointIntervalMax.Milliseconds(), func(r Replication) int64 { return r.CheckpointInterval.Milliseconds() }},
 }
 
+// docIDs returns doc_ids as CouchDB's replicator uses them (in the
+// changes request and the replication id): each id unquoted, sorted,
+// without duplicates; nil when the replication has no doc_ids.
+func (rep Replication) docIDs() []string {
+	if rep.DocIDs == nil {
+		return nil
+	}
+	ids := make([]string, 0, len(rep.DocIDs))
+	for _, id := range rep.DocIDs {
+		ids = append(ids, unquote(id))
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// unquote decodes a doc_ids entry as CouchDB 3.5 does (couch_httpd:unquote:
+// mochiweb_util:unquote, [chttpd] decode_plus_to_space's default), so that
+// ids written percent-encoded ("_design%2Ffoo") name their documents: %XX
+// (two hex digits) is that byte and + is a space; anything else, a % that
+// no two hex digits follow included, stays as it is.
+func unquote(s string) string {
+	if !strings.ContainsAny(s, "%+") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '+':
+			b.WriteByte(' ')
+		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+			i += 2
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
 // userFilter reports whether Filter names a design document filter.
 func (rep Replication) userFilter() bool {
 	return rep.Filter != "" && !strings.HasPrefix(rep.Filter, "_")
@@ -320,19 +374,8 @@ func ReplicationID(rep Replication, serverUUID, filterCode string) (base, full s
 	}
 	switch {
 	case rep.DocIDs != nil:
-		ids := make([]string, len(rep.DocIDs))
-		for i, id := range rep.DocIDs {
-			if dec, err := url.PathUnescape(id); err == nil {
-				id = dec
-			}
-			ids[i] = id
-		}
-		sort.Strings(ids)
 		list := etfListT{}
-		for i, id := range ids {
-			if i > 0 && id == ids[i-1] {
-				continue
-			}
+		for _, id := range rep.docIDs() {
 			list = append(list, id)
 		}
 		in.Filter = etfListT{list}

@@ -20,6 +20,7 @@ type seqTracker struct {
 	through  json.RawMessage
 	passed   int64 // the changes of the batches through covers
 	finished int64 // the changes of every finished batch, past through too
+	// Changes are documents' rows; the marker of a feed's last_seq is none.
 	highest  json.RawMessage
 	highestT uint64
 }

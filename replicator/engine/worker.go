@@ -162,7 +162,13 @@ fill:
 			break fill
 		}
 	}
-	return rows, w.changes.tracker.begin(rows[len(rows)-1].Seq, len(rows)), true
+	changes := 0 // document rows: a last_seq marker is no change
+	for _, c := range rows {
+		if c.ID != "" {
+			changes++
+		}
+	}
+	return rows, w.changes.tracker.begin(rows[len(rows)-1].Seq, changes), true
 }
 
 // processBatch replicates one batch: _revs_diff, fetch, write. Its
