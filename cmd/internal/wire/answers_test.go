@@ -136,6 +136,21 @@ func TestAnswersAsCouchDBs(t *testing.T) {
 			a.compare(t, "POST /_replicate ("+x.what+")", c, f)
 		}
 	})
+	t.Run("arrived completed", func(t *testing.T) {
+		// A document replicated in from another server, marked completed:
+		// CouchDB shows it from its fields, and so does fdbrep.
+		c, f := a.both(t, "PUT", "/_replicator/imported", func(side string) any {
+			return map[string]any{"source": couch.AuthDBURL("src"), "target": couch.AuthDBURL("imported-tgt-" + side),
+				"_replication_state": "completed", "_replication_state_time": "2024-05-01T10:00:00Z",
+				"_replication_stats": map[string]any{"revisions_checked": 12, "missing_revisions_found": 12, "docs_read": 12,
+					"docs_written": 12, "doc_write_failures": 0, "checkpointed_source_seq": "12-g1AAAA"}}
+		})
+		require.Equal(t, 201, c.Status, c.Raw)
+		require.Equal(t, 201, f.Status, f.Raw)
+		completed := func(r resp) bool { return r.Body["state"] == "completed" }
+		c, f = a.wait(t, "GET", "/_scheduler/docs/_replicator/imported", completed)
+		a.compare(t, "GET /_scheduler/docs/_replicator/imported", c, f)
+	})
 	t.Run("errors", func(t *testing.T) {
 		for _, path := range []string{
 			"/_scheduler/jobs/nope",
@@ -213,6 +228,12 @@ var answersAllowed = []allowed{
 	{"GET /_scheduler/docs/_replicator/nosrc", "info.error", "value", infoRow},
 	{"GET /_scheduler/docs/_replicator/nosrc", "info.reason", "extra", infoRow},
 	{"GET /_scheduler/jobs/{id of nosrc}", "info", "type", infoRow},
+	// A document that arrived completed: the same fields as a completed
+	// one's row, and a start time.
+	{"GET /_scheduler/docs/_replicator/imported", "node", "extra", completedRowsRow},
+	{"GET /_scheduler/docs/_replicator/imported", "source_proxy", "extra", completedRowsRow},
+	{"GET /_scheduler/docs/_replicator/imported", "target_proxy", "extra", completedRowsRow},
+	{"GET /_scheduler/docs/_replicator/imported", "start_time", "type", endedElsewhereRow},
 	// null, as 4.x.
 	{"GET /_scheduler/docs/_replicator/nosrc", "node", "type", nodeRow},
 	{"GET /_scheduler/jobs/{id of nosrc}", "node", "type", nodeRow},
@@ -237,6 +258,7 @@ const (
 	completedCountersRow = "Replication › Counters of a completed replication"
 	infoRow              = "Replication › info of a crashing or failed job"
 	nodeRow              = "Replication › node of a job that is not running"
+	endedElsewhereRow    = "Replicating replicator databases › A document marked completed or failed that has no job here"
 	syncRow              = "Scheduler views › Is it in sync? (caught_up, caught_up_since, last_progress, throughput, eta_sec, stall)"
 )
 
