@@ -30,6 +30,8 @@
 //	GET|PUT|DELETE /_node/{node}/_config[/{section}[/{key}]]  runtime configuration (config.go), admins;
 //	                                          {node}: _local, a node's name, or _cluster (every node)
 //
+// HEAD is answered wherever GET is, as CouchDB answers it.
+//
 // Replies have CouchDB's shapes and statuses, errors are
 // {"error": …, "reason": …}. Only replicator databases are served: other
 // names get 400 illegal_database_name with the rule spelled out.
