@@ -33,8 +33,10 @@
 // HEAD is answered wherever GET is, as CouchDB answers it.
 //
 // Replies have CouchDB's shapes and statuses, errors are
-// {"error": …, "reason": …}. Only replicator databases are served: other
-// names get 400 illegal_database_name with the rule spelled out.
+// {"error": …, "reason": …}, also for the requests net/http refuses
+// itself before any handler runs (trackedConn.Write; plain text under
+// TLS). Only replicator databases are served: other names get 400
+// illegal_database_name with the rule spelled out.
 //
 // # Storage
 //
