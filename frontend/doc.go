@@ -30,7 +30,11 @@
 //	GET|PUT|DELETE /_node/{node}/_config[/{section}[/{key}]]  runtime configuration (config.go), admins;
 //	                                          {node}: _local, a node's name, or _cluster (every node)
 //
-// HEAD is answered wherever GET is, as CouchDB answers it.
+// HEAD is answered wherever GET is, as CouchDB answers it. What fdbrep
+// does not have answers as such (unsupported.go): a standalone attachment
+// PUT is 415 as any attachment; _find, _index, _design_docs, views and
+// the other database endpoints of unsupportedDBEndpoints are 400
+// "Unsupported endpoint …", whatever the method.
 //
 // Replies have CouchDB's shapes and statuses, errors are
 // {"error": …, "reason": …}, also for the requests net/http refuses

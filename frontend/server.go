@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -279,7 +280,11 @@ func (s *Server) routes() *mux.Router {
 	h("/{db}/_security", s.handleSecurity, "GET", "PUT")
 	h("/{db}/_design/{ddoc}", s.docHandler(repdb.DesignPrefix, "ddoc"), "GET", "HEAD", "PUT", "DELETE")
 	h("/{db}/_local/{id}", s.docHandler(repdb.LocalPrefix, "id"), "GET", "HEAD", "PUT", "DELETE")
+	r.Handle("/{db}/{endpoint:"+strings.Join(slices.Sorted(maps.Keys(unsupportedDBEndpoints)), "|")+"}",
+		http.HandlerFunc(s.handleUnsupportedDBEndpoint))
 	h("/{db}/{docid}", s.docHandler("", "docid"), "GET", "HEAD", "PUT", "DELETE")
+	r.Handle("/{db}/_design/{ddoc}/{rest:.+}", s.handleDocSubpath(repdb.DesignPrefix, "ddoc"))
+	r.Handle("/{db}/{docid}/{rest:.+}", s.handleDocSubpath("", "docid"))
 	r.NotFoundHandler = s.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("missing"))
 	}))
