@@ -35,6 +35,26 @@ func checkOptionalData(d json.RawMessage) ([]byte, error) {
 }
 
 // checkAddArgs checks the scheduled time and data of a job to add and
+// addToken checks the store's layout and draws the token with which an
+// add recognises its own earlier attempt.
+func (c *Client) addToken(ctx context.Context) ([]byte, error) {
+	if err := c.CheckLayout(ctx); err != nil {
+		return nil, err
+	}
+	return newToken()
+}
+
+// checkJob validates a job's type and id, and its data (checkData).
+func checkJob(typ, id string, data json.RawMessage) ([]byte, error) {
+	if err := checkName("type", typ); err != nil {
+		return nil, err
+	}
+	if err := checkName("job id", id); err != nil {
+		return nil, err
+	}
+	return checkData(data)
+}
+
 // returns its data ("{}" for nil).
 func checkAddArgs(stime int64, data json.RawMessage) ([]byte, error) {
 	if err := checkSTime(stime); err != nil {
@@ -92,6 +112,45 @@ const MaxScheduledTimeMax int64 = 1 << 62
 // example, check JobState for ErrNotFound in the same transaction).
 func (c *Client) Add(ctx context.Context, tx kv.Transactor, typ, id string, data json.RawMessage, stime int64) error {
 	return c.add(ctx, tx, typ, []NewJob{{ID: id, Data: data, ScheduledTime: stime}}, false)
+}
+
+// AddFinished creates job id of type typ finished, with data (nil means
+// "{}"): the record of work done elsewhere, which no worker takes (a
+// replication a _replicator document says another server completed). A
+// Resubmit, or an Add of the same id, makes it pending as any finished
+// job. A job that exists already is ErrInvalidArgument. tx may be nil, a
+// Database or a caller's Transaction; run again after
+// commit_unknown_result in its own retry loop, it recognises the job its
+// earlier attempt wrote.
+func (c *Client) AddFinished(ctx context.Context, tx kv.Transactor, typ, id string, data json.RawMessage) error {
+	d, err := checkJob(typ, id, data)
+	if err != nil {
+		return err
+	}
+	token, err := c.addToken(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (any, error) {
+		info := c.readTypeInfo(tr, typ)
+		r, err := c.k.readRow(tr, typ, id)
+		if err != nil {
+			return nil, err
+		}
+		if r != nil {
+			if bytes.Equal(r.addToken, token) {
+				return nil, nil // this call's earlier attempt committed
+			}
+			return nil, fmt.Errorf("%w: job %q of type %q exists", ErrInvalidArgument, id, typ)
+		}
+		ti, err := info()
+		if err != nil {
+			return nil, err
+		}
+		c.k.writeRow(tr, typ, id, &row{state: Finished, data: d, addToken: token, shard: shardOf(id, ti.shards)})
+		return nil, nil
+	})
+	return err
 }
 
 // NewJob is one job of AddBatch: its id, data (nil means "{}") and
@@ -186,10 +245,7 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 			return err
 		}
 	}
-	if err := c.CheckLayout(ctx); err != nil {
-		return err
-	}
-	token, err := newToken()
+	token, err := c.addToken(ctx)
 	if err != nil {
 		return err
 	}
@@ -389,13 +445,7 @@ func (c *Client) Remove(ctx context.Context, tx kv.Transactor, typ, id string) e
 // writes the same thing when run again, so it is idempotent under
 // commit_unknown_result.
 func (c *Client) SetData(ctx context.Context, tx kv.Transactor, typ, id string, data json.RawMessage) error {
-	if err := checkName("type", typ); err != nil {
-		return err
-	}
-	if err := checkName("job id", id); err != nil {
-		return err
-	}
-	d, err := checkData(data)
+	d, err := checkJob(typ, id, data)
 	if err != nil {
 		return err
 	}

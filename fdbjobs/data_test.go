@@ -58,6 +58,31 @@ func TestSetData(t *testing.T) {
 	require.JSONEq(t, `{"v":2}`, string(j.Data))
 }
 
+// AddFinished creates a job finished, with its data: no worker takes it,
+// and an Add makes it pending as any finished job. An existing job is
+// refused and left as it was.
+func TestAddFinished(t *testing.T) {
+	b := setup(t)
+	b.start(t)
+	require.NoError(t, b.c.AddFinished(b.ctx, nil, t1, "done", raw(`{"v":1}`)))
+	require.Equal(t, Finished, b.state(t, t1, "done"))
+	require.JSONEq(t, `{"v":1}`, b.data(t, t1, "done"))
+	require.Zero(t, b.count(t, keyPending), "not queued")
+	_, err := b.c.Accept(b.ctx, t1, AcceptOptions{})
+	require.ErrorIs(t, err, ErrNotFound, "no worker takes it")
+
+	b.add(t, t1, "pending", `{"v":1}`, 1)
+	for _, id := range []string{"done", "pending"} {
+		require.ErrorIs(t, b.c.AddFinished(b.ctx, nil, t1, id, raw(`{"v":2}`)), ErrInvalidArgument, id)
+		require.JSONEq(t, `{"v":1}`, b.data(t, t1, id), id)
+	}
+	require.Equal(t, Pending, b.state(t, t1, "pending"))
+	require.ErrorIs(t, b.c.AddFinished(b.ctx, nil, t1, "bad", raw(`{`)), ErrInvalidData)
+
+	b.add(t, t1, "done", `{"v":3}`, 2)
+	require.Equal(t, Pending, b.state(t, t1, "done"), "an Add resubmits it")
+}
+
 // A SetData and an Accept of the same job conflict: the one that commits
 // second sees the other's write (here SetData, which then finds the job
 // running).

@@ -33,7 +33,7 @@
 //   - Creation: Add (creates, or resubmits an existing job), AddBatch (Add
 //     for up to MaxBatch jobs, as River's InsertMany, paged into
 //     transactions of at most AddPageJobs jobs and about AddPageBytes),
-//     Remove, Job, JobData, JobState, ReadJobs, ActiveJobIDs, PendingCount,
+//     AddFinished (a job created finished: work done elsewhere), Remove, Job, JobData, JobState, ReadJobs, ActiveJobIDs, PendingCount,
 //     DueTime, FoldJobs. All but FoldJobs take a kv.Transactor (nil for a transaction
 //     of their own) and so can join a caller's transaction (AddBatch then
 //     takes one page at most).

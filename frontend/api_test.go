@@ -309,3 +309,22 @@ func TestMethodsAndMissingDB(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, e.do("HEAD", "/_replicator/none", asAdmin, nil).Status)
 	_ = fmt.Sprint()
 }
+
+// HEAD is answered wherever GET is, as CouchDB does: GET's status, no
+// body. A 405 lists HEAD with GET.
+func TestHeadWhereverGet(t *testing.T) {
+	e := newEnv(t)
+	for _, path := range []string{
+		"/_active_tasks", "/_scheduler/jobs", "/_scheduler/docs", "/_scheduler/docs/_replicator", "/_session",
+		"/_uuids", "/_node/_local/_config", "/_replicator/_changes", "/_replicator/_security",
+	} {
+		get, head := e.do("GET", path, asAdmin, nil), e.do("HEAD", path, asAdmin, nil)
+		require.NotEqual(t, http.StatusMethodNotAllowed, head.Status, path)
+		require.Equal(t, get.Status, head.Status, path)
+		require.Empty(t, head.Raw, path)
+	}
+	r := e.do("DELETE", "/_scheduler/jobs", asAdmin, nil)
+	requireError(t, r, 405, "method_not_allowed")
+	require.Equal(t, "Only GET,HEAD allowed", r.Body["reason"])
+	require.Equal(t, http.StatusMethodNotAllowed, e.do("HEAD", "/_replicate", asAdmin, nil).Status, "POST only")
+}

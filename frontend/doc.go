@@ -30,9 +30,17 @@
 //	GET|PUT|DELETE /_node/{node}/_config[/{section}[/{key}]]  runtime configuration (config.go), admins;
 //	                                          {node}: _local, a node's name, or _cluster (every node)
 //
+// HEAD is answered wherever GET is, as CouchDB answers it. What fdbrep
+// does not have answers as such (unsupported.go): a standalone attachment
+// PUT is 415 as any attachment; _find, _index, _design_docs, views and
+// the other database endpoints of unsupportedDBEndpoints are 400
+// "Unsupported endpoint …", whatever the method.
+//
 // Replies have CouchDB's shapes and statuses, errors are
-// {"error": …, "reason": …}. Only replicator databases are served: other
-// names get 400 illegal_database_name with the rule spelled out.
+// {"error": …, "reason": …}, also for the requests net/http refuses
+// itself before any handler runs (trackedConn.Write; plain text under
+// TLS). Only replicator databases are served: other names get 400
+// illegal_database_name with the rule spelled out.
 //
 // # Storage
 //

@@ -281,7 +281,9 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 		}
 	}
 	if len(canonical) > s.opts.MaxDocumentSize {
-		return "", newError(http.StatusRequestEntityTooLarge, "document_too_large", e.id)
+		return "", newError(http.StatusRequestEntityTooLarge, "document_too_large",
+			fmt.Sprintf("document %s is %d bytes of JSON (as stored), over the limit of %d bytes ([chttpd] max_document_size)",
+				e.id, len(canonical), s.opts.MaxDocumentSize))
 	}
 	var hook repdb.Hook
 	if isRep {

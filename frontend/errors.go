@@ -45,6 +45,8 @@ var (
 	errDBExists          = newError(http.StatusPreconditionFailed, "file_exists", "The database could not be created, the file already exists.")
 	errTooLarge          = newError(http.StatusRequestEntityTooLarge, "too_large", "the request entity is too large")
 	errJSONContentType   = newError(http.StatusUnsupportedMediaType, "bad_content_type", "Content-Type must be application/json")
+	errAttachments       = newError(http.StatusUnsupportedMediaType, "bad_content_type",
+		"attachments are not supported: replication documents carry none, and fdbrep stores none")
 )
 
 // notDBAdmin is CouchDB's check_is_admin failure: 401 for anonymous users,

@@ -47,9 +47,7 @@ func TestHostileRequests(t *testing.T) {
 			status, raw := rawDo(t, e.url, tc.method, tc.path, body, tc.hdr...)
 			require.GreaterOrEqual(t, status, 400, raw)
 			require.Less(t, status, 500, raw)
-			if !strings.Contains(tc.path, "%zz") { // net/http itself refuses bad escapes, in plain text
-				require.Contains(t, raw, `"error"`)
-			}
+			require.Contains(t, raw, `"error"`) // net/http's own refusals too (bad escapes)
 		})
 	}
 	require.EqualValues(t, 0, e.do("GET", "/_replicator", asAdmin, nil).Body["doc_count"])

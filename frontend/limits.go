@@ -1,14 +1,18 @@
 package frontend
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -115,7 +119,7 @@ func NewHTTPServer(h http.Handler, limits Limits) (*HTTPServer, error) {
 	if err := limits.validate(); err != nil {
 		return nil, err
 	}
-	cs := &connSet{max: limits.connCap(), all: map[*trackedConn]struct{}{}}
+	cs := &connSet{max: limits.connCap(), all: map[*trackedConn]struct{}{}, maxHeaderBytes: limits.MaxHeaderBytes}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: limits.HeaderTimeout,
@@ -170,6 +174,8 @@ type connSet struct {
 	max int
 	mu  sync.Mutex
 	all map[*trackedConn]struct{}
+	// maxHeaderBytes is Limits.MaxHeaderBytes, for the reason of a 431.
+	maxHeaderBytes int
 }
 
 // trackedConn is a connection of a connSet. evictable is set while the
@@ -197,6 +203,63 @@ func (c *trackedConn) Close() error {
 		c.set.mu.Unlock()
 	})
 	return err
+}
+
+// Write writes p, unless p is one of the plain-text answers net/http
+// gives before any handler runs (see jsonParseError): that is written as a
+// CouchDB JSON error instead.
+func (c *trackedConn) Write(p []byte) (int, error) {
+	if j := c.set.jsonParseError(p); j != nil {
+		if _, err := c.Conn.Write(j); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+// goErrorHeaders are the headers of the plain-text answers net/http writes
+// itself, in one write, to a request it will not hand to a handler: its
+// headers are over MaxHeaderBytes (431), it does not parse (400: no Host,
+// a bad Content-Length, ...), its transfer coding is unknown (501), its
+// HTTP version too (505). The write is "HTTP/1.1 <status line>" +
+// goErrorHeaders + "<status>[: <detail>]" (Go's net/http server.go,
+// conn.serve). A handler's answer never starts so: net/http sorts its
+// headers and adds Date.
+const goErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+
+// jsonParseError returns, for one of net/http's plain-text answers
+// (goErrorHeaders), the same status with a CouchDB JSON error, the
+// connection closing; nil for any other write. Over HTTPS the answer
+// passes through TLS first and stays as net/http writes it.
+func (cs *connSet) jsonParseError(p []byte) []byte {
+	const proto = "HTTP/1.1 "
+	if !bytes.HasPrefix(p, []byte(proto)) {
+		return nil
+	}
+	end := bytes.IndexByte(p, '\r')
+	if end < 0 || !bytes.HasPrefix(p[end:], []byte(goErrorHeaders)) {
+		return nil
+	}
+	line := string(p[len(proto):end]) // "431 Request Header Fields Too Large", "400 Bad Request: missing required Host header"
+	status, err := strconv.Atoi(line[:min(3, len(line))])
+	if err != nil || http.StatusText(status) == "" {
+		return nil
+	}
+	text := http.StatusText(status)
+	tag := strings.ReplaceAll(strings.ToLower(text), " ", "_") // bad_request, request_header_fields_too_large, ...
+	reason := strings.TrimPrefix(strings.TrimPrefix(string(p[end+len(goErrorHeaders):]), line[:3]+" "+text), ": ")
+	switch {
+	case status == http.StatusRequestHeaderFieldsTooLarge:
+		reason = fmt.Sprintf("the request line and headers are over %d bytes ([chttpd] max_header_bytes)", cs.maxHeaderBytes)
+	case reason == "" && status == http.StatusBadRequest:
+		reason = "the request could not be parsed"
+	case reason == "":
+		reason = text
+	}
+	body, _ := json.Marshal(map[string]string{"error": tag, "reason": reason})
+	return fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nCache-Control: must-revalidate\r\n"+
+		"Content-Length: %d\r\nConnection: close\r\n\r\n%s\n", status, text, len(body)+1, body)
 }
 
 // lingerClose shuts the write side, so that the client reads the reply

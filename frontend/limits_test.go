@@ -86,6 +86,46 @@ func TestEarlyErrorClosesTheConnection(t *testing.T) {
 	}
 }
 
+// What net/http refuses before any handler runs (headers over
+// MaxHeaderBytes, a request without Host, an unknown HTTP version or
+// transfer coding) is a CouchDB JSON error with its status, the
+// connection closing: a 70 KB URL was a plain-text 431.
+func TestParserRefusalsAreJSON(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		head   string
+		status int
+		err    string
+		reason string
+	}{
+		{"GET /_replicator/" + strings.Repeat("a", 70<<10) + " HTTP/1.1\r\nHost: x\r\n", 431, "request_header_fields_too_large",
+			"the request line and headers are over 65536 bytes ([chttpd] max_header_bytes)"},
+		{"GET / HTTP/1.1\r\n", 400, "bad_request", "missing required Host header"},
+		{"GET /_replicator/%zz HTTP/1.1\r\nHost: x\r\n", 400, "bad_request", ""},
+		{"GET / HTTP/9.9\r\nHost: x\r\n", 505, "http_version_not_supported", ""},
+		{"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n", 501, "not_implemented", ""},
+	} {
+		c := rawRequest(t, e, tc.head)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(hangBound)))
+		r := bufio.NewReader(c)
+		res, err := http.ReadResponse(r, nil)
+		require.NoError(t, err)
+		require.Equal(t, tc.status, res.StatusCode)
+		require.Equal(t, "application/json", res.Header.Get("Content-Type"))
+		require.True(t, res.Close)
+		var body map[string]string
+		require.NoError(t, decodeJSONBody(res, &body))
+		require.Equal(t, tc.err, body["error"], "%d", tc.status)
+		require.NotEmpty(t, body["reason"])
+		if tc.reason != "" {
+			require.Equal(t, tc.reason, body["reason"])
+		}
+		// Until the server closes the connection (after a 431, net/http
+		// lingers 500 ms first): its goroutine ends with the test.
+		_, _ = io.Copy(io.Discard, r)
+	}
+}
+
 // A request whose body was read to its end keeps its connection: the next
 // request on it is served (a JSON decoder stops at the body's last byte
 // without reading EOF; that counts as read).

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -261,12 +262,12 @@ func (s *Server) routes() *mux.Router {
 	})))
 	h("/_membership", s.handleMembership, "GET")
 	h("/_replicate", s.handleReplicate, "POST")
-	h("/_active_tasks", s.handleActiveTasks, "GET")
-	h("/_scheduler/jobs", s.handleSchedulerJobs, "GET")
-	h("/_scheduler/jobs/{id}", s.handleSchedulerJob, "GET")
+	h("/_active_tasks", s.handleActiveTasks, "GET", "HEAD")
+	h("/_scheduler/jobs", s.handleSchedulerJobs, "GET", "HEAD")
+	h("/_scheduler/jobs/{id}", s.handleSchedulerJob, "GET", "HEAD")
 	h("/_scheduler/jobs/{id}/_retry", s.handleRetryJob, "POST")
-	h("/_scheduler/docs", s.handleSchedulerDocs, "GET")
-	r.PathPrefix("/_scheduler/docs/").Handler(s.methods(s.handleSchedulerDocsPath, "GET"))
+	h("/_scheduler/docs", s.handleSchedulerDocs, "GET", "HEAD")
+	r.PathPrefix("/_scheduler/docs/").Handler(s.methods(s.handleSchedulerDocsPath, "GET", "HEAD"))
 	r.PathPrefix("/_scheduler/").Handler(s.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("missing"))
 	})))
@@ -281,14 +282,20 @@ func (s *Server) routes() *mux.Router {
 	h("/{db}/_security", s.handleSecurity, "GET", "PUT")
 	h("/{db}/_design/{ddoc}", s.docHandler(repdb.DesignPrefix, "ddoc"), "GET", "HEAD", "PUT", "DELETE")
 	h("/{db}/_local/{id}", s.docHandler(repdb.LocalPrefix, "id"), "GET", "HEAD", "PUT", "DELETE")
+	r.Handle("/{db}/{endpoint:"+strings.Join(slices.Sorted(maps.Keys(unsupportedDBEndpoints)), "|")+"}",
+		http.HandlerFunc(s.handleUnsupportedDBEndpoint))
 	h("/{db}/{docid}", s.docHandler("", "docid"), "GET", "HEAD", "PUT", "DELETE")
+	r.Handle("/{db}/_design/{ddoc}/{rest:.+}", s.handleDocSubpath(repdb.DesignPrefix, "ddoc"))
+	r.Handle("/{db}/{docid}/{rest:.+}", s.handleDocSubpath("", "docid"))
 	r.NotFoundHandler = s.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("missing"))
 	}))
 	return r
 }
 
-// methods wraps fn so other methods get CouchDB's 405.
+// methods wraps fn so other methods get CouchDB's 405. HEAD is served
+// wherever GET is, as CouchDB serves it: fn answers it as a GET, whose
+// body net/http drops.
 func (s *Server) methods(fn http.HandlerFunc, allowed ...string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, m := range allowed {
@@ -296,6 +303,12 @@ func (s *Server) methods(fn http.HandlerFunc, allowed ...string) http.Handler {
 				fn(w, r)
 				return
 			}
+		}
+		if r.Method == http.MethodHead && slices.Contains(allowed, http.MethodGet) {
+			get := r.WithContext(r.Context())
+			get.Method = http.MethodGet
+			fn(w, get)
+			return
 		}
 		w.Header().Set("Allow", strings.Join(allowed, ","))
 		writeError(w, newError(http.StatusMethodNotAllowed, "method_not_allowed", "Only "+strings.Join(allowed, ",")+" allowed"))

@@ -110,6 +110,10 @@ type JobData struct {
 	// never), and WakeCause why.
 	LastWoken int64  `json:"last_woken,omitempty"`
 	WakeCause string `json:"wake_cause,omitempty"`
+	// EndedElsewhere marks the record of a replication another server
+	// ran: its document arrived marked completed or failed with no job
+	// here (Store.AddFinishedJob). No node runs it.
+	EndedElsewhere bool `json:"ended_elsewhere,omitempty"`
 }
 
 // ParkInfo is what a parked job keeps of its last run: what a watch needs to

@@ -37,6 +37,18 @@ func (s *Store) AddJob(ctx context.Context, tr kv.Transaction, jobID string, old
 	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.Pending, d: d}})
 }
 
+// AddFinishedJob creates job jobID, which must not exist, finished with
+// data d (its State completed or failed), in tr: the record of a
+// replication another server ran, which no node takes (a _replicator
+// document that arrived marked completed or failed). The views show it
+// as they show a job that ended here.
+func (s *Store) AddFinishedJob(ctx context.Context, tr kv.Transaction, jobID string, d *JobData) error {
+	if err := s.Jobs.AddFinished(ctx, tr, JobType, jobID, d.Encode()); err != nil {
+		return err
+	}
+	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.Finished, d: d}})
+}
+
 // RemoveJob removes a job with its replication id mapping (if it still
 // points to the job) and its index entries, in tr; d is its data (nil
 // when unknown). A missing job is no error.

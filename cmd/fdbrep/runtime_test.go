@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"regexp"
 	"strings"
@@ -160,6 +161,31 @@ func TestFirstRunAdmin(t *testing.T) {
 	t.Setenv("FDBREP_ADMINS__ADM", "pass")
 	_, out, _ = serveOnce("-in-memory")
 	require.NotRegexp(t, passwordLine, out)
+}
+
+// A first start whose port is taken (a CouchDB on 5984) fails before it
+// creates the admin, so it prints no password that would be lost: the next
+// start, on a free port, creates the admin and prints its password.
+func TestFirstRunAdminPortTaken(t *testing.T) {
+	t.Setenv("FDBREP_CHTTPD_AUTH__ITERATIONS", "10")
+	dir := t.TempDir()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	var logs testutil.SyncBuffer
+	err = serve(context.Background(), []string{"-bind", taken.Addr().String(), "-data-dir", dir, "-log-format", "json"}, &logs, nil)
+	require.ErrorContains(t, err, "HTTP API listener")
+	require.NotRegexp(t, passwordLine, logs.String(), "no password printed by a start that fails")
+	require.NotContains(t, logs.String(), "created one")
+
+	addr, out, _ := background(t, "serve", func(ctx context.Context, logs io.Writer, ready chan<- string) error {
+		return serve(ctx, []string{"-bind", "127.0.0.1:0", "-data-dir", dir, "-log-format", "json"}, logs, ready)
+	})
+	m := passwordLine.FindStringSubmatch(out.String())
+	require.NotNil(t, m, "the next start creates the admin and prints its password:\n%s", out.String())
+	admin := &testutil.Creds{Name: node.FirstRunAdminName, Pass: m[1]}
+	r := testutil.Do(t, "GET", "http://"+addr+"/_session", admin, nil)
+	require.Equal(t, []any{"_admin"}, r.Body["userCtx"].(map[string]any)["roles"])
 }
 
 // fdbrep cluster: the frontends starting together on an empty store share

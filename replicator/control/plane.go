@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
@@ -108,8 +109,13 @@ func (p *Plane) setup(ctx context.Context) (string, error) {
 // ParseDoc and carried to DocWritten.
 type Doc struct {
 	DB, ID string
-	// State is the document's "_replication_state" ("" when absent).
-	State string
+	// State is the document's "_replication_state" ("" when absent), and
+	// StateTime, StateReason and Stats its "_replication_state_time",
+	// "_replication_state_reason" and "_replication_stats": what a
+	// document marked completed or failed elsewhere shows of its end.
+	State                  string
+	StateTime, StateReason string
+	Stats                  json.RawMessage
 	// Owner is the document's "owner" ("" when absent).
 	Owner string
 	// Spec is the parsed replication; nil when it did not parse.
@@ -163,6 +169,13 @@ func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (api.ParsedDoc, 
 	if v, ok := obj["_replication_state"]; ok {
 		_ = json.Unmarshal(v, &d.State)
 	}
+	if v, ok := obj["_replication_state_time"]; ok {
+		_ = json.Unmarshal(v, &d.StateTime)
+	}
+	if v, ok := obj["_replication_state_reason"]; ok {
+		_ = json.Unmarshal(v, &d.StateReason)
+	}
+	d.Stats = obj["_replication_stats"]
 	if v, ok := obj["owner"]; ok {
 		_ = json.Unmarshal(v, &d.Owner)
 	}
@@ -196,7 +209,9 @@ func knownDocState(s string) bool {
 // crashing, or that only records the replicator's own terminal state,
 // leaves the job alone. A document marked "_replication_state":
 // "completed" or "failed" that has no job (one replicated or restored
-// from another server) gets none, as CouchDB does: it is not run again.
+// from another server) is not run again, as CouchDB does: it gets a job
+// that ended (addEnded), shown as CouchDB shows it, which its later
+// revisions still so marked replace.
 // Any other update replaces the job (a running one is halted at its next
 // heartbeat). restarted reports a new pending job: the replication will
 // run (again), so the document's "_replication_*" fields are stale. Run
@@ -227,8 +242,11 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, parsed api.Pa
 	}
 	spec, perr := doc.Spec, doc.Err
 	terminal := doc.State == replicator.StateCompleted || doc.State == replicator.StateFailed
-	if old == nil && terminal {
-		return false, nil // a finished replication from elsewhere: not run again
+	if terminal && (old == nil || old.EndedElsewhere) {
+		// A finished replication from elsewhere (replicated or restored
+		// from another server), or a later revision of one (a conflict
+		// replicated in): not run, but shown as it ended.
+		return false, p.addEnded(ctx, tr, jobID, old, doc, dbUUID, spec)
 	}
 	if old != nil {
 		mine, _ := memo(tr, "job", jobID)
@@ -263,6 +281,46 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, parsed api.Pa
 	setMemo(tr, "job", jobID, strconv.FormatInt(d.StartTime, 10))
 	tr.Locals().OnCommit(func() { p.added(jobID, doc, d.State, perr, old != nil) })
 	return perr == nil, nil
+}
+
+// addEnded records, as a finished job, the replication of a document that
+// arrived marked completed or failed with no job here, in place of old
+// (nil, or such a record of an earlier revision): the views show it as
+// CouchDB shows such a document, from its fields (the state, its
+// "_replication_stats" as a completed one's info, its
+// "_replication_state_reason" as a failed one's error), as ended at its
+// "_replication_state_time" (else now). No node runs it; a later write
+// without the state runs it.
+func (p *Plane) addEnded(ctx context.Context, tr kv.Transaction, jobID string, old *replicator.JobData, doc *Doc, dbUUID string, spec *replicator.Spec) error {
+	at := p.cfg.Clock.Now()
+	if t, err := time.Parse(time.RFC3339, doc.StateTime); err == nil {
+		at = t
+	}
+	d := &replicator.JobData{Rep: spec, DocOwner: doc.Owner, DBName: doc.DB, DBUUID: dbUUID, DocID: doc.ID,
+		State: doc.State, StartTime: replicator.Millis(at), LastUpdated: replicator.Millis(at), EndedElsewhere: true}
+	if doc.State == replicator.StateCompleted {
+		d.StateInfo = json.RawMessage("{}")
+		if len(doc.Stats) > 0 && doc.Stats[0] == '{' {
+			d.StateInfo = doc.Stats
+			_ = json.Unmarshal(doc.Stats, &d.Stats)
+		}
+	} else {
+		d.ErrorCount, d.LastError = 1, doc.StateReason
+		d.StateInfo = replicator.StateInfo("error", doc.StateReason)
+	}
+	if old != nil {
+		if err := p.store.RemoveJob(ctx, tr, jobID, old); err != nil {
+			return err
+		}
+	}
+	if err := p.store.AddFinishedJob(ctx, tr, jobID, d); err != nil {
+		return err
+	}
+	tr.Locals().OnCommit(func() {
+		p.cfg.Logger.Info().Str("job_id", jobID).Str("db", doc.DB).Str("doc_id", doc.ID).Str("state", doc.State).
+			Msg("replication recorded as it ended elsewhere: its document arrived marked so; not run")
+	})
+	return nil
 }
 
 // added counts and logs the job a document added.

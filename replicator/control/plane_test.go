@@ -107,14 +107,33 @@ func TestDocWrittenOutcomes(t *testing.T) {
 		{"the same replication again: nothing", "d", a, false, 1},
 		{"the replicator's own result: nothing", "d", withState(a, "completed"), false, 1},
 		{"another replication runs again", "d", withState(b, "completed"), true, 1},
-		{"completed, never run here: no job", "done", withState(a, "completed"), false, 1},
-		{"failed, never run here: no job", "failed", withState(b, "failed"), false, 1},
-		{"a 2.x triggered document runs", "old", withState(replicatortest.RepDoc("http://h/t", "http://h/u", true), "triggered"), true, 2},
-		{"a document that does not parse: a failed job", "bad", map[string]any{"source": "http://h/a"}, false, 3},
+		{"completed, never run here: an ended job", "done", withState(a, "completed"), false, 2},
+		{"failed, never run here: an ended job", "failed", withState(b, "failed"), false, 3},
+		{"the same again: nothing", "done", withState(a, "completed"), false, 3},
+		{"a revision with another replication, still completed (a conflict replicated in): recorded, not run", "done",
+			withState(b, "completed"), false, 3},
+		{"a 2.x triggered document runs", "old", withState(replicatortest.RepDoc("http://h/t", "http://h/u", true), "triggered"), true, 4},
+		{"a document that does not parse: a failed job", "bad", map[string]any{"source": "http://h/a"}, false, 5},
 	} {
 		require.Equal(t, step.restarted, write(step.id, step.doc), step.name)
 		require.Equal(t, step.jobs, jobs(), step.name)
 	}
+	// The ended ones are shown as they ended, and never queued.
+	for id, state := range map[string]string{"done": "completed", "failed": "failed"} {
+		d, err := c.Plane.SchedulerDoc(ctx, "_replicator", id)
+		require.NoError(t, err)
+		require.Equal(t, state, d.State, id)
+		u, err := c.Store.ReadRegisteredDB(ctx, "_replicator")
+		require.NoError(t, err)
+		st, err := c.Jobs.JobState(ctx, nil, replicator.JobType, replicator.DocJobID(u, id))
+		require.NoError(t, err)
+		require.Equal(t, fdbjobs.Finished, st, id)
+	}
+	// Without the state it runs.
+	require.True(t, write("done", a))
+	d, err := c.Plane.SchedulerDoc(ctx, "_replicator", "done")
+	require.NoError(t, err)
+	require.Equal(t, "pending", d.State)
 }
 
 // SetConfig validates what it is given, as New does.

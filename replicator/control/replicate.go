@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
 // Replicate serves POST /_replicate for user:
@@ -122,6 +124,12 @@ func (p *Plane) wait(ctx context.Context, jobID string, continuous bool) (api.Re
 	}
 }
 
+// AuthErrorTag is the error of POST /_replicate when an endpoint refused
+// the replication's login (a wrong password, a locked-out account), as
+// CouchDB names it; the reason is the job's, naming the endpoint and the
+// peer's answer.
+const AuthErrorTag = "replication_auth_error"
+
 // outcomeOf decides whether a job state answers the POST.
 func outcomeOf(st fdbjobs.State, d *replicator.JobData, jobID string, continuous bool) (api.ReplicateResult, bool) {
 	localID := d.RepID
@@ -133,6 +141,11 @@ func outcomeOf(st fdbjobs.State, d *replicator.JobData, jobID string, continuous
 		var ei replicator.ErrorInfo
 		if json.Unmarshal(d.StateInfo, &ei) != nil || ei.Error == "" {
 			ei = replicator.ErrorInfo{Error: "error", Reason: d.LastError}
+		}
+		if strings.Contains(ei.Reason, engine.LoginRefused) {
+			// An endpoint refused the login: CouchDB's answer (500), not
+			// the 401 or 403 a client takes for its own login failing.
+			ei.Error = AuthErrorTag
 		}
 		return api.ReplicateResult{Outcome: api.Failed, Tag: ei.Error, Reason: ei.Reason}, true
 	case d.State == replicator.StateCompleted && st == fdbjobs.Finished:

@@ -295,15 +295,24 @@ func (p *Plane) resolveID(ctx context.Context, id string) (string, error) {
 // SchedulerDocs lists the persistent jobs in all states, as GET
 // /_scheduler/docs (db "" for every _replicator database) or
 // /_scheduler/docs/{db}, sorted by database and document id: a page read
-// from the view index (Store.DocsPage). states filters (empty means all);
-// an unknown state is ErrBadQuery.
+// from the view index (Store.DocsPage). states filters (empty means all),
+// whatever their case, as CouchDB; CouchDB 3.x's initializing and error
+// select nothing (couchDocStates); an unknown state is ErrBadQuery.
 func (p *Plane) SchedulerDocs(ctx context.Context, db string, states []string, q api.PageQuery) (api.DocList, error) {
 	known := replicator.ViewStates()
+	var selected []string
 	for _, s := range states {
-		if !slices.Contains(known, s) {
-			return api.DocList{}, replicator.NewReason(replicator.ErrBadQuery, "Unknown states [%s]. Choose from: [%s]", s, strings.Join(known, ", "))
+		s = strings.ToLower(s) // as CouchDB
+		switch {
+		case slices.Contains(known, s):
+			selected = append(selected, s)
+		case !slices.Contains(couchDocStates, s):
+			return api.DocList{}, replicator.NewReason(replicator.ErrBadQuery, "Unknown states [%s]. Choose from: [%s]",
+				s, strings.Join(slices.Concat(couchDocStates, known), ", "))
 		}
 	}
+	none := len(states) > 0 && len(selected) == 0 // only states no document has here
+	states = selected
 	if db != "" && !repdb.IsReplicatorDB(db) {
 		return api.DocList{}, replicator.NewReason(replicator.ErrNotFound, "%s is not a _replicator database", db)
 	}
@@ -314,6 +323,9 @@ func (p *Plane) SchedulerDocs(ctx context.Context, db string, states []string, q
 	q, err := checkPage(q, maxKey)
 	if err != nil {
 		return api.DocList{}, err
+	}
+	if none {
+		return api.DocList{Docs: []api.DocInfo{}}, nil
 	}
 	if slices.Contains(states, replicator.StateRunning) {
 		states = append(slices.Clip(states), replicator.StateParked) // shown running
@@ -339,6 +351,15 @@ func (p *Plane) SchedulerDocs(ctx context.Context, db string, states []string, q
 	}
 	return out, nil
 }
+
+// couchDocStates are CouchDB 3.x's states of a document its replicator has
+// not made a job of yet (initializing) or failed to (error: a replication
+// it could not parse or whose filter it could not fetch, retried).
+// _scheduler/docs accepts them as CouchDB does, and they select nothing:
+// fdbrep makes a document's job in the write that stores it, and a
+// replication that cannot start is crashing (or failed, when it does not
+// parse).
+var couchDocStates = []string{"initializing", "error"}
 
 // SchedulerDoc returns the job of one _replicator document, or
 // ErrNotFound.

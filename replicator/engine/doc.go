@@ -66,9 +66,10 @@
 // A run verifies both databases (GET {db}/: 401 → ErrUnauthorized, 403 →
 // ErrForbidden, each with the peer's reason, saying when its answer was
 // to the session's login and naming an account CouchDB locked out as
-// such; anything else → ErrDBNotFound), creating the target first
-// with create_target (PUT, create_target_params as query string, unless it
-// exists already). It reads the checkpoint documents _local/<base id> of
+// such; anything else → ErrDBNotFound): the source first, then, with
+// create_target, creating the target (PUT, create_target_params as query
+// string, unless it exists already), so that a source that cannot be
+// opened leaves no target behind, as in CouchDB. It reads the checkpoint documents _local/<base id> of
 // both sides and starts from their common ancestry (matching session ids in
 // the two histories) or from since_seq or 0. It then reads the source's
 // changes feed (feed=normal for one-shot runs, feed=continuous resumed from

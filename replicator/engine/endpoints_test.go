@@ -229,3 +229,36 @@ func TestSetupFailureReasons(t *testing.T) {
 		})
 	}
 }
+
+// create_target creates the target only once the source answered, as
+// CouchDB 3.5 does: a missing source or a wrong source password leaves no
+// empty target behind (a document with a typo would leave one at every
+// retry).
+func TestCreateTargetAfterTheSource(t *testing.T) {
+	t.Parallel()
+	srv := securedPeer(t, 1)
+	wrong := authed(t, srv.URL(), "src")
+	wrong.Password = "wrong-" + endpointSecret
+	tests := []struct {
+		name string
+		src  couch.Endpoint
+		is   error
+	}{
+		{"missing source", authed(t, srv.URL(), "nope"), engine.ErrDBNotFound},
+		{"wrong source password", wrong, engine.ErrUnauthorized},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tgt := "tgt-" + dbNameOf(tt.name)
+			rep := engine.Replication{Source: tt.src, Target: endpoint(t, srv.AuthDBURL(tgt)), CreateTarget: true,
+				RetriesPerRequest: couch.NoRetries}
+			_, err := start(t, rep, engine.Options{}).Wait()
+			require.ErrorIs(t, err, tt.is)
+			require.Equal(t, http.StatusNotFound, srv.Request(t, http.MethodGet, "/"+tgt, nil, nil), "no target was created")
+		})
+	}
+	// With the source there, the target is created.
+	runOnce(t, engine.Replication{Source: authed(t, srv.URL(), "src"), Target: endpoint(t, srv.AuthDBURL("tgt-created")),
+		CreateTarget: true}, engine.Options{})
+	require.Equal(t, http.StatusOK, srv.Request(t, http.MethodGet, "/tgt-created", nil, nil))
+}

@@ -118,6 +118,14 @@ func (p *peer) create(ctx context.Context, params json.RawMessage) error {
 	return err
 }
 
+// LoginRefused is what the reason of an ErrUnauthorized or ErrForbidden
+// says when the peer refused the session's login (a wrong password, a
+// locked-out account) rather than access to the database: POST
+// /_replicate answers such a failure as CouchDB does (500
+// replication_auth_error), not with the 401 its client would take for its
+// own login failing.
+const LoginRefused = "the peer refused the login"
+
 // lockedOut is the start of CouchDB's reason for a 403 to a user locked
 // out by [chttpd_auth_lockout] ("Account is temporarily locked due to
 // multiple authentication failures").
@@ -134,9 +142,9 @@ func accessRefusal(err error) string {
 	var s string
 	switch {
 	case se.login && se.Reason != "":
-		s = ": the peer refused the login: " + se.Reason
+		s = ": " + LoginRefused + ": " + se.Reason
 	case se.login:
-		s = fmt.Sprintf(": the peer refused the login (HTTP %d)", se.Status)
+		s = fmt.Sprintf(": %s (HTTP %d)", LoginRefused, se.Status)
 	case se.Reason != "":
 		s = ": " + se.Reason
 	}

@@ -383,14 +383,16 @@ func (r *Run) setup(ctx context.Context) error {
 	r.src, r.tgt = src, tgt
 	startTime := r.opts.Clock.Now()
 
+	// The source first, as CouchDB: a missing source or a wrong password
+	// must not leave a created target behind, at every retry.
+	srcInfo, err := r.src.info(ctx)
+	if err != nil {
+		return err
+	}
 	if r.rep.CreateTarget {
 		if err := r.tgt.create(ctx, r.rep.CreateTargetParams); err != nil {
 			return err
 		}
-	}
-	srcInfo, err := r.src.info(ctx)
-	if err != nil {
-		return err
 	}
 	tgtInfo, err := r.tgt.info(ctx)
 	if err != nil {

@@ -112,6 +112,7 @@ func Run(ctx context.Context, opts Options) error {
 	// plaintext passwords are hashed once, here: the configurations merged
 	// with runtime settings later keep these hashes.
 	var apiOpts frontend.Options
+	var https frontend.HTTPS
 	if cfg.HasRole(config.RoleAPIFrontend) {
 		hashed, plain, err := frontend.HashConfigPasswords(cfg)
 		if err != nil {
@@ -125,11 +126,20 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		// [ssl] too, with its files: a bad certificate stops the node
 		// before its replication role takes any job.
-		if _, err := frontend.HTTPSFromConfig(hashed); err != nil {
+		if https, err = frontend.HTTPSFromConfig(hashed); err != nil {
 			return err
 		}
 		cfg = hashed
 	}
+	// The ports are bound before anything is created: a port in use (a
+	// CouchDB on 5984) stops the node here, before the first-run admin is
+	// created and its one-time password printed, which a failed start
+	// would lose. They are served once the node's services exist.
+	lns, err := bind(cfg, https, opts.NoListen)
+	if err != nil {
+		return err
+	}
+	defer lns.close()
 	// The sealing keys: the public one seals on api_frontend nodes, the
 	// private ones open on replication nodes.
 	sealer, opener, err := replicator.SealingFromConfig(cfg, cfg.HasRole(config.RoleAPIFrontend), cfg.HasRole(config.RoleReplication))
@@ -196,17 +206,13 @@ func Run(ctx context.Context, opts Options) error {
 	var servers []*frontend.HTTPServer
 	errc := make(chan error, 2)
 	limits := frontend.LimitsFromConfig(cfg)
-	listen := func(addr string, h http.Handler, what string, tlsCfg *tls.Config) (string, error) {
-		if opts.NoListen {
+	listen := func(ln net.Listener, h http.Handler, what string, tlsCfg *tls.Config) (string, error) {
+		if ln == nil {
 			return "", nil
 		}
 		srv, err := frontend.NewHTTPServer(h, limits)
 		if err != nil {
 			return "", err
-		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return "", fmt.Errorf("%s listener: %w", what, err)
 		}
 		servers = append(servers, srv)
 		go func() {
@@ -256,8 +262,8 @@ func Run(ctx context.Context, opts Options) error {
 		parts.Scheduler = n
 		log.Info().Int("max_jobs", ncfg.MaxJobs).Msg("replication node started")
 		parts.Health = healthHandler(db, metrics, cn, n)
-		if addr := cfg.String("node", "health_address"); addr != "" {
-			if readyAddr, err = listen(addr, parts.Health, "health", nil); err != nil {
+		if lns.health != nil {
+			if readyAddr, err = listen(lns.health, parts.Health, "health", nil); err != nil {
 				return err
 			}
 		}
@@ -300,22 +306,17 @@ func Run(ctx context.Context, opts Options) error {
 		} else {
 			log.Info().Msg("Fauxton is not installed: /_utils/ says how to get it (make fauxton, or [chttpd] utils_dir)")
 		}
-		https, err := frontend.HTTPSFromConfig(cfg)
-		if err != nil {
-			return err
-		}
-		if !https.Only {
-			if readyAddr, err = listen(cfg.BindAddress(), api, "HTTP API", nil); err != nil {
+		if lns.http != nil {
+			if readyAddr, err = listen(lns.http, api, "HTTP API", nil); err != nil {
 				return err
 			}
 		}
-		if https.Enable {
+		if lns.https != nil {
 			tlsCfg, err := https.TLSConfig()
 			if err != nil {
 				return err
 			}
-			host, _, _ := net.SplitHostPort(cfg.BindAddress())
-			addr, err := listen(net.JoinHostPort(host, strconv.Itoa(https.Port)), api, "HTTPS API", tlsCfg)
+			addr, err := listen(lns.https, api, "HTTPS API", tlsCfg)
 			if err != nil {
 				return err
 			}
@@ -343,4 +344,58 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	log.Info().Msg("shutting down")
 	return nil
+}
+
+// listeners are a node's bound ports; nil for a port it does not open.
+type listeners struct {
+	health, http, https net.Listener
+}
+
+// bind binds the ports of cfg's roles: the health address of a
+// replication node, the HTTP and HTTPS APIs of an api_frontend node
+// (https as cfg's [ssl] gives it); none with noListen. The ports are read
+// from the start-up configuration: none of them changes at run time.
+func bind(cfg *config.Config, https frontend.HTTPS, noListen bool) (*listeners, error) {
+	l := &listeners{}
+	if noListen {
+		return l, nil
+	}
+	var err error
+	open := func(addr, what string) net.Listener {
+		if err != nil {
+			return nil
+		}
+		ln, lerr := net.Listen("tcp", addr)
+		if lerr != nil {
+			err = fmt.Errorf("%s listener: %w", what, lerr)
+		}
+		return ln
+	}
+	if addr := cfg.String("node", "health_address"); addr != "" && cfg.HasRole(config.RoleReplication) {
+		l.health = open(addr, "health")
+	}
+	if cfg.HasRole(config.RoleAPIFrontend) {
+		if !https.Only {
+			l.http = open(cfg.BindAddress(), "HTTP API")
+		}
+		if https.Enable {
+			host, _, _ := net.SplitHostPort(cfg.BindAddress())
+			l.https = open(net.JoinHostPort(host, strconv.Itoa(https.Port)), "HTTPS API")
+		}
+	}
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// close closes the ports; a served one is closed already by its server's
+// shutdown.
+func (l *listeners) close() {
+	for _, ln := range []net.Listener{l.health, l.http, l.https} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
 }

@@ -43,6 +43,7 @@ func TestAnswersAsCouchDBs(t *testing.T) {
 	couch.CreateDB(t, "src")
 	couch.AddDocs(t, "src", 0, 3)
 	couch.EnsureDB(t, "_replicator") // CouchDB creates it a moment after its start
+	couch.AddUser(t, "wrongpw", "right")
 
 	// The documents of scenarios (a) to (c) go in at once on both sides;
 	// each scenario then waits for its own.
@@ -130,11 +131,59 @@ func TestAnswersAsCouchDBs(t *testing.T) {
 			{"missing source", body("nosuch"), 500},
 			{"cancel, not running", body("src", "continuous", true, "cancel", true), 404},
 			{"cancel by id, not running", func(string) any { return map[string]any{"replication_id": "nope", "cancel": true} }, 404},
+			// An endpoint refusing the login: CouchDB's 500, not a 401 its
+			// client takes for its own login failing (a user of its own:
+			// failed logins lock an account out).
+			{"wrong endpoint password", func(side string) any {
+				return map[string]any{"source": strings.Replace(couch.AuthDBURL("src"), couchtest.CouchAdmin+":"+couchtest.CouchPassword, "wrongpw:nope", 1),
+					"target": couch.AuthDBURL("rep-tgt-" + side)}
+			}, 500},
 		} {
 			c, f := a.both(t, "POST", "/_replicate", x.body)
 			require.Equal(t, x.status, c.Status, "CouchDB's answer to %s: %s", x.what, c.Raw)
 			a.compare(t, "POST /_replicate ("+x.what+")", c, f)
 		}
+	})
+	t.Run("states", func(t *testing.T) {
+		// CouchDB 3.x's states of documents without a job, which monitoring
+		// scripts ask for, and names in any case.
+		for _, path := range []string{
+			"/_scheduler/docs?states=error",
+			"/_scheduler/docs?states=initializing",
+			"/_scheduler/docs/_replicator?states=error,initializing",
+			"/_scheduler/docs/_replicator?states=Error",
+		} {
+			c, f := a.both(t, "GET", path, nil)
+			require.Equal(t, 200, c.Status, "CouchDB's answer to %s: %s", path, c.Raw)
+			a.compare(t, "GET "+path, c, f)
+		}
+		// _scheduler/jobs takes no states: both ignore it.
+		c, f := a.both(t, "GET", "/_scheduler/jobs?states=error", nil)
+		require.Equal(t, 200, c.Status, c.Raw)
+		require.Equal(t, 200, f.Status, f.Raw)
+		require.Equal(t, c.Body["total_rows"], f.Body["total_rows"])
+	})
+	t.Run("HEAD", func(t *testing.T) {
+		for _, path := range []string{"/_scheduler/jobs", "/_scheduler/docs", "/_scheduler/docs/_replicator/once", "/_active_tasks", "/_membership"} {
+			c, f := a.both(t, "HEAD", path, nil)
+			require.Equal(t, 200, c.Status, "CouchDB's answer to HEAD %s", path)
+			require.Equal(t, c.Status, f.Status, "HEAD %s", path)
+		}
+	})
+	t.Run("arrived completed", func(t *testing.T) {
+		// A document replicated in from another server, marked completed:
+		// CouchDB shows it from its fields, and so does fdbrep.
+		c, f := a.both(t, "PUT", "/_replicator/imported", func(side string) any {
+			return map[string]any{"source": couch.AuthDBURL("src"), "target": couch.AuthDBURL("imported-tgt-" + side),
+				"_replication_state": "completed", "_replication_state_time": "2024-05-01T10:00:00Z",
+				"_replication_stats": map[string]any{"revisions_checked": 12, "missing_revisions_found": 12, "docs_read": 12,
+					"docs_written": 12, "doc_write_failures": 0, "checkpointed_source_seq": "12-g1AAAA"}}
+		})
+		require.Equal(t, 201, c.Status, c.Raw)
+		require.Equal(t, 201, f.Status, f.Raw)
+		completed := func(r resp) bool { return r.Body["state"] == "completed" }
+		c, f = a.wait(t, "GET", "/_scheduler/docs/_replicator/imported", completed)
+		a.compare(t, "GET /_scheduler/docs/_replicator/imported", c, f)
 	})
 	t.Run("errors", func(t *testing.T) {
 		for _, path := range []string{
@@ -213,6 +262,14 @@ var answersAllowed = []allowed{
 	{"GET /_scheduler/docs/_replicator/nosrc", "info.error", "value", infoRow},
 	{"GET /_scheduler/docs/_replicator/nosrc", "info.reason", "extra", infoRow},
 	{"GET /_scheduler/jobs/{id of nosrc}", "info", "type", infoRow},
+	// A document that arrived completed: the same fields as a completed
+	// one's row, and a start time.
+	{"GET /_scheduler/docs/_replicator/imported", "node", "extra", completedRowsRow},
+	{"GET /_scheduler/docs/_replicator/imported", "source_proxy", "extra", completedRowsRow},
+	{"GET /_scheduler/docs/_replicator/imported", "target_proxy", "extra", completedRowsRow},
+	{"GET /_scheduler/docs/_replicator/imported", "start_time", "type", endedElsewhereRow},
+	// CouchDB 3.5 counts every document whatever states selects.
+	{"GET /_scheduler/docs", "total_rows", "value", "Scheduler views › total_rows, offset"},
 	// null, as 4.x.
 	{"GET /_scheduler/docs/_replicator/nosrc", "node", "type", nodeRow},
 	{"GET /_scheduler/jobs/{id of nosrc}", "node", "type", nodeRow},
@@ -237,6 +294,7 @@ const (
 	completedCountersRow = "Replication › Counters of a completed replication"
 	infoRow              = "Replication › info of a crashing or failed job"
 	nodeRow              = "Replication › node of a job that is not running"
+	endedElsewhereRow    = "Replicating replicator databases › A document marked completed or failed that has no job here"
 	syncRow              = "Scheduler views › Is it in sync? (caught_up, caught_up_since, last_progress, throughput, eta_sec, stall)"
 )
 

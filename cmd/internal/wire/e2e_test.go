@@ -72,6 +72,16 @@ func TestSeedExamples(t *testing.T) {
 	require.EqualValues(t, 1, len(r.Body["docs"].([]any)))
 	requireError(t, e.do("GET", "/_scheduler/docs?states=bogus", asAdmin, nil), 400, "query_parse_error")
 	requireError(t, e.do("GET", "/_scheduler/docs?limit=x", asAdmin, nil), 400, "query_parse_error")
+	// CouchDB's names whatever their case, and 3.x's states of documents
+	// without a job yet, which none is here.
+	r = e.do("GET", "/_scheduler/docs?states=FAILED,error", asAdmin, nil)
+	require.Equal(t, 200, r.Status, r.Raw)
+	require.EqualValues(t, 1, r.Body["total_rows"])
+	for _, states := range []string{"error", "initializing", "initializing,error"} {
+		r = e.do("GET", "/_scheduler/docs/_replicator?states="+states, asAdmin, nil)
+		require.Equal(t, 200, r.Status, r.Raw)
+		require.Equal(t, map[string]any{"total_rows": 0.0, "offset": 0.0, "docs": []any{}}, r.Body, states)
+	}
 
 	// A crashing replication: the source is missing.
 	crash := map[string]any{"source": src.AuthDBURL("missing"), "target": tgt.AuthDBURL("bar"), "continuous": true}

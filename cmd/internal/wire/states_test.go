@@ -14,7 +14,7 @@ func unreachable(n string, extra ...any) map[string]any {
 
 // The replicator's own fields on documents that arrive, as CouchDB
 // treats them: completed and failed documents without a job are not run
-// again; a job that runs again (a 2.x "triggered" document, a changed
+// again, and _scheduler/docs shows them as they ended; a job that runs again (a 2.x "triggered" document, a changed
 // replication) clears the stale fields; conflicts and deletions through
 // _bulk_docs move the job with the winning revision.
 func TestReplicationStateFields(t *testing.T) {
@@ -23,13 +23,35 @@ func TestReplicationStateFields(t *testing.T) {
 		return e.do("GET", "/_scheduler/docs/_replicator/"+id, asAdmin, nil).Status
 	}
 
-	// Completed or failed, no job: stored as they are, not run.
-	for _, state := range []string{"completed", "failed"} {
-		r := e.do("PUT", "/_replicator/"+state, asAdmin, unreachable(state, "_replication_state", state, "_replication_state_time", "2024-01-01T00:00:00Z"))
+	// Completed or failed, no job: stored as they are, not run, and shown
+	// as they ended (404 before: CouchDB lists them).
+	for _, tc := range []struct {
+		state string
+		extra []any
+		info  map[string]any
+	}{
+		{"completed", []any{"_replication_stats", map[string]any{"docs_read": 5, "docs_written": 5}},
+			map[string]any{"docs_read": 5.0, "docs_written": 5.0}},
+		{"failed", []any{"_replication_state_reason", "boom"}, map[string]any{"error": "error", "reason": "boom"}},
+	} {
+		state := tc.state
+		r := e.do("PUT", "/_replicator/"+state, asAdmin, unreachable(state, append([]any{"_replication_state", state,
+			"_replication_state_time", "2024-01-01T00:00:00Z"}, tc.extra...)...))
 		require.Equal(t, 201, r.Status, r.Raw)
-		require.Equal(t, 404, docState(state), "no job for a %s document", state)
 		require.Equal(t, state, e.do("GET", "/_replicator/"+state, asAdmin, nil).Body["_replication_state"])
+		r = e.do("GET", "/_scheduler/docs/_replicator/"+state, asAdmin, nil)
+		require.Equal(t, 200, r.Status, r.Raw)
+		require.Equal(t, state, r.Body["state"], r.Raw)
+		require.Equal(t, "2024-01-01T00:00:00Z", r.Body["last_updated"], r.Raw)
+		require.Nil(t, r.Body["id"], r.Raw)
+		for k, v := range tc.info {
+			require.Equal(t, v, r.Body["info"].(map[string]any)[k], "%s: %s", k, r.Raw)
+		}
+		r = e.do("GET", "/_scheduler/docs/_replicator?states="+state, asAdmin, nil)
+		require.Equal(t, 200, r.Status, r.Raw)
+		require.EqualValues(t, 1, r.Body["total_rows"], "listed and counted: %s", r.Raw)
 	}
+	require.NotContains(t, e.do("GET", "/_scheduler/jobs", asAdmin, nil).Raw, "/src-completed", "no job runs")
 
 	// A 2.x document replicated in with its "triggered" state runs, and
 	// gets a revision without the stale fields.
