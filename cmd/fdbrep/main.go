@@ -19,9 +19,9 @@
 // docs/CONFIG.md. SIGTERM and SIGINT shut the node down gracefully.
 //
 // The client commands are package cmd/internal/cli. Exit codes: 0 success,
-// 1 failure, 2 a bad command line, 130 a replication interrupted by
-// Ctrl-C (cancelled on the cluster, or stopped in process with a
-// checkpoint).
+// 1 failure, 2 a bad command line, 130 a command interrupted by Ctrl-C (a
+// replication cancelled on the cluster or stopped in process with a
+// checkpoint, a -watch, a request in flight).
 package main
 
 import (
