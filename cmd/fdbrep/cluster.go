@@ -150,7 +150,7 @@ func cluster(ctx context.Context, args []string, stderr io.Writer, ready chan<- 
 				case <-ctx.Done():
 				}
 			}()
-			errs[i] = node.Run(ctx, node.Options{Config: n, DB: db, Log: node.NewLog(n, stderr), Version: version, Ready: readyAddr(nodeReady)})
+			errs[i] = node.Run(ctx, node.Options{Config: n, DB: db, Log: node.NewLog(n, stderr), Version: buildVersion(), Ready: readyAddr(nodeReady)})
 			if errs[i] != nil {
 				cancel()
 			}

@@ -50,9 +50,6 @@ import (
 // in milliseconds.
 const LogTimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
-
 func main() {
 	// The store and the job layer allocate many short-lived objects per
 	// transaction; a GC target of 200% (instead of Go's 100%) cut CPU per
@@ -150,7 +147,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "hash-password":
 		return hashPassword(args[1:], os.Stdin, stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "fdbrep", version)
+		fmt.Fprintln(stdout, "fdbrep", buildVersion())
 		return nil
 	default:
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("unknown command %q (see fdbrep help)", args[0])}

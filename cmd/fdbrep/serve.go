@@ -179,7 +179,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready chan<- st
 		return err
 	}
 	defer db.Close()
-	return node.Run(ctx, node.Options{Config: sc.cfg, DB: db, Log: log, Version: version, Ready: readyAddr(ready)})
+	return node.Run(ctx, node.Options{Config: sc.cfg, DB: db, Log: log, Version: buildVersion(), Ready: readyAddr(ready)})
 }
 
 // readyAddr reports a node's address on ready (nil: nothing).
