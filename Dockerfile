@@ -51,7 +51,10 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=1 go build -tags fdb -trimpath -o /out/fdbrep ./cmd/fdbrep
+# The version the binary reports (.git stays out of the context, so Go
+# stamps none): docker build --build-arg FDBREP_VERSION=$(make -s version).
+ARG FDBREP_VERSION=""
+RUN CGO_ENABLED=1 go build -tags fdb -trimpath -ldflags "-X main.version=${FDBREP_VERSION}" -o /out/fdbrep ./cmd/fdbrep
 
 # Fauxton, CouchDB's dashboard, served at /_utils: its prebuilt files from
 # the pinned npm package (scripts/fauxton), nothing else of node.

@@ -7,13 +7,25 @@ FDBSTUB   := $(CURDIR)/scripts/fdbstub
 POUCHDB   := $(CURDIR)/scripts/pouchdb
 FAUXTON   := $(CURDIR)/scripts/fauxton
 
-.PHONY: all build build-fdb run test test-unit test-faults test-latency test-fdb test-deploy soak lint fdb-check pouchdb fauxton fuzz \
+.PHONY: all version build build-fdb run test test-unit test-faults test-latency test-fdb test-deploy soak lint fdb-check pouchdb fauxton fuzz \
         bench-kv bench-jobs bench-replication bench-scheduler bench-frontend bench-views bench-scale bench-dormant cluster clean
 
 all: build
 
+## VERSION is the version the binaries report (fdbrep version, GET /): the
+## checkout's commit as a Go pseudo-version, v0.0.0-<commit time,
+## UTC>-<12 digits of the commit>, "+dirty" with uncommitted changes
+## (Go stamps the same from its build info, but not in a git worktree nor
+## with -buildvcs=false); empty outside a checkout, where the binary reads
+## its build info. make version prints it.
+VERSION ?= $(shell TZ=UTC git log -1 --abbrev=12 --date=format-local:%Y%m%d%H%M%S --format=v0.0.0-%cd-%h 2>/dev/null)$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo +dirty)
+VERSION_LDFLAGS := -X main.version=$(VERSION)
+
+version:
+	@echo $(VERSION)
+
 build:
-	$(GO) build -o $(BIN)/fdbrep ./cmd/fdbrep
+	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/fdbrep ./cmd/fdbrep
 
 ## build-fdb: $(BIN)/fdbrep-fdb, the binary with the FoundationDB backend
 ## (-tags fdb; the embedded store too). It has a name of its own, so that
@@ -31,8 +43,8 @@ FDB_RPATH ?= /usr/lib:/usr/local/lib
 build-fdb:
 	@caller_ld_path="$${LD_LIBRARY_PATH:-}"; \
 	if [ -f $(FDBSH) ]; then eval "$$(bash $(FDBSH) env)"; fi; \
-	echo "$(GO) build -tags fdb -ldflags '-extldflags \"-Wl,-rpath,$(FDB_RPATH)\"' -o $(BIN)/fdbrep-fdb ./cmd/fdbrep"; \
-	$(GO) build -tags fdb -ldflags '-extldflags "-Wl,-rpath,$(FDB_RPATH)"' -o $(BIN)/fdbrep-fdb ./cmd/fdbrep || exit 1; \
+	echo "$(GO) build -tags fdb -ldflags '$(VERSION_LDFLAGS) -extldflags \"-Wl,-rpath,$(FDB_RPATH)\"' -o $(BIN)/fdbrep-fdb ./cmd/fdbrep"; \
+	$(GO) build -tags fdb -ldflags '$(VERSION_LDFLAGS) -extldflags "-Wl,-rpath,$(FDB_RPATH)"' -o $(BIN)/fdbrep-fdb ./cmd/fdbrep || exit 1; \
 	if ! out=$$(LD_LIBRARY_PATH="$$caller_ld_path" $(BIN)/fdbrep-fdb version 2>&1); then \
 		echo "$(BIN)/fdbrep-fdb was built but does not start here:"; echo "  $$out"; \
 		echo "The loader looks for libfdb_c.so in LD_LIBRARY_PATH, in $(FDB_RPATH) and where ldconfig knows of."; \

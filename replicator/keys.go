@@ -90,9 +90,9 @@ var (
 // Config.Opener; see SealingFromConfig).
 var (
 	keySealPublicKey = config.RegisterString("replicator", "seal_public_key_file", "",
-		"PEM file of the X25519 public key api_frontend nodes seal endpoint credentials with (passwords, header values, proxy passwords) before a _replicator document or a POST /_replicate stores them; reads show them as *****. Empty: they are stored as written (the node warns at start). Make the key pair with: openssl genpkey -algorithm X25519 -out seal.key; openssl pkey -in seal.key -pubout -out seal.pub.", nil)
+		"PEM file of the X25519 public key api_frontend nodes seal endpoint credentials with (passwords, header values, proxy passwords) before a _replicator document or a POST /_replicate stores them; reads show them as *****. Empty: on the embedded store with a data directory, the key pair fdbrep keeps there (seal.key, made at the first start of a node with both roles; with either key set it is not used); elsewhere they are stored as written (the node warns at start, unless its store is in memory). Make the key pair with: openssl genpkey -algorithm X25519 -out seal.key; openssl pkey -in seal.key -pubout -out seal.pub.", nil)
 	keySealPrivateKeys = config.RegisterList("replicator", "seal_private_key_files", nil,
-		"PEM files of the X25519 private keys replication nodes open sealed credentials with, the current key (seal_public_key_file's) first, then older keys still in use after a rotation: the nodes move every credential stored to the first (the reseal pass, docs/DEPLOY.md), after which an older key can go. Empty: this node runs no replication whose credentials are sealed (each crashes saying so, and waits for a node that holds the key).", nil)
+		"PEM files of the X25519 private keys replication nodes open sealed credentials with, the current key (seal_public_key_file's) first, then older keys still in use after a rotation: the nodes move every credential stored to the first (the reseal pass, docs/DEPLOY.md), after which an older key can go. Empty: on the embedded store, the data directory's seal.key when there is one (see seal_public_key_file); elsewhere this node runs no replication whose credentials are sealed (each crashes saying so, and waits for a node that holds the key).", nil)
 )
 
 // SealingFromConfig reads the sealing keys c names: the public key

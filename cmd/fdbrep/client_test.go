@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/mattn/go-runewidth"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/cmd/internal/cli"
@@ -72,12 +74,22 @@ type cliProc struct {
 // the test if still running.
 func startCLI(t *testing.T, bin string, env []string, tty bool, args ...string) *cliProc {
 	t.Helper()
+	cols := 0
+	if tty {
+		cols = 160
+	}
+	return startCLIWidth(t, bin, env, cols, args...)
+}
+
+// startCLIWidth is startCLI on a terminal cols wide (0: in a pipe).
+func startCLIWidth(t *testing.T, bin string, env []string, cols int, args ...string) *cliProc {
+	t.Helper()
 	p := &cliProc{cmd: exec.Command(bin, args...), exited: make(chan struct{})}
 	p.cmd.Env = env
 	p.chunks.Init()
 	var rd io.ReadCloser
-	if tty {
-		f, err := pty.StartWithSize(p.cmd, &pty.Winsize{Rows: 40, Cols: 160})
+	if cols > 0 {
+		f, err := pty.StartWithSize(p.cmd, &pty.Winsize{Rows: 40, Cols: uint16(cols)})
 		require.NoError(t, err)
 		rd, p.input = f, f
 	} else {
@@ -323,12 +335,15 @@ func TestReplicateInProcess(t *testing.T) {
 
 // TestJobsAndDocsTables prints the scheduler views as tables, as JSON, and
 // watched: redrawn in a terminal, once per interval in a pipe, until
-// Ctrl-C.
+// Ctrl-C (exit 130). A terminal's table fits its width; a CJK or emoji
+// id takes two cells a character and the columns after it stay aligned;
+// a unique prefix of a job's id names it.
 func TestJobsAndDocsTables(t *testing.T) {
 	f := newClientFixture(t, 10)
 	// Three documents, so that a view of one shows that one alone.
+	const r3 = "r3-日本語🚀"
 	jobIDs := map[string]string{}
-	for _, doc := range []string{"r1", "r2", "r3"} {
+	for _, doc := range []string{"r1", "r2", r3} {
 		r := testutil.Do(t, "PUT", f.node.base+"/_replicator/"+doc, f.node.adm, map[string]any{
 			"source": f.peer.AuthDBURL("src"), "target": f.peer.AuthDBURL("tgt-" + doc), "create_target": true, "continuous": true})
 		require.Equal(t, 201, r.Status, r.Raw)
@@ -344,12 +359,13 @@ func TestJobsAndDocsTables(t *testing.T) {
 		notWant []string
 	}{
 		{[]string{"jobs"}, []string{"ID", "DOC", "STATE", "_replicator/r1", "_replicator/r3", "running", "3 jobs"}, nil},
-		{[]string{"jobs", jobIDs["r2"]}, []string{jobIDs["r2"], "_replicator/r2", "running", "1 jobs"}, []string{"_replicator/r1", "_replicator/r3"}},
+		{[]string{"jobs", jobIDs["r2"]}, []string{jobIDs["r2"], "_replicator/r2", "running", "\n1 job\n"}, []string{"_replicator/r1", "_replicator/r3"}},
+		{[]string{"jobs", jobIDs["r2"][:10]}, []string{jobIDs["r2"], "_replicator/r2", "\n1 job\n"}, []string{"_replicator/r1", "_replicator/r3"}},
 		{[]string{"jobs", "-wide"}, []string{"STARTED", "USER", "http://padm:*****@"}, nil},
 		{[]string{"docs"}, []string{"DATABASE", "DOC ID", "_replicator", "r1", "r3", "running", "3 documents"}, nil},
 		{[]string{"docs", "_replicator", "-states", "running"}, []string{"r1", "r2", "running"}, nil},
 		{[]string{"docs", "-json"}, []string{`"doc_id": "r1"`}, nil},
-		{[]string{"docs", "_replicator", "r2"}, []string{"r2", "running", "1 documents"}, []string{"r1", "r3"}},
+		{[]string{"docs", "_replicator", "r2"}, []string{"r2", "running", "\n1 document\n"}, []string{"r1", "r3"}},
 	} {
 		code, out := runCLI(t, f.bin, env, tc.args...)
 		require.Equal(t, 0, code, out)
@@ -369,9 +385,45 @@ func TestJobsAndDocsTables(t *testing.T) {
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(out), "\n")+1, "one line: %q", out)
 		require.Contains(t, out, "not_found", "%q", args)
 	}
+	// A prefix that several jobs' ids begin with (a replicator database's
+	// job ids begin with its instance's uuid) names them.
+	r := testutil.Do(t, "GET", f.node.base+"/_scheduler/jobs", f.node.adm, nil)
+	dbPrefix, _, ok := strings.Cut(r.Body["jobs"].([]any)[0].(map[string]any)["job_id"].(string), "|")
+	require.True(t, ok, r.Raw)
+	code, out := runCLI(t, f.bin, env, "jobs", dbPrefix)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "fdbrep: job id \""+dbPrefix+"\" is ambiguous: the ids of 3 jobs begin with it:")
+	for _, doc := range []string{"r1", "r2", r3} {
+		require.Contains(t, out, "(_replicator/"+doc+")")
+	}
+
+	// The columns after a CJK or emoji id start at the same cell on every
+	// row (text/tabwriter counted runes).
+	code, out = runCLI(t, f.bin, env, "docs")
+	require.Equal(t, 0, code, out)
+	lines := strings.Split(out, "\n")
+	at := func(line, sub string) int {
+		i := strings.Index(line, sub)
+		require.GreaterOrEqual(t, i, 0, "%q in %q", sub, line)
+		return runewidth.StringWidth(line[:i])
+	}
+	for _, l := range lines[1:4] {
+		require.Equal(t, at(lines[0], "STATE"), at(l, "running"), "STATE of %q:\n%s", l, out)
+	}
+	// On a terminal of 80 columns, every line fits.
+	for _, args := range [][]string{{"jobs"}, {"docs"}, {"jobs", jobIDs["r2"]}} {
+		p := startCLIWidth(t, f.bin, env, 80, args...)
+		code, out := p.wait(t)
+		require.Equal(t, 0, code, out)
+		for l := range strings.Lines(out) {
+			l = strings.TrimRight(l, "\r\n")
+			require.LessOrEqual(t, runewidth.StringWidth(l), 80, "%q of %q:\n%s", l, args, out)
+		}
+		require.Contains(t, out, "left out at this width")
+	}
 
 	// A watch in a pipe prints one table per interval; in a terminal it
-	// clears the screen each time. Ctrl-C ends it with exit code 0.
+	// clears the screen each time. Ctrl-C ends it with exit code 130.
 	for _, tty := range []bool{false, true} {
 		p := startCLI(t, f.bin, env, tty, "jobs", "-watch", "-interval", "100ms")
 		testutil.WaitUntil(t, &p.chunks, "two refreshes", func(string) bool {
@@ -384,10 +436,21 @@ func TestJobsAndDocsTables(t *testing.T) {
 			require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
 		}
 		code, out := p.wait(t)
-		require.Equal(t, 0, code, out)
+		require.Equal(t, 130, code, out)
 		require.Equal(t, tty, strings.Contains(out, "\x1b[H\x1b[2J"), "screen cleared only in a terminal")
 		requireNoSecrets(t, out)
 	}
+
+	// -cancel takes a unique prefix of a replication id too.
+	r = testutil.Do(t, "POST", f.node.base+"/_replicate", f.node.adm, map[string]any{
+		"source": f.peer.AuthDBURL("src"), "target": f.peer.AuthDBURL("tgt-cancel"), "create_target": true, "continuous": true})
+	require.Equal(t, 202, r.Status, r.Raw)
+	id := r.Body["_local_id"].(string)
+	code, out = runCLI(t, f.bin, env, "replicate", "-cancel", id[:10])
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "Replication "+id+" cancelled")
+	r = testutil.Do(t, "GET", f.node.base+"/_scheduler/jobs/"+url.PathEscape(id), f.node.adm, nil)
+	require.Equal(t, 404, r.Status, r.Raw)
 }
 
 // TestClientErrors checks the messages and exit codes of what goes wrong:

@@ -127,6 +127,13 @@ func cluster(ctx context.Context, args []string, stderr io.Writer, ready chan<- 
 		return err
 	}
 	defer db.Close()
+	// The process runs both roles on one data directory: its nodes seal
+	// with the key there unless one is configured (node.DataDirSealing).
+	for i, n := range nodes {
+		if nodes[i], err = node.DataDirSealing(n, true, log); err != nil {
+			return err
+		}
+	}
 
 	// Every node runs until ctx ends or one of them fails; then all stop.
 	ctx, cancel := context.WithCancel(ctx)
@@ -150,7 +157,7 @@ func cluster(ctx context.Context, args []string, stderr io.Writer, ready chan<- 
 				case <-ctx.Done():
 				}
 			}()
-			errs[i] = node.Run(ctx, node.Options{Config: n, DB: db, Log: node.NewLog(n, stderr), Version: version, Ready: readyAddr(nodeReady)})
+			errs[i] = node.Run(ctx, node.Options{Config: n, DB: db, Log: node.NewLog(n, stderr), Version: buildVersion(), Ready: readyAddr(nodeReady)})
 			if errs[i] != nil {
 				cancel()
 			}

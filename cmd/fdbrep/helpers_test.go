@@ -76,15 +76,16 @@ func writeIni(t *testing.T, body string) string {
 	return p
 }
 
-// buildBinary builds fdbrep into a temporary directory and returns its
-// path; in -short mode it skips the test instead.
-func buildBinary(t *testing.T) string {
+// buildBinary builds fdbrep (with go build's flags) into a temporary
+// directory and returns its path; in -short mode it skips the test
+// instead.
+func buildBinary(t *testing.T, flags ...string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "fdbrep")
-	args := []string{"build", "-o", bin}
+	args := append([]string{"build", "-o", bin}, flags...)
 	if fdbBuild { // the binary as the tests: with FoundationDB
 		args = append(args, "-tags", "fdb")
 	}

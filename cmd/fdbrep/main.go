@@ -19,9 +19,9 @@
 // docs/CONFIG.md. SIGTERM and SIGINT shut the node down gracefully.
 //
 // The client commands are package cmd/internal/cli. Exit codes: 0 success,
-// 1 failure, 2 a bad command line, 130 a replication interrupted by
-// Ctrl-C (cancelled on the cluster, or stopped in process with a
-// checkpoint).
+// 1 failure, 2 a bad command line, 130 a command interrupted by Ctrl-C (a
+// replication cancelled on the cluster or stopped in process with a
+// checkpoint, a -watch, a request in flight).
 package main
 
 import (
@@ -49,9 +49,6 @@ import (
 // LogTimeFormat is the format of the "time" field of log lines: RFC 3339
 // in milliseconds.
 const LogTimeFormat = "2006-01-02T15:04:05.000Z07:00"
-
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
 
 func main() {
 	// The store and the job layer allocate many short-lived objects per
@@ -150,7 +147,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "hash-password":
 		return hashPassword(args[1:], os.Stdin, stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "fdbrep", version)
+		fmt.Fprintln(stdout, "fdbrep", buildVersion())
 		return nil
 	default:
 		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("unknown command %q (see fdbrep help)", args[0])}

@@ -179,7 +179,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, ready chan<- st
 		return err
 	}
 	defer db.Close()
-	return node.Run(ctx, node.Options{Config: sc.cfg, DB: db, Log: log, Version: version, Ready: readyAddr(ready)})
+	// A node with both roles seals with a key of its data directory unless
+	// one is configured (node.DataDirSealing).
+	cfg, err := node.DataDirSealing(sc.cfg, sc.cfg.HasRole(config.RoleAPIFrontend) && sc.cfg.HasRole(config.RoleReplication), log)
+	if err != nil {
+		return err
+	}
+	return node.Run(ctx, node.Options{Config: cfg, DB: db, Log: log, Version: buildVersion(), Ready: readyAddr(ready)})
 }
 
 // readyAddr reports a node's address on ready (nil: nothing).

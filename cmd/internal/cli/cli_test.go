@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -251,7 +250,7 @@ func TestRenderTables(t *testing.T) {
 		{"id":null,"database":null,"doc_id":null,"source":"http://h/a/","target":"http://h/c/","state":"crashing",
 		 "info":{"error":"db_not_found","reason":"could not open http://h/c/","caught_up":false,"eta_sec":null,
 		 "stall":{"reason":"backing_off","detail":"could not open http://h/c/","since":"2026-01-01T00:00:09Z","until":"2026-01-01T00:00:19Z"}},"user":"joe","history":[],"start_time":"2026-01-01T00:00:00Z","node":null,"pid":null,"job_id":"j2"}]}`
-	out, err := renderJobs(json.RawMessage(jobs), true)
+	out, err := renderJobs(json.RawMessage(jobs), view{wide: true})
 	require.NoError(t, err)
 	for _, w := range []string{"ID", "LAST EVENT", "r1+continuous", "_replicator/d1", "running", "n1", "7", "started",
 		"(job j2)", "crashing", "joe", "db_not_found: could not open http://h/c/", "jobs 1-2 of 3 (-limit, -skip)",
@@ -262,7 +261,7 @@ func TestRenderTables(t *testing.T) {
 	oneJob := `{"id":"r1","database":null,"doc_id":null,"source":"http://h/a/","target":"http://h/b/","state":"running","job_id":"j1",
 		"info":{"docs_written":1,"doc_write_failures":1,"caught_up":true,"stall":{"reason":"target_refusing_writes","detail":"d","since":"2026-01-01T00:00:09Z"},
 		"failed_docs":[{"id":"doc-7","rev":"1-abc","status":403,"error":"forbidden","reason":"no sevens","time":"2026-01-01T00:00:08Z"}]},"history":[]}`
-	out, err = renderJobs(json.RawMessage(oneJob), true)
+	out, err = renderJobs(json.RawMessage(oneJob), view{wide: true})
 	require.NoError(t, err)
 	for _, w := range []string{"yes", "target_refusing_writes since 2026-01-01T00:00:09Z", "Refused by the target (the last 1):",
 		"doc-7", "1-abc", "403", "forbidden: no sevens"} {
@@ -270,37 +269,42 @@ func TestRenderTables(t *testing.T) {
 	}
 	docs := `{"total_rows":1,"offset":0,"docs":[{"id":null,"database":"_replicator","doc_id":"d2","source":"http://h/a/","target":"http://h/b/",
 		"state":"failed","info":{"error":"bad_rep_doc","reason":"Missing source"},"error_count":3,"last_updated":"2026-01-01T00:00:00Z","start_time":"","node":null,"pid":null}]}`
-	out, err = renderDocs(json.RawMessage(docs), true)
+	out, err = renderDocs(json.RawMessage(docs), view{wide: true})
 	require.NoError(t, err)
-	for _, w := range []string{"DATABASE", "d2", "failed", "3", "bad_rep_doc: Missing source", "1 documents"} {
+	for _, w := range []string{"DATABASE", "d2", "failed", "3", "bad_rep_doc: Missing source", "\n1 document\n"} {
 		require.Contains(t, out, w)
 	}
 	one := `{"id":null,"database":"_replicator","doc_id":"d3","state":"completed","info":{"docs_written":4,"changes_pending":0},"error_count":0}`
-	out, err = renderDocs(json.RawMessage(one), true)
+	out, err = renderDocs(json.RawMessage(one), view{wide: true})
 	require.NoError(t, err)
 	require.Contains(t, out, "d3")
 	// A parked replication: the views say running, with info.parked.
 	parked := `{"id":null,"database":"_replicator","doc_id":"d4","state":"running","node":null,"error_count":0,
 		"info":{"docs_written":4,"caught_up":true,"eta_sec":0,"stall":null,"parked":{"since":"2026-01-01T00:00:00Z","sweep_at":"2026-01-02T00:00:00Z","through":"9"}}}`
-	out, err = renderDocs(json.RawMessage(parked), true)
+	out, err = renderDocs(json.RawMessage(parked), view{wide: true})
 	require.NoError(t, err)
 	require.Regexp(t, `d4 +parked `, out)
 	require.Contains(t, out, "yes", "in sync")
 	// Without -wide: no USER or STARTED, endpoints as user@host/db, long
-	// cells cut; a typical row fits 160 columns.
+	// cells cut; a typical row fits 170 columns, in a pipe too.
 	long := strings.Replace(jobs, `"could not open http://h/c/"`, `"`+strings.Repeat("x", 200)+`"`, 1)
-	out, err = renderJobs(json.RawMessage(long), false)
+	out, err = renderJobs(json.RawMessage(long), view{now: time.Date(2026, 1, 1, 0, 0, 12, 0, time.UTC)})
 	require.NoError(t, err)
 	require.NotContains(t, out, "STARTED")
 	require.NotContains(t, out, "http://")
 	require.Contains(t, out, "u@h/a")
 	require.Contains(t, out, strings.Repeat("x", 10)+"…")
+	require.Contains(t, out, "backing_off for 3s, retry in 7s")
 	for l := range strings.Lines(out) {
-		require.LessOrEqual(t, utf8.RuneCountInString(l), 161, "%q", l)
+		require.LessOrEqual(t, cells(l), 171, "%q", l)
 	}
-	_, err = renderJobs(json.RawMessage(`[]`), false)
+	_, err = renderJobs(json.RawMessage(`[]`), view{})
 	require.Error(t, err)
-	require.Equal(t, "none of the 5 jobs past -skip 5\n", footer(0, 5, 5, "jobs"))
+	require.Equal(t, "none of the 5 jobs past -skip 5\n", footer(0, 5, 5, "job", "jobs"))
+	require.Equal(t, "none of the 1 job past -skip 1\n", footer(0, 1, 1, "job", "jobs"))
+	require.Equal(t, "1 job\n", footer(1, 0, 1, "job", "jobs"))
+	require.Equal(t, "0 jobs\n", footer(0, 0, 0, "job", "jobs"))
+	require.Equal(t, "jobs 2-2 of 2 (-limit, -skip)\n", footer(1, 1, 2, "job", "jobs"))
 }
 
 // The rate is known from the second counted step (within two samples,

@@ -145,6 +145,12 @@ func (c *client) explain(err error) error {
 	return err
 }
 
+// notFound reports whether err is the cluster's 404.
+func notFound(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
+}
+
 // get is do for a GET with the default timeout.
 func (c *client) get(ctx context.Context, path string, query url.Values, out any) error {
 	_, err := c.do(ctx, http.MethodGet, path, query, nil, out, RequestTimeoutDefault)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fdbrep/fdbrep/api"
@@ -67,10 +68,7 @@ func (f *follower) poll(ctx context.Context) (sample, bool) {
 		f.id = ji.JobID
 	} else {
 		err := f.cl.get(ctx, "/_scheduler/jobs/"+url.PathEscape(f.id), nil, &ji)
-		var ae *apiError
-		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-			f.notFound = true
-		}
+		f.notFound = notFound(err)
 		if err != nil {
 			return sample{}, false
 		}
@@ -99,28 +97,78 @@ func (f *follower) poll(ctx context.Context) (sample, bool) {
 // options cannot be told apart by the view: the newest one is taken.
 func (f *follower) find(ctx context.Context) (*api.JobInfo, error) {
 	var best *api.JobInfo
+	err := eachJob(ctx, f.cl, func(j *api.JobInfo) {
+		if j.DocID != nil || j.Source == nil || j.Target == nil || *j.Source != f.src || *j.Target != f.tgt {
+			return
+		}
+		if (j.User == nil && f.user != "") || (j.User != nil && *j.User != f.user) {
+			return
+		}
+		if best == nil || j.StartTime > best.StartTime {
+			best = j
+		}
+	})
+	return best, err
+}
+
+// eachJob calls f with each of the cluster's jobs, findPageSize a GET
+// /_scheduler/jobs.
+func eachJob(ctx context.Context, cl *client, f func(*api.JobInfo)) error {
 	for skip := 0; ; skip += findPageSize {
 		var list api.JobList
 		q := url.Values{"limit": {strconv.Itoa(findPageSize)}, "skip": {strconv.Itoa(skip)}}
-		if err := f.cl.get(ctx, "/_scheduler/jobs", q, &list); err != nil {
-			return nil, err
+		if err := cl.get(ctx, "/_scheduler/jobs", q, &list); err != nil {
+			return err
 		}
 		for i := range list.Jobs {
-			j := &list.Jobs[i]
-			if j.DocID != nil || j.Source == nil || j.Target == nil || *j.Source != f.src || *j.Target != f.tgt {
-				continue
-			}
-			if (j.User == nil && f.user != "") || (j.User != nil && *j.User != f.user) {
-				continue
-			}
-			if best == nil || j.StartTime > best.StartTime {
-				best = j
-			}
+			f(&list.Jobs[i])
 		}
 		if len(list.Jobs) < findPageSize || skip+len(list.Jobs) >= list.TotalRows {
-			return best, nil
+			return nil
 		}
 	}
+}
+
+// prefixCandidatesMax is how many jobs the error of an ambiguous id
+// prefix lists.
+const prefixCandidatesMax = 10
+
+// jobByPrefix resolves prefix, which no job has as its id, to the one job
+// whose replication id or job id begins with it (its replication id when
+// that is what matched); "" when none does. A prefix that several jobs'
+// ids begin with is an ExitFailure listing them (prefixCandidatesMax).
+func jobByPrefix(ctx context.Context, cl *client, prefix string) (string, error) {
+	var ids, names []string
+	err := eachJob(ctx, cl, func(j *api.JobInfo) {
+		id := j.JobID
+		switch {
+		case j.ID != nil && strings.HasPrefix(*j.ID, prefix):
+			id = *j.ID
+		case !strings.HasPrefix(j.JobID, prefix):
+			return
+		}
+		ids = append(ids, id)
+		name := id
+		if j.DocID != nil {
+			name += "  (" + orDash(j.Database) + "/" + *j.DocID + ")"
+		}
+		names = append(names, name)
+	})
+	switch {
+	case err != nil:
+		return "", cl.explain(err)
+	case len(ids) == 1:
+		return ids[0], nil
+	case len(ids) == 0:
+		return "", nil
+	}
+	list := names[:min(len(names), prefixCandidatesMax)]
+	more := ""
+	if len(names) > len(list) {
+		more = fmt.Sprintf("\n  … and %d more", len(names)-len(list))
+	}
+	return "", &ExitError{Code: ExitFailure, Err: fmt.Errorf("job id %q is ambiguous: the ids of %s begin with it:\n  %s%s",
+		prefix, plural(len(ids), "job", "jobs"), strings.Join(list, "\n  "), more)}
 }
 
 // runCluster runs the replication through the cluster's POST /_replicate
@@ -135,6 +183,9 @@ func (c *replicateCmd) runCluster(ctx context.Context) error {
 		return &ExitError{Code: ExitFailure, Err: errors.New(c.r.String(cl.explain(err).Error()))}
 	}
 	if c.cancel {
+		if err := c.fullCancelID(ctx, cl); err != nil {
+			return err
+		}
 		return c.cancelOnCluster(cl, "", false, engine.Stats{})
 	}
 	c.r.Printf(c.env.Stdout, "Replicating %s on the cluster at %s\n", c.what(), cl)
@@ -266,6 +317,21 @@ func (c *replicateCmd) followContinuous(ctx context.Context, f *follower, d disp
 			return c.cancelOnCluster(f.cl, f.repID, true, f.last.stats)
 		}
 	}
+}
+
+// fullCancelID replaces the id of a -cancel ID that no job has by that of
+// the one job whose id begins with it (jobByPrefix); without one, the
+// cancel answers the cluster's 404.
+func (c *replicateCmd) fullCancelID(ctx context.Context, cl *client) error {
+	id, ok := c.body["replication_id"].(string)
+	if !ok || !notFound(cl.get(ctx, "/_scheduler/jobs/"+url.PathEscape(id), nil, nil)) {
+		return nil
+	}
+	full, err := jobByPrefix(ctx, cl, id)
+	if full != "" {
+		c.body["replication_id"] = full
+	}
+	return err
 }
 
 // cancelOnCluster cancels the replication with POST /_replicate "cancel":

@@ -45,8 +45,9 @@
 // # Exit codes
 //
 // 0 success (one-shot completed, continuous started with -detach, a
-// watch ended by Ctrl-C); ExitFailure (1) the replication failed or the
-// cluster refused; ExitUsage (2) a bad command line; ExitInterrupted (130)
-// Ctrl-C or SIGTERM ended a replication: cancelled on the cluster, or
-// stopped in process with a checkpoint.
+// table printed); ExitFailure (1) the replication failed or the cluster
+// refused; ExitUsage (2) a bad command line; ExitInterrupted (130) Ctrl-C
+// or SIGTERM ended the command: a replication (cancelled on the cluster,
+// or stopped in process with a checkpoint), a -watch, or a request in
+// flight.
 package cli

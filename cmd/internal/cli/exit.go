@@ -1,5 +1,11 @@
 package cli
 
+import (
+	"context"
+	"errors"
+	"flag"
+)
+
 // Exit codes of the client commands, carried by ExitError.
 const (
 	// ExitFailure: the replication failed, or the cluster or a peer
@@ -8,12 +14,23 @@ const (
 	// ExitUsage: the command line is wrong (flags, arguments, a body the
 	// replicator's parser refuses).
 	ExitUsage = 2
-	// ExitInterrupted: Ctrl-C (SIGINT) or SIGTERM ended the replication,
-	// cleanly: cancelled on the cluster, or stopped in process with a
-	// final checkpoint. 128 + SIGINT, as shells report an interrupted
-	// command.
+	// ExitInterrupted: Ctrl-C (SIGINT) or SIGTERM ended the command: a
+	// replication, cleanly (cancelled on the cluster, or stopped in
+	// process with a final checkpoint), a -watch, or a request in flight.
+	// 128 + SIGINT, as shells report an interrupted command.
 	ExitInterrupted = 130
 )
+
+// interrupted is err, or ExitInterrupted when ctx ended (Ctrl-C) before
+// the command did and err is a failure: what failed then failed because
+// of the interrupt (a request cancelled), not because of the cluster.
+func interrupted(ctx context.Context, err error) error {
+	var ee *ExitError
+	if err == nil || ctx.Err() == nil || (errors.As(err, &ee) && ee.Code != ExitFailure) || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return &ExitError{Code: ExitInterrupted}
+}
 
 // ExitError is a command's failure with the process exit code it calls
 // for. Err may be nil when the command has already said everything.
@@ -48,12 +65,13 @@ flags:
 	JobsUsage = `usage: fdbrep jobs [flags] [ID]
 
 Prints the cluster's replication jobs (GET /_scheduler/jobs, or one job's,
-by replication id or job id, with the documents its target refused) as a
-table; -watch refreshes it until Ctrl-C. IN SYNC is "yes" for a job caught
-up with its source, else the time left at its rate when known; STALL is why
-a job does not move. STATE "parked" is a continuous replication caught up
-and waiting for a change to its source without a slot (the views show it
-running).
+by replication id or job id or a prefix of one that no other job's id has,
+with the documents its target refused) as a table; -watch refreshes it
+until Ctrl-C. On a terminal the table fits its width, the widest columns
+cut first. IN SYNC is "yes" for a job caught up with its source, else the
+time left at its rate when known; STALL is why a job does not move, and for
+how long. STATE "parked" is a continuous replication caught up and waiting
+for a change to its source without a slot (the views show it running).
 
 flags:
 `
@@ -61,8 +79,8 @@ flags:
 
 Prints the replications of _replicator documents (GET /_scheduler/docs, or
 /_scheduler/docs/DB, or one document's, with the documents its target
-refused) as a table; -watch refreshes it until Ctrl-C. IN SYNC and STALL
-are as in fdbrep jobs.
+refused) as a table; -watch refreshes it until Ctrl-C. The table, IN SYNC
+and STALL are as in fdbrep jobs.
 
 flags:
 `

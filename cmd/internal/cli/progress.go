@@ -187,8 +187,9 @@ func (p *plainDisplay) update(s sample) {
 		return
 	}
 	p.shown, p.shownTotal = &s, total
-	line := fmt.Sprintf("[%s] %s: %s changes, %d docs written, %d failures",
-		now.Sub(p.start).Round(time.Second), s.state, ofTotal(s.processed(), total), s.stats.DocsWritten, s.stats.DocWriteFailures)
+	line := fmt.Sprintf("[%s] %s: %s changes, %s written, %s",
+		now.Sub(p.start).Round(time.Second), s.state, ofTotal(s.processed(), total), plural(s.stats.DocsWritten, "doc", "docs"),
+		plural(s.stats.DocWriteFailures, "failure", "failures"))
 	if v := p.rate.perSecond(); v > 0 {
 		line += fmt.Sprintf(", %.0f changes/s", v)
 		if eta, ok := p.rate.eta(s.processed(), total); ok {

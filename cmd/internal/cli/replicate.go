@@ -71,7 +71,7 @@ func newReplicateCmd(args []string, env Env) (*replicateCmd, error) {
 	fs.Var(&c.queryParams, "query-param", "a filter query parameter, key=value; repeatable")
 	fs.Var(&c.options, "opt", "any other field of the _replicate body, key=value (a JSON value or a string), e.g. worker_processes=8; repeatable")
 	fs.BoolVar(&c.detach, "detach", false, "with -cluster and -continuous: start the replication, print its id and exit")
-	fs.BoolVar(&c.cancel, "cancel", false, "with -cluster: cancel a replication given by its id, or by SOURCE TARGET and the flags that started it")
+	fs.BoolVar(&c.cancel, "cancel", false, "with -cluster: cancel a replication given by its id (or a prefix of it no other job's id has), or by SOURCE TARGET and the flags that started it")
 	fs.BoolVar(&c.local, "local", false, "run in process even when "+EnvCluster+" names a cluster")
 	fs.StringVar(&c.dataDir, "data-dir", "", "embedded store of in-process replications (default "+DataDirDefault+")")
 	fs.StringVar(&c.progress, "progress", ProgressDefault, "progress display: auto (a bar on a terminal, plain lines otherwise), bar or plain")
@@ -126,7 +126,7 @@ func (c *replicateCmd) validate() error {
 		return nil
 	}
 	if len(c.args) != 2 {
-		return usageError("want SOURCE and TARGET (got %d arguments); see fdbrep help replicate", len(c.args))
+		return usageError("want SOURCE and TARGET (got %s); see fdbrep help replicate", plural(len(c.args), "argument", "arguments"))
 	}
 	body, err := c.makeBody()
 	if err != nil {
@@ -230,9 +230,9 @@ func Replicate(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	if c.local {
-		return c.runLocal(ctx)
+		return interrupted(ctx, c.runLocal(ctx))
 	}
-	return c.runCluster(ctx)
+	return interrupted(ctx, c.runCluster(ctx))
 }
 
 // what describes the replication for the first line of output.

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/fdbrep/fdbrep/api"
@@ -36,12 +35,28 @@ type tableCmd struct {
 	cl       *client
 	path     string
 	query    url.Values
-	render   func(raw json.RawMessage, wide bool) (string, error)
+	args     []string // the positional arguments
+	render   func(raw json.RawMessage, v view) (string, error)
+	// jobPrefix is jobs' ID argument, which may be the prefix of a job's
+	// id, until fetch resolved it.
+	jobPrefix string
 }
 
 // narrowCellMax is the widest a free-text cell (a stall, an error, an
-// endpoint) is printed without -wide; longer ones are cut with "…".
-const narrowCellMax = 32
+// endpoint) is printed without -wide, in cells; longer ones are cut with
+// "…".
+const narrowCellMax = 40
+
+// view is how a table is shown.
+type view struct {
+	// wide: every column, uncut (-wide).
+	wide bool
+	// width is the terminal's, in cells, that the table is fitted to
+	// (cutting its widest columns first); 0: no limit (a pipe, or -wide).
+	width int
+	// now is what the durations of the STALL column count to.
+	now time.Time
+}
 
 // Jobs runs `fdbrep jobs [flags]`: GET /_scheduler/jobs as a table.
 func Jobs(ctx context.Context, args []string, env Env) error {
@@ -50,6 +65,9 @@ func Jobs(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	t.render = renderJobs
+	if len(t.args) == 1 {
+		t.jobPrefix = t.args[0]
+	}
 	return t.run(ctx)
 }
 
@@ -107,6 +125,7 @@ func newTableCmd(name, usage, base string, args []string, env Env, maxArgs int) 
 		return nil, usageError("%v", err)
 	}
 	t.query = url.Values{"limit": {strconv.Itoa(t.limit)}, "skip": {strconv.Itoa(t.skip)}}
+	t.args = pos
 	for _, p := range pos {
 		t.path += "/" + url.PathEscape(p)
 	}
@@ -116,12 +135,13 @@ func newTableCmd(name, usage, base string, args []string, env Env, maxArgs int) 
 // run prints the table once, or with -watch on every interval until ctx
 // ends (a terminal's screen is redrawn, a pipe gets one table per
 // interval). A watch survives a cluster that does not answer, showing the
-// error instead; a single print fails with it.
+// error instead; a single print fails with it. A watch ended by Ctrl-C,
+// or a print interrupted, is ExitInterrupted.
 func (t *tableCmd) run(ctx context.Context) error {
 	if !t.watch {
 		text, err := t.fetch(ctx)
 		if err != nil {
-			return &ExitError{Code: ExitFailure, Err: errors.New(t.r.String(err.Error()))}
+			return interrupted(ctx, &ExitError{Code: ExitFailure, Err: errors.New(t.r.String(err.Error()))})
 		}
 		t.r.Printf(t.env.Stdout, "%s", text)
 		return nil
@@ -132,12 +152,16 @@ func (t *tableCmd) run(ctx context.Context) error {
 	for {
 		text, err := t.fetch(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return &ExitError{Code: ExitInterrupted}
 		}
 		if err != nil {
 			text = "error: " + err.Error() + "\n"
 		}
-		header := fmt.Sprintf("Every %v: %s on %s    %s\n\n", t.interval, t.path, t.cl, time.Now().Format(time.RFC3339))
+		header := fmt.Sprintf("Every %v: %s on %s    %s", t.interval, t.path, t.cl, time.Now().Format(time.RFC3339))
+		if w := terminalWidth(t.env.Stdout); w > 0 {
+			header = cutCells(header, w)
+		}
+		header += "\n\n"
 		if tty {
 			header = "\x1b[H\x1b[2J" + header // home, clear screen
 		}
@@ -145,15 +169,28 @@ func (t *tableCmd) run(ctx context.Context) error {
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			return nil
+			return &ExitError{Code: ExitInterrupted}
 		}
 	}
 }
 
-// fetch GETs the view and renders it.
+// fetch GETs the view and renders it. A job id that no job has, taken
+// for the prefix of one (jobByPrefix), is replaced by that job's id for
+// this fetch and the next ones.
 func (t *tableCmd) fetch(ctx context.Context) (string, error) {
 	var raw json.RawMessage
-	if err := t.cl.get(ctx, t.path, t.query, &raw); err != nil {
+	err := t.cl.get(ctx, t.path, t.query, &raw)
+	if notFound(err) && t.jobPrefix != "" {
+		id, perr := jobByPrefix(ctx, t.cl, t.jobPrefix)
+		switch {
+		case perr != nil:
+			return "", perr
+		case id != "":
+			t.path, t.jobPrefix = "/_scheduler/jobs/"+url.PathEscape(id), ""
+			err = t.cl.get(ctx, t.path, t.query, &raw)
+		}
+	}
+	if err != nil {
 		return "", t.cl.explain(err)
 	}
 	if t.asJSON {
@@ -163,32 +200,41 @@ func (t *tableCmd) fetch(ctx context.Context) (string, error) {
 		}
 		return b.String() + "\n", nil
 	}
-	return t.render(raw, t.wide)
+	return t.render(raw, t.view())
+}
+
+// view is how the next table is shown: unless -wide, fitted to the
+// terminal's width as it is now.
+func (t *tableCmd) view() view {
+	v := view{wide: t.wide, now: time.Now()}
+	if !t.wide {
+		v.width = terminalWidth(t.env.Stdout)
+	}
+	return v
 }
 
 // endpoint is an endpoint as a narrow table shows it: user@host/db,
 // without the scheme and the redacted password (-wide: as the view has
 // it).
-func endpoint(s *string, wide bool) string {
-	v := orDash(s)
-	u, err := url.Parse(v)
-	if wide || err != nil || u.Host == "" {
-		return cut(v, wide)
+func (v view) endpoint(s *string) string {
+	e := orDash(s)
+	u, err := url.Parse(e)
+	if v.wide || err != nil || u.Host == "" {
+		return v.cut(e)
 	}
 	out := u.Host + strings.TrimSuffix(u.EscapedPath(), "/")
 	if u.User != nil {
 		out = u.User.Username() + "@" + out
 	}
-	return cut(out, wide)
+	return v.cut(out)
 }
 
-// cut shortens a free-text cell to narrowCellMax runes unless wide.
-func cut(s string, wide bool) string {
-	r := []rune(s)
-	if wide || len(r) <= narrowCellMax {
+// cut shortens a free-text cell to narrowCellMax cells unless wide.
+func (v view) cut(s string) string {
+	if v.wide {
 		return s
 	}
-	return string(r[:narrowCellMax-1]) + "…"
+	return cutCells(s, narrowCellMax)
 }
 
 // columns keeps, unless wide, the columns of header and rows whose
@@ -217,18 +263,26 @@ func columns(header []string, rows [][]string, wide bool, wideOnly ...string) ([
 	return pick(header), narrow
 }
 
-// table lays rows out in aligned columns.
-func table(header []string, rows [][]string, footer string) string {
-	var b bytes.Buffer
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
-	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+// table lays rows out in aligned columns fitted to the view's width
+// (layout), then the footer, then which columns that width left out.
+func (v view) table(header []string, rows [][]string, fit columnsFit, footer string) string {
+	out, dropped := layout(header, rows, v.width, fit)
+	out += footer
+	if len(dropped) > 0 {
+		out += "(" + strings.Join(dropped, ", ") + " left out at this width; -wide shows every column)\n"
 	}
-	_ = tw.Flush()
-	b.WriteString(footer)
-	return b.String()
+	return out
 }
+
+// How the tables fit a terminal: counts and states are never cut; the
+// columns least needed to follow the jobs go first.
+var (
+	jobsFit = columnsFit{keep: []string{"STATE", "WRITTEN", "PENDING", "IN SYNC"},
+		drop: []string{"NODE", "SOURCE", "TARGET", "PENDING", "LAST EVENT", "DOC"}}
+	docsFit = columnsFit{keep: []string{"STATE", "ERRORS", "WRITTEN", "PENDING", "IN SYNC"},
+		drop: []string{"NODE", "SOURCE", "TARGET", "PENDING", "ERRORS", "DATABASE"}}
+	failedFit = columnsFit{keep: []string{"STATUS"}, drop: []string{"REV", "TIME"}}
+)
 
 // orDash is *s, or "-" for nil or empty.
 func orDash(s *string) string {
@@ -255,7 +309,7 @@ func counts(raw json.RawMessage) (written, pending, errText string) {
 }
 
 // syncCols are a view entry's IN SYNC and STALL columns.
-func syncCols(raw json.RawMessage) (inSync, stall string) {
+func (v view) syncCols(raw json.RawMessage) (inSync, stall string) {
 	i := decodeInfo(raw)
 	inSync, stall = "-", "-"
 	switch {
@@ -263,22 +317,58 @@ func syncCols(raw json.RawMessage) (inSync, stall string) {
 	case *i.CaughtUp:
 		inSync = "yes"
 	case i.ETASec != nil:
-		inSync = "in " + (time.Duration(*i.ETASec) * time.Second).String()
+		inSync = "in " + span(time.Duration(*i.ETASec)*time.Second)
 	default:
 		inSync = "no"
 	}
 	if i.Stall != nil {
-		stall = i.Stall.Reason + " since " + i.Stall.Since
-		if i.Stall.Until != nil {
-			stall += " until " + *i.Stall.Until
-		}
+		stall = v.cut(v.stall(i.Stall))
 	}
 	return inSync, stall
 }
 
+// stall is a STALL cell: with -wide, the reason and the view's times
+// ("backing_off since 2026-11-23T23:00:38Z until 2026-11-23T23:01:08Z");
+// else the reason, how long it has lasted and, for a job backing off,
+// when it is retried ("backing_off for 2m10s, retry in 30s"), which fit
+// a narrow column where the timestamps were cut.
+func (v view) stall(s *api.StallInfo) string {
+	since, err := time.Parse(time.RFC3339, s.Since)
+	if v.wide || err != nil {
+		out := s.Reason + " since " + s.Since
+		if s.Until != nil {
+			out += " until " + *s.Until
+		}
+		return out
+	}
+	out := s.Reason + " for " + span(v.now.Sub(since))
+	if s.Until != nil {
+		if until, err := time.Parse(time.RFC3339, *s.Until); err == nil {
+			out += ", retry in " + span(until.Sub(v.now))
+		}
+	}
+	return out
+}
+
+// span is a duration as a table shows it, to the second under an hour,
+// to the minute under a day, then to the hour: "45s", "2m10s", "3h12m",
+// "2d3h" (a negative one, from clocks apart, is 0s).
+func span(d time.Duration) string {
+	s := int64(max(d, 0).Round(time.Second) / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%ds", s/60, s%60)
+	case s < 86400:
+		return fmt.Sprintf("%dh%dm", s/3600, s%3600/60)
+	}
+	return fmt.Sprintf("%dd%dh", s/86400, s%86400/3600)
+}
+
 // failedDocs lists the documents an entry's target refused (one
 // entry's view), after its table.
-func failedDocs(raw json.RawMessage) string {
+func (v view) failedDocs(raw json.RawMessage) string {
 	i := decodeInfo(raw)
 	if len(i.FailedDocs) == 0 {
 		return ""
@@ -288,10 +378,10 @@ func failedDocs(raw json.RawMessage) string {
 		rows = append(rows, []string{f.Time, f.ID, f.Rev, strconv.Itoa(f.Status), f.Error + ": " + f.Reason})
 	}
 	return "\nRefused by the target (the last " + strconv.Itoa(len(rows)) + "):\n" +
-		table([]string{"TIME", "DOC ID", "REV", "STATUS", "ERROR"}, rows, "")
+		v.table([]string{"TIME", "DOC ID", "REV", "STATUS", "ERROR"}, rows, failedFit, "")
 }
 
-func renderJobs(raw json.RawMessage, wide bool) (string, error) {
+func renderJobs(raw json.RawMessage, v view) (string, error) {
 	var list api.JobList
 	var one api.JobInfo
 	switch {
@@ -322,20 +412,20 @@ func renderJobs(raw json.RawMessage, wide bool) (string, error) {
 		if errText != "" {
 			last = errText
 		}
-		inSync, stall := syncCols(j.Info)
-		rows = append(rows, []string{id, doc, stateCol(j.State, j.Info), endpoint(j.Source, wide), endpoint(j.Target, wide), orDash(j.Node),
-			orDash(j.User), written, pending, inSync, cut(stall, wide), j.StartTime, cut(last, wide)})
+		inSync, stall := v.syncCols(j.Info)
+		rows = append(rows, []string{id, doc, stateCol(j.State, j.Info), v.endpoint(j.Source), v.endpoint(j.Target), orDash(j.Node),
+			orDash(j.User), written, pending, inSync, stall, j.StartTime, v.cut(last)})
 	}
 	header, rows := columns([]string{"ID", "DOC", "STATE", "SOURCE", "TARGET", "NODE", "USER", "WRITTEN", "PENDING", "IN SYNC", "STALL", "STARTED", "LAST EVENT"},
-		rows, wide, "USER", "STARTED")
-	out := table(header, rows, footer(len(list.Jobs), list.Offset, list.TotalRows, "jobs"))
+		rows, v.wide, "USER", "STARTED")
+	out := v.table(header, rows, jobsFit, footer(len(list.Jobs), list.Offset, list.TotalRows, "job", "jobs"))
 	if len(list.Jobs) == 1 {
-		out += failedDocs(list.Jobs[0].Info)
+		out += v.failedDocs(list.Jobs[0].Info)
 	}
 	return out, nil
 }
 
-func renderDocs(raw json.RawMessage, wide bool) (string, error) {
+func renderDocs(raw json.RawMessage, v view) (string, error) {
 	var list api.DocList
 	var one api.DocInfo
 	switch {
@@ -348,15 +438,15 @@ func renderDocs(raw json.RawMessage, wide bool) (string, error) {
 	rows := make([][]string, 0, len(list.Docs))
 	for _, d := range list.Docs {
 		written, pending, errText := counts(d.Info)
-		inSync, stall := syncCols(d.Info)
-		rows = append(rows, []string{d.Database, d.DocID, stateCol(d.State, d.Info), endpoint(d.Source, wide), endpoint(d.Target, wide), orDash(d.Node),
-			strconv.Itoa(d.ErrorCount), written, pending, inSync, cut(stall, wide), d.LastUpdated, cut(errText, wide)})
+		inSync, stall := v.syncCols(d.Info)
+		rows = append(rows, []string{d.Database, d.DocID, stateCol(d.State, d.Info), v.endpoint(d.Source), v.endpoint(d.Target), orDash(d.Node),
+			strconv.Itoa(d.ErrorCount), written, pending, inSync, stall, d.LastUpdated, v.cut(errText)})
 	}
 	header, rows := columns([]string{"DATABASE", "DOC ID", "STATE", "SOURCE", "TARGET", "NODE", "ERRORS", "WRITTEN", "PENDING", "IN SYNC", "STALL", "LAST UPDATED", "ERROR"},
-		rows, wide, "LAST UPDATED")
-	out := table(header, rows, footer(len(list.Docs), list.Offset, list.TotalRows, "documents"))
+		rows, v.wide, "LAST UPDATED")
+	out := v.table(header, rows, docsFit, footer(len(list.Docs), list.Offset, list.TotalRows, "document", "documents"))
 	if len(list.Docs) == 1 {
-		out += failedDocs(list.Docs[0].Info)
+		out += v.failedDocs(list.Docs[0].Info)
 	}
 	return out, nil
 }
@@ -371,13 +461,22 @@ func stateCol(state string, info json.RawMessage) string {
 	return state
 }
 
-// footer says how many rows of how many were shown.
-func footer(n, offset, total int, what string) string {
+// footer says how many rows of how many were shown, of a thing called
+// one, or many in the plural.
+func footer(n, offset, total int, one, many string) string {
 	switch {
 	case n == total:
-		return fmt.Sprintf("%d %s\n", total, what)
+		return plural(total, one, many) + "\n"
 	case n == 0:
-		return fmt.Sprintf("none of the %d %s past -skip %d\n", total, what, offset)
+		return fmt.Sprintf("none of the %s past -skip %d\n", plural(total, one, many), offset)
 	}
-	return fmt.Sprintf("%s %d-%d of %d (-limit, -skip)\n", what, offset+1, offset+n, total)
+	return fmt.Sprintf("%s %d-%d of %d (-limit, -skip)\n", many, offset+1, offset+n, total)
+}
+
+// plural is n and the noun it counts: "1 job", "0 jobs", "2 jobs".
+func plural[N ~int | ~int64](n N, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -146,7 +146,8 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if cfg.HasRole(config.RoleAPIFrontend) && sealer == nil {
+	// (An in-memory store keeps nothing at rest, nor backups, to warn of.)
+	if cfg.HasRole(config.RoleAPIFrontend) && sealer == nil && !cfg.Bool("fdb", "in_memory") {
 		log.Warn().Msg("config: [replicator] seal_public_key_file is not set: endpoint credentials are stored as written, " +
 			"readable in the store and its backups (docs/CONFIG.md, seal_public_key_file)")
 	}

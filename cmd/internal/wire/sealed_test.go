@@ -1,15 +1,11 @@
 package wire_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
-	"io/fs"
 	"net/url"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,7 +13,6 @@ import (
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
-	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/repdb"
 )
@@ -144,34 +139,8 @@ func TestCredentialsSealedAtRest(t *testing.T) {
 
 	// Nothing in the store, nor in its files, holds a credential.
 	secrets := [][]byte{[]byte(pw), []byte(token), []byte(basic)}
-	var keys int
-	require.NoError(t, kv.ReadPages(context.Background(), db, kv.KeyRange{Begin: kv.Key(""), End: kv.Key("\xff")}, 1000,
-		func(page []kv.KeyValue) (bool, error) {
-			for _, kvp := range page {
-				keys++
-				for _, sec := range secrets {
-					require.False(t, bytes.Contains(kvp.Key, sec) || bytes.Contains(kvp.Value, sec),
-						"a credential in the clear under key %q", kvp.Key)
-				}
-			}
-			return false, nil
-		}))
+	keys, files := kvtest.RequireNotStored(t, db, dir, secrets...)
 	require.Positive(t, keys)
-	files := 0
-	require.NoError(t, filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
-		if err != nil || e.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		files++
-		for _, sec := range secrets {
-			require.False(t, bytes.Contains(b, sec), "a credential in the clear in %s", path)
-		}
-		return nil
-	}))
 	if !kvtest.OnFoundationDB(t) {
 		require.Positive(t, files, "the embedded store's files")
 	}
