@@ -111,6 +111,11 @@ func TestMembershipHeartbeatsAndExpiry(t *testing.T) {
 	_, ok, err := store.Member(ctx, "node-b")
 	require.NoError(t, err)
 	require.True(t, ok, "its record stays until ForgetAfter")
+	records, err := a.Records(ctx)
+	require.NoError(t, err)
+	require.Len(t, records, 2, "Records lists the dead node's record too")
+	require.Equal(t, "node-b", records[1].Name)
+	require.False(t, records[1].Alive(clock.Now()))
 
 	// Past ForgetAfter, a's next forget round removes it.
 	clock.Advance(ForgetAfterDefault)

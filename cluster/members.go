@@ -87,7 +87,7 @@ func (s *Store) readMembers(tr kv.ReadTransaction) ([]Member, error) {
 
 // Members returns the nodes alive at now, by name.
 func (s *Store) Members(ctx context.Context, now time.Time) ([]Member, error) {
-	all, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) ([]Member, error) { return s.readMembers(tr) })
+	all, err := s.Records(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -97,8 +97,19 @@ func (s *Store) Members(ctx context.Context, now time.Time) ([]Member, error) {
 			alive = append(alive, m)
 		}
 	}
-	sort.Slice(alive, func(i, j int) bool { return alive[i].Name < alive[j].Name })
 	return alive, nil
+}
+
+// Records returns every member record, by name: the nodes alive and the
+// dead ones whose record has not been forgotten yet (ForgetAfter after it
+// expired). A node that stopped gracefully left no record.
+func (s *Store) Records(ctx context.Context) ([]Member, error) {
+	all, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) ([]Member, error) { return s.readMembers(tr) })
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	return all, nil
 }
 
 // Member returns the record of node, alive or not.

@@ -256,6 +256,9 @@ func (n *Node) Members(ctx context.Context, now time.Time) ([]Member, error) {
 	return n.store.Members(ctx, now)
 }
 
+// Records returns every member record, alive or not (Store.Records).
+func (n *Node) Records(ctx context.Context) ([]Member, error) { return n.store.Records(ctx) }
+
 // SetLoad records l as the node's load and writes it into the node's
 // membership record at once (a heartbeat); every later heartbeat carries
 // it too. A node that did not Start, or stopped, writes nothing.

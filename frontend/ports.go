@@ -96,6 +96,7 @@ var tagStatus = map[string]int{
 	"not_found":          http.StatusNotFound,
 	"conflict":           http.StatusConflict,
 	"document_too_large": http.StatusRequestEntityTooLarge,
+	"timeout":            http.StatusInternalServerError, // as CouchDB's chttpd answers its timeouts
 }
 
 // taggedHTTPError turns an api.TaggedError into its reply; nil for other

@@ -52,6 +52,11 @@ const (
 	// this to decay to 1 counts as that. With PriorityCoeffDefault and a
 	// 15 s interval a day covers priorities up to e^116, i.e. all.
 	FairShareWindowDefault = 24 * time.Hour
+	// ReplicateNoNodeTimeoutDefault is how long POST /_replicate waits
+	// for its outcome with no replication node alive before it answers
+	// 500 timeout (the job stays pending): long enough for a node that
+	// restarts, or starts with the frontend, to join.
+	ReplicateNoNodeTimeoutDefault = 10 * time.Second
 )
 
 // SubspaceDefault holds the replicator's own keys when NewStore is given
@@ -86,6 +91,13 @@ type Config struct {
 	// share (every job is enqueued at the current time).
 	FairShareWindow time.Duration
 
+	// ReplicateNoNodeTimeout: POST /_replicate answers ErrTimeout once
+	// it has waited this long for a change of its job and no replication
+	// node is alive (see ReplicateNoNodeTimeoutDefault). Only the control
+	// plane reads it (with a membership, control.Plane.SetMembership), so
+	// nodes may differ.
+	ReplicateNoNodeTimeout time.Duration
+
 	// Sealer seals endpoint credentials before a document or a POST
 	// /_replicate stores them (the operator's public key, [replicator]
 	// seal_public_key_file; see "Credentials at rest" in doc.go). Nil
@@ -118,6 +130,7 @@ func (c Config) WithDefaults() Config {
 	c.FairShareWindow = cmp.Or(c.FairShareWindow, FairShareWindowDefault)
 	c.UsageCoeff = cmp.Or(c.UsageCoeff, UsageCoeffDefault)
 	c.PriorityCoeff = cmp.Or(c.PriorityCoeff, PriorityCoeffDefault)
+	c.ReplicateNoNodeTimeout = cmp.Or(c.ReplicateNoNodeTimeout, ReplicateNoNodeTimeoutDefault)
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics()
 	}
@@ -139,6 +152,8 @@ func (c Config) Validate() error {
 		return InvalidConfig("max_history %d is under 1", c.MaxHistory)
 	case c.StartupJitter < 0:
 		return InvalidConfig("startup_jitter %v is negative", c.StartupJitter)
+	case c.ReplicateNoNodeTimeout < 0:
+		return InvalidConfig("replicate_no_node_timeout %v is negative", c.ReplicateNoNodeTimeout)
 	case c.JobTimeout < 3*time.Millisecond:
 		return InvalidConfig("job timeout %v is under 3ms", c.JobTimeout)
 	case c.JobShards < 1 || c.JobShards > fdbjobs.ShardsMax:

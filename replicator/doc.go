@@ -276,10 +276,12 @@
 // that harmless). A dead node's jobs stay running in the store until the
 // fdbjobs activity monitor re-enqueues them, between one and about two
 // JobTimeouts after their last heartbeat; the views of fdbrep serve
-// (control.Plane.SetMembership) show them pending on no node, and
-// _active_tasks leaves them out, from the moment the node's membership
-// record expires (cluster.NodeTimeoutDefault, 30 s after its last
-// membership heartbeat), unless the member records cannot be read. The
+// (control.Plane.SetMembership) show them pending on no node (with
+// info.stall node_down, or no_replication_node when no replication node
+// is alive), and _active_tasks leaves them out, from the moment the
+// node's membership record expires (cluster.NodeTimeoutDefault, 30 s
+// after its last membership heartbeat), unless the member records cannot
+// be read. The
 // views are not one snapshot across pages (nor within a page of more than
 // 100 rows or 400 kB), as CouchDB's are not; the
 // transactions that maintain the index conflict with a database's

@@ -36,6 +36,12 @@ var (
 	// (a retry of a job that is not crashing); the HTTP API answers 409.
 	ErrConflict = errors.New("conflict")
 
+	// ErrTimeout is POST /_replicate's answer when it waited
+	// Config.ReplicateNoNodeTimeout for its outcome while no replication
+	// node was alive (the job stays); the HTTP API answers 500, as
+	// CouchDB answers its timeouts.
+	ErrTimeout = errors.New("timeout")
+
 	// ErrBadQuery reports a bad scheduler view argument (limit, skip,
 	// states, start key); the frontend answers 400 query_parse_error.
 	ErrBadQuery = errors.New("query_parse_error")

@@ -34,6 +34,9 @@ var (
 	keyFairShareWindow = config.RegisterDuration("replicator", "fair_share_window_sec", time.Second, FairShareWindowDefault, 0, config.Forever,
 		"Fair share: how far ahead pending jobs are ordered by priority; a priority that would take longer than this to decay to 1 counts as that. 0 disables fair share (jobs run in the order they were enqueued).",
 		config.Live(config.ApplyAll))
+	keyReplicateNoNodeTimeout = config.RegisterDuration("replicator", "replicate_no_node_timeout_msec", time.Millisecond, ReplicateNoNodeTimeoutDefault, time.Millisecond, config.Forever,
+		"A POST /_replicate that has waited this long without a change of its job, and finds then no replication node alive in the cluster, answers 500 timeout naming the cause; the job stays pending and starts when a node joins. While a replication node is alive it waits for its replication to run (continuous) or end (one-shot) however long that takes, as CouchDB does.",
+		config.Live(config.ApplyFrontend))
 )
 
 // The [replicator] defaults of the replications' own settings
@@ -148,6 +151,8 @@ func FromConfig(c *config.Config) Config {
 		UsageCoeff:      keyUsageCoeff.Get(c),
 		PriorityCoeff:   keyPriorityCoeff.Get(c),
 		FairShareWindow: window,
+
+		ReplicateNoNodeTimeout: keyReplicateNoNodeTimeout.Get(c),
 	}
 }
 

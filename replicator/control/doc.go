@@ -31,7 +31,11 @@
 // subscription: a continuous replication answers Running once a node runs
 // it, a one-shot one Completed with its final checkpoint or Failed with
 // CouchDB's error tag and reason. The job outlives the request; posting
-// the same replication again does not restart it. A cancel names the
+// the same replication again does not restart it. With no replication
+// node alive in the cluster the POST does not wait forever: once
+// Config.ReplicateNoNodeTimeout passes without a change of the job and no
+// node with the replication role is alive, it answers ErrTimeout (500
+// timeout) naming the cause; the job stays pending. A cancel names the
 // replication by its specification or id; only its user or an admin may
 // cancel it, and never a document's job.
 //
@@ -45,8 +49,11 @@
 // of jobs; api.PageQuery.StartKey starts a page at a row's key. With a
 // membership (SetMembership), a job running on a node whose membership
 // record expired is shown pending on no node, and is no active task, from
-// that moment: the member records are read once per request, only when
-// its page has a running job.
+// that moment, with info.stall node_down; while no node with the
+// replication role is alive, a job waiting for one (pending, crashing
+// past its backoff, or on a dead node) shows info.stall
+// no_replication_node (cast.show). The member records are read once per
+// request, only when its page has a job that is not finished.
 //
 // # Retries
 //

@@ -56,8 +56,9 @@ func New(store *replicator.Store, cfg replicator.Config) (*Plane, error) {
 
 // SetConfig changes, from now on, the settings of cfg that may change at
 // run time: Shares, UsageCoeff, PriorityCoeff, FairShareWindow and StartupJitter (the
-// enqueue times of new jobs) and MaxHistory. The others keep their values
-// from New. It validates cfg first.
+// enqueue times of new jobs), MaxHistory and ReplicateNoNodeTimeout (for
+// the waits that start from then on). The others keep their values from
+// New. It validates cfg first.
 func (p *Plane) SetConfig(cfg replicator.Config) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -66,6 +67,7 @@ func (p *Plane) SetConfig(cfg replicator.Config) error {
 	next := p.cfg
 	next.Shares, next.UsageCoeff, next.PriorityCoeff, next.FairShareWindow = cfg.Shares, cfg.UsageCoeff, cfg.PriorityCoeff, cfg.FairShareWindow
 	next.StartupJitter, next.MaxHistory = cfg.StartupJitter, cfg.MaxHistory
+	next.ReplicateNoNodeTimeout = cfg.ReplicateNoNodeTimeout
 	p.live.Store(&next)
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -19,7 +21,10 @@ import (
 //     replication node; a one-shot one blocks until it ends, Completed or
 //     Failed. Posting a replication identical to a pending or running one
 //     does not restart it. The job survives the caller going away (and
-//     node restarts); ctx only bounds the wait.
+//     node restarts); ctx only bounds the wait. With a membership
+//     (SetMembership), the wait ends with ErrTimeout, naming the cause,
+//     once Config.ReplicateNoNodeTimeout passed without a change of the
+//     job and no replication node is alive; the job stays pending.
 //   - "cancel": true with the replication's specification or its id
 //     ("replication_id", "id" or "_local_id"; a replication id or a job
 //     id): Cancelled.
@@ -27,7 +32,8 @@ import (
 // Errors: ErrBadRequest or ErrTooLarge for a body that does not parse;
 // ErrNotFound for an unknown job to cancel (or one cancelled while the
 // caller waited); ErrUnauthorized to cancel another user's job (unless
-// user is an admin) or a job defined by a _replicator document; kv errors.
+// user is an admin) or a job defined by a _replicator document; ErrTimeout
+// (above); kv errors.
 func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.User) (api.ReplicateResult, error) {
 	req, err := replicator.ParseRequest(body)
 	if err != nil {
@@ -91,6 +97,13 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.Us
 var errCancelled = replicator.NewReason(replicator.ErrNotFound, "the replication was cancelled")
 
 // wait follows the job until it runs (continuous) or finishes (one-shot).
+// With a membership, each time Config.ReplicateNoNodeTimeout passes
+// without a change of the job it reads the member records, and with no
+// replication node alive it gives up (noNodeError; the job stays). It
+// does not give up at once when none is alive as the POST arrives: a node
+// that starts with the frontend, or restarts (it leaves the membership as
+// it stops), joins within that time. A node between heartbeats is alive
+// until its record expires.
 func (p *Plane) wait(ctx context.Context, jobID string, continuous bool) (api.ReplicateResult, error) {
 	sub, st, raw, err := p.store.Jobs.Subscribe(ctx, nil, replicator.JobType, jobID)
 	if errors.Is(err, fdbjobs.ErrNotFound) {
@@ -113,7 +126,13 @@ func (p *Plane) wait(ctx context.Context, jobID string, continuous bool) (api.Re
 		if sub == nil {
 			return api.ReplicateResult{}, errors.New("replicator: finished job without a terminal state")
 		}
-		ev, err := sub.Wait(ctx)
+		ev, err := p.waitEvent(ctx, sub)
+		if errors.Is(err, errSilent) {
+			if err := p.noNodeError(ctx, jobID); err != nil {
+				return api.ReplicateResult{}, err
+			}
+			continue
+		}
 		if err != nil {
 			return api.ReplicateResult{}, err
 		}
@@ -129,6 +148,25 @@ func (p *Plane) wait(ctx context.Context, jobID string, continuous bool) (api.Re
 // CouchDB names it; the reason is the job's, naming the endpoint and the
 // peer's answer.
 const AuthErrorTag = "replication_auth_error"
+
+// errSilent is waitEvent's report that ReplicateNoNodeTimeout passed
+// without an event.
+var errSilent = errors.New("control: no change of the job")
+
+// waitEvent is sub's next event; with a membership, errSilent once
+// Config.ReplicateNoNodeTimeout passed without one.
+func (p *Plane) waitEvent(ctx context.Context, sub *fdbjobs.Subscription) (fdbjobs.Event, error) {
+	if p.members == nil {
+		return sub.Wait(ctx)
+	}
+	wctx, cancel := clockwork.WithTimeout(ctx, p.cfg.Clock, p.conf().ReplicateNoNodeTimeout)
+	defer cancel()
+	ev, err := sub.Wait(wctx)
+	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+		return ev, errSilent
+	}
+	return ev, err
+}
 
 // outcomeOf decides whether a job state answers the POST.
 func outcomeOf(st fdbjobs.State, d *replicator.JobData, jobID string, continuous bool) (api.ReplicateResult, bool) {

@@ -38,7 +38,7 @@ func history(d *replicator.JobData) []api.HistoryEntry {
 // info is CouchDB's "info": the stats for pending and running jobs, the
 // state info otherwise, with fdbrep's api.SyncInfo fields added to every
 // object.
-func info(d *replicator.JobData) json.RawMessage {
+func info(d shown) json.RawMessage {
 	switch d.State {
 	case replicator.StatePending, replicator.StateRunning, replicator.StateParked:
 		b, _ := json.Marshal(struct {
@@ -80,8 +80,8 @@ type infoAdditions struct {
 	FailedDocs *[]api.FailedDocInfo `json:"failed_docs,omitempty"`
 }
 
-func additions(d *replicator.JobData) infoAdditions {
-	out := infoAdditions{SyncInfo: syncInfo(d)}
+func additions(d shown) infoAdditions {
+	out := infoAdditions{SyncInfo: syncInfo(d.JobData, d.stall)}
 	if p := d.Parked; p != nil && d.State == replicator.StateParked {
 		out.Parked = &api.ParkInfo{Since: replicator.FormatMillis(p.Since), SweepAt: replicator.FormatMillis(p.SweepAt), Through: p.Through}
 		if w := d.Watch; w != nil {
@@ -103,8 +103,9 @@ func additions(d *replicator.JobData) infoAdditions {
 }
 
 // syncInfo is d's SyncInfo: its run's engine.Sync while it runs, what the
-// state implies otherwise.
-func syncInfo(d *replicator.JobData) api.SyncInfo {
+// state implies otherwise; stall, when not nil, is the membership's (see
+// cast.show), which says more than the state's.
+func syncInfo(d *replicator.JobData, stall *engine.Stall) api.SyncInfo {
 	var y engine.Sync
 	if d.Sync != nil {
 		y = *d.Sync
@@ -145,6 +146,9 @@ func syncInfo(d *replicator.JobData) api.SyncInfo {
 			out.Stall.Until = strp(replicator.FormatMillis(d.RetryAt))
 		}
 	}
+	if stall != nil {
+		out.Stall = &api.StallInfo{Reason: stall.Reason, Detail: stall.Detail, Since: replicator.FormatMillis(stall.Since)}
+	}
 	return out
 }
 
@@ -169,12 +173,12 @@ func shownState(state string) string {
 	return state
 }
 
-func jobInfo(d *replicator.JobData, jobID string) api.JobInfo {
-	src, tgt, _, _ := endpoints(d)
+func jobInfo(d shown, jobID string) api.JobInfo {
+	src, tgt, _, _ := endpoints(d.JobData)
 	return api.JobInfo{
 		ID: strp(d.RepID), Database: strp(d.DBName), DocID: strp(d.DocID),
 		Source: src, Target: tgt, State: shownState(d.State), Info: info(d), User: strp(d.RepUser),
-		History: history(d), StartTime: replicator.FormatMillis(d.StartTime), Node: strp(nodeIfRunning(d)), JobID: jobID,
+		History: history(d.JobData), StartTime: replicator.FormatMillis(d.StartTime), Node: strp(nodeIfRunning(d.JobData)), JobID: jobID,
 	}
 }
 
@@ -185,12 +189,12 @@ func nodeIfRunning(d *replicator.JobData) string {
 	return ""
 }
 
-func docInfo(d *replicator.JobData) api.DocInfo {
-	src, tgt, sp, tp := endpoints(d)
+func docInfo(d shown) api.DocInfo {
+	src, tgt, sp, tp := endpoints(d.JobData)
 	return api.DocInfo{
 		ID: strp(d.RepID), Database: d.DBName, DocID: d.DocID, Source: src, Target: tgt,
 		SourceProxy: sp, TargetProxy: tp, State: shownState(d.State), Info: info(d), ErrorCount: d.ErrorCount,
-		LastUpdated: replicator.FormatMillis(d.LastUpdated), StartTime: replicator.FormatMillis(d.StartTime), Node: strp(nodeIfRunning(d)),
+		LastUpdated: replicator.FormatMillis(d.LastUpdated), StartTime: replicator.FormatMillis(d.StartTime), Node: strp(nodeIfRunning(d.JobData)),
 	}
 }
 
@@ -432,6 +436,6 @@ func activeTask(id string, st fdbjobs.State, d *replicator.JobData) (api.ActiveT
 		ReplicationID: d.RepID, Database: strp(d.DBName), DocID: strp(d.DocID),
 		Source: d.Rep.Source.Redacted(), Target: d.Rep.Target.Redacted(), Continuous: d.Rep.Continuous,
 		CheckpointInterval: ci, StartedOn: d.LastStart / 1000, UpdatedOn: d.LastUpdated / 1000,
-		Stats: d.Stats, SyncInfo: syncInfo(d),
+		Stats: d.Stats, SyncInfo: syncInfo(d, nil),
 	}, true
 }

@@ -37,6 +37,16 @@ const (
 	// StallBackingOff: the job crashed and waits out its backoff (set by
 	// the scheduler's views from the job's state, never by a run).
 	StallBackingOff = "backing_off"
+	// StallNoReplicationNode: the job waits for a replication node and no
+	// live member of the cluster has the replication role (set by the
+	// control plane's views from the membership, never by a run).
+	StallNoReplicationNode = "no_replication_node"
+	// StallNodeDown: the node that ran the job is no longer a live member
+	// of the cluster (it died, or is cut off from the store), while other
+	// replication nodes are; the job goes back to the queue when the
+	// activity monitor finds it without heartbeats (set by the control
+	// plane's views from the membership, never by a run).
+	StallNodeDown = "node_down"
 )
 
 // StallAfter is how long a filtered replication with changes ahead may

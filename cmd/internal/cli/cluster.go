@@ -220,6 +220,10 @@ func (c *replicateCmd) runCluster(ctx context.Context) error {
 	for {
 		select {
 		case rp := <-replies:
+			var ae *apiError
+			if errors.As(rp.err, &ae) && ae.Tag == timeoutTag {
+				return c.notAnswered(ctx, f, d, ae)
+			}
 			if rp.err != nil {
 				d.done(false)
 				return c.fail(rp.err)
@@ -236,6 +240,26 @@ func (c *replicateCmd) runCluster(ctx context.Context) error {
 			return c.cancelOnCluster(cl, "", true, f.last.stats)
 		}
 	}
+}
+
+// timeoutTag is the error of a POST /_replicate the cluster stopped
+// waiting on (500): no replication node is alive, and the job stays.
+const timeoutTag = "timeout"
+
+// notAnswered ends a replication whose POST /_replicate the cluster
+// stopped waiting on: the job's last state, with its stall (why no node
+// runs it), then the cluster's reason; the replication did not fail, its
+// job stays on the cluster (ExitFailure).
+func (c *replicateCmd) notAnswered(ctx context.Context, f *follower, d display, ae *apiError) error {
+	if s, ok := f.poll(ctx); ok {
+		d.update(s)
+	}
+	d.done(false)
+	msg := "no outcome: " + ae.Error()
+	if f.id != "" {
+		msg += "; fdbrep replicate -cancel " + f.id + " cancels it"
+	}
+	return &ExitError{Code: ExitFailure, Err: errors.New(c.r.String(msg))}
 }
 
 // completed shows the end of a one-shot replication: the cluster's final

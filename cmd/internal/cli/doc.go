@@ -13,7 +13,11 @@
 // /_scheduler/jobs; a continuous one returns once a node runs it and the
 // client follows /_scheduler/jobs/{id} until Ctrl-C (or returns at once
 // with -detach). Ctrl-C cancels the replication on the cluster with POST
-// /_replicate "cancel": true.
+// /_replicate "cancel": true. While the job does not move the display
+// shows why (its stall; no_replication_node while no replication node is
+// alive); a POST the cluster stops waiting on (500 timeout: no
+// replication node alive) ends the command with the job's last state and
+// the cluster's reason (ExitFailure): the job stays on the cluster.
 //
 // Without a cluster, the replication runs in this process with the same
 // parser, the node's defaults and the same engine (replicator/engine) a

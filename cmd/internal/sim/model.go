@@ -324,6 +324,12 @@ func (m *Model) nodesChanged(w *World, now time.Time) {
 	m.replicas = up
 }
 
+// replicasGoneSince reports whether no replication node was up at some
+// moment since t.
+func (m *Model) replicasGoneSince(t time.Time) bool {
+	return m.replicas == 0 || m.replicasBack.After(t)
+}
+
 // checkEvery is the time between checks: the interval set now.
 func (m *Model) checkEvery() time.Duration { return m.every }
 

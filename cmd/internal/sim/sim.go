@@ -230,7 +230,8 @@ func (r *runner) fail(start time.Time, problems string) *Failure {
 // collect takes the answers of the POST /_replicate that returned and
 // checks each against the engine's runs: a one-shot replication answers
 // 200 once it completed, a continuous one 202 once it runs, a failure or
-// a cancel an error.
+// a cancel an error, and 500 timeout only if no replication node was up
+// at some moment while it waited.
 func (r *runner) collect(now time.Time) problems {
 	var p problems
 	for {
@@ -270,6 +271,9 @@ func (r *runner) collect(now time.Time) problems {
 			}
 		case res.status >= 400 && !j.gone.IsZero():
 			// cancelled while the client waited
+		case res.status == 500 && res.body["error"] == "timeout" && r.m.replicasGoneSince(rp.sent):
+			// no replication node was alive: the POST stopped waiting
+			// (replicate_no_node_timeout_msec); its job stays
 		case res.status >= 400 && last.Failed:
 			if j.failed.IsZero() {
 				j.failed = last.End
