@@ -215,11 +215,14 @@ bench-views:
 ## bench-dormant: many replications, few active: N (-n, 600) continuous
 ## replications from N user databases of a CouchDB 3.5 into one shared
 ## database, with the same max_jobs (100), max_churn (20) and interval (5 s)
-## on CouchDB 3.5's own replicator and on one fdbrep node whose replications
-## park when idle, fdbrep with _db_updates and without it (polled); once
-## they settled, connections, CPU and memory while idle, store size per
-## replication, then timed writes to random user databases: lag p50, p99,
-## max, missed. Needs ../shared/couchdb.
+## on CouchDB 3.5's own replicator and on one fdbrep node with its default
+## parking settings, fdbrep with _db_updates and without it; timed writes
+## to random user databases from 30 s after the replications were written
+## (-write-after): arrived, lag p50, p99, max; once they settled,
+## connections, CPU and memory while idle, store size per replication; then
+## 20 replications (-few), fewer than max_jobs, without _db_updates on both,
+## their writes timed; then a simulated run of 100,000 replications
+## (-sim-n 0 skips it). Needs ../shared/couchdb.
 bench-dormant:
 	$(BENCH) dormant $(ARGS)
 

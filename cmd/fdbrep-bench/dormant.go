@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -32,18 +33,24 @@ func init() { register("dormant", runDormantBench) }
 // -n continuous replications from -n user databases of one CouchDB 3.5
 // into a shared one, as a database-per-user deployment runs them, with the
 // same max_jobs, max_churn and interval for CouchDB 3.5's own replicator
-// and for one fdbrep node (the real engine; replications park after
-// -park-after idle), fdbrep once with CouchDB's _db_updates feed
-// (_global_changes created) and once without it (its watches poll). Once
-// the replications have settled (CouchDB's all ran once; fdbrep's all
-// parked), it measures what they cost while idle (connections to CouchDB,
-// CPU, memory, store keys and bytes per replication), then writes -writes
-// documents to random user databases, one every -write-gap, and times each
-// until it is readable in the shared database, giving up at -give-up.
+// and for one fdbrep node (the real engine, fdbrep's default parking
+// settings unless -park-after is set), fdbrep once with CouchDB's
+// _db_updates feed (_global_changes created) and once without it. From
+// -write-after after the replications were written (0: once they have
+// settled) it writes -writes documents to random user databases, one every
+// -write-gap, and times each until it is readable in the shared database,
+// giving up at -give-up. Once they have settled (CouchDB's all ran once;
+// fdbrep's all parked or caught up) it measures what they cost while idle
+// (connections to CouchDB, CPU, memory, store keys and bytes per
+// replication). Then, without _global_changes, -few replications (fewer
+// than max_jobs) on both, their writes timed the same way: where parking
+// buys nothing, fdbrep must not be slower than CouchDB.
 type dormantBench struct {
 	n, writes                 int
 	maxJobs, maxChurn         int
 	interval, parkAfter       time.Duration
+	writeAfter                time.Duration
+	few                       int
 	writeGap, giveUp, idle    time.Duration
 	settleMax, couchSettleMax time.Duration
 	inMemory, couchdb, noFeed bool
@@ -80,7 +87,9 @@ func runDormantBench(args []string) error {
 	fs.IntVar(&b.maxJobs, "max-jobs", 100, "max_jobs (both)")
 	fs.IntVar(&b.maxChurn, "max-churn", 20, "max_churn (both)")
 	fs.DurationVar(&b.interval, "interval", 5*time.Second, "scheduling interval (both)")
-	fs.DurationVar(&b.parkAfter, "park-after", 10*time.Second, "fdbrep's park_after_sec")
+	fs.DurationVar(&b.parkAfter, "park-after", 0, "fdbrep's park_after_sec (0: its default)")
+	fs.DurationVar(&b.writeAfter, "write-after", 30*time.Second, "start the timed writes this long after the replications were written (0: once they have settled)")
+	fs.IntVar(&b.few, "few", 20, "then this many replications (fewer than max_jobs) without _global_changes on both, their writes timed; 0 skips it")
 	fs.DurationVar(&b.writeGap, "write-gap", 500*time.Millisecond, "time between two timed writes")
 	fs.DurationVar(&b.giveUp, "give-up", 150*time.Second, "a write not readable in the shared database by then is missed")
 	fs.DurationVar(&b.idle, "idle", 20*time.Second, "idle window over which CPU is measured")
@@ -109,16 +118,20 @@ func runDormantBench(args []string) error {
 	b.couchPort, _ = strconv.Atoi(u.Port())
 	b.env = newBenchEnv("dormant", "")
 	defer b.env.close()
+	parking := "fdbrep's default parking settings"
+	if b.parkAfter > 0 {
+		parking = fmt.Sprintf("fdbrep parks after %v idle", b.parkAfter)
+	}
 	fmt.Printf("\nmany replications, few active: %d continuous replications from as many user databases of one CouchDB 3.5 into one shared database; "+
-		"max_jobs %d, max_churn %d, interval %v for both; fdbrep parks after %v idle; %d writes to random user databases, one every %v, each timed until readable, given up at %v\n",
-		b.n, b.maxJobs, b.maxChurn, b.interval, b.parkAfter, b.writes, b.writeGap, b.giveUp)
+		"max_jobs %d, max_churn %d, interval %v for both; %s; %d writes to random user databases from %v after the replications were written, one every %v, each timed until readable, given up at %v\n",
+		b.n, b.maxJobs, b.maxChurn, b.interval, parking, b.writes, b.writeAfter, b.writeGap, b.giveUp)
 	t0 := time.Now()
 	if err := b.createUserDBs(); err != nil {
 		return err
 	}
 	fmt.Printf("  %d user databases created in %v\n", b.n, time.Since(t0).Round(time.Second))
 	if b.couchdb {
-		if err := b.runCouch(); err != nil {
+		if err := b.runCouch("shared_couch", "c"); err != nil {
 			return fmt.Errorf("CouchDB's replicator: %w", err)
 		}
 	}
@@ -128,15 +141,22 @@ func runDormantBench(args []string) error {
 	if err := b.runFdbrep("fdbrep, _db_updates", "shared_feed"); err != nil {
 		return fmt.Errorf("fdbrep: %w", err)
 	}
-	if b.noFeed {
+	if b.noFeed || b.few > 0 {
 		if _, err := doJSON(http.MethodDelete, b.base+"/_global_changes", nil, nil); err != nil {
 			return err
 		}
-		if err := b.runFdbrep("fdbrep, polled", "shared_poll"); err != nil {
+	}
+	if b.noFeed {
+		if err := b.runFdbrep("fdbrep, no _db_updates", "shared_poll"); err != nil {
 			return fmt.Errorf("fdbrep without _db_updates: %w", err)
 		}
 	}
 	b.report()
+	if b.few > 0 {
+		if err := b.runFew(); err != nil {
+			return err
+		}
+	}
 	if b.simN > 0 {
 		return b.runSim()
 	}
@@ -265,9 +285,8 @@ func (b *dormantBench) spec(i int, target string) map[string]any {
 }
 
 // runCouch runs the replications on CouchDB 3.5's own replicator, with
-// the same settings.
-func (b *dormantBench) runCouch() error {
-	const target = "shared_couch"
+// the same settings, into target (its timed writes' ids tagged run).
+func (b *dormantBench) runCouch(target, run string) error {
 	if err := putDB(b.base, target+"?q=1"); err != nil {
 		return err
 	}
@@ -299,6 +318,12 @@ func (b *dormantBench) runCouch() error {
 	}
 	res := dormantResult{name: "CouchDB 3.5's replicator"}
 	var err error
+	if b.writeAfter > 0 {
+		time.Sleep(time.Until(start.Add(b.writeAfter)))
+		if res.lags, res.missed, err = b.timeWrites(run, target); err != nil {
+			return err
+		}
+	}
 	res.settled, err = b.settleWithin(cmp.Or(b.couchSettleMax, b.settleMax), start, func() (int, error) {
 		var list struct {
 			Jobs []struct {
@@ -330,9 +355,10 @@ func (b *dormantBench) runCouch() error {
 	time.Sleep(b.idle)
 	res.cpu = (procCPU(b.couchPID) - cpu0).Seconds() / b.idle.Seconds()
 	res.conns, res.mem = connections(b.couchPID, b.couchPort), max(rss, procRSS(b.couchPID))
-	res.lags, res.missed, err = b.timeWrites("c", target)
-	if err != nil {
-		return err
+	if b.writeAfter == 0 {
+		if res.lags, res.missed, err = b.timeWrites(run, target); err != nil {
+			return err
+		}
 	}
 	b.results = append(b.results, res)
 	b.line(res)
@@ -397,7 +423,7 @@ func (b *dormantBench) runFdbrep(name, target string) error {
 	logger := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
 	cfg := scheduler.Config{
 		Config:  replicator.Config{Logger: &logger, Metrics: replicator.NewMetrics()},
-		MaxJobs: b.maxJobs, MaxChurn: b.maxChurn, Interval: b.interval, ParkAfter: b.parkAfter,
+		MaxJobs: b.maxJobs, MaxChurn: b.maxChurn, Interval: b.interval, ParkAfter: b.parkAfter, // 0: the default
 		TransientJobMaxAge: time.Hour, NodeName: "node0",
 	}
 	feJobs, err := fdbjobs.New(db, fdbjobs.Config{})
@@ -432,10 +458,13 @@ func (b *dormantBench) runFdbrep(name, target string) error {
 		return err
 	}
 	res := dormantResult{name: name}
-	res.settled, err = b.settle(start, func() (int, error) {
-		list, err := plane.SchedulerDocs(ctx, "_replicator", []string{replicator.StateParked}, api.PageQuery{Limit: 0})
-		return int(list.TotalRows), err
-	}, "parked")
+	if b.writeAfter > 0 {
+		time.Sleep(time.Until(start.Add(b.writeAfter)))
+		if res.lags, res.missed, err = b.timeWrites(strings.TrimPrefix(target, "shared_"), target); err != nil {
+			return err
+		}
+	}
+	res.settled, err = b.settle(start, func() (int, error) { return settledDocs(ctx, plane) }, "parked or caught up")
 	if err != nil {
 		return err
 	}
@@ -455,12 +484,58 @@ func (b *dormantBench) runFdbrep(name, target string) error {
 	res.keys, res.bytes = float64(keys)/float64(b.n), float64(bytes)/float64(b.n)
 	w := node.Watches()
 	res.watches, res.polls = w.DBUpdates, w.Refused+w.Missing
-	res.lags, res.missed, err = b.timeWrites(strings.TrimPrefix(target, "shared_"), target)
-	if err != nil {
-		return err
+	if b.writeAfter == 0 {
+		if res.lags, res.missed, err = b.timeWrites(strings.TrimPrefix(target, "shared_"), target); err != nil {
+			return err
+		}
 	}
 	b.results = append(b.results, res)
 	b.line(res)
+	return nil
+}
+
+// settledDocs counts the replications that have settled on an fdbrep
+// node: parked, or running caught up with their source (one that keeps
+// its slot while nothing waits for it).
+func settledDocs(ctx context.Context, plane *control.Plane) (int, error) {
+	list, err := plane.SchedulerDocs(ctx, "_replicator", nil, api.PageQuery{Limit: 1 << 30})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range list.Docs {
+		var info struct {
+			CaughtUp bool            `json:"caught_up"`
+			Parked   json.RawMessage `json:"parked"`
+		}
+		if json.Unmarshal(d.Info, &info) == nil && d.State == replicator.StateRunning && (info.CaughtUp || len(info.Parked) > 0) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// runFew runs -few replications, fewer than max_jobs, on CouchDB 3.5's
+// replicator and on fdbrep, without _global_changes, and times their
+// writes as the main runs do: with nothing waiting for a slot and no
+// _db_updates feed, parking buys nothing, and a change must arrive as
+// soon as CouchDB's own replication brings it.
+func (b *dormantBench) runFew() error {
+	saved, savedResults := b.n, b.results
+	defer func() { b.n = saved }()
+	b.n, b.results = b.few, nil
+	fmt.Printf("\nfewer replications than slots: %d continuous replications (max_jobs %d), no _global_changes (no _db_updates feed), fdbrep's default parking settings\n",
+		b.few, b.maxJobs)
+	if b.couchdb {
+		if err := b.runCouch("shared_couch_few", "cfew"); err != nil {
+			return fmt.Errorf("CouchDB's replicator, few: %w", err)
+		}
+	}
+	if err := b.runFdbrep("fdbrep, few, no _db_updates", "shared_few"); err != nil {
+		return fmt.Errorf("fdbrep, few: %w", err)
+	}
+	b.report()
+	b.results = append(savedResults, b.results...)
 	return nil
 }
 
