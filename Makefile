@@ -85,8 +85,11 @@ store_pkgs = $(shell $(GO) list $(1) -test -f '{{.ImportPath}}|{{range .Deps}}{{
 test-unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
+## test-faults: the store packages again under injected storage faults,
+## without the race detector: the plain pass has it, and this one's value
+## is the code's behaviour under the store's errors (CI's time, issue 41).
 test-faults:
-	FDBREP_KV_FAULTS=1 $(GO) test -race -count=1 -timeout 20m $(call store_pkgs)
+	FDBREP_KV_FAULTS=1 $(GO) test -count=1 -timeout 20m $(call store_pkgs)
 
 ## test-latency: every read and commit waits as over a network, and any
 ## transaction over 1 MB or 1 s fails its test (FDB's guidance).
@@ -98,7 +101,7 @@ test-latency:
 ## soak (cmd/internal/soak: fdbrep serve and fdbrep cluster against a real
 ## CouchDB 3.5, SIGKILLs among the operations) for as long. make test runs
 ## one seed of 10,000 intervals (1,000 under the race detector, 2,000 on a
-## store that waits as over a network) and about
+## store that injects faults or waits as over a network) and about
 ## two minutes of the real-process soak.
 SOAK_DURATION ?= 10m
 soak:
