@@ -82,6 +82,31 @@ func ownerRules(body map[string]any, old *repdb.Doc, u *User) *httpError {
 // object names) and holders of the _replicator role.
 func privileged(u *User) bool { return u.isDBAdmin() || u.HasRole(RoleReplicator) }
 
+// hiddenFrom reports a document that reads show u as never written:
+// another user's _local document (privileged users read every one).
+// Unlike CouchDB, which lets every member read every _local document,
+// _local documents belong to their writer (see docs/COMPAT.md): a
+// replicator's checkpoints name its endpoints and may hold a session.
+func hiddenFrom(d *repdb.Doc, u *User) bool {
+	return strings.HasPrefix(d.ID, repdb.LocalPrefix) && !privileged(u) && d.Owner != u.Name
+}
+
+// lookup reads the winners of ids as u may see them, in order: nil for
+// an id never written and for a document hidden from u (hiddenFrom), a
+// deleted one with Deleted set (repdb.Store.Lookup). It is the one read
+// of the frontend that reaches _local documents (repdb reads them by id
+// only: ranges, revision reads and the changes feed never meet them),
+// so every read path applies the owner rule here.
+func (s *Server) lookup(ctx context.Context, u *User, db string, ids []string, conflicts bool) ([]*repdb.Doc, error) {
+	docs, err := s.store.Lookup(ctx, db, ids, conflicts)
+	for i, d := range docs {
+		if d != nil && hiddenFrom(d, u) {
+			docs[i] = nil
+		}
+	}
+	return docs, err
+}
+
 // canSeeCredentials is CouchDB's after_doc_read rule: admins of the
 // database, users with the _replicator role and the document's owner see
 // it whole.
