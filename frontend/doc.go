@@ -122,7 +122,9 @@
 // _scheduler/jobs, _scheduler/jobs/{id} and _active_tasks (the ports
 // take the viewer, User.Viewer: paged among their own rows), and
 // the rows of the databases they are members of in _scheduler/docs/{db}
-// (/_scheduler/docs: _replicator's, as in CouchDB).
+// (/_scheduler/docs: _replicator's, as in CouchDB), another user's row as
+// they read that user's document (docRowFor: no remote user names, none
+// of the peers' messages).
 //
 // # Fauxton
 //

@@ -1,7 +1,9 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"maps"
 	"net/http"
 	"net/url"
@@ -9,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/seal"
 	"github.com/fdbrep/fdbrep/repdb"
@@ -108,14 +111,70 @@ func (s *Server) lookup(ctx context.Context, u *User, db string, ids []string, c
 }
 
 // canSeeCredentials is CouchDB's after_doc_read rule: admins of the
-// database, users with the _replicator role and the document's owner see
-// it whole.
-func canSeeCredentials(body map[string]any, u *User) bool {
-	if privileged(u) {
-		return true
+// database, users with the _replicator role and the owner of a
+// replication document (or of its job) see it whole.
+func canSeeCredentials(owner string, u *User) bool {
+	return privileged(u) || (!u.Anonymous() && owner == u.Name)
+}
+
+// docRowFor shows u a _scheduler/docs row as a read of its document
+// shows it (canSeeCredentials): whole to those who see the document
+// whole; to other members without what the read strips or has no field
+// for. Endpoints and proxies lose their user name (the views show it, its
+// password hidden, to those who may see it). Of info go the free texts
+// that quote the peers, which may hold personal data: failed_docs (each
+// refusal's reason from the target), the stall's detail and the parked
+// watch's reason; what remains loses any URL userinfo, as the document's
+// _replication_state_reason does. Counters, states, times, the stall's
+// reason (a closed list) and the node stay.
+func docRowFor(d api.DocInfo, u *User) api.DocInfo {
+	if canSeeCredentials(d.Owner, u) {
+		return d
 	}
-	owner, _ := body["owner"].(string)
-	return !u.Anonymous() && owner == u.Name
+	for _, p := range []**string{&d.Source, &d.Target, &d.SourceProxy, &d.TargetProxy} {
+		if *p != nil {
+			s := StripURLUserinfo(**p)
+			*p = &s
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(d.Info))
+	dec.UseNumber()
+	var info any
+	if len(d.Info) == 0 || dec.Decode(&info) != nil {
+		d.Info = json.RawMessage("null")
+		return d
+	}
+	if m, ok := info.(map[string]any); ok {
+		delete(m, "failed_docs")
+		if stall, ok := m["stall"].(map[string]any); ok {
+			delete(stall, "detail")
+		}
+		if parked, ok := m["parked"].(map[string]any); ok {
+			if watch, ok := parked["watch"].(map[string]any); ok {
+				delete(watch, "reason")
+			}
+		}
+	}
+	d.Info, _ = json.Marshal(stripStrings(info))
+	return d
+}
+
+// stripStrings removes URL userinfo from every string of a decoded JSON
+// value, in place, and returns it.
+func stripStrings(v any) any {
+	switch x := v.(type) {
+	case string:
+		return StripURLUserinfo(x)
+	case map[string]any:
+		for k, e := range x {
+			x[k] = stripStrings(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = stripStrings(e)
+		}
+	}
+	return v
 }
 
 // stripCredentials removes credentials from a replication document's

@@ -37,7 +37,7 @@ func (s *Server) renderDoc(d *repdb.Doc, u *User, o readOpts) map[string]any {
 		out[k] = v
 	}
 	if repdb.IsReplicationDoc(d.ID) {
-		if !canSeeCredentials(d.Body, u) {
+		if owner, _ := d.Body["owner"].(string); !canSeeCredentials(owner, u) {
 			stripCredentials(out)
 		}
 		hideSealed(out)
