@@ -53,6 +53,10 @@ type DocInfo struct {
 	StartTime   string          `json:"start_time"`
 	Node        *string         `json:"node"`
 	PID         *string         `json:"pid"`
+	// Owner is the job's owner (its document's "owner"), never shown:
+	// other members of the database see the row as they see the
+	// document (the frontend's rule).
+	Owner string `json:"-"`
 }
 
 // DocList is GET /_scheduler/docs[/{db}].

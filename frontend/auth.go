@@ -185,6 +185,9 @@ func parseHash(stored string) (parsedHash, error) {
 	return parsedHash{}, errBadHash
 }
 
+// pbkdf2Key runs PBKDF2 for verifyPassword (tests count its iterations).
+var pbkdf2Key = pbkdf2.Key[hash.Hash]
+
 // verifyPassword checks password against a stored hash in constant time.
 func verifyPassword(stored, password string) (bool, error) {
 	p, err := parseHash(stored)
@@ -195,7 +198,7 @@ func verifyPassword(stored, password string) (bool, error) {
 		sum := sha1.Sum([]byte(password + p.salt))
 		return subtle.ConstantTimeCompare(sum[:], p.key) == 1, nil
 	}
-	got, err := pbkdf2.Key(p.prf, password, []byte(p.salt), p.iterations, len(p.key))
+	got, err := pbkdf2Key(p.prf, password, []byte(p.salt), p.iterations, len(p.key))
 	if err != nil {
 		return false, errBadHash
 	}
@@ -268,6 +271,7 @@ type authenticator struct {
 	persistent bool
 	clock      clockwork.Clock
 	decoy      string // a hash of the configured cost, for unknown names
+	sameSite   http.SameSite
 
 	mu        sync.Mutex
 	cache     map[[32]byte]struct{} // verified name+password+hash digests
@@ -453,7 +457,7 @@ func (a *authenticator) cookieMAC(acc *account, payload string) []byte {
 func (a *authenticator) makeCookie(acc *account, r *http.Request) *http.Cookie {
 	payload := acc.name + ":" + strconv.FormatInt(a.clock.Now().Unix(), 16)
 	val := base64.RawURLEncoding.EncodeToString(append([]byte(payload+":"), a.cookieMAC(acc, payload)...))
-	c := &http.Cookie{Name: "AuthSession", Value: val, Path: "/", HttpOnly: true, Secure: r.TLS != nil}
+	c := &http.Cookie{Name: "AuthSession", Value: val, Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: a.sameSite}
 	if a.persistent {
 		c.MaxAge = int(a.timeout / time.Second)
 	}

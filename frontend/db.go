@@ -282,7 +282,8 @@ func (s *Server) allDocsKeys(w http.ResponseWriter, r *http.Request) ([]string, 
 // CouchDB does: a row per id, "error": "not_found" for ids never written,
 // "deleted": true (and a null doc) for deleted ones.
 func (s *Server) allDocsByKeys(w http.ResponseWriter, r *http.Request, db string, keys []string, includeDocs bool, o readOpts) {
-	docs, err := s.store.Lookup(r.Context(), db, keys, includeDocs && (o.conflicts || o.deletedConflicts))
+	u := userFrom(r)
+	docs, err := s.lookup(r.Context(), u, db, keys, includeDocs && (o.conflicts || o.deletedConflicts))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -292,7 +293,6 @@ func (s *Server) allDocsByKeys(w http.ResponseWriter, r *http.Request, db string
 		s.fail(w, r, err)
 		return
 	}
-	u := userFrom(r)
 	rows := make([]map[string]any, 0, len(keys))
 	for i, d := range docs {
 		if d == nil {

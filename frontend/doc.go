@@ -102,8 +102,11 @@
 // CouchDB) or an AuthSession cookie signed with HMAC-SHA256 over the
 // server secret and the account's password hash (so changing a password
 // revokes its cookies), valid for SessionTimeout and refreshed after a
-// tenth of it. Verified credentials are cached (AuthCacheSize) so PBKDF2
-// does not run on every request. Anonymous users may use /, /_up, /_uuids,
+// tenth of it, SameSite Lax unless configured (Options.SameSite).
+// Verified credentials are cached (AuthCacheSize) so PBKDF2 does not run
+// on every request; a name nobody has is checked against a dummy hash of
+// the configured cost (Options.PasswordHashing), so that login timing
+// does not tell which names exist. Anonymous users may use /, /_up, /_uuids,
 // /_session and /_utils only (the dashboard then asks them to log in);
 // database creation and deletion, _all_dbs and _node need a server admin
 // (401 "You are not a server admin.").
@@ -122,7 +125,9 @@
 // _scheduler/jobs, _scheduler/jobs/{id} and _active_tasks (the ports
 // take the viewer, User.Viewer: paged among their own rows), and
 // the rows of the databases they are members of in _scheduler/docs/{db}
-// (/_scheduler/docs: _replicator's, as in CouchDB).
+// (/_scheduler/docs: _replicator's, as in CouchDB), another user's row as
+// they read that user's document (docRowFor: no remote user names, none
+// of the peers' messages).
 //
 // # Fauxton
 //

@@ -170,7 +170,8 @@ func newEnv(t testing.TB, mod ...func(*Options)) *testEnv {
 	logs := &testutil.SyncBuffer{}
 	logger := zerolog.New(logs)
 	rep := &fakeReplicator{sub: subspace.Sub("fakejobs")}
-	opts := Options{DB: db, Accounts: testAccounts(t), Logger: &logger, LogRequests: true, Replicator: rep, Version: "test"}
+	opts := Options{DB: db, Accounts: testAccounts(t), Logger: &logger, LogRequests: true, Replicator: rep, Version: "test",
+		PasswordHashing: AccountsOptions{PRF: "sha256", Iterations: 10}}
 	for _, m := range mod {
 		m(&opts)
 	}

@@ -1,6 +1,9 @@
 package frontend
 
 import (
+	"fmt"
+	"net/http"
+	"strings"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/config"
@@ -15,6 +18,18 @@ const (
 	// figure for PBKDF2-HMAC-SHA256).
 	HashIterationsDefault = 600_000
 )
+
+// SameSiteDefault is [chttpd_auth] same_site's default: AuthSession
+// cookies are not sent with cross-site requests other than top-level
+// navigations (a link to Fauxton still finds its session), against
+// cross-site request forgery. CouchDB 3.5 sends no SameSite by default
+// (docs/COMPAT.md).
+const SameSiteDefault = "lax"
+
+// sameSites are [chttpd_auth] same_site's values, in any case, as
+// CouchDB 3.5 reads them; "" sends no SameSite attribute.
+var sameSites = map[string]http.SameSite{"": http.SameSiteDefaultMode,
+	"strict": http.SameSiteStrictMode, "lax": http.SameSiteLaxMode, "none": http.SameSiteNoneMode}
 
 // The [chttpd] and [chttpd_auth] keys of the HTTP API (Options, Limits),
 // each declared once: its default is this package's constant. [chttpd]
@@ -57,4 +72,16 @@ var (
 		"PBKDF2 iterations used to hash plaintext passwords found in [admins] and [users].")
 	keyAuthCacheSize = config.RegisterInt("chttpd_auth", "auth_cache_size", AuthCacheSizeDefault, 0, 1_000_000,
 		"Verified credentials remembered, so that Basic auth does not rerun PBKDF2 on every request; 0 disables the cache.")
+	keySameSite = config.RegisterString("chttpd_auth", "same_site", SameSiteDefault,
+		"SameSite attribute of AuthSession cookies: strict, lax or none, in any case; empty sends none (CouchDB's default). Lax keeps the cookie from cross-site requests but for top-level navigations; browsers keep a none cookie only over HTTPS.", nil)
 )
+
+func init() {
+	config.RegisterCheck(func(c *config.Config) error {
+		if _, ok := sameSites[strings.ToLower(keySameSite.Get(c))]; !ok {
+			return fmt.Errorf("%w: [chttpd_auth] same_site = %q (%s): want strict, lax, none or empty", config.ErrInvalidValue,
+				keySameSite.Get(c), c.Source("chttpd_auth", "same_site"))
+		}
+		return nil
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/fdbrep/fdbrep/pkg/config"
 )
@@ -22,6 +23,8 @@ func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
 		Accounts:         accounts,
 		SessionTimeout:   keySessionTimeout.Get(cfg),
 		SessionCookies:   !keyPersistentCookies.Get(cfg),
+		SameSite:         sameSites[strings.ToLower(keySameSite.Get(cfg))],
+		PasswordHashing:  PasswordHashing(cfg),
 		AuthCacheSize:    int(keyAuthCacheSize.Get(cfg)),
 		MaxRequestSize:   keyMaxRequestSize.Get(cfg),
 		MaxDocumentSize:  int(keyMaxDocumentSize.Get(cfg)),

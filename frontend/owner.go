@@ -1,7 +1,9 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"maps"
 	"net/http"
 	"net/url"
@@ -9,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/seal"
 	"github.com/fdbrep/fdbrep/repdb"
@@ -82,15 +85,96 @@ func ownerRules(body map[string]any, old *repdb.Doc, u *User) *httpError {
 // object names) and holders of the _replicator role.
 func privileged(u *User) bool { return u.isDBAdmin() || u.HasRole(RoleReplicator) }
 
-// canSeeCredentials is CouchDB's after_doc_read rule: admins of the
-// database, users with the _replicator role and the document's owner see
-// it whole.
-func canSeeCredentials(body map[string]any, u *User) bool {
-	if privileged(u) {
-		return true
+// hiddenFrom reports a document that reads show u as never written:
+// another user's _local document (privileged users read every one).
+// Unlike CouchDB, which lets every member read every _local document,
+// _local documents belong to their writer (see docs/COMPAT.md): a
+// replicator's checkpoints name its endpoints and may hold a session.
+func hiddenFrom(d *repdb.Doc, u *User) bool {
+	return strings.HasPrefix(d.ID, repdb.LocalPrefix) && !privileged(u) && d.Owner != u.Name
+}
+
+// lookup reads the winners of ids as u may see them, in order: nil for
+// an id never written and for a document hidden from u (hiddenFrom), a
+// deleted one with Deleted set (repdb.Store.Lookup). It is the one read
+// of the frontend that reaches _local documents (repdb reads them by id
+// only: ranges, revision reads and the changes feed never meet them),
+// so every read path applies the owner rule here.
+func (s *Server) lookup(ctx context.Context, u *User, db string, ids []string, conflicts bool) ([]*repdb.Doc, error) {
+	docs, err := s.store.Lookup(ctx, db, ids, conflicts)
+	for i, d := range docs {
+		if d != nil && hiddenFrom(d, u) {
+			docs[i] = nil
+		}
 	}
-	owner, _ := body["owner"].(string)
-	return !u.Anonymous() && owner == u.Name
+	return docs, err
+}
+
+// canSeeCredentials is CouchDB's after_doc_read rule: admins of the
+// database, users with the _replicator role and the owner of a
+// replication document (or of its job) see it whole.
+func canSeeCredentials(owner string, u *User) bool {
+	return privileged(u) || (!u.Anonymous() && owner == u.Name)
+}
+
+// docRowFor shows u a _scheduler/docs row as a read of its document
+// shows it (canSeeCredentials): whole to those who see the document
+// whole; to other members without what the read strips or has no field
+// for. Endpoints and proxies lose their user name (the views show it, its
+// password hidden, to those who may see it). Of info go the free texts
+// that quote the peers, which may hold personal data: failed_docs (each
+// refusal's reason from the target), the stall's detail and the parked
+// watch's reason; what remains loses any URL userinfo, as the document's
+// _replication_state_reason does. Counters, states, times, the stall's
+// reason (a closed list) and the node stay.
+func docRowFor(d api.DocInfo, u *User) api.DocInfo {
+	if canSeeCredentials(d.Owner, u) {
+		return d
+	}
+	for _, p := range []**string{&d.Source, &d.Target, &d.SourceProxy, &d.TargetProxy} {
+		if *p != nil {
+			s := StripURLUserinfo(**p)
+			*p = &s
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(d.Info))
+	dec.UseNumber()
+	var info any
+	if len(d.Info) == 0 || dec.Decode(&info) != nil {
+		d.Info = json.RawMessage("null")
+		return d
+	}
+	if m, ok := info.(map[string]any); ok {
+		delete(m, "failed_docs")
+		if stall, ok := m["stall"].(map[string]any); ok {
+			delete(stall, "detail")
+		}
+		if parked, ok := m["parked"].(map[string]any); ok {
+			if watch, ok := parked["watch"].(map[string]any); ok {
+				delete(watch, "reason")
+			}
+		}
+	}
+	d.Info, _ = json.Marshal(stripStrings(info))
+	return d
+}
+
+// stripStrings removes URL userinfo from every string of a decoded JSON
+// value, in place, and returns it.
+func stripStrings(v any) any {
+	switch x := v.(type) {
+	case string:
+		return StripURLUserinfo(x)
+	case map[string]any:
+		for k, e := range x {
+			x[k] = stripStrings(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = stripStrings(e)
+		}
+	}
+	return v
 }
 
 // stripCredentials removes credentials from a replication document's

@@ -37,7 +37,7 @@ func (s *Server) renderDoc(d *repdb.Doc, u *User, o readOpts) map[string]any {
 		out[k] = v
 	}
 	if repdb.IsReplicationDoc(d.ID) {
-		if !canSeeCredentials(d.Body, u) {
+		if owner, _ := d.Body["owner"].(string); !canSeeCredentials(owner, u) {
 			stripCredentials(out)
 		}
 		hideSealed(out)
@@ -101,17 +101,15 @@ func (s *Server) getDoc(w http.ResponseWriter, r *http.Request, db, id string) {
 	}
 	u := userFrom(r)
 	if strings.HasPrefix(id, repdb.LocalPrefix) {
-		d, err := kv.ReadTransact(r.Context(), s.opts.DB, func(tr kv.ReadTransaction) (*repdb.Doc, error) {
-			return s.store.Get(tr, db, id)
-		})
+		docs, err := s.lookup(r.Context(), u, db, []string{id}, false)
 		switch {
 		case err != nil:
 			s.fail(w, r, err)
-		case !privileged(u) && d.Owner != u.Name, p.q.Has("rev") && p.q.Get("rev") != d.Rev:
-			writeError(w, notFound("missing")) // another user's _local document
+		case docs[0] == nil, p.q.Has("rev") && p.q.Get("rev") != docs[0].Rev:
+			writeError(w, notFound("missing"))
 		default:
-			w.Header().Set("ETag", `"`+d.Rev+`"`)
-			writeJSON(w, http.StatusOK, s.renderDoc(d, u, readOpts{}))
+			w.Header().Set("ETag", `"`+docs[0].Rev+`"`)
+			writeJSON(w, http.StatusOK, s.renderDoc(docs[0], u, readOpts{}))
 		}
 		return
 	}

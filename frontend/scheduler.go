@@ -213,6 +213,9 @@ func (s *Server) schedulerDocs(w http.ResponseWriter, r *http.Request, db string
 		}
 	}
 	resp, err := s.opts.Scheduler.SchedulerDocs(r.Context(), db, states, pq)
+	for i, d := range resp.Docs {
+		resp.Docs[i] = docRowFor(d, userFrom(r))
+	}
 	s.answer(w, r, resp, err)
 }
 
@@ -220,8 +223,8 @@ func (s *Server) schedulerDocs(w http.ResponseWriter, r *http.Request, db string
 // /_scheduler/docs/{db}/{docid}. The database name may arrive with its '/'
 // escaped or not ("/_scheduler/docs/other/_replicator/doc1" works), so the
 // path is split at the first "_replicator" segment. As in CouchDB 4.x,
-// members of the database read its rows, whoever owns them: the rows
-// carry no credentials, and members read the documents themselves.
+// members of the database read its rows, whoever owns them, each as they
+// read its document (docRowFor).
 func (s *Server) handleSchedulerDocsPath(w http.ResponseWriter, r *http.Request) {
 	if userFrom(r).Anonymous() {
 		writeError(w, errNotServerAdmin)
@@ -262,5 +265,5 @@ func (s *Server) handleSchedulerDocsPath(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	resp, err := s.opts.Scheduler.SchedulerDoc(r.Context(), db, docID)
-	s.answer(w, r, resp, err)
+	s.answer(w, r, docRowFor(resp, userFrom(r)), err)
 }

@@ -60,6 +60,16 @@ type Options struct {
 	// SessionCookies makes AuthSession cookies session cookies (no
 	// Max-Age).
 	SessionCookies bool
+	// SameSite is the SameSite attribute of AuthSession cookies; 0 means
+	// SameSiteDefault, http.SameSiteDefaultMode sends none (CouchDB's
+	// default).
+	SameSite http.SameSite
+	// PasswordHashing is the configured cost of password hashes
+	// ([chttpd_auth] pbkdf2_prf and iterations; zero fields: HashPRFDefault,
+	// HashIterationsDefault). A login of an unknown name checks a dummy
+	// hash of this cost, as long as a known name's hashed with it, so that
+	// its time does not tell which names exist.
+	PasswordHashing AccountsOptions
 	// AuthCacheSize: see AuthCacheSizeDefault; negative disables the cache.
 	AuthCacheSize int
 	// MaxRequestSize, MaxDocumentSize, MaxJSONDepth: see the defaults.
@@ -169,19 +179,21 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger != nil {
 		logger = *opts.Logger
 	}
-	decoy, _ := HashPassword("decoy", "sha256", 1)
-	if opts.Accounts != nil {
-		for _, a := range opts.Accounts.byName {
-			decoy = a.hash // same cost as a real check
-			break
-		}
+	if opts.SameSite == 0 {
+		opts.SameSite = sameSites[SameSiteDefault]
+	}
+	opts.PasswordHashing.PRF = cmp.Or(opts.PasswordHashing.PRF, HashPRFDefault)
+	opts.PasswordHashing.Iterations = cmp.Or(opts.PasswordHashing.Iterations, HashIterationsDefault)
+	decoy, err := HashPassword("decoy", opts.PasswordHashing.PRF, opts.PasswordHashing.Iterations)
+	if err != nil {
+		return nil, err
 	}
 	s := &Server{
 		opts:  opts,
 		store: repdb.New(opts.DB, repdb.Options{Subspace: opts.Subspace}),
 		auth: &authenticator{
 			secret: opts.Secret, timeout: opts.SessionTimeout,
-			persistent: !opts.SessionCookies, clock: opts.Clock, decoy: decoy,
+			persistent: !opts.SessionCookies, clock: opts.Clock, decoy: decoy, sameSite: opts.SameSite,
 			cache: map[[32]byte]struct{}{}, cacheSize: max(opts.AuthCacheSize, 0), guard: newLoginGuard(opts.Clock),
 		},
 		log:     logger,

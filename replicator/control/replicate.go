@@ -31,9 +31,10 @@ import (
 //
 // Errors: ErrBadRequest or ErrTooLarge for a body that does not parse;
 // ErrNotFound for an unknown job to cancel (or one cancelled while the
-// caller waited); ErrUnauthorized to cancel another user's job (unless
-// user is an admin) or a job defined by a _replicator document; ErrTimeout
-// (above); kv errors.
+// caller waited), and alike for another user's job unless user is an
+// admin: a user learns nothing of the jobs of others; ErrUnauthorized to
+// cancel a job defined by a _replicator document (naming it, to an admin
+// or its owner); ErrTimeout (above); kv errors.
 func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.User) (api.ReplicateResult, error) {
 	req, err := replicator.ParseRequest(body)
 	if err != nil {
@@ -218,15 +219,15 @@ func (p *Plane) cancel(ctx context.Context, req *replicator.Request, user replic
 		switch {
 		case d == nil && done != nil:
 			return *done, nil
-		case d == nil:
+		case d == nil, d.Owner() != user.Name && !user.IsAdmin():
+			// Another user's job answers as one that does not exist:
+			// not whose it is, nor the document (in a database the
+			// caller may not read) that defines it.
 			return api.ReplicateResult{}, replicator.NewReason(replicator.ErrNotFound, "missing")
 		case !d.Transient():
 			return api.ReplicateResult{}, replicator.NewReason(replicator.ErrUnauthorized,
 				"Persistent replication collision: this replication is defined by document `%s` in `%s`; delete the document to stop it",
 				d.DocID, d.DBName)
-		case d.RepUser != user.Name && !user.IsAdmin():
-			return api.ReplicateResult{}, replicator.NewReason(replicator.ErrUnauthorized,
-				"only the user who started the replication or a server admin may cancel it")
 		}
 		if err := p.store.RemoveJob(ctx, tr, jobID, d); err != nil {
 			return api.ReplicateResult{}, err

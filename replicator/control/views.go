@@ -195,6 +195,7 @@ func docInfo(d shown) api.DocInfo {
 		ID: strp(d.RepID), Database: d.DBName, DocID: d.DocID, Source: src, Target: tgt,
 		SourceProxy: sp, TargetProxy: tp, State: shownState(d.State), Info: info(d), ErrorCount: d.ErrorCount,
 		LastUpdated: replicator.FormatMillis(d.LastUpdated), StartTime: replicator.FormatMillis(d.StartTime), Node: strp(nodeIfRunning(d.JobData)),
+		Owner: d.Owner(),
 	}
 }
 

@@ -224,9 +224,10 @@ func TestTransientJobs(t *testing.T) {
 	require.Equal(t, 1, list.TotalRows)
 	require.Equal(t, localID, *list.Jobs[0].ID)
 
-	// Cancel: only bob or an admin; by replication id.
+	// Cancel: only bob or an admin; by replication id. Another user is
+	// told the job does not exist.
 	_, err = replicate(t, c.Plane, `{"replication_id":"`+localID+`","cancel":true}`, replicator.UserCtx{Name: "eve"})
-	require.ErrorIs(t, err, replicator.ErrUnauthorized)
+	require.ErrorIs(t, err, replicator.ErrNotFound)
 	o, err = replicate(t, c.Plane, `{"replication_id":"`+localID+`","cancel":true}`, replicator.UserCtx{Name: "root", Roles: []string{"_admin"}})
 	require.NoError(t, err)
 	require.Equal(t, api.Cancelled, o.Outcome)

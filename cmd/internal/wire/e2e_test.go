@@ -168,9 +168,10 @@ func TestReplicateEndpoint(t *testing.T) {
 	require.Equal(t, 202, r.Status, r.Raw)
 	id := r.Body["_local_id"].(string)
 	require.Contains(t, id, "+continuous")
-	// Bob may not cancel Alice's replication; she may.
+	// Bob may not cancel Alice's replication, nor learn that it exists;
+	// she may.
 	spec["cancel"] = true
-	requireError(t, e.do("POST", "/_replicate", asBob, map[string]any{"replication_id": id, "cancel": true}), 401, "unauthorized")
+	requireError(t, e.do("POST", "/_replicate", asBob, map[string]any{"replication_id": id, "cancel": true}), 404, "not_found")
 	r = e.do("POST", "/_replicate", asAlice, spec)
 	require.Equal(t, 200, r.Status, r.Raw)
 	requireError(t, e.do("POST", "/_replicate", asAlice, spec), 404, "not_found")

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 )
 
 // TestUsersSeeTheirReplications: what _scheduler/jobs, _scheduler/jobs/{id},
@@ -163,4 +164,105 @@ func TestUsersSeeTheirReplications(t *testing.T) {
 		require.EqualValues(t, 1, r.Body["total_rows"])
 		require.ElementsMatch(t, []string{"a2", "b1"}, targets(e.do("GET", "/_active_tasks", asAdmin, nil).List))
 	})
+}
+
+// TestMembersSeeOthersSchedulerRowsAsDocuments: another member of a
+// replicator database reads a user's _scheduler/docs rows as he reads the
+// user's documents, against a real CouchDB 3.5: no remote user name in
+// the endpoints (the owner and admins see it, password hidden), none of
+// the target's refusals (failed_docs, the stall's detail) that quote the
+// documents it refused, and error reasons without URL userinfo.
+func TestMembersSeeOthersSchedulerRowsAsDocuments(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts CouchDB")
+	}
+	couch := couchtest.StartCouchDB(t)
+	e := newService(t)
+	const remote, remotePass, personal = "alice_remote", "alice-remote-pw", "Jane Roe, jane.roe@example.com"
+	couch.AddUser(t, remote, remotePass)
+	couch.CreateDB(t, "few")
+	couch.AddDocs(t, "few", 0, 5)
+	couch.CreateDB(t, "guarded")
+	couch.PutDoc(t, "guarded", map[string]any{"_id": "_design/guard", "validate_doc_update": `function(doc) {
+		if (doc._id.indexOf("doc-") === 0) { throw({forbidden: "no documents for ` + personal + `"}); }
+	}`})
+	for _, db := range []string{"few", "guarded"} {
+		require.Equal(t, 200, couch.Request(t, "PUT", "/"+db+"/_security",
+			map[string]any{"members": map[string]any{"names": []any{remote}}}, nil))
+	}
+	withUser := func(db, pass string) string {
+		u, err := url.Parse(couch.DBURL(db))
+		require.NoError(t, err)
+		u.User = url.UserPassword(remote, pass)
+		return u.String()
+	}
+	require.Equal(t, 201, e.do("PUT", "/_replicator/alice_refused", asAlice, map[string]any{
+		"source": withUser("few", remotePass), "continuous": true,
+		"target": map[string]any{"url": couch.DBURL("guarded"), "auth": map[string]any{"basic": map[string]any{"username": remote, "password": remotePass}}},
+	}).Status)
+	require.Equal(t, 201, e.do("PUT", "/_replicator/alice_denied", asAlice, map[string]any{
+		"source": withUser("few", "wrong"), "target": withUser("elsewhere", remotePass), "continuous": true,
+	}).Status)
+	testutil.Eventually(t, "the refused documents listed", func() bool {
+		i, _ := e.waitDocState("_replicator", "alice_refused", "running")["info"].(map[string]any)
+		failed, _ := i["failed_docs"].([]any)
+		return len(failed) == 5 && i["stall"] != nil
+	})
+	t.Logf("denied: %v", e.waitDocState("_replicator", "alice_denied", "crashing"))
+
+	views := []string{"/_scheduler/docs", "/_scheduler/docs/_replicator",
+		"/_scheduler/docs/_replicator/alice_refused", "/_scheduler/docs/_replicator/alice_denied"}
+	// rowsOf returns the rows of a view by document id.
+	rowsOf := func(c *creds, path string) (string, map[string]map[string]any) {
+		r := e.do("GET", path, c, nil)
+		require.Equal(t, 200, r.Status, r.Raw)
+		rows := map[string]map[string]any{}
+		if list, ok := r.Body["docs"].([]any); ok {
+			for _, row := range list {
+				rows[row.(map[string]any)["doc_id"].(string)] = row.(map[string]any)
+			}
+		} else {
+			rows[r.Body["doc_id"].(string)] = r.Body
+		}
+		return r.Raw, rows
+	}
+	for _, path := range views {
+		raw, rows := rowsOf(asBob, path)
+		for _, leak := range []string{remote, remotePass, "Jane Roe", "jane.roe", "failed_docs", "*****"} {
+			require.NotContains(t, raw, leak, path)
+		}
+		for id, row := range rows {
+			require.True(t, strings.HasPrefix(row["source"].(string), couch.URL()+"/few"), "%s %s: %v", path, id, row["source"])
+			require.True(t, strings.HasPrefix(row["target"].(string), couch.URL()+"/"), "%s %s: %v", path, id, row["target"])
+			info := row["info"].(map[string]any)
+			switch id {
+			case "alice_refused":
+				require.Equal(t, "running", row["state"])
+				require.Equal(t, float64(5), info["doc_write_failures"])
+				stall := info["stall"].(map[string]any)
+				require.Equal(t, "target_refusing_writes", stall["reason"])
+				require.NotContains(t, stall, "detail")
+			case "alice_denied":
+				require.Equal(t, "crashing", row["state"])
+				require.Equal(t, "unauthorized", info["error"], raw)
+			}
+		}
+		// Bob's own read of the documents shows no more.
+		doc := e.do("GET", "/_replicator/alice_refused", asBob, nil)
+		require.Equal(t, 200, doc.Status, doc.Raw)
+		require.NotContains(t, doc.Raw, remote)
+	}
+
+	// The owner, a server admin and an admin of the database see the
+	// rows whole: the remote user (password hidden), the refusals.
+	require.Equal(t, 200, e.do("PUT", "/_replicator/_security", asAdmin,
+		map[string]any{"admins": map[string]any{"names": []any{bobName}}}).Status)
+	t.Cleanup(func() { require.Equal(t, 200, e.do("PUT", "/_replicator/_security", asAdmin, map[string]any{}).Status) })
+	for _, c := range []*creds{asAlice, asAdmin, asBob} {
+		raw, rows := rowsOf(c, "/_scheduler/docs/_replicator/alice_refused")
+		require.Contains(t, raw, "no documents for "+personal, c.Name)
+		require.Contains(t, rows["alice_refused"]["source"], remote+":*****@", c.Name)
+		require.Contains(t, rows["alice_refused"]["target"], remote+":*****@", c.Name)
+		require.NotContains(t, raw, remotePass, c.Name)
+	}
 }

@@ -1,0 +1,59 @@
+package control_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/api"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/replicatortest"
+	"github.com/fdbrep/fdbrep/replicator/simengine"
+)
+
+// A user who cancels another user's replication by its id (a POST
+// /_replicate job or a document's) gets the answer of an id nothing
+// holds, whichever form of the id: nothing of whose the job is, nor of the
+// document and database that define it; the job runs on. Admins, and the
+// owner of a document's job, still hear which document defines it.
+func TestCancelTellsNothingOfOthersJobs(t *testing.T) {
+	c := replicatortest.NewCluster(t, 1, simengine.New(), replicatortest.Config())
+	ctx := context.Background()
+	alice, bob := replicator.UserCtx{Name: "alice"}, replicator.UserCtx{Name: "bob"}
+	admin := replicator.UserCtx{Name: "adm", Roles: []string{"_admin"}}
+	cancel := func(id string, u replicator.UserCtx) (api.ReplicateResult, error) {
+		return c.Plane.Replicate(ctx, replicateBody(t, map[string]any{"replication_id": id, "cancel": true}), u)
+	}
+
+	o, err := c.Plane.Replicate(ctx, replicateBody(t, map[string]any{"source": "http://h/s1", "target": "http://h/t1", "continuous": true}), alice)
+	require.NoError(t, err)
+	require.Equal(t, api.Running, o.Outcome)
+	transient := o.LocalID
+	doc := replicatortest.RepDoc("http://h/s2", "http://h/t2", true)
+	doc["owner"] = "alice"
+	c.PutDoc("_replicator", "alice_doc", doc)
+	persistent := c.WaitDocState("_replicator", "alice_doc", replicator.StateRunning)
+	require.NotNil(t, persistent.ID)
+
+	_, nothing := cancel("0123456789abcdef0123456789abcdef+continuous", bob)
+	require.ErrorIs(t, nothing, replicator.ErrNotFound)
+	for _, id := range []string{transient, *persistent.ID, c.DocJobID("_replicator", "alice_doc")} {
+		_, err := cancel(id, bob)
+		require.ErrorIs(t, err, replicator.ErrNotFound, id)
+		require.Equal(t, nothing.Error(), err.Error(), id)
+	}
+	jobs, err := c.Plane.SchedulerJobs(ctx, api.Admin(), api.PageQuery{Limit: -1})
+	require.NoError(t, err)
+	require.Equal(t, 2, jobs.TotalRows, "bob cancelled nothing")
+
+	// The owner and an admin hear which document defines a document's job.
+	for _, u := range []replicator.UserCtx{alice, admin} {
+		_, err := cancel(*persistent.ID, u)
+		require.ErrorIs(t, err, replicator.ErrUnauthorized, u.Name)
+		require.ErrorContains(t, err, "defined by document `alice_doc` in `_replicator`", u.Name)
+	}
+	o, err = cancel(transient, alice)
+	require.NoError(t, err)
+	require.Equal(t, api.Cancelled, o.Outcome)
+}
