@@ -1,5 +1,6 @@
 // Package docs_test checks the references between the documentation and
-// the packages' doc.go files.
+// the packages' doc.go files, and the lists the documents keep of what
+// the code defines (benchmarks, the replicator's job types).
 package docs_test
 
 import (
@@ -120,4 +121,92 @@ func TestDocReferencesNameSections(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Greater(t, refs, 15, "the references were not found: is the pattern still right?")
+}
+
+// readRoot reads a file by its path from the repository's root.
+func readRoot(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", name))
+	require.NoError(t, err)
+	return string(b)
+}
+
+// Every benchmark fdbrep-bench registers is listed where a reader looks
+// for it: the command's usage comment, ARCHITECTURE.md's package map, a
+// Makefile target and README's table; and each of those names one that
+// is registered.
+func TestBenchmarkListsNameTheRegisteredOnes(t *testing.T) {
+	dir := filepath.Join("..", "cmd", "fdbrep-bench")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	require.NoError(t, err)
+	registered := map[string]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range regexp.MustCompile(`register\("([\w-]+)"`).FindAllStringSubmatch(string(b), -1) {
+			registered[m[1]] = true
+		}
+	}
+	require.Greater(t, len(registered), 5, "no register(\"…\") calls found: is the pattern still right?")
+
+	arch := regexp.MustCompile(`(?m)^cmd/fdbrep-bench\s+benchmarks: ([^(]+)\(`).FindStringSubmatch(readRoot(t, "docs/ARCHITECTURE.md"))
+	require.NotNil(t, arch, "ARCHITECTURE.md's package map has no cmd/fdbrep-bench line of benchmarks")
+	var archNames []string
+	for _, n := range strings.Split(arch[1], ",") {
+		archNames = append(archNames, strings.TrimSpace(n))
+	}
+	lists := map[string][]string{"ARCHITECTURE.md's package map": archNames}
+	for where, re := range map[string]struct {
+		file string
+		re   *regexp.Regexp
+	}{
+		"cmd/fdbrep-bench/main.go's usage": {"cmd/fdbrep-bench/main.go", regexp.MustCompile(`(?m)^//\s+fdbrep-bench ([\w-]+) \[flags\]`)},
+		"the Makefile's targets":           {"Makefile", regexp.MustCompile(`(?m)^bench-([\w-]+):`)},
+		"README's table":                   {"README.md", regexp.MustCompile("(?m)^\\| `make bench-([\\w-]+)` \\|")},
+	} {
+		for _, m := range re.re.FindAllStringSubmatch(readRoot(t, re.file), -1) {
+			lists[where] = append(lists[where], m[1])
+		}
+	}
+	for where, names := range lists {
+		require.ElementsMatch(t, keys(registered), names, "%s lists other benchmarks than cmd/fdbrep-bench registers", where)
+	}
+}
+
+// Every fdbjobs type the replicator keeps its jobs in is named where its
+// keys are described: replicator/doc.go's "Key layout" and
+// ARCHITECTURE.md's key layout.
+func TestJobTypesInTheKeyLayouts(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "replicator", "*.go"))
+	require.NoError(t, err)
+	var types []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range regexp.MustCompile(`(?m)^const \w+Type = "(\w+)"`).FindAllStringSubmatch(string(b), -1) {
+			types = append(types, m[1])
+		}
+	}
+	require.GreaterOrEqual(t, len(types), 2, "no job type constants found: is the pattern still right?")
+	doc := readRoot(t, "replicator/doc.go")
+	_, layout, ok := strings.Cut(doc, "// # Key layout")
+	require.True(t, ok, "replicator/doc.go has no \"Key layout\" section")
+	layout, _, _ = strings.Cut(layout, "\n// # ")
+	heading := regexp.MustCompile("(?m)^### replicator .*$").FindString(readRoot(t, "docs/ARCHITECTURE.md"))
+	require.NotEmpty(t, heading, "ARCHITECTURE.md has no key layout heading for the replicator")
+	for _, typ := range types {
+		require.True(t, strings.Contains(layout, typ), "replicator/doc.go's \"Key layout\" does not name the job type %s", typ)
+		require.True(t, strings.Contains(heading, typ), "ARCHITECTURE.md's key layout heading for the replicator does not name the job type %s", typ)
+	}
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }

@@ -75,13 +75,15 @@
 // into its document when the document is still the job's, and counts
 // docs.failed_state_updates or docs.completed_state_updates.
 //
-// A job about to start under a replication id that a live job (pending or
-// running, and its document's) holds does not start: Collide decides.
-// Another user's job is not named and makes it crash (retry after its
-// backoff); a document's job crashes beside a transient one; every other
-// collision fails it, with CouchDB's reasons and the error tag
+// A job about to start under a replication id that a live job (pending,
+// running or parked, and its document's) holds does not start: Collide
+// decides. Another user's job is not named and makes it crash (retry after
+// its backoff); a document's job crashes beside a transient one; every
+// other collision fails it, with CouchDB's reasons and the error tag
 // duplicate_job. A holder that is finished, crashing, gone or of a
-// deleted database is taken over.
+// deleted database is taken over; a parked one is not, as it keeps its id
+// while it waits for its source and runs again from its checkpoint when
+// woken.
 //
 // The other changes are not a node's, and Lifecycle.Transform makes them
 // too, written by the Store: added (pending, or failed from its start,
@@ -169,7 +171,8 @@
 // # Key layout
 //
 // Under the Store's subspace (SubspaceDefault ("fdbrep_replicator")), besides
-// the fdbjobs keys of type rep_jobs:
+// the fdbjobs keys of types rep_jobs (JobType, the replications) and
+// rep_watch (WatchType, the watches of parked replications):
 //
 //	(1, RepID)                  -> JobID     replication id owner
 //	(2)                         -> UUID      server UUID (replication ids, job ids)

@@ -305,7 +305,7 @@ const TagDuplicate = "duplicate_job"
 
 // Collide is the collision rule (see doc.go, "Transitions"): what job x,
 // about to start as replication repID, does when job holderID, whose data
-// is holder, is live under that id (pending or running, and its
+// is holder, is live under that id (pending, running or parked, and its
 // document's). It crashes, and retries after its backoff, or fails, with
 // the reason it gives. Another user's replication never makes a job fail
 // (it could be squatting on the id with wrong credentials), and is not

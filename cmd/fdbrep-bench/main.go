@@ -6,8 +6,12 @@
 //	fdbrep-bench scheduler [flags]    replication scheduler (make bench-scheduler)
 //	fdbrep-bench frontend [flags]     HTTP API of an api_frontend node (make bench-frontend)
 //	fdbrep-bench views [flags]        scheduler view pages as jobs grow (make bench-views)
+//	fdbrep-bench dormant [flags]      many replications, few active, against CouchDB 3.5 (make bench-dormant)
+//	fdbrep-bench scale [flags]        100,000 documents on 3 replication nodes, a fourth joining (make bench-scale)
 //
-// Each benchmark lives in its own file and registers itself in init.
+// Each benchmark lives in its own file and registers itself in init;
+// jobs-node, which the jobs benchmark runs in processes of its own, is
+// left out of the usage.
 package main
 
 import (

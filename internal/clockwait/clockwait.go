@@ -1,6 +1,11 @@
-// Package clockwait waits on a clockwork.Clock until a context ends: the
-// one wait of the retry and rate-limit loops, so that tests drive it with
-// a fake clock.
+// Package clockwait waits on a clockwork.Clock until a context ends, so
+// that tests drive the wait with a fake clock. The store's retries
+// (kv.Backoff), the CouchDB client's retries and rate limit and the
+// scheduler's watch polls wait with it. It is not the only wait: the
+// replication engine's retries (changes feed, open_revs, missing
+// revisions) and the scheduler's accept loop select on their clock's After
+// themselves, and fdbjobs' notifier and watch retries wait on real timers
+// (sleepCtx), which a fake clock does not move.
 package clockwait
 
 import (

@@ -19,8 +19,8 @@ import (
 // Replicate serves POST /_replicate for user:
 //   - a replication: a continuous one returns api.Running once it runs on some
 //     replication node; a one-shot one blocks until it ends, Completed or
-//     Failed. Posting a replication identical to a pending or running one
-//     does not restart it. The job survives the caller going away (and
+//     Failed. Posting a replication identical to one not finished
+//     (pending, running or parked) does not restart it. The job survives the caller going away (and
 //     node restarts); ctx only bounds the wait. With a membership
 //     (SetMembership), the wait ends with ErrTimeout, naming the cause,
 //     once Config.ReplicateNoNodeTimeout passed without a change of the

@@ -122,8 +122,9 @@
 // Accepted, a job computes its replication id (the engine fetches a
 // design document filter's code from the source), then in one transaction
 // claims the id in the (replication id -> job id) subspace (repid.go,
-// initJob). If another job holds it and that job is pending or running
-// (and, for a document's job, its database was not deleted): a holder
+// initJob). If another job holds it and that job is pending, running or
+// parked (a parked replication keeps its id while it waits for its
+// source) and, for a document's job, its database was not deleted: a holder
 // owned by another user makes this job crashing, retried after its
 // backoff, whatever their kinds, without naming the holder ("... is
 // already running as another user's replication"); a transient holder

@@ -62,6 +62,13 @@ func pouchDBServerBinary() (string, error) {
 	return pouchPackages.path()
 }
 
+// InstalledPouchDBServer returns the pouchdb-server of scripts/pouchdb's
+// lockfile, as `make pouchdb` installs it (for a test that runs it there
+// with npx, as README's walk-through does), installing it with npm ci when
+// needed as StartPouchDB does; unlike StartPouchDB it ignores
+// $FDBREP_POUCHDB_SERVER.
+func InstalledPouchDBServer() (string, error) { return pouchPackages.path() }
+
 // FauxtonDir returns the directory of Fauxton's prebuilt files (the npm
 // package fauxton's dist/release, pinned by scripts/fauxton's lockfile),
 // installing it with npm ci when needed as pouchdb-server is.
