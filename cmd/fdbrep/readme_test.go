@@ -49,6 +49,13 @@ import (
 // caught up. A command whose answer is a CouchDB error fails unless README
 // shows that error.
 func TestReadmeWalkthrough(t *testing.T) {
+	for _, env := range []string{"FDBREP_KV_FAULTS", "FDBREP_KV_LATENCY", "FDBREP_KV_BACKEND"} {
+		if os.Getenv(env) != "" {
+			// The node runs with a clean environment, as a reader's does:
+			// this pass would repeat the plain one.
+			t.Skipf("%s does not reach the node README starts: the walk-through runs in make test's plain pass", env)
+		}
+	}
 	readme := readRepoFile(t, "README.md")
 	blocks := readmeBlocks(t, readme)
 	for _, tool := range []string{"bash", "curl", "jq"} {
