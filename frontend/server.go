@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -103,6 +104,13 @@ type Options struct {
 	UpMore func() map[string]any
 	// Clock times sessions and login backoffs; the real clock when nil.
 	Clock clockwork.Clock
+	// Lockout locks a user name out from a client address after failed
+	// logins ([chttpd_auth_lockout]; zero fields: the defaults).
+	Lockout Lockout
+	// TrustedProxies are the addresses of the proxies whose
+	// X-Forwarded-For names the client ([chttpd] trusted_proxies; see
+	// clientAddr); none: the remote address is the client.
+	TrustedProxies []netip.Prefix
 	// Limits protect the server from slow and greedy clients (zero fields:
 	// the defaults). Serve the Server with NewHTTPServer and the same
 	// Limits for the connection-level ones.
@@ -182,7 +190,8 @@ func New(opts Options) (*Server, error) {
 		auth: &authenticator{
 			secret: opts.Secret, timeout: opts.SessionTimeout,
 			persistent: !opts.SessionCookies, clock: opts.Clock, decoy: decoy,
-			cache: map[[32]byte]struct{}{}, cacheSize: max(opts.AuthCacheSize, 0), guard: newLoginGuard(opts.Clock),
+			cache: map[[32]byte]struct{}{}, cacheSize: max(opts.AuthCacheSize, 0), guard: newLoginGuard(opts.Lockout, opts.Clock, logger),
+			proxies: opts.TrustedProxies,
 		},
 		log:     logger,
 		stats:   newHTTPStats(),
@@ -428,7 +437,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			http.SetCookie(w, refresh)
 		}
 		if !u.IsAdmin() && r.URL.Path != "/_up" {
-			client := clientKey(r, u)
+			client := clientKey(clientAddr(r, s.opts.TrustedProxies), u)
 			if !s.clients.acquire(client) {
 				writeError(w, newError(http.StatusTooManyRequests, "too_many_requests",
 					fmt.Sprintf("more than %d requests in flight from this client", s.opts.Limits.MaxClientRequests)))
