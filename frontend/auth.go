@@ -387,6 +387,10 @@ type Lockout struct {
 	MaxObjects  int
 }
 
+func (l Lockout) valid() bool {
+	return slices.Contains([]string{LockoutOff, LockoutWarn, LockoutEnforce}, l.Mode) && l.Threshold > 0 && l.MaxLifetime > 0 && l.MaxObjects > 0
+}
+
 func (l Lockout) withDefaults() Lockout {
 	l.Mode = cmp.Or(l.Mode, LockoutModeDefault)
 	l.Threshold = cmp.Or(l.Threshold, LockoutThresholdDefault)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 )
@@ -375,4 +376,11 @@ func TestClientAddr(t *testing.T) {
 
 func basicAuth(name, pass string) string {
 	return strings.TrimPrefix((&testutil.Creds{Name: name, Pass: pass}).Authorization(), "Basic ")
+}
+
+func TestLockoutOptions(t *testing.T) {
+	for _, l := range []Lockout{{Mode: "strict"}, {Threshold: -1}, {MaxLifetime: -time.Second}, {MaxObjects: -1}} {
+		_, err := New(Options{DB: kvtest.NewDB(t), Lockout: l})
+		require.ErrorIs(t, err, ErrInvalidOptions, "%+v", l)
+	}
 }

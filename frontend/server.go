@@ -163,6 +163,8 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("%w: MaxDocumentSize %d not in [256, %d]", ErrInvalidOptions, opts.MaxDocumentSize, kv.MaxValueSize-1000)
 	case opts.MaxJSONDepth < 2:
 		return nil, fmt.Errorf("%w: MaxJSONDepth %d is under 2", ErrInvalidOptions, opts.MaxJSONDepth)
+	case !opts.Lockout.withDefaults().valid():
+		return nil, fmt.Errorf("%w: Lockout %+v: Mode must be off, warn or enforce, the others positive", ErrInvalidOptions, opts.Lockout)
 	}
 	if opts.UtilsDir != "" {
 		if err := checkUtilsDir(opts.UtilsDir); err != nil {
