@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/pbkdf2"
 	"crypto/rand"
@@ -16,7 +17,9 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +27,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
 
 	"github.com/fdbrep/fdbrep/api"
 )
@@ -277,7 +281,8 @@ type authenticator struct {
 	cache     map[[32]byte]struct{} // verified name+password+hash digests
 	cacheSize int
 
-	guard *loginGuard
+	guard   *loginGuard
+	proxies []netip.Prefix // trusted_proxies, for clientAddr
 }
 
 func (a *authenticator) lookup(name string) *account {
@@ -289,9 +294,13 @@ func (a *authenticator) lookup(name string) *account {
 }
 
 // login checks a name and password for client (see clientAddr); the
-// error is errUnauthorizedLogin for wrong credentials, or a 429 while the
-// client is held back after failed checks (see loginGuard).
+// error is errUnauthorizedLogin for wrong credentials, a 403 while the
+// name is locked out from client, or a 429 while client is held back
+// after failed checks (see loginGuard).
 func (a *authenticator) login(name, password, client string) (*account, *httpError) {
+	if he := a.guard.lockedOut(client, name); he != nil {
+		return nil, he
+	}
 	acc := a.lookup(name)
 	var digest [32]byte
 	if acc != nil {
@@ -313,15 +322,14 @@ func (a *authenticator) login(name, password, client string) (*account, *httpErr
 		// Spend comparable time so that unknown names are not revealed by
 		// timing.
 		_, _ = verifyPassword(a.decoy, password)
-		a.guard.failed(client)
+		a.guard.failed(client, name)
 		return nil, errUnauthorizedLogin
 	}
 	ok, err := verifyPassword(acc.hash, password)
 	if err != nil || !ok {
-		a.guard.failed(client)
+		a.guard.failed(client, name)
 		return nil, errUnauthorizedLogin
 	}
-	a.guard.succeeded(client)
 	if a.cacheSize > 0 {
 		a.mu.Lock()
 		if len(a.cache) >= a.cacheSize {
@@ -333,44 +341,143 @@ func (a *authenticator) login(name, password, client string) (*account, *httpErr
 	return acc, nil
 }
 
-// Defaults of the failed-login guard.
+// Lockout modes ([chttpd_auth_lockout] mode, CouchDB's).
 const (
-	// LoginFailuresFreeDefault is how many failed password checks a client
-	// makes before it is held back.
-	LoginFailuresFreeDefault = 5
-	// LoginBackoffMaxDefault caps how long a client is held back: the wait
-	// doubles from a second with each further failure.
+	// LockoutOff keeps no count of failed logins.
+	LockoutOff = "off"
+	// LockoutWarn logs a warning at each login of a user locked out from
+	// an address, and checks it all the same.
+	LockoutWarn = "warn"
+	// LockoutEnforce refuses the logins of a user locked out from an
+	// address, 403.
+	LockoutEnforce = "enforce"
+)
+
+// Defaults of the failed-login guard: the lockout's are CouchDB's
+// [chttpd_auth_lockout].
+const (
+	// LockoutModeDefault is [chttpd_auth_lockout] mode's default.
+	LockoutModeDefault = LockoutEnforce
+	// LockoutThresholdDefault is how many failed logins of one user name
+	// from one client address lock that name out from there.
+	LockoutThresholdDefault = 5
+	// LockoutMaxLifetimeDefault is how long a lockout's count lasts, from
+	// its first failure: the lockout ends then.
+	LockoutMaxLifetimeDefault = 5 * time.Minute
+	// LockoutMaxObjectsDefault bounds the (address, user name) counts
+	// kept; past it the oldest go first.
+	LockoutMaxObjectsDefault = 10_000
+	// LoginFailuresFreeDefault is how many failed password checks one
+	// client address makes, for any names, within
+	// LockoutMaxLifetimeDefault of its first before it is held back: a
+	// guard of the CPU, well above what the lockout lets one user reach.
+	LoginFailuresFreeDefault = 100
+	// LoginBackoffMaxDefault caps how long an address is held back: the
+	// wait doubles from a second with each further failure.
 	LoginBackoffMaxDefault = time.Minute
-	// loginClientsMax bounds the clients remembered (the oldest entries go
+	// loginClientsMax bounds the addresses remembered (the oldest go
 	// first).
 	loginClientsMax = 10_000
 )
 
-// loginGuard bounds what failed password checks cost: a password hash is
-// deliberately slow (PBKDF2), so a client that keeps failing is held back
-// (429, no hash computed) for a wait that doubles with each failure past
-// the free ones, and at most one hash per CPU runs at once, so a flood of
-// wrong passwords cannot take every core. Verified credentials come from
-// the cache and never reach the guard.
+// Lockout is the failed-login lockout ([chttpd_auth_lockout]; zero
+// fields: the defaults).
+type Lockout struct {
+	// Mode is LockoutOff, LockoutWarn or LockoutEnforce.
+	Mode string
+	// Threshold, MaxLifetime and MaxObjects: see the defaults.
+	Threshold   int
+	MaxLifetime time.Duration
+	MaxObjects  int
+}
+
+func (l Lockout) valid() bool {
+	return slices.Contains([]string{LockoutOff, LockoutWarn, LockoutEnforce}, l.Mode) && l.Threshold > 0 && l.MaxLifetime > 0 && l.MaxObjects > 0
+}
+
+func (l Lockout) withDefaults() Lockout {
+	l.Mode = cmp.Or(l.Mode, LockoutModeDefault)
+	l.Threshold = cmp.Or(l.Threshold, LockoutThresholdDefault)
+	l.MaxLifetime = cmp.Or(l.MaxLifetime, LockoutMaxLifetimeDefault)
+	l.MaxObjects = cmp.Or(l.MaxObjects, LockoutMaxObjectsDefault)
+	return l
+}
+
+// loginGuard bounds what failed password checks allow and cost. As
+// CouchDB's [chttpd_auth_lockout], a user name whose logins failed
+// Threshold times from one client address within MaxLifetime of the first
+// is locked out from that address until then: its logins from there are
+// refused (403, no hash computed), the right password and a cached one
+// too, so that guessing stops; other users and addresses are not
+// concerned (behind a proxy, the client is the address it forwards: see
+// clientAddr). Unknown names are counted alike, so a lockout tells
+// nothing of which names exist. And as a password hash is deliberately
+// slow (PBKDF2), an address that keeps failing, whatever the names, is
+// held back past LoginFailuresFreeDefault failures (429, no hash
+// computed) for a wait that doubles with each further one, and at most
+// one hash per CPU runs at once, so that a flood of wrong passwords
+// cannot take every core. Verified credentials come from the cache and
+// never reach the hold-back.
 type loginGuard struct {
+	lockout Lockout
 	free    int
 	maxWait time.Duration
 	clock   clockwork.Clock
+	log     zerolog.Logger
 	sem     chan struct{}
 
 	mu      sync.Mutex
-	clients map[string]*loginFailures
+	users   map[[2]string]*loginFailures // by (address, user name)
+	clients map[string]*loginFailures    // by address
 }
 
+// loginFailures counts failed logins since first; until is when a held
+// back address may try again.
 type loginFailures struct {
 	n     int
+	first time.Time
 	until time.Time
-	last  time.Time
 }
 
-func newLoginGuard(clock clockwork.Clock) *loginGuard {
-	return &loginGuard{free: LoginFailuresFreeDefault, maxWait: LoginBackoffMaxDefault, clock: clock,
-		sem: make(chan struct{}, runtime.GOMAXPROCS(0)), clients: map[string]*loginFailures{}}
+func newLoginGuard(l Lockout, clock clockwork.Clock, log zerolog.Logger) *loginGuard {
+	return &loginGuard{lockout: l.withDefaults(), free: LoginFailuresFreeDefault, maxWait: LoginBackoffMaxDefault,
+		clock: clock, log: log, sem: make(chan struct{}, runtime.GOMAXPROCS(0)),
+		users: map[[2]string]*loginFailures{}, clients: map[string]*loginFailures{}}
+}
+
+// errLockedOut is CouchDB's answer to a login of a locked-out user.
+var errLockedOut = forbidden("Account is temporarily locked due to multiple authentication failures")
+
+// lockedOut refuses a login of name from client while the name is locked
+// out from there (LockoutWarn: logs it, and refuses nothing).
+func (g *loginGuard) lockedOut(client, name string) *httpError {
+	if g.lockout.Mode == LockoutOff {
+		return nil
+	}
+	g.mu.Lock()
+	f := g.current(g.users, [2]string{client, name}, g.clock.Now())
+	locked := f != nil && f.n >= g.lockout.Threshold
+	g.mu.Unlock()
+	switch {
+	case !locked:
+		return nil
+	case g.lockout.Mode == LockoutWarn:
+		g.log.Warn().Str("user", name).Str("client", client).Int("threshold", g.lockout.Threshold).
+			Msg("authentication failure threshold reached ([chttpd_auth_lockout] mode = warn: not refused)")
+		return nil
+	}
+	return errLockedOut
+}
+
+// current is m's count under k, nil when there is none or it is over
+// (then forgotten).
+func (g *loginGuard) current(m map[[2]string]*loginFailures, k [2]string, now time.Time) *loginFailures {
+	f := m[k]
+	if f != nil && now.Sub(f.first) >= g.lockout.MaxLifetime {
+		delete(m, k)
+		return nil
+	}
+	return f
 }
 
 // admit waits for a hashing slot, or refuses a client being held back.
@@ -392,20 +499,15 @@ func (g *loginGuard) admit(client string) *httpError {
 
 func (g *loginGuard) done() { <-g.sem }
 
-func (g *loginGuard) failed(client string) {
+// failed counts a failed login of name from client.
+func (g *loginGuard) failed(client, name string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.clock.Now()
-	f := g.clients[client]
-	if f == nil {
-		if len(g.clients) >= loginClientsMax {
-			g.forgetOldestLocked()
-		}
-		f = &loginFailures{}
-		g.clients[client] = f
+	if g.lockout.Mode != LockoutOff {
+		count(g.users, [2]string{client, name}, now, g.lockout.MaxLifetime, g.lockout.MaxObjects)
 	}
-	f.n++
-	f.last = now
+	f := count(g.clients, client, now, g.lockout.MaxLifetime, loginClientsMax)
 	if over := f.n - g.free; over > 0 {
 		wait := g.maxWait
 		if over < 32 {
@@ -415,29 +517,73 @@ func (g *loginGuard) failed(client string) {
 	}
 }
 
-func (g *loginGuard) succeeded(client string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	delete(g.clients, client)
+// count adds a failure at now to m's count under k, which starts again
+// once life has passed since its first; at most max are kept, the oldest
+// forgotten first.
+func count[K comparable](m map[K]*loginFailures, k K, now time.Time, life time.Duration, max int) *loginFailures {
+	f := m[k]
+	if f == nil || now.Sub(f.first) >= life {
+		if f == nil && len(m) >= max {
+			forgetOldest(m)
+		}
+		f = &loginFailures{first: now}
+		m[k] = f
+	}
+	f.n++
+	return f
 }
 
-func (g *loginGuard) forgetOldestLocked() {
-	var oldest string
+func forgetOldest[K comparable](m map[K]*loginFailures) {
+	var oldest K
 	var at time.Time
-	for k, f := range g.clients {
-		if oldest == "" || f.last.Before(at) {
-			oldest, at = k, f.last
+	for k, f := range m {
+		if at.IsZero() || f.first.Before(at) {
+			oldest, at = k, f.first
 		}
 	}
-	delete(g.clients, oldest)
+	delete(m, oldest)
 }
 
-// clientAddr is the host of a request's remote address: the client the
-// login guard holds back.
-func clientAddr(r *http.Request) string {
+// clientAddr is the client address of a request, which the login guard
+// counts by: the host of its remote address, or, when that is one of
+// proxies (trusted_proxies), the last address its X-Forwarded-For
+// headers name that is not one of proxies (each proxy appends the address
+// it got the request from; what a client wrote before comes first and is
+// not believed). An entry that is not an address stops the walk at the
+// proxy that forwarded it.
+func clientAddr(r *http.Request, proxies []netip.Prefix) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return r.RemoteAddr
+		host = r.RemoteAddr
+	}
+	trusted := func(s string) (netip.Addr, bool) {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			ap, perr := netip.ParseAddrPort(s)
+			if perr != nil {
+				return netip.Addr{}, false
+			}
+			a = ap.Addr()
+		}
+		a = a.Unmap()
+		return a, slices.ContainsFunc(proxies, func(p netip.Prefix) bool { return p.Contains(a) })
+	}
+	if _, ok := trusted(host); !ok {
+		return host
+	}
+	var hops []string
+	for _, v := range r.Header.Values("X-Forwarded-For") {
+		hops = append(hops, strings.Split(v, ",")...)
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, ok := trusted(strings.TrimSpace(hops[i]))
+		if !a.IsValid() {
+			break
+		}
+		host = a.String()
+		if !ok {
+			break
+		}
 	}
 	return host
 }
@@ -512,7 +658,7 @@ func (a *authenticator) authenticate(r *http.Request) (u *User, refresh *http.Co
 		if !ok {
 			return nil, nil, badRequest("Authorization header has invalid encoding")
 		}
-		acc, he := a.login(name, password, clientAddr(r))
+		acc, he := a.login(name, password, clientAddr(r, a.proxies))
 		if he != nil {
 			return nil, nil, he
 		}

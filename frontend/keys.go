@@ -3,6 +3,7 @@ package frontend
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -74,6 +75,18 @@ var (
 		"Verified credentials remembered, so that Basic auth does not rerun PBKDF2 on every request; 0 disables the cache.")
 	keySameSite = config.RegisterString("chttpd_auth", "same_site", SameSiteDefault,
 		"SameSite attribute of AuthSession cookies: strict, lax or none, in any case; empty sends none (CouchDB's default). Lax keeps the cookie from cross-site requests but for top-level navigations; browsers keep a none cookie only over HTTPS.", nil)
+	keyTrustedProxies = config.RegisterList("chttpd", "trusted_proxies", nil,
+		"Addresses (1.2.3.4, ::1) or networks (10.0.0.0/8) of the proxies and load balancers in front of this node: a request from one of them is from the last address its X-Forwarded-For names that is not one of them, for the failed-login lockout and hold-back and the anonymous clients' max_client_requests. Empty: X-Forwarded-For is ignored, and behind a proxy every client is the proxy's address.", nil)
+
+	keyLockoutMode = config.RegisterString("chttpd_auth_lockout", "mode", LockoutModeDefault,
+		"What failed logins do, as in CouchDB: enforce refuses the logins of a user name from a client address (403, the right password too) once threshold of them failed from there within max_lifetime of the first, until then; warn logs a warning instead; off counts nothing.",
+		[]string{LockoutOff, LockoutWarn, LockoutEnforce})
+	keyLockoutThreshold = config.RegisterInt("chttpd_auth_lockout", "threshold", LockoutThresholdDefault, 1, 1_000_000,
+		"Failed logins of one user name from one client address (see [chttpd] trusted_proxies) that lock the name out from there.")
+	keyLockoutMaxLifetime = config.RegisterDuration("chttpd_auth_lockout", "max_lifetime", time.Millisecond, LockoutMaxLifetimeDefault, time.Second, 24*time.Hour,
+		"Milliseconds a count of failed logins lasts, from its first failure: a lockout ends then.")
+	keyLockoutMaxObjects = config.RegisterInt("chttpd_auth_lockout", "max_objects", LockoutMaxObjectsDefault, 1, 10_000_000,
+		"Counts of failed logins (user name and client address pairs) kept at most; past it the oldest are forgotten.")
 )
 
 func init() {
@@ -82,6 +95,27 @@ func init() {
 			return fmt.Errorf("%w: [chttpd_auth] same_site = %q (%s): want strict, lax, none or empty", config.ErrInvalidValue,
 				keySameSite.Get(c), c.Source("chttpd_auth", "same_site"))
 		}
-		return nil
+		_, err := TrustedProxiesFromConfig(c)
+		return err
 	})
+}
+
+// TrustedProxiesFromConfig parses [chttpd] trusted_proxies; an item that
+// is neither an address nor a network is an error wrapping
+// config.ErrInvalidValue.
+func TrustedProxiesFromConfig(c *config.Config) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, item := range keyTrustedProxies.Get(c) {
+		p, err := netip.ParsePrefix(item)
+		if err != nil {
+			a, aerr := netip.ParseAddr(item)
+			if aerr != nil {
+				return nil, fmt.Errorf("%w: [chttpd] trusted_proxies: %q is neither an address (1.2.3.4, ::1) nor a network (10.0.0.0/8) (%s)",
+					config.ErrInvalidValue, item, c.Source("chttpd", "trusted_proxies"))
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }

@@ -510,14 +510,10 @@ func (c *clientRequests) release(client string) {
 }
 
 // clientKey names the client of a request for the per-client cap: the
-// user, or the remote address's host for anonymous requests.
-func clientKey(r *http.Request, u *User) string {
+// user, or the client's address (clientAddr) for anonymous requests.
+func clientKey(addr string, u *User) string {
 	if !u.Anonymous() {
 		return "user:" + u.Name
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return "addr:" + host
+	return "addr:" + addr
 }

@@ -6,12 +6,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 )
@@ -233,32 +236,151 @@ func TestPerClientRequestCap(t *testing.T) {
 	require.Equal(t, 200, e.do("GET", "/_replicator", asBob, nil).Status)
 }
 
-// L5: failed password checks are costly (PBKDF2), so a client that keeps
-// failing is held back with 429 (no hash computed), for a wait that grows
-// with each failure; a correct password afterwards works again.
+// L5: failed password checks are costly (PBKDF2), so an address that
+// keeps failing, whatever the names, is held back with 429 (no hash
+// computed), for a wait that grows with each failure; a cached credential
+// never waits, and the address may try again once the wait is over.
 func TestFailedLoginBackoff(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	e := newEnv(t, func(o *Options) { o.Clock = clock })
-	wrong := &creds{Name: aliceName, Pass: "wrong"}
-	for i := 0; i < LoginFailuresFreeDefault; i++ {
-		requireError(t, e.do("GET", "/_replicator", wrong, nil), 401, "unauthorized")
+	require.Equal(t, 200, e.do("GET", "/_replicator", asAlice, nil).Status) // cached from now on
+	ghost := func(i int) *creds { return &creds{Name: fmt.Sprintf("ghost%d", i), Pass: "x"} }
+	for i := range LoginFailuresFreeDefault {
+		requireError(t, e.do("GET", "/_replicator", ghost(i), nil), 401, "unauthorized")
 	}
-	requireError(t, e.do("GET", "/_replicator", wrong, nil), 401, "unauthorized") // the first failure past the free ones
-	for _, c := range []*creds{wrong, asAlice, {Name: "ghost", Pass: "x"}} {
+	requireError(t, e.do("GET", "/_replicator", ghost(-1), nil), 401, "unauthorized") // the first failure past the free ones
+	for _, c := range []*creds{ghost(0), asBob, {Name: aliceName, Pass: "wrong"}} {
 		requireError(t, e.do("GET", "/_replicator", c, nil), 429, "too_many_requests")
 	}
+	require.Equal(t, 200, e.do("GET", "/_replicator", asAlice, nil).Status, "a cached credential does not wait")
 	clock.Advance(time.Second)
-	requireError(t, e.do("GET", "/_replicator", wrong, nil), 401, "unauthorized")
-	r := e.do("GET", "/_replicator", asAlice, nil)
+	requireError(t, e.do("GET", "/_replicator", ghost(-2), nil), 401, "unauthorized")
+	r := e.do("GET", "/_replicator", asBob, nil)
 	requireError(t, r, 429, "too_many_requests")
 	require.Contains(t, r.Body["reason"], "retry in 2 s", "the wait doubled")
 	clock.Advance(2 * time.Second)
-	require.Equal(t, 200, e.do("GET", "/_replicator", asAlice, nil).Status)
-	// Success forgets the failures; a cached credential never waits.
-	requireError(t, e.do("GET", "/_replicator", wrong, nil), 401, "unauthorized")
-	require.Equal(t, 200, e.do("GET", "/_replicator", asAlice, nil).Status)
+	require.Equal(t, 200, e.do("GET", "/_replicator", asBob, nil).Status)
+	// The count starts again max_lifetime after its first failure.
+	clock.Advance(LockoutMaxLifetimeDefault)
+	requireError(t, e.do("GET", "/_replicator", ghost(-3), nil), 401, "unauthorized")
+	requireError(t, e.do("GET", "/_replicator", ghost(-4), nil), 401, "unauthorized")
+}
+
+// As CouchDB's [chttpd_auth_lockout]: a user name whose logins failed
+// threshold times from an address is locked out from there, 403, the
+// right password too, until max_lifetime after the first failure; other
+// users' logins from that address are not concerned, a first one (not
+// cached) included.
+func TestLoginLockoutIsPerUser(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	e := newEnv(t, func(o *Options) { o.Clock = clock })
+	wrong := &creds{Name: bobName, Pass: "wrong"}
+	for range LockoutThresholdDefault {
+		requireError(t, e.do("GET", "/_replicator", wrong, nil), 401, "unauthorized")
+	}
+	for _, c := range []*creds{wrong, asBob} {
+		r := e.do("GET", "/_replicator", c, nil)
+		requireError(t, r, 403, "forbidden")
+		require.Equal(t, "Account is temporarily locked due to multiple authentication failures", r.Body["reason"])
+	}
+	r := e.do("POST", "/_session", nil, map[string]any{"name": bobName, "password": bobPass})
+	requireError(t, r, 403, "forbidden")
+
+	require.Equal(t, 200, e.do("GET", "/_replicator", asAlice, nil).Status, "alice's first login from the same address")
+	r = e.do("POST", "/_session", nil, map[string]any{"name": aliceName, "password": alicePass})
+	require.Equal(t, 200, r.Status, r.Raw)
+	requireError(t, e.do("GET", "/_replicator", &creds{Name: aliceName, Pass: "wrong"}, nil), 401, "unauthorized")
+
+	// Unknown names are locked out alike: a lockout says nothing of which
+	// names exist.
+	ghost := &creds{Name: "ghost", Pass: "x"}
+	for range LockoutThresholdDefault {
+		requireError(t, e.do("GET", "/_replicator", ghost, nil), 401, "unauthorized")
+	}
+	requireError(t, e.do("GET", "/_replicator", ghost, nil), 403, "forbidden")
+
+	clock.Advance(LockoutMaxLifetimeDefault)
+	require.Equal(t, 200, e.do("GET", "/_replicator", asBob, nil).Status, "the lockout ended")
+}
+
+// [chttpd_auth_lockout] mode = warn logs a locked-out user's logins and
+// refuses none; off counts nothing (the address's hold-back stays).
+func TestLoginLockoutModes(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Lockout.Mode = LockoutWarn })
+	wrong := &creds{Name: bobName, Pass: "wrong"}
+	for range LockoutThresholdDefault + 1 {
+		requireError(t, e.do("GET", "/_replicator", wrong, nil), 401, "unauthorized")
+	}
+	require.Equal(t, 200, e.do("GET", "/_replicator", asBob, nil).Status)
+	require.Contains(t, e.logs.String(), "authentication failure threshold reached")
+	require.NotContains(t, e.logs.String(), "wrong")
+
+	e = newEnv(t, func(o *Options) { o.Lockout.Mode = LockoutOff })
+	for range LockoutThresholdDefault + 1 {
+		requireError(t, e.do("GET", "/_replicator", wrong, nil), 401, "unauthorized")
+	}
+	require.Equal(t, 200, e.do("GET", "/_replicator", asBob, nil).Status)
+}
+
+// Behind a proxy named in trusted_proxies, the client is the address its
+// X-Forwarded-For names last (a client's own entries before it are not
+// believed): bob locked out from one client is not from another. From
+// anyone else X-Forwarded-For is ignored.
+func TestLoginLockoutBehindTrustedProxy(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} })
+	wrong := &creds{Name: bobName, Pass: "wrong"}
+	for range LockoutThresholdDefault {
+		requireError(t, e.do("GET", "/_replicator", wrong, nil, "X-Forwarded-For", "203.0.113.1"), 401, "unauthorized")
+	}
+	requireError(t, e.do("GET", "/_replicator", asBob, nil, "X-Forwarded-For", "203.0.113.1"), 403, "forbidden")
+	// What the client wrote before the proxy's entry is not believed.
+	requireError(t, e.do("GET", "/_replicator", asBob, nil, "X-Forwarded-For", "198.51.100.9, 203.0.113.1"), 403, "forbidden")
+	require.Equal(t, 200, e.do("GET", "/_replicator", asBob, nil, "X-Forwarded-For", "203.0.113.2").Status, "another client")
+	require.Equal(t, 200, e.do("GET", "/_replicator", asBob, nil).Status, "the proxy itself")
+
+	e = newEnv(t) // no trusted proxy
+	for range LockoutThresholdDefault {
+		requireError(t, e.do("GET", "/_replicator", wrong, nil, "X-Forwarded-For", "203.0.113.1"), 401, "unauthorized")
+	}
+	// X-Forwarded-For from a client that is not a trusted proxy names
+	// nobody.
+	requireError(t, e.do("GET", "/_replicator", asBob, nil, "X-Forwarded-For", "203.0.113.2"), 403, "forbidden")
+}
+
+func TestClientAddr(t *testing.T) {
+	proxies := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	for _, tc := range []struct {
+		remote string
+		xff    []string
+		want   string
+	}{
+		{"192.0.2.1:5000", nil, "192.0.2.1"},
+		{"192.0.2.1:5000", []string{"203.0.113.1"}, "192.0.2.1"},
+		{"10.0.0.5:5000", nil, "10.0.0.5"},
+		{"10.0.0.5:5000", []string{"203.0.113.1"}, "203.0.113.1"},
+		{"10.0.0.5:5000", []string{"198.51.100.9, 203.0.113.1, 10.0.0.6"}, "203.0.113.1"},
+		{"10.0.0.5:5000", []string{"198.51.100.9", "203.0.113.1:4711"}, "203.0.113.1"},
+		{"10.0.0.5:5000", []string{"garbage, 10.0.0.6"}, "10.0.0.6"},
+		{"10.0.0.5:5000", []string{"10.0.0.7, 10.0.0.6"}, "10.0.0.7"},
+		{"[::1]:5000", []string{"2001:db8::1"}, "2001:db8::1"},
+		{"[::ffff:10.0.0.5]:5000", []string{"203.0.113.1"}, "203.0.113.1"},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tc.remote
+		for _, v := range tc.xff {
+			r.Header.Add("X-Forwarded-For", v)
+		}
+		require.Equal(t, tc.want, clientAddr(r, proxies), "%s %q", tc.remote, tc.xff)
+	}
 }
 
 func basicAuth(name, pass string) string {
 	return strings.TrimPrefix((&testutil.Creds{Name: name, Pass: pass}).Authorization(), "Basic ")
+}
+
+func TestLockoutOptions(t *testing.T) {
+	for _, l := range []Lockout{{Mode: "strict"}, {Threshold: -1}, {MaxLifetime: -time.Second}, {MaxObjects: -1}} {
+		_, err := New(Options{DB: kvtest.NewDB(t), Lockout: l})
+		require.ErrorIs(t, err, ErrInvalidOptions, "%+v", l)
+	}
 }

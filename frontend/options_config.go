@@ -10,8 +10,8 @@ import (
 )
 
 // OptionsFromConfig fills the configurable Options from cfg ([chttpd],
-// [chttpd_auth], [admins], [users], [user_roles], [log] requests, [node]
-// name) and hashes plaintext passwords; it returns the names of accounts
+// [chttpd_auth], [chttpd_auth_lockout], [admins], [users], [user_roles],
+// [log] requests, [node] name) and hashes plaintext passwords; it returns the names of accounts
 // whose password was plaintext, to warn about. DB, Logger, Version and the
 // replicator wiring are the caller's.
 func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
@@ -34,6 +34,11 @@ func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
 		LogRequests:      cfg.Bool("log", "requests"),
 		NodeName:         cfg.NodeName(),
 		Limits:           LimitsFromConfig(cfg),
+		Lockout: Lockout{Mode: keyLockoutMode.Get(cfg), Threshold: int(keyLockoutThreshold.Get(cfg)),
+			MaxLifetime: keyLockoutMaxLifetime.Get(cfg), MaxObjects: int(keyLockoutMaxObjects.Get(cfg))},
+	}
+	if o.TrustedProxies, err = TrustedProxiesFromConfig(cfg); err != nil {
+		return Options{}, nil, err
 	}
 	if o.UtilsDir, err = utilsDirFromConfig(cfg); err != nil {
 		return Options{}, nil, err

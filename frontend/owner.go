@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
@@ -227,7 +228,12 @@ func hideSealed(body map[string]any) {
 // as Fauxton's editor does) that the revision it replaces holds sealed at
 // the same place. The write replaces that very revision or conflicts, so
 // no other revision's credential is taken. A redacted value with nothing
-// to keep is left for the replicator's parser to refuse.
+// to keep is left for the replicator's parser to refuse. One kept while
+// the edit sends it elsewhere (its endpoint's or proxy's scheme, host or
+// port changed: couch.Destination) is refused, 403 naming the field: the
+// writer may not have been given the credential, only the use of it
+// there (the replication node also refuses to open a value bound to
+// another destination).
 func (s *Server) keepSealed(ctx context.Context, e *docEdit) error {
 	wants := false
 	_ = couch.WalkSecrets(maps.Clone(e.body), func(_, v string) (string, error) {
@@ -247,19 +253,25 @@ func (s *Server) keepSealed(ctx context.Context, e *docEdit) error {
 	// Credentials are matched by place: a field and its occurrence (the
 	// three proxy fields share one name, as do an endpoint's URL and
 	// auth.basic passwords), which the walk visits in a fixed order.
-	held, place := map[string]string{}, places()
-	_ = couch.WalkSecrets(maps.Clone(res[0].Revs[0].Doc.Body), func(field, v string) (string, error) {
+	type sealed struct{ v, dest string }
+	held, place := map[string]sealed{}, places()
+	_ = couch.WalkSecretsTo(maps.Clone(res[0].Revs[0].Doc.Body), func(field, dest, v string) (string, error) {
 		if p := place(field); seal.IsSealed(v) {
-			held[p] = v
+			held[p] = sealed{v, dest}
 		}
 		return v, nil
 	})
 	place = places()
-	return couch.WalkSecrets(e.body, func(field, v string) (string, error) {
-		if k, ok := held[place(field)]; ok && v == redacted {
-			return k, nil
+	return couch.WalkSecretsTo(e.body, func(field, dest, v string) (string, error) {
+		k, ok := held[place(field)]
+		switch {
+		case !ok || v != redacted:
+			return v, nil
+		case k.dest != dest:
+			return "", forbidden(fmt.Sprintf("`%s` is %s, which keeps the credential the replaced revision sends to %s, "+
+				"but this revision would send it to %s: give the credential itself to send one there", field, redacted, k.dest, dest))
 		}
-		return v, nil
+		return k.v, nil
 	})
 }
 

@@ -3,6 +3,7 @@ package frontend
 import (
 	"bytes"
 	"compress/gzip"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -41,15 +42,19 @@ func TestGzipBodiesAndChangesFilter(t *testing.T) {
 
 func TestOptionsFromConfig(t *testing.T) {
 	cfg, err := config.FromMap(map[string]map[string]string{
-		"admins":      {"root": "pw"},
-		"users":       {"u": "-pbkdf2-" + mustHex(t, "upw", "sha", "salt", 3) + ",salt,3"},
-		"user_roles":  {"u": "a,b"},
-		"chttpd_auth": {"iterations": "3", "secret": "s3", "timeout": "60", "auth_cache_size": "0"},
-		"chttpd":      {"max_json_depth": "5", "admin_only_all_dbs": "false"},
+		"admins":              {"root": "pw"},
+		"users":               {"u": "-pbkdf2-" + mustHex(t, "upw", "sha", "salt", 3) + ",salt,3"},
+		"user_roles":          {"u": "a,b"},
+		"chttpd_auth":         {"iterations": "3", "secret": "s3", "timeout": "60", "auth_cache_size": "0"},
+		"chttpd":              {"max_json_depth": "5", "admin_only_all_dbs": "false", "trusted_proxies": "10.0.0.7, 192.168.1.0/24,::1"},
+		"chttpd_auth_lockout": {"mode": "warn", "threshold": "3", "max_lifetime": "60000", "max_objects": "7"},
 	})
 	require.NoError(t, err)
 	o, plain, err := OptionsFromConfig(cfg)
 	require.NoError(t, err)
+	require.Equal(t, Lockout{Mode: LockoutWarn, Threshold: 3, MaxLifetime: time.Minute, MaxObjects: 7}, o.Lockout)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.7/32"), netip.MustParsePrefix("192.168.1.0/24"),
+		netip.MustParsePrefix("::1/128")}, o.TrustedProxies)
 	require.Equal(t, []string{"root"}, plain)
 	require.Equal(t, []byte("s3"), o.Secret)
 	require.Equal(t, time.Minute, o.SessionTimeout)
@@ -63,4 +68,11 @@ func TestOptionsFromConfig(t *testing.T) {
 	ok, err = verifyPassword(o.Accounts.byName["root"].hash, "pw")
 	require.NoError(t, err)
 	require.True(t, ok)
+}
+
+// [chttpd] trusted_proxies takes addresses and networks only.
+func TestTrustedProxiesConfig(t *testing.T) {
+	_, err := config.FromMap(map[string]map[string]string{"chttpd": {"trusted_proxies": "10.0.0.1,lb.example"}})
+	require.ErrorIs(t, err, config.ErrInvalidValue)
+	require.ErrorContains(t, err, `[chttpd] trusted_proxies: "lb.example" is neither an address`)
 }

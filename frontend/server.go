@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -113,6 +114,13 @@ type Options struct {
 	UpMore func() map[string]any
 	// Clock times sessions and login backoffs; the real clock when nil.
 	Clock clockwork.Clock
+	// Lockout locks a user name out from a client address after failed
+	// logins ([chttpd_auth_lockout]; zero fields: the defaults).
+	Lockout Lockout
+	// TrustedProxies are the addresses of the proxies whose
+	// X-Forwarded-For names the client ([chttpd] trusted_proxies; see
+	// clientAddr); none: the remote address is the client.
+	TrustedProxies []netip.Prefix
 	// Limits protect the server from slow and greedy clients (zero fields:
 	// the defaults). Serve the Server with NewHTTPServer and the same
 	// Limits for the connection-level ones.
@@ -165,6 +173,8 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("%w: MaxDocumentSize %d not in [256, %d]", ErrInvalidOptions, opts.MaxDocumentSize, kv.MaxValueSize-1000)
 	case opts.MaxJSONDepth < 2:
 		return nil, fmt.Errorf("%w: MaxJSONDepth %d is under 2", ErrInvalidOptions, opts.MaxJSONDepth)
+	case !opts.Lockout.withDefaults().valid():
+		return nil, fmt.Errorf("%w: Lockout %+v: Mode must be off, warn or enforce, the others positive", ErrInvalidOptions, opts.Lockout)
 	}
 	if opts.UtilsDir != "" {
 		if err := checkUtilsDir(opts.UtilsDir); err != nil {
@@ -194,7 +204,8 @@ func New(opts Options) (*Server, error) {
 		auth: &authenticator{
 			secret: opts.Secret, timeout: opts.SessionTimeout,
 			persistent: !opts.SessionCookies, clock: opts.Clock, decoy: decoy, sameSite: opts.SameSite,
-			cache: map[[32]byte]struct{}{}, cacheSize: max(opts.AuthCacheSize, 0), guard: newLoginGuard(opts.Clock),
+			cache: map[[32]byte]struct{}{}, cacheSize: max(opts.AuthCacheSize, 0), guard: newLoginGuard(opts.Lockout, opts.Clock, logger),
+			proxies: opts.TrustedProxies,
 		},
 		log:     logger,
 		stats:   newHTTPStats(),
@@ -440,7 +451,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			http.SetCookie(w, refresh)
 		}
 		if !u.IsAdmin() && r.URL.Path != "/_up" {
-			client := clientKey(r, u)
+			client := clientKey(clientAddr(r, s.opts.TrustedProxies), u)
 			if !s.clients.acquire(client) {
 				writeError(w, newError(http.StatusTooManyRequests, "too_many_requests",
 					fmt.Sprintf("more than %d requests in flight from this client", s.opts.Limits.MaxClientRequests)))

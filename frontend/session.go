@@ -71,7 +71,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		password, _ := field("password")
-		acc, he := s.auth.login(name, password, clientAddr(r))
+		acc, he := s.auth.login(name, password, clientAddr(r, s.opts.TrustedProxies))
 		if he != nil {
 			writeError(w, he)
 			return

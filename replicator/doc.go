@@ -123,7 +123,19 @@
 // keeps the credentials of the revision it replaces (the HTTP API puts
 // them back). Each sealed value is bound to its place: the document (or
 // the user who posted) and the field (DocScope, UserScope), so a value
-// copied elsewhere does not open. Only the replication node that runs a
+// copied elsewhere does not open; and to where it is sent
+// (couch.Destination: the scheme, host and port of its endpoint and of
+// the endpoint's proxy, or of the proxy for a proxy's password), so that
+// a reader shown "*****" (a user an admin gave a replication with a
+// service account's password) cannot send it elsewhere: the HTTP API
+// refuses a "*****" kept while an edit changes its destination (403
+// naming the field), and a node opens a value for its destination only
+// (Spec.Open: ErrCorrupt, the job fails). Values sealed before bindings
+// existed open for any destination until the reseal pass (or their job's
+// next start) binds them to the one they have then; the API's check
+// covers them meanwhile. Without a sealing key credentials are stored as
+// written and their owner reads them, as in CouchDB: nothing to keep from
+// them. Only the replication node that runs a
 // job opens them (Spec.Open, with Config.Opener), for the run alone: job
 // data, logs and errors never hold them opened. A node without the key
 // crashes such jobs with a reason naming the key, and says so once. A
@@ -142,7 +154,9 @@
 // SameReplication still matches them), then the transient jobs, a page
 // per transaction, resuming from its record (key 27) across intervals,
 // nodes and restarts; credentials stored in the clear before a key was
-// configured are sealed the same way. A running job is its worker's to
+// configured are sealed the same way, and values sealed before bindings
+// existed are bound (a pass after an upgrade binds them; the next starts
+// within ResealAgainDefault). A running job is its worker's to
 // write: the worker moves its credentials, and its document's, as the
 // job starts. Bodies are rewritten in place (repdb.Store.RewriteBodies):
 // no revision, no change in the feed, nothing a read shows. A pass that

@@ -87,7 +87,17 @@ var (
 		"Milliseconds an idle pooled connection to an endpoint is kept open before it is closed, as CouchDB 3.x's.")
 	keySessionRefreshInterval = config.RegisterDuration("replicator", "session_refresh_interval_sec", time.Second, couch.SessionRefreshIntervalDefault, time.Second, config.Forever,
 		"Seconds after which a session cookie without Max-Age is renewed (a cookie with Max-Age is renewed at 90% of it).")
+	keyLoginFailureBudget = config.RegisterInt("replicator", "login_failure_budget", couch.LoginFailureBudgetDefault, 0, 1000,
+		"Logins of one user at one endpoint server that the server may refuse, whatever the passwords, within 5 minutes of the first, before this node stops trying passwords that have not worked: a replication with such a password then crashes with login_budget, naming the account and when it may try again, while a password that logged in keeps working. Under CouchDB's [chttpd_auth_lockout] threshold (5), which refuses the account's right password too from this node's address once reached. 0: no budget.")
 )
+
+// LoginsFromConfig is a replication node's memory of the logins endpoints
+// refused (couch.Logins), with [replicator] login_failure_budget.
+func LoginsFromConfig(cfg *config.Config) *couch.Logins {
+	l := couch.NewLogins(0, nil)
+	l.SetBudget(int(keyLoginFailureBudget.Get(cfg)))
+	return l
+}
 
 // The [replicator] keys of the credentials sealed at rest (Config.Sealer,
 // Config.Opener; see SealingFromConfig).

@@ -14,7 +14,8 @@ import (
 // Resealing (see doc.go, "Credentials at rest"): after a key rotation the
 // replication nodes move every credential sealed to an older key to the
 // current one, and seal those stored in the clear before a key was
-// configured, so that the old key can be dropped. A document and its job
+// configured, so that the old key can be dropped; values sealed before
+// bindings existed are bound to where they are sent then. A document and its job
 // move together, in one transaction, with equal values; a running job's
 // holder moves its own at its start.
 
@@ -34,8 +35,9 @@ type DocRewriter interface {
 }
 
 // Resealer moves credentials to its Opener's current key: a value sealed
-// to another of the Opener's keys is opened and sealed again, one in the
-// clear is sealed; Redacted, and values sealed to a key the Opener lacks
+// to another of the Opener's keys, or before bindings existed, is opened
+// and sealed again, bound to where it is sent, one in the clear is
+// sealed; Redacted, and values sealed to a key the Opener lacks
 // or that do not open, stay as they are (Spec.Open says why when a job
 // runs). It gives the same new value for the same scope, field and old
 // value, so a document and its job moved in one transaction keep equal
@@ -50,36 +52,38 @@ type Resealer struct {
 func NewResealer(o *seal.Opener) *Resealer { return &Resealer{o: o, memo: map[string]string{}} }
 
 // moves reports whether v is a credential a Resealer to o's current key
-// moves: in the clear, or sealed to another of o's keys (one sealed to a
-// key o lacks stays).
+// moves: in the clear, sealed to another of o's keys, or sealed before
+// bindings existed (one sealed to a key o lacks stays).
 func moves(o *seal.Opener, v string) bool {
 	switch {
 	case v == "" || v == Redacted:
 		return false
 	case seal.IsSealed(v):
-		return o.Stale(v) && o.Holds(v)
+		return (o.Stale(v) || !seal.Bound(v)) && o.Holds(v)
 	}
 	return true
 }
 
-// value is v moved (or v, when it stays).
-func (r *Resealer) value(scope, field, v string) (string, error) {
+// value is v, sent to dest, moved (or v, when it stays). A value sealed
+// with a binding keeps it (it does not open for another); one sealed
+// before bindings existed is bound to dest.
+func (r *Resealer) value(scope, field, dest, v string) (string, error) {
 	if !moves(r.o, v) {
 		return v, nil
 	}
-	k := scope + "\x00" + field + "\x00" + v
+	k := scope + "\x00" + field + "\x00" + dest + "\x00" + v
 	if nv, ok := r.memo[k]; ok {
 		return nv, nil
 	}
 	var nv string
 	var err error
 	if seal.IsSealed(v) {
-		nv, err = r.o.Reseal(v, sealContext(scope, field))
+		nv, err = r.o.Reseal(v, sealContext(scope, field), sealBinding(dest))
 		if errors.Is(err, seal.ErrCorrupt) {
 			return v, nil // stays: the run that needs it says why
 		}
 	} else {
-		nv, err = r.o.Current().Seal(v, sealContext(scope, field))
+		nv, err = r.o.Current().Seal(v, sealContext(scope, field), sealBinding(dest))
 	}
 	if err != nil {
 		return "", err
@@ -101,8 +105,8 @@ func (r *Resealer) Body(body map[string]any, scope string) (bool, error) {
 			}
 		}
 	}
-	err := couch.WalkSecrets(body, func(field, v string) (string, error) {
-		nv, err := r.value(scope, field, v)
+	err := couch.WalkSecretsTo(body, func(field, dest, v string) (string, error) {
+		nv, err := r.value(scope, field, dest, v)
 		changed = changed || nv != v
 		return nv, err
 	})
@@ -128,12 +132,12 @@ func (r *Resealer) Spec(s *Spec, scope string) (*Spec, bool, error) {
 	c := s.clone()
 	var err error
 	changed := false
-	c.eachSecret(func(field string, v *string) {
+	c.eachSecret(func(field, dest string, v *string) {
 		if err != nil {
 			return
 		}
 		var nv string
-		if nv, err = r.value(scope, field, *v); err == nil && nv != *v {
+		if nv, err = r.value(scope, field, dest, *v); err == nil && nv != *v {
 			*v, changed = nv, true
 		}
 	})
@@ -151,7 +155,7 @@ func (s *Spec) Moves(o *seal.Opener) bool {
 		return false
 	}
 	found := false
-	s.eachSecret(func(_ string, v *string) { // changes nothing
+	s.eachSecret(func(_, _ string, v *string) { // changes nothing
 		found = found || moves(o, *v)
 	})
 	return found

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -107,18 +108,18 @@ func (w *resealWorld) body(scope, how string) (json.RawMessage, map[string]strin
 	body, err := decodeBody(json.RawMessage(raw))
 	require.NoError(w.t, err)
 	ways := []string{"clear", "a", "b", "c"}
-	require.NoError(w.t, couch.WalkSecrets(body, func(field, v string) (string, error) {
+	require.NoError(w.t, couch.WalkSecretsTo(body, func(field, dest, v string) (string, error) {
 		way := how
 		if how == "mixed" {
 			way = ways[w.rnd.IntN(len(ways))]
 		}
 		switch way {
 		case "a":
-			return w.a.Seal(v, sealContext(scope, field))
+			return w.a.Seal(v, sealContext(scope, field), sealBinding(dest))
 		case "b":
-			return w.b.Seal(v, sealContext(scope, field))
+			return w.b.Seal(v, sealContext(scope, field), sealBinding(dest))
 		case "c":
-			return w.c.Seal(v, sealContext(scope, field))
+			return w.c.Seal(v, sealContext(scope, field), sealBinding(dest))
 		}
 		return v, nil
 	}))
@@ -234,28 +235,32 @@ func (w *resealWorld) step(holder string, pages int) ResealReport {
 }
 
 // check verifies that every credential still opens to what was written
-// (or stays sealed to c), and, when settled (a pass ended after the last
-// change, no job running), that none is in the clear or sealed to a, and
-// that each document's job holds its document's values.
+// (or stays sealed to c), for where it is sent and nowhere else, and,
+// when settled (a pass ended after the last change, no job running), that
+// none is in the clear or sealed to a, and that each document's job holds
+// its document's values.
 func (w *resealWorld) check(settled bool) {
 	t := w.t
-	verify := func(what, scope string, plain map[string]string, field, v string) {
+	elsewhere := sealBinding("http://elsewhere:80")
+	verify := func(what, scope string, plain map[string]string, field, dest, v string) {
 		want, ok := plain[field]
 		require.True(t, ok, "%s: an unexpected credential %s", what, field)
+		o := w.o
 		switch {
 		case !seal.IsSealed(v):
 			require.Equal(t, want, v, "%s %s", what, field)
 			require.False(t, settled, "%s %s: in the clear after the pass", what, field)
+			return
 		case w.o.Holds(v):
-			got, err := w.o.Open(v, sealContext(scope, field))
-			require.NoError(t, err, "%s %s", what, field)
-			require.Equal(t, want, got, "%s %s", what, field)
 			require.False(t, settled && w.o.Stale(v), "%s %s: sealed to the old key after the pass", what, field)
 		default: // sealed to c, which the nodes lack: left as it was
-			got, err := w.oc.Open(v, sealContext(scope, field))
-			require.NoError(t, err, "%s %s", what, field)
-			require.Equal(t, want, got, "%s %s", what, field)
+			o = w.oc
 		}
+		got, err := o.Open(v, sealContext(scope, field), sealBinding(dest))
+		require.NoError(t, err, "%s %s", what, field)
+		require.Equal(t, want, got, "%s %s", what, field)
+		_, err = o.Open(v, sealContext(scope, field), elsewhere)
+		require.ErrorIs(t, err, seal.ErrCorrupt, "%s %s: opens for another destination", what, field)
 	}
 	docSpecs := map[string]*Spec{}
 	for key, plain := range w.plain {
@@ -265,8 +270,8 @@ func (w *resealWorld) check(settled bool) {
 		}
 		d, err := w.docs.ReadDoc(w.ctx, db, id)
 		require.NoError(t, err, key)
-		require.NoError(t, couch.WalkSecrets(d.Body, func(field, v string) (string, error) {
-			verify("document "+key, DocScope(db, id), plain, field, v)
+		require.NoError(t, couch.WalkSecretsTo(d.Body, func(field, dest, v string) (string, error) {
+			verify("document "+key, DocScope(db, id), plain, field, dest, v)
 			return v, nil
 		}))
 		raw, err := json.Marshal(d.Body)
@@ -281,8 +286,8 @@ func (w *resealWorld) check(settled bool) {
 		}
 		plain := w.plain[key]
 		require.NotNil(t, plain, "job %s", id)
-		d.Rep.eachSecret(func(field string, v *string) {
-			verify("job "+id, d.SealScope(), plain, field, *v)
+		d.Rep.eachSecret(func(field, dest string, v *string) {
+			verify("job "+id, d.SealScope(), plain, field, dest, *v)
 		})
 		if settled && !d.Transient() {
 			require.True(t, SameReplication(d.Rep, docSpecs[key]), "job %s holds values other than its document's", id)
@@ -426,4 +431,63 @@ func TestResealPassesByWhatItCannotMove(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, w.b.ID(), jd.Rep.SealedKeyID(), id)
 	}
+}
+
+// legacySourcePassword was sealed by fdbrep before bindings existed, to the
+// key of testdata/legacy-seal.key, for the source password of document
+// "legacy" of _replicator; its plaintext is "S3rvicePW".
+const legacySourcePassword = "fdbrep-sealed:v1:2d122f77d088e017:IVrj4WC36dvohppaoqjkr70mLK-p3iMZL-XZzLMBbzH6QE6vR53cWpTd-nscR6DhapJ-pjRA3kiM"
+
+// A credential sealed before bindings existed still opens, and the reseal
+// pass binds it, with its key unchanged, to where its document sends it:
+// in the document and in its job alike.
+func TestResealBindsLegacyValues(t *testing.T) {
+	w := newResealWorld(t)
+	legacy, err := seal.LoadPrivateKeys("testdata/legacy-seal.key")
+	require.NoError(t, err)
+	w.o = legacy
+	src := (&url.URL{Scheme: "http", User: url.UserPassword("svcacct", legacySourcePassword), Host: "h", Path: "/a"}).String()
+	raw, err := json.Marshal(map[string]any{"source": src, "target": "http://h/b", "continuous": true})
+	require.NoError(t, err)
+	body, err := repdb.DecodeBody(raw)
+	require.NoError(t, err)
+	_, err = w.docs.Write(w.ctx, repdb.Write{DB: "_replicator", ID: "legacy", Body: body})
+	require.NoError(t, err)
+	spec, err := ParseSpec(raw)
+	require.NoError(t, err)
+	scope, jobID := DocScope("_replicator", "legacy"), DocJobID("u0", "legacy")
+	w.setJob(jobID, &JobData{Rep: spec, DBName: "_replicator", DBUUID: "u0", DocID: "legacy", State: StatePending}, "pending")
+	opened, err := spec.Open(legacy, scope)
+	require.NoError(t, err, "a value sealed before bindings opens")
+	require.Equal(t, "S3rvicePW", opened.Source.Password)
+	require.True(t, spec.Moves(legacy), "it is to be bound")
+
+	var rep ResealReport
+	for i := 0; !rep.Ended; i++ {
+		require.Less(t, i, 10)
+		rep = w.step("n1", 1)
+	}
+	require.Equal(t, 1, rep.PassMoved, "%+v", rep)
+
+	d, err := w.docs.ReadDoc(w.ctx, "_replicator", "legacy")
+	require.NoError(t, err)
+	jd, _, err := w.s.Job(w.ctx, nil, jobID)
+	require.NoError(t, err)
+	docRaw, err := json.Marshal(d.Body)
+	require.NoError(t, err)
+	docSpec, err := ParseSpec(docRaw)
+	require.NoError(t, err)
+	require.True(t, SameReplication(jd.Rep, docSpec), "the document and its job hold the same values")
+	v := jd.Rep.Source.Password
+	require.True(t, seal.Bound(v), v)
+	require.Equal(t, legacy.Current().ID(), jd.Rep.SealedKeyID(), "the same key")
+	opened, err = jd.Rep.Open(legacy, scope)
+	require.NoError(t, err)
+	require.Equal(t, "S3rvicePW", opened.Source.Password)
+	require.False(t, jd.Rep.Moves(legacy))
+	elsewhere := jd.Rep.clone()
+	elsewhere.Source.URL = "http://elsewhere/a/"
+	_, err = elsewhere.Open(legacy, scope)
+	require.ErrorIs(t, err, seal.ErrCorrupt, "bound: it no longer opens for another host")
+	require.Contains(t, err.Error(), "`source.password` was not sealed for http://elsewhere:80")
 }

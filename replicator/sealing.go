@@ -18,7 +18,10 @@ import (
 // document or job is stored, and the replication node that runs it opens
 // them (Spec.Open) for the run alone. Each sealed value is bound to its
 // place: the document (or the user of a POST /_replicate) and the field,
-// so a value copied elsewhere does not open.
+// so a value copied elsewhere does not open; and to where it is sent, its
+// destination (couch.Destination: the origin of its endpoint and of the
+// endpoint's proxy, or a proxy's own), so a value kept while the document
+// now sends it elsewhere does not open either.
 
 // Redacted is what reads show in place of a sealed credential; a write
 // that gives it back keeps the credential its replaced revision held.
@@ -41,10 +44,13 @@ func (d *JobData) SealScope() string {
 
 func sealContext(scope, field string) []byte { return []byte(scope + "\x00" + field) }
 
+// sealBinding is the binding of a credential sent to dest.
+func sealBinding(dest string) []byte { return []byte(dest) }
+
 // SealBody seals, in place, the credentials of a replication body (a
-// _replicator document or a POST /_replicate body) for scope: endpoint
-// passwords (in a URL or auth.basic), header values and proxy passwords
-// (couch.WalkSecrets). A Basic Authorization header becomes the
+// _replicator document or a POST /_replicate body) for scope and where
+// each is sent: endpoint passwords (in a URL or auth.basic), header
+// values and proxy passwords (couch.WalkSecretsTo). A Basic Authorization header becomes the
 // endpoint's auth.basic, as the parser reads it, unless the endpoint has
 // credentials of its own (then it is dropped, as the parser ignores it):
 // the views keep showing the user name. Values already sealed are kept.
@@ -57,7 +63,7 @@ func SealBody(s *seal.Sealer, body map[string]any, scope string) error {
 		}
 	}
 	var redacted error
-	err := couch.WalkSecrets(body, func(field, v string) (string, error) {
+	err := couch.WalkSecretsTo(body, func(field, dest, v string) (string, error) {
 		switch {
 		case seal.IsSealed(v):
 			return v, nil
@@ -68,7 +74,7 @@ func SealBody(s *seal.Sealer, body map[string]any, scope string) error {
 			}
 			return v, nil // the others are sealed all the same
 		}
-		return s.Seal(v, sealContext(scope, field))
+		return s.Seal(v, sealContext(scope, field), sealBinding(dest))
 	})
 	return cmp.Or(err, redacted)
 }
@@ -152,7 +158,7 @@ func (s *Spec) Sealed() bool { return s.SealedKeyID() != "" }
 // none).
 func (s *Spec) SealedKeyID() string {
 	id := ""
-	s.eachSecret(func(_ string, v *string) { // changes nothing: v is left as it is
+	s.eachSecret(func(_, _ string, v *string) { // changes nothing: v is left as it is
 		if k, ok := seal.KeyID(*v); ok && id == "" {
 			id = k
 		}
@@ -161,27 +167,32 @@ func (s *Spec) SealedKeyID() string {
 }
 
 // Open returns s with its sealed credentials opened with o for scope (the
-// job's SealScope); s itself when none is sealed. Errors wrap
-// seal.ErrNoKey (o is nil or lacks the key: the error names its id) or
-// seal.ErrCorrupt (altered, or sealed for another place); OpenReason
-// words them for the job's error.
+// job's SealScope) and where s sends each; s itself when none is sealed.
+// Errors wrap seal.ErrNoKey (o is nil or lacks the key: the error names
+// its id) or seal.ErrCorrupt (altered, sealed for another place, or for
+// another destination: the credential is not sent); OpenReason words
+// them for the job's error.
 func (s *Spec) Open(o *seal.Opener, scope string) (*Spec, error) {
 	if !s.Sealed() {
 		return s, nil
 	}
-	open := func(field, v string) (string, error) {
+	open := func(field, dest, v string) (string, error) {
 		if o == nil {
 			id, _ := seal.KeyID(v)
 			return "", fmt.Errorf("%w %s: this node holds no private key ([replicator] seal_private_key_files)", seal.ErrNoKey, id)
 		}
-		return o.Open(v, sealContext(scope, field))
+		p, err := o.Open(v, sealContext(scope, field), sealBinding(dest))
+		if err != nil && seal.Bound(v) && errors.Is(err, seal.ErrCorrupt) {
+			err = fmt.Errorf("%w: `%s` was not sealed for %s", err, field, cmp.Or(dest, "this URL"))
+		}
+		return p, err
 	}
 	c := s.clone()
 	var err error
-	c.eachSecret(func(field string, v *string) {
+	c.eachSecret(func(field, dest string, v *string) {
 		if err == nil && seal.IsSealed(*v) {
 			var p string
-			if p, err = open(field, *v); err == nil {
+			if p, err = open(field, dest, *v); err == nil {
 				*v = p
 			}
 		}
@@ -204,25 +215,27 @@ func OpenReason(err error) string {
 	if errors.Is(err, seal.ErrNoKey) {
 		return "this node cannot open the replication's sealed credentials: " + err.Error()
 	}
-	return "the replication's sealed credentials do not open (altered, or copied from another document): " +
-		"write them again; " + err.Error()
+	return "the replication's sealed credentials do not open (altered, copied from another document, " +
+		"or kept while their endpoint or proxy changed): write them again; " + err.Error()
 }
 
-// eachSecret calls f with each credential of s and stores what f leaves
-// in it: passwords, header values and proxy passwords (written back into
-// their URL).
-func (s *Spec) eachSecret(f func(field string, v *string)) {
+// eachSecret calls f with each credential of s, with where it is sent
+// (as couch.WalkSecretsTo gives it for the document), and stores what f
+// leaves in it: passwords, header values and proxy passwords (written
+// back into their URL).
+func (s *Spec) eachSecret(f func(field, dest string, v *string)) {
 	for _, side := range []struct {
 		name string
 		ep   *EndpointSpec
 	}{{"source", &s.Source}, {"target", &s.Target}} {
 		ep := side.ep
+		dest := couch.Destination(ep.URL, ep.Proxy)
 		if ep.Password != "" {
-			f(side.name+"."+couch.SecretPassword, &ep.Password)
+			f(side.name+"."+couch.SecretPassword, dest, &ep.Password)
 		}
 		for k, v := range ep.Headers {
 			nv := v
-			if f(side.name+"."+couch.SecretHeader+strings.ToLower(k), &nv); nv != v {
+			if f(side.name+"."+couch.SecretHeader+strings.ToLower(k), dest, &nv); nv != v {
 				ep.Headers[k] = nv
 			}
 		}
@@ -237,7 +250,7 @@ func (s *Spec) eachSecret(f func(field string, v *string)) {
 		if !ok {
 			continue
 		}
-		if f(couch.SecretProxy, &pw); pw != proxyPassword(ep.Proxy) {
+		if f(couch.SecretProxy, couch.Origin(ep.Proxy), &pw); pw != proxyPassword(ep.Proxy) {
 			u.User = url.UserPassword(u.User.Username(), pw)
 			ep.Proxy = u.String()
 		}

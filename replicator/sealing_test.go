@@ -103,3 +103,48 @@ func TestSameRequest(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, SameRequest(plain, a), "a job stored in the clear is replaced by a sealed one")
 }
+
+// A sealed credential opens only for where it was sent when sealed: the
+// scheme, host and port of its endpoint and of the endpoint's proxy (a
+// proxy's password: of the proxy). Another database on the same server
+// is the same destination.
+func TestSealedValueBoundToDestination(t *testing.T) {
+	s, o := sealKeys(t)
+	body := `{"source":{"url":"https://svc:src-secret@db.example/a","headers":{"X-Api-Key":"key-secret"}},` +
+		`"target":"http://t:tgt-secret@db.example:5984/b","target_proxy":"http://pu:proxy-secret@p:3128"}`
+	scope := DocScope("_replicator", "bound")
+	stored, err := SealJSON(s, json.RawMessage(body), scope)
+	require.NoError(t, err)
+	sealed, err := ParseSpec(stored)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name   string
+		change func(*Spec)
+		field  string // "" opens
+	}{
+		{"another database", func(c *Spec) { c.Source.URL = "https://db.example:443/other/" }, ""},
+		{"host names in another case", func(c *Spec) { c.Target.URL = "HTTP://DB.Example:5984/b/" }, ""},
+		{"another host", func(c *Spec) { c.Source.URL = "https://evil.example/a/" }, "source"},
+		{"another port", func(c *Spec) { c.Source.URL = "https://db.example:8443/a/" }, "source"},
+		{"another scheme", func(c *Spec) { c.Source.URL = "http://db.example:443/a/" }, "source"},
+		{"a proxy added", func(c *Spec) { c.Source.Proxy = "http://evil.example:3128" }, "source"},
+		{"another proxy", func(c *Spec) {
+			c.Target.Proxy = strings.Replace(c.Target.Proxy, "@p:3128", "@evil.example:3128", 1)
+		}, "target"},
+		{"no proxy", func(c *Spec) { c.Target.Proxy = "" }, "target"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sealed.clone()
+			tc.change(c)
+			opened, err := c.Open(o, scope)
+			if tc.field == "" {
+				require.NoError(t, err)
+				require.Equal(t, "src-secret", opened.Source.Password)
+				return
+			}
+			require.ErrorIs(t, err, seal.ErrCorrupt)
+			require.Contains(t, err.Error(), "`"+tc.field+".")
+			require.NotContains(t, err.Error(), "secret")
+		})
+	}
+}

@@ -190,7 +190,7 @@ func SameRequest(a, b *Spec) bool {
 	}
 	mask := func(s *Spec) *Spec {
 		c := s.clone()
-		c.eachSecret(func(_ string, v *string) {
+		c.eachSecret(func(_, _ string, v *string) {
 			if seal.IsSealed(*v) {
 				*v = seal.Prefix
 			}

@@ -16,7 +16,7 @@ import (
 // couchDBSections are CouchDB's sections (3.x, and a few of 2.x that
 // migrated files still carry) that fdbrep does not read.
 var couchDBSections = setOf(
-	"attachments", "bt_engine_cache", "chttpd_auth_cache", "chttpd_auth_lockout", "cluster", "compaction_daemon",
+	"attachments", "bt_engine_cache", "chttpd_auth_cache", "cluster", "compaction_daemon",
 	"compactions", "config", "cors", "couch_auto_purge_plugin", "couch_httpd_auth", "couch_httpd_oauth",
 	"couch_passwords_cache", "couch_peruser", "couch_quickjs_scanner_plugin", "couch_scanner",
 	"couch_scanner_plugin_conflict_finder", "couch_scanner_plugin_ddoc_features", "couch_scanner_plugin_find",

@@ -37,7 +37,11 @@
 // not log in again with credentials a peer refused within its memory
 // (RefusedLoginMemoryDefault, 5 minutes): they fail with the remembered
 // answer, so several documents with one wrong password cost one failed
-// login per 5 minutes per process.
+// login per 5 minutes per process. Several wrong passwords for one user
+// are bounded too: once the peer refused the user's logins a budget of
+// times (LoginFailureBudgetDefault, 3) within that memory, credentials the
+// peer has not accepted are not tried (a *LoginBudgetError, naming when
+// they may be), and such logins go one at a time per user and peer.
 // AuthBasic sends Basic on every request. The password travels only in the
 // login's body and the Basic header.
 //

@@ -45,6 +45,9 @@ var (
 	// was refused, it refused ours, or it does not speak TLS). It is not
 	// retried: the error names the setting to change.
 	ErrTLS = errors.New("couch: TLS")
+	// ErrLoginBudget: a login not tried, as the peer refused its user's
+	// logins too often lately (Logins; *LoginBudgetError says when).
+	ErrLoginBudget = errors.New("couch: login budget spent")
 )
 
 // invalidOptions is the error for an Options or RateLimiterConfig value

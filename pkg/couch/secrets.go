@@ -3,6 +3,7 @@ package couch
 import (
 	"encoding/base64"
 	"maps"
+	"net"
 	"net/url"
 	"strings"
 )
@@ -36,16 +37,40 @@ var proxyFields = []string{"proxy", "source_proxy", "target_proxy"}
 // never modified. Values of other shapes are left alone (the parser
 // refuses them).
 func WalkSecrets(body map[string]any, f func(field, v string) (string, error)) error {
+	return WalkSecretsTo(body, func(field, _, v string) (string, error) { return f(field, v) })
+}
+
+// WalkSecretsTo is WalkSecrets with where each credential is sent, dest:
+// Destination of its endpoint's URL and proxy for an endpoint's password
+// and header values, Origin of the proxy's URL for a proxy's password,
+// "" for a URL that does not parse.
+func WalkSecretsTo(body map[string]any, f func(field, dest, v string) (string, error)) error {
+	dests := map[string]string{}
 	for _, side := range []string{"source", "target"} {
+		var u string
 		switch ep := body[side].(type) {
 		case string:
-			v, err := walkURL(ep, side+"."+SecretPassword, side+"."+SecretURL, f)
+			u = ep
+		case map[string]any:
+			u, _ = ep["url"].(string)
+		}
+		proxy, _ := body["proxy"].(string)
+		if proxy == "" {
+			proxy, _ = body[side+"_proxy"].(string)
+		}
+		dests[side] = Destination(u, proxy)
+	}
+	for _, side := range []string{"source", "target"} {
+		to := func(field, v string) (string, error) { return f(field, dests[side], v) }
+		switch ep := body[side].(type) {
+		case string:
+			v, err := walkURL(ep, side+"."+SecretPassword, side+"."+SecretURL, to)
 			if err != nil {
 				return err
 			}
 			body[side] = v
 		case map[string]any:
-			c, err := walkEndpoint(ep, side, f)
+			c, err := walkEndpoint(ep, side, to)
 			if err != nil {
 				return err
 			}
@@ -54,7 +79,8 @@ func WalkSecrets(body map[string]any, f func(field, v string) (string, error)) e
 	}
 	for _, field := range proxyFields {
 		if p, ok := body[field].(string); ok {
-			v, err := walkURL(p, SecretProxy, SecretProxy+"."+SecretURL, f)
+			to := func(field, v string) (string, error) { return f(field, Origin(p), v) }
+			v, err := walkURL(p, SecretProxy, SecretProxy+"."+SecretURL, to)
 			if err != nil {
 				return err
 			}
@@ -62,6 +88,31 @@ func WalkSecrets(body map[string]any, f func(field, v string) (string, error)) e
 		}
 	}
 	return nil
+}
+
+// Origin is the origin of URL raw, where a request to it goes: its scheme
+// and host in lower case and its port, explicit
+// ("https://db.example.com:443"); "" when raw is not a URL with a host.
+func Origin(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	scheme, port := strings.ToLower(u.Scheme), u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443", "socks5": "1080"}[scheme]
+	}
+	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
+
+// Destination is where the credentials of an endpoint at URL endpoint
+// are sent: the endpoint's Origin, and its proxy's when it has one
+// ("http://db.example.com:5984 via http://proxy:3128").
+func Destination(endpoint, proxy string) string {
+	if proxy == "" {
+		return Origin(endpoint)
+	}
+	return Origin(endpoint) + " via " + Origin(proxy)
 }
 
 // walkEndpoint walks an endpoint object, returning a copy (or ep itself

@@ -45,3 +45,31 @@ func TestWalkSecrets(t *testing.T) {
 	require.NoError(t, WalkSecrets(body, func(_, _ string) (string, error) { return Redacted, nil }))
 	require.Equal(t, "http://bob:*****@h/a", body["source"])
 }
+
+// WalkSecretsTo gives each credential where it is sent: its endpoint's
+// origin with its proxy's, or a proxy's own origin.
+func TestWalkSecretsTo(t *testing.T) {
+	body := map[string]any{}
+	require.NoError(t, json.Unmarshal([]byte(`{
+		"source": "HTTP://bob:s1@DB.example/a",
+		"target": {"url": "https://h:6984/b", "auth": {"basic": {"username": "u", "password": "s2"}},
+		           "headers": {"X-Token": "s3"}},
+		"target_proxy": "socks5://p:s4@[::1]/"}`), &body))
+	seen := map[string]string{}
+	require.NoError(t, WalkSecretsTo(body, func(field, dest, v string) (string, error) {
+		seen[v] = field + " to " + dest
+		return v, nil
+	}))
+	require.Equal(t, map[string]string{
+		"s1": "source.password to http://db.example:80",
+		"s2": "target.password to https://h:6984 via socks5://[::1]:1080",
+		"s3": "target.header.x-token to https://h:6984 via socks5://[::1]:1080",
+		"s4": "proxy to socks5://[::1]:1080",
+	}, seen)
+
+	for raw, want := range map[string]string{
+		"https://h/db": "https://h:443", "http://H:5984": "http://h:5984", "not a url": "", "": "", "/db": "",
+	} {
+		require.Equal(t, want, Origin(raw), raw)
+	}
+}

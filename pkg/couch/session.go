@@ -2,6 +2,7 @@ package couch
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -143,26 +144,57 @@ func (s *session) authorize(ctx context.Context) (credential, error) {
 	}
 }
 
-// login posts the credentials to the server's /_session (at the root of
-// the endpoint's host, as CouchDB does) and keeps the cookie, or falls
-// back to Basic when the peer shows it has no sessions (loginRefusals).
-// A 401 with WWW-Authenticate asks for Basic on the login itself: the
-// login is repeated once with it, unless the peer's reason says it checked
-// the name and password (CouchDB's "Name or password is incorrect."). A
-// login refused with 401 or 403 is returned, with HTTPError.Login set, and
-// kept (session.refused). Other failures (no answer, 5xx after the
-// retries) are returned; the request that needed the login fails with
-// them.
+// login logs in with the endpoint's credentials (post), unless Logins
+// remembers a refusal of them (returned, and kept as the session's) or
+// does not let them be tried (a *LoginBudgetError); with credentials the
+// peer has not accepted, it waits for the other logins of the same user
+// at the peer with such credentials (Logins.admit).
 func (s *session) login(ctx context.Context) error {
 	key := loginKey(s.db.keyBase, s.db.ep.Username, s.db.ep.Password)
-	if herr, at, ok := s.db.opts.Logins.lookup(key); ok {
-		s.mu.Lock()
-		s.refused = &herr
-		s.mu.Unlock()
-		s.db.log().Debug().Str("url", s.where()).Str("user", s.db.ep.Username).Time("refused_at", at).
-			Msg("couch: the peer refused these credentials lately; not logging in with them")
-		return &herr
+	if err := s.remembered(key); err != nil {
+		return err
 	}
+	release, err := s.db.opts.Logins.admit(ctx, key, s.db.keyBase, s.db.ep.Username)
+	if err != nil {
+		if errors.Is(err, ErrLoginBudget) {
+			s.db.log().Warn().Str("url", s.where()).Str("user", s.db.ep.Username).Str("reason", err.Error()).
+				Msg("couch: not logging in with a password not known to work: the peer refused this user's logins too often lately")
+		}
+		return err
+	}
+	defer release()
+	if err := s.remembered(key); err != nil { // refused while this login waited
+		return err
+	}
+	return s.post(ctx, key)
+}
+
+// remembered returns the refusal Logins remembers of the credentials
+// key, kept as the session's; nil when there is none.
+func (s *session) remembered(key [sha256.Size]byte) error {
+	herr, at, ok := s.db.opts.Logins.lookup(key)
+	if !ok {
+		return nil
+	}
+	s.mu.Lock()
+	s.refused = &herr
+	s.mu.Unlock()
+	s.db.log().Debug().Str("url", s.where()).Str("user", s.db.ep.Username).Time("refused_at", at).
+		Msg("couch: the peer refused these credentials lately; not logging in with them")
+	return &herr
+}
+
+// post posts the credentials (key, for Logins) to the server's /_session
+// (at the root of the endpoint's host, as CouchDB does) and keeps the
+// cookie, or falls back to Basic when the peer shows it has no sessions
+// (loginRefusals). A 401 with WWW-Authenticate asks for Basic on the
+// login itself: the login is repeated once with it, unless the peer's
+// reason says it checked the name and password (CouchDB's "Name or
+// password is incorrect."). A login refused with 401 or 403 is returned,
+// with HTTPError.Login set, and kept (session.refused, Logins). Other
+// failures (no answer, 5xx after the retries) are returned; the request
+// that needed the login fails with them.
+func (s *session) post(ctx context.Context, key [sha256.Size]byte) error {
 	form := url.Values{"name": {s.db.ep.Username}, "password": {s.db.ep.Password}}.Encode()
 	hdr := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
 	s.mu.Lock()
@@ -176,6 +208,7 @@ func (s *session) login(ctx context.Context) error {
 	switch {
 	case err == nil:
 		if c := authCookie(resp.Header); c != nil {
+			s.db.opts.Logins.succeeded(key)
 			s.update(c, false)
 			s.db.log().Debug().Str("url", s.where()).Str("user", s.db.ep.Username).Msg("couch: session started")
 			return nil
@@ -187,14 +220,14 @@ func (s *session) login(ctx context.Context) error {
 		s.mu.Lock()
 		s.validUser = true
 		s.mu.Unlock()
-		return s.login(ctx)
+		return s.post(ctx, key)
 	case errors.As(err, &herr) && (herr.Status == http.StatusUnauthorized || herr.Status == http.StatusForbidden):
 		refused := *herr
 		refused.Login = true
 		s.mu.Lock()
 		s.refused = &refused
 		s.mu.Unlock()
-		s.db.opts.Logins.remember(key, refused)
+		s.db.opts.Logins.remember(key, s.db.keyBase, s.db.ep.Username, refused)
 		s.db.log().Warn().Str("url", s.where()).Str("user", s.db.ep.Username).Int("status", herr.Status).
 			Str("reason", herr.Reason).Msg("couch: the peer refused the login; not trying these credentials again")
 		return &refused

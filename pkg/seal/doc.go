@@ -3,14 +3,21 @@
 //
 // A sealed value is HPKE (RFC 9180, Go's crypto/hpke) to an X25519 key:
 // DHKEM(X25519, HKDF-SHA256), HKDF-SHA256 and AES-256-GCM, with the
-// caller's context (what the value belongs to) as associated data, so a
-// sealed value copied under another context does not open. It is a
-// string, safe in JSON and in URLs' userinfo:
+// caller's context (what the value belongs to) and binding (what it may
+// be used for: the replicator's is where the credential is sent) as
+// associated data, so a value copied under another context, or opened
+// for another use, does not open. It is a string, safe in JSON and in
+// URLs' userinfo:
 //
-//	fdbrep-sealed:v1:<key id>:<base64url of the encapsulated key and ciphertext>
+//	fdbrep-sealed:v1:<key id>.b:<base64url of the encapsulated key and ciphertext>
 //
 // where the key id is the first 8 bytes, in hex, of the SHA-256 of the
 // public key: a node names the key a value needs without holding it.
+// Values sealed before bindings existed have no ".b" and were sealed
+// under the context alone: they still open, for any binding (Bound tells
+// them apart), until Reseal binds them. Nodes of those versions take a
+// bound value for one sealed to a key they lack (its key id reads
+// "<key id>.b"), and leave it alone.
 //
 // Keys are PEM files as OpenSSL writes them:
 //

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
@@ -18,6 +19,10 @@ import (
 // Prefix starts every sealed value.
 const Prefix = "fdbrep-sealed:v1:"
 
+// boundMark ends the key id field of a value sealed with a binding (see
+// the package doc).
+const boundMark = ".b"
+
 var (
 	// ErrKeyFile is a key file that cannot be used.
 	ErrKeyFile = errors.New("seal: key file")
@@ -28,8 +33,12 @@ var (
 	ErrCorrupt = errors.New("seal: the value does not open")
 )
 
-// info binds every sealed value to this use and format.
-var info = []byte("fdbrep credentials v1")
+// info binds every sealed value to this use and format: infoBound those
+// sealed with a binding, info those sealed before bindings existed.
+var (
+	info      = []byte("fdbrep credentials v1")
+	infoBound = []byte("fdbrep credentials v1 bound")
+)
 
 // suite is the HPKE cipher suite.
 var (
@@ -46,17 +55,26 @@ type Sealer struct {
 // ID is the key id the Sealer's values carry.
 func (s *Sealer) ID() string { return s.id }
 
-// Seal seals plaintext under context (the same context opens it).
-func (s *Sealer) Seal(plaintext string, context []byte) (string, error) {
-	enc, snd, err := hpke.NewSender(s.pub, kdf, aead, info)
+// Seal seals plaintext under context and binding (the same pair opens
+// it): context names what the value belongs to, binding what it may be
+// used for.
+func (s *Sealer) Seal(plaintext string, context, binding []byte) (string, error) {
+	enc, snd, err := hpke.NewSender(s.pub, kdf, aead, infoBound)
 	if err != nil {
 		return "", fmt.Errorf("seal: %w", err)
 	}
-	ct, err := snd.Seal(context, []byte(plaintext))
+	ct, err := snd.Seal(boundAAD(context, binding), []byte(plaintext))
 	if err != nil {
 		return "", fmt.Errorf("seal: %w", err)
 	}
-	return Prefix + s.id + ":" + base64.RawURLEncoding.EncodeToString(append(enc, ct...)), nil
+	return Prefix + s.id + boundMark + ":" + base64.RawURLEncoding.EncodeToString(append(enc, ct...)), nil
+}
+
+// boundAAD is the associated data of a bound value: context's length,
+// context and binding, so that no other pair gives the same bytes.
+func boundAAD(context, binding []byte) []byte {
+	aad := binary.AppendUvarint(nil, uint64(len(context)))
+	return append(append(aad, context...), binding...)
 }
 
 // IsSealed reports whether v has the form of a sealed value.
@@ -65,12 +83,26 @@ func IsSealed(v string) bool { return strings.HasPrefix(v, Prefix) }
 // KeyID returns the id of the key v was sealed to; ok is false when v is
 // not a sealed value.
 func KeyID(v string) (id string, ok bool) {
+	id, _, ok = parse(v)
+	return id, ok
+}
+
+// Bound reports whether v is a sealed value with a binding; one sealed
+// before bindings existed is not, and opens whatever binding is given.
+func Bound(v string) bool {
+	_, bound, ok := parse(v)
+	return ok && bound
+}
+
+// parse splits the key id field of sealed value v.
+func parse(v string) (id string, bound, ok bool) {
 	rest, ok := strings.CutPrefix(v, Prefix)
 	if !ok {
-		return "", false
+		return "", false, false
 	}
-	id, _, ok = strings.Cut(rest, ":")
-	return id, ok && id != ""
+	field, _, ok := strings.Cut(rest, ":")
+	id, bound = strings.CutSuffix(field, boundMark)
+	return id, bound, ok && id != ""
 }
 
 // Opener opens values sealed to any of its private keys. It is safe for
@@ -84,11 +116,13 @@ type Opener struct {
 // values.
 func (o *Opener) Current() *Sealer { return o.current }
 
-// Open returns the plaintext of v, sealed under context. A value sealed
-// to a key the Opener lacks is ErrNoKey, naming the key id; anything
-// else that does not open is ErrCorrupt.
-func (o *Opener) Open(v string, context []byte) (string, error) {
-	id, ok := KeyID(v)
+// Open returns the plaintext of v, sealed under context and binding. A
+// value sealed before bindings existed (Bound false) opens under its
+// context alone, whatever binding is given. A value sealed to a key the
+// Opener lacks is ErrNoKey, naming the key id; anything else that does
+// not open (another context or binding included) is ErrCorrupt.
+func (o *Opener) Open(v string, context, binding []byte) (string, error) {
+	id, bound, ok := parse(v)
 	if !ok {
 		return "", fmt.Errorf("%w: not a sealed value", ErrCorrupt)
 	}
@@ -96,16 +130,20 @@ func (o *Opener) Open(v string, context []byte) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w: it was sealed to key %s, which is not among this node's keys", ErrNoKey, id)
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(v[len(Prefix)+len(id)+1:])
+	in, aad := info, context
+	if bound {
+		in, aad = infoBound, boundAAD(context, binding)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(v[strings.LastIndexByte(v, ':')+1:])
 	encLen := 32 // X25519's encapsulated key
 	if err != nil || len(raw) < encLen {
 		return "", fmt.Errorf("%w: malformed", ErrCorrupt)
 	}
-	rcp, err := hpke.NewRecipient(raw[:encLen], k, kdf, aead, info)
+	rcp, err := hpke.NewRecipient(raw[:encLen], k, kdf, aead, in)
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	pt, err := rcp.Open(context, raw[encLen:])
+	pt, err := rcp.Open(aad, raw[encLen:])
 	if err != nil {
 		return "", fmt.Errorf("%w: altered, or sealed for something else", ErrCorrupt)
 	}
@@ -113,7 +151,7 @@ func (o *Opener) Open(v string, context []byte) (string, error) {
 }
 
 // Stale reports whether v is sealed to a key other than the current one
-// (Reseal would move it).
+// (Reseal moves it, as it binds a value sealed before bindings existed).
 func (o *Opener) Stale(v string) bool {
 	id, ok := KeyID(v)
 	return ok && id != o.current.id
@@ -126,17 +164,18 @@ func (o *Opener) Holds(v string) bool {
 	return ok && held
 }
 
-// Reseal opens v and seals it again to the current key; a value already
-// sealed to it is returned as it is.
-func (o *Opener) Reseal(v string, context []byte) (string, error) {
-	if !o.Stale(v) {
+// Reseal opens v under context and binding and seals it again to the
+// current key, bound; a bound value already sealed to it is returned as
+// it is. A value sealed before bindings existed gets binding so.
+func (o *Opener) Reseal(v string, context, binding []byte) (string, error) {
+	if !o.Stale(v) && Bound(v) {
 		return v, nil
 	}
-	pt, err := o.Open(v, context)
+	pt, err := o.Open(v, context, binding)
 	if err != nil {
 		return "", err
 	}
-	return o.current.Seal(pt, context)
+	return o.current.Seal(pt, context, binding)
 }
 
 // LoadPublicKey reads a PEM public key ("PUBLIC KEY", X25519) from path,

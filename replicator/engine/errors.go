@@ -25,6 +25,12 @@ var (
 	// limiter's interval reached its cap; the scheduler should back off.
 	ErrMaxBackoff = errors.New("max_backoff")
 
+	// ErrLoginBudget reports a login not tried: the peer refused its
+	// user's logins with other passwords too often lately (couch.Logins),
+	// and one more might lock the account out; the reason names the
+	// account and when a new password may be tried.
+	ErrLoginBudget = errors.New("login_budget")
+
 	// ErrHTTP reports an unexpected HTTP status or a request that failed
 	// after its retries (CouchDB's http_request_failed / http_error_code).
 	ErrHTTP = errors.New("http_request_failed")

@@ -235,6 +235,8 @@ func (t couchTransport) failure(ctx context.Context, r httpRequest, err error) e
 		return ctx.Err()
 	case errors.Is(err, couch.ErrMaxBackoff):
 		return fmt.Errorf("%w: %w", ErrMaxBackoff, err)
+	case errors.Is(err, couch.ErrLoginBudget):
+		return fmt.Errorf("%w: %s %s: %w", ErrLoginBudget, t.side, t.redacted(), err)
 	}
 	return &unanswered{side: t.side, url: t.redacted(), err: err}
 }

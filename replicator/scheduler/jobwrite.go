@@ -335,7 +335,7 @@ func (w *worker) logCrashed(d *replicator.JobData, tag, reason string, now time.
 // engineErrors are the engine's error classes, matched in order.
 var engineErrors = []error{
 	engine.ErrInvalidSpec, engine.ErrDBNotFound, engine.ErrUnauthorized, engine.ErrForbidden,
-	engine.ErrMaxBackoff, engine.ErrFilterFetch, engine.ErrChangesFeed, engine.ErrRevsDiff,
+	engine.ErrMaxBackoff, engine.ErrLoginBudget, engine.ErrFilterFetch, engine.ErrChangesFeed, engine.ErrRevsDiff,
 	engine.ErrOpenRevs, engine.ErrBulkDocs, engine.ErrDocWrite, engine.ErrCheckpoint, engine.ErrHTTP,
 	engine.ErrInternal, engine.ErrStopped,
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -144,4 +146,62 @@ func TestSharedWrongPasswordDoesNotLockOut(t *testing.T) {
 	d := c.WaitDocState("_replicator", "good", replicator.StateCompleted, replicator.StateCrashing)
 	require.Equal(t, replicator.StateCompleted, d.State, "%s", d.Info)
 	require.Equal(t, docs, docCount(t, srv, "tgt"))
+}
+
+// Documents with different wrong passwords for one account do not lock it
+// out of CouchDB 3.5 either, nor make a password-guessing oracle of the
+// node: its runs share a budget of refused logins per user and server
+// (couch.Logins; [replicator] login_failure_budget, 3, under CouchDB's
+// threshold of 5), and the logins with passwords that have not worked go
+// one at a time. Past the budget, the jobs with such passwords crash
+// login_budget, naming the account and when it may try again, without a
+// login; CouchDB saw 3 failures (the account still logs in from the
+// node's address), and a password that logged in before keeps working.
+func TestWrongPasswordsDoNotLockOut(t *testing.T) {
+	const docs, bad = 10, 6
+	srv, host, endpoint := lockoutPeer(t, docs)
+
+	cfg := testConfig()
+	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+	c := newCluster(t, 1, replicator.EngineDefault{Logins: couch.NewLogins(0, nil)}, cfg)
+	c.PutDoc("_replicator", "good", repDoc(endpoint("right-pw", "src"), endpoint("right-pw", "tgt"), false))
+	d := c.WaitDocState("_replicator", "good", replicator.StateCompleted, replicator.StateCrashing)
+	require.Equal(t, replicator.StateCompleted, d.State, "%s", d.Info)
+
+	for i := range bad {
+		doc := fmt.Sprintf("bad%d", i)
+		pw := fmt.Sprintf("wrong-pw-%d", i)
+		c.PutDoc("_replicator", doc, repDoc(endpoint(pw, "src"), endpoint(pw, "tgt"+doc), false))
+	}
+	errs := map[string]int{}
+	for i := range bad {
+		d := c.WaitDocState("_replicator", fmt.Sprintf("bad%d", i), replicator.StateCrashing)
+		var info struct {
+			Error, Reason string
+			Stall         struct{ Reason, Detail string }
+		}
+		require.NoError(t, json.Unmarshal(d.Info, &info))
+		errs[info.Error]++
+		if info.Error == "login_budget" {
+			require.Contains(t, info.Reason, "3 logins of bob at http://"+host+" were refused lately")
+			require.Contains(t, info.Reason, "is not tried before ")
+			require.Equal(t, engine.StallBackingOff, info.Stall.Reason)
+			require.Equal(t, info.Reason, info.Stall.Detail)
+		}
+		require.NotContains(t, string(d.Info), "wrong-pw")
+	}
+	require.Equal(t, map[string]int{"unauthorized": 3, "login_budget": bad - 3}, errs)
+
+	// Not locked out: bob logs in at CouchDB from the node's address.
+	res, err := http.PostForm(srv.URL()+"/_session", url.Values{"name": {"bob"}, "password": {"right-pw"}})
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode, "bob is locked out of CouchDB")
+	// And the node replicates with the password that worked.
+	srv.CreateDB(t, "tgt2")
+	srv.SetSecurity(t, "tgt2", map[string]any{"members": map[string]any{"names": []string{"bob"}}})
+	c.PutDoc("_replicator", "good2", repDoc(endpoint("right-pw", "src"), endpoint("right-pw", "tgt2"), false))
+	d = c.WaitDocState("_replicator", "good2", replicator.StateCompleted, replicator.StateCrashing)
+	require.Equal(t, replicator.StateCompleted, d.State, "%s", d.Info)
+	require.Equal(t, docs, docCount(t, srv, "tgt2"))
 }

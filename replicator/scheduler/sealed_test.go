@@ -3,7 +3,11 @@ package scheduler_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -98,4 +102,44 @@ func TestRotationMovesARunningJobAtItsStart(t *testing.T) {
 	spec, err := d.Rep.Open(newFirst, d.SealScope())
 	require.NoError(t, err)
 	require.Equal(t, "pw", spec.Source.Password, "the credential moved, not lost")
+}
+
+// A credential whose stored document now sends it elsewhere than it was
+// sealed for (written around the HTTP API, which refuses such an edit)
+// is not sent: the node does not open it, the job fails naming the field,
+// and the listener the document now names hears nothing.
+func TestSealedCredentialNotSentElsewhere(t *testing.T) {
+	pub, priv := testutil.SealKeys(t)
+	s, err := seal.LoadPublicKey(pub)
+	require.NoError(t, err)
+	o, err := seal.LoadPrivateKeys(priv)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var heard strings.Builder
+	listener := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dump, _ := httputil.DumpRequest(r, true)
+		mu.Lock()
+		heard.Write(dump)
+		mu.Unlock()
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(listener.Close)
+
+	cfg := testConfig()
+	cfg.Sealer, cfg.Opener = s, o
+	c := newCluster(t, 1, replicator.EngineDefault{}, cfg)
+	sealed, err := replicator.SealJSON(s, json.RawMessage(`{"source":"http://svcacct:S3rvicePW@127.0.0.1:1/svc","target":"http://127.0.0.1:1/tgt"}`),
+		replicator.DocScope("_replicator", "svc"))
+	require.NoError(t, err)
+	elsewhere := strings.TrimPrefix(listener.URL, "http://")
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.ReplaceAll(string(sealed), "127.0.0.1:1/", elsewhere+"/")), &doc))
+	c.PutDoc("_replicator", "svc", doc)
+	d := c.WaitDocState("_replicator", "svc", replicator.StateFailed, replicator.StateCrashing)
+	require.Equal(t, replicator.StateFailed, d.State, "%s", d.Info)
+	require.Contains(t, string(d.Info), scheduler.TagSealed)
+	require.Contains(t, string(d.Info), "`source.password` was not sealed for http://"+elsewhere)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, heard.String(), "the listener heard the replication")
 }

@@ -250,7 +250,7 @@ func Run(ctx context.Context, opts Options) error {
 		ncfg.Cluster = accepting
 		eng := opts.Engine
 		if eng == nil {
-			eng = replicator.EngineDefault{Logger: log, Client: client, Logins: couch.NewLogins(0, nil), Pools: couch.NewPools()}
+			eng = replicator.EngineDefault{Logger: log, Client: client, Logins: replicator.LoginsFromConfig(cfg), Pools: couch.NewPools()}
 		}
 		n, err := scheduler.New(store, eng, ncfg)
 		if err != nil {

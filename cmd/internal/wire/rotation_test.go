@@ -85,7 +85,7 @@ func TestKeyRotationReseals(t *testing.T) {
 			}))
 		return n
 	}
-	sealedTo := func(id string) string { return seal.Prefix + id + ":" }
+	sealedTo := func(id string) string { return seal.Prefix + id + ".b:" }
 
 	// No key yet: a one-shot replication's credentials are stored as
 	// written.

@@ -5,7 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -150,4 +156,76 @@ func TestCredentialsSealedAtRest(t *testing.T) {
 		require.NotContains(t, all, string(sec), "a credential in the log")
 	}
 	t.Logf("scanned %d keys and %d files: no credential in the clear", keys, files)
+}
+
+// A sealed credential stays with where it was given for: an admin writes
+// alice a replication with a service account's password; alice reads
+// *****, and may edit the document (another database on the same server
+// keeps the credential), but not send the credential to another host or
+// port: written back with ***** and another origin, the document is
+// refused (403, naming the field). A listener on that other port gets
+// alice's own credential, when she gives it, never the service account's.
+func TestSealedCredentialStaysWithItsOrigin(t *testing.T) {
+	pub, priv := testutil.SealKeys(t)
+	s := newService(t, func(m map[string]map[string]string) {
+		m["replicator"]["seal_public_key_file"] = pub
+		m["replicator"]["seal_private_key_files"] = priv
+	})
+	const svcPass = "S3rvicePW"
+	var mu sync.Mutex
+	var heard strings.Builder
+	listener := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dump, _ := httputil.DumpRequest(r, true)
+		mu.Lock()
+		heard.Write(dump)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"error":"unauthorized","reason":"Name or password is incorrect."}`))
+	}))
+	t.Cleanup(listener.Close)
+	listened := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return heard.String()
+	}
+
+	// The service the admin means: a port nothing listens on will do.
+	r := s.do("PUT", "/_replicator/svc", asAdmin, map[string]any{
+		"owner": aliceName, "source": "http://svcacct:" + svcPass + "@127.0.0.1:1/svc", "target": "http://127.0.0.1:1/tgt",
+		"continuous": true,
+	})
+	require.Equal(t, 201, r.Status, r.Raw)
+	d := s.do("GET", "/_replicator/svc", asAlice, nil)
+	require.Equal(t, 200, d.Status, d.Raw)
+	require.Equal(t, "http://svcacct:*****@127.0.0.1:1/svc", d.Body["source"])
+
+	// To another origin: refused, whatever part of it changes.
+	for _, elsewhere := range []string{
+		"http://svcacct:*****@" + strings.TrimPrefix(listener.URL, "http://") + "/svc",
+		"https://svcacct:*****@127.0.0.1:1/svc",
+	} {
+		edit := maps.Clone(d.Body)
+		edit["source"] = elsewhere
+		r = s.do("PUT", "/_replicator/svc", asAlice, edit)
+		requireError(t, r, 403, "forbidden")
+		require.Contains(t, r.Body["reason"], "`source.password` is *****")
+		require.Contains(t, r.Body["reason"], "http://127.0.0.1:1")
+	}
+	// Another database of the same server: kept.
+	edit := maps.Clone(d.Body)
+	edit["source"] = "http://svcacct:*****@127.0.0.1:1/svc2"
+	r = s.do("PUT", "/_replicator/svc", asAlice, edit)
+	require.Equal(t, 201, r.Status, r.Raw)
+
+	// Alice's own credential reaches the listener; the service account's
+	// never does.
+	r = s.do("PUT", "/_replicator/mine", asAlice, map[string]any{
+		"source": strings.Replace(listener.URL, "http://", "http://alice:alice-own@", 1) + "/db", "target": listener.URL + "/tgt",
+	})
+	require.Equal(t, 201, r.Status, r.Raw)
+	testutil.Eventually(t, "the listener heard alice's replication", func() bool { return strings.Contains(listened(), "alice-own") })
+	for _, secret := range []string{svcPass, base64.StdEncoding.EncodeToString([]byte("svcacct:" + svcPass))} {
+		require.NotContains(t, listened(), secret)
+	}
 }
