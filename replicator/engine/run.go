@@ -520,10 +520,9 @@ func (r *Run) replicate() error {
 		}
 		return nil
 	case <-r.haltCh:
-		// Workers take no batch, and start no write, from now on; the
-		// writes in flight end by themselves, or when Halt's context
-		// ends (r.ctx).
-		feedCancel()
+		// Workers take no batch, and start no write, from now on, nor
+		// does the checkpoint timer; the writes in flight end by
+		// themselves, or when Halt's context ends (r.ctx).
 		join()
 		if err := r.failure(); err != nil && !errors.Is(err, ErrHalted) {
 			return err
