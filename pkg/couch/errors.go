@@ -45,6 +45,10 @@ var (
 	// was refused, it refused ours, or it does not speak TLS). It is not
 	// retried: the error names the setting to change.
 	ErrTLS = errors.New("couch: TLS")
+	// ErrBodyTooLarge: a 2xx answer longer than the request's MaxBody
+	// (*BodyTooLargeError). It is not retried: the peer would send it
+	// again.
+	ErrBodyTooLarge = errors.New("couch: answer too large")
 )
 
 // invalidOptions is the error for an Options or RateLimiterConfig value
@@ -111,6 +115,23 @@ func (e *HTTPError) Is(target error) bool {
 	s, ok := statusErrors[e.Status]
 	return ok && s == target
 }
+
+// BodyTooLargeError is a 2xx answer to Method on URL (redacted) longer
+// than Limit bytes, the request's MaxBody: DoJSON and DoBytes return it
+// having read Limit bytes and one more, and the body Do returns fails its
+// Read with it once Limit bytes have been read. It matches ErrBodyTooLarge.
+type BodyTooLargeError struct {
+	Method string
+	URL    string
+	Limit  int64
+}
+
+func (e *BodyTooLargeError) Error() string {
+	return fmt.Sprintf("couch: %s %s: the answer is longer than %d bytes", e.Method, e.URL, e.Limit)
+}
+
+// Unwrap returns ErrBodyTooLarge.
+func (e *BodyTooLargeError) Unwrap() error { return ErrBodyTooLarge }
 
 // RequestError is a request that got no usable HTTP answer after Attempts
 // attempts. Err is the last cause, with any URL stripped from it.
