@@ -2,6 +2,7 @@ package couch
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -156,6 +157,9 @@ type Request struct {
 	// continuous feed never ends: its reader bounds what it keeps); a
 	// negative value is no limit.
 	MaxBody int64
+	// MaxBodyName names MaxBody in a *BodyTooLargeError ("BodyMaxDefault"
+	// when both are unset).
+	MaxBodyName string
 
 	// login marks a session's own POST /_session, which carries no
 	// session credential.
@@ -169,15 +173,20 @@ const BodyMaxDefault = 16 << 20
 // NoBodyMax is a Request.MaxBody that sets no limit.
 const NoBodyMax = -1
 
-// maxBody is r's MaxBody with its default filled in, -1 for no limit.
-func (r Request) maxBody() int64 {
+// LoginAnswerMax bounds the answer to a session's login (POST /_session:
+// {"ok":true,"name":…,"roles":[…]}).
+const LoginAnswerMax = 1 << 20
+
+// maxBody is r's MaxBody with its default filled in, -1 for no limit, and
+// its name.
+func (r Request) maxBody() (int64, string) {
 	switch {
 	case r.MaxBody > 0:
-		return r.MaxBody
+		return r.MaxBody, r.MaxBodyName
 	case r.MaxBody < 0 || r.Stream:
-		return -1
+		return -1, ""
 	}
-	return BodyMaxDefault
+	return BodyMaxDefault, cmp.Or(r.MaxBodyName, "BodyMaxDefault")
 }
 
 // EscapeDocID escapes a document id for Request.Path: "_design/" and
@@ -513,9 +522,9 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 		release()
 	}
 	ok := resp.StatusCode >= 200 && resp.StatusCode <= 299
-	maxBody := r.maxBody()
+	maxBody, maxName := r.maxBody()
 	tooLarge := func() error {
-		return &BodyTooLargeError{Method: r.Method, URL: db.redactedPath(r), Limit: maxBody}
+		return &BodyTooLargeError{Method: r.Method, URL: db.redactedPath(r), Limit: maxBody, Name: maxName}
 	}
 	if !ok || readAll {
 		// An error's body is cut at ErrorBodyMax; a 2xx body is read

@@ -678,6 +678,7 @@ func TestBodyMax(t *testing.T) {
 	var calls atomic.Int64
 	mux := http.NewServeMux()
 	mux.HandleFunc("/db/exact", bodyOf(1000))
+	mux.HandleFunc("/_session", bodyOf(4*couch.LoginAnswerMax))
 	mux.HandleFunc("/db/", func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		bodyOf(4*couch.BodyMaxDefault)(w, r) // longer than any limit below
@@ -692,6 +693,7 @@ func TestBodyMax(t *testing.T) {
 	require.ErrorAs(t, err, &tl)
 	require.ErrorIs(t, err, couch.ErrBodyTooLarge)
 	require.EqualValues(t, couch.BodyMaxDefault, tl.Limit)
+	require.Equal(t, "BodyMaxDefault", tl.Name)
 	require.Equal(t, "GET", tl.Method)
 	require.Contains(t, tl.URL, "/db/huge")
 	requireNoSecret(t, err.Error())
@@ -718,6 +720,16 @@ func TestBodyMax(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1000)
 	require.NoError(t, resp.Body.Close())
+
+	// A session's login is bounded by LoginAnswerMax; the request that
+	// needed it fails with its answer.
+	sdb, _ := newAuthDB(t, srv.URL+"/db", couch.Options{}, nil)
+	_, err = sdb.DoBytes(ctx, couch.Request{Path: "exact"})
+	require.ErrorAs(t, err, &tl)
+	require.EqualValues(t, couch.LoginAnswerMax, tl.Limit)
+	require.Equal(t, "LoginAnswerMax", tl.Name)
+	require.Contains(t, tl.URL, "/_session")
+	require.ErrorContains(t, err, "(LoginAnswerMax)")
 }
 
 func TestOptionsValidate(t *testing.T) {

@@ -117,17 +117,24 @@ func (e *HTTPError) Is(target error) bool {
 }
 
 // BodyTooLargeError is a 2xx answer to Method on URL (redacted) longer
-// than Limit bytes, the request's MaxBody: DoJSON and DoBytes return it
-// having read Limit bytes and one more, and the body Do returns fails its
-// Read with it once Limit bytes have been read. It matches ErrBodyTooLarge.
+// than Limit bytes, the request's MaxBody, whose name is Name (the
+// request's MaxBodyName; "LoginAnswerMax" for a session's login): DoJSON
+// and DoBytes return it having read Limit bytes and one more, and the
+// body Do returns fails its Read with it once Limit bytes have been read.
+// It matches ErrBodyTooLarge.
 type BodyTooLargeError struct {
 	Method string
 	URL    string
 	Limit  int64
+	Name   string
 }
 
 func (e *BodyTooLargeError) Error() string {
-	return fmt.Sprintf("couch: %s %s: the answer is longer than %d bytes", e.Method, e.URL, e.Limit)
+	msg := fmt.Sprintf("couch: %s %s: the answer is longer than %d bytes", e.Method, e.URL, e.Limit)
+	if e.Name != "" {
+		msg += " (" + e.Name + ")"
+	}
+	return msg
 }
 
 // Unwrap returns ErrBodyTooLarge.

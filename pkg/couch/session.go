@@ -171,7 +171,8 @@ func (s *session) login(ctx context.Context) error {
 	if validUser {
 		hdr.Set("Authorization", s.db.auth)
 	}
-	resp, _, err := s.db.do(ctx, Request{Method: http.MethodPost, Path: "/_session", Header: hdr, Body: []byte(form), login: true}, true)
+	resp, _, err := s.db.do(ctx, Request{Method: http.MethodPost, Path: "/_session", Header: hdr, Body: []byte(form), login: true,
+		MaxBody: LoginAnswerMax, MaxBodyName: "LoginAnswerMax"}, true)
 	var herr *HTTPError
 	switch {
 	case err == nil:
