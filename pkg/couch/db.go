@@ -2,6 +2,7 @@ package couch
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -143,14 +144,49 @@ type Request struct {
 	// may still replay an idempotent request (GET, HEAD) once by itself when
 	// a reused pooled connection turns out closed before any answer.
 	NoRetry bool
-	// Stream exempts the request from Options.RequestTimeout (continuous
-	// feeds); the ConnectionTimeout inactivity limit still applies to every
-	// read of the body.
+	// Stream exempts the request from Options.RequestTimeout and from the
+	// trickle guard (continuous feeds); the ConnectionTimeout inactivity
+	// limit still applies to every read of the body.
 	Stream bool
+	// MaxBody bounds the 2xx body read from the peer: DoJSON and DoBytes
+	// fail with a *BodyTooLargeError, at once (no retry), when the answer
+	// is longer, and the body Do returns fails its Read with one once
+	// MaxBody bytes have been read, so a peer's answer never holds more
+	// than MaxBody bytes of the caller's memory. 0 is BodyMaxDefault for a
+	// request that is not a Stream, and no limit for a Stream (a
+	// continuous feed never ends: its reader bounds what it keeps); a
+	// negative value is no limit.
+	MaxBody int64
+	// MaxBodyName names MaxBody in a *BodyTooLargeError ("BodyMaxDefault"
+	// when both are unset).
+	MaxBodyName string
 
 	// login marks a session's own POST /_session, which carries no
 	// session credential.
 	login bool
+}
+
+// BodyMaxDefault is Request.MaxBody's default for requests that are not
+// streams: the longest 2xx answer DoJSON and DoBytes read.
+const BodyMaxDefault = 16 << 20
+
+// NoBodyMax is a Request.MaxBody that sets no limit.
+const NoBodyMax = -1
+
+// LoginAnswerMax bounds the answer to a session's login (POST /_session:
+// {"ok":true,"name":…,"roles":[…]}).
+const LoginAnswerMax = 1 << 20
+
+// maxBody is r's MaxBody with its default filled in, -1 for no limit, and
+// its name.
+func (r Request) maxBody() (int64, string) {
+	switch {
+	case r.MaxBody > 0:
+		return r.MaxBody, r.MaxBodyName
+	case r.MaxBody < 0 || r.Stream:
+		return -1, ""
+	}
+	return BodyMaxDefault, cmp.Or(r.MaxBodyName, "BodyMaxDefault")
 }
 
 // EscapeDocID escapes a document id for Request.Path: "_design/" and
@@ -177,8 +213,10 @@ func EscapeDocID(id string) string {
 // once. Redirects are followed. Any other status,
 // or the last 408/5xx, is returned as *HTTPError with the body consumed.
 // The body returned fails with an error wrapping ErrTimeout if the peer
-// stays silent for ConnectionTimeout during a Read (time spent between
-// Reads does not count).
+// stays silent for ConnectionTimeout during a Read, or, for a request that
+// is not a Stream, if its Reads get fewer than StallBytes while they wait
+// a whole ConnectionTimeout on the peer (time spent between Reads does not
+// count); and with a *BodyTooLargeError past r.MaxBody.
 func (db *DB) Do(ctx context.Context, r Request) (*http.Response, error) {
 	resp, _, err := db.do(ctx, r, false)
 	return resp, err
@@ -186,7 +224,9 @@ func (db *DB) Do(ctx context.Context, r Request) (*http.Response, error) {
 
 // DoJSON sends r with Accept: application/json and decodes the 2xx reply
 // body into out (skipped when out is nil). The whole body is read inside the
-// retry loop, so a reply cut short is retried like a transport error.
+// retry loop, so a reply cut short is retried like a transport error; a
+// reply longer than r.MaxBody (BodyMaxDefault) fails with a
+// *BodyTooLargeError.
 func (db *DB) DoJSON(ctx context.Context, r Request, out any) error {
 	if r.Header.Get("Accept") == "" {
 		r.Header = r.Header.Clone()
@@ -284,7 +324,14 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 		attempts++
 		resp, body, err := db.attempt(ctx, r, target, readAll, cred)
 		var retryable error
+		var tooLarge *BodyTooLargeError
 		switch {
+		case errors.As(err, &tooLarge):
+			// The peer would send it again: the answer is the error.
+			db.limiter.Success(key)
+			db.observe(Attempt{Method: r.Method, URL: where, N: attempts, Max: retries + 1, Err: tooLarge, Final: true})
+			db.log().Warn().Str("url", where).Str("method", r.Method).Int64("max_body", tooLarge.Limit).Msg("couch: answer too large")
+			return nil, nil, tooLarge
 		case err != nil:
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
@@ -475,21 +522,43 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 		release()
 	}
 	ok := resp.StatusCode >= 200 && resp.StatusCode <= 299
+	maxBody, maxName := r.maxBody()
+	tooLarge := func() error {
+		return &BodyTooLargeError{Method: r.Method, URL: db.redactedPath(r), Limit: maxBody, Name: maxName}
+	}
 	if !ok || readAll {
+		// An error's body is cut at ErrorBodyMax; a 2xx body is read
+		// whole, one byte past its limit to tell a longer one.
 		limit := int64(ErrorBodyMax)
 		if ok {
-			limit = -1
+			limit = maxBody
+			if limit >= 0 {
+				limit++
+			}
 		}
-		data, rerr := readBody(&watchedBody{rc: resp.Body, wd: wd, ctx: actx}, limit)
+		data, rerr := readBody(&watchedBody{rc: resp.Body, wd: wd, ctx: actx, left: -1}, limit)
 		resp.Body.Close()
 		done()
 		if rerr != nil && ok {
 			return nil, nil, markPooled(rerr, pooled.Load())
 		}
+		if ok && maxBody >= 0 && int64(len(data)) > maxBody {
+			return nil, nil, tooLarge()
+		}
 		resp.Body = http.NoBody
 		return resp, data, nil
 	}
-	resp.Body = &watchedBody{rc: resp.Body, wd: wd, ctx: actx, done: sync.OnceFunc(done)}
+	open := &watchedBody{rc: resp.Body, wd: wd, ctx: actx, done: sync.OnceFunc(done), left: maxBody}
+	if maxBody >= 0 {
+		open.tooLarge = tooLarge()
+	}
+	if !r.Stream {
+		// The caller may pause between Reads (to write what it read):
+		// from here on only the time its Reads wait counts.
+		wd.endTrickle()
+		open.trickle = &readTrickle{timeout: db.opts.ConnectionTimeout}
+	}
+	resp.Body = open
 	return resp, nil, nil
 }
 

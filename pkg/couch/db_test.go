@@ -561,6 +561,36 @@ func TestTrickle(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, resp.Body.Close())
+
+	// The body Do returns for a request that is not a stream is guarded
+	// too: the trickle fails a Read.
+	resp, err = db.Do(context.Background(), couch.Request{})
+	require.NoError(t, err)
+	_, err = io.ReadAll(resp.Body)
+	require.ErrorIs(t, err, couch.ErrTimeout)
+	require.ErrorContains(t, err, "fewer than")
+	require.NoError(t, resp.Body.Close())
+}
+
+// TestTrickleCountsReadsOnly checks that the trickle guard of a body Do
+// returns counts the time its Reads wait, not the caller's pauses
+// between them: a caller that takes its time over a fast answer is not
+// failed.
+func TestTrickleCountsReadsOnly(t *testing.T) {
+	t.Parallel()
+	const timeout = 200 * time.Millisecond
+	srv := httptest.NewServer(bodyOf(1 << 20))
+	defer srv.Close()
+	db, _ := newDB(t, srv.URL+"/db", couch.Options{ConnectionTimeout: timeout}, nil)
+	resp, err := db.Do(context.Background(), couch.Request{})
+	require.NoError(t, err)
+	buf := make([]byte, 64<<10) // more than the transport buffers
+	for range 3 {
+		_, err := io.ReadFull(resp.Body, buf)
+		require.NoError(t, err)
+		time.Sleep(2 * timeout) // a slow consumer, not a timing assertion
+	}
+	require.NoError(t, resp.Body.Close())
 }
 
 func TestRequestTimeout(t *testing.T) {
@@ -622,6 +652,84 @@ func TestBadResponse(t *testing.T) {
 	b, err := db.DoBytes(context.Background(), couch.Request{})
 	require.NoError(t, err)
 	require.Equal(t, "not json", string(b))
+}
+
+// bodyOf answers n bytes of JSON-looking filler, generated as it is
+// sent (never held whole), or fewer if the client goes away.
+func bodyOf(n int64) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		chunk := []byte(strings.Repeat("x", 32<<10))
+		w.Header().Set("Content-Type", "application/json")
+		for sent := int64(0); sent < n; sent += int64(len(chunk)) {
+			if _, err := w.Write(chunk[:min(int64(len(chunk)), n-sent)]); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// TestBodyMax checks that a 2xx answer is read up to the request's MaxBody
+// and no further: longer, DoJSON and DoBytes fail with a
+// *BodyTooLargeError without retrying, and the body Do returns fails its
+// Read once it has given MaxBody bytes; a body of exactly MaxBody bytes is
+// read.
+func TestBodyMax(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("/db/exact", bodyOf(1000))
+	mux.HandleFunc("/_session", bodyOf(4*couch.LoginAnswerMax))
+	mux.HandleFunc("/db/", func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		bodyOf(4*couch.BodyMaxDefault)(w, r) // longer than any limit below
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	db, _ := newDB(t, srv.URL+"/db", couch.Options{RetriesPerRequest: 5}, nil)
+	ctx := context.Background()
+
+	err := db.DoJSON(ctx, couch.Request{Path: "huge"}, nil)
+	var tl *couch.BodyTooLargeError
+	require.ErrorAs(t, err, &tl)
+	require.ErrorIs(t, err, couch.ErrBodyTooLarge)
+	require.EqualValues(t, couch.BodyMaxDefault, tl.Limit)
+	require.Equal(t, "BodyMaxDefault", tl.Name)
+	require.Equal(t, "GET", tl.Method)
+	require.Contains(t, tl.URL, "/db/huge")
+	requireNoSecret(t, err.Error())
+	require.EqualValues(t, 1, calls.Load(), "an answer too large is not asked for again")
+
+	_, err = db.DoBytes(ctx, couch.Request{Path: "huge", MaxBody: 999})
+	require.ErrorAs(t, err, &tl)
+	require.EqualValues(t, 999, tl.Limit)
+	b, err := db.DoBytes(ctx, couch.Request{Path: "exact", MaxBody: 1000})
+	require.NoError(t, err)
+	require.Len(t, b, 1000)
+
+	for _, stream := range []bool{false, true} {
+		resp, err := db.Do(ctx, couch.Request{Path: "huge", MaxBody: 5000, Stream: stream})
+		require.NoError(t, err)
+		got, err := io.ReadAll(resp.Body)
+		require.ErrorAs(t, err, &tl)
+		require.Len(t, got, 5000)
+		require.NoError(t, resp.Body.Close())
+	}
+	resp, err := db.Do(ctx, couch.Request{Path: "exact", MaxBody: 1000})
+	require.NoError(t, err)
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Len(t, got, 1000)
+	require.NoError(t, resp.Body.Close())
+
+	// A session's login is bounded by LoginAnswerMax; the request that
+	// needed it fails with its answer.
+	sdb, _ := newAuthDB(t, srv.URL+"/db", couch.Options{}, nil)
+	_, err = sdb.DoBytes(ctx, couch.Request{Path: "exact"})
+	require.ErrorAs(t, err, &tl)
+	require.EqualValues(t, couch.LoginAnswerMax, tl.Limit)
+	require.Equal(t, "LoginAnswerMax", tl.Name)
+	require.Contains(t, tl.URL, "/_session")
+	require.ErrorContains(t, err, "(LoginAnswerMax)")
 }
 
 func TestOptionsValidate(t *testing.T) {

@@ -79,10 +79,13 @@
 //     Time the caller spends between Reads does not count, so a slow consumer
 //     of a continuous feed is not mistaken for a silent peer. A request that
 //     is not a Stream also fails when it moves fewer than StallBytes in a
-//     whole ConnectionTimeout (a peer trickling a byte at a time). Stalls are
-//     not retried, so a black hole is reported after one ConnectionTimeout,
-//     not after every retry; only a first stall on a pooled connection (one
-//     the peer may have dropped unannounced) gets one retry.
+//     whole ConnectionTimeout (a peer trickling a byte at a time); for a
+//     body Do returns, in a whole ConnectionTimeout of its Reads' waiting,
+//     so that a caller pausing between Reads is not taken for a trickle.
+//     Stalls are not retried, so a black hole is reported after one
+//     ConnectionTimeout, not after every retry; only a first stall on a
+//     pooled connection (one the peer may have dropped unannounced) gets
+//     one retry.
 //   - RetriesPerRequest (retries_per_request, 5): transport errors, 408 and
 //     5xx are retried after 250 ms,
 //     doubling (0.25, 0.5, 1, 2, 4 s), and not after RetryTimeLimit (60 s)
@@ -96,6 +99,13 @@
 //     using up retries; when the back-off interval reaches its maximum
 //     (25 s) the request fails with ErrMaxBackoff, which a replication turns
 //     into a max_backoff crash.
+//
+// No answer holds more of the caller's memory than it allows: a 2xx body
+// is read up to its Request.MaxBody (BodyMaxDefault, 16 MiB, for requests
+// that are not streams), and one longer fails the request with a
+// *BodyTooLargeError (ErrBodyTooLarge), which is not retried, or, for a
+// body Do returns, its Read past the limit; an error answer's body is cut
+// at ErrorBodyMax (1 MiB). So an endless answer fails at its limit.
 //
 // Non-2xx answers come back as *HTTPError (errors.Is(err, ErrNotFound) and
 // friends work); requests without any answer as *RequestError

@@ -48,6 +48,10 @@ var (
 	// ErrLoginBudget: a login not tried, as the peer refused its user's
 	// logins too often lately (Logins; *LoginBudgetError says when).
 	ErrLoginBudget = errors.New("couch: login budget spent")
+	// ErrBodyTooLarge: a 2xx answer longer than the request's MaxBody
+	// (*BodyTooLargeError). It is not retried: the peer would send it
+	// again.
+	ErrBodyTooLarge = errors.New("couch: answer too large")
 )
 
 // invalidOptions is the error for an Options or RateLimiterConfig value
@@ -114,6 +118,30 @@ func (e *HTTPError) Is(target error) bool {
 	s, ok := statusErrors[e.Status]
 	return ok && s == target
 }
+
+// BodyTooLargeError is a 2xx answer to Method on URL (redacted) longer
+// than Limit bytes, the request's MaxBody, whose name is Name (the
+// request's MaxBodyName; "LoginAnswerMax" for a session's login): DoJSON
+// and DoBytes return it having read Limit bytes and one more, and the
+// body Do returns fails its Read with it once Limit bytes have been read.
+// It matches ErrBodyTooLarge.
+type BodyTooLargeError struct {
+	Method string
+	URL    string
+	Limit  int64
+	Name   string
+}
+
+func (e *BodyTooLargeError) Error() string {
+	msg := fmt.Sprintf("couch: %s %s: the answer is longer than %d bytes", e.Method, e.URL, e.Limit)
+	if e.Name != "" {
+		msg += " (" + e.Name + ")"
+	}
+	return msg
+}
+
+// Unwrap returns ErrBodyTooLarge.
+func (e *BodyTooLargeError) Unwrap() error { return ErrBodyTooLarge }
 
 // RequestError is a request that got no usable HTTP answer after Attempts
 // attempts. Err is the last cause, with any URL stripped from it.

@@ -203,7 +203,8 @@ func (s *session) post(ctx context.Context, key [sha256.Size]byte) error {
 	if validUser {
 		hdr.Set("Authorization", s.db.auth)
 	}
-	resp, _, err := s.db.do(ctx, Request{Method: http.MethodPost, Path: "/_session", Header: hdr, Body: []byte(form), login: true}, true)
+	resp, _, err := s.db.do(ctx, Request{Method: http.MethodPost, Path: "/_session", Header: hdr, Body: []byte(form), login: true,
+		MaxBody: LoginAnswerMax, MaxBodyName: "LoginAnswerMax"}, true)
 	var herr *HTTPError
 	switch {
 	case err == nil:

@@ -70,15 +70,21 @@ func (w *watchdog) restartTrickle() {
 // progress counts bytes moved, for the trickle guard.
 func (w *watchdog) progress(n int) { w.moved.Add(int64(n)) }
 
-// end disarms both timers for good.
-func (w *watchdog) end() {
-	w.stop()
+// endTrickle disarms the trickle guard's timer for good (a body handed
+// to the caller is guarded by its readTrickle instead).
+func (w *watchdog) endTrickle() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.trickT != nil {
 		w.trickT.Stop()
 		w.trickT = nil
 	}
+}
+
+// end disarms both timers for good.
+func (w *watchdog) end() {
+	w.stop()
+	w.endTrickle()
 }
 
 // start (re)arms the timer.
@@ -116,16 +122,30 @@ func (k *kickReader) Read(p []byte) (int, error) {
 }
 
 // watchedBody arms the watchdog only while a Read is blocked, maps the
-// watchdog's cancellation to ErrTimeout, and releases the connection slot
-// on Close.
+// watchdog's cancellation to ErrTimeout, stops at the request's MaxBody,
+// and releases the connection slot on Close.
 type watchedBody struct {
 	rc   io.ReadCloser
 	wd   *watchdog
 	ctx  context.Context
 	done func()
+	// left is how many more bytes the body may have, -1 for no limit;
+	// past it Read fails with tooLarge.
+	left     int64
+	tooLarge error
+	// trickle guards a body handed to the caller of a request that is not
+	// a stream; nil for the others.
+	trickle *readTrickle
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
+	if b.left >= 0 && int64(len(p)) > b.left+1 {
+		p = p[:b.left+1] // one byte past the limit tells a longer body
+	}
+	var began time.Time
+	if b.trickle != nil {
+		began = time.Now()
+	}
 	b.wd.start()
 	n, err := b.rc.Read(p)
 	b.wd.stop()
@@ -134,6 +154,18 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		if cause := context.Cause(b.ctx); cause != nil && errors.Is(cause, ErrTimeout) {
 			err = cause
 		}
+	}
+	if b.left >= 0 {
+		if int64(n) > b.left {
+			n, b.left = int(b.left), 0
+			b.wd.fire(b.tooLarge) // the rest is not read: drop the connection
+			return n, b.tooLarge
+		}
+		b.left -= int64(n)
+	}
+	if b.trickle != nil && !b.trickle.add(time.Since(began), n) {
+		b.wd.fire(errTrickle)
+		return n, errTrickle
 	}
 	return n, err
 }
@@ -144,4 +176,29 @@ func (b *watchedBody) Close() error {
 		b.done()
 	}
 	return err
+}
+
+// readTrickle is the trickle guard of a body that Do hands to its caller
+// for a request that is not a Stream. Only the time its Reads wait on the
+// peer counts, so that a caller pausing between Reads (to write what it
+// read, or to wait its turn) is not taken for a trickling peer: whenever
+// the waits add up to timeout, the Reads must have got StallBytes since
+// the last check.
+type readTrickle struct {
+	timeout time.Duration
+	waited  time.Duration
+	moved   int64
+}
+
+// add records a Read that waited d for n bytes and reports whether the
+// peer keeps up.
+func (t *readTrickle) add(d time.Duration, n int) bool {
+	t.waited += d
+	t.moved += int64(n)
+	if t.waited < t.timeout {
+		return true
+	}
+	ok := t.moved >= StallBytes
+	t.waited, t.moved = 0, 0
+	return ok
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/semaphore"
 )
 
 // changesReader reads the source's changes feed into rows, in feed order,
@@ -29,7 +30,11 @@ type changesReader struct {
 	clock      clockwork.Clock
 	log        zerolog.Logger
 
-	rows     chan change
+	rows chan change
+	// queued counts the bytes of the rows read and not yet released
+	// (rows, in the workers' batches, or in batches the tracker holds):
+	// at most ChangesQueueMax.
+	queued   *semaphore.Weighted
 	tracker  *seqTracker
 	complete atomic.Bool // a one-shot feed was read to its end
 	health   *health     // nil: none
@@ -40,6 +45,7 @@ func newChangesReader(rep Replication, src *peer, startSeq json.RawMessage, inli
 	return &changesReader{rep: rep, src: src, startSeq: startSeq, inlineDocs: inlineDocs, clock: clock, log: log,
 		// rows holds two rounds of batches at most.
 		rows:    make(chan change, min(rep.WorkerBatchSize*rep.WorkerProcesses, WorkerBatchSizeMax)*2),
+		queued:  semaphore.NewWeighted(ChangesQueueMax),
 		tracker: newSeqTracker(startSeq)}
 }
 
@@ -145,9 +151,14 @@ func (c *changesReader) read(ctx context.Context) error {
 	failures := 0
 	wait := retryWaitDefault
 	send := func(row change) error {
+		row.size = row.bytes()
+		if err := c.queued.Acquire(ctx, row.size); err != nil {
+			return err
+		}
 		select {
 		case c.rows <- row:
 		case <-ctx.Done():
+			c.queued.Release(row.size)
 			return ctx.Err()
 		}
 		c.health.rowSent(row.ID != "")
@@ -196,6 +207,16 @@ func (c *changesReader) read(ctx context.Context) error {
 		}
 		if errors.Is(err, errRetryNow) {
 			continue
+		}
+		if _, ok := asOverLimit(err); ok {
+			if base.query.Get("include_docs") != "" {
+				// A document too large to ride in a row: read on without
+				// the documents, from the row that had it.
+				c.log.Info().Err(err).Msg("changes feed read again without include_docs")
+				base.query.Del("include_docs")
+				continue
+			}
+			return fmt.Errorf("%w: %w", ErrChangesFeed, err) // the peer would send it again
 		}
 		var st settled
 		if errors.As(err, &st) {
@@ -247,7 +268,10 @@ func (c *changesReader) changesOnce(ctx context.Context, base *changesRequest, s
 	} else {
 		q.Set("feed", "normal")
 	}
-	req := httpRequest{method: base.method, path: "_changes", query: q, header: jsonHeader(), body: base.body, stream: true}
+	// The feed has no end (continuous) or no bound (a large database):
+	// its rows are bounded one by one instead.
+	req := httpRequest{method: base.method, path: "_changes", query: q, header: jsonHeader(), body: base.body, stream: true,
+		feed: true, maxBody: -1}
 	res, err := c.src.t.call(ctx, req)
 	if statusOf(err) == http.StatusMethodNotAllowed && base.method == http.MethodPost && c.rep.DocIDs != nil {
 		// Servers without the _doc_ids filter: read everything, keep ours.
@@ -266,10 +290,16 @@ func (c *changesReader) changesOnce(ctx context.Context, base *changesRequest, s
 	if res.status != http.StatusOK {
 		return nil, settled{unexpectedStatus(req, c.src.url(), res)}
 	}
+	parse := parseNormalFeed
 	if c.rep.Continuous {
-		return parseContinuousFeed(res.stream, emit)
+		parse = parseContinuousFeed
 	}
-	return parseNormalFeed(res.stream, emit)
+	lastSeq, err := parse(res.stream, ChangesRowMax, emit)
+	if errors.Is(err, errPartTooLarge) {
+		return nil, &overLimit{side: c.src.side(), url: c.src.url(), what: req.method + " " + requestPath(c.src.url(), req.path) + " sent a row of",
+			limit: ChangesRowMax, name: "ChangesRowMax"}
+	}
+	return lastSeq, err
 }
 
 // settled marks an error that the transport has already retried as far as

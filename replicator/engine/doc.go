@@ -126,6 +126,38 @@
 // PouchDB's replicator does with _all_docs; other revisions are fetched as
 // usual. Unlike CouchDB, http and https endpoints never share an id.
 //
+// # Memory
+//
+// Whatever its peers send, a run holds no more of it than MemoryBound
+// (456 MiB with the default tunables, more with more worker_processes and
+// http_connections): no answer is read whole without a bound. An answer,
+// or a part of one, over its limit fails the run with an
+// http_request_failed error that names the limit (under the class of its
+// step: changes_req_failed, revs_diff_failed, open_doc_revs_failed, …),
+// which is not retried within the run (the peer would answer the same);
+// the job layer treats it as any error of a peer (a _replicator
+// document's job crashes and backs off), while the node and its other
+// replications go on. The answers of a fixed shape (a
+// database's info, _session, checkpoint documents, _ensure_full_commit,
+// the replies to writes) are at most AnswerMax (4 MiB), the replies to
+// _revs_diff and _bulk_docs AnswerMax more than their request, a
+// session's login couch.LoginAnswerMax (1 MiB). Answers that may be
+// large are streamed and bounded in parts: a changes row at ChangesRowMax
+// (1 MiB; a feed read with include_docs is read again without the
+// documents instead), the rows read ahead of the workers, or in their
+// batches, at ChangesQueueMax (16 MiB, past which the feed waits), a
+// _bulk_get result at LargeDocMin (1 MiB: the reply is written as it
+// comes, and what a larger result kept it from bringing is fetched one
+// document at a time), and one document's open_revs answer, with its
+// attachments and what they decompress to for a pouchdb-server target
+// (a decompression bomb stops there), at DocMax (64 MiB), as a design
+// document read for its filter. Documents past LargeDocMin take turns,
+// one at a time per run, from their fetch to their write, so that a run
+// holds one large document at once rather than one per connection.
+// Answers that drip (less than couch.StallBytes per connection_timeout
+// of waiting) fail their request, changes feeds excepted: a feed's
+// heartbeats look the same, and its memory is bounded all the same.
+//
 // # pouchdb-server peers
 //
 // pouchdb-server (express-pouchdb 4.2) is a supported peer, and the engine

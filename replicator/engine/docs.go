@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -30,6 +31,10 @@ type doc struct {
 	Atts map[string][]byte
 	// AttNames lists the document's attachments (stubs included).
 	AttNames []string
+	// lease counts what the document holds until it is written (nil for
+	// documents that were not fetched with open_revs, which carry no
+	// attachment bodies).
+	lease *docLease
 }
 
 // idRev names one revision of a document.
@@ -120,42 +125,75 @@ func objectKeys(raw json.RawMessage) ([]string, error) {
 	return keys, nil
 }
 
-// bulkGetResponse is the wire shape of POST _bulk_get's reply.
-type bulkGetResponse struct {
-	Results []struct {
-		ID   string `json:"id"`
-		Docs []struct {
-			OK      json.RawMessage `json:"ok"`
-			Missing string          `json:"missing"`
-			// Error is an object in CouchDB, a string in pouchdb-server.
-			Error json.RawMessage `json:"error"`
-		} `json:"docs"`
-	} `json:"results"`
+// bulkGetResult is one result of a _bulk_get reply.
+type bulkGetResult struct {
+	ID   string `json:"id"`
+	Docs []struct {
+		OK      json.RawMessage `json:"ok"`
+		Missing string          `json:"missing"`
+		// Error is an object in CouchDB, a string in pouchdb-server.
+		Error json.RawMessage `json:"error"`
+	} `json:"docs"`
 }
 
-// parseBulkGet decodes a _bulk_get reply into the documents it returned.
-// Error and missing entries are dropped: the caller matches the documents
-// against what it asked for by id and revision (never by position, since
-// pouchdb-server groups results per id) and fetches the rest individually.
-func parseBulkGet(r io.Reader) ([]*doc, error) {
-	var resp bulkGetResponse
-	if err := json.NewDecoder(r).Decode(&resp); err != nil {
-		return nil, fmt.Errorf("%w: _bulk_get: %v", errBadDoc, err)
+// parseBulkGet decodes a _bulk_get reply, {"results": [...]}, one result
+// at a time, each at most resultMax bytes, and calls each with the
+// documents it returned, in order; an error of each stops it and is
+// returned as it is. Error and missing entries are dropped: the caller
+// matches the documents against what it asked for by id and revision
+// (never by position, since pouchdb-server groups results per id) and
+// fetches the rest individually. A result over resultMax fails with
+// errPartTooLarge; read errors are wrapped.
+func parseBulkGet(r io.Reader, resultMax int64, each func(*doc) error) error {
+	pr := &partReader{r: r, max: resultMax}
+	dec := json.NewDecoder(pr)
+	bad := func(err error) error { return fmt.Errorf("%w: _bulk_get: %w", errBadDoc, err) }
+	if err := nextDelim(dec, '{'); err != nil {
+		return bad(err)
 	}
-	var docs []*doc
-	for _, res := range resp.Results {
-		for _, e := range res.Docs {
-			if len(e.OK) == 0 || bytes.Equal(e.OK, []byte("null")) {
-				continue
+	for dec.More() {
+		pr.reset()
+		kt, err := dec.Token()
+		if err != nil {
+			return bad(err)
+		}
+		if key, _ := kt.(string); key != "results" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return bad(err)
 			}
-			d, err := newDoc(e.OK)
-			if err != nil {
-				return nil, err
+			continue
+		}
+		if err := nextDelim(dec, '['); err != nil {
+			return bad(err)
+		}
+		for dec.More() {
+			pr.reset()
+			var res bulkGetResult
+			if err := dec.Decode(&res); err != nil {
+				return bad(err)
 			}
-			docs = append(docs, d)
+			for _, e := range res.Docs {
+				if len(e.OK) == 0 || bytes.Equal(e.OK, []byte("null")) {
+					continue
+				}
+				d, err := newDoc(e.OK)
+				if err != nil {
+					return err
+				}
+				if err := each(d); err != nil {
+					return err
+				}
+			}
+		}
+		if err := nextDelim(dec, ']'); err != nil {
+			return bad(err)
 		}
 	}
-	return docs, nil
+	if err := nextDelim(dec, '}'); err != nil {
+		return bad(err)
+	}
+	return nil
 }
 
 // parseOpenRevs decodes a GET doc?open_revs=[...] reply: either a JSON array
@@ -176,7 +214,7 @@ func parseOpenRevs(contentType string, r io.Reader) ([]*doc, []string, error) {
 		Missing string          `json:"missing"`
 	}
 	if err := json.NewDecoder(r).Decode(&entries); err != nil {
-		return nil, nil, fmt.Errorf("%w: open_revs: %v", errBadDoc, err)
+		return nil, nil, fmt.Errorf("%w: open_revs: %w", errBadDoc, err)
 	}
 	var docs []*doc
 	var missing []string
@@ -204,7 +242,7 @@ func parseOpenRevsMultipart(mr *multipart.Reader) ([]*doc, []string, error) {
 			return docs, missing, nil
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: open_revs multipart: %v", errBadDoc, err)
+			return nil, nil, fmt.Errorf("%w: open_revs multipart: %w", errBadDoc, err)
 		}
 		mt, params, err := mime.ParseMediaType(part.Header.Get("Content-Type"))
 		if err != nil {
@@ -223,7 +261,7 @@ func parseOpenRevsMultipart(mr *multipart.Reader) ([]*doc, []string, error) {
 		default:
 			body, err := io.ReadAll(part)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: open_revs part: %v", errBadDoc, err)
+				return nil, nil, fmt.Errorf("%w: open_revs part: %w", errBadDoc, err)
 			}
 			if params["error"] == "true" {
 				var e struct {
@@ -252,11 +290,11 @@ func parseOpenRevsMultipart(mr *multipart.Reader) ([]*doc, []string, error) {
 func parseRelatedDoc(mr *multipart.Reader) (*doc, error) {
 	part, err := mr.NextPart()
 	if err != nil {
-		return nil, fmt.Errorf("%w: multipart/related: %v", errBadDoc, err)
+		return nil, fmt.Errorf("%w: multipart/related: %w", errBadDoc, err)
 	}
 	body, err := io.ReadAll(part)
 	if err != nil {
-		return nil, fmt.Errorf("%w: multipart/related: %v", errBadDoc, err)
+		return nil, fmt.Errorf("%w: multipart/related: %w", errBadDoc, err)
 	}
 	d, err := newDoc(body)
 	if err != nil {
@@ -288,11 +326,11 @@ func parseRelatedDoc(mr *multipart.Reader) (*doc, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: multipart/related: %v", errBadDoc, err)
+			return nil, fmt.Errorf("%w: multipart/related: %w", errBadDoc, err)
 		}
 		data, err := io.ReadAll(p)
 		if err != nil {
-			return nil, fmt.Errorf("%w: multipart/related: %v", errBadDoc, err)
+			return nil, fmt.Errorf("%w: multipart/related: %w", errBadDoc, err)
 		}
 		name := p.FileName()
 		if _, ok := atts[name]; name == "" || !ok {
@@ -321,8 +359,10 @@ type attachmentWire map[string]json.RawMessage
 // document has attachment bodies (multipart parts or inline base64 data) it
 // returns a multipart/related body whose JSON part marks them "follows";
 // otherwise plain JSON. With decodeGzip, gzip-encoded attachment bodies are
-// sent decoded (for peers that store parts as raw bytes).
-func multipartDoc(d *doc, boundary string, decodeGzip bool) (contentType string, body []byte, err error) {
+// sent decoded (for peers that store parts as raw bytes), counted on d's
+// lease: past DocMax with what the document already holds, the error
+// wraps errDocMax.
+func multipartDoc(ctx context.Context, d *doc, boundary string, decodeGzip bool) (contentType string, body []byte, err error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(d.Body, &fields); err != nil {
 		return "", nil, fmt.Errorf("%w: %v", errBadDoc, err)
@@ -366,7 +406,14 @@ func multipartDoc(d *doc, boundary string, decodeGzip bool) (contentType string,
 		_ = json.Unmarshal(a["content_type"], &ctype)
 		_ = json.Unmarshal(a["encoding"], &encoding)
 		if encoding == "gzip" && decodeGzip {
-			plain, err := gunzip(data)
+			lease := d.lease
+			if lease == nil {
+				lease = &docLease{} // DocMax, no turn: a document without one holds no fetched bodies
+			}
+			plain, err := gunzip(ctx, data, lease)
+			if errors.Is(err, errDocMax) || ctx.Err() != nil {
+				return "", nil, fmt.Errorf("attachment %q, decompressed: %w", n, err)
+			}
 			if err != nil {
 				return "", nil, fmt.Errorf("%w: attachment %q: %v", errBadDoc, n, err)
 			}
@@ -396,8 +443,12 @@ func multipartDoc(d *doc, boundary string, decodeGzip bool) (contentType string,
 	if err != nil {
 		return "", nil, err
 	}
-	var buf bytes.Buffer
-	w := multipart.NewWriter(&buf)
+	size := len(docJSON) + 256
+	for _, p := range parts {
+		size += len(p.data) + len(p.name) + len(p.ctype) + 256
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size)) // one allocation, however large the document
+	w := multipart.NewWriter(buf)
 	if err := w.SetBoundary(boundary); err != nil {
 		return "", nil, err
 	}

@@ -3,7 +3,9 @@ package engine
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
+	"io"
 	"mime"
 	"mime/multipart"
 	"strings"
@@ -28,11 +30,18 @@ func TestNewDocAndCovers(t *testing.T) {
 	}
 }
 
+// bulkGetDocs parses a _bulk_get reply into its documents.
+func bulkGetDocs(r io.Reader) ([]*doc, error) {
+	var docs []*doc
+	err := parseBulkGet(r, LargeDocMin, func(d *doc) error { docs = append(docs, d); return nil })
+	return docs, err
+}
+
 func TestParseBulkGet(t *testing.T) {
 	couch := `{"results":[
 {"id":"a","docs":[{"ok":{"_id":"a","_rev":"1-x","_revisions":{"start":1,"ids":["x"]}}}]},
 {"id":"b","docs":[{"error":{"id":"b","rev":"1-y","error":"not_found","reason":"missing"}}]}]}`
-	docs, err := parseBulkGet(strings.NewReader(couch))
+	docs, err := bulkGetDocs(strings.NewReader(couch))
 	require.NoError(t, err)
 	require.Len(t, docs, 1)
 	require.Equal(t, "a", docs[0].ID)
@@ -43,12 +52,12 @@ func TestParseBulkGet(t *testing.T) {
 {"id":"c","docs":[{"ok":{"_id":"c","_rev":"2-q","_deleted":true,"_revisions":{"start":2,"ids":["q","a"]}}}]},
 {"id":"d","docs":[{"missing":"1-z"}]},
 {"id":"e","docs":[{"error":"not_found","reason":"deleted"}]}]}`
-	docs, err = parseBulkGet(strings.NewReader(pouch))
+	docs, err = bulkGetDocs(strings.NewReader(pouch))
 	require.NoError(t, err)
 	require.Len(t, docs, 2)
 	require.True(t, docs[1].Deleted)
 
-	_, err = parseBulkGet(strings.NewReader(`{"results":[{"docs":[{"ok":{"_id":1}}]}]}`))
+	_, err = bulkGetDocs(strings.NewReader(`{"results":[{"docs":[{"ok":{"_id":1}}]}]}`))
 	require.Error(t, err)
 }
 
@@ -139,7 +148,7 @@ func FuzzParseBulkGet(f *testing.F) {
 	f.Add([]byte(`{"results":[{"id":"a","docs":[{"ok":{"_id":"a","_rev":"1-x"}},{"missing":"1-y"},{"error":"x"}]}]}`))
 	f.Add([]byte(`{"results":[{"id":"b","docs":[{"error":{"id":"b","rev":"1-y","error":"not_found"}}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		docs, err := parseBulkGet(bytes.NewReader(body))
+		docs, err := bulkGetDocs(bytes.NewReader(body))
 		requireIdentified(t, docs, err)
 	})
 }
@@ -157,7 +166,7 @@ func TestMultipartDocRoundTrip(t *testing.T) {
 	d.Atts = map[string][]byte{"z.gz": gz.Bytes()}
 
 	for _, decode := range []bool{false, true} {
-		ct, body, err := multipartDoc(d, "BOUNDARY", decode)
+		ct, body, err := multipartDoc(context.Background(), d, "BOUNDARY", decode)
 		require.NoError(t, err)
 		mt, params, err := mime.ParseMediaType(ct)
 		require.NoError(t, err)
@@ -185,13 +194,13 @@ func TestMultipartDocRoundTrip(t *testing.T) {
 
 	plain, err := newDoc(json.RawMessage(`{"_id":"p","_rev":"1-a","_attachments":{"s":{"stub":true}}}`))
 	require.NoError(t, err)
-	ct, body, err := multipartDoc(plain, "B", false)
+	ct, body, err := multipartDoc(context.Background(), plain, "B", false)
 	require.NoError(t, err)
 	require.Equal(t, "application/json", ct)
 	require.JSONEq(t, string(plain.Body), string(body))
 
 	broken, err := newDoc(json.RawMessage(`{"_id":"p","_rev":"1-a","_attachments":{"s":{"content_type":"x"}}}`))
 	require.NoError(t, err)
-	_, _, err = multipartDoc(broken, "B", false)
+	_, _, err = multipartDoc(context.Background(), broken, "B", false)
 	require.ErrorIs(t, err, errBadDoc)
 }

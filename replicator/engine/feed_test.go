@@ -10,10 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func collect(t *testing.T, parse func(io.Reader, func(change) error) (json.RawMessage, error), in string) ([]change, json.RawMessage, error) {
+// feedParser is parseNormalFeed or parseContinuousFeed.
+type feedParser func(io.Reader, int64, func(change) error) (json.RawMessage, error)
+
+func collect(t *testing.T, parse feedParser, in string) ([]change, json.RawMessage, error) {
 	t.Helper()
 	var rows []change
-	last, err := parse(strings.NewReader(in), func(c change) error { rows = append(rows, c); return nil })
+	last, err := parse(strings.NewReader(in), ChangesRowMax, func(c change) error { rows = append(rows, c); return nil })
 	return rows, last, err
 }
 
@@ -44,7 +47,7 @@ func TestParseNormalFeed(t *testing.T) {
 	}
 
 	stop := errors.New("stop")
-	_, err = parseNormalFeed(strings.NewReader(in), func(change) error { return stop })
+	_, err = parseNormalFeed(strings.NewReader(in), ChangesRowMax, func(change) error { return stop })
 	require.ErrorIs(t, err, stop)
 }
 
@@ -66,6 +69,80 @@ func TestParseContinuousFeed(t *testing.T) {
 	require.ErrorIs(t, err, errBadFeed)
 }
 
+// endless is a reader of prefix followed by fill, forever: a peer's answer
+// that never ends, never held whole.
+type endless struct {
+	prefix string
+	fill   byte
+	read   int64
+}
+
+func (e *endless) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if e.read < int64(len(e.prefix)) {
+			c := copy(p[n:], e.prefix[e.read:])
+			n += c
+			e.read += int64(c)
+			continue
+		}
+		p[n] = e.fill
+		n++
+		e.read++
+	}
+	return n, nil
+}
+
+// A row over its limit fails the parse with errPartTooLarge having read
+// about the limit, whatever follows: a row that never ends (continuous),
+// a member that never ends (normal); the rows before it are delivered,
+// and rows within the limit, however many, are read.
+func TestFeedRowMax(t *testing.T) {
+	const rowMax = 1000
+	row := `{"seq":1,"id":"a","changes":[{"rev":"1-x"}]}`
+	for _, tc := range []struct {
+		name  string
+		parse feedParser
+		in    *endless
+	}{
+		{"continuous row", parseContinuousFeed, &endless{prefix: row + "\n" + `{"seq":2,"id":"`, fill: 'x'}},
+		{"continuous spaces", parseContinuousFeed, &endless{prefix: row + "\n", fill: ' '}},
+		{"normal row", parseNormalFeed, &endless{prefix: `{"results":[` + row + `,{"seq":2,"id":"`, fill: 'x'}},
+		{"normal member", parseNormalFeed, &endless{prefix: `{"pending":"`, fill: 'x'}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rows []change
+			_, err := tc.parse(tc.in, rowMax, func(c change) error { rows = append(rows, c); return nil })
+			require.ErrorIs(t, err, errPartTooLarge)
+			require.Less(t, tc.in.read, int64(len(tc.in.prefix)+2*rowMax+64<<10), "read no further than the limit and a buffer")
+			if strings.Contains(tc.in.prefix, row) {
+				require.Len(t, rows, 1)
+			}
+		})
+	}
+	var many strings.Builder
+	many.WriteString(`{"results":[`)
+	for i := range 100 {
+		if i > 0 {
+			many.WriteString(",")
+		}
+		many.WriteString(row)
+	}
+	many.WriteString(`],"last_seq":1}`)
+	rows, _, err := collect(t, parseNormalFeed, many.String())
+	require.NoError(t, err)
+	require.Len(t, rows, 100)
+
+	// Heartbeats are not rows: a continuous feed may send any number.
+	beats := strings.Repeat("\n", 3*rowMax)
+	rows = nil
+	last, err := parseContinuousFeed(strings.NewReader(beats+row+"\n"+beats+`{"last_seq":1}`+"\n"), rowMax,
+		func(c change) error { rows = append(rows, c); return nil })
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, "1", string(last))
+}
+
 func FuzzParseFeed(f *testing.F) {
 	f.Add(`{"results":[{"seq":1,"id":"a","changes":[{"rev":"1-x"}]}],"last_seq":1}`)
 	f.Add(`{"results":[{"seq":"2-x","id":"b","changes":[{"rev":"2-y"},{"rev":"2-z"}],"deleted":true,"removed":true}],"last_seq":"2-x","pending":3}`)
@@ -78,8 +155,8 @@ func FuzzParseFeed(f *testing.F) {
 			}
 			return nil
 		}
-		_, _ = parseNormalFeed(strings.NewReader(in), check)
-		_, _ = parseContinuousFeed(strings.NewReader(in), check)
+		_, _ = parseNormalFeed(strings.NewReader(in), ChangesRowMax, check)
+		_, _ = parseContinuousFeed(strings.NewReader(in), ChangesRowMax, check)
 	})
 }
 

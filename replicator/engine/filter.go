@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -33,17 +34,18 @@ func fetchFilterCode(ctx context.Context, src *peer, filter string) (string, err
 		return "", fmt.Errorf("%w: Invalid filter. Must match `ddocname/filtername`.", ErrInvalidSpec)
 	}
 	var d struct {
-		Filters map[string]any `json:"filters"`
+		Filters map[string]json.RawMessage `json:"filters"`
 	}
-	err := src.do(ctx, http.MethodGet, escapeDocID("_design/"+ddoc), nil, nil, &d)
+	req := httpRequest{method: http.MethodGet, path: escapeDocID("_design/" + ddoc), maxBody: DocMax, limit: "DocMax"}
+	err := src.doRequest(ctx, req, &d)
 	if err != nil {
 		if errors.Is(err, ErrMaxBackoff) {
 			return "", err
 		}
 		return "", fmt.Errorf("%w: couldn't open document `_design/%s` from source database %s: %w", ErrFilterFetch, ddoc, src.url(), err)
 	}
-	code, ok := d.Filters[name].(string)
-	if !ok {
+	var code string
+	if json.Unmarshal(d.Filters[name], &code) != nil {
 		return "", fmt.Errorf("%w: filter function `%s` not found in design document `_design/%s`", ErrFilterFetch, name, ddoc)
 	}
 	return strings.TrimSpace(code), nil

@@ -24,6 +24,15 @@ type peer struct {
 
 func (p *peer) url() string { return p.t.redacted() }
 
+// side is "source" or "target", for messages ("peer" for a test's fake
+// transport).
+func (p *peer) side() string {
+	if t, ok := p.t.(couchTransport); ok {
+		return t.side
+	}
+	return "peer"
+}
+
 // jsonHeader is the header set of JSON requests. Compression is declined:
 // peers and engine share a fast link, and a compressing peer (express's
 // compression middleware) buffers streamed feeds.
@@ -33,10 +42,10 @@ func jsonHeader() http.Header {
 }
 
 // do sends a request with a JSON body (when body is not nil) and decodes a
-// 2xx JSON reply into out (when out is not nil). Other statuses are the
-// transport's *statusError.
+// 2xx JSON reply, at most AnswerMax, into out (when out is not nil). Other
+// statuses are the transport's *statusError.
 func (p *peer) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
-	req := httpRequest{method: method, path: path, query: query, header: jsonHeader()}
+	req := httpRequest{method: method, path: path, query: query}
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
@@ -44,17 +53,28 @@ func (p *peer) do(ctx context.Context, method, path string, query url.Values, bo
 		}
 		req.body = b
 	}
+	return p.doRequest(ctx, req, out)
+}
+
+// doRequest is do for a request built by the caller (its body encoded, its
+// maxBody set), with the JSON header.
+func (p *peer) doRequest(ctx context.Context, req httpRequest, out any) error {
+	req.header = jsonHeader()
 	res, err := p.t.call(ctx, req)
 	if err != nil {
 		return err
 	}
 	if out != nil {
 		if err := json.Unmarshal(res.body, out); err != nil {
-			return fmt.Errorf("%w: %s %s: bad JSON reply: %v", ErrHTTP, method, p.url()+path, err)
+			return fmt.Errorf("%w: %s %s: bad JSON reply: %v", ErrHTTP, req.method, p.url()+req.path, err)
 		}
 	}
 	return nil
 }
+
+// replyLimit is the name of the limit of a reply that may be as long as
+// its request, and AnswerMax more.
+const replyLimit = "AnswerMax plus the request's size"
 
 // dbInfo is the part of GET {db}/ the engine uses.
 type dbInfo struct {
@@ -277,9 +297,17 @@ type revsDiffEntry struct {
 	PossibleAncestors []string `json:"possible_ancestors"`
 }
 
+// revsDiff asks which of revs the peer lacks. Its reply lists revisions
+// asked about, and possible ancestors: it may be as long as the request,
+// and AnswerMax more.
 func (p *peer) revsDiff(ctx context.Context, revs map[string][]string) (map[string]revsDiffEntry, error) {
+	b, err := json.Marshal(revs)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]revsDiffEntry{}
-	if err := p.do(ctx, http.MethodPost, "_revs_diff", nil, revs, &out); err != nil {
+	req := httpRequest{method: http.MethodPost, path: "_revs_diff", body: b, maxBody: AnswerMax + int64(len(b)), limit: replyLimit}
+	if err := p.doRequest(ctx, req, &out); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRevsDiff, err)
 	}
 	return out, nil
@@ -293,20 +321,41 @@ type bulkGetDoc struct {
 }
 
 // bulkGet asks for the given revisions with revs=true, latest=true and
-// attachment stubs. Options go both in the query string (CouchDB reads them
-// there) and in the body (pouchdb-server reads both).
-func (p *peer) bulkGet(ctx context.Context, reqs []bulkGetDoc) ([]*doc, error) {
+// attachment stubs, and calls each with every document of the reply, in
+// the reply's order, as it is read: the reply is streamed, each of its
+// results at most LargeDocMin, and all of them at most LargeDocMin per
+// revision asked for, and AnswerMax more. Past either, or when the reply
+// breaks, it returns an error having handed over what came before it;
+// the caller fetches the rest one by one (open_revs, where large
+// documents take turns), so no legitimate reply fails a run. An error of
+// each is returned as it is. Options go both in the query string (CouchDB
+// reads them there) and in the body (pouchdb-server reads both).
+func (p *peer) bulkGet(ctx context.Context, reqs []bulkGetDoc, each func(*doc) error) error {
 	q := url.Values{"revs": {"true"}, "latest": {"true"}, "attachments": {"false"}}
 	body := map[string]any{"docs": reqs, "revs": true, "latest": true, "attachments": false}
 	b, err := json.Marshal(body)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	res, err := p.t.call(ctx, httpRequest{method: http.MethodPost, path: "_bulk_get", query: q, header: jsonHeader(), body: b})
+	req := httpRequest{method: http.MethodPost, path: "_bulk_get", query: q, header: jsonHeader(), body: b, stream: true,
+		maxBody: int64(len(reqs))*LargeDocMin + AnswerMax, limit: "LargeDocMin per revision asked for, plus AnswerMax"}
+	res, err := p.t.call(ctx, req)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return parseBulkGet(bytes.NewReader(res.body))
+	defer res.stream.Close()
+	if res.status != http.StatusOK {
+		return unexpectedStatus(req, p.url(), res)
+	}
+	err = parseBulkGet(res.stream, LargeDocMin, each)
+	if errors.Is(err, errPartTooLarge) {
+		return &overLimit{side: p.side(), url: p.url(), what: "POST " + requestPath(p.url(), req.path) + " answered a result of",
+			limit: LargeDocMin, name: "LargeDocMin"}
+	}
+	if ol, ok := asOverLimit(err); ok {
+		return ol
+	}
+	return err
 }
 
 // attsSinceMaxBytes bounds the encoded atts_since parameter.
@@ -314,8 +363,9 @@ const attsSinceMaxBytes = 4000
 
 // openRevs fetches revisions of one document with their attachment bodies:
 // multipart/mixed from CouchDB, a JSON array with inline base64 from
-// pouchdb-server.
-func (p *peer) openRevs(ctx context.Context, id string, revs, attsSince []string, latest bool) ([]*doc, []string, error) {
+// pouchdb-server. The answer is at most DocMax, and counted on lease,
+// which the documents returned carry until they are written.
+func (p *peer) openRevs(ctx context.Context, id string, revs, attsSince []string, latest bool, lease *docLease) ([]*doc, []string, error) {
 	rb, _ := json.Marshal(revs)
 	q := url.Values{"revs": {"true"}, "open_revs": {string(rb)}, "attachments": {"true"}}
 	if latest {
@@ -332,7 +382,8 @@ func (p *peer) openRevs(ctx context.Context, id string, revs, attsSince []string
 		}
 	}
 	req := httpRequest{method: http.MethodGet, path: escapeDocID(id), query: q,
-		header: http.Header{"Accept": {"multipart/mixed, application/json"}, "Accept-Encoding": {"identity"}}, stream: true}
+		header: http.Header{"Accept": {"multipart/mixed, application/json"}, "Accept-Encoding": {"identity"}}, stream: true,
+		maxBody: DocMax, limit: "DocMax"}
 	res, err := p.t.call(ctx, req)
 	if err != nil {
 		return nil, nil, settled{err}
@@ -341,7 +392,14 @@ func (p *peer) openRevs(ctx context.Context, id string, revs, attsSince []string
 	if res.status != http.StatusOK {
 		return nil, nil, settled{unexpectedStatus(req, p.url(), res)}
 	}
-	return parseOpenRevs(res.header.Get("Content-Type"), res.stream)
+	docs, missing, err := parseOpenRevs(res.header.Get("Content-Type"), &leaseReader{r: res.stream, lease: lease, ctx: ctx})
+	if ol, ok := asOverLimit(err); ok {
+		return nil, nil, ol
+	}
+	for _, d := range docs {
+		d.lease = lease
+	}
+	return docs, missing, err
 }
 
 // bulkDocsError is one failed entry of a _bulk_docs reply.
@@ -368,7 +426,8 @@ func (p *peer) bulkDocs(ctx context.Context, docs []json.RawMessage) ([]bulkDocs
 		b.Write(d)
 	}
 	b.WriteString("]}")
-	req := httpRequest{method: http.MethodPost, path: "_bulk_docs", header: jsonHeader(), body: b.Bytes()}
+	req := httpRequest{method: http.MethodPost, path: "_bulk_docs", header: jsonHeader(), body: b.Bytes(),
+		maxBody: AnswerMax + int64(b.Len()), limit: replyLimit}
 	req.header.Set("X-Couch-Full-Commit", "false")
 	// 417 answers the documents' results too, when some were refused.
 	var reply []byte
@@ -398,7 +457,7 @@ func (p *peer) bulkDocs(ctx context.Context, docs []json.RawMessage) ([]bulkDocs
 // putDoc writes one document with new_edits=false, as multipart/related
 // when it carries attachment bodies.
 func (p *peer) putDoc(ctx context.Context, d *doc, boundary string) error {
-	ct, body, err := multipartDoc(d, boundary, p.pouch)
+	ct, body, err := multipartDoc(ctx, d, boundary, p.pouch)
 	if err != nil {
 		return err
 	}

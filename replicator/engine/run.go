@@ -355,7 +355,8 @@ func (r *Run) run() {
 // ErrInternal, logged to *log. Every goroutine of a run goes through it, so
 // a bug reached by one replication's input fails that replication, not the
 // process. (Out-of-memory is not a panic and cannot be caught: Validate's
-// maxima keep a run's allocations bounded instead.)
+// maxima and the limits on what peers send, MemoryBound, keep a run's
+// allocations bounded instead.)
 func safely(log *zerolog.Logger, f func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -449,7 +450,7 @@ func (r *Run) setup(ctx context.Context) error {
 		halt: r.haltCh, halting: r.halting,
 		clock: r.opts.Clock, log: r.log, inlineDocs: inlineDocs, maxBulkBytes: bulkDocsMaxBytesDefault,
 		perWorkerConn: max(1, r.rep.HTTPConnections/r.rep.WorkerProcesses),
-		tuning:        newTuning(r.opts.Clock, startTime, missingRatio)}
+		tuning:        newTuning(r.opts.Clock, startTime, missingRatio), large: make(chan struct{}, 1)}
 	r.ck = &checkpointer{src: r.src, tgt: r.tgt, srcStartTime: srcInfo.InstanceStartTime,
 		tgtStartTime: tgtInfo.InstanceStartTime, id: logID, sessionID: newSessionID(), startTime: startTime,
 		startSeq: seq, history: history, disabled: r.rep.DisableCheckpoints, docIDs: r.rep.DocIDs != nil,

@@ -29,6 +29,7 @@ type trackedBatch struct {
 	ticket  uint64
 	seq     json.RawMessage
 	changes int
+	bytes   int64 // what its rows count toward ChangesQueueMax
 	done    bool
 }
 
@@ -37,19 +38,23 @@ func newSeqTracker(start json.RawMessage) *seqTracker {
 	return &seqTracker{through: start, highest: start}
 }
 
-// begin registers a batch of changes ending at seq and returns its
-// ticket. Batches must begin in feed order.
-func (t *seqTracker) begin(seq json.RawMessage, changes int) uint64 {
+// begin registers a batch of changes ending at seq, whose rows count
+// bytes toward ChangesQueueMax, and returns its ticket. Batches must begin
+// in feed order.
+func (t *seqTracker) begin(seq json.RawMessage, changes int, bytes int64) uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.next++
-	t.pending = append(t.pending, trackedBatch{ticket: t.next, seq: seq, changes: changes})
+	t.pending = append(t.pending, trackedBatch{ticket: t.next, seq: seq, changes: changes, bytes: bytes})
 	return t.next
 }
 
 // done marks the batch with the given ticket as written and advances through
-// over the completed prefix. Unknown tickets are ignored.
-func (t *seqTracker) done(ticket uint64) {
+// over the completed prefix. Unknown tickets are ignored. It returns the
+// bytes of the batches the tracker no longer holds (a batch finished
+// behind a slower one is held, its sequence with it, until that one
+// finishes).
+func (t *seqTracker) done(ticket uint64) (released int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := range t.pending {
@@ -66,9 +71,11 @@ func (t *seqTracker) done(ticket uint64) {
 	for n < len(t.pending) && t.pending[n].done {
 		t.through = t.pending[n].seq
 		t.passed += int64(t.pending[n].changes)
+		released += t.pending[n].bytes
 		n++
 	}
 	t.pending = t.pending[n:]
+	return released
 }
 
 // snapshot returns the checkpointable sequence, the highest finished

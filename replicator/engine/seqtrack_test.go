@@ -12,9 +12,9 @@ import (
 
 func TestSeqTrackerOrdersBatches(t *testing.T) {
 	tr := newSeqTracker(json.RawMessage("0"))
-	a := tr.begin(json.RawMessage("10"), 10)
-	b := tr.begin(json.RawMessage("20"), 4)
-	c := tr.begin(json.RawMessage("30"), 7)
+	a := tr.begin(json.RawMessage("10"), 10, 0)
+	b := tr.begin(json.RawMessage("20"), 4, 0)
+	c := tr.begin(json.RawMessage("30"), 7, 0)
 	tr.done(b)
 	through, highest, n := tr.snapshot()
 	require.Equal(t, "0", string(through))
@@ -47,7 +47,7 @@ func TestSeqTrackerRandom(t *testing.T) {
 		n := 1 + rng.IntN(40)
 		tickets := make([]uint64, n)
 		for i := range tickets {
-			tickets[i] = tr.begin(json.RawMessage(strconv.Itoa((i+1)*10)), i+1)
+			tickets[i] = tr.begin(json.RawMessage(strconv.Itoa((i+1)*10)), i+1, 0)
 		}
 		done := make([]bool, n)
 		for _, i := range rng.Perm(n) {
@@ -90,7 +90,7 @@ func TestProgressCountsPendingDown(t *testing.T) {
 				u = json.RawMessage(tc.updateSeq)
 			}
 			c.setPending(tc.recorded, 0, u)
-			tr.done(tr.begin(json.RawMessage(tc.end), 3))
+			tr.done(tr.begin(json.RawMessage(tc.end), 3, 0))
 			got := c.progress().ChangesPending
 			require.NotNil(t, got)
 			require.Equal(t, tc.want, *got)
@@ -123,9 +123,9 @@ func TestPendingLeavesOutBatchesDonePastThrough(t *testing.T) {
 				u = json.RawMessage(tc.updateSeq)
 			}
 			c.setPending(tc.recorded, 0, u)
-			slow := tr.begin(json.RawMessage("10"), 10)
-			tr.done(tr.begin(json.RawMessage("30"), 20))
-			tr.done(tr.begin(json.RawMessage("60"), 30))
+			slow := tr.begin(json.RawMessage("10"), 10, 0)
+			tr.done(tr.begin(json.RawMessage("30"), 20, 0))
+			tr.done(tr.begin(json.RawMessage("60"), 30, 0))
 			require.Equal(t, int64(50), *c.progress().ChangesPending, "100 less the 50 done past through_seq")
 			tr.done(slow)
 			require.Equal(t, int64(40), *c.progress().ChangesPending, "through_seq passed them all")

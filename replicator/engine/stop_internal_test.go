@@ -37,7 +37,7 @@ func TestProgressDuringCheckpoint(t *testing.T) {
 		return nil, ctx.Err()
 	}
 	ck := newTestCheckpointer(ft)
-	ck.tracker.done(ck.tracker.begin(json.RawMessage("7"), 1))
+	ck.tracker.done(ck.tracker.begin(json.RawMessage("7"), 1, 0))
 	r := &Run{ready: make(chan struct{}), ck: ck}
 	close(r.ready)
 

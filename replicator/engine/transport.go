@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,8 +24,9 @@ import (
 // *statusError, the engine's one HTTP error type, which the transport makes
 // once and callers pass on. Other errors mean the request got no answer
 // (transport failures after the client's retries, rate-limiter give-up,
-// context end). With stream set the body is returned unread in
-// httpResult.stream and must be closed.
+// context end), or an answer over its maxBody (*overLimit). With stream set
+// the body is returned unread in httpResult.stream and must be closed; its
+// Read fails with an *overLimit past maxBody.
 type transport interface {
 	call(ctx context.Context, r httpRequest) (*httpResult, error)
 	// redacted is the endpoint URL without password, for messages.
@@ -41,6 +43,22 @@ type httpRequest struct {
 	body    []byte
 	stream  bool
 	noRetry bool
+	// feed marks a stream that may stay open a long time without
+	// sending (a changes feed): no trickle guard (couch.Request.Stream).
+	feed bool
+	// maxBody bounds the 2xx answer (0: AnswerMax; negative: no limit, the
+	// reader of a stream bounds its parts), and limit names it in errors
+	// ("" for AnswerMax).
+	maxBody int64
+	limit   string
+}
+
+// bodyLimit is r's maxBody with its default filled in, and its name.
+func (r httpRequest) bodyLimit() (int64, string) {
+	if r.maxBody == 0 {
+		return AnswerMax, "AnswerMax"
+	}
+	return r.maxBody, r.limit
 }
 
 // httpResult is a 2xx answer. status is the answer's own for streamed
@@ -198,14 +216,18 @@ func (t couchTransport) close() { t.db.Close() }
 // whole unless streamed), any other answer a *statusError, and a request
 // without answer an error wrapping ErrMaxBackoff, or an *unanswered.
 func (t couchTransport) call(ctx context.Context, r httpRequest) (*httpResult, error) {
+	maxBody, name := r.bodyLimit()
+	if maxBody < 0 {
+		maxBody = couch.NoBodyMax
+	}
 	req := couch.Request{Method: r.method, Path: r.path, Query: r.query, Header: r.header, Body: r.body,
-		NoRetry: r.noRetry, Stream: r.stream}
+		NoRetry: r.noRetry, Stream: r.feed, MaxBody: maxBody, MaxBodyName: name}
 	if r.stream {
 		resp, err := t.db.Do(ctx, req)
 		if err != nil {
 			return nil, t.failure(ctx, r, err)
 		}
-		return &httpResult{status: resp.StatusCode, header: resp.Header, stream: resp.Body}, nil
+		return &httpResult{status: resp.StatusCode, header: resp.Header, stream: limitedBody{resp.Body, t}}, nil
 	}
 	body, err := t.db.DoBytes(ctx, req)
 	if err != nil {
@@ -217,6 +239,8 @@ func (t couchTransport) call(ctx context.Context, r httpRequest) (*httpResult, e
 func (t couchTransport) failure(ctx context.Context, r httpRequest, err error) error {
 	var he *couch.HTTPError
 	switch {
+	case errors.Is(err, couch.ErrBodyTooLarge):
+		return t.overLimit(err)
 	case errors.As(err, &he) && he.Login:
 		// The login the request needed was refused: the answer is the
 		// login's, with the peer's reason.
@@ -239,6 +263,50 @@ func (t couchTransport) failure(ctx context.Context, r httpRequest, err error) e
 		return fmt.Errorf("%w: %s %s: %w", ErrLoginBudget, t.side, t.redacted(), err)
 	}
 	return &unanswered{side: t.side, url: t.redacted(), err: err}
+}
+
+// overLimit is the engine's error for couch's *BodyTooLargeError in err
+// (an answer to a request, or to the session's login it needed), and err
+// itself without one.
+func (t couchTransport) overLimit(err error) error {
+	var tl *couch.BodyTooLargeError
+	if !errors.As(err, &tl) {
+		return err
+	}
+	path := tl.URL
+	if u, perr := url.Parse(tl.URL); perr == nil {
+		path = u.EscapedPath()
+	}
+	return &overLimit{side: t.side, url: t.redacted(), what: tl.Method + " " + path + " answered", limit: tl.Limit, name: tl.Name}
+}
+
+// limitedBody is a streamed answer whose Read reports an answer past its
+// maxBody as the engine's *overLimit.
+type limitedBody struct {
+	io.ReadCloser
+	t couchTransport
+}
+
+func (b limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, couch.ErrBodyTooLarge) {
+		err = b.t.overLimit(err)
+	}
+	return n, err
+}
+
+// requestPath is the path of a request to path (relative to the database
+// at dbURL, or from the server's root when it starts with "/"), for
+// messages: no query string.
+func requestPath(dbURL, path string) string {
+	if strings.HasPrefix(path, "/") {
+		return path
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return path
+	}
+	return u.EscapedPath() + path
 }
 
 // unanswered is a request that got no answer from a peer, after the

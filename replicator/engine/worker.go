@@ -12,6 +12,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
+
+	"github.com/fdbrep/fdbrep/pkg/couch"
 )
 
 // Internal constants mirroring CouchDB's replicator.
@@ -57,7 +59,13 @@ type workers struct {
 
 	batchMu sync.Mutex // hands batches out in feed order
 	tuning  tuning
+	// large is the run's turn for large documents (see docLease):
+	// capacity 1.
+	large chan struct{}
 }
+
+// newLease is a lease for one document's fetch on the run's turn.
+func (w *workers) newLease() *docLease { return &docLease{turn: w.large} }
 
 // tuning holds the moving averages that let workers skip _revs_diff when
 // nearly every revision is missing on the target (a fresh target) and stop
@@ -121,7 +129,7 @@ func (w *workers) work(ctx context.Context) error {
 		if err := w.processBatch(ctx, rows); err != nil {
 			return err
 		}
-		w.changes.tracker.done(ticket)
+		w.changes.queued.Release(w.changes.tracker.done(ticket))
 		w.changes.health.batchDone()
 	}
 }
@@ -163,12 +171,14 @@ fill:
 		}
 	}
 	changes := 0 // document rows: a last_seq marker is no change
+	var size int64
 	for _, c := range rows {
 		if c.ID != "" {
 			changes++
 		}
+		size += c.size
 	}
-	return rows, w.changes.tracker.begin(rows[len(rows)-1].Seq, changes), true
+	return rows, w.changes.tracker.begin(rows[len(rows)-1].Seq, changes, size), true
 }
 
 // processBatch replicates one batch: _revs_diff, fetch, write. Its
@@ -303,27 +313,38 @@ func (w *workers) fetchAndWrite(ctx context.Context, ids []string, missing map[s
 	if !w.rep.DisableBulkGet && w.tuning.useBulkGet() {
 		w.stats.bulkGetAttempts.Add(int64(len(reqs)))
 		// Attachment stubs only: documents with attachments are fetched
-		// individually, with their bodies (and atts_since).
-		docs, err := w.src.bulkGet(ctx, reqs)
+		// individually, with their bodies (and atts_since). Documents are
+		// written as the reply brings them; what a reply cut short, or
+		// too large to read further, did not bring is fetched
+		// individually.
+		kept := map[string][]*doc{} // the revisions written, without bodies
+		seen := map[idRev]bool{}
+		n := 0
+		var addErr error
+		err := w.src.bulkGet(ctx, reqs, func(d *doc) error {
+			// A reply row that was not asked for (a peer answering with
+			// more than the request named) is never written.
+			if _, asked := missing[d.ID]; !asked || d.hasAttachments() || seen[idRev{d.ID, d.Rev}] {
+				return nil
+			}
+			seen[idRev{d.ID, d.Rev}] = true
+			kept[d.ID] = append(kept[d.ID], &doc{ID: d.ID, Rev: d.Rev, Revisions: d.Revisions})
+			n++
+			addErr = b.add(d)
+			return addErr
+		})
+		if addErr != nil {
+			return addErr
+		}
+		w.stats.bulkGetDocs.Add(int64(n))
+		w.stats.docsRead.Add(int64(n))
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, ErrMaxBackoff) {
 				return err
 			}
-			w.log.Debug().Err(err).Msg("_bulk_get failed, fetching individually")
+			w.log.Debug().Err(err).Int("docs", n).Msg("_bulk_get failed, fetching the rest individually")
 		}
 		w.tuning.recordBulkGet(err != nil)
-		kept := map[string][]*doc{}
-		seen := map[idRev]bool{}
-		for _, d := range docs {
-			// A reply row that was not asked for (a peer answering with
-			// more than the request named) is never written.
-			if _, asked := missing[d.ID]; !asked || d.hasAttachments() || seen[idRev{d.ID, d.Rev}] {
-				continue
-			}
-			seen[idRev{d.ID, d.Rev}] = true
-			kept[d.ID] = append(kept[d.ID], d)
-		}
-		n := 0
 		for _, q := range reqs {
 			covered := false
 			for _, d := range kept[q.ID] {
@@ -336,16 +357,6 @@ func (w *workers) fetchAndWrite(ctx context.Context, ids []string, missing map[s
 				addLeftover(q.ID, q.Rev)
 			}
 		}
-		for _, id := range sortedKeys(kept) {
-			for _, d := range kept[id] {
-				n++
-				if err := b.add(d); err != nil {
-					return err
-				}
-			}
-		}
-		w.stats.bulkGetDocs.Add(int64(n))
-		w.stats.docsRead.Add(int64(n))
 	} else {
 		for _, q := range reqs {
 			addLeftover(q.ID, q.Rev)
@@ -398,8 +409,11 @@ func (w *workers) fetchAndWrite(ctx context.Context, ids []string, missing map[s
 // after missingDocRetryDefault; a second miss fails the run.
 func (w *workers) fetchOne(ctx context.Context, id string, revs, attsSince []string, b *batchWriter) error {
 	failures, wait := 0, retryWaitDefault
+	lease := w.newLease()
+	defer lease.release()
 	for attempt := 0; ; attempt++ {
-		docs, missingRevs, err := w.src.openRevs(ctx, id, revs, attsSince, true)
+		lease.release() // an answer counts from nothing, and takes its turn if large
+		docs, missingRevs, err := w.src.openRevs(ctx, id, revs, attsSince, true, lease)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -419,7 +433,7 @@ func (w *workers) fetchOne(ctx context.Context, id string, revs, attsSince []str
 			// connection_timeout).
 			failures++
 			var done settled
-			if errors.As(err, &done) || errors.Is(err, ErrMaxBackoff) || failures > w.rep.RetriesPerRequest {
+			if errors.As(err, &done) || errors.Is(err, ErrMaxBackoff) || errors.Is(err, couch.ErrBodyTooLarge) || failures > w.rep.RetriesPerRequest {
 				return fmt.Errorf("%w: %s: %w", ErrOpenRevs, id, err)
 			}
 			select {
@@ -471,15 +485,6 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // millis is d in milliseconds, to the microsecond, for log fields named

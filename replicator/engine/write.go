@@ -150,6 +150,11 @@ func (w *workers) writeOne(ctx context.Context, d *doc) error {
 		w.stats.docsWritten.Add(1)
 		w.changes.health.wrote(1, 0, 0, "")
 		return nil
+	case errors.Is(err, errDocMax):
+		// A gzip attachment decompressed for a pouchdb-server target
+		// past what the document may hold: the source's document.
+		return &overLimit{side: w.src.side(), url: w.src.url(), what: "document " + d.ID + " holds, decompressed,",
+			limit: DocMax, name: "DocMax"}
 	case errors.Is(err, errBadDoc):
 		return fmt.Errorf("%w: %s: %w", ErrDocWrite, d.ID, err)
 	case st == http.StatusUnauthorized || st == http.StatusForbidden || st == http.StatusRequestEntityTooLarge ||
@@ -161,7 +166,20 @@ func (w *workers) writeOne(ctx context.Context, d *doc) error {
 		w.changes.health.wrote(1, 1, st, refusal(err))
 		return nil
 	case st == http.StatusPreconditionFailed:
-		docs, _, ferr := w.src.openRevs(ctx, d.ID, []string{d.Rev}, nil, true)
+		// The document is fetched again, with every attachment, on its
+		// own lease (keeping the turn it may hold): its bodies, which
+		// the target did not take, are dropped first.
+		lease := d.lease
+		if lease == nil {
+			lease = w.newLease()
+			defer lease.release()
+		}
+		d.Atts = nil
+		lease.restart()
+		docs, _, ferr := w.src.openRevs(ctx, d.ID, []string{d.Rev}, nil, true, lease)
+		if ol, ok := asOverLimit(ferr); ok {
+			return ol
+		}
 		if ferr != nil || len(docs) == 0 {
 			return fmt.Errorf("%w: %s: refetch after missing_stub: %v", ErrDocWrite, d.ID, ferr)
 		}
