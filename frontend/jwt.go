@@ -358,20 +358,22 @@ func isInteger(v any) bool {
 // roles are the roles of a verified token: its roles claim, a list of
 // strings or one string of comma-separated roles.
 func (h *jwtHandler) roles(claims jwt.MapClaims) ([]string, *httpError) {
-	v, ok := claims[h.rolesName]
-	if h.rolesPath != nil {
-		v = map[string]any(claims)
-		for _, member := range h.rolesPath {
-			obj, isObj := v.(map[string]any)
-			if !isObj {
-				return nil, notFound("json_mismatch")
-			}
-			if v, ok = obj[member]; !ok {
-				return nil, notFound("missing json key: " + member)
-			}
+	var v any = map[string]any(claims)
+	if h.rolesPath == nil {
+		var ok bool
+		if v, ok = claims[h.rolesName]; !ok {
+			return []string{}, nil
 		}
-	} else if !ok {
-		return []string{}, nil
+	}
+	for _, member := range h.rolesPath {
+		obj, isObj := v.(map[string]any)
+		if !isObj {
+			return nil, notFound("json_mismatch")
+		}
+		var ok bool
+		if v, ok = obj[member]; !ok {
+			return nil, notFound("missing json key: " + member)
+		}
 	}
 	switch v := v.(type) {
 	case string:
