@@ -44,7 +44,8 @@ const RoleReplicator = "_replicator"
 type User struct {
 	Name  string
 	Roles []string
-	// Method is how the user authenticated: "cookie" or "default" (Basic).
+	// Method is the authentication handler that found the user:
+	// AuthCookie, AuthDefault (Basic), AuthJWT or AuthProxy.
 	Method string
 	// dbAdmin: an admin of the database the request is about (its
 	// security object's "admins"), set by Server.dbUser.
@@ -267,8 +268,12 @@ func NewAccounts(admins, users map[string]string, roles map[string][]string, opt
 	return a, plain, nil
 }
 
-// authenticator checks Basic credentials and AuthSession cookies.
+// authenticator finds the users of requests with its handlers (see
+// authenticate): Basic credentials and AuthSession cookies of the
+// accounts, JWTs, proxy headers.
 type authenticator struct {
+	handlers []authHandler
+
 	accounts   atomic.Pointer[Accounts] // replaced by Server.SetAccounts
 	secret     []byte
 	timeout    time.Duration
@@ -644,33 +649,40 @@ func (a *authenticator) checkCookie(value string) (*account, bool) {
 	return acc, age > a.timeout/10
 }
 
-// authenticate finds the request's user: Basic credentials first, then the
-// AuthSession cookie. Wrong Basic credentials are an error (401), as in
-// CouchDB; a bad cookie is ignored. refresh is a cookie to set on the
-// response, or nil.
-func (a *authenticator) authenticate(r *http.Request) (u *User, refresh *http.Cookie, err *httpError) {
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, _, _ := strings.Cut(h, " ")
-		if !strings.EqualFold(scheme, "basic") {
-			return nil, nil, nil // other schemes are not ours; anonymous
-		}
-		name, password, ok := r.BasicAuth()
-		if !ok {
-			return nil, nil, badRequest("Authorization header has invalid encoding")
-		}
-		acc, he := a.login(name, password, clientAddr(r, a.proxies))
-		if he != nil {
-			return nil, nil, he
-		}
-		return userOf(acc, "default"), nil, nil
+// basicUser is the default handler: the account of the request's Basic
+// credentials. Wrong credentials are an error (401), as in CouchDB; other
+// schemes are not this handler's.
+func (a *authenticator) basicUser(r *http.Request) (*User, *http.Cookie, *httpError) {
+	scheme, _, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "basic") {
+		return nil, nil, nil
 	}
-	if c, err := r.Cookie("AuthSession"); err == nil && c.Value != "" {
-		if acc, stale := a.checkCookie(c.Value); acc != nil {
-			if stale {
-				refresh = a.makeCookie(acc, r)
-			}
-			return userOf(acc, "cookie"), refresh, nil
-		}
+	name, password, ok := r.BasicAuth()
+	if !ok {
+		return nil, nil, badRequest("Authorization header has invalid encoding")
 	}
-	return nil, nil, nil
+	acc, he := a.login(name, password, clientAddr(r, a.proxies))
+	if he != nil {
+		return nil, nil, he
+	}
+	return userOf(acc, AuthDefault), nil, nil
+}
+
+// cookieUser is the cookie handler: the account of a valid AuthSession
+// cookie, and a fresh cookie when it is getting old. A bad cookie is
+// ignored.
+func (a *authenticator) cookieUser(r *http.Request) (*User, *http.Cookie, *httpError) {
+	c, err := r.Cookie("AuthSession")
+	if err != nil || c.Value == "" {
+		return nil, nil, nil
+	}
+	acc, stale := a.checkCookie(c.Value)
+	if acc == nil {
+		return nil, nil, nil
+	}
+	var refresh *http.Cookie
+	if stale {
+		refresh = a.makeCookie(acc, r)
+	}
+	return userOf(acc, AuthCookie), refresh, nil
 }

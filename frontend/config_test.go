@@ -161,6 +161,8 @@ func TestConfigPutAndDelete(t *testing.T) {
 		{"start-up only", "/_node/_local/_config/chttpd/port", `"1"`, 403, "forbidden", "cannot change while the node runs"},
 		{"secret, start-up only", "/_node/_local/_config/chttpd_auth/secret", `"x"`, 403, "forbidden", "cannot change while the node runs"},
 		{"CouchDB's", "/_node/_local/_config/couchdb/max_dbs_open", `"1"`, 403, "forbidden", "CouchDB setting fdbrep does not use"},
+		{"JWT key, start-up only", "/_node/_local/_config/jwt_keys/hmac:_default", `"aGVsbG8="`, 403, "forbidden", "[jwt_keys] hmac:_default cannot change while the node runs"},
+		{"handlers, start-up only", "/_node/_local/_config/chttpd/authentication_handlers", `"{chttpd_auth, jwt_authentication_handler}"`, 403, "forbidden", "cannot change while the node runs"},
 		{"crossed backoffs", "/_node/_local/_config/replicator/min_backoff_penalty_sec", `"999999"`, 400, "bad_request", "under min_backoff_penalty_sec"},
 		{"bad share", "/_node/_cluster/_config/replicator.shares/foo", `"5"`, 400, "bad_request", "not a replicator database"},
 		{"placeholder", "/_node/_local/_config/admins/x", `"*****"`, 400, "bad_request", "in place of a secret"},

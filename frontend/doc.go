@@ -106,7 +106,16 @@
 // Verified credentials are cached (AuthCacheSize) so PBKDF2 does not run
 // on every request; a name nobody has is checked against a dummy hash of
 // the configured cost (Options.PasswordHashing), so that login timing
-// does not tell which names exist. Anonymous users may use /, /_up, /_uuids,
+// does not tell which names exist. Requests go through the
+// authentication handlers of Options.AuthHandlers ([chttpd]
+// authentication_handlers) in order, the first to find a user or refuse
+// the request deciding (authhandlers.go): besides Basic (AuthDefault) and
+// the cookie (AuthCookie, first by default, as in CouchDB), JWTs
+// (AuthJWT, jwt.go: HS, RS and ES tokens checked by golang-jwt with the
+// keys of [jwt_keys], their claims with CouchDB's rules and replies) and
+// a proxy's headers (AuthProxy, with an HMAC token under [chttpd_auth]
+// proxy_use_secret); their users need not be accounts, and their roles
+// come from the token or the headers. Anonymous users may use /, /_up, /_uuids,
 // /_session and /_utils only (the dashboard then asks them to log in);
 // database creation and deletion, _all_dbs and _node need a server admin
 // (401 "You are not a server admin.").

@@ -10,7 +10,7 @@ import (
 )
 
 // OptionsFromConfig fills the configurable Options from cfg ([chttpd],
-// [chttpd_auth], [chttpd_auth_lockout], [admins], [users], [user_roles],
+// [chttpd_auth], [chttpd_auth_lockout], [jwt_auth], [jwt_keys], [admins], [users], [user_roles],
 // [log] requests, [node] name) and hashes plaintext passwords; it returns the names of accounts
 // whose password was plaintext, to warn about. DB, Logger, Version and the
 // replicator wiring are the caller's.
@@ -37,6 +37,11 @@ func OptionsFromConfig(cfg *config.Config) (Options, []string, error) {
 		Lockout: Lockout{Mode: keyLockoutMode.Get(cfg), Threshold: int(keyLockoutThreshold.Get(cfg)),
 			MaxLifetime: keyLockoutMaxLifetime.Get(cfg), MaxObjects: int(keyLockoutMaxObjects.Get(cfg))},
 	}
+	auth, err := authFromConfig(cfg)
+	if err != nil {
+		return Options{}, nil, err
+	}
+	o.AuthHandlers, o.JWT, o.Proxy = auth.handlers, auth.jwt, auth.proxy
 	if o.TrustedProxies, err = TrustedProxiesFromConfig(cfg); err != nil {
 		return Options{}, nil, err
 	}

@@ -117,6 +117,16 @@ type Options struct {
 	// Lockout locks a user name out from a client address after failed
 	// logins ([chttpd_auth_lockout]; zero fields: the defaults).
 	Lockout Lockout
+	// AuthHandlers are the authentication handlers each request goes
+	// through, in order, until one finds its user ([chttpd]
+	// authentication_handlers, ParseAuthHandlers): AuthCookie,
+	// AuthDefault, AuthJWT, AuthProxy; nil means AuthHandlersDefault's.
+	AuthHandlers []string
+	// JWT configures AuthJWT ([jwt_auth], [jwt_keys]); it needs a key.
+	JWT JWTAuth
+	// Proxy configures AuthProxy ([chttpd_auth] proxy_use_secret,
+	// x_auth_username, x_auth_roles, x_auth_token).
+	Proxy ProxyAuth
 	// TrustedProxies are the addresses of the proxies whose
 	// X-Forwarded-For names the client ([chttpd] trusted_proxies; see
 	// clientAddr); none: the remote address is the client.
@@ -181,6 +191,8 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	// Proxy tokens need the configured secret, not a random one.
+	proxySecret := opts.Secret
 	if opts.Secret == nil {
 		opts.Secret = make([]byte, 32)
 		_, _ = rand.Read(opts.Secret)
@@ -213,6 +225,12 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.UtilsDir != "" {
 		s.utils = os.DirFS(opts.UtilsDir)
+	}
+	if err := s.auth.setHandlers(opts.AuthHandlers, opts.JWT, opts.Proxy, proxySecret); err != nil {
+		return nil, err
+	}
+	if slices.Contains(opts.AuthHandlers, AuthProxy) && !opts.Proxy.UseSecret {
+		logger.Warn().Msg("proxy authentication without [chttpd_auth] proxy_use_secret: whoever reaches this node can be any user, server admins included, with the proxy's headers; only the proxy may reach it")
 	}
 	s.auth.accounts.Store(opts.Accounts)
 	s.router = s.routes()

@@ -14,7 +14,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	case http.MethodGet:
 		u := userFrom(r)
 		ctx := map[string]any{"name": nil, "roles": []string{}}
-		info := map[string]any{"authentication_handlers": []string{"cookie", "default"}}
+		info := map[string]any{"authentication_handlers": s.auth.handlerNames()}
 		if !u.Anonymous() {
 			ctx["name"] = u.Name
 			ctx["roles"] = append([]string{}, u.Roles...)

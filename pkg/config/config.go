@@ -1,10 +1,12 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,13 +112,15 @@ func (c *Config) loadFile(path string) error {
 	f, err := ini.LoadSources(ini.LoadOptions{
 		// CouchDB ini files use ';' comments and may repeat keys (last
 		// wins); values are taken verbatim (no quote or escape handling
-		// surprises in password hashes).
+		// surprises in password hashes). Only '=' separates a key from
+		// its value: [jwt_keys] keys hold ':' (hmac:_default).
 		IgnoreInlineComment:       true,
 		SpaceBeforeInlineComment:  false,
 		AllowShadows:              false,
 		UnescapeValueDoubleQuotes: false,
 		PreserveSurroundedQuote:   true,
-	}, data)
+		KeyValueDelimiters:        "=",
+	}, quoteKeysWithEquals(data))
 	if err != nil {
 		return fmt.Errorf("%w %s: %v", ErrFile, path, err)
 	}
@@ -133,6 +137,25 @@ func (c *Config) loadFile(path string) error {
 		}
 	}
 	return nil
+}
+
+// quoteKeysWithEquals quotes, for the ini parser, the key of each line
+// written "key= = value": as in CouchDB 3.3+, a key holding '=' (a JWT
+// kid such as "rsa:h2k=") is read when " = " follows it, the key being
+// what stands before the first " = ".
+func quoteKeysWithEquals(data []byte) []byte {
+	lines := bytes.Split(data, []byte("\n"))
+	for i, line := range lines {
+		t := bytes.TrimLeft(line, " \t")
+		if len(t) == 0 || t[0] == ';' || t[0] == '#' || t[0] == '[' {
+			continue
+		}
+		sep := bytes.Index(t, []byte(" = "))
+		if sep > 0 && bytes.IndexByte(t[:sep], '=') >= 0 && bytes.IndexByte(t[:sep], '`') < 0 {
+			lines[i] = slices.Concat([]byte("`"), t[:sep], []byte("`"), t[sep:])
+		}
+	}
+	return bytes.Join(lines, []byte("\n"))
 }
 
 func (c *Config) loadEnv(environ []string) error {

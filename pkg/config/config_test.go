@@ -1,6 +1,12 @@
 package config
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"math"
@@ -222,6 +228,31 @@ verify_ssl_certificates_log = true
 	require.NotContains(t, w, "s3cret")
 
 	require.Equal(t, 15*time.Second, Default().Duration("replicator", "interval_sec"))
+}
+
+// [jwt_keys] as CouchDB 3.5 reads it: keys hold ':' and, written
+// "key= = value", '='; kids keep their case; HMAC secrets are secrets,
+// public keys are not.
+func TestJWTKeysSection(t *testing.T) {
+	pemLine := func(pub any) string {
+		der, err := x509.MarshalPKIXPublicKey(pub)
+		require.NoError(t, err)
+		return strings.ReplaceAll(string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})), "\n", `\n`)
+	}
+	rk, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	ek, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	c, err := Load([]string{writeFile(t, "[jwt_keys]\nhmac:_default = aGVsbG8=\nrsa:h2k= = "+pemLine(&rk.PublicKey)+
+		"\nec:Kid1="+pemLine(&ek.PublicKey)+"\n\n[admins]\nBob = -pbkdf2:sha256-ab,cd,10\n")}, nil)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"hmac:_default": "aGVsbG8=", "rsa:h2k=": pemLine(&rk.PublicKey), "ec:Kid1": pemLine(&ek.PublicKey)},
+		c.Section(SectionJWTKeys))
+	require.Equal(t, map[string]string{"Bob": "-pbkdf2:sha256-ab,cd,10"}, c.Admins())
+	require.Empty(t, c.Warnings())
+	require.Equal(t, c.Section(SectionJWTKeys), c.All()[SectionJWTKeys])
+	require.True(t, IsSecret(SectionJWTKeys, "hmac:_default"))
+	require.False(t, IsSecret(SectionJWTKeys, "rsa:h2k="))
 }
 
 // A key is declared once, and a declaration that contradicts itself, or

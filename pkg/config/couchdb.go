@@ -23,7 +23,7 @@ var couchDBSections = setOf(
 	"couch_scanner_plugin_find.regexes", "couch_scanner_plugins", "couchdb", "couchdb_engines", "csp", "custodian",
 	"daemons", "ddoc_cache", "disk_monitor", "dreyfus", "fabric", "feature_flags", "global_changes", "hibernate_after",
 	"httpd", "httpd_db_handlers", "httpd_design_handlers", "httpd_global_handlers", "indexers", "ioq", "ioq.bypass",
-	"jwt_auth", "jwt_keys", "mango", "mem3", "native_query_servers", "nouveau", "nouveau_index_upgrader",
+	"mango", "mem3", "native_query_servers", "nouveau", "nouveau_index_upgrader",
 	"os_daemons", "process_priority", "prometheus", "purge", "query_server_config", "query_servers", "quickjs",
 	"reshard", "rexi", "smoosh", "smoosh.ratio_dbs", "smoosh.ratio_views", "smoosh.slack_dbs", "smoosh.slack_views",
 	"stats", "uuids", "vendor", "vhosts", "view_updater", "view_upgrade", "x_frame_options",
@@ -32,14 +32,14 @@ var couchDBSections = setOf(
 // couchDBKeys are CouchDB 3.x's keys, in the sections fdbrep shares with
 // CouchDB, that fdbrep does not read.
 var couchDBKeys = map[string]map[string]bool{
-	"chttpd": setOf("allow_jsonp", "authentication_handlers", "buffer_response", "bulk_get_use_batches",
+	"chttpd": setOf("allow_jsonp", "buffer_response", "bulk_get_use_batches",
 		"changes_timeout", "config_whitelist", "decode_plus_to_space", "disconnect_check_jitter_msec",
 		"disconnect_check_msec", "enable_cors", "enable_xframe_options", "max_db_number_for_dbs_info_req",
 		"max_uri_length", "peer_header", "prefer_minimal", "require_valid_user_except_for_up", "rewrite_limit",
 		"scrub_json_request", "secure_rewrites", "server_header_versions", "server_options", "socket_options",
 		"x_forwarded_host", "x_forwarded_proto", "x_forwarded_ssl", "backlog", "nodelay"),
 	"chttpd_auth": setOf("authentication_db", "authentication_redirect", "cookie_domain", "hash_algorithms",
-		"max_iterations", "min_iterations", "password_regexp", "password_scheme", "proxy_use_secret",
+		"max_iterations", "min_iterations", "password_regexp", "password_scheme",
 		"public_fields", "same_site", "upgrade_hash_on_auth", "users_db_public", "require_valid_user"),
 	"replicator": setOf("cacert_reload_interval_hours", "cluster_start_period",
 		"connect_to", "max_document_id_length", "missing_doc_retry_msec",

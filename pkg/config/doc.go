@@ -1,7 +1,10 @@
 // Package config loads fdbrep's configuration: CouchDB-style ini files
-// (sections [chttpd], [chttpd_auth], [admins], [replicator],
-// [replicator.shares], [couch_jobs], [fdb], [log], [node], and the fdbrep
-// extensions [users] and [user_roles]) with environment overrides.
+// (sections [chttpd], [chttpd_auth], [jwt_auth], [jwt_keys], [admins],
+// [replicator], [replicator.shares], [couch_jobs], [fdb], [log], [node],
+// and the fdbrep extensions [users] and [user_roles]) with environment
+// overrides. Only '=' separates a key from its value ([jwt_keys] keys
+// hold ':'), and a line "key= = value" has a key holding '=', as in
+// CouchDB 3.3+.
 //
 // # Precedence
 //

@@ -88,12 +88,15 @@ func (a Apply) Roles() []string {
 }
 
 // Sections whose keys are free-form: every key is a name (an admin, a user,
-// a replicator database) rather than a fixed setting.
+// a replicator database, a JWT key) rather than a fixed setting.
 const (
 	SectionAdmins    = "admins"
 	SectionUsers     = "users"
 	SectionUserRoles = "user_roles"
 	SectionShares    = "replicator.shares"
+	// SectionJWTKeys holds the keys that verify JWTs, CouchDB's [jwt_keys]:
+	// each key is a type and a kid ("hmac:_default", "rsa:kid", "ec:kid").
+	SectionJWTKeys = "jwt_keys"
 )
 
 // Bounds and default of [replicator.shares] values, as in CouchDB.
@@ -186,7 +189,7 @@ var (
 
 // sectionOrder is the order of the fixed sections in Keys and
 // docs/CONFIG.md; a key registers in one of them.
-var sectionOrder = []string{"chttpd", "chttpd_auth", "chttpd_auth_lockout", "ssl", "fdb", "log", "node", "replicator", "couch_jobs"}
+var sectionOrder = []string{"chttpd", "chttpd_auth", "chttpd_auth_lockout", "jwt_auth", "ssl", "fdb", "log", "node", "replicator", "couch_jobs"}
 
 // reg is the registry: filled while packages initialize, frozen when first
 // read (Keys, Load, a getter), after which registering is a programming
@@ -256,7 +259,7 @@ func frozen() *registry {
 		r := &reg.r
 		r.index = map[string]*Key{}
 		r.aliases = map[string]string{}
-		r.sections = map[string]bool{SectionAdmins: true, SectionUsers: true, SectionUserRoles: true, SectionShares: true}
+		r.sections = map[string]bool{SectionAdmins: true, SectionUsers: true, SectionUserRoles: true, SectionShares: true, SectionJWTKeys: true}
 		for _, section := range sectionOrder {
 			for _, k := range reg.keys {
 				if k.Section != section {
@@ -300,7 +303,7 @@ func checks() []func(*Config) error {
 
 func freeForm(section string) bool {
 	switch section {
-	case SectionAdmins, SectionUsers, SectionUserRoles, SectionShares:
+	case SectionAdmins, SectionUsers, SectionUserRoles, SectionShares, SectionJWTKeys:
 		return true
 	}
 	return false

@@ -22,7 +22,8 @@ type Layer struct {
 
 // Normalize returns section and key as Load stores them: the section in
 // lower case, and the key too except in [admins], [users] and
-// [user_roles], whose keys are user names.
+// [user_roles], whose keys are user names, and [jwt_keys], whose kids
+// are compared as they are written.
 func Normalize(section, key string) (string, string) {
 	section = strings.ToLower(strings.TrimSpace(section))
 	key = strings.TrimSpace(key)
@@ -33,14 +34,17 @@ func Normalize(section, key string) (string, string) {
 }
 
 // SectionApply tells whether keys of a section may change at run time: a
-// free-form section's apply, or ApplyRestart with ok false for other
-// sections (whose keys have their own, see CheckRuntimeKey).
+// free-form section's apply ([jwt_keys]: ApplyRestart), or ApplyRestart
+// with ok false for other sections (whose keys have their own, see
+// CheckRuntimeKey).
 func SectionApply(section string) (Apply, bool) {
 	switch section {
 	case SectionAdmins, SectionUsers, SectionUserRoles:
 		return ApplyFrontend, true
 	case SectionShares:
 		return ApplyAll, true
+	case SectionJWTKeys:
+		return ApplyRestart, true
 	}
 	return ApplyRestart, false
 }
@@ -51,16 +55,22 @@ func SectionApply(section string) (Apply, bool) {
 // ErrNotUsed for CouchDB's keys fdbrep ignores, ErrRestartOnly for keys
 // read at start-up only.
 func CheckRuntimeKey(section, key string) (Apply, error) {
+	restartOnly := func() (Apply, error) {
+		return ApplyRestart, fmt.Errorf("%w: [%s] %s cannot change while the node runs: set it in an ini file, the environment or a flag, and restart",
+			ErrRestartOnly, section, key)
+	}
 	if a, ok := SectionApply(section); ok {
-		if key == "" {
+		switch {
+		case a == ApplyRestart:
+			return restartOnly()
+		case key == "":
 			return a, fmt.Errorf("%w: [%s]: empty name", ErrInvalidValue, section)
 		}
 		return a, nil
 	}
 	if k := lookup(section, key); k != nil {
 		if k.Apply == ApplyRestart {
-			return ApplyRestart, fmt.Errorf("%w: [%s] %s cannot change while the node runs: set it in an ini file, the environment or a flag, and restart",
-				ErrRestartOnly, section, key)
+			return restartOnly()
 		}
 		return k.Apply, nil
 	}
@@ -74,9 +84,10 @@ func CheckRuntimeKey(section, key string) (Apply, error) {
 }
 
 // IsSecret tells whether the value of section/key must never be shown:
-// secret keys, and the password hashes of [admins] and [users].
+// secret keys, the password hashes of [admins] and [users], and the HMAC
+// keys of [jwt_keys] (its public keys are shown).
 func IsSecret(section, key string) bool {
-	if section == SectionAdmins || section == SectionUsers {
+	if section == SectionAdmins || section == SectionUsers || section == SectionJWTKeys && strings.HasPrefix(key, "hmac:") {
 		return true
 	}
 	k := lookup(section, key)
@@ -164,7 +175,7 @@ func (c *Config) All() map[string]map[string]string {
 	for _, k := range frozen().ordered {
 		add(k.Section, k.Name)
 	}
-	for _, s := range []string{SectionAdmins, SectionUsers, SectionUserRoles, SectionShares} {
+	for _, s := range []string{SectionAdmins, SectionUsers, SectionUserRoles, SectionShares, SectionJWTKeys} {
 		for _, k := range c.keyNames(s) {
 			add(s, k)
 		}

@@ -24,6 +24,7 @@ func TestCheckRuntimeKey(t *testing.T) {
 		{"admins", "", ApplyFrontend, ErrInvalidValue, "empty name"},
 		{"chttpd", "port", ApplyRestart, ErrRestartOnly, "[chttpd] port cannot change while the node runs"},
 		{"chttpd_auth", "secret", ApplyRestart, ErrRestartOnly, "restart"},
+		{"jwt_keys", "hmac:_default", ApplyRestart, ErrRestartOnly, "[jwt_keys] hmac:_default cannot change while the node runs"},
 		{"replicator", "password", ApplyRestart, ErrRestartOnly, "restart"},
 		{"replicator", "job_timeout_sec", ApplyRestart, ErrRestartOnly, "restart"},
 		{"couchdb", "max_dbs_open", ApplyRestart, ErrNotUsed, "[couchdb] max_dbs_open is a CouchDB setting fdbrep does not use"},
