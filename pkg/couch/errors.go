@@ -45,6 +45,11 @@ var (
 	// was refused, it refused ours, or it does not speak TLS). It is not
 	// retried: the error names the setting to change.
 	ErrTLS = errors.New("couch: TLS")
+	// ErrAddressDenied: the endpoint or proxy is at an address the
+	// Options.Addresses policy refuses (an *AddressError names the
+	// address and the rule). No connection was made, and it is not
+	// retried.
+	ErrAddressDenied = errors.New("couch: " + AddressDeniedReason)
 )
 
 // invalidOptions is the error for an Options or RateLimiterConfig value
