@@ -25,6 +25,12 @@ var (
 	// limiter's interval reached its cap; the scheduler should back off.
 	ErrMaxBackoff = errors.New("max_backoff")
 
+	// ErrAddressDenied reports an endpoint or proxy at an address the
+	// node's policy refuses (ClientSettings.Addresses; it wraps
+	// couch.ErrAddressDenied): no connection was made. fdbrep's own tag:
+	// CouchDB has no such rule (docs/COMPAT.md).
+	ErrAddressDenied = errors.New("forbidden_address")
+
 	// ErrHTTP reports an unexpected HTTP status or a request that failed
 	// after its retries (CouchDB's http_request_failed / http_error_code).
 	ErrHTTP = errors.New("http_request_failed")

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"syscall"
 	"time"
 
@@ -151,6 +152,11 @@ type ClientSettings struct {
 	// IdleConnTimeout is connection_close_interval: how long an idle
 	// pooled connection stays open (0: couch.IdleConnTimeoutDefault).
 	IdleConnTimeout time.Duration
+	// Addresses refuses connections to the addresses it denies
+	// (denied_endpoint_networks and the rest; see couch.AddressPolicy),
+	// checked at each connect: the run fails with ErrAddressDenied. nil:
+	// every address.
+	Addresses *couch.AddressPolicy
 }
 
 // newPeers builds the source and target clients, which log to log, wait
@@ -168,6 +174,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*p
 		Auth:                   opts.Client.Auth,
 		SessionRefreshInterval: opts.Client.SessionRefreshInterval,
 		IdleConnTimeout:        opts.Client.IdleConnTimeout,
+		Addresses:              opts.Client.Addresses,
 		Logins:                 opts.Logins,
 		Pools:                  opts.Pools,
 	}
@@ -236,7 +243,7 @@ func (t couchTransport) failure(ctx context.Context, r httpRequest, err error) e
 	case errors.Is(err, couch.ErrMaxBackoff):
 		return fmt.Errorf("%w: %w", ErrMaxBackoff, err)
 	}
-	return &unanswered{side: t.side, url: t.redacted(), err: err}
+	return &unanswered{side: t.side, url: t.redacted(), err: err, denied: errors.Is(err, couch.ErrAddressDenied)}
 }
 
 // unanswered is a request that got no answer from a peer, after the
@@ -244,10 +251,13 @@ func (t couchTransport) failure(ctx context.Context, r httpRequest, err error) e
 // redacted URL and what failed, then the request and its attempts:
 // "source http://bob:*****@host/db/ refused the connection (POST /_session,
 // 6 attempts)". It unwraps to ErrHTTP and the client's error (a
-// *couch.RequestError, for UnreachableHost).
+// *couch.RequestError, for UnreachableHost). A connection the node's
+// address policy refused (denied) reads "forbidden_address: " instead, and
+// unwraps to ErrAddressDenied instead of ErrHTTP.
 type unanswered struct {
 	side, url string
 	err       error
+	denied    bool
 }
 
 func (e *unanswered) Error() string {
@@ -265,14 +275,22 @@ func (e *unanswered) Error() string {
 		}
 		request += ")"
 	}
-	what := ": " + cause.Error()
+	what, tag := ": "+cause.Error(), ErrHTTP
+	var aerr *couch.AddressError
 	switch {
+	case errors.As(cause, &aerr):
+		what, tag = ": "+strings.TrimPrefix(aerr.Error(), "couch: "), ErrAddressDenied
 	case errors.Is(cause, syscall.ECONNREFUSED):
 		what = " refused the connection"
 	case errors.Is(cause, syscall.ECONNRESET):
 		what = " reset the connection"
 	}
-	return fmt.Sprintf("%v: %s %s%s%s", ErrHTTP, e.side, e.url, what, request)
+	return fmt.Sprintf("%v: %s %s%s%s", tag, e.side, e.url, what, request)
 }
 
-func (e *unanswered) Unwrap() []error { return []error{ErrHTTP, e.err} }
+func (e *unanswered) Unwrap() []error {
+	if e.denied {
+		return []error{ErrAddressDenied, e.err}
+	}
+	return []error{ErrHTTP, e.err}
+}
