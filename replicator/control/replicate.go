@@ -30,6 +30,8 @@ import (
 //     id): Cancelled.
 //
 // Errors: ErrBadRequest or ErrTooLarge for a body that does not parse;
+// ErrForbidden for an endpoint or proxy at an address Config.Addresses
+// denies (literal, or a name resolving only to such addresses now);
 // ErrNotFound for an unknown job to cancel (or one cancelled while the
 // caller waited), and alike for another user's job unless user is an
 // admin: a user learns nothing of the jobs of others; ErrUnauthorized to
@@ -48,6 +50,9 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.Us
 		return p.cancel(ctx, req, user, uuid)
 	}
 	spec := req.Spec
+	if err := spec.CheckAddresses(ctx, p.cfg.Addresses, true); err != nil {
+		return api.ReplicateResult{}, err
+	}
 	jobID := replicator.TransientJobID(uuid, spec, user.Name) // of the credentials as given
 	if s := p.cfg.Sealer; s != nil {
 		sealed, err := replicator.SealJSON(s, body, replicator.UserScope(user.Name))
