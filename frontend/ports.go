@@ -102,6 +102,7 @@ var tagStatus = map[string]int{
 	"query_parse_error":  http.StatusBadRequest,
 	"unauthorized":       http.StatusUnauthorized,
 	"forbidden":          http.StatusForbidden,
+	"forbidden_address":  http.StatusForbidden, // an endpoint's address the replicator refuses
 	"not_found":          http.StatusNotFound,
 	"conflict":           http.StatusConflict,
 	"document_too_large": http.StatusRequestEntityTooLarge,

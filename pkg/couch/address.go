@@ -54,10 +54,6 @@ const (
 	DenyPrivateDefault  = false
 )
 
-// AllowedNetworksDefault is [replicator] allowed_endpoint_networks: no
-// exception.
-const AllowedNetworksDefault = ""
-
 // AddressLookupTimeoutDefault bounds the resolution of an endpoint's name
 // at write time (AddressPolicy.CheckHost): a name that does not resolve
 // in time passes, and is checked at each connect.
@@ -131,9 +127,6 @@ type AddressPolicy struct {
 	// net.DefaultResolver's LookupNetIP. Tests substitute one; set it
 	// before the policy is used.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
-	// localAddrs lists the addresses of the host's interfaces (nil:
-	// net.InterfaceAddrs).
-	localAddrs func() ([]net.Addr, error)
 }
 
 // NewAddressPolicy returns a policy with rules.
@@ -197,7 +190,7 @@ func (p *AddressPolicy) Check(a netip.AddrPort) error {
 		return nil
 	}
 	ip := a.Addr().Unmap().WithZone("")
-	if own := p.own.Load(); own != nil && (*own)[a.Port()] && p.isLocal(ip) {
+	if own := p.own.Load(); own != nil && (*own)[a.Port()] && isLocal(ip) {
 		return &AddressError{Addr: a.String(), Why: "is this node's own listener"}
 	}
 	r := p.rules.Load()
@@ -226,15 +219,11 @@ func (p *AddressPolicy) Check(a netip.AddrPort) error {
 // isLocal reports an address of this host: loopback, unspecified, or an
 // interface's (an error listing them counts every address as local: the
 // check fails closed).
-func (p *AddressPolicy) isLocal(ip netip.Addr) bool {
+func isLocal(ip netip.Addr) bool {
 	if ip.IsLoopback() || ip.IsUnspecified() {
 		return true
 	}
-	list := p.localAddrs
-	if list == nil {
-		list = net.InterfaceAddrs
-	}
-	addrs, err := list()
+	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return true
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/couch"
 )
 
@@ -119,23 +120,14 @@ func TestParseNetworks(t *testing.T) {
 	}
 }
 
-// countingListener is a loopback listener that counts the connections it
+// countingListener is a loopback peer that counts the connections it
 // accepts and answers every request as a CouchDB database would.
 func countingListener(t *testing.T) (*httptest.Server, *atomic.Int64) {
 	t.Helper()
-	var accepts atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return testutil.CountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"db_name":"db","update_seq":"1","instance_start_time":"0"}`))
 	}))
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			accepts.Add(1)
-		}
-	}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv, &accepts
 }
 
 // A denied address is refused at connect, after DNS: a name that resolved

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -11,10 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/api"
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
+	"github.com/fdbrep/fdbrep/replicator/engine"
 	"github.com/fdbrep/fdbrep/replicator/replicatortest"
 )
 
@@ -89,4 +93,40 @@ func TestWrittenEndpointAddresses(t *testing.T) {
 			require.Equal(t, tc.resolved, replicator.Reason(err))
 		})
 	}
+}
+
+// DNS rebinding, through the real engine: a name that resolves to an
+// allowed address when POST /_replicate checks it and to a denied one when
+// the node connects fails the replication forbidden_address, with no
+// connection made; the user who posted it reads that the address is
+// refused, a server admin which address and which rule.
+func TestReplicateRebindingRefusedAtConnect(t *testing.T) {
+	peer, accepts := testutil.CountingServer(t, http.NotFoundHandler())
+	_, port, err := net.SplitHostPort(peer.Listener.Addr().String())
+	require.NoError(t, err)
+
+	policy := couch.NewAddressPolicy(couch.AddressRules{DenyLoopback: true})
+	policy.Lookup = func(context.Context, string) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("192.0.2.10")}, nil // the name's first answer
+	}
+	cfg := replicatortest.Config()
+	cfg.Config.Addresses = policy
+	c := replicatortest.NewCluster(t, 1, replicator.EngineDefault{Client: engine.ClientSettings{Addresses: policy}}, cfg)
+	body := func(db string) json.RawMessage {
+		return replicateBody(t, map[string]any{"source": "http://localhost:" + port + "/" + db, "target": "http://192.0.2.10/b"})
+	}
+	ctx := context.Background()
+	res, err := c.Plane.Replicate(ctx, body("a"), api.User{Name: "alice"})
+	require.NoError(t, err)
+	require.Equal(t, api.Failed, res.Outcome)
+	require.Equal(t, "forbidden_address", res.Tag)
+	require.Equal(t, couch.AddressDeniedReason, res.Reason, "alice reads no address, no rule")
+	require.Zero(t, accepts.Load(), "no connection reached the peer")
+
+	res, err = c.Plane.Replicate(ctx, body("b"), api.User{Name: "admin", Roles: []string{"_admin"}})
+	require.NoError(t, err)
+	require.Equal(t, "forbidden_address", res.Tag)
+	require.Contains(t, res.Reason, "source http://localhost:"+port+"/b/: "+couch.AddressDeniedReason+": ")
+	require.Contains(t, res.Reason, "is a loopback address ([replicator] deny_loopback_endpoints)")
+	require.Zero(t, accepts.Load())
 }

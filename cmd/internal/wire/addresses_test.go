@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -68,17 +66,7 @@ func TestDeniedAddressAtConnect(t *testing.T) {
 		m["replicator"]["deny_loopback_endpoints"] = "true"
 		m["user_roles"][bobName] = "_replicator" // stored without the write's checks
 	})
-	var accepts atomic.Int64
-	peer := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusNotFound)
-	}))
-	peer.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			accepts.Add(1)
-		}
-	}
-	peer.Start()
-	t.Cleanup(peer.Close)
+	peer, accepts := testutil.CountingServer(t, http.NotFoundHandler())
 	_, port, err := net.SplitHostPort(peer.Listener.Addr().String())
 	require.NoError(t, err)
 	url := "http://localhost:" + port + "/db"
