@@ -79,8 +79,11 @@
 // the writer; only admins write other users' documents) — and, unlike
 // CouchDB, the owner of the revision being replaced or deleted is checked
 // too — then the replicator's parser (Replicator.ParseDoc, once per
-// write: its result travels to DocWritten); a failure is 403 forbidden
-// with the parser's reason and stores nothing. Replicated revisions are
+// write: its result travels to DocWritten) and, for writers without the
+// _replicator role, the resolution of its endpoints' host names
+// (Replicator.CheckEndpoints: names that resolve only to addresses
+// [replicator] denies); a failure is 403 forbidden with the parser's
+// reason and stores nothing. Replicated revisions are
 // checked the same way (in _bulk_docs a refusal is that document's
 // "forbidden" entry). When a job runs again, the replicator's stale
 // "_replication_*" fields are removed from the document. Design documents
@@ -89,7 +92,9 @@
 // of the _replicator role get its endpoints without credentials (URL
 // userinfo, "auth" and "headers" removed), whichever endpoint they read
 // it through (GET, _bulk_get, open_revs, _all_docs and _changes with
-// include_docs, every feed).
+// include_docs, every feed); readers who are not server admins read a
+// refused address's _replication_state_reason as
+// couch.AddressDeniedReason alone.
 //
 // # Authentication
 //

@@ -263,6 +263,9 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 	if isRep && !e.deleted && rep != nil {
 		var perr error
 		parsed, perr = rep.ParseDoc(e.db, e.id, canonical)
+		if perr == nil && !u.HasRole(RoleReplicator) {
+			perr = rep.CheckEndpoints(ctx, parsed)
+		}
 		var te api.TaggedError
 		switch {
 		case perr != nil && !errors.As(perr, &te):

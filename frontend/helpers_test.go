@@ -87,6 +87,9 @@ func (f *fakeReplicator) ParseDoc(db, docID string, raw json.RawMessage) (api.Pa
 	return parsed, nil
 }
 
+// CheckEndpoints resolves nothing.
+func (f *fakeReplicator) CheckEndpoints(context.Context, api.ParsedDoc) error { return nil }
+
 // DocWritten records the job; like the real one it reports a restarted
 // job unless the document records a terminal state.
 func (f *fakeReplicator) DocWritten(ctx context.Context, tr kv.Transaction, parsed api.ParsedDoc) (bool, error) {

@@ -127,8 +127,15 @@ func canSeeCredentials(owner string, u *User) bool {
 // refusal's reason from the target), the stall's detail and the parked
 // watch's reason; what remains loses any URL userinfo, as the document's
 // _replication_state_reason does. Counters, states, times, the stall's
-// reason (a closed list) and the node stay.
+// reason (a closed list) and the node stay. A refused address's error
+// (couch.AddressDeniedReason, in the info's reason or stall detail) is
+// shown without its detail to everyone but server admins, the row's owner
+// included: which address a name resolved to, and which rule refused it,
+// would tell a writer what lies behind names and ports it cannot reach.
 func docRowFor(d api.DocInfo, u *User) api.DocInfo {
+	if !u.IsAdmin() {
+		d.Info = couch.HideAddressDetailJSON(d.Info)
+	}
 	if canSeeCredentials(d.Owner, u) {
 		return d
 	}
@@ -156,26 +163,8 @@ func docRowFor(d api.DocInfo, u *User) api.DocInfo {
 			}
 		}
 	}
-	d.Info, _ = json.Marshal(stripStrings(info))
+	d.Info, _ = json.Marshal(couch.MapStrings(info, StripURLUserinfo))
 	return d
-}
-
-// stripStrings removes URL userinfo from every string of a decoded JSON
-// value, in place, and returns it.
-func stripStrings(v any) any {
-	switch x := v.(type) {
-	case string:
-		return StripURLUserinfo(x)
-	case map[string]any:
-		for k, e := range x {
-			x[k] = stripStrings(e)
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = stripStrings(e)
-		}
-	}
-	return v
 }
 
 // stripCredentials removes credentials from a replication document's

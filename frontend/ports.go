@@ -34,6 +34,15 @@ type Replicator interface {
 	// could not be sealed): nothing is stored, whoever writes (500). The
 	// parsed document's Stored body, when not nil, is what is stored.
 	ParseDoc(db, docID string, doc json.RawMessage) (api.ParsedDoc, error)
+	// CheckEndpoints checks, before the write and outside any
+	// transaction, what ParseDoc does not (it does no I/O): the addresses
+	// the host names of a document ParseDoc accepted resolve to
+	// ([replicator] denied_endpoint_networks and the rest; best effort:
+	// replication nodes check every connection again). An
+	// api.TaggedError refuses the write (403 with its reason). Writers
+	// with the _replicator role are not checked: their documents are
+	// stored anyway, and their jobs meet the check at connect.
+	CheckEndpoints(ctx context.Context, doc api.ParsedDoc) error
 	// DocWritten creates or replaces the job of a document whose winning
 	// revision is doc. restarted reports that the write gave the document
 	// a new job that will run (not one recording an earlier run's end):
@@ -93,6 +102,7 @@ var tagStatus = map[string]int{
 	"query_parse_error":  http.StatusBadRequest,
 	"unauthorized":       http.StatusUnauthorized,
 	"forbidden":          http.StatusForbidden,
+	"forbidden_address":  http.StatusForbidden, // an endpoint's address the replicator refuses
 	"not_found":          http.StatusNotFound,
 	"conflict":           http.StatusConflict,
 	"document_too_large": http.StatusRequestEntityTooLarge,

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/repdb"
 )
@@ -28,7 +29,9 @@ func readOptsOf(p *params) readOpts {
 func (o readOpts) needTree() bool { return o.revs || o.conflicts || o.deletedConflicts || o.revsInfo }
 
 // renderDoc renders a revision for u, as CouchDB's JSON: credentials of a
-// replication document stripped for readers who are not its owner,
+// replication document stripped for readers who are not its owner, the
+// detail of a refused address in its _replication_state_reason for
+// readers who are not server admins (docRowFor),
 // _deleted for deletions, and the metadata of o that d carries (Path and
 // conflicts come with tree reads).
 func (s *Server) renderDoc(d *repdb.Doc, u *User, o readOpts) map[string]any {
@@ -41,6 +44,9 @@ func (s *Server) renderDoc(d *repdb.Doc, u *User, o readOpts) map[string]any {
 			stripCredentials(out)
 		}
 		hideSealed(out)
+		if reason, ok := out["_replication_state_reason"].(string); ok && !u.IsAdmin() {
+			out["_replication_state_reason"] = couch.HideAddressDetail(reason)
+		}
 	}
 	out["_id"] = d.ID
 	out["_rev"] = d.Rev

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/seal"
 	"github.com/fdbrep/fdbrep/pkg/subspace"
 )
@@ -109,6 +110,13 @@ type Config struct {
 	// holds no key, and waits for a node that does. Replication nodes use
 	// it.
 	Opener *seal.Opener
+
+	// Addresses are the addresses endpoints may not reach ([replicator]
+	// denied_endpoint_networks and the rest): the control plane refuses
+	// documents and POST /_replicate bodies whose endpoints are there
+	// (see control.Plane.ParseDoc). Nil: every address. A process shares
+	// one with its replication node's engine (engine.ClientSettings).
+	Addresses *couch.AddressPolicy
 
 	// Metrics receives the counters; nil makes a private set. Pass the
 	// same Metrics to the control plane and a node in one process to

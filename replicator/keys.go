@@ -99,6 +99,56 @@ func LoginsFromConfig(cfg *config.Config) *couch.Logins {
 	return l
 }
 
+// The [replicator] keys of the addresses endpoints may not reach
+// (couch.AddressPolicy, AddressPolicyFromConfig), whose defaults are
+// package couch's. Every node applies them: api_frontend nodes when a
+// document or a POST /_replicate is written, replication nodes at each
+// connect.
+var (
+	keyDeniedNetworks = config.RegisterList("replicator", "denied_endpoint_networks", strings.Split(couch.DeniedNetworksDefault, ","),
+		"Networks (CIDR, or single addresses) that no replication endpoint or proxy may be at, checked when a document or a POST /_replicate is written (its literal addresses, and the addresses its host names resolve to then) and at each connect, after DNS resolution. A document naming one is refused (403 forbidden); a name that resolves to one only later makes the job crash forbidden_address, and no connection is made. The default: link-local (cloud metadata services, 169.254.169.254), 0.0.0.0/8 and :: (which reach the local host), multicast, and the metadata addresses of AWS over IPv6 and of Alibaba Cloud. The node's own health port is refused on every local address whatever this says.",
+		nil, config.Live(config.ApplyAll))
+	keyDenyLoopback = config.RegisterBool("replicator", "deny_loopback_endpoints", couch.DenyLoopbackDefault,
+		"Refuse endpoints and proxies on loopback addresses (127.0.0.0/8, ::1), as denied_endpoint_networks does. Off by default: laptops and tests replicate between 127.0.0.1 peers. Turn it on where replication nodes share hosts with other services.",
+		config.Live(config.ApplyAll))
+	keyDenyPrivate = config.RegisterBool("replicator", "deny_private_endpoints", couch.DenyPrivateDefault,
+		"Refuse endpoints and proxies on private addresses (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, fc00::/7), as denied_endpoint_networks does. Off by default: many deployments replicate inside private networks. Turn it on where replication nodes sit next to internal services, with the peers' networks in allowed_endpoint_networks.",
+		config.Live(config.ApplyAll))
+	keyAllowedNetworks = config.RegisterList("replicator", "allowed_endpoint_networks", nil,
+		"Networks (CIDR, or single addresses) allowed although denied_endpoint_networks, deny_loopback_endpoints or deny_private_endpoints refuse them: the replication peers inside a denied range. Never the node's own health port.",
+		nil, config.Live(config.ApplyAll))
+)
+
+// AddressRulesFromConfig returns the rules of c's [replicator] address
+// keys; a list that does not parse is an error wrapping
+// config.ErrInvalidValue (which Load and the _config API give first).
+func AddressRulesFromConfig(c *config.Config) (couch.AddressRules, error) {
+	denied, err := couch.ParseNetworks(keyDeniedNetworks.Get(c))
+	if err != nil {
+		return couch.AddressRules{}, addressKeyError("denied_endpoint_networks", err)
+	}
+	allowed, err := couch.ParseNetworks(keyAllowedNetworks.Get(c))
+	if err != nil {
+		return couch.AddressRules{}, addressKeyError("allowed_endpoint_networks", err)
+	}
+	return couch.AddressRules{Denied: denied, Allowed: allowed, DenyLoopback: keyDenyLoopback.Get(c), DenyPrivate: keyDenyPrivate.Get(c)}, nil
+}
+
+func addressKeyError(key string, err error) error {
+	return fmt.Errorf("%w: [replicator] %s: %s", config.ErrInvalidValue, key,
+		strings.TrimPrefix(err.Error(), couch.ErrInvalidOptions.Error()+": "))
+}
+
+// AddressPolicyFromConfig is a policy with the rules of c (see
+// AddressRulesFromConfig).
+func AddressPolicyFromConfig(c *config.Config) (*couch.AddressPolicy, error) {
+	rules, err := AddressRulesFromConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	return couch.NewAddressPolicy(rules), nil
+}
+
 // The [replicator] keys of the credentials sealed at rest (Config.Sealer,
 // Config.Opener; see SealingFromConfig).
 var (
@@ -142,6 +192,10 @@ func init() {
 			return fmt.Errorf("%w: [replicator] auth_plugins: name %s, %s or both", config.ErrInvalidValue, authSession, authNoop)
 		}
 		return nil
+	})
+	config.RegisterCheck(func(c *config.Config) error {
+		_, err := AddressRulesFromConfig(c)
+		return err
 	})
 }
 
@@ -192,10 +246,12 @@ func JobDefaultsFromConfig(c *config.Config) (JobDefaults, error) {
 	}, nil
 }
 
-// ClientSettingsFromConfig maps [replicator]'s TLS and authentication keys to
-// the settings of every replication's HTTP clients, reading the certificate
-// files: a missing or unreadable file, or a wrong key passphrase, is a
-// configuration error here, at start-up.
+// ClientSettingsFromConfig maps [replicator]'s TLS, authentication and
+// address keys to the settings of every replication's HTTP clients,
+// reading the certificate files: a missing or unreadable file, or a wrong
+// key passphrase, is a configuration error here, at start-up. (A node
+// replaces Addresses with the policy it shares with its control plane,
+// which also knows its own listeners and follows runtime changes.)
 func ClientSettingsFromConfig(cfg *config.Config) (engine.ClientSettings, error) {
 	depth := int(keyCertificateMaxDepth.Get(cfg))
 	if depth == 0 {
@@ -217,10 +273,15 @@ func ClientSettingsFromConfig(cfg *config.Config) (engine.ClientSettings, error)
 	if slices.Contains(keyAuthPlugins.Get(cfg), authSession) {
 		auth = couch.AuthSession
 	}
+	addresses, err := AddressPolicyFromConfig(cfg)
+	if err != nil {
+		return engine.ClientSettings{}, err
+	}
 	return engine.ClientSettings{
 		TLS:                    tlsCfg,
 		Auth:                   auth,
 		SessionRefreshInterval: keySessionRefreshInterval.Get(cfg),
 		IdleConnTimeout:        keyConnectionCloseInterval.Get(cfg),
+		Addresses:              addresses,
 	}, nil
 }

@@ -5,8 +5,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -112,3 +115,20 @@ var (
 	AsAlice = &Creds{Name: AliceName, Pass: AlicePass}
 	AsBob   = &Creds{Name: BobName, Pass: BobPass}
 )
+
+// CountingServer starts an HTTP server on loopback that answers with h
+// and counts the connections it accepts (a peer that must not be reached),
+// closed at the test's end.
+func CountingServer(t testing.TB, h http.Handler) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var accepts atomic.Int64
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			accepts.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, &accepts
+}

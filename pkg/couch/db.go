@@ -63,7 +63,7 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 	}
 	mk := func() *http.Transport {
 		tr := &http.Transport{
-			DialContext:         opts.Socket.dialer(opts.ConnectionTimeout),
+			DialContext:         opts.Socket.dialer(opts.ConnectionTimeout, opts.Addresses),
 			TLSClientConfig:     opts.TLS.Clone(), // the transport adds to it (HTTP/2)
 			TLSHandshakeTimeout: opts.ConnectionTimeout,
 			MaxConnsPerHost:     opts.HTTPConnections,
@@ -76,7 +76,7 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 			ForceAttemptHTTP2:  true,
 		}
 		if opts.Proxy != nil {
-			tr.Proxy = http.ProxyURL(opts.Proxy)
+			tr.Proxy = opts.Addresses.proxyFunc(opts.Proxy)
 		}
 		return tr
 	}
@@ -380,9 +380,10 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			stalls++
 			stalled = stalls > 1 || !errors.Is(retryable, errPooled)
 		}
-		// A refused certificate stays refused: the error says which
-		// setting to change.
-		final := stalled || errors.Is(retryable, ErrTLS) || attempts > retries || now.Sub(firstFailure) >= db.opts.RetryTimeLimit
+		// A refused certificate stays refused, and so does a denied
+		// address: the error says which setting to change.
+		final := stalled || errors.Is(retryable, ErrTLS) || errors.Is(retryable, ErrAddressDenied) ||
+			attempts > retries || now.Sub(firstFailure) >= db.opts.RetryTimeLimit
 		db.observe(Attempt{Method: r.Method, URL: where, N: attempts, Max: retries + 1, Err: retryable, Final: final})
 		if final {
 			db.log().Warn().Str("url", where).Str("method", r.Method).Int("attempts", attempts).Str("error", retryable.Error()).Msg("couch: request failed")

@@ -57,6 +57,20 @@
 // socket_options (ParseSocketOptions: keepalive, nodelay, sndbuf, recbuf,
 // priority on Linux; anything else is refused by name).
 //
+// # Addresses
+//
+// Options.Addresses (an AddressPolicy: denied networks, loopback and
+// private ranges on request, exceptions, and the process's own listeners
+// on every local address) is checked by the dialer's Control, after DNS
+// resolution and before the socket connects, for every connection: to
+// the endpoint, or to its proxy; through a proxy, an endpoint written as a
+// denied literal address is refused too. A refusal wraps ErrAddressDenied
+// (an *AddressError names the address and the [replicator] setting), is
+// not retried, and leaves no packet sent. AddressPolicy.CheckHost is the
+// same check for a URL being written (best effort for names);
+// HideAddressDetail is what users who are not server admins see of the
+// error.
+//
 // # Pools, timeouts and retries
 //
 // A DB is one remote database with its own connection pool, or with

@@ -52,6 +52,11 @@ var (
 	// (*BodyTooLargeError). It is not retried: the peer would send it
 	// again.
 	ErrBodyTooLarge = errors.New("couch: answer too large")
+	// ErrAddressDenied: the endpoint or proxy is at an address the
+	// Options.Addresses policy refuses (an *AddressError names the
+	// address and the rule). No connection was made, and it is not
+	// retried.
+	ErrAddressDenied = errors.New("couch: " + AddressDeniedReason)
 )
 
 // invalidOptions is the error for an Options or RateLimiterConfig value

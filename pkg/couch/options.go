@@ -77,6 +77,12 @@ type Options struct {
 	// Socket are the TCP options of every connection (zero: Go's
 	// defaults).
 	Socket SocketOptions
+	// Addresses, if set, refuses every connection to an address it
+	// denies, checked at each connect after DNS resolution: to the
+	// endpoint, or to the proxy (whose requests are refused too when the
+	// endpoint's host is a denied literal address). The error wraps
+	// ErrAddressDenied. nil: every address.
+	Addresses *AddressPolicy
 	// Pools, if set, is the process's shared connection pools: the DB uses
 	// the one of its server (see Pools) instead of a pool of its own, and
 	// Close releases it. nil: the DB has its own pool.

@@ -15,7 +15,8 @@ const PoolIdleMaxDefault = 100
 
 // Pools shares HTTP connection pools among the DBs of a process that reach
 // the same server the same way: scheme, host and port, proxy, TLS
-// settings (the same *tls.Config), socket options and connection timeout.
+// settings (the same *tls.Config), socket options, address policy (the
+// same *AddressPolicy) and connection timeout.
 // Their connections are reused across replications, as CouchDB 3.x pools a
 // replicator's connections per endpoint, so that a node holds about as
 // many connections to a server as it has requests in flight to it, not as
@@ -37,6 +38,7 @@ func NewPools() *Pools { return &Pools{m: map[poolKey]*pool{}} }
 type poolKey struct {
 	server, proxy, socket string
 	tls                   *tls.Config
+	addrs                 *AddressPolicy
 	timeout, idle         time.Duration
 }
 
@@ -57,7 +59,7 @@ func (p *Pools) Len() int {
 // that releases it (once).
 func (p *Pools) acquire(ep Endpoint, opts Options, mk func() *http.Transport) (*http.Transport, func()) {
 	k := poolKey{server: ep.URL.Scheme + "://" + strings.ToLower(ep.URL.Host), socket: fmt.Sprintf("%+v", opts.Socket),
-		tls: opts.TLS, timeout: opts.ConnectionTimeout, idle: opts.IdleConnTimeout}
+		tls: opts.TLS, addrs: opts.Addresses, timeout: opts.ConnectionTimeout, idle: opts.IdleConnTimeout}
 	if opts.Proxy != nil {
 		k.proxy = opts.Proxy.String()
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 )
@@ -197,14 +198,26 @@ func (o SocketOptions) String() string {
 const KeepAliveDefault = 30 * time.Second
 
 // dialer returns the dial function of a DB: a net.Dialer with timeout,
-// keep-alive and the buffer and priority options set before connecting,
-// and TCP_NODELAY set after (Go turns it on for every connection).
-func (o SocketOptions) dialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// keep-alive, the address policy's check of the resolved address and the
+// buffer and priority options before connecting, and TCP_NODELAY set
+// after (Go turns it on for every connection).
+func (o SocketOptions) dialer(timeout time.Duration, addrs *AddressPolicy) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: KeepAliveDefault}
 	if o.KeepAlive != nil && !*o.KeepAlive {
 		d.KeepAlive = -1
 	}
-	if o.SendBuffer != 0 || o.ReceiveBuffer != 0 || o.Priority != nil {
+	sockopts := o.SendBuffer != 0 || o.ReceiveBuffer != 0 || o.Priority != nil
+	switch {
+	case addrs != nil && sockopts:
+		d.Control = func(network, address string, c syscall.RawConn) error {
+			if err := addrs.control(network, address, c); err != nil {
+				return err
+			}
+			return o.control(network, address, c)
+		}
+	case addrs != nil:
+		d.Control = addrs.control
+	case sockopts:
 		d.Control = o.control
 	}
 	if o.NoDelay == nil || *o.NoDelay {

@@ -7,7 +7,10 @@
 // # Documents
 //
 // A write to a _replicator database is parsed once (ParseDoc: the
-// replication's validation, 403 reasons for the user) and, inside the
+// replication's validation, 403 reasons for the user, endpoints and
+// proxies written as addresses Config.Addresses denies included; then,
+// outside the transaction, CheckEndpoints refuses host names that resolve
+// only to such addresses) and, inside the
 // transaction that stores the document, turned into a job (DocWritten,
 // DocDeleted): the document and its job commit together. An update that
 // leaves the replication unchanged leaves its job alone; a changed one
@@ -31,7 +34,8 @@
 // subscription: a continuous replication answers Running once a node runs
 // it, a one-shot one Completed with its final checkpoint or Failed with
 // CouchDB's error tag and reason. The job outlives the request; posting
-// the same replication again does not restart it. With no replication
+// the same replication again does not restart it; its endpoints are
+// checked as a document's (ErrForbidden). With no replication
 // node alive in the cluster the POST does not wait forever: once
 // Config.ReplicateNoNodeTimeout passes without a change of the job and no
 // node with the replication role is alive, it answers ErrTimeout (500
@@ -43,7 +47,9 @@
 //
 // SchedulerJobs, SchedulerJob, SchedulerDocs, SchedulerDoc and ActiveTasks
 // are CouchDB's _scheduler and _active_tasks shapes, cluster-wide, read
-// from the job data; credentials are never shown. The listings read pages
+// from the job data; credentials are never shown, and a viewer who is not
+// a server admin reads a refused address's error as
+// couch.AddressDeniedReason alone (hideAddressDetail). The listings read pages
 // of the store's view index (replicator.Store.JobsPage, DocsPage,
 // RunningJobs), so their cost follows the page (and skip), not the number
 // of jobs; api.PageQuery.StartKey starts a page at a row's key. With a

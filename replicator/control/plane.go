@@ -137,7 +137,9 @@ func (d *Doc) DocRef() (db, docID string) { return d.DB, d.ID }
 func (d *Doc) Stored() json.RawMessage { return d.Sealed }
 
 // ParseDoc parses a document of a _replicator database about to be
-// written (CouchDB's before_doc_update validation). An error wrapping
+// written (CouchDB's before_doc_update validation), and refuses endpoints
+// and proxies written as addresses that Config.Addresses denies (it does
+// no I/O: CheckEndpoints resolves names). An error wrapping
 // replicator.ErrForbidden means the write must be refused (403 with its
 // Reason); the returned Doc records it either way, for writers that may
 // store it. Documents carrying the replicator's own fields
@@ -185,6 +187,12 @@ func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (api.ParsedDoc, 
 	if serr != nil {
 		d.Spec, d.Err = nil, serr
 	}
+	if d.Err == nil {
+		// Literal addresses only: no I/O here (CheckEndpoints resolves).
+		if err := d.Spec.CheckAddresses(context.Background(), p.cfg.Addresses, false); err != nil {
+			d.Spec, d.Err = nil, err
+		}
+	}
 	switch {
 	case d.State != "" && !knownDocState(d.State):
 		return d, replicator.NewReason(replicator.ErrForbidden, "`_replication_state` is written by the replicator; %q is not one of its states", d.State)
@@ -192,6 +200,21 @@ func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (api.ParsedDoc, 
 		return d, nil
 	}
 	return d, replicator.NewReason(replicator.ErrForbidden, "%s", replicator.Reason(d.Err))
+}
+
+// CheckEndpoints refuses a document ParseDoc accepted whose endpoint or
+// proxy names resolve, now, only to addresses Config.Addresses denies
+// (replicator.Spec.CheckAddresses): an error wrapping
+// replicator.ErrForbidden, the field named, the addresses not. It looks
+// names up (within couch.AddressLookupTimeoutDefault each): call it
+// before the write's transaction. A name resolved differently later is
+// refused by the replication node at connect.
+func (p *Plane) CheckEndpoints(ctx context.Context, parsed api.ParsedDoc) error {
+	d, ok := parsed.(*Doc)
+	if !ok || d.Spec == nil || d.Err != nil {
+		return nil
+	}
+	return d.Spec.CheckAddresses(ctx, p.cfg.Addresses, true)
 }
 
 func knownDocState(s string) bool {

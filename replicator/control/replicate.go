@@ -11,6 +11,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/engine"
@@ -19,7 +20,8 @@ import (
 // Replicate serves POST /_replicate for user:
 //   - a replication: a continuous one returns api.Running once it runs on some
 //     replication node; a one-shot one blocks until it ends, Completed or
-//     Failed. Posting a replication identical to one not finished
+//     Failed (a refused address's reason without its detail, but to a
+//     server admin). Posting a replication identical to one not finished
 //     (pending, running or parked) does not restart it. The job survives the caller going away (and
 //     node restarts); ctx only bounds the wait. With a membership
 //     (SetMembership), the wait ends with ErrTimeout, naming the cause,
@@ -30,6 +32,8 @@ import (
 //     id): Cancelled.
 //
 // Errors: ErrBadRequest or ErrTooLarge for a body that does not parse;
+// ErrForbidden for an endpoint or proxy at an address Config.Addresses
+// denies (literal, or a name resolving only to such addresses now);
 // ErrNotFound for an unknown job to cancel (or one cancelled while the
 // caller waited), and alike for another user's job unless user is an
 // admin: a user learns nothing of the jobs of others; ErrUnauthorized to
@@ -48,6 +52,9 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.Us
 		return p.cancel(ctx, req, user, uuid)
 	}
 	spec := req.Spec
+	if err := spec.CheckAddresses(ctx, p.cfg.Addresses, true); err != nil {
+		return api.ReplicateResult{}, err
+	}
 	jobID := replicator.TransientJobID(uuid, spec, user.Name) // of the credentials as given
 	if s := p.cfg.Sealer; s != nil {
 		sealed, err := replicator.SealJSON(s, body, replicator.UserScope(user.Name))
@@ -92,7 +99,11 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.Us
 		p.cfg.Logger.Info().Str("job_id", jobID).Str("user", user.Name).Str("source", spec.Source.Redacted()).
 			Str("target", spec.Target.Redacted()).Bool("continuous", spec.Continuous).Msg("replication added by POST /_replicate")
 	}
-	return p.wait(ctx, jobID, spec.Continuous)
+	res, err := p.wait(ctx, jobID, spec.Continuous)
+	if !user.IsAdmin() {
+		res.Reason = couch.HideAddressDetail(res.Reason) // as the views show it
+	}
+	return res, err
 }
 
 var errCancelled = replicator.NewReason(replicator.ErrNotFound, "the replication was cancelled")

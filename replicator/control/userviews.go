@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/fdbrep/fdbrep/api"
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/replicator"
 )
 
@@ -13,7 +14,8 @@ import (
 // jobs, whatever the database, and the replications they posted), and
 // hides the others. The rows come from the view index's keys by owner,
 // so limit, skip, offset and total_rows count the user's jobs only, and a
-// page costs what it lists, not every job.
+// page costs what it lists, not every job. A user's own job shows a
+// refused address's error without its detail (hideAddressDetail).
 
 // ownerOf is the owner whose jobs viewer sees: "" (every job) for a
 // server admin, the viewer's name for any other user; the anonymous user
@@ -46,9 +48,23 @@ func (p *Plane) userJobs(ctx context.Context, user string, q api.PageQuery) (api
 		if j.Data.Owner() != user {
 			continue // read in the index's transaction, so never; but never another user's row
 		}
-		out.Jobs = append(out.Jobs, jobInfo(seen(j.State, j.Data), j.ID))
+		out.Jobs = append(out.Jobs, hideAddressDetail(jobInfo(seen(j.State, j.Data), j.ID)))
 	}
 	return out, nil
+}
+
+// hideAddressDetail is a job as a viewer who is not a server admin sees
+// it: the error of an address the node refused (in its info, its stall's
+// detail and its history) is couch.AddressDeniedReason alone. Which
+// address a name resolved to, and which rule refused it, are the
+// operator's: shown to the document's writer, they would tell what lies
+// behind names and ports the writer cannot reach.
+func hideAddressDetail(j api.JobInfo) api.JobInfo {
+	j.Info = couch.HideAddressDetailJSON(j.Info)
+	for i := range j.History { // jobInfo's own slice
+		j.History[i].Reason = couch.HideAddressDetail(j.History[i].Reason)
+	}
+	return j
 }
 
 // userActiveTasks is ActiveTasks for user: the running replications user
@@ -59,5 +75,13 @@ func (p *Plane) userActiveTasks(ctx context.Context, user string) ([]api.ActiveT
 	if err != nil {
 		return nil, err
 	}
-	return p.activeTaskList(ctx, jobs, func(d *replicator.JobData) bool { return d.Owner() == user }), nil
+	tasks := p.activeTaskList(ctx, jobs, func(d *replicator.JobData) bool { return d.Owner() == user })
+	for i, t := range tasks {
+		if t.Stall != nil {
+			stall := *t.Stall
+			stall.Detail = couch.HideAddressDetail(stall.Detail)
+			tasks[i].Stall = &stall
+		}
+	}
+	return tasks, nil
 }

@@ -262,7 +262,11 @@ func (p *Plane) SchedulerJob(ctx context.Context, viewer api.User, id string) (a
 	if err != nil {
 		return api.JobInfo{}, err
 	}
-	return p.job(ctx, id, func(d *replicator.JobData) bool { return owner == "" || d.Owner() == owner })
+	j, err := p.job(ctx, id, func(d *replicator.JobData) bool { return owner == "" || d.Owner() == owner })
+	if owner != "" {
+		j = hideAddressDetail(j)
+	}
+	return j, err
 }
 
 // job returns the job id names if keep accepts it, else ErrNotFound.

@@ -58,7 +58,7 @@ func DBUpdates(ctx context.Context, rep Replication, opts Options, since string,
 		HTTPConnections: 1, ConnectionTimeout: rep.WithDefaults().ConnectionTimeout + timeout,
 		RetriesPerRequest: couch.NoRetries, Logger: &nolog, Clock: opts.Clock, TLS: opts.Client.TLS,
 		Auth: opts.Client.Auth, SessionRefreshInterval: opts.Client.SessionRefreshInterval,
-		IdleConnTimeout: opts.Client.IdleConnTimeout, Logins: opts.Logins, Proxy: rep.SourceProxy, Pools: opts.Pools,
+		IdleConnTimeout: opts.Client.IdleConnTimeout, Addresses: opts.Client.Addresses, Logins: opts.Logins, Proxy: rep.SourceProxy, Pools: opts.Pools,
 	}, opts.Limiter)
 	if err != nil {
 		return since, fmt.Errorf("%w: %w", ErrInvalidSpec, err)

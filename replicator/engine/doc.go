@@ -45,7 +45,11 @@
 // Basic authentication) apply to both endpoints of every run, and a
 // replication's socket_options (Replication.SocketOptions) to both of its
 // endpoints; a refused certificate fails the run with an ErrHTTP error
-// that wraps couch.ErrTLS and names the setting to change. A request that
+// that wraps couch.ErrTLS and names the setting to change; a connection to
+// an address the node's policy refuses (ClientSettings.Addresses, checked
+// after DNS at each connect) fails it with ErrAddressDenied
+// (forbidden_address), naming the side, the address and the setting,
+// without a retry or a packet sent. A request that
 // gets no answer fails with an ErrHTTP error naming the side, its
 // redacted URL and what failed ("source http://bob:*****@host/db/ refused
 // the connection (POST /_session, 6 attempts)"). Options.LogFields name

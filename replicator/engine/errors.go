@@ -30,6 +30,11 @@ var (
 	// and one more might lock the account out; the reason names the
 	// account and when a new password may be tried.
 	ErrLoginBudget = errors.New("login_budget")
+	// ErrAddressDenied reports an endpoint or proxy at an address the
+	// node's policy refuses (ClientSettings.Addresses; it wraps
+	// couch.ErrAddressDenied): no connection was made. fdbrep's own tag:
+	// CouchDB has no such rule (docs/COMPAT.md).
+	ErrAddressDenied = errors.New("forbidden_address")
 
 	// ErrHTTP reports an unexpected HTTP status or a request that failed
 	// after its retries (CouchDB's http_request_failed / http_error_code).

@@ -11,8 +11,13 @@ import (
 )
 
 // Unreachable reports an error of a connection that could not be made:
-// refused, no route, timed out while dialing, name not resolved.
+// refused, no route, timed out while dialing, name not resolved. An
+// address the node's policy refused is not (couch.ErrAddressDenied): no
+// answer of the host would change it.
 func Unreachable(err error) bool {
+	if errors.Is(err, couch.ErrAddressDenied) {
+		return false
+	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
@@ -41,8 +46,12 @@ func UnreachableHost(err error) string {
 // whatever its status, and for an error after a connection was made (a
 // refused certificate: the host is there); the error when no connection
 // could be made (Unreachable) or ctx ended first. Proxies are not used.
+// The node's address policy (client.Addresses) applies: a host at an
+// address it denies is not asked, and its error wraps
+// couch.ErrAddressDenied.
 func Probe(ctx context.Context, base string, client ClientSettings) error {
-	tr := &http.Transport{TLSClientConfig: client.TLS, DisableKeepAlives: true}
+	tr := &http.Transport{TLSClientConfig: client.TLS, DisableKeepAlives: true,
+		DialContext: (&net.Dialer{Control: client.Addresses.Control()}).DialContext}
 	defer tr.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base, nil)
 	if err != nil {
@@ -56,7 +65,7 @@ func Probe(ctx context.Context, base string, client ClientSettings) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if Unreachable(err) {
+	if Unreachable(err) || errors.Is(err, couch.ErrAddressDenied) {
 		return err
 	}
 	return nil

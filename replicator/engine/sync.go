@@ -226,7 +226,7 @@ func attemptReason(s side, err error) (reason, what string) {
 		return StallRetrying, fmt.Sprintf("%d %s", herr.Status, herr.Error_)
 	case errors.Is(err, couch.ErrTimeout):
 		return StallConnectionStalled, err.Error()
-	case Unreachable(err) || errors.Is(err, couch.ErrTLS):
+	case Unreachable(err) || errors.Is(err, couch.ErrTLS) || errors.Is(err, couch.ErrAddressDenied):
 		if s == sourceSide {
 			return StallSourceUnreachable, err.Error()
 		}

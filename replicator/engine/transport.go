@@ -169,6 +169,11 @@ type ClientSettings struct {
 	// IdleConnTimeout is connection_close_interval: how long an idle
 	// pooled connection stays open (0: couch.IdleConnTimeoutDefault).
 	IdleConnTimeout time.Duration
+	// Addresses refuses connections to the addresses it denies
+	// (denied_endpoint_networks and the rest; see couch.AddressPolicy),
+	// checked at each connect: the run fails with ErrAddressDenied. nil:
+	// every address.
+	Addresses *couch.AddressPolicy
 }
 
 // newPeers builds the source and target clients, which log to log, wait
@@ -186,6 +191,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*p
 		Auth:                   opts.Client.Auth,
 		SessionRefreshInterval: opts.Client.SessionRefreshInterval,
 		IdleConnTimeout:        opts.Client.IdleConnTimeout,
+		Addresses:              opts.Client.Addresses,
 		Logins:                 opts.Logins,
 		Pools:                  opts.Pools,
 	}
@@ -262,7 +268,7 @@ func (t couchTransport) failure(ctx context.Context, r httpRequest, err error) e
 	case errors.Is(err, couch.ErrLoginBudget):
 		return fmt.Errorf("%w: %s %s: %w", ErrLoginBudget, t.side, t.redacted(), err)
 	}
-	return &unanswered{side: t.side, url: t.redacted(), err: err}
+	return &unanswered{side: t.side, url: t.redacted(), err: err, denied: errors.Is(err, couch.ErrAddressDenied)}
 }
 
 // overLimit is the engine's error for couch's *BodyTooLargeError in err
@@ -314,10 +320,13 @@ func requestPath(dbURL, path string) string {
 // redacted URL and what failed, then the request and its attempts:
 // "source http://bob:*****@host/db/ refused the connection (POST /_session,
 // 6 attempts)". It unwraps to ErrHTTP and the client's error (a
-// *couch.RequestError, for UnreachableHost).
+// *couch.RequestError, for UnreachableHost). A connection the node's
+// address policy refused (denied) reads "forbidden_address: " instead, and
+// unwraps to ErrAddressDenied instead of ErrHTTP.
 type unanswered struct {
 	side, url string
 	err       error
+	denied    bool
 }
 
 func (e *unanswered) Error() string {
@@ -335,14 +344,22 @@ func (e *unanswered) Error() string {
 		}
 		request += ")"
 	}
-	what := ": " + cause.Error()
+	what, tag := ": "+cause.Error(), ErrHTTP
+	var aerr *couch.AddressError
 	switch {
+	case errors.As(cause, &aerr):
+		what, tag = ": "+strings.TrimPrefix(aerr.Error(), "couch: "), ErrAddressDenied
 	case errors.Is(cause, syscall.ECONNREFUSED):
 		what = " refused the connection"
 	case errors.Is(cause, syscall.ECONNRESET):
 		what = " reset the connection"
 	}
-	return fmt.Sprintf("%v: %s %s%s%s", ErrHTTP, e.side, e.url, what, request)
+	return fmt.Sprintf("%v: %s %s%s%s", tag, e.side, e.url, what, request)
 }
 
-func (e *unanswered) Unwrap() []error { return []error{ErrHTTP, e.err} }
+func (e *unanswered) Unwrap() []error {
+	if e.denied {
+		return []error{ErrAddressDenied, e.err}
+	}
+	return []error{ErrHTTP, e.err}
+}

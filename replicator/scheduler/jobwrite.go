@@ -332,9 +332,11 @@ func (w *worker) logCrashed(d *replicator.JobData, tag, reason string, now time.
 		Time("retry_at", now.Add(wait).UTC()).Str("retry_in", wait.Round(time.Millisecond).String()).Msg("replication crashed")
 }
 
-// engineErrors are the engine's error classes, matched in order.
+// engineErrors are the engine's error classes, matched in order. A
+// refused address comes first: whichever step met it (the changes feed,
+// a worker), the job's error says what stops it.
 var engineErrors = []error{
-	engine.ErrInvalidSpec, engine.ErrDBNotFound, engine.ErrUnauthorized, engine.ErrForbidden,
+	engine.ErrAddressDenied, engine.ErrInvalidSpec, engine.ErrDBNotFound, engine.ErrUnauthorized, engine.ErrForbidden,
 	engine.ErrMaxBackoff, engine.ErrLoginBudget, engine.ErrFilterFetch, engine.ErrChangesFeed, engine.ErrRevsDiff,
 	engine.ErrOpenRevs, engine.ErrBulkDocs, engine.ErrDocWrite, engine.ErrCheckpoint, engine.ErrHTTP,
 	engine.ErrInternal, engine.ErrStopped,
@@ -349,6 +351,9 @@ func classify(err error) (tag, reason string) {
 	for _, e := range engineErrors {
 		if errors.Is(err, e) {
 			tag = e.Error()
+			if _, after, ok := strings.Cut(msg, tag+": "); ok && e == engine.ErrAddressDenied {
+				return tag, after // without the steps that wrap it
+			}
 			return tag, strings.TrimPrefix(msg, tag+": ")
 		}
 	}

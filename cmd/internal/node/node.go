@@ -68,6 +68,9 @@ type Parts struct {
 	Addr string
 	// HTTPSAddr is the HTTPS API's address ([ssl] enable), or "".
 	HTTPSAddr string
+	// HealthAddr is the health listener's address ([node]
+	// health_address on a replication node), or "".
+	HealthAddr string
 	// API is the HTTP API (api_frontend).
 	API http.Handler
 	// Health serves /_up, stats and metrics without authentication
@@ -203,6 +206,20 @@ func Run(ctx context.Context, opts Options) error {
 	})
 	shared := clusterConfig(cfg, &log, metrics)
 	shared.Sealer, shared.Opener = sealer, opener
+	// The addresses endpoints may not reach: one policy for the control
+	// plane's checks of what is written and the engine's of every
+	// connection, following runtime changes; the health port is the
+	// node's own, refused on every local address. (The API's ports are
+	// not: they authenticate every request, and a node's replicator
+	// backing up its own _replicator database goes through them.)
+	addresses, err := replicator.AddressPolicyFromConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if lns.health != nil {
+		addresses.DenyOwn(lns.health.Addr())
+	}
+	shared.Addresses, client.Addresses, live.addresses = addresses, addresses, addresses
 
 	var servers []*frontend.HTTPServer
 	errc := make(chan error, 2)
@@ -267,6 +284,7 @@ func Run(ctx context.Context, opts Options) error {
 			if readyAddr, err = listen(lns.health, parts.Health, "health", nil); err != nil {
 				return err
 			}
+			parts.HealthAddr = readyAddr
 		}
 	}
 	if cfg.HasRole(config.RoleAPIFrontend) {

@@ -15,6 +15,7 @@ import (
 	nodes "github.com/fdbrep/fdbrep/cluster"
 	"github.com/fdbrep/fdbrep/frontend"
 	"github.com/fdbrep/fdbrep/pkg/config"
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
@@ -82,6 +83,9 @@ type liveServices struct {
 	api   *frontend.Server
 	docs  replicator.DocUpdater
 	tune  func(*scheduler.Config) // Options.Tune
+	// addresses is the policy of the endpoints' addresses the control
+	// plane and the engine share.
+	addresses *couch.AddressPolicy
 
 	prev *config.Config
 }
@@ -104,6 +108,14 @@ func (s *liveServices) apply(c *config.Config) {
 		}
 		if err != nil {
 			log.Error().Err(err).Msg("config: runtime change not applied to the replication node")
+		}
+	}
+	if s.addresses != nil {
+		rules, err := replicator.AddressRulesFromConfig(c)
+		if err != nil {
+			log.Error().Err(err).Msg("config: runtime change of the endpoints' addresses not applied")
+		} else {
+			s.addresses.SetRules(rules)
 		}
 	}
 	if s.api != nil {

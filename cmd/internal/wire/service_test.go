@@ -51,6 +51,8 @@ type service struct {
 	logs *testutil.Logs // every node's
 	db   kv.Database
 	tune func(*scheduler.Config) // node.Options.Tune of every node
+	// parts are the first node's.
+	parts *node.Parts
 }
 
 // addNode starts another replication node named name on the service's
@@ -146,7 +148,7 @@ func newServiceWith(t *testing.T, tune func(*scheduler.Config), opts ...func(map
 		}
 	}
 	p := startNode(t, db, logs, m, all)
-	return &service{t: t, url: "http://" + p.Addr, node: p.Scheduler, logs: logs, db: db, tune: all}
+	return &service{t: t, url: "http://" + p.Addr, node: p.Scheduler, logs: logs, db: db, tune: all, parts: p}
 }
 
 type resp = testutil.Resp
