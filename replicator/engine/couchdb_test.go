@@ -193,3 +193,68 @@ func TestReplicationIDsAsCouchDB(t *testing.T) {
 		})
 	}
 }
+
+// TestResumesFromCouchDBCheckpoints: replications CouchDB 3.5 ran, with
+// checkpoints, go on in fdbrep from those checkpoints when fdbrep has
+// CouchDB's server UUID: a plain one, whose id is the same (only the
+// changes since are checked), and a since_seq one, whose id CouchDB 3.5
+// computes without since_seq (its checkpoint is taken over from that id,
+// and the next is written under fdbrep's). The dry run (FindCheckpoint)
+// says so before. (fdbrep's earlier ids started the since_seq one again
+// from since_seq.)
+func TestResumesFromCouchDBCheckpoints(t *testing.T) {
+	t.Parallel()
+	srv := startPeer(t, 200)
+	const uuid = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+	require.Equal(t, 200, srv.Request(t, "PUT", "/_node/_local/_config/couchdb/uuid", []byte(`"`+uuid+`"`), nil))
+	changes, _ := srv.Changes(t, "src", "0")
+	sinceSeq := changes[99].Seq // the 100th change
+	var couch []map[string]any
+	for _, body := range []map[string]any{
+		{"source": srv.AuthDBURL("src"), "target": srv.AuthDBURL("tgt"), "create_target": true},
+		{"source": srv.AuthDBURL("src"), "target": srv.AuthDBURL("tgt2"), "create_target": true, "since_seq": sinceSeq},
+	} {
+		var res map[string]any
+		require.Equal(t, 200, srv.Request(t, "POST", "/_replicate", body, &res), "%v", res)
+		couch = append(couch, res)
+	}
+	checked := func(res map[string]any) int64 {
+		return int64(res["history"].([]any)[0].(map[string]any)["missing_checked"].(float64))
+	}
+	require.EqualValues(t, 200, checked(couch[0]))
+	require.EqualValues(t, 100, checked(couch[1]))
+	srv.AddDocs(t, "src", 200, 10)
+
+	for i, tc := range []struct {
+		rep      engine.Replication
+		migrated bool
+	}{
+		{srcTo(t, srv, "tgt", engine.Replication{CreateTarget: true}), false},
+		{srcTo(t, srv, "tgt2", engine.Replication{CreateTarget: true, SinceSeq: sinceSeq}), true},
+	} {
+		base, _, err := engine.ReplicationID(tc.rep, uuid, "")
+		require.NoError(t, err)
+		probe, err := engine.FindCheckpoint(context.Background(), tc.rep, engine.Options{ServerUUID: uuid})
+		require.NoError(t, err)
+		require.True(t, probe.Start.Found, "the dry run finds CouchDB's checkpoint")
+		require.Equal(t, couch[i]["source_last_seq"], probe.Start.Since)
+		require.True(t, probe.OnSource && probe.OnTarget)
+
+		r := start(t, tc.rep, engine.Options{ServerUUID: uuid})
+		res, err := r.Wait()
+		require.NoError(t, err)
+		started := r.Sync().Checkpoint
+		require.NotNil(t, started)
+		require.True(t, started.Found)
+		require.Equal(t, probe.Start, *started)
+		require.Equal(t, couch[i]["source_last_seq"], seqText(res.StartSeq), "from CouchDB's checkpoint")
+		require.EqualValues(t, 10, res.Stats.RevisionsChecked-checked(couch[i]), "only the changes since CouchDB's checkpoint")
+		require.NotNil(t, srv.GetDoc(t, "src", "_local/"+base), "the next checkpoint is under fdbrep's id")
+		if tc.migrated {
+			require.NotEqual(t, base, started.MigratedFrom)
+			require.NotEmpty(t, started.MigratedFrom)
+		} else {
+			require.Empty(t, started.MigratedFrom)
+		}
+	}
+}

@@ -16,6 +16,11 @@
 // source code, which FetchFilterCode reads from the source),
 // winning_revs_only and since_seq — so that, with CouchDB's server UUID,
 // a replication moved in from CouchDB finds the checkpoints CouchDB wrote.
+// A run that finds none under its id looks under CheckpointIDs (CouchDB
+// 3.5's where fdbrep's differs, and an earlier fdbrep's) and takes the
+// first over, as CouchDB looks under its earlier ids; Run.Sync reports
+// where it started (CheckpointStart), and FindCheckpoint finds that
+// without running (a migration's dry run).
 // Start runs a replication in the background; Run.Progress reports the
 // counters, Options.OnCheckpoint is called at every checkpoint tick (the job
 // layer's heartbeat), Run.Stop ends a run gracefully with a final checkpoint
