@@ -110,7 +110,7 @@ single_node = true
 	out := logs.String()
 	require.Contains(t, out, `plaintext password hashed`)
 	require.Contains(t, out, `"node":"n1@test"`)
-	require.Contains(t, out, "[couchdb] is a CouchDB section fdbrep does not use")
+	require.Contains(t, out, "[couchdb] single_node is a CouchDB setting fdbrep does not use")
 	require.NotContains(t, out, "secret-pw")
 	require.NotContains(t, out, "joe-pw")
 }
