@@ -121,6 +121,23 @@ type SyncInfo struct {
 	Stall *StallInfo `json:"stall"`
 }
 
+// CheckpointInfo is where a replication's latest run started, which
+// fdbrep adds to a job's info as "checkpoint" once a run has started
+// (docs/COMPAT.md): from the checkpoint both endpoints hold, or, finding
+// none, from since_seq or the first change.
+type CheckpointInfo struct {
+	// Found reports a checkpoint both endpoints hold, with a common
+	// history.
+	Found bool `json:"found"`
+	// Since is the source sequence the run started from.
+	Since string `json:"since"`
+	// MigratedFrom is the replication id whose checkpoint the run took
+	// over, when it was not its own: CouchDB's (a replication moved in
+	// from CouchDB whose id fdbrep computes otherwise), or an earlier
+	// fdbrep's; the run's next checkpoint is written under its own.
+	MigratedFrom string `json:"migrated_from,omitempty"`
+}
+
 // ParkInfo is what fdbrep adds to the info of a parked replication (a
 // continuous replication that caught up and gave its slot back until its
 // source changes; docs/COMPAT.md, "Parked replications"), which the views

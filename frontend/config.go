@@ -146,7 +146,13 @@ func (s *Server) configValues(ctx context.Context, t configTarget) (map[string]m
 			eff = cn.Config()
 		}
 	}
-	return redact(eff.All()), eff, nil
+	values := redact(eff.All())
+	// [couchdb] uuid left to the store shows the server UUID in effect,
+	// as CouchDB's does.
+	if sec, ok := values["couchdb"]; ok && sec["uuid"] == "" && s.opts.UUID != "" {
+		sec["uuid"] = s.opts.UUID
+	}
+	return values, eff, nil
 }
 
 func redact(values map[string]map[string]string) map[string]map[string]string {

@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -54,7 +55,9 @@ func newConfigEnvOn(t *testing.T, roles string, db kv.Database) *configEnv {
 	require.NoError(t, node.Load(context.Background()))
 	accounts, _, err := AccountsFromConfig(node.Config())
 	require.NoError(t, err)
-	e := newEnv(t, func(o *Options) { o.DB, o.Cluster, o.NodeName, o.Accounts = db, node, nodeName, accounts })
+	e := newEnv(t, func(o *Options) {
+		o.DB, o.Cluster, o.NodeName, o.Accounts, o.UUID = db, node, nodeName, accounts, "0123456789abcdef0123456789abcdef"
+	})
 	e.db = db
 	srv = e.srv
 	require.NoError(t, node.Start(context.Background()))
@@ -84,6 +87,13 @@ func TestConfigGet(t *testing.T) {
 	r = e.do("GET", "/_node/_local/_config/nosuch", asAdmin, nil)
 	require.Equal(t, 200, r.Status)
 	require.Empty(t, r.Body)
+	// The server UUID in effect, as CouchDB shows it, when no [couchdb]
+	// uuid is configured.
+	welcome := e.do("GET", "/", nil, nil)
+	require.NotEmpty(t, welcome.Body["uuid"])
+	r = e.do("GET", "/_node/_local/_config/couchdb/uuid", asAdmin, nil)
+	require.Equal(t, 200, r.Status)
+	require.Equal(t, strconv.Quote(welcome.Body["uuid"].(string))+"\n", r.Raw)
 
 	for _, tc := range []struct {
 		method, path string
@@ -92,7 +102,6 @@ func TestConfigGet(t *testing.T) {
 		err, reason  string
 	}{
 		{"GET", "/_node/_local/_config/replicator/nosuch", asAdmin, 404, "not_found", "unknown_config_value"},
-		{"GET", "/_node/_local/_config/couchdb/uuid", asAdmin, 404, "not_found", "unknown_config_value"},
 		{"GET", "/_node/elsewhere/_config", asAdmin, 404, "not_found", "no such node: elsewhere"},
 		{"GET", "/_node/_local/_config", asAlice, 401, "unauthorized", "You are not a server admin."},
 		{"GET", "/_node/_local/_config", anon, 401, "unauthorized", "You are not a server admin."},

@@ -189,7 +189,7 @@
 // rep_watch (WatchType, the watches of parked replications):
 //
 //	(1, RepID)                  -> JobID     replication id owner
-//	(2)                         -> UUID      server UUID (replication ids, job ids)
+//	(2)                         -> UUID      server UUID (replication ids, job ids): [couchdb] uuid or made (EnsureServerUUID, Setup)
 //	(3, DBName)                 -> UUID      _replicator database identity (registered instance)
 //	(4, DBUUID, DocID)          -> ""        jobs of a database instance (docs view, deletion)
 //	(5, ShareKey)               -> (float64) decayed usage, ms

@@ -50,6 +50,11 @@ var (
 	// fdbjobs.ErrHalt, for a job whose _replicator database was deleted:
 	// its worker stops, and the nodes remove the job.
 	ErrDBDeleted = errors.New("replicator: the job's _replicator database was deleted")
+
+	// ErrServerUUID is Store.EnsureServerUUID's refusal of a [couchdb]
+	// uuid other than the one the store holds (which would change every
+	// replication id).
+	ErrServerUUID = errors.New("replicator: the store holds another server UUID")
 )
 
 // reasonError is a sentinel with a user-facing reason. Its Tag is the

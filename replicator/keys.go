@@ -39,6 +39,44 @@ var (
 		config.Live(config.ApplyFrontend))
 )
 
+// The server UUID: CouchDB's [couchdb] uuid, which an operator brings
+// from the CouchDB whose replications move in (their ids, and so their
+// checkpoints, depend on it), and fdbrep's switch to change it.
+var (
+	keyServerUUIDConfig = config.RegisterString("couchdb", "uuid", "",
+		"The server UUID, the first input of every replication id, as CouchDB's: 32 hex digits. Empty: the one the store holds, made at its first start. "+
+			"To move replications in from a CouchDB with their checkpoints, set that server's (curl http://old:5984/_node/_local/_config/couchdb/uuid) "+
+			"before they move in (README, Migrating from CouchDB). A store that holds another refuses to start, saying so, unless replace_uuid is set.", nil)
+	keyReplaceServerUUID = config.RegisterBool("couchdb", "replace_uuid", false,
+		"fdbrep: at start, make [couchdb] uuid the server UUID of a store that holds another (flag -replace-uuid). Every replication id changes: "+
+			"replications start again without their checkpoints, unless they find some under the new id (those the CouchDB of that UUID wrote). "+
+			"Stop every node first, and unset it afterwards.")
+)
+
+// ServerUUIDFromConfig returns the server UUID c's [couchdb] uuid sets
+// ("" when none: the store's) and whether replace_uuid is set (see
+// Store.EnsureServerUUID).
+func ServerUUIDFromConfig(c *config.Config) (uuid string, replace bool) {
+	return keyServerUUIDConfig.Get(c), keyReplaceServerUUID.Get(c)
+}
+
+// isServerUUID reports 32 hex digits, the form of CouchDB's UUIDs.
+func isServerUUID(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isHexDigit(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isHexDigit(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
 // The [replicator] defaults of the replications' own settings
 // (JobDefaults): the engine's defaults and bounds.
 var (
@@ -194,8 +232,18 @@ func init() {
 		return nil
 	})
 	config.RegisterCheck(func(c *config.Config) error {
-		_, err := AddressRulesFromConfig(c)
-		return err
+		if _, err := AddressRulesFromConfig(c); err != nil {
+			return err
+		}
+		uuid, replace := ServerUUIDFromConfig(c)
+		if uuid != "" && !isServerUUID(uuid) {
+			return fmt.Errorf("%w: [couchdb] uuid = %q (%s): want 32 hex digits, a CouchDB server's UUID "+
+				"(curl http://old:5984/_node/_local/_config/couchdb/uuid), or nothing for the store's", config.ErrInvalidValue, uuid, c.Source("couchdb", "uuid"))
+		}
+		if replace && uuid == "" {
+			return fmt.Errorf("%w: [couchdb] replace_uuid (%s) needs [couchdb] uuid, the UUID to replace the store's with", config.ErrInvalidValue, c.Source("couchdb", "replace_uuid"))
+		}
+		return nil
 	})
 }
 

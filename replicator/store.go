@@ -192,6 +192,33 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int)
 	return id, s.buildIndex(ctx)
 }
 
+// EnsureServerUUID makes want the installation's server UUID (Setup then
+// returns it): a store without one takes it; a store that holds it goes
+// on; a store that holds another is refused with ErrServerUUID, unless
+// replace is set, which replaces it (and so every replication id: each
+// replication then starts again without its checkpoints, unless it finds
+// some under its new id). It returns the UUID the store held before ("" if
+// none).
+func (s *Store) EnsureServerUUID(ctx context.Context, want string, replace bool) (string, error) {
+	return kv.Transact(ctx, s.DB, func(tr kv.Transaction) (string, error) {
+		v, err := tr.Get(s.serverUUIDKey()).Get()
+		if err != nil {
+			return "", err
+		}
+		had := string(v)
+		if had != "" && had != want && !replace {
+			return had, fmt.Errorf("%w: it holds %s, [couchdb] uuid is %s: changing it changes every replication id, "+
+				"so every replication starts again without its checkpoints; to change it on purpose, stop every node and "+
+				"start one with -replace-uuid ([couchdb] replace_uuid = true), or remove [couchdb] uuid to keep the store's",
+				ErrServerUUID, had, want)
+		}
+		if had != want {
+			tr.Set(s.serverUUIDKey(), []byte(want))
+		}
+		return had, nil
+	})
+}
+
 // Job returns a job's data and fdbjobs state with one read, or nil when
 // the job does not exist.
 func (s *Store) Job(ctx context.Context, tr kv.ReadTransactor, jobID string) (*JobData, fdbjobs.State, error) {

@@ -498,13 +498,20 @@ func TestClientErrors(t *testing.T) {
 func TestHelp(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.NoError(t, run(t.Context(), []string{"help"}, &out, &errOut))
-	for _, w := range []string{"replicate [flags] SOURCE TARGET", "jobs [flags]", "docs [flags] [DB [DOC]]", "Exit codes"} {
+	for _, w := range []string{"replicate [flags] SOURCE TARGET", "jobs [flags]", "docs [flags] [DB [DOC]]", "migrate-check [flags] URL", "Exit codes"} {
 		require.Contains(t, out.String(), w)
 	}
 	out.Reset()
 	require.NoError(t, run(t.Context(), []string{"help", "replicate"}, &out, &errOut))
 	require.Contains(t, out.String(), "-continuous")
 	require.Contains(t, out.String(), "-netrc")
+	out.Reset()
+	require.NoError(t, run(t.Context(), []string{"help", "migrate-check"}, &out, &errOut))
+	require.Contains(t, out.String(), "usage: fdbrep migrate-check [flags] URL")
+	require.Contains(t, out.String(), "-uuid")
+	require.NotContains(t, out.String(), "-cluster", "the server is the URL")
+	err := run(t.Context(), []string{"migrate-check"}, &out, &errOut)
+	require.Equal(t, 2, exitCode(err, io.Discard), "%v", err)
 	require.Error(t, run(t.Context(), []string{"help", "nope"}, &out, &errOut))
 	// cluster's own flags, not serve's (which it passes on).
 	out.Reset()

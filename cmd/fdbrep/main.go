@@ -7,6 +7,8 @@
 //	                               run a replication on a cluster or in process, with a progress bar
 //	fdbrep jobs [flags]            the cluster's _scheduler/jobs as a table (-watch refreshes)
 //	fdbrep docs [flags] [DB [DOC]] the cluster's _scheduler/docs as a table (-watch refreshes)
+//	fdbrep migrate-check [flags] URL
+//	                               before moving a CouchDB's replications in: which keep their checkpoints
 //	fdbrep hash-password [flags]   hash a password read from stdin for [admins] / [users]
 //	fdbrep help [COMMAND]          usage
 //	fdbrep version                 print the version
@@ -102,6 +104,10 @@ Terminal client (a cluster: -cluster URL or $FDBREP_CLUSTER; credentials:
   jobs [flags]                     _scheduler/jobs as a table; -watch refreshes until Ctrl-C
   docs [flags] [DB [DOC]]          _scheduler/docs as a table; -watch refreshes until Ctrl-C
 
+Moving in from CouchDB (README, "Migrating from CouchDB"):
+  migrate-check [flags] URL        for each replication of the CouchDB at URL, whether it will go on
+                                   from its checkpoint in fdbrep (a dry run: nothing is written)
+
   help [COMMAND]                   this text, or a command's flags
   version                          print the version
 
@@ -115,7 +121,7 @@ func help(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	switch args[0] {
-	case "serve", "cluster", "hash-password", "replicate", "jobs", "docs":
+	case "serve", "cluster", "hash-password", "replicate", "jobs", "docs", "migrate-check":
 		err := run(ctx, []string{args[0], "-h"}, stdout, stdout)
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -138,6 +144,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.Jobs(ctx, args[1:], env)
 	case "docs":
 		return cli.Docs(ctx, args[1:], env)
+	case "migrate-check":
+		return cli.MigrateCheck(ctx, args[1:], env)
 	case "help", "-h", "-help", "--help":
 		return help(ctx, args[1:], stdout, stderr)
 	case "serve":

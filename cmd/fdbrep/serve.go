@@ -53,6 +53,7 @@ var flagOverrides = map[string][2]string{
 	"backend":      {"fdb", "backend"},
 	"cluster-file": {"fdb", "cluster_file"},
 	"migrate-jobs": {"couch_jobs", "migrate"},
+	"replace-uuid": {"couchdb", "replace_uuid"},
 }
 
 // serveUsage heads fdbrep serve's -h.
@@ -85,6 +86,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.String("node-name", "", "node name in _scheduler output ([node] name; default fdbrep@<hostname>)")
 	fs.String("backend", "embedded", "storage backend: embedded or fdb ([fdb] backend)")
 	fs.String("cluster-file", "", "FoundationDB cluster file for -backend fdb ([fdb] cluster_file)")
+	fs.Bool("replace-uuid", false, "make [couchdb] uuid the server UUID of a store that holds another; every replication id changes; stop every node first ([couchdb] replace_uuid)")
 	fs.Bool("migrate-jobs", false, "rewrite a store an earlier fdbrep wrote into this version's job layout, at start; stop every node of the earlier version first ([couch_jobs] migrate)")
 	rest, err := cli.ParseFlags(fs, args, false)
 	if err != nil {

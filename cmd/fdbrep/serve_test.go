@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
+	"github.com/fdbrep/fdbrep/replicator"
 )
 
 // TestServeUp starts a node in memory and one on disk: each answers / and
@@ -108,7 +110,7 @@ single_node = true
 	out := logs.String()
 	require.Contains(t, out, `plaintext password hashed`)
 	require.Contains(t, out, `"node":"n1@test"`)
-	require.Contains(t, out, "[couchdb] is a CouchDB section fdbrep does not use")
+	require.Contains(t, out, "[couchdb] single_node is a CouchDB setting fdbrep does not use")
 	require.NotContains(t, out, "secret-pw")
 	require.NotContains(t, out, "joe-pw")
 }
@@ -259,4 +261,43 @@ func TestServeOnLayout1Store(t *testing.T) {
 
 	p := startProcess(t, bin, env, "serve", "-data-dir", dir, "-bind", "127.0.0.1:0", "-log-format", "json", "-migrate-jobs")
 	p.waitLog(t, "HTTP API listening")
+}
+
+// TestServeServerUUID: [couchdb] uuid is the server UUID of a new store;
+// a store that holds another refuses to start, in one line saying what a
+// change does and how to make it, and -replace-uuid makes it; a uuid that
+// is not 32 hex digits is refused, naming the key.
+func TestServeServerUUID(t *testing.T) {
+	dir := t.TempDir()
+	const a, b = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	ini := func(uuid string) string {
+		return writeIni(t, "[admins]\nadm = pw\n[chttpd_auth]\niterations = 10\n[couchdb]\nuuid = "+uuid+"\n")
+	}
+	uuidOf := func(args ...string) string {
+		t.Helper()
+		addr, logs, stop := background(t, "serve", func(ctx context.Context, logs io.Writer, ready chan<- string) error {
+			return serve(ctx, append([]string{"-data-dir", dir, "-bind", "127.0.0.1:0"}, args...), logs, ready)
+		})
+		defer stop()
+		r := testutil.Do(t, "GET", "http://"+addr+"/", nil, nil)
+		require.Equal(t, 200, r.Status, logs.String())
+		return r.Body["uuid"].(string)
+	}
+	require.Equal(t, a, uuidOf("-config", ini(a)), "a new store takes it")
+	require.Equal(t, a, uuidOf("-config", ini(a)))
+
+	err := serve(context.Background(), []string{"-data-dir", dir, "-bind", "127.0.0.1:0", "-config", ini(b)}, io.Discard, nil)
+	require.ErrorIs(t, err, replicator.ErrServerUUID)
+	require.NotContains(t, err.Error(), "\n")
+	for _, want := range []string{"it holds " + a, "[couchdb] uuid is " + b, "changes every replication id", "-replace-uuid"} {
+		require.Contains(t, err.Error(), want)
+	}
+
+	require.Equal(t, b, uuidOf("-config", ini(b), "-replace-uuid"))
+	require.Equal(t, b, uuidOf("-config", writeIni(t, "[admins]\nadm = pw\n[chttpd_auth]\niterations = 10\n")), "without [couchdb] uuid, the store's")
+
+	err = serve(context.Background(), []string{"-in-memory", "-bind", "127.0.0.1:0", "-config", ini("0123-not-hex")}, io.Discard, nil)
+	require.ErrorIs(t, err, config.ErrInvalidValue)
+	require.ErrorContains(t, err, `[couchdb] uuid = "0123-not-hex"`)
+	require.ErrorContains(t, err, "want 32 hex digits")
 }

@@ -201,7 +201,7 @@ func TestCouchDBLocalIni(t *testing.T) {
 	// ignored with a warning where it does not.
 	c, err := Load([]string{writeFile(t, `
 [couchdb]
-uuid = 0123456789abcdef
+uuid = 0123456789abcdef0123456789abcdef
 single_node = true
 
 [couch_httpd_auth]
@@ -219,8 +219,9 @@ verify_ssl_certificates_log = true
 	require.NoError(t, err)
 	require.Equal(t, time.Minute, c.Duration("replicator", "interval_sec"))
 	require.Equal(t, int64(300), c.Int("replicator", "max_jobs"))
+	require.Equal(t, "0123456789abcdef0123456789abcdef", c.String("couchdb", "uuid"), "the server UUID is fdbrep's too")
 	w := strings.Join(c.Warnings(), "\n")
-	require.Contains(t, w, "[couchdb] is a CouchDB section fdbrep does not use")
+	require.Contains(t, w, "[couchdb] single_node is a CouchDB setting fdbrep does not use")
 	require.Contains(t, w, "[couch_httpd_auth] is a CouchDB section fdbrep does not use; ignored")
 	require.Contains(t, w, "fdbrep reads secret, timeout from [chttpd_auth]")
 	require.Contains(t, w, "fdbrep reads port from [chttpd]")

@@ -20,7 +20,7 @@ var couchDBSections = setOf(
 	"compactions", "config", "cors", "couch_auto_purge_plugin", "couch_httpd_auth", "couch_httpd_oauth",
 	"couch_passwords_cache", "couch_peruser", "couch_quickjs_scanner_plugin", "couch_scanner",
 	"couch_scanner_plugin_conflict_finder", "couch_scanner_plugin_ddoc_features", "couch_scanner_plugin_find",
-	"couch_scanner_plugin_find.regexes", "couch_scanner_plugins", "couchdb", "couchdb_engines", "csp", "custodian",
+	"couch_scanner_plugin_find.regexes", "couch_scanner_plugins", "couchdb_engines", "csp", "custodian",
 	"daemons", "ddoc_cache", "disk_monitor", "dreyfus", "fabric", "feature_flags", "global_changes", "hibernate_after",
 	"httpd", "httpd_db_handlers", "httpd_design_handlers", "httpd_global_handlers", "indexers", "ioq", "ioq.bypass",
 	"mango", "mem3", "native_query_servers", "nouveau", "nouveau_index_upgrader",
@@ -32,6 +32,14 @@ var couchDBSections = setOf(
 // couchDBKeys are CouchDB 3.x's keys, in the sections fdbrep shares with
 // CouchDB, that fdbrep does not read.
 var couchDBKeys = map[string]map[string]bool{
+	// fdbrep reads [couchdb] uuid only (the replication ids' server UUID).
+	"couchdb": setOf("attachment_stream_buffer_size", "attachment_writer_timeout", "btree_chunk_size", "cfile_skip_ioq",
+		"changes_doc_ids_optimization_threshold", "compaction_log_level", "database_dir", "default_engine",
+		"default_security", "delayed_commits", "enable_database_recovery", "file_compression", "fsync_options",
+		"js_engine", "maintenance_mode", "max_attachment_size", "max_dbs_open", "max_document_id_length",
+		"max_document_size", "max_partition_size", "os_process_timeout", "plugin_dir", "single_node",
+		"stem_interactive_updates", "update_lru_on_read", "uri_file", "use_cfile", "users_db_security_editable",
+		"util_driver_dir", "view_index_dir", "write_xxhash_checksums"),
 	"chttpd": setOf("allow_jsonp", "buffer_response", "bulk_get_use_batches",
 		"changes_timeout", "config_whitelist", "decode_plus_to_space", "disconnect_check_jitter_msec",
 		"disconnect_check_msec", "enable_cors", "enable_xframe_options", "max_db_number_for_dbs_info_req",

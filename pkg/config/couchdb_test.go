@@ -107,7 +107,8 @@ func TestCouchDB35DefaultIni(t *testing.T) {
 	require.Equal(t, 5*time.Minute, c.Duration("replicator", "health_threshold_sec"))
 	w := strings.Join(c.Warnings(), "\n")
 	require.Contains(t, w, "[replicator] update_docs is a CouchDB setting fdbrep does not use")
-	require.Contains(t, w, "[couchdb] is a CouchDB section fdbrep does not use")
+	require.Contains(t, w, "[couchdb] database_dir is a CouchDB setting fdbrep does not use")
+	require.NotContains(t, w, "[couchdb] uuid")
 }
 
 // extract copies the file name of the gzipped tar archive to dst.

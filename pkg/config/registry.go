@@ -189,7 +189,7 @@ var (
 
 // sectionOrder is the order of the fixed sections in Keys and
 // docs/CONFIG.md; a key registers in one of them.
-var sectionOrder = []string{"chttpd", "chttpd_auth", "chttpd_auth_lockout", "jwt_auth", "ssl", "fdb", "log", "node", "replicator", "couch_jobs"}
+var sectionOrder = []string{"couchdb", "chttpd", "chttpd_auth", "chttpd_auth_lockout", "jwt_auth", "ssl", "fdb", "log", "node", "replicator", "couch_jobs"}
 
 // reg is the registry: filled while packages initialize, frozen when first
 // read (Keys, Load, a getter), after which registering is a programming

@@ -95,7 +95,7 @@ func TestGetAndAll(t *testing.T) {
 	require.Equal(t, "15000", all["replicator"]["interval"], "neither set: both names show the default")
 	require.Equal(t, "-pbkdf2-x,y,1", all["admins"]["Adm"])
 	require.Equal(t, "200", all["replicator.shares"]["_replicator"])
-	_, ok := c.Get("couchdb", "uuid")
+	_, ok := c.Get("couchdb", "max_dbs_open")
 	require.False(t, ok)
 	require.True(t, IsSecret("admins", "Adm"))
 	require.True(t, IsSecret("chttpd_auth", "secret"))

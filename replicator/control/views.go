@@ -78,6 +78,9 @@ type infoAdditions struct {
 	// refused, oldest first (only in the views of one job: a page would
 	// read up to 64 kB more per row).
 	FailedDocs *[]api.FailedDocInfo `json:"failed_docs,omitempty"`
+	// Checkpoint is where the job's latest run started: from a
+	// checkpoint, which, or from the start.
+	Checkpoint *api.CheckpointInfo `json:"checkpoint,omitempty"`
 }
 
 func additions(d shown) infoAdditions {
@@ -90,6 +93,9 @@ func additions(d shown) infoAdditions {
 	}
 	if d.LastWoken > 0 {
 		out.LastWoken = &api.WakeInfo{At: replicator.FormatMillis(d.LastWoken), Cause: d.WakeCause}
+	}
+	if d.Sync != nil {
+		out.Checkpoint = d.Sync.Checkpoint
 	}
 	if d.FailedDocs != nil {
 		list := make([]api.FailedDocInfo, 0, len(*d.FailedDocs))

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
+
+	"github.com/fdbrep/fdbrep/api"
 )
 
 // CheckpointIDPrefix prefixes the replication's base id to name the
@@ -77,6 +79,125 @@ type CheckpointDoc struct {
 
 // seqZero is the sequence a full replication starts from.
 var seqZero = json.RawMessage("0")
+
+// CheckpointStart is where a run started: from the checkpoint both peers
+// hold, or, finding none, from since_seq or the first change (the views'
+// info.checkpoint). MigratedFrom names one of CheckpointIDs.
+type CheckpointStart = api.CheckpointInfo
+
+// foundLogs is what findLogs found.
+type foundLogs struct {
+	seq     json.RawMessage
+	history []HistoryEntry
+	found   bool
+	// src and tgt are the run's own checkpoint documents (nil when
+	// absent), whose revisions its checkpoints update; from is the
+	// source's document it resumes from (its counters seed the run's).
+	src, tgt, from *CheckpointDoc
+	// migratedFrom is the other base id from was found under.
+	migratedFrom string
+}
+
+// CheckpointProbe is what FindCheckpoint found.
+type CheckpointProbe struct {
+	// ID is the replication's full id.
+	ID string
+	// Start is where a run would start (Since "0", or since_seq, when
+	// nothing is found).
+	Start CheckpointStart
+	// OnSource and OnTarget report a checkpoint document on each peer:
+	// under the id Start.Found names (the run's own, or MigratedFrom), or
+	// under the run's own when none was found.
+	OnSource, OnTarget bool
+}
+
+// FindCheckpoint reports where a run of rep would start, as its setup
+// finds it (the same ids, CheckpointIDs included, and requests), without
+// replicating or writing anything: a migration's dry run. opts gives the
+// server UUID and the client settings; a user filter's code is fetched
+// when opts.FilterCode is empty. Errors are the peers' (ErrUnauthorized
+// for refused credentials, …); the probe then has the ID when it was
+// computed.
+func FindCheckpoint(ctx context.Context, rep Replication, opts Options) (p CheckpointProbe, err error) {
+	err = withPeers(rep, opts, func(rep Replication, src, tgt *peer) error {
+		code := opts.FilterCode
+		if rep.userFilter() && code == "" {
+			if code, err = fetchFilterCode(ctx, src, rep.Filter); err != nil {
+				return err
+			}
+		}
+		base, full, err := ReplicationID(rep, opts.ServerUUID, code)
+		if err != nil {
+			return err
+		}
+		p.ID = full
+		others, err := CheckpointIDs(rep, opts.ServerUUID, code)
+		if err != nil {
+			return err
+		}
+		logs, err := findLogs(ctx, src, tgt, base, others)
+		if err != nil {
+			return err
+		}
+		_, p.Start = logs.start(rep)
+		migrated := logs.migratedFrom != ""
+		p.OnSource, p.OnTarget = migrated || logs.src != nil, migrated || logs.tgt != nil
+		return nil
+	})
+	return p, err
+}
+
+// start is where a run that found f starts: the common checkpoint's
+// sequence, else since_seq, else the first change.
+func (f foundLogs) start(rep Replication) (json.RawMessage, CheckpointStart) {
+	seq := f.seq
+	if !f.found && len(rep.SinceSeq) > 0 {
+		seq = rep.SinceSeq
+	}
+	return seq, CheckpointStart{Found: f.found, Since: seqString(seq), MigratedFrom: f.migratedFrom}
+}
+
+// findLogs reads the checkpoint documents of base id on both peers and
+// finds their common ancestry. Without one it looks under others in
+// turn, as CouchDB looks under the ids of its earlier algorithms, and
+// takes over the first checkpoint both peers share (a source that holds
+// none under an id is one request, the target is not asked).
+func findLogs(ctx context.Context, src, tgt *peer, base string, others []string) (foundLogs, error) {
+	var f foundLogs
+	var err error
+	read := func(id string) (*CheckpointDoc, *CheckpointDoc, error) {
+		s, err := src.getLocal(ctx, CheckpointIDPrefix+id)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the source checkpoint: %w", err)
+		}
+		if s == nil && id != base {
+			return nil, nil, nil
+		}
+		t, err := tgt.getLocal(ctx, CheckpointIDPrefix+id)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the target checkpoint: %w", err)
+		}
+		return s, t, nil
+	}
+	if f.src, f.tgt, err = read(base); err != nil {
+		return f, err
+	}
+	f.seq, f.history, f.found = compareLogs(f.src, f.tgt)
+	f.from = f.src
+	for _, id := range others {
+		if f.found {
+			break
+		}
+		s, t, err := read(id)
+		if err != nil {
+			return f, err
+		}
+		if seq, history, ok := compareLogs(s, t); ok {
+			f.seq, f.history, f.found, f.from, f.migratedFrom = seq, history, true, s, id
+		}
+	}
+	return f, nil
+}
 
 // compareLogs finds the common ancestry of the source and target checkpoint
 // documents (either may be nil) and returns the sequence to start from, the

@@ -9,11 +9,18 @@
 // A Replication is a replication specification, as the replicator package
 // parses it from a _replicator document or a POST /_replicate body;
 // Replication.Validate checks it with CouchDB's rules and messages.
-// ReplicationID computes its id from CouchDB's version 4 inputs —
-// the installation's server UUID, each endpoint's user, host, port, path and
-// headers (never the password), the filter (for a "ddoc/name" filter its
-// source code, which FetchFilterCode reads from the source), winning_revs_only
-// and since_seq — so equal requests get equal ids and different ones differ.
+// ReplicationID computes its id as CouchDB 3.5 does (repid.go), from the
+// version 4 inputs — the installation's server UUID, each endpoint's user,
+// host, port, path and headers (never the password), the filter (a
+// selector normalized as Mango normalizes it; for a "ddoc/name" filter its
+// source code, which FetchFilterCode reads from the source),
+// winning_revs_only and since_seq — so that, with CouchDB's server UUID,
+// a replication moved in from CouchDB finds the checkpoints CouchDB wrote.
+// A run that finds none under its id looks under CheckpointIDs (CouchDB
+// 3.5's where fdbrep's differs, and an earlier fdbrep's) and takes the
+// first over, as CouchDB looks under its earlier ids; Run.Sync reports
+// where it started (CheckpointStart), and FindCheckpoint finds that
+// without running (a migration's dry run).
 // Start runs a replication in the background; Run.Progress reports the
 // counters, Options.OnCheckpoint is called at every checkpoint tick (the job
 // layer's heartbeat), Run.Stop ends a run gracefully with a final checkpoint

@@ -46,11 +46,18 @@ type etfTuple []any
 type etfListT []any
 
 // etfEncoder appends terms to a buffer.
-type etfEncoder struct{ buf bytes.Buffer }
+type etfEncoder struct {
+	buf bytes.Buffer
+	// listsOnly encodes every list as a list, a list of bytes too, as
+	// fdbrep's ids did before they were CouchDB's (legacy).
+	listsOnly bool
+}
 
 // termToBinary encodes term with the leading version byte.
-func termToBinary(term any) ([]byte, error) {
-	e := &etfEncoder{}
+func termToBinary(term any) ([]byte, error) { return encodeTerm(term, false) }
+
+func encodeTerm(term any, listsOnly bool) ([]byte, error) {
+	e := &etfEncoder{listsOnly: listsOnly}
 	e.buf.WriteByte(etfVersion)
 	if err := e.encode(term); err != nil {
 		return nil, err
@@ -102,6 +109,10 @@ func (e *etfEncoder) encode(term any) error {
 			e.buf.WriteByte(etfNil)
 			return nil
 		}
+		if b, ok := byteList(v); ok && !e.listsOnly {
+			// As term_to_binary: a list of integers 0..255 is a string.
+			return e.encode(etfStr(b))
+		}
 		e.buf.WriteByte(etfList)
 		e.u32(len(v))
 		for _, x := range v {
@@ -139,6 +150,36 @@ func (e *etfEncoder) encode(term any) error {
 	return nil
 }
 
+// byteList returns a list's elements as bytes when they all are integers
+// 0..255 and they fit a STRING_EXT.
+func byteList(l etfListT) (string, bool) {
+	if len(l) > etfMaxStrBytes {
+		return "", false
+	}
+	b := make([]byte, len(l))
+	for i, x := range l {
+		var n int64
+		switch v := x.(type) {
+		case int:
+			n = int64(v)
+		case int64:
+			n = v
+		case *big.Int:
+			if !v.IsInt64() {
+				return "", false
+			}
+			n = v.Int64()
+		default:
+			return "", false
+		}
+		if n < 0 || n > 255 {
+			return "", false
+		}
+		b[i] = byte(n)
+	}
+	return string(b), true
+}
+
 func (e *etfEncoder) bigInt(v *big.Int) {
 	mag := v.Bytes() // big-endian magnitude
 	n := len(mag)
@@ -171,15 +212,17 @@ func (e *etfEncoder) u32(n int) {
 	e.buf.Write(b[:])
 }
 
-// ejson converts a JSON document into the Erlang term jiffy would decode it
-// to: objects become {[{Key, Value}]} with keys sorted recursively when sortKeys
-// is set (CouchDB sorts selectors; we also sort query_params so that equal
-// requests always hash alike), strings become binaries, integers integers,
-// other numbers floats and true/false/null atoms.
-func ejson(raw json.RawMessage, sortKeys bool) (any, error) {
+// ejson converts a JSON document into the Erlang term CouchDB's decoder
+// (jiffy with dedupe_keys) gives: objects become {[{Key, Value}]} in the
+// order written, a repeated key kept once, with its last value, where it
+// last appears; strings become binaries, integers integers, other numbers
+// floats and true/false/null atoms. With legacy set it is fdbrep's earlier
+// decoding instead (keys sorted recursively, repeated ones kept), which the
+// replication ids of fdbrep before CouchDB's own (legacyID) hashed.
+func ejson(raw json.RawMessage, legacy bool) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	v, err := ejsonValue(dec, sortKeys)
+	v, err := ejsonValue(dec, legacy)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +232,7 @@ func ejson(raw json.RawMessage, sortKeys bool) (any, error) {
 	return v, nil
 }
 
-func ejsonValue(dec *json.Decoder, sortKeys bool) (any, error) {
+func ejsonValue(dec *json.Decoder, legacy bool) (any, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
@@ -204,7 +247,7 @@ func ejsonValue(dec *json.Decoder, sortKeys bool) (any, error) {
 				if err != nil {
 					return nil, err
 				}
-				val, err := ejsonValue(dec, sortKeys)
+				val, err := ejsonValue(dec, legacy)
 				if err != nil {
 					return nil, err
 				}
@@ -213,8 +256,10 @@ func ejsonValue(dec *json.Decoder, sortKeys bool) (any, error) {
 			if _, err := dec.Token(); err != nil {
 				return nil, err
 			}
-			if sortKeys {
+			if legacy {
 				sort.SliceStable(pairs, func(i, j int) bool { return pairs[i][0].(string) < pairs[j][0].(string) })
+			} else {
+				pairs = dedupeKeys(pairs)
 			}
 			list := make(etfListT, len(pairs))
 			for i, p := range pairs {
@@ -224,7 +269,7 @@ func ejsonValue(dec *json.Decoder, sortKeys bool) (any, error) {
 		case '[':
 			list := etfListT{}
 			for dec.More() {
-				val, err := ejsonValue(dec, sortKeys)
+				val, err := ejsonValue(dec, legacy)
 				if err != nil {
 					return nil, err
 				}
@@ -259,4 +304,23 @@ func ejsonValue(dec *json.Decoder, sortKeys bool) (any, error) {
 		return f, nil
 	}
 	return nil, fmt.Errorf("unexpected JSON token %v", tok)
+}
+
+// dedupeKeys keeps one member per key, as jiffy's dedupe_keys: the last,
+// in its place ({"a":1,"b":2,"a":3} is {"b":2,"a":3}).
+func dedupeKeys(pairs []etfTuple) []etfTuple {
+	last := make(map[string]int, len(pairs))
+	for i, p := range pairs {
+		last[p[0].(string)] = i
+	}
+	if len(last) == len(pairs) {
+		return pairs
+	}
+	out := make([]etfTuple, 0, len(last))
+	for i, p := range pairs {
+		if last[p[0].(string)] == i {
+			out = append(out, p)
+		}
+	}
+	return out
 }

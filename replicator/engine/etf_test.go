@@ -27,7 +27,9 @@ func TestTermToBinary(t *testing.T) {
 		{"bigger int", big1, []byte{131, 110, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}},
 		{"float", 1.5, []byte{131, 70, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0}},
 		{"tuple", etfTuple{etfAtomT("a"), int64(1)}, []byte{131, 104, 2, 100, 0, 1, 'a', 97, 1}},
-		{"list", etfListT{int64(1), int64(2)}, []byte{131, 108, 0, 0, 0, 2, 97, 1, 97, 2, 106}},
+		// As term_to_binary: a list of integers 0..255 is a string.
+		{"list of bytes", etfListT{int64(1), big.NewInt(2)}, []byte{131, 107, 0, 2, 1, 2}},
+		{"list", etfListT{int64(1), int64(256)}, []byte{131, 108, 0, 0, 0, 2, 97, 1, 98, 0, 0, 1, 0, 106}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -38,6 +40,10 @@ func TestTermToBinary(t *testing.T) {
 	}
 	_, err := termToBinary(struct{}{})
 	require.Error(t, err)
+	// fdbrep's earlier ids encoded every list as a list.
+	got, err := encodeTerm(etfListT{int64(1), int64(2)}, true)
+	require.NoError(t, err)
+	require.Equal(t, []byte{131, 108, 0, 0, 0, 2, 97, 1, 97, 2, 106}, got)
 }
 
 func TestEJSON(t *testing.T) {
@@ -49,9 +55,10 @@ func TestEJSON(t *testing.T) {
 	}}
 	require.Equal(t, want, v)
 
-	unsorted, err := ejson(json.RawMessage(`{"b":1,"a":2}`), false)
+	// As CouchDB's decoder: keys as written, a repeated one once, last.
+	unsorted, err := ejson(json.RawMessage(`{"b":1,"a":2,"b":3}`), false)
 	require.NoError(t, err)
-	require.Equal(t, "b", unsorted.(etfTuple)[0].(etfListT)[0].(etfTuple)[0])
+	require.Equal(t, etfTuple{etfListT{etfTuple{"a", big.NewInt(2)}, etfTuple{"b", big.NewInt(3)}}}, unsorted)
 
 	for _, bad := range []string{``, `{`, `[1,]`, `1 2`, `{"a"}`} {
 		_, err := ejson(json.RawMessage(bad), true)

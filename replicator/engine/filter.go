@@ -13,19 +13,29 @@ import (
 
 // FetchFilterCode reads the source text of a "ddoc/name" filter function
 // from the replication's source (GET {source}/_design/ddoc, member
-// filters.name), trimmed of surrounding whitespace. It is an input of
+// filters.name), trimmed as CouchDB trims it (trimFilterCode). It is an input of
 // ReplicationID, so editing the function changes the id. Failures wrap
 // ErrFilterFetch.
-func FetchFilterCode(ctx context.Context, rep Replication, opts Options) (string, error) {
+func FetchFilterCode(ctx context.Context, rep Replication, opts Options) (code string, err error) {
+	err = withPeers(rep, opts, func(rep Replication, src, _ *peer) error {
+		code, err = fetchFilterCode(ctx, src, rep.Filter)
+		return err
+	})
+	return code, err
+}
+
+// withPeers calls f with rep (its defaults filled in) and peers of its
+// endpoints, for a few requests outside a run; they are not logged.
+func withPeers(rep Replication, opts Options, f func(rep Replication, src, tgt *peer) error) error {
 	rep = rep.WithDefaults()
-	var nolog zerolog.Logger // requests are not logged here
+	var nolog zerolog.Logger
 	src, tgt, err := newPeers(rep, opts, &nolog, nil)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer src.t.close()
 	defer tgt.t.close()
-	return fetchFilterCode(ctx, src, rep.Filter)
+	return f(rep, src, tgt)
 }
 
 func fetchFilterCode(ctx context.Context, src *peer, filter string) (string, error) {
@@ -48,5 +58,5 @@ func fetchFilterCode(ctx context.Context, src *peer, filter string) (string, err
 	if json.Unmarshal(d.Filters[name], &code) != nil {
 		return "", fmt.Errorf("%w: filter function `%s` not found in design document `_design/%s`", ErrFilterFetch, name, ddoc)
 	}
-	return strings.TrimSpace(code), nil
+	return trimFilterCode(code), nil
 }

@@ -196,6 +196,14 @@ func (rep Replication) Validate() error {
 	if len(rep.Selector) > 0 && !isJSONObject(rep.Selector) {
 		return invalidSpec("parameter `selector` must be a JSON object")
 	}
+	if len(rep.Selector) > 0 {
+		// Mango's rules, which the replication id's normalization applies.
+		if sel, err := ejson(rep.Selector, false); err == nil {
+			if _, err := normalizeSelector(sel); err != nil {
+				return err
+			}
+		}
+	}
 	if len(rep.QueryParams) > 0 && !isJSONObject(rep.QueryParams) && string(rep.QueryParams) != "null" {
 		return invalidSpec("parameter `query_params` must be an object")
 	}
@@ -348,53 +356,16 @@ func isJSONObject(raw json.RawMessage) bool {
 
 // ReplicationID computes the replication's base id (the checkpoint
 // document is _local/<base>) and full id (base plus "+continuous" and
-// "+create_target" as applicable), with CouchDB's version 4 inputs: the
-// server UUID; each endpoint's user name (not its password), host, port,
-// path and custom headers; the filter — doc_ids (sorted, unique), the
-// selector (keys sorted), a built-in filter's name with its query_params,
-// or a design document filter's source code (filterCode, trimmed) with its
-// query_params (keys sorted, so equal objects hash alike); winning_revs_only;
-// and since_seq. Tunables, create_target_params and use_checkpoints do not
-// change the id.
+// "+create_target" as applicable) as CouchDB 3.5 does, from its version 4
+// inputs: the server UUID; each endpoint's user name (not its password),
+// host, port (http and https alike), path and custom headers; the filter
+// — doc_ids (decoded, sorted, unique), the selector (normalized as Mango
+// normalizes it, keys sorted), a built-in filter's name with its
+// query_params, or a design document filter's source code (filterCode,
+// trimmed as CouchDB trims it) with its query_params (as written);
+// winning_revs_only; and since_seq, which CouchDB hashes after 3.5 and 3.5
+// does not (see CheckpointIDs). Tunables, create_target_params and
+// use_checkpoints do not change the id.
 func ReplicationID(rep Replication, serverUUID, filterCode string) (base, full string, err error) {
-	in := idInputs{
-		ServerUUID:      serverUUID,
-		Source:          endpointIDOf(rep.Source),
-		Target:          endpointIDOf(rep.Target),
-		WinningRevsOnly: rep.WinningRevsOnly,
-		SinceSeq:        rep.SinceSeq,
-		Continuous:      rep.Continuous,
-		CreateTarget:    rep.CreateTarget,
-	}
-	queryParams := func() (any, error) {
-		if len(rep.QueryParams) == 0 || string(rep.QueryParams) == "null" {
-			return etfTuple{etfListT{}}, nil
-		}
-		return ejson(rep.QueryParams, true)
-	}
-	switch {
-	case rep.DocIDs != nil:
-		list := etfListT{}
-		for _, id := range rep.docIDs() {
-			list = append(list, id)
-		}
-		in.Filter = etfListT{list}
-	case len(rep.Selector) > 0:
-		sel, err := ejson(rep.Selector, true)
-		if err != nil {
-			return "", "", fmt.Errorf("%w: selector: %v", ErrInvalidSpec, err)
-		}
-		in.Filter = etfListT{sel}
-	case rep.Filter != "":
-		qp, err := queryParams()
-		if err != nil {
-			return "", "", fmt.Errorf("%w: query_params: %v", ErrInvalidSpec, err)
-		}
-		name := rep.Filter
-		if rep.userFilter() {
-			name = strings.TrimSpace(filterCode)
-		}
-		in.Filter = etfListT{name, qp}
-	}
-	return in.replicationID()
+	return replicationIDWith(rep, serverUUID, filterCode, idOptions{})
 }

@@ -95,6 +95,10 @@ func TestReplicationID(t *testing.T) {
 		between(t, `{"url": "http://h/a"}`, `"http://h/b"`, func(r *engine.Replication) {
 			r.CreateTargetParams = json.RawMessage(`{"q": 8}`)
 		}),
+		// As CouchDB: https at its default port hashes as http.
+		between(t, `"https://h/a"`, `"https://h:443/b"`),
+		// Headers equal to CouchDB's own are not hashed.
+		between(t, `{"url": "http://h/a", "headers": {"Accept": "application/json"}}`, `"http://h/b"`),
 	}
 	for i, rep := range same {
 		b, _ := id(rep, "")
@@ -115,7 +119,7 @@ func TestReplicationID(t *testing.T) {
 		{"user", between(t, `"http://u:p1@h/a"`, `"http://h/b"`)},
 		{"path", between(t, `"http://h/a"`, `"http://h/c"`)},
 		{"port", between(t, `"http://h:81/a"`, `"http://h/b"`)},
-		{"scheme", between(t, `"https://h/a"`, `"http://h/b"`)},
+		{"https port", between(t, `"https://h:6984/a"`, `"http://h/b"`)},
 		{"headers", between(t, `{"url": "http://h/a", "headers": {"X": "1"}}`, `"http://h/b"`)},
 		{"doc_ids", with(func(r *engine.Replication) { r.DocIDs = []string{"x"} })},
 		{"selector", with(func(r *engine.Replication) { r.Selector = json.RawMessage(`{"a": 1}`) })},
@@ -129,13 +133,38 @@ func TestReplicationID(t *testing.T) {
 		require.NotContains(t, seen, b, "%s collides with %s", d.name, seen[b])
 		seen[b] = d.name
 	}
-	// Equal filters hash alike whatever their key or id order.
+	// doc_ids hash alike whatever their order.
 	a, _ := id(with(func(r *engine.Replication) { r.DocIDs = []string{"y", "x", "x"} }), "")
 	b, _ := id(with(func(r *engine.Replication) { r.DocIDs = []string{"x", "y"} }), "")
 	require.Equal(t, a, b)
-	a, _ = id(with(func(r *engine.Replication) { r.Selector = json.RawMessage(`{"a": 1, "b": {"c": 2, "d": 3}}`) }), "")
-	b, _ = id(with(func(r *engine.Replication) { r.Selector = json.RawMessage(`{"b": {"d": 3, "c": 2}, "a": 1}`) }), "")
+	// A selector's values are hashed with their keys sorted; its
+	// conditions, an $and after Mango's normalization, in their order.
+	a, _ = id(with(func(r *engine.Replication) { r.Selector = json.RawMessage(`{"a": {"$eq": {"c": 2, "d": 3}}}`) }), "")
+	b, _ = id(with(func(r *engine.Replication) { r.Selector = json.RawMessage(`{"a": {"$eq": {"d": 3, "c": 2}}}`) }), "")
 	require.Equal(t, a, b)
+	a, _ = id(with(func(r *engine.Replication) { r.Selector = json.RawMessage(`{"a": 1, "b": 2}`) }), "")
+	b, _ = id(with(func(r *engine.Replication) { r.Selector = json.RawMessage(`{"b": 2, "a": 1}`) }), "")
+	require.NotEqual(t, a, b)
+	// Selectors are normalized as Mango normalizes them.
+	for _, pair := range [][2]string{
+		{`{"a": 1}`, `{"a": {"$eq": 1}}`},
+		{`{"a": {"b": {"$gt": 1}}}`, `{"a.b": {"$gt": 1}}`},
+		{`{"$not": {"a": {"$gt": 1}}}`, `{"a": {"$lte": 1}}`},
+		{`{"a": 1, "b": 2}`, `{"$and": [{"a": 1}, {"b": {"$eq": 2}}]}`},
+		{`{"a": 1, "a": 2}`, `{"a": 2}`}, // a repeated key: its last value
+	} {
+		a, _ = id(with(func(r *engine.Replication) { r.Selector = json.RawMessage(pair[0]) }), "")
+		b, _ = id(with(func(r *engine.Replication) { r.Selector = json.RawMessage(pair[1]) }), "")
+		require.Equal(t, a, b, "%s and %s", pair[0], pair[1])
+	}
+	// query_params are hashed as written, as CouchDB does.
+	a, _ = id(with(func(r *engine.Replication) {
+		r.Filter, r.QueryParams = "_view", json.RawMessage(`{"view": "d/v", "k": 1}`)
+	}), "")
+	b, _ = id(with(func(r *engine.Replication) {
+		r.Filter, r.QueryParams = "_view", json.RawMessage(`{"k": 1, "view": "d/v"}`)
+	}), "")
+	require.NotEqual(t, a, b)
 	// A design document filter hashes its code and query_params.
 	filter := func(name, params string) engine.Replication {
 		return with(func(r *engine.Replication) {
@@ -146,10 +175,17 @@ func TestReplicationID(t *testing.T) {
 		})
 	}
 	f1, _ := id(filter("d/f", ""), "function(doc) { return true; }")
-	f2, _ := id(filter("d/g", ""), "  function(doc) { return true; }\n")
+	f2, _ := id(filter("d/g", ""), "  function(doc) { return true; } ")
 	f3, _ := id(filter("d/f", ""), "function(doc) { return false; }")
 	f4, _ := id(filter("d/f", `{"k": "v"}`), "function(doc) { return true; }")
 	require.Equal(t, f1, f2, "same code, same id")
+	// CouchDB trims spaces around a function of one line only, and keeps
+	// a final newline.
+	n1, _ := id(filter("d/f", ""), " function(doc) { return true; }\n")
+	require.NotEqual(t, f1, n1)
+	m1, _ := id(filter("d/f", ""), "function(doc) {\n  return true;\n}")
+	m2, _ := id(filter("d/f", ""), "function(doc) {\n  return true;\n}\n")
+	require.NotEqual(t, m1, m2)
 	require.NotEqual(t, f1, f3)
 	require.NotEqual(t, f1, f4)
 	// Suffixes.

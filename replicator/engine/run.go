@@ -131,6 +131,7 @@ type Run struct {
 	baseID   string
 	fullID   string
 	ready    chan struct{} // closed when setup has finished
+	start    CheckpointStart
 	changes  *changesReader
 	workers  *workers
 	ck       *checkpointer
@@ -273,7 +274,16 @@ func (r *Run) Sync() Sync {
 		}
 	default:
 	}
-	return r.health.sync(s, passed)
+	y := r.health.sync(s, passed)
+	select {
+	case <-r.ready:
+		if r.ck != nil { // setup succeeded
+			start := r.start
+			y.Checkpoint = &start
+		}
+	default:
+	}
+	return y
 }
 
 // Refused returns the documents the target refused whose RefusedDoc.Seq
@@ -414,24 +424,29 @@ func (r *Run) setup(ctx context.Context) error {
 	r.log = r.log.With().Str("replication_id", r.fullID).Logger()
 
 	logID := CheckpointIDPrefix + r.baseID
-	srcLog, err := r.src.getLocal(ctx, logID)
+	others, err := CheckpointIDs(r.rep, r.opts.ServerUUID, code)
 	if err != nil {
-		return fmt.Errorf("reading the source checkpoint: %w", err)
+		return err
 	}
-	tgtLog, err := r.tgt.getLocal(ctx, logID)
+	logs, err := findLogs(ctx, r.src, r.tgt, r.baseID, others)
 	if err != nil {
-		return fmt.Errorf("reading the target checkpoint: %w", err)
+		return err
 	}
-	seq, history, found := compareLogs(srcLog, tgtLog)
+	var seq json.RawMessage
+	seq, r.start = logs.start(r.rep)
+	history, srcLog, tgtLog := logs.history, logs.src, logs.tgt
 	seed := r.opts.Stats
-	if found && srcLog != nil && len(srcLog.History) > 0 {
-		seed = maxStats(seed, statsOfHistory(srcLog.History[0]))
+	if logs.found && logs.from != nil && len(logs.from.History) > 0 {
+		seed = maxStats(seed, statsOfHistory(logs.from.History[0]))
 	}
-	if !found && len(r.rep.SinceSeq) > 0 {
-		seq = r.rep.SinceSeq
-	}
-	if !found {
-		r.log.Info().Msg("no common ancestry, performing a full replication")
+	switch {
+	case !logs.found:
+		r.log.Info().Str("since", r.start.Since).Msg("no common ancestry, performing a full replication")
+	case logs.migratedFrom != "":
+		r.log.Info().Str("since", r.start.Since).Str("migrated_from", logs.migratedFrom).
+			Msg("resuming from a checkpoint taken over from another replication id (CouchDB's, or an earlier fdbrep's)")
+	default:
+		r.log.Info().Str("since", r.start.Since).Msg("resuming from the checkpoint")
 	}
 	r.stats.seed(seed)
 

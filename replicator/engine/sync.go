@@ -124,6 +124,8 @@ type Sync struct {
 	Throughput float64 `json:"throughput"`
 	// Stall is nil while the run progresses, or is idle and caught up.
 	Stall *Stall `json:"stall,omitempty"`
+	// Checkpoint is where the run started (nil until its setup is done).
+	Checkpoint *CheckpointStart `json:"checkpoint,omitempty"`
 }
 
 // Equal reports whether two readings are the same (the progress loop
@@ -132,7 +134,10 @@ func (s Sync) Equal(o Sync) bool {
 	if (s.Stall == nil) != (o.Stall == nil) || s.Stall != nil && *s.Stall != *o.Stall {
 		return false
 	}
-	s.Stall, o.Stall = nil, nil
+	if (s.Checkpoint == nil) != (o.Checkpoint == nil) || s.Checkpoint != nil && *s.Checkpoint != *o.Checkpoint {
+		return false
+	}
+	s.Stall, o.Stall, s.Checkpoint, o.Checkpoint = nil, nil, nil, nil
 	return s == o
 }
 

@@ -61,6 +61,12 @@ type clusterFlags struct {
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.cluster, "cluster", "", "URL of a running cluster's HTTP API, e.g. http://127.0.0.1:5984 (env "+EnvCluster+")")
+	c.registerCreds(fs)
+}
+
+// registerCreds registers the flags of who we are, without -cluster (a
+// command that names its server otherwise).
+func (c *clusterFlags) registerCreds(fs *flag.FlagSet) {
 	fs.StringVar(&c.user, "user", "", "user name on the cluster (env "+EnvUser+"; else the URL's, else the netrc entry of the cluster's host)")
 	fs.StringVar(&c.password, "password", "", "password on the cluster; other local users can see command lines: prefer env "+EnvPassword+" or a netrc file")
 	fs.StringVar(&c.netrc, "netrc", "", "netrc file with credentials for the cluster and for endpoints given without any (env "+EnvNetrc+"; default ~/"+NetrcDefault+")")
@@ -273,12 +279,17 @@ type redactor struct {
 
 func newRedactor(secrets ...string) *redactor {
 	r := &redactor{}
+	r.add(secrets...)
+	return r
+}
+
+// add makes the non-empty secrets redacted too.
+func (r *redactor) add(secrets ...string) {
 	for _, s := range secrets {
 		if s != "" {
 			r.secrets = append(r.secrets, s)
 		}
 	}
-	return r
 }
 
 // String returns s without credentials.

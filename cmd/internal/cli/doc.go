@@ -4,6 +4,7 @@
 //	fdbrep replicate [flags] SOURCE TARGET   run a replication, with a live progress bar
 //	fdbrep jobs [flags]                      GET /_scheduler/jobs as a table
 //	fdbrep docs [flags] [DB [DOC]]           GET /_scheduler/docs[/DB[/DOC]] as a table
+//	fdbrep migrate-check [flags] URL         before a CouchDB's replications move in: which keep their checkpoints
 //
 // # Where a replication runs
 //
@@ -27,6 +28,17 @@
 // next, so a rerun resumes where the last one stopped. Ctrl-C stops the
 // run with a final checkpoint. The store can be served later with fdbrep
 // serve -data-dir (one process at a time opens it).
+//
+// # A migration's dry run
+//
+// migrate-check reads the server UUID (GET /) and the replicator
+// database's documents (_all_docs, as a server admin) of a CouchDB, and
+// for each replication that would run asks its source and target what a
+// run's setup asks (engine.FindCheckpoint: the replication id fdbrep
+// computes with that UUID, then the ids it would take checkpoints over
+// from): a table of each document's id, CouchDB's own (its
+// _scheduler/docs), whether each endpoint holds the checkpoint and the
+// sequence the replication would go on from. It writes nothing.
 //
 // # Output
 //

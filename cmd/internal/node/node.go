@@ -174,6 +174,17 @@ func Run(ctx context.Context, opts Options) error {
 	} else if err != nil {
 		return err
 	}
+	// The server UUID an operator brings ([couchdb] uuid), before any
+	// service reads the store's: replication ids depend on it.
+	if uuid, replace := replicator.ServerUUIDFromConfig(cfg); uuid != "" {
+		had, err := store.EnsureServerUUID(ctx, uuid, replace)
+		if err != nil {
+			return err
+		}
+		if had != "" && had != uuid {
+			log.Warn().Str("was", had).Str("uuid", uuid).Msg("server UUID replaced ([couchdb] replace_uuid): every replication id changed")
+		}
+	}
 	// Services start on a background context and are stopped in order by
 	// the deferred calls: listeners drain first, then the replication node
 	// checkpoints and re-enqueues its jobs, then the job layer and store.

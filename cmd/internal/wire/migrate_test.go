@@ -1,16 +1,22 @@
 package wire_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/url"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fdbrep/fdbrep/cmd/internal/cli"
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
 	"github.com/fdbrep/fdbrep/replicator/engine/enginetest"
 )
@@ -282,4 +288,118 @@ func TestMigrateFromCouchDB(t *testing.T) {
 func requireNoSecret(t *testing.T, e *service) {
 	t.Helper()
 	require.NotContains(t, e.logs.String(), "secret-", "a password in the logs")
+}
+
+// TestMigrateKeepsCheckpoints moves in replications a real CouchDB 3.5
+// ran, as README's migration says: CouchDB's own replicator runs two
+// continuous replications of its _replicator database (one plain, one
+// with a Mango selector) to checkpoints; the dry run (fdbrep
+// migrate-check) says both will go on from them, and says in one line
+// when the server refuses the credentials; CouchDB's replications stop
+// (max_jobs 0), 100 documents more are written, and the _replicator
+// database moves into an fdbrep given CouchDB's server UUID ([couchdb]
+// uuid). Each replication goes on from CouchDB's checkpoint: the
+// revisions it checks after the move are the changes since (100, and 50
+// of them for the selector), not the database, and its info.checkpoint
+// says where it started.
+func TestMigrateKeepsCheckpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts CouchDB and replicates 1,000 documents twice")
+	}
+	couch := couchtest.StartCouchDB(t) // before the service: its cleanup runs last
+	const uuid, docs, more = "3f1d0c9e8b7a6f5e4d3c2b1a09f8e7d6", 1000, 100
+	for key, value := range map[string]string{"couchdb/uuid": uuid, "replicator/interval": "1000"} {
+		require.Equal(t, 200, couch.Request(t, "PUT", "/_node/_local/_config/"+key, []byte(strconv.Quote(value)), nil))
+	}
+	couch.CreateDB(t, "src")
+	couch.AddDocs(t, "src", 0, docs)
+	couch.EnsureDB(t, "_replicator")
+	reps := map[string]map[string]any{
+		"plain": {"source": couch.AuthDBURL("src"), "target": couch.AuthDBURL("all"), "create_target": true,
+			"continuous": true, "checkpoint_interval": 500},
+		"even": {"source": couch.AuthDBURL("src"), "target": couch.AuthDBURL("even"), "create_target": true,
+			"continuous": true, "checkpoint_interval": 500, "selector": map[string]any{"n": map[string]any{"$mod": []int{2, 0}}}},
+	}
+	written := map[string]int{"plain": docs, "even": docs / 2}
+	for id, body := range reps {
+		body["_id"] = id
+		couch.PutDoc(t, "_replicator", body)
+	}
+	// CouchDB's checkpoints, once they cover every document.
+	type checkpoint struct {
+		seq     string
+		checked float64
+	}
+	couchCheckpoint := func(id string) (checkpoint, bool) {
+		var d struct {
+			ID   *string        `json:"id"`
+			Info map[string]any `json:"info"`
+		}
+		if couch.Request(t, "GET", "/_scheduler/docs/_replicator/"+id, nil, &d) != 200 || d.ID == nil {
+			return checkpoint{}, false
+		}
+		base, _, _ := strings.Cut(*d.ID, "+")
+		log := couch.GetDoc(t, "src", "_local/"+base)
+		if log == nil {
+			return checkpoint{}, false
+		}
+		last := log["history"].([]any)[0].(map[string]any)
+		seq, _ := log["source_last_seq"].(string)
+		return checkpoint{seq: seq, checked: last["missing_checked"].(float64)}, last["docs_written"].(float64) == float64(written[id])
+	}
+	for id := range reps {
+		testutil.Eventually(t, "CouchDB checkpointed "+id, func() bool { _, ok := couchCheckpoint(id); return ok })
+	}
+
+	// The dry run.
+	root := strings.TrimSuffix(couch.AuthDBURL("_replicator"), "/_replicator")
+	var out bytes.Buffer
+	require.NoError(t, cli.MigrateCheck(context.Background(), []string{root}, cli.Env{Stdout: &out, Stderr: io.Discard}))
+	require.Contains(t, out.String(), "2 of 2 replications that will run go on from their checkpoints; 0 start over", out.String())
+	require.NotContains(t, out.String(), couchtest.CouchPassword)
+	err := cli.MigrateCheck(context.Background(), []string{strings.Replace(root, ":"+couchtest.CouchPassword+"@", ":wrong@", 1)},
+		cli.Env{Stdout: io.Discard, Stderr: io.Discard})
+	require.ErrorContains(t, err, "refused the credentials")
+	require.NotContains(t, err.Error(), "\n")
+
+	// CouchDB's replications stop, each with a last checkpoint.
+	require.Equal(t, 200, couch.Request(t, "PUT", "/_node/_local/_config/replicator/max_jobs", []byte(`"0"`), nil))
+	for id := range reps {
+		testutil.Eventually(t, "CouchDB stopped "+id, func() bool {
+			var d struct {
+				State string `json:"state"`
+			}
+			return couch.Request(t, "GET", "/_scheduler/docs/_replicator/"+id, nil, &d) == 200 && d.State != "running"
+		})
+	}
+	before := map[string]checkpoint{}
+	for id := range reps {
+		before[id], _ = couchCheckpoint(id)
+	}
+	couch.AddDocs(t, "src", docs, more)
+	written["plain"] += more
+	written["even"] += more / 2
+
+	// The move, into an fdbrep that has CouchDB's server UUID.
+	e := newService(t, func(m map[string]map[string]string) { m["couchdb"] = map[string]string{"uuid": uuid} })
+	r := e.do("POST", "/_replicate", asAdmin, map[string]any{"source": couch.AuthDBURL("_replicator"), "target": e.adminDBURL("_replicator")})
+	require.Equal(t, 200, r.Status, r.Raw)
+	for id := range reps {
+		var info map[string]any
+		testutil.Eventually(t, id+" caught up in fdbrep", func() bool {
+			r := e.do("GET", "/_scheduler/docs/_replicator/"+id, asAdmin, nil)
+			info, _ = r.Body["info"].(map[string]any)
+			return info != nil && info["docs_written"] == float64(written[id])
+		})
+		started, _ := info["checkpoint"].(map[string]any)
+		require.Equal(t, map[string]any{"found": true, "since": before[id].seq}, started, "%s: %v", id, info)
+		after := int(info["revisions_checked"].(float64) - before[id].checked)
+		t.Logf("%s: %d revisions checked after the move (CouchDB had checked %.0f)", id, after, before[id].checked)
+		require.Equal(t, map[string]int{"plain": more, "even": more / 2}[id], after, "only the changes since CouchDB's checkpoint")
+	}
+	// A replication that found no checkpoint says so.
+	r = e.do("PUT", "/_replicator/fresh", asAdmin, map[string]any{"source": couch.AuthDBURL("src"), "target": couch.AuthDBURL("fresh"), "create_target": true})
+	require.Equal(t, 201, r.Status, r.Raw)
+	info := e.waitDocState("_replicator", "fresh", "completed")["info"].(map[string]any)
+	require.Equal(t, map[string]any{"found": false, "since": "0"}, info["checkpoint"], "%v", info)
 }
