@@ -35,6 +35,7 @@ type DB struct {
 	auth    string        // Basic Authorization header value, "" for none
 	sess    *session      // cookie session (nil: Basic or no credentials)
 	keyBase string        // rate limiter key prefix: scheme://host
+	host    string        // host:port, for Options.Count
 }
 
 // NewDB returns a client for ep. limiter is shared 429 back-off state; pass
@@ -60,10 +61,15 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 	if ep.Headers == nil {
 		ep.Headers = http.Header{}
 	}
+	host := hostPort(ep.URL)
 	mk := func() *http.Transport {
+		dial := opts.Socket.dialer(opts.ConnectionTimeout)
+		if count := opts.Count; count != nil {
+			dial = countedDial(dial, func(c Count) { count(host, c) })
+		}
 		tr := &http.Transport{
-			DialContext:         opts.Socket.dialer(opts.ConnectionTimeout),
-			TLSClientConfig:     opts.TLS.Clone(), // the transport adds to it (HTTP/2)
+			DialContext:         dial,
+			TLSClientConfig:     serverNamed(opts.TLS, ep.URL.Hostname()),
 			TLSHandshakeTimeout: opts.ConnectionTimeout,
 			MaxConnsPerHost:     opts.HTTPConnections,
 			MaxIdleConnsPerHost: opts.HTTPConnections,
@@ -95,6 +101,7 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 		slots:   make(chan struct{}, opts.HTTPConnections),
 		release: release,
 		keyBase: ep.URL.Scheme + "://" + strings.ToLower(ep.URL.Host),
+		host:    host,
 	}
 	if ep.Username != "" || ep.Password != "" {
 		req := &http.Request{Header: http.Header{}}
@@ -282,7 +289,9 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			return nil, nil, err
 		}
 		attempts++
+		db.count(CountRequest)
 		resp, body, err := db.attempt(ctx, r, target, readAll, cred)
+		db.countAnswer(ctx, resp, err, !readAll)
 		var retryable error
 		switch {
 		case err != nil:
@@ -452,13 +461,27 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 		req.Header.Set("Cookie", cookie)
 	}
 
-	var pooled atomic.Bool
+	var pooled, held atomic.Bool
 	req = req.WithContext(httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
-		GotConn: func(info httptrace.GotConnInfo) { pooled.Store(info.Reused) },
+		GotConn: func(info httptrace.GotConnInfo) {
+			pooled.Store(info.Reused)
+			held.Store(true)
+			if info.Reused {
+				db.count(CountConnAcquire)
+			}
+		},
+		PutIdleConn: func(err error) {
+			if err == nil {
+				db.count(CountConnRelease)
+			}
+		},
 	}))
 	resp, err := db.client.Do(req)
 	wd.stop()
 	if err != nil {
+		if held.Load() {
+			db.countBroken(actx)
+		}
 		wd.end()
 		err = cleanError(err, actx)
 		if terr := tlsFailure(err, db.opts.TLS != nil && len(db.opts.TLS.Certificates) > 0); terr != nil {
@@ -481,6 +504,9 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 			limit = -1
 		}
 		data, rerr := readBody(&watchedBody{rc: resp.Body, wd: wd, ctx: actx}, limit)
+		if rerr != nil {
+			db.countBroken(actx)
+		}
 		resp.Body.Close()
 		done()
 		if rerr != nil && ok {
@@ -489,7 +515,8 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 		resp.Body = http.NoBody
 		return resp, data, nil
 	}
-	resp.Body = &watchedBody{rc: resp.Body, wd: wd, ctx: actx, done: sync.OnceFunc(done)}
+	resp.Body = &watchedBody{rc: resp.Body, wd: wd, ctx: actx, done: sync.OnceFunc(done),
+		broken: sync.OnceFunc(func() { db.countBroken(actx) })}
 	return resp, nil, nil
 }
 

@@ -123,6 +123,8 @@ type watchedBody struct {
 	wd   *watchdog
 	ctx  context.Context
 	done func()
+	// broken, if set, is told of a Read that failed (not at the end).
+	broken func()
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
@@ -131,6 +133,9 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	b.wd.stop()
 	b.wd.progress(n)
 	if err != nil && err != io.EOF {
+		if b.broken != nil {
+			b.broken()
+		}
 		if cause := context.Cause(b.ctx); cause != nil && errors.Is(cause, ErrTimeout) {
 			err = cause
 		}
