@@ -151,6 +151,9 @@ type ClientSettings struct {
 	// IdleConnTimeout is connection_close_interval: how long an idle
 	// pooled connection stays open (0: couch.IdleConnTimeoutDefault).
 	IdleConnTimeout time.Duration
+	// Count, if set, is told of the endpoints' requests and connections
+	// (couch.Options.Count).
+	Count func(host string, c couch.Count)
 }
 
 // newPeers builds the source and target clients, which log to log, wait
@@ -162,6 +165,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*p
 		ConnectionTimeout: rep.ConnectionTimeout,
 		// The engine's 0 (after its defaults) is no retries, couch's the default.
 		RetriesPerRequest:      cmp.Or(rep.RetriesPerRequest, couch.NoRetries),
+		RequestTimeout:         rep.RequestTimeout,
 		Logger:                 log,
 		Clock:                  opts.Clock,
 		TLS:                    opts.Client.TLS,
@@ -170,6 +174,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*p
 		IdleConnTimeout:        opts.Client.IdleConnTimeout,
 		Logins:                 opts.Logins,
 		Pools:                  opts.Pools,
+		Count:                  opts.Client.Count,
 	}
 	if rep.SocketOptions != nil {
 		copts.Socket = *rep.SocketOptions
