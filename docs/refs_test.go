@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/config"
 )
 
 // docRef finds a reference to a section of a doc.go: `see doc.go, "Shards"`,
@@ -200,6 +202,15 @@ func TestJobTypesInTheKeyLayouts(t *testing.T) {
 	for _, typ := range types {
 		require.True(t, strings.Contains(layout, typ), "replicator/doc.go's \"Key layout\" does not name the job type %s", typ)
 		require.True(t, strings.Contains(heading, typ), "ARCHITECTURE.md's key layout heading for the replicator does not name the job type %s", typ)
+	}
+}
+
+// Every CouchDB key fdbrep knows and does not implement has its row in
+// COMPAT.md (CONFIG.md's reference lists them from the same table).
+func TestNotImplementedKeysInCompat(t *testing.T) {
+	compat := readRoot(t, "docs/COMPAT.md")
+	for _, n := range config.NotImplementedKeys() {
+		require.Regexp(t, "(?m)^\\|[^\n]*`"+regexp.QuoteMeta(n.Name)+"`", compat, "COMPAT.md has no row naming [%s] %s", n.Section, n.Name)
 	}
 }
 

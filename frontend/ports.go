@@ -97,16 +97,17 @@ type MetricsSource interface {
 
 // tagStatus is the HTTP status of each CouchDB error tag the ports use.
 var tagStatus = map[string]int{
-	"bad_request":        http.StatusBadRequest,
-	"bad_rep_doc":        http.StatusBadRequest,
-	"query_parse_error":  http.StatusBadRequest,
-	"unauthorized":       http.StatusUnauthorized,
-	"forbidden":          http.StatusForbidden,
-	"forbidden_address":  http.StatusForbidden, // an endpoint's address the replicator refuses
-	"not_found":          http.StatusNotFound,
-	"conflict":           http.StatusConflict,
-	"document_too_large": http.StatusRequestEntityTooLarge,
-	"timeout":            http.StatusInternalServerError, // as CouchDB's chttpd answers its timeouts
+	"bad_request":         http.StatusBadRequest,
+	"bad_rep_doc":         http.StatusBadRequest,
+	"invalid_replication": http.StatusBadRequest, // a scheme [replicator] valid_endpoint_protocols forbids
+	"query_parse_error":   http.StatusBadRequest,
+	"unauthorized":        http.StatusUnauthorized,
+	"forbidden":           http.StatusForbidden,
+	"forbidden_address":   http.StatusForbidden, // an endpoint's address the replicator refuses
+	"not_found":           http.StatusNotFound,
+	"conflict":            http.StatusConflict,
+	"document_too_large":  http.StatusRequestEntityTooLarge,
+	"timeout":             http.StatusInternalServerError, // as CouchDB's chttpd answers its timeouts
 }
 
 // taggedHTTPError turns an api.TaggedError into its reply; nil for other

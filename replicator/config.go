@@ -64,6 +64,13 @@ const (
 // no subspace.
 var SubspaceDefault = subspace.Sub("fdbrep_replicator")
 
+// Defaults of Protocols ([replicator] valid_endpoint_protocols and
+// valid_proxy_protocols): CouchDB's, every scheme fdbrep supports.
+var (
+	EndpointProtocolsDefault = []string{"http", "https"}
+	ProxyProtocolsDefault    = []string{"http", "https", "socks5"}
+)
+
 // Config holds the cluster-wide settings: every api_frontend and
 // replication node of a cluster must use the same values, since they
 // decide what is stored and how jobs are ordered. The zero value gives the
@@ -98,6 +105,11 @@ type Config struct {
 	// plane reads it (with a membership, control.Plane.SetMembership), so
 	// nodes may differ.
 	ReplicateNoNodeTimeout time.Duration
+
+	// Protocols are the URL schemes replications may use, which the
+	// control plane checks when a document is written or a POST
+	// /_replicate made, and a node when it starts a job.
+	Protocols Protocols
 
 	// Sealer seals endpoint credentials before a document or a POST
 	// /_replicate stores them (the operator's public key, [replicator]

@@ -28,6 +28,12 @@ type JobDefaults struct {
 	// SocketOptions are the TCP options of a replication that sets none
 	// (nil: Go's defaults); a replication's own replace them as a whole.
 	SocketOptions *couch.SocketOptions
+	// RequestTimeout, MissingDocRetry and MaxDocIDLength are the node's
+	// request_timeout, missing_doc_retry_msec and max_document_id_length,
+	// which a replication cannot set (see engine.Replication).
+	RequestTimeout  time.Duration
+	MissingDocRetry time.Duration
+	MaxDocIDLength  int
 }
 
 // Apply fills rep's unset tunables (rep comes from s) with d.
@@ -57,6 +63,7 @@ func (d JobDefaults) Apply(rep engine.Replication, s *Spec) engine.Replication {
 	if rep.SocketOptions == nil {
 		rep.SocketOptions = d.SocketOptions
 	}
+	rep.RequestTimeout, rep.MissingDocRetry, rep.MaxDocIDLength = d.RequestTimeout, d.MissingDocRetry, d.MaxDocIDLength
 	return rep
 }
 

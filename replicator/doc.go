@@ -306,6 +306,13 @@
 // moment (one of them retries). Passwords are stored in job data (nodes need them) but
 // never appear in views, errors, logs or metrics.
 //
+// Metrics (metrics.go, counts.go) are CouchDB's couch_replicator
+// counters under CouchDB's names, in _stats and Prometheus, with fdbrep's
+// own: the jobs', documents' and checkpoints' from the planes, and the
+// requests, connections and runs of EngineDefault's replications
+// (Metrics.CountHTTP and CountRun), also per endpoint host in Prometheus
+// for the first HostSeriesMax hosts.
+//
 // Metrics count commits, not attempts: counters move after a transaction
 // committed (for DocWritten, DBCreated and DBDeleted, which run in the
 // caller's transaction, once its commit succeeds: kv.Locals' after-commit

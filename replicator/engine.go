@@ -66,6 +66,18 @@ type EngineDefault struct {
 	// Pools is the process's shared connection pools (nil: each run has
 	// its own; see couch.Pools).
 	Pools *couch.Pools
+	// Metrics, if set, counts the runs' requests, connections and events
+	// under CouchDB's names (Metrics.CountHTTP, Metrics.CountRun).
+	Metrics *Metrics
+}
+
+// client is Client with the counting of Metrics.
+func (e EngineDefault) client() engine.ClientSettings {
+	c := e.Client
+	if e.Metrics != nil {
+		c.Count = e.Metrics.CountHTTP
+	}
+	return c
 }
 
 // ReplicationID implements Engine.
@@ -73,7 +85,7 @@ func (e EngineDefault) ReplicationID(ctx context.Context, rep engine.Replication
 	code := ""
 	if rep.Filter != "" && rep.Filter[0] != '_' {
 		var err error
-		code, err = engine.FetchFilterCode(ctx, rep, engine.Options{ServerUUID: serverUUID, Limiter: e.Limiter, Logins: e.Logins, Client: e.Client, Pools: e.Pools})
+		code, err = engine.FetchFilterCode(ctx, rep, engine.Options{ServerUUID: serverUUID, Limiter: e.Limiter, Logins: e.Logins, Client: e.client(), Pools: e.Pools})
 		if err != nil {
 			return "", "", err
 		}
@@ -89,12 +101,12 @@ func (e EngineDefault) Probe(ctx context.Context, base string) error {
 
 // Pending implements Engine.
 func (e EngineDefault) Pending(ctx context.Context, rep engine.Replication, since string) (int64, error) {
-	return engine.Pending(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.Client, Pools: e.Pools}, since)
+	return engine.Pending(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.client(), Pools: e.Pools}, since)
 }
 
 // DBUpdates implements Engine.
 func (e EngineDefault) DBUpdates(ctx context.Context, rep engine.Replication, since string, timeout time.Duration, emit func(engine.DBUpdate) error) (string, error) {
-	return engine.DBUpdates(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.Client, Pools: e.Pools}, since, timeout, emit)
+	return engine.DBUpdates(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.client(), Pools: e.Pools}, since, timeout, emit)
 }
 
 // Start implements Engine.
@@ -108,6 +120,9 @@ func (e EngineDefault) Start(ctx context.Context, rep engine.Replication, opts e
 	if opts.Pools == nil {
 		opts.Pools = e.Pools
 	}
-	opts.Logger, opts.Client = e.Logger, e.Client
+	opts.Logger, opts.Client = e.Logger, e.client()
+	if opts.Count == nil && e.Metrics != nil {
+		opts.Count = e.Metrics.CountRun
+	}
 	return engine.Start(ctx, rep, opts)
 }

@@ -24,6 +24,11 @@ var (
 	// document (the HTTP API answers 403 with Reason(err)).
 	ErrForbidden = errors.New("forbidden")
 
+	// ErrInvalidReplication refuses a POST /_replicate whose endpoint or
+	// proxy uses a scheme [replicator] valid_endpoint_protocols or
+	// valid_proxy_protocols does not allow (400, as CouchDB answers it).
+	ErrInvalidReplication = errors.New("invalid_replication")
+
 	// ErrUnauthorized is returned when a user may not cancel a transient
 	// replication (only its creator or a server admin may).
 	ErrUnauthorized = errors.New("unauthorized")

@@ -37,6 +37,15 @@ var (
 	keyReplicateNoNodeTimeout = config.RegisterDuration("replicator", "replicate_no_node_timeout_msec", time.Millisecond, ReplicateNoNodeTimeoutDefault, time.Millisecond, config.Forever,
 		"A POST /_replicate that has waited this long without a change of its job, and finds then no replication node alive in the cluster, answers 500 timeout naming the cause; the job stays pending and starts when a node joins. While a replication node is alive it waits for its replication to run (continuous) or end (one-shot) however long that takes, as CouchDB does.",
 		config.Live(config.ApplyFrontend))
+	keyEndpointProtocols = config.RegisterList("replicator", "valid_endpoint_protocols", EndpointProtocolsDefault,
+		"URL schemes a replication's source and target may use, as CouchDB 3.3's: https alone forbids plaintext endpoints. A _replicator document with another scheme is refused (403 forbidden, \"endpoint has an invalid url\"), so is a POST /_replicate (400 invalid_replication), and a job stored before the change fails when a node starts it, as in CouchDB.",
+		EndpointProtocolsDefault, config.Live(config.ApplyAll))
+	keyProxyProtocols = config.RegisterList("replicator", "valid_proxy_protocols", ProxyProtocolsDefault,
+		"URL schemes a replication's proxy, source_proxy and target_proxy may use, as CouchDB 3.3's (https since 3.5); another is refused as valid_endpoint_protocols refuses an endpoint, with \"proxy has an invalid url\".",
+		ProxyProtocolsDefault, config.Live(config.ApplyAll))
+	keyEndpointProtocolsLog = config.RegisterBool("replicator", "valid_endpoint_protocols_log", false,
+		"Log (at warn, \"security warning\") each replication added with an http:// source or target, naming its document or user and the endpoint, and count it in couch_replicator.jobs.insecure, as CouchDB 3.4 logs them: the api_frontend node that takes the document write or POST /_replicate does.",
+		config.Live(config.ApplyFrontend))
 )
 
 // The server UUID: CouchDB's [couchdb] uuid, which an operator brings
@@ -98,6 +107,15 @@ var (
 		"Default use_checkpoints: write checkpoint documents on the endpoints.", config.Live(config.ApplyReplication))
 	keyUseBulkGet = config.RegisterBool("replicator", "use_bulk_get", true,
 		"Default use_bulk_get: fetch documents with _bulk_get when the source supports it.", config.Live(config.ApplyReplication))
+	keyRequestTimeout = config.RegisterDuration("replicator", "request_timeout", time.Millisecond, couch.RequestTimeoutDefault, time.Millisecond, config.Forever,
+		"Milliseconds a replication's request may take in all (connecting, sending, the whole answer) before it fails as a timeout, as a silent peer's does (connection_timeout); changes feeds are exempt, as in CouchDB. infinity: no limit but connection_timeout's. Applies to the runs started from then on.",
+		config.Live(config.ApplyReplication), config.OrInfinity())
+	keyMissingDocRetry = config.RegisterDuration("replicator", "missing_doc_retry_msec", time.Millisecond, engine.MissingDocRetryDefault, time.Millisecond, time.Hour,
+		"Milliseconds a replication waits before it asks again for revisions its source's changes feed listed but open_revs answered missing (a cluster's copies not yet in step); missing again, they fail the run. Applies to the runs started from then on.",
+		config.Live(config.ApplyReplication))
+	keyMaxDocIDLength = config.RegisterInt("replicator", "max_document_id_length", engine.MaxDocIDLengthDefault, 0, config.Unbounded,
+		"Longest document id a replication copies: a document whose id is longer is skipped, logged at error and counted in the replication's doc_write_failures, as CouchDB does. 0 or infinity: no limit. Applies to the runs started from then on.",
+		config.Live(config.ApplyReplication), config.InUnit("bytes"), config.OrInfinity())
 	keySocketOptions = config.RegisterString("replicator", "socket_options", couch.SocketOptionsDefault,
 		"Default socket_options, in CouchDB's syntax: TCP options of the replications' connections. fdbrep applies keepalive, nodelay, sndbuf, recbuf (bytes, at most 64 MiB) and priority (0 to 6, Linux); any other option stops the node with its name. A replication's own socket_options replace these. CouchDB's default turns nodelay off; fdbrep keeps it on (see COMPAT.md).",
 		nil, config.Live(config.ApplyReplication))
@@ -127,7 +145,14 @@ var (
 		"Seconds after which a session cookie without Max-Age is renewed (a cookie with Max-Age is renewed at 90% of it).")
 	keyLoginFailureBudget = config.RegisterInt("replicator", "login_failure_budget", couch.LoginFailureBudgetDefault, 0, 1000,
 		"Logins of one user at one endpoint server that the server may refuse, whatever the passwords, within 5 minutes of the first, before this node stops trying passwords that have not worked: a replication with such a password then crashes with login_budget, naming the account and when it may try again, while a password that logged in keeps working. Under CouchDB's [chttpd_auth_lockout] threshold (5), which refuses the account's right password too from this node's address once reached. 0: no budget.")
+	keyCACertReload = config.RegisterInt("replicator", "cacert_reload_interval_hours", int64(couch.CACertReloadIntervalDefault/time.Hour), 1, CACertReloadHoursMax,
+		"Hours after which the system's CA certificates, which verify https endpoints when ssl_trusted_certificates_file is empty, are read again, as CouchDB 3.5.1 does: certificates added to or removed from the system's store count for new connections within this time, without a restart. On Linux; elsewhere Go asks the system at each verification.",
+		config.InUnit("hours"))
 )
+
+// CACertReloadHoursMax bounds [replicator] cacert_reload_interval_hours
+// (ten years).
+const CACertReloadHoursMax = 10 * 365 * 24
 
 // LoginsFromConfig is a replication node's memory of the logins endpoints
 // refused (couch.Logins), with [replicator] login_failure_budget.
@@ -229,6 +254,12 @@ func init() {
 		if len(keyAuthPlugins.Get(c)) == 0 {
 			return fmt.Errorf("%w: [replicator] auth_plugins: name %s, %s or both", config.ErrInvalidValue, authSession, authNoop)
 		}
+		for _, k := range []config.ListSetting{keyEndpointProtocols, keyProxyProtocols} {
+			if len(k.Get(c)) == 0 {
+				return fmt.Errorf("%w: [replicator] %s (%s) allows no scheme: name at least one", config.ErrInvalidValue,
+					k.Name(), c.Source("replicator", k.Name()))
+			}
+		}
 		return nil
 	})
 	config.RegisterCheck(func(c *config.Config) error {
@@ -265,6 +296,8 @@ func FromConfig(c *config.Config) Config {
 		FairShareWindow: window,
 
 		ReplicateNoNodeTimeout: keyReplicateNoNodeTimeout.Get(c),
+		Protocols: Protocols{Endpoint: keyEndpointProtocols.Get(c), Proxy: keyProxyProtocols.Get(c),
+			LogInsecure: keyEndpointProtocolsLog.Get(c)},
 	}
 }
 
@@ -291,6 +324,9 @@ func JobDefaultsFromConfig(c *config.Config) (JobDefaults, error) {
 		NoCheckpoints:      !keyUseCheckpoints.Get(c),
 		NoBulkGet:          !keyUseBulkGet.Get(c),
 		SocketOptions:      &socket,
+		RequestTimeout:     keyRequestTimeout.Get(c),
+		MissingDocRetry:    keyMissingDocRetry.Get(c),
+		MaxDocIDLength:     int(keyMaxDocIDLength.Get(c)),
 	}, nil
 }
 
@@ -306,12 +342,13 @@ func ClientSettingsFromConfig(cfg *config.Config) (engine.ClientSettings, error)
 		depth = couch.MaxDepthNone
 	}
 	tlsCfg, err := couch.TLSSettings{
-		NoVerify:    !keyVerifyCertificates.Get(cfg),
-		CAFile:      keyTrustedCertificates.Get(cfg),
-		MaxDepth:    depth,
-		CertFile:    keyCertFile.Get(cfg),
-		KeyFile:     keyKeyFile.Get(cfg),
-		KeyPassword: keyKeyPassword.Get(cfg),
+		NoVerify:     !keyVerifyCertificates.Get(cfg),
+		CAFile:       keyTrustedCertificates.Get(cfg),
+		MaxDepth:     depth,
+		CertFile:     keyCertFile.Get(cfg),
+		KeyFile:      keyKeyFile.Get(cfg),
+		KeyPassword:  keyKeyPassword.Get(cfg),
+		CACertReload: time.Duration(keyCACertReload.Get(cfg)) * time.Hour,
 	}.Config()
 	if err != nil {
 		return engine.ClientSettings{}, fmt.Errorf("%w: %s", config.ErrInvalidValue,

@@ -54,6 +54,38 @@ const (
 	// (Metrics.Observe; not a CouchDB metric). Prometheus names carry
 	// their unit in full (promtool's lint).
 	MetricNodeHeartbeatAge = "couch_replicator.node.heartbeat_age_seconds"
+	// MetricJobsInsecure counts the replications added with an http://
+	// endpoint while [replicator] valid_endpoint_protocols_log is on (not
+	// a CouchDB metric: CouchDB only logs them).
+	MetricJobsInsecure = "couch_replicator.jobs.insecure"
+)
+
+// CouchDB's counters of the replicator's requests, connections and runs
+// (couch.Count, engine.Count; see counts.go), each also per endpoint host
+// in Prometheus (MetricHostPrefix).
+const (
+	MetricRequests                = "couch_replicator.requests"
+	MetricResponsesSuccess        = "couch_replicator.responses.success"
+	MetricResponsesFailure        = "couch_replicator.responses.failure"
+	MetricStreamResponsesSuccess  = "couch_replicator.stream_responses.success"
+	MetricStreamResponsesFailure  = "couch_replicator.stream_responses.failure"
+	MetricConnectionCreates       = "couch_replicator.connection.creates"
+	MetricConnectionCloses        = "couch_replicator.connection.closes"
+	MetricConnectionAcquires      = "couch_replicator.connection.acquires"
+	MetricConnectionReleases      = "couch_replicator.connection.releases"
+	MetricConnectionOwnerCrashes  = "couch_replicator.connection.owner_crashes"
+	MetricConnectionWorkerCrashes = "couch_replicator.connection.worker_crashes"
+	MetricWorkersStarted          = "couch_replicator.workers_started"
+	MetricWorkerDeaths            = "couch_replicator.worker_deaths"
+	MetricFailedStarts            = "couch_replicator.failed_starts"
+	MetricChangesReadFailures     = "couch_replicator.changes_read_failures"
+	MetricChangesReaderDeaths     = "couch_replicator.changes_reader_deaths"
+	// MetricChangesManagerDeaths and MetricChangesQueueDeaths stay 0:
+	// a run has no changes manager nor queue process (its queue is a
+	// channel the reader fills and the workers drain); they are served so
+	// that CouchDB's dashboards find every counter they chart.
+	MetricChangesManagerDeaths = "couch_replicator.changes_manager_deaths"
+	MetricChangesQueueDeaths   = "couch_replicator.changes_queue_deaths"
 )
 
 // Labelled series, per replicator database (the label "database"; "" for
@@ -93,7 +125,12 @@ var metricNames = []string{
 	MetricJobsPreempted, MetricJobsMoves, MetricJobsHoldsLost, MetricJobsCompleted, MetricJobsFailed,
 	MetricDocsDBsCreated, MetricDocsDBsDeleted, MetricDocsDBChanges, MetricDocsFailedUpdates,
 	MetricDocsCompletedUpdates, MetricCheckpointsSuccess, MetricCheckpointsFailure, MetricTransientJobsRemoved,
-	MetricJobsParks, MetricJobsWakes, MetricJobsParked, MetricCredentialsResealed,
+	MetricJobsParks, MetricJobsWakes, MetricJobsParked, MetricCredentialsResealed, MetricJobsInsecure,
+	MetricRequests, MetricResponsesSuccess, MetricResponsesFailure, MetricStreamResponsesSuccess,
+	MetricStreamResponsesFailure, MetricConnectionCreates, MetricConnectionCloses, MetricConnectionAcquires,
+	MetricConnectionReleases, MetricConnectionOwnerCrashes, MetricConnectionWorkerCrashes, MetricWorkersStarted,
+	MetricWorkerDeaths, MetricFailedStarts, MetricChangesReadFailures, MetricChangesReaderDeaths,
+	MetricChangesManagerDeaths, MetricChangesQueueDeaths,
 }
 
 // Metrics holds this process's replicator counters and gauges. It is safe
@@ -104,6 +141,8 @@ type Metrics struct {
 	obsMu  sync.Mutex
 	obs    map[string]func() int64 // gauges read at snapshot time
 	series map[string]seriesSource
+
+	hosts hostCounts // the HTTP counters per endpoint host
 }
 
 type seriesSource struct {
@@ -117,6 +156,7 @@ func NewMetrics() *Metrics {
 	for _, n := range metricNames {
 		m.v[n] = new(atomic.Int64)
 	}
+	m.observeHosts()
 	return m
 }
 
@@ -223,18 +263,38 @@ func (m *Metrics) StatsJSON() map[string]any {
 	return out
 }
 
+// promTotals are the counters of successes that Prometheus shows as
+// CouchDB's couch_prometheus shows them: as the total of the successes and
+// the failures, named without "success"
+// (couchdb_couch_replicator_responses_total), beside the failures under
+// their own name (couchdb_couch_replicator_responses_failure_total).
+var promTotals = map[string]string{
+	MetricCheckpointsSuccess:     MetricCheckpointsFailure,
+	MetricResponsesSuccess:       MetricResponsesFailure,
+	MetricStreamResponsesSuccess: MetricStreamResponsesFailure,
+}
+
+// promName is the Prometheus name of a metric, without _total.
+func promName(name string) string { return "couchdb_" + strings.ReplaceAll(name, ".", "_") }
+
 // Prometheus renders the metrics in Prometheus' text format with
-// CouchDB's names (couchdb_couch_replicator_jobs_adds_total).
+// CouchDB's names (couchdb_couch_replicator_jobs_adds_total; see
+// promTotals).
 func (m *Metrics) Prometheus() string {
 	var b strings.Builder
 	for _, x := range m.Snapshot() {
-		name := "couchdb_" + strings.ReplaceAll(x.Name, ".", "_")
+		name, h := promName(x.Name), help(x.Name)
+		if failures, ok := promTotals[x.Name]; ok {
+			name = promName(strings.TrimSuffix(x.Name, ".success"))
+			x.Value += m.Value(failures)
+			h = "CouchDB's " + x.Name + " and " + failures + " together"
+		}
 		typ := "gauge"
 		if x.Type == "counter" {
 			name += "_total"
 			typ = "counter"
 		}
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", name, help(x.Name), name, typ, name, x.Value)
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", name, h, name, typ, name, x.Value)
 	}
 	m.obsMu.Lock()
 	names := make([]string, 0, len(m.series))
@@ -248,7 +308,7 @@ func (m *Metrics) Prometheus() string {
 	}
 	m.obsMu.Unlock()
 	for i, n := range names {
-		name, typ := "couchdb_"+strings.ReplaceAll(n, ".", "_"), "gauge"
+		name, typ := promName(n), "gauge"
 		if srcs[i].counter {
 			name, typ = name+"_total", "counter"
 		}
@@ -274,23 +334,30 @@ func (m *Metrics) Prometheus() string {
 // helps describe the metrics whose names do not say enough; the others
 // are described by their names.
 var helps = map[string]string{
-	MetricJobsRunning:      "replication jobs running on this node",
-	MetricJobsPending:      "replication jobs waiting for a slot, cluster-wide",
-	MetricJobsAccepting:    "acceptors of this node waiting for a job",
-	MetricNodeHeartbeatAge: "seconds (whole) since this node's last membership heartbeat committed",
-	MetricSyncJobs:         "running jobs of this node per replicator database and state (caught_up, behind, stalled)",
-	MetricSyncLagChanges:   "largest changes_pending among this node's running jobs of the database",
-	MetricSyncLagSeconds:   "longest time one of this node's running jobs of the database has been behind its source",
-	MetricDocsRefused:      "documents the targets of this node's jobs of the database refused",
-	MetricJobsParks:        "continuous replications this node parked: caught up and idle, they gave their slot back",
-	MetricJobsWakes:        "parked replications this node woke: their source changed, or their sweep came",
-	MetricJobsParked:       "replications parked, cluster-wide: caught up, waiting for a change to their source without a slot",
+	MetricJobsRunning:          "replication jobs running on this node",
+	MetricJobsPending:          "replication jobs waiting for a slot, cluster-wide",
+	MetricJobsAccepting:        "acceptors of this node waiting for a job",
+	MetricNodeHeartbeatAge:     "seconds (whole) since this node's last membership heartbeat committed",
+	MetricSyncJobs:             "running jobs of this node per replicator database and state (caught_up, behind, stalled)",
+	MetricSyncLagChanges:       "largest changes_pending among this node's running jobs of the database",
+	MetricSyncLagSeconds:       "longest time one of this node's running jobs of the database has been behind its source",
+	MetricDocsRefused:          "documents the targets of this node's jobs of the database refused",
+	MetricJobsParks:            "continuous replications this node parked: caught up and idle, they gave their slot back",
+	MetricJobsWakes:            "parked replications this node woke: their source changed, or their sweep came",
+	MetricJobsParked:           "replications parked, cluster-wide: caught up, waiting for a change to their source without a slot",
+	MetricJobsInsecure:         "replications added with an http:// endpoint while [replicator] valid_endpoint_protocols_log is on",
+	MetricChangesManagerDeaths: "CouchDB's couch_replicator.changes_manager_deaths: always 0, fdbrep's runs have no changes manager",
+	MetricChangesQueueDeaths:   "CouchDB's couch_replicator.changes_queue_deaths: always 0, fdbrep's runs have no changes queue process",
 }
 
 // help is a metric's HELP text.
 func help(name string) string {
 	if h, ok := helps[name]; ok {
 		return h
+	}
+	if c, ok := strings.CutPrefix(name, MetricHostPrefix); ok {
+		return "CouchDB's couch_replicator." + c + " per endpoint host and port (the first " +
+			strconv.Itoa(HostSeriesMax) + " hosts; the later ones as host=\"" + HostOther + "\")"
 	}
 	return "CouchDB's " + name
 }

@@ -22,6 +22,9 @@ type Request struct {
 	Spec   *Spec  // nil for a cancel by id
 	Cancel bool   // "cancel": true
 	ID     string // "replication_id", "id" or "_local_id" (cancel by id)
+	// Ignored are the fields of CouchDB's it has that fdbrep ignores
+	// (IgnoredFields).
+	Ignored []string
 }
 
 // ParseSpec parses and validates a replication specification (the body of a
@@ -42,7 +45,7 @@ func ParseRequest(body json.RawMessage) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	req := &Request{}
+	req := &Request{Ignored: IgnoredFields(obj)}
 	if v, ok := obj["cancel"]; ok {
 		b, err := boolField(v, "cancel")
 		if err != nil {

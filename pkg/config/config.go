@@ -278,6 +278,9 @@ func (c *Config) wrap(k *Key, err error) error {
 func (k *Key) check(v string) error {
 	switch k.Kind {
 	case KindInt:
+		if k.Infinity && v == InfinityWord {
+			return nil
+		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || k.HasRange && (float64(n) < k.Min || float64(n) > k.max()) {
 			return fmt.Errorf("want %s", k.wanted(err == nil && float64(n) > k.max()))
@@ -326,6 +329,9 @@ func (k *Key) wanted(above bool) string {
 	}
 	if u := k.unit(); u != "" {
 		what += " (" + u + ")"
+	}
+	if k.Infinity {
+		what += ", or " + InfinityWord
 	}
 	return what
 }
@@ -405,7 +411,8 @@ func (c *Config) raw(section, key string) string {
 // a key not registered: that is a programming error.
 func (c *Config) String(section, key string) string { return c.raw(section, key) }
 
-// Int returns a registered integer key.
+// Int returns a registered integer key (0 for "infinity", see
+// OrInfinity).
 func (c *Config) Int(section, key string) int64 {
 	n, _ := strconv.ParseInt(c.raw(section, key), 10, 64)
 	return n

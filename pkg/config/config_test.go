@@ -90,7 +90,8 @@ q = 2
 	require.False(t, c.HasRole(RoleAPIFrontend))
 	w := strings.Join(c.Warnings(), "\n")
 	require.Contains(t, w, "[cluster] is a CouchDB section fdbrep does not use")
-	require.Contains(t, w, "[replicator] verify_ssl_certificates_log is a CouchDB setting fdbrep does not use; ignored ("+local+")")
+	require.Contains(t, w, "[replicator] verify_ssl_certificates_log is a CouchDB setting fdbrep does not implement: fdbrep verifies certificates by default")
+	require.Contains(t, w, "; ignored ("+local+")")
 }
 
 func TestLoadRejects(t *testing.T) {

@@ -49,20 +49,64 @@ var couchDBKeys = map[string]map[string]bool{
 	"chttpd_auth": setOf("authentication_db", "authentication_redirect", "cookie_domain", "hash_algorithms",
 		"max_iterations", "min_iterations", "password_regexp", "password_scheme",
 		"public_fields", "same_site", "upgrade_hash_on_auth", "users_db_public", "require_valid_user"),
-	"replicator": setOf("cacert_reload_interval_hours", "cluster_start_period",
-		"connect_to", "max_document_id_length", "missing_doc_retry_msec",
-		"request_timeout", "valid_endpoint_protocols",
-		"valid_endpoint_protocols_log", "valid_proxy_protocols", "valid_socket_options",
-		"verify_ssl_certificates_log", "cluster_quiet_period", "db_created_warning", "ibrowse_options",
-		"valid_ibrowse_options", "session_min_update_interval",
-		// fdbrep writes only terminal states (completed, failed) into
-		// _replicator documents: CouchDB 3.x's update_docs = false.
-		"update_docs"),
+	// CouchDB 3.5's [replicator] keys fdbrep does not implement are in
+	// notImplemented, with their reasons.
+	"replicator": setOf("connect_to", "db_created_warning"),
 	// An encrypted key (password) is refused when it is loaded: its
 	// error says to give an unencrypted one.
 	"ssl": setOf("password", "verify_fun", "ssl_certificate_max_depth", "secure_renegotiate"),
 	"log": setOf("file", "filter_fields", "max_message_size", "strip_last_msg", "syslog_appid",
 		"syslog_facility", "syslog_host", "syslog_port", "write_buffer", "write_delay", "writer"),
+}
+
+// NotImplemented is a CouchDB setting fdbrep knows and deliberately does
+// not implement: set, it is ignored with a warning that names it and
+// gives Reason. docs/CONFIG.md lists them beside the keys fdbrep reads.
+type NotImplemented struct {
+	Section, Name string
+	// CouchDB is what the setting does in CouchDB (its default, and the
+	// releases that read it when not all of 3.x's).
+	CouchDB string
+	// Reason is why fdbrep does not implement it, for the warning and
+	// the docs.
+	Reason string
+}
+
+// notImplemented are the keys of CouchDB 3.5's [replicator] section (and
+// 3.3's cluster_quiet_period) that fdbrep does not implement: with every
+// key fdbrep registers, they are the whole section.
+var notImplemented = []NotImplemented{
+	{"replicator", "cluster_quiet_period", "CouchDB 3.3 and earlier: seconds of stable cluster membership before replications are rebalanced (60)",
+		"replication nodes take jobs from one shared queue and balance them through the store's membership records; no node waits for the membership to settle"},
+	{"replicator", "cluster_start_period", "seconds a node waits after start-up before it reads the _replicator databases (5)",
+		"a document becomes its job in the transaction that writes it, and a replication node takes pending jobs as soon as it starts; there is nothing to wait for"},
+	{"replicator", "ibrowse_options", "options of CouchDB's HTTP client, ibrowse, for every replication ([]); a document may set its own",
+		"fdbrep's client is Go's: of ibrowse's options CouchDB accepts (valid_ibrowse_options) only prefer_ipv6 means anything, and Go's dialer already tries IPv6 and IPv4 addresses side by side (RFC 6555)"},
+	{"replicator", "session_min_update_interval", "least seconds between two renewals of a _session cookie that an endpoint refused (5)",
+		"fdbrep logs in again at once when an endpoint refuses a cookie that worked (at most twice for one request), and sends Basic on every request to an endpoint that refuses a fresh one (COMPAT.md)"},
+	{"replicator", "update_docs", "write the transient states (triggered, error) into _replicator documents (false)",
+		"fdbrep writes only the terminal states, completed and failed, as CouchDB 3.x does by default; _scheduler/docs shows every state"},
+	{"replicator", "valid_ibrowse_options", "ibrowse options a replication may set (prefer_ipv6)",
+		"fdbrep reads no ibrowse options (see ibrowse_options)"},
+	{"replicator", "valid_socket_options", "socket_options applied; others are dropped without a word (buffer, keepalive, nodelay, priority, recbuf, sndbuf)",
+		"fdbrep applies every option it accepts and refuses any other by name"},
+	{"replicator", "verify_ssl_certificates_log", "log the https endpoints whose certificates would fail verification (false)",
+		"fdbrep verifies certificates by default (verify_ssl_certificates), and a refused certificate fails the replication with a reason naming the setting to change"},
+}
+
+// NotImplementedKeys returns the CouchDB settings fdbrep knows and does
+// not implement, by section and name.
+func NotImplementedKeys() []NotImplemented { return append([]NotImplemented(nil), notImplemented...) }
+
+// notImplementedKey returns the entry of section/key, nil when it is not
+// one.
+func notImplementedKey(section, key string) *NotImplemented {
+	for i := range notImplemented {
+		if n := &notImplemented[i]; n.Section == section && n.Name == key {
+			return n
+		}
+	}
+	return nil
 }
 
 // movedFrom names the fdbrep section that holds the settings CouchDB also
@@ -98,6 +142,10 @@ func (c *Config) checkUnknown(section, key string) error {
 	case key == "":
 		return fmt.Errorf("%w: section [%s] (%s) is neither fdbrep's nor CouchDB's%s; docs/CONFIG.md lists every key",
 			ErrUnknownKey, section, src, suggest(section, ""))
+	case notImplementedKey(section, key) != nil:
+		c.warnings = append(c.warnings, fmt.Sprintf("[%s] %s is a CouchDB setting fdbrep does not implement: %s; ignored (%s)",
+			section, key, notImplementedKey(section, key).Reason, src))
+		return nil
 	case couchDBKeys[section][key]:
 		c.warnings = append(c.warnings, fmt.Sprintf("[%s] %s is a CouchDB setting fdbrep does not use; ignored (%s)", section, key, src))
 		return nil

@@ -17,7 +17,8 @@ import (
 // couchDBReplicatorKeys are the [replicator] keys of CouchDB 3.x: those
 // its documentation lists (src/docs/src/config/replicator.rst) and those
 // its code reads (couch_replicator), with values of its default.ini's
-// examples.
+// examples. All are 3.5's but cluster_quiet_period (3.3's) and
+// connect_to (after 3.5).
 var couchDBReplicatorKeys = map[string]string{
 	"auth_plugins": "couch_replicator_auth_session,couch_replicator_auth_noop", "cacert_reload_interval_hours": "24",
 	"cert_file": "", "checkpoint_interval": "30000", "cluster_quiet_period": "60", "cluster_start_period": "5",
@@ -35,7 +36,9 @@ var couchDBReplicatorKeys = map[string]string{
 }
 
 // Every [replicator] key of CouchDB 3.x is used or ignored with a warning
-// that names it; none stops the node.
+// that names it and, for CouchDB 3.5's (and 3.3's cluster_quiet_period),
+// why fdbrep does not implement it; none stops the node. CouchDB's
+// "infinity" reads as no limit.
 func TestCouchDBReplicatorKeys(t *testing.T) {
 	var ini strings.Builder
 	ini.WriteString("[replicator]\n")
@@ -46,12 +49,20 @@ func TestCouchDBReplicatorKeys(t *testing.T) {
 	require.NoError(t, err)
 	w := strings.Join(c.Warnings(), "\n")
 	for k := range couchDBReplicatorKeys {
-		if lookup("replicator", k) != nil {
+		switch n := notImplementedKey("replicator", k); {
+		case lookup("replicator", k) != nil:
 			require.NotContains(t, w, "[replicator] "+k+" ", "%s is used, not ignored", k)
-			continue
+		case n != nil:
+			require.Contains(t, w, "[replicator] "+k+" is a CouchDB setting fdbrep does not implement: "+n.Reason+"; ignored (", k)
+		case k == "connect_to": // after 3.5
+			require.Contains(t, w, "[replicator] "+k+" is a CouchDB setting fdbrep does not use; ignored", k)
+		default:
+			require.Failf(t, "CouchDB 3.5's key neither registered nor in notImplemented", "[replicator] %s", k)
 		}
-		require.Contains(t, w, "[replicator] "+k+" is a CouchDB setting fdbrep does not use; ignored", k)
 	}
+	require.Zero(t, c.Int("replicator", "request_timeout"))
+	require.Zero(t, c.Duration("replicator", "request_timeout"))
+	require.Zero(t, c.Int("replicator", "max_document_id_length"))
 	require.Equal(t, time.Minute, c.Duration("replicator", "interval_sec"))
 	require.Equal(t, 2*time.Minute, c.Duration("replicator", "health_threshold_sec"))
 	require.EqualValues(t, 20, c.Int("replicator", "max_history"))
@@ -106,7 +117,7 @@ func TestCouchDB35DefaultIni(t *testing.T) {
 	require.EqualValues(t, 15984, c.Int("chttpd", "port"))
 	require.Equal(t, 5*time.Minute, c.Duration("replicator", "health_threshold_sec"))
 	w := strings.Join(c.Warnings(), "\n")
-	require.Contains(t, w, "[replicator] update_docs is a CouchDB setting fdbrep does not use")
+	require.Contains(t, w, "[replicator] update_docs is a CouchDB setting fdbrep does not implement: fdbrep writes only the terminal states")
 	require.Contains(t, w, "[couchdb] database_dir is a CouchDB setting fdbrep does not use")
 	require.NotContains(t, w, "[couchdb] uuid")
 }
@@ -142,5 +153,58 @@ func extract(archive, name, dst string) error {
 			}
 			return out.Close()
 		}
+	}
+}
+
+// Keys that take CouchDB's "infinity" read it as 0, no limit, as they do
+// 0 where their range has it; any other word is refused, naming both
+// forms. valid_endpoint_protocols and valid_proxy_protocols take
+// CouchDB's schemes, at least one.
+func TestCouchDBReplicatorValues(t *testing.T) {
+	for _, tc := range []struct {
+		key, value string
+		want       int64
+		err        string
+	}{
+		{"request_timeout", "infinity", 0, ""},
+		{"request_timeout", "2500", 2500, ""},
+		{"request_timeout", "0", 0, "want an integer of at least 1 (milliseconds), or infinity"},
+		{"request_timeout", "Infinity", 0, "or infinity"},
+		{"max_document_id_length", "infinity", 0, ""},
+		{"max_document_id_length", "0", 0, ""},
+		{"max_document_id_length", "100", 100, ""},
+		{"max_document_id_length", "-1", 0, "want an integer of at least 0 (bytes), or infinity"},
+		{"missing_doc_retry_msec", "infinity", 0, "want an integer from 1 to 3600000 (milliseconds)"},
+		{"valid_endpoint_protocols", "https", 0, ""},
+		{"valid_endpoint_protocols", "http, https", 0, ""},
+		{"valid_endpoint_protocols", "https,ftp", 0, `"ftp" is not one of http, https`},
+		{"valid_endpoint_protocols", "", 0, "valid_endpoint_protocols (" /* file */},
+		{"valid_proxy_protocols", "socks5", 0, ""},
+		{"valid_proxy_protocols", " ", 0, "allows no scheme"},
+	} {
+		t.Run(tc.key+"="+tc.value, func(t *testing.T) {
+			c, err := Load([]string{writeFile(t, "[replicator]\n"+tc.key+" = "+tc.value+"\n")}, nil)
+			if tc.err != "" {
+				require.ErrorIs(t, err, ErrInvalidValue)
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			if lookup("replicator", tc.key).Kind == KindInt {
+				require.Equal(t, tc.want, c.Int("replicator", tc.key))
+			}
+		})
+	}
+	require.Equal(t, InfinityWord, lookup("replicator", "request_timeout").Default)
+	require.Equal(t, InfinityWord, lookup("replicator", "max_document_id_length").Default)
+}
+
+// The _config API refuses a key fdbrep does not implement, saying why.
+func TestNotImplementedAtRunTime(t *testing.T) {
+	for _, n := range NotImplementedKeys() {
+		_, err := CheckRuntimeKey(n.Section, n.Name)
+		require.ErrorIs(t, err, ErrNotUsed)
+		require.ErrorContains(t, err, "does not implement: "+n.Reason)
+		require.Nil(t, lookup(n.Section, n.Name), "[%s] %s is registered", n.Section, n.Name)
 	}
 }

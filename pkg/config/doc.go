@@ -25,7 +25,10 @@
 // error naming the section, key, value and where it came from, wrapping
 // ErrInvalidValue. Values of secret keys are never echoed. CouchDB's own
 // sections and keys that fdbrep does not use are ignored and listed by
-// Warnings, so that a CouchDB local.ini can be used as it is; a section or
+// Warnings, so that a CouchDB local.ini can be used as it is (the keys of
+// CouchDB 3.5's [replicator] that fdbrep knows and does not implement,
+// NotImplementedKeys, with the reason); CouchDB's "infinity" is read as
+// no limit by the keys that take it (OrInfinity). A section or
 // key that is neither fdbrep's nor CouchDB's (a typo, most likely) is
 // refused with ErrUnknownKey and a suggestion ("did you mean [replicator]
 // checkpoint_interval?").

@@ -40,6 +40,9 @@ type Key struct {
 	// "bytes"; "" for a plain count), named by range errors. Keys named
 	// …_msec and …_sec have theirs without saying.
 	Unit string
+	// Infinity lets a KindInt key take CouchDB's word "infinity" (no
+	// limit), which its getters read as 0 (OrInfinity).
+	Infinity bool
 	// OneOf restricts KindString and KindList values to these words.
 	OneOf []string
 	// Secret values never appear in errors, logs or the _config API.

@@ -74,6 +74,9 @@ func CheckRuntimeKey(section, key string) (Apply, error) {
 		}
 		return k.Apply, nil
 	}
+	if n := notImplementedKey(section, key); n != nil {
+		return ApplyRestart, fmt.Errorf("%w: [%s] %s is a CouchDB setting fdbrep does not implement: %s", ErrNotUsed, section, key, n.Reason)
+	}
 	if couchDBSections[section] || couchDBKeys[section][key] {
 		return ApplyRestart, fmt.Errorf("%w: [%s] %s is a CouchDB setting fdbrep does not use", ErrNotUsed, section, key)
 	}

@@ -39,6 +39,22 @@ func InUnit(unit string) Option { return func(k *Key) { k.Unit = unit } }
 // either's setting reads the one set.
 func AliasOf(other string) Option { return func(k *Key) { k.Alias = other } }
 
+// InfinityWord is CouchDB's value for no limit (request_timeout,
+// max_document_id_length).
+const InfinityWord = "infinity"
+
+// OrInfinity lets an integer or duration key also take CouchDB's word
+// "infinity", no limit: its getter reads it as 0, and a default of 0 is
+// written infinity.
+func OrInfinity() Option {
+	return func(k *Key) {
+		k.Infinity = true
+		if k.Default == "0" {
+			k.Default = InfinityWord
+		}
+	}
+}
+
 // IntSetting is a registered integer key.
 type IntSetting struct{ key *Key }
 
@@ -177,3 +193,6 @@ func RegisterList(section, name string, def []string, doc string, oneOf []string
 
 // Get returns the setting's items in c.
 func (s ListSetting) Get(c *Config) []string { return c.List(s.key.Section, s.key.Name) }
+
+// Name is the key's name.
+func (s ListSetting) Name() string { return s.key.Name }

@@ -36,6 +36,7 @@ type DB struct {
 	auth    string        // Basic Authorization header value, "" for none
 	sess    *session      // cookie session (nil: Basic or no credentials)
 	keyBase string        // rate limiter key prefix: scheme://host
+	host    string        // host:port, for Options.Count
 }
 
 // NewDB returns a client for ep. limiter is shared 429 back-off state; pass
@@ -61,10 +62,15 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 	if ep.Headers == nil {
 		ep.Headers = http.Header{}
 	}
+	host := hostPort(ep.URL)
 	mk := func() *http.Transport {
+		dial := opts.Socket.dialer(opts.ConnectionTimeout, opts.Addresses)
+		if count := opts.Count; count != nil {
+			dial = countedDial(dial, func(c Count) { count(host, c) })
+		}
 		tr := &http.Transport{
-			DialContext:         opts.Socket.dialer(opts.ConnectionTimeout, opts.Addresses),
-			TLSClientConfig:     opts.TLS.Clone(), // the transport adds to it (HTTP/2)
+			DialContext:         dial,
+			TLSClientConfig:     serverNamed(opts.TLS, ep.URL.Hostname()),
 			TLSHandshakeTimeout: opts.ConnectionTimeout,
 			MaxConnsPerHost:     opts.HTTPConnections,
 			MaxIdleConnsPerHost: opts.HTTPConnections,
@@ -96,6 +102,7 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 		slots:   make(chan struct{}, opts.HTTPConnections),
 		release: release,
 		keyBase: ep.URL.Scheme + "://" + strings.ToLower(ep.URL.Host),
+		host:    host,
 	}
 	if ep.Username != "" || ep.Password != "" {
 		req := &http.Request{Header: http.Header{}}
@@ -322,7 +329,9 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			return nil, nil, err
 		}
 		attempts++
+		db.count(CountRequest)
 		resp, body, err := db.attempt(ctx, r, target, readAll, cred)
+		db.countAnswer(ctx, resp, err, !readAll)
 		var retryable error
 		var tooLarge *BodyTooLargeError
 		switch {
@@ -500,13 +509,27 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 		req.Header.Set("Cookie", cookie)
 	}
 
-	var pooled atomic.Bool
+	var pooled, held atomic.Bool
 	req = req.WithContext(httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
-		GotConn: func(info httptrace.GotConnInfo) { pooled.Store(info.Reused) },
+		GotConn: func(info httptrace.GotConnInfo) {
+			pooled.Store(info.Reused)
+			held.Store(true)
+			if info.Reused {
+				db.count(CountConnAcquire)
+			}
+		},
+		PutIdleConn: func(err error) {
+			if err == nil {
+				db.count(CountConnRelease)
+			}
+		},
 	}))
 	resp, err := db.client.Do(req)
 	wd.stop()
 	if err != nil {
+		if held.Load() {
+			db.countBroken(actx)
+		}
 		wd.end()
 		err = cleanError(err, actx)
 		if terr := tlsFailure(err, db.opts.TLS != nil && len(db.opts.TLS.Certificates) > 0); terr != nil {
@@ -538,6 +561,9 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 			}
 		}
 		data, rerr := readBody(&watchedBody{rc: resp.Body, wd: wd, ctx: actx, left: -1}, limit)
+		if rerr != nil {
+			db.countBroken(actx)
+		}
 		resp.Body.Close()
 		done()
 		if rerr != nil && ok {
@@ -549,7 +575,8 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 		resp.Body = http.NoBody
 		return resp, data, nil
 	}
-	open := &watchedBody{rc: resp.Body, wd: wd, ctx: actx, done: sync.OnceFunc(done), left: maxBody}
+	open := &watchedBody{rc: resp.Body, wd: wd, ctx: actx, done: sync.OnceFunc(done), left: maxBody,
+		broken: sync.OnceFunc(func() { db.countBroken(actx) })}
 	if maxBody >= 0 {
 		open.tooLarge = tooLarge()
 	}

@@ -50,7 +50,10 @@
 // Options.TLS configures https; TLSSettings.Config builds it from CouchDB's
 // [replicator] keys (verify_ssl_certificates, which fdbrep turns on by
 // default, ssl_trusted_certificates_file, ssl_certificate_max_depth,
-// cert_file, key_file and password), reading the files once. A failed
+// cert_file, key_file and password), reading the files once; the
+// system's roots, when no ssl_trusted_certificates_file is given, are read
+// again once older than CACertReload (cacert_reload_interval_hours; on
+// Linux). A failed
 // handshake is not retried: the error wraps ErrTLS and names the setting to
 // change ("certificate signed by unknown authority: set [replicator]
 // ssl_trusted_certificates_file …"). Options.Socket applies CouchDB's
@@ -107,7 +110,8 @@
 //     only send requests that are safe to repeat (replication's are), or set
 //     NoRetry.
 //   - RequestTimeout (request_timeout, none): an overall limit per attempt,
-//     never applied to Stream requests.
+//     never applied to Stream requests; an attempt over it fails as a stall
+//     does.
 //   - 429 Too Many Requests goes to a RateLimiter (AIMD, shared by all DBs of
 //     a process, keyed by scheme://host and method) and is retried without
 //     using up retries; when the back-off interval reaches its maximum
@@ -132,6 +136,11 @@
 // clock by default), so that tests can drive them with a fake clock; the
 // inactivity and request timeouts bound real network input and output and
 // run on real time.
+//
+// Options.Count is told of every attempt, answer and connection as
+// CouchDB's couch_replicator stats count them (Count: requests,
+// responses.success, connection.creates, …), with the endpoint's host and
+// port; the replicator serves them as CouchDB's metrics.
 //
 // Responses are requested uncompressed: pouchdb-server compresses when asked
 // and then buffers continuous feeds, heartbeats included. Multipart bodies

@@ -94,6 +94,13 @@ type Options struct {
 	// then returns), or the attempt failed and is retried or given up.
 	// It is called on the requesting goroutine and must not block.
 	Observe func(Attempt)
+	// Count, if set, is told of each event of the DB's requests and
+	// connections that CouchDB's couch_replicator stats count (see Count),
+	// with the endpoint's host and port ("db.example.com:443"). It is
+	// called on the requesting goroutine or the transport's, and must be
+	// quick and safe for concurrent use. With Pools, a pool's connections
+	// are counted through the Count of the DB that made the pool.
+	Count func(host string, c Count)
 	// Clock is the time source of the retry loop (its waits and
 	// RetryTimeLimit) and of the private rate limiter NewDB makes when given
 	// none; nil is the real clock. Tests pass a fake clock. Timeouts of the

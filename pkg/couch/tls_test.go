@@ -132,10 +132,7 @@ func TestHTTPSToPlainPeer(t *testing.T) {
 // the client certificate the terminator wants.
 func TestTLSEndpoints(t *testing.T) {
 	t.Parallel()
-	srv := couchtest.StartCouchDB(t)
-	srv.AddUser(t, "bob", secret)
-	srv.CreateDB(t, "db")
-	srv.SetSecurity(t, "db", map[string]any{"members": map[string]any{"names": []string{"bob"}}})
+	srv := startBobsCouchDB(t)
 	root := couchtest.NewCA(t, "root")
 	caFile := root.WriteCert(t)
 	plain := couchtest.NewTLSProxy(t, srv.URL(), couchtest.TLSProxyConfig{Cert: root.Server(t)})

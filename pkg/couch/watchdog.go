@@ -136,6 +136,8 @@ type watchedBody struct {
 	// trickle guards a body handed to the caller of a request that is not
 	// a stream; nil for the others.
 	trickle *readTrickle
+	// broken, if set, is told of a Read that failed (not at the end).
+	broken func()
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
@@ -151,6 +153,9 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	b.wd.stop()
 	b.wd.progress(n)
 	if err != nil && err != io.EOF {
+		if b.broken != nil {
+			b.broken()
+		}
 		if cause := context.Cause(b.ctx); cause != nil && errors.Is(cause, ErrTimeout) {
 			err = cause
 		}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -57,7 +59,8 @@ func New(store *replicator.Store, cfg replicator.Config) (*Plane, error) {
 // SetConfig changes, from now on, the settings of cfg that may change at
 // run time: Shares, UsageCoeff, PriorityCoeff, FairShareWindow and StartupJitter (the
 // enqueue times of new jobs), MaxHistory and ReplicateNoNodeTimeout (for
-// the waits that start from then on). The others keep their values from
+// the waits that start from then on), Protocols (for the documents and
+// requests that come from then on). The others keep their values from
 // New. It validates cfg first.
 func (p *Plane) SetConfig(cfg replicator.Config) error {
 	cfg = cfg.WithDefaults()
@@ -68,6 +71,7 @@ func (p *Plane) SetConfig(cfg replicator.Config) error {
 	next.Shares, next.UsageCoeff, next.PriorityCoeff, next.FairShareWindow = cfg.Shares, cfg.UsageCoeff, cfg.PriorityCoeff, cfg.FairShareWindow
 	next.StartupJitter, next.MaxHistory = cfg.StartupJitter, cfg.MaxHistory
 	next.ReplicateNoNodeTimeout = cfg.ReplicateNoNodeTimeout
+	next.Protocols = cfg.Protocols
 	p.live.Store(&next)
 	return nil
 }
@@ -128,6 +132,9 @@ type Doc struct {
 	// Sealed is the document to store in place of the one written: its
 	// credentials sealed (Config.Sealer); nil to store it as written.
 	Sealed json.RawMessage
+	// Ignored are the fields of CouchDB's the replication has that
+	// fdbrep ignores (replicator.IgnoredFields), logged once it is added.
+	Ignored []string
 }
 
 // DocRef is the database and document id d was parsed for.
@@ -188,11 +195,19 @@ func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (api.ParsedDoc, 
 		d.Spec, d.Err = nil, serr
 	}
 	if d.Err == nil {
+		// As CouchDB's parse: an endpoint whose scheme is not allowed
+		// makes an invalid document.
+		if d.Err = p.conf().Protocols.Check(d.Spec, replicator.ErrForbidden); d.Err != nil {
+			d.Spec = nil
+		}
 		// Literal addresses only: no I/O here (CheckEndpoints resolves).
-		if err := d.Spec.CheckAddresses(context.Background(), p.cfg.Addresses, false); err != nil {
-			d.Spec, d.Err = nil, err
+		if d.Spec != nil {
+			if err := d.Spec.CheckAddresses(context.Background(), p.cfg.Addresses, false); err != nil {
+				d.Spec, d.Err = nil, err
+			}
 		}
 	}
+	d.Ignored = replicator.IgnoredFields(obj)
 	switch {
 	case d.State != "" && !knownDocState(d.State):
 		return d, replicator.NewReason(replicator.ErrForbidden, "`_replication_state` is written by the replicator; %q is not one of its states", d.State)
@@ -360,6 +375,9 @@ func (p *Plane) added(jobID string, doc *Doc, state string, perr error, replaces
 		e = e.Str("owner", doc.Owner)
 	}
 	e.Str("state", state).Bool("replaces_job", replaces).Msg("replication added by document")
+	p.warnAdded(doc.Spec, doc.Ignored, func(e *zerolog.Event) *zerolog.Event {
+		return e.Str("job_id", jobID).Str("db", doc.DB).Str("doc_id", doc.ID)
+	})
 }
 
 // DocDeleted removes the job of a deleted _replicator document, in tr.

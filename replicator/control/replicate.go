@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
 
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
@@ -47,6 +48,12 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.Us
 	uuid, err := p.setup(ctx)
 	if err != nil {
 		return api.ReplicateResult{}, err
+	}
+	if req.Spec != nil {
+		// As CouchDB's parse, a cancel by the replication's own fields too.
+		if err := p.conf().Protocols.Check(req.Spec, replicator.ErrInvalidReplication); err != nil {
+			return api.ReplicateResult{}, err
+		}
 	}
 	if req.Cancel {
 		return p.cancel(ctx, req, user, uuid)
@@ -98,6 +105,9 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.Us
 		p.m.Inc(replicator.MetricJobsAdds)
 		p.cfg.Logger.Info().Str("job_id", jobID).Str("user", user.Name).Str("source", spec.Source.Redacted()).
 			Str("target", spec.Target.Redacted()).Bool("continuous", spec.Continuous).Msg("replication added by POST /_replicate")
+		p.warnAdded(spec, req.Ignored, func(e *zerolog.Event) *zerolog.Event {
+			return e.Str("job_id", jobID).Str("user", user.Name)
+		})
 	}
 	res, err := p.wait(ctx, jobID, spec.Continuous)
 	if !user.IsAdmin() {

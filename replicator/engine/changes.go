@@ -38,6 +38,10 @@ type changesReader struct {
 	tracker  *seqTracker
 	complete atomic.Bool // a one-shot feed was read to its end
 	health   *health     // nil: none
+	// stats counts the documents skipped for their id's length (nil:
+	// none), count the feed's failures (nil: none).
+	stats *counters
+	count func(Count)
 }
 
 func newChangesReader(rep Replication, src *peer, startSeq json.RawMessage, inlineDocs bool, clock clockwork.Clock,
@@ -180,7 +184,7 @@ func (c *changesReader) read(ctx context.Context) error {
 		emit := func(row change) error {
 			since, progressed = row.Seq, true
 			rows++
-			if base.keep != nil && !base.keep[row.ID] {
+			if base.keep != nil && !base.keep[row.ID] || c.idTooLong(row) {
 				return nil
 			}
 			return send(row)
@@ -219,6 +223,11 @@ func (c *changesReader) read(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", ErrChangesFeed, err) // the peer would send it again
 		}
 		var st settled
+		if errors.As(err, &st) || !progressed && !(c.rep.Continuous && errors.Is(err, couch.ErrTimeout)) {
+			// A failed request counts; a feed that broke off after rows,
+			// or went quiet, is resumed below and does not.
+			c.readFailed()
+		}
 		if errors.As(err, &st) {
 			// The request failed after the transport's own retries, or
 			// got a definitive answer: retrying it here again would
@@ -250,6 +259,28 @@ func (c *changesReader) read(ctx context.Context) error {
 		}
 		wait = min(2*wait, retryWaitMax)
 	}
+}
+
+// readFailed counts a changes request that failed.
+func (c *changesReader) readFailed() {
+	if c.count != nil {
+		c.count(CountChangesReadFailure)
+	}
+}
+
+// idTooLong reports a row whose document id is longer than
+// max_document_id_length, which is logged and counted in
+// doc_write_failures, as CouchDB does, and not replicated.
+func (c *changesReader) idTooLong(row change) bool {
+	if c.rep.MaxDocIDLength <= 0 || len(row.ID) <= c.rep.MaxDocIDLength {
+		return false
+	}
+	c.log.Error().Str("doc_id", clip(row.ID, 64)).Int("id_bytes", len(row.ID)).Int("max_document_id_length", c.rep.MaxDocIDLength).
+		Msg("document id longer than max_document_id_length: not replicated, counted in doc_write_failures")
+	if c.stats != nil {
+		c.stats.writeFailures.Add(1)
+	}
+	return true
 }
 
 // changesOnce issues one changes request and parses its rows.

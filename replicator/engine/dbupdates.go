@@ -59,6 +59,7 @@ func DBUpdates(ctx context.Context, rep Replication, opts Options, since string,
 		RetriesPerRequest: couch.NoRetries, Logger: &nolog, Clock: opts.Clock, TLS: opts.Client.TLS,
 		Auth: opts.Client.Auth, SessionRefreshInterval: opts.Client.SessionRefreshInterval,
 		IdleConnTimeout: opts.Client.IdleConnTimeout, Addresses: opts.Client.Addresses, Logins: opts.Logins, Proxy: rep.SourceProxy, Pools: opts.Pools,
+		Count: opts.Client.Count,
 	}, opts.Limiter)
 	if err != nil {
 		return since, fmt.Errorf("%w: %w", ErrInvalidSpec, err)

@@ -113,7 +113,13 @@
 // # Defaults and trade-offs
 //
 // Tunables default to CouchDB's values (WorkerProcessesDefault and its
-// siblings). Requests go through pkg/couch: transport errors, 408 and 5xx are
+// siblings). A replication's node settings, which no document sets
+// (RequestTimeout, MissingDocRetry and MaxDocIDLength: CouchDB's
+// request_timeout, missing_doc_retry_msec and max_document_id_length,
+// whose longer ids are skipped into doc_write_failures), are the job
+// layer's to fill in; Options.Count is told of the run's events, and
+// ClientSettings.Count of its requests, as CouchDB's couch_replicator
+// stats count them. Requests go through pkg/couch: transport errors, 408 and 5xx are
 // retried retries_per_request times (250 ms doubling), 429 backs off through
 // the shared rate limiter and gives up with ErrMaxBackoff. A broken changes
 // feed is resumed from its last sequence. The engine itself retries only

@@ -33,6 +33,13 @@ const (
 	// CheckpointIntervalDefault is the time between checkpoints. Shorter
 	// intervals redo less work after a crash but cost four requests each.
 	CheckpointIntervalDefault = 30 * time.Second
+	// MissingDocRetryDefault is missing_doc_retry_msec: the wait before a
+	// revision the source's feed listed but its open_revs reported
+	// missing (a cluster's copies not yet in step) is asked for again.
+	MissingDocRetryDefault = 2 * time.Second
+	// MaxDocIDLengthDefault is max_document_id_length: 0, no limit
+	// (CouchDB's "infinity").
+	MaxDocIDLengthDefault = 0
 )
 
 // Upper bounds of the per-replication tunables and of the sizes a
@@ -123,6 +130,21 @@ type Replication struct {
 	// replace the node's as a whole, as in CouchDB.
 	SocketOptions *couch.SocketOptions
 
+	// The node's settings of its runs, which a replication cannot set
+	// (CouchDB's [replicator] keys of the same names).
+	//
+	// RequestTimeout is request_timeout: how long a request that is not
+	// a changes feed may take in all (0: no limit; see
+	// couch.Options.RequestTimeout).
+	RequestTimeout time.Duration
+	// MissingDocRetry is missing_doc_retry_msec
+	// (MissingDocRetryDefault when 0).
+	MissingDocRetry time.Duration
+	// MaxDocIDLength is max_document_id_length: documents whose id is
+	// longer (in bytes) are not replicated, each counted in
+	// doc_write_failures, as CouchDB counts them (0: no limit).
+	MaxDocIDLength int
+
 	// UserCtx is the user the replication runs as (informational for
 	// remote endpoints).
 	UserCtx UserCtx
@@ -142,6 +164,7 @@ func (rep Replication) WithDefaults() Replication {
 	rep.WorkerBatchSize = cmp.Or(rep.WorkerBatchSize, WorkerBatchSizeDefault)
 	rep.HTTPConnections = cmp.Or(rep.HTTPConnections, HTTPConnectionsDefault)
 	rep.ConnectionTimeout = cmp.Or(rep.ConnectionTimeout, ConnectionTimeoutDefault)
+	rep.MissingDocRetry = cmp.Or(rep.MissingDocRetry, MissingDocRetryDefault)
 	switch {
 	case rep.RetriesPerRequest == 0:
 		rep.RetriesPerRequest = RetriesPerRequestDefault

@@ -66,6 +66,12 @@ type Options struct {
 	// layer names the job and its document.
 	LogFields []any
 
+	// Count, if set, is told of each event of the run that CouchDB's
+	// couch_replicator stats count (see Count); Client.Count is told of
+	// its requests. It is called on the run's goroutines and must be
+	// quick and safe for concurrent use.
+	Count func(Count)
+
 	// Clock is the run's time source: checkpoint ticks, the engine's own
 	// retry waits, the moving averages' recheck periods, history
 	// timestamps and Checkpoint.Time, and pkg/couch's retry waits and
@@ -353,6 +359,8 @@ func (r *Run) run() {
 			err = fmt.Errorf("%w: during setup", ErrHalted)
 		case stopped:
 			err = fmt.Errorf("%w: during setup", ErrStopped)
+		default:
+			r.count(CountFailedStart)
 		}
 		r.err = err
 		r.log.Error().Err(err).Msg("replication setup failed")
@@ -460,7 +468,7 @@ func (r *Run) setup(ctx context.Context) error {
 	}
 	inlineDocs := targetEmpty && isZeroSeq(seq)
 	r.changes = newChangesReader(r.rep, r.src, seq, inlineDocs, r.opts.Clock, r.log)
-	r.changes.health = r.health
+	r.changes.health, r.changes.stats, r.changes.count = r.health, &r.stats, r.count
 	r.workers = &workers{rep: r.rep, src: r.src, tgt: r.tgt, changes: r.changes, stats: &r.stats, stop: r.stopCh,
 		halt: r.haltCh, halting: r.halting,
 		clock: r.opts.Clock, log: r.log, inlineDocs: inlineDocs, maxBulkBytes: bulkDocsMaxBytesDefault,
@@ -498,14 +506,15 @@ func (r *Run) replicate() error {
 	defer feedCancel()
 
 	var bg, workers sync.WaitGroup
-	r.spawn(&bg, feedCtx, runCancel, func() error { return r.changes.run(feedCtx) })
+	r.spawn(&bg, feedCtx, runCancel, CountChangesReaderDeath, func() error { return r.changes.run(feedCtx) })
 	for i := 0; i < r.rep.WorkerProcesses; i++ {
-		r.spawn(&workers, runCtx, runCancel, func() error { return r.workers.work(runCtx) })
+		r.count(CountWorkerStarted)
+		r.spawn(&workers, runCtx, runCancel, CountWorkerDeath, func() error { return r.workers.work(runCtx) })
 	}
 	workersDone := make(chan struct{})
 	go func() { workers.Wait(); close(workersDone) }()
 	tickerStop := make(chan struct{})
-	r.spawn(&bg, runCtx, runCancel, func() error { return r.ck.every(runCtx, r.rep.CheckpointInterval, tickerStop) })
+	r.spawn(&bg, runCtx, runCancel, -1, func() error { return r.ck.every(runCtx, r.rep.CheckpointInterval, tickerStop) })
 	join := func() {
 		close(tickerStop)
 		feedCancel()
@@ -576,8 +585,9 @@ func (r *Run) replicate() error {
 
 // spawn runs f on a goroutine counted by wg. An error fails the run, unless
 // ctx had ended (a role cut short by the end of the run reports that end,
-// not the request it was in); a panic (ErrInternal) always fails it.
-func (r *Run) spawn(wg *sync.WaitGroup, ctx context.Context, cancel context.CancelCauseFunc, f func() error) {
+// not the request it was in); a panic (ErrInternal) always fails it. An
+// error that fails the run is counted as death (none: -1).
+func (r *Run) spawn(wg *sync.WaitGroup, ctx context.Context, cancel context.CancelCauseFunc, death Count, f func() error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -585,6 +595,9 @@ func (r *Run) spawn(wg *sync.WaitGroup, ctx context.Context, cancel context.Canc
 		// A role cut short by a halt (a read cancelled, a write not
 		// started) ended as asked.
 		if err != nil && (errors.Is(err, ErrInternal) || (ctx.Err() == nil && !r.halted())) {
+			if death >= 0 {
+				r.count(death)
+			}
 			r.fail(err, cancel)
 		}
 	}()

@@ -174,6 +174,9 @@ type ClientSettings struct {
 	// checked at each connect: the run fails with ErrAddressDenied. nil:
 	// every address.
 	Addresses *couch.AddressPolicy
+	// Count, if set, is told of the endpoints' requests and connections
+	// (couch.Options.Count).
+	Count func(host string, c couch.Count)
 }
 
 // newPeers builds the source and target clients, which log to log, wait
@@ -185,6 +188,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*p
 		ConnectionTimeout: rep.ConnectionTimeout,
 		// The engine's 0 (after its defaults) is no retries, couch's the default.
 		RetriesPerRequest:      cmp.Or(rep.RetriesPerRequest, couch.NoRetries),
+		RequestTimeout:         rep.RequestTimeout,
 		Logger:                 log,
 		Clock:                  opts.Clock,
 		TLS:                    opts.Client.TLS,
@@ -194,6 +198,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*p
 		Addresses:              opts.Client.Addresses,
 		Logins:                 opts.Logins,
 		Pools:                  opts.Pools,
+		Count:                  opts.Client.Count,
 	}
 	if rep.SocketOptions != nil {
 		copts.Socket = *rep.SocketOptions

@@ -25,9 +25,6 @@ const (
 	// (changes feed resumption, missing revision refetch).
 	retryWaitDefault = 250 * time.Millisecond
 	retryWaitMax     = 5 * time.Second
-	// missingDocRetryDefault is the wait before refetching a revision the
-	// source reported missing (CouchDB's missing_doc_retry_msec).
-	missingDocRetryDefault = 2 * time.Second
 	// tuningRecheck forces a _revs_diff / _bulk_get attempt after this long
 	// even when the moving averages say to skip it.
 	tuningRecheck = 37 * time.Second
@@ -406,7 +403,7 @@ func (w *workers) fetchAndWrite(ctx context.Context, ids []string, missing map[s
 // fetchOne fetches the given revisions of one document with open_revs and
 // writes them; a reply cut while it is read is fetched again (up to
 // retries_per_request times). Revisions the source reports missing are asked for once more
-// after missingDocRetryDefault; a second miss fails the run.
+// after Replication.MissingDocRetry; a second miss fails the run.
 func (w *workers) fetchOne(ctx context.Context, id string, revs, attsSince []string, b *batchWriter) error {
 	failures, wait := 0, retryWaitDefault
 	lease := w.newLease()
@@ -470,7 +467,7 @@ func (w *workers) fetchOne(ctx context.Context, id string, revs, attsSince []str
 			return fmt.Errorf("%w: %s revisions %v missing on the source", ErrOpenRevs, id, still)
 		}
 		select {
-		case <-w.clock.After(missingDocRetryDefault):
+		case <-w.clock.After(w.rep.MissingDocRetry):
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -166,6 +166,11 @@ func (w *worker) run() {
 	// Job data written by an older or foreign writer is held to today's
 	// bounds before anything is allocated for it.
 	rep, err := spec.Replication()
+	if err == nil {
+		// Stored before valid_endpoint_protocols forbade its scheme: it
+		// fails, as CouchDB fails such a document when it reads it again.
+		err = w.cfg.Protocols.Check(spec, replicator.ErrBadRequest)
+	}
 	if err != nil {
 		w.fail(d, "bad_rep_doc", replicator.Reason(err))
 		return

@@ -24,12 +24,14 @@ func TestJobDefaultsFromConfig(t *testing.T) {
 		WorkerProcesses: engine.WorkerProcessesDefault, WorkerBatchSize: engine.WorkerBatchSizeDefault,
 		HTTPConnections: engine.HTTPConnectionsDefault, ConnectionTimeout: engine.ConnectionTimeoutDefault,
 		RetriesPerRequest: engine.RetriesPerRequestDefault, CheckpointInterval: engine.CheckpointIntervalDefault,
-		SocketOptions: &socket,
+		SocketOptions: &socket, MissingDocRetry: engine.MissingDocRetryDefault,
+		RequestTimeout: couch.RequestTimeoutDefault, MaxDocIDLength: engine.MaxDocIDLengthDefault,
 	}, got)
 
 	cfg, err := config.FromMap(map[string]map[string]string{"replicator": {
 		"checkpoint_interval": "1000", "retries_per_request": "0", "use_bulk_get": "false", "worker_processes": "8",
-		"socket_options": "[{nodelay, false}, {sndbuf, 65536}]",
+		"socket_options": "[{nodelay, false}, {sndbuf, 65536}]", "request_timeout": "60000",
+		"missing_doc_retry_msec": "500", "max_document_id_length": "200",
 	}})
 	require.NoError(t, err)
 	got, err = replicator.JobDefaultsFromConfig(cfg)
@@ -39,6 +41,9 @@ func TestJobDefaultsFromConfig(t *testing.T) {
 	require.True(t, got.NoBulkGet)
 	require.Equal(t, 8, got.WorkerProcesses)
 	require.Equal(t, "[{nodelay, false}, {sndbuf, 65536}]", got.SocketOptions.String())
+	require.Equal(t, time.Minute, got.RequestTimeout)
+	require.Equal(t, 500*time.Millisecond, got.MissingDocRetry)
+	require.Equal(t, 200, got.MaxDocIDLength)
 	require.Empty(t, cfg.Warnings(), "checkpoint_interval and socket_options are known keys now")
 
 	for opts, want := range map[string]string{
@@ -61,8 +66,11 @@ func TestClientSettingsFromConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, couch.AuthSession, got.Auth)
 	require.Equal(t, couch.SessionRefreshIntervalDefault, got.SessionRefreshInterval)
-	require.Equal(t, !couch.VerifyCertificatesDefault, got.TLS.InsecureSkipVerify)
+	// Verified by VerifyConnection, against the system's roots of the
+	// moment (cacert_reload_interval_hours).
+	require.Equal(t, couch.VerifyCertificatesDefault, got.TLS.VerifyConnection != nil)
 	require.Nil(t, got.TLS.RootCAs, "the system's roots")
+	require.Equal(t, "24", keyDefault(t, "cacert_reload_interval_hours"))
 	require.Equal(t, "3", keyDefault(t, "ssl_certificate_max_depth"))
 	require.EqualValues(t, couch.CertificateMaxDepthDefault, 3)
 
@@ -94,7 +102,7 @@ func TestClientSettingsFromConfig(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, tt.keys["auth_plugins"] == "couch_replicator_auth_noop", got.Auth == couch.AuthBasic)
-			require.Equal(t, tt.keys["verify_ssl_certificates"] == "false", got.TLS.InsecureSkipVerify)
+			require.Equal(t, tt.keys["verify_ssl_certificates"] != "false", got.TLS.VerifyConnection != nil)
 			require.Equal(t, tt.keys["cert_file"] != "", len(got.TLS.Certificates) == 1)
 			if tt.keys["session_refresh_interval_sec"] == "60" {
 				require.Equal(t, time.Minute, got.SessionRefreshInterval)

@@ -107,7 +107,7 @@ func Run(ctx context.Context, opts Options) error {
 		if _, err := replicator.JobDefaultsFromConfig(cfg); err != nil {
 			return err
 		}
-		if client.TLS.InsecureSkipVerify {
+		if !cfg.Bool("replicator", "verify_ssl_certificates") {
 			log.Warn().Msg("config: [replicator] verify_ssl_certificates is false: the certificates of https endpoints are not checked")
 		}
 	}
@@ -278,7 +278,8 @@ func Run(ctx context.Context, opts Options) error {
 		ncfg.Cluster = accepting
 		eng := opts.Engine
 		if eng == nil {
-			eng = replicator.EngineDefault{Logger: log, Client: client, Logins: replicator.LoginsFromConfig(cfg), Pools: couch.NewPools()}
+			eng = replicator.EngineDefault{Logger: log, Client: client, Logins: replicator.LoginsFromConfig(cfg), Pools: couch.NewPools(),
+				Metrics: metrics}
 		}
 		n, err := scheduler.New(store, eng, ncfg)
 		if err != nil {
