@@ -37,6 +37,12 @@ var (
 	keyReplicateNoNodeTimeout = config.RegisterDuration("replicator", "replicate_no_node_timeout_msec", time.Millisecond, ReplicateNoNodeTimeoutDefault, time.Millisecond, config.Forever,
 		"A POST /_replicate that has waited this long without a change of its job, and finds then no replication node alive in the cluster, answers 500 timeout naming the cause; the job stays pending and starts when a node joins. While a replication node is alive it waits for its replication to run (continuous) or end (one-shot) however long that takes, as CouchDB does.",
 		config.Live(config.ApplyFrontend))
+	keyMaxUserConnectionTimeout = config.RegisterDuration("replicator", "max_user_connection_timeout", time.Millisecond, MaxUserConnectionTimeoutDefault, time.Millisecond, engine.ConnectionTimeoutMax,
+		"Largest connection_timeout, in milliseconds, a replication may ask when a user who is not a server admin writes it (its _replicator document, 403 forbidden, or its POST /_replicate, 400 bad_request, naming this key); server admins may ask up to an hour. A request to a peer that never answers holds its replication's slot this long at most before the run retries or crashes (docs/COMPAT.md, \"Per-user limits\").",
+		config.Live(config.ApplyFrontend))
+	keyMaxReplicationsPerUser = config.RegisterInt("replicator", "max_replications_per_user", MaxReplicationsPerUserDefault, 1, config.Unbounded,
+		"Most unfinished replications (pending, running, crashing or parked: documents in every _replicator database, and POST /_replicate) a user who is not a server admin may have; a write that would add one more is refused, 403 forbidden naming this key. A server admin's write is never refused (its replications count in their owner's number all the same).",
+		config.Live(config.ApplyFrontend))
 )
 
 // The [replicator] defaults of the replications' own settings
@@ -152,7 +158,9 @@ func FromConfig(c *config.Config) Config {
 		PriorityCoeff:   keyPriorityCoeff.Get(c),
 		FairShareWindow: window,
 
-		ReplicateNoNodeTimeout: keyReplicateNoNodeTimeout.Get(c),
+		ReplicateNoNodeTimeout:   keyReplicateNoNodeTimeout.Get(c),
+		MaxUserConnectionTimeout: keyMaxUserConnectionTimeout.Get(c),
+		MaxReplicationsPerUser:   int(keyMaxReplicationsPerUser.Get(c)),
 	}
 }
 
