@@ -262,7 +262,7 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 	var parsed api.ParsedDoc
 	if isRep && !e.deleted && rep != nil {
 		var perr error
-		parsed, perr = rep.ParseDoc(e.db, e.id, canonical)
+		parsed, perr = rep.ParseDoc(e.db, e.id, canonical, u.Viewer())
 		if perr == nil && !u.HasRole(RoleReplicator) {
 			perr = rep.CheckEndpoints(ctx, parsed)
 		}
@@ -296,7 +296,7 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 					return false, he
 				}
 			}
-			return s.jobChange(ctx, tr, e.db, e.id, ev, parsed)
+			return s.jobChange(ctx, tr, e.db, e.id, ev, parsed, u.Viewer())
 		}
 	}
 	if e.replicated() {
@@ -318,9 +318,9 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 // revision, in the write's transaction: none when the winner did not
 // change, DocDeleted when it became a deletion, DocWritten otherwise,
 // with the written body's parse (parsed) or, when another leaf now wins,
-// that leaf's (a body invalid now becomes a failed job). It returns
-// whether the replicator's stale fields must go.
-func (s *Server) jobChange(ctx context.Context, tr kv.Transaction, db, id string, ev repdb.WriteEvent, parsed api.ParsedDoc) (bool, error) {
+// that leaf's (a body invalid now becomes a failed job), parsed as
+// writer's. It returns whether the replicator's stale fields must go.
+func (s *Server) jobChange(ctx context.Context, tr kv.Transaction, db, id string, ev repdb.WriteEvent, parsed api.ParsedDoc, writer api.User) (bool, error) {
 	rep := s.opts.Replicator
 	switch {
 	case rep == nil || !ev.WinnerChanged():
@@ -333,7 +333,7 @@ func (s *Server) jobChange(ctx context.Context, tr kv.Transaction, db, id string
 		if err != nil {
 			return false, err
 		}
-		parsed, _ = rep.ParseDoc(db, id, raw) // a failure becomes the job's state
+		parsed, _ = rep.ParseDoc(db, id, raw, writer) // a failure becomes the job's state
 	}
 	return rep.DocWritten(ctx, tr, parsed)
 }

@@ -60,7 +60,7 @@ func (e forbiddenDoc) Reason() string { return string(e) }
 func (d *fakeDoc) DocRef() (db, docID string) { return d.db, d.id }
 func (d *fakeDoc) Stored() json.RawMessage    { return nil }
 
-func (f *fakeReplicator) ParseDoc(db, docID string, raw json.RawMessage) (api.ParsedDoc, error) {
+func (f *fakeReplicator) ParseDoc(db, docID string, raw json.RawMessage, _ api.User) (api.ParsedDoc, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, forbiddenDoc("a replication document must be a JSON object")

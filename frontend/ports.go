@@ -23,7 +23,9 @@ import (
 // follow the kv rules (no I/O, idempotent, kv errors returned for the
 // retry loop) and may run more than once.
 type Replicator interface {
-	// ParseDoc parses a replication document about to be written. The
+	// ParseDoc parses a replication document about to be written by
+	// writer (the per-user limits apply to a writer who is not a server
+	// admin: see README, "Users and permissions"). The
 	// result, which the frontend only carries, is handed to DocWritten, so
 	// each document is parsed once. A non-nil error refuses the write
 	// (403 forbidden with Reason as the reason, which holds no
@@ -33,7 +35,7 @@ type Replicator interface {
 	// api.TaggedError is a failure of the service (a credential that
 	// could not be sealed): nothing is stored, whoever writes (500). The
 	// parsed document's Stored body, when not nil, is what is stored.
-	ParseDoc(db, docID string, doc json.RawMessage) (api.ParsedDoc, error)
+	ParseDoc(db, docID string, doc json.RawMessage, writer api.User) (api.ParsedDoc, error)
 	// CheckEndpoints checks, before the write and outside any
 	// transaction, what ParseDoc does not (it does no I/O): the addresses
 	// the host names of a document ParseDoc accepted resolve to

@@ -13,6 +13,7 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/seal"
 	"github.com/fdbrep/fdbrep/pkg/subspace"
+	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
 // JobType is the fdbjobs type of replication jobs.
@@ -58,6 +59,19 @@ const (
 	// 500 timeout (the job stays pending): long enough for a node that
 	// restarts, or starts with the frontend, to join.
 	ReplicateNoNodeTimeoutDefault = 10 * time.Second
+	// MaxUserConnectionTimeoutDefault is the largest connection_timeout a
+	// replication written by a user who is not a server admin may ask (see
+	// doc.go, "Per-user limits"): four times CouchDB's default of 30 s,
+	// room for a slow peer, while a request to a peer that never answers
+	// holds its slot no longer than that (the engine's own maximum, an
+	// hour, stays for server admins).
+	MaxUserConnectionTimeoutDefault = 2 * time.Minute
+	// MaxReplicationsPerUserDefault is how many unfinished replications
+	// (documents in every _replicator database and POST /_replicate) a
+	// user who is not a server admin may have: generous, far above what a
+	// person writes by hand, and it bounds what one user's account (or a
+	// script gone wrong) puts in the cluster's queue.
+	MaxReplicationsPerUserDefault = 10_000
 )
 
 // SubspaceDefault holds the replicator's own keys when NewStore is given
@@ -110,6 +124,12 @@ type Config struct {
 	// control plane checks when a document is written or a POST
 	// /_replicate made, and a node when it starts a job.
 	Protocols Protocols
+	// MaxUserConnectionTimeout and MaxReplicationsPerUser are the limits
+	// the control plane holds the replications of users who are not
+	// server admins to as they are written (see doc.go, "Per-user
+	// limits"; their defaults). Only the control plane reads them.
+	MaxUserConnectionTimeout time.Duration
+	MaxReplicationsPerUser   int
 
 	// Sealer seals endpoint credentials before a document or a POST
 	// /_replicate stores them (the operator's public key, [replicator]
@@ -151,6 +171,8 @@ func (c Config) WithDefaults() Config {
 	c.UsageCoeff = cmp.Or(c.UsageCoeff, UsageCoeffDefault)
 	c.PriorityCoeff = cmp.Or(c.PriorityCoeff, PriorityCoeffDefault)
 	c.ReplicateNoNodeTimeout = cmp.Or(c.ReplicateNoNodeTimeout, ReplicateNoNodeTimeoutDefault)
+	c.MaxUserConnectionTimeout = cmp.Or(c.MaxUserConnectionTimeout, MaxUserConnectionTimeoutDefault)
+	c.MaxReplicationsPerUser = cmp.Or(c.MaxReplicationsPerUser, MaxReplicationsPerUserDefault)
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics()
 	}
@@ -174,6 +196,12 @@ func (c Config) Validate() error {
 		return InvalidConfig("startup_jitter %v is negative", c.StartupJitter)
 	case c.ReplicateNoNodeTimeout < 0:
 		return InvalidConfig("replicate_no_node_timeout %v is negative", c.ReplicateNoNodeTimeout)
+	case c.MaxUserConnectionTimeout < time.Millisecond:
+		return InvalidConfig("max_user_connection_timeout %v is under a millisecond", c.MaxUserConnectionTimeout)
+	case c.MaxUserConnectionTimeout > engine.ConnectionTimeoutMax:
+		return InvalidConfig("max_user_connection_timeout %v is over connection_timeout's maximum %v", c.MaxUserConnectionTimeout, engine.ConnectionTimeoutMax)
+	case c.MaxReplicationsPerUser < 1:
+		return InvalidConfig("max_replications_per_user %d is under 1", c.MaxReplicationsPerUser)
 	case c.JobTimeout < 3*time.Millisecond:
 		return InvalidConfig("job timeout %v is under 3ms", c.JobTimeout)
 	case c.JobShards < 1 || c.JobShards > fdbjobs.ShardsMax:

@@ -68,6 +68,7 @@
 //	requeued   pending    FinishAt fair-share time      stopped, pending   stops
 //	put back   (kept)     FinishAt scheduled time       -                  stops
 //	parked     parked     FinishAt its sweep time       stopped            parks, stops
+//	held back  (kept)     FinishAt its turn             -                  held_back, stops
 //
 // A crash or a heartbeat of a job that ran HealthThreshold since its last
 // start forgets its errors first (Healed); a crash's backoff grows with
@@ -94,6 +95,37 @@
 // last ran: the Store's re-enqueue hook, "View index") and woken (a
 // parked job pending at its fair-share place, history pending with the
 // cause: Store.WakeJob). Removal (Store.RemoveJob) leaves no state.
+//
+// A held-back job (the per-user limit, below) keeps its state and its
+// history; its data says since when it is held and when it is due again
+// (JobData.HeldSince, HeldUntil, which its start clears), and the views
+// show it pending with the stall user_limit (StallUserLimit).
+//
+// # Per-user limits
+//
+// fdbrep holds the replications of users who are not server admins to
+// limits CouchDB 3.x does not have (docs/COMPAT.md, "Per-user limits"),
+// so that one user cannot keep the others' replications waiting. A job
+// whose JobData.UserLimited is set was written by such a user: the write
+// of its document that made the job (the HTTP API names the writer to
+// Plane.ParseDoc) or its POST /_replicate. Server admins' replications,
+// and jobs written before fdbrep had the limits, are not limited. The
+// limits count against JobData.Owner: the document's owner (its writer,
+// unless a database admin named another) or the user who posted.
+//
+//   - As it is written, by the control plane: connection_timeout at most
+//     Config.MaxUserConnectionTimeout (CheckUserSpec), and at most
+//     Config.MaxReplicationsPerUser unfinished replications per owner
+//     (CheckUserCount: the owner's counter of the view index, 21, read as
+//     a snapshot in the write's transaction; a write that replaces one of
+//     the owner's unfinished jobs adds none).
+//   - As it starts, on a replication node (the scheduler's doc.go, "Per-user
+//     limits"): at most a share of max_jobs of an owner's jobs run at once,
+//     cluster-wide, counted through the owner's running keys (22) in the
+//     start's transaction; a job beyond it is held back (HeldBack, due
+//     again after HeldTurn), and the owner's count of held-back jobs (28,
+//     an atomic add) tells the nodes that run the owner's jobs that others
+//     wait for a turn.
 //
 // # Parking
 //
@@ -220,6 +252,7 @@
 //	(25, Group, SourceDB, JobID) -> ""       parked jobs by watch group and source database
 //	(26)                        -> int64 LE  parked jobs (the jobs.parked gauge)
 //	(27)                        -> JSON      the reseal pass: key, phase, place, holder and lease, counts
+//	(28, Owner)                 -> int64 LE  the owner's jobs held back at the per-user limit, so far
 //
 // # View index
 //

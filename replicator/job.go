@@ -114,6 +114,18 @@ type JobData struct {
 	// ran: its document arrived marked completed or failed with no job
 	// here (Store.AddFinishedJob). No node runs it.
 	EndedElsewhere bool `json:"ended_elsewhere,omitempty"`
+	// UserLimited marks a replication that a user who is not a server
+	// admin wrote (the write of its document that made this job, or its
+	// POST /_replicate): the per-user limits apply to it (see doc.go,
+	// "Per-user limits"). A server admin's, and a job written before
+	// fdbrep had the limits, has none.
+	UserLimited bool `json:"user_limited,omitempty"`
+	// HeldSince and HeldUntil are set while the job waits because its
+	// owner ran as many replications as a user may (the HeldBack
+	// transition): since when, and when it is due again (Unix ms; 0
+	// otherwise). Its start clears them.
+	HeldSince int64 `json:"held_since,omitempty"`
+	HeldUntil int64 `json:"held_until,omitempty"`
 }
 
 // ParkInfo is what a parked job keeps of its last run: what a watch needs to

@@ -46,6 +46,12 @@ var (
 	keyEndpointProtocolsLog = config.RegisterBool("replicator", "valid_endpoint_protocols_log", false,
 		"Log (at warn, \"security warning\") each replication added with an http:// source or target, naming its document or user and the endpoint, and count it in couch_replicator.jobs.insecure, as CouchDB 3.4 logs them: the api_frontend node that takes the document write or POST /_replicate does.",
 		config.Live(config.ApplyFrontend))
+	keyMaxUserConnectionTimeout = config.RegisterDuration("replicator", "max_user_connection_timeout", time.Millisecond, MaxUserConnectionTimeoutDefault, time.Millisecond, engine.ConnectionTimeoutMax,
+		"Largest connection_timeout, in milliseconds, a replication may ask when a user who is not a server admin writes it (its _replicator document, 403 forbidden, or its POST /_replicate, 400 bad_request, naming this key); server admins may ask up to an hour. A request to a peer that never answers holds its replication's slot this long at most before the run retries or crashes (docs/COMPAT.md, \"Per-user limits\").",
+		config.Live(config.ApplyFrontend))
+	keyMaxReplicationsPerUser = config.RegisterInt("replicator", "max_replications_per_user", MaxReplicationsPerUserDefault, 1, config.Unbounded,
+		"Most unfinished replications (pending, running, crashing or parked: documents in every _replicator database, and POST /_replicate) a user who is not a server admin may have; a write that would add one more is refused, 403 forbidden naming this key. A server admin's write is never refused (its replications count in their owner's number all the same).",
+		config.Live(config.ApplyFrontend))
 )
 
 // The server UUID: CouchDB's [couchdb] uuid, which an operator brings
@@ -295,7 +301,9 @@ func FromConfig(c *config.Config) Config {
 		PriorityCoeff:   keyPriorityCoeff.Get(c),
 		FairShareWindow: window,
 
-		ReplicateNoNodeTimeout: keyReplicateNoNodeTimeout.Get(c),
+		ReplicateNoNodeTimeout:   keyReplicateNoNodeTimeout.Get(c),
+		MaxUserConnectionTimeout: keyMaxUserConnectionTimeout.Get(c),
+		MaxReplicationsPerUser:   int(keyMaxReplicationsPerUser.Get(c)),
 		Protocols: Protocols{Endpoint: keyEndpointProtocols.Get(c), Proxy: keyProxyProtocols.Get(c),
 			LogInsecure: keyEndpointProtocolsLog.Get(c)},
 	}

@@ -41,6 +41,10 @@ const (
 	// doc.go, "Parking").
 	MetricJobsParks = "couch_replicator.jobs.parks"
 	MetricJobsWakes = "couch_replicator.jobs.wakes"
+	// MetricJobsHeldBack counts the jobs this node accepted and put back
+	// without running because their owner ran as many replications as a
+	// user may (not a CouchDB metric; see doc.go, "Per-user limits").
+	MetricJobsHeldBack = "couch_replicator.jobs.held_back"
 	// MetricJobsParked is a gauge: the replications parked, cluster-wide,
 	// as a replication node last read it (every interval).
 	MetricJobsParked = "couch_replicator.jobs.parked"
@@ -125,7 +129,7 @@ var metricNames = []string{
 	MetricJobsPreempted, MetricJobsMoves, MetricJobsHoldsLost, MetricJobsCompleted, MetricJobsFailed,
 	MetricDocsDBsCreated, MetricDocsDBsDeleted, MetricDocsDBChanges, MetricDocsFailedUpdates,
 	MetricDocsCompletedUpdates, MetricCheckpointsSuccess, MetricCheckpointsFailure, MetricTransientJobsRemoved,
-	MetricJobsParks, MetricJobsWakes, MetricJobsParked, MetricCredentialsResealed, MetricJobsInsecure,
+	MetricJobsParks, MetricJobsWakes, MetricJobsParked, MetricCredentialsResealed, MetricJobsInsecure, MetricJobsHeldBack,
 	MetricRequests, MetricResponsesSuccess, MetricResponsesFailure, MetricStreamResponsesSuccess,
 	MetricStreamResponsesFailure, MetricConnectionCreates, MetricConnectionCloses, MetricConnectionAcquires,
 	MetricConnectionReleases, MetricConnectionOwnerCrashes, MetricConnectionWorkerCrashes, MetricWorkersStarted,

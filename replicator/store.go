@@ -44,6 +44,7 @@ const (
 	keyParked       = 25 // (25, Group, SourceDB, JobID) -> "": parked jobs by watch group (park.go)
 	keyParkedCount  = 26 // (26) -> int64 LE: parked jobs
 	keyReseal       = 27 // (27) -> JSON resealPass: the reseal pass (resealpass.go)
+	keyUserHeld     = 28 // (28, Owner) -> int64 LE: the owner's jobs held back at the per-user limit (userlimits.go)
 
 	keyProgress   = 23 // (23, JobID, Node, Start) -> JSON Progress (progress.go)
 	keyFailedDocs = 24 // (24, JobID) -> JSON []FailedDoc (failed.go)

@@ -1,6 +1,7 @@
 package replicator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,6 +45,12 @@ const (
 	// waits for a change to its source, pending at Change.Park's SweepAt
 	// (fdbjobs Resubmit; see doc.go, "Parking").
 	Parked
+	// HeldBack: a job accepted but not started because its owner runs as
+	// many replications as a user may goes back to the queue, pending at
+	// Change.STime, behind the jobs that wait, its data marked held
+	// (JobData.HeldSince, HeldUntil; fdbjobs Resubmit; see doc.go,
+	// "Per-user limits").
+	HeldBack
 
 	// The transitions no node makes with a job it holds: Transform
 	// applies them, the Store writes them (Apply refuses them).
@@ -85,6 +92,7 @@ var kinds = map[Kind]struct {
 	Requeued: {"requeued", StatePending, []string{EventStopped, EventPending}, "resubmit", []string{MetricJobsStops}},
 	PutBack:  {"put back", "", nil, "resubmit", []string{MetricJobsStops}},
 	Parked:   {"parked", StateParked, []string{EventStopped}, "resubmit", []string{MetricJobsParks, MetricJobsStops}},
+	HeldBack: {"held back", "", nil, "resubmit", []string{MetricJobsHeldBack, MetricJobsStops}},
 
 	Added:        {"added", StatePending, []string{EventAdded}, "", nil},
 	BackoffEnded: {"backoff ended", "", nil, "", nil},
@@ -106,8 +114,8 @@ type Change struct {
 	// the reason of its "stopped" event ("" for none).
 	Tag, Reason string
 
-	Priority float64   // Crashed, Requeued, Parked: the fair-share priority the job keeps
-	STime    int64     // Requeued, Woken: when it is due again (Unix ms)
+	Priority float64   // Crashed, Requeued, Parked, HeldBack: the fair-share priority the job keeps
+	STime    int64     // Requeued, Woken, HeldBack: when it is due again (Unix ms)
 	Jitter   float64   // Crashed: in [0, 1), the backoff's jitter
 	Park     *ParkInfo // Parked: what the job keeps while parked (SweepAt: when it is due)
 }
@@ -169,6 +177,7 @@ func (l Lifecycle) Transform(x *JobData, c Change) {
 		}
 	case Started:
 		x.StateInfo, x.LastStart, x.Node, x.Parked = nil, now, c.Node, nil
+		x.HeldSince, x.HeldUntil = 0, 0
 	case Heartbeat:
 		if x.ErrorCount > 0 && Healed(x.LastStart, c.At, l.HealthThreshold) {
 			x.ErrorCount, x.LastError = 0, ""
@@ -193,6 +202,8 @@ func (l Lifecycle) Transform(x *JobData, c Change) {
 		x.StateInfo, x.Node, x.Priority, x.Parked = nil, "", c.Priority, &p
 	case Woken:
 		x.Parked, x.LastWoken, x.WakeCause = nil, now, c.Reason
+	case HeldBack:
+		x.HeldSince, x.HeldUntil, x.Priority = cmp.Or(x.HeldSince, now), c.STime, c.Priority
 	}
 	if k.state != "" {
 		x.State = k.state
@@ -230,7 +241,7 @@ func (l Lifecycle) Apply(ctx context.Context, tr kv.Transaction, job *fdbjobs.Jo
 		switch c.Kind {
 		case Crashed:
 			stime = x.RetryAt
-		case Requeued:
+		case Requeued, HeldBack:
 			stime = c.STime
 		case Parked:
 			stime = c.Park.SweepAt
@@ -245,6 +256,8 @@ func (l Lifecycle) Apply(ctx context.Context, tr kv.Transaction, job *fdbjobs.Jo
 		return l.updateDoc(ctx, tr, x, c)
 	case Parked:
 		return s.ensureWatch(ctx, tr, c.Park.Group)
+	case HeldBack:
+		s.countHeldBack(tr, x.Owner())
 	}
 	return nil
 }

@@ -73,6 +73,8 @@ func TestTransitions(t *testing.T) {
 		{Change{Kind: Parked, At: at, Reason: "parked: idle", Priority: 3,
 			Park: &ParkInfo{Since: at.UnixMilli(), Through: "42", Group: "http://src/ user=u", SourceDB: "a", SweepAt: 9_000_000}},
 			StateParked, fdbjobs.Pending, 9_000_000, []string{EventStopped, EventStarted}, []string{MetricJobsParks, MetricJobsStops}, ""},
+		{Change{Kind: HeldBack, At: at, Priority: 3, STime: 7_000_000}, StatePending, fdbjobs.Pending, 7_000_000, nil,
+			[]string{MetricJobsHeldBack, MetricJobsStops}, ""},
 	} {
 		t.Run(tc.c.Kind.String(), func(t *testing.T) {
 			ctx := context.Background()
@@ -90,7 +92,7 @@ func TestTransitions(t *testing.T) {
 				require.NoError(t, err)
 				d = x
 			}
-			if tc.c.Kind != PutBack && tc.c.Kind != Started {
+			if tc.c.Kind != PutBack && tc.c.Kind != Started && tc.c.Kind != HeldBack {
 				apply(Change{Kind: Started, At: at.Add(-time.Minute), Node: "n1"})
 			}
 			apply(tc.c)
@@ -126,6 +128,13 @@ func TestTransitions(t *testing.T) {
 			}
 			node := map[Kind]string{Started: "n2", Heartbeat: "n1"}[tc.c.Kind]
 			require.Equal(t, node, got.Node, "the node, kept while running")
+			if tc.c.Kind == HeldBack {
+				// Held since then, due at its turn; a start clears it.
+				require.Equal(t, [2]int64{at.UnixMilli(), 7_000_000}, [2]int64{got.HeldSince, got.HeldUntil})
+				x := got.Clone()
+				l.Transform(x, Change{Kind: Started, At: at, Node: "n1"})
+				require.Zero(t, x.HeldSince+x.HeldUntil)
+			}
 			if tc.c.Kind == Crashed || tc.c.Kind == Failed {
 				require.Equal(t, tc.c.Reason, got.LastError)
 				require.Equal(t, 1, got.ErrorCount)

@@ -288,7 +288,7 @@ func writeDocs(ctx context.Context, db kv.Database, plane *control.Plane, from, 
 			if err != nil {
 				return err
 			}
-			p, err := plane.ParseDoc(dbName, id, raw)
+			p, err := plane.ParseDoc(dbName, id, raw, api.Admin())
 			if err != nil {
 				return err
 			}

@@ -70,7 +70,7 @@ func TestWrittenEndpointAddresses(t *testing.T) {
 		{"a name behind a proxy: the proxy's to resolve", `{"source":"http://metadata.internal/a","target":"http://h/b","proxy":"http://192.0.2.10:3128"}`, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := p.ParseDoc("_replicator", "d", json.RawMessage(tc.doc))
+			d, err := p.ParseDoc("_replicator", "d", json.RawMessage(tc.doc), api.Admin())
 			if tc.parse != "" {
 				require.ErrorIs(t, err, replicator.ErrForbidden)
 				require.Equal(t, tc.parse, replicator.Reason(err))

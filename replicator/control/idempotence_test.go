@@ -95,7 +95,7 @@ func replicateBody(t *testing.T, v map[string]any) json.RawMessage {
 // writeDoc runs the control plane's document hooks in a transaction of db.
 func writeDoc(t *testing.T, p *control.Plane, db kv.Transactor, repDB, id string, doc map[string]any) error {
 	t.Helper()
-	parsed, _ := p.ParseDoc(repDB, id, replicateBody(t, doc))
+	parsed, _ := p.ParseDoc(repDB, id, replicateBody(t, doc), api.Admin())
 	ctx := context.Background()
 	_, err := db.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		_, err := p.DocWritten(ctx, tr, parsed)
@@ -226,7 +226,7 @@ func TestDocWrittenAfterUnknownCommitJobFinished(t *testing.T) {
 	eng.OneShot = 20 * time.Millisecond
 	c := replicatortest.NewCluster(t, 1, eng, replicatortest.Config())
 	ctx := context.Background()
-	parsed, _ := c.Plane.ParseDoc("_replicator", "o", replicateBody(t, replicatortest.RepDoc("http://h/os", "http://h/ot", false)))
+	parsed, _ := c.Plane.ParseDoc("_replicator", "o", replicateBody(t, replicatortest.RepDoc("http://h/os", "http://h/ot", false)), api.Admin())
 	runs := 0
 	_, err := retryDB{Database: c.DB, mode: afterCommit}.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		runs++
@@ -252,7 +252,7 @@ func TestDocWrittenAfterUnknownCommitJobFinished(t *testing.T) {
 func TestDocWrittenRegistersTypeInCallersTransaction(t *testing.T) {
 	c := replicatortest.NewCluster(t, 0, simengine.New(), replicatortest.Config())
 	ctx := context.Background()
-	parsed, err := c.Plane.ParseDoc("_replicator", "d", replicateBody(t, replicatortest.RepDoc("http://h/a", "http://h/b", true)))
+	parsed, err := c.Plane.ParseDoc("_replicator", "d", replicateBody(t, replicatortest.RepDoc("http://h/a", "http://h/b", true)), api.Admin())
 	require.NoError(t, err)
 	_, err = c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		if _, err := tr.GetReadVersion().Get(); err != nil {

@@ -60,8 +60,9 @@ func New(store *replicator.Store, cfg replicator.Config) (*Plane, error) {
 // run time: Shares, UsageCoeff, PriorityCoeff, FairShareWindow and StartupJitter (the
 // enqueue times of new jobs), MaxHistory and ReplicateNoNodeTimeout (for
 // the waits that start from then on), Protocols (for the documents and
-// requests that come from then on). The others keep their values from
-// New. It validates cfg first.
+// requests that come from then on), MaxUserConnectionTimeout and
+// MaxReplicationsPerUser (for the writes from then on). The others keep
+// their values from New. It validates cfg first.
 func (p *Plane) SetConfig(cfg replicator.Config) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -72,6 +73,7 @@ func (p *Plane) SetConfig(cfg replicator.Config) error {
 	next.StartupJitter, next.MaxHistory = cfg.StartupJitter, cfg.MaxHistory
 	next.ReplicateNoNodeTimeout = cfg.ReplicateNoNodeTimeout
 	next.Protocols = cfg.Protocols
+	next.MaxUserConnectionTimeout, next.MaxReplicationsPerUser = cfg.MaxUserConnectionTimeout, cfg.MaxReplicationsPerUser
 	p.live.Store(&next)
 	return nil
 }
@@ -135,6 +137,9 @@ type Doc struct {
 	// Ignored are the fields of CouchDB's the replication has that
 	// fdbrep ignores (replicator.IgnoredFields), logged once it is added.
 	Ignored []string
+	// Limited: its writer is not a server admin, so the per-user limits
+	// apply (replicator's doc.go, "Per-user limits").
+	Limited bool
 }
 
 // DocRef is the database and document id d was parsed for.
@@ -144,9 +149,12 @@ func (d *Doc) DocRef() (db, docID string) { return d.DB, d.ID }
 func (d *Doc) Stored() json.RawMessage { return d.Sealed }
 
 // ParseDoc parses a document of a _replicator database about to be
-// written (CouchDB's before_doc_update validation), and refuses endpoints
-// and proxies written as addresses that Config.Addresses denies (it does
-// no I/O: CheckEndpoints resolves names). An error wrapping
+// written by writer (CouchDB's before_doc_update validation), and refuses
+// endpoints and proxies written as addresses that Config.Addresses denies
+// (it does no I/O: CheckEndpoints resolves names). A writer who is not a
+// server admin is held to the per-user limits: a connection_timeout over
+// MaxUserConnectionTimeout is refused here, and DocWritten counts the
+// owner's replications. An error wrapping
 // replicator.ErrForbidden means the write must be refused (403 with its
 // Reason); the returned Doc records it either way, for writers that may
 // store it. Documents carrying the replicator's own fields
@@ -155,8 +163,8 @@ func (d *Doc) Stored() json.RawMessage { return d.Sealed }
 // ignores.
 //
 // The result is a *Doc.
-func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (api.ParsedDoc, error) {
-	d := &Doc{DB: db, ID: docID}
+func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage, writer api.User) (api.ParsedDoc, error) {
+	d := &Doc{DB: db, ID: docID, Limited: !writer.IsAdmin()}
 	if !repdb.IsReplicatorDB(db) || !repdb.IsReplicationDoc(docID) {
 		return d, nil
 	}
@@ -191,6 +199,11 @@ func (p *Plane) ParseDoc(db, docID string, raw json.RawMessage) (api.ParsedDoc, 
 		_ = json.Unmarshal(v, &d.Owner)
 	}
 	d.Spec, d.Err = replicator.ParseObject(obj)
+	if d.Err == nil && d.Limited {
+		if d.Err = p.conf().CheckUserSpec(d.Spec); d.Err != nil {
+			d.Spec = nil
+		}
+	}
 	if serr != nil {
 		d.Spec, d.Err = nil, serr
 	}
@@ -308,8 +321,13 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, parsed api.Pa
 			return false, nil // the same parse failure
 		}
 	}
+	if doc.Limited && perr == nil {
+		if err := p.store.CheckUserCount(tr, p.conf(), doc.Owner, replicator.Counted(old, oldState, doc.Owner)); err != nil {
+			return false, err
+		}
+	}
 	now := p.cfg.Clock.Now()
-	d := &replicator.JobData{Rep: spec, DocOwner: doc.Owner, DBName: doc.DB, DBUUID: dbUUID, DocID: doc.ID}
+	d := &replicator.JobData{Rep: spec, DocOwner: doc.Owner, DBName: doc.DB, DBUUID: dbUUID, DocID: doc.ID, UserLimited: doc.Limited}
 	c := replicator.Change{Kind: replicator.Added, At: now}
 	if perr != nil {
 		c.Reason = replicator.Reason(perr) // failed from its start

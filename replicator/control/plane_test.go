@@ -44,7 +44,7 @@ func TestParseDoc(t *testing.T) {
 			"`_replication_state` is written by the replicator; \"done\" is not one of its states"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := p.ParseDoc(tc.db, tc.id, json.RawMessage(tc.doc))
+			d, err := p.ParseDoc(tc.db, tc.id, json.RawMessage(tc.doc), api.Admin())
 			require.NotNil(t, d, "the parsed document is returned either way")
 			if tc.reason == "" {
 				require.NoError(t, err)
@@ -54,7 +54,7 @@ func TestParseDoc(t *testing.T) {
 			require.Equal(t, tc.reason, replicator.Reason(err))
 		})
 	}
-	d, err := p.ParseDoc("_replicator", "d", json.RawMessage(good))
+	d, err := p.ParseDoc("_replicator", "d", json.RawMessage(good), api.Admin())
 	require.NoError(t, err)
 	require.Equal(t, "http://h/a/", d.(*control.Doc).Spec.Source.URL)
 }
@@ -74,7 +74,7 @@ func TestDocWrittenOutcomes(t *testing.T) {
 	ctx := context.Background()
 	write := func(id string, doc map[string]any) bool {
 		t.Helper()
-		parsed, _ := c.Plane.ParseDoc("_replicator", id, replicateBody(t, doc))
+		parsed, _ := c.Plane.ParseDoc("_replicator", id, replicateBody(t, doc), api.Admin())
 		restarted, err := kv.Transact(ctx, c.DB, func(tr kv.Transaction) (bool, error) {
 			return c.Plane.DocWritten(ctx, tr, parsed)
 		})

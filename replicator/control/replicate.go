@@ -32,6 +32,11 @@ import (
 //     ("replication_id", "id" or "_local_id"; a replication id or a job
 //     id): Cancelled.
 //
+// A user who is not a server admin is held to the per-user limits
+// (replicator's doc.go): ErrBadRequest for a connection_timeout over
+// MaxUserConnectionTimeout, ErrForbidden for a replication beyond
+// MaxReplicationsPerUser.
+//
 // Errors: ErrBadRequest or ErrTooLarge for a body that does not parse;
 // ErrForbidden for an endpoint or proxy at an address Config.Addresses
 // denies (literal, or a name resolving only to such addresses now);
@@ -62,6 +67,12 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.Us
 	if err := spec.CheckAddresses(ctx, p.cfg.Addresses, true); err != nil {
 		return api.ReplicateResult{}, err
 	}
+	limited := !user.IsAdmin() // the per-user limits apply (replicator's doc.go)
+	if limited {
+		if err := p.conf().CheckUserSpec(spec); err != nil {
+			return api.ReplicateResult{}, err
+		}
+	}
 	jobID := replicator.TransientJobID(uuid, spec, user.Name) // of the credentials as given
 	if s := p.cfg.Sealer; s != nil {
 		sealed, err := replicator.SealJSON(s, body, replicator.UserScope(user.Name))
@@ -90,7 +101,12 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.Us
 		case old != nil && added && old.StartTime == now && replicator.SameRequest(old.Rep, spec):
 			return nil, nil // our earlier attempt's job, which already finished
 		}
-		d := &replicator.JobData{Rep: spec, RepUser: user.Name}
+		if limited {
+			if err := p.store.CheckUserCount(tr, p.conf(), user.Name, replicator.Counted(old, st, user.Name)); err != nil {
+				return nil, err
+			}
+		}
+		d := &replicator.JobData{Rep: spec, RepUser: user.Name, UserLimited: limited}
 		replicator.Lifecycle{MaxHistory: p.conf().MaxHistory}.Transform(d, replicator.Change{Kind: replicator.Added, At: at})
 		if err := p.addJob(ctx, tr, jobID, old, d); err != nil {
 			return nil, err

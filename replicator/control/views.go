@@ -151,6 +151,13 @@ func syncInfo(d *replicator.JobData, stall *engine.Stall) api.SyncInfo {
 		if d.RetryAt != 0 {
 			out.Stall.Until = strp(replicator.FormatMillis(d.RetryAt))
 		}
+	case replicator.StatePending:
+		if d.HeldUntil != 0 {
+			out.Stall = &api.StallInfo{Reason: replicator.StallUserLimit, Since: replicator.FormatMillis(d.HeldSince),
+				Until: strp(replicator.FormatMillis(d.HeldUntil)),
+				Detail: "its user runs as many replications at once as a user who is not a server admin may " +
+					"([replicator] max_jobs_per_user_percent of max_jobs): it runs when one of them stops or takes its turn"}
+		}
 	}
 	if stall != nil {
 		out.Stall = &api.StallInfo{Reason: stall.Reason, Detail: stall.Detail, Since: replicator.FormatMillis(stall.Since)}

@@ -208,26 +208,36 @@ func (c *Cluster) CutOff(i int) { c.cuts[i].Cut() }
 // failing at once (faultkv.Cuttable.Hang).
 func (c *Cluster) HangOff(i int, timeout time.Duration) { c.cuts[i].Hang(timeout) }
 
-// PutDoc writes a _replicator document's job as the HTTP API does (doc
-// nil: the document is deleted).
+// PutDoc writes a _replicator document's job as the HTTP API does for a
+// server admin (doc nil: the document is deleted).
 func (c *Cluster) PutDoc(db, id string, doc map[string]any) {
+	c.t.Helper()
+	require.NoError(c.t, c.PutDocAs(api.Admin(), db, id, doc))
+}
+
+// PutDocAs is PutDoc written by writer: a writer who is not a server
+// admin is held to the per-user limits. It returns the write's error
+// (the control plane's refusal: an api.TaggedError).
+func (c *Cluster) PutDocAs(writer api.User, db, id string, doc map[string]any) error {
 	c.t.Helper()
 	ctx := c.writeCtx()
 	if doc == nil {
 		_, err := c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
 			return nil, c.Plane.DocDeleted(ctx, tr, db, id)
 		})
-		require.NoError(c.t, err)
-		return
+		return err
 	}
 	raw, err := json.Marshal(doc)
 	require.NoError(c.t, err)
-	parsed, _ := c.Plane.ParseDoc(db, id, raw) // invalid documents become failed jobs
+	parsed, perr := c.Plane.ParseDoc(db, id, raw, writer) // invalid documents become failed jobs
+	if perr != nil && !writer.IsAdmin() {
+		return perr // refused, as the HTTP API refuses it
+	}
 	_, err = c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		_, err := c.Plane.DocWritten(ctx, tr, parsed)
 		return nil, err
 	})
-	require.NoError(c.t, err)
+	return err
 }
 
 // putDocsBatch is how many documents PutDocs writes per transaction:
@@ -255,7 +265,7 @@ func (c *Cluster) PutDocs(db string, docs map[string]map[string]any) {
 		for i, id := range batch {
 			raw, err := json.Marshal(docs[id])
 			require.NoError(c.t, err)
-			parsed[i], _ = c.Plane.ParseDoc(db, id, raw)
+			parsed[i], _ = c.Plane.ParseDoc(db, id, raw, api.Admin())
 		}
 		ctx := c.writeCtx() // each transaction's own: faults retry some many times
 		_, err := c.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {

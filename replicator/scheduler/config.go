@@ -77,6 +77,28 @@ const (
 	// WatchPollRateDefault is the most exact checks per second a node's
 	// polling watches make in all.
 	WatchPollRateDefault = 20
+	// MaxJobsPerUserPercentDefault is how many replications of one user
+	// who is not a server admin run at once in the whole cluster, in
+	// percent of the max_jobs of the node that starts one (rounded up, at
+	// least 1; see doc.go, "Per-user limits"): a quarter, so that at
+	// least four users share a node's slots when they all want more, and
+	// a user alone still runs a quarter of them at once (the others take
+	// turns). 125 at the default max_jobs; 1 at max_jobs 3. Server admins'
+	// replications are not limited: one person on their own cluster loses
+	// nothing.
+	MaxJobsPerUserPercentDefault = 25
+	// OneShotStallPreemptDefault is how long a one-shot run may make no
+	// progress (its counters unchanged, no batch finished) while other
+	// jobs wait for a slot before its node stops it and queues it behind
+	// them (see doc.go, "Stalled one-shot runs"): a minute, twice
+	// CouchDB's default connection_timeout, so that a peer that is merely
+	// slow keeps its run, and one that never answers holds a slot about a
+	// minute while others wait.
+	OneShotStallPreemptDefault = time.Minute
+	// StallPreemptNever as Config.OneShotStallPreempt ([replicator]
+	// one_shot_stall_preempt_sec 0): one-shot runs are never stopped, as
+	// in CouchDB 3.x.
+	StallPreemptNever time.Duration = -1
 	// parkCheckTimeout bounds an exact check of a parked job (one request
 	// to its source).
 	parkCheckTimeout = 30 * time.Second
@@ -129,6 +151,16 @@ type Config struct {
 	WatchPollInterval time.Duration
 	WatchPollRate     int
 
+	// MaxJobsPerUserPercent bounds the replications of one user who is
+	// not a server admin that run at once, cluster-wide, in percent of
+	// MaxJobs (Config.userLimit; 0 takes the default).
+	MaxJobsPerUserPercent int
+	// OneShotStallPreempt is how long a one-shot run may make no progress
+	// while jobs wait for a slot before it is stopped and queued behind
+	// them; StallPreemptNever (any negative value): never (0 takes the
+	// default).
+	OneShotStallPreempt time.Duration
+
 	// JobDefaults fill the tunables a replication leaves unset (CouchDB's
 	// node-wide [replicator] worker_processes and the like).
 	JobDefaults replicator.JobDefaults
@@ -173,6 +205,8 @@ func (c Config) withDefaults() Config {
 	c.MaxWatches = cmp.Or(c.MaxWatches, MaxWatchesDefault)
 	c.WatchPollInterval = cmp.Or(c.WatchPollInterval, WatchPollIntervalDefault)
 	c.WatchPollRate = cmp.Or(c.WatchPollRate, WatchPollRateDefault)
+	c.MaxJobsPerUserPercent = cmp.Or(c.MaxJobsPerUserPercent, MaxJobsPerUserPercentDefault)
+	c.OneShotStallPreempt = cmp.Or(c.OneShotStallPreempt, OneShotStallPreemptDefault)
 	return c
 }
 
@@ -225,9 +259,22 @@ func (c Config) validate() error {
 		return bad("watch poll interval %v is under a millisecond", c.WatchPollInterval)
 	case c.WatchPollRate < 1:
 		return bad("watch poll rate %d is under 1", c.WatchPollRate)
+	case c.MaxJobsPerUserPercent < 1:
+		return bad("max_jobs_per_user_percent %d is under 1", c.MaxJobsPerUserPercent)
 	}
 	return nil
 }
+
+// userLimit is how many replications of one user who is not a server
+// admin may run at once in the whole cluster: MaxJobsPerUserPercent of
+// MaxJobs, rounded up, at least 1.
+func (c Config) userLimit() int {
+	return max(1, (c.MaxJobs*c.MaxJobsPerUserPercent+99)/100)
+}
+
+// stallPreempts reports whether one-shot runs that make no progress are
+// stopped while jobs wait.
+func (c Config) stallPreempts() bool { return c.OneShotStallPreempt > 0 }
 
 // parks reports whether continuous jobs park when idle.
 func (c Config) parks() bool { return c.ParkAfter > 0 }

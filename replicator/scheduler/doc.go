@@ -55,7 +55,9 @@
 // adjusts the fair-share priorities of its jobs (replicator/share.go);
 // stops at once the jobs beyond a lowered MaxJobs, all of them whatever
 // MaxChurn (the least deserving continuous jobs, then one-shot jobs);
-// balances (below); rotates, while every node is full: it stops as many
+// gives the users held at the per-user limit their turns (below,
+// "Per-user limits"); balances (below); rotates, while every node is
+// full: it stops as many
 // continuous jobs that ran at least MinRunTime as runnable jobs wait
 // beyond its room, at most MaxChurn in all with the trim's, the least
 // deserving first (the highest fair-share priority, then the oldest), each
@@ -284,6 +286,65 @@
 // Loads are read as the nodes last published them, so a move may be
 // decided on a figure an accept ago; the next interval corrects it.
 //
+// # Per-user limits
+//
+// A job written by a user who is not a server admin (its data's
+// UserLimited; replicator's doc.go, "Per-user limits") runs only while its
+// owner runs fewer than the per-user limit in the whole cluster:
+// MaxJobsPerUserPercent of the node's MaxJobs, rounded up, at least 1
+// (Config.userLimit; 25%: 125 at the default max_jobs, 1 at max_jobs 3).
+// A worker checks it before it computes the replication id (a user's
+// filter is fetched from the source, which may not answer: heldAtStart,
+// one range read of at most the limit of the owner's running keys) and
+// again, exactly, in the start's transaction (initJob: the read conflicts
+// with the starts and ends of the owner's other jobs only, so nodes that
+// start two of the owner's jobs at once do not both pass). A job over
+// the limit is held back without running (replicator.HeldBack): pending
+// again after its turn, replicator.HeldTurn (an interval for each time
+// the limit goes into the owner's other unfinished jobs beyond it, at
+// least one: about the limit of an owner's waiting jobs come due per
+// interval, so the checks cost what the limit allows, however many jobs
+// the owner has), behind the jobs that wait, which take the slot; its
+// view shows the stall user_limit until it starts. No key is written by
+// the jobs that pass: the cost is one read per start of a limited job.
+//
+// Turns: a user beyond the limit whose running jobs are continuous would
+// keep their slots, and its other jobs would wait for ever. So each
+// interval step reads, in one snapshot read, the count of held-back jobs
+// (replicator's key 28) of each user with continuous jobs here that ran
+// MinRunTime, and for a user whose count grew since its last reading
+// stops as many of those jobs (the least deserving first) as its share of
+// the growth (in proportion to its jobs here among the limit), within
+// what MaxChurn leaves after the trim; each writes a final checkpoint and
+// goes back to the queue behind the user's held-back jobs (at their
+// turn), or parks if it was caught up, and one of the held-back jobs
+// takes the slot when it comes due. A user's replications so take turns
+// as CouchDB's rotation turns all of them when more are runnable than it
+// runs; other users are not touched. One-shot jobs are not stopped for
+// turns (they end by themselves; one that stalls, below). Server admins'
+// replications are not limited, so one person running many replications
+// on their own cluster, as an admin, is never held back.
+//
+// # Stalled one-shot runs
+//
+// One-shot jobs are not rotated: their runs end by themselves. One whose
+// peer never answers (a TCP listener that accepts and says nothing,
+// connection_timeout up to an hour for server admins) would hold its slot
+// for as long as its requests and their retries take, while others wait.
+// So the progress loop, each ProgressInterval, finds the one-shot runs
+// that made no progress (their counters unchanged, no batch finished:
+// engine Sync.LastProgress) for OneShotStallPreempt ([replicator]
+// one_shot_stall_preempt_sec, a minute; 0: never), and, when runnable jobs
+// wait beyond the node's free slots (the count parking uses, after the
+// idle jobs it parks), stops as many of them as wait, the longest stalled
+// first: each writes a final checkpoint if it can within the stop grace,
+// and goes back to the queue due at the moment its stop was asked, behind
+// the jobs that waited, with no error counted (a run the stop cut short
+// does not crash; jobs.preempted counts them). A POST /_replicate that
+// started it goes on waiting: its job is pending, and runs again from its
+// checkpoint when a slot frees. A run that progresses, however slowly, is
+// never stopped.
+//
 // # Parking
 //
 // A continuous replication that has been caught up, with no change to
@@ -319,7 +380,7 @@
 //     the slot, and a poll would delay its changes;
 //   - while jobs wait for a slot (the runnable pending jobs beyond the
 //     node's free slots, counted by the progress loop each second while a
-//     job idles: Node.parkWhileWaiting): after ParkWhenWaitingAfter
+//     job idles: Node.giveWayWhileWaiting): after ParkWhenWaitingAfter
 //     (park_when_waiting_after_sec, 2 s), as many of them as wait, the
 //     longest idle first, so that the slots go to jobs with work within
 //     seconds of the idle ones' work being done. Where its group gives no
@@ -450,13 +511,22 @@
 //     its first run starts within ceil(MinRunTime / I) + ceil(waiting /
 //     churn) + 2 intervals, plus a one-shot run's length for the runs
 //     open when it came and one more for each slot's worth of one-shot
-//     runs that start while it waits (one-shot jobs are not stopped: a
-//     slot one takes frees only when its run ends), where churn is what
+//     runs that start while it waits (one-shot jobs are not rotated: a
+//     slot one takes frees when its run ends, or, for a run that makes no
+//     progress, OneShotStallPreempt after its last progress plus a
+//     ProgressInterval and a stop grace: the run's length in this bound
+//     is at most that for a stalled one), where churn is what
 //     the nodes can rotate per interval: their MaxChurn in all, or fewer
 //     when MinRunTime is longer than the time the running jobs take to
 //     come round (running × I / MinRunTime). This is first come, first
 //     served: with fair share the queue's order follows the shares' usage
-//     instead, by design.
+//     instead, by design. A job held back at the per-user limit (above)
+//     is not runnable until its turn comes due, and these bounds apply
+//     from then; while its user is at the limit its turn comes after the
+//     user's own jobs rotate (a MinRunTime, then within MaxChurn per
+//     interval), so the bounds do not count for it: they hold for the
+//     replications of users under the limit and of server admins, which
+//     the limit keeps from waiting behind one user's.
 //   - Parking: a parked job holds no slot and is not waiting in these
 //     bounds; woken (or at its sweep), it is runnable and they apply from
 //     then. A change to its source that the check after its park sees
@@ -500,7 +570,8 @@
 // 24 h, job timeout 61 s, stats update interval 10 s, progress interval
 // 1 s, shutdown timeout 5 s, shares 100, usage_coeff 0.5, priority_coeff
 // 0.98, fair-share window 24 h, park_after 5 min, park_sweep 24 h,
-// max_watches 100, watch_poll_interval 60 s, watch_poll_rate 20.
+// max_watches 100, watch_poll_interval 60 s, watch_poll_rate 20,
+// max_jobs_per_user_percent 25, one_shot_stall_preempt 60 s.
 // The *Default constants (here and in
 // package replicator) document each.
 package scheduler

@@ -236,11 +236,15 @@ func (w *worker) complete(d *replicator.JobData, res engine.Result) {
 }
 
 // reschedule stops the job and makes it pending again at its fair-share
-// time (preemption, shutdown, filter change).
+// time (preemption, shutdown, filter change), or later when its stop said
+// so (requestStopUntil).
 func (w *worker) reschedule(d *replicator.JobData, why string) {
 	now := w.now()
 	p := w.n.priorityOf(w, now)
-	c := replicator.Change{Kind: replicator.Requeued, At: now, Reason: why, Priority: p, STime: w.cfg.EnqueueTime(now, p, w.cfg.Interval)}
+	w.stopMu.Lock()
+	at := w.requeueAt
+	w.stopMu.Unlock()
+	c := replicator.Change{Kind: replicator.Requeued, At: now, Reason: why, Priority: p, STime: max(w.cfg.EnqueueTime(now, p, w.cfg.Interval), at)}
 	if !w.change(d, c, nil) {
 		return
 	}
@@ -254,6 +258,10 @@ func (w *worker) reschedule(d *replicator.JobData, why string) {
 			why = "balance: moved to a node that runs fewer jobs"
 		case stopPark:
 			why = "caught up and idle, but its final checkpoint was not written: it waits its turn to run again"
+		case stopUser:
+			why = "user limit: another of its user's replications' turn"
+		case stopStall:
+			why = "no progress while other replications waited for a slot: queued behind them"
 		default:
 			why = "the run ended"
 		}

@@ -61,6 +61,12 @@ var (
 	keyWatchPollRate = config.RegisterInt("replicator", "watch_poll_rate", WatchPollRateDefault, 1, 100_000,
 		"Most requests per second a replication node's polling watches make in all, one per parked replication checked.",
 		config.Live(config.ApplyReplication))
+	keyMaxJobsPerUserPercent = config.RegisterInt("replicator", "max_jobs_per_user_percent", MaxJobsPerUserPercentDefault, 1, 100_000,
+		"Most replications of one user who is not a server admin that run at once in the whole cluster, in percent of max_jobs (of the node that starts one; rounded up, at least 1): 125 at the default max_jobs. A node that takes a job of a user who runs that many puts it back without running it, behind the jobs that wait (its view shows the stall user_limit), and the user's continuous replications take turns; server admins' replications are not limited (docs/COMPAT.md, \"Per-user limits\").",
+		config.Live(config.ApplyReplication))
+	keyOneShotStallPreempt = config.RegisterDuration("replicator", "one_shot_stall_preempt_sec", time.Second, OneShotStallPreemptDefault, 0, config.Forever,
+		"Seconds a one-shot replication may make no progress (no document read or written, no batch finished) while other replications wait for a slot before its node stops it, with a final checkpoint if it can, and queues it behind them; a POST /_replicate that started it goes on waiting for its result. 0: one-shot replications are never stopped, as in CouchDB.",
+		config.Live(config.ApplyReplication))
 	keyStatsUpdateInterval = config.RegisterDuration("replicator", "stats_update_interval_sec", time.Second, StatsUpdateIntervalDefault, time.Second, config.Forever,
 		"Seconds between writes of a running job's stats to its job data (its heartbeat; at most interval_sec and a third of job_timeout_sec); checkpoints write them too.",
 		config.Live(config.ApplyReplication))
@@ -87,25 +93,27 @@ func FromConfig(c *config.Config) (Config, error) {
 		return Config{}, err
 	}
 	return Config{
-		Config:               replicator.FromConfig(c),
-		NodeName:             c.NodeName(),
-		MaxJobs:              int(keyMaxJobs.Get(c)),
-		MaxChurn:             int(keyMaxChurn.Get(c)),
-		MaxAcceptors:         int(keyMaxAcceptors.Get(c)),
-		Interval:             keyInterval.Get(c),
-		MinRunTime:           keyMinRunTime.Get(c),
-		MinBackoff:           keyMinBackoff.Get(c),
-		MaxBackoff:           keyMaxBackoff.Get(c),
-		HealthThreshold:      keyHealthThreshold.Get(c),
-		TransientJobMaxAge:   keyTransientJobMaxAge.Get(c),
-		StatsUpdateInterval:  keyStatsUpdateInterval.Get(c),
-		ProgressInterval:     keyProgressInterval.Get(c),
-		ParkAfter:            cmp.Or(keyParkAfter.Get(c), ParkNever), // 0: never
-		ParkSweep:            keyParkSweep.Get(c),
-		ParkWhenWaitingAfter: keyParkWhenWaitingAfter.Get(c),
-		MaxWatches:           int(keyMaxWatches.Get(c)),
-		WatchPollInterval:    keyWatchPollInterval.Get(c),
-		WatchPollRate:        int(keyWatchPollRate.Get(c)),
-		JobDefaults:          defaults,
+		Config:                replicator.FromConfig(c),
+		NodeName:              c.NodeName(),
+		MaxJobs:               int(keyMaxJobs.Get(c)),
+		MaxChurn:              int(keyMaxChurn.Get(c)),
+		MaxAcceptors:          int(keyMaxAcceptors.Get(c)),
+		Interval:              keyInterval.Get(c),
+		MinRunTime:            keyMinRunTime.Get(c),
+		MinBackoff:            keyMinBackoff.Get(c),
+		MaxBackoff:            keyMaxBackoff.Get(c),
+		HealthThreshold:       keyHealthThreshold.Get(c),
+		TransientJobMaxAge:    keyTransientJobMaxAge.Get(c),
+		StatsUpdateInterval:   keyStatsUpdateInterval.Get(c),
+		ProgressInterval:      keyProgressInterval.Get(c),
+		ParkAfter:             cmp.Or(keyParkAfter.Get(c), ParkNever), // 0: never
+		ParkSweep:             keyParkSweep.Get(c),
+		ParkWhenWaitingAfter:  keyParkWhenWaitingAfter.Get(c),
+		MaxWatches:            int(keyMaxWatches.Get(c)),
+		WatchPollInterval:     keyWatchPollInterval.Get(c),
+		WatchPollRate:         int(keyWatchPollRate.Get(c)),
+		MaxJobsPerUserPercent: int(keyMaxJobsPerUserPercent.Get(c)),
+		OneShotStallPreempt:   cmp.Or(keyOneShotStallPreempt.Get(c), StallPreemptNever), // 0: never
+		JobDefaults:           defaults,
 	}, nil
 }

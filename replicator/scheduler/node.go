@@ -67,6 +67,10 @@ type Node struct {
 	wg         sync.WaitGroup
 	rotations  []int // preemptions per interval (most recent last, capped)
 	intervals  int64
+	// heldSeen is the store's count of held-back jobs of each user whose
+	// jobs ran here, as the last interval step read it (rotateUsers); the
+	// interval step's own.
+	heldSeen map[string]int64
 }
 
 // Signals are the moments of a node's work that tests wait for.
@@ -352,9 +356,16 @@ func (n *Node) keptLocked() []*worker {
 // stopLeastDeserving asks up to k of the workers ws for which eligible
 // holds to stop (kind says why), the least deserving first: the highest
 // fair-share priority, then the one that started first (CouchDB's
-// order). It returns how many it asked. Trim, rotation and balance all
-// choose their jobs here. Call with n.mu held (priorities).
+// order). It returns how many it asked. Trim, rotation, balance and the
+// users' turns all choose their jobs here. Call with n.mu held
+// (priorities).
 func stopLeastDeserving(ws []*worker, k int, kind stopKind, eligible func(*worker) bool) int {
+	return stopLeastDeservingUntil(ws, k, kind, 0, eligible)
+}
+
+// stopLeastDeservingUntil is stopLeastDeserving whose jobs go back to the
+// queue no sooner than at (Unix ms; 0: their fair-share time).
+func stopLeastDeservingUntil(ws []*worker, k int, kind stopKind, at int64, eligible func(*worker) bool) int {
 	if k <= 0 {
 		return 0
 	}
@@ -366,7 +377,7 @@ func stopLeastDeserving(ws []*worker, k int, kind stopKind, eligible func(*worke
 			break
 		}
 		if !w.stopRequested() && eligible(w) {
-			w.requestStop(kind)
+			w.requestStopUntil(kind, at)
 			stopped++
 		}
 	}
@@ -461,6 +472,10 @@ func (n *Node) reschedule(ctx context.Context) error {
 		stopped += stopLeastDeserving(active, excess-stopped, stopPreempt, func(w *worker) bool { return !w.continuous })
 	}
 	n.mu.Unlock()
+
+	// The users' turns: continuous jobs of users whose other jobs were
+	// held back at the per-user limit make room for them.
+	stopped += n.rotateUsers(ctx, cfg, now, stopped)
 
 	// Balance: with other replication nodes, move jobs to the lighter
 	// ones and set the node's share; rotation only while every node is

@@ -74,6 +74,9 @@ func TestConfigValidation(t *testing.T) {
 		{"max_backoff over 30 days", scheduler.Config{MaxBackoff: 31 * 24 * time.Hour}},
 		{"shares out of range", scheduler.Config{Config: replicator.Config{Shares: map[string]int{"_replicator": 1001}}}},
 		{"usage coeff", scheduler.Config{Config: replicator.Config{UsageCoeff: 2}}},
+		{"max_jobs_per_user_percent under 1", scheduler.Config{MaxJobsPerUserPercent: -1}},
+		{"max_user_connection_timeout over an hour", scheduler.Config{Config: replicator.Config{MaxUserConnectionTimeout: 2 * time.Hour}}},
+		{"max_replications_per_user under 1", scheduler.Config{Config: replicator.Config{MaxReplicationsPerUser: -1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := scheduler.New(replicator.NewStore(db, jc, nil), nil, tc.cfg)

@@ -124,6 +124,11 @@ func (c *waitingCount) get(now time.Time, maxAge time.Duration) int {
 	return c.n
 }
 
+// waitingMaxAge is how old a reading of the waiting jobs may be and
+// still count: rotation reads it every interval, the progress loop every
+// second while a job idles, so two intervals or 5 s, whichever is more.
+func (c Config) waitingMaxAge() time.Duration { return max(2*c.Interval, 5*time.Second) }
+
 // pollParkOK reports whether a replication whose group gives no feed may
 // park while waiting jobs wait for a slot: only when rotation would keep
 // it out of a slot at least as long as a poll cycle (WatchPollInterval)
@@ -156,46 +161,59 @@ func (n *Node) mayPark(w *worker, rep engine.Replication, waiting int) bool {
 	return n.feedOK(rep, w.group) || n.Config().pollParkOK(waiting)
 }
 
-// parkWhileWaiting is the progress loop's step for parking (see doc.go,
-// "When a replication parks"): when some of the node's parkable jobs have
-// been caught up and idle for ParkWhenWaitingAfter, it counts the
-// runnable jobs that wait beyond the node's free slots, and asks as many
-// of those idle jobs to park as wait (the longest idle first), each that
-// mayPark. One count (a read of the queue's due keys, at most
-// pollParkWaiting of them) per tick while any job idles, none otherwise.
-func (n *Node) parkWhileWaiting(ctx context.Context) {
+// giveWayWhileWaiting is the progress loop's step for the jobs that wait
+// for a slot: when some of the node's parkable jobs have been caught up
+// and idle for ParkWhenWaitingAfter (see doc.go, "When a replication
+// parks"), or some of its one-shot runs have made no progress for
+// OneShotStallPreempt (see doc.go, "Stalled one-shot runs"), it counts
+// the runnable jobs that wait beyond the node's free slots and asks as
+// many of those jobs to give their slots up as wait: first the idle ones
+// to park (the longest idle first, each that mayPark), then the stalled
+// ones to stop (the longest stalled first), each queued behind the jobs
+// that waited. One count (a read of the queue's due keys, at most
+// pollParkWaiting of them) per tick while any job idles or stalls, none
+// otherwise.
+func (n *Node) giveWayWhileWaiting(ctx context.Context) {
 	cfg := n.Config()
-	if !cfg.parks() {
+	if !cfg.parks() && !cfg.stallPreempts() {
 		return
 	}
 	now := cfg.Clock.Now()
-	type idle struct {
+	nowMs := replicator.Millis(now)
+	type cand struct {
 		w     *worker
 		since int64
 	}
-	var cands []idle
+	var idle, stalled []cand
 	p := &n.progress
 	p.mu.Lock()
 	for w, r := range p.live {
-		if !w.parkable || w.stopRequested() || r.ended {
+		if w.stopRequested() || r.ended {
 			continue
 		}
-		if s := r.run.Sync(); s.CaughtUp && s.Stall == nil && s.CaughtUpSince > 0 &&
-			now.Sub(time.UnixMilli(s.CaughtUpSince)) >= cfg.ParkWhenWaitingAfter {
-			cands = append(cands, idle{w, s.CaughtUpSince})
+		s := r.run.Sync()
+		switch {
+		case cfg.parks() && w.parkable && s.CaughtUp && s.Stall == nil && s.CaughtUpSince > 0 &&
+			now.Sub(time.UnixMilli(s.CaughtUpSince)) >= cfg.ParkWhenWaitingAfter:
+			idle = append(idle, cand{w, s.CaughtUpSince})
+		case cfg.stallPreempts() && !w.continuous && r.stalledFor(s, nowMs) >= cfg.OneShotStallPreempt:
+			stalled = append(stalled, cand{w, max(r.moved, s.LastProgress)})
 		}
 	}
 	running := len(p.live)
 	p.mu.Unlock()
-	if len(cands) == 0 {
+	if len(idle)+len(stalled) == 0 {
 		return
 	}
 	free := max(0, cfg.MaxJobs-running)
-	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now),
-		free+max(len(cands), cfg.pollParkWaiting()))
+	count := len(idle) + len(stalled)
+	if len(idle) > 0 {
+		count = max(count, cfg.pollParkWaiting())
+	}
+	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, nowMs, free+count)
 	if err != nil {
 		if ctx.Err() == nil {
-			cfg.Logger.Debug().Err(err).Msg("replicator: counting the jobs waiting for a slot; parking looks again at the next tick")
+			cfg.Logger.Debug().Err(err).Msg("replicator: counting the jobs waiting for a slot; parking and stalled runs look again at the next tick")
 		}
 		return
 	}
@@ -204,9 +222,10 @@ func (n *Node) parkWhileWaiting(ctx context.Context) {
 	if waiting == 0 {
 		return
 	}
-	slices.SortFunc(cands, func(a, b idle) int { return cmp.Compare(a.since, b.since) })
+	byTime := func(a, b cand) int { return cmp.Compare(a.since, b.since) }
+	slices.SortFunc(idle, byTime)
 	asked := 0
-	for _, c := range cands {
+	for _, c := range idle {
 		if asked == waiting {
 			break
 		}
@@ -214,5 +233,11 @@ func (n *Node) parkWhileWaiting(ctx context.Context) {
 			c.w.requestStop(stopPark)
 			asked++
 		}
+	}
+	slices.SortFunc(stalled, byTime)
+	for _, c := range stalled[:min(len(stalled), waiting-asked)] {
+		// Behind the jobs that waited: they are due now or sooner.
+		c.w.requestStopUntil(stopStall, nowMs)
+		n.m.Inc(replicator.MetricJobsPreempted)
 	}
 }

@@ -33,6 +33,18 @@ type liveRun struct {
 	// were stored for whoever removed its job (storeRunEnd): the loop
 	// removes them runEndKeep later, not at its next tick.
 	ended bool
+	// seen is the counters the loop last read, and moved when they last
+	// changed (Unix ms; the run's start at first): how long a run has made
+	// no progress (stalledFor).
+	seen  engine.Stats
+	moved int64
+}
+
+// stalledFor is how long the run has made no progress at now (Unix ms):
+// since its counters last changed, or its last batch finished
+// (engine.Sync.LastProgress), whichever is later.
+func (r *liveRun) stalledFor(y engine.Sync, now int64) time.Duration {
+	return time.Duration(now-max(r.moved, y.LastProgress)) * time.Millisecond
 }
 
 // runEndKeep is how long the final counters of a run whose job was
@@ -63,7 +75,7 @@ func (n *Node) runStarted(w *worker, run replicator.Run, d *replicator.JobData) 
 	p := &n.progress
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.live[w] = &liveRun{jobID: w.job.ID, db: d.DBName, run: run, node: d.Node, start: d.LastStart}
+	p.live[w] = &liveRun{jobID: w.job.ID, db: d.DBName, run: run, node: d.Node, start: d.LastStart, seen: d.Stats, moved: d.LastStart}
 }
 
 // liveSync is the Sync of w's run while it is registered, else nil.
@@ -144,7 +156,7 @@ func (n *Node) progressLoop(ctx context.Context) {
 		case <-t.Chan():
 		}
 		n.writeProgress(ctx)
-		n.parkWhileWaiting(ctx)
+		n.giveWayWhileWaiting(ctx)
 	}
 }
 
@@ -196,6 +208,9 @@ func (n *Node) writeProgress(ctx context.Context) {
 	for _, r := range runs {
 		s, y := r.run.Progress(), r.run.Sync()
 		agg[r.db] = agg[r.db].add(s, y, now)
+		if !sameProgress(r.seen, s) {
+			r.seen, r.moved = s, now
+		}
 		if r.written != nil && sameProgress(*r.written, s) && r.writtenSync.Equal(y) {
 			continue
 		}

@@ -9,7 +9,8 @@ import (
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
-// initJob marks the job running under repID after checking who holds
+// initJob marks the job running under repID after checking the per-user
+// limit (a job whose owner runs the limit is held back) and who holds
 // repID (the collision rules of doc.go, "Job lifecycle"). It reports
 // whether the job should run.
 func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, code string) bool {
@@ -31,6 +32,10 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 	if d.Rep.Moves(w.cfg.Opener) {
 		res = replicator.NewResealer(w.cfg.Opener)
 	}
+	// The per-user limit: a job whose owner runs the limit is held back
+	// (checked again here, exactly: heldAtStart's read was outside).
+	owner, lim := limitedOwner(d), w.cfg.userLimit()
+	prio := w.n.priorityOf(w, now)
 	renewed := w.job.Renewing()
 	o, err := transactJob(w, func(tr kv.Transaction) (outcome, error) {
 		x := d.Clone()
@@ -43,6 +48,15 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 			}
 			if !owns {
 				return outcome{orphan: true, x: x}, w.n.store.RemoveJob(w.ctx, tr, w.job.ID, x)
+			}
+		}
+		if owner != "" {
+			c, held, err := w.heldChange(tr, owner, lim, now, prio)
+			if err != nil {
+				return outcome{}, err
+			}
+			if held {
+				return outcome{x: x, c: c}, l.Apply(w.ctx, tr, w.job, x, c)
 			}
 		}
 		if x.RepID != "" && x.RepID != repID {
@@ -119,6 +133,8 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 		w.logCrashed(d, replicator.TagDuplicate, d.LastError, o.c.At, o.c.Jitter)
 	case replicator.Failed:
 		w.logFailed(d, replicator.TagDuplicate, d.LastError)
+	case replicator.HeldBack:
+		w.logHeld(d, owner, lim, o.c)
 	}
 	return o.run
 }

@@ -22,6 +22,10 @@ const (
 	stopShutdown
 	stopMove // balance: a lighter node takes the job
 	stopPark // caught up and idle: the job parks (see doc.go, "Parking")
+	stopUser // its user's other replications wait for a turn (see doc.go, "Per-user limits")
+	// stopStall: a one-shot run that made no progress while jobs wait
+	// (see doc.go, "Stalled one-shot runs")
+	stopStall
 )
 
 // String names what asked for the stop, as the job's history and log say it.
@@ -35,6 +39,10 @@ func (k stopKind) String() string {
 		return "balance"
 	case stopPark:
 		return "park"
+	case stopUser:
+		return "user limit"
+	case stopStall:
+		return "stall"
 	}
 	return "none"
 }
@@ -50,8 +58,13 @@ type worker struct {
 	decodeErr  error
 	continuous bool
 	shareKey   string
-	started    time.Time
-	charged    time.Time // guarded by n.mu
+	// limitedOwner is the owner the per-user limit counts the job against
+	// ("" when it is not limited; see doc.go, "Per-user limits"). Like
+	// continuous and shareKey it is fixed at acceptance: the interval
+	// step reads it while the worker changes its data.
+	limitedOwner string
+	started      time.Time
+	charged      time.Time // guarded by n.mu
 	// priority is the job's fair-share priority as of prioritized (both
 	// guarded by n.mu; see replicator/share.go).
 	priority    float64
@@ -61,6 +74,11 @@ type worker struct {
 	stopOnce sync.Once
 	stopMu   sync.Mutex
 	kind     stopKind
+	// requeueAt is the earliest a stopped job goes back in the queue
+	// (Unix ms; 0: its fair-share time): behind its user's waiting jobs
+	// (stopUser) or the jobs that waited (stopStall). Set with the stop
+	// (requestStopUntil).
+	requeueAt int64
 
 	// final is the counters of a run halted because its job was taken
 	// from it (runLoop.taken), for logHalted; nil otherwise.
@@ -79,17 +97,22 @@ func newWorker(n *Node, job *fdbjobs.Job, ctx context.Context, cfg Config) *work
 	w.data, w.decodeErr = replicator.DecodeJobData(job.Data)
 	w.prioritized = w.started
 	if w.data != nil {
-		w.continuous, w.shareKey = w.data.Continuous(), w.data.ShareKey()
+		w.continuous, w.shareKey, w.limitedOwner = w.data.Continuous(), w.data.ShareKey(), limitedOwner(w.data)
 		// The priority it was enqueued with, decayed while it waited.
 		w.priority = cfg.Decay(w.data.Priority, w.started.Sub(time.UnixMilli(w.data.LastUpdated)), cfg.Interval)
 	}
 	return w
 }
 
-func (w *worker) requestStop(k stopKind) {
+func (w *worker) requestStop(k stopKind) { w.requestStopUntil(k, 0) }
+
+// requestStopUntil asks the run to stop for k, its job back in the queue
+// no sooner than at (Unix ms; 0: its fair-share time). The first request
+// wins.
+func (w *worker) requestStopUntil(k stopKind, at int64) {
 	w.stopOnce.Do(func() {
 		w.stopMu.Lock()
-		w.kind = k
+		w.kind, w.requeueAt = k, at
 		w.stopMu.Unlock()
 		close(w.stopCh)
 	})
@@ -178,6 +201,9 @@ func (w *worker) run() {
 	rep = w.cfg.JobDefaults.Apply(rep, spec)
 	if w.stopRequested() {
 		w.putBack(d)
+		return
+	}
+	if w.heldAtStart(d) {
 		return
 	}
 	uuid := w.n.serverUUID
@@ -419,8 +445,9 @@ func (r *runLoop) stopped() {
 		return
 	}
 	// An error after the grace ran out is the cut's doing: the job goes
-	// back to pending like any stopped job.
-	if err != nil && !errors.Is(err, engine.ErrStopped) && !cut {
+	// back to pending like any stopped job; so is one of a stalled run
+	// (its peer does not answer: the stop cut its requests short).
+	if err != nil && !errors.Is(err, engine.ErrStopped) && !cut && w.stopKind() != stopStall {
 		w.crash(d, err)
 		return
 	}
@@ -434,8 +461,8 @@ func (r *runLoop) stopped() {
 		case kind == stopPark:
 			w.park(d, r.rep, "")
 			return
-		case kind == stopPreempt && w.parkable && w.n.Config().parks() && d.Sync.CaughtUp && d.Sync.Stall == nil &&
-			w.n.mayPark(w, r.rep, w.n.waiting.get(w.now(), w.n.Config().Interval*2)):
+		case (kind == stopPreempt || kind == stopUser) && w.parkable && w.n.Config().parks() && d.Sync.CaughtUp && d.Sync.Stall == nil &&
+			w.n.mayPark(w, r.rep, w.n.waiting.get(w.now(), w.n.Config().waitingMaxAge())):
 			w.park(d, r.rep, kind.String())
 			return
 		}
@@ -461,7 +488,7 @@ func (r *runLoop) parkable() bool {
 // of a change (see doc.go, "When a replication parks"): continuous jobs
 // that checkpoint, whose source URL names a database, and that are not
 // stalled. (While jobs wait for a slot, the progress loop parks idle jobs
-// sooner: Node.parkWhileWaiting.)
+// sooner: Node.giveWayWhileWaiting.)
 func (r *runLoop) parkIfIdle() {
 	w := r.w
 	if !w.parkable || !w.n.Config().parks() {

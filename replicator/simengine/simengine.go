@@ -51,6 +51,7 @@ type Engine struct {
 	code    map[string]string             // filter code by source URL
 	fail    map[string]error              // every run of this source fails with it
 	panics  map[string]any                // every Start of this source panics with it
+	stalled map[string]bool               // the runs of this source make no progress
 	starts  map[string]int                // runs started, by source
 	last    map[string]engine.Replication // the latest run's replication, by source
 	runTime map[string]time.Duration      // run time of the runs that ended, by source
@@ -68,7 +69,7 @@ type Engine struct {
 // New returns an Engine with the defaults.
 func New() *Engine {
 	return &Engine{CheckpointEvery: CheckpointEveryDefault, OneShot: OneShotDefault, Clock: clockwork.NewRealClock(),
-		code: map[string]string{}, fail: map[string]error{}, panics: map[string]any{},
+		code: map[string]string{}, fail: map[string]error{}, panics: map[string]any{}, stalled: map[string]bool{},
 		starts: map[string]int{}, runTime: map[string]time.Duration{}, open: map[string]map[*run]time.Time{},
 		last: map[string]engine.Replication{}, seq: map[string]int64{},
 		updates: map[string][]engine.DBUpdate{}, feedErr: map[string]error{}, rewind: map[string]int{}, changed: make(chan struct{})}
@@ -193,6 +194,20 @@ func (e *Engine) SetFilterCode(source, code string) {
 // SetFail makes every later run from source end at once with err (nil:
 // runs succeed again).
 func (e *Engine) SetFail(source string, err error) { setOrDelete(&e.mu, e.fail, source, err) }
+
+// SetStalled makes the runs from source make no progress (stalled), as
+// runs whose peer never answers: their checkpoint ticks neither count
+// documents nor checkpoint, and a one-shot run does not end while it
+// stays so (its length starts again); false lets them go on.
+func (e *Engine) SetStalled(source string, stalled bool) {
+	setOrDelete(&e.mu, e.stalled, source, stalled)
+}
+
+func (e *Engine) isStalled(source string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stalled[source]
+}
 
 // SetPanic makes every later Start of a run from source panic with v (nil:
 // no panic).
@@ -324,6 +339,9 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 		for {
 			select {
 			case <-t.Chan():
+				if e.isStalled(src) {
+					continue
+				}
 				r.mu.Lock()
 				r.stats.DocsRead++
 				r.stats.DocsWritten++
@@ -334,6 +352,10 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 					opts.OnCheckpoint(engine.Checkpoint{Seq: json.RawMessage(`"1"`), Stats: s, Time: e.Clock.Now()})
 				}
 			case <-end:
+				if e.isStalled(src) {
+					end = e.Clock.After(e.OneShot)
+					continue
+				}
 				r.res = engine.Result{OK: true, SessionID: "sim", SourceLastSeq: json.RawMessage(`"1"`),
 					ReplicationIDVersion: engine.ReplicationIDVersion, Stats: r.Progress(), Completed: true}
 				return

@@ -571,8 +571,14 @@ func (m *Model) check(w *World, now time.Time) problems {
 // per MinRunTime), then two steps, and the length of a one-shot run for
 // the runs open when it came and for each slot's worth of the oneShots
 // one-shot runs that started while it waited: one-shot jobs are not
-// stopped, so the slot one takes frees only when its run ends (with one
+// rotated, so the slot one takes frees only when its run ends (with one
 // slot, three one-shot jobs that go first hold it for three whole runs).
+// A one-shot run that makes no progress would give its slot up after
+// one_shot_stall_preempt_sec (scheduler doc.go, "Stalled one-shot runs"),
+// which caps its term; the simulated runs always progress (a checkpoint
+// every 5 s, under that minute), so the term is the run's whole length.
+// The simulation writes as the server admin, whose replications the
+// per-user limit does not hold back: the bounds are the admin's.
 func (m *Model) rotationBound(w *World, demand, capacity, oneShots int) time.Duration {
 	rate := 0.0 // jobs rotated in per interval, all nodes
 	minRun := 0

@@ -1,0 +1,112 @@
+package wire_test
+
+import (
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// silentPeer is a TCP listener that accepts connections and never
+// answers (nor closes them until the test ends): a replication endpoint
+// whose requests wait out their connection_timeout. It returns the
+// listener's base URL.
+func silentPeer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + l.Addr().String()
+}
+
+// Issue 42 item 5, "One user starves all others": with max_jobs 3, three
+// of bob's one-shot replications from a source that never answers kept
+// alice's replication, in another replicator database, waiting for as
+// long as their requests took (connection_timeout, which a user could
+// set to an hour). Now bob runs at most a quarter of max_jobs (one) at
+// once, his others wait with the stall user_limit, and alice's runs at
+// once; a user's connection_timeout is at most two minutes.
+func TestOneUserDoesNotStarveOthers(t *testing.T) {
+	s := newService(t, func(m map[string]map[string]string) { m["replicator"]["max_jobs"] = "3" })
+	peer := silentPeer(t)
+	require.Equal(t, 201, s.do("PUT", "/"+url.PathEscape("alice/_replicator"), asAdmin, nil).Status)
+	bobs := func(i string) map[string]any {
+		return map[string]any{"source": peer + "/never" + i, "target": peer + "/t" + i, "connection_timeout": 120000}
+	}
+
+	// A user's document may not ask a connection_timeout over two minutes.
+	big := bobs("0")
+	big["connection_timeout"] = 3600000
+	r := s.do("PUT", "/_replicator/big", asBob, big)
+	requireError(t, r, 403, "forbidden")
+	require.Contains(t, r.Body["reason"], "max_user_connection_timeout")
+
+	for _, i := range []string{"1", "2", "3"} {
+		r := s.do("PUT", "/_replicator/bob"+i, asBob, bobs(i))
+		require.Equal(t, 201, r.Status, r.Raw)
+	}
+	r = s.do("PUT", "/"+url.PathEscape("alice/_replicator")+"/mine", asAlice, map[string]any{
+		"source": s.adminDBURL("alice/_replicator"), "target": s.adminDBURL("_replicator"), "continuous": true})
+	require.Equal(t, 201, r.Status, r.Raw)
+	s.waitDocState("alice/_replicator", "mine", "running")
+
+	// One of bob's runs; the others wait, saying why.
+	states := map[string]int{}
+	for _, i := range []string{"1", "2", "3"} {
+		d := s.waitDocState("_replicator", "bob"+i, "running", "pending")
+		states[d["state"].(string)]++
+		if d["state"] == "pending" {
+			stall, _ := d["info"].(map[string]any)["stall"].(map[string]any)
+			require.Equal(t, "user_limit", stall["reason"], "%v", d)
+		}
+	}
+	require.Equal(t, map[string]int{"running": 1, "pending": 2}, states)
+}
+
+// A one-shot replication from a source that never answers gives its slot
+// to a waiting one after one_shot_stall_preempt_sec, and waits behind it:
+// server admins' replications, which the per-user limit leaves alone,
+// with a connection_timeout of an hour.
+func TestStalledOneShotGivesWay(t *testing.T) {
+	s := newService(t, func(m map[string]map[string]string) {
+		m["replicator"]["max_jobs"] = "2"
+		m["replicator"]["one_shot_stall_preempt_sec"] = "1"
+	})
+	peer := silentPeer(t)
+	for _, i := range []string{"1", "2"} {
+		r := s.do("PUT", "/_replicator/stuck"+i, asAdmin, map[string]any{
+			"source": peer + "/never" + i, "target": peer + "/t" + i, "connection_timeout": 3600000})
+		require.Equal(t, 201, r.Status, r.Raw)
+		s.waitDocState("_replicator", "stuck"+i, "running")
+	}
+	require.Equal(t, 201, s.do("PUT", "/"+url.PathEscape("other/_replicator"), asAdmin, nil).Status)
+	r := s.do("PUT", "/"+url.PathEscape("other/_replicator")+"/next", asAdmin, map[string]any{
+		"source": s.adminDBURL("other/_replicator"), "target": s.adminDBURL("_replicator"), "continuous": true})
+	require.Equal(t, 201, r.Status, r.Raw)
+	s.waitDocState("other/_replicator", "next", "running")
+}

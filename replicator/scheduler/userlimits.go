@@ -1,0 +1,147 @@
+package scheduler
+
+// The per-user limit on running replications (see doc.go, "Per-user
+// limits"): a job whose owner runs as many as a user may is held back as
+// it starts, and the interval step gives the held-back jobs of a user
+// their turn by stopping that user's continuous jobs that ran MinRunTime.
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/replicator"
+)
+
+// limitedOwner is the owner the per-user limit counts d's job against, or
+// "" when it is not limited (a server admin wrote it, or it has no
+// owner).
+func limitedOwner(d *replicator.JobData) string {
+	if d == nil || !d.UserLimited {
+		return ""
+	}
+	return d.Owner()
+}
+
+// heldChange reads, in tr, whether owner runs lim jobs or more; if so it
+// returns the HeldBack change that puts the job back at now, due again
+// after its turn (replicator.HeldTurn), with its decayed priority prio.
+// The read of owner's running jobs is one range read of at most lim keys;
+// in the start's transaction it conflicts with the starts and ends of
+// owner's other jobs, so that racing starts do not both pass the limit.
+func (w *worker) heldChange(tr kv.ReadTransaction, owner string, lim int, now time.Time, prio float64) (replicator.Change, bool, error) {
+	running, err := w.n.store.OwnerRunning(tr, owner, lim)
+	if err != nil || running < lim {
+		return replicator.Change{}, false, err
+	}
+	unfinished, err := w.n.store.OwnerUnfinished(tr.Snapshot(), owner)
+	if err != nil {
+		return replicator.Change{}, false, err
+	}
+	turn := replicator.HeldTurn(unfinished, lim, w.cfg.Interval)
+	return replicator.Change{Kind: replicator.HeldBack, At: now, Priority: prio, STime: replicator.Millis(now.Add(turn))}, true, nil
+}
+
+// heldAtStart checks the per-user limit before the run's replication id
+// is computed (which, for a user's filter, asks its source: a source that
+// never answers would hold the slot meanwhile), and holds the job back
+// when its owner runs the limit. The start's transaction checks again,
+// exactly (initJob). It reports whether the job was held back.
+func (w *worker) heldAtStart(d *replicator.JobData) bool {
+	owner := limitedOwner(d)
+	if owner == "" {
+		return false
+	}
+	lim, now := w.cfg.userLimit(), w.now()
+	prio := w.n.priorityOf(w, now)
+	r, err := kv.ReadTransact(w.ctx, w.n.store.DB, func(tr kv.ReadTransaction) (heldRead, error) {
+		c, held, err := w.heldChange(tr, owner, lim, now, prio)
+		return heldRead{c, held}, err
+	})
+	if err != nil || !r.held {
+		return false // initJob checks again
+	}
+	if w.change(d, r.c, nil) {
+		w.logHeld(d, owner, lim, r.c)
+	}
+	return true
+}
+
+// logHeld logs a job held back at the per-user limit (at debug: a user
+// beyond the limit has about lim of them per interval).
+func (w *worker) logHeld(d *replicator.JobData, owner string, lim int, c replicator.Change) {
+	w.logEvent(w.cfg.Logger.Debug(), d).Str("owner", owner).Int("limit", lim).
+		Time("retry_at", time.UnixMilli(c.STime).UTC()).Msg("replication held back: its user runs as many replications as a user may")
+}
+
+// rotateUsers is the interval step's turn-taking within the per-user
+// limit: for each user with continuous jobs here that ran MinRunTime,
+// whose waiting jobs the
+// nodes held back since the last step (the store's count of them, key 28,
+// read for all those users in one snapshot read), it stops as many of
+// that user's continuous jobs that ran MinRunTime as its share of those
+// held back (in proportion to the user's jobs here among the limit),
+// within what MaxChurn leaves after stopped; each goes back to the queue
+// behind the user's held-back jobs (at the turn they were given), so that
+// one of those takes the slot. A user first seen here is only noted. It
+// returns how many it stopped.
+func (n *Node) rotateUsers(ctx context.Context, cfg Config, now time.Time, stopped int) int {
+	budget := cfg.MaxChurn - stopped
+	lim := cfg.userLimit()
+	ran := func(w *worker) bool { return w.continuous && now.Sub(w.started) >= cfg.MinRunTime }
+	n.mu.Lock()
+	local := map[string]int{}
+	eligible := map[string][]*worker{}
+	for _, w := range n.keptLocked() {
+		o := w.limitedOwner
+		if o == "" {
+			continue
+		}
+		local[o]++
+		if ran(w) {
+			eligible[o] = append(eligible[o], w)
+		}
+	}
+	n.mu.Unlock()
+	owners := make([]string, 0, len(eligible))
+	for o := range eligible {
+		owners = append(owners, o)
+	}
+	slices.Sort(owners)
+	seen := n.heldSeen
+	n.heldSeen = map[string]int64{}
+	if len(owners) == 0 {
+		return 0
+	}
+	counts, err := n.store.UserCounts(ctx, owners)
+	if err != nil {
+		if ctx.Err() == nil {
+			cfg.Logger.Warn().Err(err).Msg("replicator: per-user limit: reading the held-back jobs; no turns this interval")
+		}
+		return 0
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	total := 0
+	for _, o := range owners {
+		c := counts[o]
+		n.heldSeen[o] = c.HeldBack
+		prev, known := seen[o]
+		if !known || c.HeldBack <= prev || budget <= 0 {
+			continue
+		}
+		k := min(budget, int((c.HeldBack-prev)*int64(local[o])+int64(lim)-1)/lim)
+		at := replicator.Millis(now.Add(replicator.HeldTurn(c.Unfinished, lim, cfg.Interval)))
+		k = stopLeastDeservingUntil(eligible[o], k, stopUser, at, func(*worker) bool { return true })
+		budget -= k
+		total += k
+	}
+	return total
+}
+
+// heldRead is heldChange's result through a read transaction.
+type heldRead struct {
+	c    replicator.Change
+	held bool
+}
