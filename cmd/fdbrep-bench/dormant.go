@@ -53,6 +53,7 @@ type dormantBench struct {
 	writeGap, giveUp, idle    time.Duration
 	settleMax, couchSettleMax time.Duration
 	inMemory, couchdb, noFeed bool
+	feed                      bool
 	base                      string // CouchDB's URL, with the admin's credentials
 	couchPID, couchPort       int
 	env                       *benchEnv
@@ -96,6 +97,7 @@ func runDormantBench(args []string) error {
 	fs.DurationVar(&b.couchSettleMax, "couch-settle-max", 0, "longest wait for CouchDB's replications to have all run once (0: -settle-max)")
 	fs.BoolVar(&b.inMemory, "in-memory", false, "in-memory store instead of a durable one in a temporary directory")
 	fs.BoolVar(&b.couchdb, "couchdb", true, "run CouchDB 3.5's own replicator too")
+	fs.BoolVar(&b.feed, "feed", true, "run fdbrep with _db_updates (_global_changes created)")
 	fs.BoolVar(&b.noFeed, "no-feed", true, "run fdbrep a second time without _db_updates (_global_changes deleted: its watches poll)")
 	fs.IntVar(&b.simN, "sim-n", 100_000, "then a simulated run (the simulated engine, no peer): this many replications; 0 skips it")
 	fs.IntVar(&b.simServers, "sim-servers", 10, "simulated run: source servers")
@@ -137,8 +139,10 @@ func runDormantBench(args []string) error {
 	if _, err := doJSON(http.MethodPut, b.base+"/_global_changes", nil, nil); err != nil && !strings.Contains(err.Error(), "412") {
 		return err
 	}
-	if err := b.runFdbrep("fdbrep, _db_updates", "shared_feed"); err != nil {
-		return fmt.Errorf("fdbrep: %w", err)
+	if b.feed {
+		if err := b.runFdbrep("fdbrep, _db_updates", "shared_feed"); err != nil {
+			return fmt.Errorf("fdbrep: %w", err)
+		}
 	}
 	if b.noFeed || b.few > 0 {
 		if _, err := doJSON(http.MethodDelete, b.base+"/_global_changes", nil, nil); err != nil {

@@ -384,9 +384,10 @@
 //     (park_when_waiting_after_sec, 2 s), as many of them as wait, the
 //     longest idle first, so that the slots go to jobs with work within
 //     seconds of the idle ones' work being done. Where its group gives no
-//     feed, only when so many wait that rotation would keep it out of a
-//     slot at least a poll cycle (ceil(waiting / MaxChurn) intervals >=
-//     WatchPollInterval: Config.pollParkOK): its poll then never delays a
+//     feed, only when rotation would keep it out of a slot at least a poll
+//     cycle (ceil(waiting / MaxChurn) intervals, and at least MinRunTime,
+//     >= WatchPollInterval: Config.pollParkOK; with the defaults, a
+//     minute both, whenever a job waits): its poll then never delays a
 //     change longer than its turn in the rotation would.
 //
 // A parkable job that rotation (or a lower MaxJobs) stops while it is

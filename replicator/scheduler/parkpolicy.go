@@ -132,20 +132,25 @@ func (c Config) waitingMaxAge() time.Duration { return max(2*c.Interval, 5*time.
 // pollParkOK reports whether a replication whose group gives no feed may
 // park while waiting jobs wait for a slot: only when rotation would keep
 // it out of a slot at least as long as a poll cycle (WatchPollInterval)
-// keeps a change to its source waiting, ceil(waiting / MaxChurn)
-// intervals. Parked, it is woken by its watch's poll; stopped by rotation
-// and queued, it would wait its turn: the poll is then never the slower.
+// keeps a change to its source waiting. Stopped by rotation and queued, it
+// would wait its turn: ceil(waiting / MaxChurn) intervals, and at least
+// MinRunTime, as the jobs that took the slots run that long before
+// rotation may stop them. Parked, it is woken by its watch's poll: the
+// poll is then never the slower.
 func (c Config) pollParkOK(waiting int) bool {
 	if waiting <= 0 {
 		return false
 	}
 	turns := (waiting + c.MaxChurn - 1) / c.MaxChurn
-	return time.Duration(turns)*c.Interval >= c.WatchPollInterval
+	return max(time.Duration(turns)*c.Interval, c.MinRunTime) >= c.WatchPollInterval
 }
 
 // pollParkWaiting is how many waiting jobs make pollParkOK true: the most
 // a count of them needs to read.
 func (c Config) pollParkWaiting() int {
+	if c.MinRunTime >= c.WatchPollInterval {
+		return 1
+	}
 	turns := int((c.WatchPollInterval + c.Interval - 1) / c.Interval)
 	return max(1, turns*c.MaxChurn)
 }
