@@ -281,6 +281,8 @@ var answersAllowed = []allowed{
 	{"", "eta_sec", "extra", syncRow},
 	{"", "stall", "extra", syncRow},
 	{"", "failed_docs", "extra", "Scheduler views › failed_docs"},
+	// Where the run started: from a checkpoint, or from the beginning.
+	{"", "info.checkpoint", "extra", "Replication › Where a run started"},
 	// Back in the queue after the crash, as 4.x.
 	{"GET /_scheduler/jobs/{id of nosrc}", "history[type=pending]", "extra", "Replication › Events in _scheduler/jobs' history"},
 }

@@ -13,14 +13,17 @@ import (
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
 )
 
-// Many replications, few active, against a real CouchDB 3.5: continuous
-// replications from user databases into one shared database park once
-// caught up and idle (shown running, caught up, parked, not in
+// Many replications, few active (one slot), against a real CouchDB 3.5:
+// continuous replications from user databases into one shared database
+// park once caught up and idle (shown running, caught up, parked, not in
 // _active_tasks), and a document written to a user database reaches the
 // shared one: with _global_changes created, through the server's
 // _db_updates feed (the admin's replications); for a user who is not a
 // server admin, through the poll that replaces it, which the job's view
-// explains.
+// explains. Bob's replication, whose source gives no feed, parks only to
+// give its slot to replications that wait for it (scheduler's doc.go,
+// "When a replication parks"): it is started first, and gives way when
+// the others are created.
 func TestParkedReplicationsWakeOnChange(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts CouchDB")
@@ -28,6 +31,9 @@ func TestParkedReplicationsWakeOnChange(t *testing.T) {
 	couch := couchtest.StartCouchDB(t)
 	e := newServiceWith(t, func(c *scheduler.Config) {
 		c.ParkAfter, c.WatchPollInterval = 300*time.Millisecond, 200*time.Millisecond
+		// One slot; rotation keeps a stopped job out of it at least a poll
+		// cycle, so a source polled may park while the others wait.
+		c.MaxJobs, c.MinRunTime = 1, c.WatchPollInterval
 	})
 	couch.EnsureDB(t, "_global_changes")
 	couch.CreateDB(t, "shared")
@@ -43,15 +49,27 @@ func TestParkedReplicationsWakeOnChange(t *testing.T) {
 		u.User = url.UserPassword("bob", "bobpass")
 		return u.String()
 	}()
-	for doc, src := range map[string]string{"r1": couch.AuthDBURL("u1"), "r2": couch.AuthDBURL("u2"), "rb": bobSource} {
+	create := func(doc, src string) {
 		r := e.do("PUT", "/_replicator/"+doc, asAdmin, map[string]any{"source": src, "target": couch.AuthDBURL("shared"), "continuous": true})
 		require.Equal(t, 201, r.Status, r.Raw)
 	}
-	parked := func(doc string) map[string]any {
+	state := func(doc string) (string, map[string]any) {
 		r := e.do("GET", "/_scheduler/docs/_replicator/"+doc, asAdmin, nil)
 		require.Equal(t, 200, r.Status, r.Raw)
 		info, _ := r.Body["info"].(map[string]any)
-		if r.Body["state"] != "running" || info == nil || info["parked"] == nil {
+		s, _ := r.Body["state"].(string)
+		return s, info
+	}
+	create("rb", bobSource)
+	testutil.Eventually(t, "rb running and caught up", func() bool {
+		s, info := state("rb")
+		return s == "running" && info != nil && info["caught_up"] == true
+	})
+	create("r1", couch.AuthDBURL("u1"))
+	create("r2", couch.AuthDBURL("u2"))
+	parked := func(doc string) map[string]any {
+		s, info := state(doc)
+		if s != "running" || info == nil || info["parked"] == nil {
 			return nil
 		}
 		return info
