@@ -83,18 +83,18 @@ store_pkgs = $(shell $(GO) list $(1) -test -f '{{.ImportPath}}|{{range .Deps}}{{
 	awk -F'|' '$$1 ~ /\.test$$/ && index($$2, "/pkg/kv ") { sub(/\.test$$/, "", $$1); print $$1 }')
 
 test-unit:
-	$(GO) test -race -count=1 -timeout 20m ./...
+	scripts/timed.sh test-unit $(GO) test -race -count=1 -timeout 20m ./...
 
 ## test-faults: the store packages again under injected storage faults,
 ## without the race detector: the plain pass has it, and this one's value
 ## is the code's behaviour under the store's errors (CI's time, issue 41).
 test-faults:
-	FDBREP_KV_FAULTS=1 $(GO) test -count=1 -timeout 20m $(call store_pkgs)
+	scripts/timed.sh test-faults env FDBREP_KV_FAULTS=1 $(GO) test -count=1 -timeout 20m $(call store_pkgs)
 
 ## test-latency: every read and commit waits as over a network, and any
 ## transaction over 1 MB or 1 s fails its test (FDB's guidance).
 test-latency:
-	FDBREP_KV_LATENCY=1 FDBREP_KV_BUDGET=1 $(GO) test -count=1 -timeout 20m $(call store_pkgs)
+	scripts/timed.sh test-latency env FDBREP_KV_LATENCY=1 FDBREP_KV_BUDGET=1 $(GO) test -count=1 -timeout 20m $(call store_pkgs)
 
 ## soak: the scheduler's model test (cmd/internal/sim) over new seeds, one
 ## after the other, for SOAK_DURATION (default 10m), then the real-process
@@ -119,7 +119,7 @@ soak:
 ## cmd/fdbrep start clusters of their own.
 FDB_TLS ?= 1
 test-fdb:
-	FDBREP_FDB_TLS=$(FDB_TLS) scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb $(GO) test -tags fdb -count=1 -timeout 30m \
+	scripts/timed.sh test-fdb env FDBREP_FDB_TLS=$(FDB_TLS) scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb $(GO) test -tags fdb -count=1 -timeout 30m \
 		$(call store_pkgs,-tags fdb) ./cmd/internal/fdbfault
 
 ## test-deploy: the deployment test (cmd/internal/deploy; docs/DEPLOY.md):
