@@ -12,6 +12,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
@@ -46,8 +47,12 @@ func TestHundredNodes(t *testing.T) {
 	// slows and reorders the 400 goroutines many times over) and on a real
 	// FoundationDB on this machine's cores, the jobs must still run once
 	// each, but the count of attempts says more about the goroutines'
-	// scheduling than about the shards: it is logged, not bounded.
-	simulated := !testing.Short() && !testutil.Race && !kvtest.OnFoundationDB(t)
+	// scheduling than about the shards: it is logged, not bounded. Under
+	// injected storage faults (FDBREP_KV_FAULTS) every fault is one more
+	// attempt, so the count is logged there too.
+	_, faults, err := faultkv.FromEnv()
+	require.NoError(t, err)
+	simulated := !testing.Short() && !testutil.Race && !faults && !kvtest.OnFoundationDB(t)
 	if !simulated {
 		jobs = 4_000
 	}

@@ -116,6 +116,12 @@ func (w *worker) logHalted(starting bool) {
 	case err != nil || d == nil || st == fdbjobs.Finished:
 	case w.data != nil && !replicator.SameReplication(d.Rep, w.data.Rep):
 		why = "its document was changed: the job runs again as the new version"
+	case w.stopKind() != stopNone && w.stopKind() != stopPark && d.State != replicator.StateParked:
+		// The run stopped to be put back in the queue, and its requeue
+		// found the job already pending or taken: an attempt whose commit
+		// was unknown had committed (and another node may have taken the
+		// job since), so the stop's reason is the line's.
+		why = w.stopKind().requeueWhy()
 	case st == fdbjobs.Running && d.Node != "" && d.Node != w.cfg.NodeName:
 		why = fmt.Sprintf("taken over by node %s: this node's hold on the job lapsed", d.Node)
 	default:
@@ -249,24 +255,29 @@ func (w *worker) reschedule(d *replicator.JobData, why string) {
 		return
 	}
 	if why == "" {
-		switch w.stopKind() {
-		case stopPreempt:
-			why = "rotation: another job's turn"
-		case stopShutdown:
-			why = "the node is shutting down"
-		case stopMove:
-			why = "balance: moved to a node that runs fewer jobs"
-		case stopPark:
-			why = "caught up and idle, but its final checkpoint was not written: it waits its turn to run again"
-		case stopUser:
-			why = "user limit: another of its user's replications' turn"
-		case stopStall:
-			why = "no progress while other replications waited for a slot: queued behind them"
-		default:
-			why = "the run ended"
-		}
+		why = w.stopKind().requeueWhy()
 	}
 	w.logEvent(w.cfg.Logger.Info(), d).Str("why", why).Msg("replication stopped")
+}
+
+// requeueWhy is the why of the log line of a run stopped for k and put
+// back in the queue (worker.reschedule).
+func (k stopKind) requeueWhy() string {
+	switch k {
+	case stopPreempt:
+		return "rotation: another job's turn"
+	case stopShutdown:
+		return "the node is shutting down"
+	case stopMove:
+		return "balance: moved to a node that runs fewer jobs"
+	case stopPark:
+		return "caught up and idle, but its final checkpoint was not written: it waits its turn to run again"
+	case stopUser:
+		return "user limit: another of its user's replications' turn"
+	case stopStall:
+		return "no progress while other replications waited for a slot: queued behind them"
+	}
+	return "the run ended"
 }
 
 // putBack returns a job accepted but never started (the node was
