@@ -75,12 +75,17 @@ cluster: build
 ## cluster (test-fdb).
 test: lint fdb-check pouchdb fauxton test-unit test-faults test-latency test-fdb
 
-## store_pkgs lists the packages whose test binary links pkg/kv (go list
-## flags in $(1)): the passes that change the store rerun only these, since
-## the others (the CouchDB client, the replication protocol, the docs)
-## would repeat the plain pass.
+## store_pkgs lists the packages whose tests open a store (their test
+## binary links pkg/kv/kvtest; go list flags in $(1)): the passes that
+## change the store rerun only these, since the others (the CouchDB
+## client, the replication protocol, the CLI, the docs) would repeat the
+## plain pass. Of these, cmd/fdbrep's nodes open their own store, which
+## reads FDBREP_KV_LATENCY and FDBREP_KV_BUDGET but not FDBREP_KV_FAULTS
+## nor FDBREP_KV_BACKEND: the faults and FoundationDB passes leave it out
+## (nodes_pkgs), and test-fdb runs its FoundationDB tests alone.
 store_pkgs = $(shell $(GO) list $(1) -test -f '{{.ImportPath}}|{{range .Deps}}{{.}} {{end}}' ./... | \
-	awk -F'|' '$$1 ~ /\.test$$/ && index($$2, "/pkg/kv ") { sub(/\.test$$/, "", $$1); print $$1 }')
+	awk -F'|' '$$1 ~ /\.test$$/ && index($$2, "/pkg/kv/kvtest ") { sub(/\.test$$/, "", $$1); print $$1 }')
+nodes_pkgs = $(filter-out %/cmd/fdbrep,$(call store_pkgs,$(1)))
 
 test-unit:
 	scripts/timed.sh test-unit $(GO) test -race -count=1 -timeout 20m ./...
@@ -89,7 +94,7 @@ test-unit:
 ## without the race detector: the plain pass has it, and this one's value
 ## is the code's behaviour under the store's errors (CI's time, issue 41).
 test-faults:
-	scripts/timed.sh test-faults env FDBREP_KV_FAULTS=1 $(GO) test -count=1 -timeout 20m $(call store_pkgs)
+	scripts/timed.sh test-faults env FDBREP_KV_FAULTS=1 $(GO) test -count=1 -timeout 20m $(call nodes_pkgs)
 
 ## test-latency: every read and commit waits as over a network, and any
 ## transaction over 1 MB or 1 s fails its test (FDB's guidance).
@@ -100,9 +105,9 @@ test-latency:
 ## after the other, for SOAK_DURATION (default 10m), then the real-process
 ## soak (cmd/internal/soak: fdbrep serve and fdbrep cluster against a real
 ## CouchDB 3.5, SIGKILLs among the operations) for as long. make test runs
-## one seed of 10,000 intervals (1,000 under the race detector, 2,000 on a
-## store that injects faults or waits as over a network) and about
-## two minutes of the real-process soak.
+## one seed of 1,000 intervals in each pass (under the race detector, on a
+## store that injects faults or waits as over a network, on FoundationDB)
+## and about two minutes of the real-process soak.
 SOAK_DURATION ?= 10m
 soak:
 	$(GO) test -count=1 -timeout 0 -run '^TestModel$$' ./cmd/internal/sim -v -sim.soak $(SOAK_DURATION)
@@ -119,8 +124,9 @@ soak:
 ## cmd/fdbrep start clusters of their own.
 FDB_TLS ?= 1
 test-fdb:
-	scripts/timed.sh test-fdb env FDBREP_FDB_TLS=$(FDB_TLS) scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb $(GO) test -tags fdb -count=1 -timeout 30m \
-		$(call store_pkgs,-tags fdb) ./cmd/internal/fdbfault
+	scripts/timed.sh test-fdb env FDBREP_FDB_TLS=$(FDB_TLS) scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb sh -c '\
+		$(GO) test -tags fdb -count=1 -timeout 30m $(call nodes_pkgs,-tags fdb) ./pkg/kv/fdbkv ./cmd/internal/deploy ./cmd/internal/fdbfault && \
+		$(GO) test -tags fdb -count=1 -timeout 10m -run "^(TestInterruptWhileWaitingForFDB|TestServeOnFDBOverTLS)$$" ./cmd/fdbrep'
 
 ## test-deploy: the deployment test (cmd/internal/deploy; docs/DEPLOY.md):
 ## FoundationDB, CouchDB and fdbrep nodes by role on hosts made of network

@@ -44,17 +44,15 @@ func TestModel(t *testing.T) {
 }
 
 // intervalsDefault is IntervalsDefault, or a tenth of it under the race
-// detector (which makes the simulation ten times slower), or a fifth in
-// make test's passes on a store that injects faults (FDBREP_KV_FAULTS) or
+// detector (which makes the simulation ten times slower) and in make
+// test's passes on a store that injects faults (FDBREP_KV_FAULTS) or
 // waits as over a network (FDBREP_KV_LATENCY, FoundationDB): their value
 // here is the store's behaviour under the scheduler, which a shorter run
-// shows as well, and make soak runs new seeds at full length.
+// shows as well (each pass draws a new seed), and make soak runs new
+// seeds at full length.
 func intervalsDefault() int {
-	switch {
-	case testutil.Race:
+	if testutil.Race || os.Getenv("FDBREP_KV_FAULTS") != "" || os.Getenv("FDBREP_KV_LATENCY") != "" || os.Getenv("FDBREP_KV_BACKEND") == "fdb" {
 		return IntervalsDefault / 10
-	case os.Getenv("FDBREP_KV_FAULTS") != "" || os.Getenv("FDBREP_KV_LATENCY") != "" || os.Getenv("FDBREP_KV_BACKEND") == "fdb":
-		return IntervalsDefault / 5
 	}
 	return IntervalsDefault
 }
