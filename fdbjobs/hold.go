@@ -99,7 +99,10 @@ func (j *Job) Renewing() (done func(committed bool)) {
 // that the job was taken from it within the watch's latency (milliseconds)
 // instead of at its next Update: held false is the answer Update would
 // give as ErrHalt (see doc.go, "Holding a job"). A job that did not come
-// from Accept is never held. The watch is nil when held is false.
+// from Accept is never held. The watch is nil when held is false. As any
+// FoundationDB watch, it may also end with an error (future_version, too
+// many watches, a lost connection) without a change: the worker then
+// calls WatchHold again, which reads the row anew.
 func (c *Client) WatchHold(tr kv.Transaction, job *Job) (watch kv.FutureNil, held bool, err error) {
 	if job == nil || !job.lock.held() {
 		return nil, false, nil

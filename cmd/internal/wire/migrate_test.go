@@ -330,16 +330,20 @@ func TestMigrateKeepsCheckpoints(t *testing.T) {
 		seq     string
 		checked float64
 	}
+	// The replication ids, as CouchDB's scheduler showed them while the
+	// replications ran (once stopped by a restart, it shows none).
+	repIDs := map[string]string{}
 	couchCheckpoint := func(id string) (checkpoint, bool) {
-		var d struct {
-			ID   *string        `json:"id"`
-			Info map[string]any `json:"info"`
+		if repIDs[id] == "" {
+			var d struct {
+				ID *string `json:"id"`
+			}
+			if couch.Request(t, "GET", "/_scheduler/docs/_replicator/"+id, nil, &d) != 200 || d.ID == nil {
+				return checkpoint{}, false
+			}
+			repIDs[id], _, _ = strings.Cut(*d.ID, "+")
 		}
-		if couch.Request(t, "GET", "/_scheduler/docs/_replicator/"+id, nil, &d) != 200 || d.ID == nil {
-			return checkpoint{}, false
-		}
-		base, _, _ := strings.Cut(*d.ID, "+")
-		log := couch.GetDoc(t, "src", "_local/"+base)
+		log := couch.GetDoc(t, "src", "_local/"+repIDs[id])
 		if log == nil {
 			return checkpoint{}, false
 		}
@@ -362,8 +366,11 @@ func TestMigrateKeepsCheckpoints(t *testing.T) {
 	require.ErrorContains(t, err, "refused the credentials")
 	require.NotContains(t, err.Error(), "\n")
 
-	// CouchDB's replications stop, each with a last checkpoint.
+	// CouchDB's replications stop, each with a last checkpoint: max_jobs
+	// 0, applied at once by a restart of its applications (otherwise at
+	// its next scheduling interval, a minute after it started).
 	require.Equal(t, 200, couch.Request(t, "PUT", "/_node/_local/_config/replicator/max_jobs", []byte(`"0"`), nil))
+	couch.Restart(t)
 	for id := range reps {
 		testutil.Eventually(t, "CouchDB stopped "+id, func() bool {
 			var d struct {

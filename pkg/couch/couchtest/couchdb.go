@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // EnvCouchDBScript names the environment variable that, when set, gives
@@ -212,4 +215,33 @@ func (s *Server) AddUser(t testing.TB, name, password string) {
 	s.EnsureDB(t, "_users")
 	s.must(t, http.MethodPut, "/_users/org.couchdb.user:"+url.PathEscape(name),
 		map[string]any{"name": name, "password": password, "roles": []string{}, "type": "user"}, nil, http.StatusCreated)
+}
+
+// Restart restarts CouchDB's applications in place (POST
+// /_node/_local/_restart, as CouchDB's own test suites do) and returns once
+// it answers again: settings written through _config persist across it
+// (they are in the last ini file), and its replicator starts anew from
+// them, which applies at once what it otherwise applies only at its next
+// scheduling interval (max_jobs, interval). CouchDB answers before it
+// goes down: Restart waits for it to stop answering (at most 5 s), then to
+// answer again (at most a minute).
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	require.Equal(t, 200, s.Request(t, "POST", "/_node/_local/_restart", []byte("{}"), nil))
+	up := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL()+"/_up", nil)
+		resp, err := s.client.Do(req)
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	for deadline := time.Now().Add(5 * time.Second); up() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, s.waitReady(time.Minute), "couchtest: CouchDB after a restart")
 }
