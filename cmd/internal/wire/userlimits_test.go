@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
 )
 
 // silentPeer is a TCP listener that accepts connections and never
@@ -75,17 +77,24 @@ func TestOneUserDoesNotStarveOthers(t *testing.T) {
 	require.Equal(t, 201, r.Status, r.Raw)
 	s.waitDocState("alice/_replicator", "mine", "running")
 
-	// One of bob's runs; the others wait, saying why.
-	states := map[string]int{}
-	for _, i := range []string{"1", "2", "3"} {
-		d := s.waitDocState("_replicator", "bob"+i, "running", "pending")
-		states[d["state"].(string)]++
-		if d["state"] == "pending" {
-			stall, _ := d["info"].(map[string]any)["stall"].(map[string]any)
-			require.Equal(t, "user_limit", stall["reason"], "%v", d)
+	// One of bob's runs; the others wait, saying why (once a node has
+	// looked at them: a job just added is pending with no stall yet).
+	testutil.Eventually(t, "one of bob's replications running, two waiting for user_limit", func() bool {
+		states := map[string]int{}
+		for _, i := range []string{"1", "2", "3"} {
+			r := s.do("GET", "/_scheduler/docs/_replicator/bob"+i, asAdmin, nil)
+			st, _ := r.Body["state"].(string)
+			if st == "pending" {
+				info, _ := r.Body["info"].(map[string]any)
+				stall, _ := info["stall"].(map[string]any)
+				if stall["reason"] != "user_limit" {
+					return false
+				}
+			}
+			states[st]++
 		}
-	}
-	require.Equal(t, map[string]int{"running": 1, "pending": 2}, states)
+		return states["running"] == 1 && states["pending"] == 2
+	})
 }
 
 // A one-shot replication from a source that never answers gives its slot
