@@ -125,8 +125,9 @@ soak:
 FDB_TLS ?= 1
 test-fdb:
 	scripts/timed.sh test-fdb env FDBREP_FDB_TLS=$(FDB_TLS) scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb sh -c '\
-		$(GO) test -tags fdb -count=1 -timeout 30m $(call nodes_pkgs,-tags fdb) ./pkg/kv/fdbkv ./cmd/internal/deploy ./cmd/internal/fdbfault && \
-		$(GO) test -tags fdb -count=1 -timeout 10m -run "^(TestInterruptWhileWaitingForFDB|TestServeOnFDBOverTLS)$$" ./cmd/fdbrep'
+		$(GO) test -tags fdb -count=1 -timeout 30m $(call nodes_pkgs,-tags fdb) ./pkg/kv/fdbkv ./cmd/internal/deploy ./cmd/internal/fdbfault; a=$$?; \
+		$(GO) test -tags fdb -count=1 -timeout 10m -run "^(TestInterruptWhileWaitingForFDB|TestServeOnFDBOverTLS)$$" ./cmd/fdbrep; b=$$?; \
+		[ $$a -eq 0 ] && [ $$b -eq 0 ]'
 
 ## test-deploy: the deployment test (cmd/internal/deploy; docs/DEPLOY.md):
 ## FoundationDB, CouchDB and fdbrep nodes by role on hosts made of network

@@ -102,9 +102,15 @@ const (
 
 // soakSlack is added to every bound: the processes, CouchDB and the test
 // share a loaded machine (2 cores, other packages' tests, maybe the race
-// detector in this process).
+// detector in this process, in make test-fdb the FoundationDB cluster's
+// three processes and the other packages' tests on it: there a POST
+// /_replicate once answered 10 s after its job completed, where the same
+// seed alone answered in time).
 func soakSlack() time.Duration {
-	if testutil.Race {
+	switch {
+	case os.Getenv("FDBREP_KV_BACKEND") == "fdb":
+		return 15 * time.Second
+	case testutil.Race:
 		return 8 * time.Second
 	}
 	return 5 * time.Second
