@@ -116,6 +116,11 @@ const RunEndWaitDefault = 10 * time.Second
 // hold lapses, and nothing is stored).
 func (s *Store) RunEnd(ctx context.Context, jobID, node string, start int64) (*engine.Stats, error) {
 	key := s.progressKey(jobID, node, start)
+	// found survives the retry loop: an attempt that read the record and
+	// cleared it may commit although its commit reported
+	// commit_unknown_result; the retry then finds the key empty and gives
+	// the counters the first attempt read.
+	var found *Progress
 	for {
 		type got struct {
 			p     *Progress
@@ -127,9 +132,13 @@ func (s *Store) RunEnd(ctx context.Context, jobID, node string, start int64) (*e
 				return got{}, err
 			}
 			var p Progress
-			if v != nil && json.Unmarshal(v, &p) == nil && p.Ended {
+			switch {
+			case v != nil && json.Unmarshal(v, &p) == nil && p.Ended:
+				found = &p
 				tr.Clear(key)
 				return got{p: &p}, nil
+			case v == nil && found != nil:
+				return got{p: found}, nil
 			}
 			return got{watch: tr.Watch(key)}, nil
 		})
