@@ -24,6 +24,7 @@ import (
 func withHealth(m map[string]map[string]string) { m["node"]["health_address"] = "127.0.0.1:0" }
 
 func TestDeniedAddressesRefusedWhenWritten(t *testing.T) {
+	t.Parallel()
 	s := newService(t, withHealth)
 	health := s.parts.HealthAddr
 	require.NotEmpty(t, health)
@@ -62,6 +63,7 @@ func TestDeniedAddressesRefusedWhenWritten(t *testing.T) {
 }
 
 func TestDeniedAddressAtConnect(t *testing.T) {
+	t.Parallel()
 	s := newService(t, func(m map[string]map[string]string) {
 		m["replicator"]["deny_loopback_endpoints"] = "true"
 		m["user_roles"][bobName] = "_replicator" // stored without the write's checks

@@ -28,6 +28,7 @@ import (
 // purpose are in answersAllowed, each pointing at its docs/COMPAT.md row;
 // any other fails the test after a table of all of them.
 func TestAnswersAsCouchDBs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB")
 	}

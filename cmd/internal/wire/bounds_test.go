@@ -11,6 +11,7 @@ import (
 // _replicator document or POST /_replicate) are refused at write time with
 // the limit named, and nothing is stored.
 func TestTunablesBoundedAtWriteTime(t *testing.T) {
+	t.Parallel()
 	e := newService(t)
 	for _, tc := range []struct {
 		field string
@@ -42,6 +43,7 @@ func TestTunablesBoundedAtWriteTime(t *testing.T) {
 // A POST /_replicate body within the request limit but too large to be
 // stored as job data is refused with 413, not a 500.
 func TestReplicateSpecTooLarge(t *testing.T) {
+	t.Parallel()
 	e := newService(t)
 	ids := make([]string, 9000)
 	for i := range ids {
@@ -56,6 +58,7 @@ func TestReplicateSpecTooLarge(t *testing.T) {
 // another user, nor its author's error reply, whatever the document
 // claims to be.
 func TestOddPasswordsNeverShown(t *testing.T) {
+	t.Parallel()
 	e := newService(t)
 	for i, src := range []string{
 		"http://padm:Alice/LeakPw14@127.0.0.1:25986/secsrc",

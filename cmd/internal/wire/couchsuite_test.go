@@ -38,6 +38,7 @@ import (
 // are testutil.Eventually. The subtests share the CouchDB and the node and
 // run one after another: one changes CouchDB's attachment settings.
 func TestCouchDBReplicationSuite(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB")
 	}

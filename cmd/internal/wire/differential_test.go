@@ -23,6 +23,7 @@ import (
 // document (deleted ones too) with its body, _revisions history and
 // attachment stubs, and the source's _local documents left behind.
 func TestDifferentialReplication(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB")
 	}

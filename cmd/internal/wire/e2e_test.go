@@ -15,6 +15,7 @@ import (
 // TestSeedExamples runs the CouchDB replicator documentation's examples
 // against real CouchDB 3.5 peers through the HTTP API.
 func TestSeedExamples(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB peers")
 	}
@@ -143,6 +144,7 @@ func TestSeedExamples(t *testing.T) {
 // TestReplicateEndpoint runs POST /_replicate: one-shot (200 with the
 // checkpoint history), continuous (202), cancel (200), errors.
 func TestReplicateEndpoint(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB peers")
 	}

@@ -188,6 +188,7 @@ func (s *service) requireStarted(db string, ids []string) {
 // the pending documents start, and every leaf of every document comes back
 // identical, revisions and conflicts included.
 func TestMigrateReplicatorDB(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts pouchdb-server and replicates 1,000 documents four times")
 	}
@@ -254,6 +255,7 @@ func TestMigrateReplicatorDB(t *testing.T) {
 // into that CouchDB with fdbrep's: exactly the pending documents start,
 // and every leaf of every document comes back identical.
 func TestMigrateFromCouchDB(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB and replicates 1,000 documents twice")
 	}
@@ -303,6 +305,7 @@ func requireNoSecret(t *testing.T, e *service) {
 // of them for the selector), not the database, and its info.checkpoint
 // says where it started.
 func TestMigrateKeepsCheckpoints(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB and replicates 1,000 documents twice")
 	}

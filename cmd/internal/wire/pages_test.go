@@ -24,6 +24,7 @@ func rowIDs(t *testing.T, r resp, list, key string) []string {
 // _scheduler/docs/{db} and _scheduler/jobs; a malformed start key is a
 // query_parse_error.
 func TestSchedulerPages(t *testing.T) {
+	t.Parallel()
 	e := newService(t)
 	for i := 0; i < 12; i++ {
 		doc := repDoc("source", fmt.Sprintf("http://127.0.0.1:9/s%02d", i), "target", "http://127.0.0.1:9/t", "continuous", true)

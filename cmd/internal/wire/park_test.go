@@ -25,6 +25,7 @@ import (
 // "When a replication parks"): it is started first, and gives way when
 // the others are created.
 func TestParkedReplicationsWakeOnChange(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB")
 	}

@@ -18,6 +18,7 @@ import (
 // changes_pending (CouchDB's sequences are opaque) counts down from the
 // source's count at the start by the changes processed.
 func TestProgressMovesWhileItRuns(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB")
 	}

@@ -52,6 +52,7 @@ func newSlowTarget(t *testing.T, couch *couchtest.Server) *slowTarget {
 // exactly that, then no more; a POST /_replicate cancel answers with the
 // run's final counters, which are the target's count.
 func TestRemovedReplicationStopsWriting(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB")
 	}

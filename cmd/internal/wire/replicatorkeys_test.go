@@ -22,6 +22,7 @@ import (
 // run time): both answer alike, and the node's _stats and Prometheus
 // carry CouchDB's counters under CouchDB's names.
 func TestCouchDB35ReplicatorKeys(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB")
 	}

@@ -27,6 +27,7 @@ import (
 // the continuous ones go on, a document written back as read keeps its
 // job; and with the new key alone, every replication still runs.
 func TestKeyRotationReseals(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a CouchDB peer")
 	}

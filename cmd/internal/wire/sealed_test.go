@@ -31,6 +31,7 @@ import (
 // *****, to the owner too, and a document written back as read keeps its
 // credentials.
 func TestCredentialsSealedAtRest(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a CouchDB peer")
 	}
@@ -166,6 +167,7 @@ func TestCredentialsSealedAtRest(t *testing.T) {
 // refused (403, naming the field). A listener on that other port gets
 // alice's own credential, when she gives it, never the service account's.
 func TestSealedCredentialStaysWithItsOrigin(t *testing.T) {
+	t.Parallel()
 	pub, priv := testutil.SealKeys(t)
 	s := newService(t, func(m map[string]map[string]string) {
 		m["replicator"]["seal_public_key_file"] = pub

@@ -18,6 +18,7 @@ func unreachable(n string, extra ...any) map[string]any {
 // replication) clears the stale fields; conflicts and deletions through
 // _bulk_docs move the job with the winning revision.
 func TestReplicationStateFields(t *testing.T) {
+	t.Parallel()
 	e := newService(t)
 	docState := func(id string) int {
 		return e.do("GET", "/_scheduler/docs/_replicator/"+id, asAdmin, nil).Status

@@ -29,6 +29,7 @@ import (
 // target_unreachable while the run retries, then backing_off until its
 // retry, which POST /_scheduler/jobs/{id}/_retry brings forward.
 func TestInSync(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB")
 	}

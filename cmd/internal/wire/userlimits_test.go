@@ -54,6 +54,7 @@ func silentPeer(t *testing.T) string {
 // once, his others wait with the stall user_limit, and alice's runs at
 // once; a user's connection_timeout is at most two minutes.
 func TestOneUserDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
 	s := newService(t, func(m map[string]map[string]string) { m["replicator"]["max_jobs"] = "3" })
 	peer := silentPeer(t)
 	require.Equal(t, 201, s.do("PUT", "/"+url.PathEscape("alice/_replicator"), asAdmin, nil).Status)
@@ -102,6 +103,7 @@ func TestOneUserDoesNotStarveOthers(t *testing.T) {
 // server admins' replications, which the per-user limit leaves alone,
 // with a connection_timeout of an hour.
 func TestStalledOneShotGivesWay(t *testing.T) {
+	t.Parallel()
 	s := newService(t, func(m map[string]map[string]string) {
 		m["replicator"]["max_jobs"] = "2"
 		m["replicator"]["one_shot_stall_preempt_sec"] = "1"

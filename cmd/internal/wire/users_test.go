@@ -23,6 +23,7 @@ import (
 // database's _scheduler/docs rows are its members', as in CouchDB 4.x;
 // no row ever carries a password.
 func TestUsersSeeTheirReplications(t *testing.T) {
+	t.Parallel()
 	e := newService(t)
 	for _, db := range []string{"src", "a1", "a2", "b1"} {
 		require.Equal(t, 201, e.do("PUT", "/"+url.PathEscape(db+"/_replicator"), asAdmin, nil).Status)
@@ -175,6 +176,7 @@ func TestUsersSeeTheirReplications(t *testing.T) {
 // the target's refusals (failed_docs, the stall's detail) that quote the
 // documents it refused, and error reasons without URL userinfo.
 func TestMembersSeeOthersSchedulerRowsAsDocuments(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts CouchDB")
 	}
