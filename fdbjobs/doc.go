@@ -51,6 +51,26 @@
 //     WaitAny. They work from any node, not only the one running the job.
 //   - Services: Client.Start / Stop run one activity monitor per type and,
 //     for subscriptions, one notifier per type.
+//   - Runtime: typed workers on the calls above. A job's arguments are a
+//     Go type with a Kind (JobArgs; the kind is the job's type); AddWorker
+//     registers a Worker[T] for them in a Workers registry with its
+//     WorkerOptions (Concurrency, Timeout, MaxAttempts, RetryPolicy);
+//     Client.Insert and InsertMany add such jobs (InsertOptions: id,
+//     ScheduledAt, MaxAttempts), in the caller's transaction if given; a
+//     Runtime (NewRuntime, Start, Stop, StopAndCancel) accepts them in
+//     batches up to each kind's Concurrency, renews each running job's
+//     hold every Timeout / HeartbeatFraction, watches its row once it has
+//     run WatchHoldAfter, ends the Work's ctx when the job is taken from it
+//     (ErrHalt) or its hold lapses (ErrHoldLapsed), and writes the
+//     attempt's end in one transaction fenced by the job's lock: finished
+//     (OutcomeCompleted), pending again at the RetryPolicy's time
+//     (RetryPolicyDefault: attempt⁴ s, ±10%), or finished as
+//     OutcomeDiscarded after MaxAttempts, at once for Permanent errors and
+//     arguments that do not decode. Snooze puts a job back without
+//     counting an attempt; a panic is the attempt's error. The job's data
+//     is an envelope of its arguments and attempts (JobOutcome reads it);
+//     the last ErrorHistoryMax errors are kept. An attempt whose node died
+//     is not counted: the activity monitor hands the job back as it was.
 //
 // # Key layout
 //

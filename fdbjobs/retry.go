@@ -1,0 +1,137 @@
+package fdbjobs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// RetryPolicy says how long after a failed attempt a job is tried again.
+// attempt counts the attempt that failed (1 for the first). A delay of zero
+// or less tries it again at once.
+type RetryPolicy interface {
+	NextRetry(attempt int, err error) time.Duration
+}
+
+// RetryFunc is a RetryPolicy written as a function.
+type RetryFunc func(attempt int, err error) time.Duration
+
+// NextRetry calls f.
+func (f RetryFunc) NextRetry(attempt int, err error) time.Duration { return f(attempt, err) }
+
+// RetryPolicyDefault is River's default policy: attempt⁴ seconds (1 s, 16
+// s, 81 s, …; 25 attempts span about three weeks), each within ±10% at
+// random, so that jobs that failed together do not come back together.
+var RetryPolicyDefault RetryPolicy = RetryFunc(exponentialRetry)
+
+func exponentialRetry(attempt int, _ error) time.Duration {
+	d := math.Pow(float64(max(attempt, 1)), 4) * float64(time.Second)
+	d *= 0.9 + 0.2*rand.Float64()
+	return time.Duration(min(d, float64(math.MaxInt64/2)))
+}
+
+// ErrorHistoryMax is how many of a job's last attempt errors it keeps
+// (Work.Errors), and ErrorTextMax the bytes of each error's text: a job's
+// history stays small whatever its worker returns.
+const (
+	ErrorHistoryMax = 10
+	ErrorTextMax    = 2000
+)
+
+// AttemptError is the error of one failed attempt.
+type AttemptError struct {
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	Error   string    `json:"error"`
+}
+
+// Permanent marks err as one that no retry can mend: the job is
+// discarded at once, whatever attempts it has left.
+func Permanent(err error) error { return &permanentError{err: err} }
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + fmt.Sprint(e.err) }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Snooze returns an error that puts the job back for d without counting
+// an attempt (its worker found it cannot run yet).
+func Snooze(d time.Duration) error { return &snoozeError{d: max(d, 0)} }
+
+type snoozeError struct{ d time.Duration }
+
+func (e *snoozeError) Error() string { return fmt.Sprintf("snoozed for %v", e.d) }
+
+// errDecode is the error of a job whose arguments do not decode: it is
+// discarded at once.
+var errDecode = errors.New("fdbjobs: job arguments do not decode")
+
+// Outcome states of a finished runtime job, in its data (JobOutcome).
+const (
+	// OutcomeCompleted: its worker returned nil.
+	OutcomeCompleted = "completed"
+	// OutcomeDiscarded: its last attempt failed, or an error was
+	// permanent, or its arguments did not decode.
+	OutcomeDiscarded = "discarded"
+)
+
+// envelope is the data of a job inserted for a Runtime: its arguments
+// and its attempts.
+type envelope struct {
+	Args json.RawMessage `json:"args"`
+	// Attempt counts the attempts that ended (failed, or completed).
+	Attempt     int            `json:"attempt,omitempty"`
+	MaxAttempts int            `json:"max_attempts,omitempty"`
+	Errors      []AttemptError `json:"errors,omitempty"`
+	// Outcome is set when the job is finished: OutcomeCompleted or
+	// OutcomeDiscarded.
+	Outcome string `json:"outcome,omitempty"`
+}
+
+func decodeEnvelope(data json.RawMessage) (*envelope, error) {
+	var e envelope
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, fmt.Errorf("%w: %v", errDecode, err)
+	}
+	if e.Args == nil {
+		return nil, fmt.Errorf("%w: no \"args\": not a job inserted for a Runtime (Insert)", errDecode)
+	}
+	return &e, nil
+}
+
+// failed records a failed attempt's error in e.
+func (e *envelope) failed(err error, at time.Time) {
+	text := err.Error()
+	if len(text) > ErrorTextMax {
+		text = text[:ErrorTextMax] + "…"
+	}
+	e.Attempt++
+	e.Errors = append(e.Errors, AttemptError{Attempt: e.Attempt, At: at.UTC(), Error: text})
+	if n := len(e.Errors) - ErrorHistoryMax; n > 0 {
+		e.Errors = append([]AttemptError(nil), e.Errors[n:]...)
+	}
+}
+
+func (e *envelope) encode() (json.RawMessage, error) {
+	b, err := json.Marshal(e)
+	for err == nil && len(b) > MaxDataSize && len(e.Errors) > 0 {
+		e.Errors = e.Errors[1:]
+		b, err = json.Marshal(e)
+	}
+	return b, err
+}
+
+// JobOutcome reads a runtime job's data (Job, JobData): its outcome
+// (OutcomeCompleted, OutcomeDiscarded, or "" while it is not finished),
+// its attempts that ended, and its last errors. Data that is no runtime
+// job's is ErrInvalidData.
+func JobOutcome(data json.RawMessage) (outcome string, attempts int, errs []AttemptError, err error) {
+	e, err := decodeEnvelope(data)
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("%w: %v", ErrInvalidData, err)
+	}
+	return e.Outcome, e.Attempt, e.Errors, nil
+}

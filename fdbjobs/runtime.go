@@ -1,0 +1,423 @@
+package fdbjobs
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/fdbrep/fdbrep/internal/service"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+)
+
+// Runtime errors: the context.Cause of a Work's ctx.
+var (
+	// ErrHoldLapsed: the node could not renew its hold on the job for half
+	// the kind's timeout, so it stopped before another node may take the
+	// job (see doc.go, "Holding a job").
+	ErrHoldLapsed = errors.New("fdbjobs: hold on the job lapsed")
+	// ErrStopped: the Runtime is stopping and its grace ended
+	// (StopAndCancel, or Stop's deadline); the job is handed back.
+	ErrStopped = errors.New("fdbjobs: runtime stopped")
+)
+
+// Defaults of RuntimeOptions.
+const (
+	// FetchPollDefault is how often a kind's idle fetcher looks for jobs
+	// that became due by the clock (a retry, a snooze, a job inserted for
+	// later); a job inserted due now wakes it at once (Accept's watch).
+	FetchPollDefault = time.Second
+	// WatchHoldAfterDefault is how long a job runs before its Runtime
+	// watches its row (WatchHold), so that the worker hears within the
+	// watch's latency that the job was removed or taken: shorter jobs
+	// finish without paying the watch's transaction, and hear of it at
+	// their Finish.
+	WatchHoldAfterDefault = 200 * time.Millisecond
+)
+
+// RuntimeOptions tune a Runtime. The zero value gives the defaults.
+type RuntimeOptions struct {
+	// FetchPoll: see FetchPollDefault.
+	FetchPoll time.Duration
+	// WatchHoldAfter: see WatchHoldAfterDefault.
+	WatchHoldAfter time.Duration
+}
+
+// Runtime works the jobs of the kinds its Workers registry names, on one
+// node: per kind, a fetcher accepts up to the kind's Concurrency jobs in
+// batches (AcceptBatch, woken by a watch when jobs are inserted), and each
+// job runs on a goroutine of its own, which renews the job's hold (Update,
+// every Timeout / HeartbeatFraction) and, once the job has run for
+// WatchHoldAfter, watches its row, and ends the Work's ctx when the job is
+// taken from it or its hold lapses. When Work returns, the Runtime
+// finishes the job (completed), retries it later by its RetryPolicy, or
+// discards it, in one transaction fenced by the job's lock.
+//
+// Many Runtimes (nodes) work the same kinds on one store; each job runs on
+// one of them at a time (see doc.go, "Holding a job"). The Client must be
+// started (Client.Start: its activity monitors hand back the jobs of
+// nodes that died).
+type Runtime struct {
+	c     *Client
+	kinds []*kindWorker
+	opts  RuntimeOptions
+	svc   service.Base
+
+	// mu guards stopping, hardCtx and hard, made anew by each Start.
+	mu sync.Mutex
+	// stopping is closed when Stop begins: fetchers take no more jobs.
+	stopping chan struct{}
+	// hardCtx is the parent of every running job's ctx; hard cancels it
+	// (ErrStopped).
+	hardCtx context.Context
+	hard    context.CancelCauseFunc
+	// running counts the jobs being worked, for Stop to wait on.
+	running sync.WaitGroup
+}
+
+// NewRuntime returns a Runtime of c for the kinds registered in ws (read
+// now: later registrations are not seen). An empty registry is
+// ErrInvalidArgument.
+func NewRuntime(c *Client, ws *Workers, opts RuntimeOptions) (*Runtime, error) {
+	if c == nil || ws == nil {
+		return nil, fmt.Errorf("%w: NewRuntime: nil Client or Workers", ErrInvalidArgument)
+	}
+	kinds := ws.snapshot()
+	if len(kinds) == 0 {
+		return nil, fmt.Errorf("%w: NewRuntime: no worker registered (AddWorker)", ErrInvalidArgument)
+	}
+	if opts.FetchPoll < 0 || opts.WatchHoldAfter < 0 {
+		return nil, fmt.Errorf("%w: NewRuntime: negative FetchPoll or WatchHoldAfter", ErrInvalidArgument)
+	}
+	if opts.FetchPoll == 0 {
+		opts.FetchPoll = FetchPollDefault
+	}
+	if opts.WatchHoldAfter == 0 {
+		opts.WatchHoldAfter = WatchHoldAfterDefault
+	}
+	return &Runtime{c: c, kinds: kinds, opts: opts}, nil
+}
+
+// Start writes each kind's timeout where the store has another, then
+// works jobs until Stop, StopAndCancel, or until ctx ends (which cancels
+// running jobs as StopAndCancel does). Start on a started Runtime does
+// nothing.
+func (r *Runtime) Start(ctx context.Context) error {
+	_, err := r.svc.Start(ctx, func(ctx context.Context) error {
+		for _, k := range r.kinds {
+			have, err := r.c.TypeTimeout(ctx, nil, k.kind)
+			if err == nil && have == k.opts.Timeout {
+				continue
+			}
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			if err := r.c.SetTypeTimeout(ctx, nil, k.kind, k.opts.Timeout); err != nil {
+				return err
+			}
+		}
+		hardCtx, hard := context.WithCancelCause(context.WithoutCancel(ctx))
+		r.mu.Lock()
+		r.stopping, r.hardCtx, r.hard = make(chan struct{}), hardCtx, hard
+		r.mu.Unlock()
+		return nil
+	}, r.run)
+	return err
+}
+
+// run is the Runtime's loop: the fetchers, until Stop closes stopping or
+// ctx ends (which also cancels the running jobs), then the running jobs'
+// end.
+func (r *Runtime) run(ctx context.Context) {
+	r.mu.Lock()
+	stopping, hardCtx, hard := r.stopping, r.hardCtx, r.hard
+	r.mu.Unlock()
+	fetchCtx, stopFetch := context.WithCancel(ctx)
+	defer stopFetch()
+	go func() {
+		select {
+		case <-stopping:
+		case <-ctx.Done():
+			hard(ErrStopped)
+		}
+		stopFetch()
+	}()
+	var fetchers sync.WaitGroup
+	for _, k := range r.kinds {
+		fetchers.Add(1)
+		go func() {
+			defer fetchers.Done()
+			r.fetch(fetchCtx, hardCtx, k)
+		}()
+	}
+	fetchers.Wait()
+	r.running.Wait()
+	hard(ErrStopped)
+}
+
+// Stop stops taking jobs, waits until the running ones end or ctx ends,
+// then cancels those still running (their ctx's cause ErrStopped), hands
+// them back at once (pending, no attempt counted) and returns ctx's error.
+// Stop on a stopped Runtime does nothing.
+func (r *Runtime) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	stopping, hard := r.stopping, r.hard
+	r.stopping, r.hardCtx, r.hard = nil, nil, nil
+	r.mu.Unlock()
+	if stopping == nil {
+		r.svc.Stop()
+		return nil
+	}
+	close(stopping)
+	done := make(chan struct{})
+	go func() {
+		r.running.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		hard(ErrStopped)
+		<-done
+	}
+	r.svc.Stop()
+	return err
+}
+
+// StopAndCancel is Stop without a grace: running jobs' ctx ends at once.
+func (r *Runtime) StopAndCancel() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = r.Stop(ctx)
+}
+
+// fetch is a kind's fetcher: it accepts jobs while it has room for them,
+// and starts each on a goroutine.
+func (r *Runtime) fetch(ctx, hardCtx context.Context, k *kindWorker) {
+	log := r.c.cfg.Logger
+	slots := make(chan struct{}, k.opts.Concurrency)
+	var b kv.Backoff
+	for {
+		// Wait for a free slot.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	more:
+		for n < k.opts.Concurrency {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		jobs, err := r.c.AcceptBatch(ctx, k.kind, n, AcceptOptions{Timeout: r.opts.FetchPoll})
+		for range n - len(jobs) {
+			<-slots
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn().Err(err).Str("kind", k.kind).Msg("fdbjobs: runtime: accepting jobs")
+			select {
+			case <-r.c.cfg.Clock.After(b.NextAny(err)):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		b = kv.Backoff{}
+		for _, j := range jobs {
+			r.running.Add(1)
+			go func() {
+				defer func() {
+					<-slots
+					r.running.Done()
+				}()
+				r.work(hardCtx, k, j)
+			}()
+		}
+	}
+}
+
+// work runs one attempt at job and ends it: finished, retried, discarded
+// or, when the Runtime stopped it, handed back.
+func (r *Runtime) work(hardCtx context.Context, k *kindWorker, job *Job) {
+	ctx, cancel := context.WithCancelCause(hardCtx)
+	defer cancel(nil)
+	held := make(chan struct{})
+	keeperDone := make(chan struct{})
+	go func() {
+		defer close(keeperDone)
+		r.keep(ctx, cancel, held, k, job)
+	}()
+	e, err := decodeEnvelope(job.Data)
+	if err == nil {
+		err = r.call(ctx, k, job, e)
+	} else {
+		e = &envelope{Args: job.Data}
+	}
+	close(held)
+	<-keeperDone
+	cause := context.Cause(ctx)
+	if errors.Is(cause, ErrHalt) || errors.Is(cause, ErrHoldLapsed) {
+		return // not this node's job any more
+	}
+	r.end(hardCtx, k, job, e, err, errors.Is(cause, ErrStopped))
+}
+
+// call calls the worker, turning a panic into the attempt's error.
+func (r *Runtime) call(ctx context.Context, k *kindWorker, job *Job, e *envelope) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return k.work(ctx, job, e)
+}
+
+// keep renews job's hold until held closes, and cancels ctx when the job
+// is no longer this node's (ErrHalt) or its hold lapsed (ErrHoldLapsed).
+func (r *Runtime) keep(ctx context.Context, cancel context.CancelCauseFunc, held <-chan struct{}, k *kindWorker, job *Job) {
+	clock := r.c.cfg.Clock
+	beat := clock.NewTicker(k.opts.Timeout / HeartbeatFraction)
+	defer beat.Stop()
+	watchAfter := clock.NewTimer(r.opts.WatchHoldAfter)
+	defer watchAfter.Stop()
+	var watch kv.FutureNil
+	var watchDone <-chan struct{}
+	defer func() {
+		if watch != nil {
+			watch.Cancel()
+		}
+	}()
+	setWatch := func() bool {
+		if watch != nil {
+			watch.Cancel()
+			watch, watchDone = nil, nil
+		}
+		hctx, done := job.HoldContext(ctx)
+		defer done()
+		var ok bool
+		_, err := kv.Transact(hctx, r.c.db, func(tr kv.Transaction) (struct{}, error) {
+			w, h, err := r.c.WatchHold(tr, job)
+			watch, ok = w, h
+			return struct{}{}, err
+		})
+		if err != nil {
+			watch = nil
+			return true // the next heartbeat or watch says
+		}
+		if !ok {
+			cancel(ErrHalt)
+			return false
+		}
+		watchDone = watch.Done()
+		return true
+	}
+	for {
+		deadline, _ := job.HoldDeadline()
+		lapse := clock.NewTimer(max(0, deadline.Sub(clock.Now())))
+		select {
+		case <-held:
+			lapse.Stop()
+			return
+		case <-ctx.Done():
+			lapse.Stop()
+			return
+		case <-lapse.Chan():
+			cancel(ErrHoldLapsed)
+			return
+		case <-watchAfter.Chan():
+			if !setWatch() {
+				lapse.Stop()
+				return
+			}
+		case <-watchDone:
+			if !setWatch() {
+				lapse.Stop()
+				return
+			}
+		case <-beat.Chan():
+			renewed := job.Renewing()
+			hctx, done := job.HoldContext(ctx)
+			err := r.c.Update(hctx, nil, job, nil)
+			done()
+			renewed(err == nil)
+			if errors.Is(err, ErrHalt) {
+				lapse.Stop()
+				cancel(ErrHalt)
+				return
+			}
+		}
+		lapse.Stop()
+	}
+}
+
+// end writes the outcome of an attempt whose worker returned err: in one
+// transaction fenced by the job's lock, bounded by the hold.
+func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envelope, err error, stopped bool) {
+	log := r.c.cfg.Logger
+	now := r.c.cfg.Clock.Now()
+	maxAttempts := cmp.Or(e.MaxAttempts, k.opts.MaxAttempts)
+	var snooze *snoozeError
+	var perm *permanentError
+	var data []byte
+	var stime int64 = -1 // Finish; otherwise FinishAt stime
+	switch {
+	case err == nil:
+		e.Attempt++
+		e.Outcome = OutcomeCompleted
+	case stopped:
+		stime = r.c.cfg.now() // handed back: not an attempt
+	case errors.As(err, &snooze):
+		stime = r.c.cfg.stime(now.Add(snooze.d))
+	default:
+		e.failed(err, now)
+		if errors.As(err, &perm) || errors.Is(err, errDecode) || e.Attempt >= maxAttempts {
+			e.Outcome = OutcomeDiscarded
+		} else {
+			stime = r.c.cfg.stime(now.Add(k.opts.RetryPolicy.NextRetry(e.Attempt, err)))
+		}
+	}
+	if err == nil || !stopped && snooze == nil {
+		b, encErr := e.encode()
+		if encErr != nil {
+			log.Error().Err(encErr).Str("kind", k.kind).Str("job", job.ID).Msg("fdbjobs: runtime: encoding the job's data")
+			return // the activity monitor hands the job back
+		}
+		data = b
+	}
+	// The hold bounds the write: past it another node may have the job.
+	ctx, done := job.HoldContext(context.WithoutCancel(hardCtx))
+	defer done()
+	var werr error
+	if stime < 0 {
+		werr = r.c.Finish(ctx, nil, job, data)
+	} else {
+		werr = r.c.FinishAt(ctx, nil, job, stime, data)
+	}
+	switch {
+	case werr == nil || errors.Is(werr, ErrHalt):
+	default:
+		log.Warn().Err(werr).Str("kind", k.kind).Str("job", job.ID).
+			Msg("fdbjobs: runtime: ending the job's attempt; the activity monitor hands it back")
+	}
+	if err != nil && !stopped && snooze == nil {
+		ev := log.Info()
+		if e.Outcome == OutcomeDiscarded {
+			ev = log.Warn()
+		}
+		ev.Err(err).Str("kind", k.kind).Str("job", job.ID).Int("attempt", e.Attempt).Int("max_attempts", maxAttempts).
+			Str("outcome", cmp.Or(e.Outcome, "retrying")).Msg("fdbjobs: runtime: attempt failed")
+	}
+}

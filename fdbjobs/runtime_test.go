@@ -1,0 +1,293 @@
+package fdbjobs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+)
+
+type sumArgs struct {
+	A, B int
+}
+
+func (sumArgs) Kind() string { return "sum" }
+
+type sleepArgs struct {
+	Name string
+}
+
+func (*sleepArgs) Kind() string { return "sleep" }
+
+// runtimeBundle is a started Client on a fresh store, scheduled times in
+// milliseconds, and a Runtime of ws started on it.
+type runtimeBundle struct {
+	c   *fdbjobs.Client
+	rt  *fdbjobs.Runtime
+	ctx context.Context
+}
+
+func startRuntime(t *testing.T, ws *fdbjobs.Workers) *runtimeBundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	c, err := fdbjobs.New(kvtest.NewDB(t), fdbjobs.Config{TimeUnit: time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(c.Stop)
+	rt, err := fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{FetchPoll: 20 * time.Millisecond, WatchHoldAfter: 10 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, rt.Start(ctx))
+	t.Cleanup(rt.StopAndCancel)
+	return &runtimeBundle{c: c, rt: rt, ctx: ctx}
+}
+
+// outcome waits until job id of kind is finished and returns its outcome.
+func (b *runtimeBundle) outcome(t *testing.T, kind, id string) (string, int, []fdbjobs.AttemptError) {
+	t.Helper()
+	testutil.Eventually(t, "job "+id+" finished", func() bool {
+		s, err := b.c.JobState(b.ctx, nil, kind, id)
+		require.NoError(t, err)
+		return s == fdbjobs.Finished
+	})
+	data, err := b.c.JobData(b.ctx, nil, kind, id)
+	require.NoError(t, err)
+	o, n, errs, err := fdbjobs.JobOutcome(data)
+	require.NoError(t, err)
+	return o, n, errs
+}
+
+var noDelay = fdbjobs.RetryFunc(func(int, error) time.Duration { return 0 })
+
+func TestRuntimeWorksTypedJobs(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	var mu sync.Mutex
+	sums := map[string]int{}
+	var running, most atomic.Int32
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[sumArgs](func(ctx context.Context, w *fdbjobs.Work[sumArgs]) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		if w.Attempt != 1 {
+			return fdbjobs.Permanent(fmt.Errorf("attempt %d", w.Attempt))
+		}
+		mu.Lock()
+		sums[w.ID] = w.Args.A + w.Args.B
+		mu.Unlock()
+		return nil
+	}), fdbjobs.WorkerOptions{Concurrency: 3}))
+	b := startRuntime(t, ws)
+	var jobs []fdbjobs.InsertJob
+	for i := range 50 {
+		jobs = append(jobs, fdbjobs.InsertJob{Args: sumArgs{A: i, B: 1}})
+	}
+	ids, err := b.c.InsertMany(b.ctx, nil, jobs)
+	require.NoError(t, err)
+	one, err := b.c.Insert(b.ctx, nil, sumArgs{A: 40, B: 2}, fdbjobs.InsertOptions{ID: "answer"})
+	require.NoError(t, err)
+	require.Equal(t, "answer", one)
+	for i, id := range append(ids, one) {
+		o, n, errs := b.outcome(t, "sum", id)
+		require.Equal(t, fdbjobs.OutcomeCompleted, o)
+		require.Equal(t, 1, n)
+		require.Empty(t, errs)
+		mu.Lock()
+		if id == one {
+			require.Equal(t, 42, sums[id])
+		} else {
+			require.Equal(t, i+1, sums[id])
+		}
+		mu.Unlock()
+	}
+	require.LessOrEqual(t, most.Load(), int32(3), "Concurrency bounds the jobs worked at once")
+}
+
+func TestRuntimeRetriesThenDiscards(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	var calls sync.Map // id -> attempts seen
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[sumArgs](func(ctx context.Context, w *fdbjobs.Work[sumArgs]) error {
+		calls.Store(fmt.Sprint(w.ID, "/", w.Attempt), len(w.Errors))
+		switch {
+		case w.Args.A == 1: // fails each time
+			return fmt.Errorf("boom %d", w.Attempt)
+		case w.Args.A == 2: // permanent
+			return fdbjobs.Permanent(errors.New("bad input"))
+		case w.Args.A == 3: // panics once, then works
+			if w.Attempt == 1 {
+				panic("first time")
+			}
+			return nil
+		case w.Args.A == 4: // snoozes once: not an attempt
+			if _, again := calls.LoadOrStore("snoozed", true); !again {
+				return fdbjobs.Snooze(10 * time.Millisecond)
+			}
+			return nil
+		}
+		return nil
+	}), fdbjobs.WorkerOptions{MaxAttempts: 3, RetryPolicy: noDelay}))
+	b := startRuntime(t, ws)
+	fails, err := b.c.Insert(b.ctx, nil, sumArgs{A: 1}, fdbjobs.InsertOptions{})
+	require.NoError(t, err)
+	failsMore, err := b.c.Insert(b.ctx, nil, sumArgs{A: 1}, fdbjobs.InsertOptions{MaxAttempts: 5})
+	require.NoError(t, err)
+	perm, err := b.c.Insert(b.ctx, nil, sumArgs{A: 2}, fdbjobs.InsertOptions{})
+	require.NoError(t, err)
+	panics, err := b.c.Insert(b.ctx, nil, sumArgs{A: 3}, fdbjobs.InsertOptions{})
+	require.NoError(t, err)
+	snoozes, err := b.c.Insert(b.ctx, nil, sumArgs{A: 4}, fdbjobs.InsertOptions{})
+	require.NoError(t, err)
+	// Arguments that do not decode as sumArgs: discarded at once.
+	require.NoError(t, b.c.Add(b.ctx, nil, "sum", "garbled", []byte(`{"args":{"A":"x"}}`), 0))
+	// Data that is no Runtime's envelope: discarded at once too.
+	require.NoError(t, b.c.Add(b.ctx, nil, "sum", "foreign", []byte(`{"A":1}`), 0))
+
+	o, n, errs := b.outcome(t, "sum", fails)
+	require.Equal(t, fdbjobs.OutcomeDiscarded, o)
+	require.Equal(t, 3, n)
+	require.Len(t, errs, 3)
+	require.Equal(t, "boom 3", errs[2].Error)
+	require.Equal(t, 3, errs[2].Attempt)
+	seen, _ := calls.Load(fails + "/3")
+	require.Equal(t, 2, seen, "the third attempt sees the two errors before it")
+
+	o, n, _ = b.outcome(t, "sum", failsMore)
+	require.Equal(t, fdbjobs.OutcomeDiscarded, o)
+	require.Equal(t, 5, n, "the job's own MaxAttempts")
+
+	o, n, errs = b.outcome(t, "sum", perm)
+	require.Equal(t, fdbjobs.OutcomeDiscarded, o)
+	require.Equal(t, 1, n)
+	require.Contains(t, errs[0].Error, "bad input")
+
+	o, n, errs = b.outcome(t, "sum", panics)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	require.Equal(t, 2, n)
+	require.Contains(t, errs[0].Error, "panic: first time")
+
+	o, n, errs = b.outcome(t, "sum", snoozes)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	require.Equal(t, 1, n, "a snooze is not an attempt")
+	require.Empty(t, errs)
+
+	for _, id := range []string{"garbled", "foreign"} {
+		o, n, errs = b.outcome(t, "sum", id)
+		require.Equal(t, fdbjobs.OutcomeDiscarded, o, id)
+		require.Equal(t, 1, n, id)
+		require.Contains(t, errs[0].Error, "do not decode", id)
+	}
+}
+
+// A job removed while it runs: its worker's ctx ends (ErrHalt) within the
+// watch's latency, long before a heartbeat, and nothing is written for it.
+func TestRuntimeHearsRemoval(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	started := make(chan string, 1)
+	cause := make(chan error, 1)
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[*sleepArgs](func(ctx context.Context, w *fdbjobs.Work[*sleepArgs]) error {
+		started <- w.Args.Name + "/" + w.ID
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return ctx.Err()
+	}), fdbjobs.WorkerOptions{Timeout: time.Hour}))
+	b := startRuntime(t, ws)
+	id, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "long"}, fdbjobs.InsertOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "long/"+id, <-started)
+	require.NoError(t, b.c.Remove(b.ctx, nil, "sleep", id))
+	require.ErrorIs(t, <-cause, fdbjobs.ErrHalt)
+	_, err = b.c.JobState(b.ctx, nil, "sleep", id)
+	require.ErrorIs(t, err, fdbjobs.ErrNotFound, "nothing written for the job after its removal")
+}
+
+// Stop lets running jobs finish within its deadline; past it, their ctx
+// ends (ErrStopped) and they are handed back pending, no attempt counted.
+func TestRuntimeStop(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	started := make(chan string, 2)
+	release := make(chan struct{})
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[*sleepArgs](func(ctx context.Context, w *fdbjobs.Work[*sleepArgs]) error {
+		started <- w.Args.Name
+		if w.Args.Name == "quick" {
+			<-release
+			return nil
+		}
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), fdbjobs.ErrStopped) {
+			return fmt.Errorf("cause %v", context.Cause(ctx))
+		}
+		return ctx.Err()
+	}), fdbjobs.WorkerOptions{}))
+	b := startRuntime(t, ws)
+	quick, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "quick"}, fdbjobs.InsertOptions{})
+	require.NoError(t, err)
+	slow, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "slow"}, fdbjobs.InsertOptions{})
+	require.NoError(t, err)
+	<-started
+	<-started
+
+	stopCtx, cancel := context.WithCancel(b.ctx)
+	stopped := make(chan error)
+	go func() { stopped <- b.rt.Stop(stopCtx) }()
+	close(release) // the quick one ends within the grace
+	o, n, _ := b.outcome(t, "sleep", quick)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	require.Equal(t, 1, n)
+	cancel() // the grace ends
+	require.ErrorIs(t, <-stopped, context.Canceled)
+	s, err := b.c.JobState(b.ctx, nil, "sleep", slow)
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.Pending, s, "handed back")
+	data, err := b.c.JobData(b.ctx, nil, "sleep", slow)
+	require.NoError(t, err)
+	_, attempts, _, err := fdbjobs.JobOutcome(data)
+	require.NoError(t, err)
+	require.Zero(t, attempts, "an attempt the Runtime stopped is not counted")
+
+	// Started again, it takes the job back.
+	require.NoError(t, b.rt.Start(b.ctx))
+	require.Equal(t, "slow", <-started)
+	b.rt.StopAndCancel()
+	s, err = b.c.JobState(b.ctx, nil, "sleep", slow)
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.Pending, s)
+}
+
+func TestRuntimeBadInput(t *testing.T) {
+	nop := fdbjobs.WorkFunc[sumArgs](func(context.Context, *fdbjobs.Work[sumArgs]) error { return nil })
+	ws := fdbjobs.NewWorkers()
+	for _, o := range []fdbjobs.WorkerOptions{{Concurrency: -1}, {Concurrency: fdbjobs.ConcurrencyMax + 1},
+		{Timeout: -time.Second}, {Timeout: time.Millisecond}, {MaxAttempts: -1}} {
+		require.ErrorIs(t, fdbjobs.AddWorker(ws, nop, o), fdbjobs.ErrInvalidArgument, "%+v", o)
+	}
+	require.ErrorIs(t, fdbjobs.AddWorker[sumArgs](ws, nil, fdbjobs.WorkerOptions{}), fdbjobs.ErrInvalidArgument)
+	c, err := fdbjobs.New(kvtest.NewDB(t), fdbjobs.Config{})
+	require.NoError(t, err)
+	_, err = fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{})
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument, "no worker registered")
+	require.NoError(t, fdbjobs.AddWorker(ws, nop, fdbjobs.WorkerOptions{}))
+	require.ErrorIs(t, fdbjobs.AddWorker(ws, nop, fdbjobs.WorkerOptions{}), fdbjobs.ErrInvalidArgument, "registered twice")
+	_, err = fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{FetchPoll: -1})
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument)
+
+	ctx := context.Background()
+	_, err = c.Insert(ctx, nil, nil, fdbjobs.InsertOptions{})
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument)
+	_, err = c.Insert(ctx, nil, sumArgs{}, fdbjobs.InsertOptions{MaxAttempts: -1})
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument)
+	_, err = c.Insert(ctx, nil, sumArgs{}, fdbjobs.InsertOptions{})
+	require.ErrorIs(t, err, fdbjobs.ErrNoTypeTimeout, "a kind no Runtime has started, nor SetTypeTimeout")
+	_, err = c.InsertMany(ctx, nil, []fdbjobs.InsertJob{{Args: sumArgs{}}, {Args: &sleepArgs{}}})
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument, "kinds mixed in one batch")
+	_, _, _, err = fdbjobs.JobOutcome([]byte(`[1]`))
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidData)
+}

@@ -1,0 +1,211 @@
+package fdbjobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+)
+
+// JobArgs are the arguments of a job that a Runtime works, stored as the
+// job's JSON (encoding/json). Kind names the job type: the fdbjobs type of
+// every job inserted with such arguments, and the worker that works them.
+// It must return a constant.
+type JobArgs interface {
+	Kind() string
+}
+
+// Worker works the jobs of one kind, whose arguments are T. Work returns
+// nil when the job is done (it becomes finished, completed), or an error:
+// the attempt failed and the job is retried by its RetryPolicy until its
+// MaxAttempts, then discarded. Errors made with Permanent discard at once,
+// and those made with Snooze put the job back for later without counting
+// an attempt. A panic in Work is the attempt's error.
+//
+// ctx ends when the worker must stop: the job was taken from this node
+// (removed, re-enqueued by the activity monitor, accepted elsewhere), the
+// node could not renew its hold on the job in time (see doc.go, "Holding
+// a job"), or the Runtime is stopping and its grace ended. Its
+// context.Cause says which (ErrHalt, ErrHoldLapsed, ErrStopped). Work must
+// return soon after: the job is no longer this worker's, and what it
+// writes for the job outside the store may be written twice (at-least-once).
+type Worker[T JobArgs] interface {
+	Work(ctx context.Context, w *Work[T]) error
+}
+
+// WorkFunc is a Worker written as a function.
+type WorkFunc[T JobArgs] func(ctx context.Context, w *Work[T]) error
+
+// Work calls f.
+func (f WorkFunc[T]) Work(ctx context.Context, w *Work[T]) error { return f(ctx, w) }
+
+// Work is one attempt at a job, as its Worker sees it.
+type Work[T JobArgs] struct {
+	// Args are the job's arguments, decoded.
+	Args T
+	// ID is the job's id.
+	ID string
+	// Attempt counts this attempt: 1 for the first. An attempt whose node
+	// died is not counted (the activity monitor hands the job back).
+	Attempt int
+	// MaxAttempts is the attempts the job has in all.
+	MaxAttempts int
+	// Errors are the last errors of the job's earlier attempts, oldest
+	// first (ErrorHistoryMax at most).
+	Errors []AttemptError
+	// Job is the job as the store gave it. The Runtime renews its hold
+	// meanwhile (Update): the worker reads its ID and Type and its hold
+	// (HoldDeadline, HoldContext), and does not Update or Finish it.
+	Job *Job
+}
+
+// WorkerOptions tune the working of one kind on one Runtime. The zero
+// value gives the defaults.
+type WorkerOptions struct {
+	// Concurrency is how many jobs of the kind this Runtime works at once
+	// (ConcurrencyDefault when zero; at most ConcurrencyMax).
+	Concurrency int
+	// Timeout is the kind's activity timeout (SetTypeTimeout), which the
+	// Runtime writes when it starts if the store has another: a job whose
+	// node renewed its hold on it for no Timeout is handed to another node.
+	// The Runtime renews every Timeout / HeartbeatFraction. TimeoutDefault
+	// when zero; at least TimeoutMin. Every node should give a kind the
+	// same Timeout.
+	Timeout time.Duration
+	// MaxAttempts is how many attempts a job of the kind has, unless it
+	// was inserted with its own (InsertOptions.MaxAttempts):
+	// MaxAttemptsDefault when zero.
+	MaxAttempts int
+	// RetryPolicy says when a failed attempt is tried again:
+	// RetryPolicyDefault when nil.
+	RetryPolicy RetryPolicy
+}
+
+// Defaults and bounds of WorkerOptions and the Runtime.
+const (
+	// ConcurrencyDefault is WorkerOptions.Concurrency's default.
+	ConcurrencyDefault = 10
+	// ConcurrencyMax bounds WorkerOptions.Concurrency: the jobs of one
+	// fetch are accepted in one transaction (AcceptBatch).
+	ConcurrencyMax = 10_000
+	// TimeoutDefault is WorkerOptions.Timeout's default.
+	TimeoutDefault = 30 * time.Second
+	// TimeoutMin bounds WorkerOptions.Timeout from below: heartbeats at a
+	// quarter of it must fit a transaction's time.
+	TimeoutMin = 100 * time.Millisecond
+	// MaxAttemptsDefault is WorkerOptions.MaxAttempts' default, River's.
+	MaxAttemptsDefault = 25
+	// HeartbeatFraction divides a kind's Timeout into the time between
+	// two renewals of a running job's hold: four renewals per timeout,
+	// two per hold (HoldFraction), so one lost heartbeat costs no job.
+	HeartbeatFraction = 4
+)
+
+// Workers is the registry of the Workers a Runtime runs, one per kind. It
+// is safe for concurrent use; a Runtime reads it when it starts.
+type Workers struct {
+	mu    sync.Mutex
+	kinds map[string]*kindWorker // by kind; guarded by mu
+}
+
+// NewWorkers returns an empty registry.
+func NewWorkers() *Workers { return &Workers{kinds: map[string]*kindWorker{}} }
+
+// kindWorker is a registered Worker with its options, behind a function
+// that decodes the job's arguments for it.
+type kindWorker struct {
+	kind string
+	opts WorkerOptions
+	// work decodes args and calls the Worker; a decoding error is
+	// errDecode.
+	work func(ctx context.Context, j *Job, e *envelope) error
+}
+
+// AddWorker registers worker for the jobs whose arguments are T (their
+// kind, T's Kind). A kind registered already, or options out of bounds,
+// are ErrInvalidArgument.
+func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) error {
+	var zero T
+	kind := kindOf(zero)
+	if err := checkName("kind", kind); err != nil {
+		return fmt.Errorf("fdbjobs: AddWorker[%T]: %w", zero, err)
+	}
+	if worker == nil {
+		return fmt.Errorf("%w: AddWorker(%q): nil worker", ErrInvalidArgument, kind)
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return fmt.Errorf("fdbjobs: AddWorker(%q): %w", kind, err)
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.kinds == nil {
+		ws.kinds = map[string]*kindWorker{}
+	}
+	if _, dup := ws.kinds[kind]; dup {
+		return fmt.Errorf("%w: AddWorker(%q): kind registered already", ErrInvalidArgument, kind)
+	}
+	ws.kinds[kind] = &kindWorker{kind: kind, opts: opts, work: func(ctx context.Context, j *Job, e *envelope) error {
+		var args T
+		if err := decodeArgs(e.Args, &args); err != nil {
+			return fmt.Errorf("%w: %v", errDecode, err)
+		}
+		return worker.Work(ctx, &Work[T]{Args: args, ID: j.ID, Attempt: e.Attempt + 1,
+			MaxAttempts: e.MaxAttempts, Errors: e.Errors, Job: j})
+	}}
+	return nil
+}
+
+// kindOf is T's Kind, also for a pointer type whose zero value is nil.
+func kindOf[T JobArgs](zero T) string {
+	if t := reflect.TypeOf(zero); t != nil && t.Kind() == reflect.Pointer && reflect.ValueOf(zero).IsNil() {
+		return reflect.New(t.Elem()).Interface().(JobArgs).Kind()
+	}
+	return zero.Kind()
+}
+
+// decodeArgs decodes a job's arguments into args (a pointer to T, or to
+// a pointer that it allocates).
+func decodeArgs(raw json.RawMessage, args any) error {
+	if len(raw) == 0 {
+		raw = json.RawMessage("null")
+	}
+	return json.Unmarshal(raw, args)
+}
+
+func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
+	switch {
+	case o.Concurrency < 0 || o.Concurrency > ConcurrencyMax:
+		return o, fmt.Errorf("%w: Concurrency %d: 1 to %d (0: %d)", ErrInvalidArgument, o.Concurrency, ConcurrencyMax, ConcurrencyDefault)
+	case o.Timeout < 0 || (o.Timeout > 0 && o.Timeout < TimeoutMin):
+		return o, fmt.Errorf("%w: Timeout %v: at least %v (0: %v)", ErrInvalidArgument, o.Timeout, TimeoutMin, TimeoutDefault)
+	case o.MaxAttempts < 0:
+		return o, fmt.Errorf("%w: MaxAttempts %d: at least 1 (0: %d)", ErrInvalidArgument, o.MaxAttempts, MaxAttemptsDefault)
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = ConcurrencyDefault
+	}
+	if o.Timeout == 0 {
+		o.Timeout = TimeoutDefault
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = MaxAttemptsDefault
+	}
+	if o.RetryPolicy == nil {
+		o.RetryPolicy = RetryPolicyDefault
+	}
+	return o, nil
+}
+
+// snapshot returns the registered kinds.
+func (ws *Workers) snapshot() []*kindWorker {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	out := make([]*kindWorker, 0, len(ws.kinds))
+	for _, k := range ws.kinds {
+		out = append(out, k)
+	}
+	return out
+}
