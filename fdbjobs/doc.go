@@ -67,7 +67,11 @@
 //     (RetryPolicyDefault: attempt⁴ s, ±10%), or finished as
 //     OutcomeDiscarded after MaxAttempts, at once for Permanent errors and
 //     arguments that do not decode. Snooze puts a job back without
-//     counting an attempt; a panic is the attempt's error. The job's data
+//     counting an attempt; a panic is the attempt's error. Cancel, from any
+//     node and in the caller's transaction, finishes a pending or running
+//     job as OutcomeCancelled and takes its lock away (its Work's ctx ends,
+//     cause ErrCancelled); RetryNow makes a finished or waiting job due
+//     now. The job's data
 //     is an envelope of its arguments and attempts (JobOutcome reads it);
 //     the last ErrorHistoryMax errors are kept. An attempt whose node died
 //     is not counted: the activity monitor hands the job back as it was.

@@ -269,7 +269,7 @@ func (r *Runtime) work(hardCtx context.Context, k *kindWorker, job *Job) {
 	close(held)
 	<-keeperDone
 	cause := context.Cause(ctx)
-	if errors.Is(cause, ErrHalt) || errors.Is(cause, ErrHoldLapsed) {
+	if errors.Is(cause, ErrHalt) || errors.Is(cause, ErrHoldLapsed) || errors.Is(cause, ErrCancelled) {
 		return // not this node's job any more
 	}
 	r.end(hardCtx, k, job, e, err, errors.Is(cause, ErrStopped))
@@ -307,10 +307,14 @@ func (r *Runtime) keep(ctx context.Context, cancel context.CancelCauseFunc, held
 		}
 		hctx, done := job.HoldContext(ctx)
 		defer done()
-		var ok bool
+		var ok, cancelled bool
 		_, err := kv.Transact(hctx, r.c.db, func(tr kv.Transaction) (struct{}, error) {
 			w, h, err := r.c.WatchHold(tr, job)
-			watch, ok = w, h
+			watch, ok, cancelled = w, h, false
+			if err == nil && !h {
+				row, e, rerr := r.c.readEnvelope(tr, job.Type, job.ID)
+				cancelled = rerr == nil && row.state == Finished && e.Outcome == OutcomeCancelled
+			}
 			return struct{}{}, err
 		})
 		if err != nil {
@@ -318,7 +322,11 @@ func (r *Runtime) keep(ctx context.Context, cancel context.CancelCauseFunc, held
 			return true // the next heartbeat or watch says
 		}
 		if !ok {
-			cancel(ErrHalt)
+			cause := ErrHalt
+			if cancelled {
+				cause = ErrCancelled
+			}
+			cancel(cause)
 			return false
 		}
 		watchDone = watch.Done()

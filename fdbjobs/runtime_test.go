@@ -291,3 +291,81 @@ func TestRuntimeBadInput(t *testing.T) {
 	_, _, _, err = fdbjobs.JobOutcome([]byte(`[1]`))
 	require.ErrorIs(t, err, fdbjobs.ErrInvalidData)
 }
+
+// Cancel from any node: a pending job is finished cancelled at once, a
+// running one too, and its worker's ctx ends (ErrCancelled) within the
+// watch's latency; it never ends completed, though its worker returns nil
+// after. RetryNow brings a cancelled or discarded job back.
+func TestRuntimeCancelAndRetryNow(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	started := make(chan string, 4)
+	cause := make(chan error, 4)
+	var failOnce sync.Map
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[*sleepArgs](func(ctx context.Context, w *fdbjobs.Work[*sleepArgs]) error {
+		started <- w.Args.Name
+		switch w.Args.Name {
+		case "block":
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return nil // too late: the job is not this worker's any more
+		case "fail":
+			if _, again := failOnce.LoadOrStore(w.ID, true); !again {
+				return errors.New("no")
+			}
+		}
+		return nil
+	}), fdbjobs.WorkerOptions{Timeout: time.Hour, MaxAttempts: 1}))
+	b := startRuntime(t, ws)
+
+	later, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "later"}, fdbjobs.InsertOptions{ScheduledAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	o, err := b.c.Cancel(b.ctx, nil, "sleep", later)
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.OutcomeCancelled, o)
+	o, n, _ := b.outcome(t, "sleep", later)
+	require.Equal(t, fdbjobs.OutcomeCancelled, o)
+	require.Zero(t, n)
+
+	block, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "block"}, fdbjobs.InsertOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "block", <-started)
+	require.ErrorIs(t, b.c.RetryNow(b.ctx, nil, "sleep", block), fdbjobs.ErrRunning)
+	o, err = b.c.Cancel(b.ctx, nil, "sleep", block)
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.OutcomeCancelled, o)
+	require.ErrorIs(t, <-cause, fdbjobs.ErrCancelled)
+	o, _, _ = b.outcome(t, "sleep", block)
+	require.Equal(t, fdbjobs.OutcomeCancelled, o, "the worker's nil after the cancel changes nothing")
+	o, err = b.c.Cancel(b.ctx, nil, "sleep", block)
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.OutcomeCancelled, o, "a finished job stays as it is")
+
+	// RetryNow: the cancelled job runs now and completes; so does a
+	// discarded one, which gets one more attempt.
+	require.NoError(t, b.c.RetryNow(b.ctx, nil, "sleep", later))
+	require.Equal(t, "later", <-started)
+	o, n, _ = b.outcome(t, "sleep", later)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	require.Equal(t, 1, n)
+	fail, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "fail"}, fdbjobs.InsertOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "fail", <-started)
+	o, n, _ = b.outcome(t, "sleep", fail)
+	require.Equal(t, fdbjobs.OutcomeDiscarded, o)
+	require.Equal(t, 1, n)
+	require.NoError(t, b.c.RetryNow(b.ctx, nil, "sleep", fail))
+	require.Equal(t, "fail", <-started)
+	o, n, errs := b.outcome(t, "sleep", fail)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	require.Equal(t, 2, n)
+	require.Len(t, errs, 1, "the discarded attempt's error is kept")
+
+	_, err = b.c.Cancel(b.ctx, nil, "sleep", "unknown")
+	require.ErrorIs(t, err, fdbjobs.ErrNotFound)
+	require.ErrorIs(t, b.c.RetryNow(b.ctx, nil, "sleep", "unknown"), fdbjobs.ErrNotFound)
+	require.NoError(t, b.c.Add(b.ctx, nil, "sleep", "foreign", []byte(`{"A":1}`), time.Now().Add(time.Hour).UnixMilli()))
+	_, err = b.c.Cancel(b.ctx, nil, "sleep", "foreign")
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidData, "not a Runtime's job")
+	_, err = b.c.Cancel(b.ctx, nil, "", "x")
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument)
+}

@@ -24,11 +24,12 @@ type JobArgs interface {
 // and those made with Snooze put the job back for later without counting
 // an attempt. A panic in Work is the attempt's error.
 //
-// ctx ends when the worker must stop: the job was taken from this node
-// (removed, re-enqueued by the activity monitor, accepted elsewhere), the
-// node could not renew its hold on the job in time (see doc.go, "Holding
-// a job"), or the Runtime is stopping and its grace ended. Its
-// context.Cause says which (ErrHalt, ErrHoldLapsed, ErrStopped). Work must
+// ctx ends when the worker must stop: the job was cancelled (Cancel), or
+// taken from this node (removed, re-enqueued by the activity monitor,
+// accepted elsewhere), the node could not renew its hold on the job in
+// time (see doc.go, "Holding a job"), or the Runtime is stopping and its
+// grace ended. Its context.Cause says which (ErrCancelled, ErrHalt,
+// ErrHoldLapsed, ErrStopped). Work must
 // return soon after: the job is no longer this worker's, and what it
 // writes for the job outside the store may be written twice (at-least-once).
 type Worker[T JobArgs] interface {
