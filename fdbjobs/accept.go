@@ -292,6 +292,14 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		if err != nil || len(jobs) > 0 {
 			return result{jobs: jobs, timeout: ti.timeout}, err
 		}
+		// A paused type takes no new job; the read conflicts with Pause,
+		// so no accept that committed after Pause took one.
+		if p, err := tr.Get(c.k.pausedKey(typ)).Get(); err != nil || p != nil {
+			if err == nil {
+				err = fmt.Errorf("type %q: %w", typ, ErrPaused)
+			}
+			return result{}, err
+		}
 		var runs [][]kv.Key
 		var look pick
 		if noSchedule {

@@ -105,6 +105,9 @@
 //	                              go to, and the most there have been
 //	                              (absent: ShardsDefault for both)
 //	(10)                          LAYOUT: (LayoutVersion) — see CheckLayout
+//	(11, Type)                    PAUSED: 0x01 while the type is paused
+//	                              (Pause); every accept transaction reads
+//	                              it, and only Pause and Resume write it
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written.

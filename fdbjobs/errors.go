@@ -51,6 +51,10 @@ var (
 	// layout this version does not read.
 	ErrLayout = errors.New("fdbjobs: store in another key layout")
 
+	// ErrPaused is returned by Accept and AcceptBatch for a paused type
+	// (Pause): they take no job until Resume.
+	ErrPaused = errors.New("fdbjobs: type paused")
+
 	// ErrInvalidConfig is returned by New for a Config that fails
 	// validation.
 	ErrInvalidConfig = errors.New("fdbjobs: invalid config")

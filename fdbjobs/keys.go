@@ -20,6 +20,7 @@ const (
 	keyTypesVersion    = 8  // (8) -> int64 LE counter
 	keyShards          = 9  // (9, Type) -> (Count, High)
 	keyLayout          = 10 // (10) -> (LayoutVersion)
+	keyPaused          = 11 // (11, Type) -> 0x01 while the type is paused
 )
 
 // State is a job's state.
@@ -116,6 +117,8 @@ func (k keys) pendingRange(typ string, shard, max int64) kv.KeyRange {
 func (k keys) shardsKey(typ string) kv.Key { return k.root.Pack(tuple.Tuple{keyShards, typ}) }
 
 func (k keys) layout() kv.Key { return k.root.Pack(tuple.Tuple{keyLayout}) }
+
+func (k keys) pausedKey(typ string) kv.Key { return k.root.Pack(tuple.Tuple{keyPaused, typ}) }
 
 func (k keys) watchesPending(typ string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyWatchesPending, typ})

@@ -223,6 +223,14 @@ func (r *Runtime) fetch(ctx, hardCtx context.Context, k *kindWorker) {
 		for range n - len(jobs) {
 			<-slots
 		}
+		if errors.Is(err, ErrPaused) {
+			select { // Resume: looked at again within FetchPoll
+			case <-r.c.cfg.Clock.After(r.opts.FetchPoll):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			if ctx.Err() != nil {
 				return

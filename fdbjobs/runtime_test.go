@@ -369,3 +369,43 @@ func TestRuntimeCancelAndRetryNow(t *testing.T) {
 	_, err = b.c.Cancel(b.ctx, nil, "", "x")
 	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument)
 }
+
+// Pause stops every accept of a kind at once, leaving running jobs be;
+// Resume starts the jobs inserted meanwhile.
+func TestRuntimePauseResume(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	started := make(chan string, 8)
+	release := make(chan struct{})
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[*sleepArgs](func(ctx context.Context, w *fdbjobs.Work[*sleepArgs]) error {
+		started <- w.Args.Name
+		if w.Args.Name == "running" {
+			<-release
+		}
+		return nil
+	}), fdbjobs.WorkerOptions{}))
+	b := startRuntime(t, ws)
+	running, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "running"}, fdbjobs.InsertOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "running", <-started)
+
+	require.NoError(t, b.c.Pause(b.ctx, nil, "sleep"))
+	paused, err := b.c.Paused(b.ctx, nil, "sleep")
+	require.NoError(t, err)
+	require.True(t, paused)
+	waiting, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "waiting"}, fdbjobs.InsertOptions{})
+	require.NoError(t, err)
+	_, err = b.c.Accept(b.ctx, "sleep", fdbjobs.AcceptOptions{})
+	require.ErrorIs(t, err, fdbjobs.ErrPaused, "no node accepts a paused kind's job")
+	close(release)
+	o, _, _ := b.outcome(t, "sleep", running)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o, "a running job goes on")
+	s, err := b.c.JobState(b.ctx, nil, "sleep", waiting)
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.Pending, s)
+
+	require.NoError(t, b.c.Resume(b.ctx, nil, "sleep"))
+	require.Equal(t, "waiting", <-started)
+	o, _, _ = b.outcome(t, "sleep", waiting)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	require.ErrorIs(t, b.c.Pause(b.ctx, nil, ""), fdbjobs.ErrInvalidArgument)
+}
