@@ -1,6 +1,7 @@
 package fdbjobs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -64,7 +65,9 @@ func (c *Client) Cancel(ctx context.Context, tx kv.Transactor, kind, id string) 
 // finished (discarded, cancelled, or completed) or pending for later (a
 // retry, a snooze, a job inserted for later). Its attempts and errors are
 // kept and its outcome cleared; a job that had used up its attempts gets
-// one more. A running job is ErrRunning, a missing one ErrNotFound.
+// one more. A running job is ErrRunning, a missing one ErrNotFound. Run
+// again after commit_unknown_result, it recognises its own commit (the
+// row's add token) and does nothing more, though the job may have run.
 func (c *Client) RetryNow(ctx context.Context, tx kv.Transactor, kind, id string) error {
 	if err := checkName("kind", kind); err != nil {
 		return err
@@ -72,13 +75,21 @@ func (c *Client) RetryNow(ctx context.Context, tx kv.Transactor, kind, id string
 	if err := checkName("job id", id); err != nil {
 		return err
 	}
-	_, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (struct{}, error) {
+	token, err := c.addToken(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (struct{}, error) {
 		r, e, err := c.readEnvelope(tr, kind, id)
 		if err != nil {
 			return struct{}{}, err
 		}
 		now := c.cfg.now()
 		switch {
+		case bytes.Equal(r.addToken, token):
+			// An earlier attempt of this call committed
+			// (commit_unknown_result); the job may have run since.
+			return struct{}{}, nil
 		case r.state == Running:
 			return struct{}{}, fmt.Errorf("job %q of kind %q: %w", id, kind, ErrRunning)
 		case r.state == Pending && r.stime <= now:
@@ -87,6 +98,7 @@ func (c *Client) RetryNow(ctx context.Context, tx kv.Transactor, kind, id string
 			tr.Clear(c.k.pendingKey(kind, r.shard, r.stime, id))
 		}
 		e.Outcome = ""
+		r.addToken = token
 		if r.data, err = e.encode(); err != nil {
 			return struct{}{}, err
 		}

@@ -71,7 +71,9 @@
 //     node and in the caller's transaction, finishes a pending or running
 //     job as OutcomeCancelled and takes its lock away (its Work's ctx ends,
 //     cause ErrCancelled); RetryNow makes a finished or waiting job due
-//     now. The job's data
+//     now. InsertOptions.Unique inserts nothing when a job with the same
+//     key (kind, arguments, period) is in the states it names, and returns
+//     that job's id (River's unique jobs). The job's data
 //     is an envelope of its arguments and attempts (JobOutcome reads it);
 //     the last ErrorHistoryMax errors are kept. An attempt whose node died
 //     is not counted: the activity monitor hands the job back as it was.
@@ -108,6 +110,10 @@
 //	(11, Type)                    PAUSED: 0x01 while the type is paused
 //	                              (Pause); every accept transaction reads
 //	                              it, and only Pause and Resume write it
+//	(12, Type, Key)               UNIQUE: (JobID, Period) — the job a unique
+//	                              insert (InsertOptions.Unique) with that
+//	                              key made; read and written by such
+//	                              inserts alone
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written.

@@ -2,11 +2,13 @@ package fdbjobs
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
 // InsertOptions tune Insert and InsertMany. The zero value inserts a job
@@ -20,6 +22,50 @@ type InsertOptions struct {
 	// MaxAttempts overrides the worker's WorkerOptions.MaxAttempts for
 	// this job: zero keeps the worker's; at least 1 otherwise.
 	MaxAttempts int
+	// Unique makes the insert a no-op when a job of the kind with the same
+	// unique key exists in one of Unique.ByState (see UniqueOpts).
+	Unique UniqueOpts
+}
+
+// UniqueOpts make an insert unique, River's way: the insert checks, in
+// its own transaction, for a job of the same kind with the same key (its
+// arguments with ByArgs, and the period it is inserted in with ByPeriod)
+// that is in one of ByState, and when there is one, inserts nothing and
+// returns that job's id (InsertResult.Duplicate). The zero value (neither
+// ByArgs nor ByPeriod) is not unique. Each unique insert reads and writes
+// one key of its own (the key's index entry): two unique inserts conflict
+// only when their keys are the same.
+type UniqueOpts struct {
+	// ByArgs makes the job's arguments (their JSON) part of the key.
+	ByArgs bool
+	// ByPeriod makes the period the insert falls in part of the key: a
+	// job inserted in a later period is not a duplicate. At least a
+	// second when set.
+	ByPeriod time.Duration
+	// ByState are the states a job must be in to count as a duplicate:
+	// UniqueStatesDefault when empty. Running jobs always count.
+	ByState []string
+}
+
+// Job states for UniqueOpts.ByState: a runtime job is pending (due, or
+// waiting for a retry or its scheduled time), running, or finished with an
+// outcome (OutcomeCompleted, OutcomeDiscarded, OutcomeCancelled).
+const (
+	StatePending = "pending"
+	StateRunning = "running"
+)
+
+// UniqueStatesDefault is River's: a job pending, running or completed is
+// a duplicate, one discarded or cancelled is not.
+var UniqueStatesDefault = []string{StatePending, StateRunning, OutcomeCompleted}
+
+// InsertResult is what Insert did.
+type InsertResult struct {
+	// ID is the job's id: the new job's, or the duplicate's.
+	ID string
+	// Duplicate says that a unique insert found a job with its key and
+	// inserted nothing.
+	Duplicate bool
 }
 
 // InsertJob is one job of InsertMany: its arguments and options.
@@ -32,19 +78,24 @@ type InsertJob struct {
 // a transaction of its own, or a caller's transaction: the job commits
 // with the caller's writes, or not at all), and returns its id. The kind
 // must have an activity timeout: a Runtime registering its worker writes
-// one when it starts, or call SetTypeTimeout before.
-func (c *Client) Insert(ctx context.Context, tx kv.Transactor, args JobArgs, opts InsertOptions) (string, error) {
+// one when it starts, or call SetTypeTimeout before. With opts.Unique, it
+// inserts nothing when a duplicate exists (see UniqueOpts).
+func (c *Client) Insert(ctx context.Context, tx kv.Transactor, args JobArgs, opts InsertOptions) (InsertResult, error) {
+	if opts.Unique.ByArgs || opts.Unique.ByPeriod != 0 {
+		return c.insertUnique(ctx, tx, args, opts)
+	}
 	ids, err := c.InsertMany(ctx, tx, []InsertJob{{Args: args, Opts: opts}})
 	if err != nil {
-		return "", err
+		return InsertResult{}, err
 	}
-	return ids[0], nil
+	return InsertResult{ID: ids[0]}, nil
 }
 
 // InsertMany is Insert for jobs of one kind (AddBatch's paging and
-// bounds; joined to a caller's transaction, one page at most). Jobs
-// without an id are written without reading a row first (AddBatch's
-// Fresh).
+// bounds; joined to a caller's transaction, one page at most), and
+// returns their ids. Jobs without an id are written without reading a row
+// first (AddBatch's Fresh). Unique jobs are Insert's alone
+// (ErrInvalidArgument here).
 func (c *Client) InsertMany(ctx context.Context, tx kv.Transactor, jobs []InsertJob) ([]string, error) {
 	if len(jobs) == 0 || len(jobs) > MaxBatch {
 		return nil, fmt.Errorf("%w: batch size %d outside [1, %d]", ErrInvalidArgument, len(jobs), MaxBatch)
@@ -54,36 +105,19 @@ func (c *Client) InsertMany(ctx context.Context, tx kv.Transactor, jobs []Insert
 	batch := make([]NewJob, len(jobs))
 	ids := make([]string, len(jobs))
 	for i, j := range jobs {
-		if j.Args == nil {
-			return nil, fmt.Errorf("%w: job %d: nil arguments", ErrInvalidArgument, i)
+		if j.Opts.Unique.ByArgs || j.Opts.Unique.ByPeriod != 0 {
+			return nil, fmt.Errorf("%w: job %d: unique jobs are inserted one by one (Insert)", ErrInvalidArgument, i)
 		}
-		k := j.Args.Kind()
-		if i == 0 {
+		nj, _, err := c.newJob(j.Args, j.Opts, now)
+		if err != nil {
+			return nil, fmt.Errorf("job %d: %w", i, err)
+		}
+		if k := j.Args.Kind(); i == 0 {
 			kind = k
 		} else if k != kind {
 			return nil, fmt.Errorf("%w: job %d: kind %q in a batch of %q", ErrInvalidArgument, i, k, kind)
 		}
-		if j.Opts.MaxAttempts < 0 {
-			return nil, fmt.Errorf("%w: job %d: MaxAttempts %d: at least 1 (0: the worker's)", ErrInvalidArgument, i, j.Opts.MaxAttempts)
-		}
-		args, err := json.Marshal(j.Args)
-		if err != nil {
-			return nil, fmt.Errorf("%w: job %d: arguments: %v", ErrInvalidData, i, err)
-		}
-		data, err := json.Marshal(envelope{Args: args, MaxAttempts: j.Opts.MaxAttempts})
-		if err != nil {
-			return nil, err
-		}
-		id, fresh := j.Opts.ID, false
-		if id == "" {
-			id, fresh = randomHex(), true
-		}
-		stime := c.cfg.now()
-		if at := j.Opts.ScheduledAt; at.After(now) {
-			stime = c.cfg.stime(at)
-		}
-		ids[i] = id
-		batch[i] = NewJob{ID: id, Data: data, ScheduledTime: stime, Fresh: fresh}
+		ids[i], batch[i] = nj.ID, nj
 	}
 	if err := c.add(ctx, tx, kind, batch, len(batch) > 1); err != nil {
 		return nil, err
@@ -97,4 +131,133 @@ func (c Config) stime(t time.Time) int64 {
 	u := int64(c.TimeUnit)
 	n := t.UnixNano()
 	return (n + u - 1) / u
+}
+
+// newJob is the job to add for args and opts, and its arguments' JSON.
+func (c *Client) newJob(args JobArgs, opts InsertOptions, now time.Time) (NewJob, []byte, error) {
+	if args == nil {
+		return NewJob{}, nil, fmt.Errorf("%w: nil arguments", ErrInvalidArgument)
+	}
+	if opts.MaxAttempts < 0 {
+		return NewJob{}, nil, fmt.Errorf("%w: MaxAttempts %d: at least 1 (0: the worker's)", ErrInvalidArgument, opts.MaxAttempts)
+	}
+	a, err := json.Marshal(args)
+	if err != nil {
+		return NewJob{}, nil, fmt.Errorf("%w: arguments: %v", ErrInvalidData, err)
+	}
+	data, err := json.Marshal(envelope{Args: a, MaxAttempts: opts.MaxAttempts})
+	if err != nil {
+		return NewJob{}, nil, err
+	}
+	id, fresh := opts.ID, false
+	if id == "" {
+		id, fresh = randomHex(), true
+	}
+	stime := c.cfg.now()
+	if at := opts.ScheduledAt; at.After(now) {
+		stime = c.cfg.stime(at)
+	}
+	return NewJob{ID: id, Data: data, ScheduledTime: stime, Fresh: fresh}, a, nil
+}
+
+// insertUnique is Insert with opts.Unique: in one transaction, the key's
+// index entry (12, Kind, Key) -> (JobID, Period) is read; a job it names,
+// of the same period, in one of ByState, is the duplicate; otherwise the
+// job is added and the entry names it. A retry after
+// commit_unknown_result finds its own job and reports it inserted.
+func (c *Client) insertUnique(ctx context.Context, tx kv.Transactor, args JobArgs, opts InsertOptions) (InsertResult, error) {
+	u := opts.Unique
+	if u.ByPeriod < 0 || (u.ByPeriod > 0 && u.ByPeriod < time.Second) {
+		return InsertResult{}, fmt.Errorf("%w: Unique.ByPeriod %v: at least 1s", ErrInvalidArgument, u.ByPeriod)
+	}
+	states := u.ByState
+	if len(states) == 0 {
+		states = UniqueStatesDefault
+	}
+	want := map[string]bool{StateRunning: true}
+	for _, st := range states {
+		switch st {
+		case StatePending, StateRunning, OutcomeCompleted, OutcomeDiscarded, OutcomeCancelled:
+			want[st] = true
+		default:
+			return InsertResult{}, fmt.Errorf("%w: Unique.ByState %q: one of %s, %s, %s, %s, %s", ErrInvalidArgument, st,
+				StatePending, StateRunning, OutcomeCompleted, OutcomeDiscarded, OutcomeCancelled)
+		}
+	}
+	now := c.cfg.Clock.Now()
+	nj, a, err := c.newJob(args, opts, now)
+	if err != nil {
+		return InsertResult{}, err
+	}
+	kind := args.Kind()
+	if err := checkName("kind", kind); err != nil {
+		return InsertResult{}, err
+	}
+	d, err := checkAddArgs(nj.ScheduledTime, nj.Data)
+	if err != nil {
+		return InsertResult{}, err
+	}
+	var period int64
+	if u.ByPeriod > 0 {
+		period = now.UnixNano() / int64(u.ByPeriod)
+	}
+	h := sha256.New()
+	if u.ByArgs {
+		h.Write(a)
+	}
+	key := c.k.uniqueKey(kind, h.Sum(nil))
+	token, err := c.addToken(ctx)
+	if err != nil {
+		return InsertResult{}, err
+	}
+	nj.Fresh = false // read: an id of the caller's may exist
+	res, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (InsertResult, error) {
+		v, err := tr.Get(key).Get()
+		if err != nil {
+			return InsertResult{}, err
+		}
+		if v != nil {
+			t, err := tuple.Unpack(v)
+			if err != nil || len(t) != 2 {
+				return InsertResult{}, fmt.Errorf("fdbjobs: unique index entry of kind %q: %v", kind, err)
+			}
+			other, _ := t[0].(string)
+			p, _ := t[1].(int64)
+			if other == nj.ID {
+				return InsertResult{ID: other}, nil // this call's earlier attempt
+			}
+			if p == period {
+				r, err := c.k.readRow(tr, kind, other)
+				if err != nil {
+					return InsertResult{}, err
+				}
+				if r != nil && want[uniqueState(r)] {
+					return InsertResult{ID: other, Duplicate: true}, nil
+				}
+			}
+		}
+		if _, err := c.addPage(tr, kind, []NewJob{nj}, [][]byte{d}, token, false, false); err != nil {
+			return InsertResult{}, err
+		}
+		tr.Set(key, tuple.Tuple{nj.ID, period}.Pack())
+		return InsertResult{ID: nj.ID}, nil
+	})
+	if err == nil && !res.Duplicate {
+		c.committed(tx, kind)
+	}
+	return res, err
+}
+
+// uniqueState is a row's state as UniqueOpts.ByState names it.
+func uniqueState(r *row) string {
+	switch r.state {
+	case Pending:
+		return StatePending
+	case Running:
+		return StateRunning
+	}
+	if e, err := decodeEnvelope(r.data); err == nil && e.Outcome != "" {
+		return e.Outcome
+	}
+	return OutcomeCompleted
 }

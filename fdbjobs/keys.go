@@ -21,6 +21,7 @@ const (
 	keyShards          = 9  // (9, Type) -> (Count, High)
 	keyLayout          = 10 // (10) -> (LayoutVersion)
 	keyPaused          = 11 // (11, Type) -> 0x01 while the type is paused
+	keyUnique          = 12 // (12, Type, Key) -> (JobID, Period)
 )
 
 // State is a job's state.
@@ -119,6 +120,10 @@ func (k keys) shardsKey(typ string) kv.Key { return k.root.Pack(tuple.Tuple{keyS
 func (k keys) layout() kv.Key { return k.root.Pack(tuple.Tuple{keyLayout}) }
 
 func (k keys) pausedKey(typ string) kv.Key { return k.root.Pack(tuple.Tuple{keyPaused, typ}) }
+
+func (k keys) uniqueKey(typ string, key []byte) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyUnique, typ, key})
+}
 
 func (k keys) watchesPending(typ string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyWatchesPending, typ})

@@ -66,6 +66,15 @@ func (b *runtimeBundle) outcome(t *testing.T, kind, id string) (string, int, []f
 	return o, n, errs
 }
 
+// insert inserts args and returns the new job's id.
+func (b *runtimeBundle) insert(t *testing.T, args fdbjobs.JobArgs, opts fdbjobs.InsertOptions) string {
+	t.Helper()
+	r, err := b.c.Insert(b.ctx, nil, args, opts)
+	require.NoError(t, err)
+	require.False(t, r.Duplicate)
+	return r.ID
+}
+
 var noDelay = fdbjobs.RetryFunc(func(int, error) time.Duration { return 0 })
 
 func TestRuntimeWorksTypedJobs(t *testing.T) {
@@ -93,8 +102,7 @@ func TestRuntimeWorksTypedJobs(t *testing.T) {
 	}
 	ids, err := b.c.InsertMany(b.ctx, nil, jobs)
 	require.NoError(t, err)
-	one, err := b.c.Insert(b.ctx, nil, sumArgs{A: 40, B: 2}, fdbjobs.InsertOptions{ID: "answer"})
-	require.NoError(t, err)
+	one := b.insert(t, sumArgs{A: 40, B: 2}, fdbjobs.InsertOptions{ID: "answer"})
 	require.Equal(t, "answer", one)
 	for i, id := range append(ids, one) {
 		o, n, errs := b.outcome(t, "sum", id)
@@ -136,16 +144,11 @@ func TestRuntimeRetriesThenDiscards(t *testing.T) {
 		return nil
 	}), fdbjobs.WorkerOptions{MaxAttempts: 3, RetryPolicy: noDelay}))
 	b := startRuntime(t, ws)
-	fails, err := b.c.Insert(b.ctx, nil, sumArgs{A: 1}, fdbjobs.InsertOptions{})
-	require.NoError(t, err)
-	failsMore, err := b.c.Insert(b.ctx, nil, sumArgs{A: 1}, fdbjobs.InsertOptions{MaxAttempts: 5})
-	require.NoError(t, err)
-	perm, err := b.c.Insert(b.ctx, nil, sumArgs{A: 2}, fdbjobs.InsertOptions{})
-	require.NoError(t, err)
-	panics, err := b.c.Insert(b.ctx, nil, sumArgs{A: 3}, fdbjobs.InsertOptions{})
-	require.NoError(t, err)
-	snoozes, err := b.c.Insert(b.ctx, nil, sumArgs{A: 4}, fdbjobs.InsertOptions{})
-	require.NoError(t, err)
+	fails := b.insert(t, sumArgs{A: 1}, fdbjobs.InsertOptions{})
+	failsMore := b.insert(t, sumArgs{A: 1}, fdbjobs.InsertOptions{MaxAttempts: 5})
+	perm := b.insert(t, sumArgs{A: 2}, fdbjobs.InsertOptions{})
+	panics := b.insert(t, sumArgs{A: 3}, fdbjobs.InsertOptions{})
+	snoozes := b.insert(t, sumArgs{A: 4}, fdbjobs.InsertOptions{})
 	// Arguments that do not decode as sumArgs: discarded at once.
 	require.NoError(t, b.c.Add(b.ctx, nil, "sum", "garbled", []byte(`{"args":{"A":"x"}}`), 0))
 	// Data that is no Runtime's envelope: discarded at once too.
@@ -200,12 +203,11 @@ func TestRuntimeHearsRemoval(t *testing.T) {
 		return ctx.Err()
 	}), fdbjobs.WorkerOptions{Timeout: time.Hour}))
 	b := startRuntime(t, ws)
-	id, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "long"}, fdbjobs.InsertOptions{})
-	require.NoError(t, err)
+	id := b.insert(t, &sleepArgs{Name: "long"}, fdbjobs.InsertOptions{})
 	require.Equal(t, "long/"+id, <-started)
 	require.NoError(t, b.c.Remove(b.ctx, nil, "sleep", id))
 	require.ErrorIs(t, <-cause, fdbjobs.ErrHalt)
-	_, err = b.c.JobState(b.ctx, nil, "sleep", id)
+	_, err := b.c.JobState(b.ctx, nil, "sleep", id)
 	require.ErrorIs(t, err, fdbjobs.ErrNotFound, "nothing written for the job after its removal")
 }
 
@@ -228,10 +230,8 @@ func TestRuntimeStop(t *testing.T) {
 		return ctx.Err()
 	}), fdbjobs.WorkerOptions{}))
 	b := startRuntime(t, ws)
-	quick, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "quick"}, fdbjobs.InsertOptions{})
-	require.NoError(t, err)
-	slow, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "slow"}, fdbjobs.InsertOptions{})
-	require.NoError(t, err)
+	quick := b.insert(t, &sleepArgs{Name: "quick"}, fdbjobs.InsertOptions{})
+	slow := b.insert(t, &sleepArgs{Name: "slow"}, fdbjobs.InsertOptions{})
 	<-started
 	<-started
 
@@ -317,8 +317,7 @@ func TestRuntimeCancelAndRetryNow(t *testing.T) {
 	}), fdbjobs.WorkerOptions{Timeout: time.Hour, MaxAttempts: 1}))
 	b := startRuntime(t, ws)
 
-	later, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "later"}, fdbjobs.InsertOptions{ScheduledAt: time.Now().Add(time.Hour)})
-	require.NoError(t, err)
+	later := b.insert(t, &sleepArgs{Name: "later"}, fdbjobs.InsertOptions{ScheduledAt: time.Now().Add(time.Hour)})
 	o, err := b.c.Cancel(b.ctx, nil, "sleep", later)
 	require.NoError(t, err)
 	require.Equal(t, fdbjobs.OutcomeCancelled, o)
@@ -326,8 +325,7 @@ func TestRuntimeCancelAndRetryNow(t *testing.T) {
 	require.Equal(t, fdbjobs.OutcomeCancelled, o)
 	require.Zero(t, n)
 
-	block, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "block"}, fdbjobs.InsertOptions{})
-	require.NoError(t, err)
+	block := b.insert(t, &sleepArgs{Name: "block"}, fdbjobs.InsertOptions{})
 	require.Equal(t, "block", <-started)
 	require.ErrorIs(t, b.c.RetryNow(b.ctx, nil, "sleep", block), fdbjobs.ErrRunning)
 	o, err = b.c.Cancel(b.ctx, nil, "sleep", block)
@@ -347,8 +345,7 @@ func TestRuntimeCancelAndRetryNow(t *testing.T) {
 	o, n, _ = b.outcome(t, "sleep", later)
 	require.Equal(t, fdbjobs.OutcomeCompleted, o)
 	require.Equal(t, 1, n)
-	fail, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "fail"}, fdbjobs.InsertOptions{})
-	require.NoError(t, err)
+	fail := b.insert(t, &sleepArgs{Name: "fail"}, fdbjobs.InsertOptions{})
 	require.Equal(t, "fail", <-started)
 	o, n, _ = b.outcome(t, "sleep", fail)
 	require.Equal(t, fdbjobs.OutcomeDiscarded, o)
@@ -384,16 +381,14 @@ func TestRuntimePauseResume(t *testing.T) {
 		return nil
 	}), fdbjobs.WorkerOptions{}))
 	b := startRuntime(t, ws)
-	running, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "running"}, fdbjobs.InsertOptions{})
-	require.NoError(t, err)
+	running := b.insert(t, &sleepArgs{Name: "running"}, fdbjobs.InsertOptions{})
 	require.Equal(t, "running", <-started)
 
 	require.NoError(t, b.c.Pause(b.ctx, nil, "sleep"))
 	paused, err := b.c.Paused(b.ctx, nil, "sleep")
 	require.NoError(t, err)
 	require.True(t, paused)
-	waiting, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "waiting"}, fdbjobs.InsertOptions{})
-	require.NoError(t, err)
+	waiting := b.insert(t, &sleepArgs{Name: "waiting"}, fdbjobs.InsertOptions{})
 	_, err = b.c.Accept(b.ctx, "sleep", fdbjobs.AcceptOptions{})
 	require.ErrorIs(t, err, fdbjobs.ErrPaused, "no node accepts a paused kind's job")
 	close(release)
@@ -408,4 +403,100 @@ func TestRuntimePauseResume(t *testing.T) {
 	o, _, _ = b.outcome(t, "sleep", waiting)
 	require.Equal(t, fdbjobs.OutcomeCompleted, o)
 	require.ErrorIs(t, b.c.Pause(b.ctx, nil, ""), fdbjobs.ErrInvalidArgument)
+}
+
+// A unique insert finds its duplicate by kind and arguments (and period),
+// among the states it names, in its own transaction; a cancelled or
+// discarded job is no duplicate by default.
+func TestInsertUnique(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	release := make(chan struct{})
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[*sleepArgs](func(ctx context.Context, w *fdbjobs.Work[*sleepArgs]) error {
+		if w.Args.Name == "block" {
+			<-release
+		}
+		return nil
+	}), fdbjobs.WorkerOptions{}))
+	b := startRuntime(t, ws)
+	require.NoError(t, b.c.Pause(b.ctx, nil, "sleep")) // the jobs stay pending
+	byArgs := fdbjobs.InsertOptions{Unique: fdbjobs.UniqueOpts{ByArgs: true}}
+	first := b.insert(t, &sleepArgs{Name: "a"}, byArgs)
+	r, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "a"}, byArgs)
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.InsertResult{ID: first, Duplicate: true}, r)
+	other := b.insert(t, &sleepArgs{Name: "b"}, byArgs)
+	require.NotEqual(t, first, other, "other arguments: another job")
+
+	// Unique by period alone: one job per kind per period.
+	hourly := fdbjobs.InsertOptions{Unique: fdbjobs.UniqueOpts{ByPeriod: time.Hour}}
+	h := b.insert(t, &sleepArgs{Name: "x"}, hourly)
+	r, err = b.c.Insert(b.ctx, nil, &sleepArgs{Name: "y"}, hourly)
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.InsertResult{ID: h, Duplicate: true}, r)
+
+	// Cancelled: no duplicate by default; with ByState naming it, one.
+	_, err = b.c.Cancel(b.ctx, nil, "sleep", first)
+	require.NoError(t, err)
+	withCancelled := fdbjobs.InsertOptions{Unique: fdbjobs.UniqueOpts{ByArgs: true,
+		ByState: []string{fdbjobs.StatePending, fdbjobs.OutcomeCancelled}}}
+	r, err = b.c.Insert(b.ctx, nil, &sleepArgs{Name: "a"}, withCancelled)
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.InsertResult{ID: first, Duplicate: true}, r)
+	again := b.insert(t, &sleepArgs{Name: "a"}, byArgs)
+	require.NotEqual(t, first, again)
+
+	// Completed counts by default.
+	require.NoError(t, b.c.Resume(b.ctx, nil, "sleep"))
+	o, _, _ := b.outcome(t, "sleep", again)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	r, err = b.c.Insert(b.ctx, nil, &sleepArgs{Name: "a"}, byArgs)
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.InsertResult{ID: again, Duplicate: true}, r)
+
+	for _, u := range []fdbjobs.UniqueOpts{{ByPeriod: time.Millisecond}, {ByPeriod: -time.Hour},
+		{ByArgs: true, ByState: []string{"retryable"}}} {
+		_, err = b.c.Insert(b.ctx, nil, &sleepArgs{Name: "a"}, fdbjobs.InsertOptions{Unique: u})
+		require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument, "%+v", u)
+	}
+	_, err = b.c.InsertMany(b.ctx, nil, []fdbjobs.InsertJob{{Args: &sleepArgs{}, Opts: byArgs}})
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument, "unique jobs are Insert's")
+	close(release)
+}
+
+// Unique inserts of one key at once, from many goroutines (nodes): exactly
+// one inserts, the others get its id; under injected faults too
+// (a retried attempt recognises its own job).
+func TestInsertUniqueConcurrent(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[*sleepArgs](func(context.Context, *fdbjobs.Work[*sleepArgs]) error {
+		return nil
+	}), fdbjobs.WorkerOptions{}))
+	b := startRuntime(t, ws)
+	require.NoError(t, b.c.Pause(b.ctx, nil, "sleep"))
+	const n = 16
+	results := make([]fdbjobs.InsertResult, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := b.c.Insert(b.ctx, nil, &sleepArgs{Name: "once"}, fdbjobs.InsertOptions{Unique: fdbjobs.UniqueOpts{ByArgs: true}})
+			if err == nil {
+				results[i] = r
+			}
+		}()
+	}
+	wg.Wait()
+	inserted := 0
+	for _, r := range results {
+		require.NotEmpty(t, r.ID)
+		require.Equal(t, results[0].ID, r.ID)
+		if !r.Duplicate {
+			inserted++
+		}
+	}
+	require.Equal(t, 1, inserted)
+	n2, err := b.c.PendingCount(b.ctx, nil, "sleep", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n2)
 }
