@@ -44,7 +44,7 @@ func (c *Client) Cancel(ctx context.Context, tx kv.Transactor, kind, id string) 
 		if r.state == Finished {
 			return e.Outcome, nil
 		}
-		e.Outcome = OutcomeCancelled
+		e.Outcome, e.FinishedAt = OutcomeCancelled, c.cfg.Clock.Now().UnixMilli()
 		data, err := e.encode()
 		if err != nil {
 			return "", err
@@ -57,6 +57,7 @@ func (c *Client) Cancel(ctx context.Context, tx kv.Transactor, kind, id string) 
 		// row that its lease's lock no longer holds.
 		r.state, r.lock, r.resubmit, r.data = Finished, lock{}, false, data
 		c.k.writeRow(tr, kind, id, r)
+		c.k.retainSet(tr, kind, id, e)
 		return OutcomeCancelled, nil
 	})
 }
@@ -97,7 +98,8 @@ func (c *Client) RetryNow(ctx context.Context, tx kv.Transactor, kind, id string
 		case r.state == Pending:
 			tr.Clear(c.k.pendingKey(kind, r.shard, r.stime, id))
 		}
-		e.Outcome = ""
+		c.k.retainClear(tr, kind, id, e)
+		e.Outcome, e.FinishedAt = "", 0
 		r.addToken = token
 		if r.data, err = e.encode(); err != nil {
 			return struct{}{}, err

@@ -73,7 +73,11 @@
 //     cause ErrCancelled); RetryNow makes a finished or waiting job due
 //     now. InsertOptions.Unique inserts nothing when a job with the same
 //     key (kind, arguments, period) is in the states it names, and returns
-//     that job's id (River's unique jobs). The job's data
+//     that job's id (River's unique jobs). Finished jobs are kept for
+//     their outcome's retention (RetainCompletedDefault a day,
+//     RetainCancelledDefault a day, RetainDiscardedDefault a week, or
+//     RetainForever), then removed in pages by the sweeper of every
+//     Runtime working the kind (Runtime.Sweep, every SweepPeriod). The job's data
 //     is an envelope of its arguments and attempts (JobOutcome reads it);
 //     the last ErrorHistoryMax errors are kept. An attempt whose node died
 //     is not counted: the activity monitor hands the job back as it was.
@@ -114,6 +118,9 @@
 //	                              insert (InsertOptions.Unique) with that
 //	                              key made; read and written by such
 //	                              inserts alone
+//	(13, Type, Outcome, At, JobID) RETAIN: "" — a runtime job finished
+//	                              with Outcome at At (Unix ms), for the
+//	                              Runtimes' sweepers (WorkerOptions.Retain…)
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written.

@@ -22,6 +22,7 @@ const (
 	keyLayout          = 10 // (10) -> (LayoutVersion)
 	keyPaused          = 11 // (11, Type) -> 0x01 while the type is paused
 	keyUnique          = 12 // (12, Type, Key) -> (JobID, Period)
+	keyRetain          = 13 // (13, Type, Outcome, FinishedAtMillis, JobID) -> ""
 )
 
 // State is a job's state.

@@ -86,9 +86,12 @@ type envelope struct {
 	Attempt     int            `json:"attempt,omitempty"`
 	MaxAttempts int            `json:"max_attempts,omitempty"`
 	Errors      []AttemptError `json:"errors,omitempty"`
-	// Outcome is set when the job is finished: OutcomeCompleted or
-	// OutcomeDiscarded.
+	// Outcome is set when the job is finished: OutcomeCompleted,
+	// OutcomeDiscarded or OutcomeCancelled.
 	Outcome string `json:"outcome,omitempty"`
+	// FinishedAt is when it got its Outcome (Unix ms): its retention
+	// counts from there.
+	FinishedAt int64 `json:"finished_at,omitempty"`
 }
 
 func decodeEnvelope(data json.RawMessage) (*envelope, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/internal/service"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
 // Runtime errors: the context.Cause of a Work's ctx.
@@ -44,6 +45,8 @@ type RuntimeOptions struct {
 	FetchPoll time.Duration
 	// WatchHoldAfter: see WatchHoldAfterDefault.
 	WatchHoldAfter time.Duration
+	// SweepPeriod: see SweepPeriodDefault.
+	SweepPeriod time.Duration
 }
 
 // Runtime works the jobs of the kinds its Workers registry names, on one
@@ -89,9 +92,10 @@ func NewRuntime(c *Client, ws *Workers, opts RuntimeOptions) (*Runtime, error) {
 	if len(kinds) == 0 {
 		return nil, fmt.Errorf("%w: NewRuntime: no worker registered (AddWorker)", ErrInvalidArgument)
 	}
-	if opts.FetchPoll < 0 || opts.WatchHoldAfter < 0 {
-		return nil, fmt.Errorf("%w: NewRuntime: negative FetchPoll or WatchHoldAfter", ErrInvalidArgument)
+	if opts.FetchPoll < 0 || opts.WatchHoldAfter < 0 || opts.SweepPeriod < 0 {
+		return nil, fmt.Errorf("%w: NewRuntime: negative FetchPoll, WatchHoldAfter or SweepPeriod", ErrInvalidArgument)
 	}
+	opts.SweepPeriod = cmp.Or(opts.SweepPeriod, SweepPeriodDefault)
 	if opts.FetchPoll == 0 {
 		opts.FetchPoll = FetchPollDefault
 	}
@@ -147,10 +151,14 @@ func (r *Runtime) run(ctx context.Context) {
 	}()
 	var fetchers sync.WaitGroup
 	for _, k := range r.kinds {
-		fetchers.Add(1)
+		fetchers.Add(2)
 		go func() {
 			defer fetchers.Done()
 			r.fetch(fetchCtx, hardCtx, k)
+		}()
+		go func() {
+			defer fetchers.Done()
+			r.sweeper(fetchCtx, k)
 		}()
 	}
 	fetchers.Wait()
@@ -393,6 +401,7 @@ func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envel
 	case err == nil:
 		e.Attempt++
 		e.Outcome = OutcomeCompleted
+		e.FinishedAt = now.UnixMilli()
 	case stopped:
 		stime = r.c.cfg.now() // handed back: not an attempt
 	case errors.As(err, &snooze):
@@ -400,7 +409,7 @@ func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envel
 	default:
 		e.failed(err, now)
 		if errors.As(err, &perm) || errors.Is(err, errDecode) || e.Attempt >= maxAttempts {
-			e.Outcome = OutcomeDiscarded
+			e.Outcome, e.FinishedAt = OutcomeDiscarded, now.UnixMilli()
 		} else {
 			stime = r.c.cfg.stime(now.Add(k.opts.RetryPolicy.NextRetry(e.Attempt, err)))
 		}
@@ -418,7 +427,7 @@ func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envel
 	defer done()
 	var werr error
 	if stime < 0 {
-		werr = r.c.Finish(ctx, nil, job, data)
+		werr = r.c.finishOutcome(ctx, job, data, e)
 	} else {
 		werr = r.c.FinishAt(ctx, nil, job, stime, data)
 	}
@@ -436,4 +445,22 @@ func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envel
 		ev.Err(err).Str("kind", k.kind).Str("job", job.ID).Int("attempt", e.Attempt).Int("max_attempts", maxAttempts).
 			Str("outcome", cmp.Or(e.Outcome, "retrying")).Msg("fdbjobs: runtime: attempt failed")
 	}
+}
+
+// finishOutcome is Finish that also writes the retention entry of the
+// outcome e gives the job, in the same transaction, when the job ends
+// finished (not when it was resubmitted while running).
+func (c *Client) finishOutcome(ctx context.Context, job *Job, data []byte, e *envelope) error {
+	errs, err := c.batch(ctx, nil, []Completion{{Job: job, Data: data}},
+		func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, bool, error) {
+			after, renewed, err := c.finishRow(tr, j, r, data, seen)
+			if err == nil && after != nil && after.state == Finished {
+				c.k.retainSet(tr, j.Type, j.ID, e)
+			}
+			return after, renewed, err
+		})
+	if err != nil {
+		return err
+	}
+	return errs[0]
 }

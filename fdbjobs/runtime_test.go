@@ -500,3 +500,56 @@ func TestInsertUniqueConcurrent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n2)
 }
+
+// Finished jobs are kept for their outcome's retention, then removed by
+// the sweeper; RetainForever keeps them.
+func TestRuntimeRetention(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[sumArgs](func(ctx context.Context, w *fdbjobs.Work[sumArgs]) error {
+		if w.Args.A < 0 {
+			return fdbjobs.Permanent(errors.New("negative"))
+		}
+		return nil
+	}), fdbjobs.WorkerOptions{RetainCompleted: time.Millisecond, RetainDiscarded: fdbjobs.RetainForever}))
+	b := startRuntime(t, ws)
+	done := b.insert(t, sumArgs{A: 1}, fdbjobs.InsertOptions{})
+	bad := b.insert(t, sumArgs{A: -1}, fdbjobs.InsertOptions{})
+	later := b.insert(t, sumArgs{A: 2}, fdbjobs.InsertOptions{ScheduledAt: time.Now().Add(time.Hour)})
+	o, _, _ := b.outcome(t, "sum", done)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	o, _, _ = b.outcome(t, "sum", bad)
+	require.Equal(t, fdbjobs.OutcomeDiscarded, o)
+	_, err := b.c.Cancel(b.ctx, nil, "sum", later)
+	require.NoError(t, err)
+
+	testutil.Eventually(t, "the completed job past its retention removed", func() bool {
+		_, err := b.rt.Sweep(b.ctx)
+		require.NoError(t, err)
+		_, err = b.c.JobState(b.ctx, nil, "sum", done)
+		return errors.Is(err, fdbjobs.ErrNotFound)
+	})
+	for _, id := range []string{bad, later} {
+		s, err := b.c.JobState(b.ctx, nil, "sum", id)
+		require.NoError(t, err, "kept: forever (discarded), a day (cancelled)")
+		require.Equal(t, fdbjobs.Finished, s)
+	}
+	n, err := b.rt.Sweep(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing more to remove")
+
+	// A job retried after its end keeps no entry that would remove it.
+	require.NoError(t, b.c.RetryNow(b.ctx, nil, "sum", later))
+	o, _, _ = b.outcome(t, "sum", later)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	testutil.Eventually(t, "the retried job removed once completed and past its retention", func() bool {
+		_, err := b.rt.Sweep(b.ctx)
+		require.NoError(t, err)
+		_, err = b.c.JobState(b.ctx, nil, "sum", later)
+		return errors.Is(err, fdbjobs.ErrNotFound)
+	})
+
+	_, err = fdbjobs.NewRuntime(b.c, ws, fdbjobs.RuntimeOptions{SweepPeriod: -1})
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument)
+	require.ErrorIs(t, fdbjobs.AddWorker(fdbjobs.NewWorkers(), fdbjobs.WorkFunc[sumArgs](nil), fdbjobs.WorkerOptions{RetainCompleted: -time.Hour}),
+		fdbjobs.ErrInvalidArgument)
+}

@@ -1,6 +1,7 @@
 package fdbjobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -82,6 +83,12 @@ type WorkerOptions struct {
 	// RetryPolicy says when a failed attempt is tried again:
 	// RetryPolicyDefault when nil.
 	RetryPolicy RetryPolicy
+	// RetainCompleted, RetainCancelled and RetainDiscarded are how long a
+	// job finished with each outcome is kept before the Runtime's sweeper
+	// removes it: RetainCompletedDefault, RetainCancelledDefault and
+	// RetainDiscardedDefault when zero, RetainForever to keep such jobs.
+	// The sweeper of any node working the kind applies its own.
+	RetainCompleted, RetainCancelled, RetainDiscarded time.Duration
 }
 
 // Defaults and bounds of WorkerOptions and the Runtime.
@@ -117,8 +124,9 @@ func NewWorkers() *Workers { return &Workers{kinds: map[string]*kindWorker{}} }
 // kindWorker is a registered Worker with its options, behind a function
 // that decodes the job's arguments for it.
 type kindWorker struct {
-	kind string
-	opts WorkerOptions
+	kind   string
+	opts   WorkerOptions
+	retain retention
 	// work decodes args and calls the Worker; a decoding error is
 	// errDecode.
 	work func(ctx context.Context, j *Job, e *envelope) error
@@ -148,7 +156,8 @@ func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) err
 	if _, dup := ws.kinds[kind]; dup {
 		return fmt.Errorf("%w: AddWorker(%q): kind registered already", ErrInvalidArgument, kind)
 	}
-	ws.kinds[kind] = &kindWorker{kind: kind, opts: opts, work: func(ctx context.Context, j *Job, e *envelope) error {
+	ws.kinds[kind] = &kindWorker{kind: kind, opts: opts, retain: retention{OutcomeCompleted: opts.RetainCompleted,
+		OutcomeCancelled: opts.RetainCancelled, OutcomeDiscarded: opts.RetainDiscarded}, work: func(ctx context.Context, j *Job, e *envelope) error {
 		var args T
 		if err := decodeArgs(e.Args, &args); err != nil {
 			return fmt.Errorf("%w: %v", errDecode, err)
@@ -185,6 +194,14 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 	case o.MaxAttempts < 0:
 		return o, fmt.Errorf("%w: MaxAttempts %d: at least 1 (0: %d)", ErrInvalidArgument, o.MaxAttempts, MaxAttemptsDefault)
 	}
+	for _, r := range []*time.Duration{&o.RetainCompleted, &o.RetainCancelled, &o.RetainDiscarded} {
+		if *r < 0 && *r != RetainForever {
+			return o, fmt.Errorf("%w: retention %v: positive, 0 (the default) or RetainForever", ErrInvalidArgument, *r)
+		}
+	}
+	o.RetainCompleted = cmp.Or(o.RetainCompleted, RetainCompletedDefault)
+	o.RetainCancelled = cmp.Or(o.RetainCancelled, RetainCancelledDefault)
+	o.RetainDiscarded = cmp.Or(o.RetainDiscarded, RetainDiscardedDefault)
 	if o.Concurrency == 0 {
 		o.Concurrency = ConcurrencyDefault
 	}
