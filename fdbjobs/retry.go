@@ -138,3 +138,17 @@ func JobOutcome(data json.RawMessage) (outcome string, attempts int, errs []Atte
 	}
 	return e.Outcome, e.Attempt, e.Errors, nil
 }
+
+// UnmarshalArgs decodes a runtime job's arguments from its data (Job,
+// JobData, FoldJobs) into args, a pointer. Data that is no runtime job's
+// is ErrInvalidData.
+func UnmarshalArgs(data json.RawMessage, args any) error {
+	e, err := decodeEnvelope(data)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidData, err)
+	}
+	if err := decodeArgs(e.Args, args); err != nil {
+		return fmt.Errorf("%w: arguments: %v", ErrInvalidData, err)
+	}
+	return nil
+}

@@ -168,6 +168,10 @@ func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) err
 	return nil
 }
 
+// KindOf is args' kind (its Kind), also for a nil pointer: the kind of
+// its type.
+func KindOf[T JobArgs](args T) string { return kindOf(args) }
+
 // kindOf is T's Kind, also for a pointer type whose zero value is nil.
 func kindOf[T JobArgs](zero T) string {
 	if t := reflect.TypeOf(zero); t != nil && t.Kind() == reflect.Pointer && reflect.ValueOf(zero).IsNil() {
