@@ -69,15 +69,20 @@ type Runtime struct {
 	opts  RuntimeOptions
 	svc   service.Base
 
-	// mu guards stopping, hardCtx and hard, made anew by each Start.
+	// mu guards stopping, drained, hardCtx and hard, made anew by each
+	// Start.
 	mu sync.Mutex
 	// stopping is closed when Stop begins: fetchers take no more jobs.
 	stopping chan struct{}
+	// drained is closed by the run loop once its fetchers and running
+	// jobs have ended.
+	drained chan struct{}
 	// hardCtx is the parent of every running job's ctx; hard cancels it
 	// (ErrStopped).
 	hardCtx context.Context
 	hard    context.CancelCauseFunc
-	// running counts the jobs being worked, for Stop to wait on.
+	// running counts the jobs being worked; the run loop waits on it
+	// once its fetchers, which add to it, have ended.
 	running sync.WaitGroup
 }
 
@@ -125,7 +130,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 		}
 		hardCtx, hard := context.WithCancelCause(context.WithoutCancel(ctx))
 		r.mu.Lock()
-		r.stopping, r.hardCtx, r.hard = make(chan struct{}), hardCtx, hard
+		r.stopping, r.drained, r.hardCtx, r.hard = make(chan struct{}), make(chan struct{}), hardCtx, hard
 		r.mu.Unlock()
 		return nil
 	}, r.run)
@@ -137,8 +142,9 @@ func (r *Runtime) Start(ctx context.Context) error {
 // end.
 func (r *Runtime) run(ctx context.Context) {
 	r.mu.Lock()
-	stopping, hardCtx, hard := r.stopping, r.hardCtx, r.hard
+	stopping, drained, hardCtx, hard := r.stopping, r.drained, r.hardCtx, r.hard
 	r.mu.Unlock()
+	defer close(drained)
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	defer stopFetch()
 	go func() {
@@ -172,26 +178,21 @@ func (r *Runtime) run(ctx context.Context) {
 // Stop on a stopped Runtime does nothing.
 func (r *Runtime) Stop(ctx context.Context) error {
 	r.mu.Lock()
-	stopping, hard := r.stopping, r.hard
-	r.stopping, r.hardCtx, r.hard = nil, nil, nil
+	stopping, drained, hard := r.stopping, r.drained, r.hard
+	r.stopping, r.drained, r.hardCtx, r.hard = nil, nil, nil, nil
 	r.mu.Unlock()
 	if stopping == nil {
 		r.svc.Stop()
 		return nil
 	}
 	close(stopping)
-	done := make(chan struct{})
-	go func() {
-		r.running.Wait()
-		close(done)
-	}()
 	var err error
 	select {
-	case <-done:
+	case <-drained:
 	case <-ctx.Done():
 		err = ctx.Err()
 		hard(ErrStopped)
-		<-done
+		<-drained
 	}
 	r.svc.Stop()
 	return err
