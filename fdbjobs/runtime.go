@@ -11,7 +11,6 @@ import (
 
 	"github.com/fdbrep/fdbrep/internal/service"
 	"github.com/fdbrep/fdbrep/pkg/kv"
-	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
 // Runtime errors: the context.Cause of a Work's ctx.
@@ -155,6 +154,20 @@ func (r *Runtime) run(ctx context.Context) {
 		}
 		stopFetch()
 	}()
+	// The completers outlive the jobs, which wait on them for their end.
+	completeCtx, stopComplete := context.WithCancel(context.WithoutCancel(ctx))
+	var completers sync.WaitGroup
+	defer func() {
+		stopComplete()
+		completers.Wait()
+	}()
+	for _, k := range r.kinds {
+		completers.Add(1)
+		go func() {
+			defer completers.Done()
+			r.completer(completeCtx, k)
+		}()
+	}
 	var fetchers sync.WaitGroup
 	for _, k := range r.kinds {
 		fetchers.Add(2)
@@ -423,15 +436,7 @@ func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envel
 		}
 		data = b
 	}
-	// The hold bounds the write: past it another node may have the job.
-	ctx, done := job.HoldContext(context.WithoutCancel(hardCtx))
-	defer done()
-	var werr error
-	if stime < 0 {
-		werr = r.c.finishOutcome(ctx, job, data, e)
-	} else {
-		werr = r.c.FinishAt(ctx, nil, job, stime, data)
-	}
+	werr := r.complete(hardCtx, k, &ending{job: job, data: data, stime: stime, e: e})
 	switch {
 	case werr == nil || errors.Is(werr, ErrHalt):
 	default:
@@ -448,20 +453,3 @@ func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envel
 	}
 }
 
-// finishOutcome is Finish that also writes the retention entry of the
-// outcome e gives the job, in the same transaction, when the job ends
-// finished (not when it was resubmitted while running).
-func (c *Client) finishOutcome(ctx context.Context, job *Job, data []byte, e *envelope) error {
-	errs, err := c.batch(ctx, nil, []Completion{{Job: job, Data: data}},
-		func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, bool, error) {
-			after, renewed, err := c.finishRow(tr, j, r, data, seen)
-			if err == nil && after != nil && after.state == Finished {
-				c.k.retainSet(tr, j.Type, j.ID, e)
-			}
-			return after, renewed, err
-		})
-	if err != nil {
-		return err
-	}
-	return errs[0]
-}

@@ -553,3 +553,30 @@ func TestRuntimeRetention(t *testing.T) {
 	require.ErrorIs(t, fdbjobs.AddWorker(fdbjobs.NewWorkers(), fdbjobs.WorkFunc[sumArgs](nil), fdbjobs.WorkerOptions{RetainCompleted: -time.Hour}),
 		fdbjobs.ErrInvalidArgument)
 }
+
+// A burst of short jobs: their ends are written in batches (a completer
+// per kind), each job's outcome its own.
+func TestRuntimeBurst(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[sumArgs](func(ctx context.Context, w *fdbjobs.Work[sumArgs]) error {
+		if w.Args.A%7 == 0 {
+			return fdbjobs.Permanent(errors.New("multiple of 7"))
+		}
+		return nil
+	}), fdbjobs.WorkerOptions{Concurrency: 64}))
+	b := startRuntime(t, ws)
+	var jobs []fdbjobs.InsertJob
+	for i := range 500 {
+		jobs = append(jobs, fdbjobs.InsertJob{Args: sumArgs{A: i}})
+	}
+	ids, err := b.c.InsertMany(b.ctx, nil, jobs)
+	require.NoError(t, err)
+	for i, id := range ids {
+		o, _, _ := b.outcome(t, "sum", id)
+		if i%7 == 0 {
+			require.Equal(t, fdbjobs.OutcomeDiscarded, o, i)
+		} else {
+			require.Equal(t, fdbjobs.OutcomeCompleted, o, i)
+		}
+	}
+}

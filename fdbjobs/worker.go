@@ -127,6 +127,8 @@ type kindWorker struct {
 	kind   string
 	opts   WorkerOptions
 	retain retention
+	// ends are the attempts' ends for the kind's completer (complete.go).
+	ends chan *ending
 	// work decodes args and calls the Worker; a decoding error is
 	// errDecode.
 	work func(ctx context.Context, j *Job, e *envelope) error
@@ -156,7 +158,7 @@ func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) err
 	if _, dup := ws.kinds[kind]; dup {
 		return fmt.Errorf("%w: AddWorker(%q): kind registered already", ErrInvalidArgument, kind)
 	}
-	ws.kinds[kind] = &kindWorker{kind: kind, opts: opts, retain: retention{OutcomeCompleted: opts.RetainCompleted,
+	ws.kinds[kind] = &kindWorker{kind: kind, opts: opts, ends: make(chan *ending), retain: retention{OutcomeCompleted: opts.RetainCompleted,
 		OutcomeCancelled: opts.RetainCancelled, OutcomeDiscarded: opts.RetainDiscarded}, work: func(ctx context.Context, j *Job, e *envelope) error {
 		var args T
 		if err := decodeArgs(e.Args, &args); err != nil {
