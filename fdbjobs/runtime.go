@@ -452,4 +452,3 @@ func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envel
 			Str("outcome", cmp.Or(e.Outcome, "retrying")).Msg("fdbjobs: runtime: attempt failed")
 	}
 }
-
