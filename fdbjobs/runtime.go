@@ -49,14 +49,16 @@ type RuntimeOptions struct {
 }
 
 // Runtime works the jobs of the kinds its Workers registry names, on one
-// node: per kind, a fetcher accepts up to the kind's Concurrency jobs in
-// batches (AcceptBatch, woken by a watch when jobs are inserted), and each
-// job runs on a goroutine of its own, which renews the job's hold (Update,
+// node: per kind, fetchers (one per 100 of its Concurrency, 8 at most)
+// accept up to the kind's Concurrency jobs in batches of up to 100
+// (AcceptBatch, woken by a watch when jobs are inserted), and each job
+// runs on a goroutine of its own, which renews the job's hold (Update,
 // every Timeout / HeartbeatFraction) and, once the job has run for
 // WatchHoldAfter, watches its row, and ends the Work's ctx when the job is
 // taken from it or its hold lapses. When Work returns, the Runtime
 // finishes the job (completed), retries it later by its RetryPolicy, or
-// discards it, in one transaction fenced by the job's lock.
+// discards it, fenced by the job's lock, in a transaction that the kind's
+// completer shares among the attempts that ended meanwhile.
 //
 // Many Runtimes (nodes) work the same kinds on one store; each job runs on
 // one of them at a time (see doc.go, "Holding a job"). The Client must be
@@ -170,11 +172,15 @@ func (r *Runtime) run(ctx context.Context) {
 	}
 	var fetchers sync.WaitGroup
 	for _, k := range r.kinds {
-		fetchers.Add(2)
-		go func() {
-			defer fetchers.Done()
-			r.fetch(fetchCtx, hardCtx, k)
-		}()
+		slots := make(chan struct{}, k.opts.Concurrency)
+		for range fetchersOf(k.opts.Concurrency) {
+			fetchers.Add(1)
+			go func() {
+				defer fetchers.Done()
+				r.fetch(fetchCtx, hardCtx, k, slots)
+			}()
+		}
+		fetchers.Add(1)
 		go func() {
 			defer fetchers.Done()
 			r.sweeper(fetchCtx, k)
@@ -218,11 +224,22 @@ func (r *Runtime) StopAndCancel() {
 	_ = r.Stop(ctx)
 }
 
-// fetch is a kind's fetcher: it accepts jobs while it has room for them,
-// and starts each on a goroutine.
-func (r *Runtime) fetch(ctx, hardCtx context.Context, k *kindWorker) {
+// A kind's fetchers: each accepts up to fetchBatchMax jobs per
+// transaction, and a kind has one per fetchBatchMax of its Concurrency
+// (fetchersMax at most), so that accepts overlap.
+const (
+	fetchBatchMax = 100
+	fetchersMax   = 8
+)
+
+func fetchersOf(concurrency int) int {
+	return min(fetchersMax, (concurrency+fetchBatchMax-1)/fetchBatchMax)
+}
+
+// fetch is one of a kind's fetchers: it accepts jobs while the kind has
+// free slots, and starts each on a goroutine.
+func (r *Runtime) fetch(ctx, hardCtx context.Context, k *kindWorker, slots chan struct{}) {
 	log := r.c.cfg.Logger
-	slots := make(chan struct{}, k.opts.Concurrency)
 	var b kv.Backoff
 	for {
 		// Wait for a free slot.
@@ -233,7 +250,7 @@ func (r *Runtime) fetch(ctx, hardCtx context.Context, k *kindWorker) {
 		}
 		n := 1
 	more:
-		for n < k.opts.Concurrency {
+		for n < min(k.opts.Concurrency, fetchBatchMax) {
 			select {
 			case slots <- struct{}{}:
 				n++
