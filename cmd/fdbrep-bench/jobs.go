@@ -39,7 +39,11 @@ type jobsOpts struct {
 	nodes                                        []int
 	scaleJobs                                    int
 	inMemory                                     bool
-	cpuProfile, cpuProfileContinuous             string
+	// runtime: the burn-down and continuous modes work fdbjobs' jobs on
+	// its Runtime (-loop runtime) rather than hand-written loops of the
+	// batch calls (-loop batch).
+	runtime                          bool
+	cpuProfile, cpuProfileContinuous string
 }
 
 // runJobsBench measures the job layer on on-disk embedded stores with
@@ -47,7 +51,8 @@ type jobsOpts struct {
 // the same invocation:
 //
 //  1. burn-down, River's bench method: insert -jobs jobs, then work them
-//     off (fdbjobs: -workers workers with the batch forms); -rounds
+//     off (fdbjobs: its Runtime with a no-op Worker, or with -loop batch
+//     -workers loops of the batch forms; River: its Client); -rounds
 //     rounds alternating fdbjobs and River, each on a fresh store or
 //     table;
 //  2. continuous: keep -backlog jobs (75,000) pending (topped up every 250 ms, 5,000
@@ -77,6 +82,7 @@ func runJobsBench(args []string) error {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the first fdbjobs burn-down's work phase to this file")
 	fs.StringVar(&o.cpuProfileContinuous, "cpuprofile-continuous", "", "write a CPU profile of the first fdbjobs continuous run to this file")
 	fs.BoolVar(&o.inMemory, "in-memory", false, "fdbjobs on in-memory stores instead (to see what the disk costs)")
+	loop := fs.String("loop", "runtime", "fdbjobs' side of the burn-down and continuous modes: runtime (its Runtime, a no-op Worker, -workers × -batch of Concurrency: River's side is its river.Client) or batch (-workers loops of AcceptBatch and FinishBatch of -batch)")
 	riverBin := fs.String("river-bin", "", "the River peer binary (make bench-jobs builds it from cmd/fdbrep-bench/river); \"\" skips River")
 	pgBin := fs.String("pg-bin", "", "directory of PostgreSQL's initdb, pg_ctl and postgres (default: initdb on PATH, else the newest /usr/lib/postgresql/*/bin)")
 	if err := fs.Parse(args); err != nil {
@@ -85,6 +91,12 @@ func runJobsBench(args []string) error {
 	if o.jobs < 1 || o.workers < 1 || o.batch < 1 || o.batch > fdbjobs.MaxBatch || o.insertBatch < 1 || o.insertBatch > fdbjobs.MaxBatch ||
 		o.inserters < 1 || o.rounds < 1 || o.backlog < 1 || o.duration < 0 || o.wakeups < 0 || o.accepts < 1 || o.scaleJobs < 1 {
 		return errors.New("-jobs, -workers, -batch and -insert-batch (at most 10000), -inserters, -rounds, -backlog, -accepts and -scale-jobs must be positive, -duration and -wakeups not negative")
+	}
+	switch *loop {
+	case "runtime", "batch":
+		o.runtime = *loop == "runtime"
+	default:
+		return fmt.Errorf("-loop %q: runtime or batch", *loop)
 	}
 	var err error
 	if o.nodes, err = parseInts("nodes", *nodesList); err != nil {
@@ -193,12 +205,21 @@ func compare(mode string, ours, theirs []runResult) {
 	}
 	fmt.Printf("  %s: fdbjobs median %.0f jobs/s, River median %.0f jobs/s: fdbjobs/River = %.2fx (rounds: %s; goal: at least 2x)\n",
 		mode, a, b, a/b, strings.Join(per, ", "))
+	fmt.Printf("RATIO %s %s %.2f\n", benchStore, strings.ReplaceAll(mode, " ", "-"), a/b)
+}
+
+// loopName says how fdbjobs' side works its jobs (-loop).
+func (o jobsOpts) loopName() string {
+	if o.runtime {
+		return fmt.Sprintf("its Runtime, a no-op Worker, Concurrency %d", o.workers*o.batch)
+	}
+	return fmt.Sprintf("%d loops of AcceptBatch and FinishBatch of %d", o.workers, o.batch)
 }
 
 func (b *jobsBench) burnDowns() error {
 	o := b.o
-	fmt.Printf("\nburn-down: %d jobs inserted, then worked off (River's method); %d rounds alternating fdbjobs (%d workers, batches of %d, AddBatch of %d) and River\n",
-		o.jobs, o.rounds, o.workers, o.batch, o.insertBatch)
+	fmt.Printf("\nburn-down: %d jobs inserted, then worked off (River's method); %d rounds alternating fdbjobs (%s, AddBatch of %d) and River\n",
+		o.jobs, o.rounds, o.loopName(), o.insertBatch)
 	return b.alternate("burn-down", o.cpuProfile,
 		func(s *fdbjobsRun, profile string) (runResult, error) { return s.burnDown(o.jobs, profile) },
 		"burn", "-jobs", strconv.Itoa(o.jobs))

@@ -105,7 +105,9 @@ func (s *fdbjobsRun) insertJobs(typ, prefix string, from, n int) error {
 				for i := from + start; i < from+end; i++ {
 					// Numbered once per store and type: new by construction,
 					// as River's inserted rows are.
-					batch = append(batch, fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(`{"n":` + strconv.Itoa(i) + `}`), Fresh: true})
+					// The data of fdbjobs.Client.Insert (the Runtime's
+					// envelope), written by AddBatch for both loops.
+					batch = append(batch, fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(`{"args":{"n":` + strconv.Itoa(i) + `}}`), Fresh: true})
 				}
 				// Its own retry loop: idempotent under commit_unknown_result.
 				err := s.c.AddBatch(s.ctx, nil, typ, batch)
@@ -119,6 +121,57 @@ func (s *fdbjobsRun) insertJobs(typ, prefix string, from, n int) error {
 	wg.Wait()
 	close(errc)
 	return <-errc
+}
+
+// benchArgs are the arguments of the benchmark's jobs on the Runtime, one
+// type per kind.
+type (
+	burnArgs       struct{ N int }
+	continuousArgs struct{ N int }
+)
+
+func (burnArgs) Kind() string       { return burnType }
+func (continuousArgs) Kind() string { return continuousType }
+
+// workRuntime is work on fdbjobs' Runtime (-loop runtime): one Runtime
+// with a no-op Worker of typ's kind and o.workers × o.batch of
+// Concurrency (River's side: a river.Client with its workers). A job
+// counts in done when its Worker returned; a burn-down ends when all of
+// want did and the Runtime has stopped (their ends committed).
+func (s *fdbjobsRun) workRuntime(ctx context.Context, typ string, wait bool, done *atomic.Int64, want int64) error {
+	ws := fdbjobs.NewWorkers()
+	all := make(chan struct{})
+	count := func() {
+		if done.Add(1) == want && !wait {
+			close(all)
+		}
+	}
+	opts := fdbjobs.WorkerOptions{Concurrency: s.o.workers * s.o.batch, Timeout: time.Minute}
+	var err error
+	switch typ {
+	case burnType:
+		err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[burnArgs](func(context.Context, *fdbjobs.Work[burnArgs]) error { count(); return nil }), opts)
+	case continuousType:
+		err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[continuousArgs](func(context.Context, *fdbjobs.Work[continuousArgs]) error { count(); return nil }), opts)
+	default:
+		err = fmt.Errorf("no Runtime worker for %q", typ)
+	}
+	if err != nil {
+		return err
+	}
+	rt, err := fdbjobs.NewRuntime(s.c, ws, fdbjobs.RuntimeOptions{})
+	if err != nil {
+		return err
+	}
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-all:
+	case <-ctx.Done():
+	}
+	rt.StopAndCancel()
+	return nil
 }
 
 // work runs o.workers workers that accept and finish jobs of typ in
@@ -196,8 +249,11 @@ func progress(done, inserted *atomic.Int64, stop <-chan struct{}) <-chan struct{
 	return over
 }
 
-// burnType is the type of the burn-down's jobs.
-const burnType = "burn"
+// The types of the burn-down's and the continuous mode's jobs.
+const (
+	burnType       = "burn"
+	continuousType = "continuous"
+)
 
 // burnDown inserts n jobs, then works them off.
 func (s *fdbjobsRun) burnDown(n int, cpuProfile string) (runResult, error) {
@@ -210,7 +266,12 @@ func (s *fdbjobsRun) burnDown(n int, cpuProfile string) (runResult, error) {
 	if s.beforeWork != nil {
 		s.beforeWork()
 	}
-	err = measure(cpuProfile, &done, &inserted, &res, func() error { return s.work(s.ctx, burnType, false, &done) })
+	err = measure(cpuProfile, &done, &inserted, &res, func() error {
+		if s.o.runtime {
+			return s.workRuntime(s.ctx, burnType, false, &done, int64(n))
+		}
+		return s.work(s.ctx, burnType, false, &done)
+	})
 	if err != nil {
 		return runResult{}, err
 	}
@@ -237,7 +298,7 @@ func (s *fdbjobsRun) fillBurn(n int) (runResult, error) {
 // continuousCheck and topped up continuousInsert at a time, while the
 // workers work them, and counts the jobs finished within d.
 func (s *fdbjobsRun) continuous(d time.Duration, cpuProfile string) (runResult, error) {
-	const typ = "continuous"
+	const typ = continuousType
 	if err := s.c.SetTypeTimeout(s.ctx, nil, typ, time.Minute); err != nil {
 		return runResult{}, err
 	}
@@ -279,7 +340,13 @@ func (s *fdbjobsRun) continuous(d time.Duration, cpuProfile string) (runResult, 
 	workErr := make(chan error, 1)
 	var res runResult
 	err := measure(cpuProfile, &done, &inserted, &res, func() error {
-		go func() { workErr <- s.work(ctx, typ, true, &done) }()
+		go func() {
+			if s.o.runtime {
+				workErr <- s.workRuntime(ctx, typ, true, &done, 0)
+				return
+			}
+			workErr <- s.work(ctx, typ, true, &done)
+		}()
 		select {
 		case <-time.After(d):
 			return nil
