@@ -277,6 +277,23 @@
 // Events are never dropped while a subscription is open; Unsubscribe drops
 // the queued ones.
 //
+// # Runtime invariants
+//
+// A Runtime's loops (fetchers, job keepers, completers, sweepers) keep
+// these, which TestRuntimeModel checks against a reference over a seeded
+// stream of inserts, cancels, pauses and resumes, under injected faults
+// and latency too:
+//   - Safety: an attempt's end is written only under the job's lock, so a
+//     job that Cancel reported cancelled ends cancelled (its worker's
+//     outcome is dropped), and a job never has more attempts than its
+//     MaxAttempts; no accept that commits after Pause takes a job.
+//   - Liveness: every job inserted ends (completed, discarded or
+//     cancelled) once its kind is not paused and some Runtime works it;
+//     outcomes and attempt counts are those its worker's answers give.
+//   - Stop leaves nothing running: its fetchers end first, then its jobs
+//     (within the grace, or cancelled and handed back), then its
+//     completers, which have written every end handed to them.
+//
 // # Failure behaviour and idempotence
 //
 // Every transaction is small and retried by the kv retry loop, including
