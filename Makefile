@@ -87,12 +87,13 @@ store_pkgs = $(shell $(GO) list $(1) -test -f '{{.ImportPath}}|{{range .Deps}}{{
 	awk -F'|' '$$1 ~ /\.test$$/ && index($$2, "/pkg/kv/kvtest ") { sub(/\.test$$/, "", $$1); print $$1 }')
 nodes_pkgs = $(filter-out %/cmd/fdbrep,$(call store_pkgs,$(1)))
 
-## WAIT_P is how many test binaries the passes after the race pass run at
-## once (go test -p; default 4, where go test runs as many as the
-## machine's cores): their tests mostly wait, on CouchDB, on injected
-## latency or on FoundationDB (the wire package under faults: 23 s of CPU
-## in 90 s), so a 2-core runner would sit idle with two. The race pass
-## keeps go test's default: the race detector makes it CPU-bound.
+## WAIT_P is how many test binaries, and parallel tests in each, the
+## passes after the race pass run at once (go test -p and -parallel;
+## default 4, where go test runs as many as the machine's cores): their
+## tests mostly wait, on CouchDB, on injected latency or on FoundationDB
+## (the wire package under faults: 23 s of CPU in 90 s), so a 2-core
+## runner would sit idle with two. The race pass keeps go test's default:
+## the race detector makes it CPU-bound.
 WAIT_P ?= 4
 
 test-unit:
@@ -102,12 +103,12 @@ test-unit:
 ## without the race detector: the plain pass has it, and this one's value
 ## is the code's behaviour under the store's errors (CI's time, issue 41).
 test-faults:
-	scripts/timed.sh test-faults env FDBREP_KV_FAULTS=1 $(GO) test -p $(WAIT_P) -count=1 -timeout 20m $(call nodes_pkgs)
+	scripts/timed.sh test-faults env FDBREP_KV_FAULTS=1 $(GO) test -p $(WAIT_P) -parallel $(WAIT_P) -count=1 -timeout 20m $(call nodes_pkgs)
 
 ## test-latency: every read and commit waits as over a network, and any
 ## transaction over 1 MB or 1 s fails its test (FDB's guidance).
 test-latency:
-	scripts/timed.sh test-latency env FDBREP_KV_LATENCY=1 FDBREP_KV_BUDGET=1 $(GO) test -p $(WAIT_P) -count=1 -timeout 20m $(call store_pkgs)
+	scripts/timed.sh test-latency env FDBREP_KV_LATENCY=1 FDBREP_KV_BUDGET=1 $(GO) test -p $(WAIT_P) -parallel $(WAIT_P) -count=1 -timeout 20m $(call store_pkgs)
 
 ## soak: the scheduler's model test (cmd/internal/sim) over new seeds, one
 ## after the other, for SOAK_DURATION (default 10m), then the real-process
@@ -133,7 +134,7 @@ soak:
 FDB_TLS ?= 1
 test-fdb:
 	scripts/timed.sh test-fdb env FDBREP_FDB_TLS=$(FDB_TLS) scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb sh -c '\
-		$(GO) test -tags fdb -p $(WAIT_P) -count=1 -timeout 30m $(call nodes_pkgs,-tags fdb) ./pkg/kv/fdbkv ./cmd/internal/deploy ./cmd/internal/fdbfault; a=$$?; \
+		$(GO) test -tags fdb -p $(WAIT_P) -parallel $(WAIT_P) -count=1 -timeout 30m $(call nodes_pkgs,-tags fdb) ./pkg/kv/fdbkv ./cmd/internal/deploy ./cmd/internal/fdbfault; a=$$?; \
 		$(GO) test -tags fdb -count=1 -timeout 10m -run "^(TestInterruptWhileWaitingForFDB|TestServeOnFDBOverTLS)$$" ./cmd/fdbrep; b=$$?; \
 		[ $$a -eq 0 ] && [ $$b -eq 0 ]'
 
