@@ -89,6 +89,10 @@ func (w *worker) txError(err error) {
 		return
 	}
 	if errors.Is(err, fdbjobs.ErrHalt) {
+		if w.quietHalt {
+			w.haltSeen = true // runLoop.renew ends the run and logs
+			return
+		}
 		w.logHalted(false)
 		return
 	}

@@ -83,6 +83,13 @@ type worker struct {
 	// final is the counters of a run halted because its job was taken
 	// from it (runLoop.taken), for logHalted; nil otherwise.
 	final *engine.Stats
+	// quietHalt is set by runLoop.renew around its heartbeat: an ErrHalt
+	// there is not logged by txError but noted in haltSeen, for renew to
+	// end the run as runLoop.taken does (writes in flight finished, the
+	// final counters logged and stored for whoever removed the job), as
+	// when watchRun hears of it first. Both belong to the run loop's
+	// goroutine.
+	quietHalt, haltSeen bool
 	// rep, parkable and group are the replication of the job's run,
 	// whether it may park (runLoop.parkable) and its source's watch group,
 	// set before the run is registered with the progress loop
@@ -355,7 +362,15 @@ func (r *runLoop) taken() {
 // renew writes a heartbeat with stats and renews the hold; false when the
 // job was halted or its hold lapsed meanwhile (the run is halted then).
 func (r *runLoop) renew(stats engine.Stats) bool {
-	if !r.w.heartbeat(r.d, stats) {
+	r.w.quietHalt, r.w.haltSeen = true, false
+	ok := r.w.heartbeat(r.d, stats)
+	r.w.quietHalt = false
+	if !ok {
+		if r.w.haltSeen {
+			// The job was taken from the run before watchRun said so.
+			r.taken()
+			return false
+		}
 		r.halt()
 		return false
 	}
