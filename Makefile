@@ -114,9 +114,11 @@ test-latency:
 ## after the other, for SOAK_DURATION (default 10m), then the real-process
 ## soak (cmd/internal/soak: fdbrep serve and fdbrep cluster against a real
 ## CouchDB 3.5, SIGKILLs among the operations) for as long. make test runs
-## one seed of 1,000 intervals in each pass (under the race detector, on a
-## store that injects faults or waits as over a network, on FoundationDB)
-## and about two minutes of the real-process soak.
+## one seed in each pass (500 intervals under the race detector; 1,000 on
+## a store that injects faults or waits as over a network, and on
+## FoundationDB) and about two minutes of the real-process soak in the
+## latency and FoundationDB passes (its processes are built without the
+## race detector, and do not read the injected faults).
 SOAK_DURATION ?= 10m
 soak:
 	$(GO) test -count=1 -timeout 0 -run '^TestModel$$' ./cmd/internal/sim -v -sim.soak $(SOAK_DURATION)

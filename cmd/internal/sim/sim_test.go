@@ -43,15 +43,19 @@ func TestModel(t *testing.T) {
 	}
 }
 
-// intervalsDefault is IntervalsDefault, or a tenth of it under the race
-// detector (which makes the simulation ten times slower) and in make
-// test's passes on a store that injects faults (FDBREP_KV_FAULTS) or
-// waits as over a network (FDBREP_KV_LATENCY, FoundationDB): their value
-// here is the store's behaviour under the scheduler, which a shorter run
-// shows as well (each pass draws a new seed), and make soak runs new
-// seeds at full length.
+// intervalsDefault is IntervalsDefault, or a tenth of it in make test's
+// passes on a store that injects faults (FDBREP_KV_FAULTS) or waits as
+// over a network (FDBREP_KV_LATENCY, FoundationDB), and a twentieth under
+// the race detector (which makes the simulation ten times slower, in
+// CI's pass that is CPU-bound): their value here is the data races, or
+// the store's behaviour under the scheduler, which a shorter run shows as
+// well (each pass draws a new seed), and make soak runs new seeds at full
+// length.
 func intervalsDefault() int {
-	if testutil.Race || os.Getenv("FDBREP_KV_FAULTS") != "" || os.Getenv("FDBREP_KV_LATENCY") != "" || os.Getenv("FDBREP_KV_BACKEND") == "fdb" {
+	switch {
+	case testutil.Race:
+		return IntervalsDefault / 20
+	case os.Getenv("FDBREP_KV_FAULTS") != "" || os.Getenv("FDBREP_KV_LATENCY") != "" || os.Getenv("FDBREP_KV_BACKEND") == "fdb":
 		return IntervalsDefault / 10
 	}
 	return IntervalsDefault

@@ -36,8 +36,13 @@ func TestSoak(t *testing.T) {
 	}
 	if os.Getenv(faultkv.EnvVar) != "" {
 		// The processes' stores do not read it: this pass would repeat
-		// the plain one.
-		t.Skipf("%s does not reach the fdbrep processes: the soak runs in make test's plain and latency passes", faultkv.EnvVar)
+		// the latency one.
+		t.Skipf("%s does not reach the fdbrep processes: the soak runs in make test's latency and FoundationDB passes", faultkv.EnvVar)
+	}
+	if testutil.Race {
+		// The processes are built without the race detector: this pass
+		// would repeat the latency one, on a CPU-bound machine.
+		t.Skip("the soak's fdbrep processes are built without the race detector: the soak runs in make test's latency and FoundationDB passes")
 	}
 	total := soakDuration
 	if s := os.Getenv(soakDurationEnv); s != "" {
