@@ -23,8 +23,9 @@ import (
 // withHealth gives the service's node a health listener.
 func withHealth(m map[string]map[string]string) { m["node"]["health_address"] = "127.0.0.1:0" }
 
+// Not parallel: "localhost" names [::1] too, where another test's
+// listener may hold the health port's number.
 func TestDeniedAddressesRefusedWhenWritten(t *testing.T) {
-	t.Parallel()
 	s := newService(t, withHealth)
 	health := s.parts.HealthAddr
 	require.NotEmpty(t, health)
