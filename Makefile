@@ -88,12 +88,13 @@ store_pkgs = $(shell $(GO) list $(1) -test -f '{{.ImportPath}}|{{range .Deps}}{{
 nodes_pkgs = $(filter-out %/cmd/fdbrep,$(call store_pkgs,$(1)))
 
 ## WAIT_P is how many test binaries, and parallel tests in each, the
-## passes after the race pass run at once (go test -p and -parallel;
+## faults and latency passes run at once (go test -p and -parallel;
 ## default 4, where go test runs as many as the machine's cores): their
-## tests mostly wait, on CouchDB, on injected latency or on FoundationDB
-## (the wire package under faults: 23 s of CPU in 90 s), so a 2-core
-## runner would sit idle with two. The race pass keeps go test's default:
-## the race detector makes it CPU-bound.
+## tests mostly wait, on CouchDB or on injected latency (the wire package
+## under faults: 23 s of CPU in 90 s), so a 2-core runner would sit idle
+## with two. The race pass keeps go test's default, as the race detector
+## makes it CPU-bound, and so does the FoundationDB pass, whose cluster's
+## processes share the runner's cores (with 4, its tests timed out).
 WAIT_P ?= 4
 
 test-unit:
@@ -136,7 +137,7 @@ soak:
 FDB_TLS ?= 1
 test-fdb:
 	scripts/timed.sh test-fdb env FDBREP_FDB_TLS=$(FDB_TLS) scripts/with-fdb.sh env FDBREP_KV_BACKEND=fdb sh -c '\
-		$(GO) test -tags fdb -p $(WAIT_P) -parallel $(WAIT_P) -count=1 -timeout 30m $(call nodes_pkgs,-tags fdb) ./pkg/kv/fdbkv ./cmd/internal/deploy ./cmd/internal/fdbfault; a=$$?; \
+		$(GO) test -tags fdb -count=1 -timeout 30m $(call nodes_pkgs,-tags fdb) ./pkg/kv/fdbkv ./cmd/internal/deploy ./cmd/internal/fdbfault; a=$$?; \
 		$(GO) test -tags fdb -count=1 -timeout 10m -run "^(TestInterruptWhileWaitingForFDB|TestServeOnFDBOverTLS)$$" ./cmd/fdbrep; b=$$?; \
 		[ $$a -eq 0 ] && [ $$b -eq 0 ]'
 
