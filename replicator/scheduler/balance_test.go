@@ -270,6 +270,16 @@ func TestDeadNodeJobsShownNotRunning(t *testing.T) {
 		round(t, c, eng, 2)
 	}
 	ctx := context.Background()
+	// A job the last round moved is pending until its new node starts it
+	// (seen on the loaded FoundationDB pass).
+	testutil.Eventually(t, "every job running after the rounds", func() bool {
+		for i := range jobs {
+			if c.DocState("_replicator", fmt.Sprintf("d%d", i)).State != replicator.StateRunning {
+				return false
+			}
+		}
+		return true
+	})
 	onNode := map[string]string{}
 	for i := range jobs {
 		doc := fmt.Sprintf("d%d", i)
