@@ -127,7 +127,8 @@ type kindWorker struct {
 	kind   string
 	opts   WorkerOptions
 	retain retention
-	// ends are the attempts' ends for the kind's completer (complete.go).
+	// ends are the attempts' ends for the kind's completer (complete.go),
+	// one channel per Runtime (snapshot makes it).
 	ends chan *ending
 	// work decodes args and calls the Worker; a decoding error is
 	// errDecode.
@@ -158,7 +159,7 @@ func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) err
 	if _, dup := ws.kinds[kind]; dup {
 		return fmt.Errorf("%w: AddWorker(%q): kind registered already", ErrInvalidArgument, kind)
 	}
-	ws.kinds[kind] = &kindWorker{kind: kind, opts: opts, ends: make(chan *ending), retain: retention{OutcomeCompleted: opts.RetainCompleted,
+	ws.kinds[kind] = &kindWorker{kind: kind, opts: opts, retain: retention{OutcomeCompleted: opts.RetainCompleted,
 		OutcomeCancelled: opts.RetainCancelled, OutcomeDiscarded: opts.RetainDiscarded}, work: func(ctx context.Context, j *Job, e *envelope) error {
 		var args T
 		if err := decodeArgs(e.Args, &args); err != nil {
@@ -223,13 +224,15 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 	return o, nil
 }
 
-// snapshot returns the registered kinds.
+// snapshot returns the registered kinds, for one Runtime.
 func (ws *Workers) snapshot() []*kindWorker {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	out := make([]*kindWorker, 0, len(ws.kinds))
 	for _, k := range ws.kinds {
-		out = append(out, k)
+		c := *k // a Runtime's own: two Runtimes of one registry share no completer
+		c.ends = make(chan *ending)
+		out = append(out, &c)
 	}
 	return out
 }
