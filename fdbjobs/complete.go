@@ -1,7 +1,9 @@
 package fdbjobs
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -12,40 +14,58 @@ import (
 // one attempt, then every other end already waiting, and writes them in
 // one transaction (River's batch completer, without its wait: a lone end
 // is written at once, and ends batch up only while a transaction is in
-// flight). Each is fenced by its job's lock as Finish is.
+// flight). Each is fenced by its job's lock as Finish is. A job's runner
+// hands its end over and goes on to its next job: up to completeQueue
+// ends wait for the completer, and a runner that finds the queue full
+// waits, at most until the job's hold deadline.
 const (
 	// completeBatchMax is the most ends one transaction writes.
 	completeBatchMax = 500
 	// completeBatchBytes is about the most job data one writes.
 	completeBatchBytes = kv.PageBytes
+	// completeQueue is how many ends wait for a kind's completer at most.
+	completeQueue = completeBatchMax
 )
 
 // ending is the end of one attempt: data (nil keeps the job's), finished
-// (stime < 0) with e's outcome, or pending again at stime.
+// (stime < 0) with e's outcome, or pending again at stime. err is the
+// attempt's error, for the log.
 type ending struct {
 	job   *Job
 	data  []byte
 	stime int64
 	e     *envelope
-	done  chan error
+	// failed is the error of a failed attempt (nil when it completed,
+	// snoozed or was handed back) and maxAttempts its job's MaxAttempts,
+	// for the log.
+	failed      error
+	maxAttempts int
 }
 
-// complete hands the end to k's completer and returns its outcome (nil,
-// ErrHalt, or the transaction's error).
-func (r *Runtime) complete(hardCtx context.Context, k *kindWorker, en *ending) error {
-	en.done = make(chan error, 1)
-	// The hold bounds the wait: past it another node may have the job.
+// complete hands the end to k's completer, which writes it and logs what
+// it could not write. The hold bounds the wait for room in the queue:
+// past it another node may have the job. It returns false when the end
+// was not handed over.
+func (r *Runtime) complete(hardCtx context.Context, k *kindWorker, en *ending) bool {
+	select {
+	case k.ends <- en:
+		return true
+	default:
+	}
 	ctx, cancel := en.job.HoldContext(context.WithoutCancel(hardCtx))
 	defer cancel()
 	select {
 	case k.ends <- en:
+		return true
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		r.c.cfg.Logger.Warn().Err(context.Cause(ctx)).Str("kind", k.kind).Str("job", en.job.ID).
+			Msg("fdbjobs: runtime: ending the job's attempt; the activity monitor hands it back")
+		return false
 	}
-	return <-en.done
 }
 
-// completer writes k's ends until ctx ends (after the last job has ended).
+// completer writes k's ends until ctx ends, then those still queued (the
+// run loop ends ctx after the last job has ended).
 func (r *Runtime) completer(ctx context.Context, k *kindWorker) {
 	for {
 		var batch []*ending
@@ -53,7 +73,12 @@ func (r *Runtime) completer(ctx context.Context, k *kindWorker) {
 		case en := <-k.ends:
 			batch = append(batch, en)
 		case <-ctx.Done():
-			return
+			select {
+			case en := <-k.ends:
+				batch = append(batch, en)
+			default:
+				return
+			}
 		}
 		size := len(batch[0].data)
 	more:
@@ -80,13 +105,33 @@ func (r *Runtime) completer(ctx context.Context, k *kindWorker) {
 			}
 		}
 		for i, en := range batch {
-			if err != nil {
-				en.done <- err
-			} else {
-				en.done <- errs[i]
+			werr := err
+			if werr == nil {
+				werr = errs[i]
 			}
+			r.ended(k, en, werr)
 		}
 	}
+}
+
+// ended logs the end of an attempt once the completer wrote it (werr nil
+// or ErrHalt) or could not (werr).
+func (r *Runtime) ended(k *kindWorker, en *ending, werr error) {
+	log := r.c.cfg.Logger
+	if werr != nil && !errors.Is(werr, ErrHalt) {
+		log.Warn().Err(werr).Str("kind", k.kind).Str("job", en.job.ID).
+			Msg("fdbjobs: runtime: ending the job's attempt; the activity monitor hands it back")
+	}
+	if en.failed == nil {
+		return
+	}
+	e := en.e
+	ev := log.Info()
+	if e.Outcome == OutcomeDiscarded {
+		ev = log.Warn()
+	}
+	ev.Err(en.failed).Str("kind", k.kind).Str("job", en.job.ID).Int("attempt", e.Attempt).Int("max_attempts", en.maxAttempts).
+		Str("outcome", cmp.Or(e.Outcome, "retrying")).Msg("fdbjobs: runtime: attempt failed")
 }
 
 // endBatch writes ends in one transaction, bounded by the earliest of

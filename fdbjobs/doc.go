@@ -279,7 +279,7 @@
 //
 // # Runtime invariants
 //
-// A Runtime's loops (fetchers, job keepers, completers, sweepers) keep
+// A Runtime's loops (fetchers, runners, job keepers, completers, sweepers) keep
 // these, which TestRuntimeModel checks against a reference over a seeded
 // stream of inserts, cancels, pauses and resumes, under injected faults
 // and latency too:
@@ -291,8 +291,8 @@
 //     cancelled) once its kind is not paused and some Runtime works it;
 //     outcomes and attempt counts are those its worker's answers give.
 //   - Stop leaves nothing running: its fetchers end first, then its jobs
-//     (within the grace, or cancelled and handed back), then its
-//     completers, which have written every end handed to them.
+//     (within the grace, or cancelled and handed back) and their runners,
+//     then its completers, which have written every end queued for them.
 //
 // # Failure behaviour and idempotence
 //

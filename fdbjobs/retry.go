@@ -95,6 +95,9 @@ type envelope struct {
 }
 
 func decodeEnvelope(data json.RawMessage) (*envelope, error) {
+	if args, ok := argsOnly(data); ok {
+		return &envelope{Args: args}, nil
+	}
 	var e envelope
 	if err := json.Unmarshal(data, &e); err != nil {
 		return nil, fmt.Errorf("%w: %v", errDecode, err)
@@ -103,6 +106,49 @@ func decodeEnvelope(data json.RawMessage) (*envelope, error) {
 		return nil, fmt.Errorf("%w: no \"args\": not a job inserted for a Runtime (Insert)", errDecode)
 	}
 	return &e, nil
+}
+
+// argsOnly returns the arguments of an envelope that holds nothing else,
+// as a job's first attempt finds it (`{"args":…}`, as encode writes it),
+// without decoding it: the worker's decoding of the arguments checks
+// them. Any other form (more fields, spaces) is not ok, for
+// json.Unmarshal.
+func argsOnly(data []byte) (json.RawMessage, bool) {
+	const prefix = `{"args":`
+	if len(data) < len(prefix)+2 || string(data[:len(prefix)]) != prefix || data[len(data)-1] != '}' {
+		return nil, false
+	}
+	args := data[len(prefix) : len(data)-1]
+	// args must be one value: no comma or closing bracket outside strings
+	// at its top level, and its brackets balanced.
+	depth, inString, escaped := 0, false, false
+	for _, b := range args {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case b == '\\':
+				escaped = true
+			case b == '"':
+				inString = false
+			}
+		case b == '"':
+			inString = true
+		case b == '{' || b == '[':
+			depth++
+		case b == '}' || b == ']':
+			if depth--; depth < 0 {
+				return nil, false
+			}
+		case b == ',' && depth == 0:
+			return nil, false
+		}
+	}
+	if depth != 0 || inString || len(args) == 0 || args[0] == ' ' || args[0] == '\t' || args[0] == '\n' || args[0] == '\r' {
+		return nil, false
+	}
+	return json.RawMessage(args), true
 }
 
 // failed records a failed attempt's error in e.

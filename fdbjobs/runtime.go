@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/fdbrep/fdbrep/internal/service"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
@@ -52,13 +54,17 @@ type RuntimeOptions struct {
 // node: per kind, fetchers (one per 100 of its Concurrency, 8 at most)
 // accept up to the kind's Concurrency jobs in batches of up to 100
 // (AcceptBatch, woken by a watch when jobs are inserted), and each job
-// runs on a goroutine of its own, which renews the job's hold (Update,
-// every Timeout / HeartbeatFraction) and, once the job has run for
-// WatchHoldAfter, watches its row, and ends the Work's ctx when the job is
-// taken from it or its hold lapses. When Work returns, the Runtime
-// finishes the job (completed), retries it later by its RetryPolicy, or
-// discards it, fenced by the job's lock, in a transaction that the kind's
-// completer shares among the attempts that ended meanwhile.
+// runs on a runner (a goroutine that works the kind's jobs one after the
+// other, and leaves after runnerIdle without one). A job that runs longer
+// than WatchHoldAfter or than Timeout / HeartbeatFraction gets a keeper,
+// which renews its hold (Update, every Timeout / HeartbeatFraction),
+// watches its row, and ends the Work's ctx when the job is taken from it
+// or its hold lapses; a shorter job costs no goroutine or transaction of
+// its own. When Work returns, the runner hands the attempt's end to the
+// kind's completer and goes on: the completer finishes the job
+// (completed), retries it later by its RetryPolicy, or discards it, fenced
+// by the job's lock, in a transaction it shares among the attempts that
+// ended meanwhile.
 //
 // Many Runtimes (nodes) work the same kinds on one store; each job runs on
 // one of them at a time (see doc.go, "Holding a job"). The Client must be
@@ -171,13 +177,15 @@ func (r *Runtime) run(ctx context.Context) {
 		}()
 	}
 	var fetchers sync.WaitGroup
+	fetched := make(chan struct{}) // closed once the fetchers ended: idle runners leave
 	for _, k := range r.kinds {
-		slots := make(chan struct{}, k.opts.Concurrency)
+		p := &pool{k: k, hardCtx: hardCtx, fetched: fetched,
+			slots: make(chan struct{}, k.opts.Concurrency), jobs: make(chan *Job)}
 		for range fetchersOf(k.opts.Concurrency) {
 			fetchers.Add(1)
 			go func() {
 				defer fetchers.Done()
-				r.fetch(fetchCtx, hardCtx, k, slots)
+				r.fetch(fetchCtx, p)
 			}()
 		}
 		fetchers.Add(1)
@@ -187,6 +195,7 @@ func (r *Runtime) run(ctx context.Context) {
 		}()
 	}
 	fetchers.Wait()
+	close(fetched)
 	r.running.Wait()
 	hard(ErrStopped)
 }
@@ -236,9 +245,29 @@ func fetchersOf(concurrency int) int {
 	return min(fetchersMax, (concurrency+fetchBatchMax-1)/fetchBatchMax)
 }
 
+// pool is what a kind's fetchers and runners share on one run of the
+// Runtime.
+type pool struct {
+	k       *kindWorker
+	hardCtx context.Context // the parent of the jobs' ctx
+	// slots holds a token per job accepted and not yet ended: at most the
+	// kind's Concurrency.
+	slots chan struct{}
+	// jobs hands an accepted job to an idle runner.
+	jobs chan *Job
+	// fetched is closed once every fetcher of the Runtime ended.
+	fetched <-chan struct{}
+}
+
+// runnerIdle is how long a runner waits for its next job before it
+// leaves. Runners outlive their job so that a busy kind does not start a
+// goroutine, and grow its stack, for every job.
+const runnerIdle = 10 * time.Second
+
 // fetch is one of a kind's fetchers: it accepts jobs while the kind has
-// free slots, and starts each on a goroutine.
-func (r *Runtime) fetch(ctx, hardCtx context.Context, k *kindWorker, slots chan struct{}) {
+// free slots, and hands each to a runner.
+func (r *Runtime) fetch(ctx context.Context, p *pool) {
+	k, slots := p.k, p.slots
 	log := r.c.cfg.Logger
 	var b kv.Backoff
 	for {
@@ -284,29 +313,59 @@ func (r *Runtime) fetch(ctx, hardCtx context.Context, k *kindWorker, slots chan 
 		}
 		b = kv.Backoff{}
 		for _, j := range jobs {
-			r.running.Add(1)
-			go func() {
-				defer func() {
-					<-slots
-					r.running.Done()
-				}()
-				r.work(hardCtx, k, j)
-			}()
+			select {
+			case p.jobs <- j: // an idle runner takes it
+			default:
+				r.running.Add(1)
+				go r.runner(p, j)
+			}
 		}
 	}
 }
 
-// work runs one attempt at job and ends it: finished, retried, discarded
-// or, when the Runtime stopped it, handed back.
-func (r *Runtime) work(hardCtx context.Context, k *kindWorker, job *Job) {
-	ctx, cancel := context.WithCancelCause(hardCtx)
+// runner works job, then the jobs the fetchers hand it, until it has
+// waited runnerIdle for one or the fetchers ended.
+func (r *Runtime) runner(p *pool, job *Job) {
+	defer r.running.Done()
+	// The runner's jobs' ctx derive from its own, so that they do not all
+	// take hardCtx's lock to start and end.
+	ctx, cancel := context.WithCancel(p.hardCtx)
+	defer cancel()
+	var idle clockwork.Timer
+	for {
+		r.work(ctx, p.hardCtx, p.k, job)
+		<-p.slots
+		if idle == nil {
+			idle = r.c.cfg.Clock.NewTimer(runnerIdle)
+			defer idle.Stop()
+		} else {
+			idle.Reset(runnerIdle)
+		}
+		select {
+		case job = <-p.jobs:
+		case <-idle.Chan():
+			return
+		case <-p.fetched:
+			return
+		}
+	}
+}
+
+// work runs one attempt at job, in a ctx derived from parent (which
+// hardCtx's cancel ends), and ends it: finished, retried, discarded or,
+// when the Runtime stopped it, handed back.
+func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, job *Job) {
+	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	held := make(chan struct{})
 	keeperDone := make(chan struct{})
-	go func() {
+	// The keeper starts once the job has run for keepAfter: a job that
+	// ends sooner pays for no goroutine, ticker or watch of its own.
+	after := r.keepAfter(k)
+	keeper := r.c.cfg.Clock.AfterFunc(after, func() {
 		defer close(keeperDone)
-		r.keep(ctx, cancel, held, k, job)
-	}()
+		r.keep(ctx, cancel, held, k, job, after)
+	})
 	e, err := decodeEnvelope(job.Data)
 	if err == nil {
 		err = r.call(ctx, k, job, e)
@@ -314,12 +373,20 @@ func (r *Runtime) work(hardCtx context.Context, k *kindWorker, job *Job) {
 		e = &envelope{Args: job.Data}
 	}
 	close(held)
-	<-keeperDone
+	if !keeper.Stop() {
+		<-keeperDone
+	}
 	cause := context.Cause(ctx)
 	if errors.Is(cause, ErrHalt) || errors.Is(cause, ErrHoldLapsed) || errors.Is(cause, ErrCancelled) {
 		return // not this node's job any more
 	}
 	r.end(hardCtx, k, job, e, err, errors.Is(cause, ErrStopped))
+}
+
+// keepAfter is how long a job of k runs before its keeper starts: its
+// first heartbeat or its watch, whichever is due first.
+func (r *Runtime) keepAfter(k *kindWorker) time.Duration {
+	return min(r.opts.WatchHoldAfter, k.opts.Timeout/HeartbeatFraction)
 }
 
 // call calls the worker, turning a panic into the attempt's error.
@@ -334,11 +401,14 @@ func (r *Runtime) call(ctx context.Context, k *kindWorker, job *Job, e *envelope
 
 // keep renews job's hold until held closes, and cancels ctx when the job
 // is no longer this node's (ErrHalt) or its hold lapsed (ErrHoldLapsed).
-func (r *Runtime) keep(ctx context.Context, cancel context.CancelCauseFunc, held <-chan struct{}, k *kindWorker, job *Job) {
+// It starts when the job has run for started (keepAfter): its timers
+// count from the job's accept.
+func (r *Runtime) keep(ctx context.Context, cancel context.CancelCauseFunc, held <-chan struct{}, k *kindWorker, job *Job, started time.Duration) {
 	clock := r.c.cfg.Clock
-	beat := clock.NewTicker(k.opts.Timeout / HeartbeatFraction)
+	period := k.opts.Timeout / HeartbeatFraction
+	beat := clock.NewTimer(period - started)
 	defer beat.Stop()
-	watchAfter := clock.NewTimer(r.opts.WatchHoldAfter)
+	watchAfter := clock.NewTimer(r.opts.WatchHoldAfter - started)
 	defer watchAfter.Stop()
 	var watch kv.FutureNil
 	var watchDone <-chan struct{}
@@ -413,13 +483,15 @@ func (r *Runtime) keep(ctx context.Context, cancel context.CancelCauseFunc, held
 				cancel(ErrHalt)
 				return
 			}
+			beat.Reset(period)
 		}
 		lapse.Stop()
 	}
 }
 
-// end writes the outcome of an attempt whose worker returned err: in one
-// transaction fenced by the job's lock, bounded by the hold.
+// end hands the outcome of an attempt whose worker returned err to the
+// kind's completer, which writes it in a transaction fenced by the job's
+// lock, bounded by the hold.
 func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envelope, err error, stopped bool) {
 	log := r.c.cfg.Logger
 	now := r.c.cfg.Clock.Now()
@@ -453,19 +525,9 @@ func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envel
 		}
 		data = b
 	}
-	werr := r.complete(hardCtx, k, &ending{job: job, data: data, stime: stime, e: e})
-	switch {
-	case werr == nil || errors.Is(werr, ErrHalt):
-	default:
-		log.Warn().Err(werr).Str("kind", k.kind).Str("job", job.ID).
-			Msg("fdbjobs: runtime: ending the job's attempt; the activity monitor hands it back")
-	}
+	en := &ending{job: job, data: data, stime: stime, e: e}
 	if err != nil && !stopped && snooze == nil {
-		ev := log.Info()
-		if e.Outcome == OutcomeDiscarded {
-			ev = log.Warn()
-		}
-		ev.Err(err).Str("kind", k.kind).Str("job", job.ID).Int("attempt", e.Attempt).Int("max_attempts", maxAttempts).
-			Str("outcome", cmp.Or(e.Outcome, "retrying")).Msg("fdbjobs: runtime: attempt failed")
+		en.failed, en.maxAttempts = err, maxAttempts
 	}
+	r.complete(hardCtx, k, en)
 }

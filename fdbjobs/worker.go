@@ -231,7 +231,7 @@ func (ws *Workers) snapshot() []*kindWorker {
 	out := make([]*kindWorker, 0, len(ws.kinds))
 	for _, k := range ws.kinds {
 		c := *k // a Runtime's own: two Runtimes of one registry share no completer
-		c.ends = make(chan *ending)
+		c.ends = make(chan *ending, completeQueue)
 		out = append(out, &c)
 	}
 	return out
