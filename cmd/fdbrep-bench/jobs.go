@@ -161,6 +161,7 @@ type runResult struct {
 	cpuSec             float64 // the process running the jobs, work phase
 	pgCPUSec           float64 // River: PostgreSQL's processes, work phase
 	serverCPUSec       float64 // fdbjobs on FoundationDB: its fdbserver processes on this machine, work phase
+	commits            int64   // fdbjobs: transactions committed in the work phase
 }
 
 func (r runResult) rate() float64 { return float64(r.worked) / r.workSec }
@@ -179,6 +180,9 @@ func (r runResult) line(round int, who string) {
 	if r.serverCPUSec > 0 {
 		cpu = fmt.Sprintf("CPU %.0f µs/job (fdbjobs %.0f + fdbserver %.0f)", (r.cpuSec+r.serverCPUSec)*1e6/float64(r.worked),
 			r.cpuSec*1e6/float64(r.worked), r.serverCPUSec*1e6/float64(r.worked))
+	}
+	if r.commits > 0 {
+		cpu += fmt.Sprintf("; %.2f transactions/job", float64(r.commits)/float64(r.worked))
 	}
 	fmt.Printf("  round %d %-8s %s%9d worked in %6.2fs = %8.0f jobs/s; %s\n", round, who, ins, r.worked, r.workSec, r.rate(), cpu)
 }

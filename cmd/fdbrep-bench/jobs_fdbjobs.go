@@ -266,6 +266,7 @@ func (s *fdbjobsRun) burnDown(n int, cpuProfile string) (runResult, error) {
 	if s.beforeWork != nil {
 		s.beforeWork()
 	}
+	commits0 := s.db.commits.Load()
 	err = measure(cpuProfile, &done, &inserted, &res, func() error {
 		if s.o.runtime {
 			return s.workRuntime(s.ctx, burnType, false, &done, int64(n))
@@ -278,6 +279,7 @@ func (s *fdbjobsRun) burnDown(n int, cpuProfile string) (runResult, error) {
 	if res.worked != int64(n) {
 		return runResult{}, fmt.Errorf("burn-down worked %d jobs, want %d", res.worked, n)
 	}
+	res.commits = s.db.commits.Load() - commits0
 	return res, nil
 }
 
