@@ -3,6 +3,7 @@ package fdbjobs
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -359,16 +360,20 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, job *Job)
 	defer cancel(nil)
 	held := make(chan struct{})
 	keeperDone := make(chan struct{})
+	// writeMu orders the keeper's heartbeats and the worker's Work.Update:
+	// one Update of the job at a time (each recognises its own earlier
+	// commit by the job's seq, which a concurrent one would move too).
+	var writeMu sync.Mutex
 	// The keeper starts once the job has run for keepAfter: a job that
 	// ends sooner pays for no goroutine, ticker or watch of its own.
 	after := r.keepAfter(k)
 	keeper := r.c.cfg.Clock.AfterFunc(after, func() {
 		defer close(keeperDone)
-		r.keep(ctx, cancel, held, k, job, after)
+		r.keep(ctx, cancel, held, k, job, after, &writeMu)
 	})
 	e, err := decodeEnvelope(job.Data)
 	if err == nil {
-		err = r.call(ctx, k, job, e)
+		err = r.call(ctx, k, job, e, &writeMu)
 	} else {
 		e = &envelope{Args: job.Data}
 	}
@@ -390,20 +395,45 @@ func (r *Runtime) keepAfter(k *kindWorker) time.Duration {
 }
 
 // call calls the worker, turning a panic into the attempt's error.
-func (r *Runtime) call(ctx context.Context, k *kindWorker, job *Job, e *envelope) (err error) {
+func (r *Runtime) call(ctx context.Context, k *kindWorker, job *Job, e *envelope, writeMu *sync.Mutex) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 		}
 	}()
-	return k.work(ctx, job, e)
+	return k.work(ctx, job, e, func(ctx context.Context, args json.RawMessage) error {
+		return r.update(ctx, job, e, args, writeMu)
+	})
+}
+
+// update is Work.Update: it stores e with args, under the job's lock, and
+// keeps them in e for the attempt's end.
+func (r *Runtime) update(ctx context.Context, job *Job, e *envelope, args json.RawMessage, writeMu *sync.Mutex) error {
+	next := *e
+	next.Args = args
+	data, err := next.encode()
+	if err != nil {
+		return fmt.Errorf("%w: Work.Update: %v", ErrInvalidArgument, err)
+	}
+	writeMu.Lock()
+	defer writeMu.Unlock()
+	hctx, done := job.HoldContext(ctx)
+	defer done()
+	renewed := job.Renewing()
+	err = r.c.Update(hctx, nil, job, data)
+	renewed(err == nil)
+	if err != nil {
+		return err
+	}
+	e.Args = args
+	return nil
 }
 
 // keep renews job's hold until held closes, and cancels ctx when the job
 // is no longer this node's (ErrHalt) or its hold lapsed (ErrHoldLapsed).
 // It starts when the job has run for started (keepAfter): its timers
 // count from the job's accept.
-func (r *Runtime) keep(ctx context.Context, cancel context.CancelCauseFunc, held <-chan struct{}, k *kindWorker, job *Job, started time.Duration) {
+func (r *Runtime) keep(ctx context.Context, cancel context.CancelCauseFunc, held <-chan struct{}, k *kindWorker, job *Job, started time.Duration, writeMu *sync.Mutex) {
 	clock := r.c.cfg.Clock
 	period := k.opts.Timeout / HeartbeatFraction
 	beat := clock.NewTimer(period - started)
@@ -473,11 +503,13 @@ func (r *Runtime) keep(ctx context.Context, cancel context.CancelCauseFunc, held
 				return
 			}
 		case <-beat.Chan():
+			writeMu.Lock()
 			renewed := job.Renewing()
 			hctx, done := job.HoldContext(ctx)
 			err := r.c.Update(hctx, nil, job, nil)
 			done()
 			renewed(err == nil)
+			writeMu.Unlock()
 			if errors.Is(err, ErrHalt) {
 				lapse.Stop()
 				cancel(ErrHalt)

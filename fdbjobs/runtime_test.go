@@ -580,3 +580,68 @@ func TestRuntimeBurst(t *testing.T) {
 		}
 	}
 }
+
+type stepArgs struct {
+	Done int
+}
+
+func (stepArgs) Kind() string { return "step" }
+
+// Work.Update checkpoints a job's arguments under its lock: the attempt
+// that failed after it leaves them to the next attempt, and the completed
+// job keeps them. An Update once the job was cancelled is ErrHalt and
+// writes nothing.
+func TestRuntimeWorkUpdate(t *testing.T) {
+	var attempts []stepArgs
+	var maxAttempts atomic.Int64
+	var mu sync.Mutex
+	cancelled := make(chan error, 1)
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[stepArgs](func(ctx context.Context, w *fdbjobs.Work[stepArgs]) error {
+		mu.Lock()
+		attempts = append(attempts, w.Args)
+		mu.Unlock()
+		maxAttempts.Store(int64(w.MaxAttempts))
+		if w.ID == "cancelled" {
+			<-ctx.Done()
+			cancelled <- w.Update(context.WithoutCancel(ctx), stepArgs{Done: 99})
+			return nil
+		}
+		if err := w.Update(ctx, stepArgs{Done: w.Args.Done + 1}); err != nil {
+			return err
+		}
+		if w.Args.Done < 2 {
+			return errors.New("not yet")
+		}
+		return nil
+	}), fdbjobs.WorkerOptions{RetryPolicy: fdbjobs.RetryFunc(func(int, error) time.Duration { return 0 })}))
+	b := startRuntime(t, ws)
+	id := b.insert(t, stepArgs{}, fdbjobs.InsertOptions{})
+	o, n, errs := b.outcome(t, "step", id)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	require.Equal(t, 2, n)
+	require.Len(t, errs, 1)
+	mu.Lock()
+	require.Equal(t, []stepArgs{{Done: 0}, {Done: 1}}, attempts, "the second attempt starts from the first's checkpoint")
+	mu.Unlock()
+	require.EqualValues(t, fdbjobs.MaxAttemptsDefault, maxAttempts.Load(), "the kind's MaxAttempts, the job having none of its own")
+	data, err := b.c.JobData(b.ctx, nil, "step", id)
+	require.NoError(t, err)
+	var args stepArgs
+	require.NoError(t, fdbjobs.UnmarshalArgs(data, &args))
+	require.Equal(t, stepArgs{Done: 2}, args)
+
+	c := b.insert(t, stepArgs{Done: 7}, fdbjobs.InsertOptions{ID: "cancelled"})
+	testutil.Eventually(t, "job running", func() bool {
+		s, err := b.c.JobState(b.ctx, nil, "step", c)
+		require.NoError(t, err)
+		return s == fdbjobs.Running
+	})
+	_, err = b.c.Cancel(b.ctx, nil, "step", c)
+	require.NoError(t, err)
+	require.ErrorIs(t, <-cancelled, fdbjobs.ErrHalt)
+	data, err = b.c.JobData(b.ctx, nil, "step", c)
+	require.NoError(t, err)
+	require.NoError(t, fdbjobs.UnmarshalArgs(data, &args))
+	require.Equal(t, stepArgs{Done: 7}, args, "nothing written after the cancel")
+}

@@ -59,8 +59,35 @@ type Work[T JobArgs] struct {
 	Errors []AttemptError
 	// Job is the job as the store gave it. The Runtime renews its hold
 	// meanwhile (Update): the worker reads its ID and Type and its hold
-	// (HoldDeadline, HoldContext), and does not Update or Finish it.
+	// (HoldDeadline, HoldContext), and does not call the Client's Update or
+	// Finish for it (Work.Update is the worker's).
 	Job *Job
+
+	// update writes new arguments under the job's lock (the Runtime's).
+	update func(ctx context.Context, args json.RawMessage) error
+}
+
+// Update stores args as the job's arguments, in a transaction fenced by
+// the job's lock that renews its hold too, and sets w.Args: a checkpoint of
+// a long job, which its next attempt starts from (a retry, or another node
+// after this one stopped or died), and which the attempt's end keeps. It
+// returns ErrHalt when the job is no longer this worker's (then nothing is
+// written, and Work must return), and the transaction's error otherwise;
+// ctx bounds it, and so does the job's hold. Arguments that do not encode
+// are ErrInvalidArgument. Call it from the Work goroutine.
+func (w *Work[T]) Update(ctx context.Context, args T) error {
+	if w.update == nil {
+		return fmt.Errorf("%w: Work.Update: not a Runtime's attempt", ErrInvalidArgument)
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return fmt.Errorf("%w: Work.Update: encoding the arguments: %v", ErrInvalidArgument, err)
+	}
+	if err := w.update(ctx, raw); err != nil {
+		return err
+	}
+	w.Args = args
+	return nil
 }
 
 // WorkerOptions tune the working of one kind on one Runtime. The zero
@@ -132,7 +159,7 @@ type kindWorker struct {
 	ends chan *ending
 	// work decodes args and calls the Worker; a decoding error is
 	// errDecode.
-	work func(ctx context.Context, j *Job, e *envelope) error
+	work func(ctx context.Context, j *Job, e *envelope, update func(context.Context, json.RawMessage) error) error
 }
 
 // AddWorker registers worker for the jobs whose arguments are T (their
@@ -160,13 +187,13 @@ func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) err
 		return fmt.Errorf("%w: AddWorker(%q): kind registered already", ErrInvalidArgument, kind)
 	}
 	ws.kinds[kind] = &kindWorker{kind: kind, opts: opts, retain: retention{OutcomeCompleted: opts.RetainCompleted,
-		OutcomeCancelled: opts.RetainCancelled, OutcomeDiscarded: opts.RetainDiscarded}, work: func(ctx context.Context, j *Job, e *envelope) error {
+		OutcomeCancelled: opts.RetainCancelled, OutcomeDiscarded: opts.RetainDiscarded}, work: func(ctx context.Context, j *Job, e *envelope, update func(context.Context, json.RawMessage) error) error {
 		var args T
 		if err := decodeArgs(e.Args, &args); err != nil {
 			return fmt.Errorf("%w: %v", errDecode, err)
 		}
 		return worker.Work(ctx, &Work[T]{Args: args, ID: j.ID, Attempt: e.Attempt + 1,
-			MaxAttempts: e.MaxAttempts, Errors: e.Errors, Job: j})
+			MaxAttempts: cmp.Or(e.MaxAttempts, opts.MaxAttempts), Errors: e.Errors, Job: j, update: update})
 	}}
 	return nil
 }
