@@ -137,19 +137,26 @@ func (r *Runtime) ended(k *kindWorker, en *ending, werr error) {
 // endBatch writes ends in one transaction, bounded by the earliest of
 // their holds.
 func (c *Client) endBatch(ends []*ending) ([]error, error) {
-	items := make([]Completion, len(ends))
-	byJob := make(map[*Job]*ending, len(ends))
 	first, deadline := ends[0].job, time.Time{}
-	for i, en := range ends {
-		items[i] = Completion{Job: en.job, Data: en.data}
-		byJob[en.job] = en
+	for _, en := range ends {
 		if d, ok := en.job.HoldDeadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 			first, deadline = en.job, d
 		}
 	}
 	ctx, cancel := first.HoldContext(context.Background())
 	defer cancel()
-	return c.batch(ctx, nil, items, func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, bool, error) {
+	return c.endBatchIn(ctx, nil, ends)
+}
+
+// endBatchIn writes ends in tx (a transaction of its own when nil).
+func (c *Client) endBatchIn(ctx context.Context, tx kv.Transactor, ends []*ending) ([]error, error) {
+	items := make([]Completion, len(ends))
+	byJob := make(map[*Job]*ending, len(ends))
+	for i, en := range ends {
+		items[i] = Completion{Job: en.job, Data: en.data}
+		byJob[en.job] = en
+	}
+	return c.batch(ctx, tx, items, func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, bool, error) {
 		en := byJob[j]
 		if en.stime >= 0 && r != nil && r.lock.equal(j.lock) {
 			r.resubmit, r.stime = true, en.stime // FinishAt

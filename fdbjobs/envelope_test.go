@@ -9,7 +9,8 @@ import (
 
 // TestDecodeEnvelopeArgsOnly checks decodeEnvelope's fast path for an
 // envelope of arguments alone against json.Unmarshal: the same envelope,
-// or (for a form it leaves to json.Unmarshal) the same outcome.
+// or (for a form it leaves to json.Unmarshal) the same outcome; data that
+// is valid JSON but no envelope (a job added with Add) are the arguments.
 func TestDecodeEnvelopeArgsOnly(t *testing.T) {
 	for _, tc := range []struct {
 		data string
@@ -29,6 +30,10 @@ func TestDecodeEnvelopeArgsOnly(t *testing.T) {
 		{`{"args":"unterminated}`, false},
 		{`{"args":}`, false},
 		{`{"attempt":1,"args":{}}`, false},
+		{`{"group":"g","since":"12"}`, false},
+		{`[1,2]`, false},
+		{`"text"`, false},
+		{`{"args":1,"attempt":"x"}`, false},
 	} {
 		t.Run(tc.data, func(t *testing.T) {
 			_, fast := argsOnly([]byte(tc.data))
@@ -36,9 +41,12 @@ func TestDecodeEnvelopeArgsOnly(t *testing.T) {
 			got, err := decodeEnvelope(json.RawMessage(tc.data))
 			var want envelope
 			werr := json.Unmarshal([]byte(tc.data), &want)
-			if werr != nil || want.Args == nil {
-				require.Error(t, err)
+			switch {
+			case !json.Valid([]byte(tc.data)):
+				require.ErrorIs(t, err, errDecode)
 				return
+			case werr != nil || want.Args == nil:
+				want = envelope{Args: json.RawMessage(tc.data)} // no envelope: its data are its arguments
 			}
 			require.NoError(t, err)
 			require.JSONEq(t, string(want.Args), string(got.Args))

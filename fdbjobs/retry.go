@@ -79,7 +79,10 @@ const (
 )
 
 // envelope is the data of a job inserted for a Runtime: its arguments
-// and its attempts.
+// and its attempts. A job whose data is no envelope (one added with Add:
+// valid JSON that is not an object with an "args" member) reads as the
+// envelope of its data as arguments, before its first attempt; its first
+// end writes the envelope.
 type envelope struct {
 	Args json.RawMessage `json:"args"`
 	// Attempt counts the attempts that ended (failed, or completed).
@@ -99,11 +102,14 @@ func decodeEnvelope(data json.RawMessage) (*envelope, error) {
 		return &envelope{Args: args}, nil
 	}
 	var e envelope
-	if err := json.Unmarshal(data, &e); err != nil {
-		return nil, fmt.Errorf("%w: %v", errDecode, err)
-	}
-	if e.Args == nil {
-		return nil, fmt.Errorf("%w: no \"args\": not a job inserted for a Runtime (Insert)", errDecode)
+	if err := json.Unmarshal(data, &e); err != nil || e.Args == nil {
+		if !json.Valid(data) {
+			if err == nil {
+				err = errors.New("invalid JSON")
+			}
+			return nil, fmt.Errorf("%w: %v", errDecode, err)
+		}
+		return &envelope{Args: data}, nil // added with Add: its data are its arguments
 	}
 	return &e, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -360,20 +361,18 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, job *Job)
 	defer cancel(nil)
 	held := make(chan struct{})
 	keeperDone := make(chan struct{})
-	// writeMu orders the keeper's heartbeats and the worker's Work.Update:
-	// one Update of the job at a time (each recognises its own earlier
-	// commit by the job's seq, which a concurrent one would move too).
-	var writeMu sync.Mutex
+	a := &attempt{r: r, job: job}
 	// The keeper starts once the job has run for keepAfter: a job that
 	// ends sooner pays for no goroutine, ticker or watch of its own.
 	after := r.keepAfter(k)
 	keeper := r.c.cfg.Clock.AfterFunc(after, func() {
 		defer close(keeperDone)
-		r.keep(ctx, cancel, held, k, job, after, &writeMu)
+		r.keep(ctx, cancel, held, k, job, after, &a.writeMu)
 	})
 	e, err := decodeEnvelope(job.Data)
 	if err == nil {
-		err = r.call(ctx, k, job, e, &writeMu)
+		a.e = e
+		err = r.call(ctx, k, a)
 	} else {
 		e = &envelope{Args: job.Data}
 	}
@@ -385,6 +384,9 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, job *Job)
 	if errors.Is(cause, ErrHalt) || errors.Is(cause, ErrHoldLapsed) || errors.Is(cause, ErrCancelled) {
 		return // not this node's job any more
 	}
+	if err == nil && a.completed.Load() {
+		return // CompleteTx ended it
+	}
 	r.end(hardCtx, k, job, e, err, errors.Is(cause, ErrStopped))
 }
 
@@ -395,38 +397,73 @@ func (r *Runtime) keepAfter(k *kindWorker) time.Duration {
 }
 
 // call calls the worker, turning a panic into the attempt's error.
-func (r *Runtime) call(ctx context.Context, k *kindWorker, job *Job, e *envelope, writeMu *sync.Mutex) (err error) {
+func (r *Runtime) call(ctx context.Context, k *kindWorker, a *attempt) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 		}
 	}()
-	return k.work(ctx, job, e, func(ctx context.Context, args json.RawMessage) error {
-		return r.update(ctx, job, e, args, writeMu)
-	})
+	return k.work(ctx, a.job, a.e, a)
 }
 
-// update is Work.Update: it stores e with args, under the job's lock, and
-// keeps them in e for the attempt's end.
-func (r *Runtime) update(ctx context.Context, job *Job, e *envelope, args json.RawMessage, writeMu *sync.Mutex) error {
-	next := *e
+// attempt is one attempt at a job on this Runtime, as its Work's Update
+// and CompleteTx reach it.
+type attempt struct {
+	r   *Runtime
+	job *Job
+	// writeMu orders the keeper's heartbeats and Work.Update: one Update
+	// of the job at a time (each recognises its own earlier commit by the
+	// job's seq, which a concurrent one would move too). It guards e's
+	// Args, which Update replaces.
+	writeMu sync.Mutex
+	e       *envelope
+	// completed is set when CompleteTx finished the job in the worker's
+	// transaction.
+	completed atomic.Bool
+}
+
+// update is Work.Update: it stores the envelope with args, under the job's
+// lock, and keeps them for the attempt's end.
+func (a *attempt) update(ctx context.Context, args json.RawMessage) error {
+	a.writeMu.Lock()
+	defer a.writeMu.Unlock()
+	next := *a.e
 	next.Args = args
 	data, err := next.encode()
 	if err != nil {
 		return fmt.Errorf("%w: Work.Update: %v", ErrInvalidArgument, err)
 	}
-	writeMu.Lock()
-	defer writeMu.Unlock()
-	hctx, done := job.HoldContext(ctx)
+	hctx, done := a.job.HoldContext(ctx)
 	defer done()
-	renewed := job.Renewing()
-	err = r.c.Update(hctx, nil, job, data)
+	renewed := a.job.Renewing()
+	err = a.r.c.Update(hctx, nil, a.job, data)
 	renewed(err == nil)
 	if err != nil {
 		return err
 	}
-	e.Args = args
+	a.e.Args = args
 	return nil
+}
+
+// completeTx is Work.CompleteTx: the attempt's end, completed, in tr.
+func (a *attempt) completeTx(ctx context.Context, tr kv.Transaction) error {
+	a.writeMu.Lock()
+	e := *a.e
+	a.writeMu.Unlock()
+	e.Attempt++
+	e.Outcome, e.FinishedAt = OutcomeCompleted, a.r.c.cfg.Clock.Now().UnixMilli()
+	data, err := e.encode()
+	if err != nil {
+		return err
+	}
+	errs, err := a.r.c.endBatchIn(ctx, tr, []*ending{{job: a.job, data: data, stime: -1, e: &e}})
+	if err == nil {
+		err = errs[0]
+	}
+	if err == nil {
+		a.completed.Store(true)
+	}
+	return err
 }
 
 // keep renews job's hold until held closes, and cancels ctx when the job

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
@@ -31,6 +32,7 @@ func (*sleepArgs) Kind() string { return "sleep" }
 // runtimeBundle is a started Client on a fresh store, scheduled times in
 // milliseconds, and a Runtime of ws started on it.
 type runtimeBundle struct {
+	db  kv.Database
 	c   *fdbjobs.Client
 	rt  *fdbjobs.Runtime
 	ctx context.Context
@@ -40,7 +42,8 @@ func startRuntime(t *testing.T, ws *fdbjobs.Workers) *runtimeBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	c, err := fdbjobs.New(kvtest.NewDB(t), fdbjobs.Config{TimeUnit: time.Millisecond})
+	db := kvtest.NewDB(t)
+	c, err := fdbjobs.New(db, fdbjobs.Config{TimeUnit: time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	t.Cleanup(c.Stop)
@@ -48,7 +51,7 @@ func startRuntime(t *testing.T, ws *fdbjobs.Workers) *runtimeBundle {
 	require.NoError(t, err)
 	require.NoError(t, rt.Start(ctx))
 	t.Cleanup(rt.StopAndCancel)
-	return &runtimeBundle{c: c, rt: rt, ctx: ctx}
+	return &runtimeBundle{db: db, c: c, rt: rt, ctx: ctx}
 }
 
 // outcome waits until job id of kind is finished and returns its outcome.
@@ -151,8 +154,10 @@ func TestRuntimeRetriesThenDiscards(t *testing.T) {
 	snoozes := b.insert(t, sumArgs{A: 4}, fdbjobs.InsertOptions{})
 	// Arguments that do not decode as sumArgs: discarded at once.
 	require.NoError(t, b.c.Add(b.ctx, nil, "sum", "garbled", []byte(`{"args":{"A":"x"}}`), 0))
-	// Data that is no Runtime's envelope: discarded at once too.
-	require.NoError(t, b.c.Add(b.ctx, nil, "sum", "foreign", []byte(`{"A":1}`), 0))
+	// A job added with Add, whose data is no Runtime's envelope: its data
+	// are its arguments, and when they do not decode it is discarded too.
+	require.NoError(t, b.c.Add(b.ctx, nil, "sum", "added", []byte(`{"A":0,"B":5}`), 0))
+	require.NoError(t, b.c.Add(b.ctx, nil, "sum", "foreign", []byte(`[1]`), 0))
 
 	o, n, errs := b.outcome(t, "sum", fails)
 	require.Equal(t, fdbjobs.OutcomeDiscarded, o)
@@ -188,6 +193,15 @@ func TestRuntimeRetriesThenDiscards(t *testing.T) {
 		require.Equal(t, 1, n, id)
 		require.Contains(t, errs[0].Error, "do not decode", id)
 	}
+	o, n, errs = b.outcome(t, "sum", "added")
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	require.Equal(t, 1, n)
+	require.Empty(t, errs)
+	data, err := b.c.JobData(b.ctx, nil, "sum", "added")
+	require.NoError(t, err)
+	var args sumArgs
+	require.NoError(t, fdbjobs.UnmarshalArgs(data, &args))
+	require.Equal(t, sumArgs{B: 5}, args)
 }
 
 // A job removed while it runs: its worker's ctx ends (ErrHalt) within the
@@ -288,7 +302,7 @@ func TestRuntimeBadInput(t *testing.T) {
 	require.ErrorIs(t, err, fdbjobs.ErrNoTypeTimeout, "a kind no Runtime has started, nor SetTypeTimeout")
 	_, err = c.InsertMany(ctx, nil, []fdbjobs.InsertJob{{Args: sumArgs{}}, {Args: &sleepArgs{}}})
 	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument, "kinds mixed in one batch")
-	_, _, _, err = fdbjobs.JobOutcome([]byte(`[1]`))
+	_, _, _, err = fdbjobs.JobOutcome([]byte(`[1`))
 	require.ErrorIs(t, err, fdbjobs.ErrInvalidData)
 }
 
@@ -360,9 +374,15 @@ func TestRuntimeCancelAndRetryNow(t *testing.T) {
 	_, err = b.c.Cancel(b.ctx, nil, "sleep", "unknown")
 	require.ErrorIs(t, err, fdbjobs.ErrNotFound)
 	require.ErrorIs(t, b.c.RetryNow(b.ctx, nil, "sleep", "unknown"), fdbjobs.ErrNotFound)
-	require.NoError(t, b.c.Add(b.ctx, nil, "sleep", "foreign", []byte(`{"A":1}`), time.Now().Add(time.Hour).UnixMilli()))
-	_, err = b.c.Cancel(b.ctx, nil, "sleep", "foreign")
-	require.ErrorIs(t, err, fdbjobs.ErrInvalidData, "not a Runtime's job")
+	// A job added with Add (no envelope) is cancelled as any other.
+	require.NoError(t, b.c.Add(b.ctx, nil, "sleep", "added", []byte(`{"Name":"x"}`), time.Now().Add(time.Hour).UnixMilli()))
+	_, err = b.c.Cancel(b.ctx, nil, "sleep", "added")
+	require.NoError(t, err)
+	data, err := b.c.JobData(b.ctx, nil, "sleep", "added")
+	require.NoError(t, err)
+	o, _, _, err = fdbjobs.JobOutcome(data)
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.OutcomeCancelled, o)
 	_, err = b.c.Cancel(b.ctx, nil, "", "x")
 	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument)
 }
@@ -607,10 +627,11 @@ func TestRuntimeWorkUpdate(t *testing.T) {
 			cancelled <- w.Update(context.WithoutCancel(ctx), stepArgs{Done: 99})
 			return nil
 		}
-		if err := w.Update(ctx, stepArgs{Done: w.Args.Done + 1}); err != nil {
+		next := stepArgs{Done: w.Args.Done + 1}
+		if err := w.Update(ctx, next); err != nil {
 			return err
 		}
-		if w.Args.Done < 2 {
+		if next.Done < 2 {
 			return errors.New("not yet")
 		}
 		return nil
@@ -644,4 +665,59 @@ func TestRuntimeWorkUpdate(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, fdbjobs.UnmarshalArgs(data, &args))
 	require.Equal(t, stepArgs{Done: 7}, args, "nothing written after the cancel")
+}
+
+type ledgerArgs struct {
+	Amount int
+}
+
+func (ledgerArgs) Kind() string { return "ledger" }
+
+// Work.CompleteTx ends the job in the worker's own transaction: its
+// effects and the job's completion commit together, and the Runtime writes
+// nothing more. A cancelled job's CompleteTx is ErrHalt, and the worker's
+// transaction, which returns it, commits nothing.
+func TestRuntimeCompleteTx(t *testing.T) {
+	key := func(id string) kv.Key { return kv.Key("ledger/" + id) }
+	var b *runtimeBundle
+	cancelled := make(chan error, 1)
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[ledgerArgs](func(ctx context.Context, w *fdbjobs.Work[ledgerArgs]) error {
+		if w.ID == "cancelled" {
+			<-ctx.Done()
+			ctx = context.WithoutCancel(ctx)
+		}
+		_, err := kv.Transact(ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+			tr.Set(key(w.ID), []byte(fmt.Sprint(w.Args.Amount)))
+			return struct{}{}, w.CompleteTx(ctx, tr)
+		})
+		if w.ID == "cancelled" {
+			cancelled <- err
+		}
+		return err
+	}), fdbjobs.WorkerOptions{}))
+	b = startRuntime(t, ws)
+	id := b.insert(t, ledgerArgs{Amount: 7}, fdbjobs.InsertOptions{})
+	o, n, errs := b.outcome(t, "ledger", id)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	require.Equal(t, 1, n)
+	require.Empty(t, errs)
+	v, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]byte, error) { return tr.Get(key(id)).Get() })
+	require.NoError(t, err)
+	require.Equal(t, "7", string(v))
+
+	c := b.insert(t, ledgerArgs{Amount: 9}, fdbjobs.InsertOptions{ID: "cancelled"})
+	testutil.Eventually(t, "job running", func() bool {
+		s, err := b.c.JobState(b.ctx, nil, "ledger", c)
+		require.NoError(t, err)
+		return s == fdbjobs.Running
+	})
+	_, err = b.c.Cancel(b.ctx, nil, "ledger", c)
+	require.NoError(t, err)
+	require.ErrorIs(t, <-cancelled, fdbjobs.ErrHalt)
+	o, _, _ = b.outcome(t, "ledger", c)
+	require.Equal(t, fdbjobs.OutcomeCancelled, o)
+	v, err = kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]byte, error) { return tr.Get(key(c)).Get() })
+	require.NoError(t, err)
+	require.Nil(t, v, "the worker's effects did not commit")
 }

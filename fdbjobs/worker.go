@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"sync"
 	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
 // JobArgs are the arguments of a job that a Runtime works, stored as the
@@ -63,18 +65,21 @@ type Work[T JobArgs] struct {
 	// Finish for it (Work.Update is the worker's).
 	Job *Job
 
-	// update writes new arguments under the job's lock (the Runtime's).
-	update func(ctx context.Context, args json.RawMessage) error
+	// update writes new arguments under the job's lock, and completeTx
+	// finishes the job in the caller's transaction (the Runtime's).
+	update     func(ctx context.Context, args json.RawMessage) error
+	completeTx func(ctx context.Context, tr kv.Transaction) error
 }
 
 // Update stores args as the job's arguments, in a transaction fenced by
-// the job's lock that renews its hold too, and sets w.Args: a checkpoint of
-// a long job, which its next attempt starts from (a retry, or another node
-// after this one stopped or died), and which the attempt's end keeps. It
-// returns ErrHalt when the job is no longer this worker's (then nothing is
-// written, and Work must return), and the transaction's error otherwise;
-// ctx bounds it, and so does the job's hold. Arguments that do not encode
-// are ErrInvalidArgument. Call it from the Work goroutine.
+// the job's lock that renews its hold too: a checkpoint of a long job,
+// which its next attempt starts from (a retry, or another node after this
+// one stopped or died), and which the attempt's end keeps. w.Args stays as
+// it was. It returns ErrHalt when the job is no longer this worker's (then
+// nothing is written, and Work must return), and the transaction's error
+// otherwise; ctx bounds it, and so does the job's hold. Arguments that do
+// not encode are ErrInvalidArgument. Any goroutine of the attempt may call
+// it; calls are written one at a time.
 func (w *Work[T]) Update(ctx context.Context, args T) error {
 	if w.update == nil {
 		return fmt.Errorf("%w: Work.Update: not a Runtime's attempt", ErrInvalidArgument)
@@ -83,11 +88,22 @@ func (w *Work[T]) Update(ctx context.Context, args T) error {
 	if err != nil {
 		return fmt.Errorf("%w: Work.Update: encoding the arguments: %v", ErrInvalidArgument, err)
 	}
-	if err := w.update(ctx, raw); err != nil {
-		return err
+	return w.update(ctx, raw)
+}
+
+// CompleteTx finishes the job, completed, in tr, fenced by the job's lock
+// (River's JobCompleteTx): the worker's effects in the store commit with
+// the job's end, or neither does. It returns ErrHalt when the job is no
+// longer this worker's (tr must then not commit the effects). Work returns
+// nil once tr committed, and the Runtime writes nothing more for the
+// attempt; if Work returns an error instead, the attempt ends by that
+// error, as if CompleteTx had not been called, which the lock fences in
+// turn when tr did commit (the job is then completed).
+func (w *Work[T]) CompleteTx(ctx context.Context, tr kv.Transaction) error {
+	if w.completeTx == nil {
+		return fmt.Errorf("%w: Work.CompleteTx: not a Runtime's attempt", ErrInvalidArgument)
 	}
-	w.Args = args
-	return nil
+	return w.completeTx(ctx, tr)
 }
 
 // WorkerOptions tune the working of one kind on one Runtime. The zero
@@ -159,7 +175,7 @@ type kindWorker struct {
 	ends chan *ending
 	// work decodes args and calls the Worker; a decoding error is
 	// errDecode.
-	work func(ctx context.Context, j *Job, e *envelope, update func(context.Context, json.RawMessage) error) error
+	work func(ctx context.Context, j *Job, e *envelope, a *attempt) error
 }
 
 // AddWorker registers worker for the jobs whose arguments are T (their
@@ -187,13 +203,13 @@ func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) err
 		return fmt.Errorf("%w: AddWorker(%q): kind registered already", ErrInvalidArgument, kind)
 	}
 	ws.kinds[kind] = &kindWorker{kind: kind, opts: opts, retain: retention{OutcomeCompleted: opts.RetainCompleted,
-		OutcomeCancelled: opts.RetainCancelled, OutcomeDiscarded: opts.RetainDiscarded}, work: func(ctx context.Context, j *Job, e *envelope, update func(context.Context, json.RawMessage) error) error {
+		OutcomeCancelled: opts.RetainCancelled, OutcomeDiscarded: opts.RetainDiscarded}, work: func(ctx context.Context, j *Job, e *envelope, a *attempt) error {
 		var args T
 		if err := decodeArgs(e.Args, &args); err != nil {
 			return fmt.Errorf("%w: %v", errDecode, err)
 		}
 		return worker.Work(ctx, &Work[T]{Args: args, ID: j.ID, Attempt: e.Attempt + 1,
-			MaxAttempts: cmp.Or(e.MaxAttempts, opts.MaxAttempts), Errors: e.Errors, Job: j, update: update})
+			MaxAttempts: cmp.Or(e.MaxAttempts, opts.MaxAttempts), Errors: e.Errors, Job: j, update: a.update, completeTx: a.completeTx})
 	}}
 	return nil
 }
