@@ -163,7 +163,7 @@ type NewJob struct {
 	// River's InsertMany does; an attempt after that reads it as Add does,
 	// so the call stays idempotent under commit_unknown_result. A Fresh
 	// job whose id does exist replaces that job (a worker holding it gets
-	// ErrHalt). Joined to a caller's transaction, rows are always read.
+	// ErrHalt), and Counts goes on counting the job it replaced. Joined to a caller's transaction, rows are always read.
 	Fresh bool
 }
 
@@ -427,7 +427,7 @@ func (c *Client) Remove(ctx context.Context, tx kv.Transactor, typ, id string) e
 		if r.state == Pending {
 			tr.Clear(c.k.pendingKey(typ, r.shard, r.stime, id))
 		}
-		tr.Clear(c.k.dataKey(typ, id))
+		c.k.clearRow(tr, typ, id, r)
 		removed, removedBefore = r.addToken, true
 		return nil, nil
 	})

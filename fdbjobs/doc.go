@@ -121,6 +121,15 @@
 //	(13, Type, Outcome, At, JobID) RETAIN: "" — a runtime job finished
 //	                              with Outcome at At (Unix ms), for the
 //	                              Runtimes' sweepers (WorkerOptions.Retain…)
+//	                              and List's finished states
+//	(14, Type, State, Shard)      COUNTS: int64 LE counter — the jobs of
+//	                              the type in State (pending, running,
+//	                              completed, cancelled, discarded) whose
+//	                              id hashes (FNV-1a) to Shard, of 8;
+//	                              every write of a row (writeRow) or
+//	                              removal (clearRow) that changes what it
+//	                              counts as adds -1 and +1 in its commit;
+//	                              Counts sums them
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written.

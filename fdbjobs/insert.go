@@ -249,15 +249,4 @@ func (c *Client) insertUnique(ctx context.Context, tx kv.Transactor, args JobArg
 }
 
 // uniqueState is a row's state as UniqueOpts.ByState names it.
-func uniqueState(r *row) string {
-	switch r.state {
-	case Pending:
-		return StatePending
-	case Running:
-		return StateRunning
-	}
-	if e, err := decodeEnvelope(r.data); err == nil && e.Outcome != "" {
-		return e.Outcome
-	}
-	return OutcomeCompleted
-}
+func uniqueState(r *row) string { return countState(r.state, r.data) }
