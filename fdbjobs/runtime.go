@@ -116,6 +116,7 @@ func NewRuntime(c *Client, ws *Workers, opts RuntimeOptions) (*Runtime, error) {
 // running jobs as StopAndCancel does). Start on a started Runtime does
 // nothing.
 func (r *Runtime) Start(ctx context.Context) error {
+	var run runState
 	_, err := r.svc.Start(ctx, func(ctx context.Context) error {
 		for _, k := range r.kinds {
 			have, err := r.c.TypeTimeout(ctx, nil, k.kind)
@@ -130,21 +131,29 @@ func (r *Runtime) Start(ctx context.Context) error {
 			}
 		}
 		hardCtx, hard := context.WithCancelCause(context.WithoutCancel(ctx))
+		run = runState{make(chan struct{}), make(chan struct{}), hardCtx, hard}
 		r.mu.Lock()
-		r.stopping, r.drained, r.hardCtx, r.hard = make(chan struct{}), make(chan struct{}), hardCtx, hard
+		r.stopping, r.drained, r.hardCtx, r.hard = run.stopping, run.drained, hardCtx, hard
 		r.mu.Unlock()
 		return nil
-	}, r.run)
+	}, func(ctx context.Context) { r.run(ctx, run) })
 	return err
+}
+
+// runState is what one Start made for its run loop (and Stop then takes
+// from the Runtime): the run loop gets it from Start, as a Stop right
+// after Start may have taken it from the Runtime already.
+type runState struct {
+	stopping, drained chan struct{}
+	hardCtx           context.Context
+	hard              context.CancelCauseFunc
 }
 
 // run is the Runtime's loop: the fetchers, until Stop closes stopping or
 // ctx ends (which also cancels the running jobs), then the running jobs'
 // end.
-func (r *Runtime) run(ctx context.Context) {
-	r.mu.Lock()
-	stopping, drained, hardCtx, hard := r.stopping, r.drained, r.hardCtx, r.hard
-	r.mu.Unlock()
+func (r *Runtime) run(ctx context.Context, st runState) {
+	stopping, drained, hardCtx, hard := st.stopping, st.drained, st.hardCtx, st.hard
 	defer close(drained)
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	defer stopFetch()

@@ -213,6 +213,34 @@ func TestRuntimeHearsRemoval(t *testing.T) {
 
 // Stop lets running jobs finish within its deadline; past it, their ctx
 // ends (ErrStopped) and they are handed back pending, no attempt counted.
+// A Stop right after Start stops the run loop that Start began, even when
+// that loop had not yet begun (it read what Start made from the Runtime,
+// which the Stop had taken: the loop got nil channels and never drained).
+func TestRuntimeStopRightAfterStart(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[sumArgs](func(context.Context, *fdbjobs.Work[sumArgs]) error { return nil }),
+		fdbjobs.WorkerOptions{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := fdbjobs.New(kvtest.NewDB(t), fdbjobs.Config{})
+	require.NoError(t, err)
+	for range 100 {
+		rt, err := fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{})
+		require.NoError(t, err)
+		require.NoError(t, rt.Start(ctx))
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			rt.StopAndCancel()
+		}()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			t.Fatal("Stop right after Start never returned")
+		}
+	}
+}
+
 func TestRuntimeStop(t *testing.T) {
 	ws := fdbjobs.NewWorkers()
 	started := make(chan string, 2)
