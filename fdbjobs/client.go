@@ -50,6 +50,8 @@ type Client struct {
 	notifierSeq uint64
 	// reenqueueHooks by type (SetReenqueueHook).
 	reenqueueHooks map[string]ReenqueueHook
+	// insertHooks in the order added (AddInsertHook).
+	insertHooks []InsertHook
 
 	hooks testHooks
 }

@@ -119,7 +119,7 @@ func (c *Client) InsertMany(ctx context.Context, tx kv.Transactor, jobs []Insert
 		}
 		ids[i], batch[i] = nj.ID, nj
 	}
-	if err := c.add(ctx, tx, kind, batch, len(batch) > 1); err != nil {
+	if err := c.add(ctx, tx, kind, batch, len(batch) > 1, c.insertHook(ctx, kind)); err != nil {
 		return nil, err
 	}
 	return ids, nil
@@ -236,7 +236,7 @@ func (c *Client) insertUnique(ctx context.Context, tx kv.Transactor, args JobArg
 				}
 			}
 		}
-		if _, err := c.addPage(tr, kind, []NewJob{nj}, [][]byte{d}, token, false, false); err != nil {
+		if _, err := c.addPage(tr, kind, []NewJob{nj}, [][]byte{d}, token, false, false, c.insertHook(ctx, kind)); err != nil {
 			return InsertResult{}, err
 		}
 		tr.Set(key, tuple.Tuple{nj.ID, period}.Pack())

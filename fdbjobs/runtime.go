@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,6 +47,9 @@ type RuntimeOptions struct {
 	WatchHoldAfter time.Duration
 	// SweepPeriod: see SweepPeriodDefault.
 	SweepPeriod time.Duration
+	// Middleware wrap every attempt of every kind, outside the kinds' own
+	// (WorkerOptions.Middleware), outermost first.
+	Middleware []WorkMiddleware
 }
 
 // Runtime works the jobs of the kinds its Workers registry names, on one
@@ -100,6 +104,9 @@ func NewRuntime(c *Client, ws *Workers, opts RuntimeOptions) (*Runtime, error) {
 	}
 	if opts.FetchPoll < 0 || opts.WatchHoldAfter < 0 || opts.SweepPeriod < 0 {
 		return nil, fmt.Errorf("%w: NewRuntime: negative FetchPoll, WatchHoldAfter or SweepPeriod", ErrInvalidArgument)
+	}
+	if slices.ContainsFunc(opts.Middleware, isNilMiddleware) {
+		return nil, fmt.Errorf("%w: NewRuntime: a nil Middleware", ErrInvalidArgument)
 	}
 	opts.SweepPeriod = cmp.Or(opts.SweepPeriod, SweepPeriodDefault)
 	if opts.FetchPoll == 0 {
@@ -331,14 +338,15 @@ func (r *Runtime) work(hardCtx context.Context, k *kindWorker, job *Job) {
 	r.end(hardCtx, k, job, e, err, errors.Is(cause, ErrStopped))
 }
 
-// call calls the worker, turning a panic into the attempt's error.
+// call calls the worker through the middleware (chain), turning a panic
+// into the attempt's error.
 func (r *Runtime) call(ctx context.Context, k *kindWorker, job *Job, e *envelope) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 		}
 	}()
-	return k.work(ctx, job, e)
+	return r.chain(k, job, e, func(ctx context.Context) error { return k.work(ctx, job, e) })(ctx)
 }
 
 // keep renews job's hold until held closes, and cancels ctx when the job

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
@@ -29,26 +30,29 @@ type sleepArgs struct {
 func (*sleepArgs) Kind() string { return "sleep" }
 
 // runtimeBundle is a started Client on a fresh store, scheduled times in
-// milliseconds, and a Runtime of ws started on it.
+// milliseconds, and a Runtime of ws (with middleware mws) started on it.
 type runtimeBundle struct {
+	db  kv.Database
 	c   *fdbjobs.Client
 	rt  *fdbjobs.Runtime
 	ctx context.Context
 }
 
-func startRuntime(t *testing.T, ws *fdbjobs.Workers) *runtimeBundle {
+func startRuntime(t *testing.T, ws *fdbjobs.Workers, mws ...fdbjobs.WorkMiddleware) *runtimeBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	c, err := fdbjobs.New(kvtest.NewDB(t), fdbjobs.Config{TimeUnit: time.Millisecond})
+	db := kvtest.NewDB(t)
+	c, err := fdbjobs.New(db, fdbjobs.Config{TimeUnit: time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	t.Cleanup(c.Stop)
-	rt, err := fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{FetchPoll: 20 * time.Millisecond, WatchHoldAfter: 10 * time.Millisecond})
+	rt, err := fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{FetchPoll: 20 * time.Millisecond, WatchHoldAfter: 10 * time.Millisecond,
+		Middleware: mws})
 	require.NoError(t, err)
 	require.NoError(t, rt.Start(ctx))
 	t.Cleanup(rt.StopAndCancel)
-	return &runtimeBundle{c: c, rt: rt, ctx: ctx}
+	return &runtimeBundle{db: db, c: c, rt: rt, ctx: ctx}
 }
 
 // outcome waits until job id of kind is finished and returns its outcome.
