@@ -40,6 +40,11 @@
 //   - Hooks: SetReenqueueHook lets a type's owner update its own keys (and
 //     the job's data) inside the transactions in which the job layer
 //     re-enqueues jobs by itself (activity monitor, Reenqueue).
+//   - Listing and counts: List pages through a kind's jobs in one state
+//     (available, scheduled, retrying, pending, running, completed,
+//     cancelled, discarded), each page from the index that holds the
+//     state, with an opaque cursor; Counts reads the jobs per state from
+//     the COUNTS keys that every write of a row keeps (writeRow, clearRow).
 //   - Processing: Accept and AcceptBatch (blocking with a timeout, woken
 //     by a watch within milliseconds of an Add), Update, Finish, FinishAt
 //     (Finish that leaves the job pending at a time of the worker's: its
@@ -81,6 +86,9 @@
 //     is an envelope of its arguments and attempts (JobOutcome reads it);
 //     the last ErrorHistoryMax errors are kept. An attempt whose node died
 //     is not counted: the activity monitor hands the job back as it was.
+//     WorkMiddleware (RuntimeOptions and WorkerOptions.Middleware) wraps
+//     each attempt, and insert hooks (AddInsertHook) run in the
+//     transactions of Insert and InsertMany.
 //
 // # Key layout
 //
