@@ -52,6 +52,8 @@ type Client struct {
 	reenqueueHooks map[string]ReenqueueHook
 	// insertHooks in the order added (AddInsertHook).
 	insertHooks []InsertHook
+	// metrics records what the Client and its Runtimes do (NewMetrics).
+	metrics atomic.Pointer[Metrics]
 
 	hooks testHooks
 }

@@ -45,6 +45,8 @@
 //     cancelled, discarded), each page from the index that holds the
 //     state, with an opaque cursor; Counts reads the jobs per state from
 //     the COUNTS keys that every write of a row keeps (writeRow, clearRow).
+//   - Metrics: NewMetrics, a prometheus.Collector of a Client's and its
+//     Runtimes' counters and histograms per kind, and the store's counts.
 //   - Processing: Accept and AcceptBatch (blocking with a timeout, woken
 //     by a watch within milliseconds of an Add), Update, Finish, FinishAt
 //     (Finish that leaves the job pending at a time of the worker's: its

@@ -122,6 +122,7 @@ func (c *Client) InsertMany(ctx context.Context, tx kv.Transactor, jobs []Insert
 	if err := c.add(ctx, tx, kind, batch, len(batch) > 1, c.insertHook(ctx, kind)); err != nil {
 		return nil, err
 	}
+	c.metrics.Load().count(metricInserted, kind, len(ids))
 	return ids, nil
 }
 
@@ -244,6 +245,7 @@ func (c *Client) insertUnique(ctx context.Context, tx kv.Transactor, args JobArg
 	})
 	if err == nil && !res.Duplicate {
 		c.committed(tx, kind)
+		c.metrics.Load().count(metricInserted, kind, 1)
 	}
 	return res, err
 }

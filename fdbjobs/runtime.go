@@ -341,6 +341,7 @@ func (r *Runtime) work(hardCtx context.Context, k *kindWorker, job *Job) {
 // call calls the worker through the middleware (chain), turning a panic
 // into the attempt's error.
 func (r *Runtime) call(ctx context.Context, k *kindWorker, job *Job, e *envelope) (err error) {
+	defer r.c.metrics.Load().attempt(k.kind, r.c.cfg.timeOf(job.ScheduledTime), r.c.cfg.Clock)()
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
@@ -471,6 +472,9 @@ func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envel
 		data = b
 	}
 	werr := r.complete(hardCtx, k, &ending{job: job, data: data, stime: stime, e: e})
+	if werr == nil && !stopped && snooze == nil {
+		r.c.metrics.Load().ended(k.kind, e.Outcome)
+	}
 	switch {
 	case werr == nil || errors.Is(werr, ErrHalt):
 	default:
