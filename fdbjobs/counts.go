@@ -13,10 +13,14 @@ import (
 )
 
 // countShards is how many keys each (type, state) count is spread over,
-// chosen by the job id's hash: every transaction that moves a job from one
-// state to another adds -1 and +1 to the keys of that job's shard (atomic
-// adds, which conflict with nothing), so no key is written by every
-// transaction of a type, and Counts reads them all in one range.
+// chosen by the job's queue shard (drawn from its id's hash: see doc.go,
+// "Shards"): every transaction that moves a job from one state to another
+// adds -1 and +1 to the keys of that job's count shard (atomic adds, which
+// conflict with nothing), so no key is written by every transaction of a
+// type, and Counts reads them all in one range. The jobs an Accept takes
+// from one queue shard share their count keys, so that its transaction
+// (and the Finish of them) adds to two keys, not two per job
+// (coalesceAdds).
 const countShards = 8
 
 // JobCounts are the jobs of a type in each state, as Counts reads them.
@@ -89,9 +93,9 @@ func (k keys) countKey(typ, state string, shard int64) kv.Key {
 
 var minusOne = kv.Int64(-1)
 
-// recount moves job id's count from the state (and data) the store held
-// to the one written (0: none), in tr.
-func (k keys) recount(tr kv.Transaction, typ, id string, from State, fromData []byte, to State, toData []byte) {
+// recount moves the count of a job of queue shard shard from the state
+// (and data) the store held to the one written (0: none), in tr.
+func (k keys) recount(tr kv.Transaction, typ string, shard int64, from State, fromData []byte, to State, toData []byte) {
 	if from == to && (to != Finished || bytes.Equal(fromData, toData)) {
 		return // the outcome, in a finished row's data, is all that can differ
 	}
@@ -105,7 +109,7 @@ func (k keys) recount(tr kv.Transaction, typ, id string, from State, fromData []
 	if was == is {
 		return
 	}
-	shard := shardOf(id, countShards)
+	shard %= countShards
 	if was != "" {
 		tr.Add(k.countKey(typ, was, shard), minusOne)
 	}
@@ -175,4 +179,40 @@ func (c *Client) countType(ctx context.Context, typ string) error {
 		return nil, nil
 	})
 	return err
+}
+
+// addTx is a transaction whose 8-byte atomic adds are summed per key until
+// flush writes one add per key: a transaction that moves many jobs adds
+// once to each count key it touches (each atomic operation costs its own
+// read where the store applies it).
+type addTx struct {
+	kv.Transaction
+	sums map[string]int64
+	keys []string // in the order first added
+}
+
+func (t *addTx) Add(key kv.KeyConvertible, param []byte) {
+	if len(param) != 8 {
+		t.Transaction.Add(key, param)
+		return
+	}
+	k := string(key.FDBKey())
+	if _, ok := t.sums[k]; !ok {
+		t.keys = append(t.keys, k)
+	}
+	t.sums[k] += kv.DecodeInt64(param)
+}
+
+// coalesceAdds returns tr summing its adds, and the function that writes
+// them, to call before the transaction body returns.
+func coalesceAdds(tr kv.Transaction) (kv.Transaction, func()) {
+	t := &addTx{Transaction: tr, sums: map[string]int64{}}
+	return t, func() {
+		for _, k := range t.keys {
+			if v := t.sums[k]; v != 0 {
+				t.Transaction.Add(kv.Key(k), kv.Int64(v))
+			}
+		}
+		t.keys, t.sums = nil, map[string]int64{}
+	}
 }

@@ -313,6 +313,9 @@ func addPageEnd(typ string, jobs []NewJob, datas [][]byte, limit int) int {
 // over AddPageBytes (at least one). With blind, it does not read the rows
 // of Fresh jobs. hook (nil for none) then sees the jobs it added.
 func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][]byte, token []byte, mayCut, blind bool, hook pageHook) (int, error) {
+	hookTr := tr // the caller's, whose adds it reads back
+	tr, flush := coalesceAdds(tr)
+	defer flush()
 	info := c.readTypeInfo(tr, typ)
 	futs := make([]kv.FutureByteSlice, len(jobs))
 	for i, j := range jobs {
@@ -356,7 +359,7 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 		c.k.bumpPending(tr, typ)
 	}
 	if hook != nil {
-		if err := hook(tr, jobs[:used]); err != nil {
+		if err := hook(hookTr, jobs[:used]); err != nil {
 			return 0, err
 		}
 	}

@@ -135,11 +135,11 @@
 //	(14, Type, State, Shard)      COUNTS: int64 LE counter — the jobs of
 //	                              the type in State (pending, running,
 //	                              completed, cancelled, discarded) whose
-//	                              id hashes (FNV-1a) to Shard, of 8;
-//	                              every write of a row (writeRow) or
-//	                              removal (clearRow) that changes what it
-//	                              counts as adds -1 and +1 in its commit;
-//	                              Counts sums them
+//	                              queue shard modulo 8 is Shard; every
+//	                              write of a row (writeRow) or removal
+//	                              (clearRow) that changes what it counts
+//	                              as adds -1 and +1 in its commit, summed
+//	                              per key in batches; Counts sums them
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written.

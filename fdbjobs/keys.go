@@ -362,14 +362,14 @@ func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
 	} else {
 		tr.Set(k.dataKey(typ, id), v)
 	}
-	k.recount(tr, typ, id, r.stored, r.storedData, r.state, r.data)
+	k.recount(tr, typ, r.shard, r.stored, r.storedData, r.state, r.data)
 	r.stored, r.storedData = r.state, r.data
 }
 
 // clearRow deletes the row r of job id (read in this transaction).
 func (k keys) clearRow(tr kv.Transaction, typ, id string, r *row) {
 	tr.Clear(k.dataKey(typ, id))
-	k.recount(tr, typ, id, r.stored, r.storedData, 0, nil)
+	k.recount(tr, typ, r.shard, r.stored, r.storedData, 0, nil)
 	r.stored, r.storedData = 0, nil
 }
 
