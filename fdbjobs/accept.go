@@ -442,6 +442,8 @@ func randomHex() string {
 // snapshot: the conflict on the pending key covers them, as every write to
 // a pending job's row writes that key too (see doc.go, "Pending keys").
 func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.Key, run bool) ([]*Job, int64, error) {
+	tr, flush := coalesceAdds(tr)
+	defer flush()
 	var cands []kv.Key
 	for _, keys := range runs {
 		if len(keys) == 0 {

@@ -36,7 +36,9 @@ func (c *Client) Cancel(ctx context.Context, tx kv.Transactor, kind, id string) 
 	if err := checkName("job id", id); err != nil {
 		return "", err
 	}
-	return kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (string, error) {
+	cancelled := false // by the attempt that ran last
+	outcome, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (string, error) {
+		cancelled = false
 		r, e, err := c.readEnvelope(tr, kind, id)
 		if err != nil {
 			return "", err
@@ -44,6 +46,7 @@ func (c *Client) Cancel(ctx context.Context, tx kv.Transactor, kind, id string) 
 		if r.state == Finished {
 			return e.Outcome, nil
 		}
+		cancelled = true
 		e.Outcome, e.FinishedAt = OutcomeCancelled, c.cfg.Clock.Now().UnixMilli()
 		data, err := e.encode()
 		if err != nil {
@@ -60,6 +63,10 @@ func (c *Client) Cancel(ctx context.Context, tx kv.Transactor, kind, id string) 
 		c.k.retainSet(tr, kind, id, e)
 		return OutcomeCancelled, nil
 	})
+	if err == nil && cancelled {
+		c.metrics.Load().count(metricCancelled, kind, 1)
+	}
+	return outcome, err
 }
 
 // RetryNow makes the runtime job id of kind pending now, in tx: a job

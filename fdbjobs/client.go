@@ -50,6 +50,10 @@ type Client struct {
 	notifierSeq uint64
 	// reenqueueHooks by type (SetReenqueueHook).
 	reenqueueHooks map[string]ReenqueueHook
+	// insertHooks in the order added (AddInsertHook).
+	insertHooks []InsertHook
+	// metrics records what the Client and its Runtimes do (NewMetrics).
+	metrics atomic.Pointer[Metrics]
 
 	hooks testHooks
 }

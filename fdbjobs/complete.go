@@ -40,6 +40,9 @@ type ending struct {
 	// for the log.
 	failed      error
 	maxAttempts int
+	// attempt: the end of an attempt (not a snooze or a hand-back), for
+	// the metrics.
+	attempt bool
 }
 
 // complete hands the end to k's completer, which writes it and logs what
@@ -121,6 +124,9 @@ func (r *Runtime) ended(k *kindWorker, en *ending, werr error) {
 	if werr != nil && !errors.Is(werr, ErrHalt) {
 		log.Warn().Err(werr).Str("kind", k.kind).Str("job", en.job.ID).
 			Msg("fdbjobs: runtime: ending the job's attempt; the activity monitor hands it back")
+	}
+	if werr == nil && en.attempt {
+		r.c.metrics.Load().ended(k.kind, en.e.Outcome)
 	}
 	if en.failed == nil {
 		return

@@ -109,7 +109,7 @@ const MaxScheduledTimeMax int64 = 1 << 62
 // transaction may run again should add only what it has not added yet (for
 // example, check JobState for ErrNotFound in the same transaction).
 func (c *Client) Add(ctx context.Context, tx kv.Transactor, typ, id string, data json.RawMessage, stime int64) error {
-	return c.add(ctx, tx, typ, []NewJob{{ID: id, Data: data, ScheduledTime: stime}}, false)
+	return c.add(ctx, tx, typ, []NewJob{{ID: id, Data: data, ScheduledTime: stime}}, false, nil)
 }
 
 // AddFinished creates job id of type typ finished, with data (nil means
@@ -163,7 +163,7 @@ type NewJob struct {
 	// River's InsertMany does; an attempt after that reads it as Add does,
 	// so the call stays idempotent under commit_unknown_result. A Fresh
 	// job whose id does exist replaces that job (a worker holding it gets
-	// ErrHalt). Joined to a caller's transaction, rows are always read.
+	// ErrHalt), and Counts goes on counting the job it replaced. Joined to a caller's transaction, rows are always read.
 	Fresh bool
 }
 
@@ -191,7 +191,7 @@ type NewJob struct {
 // (ErrInvalidArgument otherwise), and each call is a new AddBatch, as for
 // Add.
 func (c *Client) AddBatch(ctx context.Context, tx kv.Transactor, typ string, jobs []NewJob) error {
-	return c.add(ctx, tx, typ, jobs, true)
+	return c.add(ctx, tx, typ, jobs, true, nil)
 }
 
 // AddBatch's pages (see AddBatch).
@@ -212,8 +212,9 @@ func addCost(typ string, j NewJob, d []byte) int {
 	return len(d) + 4*(len(typ)+len(j.ID)) + 256
 }
 
-// add is Add (batch false: errors name no job) and AddBatch.
-func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []NewJob, batch bool) error {
+// add is Add (batch false: errors name no job) and AddBatch; hook (nil
+// for none) runs in each page's transaction with the page's jobs.
+func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []NewJob, batch bool, hook pageHook) error {
 	if err := checkName("type", typ); err != nil {
 		return err
 	}
@@ -252,7 +253,7 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 			return fmt.Errorf("%w: %d jobs do not fit one transaction (%d would): pass a nil transactor to page", ErrInvalidArgument, len(jobs), n)
 		}
 		_, err := kv.Transact(ctx, tx, func(tr kv.Transaction) (int, error) {
-			return c.addPage(tr, typ, jobs, datas, token, false, false)
+			return c.addPage(tr, typ, jobs, datas, token, false, false, hook)
 		})
 		return err
 	}
@@ -268,7 +269,7 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 			// again changes nothing.
 			n := min(end-start, size.Size())
 			attempts++
-			used, err := c.addPage(tr, typ, jobs[start:start+n], datas[start:start+n], token, true, attempts == 1)
+			used, err := c.addPage(tr, typ, jobs[start:start+n], datas[start:start+n], token, true, attempts == 1, hook)
 			if err != nil {
 				size.Shrink()
 			}
@@ -310,8 +311,11 @@ func addPageEnd(typ string, jobs []NewJob, datas [][]byte, limit int) int {
 // addPage adds jobs in tr and returns how many it added: all of them, or
 // when mayCut, fewer once the rows it read of existing jobs bring the page
 // over AddPageBytes (at least one). With blind, it does not read the rows
-// of Fresh jobs.
-func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][]byte, token []byte, mayCut, blind bool) (int, error) {
+// of Fresh jobs. hook (nil for none) then sees the jobs it added.
+func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][]byte, token []byte, mayCut, blind bool, hook pageHook) (int, error) {
+	hookTr := tr // the caller's, whose adds it reads back
+	tr, flush := coalesceAdds(tr)
+	defer flush()
 	info := c.readTypeInfo(tr, typ)
 	futs := make([]kv.FutureByteSlice, len(jobs))
 	for i, j := range jobs {
@@ -354,8 +358,16 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 	if enqueued {
 		c.k.bumpPending(tr, typ)
 	}
+	if hook != nil {
+		if err := hook(hookTr, jobs[:used]); err != nil {
+			return 0, err
+		}
+	}
 	return used, nil
 }
+
+// pageHook runs in a transaction that adds jobs, with them.
+type pageHook func(tr kv.Transaction, jobs []NewJob) error
 
 // resubmitRow applies the resubmit rules to an existing job (see Add).
 // data nil keeps the current data. token identifies the Add or Resubmit
@@ -427,7 +439,7 @@ func (c *Client) Remove(ctx context.Context, tx kv.Transactor, typ, id string) e
 		if r.state == Pending {
 			tr.Clear(c.k.pendingKey(typ, r.shard, r.stime, id))
 		}
-		tr.Clear(c.k.dataKey(typ, id))
+		c.k.clearRow(tr, typ, id, r)
 		removed, removedBefore = r.addToken, true
 		return nil, nil
 	})

@@ -40,6 +40,13 @@
 //   - Hooks: SetReenqueueHook lets a type's owner update its own keys (and
 //     the job's data) inside the transactions in which the job layer
 //     re-enqueues jobs by itself (activity monitor, Reenqueue).
+//   - Listing and counts: List pages through a kind's jobs in one state
+//     (available, scheduled, retrying, pending, running, completed,
+//     cancelled, discarded), each page from the index that holds the
+//     state, with an opaque cursor; Counts reads the jobs per state from
+//     the COUNTS keys that every write of a row keeps (writeRow, clearRow).
+//   - Metrics: NewMetrics, a prometheus.Collector of a Client's and its
+//     Runtimes' counters and histograms per kind, and the store's counts.
 //   - Processing: Accept and AcceptBatch (blocking with a timeout, woken
 //     by a watch within milliseconds of an Add), Update, Finish, FinishAt
 //     (Finish that leaves the job pending at a time of the worker's: its
@@ -81,6 +88,9 @@
 //     is an envelope of its arguments and attempts (JobOutcome reads it);
 //     the last ErrorHistoryMax errors are kept. An attempt whose node died
 //     is not counted: the activity monitor hands the job back as it was.
+//     WorkMiddleware (RuntimeOptions and WorkerOptions.Middleware) wraps
+//     each attempt, and insert hooks (AddInsertHook) run in the
+//     transactions of Insert and InsertMany.
 //
 // # Key layout
 //
@@ -121,6 +131,15 @@
 //	(13, Type, Outcome, At, JobID) RETAIN: "" — a runtime job finished
 //	                              with Outcome at At (Unix ms), for the
 //	                              Runtimes' sweepers (WorkerOptions.Retain…)
+//	                              and List's finished states
+//	(14, Type, State, Shard)      COUNTS: int64 LE counter — the jobs of
+//	                              the type in State (pending, running,
+//	                              completed, cancelled, discarded) whose
+//	                              queue shard modulo 8 is Shard; every
+//	                              write of a row (writeRow) or removal
+//	                              (clearRow) that changes what it counts
+//	                              as adds -1 and +1 in its commit, summed
+//	                              per key in batches; Counts sums them
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written.

@@ -75,6 +75,8 @@ func (c *Client) reenqueueRows(tr kv.Transaction, typ string, ids []string, rows
 			rows[i].data = d
 		}
 	}
+	tr, flush := coalesceAdds(tr) // the hook's transaction is the caller's
+	defer flush()
 	for i, id := range ids {
 		r := rows[i]
 		c.k.enqueue(tr, typ, id, r, r.stime)

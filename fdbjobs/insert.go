@@ -119,9 +119,10 @@ func (c *Client) InsertMany(ctx context.Context, tx kv.Transactor, jobs []Insert
 		}
 		ids[i], batch[i] = nj.ID, nj
 	}
-	if err := c.add(ctx, tx, kind, batch, len(batch) > 1); err != nil {
+	if err := c.add(ctx, tx, kind, batch, len(batch) > 1, c.insertHook(ctx, kind)); err != nil {
 		return nil, err
 	}
+	c.metrics.Load().count(metricInserted, kind, len(ids))
 	return ids, nil
 }
 
@@ -236,7 +237,7 @@ func (c *Client) insertUnique(ctx context.Context, tx kv.Transactor, args JobArg
 				}
 			}
 		}
-		if _, err := c.addPage(tr, kind, []NewJob{nj}, [][]byte{d}, token, false, false); err != nil {
+		if _, err := c.addPage(tr, kind, []NewJob{nj}, [][]byte{d}, token, false, false, c.insertHook(ctx, kind)); err != nil {
 			return InsertResult{}, err
 		}
 		tr.Set(key, tuple.Tuple{nj.ID, period}.Pack())
@@ -244,20 +245,10 @@ func (c *Client) insertUnique(ctx context.Context, tx kv.Transactor, args JobArg
 	})
 	if err == nil && !res.Duplicate {
 		c.committed(tx, kind)
+		c.metrics.Load().count(metricInserted, kind, 1)
 	}
 	return res, err
 }
 
 // uniqueState is a row's state as UniqueOpts.ByState names it.
-func uniqueState(r *row) string {
-	switch r.state {
-	case Pending:
-		return StatePending
-	case Running:
-		return StateRunning
-	}
-	if e, err := decodeEnvelope(r.data); err == nil && e.Outcome != "" {
-		return e.Outcome
-	}
-	return OutcomeCompleted
-}
+func uniqueState(r *row) string { return countState(r.state, r.data) }

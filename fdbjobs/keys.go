@@ -23,6 +23,7 @@ const (
 	keyPaused          = 11 // (11, Type) -> 0x01 while the type is paused
 	keyUnique          = 12 // (12, Type, Key) -> (JobID, Period)
 	keyRetain          = 13 // (13, Type, Outcome, FinishedAtMillis, JobID) -> ""
+	keyCounts          = 14 // (14, Type, CountState, CountShard) -> int64 LE counter
 )
 
 // State is a job's state.
@@ -81,6 +82,12 @@ type row struct {
 	// shard is the shard of the job's pending key, drawn when the job was
 	// created and kept for its life (see doc.go, "Shards").
 	shard int64
+	// stored and storedData are the state and data the store holds for
+	// the row (stored 0: none, a row this transaction creates): what its
+	// counter is (counts.go). decodeRow sets them, writeRow and clearRow
+	// move the row's count from them to what they write.
+	stored     State
+	storedData []byte
 }
 
 type keys struct {
@@ -304,6 +311,7 @@ func decodeRow(v []byte) (*row, error) {
 	if r.state == Running && !r.lock.held() {
 		return nil, bad("running without lock")
 	}
+	r.stored, r.storedData = r.state, r.data
 	return r, nil
 }
 
@@ -344,14 +352,25 @@ func (k keys) readRow(tr kv.ReadTransaction, typ, id string) (*row, error) {
 }
 
 // writeRow stores r. A running row with a new seq gets this commit's
-// versionstamp, which the caller gives its lease too (writeLease).
+// versionstamp, which the caller gives its lease too (writeLease). Every
+// write of a row goes through it (and every clear through clearRow), so
+// that the counts per state move with the row in the same commit.
 func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
 	v, vs := encodeRow(r)
 	if vs {
 		tr.SetVersionstampedValue(k.dataKey(typ, id), v)
-		return
+	} else {
+		tr.Set(k.dataKey(typ, id), v)
 	}
-	tr.Set(k.dataKey(typ, id), v)
+	k.recount(tr, typ, r.shard, r.stored, r.storedData, r.state, r.data)
+	r.stored, r.storedData = r.state, r.data
+}
+
+// clearRow deletes the row r of job id (read in this transaction).
+func (k keys) clearRow(tr kv.Transaction, typ, id string, r *row) {
+	tr.Clear(k.dataKey(typ, id))
+	k.recount(tr, typ, r.shard, r.stored, r.storedData, 0, nil)
+	r.stored, r.storedData = 0, nil
 }
 
 // enqueue makes r pending at stime and writes its pending key, in the

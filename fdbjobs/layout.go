@@ -11,7 +11,12 @@ import (
 // LayoutVersion is the version of the key layout this package writes (see
 // doc.go, "Key layout"). Layout 1, before the sharded queue, kept a job's
 // pending key without a shard and its row without the shard's number.
-const LayoutVersion = 2
+// Layout 2 kept no counts per state (COUNTS, Counts): Migrate counts its
+// jobs once, and Clients keep the counts from then on.
+const LayoutVersion = 3
+
+// layoutValue is the LAYOUT key's value for version.
+func layoutValue(version int64) []byte { return tuple.Tuple{version}.Pack() }
 
 // CheckLayout makes sure the store's jobs are in this package's key
 // layout: on a store without jobs it records LayoutVersion; on one whose
@@ -32,7 +37,9 @@ func (c *Client) CheckLayout(ctx context.Context) error {
 			if err != nil || len(t) != 1 {
 				return nil, fmt.Errorf("fdbjobs: bad layout version %x", v)
 			}
-			if n, _ := intElem(t[0]); n != LayoutVersion {
+			if n, _ := intElem(t[0]); n < LayoutVersion {
+				return nil, fmt.Errorf("%w: the store's jobs are in key layout %d, this version reads layout %d only (Migrate rewrites them)", ErrLayout, n, LayoutVersion)
+			} else if n != LayoutVersion {
 				return nil, fmt.Errorf("%w: the store's jobs are in key layout %d, this version reads layout %d only", ErrLayout, n, LayoutVersion)
 			}
 			return nil, nil
@@ -46,7 +53,7 @@ func (c *Client) CheckLayout(ctx context.Context) error {
 		if len(kvs) > 0 {
 			return nil, fmt.Errorf("%w: the store's jobs are in key layout 1, this version reads layout %d only (Migrate rewrites them)", ErrLayout, LayoutVersion)
 		}
-		tr.Set(c.k.layout(), tuple.Tuple{int64(LayoutVersion)}.Pack())
+		tr.Set(c.k.layout(), layoutValue(LayoutVersion))
 		return nil, nil
 	})
 	if err == nil {

@@ -17,24 +17,64 @@ const (
 // migratePage is how many job rows a Migrate transaction rewrites.
 const migratePage = 200
 
-// Migrate rewrites a store of key layout 1 into LayoutVersion in place, in
-// transactions of migratePage rows, and records the new layout: it gives
-// every job a shard (its pending key moves into it), a lease to every
-// running job (under the lock and seq it has, so that the activity monitor
-// takes it back if its worker is gone), and clears the keys layout 2 no
-// longer has. No Client of the earlier version may run meanwhile: it reads
-// neither the new rows nor the leases, and its activity monitor would
-// clear them. Migrate is idempotent, and safe to run from several nodes at
-// once or again after an error; on a store already in this layout it does
-// nothing.
+// Migrate brings a store of an earlier key layout to LayoutVersion in
+// place, and records the new layout. From layout 1 it rewrites the rows,
+// in transactions of migratePage rows: it gives every job a shard (its
+// pending key moves into it), a lease to every running job (under the
+// lock and seq it has, so that the activity monitor takes it back if its
+// worker is gone), and clears the keys layout 2 no longer has. From layout
+// 1 or 2 it then counts each type's jobs per state (Counts), reading them
+// in pages of migratePage rows. No Client of the earlier version may run
+// meanwhile: it reads neither the new rows nor the leases, its activity
+// monitor would clear them, and it keeps no counts. Migrate is idempotent,
+// and safe to run from several nodes at once or again after an error; on
+// a store already in this layout it does nothing.
 func (c *Client) Migrate(ctx context.Context) error {
 	v, err := kv.ReadTransact(ctx, c.db, func(tr kv.ReadTransaction) ([]byte, error) {
 		return tr.Get(c.k.layout()).Get()
 	})
-	if err != nil || v != nil {
-		return err // in a layout already: CheckLayout tells which
+	if err != nil {
+		return err
 	}
-	// Every type that has jobs, with a timeout or not.
+	from := int64(1) // no version key: layout 1, or a store without jobs
+	if v != nil {
+		t, err := tuple.Unpack(v)
+		if err != nil || len(t) != 1 {
+			return fmt.Errorf("fdbjobs: bad layout version %x", v)
+		}
+		if from, _ = intElem(t[0]); from >= LayoutVersion {
+			return nil // this layout, or a later one: CheckLayout tells
+		}
+	}
+	types, err := c.jobTypes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, typ := range types {
+		if from == 1 {
+			if err := c.migrateType(ctx, typ); err != nil {
+				return fmt.Errorf("fdbjobs: migrating the jobs of type %q: %w", typ, err)
+			}
+		}
+		if err := c.countType(ctx, typ); err != nil {
+			return fmt.Errorf("fdbjobs: counting the jobs of type %q: %w", typ, err)
+		}
+	}
+	_, err = kv.Transact(ctx, c.db, func(tr kv.Transaction) (any, error) {
+		tr.ClearRange(prefixRange(c.k.root, tuple.Tuple{keyWatchesActivity1}))
+		tr.ClearRange(prefixRange(c.k.root, tuple.Tuple{keyClaims1}))
+		tr.Set(c.k.layout(), layoutValue(LayoutVersion))
+		return nil, nil
+	})
+	if err == nil {
+		c.layoutOK.Store(true)
+	}
+	return err
+}
+
+// jobTypes returns every type that has jobs, with a timeout or not, a
+// read per type.
+func (c *Client) jobTypes(ctx context.Context) ([]string, error) {
 	var types []string
 	begin := c.k.data.FDBKey()
 	for {
@@ -44,10 +84,10 @@ func (c *Client) Migrate(ctx context.Context) error {
 			return tr.GetRange(r, kv.RangeOptions{Limit: 1}).GetSliceWithError()
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(kvs) == 0 {
-			break
+			return types, nil
 		}
 		t, err := c.k.data.Unpack(kvs[0].Key)
 		typ, ok := "", len(t) == 2
@@ -55,26 +95,11 @@ func (c *Client) Migrate(ctx context.Context) error {
 			typ, ok = t[0].(string)
 		}
 		if err != nil || !ok {
-			return fmt.Errorf("fdbjobs: bad job key %s", kvs[0].Key)
+			return nil, fmt.Errorf("fdbjobs: bad job key %s", kvs[0].Key)
 		}
 		types = append(types, typ)
 		begin = prefixRange(c.k.data, tuple.Tuple{typ}).End.FDBKey()
 	}
-	for _, typ := range types {
-		if err := c.migrateType(ctx, typ); err != nil {
-			return fmt.Errorf("fdbjobs: migrating the jobs of type %q: %w", typ, err)
-		}
-	}
-	_, err = kv.Transact(ctx, c.db, func(tr kv.Transaction) (any, error) {
-		tr.ClearRange(prefixRange(c.k.root, tuple.Tuple{keyWatchesActivity1}))
-		tr.ClearRange(prefixRange(c.k.root, tuple.Tuple{keyClaims1}))
-		tr.Set(c.k.layout(), tuple.Tuple{int64(LayoutVersion)}.Pack())
-		return nil, nil
-	})
-	if err == nil {
-		c.layoutOK.Store(true)
-	}
-	return err
 }
 
 // migrateType rewrites the rows of typ, a page per transaction, then

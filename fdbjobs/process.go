@@ -139,6 +139,8 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 	// lease (the activity monitor clears those).
 	_, joined := tx.(kv.Transaction)
 	out, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (outcome, error) {
+		tr, flush := coalesceAdds(tr)
+		defer flush()
 		futs := make([]kv.FutureByteSlice, len(items))
 		for i, it := range items {
 			futs[i] = tr.Get(c.k.dataKey(it.Job.Type, it.Job.ID))

@@ -122,7 +122,7 @@ func (r *Runtime) sweep(ctx context.Context, k *kindWorker) (int, error) {
 					if json.Unmarshal(row.data, &e) != nil || !bytes.Equal(r.c.k.retainKey(k.kind, e.Outcome, e.FinishedAt, ids[i]), en.Key) {
 						continue // the job ended again since: its own entry stays
 					}
-					tr.Clear(r.c.k.dataKey(k.kind, ids[i]))
+					r.c.k.clearRow(tr, k.kind, ids[i], row)
 				}
 				return len(entries), nil
 			})

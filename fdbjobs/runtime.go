@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,9 @@ type RuntimeOptions struct {
 	WatchHoldAfter time.Duration
 	// SweepPeriod: see SweepPeriodDefault.
 	SweepPeriod time.Duration
+	// Middleware wrap every attempt of every kind, outside the kinds' own
+	// (WorkerOptions.Middleware), outermost first.
+	Middleware []WorkMiddleware
 }
 
 // Runtime works the jobs of the kinds its Workers registry names, on one
@@ -109,6 +113,9 @@ func NewRuntime(c *Client, ws *Workers, opts RuntimeOptions) (*Runtime, error) {
 	if opts.FetchPoll < 0 || opts.WatchHoldAfter < 0 || opts.SweepPeriod < 0 {
 		return nil, fmt.Errorf("%w: NewRuntime: negative FetchPoll, WatchHoldAfter or SweepPeriod", ErrInvalidArgument)
 	}
+	if slices.ContainsFunc(opts.Middleware, isNilMiddleware) {
+		return nil, fmt.Errorf("%w: NewRuntime: a nil Middleware", ErrInvalidArgument)
+	}
 	opts.SweepPeriod = cmp.Or(opts.SweepPeriod, SweepPeriodDefault)
 	if opts.FetchPoll == 0 {
 		opts.FetchPoll = FetchPollDefault
@@ -124,6 +131,7 @@ func NewRuntime(c *Client, ws *Workers, opts RuntimeOptions) (*Runtime, error) {
 // running jobs as StopAndCancel does). Start on a started Runtime does
 // nothing.
 func (r *Runtime) Start(ctx context.Context) error {
+	var run runState
 	_, err := r.svc.Start(ctx, func(ctx context.Context) error {
 		for _, k := range r.kinds {
 			have, err := r.c.TypeTimeout(ctx, nil, k.kind)
@@ -138,21 +146,29 @@ func (r *Runtime) Start(ctx context.Context) error {
 			}
 		}
 		hardCtx, hard := context.WithCancelCause(context.WithoutCancel(ctx))
+		run = runState{make(chan struct{}), make(chan struct{}), hardCtx, hard}
 		r.mu.Lock()
-		r.stopping, r.drained, r.hardCtx, r.hard = make(chan struct{}), make(chan struct{}), hardCtx, hard
+		r.stopping, r.drained, r.hardCtx, r.hard = run.stopping, run.drained, hardCtx, hard
 		r.mu.Unlock()
 		return nil
-	}, r.run)
+	}, func(ctx context.Context) { r.run(ctx, run) })
 	return err
+}
+
+// runState is what one Start made for its run loop (and Stop then takes
+// from the Runtime): the run loop gets it from Start, as a Stop right
+// after Start may have taken it from the Runtime already.
+type runState struct {
+	stopping, drained chan struct{}
+	hardCtx           context.Context
+	hard              context.CancelCauseFunc
 }
 
 // run is the Runtime's loop: the fetchers, until Stop closes stopping or
 // ctx ends (which also cancels the running jobs), then the running jobs'
 // end.
-func (r *Runtime) run(ctx context.Context) {
-	r.mu.Lock()
-	stopping, drained, hardCtx, hard := r.stopping, r.drained, r.hardCtx, r.hard
-	r.mu.Unlock()
+func (r *Runtime) run(ctx context.Context, st runState) {
+	stopping, drained, hardCtx, hard := st.stopping, st.drained, st.hardCtx, st.hard
 	defer close(drained)
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	defer stopFetch()
@@ -164,7 +180,7 @@ func (r *Runtime) run(ctx context.Context) {
 		}
 		stopFetch()
 	}()
-	// The completers outlive the jobs, which wait on them for their end.
+	// The completers outlive the jobs, and write the ends still queued.
 	completeCtx, stopComplete := context.WithCancel(context.WithoutCancel(ctx))
 	var completers sync.WaitGroup
 	defer func() {
@@ -385,6 +401,7 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, job *Job)
 		return // not this node's job any more
 	}
 	if err == nil && a.completed.Load() {
+		r.c.metrics.Load().ended(k.kind, OutcomeCompleted)
 		return // CompleteTx ended it
 	}
 	r.end(hardCtx, k, job, e, err, errors.Is(cause, ErrStopped))
@@ -396,14 +413,16 @@ func (r *Runtime) keepAfter(k *kindWorker) time.Duration {
 	return min(r.opts.WatchHoldAfter, k.opts.Timeout/HeartbeatFraction)
 }
 
-// call calls the worker, turning a panic into the attempt's error.
+// call calls the worker through the middleware (chain), turning a panic
+// into the attempt's error.
 func (r *Runtime) call(ctx context.Context, k *kindWorker, a *attempt) (err error) {
+	defer r.c.metrics.Load().attempt(k.kind, r.c.cfg.timeOf(a.job.ScheduledTime), r.c.cfg.Clock)()
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 		}
 	}()
-	return k.work(ctx, a.job, a.e, a)
+	return r.chain(k, a.job, a.e, func(ctx context.Context) error { return k.work(ctx, a.job, a.e, a) })(ctx)
 }
 
 // attempt is one attempt at a job on this Runtime, as its Work's Update
@@ -594,7 +613,7 @@ func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envel
 		}
 		data = b
 	}
-	en := &ending{job: job, data: data, stime: stime, e: e}
+	en := &ending{job: job, data: data, stime: stime, e: e, attempt: !stopped && snooze == nil}
 	if err != nil && !stopped && snooze == nil {
 		en.failed, en.maxAttempts = err, maxAttempts
 	}

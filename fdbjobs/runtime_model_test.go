@@ -63,7 +63,8 @@ func (m modelArgs) reference() (string, int) {
 // end against the reference: a job a Cancel reported cancelled ends
 // cancelled and never completed; every other job ends as the reference
 // says, with its attempts; no attempt beyond MaxAttempts; no job lost
-// (every one ends once the kind is resumed). Replay: FDBREP_RUNTIME_SEED.
+// (every one ends once the kind is resumed); the counts per state the store
+// keeps are the jobs' outcomes. Replay: FDBREP_RUNTIME_SEED.
 func TestRuntimeModel(t *testing.T) {
 	seed := testutil.SeedFrom(t, "FDBREP_RUNTIME_SEED")
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
@@ -116,8 +117,11 @@ func TestRuntimeModel(t *testing.T) {
 		}
 	}
 	require.NoError(t, b.c.Resume(b.ctx, nil, "model"))
+	var counts fdbjobs.JobCounts // every job has ended: the counts are their outcomes'
 	for _, j := range jobs {
 		o, n, _ := b.outcome(t, "model", j.id)
+		*map[string]*int64{fdbjobs.OutcomeCompleted: &counts.Completed, fdbjobs.OutcomeCancelled: &counts.Cancelled,
+			fdbjobs.OutcomeDiscarded: &counts.Discarded}[o]++
 		ro, rn := j.args.reference()
 		mu.Lock()
 		seen := maxSeen[j.args.N]
@@ -134,4 +138,7 @@ func TestRuntimeModel(t *testing.T) {
 		require.Equal(t, ro, o, "job %d: outcome", j.args.N)
 		require.Equal(t, rn, n, "job %d: attempts", j.args.N)
 	}
+	got, err := b.c.Counts(b.ctx, nil, "model")
+	require.NoError(t, err)
+	require.Equal(t, counts, got, "the counts the store keeps")
 }

@@ -30,7 +30,7 @@ type sleepArgs struct {
 func (*sleepArgs) Kind() string { return "sleep" }
 
 // runtimeBundle is a started Client on a fresh store, scheduled times in
-// milliseconds, and a Runtime of ws started on it.
+// milliseconds, and a Runtime of ws (with middleware mws) started on it.
 type runtimeBundle struct {
 	db  kv.Database
 	c   *fdbjobs.Client
@@ -38,7 +38,7 @@ type runtimeBundle struct {
 	ctx context.Context
 }
 
-func startRuntime(t *testing.T, ws *fdbjobs.Workers) *runtimeBundle {
+func startRuntime(t *testing.T, ws *fdbjobs.Workers, mws ...fdbjobs.WorkMiddleware) *runtimeBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -47,7 +47,8 @@ func startRuntime(t *testing.T, ws *fdbjobs.Workers) *runtimeBundle {
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	t.Cleanup(c.Stop)
-	rt, err := fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{FetchPoll: 20 * time.Millisecond, WatchHoldAfter: 10 * time.Millisecond})
+	rt, err := fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{FetchPoll: 20 * time.Millisecond, WatchHoldAfter: 10 * time.Millisecond,
+		Middleware: mws})
 	require.NoError(t, err)
 	require.NoError(t, rt.Start(ctx))
 	t.Cleanup(rt.StopAndCancel)
@@ -227,6 +228,34 @@ func TestRuntimeHearsRemoval(t *testing.T) {
 
 // Stop lets running jobs finish within its deadline; past it, their ctx
 // ends (ErrStopped) and they are handed back pending, no attempt counted.
+// A Stop right after Start stops the run loop that Start began, even when
+// that loop had not yet begun (it read what Start made from the Runtime,
+// which the Stop had taken: the loop got nil channels and never drained).
+func TestRuntimeStopRightAfterStart(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[sumArgs](func(context.Context, *fdbjobs.Work[sumArgs]) error { return nil }),
+		fdbjobs.WorkerOptions{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := fdbjobs.New(kvtest.NewDB(t), fdbjobs.Config{})
+	require.NoError(t, err)
+	for range 100 {
+		rt, err := fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{})
+		require.NoError(t, err)
+		require.NoError(t, rt.Start(ctx))
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			rt.StopAndCancel()
+		}()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			t.Fatal("Stop right after Start never returned")
+		}
+	}
+}
+
 func TestRuntimeStop(t *testing.T) {
 	ws := fdbjobs.NewWorkers()
 	started := make(chan string, 2)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -132,6 +133,9 @@ type WorkerOptions struct {
 	// RetainDiscardedDefault when zero, RetainForever to keep such jobs.
 	// The sweeper of any node working the kind applies its own.
 	RetainCompleted, RetainCancelled, RetainDiscarded time.Duration
+	// Middleware wrap every attempt of the kind's jobs, inside the
+	// Runtime's (RuntimeOptions.Middleware), outermost first.
+	Middleware []WorkMiddleware
 }
 
 // Defaults and bounds of WorkerOptions and the Runtime.
@@ -243,6 +247,9 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 		return o, fmt.Errorf("%w: Timeout %v: at least %v (0: %v)", ErrInvalidArgument, o.Timeout, TimeoutMin, TimeoutDefault)
 	case o.MaxAttempts < 0:
 		return o, fmt.Errorf("%w: MaxAttempts %d: at least 1 (0: %d)", ErrInvalidArgument, o.MaxAttempts, MaxAttemptsDefault)
+	}
+	if slices.ContainsFunc(o.Middleware, isNilMiddleware) {
+		return o, fmt.Errorf("%w: a nil Middleware", ErrInvalidArgument)
 	}
 	for _, r := range []*time.Duration{&o.RetainCompleted, &o.RetainCancelled, &o.RetainDiscarded} {
 		if *r < 0 && *r != RetainForever {

@@ -27,7 +27,7 @@ var (
 	keyBatchSize = config.RegisterInt("couch_jobs", "batch_size", fdbjobs.BatchSizeDefault, 1, 100_000,
 		"Jobs the activity monitor and notifier handle per transaction, initially.")
 	keyMigrate = config.RegisterBool("couch_jobs", "migrate", false,
-		"At start, rewrite a store whose jobs an earlier fdbrep wrote (job key layout 1, before 2026-11) into this version's layout, in place; without it such a store is refused. Stop every node of the earlier version first: it cannot read the new layout.")
+		"At start, rewrite a store whose jobs an earlier fdbrep wrote (job key layout 1, before 2026-11, or 2, without counts per state) into this version's layout, in place; without it such a store is refused. Stop every node of the earlier version first: it cannot read the new layout, nor keep the counts.")
 )
 
 // clusterConfig is the replicator's cluster-wide settings from cfg.

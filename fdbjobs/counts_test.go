@@ -1,0 +1,266 @@
+package fdbjobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// cntArgs are the runtime jobs of the counts' model test.
+type cntArgs struct{ N int }
+
+func (cntArgs) Kind() string { return "cnt" }
+
+// scanCounts counts the jobs of typ by reading every row: what Counts
+// must answer.
+func scanCounts(t *testing.T, ctx context.Context, c *Client, typ string) JobCounts {
+	t.Helper()
+	var n JobCounts
+	require.NoError(t, c.FoldJobs(ctx, typ, func(j JobInfo) error {
+		switch j.State {
+		case Pending:
+			n.Pending++
+		case Running:
+			n.Running++
+		default:
+			switch o, _, _, err := JobOutcome(j.Data); {
+			case err == nil && o == OutcomeCancelled:
+				n.Cancelled++
+			case err == nil && o == OutcomeDiscarded:
+				n.Discarded++
+			default: // completed, no outcome, or a lower-level job's data
+				n.Completed++
+			}
+		}
+		return nil
+	}))
+	return n
+}
+
+// TestCountsFollowEveryTransition runs a seeded stream of every operation
+// that creates, moves or removes a job (inserts, adds, accepts, updates,
+// the Runtime's ends, Finish, FinishAt, Resubmit, Cancel, RetryNow,
+// SetData, Reenqueue, Remove, the activity monitor, retention's sweep),
+// on runtime jobs and lower-level ones of the same type, and after each
+// checks Counts against a read of every row: plainly, and where commits
+// report commit_unknown_result, so that transaction bodies run again
+// after committing. Replay: FDBJOBS_SEED.
+func TestCountsFollowEveryTransition(t *testing.T) {
+	for _, faults := range []bool{false, true} {
+		t.Run(fmt.Sprintf("commit_unknown_result=%v", faults), func(t *testing.T) {
+			seed := testSeed(t)
+			rng := rand.New(rand.NewPCG(seed, 2))
+			var db kv.Database = kvtest.NewDB(t)
+			if faults {
+				db = faultkv.Wrap(db, faultkv.Options{Seed: seed, CommitUnknownResult: 0.3})
+			}
+			clock := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0))
+			c, err := New(db, Config{Clock: clock})
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), testWait)
+			defer cancel()
+			const kind = "cnt"
+			require.NoError(t, c.SetTypeTimeout(ctx, nil, kind, time.Hour))
+			ws := NewWorkers()
+			require.NoError(t, AddWorker(ws, WorkFunc[cntArgs](func(context.Context, *Work[cntArgs]) error { return nil }), WorkerOptions{}))
+			rt, err := NewRuntime(c, ws, RuntimeOptions{})
+			require.NoError(t, err)
+			monitor := c.NewActivityMonitor(kind)
+
+			var ids []string
+			var held []*Job
+			pick := func() string { return ids[rng.IntN(len(ids))] }
+			later := func() int64 { return c.cfg.now() + rng.Int64N(3) } // due now or soon
+			// ok lets through the errors an operation on a random job may
+			// meet by design.
+			ok := func(err error, allowed ...error) {
+				t.Helper()
+				for _, a := range append(allowed, ErrNotFound, ErrInvalidData) {
+					if errors.Is(err, a) {
+						return
+					}
+				}
+				require.NoError(t, err)
+			}
+			n := 400
+			if testing.Short() {
+				n = 150
+			}
+			for i := range n {
+				op := rng.IntN(17)
+				if len(ids) == 0 {
+					op = 0
+				}
+				switch op {
+				case 0: // a runtime job, maybe for later, maybe unique
+					opts := InsertOptions{ScheduledAt: clock.Now().Add(time.Duration(rng.IntN(3)) * time.Second)}
+					if rng.IntN(3) == 0 {
+						opts.Unique = UniqueOpts{ByArgs: true}
+					}
+					res, err := c.Insert(ctx, nil, cntArgs{N: rng.IntN(20)}, opts)
+					require.NoError(t, err)
+					if !res.Duplicate {
+						ids = append(ids, res.ID)
+					}
+				case 1:
+					got, err := c.InsertMany(ctx, nil, []InsertJob{{Args: cntArgs{N: i}}, {Args: cntArgs{N: i + 1}}})
+					require.NoError(t, err)
+					ids = append(ids, got...)
+				case 2: // a lower-level job: new, or an existing one resubmitted
+					id := fmt.Sprintf("low%d", i)
+					if rng.IntN(2) == 0 {
+						id = pick()
+					} else {
+						ids = append(ids, id)
+					}
+					require.NoError(t, c.Add(ctx, nil, kind, id, raw(`{"low":1}`), later()))
+				case 3:
+					id := fmt.Sprintf("fin%d", i)
+					ids = append(ids, id)
+					require.NoError(t, c.AddFinished(ctx, nil, kind, id, nil))
+				case 4, 5:
+					jobs, err := c.AcceptBatch(ctx, kind, 1+rng.IntN(3), AcceptOptions{})
+					ok(err)
+					held = append(held, jobs...)
+				case 6, 7, 8: // a held job ends: as the Runtime ends it, or by Finish, FinishAt or Update
+					if len(held) == 0 {
+						continue
+					}
+					j := held[0]
+					held = held[1:]
+					e, err := decodeEnvelope(j.Data)
+					switch {
+					case op == 6 && err == nil:
+						en := &ending{job: j, stime: -1, e: e}
+						switch rng.IntN(4) {
+						case 0:
+							e.Attempt++
+							e.Outcome, e.FinishedAt = OutcomeCompleted, clock.Now().UnixMilli()
+						case 1:
+							e.failed(errors.New("no"), clock.Now())
+							e.Outcome, e.FinishedAt = OutcomeDiscarded, clock.Now().UnixMilli()
+						case 2:
+							e.failed(errors.New("again"), clock.Now())
+							en.stime = later()
+						default: // snoozed: data kept
+							en.stime = later()
+							e = nil
+						}
+						if e != nil {
+							en.data, err = e.encode()
+							require.NoError(t, err)
+						}
+						errs, err := c.endBatch([]*ending{en})
+						if errors.Is(err, context.Canceled) {
+							continue // its hold lapsed (the clock moved on): the Runtime writes nothing then
+						}
+						require.NoError(t, err)
+						ok(errs[0], ErrHalt)
+					case op == 7:
+						ok(c.FinishAt(ctx, nil, j, later(), nil), ErrHalt)
+					case rng.IntN(2) == 0:
+						ok(c.Update(ctx, nil, j, nil), ErrHalt)
+						held = append(held, j)
+					default:
+						ok(c.Finish(ctx, nil, j, nil), ErrHalt)
+					}
+				case 9:
+					ok(c.Resubmit(ctx, nil, &Job{Type: kind, ID: pick()}, later(), nil))
+				case 10:
+					_, err := c.Cancel(ctx, nil, kind, pick())
+					ok(err)
+				case 11:
+					ok(c.RetryNow(ctx, nil, kind, pick()), ErrRunning)
+				case 12: // another outcome written over a job's data
+					var e envelope
+					e.Args = json.RawMessage(`{"N":1}`)
+					e.Outcome = []string{"", OutcomeCompleted, OutcomeCancelled, OutcomeDiscarded}[rng.IntN(4)]
+					d, err := e.encode()
+					require.NoError(t, err)
+					ok(c.SetData(ctx, nil, kind, pick(), d), ErrRunning)
+				case 13:
+					_, err := c.Reenqueue(ctx, nil, kind, pick())
+					ok(err)
+				case 14:
+					ok(c.Remove(ctx, nil, kind, pick()))
+				case 15: // the activity monitor takes back what no Update renewed between its checks
+					for range 2 {
+						_, _, err := monitor.Check(ctx)
+						require.NoError(t, err)
+					}
+				case 16:
+					if rng.IntN(8) == 0 { // past every retention
+						clock.Advance(RetainDiscardedDefault + time.Hour)
+						_, err := rt.Sweep(ctx)
+						require.NoError(t, err)
+					} else {
+						clock.Advance(time.Second)
+					}
+				}
+				want := scanCounts(t, ctx, c, kind)
+				got, err := c.Counts(ctx, nil, kind)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "after operation %d (%d)", i, op)
+			}
+		})
+	}
+}
+
+// A store of layout 2 has no counts: Migrate counts its jobs once, after
+// which Clients keep them; CheckLayout refuses it until then.
+func TestMigrateCountsLayout2(t *testing.T) {
+	b := setup(t)
+	b.add(t, t1, "p", "", 0)
+	b.add(t, t1, "r", "", 0)
+	b.add(t, t2, "f", "", 0)
+	b.accept(t, t1) // p or r
+	j := b.accept(t, t2)
+	require.NoError(t, b.c.Finish(b.ctx, nil, j, nil))
+	want := map[string]JobCounts{t1: {Pending: 1, Running: 1}, t2: {Completed: 1}}
+	// What layout 2 had: no counts, and its version.
+	_, err := b.db.Transact(b.ctx, func(tr kv.Transaction) (any, error) {
+		tr.ClearRange(prefixRange(b.c.k.root, tuple.Tuple{keyCounts}))
+		tr.Set(b.c.k.layout(), layoutValue(2))
+		return nil, nil
+	})
+	require.NoError(t, err)
+
+	c, err := New(b.db, Config{Clock: b.clock})
+	require.NoError(t, err)
+	err = c.CheckLayout(b.ctx)
+	require.ErrorIs(t, err, ErrLayout)
+	require.ErrorContains(t, err, "key layout 2")
+	require.ErrorContains(t, err, "Migrate")
+
+	require.NoError(t, c.Migrate(b.ctx))
+	require.NoError(t, c.Migrate(b.ctx), "again: nothing to do")
+	require.NoError(t, c.CheckLayout(b.ctx))
+	for typ, n := range want {
+		got, err := c.Counts(b.ctx, nil, typ)
+		require.NoError(t, err)
+		require.Equal(t, n, got, typ)
+	}
+	// Kept from then on.
+	require.NoError(t, c.Add(b.ctx, nil, t2, "f", nil, 0))
+	got, err := c.Counts(b.ctx, nil, t2)
+	require.NoError(t, err)
+	require.Equal(t, JobCounts{Pending: 1}, got)
+}
+
+func TestCountsInvalidKind(t *testing.T) {
+	b := setup(t)
+	_, err := b.c.Counts(b.ctx, nil, "")
+	require.ErrorIs(t, err, ErrInvalidArgument)
+}

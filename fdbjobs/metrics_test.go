@@ -1,0 +1,89 @@
+package fdbjobs_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	testutil2 "github.com/fdbrep/fdbrep/internal/testutil"
+)
+
+// The metrics count, per kind, what the Client and its Runtime did, and
+// read the store's counts when collected; promtool's lint finds nothing.
+func TestMetrics(t *testing.T) {
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[sumArgs](func(ctx context.Context, w *fdbjobs.Work[sumArgs]) error {
+		switch {
+		case w.Args.A == 1 && w.Attempt == 1:
+			return errors.New("once")
+		case w.Args.A == 2:
+			return fdbjobs.Permanent(errors.New("never"))
+		}
+		return nil
+	}), fdbjobs.WorkerOptions{RetryPolicy: noDelay}))
+	b := startRuntime(t, ws)
+	m := fdbjobs.NewMetrics(b.c)
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+
+	for _, a := range []int{0, 1, 2} {
+		b.insert(t, sumArgs{A: a}, fdbjobs.InsertOptions{})
+	}
+	later := b.insert(t, sumArgs{A: 0}, fdbjobs.InsertOptions{ScheduledAt: time.Now().Add(time.Hour)})
+	_, err := b.c.Cancel(b.ctx, nil, "sum", later)
+	require.NoError(t, err)
+	want := `
+# HELP fdbjobs_jobs The store's jobs of the kind in each state (Counts).
+# TYPE fdbjobs_jobs gauge
+fdbjobs_jobs{kind="sum",state="cancelled"} 1
+fdbjobs_jobs{kind="sum",state="completed"} 2
+fdbjobs_jobs{kind="sum",state="discarded"} 1
+fdbjobs_jobs{kind="sum",state="pending"} 0
+fdbjobs_jobs{kind="sum",state="running"} 0
+# HELP fdbjobs_jobs_cancelled_total Jobs cancelled (Cancel) by this process.
+# TYPE fdbjobs_jobs_cancelled_total counter
+fdbjobs_jobs_cancelled_total{kind="sum"} 1
+# HELP fdbjobs_jobs_completed_total Attempts that ended with the job completed.
+# TYPE fdbjobs_jobs_completed_total counter
+fdbjobs_jobs_completed_total{kind="sum"} 2
+# HELP fdbjobs_jobs_discarded_total Attempts that ended with the job discarded.
+# TYPE fdbjobs_jobs_discarded_total counter
+fdbjobs_jobs_discarded_total{kind="sum"} 1
+# HELP fdbjobs_jobs_inserted_total Jobs inserted (Insert, InsertMany) by this process.
+# TYPE fdbjobs_jobs_inserted_total counter
+fdbjobs_jobs_inserted_total{kind="sum"} 4
+# HELP fdbjobs_jobs_retried_total Attempts that failed and left the job pending for a retry.
+# TYPE fdbjobs_jobs_retried_total counter
+fdbjobs_jobs_retried_total{kind="sum"} 1
+# HELP fdbjobs_jobs_running Attempts running in this process's Runtimes.
+# TYPE fdbjobs_jobs_running gauge
+fdbjobs_jobs_running{kind="sum"} 0
+# HELP fdbjobs_jobs_started_total Attempts started by this process's Runtimes.
+# TYPE fdbjobs_jobs_started_total counter
+fdbjobs_jobs_started_total{kind="sum"} 4
+`
+	compare := func() error {
+		return testutil.GatherAndCompare(reg, strings.NewReader(want), "fdbjobs_jobs", "fdbjobs_jobs_cancelled_total", "fdbjobs_jobs_completed_total", "fdbjobs_jobs_discarded_total",
+			"fdbjobs_jobs_inserted_total", "fdbjobs_jobs_retried_total", "fdbjobs_jobs_running", "fdbjobs_jobs_started_total")
+	}
+	testutil2.Eventually(t, "every job ended and counted", func() bool { return compare() == nil })
+	require.NoError(t, compare())
+
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if name := f.GetName(); name == "fdbjobs_job_wait_seconds" || name == "fdbjobs_job_run_seconds" {
+			require.EqualValues(t, 4, f.GetMetric()[0].GetHistogram().GetSampleCount(), name)
+		}
+	}
+	problems, err := testutil.CollectAndLint(m)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
