@@ -197,9 +197,8 @@ func (r *Runtime) run(ctx context.Context, st runState) {
 	var fetchers sync.WaitGroup
 	fetched := make(chan struct{}) // closed once the fetchers ended: idle runners leave
 	for _, k := range r.kinds {
-		p := &pool{k: k, hardCtx: hardCtx, fetched: fetched,
-			slots: make(chan struct{}, k.opts.Concurrency), jobs: make(chan *Job)}
-		for range fetchersOf(k.opts.Concurrency) {
+		p := &pool{k: k, hardCtx: hardCtx, fetched: fetched, jobs: make(chan *Job)}
+		for range fetchersOf(k.slots.size()) {
 			fetchers.Add(1)
 			go func() {
 				defer fetchers.Done()
@@ -216,6 +215,26 @@ func (r *Runtime) run(ctx context.Context, st runState) {
 	close(fetched)
 	r.running.Wait()
 	hard(ErrStopped)
+}
+
+// SetConcurrency makes n the most jobs of kind this Runtime works at once,
+// now, whether or not it runs (WorkerOptions.Concurrency until then):
+// raising it takes more jobs at once, lowering it lets the jobs running
+// end and takes new ones only once fewer than n run. The number of
+// fetchers (one per 100 of Concurrency) stays as Start made it. A kind the
+// Runtime does not work, or n out of 1..ConcurrencyMax, is
+// ErrInvalidArgument.
+func (r *Runtime) SetConcurrency(kind string, n int) error {
+	if n < 1 || n > ConcurrencyMax {
+		return fmt.Errorf("%w: SetConcurrency(%q, %d): 1 to %d", ErrInvalidArgument, kind, n, ConcurrencyMax)
+	}
+	for _, k := range r.kinds {
+		if k.kind == kind {
+			k.slots.setLimit(n)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: SetConcurrency(%q): no worker of this kind on the Runtime", ErrInvalidArgument, kind)
 }
 
 // Stop stops taking jobs, waits until the running ones end or ctx ends,
@@ -268,9 +287,6 @@ func fetchersOf(concurrency int) int {
 type pool struct {
 	k       *kindWorker
 	hardCtx context.Context // the parent of the jobs' ctx
-	// slots holds a token per job accepted and not yet ended: at most the
-	// kind's Concurrency.
-	slots chan struct{}
 	// jobs hands an accepted job to an idle runner.
 	jobs chan *Job
 	// fetched is closed once every fetcher of the Runtime ended.
@@ -285,30 +301,17 @@ const runnerIdle = 10 * time.Second
 // fetch is one of a kind's fetchers: it accepts jobs while the kind has
 // free slots, and hands each to a runner.
 func (r *Runtime) fetch(ctx context.Context, p *pool) {
-	k, slots := p.k, p.slots
+	k := p.k
 	log := r.c.cfg.Logger
 	var b kv.Backoff
 	for {
-		// Wait for a free slot.
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+		// Wait for free slots, and take those there are.
+		n := k.slots.take(ctx, fetchBatchMax)
+		if n == 0 {
 			return
 		}
-		n := 1
-	more:
-		for n < min(k.opts.Concurrency, fetchBatchMax) {
-			select {
-			case slots <- struct{}{}:
-				n++
-			default:
-				break more
-			}
-		}
 		jobs, err := r.c.AcceptBatch(ctx, k.kind, n, AcceptOptions{Timeout: r.opts.FetchPoll})
-		for range n - len(jobs) {
-			<-slots
-		}
+		k.slots.give(n - len(jobs))
 		if errors.Is(err, ErrPaused) {
 			select { // Resume: looked at again within FetchPoll
 			case <-r.c.cfg.Clock.After(r.opts.FetchPoll):
@@ -352,7 +355,7 @@ func (r *Runtime) runner(p *pool, job *Job) {
 	var idle clockwork.Timer
 	for {
 		r.work(ctx, p.hardCtx, p.k, job)
-		<-p.slots
+		p.k.slots.give(1)
 		if idle == nil {
 			idle = r.c.cfg.Clock.NewTimer(runnerIdle)
 			defer idle.Stop()

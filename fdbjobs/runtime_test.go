@@ -750,3 +750,51 @@ func TestRuntimeCompleteTx(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, v, "the worker's effects did not commit")
 }
+
+type gateArgs struct {
+	N int
+}
+
+func (gateArgs) Kind() string { return "gate" }
+
+// SetConcurrency changes how many jobs of a kind the Runtime works at
+// once while it runs: raised, it takes more at once; lowered, it takes new
+// ones only once fewer run than the new limit.
+func TestRuntimeSetConcurrency(t *testing.T) {
+	var running atomic.Int32
+	var lowered, exceeded atomic.Bool
+	gate := make(chan struct{})
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[gateArgs](func(ctx context.Context, w *fdbjobs.Work[gateArgs]) error {
+		if n := running.Add(1); lowered.Load() && n > 1 {
+			exceeded.Store(true)
+		}
+		defer running.Add(-1)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return nil
+	}), fdbjobs.WorkerOptions{Concurrency: 2}))
+	b := startRuntime(t, ws)
+	require.ErrorIs(t, b.rt.SetConcurrency("gate", 0), fdbjobs.ErrInvalidArgument)
+	require.ErrorIs(t, b.rt.SetConcurrency("nope", 1), fdbjobs.ErrInvalidArgument)
+	var jobs []fdbjobs.InsertJob
+	for i := range 10 {
+		jobs = append(jobs, fdbjobs.InsertJob{Args: gateArgs{N: i}})
+	}
+	ids, err := b.c.InsertMany(b.ctx, nil, jobs)
+	require.NoError(t, err)
+	running2 := func(n int32) func() bool { return func() bool { return running.Load() == n } }
+	testutil.Eventually(t, "2 jobs running", running2(2))
+	require.NoError(t, b.rt.SetConcurrency("gate", 5))
+	testutil.Eventually(t, "5 jobs running", running2(5))
+	require.NoError(t, b.rt.SetConcurrency("gate", 1))
+	lowered.Store(true)
+	close(gate)
+	for _, id := range ids {
+		o, _, _ := b.outcome(t, "gate", id)
+		require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	}
+	require.False(t, exceeded.Load(), "after the limit was lowered to 1, no job started beside another")
+}

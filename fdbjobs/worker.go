@@ -177,6 +177,9 @@ type kindWorker struct {
 	// ends are the attempts' ends for the kind's completer (complete.go),
 	// one channel per Runtime (snapshot makes it).
 	ends chan *ending
+	// slots bound the kind's jobs at work on the Runtime (one per Runtime,
+	// as ends).
+	slots *slots
 	// work decodes args and calls the Worker; a decoding error is
 	// errDecode.
 	work func(ctx context.Context, j *Job, e *envelope, a *attempt) error
@@ -282,6 +285,7 @@ func (ws *Workers) snapshot() []*kindWorker {
 	for _, k := range ws.kinds {
 		c := *k // a Runtime's own: two Runtimes of one registry share no completer
 		c.ends = make(chan *ending, completeQueue)
+		c.slots = newSlots(c.opts.Concurrency)
 		out = append(out, &c)
 	}
 	return out
