@@ -187,7 +187,7 @@ func TestOwnerPagesCostTheirRows(t *testing.T) {
 	require.Zero(t, overBudget(), "setting up")
 
 	c := &countingDB{Database: db}
-	s.DB = c
+	s.db = c
 	for _, tc := range []struct {
 		name            string
 		start, startJob string

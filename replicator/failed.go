@@ -32,7 +32,7 @@ func (s *Store) AppendFailedDocs(ctx context.Context, jobID, node string, start 
 	if len(docs) == 0 {
 		return nil
 	}
-	_, err := kv.Transact(ctx, s.DB, func(tr kv.Transaction) (any, error) {
+	_, err := kv.Transact(ctx, s.db, func(tr kv.Transaction) (any, error) {
 		// Not for a job removed since (its failed documents went with it).
 		if d, _, err := s.Job(ctx, tr, jobID); err != nil || d == nil {
 			return nil, err

@@ -157,7 +157,7 @@ func (m *indexModel) addTransient() {
 // initJob does (with a replication id, which moves the job in
 // _scheduler/jobs); a document that did not parse is failed instead.
 func (m *indexModel) start() {
-	jobs, err := m.s.Jobs.AcceptBatch(m.ctx, JobType, 1+m.rng.IntN(3), fdbjobs.AcceptOptions{})
+	jobs, err := m.s.jobs.AcceptBatch(m.ctx, JobType, 1+m.rng.IntN(3), fdbjobs.AcceptOptions{})
 	if errors.Is(err, fdbjobs.ErrNotFound) {
 		return
 	}
@@ -274,7 +274,7 @@ func (m *indexModel) wake(id string) {
 // reenqueue takes one running job back (Node.takeBack); its worker keeps
 // the stale hold and is fenced off at its next write.
 func (m *indexModel) reenqueue(id string) {
-	ok, err := m.s.Jobs.Reenqueue(m.ctx, nil, JobType, id)
+	ok, err := m.s.jobs.Reenqueue(m.ctx, nil, JobType, id)
 	require.NoError(m.t, err)
 	require.True(m.t, ok, "job %s was running", id)
 	j := m.jobs[id]
@@ -284,7 +284,7 @@ func (m *indexModel) reenqueue(id string) {
 // monitor runs two activity monitor cycles: every running job that sent
 // no heartbeat in between is re-enqueued (a node died).
 func (m *indexModel) monitor() {
-	mon := m.s.Jobs.NewActivityMonitor(JobType)
+	mon := m.s.jobs.NewActivityMonitor(JobType)
 	_, _, err := mon.Check(m.ctx)
 	require.NoError(m.t, err)
 	_, _, err = mon.Check(m.ctx)
@@ -456,7 +456,7 @@ func TestIndexBackfillAddsOwners(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, p.Jobs, "version 1 has no owner keys")
 
-	m.s = NewStore(m.db, s.Jobs, subspace.Sub("model"))
+	m.s = NewStore(m.db, s.jobs, subspace.Sub("model"))
 	require.NoError(t, m.s.buildIndex(m.ctx))
 	m.checkIndex(-1)
 	m.checkPages(-1)

@@ -50,7 +50,7 @@ func (s *Store) buildIndex(ctx context.Context) error {
 	if s.indexed.Load() {
 		return nil
 	}
-	v, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) ([]byte, error) {
+	v, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) ([]byte, error) {
 		return tr.Get(s.indexVersionKey()).Get()
 	})
 	if err != nil {
@@ -66,7 +66,7 @@ func (s *Store) buildIndex(ctx context.Context) error {
 	size := &kv.Batch{Max: indexBatch}
 	flush := func() error {
 		for len(batch) > 0 {
-			n, err := kv.TransactBatch(ctx, s.DB, size, func(tr kv.Transaction, n int) (int, error) {
+			n, err := kv.TransactBatch(ctx, s.db, size, func(tr kv.Transaction, n int) (int, error) {
 				return s.indexExisting(ctx, tr, batch[:min(n, len(batch))])
 			})
 			if err != nil {
@@ -76,7 +76,7 @@ func (s *Store) buildIndex(ctx context.Context) error {
 		}
 		return nil
 	}
-	err = s.Jobs.FoldJobs(ctx, JobType, func(j fdbjobs.JobInfo) error {
+	err = s.jobs.FoldJobs(ctx, JobType, func(j fdbjobs.JobInfo) error {
 		batch = append(batch, j.ID)
 		if len(batch) < indexBatch {
 			return nil
@@ -89,7 +89,7 @@ func (s *Store) buildIndex(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
+	_, err = s.db.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		tr.Set(s.indexVersionKey(), tuple.Tuple{int64(indexVersion)}.Pack())
 		return nil, nil
 	})
@@ -223,7 +223,7 @@ func (s *Store) markDeleted(tr kv.Transaction, dbUUID, dbName string) error {
 // takeDeletion makes holder the remover of dbUUID's jobs until now +
 // lease, unless the database is done or another node's lease runs.
 func (s *Store) takeDeletion(ctx context.Context, dbUUID, holder string, now time.Time, lease time.Duration) (bool, error) {
-	return kv.Transact(ctx, s.DB, func(tr kv.Transaction) (bool, error) {
+	return kv.Transact(ctx, s.db, func(tr kv.Transaction) (bool, error) {
 		k := s.deletedDBKey(dbUUID)
 		v, err := tr.Get(k).Get()
 		if err != nil || v == nil {
@@ -255,7 +255,7 @@ func (s *Store) RemoveDeletedDBJobs(ctx context.Context, holder string, now func
 	}
 	total := 0
 	size := &kv.Batch{Max: batch}
-	err := kv.ReadPages(ctx, s.DB, subspaceRange(s.deletedDBs), 16, func(marks []kv.KeyValue) (bool, error) {
+	err := kv.ReadPages(ctx, s.db, subspaceRange(s.deletedDBs), 16, func(marks []kv.KeyValue) (bool, error) {
 		for _, m := range marks {
 			d, ok := s.unpackDeletion(m.Key, m.Value)
 			if !ok {
@@ -291,7 +291,7 @@ func (s *Store) removeDeleted(ctx context.Context, d deletion, holder string, no
 			c    dbCursor
 			done bool
 		}
-		r, err := kv.TransactBatch(ctx, s.DB, size, func(tr kv.Transaction, n int) (res, error) {
+		r, err := kv.TransactBatch(ctx, s.db, size, func(tr kv.Transaction, n int) (res, error) {
 			n, next, done, err := s.removeDBJobs(ctx, tr, d.dbUUID, c, n)
 			return res{n, next, done}, err
 		})
@@ -325,7 +325,7 @@ func (s *Store) RemoveExpiredJobs(ctx context.Context, before int64, batch int) 
 			n    int
 			last kv.Key // the last key examined; nil when the range is done
 		}
-		r, err := kv.TransactBatch(ctx, s.DB, size, func(tr kv.Transaction, batch int) (res, error) {
+		r, err := kv.TransactBatch(ctx, s.db, size, func(tr kv.Transaction, batch int) (res, error) {
 			ids, keys, err := s.idsIn(tr, s.expiry, rng, batch)
 			if err != nil {
 				return res{}, err
@@ -374,7 +374,7 @@ func (s *Store) RemoveExpiredJobs(ctx context.Context, before int64, batch int) 
 // most).
 func (s *Store) RunningOn(ctx context.Context, node string) ([]string, error) {
 	var out []string
-	err := kv.ReadPages(ctx, s.DB, prefixRange(s.running, tuple.Tuple{node}), scanBatch, func(page []kv.KeyValue) (bool, error) {
+	err := kv.ReadPages(ctx, s.db, prefixRange(s.running, tuple.Tuple{node}), scanBatch, func(page []kv.KeyValue) (bool, error) {
 		ids, _ := idsOf(s.running, page)
 		out = append(out, ids...)
 		return false, nil

@@ -40,7 +40,7 @@ func (s *Store) readRows(ctx context.Context, tr kv.ReadTransaction, ids []strin
 			n = max(1, (rowBudget-used)/largest)
 		}
 		n = min(n, len(ids)-len(out))
-		rows, err := s.Jobs.ReadJobs(ctx, tr, JobType, ids[len(out):len(out)+n])
+		rows, err := s.jobs.ReadJobs(ctx, tr, JobType, ids[len(out):len(out)+n])
 		if err != nil {
 			return nil, err
 		}
@@ -188,7 +188,7 @@ func (s *Store) RunningJobs(ctx context.Context, node string) ([]PageJob, error)
 // counter).
 func (s *Store) NodeRunning(ctx context.Context, tr kv.ReadTransactor, node string) (int, error) {
 	if tr == nil {
-		tr = s.DB
+		tr = s.db
 	}
 	return kv.ReadTransact(ctx, tr, func(tr kv.ReadTransaction) (int, error) {
 		n, err := sumCounters(tr, []kv.Key{s.nodeCountKey(node)})
@@ -221,7 +221,7 @@ func (s *Store) page(ctx context.Context, c cursor, total func(kv.ReadTransactio
 			total    int64
 			jobs     []PageJob
 		}
-		st, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) (step, error) {
+		st, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (step, error) {
 			out := step{c: c, skipLeft: skipLeft}
 			var err error
 			if first && total != nil {

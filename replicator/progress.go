@@ -85,7 +85,7 @@ func (s *Store) WriteProgress(ctx context.Context, writes []ProgressWrite) error
 	for len(ordered) > 0 {
 		n := min(len(ordered), progressPageMax)
 		page, pvals := ordered[:n], vals[:n]
-		if _, err := kv.Transact(ctx, s.DB, func(tr kv.Transaction) (any, error) {
+		if _, err := kv.Transact(ctx, s.db, func(tr kv.Transaction) (any, error) {
 			for i, w := range page {
 				if pvals[i] == nil {
 					tr.Clear(s.progressKey(w.JobID, w.Node, w.Start))
@@ -126,7 +126,7 @@ func (s *Store) RunEnd(ctx context.Context, jobID, node string, start int64) (*e
 			p     *Progress
 			watch kv.FutureNil
 		}
-		g, err := kv.Transact(ctx, s.DB, func(tr kv.Transaction) (got, error) {
+		g, err := kv.Transact(ctx, s.db, func(tr kv.Transaction) (got, error) {
 			v, err := tr.Get(key).Get()
 			if err != nil {
 				return got{}, err
@@ -201,7 +201,7 @@ func (s *Store) ViewJob(ctx context.Context, jobID string) (*JobData, fdbjobs.St
 		d  *JobData
 		st fdbjobs.State
 	}
-	r, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) (res, error) {
+	r, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (res, error) {
 		d, st, err := s.Job(ctx, tr, jobID)
 		if err != nil || d == nil {
 			return res{}, err
@@ -219,7 +219,7 @@ func (s *Store) ViewJob(ctx context.Context, jobID string) (*JobData, fdbjobs.St
 		}
 		d.FailedDocs = &failed
 		if d.State == StateParked && d.Parked != nil {
-			wst, raw, err := s.Jobs.Job(ctx, tr, WatchType, WatchJobID(d.Parked.Group))
+			wst, raw, err := s.jobs.Job(ctx, tr, WatchType, WatchJobID(d.Parked.Group))
 			if err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
 				return res{}, err
 			}

@@ -202,7 +202,7 @@ func (s *Store) ResealDoc(ctx context.Context, tr kv.Transaction, docs DocRewrit
 		return ResealNone, err
 	}
 	if data != nil {
-		if err := s.Jobs.SetData(ctx, tr, JobType, jobID, data); err != nil {
+		if err := s.jobs.SetData(ctx, tr, JobType, jobID, data); err != nil {
 			return ResealNone, err
 		}
 		moved = true
@@ -240,7 +240,7 @@ func (s *Store) resealJob(ctx context.Context, tr kv.Transaction, jobID string, 
 	if err != nil || data == nil {
 		return false, err
 	}
-	return true, s.Jobs.SetData(ctx, tr, JobType, jobID, data)
+	return true, s.jobs.SetData(ctx, tr, JobType, jobID, data)
 }
 
 // jobData is d's data with its credentials moved; nil when none moves.

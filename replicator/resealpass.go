@@ -117,7 +117,7 @@ func (s *Store) ResealStep(ctx context.Context, docs DocRewriter, o *seal.Opener
 		}
 		at, token := now().UnixMilli(), newToken()
 		n := size.Size()
-		out, err := kv.Transact(ctx, s.DB, func(tr kv.Transaction) (outcome, error) {
+		out, err := kv.Transact(ctx, s.db, func(tr kv.Transaction) (outcome, error) {
 			var out outcome
 			p, err := s.readPass(tr)
 			if err != nil {
@@ -285,7 +285,7 @@ func (s *Store) resealPage(ctx context.Context, tr kv.Transaction, docs DocRewri
 		}
 		return nil
 	}
-	jobs, err := s.Jobs.JobsAfter(ctx, tr, JobType, p.After, n)
+	jobs, err := s.jobs.JobsAfter(ctx, tr, JobType, p.After, n)
 	if err != nil {
 		return err
 	}

@@ -250,7 +250,7 @@ func (s *Store) Charge(ctx context.Context, charges map[string]int64) error {
 		return nil
 	}
 	token := s.chargeTokenKey(uuid.NewString())
-	_, err := s.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
+	_, err := s.db.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		v, err := tr.Get(token).Get()
 		if err != nil || v != nil {
 			return nil, err
@@ -266,7 +266,7 @@ func (s *Store) Charge(ctx context.Context, charges map[string]int64) error {
 	if err != nil {
 		return err
 	}
-	_, _ = s.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
+	_, _ = s.db.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		tr.Clear(token)
 		return nil, nil
 	})
@@ -298,7 +298,7 @@ func (u Usage) RollUp(charges map[string]int64, coeff float64, steps int64) Usag
 // key and only one applies it. It returns the share table.
 func (s *Store) RollUp(ctx context.Context, now time.Time, interval time.Duration, coeff float64) (ShareTable, error) {
 	period := Millis(now) / max(1, interval.Milliseconds())
-	return kv.Transact(ctx, s.DB, func(tr kv.Transaction) (ShareTable, error) {
+	return kv.Transact(ctx, s.db, func(tr kv.Transaction) (ShareTable, error) {
 		pv, err := tr.Get(s.periodKey()).Get()
 		if err != nil {
 			return ShareTable{}, err

@@ -55,10 +55,12 @@ const (
 // JobType, their data a JobData) and the replicator's own keys
 // (replication id owners, database identities, fair-share usage). Every
 // method taking a transaction joins it and follows the kv rules; the
-// others run their own transactions.
+// others run their own transactions. A Store is a kv.Transactor over its
+// database: kv.Transact(ctx, store, f) runs f in a transaction of its own,
+// in which the caller calls the Store's methods.
 type Store struct {
-	DB   kv.Database
-	Jobs *fdbjobs.Client
+	db   kv.Database
+	jobs *fdbjobs.Client
 
 	root, repIDs, dbs, dbJobs, usage, charges subspace.Subspace
 	// The view index.
@@ -76,7 +78,7 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 	if sub == nil {
 		sub = SubspaceDefault
 	}
-	s := &Store{DB: db, Jobs: jobs, root: sub,
+	s := &Store{db: db, jobs: jobs, root: sub,
 		repIDs: sub.Sub(keyRepIDs), dbs: sub.Sub(keyDBs), dbJobs: sub.Sub(keyDBJobs),
 		usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges),
 		entries: sub.Sub(keyEntries), docStates: sub.Sub(keyDocStates), unfinished: sub.Sub(keyUnfinished),
@@ -85,6 +87,18 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 		parked: sub.Sub(keyParked)}
 	jobs.SetReenqueueHook(JobType, s.reenqueued)
 	return s
+}
+
+// Transact runs f in a transaction of the store's database (kv.Transactor):
+// kv.Transact(ctx, store, f) is the typed form.
+func (s *Store) Transact(ctx context.Context, f func(kv.Transaction) (any, error)) (any, error) {
+	return s.db.Transact(ctx, f)
+}
+
+// ReadTransact runs f in a read transaction of the store's database
+// (kv.ReadTransactor): kv.ReadTransact(ctx, store, f) is the typed form.
+func (s *Store) ReadTransact(ctx context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
+	return s.db.ReadTransact(ctx, f)
 }
 
 func (s *Store) repIDKey(repID string) kv.Key { return s.repIDs.Pack(tuple.Tuple{repID}) }
@@ -155,28 +169,28 @@ func subspaceRange(ss subspace.Subspace) kv.KeyRange {
 // creating it on first use (it is an input of replication ids and
 // transient job ids).
 func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int) (string, error) {
-	cur, err := s.Jobs.TypeTimeout(ctx, nil, JobType)
+	cur, err := s.jobs.TypeTimeout(ctx, nil, JobType)
 	if err != nil || cur != jobTimeout {
 		if err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
 			return "", err
 		}
-		if err := s.Jobs.SetTypeTimeout(ctx, nil, JobType, jobTimeout); err != nil {
+		if err := s.jobs.SetTypeTimeout(ctx, nil, JobType, jobTimeout); err != nil {
 			return "", err
 		}
 	}
 	if err := s.setupWatches(ctx, jobTimeout); err != nil {
 		return "", err
 	}
-	if n, err := s.Jobs.TypeShards(ctx, nil, JobType); err != nil {
+	if n, err := s.jobs.TypeShards(ctx, nil, JobType); err != nil {
 		return "", err
 	} else if shards > 0 && n != shards {
-		if err := s.Jobs.SetTypeShards(ctx, nil, JobType, shards); err != nil {
+		if err := s.jobs.SetTypeShards(ctx, nil, JobType, shards); err != nil {
 			return "", err
 		}
 	}
 	fresh := uuid.New()
 	id := fmt.Sprintf("%x", fresh[:])
-	id, err = kv.Transact(ctx, s.DB, func(tr kv.Transaction) (string, error) {
+	id, err = kv.Transact(ctx, s.db, func(tr kv.Transaction) (string, error) {
 		v, err := tr.Get(s.serverUUIDKey()).Get()
 		if err != nil {
 			return "", err
@@ -201,7 +215,7 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int)
 // some under its new id). It returns the UUID the store held before ("" if
 // none).
 func (s *Store) EnsureServerUUID(ctx context.Context, want string, replace bool) (string, error) {
-	return kv.Transact(ctx, s.DB, func(tr kv.Transaction) (string, error) {
+	return kv.Transact(ctx, s.db, func(tr kv.Transaction) (string, error) {
 		v, err := tr.Get(s.serverUUIDKey()).Get()
 		if err != nil {
 			return "", err
@@ -223,7 +237,7 @@ func (s *Store) EnsureServerUUID(ctx context.Context, want string, replace bool)
 // Job returns a job's data and fdbjobs state with one read, or nil when
 // the job does not exist.
 func (s *Store) Job(ctx context.Context, tr kv.ReadTransactor, jobID string) (*JobData, fdbjobs.State, error) {
-	st, raw, err := s.Jobs.Job(ctx, tr, JobType, jobID)
+	st, raw, err := s.jobs.Job(ctx, tr, JobType, jobID)
 	if errors.Is(err, fdbjobs.ErrNotFound) {
 		return nil, 0, nil
 	}
@@ -356,7 +370,7 @@ func (s *Store) RegisteredDB(tr kv.ReadTransaction, dbName string) (string, erro
 
 // ReadRegisteredDB is RegisteredDB in a transaction of its own.
 func (s *Store) ReadRegisteredDB(ctx context.Context, dbName string) (string, error) {
-	return kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) (string, error) {
+	return kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (string, error) {
 		return s.RegisteredDB(tr, dbName)
 	})
 }
@@ -388,7 +402,7 @@ func (s *Store) dbJobIDs(tr kv.ReadTransaction, dbUUID, before string, first boo
 // transactions, as fdbjobs.FoldJobs): for the index backfill and for
 // tests; nothing a request or an interval does reads every job.
 func (s *Store) FoldJobs(ctx context.Context, fn func(id string, st fdbjobs.State, d *JobData) error) error {
-	return s.Jobs.FoldJobs(ctx, JobType, func(j fdbjobs.JobInfo) error {
+	return s.jobs.FoldJobs(ctx, JobType, func(j fdbjobs.JobInfo) error {
 		d, err := DecodeJobData(j.Data)
 		if err != nil {
 			return nil // not ours to judge; skip

@@ -305,7 +305,7 @@ func (p *Plane) resolveID(ctx context.Context, id string) (string, error) {
 	if id == "" {
 		return "", replicator.NewReason(replicator.ErrNotFound, "missing")
 	}
-	return kv.ReadTransact(ctx, p.store.DB, func(tr kv.ReadTransaction) (string, error) {
+	return kv.ReadTransact(ctx, p.store, func(tr kv.ReadTransaction) (string, error) {
 		owner, err := p.store.RepIDOwner(tr, id)
 		if err != nil || owner == "" {
 			return id, err

@@ -38,7 +38,7 @@ func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
 // interval, but acceptors take such jobs first (they are the oldest), so
 // the worker that got one removes it at once.
 func (w *worker) removeOrphan() {
-	removed, err := kv.Transact(w.ctx, w.n.store.DB, func(tr kv.Transaction) (bool, error) {
+	removed, err := kv.Transact(w.ctx, w.n.store, func(tr kv.Transaction) (bool, error) {
 		d, _, err := w.n.store.Job(w.ctx, tr, w.job.ID)
 		if err != nil || d == nil || d.Transient() {
 			return false, err
