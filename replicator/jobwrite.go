@@ -65,7 +65,7 @@ func (s *Store) RemoveJob(ctx context.Context, tr kv.Transaction, jobID string, 
 		tr.Clear(s.dbJobKey(d.DBUUID, d.DocID)) // also for a job the index never saw
 	}
 	s.clearProgress(tr, jobID)
-	tr.Clear(s.failedDocsKey(jobID))
+	s.failed.clear(tr, jobID)
 	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.NotFound}})
 }
 
@@ -111,7 +111,7 @@ func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string,
 			}
 		}
 		s.clearProgress(tr, id)
-		tr.Clear(s.failedDocsKey(id))
+		s.failed.clear(tr, id)
 		if d := datas[i]; d != nil && d.DBUUID != "" {
 			tr.Clear(s.dbJobKey(d.DBUUID, d.DocID))
 		}

@@ -210,7 +210,7 @@ func (s *Store) ViewJob(ctx context.Context, jobID string) (*JobData, fdbjobs.St
 		if err := s.overlayProgress(tr, jobs); err != nil {
 			return res{}, err
 		}
-		failed, err := s.failedDocs(tr, jobID)
+		failed, err := s.failed.read(tr, jobID)
 		if err != nil {
 			return res{}, err
 		}

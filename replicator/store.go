@@ -68,6 +68,9 @@ type Store struct {
 	ownerJobs, ownerRunning, parked                                       subspace.Subspace
 
 	indexed atomic.Bool // the index version was seen built (Setup)
+
+	// The concepts beside the jobs, each with its keys (see their types).
+	failed *FailedDocs
 }
 
 // NewStore returns the store of the replicator's keys under sub (nil means
@@ -85,9 +88,13 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 		running: sub.Sub(keyRunning), expiry: sub.Sub(keyExpiry), dbCounts: sub.Sub(keyDBCounts),
 		deletedDBs: sub.Sub(keyDeletedDBs), ownerJobs: sub.Sub(keyOwnerJobs), ownerRunning: sub.Sub(keyOwnerRunning),
 		parked: sub.Sub(keyParked)}
+	s.failed = &FailedDocs{s: s, sub: sub.Sub(keyFailedDocs)}
 	jobs.SetReenqueueHook(JobType, s.reenqueued)
 	return s
 }
+
+// FailedDocs returns the jobs' failed documents.
+func (s *Store) FailedDocs() *FailedDocs { return s.failed }
 
 // Transact runs f in a transaction of the store's database (kv.Transactor):
 // kv.Transact(ctx, store, f) is the typed form.

@@ -241,7 +241,7 @@ func (n *Node) writeProgress(ctx context.Context) {
 		if len(docs) == 0 {
 			continue
 		}
-		if err := n.store.AppendFailedDocs(ctx, r.jobID, r.node, r.start, docs); err != nil {
+		if err := n.store.FailedDocs().Append(ctx, r.jobID, r.node, r.start, docs); err != nil {
 			if ctx.Err() == nil {
 				cfg.Logger.Warn().Err(err).Str("job_id", r.jobID).Msg("replicator: storing the documents the target refused; again at the next tick")
 			}
