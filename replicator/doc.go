@@ -245,7 +245,7 @@
 //	(20, Owner, SortID, JobID)  -> ""        unfinished jobs by owner (a user's _scheduler/jobs)
 //	(21, Owner)                 -> int64 LE  unfinished jobs of an owner
 //	(22, Owner, Node, JobID)    -> ""        running jobs by owner (a user's _active_tasks)
-//	(23, JobID, Node, Start)    -> JSON      a run's live counters and sync (Progress), one key per run
+//	(23, JobID, Node, Start)    -> JSON      a run's live counters and sync (RunProgress), one key per run
 //	                                         (Node, Start: JobData.Node, LastStart), written by its node
 //	(24, JobID)                 -> JSON      the last engine.RefusedDocsMax (100) documents the job's
 //	                                         targets refused (FailedDoc), under 64 kB

@@ -64,7 +64,7 @@ func (s *Store) RemoveJob(ctx context.Context, tr kv.Transaction, jobID string, 
 	if d != nil && d.DBUUID != "" {
 		tr.Clear(s.dbJobKey(d.DBUUID, d.DocID)) // also for a job the index never saw
 	}
-	s.clearProgress(tr, jobID)
+	s.progress.clear(tr, jobID)
 	s.failed.clear(tr, jobID)
 	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.NotFound}})
 }
@@ -110,7 +110,7 @@ func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string,
 				tr.Clear(s.repIDKey(d.RepID))
 			}
 		}
-		s.clearProgress(tr, id)
+		s.progress.clear(tr, id)
 		s.failed.clear(tr, id)
 		if d := datas[i]; d != nil && d.DBUUID != "" {
 			tr.Clear(s.dbJobKey(d.DBUUID, d.DocID))

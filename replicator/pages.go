@@ -267,7 +267,7 @@ func (s *Store) page(ctx context.Context, c cursor, total func(kv.ReadTransactio
 					out.jobs = append(out.jobs, PageJob{ID: r.ID, State: r.State, Data: d})
 				}
 			}
-			return out, s.overlayProgress(tr, out.jobs)
+			return out, s.progress.overlay(tr, out.jobs)
 		})
 		if err != nil {
 			return Page{}, err

@@ -46,7 +46,7 @@ const (
 	keyReseal       = 27 // (27) -> JSON resealPass: the reseal pass (resealpass.go)
 	keyUserHeld     = 28 // (28, Owner) -> int64 LE: the owner's jobs held back at the per-user limit (userlimits.go)
 
-	keyProgress   = 23 // (23, JobID, Node, Start) -> JSON Progress (progress.go)
+	keyProgress   = 23 // (23, JobID, Node, Start) -> JSON RunProgress (progress.go)
 	keyFailedDocs = 24 // (24, JobID) -> JSON []FailedDoc (failed.go)
 )
 
@@ -70,7 +70,8 @@ type Store struct {
 	indexed atomic.Bool // the index version was seen built (Setup)
 
 	// The concepts beside the jobs, each with its keys (see their types).
-	failed *FailedDocs
+	failed   *FailedDocs
+	progress *Progress
 }
 
 // NewStore returns the store of the replicator's keys under sub (nil means
@@ -89,9 +90,13 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 		deletedDBs: sub.Sub(keyDeletedDBs), ownerJobs: sub.Sub(keyOwnerJobs), ownerRunning: sub.Sub(keyOwnerRunning),
 		parked: sub.Sub(keyParked)}
 	s.failed = &FailedDocs{s: s, sub: sub.Sub(keyFailedDocs)}
+	s.progress = &Progress{s: s, sub: sub.Sub(keyProgress)}
 	jobs.SetReenqueueHook(JobType, s.reenqueued)
 	return s
 }
+
+// Progress returns the running jobs' live counters.
+func (s *Store) Progress() *Progress { return s.progress }
 
 // FailedDocs returns the jobs' failed documents.
 func (s *Store) FailedDocs() *FailedDocs { return s.failed }

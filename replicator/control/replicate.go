@@ -302,7 +302,7 @@ func (p *Plane) runEnd(ctx context.Context, jobID string, d *replicator.JobData)
 	defer cancel()
 	t := p.cfg.Clock.AfterFunc(replicator.RunEndWaitDefault, cancel)
 	defer t.Stop()
-	s, err := p.store.RunEnd(wctx, jobID, d.Node, d.LastStart)
+	s, err := p.store.Progress().RunEnd(wctx, jobID, d.Node, d.LastStart)
 	switch {
 	case s != nil:
 		return s, ""

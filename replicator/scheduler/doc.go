@@ -108,8 +108,8 @@
 // sent finish, within haltGraceDefault (5 s), so that the run's counters
 // are what the target took. A heartbeat, which the fence refuses, then
 // tells why; the stop is logged with those counters, and for a removed
-// job they are stored (replicator.Progress.Ended) for whoever removed it:
-// a POST /_replicate cancel waits for them (replicator.Store.RunEnd) and
+// job they are stored (replicator.RunProgress.Ended) for whoever removed it:
+// a POST /_replicate cancel waits for them (replicator.Progress.RunEnd) and
 // answers with them. Invariant: a replication deleted or cancelled while
 // it runs sends no write to its target after its node heard of it,
 // within the store's watch latency of the removal's commit (milliseconds;
@@ -200,7 +200,7 @@
 // node also runs a progress loop (progress.go): every ProgressInterval
 // (1 s) it reads the counters of its running jobs (engine Run.Progress)
 // and writes those that changed since its last write, one value of about
-// 400 bytes per job under key 23 (replicator.Progress, naming the run by
+// 400 bytes per job under key 23 (replicator.RunProgress, naming the run by
 // its node and start), all in one transaction of blind writes (pages of
 // 250 jobs): it reads nothing, so it conflicts with nothing, and running
 // it again after commit_unknown_result writes the same values. The views
