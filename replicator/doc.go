@@ -260,7 +260,7 @@
 // 9–17 and 20–22 instead of every job, so a page costs what it lists;
 // the progress of the running jobs listed (23) is read with their rows
 // and shown when it names the job's current run and is newer than its
-// data, and ViewJob (one job) also reads its refused documents (24). A
+// data, and Views.Job (one job) also reads its refused documents (24). A
 // job's removal clears its keys 23 and 24. A job's entry
 // is derived from its fdbjobs state and data (its view state is AsSeen:
 // a job whose data says running while fdbjobs has it pending shows

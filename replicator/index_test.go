@@ -452,7 +452,7 @@ func TestIndexBackfillAddsOwners(t *testing.T) {
 		tr.Set(s.indexVersionKey(), tuple.Tuple{int64(1)}.Pack())
 		return nil
 	})
-	p, err := s.OwnerJobsPage(m.ctx, "u", "", "", 100, 0)
+	p, err := s.views.OwnerJobsPage(m.ctx, "u", "", "", 100, 0)
 	require.NoError(t, err)
 	require.Empty(t, p.Jobs, "version 1 has no owner keys")
 
@@ -688,14 +688,14 @@ func (m *indexModel) checkPages(step int) {
 		}
 		want = want[min(q.Skip, len(want)):]
 		want = want[:min(q.Limit, len(want))]
-		p, err := m.s.DocsPage(m.ctx, q)
+		p, err := m.s.views.DocsPage(m.ctx, q)
 		require.NoError(m.t, err)
 		require.Equal(m.t, total, p.Total, "step %d: %+v total", step, q)
 		require.Equal(m.t, min(q.Skip, total), p.Offset, "step %d: %+v offset", step, q)
 		require.Equal(m.t, nonNilIDs(want), pageIDs(p), "step %d: %+v", step, q)
 
 		jq, wantJobs := m.jobsQuery(unfinished, unfinished)
-		jp, err := m.s.JobsPage(m.ctx, jq.startID, jq.startJob, jq.limit, jq.skip)
+		jp, err := m.s.views.JobsPage(m.ctx, jq.startID, jq.startJob, jq.limit, jq.skip)
 		require.NoError(m.t, err)
 		require.Equal(m.t, len(unfinished), jp.Total, "step %d: jobs total", step)
 		require.Equal(m.t, nonNilIDs(wantJobs), pageIDs(jp), "step %d: jobs %+v", step, jq)
@@ -709,13 +709,13 @@ func (m *indexModel) checkPages(step int) {
 			}
 		}
 		jq, wantJobs = m.jobsQuery(unfinished, mine)
-		op, err := m.s.OwnerJobsPage(m.ctx, owner, jq.startID, jq.startJob, jq.limit, jq.skip)
+		op, err := m.s.views.OwnerJobsPage(m.ctx, owner, jq.startID, jq.startJob, jq.limit, jq.skip)
 		require.NoError(m.t, err)
 		require.Equal(m.t, len(mine), op.Total, "step %d: %q's jobs total", step, owner)
 		require.Equal(m.t, min(jq.skip, len(mine)), op.Offset, "step %d: %q's jobs offset", step, owner)
 		require.Equal(m.t, nonNilIDs(wantJobs), pageIDs(op), "step %d: %q's jobs %+v", step, owner, jq)
 	}
-	rj, err := m.s.RunningJobs(m.ctx, "")
+	rj, err := m.s.views.RunningJobs(m.ctx, "")
 	require.NoError(m.t, err)
 	var got []string
 	for _, j := range rj {
@@ -730,7 +730,7 @@ func (m *indexModel) checkPages(step int) {
 				want = append(want, r)
 			}
 		}
-		rj, err := m.s.OwnerRunningJobs(m.ctx, owner)
+		rj, err := m.s.views.OwnerRunningJobs(m.ctx, owner)
 		require.NoError(m.t, err)
 		got := []string(nil)
 		for _, j := range rj {
@@ -739,7 +739,7 @@ func (m *indexModel) checkPages(step int) {
 		require.Equal(m.t, want, got, "step %d: %q's running jobs", step, owner)
 	}
 	for _, node := range modelNodes {
-		n, err := m.s.NodeRunning(m.ctx, nil, node)
+		n, err := m.s.views.NodeRunning(m.ctx, nil, node)
 		require.NoError(m.t, err)
 		c := 0
 		for _, r := range running {

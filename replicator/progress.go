@@ -3,7 +3,6 @@ package replicator
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
@@ -199,44 +198,4 @@ func (p *Progress) overlay(tr kv.ReadTransaction, jobs []PageJob) error {
 		}
 	}
 	return nil
-}
-
-// ViewJob is Job for the views: the job's data with the live counters of
-// its current run (see Progress), its failed documents
-// (JobData.FailedDocs) and, for a parked job, its group's watch
-// (JobData.Watch), read in one transaction.
-func (s *Store) ViewJob(ctx context.Context, jobID string) (*JobData, fdbjobs.State, error) {
-	type res struct {
-		d  *JobData
-		st fdbjobs.State
-	}
-	r, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (res, error) {
-		d, st, err := s.Job(ctx, tr, jobID)
-		if err != nil || d == nil {
-			return res{}, err
-		}
-		jobs := []PageJob{{ID: jobID, State: st, Data: d}}
-		if err := s.progress.overlay(tr, jobs); err != nil {
-			return res{}, err
-		}
-		failed, err := s.failed.read(tr, jobID)
-		if err != nil {
-			return res{}, err
-		}
-		if failed == nil {
-			failed = []FailedDoc{}
-		}
-		d.FailedDocs = &failed
-		if d.State == StateParked && d.Parked != nil {
-			wst, raw, err := s.jobs.Job(ctx, tr, WatchType, WatchJobID(d.Parked.Group))
-			if err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
-				return res{}, err
-			}
-			if err == nil && wst != fdbjobs.Finished {
-				d.Watch, _ = DecodeWatchData(raw)
-			}
-		}
-		return res{d: d, st: st}, nil
-	})
-	return r.d, r.st, err
 }

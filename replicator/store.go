@@ -70,6 +70,7 @@ type Store struct {
 	indexed atomic.Bool // the index version was seen built (Setup)
 
 	// The concepts beside the jobs, each with its keys (see their types).
+	views    *Views
 	failed   *FailedDocs
 	progress *Progress
 }
@@ -89,11 +90,15 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 		running: sub.Sub(keyRunning), expiry: sub.Sub(keyExpiry), dbCounts: sub.Sub(keyDBCounts),
 		deletedDBs: sub.Sub(keyDeletedDBs), ownerJobs: sub.Sub(keyOwnerJobs), ownerRunning: sub.Sub(keyOwnerRunning),
 		parked: sub.Sub(keyParked)}
+	s.views = &Views{s: s}
 	s.failed = &FailedDocs{s: s, sub: sub.Sub(keyFailedDocs)}
 	s.progress = &Progress{s: s, sub: sub.Sub(keyProgress)}
 	jobs.SetReenqueueHook(JobType, s.reenqueued)
 	return s
 }
+
+// Views returns the views' reader of the index.
+func (s *Store) Views() *Views { return s.views }
 
 // Progress returns the running jobs' live counters.
 func (s *Store) Progress() *Progress { return s.progress }

@@ -204,7 +204,7 @@
 // its node and start), all in one transaction of blind writes (pages of
 // 250 jobs): it reads nothing, so it conflicts with nothing, and running
 // it again after commit_unknown_result writes the same values. The views
-// (replicator.Store pages, ViewJob) show a running job's progress in
+// (replicator.Views: pages and Job) show a running job's progress in
 // place of its data's counters when it names the job's current run and
 // is newer than the data; a run's progress is removed at the next tick
 // after the run ends (its last counters are in the job's data by then;
