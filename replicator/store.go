@@ -62,7 +62,7 @@ type Store struct {
 	db   kv.Database
 	jobs *fdbjobs.Client
 
-	root, repIDs, dbs, dbJobs, usage, charges subspace.Subspace
+	root, repIDs, dbs, dbJobs subspace.Subspace
 	// The view index.
 	entries, docStates, unfinished, running, expiry, dbCounts, deletedDBs subspace.Subspace
 	ownerJobs, ownerRunning, parked                                       subspace.Subspace
@@ -71,6 +71,7 @@ type Store struct {
 
 	// The concepts beside the jobs, each with its keys (see their types).
 	views    *Views
+	shares   *Shares
 	failed   *FailedDocs
 	progress *Progress
 }
@@ -85,12 +86,13 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 	}
 	s := &Store{db: db, jobs: jobs, root: sub,
 		repIDs: sub.Sub(keyRepIDs), dbs: sub.Sub(keyDBs), dbJobs: sub.Sub(keyDBJobs),
-		usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges),
 		entries: sub.Sub(keyEntries), docStates: sub.Sub(keyDocStates), unfinished: sub.Sub(keyUnfinished),
 		running: sub.Sub(keyRunning), expiry: sub.Sub(keyExpiry), dbCounts: sub.Sub(keyDBCounts),
 		deletedDBs: sub.Sub(keyDeletedDBs), ownerJobs: sub.Sub(keyOwnerJobs), ownerRunning: sub.Sub(keyOwnerRunning),
 		parked: sub.Sub(keyParked)}
 	s.views = &Views{s: s}
+	s.shares = &Shares{s: s, usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges), tokens: sub.Sub(keyChargeToken),
+		period: sub.Pack(tuple.Tuple{keyUsagePeriod})}
 	s.failed = &FailedDocs{s: s, sub: sub.Sub(keyFailedDocs)}
 	s.progress = &Progress{s: s, sub: sub.Sub(keyProgress)}
 	jobs.SetReenqueueHook(JobType, s.reenqueued)
@@ -99,6 +101,9 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 
 // Views returns the views' reader of the index.
 func (s *Store) Views() *Views { return s.views }
+
+// Shares returns the cluster's fair-share usage.
+func (s *Store) Shares() *Shares { return s.shares }
 
 // Progress returns the running jobs' live counters.
 func (s *Store) Progress() *Progress { return s.progress }
@@ -162,12 +167,6 @@ func (s *Store) parkedKey(group, db, jobID string) kv.Key {
 }
 func (s *Store) deletedDBKey(dbUUID string) kv.Key { return s.deletedDBs.Pack(tuple.Tuple{dbUUID}) }
 func (s *Store) indexVersionKey() kv.Key           { return s.root.Pack(tuple.Tuple{keyIndexVersion}) }
-func (s *Store) usageKey(key string) kv.Key        { return s.usage.Pack(tuple.Tuple{key}) }
-func (s *Store) chargesKey(key string) kv.Key      { return s.charges.Pack(tuple.Tuple{key}) }
-func (s *Store) periodKey() kv.Key                 { return s.root.Pack(tuple.Tuple{keyUsagePeriod}) }
-func (s *Store) chargeTokenKey(token string) kv.Key {
-	return s.root.Pack(tuple.Tuple{keyChargeToken, token})
-}
 
 func prefixRange(ss subspace.Subspace, t tuple.Tuple) kv.KeyRange {
 	p := ss.Pack(t)

@@ -429,7 +429,7 @@ func (p *Plane) DocDeleted(ctx context.Context, tr kv.Transaction, db, docID str
 // addJob replaces job jobID (old is its current data, nil when absent) by
 // a pending job with data d, scheduled by fair share.
 func (p *Plane) addJob(ctx context.Context, tr kv.Transaction, jobID string, old, d *replicator.JobData) error {
-	table, err := p.store.ShareTable(tr)
+	table, err := p.store.Shares().Table(tr)
 	if err != nil {
 		return err
 	}
