@@ -78,7 +78,7 @@ func TestBigJobsStayInBudget(t *testing.T) {
 		return nil, err
 	})
 	require.NoError(t, err)
-	removed, err := s.RemoveDeletedDBJobs(ctx, "n1", time.Now, time.Minute, 0)
+	removed, err := s.retention.RemoveDeletedDBJobs(ctx, "n1", time.Now, time.Minute, 0)
 	require.NoError(t, err)
 	require.Equal(t, n, removed)
 	left, err := jobs.ReadJobs(ctx, nil, JobType, []string{DocJobID(uuid, "d00"), DocJobID(uuid, "d59")})

@@ -269,8 +269,8 @@
 // transient job's last update; Owner is JobData.Owner, and an owner's
 // keys (20–22) exist for owners other than ""). Every transaction that writes a job's row
 // writes its entry through the Store: AddJob, RemoveJob, UpdateJob,
-// FinishJob, ResubmitJob, the removals of RemoveDeletedDBJobs and
-// RemoveExpiredJobs, and, for the re-enqueues the job layer makes by
+// FinishJob, ResubmitJob, the removals Retention paces
+// (RemoveDeletedDBJobs, RemoveExpiredJobs), and, for the re-enqueues the job layer makes by
 // itself (activity monitor, Reenqueue), the fdbjobs re-enqueue hook that
 // NewStore installs, which also rewrites such a job's data to pending (its
 // node kept as where it last ran). A write reads the job's last entry (9)

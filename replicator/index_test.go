@@ -333,10 +333,10 @@ func (m *indexModel) retire(name string, recreate bool) {
 // cleanup is a node's interval cleanup: deleted databases' jobs, and
 // transient jobs finished at or before a random time.
 func (m *indexModel) cleanup() {
-	_, err := m.s.RemoveDeletedDBJobs(m.ctx, m.pick(modelNodes), time.Now, time.Minute, 3)
+	_, err := m.s.retention.RemoveDeletedDBJobs(m.ctx, m.pick(modelNodes), time.Now, time.Minute, 3)
 	require.NoError(m.t, err)
 	before := m.now - int64(m.rng.IntN(50))
-	_, err = m.s.RemoveExpiredJobs(m.ctx, before, 2)
+	_, err = m.s.retention.RemoveExpiredJobs(m.ctx, before, 2)
 	require.NoError(m.t, err)
 	for id, j := range m.jobs {
 		if m.gone[j.dbUUID] || j.dbUUID == "" && j.st == fdbjobs.Finished && j.lastUpdated <= before {
@@ -525,7 +525,7 @@ func (m *indexModel) checkIndex(step int) {
 		require.NoError(m.t, err)
 		require.Equal(m.t, m.dbs[name], u, "step %d: registry of %s", step, name)
 	}
-	marks := m.readKeys(s.deletedDBs)
+	marks := m.readKeys(s.retention.marks)
 	for id, j := range m.fold() {
 		e := entryOf(id, j.State, j.Data)
 		want.keys[string(s.entryKey(id))] = string(e.pack())
@@ -535,7 +535,7 @@ func (m *indexModel) checkIndex(step int) {
 		reg := e.dbUUID != "" && registered[e.dbName] == e.dbUUID
 		s.countDeltas(want.counts, e, reg, 1)
 		if e.dbUUID != "" && !reg {
-			_, ok := marks[string(s.deletedDBKey(e.dbUUID))]
+			_, ok := marks[string(s.retention.key(e.dbUUID))]
 			require.True(m.t, ok, "step %d: job %s of a retired database without a deletion mark", step, id)
 		}
 	}

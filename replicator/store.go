@@ -36,7 +36,7 @@ const (
 	keyDocCounts    = 15 // (15, State) -> int64 LE
 	keyJobCount     = 16 // (16) -> int64 LE
 	keyNodeCounts   = 17 // (17, Node) -> int64 LE
-	keyDeletedDBs   = 18 // (18, DBUUID) -> (DBName, Holder, Until)
+	keyDeletedDBs   = 18 // (18, DBUUID) -> (DBName, Holder, Until): deleted databases whose jobs go (Retention)
 	keyIndexVersion = 19 // (19) -> (int64)
 	keyOwnerJobs    = 20 // (20, Owner, SortID, JobID) -> ""
 	keyOwnerCounts  = 21 // (21, Owner) -> int64 LE
@@ -64,16 +64,17 @@ type Store struct {
 
 	root, repIDs, dbs, dbJobs subspace.Subspace
 	// The view index.
-	entries, docStates, unfinished, running, expiry, dbCounts, deletedDBs subspace.Subspace
-	ownerJobs, ownerRunning, parked                                       subspace.Subspace
+	entries, docStates, unfinished, running, expiry, dbCounts subspace.Subspace
+	ownerJobs, ownerRunning, parked                           subspace.Subspace
 
 	indexed atomic.Bool // the index version was seen built (Setup)
 
 	// The concepts beside the jobs, each with its keys (see their types).
-	views    *Views
-	shares   *Shares
-	failed   *FailedDocs
-	progress *Progress
+	views     *Views
+	shares    *Shares
+	retention *Retention
+	failed    *FailedDocs
+	progress  *Progress
 }
 
 // NewStore returns the store of the replicator's keys under sub (nil means
@@ -88,11 +89,12 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 		repIDs: sub.Sub(keyRepIDs), dbs: sub.Sub(keyDBs), dbJobs: sub.Sub(keyDBJobs),
 		entries: sub.Sub(keyEntries), docStates: sub.Sub(keyDocStates), unfinished: sub.Sub(keyUnfinished),
 		running: sub.Sub(keyRunning), expiry: sub.Sub(keyExpiry), dbCounts: sub.Sub(keyDBCounts),
-		deletedDBs: sub.Sub(keyDeletedDBs), ownerJobs: sub.Sub(keyOwnerJobs), ownerRunning: sub.Sub(keyOwnerRunning),
+		ownerJobs: sub.Sub(keyOwnerJobs), ownerRunning: sub.Sub(keyOwnerRunning),
 		parked: sub.Sub(keyParked)}
 	s.views = &Views{s: s}
 	s.shares = &Shares{s: s, usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges), tokens: sub.Sub(keyChargeToken),
 		period: sub.Pack(tuple.Tuple{keyUsagePeriod})}
+	s.retention = &Retention{s: s, marks: sub.Sub(keyDeletedDBs)}
 	s.failed = &FailedDocs{s: s, sub: sub.Sub(keyFailedDocs)}
 	s.progress = &Progress{s: s, sub: sub.Sub(keyProgress)}
 	jobs.SetReenqueueHook(JobType, s.reenqueued)
@@ -104,6 +106,9 @@ func (s *Store) Views() *Views { return s.views }
 
 // Shares returns the cluster's fair-share usage.
 func (s *Store) Shares() *Shares { return s.shares }
+
+// Retention returns the removal of the jobs no longer kept.
+func (s *Store) Retention() *Retention { return s.retention }
 
 // Progress returns the running jobs' live counters.
 func (s *Store) Progress() *Progress { return s.progress }
@@ -165,8 +170,7 @@ func (s *Store) parkedCountKey() kv.Key { return s.root.Pack(tuple.Tuple{keyPark
 func (s *Store) parkedKey(group, db, jobID string) kv.Key {
 	return s.parked.Pack(tuple.Tuple{group, db, jobID})
 }
-func (s *Store) deletedDBKey(dbUUID string) kv.Key { return s.deletedDBs.Pack(tuple.Tuple{dbUUID}) }
-func (s *Store) indexVersionKey() kv.Key           { return s.root.Pack(tuple.Tuple{keyIndexVersion}) }
+func (s *Store) indexVersionKey() kv.Key { return s.root.Pack(tuple.Tuple{keyIndexVersion}) }
 
 func prefixRange(ss subspace.Subspace, t tuple.Tuple) kv.KeyRange {
 	p := ss.Pack(t)
@@ -333,10 +337,11 @@ func (s *Store) RegisterDB(tr kv.Transaction, dbName, dbUUID string) error {
 
 // UnregisterDB forgets database dbName's identity, in tr, and returns it
 // ("" when the name had none). Its documents' jobs leave the
-// all-databases counters at once and are marked for removal (keyDeletedDBs),
-// which the replication nodes do (RemoveDeletedDBJobs). It reads the
-// instance's counters: a job of the database changing state at the same
-// time makes one of the two transactions retry.
+// all-databases counters at once and are marked for removal
+// (keyDeletedDBs), which the replication nodes do
+// (Retention.RemoveDeletedDBJobs). It reads the instance's counters: a job
+// of the database changing state at the same time makes one of the two
+// transactions retry.
 func (s *Store) UnregisterDB(tr kv.Transaction, dbName string) (string, error) {
 	dbUUID, err := s.RegisteredDB(tr, dbName)
 	if err != nil || dbUUID == "" {
@@ -346,7 +351,7 @@ func (s *Store) UnregisterDB(tr kv.Transaction, dbName string) (string, error) {
 		return "", err
 	}
 	tr.Clear(s.dbKey(dbName))
-	return dbUUID, s.markDeleted(tr, dbUUID, dbName)
+	return dbUUID, s.retention.markDeleted(tr, dbUUID, dbName)
 }
 
 // moveDocCounts adds (sign 1) or subtracts (-1) the per-state document

@@ -69,7 +69,7 @@
 // deleted _replicator databases (one node per database at a time, however
 // many jobs: the step lasts as long as that takes) and finished transient
 // jobs older than TransientJobMaxAge, both found through the store's view
-// index (replicator.Store.RemoveDeletedDBJobs, RemoveExpiredJobs); and,
+// index (replicator.Retention.RemoveDeletedDBJobs, RemoveExpiredJobs); and,
 // on a node with private keys, walks up to ResealPagesDefault pages of the
 // reseal pass (reseal.go): every _replicator document with its job, and
 // every transient job, whose credentials are in the clear or sealed to

@@ -18,7 +18,7 @@ import (
 // TransientJobMaxAge, both found through the store's index, so a step
 // that finds nothing to remove costs two range reads.
 func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
-	removed, err := n.store.RemoveDeletedDBJobs(ctx, cfg.NodeName, cfg.Clock.Now, replicator.DeletionLeaseDefault, replicator.RemoveBatchDefault)
+	removed, err := n.store.Retention().RemoveDeletedDBJobs(ctx, cfg.NodeName, cfg.Clock.Now, replicator.DeletionLeaseDefault, replicator.RemoveBatchDefault)
 	n.m.Add(replicator.MetricJobsRemoves, int64(removed))
 	if err != nil {
 		return err
@@ -27,7 +27,7 @@ func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
 		cfg.Logger.Info().Int("jobs", removed).
 			Msg("replicator: removed the jobs of deleted _replicator databases")
 	}
-	expired, err := n.store.RemoveExpiredJobs(ctx, replicator.Millis(now)-cfg.TransientJobMaxAge.Milliseconds(), replicator.RemoveBatchDefault)
+	expired, err := n.store.Retention().RemoveExpiredJobs(ctx, replicator.Millis(now)-cfg.TransientJobMaxAge.Milliseconds(), replicator.RemoveBatchDefault)
 	n.m.Add(replicator.MetricTransientJobsRemoved, int64(expired))
 	n.m.Add(replicator.MetricJobsRemoves, int64(expired))
 	return err
