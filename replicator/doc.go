@@ -180,7 +180,7 @@
 // Rotation: the replication nodes list the new private key first and the
 // old ones after it ([replicator] seal_private_key_files), the frontends
 // get the new public key. The replication nodes then move every
-// credential stored to their current key (reseal.go, resealpass.go): a
+// credential stored to their current key (Reseal: reseal.go, resealpass.go): a
 // pass walks the _replicator documents, each with its job in one
 // transaction (a Resealer gives both the same new values, so
 // SameReplication still matches them), then the transient jobs, a page

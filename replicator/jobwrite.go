@@ -193,6 +193,13 @@ func (s *Store) ResubmitJob(ctx context.Context, tr kv.Transaction, job *fdbjobs
 	return s.reindex(ctx, tr, job.ID)
 }
 
+// setData replaces the data of job jobID, which is not running, by data,
+// in tr (fdbjobs.Client.SetData: its state and scheduled time stay): a
+// change of its credentials alone (Reseal), which no index entry shows.
+func (s *Store) setData(ctx context.Context, tr kv.Transaction, jobID string, data []byte) error {
+	return s.jobs.SetData(ctx, tr, JobType, jobID, data)
+}
+
 // reenqueued is the Store's fdbjobs re-enqueue hook: a job the activity
 // monitor or Reenqueue takes back from a node is pending again, so its
 // data says so (state pending; node kept, as the node it last ran on, for

@@ -229,7 +229,7 @@ func (w *resealWorld) finish(id string) {
 
 // step walks up to pages pages as holder.
 func (w *resealWorld) step(holder string, pages int) ResealReport {
-	rep, err := w.s.ResealStep(w.ctx, w.docs, w.o, holder, w.clock.Now, time.Minute, pages)
+	rep, err := w.s.reseal.Step(w.ctx, w.docs, w.o, holder, w.clock.Now, time.Minute, pages)
 	require.NoError(w.t, err)
 	return rep
 }

@@ -43,7 +43,7 @@ const (
 	keyOwnerRunning = 22 // (22, Owner, Node, JobID) -> ""
 	keyParked       = 25 // (25, Group, SourceDB, JobID) -> "": parked jobs by watch group (park.go)
 	keyParkedCount  = 26 // (26) -> int64 LE: parked jobs
-	keyReseal       = 27 // (27) -> JSON resealPass: the reseal pass (resealpass.go)
+	keyReseal       = 27 // (27) -> JSON resealPass: the reseal pass (Reseal, resealpass.go)
 	keyUserHeld     = 28 // (28, Owner) -> int64 LE: the owner's jobs held back at the per-user limit (userlimits.go)
 
 	keyProgress   = 23 // (23, JobID, Node, Start) -> JSON RunProgress (progress.go)
@@ -73,6 +73,7 @@ type Store struct {
 	views     *Views
 	shares    *Shares
 	retention *Retention
+	reseal    *Reseal
 	failed    *FailedDocs
 	progress  *Progress
 }
@@ -95,6 +96,7 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 	s.shares = &Shares{s: s, usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges), tokens: sub.Sub(keyChargeToken),
 		period: sub.Pack(tuple.Tuple{keyUsagePeriod})}
 	s.retention = &Retention{s: s, marks: sub.Sub(keyDeletedDBs)}
+	s.reseal = &Reseal{s: s, key: sub.Pack(tuple.Tuple{keyReseal})}
 	s.failed = &FailedDocs{s: s, sub: sub.Sub(keyFailedDocs)}
 	s.progress = &Progress{s: s, sub: sub.Sub(keyProgress)}
 	jobs.SetReenqueueHook(JobType, s.reenqueued)
@@ -109,6 +111,9 @@ func (s *Store) Shares() *Shares { return s.shares }
 
 // Retention returns the removal of the jobs no longer kept.
 func (s *Store) Retention() *Retention { return s.retention }
+
+// Reseal returns the resealing of the credentials the store holds.
+func (s *Store) Reseal() *Reseal { return s.reseal }
 
 // Progress returns the running jobs' live counters.
 func (s *Store) Progress() *Progress { return s.progress }

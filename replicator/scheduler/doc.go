@@ -543,7 +543,7 @@
 //     heard of it through the store's watches ("Removed while running"),
 //     and stops within one heartbeat at the latest (StatsUpdateInterval,
 //     at most Interval and a third of JobTimeout).
-//   - Reseal: a reseal pass (replicator.ResealStep, above) that starts
+//   - Reseal: a reseal pass (replicator.Reseal.Step, above) that starts
 //     while no job whose credentials it moves runs ends within the sum
 //     over the _replicator databases of floor(documents /
 //     ResealPageDefault) + 1, plus floor(jobs / ResealPageDefault) + 1
