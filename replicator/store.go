@@ -52,8 +52,11 @@ const (
 
 // Store is the replicator's state in the kv store, shared by the control
 // plane and the replication nodes: the replication jobs (fdbjobs jobs of
-// JobType, their data a JobData) and the replicator's own keys
-// (replication id owners, database identities, fair-share usage). Every
+// JobType, their data a JobData) and the watch jobs (WatchType), the view
+// index kept with them, and the replicator's own keys (replication id
+// owners, database identities). It is the only writer of the jobs and the
+// index (see doc.go, "Store"); Views, Shares, Reseal, Retention, Progress
+// and FailedDocs, which it hands out, are the concepts beside it. Every
 // method taking a transaction joins it and follows the kv rules; the
 // others run their own transactions. A Store is a kv.Transactor over its
 // database: kv.Transact(ctx, store, f) runs f in a transaction of its own,
@@ -69,7 +72,8 @@ type Store struct {
 
 	indexed atomic.Bool // the index version was seen built (Setup)
 
-	// The concepts beside the jobs, each with its keys (see their types).
+	// The concepts beside the jobs, each with its keys (see their types),
+	// made by NewStore.
 	views     *Views
 	shares    *Shares
 	retention *Retention
