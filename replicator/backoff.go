@@ -24,7 +24,7 @@ import (
 // written.
 func (s *Store) EndBackoff(ctx context.Context, jobID string, now time.Time, keep func(*JobData) bool) (*JobData, error) {
 	var wrote *JobData // what an earlier attempt wrote
-	return kv.Transact(ctx, s.DB, func(tr kv.Transaction) (*JobData, error) {
+	return kv.Transact(ctx, s.db, func(tr kv.Transaction) (*JobData, error) {
 		d, st, err := s.Job(ctx, tr, jobID)
 		if err != nil {
 			return nil, err
@@ -43,6 +43,6 @@ func (s *Store) EndBackoff(ctx context.Context, jobID string, now time.Time, kee
 		Lifecycle{}.Transform(x, Change{Kind: BackoffEnded, At: now})
 		wrote = x
 		// Adding a pending job moves it to the new time with the new data.
-		return x, s.Jobs.Add(ctx, tr, JobType, jobID, x.Encode(), x.RetryAt)
+		return x, s.jobs.Add(ctx, tr, JobType, jobID, x.Encode(), x.RetryAt)
 	})
 }

@@ -48,17 +48,17 @@ func TestBigJobsStayInBudget(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	p, err := s.DocsPage(ctx, DocsQuery{Limit: n})
+	p, err := s.views.DocsPage(ctx, DocsQuery{Limit: n})
 	require.NoError(t, err)
 	require.Len(t, p.Jobs, n)
 	require.Equal(t, n, p.Total)
 	for i, j := range p.Jobs {
 		require.Equal(t, fmt.Sprintf("d%02d", i), j.Data.DocID)
 	}
-	jp, err := s.JobsPage(ctx, "", "", n, 0)
+	jp, err := s.views.JobsPage(ctx, "", "", n, 0)
 	require.NoError(t, err)
 	require.Len(t, jp.Jobs, n)
-	op, err := s.OwnerJobsPage(ctx, "o", "", "", n, 0)
+	op, err := s.views.OwnerJobsPage(ctx, "o", "", "", n, 0)
 	require.NoError(t, err)
 	require.Len(t, op.Jobs, n)
 	require.Equal(t, n, op.Total)
@@ -78,7 +78,7 @@ func TestBigJobsStayInBudget(t *testing.T) {
 		return nil, err
 	})
 	require.NoError(t, err)
-	removed, err := s.RemoveDeletedDBJobs(ctx, "n1", time.Now, time.Minute, 0)
+	removed, err := s.retention.RemoveDeletedDBJobs(ctx, "n1", time.Now, time.Minute, 0)
 	require.NoError(t, err)
 	require.Equal(t, n, removed)
 	left, err := jobs.ReadJobs(ctx, nil, JobType, []string{DocJobID(uuid, "d00"), DocJobID(uuid, "d59")})
@@ -187,7 +187,7 @@ func TestOwnerPagesCostTheirRows(t *testing.T) {
 	require.Zero(t, overBudget(), "setting up")
 
 	c := &countingDB{Database: db}
-	s.DB = c
+	s.db = c
 	for _, tc := range []struct {
 		name            string
 		start, startJob string
@@ -202,7 +202,7 @@ func TestOwnerPagesCostTheirRows(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := c.attempts.Load()
-			p, err := s.OwnerJobsPage(ctx, "alice", tc.start, tc.startJob, tc.limit, tc.skip)
+			p, err := s.views.OwnerJobsPage(ctx, "alice", tc.start, tc.startJob, tc.limit, tc.skip)
 			require.NoError(t, err)
 			require.Equal(t, nonNilIDs(tc.want), pageIDs(p))
 			require.Equal(t, len(alice), p.Total)
@@ -212,7 +212,7 @@ func TestOwnerPagesCostTheirRows(t *testing.T) {
 		})
 	}
 	before := c.attempts.Load()
-	running, err := s.OwnerRunningJobs(ctx, "alice")
+	running, err := s.views.OwnerRunningJobs(ctx, "alice")
 	require.NoError(t, err)
 	require.Len(t, running, len(alice))
 	require.EqualValues(t, 1, c.attempts.Load()-before, "transactions")

@@ -4,10 +4,10 @@
 // validated once by ParseSpec), how it is stored as a job (JobData,
 // states, ids), the replicator's state in the store (Store: jobs and the
 // view index kept with them, the replication id → job id subspace,
-// database identities, fair-share usage), the cluster-wide settings
-// (Config), the engine contract (Engine,
-// Run) and the metrics. Two planes build on it, and neither imports the
-// other:
+// database identities; beside it Views, Shares, Reseal, Retention,
+// Progress and FailedDocs, see "Store"), the cluster-wide settings
+// (Config), the engine contract (Engine, Run) and the metrics. Two planes
+// build on it, and neither imports the other:
 //
 //   - replicator/control, the control plane api_frontend nodes run: it
 //     turns _replicator documents and POST /_replicate into jobs, inside
@@ -179,25 +179,25 @@
 //
 // Rotation: the replication nodes list the new private key first and the
 // old ones after it ([replicator] seal_private_key_files), the frontends
-// get the new public key. The replication nodes then move every
-// credential stored to their current key (reseal.go, resealpass.go): a
-// pass walks the _replicator documents, each with its job in one
-// transaction (a Resealer gives both the same new values, so
-// SameReplication still matches them), then the transient jobs, a page
-// per transaction, resuming from its record (key 27) across intervals,
-// nodes and restarts; credentials stored in the clear before a key was
-// configured are sealed the same way, and values sealed before bindings
-// existed are bound (a pass after an upgrade binds them; the next starts
-// within ResealAgainDefault). A running job is its worker's to
-// write: the worker moves its credentials, and its document's, as the
-// job starts. Bodies are rewritten in place (repdb.Store.RewriteBodies):
-// no revision, no change in the feed, nothing a read shows. A pass that
-// moved or held back anything is followed by another ResealRetryDefault
-// later (a document written back as read while it was moved keeps the
-// old values, say); once a clean pass (one that moved and held back
-// nothing) that started after every frontend sealed to the new key has
-// ended, the old key can be dropped. A document or job that cannot be
-// moved (too large once sealed) is left whole, and the pass names it.
+// get the new public key. The replication nodes then move every credential
+// stored to their current key (Reseal): a pass walks the _replicator
+// documents, each with its job in one transaction (a Resealer gives both
+// the same new values, so SameReplication still matches them), then the
+// transient jobs, a page per transaction, resuming from its record (key
+// 27) across intervals, nodes and restarts; credentials stored in the
+// clear before a key was configured are sealed the same way, and values
+// sealed before bindings existed are bound (a pass after an upgrade binds
+// them; the next starts within ResealAgainDefault). A running job is its
+// worker's to write: the worker moves its credentials, and its document's,
+// as the job starts. Bodies are rewritten in place
+// (repdb.Store.RewriteBodies): no revision, no change in the feed, nothing
+// a read shows. A pass that moved or held back anything is followed by
+// another ResealRetryDefault later (a document written back as read while
+// it was moved keeps the old values, say); once a clean pass (one that
+// moved and held back nothing) that started after every frontend sealed to
+// the new key has ended, the old key can be dropped. A document or job
+// that cannot be moved (too large once sealed) is left whole, and the pass
+// names it.
 //
 // # Fair share
 //
@@ -213,6 +213,30 @@
 // FairShareWindow into the past so that it is runnable at once); acceptors
 // take the oldest first. With more jobs than capacity, run time tends to
 // the ratio of the shares.
+//
+// # Store
+//
+// Store holds the jobs of both types (rep_jobs and rep_watch) and the
+// view index, and is their only writer: every change of a job goes
+// through its methods (jobwrite.go, queue.go, watch.go, park.go,
+// backoff.go), which write the job's index entries in the same
+// transaction. Its kv.Database and fdbjobs.Client are its own; it is a
+// kv.Transactor, so a caller runs a transaction as kv.Transact(ctx,
+// store, f) and calls the Store's methods in it. What only reads the
+// index, or owns keys of its own, is a type beside it, one per file,
+// which NewStore makes and the Store hands out by its name
+// (store.Views()); each writes jobs through the Store, and the Store
+// clears a removed job's keys of theirs:
+//
+//   - Views (pages.go): the views' pages and one job's view (Views.Job),
+//     read from the index; it writes nothing;
+//   - Shares (share.go): fair-share usage and charges (keys 5–8);
+//   - Reseal (reseal.go, resealpass.go): the resealing of stored
+//     credentials, and the pass's record (27);
+//   - Retention (retention.go): the paced removal of the jobs of deleted
+//     databases, whose marks it keeps (18), and of expired transient jobs;
+//   - Progress (progress.go): the running jobs' live counters (23);
+//   - FailedDocs (failed.go): the documents a job's targets refused (24).
 //
 // # Key layout
 //
@@ -245,7 +269,7 @@
 //	(20, Owner, SortID, JobID)  -> ""        unfinished jobs by owner (a user's _scheduler/jobs)
 //	(21, Owner)                 -> int64 LE  unfinished jobs of an owner
 //	(22, Owner, Node, JobID)    -> ""        running jobs by owner (a user's _active_tasks)
-//	(23, JobID, Node, Start)    -> JSON      a run's live counters and sync (Progress), one key per run
+//	(23, JobID, Node, Start)    -> JSON      a run's live counters and sync (RunProgress), one key per run
 //	                                         (Node, Start: JobData.Node, LastStart), written by its node
 //	(24, JobID)                 -> JSON      the last engine.RefusedDocsMax (100) documents the job's
 //	                                         targets refused (FailedDoc), under 64 kB
@@ -260,18 +284,18 @@
 // 9–17 and 20–22 instead of every job, so a page costs what it lists;
 // the progress of the running jobs listed (23) is read with their rows
 // and shown when it names the job's current run and is newer than its
-// data, and ViewJob (one job) also reads its refused documents (24). A
+// data, and Views.Job (one job) also reads its refused documents (24). A
 // job's removal clears its keys 23 and 24. A job's entry
 // is derived from its fdbjobs state and data (its view state is AsSeen:
 // a job whose data says running while fdbjobs has it pending shows
 // pending; SortID is the rep id, else the job id, and empty once the job
 // is finished or failed; Node only while running; Expires a finished
 // transient job's last update; Owner is JobData.Owner, and an owner's
-// keys (20–22) exist for owners other than ""). Every transaction that writes a job's row
-// writes its entry through the Store: AddJob, RemoveJob, UpdateJob,
-// FinishJob, ResubmitJob, the removals of RemoveDeletedDBJobs and
-// RemoveExpiredJobs, and, for the re-enqueues the job layer makes by
-// itself (activity monitor, Reenqueue), the fdbjobs re-enqueue hook that
+// keys (20–22) exist for owners other than ""). Every transaction that
+// writes a job's row writes its entry through the Store: AddJob,
+// RemoveJob, UpdateJob, FinishJob, ResubmitJob, the removals Retention
+// paces (RemoveDeletedDBJobs, RemoveExpiredJobs), and, for the
+// re-enqueues the job layer makes by itself (activity monitor, Reenqueue), the fdbjobs re-enqueue hook that
 // NewStore installs, which also rewrites such a job's data to pending (its
 // node kept as where it last ran). A write reads the job's last entry (9)
 // and changes keys and counters only by the difference, with atomic adds:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/subspace"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
@@ -18,26 +19,35 @@ type FailedDoc struct {
 	Start int64  `json:"start"`
 }
 
-func (s *Store) failedDocsKey(jobID string) kv.Key {
-	return s.root.Pack(tuple.Tuple{keyFailedDocs, jobID})
+// FailedDocs is the jobs' failed documents (key 24): a job's list of the
+// documents its runs' target refused, which the nodes append to and the
+// views show (Views.Job). The job's removal removes its list (Store).
+type FailedDocs struct {
+	s   *Store
+	sub subspace.Subspace // (24)
 }
 
-// AppendFailedDocs adds the refusals docs of the run (node, start) to the
+func (f *FailedDocs) key(jobID string) kv.Key { return f.sub.Pack(tuple.Tuple{jobID}) }
+
+// clear removes the job's list, in tr.
+func (f *FailedDocs) clear(tr kv.Transaction, jobID string) { tr.Clear(f.key(jobID)) }
+
+// Append adds the refusals docs of the run (node, start) to the
 // job's failed documents, keeping the last engine.RefusedDocsMax (about
 // 500 bytes each at most: under 64 kB), in one transaction. A refusal
 // already kept is not added again, so a retry after
 // commit_unknown_result changes nothing. The job's removal removes them;
 // nothing is stored for a job that no longer exists.
-func (s *Store) AppendFailedDocs(ctx context.Context, jobID, node string, start int64, docs []engine.RefusedDoc) error {
+func (f *FailedDocs) Append(ctx context.Context, jobID, node string, start int64, docs []engine.RefusedDoc) error {
 	if len(docs) == 0 {
 		return nil
 	}
-	_, err := kv.Transact(ctx, s.DB, func(tr kv.Transaction) (any, error) {
+	_, err := kv.Transact(ctx, f.s.db, func(tr kv.Transaction) (any, error) {
 		// Not for a job removed since (its failed documents went with it).
-		if d, _, err := s.Job(ctx, tr, jobID); err != nil || d == nil {
+		if d, _, err := f.s.Job(ctx, tr, jobID); err != nil || d == nil {
 			return nil, err
 		}
-		kept, err := s.failedDocs(tr, jobID)
+		kept, err := f.read(tr, jobID)
 		if err != nil {
 			return nil, err
 		}
@@ -46,8 +56,8 @@ func (s *Store) AppendFailedDocs(ctx context.Context, jobID, node string, start 
 			start, seq int64
 		}
 		have := make(map[ref]bool, len(kept))
-		for _, f := range kept {
-			have[ref{f.Node, f.Start, f.Seq}] = true
+		for _, k := range kept {
+			have[ref{k.Node, k.Start, k.Seq}] = true
 		}
 		for _, d := range docs {
 			if !have[ref{node, start, d.Seq}] {
@@ -61,15 +71,15 @@ func (s *Store) AppendFailedDocs(ctx context.Context, jobID, node string, start 
 		if err != nil {
 			return nil, err
 		}
-		tr.Set(s.failedDocsKey(jobID), v)
+		tr.Set(f.key(jobID), v)
 		return nil, nil
 	})
 	return err
 }
 
-// failedDocs reads the job's failed documents, oldest first (nil: none).
-func (s *Store) failedDocs(tr kv.ReadTransaction, jobID string) ([]FailedDoc, error) {
-	v, err := tr.Get(s.failedDocsKey(jobID)).Get()
+// read reads the job's failed documents, oldest first (nil: none).
+func (f *FailedDocs) read(tr kv.ReadTransaction, jobID string) ([]FailedDoc, error) {
+	v, err := tr.Get(f.key(jobID)).Get()
 	if err != nil || v == nil {
 		return nil, err
 	}

@@ -281,7 +281,7 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 // know exactly (an fdbjobs Finish that recognised its own earlier commit
 // writes nothing, and the job may have moved on since).
 func (s *Store) reindex(ctx context.Context, tr kv.Transaction, ids ...string) error {
-	rows, err := s.Jobs.ReadJobs(ctx, tr, JobType, ids)
+	rows, err := s.jobs.ReadJobs(ctx, tr, JobType, ids)
 	if err != nil {
 		return err
 	}

@@ -157,7 +157,7 @@ func (m *indexModel) addTransient() {
 // initJob does (with a replication id, which moves the job in
 // _scheduler/jobs); a document that did not parse is failed instead.
 func (m *indexModel) start() {
-	jobs, err := m.s.Jobs.AcceptBatch(m.ctx, JobType, 1+m.rng.IntN(3), fdbjobs.AcceptOptions{})
+	jobs, err := m.s.jobs.AcceptBatch(m.ctx, JobType, 1+m.rng.IntN(3), fdbjobs.AcceptOptions{})
 	if errors.Is(err, fdbjobs.ErrNotFound) {
 		return
 	}
@@ -274,7 +274,7 @@ func (m *indexModel) wake(id string) {
 // reenqueue takes one running job back (Node.takeBack); its worker keeps
 // the stale hold and is fenced off at its next write.
 func (m *indexModel) reenqueue(id string) {
-	ok, err := m.s.Jobs.Reenqueue(m.ctx, nil, JobType, id)
+	ok, err := m.s.jobs.Reenqueue(m.ctx, nil, JobType, id)
 	require.NoError(m.t, err)
 	require.True(m.t, ok, "job %s was running", id)
 	j := m.jobs[id]
@@ -284,7 +284,7 @@ func (m *indexModel) reenqueue(id string) {
 // monitor runs two activity monitor cycles: every running job that sent
 // no heartbeat in between is re-enqueued (a node died).
 func (m *indexModel) monitor() {
-	mon := m.s.Jobs.NewActivityMonitor(JobType)
+	mon := m.s.jobs.NewActivityMonitor(JobType)
 	_, _, err := mon.Check(m.ctx)
 	require.NoError(m.t, err)
 	_, _, err = mon.Check(m.ctx)
@@ -333,10 +333,10 @@ func (m *indexModel) retire(name string, recreate bool) {
 // cleanup is a node's interval cleanup: deleted databases' jobs, and
 // transient jobs finished at or before a random time.
 func (m *indexModel) cleanup() {
-	_, err := m.s.RemoveDeletedDBJobs(m.ctx, m.pick(modelNodes), time.Now, time.Minute, 3)
+	_, err := m.s.retention.RemoveDeletedDBJobs(m.ctx, m.pick(modelNodes), time.Now, time.Minute, 3)
 	require.NoError(m.t, err)
 	before := m.now - int64(m.rng.IntN(50))
-	_, err = m.s.RemoveExpiredJobs(m.ctx, before, 2)
+	_, err = m.s.retention.RemoveExpiredJobs(m.ctx, before, 2)
 	require.NoError(m.t, err)
 	for id, j := range m.jobs {
 		if m.gone[j.dbUUID] || j.dbUUID == "" && j.st == fdbjobs.Finished && j.lastUpdated <= before {
@@ -452,11 +452,11 @@ func TestIndexBackfillAddsOwners(t *testing.T) {
 		tr.Set(s.indexVersionKey(), tuple.Tuple{int64(1)}.Pack())
 		return nil
 	})
-	p, err := s.OwnerJobsPage(m.ctx, "u", "", "", 100, 0)
+	p, err := s.views.OwnerJobsPage(m.ctx, "u", "", "", 100, 0)
 	require.NoError(t, err)
 	require.Empty(t, p.Jobs, "version 1 has no owner keys")
 
-	m.s = NewStore(m.db, s.Jobs, subspace.Sub("model"))
+	m.s = NewStore(m.db, s.jobs, subspace.Sub("model"))
 	require.NoError(t, m.s.buildIndex(m.ctx))
 	m.checkIndex(-1)
 	m.checkPages(-1)
@@ -525,7 +525,7 @@ func (m *indexModel) checkIndex(step int) {
 		require.NoError(m.t, err)
 		require.Equal(m.t, m.dbs[name], u, "step %d: registry of %s", step, name)
 	}
-	marks := m.readKeys(s.deletedDBs)
+	marks := m.readKeys(s.retention.marks)
 	for id, j := range m.fold() {
 		e := entryOf(id, j.State, j.Data)
 		want.keys[string(s.entryKey(id))] = string(e.pack())
@@ -535,7 +535,7 @@ func (m *indexModel) checkIndex(step int) {
 		reg := e.dbUUID != "" && registered[e.dbName] == e.dbUUID
 		s.countDeltas(want.counts, e, reg, 1)
 		if e.dbUUID != "" && !reg {
-			_, ok := marks[string(s.deletedDBKey(e.dbUUID))]
+			_, ok := marks[string(s.retention.key(e.dbUUID))]
 			require.True(m.t, ok, "step %d: job %s of a retired database without a deletion mark", step, id)
 		}
 	}
@@ -688,14 +688,14 @@ func (m *indexModel) checkPages(step int) {
 		}
 		want = want[min(q.Skip, len(want)):]
 		want = want[:min(q.Limit, len(want))]
-		p, err := m.s.DocsPage(m.ctx, q)
+		p, err := m.s.views.DocsPage(m.ctx, q)
 		require.NoError(m.t, err)
 		require.Equal(m.t, total, p.Total, "step %d: %+v total", step, q)
 		require.Equal(m.t, min(q.Skip, total), p.Offset, "step %d: %+v offset", step, q)
 		require.Equal(m.t, nonNilIDs(want), pageIDs(p), "step %d: %+v", step, q)
 
 		jq, wantJobs := m.jobsQuery(unfinished, unfinished)
-		jp, err := m.s.JobsPage(m.ctx, jq.startID, jq.startJob, jq.limit, jq.skip)
+		jp, err := m.s.views.JobsPage(m.ctx, jq.startID, jq.startJob, jq.limit, jq.skip)
 		require.NoError(m.t, err)
 		require.Equal(m.t, len(unfinished), jp.Total, "step %d: jobs total", step)
 		require.Equal(m.t, nonNilIDs(wantJobs), pageIDs(jp), "step %d: jobs %+v", step, jq)
@@ -709,13 +709,13 @@ func (m *indexModel) checkPages(step int) {
 			}
 		}
 		jq, wantJobs = m.jobsQuery(unfinished, mine)
-		op, err := m.s.OwnerJobsPage(m.ctx, owner, jq.startID, jq.startJob, jq.limit, jq.skip)
+		op, err := m.s.views.OwnerJobsPage(m.ctx, owner, jq.startID, jq.startJob, jq.limit, jq.skip)
 		require.NoError(m.t, err)
 		require.Equal(m.t, len(mine), op.Total, "step %d: %q's jobs total", step, owner)
 		require.Equal(m.t, min(jq.skip, len(mine)), op.Offset, "step %d: %q's jobs offset", step, owner)
 		require.Equal(m.t, nonNilIDs(wantJobs), pageIDs(op), "step %d: %q's jobs %+v", step, owner, jq)
 	}
-	rj, err := m.s.RunningJobs(m.ctx, "")
+	rj, err := m.s.views.RunningJobs(m.ctx, "")
 	require.NoError(m.t, err)
 	var got []string
 	for _, j := range rj {
@@ -730,7 +730,7 @@ func (m *indexModel) checkPages(step int) {
 				want = append(want, r)
 			}
 		}
-		rj, err := m.s.OwnerRunningJobs(m.ctx, owner)
+		rj, err := m.s.views.OwnerRunningJobs(m.ctx, owner)
 		require.NoError(m.t, err)
 		got := []string(nil)
 		for _, j := range rj {
@@ -739,7 +739,7 @@ func (m *indexModel) checkPages(step int) {
 		require.Equal(m.t, want, got, "step %d: %q's running jobs", step, owner)
 	}
 	for _, node := range modelNodes {
-		n, err := m.s.NodeRunning(m.ctx, nil, node)
+		n, err := m.s.views.NodeRunning(m.ctx, nil, node)
 		require.NoError(m.t, err)
 		c := 0
 		for _, r := range running {

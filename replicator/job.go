@@ -89,9 +89,9 @@ type JobData struct {
 	// heartbeat or the run's end; nil before its first run).
 	Sync *engine.Sync `json:"sync,omitempty"`
 	// FailedDocs are the job's failed documents (key 24) when the view
-	// read them (Store.ViewJob), nil otherwise; never stored here.
+	// read them (Views.Job), nil otherwise; never stored here.
 	FailedDocs *[]FailedDoc `json:"-"`
-	// Watch is a parked job's watch as the view read it (Store.ViewJob),
+	// Watch is a parked job's watch as the view read it (Views.Job),
 	// nil otherwise; never stored here.
 	Watch *WatchData `json:"-"`
 	// RetryAt is when a crashing job's backoff ends (Unix ms).

@@ -22,15 +22,15 @@ func (s *Store) AddJob(ctx context.Context, tr kv.Transaction, jobID string, old
 			return err
 		}
 	}
-	if _, err := s.Jobs.TypeTimeout(ctx, tr, JobType); errors.Is(err, fdbjobs.ErrNotFound) {
+	if _, err := s.jobs.TypeTimeout(ctx, tr, JobType); errors.Is(err, fdbjobs.ErrNotFound) {
 		// The caller's snapshot predates the type's registration.
-		if err := s.Jobs.SetTypeTimeout(ctx, tr, JobType, jobTimeout); err != nil {
+		if err := s.jobs.SetTypeTimeout(ctx, tr, JobType, jobTimeout); err != nil {
 			return err
 		}
 	} else if err != nil {
 		return err
 	}
-	if err := s.Jobs.Add(ctx, tr, JobType, jobID, d.Encode(), stime); err != nil {
+	if err := s.jobs.Add(ctx, tr, JobType, jobID, d.Encode(), stime); err != nil {
 		return err
 	}
 	// The job was absent (or removed above): Add made it pending with d.
@@ -43,7 +43,7 @@ func (s *Store) AddJob(ctx context.Context, tr kv.Transaction, jobID string, old
 // document that arrived marked completed or failed). The views show it
 // as they show a job that ended here.
 func (s *Store) AddFinishedJob(ctx context.Context, tr kv.Transaction, jobID string, d *JobData) error {
-	if err := s.Jobs.AddFinished(ctx, tr, JobType, jobID, d.Encode()); err != nil {
+	if err := s.jobs.AddFinished(ctx, tr, JobType, jobID, d.Encode()); err != nil {
 		return err
 	}
 	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.Finished, d: d}})
@@ -53,7 +53,7 @@ func (s *Store) AddFinishedJob(ctx context.Context, tr kv.Transaction, jobID str
 // points to the job) and its index entries, in tr; d is its data (nil
 // when unknown). A missing job is no error.
 func (s *Store) RemoveJob(ctx context.Context, tr kv.Transaction, jobID string, d *JobData) error {
-	if err := s.Jobs.Remove(ctx, tr, JobType, jobID); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
+	if err := s.jobs.Remove(ctx, tr, JobType, jobID); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
 		return err
 	}
 	if d != nil && d.RepID != "" {
@@ -64,8 +64,8 @@ func (s *Store) RemoveJob(ctx context.Context, tr kv.Transaction, jobID string, 
 	if d != nil && d.DBUUID != "" {
 		tr.Clear(s.dbJobKey(d.DBUUID, d.DocID)) // also for a job the index never saw
 	}
-	s.clearProgress(tr, jobID)
-	tr.Clear(s.failedDocsKey(jobID))
+	s.progress.clear(tr, jobID)
+	s.failed.clear(tr, jobID)
 	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.NotFound}})
 }
 
@@ -98,7 +98,7 @@ func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string,
 	}
 	gone := make([]indexedJob, len(removed))
 	for i, id := range removed {
-		if err := s.Jobs.Remove(ctx, tr, JobType, id); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
+		if err := s.jobs.Remove(ctx, tr, JobType, id); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
 			return nil, 0, err
 		}
 		if d := datas[i]; d != nil && owners[i] != nil {
@@ -110,8 +110,8 @@ func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string,
 				tr.Clear(s.repIDKey(d.RepID))
 			}
 		}
-		s.clearProgress(tr, id)
-		tr.Clear(s.failedDocsKey(id))
+		s.progress.clear(tr, id)
+		s.failed.clear(tr, id)
 		if d := datas[i]; d != nil && d.DBUUID != "" {
 			tr.Clear(s.dbJobKey(d.DBUUID, d.DocID))
 		}
@@ -137,7 +137,7 @@ func (s *Store) UpdateJob(ctx context.Context, tr kv.Transaction, job *fdbjobs.J
 			return fmt.Errorf("job %q: %w: %w", job.ID, fdbjobs.ErrHalt, ErrDBDeleted)
 		}
 	}
-	if err := s.Jobs.Update(ctx, tr, job, d.Encode()); err != nil {
+	if err := s.jobs.Update(ctx, tr, job, d.Encode()); err != nil {
 		return err
 	}
 	// Update wrote d (or recognised its own earlier commit of it: only the
@@ -156,7 +156,7 @@ func (s *Store) UpdateJob(ctx context.Context, tr kv.Transaction, job *fdbjobs.J
 // cancelled, rather than at its next heartbeat (UpdateJob would halt it
 // then, ErrHalt).
 func (s *Store) WatchRun(tr kv.Transaction, job *fdbjobs.Job, d *JobData) (watches []kv.FutureNil, ok bool, err error) {
-	w, held, err := s.Jobs.WatchHold(tr, job)
+	w, held, err := s.jobs.WatchHold(tr, job)
 	if err != nil || !held {
 		return nil, false, err
 	}
@@ -176,7 +176,7 @@ func (s *Store) WatchRun(tr kv.Transaction, job *fdbjobs.Job, d *JobData) (watch
 // finished, or pending again if it was resubmitted while running) and
 // indexes the job as it then stands, in tr.
 func (s *Store) FinishJob(ctx context.Context, tr kv.Transaction, job *fdbjobs.Job, d *JobData) error {
-	if err := s.Jobs.Finish(ctx, tr, job, d.Encode()); err != nil {
+	if err := s.jobs.Finish(ctx, tr, job, d.Encode()); err != nil {
 		return err
 	}
 	return s.reindex(ctx, tr, job.ID)
@@ -187,10 +187,17 @@ func (s *Store) FinishJob(ctx context.Context, tr kv.Transaction, job *fdbjobs.J
 // of one that committed leaves the job as it is by then). A job no longer
 // held is ErrHalt.
 func (s *Store) ResubmitJob(ctx context.Context, tr kv.Transaction, job *fdbjobs.Job, d *JobData, stime int64) error {
-	if err := s.Jobs.FinishAt(ctx, tr, job, stime, d.Encode()); err != nil {
+	if err := s.jobs.FinishAt(ctx, tr, job, stime, d.Encode()); err != nil {
 		return err
 	}
 	return s.reindex(ctx, tr, job.ID)
+}
+
+// setData replaces the data of job jobID, which is not running, by data,
+// in tr (fdbjobs.Client.SetData: its state and scheduled time stay): a
+// change of its credentials alone (Reseal), which no index entry shows.
+func (s *Store) setData(ctx context.Context, tr kv.Transaction, jobID string, data []byte) error {
+	return s.jobs.SetData(ctx, tr, JobType, jobID, data)
 }
 
 // reenqueued is the Store's fdbjobs re-enqueue hook: a job the activity

@@ -2,7 +2,6 @@ package replicator
 
 import (
 	"context"
-	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -25,12 +24,6 @@ const (
 	scanBatch = 1000
 )
 
-// DeletionLeaseDefault is how long a node holds a deleted database whose
-// jobs it removes (RemoveDeletedDBJobs), renewed at half-time: longer than
-// a removal transaction with its retries, and how long the others wait
-// when the holder died.
-const DeletionLeaseDefault = 30 * time.Second
-
 // indexVersion is the version of the view index this code keeps; a store
 // whose (19) key holds less is indexed by buildIndex. Version 2 added
 // the owner keys (20–22).
@@ -50,7 +43,7 @@ func (s *Store) buildIndex(ctx context.Context) error {
 	if s.indexed.Load() {
 		return nil
 	}
-	v, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) ([]byte, error) {
+	v, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) ([]byte, error) {
 		return tr.Get(s.indexVersionKey()).Get()
 	})
 	if err != nil {
@@ -66,7 +59,7 @@ func (s *Store) buildIndex(ctx context.Context) error {
 	size := &kv.Batch{Max: indexBatch}
 	flush := func() error {
 		for len(batch) > 0 {
-			n, err := kv.TransactBatch(ctx, s.DB, size, func(tr kv.Transaction, n int) (int, error) {
+			n, err := kv.TransactBatch(ctx, s.db, size, func(tr kv.Transaction, n int) (int, error) {
 				return s.indexExisting(ctx, tr, batch[:min(n, len(batch))])
 			})
 			if err != nil {
@@ -76,7 +69,7 @@ func (s *Store) buildIndex(ctx context.Context) error {
 		}
 		return nil
 	}
-	err = s.Jobs.FoldJobs(ctx, JobType, func(j fdbjobs.JobInfo) error {
+	err = s.jobs.FoldJobs(ctx, JobType, func(j fdbjobs.JobInfo) error {
 		batch = append(batch, j.ID)
 		if len(batch) < indexBatch {
 			return nil
@@ -89,7 +82,7 @@ func (s *Store) buildIndex(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
+	_, err = s.db.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		tr.Set(s.indexVersionKey(), tuple.Tuple{int64(indexVersion)}.Pack())
 		return nil, nil
 	})
@@ -131,7 +124,7 @@ func (s *Store) indexExisting(ctx context.Context, tr kv.Transaction, ids []stri
 			registered[d.DBName] = u
 		}
 		if u != d.DBUUID {
-			if err := s.markDeleted(tr, d.DBUUID, d.DBName); err != nil {
+			if err := s.retention.markDeleted(tr, d.DBUUID, d.DBName); err != nil {
 				return 0, err
 			}
 		}
@@ -154,7 +147,8 @@ type dbCursor struct {
 // removeDBJobs removes up to limit jobs of database instance dbUUID, which
 // UnregisterDB retired, from cursor c on, in tr. It returns how many it
 // removed, the cursor after them and whether none are left; then the
-// instance's deletion mark and counters are cleared in tr as well.
+// instance's counters are cleared in tr as well (and its deletion mark by
+// the caller, Retention).
 func (s *Store) removeDBJobs(ctx context.Context, tr kv.Transaction, dbUUID string, c dbCursor, limit int) (removed int, next dbCursor, done bool, err error) {
 	docIDs, keys, err := s.dbJobIDs(tr, dbUUID, c.before, !c.moved, limit)
 	if err != nil {
@@ -175,198 +169,49 @@ func (s *Store) removeDBJobs(ctx context.Context, tr kv.Transaction, dbUUID stri
 		return len(gone), dbCursor{before: docIDs[examined-1], moved: true}, false, nil
 	}
 	if len(docIDs) < limit {
-		tr.Clear(s.deletedDBKey(dbUUID))
 		tr.ClearRange(prefixRange(s.dbCounts, tuple.Tuple{dbUUID}))
 		return len(gone), c, true, nil
 	}
 	return len(gone), dbCursor{before: docIDs[len(docIDs)-1], moved: true}, false, nil
 }
 
-// deletion is a deleted database instance's mark (keyDeletedDBs): its
-// name, and the node removing its jobs with its lease (Unix ms), so that
-// nodes do not all remove the same jobs at once and conflict.
-type deletion struct {
-	dbUUID, dbName, holder string
-	until                  int64
-}
-
-func (d deletion) pack() []byte { return tuple.Tuple{d.dbName, d.holder, d.until}.Pack() }
-
-func (s *Store) unpackDeletion(k kv.Key, v []byte) (deletion, bool) {
-	t, err := s.deletedDBs.Unpack(k)
-	uuid, ok := tupleString(t, err)
-	if !ok {
-		return deletion{}, false
+// removeExpired removes, in tr, the finished transient jobs last updated
+// at or before before (Unix ms) among the first limit keys of rng, a
+// range of the expiry index (13), and returns how many it removed and
+// the last key it examined (nil when rng has no more: the caller's next
+// range starts after it).
+func (s *Store) removeExpired(ctx context.Context, tr kv.Transaction, rng kv.KeyRange, before int64, limit int) (int, kv.Key, error) {
+	ids, keys, err := s.idsIn(tr, s.expiry, rng, limit)
+	if err != nil {
+		return 0, nil, err
 	}
-	d := deletion{dbUUID: uuid}
-	vt, err := tuple.Unpack(v)
-	if err != nil || len(vt) != 3 {
-		return d, true // unreadable: free to take
-	}
-	d.dbName, _ = vt[0].(string)
-	d.holder, _ = vt[1].(string)
-	d.until, _ = int64Elem(vt[2])
-	return d, true
-}
-
-// markDeleted marks database instance dbUUID of dbName for the removal of
-// its jobs, unless it is marked already.
-func (s *Store) markDeleted(tr kv.Transaction, dbUUID, dbName string) error {
-	v, err := tr.Get(s.deletedDBKey(dbUUID)).Get()
-	if err != nil || v != nil {
-		return err
-	}
-	tr.Set(s.deletedDBKey(dbUUID), deletion{dbName: dbName}.pack())
-	return nil
-}
-
-// takeDeletion makes holder the remover of dbUUID's jobs until now +
-// lease, unless the database is done or another node's lease runs.
-func (s *Store) takeDeletion(ctx context.Context, dbUUID, holder string, now time.Time, lease time.Duration) (bool, error) {
-	return kv.Transact(ctx, s.DB, func(tr kv.Transaction) (bool, error) {
-		k := s.deletedDBKey(dbUUID)
-		v, err := tr.Get(k).Get()
-		if err != nil || v == nil {
-			return false, err
+	var stale []string
+	gone, examined, err := s.removeJobs(ctx, tr, ids, func(st fdbjobs.State, d *JobData) bool {
+		if e := entryOf("", st, d); e == nil || e.expires == 0 || e.expires > before {
+			return true
 		}
-		d, _ := s.unpackDeletion(k, v)
-		if d.holder != "" && d.holder != holder && d.until > now.UnixMilli() {
-			return false, nil
-		}
-		d.holder, d.until = holder, now.Add(lease).UnixMilli()
-		tr.Set(k, d.pack())
-		return true, nil
+		return false
 	})
-}
-
-// RemoveDeletedDBJobs removes the jobs of every database UnregisterDB
-// retired, batch (RemoveBatchDefault when 0) per transaction (fewer while
-// transactions fail, see kv.TransactBatch), until none is left or ctx ends: a
-// database with n documents takes about n/batch transactions. holder
-// takes each database for lease (renewed at half-time, by now), so that
-// another node calling it at the same time passes that database by
-// instead of conflicting on every transaction; a holder that dies leaves
-// its database to the others once its lease ran out. It returns how many
-// jobs it removed (commits only: an attempt that committed but reported
-// commit_unknown_result is not counted).
-func (s *Store) RemoveDeletedDBJobs(ctx context.Context, holder string, now func() time.Time, lease time.Duration, batch int) (int, error) {
-	if batch <= 0 {
-		batch = RemoveBatchDefault
+	if err != nil {
+		return 0, nil, err
 	}
-	total := 0
-	size := &kv.Batch{Max: batch}
-	err := kv.ReadPages(ctx, s.DB, subspaceRange(s.deletedDBs), 16, func(marks []kv.KeyValue) (bool, error) {
-		for _, m := range marks {
-			d, ok := s.unpackDeletion(m.Key, m.Value)
-			if !ok {
-				continue
-			}
-			n, err := s.removeDeleted(ctx, d, holder, now, lease, size)
-			total += n
-			if err != nil {
-				return false, err
-			}
-		}
-		return false, nil
-	})
-	return total, err
-}
-
-// removeDeleted removes the jobs of one deleted database while holder
-// holds its lease.
-func (s *Store) removeDeleted(ctx context.Context, d deletion, holder string, now func() time.Time, lease time.Duration, size *kv.Batch) (int, error) {
-	total := 0
-	var renewAt time.Time
-	var c dbCursor
-	for {
-		if t := now(); !t.Before(renewAt) {
-			ok, err := s.takeDeletion(ctx, d.dbUUID, holder, t, lease)
-			if err != nil || !ok {
-				return total, err
-			}
-			renewAt = t.Add(lease / 2)
-		}
-		type res struct {
-			n    int
-			c    dbCursor
-			done bool
-		}
-		r, err := kv.TransactBatch(ctx, s.DB, size, func(tr kv.Transaction, n int) (res, error) {
-			n, next, done, err := s.removeDBJobs(ctx, tr, d.dbUUID, c, n)
-			return res{n, next, done}, err
-		})
-		if err != nil {
-			return total, err
-		}
-		total += r.n
-		if r.done {
-			return total, nil
-		}
-		c = r.c
+	removed := map[string]bool{}
+	for _, id := range gone {
+		removed[id] = true
 	}
-}
-
-// RemoveExpiredJobs removes the finished transient jobs last updated at or
-// before before (Unix ms), found through the index, batch
-// (RemoveBatchDefault when 0) per transaction, and returns how many it
-// removed (commits only, as RemoveDeletedDBJobs).
-func (s *Store) RemoveExpiredJobs(ctx context.Context, before int64, batch int) (int, error) {
-	if batch <= 0 {
-		batch = RemoveBatchDefault
+	for i, id := range ids[:examined] {
+		if !removed[id] {
+			stale = append(stale, id)
+			tr.Clear(keys[i])
+		}
 	}
-	// The range's start moves past each batch, never back over the
-	// deletion tombstones of the keys removed (see dbCursor); a job
-	// finished since has a later time than before.
-	rng := kv.KeyRange{Begin: subspaceRange(s.expiry).Begin, End: s.expiry.Pack(tuple.Tuple{before + 1})}
-	total := 0
-	size := &kv.Batch{Max: batch}
-	for {
-		type res struct {
-			n    int
-			last kv.Key // the last key examined; nil when the range is done
-		}
-		r, err := kv.TransactBatch(ctx, s.DB, size, func(tr kv.Transaction, batch int) (res, error) {
-			ids, keys, err := s.idsIn(tr, s.expiry, rng, batch)
-			if err != nil {
-				return res{}, err
-			}
-			var stale []string
-			gone, examined, err := s.removeJobs(ctx, tr, ids, func(st fdbjobs.State, d *JobData) bool {
-				if e := entryOf("", st, d); e == nil || e.expires == 0 || e.expires > before {
-					return true
-				}
-				return false
-			})
-			if err != nil {
-				return res{}, err
-			}
-			removed := map[string]bool{}
-			for _, id := range gone {
-				removed[id] = true
-			}
-			for i, id := range ids[:examined] {
-				if !removed[id] {
-					stale = append(stale, id)
-					tr.Clear(keys[i])
-				}
-			}
-			out := res{n: len(gone)}
-			if examined < len(ids) || len(ids) == batch {
-				out.last = keys[examined-1]
-			}
-			// A kept job's expiry key did not match its row: the key goes
-			// and the job is indexed afresh, so the loop moves on.
-			return out, s.reindex(ctx, tr, stale...)
-		})
-		if err != nil {
-			return total, err
-		}
-		total += r.n
-		if r.last == nil {
-			return total, nil
-		}
-		rng.Begin = kv.KeyAfter(r.last)
+	var last kv.Key
+	if examined < len(ids) || len(ids) == limit {
+		last = keys[examined-1]
 	}
+	// A kept job's expiry key did not match its row: the key goes and the
+	// job is indexed afresh, so the loop moves on.
+	return len(gone), last, s.reindex(ctx, tr, stale...)
 }
 
 // RunningOn returns the ids of the jobs the index has running on node,
@@ -374,7 +219,7 @@ func (s *Store) RemoveExpiredJobs(ctx context.Context, before int64, batch int) 
 // most).
 func (s *Store) RunningOn(ctx context.Context, node string) ([]string, error) {
 	var out []string
-	err := kv.ReadPages(ctx, s.DB, prefixRange(s.running, tuple.Tuple{node}), scanBatch, func(page []kv.KeyValue) (bool, error) {
+	err := kv.ReadPages(ctx, s.db, prefixRange(s.running, tuple.Tuple{node}), scanBatch, func(page []kv.KeyValue) (bool, error) {
 		ids, _ := idsOf(s.running, page)
 		out = append(out, ids...)
 		return false, nil

@@ -2,6 +2,7 @@ package replicator
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sort"
 
@@ -11,18 +12,25 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
-// Reading the views from the index (see doc.go, "View index"): a page
-// costs what it lists, not what the cluster holds. Rows are read in
-// transactions of at most viewRowsPerTx jobs, so a page of up to that many
-// rows is one consistent snapshot; a bigger one is several (rows that
-// change between them may be missed or shifted, as between two pages).
-// skip costs O(skip) keys-only reads, viewKeysPerTx per transaction,
-// except that whole databases are skipped by their counters.
-// Reads of job rows stop once a transaction has read rowBudget bytes
-// (FoundationDB advises staying under 1 MB): rows are read in chunks
-// issued together, the first of firstRowChunk (before any size is known:
-// that many of the largest rows, about 70 kB each, stay under 1 MB), the
-// next as many as the budget left allows at the largest row seen so far.
+// Views reads the views (_scheduler/jobs and docs, and their per-user
+// forms) from the Store's view index (see doc.go, "View index"); it
+// writes nothing. A page costs what it lists, not what the cluster holds.
+// Rows are read in transactions of at most viewRowsPerTx jobs, so a page
+// of up to that many rows is one consistent snapshot; a bigger one is
+// several (rows that change between them may be missed or shifted, as
+// between two pages). skip costs O(skip) keys-only reads, viewKeysPerTx
+// per transaction, except that whole databases are skipped by their
+// counters.
+type Views struct {
+	s *Store
+}
+
+// Reads of job rows (readRows) stop once a transaction has read rowBudget
+// bytes (FoundationDB advises staying under 1 MB): rows are read in
+// chunks issued together, the first of firstRowChunk (before any size is
+// known: that many of the largest rows, about 70 kB each, stay under
+// 1 MB), the next as many as the budget left allows at the largest row
+// seen so far.
 const (
 	rowBudget     = kv.PageBytes
 	firstRowChunk = 8
@@ -40,7 +48,7 @@ func (s *Store) readRows(ctx context.Context, tr kv.ReadTransaction, ids []strin
 			n = max(1, (rowBudget-used)/largest)
 		}
 		n = min(n, len(ids)-len(out))
-		rows, err := s.Jobs.ReadJobs(ctx, tr, JobType, ids[len(out):len(out)+n])
+		rows, err := s.jobs.ReadJobs(ctx, tr, JobType, ids[len(out):len(out)+n])
 		if err != nil {
 			return nil, err
 		}
@@ -99,101 +107,141 @@ type DocsQuery struct {
 // DocsPage returns a page of the jobs of _replicator documents, sorted by
 // database name and document id; a deleted database's documents never
 // show (only registered instances are walked).
-func (s *Store) DocsPage(ctx context.Context, q DocsQuery) (Page, error) {
+func (v *Views) DocsPage(ctx context.Context, q DocsQuery) (Page, error) {
 	states := q.States
 	if len(states) == 0 {
 		states = viewStates
 	}
 	states = append([]string(nil), states...)
 	sort.Strings(states)
-	c := docsCursor{s: s, states: states, filtered: len(q.States) > 0, one: q.DB != "", db: q.StartDB, doc: q.StartDoc, inclDB: true, inclDoc: true}
+	c := docsCursor{s: v.s, states: states, filtered: len(q.States) > 0, one: q.DB != "", db: q.StartDB, doc: q.StartDoc, inclDB: true, inclDoc: true}
 	if c.one {
 		c.db = q.DB
 	}
 	total := func(tr kv.ReadTransaction) (int64, error) {
 		var keys []kv.Key
 		if c.one {
-			u, err := s.RegisteredDB(tr, q.DB)
+			u, err := v.s.RegisteredDB(tr, q.DB)
 			if err != nil || u == "" {
 				return 0, err
 			}
 			for _, st := range states {
-				keys = append(keys, s.dbCountKey(u, st))
+				keys = append(keys, v.s.dbCountKey(u, st))
 			}
 		} else {
 			for _, st := range states {
-				keys = append(keys, s.docCountKey(st))
+				keys = append(keys, v.s.docCountKey(st))
 			}
 		}
 		return sumCounters(tr, keys)
 	}
-	return s.page(ctx, c, total, q.Limit, q.Skip)
+	return v.page(ctx, c, total, q.Limit, q.Skip)
 }
 
 // JobsPage returns a page of _scheduler/jobs: the unfinished jobs
 // (Unfinished) sorted by replication id (job id when they have none yet),
 // then job id, starting at (startID, startJobID) inclusive.
-func (s *Store) JobsPage(ctx context.Context, startID, startJobID string, limit, skip int) (Page, error) {
-	rng := subspaceRange(s.unfinished)
+func (v *Views) JobsPage(ctx context.Context, startID, startJobID string, limit, skip int) (Page, error) {
+	rng := subspaceRange(v.s.unfinished)
 	if startID != "" || startJobID != "" {
-		rng.Begin = s.unfinishedKey(startID, startJobID)
+		rng.Begin = v.s.unfinishedKey(startID, startJobID)
 	}
-	total := func(tr kv.ReadTransaction) (int64, error) { return sumCounters(tr, []kv.Key{s.jobCountKey()}) }
-	return s.page(ctx, rangeCursor{ss: s.unfinished, rng: rng}, total, limit, skip)
+	total := func(tr kv.ReadTransaction) (int64, error) { return sumCounters(tr, []kv.Key{v.s.jobCountKey()}) }
+	return v.page(ctx, rangeCursor{ss: v.s.unfinished, rng: rng}, total, limit, skip)
 }
 
 // OwnerJobsPage is JobsPage among the unfinished jobs of owner
 // (JobData.Owner), read from their own keys (20) and counter (21): a
 // user's page costs what it lists, whoever else has jobs. Owner "" has
 // none.
-func (s *Store) OwnerJobsPage(ctx context.Context, owner, startID, startJobID string, limit, skip int) (Page, error) {
+func (v *Views) OwnerJobsPage(ctx context.Context, owner, startID, startJobID string, limit, skip int) (Page, error) {
 	if owner == "" {
 		return Page{Jobs: []PageJob{}}, nil
 	}
-	rng := prefixRange(s.ownerJobs, tuple.Tuple{owner})
+	rng := prefixRange(v.s.ownerJobs, tuple.Tuple{owner})
 	if startID != "" || startJobID != "" {
-		rng.Begin = s.ownerJobKey(owner, startID, startJobID)
+		rng.Begin = v.s.ownerJobKey(owner, startID, startJobID)
 	}
 	total := func(tr kv.ReadTransaction) (int64, error) {
-		return sumCounters(tr, []kv.Key{s.ownerCountKey(owner)})
+		return sumCounters(tr, []kv.Key{v.s.ownerCountKey(owner)})
 	}
-	return s.page(ctx, rangeCursor{ss: s.ownerJobs, rng: rng}, total, limit, skip)
+	return v.page(ctx, rangeCursor{ss: v.s.ownerJobs, rng: rng}, total, limit, skip)
 }
 
 // OwnerRunningJobs returns the jobs of owner that run, sorted by node and
 // job id, read from their own keys (22): it costs owner's running jobs,
 // not the cluster's. Owner "" has none.
-func (s *Store) OwnerRunningJobs(ctx context.Context, owner string) ([]PageJob, error) {
+func (v *Views) OwnerRunningJobs(ctx context.Context, owner string) ([]PageJob, error) {
 	if owner == "" {
 		return []PageJob{}, nil
 	}
-	rng := prefixRange(s.ownerRunning, tuple.Tuple{owner})
-	p, err := s.page(ctx, rangeCursor{ss: s.ownerRunning, rng: rng}, nil, math.MaxInt, 0)
+	rng := prefixRange(v.s.ownerRunning, tuple.Tuple{owner})
+	p, err := v.page(ctx, rangeCursor{ss: v.s.ownerRunning, rng: rng}, nil, math.MaxInt, 0)
 	return p.Jobs, err
 }
 
 // RunningJobs returns the jobs running on node ("" for every node),
 // sorted by node and job id: a node runs max_jobs jobs at most, so this
 // costs the running jobs, not all of them.
-func (s *Store) RunningJobs(ctx context.Context, node string) ([]PageJob, error) {
-	rng := subspaceRange(s.running)
+func (v *Views) RunningJobs(ctx context.Context, node string) ([]PageJob, error) {
+	rng := subspaceRange(v.s.running)
 	if node != "" {
-		rng = prefixRange(s.running, tuple.Tuple{node})
+		rng = prefixRange(v.s.running, tuple.Tuple{node})
 	}
-	p, err := s.page(ctx, rangeCursor{ss: s.running, rng: rng}, nil, math.MaxInt, 0)
+	p, err := v.page(ctx, rangeCursor{ss: v.s.running, rng: rng}, nil, math.MaxInt, 0)
 	return p.Jobs, err
 }
 
 // NodeRunning returns how many jobs the index has running on node (its
 // counter).
-func (s *Store) NodeRunning(ctx context.Context, tr kv.ReadTransactor, node string) (int, error) {
+func (v *Views) NodeRunning(ctx context.Context, tr kv.ReadTransactor, node string) (int, error) {
 	if tr == nil {
-		tr = s.DB
+		tr = v.s.db
 	}
 	return kv.ReadTransact(ctx, tr, func(tr kv.ReadTransaction) (int, error) {
-		n, err := sumCounters(tr, []kv.Key{s.nodeCountKey(node)})
+		n, err := sumCounters(tr, []kv.Key{v.s.nodeCountKey(node)})
 		return int(n), err
 	})
+}
+
+// Job is Store.Job for the views: the job's data with the live counters of
+// its current run (see Progress), its failed documents
+// (JobData.FailedDocs) and, for a parked job, its group's watch
+// (JobData.Watch), read in one transaction.
+func (v *Views) Job(ctx context.Context, jobID string) (*JobData, fdbjobs.State, error) {
+	type res struct {
+		d  *JobData
+		st fdbjobs.State
+	}
+	r, err := kv.ReadTransact(ctx, v.s.db, func(tr kv.ReadTransaction) (res, error) {
+		d, st, err := v.s.Job(ctx, tr, jobID)
+		if err != nil || d == nil {
+			return res{}, err
+		}
+		jobs := []PageJob{{ID: jobID, State: st, Data: d}}
+		if err := v.s.progress.overlay(tr, jobs); err != nil {
+			return res{}, err
+		}
+		failed, err := v.s.failed.read(tr, jobID)
+		if err != nil {
+			return res{}, err
+		}
+		if failed == nil {
+			failed = []FailedDoc{}
+		}
+		d.FailedDocs = &failed
+		if d.State == StateParked && d.Parked != nil {
+			wst, raw, err := v.s.jobs.Job(ctx, tr, WatchType, WatchJobID(d.Parked.Group))
+			if err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
+				return res{}, err
+			}
+			if err == nil && wst != fdbjobs.Finished {
+				d.Watch, _ = DecodeWatchData(raw)
+			}
+		}
+		return res{d: d, st: st}, nil
+	})
+	return r.d, r.st, err
 }
 
 // cursor is a position in a view's index. Methods return the moved
@@ -211,7 +259,7 @@ type cursor interface {
 
 // page reads a page from c: skip rows, then up to limit, with total_rows
 // from total (nil: 0), paging across transactions.
-func (s *Store) page(ctx context.Context, c cursor, total func(kv.ReadTransaction) (int64, error), limit, skip int) (Page, error) {
+func (v *Views) page(ctx context.Context, c cursor, total func(kv.ReadTransaction) (int64, error), limit, skip int) (Page, error) {
 	p := Page{Jobs: []PageJob{}}
 	first, skipLeft := true, skip
 	for {
@@ -221,7 +269,7 @@ func (s *Store) page(ctx context.Context, c cursor, total func(kv.ReadTransactio
 			total    int64
 			jobs     []PageJob
 		}
-		st, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) (step, error) {
+		st, err := kv.ReadTransact(ctx, v.s.db, func(tr kv.ReadTransaction) (step, error) {
 			out := step{c: c, skipLeft: skipLeft}
 			var err error
 			if first && total != nil {
@@ -248,7 +296,7 @@ func (s *Store) page(ctx context.Context, c cursor, total func(kv.ReadTransactio
 			if ids, out.c, err = at.next(tr, min(limit-len(p.Jobs), viewRowsPerTx)); err != nil {
 				return step{}, err
 			}
-			rows, err := s.readRows(ctx, tr, ids)
+			rows, err := v.s.readRows(ctx, tr, ids)
 			if err != nil {
 				return step{}, err
 			}
@@ -267,7 +315,7 @@ func (s *Store) page(ctx context.Context, c cursor, total func(kv.ReadTransactio
 					out.jobs = append(out.jobs, PageJob{ID: r.ID, State: r.State, Data: d})
 				}
 			}
-			return out, s.overlayProgress(tr, out.jobs)
+			return out, v.s.progress.overlay(tr, out.jobs)
 		})
 		if err != nil {
 			return Page{}, err

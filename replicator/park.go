@@ -75,7 +75,7 @@ func (s *Store) WakeJob(ctx context.Context, tr kv.Transactor, jobID, cause stri
 		stime := stime(d)
 		Lifecycle{}.Transform(x, Change{Kind: Woken, At: now, STime: stime, Reason: cause})
 		// Adding a pending job moves it to the new time with the new data.
-		if err := s.Jobs.Add(ctx, tr, JobType, jobID, x.Encode(), stime); err != nil {
+		if err := s.jobs.Add(ctx, tr, JobType, jobID, x.Encode(), stime); err != nil {
 			return false, err
 		}
 		return true, s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.Pending, d: x}})
@@ -87,7 +87,7 @@ func (s *Store) WakeJob(ctx context.Context, tr kv.Transactor, jobID, cause stri
 // own).
 func (s *Store) ParkedCount(ctx context.Context, tr kv.ReadTransactor) (int64, error) {
 	if tr == nil {
-		tr = s.DB
+		tr = s.db
 	}
 	return kv.ReadTransact(ctx, tr, func(tr kv.ReadTransaction) (int64, error) {
 		v, err := tr.Snapshot().Get(s.parkedCountKey()).Get()

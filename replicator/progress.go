@@ -3,20 +3,28 @@ package replicator
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/subspace"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
-// Progress is a running job's live counters as its node last wrote them
-// (key 23, see replicator/scheduler's doc.go, "Live progress"): the views
-// show them in place of the counters of the job's data when they belong
-// to the job's current run and are newer.
+// Progress is the running jobs' live counters (key 23, see
+// replicator/scheduler's doc.go, "Live progress"): a RunProgress per run,
+// which the nodes write and the views show in place of the counters of a
+// job's data while they belong to the job's current run and are newer.
+// The job's removal removes them (Store).
 type Progress struct {
+	s   *Store
+	sub subspace.Subspace // (23)
+}
+
+// RunProgress is a running job's live counters as its node last wrote
+// them (Progress).
+type RunProgress struct {
 	// Node and Start name the run: JobData.Node and JobData.LastStart as
 	// the run's node wrote them when it started the run.
 	Node  string `json:"node"`
@@ -28,21 +36,21 @@ type Progress struct {
 	Sync *engine.Sync `json:"sync,omitempty"`
 	// Ended marks the final counters of a run that stopped because its
 	// job was removed (its replication deleted or cancelled): what the
-	// target took, every write of the run answered (RunEnd).
+	// target took, every write of the run answered (Progress.RunEnd).
 	Ended bool `json:"ended,omitempty"`
 }
 
-// ProgressWrite is one change of WriteProgress: the progress of the run
+// ProgressWrite is one change of Progress.Write: the progress of the run
 // (Node, Start) of job JobID set to Progress (whose Node and Start name
 // the run then), or removed when Progress is nil.
 type ProgressWrite struct {
 	JobID    string
 	Node     string
 	Start    int64
-	Progress *Progress
+	Progress *RunProgress
 }
 
-// progressPageMax is the most writes WriteProgress makes in one
+// progressPageMax is the most writes Progress.Write makes in one
 // transaction: a progress value is about 400 bytes, so a page writes
 // about 100 kB.
 const progressPageMax = 250
@@ -50,22 +58,22 @@ const progressPageMax = 250
 // progressKey is the key of the progress of one run of a job: a run's
 // end removes its own value, never that of a run of the job started
 // since, on this node or another.
-func (s *Store) progressKey(jobID, node string, start int64) kv.Key {
-	return s.root.Pack(tuple.Tuple{keyProgress, jobID, node, start})
+func (p *Progress) key(jobID, node string, start int64) kv.Key {
+	return p.sub.Pack(tuple.Tuple{jobID, node, start})
 }
 
-// clearProgress removes the progress of every run of a job, in tr.
-func (s *Store) clearProgress(tr kv.Transaction, jobID string) {
-	tr.ClearRange(prefixRange(s.root, tuple.Tuple{keyProgress, jobID}))
+// clear removes the progress of every run of a job, in tr.
+func (p *Progress) clear(tr kv.Transaction, jobID string) {
+	tr.ClearRange(prefixRange(p.sub, tuple.Tuple{jobID}))
 }
 
-// WriteProgress applies writes in transactions of blind writes (at most
+// Write applies writes in transactions of blind writes (at most
 // progressPageMax each): they read nothing, so they conflict with
 // nothing, and one run again after commit_unknown_result writes the same
 // values. Each run has a key of its own, so removing the progress of a
 // run that ended never removes that of a run of the same job started
 // since. On an error, the pages before it were written.
-func (s *Store) WriteProgress(ctx context.Context, writes []ProgressWrite) error {
+func (p *Progress) Write(ctx context.Context, writes []ProgressWrite) error {
 	ordered := make([]ProgressWrite, 0, len(writes))
 	vals := make([][]byte, 0, len(writes))
 	for _, w := range writes {
@@ -85,12 +93,12 @@ func (s *Store) WriteProgress(ctx context.Context, writes []ProgressWrite) error
 	for len(ordered) > 0 {
 		n := min(len(ordered), progressPageMax)
 		page, pvals := ordered[:n], vals[:n]
-		if _, err := kv.Transact(ctx, s.DB, func(tr kv.Transaction) (any, error) {
+		if _, err := kv.Transact(ctx, p.s.db, func(tr kv.Transaction) (any, error) {
 			for i, w := range page {
 				if pvals[i] == nil {
-					tr.Clear(s.progressKey(w.JobID, w.Node, w.Start))
+					tr.Clear(p.key(w.JobID, w.Node, w.Start))
 				} else {
-					tr.Set(s.progressKey(w.JobID, w.Progress.Node, w.Progress.Start), pvals[i])
+					tr.Set(p.key(w.JobID, w.Progress.Node, w.Progress.Start), pvals[i])
 				}
 			}
 			return nil, nil
@@ -110,33 +118,33 @@ const RunEndWaitDefault = 10 * time.Second
 
 // RunEnd waits, until ctx ends, for the final counters of the run
 // (node, start) of job jobID, which the caller removed while it ran: the
-// node that ran it stores them once the run has stopped (Progress.Ended).
+// node that ran it stores them once the run has stopped (RunProgress.Ended).
 // It takes them (removes the value) and returns them; nil when ctx ended
 // first (the node dead or cut off from the store: its run stops when its
 // hold lapses, and nothing is stored).
-func (s *Store) RunEnd(ctx context.Context, jobID, node string, start int64) (*engine.Stats, error) {
-	key := s.progressKey(jobID, node, start)
+func (p *Progress) RunEnd(ctx context.Context, jobID, node string, start int64) (*engine.Stats, error) {
+	key := p.key(jobID, node, start)
 	// found survives the retry loop: an attempt that read the record and
 	// cleared it may commit although its commit reported
 	// commit_unknown_result; the retry then finds the key empty and gives
 	// the counters the first attempt read.
-	var found *Progress
+	var found *RunProgress
 	for {
 		type got struct {
-			p     *Progress
+			p     *RunProgress
 			watch kv.FutureNil
 		}
-		g, err := kv.Transact(ctx, s.DB, func(tr kv.Transaction) (got, error) {
+		g, err := kv.Transact(ctx, p.s.db, func(tr kv.Transaction) (got, error) {
 			v, err := tr.Get(key).Get()
 			if err != nil {
 				return got{}, err
 			}
-			var p Progress
+			var rp RunProgress
 			switch {
-			case v != nil && json.Unmarshal(v, &p) == nil && p.Ended:
-				found = &p
+			case v != nil && json.Unmarshal(v, &rp) == nil && rp.Ended:
+				found = &rp
 				tr.Clear(key)
-				return got{p: &p}, nil
+				return got{p: &rp}, nil
 			case v == nil && found != nil:
 				return got{p: found}, nil
 			}
@@ -156,14 +164,14 @@ func (s *Store) RunEnd(ctx context.Context, jobID, node string, start int64) (*e
 	}
 }
 
-// overlayProgress reads, in tr, the progress of the running jobs among
-// jobs and puts into each job's data the counters of its current run
-// when they are newer than the data's.
-func (s *Store) overlayProgress(tr kv.ReadTransaction, jobs []PageJob) error {
+// overlay reads, in tr, the progress of the running jobs among jobs and
+// puts into each job's data the counters of its current run when they
+// are newer than the data's.
+func (p *Progress) overlay(tr kv.ReadTransaction, jobs []PageJob) error {
 	futs := make([]kv.FutureByteSlice, len(jobs))
 	for i, j := range jobs {
 		if j.State == fdbjobs.Running && j.Data != nil && j.Data.State == StateRunning {
-			futs[i] = tr.Get(s.progressKey(j.ID, j.Data.Node, j.Data.LastStart))
+			futs[i] = tr.Get(p.key(j.ID, j.Data.Node, j.Data.LastStart))
 		}
 	}
 	for i, f := range futs {
@@ -177,57 +185,17 @@ func (s *Store) overlayProgress(tr kv.ReadTransaction, jobs []PageJob) error {
 		if v == nil {
 			continue
 		}
-		var p Progress
-		if json.Unmarshal(v, &p) != nil {
+		var rp RunProgress
+		if json.Unmarshal(v, &rp) != nil {
 			continue // a value this version cannot read: the data's counters
 		}
 		d := jobs[i].Data
-		if p.Node == d.Node && p.Start == d.LastStart && p.At > d.LastUpdated {
-			d.Stats = p.Stats
-			if p.Sync != nil {
-				d.Sync = p.Sync
+		if rp.Node == d.Node && rp.Start == d.LastStart && rp.At > d.LastUpdated {
+			d.Stats = rp.Stats
+			if rp.Sync != nil {
+				d.Sync = rp.Sync
 			}
 		}
 	}
 	return nil
-}
-
-// ViewJob is Job for the views: the job's data with the live counters of
-// its current run (see Progress), its failed documents
-// (JobData.FailedDocs) and, for a parked job, its group's watch
-// (JobData.Watch), read in one transaction.
-func (s *Store) ViewJob(ctx context.Context, jobID string) (*JobData, fdbjobs.State, error) {
-	type res struct {
-		d  *JobData
-		st fdbjobs.State
-	}
-	r, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) (res, error) {
-		d, st, err := s.Job(ctx, tr, jobID)
-		if err != nil || d == nil {
-			return res{}, err
-		}
-		jobs := []PageJob{{ID: jobID, State: st, Data: d}}
-		if err := s.overlayProgress(tr, jobs); err != nil {
-			return res{}, err
-		}
-		failed, err := s.failedDocs(tr, jobID)
-		if err != nil {
-			return res{}, err
-		}
-		if failed == nil {
-			failed = []FailedDoc{}
-		}
-		d.FailedDocs = &failed
-		if d.State == StateParked && d.Parked != nil {
-			wst, raw, err := s.Jobs.Job(ctx, tr, WatchType, WatchJobID(d.Parked.Group))
-			if err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
-				return res{}, err
-			}
-			if err == nil && wst != fdbjobs.Finished {
-				d.Watch, _ = DecodeWatchData(raw)
-			}
-		}
-		return res{d: d, st: st}, nil
-	})
-	return r.d, r.st, err
 }

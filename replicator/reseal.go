@@ -161,12 +161,22 @@ func (s *Spec) Moves(o *seal.Opener) bool {
 	return found
 }
 
-// Reseal is what a Store's reseal of one document or job did.
-type Reseal int
+// Reseal is the resealing of the credentials the store holds, in the
+// _replicator documents and their jobs and in transient jobs: one
+// document or job at a time (Doc, Transient) and the pass over them all
+// (Step, resealpass.go), whose record is key 27. The jobs' data it
+// writes goes through the Store.
+type Reseal struct {
+	s   *Store
+	key kv.Key // (27) -> JSON resealPass
+}
+
+// ResealOutcome is what a reseal of one document or job did.
+type ResealOutcome int
 
 const (
 	// ResealNone: nothing to move.
-	ResealNone Reseal = iota
+	ResealNone ResealOutcome = iota
 	// ResealMoved: credentials moved.
 	ResealMoved
 	// ResealHeld: the job runs, and its holder moves its credentials (and
@@ -174,15 +184,15 @@ const (
 	ResealHeld
 )
 
-// ResealDoc moves the credentials of _replicator document docID of
+// Doc moves the credentials of _replicator document docID of
 // database db (UUID dbUUID) and of its job, in tr, with r: together, in
 // this transaction, which reads the job's row and so conflicts with an
 // Accept of it. A running job's holder keeps its data in memory and
 // writes it back, so while its job runs neither it nor its document is
 // changed (ResealHeld) unless the job's credentials already moved.
-func (s *Store) ResealDoc(ctx context.Context, tr kv.Transaction, docs DocRewriter, db, dbUUID, docID string, r *Resealer) (Reseal, error) {
+func (rs *Reseal) Doc(ctx context.Context, tr kv.Transaction, docs DocRewriter, db, dbUUID, docID string, r *Resealer) (ResealOutcome, error) {
 	jobID := DocJobID(dbUUID, docID)
-	d, st, err := s.Job(ctx, tr, jobID)
+	d, st, err := rs.s.Job(ctx, tr, jobID)
 	if err != nil {
 		return ResealNone, err
 	}
@@ -202,7 +212,7 @@ func (s *Store) ResealDoc(ctx context.Context, tr kv.Transaction, docs DocRewrit
 		return ResealNone, err
 	}
 	if data != nil {
-		if err := s.Jobs.SetData(ctx, tr, JobType, jobID, data); err != nil {
+		if err := rs.s.setData(ctx, tr, jobID, data); err != nil {
 			return ResealNone, err
 		}
 		moved = true
@@ -213,11 +223,11 @@ func (s *Store) ResealDoc(ctx context.Context, tr kv.Transaction, docs DocRewrit
 	return ResealNone, nil
 }
 
-// ResealTransient moves the credentials of transient job jobID with r,
+// Transient moves the credentials of transient job jobID with r,
 // in tr; a running one is ResealHeld (its holder moves them at its next
-// start), a document's job is left to ResealDoc.
-func (s *Store) ResealTransient(ctx context.Context, tr kv.Transaction, jobID string, r *Resealer) (Reseal, error) {
-	d, st, err := s.Job(ctx, tr, jobID)
+// start), a document's job is left to Doc.
+func (rs *Reseal) Transient(ctx context.Context, tr kv.Transaction, jobID string, r *Resealer) (ResealOutcome, error) {
+	d, st, err := rs.s.Job(ctx, tr, jobID)
 	switch {
 	case err != nil:
 		return ResealNone, err
@@ -226,21 +236,21 @@ func (s *Store) ResealTransient(ctx context.Context, tr kv.Transaction, jobID st
 	case st == fdbjobs.Running:
 		return ResealHeld, nil
 	}
-	moved, err := s.resealJob(ctx, tr, jobID, d, r)
+	moved, err := rs.job(ctx, tr, jobID, d, r)
 	if err != nil || !moved {
 		return ResealNone, err
 	}
 	return ResealMoved, nil
 }
 
-// resealJob moves the credentials of job jobID, with data d, which is
+// job moves the credentials of job jobID, with data d, which is
 // not running, in tr.
-func (s *Store) resealJob(ctx context.Context, tr kv.Transaction, jobID string, d *JobData, r *Resealer) (bool, error) {
+func (rs *Reseal) job(ctx context.Context, tr kv.Transaction, jobID string, d *JobData, r *Resealer) (bool, error) {
 	data, err := r.jobData(d)
 	if err != nil || data == nil {
 		return false, err
 	}
-	return true, s.Jobs.SetData(ctx, tr, JobType, jobID, data)
+	return true, rs.s.setData(ctx, tr, jobID, data)
 }
 
 // jobData is d's data with its credentials moved; nil when none moves.

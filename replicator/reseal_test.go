@@ -199,7 +199,7 @@ func (w *resealWorld) setJob(id string, d *JobData, state string) {
 	if state == "" || state == "pending" {
 		return
 	}
-	j, err := w.s.Jobs.Accept(w.ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: 1})
+	j, err := w.s.jobs.Accept(w.ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: 1})
 	require.NoError(w.t, err)
 	require.Equal(w.t, id, j.ID)
 	w.running[id] = j
@@ -210,7 +210,7 @@ func (w *resealWorld) setJob(id string, d *JobData, state string) {
 
 // take starts a pending job, if any.
 func (w *resealWorld) take() {
-	j, err := w.s.Jobs.Accept(w.ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: 1 << 41})
+	j, err := w.s.jobs.Accept(w.ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: 1 << 41})
 	if errors.Is(err, fdbjobs.ErrNotFound) {
 		return
 	}
@@ -224,12 +224,12 @@ func (w *resealWorld) take() {
 func (w *resealWorld) finish(id string) {
 	j := w.running[id]
 	delete(w.running, id)
-	require.NoError(w.t, w.s.Jobs.Finish(w.ctx, nil, j, j.Data))
+	require.NoError(w.t, w.s.jobs.Finish(w.ctx, nil, j, j.Data))
 }
 
 // step walks up to pages pages as holder.
 func (w *resealWorld) step(holder string, pages int) ResealReport {
-	rep, err := w.s.ResealStep(w.ctx, w.docs, w.o, holder, w.clock.Now, time.Minute, pages)
+	rep, err := w.s.reseal.Step(w.ctx, w.docs, w.o, holder, w.clock.Now, time.Minute, pages)
 	require.NoError(w.t, err)
 	return rep
 }

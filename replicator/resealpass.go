@@ -10,12 +10,11 @@ import (
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/seal"
-	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
 // The reseal pass: a walk over every _replicator document (with its job)
 // and every transient job, a page per transaction, that moves their
-// credentials to the current key (ResealDoc, ResealTransient). Its place
+// credentials to the current key (Reseal.Doc, Reseal.Transient). Its place
 // is one record in the store, so the walk goes on across intervals,
 // nodes and restarts; one node at a time holds it for a lease (as the
 // removal of a deleted database's jobs), so two nodes do not conflict on
@@ -81,9 +80,7 @@ const (
 	passDone = "done"
 )
 
-func (s *Store) resealKey() kv.Key { return s.root.Pack(tuple.Tuple{keyReseal}) }
-
-// ResealReport is what a ResealStep did.
+// ResealReport is what a Reseal.Step did.
 type ResealReport struct {
 	Key     string // the current key id
 	Pages   int    // pages walked: 0 when another node holds the pass, or none is due
@@ -98,14 +95,14 @@ type ResealReport struct {
 	Clean                            bool
 }
 
-// ResealStep walks up to pages pages of the reseal pass to o's current
+// Step walks up to pages pages of the reseal pass to o's current
 // key, as holder at now (see above), each page a transaction; nothing
 // when another node holds the pass (until its lease, renewed at each
 // page, runs out) or none is due. Values sealed to keys o lacks stay (the
 // runs that need them say so). A document or job that cannot be moved
 // (its data too large once sealed, a corrupt record) is passed by and
 // named; only the store's errors stop the step.
-func (s *Store) ResealStep(ctx context.Context, docs DocRewriter, o *seal.Opener, holder string, now func() time.Time, lease time.Duration, pages int) (ResealReport, error) {
+func (rs *Reseal) Step(ctx context.Context, docs DocRewriter, o *seal.Opener, holder string, now func() time.Time, lease time.Duration, pages int) (ResealReport, error) {
 	rep := ResealReport{Key: o.Current().ID()}
 	size := kv.Batch{Max: ResealPageDefault} // smaller after a page's transaction failed
 	for done := 0; done < pages; {
@@ -117,9 +114,9 @@ func (s *Store) ResealStep(ctx context.Context, docs DocRewriter, o *seal.Opener
 		}
 		at, token := now().UnixMilli(), newToken()
 		n := size.Size()
-		out, err := kv.Transact(ctx, s.DB, func(tr kv.Transaction) (outcome, error) {
+		out, err := kv.Transact(ctx, rs.s.db, func(tr kv.Transaction) (outcome, error) {
 			var out outcome
-			p, err := s.readPass(tr)
+			p, err := rs.readPass(tr)
 			if err != nil {
 				return out, err
 			}
@@ -137,7 +134,7 @@ func (s *Store) ResealStep(ctx context.Context, docs DocRewriter, o *seal.Opener
 				return out, nil
 			}
 			out.walked, out.start = true, p.StartedBy == token
-			if err := s.resealPage(ctx, tr, docs, r, &p, n, &out.page); err != nil {
+			if err := rs.page(ctx, tr, docs, r, &p, n, &out.page); err != nil {
 				return out, err
 			}
 			p.Moved += out.page.moved
@@ -158,7 +155,7 @@ func (s *Store) ResealStep(ctx context.Context, docs DocRewriter, o *seal.Opener
 			if err != nil {
 				return out, err
 			}
-			tr.Set(s.resealKey(), v)
+			tr.Set(rs.key, v)
 			return out, nil
 		})
 		if err != nil {
@@ -198,9 +195,9 @@ func resealWait(p resealPass) time.Duration {
 	return ResealAgainDefault
 }
 
-func (s *Store) readPass(tr kv.ReadTransaction) (resealPass, error) {
+func (rs *Reseal) readPass(tr kv.ReadTransaction) (resealPass, error) {
 	var p resealPass
-	v, err := tr.Get(s.resealKey()).Get()
+	v, err := tr.Get(rs.key).Get()
 	if err != nil || v == nil {
 		return p, err
 	}
@@ -218,7 +215,7 @@ type resealCounts struct {
 
 // add counts outcome o of the document or job what, or passes it by when
 // err is about it (not the store's: those stop the page).
-func (c *resealCounts) add(ctx context.Context, what string, o Reseal, err error) error {
+func (c *resealCounts) add(ctx context.Context, what string, o ResealOutcome, err error) error {
 	var kerr kv.Error
 	switch {
 	case err != nil && (ctx.Err() != nil || errors.As(err, &kerr)):
@@ -236,12 +233,12 @@ func (c *resealCounts) add(ctx context.Context, what string, o Reseal, err error
 	return nil
 }
 
-// resealPage walks one page of pass p, of n documents or jobs at most, in
+// page walks one page of pass p, of n documents or jobs at most, in
 // tr, and moves p on.
-func (s *Store) resealPage(ctx context.Context, tr kv.Transaction, docs DocRewriter, r *Resealer, p *resealPass, n int, c *resealCounts) error {
+func (rs *Reseal) page(ctx context.Context, tr kv.Transaction, docs DocRewriter, r *Resealer, p *resealPass, n int, c *resealCounts) error {
 	if p.Phase == passDocs {
 		if p.DB == "" {
-			db, uuid, err := s.dbAfter(tr, "")
+			db, uuid, err := rs.dbAfter(tr, "")
 			if err != nil {
 				return err
 			}
@@ -251,7 +248,7 @@ func (s *Store) resealPage(ctx context.Context, tr kv.Transaction, docs DocRewri
 			}
 			p.DB, p.DBUUID = db, uuid
 		}
-		uuid, err := s.RegisteredDB(tr, p.DB)
+		uuid, err := rs.s.RegisteredDB(tr, p.DB)
 		if err != nil {
 			return err
 		}
@@ -266,14 +263,14 @@ func (s *Store) resealPage(ctx context.Context, tr kv.Transaction, docs DocRewri
 			}
 		}
 		for _, id := range ids {
-			o, err := s.ResealDoc(ctx, tr, docs, p.DB, uuid, id, r)
+			o, err := rs.Doc(ctx, tr, docs, p.DB, uuid, id, r)
 			if err := c.add(ctx, p.DB+"/"+id, o, err); err != nil {
 				return err
 			}
 		}
 		p.After = next
 		if next == "" {
-			db, dbUUID, err := s.dbAfter(tr, p.DB)
+			db, dbUUID, err := rs.dbAfter(tr, p.DB)
 			if err != nil {
 				return err
 			}
@@ -285,7 +282,7 @@ func (s *Store) resealPage(ctx context.Context, tr kv.Transaction, docs DocRewri
 		}
 		return nil
 	}
-	jobs, err := s.Jobs.JobsAfter(ctx, tr, JobType, p.After, n)
+	jobs, err := rs.s.jobs.JobsAfter(ctx, tr, JobType, p.After, n)
 	if err != nil {
 		return err
 	}
@@ -295,7 +292,7 @@ func (s *Store) resealPage(ctx context.Context, tr kv.Transaction, docs DocRewri
 		if err != nil || !d.Transient() || !d.Rep.Moves(r.o) {
 			continue
 		}
-		o, err := s.ResealTransient(ctx, tr, j.ID, r)
+		o, err := rs.Transient(ctx, tr, j.ID, r)
 		if err := c.add(ctx, "job "+j.ID, o, err); err != nil {
 			return err
 		}
@@ -309,12 +306,12 @@ func (s *Store) resealPage(ctx context.Context, tr kv.Transaction, docs DocRewri
 // dbAfter returns the first registered _replicator database whose name
 // follows after ("" for the first), with its UUID; "" when none does.
 // It reads at tr's snapshot.
-func (s *Store) dbAfter(tr kv.ReadTransaction, after string) (string, string, error) {
-	begin := s.dbs.Pack(nil)
+func (rs *Reseal) dbAfter(tr kv.ReadTransaction, after string) (string, string, error) {
+	begin := rs.s.dbs.Pack(nil)
 	if after != "" {
-		begin = kv.KeyAfter(s.dbKey(after))
+		begin = kv.KeyAfter(rs.s.dbKey(after))
 	}
-	end, err := kv.Strinc(s.dbs.Pack(nil))
+	end, err := kv.Strinc(rs.s.dbs.Pack(nil))
 	if err != nil {
 		return "", "", err
 	}
@@ -322,7 +319,7 @@ func (s *Store) dbAfter(tr kv.ReadTransaction, after string) (string, string, er
 	if err != nil || len(rows) == 0 {
 		return "", "", err
 	}
-	t, err := s.dbs.Unpack(rows[0].Key)
+	t, err := rs.s.dbs.Unpack(rows[0].Key)
 	if err != nil || len(t) != 1 {
 		return "", "", err
 	}

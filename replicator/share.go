@@ -17,9 +17,9 @@ import (
 // a job, or "" for transient jobs. The three parts of the algorithm:
 //
 //  1. Usage. Nodes charge the run time of their jobs per share key into
-//     atomic counters (Store.Charge); once per interval one node folds the
+//     atomic counters (Shares.Charge); once per interval one node folds the
 //     charges into the decayed usage, usage = usage × UsageCoeff + charges
-//     (Store.RollUp; K1 of the paper, CouchDB's usage_coeff).
+//     (Shares.RollUp; K1 of the paper, CouchDB's usage_coeff).
 //  2. Decay. Every priority decays by PriorityCoeff per interval (K2,
 //     CouchDB's priority_coeff), so that jobs that waited move to the
 //     front: see Config.Decay.
@@ -119,17 +119,31 @@ func (c Config) EnqueueTime(now time.Time, p float64, interval time.Duration) in
 	return t - w + off
 }
 
-// ShareTable reads the fair-share table with snapshot reads (no
+// Shares is the cluster's fair-share usage (keys 5–8): the nodes' charges
+// of run time per share key, and the decayed usage they are rolled up
+// into once per interval. Its table's job counts come from the Store's
+// view index.
+type Shares struct {
+	s                      *Store
+	usage, charges, tokens subspace.Subspace // (5), (6), (8)
+	period                 kv.Key            // (7)
+}
+
+func (sh *Shares) usageKey(key string) kv.Key   { return sh.usage.Pack(tuple.Tuple{key}) }
+func (sh *Shares) chargesKey(key string) kv.Key { return sh.charges.Pack(tuple.Tuple{key}) }
+func (sh *Shares) tokenKey(token string) kv.Key { return sh.tokens.Pack(tuple.Tuple{token}) }
+
+// Table reads the fair-share table with snapshot reads (no
 // conflicts). jobs(Db) comes from the view index's counters, read for the
 // share keys that have usage (the others' increments are 0): a database's
 // documents pending, running or crashing, and for transient jobs ("") the
 // unfinished jobs that are not documents of registered databases.
-func (s *Store) ShareTable(tr kv.ReadTransaction) (ShareTable, error) {
+func (sh *Shares) Table(tr kv.ReadTransaction) (ShareTable, error) {
 	snap := tr.Snapshot()
-	uf := snap.GetRange(subspaceRange(s.usage), kv.RangeOptions{})
-	pf := snap.Get(s.periodKey())
+	uf := snap.GetRange(subspaceRange(sh.usage), kv.RangeOptions{})
+	pf := snap.Get(sh.period)
 	t := ShareTable{Usage: Usage{}, Jobs: map[string]int64{}}
-	if err := readShareValues(uf, s.usage, func(key string, f float64) { t.Usage[key] = f }); err != nil {
+	if err := readShareValues(uf, sh.usage, func(key string, f float64) { t.Usage[key] = f }); err != nil {
 		return t, err
 	}
 	pv, err := pf.Get()
@@ -142,7 +156,7 @@ func (s *Store) ShareTable(tr kv.ReadTransaction) (ShareTable, error) {
 	for key := range t.Usage {
 		if key != "" {
 			keys = append(keys, key)
-			uuids = append(uuids, snap.Get(s.dbKey(key)))
+			uuids = append(uuids, snap.Get(sh.s.dbKey(key)))
 		}
 	}
 	unfinished := []string{StatePending, StateRunning, StateCrashing}
@@ -157,18 +171,18 @@ func (s *Store) ShareTable(tr kv.ReadTransaction) (ShareTable, error) {
 			continue // deleted: its jobs are going
 		}
 		for _, st := range unfinished {
-			counters = append(counters, s.dbCountKey(string(u), st))
+			counters = append(counters, sh.s.dbCountKey(string(u), st))
 			owners = append(owners, keys[i])
 		}
 	}
 	_, transient := t.Usage[""]
 	if transient {
-		counters = append(counters, s.jobCountKey())
+		counters = append(counters, sh.s.jobCountKey())
 		owners = append(owners, "")
 		// Parked documents are unfinished jobs too (16); parked transient
 		// jobs stay counted in the transient bucket (no counter tells them).
 		for _, st := range append(unfinished, StateParked) {
-			counters = append(counters, s.docCountKey(st))
+			counters = append(counters, sh.s.docCountKey(st))
 			owners = append(owners, "-")
 		}
 	}
@@ -245,19 +259,19 @@ func decodePeriod(v []byte) (int64, time.Duration) {
 // token chosen outside the retry loop: a retry that finds the token (its
 // earlier attempt committed despite commit_unknown_result) adds nothing.
 // A second transaction clears the token afterwards.
-func (s *Store) Charge(ctx context.Context, charges map[string]int64) error {
+func (sh *Shares) Charge(ctx context.Context, charges map[string]int64) error {
 	if len(charges) == 0 {
 		return nil
 	}
-	token := s.chargeTokenKey(uuid.NewString())
-	_, err := s.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
+	token := sh.tokenKey(uuid.NewString())
+	_, err := sh.s.db.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		v, err := tr.Get(token).Get()
 		if err != nil || v != nil {
 			return nil, err
 		}
 		for key, v := range charges {
 			if v > 0 {
-				tr.Add(s.chargesKey(key), kv.Int64(v))
+				tr.Add(sh.chargesKey(key), kv.Int64(v))
 			}
 		}
 		tr.Set(token, nil)
@@ -266,7 +280,7 @@ func (s *Store) Charge(ctx context.Context, charges map[string]int64) error {
 	if err != nil {
 		return err
 	}
-	_, _ = s.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
+	_, _ = sh.s.db.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		tr.Clear(token)
 		return nil, nil
 	})
@@ -296,15 +310,15 @@ func (u Usage) RollUp(charges map[string]int64, coeff float64, steps int64) Usag
 // RollUp folds the charges into the usage once per period (the period
 // number is Unix ms / interval); concurrent nodes conflict on the period
 // key and only one applies it. It returns the share table.
-func (s *Store) RollUp(ctx context.Context, now time.Time, interval time.Duration, coeff float64) (ShareTable, error) {
+func (sh *Shares) RollUp(ctx context.Context, now time.Time, interval time.Duration, coeff float64) (ShareTable, error) {
 	period := Millis(now) / max(1, interval.Milliseconds())
-	return kv.Transact(ctx, s.DB, func(tr kv.Transaction) (ShareTable, error) {
-		pv, err := tr.Get(s.periodKey()).Get()
+	return kv.Transact(ctx, sh.s.db, func(tr kv.Transaction) (ShareTable, error) {
+		pv, err := tr.Get(sh.period).Get()
 		if err != nil {
 			return ShareTable{}, err
 		}
 		last, _ := decodePeriod(pv)
-		table, err := s.ShareTable(tr)
+		table, err := sh.Table(tr)
 		if err != nil {
 			return ShareTable{}, err
 		}
@@ -315,13 +329,13 @@ func (s *Store) RollUp(ctx context.Context, now time.Time, interval time.Duratio
 		if last < 0 || steps > 64 {
 			steps = 64
 		}
-		kvs, err := tr.Snapshot().GetRange(subspaceRange(s.charges), kv.RangeOptions{}).GetSliceWithError()
+		kvs, err := tr.Snapshot().GetRange(subspaceRange(sh.charges), kv.RangeOptions{}).GetSliceWithError()
 		if err != nil {
 			return ShareTable{}, err
 		}
 		charges := map[string]int64{}
 		for _, e := range kvs {
-			if key, ok := shareKeyOf(s.charges.Unpack(e.Key)); ok {
+			if key, ok := shareKeyOf(sh.charges.Unpack(e.Key)); ok {
 				charges[key] = kv.DecodeInt64(e.Value)
 			}
 		}
@@ -329,18 +343,18 @@ func (s *Store) RollUp(ctx context.Context, now time.Time, interval time.Duratio
 		for key, c := range charges {
 			if c != 0 {
 				// Subtract what was folded: charges added meanwhile stay.
-				tr.Add(s.chargesKey(key), kv.Int64(-c))
+				tr.Add(sh.chargesKey(key), kv.Int64(-c))
 			}
 		}
 		for key := range table.Usage {
 			if _, ok := next[key]; !ok {
-				tr.Clear(s.usageKey(key))
+				tr.Clear(sh.usageKey(key))
 			}
 		}
 		for key, u := range next {
-			tr.Set(s.usageKey(key), tuple.Tuple{u}.Pack())
+			tr.Set(sh.usageKey(key), tuple.Tuple{u}.Pack())
 		}
-		tr.Set(s.periodKey(), tuple.Tuple{period, interval.Milliseconds()}.Pack())
+		tr.Set(sh.period, tuple.Tuple{period, interval.Milliseconds()}.Pack())
 		table.Usage, table.Interval = next, interval
 		return table, nil
 	})

@@ -116,15 +116,15 @@ func TestShareTableStore(t *testing.T) {
 	require.NoError(t, err)
 	now := time.UnixMilli(10_000_000_000)
 	a, b := "a/_replicator", "b/_replicator"
-	require.NoError(t, s.Charge(ctx, map[string]int64{a: 1000, "": 10}))
-	table, err := s.RollUp(ctx, now, time.Minute, 0.5)
+	require.NoError(t, s.shares.Charge(ctx, map[string]int64{a: 1000, "": 10}))
+	table, err := s.shares.RollUp(ctx, now, time.Minute, 0.5)
 	require.NoError(t, err)
 	require.Equal(t, Usage{a: 1000, "": 10}, table.Usage)
 	require.Equal(t, time.Minute, table.Interval)
-	again, err := s.RollUp(ctx, now, time.Minute, 0.5) // another node, same period
+	again, err := s.shares.RollUp(ctx, now, time.Minute, 0.5) // another node, same period
 	require.NoError(t, err)
 	require.Equal(t, table.Usage, again.Usage)
-	table, err = s.RollUp(ctx, now.Add(time.Minute), time.Minute, 0.5)
+	table, err = s.shares.RollUp(ctx, now.Add(time.Minute), time.Minute, 0.5)
 	require.NoError(t, err)
 	require.Equal(t, Usage{a: 500, "": 5}, table.Usage)
 
@@ -149,7 +149,7 @@ func TestShareTableStore(t *testing.T) {
 	} {
 		add(j.db, j.doc, j.state)
 	}
-	table, err = kv.ReadTransact(ctx, db, s.ShareTable)
+	table, err = kv.ReadTransact(ctx, db, s.shares.Table)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{a: 3, "": 1}, table.Jobs, "b has no usage; a's failed document does not count")
 	require.Equal(t, time.Minute, table.Interval)

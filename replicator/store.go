@@ -36,36 +36,50 @@ const (
 	keyDocCounts    = 15 // (15, State) -> int64 LE
 	keyJobCount     = 16 // (16) -> int64 LE
 	keyNodeCounts   = 17 // (17, Node) -> int64 LE
-	keyDeletedDBs   = 18 // (18, DBUUID) -> (DBName, Holder, Until)
+	keyDeletedDBs   = 18 // (18, DBUUID) -> (DBName, Holder, Until): deleted databases whose jobs go (Retention)
 	keyIndexVersion = 19 // (19) -> (int64)
 	keyOwnerJobs    = 20 // (20, Owner, SortID, JobID) -> ""
 	keyOwnerCounts  = 21 // (21, Owner) -> int64 LE
 	keyOwnerRunning = 22 // (22, Owner, Node, JobID) -> ""
 	keyParked       = 25 // (25, Group, SourceDB, JobID) -> "": parked jobs by watch group (park.go)
 	keyParkedCount  = 26 // (26) -> int64 LE: parked jobs
-	keyReseal       = 27 // (27) -> JSON resealPass: the reseal pass (resealpass.go)
+	keyReseal       = 27 // (27) -> JSON resealPass: the reseal pass (Reseal, resealpass.go)
 	keyUserHeld     = 28 // (28, Owner) -> int64 LE: the owner's jobs held back at the per-user limit (userlimits.go)
 
-	keyProgress   = 23 // (23, JobID, Node, Start) -> JSON Progress (progress.go)
+	keyProgress   = 23 // (23, JobID, Node, Start) -> JSON RunProgress (progress.go)
 	keyFailedDocs = 24 // (24, JobID) -> JSON []FailedDoc (failed.go)
 )
 
 // Store is the replicator's state in the kv store, shared by the control
 // plane and the replication nodes: the replication jobs (fdbjobs jobs of
-// JobType, their data a JobData) and the replicator's own keys
-// (replication id owners, database identities, fair-share usage). Every
+// JobType, their data a JobData) and the watch jobs (WatchType), the view
+// index kept with them, and the replicator's own keys (replication id
+// owners, database identities). It is the only writer of the jobs and the
+// index (see doc.go, "Store"); Views, Shares, Reseal, Retention, Progress
+// and FailedDocs, which it hands out, are the concepts beside it. Every
 // method taking a transaction joins it and follows the kv rules; the
-// others run their own transactions.
+// others run their own transactions. A Store is a kv.Transactor over its
+// database: kv.Transact(ctx, store, f) runs f in a transaction of its own,
+// in which the caller calls the Store's methods.
 type Store struct {
-	DB   kv.Database
-	Jobs *fdbjobs.Client
+	db   kv.Database
+	jobs *fdbjobs.Client
 
-	root, repIDs, dbs, dbJobs, usage, charges subspace.Subspace
+	root, repIDs, dbs, dbJobs subspace.Subspace
 	// The view index.
-	entries, docStates, unfinished, running, expiry, dbCounts, deletedDBs subspace.Subspace
-	ownerJobs, ownerRunning, parked                                       subspace.Subspace
+	entries, docStates, unfinished, running, expiry, dbCounts subspace.Subspace
+	ownerJobs, ownerRunning, parked                           subspace.Subspace
 
 	indexed atomic.Bool // the index version was seen built (Setup)
+
+	// The concepts beside the jobs, each with its keys (see their types),
+	// made by NewStore.
+	views     *Views
+	shares    *Shares
+	retention *Retention
+	reseal    *Reseal
+	failed    *FailedDocs
+	progress  *Progress
 }
 
 // NewStore returns the store of the replicator's keys under sub (nil means
@@ -76,15 +90,51 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 	if sub == nil {
 		sub = SubspaceDefault
 	}
-	s := &Store{DB: db, Jobs: jobs, root: sub,
+	s := &Store{db: db, jobs: jobs, root: sub,
 		repIDs: sub.Sub(keyRepIDs), dbs: sub.Sub(keyDBs), dbJobs: sub.Sub(keyDBJobs),
-		usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges),
 		entries: sub.Sub(keyEntries), docStates: sub.Sub(keyDocStates), unfinished: sub.Sub(keyUnfinished),
 		running: sub.Sub(keyRunning), expiry: sub.Sub(keyExpiry), dbCounts: sub.Sub(keyDBCounts),
-		deletedDBs: sub.Sub(keyDeletedDBs), ownerJobs: sub.Sub(keyOwnerJobs), ownerRunning: sub.Sub(keyOwnerRunning),
+		ownerJobs: sub.Sub(keyOwnerJobs), ownerRunning: sub.Sub(keyOwnerRunning),
 		parked: sub.Sub(keyParked)}
+	s.views = &Views{s: s}
+	s.shares = &Shares{s: s, usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges), tokens: sub.Sub(keyChargeToken),
+		period: sub.Pack(tuple.Tuple{keyUsagePeriod})}
+	s.retention = &Retention{s: s, marks: sub.Sub(keyDeletedDBs)}
+	s.reseal = &Reseal{s: s, key: sub.Pack(tuple.Tuple{keyReseal})}
+	s.failed = &FailedDocs{s: s, sub: sub.Sub(keyFailedDocs)}
+	s.progress = &Progress{s: s, sub: sub.Sub(keyProgress)}
 	jobs.SetReenqueueHook(JobType, s.reenqueued)
 	return s
+}
+
+// Views returns the views' reader of the index.
+func (s *Store) Views() *Views { return s.views }
+
+// Shares returns the cluster's fair-share usage.
+func (s *Store) Shares() *Shares { return s.shares }
+
+// Retention returns the removal of the jobs no longer kept.
+func (s *Store) Retention() *Retention { return s.retention }
+
+// Reseal returns the resealing of the credentials the store holds.
+func (s *Store) Reseal() *Reseal { return s.reseal }
+
+// Progress returns the running jobs' live counters.
+func (s *Store) Progress() *Progress { return s.progress }
+
+// FailedDocs returns the jobs' failed documents.
+func (s *Store) FailedDocs() *FailedDocs { return s.failed }
+
+// Transact runs f in a transaction of the store's database (kv.Transactor):
+// kv.Transact(ctx, store, f) is the typed form.
+func (s *Store) Transact(ctx context.Context, f func(kv.Transaction) (any, error)) (any, error) {
+	return s.db.Transact(ctx, f)
+}
+
+// ReadTransact runs f in a read transaction of the store's database
+// (kv.ReadTransactor): kv.ReadTransact(ctx, store, f) is the typed form.
+func (s *Store) ReadTransact(ctx context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
+	return s.db.ReadTransact(ctx, f)
 }
 
 func (s *Store) repIDKey(repID string) kv.Key { return s.repIDs.Pack(tuple.Tuple{repID}) }
@@ -129,14 +179,7 @@ func (s *Store) parkedCountKey() kv.Key { return s.root.Pack(tuple.Tuple{keyPark
 func (s *Store) parkedKey(group, db, jobID string) kv.Key {
 	return s.parked.Pack(tuple.Tuple{group, db, jobID})
 }
-func (s *Store) deletedDBKey(dbUUID string) kv.Key { return s.deletedDBs.Pack(tuple.Tuple{dbUUID}) }
-func (s *Store) indexVersionKey() kv.Key           { return s.root.Pack(tuple.Tuple{keyIndexVersion}) }
-func (s *Store) usageKey(key string) kv.Key        { return s.usage.Pack(tuple.Tuple{key}) }
-func (s *Store) chargesKey(key string) kv.Key      { return s.charges.Pack(tuple.Tuple{key}) }
-func (s *Store) periodKey() kv.Key                 { return s.root.Pack(tuple.Tuple{keyUsagePeriod}) }
-func (s *Store) chargeTokenKey(token string) kv.Key {
-	return s.root.Pack(tuple.Tuple{keyChargeToken, token})
-}
+func (s *Store) indexVersionKey() kv.Key { return s.root.Pack(tuple.Tuple{keyIndexVersion}) }
 
 func prefixRange(ss subspace.Subspace, t tuple.Tuple) kv.KeyRange {
 	p := ss.Pack(t)
@@ -155,28 +198,28 @@ func subspaceRange(ss subspace.Subspace) kv.KeyRange {
 // creating it on first use (it is an input of replication ids and
 // transient job ids).
 func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int) (string, error) {
-	cur, err := s.Jobs.TypeTimeout(ctx, nil, JobType)
+	cur, err := s.jobs.TypeTimeout(ctx, nil, JobType)
 	if err != nil || cur != jobTimeout {
 		if err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
 			return "", err
 		}
-		if err := s.Jobs.SetTypeTimeout(ctx, nil, JobType, jobTimeout); err != nil {
+		if err := s.jobs.SetTypeTimeout(ctx, nil, JobType, jobTimeout); err != nil {
 			return "", err
 		}
 	}
 	if err := s.setupWatches(ctx, jobTimeout); err != nil {
 		return "", err
 	}
-	if n, err := s.Jobs.TypeShards(ctx, nil, JobType); err != nil {
+	if n, err := s.jobs.TypeShards(ctx, nil, JobType); err != nil {
 		return "", err
 	} else if shards > 0 && n != shards {
-		if err := s.Jobs.SetTypeShards(ctx, nil, JobType, shards); err != nil {
+		if err := s.jobs.SetTypeShards(ctx, nil, JobType, shards); err != nil {
 			return "", err
 		}
 	}
 	fresh := uuid.New()
 	id := fmt.Sprintf("%x", fresh[:])
-	id, err = kv.Transact(ctx, s.DB, func(tr kv.Transaction) (string, error) {
+	id, err = kv.Transact(ctx, s.db, func(tr kv.Transaction) (string, error) {
 		v, err := tr.Get(s.serverUUIDKey()).Get()
 		if err != nil {
 			return "", err
@@ -201,7 +244,7 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int)
 // some under its new id). It returns the UUID the store held before ("" if
 // none).
 func (s *Store) EnsureServerUUID(ctx context.Context, want string, replace bool) (string, error) {
-	return kv.Transact(ctx, s.DB, func(tr kv.Transaction) (string, error) {
+	return kv.Transact(ctx, s.db, func(tr kv.Transaction) (string, error) {
 		v, err := tr.Get(s.serverUUIDKey()).Get()
 		if err != nil {
 			return "", err
@@ -223,7 +266,7 @@ func (s *Store) EnsureServerUUID(ctx context.Context, want string, replace bool)
 // Job returns a job's data and fdbjobs state with one read, or nil when
 // the job does not exist.
 func (s *Store) Job(ctx context.Context, tr kv.ReadTransactor, jobID string) (*JobData, fdbjobs.State, error) {
-	st, raw, err := s.Jobs.Job(ctx, tr, JobType, jobID)
+	st, raw, err := s.jobs.Job(ctx, tr, JobType, jobID)
 	if errors.Is(err, fdbjobs.ErrNotFound) {
 		return nil, 0, nil
 	}
@@ -303,10 +346,11 @@ func (s *Store) RegisterDB(tr kv.Transaction, dbName, dbUUID string) error {
 
 // UnregisterDB forgets database dbName's identity, in tr, and returns it
 // ("" when the name had none). Its documents' jobs leave the
-// all-databases counters at once and are marked for removal (keyDeletedDBs),
-// which the replication nodes do (RemoveDeletedDBJobs). It reads the
-// instance's counters: a job of the database changing state at the same
-// time makes one of the two transactions retry.
+// all-databases counters at once and are marked for removal
+// (keyDeletedDBs), which the replication nodes do
+// (Retention.RemoveDeletedDBJobs). It reads the instance's counters: a job
+// of the database changing state at the same time makes one of the two
+// transactions retry.
 func (s *Store) UnregisterDB(tr kv.Transaction, dbName string) (string, error) {
 	dbUUID, err := s.RegisteredDB(tr, dbName)
 	if err != nil || dbUUID == "" {
@@ -316,7 +360,7 @@ func (s *Store) UnregisterDB(tr kv.Transaction, dbName string) (string, error) {
 		return "", err
 	}
 	tr.Clear(s.dbKey(dbName))
-	return dbUUID, s.markDeleted(tr, dbUUID, dbName)
+	return dbUUID, s.retention.markDeleted(tr, dbUUID, dbName)
 }
 
 // moveDocCounts adds (sign 1) or subtracts (-1) the per-state document
@@ -356,7 +400,7 @@ func (s *Store) RegisteredDB(tr kv.ReadTransaction, dbName string) (string, erro
 
 // ReadRegisteredDB is RegisteredDB in a transaction of its own.
 func (s *Store) ReadRegisteredDB(ctx context.Context, dbName string) (string, error) {
-	return kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) (string, error) {
+	return kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (string, error) {
 		return s.RegisteredDB(tr, dbName)
 	})
 }
@@ -388,7 +432,7 @@ func (s *Store) dbJobIDs(tr kv.ReadTransaction, dbUUID, before string, first boo
 // transactions, as fdbjobs.FoldJobs): for the index backfill and for
 // tests; nothing a request or an interval does reads every job.
 func (s *Store) FoldJobs(ctx context.Context, fn func(id string, st fdbjobs.State, d *JobData) error) error {
-	return s.Jobs.FoldJobs(ctx, JobType, func(j fdbjobs.JobInfo) error {
+	return s.jobs.FoldJobs(ctx, JobType, func(j fdbjobs.JobInfo) error {
 		d, err := DecodeJobData(j.Data)
 		if err != nil {
 			return nil // not ours to judge; skip

@@ -111,7 +111,7 @@ func (s *Store) UserCounts(ctx context.Context, owners []string) (map[string]Use
 	if len(owners) == 0 {
 		return map[string]UserCount{}, nil
 	}
-	return kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) (map[string]UserCount, error) {
+	return kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (map[string]UserCount, error) {
 		keys := make([]kv.Key, 0, 2*len(owners))
 		for _, o := range owners {
 			keys = append(keys, s.userHeldKey(o), s.ownerCountKey(o))

@@ -78,7 +78,7 @@ func DecodeWatchData(raw json.RawMessage) (*WatchData, error) {
 // conflict: one of them sees the other.
 func (s *Store) ensureWatch(ctx context.Context, tr kv.Transaction, group string) error {
 	id := WatchJobID(group)
-	st, _, err := s.Jobs.Job(ctx, tr, WatchType, id)
+	st, _, err := s.jobs.Job(ctx, tr, WatchType, id)
 	switch {
 	case errors.Is(err, fdbjobs.ErrNotFound):
 	case err != nil:
@@ -86,7 +86,7 @@ func (s *Store) ensureWatch(ctx context.Context, tr kv.Transaction, group string
 	case st == fdbjobs.Pending || st == fdbjobs.Running:
 		return nil
 	}
-	return s.Jobs.Add(ctx, tr, WatchType, id, (&WatchData{Group: group}).Encode(), 0)
+	return s.jobs.Add(ctx, tr, WatchType, id, (&WatchData{Group: group}).Encode(), 0)
 }
 
 // EndWatch finishes the watch job that job holds, in tr, when its group
@@ -98,21 +98,21 @@ func (s *Store) EndWatch(ctx context.Context, tr kv.Transaction, job *fdbjobs.Jo
 	if err != nil || any {
 		return false, err
 	}
-	return true, s.Jobs.Finish(ctx, tr, job, w.Encode())
+	return true, s.jobs.Finish(ctx, tr, job, w.Encode())
 }
 
 // setupWatches registers the watch type with jobTimeout and a few shards
 // (watch jobs are few: one per source server and user).
 func (s *Store) setupWatches(ctx context.Context, jobTimeout time.Duration) error {
-	if cur, err := s.Jobs.TypeTimeout(ctx, nil, WatchType); err == nil && cur == jobTimeout {
+	if cur, err := s.jobs.TypeTimeout(ctx, nil, WatchType); err == nil && cur == jobTimeout {
 		return nil
 	} else if err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
 		return err
 	}
-	if err := s.Jobs.SetTypeTimeout(ctx, nil, WatchType, jobTimeout); err != nil {
+	if err := s.jobs.SetTypeTimeout(ctx, nil, WatchType, jobTimeout); err != nil {
 		return err
 	}
-	return s.Jobs.SetTypeShards(ctx, nil, WatchType, watchShards)
+	return s.jobs.SetTypeShards(ctx, nil, WatchType, watchShards)
 }
 
 // watchShards is the watch type's queue shards.
@@ -132,7 +132,7 @@ func (s *Store) Unwatched(ctx context.Context) ([]string, error) {
 	var out []string
 	var after kv.Key
 	for {
-		l, err := kv.ReadTransact(ctx, s.DB, func(tr kv.ReadTransaction) (look, error) {
+		l, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (look, error) {
 			rng := subspaceRange(s.parked)
 			if after != nil {
 				rng.Begin = after
@@ -153,7 +153,7 @@ func (s *Store) Unwatched(ctx context.Context) ([]string, error) {
 			if err != nil {
 				return look{}, err
 			}
-			st, _, err := s.Jobs.Job(ctx, tr, WatchType, WatchJobID(g))
+			st, _, err := s.jobs.Job(ctx, tr, WatchType, WatchJobID(g))
 			switch {
 			case errors.Is(err, fdbjobs.ErrNotFound):
 				return look{g, next, true}, nil
@@ -170,4 +170,32 @@ func (s *Store) Unwatched(ctx context.Context) ([]string, error) {
 		}
 		after = l.next
 	}
+}
+
+// AcceptWatch takes one pending watch job and makes it running
+// (fdbjobs.Client.Accept): fdbjobs.ErrNotFound when none came within
+// timeout.
+func (s *Store) AcceptWatch(ctx context.Context, timeout time.Duration) (*fdbjobs.Job, error) {
+	return s.jobs.Accept(ctx, WatchType, fdbjobs.AcceptOptions{Timeout: timeout})
+}
+
+// UpdateWatch stores w as the data of the watch job job holds and renews
+// its hold (fdbjobs.Client.Update), in tr: ErrHalt (fdbjobs) when the job
+// is no longer held.
+func (s *Store) UpdateWatch(ctx context.Context, tr kv.Transaction, job *fdbjobs.Job, w *WatchData) error {
+	return s.jobs.Update(ctx, tr, job, w.Encode())
+}
+
+// DropWatch finishes the watch job job holds, its data left as it is
+// (fdbjobs.Client.Finish), in tr: for a watch whose data does not decode.
+func (s *Store) DropWatch(ctx context.Context, tr kv.Transaction, job *fdbjobs.Job) error {
+	return s.jobs.Finish(ctx, tr, job, nil)
+}
+
+// RequeueWatch puts the watch job job holds back, pending at stime (Unix
+// ms) with data w (fdbjobs.Client.FinishAt), in a transaction of its own:
+// ErrHalt (fdbjobs) when the job is no longer held, and nothing is
+// written.
+func (s *Store) RequeueWatch(ctx context.Context, job *fdbjobs.Job, stime int64, w *WatchData) error {
+	return s.jobs.FinishAt(ctx, s.db, job, stime, w.Encode())
 }

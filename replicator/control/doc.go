@@ -50,7 +50,7 @@
 // from the job data; credentials are never shown, and a viewer who is not
 // a server admin reads a refused address's error as
 // couch.AddressDeniedReason alone (hideAddressDetail). The listings read pages
-// of the store's view index (replicator.Store.JobsPage, DocsPage,
+// of the store's view index (replicator.Views.JobsPage, DocsPage,
 // RunningJobs), so their cost follows the page (and skip), not the number
 // of jobs; api.PageQuery.StartKey starts a page at a row's key. With a
 // membership (SetMembership), a job running on a node whose membership

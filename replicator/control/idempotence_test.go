@@ -329,7 +329,7 @@ func TestCrashWrittenAfterUnknownCommitBackoffEnded(t *testing.T) {
 		require.NoError(t, err)
 	}}, c.Jobs, nil)
 	l := replicator.Lifecycle{Store: store, Backoff: func(int, float64) time.Duration { return time.Hour }}
-	_, err = store.DB.Transact(ctx, func(tr kv.Transaction) (any, error) {
+	_, err = store.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		x := d.Clone()
 		return nil, l.Apply(ctx, tr, job, x, replicator.Change{Kind: replicator.Crashed, At: time.Now(), Reason: "boom"})
 	})

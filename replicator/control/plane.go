@@ -429,7 +429,7 @@ func (p *Plane) DocDeleted(ctx context.Context, tr kv.Transaction, db, docID str
 // addJob replaces job jobID (old is its current data, nil when absent) by
 // a pending job with data d, scheduled by fair share.
 func (p *Plane) addJob(ctx context.Context, tr kv.Transaction, jobID string, old, d *replicator.JobData) error {
-	table, err := p.store.ShareTable(tr)
+	table, err := p.store.Shares().Table(tr)
 	if err != nil {
 		return err
 	}
@@ -470,7 +470,7 @@ func (p *Plane) DBCreated(ctx context.Context, tr kv.Transaction, dbName string)
 // once, a database re-created under the name gets a new identity (which
 // old jobs never write into), and the replication nodes remove the
 // database's jobs at their next interval, however many
-// (replicator.Store.RemoveDeletedDBJobs); a running one halts at its next
+// (replicator.Retention.RemoveDeletedDBJobs); a running one halts at its next
 // heartbeat. The deletion's transaction stays small and reads none of the
 // jobs: removing them inline would conflict with their heartbeats.
 func (p *Plane) DBDeleted(ctx context.Context, tr kv.Transaction, dbName string) error {

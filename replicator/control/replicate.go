@@ -90,7 +90,7 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.Us
 	// earlier attempt committed finds its own job pending and reports the
 	// same outcome (the job added once).
 	added := false
-	_, err = kv.Transact(ctx, p.store.DB, func(tr kv.Transaction) (any, error) {
+	_, err = kv.Transact(ctx, p.store, func(tr kv.Transaction) (any, error) {
 		old, st, err := p.store.Job(ctx, tr, jobID)
 		if err != nil {
 			return nil, err
@@ -143,7 +143,7 @@ var errCancelled = replicator.NewReason(replicator.ErrNotFound, "the replication
 // it stops), joins within that time. A node between heartbeats is alive
 // until its record expires.
 func (p *Plane) wait(ctx context.Context, jobID string, continuous bool) (api.ReplicateResult, error) {
-	sub, st, raw, err := p.store.Jobs.Subscribe(ctx, nil, replicator.JobType, jobID)
+	sub, st, raw, err := p.store.SubscribeJob(ctx, jobID)
 	if errors.Is(err, fdbjobs.ErrNotFound) {
 		return api.ReplicateResult{}, errCancelled
 	}
@@ -248,7 +248,7 @@ func (p *Plane) cancel(ctx context.Context, req *replicator.Request, user replic
 	// missing).
 	var done *api.ReplicateResult
 	var ran *replicator.JobData // the job's data, if it was running
-	o, err := kv.Transact(ctx, p.store.DB, func(tr kv.Transaction) (api.ReplicateResult, error) {
+	o, err := kv.Transact(ctx, p.store, func(tr kv.Transaction) (api.ReplicateResult, error) {
 		d, st, err := p.store.Job(ctx, tr, jobID)
 		if err != nil {
 			return api.ReplicateResult{}, err
@@ -302,7 +302,7 @@ func (p *Plane) runEnd(ctx context.Context, jobID string, d *replicator.JobData)
 	defer cancel()
 	t := p.cfg.Clock.AfterFunc(replicator.RunEndWaitDefault, cancel)
 	defer t.Stop()
-	s, err := p.store.RunEnd(wctx, jobID, d.Node, d.LastStart)
+	s, err := p.store.Progress().RunEnd(wctx, jobID, d.Node, d.LastStart)
 	switch {
 	case s != nil:
 		return s, ""

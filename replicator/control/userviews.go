@@ -32,13 +32,13 @@ func ownerOf(viewer api.User) (string, error) {
 
 // userJobs is SchedulerJobs for user: the unfinished jobs user owns, in
 // the same order, with the same start key, a page read from the index by
-// owner (Store.OwnerJobsPage).
+// owner (Views.OwnerJobsPage).
 func (p *Plane) userJobs(ctx context.Context, user string, q api.PageQuery) (api.JobList, error) {
 	q, err := checkPage(q, 2)
 	if err != nil {
 		return api.JobList{}, err
 	}
-	pg, err := p.store.OwnerJobsPage(ctx, user, startKey(q, 0), startKey(q, 1), q.Limit, q.Skip)
+	pg, err := p.store.Views().OwnerJobsPage(ctx, user, startKey(q, 0), startKey(q, 1), q.Limit, q.Skip)
 	if err != nil {
 		return api.JobList{}, err
 	}
@@ -69,9 +69,9 @@ func hideAddressDetail(j api.JobInfo) api.JobInfo {
 
 // userActiveTasks is ActiveTasks for user: the running replications user
 // owns, read from the index of running jobs by owner
-// (Store.OwnerRunningJobs), so it costs the user's running jobs.
+// (Views.OwnerRunningJobs), so it costs the user's running jobs.
 func (p *Plane) userActiveTasks(ctx context.Context, user string) ([]api.ActiveTask, error) {
-	jobs, err := p.store.OwnerRunningJobs(ctx, user)
+	jobs, err := p.store.Views().OwnerRunningJobs(ctx, user)
 	if err != nil {
 		return nil, err
 	}

@@ -238,7 +238,7 @@ func startKey(q api.PageQuery, i int) string {
 // SchedulerJobs lists the jobs that are not finished (pending, running,
 // crashing; not documents that failed to parse), sorted by id (the
 // replication id, or the job id before one is computed), as GET
-// /_scheduler/jobs: a page read from the view index (Store.JobsPage).
+// /_scheduler/jobs: a page read from the view index (Views.JobsPage).
 // A server admin sees every job; another viewer sees their own (see
 // userviews.go).
 func (p *Plane) SchedulerJobs(ctx context.Context, viewer api.User, q api.PageQuery) (api.JobList, error) {
@@ -253,7 +253,7 @@ func (p *Plane) SchedulerJobs(ctx context.Context, viewer api.User, q api.PageQu
 	if err != nil {
 		return api.JobList{}, err
 	}
-	pg, err := p.store.JobsPage(ctx, startKey(q, 0), startKey(q, 1), q.Limit, q.Skip)
+	pg, err := p.store.Views().JobsPage(ctx, startKey(q, 0), startKey(q, 1), q.Limit, q.Skip)
 	if err != nil {
 		return api.JobList{}, err
 	}
@@ -288,7 +288,7 @@ func (p *Plane) job(ctx context.Context, id string, keep func(*replicator.JobDat
 	if err != nil {
 		return api.JobInfo{}, err
 	}
-	d, st, err := p.store.ViewJob(ctx, jobID)
+	d, st, err := p.store.Views().Job(ctx, jobID)
 	if err != nil {
 		return api.JobInfo{}, err
 	}
@@ -305,7 +305,7 @@ func (p *Plane) resolveID(ctx context.Context, id string) (string, error) {
 	if id == "" {
 		return "", replicator.NewReason(replicator.ErrNotFound, "missing")
 	}
-	return kv.ReadTransact(ctx, p.store.DB, func(tr kv.ReadTransaction) (string, error) {
+	return kv.ReadTransact(ctx, p.store, func(tr kv.ReadTransaction) (string, error) {
 		owner, err := p.store.RepIDOwner(tr, id)
 		if err != nil || owner == "" {
 			return id, err
@@ -317,7 +317,7 @@ func (p *Plane) resolveID(ctx context.Context, id string) (string, error) {
 // SchedulerDocs lists the persistent jobs in all states, as GET
 // /_scheduler/docs (db "" for every _replicator database) or
 // /_scheduler/docs/{db}, sorted by database and document id: a page read
-// from the view index (Store.DocsPage). states filters (empty means all),
+// from the view index (Views.DocsPage). states filters (empty means all),
 // whatever their case, as CouchDB; CouchDB 3.x's initializing and error
 // select nothing (couchDocStates); an unknown state is ErrBadQuery.
 func (p *Plane) SchedulerDocs(ctx context.Context, db string, states []string, q api.PageQuery) (api.DocList, error) {
@@ -358,7 +358,7 @@ func (p *Plane) SchedulerDocs(ctx context.Context, db string, states []string, q
 	} else {
 		dq.StartDoc = startKey(q, 0)
 	}
-	pg, err := p.store.DocsPage(ctx, dq)
+	pg, err := p.store.Views().DocsPage(ctx, dq)
 	if err != nil {
 		return api.DocList{}, err
 	}
@@ -397,7 +397,7 @@ func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (api.DocInfo
 	if u == "" {
 		return api.DocInfo{}, missing
 	}
-	d, st, err := p.store.ViewJob(ctx, replicator.DocJobID(u, docID))
+	d, st, err := p.store.Views().Job(ctx, replicator.DocJobID(u, docID))
 	if err != nil {
 		return api.DocInfo{}, err
 	}
@@ -409,7 +409,7 @@ func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (api.DocInfo
 
 // ActiveTasks lists the running replications of the whole cluster, as
 // GET /_active_tasks shows them, sorted by node and job id: read from the
-// view index of running jobs (Store.RunningJobs), so it costs the running
+// view index of running jobs (Views.RunningJobs), so it costs the running
 // jobs, not all of them. A server admin sees every running job; another
 // viewer their own (see userviews.go).
 func (p *Plane) ActiveTasks(ctx context.Context, viewer api.User) ([]api.ActiveTask, error) {
@@ -420,7 +420,7 @@ func (p *Plane) ActiveTasks(ctx context.Context, viewer api.User) ([]api.ActiveT
 	if owner != "" {
 		return p.userActiveTasks(ctx, owner)
 	}
-	jobs, err := p.store.RunningJobs(ctx, "")
+	jobs, err := p.store.Views().RunningJobs(ctx, "")
 	if err != nil {
 		return nil, err
 	}

@@ -197,7 +197,7 @@ func (n *Node) acceptSome(ctx context.Context, q int) ([]*fdbjobs.Job, error) {
 	}
 	n.m.Inc(replicator.MetricJobsAccepts)
 	if ok {
-		jobs, err := n.store.Jobs.AcceptBatch(ctx, replicator.JobType, q, fdbjobs.AcceptOptions{MaxScheduledTime: t})
+		jobs, err := n.store.AcceptBatch(ctx, q, fdbjobs.AcceptOptions{MaxScheduledTime: t})
 		if errors.Is(err, fdbjobs.ErrNotFound) {
 			return nil, nil
 		}
@@ -205,7 +205,7 @@ func (n *Node) acceptSome(ctx context.Context, q int) ([]*fdbjobs.Job, error) {
 	}
 	n.TestSignals.Idle.Signal(now)
 	wait := time.Millisecond + time.Duration(rand.Int64N(int64(cfg.acceptWaitMax())+1))
-	jobs, err := n.store.Jobs.AcceptBatch(ctx, replicator.JobType, q, fdbjobs.AcceptOptions{MaxScheduledTime: now, Timeout: wait})
+	jobs, err := n.store.AcceptBatch(ctx, q, fdbjobs.AcceptOptions{MaxScheduledTime: now, Timeout: wait})
 	if errors.Is(err, fdbjobs.ErrNotFound) || (err != nil && ctx.Err() != nil) {
 		return nil, nil
 	}
@@ -222,7 +222,7 @@ func (n *Node) oldestDue(ctx context.Context, now int64, q int) (int64, bool, er
 	if now < 1 {
 		return 0, false, nil
 	}
-	t, c, err := n.store.Jobs.DueTime(ctx, nil, replicator.JobType, now, min(max(1, q), fdbjobs.MaxBatch))
+	t, c, err := n.store.DueTime(ctx, now, min(max(1, q), fdbjobs.MaxBatch))
 	if err != nil || c == 0 {
 		return 0, false, err
 	}

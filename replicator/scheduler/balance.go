@@ -51,7 +51,7 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 		others = append(others, r)
 	}
 	load := loadOf(len(mine), others)
-	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), load.pendingLimit(cfg.MaxJobs))
+	pending, err := n.store.PendingCount(ctx, replicator.Millis(now), load.pendingLimit(cfg.MaxJobs))
 	if err != nil {
 		if ctx.Err() == nil {
 			cfg.Logger.Warn().Err(err).Msg("replicator: balance: counting pending jobs; not balancing this interval")

@@ -29,14 +29,14 @@ func (c *charges) add(key string, ms int64) {
 	c.accrued[key] += ms
 }
 
-// flush writes what accrued to the store (Store.Charge); what a failed
+// flush writes what accrued to the store (Shares.Charge); what a failed
 // write did not take is kept for the next flush.
 func (c *charges) flush(ctx context.Context, store *replicator.Store) error {
 	c.mu.Lock()
 	ch := c.accrued
 	c.accrued = map[string]int64{}
 	c.mu.Unlock()
-	err := store.Charge(ctx, ch)
+	err := store.Shares().Charge(ctx, ch)
 	if err != nil {
 		c.mu.Lock()
 		for k, v := range ch {
@@ -47,10 +47,10 @@ func (c *charges) flush(ctx context.Context, store *replicator.Store) error {
 	return err
 }
 
-// rollUp decays and sums the cluster's usage (Store.RollUp) and keeps the
+// rollUp decays and sums the cluster's usage (Shares.RollUp) and keeps the
 // table; after an error the table of the last roll-up stays.
 func (c *charges) rollUp(ctx context.Context, store *replicator.Store, now time.Time, interval time.Duration, coeff float64) error {
-	table, err := store.RollUp(ctx, now, interval, coeff)
+	table, err := store.Shares().RollUp(ctx, now, interval, coeff)
 	if err == nil {
 		c.mu.Lock()
 		c.table = table

@@ -69,7 +69,7 @@
 // deleted _replicator databases (one node per database at a time, however
 // many jobs: the step lasts as long as that takes) and finished transient
 // jobs older than TransientJobMaxAge, both found through the store's view
-// index (replicator.Store.RemoveDeletedDBJobs, RemoveExpiredJobs); and,
+// index (replicator.Retention.RemoveDeletedDBJobs, RemoveExpiredJobs); and,
 // on a node with private keys, walks up to ResealPagesDefault pages of the
 // reseal pass (reseal.go): every _replicator document with its job, and
 // every transient job, whose credentials are in the clear or sealed to
@@ -108,8 +108,8 @@
 // sent finish, within haltGraceDefault (5 s), so that the run's counters
 // are what the target took. A heartbeat, which the fence refuses, then
 // tells why; the stop is logged with those counters, and for a removed
-// job they are stored (replicator.Progress.Ended) for whoever removed it:
-// a POST /_replicate cancel waits for them (replicator.Store.RunEnd) and
+// job they are stored (replicator.RunProgress.Ended) for whoever removed it:
+// a POST /_replicate cancel waits for them (replicator.Progress.RunEnd) and
 // answers with them. Invariant: a replication deleted or cancelled while
 // it runs sends no write to its target after its node heard of it,
 // within the store's watch latency of the removal's commit (milliseconds;
@@ -200,11 +200,11 @@
 // node also runs a progress loop (progress.go): every ProgressInterval
 // (1 s) it reads the counters of its running jobs (engine Run.Progress)
 // and writes those that changed since its last write, one value of about
-// 400 bytes per job under key 23 (replicator.Progress, naming the run by
+// 400 bytes per job under key 23 (replicator.RunProgress, naming the run by
 // its node and start), all in one transaction of blind writes (pages of
 // 250 jobs): it reads nothing, so it conflicts with nothing, and running
 // it again after commit_unknown_result writes the same values. The views
-// (replicator.Store pages, ViewJob) show a running job's progress in
+// (replicator.Views: pages and Job) show a running job's progress in
 // place of its data's counters when it names the job's current run and
 // is newer than the data; a run's progress is removed at the next tick
 // after the run ends (its last counters are in the job's data by then;
@@ -543,7 +543,7 @@
 //     heard of it through the store's watches ("Removed while running"),
 //     and stops within one heartbeat at the latest (StatsUpdateInterval,
 //     at most Interval and a third of JobTimeout).
-//   - Reseal: a reseal pass (replicator.ResealStep, above) that starts
+//   - Reseal: a reseal pass (replicator.Reseal.Step, above) that starts
 //     while no job whose credentials it moves runs ends within the sum
 //     over the _replicator databases of floor(documents /
 //     ResealPageDefault) + 1, plus floor(jobs / ResealPageDefault) + 1

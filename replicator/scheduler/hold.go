@@ -90,7 +90,7 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 	renewed := w.job.Renewing()
 	ctx, done := w.job.HoldContext(w.ctx)
 	defer done()
-	x, err := kv.Transact(ctx, w.n.store.DB, func(tr kv.Transaction) (*replicator.JobData, error) {
+	x, err := kv.Transact(ctx, w.n.store, func(tr kv.Transaction) (*replicator.JobData, error) {
 		x := d.Clone()
 		now := w.now()
 		x.Stats = mergeStats(x.Stats, s)
@@ -146,7 +146,7 @@ func (w *worker) watchRun(ctx context.Context, d *replicator.JobData) (gone <-ch
 				watches []kv.FutureNil
 				ok      bool
 			}
-			r, err := kv.Transact(ctx, w.n.store.DB, func(tr kv.Transaction) (round, error) {
+			r, err := kv.Transact(ctx, w.n.store, func(tr kv.Transaction) (round, error) {
 				ws, ok, err := w.n.store.WatchRun(tr, w.job, d)
 				return round{ws, ok}, err
 			})

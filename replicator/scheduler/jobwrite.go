@@ -57,7 +57,7 @@ func transactJob[T any](w *worker, f func(kv.Transaction) (T, error)) (T, error)
 	defer done()
 	b := kv.Backoff{Initial: jobTxRetryInitial, Rand: kv.Full}
 	for attempt := 1; ; attempt++ {
-		v, err := kv.Transact(ctx, w.n.store.DB, f)
+		v, err := kv.Transact(ctx, w.n.store, f)
 		switch {
 		case err == nil || errors.Is(err, fdbjobs.ErrHalt) || w.ctx.Err() != nil:
 			return v, err

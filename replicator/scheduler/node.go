@@ -210,7 +210,7 @@ func (n *Node) takeBack(ctx context.Context, cfg Config) error {
 	}
 	taken := 0
 	for _, id := range mine {
-		ok, err := n.store.Jobs.Reenqueue(ctx, nil, replicator.JobType, id)
+		ok, err := n.store.Reenqueue(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -413,7 +413,7 @@ func (n *Node) rotate(ctx context.Context, cfg Config, now time.Time, stopped in
 	if cfg.parks() {
 		limit = max(limit, max(0, cfg.MaxJobs-len(kept))+cfg.pollParkWaiting())
 	}
-	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, replicator.Millis(now), limit)
+	pending, err := n.store.PendingCount(ctx, replicator.Millis(now), limit)
 	if err != nil {
 		if ctx.Err() == nil {
 			cfg.Logger.Warn().Err(err).Msg("replicator: rotation: counting pending jobs; no rotation this interval")

@@ -57,7 +57,7 @@ func (w *worker) park(d *replicator.JobData, rep engine.Replication, by string) 
 func (n *Node) wake(ctx context.Context, jobID, cause string) bool {
 	cfg := n.Config()
 	now := cfg.Clock.Now()
-	woke, err := n.store.WakeJob(ctx, n.store.DB, jobID, cause, now, func(d *replicator.JobData) int64 {
+	woke, err := n.store.WakeJob(ctx, n.store, jobID, cause, now, func(d *replicator.JobData) int64 {
 		return cfg.EnqueueTime(now, d.Priority, cfg.Interval)
 	})
 	if err != nil {

@@ -143,7 +143,7 @@ func TestParkedJobRunsAtItsSweep(t *testing.T) {
 // watchOf returns the state and data of group's watch job.
 func watchOf(t *testing.T, c *replicatortest.Cluster, group string) (fdbjobs.State, *replicator.WatchData) {
 	t.Helper()
-	st, raw, err := c.Store.Jobs.Job(context.Background(), nil, replicator.WatchType, replicator.WatchJobID(group))
+	st, raw, err := c.Jobs.Job(context.Background(), nil, replicator.WatchType, replicator.WatchJobID(group))
 	if errors.Is(err, fdbjobs.ErrNotFound) {
 		return fdbjobs.NotFound, nil
 	}

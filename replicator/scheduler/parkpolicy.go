@@ -215,7 +215,7 @@ func (n *Node) giveWayWhileWaiting(ctx context.Context) {
 	if len(idle) > 0 {
 		count = max(count, cfg.pollParkWaiting())
 	}
-	pending, err := n.store.Jobs.PendingCount(ctx, nil, replicator.JobType, nowMs, free+count)
+	pending, err := n.store.PendingCount(ctx, nowMs, free+count)
 	if err != nil {
 		if ctx.Err() == nil {
 			cfg.Logger.Debug().Err(err).Msg("replicator: counting the jobs waiting for a slot; parking and stalled runs look again at the next tick")

@@ -49,7 +49,7 @@ func (r *liveRun) stalledFor(y engine.Sync, now int64) time.Duration {
 
 // runEndKeep is how long the final counters of a run whose job was
 // removed stay in the store for the one who removed it
-// (replicator.Store.RunEnd takes them at once) before the run's node
+// (replicator.Progress.RunEnd takes them at once) before the run's node
 // removes them.
 const runEndKeep = time.Minute
 
@@ -112,7 +112,7 @@ type keptEnd struct {
 }
 
 // storeRunEnd stores the final counters of w's run, halted because its
-// job was removed, for whoever removed it (replicator.Store.RunEnd), in a
+// job was removed, for whoever removed it (replicator.Progress.RunEnd), in a
 // transaction of its own; the progress loop removes them runEndKeep
 // later if nobody took them. Best effort: a failure is logged.
 func (w *worker) storeRunEnd(s engine.Stats) {
@@ -128,8 +128,8 @@ func (w *worker) storeRunEnd(s engine.Stats) {
 	}
 	now := replicator.Millis(w.cfg.Clock.Now())
 	sy := r.run.Sync()
-	err := w.n.store.WriteProgress(w.ctx, []replicator.ProgressWrite{{JobID: r.jobID,
-		Progress: &replicator.Progress{Node: r.node, Start: r.start, At: now, Stats: s, Sync: &sy, Ended: true}}})
+	err := w.n.store.Progress().Write(w.ctx, []replicator.ProgressWrite{{JobID: r.jobID,
+		Progress: &replicator.RunProgress{Node: r.node, Start: r.start, At: now, Stats: s, Sync: &sy, Ended: true}}})
 	if err != nil && w.ctx.Err() == nil {
 		w.cfg.Logger.Warn().Err(err).Str("job_id", r.jobID).Msg("replicator: storing the final counters of a removed job's run")
 	}
@@ -216,14 +216,14 @@ func (n *Node) writeProgress(ctx context.Context) {
 		}
 		changed, counts, syncs = append(changed, r), append(counts, s), append(syncs, y)
 		writes = append(writes, replicator.ProgressWrite{JobID: r.jobID,
-			Progress: &replicator.Progress{Node: r.node, Start: r.start, At: now, Stats: s, Sync: &y}})
+			Progress: &replicator.RunProgress{Node: r.node, Start: r.start, At: now, Stats: s, Sync: &y}})
 	}
 	p.mu.Lock()
 	p.syncByDB = agg
 	p.mu.Unlock()
 	var retry []*liveRun // ended runs to see again at the next tick
 	if len(writes) > 0 {
-		if err := n.store.WriteProgress(ctx, writes); err != nil {
+		if err := n.store.Progress().Write(ctx, writes); err != nil {
 			if ctx.Err() == nil {
 				cfg.Logger.Warn().Err(err).Int("jobs", len(writes)).Msg("replicator: writing the running jobs' progress; again at the next tick")
 			}
@@ -241,7 +241,7 @@ func (n *Node) writeProgress(ctx context.Context) {
 		if len(docs) == 0 {
 			continue
 		}
-		if err := n.store.AppendFailedDocs(ctx, r.jobID, r.node, r.start, docs); err != nil {
+		if err := n.store.FailedDocs().Append(ctx, r.jobID, r.node, r.start, docs); err != nil {
 			if ctx.Err() == nil {
 				cfg.Logger.Warn().Err(err).Str("job_id", r.jobID).Msg("replicator: storing the documents the target refused; again at the next tick")
 			}

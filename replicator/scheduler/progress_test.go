@@ -68,8 +68,8 @@ func TestProgressShownBetweenHeartbeats(t *testing.T) {
 	x, _, err := c.Store.Job(ctx, nil, jobID)
 	require.NoError(t, err)
 	require.EqualValues(t, done, x.Stats.DocsWritten)
-	stale := &replicator.Progress{Node: before.Node, Start: before.LastStart, At: x.LastUpdated + 1, Stats: engine.Stats{DocsRead: 5000, DocsWritten: 5000}}
-	require.NoError(t, c.Store.WriteProgress(ctx, []replicator.ProgressWrite{{JobID: jobID, Progress: stale}}))
+	stale := &replicator.RunProgress{Node: before.Node, Start: before.LastStart, At: x.LastUpdated + 1, Stats: engine.Stats{DocsRead: 5000, DocsWritten: 5000}}
+	require.NoError(t, c.Store.Progress().Write(ctx, []replicator.ProgressWrite{{JobID: jobID, Progress: stale}}))
 	d, err := c.Plane.SchedulerDoc(ctx, "_replicator", "d")
 	require.NoError(t, err)
 	require.Equal(t, replicator.StatePending, d.State)

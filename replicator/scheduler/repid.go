@@ -160,7 +160,7 @@ func (w *worker) logStarted(d *replicator.JobData, rep engine.Replication, prevN
 // place) and of its document to the node's current key with r (nil:
 // nothing moves), in the start's transaction, which the job's lock
 // fences. A running job's data is its holder's to write: the reseal pass
-// leaves such a job and its document to it (replicator.ResealDoc).
+// leaves such a job and its document to it (replicator.Reseal.Doc).
 func (w *worker) reseal(tr kv.Transaction, x *replicator.JobData, r *replicator.Resealer) error {
 	if r == nil {
 		return nil

@@ -13,7 +13,7 @@ const (
 )
 
 // reseal walks up to ResealPagesDefault pages of the reseal pass
-// (replicator.ResealStep: every _replicator document with its job, and
+// (replicator.Reseal.Step: every _replicator document with its job, and
 // every transient job, moved to this node's current sealing key) at every
 // interval step of a node that holds private keys. One node at a time
 // holds the pass, for two intervals renewed at each page; another goes on
@@ -23,7 +23,7 @@ func (n *Node) reseal(ctx context.Context, cfg Config) error {
 	if cfg.Opener == nil || cfg.DocUpdater == nil {
 		return nil
 	}
-	rep, err := n.store.ResealStep(ctx, cfg.DocUpdater, cfg.Opener, cfg.NodeName, cfg.Clock.Now, 2*cfg.Interval, replicator.ResealPagesDefault)
+	rep, err := n.store.Reseal().Step(ctx, cfg.DocUpdater, cfg.Opener, cfg.NodeName, cfg.Clock.Now, 2*cfg.Interval, replicator.ResealPagesDefault)
 	n.m.Add(replicator.MetricCredentialsResealed, int64(rep.Moved))
 	if rep.Started {
 		cfg.Logger.Info().Str("key", rep.Key).

@@ -18,7 +18,7 @@ import (
 // TransientJobMaxAge, both found through the store's index, so a step
 // that finds nothing to remove costs two range reads.
 func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
-	removed, err := n.store.RemoveDeletedDBJobs(ctx, cfg.NodeName, cfg.Clock.Now, replicator.DeletionLeaseDefault, replicator.RemoveBatchDefault)
+	removed, err := n.store.Retention().RemoveDeletedDBJobs(ctx, cfg.NodeName, cfg.Clock.Now, replicator.DeletionLeaseDefault, replicator.RemoveBatchDefault)
 	n.m.Add(replicator.MetricJobsRemoves, int64(removed))
 	if err != nil {
 		return err
@@ -27,7 +27,7 @@ func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
 		cfg.Logger.Info().Int("jobs", removed).
 			Msg("replicator: removed the jobs of deleted _replicator databases")
 	}
-	expired, err := n.store.RemoveExpiredJobs(ctx, replicator.Millis(now)-cfg.TransientJobMaxAge.Milliseconds(), replicator.RemoveBatchDefault)
+	expired, err := n.store.Retention().RemoveExpiredJobs(ctx, replicator.Millis(now)-cfg.TransientJobMaxAge.Milliseconds(), replicator.RemoveBatchDefault)
 	n.m.Add(replicator.MetricTransientJobsRemoved, int64(expired))
 	n.m.Add(replicator.MetricJobsRemoves, int64(expired))
 	return err
@@ -38,7 +38,7 @@ func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
 // interval, but acceptors take such jobs first (they are the oldest), so
 // the worker that got one removes it at once.
 func (w *worker) removeOrphan() {
-	removed, err := kv.Transact(w.ctx, w.n.store.DB, func(tr kv.Transaction) (bool, error) {
+	removed, err := kv.Transact(w.ctx, w.n.store, func(tr kv.Transaction) (bool, error) {
 		d, _, err := w.n.store.Job(w.ctx, tr, w.job.ID)
 		if err != nil || d == nil || d.Transient() {
 			return false, err

@@ -55,7 +55,7 @@ func TestUserLimitHoldsBackAUsersJobs(t *testing.T) {
 
 	// Every one of bob's continuous jobs gets its turn, never two at once.
 	waitStarts(t, eng, "each of bob's jobs ran", func() bool {
-		running, err := c.Store.OwnerRunningJobs(ctx, "bob")
+		running, err := c.Store.Views().OwnerRunningJobs(ctx, "bob")
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(running), 1, "bob runs more than the limit")
 		for i := range 3 {

@@ -55,7 +55,7 @@ func (w *worker) heldAtStart(d *replicator.JobData) bool {
 	}
 	lim, now := w.cfg.userLimit(), w.now()
 	prio := w.n.priorityOf(w, now)
-	r, err := kv.ReadTransact(w.ctx, w.n.store.DB, func(tr kv.ReadTransaction) (heldRead, error) {
+	r, err := kv.ReadTransact(w.ctx, w.n.store, func(tr kv.ReadTransaction) (heldRead, error) {
 		c, held, err := w.heldChange(tr, owner, lim, now, prio)
 		return heldRead{c, held}, err
 	})

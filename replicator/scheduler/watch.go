@@ -185,7 +185,7 @@ func (n *Node) watchAcceptor(ctx context.Context) {
 		}
 		// A watch due later (a polling one, back at its next cycle) is
 		// due without a write: the wait is bounded, as the acceptors'.
-		job, err := n.store.Jobs.Accept(ctx, replicator.WatchType, fdbjobs.AcceptOptions{Timeout: cfg.acceptWaitMax()})
+		job, err := n.store.AcceptWatch(ctx, cfg.acceptWaitMax())
 		if err != nil {
 			n.watches.release()
 			if ctx.Err() != nil || errors.Is(err, fdbjobs.ErrNotFound) {
@@ -234,7 +234,7 @@ func (n *Node) runWatch(ctx context.Context, job *fdbjobs.Job) {
 	wd, err := replicator.DecodeWatchData(job.Data)
 	if err != nil {
 		cfg.Logger.Error().Err(err).Str("job_id", job.ID).Msg("replicator: undecodable watch data; the watch is dropped")
-		_, _ = kv.Transact(ctx, n.store.DB, func(tr kv.Transaction) (any, error) { return nil, n.store.Jobs.Finish(ctx, tr, job, nil) })
+		_, _ = kv.Transact(ctx, n.store, func(tr kv.Transaction) (any, error) { return nil, n.store.DropWatch(ctx, tr, job) })
 		return
 	}
 	wd.Node = cfg.NodeName
@@ -298,8 +298,8 @@ func (r *watchRun) renew(ctx context.Context) bool {
 	hctx, done := r.job.HoldContext(ctx)
 	defer done()
 	wd := r.data()
-	_, err := kv.Transact(hctx, r.n.store.DB, func(tr kv.Transaction) (any, error) {
-		return nil, r.n.store.Jobs.Update(hctx, tr, r.job, wd.Encode())
+	_, err := kv.Transact(hctx, r.n.store, func(tr kv.Transaction) (any, error) {
+		return nil, r.n.store.UpdateWatch(hctx, tr, r.job, wd)
 	})
 	renewed(err == nil)
 	if err != nil || r.hold.lapsed() {
@@ -320,7 +320,7 @@ func (r *watchRun) end(ctx context.Context, end watchEnd) {
 		wd := r.data()
 		hctx, done := r.job.HoldContext(ctx)
 		defer done()
-		ended, err := kv.Transact(hctx, r.n.store.DB, func(tr kv.Transaction) (bool, error) {
+		ended, err := kv.Transact(hctx, r.n.store, func(tr kv.Transaction) (bool, error) {
 			return r.n.store.EndWatch(hctx, tr, r.job, wd)
 		})
 		if err == nil && ended {
@@ -342,7 +342,7 @@ func (r *watchRun) requeue(ctx context.Context, at time.Time) {
 	wd := r.data()
 	hctx, done := r.job.HoldContext(ctx)
 	defer done()
-	err := r.n.store.Jobs.FinishAt(hctx, r.n.store.DB, r.job, replicator.Millis(at), wd.Encode())
+	err := r.n.store.RequeueWatch(hctx, r.job, replicator.Millis(at), wd)
 	if err != nil && !errors.Is(err, fdbjobs.ErrHalt) && ctx.Err() == nil {
 		// The activity monitor puts it back a job timeout later.
 		r.n.Config().Logger.Warn().Err(err).Str("group", wd.Group).Msg("replicator: watch not put back")
@@ -382,7 +382,7 @@ func (r *watchRun) member(ctx context.Context) (engine.Replication, bool, error)
 	group := r.data().Group
 	after := replicator.ParkedRef{}
 	for {
-		page, err := r.n.store.ParkedPage(ctx, r.n.store.DB, group, "", after, watchPage)
+		page, err := r.n.store.ParkedPage(ctx, r.n.store, group, "", after, watchPage)
 		if err != nil || len(page) == 0 {
 			return engine.Replication{}, false, err
 		}
@@ -492,7 +492,7 @@ func (r *watchRun) follow(ctx context.Context, rep engine.Replication) (end watc
 			return refused(err)
 		}
 		answered()
-		any, err := kv.ReadTransact(ctx, r.n.store.DB, func(tr kv.ReadTransaction) (bool, error) {
+		any, err := kv.ReadTransact(ctx, r.n.store, func(tr kv.ReadTransaction) (bool, error) {
 			return r.n.store.AnyParked(tr, wd.Group)
 		})
 		if err == nil && !any {
@@ -506,7 +506,7 @@ func (r *watchRun) wakeDB(ctx context.Context, db string) error {
 	group := r.data().Group
 	after := replicator.ParkedRef{}
 	for {
-		page, err := r.n.store.ParkedPage(ctx, r.n.store.DB, group, db, after, watchPage)
+		page, err := r.n.store.ParkedPage(ctx, r.n.store, group, db, after, watchPage)
 		if err != nil {
 			return err
 		}
@@ -528,7 +528,7 @@ func (r *watchRun) checkAll(ctx context.Context, cause string) error {
 	group := r.data().Group
 	after := replicator.ParkedRef{}
 	for {
-		page, err := r.n.store.ParkedPage(ctx, r.n.store.DB, group, "", after, watchPage)
+		page, err := r.n.store.ParkedPage(ctx, r.n.store, group, "", after, watchPage)
 		if err != nil {
 			return err
 		}

@@ -338,9 +338,10 @@ func (r *runLoop) holdLost() {
 // target took. Then a heartbeat, which the fence refuses, tells why: the
 // stop is logged with those counters (txError, logHalted), and the
 // counters of a run whose job was removed are stored for whoever removed
-// it (replicator.Store.WriteRunEnd: a POST /_replicate that cancels the
-// replication waits for them). Should the heartbeat commit after all (the
-// store gave the job back meanwhile), the job goes back to pending.
+// it (storeRunEnd; a POST /_replicate that cancels the replication waits
+// for them: replicator.Progress.RunEnd). Should the heartbeat commit
+// after all (the store gave the job back meanwhile), the job goes back to
+// pending.
 func (r *runLoop) taken() {
 	w, d := r.w, r.d
 	ctx, cancel := context.WithCancel(w.ctx)
