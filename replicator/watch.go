@@ -61,13 +61,28 @@ func (w *WatchData) Encode() json.RawMessage {
 	return b
 }
 
-// DecodeWatchData decodes a watch job's data.
+// Kind is WatchType: watch jobs are the arguments of a job layer Runtime's
+// worker (NewWatchRuntime).
+func (WatchData) Kind() string { return WatchType }
+
+// DecodeWatchData decodes a watch job's data: the Runtime's envelope of
+// its WatchData, or the WatchData alone (as ensureWatch adds it).
 func DecodeWatchData(raw json.RawMessage) (*WatchData, error) {
 	w := &WatchData{}
-	if err := json.Unmarshal(raw, w); err != nil {
+	if err := fdbjobs.UnmarshalArgs(raw, w); err != nil {
 		return nil, fmt.Errorf("replicator: watch data: %w", err)
 	}
 	return w, nil
+}
+
+// NewWatchRuntime returns a job layer Runtime that works the watch jobs
+// with worker (see fdbjobs.Runtime): the one runner of held watch jobs.
+func (s *Store) NewWatchRuntime(worker fdbjobs.Worker[WatchData], opts fdbjobs.WorkerOptions, ropts fdbjobs.RuntimeOptions) (*fdbjobs.Runtime, error) {
+	ws := fdbjobs.NewWorkers()
+	if err := fdbjobs.AddWorker(ws, worker, opts); err != nil {
+		return nil, err
+	}
+	return fdbjobs.NewRuntime(s.jobs, ws, ropts)
 }
 
 // ensureWatch makes sure group has a watch, in tr (the park of one of its
@@ -89,16 +104,16 @@ func (s *Store) ensureWatch(ctx context.Context, tr kv.Transaction, group string
 	return s.jobs.Add(ctx, tr, WatchType, id, (&WatchData{Group: group}).Encode(), 0)
 }
 
-// EndWatch finishes the watch job that job holds, in tr, when its group
-// has no parked job any more, and reports whether it did; with parked
-// jobs it changes nothing. A park into the group meanwhile conflicts with
-// it (ensureWatch).
-func (s *Store) EndWatch(ctx context.Context, tr kv.Transaction, job *fdbjobs.Job, w *WatchData) (bool, error) {
-	any, err := s.AnyParked(tr, w.Group)
+// EndWatch finishes the watch of group, in tr, when the group has no
+// parked job any more (complete: the watch's Work.CompleteTx), and reports
+// whether it did; with parked jobs it changes nothing. A park into the
+// group meanwhile conflicts with it (ensureWatch).
+func (s *Store) EndWatch(tr kv.Transaction, group string, complete func(kv.Transaction) error) (bool, error) {
+	any, err := s.AnyParked(tr, group)
 	if err != nil || any {
 		return false, err
 	}
-	return true, s.jobs.Finish(ctx, tr, job, w.Encode())
+	return true, complete(tr)
 }
 
 // setupWatches registers the watch type with jobTimeout and a few shards
@@ -170,32 +185,4 @@ func (s *Store) Unwatched(ctx context.Context) ([]string, error) {
 		}
 		after = l.next
 	}
-}
-
-// AcceptWatch takes one pending watch job and makes it running
-// (fdbjobs.Client.Accept): fdbjobs.ErrNotFound when none came within
-// timeout.
-func (s *Store) AcceptWatch(ctx context.Context, timeout time.Duration) (*fdbjobs.Job, error) {
-	return s.jobs.Accept(ctx, WatchType, fdbjobs.AcceptOptions{Timeout: timeout})
-}
-
-// UpdateWatch stores w as the data of the watch job job holds and renews
-// its hold (fdbjobs.Client.Update), in tr: ErrHalt (fdbjobs) when the job
-// is no longer held.
-func (s *Store) UpdateWatch(ctx context.Context, tr kv.Transaction, job *fdbjobs.Job, w *WatchData) error {
-	return s.jobs.Update(ctx, tr, job, w.Encode())
-}
-
-// DropWatch finishes the watch job job holds, its data left as it is
-// (fdbjobs.Client.Finish), in tr: for a watch whose data does not decode.
-func (s *Store) DropWatch(ctx context.Context, tr kv.Transaction, job *fdbjobs.Job) error {
-	return s.jobs.Finish(ctx, tr, job, nil)
-}
-
-// RequeueWatch puts the watch job job holds back, pending at stime (Unix
-// ms) with data w (fdbjobs.Client.FinishAt), in a transaction of its own:
-// ErrHalt (fdbjobs) when the job is no longer held, and nothing is
-// written.
-func (s *Store) RequeueWatch(ctx context.Context, job *fdbjobs.Job, stime int64, w *WatchData) error {
-	return s.jobs.FinishAt(ctx, s.db, job, stime, w.Encode())
 }

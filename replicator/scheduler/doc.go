@@ -427,8 +427,11 @@
 // replication node holds at a time, fenced by its job lock and its hold,
 // and taken over by another when that node dies, is cut off or stops (the
 // activity monitor re-enqueues it, or the node puts it back as it stops).
-// A node follows at most MaxWatches watches at once, beside its MaxJobs
-// slots: a watch acceptor takes them as they are due. So the cost of
+// A node works its watches on a job layer Runtime (fdbjobs.Runtime: the
+// one runner of held watch jobs, which accepts them as they are due, holds
+// and renews them, and ends them fenced by their lock), at most MaxWatches
+// at once (a new MaxWatches applies at the next rescheduling step,
+// Runtime.SetConcurrency), beside its MaxJobs slots. So the cost of
 // watching grows with the source servers and users, not with the parked
 // replications. A watch:
 //
@@ -439,15 +442,17 @@
 //     of its group once (what changed before that end), then follows. For
 //     each database the feed names it wakes that database's parked jobs
 //     of the group. It asks the feed again every Interval (at most a
-//     minute), writes the sequence at each heartbeat, and ends once its
-//     group has no parked job (replicator.Store.EndWatch, which a park
-//     into the group meanwhile makes it skip).
+//     minute), writes the sequence at each heartbeat (Work.Update), and
+//     ends once its group has no parked job (replicator.Store.EndWatch,
+//     with the Runtime's Work.CompleteTx in the same transaction, which a
+//     park into the group meanwhile makes it skip).
 //   - polls where the feed is refused (401, 403: the credentials are not
 //     a server admin's) or missing (404: CouchDB 3.x serves it only once
 //     its _global_changes database exists; servers without it): one poll
 //     cycle makes the exact check of every parked job of the group, at
 //     the node's WatchPollRate for all its watches, then the watch is put
-//     back, due again WatchPollInterval later, so that polling watches
+//     back (a Snooze: not an attempt), due again WatchPollInterval later,
+//     so that polling watches
 //     take turns in the node's MaxWatches; every few minutes it asks for
 //     the feed again. The watch's data says which it does and why
 //     (WatchData.Mode, Reason, Cause), the view of each of its parked jobs

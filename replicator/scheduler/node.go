@@ -180,13 +180,15 @@ func (n *Node) Start(ctx context.Context) error {
 		if err := n.takeBack(runCtx, cfg); err != nil {
 			return err
 		}
+		if err := n.startWatches(runCtx, cfg); err != nil {
+			return err
+		}
 		opCtx, stopHard := context.WithCancel(context.WithoutCancel(runCtx))
 		n.mu.Lock()
 		n.ctx, n.opCtx, n.stopHard, n.stopping, n.serverUUID = runCtx, opCtx, stopHard, false, uuid
 		n.fillLocked()
-		n.wg.Add(2)
+		n.wg.Add(1)
 		go n.progressLoop(runCtx)
-		go n.watchAcceptor(runCtx)
 		n.mu.Unlock()
 		return nil
 	}, func(runCtx context.Context) {
@@ -242,6 +244,7 @@ func (n *Node) shutdown() {
 		w.requestStop(stopShutdown)
 	}
 	n.mu.Unlock()
+	n.stopWatches()
 	all := make(chan struct{})
 	go func() { n.wg.Wait(); close(all) }()
 	t := n.cfg.Clock.NewTimer(timeout)
@@ -444,6 +447,7 @@ func (n *Node) reschedule(ctx context.Context) error {
 		n.addChargeLocked(w, now)
 	}
 	n.mu.Unlock()
+	n.setMaxWatches(cfg)
 
 	// Fair share: charge, roll up, then adjust the priorities of the jobs
 	// running here (replicator/share.go).

@@ -34,18 +34,23 @@ const (
 )
 
 // watches is the part of a Node that follows the watch jobs it holds:
-// how many it holds (at most Config.MaxWatches, beside the replication
-// slots) and the rate of its exact checks (Config.WatchPollRate, for
-// every polling watch of the node together).
+// its Runtime of watch jobs (at most Config.MaxWatches at once, beside the
+// replication slots), the watches running and recent, and the rate of its
+// exact checks (Config.WatchPollRate, for every polling watch of the node
+// together).
 type watches struct {
+	// rt works the watch jobs (set by Node.Start; the Runtime is the one
+	// runner of held watch jobs: hold, heartbeat, end).
+	rt *fdbjobs.Runtime
+	// mu guards runs, recent and maxWatches.
 	mu   sync.Mutex
-	held int
 	runs map[*watchRun]bool // the watches running
 	// recent are the watches that ran here and were put back, by job id:
 	// a polling watch runs a cycle at a time.
 	recent map[string]recentWatch
-	freed  chan struct{} // signalled (buffer of one) when a watch ends
-	limit  *rate.Limiter
+	// maxWatches is the Concurrency the Runtime was last given.
+	maxWatches int
+	limit      *rate.Limiter
 }
 
 // recentWatch is a watch that ran on the node, as it was put back.
@@ -55,8 +60,7 @@ type recentWatch struct {
 }
 
 func newWatches() *watches {
-	return &watches{runs: map[*watchRun]bool{}, recent: map[string]recentWatch{}, freed: make(chan struct{}, 1),
-		limit: rate.NewLimiter(rate.Inf, 1)}
+	return &watches{runs: map[*watchRun]bool{}, recent: map[string]recentWatch{}, limit: rate.NewLimiter(rate.Inf, 1)}
 }
 
 // WatchCounts are how the watches a node follows watch their servers.
@@ -84,7 +88,7 @@ func (n *Node) Watches() WatchCounts {
 	seen := map[string]bool{}
 	for r := range ws.runs {
 		runs = append(runs, r)
-		seen[r.job.ID] = true
+		seen[r.w.ID] = true
 	}
 	var all []replicator.WatchData
 	for id, rw := range ws.recent {
@@ -126,39 +130,10 @@ func (ws *watches) track(r *watchRun, on bool, end watchEnd, now time.Time) {
 	}
 	delete(ws.runs, r)
 	if end == watchEmpty {
-		delete(ws.recent, r.job.ID)
+		delete(ws.recent, r.w.ID)
 	} else {
-		ws.recent[r.job.ID] = recentWatch{wd: *r.data(), at: now}
+		ws.recent[r.w.ID] = recentWatch{wd: *r.data(), at: now}
 	}
-}
-
-// take reserves room for one more watch; false when max are held.
-func (ws *watches) take(max int) bool {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	if ws.held >= max {
-		return false
-	}
-	ws.held++
-	return true
-}
-
-// release gives back a watch's room.
-func (ws *watches) release() {
-	ws.mu.Lock()
-	ws.held--
-	ws.mu.Unlock()
-	select {
-	case ws.freed <- struct{}{}:
-	default:
-	}
-}
-
-// count is how many watches the node holds.
-func (ws *watches) count() int {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	return ws.held
 }
 
 // wait waits for the node's rate of exact checks to allow one more.
@@ -169,37 +144,48 @@ func (ws *watches) wait(ctx context.Context, cfg Config) error {
 	return clockwait.Sleep(ctx, cfg.Clock, ws.limit.ReserveN(now, 1).DelayFrom(now))
 }
 
-// watchAcceptor takes the watch jobs that are due, while the node holds
-// fewer than MaxWatches, and runs each (runWatch), until ctx ends.
-func (n *Node) watchAcceptor(ctx context.Context) {
-	defer n.wg.Done()
-	b := kv.Backoff{Initial: acceptRetryDefault, Max: acceptRetryMax, Rand: kv.Full}
-	for ctx.Err() == nil {
-		cfg := n.Config()
-		if !n.watches.take(cfg.MaxWatches) {
-			select {
-			case <-n.watches.freed:
-			case <-ctx.Done():
-			}
-			continue
+// startWatches starts the node's Runtime of watch jobs, with the
+// configuration's MaxWatches (the rescheduling step follows a new one:
+// setMaxWatches), until ctx ends or stopWatches.
+func (n *Node) startWatches(ctx context.Context, cfg Config) error {
+	rt, err := n.store.NewWatchRuntime(fdbjobs.WorkFunc[replicator.WatchData](n.workWatch),
+		fdbjobs.WorkerOptions{Concurrency: cfg.MaxWatches, Timeout: cfg.JobTimeout},
+		fdbjobs.RuntimeOptions{FetchPoll: cfg.acceptWaitMax()})
+	if err != nil {
+		return err
+	}
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	n.watches.mu.Lock()
+	n.watches.rt, n.watches.maxWatches = rt, cfg.MaxWatches
+	n.watches.mu.Unlock()
+	return nil
+}
+
+// setMaxWatches gives the watch Runtime the configuration's MaxWatches.
+func (n *Node) setMaxWatches(cfg Config) {
+	ws := n.watches
+	ws.mu.Lock()
+	rt, changed := ws.rt, ws.maxWatches != cfg.MaxWatches
+	ws.maxWatches = cfg.MaxWatches
+	ws.mu.Unlock()
+	if rt != nil && changed {
+		if err := rt.SetConcurrency(replicator.WatchType, cfg.MaxWatches); err != nil {
+			cfg.Logger.Warn().Err(err).Msg("replicator: max_watches")
 		}
-		// A watch due later (a polling one, back at its next cycle) is
-		// due without a write: the wait is bounded, as the acceptors'.
-		job, err := n.store.AcceptWatch(ctx, cfg.acceptWaitMax())
-		if err != nil {
-			n.watches.release()
-			if ctx.Err() != nil || errors.Is(err, fdbjobs.ErrNotFound) {
-				continue
-			}
-			cfg.Logger.Warn().Err(err).Msg("replicator: watch accept")
-			if b.WaitAny(ctx, err) != nil {
-				return
-			}
-			continue
-		}
-		b.Reset()
-		n.wg.Add(1)
-		go n.runWatch(ctx, job)
+	}
+}
+
+// stopWatches stops the watch Runtime: the watches running are put back
+// at once, pending with what they followed, for another node to go on.
+func (n *Node) stopWatches() {
+	n.watches.mu.Lock()
+	rt := n.watches.rt
+	n.watches.rt = nil
+	n.watches.mu.Unlock()
+	if rt != nil {
+		rt.StopAndCancel()
 	}
 }
 
@@ -207,39 +193,30 @@ func (n *Node) watchAcceptor(ctx context.Context) {
 type watchEnd int
 
 const (
-	watchCancelled watchEnd = iota // the node stops, or the hold lapsed
+	watchCancelled watchEnd = iota // the node stops, or the job is no longer the node's
 	watchEmpty                     // its group has no parked job
 	watchPolled                    // a poll cycle is done: again after WatchPollInterval
 	watchRetry                     // its server did not answer: again after watchRetryWait
 )
 
-// watchRun is one watch job held by the node.
+// watchRun is one watch job worked on the node.
 type watchRun struct {
-	n    *Node
-	job  *fdbjobs.Job
-	hold *holdTimer
+	n *Node
+	w *fdbjobs.Work[replicator.WatchData]
 
 	mu sync.Mutex
 	wd replicator.WatchData // as the next write stores it
 }
 
-// runWatch follows the watch job job until its group is empty, a poll
-// cycle ends, its server does not answer, the node stops or its hold
-// lapses; then it ends the job, or puts it back to be taken again (see
-// doc.go, "Watches").
-func (n *Node) runWatch(ctx context.Context, job *fdbjobs.Job) {
-	defer n.wg.Done()
-	defer n.watches.release()
+// workWatch follows the watch job w until its group is empty, a poll
+// cycle ends, its server does not answer, or ctx ends (the node stops, or
+// the job is no longer the node's); then it ends the job, or puts it back
+// (a Snooze) to be taken again (see doc.go, "Watches"). Its data (the
+// feed's since) is written every heartbeat and before it is put back.
+func (n *Node) workWatch(ctx context.Context, w *fdbjobs.Work[replicator.WatchData]) error {
 	cfg := n.Config()
-	wd, err := replicator.DecodeWatchData(job.Data)
-	if err != nil {
-		cfg.Logger.Error().Err(err).Str("job_id", job.ID).Msg("replicator: undecodable watch data; the watch is dropped")
-		_, _ = kv.Transact(ctx, n.store, func(tr kv.Transaction) (any, error) { return nil, n.store.DropWatch(ctx, tr, job) })
-		return
-	}
-	wd.Node = cfg.NodeName
-	r := &watchRun{n: n, job: job, wd: *wd, hold: newHoldTimer(job, cfg.Clock)}
-	defer r.hold.stop()
+	r := &watchRun{n: n, w: w, wd: w.Args}
+	r.wd.Node = cfg.NodeName
 	n.watches.track(r, true, 0, time.Time{})
 	end := watchCancelled
 	defer func() { n.watches.track(r, false, end, cfg.Clock.Now()) }()
@@ -251,26 +228,14 @@ func (n *Node) runWatch(ctx context.Context, job *fdbjobs.Job) {
 	defer hb.Stop()
 	for {
 		select {
-		case <-r.hold.expired():
-			cancel()
-			<-done
-			cfg.Logger.Warn().Str("group", wd.Group).Msg("replicator: watch stopped: this node could not renew its hold on it; another node takes it")
-			return
 		case <-hb.Chan():
-			if !r.renew(ctx) {
-				cancel()
-				<-done
-				return
+			if err := w.Update(ctx, *r.data()); errors.Is(err, fdbjobs.ErrHalt) {
+				cancel() // no longer this node's
+				end = <-done
+				return err
 			}
 		case end = <-done:
-			r.end(ctx, end)
-			return
-		case <-ctx.Done():
-			cancel()
-			<-done
-			// Another node goes on at once, from what this one followed.
-			r.requeue(context.WithoutCancel(ctx), cfg.Clock.Now())
-			return
+			return r.end(ctx, end)
 		}
 	}
 }
@@ -291,62 +256,49 @@ func (r *watchRun) set(f func(*replicator.WatchData)) {
 	f(&r.wd)
 }
 
-// renew writes the watch's data (its since) and renews its hold; false
-// when the job was taken from this node or the hold lapsed.
-func (r *watchRun) renew(ctx context.Context) bool {
-	renewed := r.job.Renewing()
-	hctx, done := r.job.HoldContext(ctx)
-	defer done()
-	wd := r.data()
-	_, err := kv.Transact(hctx, r.n.store, func(tr kv.Transaction) (any, error) {
-		return nil, r.n.store.UpdateWatch(hctx, tr, r.job, wd)
-	})
-	renewed(err == nil)
-	if err != nil || r.hold.lapsed() {
-		return false
-	}
-	r.hold.reset()
-	return true
-}
-
-// end ends the watch's run after its work: it finishes the job when its
-// group is empty (a park meanwhile makes it go on), or puts it back to be
-// taken again at the time the end calls for.
-func (r *watchRun) end(ctx context.Context, end watchEnd) {
+// end ends the watch's attempt after its work: it finishes the job when
+// its group is empty (a park meanwhile makes it go on), or writes its data
+// and puts it back to be taken again when the end calls for (a Snooze: not
+// an attempt). When ctx ended (the node stops), the Runtime puts it back
+// at once, with the data written here first, so that another node goes on
+// from what this one followed.
+func (r *watchRun) end(ctx context.Context, end watchEnd) error {
 	cfg := r.n.Config()
-	now := cfg.Clock.Now()
+	wd := r.data()
+	var again time.Duration
 	switch end {
 	case watchEmpty:
-		wd := r.data()
-		hctx, done := r.job.HoldContext(ctx)
-		defer done()
-		ended, err := kv.Transact(hctx, r.n.store, func(tr kv.Transaction) (bool, error) {
-			return r.n.store.EndWatch(hctx, tr, r.job, wd)
+		ended, err := kv.Transact(ctx, r.n.store, func(tr kv.Transaction) (bool, error) {
+			return r.n.store.EndWatch(tr, wd.Group, func(tr kv.Transaction) error { return r.w.CompleteTx(ctx, tr) })
 		})
 		if err == nil && ended {
 			cfg.Logger.Debug().Str("group", wd.Group).Msg("replicator: watch ended: its group has no parked replication")
-			return
+			return nil
 		}
-		r.requeue(ctx, now)
 	case watchPolled:
-		r.requeue(ctx, now.Add(cfg.WatchPollInterval))
+		again = cfg.WatchPollInterval
 	case watchRetry:
-		r.requeue(ctx, now.Add(watchRetryWait))
+		again = watchRetryWait
 	default:
-		r.requeue(ctx, now)
+		cause := context.Cause(ctx)
+		if cause == nil {
+			break // again at once
+		}
+		if errors.Is(cause, fdbjobs.ErrHoldLapsed) {
+			cfg.Logger.Warn().Str("group", wd.Group).Msg("replicator: watch stopped: this node could not renew its hold on it; another node takes it")
+		}
+		if errors.Is(cause, fdbjobs.ErrStopped) {
+			_ = r.w.Update(context.WithoutCancel(ctx), *wd)
+		}
+		return cause
 	}
-}
-
-// requeue puts the watch back, pending at at, with its data.
-func (r *watchRun) requeue(ctx context.Context, at time.Time) {
-	wd := r.data()
-	hctx, done := r.job.HoldContext(ctx)
-	defer done()
-	err := r.n.store.RequeueWatch(hctx, r.job, replicator.Millis(at), wd)
-	if err != nil && !errors.Is(err, fdbjobs.ErrHalt) && ctx.Err() == nil {
-		// The activity monitor puts it back a job timeout later.
-		r.n.Config().Logger.Warn().Err(err).Str("group", wd.Group).Msg("replicator: watch not put back")
+	if err := r.w.Update(ctx, *wd); err != nil {
+		if !errors.Is(err, fdbjobs.ErrHalt) && ctx.Err() == nil {
+			// The job is put back as the store has it.
+			cfg.Logger.Warn().Err(err).Str("group", wd.Group).Msg("replicator: watch: writing what it followed")
+		}
 	}
+	return fdbjobs.Snooze(again)
 }
 
 // work follows the group's server: its _db_updates feed (unless a recent
