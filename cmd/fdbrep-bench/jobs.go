@@ -44,6 +44,21 @@ type jobsOpts struct {
 	// batch calls (-loop batch).
 	runtime                          bool
 	cpuProfile, cpuProfileContinuous string
+	// workSleep is how long each job's work takes (both sides; 0: none).
+	workSleep time.Duration
+}
+
+// sleep is a job's work: workSleep, or until ctx ends.
+func (o jobsOpts) sleep(ctx context.Context) {
+	if o.workSleep <= 0 {
+		return
+	}
+	t := time.NewTimer(o.workSleep)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // runJobsBench measures the job layer on on-disk embedded stores with
@@ -81,6 +96,7 @@ func runJobsBench(args []string) error {
 	dir := fs.String("dir", "", "directory for the stores (default: a new temporary directory, removed afterwards)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the first fdbjobs burn-down's work phase to this file")
 	fs.StringVar(&o.cpuProfileContinuous, "cpuprofile-continuous", "", "write a CPU profile of the first fdbjobs continuous run to this file")
+	fs.DurationVar(&o.workSleep, "work-sleep", 0, "how long each job's work takes, on both sides (0: a no-op worker; the issue's second worker sleeps 1ms)")
 	fs.BoolVar(&o.inMemory, "in-memory", false, "fdbjobs on in-memory stores instead (to see what the disk costs)")
 	loop := fs.String("loop", "runtime", "fdbjobs' side of the burn-down and continuous modes: runtime (its Runtime, a no-op Worker, -workers × -batch of Concurrency: River's side is its river.Client) or batch (-workers loops of AcceptBatch and FinishBatch of -batch)")
 	riverBin := fs.String("river-bin", "", "the River peer binary (make bench-jobs builds it from cmd/fdbrep-bench/river); \"\" skips River")
@@ -117,6 +133,12 @@ func runJobsBench(args []string) error {
 	river, err := startRiver(env, *riverBin, *pgBin)
 	if err != nil {
 		return err
+	}
+	if river != nil {
+		river.workSleep = o.workSleep
+	}
+	if o.workSleep > 0 {
+		fmt.Printf("each job's work sleeps %v, on both sides\n", o.workSleep)
 	}
 	b := &jobsBench{env: env, o: o, river: river}
 	if err := b.burnDowns(); err != nil {
@@ -162,6 +184,11 @@ type runResult struct {
 	pgCPUSec           float64 // River: PostgreSQL's processes, work phase
 	serverCPUSec       float64 // fdbjobs on FoundationDB: its fdbserver processes on this machine, work phase
 	commits            int64   // fdbjobs: transactions committed in the work phase
+	// memBase and memPeak are the Go heap objects and goroutine stacks of
+	// the process running the jobs at the work phase's start and at its
+	// peak; concurrency the most jobs it ran at once.
+	memBase, memPeak int64
+	concurrency      int
 }
 
 func (r runResult) rate() float64 { return float64(r.worked) / r.workSec }
@@ -183,6 +210,10 @@ func (r runResult) line(round int, who string) {
 	}
 	if r.commits > 0 {
 		cpu += fmt.Sprintf("; %.2f transactions/job", float64(r.commits)/float64(r.worked))
+	}
+	if r.memPeak > 0 && r.concurrency > 0 {
+		cpu += fmt.Sprintf("; Go heap+stacks %.0f MiB at peak, +%.1f KiB per running job (%d at once)", float64(r.memPeak)/(1<<20),
+			float64(r.memPeak-r.memBase)/1024/float64(r.concurrency), r.concurrency)
 	}
 	fmt.Printf("  round %d %-8s %s%9d worked in %6.2fs = %8.0f jobs/s; %s\n", round, who, ins, r.worked, r.workSec, r.rate(), cpu)
 }
@@ -215,7 +246,11 @@ func compare(mode string, ours, theirs []runResult) {
 // loopName says how fdbjobs' side works its jobs (-loop).
 func (o jobsOpts) loopName() string {
 	if o.runtime {
-		return fmt.Sprintf("its Runtime, a no-op Worker, Concurrency %d", o.workers*o.batch)
+		worker := "a no-op Worker"
+		if o.workSleep > 0 {
+			worker = "a Worker that sleeps " + o.workSleep.String()
+		}
+		return fmt.Sprintf("its Runtime, %s, Concurrency %d", worker, o.workers*o.batch)
 	}
 	return fmt.Sprintf("%d loops of AcceptBatch and FinishBatch of %d", o.workers, o.batch)
 }
@@ -387,5 +422,5 @@ func (b *jobsBench) fdbjobsRun(f func(*fdbjobsRun) (runResult, error)) (runResul
 
 func (r *riverResult) result() runResult {
 	return runResult{inserted: r.Inserted, worked: r.Worked, insertSec: r.InsertSeconds, insertCPUSec: r.InsertCPU, workSec: r.Seconds,
-		cpuSec: r.CPUSeconds, pgCPUSec: r.PGCPUSeconds}
+		cpuSec: r.CPUSeconds, pgCPUSec: r.PGCPUSeconds, memBase: r.MemBase, memPeak: r.MemPeak, concurrency: r.Concurrency}
 }

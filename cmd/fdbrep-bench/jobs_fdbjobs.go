@@ -17,9 +17,11 @@ import (
 // own.
 type fdbjobsRun struct {
 	ctx context.Context
-	c   *fdbjobs.Client
-	db  *countingDB
-	o   jobsOpts
+	// concurrency is the Runtime's Concurrency (0 with -loop batch).
+	concurrency int
+	c           *fdbjobs.Client
+	db          *countingDB
+	o           jobsOpts
 	// tenant is the store's FoundationDB tenant ("" on the embedded
 	// store), for the processes of burnDownProcesses.
 	tenant string
@@ -147,12 +149,13 @@ func (s *fdbjobsRun) workRuntime(ctx context.Context, typ string, wait bool, don
 		}
 	}
 	opts := fdbjobs.WorkerOptions{Concurrency: s.o.workers * s.o.batch, Timeout: time.Minute}
+	s.concurrency = opts.Concurrency
 	var err error
 	switch typ {
 	case burnType:
-		err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[burnArgs](func(context.Context, *fdbjobs.Work[burnArgs]) error { count(); return nil }), opts)
+		err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[burnArgs](func(ctx context.Context, _ *fdbjobs.Work[burnArgs]) error { s.o.sleep(ctx); count(); return nil }), opts)
 	case continuousType:
-		err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[continuousArgs](func(context.Context, *fdbjobs.Work[continuousArgs]) error { count(); return nil }), opts)
+		err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[continuousArgs](func(ctx context.Context, _ *fdbjobs.Work[continuousArgs]) error { s.o.sleep(ctx); count(); return nil }), opts)
 	default:
 		err = fmt.Errorf("no Runtime worker for %q", typ)
 	}
@@ -280,6 +283,7 @@ func (s *fdbjobsRun) burnDown(n int, cpuProfile string) (runResult, error) {
 		return runResult{}, fmt.Errorf("burn-down worked %d jobs, want %d", res.worked, n)
 	}
 	res.commits = s.db.commits.Load() - commits0
+	res.concurrency = s.concurrency
 	return res, nil
 }
 
@@ -362,6 +366,7 @@ func (s *fdbjobsRun) continuous(d time.Duration, cpuProfile string) (runResult, 
 		}
 	})
 	res.inserted = inserted.Load()
+	res.concurrency = s.concurrency
 	cancel()
 	if err != nil {
 		return runResult{}, err
@@ -380,9 +385,11 @@ func measure(profile string, done, inserted *atomic.Int64, res *runResult, work 
 	defer stopProfile()
 	stop := make(chan struct{})
 	over := progress(done, inserted, stop)
+	mem := startMem()
 	t0, cpu0, srv0 := time.Now(), cpuTime(), storeServerCPU()
 	err = work()
 	res.worked, res.workSec, res.cpuSec = done.Load(), time.Since(t0).Seconds(), (cpuTime() - cpu0).Seconds()
+	res.memBase, res.memPeak = mem.end()
 	res.serverCPUSec = (storeServerCPU() - srv0).Seconds()
 	stopProfile()
 	close(stop)

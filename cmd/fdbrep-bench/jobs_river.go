@@ -182,18 +182,23 @@ type riverResult struct {
 	PGCPUSeconds   float64 `json:"pg_cpu_seconds"`
 	WakeFromCall   []int64 `json:"wake_from_call"`
 	WakeFromCommit []int64 `json:"wake_from_commit"`
+	MemBase        int64   `json:"mem_base_bytes"`
+	MemPeak        int64   `json:"mem_peak_bytes"`
+	Concurrency    int     `json:"concurrency"`
 }
 
 // riverPeer runs the peer binary against a cluster.
 type riverPeer struct {
 	bin string
 	pg  *pgCluster
+	// workSleep is how long each job's work takes (-work-sleep).
+	workSleep time.Duration
 }
 
 // run runs the peer in mode with args; its progress lines pass through to
 // our standard output.
 func (p *riverPeer) run(mode string, args ...string) (*riverResult, error) {
-	args = append([]string{"-dsn", p.pg.dsn(), "-pg-pid", strconv.Itoa(p.pg.pid), "-mode", mode}, args...)
+	args = append([]string{"-dsn", p.pg.dsn(), "-pg-pid", strconv.Itoa(p.pg.pid), "-mode", mode, "-work-sleep", p.workSleep.String()}, args...)
 	cmd := exec.Command(p.bin, args...)
 	// The peer must not outlive the bench.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

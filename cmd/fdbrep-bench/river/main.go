@@ -72,6 +72,12 @@ type Result struct {
 	// worker's start, in nanoseconds.
 	WakeFromCall   []int64 `json:"wake_from_call,omitempty"`
 	WakeFromCommit []int64 `json:"wake_from_commit,omitempty"`
+	// MemBase and MemPeak are this process's Go heap objects and
+	// goroutine stacks at the work phase's start and at its peak, and
+	// Concurrency the most jobs it works at once (MaxWorkers).
+	MemBase     int64 `json:"mem_base_bytes,omitempty"`
+	MemPeak     int64 `json:"mem_peak_bytes,omitempty"`
+	Concurrency int   `json:"concurrency,omitempty"`
 }
 
 func main() {
@@ -88,6 +94,7 @@ func run() error {
 	duration := flag.Duration("duration", 30*time.Second, "continuous: how long to measure")
 	samples := flag.Int("samples", 300, "wake: samples")
 	backlog := flag.Int("backlog", backlogDefault, "continuous: jobs kept available")
+	flag.DurationVar(&workSleep, "work-sleep", 0, "how long each job's work takes (0: none)")
 	flag.IntVar(&pgPID, "pg-pid", 0, "the postmaster's pid, to measure PostgreSQL's CPU time too (Linux)")
 	flag.Parse()
 	switch {
@@ -162,8 +169,19 @@ func (w *benchWorker) Work(ctx context.Context, j *river.Job[benchArgs]) error {
 	if w.started != nil {
 		w.started <- time.Now()
 	}
+	if workSleep > 0 {
+		t := time.NewTimer(workSleep)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
 	return nil
 }
+
+// workSleep is how long each job's work takes (-work-sleep).
+var workSleep time.Duration
 
 // newClient returns a client with River's benchmark settings and a
 // subscription to job completions (and to the failures that should never
@@ -362,6 +380,7 @@ func continuous(ctx context.Context, pool *pgxpool.Pool, d time.Duration, backlo
 type workPhase struct {
 	start     time.Time
 	cpu0, pg0 time.Duration // CPU times at the start: ours, PostgreSQL's
+	mem       *memSampler
 }
 
 // startWork follows the completion events into c and prints progress
@@ -369,13 +388,15 @@ type workPhase struct {
 func startWork(ctx context.Context, client *river.Client[pgx.Tx], c *counter, events <-chan *river.Event, inserted *atomic.Int64) (workPhase, error) {
 	go c.follow(ctx, events)
 	go c.progress(ctx, inserted)
-	p := workPhase{cpu0: cpuTime(), pg0: pgCPUTime(), start: time.Now()}
+	p := workPhase{cpu0: cpuTime(), pg0: pgCPUTime(), start: time.Now(), mem: startMem()}
 	return p, client.Start(ctx)
 }
 
 // cpu sets res's CPU times to those of the phase so far.
 func (p workPhase) cpu(res *Result) {
 	res.CPUSeconds, res.PGCPUSeconds = (cpuTime() - p.cpu0).Seconds(), (pgCPUTime() - p.pg0).Seconds()
+	res.MemBase, res.MemPeak = p.mem.end()
+	res.Concurrency = maxWorkers
 }
 
 // finish stops the client and fails the run if a job failed.
