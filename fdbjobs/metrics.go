@@ -31,7 +31,8 @@ const MetricsReadTimeoutDefault = 2 * time.Second
 //
 // and fdbjobs_jobs{kind, state} is the store's count of the kind's jobs
 // in each state (Counts: pending is the queue's depth), read when the
-// metrics are collected, for the kinds this Client inserted or worked.
+// metrics are collected, for the kinds named to NewMetrics and those this
+// Client inserted or worked since.
 // Attempts handed back by a stopping Runtime, snoozed, or whose end could
 // not be written (the job taken from the node) count as started only.
 type Metrics struct {
@@ -46,8 +47,12 @@ type Metrics struct {
 }
 
 // NewMetrics returns c's metrics and records them from then on (a Client
-// has one Metrics: a second call replaces the first).
-func NewMetrics(c *Client) *Metrics {
+// has one Metrics: a second call replaces the first). The store's counts
+// of kinds are collected from the first collection on, before this Client
+// inserts or works any of them: a process that adds jobs with Add (which
+// these metrics do not count), works them with Accept, or only watches a
+// queue names its kinds here, or has no fdbjobs_jobs gauge of them.
+func NewMetrics(c *Client, kinds ...string) *Metrics {
 	counter := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fdbjobs_jobs_" + name + "_total", Help: help}, []string{"kind"})
 	}
@@ -70,6 +75,9 @@ func NewMetrics(c *Client) *Metrics {
 		jobs: prometheus.NewDesc("fdbjobs_jobs", "The store's jobs of the kind in each state (Counts).",
 			[]string{"kind", "state"}, nil),
 		kinds: map[string]bool{},
+	}
+	for _, k := range kinds {
+		m.kinds[k] = true
 	}
 	c.metrics.Store(m)
 	return m

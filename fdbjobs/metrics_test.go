@@ -13,6 +13,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	testutil2 "github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
 // The metrics count, per kind, what the Client and its Runtime did, and
@@ -86,4 +87,33 @@ fdbjobs_jobs_started_total{kind="sum"} 4
 	problems, err := testutil.CollectAndLint(m)
 	require.NoError(t, err)
 	require.Empty(t, problems)
+}
+
+// The kinds named to NewMetrics have their fdbjobs_jobs gauges from the
+// first collection, though this Client never inserted nor worked them:
+// here one added with Add (not counted as inserted) and one never used.
+func TestMetricsNamedKinds(t *testing.T) {
+	ctx := context.Background()
+	c, err := fdbjobs.New(kvtest.NewDB(t), fdbjobs.Config{})
+	require.NoError(t, err)
+	m := fdbjobs.NewMetrics(c, "added", "idle")
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(m))
+	require.NoError(t, c.SetTypeTimeout(ctx, nil, "added", time.Hour))
+	require.NoError(t, c.Add(ctx, nil, "added", "a", nil, 0))
+	want := `
+# HELP fdbjobs_jobs The store's jobs of the kind in each state (Counts).
+# TYPE fdbjobs_jobs gauge
+fdbjobs_jobs{kind="added",state="cancelled"} 0
+fdbjobs_jobs{kind="added",state="completed"} 0
+fdbjobs_jobs{kind="added",state="discarded"} 0
+fdbjobs_jobs{kind="added",state="pending"} 1
+fdbjobs_jobs{kind="added",state="running"} 0
+fdbjobs_jobs{kind="idle",state="cancelled"} 0
+fdbjobs_jobs{kind="idle",state="completed"} 0
+fdbjobs_jobs{kind="idle",state="discarded"} 0
+fdbjobs_jobs{kind="idle",state="pending"} 0
+fdbjobs_jobs{kind="idle",state="running"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "fdbjobs_jobs", "fdbjobs_jobs_inserted_total"))
 }

@@ -5,18 +5,19 @@ import (
 	"net/http"
 
 	"github.com/fdbrep/fdbrep/cluster"
+	"github.com/fdbrep/fdbrep/frontend"
 	"github.com/fdbrep/fdbrep/internal/health"
 	"github.com/fdbrep/fdbrep/pkg/kv"
-	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
 )
 
 // healthHandler serves, without authentication, GET /_up,
 // /_node/_local/_stats[/{path}] and /_node/_local/_prometheus (the
-// replicator's metrics). It is meant for a loopback port of a replication-only node,
-// which opens no other listener; never expose it beyond the host. It is
+// replicator's metrics; in _prometheus the job layer's too: nodeMetrics).
+// It is meant for a loopback port of a replication-only node, which opens
+// no other listener; never expose it beyond the host. It is
 // not the HTTP API: a replication node does not run package frontend.
-func healthHandler(db kv.Database, m *replicator.Metrics, cn *cluster.Node, sn *scheduler.Node) http.Handler {
+func healthHandler(db kv.Database, m frontend.MetricsSource, cn *cluster.Node, sn *scheduler.Node) http.Handler {
 	reply := func(w http.ResponseWriter, status int, v any) {
 		b, _ := json.Marshal(v)
 		w.Header().Set("Content-Type", "application/json")

@@ -159,6 +159,10 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	jobsMetrics, err := jobsRegistry(jobs)
+	if err != nil {
+		return err
+	}
 	if keyMigrate.Get(cfg) {
 		log.Info().Msg("fdbjobs: migrating the store's jobs to this version's key layout, if an earlier one wrote them")
 		if err := jobs.Migrate(ctx); err != nil {
@@ -215,6 +219,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		return -1
 	})
+	prom := &nodeMetrics{Metrics: metrics, jobs: jobsMetrics, log: &log}
 	shared := clusterConfig(cfg, &log, metrics)
 	shared.Sealer, shared.Opener = sealer, opener
 	// The addresses endpoints may not reach: one policy for the control
@@ -291,7 +296,7 @@ func Run(ctx context.Context, opts Options) error {
 		node, live.node = n, n
 		parts.Scheduler = n
 		log.Info().Int("max_jobs", ncfg.MaxJobs).Msg("replication node started")
-		parts.Health = healthHandler(db, metrics, cn, n)
+		parts.Health = healthHandler(db, prom, cn, n)
 		if lns.health != nil {
 			if readyAddr, err = listen(lns.health, parts.Health, "health", nil); err != nil {
 				return err
@@ -323,6 +328,7 @@ func Run(ctx context.Context, opts Options) error {
 			fopts.UpMore = upMore(node)
 		}
 		wire.Frontend(&fopts, plane)
+		fopts.Metrics = prom // the plane's, with the job layer's in _prometheus
 		api, err := frontend.New(fopts)
 		if err != nil {
 			return err
