@@ -66,7 +66,7 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 		return true
 	}
 	n.mu.Lock()
-	moved := stopLeastDeserving(mine, p.move, stopMove, func(w *worker) bool {
+	moved := stopLeastDeservingLocked(mine, p.move, stopMove, func(w *worker) bool {
 		return w.continuous && now.Sub(w.started) >= cfg.MinRunTime
 	})
 	// What the pool may take from the queue until the next interval. A

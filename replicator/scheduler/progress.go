@@ -166,6 +166,8 @@ func (n *Node) progressLoop(ctx context.Context) {
 // runs that ended too). What a failed write left unwritten is written at
 // the next tick.
 func (n *Node) writeProgress(ctx context.Context) {
+	cfg := n.Config() // before p.mu: a part's lock is never held while n.mu is taken
+	now := replicator.Millis(cfg.Clock.Now())
 	p := &n.progress
 	p.mu.Lock()
 	runs := make([]*liveRun, 0, len(p.live))
@@ -174,8 +176,6 @@ func (n *Node) writeProgress(ctx context.Context) {
 			runs = append(runs, r)
 		}
 	}
-	cfg := n.Config()
-	now := replicator.Millis(cfg.Clock.Now())
 	var ended []*liveRun
 	for _, r := range p.ended {
 		if r.ended {
