@@ -109,9 +109,9 @@ type loadPublisher struct {
 	// waiting for its turn gives up when its context ends.
 	turn chan struct{}
 
-	mu         sync.Mutex
-	publishing bool // a publishSoonLocked goroutine runs
-	republish  bool // and publishes again when done
+	mu         sync.Mutex // guards publishing and republish
+	publishing bool       // a publishSoonLocked goroutine runs
+	republish  bool       // and publishes again when done
 }
 
 func newLoadPublisher() loadPublisher { return loadPublisher{turn: make(chan struct{}, 1)} }

@@ -58,6 +58,8 @@ const runEndKeep = time.Minute
 // ended since the loop's last write, and the loop's last readings. It
 // owns its state (its own mutex).
 type progress struct {
+	// mu guards live, ended, kept, syncByDB and refusedByDB, and each
+	// registered run's ended (liveRun).
 	mu          sync.Mutex
 	live        map[*worker]*liveRun
 	ended       []*liveRun         // runs that ended since the loop's last write

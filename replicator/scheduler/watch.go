@@ -211,8 +211,8 @@ type watchRun struct {
 	n *Node
 	w *fdbjobs.Work[replicator.WatchData]
 
-	mu sync.Mutex
-	wd replicator.WatchData // guarded by mu: as the next write stores it
+	mu sync.Mutex           // guards wd
+	wd replicator.WatchData // as the next write stores it
 }
 
 // workWatch follows the watch job w until its group is empty, a poll
