@@ -90,7 +90,7 @@ func (n *Node) runWorker(w *worker) {
 		if p == nil {
 			return
 		}
-		n.cfg.Logger.Error().Str("job_id", w.job.ID).Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
+		w.cfg.Logger.Error().Str("job_id", w.job.ID).Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
 			Msg("replicator: job panicked; it crashes, the node goes on")
 		d := w.data
 		if d == nil {
@@ -100,7 +100,7 @@ func (n *Node) runWorker(w *worker) {
 			// The job cannot even be marked crashing: without heartbeats
 			// the activity monitor re-enqueues it after the job timeout.
 			if p := recover(); p != nil {
-				n.cfg.Logger.Error().Str("job_id", w.job.ID).Str("panic", fmt.Sprint(p)).Msg("replicator: marking a panicked job crashing panicked too")
+				w.cfg.Logger.Error().Str("job_id", w.job.ID).Str("panic", fmt.Sprint(p)).Msg("replicator: marking a panicked job crashing panicked too")
 			}
 		}()
 		w.crash(d, fmt.Errorf("%w: %v", engine.ErrInternal, p))

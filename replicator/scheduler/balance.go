@@ -66,7 +66,7 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 		return true
 	}
 	n.mu.Lock()
-	moved := stopLeastDeserving(mine, p.move, stopMove, func(w *worker) bool {
+	moved := stopLeastDeservingLocked(mine, p.move, stopMove, func(w *worker) bool {
 		return w.continuous && now.Sub(w.started) >= cfg.MinRunTime
 	})
 	// What the pool may take from the queue until the next interval. A
@@ -109,9 +109,9 @@ type loadPublisher struct {
 	// waiting for its turn gives up when its context ends.
 	turn chan struct{}
 
-	mu         sync.Mutex
-	publishing bool // a publishSoonLocked goroutine runs
-	republish  bool // and publishes again when done
+	mu         sync.Mutex // guards publishing and republish
+	publishing bool       // a publishSoonLocked goroutine runs
+	republish  bool       // and publishes again when done
 }
 
 func newLoadPublisher() loadPublisher { return loadPublisher{turn: make(chan struct{}, 1)} }

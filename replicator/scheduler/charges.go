@@ -15,7 +15,7 @@ import (
 // flushes and rolls up, and neither holds the node's lock for the store's
 // transactions.
 type charges struct {
-	mu      sync.Mutex
+	mu      sync.Mutex       // guards accrued and table
 	accrued map[string]int64 // milliseconds per share key, not yet written
 	table   replicator.ShareTable
 }

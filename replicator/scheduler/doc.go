@@ -9,17 +9,22 @@
 // _replicator documents through a replicator.DocUpdater (repdb.Store), in
 // the job's finishing transaction.
 //
-// A Node is made of parts: the acceptor pool, the workers (with their
-// fair-share priorities) and the interval step share Node.mu; the parts
-// that own their state, each behind its own mutex, are the fair-share
-// charges and share table (charges.go), the host prober (hosts.go), the
-// load publisher (balance.go) and the progress registry (progress.go).
-// A part never takes Node.mu, so a holder of Node.mu may call one. The interval step's decisions (how many jobs the trim,
-// the rotation and balance stop, and the node's share) are pure
-// functions of the figures it reads (plan.go, table-tested); the step
-// reads the figures and asks the least deserving workers to stop. A
-// worker changes its job's state only through replicator.Lifecycle
-// (replicator's doc.go, "Transitions").
+// A Node is made of parts. The acceptor pool, the workers (with their
+// fair-share priorities) and the interval step share Node.mu, whose
+// comment (node.go) names the fields it guards; a function that must be
+// called with it held ends in Locked. The parts that own their state,
+// each behind its own mutex, are the fair-share charges and share table
+// (charges.go), the host prober (hosts.go), the load publisher
+// (balance.go), the progress registry (progress.go), the watches
+// (watch.go: the Runtime of watch jobs, the watches running and recent,
+// the rate of their exact checks), and parking's feed checker and count
+// of waiting jobs (parkpolicy.go). A part's lock is never held while
+// Node.mu is taken, so a holder of Node.mu may call a part. The interval
+// step's decisions (how many jobs the trim, the rotation and balance
+// stop, and the node's share) are pure functions of the figures it reads
+// (plan.go, table-tested); the step reads the figures and asks the least
+// deserving workers to stop. A worker changes its job's state only
+// through replicator.Lifecycle (replicator's doc.go, "Transitions").
 //
 // # Job server
 //

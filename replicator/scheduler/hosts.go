@@ -18,7 +18,7 @@ const probeTimeout = 10 * time.Second
 // the jobs that wait out a backoff because of it, and whether a probe
 // runs. It owns its state (its own mutex); the zero value is ready.
 type hostProber struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards hosts and probing
 	hosts   map[string]map[string]bool
 	probing bool // a probeHosts goroutine runs
 }

@@ -18,17 +18,29 @@ import (
 // jobs off, charges run time for fair share and removes expired transient
 // jobs. Many nodes share one store; they need no connection to each other
 // or to the frontends.
+//
+// Its fields are grouped by owner (see doc.go for the parts). A function
+// whose name ends in Locked must be called with mu held. The lock order
+// is mu, then a part's lock or a worker's stopMu: no part's lock is held
+// while mu is taken (publishLoad takes mu in its turn, load.turn, which
+// nothing that holds mu waits for).
 type Node struct {
+	// Set by New and never changed: read without a lock.
 	store *replicator.Store
 	eng   replicator.Engine
 	m     *replicator.Metrics
-	svc   service.Base
+	kick  chan struct{} // Reschedule's nudge to the interval loop (one slot)
+	// TestSignals let tests wait for the node's steps instead of sleeping
+	// or polling; they do nothing unless a test initialises them before
+	// Start.
+	TestSignals Signals
 
-	cfgMu sync.Mutex
-	next  *Config // from SetConfig, applied at the next interval
+	// svc starts and stops the node (it has its own lock).
+	svc service.Base
 
-	kick chan struct{}
-
+	// The parts: each owns its state behind its own lock (keysLacking
+	// is a sync.Map), never held while mu is taken, so a holder of mu
+	// may call one.
 	hosts hostProber    // hosts that did not answer, and their jobs (hosts.go)
 	load  loadPublisher // the node's load for balance (balance.go)
 	// progress follows the running jobs' runs for the progress loop and
@@ -48,28 +60,40 @@ type Node struct {
 	// lacks (each said once; see worker.cannotOpen).
 	keysLacking sync.Map
 
-	// TestSignals let tests wait for the node's steps instead of sleeping
-	// or polling; they do nothing unless a test initialises them before
-	// Start.
-	TestSignals Signals
+	// cfgMu guards next, and nothing else: SetConfig leaves a new
+	// configuration there without waiting for mu.
+	cfgMu sync.Mutex
+	next  *Config // from SetConfig, applied at the next interval
 
-	mu         sync.Mutex
-	cfg        Config          // applied; guarded by mu
-	ctx        context.Context // accept context; nil when stopped
-	opCtx      context.Context // workers' context; outlives ctx by the shutdown timeout
-	stopHard   context.CancelFunc
-	stopping   bool
+	// mu guards the acceptor pool, the workers and the interval step's
+	// figures: cfg, ctx, opCtx, stopHard, stopping, acceptors, quota,
+	// share, workers, rotations and intervals, and each worker's
+	// charged, priority and prioritized (worker.go). It also orders
+	// wg.Add with shutdown's Wait: a goroutine is added to wg with mu
+	// held, while the node is not stopping or by a goroutine wg counts.
+	mu        sync.Mutex
+	cfg       Config          // applied (the interval step writes it)
+	ctx       context.Context // accept context; nil when stopped
+	opCtx     context.Context // workers' context; outlives ctx by the shutdown timeout
+	stopHard  context.CancelFunc
+	stopping  bool
+	acceptors int // live acceptors (see acceptors.go for the pool's invariant)
+	quota     int // jobs the live acceptors may take, in all
+	share     int // the most jobs the pool fills the node to when balancing (0: MaxJobs)
+	workers   map[*worker]bool
+	rotations []int // preemptions per interval (most recent last, capped)
+	intervals int64
+
+	// serverUUID is the store's, written by Start (under mu) before it
+	// starts the acceptors, and constant while the node runs: workers
+	// read it without mu.
 	serverUUID string
-	acceptors  int // live acceptors (see acceptors.go for the pool's invariant)
-	quota      int // jobs the live acceptors may take, in all
-	share      int // the most jobs the pool fills the node to when balancing (0: MaxJobs)
-	workers    map[*worker]bool
-	wg         sync.WaitGroup
-	rotations  []int // preemptions per interval (most recent last, capped)
-	intervals  int64
+	// wg counts the node's goroutines, for shutdown to wait for (see mu).
+	wg sync.WaitGroup
+
 	// heldSeen is the store's count of held-back jobs of each user whose
-	// jobs ran here, as the last interval step read it (rotateUsers); the
-	// interval step's own.
+	// jobs ran here, as the last interval step read it (rotateUsers):
+	// only the interval step's goroutine touches it, without a lock.
 	heldSeen map[string]int64
 }
 
@@ -239,7 +263,7 @@ func (n *Node) Stop() { n.svc.Stop() }
 func (n *Node) shutdown() {
 	n.mu.Lock()
 	n.stopping = true
-	timeout, log := n.cfg.ShutdownTimeout, n.cfg.Logger
+	timeout, log, clock, stopHard := n.cfg.ShutdownTimeout, n.cfg.Logger, n.cfg.Clock, n.stopHard
 	for w := range n.workers {
 		w.requestStop(stopShutdown)
 	}
@@ -247,15 +271,15 @@ func (n *Node) shutdown() {
 	n.stopWatches()
 	all := make(chan struct{})
 	go func() { n.wg.Wait(); close(all) }()
-	t := n.cfg.Clock.NewTimer(timeout)
+	t := clock.NewTimer(timeout)
 	select {
 	case <-all:
 	case <-t.Chan():
-		n.stopHard()
+		stopHard()
 		<-all
 	}
 	t.Stop()
-	n.stopHard()
+	stopHard()
 	// The run time charged since the last interval, for fair share; if
 	// the store does not take it within the shutdown timeout it is lost,
 	// which usage's decay makes up for.
@@ -356,19 +380,20 @@ func (n *Node) keptLocked() []*worker {
 	return ws
 }
 
-// stopLeastDeserving asks up to k of the workers ws for which eligible
-// holds to stop (kind says why), the least deserving first: the highest
-// fair-share priority, then the one that started first (CouchDB's
+// stopLeastDeservingLocked asks up to k of the workers ws for which
+// eligible holds to stop (kind says why), the least deserving first: the
+// highest fair-share priority, then the one that started first (CouchDB's
 // order). It returns how many it asked. Trim, rotation, balance and the
-// users' turns all choose their jobs here. Call with n.mu held
-// (priorities).
-func stopLeastDeserving(ws []*worker, k int, kind stopKind, eligible func(*worker) bool) int {
-	return stopLeastDeservingUntil(ws, k, kind, 0, eligible)
+// users' turns all choose their jobs here. n.mu must be held: it reads
+// the workers' priorities.
+func stopLeastDeservingLocked(ws []*worker, k int, kind stopKind, eligible func(*worker) bool) int {
+	return stopLeastDeservingUntilLocked(ws, k, kind, 0, eligible)
 }
 
-// stopLeastDeservingUntil is stopLeastDeserving whose jobs go back to the
-// queue no sooner than at (Unix ms; 0: their fair-share time).
-func stopLeastDeservingUntil(ws []*worker, k int, kind stopKind, at int64, eligible func(*worker) bool) int {
+// stopLeastDeservingUntilLocked is stopLeastDeservingLocked whose jobs go
+// back to the queue no sooner than at (Unix ms; 0: their fair-share
+// time).
+func stopLeastDeservingUntilLocked(ws []*worker, k int, kind stopKind, at int64, eligible func(*worker) bool) int {
 	if k <= 0 {
 		return 0
 	}
@@ -428,7 +453,7 @@ func (n *Node) rotate(ctx context.Context, cfg Config, now time.Time, stopped in
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := planRotation(len(kept), rotatable, pending, cfg.MaxJobs, cfg.MaxChurn, stopped)
-	return stopLeastDeserving(n.keptLocked(), k, stopPreempt, ran)
+	return stopLeastDeservingLocked(n.keptLocked(), k, stopPreempt, ran)
 }
 
 // reschedule is the interval step.
@@ -472,8 +497,8 @@ func (n *Node) reschedule(ctx context.Context) error {
 	active := n.keptLocked()
 	stopped := 0
 	if excess := planTrim(len(active), cfg.MaxJobs); excess > 0 {
-		stopped = stopLeastDeserving(active, excess, stopPreempt, func(w *worker) bool { return w.continuous })
-		stopped += stopLeastDeserving(active, excess-stopped, stopPreempt, func(w *worker) bool { return !w.continuous })
+		stopped = stopLeastDeservingLocked(active, excess, stopPreempt, func(w *worker) bool { return w.continuous })
+		stopped += stopLeastDeservingLocked(active, excess-stopped, stopPreempt, func(w *worker) bool { return !w.continuous })
 	}
 	n.mu.Unlock()
 

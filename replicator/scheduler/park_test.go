@@ -312,3 +312,49 @@ func TestRotationParksCaughtUpJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, d.Parked)
 }
+
+// A node follows at most MaxWatches watches at once: with the parked
+// replications of three source servers (three watch groups) and
+// MaxWatches 1, one watch runs and the other two wait, pending, interval
+// after interval. A MaxWatches raised with SetConfig applies at the next
+// interval step, and the waiting watches run.
+func TestMaxWatches(t *testing.T) {
+	cfg := testConfig()
+	cfg.ParkAfter, cfg.MaxWatches = 100*time.Millisecond, 1
+	c, _ := simCluster(t, 1, cfg, 20*time.Millisecond, 0)
+	n := c.Nodes[0]
+	groups := []string{"http://h1/", "http://h2/", "http://h3/"}
+	for i, g := range groups {
+		c.PutDoc("_replicator", fmt.Sprint(i), repDoc(g+"src", g+"tgt", true))
+	}
+	for i := range groups {
+		c.WaitJob("parked", c.DocJobID("_replicator", fmt.Sprint(i)), parked)
+	}
+	following := func() int {
+		w := n.Watches()
+		return w.DBUpdates + w.Refused + w.Missing + w.Starting
+	}
+	// states counts the groups' watch jobs in each state.
+	states := func() map[fdbjobs.State]int {
+		m := map[fdbjobs.State]int{}
+		for _, g := range groups {
+			st, _ := watchOf(t, c, g)
+			m[st]++
+		}
+		return m
+	}
+	testutil.Eventually(t, "one watch runs", func() bool { return following() == 1 })
+	for range 5 {
+		c.WaitIntervals(0, 1)
+		require.Equal(t, 1, following(), "the node follows MaxWatches watches")
+		require.Equal(t, map[fdbjobs.State]int{fdbjobs.Running: 1, fdbjobs.Pending: 2}, states())
+	}
+
+	next := n.Config()
+	next.MaxWatches = 3
+	require.NoError(t, n.SetConfig(next))
+	rescheduleNow(t, c, 0)
+	testutil.Eventually(t, "three watches run", func() bool {
+		return following() == 3 && states()[fdbjobs.Running] == 3
+	})
+}

@@ -31,9 +31,9 @@ const (
 // once), on a goroutine of its own, and remembers the answer for
 // feedCheckTTL. It owns its state (its own mutex).
 type feeds struct {
-	mu     sync.Mutex
-	known  map[string]feedState // by watch group; guarded by mu
-	asking map[string]bool      // groups being asked; guarded by mu
+	mu     sync.Mutex           // guards known and asking
+	known  map[string]feedState // by watch group
+	asking map[string]bool      // groups being asked
 }
 
 type feedState struct {
@@ -103,9 +103,9 @@ func engineRefusedFeed(err error) bool {
 // it was read: rotation reads it every interval, the park check while any
 // of the node's jobs idles.
 type waitingCount struct {
-	mu sync.Mutex
-	n  int       // guarded by mu
-	at time.Time // guarded by mu
+	mu sync.Mutex // guards n and at
+	n  int
+	at time.Time
 }
 
 func (c *waitingCount) set(n int, at time.Time) {

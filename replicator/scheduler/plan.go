@@ -6,7 +6,7 @@ import "math"
 // lock, no clock), so that table tests drive them: how many jobs the trim
 // stops, how many the rotation stops, and what balance does. The Node
 // reads the figures, calls these, and asks the least deserving workers to
-// stop (stopLeastDeserving).
+// stop (stopLeastDeservingLocked).
 
 // planTrim is how many of active running jobs the trim stops: those
 // beyond maxJobs (after max_jobs was lowered, or acceptors racing took

@@ -58,6 +58,8 @@ const runEndKeep = time.Minute
 // ended since the loop's last write, and the loop's last readings. It
 // owns its state (its own mutex).
 type progress struct {
+	// mu guards live, ended, kept, syncByDB and refusedByDB, and each
+	// registered run's ended (liveRun).
 	mu          sync.Mutex
 	live        map[*worker]*liveRun
 	ended       []*liveRun         // runs that ended since the loop's last write
@@ -166,6 +168,8 @@ func (n *Node) progressLoop(ctx context.Context) {
 // runs that ended too). What a failed write left unwritten is written at
 // the next tick.
 func (n *Node) writeProgress(ctx context.Context) {
+	cfg := n.Config() // before p.mu: a part's lock is never held while n.mu is taken
+	now := replicator.Millis(cfg.Clock.Now())
 	p := &n.progress
 	p.mu.Lock()
 	runs := make([]*liveRun, 0, len(p.live))
@@ -174,8 +178,6 @@ func (n *Node) writeProgress(ctx context.Context) {
 			runs = append(runs, r)
 		}
 	}
-	cfg := n.Config()
-	now := replicator.Millis(cfg.Clock.Now())
 	var ended []*liveRun
 	for _, r := range p.ended {
 		if r.ended {

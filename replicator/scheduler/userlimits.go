@@ -133,7 +133,7 @@ func (n *Node) rotateUsers(ctx context.Context, cfg Config, now time.Time, stopp
 		}
 		k := min(budget, int((c.HeldBack-prev)*int64(local[o])+int64(lim)-1)/lim)
 		at := replicator.Millis(now.Add(replicator.HeldTurn(c.Unfinished, lim, cfg.Interval)))
-		k = stopLeastDeservingUntil(eligible[o], k, stopUser, at, func(*worker) bool { return true })
+		k = stopLeastDeservingUntilLocked(eligible[o], k, stopUser, at, func(*worker) bool { return true })
 		budget -= k
 		total += k
 	}

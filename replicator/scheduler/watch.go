@@ -39,18 +39,21 @@ const (
 // exact checks (Config.WatchPollRate, for every polling watch of the node
 // together).
 type watches struct {
-	// rt works the watch jobs (set by Node.Start; the Runtime is the one
-	// runner of held watch jobs: hold, heartbeat, end).
-	rt *fdbjobs.Runtime
-	// mu guards runs, recent and maxWatches.
-	mu   sync.Mutex
+	// mu guards rt, runs, recent and maxWatches; it is never held while
+	// Node.mu is taken.
+	mu sync.Mutex
+	// rt works the watch jobs (set by Node.Start, cleared by stopWatches;
+	// the Runtime is the one runner of held watch jobs: hold, heartbeat,
+	// end).
+	rt   *fdbjobs.Runtime
 	runs map[*watchRun]bool // the watches running
 	// recent are the watches that ran here and were put back, by job id:
 	// a polling watch runs a cycle at a time.
 	recent map[string]recentWatch
 	// maxWatches is the Concurrency the Runtime was last given.
 	maxWatches int
-	limit      *rate.Limiter
+	// limit is the rate of the exact checks (safe for concurrent use).
+	limit *rate.Limiter
 }
 
 // recentWatch is a watch that ran on the node, as it was put back.
@@ -122,6 +125,10 @@ func (n *Node) Watches() WatchCounts {
 // track adds r to the watches running, or removes it, keeping it among
 // the recent ones until its next run unless its group emptied.
 func (ws *watches) track(r *watchRun, on bool, end watchEnd, now time.Time) {
+	var wd *replicator.WatchData
+	if !on && end != watchEmpty {
+		wd = r.data() // before ws.mu: data takes n.mu
+	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if on {
@@ -132,7 +139,7 @@ func (ws *watches) track(r *watchRun, on bool, end watchEnd, now time.Time) {
 	if end == watchEmpty {
 		delete(ws.recent, r.w.ID)
 	} else {
-		ws.recent[r.w.ID] = recentWatch{wd: *r.data(), at: now}
+		ws.recent[r.w.ID] = recentWatch{wd: *wd, at: now}
 	}
 }
 
@@ -204,7 +211,7 @@ type watchRun struct {
 	n *Node
 	w *fdbjobs.Work[replicator.WatchData]
 
-	mu sync.Mutex
+	mu sync.Mutex           // guards wd
 	wd replicator.WatchData // as the next write stores it
 }
 
@@ -242,10 +249,11 @@ func (n *Node) workWatch(ctx context.Context, w *fdbjobs.Work[replicator.WatchDa
 
 // data returns the watch's data as it stands, stamped now.
 func (r *watchRun) data() *replicator.WatchData {
+	now := replicator.Millis(r.n.Config().Clock.Now()) // before r.mu: n.mu is never taken under a part's lock
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	wd := r.wd
-	wd.Updated = replicator.Millis(r.n.Config().Clock.Now())
+	wd.Updated = now
 	return &wd
 }
 

@@ -47,29 +47,36 @@ func (k stopKind) String() string {
 	return "none"
 }
 
-// worker runs one accepted job on a node.
+// worker runs one accepted job on a node. Its fields are grouped by
+// owner.
 type worker struct {
-	n   *Node
-	job *fdbjobs.Job
-	ctx context.Context // the node's op context
-	cfg Config
-
+	// Set by newWorker (in Node.accepted, under n.mu) and never changed:
+	// read without a lock. continuous, shareKey and limitedOwner are
+	// fixed at acceptance so that the interval step can read them while
+	// the worker changes its job's data.
+	n          *Node
+	job        *fdbjobs.Job
+	ctx        context.Context // the node's op context
+	cfg        Config
 	data       *replicator.JobData // nil when the data did not decode
 	decodeErr  error
 	continuous bool
 	shareKey   string
 	// limitedOwner is the owner the per-user limit counts the job against
-	// ("" when it is not limited; see doc.go, "Per-user limits"). Like
-	// continuous and shareKey it is fixed at acceptance: the interval
-	// step reads it while the worker changes its data.
+	// ("" when it is not limited; see doc.go, "Per-user limits").
 	limitedOwner string
 	started      time.Time
-	charged      time.Time // guarded by n.mu
-	// priority is the job's fair-share priority as of prioritized (both
-	// guarded by n.mu; see replicator/share.go).
+
+	// Guarded by n.mu (the interval step, workerExit and priorityOf):
+	// charged is when the job's run time was last charged for fair share;
+	// priority is the job's fair-share priority as of prioritized (see
+	// replicator/share.go).
+	charged     time.Time
 	priority    float64
 	prioritized time.Time
 
+	// The stop request: stopCh is closed, once (stopOnce), when a stop is
+	// asked; stopMu guards kind and requeueAt, set with it.
 	stopCh   chan struct{}
 	stopOnce sync.Once
 	stopMu   sync.Mutex
