@@ -238,8 +238,14 @@ func compare(mode string, ours, theirs []runResult) {
 	for i := range ours {
 		per[i] = strconv.FormatFloat(ours[i].rate()/theirs[i].rate(), 'f', 2, 64)
 	}
-	fmt.Printf("  %s: fdbjobs median %.0f jobs/s, River median %.0f jobs/s: fdbjobs/River = %.2fx (rounds: %s; goal: at least 2x)\n",
-		mode, a, b, a/b, strings.Join(per, ", "))
+	// Issue 44's goals: twice River on the embedded store, River's figure
+	// on FoundationDB (one process: the fair peer of one PostgreSQL).
+	goal := "at least 2x"
+	if benchStore != storeEmbedded {
+		goal = "at least 1x with one FoundationDB process"
+	}
+	fmt.Printf("  %s: fdbjobs median %.0f jobs/s, River median %.0f jobs/s: fdbjobs/River = %.2fx (rounds: %s; goal: %s)\n",
+		mode, a, b, a/b, strings.Join(per, ", "), goal)
 	fmt.Printf("RATIO %s %s %.2f\n", benchStore, strings.ReplaceAll(mode, " ", "-"), a/b)
 }
 
