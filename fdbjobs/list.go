@@ -92,7 +92,9 @@ type JobRow struct {
 // on across transactions and processes, never reading every job. Each
 // state is read from the index that holds it, so that a page reads about
 // Limit jobs and a bounded number of index keys (listScanKeys, and
-// listPageBytes of jobs):
+// listPageBytes of jobs); the pending and running states read one range
+// per shard of the kind, so a page of a kind with thousands of shards
+// (SetTypeShards) makes that many reads:
 //   - available, scheduled, retrying and pending: the pending queue's
 //     shards, merged in scheduled-time order (then id). Scheduled and
 //     retrying jobs are told apart by reading them, so their pages may be

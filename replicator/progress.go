@@ -129,6 +129,7 @@ func (p *Progress) RunEnd(ctx context.Context, jobID, node string, start int64) 
 	// commit_unknown_result; the retry then finds the key empty and gives
 	// the counters the first attempt read.
 	var found *RunProgress
+	var b kv.Backoff
 	for {
 		type got struct {
 			p     *RunProgress
@@ -159,7 +160,11 @@ func (p *Progress) RunEnd(ctx context.Context, jobID, node string, start int64) 
 			return &g.p.Stats, nil
 		}
 		if _, err := kv.Await(ctx, g.watch); err != nil && ctx.Err() == nil {
-			return nil, err
+			// A watch may fail (future_version, too many watches, a
+			// transient error): the record is read again, and watched anew.
+			if b.WaitAny(ctx, err) != nil {
+				return nil, nil
+			}
 		}
 	}
 }
