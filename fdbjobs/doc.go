@@ -61,7 +61,9 @@
 //   - Runtime: typed workers on the calls above. A job's arguments are a
 //     Go type with a Kind (JobArgs; the kind is the job's type); AddWorker
 //     registers a Worker[T] for them in a Workers registry with its
-//     WorkerOptions (Concurrency, Timeout, MaxAttempts, RetryPolicy);
+//     WorkerOptions (Concurrency, Timeout, MaxAttempts, RetryPolicy,
+//     Fetchers, FetchBatch, OldestFirst, and Manual for a worker that
+//     holds and ends its jobs itself);
 //     Client.Insert and InsertMany add such jobs (InsertOptions: id,
 //     ScheduledAt, MaxAttempts), in the caller's transaction if given; a
 //     Runtime (NewRuntime, Start, Stop, StopAndCancel) accepts them in

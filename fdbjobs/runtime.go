@@ -57,9 +57,11 @@ type RuntimeOptions struct {
 }
 
 // Runtime works the jobs of the kinds its Workers registry names, on one
-// node: per kind, fetchers (one per 100 of its Concurrency, 8 at most)
-// accept up to the kind's Concurrency jobs in batches of up to 100
-// (AcceptBatch, woken by a watch when jobs are inserted), and each job
+// node: per kind, fetchers (WorkerOptions.Fetchers: by default one per
+// FetchBatch of its Concurrency, 8 at most) accept up to the kind's
+// Concurrency jobs in batches of up to FetchBatch (AcceptBatch, woken by
+// a watch when jobs are inserted; the oldest due first with
+// OldestFirst), and each job
 // runs on a runner (a goroutine that works the kind's jobs one after the
 // other, and leaves after runnerIdle without one). A job that runs longer
 // than WatchHoldAfter or than Timeout / HeartbeatFraction gets a keeper,
@@ -198,12 +200,15 @@ func (r *Runtime) run(ctx context.Context, st runState) {
 	fetched := make(chan struct{}) // closed once the fetchers ended: idle runners leave
 	for _, k := range r.kinds {
 		p := &pool{k: k, hardCtx: hardCtx, fetched: fetched, jobs: make(chan *Job)}
-		for range fetchersOf(k.slots.size()) {
+		for range k.fetchers() {
 			fetchers.Add(1)
 			go func() {
 				defer fetchers.Done()
 				r.fetch(fetchCtx, p)
 			}()
+		}
+		if k.opts.Manual {
+			continue // no envelope, no retention of the Runtime's
 		}
 		fetchers.Add(1)
 		go func() {
@@ -270,16 +275,52 @@ func (r *Runtime) StopAndCancel() {
 	_ = r.Stop(ctx)
 }
 
-// A kind's fetchers: each accepts up to fetchBatchMax jobs per
-// transaction, and a kind has one per fetchBatchMax of its Concurrency
-// (fetchersMax at most), so that accepts overlap.
-const (
-	fetchBatchMax = 100
-	fetchersMax   = 8
-)
+// fetchersAuto bounds the fetchers a kind gets by default: one per
+// FetchBatch of its Concurrency, so that accepts overlap.
+const fetchersAuto = 8
 
-func fetchersOf(concurrency int) int {
-	return min(fetchersMax, (concurrency+fetchBatchMax-1)/fetchBatchMax)
+// fetchers is how many fetchers k gets (WorkerOptions.Fetchers).
+func (k *kindWorker) fetchers() int {
+	if k.opts.Fetchers > 0 {
+		return k.opts.Fetchers
+	}
+	return min(fetchersAuto, (k.slots.size()+k.opts.FetchBatch-1)/k.opts.FetchBatch)
+}
+
+// kindStats are a kind's figures on one Runtime (Runtime.Stats).
+type kindStats struct {
+	running  atomic.Int64 // jobs accepted and not ended
+	fetching atomic.Int64 // fetchers in an accept
+	fetches  atomic.Int64 // accept transactions begun
+	idle     atomic.Int64 // Config.TimeUnit time of the last look that found no job due
+}
+
+// KindStats are a kind's figures on one Runtime.
+type KindStats struct {
+	// Running counts the jobs the Runtime accepted that have not ended.
+	Running int
+	// Fetching counts the fetchers in an accept (waiting for due jobs):
+	// 0 when every slot is taken.
+	Fetching int
+	// Fetches counts the accepts the Runtime's fetchers began, since it
+	// was made.
+	Fetches int64
+	// Idle is when a fetcher last found no job due (in the store's
+	// Config.TimeUnit, by the Client's clock; 0: never), and began to
+	// wait for one.
+	Idle int64
+}
+
+// Stats returns kind's figures on the Runtime; a kind it does not work is
+// ErrInvalidArgument.
+func (r *Runtime) Stats(kind string) (KindStats, error) {
+	for _, k := range r.kinds {
+		if k.kind == kind {
+			return KindStats{Running: int(k.stats.running.Load()), Fetching: int(k.stats.fetching.Load()), Fetches: k.stats.fetches.Load(),
+				Idle: k.stats.idle.Load()}, nil
+		}
+	}
+	return KindStats{}, fmt.Errorf("%w: Stats(%q): no worker of this kind on the Runtime", ErrInvalidArgument, kind)
 }
 
 // pool is what a kind's fetchers and runners share on one run of the
@@ -306,11 +347,14 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 	var b kv.Backoff
 	for {
 		// Wait for free slots, and take those there are.
-		n := k.slots.take(ctx, fetchBatchMax)
+		n := k.slots.take(ctx, k.opts.FetchBatch)
 		if n == 0 {
 			return
 		}
-		jobs, err := r.c.AcceptBatch(ctx, k.kind, n, AcceptOptions{Timeout: r.opts.FetchPoll})
+		k.stats.fetching.Add(1)
+		k.stats.fetches.Add(1)
+		jobs, err := r.accept(ctx, k, n)
+		k.stats.fetching.Add(-1)
 		k.slots.give(n - len(jobs))
 		if errors.Is(err, ErrPaused) {
 			select { // Resume: looked at again within FetchPoll
@@ -333,6 +377,7 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 			continue
 		}
 		b = kv.Backoff{}
+		k.stats.running.Add(int64(len(jobs)))
 		for _, j := range jobs {
 			select {
 			case p.jobs <- j: // an idle runner takes it
@@ -342,6 +387,37 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 			}
 		}
 	}
+}
+
+// accept takes up to n due jobs of k, waiting up to FetchPoll for one:
+// with OldestFirst, those with the oldest scheduled times across the
+// kind's shards (DueTime finds the latest time among the n oldest, and
+// the accept takes the jobs due by then; jobs that racing fetchers took
+// meanwhile leave fewer, and the next fetch takes the rest).
+func (r *Runtime) accept(ctx context.Context, k *kindWorker, n int) ([]*Job, error) {
+	opts := AcceptOptions{Timeout: r.opts.FetchPoll}
+	if k.opts.OldestFirst {
+		now := r.c.cfg.now()
+		t, due, err := r.c.DueTime(ctx, nil, k.kind, now, n)
+		if err != nil {
+			return nil, err
+		}
+		if due > 0 {
+			// At least 1, which covers the jobs scheduled at 0: a
+			// MaxScheduledTime of 0 is now.
+			opts = AcceptOptions{MaxScheduledTime: max(t, 1)}
+		} else {
+			k.stats.idle.Store(now)
+		}
+	}
+	jobs, err := r.c.AcceptBatch(ctx, k.kind, n, opts)
+	if errors.Is(err, ErrNotFound) && !k.opts.OldestFirst {
+		k.stats.idle.Store(r.c.cfg.now())
+	}
+	if errors.Is(err, ErrNotFound) && opts.Timeout == 0 {
+		return nil, nil // taken by racing fetchers: look again
+	}
+	return jobs, err
 }
 
 // runner works job, then the jobs the fetchers hand it, until it has
@@ -355,6 +431,7 @@ func (r *Runtime) runner(p *pool, job *Job) {
 	var idle clockwork.Timer
 	for {
 		r.work(ctx, p.hardCtx, p.k, job)
+		p.k.stats.running.Add(-1)
 		p.k.slots.give(1)
 		if idle == nil {
 			idle = r.c.cfg.Clock.NewTimer(runnerIdle)
@@ -376,6 +453,10 @@ func (r *Runtime) runner(p *pool, job *Job) {
 // hardCtx's cancel ends), and ends it: finished, retried, discarded or,
 // when the Runtime stopped it, handed back.
 func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, job *Job) {
+	if k.opts.Manual {
+		r.workManual(parent, k, job)
+		return
+	}
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	held := make(chan struct{})
@@ -410,6 +491,16 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, job *Job)
 	r.end(hardCtx, k, job, e, err, errors.Is(cause, ErrStopped))
 }
 
+// workManual runs one attempt at job of a Manual kind, whose worker holds
+// and ends the job itself: the Runtime only logs its error.
+func (r *Runtime) workManual(ctx context.Context, k *kindWorker, job *Job) {
+	a := &attempt{r: r, job: job, e: &envelope{Args: job.Data}, manual: true}
+	if err := r.call(ctx, k, a); err != nil && ctx.Err() == nil {
+		r.c.cfg.Logger.Warn().Err(err).Str("kind", k.kind).Str("job", job.ID).
+			Msg("fdbjobs: runtime: a Manual worker's attempt ended with an error; the job is as the worker left it")
+	}
+}
+
 // keepAfter is how long a job of k runs before its keeper starts: its
 // first heartbeat or its watch, whichever is due first.
 func (r *Runtime) keepAfter(k *kindWorker) time.Duration {
@@ -442,11 +533,21 @@ type attempt struct {
 	// completed is set when CompleteTx finished the job in the worker's
 	// transaction.
 	completed atomic.Bool
+	// manual is set for a job of a Manual kind: the Runtime writes
+	// nothing of it.
+	manual bool
 }
+
+// errManual is Work.Update's and Work.CompleteTx's error in a Manual
+// kind's attempt.
+var errManual = fmt.Errorf("%w: a Manual kind's worker writes its job with the Client", ErrInvalidArgument)
 
 // update is Work.Update: it stores the envelope with args, under the job's
 // lock, and keeps them for the attempt's end.
 func (a *attempt) update(ctx context.Context, args json.RawMessage) error {
+	if a.manual {
+		return fmt.Errorf("Work.Update: %w", errManual)
+	}
 	a.writeMu.Lock()
 	defer a.writeMu.Unlock()
 	next := *a.e
@@ -469,6 +570,9 @@ func (a *attempt) update(ctx context.Context, args json.RawMessage) error {
 
 // completeTx is Work.CompleteTx: the attempt's end, completed, in tr.
 func (a *attempt) completeTx(ctx context.Context, tr kv.Transaction) error {
+	if a.manual {
+		return fmt.Errorf("Work.CompleteTx: %w", errManual)
+	}
 	a.writeMu.Lock()
 	e := *a.e
 	a.writeMu.Unlock()

@@ -2,6 +2,7 @@ package fdbjobs_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -40,6 +41,14 @@ type runtimeBundle struct {
 
 func startRuntime(t *testing.T, ws *fdbjobs.Workers, mws ...fdbjobs.WorkMiddleware) *runtimeBundle {
 	t.Helper()
+	b := startClient(t)
+	b.start(t, ws, mws...)
+	return b
+}
+
+// startClient is startRuntime without the Runtime (start starts it).
+func startClient(t *testing.T) *runtimeBundle {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	db := kvtest.NewDB(t)
@@ -47,12 +56,17 @@ func startRuntime(t *testing.T, ws *fdbjobs.Workers, mws ...fdbjobs.WorkMiddlewa
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	t.Cleanup(c.Stop)
-	rt, err := fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{FetchPoll: 20 * time.Millisecond, WatchHoldAfter: 10 * time.Millisecond,
+	return &runtimeBundle{db: db, c: c, ctx: ctx}
+}
+
+func (b *runtimeBundle) start(t *testing.T, ws *fdbjobs.Workers, mws ...fdbjobs.WorkMiddleware) {
+	t.Helper()
+	rt, err := fdbjobs.NewRuntime(b.c, ws, fdbjobs.RuntimeOptions{FetchPoll: 20 * time.Millisecond, WatchHoldAfter: 10 * time.Millisecond,
 		Middleware: mws})
 	require.NoError(t, err)
-	require.NoError(t, rt.Start(ctx))
+	require.NoError(t, rt.Start(b.ctx))
 	t.Cleanup(rt.StopAndCancel)
-	return &runtimeBundle{db: db, c: c, rt: rt, ctx: ctx}
+	b.rt = rt
 }
 
 // outcome waits until job id of kind is finished and returns its outcome.
@@ -309,7 +323,8 @@ func TestRuntimeBadInput(t *testing.T) {
 	nop := fdbjobs.WorkFunc[sumArgs](func(context.Context, *fdbjobs.Work[sumArgs]) error { return nil })
 	ws := fdbjobs.NewWorkers()
 	for _, o := range []fdbjobs.WorkerOptions{{Concurrency: -1}, {Concurrency: fdbjobs.ConcurrencyMax + 1},
-		{Timeout: -time.Second}, {Timeout: time.Millisecond}, {MaxAttempts: -1}} {
+		{Timeout: -time.Second}, {Timeout: time.Millisecond}, {MaxAttempts: -1}, {Fetchers: -1}, {Fetchers: fdbjobs.FetchersMax + 1},
+		{FetchBatch: -1}, {FetchBatch: fdbjobs.MaxBatch + 1}} {
 		require.ErrorIs(t, fdbjobs.AddWorker(ws, nop, o), fdbjobs.ErrInvalidArgument, "%+v", o)
 	}
 	require.ErrorIs(t, fdbjobs.AddWorker[sumArgs](ws, nil, fdbjobs.WorkerOptions{}), fdbjobs.ErrInvalidArgument)
@@ -317,6 +332,8 @@ func TestRuntimeBadInput(t *testing.T) {
 	require.NoError(t, err)
 	_, err = fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{})
 	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument, "no worker registered")
+	_, err = (&fdbjobs.Runtime{}).Stats("sum")
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument, "stats of a kind the Runtime does not work")
 	require.NoError(t, fdbjobs.AddWorker(ws, nop, fdbjobs.WorkerOptions{}))
 	require.ErrorIs(t, fdbjobs.AddWorker(ws, nop, fdbjobs.WorkerOptions{}), fdbjobs.ErrInvalidArgument, "registered twice")
 	_, err = fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{FetchPoll: -1})
@@ -797,4 +814,98 @@ func TestRuntimeSetConcurrency(t *testing.T) {
 		require.Equal(t, fdbjobs.OutcomeCompleted, o)
 	}
 	require.False(t, exceeded.Load(), "after the limit was lowered to 1, no job started beside another")
+}
+
+type manualArgs struct {
+	Step int `json:"step"`
+}
+
+func (manualArgs) Kind() string { return "manual" }
+
+// A Manual kind's worker holds and ends its jobs itself: the Runtime runs
+// them with the job's data as arguments (no envelope), writes no end (an
+// error leaves the job running, for the activity monitor), and refuses
+// the Runtime's own writes (Update, CompleteTx).
+func TestRuntimeManual(t *testing.T) {
+	type seen struct {
+		args   manualArgs
+		update error
+		tx     error
+	}
+	got := make(chan seen, 10)
+	var b *runtimeBundle
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[manualArgs](func(ctx context.Context, w *fdbjobs.Work[manualArgs]) error {
+		s := seen{args: w.Args, update: w.Update(ctx, manualArgs{Step: 9})}
+		_, s.tx = kv.Transact(ctx, b.db, func(tr kv.Transaction) (struct{}, error) { return struct{}{}, w.CompleteTx(ctx, tr) })
+		got <- s
+		if w.Args.Step == 2 {
+			return errors.New("left running")
+		}
+		return b.c.Finish(ctx, nil, w.Job, json.RawMessage(`{"step":3,"done":true}`))
+	}), fdbjobs.WorkerOptions{Manual: true, Timeout: time.Second}))
+	b = startRuntime(t, ws)
+
+	require.NoError(t, b.c.Add(b.ctx, nil, "manual", "one", json.RawMessage(`{"step":1}`), 0))
+	s := <-got
+	require.Equal(t, 1, s.args.Step, "the job's data are its arguments")
+	require.ErrorIs(t, s.update, fdbjobs.ErrInvalidArgument)
+	require.ErrorIs(t, s.tx, fdbjobs.ErrInvalidArgument)
+	testutil.Eventually(t, "finished by the worker", func() bool {
+		st, err := b.c.JobState(b.ctx, nil, "manual", "one")
+		require.NoError(t, err)
+		return st == fdbjobs.Finished
+	})
+	data, err := b.c.JobData(b.ctx, nil, "manual", "one")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"step":3,"done":true}`, string(data), "the worker's end, nothing of the Runtime's")
+
+	// An error is the worker's to handle: the job stays running, then the
+	// activity monitor hands it back and the Runtime runs it again.
+	require.NoError(t, b.c.Add(b.ctx, nil, "manual", "two", json.RawMessage(`{"step":2}`), 0))
+	require.Equal(t, 2, (<-got).args.Step)
+	st, err := b.c.JobState(b.ctx, nil, "manual", "two")
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.Running, st, "no end written")
+	require.Equal(t, 2, (<-got).args.Step, "run again after the job timeout")
+}
+
+// With OldestFirst a kind's jobs start in the order of their scheduled
+// times across its shards.
+func TestRuntimeOldestFirst(t *testing.T) {
+	order := make(chan string, 100)
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[gateArgs](func(ctx context.Context, w *fdbjobs.Work[gateArgs]) error {
+		order <- w.ID
+		return nil
+	}), fdbjobs.WorkerOptions{Concurrency: 1, FetchBatch: 1, OldestFirst: true}))
+	b := startClient(t)
+	ctx, c := b.ctx, b.c
+	require.NoError(t, c.SetTypeShards(ctx, nil, "gate", 16))
+	require.NoError(t, c.SetTypeTimeout(ctx, nil, "gate", fdbjobs.TimeoutDefault))
+	// Due in the past, a second apart, in the order of their ids, which
+	// spread them over the shards.
+	hourAgo := time.Now().Add(-time.Hour).UnixMilli()
+	const n = 40
+	var want []string
+	for i := range n {
+		id := fmt.Sprintf("j%02d", i)
+		want = append(want, id)
+		require.NoError(t, c.Add(ctx, nil, "gate", id, json.RawMessage(fmt.Sprintf(`{"N":%d}`, i)), hourAgo+int64(i)*1000))
+	}
+	b.start(t, ws)
+	rt := b.rt
+	var got []string
+	for range n {
+		got = append(got, <-order)
+	}
+	require.Equal(t, want, got)
+	s, err := rt.Stats("gate")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, s.Fetches, int64(n))
+	testutil.Eventually(t, "idle once the queue is empty", func() bool {
+		s, err := rt.Stats("gate")
+		require.NoError(t, err)
+		return s.Idle > 0 && s.Running == 0
+	})
 }

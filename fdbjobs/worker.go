@@ -136,6 +136,41 @@ type WorkerOptions struct {
 	// Middleware wrap every attempt of the kind's jobs, inside the
 	// Runtime's (RuntimeOptions.Middleware), outermost first.
 	Middleware []WorkMiddleware
+	// Fetchers is how many fetchers accept the kind's jobs on the Runtime
+	// at once, each an AcceptBatch at a time: one per FetchBatch of the
+	// Concurrency the Runtime starts with (fetchersAuto at most) when
+	// zero; at most FetchersMax. More fetchers overlap more accepts; each
+	// idle one holds a watch.
+	Fetchers int
+	// FetchBatch is the most jobs one fetch accepts in one transaction:
+	// FetchBatchDefault when zero, at most MaxBatch.
+	FetchBatch int
+	// OldestFirst makes each fetch take the due jobs with the oldest
+	// scheduled times across the kind's shards, for one more snapshot
+	// read of every shard's head per fetch (DueTime): a queue in the order
+	// of its scheduled times, as the replicator's fair share needs. By
+	// default a fetch takes the due jobs of shards in a random order,
+	// which scales out better (the fetchers of many nodes seldom aim at
+	// the same jobs), and a job may start before one due earlier in
+	// another shard.
+	OldestFirst bool
+	// Manual makes the Worker hold and end its jobs itself, with the
+	// Client's Update, Finish and Resubmit fenced by Work.Job's lock (or
+	// a layer of its own over them): the Runtime accepts the kind's jobs,
+	// bounds them by Concurrency and runs them on its runners, but starts
+	// no keeper for them (the Worker renews the hold at least every
+	// Timeout / HeartbeatFraction, and watches the job if it must hear of
+	// its removal) and writes no end: an error Work returns, or a panic,
+	// is logged, and a job it left running goes back to pending by the
+	// activity monitor, after Timeout. A Manual job's data are its
+	// arguments as the Client stores them (no envelope: no attempt count,
+	// retry or retention of the Runtime's), so Work.Update and
+	// Work.CompleteTx are ErrInvalidArgument, and the Runtime's sweeper
+	// leaves the kind alone. Work's ctx ends only when the Runtime stops
+	// (ErrStopped). The replicator runs its replication jobs so: their
+	// heartbeats carry the run's counters, and their ends go through its
+	// Lifecycle.
+	Manual bool
 }
 
 // Defaults and bounds of WorkerOptions and the Runtime.
@@ -152,6 +187,10 @@ const (
 	TimeoutMin = 100 * time.Millisecond
 	// MaxAttemptsDefault is WorkerOptions.MaxAttempts' default, River's.
 	MaxAttemptsDefault = 25
+	// FetchBatchDefault is WorkerOptions.FetchBatch's default.
+	FetchBatchDefault = 100
+	// FetchersMax bounds WorkerOptions.Fetchers.
+	FetchersMax = 1000
 	// HeartbeatFraction divides a kind's Timeout into the time between
 	// two renewals of a running job's hold: four renewals per timeout,
 	// two per hold (HoldFraction), so one lost heartbeat costs no job.
@@ -180,6 +219,9 @@ type kindWorker struct {
 	// slots bound the kind's jobs at work on the Runtime (one per Runtime,
 	// as ends).
 	slots *slots
+	// stats are the kind's figures on the Runtime (one per Runtime, as
+	// ends).
+	stats *kindStats
 	// work decodes args and calls the Worker; a decoding error is
 	// errDecode.
 	work func(ctx context.Context, j *Job, e *envelope, a *attempt) error
@@ -209,7 +251,7 @@ func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) err
 	if _, dup := ws.kinds[kind]; dup {
 		return fmt.Errorf("%w: AddWorker(%q): kind registered already", ErrInvalidArgument, kind)
 	}
-	ws.kinds[kind] = &kindWorker{kind: kind, opts: opts, retain: retention{OutcomeCompleted: opts.RetainCompleted,
+	ws.kinds[kind] = &kindWorker{kind: kind, opts: opts, stats: &kindStats{}, retain: retention{OutcomeCompleted: opts.RetainCompleted,
 		OutcomeCancelled: opts.RetainCancelled, OutcomeDiscarded: opts.RetainDiscarded}, work: func(ctx context.Context, j *Job, e *envelope, a *attempt) error {
 		var args T
 		if err := decodeArgs(e.Args, &args); err != nil {
@@ -250,6 +292,10 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 		return o, fmt.Errorf("%w: Timeout %v: at least %v (0: %v)", ErrInvalidArgument, o.Timeout, TimeoutMin, TimeoutDefault)
 	case o.MaxAttempts < 0:
 		return o, fmt.Errorf("%w: MaxAttempts %d: at least 1 (0: %d)", ErrInvalidArgument, o.MaxAttempts, MaxAttemptsDefault)
+	case o.Fetchers < 0 || o.Fetchers > FetchersMax:
+		return o, fmt.Errorf("%w: Fetchers %d: 1 to %d (0: one per FetchBatch of Concurrency)", ErrInvalidArgument, o.Fetchers, FetchersMax)
+	case o.FetchBatch < 0 || o.FetchBatch > MaxBatch:
+		return o, fmt.Errorf("%w: FetchBatch %d: 1 to %d (0: %d)", ErrInvalidArgument, o.FetchBatch, MaxBatch, FetchBatchDefault)
 	}
 	if slices.ContainsFunc(o.Middleware, isNilMiddleware) {
 		return o, fmt.Errorf("%w: a nil Middleware", ErrInvalidArgument)
@@ -265,6 +311,7 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 	if o.Concurrency == 0 {
 		o.Concurrency = ConcurrencyDefault
 	}
+	o.FetchBatch = cmp.Or(o.FetchBatch, FetchBatchDefault)
 	if o.Timeout == 0 {
 		o.Timeout = TimeoutDefault
 	}
@@ -286,6 +333,7 @@ func (ws *Workers) snapshot() []*kindWorker {
 		c := *k // a Runtime's own: two Runtimes of one registry share no completer
 		c.ends = make(chan *ending, completeQueue)
 		c.slots = newSlots(c.opts.Concurrency)
+		c.stats = &kindStats{}
 		out = append(out, &c)
 	}
 	return out
