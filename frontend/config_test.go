@@ -144,7 +144,7 @@ func TestConfigPutAndDelete(t *testing.T) {
 	requireError(t, e.do("DELETE", path, asAdmin, nil), 403, "forbidden")
 	require.Contains(t, e.do("DELETE", path, asAdmin, nil).Body["reason"], "set by _config (_cluster)")
 	requireError(t, e.do("DELETE", "/_node/_local/_config/replicator/max_churn", asAdmin, nil), 403, "forbidden")
-	requireError(t, e.do("DELETE", "/_node/_local/_config/replicator/max_acceptors", asAdmin, nil), 404, "not_found")
+	requireError(t, e.do("DELETE", "/_node/_local/_config/replicator/max_history", asAdmin, nil), 404, "not_found")
 	require.Equal(t, "\"9\"\n", e.do("DELETE", "/_node/_cluster/_config/replicator/max_jobs", asAdmin, nil).Raw)
 	require.Equal(t, "\"500\"\n", e.do("GET", path, asAdmin, nil).Raw)
 

@@ -78,12 +78,37 @@ func DecodeWatchData(raw json.RawMessage) (*WatchData, error) {
 // NewWatchRuntime returns a job layer Runtime that works the watch jobs
 // with worker (see fdbjobs.Runtime): the one runner of held watch jobs.
 func (s *Store) NewWatchRuntime(worker fdbjobs.Worker[WatchData], opts fdbjobs.WorkerOptions, ropts fdbjobs.RuntimeOptions) (*fdbjobs.Runtime, error) {
+	return newRuntime(s, worker, opts, ropts)
+}
+
+// NewJobRuntime returns a job layer Runtime that works the replication
+// jobs with worker (see fdbjobs.Runtime): the one runner of held
+// replication jobs. The worker holds and ends them itself, through the
+// Lifecycle (opts.Manual).
+func (s *Store) NewJobRuntime(worker fdbjobs.Worker[JobRun], opts fdbjobs.WorkerOptions, ropts fdbjobs.RuntimeOptions) (*fdbjobs.Runtime, error) {
+	return newRuntime(s, worker, opts, ropts)
+}
+
+func newRuntime[T fdbjobs.JobArgs](s *Store, worker fdbjobs.Worker[T], opts fdbjobs.WorkerOptions, ropts fdbjobs.RuntimeOptions) (*fdbjobs.Runtime, error) {
 	ws := fdbjobs.NewWorkers()
 	if err := fdbjobs.AddWorker(ws, worker, opts); err != nil {
 		return nil, err
 	}
 	return fdbjobs.NewRuntime(s.jobs, ws, ropts)
 }
+
+// JobRun is the argument type of the replication worker on the job
+// layer's Runtime (NewJobRuntime). It decodes nothing: the worker reads
+// the job's data from Work.Job and decodes it itself (DecodeJobData), so
+// that data that does not decode fails the job as the replicator says
+// (bad_job_data), through its Lifecycle.
+type JobRun struct{}
+
+// Kind is JobType.
+func (JobRun) Kind() string { return JobType }
+
+// UnmarshalJSON keeps nothing (see JobRun).
+func (*JobRun) UnmarshalJSON([]byte) error { return nil }
 
 // ensureWatch makes sure group has a watch, in tr (the park of one of its
 // jobs): a watch that is pending or running already follows it, and sees

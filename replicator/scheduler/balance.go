@@ -21,7 +21,7 @@ const balancePendingMax = 4000
 
 // balance is the interval's balancing step, with Config.Cluster: it reads
 // the replication nodes alive and their loads, sets the node's share
-// (the most jobs its acceptor pool fills it to) and moves the continuous jobs
+// (the most jobs its Runtime fills it to) and moves the continuous jobs
 // it runs beyond its share when some node is out of balance, at most
 // MaxChurn - stopped of them; then it publishes the node's load. It
 // reports whether every node is full (the runnable jobs exceed the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fdbrep/fdbrep/cluster"
+	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/replicator"
 )
 
@@ -17,7 +18,8 @@ const (
 	// MaxChurnDefault is the most jobs a node stops per interval to give
 	// their slots to waiting jobs (rotation), or moves to lighter nodes.
 	MaxChurnDefault = 100
-	// MaxAcceptorsDefault is the most idle acceptors per node.
+	// MaxAcceptorsDefault is how many fetchers of the node's Runtime
+	// accept replication jobs at once (max_acceptors, read at start).
 	MaxAcceptorsDefault = 2
 	// IntervalDefault is the rescheduling interval (jittered by up to a
 	// third).
@@ -227,8 +229,10 @@ func (c Config) validate() error {
 		return bad("max_jobs %d is negative", c.MaxJobs)
 	case c.MaxChurn < 0:
 		return bad("max_churn %d is negative", c.MaxChurn)
-	case c.MaxAcceptors < 0:
-		return bad("max_acceptors %d is negative", c.MaxAcceptors)
+	case c.MaxAcceptors < 0 || c.MaxAcceptors > fdbjobs.FetchersMax:
+		return bad("max_acceptors %d is out of 1..%d", c.MaxAcceptors, fdbjobs.FetchersMax)
+	case c.MaxJobs > fdbjobs.ConcurrencyMax:
+		return bad("max_jobs %d is over %d, the most jobs one node runs", c.MaxJobs, fdbjobs.ConcurrencyMax)
 	case c.Interval < time.Millisecond:
 		return bad("interval %v is under a millisecond", c.Interval)
 	case c.MinRunTime < 0:
@@ -282,7 +286,7 @@ func (c Config) parks() bool { return c.ParkAfter > 0 }
 // stopGrace is how long a stopping run may take for its final checkpoint.
 func (c Config) stopGrace() time.Duration { return min(stopGraceMax, c.ShutdownTimeout/2) }
 
-// acceptWaitMax bounds how long an acceptor that found no runnable job
+// acceptWaitMax bounds how long a fetcher that found no runnable job
 // waits on the queue's watch before it looks again: StartupJitter, at
 // most one Interval. A watch wakes it as soon as a job is enqueued; the
 // bound matters for jobs whose scheduled time comes without a write (a

@@ -9,7 +9,7 @@
 // _replicator documents through a replicator.DocUpdater (repdb.Store), in
 // the job's finishing transaction.
 //
-// A Node is made of parts. The acceptor pool, the workers (with their
+// A Node is made of parts. The Runtime of its jobs, the workers (with their
 // fair-share priorities) and the interval step share Node.mu, whose
 // comment (node.go) names the fields it guards; a function that must be
 // called with it held ends in Locked. The parts that own their state,
@@ -28,32 +28,34 @@
 //
 // # Job server
 //
-// Acceptors take the runnable jobs with the oldest scheduled times:
-// fdbjobs' DueTime (one snapshot read of every queue shard's head, in one
-// round trip) finds the time T by which as many jobs are runnable as the
-// acceptor may take, and an AcceptBatch bounded by T takes them (when
-// acceptors of several nodes aim at the same jobs, the losers of the
-// conflict retry and take what is left by T). With nothing runnable an
-// acceptor waits on the queue's watch, which wakes it when a job is
-// enqueued, for up to a random part of min(StartupJitter, Interval), then
-// looks again (a crashing job's backoff ends without a write).
+// Replication jobs run on the job layer's Runtime (fdbjobs.Runtime, the
+// one runner of the node's held jobs; runtime.go), as a Manual kind: the
+// Runtime accepts and runs them, and each worker holds and ends its job
+// itself, through replicator.Lifecycle. The Runtime's fetchers
+// (MaxAcceptors) take the runnable jobs with the oldest scheduled times
+// (WorkerOptions.OldestFirst): fdbjobs' DueTime (one snapshot read of
+// every queue shard's head, in one round trip) finds the time T by which
+// as many jobs are runnable as the fetcher may take (at most 25 at once,
+// so a starting node fills quickly), and an AcceptBatch bounded by T
+// takes them (when fetchers of several nodes aim at the same jobs, the
+// losers of the conflict retry and take what is left by T). With nothing
+// runnable a fetcher waits on the queue's watch, which wakes it when a
+// job is enqueued, for up to min(StartupJitter, Interval), then looks
+// again (a crashing job's backoff ends without a write).
 //
-// The pool keeps one invariant (acceptors.go, fillLocked), restored after
-// every event that changes its terms: the node starting, an acceptor
-// taking jobs or ending, a worker leaving, and every interval step (which
-// applies a new MaxJobs and sets the node's share):
+// The node keeps one invariant (runtime.go, setTargetLocked), restored
+// after every event that changes its terms: the node starting and every
+// interval step (which applies a new MaxJobs and sets the node's share):
 //
-//	running + quota < target  implies  acceptors == MaxAcceptors
+//	the Runtime's Concurrency == target
 //
-// where running counts the node's workers (stopping ones until they
-// leave), quota the jobs its live acceptors may still take (at most 25
-// each at once, so a starting node fills quickly), and target is MaxJobs,
-// or the node's share while it balances with others. So whenever a node
-// runs fewer jobs than its target an acceptor is waiting, and a runnable
-// job starts at once; and since acceptors take no more than the room
-// under the target, a node never runs more than MaxJobs (jobs that
-// racing acceptors took beyond it go back to the queue, at their place,
-// without running).
+// where target is MaxJobs, or the node's share while it balances with
+// others. The Runtime counts a job from its accept until its worker left
+// (stopping ones too), so whenever a node runs fewer jobs than its target
+// a fetcher is waiting, and a runnable job starts at once; and since the
+// fetchers take no more than the room under the Concurrency, a node never
+// runs more than MaxJobs (jobs a fetch took while the target was lowered
+// go back to the queue, at their place, without running).
 //
 // Every Interval (plus up to a third, at random) the node: applies a
 // configuration given to SetConfig; charges run time for fair share and
@@ -67,9 +69,9 @@
 // beyond its room, at most MaxChurn in all with the trim's, the least
 // deserving first (the highest fair-share priority, then the oldest), each
 // writing a final checkpoint and going back to the queue behind the jobs
-// that waited, which take the slots it leaves; fills the pool to its
-// target (MaxChurn bounds what the step stops, never what the acceptors
-// start: after MaxJobs is raised they take pending jobs into the new room
+// that waited, which take the slots it leaves; gives the Runtime its
+// target (MaxChurn bounds what the step stops, never what the Runtime
+// starts: after MaxJobs is raised it takes pending jobs into the new room
 // at once); and removes, with their replication id mappings, every job of
 // deleted _replicator databases (one node per database at a time, however
 // many jobs: the step lasts as long as that takes) and finished transient
@@ -275,7 +277,7 @@
 //     pending ("replication stopped", why "balance: moved to a node that
 //     runs fewer jobs"), a line "replicator: moving jobs to nodes that run
 //     fewer" gives the step's figures, and the jobs.moves metric counts
-//     them. Until the next interval its acceptor pool takes from the
+//     them. Until the next interval its Runtime takes from the
 //     queue only up to its share, and while some node moves jobs the
 //     others take up to a tenth above the target (a margin for loads
 //     read a moment too low), rounded down, so that none fills to a load
@@ -361,7 +363,7 @@
 // checkpoint covered (Through) and its source's watch group and database
 // (replicator.WatchGroupOf: the server, the user and the proxy that ask
 // it). So a parked job holds no slot, no feed and no connection, and the
-// acceptors, rotation and balance need no case of their own: they count
+// fetchers, rotation and balance need no case of their own: they count
 // only runnable pending jobs, and a parked job's scheduled time is in the
 // future, as a crashing job's is. A stop that ran out of its grace
 // before the final checkpoint, a replication that does not checkpoint

@@ -285,7 +285,7 @@ func (k stopKind) requeueWhy() string {
 }
 
 // putBack returns a job accepted but never started (the node was
-// stopping, or its target fell while the acceptor waited) to the queue at
+// stopping, or its target fell while the fetch waited) to the queue at
 // its scheduled time with its data unchanged, as if it had not been
 // taken: it keeps its place.
 func (w *worker) putBack(d *replicator.JobData) {

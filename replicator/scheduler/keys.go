@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/replicator"
 )
@@ -12,13 +13,13 @@ import (
 // The [replicator] keys of a replication node's own settings (Config),
 // each declared once: its default is this package's constant.
 var (
-	keyMaxJobs = config.RegisterInt("replicator", "max_jobs", MaxJobsDefault, 1, config.Unbounded,
+	keyMaxJobs = config.RegisterInt("replicator", "max_jobs", MaxJobsDefault, 1, fdbjobs.ConcurrencyMax,
 		"Most replication jobs running on one replication node.", config.Live(config.ApplyReplication))
 	keyMaxChurn = config.RegisterInt("replicator", "max_churn", MaxChurnDefault, 1, config.Unbounded,
-		"Most jobs one node stops per scheduling interval to give their slots to waiting jobs (rotation, when more continuous jobs are runnable than the nodes may run), or moves to nodes that run fewer; jobs stopped because max_jobs was lowered count against it but all stop. It does not bound starts: a node's acceptors take pending jobs into all the room it has under max_jobs (under its share of the jobs while the nodes balance).",
+		"Most jobs one node stops per scheduling interval to give their slots to waiting jobs (rotation, when more continuous jobs are runnable than the nodes may run), or moves to nodes that run fewer; jobs stopped because max_jobs was lowered count against it but all stop. It does not bound starts: a node takes pending jobs into all the room it has under max_jobs (under its share of the jobs while the nodes balance).",
 		config.Live(config.ApplyReplication))
-	keyMaxAcceptors = config.RegisterInt("replicator", "max_acceptors", MaxAcceptorsDefault, 1, 1000,
-		"Idle acceptors waiting for pending jobs on one node.", config.Live(config.ApplyReplication))
+	keyMaxAcceptors = config.RegisterInt("replicator", "max_acceptors", MaxAcceptorsDefault, 1, fdbjobs.FetchersMax,
+		"Acceptors of one node (fetchers of its job Runtime), each taking up to 25 pending jobs at a time; read when the node starts.")
 	keyInterval = config.RegisterDuration("replicator", "interval_sec", time.Second, IntervalDefault, time.Second, config.Forever,
 		"Seconds between scheduling cycles.", config.Live(config.ApplyReplication))
 	_ = config.RegisterDuration("replicator", "interval", time.Millisecond, IntervalDefault, time.Second, config.Forever,

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/internal/service"
 	"github.com/fdbrep/fdbrep/internal/testsignal"
 	"github.com/fdbrep/fdbrep/replicator"
@@ -65,27 +66,29 @@ type Node struct {
 	cfgMu sync.Mutex
 	next  *Config // from SetConfig, applied at the next interval
 
-	// mu guards the acceptor pool, the workers and the interval step's
-	// figures: cfg, ctx, opCtx, stopHard, stopping, acceptors, quota,
-	// share, workers, rotations and intervals, and each worker's
+	// mu guards the Runtime of the node's jobs, the workers and the
+	// interval step's figures: cfg, ctx, stopping, rt, concurrency,
+	// fetches, share, workers, rotations and intervals, and each worker's
 	// charged, priority and prioritized (worker.go). It also orders
 	// wg.Add with shutdown's Wait: a goroutine is added to wg with mu
 	// held, while the node is not stopping or by a goroutine wg counts.
-	mu        sync.Mutex
-	cfg       Config          // applied (the interval step writes it)
-	ctx       context.Context // accept context; nil when stopped
-	opCtx     context.Context // workers' context; outlives ctx by the shutdown timeout
-	stopHard  context.CancelFunc
-	stopping  bool
-	acceptors int // live acceptors (see acceptors.go for the pool's invariant)
-	quota     int // jobs the live acceptors may take, in all
-	share     int // the most jobs the pool fills the node to when balancing (0: MaxJobs)
-	workers   map[*worker]bool
-	rotations []int // preemptions per interval (most recent last, capped)
-	intervals int64
+	mu       sync.Mutex
+	cfg      Config          // applied (the interval step writes it)
+	ctx      context.Context // the node's run context; nil when stopped
+	stopping bool
+	// rt runs the node's replication jobs (runtime.go), with concurrency
+	// as its Concurrency (the node's target); nil when stopped. fetches
+	// is its count of accepts as the metrics last had it.
+	rt          *fdbjobs.Runtime
+	concurrency int
+	fetches     int64
+	share       int // the most jobs the node fills itself to when balancing (0: MaxJobs)
+	workers     map[*worker]bool
+	rotations   []int // preemptions per interval (most recent last, capped)
+	intervals   int64
 
 	// serverUUID is the store's, written by Start (under mu) before it
-	// starts the acceptors, and constant while the node runs: workers
+	// starts the Runtime, and constant while the node runs: workers
 	// read it without mu.
 	serverUUID string
 	// wg counts the node's goroutines, for shutdown to wait for (see mu).
@@ -102,9 +105,6 @@ type Signals struct {
 	// Rescheduled carries the number of each interval step that ended
 	// (NodeStats.Intervals after it).
 	Rescheduled testsignal.Signal[int64]
-	// Idle carries the clock time (Unix ms) at which an acceptor found no
-	// job due and started waiting for one.
-	Idle testsignal.Signal[int64]
 	// Progress carries the clock time (Unix ms) of each write of the
 	// running jobs' live counters that committed.
 	Progress testsignal.Signal[int64]
@@ -113,7 +113,6 @@ type Signals struct {
 // InitTestSignals initialises every test signal; call it before Start.
 func (s *Signals) InitTestSignals() {
 	s.Rescheduled.Init()
-	s.Idle.Init()
 	s.Progress.Init()
 }
 
@@ -148,8 +147,8 @@ func (n *Node) Metrics() *replicator.Metrics { return n.m }
 // Interval is used from the interval after). Lowering MaxJobs stops the
 // excess then, whatever their run time and however many (MaxChurn does
 // not bound it), the least deserving first: continuous jobs, then
-// one-shot jobs, each in stopOrder. Raising it refills the acceptor pool
-// at that step, and the acceptors take pending jobs into the new room as
+// one-shot jobs, each in stopOrder. Raising it gives the Runtime of its jobs
+// the new room at that step, and its fetchers take pending jobs into it as
 // fast as they come (acceptBatchMax per accept, MaxAcceptors at once; not
 // bounded by MaxChurn). New JobDefaults apply to the jobs started from
 // then on. Subspace, Metrics, Clock, Logger and Cluster keep their values
@@ -189,8 +188,8 @@ func (n *Node) Reschedule() {
 }
 
 // Start registers the rep_jobs type, takes back the jobs an earlier run
-// of this node left running (takeBack), then starts the acceptors and the
-// rescheduling loop; they run until Stop or until ctx ends (the node then
+// of this node left running (takeBack), then starts the Runtime of its
+// jobs and the rescheduling loop; they run until Stop or until ctx ends (the node then
 // shuts down as by Stop). Start on a started node does nothing, the take
 // back included (it would put the node's own running jobs back in the
 // queue); a node whose ctx ended starts again.
@@ -207,10 +206,14 @@ func (n *Node) Start(ctx context.Context) error {
 		if err := n.startWatches(runCtx, cfg); err != nil {
 			return err
 		}
-		opCtx, stopHard := context.WithCancel(context.WithoutCancel(runCtx))
 		n.mu.Lock()
-		n.ctx, n.opCtx, n.stopHard, n.stopping, n.serverUUID = runCtx, opCtx, stopHard, false, uuid
-		n.fillLocked()
+		n.ctx, n.stopping, n.serverUUID = runCtx, false, uuid
+		n.mu.Unlock()
+		if err := n.startJobs(runCtx, cfg); err != nil {
+			n.stopWatches()
+			return err
+		}
+		n.mu.Lock()
 		n.wg.Add(1)
 		go n.progressLoop(runCtx)
 		n.mu.Unlock()
@@ -263,23 +266,27 @@ func (n *Node) Stop() { n.svc.Stop() }
 func (n *Node) shutdown() {
 	n.mu.Lock()
 	n.stopping = true
-	timeout, log, clock, stopHard := n.cfg.ShutdownTimeout, n.cfg.Logger, n.cfg.Clock, n.stopHard
+	timeout, log, clock := n.cfg.ShutdownTimeout, n.cfg.Logger, n.cfg.Clock
 	for w := range n.workers {
 		w.requestStop(stopShutdown)
 	}
 	n.mu.Unlock()
 	n.stopWatches()
+	hard := make(chan struct{})
 	all := make(chan struct{})
-	go func() { n.wg.Wait(); close(all) }()
+	go func() {
+		n.stopJobs(hard)
+		n.wg.Wait()
+		close(all)
+	}()
 	t := clock.NewTimer(timeout)
 	select {
 	case <-all:
 	case <-t.Chan():
-		stopHard()
+		close(hard)
 		<-all
 	}
 	t.Stop()
-	stopHard()
 	// The run time charged since the last interval, for fair share; if
 	// the store does not take it within the shutdown timeout it is lost,
 	// which usage's decay makes up for.
@@ -289,7 +296,7 @@ func (n *Node) shutdown() {
 	}
 	cancel()
 	n.mu.Lock()
-	n.ctx, n.opCtx = nil, nil
+	n.ctx = nil
 	n.mu.Unlock()
 }
 
@@ -340,8 +347,12 @@ func (n *Node) priorityOf(w *worker, now time.Time) float64 {
 
 // NodeStats are a node's scheduler figures.
 type NodeStats struct {
+	// Running counts the node's workers; Acceptors the fetchers of its
+	// Runtime waiting for a job (none when the node is at its target).
 	Running   int
 	Acceptors int
+	// Idle is when a fetcher last found no job due (Unix ms; 0: never).
+	Idle      int64
 	Intervals int64
 	// Rotations holds the number of jobs preempted in each of the last
 	// intervals (at most 1000, oldest first).
@@ -352,7 +363,8 @@ type NodeStats struct {
 func (n *Node) Stats() NodeStats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return NodeStats{Running: len(n.workers), Acceptors: n.acceptors, Intervals: n.intervals,
+	rs := n.runtimeStatsLocked()
+	return NodeStats{Running: len(n.workers), Acceptors: rs.Fetching, Idle: rs.Idle, Intervals: n.intervals,
 		Rotations: append([]int(nil), n.rotations...)}
 }
 
@@ -491,7 +503,7 @@ func (n *Node) reschedule(ctx context.Context) error {
 		w.prioritized = now
 	}
 
-	// Trim: after MaxJobs was lowered (or acceptors racing took the node
+	// Trim: after MaxJobs was lowered (or fetches racing took the node
 	// over it), the excess stops at once: the least deserving continuous
 	// jobs, then one-shot jobs.
 	active := n.keptLocked()
@@ -524,7 +536,7 @@ func (n *Node) reschedule(ctx context.Context) error {
 		n.rotations = n.rotations[1:]
 	}
 	n.m.Add(replicator.MetricJobsPreempted, int64(stopped+rotated))
-	n.fillLocked()
+	n.setTargetLocked()
 	n.mu.Unlock()
 
 	if err := n.cleanup(ctx, cfg, now); err != nil && ctx.Err() == nil {
@@ -538,7 +550,10 @@ func (n *Node) reschedule(ctx context.Context) error {
 	}
 
 	n.mu.Lock()
-	n.m.Set(replicator.MetricJobsAccepting, int64(n.acceptors))
+	rs := n.runtimeStatsLocked()
+	n.m.Set(replicator.MetricJobsAccepting, int64(rs.Fetching))
+	n.m.Add(replicator.MetricJobsAccepts, max(0, rs.Fetches-n.fetches))
+	n.fetches = max(n.fetches, rs.Fetches)
 	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
 	n.m.Inc(replicator.MetricJobsReschedules)
 	n.intervals++

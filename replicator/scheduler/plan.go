@@ -9,7 +9,7 @@ import "math"
 // stop (stopLeastDeservingLocked).
 
 // planTrim is how many of active running jobs the trim stops: those
-// beyond maxJobs (after max_jobs was lowered, or acceptors racing took
+// beyond maxJobs (after max_jobs was lowered, or fetches racing took
 // the node over it).
 func planTrim(active, maxJobs int) int { return max(0, active-maxJobs) }
 

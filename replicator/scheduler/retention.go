@@ -35,7 +35,7 @@ func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
 
 // removeOrphan removes the job of a deleted database, which this worker
 // found at its start or a heartbeat: its node would remove it at its next
-// interval, but acceptors take such jobs first (they are the oldest), so
+// interval, but the fetchers take such jobs first (they are the oldest), so
 // the worker that got one removes it at once.
 func (w *worker) removeOrphan() {
 	removed, err := kv.Transact(w.ctx, w.n.store, func(tr kv.Transaction) (bool, error) {

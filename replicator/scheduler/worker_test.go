@@ -66,8 +66,8 @@ func TestCrashBackoffHeal(t *testing.T) {
 		clk.Advance(wait - time.Second)
 		looked := clk.Now().UnixMilli()
 		c.Nodes[0].Reschedule()
-		testutil.WaitUntil(t, &c.Nodes[0].TestSignals.Idle, "an acceptor idle at the advanced time",
-			func(at int64) bool { return at >= looked })
+		testutil.Eventually(t, "an acceptor idle at the advanced time",
+			func() bool { return c.Nodes[0].Stats().Idle >= looked })
 		require.Equal(t, starts, eng.Starts(src), "started before its backoff ended")
 		if i < len(wantBackoff)-1 {
 			clk.Advance(2 * time.Second)
