@@ -33,6 +33,46 @@ func exponentialRetry(attempt int, _ error) time.Duration {
 	return time.Duration(min(d, float64(math.MaxInt64/2)))
 }
 
+// ExponentialRetry is a RetryPolicy that waits Min after a job's first
+// failed attempt and twice as long after each one after it, up to Max,
+// less up to Jitter of each wait at random, so that jobs that failed
+// together do not come back together. The replicator's crash backoff is
+// one: Min 32 s ([replicator] min_backoff), Max 2 days, Jitter 0.25.
+type ExponentialRetry struct {
+	// Min is the first wait (> 0), and Max the longest (≥ Min).
+	Min, Max time.Duration
+	// Jitter is the part of each wait taken off at random, in [0, 1):
+	// 0.25 makes a wait of 64 s one of 48 to 64 s.
+	Jitter float64
+}
+
+// NextRetry is Delay with a random r.
+func (p ExponentialRetry) NextRetry(attempt int, _ error) time.Duration {
+	return p.Delay(attempt, rand.Float64())
+}
+
+// Delay is the wait after attempt failed attempts (1 for the first),
+// with r in [0, 1) choosing the jitter: min(Min × 2^(attempt-1), Max),
+// less r × Jitter of it. A caller whose transaction may run again (after
+// commit_unknown_result) picks r once, outside it, so that each run
+// schedules the job at the same time.
+func (p ExponentialRetry) Delay(attempt int, r float64) time.Duration {
+	wait := p.Min
+	for i := 1; i < attempt && wait < p.Max; i++ {
+		wait *= 2
+	}
+	wait = min(wait, p.Max)
+	return wait - time.Duration(r*p.Jitter*float64(wait))
+}
+
+// check is ErrInvalidArgument for bounds out of order.
+func (p ExponentialRetry) check() error {
+	if p.Min <= 0 || p.Max < p.Min || p.Jitter < 0 || p.Jitter >= 1 {
+		return fmt.Errorf("%w: ExponentialRetry %v..%v, jitter %v: 0 < Min ≤ Max, 0 ≤ Jitter < 1", ErrInvalidArgument, p.Min, p.Max, p.Jitter)
+	}
+	return nil
+}
+
 // ErrorHistoryMax is how many of a job's last attempt errors it keeps
 // (Work.Errors), and ErrorTextMax the bytes of each error's text: a job's
 // history stays small whatever its worker returns.

@@ -324,7 +324,9 @@ func TestRuntimeBadInput(t *testing.T) {
 	ws := fdbjobs.NewWorkers()
 	for _, o := range []fdbjobs.WorkerOptions{{Concurrency: -1}, {Concurrency: fdbjobs.ConcurrencyMax + 1},
 		{Timeout: -time.Second}, {Timeout: time.Millisecond}, {MaxAttempts: -1}, {Fetchers: -1}, {Fetchers: fdbjobs.FetchersMax + 1},
-		{FetchBatch: -1}, {FetchBatch: fdbjobs.MaxBatch + 1}} {
+		{FetchBatch: -1}, {FetchBatch: fdbjobs.MaxBatch + 1}, {RetryPolicy: fdbjobs.ExponentialRetry{}},
+		{RetryPolicy: fdbjobs.ExponentialRetry{Min: time.Minute, Max: time.Second}},
+		{RetryPolicy: fdbjobs.ExponentialRetry{Min: time.Second, Max: time.Minute, Jitter: 1}}} {
 		require.ErrorIs(t, fdbjobs.AddWorker(ws, nop, o), fdbjobs.ErrInvalidArgument, "%+v", o)
 	}
 	require.ErrorIs(t, fdbjobs.AddWorker[sumArgs](ws, nil, fdbjobs.WorkerOptions{}), fdbjobs.ErrInvalidArgument)
@@ -908,4 +910,23 @@ func TestRuntimeOldestFirst(t *testing.T) {
 		require.NoError(t, err)
 		return s.Idle > 0 && s.Running == 0
 	})
+}
+
+func TestExponentialRetry(t *testing.T) {
+	p := fdbjobs.ExponentialRetry{Min: 32 * time.Second, Max: 48 * time.Hour, Jitter: 0.25}
+	for _, c := range []struct {
+		attempt int
+		r       float64
+		want    time.Duration
+	}{
+		{1, 0, 32 * time.Second}, {2, 0, 64 * time.Second}, {3, 0.5, 128*time.Second - 16*time.Second},
+		{0, 0, 32 * time.Second}, {20, 0, 48 * time.Hour}, {1000, 0.999, 48*time.Hour - time.Duration(0.999*0.25*float64(48*time.Hour))},
+	} {
+		require.Equal(t, c.want, p.Delay(c.attempt, c.r), "attempt %d, r %v", c.attempt, c.r)
+	}
+	for range 100 {
+		d := p.NextRetry(3, nil)
+		require.LessOrEqual(t, d, 128*time.Second)
+		require.Greater(t, d, 96*time.Second)
+	}
 }

@@ -300,6 +300,11 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 	if slices.ContainsFunc(o.Middleware, isNilMiddleware) {
 		return o, fmt.Errorf("%w: a nil Middleware", ErrInvalidArgument)
 	}
+	if p, ok := o.RetryPolicy.(ExponentialRetry); ok {
+		if err := p.check(); err != nil {
+			return o, err
+		}
+	}
 	for _, r := range []*time.Duration{&o.RetainCompleted, &o.RetainCancelled, &o.RetainDiscarded} {
 		if *r < 0 && *r != RetainForever {
 			return o, fmt.Errorf("%w: retention %v: positive, 0 (the default) or RetainForever", ErrInvalidArgument, *r)

@@ -305,16 +305,21 @@ func (c Config) heartbeat() time.Duration {
 	return min(hb, c.Interval, c.JobTimeout/3)
 }
 
-// backoff is the wait after the n-th consecutive crash (n >= 1):
-// min(MinBackoff * 2^(n-1), MaxBackoff), minus up to a quarter: jitter in
-// [0, 1) picks how much.
+// backoffJitter is the part of a crash's backoff taken off at random.
+const backoffJitter = 0.25
+
+// retryPolicy is the crash backoff as the job layer's retry policy:
+// min(MinBackoff * 2^(n-1), MaxBackoff) after the n-th consecutive crash,
+// minus up to a quarter.
+func (c Config) retryPolicy() fdbjobs.ExponentialRetry {
+	return fdbjobs.ExponentialRetry{Min: c.MinBackoff, Max: c.MaxBackoff, Jitter: backoffJitter}
+}
+
+// backoff is the wait after the n-th consecutive crash (n >= 1), with
+// jitter in [0, 1) picking how much of the quarter is taken off (chosen
+// outside the crash's transaction: replicator.Change.Jitter).
 func (c Config) backoff(n int, jitter float64) time.Duration {
-	wait := c.MinBackoff
-	for i := 1; i < n && wait < c.MaxBackoff; i++ {
-		wait *= 2
-	}
-	wait = min(wait, c.MaxBackoff)
-	return wait - time.Duration(jitter*float64(wait/4))
+	return c.retryPolicy().Delay(n, jitter)
 }
 
 func defaultNodeName() string {
