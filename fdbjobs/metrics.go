@@ -150,7 +150,9 @@ func (m *Metrics) attempt(kind string, due time.Time, clock interface{ Now() tim
 	m.seen(kind)
 	start := clock.Now()
 	m.started.WithLabelValues(kind).Inc()
-	m.wait.WithLabelValues(kind).Observe(max(0, start.Sub(due)).Seconds())
+	if !due.IsZero() {
+		m.wait.WithLabelValues(kind).Observe(max(0, start.Sub(due)).Seconds())
+	}
 	running := m.running.WithLabelValues(kind)
 	running.Inc()
 	return func() {

@@ -510,7 +510,13 @@ func (r *Runtime) keepAfter(k *kindWorker) time.Duration {
 // call calls the worker through the middleware (chain), turning a panic
 // into the attempt's error.
 func (r *Runtime) call(ctx context.Context, k *kindWorker, a *attempt) (err error) {
-	defer r.c.metrics.Load().attempt(k.kind, r.c.cfg.timeOf(a.job.ScheduledTime), r.c.cfg.Clock)()
+	// A Manual kind's scheduled times are its worker's (the replicator
+	// orders its queue by them): no wait is observed.
+	var due time.Time
+	if !a.manual {
+		due = r.c.cfg.timeOf(a.job.ScheduledTime)
+	}
+	defer r.c.metrics.Load().attempt(k.kind, due, r.c.cfg.Clock)()
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())

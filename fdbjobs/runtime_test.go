@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
@@ -847,6 +848,8 @@ func TestRuntimeManual(t *testing.T) {
 		return b.c.Finish(ctx, nil, w.Job, json.RawMessage(`{"step":3,"done":true}`))
 	}), fdbjobs.WorkerOptions{Manual: true, Timeout: time.Second}))
 	b = startRuntime(t, ws)
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(fdbjobs.NewMetrics(b.c)))
 
 	require.NoError(t, b.c.Add(b.ctx, nil, "manual", "one", json.RawMessage(`{"step":1}`), 0))
 	s := <-got
@@ -861,6 +864,20 @@ func TestRuntimeManual(t *testing.T) {
 	data, err := b.c.JobData(b.ctx, nil, "manual", "one")
 	require.NoError(t, err)
 	require.JSONEq(t, `{"step":3,"done":true}`, string(data), "the worker's end, nothing of the Runtime's")
+	// Its run is timed, but no wait from its scheduled time, which is the
+	// worker's to give a meaning.
+	testutil.Eventually(t, "the run timed", func() bool {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		runs := uint64(0)
+		for _, f := range families {
+			require.NotEqual(t, "fdbjobs_job_wait_seconds", f.GetName())
+			if f.GetName() == "fdbjobs_job_run_seconds" {
+				runs = f.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		return runs == 1
+	})
 
 	// An error is the worker's to handle: the job stays running, then the
 	// activity monitor hands it back and the Runtime runs it again.

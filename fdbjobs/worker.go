@@ -165,8 +165,10 @@ type WorkerOptions struct {
 	// activity monitor, after Timeout. A Manual job's data are its
 	// arguments as the Client stores them (no envelope: no attempt count,
 	// retry or retention of the Runtime's), so Work.Update and
-	// Work.CompleteTx are ErrInvalidArgument, and the Runtime's sweeper
-	// leaves the kind alone. Work's ctx ends only when the Runtime stops
+	// Work.CompleteTx are ErrInvalidArgument, the Runtime's sweeper
+	// leaves the kind alone, and its metrics (NewMetrics) count its
+	// attempts' starts and run times but no wait from a due time (its
+	// scheduled times are the worker's) and no outcome. Work's ctx ends only when the Runtime stops
 	// (ErrStopped). The replicator runs its replication jobs so: their
 	// heartbeats carry the run's counters, and their ends go through its
 	// Lifecycle.
