@@ -78,10 +78,13 @@ type Cluster struct {
 }
 
 // Membership timings of a balanced cluster: a node killed counts as dead
-// NodeTimeout after its last heartbeat.
+// NodeTimeout after its last heartbeat. Twenty heartbeats: under the race
+// detector on a loaded machine, a node's heartbeat missed a timeout of
+// four (200 ms) often enough that the nodes took one another for dead
+// every few seconds, and balanced on those wrong memberships.
 const (
 	HeartbeatInterval = 50 * time.Millisecond
-	NodeTimeout       = 200 * time.Millisecond
+	NodeTimeout       = time.Second
 )
 
 // JobsClient returns a started fdbjobs client on db with fast test
