@@ -328,7 +328,7 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 		return 0, err
 	}
 	if !ti.hasTimeout {
-		return 0, fmt.Errorf("type %q: %w", typ, ErrNoTypeTimeout)
+		return 0, fmt.Errorf("type %q: %w: start a Runtime with a worker of the kind once (it writes the kind's Timeout), or call SetTypeTimeout, before inserting", typ, ErrNoTypeTimeout)
 	}
 	enqueued, size, used := false, 0, len(jobs)
 	for i, j := range jobs {

@@ -17,7 +17,9 @@ type InsertOptions struct {
 	// ID is the job's id: empty draws a new one (32 hex digits). A job of
 	// the kind with this id is resubmitted, as Add does.
 	ID string
-	// ScheduledAt is when the job is due: zero is now.
+	// ScheduledAt is when the job is due: zero is now, and so is a time
+	// in the past (a job is not due before it was inserted; the store's
+	// Config.TimeUnit rounds it, seconds by default).
 	ScheduledAt time.Time
 	// MaxAttempts overrides the worker's WorkerOptions.MaxAttempts for
 	// this job: zero keeps the worker's; at least 1 otherwise.

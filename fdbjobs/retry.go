@@ -59,6 +59,10 @@ func (p ExponentialRetry) NextRetry(attempt int, _ error) time.Duration {
 func (p ExponentialRetry) Delay(attempt int, r float64) time.Duration {
 	wait := p.Min
 	for i := 1; i < attempt && wait < p.Max; i++ {
+		if wait > p.Max/2 {
+			wait = p.Max // doubling would pass Max (or overflow)
+			break
+		}
 		wait *= 2
 	}
 	wait = min(wait, p.Max)
@@ -67,7 +71,7 @@ func (p ExponentialRetry) Delay(attempt int, r float64) time.Duration {
 
 // check is ErrInvalidArgument for bounds out of order.
 func (p ExponentialRetry) check() error {
-	if p.Min <= 0 || p.Max < p.Min || p.Jitter < 0 || p.Jitter >= 1 {
+	if p.Min <= 0 || p.Max < p.Min || !(p.Jitter >= 0 && p.Jitter < 1) { // NaN too
 		return fmt.Errorf("%w: ExponentialRetry %v..%v, jitter %v: 0 < Min ≤ Max, 0 ≤ Jitter < 1", ErrInvalidArgument, p.Min, p.Max, p.Jitter)
 	}
 	return nil

@@ -226,7 +226,7 @@ func (r *Runtime) run(ctx context.Context, st runState) {
 // now, whether or not it runs (WorkerOptions.Concurrency until then):
 // raising it takes more jobs at once, lowering it lets the jobs running
 // end and takes new ones only once fewer than n run. The number of
-// fetchers (one per 100 of Concurrency) stays as Start made it. A kind the
+// fetchers (WorkerOptions.Fetchers) stays as Start made it. A kind the
 // Runtime does not work, or n out of 1..ConcurrencyMax, is
 // ErrInvalidArgument.
 func (r *Runtime) SetConcurrency(kind string, n int) error {
@@ -306,8 +306,9 @@ type KindStats struct {
 	// was made.
 	Fetches int64
 	// Idle is when a fetcher last found no job due (in the store's
-	// Config.TimeUnit, by the Client's clock; 0: never), and began to
-	// wait for one.
+	// Config.TimeUnit since the Unix epoch, by the Client's clock; 0:
+	// never): with OldestFirst, the time of its look, before it waits;
+	// otherwise the end of a wait of FetchPoll that brought none.
 	Idle int64
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -327,10 +328,14 @@ func TestRuntimeBadInput(t *testing.T) {
 		{Timeout: -time.Second}, {Timeout: time.Millisecond}, {MaxAttempts: -1}, {Fetchers: -1}, {Fetchers: fdbjobs.FetchersMax + 1},
 		{FetchBatch: -1}, {FetchBatch: fdbjobs.MaxBatch + 1}, {RetryPolicy: fdbjobs.ExponentialRetry{}},
 		{RetryPolicy: fdbjobs.ExponentialRetry{Min: time.Minute, Max: time.Second}},
-		{RetryPolicy: fdbjobs.ExponentialRetry{Min: time.Second, Max: time.Minute, Jitter: 1}}} {
+		{RetryPolicy: fdbjobs.ExponentialRetry{Min: time.Second, Max: time.Minute, Jitter: 1}},
+		{RetryPolicy: fdbjobs.ExponentialRetry{Min: time.Second, Max: time.Minute, Jitter: math.NaN()}},
+		{RetryPolicy: &fdbjobs.ExponentialRetry{Min: time.Minute, Max: time.Second}}, {RetryPolicy: (*fdbjobs.ExponentialRetry)(nil)},
+		{Manual: true, MaxAttempts: 3}, {Manual: true, RetryPolicy: fdbjobs.RetryPolicyDefault}, {Manual: true, RetainCompleted: time.Hour}} {
 		require.ErrorIs(t, fdbjobs.AddWorker(ws, nop, o), fdbjobs.ErrInvalidArgument, "%+v", o)
 	}
 	require.ErrorIs(t, fdbjobs.AddWorker[sumArgs](ws, nil, fdbjobs.WorkerOptions{}), fdbjobs.ErrInvalidArgument)
+	require.ErrorIs(t, fdbjobs.AddWorker(nil, nop, fdbjobs.WorkerOptions{}), fdbjobs.ErrInvalidArgument, "nil Workers")
 	c, err := fdbjobs.New(kvtest.NewDB(t), fdbjobs.Config{})
 	require.NoError(t, err)
 	_, err = fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{})
@@ -937,10 +942,12 @@ func TestExponentialRetry(t *testing.T) {
 		want    time.Duration
 	}{
 		{1, 0, 32 * time.Second}, {2, 0, 64 * time.Second}, {3, 0.5, 128*time.Second - 16*time.Second},
-		{0, 0, 32 * time.Second}, {20, 0, 48 * time.Hour}, {1000, 0.999, 48*time.Hour - time.Duration(0.999*0.25*float64(48*time.Hour))},
+		{0, 0, 32 * time.Second}, {20, 0, 48 * time.Hour}, {70, 0, 48 * time.Hour}, {1000, 0.999, 48*time.Hour - time.Duration(0.999*0.25*float64(48*time.Hour))},
 	} {
 		require.Equal(t, c.want, p.Delay(c.attempt, c.r), "attempt %d, r %v", c.attempt, c.r)
 	}
+	huge := fdbjobs.ExponentialRetry{Min: time.Second, Max: math.MaxInt64}
+	require.Equal(t, time.Duration(math.MaxInt64), huge.Delay(70, 0), "no overflow on the way to Max")
 	for range 100 {
 		d := p.NextRetry(3, nil)
 		require.LessOrEqual(t, d, 128*time.Second)

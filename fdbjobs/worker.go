@@ -63,7 +63,8 @@ type Work[T JobArgs] struct {
 	// Job is the job as the store gave it. The Runtime renews its hold
 	// meanwhile (Update): the worker reads its ID and Type and its hold
 	// (HoldDeadline, HoldContext), and does not call the Client's Update or
-	// Finish for it (Work.Update is the worker's).
+	// Finish for it (Work.Update is the worker's), unless its kind is
+	// Manual (WorkerOptions.Manual): then those are the worker's alone.
 	Job *Job
 
 	// update writes new arguments under the job's lock, and completeTx
@@ -138,8 +139,8 @@ type WorkerOptions struct {
 	Middleware []WorkMiddleware
 	// Fetchers is how many fetchers accept the kind's jobs on the Runtime
 	// at once, each an AcceptBatch at a time: one per FetchBatch of the
-	// Concurrency the Runtime starts with (fetchersAuto at most) when
-	// zero; at most FetchersMax. More fetchers overlap more accepts; each
+	// Concurrency the Runtime starts with (8 at most) when zero; at most
+	// FetchersMax. More fetchers overlap more accepts; each
 	// idle one holds a watch.
 	Fetchers int
 	// FetchBatch is the most jobs one fetch accepts in one transaction:
@@ -234,6 +235,9 @@ type kindWorker struct {
 // are ErrInvalidArgument.
 func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) error {
 	var zero T
+	if ws == nil {
+		return fmt.Errorf("%w: AddWorker[%T]: nil Workers (NewWorkers makes one)", ErrInvalidArgument, zero)
+	}
 	kind := kindOf(zero)
 	if err := checkName("kind", kind); err != nil {
 		return fmt.Errorf("fdbjobs: AddWorker[%T]: %w", zero, err)
@@ -302,10 +306,23 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 	if slices.ContainsFunc(o.Middleware, isNilMiddleware) {
 		return o, fmt.Errorf("%w: a nil Middleware", ErrInvalidArgument)
 	}
-	if p, ok := o.RetryPolicy.(ExponentialRetry); ok {
-		if err := p.check(); err != nil {
+	var exp *ExponentialRetry
+	switch p := o.RetryPolicy.(type) {
+	case ExponentialRetry:
+		exp = &p
+	case *ExponentialRetry:
+		if p == nil {
+			return o, fmt.Errorf("%w: a nil *ExponentialRetry", ErrInvalidArgument)
+		}
+		exp = p
+	}
+	if exp != nil {
+		if err := exp.check(); err != nil {
 			return o, err
 		}
+	}
+	if o.Manual && (o.MaxAttempts != 0 || o.RetryPolicy != nil || o.RetainCompleted != 0 || o.RetainCancelled != 0 || o.RetainDiscarded != 0) {
+		return o, fmt.Errorf("%w: a Manual kind's worker ends its jobs itself: MaxAttempts, RetryPolicy and the Retain options are the Runtime's, and would do nothing", ErrInvalidArgument)
 	}
 	for _, r := range []*time.Duration{&o.RetainCompleted, &o.RetainCancelled, &o.RetainDiscarded} {
 		if *r < 0 && *r != RetainForever {
