@@ -193,6 +193,10 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	}
 }
 
+// claimTxMax bounds an accept's claim transaction, retries included, once
+// it has begun: its caller's ctx does not cut it short (acceptOnce).
+const claimTxMax = 10 * time.Second
+
 // acceptWatchRetry is how long an accept whose pending watch failed
 // (too_many_watches, a cancelled commit) waits before it reads again
 // rather than spin.
@@ -266,7 +270,16 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 	attempts := 0
 	var since int64                 // the first attempt's read version
 	leaseShards := map[int64]bool{} // where the attempts wrote their leases
-	res, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (result, error) {
+	// A claim, once begun, runs to its end even if ctx ends meanwhile (a
+	// Runtime stopping): abandoned in the middle of its commit, it could
+	// leave jobs running that no caller holds until the activity monitor
+	// hands them back, a job timeout later. claimTxMax bounds it instead.
+	if err := ctx.Err(); err != nil {
+		return nil, nil, false, false, err
+	}
+	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTxMax)
+	defer cancel()
+	res, err := kv.Transact(txCtx, c.db, func(tr kv.Transaction) (result, error) {
 		attempts++
 		// The previous attempt failed, or committed: either way its shards
 		// need no marking any more.
