@@ -194,8 +194,10 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 }
 
 // claimTxMax bounds an accept's claim transaction, retries included, once
-// it has begun: its caller's ctx does not cut it short (acceptOnce).
-const claimTxMax = 10 * time.Second
+// it has begun, when its caller's ctx has no deadline: a cancel of that
+// ctx does not cut it short (acceptOnce). Generous: 400 acceptors under
+// the race detector on two cores took over 10 s to get a claim through.
+const claimTxMax = time.Minute
 
 // acceptWatchRetry is how long an accept whose pending watch failed
 // (too_many_watches, a cancelled commit) waits before it reads again
@@ -270,14 +272,19 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 	attempts := 0
 	var since int64                 // the first attempt's read version
 	leaseShards := map[int64]bool{} // where the attempts wrote their leases
-	// A claim, once begun, runs to its end even if ctx ends meanwhile (a
-	// Runtime stopping): abandoned in the middle of its commit, it could
-	// leave jobs running that no caller holds until the activity monitor
-	// hands them back, a job timeout later. claimTxMax bounds it instead.
+	// A claim, once begun, runs to its end even if ctx is cancelled
+	// meanwhile (a Runtime stopping): abandoned in the middle of its
+	// commit, it could leave jobs running that no caller holds until the
+	// activity monitor hands them back, a job timeout later. ctx's
+	// deadline still bounds it, and claimTxMax does without one.
 	if err := ctx.Err(); err != nil {
 		return nil, nil, false, false, err
 	}
 	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTxMax)
+	if d, ok := ctx.Deadline(); ok {
+		cancel()
+		txCtx, cancel = context.WithDeadline(context.WithoutCancel(ctx), d)
+	}
 	defer cancel()
 	res, err := kv.Transact(txCtx, c.db, func(tr kv.Transaction) (result, error) {
 		attempts++
