@@ -267,11 +267,11 @@ func (n *Node) shutdown() {
 	n.mu.Lock()
 	n.stopping = true
 	timeout, log, clock := n.cfg.ShutdownTimeout, n.cfg.Logger, n.cfg.Clock
-	for w := range n.workers {
-		w.requestStop(stopShutdown)
-	}
 	n.mu.Unlock()
-	n.stopWatches()
+	// The Runtime's fetchers stop first, before any worker puts its job
+	// back: a fetch that took such a job as it was cancelled could drop
+	// it, left running for a job timeout (a job a fetch took meanwhile
+	// goes back at once: started).
 	hard := make(chan struct{})
 	all := make(chan struct{})
 	go func() {
@@ -279,6 +279,12 @@ func (n *Node) shutdown() {
 		n.wg.Wait()
 		close(all)
 	}()
+	n.mu.Lock()
+	for w := range n.workers {
+		w.requestStop(stopShutdown)
+	}
+	n.mu.Unlock()
+	n.stopWatches()
 	t := clock.NewTimer(timeout)
 	select {
 	case <-all:
