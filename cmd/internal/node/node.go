@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -56,6 +57,12 @@ type Options struct {
 	// job timeout above all, which the store holds as the job type's) is
 	// the configuration's whatever Tune does.
 	Tune func(*scheduler.Config)
+	// Lookup, when not nil, resolves the names of endpoints' hosts when a
+	// replication is written (couch.AddressPolicy.Lookup); nil is the
+	// system's resolver. A simulation gives its own: a real DNS query
+	// inside testing/synctest's bubble waits on the network, which the
+	// bubble's clock cannot tell from work, and never times out.
+	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 // Parts are a running node's services, for its caller: what it serves,
@@ -232,6 +239,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	addresses.Lookup = opts.Lookup
 	if lns.health != nil {
 		addresses.DenyOwn(lns.health.Addr())
 	}

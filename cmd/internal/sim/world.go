@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -95,7 +96,7 @@ func (n *Node) Start() error {
 	done := make(chan error, 1)
 	go func() {
 		done <- node.Run(ctx, node.Options{Config: cfg, DB: n.db, Log: node.NewLog(cfg, n.w.log.writer(n.Name)),
-			Version: "sim", Engine: n.w.eng.For(n.Name), NoListen: true,
+			Version: "sim", Engine: n.w.eng.For(n.Name), NoListen: true, Lookup: noDNS,
 			Ready: func(p *node.Parts) { ready <- p }})
 	}()
 	select {
@@ -232,3 +233,7 @@ func (r *ring) Lines() []string {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// noDNS is the nodes' resolver of endpoints' names: the simulated hosts
+// (h0.sim, t.sim) resolve to nothing, and no query leaves the process.
+func noDNS(context.Context, string) ([]netip.Addr, error) { return nil, nil }
