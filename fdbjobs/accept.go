@@ -193,6 +193,10 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 	}
 }
 
+// claimGrace is how long an accept's transaction goes on once its
+// caller's ctx ended, for a commit on its way to resolve (acceptOnce).
+const claimGrace = 5 * time.Second
+
 // acceptWatchRetry is how long an accept whose pending watch failed
 // (too_many_watches, a cancelled commit) waits before it reads again
 // rather than spin.
@@ -266,8 +270,30 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 	attempts := 0
 	var since int64                 // the first attempt's read version
 	leaseShards := map[int64]bool{} // where the attempts wrote their leases
-	res, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (result, error) {
+	// When ctx ends (a Runtime stopping) while a claim is on its way, its
+	// commit is not cut short: abandoned, it might still take effect, and
+	// the jobs it took would stay running with no holder until the
+	// activity monitor hands them back, a job timeout later. The
+	// transaction's own context ends claimGrace after ctx; each attempt
+	// first looks at ctx, and after an attempt whose commit may have gone
+	// through, the next one (handBack) only looks for its claims and
+	// returns them, for the caller to work or hand back.
+	txCtx, cancelTx := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelTx()
+	stopGrace := context.AfterFunc(ctx, func() {
+		t := c.cfg.Clock.AfterFunc(claimGrace, cancelTx)
+		context.AfterFunc(txCtx, func() { t.Stop() })
+	})
+	defer stopGrace()
+	handBack := false
+	body := func(tr kv.Transaction) (result, error) {
 		attempts++
+		if err := ctx.Err(); err != nil {
+			if attempts == 1 || handBack {
+				return result{}, err // not a kv error: the loop ends
+			}
+			handBack = true
+		}
 		// The previous attempt failed, or committed: either way its shards
 		// need no marking any more.
 		unmark(true)
@@ -289,7 +315,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		// The holds count with the type timeout (no hold for a type
 		// without one: no activity monitor takes its jobs back).
 		ti, err := info()
-		if err != nil || len(jobs) > 0 {
+		if err != nil || len(jobs) > 0 || handBack {
 			return result{jobs: jobs, timeout: ti.timeout}, err
 		}
 		// A paused type takes no new job; the read conflicts with Pause,
@@ -331,7 +357,11 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 			res.vs = tr.GetVersionstamp()
 		}
 		return res, nil
-	})
+	}
+	res, err := kv.Transact(txCtx, c.db, body)
+	if err == nil && handBack && len(res.jobs) == 0 {
+		err = ctx.Err()
+	}
 	if err != nil {
 		return nil, nil, false, false, err
 	}

@@ -4,8 +4,10 @@ package fdbjobs
 // after the Erlang test it ports: TestCouchJobs_<erlang_name>.
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"testing"
 	"time"
@@ -856,4 +858,37 @@ func TestAcceptSkipsLocalClaims(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Equal(t, j1, r.job.ID)
 	require.Equal(t, j2, b.accept(t, t1).ID)
+}
+
+// An accept whose caller's ctx ends while its claim commits (a Runtime
+// stopping) returns the jobs it claimed, or claims none: a job is never
+// left running without a holder until the activity monitor hands it
+// back.
+func TestAcceptCancelledLosesNoJob(t *testing.T) {
+	b := setup(t)
+	for i := range 300 {
+		id := fmt.Sprintf("j%d", i)
+		b.add(t, t1, id, `{}`, 0)
+		ctx, cancel := context.WithCancel(b.ctx)
+		// Cancelled at once, or after a moment: sometimes before the
+		// claim, sometimes while it commits.
+		go func() {
+			for range i % 50 {
+				runtime.Gosched()
+			}
+			cancel()
+		}()
+		jobs, err := b.c.AcceptBatch(ctx, t1, 1, AcceptOptions{MaxScheduledTime: 1})
+		cancel()
+		switch st := b.state(t, t1, id); {
+		case len(jobs) == 1:
+			require.Equal(t, Running, st)
+			require.NoError(t, b.c.Finish(b.ctx, nil, jobs[0], nil))
+		case st == Running:
+			t.Fatalf("job %s running, yet the accept returned %v", id, err)
+		default:
+			require.Equal(t, Pending, st)
+			require.NoError(t, b.c.Remove(b.ctx, nil, t1, id))
+		}
+	}
 }
