@@ -462,13 +462,13 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, job *Job)
 	defer cancel(nil)
 	held := make(chan struct{})
 	keeperDone := make(chan struct{})
-	a := &attempt{r: r, job: job}
+	a := &attempt{r: r, job: job, write: make(chan struct{}, 1)}
 	// The keeper starts once the job has run for keepAfter: a job that
 	// ends sooner pays for no goroutine, ticker or watch of its own.
 	after := r.keepAfter(k)
 	keeper := r.c.cfg.Clock.AfterFunc(after, func() {
 		defer close(keeperDone)
-		r.keep(ctx, cancel, held, k, job, after, &a.writeMu)
+		r.keep(ctx, cancel, held, k, job, after, a.write)
 	})
 	e, err := decodeEnvelope(job.Data)
 	if err == nil {
@@ -531,12 +531,17 @@ func (r *Runtime) call(ctx context.Context, k *kindWorker, a *attempt) (err erro
 type attempt struct {
 	r   *Runtime
 	job *Job
-	// writeMu orders the keeper's heartbeats and Work.Update: one Update
-	// of the job at a time (each recognises its own earlier commit by the
-	// job's seq, which a concurrent one would move too). It guards e's
-	// Args, which Update replaces.
-	writeMu sync.Mutex
-	e       *envelope
+	// write, a lock held while its one slot is full, orders the keeper's
+	// heartbeats and Work.Update: one Update of the job at a time (each
+	// recognises its own earlier commit by the job's seq, which a
+	// concurrent one would move too). It guards e's Args, which Update
+	// replaces. A channel, not a mutex: the keeper waits for it or for
+	// the job's end, whichever comes first, and a wait on it is one that
+	// testing/synctest's clock can pass (a goroutine blocked on a mutex
+	// held across a store's retry backoff would stop the model tests'
+	// clock for good).
+	write chan struct{}
+	e     *envelope
 	// completed is set when CompleteTx finished the job in the worker's
 	// transaction.
 	completed atomic.Bool
@@ -555,8 +560,12 @@ func (a *attempt) update(ctx context.Context, args json.RawMessage) error {
 	if a.manual {
 		return fmt.Errorf("Work.Update: %w", errManual)
 	}
-	a.writeMu.Lock()
-	defer a.writeMu.Unlock()
+	select {
+	case a.write <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	defer func() { <-a.write }()
 	next := *a.e
 	next.Args = args
 	data, err := next.encode()
@@ -580,9 +589,9 @@ func (a *attempt) completeTx(ctx context.Context, tr kv.Transaction) error {
 	if a.manual {
 		return fmt.Errorf("Work.CompleteTx: %w", errManual)
 	}
-	a.writeMu.Lock()
+	a.write <- struct{}{}
 	e := *a.e
-	a.writeMu.Unlock()
+	<-a.write
 	e.Attempt++
 	e.Outcome, e.FinishedAt = OutcomeCompleted, a.r.c.cfg.Clock.Now().UnixMilli()
 	data, err := e.encode()
@@ -603,7 +612,7 @@ func (a *attempt) completeTx(ctx context.Context, tr kv.Transaction) error {
 // is no longer this node's (ErrHalt) or its hold lapsed (ErrHoldLapsed).
 // It starts when the job has run for started (keepAfter): its timers
 // count from the job's accept.
-func (r *Runtime) keep(ctx context.Context, cancel context.CancelCauseFunc, held <-chan struct{}, k *kindWorker, job *Job, started time.Duration, writeMu *sync.Mutex) {
+func (r *Runtime) keep(ctx context.Context, cancel context.CancelCauseFunc, held <-chan struct{}, k *kindWorker, job *Job, started time.Duration, write chan struct{}) {
 	clock := r.c.cfg.Clock
 	period := k.opts.Timeout / HeartbeatFraction
 	beat := clock.NewTimer(period - started)
@@ -673,13 +682,23 @@ func (r *Runtime) keep(ctx context.Context, cancel context.CancelCauseFunc, held
 				return
 			}
 		case <-beat.Chan():
-			writeMu.Lock()
+			// The lock (a Work.Update, which renews the hold too, may
+			// hold it), unless the job ends first.
+			select {
+			case write <- struct{}{}:
+			case <-held:
+				lapse.Stop()
+				return
+			case <-ctx.Done():
+				lapse.Stop()
+				return
+			}
 			renewed := job.Renewing()
 			hctx, done := job.HoldContext(ctx)
 			err := r.c.Update(hctx, nil, job, nil)
 			done()
 			renewed(err == nil)
-			writeMu.Unlock()
+			<-write
 			if errors.Is(err, ErrHalt) {
 				lapse.Stop()
 				cancel(ErrHalt)
