@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -61,6 +62,55 @@ func (k keys) retainClear(tr kv.Transaction, typ, id string, e *envelope) {
 	}
 }
 
+// outcomeManual is the outcome under which a Manual kind's retention
+// entries are kept (RetainTx): the layer knows no outcome of its jobs.
+const outcomeManual = "manual"
+
+// RemovedJob is a job the Runtime's sweeper removes past its retention,
+// as WorkerOptions.OnRemove sees it.
+type RemovedJob struct {
+	ID string
+	// Data are the job's data as Job.Data has them: a Manual kind's data,
+	// or the arguments of a Runtime's kind.
+	Data json.RawMessage
+}
+
+// RetainTx marks job id of typ, a Manual kind's, in tr, as finished at
+// finished: the sweeper of a Runtime that works typ removes it once it is
+// WorkerOptions.RetainFinished older, if its row is then finished (a job
+// that was pending or running again, or is gone, leaves only its mark).
+// Its worker calls it in the transaction that finishes the job, and
+// UnretainTx, with the same time, in the one that changes it next, so
+// that each finish has its mark: a job finished again at a later time
+// whose earlier mark stayed would go at the earlier mark's time.
+// Idempotent; a job of a Runtime's kind has its retention by outcome
+// (WorkerOptions.RetainCompleted…) and needs neither.
+func (c *Client) RetainTx(tr kv.Transaction, typ, id string, finished time.Time) {
+	tr.Set(c.k.retainKey(typ, outcomeManual, finished.UnixMilli(), id), nil)
+}
+
+// UnretainTx clears, in tr, the mark RetainTx made with finished.
+func (c *Client) UnretainTx(tr kv.Transaction, typ, id string, finished time.Time) {
+	tr.Clear(c.k.retainKey(typ, outcomeManual, finished.UnixMilli(), id))
+}
+
+// SetRetainFinished makes d the RetainFinished of kind, a Manual kind of
+// the Runtime, from its next sweep. A kind the Runtime does not work, one
+// not Manual, or d neither positive nor RetainForever, is
+// ErrInvalidArgument.
+func (r *Runtime) SetRetainFinished(kind string, d time.Duration) error {
+	if d <= 0 && d != RetainForever {
+		return fmt.Errorf("%w: SetRetainFinished(%q, %v): positive or RetainForever", ErrInvalidArgument, kind, d)
+	}
+	for _, k := range r.kinds {
+		if k.kind == kind && k.opts.Manual {
+			k.retainFinished.Store(int64(d))
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: SetRetainFinished(%q): no Manual worker of this kind on the Runtime", ErrInvalidArgument, kind)
+}
+
 // Sweep removes, now, the jobs of the Runtime's kinds past their retention
 // (WorkerOptions.Retain…), in pages of a transaction each, and returns how
 // many it removed. Each Runtime does so by itself every SweepPeriod.
@@ -79,63 +129,111 @@ func (r *Runtime) Sweep(ctx context.Context) (int, error) {
 // sweep removes k's jobs past their retention, in pages, until none is
 // left or ctx ends; it returns how many entries it cleared.
 func (r *Runtime) sweep(ctx context.Context, k *kindWorker) (int, error) {
-	removed := 0
 	now := r.c.cfg.Clock.Now()
+	if k.opts.Manual {
+		keep := time.Duration(k.retainFinished.Load())
+		if keep < 0 {
+			return 0, nil
+		}
+		return r.c.SweepRetained(ctx, k.kind, now.Add(-keep), k.opts.OnRemove)
+	}
+	removed := 0
 	for outcome, keep := range k.retain {
 		if keep < 0 {
 			continue
 		}
-		before := now.Add(-keep).UnixMilli() + 1
-		for {
-			n, err := kv.Transact(ctx, r.c.db, func(tr kv.Transaction) (int, error) {
-				entries, err := tr.GetRange(r.c.k.retainRange(k.kind, outcome, before), kv.RangeOptions{Limit: sweepPage}).GetSliceWithError()
-				if err != nil {
-					return 0, err
-				}
-				rows := make([]kv.FutureByteSlice, len(entries))
-				ids := make([]string, len(entries))
-				for i, en := range entries {
-					t, err := r.c.k.root.Unpack(en.Key)
-					if err != nil || len(t) != 5 {
-						continue
-					}
-					ids[i], _ = t[4].(string)
-					rows[i] = tr.Get(r.c.k.dataKey(k.kind, ids[i]))
-				}
-				for i, en := range entries {
-					tr.Clear(en.Key)
-					if rows[i] == nil {
-						continue
-					}
-					v, err := rows[i].Get()
-					if err != nil {
-						return 0, err
-					}
-					if v == nil {
-						continue
-					}
-					row, err := decodeRow(v)
-					if err != nil || row.state != Finished {
-						continue
-					}
-					var e envelope
-					if json.Unmarshal(row.data, &e) != nil || !bytes.Equal(r.c.k.retainKey(k.kind, e.Outcome, e.FinishedAt, ids[i]), en.Key) {
-						continue // the job ended again since: its own entry stays
-					}
-					r.c.k.clearRow(tr, k.kind, ids[i], row)
-				}
-				return len(entries), nil
-			})
-			if err != nil {
-				return removed, err
-			}
-			removed += n
-			if n < sweepPage {
-				break
-			}
+		n, err := r.c.sweepOutcome(ctx, k.kind, outcome, now.Add(-keep).UnixMilli(), k.opts.OnRemove)
+		removed += n
+		if err != nil {
+			return removed, err
 		}
 	}
 	return removed, nil
+}
+
+// SweepRetained removes, now, the jobs of typ (a Manual kind's) that
+// RetainTx marked finished at or before before, in pages of a transaction
+// each, calling onRemove (nil: none) in each as WorkerOptions.OnRemove,
+// and returns how many marks it cleared. A Runtime that works typ does
+// so every SweepPeriod with its RetainFinished; this is for a caller that
+// sweeps at times of its own.
+func (c *Client) SweepRetained(ctx context.Context, typ string, before time.Time, onRemove func(context.Context, kv.Transaction, []RemovedJob) error) (int, error) {
+	if err := checkName("type", typ); err != nil {
+		return 0, err
+	}
+	return c.sweepOutcome(ctx, typ, outcomeManual, before.UnixMilli(), onRemove)
+}
+
+// sweepOutcome removes the jobs of typ whose retention entries of outcome
+// are at or before before (Unix ms), a page per transaction, until none is
+// left or ctx ends; it returns how many entries it cleared. The entries
+// of the Runtime's kinds are checked against their job's envelope (an
+// entry left behind by a job that ended again since is cleared alone);
+// those of a Manual kind (RetainTx) only against the row's state.
+func (c *Client) sweepOutcome(ctx context.Context, typ, outcome string, before int64, onRemove func(context.Context, kv.Transaction, []RemovedJob) error) (int, error) {
+	removed := 0
+	for {
+		n, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (int, error) {
+			entries, err := tr.GetRange(c.k.retainRange(typ, outcome, before+1), kv.RangeOptions{Limit: sweepPage}).GetSliceWithError()
+			if err != nil {
+				return 0, err
+			}
+			rows := make([]kv.FutureByteSlice, len(entries))
+			ids := make([]string, len(entries))
+			for i, en := range entries {
+				t, err := c.k.root.Unpack(en.Key)
+				if err != nil || len(t) != 5 {
+					continue
+				}
+				ids[i], _ = t[4].(string)
+				rows[i] = tr.Get(c.k.dataKey(typ, ids[i]))
+			}
+			var gone []RemovedJob
+			var goneRows []*row
+			for i, en := range entries {
+				tr.Clear(en.Key)
+				if rows[i] == nil {
+					continue
+				}
+				v, err := rows[i].Get()
+				if err != nil {
+					return 0, err
+				}
+				if v == nil {
+					continue
+				}
+				row, err := decodeRow(v)
+				if err != nil || row.state != Finished {
+					continue
+				}
+				data := json.RawMessage(row.data)
+				if outcome != outcomeManual {
+					var e envelope
+					if json.Unmarshal(row.data, &e) != nil || !bytes.Equal(c.k.retainKey(typ, e.Outcome, e.FinishedAt, ids[i]), en.Key) {
+						continue // the job ended again since: its own entry stays
+					}
+					data = e.Args
+				}
+				gone, goneRows = append(gone, RemovedJob{ID: ids[i], Data: data}), append(goneRows, row)
+			}
+			if len(gone) > 0 && onRemove != nil {
+				if err := onRemove(ctx, tr, gone); err != nil {
+					return 0, err
+				}
+			}
+			for i, j := range gone {
+				c.k.clearRow(tr, typ, j.ID, goneRows[i])
+			}
+			return len(entries), nil
+		})
+		if err != nil {
+			return removed, err
+		}
+		removed += n
+		if n < sweepPage {
+			return removed, nil
+		}
+	}
 }
 
 // sweeper runs k's sweeps every SweepPeriod, at a random moment of each.

@@ -207,9 +207,6 @@ func (r *Runtime) run(ctx context.Context, st runState) {
 				r.fetch(fetchCtx, p)
 			}()
 		}
-		if k.opts.Manual {
-			continue // no envelope, no retention of the Runtime's
-		}
 		fetchers.Add(1)
 		go func() {
 			defer fetchers.Done()

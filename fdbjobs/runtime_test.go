@@ -331,7 +331,8 @@ func TestRuntimeBadInput(t *testing.T) {
 		{RetryPolicy: fdbjobs.ExponentialRetry{Min: time.Second, Max: time.Minute, Jitter: 1}},
 		{RetryPolicy: fdbjobs.ExponentialRetry{Min: time.Second, Max: time.Minute, Jitter: math.NaN()}},
 		{RetryPolicy: &fdbjobs.ExponentialRetry{Min: time.Minute, Max: time.Second}}, {RetryPolicy: (*fdbjobs.ExponentialRetry)(nil)},
-		{Manual: true, MaxAttempts: 3}, {Manual: true, RetryPolicy: fdbjobs.RetryPolicyDefault}, {Manual: true, RetainCompleted: time.Hour}} {
+		{Manual: true, MaxAttempts: 3}, {Manual: true, RetryPolicy: fdbjobs.RetryPolicyDefault}, {Manual: true, RetainCompleted: time.Hour},
+		{RetainFinished: time.Hour}, {Manual: true, RetainFinished: -time.Hour}} {
 		require.ErrorIs(t, fdbjobs.AddWorker(ws, nop, o), fdbjobs.ErrInvalidArgument, "%+v", o)
 	}
 	require.ErrorIs(t, fdbjobs.AddWorker[sumArgs](ws, nil, fdbjobs.WorkerOptions{}), fdbjobs.ErrInvalidArgument)
@@ -892,6 +893,89 @@ func TestRuntimeManual(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, fdbjobs.Running, st, "no end written")
 	require.Equal(t, 2, (<-got).args.Step, "run again after the job timeout")
+}
+
+// A Manual kind's jobs are removed RetainFinished after the time their
+// worker marked them finished at (RetainTx), with OnRemove in the
+// removing transaction; a mark the worker cleared (UnretainTx), or whose
+// job runs again, removes nothing.
+func TestRuntimeManualRetention(t *testing.T) {
+	var b *runtimeBundle
+	var mu sync.Mutex
+	var removed []fdbjobs.RemovedJob
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[manualArgs](func(ctx context.Context, w *fdbjobs.Work[manualArgs]) error {
+		_, err := kv.Transact(ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+			if err := b.c.Finish(ctx, tr, w.Job, nil); err != nil {
+				return struct{}{}, err
+			}
+			if w.Args.Step > 0 {
+				b.c.RetainTx(tr, "manual", w.ID, time.UnixMilli(int64(w.Args.Step)))
+			}
+			return struct{}{}, nil
+		})
+		return err
+	}), fdbjobs.WorkerOptions{Manual: true, RetainFinished: time.Hour, OnRemove: func(ctx context.Context, tr kv.Transaction, jobs []fdbjobs.RemovedJob) error {
+		tr.Set(kv.Key("removed/"+jobs[0].ID), nil) // its own keys, in the same transaction
+		mu.Lock()
+		removed = append(removed, jobs...)
+		mu.Unlock()
+		return nil
+	}}))
+	b = startRuntime(t, ws)
+	old := time.Now().Add(-2 * time.Hour).UnixMilli()
+	for id, step := range map[string]int64{"old": old, "new": time.Now().UnixMilli(), "unmarked": 0, "cleared": old} {
+		require.NoError(t, b.c.Add(b.ctx, nil, "manual", id, json.RawMessage(fmt.Sprintf(`{"step":%d}`, step)), 0))
+		testutil.Eventually(t, "finished", func() bool {
+			st, err := b.c.JobState(b.ctx, nil, "manual", id)
+			require.NoError(t, err)
+			return st == fdbjobs.Finished
+		})
+	}
+	_, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+		b.c.UnretainTx(tr, "manual", "cleared", time.UnixMilli(old))
+		return struct{}{}, nil
+	})
+	require.NoError(t, err)
+	n, err := b.rt.Sweep(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	mu.Lock()
+	require.Len(t, removed, 1)
+	require.Equal(t, "old", removed[0].ID)
+	require.JSONEq(t, fmt.Sprintf(`{"step":%d}`, old), string(removed[0].Data))
+	removed = nil
+	mu.Unlock()
+	_, err = b.c.JobState(b.ctx, nil, "manual", "old")
+	require.ErrorIs(t, err, fdbjobs.ErrNotFound)
+	v, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]byte, error) { return tr.Get(kv.Key("removed/old")).Get() })
+	require.NoError(t, err)
+	require.NotNil(t, v, "OnRemove wrote in the removing transaction")
+	for _, id := range []string{"new", "unmarked", "cleared"} {
+		st, err := b.c.JobState(b.ctx, nil, "manual", id)
+		require.NoError(t, err, id)
+		require.Equal(t, fdbjobs.Finished, st, id)
+	}
+
+	// A shorter retention takes the next one; a job pending again keeps
+	// its row, and its mark goes.
+	require.NoError(t, b.rt.SetRetainFinished("manual", time.Nanosecond))
+	require.ErrorIs(t, b.rt.SetRetainFinished("manual", 0), fdbjobs.ErrInvalidArgument)
+	require.ErrorIs(t, b.rt.SetRetainFinished("sum", time.Hour), fdbjobs.ErrInvalidArgument)
+	_, err = kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+		b.c.RetainTx(tr, "manual", "unmarked", time.Now().Add(-time.Minute))
+		return struct{}{}, b.c.Add(b.ctx, tr, "manual", "unmarked", json.RawMessage(`{"step":0}`), time.Now().Add(time.Hour).UnixMilli())
+	})
+	require.NoError(t, err)
+	testutil.Eventually(t, "the new job removed", func() bool {
+		_, err := b.rt.Sweep(b.ctx)
+		require.NoError(t, err)
+		_, err = b.c.JobState(b.ctx, nil, "manual", "new")
+		return errors.Is(err, fdbjobs.ErrNotFound)
+	})
+	st, err := b.c.JobState(b.ctx, nil, "manual", "unmarked")
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.Pending, st, "pending again: kept")
 }
 
 // With OldestFirst a kind's jobs start in the order of their scheduled

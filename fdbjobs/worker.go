@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -134,6 +135,20 @@ type WorkerOptions struct {
 	// RetainDiscardedDefault when zero, RetainForever to keep such jobs.
 	// The sweeper of any node working the kind applies its own.
 	RetainCompleted, RetainCancelled, RetainDiscarded time.Duration
+	// RetainFinished, for a Manual kind only, is how long a job its worker
+	// marked finished with Client.RetainTx is kept past the time it gave
+	// there before the Runtime's sweeper removes it:
+	// RetainCompletedDefault when zero, RetainForever to keep such jobs;
+	// Runtime.SetRetainFinished changes it while the Runtime runs.
+	RetainFinished time.Duration
+	// OnRemove, when not nil, is called by the Runtime's sweeper in each
+	// transaction that removes jobs of the kind past their retention,
+	// with those jobs, before their rows are cleared: for a caller that
+	// keeps keys of its own beside its jobs (an index) to clear them in
+	// the same transaction. Its error fails the transaction, which the
+	// sweeper retries at its next period; it may run again for the same
+	// jobs when the transaction retries, so it must only write in tr.
+	OnRemove func(ctx context.Context, tr kv.Transaction, jobs []RemovedJob) error
 	// Middleware wrap every attempt of the kind's jobs, inside the
 	// Runtime's (RuntimeOptions.Middleware), outermost first.
 	Middleware []WorkMiddleware
@@ -165,9 +180,10 @@ type WorkerOptions struct {
 	// is logged, and a job it left running goes back to pending by the
 	// activity monitor, after Timeout. A Manual job's data are its
 	// arguments as the Client stores them (no envelope: no attempt count,
-	// retry or retention of the Runtime's), so Work.Update and
+	// retry or retention by outcome of the Runtime's), so Work.Update and
 	// Work.CompleteTx are ErrInvalidArgument, the Runtime's sweeper
-	// leaves the kind alone, and its metrics (NewMetrics) count its
+	// removes only the jobs the worker marked with Client.RetainTx
+	// (RetainFinished after), and its metrics (NewMetrics) count its
 	// attempts' starts and run times but no wait from a due time (its
 	// scheduled times are the worker's) and no outcome. Work's ctx ends only when the Runtime stops
 	// (ErrStopped). The replicator runs its replication jobs so: their
@@ -216,6 +232,9 @@ type kindWorker struct {
 	kind   string
 	opts   WorkerOptions
 	retain retention
+	// retainFinished is a Manual kind's RetainFinished on the Runtime
+	// (one per Runtime, as ends), which SetRetainFinished changes.
+	retainFinished *atomic.Int64
 	// ends are the attempts' ends for the kind's completer (complete.go),
 	// one channel per Runtime (snapshot makes it).
 	ends chan *ending
@@ -322,9 +341,12 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 		}
 	}
 	if o.Manual && (o.MaxAttempts != 0 || o.RetryPolicy != nil || o.RetainCompleted != 0 || o.RetainCancelled != 0 || o.RetainDiscarded != 0) {
-		return o, fmt.Errorf("%w: a Manual kind's worker ends its jobs itself: MaxAttempts, RetryPolicy and the Retain options are the Runtime's, and would do nothing", ErrInvalidArgument)
+		return o, fmt.Errorf("%w: a Manual kind's worker ends its jobs itself: MaxAttempts, RetryPolicy and the Retain options of the outcomes are the Runtime's, and would do nothing (RetainFinished is a Manual kind's)", ErrInvalidArgument)
 	}
-	for _, r := range []*time.Duration{&o.RetainCompleted, &o.RetainCancelled, &o.RetainDiscarded} {
+	if !o.Manual && o.RetainFinished != 0 {
+		return o, fmt.Errorf("%w: RetainFinished is a Manual kind's (the Runtime's kinds keep their jobs by outcome: RetainCompleted, RetainCancelled, RetainDiscarded)", ErrInvalidArgument)
+	}
+	for _, r := range []*time.Duration{&o.RetainCompleted, &o.RetainCancelled, &o.RetainDiscarded, &o.RetainFinished} {
 		if *r < 0 && *r != RetainForever {
 			return o, fmt.Errorf("%w: retention %v: positive, 0 (the default) or RetainForever", ErrInvalidArgument, *r)
 		}
@@ -332,6 +354,9 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 	o.RetainCompleted = cmp.Or(o.RetainCompleted, RetainCompletedDefault)
 	o.RetainCancelled = cmp.Or(o.RetainCancelled, RetainCancelledDefault)
 	o.RetainDiscarded = cmp.Or(o.RetainDiscarded, RetainDiscardedDefault)
+	if o.Manual {
+		o.RetainFinished = cmp.Or(o.RetainFinished, RetainCompletedDefault)
+	}
 	if o.Concurrency == 0 {
 		o.Concurrency = ConcurrencyDefault
 	}
@@ -358,6 +383,8 @@ func (ws *Workers) snapshot() []*kindWorker {
 		c.ends = make(chan *ending, completeQueue)
 		c.slots = newSlots(c.opts.Concurrency)
 		c.stats = &kindStats{}
+		c.retainFinished = &atomic.Int64{}
+		c.retainFinished.Store(int64(c.opts.RetainFinished))
 		out = append(out, &c)
 	}
 	return out
