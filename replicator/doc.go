@@ -294,7 +294,9 @@
 // keys (20–22) exist for owners other than ""). Every transaction that
 // writes a job's row writes its entry through the Store: AddJob,
 // RemoveJob, UpdateJob, FinishJob, ResubmitJob, the removals Retention
-// paces (RemoveDeletedDBJobs, RemoveExpiredJobs), and, for the
+// paces (RemoveDeletedDBJobs), the job layer's sweeper through the
+// Store's OnRemove (NewJobRuntime: finished transient jobs, which their
+// entry marks for its retention with RetainTx), and, for the
 // re-enqueues the job layer makes by itself (activity monitor, Reenqueue), the fdbjobs re-enqueue hook that
 // NewStore installs, which also rewrites such a job's data to pending (its
 // node kept as where it last ran). A write reads the job's last entry (9)

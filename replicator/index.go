@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -156,9 +157,6 @@ func (s *Store) entryKeys(jobID string, e *entry) []kv.Key {
 	if e.owner != "" && e.node != "" {
 		ks = append(ks, s.ownerRunningKey(e.owner, e.node, jobID))
 	}
-	if e.expires != 0 {
-		ks = append(ks, s.expiryKey(e.expires, jobID))
-	}
 	if e.group != "" {
 		ks = append(ks, s.parkedKey(e.group, e.srcDB, jobID))
 	}
@@ -259,6 +257,14 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 		}
 		for _, k := range s.entryKeys(j.id, cur) {
 			tr.Set(k, nil)
+		}
+		// A finished transient job's retention is the job layer's: its
+		// sweeper removes the job transient_job_max_age after its mark.
+		if old != nil && old.expires != 0 {
+			s.jobs.UnretainTx(tr, JobType, j.id, time.UnixMilli(old.expires))
+		}
+		if cur != nil && cur.expires != 0 {
+			s.jobs.RetainTx(tr, JobType, j.id, time.UnixMilli(cur.expires))
 		}
 		if cur == nil {
 			tr.Clear(s.entryKey(j.id))

@@ -90,21 +90,31 @@ func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string,
 		}
 		removed, datas = append(removed, r.ID), append(datas, d)
 	}
-	owners := make([]kv.FutureByteSlice, len(removed))
+	for _, id := range removed {
+		if err := s.jobs.Remove(ctx, tr, JobType, id); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
+			return nil, 0, err
+		}
+	}
+	return removed, len(rows), s.clearJobKeys(tr, removed, datas)
+}
+
+// clearJobKeys clears, in tr, what the store keeps beside the rows of jobs
+// ids being removed, whose data are datas (nil when they do not decode):
+// their replication ids' owners (when still theirs), document keys,
+// progress, failures and index entries.
+func (s *Store) clearJobKeys(tr kv.Transaction, ids []string, datas []*JobData) error {
+	owners := make([]kv.FutureByteSlice, len(ids))
 	for i, d := range datas {
 		if d != nil && d.RepID != "" {
 			owners[i] = tr.Get(s.repIDKey(d.RepID))
 		}
 	}
-	gone := make([]indexedJob, len(removed))
-	for i, id := range removed {
-		if err := s.jobs.Remove(ctx, tr, JobType, id); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
-			return nil, 0, err
-		}
+	gone := make([]indexedJob, len(ids))
+	for i, id := range ids {
 		if d := datas[i]; d != nil && owners[i] != nil {
 			v, err := owners[i].Get()
 			if err != nil {
-				return nil, 0, err
+				return err
 			}
 			if string(v) == id {
 				tr.Clear(s.repIDKey(d.RepID))
@@ -117,7 +127,21 @@ func (s *Store) removeJobs(ctx context.Context, tr kv.Transaction, ids []string,
 		}
 		gone[i] = indexedJob{id: id, st: fdbjobs.NotFound}
 	}
-	return removed, len(rows), s.index(tr, gone)
+	return s.index(tr, gone)
+}
+
+// onRemove is the replication jobs' fdbjobs.WorkerOptions.OnRemove: the
+// job layer's sweeper removes the finished transient jobs past
+// transient_job_max_age (their index marks them with RetainTx), and the
+// store clears what it keeps beside them in the same transaction.
+func (s *Store) onRemove(_ context.Context, tr kv.Transaction, jobs []fdbjobs.RemovedJob) error {
+	ids := make([]string, len(jobs))
+	datas := make([]*JobData, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+		datas[i], _ = DecodeJobData(j.Data) // undecodable data: removed all the same
+	}
+	return s.clearJobKeys(tr, ids, datas)
 }
 
 // UpdateJob stores d as the data of the running job job holds, with

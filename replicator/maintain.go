@@ -175,45 +175,6 @@ func (s *Store) removeDBJobs(ctx context.Context, tr kv.Transaction, dbUUID stri
 	return len(gone), dbCursor{before: docIDs[len(docIDs)-1], moved: true}, false, nil
 }
 
-// removeExpired removes, in tr, the finished transient jobs last updated
-// at or before before (Unix ms) among the first limit keys of rng, a
-// range of the expiry index (13), and returns how many it removed and
-// the last key it examined (nil when rng has no more: the caller's next
-// range starts after it).
-func (s *Store) removeExpired(ctx context.Context, tr kv.Transaction, rng kv.KeyRange, before int64, limit int) (int, kv.Key, error) {
-	ids, keys, err := s.idsIn(tr, s.expiry, rng, limit)
-	if err != nil {
-		return 0, nil, err
-	}
-	var stale []string
-	gone, examined, err := s.removeJobs(ctx, tr, ids, func(st fdbjobs.State, d *JobData) bool {
-		if e := entryOf("", st, d); e == nil || e.expires == 0 || e.expires > before {
-			return true
-		}
-		return false
-	})
-	if err != nil {
-		return 0, nil, err
-	}
-	removed := map[string]bool{}
-	for _, id := range gone {
-		removed[id] = true
-	}
-	for i, id := range ids[:examined] {
-		if !removed[id] {
-			stale = append(stale, id)
-			tr.Clear(keys[i])
-		}
-	}
-	var last kv.Key
-	if examined < len(ids) || len(ids) == limit {
-		last = keys[examined-1]
-	}
-	// A kept job's expiry key did not match its row: the key goes and the
-	// job is indexed afresh, so the loop moves on.
-	return len(gone), last, s.reindex(ctx, tr, stale...)
-}
-
 // RunningOn returns the ids of the jobs the index has running on node,
 // read scanBatch keys per transaction (a node runs max_jobs jobs at
 // most).

@@ -9,13 +9,15 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
-// Retention removes the jobs that are no longer kept, paged across
-// transactions: those of the _replicator databases UnregisterDB retired,
-// whose marks (key 18) it keeps with the lease of the node removing them,
-// and the finished transient jobs past their age, found through the view
-// index's expiry keys. The removals themselves are the Store's (job
-// writes with their index entries); the replication nodes call it every
-// interval (see replicator/scheduler's doc.go).
+// Retention removes the jobs of the _replicator databases UnregisterDB
+// retired, paged across transactions, whose marks (key 18) it keeps with
+// the lease of the node removing them; the replication nodes call it
+// every interval (see replicator/scheduler's doc.go). The removals
+// themselves are the Store's (job writes with their index entries). The
+// finished transient jobs are not its: the index marks each for the job
+// layer's retention (fdbjobs RetainTx), whose sweeper removes them
+// transient_job_max_age later with the Store's OnRemove; MoveExpiryKeys
+// hands over those of older stores.
 type Retention struct {
 	s     *Store
 	marks subspace.Subspace // (18, DBUUID) -> (DBName, Holder, Until)
@@ -156,36 +158,61 @@ func (r *Retention) removeDeleted(ctx context.Context, d deletion, holder string
 	}
 }
 
-// RemoveExpiredJobs removes the finished transient jobs last updated at or
-// before before (Unix ms), found through the index, batch
-// (RemoveBatchDefault when 0) per transaction, and returns how many it
-// removed (commits only, as RemoveDeletedDBJobs).
-func (r *Retention) RemoveExpiredJobs(ctx context.Context, before int64, batch int) (int, error) {
+// MoveExpiryKeys hands the finished transient jobs of a store written
+// before their retention was the job layer's to the layer: each key of
+// the old expiry index (13) becomes the job's mark (fdbjobs RetainTx), if
+// the job's index entry still says that time, and goes; batch
+// (RemoveBatchDefault when 0) keys per transaction, until none is left or
+// ctx ends. It returns how many keys it cleared. A store that has none costs one
+// range read: the replication nodes call it every interval, so that the
+// keys an older node writes during a rolling upgrade move too.
+func (r *Retention) MoveExpiryKeys(ctx context.Context, batch int) (int, error) {
 	if batch <= 0 {
 		batch = RemoveBatchDefault
 	}
-	// The range's start moves past each batch, never back over the
-	// deletion tombstones of the keys removed (see dbCursor); a job
-	// finished since has a later time than before.
-	rng := kv.KeyRange{Begin: subspaceRange(r.s.expiry).Begin, End: r.s.expiry.Pack(tuple.Tuple{before + 1})}
 	total := 0
-	size := &kv.Batch{Max: batch}
 	for {
-		type res struct {
-			n    int
-			last kv.Key // the last key examined; nil when the range is done
-		}
-		x, err := kv.TransactBatch(ctx, r.s.db, size, func(tr kv.Transaction, batch int) (res, error) {
-			n, last, err := r.s.removeExpired(ctx, tr, rng, before, batch)
-			return res{n, last}, err
+		n, err := kv.Transact(ctx, r.s.db, func(tr kv.Transaction) (int, error) {
+			kvs, err := tr.GetRange(subspaceRange(r.s.expiry), kv.RangeOptions{Limit: batch}).GetSliceWithError()
+			if err != nil {
+				return 0, err
+			}
+			entries := make([]kv.FutureByteSlice, len(kvs))
+			ats := make([]int64, len(kvs))
+			ids := make([]string, len(kvs))
+			for i, k := range kvs {
+				t, err := r.s.expiry.Unpack(k.Key)
+				if err != nil || len(t) != 2 {
+					continue
+				}
+				at, aerr := int64Elem(t[0])
+				id, ok := t[1].(string)
+				if aerr != nil || !ok {
+					continue
+				}
+				ats[i], ids[i], entries[i] = at, id, tr.Get(r.s.entryKey(id))
+			}
+			for i, k := range kvs {
+				tr.Clear(k.Key)
+				if entries[i] == nil {
+					continue
+				}
+				v, err := entries[i].Get()
+				if err != nil {
+					return 0, err
+				}
+				if v == nil {
+					continue
+				}
+				if e, err := unpackEntry(v); err == nil && e.expires == ats[i] {
+					r.s.jobs.RetainTx(tr, JobType, ids[i], time.UnixMilli(ats[i]))
+				}
+			}
+			return len(kvs), nil
 		})
-		if err != nil {
+		total += n
+		if err != nil || n < batch {
 			return total, err
 		}
-		total += x.n
-		if x.last == nil {
-			return total, nil
-		}
-		rng.Begin = kv.KeyAfter(x.last)
 	}
 }

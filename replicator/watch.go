@@ -85,7 +85,19 @@ func (s *Store) NewWatchRuntime(worker fdbjobs.Worker[WatchData], opts fdbjobs.W
 // jobs with worker (see fdbjobs.Runtime): the one runner of held
 // replication jobs. The worker holds and ends them itself, through the
 // Lifecycle (opts.Manual).
+//
+// Its sweeper removes the finished transient jobs opts.RetainFinished
+// after their last update (the view index marks them), with the Store's
+// own keys beside them, then calls opts.OnRemove (nil: none) in the same
+// transaction.
 func (s *Store) NewJobRuntime(worker fdbjobs.Worker[JobRun], opts fdbjobs.WorkerOptions, ropts fdbjobs.RuntimeOptions) (*fdbjobs.Runtime, error) {
+	then := opts.OnRemove
+	opts.OnRemove = func(ctx context.Context, tr kv.Transaction, jobs []fdbjobs.RemovedJob) error {
+		if err := s.onRemove(ctx, tr, jobs); err != nil || then == nil {
+			return err
+		}
+		return then(ctx, tr, jobs)
+	}
 	return newRuntime(s, worker, opts, ropts)
 }
 

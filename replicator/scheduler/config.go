@@ -39,7 +39,8 @@ const (
 	// healed (its consecutive error count goes back to 0).
 	HealthThresholdDefault = 2 * time.Minute
 	// TransientJobMaxAgeDefault is how long finished transient jobs stay
-	// readable before the cleanup removes them.
+	// readable after their last update before the job layer's sweeper
+	// removes them (the Runtime's RetainFinished).
 	TransientJobMaxAgeDefault = 24 * time.Hour
 	// StatsUpdateIntervalDefault is the heartbeat period of a running job
 	// (capped at Interval and at a third of the job timeout); checkpoints

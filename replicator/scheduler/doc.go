@@ -74,9 +74,11 @@
 // starts: after MaxJobs is raised it takes pending jobs into the new room
 // at once); and removes, with their replication id mappings, every job of
 // deleted _replicator databases (one node per database at a time, however
-// many jobs: the step lasts as long as that takes) and finished transient
-// jobs older than TransientJobMaxAge, both found through the store's view
-// index (replicator.Retention.RemoveDeletedDBJobs, RemoveExpiredJobs); and,
+// many jobs: the step lasts as long as that takes), found through the
+// store's view index (replicator.Retention.RemoveDeletedDBJobs), and
+// hands an older store's expiry keys to the job layer (MoveExpiryKeys:
+// the finished transient jobs older than TransientJobMaxAge are removed
+// by the sweeper of the node's Runtime, about every Interval); and,
 // on a node with private keys, walks up to ResealPagesDefault pages of the
 // reseal pass (reseal.go): every _replicator document with its job, and
 // every transient job, whose credentials are in the clear or sealed to

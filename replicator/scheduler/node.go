@@ -68,7 +68,7 @@ type Node struct {
 
 	// mu guards the Runtime of the node's jobs, the workers and the
 	// interval step's figures: cfg, ctx, stopping, rt, concurrency,
-	// fetches, share, workers, rotations and intervals, and each worker's
+	// retain, fetches, share, workers, rotations and intervals, and each worker's
 	// charged, priority and prioritized (worker.go). It also orders
 	// wg.Add with shutdown's Wait: a goroutine is added to wg with mu
 	// held, while the node is not stopping or by a goroutine wg counts.
@@ -77,10 +77,12 @@ type Node struct {
 	ctx      context.Context // the node's run context; nil when stopped
 	stopping bool
 	// rt runs the node's replication jobs (runtime.go), with concurrency
-	// as its Concurrency (the node's target); nil when stopped. fetches
-	// is its count of accepts as the metrics last had it.
+	// as its Concurrency (the node's target) and retain as its
+	// RetainFinished; nil when stopped. fetches is its count of accepts
+	// as the metrics last had it.
 	rt          *fdbjobs.Runtime
 	concurrency int
+	retain      time.Duration
 	fetches     int64
 	share       int // the most jobs the node fills itself to when balancing (0: MaxJobs)
 	workers     map[*worker]bool
@@ -545,7 +547,7 @@ func (n *Node) reschedule(ctx context.Context) error {
 	n.setTargetLocked()
 	n.mu.Unlock()
 
-	if err := n.cleanup(ctx, cfg, now); err != nil && ctx.Err() == nil {
+	if err := n.cleanup(ctx, cfg); err != nil && ctx.Err() == nil {
 		cfg.Logger.Warn().Err(err).Msg("replicator: cleanup")
 	}
 	if err := n.reseal(ctx, cfg); err != nil && ctx.Err() == nil {

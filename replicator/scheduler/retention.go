@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 )
@@ -11,13 +13,14 @@ import (
 // cleanup runs at every interval step: it removes the jobs of deleted
 // _replicator databases, all of them however many (RemoveBatchDefault per
 // transaction; a running one has halted when its node heard of the
-// deletion (watchRun); each database
-// is removed by one node at a time, which holds it for
-// DeletionLeaseDefault and renews that, so a big deletion lengthens that
-// node's step), and finished transient jobs older than
-// TransientJobMaxAge, both found through the store's index, so a step
-// that finds nothing to remove costs two range reads.
-func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
+// deletion (watchRun); each database is removed by one node at a time,
+// which holds it for DeletionLeaseDefault and renews that, so a big
+// deletion lengthens that node's step), found through the store's index,
+// and hands an older store's expiry keys to the job layer
+// (MoveExpiryKeys), so a step that finds nothing to do costs two range
+// reads. The finished transient jobs past TransientJobMaxAge are the job
+// layer's to remove: the sweeper of the node's Runtime (retainFinished).
+func (n *Node) cleanup(ctx context.Context, cfg Config) error {
 	removed, err := n.store.Retention().RemoveDeletedDBJobs(ctx, cfg.NodeName, cfg.Clock.Now, replicator.DeletionLeaseDefault, replicator.RemoveBatchDefault)
 	n.m.Add(replicator.MetricJobsRemoves, int64(removed))
 	if err != nil {
@@ -27,10 +30,28 @@ func (n *Node) cleanup(ctx context.Context, cfg Config, now time.Time) error {
 		cfg.Logger.Info().Int("jobs", removed).
 			Msg("replicator: removed the jobs of deleted _replicator databases")
 	}
-	expired, err := n.store.Retention().RemoveExpiredJobs(ctx, replicator.Millis(now)-cfg.TransientJobMaxAge.Milliseconds(), replicator.RemoveBatchDefault)
-	n.m.Add(replicator.MetricTransientJobsRemoved, int64(expired))
-	n.m.Add(replicator.MetricJobsRemoves, int64(expired))
+	_, err = n.store.Retention().MoveExpiryKeys(ctx, replicator.RemoveBatchDefault)
 	return err
+}
+
+// retainFinished is the job layer's RetainFinished of the replication
+// jobs: how long a finished transient job is kept after its last update.
+func retainFinished(cfg Config) time.Duration {
+	if cfg.TransientJobMaxAge >= config.Forever {
+		return fdbjobs.RetainForever
+	}
+	return max(cfg.TransientJobMaxAge, time.Millisecond)
+}
+
+// removed is the replication jobs' OnRemove beside the Store's: it counts
+// the transient jobs the Runtime's sweeper removed, once their
+// transaction committed.
+func (n *Node) removed(_ context.Context, tr kv.Transaction, jobs []fdbjobs.RemovedJob) error {
+	tr.Locals().OnCommit(func() {
+		n.m.Add(replicator.MetricTransientJobsRemoved, int64(len(jobs)))
+		n.m.Add(replicator.MetricJobsRemoves, int64(len(jobs)))
+	})
+	return nil
 }
 
 // removeOrphan removes the job of a deleted database, which this worker

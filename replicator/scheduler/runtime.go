@@ -51,10 +51,21 @@ func (n *Node) targetLocked() int {
 }
 
 // setTargetLocked restores the invariant: it gives the Runtime the node's
-// target as its Concurrency.
+// target as its Concurrency, and its TransientJobMaxAge as the
+// retention of its finished transient jobs.
 func (n *Node) setTargetLocked() {
+	if n.rt == nil {
+		return
+	}
+	if r := retainFinished(n.cfg); r != n.retain {
+		if err := n.rt.SetRetainFinished(replicator.JobType, r); err != nil {
+			n.cfg.Logger.Error().Err(err).Msg("replicator: the retention of finished transient jobs")
+		} else {
+			n.retain = r
+		}
+	}
 	t := n.targetLocked()
-	if n.rt == nil || t == n.concurrency {
+	if t == n.concurrency {
 		return
 	}
 	if err := n.rt.SetConcurrency(replicator.JobType, t); err != nil {
@@ -65,15 +76,18 @@ func (n *Node) setTargetLocked() {
 }
 
 // startJobs starts the Runtime of the node's replication jobs, filling
-// the node to its target; shutdown stops it.
+// the node to its target; shutdown stops it. Its sweeper removes the
+// finished transient jobs past TransientJobMaxAge about every Interval
+// (as it is at start), as the interval step's cleanup did before it.
 func (n *Node) startJobs(ctx context.Context, cfg Config) error {
 	n.mu.Lock()
 	target := n.targetLocked()
+	retain := retainFinished(n.cfg)
 	n.mu.Unlock()
 	rt, err := n.store.NewJobRuntime(fdbjobs.WorkFunc[replicator.JobRun](n.workJob), fdbjobs.WorkerOptions{
 		Concurrency: target, Timeout: cfg.JobTimeout, Fetchers: cfg.MaxAcceptors, FetchBatch: acceptBatchMax,
-		OldestFirst: true, Manual: true,
-	}, fdbjobs.RuntimeOptions{FetchPoll: cfg.acceptWaitMax()})
+		OldestFirst: true, Manual: true, RetainFinished: retain, OnRemove: n.removed,
+	}, fdbjobs.RuntimeOptions{FetchPoll: cfg.acceptWaitMax(), SweepPeriod: cfg.Interval})
 	if err != nil {
 		return err
 	}
@@ -83,7 +97,7 @@ func (n *Node) startJobs(ctx context.Context, cfg Config) error {
 		return err
 	}
 	n.mu.Lock()
-	n.rt, n.concurrency = rt, target
+	n.rt, n.concurrency, n.retain = rt, target, retain
 	n.setTargetLocked()
 	n.mu.Unlock()
 	return nil
