@@ -129,6 +129,14 @@ func countState(s State, data []byte) string {
 	case Running:
 		return StateRunning
 	}
+	if o, ok := envelopeOutcome(data); ok {
+		return o
+	}
+	return decodedOutcome(data)
+}
+
+// decodedOutcome is the count state of a finished row's data, decoded.
+func decodedOutcome(data []byte) string {
 	// Only a runtime envelope written with an outcome other than
 	// completed needs decoding: the others have no "outcome" key.
 	if bytes.Contains(data, []byte(`"outcome"`)) {
@@ -141,6 +149,48 @@ func countState(s State, data []byte) string {
 		}
 	}
 	return OutcomeCompleted
+}
+
+// envelopeOutcome reads the outcome of a finished row's data as
+// countState's decoding would, without decoding, when data ends as the
+// Runtime's envelope does (its outcome and finish time are its last
+// fields): {"args":…,"outcome":"o"} or {"args":…,"outcome":"o","finished_at":n}.
+// Valid JSON (what the store holds) cannot end so inside a string: the
+// quote before outcome follows a comma. ok is false for other data,
+// which countState decodes.
+func envelopeOutcome(data []byte) (string, bool) {
+	const prefix, key, at = `{"args":`, `,"outcome":"`, `","finished_at":`
+	if !bytes.HasPrefix(data, []byte(prefix)) || !bytes.HasSuffix(data, []byte("}")) {
+		return "", false
+	}
+	rest := data[:len(data)-1]
+	if i := bytes.LastIndex(rest, []byte(at)); i >= 0 && isDigits(rest[i+len(at):]) {
+		rest = rest[:i+1] // up to the outcome's closing quote
+	}
+	if !bytes.HasSuffix(rest, []byte(`"`)) {
+		return "", false
+	}
+	rest = rest[:len(rest)-1]
+	i := bytes.LastIndex(rest, []byte(key))
+	if i < len(prefix) {
+		return "", false
+	}
+	switch o := string(rest[i+len(key):]); o {
+	case OutcomeCancelled, OutcomeDiscarded:
+		return o, true
+	case OutcomeCompleted:
+		return OutcomeCompleted, true
+	}
+	return "", false
+}
+
+func isDigits(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return len(b) > 0
 }
 
 // countType sets typ's counts to those of a full read of its rows, in

@@ -264,3 +264,34 @@ func TestCountsInvalidKind(t *testing.T) {
 	_, err := b.c.Counts(b.ctx, nil, "")
 	require.ErrorIs(t, err, ErrInvalidArgument)
 }
+
+// envelopeOutcome reads what decodedOutcome decodes, for the Runtime's
+// envelopes and for data made to look like their ends.
+func TestEnvelopeOutcome(t *testing.T) {
+	var cases []string
+	for _, args := range []string{`{}`, `null`, `1`, `"x"`, `{"outcome":"cancelled"}`, `"\",\"outcome\":\"discarded"`, `[1,{"a":"}"}]`} {
+		for _, o := range []string{"", OutcomeCompleted, OutcomeCancelled, OutcomeDiscarded, "other"} {
+			for _, at := range []int64{0, 1700000000000} {
+				e := envelope{Args: json.RawMessage(args), Attempt: 2, Outcome: o, FinishedAt: at,
+					Errors: []AttemptError{{Error: `"outcome":"discarded"`}}}
+				b, err := json.Marshal(e)
+				require.NoError(t, err)
+				cases = append(cases, string(b))
+			}
+		}
+	}
+	cases = append(cases, `{"args":1,"outcome":"cancelled","outcome":"completed"}`, `{"args":1,"outcome":"completed","outcome":"cancelled"}`,
+		`{"outcome":"cancelled"}`, `{"x":{"args":1},"outcome":"cancelled"}`, `{"args":1,"outcome":"cancelled","finished_at":-1}`,
+		`{"args":1,"x":"a,\"outcome\":\"cancelled"}`, `{"args":1, "outcome":"cancelled"}`, `{"args":1,"finished_at":3,"outcome":"discarded"}`)
+	fast := 0
+	for _, c := range cases {
+		require.True(t, json.Valid([]byte(c)), c)
+		want := decodedOutcome([]byte(c))
+		if o, ok := envelopeOutcome([]byte(c)); ok {
+			fast++
+			require.Equal(t, want, o, c)
+		}
+		require.Equal(t, want, countState(Finished, []byte(c)), c)
+	}
+	require.Greater(t, fast, len(cases)/2, "the envelopes take the fast path")
+}
