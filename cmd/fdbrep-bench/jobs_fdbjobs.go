@@ -109,7 +109,7 @@ func (s *fdbjobsRun) insertJobs(typ, prefix string, from, n int) error {
 					// as River's inserted rows are.
 					// The data of fdbjobs.Client.Insert (the Runtime's
 					// envelope), written by AddBatch for both loops.
-					batch = append(batch, fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(`{"args":{"n":` + strconv.Itoa(i) + `}}`), Fresh: true})
+					batch = append(batch, fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(`{"args":{"num":` + strconv.Itoa(i) + `}}`), Fresh: true})
 				}
 				// Its own retry loop: idempotent under commit_unknown_result.
 				err := s.c.AddBatch(s.ctx, nil, typ, batch)
@@ -126,10 +126,14 @@ func (s *fdbjobsRun) insertJobs(typ, prefix string, from, n int) error {
 }
 
 // benchArgs are the arguments of the benchmark's jobs on the Runtime, one
-// type per kind.
+// type per kind: a number, as River's side has (its benchArgs).
 type (
-	burnArgs       struct{ N int }
-	continuousArgs struct{ N int }
+	burnArgs struct {
+		Num int `json:"num"`
+	}
+	continuousArgs struct {
+		Num int `json:"num"`
+	}
 )
 
 func (burnArgs) Kind() string       { return burnType }
