@@ -30,8 +30,12 @@ const (
 	// moment within each period, so that nodes seldom sweep at once (when
 	// they do, one of their transactions retries).
 	SweepPeriodDefault = time.Minute
-	// sweepPage is the most jobs one sweep transaction removes.
-	sweepPage = 200
+	// sweepPage is the most jobs one sweep transaction removes, and
+	// sweepChunk how many rows it reads at once: a transaction stops
+	// reading once it read kv.PageBytes, so that with a chunk of the
+	// largest rows (MaxDataSize) it stays within the store's budget.
+	sweepPage  = 200
+	sweepChunk = (kv.BudgetBytesDefault-kv.PageBytes)/kv.MaxValueSize - 1 // 5, a row of room for the rest
 )
 
 // retention is a kind's retention by outcome (negative: forever).
@@ -135,14 +139,14 @@ func (r *Runtime) sweep(ctx context.Context, k *kindWorker) (int, error) {
 		if keep < 0 {
 			return 0, nil
 		}
-		return r.c.SweepRetained(ctx, k.kind, now.Add(-keep), k.opts.OnRemove)
+		return r.c.SweepRetained(ctx, k.kind, now.Add(-keep), Sweep{FinishedAt: k.opts.FinishedAt, OnRemove: k.opts.OnRemove})
 	}
 	removed := 0
 	for outcome, keep := range k.retain {
 		if keep < 0 {
 			continue
 		}
-		n, err := r.c.sweepOutcome(ctx, k.kind, outcome, now.Add(-keep).UnixMilli(), k.opts.OnRemove)
+		n, err := r.c.sweepOutcome(ctx, k.kind, outcome, now.Add(-keep).UnixMilli(), Sweep{OnRemove: k.opts.OnRemove})
 		removed += n
 		if err != nil {
 			return removed, err
@@ -151,89 +155,127 @@ func (r *Runtime) sweep(ctx context.Context, k *kindWorker) (int, error) {
 	return removed, nil
 }
 
+// Sweep is what one sweep of a kind's jobs calls: WorkerOptions'
+// FinishedAt and OnRemove (either may be nil).
+type Sweep struct {
+	FinishedAt func(data json.RawMessage) (time.Time, bool)
+	OnRemove   func(ctx context.Context, tr kv.Transaction, jobs []RemovedJob) error
+}
+
 // SweepRetained removes, now, the jobs of typ (a Manual kind's) that
 // RetainTx marked finished at or before before, in pages of a transaction
-// each, calling onRemove (nil: none) in each as WorkerOptions.OnRemove,
-// and returns how many marks it cleared. A Runtime that works typ does
-// so every SweepPeriod with its RetainFinished; this is for a caller that
-// sweeps at times of its own.
-func (c *Client) SweepRetained(ctx context.Context, typ string, before time.Time, onRemove func(context.Context, kv.Transaction, []RemovedJob) error) (int, error) {
+// each (shrunk while transactions fail, and bounded by kv.PageBytes of
+// rows read), with the kind's hooks in each as a Runtime's sweeper calls
+// them, and returns how many marks it cleared. A Runtime that works typ
+// does so every SweepPeriod with its RetainFinished; this is for a caller
+// that sweeps at times of its own.
+func (c *Client) SweepRetained(ctx context.Context, typ string, before time.Time, hooks Sweep) (int, error) {
 	if err := checkName("type", typ); err != nil {
 		return 0, err
 	}
-	return c.sweepOutcome(ctx, typ, outcomeManual, before.UnixMilli(), onRemove)
+	return c.sweepOutcome(ctx, typ, outcomeManual, before.UnixMilli(), hooks)
 }
 
 // sweepOutcome removes the jobs of typ whose retention entries of outcome
 // are at or before before (Unix ms), a page per transaction, until none is
-// left or ctx ends; it returns how many entries it cleared. The entries
-// of the Runtime's kinds are checked against their job's envelope (an
-// entry left behind by a job that ended again since is cleared alone);
-// those of a Manual kind (RetainTx) only against the row's state.
-func (c *Client) sweepOutcome(ctx context.Context, typ, outcome string, before int64, onRemove func(context.Context, kv.Transaction, []RemovedJob) error) (int, error) {
+// left or ctx ends; it returns how many entries it cleared. An entry is
+// checked against its job, and one left behind by an earlier finish (its
+// job ended again since, or runs again) is cleared alone: a Runtime's
+// kind's against the envelope's outcome and finish time, a Manual kind's
+// against the row's state and, with hooks.FinishedAt, the finish time its
+// data say.
+func (c *Client) sweepOutcome(ctx context.Context, typ, outcome string, before int64, hooks Sweep) (int, error) {
 	removed := 0
+	size := &kv.Batch{Max: sweepPage}
 	for {
-		n, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (int, error) {
-			entries, err := tr.GetRange(c.k.retainRange(typ, outcome, before+1), kv.RangeOptions{Limit: sweepPage}).GetSliceWithError()
-			if err != nil {
-				return 0, err
-			}
-			rows := make([]kv.FutureByteSlice, len(entries))
-			ids := make([]string, len(entries))
-			for i, en := range entries {
-				t, err := c.k.root.Unpack(en.Key)
-				if err != nil || len(t) != 5 {
-					continue
-				}
-				ids[i], _ = t[4].(string)
-				rows[i] = tr.Get(c.k.dataKey(typ, ids[i]))
-			}
-			var gone []RemovedJob
-			var goneRows []*row
-			for i, en := range entries {
-				tr.Clear(en.Key)
-				if rows[i] == nil {
-					continue
-				}
-				v, err := rows[i].Get()
-				if err != nil {
-					return 0, err
-				}
-				if v == nil {
-					continue
-				}
-				row, err := decodeRow(v)
-				if err != nil || row.state != Finished {
-					continue
-				}
-				data := json.RawMessage(row.data)
-				if outcome != outcomeManual {
-					var e envelope
-					if json.Unmarshal(row.data, &e) != nil || !bytes.Equal(c.k.retainKey(typ, e.Outcome, e.FinishedAt, ids[i]), en.Key) {
-						continue // the job ended again since: its own entry stays
-					}
-					data = e.Args
-				}
-				gone, goneRows = append(gone, RemovedJob{ID: ids[i], Data: data}), append(goneRows, row)
-			}
-			if len(gone) > 0 && onRemove != nil {
-				if err := onRemove(ctx, tr, gone); err != nil {
-					return 0, err
-				}
-			}
-			for i, j := range gone {
-				c.k.clearRow(tr, typ, j.ID, goneRows[i])
-			}
-			return len(entries), nil
+		n, err := kv.TransactBatch(ctx, c.db, size, func(tr kv.Transaction, page int) (sweptPage, error) {
+			return c.sweepOne(ctx, tr, typ, outcome, before, page, hooks)
 		})
 		if err != nil {
 			return removed, err
 		}
-		removed += n
-		if n < sweepPage {
+		removed += n.cleared
+		if !n.more {
 			return removed, nil
 		}
 	}
+}
+
+// sweepOne is one transaction of sweepOutcome: up to limit entries, fewer
+// once the rows read reach kv.PageBytes; more says whether entries are
+// left.
+func (c *Client) sweepOne(ctx context.Context, tr kv.Transaction, typ, outcome string, before int64, limit int, hooks Sweep) (sweptPage, error) {
+	entries, err := tr.GetRange(c.k.retainRange(typ, outcome, before+1), kv.RangeOptions{Limit: limit}).GetSliceWithError()
+	if err != nil {
+		return sweptPage{}, err
+	}
+	var gone []RemovedJob
+	var goneRows []*row
+	read, examined := 0, 0
+	// The rows are read a chunk at a time, so that the page stops once
+	// they reach kv.PageBytes (a kind's data may be large).
+	for examined < len(entries) && read < kv.PageBytes {
+		chunk := entries[examined:min(len(entries), examined+sweepChunk)]
+		rows := make([]kv.FutureByteSlice, len(chunk))
+		ids := make([]string, len(chunk))
+		ats := make([]int64, len(chunk))
+		for i, en := range chunk {
+			t, err := c.k.root.Unpack(en.Key)
+			if err != nil || len(t) != 5 {
+				continue
+			}
+			ids[i], _ = t[4].(string)
+			ats[i], _ = t[3].(int64)
+			rows[i] = tr.Get(c.k.dataKey(typ, ids[i]))
+		}
+		examined += len(chunk)
+		for i, en := range chunk {
+			tr.Clear(en.Key)
+			if rows[i] == nil {
+				continue
+			}
+			v, err := rows[i].Get()
+			if err != nil {
+				return sweptPage{}, err
+			}
+			read += len(v)
+			if v == nil {
+				continue
+			}
+			row, err := decodeRow(v)
+			if err != nil || row.state != Finished {
+				continue
+			}
+			data := json.RawMessage(row.data)
+			if outcome != outcomeManual {
+				var e envelope
+				if json.Unmarshal(row.data, &e) != nil || !bytes.Equal(c.k.retainKey(typ, e.Outcome, e.FinishedAt, ids[i]), en.Key) {
+					continue // the job ended again since: its own entry stays
+				}
+				data = e.Args
+			} else if hooks.FinishedAt != nil {
+				if at, ok := hooks.FinishedAt(data); !ok || at.UnixMilli() != ats[i] {
+					continue // an earlier finish's mark
+				}
+			}
+			gone, goneRows = append(gone, RemovedJob{ID: ids[i], Data: data}), append(goneRows, row)
+		}
+	}
+	if len(gone) > 0 && hooks.OnRemove != nil {
+		if err := hooks.OnRemove(ctx, tr, gone); err != nil {
+			return sweptPage{}, err
+		}
+	}
+	for i, j := range gone {
+		c.k.clearRow(tr, typ, j.ID, goneRows[i])
+	}
+	return sweptPage{cleared: examined, more: examined < len(entries) || len(entries) == limit}, nil
+}
+
+// sweptPage is what one page of a sweep did.
+type sweptPage struct {
+	cleared int
+	more    bool
 }
 
 // sweeper runs k's sweeps every SweepPeriod, at a random moment of each.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -915,7 +916,11 @@ func TestRuntimeManualRetention(t *testing.T) {
 			return struct{}{}, nil
 		})
 		return err
-	}), fdbjobs.WorkerOptions{Manual: true, RetainFinished: time.Hour, OnRemove: func(ctx context.Context, tr kv.Transaction, jobs []fdbjobs.RemovedJob) error {
+	}), fdbjobs.WorkerOptions{Manual: true, RetainFinished: time.Hour, FinishedAt: func(data json.RawMessage) (time.Time, bool) {
+		var a manualArgs
+		err := json.Unmarshal(data, &a)
+		return time.UnixMilli(int64(a.Step)), err == nil && a.Step > 0
+	}, OnRemove: func(ctx context.Context, tr kv.Transaction, jobs []fdbjobs.RemovedJob) error {
 		tr.Set(kv.Key("removed/"+jobs[0].ID), nil) // its own keys, in the same transaction
 		mu.Lock()
 		removed = append(removed, jobs...)
@@ -934,12 +939,14 @@ func TestRuntimeManualRetention(t *testing.T) {
 	}
 	_, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
 		b.c.UnretainTx(tr, "manual", "cleared", time.UnixMilli(old))
+		// A mark an earlier finish left: not the time FinishedAt reads.
+		b.c.RetainTx(tr, "manual", "new", time.UnixMilli(old))
 		return struct{}{}, nil
 	})
 	require.NoError(t, err)
 	n, err := b.rt.Sweep(b.ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Equal(t, 2, n, "old's mark and new's stale one cleared")
 	mu.Lock()
 	require.Len(t, removed, 1)
 	require.Equal(t, "old", removed[0].ID)
@@ -976,6 +983,51 @@ func TestRuntimeManualRetention(t *testing.T) {
 	st, err := b.c.JobState(b.ctx, nil, "manual", "unmarked")
 	require.NoError(t, err)
 	require.Equal(t, fdbjobs.Pending, st, "pending again: kept")
+}
+
+// A sweep whose jobs' data are large reads them in pages bounded by
+// kv.PageBytes, across as many transactions as that takes.
+func TestSweepRetainedLargeRows(t *testing.T) {
+	b := startClient(t)
+	require.NoError(t, b.c.SetTypeTimeout(b.ctx, nil, "big", time.Minute))
+	big := json.RawMessage(`{"pad":"` + strings.Repeat("x", 50_000) + `"}`)
+	const jobs = 60 // 3 MB
+	var batch []fdbjobs.NewJob
+	for i := range jobs {
+		batch = append(batch, fdbjobs.NewJob{ID: fmt.Sprintf("j%02d", i), Data: big})
+	}
+	for i := 0; i < jobs; i += 10 {
+		require.NoError(t, b.c.AddBatch(b.ctx, nil, "big", batch[i:i+10]))
+	}
+	finished := time.Now().Add(-time.Hour)
+	for left := jobs; left > 0; {
+		got, err := b.c.AcceptBatch(b.ctx, "big", 10, fdbjobs.AcceptOptions{MaxScheduledTime: time.Now().UnixMilli()})
+		require.NoError(t, err)
+		_, err = kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+			for _, j := range got {
+				if err := b.c.Finish(b.ctx, tr, j, nil); err != nil {
+					return struct{}{}, err
+				}
+				b.c.RetainTx(tr, "big", j.ID, finished)
+			}
+			return struct{}{}, nil
+		})
+		require.NoError(t, err)
+		left -= len(got)
+	}
+	removed := 0
+	n, err := b.c.SweepRetained(b.ctx, "big", time.Now(), fdbjobs.Sweep{OnRemove: func(_ context.Context, _ kv.Transaction, js []fdbjobs.RemovedJob) error {
+		removed += len(js) // counted per attempt: no retry in this test's store
+		return nil
+	}})
+	require.NoError(t, err)
+	require.Equal(t, jobs, n)
+	require.Equal(t, jobs, removed)
+	counts, err := b.c.Counts(b.ctx, nil, "big")
+	require.NoError(t, err)
+	require.Zero(t, counts.Completed)
+	_, err = b.c.SweepRetained(b.ctx, "", time.Now(), fdbjobs.Sweep{})
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument)
 }
 
 // With OldestFirst a kind's jobs start in the order of their scheduled

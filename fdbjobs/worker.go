@@ -141,6 +141,13 @@ type WorkerOptions struct {
 	// RetainCompletedDefault when zero, RetainForever to keep such jobs;
 	// Runtime.SetRetainFinished changes it while the Runtime runs.
 	RetainFinished time.Duration
+	// FinishedAt, for a Manual kind only, when not nil, reads from a
+	// finished job's data the time its worker gave RetainTx for its last
+	// finish: the sweeper then removes a job only by the mark of that
+	// time, and clears a mark of another time alone (one an earlier
+	// finish left, where a writer did not call UnretainTx). Without it,
+	// any mark of a finished job removes it.
+	FinishedAt func(data json.RawMessage) (time.Time, bool)
 	// OnRemove, when not nil, is called by the Runtime's sweeper in each
 	// transaction that removes jobs of the kind past their retention,
 	// with those jobs, before their rows are cleared: for a caller that
@@ -343,8 +350,8 @@ func (o WorkerOptions) withDefaults() (WorkerOptions, error) {
 	if o.Manual && (o.MaxAttempts != 0 || o.RetryPolicy != nil || o.RetainCompleted != 0 || o.RetainCancelled != 0 || o.RetainDiscarded != 0) {
 		return o, fmt.Errorf("%w: a Manual kind's worker ends its jobs itself: MaxAttempts, RetryPolicy and the Retain options of the outcomes are the Runtime's, and would do nothing (RetainFinished is a Manual kind's)", ErrInvalidArgument)
 	}
-	if !o.Manual && o.RetainFinished != 0 {
-		return o, fmt.Errorf("%w: RetainFinished is a Manual kind's (the Runtime's kinds keep their jobs by outcome: RetainCompleted, RetainCancelled, RetainDiscarded)", ErrInvalidArgument)
+	if !o.Manual && (o.RetainFinished != 0 || o.FinishedAt != nil) {
+		return o, fmt.Errorf("%w: RetainFinished and FinishedAt are a Manual kind's (the Runtime's kinds keep their jobs by outcome: RetainCompleted, RetainCancelled, RetainDiscarded)", ErrInvalidArgument)
 	}
 	for _, r := range []*time.Duration{&o.RetainCompleted, &o.RetainCancelled, &o.RetainDiscarded, &o.RetainFinished} {
 		if *r < 0 && *r != RetainForever {

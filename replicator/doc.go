@@ -258,7 +258,8 @@
 //	(10, DBUUID, State, DocID)  -> ""        documents by view state (states=)
 //	(11, SortID, JobID)         -> ""        unfinished jobs (_scheduler/jobs order)
 //	(12, Node, JobID)           -> ""        running jobs by node (_active_tasks, restarts)
-//	(13, LastUpdated, JobID)    -> ""        finished transient jobs by age (retention)
+//	(13, LastUpdated, JobID)    -> ""        finished transient jobs by age, in older stores only
+//	                                         (MoveExpiryKeys hands them to the job layer's retention)
 //	(14, DBUUID, State)         -> int64 LE  documents of a database instance per state
 //	(15, State)                 -> int64 LE  documents of registered databases per state
 //	(16)                        -> int64 LE  unfinished jobs

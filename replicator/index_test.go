@@ -337,7 +337,9 @@ func (m *indexModel) cleanup() {
 	require.NoError(m.t, err)
 	// An older node's expiry keys (13): one of a finished transient job,
 	// in place of its mark, and a stale one; MoveExpiryKeys hands the
-	// first to the job layer and drops the second.
+	// first to the job layer and drops the second. And a mark an earlier
+	// finish left (an older node's write that did not clear it): the
+	// sweeper clears it and keeps the job until its own mark is due.
 	if ids := m.ids(func(j *modelJob) bool { return j.dbUUID == "" && j.st == fdbjobs.Finished }); len(ids) > 0 {
 		id := m.pick(ids)
 		at := m.jobs[id].lastUpdated
@@ -348,11 +350,17 @@ func (m *indexModel) cleanup() {
 			return nil
 		})
 		m.steps["expiry keys moved"]++
+		id = m.pick(ids)
+		m.tx(func(tr kv.Transaction) error {
+			m.s.jobs.RetainTx(tr, JobType, id, time.UnixMilli(m.jobs[id].lastUpdated-int64(1+m.rng.IntN(40))))
+			return nil
+		})
+		m.steps["stale mark"]++
 	}
 	_, err = m.s.retention.MoveExpiryKeys(m.ctx, 2)
 	require.NoError(m.t, err)
 	before := m.now - int64(m.rng.IntN(50))
-	_, err = m.s.jobs.SweepRetained(m.ctx, JobType, time.UnixMilli(before), m.s.onRemove)
+	_, err = m.s.jobs.SweepRetained(m.ctx, JobType, time.UnixMilli(before), fdbjobs.Sweep{FinishedAt: finishedAt, OnRemove: m.s.onRemove})
 	require.NoError(m.t, err)
 	for id, j := range m.jobs {
 		if m.gone[j.dbUUID] || j.dbUUID == "" && j.st == fdbjobs.Finished && j.lastUpdated <= before {

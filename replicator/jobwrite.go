@@ -2,6 +2,7 @@ package replicator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -128,6 +129,17 @@ func (s *Store) clearJobKeys(tr kv.Transaction, ids []string, datas []*JobData) 
 		gone[i] = indexedJob{id: id, st: fdbjobs.NotFound}
 	}
 	return s.index(tr, gone)
+}
+
+// finishedAt is the replication jobs' fdbjobs.WorkerOptions.FinishedAt:
+// a finished transient job's mark (RetainTx) is at its last update, as
+// its index entry's (entryOf); another job has none.
+func finishedAt(data json.RawMessage) (time.Time, bool) {
+	d, err := DecodeJobData(data)
+	if err != nil || !d.Transient() {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(max(d.LastUpdated, 1)), true
 }
 
 // onRemove is the replication jobs' fdbjobs.WorkerOptions.OnRemove: the

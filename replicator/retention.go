@@ -171,11 +171,19 @@ func (r *Retention) MoveExpiryKeys(ctx context.Context, batch int) (int, error) 
 		batch = RemoveBatchDefault
 	}
 	total := 0
+	// The range's start moves past each batch, never back over the
+	// deletion tombstones of the keys cleared (see dbCursor).
+	rng := subspaceRange(r.s.expiry)
 	for {
+		var last kv.Key
 		n, err := kv.Transact(ctx, r.s.db, func(tr kv.Transaction) (int, error) {
-			kvs, err := tr.GetRange(subspaceRange(r.s.expiry), kv.RangeOptions{Limit: batch}).GetSliceWithError()
+			kvs, err := tr.GetRange(rng, kv.RangeOptions{Limit: batch}).GetSliceWithError()
 			if err != nil {
 				return 0, err
+			}
+			last = nil
+			if len(kvs) > 0 {
+				last = kvs[len(kvs)-1].Key
 			}
 			entries := make([]kv.FutureByteSlice, len(kvs))
 			ats := make([]int64, len(kvs))
@@ -214,5 +222,6 @@ func (r *Retention) MoveExpiryKeys(ctx context.Context, batch int) (int, error) 
 		if err != nil || n < batch {
 			return total, err
 		}
+		rng.Begin = kv.KeyAfter(last)
 	}
 }

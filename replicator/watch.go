@@ -92,6 +92,7 @@ func (s *Store) NewWatchRuntime(worker fdbjobs.Worker[WatchData], opts fdbjobs.W
 // transaction.
 func (s *Store) NewJobRuntime(worker fdbjobs.Worker[JobRun], opts fdbjobs.WorkerOptions, ropts fdbjobs.RuntimeOptions) (*fdbjobs.Runtime, error) {
 	then := opts.OnRemove
+	opts.FinishedAt = finishedAt
 	opts.OnRemove = func(ctx context.Context, tr kv.Transaction, jobs []fdbjobs.RemovedJob) error {
 		if err := s.onRemove(ctx, tr, jobs); err != nil || then == nil {
 			return err
