@@ -289,9 +289,12 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 	body := func(tr kv.Transaction) (result, error) {
 		attempts++
 		if err := ctx.Err(); err != nil {
-			if attempts == 1 || handBack {
+			if attempts == 1 {
 				return result{}, err // not a kv error: the loop ends
 			}
+			// Until an attempt that looks for the claims gets through
+			// (within claimGrace): one that failed may have been the
+			// first to find them.
 			handBack = true
 		}
 		// The previous attempt failed, or committed: either way its shards
