@@ -166,7 +166,9 @@ type Sweep struct {
 // RetainTx marked finished at or before before, in pages of a transaction
 // each (shrunk while transactions fail, and bounded by kv.PageBytes of
 // rows read), with the kind's hooks in each as a Runtime's sweeper calls
-// them, and returns how many marks it cleared. A Runtime that works typ
+// them, and returns how many marks it cleared (in transactions that said
+// they committed: one that committed with commit_unknown_result, which its
+// retry finds done, is not counted). A Runtime that works typ
 // does so every SweepPeriod with its RetainFinished; this is for a caller
 // that sweeps at times of its own.
 func (c *Client) SweepRetained(ctx context.Context, typ string, before time.Time, hooks Sweep) (int, error) {
