@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -947,8 +948,12 @@ func TestRuntimeManualRetention(t *testing.T) {
 	require.NoError(t, err)
 	n, err := b.rt.Sweep(b.ctx)
 	require.NoError(t, err)
-	require.Equal(t, 2, n, "old's mark and new's stale one cleared")
+	if _, faulty := faultkv.StatsOf(b.db); !faulty { // else a commit_unknown_result may leave it uncounted
+		require.Equal(t, 2, n, "old's mark and new's stale one cleared")
+	}
 	mu.Lock()
+	// OnRemove runs in each attempt of the sweep's transaction.
+	removed = slices.CompactFunc(removed, func(a, b fdbjobs.RemovedJob) bool { return a.ID == b.ID })
 	require.Len(t, removed, 1)
 	require.Equal(t, "old", removed[0].ID)
 	require.JSONEq(t, fmt.Sprintf(`{"step":%d}`, old), string(removed[0].Data))
