@@ -13,6 +13,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	testutil2 "github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
@@ -70,9 +71,19 @@ fdbjobs_jobs_running{kind="sum"} 0
 # TYPE fdbjobs_jobs_started_total counter
 fdbjobs_jobs_started_total{kind="sum"} 4
 `
+	names := []string{"fdbjobs_jobs", "fdbjobs_jobs_cancelled_total", "fdbjobs_jobs_completed_total", "fdbjobs_jobs_discarded_total",
+		"fdbjobs_jobs_inserted_total", "fdbjobs_jobs_retried_total", "fdbjobs_jobs_running", "fdbjobs_jobs_started_total"}
+	_, faulty := faultkv.StatsOf(b.db)
+	if faulty {
+		// Injected faults make the process's counters count what their
+		// transactions said (an end that committed with
+		// commit_unknown_result, a retried insert): the store's counts
+		// are exact all the same.
+		names = names[:1]
+		want = want[:strings.Index(want, "# HELP fdbjobs_jobs_cancelled_total")]
+	}
 	compare := func() error {
-		return testutil.GatherAndCompare(reg, strings.NewReader(want), "fdbjobs_jobs", "fdbjobs_jobs_cancelled_total", "fdbjobs_jobs_completed_total", "fdbjobs_jobs_discarded_total",
-			"fdbjobs_jobs_inserted_total", "fdbjobs_jobs_retried_total", "fdbjobs_jobs_running", "fdbjobs_jobs_started_total")
+		return testutil.GatherAndCompare(reg, strings.NewReader(want), names...)
 	}
 	testutil2.Eventually(t, "every job ended and counted", func() bool { return compare() == nil })
 	require.NoError(t, compare())
@@ -80,7 +91,7 @@ fdbjobs_jobs_started_total{kind="sum"} 4
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	for _, f := range families {
-		if name := f.GetName(); name == "fdbjobs_job_wait_seconds" || name == "fdbjobs_job_run_seconds" {
+		if name := f.GetName(); !faulty && (name == "fdbjobs_job_wait_seconds" || name == "fdbjobs_job_run_seconds") {
 			require.EqualValues(t, 4, f.GetMetric()[0].GetHistogram().GetSampleCount(), name)
 		}
 	}
