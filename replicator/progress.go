@@ -171,7 +171,7 @@ func (p *Progress) RunEnd(ctx context.Context, jobID, node string, start int64) 
 
 // overlay reads, in tr, the progress of the running jobs among jobs and
 // puts into each job's data the counters of its current run when they
-// are newer than the data's.
+// are not older than the data's.
 func (p *Progress) overlay(tr kv.ReadTransaction, jobs []PageJob) error {
 	futs := make([]kv.FutureByteSlice, len(jobs))
 	for i, j := range jobs {
@@ -195,7 +195,10 @@ func (p *Progress) overlay(tr kv.ReadTransaction, jobs []PageJob) error {
 			continue // a value this version cannot read: the data's counters
 		}
 		d := jobs[i].Data
-		if rp.Node == d.Node && rp.Start == d.LastStart && rp.At > d.LastUpdated {
+		// Counters read in the millisecond the data was written are as
+		// new as the data's (a run's first progress write often is):
+		// a run's counters only grow, so they win a tie.
+		if rp.Node == d.Node && rp.Start == d.LastStart && rp.At >= d.LastUpdated {
 			d.Stats = rp.Stats
 			if rp.Sync != nil {
 				d.Sync = rp.Sync

@@ -215,11 +215,12 @@
 // it again after commit_unknown_result writes the same values. The views
 // (replicator.Views: pages and Job) show a running job's progress in
 // place of its data's counters when it names the job's current run and
-// is newer than the data; a run's progress is removed at the next tick
-// after the run ends (its last counters are in the job's data by then;
-// each run has a key of its own, so this never removes the progress of a
-// run of the same job started since, on this node or another),
-// and with the job. Cost: one transaction per node per second while any
+// is not older than the data (counters read in the millisecond the data
+// was written count: a run's counters only grow); a run's progress is
+// removed at the next tick after the run ends (its last counters are in
+// the job's data by then; each run has a key of its own, so this never
+// removes the progress of a run of the same job started since, on this
+// node or another), and with the job. Cost: one transaction per node per second while any
 // of its jobs moves, about 200 kB at MaxJobs 500 all busy, none while
 // they are idle; heartbeats are unchanged. Invariant: the counters a run
 // had ProgressInterval ago, plus one transaction, are what the views
