@@ -337,3 +337,50 @@ func setupStore(t *testing.T) (*Store, *fdbjobs.Client, kv.Database) {
 	require.NoError(t, err)
 	return s, jobs, kdb
 }
+
+// OwnerRunning leaves out the job it is asked about: a start whose
+// earlier attempt committed unseen (commit_unknown_result) finds its own
+// running key and must not count it against its owner's limit, which
+// would hold the job back from the run it just started.
+func TestOwnerRunningLeavesOutTheStartingJob(t *testing.T) {
+	s, jobs, kdb := setupStore(t)
+	ctx := context.Background()
+	start := func(doc string) string {
+		var id string
+		_, err := kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) {
+			uuid, err := s.DBUUID(tr, "_replicator")
+			if err != nil {
+				return nil, err
+			}
+			id = DocJobID(uuid, doc)
+			d := &JobData{DBName: "_replicator", DBUUID: uuid, DocID: doc, DocOwner: "bob", State: StatePending}
+			return nil, s.AddJob(ctx, tr, id, nil, d, 1_000, time.Hour)
+		})
+		require.NoError(t, err)
+		job, err := jobs.Accept(ctx, JobType, fdbjobs.AcceptOptions{MaxScheduledTime: 2_000})
+		require.NoError(t, err)
+		require.Equal(t, id, job.ID)
+		d, err := DecodeJobData(job.Data)
+		require.NoError(t, err)
+		d.State, d.Node = StateRunning, "n1"
+		_, err = kv.Transact(ctx, kdb, func(tr kv.Transaction) (any, error) { return nil, s.UpdateJob(ctx, tr, job, d) })
+		require.NoError(t, err)
+		return id
+	}
+	running := func(limit int, except string) int {
+		n, err := kv.ReadTransact(ctx, kdb, func(tr kv.ReadTransaction) (int, error) { return s.OwnerRunning(tr, "bob", limit, except) })
+		require.NoError(t, err)
+		return n
+	}
+	a := start("a")
+	require.Equal(t, 1, running(1, ""))
+	require.Zero(t, running(1, a), "the starting job counted itself")
+	b := start("b")
+	for _, tc := range []struct {
+		limit  int
+		except string
+		want   int
+	}{{1, "", 1}, {2, "", 2}, {1, a, 1}, {2, a, 1}, {2, b, 1}, {3, "other", 2}} {
+		require.Equal(t, tc.want, running(tc.limit, tc.except), "limit %d except %q", tc.limit, tc.except)
+	}
+}

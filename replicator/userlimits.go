@@ -72,17 +72,29 @@ func (s *Store) OwnerUnfinished(tr kv.ReadTransaction, owner string) (int64, err
 	return sumCounters(tr, []kv.Key{s.ownerCountKey(owner)})
 }
 
-// OwnerRunning returns how many of owner's jobs run, counting up to
-// limit: one range read of owner's running keys (22), at most limit keys.
-// Read in a job's start transaction, it conflicts with the starts and
-// ends of owner's other jobs only, so that two nodes starting owner's
-// jobs at once do not both pass a limit.
-func (s *Store) OwnerRunning(tr kv.ReadTransaction, owner string, limit int) (int, error) {
+// OwnerRunning returns how many of owner's jobs other than except run,
+// counting up to limit: one range read of owner's running keys (22), at
+// most limit+1 keys. Read in a job's start transaction, it conflicts with
+// the starts and ends of owner's other jobs only, so that two nodes
+// starting owner's jobs at once do not both pass a limit. The starting
+// job is except: a start that runs again after commit_unknown_result
+// finds the key its earlier attempt wrote, and must not count itself.
+func (s *Store) OwnerRunning(tr kv.ReadTransaction, owner string, limit int, except string) (int, error) {
 	if owner == "" || limit <= 0 {
 		return 0, nil
 	}
-	kvs, err := tr.GetRange(prefixRange(s.ownerRunning, tuple.Tuple{owner}), kv.RangeOptions{Limit: limit}).GetSliceWithError()
-	return len(kvs), err
+	kvs, err := tr.GetRange(prefixRange(s.ownerRunning, tuple.Tuple{owner}), kv.RangeOptions{Limit: limit + 1}).GetSliceWithError()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range kvs {
+		if t, err := s.ownerRunning.Unpack(e.Key); err == nil && len(t) == 3 && t[2] == except {
+			continue
+		}
+		n++
+	}
+	return min(n, limit), nil
 }
 
 func (s *Store) userHeldKey(owner string) kv.Key {

@@ -31,7 +31,7 @@ func limitedOwner(d *replicator.JobData) string {
 // in the start's transaction it conflicts with the starts and ends of
 // owner's other jobs, so that racing starts do not both pass the limit.
 func (w *worker) heldChange(tr kv.ReadTransaction, owner string, lim int, now time.Time, prio float64) (replicator.Change, bool, error) {
-	running, err := w.n.store.OwnerRunning(tr, owner, lim)
+	running, err := w.n.store.OwnerRunning(tr, owner, lim, w.job.ID)
 	if err != nil || running < lim {
 		return replicator.Change{}, false, err
 	}
