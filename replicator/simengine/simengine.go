@@ -296,14 +296,14 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 	}
 	failErr := e.fail[src]
 	e.last[src] = rep
+	// A start is counted once its run is open, in one critical section:
+	// a test that saw Starts move reaches the run with Work.
 	e.starts[src]++
 	e.total++
 	e.running++
 	e.maxRun = max(e.maxRun, e.running)
-	e.mu.Unlock()
 	begin := e.Clock.Now()
 	r := &run{stop: make(chan struct{}), halt: make(chan struct{}), done: make(chan struct{}), stats: opts.Stats, caughtUp: begin}
-	e.mu.Lock()
 	r.through = e.seq[src] // what it has to copy, copied at once
 	r.stats.CheckpointedSourceSeq = strconv.FormatInt(r.through, 10)
 	if e.open[src] == nil {
@@ -332,9 +332,15 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 		}
 		t := e.Clock.NewTicker(e.CheckpointEvery)
 		defer t.Stop()
+		// A one-shot run ends at its timer, stopped with the run: a run
+		// halted early leaves no waiter on a fake clock that a test
+		// counts (clockwork's BlockUntil).
 		var end <-chan time.Time
+		var endTimer clockwork.Timer
 		if !rep.Continuous {
-			end = e.Clock.After(e.OneShot)
+			endTimer = e.Clock.NewTimer(e.OneShot)
+			defer endTimer.Stop()
+			end = endTimer.Chan()
 		}
 		for {
 			select {
@@ -353,7 +359,7 @@ func (e *Engine) Start(ctx context.Context, rep engine.Replication, opts engine.
 				}
 			case <-end:
 				if e.isStalled(src) {
-					end = e.Clock.After(e.OneShot)
+					endTimer.Reset(e.OneShot)
 					continue
 				}
 				r.res = engine.Result{OK: true, SessionID: "sim", SourceLastSeq: json.RawMessage(`"1"`),
