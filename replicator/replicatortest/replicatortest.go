@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/jonboulle/clockwork"
 	"slices"
 	"sync"
 	"testing"
@@ -91,8 +92,14 @@ const (
 // settings, stopped at the test's end.
 func JobsClient(t testing.TB, db kv.Database) *fdbjobs.Client {
 	t.Helper()
+	return jobsClient(t, db, nil)
+}
+
+// jobsClient is JobsClient on clock (nil: the real one).
+func jobsClient(t testing.TB, db kv.Database, clock clockwork.Clock) *fdbjobs.Client {
+	t.Helper()
 	c, err := fdbjobs.New(db, fdbjobs.Config{ActivityMonitorMaxJitter: 50 * time.Millisecond, NotifierHoldoff: 5 * time.Millisecond,
-		TimeUnit: replicator.TimeUnit})
+		TimeUnit: replicator.TimeUnit, Clock: clock})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(context.Background()))
 	t.Cleanup(c.Stop)
@@ -145,11 +152,14 @@ func newClusterOn(t testing.TB, db kv.Database, n int, eng replicator.Engine, cf
 }
 
 // AddNode starts one more node named name, with its own fdbjobs client on
-// a view of the store that Kill can cut, and its test signals on.
+// a view of the store that Kill can cut, and its test signals on. The
+// client runs on the node's Config.Clock, as the node does: a job's
+// scheduled time (a crashing job's backoff) and the fetchers' look at the
+// queue are on the clock the test moves.
 func (c *Cluster) AddNode(name string) *scheduler.Node {
 	c.t.Helper()
 	cut := faultkv.NewCuttable(c.DB)
-	jc := JobsClient(c.t, cut)
+	jc := jobsClient(c.t, cut, c.Config.Clock)
 	cfg := c.Config
 	cfg.NodeName = name
 	if cfg.Logger != nil {

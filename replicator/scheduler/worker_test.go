@@ -36,11 +36,37 @@ func TestCrashBackoffHeal(t *testing.T) {
 	c.PutDoc("_replicator", "d", repDoc("http://h/s", "http://h/t", true))
 	jobID := c.DocJobID("_replicator", "d")
 
+	// The node and its job layer client run on clk: a fetcher that met an
+	// injected store fault backs off on it, and waits for clk to move.
+	// nudging moves it a millisecond every 5 ms while f waits for the
+	// node (never near a job's due time: each wait ends a second or more
+	// before it).
+	nudging := func(f func()) {
+		done := make(chan struct{})
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(5 * time.Millisecond):
+					clk.Advance(time.Millisecond)
+				}
+			}
+		}()
+		defer func() { close(done); <-stopped }()
+		f()
+	}
 	wantBackoff := []time.Duration{10 * time.Second, 20 * time.Second, 35 * time.Second}
 	for i, want := range wantBackoff {
-		c.WaitJob(fmt.Sprintf("crash %d", i+1), jobID, func(_ fdbjobs.State, d *replicator.JobData) bool {
-			return d != nil && d.State == replicator.StateCrashing && d.ErrorCount == i+1
+		crashed := clk.Now()
+		nudging(func() {
+			c.WaitJob(fmt.Sprintf("crash %d", i+1), jobID, func(_ fdbjobs.State, d *replicator.JobData) bool {
+				return d != nil && d.State == replicator.StateCrashing && d.ErrorCount == i+1
+			})
 		})
+		nudged := clk.Since(crashed)
 		d := c.DocState("_replicator", "d")
 		var info struct {
 			Error, Reason string
@@ -58,7 +84,7 @@ func TestCrashBackoffHeal(t *testing.T) {
 		require.Equal(t, info.Reason, info.Stall.Detail)
 		require.Equal(t, replicator.FormatMillis(stime), info.Stall.Until)
 		wait := time.Duration(stime-clk.Now().UnixMilli()) * time.Millisecond
-		require.GreaterOrEqual(t, wait, want-want/4-time.Millisecond, "crash %d", i+1)
+		require.GreaterOrEqual(t, wait, want-want/4-time.Millisecond-nudged, "crash %d", i+1)
 		require.LessOrEqual(t, wait, want, "crash %d", i+1)
 		// Not started before its time: an acceptor looks at the queue at
 		// the advanced time, finds nothing due, and the job has not run.
@@ -66,8 +92,10 @@ func TestCrashBackoffHeal(t *testing.T) {
 		clk.Advance(wait - time.Second)
 		looked := clk.Now().UnixMilli()
 		c.Nodes[0].Reschedule()
-		testutil.Eventually(t, "an acceptor idle at the advanced time",
-			func() bool { return c.Nodes[0].Stats().Idle >= looked })
+		nudging(func() {
+			testutil.Eventually(t, "an acceptor idle at the advanced time",
+				func() bool { return c.Nodes[0].Stats().Idle >= looked })
+		})
 		require.Equal(t, starts, eng.Starts(src), "started before its backoff ended")
 		if i < len(wantBackoff)-1 {
 			clk.Advance(2 * time.Second)
@@ -76,7 +104,7 @@ func TestCrashBackoffHeal(t *testing.T) {
 	// Heal: the next run succeeds and runs longer than the health threshold.
 	eng.SetFail(src, nil)
 	clk.Advance(2 * time.Second)
-	c.WaitDocState("_replicator", "d", replicator.StateRunning)
+	nudging(func() { c.WaitDocState("_replicator", "d", replicator.StateRunning) })
 	require.Equal(t, 3, c.DocState("_replicator", "d").ErrorCount)
 	clk.Advance(cfg.HealthThreshold + time.Second)
 	// A heartbeat heals it; one that an injected fault failed leaves it
