@@ -105,7 +105,8 @@ func (c *Client) RetryNow(ctx context.Context, tx kv.Transactor, kind, id string
 		case r.state == Pending:
 			tr.Clear(c.k.pendingKey(kind, r.shard, r.stime, id))
 		}
-		c.k.retainClear(tr, kind, id, e)
+		// Its retention mark stays (it may be an entry of many jobs): the
+		// sweeper clears it alone, as the row no longer says it finished.
 		e.Outcome, e.FinishedAt = "", 0
 		r.addToken = token
 		if r.data, err = e.encode(); err != nil {

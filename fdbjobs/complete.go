@@ -154,7 +154,9 @@ func (c *Client) endBatch(ends []*ending) ([]error, error) {
 	return c.endBatchIn(ctx, nil, ends)
 }
 
-// endBatchIn writes ends in tx (a transaction of its own when nil).
+// endBatchIn writes ends in tx (a transaction of its own when nil), and
+// marks the jobs it finished for their retention, one entry per outcome
+// (retainAll) at the latest of their finish times.
 func (c *Client) endBatchIn(ctx context.Context, tx kv.Transactor, ends []*ending) ([]error, error) {
 	items := make([]Completion, len(ends))
 	byJob := make(map[*Job]*ending, len(ends))
@@ -162,15 +164,31 @@ func (c *Client) endBatchIn(ctx context.Context, tx kv.Transactor, ends []*endin
 		items[i] = Completion{Job: en.job, Data: en.data}
 		byJob[en.job] = en
 	}
-	return c.batch(ctx, tx, items, func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, bool, error) {
+	apply := func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, bool, error) {
 		en := byJob[j]
 		if en.stime >= 0 && r != nil && r.lock.equal(j.lock) {
 			r.resubmit, r.stime = true, en.stime // FinishAt
 		}
-		after, renewed, err := c.finishRow(tr, j, r, data, seen)
-		if err == nil && after != nil && after.state == Finished {
-			c.k.retainSet(tr, j.Type, j.ID, en.e)
+		return c.finishRow(tr, j, r, data, seen)
+	}
+	retain := func(tr kv.Transaction, after []*row) {
+		type group struct{ typ, outcome string }
+		var order []group
+		ids, at := map[group][]string{}, map[group]int64{}
+		for i, r := range after {
+			e := ends[i].e
+			if r == nil || r.state != Finished || e.Outcome == "" || e.FinishedAt == 0 {
+				continue
+			}
+			g := group{ends[i].job.Type, e.Outcome}
+			if ids[g] == nil {
+				order = append(order, g)
+			}
+			ids[g], at[g] = append(ids[g], ends[i].job.ID), max(at[g], e.FinishedAt)
 		}
-		return after, renewed, err
-	})
+		for _, g := range order {
+			c.k.retainAll(tr, g.typ, g.outcome, at[g], ids[g])
+		}
+	}
+	return c.batch(ctx, tx, items, apply, retain)
 }

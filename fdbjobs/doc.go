@@ -130,8 +130,12 @@
 //	                              insert (InsertOptions.Unique) with that
 //	                              key made; read and written by such
 //	                              inserts alone
-//	(13, Type, Outcome, At, JobID) RETAIN: "" — a runtime job finished
-//	                              with Outcome at At (Unix ms), for the
+//	(13, Type, Outcome, At, JobID) RETAIN: "" or (JobID, ...) — runtime
+//	                              jobs finished with Outcome at or before
+//	                              At (Unix ms): JobID alone, or the jobs the
+//	                              value lists, one entry per outcome for the
+//	                              jobs one completer transaction ends (at
+//	                              most 8,000 bytes of ids); for the
 //	                              Runtimes' sweepers (WorkerOptions.Retain…)
 //	                              and List's finished states
 //	(14, Type, State, Shard)      COUNTS: int64 LE counter — the jobs of

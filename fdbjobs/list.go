@@ -103,7 +103,8 @@ type JobRow struct {
 //     (Accept or heartbeat), oldest first. A job renewed while the pages
 //     are read moves behind the cursor and may be listed again.
 //   - completed, cancelled and discarded: the RETAIN index, in finishing
-//     order (then id), oldest first. It holds the jobs a Runtime or Cancel
+//     order, oldest first (jobs a completer finished in one transaction
+//     together, in its order). It holds the jobs a Runtime or Cancel
 //     finished: finished jobs of the lower-level API (Finish, AddFinished)
 //     are counted (Counts) but not listed.
 //
@@ -403,28 +404,43 @@ func (c *Client) runningCands(snap kv.ReadTransaction, p ListParams, after tuple
 	return cands, more, nil
 }
 
-// finishedCands are the jobs finished with p.State after the cursor
-// (finished at, id), from the RETAIN index.
+// finishedCands are the jobs finished with p.State after the cursor, from
+// the RETAIN index: its entries in time order, and each entry's jobs in
+// the order it lists them. The cursor is (at, id, next): the entry to go
+// on from, and the place in it of the next job, or -1 to go on after it.
 func (c *Client) finishedCands(snap kv.ReadTransaction, p ListParams, after tuple.Tuple) ([]listCand, bool, error) {
 	r := prefixRange(c.k.root, tuple.Tuple{keyRetain, p.Kind, p.State})
+	next := int64(-1)
 	if after != nil {
-		r.Begin = kv.KeyAfter(c.k.root.Pack(append(tuple.Tuple{keyRetain, p.Kind, p.State}, after...)))
+		r.Begin = c.k.root.Pack(append(tuple.Tuple{keyRetain, p.Kind, p.State}, after[:2]...))
+		if next, _ = intElem(after[2]); next < 0 {
+			r.Begin = kv.KeyAfter(r.Begin.FDBKey())
+		}
 	}
 	kvs, err := snap.GetRange(r, kv.RangeOptions{Limit: p.Limit}).GetSliceWithError()
 	if err != nil {
 		return nil, false, err
 	}
-	cands := make([]listCand, len(kvs))
-	for i, e := range kvs {
-		t, err := c.k.root.Unpack(e.Key)
-		if err != nil || len(t) != 5 {
-			return nil, false, fmt.Errorf("fdbjobs: bad retention key %s", e.Key)
+	var cands []listCand
+	for n, e := range kvs {
+		en, err := c.k.decodeRetain(e)
+		if err != nil {
+			return nil, false, err
 		}
-		at, _ := intElem(t[3])
-		id, _ := t[4].(string)
-		cands[i] = listCand{id: id, pos: tuple.Tuple{at, id}, want: func(r *row, e *envelope) bool {
-			return r.state == Finished && e != nil && e.Outcome == p.State && e.FinishedAt == at
-		}}
+		first := 0
+		if n == 0 && next > 0 && bytes.Equal(e.Key, r.Begin.FDBKey()) {
+			first = int(next)
+		}
+		at := en.at
+		for i := first; i < len(en.ids); i++ {
+			pos := tuple.Tuple{at, en.id, int64(i + 1)}
+			if i == len(en.ids)-1 {
+				pos[2] = int64(-1)
+			}
+			cands = append(cands, listCand{id: en.ids[i], pos: pos, want: func(r *row, e *envelope) bool {
+				return r.state == Finished && e != nil && e.Outcome == p.State && e.FinishedAt != 0 && e.FinishedAt <= at
+			}})
+		}
 	}
 	return cands, len(kvs) == p.Limit, nil
 }
@@ -461,6 +477,13 @@ func decodeCursor(p ListParams) (tuple.Tuple, error) {
 		if ok = len(pos) == 3; ok {
 			_, ok1 := pos[0].(tuple.Versionstamp)
 			_, ok2 := pos[1].([]byte)
+			_, ok3 := intElem(pos[2])
+			ok = ok1 && ok2 && ok3
+		}
+	case OutcomeCompleted, OutcomeCancelled, OutcomeDiscarded:
+		if ok = len(pos) == 3; ok {
+			_, ok1 := intElem(pos[0])
+			_, ok2 := pos[1].(string)
 			_, ok3 := intElem(pos[2])
 			ok = ok1 && ok2 && ok3
 		}

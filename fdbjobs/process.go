@@ -70,7 +70,7 @@ func (c *Client) FinishAt(ctx context.Context, tx kv.Transactor, job *Job, stime
 				r.resubmit, r.stime = true, stime
 			}
 			return c.finishRow(tr, j, r, data, seen)
-		})
+		}, nil)
 	if err != nil {
 		return err
 	}
@@ -81,13 +81,13 @@ func (c *Client) FinishAt(ctx context.Context, tx kv.Transactor, job *Job, stime
 // is the transaction's error; otherwise errs[i] is the outcome for items[i]
 // (nil or ErrHalt), and the jobs whose item succeeded were updated.
 func (c *Client) UpdateBatch(ctx context.Context, tx kv.Transactor, items []Completion) (errs []error, err error) {
-	return c.batch(ctx, tx, items, c.updateRow)
+	return c.batch(ctx, tx, items, c.updateRow, nil)
 }
 
 // FinishBatch is Finish for many jobs in one transaction, with per-item
 // outcomes as in UpdateBatch.
 func (c *Client) FinishBatch(ctx context.Context, tx kv.Transactor, items []Completion) (errs []error, err error) {
-	return c.batch(ctx, tx, items, c.finishRow)
+	return c.batch(ctx, tx, items, c.finishRow, nil)
 }
 
 // applyFunc applies an Update or Finish to one job's row r (nil when the
@@ -97,7 +97,10 @@ func (c *Client) FinishBatch(ctx context.Context, tx kv.Transactor, items []Comp
 // the caller writes a lease.
 type applyFunc func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (after *row, renewed bool, err error)
 
-func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion, apply applyFunc) ([]error, error) {
+// batch applies apply to each of items' jobs in one transaction; then,
+// when not nil, written calls with the rows each attempt of it wrote (nil
+// for a job it did not write), in the same transaction.
+func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion, apply applyFunc, written func(tr kv.Transaction, after []*row)) ([]error, error) {
 	if len(items) == 0 || len(items) > MaxBatch {
 		return nil, fmt.Errorf("%w: batch size %d outside [1, %d]", ErrInvalidArgument, len(items), MaxBatch)
 	}
@@ -196,6 +199,9 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 				enqueued[it.Job.Type] = true
 				o.enqueued = append(o.enqueued, it.Job.Type)
 			}
+		}
+		if written != nil {
+			written(tr, o.after)
 		}
 		for _, ref := range order {
 			idx, ids := make([]int64, 0, len(grants[ref])), make([]string, 0, len(grants[ref]))

@@ -1,7 +1,6 @@
 package fdbjobs
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -41,10 +40,16 @@ const (
 // retention is a kind's retention by outcome (negative: forever).
 type retention map[string]time.Duration
 
-// retainKey is the index entry of a job finished with outcome at (Unix
-// ms): (13, Type, Outcome, At, JobID). The sweeper walks each outcome's
-// entries in time order, and removes a job only when its row still says
-// the same (an entry left behind by a job added again is cleared alone).
+// retainKey is the key of a retention entry: (13, Type, Outcome, At, ID).
+// An entry marks jobs of typ that finished with outcome at or before At
+// (Unix ms): the job ID alone when its value is empty (Cancel's, and a
+// Manual kind's RetainTx), or, when its value is not, the jobs its value
+// lists (a tuple of job ids, ID first), which the completer finished in
+// one transaction (one entry for many ends: a key per job was a third of
+// a finished job's writes). The sweeper walks each outcome's entries in
+// time order, and removes a job only when its row still says it finished
+// with that outcome at or before At: a job that ran again since finished
+// after At, and its entry's mark is cleared alone.
 func (k keys) retainKey(typ, outcome string, at int64, id string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyRetain, typ, outcome, at, id})
 }
@@ -54,16 +59,81 @@ func (k keys) retainRange(typ, outcome string, before int64) kv.KeyRange {
 		End: k.root.Pack(tuple.Tuple{keyRetain, typ, outcome, before})}
 }
 
+// retainSet marks one job finished as its envelope e says.
 func (k keys) retainSet(tr kv.Transaction, typ, id string, e *envelope) {
 	if e.Outcome != "" && e.FinishedAt != 0 {
 		tr.Set(k.retainKey(typ, e.Outcome, e.FinishedAt, id), nil)
 	}
 }
 
-func (k keys) retainClear(tr kv.Transaction, typ, id string, e *envelope) {
-	if e.Outcome != "" && e.FinishedAt != 0 {
-		tr.Clear(k.retainKey(typ, e.Outcome, e.FinishedAt, id))
+// retainEntryBytes bounds the job ids of one retention entry.
+const retainEntryBytes = 8_000
+
+// retainAll marks ids, jobs of typ finished with outcome at or before
+// at, in as few entries as retainEntryBytes allows.
+func (k keys) retainAll(tr kv.Transaction, typ, outcome string, at int64, ids []string) {
+	for len(ids) > 0 {
+		n, size := 1, len(ids[0])
+		for n < len(ids) && size+len(ids[n]) <= retainEntryBytes {
+			size += len(ids[n])
+			n++
+		}
+		var v []byte
+		if n > 1 {
+			t := make(tuple.Tuple, n)
+			for i, id := range ids[:n] {
+				t[i] = id
+			}
+			v = t.Pack()
+		}
+		tr.Set(k.retainKey(typ, outcome, at, ids[0]), v)
+		ids = ids[n:]
 	}
+}
+
+// retainEntry is a decoded retention entry: its time and the jobs it marks.
+type retainEntry struct {
+	key kv.Key
+	at  int64
+	id  string // the key's
+	ids []string
+}
+
+// decodeRetain decodes the retention entry e.
+func (k keys) decodeRetain(e kv.KeyValue) (retainEntry, error) {
+	t, err := k.root.Unpack(e.Key)
+	if err != nil || len(t) != 5 {
+		return retainEntry{}, fmt.Errorf("fdbjobs: bad retention key %s", e.Key)
+	}
+	at, ok1 := intElem(t[3])
+	id, ok2 := t[4].(string)
+	if !ok1 || !ok2 {
+		return retainEntry{}, fmt.Errorf("fdbjobs: bad retention key %s", e.Key)
+	}
+	en := retainEntry{key: e.Key, at: at, id: id, ids: []string{id}}
+	if len(e.Value) == 0 {
+		return en, nil
+	}
+	v, err := tuple.Unpack(e.Value)
+	if err != nil || len(v) == 0 {
+		return retainEntry{}, fmt.Errorf("fdbjobs: bad retention entry %s", e.Key)
+	}
+	en.ids = make([]string, len(v))
+	for i, el := range v {
+		if en.ids[i], ok1 = el.(string); !ok1 {
+			return retainEntry{}, fmt.Errorf("fdbjobs: bad retention entry %s", e.Key)
+		}
+	}
+	return en, nil
+}
+
+// retainRest writes entry en again with the jobs ids (the rest of a page's).
+func (k keys) retainRest(tr kv.Transaction, en retainEntry, ids []string) {
+	t := make(tuple.Tuple, len(ids))
+	for i, id := range ids {
+		t[i] = id
+	}
+	tr.Set(en.key, t.Pack())
 }
 
 // outcomeManual is the outcome under which a Manual kind's retention
@@ -131,7 +201,7 @@ func (r *Runtime) Sweep(ctx context.Context) (int, error) {
 }
 
 // sweep removes k's jobs past their retention, in pages, until none is
-// left or ctx ends; it returns how many entries it cleared.
+// left or ctx ends; it returns how many marks it cleared.
 func (r *Runtime) sweep(ctx context.Context, k *kindWorker) (int, error) {
 	now := r.c.cfg.Clock.Now()
 	if k.opts.Manual {
@@ -180,12 +250,12 @@ func (c *Client) SweepRetained(ctx context.Context, typ string, before time.Time
 
 // sweepOutcome removes the jobs of typ whose retention entries of outcome
 // are at or before before (Unix ms), a page per transaction, until none is
-// left or ctx ends; it returns how many entries it cleared. An entry is
-// checked against its job, and one left behind by an earlier finish (its
-// job ended again since, or runs again) is cleared alone: a Runtime's
-// kind's against the envelope's outcome and finish time, a Manual kind's
-// against the row's state and, with hooks.FinishedAt, the finish time its
-// data say.
+// left or ctx ends; it returns how many marks (jobs of entries) it
+// cleared. A mark is checked against its job, and one left behind by an
+// earlier finish (its job ended again since, or runs again) is cleared
+// alone: a Runtime's kind's against the envelope's outcome and finish
+// time (at or before the entry's), a Manual kind's against the row's
+// state and, with hooks.FinishedAt, the finish time its data say.
 func (c *Client) sweepOutcome(ctx context.Context, typ, outcome string, before int64, hooks Sweep) (int, error) {
 	removed := 0
 	size := &kv.Batch{Max: sweepPage}
@@ -203,39 +273,48 @@ func (c *Client) sweepOutcome(ctx context.Context, typ, outcome string, before i
 	}
 }
 
-// sweepOne is one transaction of sweepOutcome: up to limit entries, fewer
-// once the rows read reach kv.PageBytes; more says whether entries are
-// left.
+// sweepOne is one transaction of sweepOutcome: the jobs of up to limit
+// marks, fewer once the rows read reach kv.PageBytes; more says whether
+// marks are left. An entry whose marks were all looked at is cleared, one
+// looked at in part is written again with the rest.
 func (c *Client) sweepOne(ctx context.Context, tr kv.Transaction, typ, outcome string, before int64, limit int, hooks Sweep) (sweptPage, error) {
-	entries, err := tr.GetRange(c.k.retainRange(typ, outcome, before+1), kv.RangeOptions{Limit: limit}).GetSliceWithError()
+	kvs, err := tr.GetRange(c.k.retainRange(typ, outcome, before+1), kv.RangeOptions{Limit: limit}).GetSliceWithError()
 	if err != nil {
 		return sweptPage{}, err
+	}
+	// The marks, in entry order, up to limit.
+	type mark struct {
+		entry int
+		id    string
+	}
+	entries := make([]retainEntry, len(kvs))
+	var marks []mark
+	for i, e := range kvs {
+		en, err := c.k.decodeRetain(e)
+		if err != nil {
+			c.cfg.Logger.Warn().Err(err).Msg("fdbjobs: sweep: clearing a retention entry it cannot read")
+			en = retainEntry{key: e.Key}
+		}
+		entries[i] = en
+		for _, id := range en.ids {
+			if len(marks) < limit {
+				marks = append(marks, mark{i, id})
+			}
+		}
 	}
 	var gone []RemovedJob
 	var goneRows []*row
 	read, examined := 0, 0
 	// The rows are read a chunk at a time, so that the page stops once
 	// they reach kv.PageBytes (a kind's data may be large).
-	for examined < len(entries) && read < kv.PageBytes {
-		chunk := entries[examined:min(len(entries), examined+sweepChunk)]
+	for examined < len(marks) && read < kv.PageBytes {
+		chunk := marks[examined:min(len(marks), examined+sweepChunk)]
 		rows := make([]kv.FutureByteSlice, len(chunk))
-		ids := make([]string, len(chunk))
-		ats := make([]int64, len(chunk))
-		for i, en := range chunk {
-			t, err := c.k.root.Unpack(en.Key)
-			if err != nil || len(t) != 5 {
-				continue
-			}
-			ids[i], _ = t[4].(string)
-			ats[i], _ = t[3].(int64)
-			rows[i] = tr.Get(c.k.dataKey(typ, ids[i]))
+		for i, m := range chunk {
+			rows[i] = tr.Get(c.k.dataKey(typ, m.id))
 		}
 		examined += len(chunk)
-		for i, en := range chunk {
-			tr.Clear(en.Key)
-			if rows[i] == nil {
-				continue
-			}
+		for i, m := range chunk {
 			v, err := rows[i].Get()
 			if err != nil {
 				return sweptPage{}, err
@@ -248,19 +327,20 @@ func (c *Client) sweepOne(ctx context.Context, tr kv.Transaction, typ, outcome s
 			if err != nil || row.state != Finished {
 				continue
 			}
+			at := entries[m.entry].at
 			data := json.RawMessage(row.data)
 			if outcome != outcomeManual {
 				var e envelope
-				if json.Unmarshal(row.data, &e) != nil || !bytes.Equal(c.k.retainKey(typ, e.Outcome, e.FinishedAt, ids[i]), en.Key) {
-					continue // the job ended again since: its own entry stays
+				if json.Unmarshal(row.data, &e) != nil || e.Outcome != outcome || e.FinishedAt == 0 || e.FinishedAt > at {
+					continue // the job ended again since: its own entry marks it
 				}
 				data = e.Args
 			} else if hooks.FinishedAt != nil {
-				if at, ok := hooks.FinishedAt(data); !ok || at.UnixMilli() != ats[i] {
+				if fin, ok := hooks.FinishedAt(data); !ok || fin.UnixMilli() != at {
 					continue // an earlier finish's mark
 				}
 			}
-			gone, goneRows = append(gone, RemovedJob{ID: ids[i], Data: data}), append(goneRows, row)
+			gone, goneRows = append(gone, RemovedJob{ID: m.id, Data: data}), append(goneRows, row)
 		}
 	}
 	if len(gone) > 0 && hooks.OnRemove != nil {
@@ -271,7 +351,25 @@ func (c *Client) sweepOne(ctx context.Context, tr kv.Transaction, typ, outcome s
 	for i, j := range gone {
 		c.k.clearRow(tr, typ, j.ID, goneRows[i])
 	}
-	return sweptPage{cleared: examined, more: examined < len(entries) || len(entries) == limit}, nil
+	// Each entry: cleared when all its marks were looked at, written again
+	// with the rest when some were.
+	looked := make([]int, len(entries))
+	for _, m := range marks[:examined] {
+		looked[m.entry]++
+	}
+	more := len(kvs) == limit
+	for i, en := range entries {
+		switch {
+		case looked[i] == len(en.ids):
+			tr.Clear(en.key)
+		case looked[i] > 0:
+			c.k.retainRest(tr, en, en.ids[looked[i]:])
+			more = true
+		default:
+			more = true
+		}
+	}
+	return sweptPage{cleared: examined, more: more}, nil
 }
 
 // sweptPage is what one page of a sweep did.

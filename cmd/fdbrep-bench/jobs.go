@@ -183,7 +183,7 @@ type runResult struct {
 	cpuSec             float64 // the process running the jobs, work phase
 	pgCPUSec           float64 // River: PostgreSQL's processes, work phase
 	serverCPUSec       float64 // fdbjobs on FoundationDB: its fdbserver processes on this machine, work phase
-	commits            int64   // fdbjobs: transactions committed in the work phase
+	cost               kvCost  // fdbjobs: what the work phase's transactions cost the store
 	// memBase and memPeak are the Go heap objects and goroutine stacks of
 	// the process running the jobs at the work phase's start and at its
 	// peak; concurrency the most jobs it ran at once.
@@ -208,8 +208,8 @@ func (r runResult) line(round int, who string) {
 		cpu = fmt.Sprintf("CPU %.0f µs/job (fdbjobs %.0f + fdbserver %.0f)", (r.cpuSec+r.serverCPUSec)*1e6/float64(r.worked),
 			r.cpuSec*1e6/float64(r.worked), r.serverCPUSec*1e6/float64(r.worked))
 	}
-	if r.commits > 0 {
-		cpu += fmt.Sprintf("; %.2f transactions/job", float64(r.commits)/float64(r.worked))
+	if r.cost.commits > 0 {
+		cpu += fmt.Sprintf("; %.3f transactions/job, %s", float64(r.cost.commits)/float64(r.worked), r.cost.perJob(r.worked))
 	}
 	if r.memPeak > 0 && r.concurrency > 0 {
 		cpu += fmt.Sprintf("; Go heap+stacks %.0f MiB at peak, +%.1f KiB per running job (%d at once)", float64(r.memPeak)/(1<<20),

@@ -273,7 +273,7 @@ func (s *fdbjobsRun) burnDown(n int, cpuProfile string) (runResult, error) {
 	if s.beforeWork != nil {
 		s.beforeWork()
 	}
-	commits0 := s.db.commits.Load()
+	cost0 := s.db.cost()
 	err = measure(cpuProfile, &done, &inserted, &res, func() error {
 		if s.o.runtime {
 			return s.workRuntime(s.ctx, burnType, false, &done, int64(n))
@@ -286,7 +286,7 @@ func (s *fdbjobsRun) burnDown(n int, cpuProfile string) (runResult, error) {
 	if res.worked != int64(n) {
 		return runResult{}, fmt.Errorf("burn-down worked %d jobs, want %d", res.worked, n)
 	}
-	res.commits = s.db.commits.Load() - commits0
+	res.cost = s.db.cost().sub(cost0)
 	res.concurrency = s.concurrency
 	return res, nil
 }
