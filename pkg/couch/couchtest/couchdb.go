@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,8 +102,12 @@ func startCouchDB(t testing.TB, host *CouchDBHost) *Server {
 
 // couchHome serializes the first unpacking of the release across test
 // processes (the script unpacks it on first use, and two at once would
-// step on each other).
-var couchHome sync.Once
+// step on each other); couchRel is the unpacked release's directory.
+var (
+	couchHome   sync.Once
+	couchRel    string
+	couchRelErr error
+)
 
 // LaunchCouchDB starts CouchDB with script in a directory mkdir returns,
 // retrying on another port when a start fails (another process took the
@@ -114,18 +119,18 @@ func LaunchCouchDB(script string, mkdir func() string) (*Server, error) {
 // launchCouchDB is LaunchCouchDB on host (nil: 127.0.0.1 and free ports;
 // a host's port is fixed, so it is tried once).
 func launchCouchDB(script string, mkdir func() string, host *CouchDBHost) (*Server, error) {
-	var homeErr error
 	couchHome.Do(func() {
 		unlock, err := lockFile(filepath.Join(os.TempDir(), "fdbrep-couchdb-home.lock"))
 		if err != nil {
-			homeErr = err
+			couchRelErr = err
 			return
 		}
 		defer unlock()
-		_, homeErr = runCouchScript(nil, script, "home")
+		out, err := runCouchScript(nil, script, "home")
+		couchRel, couchRelErr = strings.TrimSpace(out), err
 	})
-	if homeErr != nil {
-		return nil, homeErr
+	if couchRelErr != nil {
+		return nil, couchRelErr
 	}
 	addr, port, attempts := "127.0.0.1", 0, startAttempts
 	if host != nil {
@@ -156,14 +161,87 @@ func launchCouchDB(script string, mkdir func() string, host *CouchDBHost) (*Serv
 			name:     "CouchDB",
 		}
 		s.halt = func() {
+			// The data directory is thrown away: CouchDB is killed at
+			// once (a graceful stop took about 3 s), then the script
+			// finds it gone, and the Erlang port mapper goes when no
+			// other server is left on it, as the script's stop does.
+			killCouchDB(dir)
 			if _, err := runCouchScript(host, script, "stop", dir); err != nil {
 				s.waitErr = err
 			}
+			stopIdleEPMD(host, port)
 			close(s.exited)
 		}
 		return s, nil
 	}
 	return nil, fmt.Errorf("couchtest: could not start CouchDB with %s: %w", script, lastErr)
+}
+
+// killCouchDB kills the CouchDB whose pid couchdb.sh wrote in dir, and
+// waits (at most 10 s) for it to be gone.
+func killCouchDB(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, "couchdb.pid"))
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return
+	}
+	if syscall.Kill(pid, syscall.SIGKILL) != nil {
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stopIdleEPMD stops the Erlang port mapper on host (nil: here) once the
+// node of the CouchDB on port has left it, if no other node is left on it,
+// so that no daemon outlives the tests (couchdb.sh's stop does so too,
+// after a graceful stop).
+func stopIdleEPMD(host *CouchDBHost, port int) {
+	epmds, _ := filepath.Glob(filepath.Join(couchRel, "erts-*", "bin", "epmd"))
+	if len(epmds) == 0 {
+		return
+	}
+	run := func(arg string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		argv := []string{epmds[0], arg}
+		if host != nil {
+			argv = append(append([]string{}, host.Exec...), argv...)
+		}
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = append(os.Environ(), "ERL_EPMD_ADDRESS=127.0.0.1")
+		out, err := cmd.Output()
+		return string(out), err
+	}
+	node := fmt.Sprintf("name couchdb_%d ", port)
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		names, err := run("-names")
+		if err != nil {
+			return // no port mapper running
+		}
+		if !strings.Contains(names, node) {
+			if !strings.Contains(names, "\nname ") && !strings.HasPrefix(names, "name ") {
+				_, _ = run("-kill")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// NoReplicatorJitter makes CouchDB's replicator start each job at once:
+// by default it waits a random time of up to startup_jitter (5 s) first,
+// which a test that waits for CouchDB's own replications to run need not.
+func (s *Server) NoReplicatorJitter(t testing.TB) {
+	t.Helper()
+	s.must(t, http.MethodPut, "/_node/_local/_config/replicator/startup_jitter", "0", nil, http.StatusOK)
 }
 
 // runCouchScript runs script with args on host (nil: here).
