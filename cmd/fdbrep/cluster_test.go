@@ -24,8 +24,8 @@ func TestClusterRunsTheTopologyOnOneStore(t *testing.T) {
 	adm := &testutil.Creds{Name: "adm", Pass: "pass"}
 	// A document written on one frontend is a job every frontend shows, and
 	// a replication node runs it: here it crashes, its source refusing
-	// connections.
-	r := testutil.Do(t, "PUT", "http://"+addrs[0]+"/_replicator/r1", adm, `{"source":"http://127.0.0.1:9/a","target":"http://127.0.0.1:9/b"}`)
+	// connections (at its first retry, not after five).
+	r := testutil.Do(t, "PUT", "http://"+addrs[0]+"/_replicator/r1", adm, `{"source":"http://127.0.0.1:9/a","target":"http://127.0.0.1:9/b","retries_per_request":1}`)
 	require.Equal(t, http.StatusCreated, r.Status)
 	r = testutil.Do(t, "GET", "http://"+addrs[1]+"/_replicator/r1", adm, nil)
 	require.Equal(t, http.StatusOK, r.Status)

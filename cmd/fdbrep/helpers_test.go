@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,22 +77,54 @@ func writeIni(t *testing.T, body string) string {
 	return p
 }
 
-// buildBinary builds fdbrep (with go build's flags) into a temporary
-// directory and returns its path; in -short mode it skips the test
-// instead.
+// buildBinary builds fdbrep (with go build's flags) and returns its path;
+// in -short mode it skips the test instead. A build with the same flags
+// is made once per test binary (a build links for seconds) into builtDir,
+// which TestMain removes.
 func buildBinary(t *testing.T, flags ...string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "fdbrep")
+	builds.Lock()
+	defer builds.Unlock()
+	key := strings.Join(flags, "\x00")
+	if bin, ok := builds.bins[key]; ok {
+		return bin
+	}
+	if builds.dir == "" {
+		dir, err := os.MkdirTemp("", "fdbrep-test-bin-")
+		require.NoError(t, err)
+		builds.dir = dir
+	}
+	bin := filepath.Join(builds.dir, fmt.Sprintf("fdbrep-%d", len(builds.bins)))
 	args := append([]string{"build", "-o", bin}, flags...)
 	if fdbBuild { // the binary as the tests: with FoundationDB
 		args = append(args, "-tags", "fdb")
 	}
 	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
 	require.NoError(t, err, "%s", out)
+	if builds.bins == nil {
+		builds.bins = map[string]string{}
+	}
+	builds.bins[key] = bin
 	return bin
+}
+
+// builds are the binaries buildBinary made, by flags.
+var builds struct {
+	sync.Mutex // guards dir and bins
+	dir        string
+	bins       map[string]string
+}
+
+// removeBuilds removes what buildBinary made (TestMain, after the tests).
+func removeBuilds() {
+	builds.Lock()
+	defer builds.Unlock()
+	if builds.dir != "" {
+		_ = os.RemoveAll(builds.dir)
+	}
 }
 
 // process is an fdbrep process a test started, logging JSON to stderr.

@@ -7,5 +7,6 @@ import (
 )
 
 // TestMain checks that no test leaves goroutines behind (servers, job
-// clients, replication nodes and their runs are all stopped).
-func TestMain(m *testing.M) { testutil.VerifyTestMain(m) }
+// clients, replication nodes and their runs are all stopped), then removes
+// the binaries the tests built.
+func TestMain(m *testing.M) { testutil.VerifyTestMain(m, removeBuilds) }

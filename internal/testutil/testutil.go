@@ -8,6 +8,7 @@ package testutil
 import (
 	"bytes"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -56,7 +57,19 @@ var leakOptions = []goleak.Option{
 // VerifyTestMain runs the package's tests and fails the run if any
 // goroutine is left behind once they are done (services not stopped,
 // stores not closed). Call it from TestMain.
-func VerifyTestMain(m *testing.M) { goleak.VerifyTestMain(m, leakOptions...) }
+//
+// cleanups run after the tests and the check, before the process exits.
+func VerifyTestMain(m *testing.M, cleanups ...func()) {
+	opts := leakOptions
+	if len(cleanups) > 0 {
+		opts = append(slices.Clip(opts), goleak.Cleanup(func(int) {
+			for _, f := range cleanups {
+				f()
+			}
+		}))
+	}
+	goleak.VerifyTestMain(m, opts...)
+}
 
 // NoLeaks makes t fail if, once it and its cleanups are done, goroutines
 // are left that were not running when NoLeaks was called. Call it first in

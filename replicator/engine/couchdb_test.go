@@ -205,6 +205,7 @@ func TestReplicationIDsAsCouchDB(t *testing.T) {
 func TestResumesFromCouchDBCheckpoints(t *testing.T) {
 	t.Parallel()
 	srv := startPeer(t, 200)
+	srv.NoReplicatorJitter(t)
 	const uuid = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
 	require.Equal(t, 200, srv.Request(t, "PUT", "/_node/_local/_config/couchdb/uuid", []byte(`"`+uuid+`"`), nil))
 	changes, _ := srv.Changes(t, "src", "0")

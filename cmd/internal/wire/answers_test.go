@@ -34,6 +34,7 @@ func TestAnswersAsCouchDBs(t *testing.T) {
 	}
 	kvtest.PlainStoreOnly(t, "response shapes beside CouchDB's")
 	couch := couchtest.StartCouchDB(t) // before the service: its cleanup runs last
+	couch.NoReplicatorJitter(t)
 	a := &answers{couch: couch, cc: &creds{Name: couchtest.CouchAdmin, Pass: couchtest.CouchPassword},
 		e: newServiceWith(t, func(c *scheduler.Config) {
 			// Counters shown at once; a crashing job waits, as CouchDB's

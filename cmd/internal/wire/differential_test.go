@@ -28,6 +28,7 @@ func TestDifferentialReplication(t *testing.T) {
 		t.Skip("starts CouchDB")
 	}
 	couch := couchtest.StartCouchDB(t) // before the service: its cleanup runs last
+	couch.NoReplicatorJitter(t)
 	d := &differential{couch: couch, e: newService(t)}
 
 	t.Run("full", func(t *testing.T) {

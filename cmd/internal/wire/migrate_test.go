@@ -260,6 +260,7 @@ func TestMigrateFromCouchDB(t *testing.T) {
 		t.Skip("starts CouchDB and replicates 1,000 documents twice")
 	}
 	couch := couchtest.StartCouchDB(t) // before the service: its cleanup runs last
+	couch.NoReplicatorJitter(t)
 	docs, pending := couch3ReplicatorDB(1000)
 	// Under another name than _replicator, whose documents CouchDB would
 	// run itself.
@@ -310,6 +311,7 @@ func TestMigrateKeepsCheckpoints(t *testing.T) {
 		t.Skip("starts CouchDB and replicates 1,000 documents twice")
 	}
 	couch := couchtest.StartCouchDB(t) // before the service: its cleanup runs last
+	couch.NoReplicatorJitter(t)
 	const uuid, docs, more = "3f1d0c9e8b7a6f5e4d3c2b1a09f8e7d6", 1000, 100
 	for key, value := range map[string]string{"couchdb/uuid": uuid, "replicator/interval": "1000"} {
 		require.Equal(t, 200, couch.Request(t, "PUT", "/_node/_local/_config/"+key, []byte(strconv.Quote(value)), nil))
