@@ -122,11 +122,19 @@ func WaitUntil[T any](t testing.TB, s *testsignal.Signal[T], what string, cond f
 // signals the outcome: state in another process or in a replication peer.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(WaitTimeout)
+	EventuallyWithin(t, WaitTimeout, what, cond)
+}
+
+// EventuallyWithin is Eventually bounded by timeout instead: for the waits
+// on a peer's own work that a loaded machine slows down more (CouchDB's
+// replicator copying a database).
+func EventuallyWithin(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	pause := time.Millisecond
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", WaitTimeout, what)
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, 100*time.Millisecond)

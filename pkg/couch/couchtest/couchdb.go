@@ -3,6 +3,7 @@ package couchtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -234,6 +235,25 @@ func stopIdleEPMD(host *CouchDBHost, port int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// ReportOnFailure logs, if t fails, what CouchDB's replicator shows
+// (_scheduler/docs and _scheduler/jobs) and the tail of CouchDB's log, before
+// CouchDB stops: for the tests that wait for its own replications. Call it
+// after StartCouchDB.
+func (s *Server) ReportOnFailure(t testing.TB) {
+	t.Helper()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, path := range []string{"/_scheduler/docs", "/_scheduler/jobs"} {
+			var v json.RawMessage
+			st := s.Request(t, http.MethodGet, path, nil, &v)
+			t.Logf("couchtest: CouchDB GET %s: %d %s", path, st, tail(v, 4000))
+		}
+		t.Logf("couchtest: CouchDB's log, last lines:\n%s", s.logTail())
+	})
 }
 
 // NoReplicatorJitter makes CouchDB's replicator start each job at once:
