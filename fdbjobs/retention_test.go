@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 )
 
 // endAll accepts n jobs of kind "cnt" inserted now and ends them in one
@@ -91,6 +92,10 @@ func TestRetentionEntryPerBatch(t *testing.T) {
 	require.Len(t, b.retainEntries(t, OutcomeCompleted), 2)
 
 	// A page of 3 marks: three jobs go, the entry keeps the other seven.
+	// (Under injected faults a page that committed unseen runs again on
+	// what it left, and a sweep counts only the pages it saw commit: the
+	// exact page and counts are checked on a store without them.)
+	_, faults, _ := faultkv.FromEnv()
 	var removed []string
 	hooks := Sweep{OnRemove: func(_ context.Context, _ kv.Transaction, js []RemovedJob) error {
 		for _, j := range js {
@@ -104,17 +109,21 @@ func TestRetentionEntryPerBatch(t *testing.T) {
 		return b.c.sweepOne(b.ctx, tr, "cnt", OutcomeCompleted, before, 3, hooks)
 	})
 	require.NoError(t, err)
-	require.Equal(t, sweptPage{cleared: 3, more: true}, page)
-	require.Equal(t, ids[1:3], removed, "ids[0] ran again since")
-	entries = b.retainEntries(t, OutcomeCompleted)
-	require.Len(t, entries, 2)
-	require.Equal(t, ids[3:], entries[0].ids)
-	require.Equal(t, start+9, entries[0].at)
+	if !faults {
+		require.Equal(t, sweptPage{cleared: 3, more: true}, page)
+		require.Equal(t, ids[1:3], removed, "ids[0] ran again since")
+		entries = b.retainEntries(t, OutcomeCompleted)
+		require.Len(t, entries, 2)
+		require.Equal(t, ids[3:], entries[0].ids)
+		require.Equal(t, start+9, entries[0].at)
+	}
 
 	// The rest, then nothing before ids[0]'s new finish.
 	n, err := b.c.sweepOutcome(b.ctx, "cnt", OutcomeCompleted, before, Sweep{})
 	require.NoError(t, err)
-	require.Equal(t, 7, n)
+	if !faults {
+		require.Equal(t, 7, n)
+	}
 	for _, id := range ids[1:] {
 		_, err := b.c.JobState(b.ctx, nil, "cnt", id)
 		require.ErrorIs(t, err, ErrNotFound, id)
@@ -124,7 +133,7 @@ func TestRetentionEntryPerBatch(t *testing.T) {
 	require.Equal(t, Finished, s)
 	n, err = b.c.sweepOutcome(b.ctx, "cnt", OutcomeCompleted, b.clock.Now().UnixMilli(), Sweep{})
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.LessOrEqual(t, n, 1)
 	_, err = b.c.JobState(b.ctx, nil, "cnt", ids[0])
 	require.ErrorIs(t, err, ErrNotFound)
 	require.Empty(t, b.retainEntries(t, OutcomeCompleted))
@@ -150,6 +159,10 @@ func TestRetentionEntriesBounded(t *testing.T) {
 	require.ElementsMatch(t, ids, all)
 	n, err := b.c.sweepOutcome(b.ctx, "cnt", OutcomeDiscarded, b.clock.Now().UnixMilli(), Sweep{})
 	require.NoError(t, err)
-	require.Equal(t, 20, n)
+	require.LessOrEqual(t, n, 20, "pages that committed unseen are not counted")
 	require.Empty(t, b.retainEntries(t, OutcomeDiscarded))
+	for _, id := range ids {
+		_, err := b.c.JobState(b.ctx, nil, "cnt", id)
+		require.ErrorIs(t, err, ErrNotFound, id)
+	}
 }
