@@ -21,7 +21,11 @@ import (
 // the document does not parse, shown by the views, removed with the
 // document or its database.
 func TestDocWrittenLifecycle(t *testing.T) {
-	c, eng := simCluster(t, 1, testConfig(), 50*time.Millisecond, 0)
+	// A checkpoint a second: the restarting write below reads the job's
+	// row, which each checkpoint writes. With one every 50 ms it conflicted
+	// at every attempt for a minute on a loaded FoundationDB (an attempt
+	// took longer than 50 ms: CI's FDB pass).
+	c, eng := simCluster(t, 1, testConfig(), time.Second, 0)
 	ctx := context.Background()
 	doc := repDoc("http://h/a", "http://h/b", true)
 	c.PutDoc("_replicator", "d", doc)
