@@ -66,7 +66,8 @@ func (s subspace) Sub(el ...tuple.TupleElement) Subspace {
 func (s subspace) Bytes() []byte { return s.prefix }
 
 func (s subspace) Pack(t tuple.Tuple) kv.Key {
-	return concat(s.prefix, t.Pack())
+	// The full slice expression makes the append copy the prefix.
+	return t.AppendPack(s.prefix[:len(s.prefix):len(s.prefix)])
 }
 
 func (s subspace) PackWithVersionstamp(t tuple.Tuple) (kv.Key, error) {

@@ -1,10 +1,12 @@
 package tuple
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -100,11 +102,63 @@ func (t Tuple) Pack() []byte {
 
 // TryPack is Pack returning an error instead of panicking.
 func (t Tuple) TryPack() ([]byte, error) {
-	e := encoder{versionstampAt: -1}
+	return t.appendPack(nil)
+}
+
+// AppendPack appends the encoding of t to dst and returns the extended
+// slice, as strconv's Append functions do: a prefix and the tuple in one
+// allocation (subspace.Pack). It panics as Pack does.
+func (t Tuple) AppendPack(dst []byte) []byte {
+	b, err := t.appendPack(dst)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// AppendString appends the encoding of the string element s to dst, as
+// Tuple{s}.AppendPack(dst) does without boxing s: keys built in a hot
+// path allocate once.
+func AppendString(dst []byte, s string) []byte {
+	e := encoder{buf: dst}
+	e.string(codeString, s)
+	return e.buf
+}
+
+func (t Tuple) appendPack(dst []byte) ([]byte, error) {
+	e := encoder{buf: slices.Grow(dst, t.sizeHint()), versionstampAt: -1}
 	if err := e.tuple(t, false); err != nil {
 		return nil, err
 	}
 	return e.buf, nil
+}
+
+// sizeHint is about the encoded size of t (exact but for the escapes of
+// 0x00 bytes in byte strings, and large integers), so that packing
+// allocates once.
+func (t Tuple) sizeHint() int {
+	n := 0
+	for _, el := range t {
+		switch v := el.(type) {
+		case nil, bool:
+			n += 2
+		case []byte:
+			n += len(v) + 2
+		case string:
+			n += len(v) + 2
+		case Tuple:
+			n += v.sizeHint() + 2
+		case UUID:
+			n += 17
+		case Versionstamp:
+			n += 13
+		case kv.Key:
+			n += len(v) + 2
+		default:
+			n += 9 // integers and floats
+		}
+	}
+	return n
 }
 
 // PackWithVersionstamp returns prefix followed by the encoding of t, which
@@ -251,7 +305,7 @@ func (e *encoder) element(el TupleElement, nested bool) error {
 	case []byte:
 		e.bytes(codeBytes, v)
 	case string:
-		e.bytes(codeString, []byte(v))
+		e.string(codeString, v)
 	case bool:
 		if v {
 			e.buf = append(e.buf, codeTrue)
@@ -319,13 +373,29 @@ func (e *encoder) element(el TupleElement, nested bool) error {
 // terminator.
 func (e *encoder) bytes(code byte, b []byte) {
 	e.buf = append(e.buf, code)
-	for _, c := range b {
-		e.buf = append(e.buf, c)
-		if c == 0x00 {
-			e.buf = append(e.buf, escape)
+	for {
+		i := bytes.IndexByte(b, 0x00)
+		if i < 0 {
+			break
 		}
+		e.buf = append(append(e.buf, b[:i+1]...), escape)
+		b = b[i+1:]
 	}
-	e.buf = append(e.buf, 0x00)
+	e.buf = append(append(e.buf, b...), 0x00)
+}
+
+// string is bytes for a string, without converting it.
+func (e *encoder) string(code byte, s string) {
+	e.buf = append(e.buf, code)
+	for {
+		i := strings.IndexByte(s, 0x00)
+		if i < 0 {
+			break
+		}
+		e.buf = append(append(e.buf, s[:i+1]...), escape)
+		s = s[i+1:]
+	}
+	e.buf = append(append(e.buf, s...), 0x00)
 }
 
 // byteLen returns how many bytes the magnitude u needs.

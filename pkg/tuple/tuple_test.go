@@ -630,3 +630,9 @@ func BenchmarkUnpack(b *testing.B) {
 		}
 	}
 }
+
+func TestAppendString(t *testing.T) {
+	for _, s := range []string{"", "jobs", "a\x00b", "\x00\x00", "\xff\x00"} {
+		require.Equal(t, Tuple{"x", s}.Pack(), AppendString(Tuple{"x"}.Pack(), s), "%q", s)
+	}
+}

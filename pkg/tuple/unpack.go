@@ -1,6 +1,7 @@
 package tuple
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -32,24 +33,27 @@ var (
 )
 
 func (d *decoder) decode() (Tuple, error) {
-	stack := []Tuple{{}}
+	// cur is the tuple being built; stack holds the tuples it is nested
+	// in, outermost first (none at the top level: no allocation).
+	cur := make(Tuple, 0, 8)
+	var stack []Tuple
 	for d.i < len(d.b) {
-		top := len(stack) - 1
 		code := d.b[d.i]
 		if code == codeNested {
-			stack = append(stack, Tuple{})
+			stack = append(stack, cur)
+			cur = Tuple{}
 			d.i++
 			continue
 		}
-		if code == codeNil && top > 0 {
+		if code == codeNil && len(stack) > 0 {
 			if d.i+1 < len(d.b) && d.b[d.i+1] == escape {
-				stack[top] = append(stack[top], nil)
+				cur = append(cur, nil)
 				d.i += 2
 				continue
 			}
 			// End of the nested tuple.
-			stack[top-1] = append(stack[top-1], stack[top])
-			stack = stack[:top]
+			top := len(stack) - 1
+			cur, stack = append(stack[top], cur), stack[:top]
 			d.i++
 			continue
 		}
@@ -57,12 +61,12 @@ func (d *decoder) decode() (Tuple, error) {
 		if err != nil {
 			return nil, err
 		}
-		stack[top] = append(stack[top], el)
+		cur = append(cur, el)
 	}
-	if len(stack) > 1 {
+	if len(stack) > 0 {
 		return nil, errUnterminated
 	}
-	return stack[0], nil
+	return cur, nil
 }
 
 // need returns the n bytes after the type code at d.i, or fails.
@@ -80,6 +84,9 @@ func (d *decoder) element(code byte) (TupleElement, error) {
 	case code == codeBytes:
 		return d.bytes()
 	case code == codeString:
+		if b, ok := d.plain(); ok {
+			return string(b), nil
+		}
 		b, err := d.bytes()
 		if err != nil {
 			return nil, err
@@ -125,22 +132,42 @@ var fixedElements = [256]struct {
 // bytes decodes a byte string: bytes up to a 0x00 not followed by 0xff,
 // with every 0x00 0xff turned back into 0x00.
 func (d *decoder) bytes() ([]byte, error) {
-	out := []byte{}
-	for j := d.i + 1; j < len(d.b); j++ {
-		c := d.b[j]
-		if c != 0x00 {
-			out = append(out, c)
-			continue
+	if b, ok := d.plain(); ok {
+		return append(make([]byte, 0, len(b)), b...), nil
+	}
+	var out []byte
+	for j := d.i + 1; j < len(d.b); {
+		i := bytes.IndexByte(d.b[j:], 0x00)
+		if i < 0 {
+			break
 		}
+		out = append(out, d.b[j:j+i]...)
+		j += i
 		if j+1 < len(d.b) && d.b[j+1] == escape {
 			out = append(out, 0x00)
-			j++
+			j += 2
 			continue
 		}
 		d.i = j + 1
+		if out == nil {
+			out = []byte{}
+		}
 		return out, nil
 	}
 	return nil, fmt.Errorf("unterminated byte string")
+}
+
+// plain returns the byte string at d.i, in place, and moves past it when
+// it holds no escaped 0x00 (the common case: one copy, by the caller);
+// otherwise it returns false and bytes decodes it.
+func (d *decoder) plain() ([]byte, bool) {
+	rest := d.b[d.i+1:]
+	i := bytes.IndexByte(rest, 0x00)
+	if i < 0 || i+1 < len(rest) && rest[i+1] == escape {
+		return nil, false
+	}
+	d.i += i + 2
+	return rest[:i], true
 }
 
 // int decodes an integer of at most 8 bytes (codes 0x0c to 0x1c).
