@@ -35,13 +35,30 @@ type fop struct {
 type fkey struct {
 	key        []byte
 	stack      []fop
-	unreadable bool // a versionstamped value: later writes stack up
+	unreadable bool   // a versionstamped value: later writes stack up
+	first      [1]fop // stack's first backing array: one allocation per key
+}
+
+// newFkey is the entry of key with the one operation o.
+func newFkey(key []byte, o fop, unreadable bool) *fkey {
+	f := &fkey{key: key, unreadable: unreadable, first: [1]fop{o}}
+	f.stack = f.first[:]
+	return f
 }
 
 type sizeModel struct {
 	keys   *btree.BTreeG[*fkey]
 	clears *btree.BTreeG[span] // cleared ranges by begin, disjoint and not touching
 	extra  int                 // versionstamped keys, which FoundationDB sends as they are
+	probe  fkey                // the search key of lookups, reused
+}
+
+// get returns key's entry, if any.
+func (m *sizeModel) get(key []byte) (*fkey, bool) {
+	m.probe.key = key
+	e, ok := m.keys.Get(&m.probe)
+	m.probe.key = nil
+	return e, ok
 }
 
 // transactionSize returns the size FoundationDB counts for a commit of muts
@@ -55,6 +72,25 @@ func transactionSize(muts []mutation, reads, writes []span) int {
 		size += kv.ConflictRangeOverhead + len(w.begin) + len(w.end)
 	}
 	return size + mutationsSize(muts)
+}
+
+// transactionSizeAtMost is at least transactionSize(muts, reads, writes)
+// without replaying the mutations: each counted as if it did not coalesce,
+// its key twice (a clear of [key, key\x00)) and its operand whole (a
+// coalesced operand is no longer than its operands together). A commit
+// whose bound is under every limit needs no exact size.
+func transactionSizeAtMost(muts []mutation, reads, writes []span) int {
+	size := 0
+	for _, r := range reads {
+		size += kv.ConflictRangeOverhead + len(r.begin) + len(r.end)
+	}
+	for _, w := range writes {
+		size += kv.ConflictRangeOverhead + len(w.begin) + len(w.end)
+	}
+	for _, mu := range muts {
+		size += kv.MutationOverhead + 2*len(mu.key) + len(mu.param) + 4
+	}
+	return size
 }
 
 // mutationsSize is the mutations' part of transactionSize.
@@ -95,13 +131,13 @@ func mutationsSize(muts []mutation) int {
 func (m *sizeModel) apply(mu mutation) {
 	switch mu.op {
 	case opSet, opVersionstampedValue:
-		e, ok := m.keys.Get(&fkey{key: mu.key})
+		e, ok := m.get(mu.key)
 		o := fop{op: mu.op, param: mu.param, present: true}
 		if ok && e.unreadable {
 			e.stack = append(e.stack, o)
 			return
 		}
-		m.keys.Set(&fkey{key: mu.key, stack: []fop{o}, unreadable: mu.op == opVersionstampedValue})
+		m.keys.Set(newFkey(mu.key, o, mu.op == opVersionstampedValue))
 	case opClear:
 		m.clear(mu.key, keyAfter(mu.key))
 	case opClearRange:
@@ -116,12 +152,12 @@ func (m *sizeModel) apply(mu mutation) {
 // atomic stacks an atomic operation as WriteMap::mutate does.
 func (m *sizeModel) atomic(mu mutation) {
 	o := fop{op: mu.op, param: mu.param, present: true}
-	e, ok := m.keys.Get(&fkey{key: mu.key})
+	e, ok := m.get(mu.key)
 	switch {
 	case !ok && m.cleared(mu.key):
-		m.keys.Set(&fkey{key: mu.key, stack: []fop{coalesceOps(fop{op: opSet}, o)}})
+		m.keys.Set(newFkey(mu.key, coalesceOps(fop{op: opSet}, o), false))
 	case !ok:
-		m.keys.Set(&fkey{key: mu.key, stack: []fop{o}})
+		m.keys.Set(newFkey(mu.key, o, false))
 	case e.unreadable:
 		e.stack = append(e.stack, o)
 	default:

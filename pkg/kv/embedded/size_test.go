@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -92,7 +94,36 @@ func TestMutationsSize(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, mutationsSize(tc.muts))
+			require.GreaterOrEqual(t, transactionSizeAtMost(tc.muts, nil, nil), tc.want)
 		})
+	}
+}
+
+// transactionSizeAtMost bounds the exact size of any mutations: random ones
+// on a few keys, which coalesce, clear and stack in every way.
+func TestTransactionSizeAtMostBounds(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	ops := []opType{opSet, opClear, opClearRange, opAdd, opBitAnd, opBitOr, opBitXor, opMax, opMin,
+		opByteMax, opByteMin, opCompareAndClear, opVersionstampedKey, opVersionstampedValue}
+	bytesOf := func(n int) []byte {
+		b := make([]byte, rng.IntN(n))
+		for i := range b {
+			b[i] = byte(rng.IntN(3))
+		}
+		return b
+	}
+	for range 2000 {
+		var muts []mutation
+		for range rng.IntN(12) {
+			mu := mutation{op: ops[rng.IntN(len(ops))], key: bytesOf(3), param: bytesOf(10)}
+			if mu.op == opClearRange {
+				mu.param = append(append([]byte{}, mu.key...), bytesOf(3)...)
+			}
+			muts = append(muts, mu)
+		}
+		require.GreaterOrEqual(t, transactionSizeAtMost(muts, nil, nil), mutationsSize(muts), "%+v", muts)
 	}
 }
 

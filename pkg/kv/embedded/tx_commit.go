@@ -92,7 +92,10 @@ func (tr *transaction) Commit() kv.FutureNil {
 		return tr.failCommit(errTooOld)
 	}
 	reads, writes := coalesce(tr.reads), coalesce(tr.wconf)
-	size := transactionSize(tr.buf.muts, reads, writes)
+	size := transactionSizeAtMost(tr.buf.muts, reads, writes)
+	if limit := tr.db.opts.Budget.Bytes; size > kv.MaxTransactionSize || limit > 0 && int64(size) > limit {
+		size = transactionSize(tr.buf.muts, reads, writes) // near a limit: exact
+	}
 	if size > kv.MaxTransactionSize {
 		return tr.failCommit(errTooLarge)
 	}
