@@ -110,11 +110,18 @@ func (k keys) recount(tr kv.Transaction, typ string, shard int64, from State, fr
 		return
 	}
 	shard %= countShards
-	if was != "" {
-		tr.Add(k.countKey(typ, was, shard), minusOne)
-	}
-	if is != "" {
-		tr.Add(k.countKey(typ, is, shard), one)
+	at, _ := tr.(*addTx)
+	for _, c := range [2]struct {
+		state string
+		delta []byte
+	}{{was, minusOne}, {is, one}} {
+		switch {
+		case c.state == "":
+		case at != nil:
+			at.count(k, countID{typ, c.state, shard}, kv.DecodeInt64(c.delta)) // packed once, at flush
+		default:
+			tr.Add(k.countKey(typ, c.state, shard), c.delta)
+		}
 	}
 }
 
@@ -239,6 +246,26 @@ type addTx struct {
 	kv.Transaction
 	sums map[string]int64
 	keys []string // in the order first added
+	// counts are recount's adds, by count key not yet packed.
+	counts  map[countID]int64
+	countIn []countID // in the order first added
+	ck      keys
+}
+
+// countID names a count key: countKey(typ, state, shard).
+type countID struct {
+	typ, state string
+	shard      int64
+}
+
+func (t *addTx) count(k keys, id countID, delta int64) {
+	if t.counts == nil {
+		t.counts, t.ck = map[countID]int64{}, k
+	}
+	if _, ok := t.counts[id]; !ok {
+		t.countIn = append(t.countIn, id)
+	}
+	t.counts[id] += delta
 }
 
 func (t *addTx) Add(key kv.KeyConvertible, param []byte) {
@@ -258,11 +285,17 @@ func (t *addTx) Add(key kv.KeyConvertible, param []byte) {
 func coalesceAdds(tr kv.Transaction) (kv.Transaction, func()) {
 	t := &addTx{Transaction: tr, sums: map[string]int64{}}
 	return t, func() {
+		for _, id := range t.countIn {
+			if v := t.counts[id]; v != 0 {
+				t.Add(t.ck.countKey(id.typ, id.state, id.shard), kv.Int64(v))
+			}
+		}
 		for _, k := range t.keys {
 			if v := t.sums[k]; v != 0 {
 				t.Transaction.Add(kv.Key(k), kv.Int64(v))
 			}
 		}
 		t.keys, t.sums = nil, map[string]int64{}
+		t.countIn, t.counts = nil, nil
 	}
 }

@@ -108,7 +108,13 @@ func newKeys(root subspace.Subspace) keys {
 	}
 }
 
-func (k keys) dataKey(typ, id string) kv.Key { return k.data.Pack(tuple.Tuple{typ, id}) }
+// dataKey is k.data.Pack(tuple.Tuple{typ, id}), in one allocation: it is
+// built several times in each job's life.
+func (k keys) dataKey(typ, id string) kv.Key {
+	p := k.data.Bytes()
+	b := append(make(kv.Key, 0, len(p)+len(typ)+len(id)+4), p...)
+	return tuple.AppendString(tuple.AppendString(b, typ), id)
+}
 
 func (k keys) pendingKey(typ string, shard, stime int64, id string) kv.Key {
 	return k.pending.Pack(tuple.Tuple{typ, shard, stime, id})
