@@ -636,3 +636,20 @@ func TestAppendString(t *testing.T) {
 		require.Equal(t, Tuple{"x", s}.Pack(), AppendString(Tuple{"x"}.Pack(), s), "%q", s)
 	}
 }
+
+// Unpack sizes its result from a first pass over the codes: the count is
+// the number of top-level elements, nested tuples and escapes included.
+func TestDecoderCount(t *testing.T) {
+	vs := IncompleteVersionstamp(3)
+	vs.TransactionVersion[0] = 1
+	for _, tup := range []Tuple{
+		{},
+		{nil},
+		{"a\x00b", []byte{0, 0xff, 0}, int64(-1 << 40), uint64(1 << 63), true, false, 1.5, float32(2)},
+		{Tuple{nil, Tuple{}, "x\x00"}, nil, Tuple{Tuple{Tuple{}}}, int64(0)},
+		{new(big.Int).Lsh(big.NewInt(1), 100), new(big.Int).Neg(new(big.Int).Lsh(big.NewInt(1), 100)), UUID{}, vs},
+	} {
+		d := decoder{b: tup.Pack()}
+		require.Equal(t, len(tup), d.count(), "%v", tup)
+	}
+}

@@ -35,7 +35,7 @@ var (
 func (d *decoder) decode() (Tuple, error) {
 	// cur is the tuple being built; stack holds the tuples it is nested
 	// in, outermost first (none at the top level: no allocation).
-	cur := make(Tuple, 0, 8)
+	cur := make(Tuple, 0, d.count())
 	var stack []Tuple
 	for d.i < len(d.b) {
 		code := d.b[d.i]
@@ -67,6 +67,68 @@ func (d *decoder) decode() (Tuple, error) {
 		return nil, errUnterminated
 	}
 	return cur, nil
+}
+
+// count is how many elements the top level of d.b holds, from their
+// codes and lengths alone, so that decode allocates its result once; 8
+// when d.b is malformed (decode then fails on it).
+func (d *decoder) count() int {
+	n, depth := 0, 0
+	for i := d.i; i < len(d.b); {
+		code := d.b[i]
+		switch {
+		case code == codeNested:
+			if depth == 0 {
+				n++
+			}
+			depth++
+			i++
+			continue
+		case code == codeNil && depth > 0:
+			if i+1 < len(d.b) && d.b[i+1] == escape {
+				i += 2
+			} else {
+				depth--
+				i++
+			}
+			continue
+		case code == codeBytes || code == codeString:
+			j := i + 1
+			for {
+				k := bytes.IndexByte(d.b[j:], 0x00)
+				if k < 0 {
+					return 8
+				}
+				j += k + 1
+				if j < len(d.b) && d.b[j] == escape {
+					j++
+					continue
+				}
+				break
+			}
+			i = j
+		case code == codeNegBig || code == codePosBig:
+			if i+1 >= len(d.b) {
+				return 8
+			}
+			l := int(d.b[i+1])
+			if code == codeNegBig {
+				l ^= 0xff
+			}
+			i += 2 + l
+		case code > codeNegBig && code < codePosBig:
+			l := int(code) - codeIntZero
+			i += 1 + max(l, -l)
+		case fixedElements[code].decode != nil:
+			i += 1 + fixedElements[code].size
+		default:
+			return 8
+		}
+		if depth == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // need returns the n bytes after the type code at d.i, or fails.
