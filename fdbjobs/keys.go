@@ -233,86 +233,93 @@ func (k keys) bumpPending(tr kv.Transaction, typ string) { tr.Add(k.watchesPendi
 // encodeRow packs r. For a running row whose seq is new, the value holds an
 // incomplete versionstamp and versionstamped is true.
 func encodeRow(r *row) (value []byte, versionstamped bool) {
-	var seq tuple.TupleElement
+	b := make([]byte, 0, 80+len(r.data)+len(r.lock.token)+len(r.prev.token)+len(r.addToken))
+	vsAt := -1
 	switch r.state {
 	case Pending:
-		seq = int64(0)
+		b = tuple.AppendInt(b, 0)
 	case Finished:
-		seq = nil
+		b = tuple.AppendNil(b)
 	case Running:
 		if r.seqNew {
-			seq = tuple.IncompleteVersionstamp(0)
+			vsAt = len(b) + 1
+			b = tuple.AppendVersionstamp(b, tuple.IncompleteVersionstamp(0))
 		} else {
-			seq = r.seq
+			b = tuple.AppendVersionstamp(b, r.seq)
 		}
 	}
-	var tok, prevTok tuple.TupleElement
-	if r.lock.held() {
-		tok = r.lock.token
+	b = appendToken(b, r.lock.token, r.lock.held())
+	b = tuple.AppendInt(b, r.lock.index)
+	b = tuple.AppendInt(b, r.stime)
+	b = tuple.AppendBool(b, r.resubmit)
+	b = appendToken(b, r.prev.token, r.prev.held())
+	b = tuple.AppendInt(b, r.prev.index)
+	b = tuple.AppendBytes(b, r.data)
+	b = appendToken(b, r.addToken, r.addToken != nil)
+	b = tuple.AppendInt(b, r.shard)
+	if vsAt >= 0 {
+		return binary.LittleEndian.AppendUint32(b, uint32(vsAt)), true
 	}
-	if r.prev.held() {
-		prevTok = r.prev.token
-	}
-	var addTok tuple.TupleElement
-	if r.addToken != nil {
-		addTok = r.addToken
-	}
-	t := tuple.Tuple{seq, tok, r.lock.index, r.stime, r.resubmit, prevTok, r.prev.index, r.data, addTok, r.shard}
-	if r.state == Running && r.seqNew {
-		v, err := t.PackWithVersionstamp(nil)
-		if err != nil {
-			panic(err)
-		}
-		return v, true
-	}
-	return t.Pack(), false
+	return b, false
 }
 
+// appendToken appends token, or nil when not set.
+func appendToken(b, token []byte, set bool) []byte {
+	if !set {
+		return tuple.AppendNil(b)
+	}
+	return tuple.AppendBytes(b, token)
+}
+
+// decodeRow reads a row that encodeRow wrote: a tuple of (state and seq,
+// lock token, lock index, stime, resubmit, previous lock token and index,
+// data, add token, shard).
 func decodeRow(v []byte) (*row, error) {
-	t, err := tuple.Unpack(v)
-	if err != nil {
-		return nil, fmt.Errorf("fdbjobs: bad job row: %w", err)
-	}
-	if len(t) != 10 {
-		return nil, fmt.Errorf("fdbjobs: bad job row: %d elements", len(t))
-	}
-	r := &row{}
 	bad := func(what string) error { return fmt.Errorf("fdbjobs: bad job row: %s", what) }
+	rd := tuple.NewReader(v)
+	r := &row{}
 	var ok bool
-	if r.lock.token, ok = bytesElem(t[1]); !ok {
+	switch {
+	case rd.Nil():
+		r.state = Finished
+	default:
+		if r.seq, ok = rd.Versionstamp(); ok {
+			r.state = Running
+		} else if rd.Skip() {
+			r.state = Pending
+		} else {
+			return nil, bad("state")
+		}
+	}
+	if r.lock.token, ok = readToken(&rd); !ok {
 		return nil, bad("token")
 	}
-	if r.lock.index, ok = intElem(t[2]); !ok {
+	if r.lock.index, ok = rd.Int(); !ok {
 		return nil, bad("index")
 	}
-	if r.stime, ok = intElem(t[3]); !ok {
+	if r.stime, ok = rd.Int(); !ok {
 		return nil, bad("stime")
 	}
-	if r.resubmit, ok = t[4].(bool); !ok {
+	if r.resubmit, ok = rd.Bool(); !ok {
 		return nil, bad("resubmit")
 	}
-	if r.prev.token, ok = bytesElem(t[5]); !ok {
+	if r.prev.token, ok = readToken(&rd); !ok {
 		return nil, bad("prev token")
 	}
-	if r.prev.index, ok = intElem(t[6]); !ok {
+	if r.prev.index, ok = rd.Int(); !ok {
 		return nil, bad("prev index")
 	}
-	if r.data, ok = t[7].([]byte); !ok {
+	if r.data, ok = rd.Bytes(); !ok {
 		return nil, bad("data")
 	}
-	if r.addToken, ok = bytesElem(t[8]); !ok {
+	if r.addToken, ok = readToken(&rd); !ok {
 		return nil, bad("add token")
 	}
-	if r.shard, ok = intElem(t[9]); !ok {
+	if r.shard, ok = rd.Int(); !ok {
 		return nil, bad("shard")
 	}
-	switch s := t[0].(type) {
-	case nil:
-		r.state = Finished
-	case tuple.Versionstamp:
-		r.state, r.seq = Running, s
-	default:
-		r.state = Pending
+	if !rd.Done() {
+		return nil, bad("more than 10 elements")
 	}
 	if r.state == Running && !r.lock.held() {
 		return nil, bad("running without lock")
@@ -321,14 +328,12 @@ func decodeRow(v []byte) (*row, error) {
 	return r, nil
 }
 
-func bytesElem(e tuple.TupleElement) ([]byte, bool) {
-	switch v := e.(type) {
-	case nil:
+// readToken reads a token, or nil.
+func readToken(rd *tuple.Reader) ([]byte, bool) {
+	if rd.Nil() {
 		return nil, true
-	case []byte:
-		return v, true
 	}
-	return nil, false
+	return rd.Bytes()
 }
 
 func intElem(e tuple.TupleElement) (int64, bool) {
