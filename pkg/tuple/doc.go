@@ -52,4 +52,13 @@
 // versionstamp (FDB API version 520 and later) for
 // kv.Transaction.SetVersionstampedKey; the commit fills in the transaction
 // version.
+//
+// # Known layouts
+//
+// For a record whose layout the caller knows and reads or writes in a hot
+// path, the Append functions (AppendInt, AppendBytes, AppendString, ...)
+// write its elements one by one into a buffer, and a Reader reads them
+// back, each as the type expected, without building a Tuple or boxing its
+// elements: the bytes are Pack's. AppendPack packs a Tuple after a prefix
+// in one allocation.
 package tuple

@@ -93,8 +93,9 @@
 // key's later set replacing its earlier writes, consecutive atomic
 // operations merged) at 56 bytes each plus keys and parameters, and the
 // coalesced read and write conflict ranges at 32 bytes each plus their keys
-// (size.go). Write methods return no error, so an invalid write fails the
-// commit with its code. A transaction older than the transaction lifetime
+// (size.go: a commit far from the limits takes an upper bound instead).
+// Write methods return no error, so an invalid write fails the commit with
+// its code. A transaction older than the transaction lifetime
 // (five seconds) fails reads and, if it read anything, its commit with
 // transaction_too_old (1007); so does a commit whose read version the
 // conflict history has forgotten. SetTimeout fails operations with

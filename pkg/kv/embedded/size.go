@@ -22,7 +22,9 @@ import (
 // operation stack, in which a set replaces what came before, an atomic
 // operation on a known value becomes a set, and consecutive atomic
 // operations of one kind merge (WriteMap::coalesceOver). sizeModel replays
-// the mutation log into that shape.
+// the mutation log into that shape. A commit counts it only near a limit:
+// below, transactionSizeAtMost's bound stands for it (the exact size
+// matters only where it decides a failure).
 
 // fop is one operation of a key's stack: a set (present false: a clear
 // of the key), an atomic operation, or a versionstamped value.
