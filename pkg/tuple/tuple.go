@@ -371,34 +371,28 @@ func (e *encoder) element(el TupleElement, nested bool) error {
 
 // bytes appends code, b with each 0x00 escaped as 0x00 0xff, and a 0x00
 // terminator.
-func (e *encoder) bytes(code byte, b []byte) {
-	e.buf = append(e.buf, code)
-	for {
-		i := bytes.IndexByte(b, 0x00)
-		if i < 0 {
-			break
-		}
-		e.buf = append(append(e.buf, b[:i+1]...), escape)
-		b = b[i+1:]
-	}
-	e.buf = append(append(e.buf, b...), 0x00)
-}
+func (e *encoder) bytes(code byte, b []byte) { e.buf = appendEscaped(e.buf, code, b, bytes.IndexByte) }
 
 // string is bytes for a string, without converting it.
 func (e *encoder) string(code byte, s string) {
-	e.buf = append(e.buf, code)
+	e.buf = appendEscaped(e.buf, code, s, strings.IndexByte)
+}
+
+// appendEscaped appends code, s a run between 0x00 bytes at a time, each
+// 0x00 escaped, and the terminator (index: bytes' or strings' IndexByte).
+func appendEscaped[T string | []byte](buf []byte, code byte, s T, index func(T, byte) int) []byte {
+	buf = append(buf, code)
 	for {
-		i := strings.IndexByte(s, 0x00)
+		i := index(s, 0x00)
 		if i < 0 {
 			break
 		}
-		e.buf = append(append(e.buf, s[:i+1]...), escape)
+		buf = append(append(buf, s[:i+1]...), escape)
 		s = s[i+1:]
 	}
-	e.buf = append(append(e.buf, s...), 0x00)
+	return append(append(buf, s...), 0x00)
 }
 
-// byteLen returns how many bytes the magnitude u needs.
 func byteLen(u uint64) int {
 	n := 0
 	for u != 0 {

@@ -66,14 +66,18 @@ func (m *sizeModel) get(key []byte) (*fkey, bool) {
 // transactionSize returns the size FoundationDB counts for a commit of muts
 // with the given coalesced read and write conflict ranges.
 func transactionSize(muts []mutation, reads, writes []span) int {
+	return conflictRangesSize(reads, writes) + mutationsSize(muts)
+}
+
+// conflictRangesSize is the conflict ranges' part of transactionSize.
+func conflictRangesSize(reads, writes []span) int {
 	size := 0
-	for _, r := range reads {
-		size += kv.ConflictRangeOverhead + len(r.begin) + len(r.end)
+	for _, ranges := range [2][]span{reads, writes} {
+		for _, r := range ranges {
+			size += kv.ConflictRangeOverhead + len(r.begin) + len(r.end)
+		}
 	}
-	for _, w := range writes {
-		size += kv.ConflictRangeOverhead + len(w.begin) + len(w.end)
-	}
-	return size + mutationsSize(muts)
+	return size
 }
 
 // transactionSizeAtMost is at least transactionSize(muts, reads, writes)
@@ -82,13 +86,7 @@ func transactionSize(muts []mutation, reads, writes []span) int {
 // coalesced operand is no longer than its operands together). A commit
 // whose bound is under every limit needs no exact size.
 func transactionSizeAtMost(muts []mutation, reads, writes []span) int {
-	size := 0
-	for _, r := range reads {
-		size += kv.ConflictRangeOverhead + len(r.begin) + len(r.end)
-	}
-	for _, w := range writes {
-		size += kv.ConflictRangeOverhead + len(w.begin) + len(w.end)
-	}
+	size := conflictRangesSize(reads, writes)
 	for _, mu := range muts {
 		size += kv.MutationOverhead + 2*len(mu.key) + len(mu.param) + 4
 	}
