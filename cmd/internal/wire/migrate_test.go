@@ -329,6 +329,7 @@ func TestMigrateKeepsCheckpoints(t *testing.T) {
 			"continuous": true, "checkpoint_interval": 500, "selector": map[string]any{"n": map[string]any{"$mod": []int{2, 0}}}},
 	}
 	written := map[string]int{"plain": docs, "even": docs / 2}
+	targets := map[string]string{"plain": "all", "even": "even"}
 	for id, body := range reps {
 		body["_id"] = id
 		couch.PutDoc(t, "_replicator", body)
@@ -357,6 +358,12 @@ func TestMigrateKeepsCheckpoints(t *testing.T) {
 		}
 		last := log["history"].([]any)[0].(map[string]any)
 		seq, _ := log["source_last_seq"].(string)
+		// CouchDB writes the source's checkpoint, then the target's: the
+		// dry run reads both.
+		tlog := couch.GetDoc(t, targets[id], "_local/"+repIDs[id])
+		if tlog == nil || tlog["source_last_seq"] != log["source_last_seq"] {
+			return checkpoint{}, false
+		}
 		return checkpoint{seq: seq, checked: last["missing_checked"].(float64)}, last["docs_written"].(float64) == float64(written[id])
 	}
 	// CouchDB's replicator copies the database slowly on a loaded
