@@ -91,8 +91,6 @@ func (k keys) countKey(typ, state string, shard int64) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyCounts, typ, state, shard})
 }
 
-var minusOne = kv.Int64(-1)
-
 // recount moves the count of a job of queue shard shard from the state
 // (and data) the store held to the one written (0: none), in tr.
 func (k keys) recount(tr kv.Transaction, typ string, shard int64, from State, fromData []byte, to State, toData []byte) {
@@ -109,18 +107,17 @@ func (k keys) recount(tr kv.Transaction, typ string, shard int64, from State, fr
 	if was == is {
 		return
 	}
-	shard %= countShards
 	at, _ := tr.(*addTx)
-	for _, c := range [2]struct {
+	for _, c := range [...]struct {
 		state string
-		delta []byte
-	}{{was, minusOne}, {is, one}} {
-		switch {
-		case c.state == "":
-		case at != nil:
-			at.count(k, countID{typ, c.state, shard}, kv.DecodeInt64(c.delta)) // packed once, at flush
-		default:
-			tr.Add(k.countKey(typ, c.state, shard), c.delta)
+		delta int64
+	}{{was, -1}, {is, 1}} {
+		if c.state == "" {
+			continue
+		}
+		id := countID{typ, c.state, shard % countShards}
+		if at == nil || !at.count(k, id, c.delta) { // packed once, at flush
+			tr.Add(k.countKey(id.typ, id.state, id.shard), kv.Int64(c.delta))
 		}
 	}
 }
@@ -258,14 +255,19 @@ type countID struct {
 	shard      int64
 }
 
-func (t *addTx) count(k keys, id countID, delta int64) {
+// count adds delta to the count id of k, unless the transaction's counts
+// are another root's (false: the caller adds it itself).
+func (t *addTx) count(k keys, id countID, delta int64) bool {
 	if t.counts == nil {
 		t.counts, t.ck = map[countID]int64{}, k
+	} else if !bytes.Equal(t.ck.root.Bytes(), k.root.Bytes()) {
+		return false
 	}
 	if _, ok := t.counts[id]; !ok {
 		t.countIn = append(t.countIn, id)
 	}
 	t.counts[id] += delta
+	return true
 }
 
 func (t *addTx) Add(key kv.KeyConvertible, param []byte) {

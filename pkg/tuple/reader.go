@@ -1,9 +1,6 @@
 package tuple
 
-import (
-	"encoding/binary"
-	"fmt"
-)
+import "encoding/binary"
 
 // Append functions and Reader pack and unpack a tuple of a layout the
 // caller knows, element by element, without building a Tuple or boxing its
@@ -89,52 +86,25 @@ func (r *Reader) Int() (int64, bool) {
 	if !ok || c <= codeNegBig || c >= codePosBig {
 		return 0, false
 	}
-	at := r.d.i
-	n := int(c) - codeIntZero
-	neg := n < 0
-	if neg {
-		n = -n
-	}
-	b, err := r.d.need(n)
+	mag, neg, n, err := r.d.intParts(c)
 	if err != nil {
 		return 0, false
 	}
-	var u uint64
-	for _, x := range b {
-		u = u<<8 | uint64(x)
-	}
-	if neg {
-		mag := ^u
-		if n < 8 {
-			mag &= 1<<(8*n) - 1
-		}
-		if mag > 1<<63 {
-			r.d.i = at
-			return 0, false
-		}
+	v, ok := intValue(mag, neg)
+	if ok {
 		r.d.i += 1 + n
-		return -int64(mag-1) - 1, true
 	}
-	if u > 1<<63-1 {
-		return 0, false
-	}
-	r.d.i += 1 + n
-	return int64(u), true
+	return v, ok
 }
 
 // Bool reads a boolean.
 func (r *Reader) Bool() (v, ok bool) {
-	switch c, _ := r.peek(); {
-	case r.Done():
+	c, ok := r.peek()
+	if !ok || c != codeTrue && c != codeFalse {
 		return false, false
-	case c == codeTrue:
-		r.d.i++
-		return true, true
-	case c == codeFalse:
-		r.d.i++
-		return false, true
 	}
-	return false, false
+	r.d.i++
+	return c == codeTrue, true
 }
 
 // Versionstamp reads a versionstamp.
@@ -152,18 +122,12 @@ func (r *Reader) Versionstamp() (Versionstamp, bool) {
 
 // Skip reads an element of any type but a nested tuple.
 func (r *Reader) Skip() bool {
-	if r.Done() {
+	c, ok := r.peek()
+	if !ok || c == codeNested {
 		return false
 	}
 	at := r.d.i
-	code := r.d.b[at]
-	var err error
-	if code == codeNested {
-		err = fmt.Errorf("nested")
-	} else {
-		_, err = r.d.element(code)
-	}
-	if err != nil {
+	if _, err := r.d.element(c); err != nil {
 		r.d.i = at
 		return false
 	}

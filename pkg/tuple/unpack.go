@@ -211,10 +211,7 @@ func (d *decoder) bytes() ([]byte, error) {
 			continue
 		}
 		d.i = j + 1
-		if out == nil {
-			out = []byte{}
-		}
-		return out, nil
+		return out, nil // not empty: plain took those without an escape
 	}
 	return nil, fmt.Errorf("unterminated byte string")
 }
@@ -234,35 +231,57 @@ func (d *decoder) plain() ([]byte, bool) {
 
 // int decodes an integer of at most 8 bytes (codes 0x0c to 0x1c).
 func (d *decoder) int(code byte) (TupleElement, error) {
-	n := int(code) - codeIntZero
-	neg := n < 0
+	mag, neg, n, err := d.intParts(code)
+	if err != nil {
+		return nil, err
+	}
+	d.i += 1 + n
+	if v, ok := intValue(mag, neg); ok {
+		return v, nil
+	}
+	if !neg {
+		return mag, nil
+	}
+	return new(big.Int).Neg(new(big.Int).SetUint64(mag)), nil
+}
+
+// intParts reads the integer of at most 8 bytes at d.i (code 0x0c to
+// 0x1c) without moving past it: its magnitude, its sign and its length n
+// after the type code.
+func (d *decoder) intParts(code byte) (mag uint64, neg bool, n int, err error) {
+	n = int(code) - codeIntZero
+	neg = n < 0
 	if neg {
 		n = -n
 	}
 	b, err := d.need(n)
 	if err != nil {
-		return nil, err
+		return 0, false, 0, err
 	}
-	d.i += 1 + n
 	var u uint64
 	for _, c := range b {
 		u = u<<8 | uint64(c)
 	}
 	if !neg {
-		if u <= math.MaxInt64 {
-			return int64(u), nil
-		}
-		return u, nil
+		return u, false, n, nil
 	}
 	// u is the n-byte one's complement of the magnitude.
-	mag := ^u
+	mag = ^u
 	if n < 8 {
 		mag &= 1<<(8*n) - 1
 	}
-	if mag <= 1<<63 {
-		return -int64(mag-1) - 1, nil // no overflow at MinInt64
+	return mag, true, n, nil
+}
+
+// intValue is the int64 of magnitude mag and sign neg, if it fits.
+func intValue(mag uint64, neg bool) (int64, bool) {
+	switch {
+	case !neg && mag <= math.MaxInt64:
+		return int64(mag), true
+	case neg && mag <= 1<<63:
+		return -int64(mag-1) - 1, true // no overflow at MinInt64
 	}
-	return new(big.Int).Neg(new(big.Int).SetUint64(mag)), nil
+	return 0, false
 }
 
 // bigInt decodes an integer of more than 8 bytes (codes 0x0b and 0x1d),
