@@ -322,24 +322,30 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 			return result{jobs: jobs, timeout: ti.timeout}, err
 		}
 		// A paused type takes no new job; the read conflicts with Pause,
-		// so no accept that committed after Pause took one.
-		if p, err := tr.Get(c.k.pausedKey(typ)).Get(); err != nil || p != nil {
-			if err == nil {
-				err = fmt.Errorf("type %q: %w", typ, ErrPaused)
-			}
-			return result{}, err
-		}
-		var runs [][]kv.Key
+		// so no accept that committed after Pause took one. It is looked
+		// at once the pick (read beside it) is back, before any claim.
+		paused := tr.Get(c.k.pausedKey(typ))
+		var runs [][]kv.KeyValue
 		var look pick
 		if noSchedule {
 			var cands []kv.Key
 			cands, marked, err = c.pickNoSchedule(tr, typ, n, ti.high, avoid)
 			if len(cands) > 0 {
-				runs = [][]kv.Key{cands}
+				run := make([]kv.KeyValue, len(cands))
+				for i, k := range cands {
+					run[i].Key = k // no value: claim reads the row
+				}
+				runs = [][]kv.KeyValue{run}
 			}
 		} else {
 			look, err = c.pickScheduled(tr, typ, n, max, ti.high, avoid, scan, sw)
 			runs, marked, busy = look.runs, look.shards, look.busy
+		}
+		if p, perr := paused.Get(); perr != nil || p != nil {
+			if perr == nil {
+				perr = fmt.Errorf("type %q: %w", typ, ErrPaused)
+			}
+			return result{}, perr
 		}
 		if err != nil {
 			return result{}, err
@@ -470,21 +476,22 @@ func randomHex() string {
 // claim takes the candidate pending keys, given as runs: a read conflict
 // on them and their clear (with run, each run is the first keys of a
 // shard in order, and gets one range for both; otherwise each key its
-// own), then the job rows, which must be pending at the key's
-// scheduled time (stale keys are dropped). The rows are read as a
-// snapshot: the conflict on the pending key covers them, as every write to
-// a pending job's row writes that key too (see doc.go, "Pending keys").
-func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.Key, run bool) ([]*Job, int64, error) {
+// own), then the job rows, which must be pending at the key's scheduled
+// time (stale keys are dropped). A key's value, when it has one, is its
+// row (see doc.go, "Pending keys"); the other rows are read as a
+// snapshot. Either way the conflict on the pending key covers the row, as
+// every write to a pending job's row writes that key too.
+func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.KeyValue, run bool) ([]*Job, int64, error) {
 	tr, flush := coalesceAdds(tr)
 	defer flush()
-	var cands []kv.Key
-	for _, keys := range runs {
-		if len(keys) == 0 {
+	var cands []kv.KeyValue
+	for _, kvs := range runs {
+		if len(kvs) == 0 {
 			continue
 		}
-		cands = append(cands, keys...)
+		cands = append(cands, kvs...)
 		if run {
-			r := kv.KeyRange{Begin: keys[0], End: kv.KeyAfter(keys[len(keys)-1])}
+			r := kv.KeyRange{Begin: kvs[0].Key, End: kv.KeyAfter(kvs[len(kvs)-1].Key)}
 			if err := tr.AddReadConflictRange(r); err != nil {
 				return nil, 0, err
 			}
@@ -496,8 +503,10 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.
 	}
 	ids := make([]string, len(cands))
 	stimes := make([]int64, len(cands))
-	futs := make([]kv.FutureByteSlice, len(cands))
-	for i, k := range cands {
+	rows := make([]*row, len(cands))
+	var futs []kv.FutureByteSlice // of the rows not inlined, in order
+	for i, e := range cands {
+		k := e.Key
 		t, err := c.k.pending.Unpack(k)
 		if err != nil || len(t) != 4 {
 			return nil, 0, fmt.Errorf("fdbjobs: bad pending key %s", k)
@@ -511,11 +520,22 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.
 			}
 			tr.Clear(k)
 		}
-		futs[i] = tr.Snapshot().Get(c.k.dataKey(typ, id))
+		if len(e.Value) > 0 {
+			if rows[i], err = decodeRow(e.Value); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		futs = append(futs, tr.Snapshot().Get(c.k.dataKey(typ, id)))
 	}
-	rows, err := decodeRows(futs)
+	read, err := decodeRows(futs)
 	if err != nil {
 		return nil, 0, err
+	}
+	for i := range rows {
+		if len(cands[i].Value) == 0 {
+			rows[i], read = read[0], read[1:]
+		}
 	}
 	var jobs []*Job
 	var idx []int64

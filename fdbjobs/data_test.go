@@ -130,3 +130,26 @@ func TestJobsAfter(t *testing.T) {
 	_, err = b.c.JobsAfter(b.ctx, nil, t1, "", 0)
 	require.ErrorIs(t, err, ErrInvalidArgument)
 }
+
+// A SetData that commits while an Accept of the same job is on its way
+// makes the Accept conflict: its retry takes the job with the new data,
+// which is not lost.
+func TestSetDataDuringAccept(t *testing.T) {
+	b := setup(t)
+	b.start(t)
+	db := &interleaveDB{Database: b.db, between: func() {}, beforeCommit: true}
+	c, err := New(db, Config{Clock: b.clock})
+	require.NoError(t, err)
+	require.NoError(t, c.CheckLayout(b.ctx))
+	b.add(t, t1, j1, `{"v":1}`, 0)
+	db.between = func() {
+		db.between = func() {}
+		require.NoError(t, b.c.SetData(b.ctx, nil, t1, j1, raw(`{"v":2}`)))
+	}
+	j, err := c.Accept(b.ctx, t1, AcceptOptions{})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"v":2}`, string(j.Data))
+	require.JSONEq(t, `{"v":2}`, b.data(t, t1, j1))
+	require.NoError(t, c.Finish(b.ctx, nil, j, nil))
+	b.requireClean(t)
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/pkg/subspace"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
@@ -137,6 +138,54 @@ func (b *bundle) requireClean(t *testing.T) {
 		}
 	}
 	require.Zero(t, b.count(t, keyLeases), "leases left after the activity monitor's pass")
+	b.requirePendingKeys(t)
+}
+
+// requirePendingKeys checks doc.go's "Pending keys" on a store at rest:
+// each pending row has its PENDING key at its shard and scheduled time,
+// each PENDING key is a pending row's, and holds nothing or the row
+// (pendingValue).
+func (b *bundle) requirePendingKeys(t *testing.T) {
+	t.Helper()
+	pending := map[string][]byte{}
+	for _, e := range b.scan(t, b.c.k.data) {
+		r, err := decodeRow(e.Value)
+		require.NoError(t, err)
+		if r.state != Pending {
+			continue
+		}
+		tup, err := b.c.k.data.Unpack(e.Key)
+		require.NoError(t, err)
+		pending[string(b.c.k.pendingKey(tup[0].(string), r.shard, r.stime, tup[1].(string)))] = e.Value
+	}
+	for _, e := range b.scan(t, b.c.k.pending) {
+		row, ok := pending[string(e.Key)]
+		require.True(t, ok, "pending key %s without its pending row", e.Key)
+		if len(e.Value) > 0 {
+			require.Equal(t, row, e.Value, "pending key %s holds another row than its job's", e.Key)
+		}
+		delete(pending, string(e.Key))
+	}
+	require.Empty(t, pending, "pending rows without their pending keys")
+}
+
+// scan reads every key of ss, a page per transaction.
+func (b *bundle) scan(t *testing.T, ss subspace.Subspace) []kv.KeyValue {
+	t.Helper()
+	begin, end := ss.FDBRangeKeys()
+	rg := kv.KeyRange{Begin: begin, End: end}
+	var out []kv.KeyValue
+	for {
+		kvs, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]kv.KeyValue, error) {
+			return tr.GetRange(rg, kv.RangeOptions{Limit: 500}).GetSliceWithError()
+		})
+		require.NoError(t, err)
+		out = append(out, kvs...)
+		if len(kvs) < 500 {
+			return out
+		}
+		rg.Begin = kv.KeyAfter(kvs[len(kvs)-1].Key)
+	}
 }
 
 func raw(s string) json.RawMessage {

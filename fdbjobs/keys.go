@@ -13,7 +13,7 @@ import (
 // Key layout (under Config.Subspace; see doc.go for the table).
 const (
 	keyData            = 1  // (1, Type, JobID) -> row
-	keyPending         = 2  // (2, Type, Shard, STime, JobID) -> ""
+	keyPending         = 2  // (2, Type, Shard, STime, JobID) -> row or "" (pendingValue)
 	keyWatchesPending  = 3  // (3, Type) -> int64 LE counter
 	keyActivityTimeout = 5  // (5, Type) -> (TimeoutMillis)
 	keyLeases          = 6  // (6, Type, Shard, Versionstamp, Token) -> (Index, JobID, ...)
@@ -366,7 +366,10 @@ func (k keys) readRow(tr kv.ReadTransaction, typ, id string) (*row, error) {
 // versionstamp, which the caller gives its lease too (writeLease). Every
 // write of a row goes through it (and every clear through clearRow), so
 // that the counts per state move with the row in the same commit.
-func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
+//
+// It returns the value written when the row is pending, for its PENDING
+// key (pendingValue).
+func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) []byte {
 	v, vs := encodeRow(r)
 	if vs {
 		tr.SetVersionstampedValue(k.dataKey(typ, id), v)
@@ -375,6 +378,26 @@ func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
 	}
 	k.recount(tr, typ, r.shard, r.stored, r.storedData, r.state, r.data)
 	r.stored, r.storedData = r.state, r.data
+	if r.state != Pending {
+		return nil
+	}
+	return v
+}
+
+// inlineRowMax bounds the rows a PENDING key's value holds (pendingValue):
+// an Accept reading several shards at once reads the values of keys it
+// does not take too.
+const inlineRowMax = 256
+
+// pendingValue is the value of a pending job's PENDING key, given its
+// row's: the row itself when it has at most inlineRowMax bytes, so that
+// Accept reads it with the key and not with a read of its own; otherwise
+// nothing, and Accept reads the row.
+func pendingValue(row []byte) []byte {
+	if len(row) > inlineRowMax {
+		return nil
+	}
+	return row
 }
 
 // clearRow deletes the row r of job id (read in this transaction).
@@ -389,8 +412,8 @@ func (k keys) clearRow(tr kv.Transaction, typ, id string, r *row) {
 // once per transaction.
 func (k keys) enqueue(tr kv.Transaction, typ, id string, r *row, stime int64) {
 	r.state, r.seq, r.seqNew, r.lock, r.resubmit, r.stime = Pending, tuple.Versionstamp{}, false, lock{}, false, stime
-	k.writeRow(tr, typ, id, r)
-	tr.Set(k.pendingKey(typ, r.shard, stime, id), nil)
+	v := k.writeRow(tr, typ, id, r)
+	tr.Set(k.pendingKey(typ, r.shard, stime, id), pendingValue(v))
 }
 
 // jobInfo decodes e, a DATA row of typ read from a range; ok is false for

@@ -1,9 +1,12 @@
 package fdbjobs
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
 
 	"github.com/fdbrep/fdbrep/pkg/subspace"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
@@ -67,4 +70,36 @@ func TestRowCodec(t *testing.T) {
 		_, err := decodeRow(bad)
 		require.Error(t, err, "%x", bad)
 	}
+}
+
+// A pending job's key holds its row when the row is small, and nothing
+// when it is larger than inlineRowMax; Accept takes either with its data.
+func TestPendingKeyHoldsSmallRows(t *testing.T) {
+	b := setup(t)
+	b.start(t)
+	small, large := `{"v":1}`, `{"v":"`+strings.Repeat("x", inlineRowMax)+`"}`
+	b.add(t, t1, j1, small, 1)
+	b.add(t, t1, j2, large, 2)
+	values := map[string][]byte{}
+	for _, e := range b.scan(t, b.c.k.pending) {
+		tup, err := b.c.k.pending.Unpack(e.Key)
+		require.NoError(t, err)
+		values[tup[3].(string)] = e.Value
+	}
+	require.Len(t, values, 2)
+	row, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]byte, error) {
+		return tr.Get(b.c.k.dataKey(t1, j1)).Get()
+	})
+	require.NoError(t, err)
+	require.Equal(t, row, values[j1], "the small row, in its key")
+	require.Empty(t, values[j2], "the large row, read by Accept")
+	want := map[string]string{j1: small, j2: large}
+	for range 2 {
+		j, err := b.c.Accept(b.ctx, t1, AcceptOptions{MaxScheduledTime: 2})
+		require.NoError(t, err)
+		require.JSONEq(t, want[j.ID], string(j.Data))
+		require.Equal(t, Running, b.state(t, t1, j.ID))
+		require.NoError(t, b.c.Finish(b.ctx, nil, j, nil))
+	}
+	b.requireClean(t)
 }

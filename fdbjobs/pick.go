@@ -71,8 +71,8 @@ func (sw *sweep) advance(look pick) {
 
 // pick is what pickScheduled found.
 type pick struct {
-	runs   [][]kv.Key
-	shards []int64 // marked in c.claiming, to be released by the caller
+	runs   [][]kv.KeyValue // pending keys and their values, by shard
+	shards []int64         // marked in c.claiming, to be released by the caller
 	// busy reports that nothing was found but shards being claimed by this
 	// node's other acceptors were skipped.
 	busy bool
@@ -112,11 +112,7 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 	}
 	got := 0
 	add := func(s int64, kvs []kv.KeyValue) {
-		kvs = kvs[:min(len(kvs), n-got)]
-		run := make([]kv.Key, len(kvs))
-		for i, e := range kvs {
-			run[i] = e.Key
-		}
+		run := kvs[:min(len(kvs), n-got)]
 		p.runs, p.shards, got = append(p.runs, run), append(p.shards, s), got+len(run)
 	}
 	skipped := false

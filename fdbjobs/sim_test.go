@@ -344,10 +344,12 @@ func subspaceFor(name string) subspace.Subspace { return subspace.Sub("fdbjobs-t
 // interleaveDB runs the first attempt of each transaction function, commits
 // it, runs between, and then reports commit_unknown_result, so that the
 // function runs again after its commit with another client's change in
-// between: the worst case of a retry.
+// between: the worst case of a retry. With beforeCommit, between runs
+// after the first attempt's function and before its commit instead.
 type interleaveDB struct {
 	kv.Database
-	between func()
+	between      func()
+	beforeCommit bool
 }
 
 func (d *interleaveDB) Transact(ctx context.Context, f func(kv.Transaction) (any, error)) (any, error) {
@@ -356,6 +358,11 @@ func (d *interleaveDB) Transact(ctx context.Context, f func(kv.Transaction) (any
 		v, err := f(tr)
 		if err != nil || !first {
 			return v, err
+		}
+		if d.beforeCommit {
+			first = false
+			d.between()
+			return v, nil
 		}
 		if _, err := tr.Commit().Get(); err != nil {
 			return nil, err
