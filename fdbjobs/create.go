@@ -470,12 +470,9 @@ func (c *Client) SetData(ctx context.Context, tx kv.Transactor, typ, id string, 
 			return nil, fmt.Errorf("job %q of type %q: %w", id, typ, ErrRunning)
 		}
 		r.data = d
-		v := c.k.writeRow(tr, typ, id, r)
-		if r.state == Pending {
-			// Its key changes with it: an Accept taking the job at the
-			// same time conflicts, and reads the new row.
-			tr.Set(c.k.pendingKey(typ, r.shard, r.stime, id), pendingValue(v))
-		}
+		// A pending job's key is written with it (writeRow): an Accept
+		// taking the job at the same time conflicts.
+		c.k.writeRow(tr, typ, id, r)
 		return nil, nil
 	})
 	return err

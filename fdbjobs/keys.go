@@ -365,23 +365,23 @@ func (k keys) readRow(tr kv.ReadTransaction, typ, id string) (*row, error) {
 // writeRow stores r. A running row with a new seq gets this commit's
 // versionstamp, which the caller gives its lease too (writeLease). Every
 // write of a row goes through it (and every clear through clearRow), so
-// that the counts per state move with the row in the same commit.
-//
-// It returns the value written when the row is pending, for its PENDING
-// key (pendingValue).
-func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) []byte {
+// that the counts per state move with the row in the same commit, and a
+// pending row's PENDING key, at its shard and scheduled time, is written
+// with it (pendingValue; see doc.go, "Pending keys"). Moving a pending
+// row to another key or out of the pending state clears the old key: the
+// caller's part.
+func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
 	v, vs := encodeRow(r)
 	if vs {
 		tr.SetVersionstampedValue(k.dataKey(typ, id), v)
 	} else {
 		tr.Set(k.dataKey(typ, id), v)
 	}
+	if r.state == Pending {
+		tr.Set(k.pendingKey(typ, r.shard, r.stime, id), pendingValue(v))
+	}
 	k.recount(tr, typ, r.shard, r.stored, r.storedData, r.state, r.data)
 	r.stored, r.storedData = r.state, r.data
-	if r.state != Pending {
-		return nil
-	}
-	return v
 }
 
 // inlineRowMax bounds the rows a PENDING key's value holds (pendingValue):
@@ -412,8 +412,7 @@ func (k keys) clearRow(tr kv.Transaction, typ, id string, r *row) {
 // once per transaction.
 func (k keys) enqueue(tr kv.Transaction, typ, id string, r *row, stime int64) {
 	r.state, r.seq, r.seqNew, r.lock, r.resubmit, r.stime = Pending, tuple.Versionstamp{}, false, lock{}, false, stime
-	v := k.writeRow(tr, typ, id, r)
-	tr.Set(k.pendingKey(typ, r.shard, stime, id), pendingValue(v))
+	k.writeRow(tr, typ, id, r)
 }
 
 // jobInfo decodes e, a DATA row of typ read from a range; ok is false for

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
-
 	"github.com/fdbrep/fdbrep/pkg/subspace"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )

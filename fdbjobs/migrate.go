@@ -164,8 +164,7 @@ func (c *Client) migrateRow(tr kv.Transaction, typ, id string, v []byte, shards 
 	r.shard = shardOf(id, shards)
 	switch r.state {
 	case Pending:
-		tr.Clear(c.k.root.Pack(tuple.Tuple{keyPending, typ, r.stime, id}))
-		tr.Set(c.k.pendingKey(typ, r.shard, r.stime, id), nil)
+		tr.Clear(c.k.root.Pack(tuple.Tuple{keyPending, typ, r.stime, id})) // writeRow writes its new key
 	case Running:
 		// Its lease: the jobs of one Accept share a token, and those not
 		// updated since their seq, so the entry is added to what the
