@@ -99,6 +99,21 @@ func Wait[T any](t testing.TB, s *testsignal.Signal[T]) T {
 	}
 }
 
+// Recv returns the next value from ch, failing t after WaitTimeout: a
+// receive that a bug in the code under test cannot turn into a hung test.
+func Recv[T any](t testing.TB, ch <-chan T) T {
+	t.Helper()
+	timer := time.NewTimer(WaitTimeout)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("timed out after %v waiting on a channel", WaitTimeout)
+		panic("unreachable")
+	}
+}
+
 // WaitUntil receives values of an initialised signal until cond accepts
 // one, and returns it; it fails t after WaitTimeout.
 func WaitUntil[T any](t testing.TB, s *testsignal.Signal[T], what string, cond func(T) bool) T {
