@@ -120,7 +120,7 @@ func Open(opts Options) (*DB, error) {
 		dir = "mem"
 	}
 	h := newHealth(dir, opts)
-	popts := pebbleOptions(cache, h)
+	popts := pebbleOptions(cache, opts.MemTableSize, h)
 	popts.FS = &healthFS{FS: fs, h: h}
 	if opts.testPebble != nil {
 		opts.testPebble(popts)
@@ -302,12 +302,13 @@ func (s *snapshot) release() {
 }
 
 // pebbleOptions is the engine configuration: an explicit format, the given
-// block cache, bloom filters on every level (point reads, the commonest
+// block cache and memtable size, bloom filters on every level (point reads, the commonest
 // read, then skip the tables that cannot hold the key), and h's logger and
 // event listener.
-func pebbleOptions(cache *pebble.Cache, h *health) *pebble.Options {
+func pebbleOptions(cache *pebble.Cache, memTable int64, h *health) *pebble.Options {
 	o := &pebble.Options{
 		Cache:              cache,
+		MemTableSize:       uint64(memTable),
 		FormatMajorVersion: formatMajorVersion,
 		Logger:             pebbleLogger{h},
 		EventListener:      h.listener(),

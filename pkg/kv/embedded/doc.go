@@ -14,7 +14,8 @@
 // directory at a time: a second Open fails at once on pebble's lock file.
 // pebble runs with an explicit format major version (upgrading pebble never
 // ratchets a store by accident), a block cache of Options.CacheSize
-// (CacheSizeDefault, 64 MiB) and bloom filters on every level. DB.Stats
+// (CacheSizeDefault, 64 MiB), memtables of Options.MemTableSize
+// (MemTableSizeDefault, 16 MiB) and bloom filters on every level. DB.Stats
 // reports the commit pipeline's counters (batches, commits, conflicts, WAL
 // syncs, conflict history size).
 //

@@ -236,6 +236,9 @@ func TestOptionsValidation(t *testing.T) {
 		{InMemory: true, MaxBatchBytes: -1},
 		{InMemory: true, MaxWatches: -1},
 		{InMemory: true, TransactionLifetime: -1},
+		{InMemory: true, MemTableSize: -1},
+		{InMemory: true, MemTableSize: memTableMin - 1},
+		{InMemory: true, MemTableSize: memTableMax + 1},
 	} {
 		_, err := Open(o)
 		require.ErrorIs(t, err, ErrInvalidOptions)
