@@ -25,6 +25,9 @@ const (
 	backlogDefault   = 75_000
 	continuousCheck  = 250 * time.Millisecond
 	continuousInsert = 5_000
+	// concurrencyDefault is how many jobs each side works at once
+	// (-concurrency): River's benchmark's MaxWorkers, fdbjobs' Concurrency.
+	concurrencyDefault = 2_000
 	// progressEvery is the period of the progress lines.
 	progressEvery = 2 * time.Second
 )
@@ -32,13 +35,16 @@ const (
 // jobsOpts are the jobs benchmark's flags.
 type jobsOpts struct {
 	jobs, workers, batch, insertBatch, inserters int
-	rounds, backlog                              int
-	duration                                     time.Duration
-	wakeups, accepts                             int
-	pending                                      []int
-	nodes                                        []int
-	scaleJobs                                    int
-	inMemory                                     bool
+	// concurrency is how many jobs each side works at once with -loop
+	// runtime (-concurrency).
+	concurrency      int
+	rounds, backlog  int
+	duration         time.Duration
+	wakeups, accepts int
+	pending          []int
+	nodes            []int
+	scaleJobs        int
+	inMemory         bool
 	// runtime: the burn-down and continuous modes work fdbjobs' jobs on
 	// its Runtime (-loop runtime) rather than hand-written loops of the
 	// batch calls (-loop batch).
@@ -80,8 +86,9 @@ func runJobsBench(args []string) error {
 	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
 	var o jobsOpts
 	fs.IntVar(&o.jobs, "jobs", 200_000, "jobs in the burn-down")
-	fs.IntVar(&o.workers, "workers", 8, "fdbjobs workers")
-	fs.IntVar(&o.batch, "batch", 50, "jobs per AcceptBatch / FinishBatch")
+	fs.IntVar(&o.concurrency, "concurrency", concurrencyDefault, "jobs worked at once, on both sides: fdbjobs' Runtime's Concurrency and River's MaxWorkers (River's own benchmark's 2,000)")
+	fs.IntVar(&o.workers, "workers", 8, "fdbjobs workers of -loop batch and of the scale-out")
+	fs.IntVar(&o.batch, "batch", 50, "jobs per AcceptBatch / FinishBatch of -loop batch and of the scale-out")
 	fs.IntVar(&o.insertBatch, "insert-batch", 5_000, "jobs per AddBatch call (River: InsertMany of 5,000); AddBatch pages them into transactions of at most 500")
 	fs.IntVar(&o.inserters, "inserters", 4, "concurrent inserting goroutines")
 	fs.IntVar(&o.rounds, "rounds", 3, "alternating rounds of fdbjobs and River per mode")
@@ -98,15 +105,16 @@ func runJobsBench(args []string) error {
 	fs.StringVar(&o.cpuProfileContinuous, "cpuprofile-continuous", "", "write a CPU profile of the first fdbjobs continuous run to this file")
 	fs.DurationVar(&o.workSleep, "work-sleep", 0, "how long each job's work takes, on both sides (0: a no-op worker; the issue's second worker sleeps 1ms)")
 	fs.BoolVar(&o.inMemory, "in-memory", false, "fdbjobs on in-memory stores instead (to see what the disk costs)")
-	loop := fs.String("loop", "runtime", "fdbjobs' side of the burn-down and continuous modes: runtime (its Runtime, a no-op Worker, -workers × -batch of Concurrency: River's side is its river.Client) or batch (-workers loops of AcceptBatch and FinishBatch of -batch)")
+	loop := fs.String("loop", "runtime", "fdbjobs' side of the burn-down and continuous modes: runtime (its Runtime, a no-op Worker, -concurrency of Concurrency: River's side is its river.Client with as many workers) or batch (-workers loops of AcceptBatch and FinishBatch of -batch)")
 	riverBin := fs.String("river-bin", "", "the River peer binary (make bench-jobs builds it from cmd/fdbrep-bench/river); \"\" skips River")
 	pgBin := fs.String("pg-bin", "", "directory of PostgreSQL's initdb, pg_ctl and postgres (default: initdb on PATH, else the newest /usr/lib/postgresql/*/bin)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if o.jobs < 1 || o.workers < 1 || o.batch < 1 || o.batch > fdbjobs.MaxBatch || o.insertBatch < 1 || o.insertBatch > fdbjobs.MaxBatch ||
-		o.inserters < 1 || o.rounds < 1 || o.backlog < 1 || o.duration < 0 || o.wakeups < 0 || o.accepts < 1 || o.scaleJobs < 1 {
-		return errors.New("-jobs, -workers, -batch and -insert-batch (at most 10000), -inserters, -rounds, -backlog, -accepts and -scale-jobs must be positive, -duration and -wakeups not negative")
+		o.inserters < 1 || o.rounds < 1 || o.backlog < 1 || o.duration < 0 || o.wakeups < 0 || o.accepts < 1 || o.scaleJobs < 1 ||
+		o.concurrency < 1 || o.concurrency > fdbjobs.ConcurrencyMax {
+		return errors.New("-jobs, -workers, -batch and -insert-batch (at most 10000), -concurrency (at most 10000), -inserters, -rounds, -backlog, -accepts and -scale-jobs must be positive, -duration and -wakeups not negative")
 	}
 	switch *loop {
 	case "runtime", "batch":
@@ -135,7 +143,7 @@ func runJobsBench(args []string) error {
 		return err
 	}
 	if river != nil {
-		river.workSleep = o.workSleep
+		river.workSleep, river.workers = o.workSleep, o.concurrency
 	}
 	if o.workSleep > 0 {
 		fmt.Printf("each job's work sleeps %v, on both sides\n", o.workSleep)
@@ -256,7 +264,7 @@ func (o jobsOpts) loopName() string {
 		if o.workSleep > 0 {
 			worker = "a Worker that sleeps " + o.workSleep.String()
 		}
-		return fmt.Sprintf("its Runtime, %s, Concurrency %d", worker, o.workers*o.batch)
+		return fmt.Sprintf("its Runtime, %s, Concurrency %d (River: MaxWorkers %d)", worker, o.concurrency, o.concurrency)
 	}
 	return fmt.Sprintf("%d loops of AcceptBatch and FinishBatch of %d", o.workers, o.batch)
 }

@@ -140,8 +140,8 @@ func (burnArgs) Kind() string       { return burnType }
 func (continuousArgs) Kind() string { return continuousType }
 
 // workRuntime is work on fdbjobs' Runtime (-loop runtime): one Runtime
-// with a no-op Worker of typ's kind and o.workers × o.batch of
-// Concurrency (River's side: a river.Client with its workers). A job
+// with a no-op Worker of typ's kind and o.concurrency of Concurrency
+// (River's side: a river.Client with as many workers). A job
 // counts in done when its Worker returned; a burn-down ends when all of
 // want did and the Runtime has stopped (their ends committed).
 func (s *fdbjobsRun) workRuntime(ctx context.Context, typ string, wait bool, done *atomic.Int64, want int64) error {
@@ -152,7 +152,7 @@ func (s *fdbjobsRun) workRuntime(ctx context.Context, typ string, wait bool, don
 			close(all)
 		}
 	}
-	opts := fdbjobs.WorkerOptions{Concurrency: s.o.workers * s.o.batch, Timeout: time.Minute}
+	opts := fdbjobs.WorkerOptions{Concurrency: s.o.concurrency, Timeout: time.Minute}
 	s.concurrency = opts.Concurrency
 	var err error
 	switch typ {

@@ -191,14 +191,17 @@ type riverResult struct {
 type riverPeer struct {
 	bin string
 	pg  *pgCluster
-	// workSleep is how long each job's work takes (-work-sleep).
+	// workSleep is how long each job's work takes (-work-sleep), and
+	// workers how many jobs it works at once (-concurrency).
 	workSleep time.Duration
+	workers   int
 }
 
 // run runs the peer in mode with args; its progress lines pass through to
 // our standard output.
 func (p *riverPeer) run(mode string, args ...string) (*riverResult, error) {
-	args = append([]string{"-dsn", p.pg.dsn(), "-pg-pid", strconv.Itoa(p.pg.pid), "-mode", mode, "-work-sleep", p.workSleep.String()}, args...)
+	args = append([]string{"-dsn", p.pg.dsn(), "-pg-pid", strconv.Itoa(p.pg.pid), "-mode", mode, "-work-sleep", p.workSleep.String(),
+		"-max-workers", strconv.Itoa(p.workers)}, args...)
 	cmd := exec.Command(p.bin, args...)
 	// The peer must not outlive the bench.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

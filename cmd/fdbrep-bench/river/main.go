@@ -6,7 +6,7 @@
 // enter fdbrep's module; fdbrep-bench starts it as a separate process.
 //
 // The settings are River's own benchmark's (`river bench`): FetchCooldown
-// 2 ms, FetchPollInterval 20 ms, one queue of 2,000 workers, jobs inserted
+// 2 ms, FetchPollInterval 20 ms, one queue of 2,000 workers (-max-workers), jobs inserted
 // with InsertMany in batches of 5,000, a job counted as worked when its
 // completed event arrives (after the completer has stored its state), and
 // the jobs table truncated and vacuumed before each run.
@@ -41,11 +41,11 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-// River's benchmark settings.
+// River's benchmark settings (the workers: -max-workers).
 const (
 	fetchCooldown     = 2 * time.Millisecond
 	fetchPollInterval = 20 * time.Millisecond
-	maxWorkers        = 2_000
+	maxWorkersDefault = 2_000
 	insertBatch       = 5_000
 	// backlogDefault is the backlog the continuous mode keeps available
 	// (-backlog), and continuousCheck how often it tops it up.
@@ -95,6 +95,7 @@ func run() error {
 	samples := flag.Int("samples", 300, "wake: samples")
 	backlog := flag.Int("backlog", backlogDefault, "continuous: jobs kept available")
 	flag.DurationVar(&workSleep, "work-sleep", 0, "how long each job's work takes (0: none)")
+	flag.IntVar(&maxWorkers, "max-workers", maxWorkersDefault, "the queue's MaxWorkers: jobs worked at once")
 	flag.IntVar(&pgPID, "pg-pid", 0, "the postmaster's pid, to measure PostgreSQL's CPU time too (Linux)")
 	flag.Parse()
 	switch {
@@ -180,8 +181,12 @@ func (w *benchWorker) Work(ctx context.Context, j *river.Job[benchArgs]) error {
 	return nil
 }
 
-// workSleep is how long each job's work takes (-work-sleep).
-var workSleep time.Duration
+// workSleep is how long each job's work takes (-work-sleep), and
+// maxWorkers how many jobs the client works at once (-max-workers).
+var (
+	workSleep  time.Duration
+	maxWorkers int
+)
 
 // newClient returns a client with River's benchmark settings and a
 // subscription to job completions (and to the failures that should never
