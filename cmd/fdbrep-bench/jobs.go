@@ -192,7 +192,7 @@ type runResult struct {
 	pgCPUSec           float64 // River: PostgreSQL's processes, work phase
 	serverCPUSec       float64 // fdbjobs on FoundationDB: its fdbserver processes on this machine, work phase
 	cost               kvCost  // fdbjobs: what the work phase's transactions cost the store
-	// memBase and memPeak are the Go heap objects and goroutine stacks of
+	// memBase and memPeak are the live Go heap and goroutine stacks of
 	// the process running the jobs at the work phase's start and at its
 	// peak; concurrency the most jobs it ran at once.
 	memBase, memPeak int64
@@ -220,7 +220,7 @@ func (r runResult) line(round int, who string) {
 		cpu += fmt.Sprintf("; %.3f transactions/job, %s", float64(r.cost.commits)/float64(r.worked), r.cost.perJob(r.worked))
 	}
 	if r.memPeak > 0 && r.concurrency > 0 {
-		cpu += fmt.Sprintf("; Go heap+stacks %.0f MiB at peak, +%.1f KiB per running job (%d at once)", float64(r.memPeak)/(1<<20),
+		cpu += fmt.Sprintf("; Go live heap+stacks %.0f MiB at peak, +%.1f KiB per running job (%d at once)", float64(r.memPeak)/(1<<20),
 			float64(r.memPeak-r.memBase)/1024/float64(r.concurrency), r.concurrency)
 	}
 	fmt.Printf("  round %d %-8s %s%9d worked in %6.2fs = %8.0f jobs/s; %s\n", round, who, ins, r.worked, r.workSec, r.rate(), cpu)

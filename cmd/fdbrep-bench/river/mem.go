@@ -7,11 +7,13 @@ import (
 )
 
 // goMemSamples are the runtime metrics whose sum is a process's live Go
-// memory as a job library grows it: the heap's objects and the goroutine
-// stacks (the River peer samples the same).
-var goMemSamples = []string{"/memory/classes/heap/objects:bytes", "/memory/classes/heap/stacks:bytes"}
+// memory as a job library grows it: the heap the last garbage collection
+// found live, and the goroutine stacks (the River peer samples the same).
+// Live, not all heap objects: these would count the garbage not collected
+// yet, which measures how fast a side allocates, not what it holds.
+var goMemSamples = []string{"/gc/heap/live:bytes", "/memory/classes/heap/stacks:bytes"}
 
-// goMem is this process's heap objects plus goroutine stacks, in bytes.
+// goMem is this process's live heap plus goroutine stacks, in bytes.
 func goMem() int64 {
 	s := make([]metrics.Sample, len(goMemSamples))
 	for i, name := range goMemSamples {
