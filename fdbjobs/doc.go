@@ -76,7 +76,10 @@
 //     (RetryPolicyDefault: attempt⁴ s, ±10%), or finished as
 //     OutcomeDiscarded after MaxAttempts, at once for Permanent errors and
 //     arguments that do not decode. Snooze puts a job back without
-//     counting an attempt; a panic is the attempt's error. Cancel, from any
+//     counting an attempt; a panic is the attempt's error, a panic of the
+//     arguments' decoding too. The fetcher that accepted a job decodes its
+//     arguments, before a runner takes it: decoding JSON calls deep, and
+//     on the runners it would double their stacks for as long as they live. Cancel, from any
 //     node and in the caller's transaction, finishes a pending or running
 //     job as OutcomeCancelled and takes its lock away (its Work's ctx ends,
 //     cause ErrCancelled); RetryNow makes a finished or waiting job due

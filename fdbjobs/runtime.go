@@ -198,7 +198,7 @@ func (r *Runtime) run(ctx context.Context, st runState) {
 	var fetchers sync.WaitGroup
 	fetched := make(chan struct{}) // closed once the fetchers ended: idle runners leave
 	for _, k := range r.kinds {
-		p := &pool{k: k, hardCtx: hardCtx, fetched: fetched, jobs: make(chan *Job)}
+		p := &pool{k: k, hardCtx: hardCtx, fetched: fetched, jobs: make(chan task)}
 		for range k.fetchers() {
 			fetchers.Add(1)
 			go func() {
@@ -326,7 +326,7 @@ type pool struct {
 	k       *kindWorker
 	hardCtx context.Context // the parent of the jobs' ctx
 	// jobs hands an accepted job to an idle runner.
-	jobs chan *Job
+	jobs chan task
 	// fetched is closed once every fetcher of the Runtime ended.
 	fetched <-chan struct{}
 }
@@ -376,11 +376,12 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 		b = kv.Backoff{}
 		k.stats.running.Add(int64(len(jobs)))
 		for _, j := range jobs {
+			t := r.prepare(k, j)
 			select {
-			case p.jobs <- j: // an idle runner takes it
+			case p.jobs <- t: // an idle runner takes it
 			default:
 				r.running.Add(1)
-				go r.runner(p, j)
+				go r.runner(p, t)
 			}
 		}
 	}
@@ -417,9 +418,43 @@ func (r *Runtime) accept(ctx context.Context, k *kindWorker, n int) ([]*Job, err
 	return jobs, err
 }
 
-// runner works job, then the jobs the fetchers hand it, until it has
-// waited runnerIdle for one or the fetchers ended.
-func (r *Runtime) runner(p *pool, job *Job) {
+// task is an accepted job as a fetcher hands it to a runner: its
+// envelope and its arguments decoded already (prepare).
+type task struct {
+	job  *Job
+	e    *envelope
+	args any
+	// err is the decoding's: of the envelope (errDecode: the Worker is not
+	// called) or, with e set, of the arguments (the attempt's error, as
+	// the Worker's would be).
+	err error
+}
+
+// prepare decodes job's envelope and arguments for k's Worker. It runs in
+// the fetcher: a JSON decoder's calls are deep, and on a runner they
+// would double its stack (8 KiB instead of 4) for as long as the runner
+// lives. A panic of the arguments' decoding (a custom UnmarshalJSON) is
+// the attempt's error, as a panic of the Worker is.
+func (r *Runtime) prepare(k *kindWorker, job *Job) (t task) {
+	t.job = job
+	if k.opts.Manual {
+		t.e = &envelope{Args: job.Data}
+	} else if t.e, t.err = decodeEnvelope(job.Data); t.err != nil {
+		t.e = nil
+		return t
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			t.args, t.err = nil, fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	t.args, t.err = k.decode(t.e.Args)
+	return t
+}
+
+// runner works t, then the jobs the fetchers hand it, until it has waited
+// runnerIdle for one or the fetchers ended.
+func (r *Runtime) runner(p *pool, t task) {
 	defer r.running.Done()
 	// The runner's jobs' ctx derive from its own, so that they do not all
 	// take hardCtx's lock to start and end.
@@ -427,7 +462,7 @@ func (r *Runtime) runner(p *pool, job *Job) {
 	defer cancel()
 	var idle clockwork.Timer
 	for {
-		r.work(ctx, p.hardCtx, p.k, job)
+		r.work(ctx, p.hardCtx, p.k, t)
 		p.k.stats.running.Add(-1)
 		p.k.slots.give(1)
 		if idle == nil {
@@ -437,7 +472,7 @@ func (r *Runtime) runner(p *pool, job *Job) {
 			idle.Reset(runnerIdle)
 		}
 		select {
-		case job = <-p.jobs:
+		case t = <-p.jobs:
 		case <-idle.Chan():
 			return
 		case <-p.fetched:
@@ -449,16 +484,17 @@ func (r *Runtime) runner(p *pool, job *Job) {
 // work runs one attempt at job, in a ctx derived from parent (which
 // hardCtx's cancel ends), and ends it: finished, retried, discarded or,
 // when the Runtime stopped it, handed back.
-func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, job *Job) {
+func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
+	job := t.job
 	if k.opts.Manual {
-		r.workManual(parent, k, job)
+		r.workManual(parent, k, t)
 		return
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	held := make(chan struct{})
 	keeperDone := make(chan struct{})
-	a := &attempt{r: r, job: job, write: make(chan struct{}, 1)}
+	a := &attempt{r: r, job: job, e: t.e, write: make(chan struct{}, 1)}
 	// The keeper starts once the job has run for keepAfter: a job that
 	// ends sooner pays for no goroutine, ticker or watch of its own.
 	after := r.keepAfter(k)
@@ -466,10 +502,9 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, job *Job)
 		defer close(keeperDone)
 		r.keep(ctx, cancel, held, k, job, after, a.write)
 	})
-	e, err := decodeEnvelope(job.Data)
-	if err == nil {
-		a.e = e
-		err = r.call(ctx, k, a)
+	e, err := t.e, t.err
+	if e != nil {
+		err = r.call(ctx, k, a, t)
 	} else {
 		e = &envelope{Args: job.Data}
 	}
@@ -490,9 +525,10 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, job *Job)
 
 // workManual runs one attempt at job of a Manual kind, whose worker holds
 // and ends the job itself: the Runtime only logs its error.
-func (r *Runtime) workManual(ctx context.Context, k *kindWorker, job *Job) {
-	a := &attempt{r: r, job: job, e: &envelope{Args: job.Data}, manual: true}
-	if err := r.call(ctx, k, a); err != nil && ctx.Err() == nil {
+func (r *Runtime) workManual(ctx context.Context, k *kindWorker, t task) {
+	job := t.job
+	a := &attempt{r: r, job: job, e: t.e, manual: true}
+	if err := r.call(ctx, k, a, t); err != nil && ctx.Err() == nil {
 		r.c.cfg.Logger.Warn().Err(err).Str("kind", k.kind).Str("job", job.ID).
 			Msg("fdbjobs: runtime: a Manual worker's attempt ended with an error; the job is as the worker left it")
 	}
@@ -504,9 +540,11 @@ func (r *Runtime) keepAfter(k *kindWorker) time.Duration {
 	return min(r.opts.WatchHoldAfter, k.opts.Timeout/HeartbeatFraction)
 }
 
-// call calls the worker through the middleware (chain), turning a panic
-// into the attempt's error.
-func (r *Runtime) call(ctx context.Context, k *kindWorker, a *attempt) (err error) {
+// call calls the worker with t's arguments through the middleware
+// (chain), turning a panic into the attempt's error; when t's arguments
+// did not decode, their error is the attempt's, which the middleware sees
+// as the Worker's.
+func (r *Runtime) call(ctx context.Context, k *kindWorker, a *attempt, t task) (err error) {
 	// A Manual kind's scheduled times are its worker's (the replicator
 	// orders its queue by them): no wait is observed.
 	var due time.Time
@@ -519,7 +557,12 @@ func (r *Runtime) call(ctx context.Context, k *kindWorker, a *attempt) (err erro
 			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 		}
 	}()
-	return r.chain(k, a.job, a.e, func(ctx context.Context) error { return k.work(ctx, a.job, a.e, a) })(ctx)
+	return r.chain(k, a.job, a.e, func(ctx context.Context) error {
+		if t.err != nil {
+			return t.err
+		}
+		return k.work(ctx, a.job, a.e, a, t.args)
+	})(ctx)
 }
 
 // end hands the outcome of an attempt whose worker returned err to the

@@ -226,6 +226,65 @@ func TestRuntimeRetriesThenDiscards(t *testing.T) {
 
 // A job removed while it runs: its worker's ctx ends (ErrHalt) within the
 // watch's latency, long before a heartbeat, and nothing is written for it.
+// fragileArgs' decoding panics when Panic is set the first time a job's
+// arguments are decoded.
+type fragileArgs struct {
+	Panic bool
+}
+
+func (fragileArgs) Kind() string { return "fragile" }
+
+var fragilePanicked sync.Map // job ids whose decoding panicked
+
+func (a *fragileArgs) UnmarshalJSON(b []byte) error {
+	type plain fragileArgs
+	if err := json.Unmarshal(b, (*plain)(a)); err != nil {
+		return err
+	}
+	if a.Panic {
+		if _, again := fragilePanicked.LoadOrStore(string(b), true); !again {
+			panic("decoding")
+		}
+	}
+	return nil
+}
+
+// The Runtime decodes a job's arguments before a runner takes the job: a
+// decoding that panics is an attempt's error (retried, as a Worker's
+// panic), a decoding that fails discards the job, and the middleware sees
+// both as the attempt's outcome.
+func TestRuntimeArgumentDecoding(t *testing.T) {
+	fragilePanicked.Clear()
+	var seen sync.Map // job id -> the error the middleware saw, as a string
+	ws := fdbjobs.NewWorkers()
+	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[fragileArgs](func(ctx context.Context, w *fdbjobs.Work[fragileArgs]) error {
+		return nil
+	}), fdbjobs.WorkerOptions{RetryPolicy: noDelay}))
+	b := startRuntime(t, ws, func(ctx context.Context, row *fdbjobs.JobRow, next func(context.Context) error) error {
+		err := next(ctx)
+		if err != nil {
+			seen.Store(row.ID, err.Error())
+		}
+		return err
+	})
+	panics := b.insert(t, fragileArgs{Panic: true}, fdbjobs.InsertOptions{})
+	require.NoError(t, b.c.Add(b.ctx, nil, "fragile", "garbled", []byte(`{"args":{"Panic":"x"}}`), 0))
+
+	o, n, errs := b.outcome(t, "fragile", panics)
+	require.Equal(t, fdbjobs.OutcomeCompleted, o)
+	require.Equal(t, 2, n)
+	require.Contains(t, errs[0].Error, "panic: decoding")
+	got, _ := seen.Load(panics)
+	require.Contains(t, got, "panic: decoding")
+
+	o, n, errs = b.outcome(t, "fragile", "garbled")
+	require.Equal(t, fdbjobs.OutcomeDiscarded, o)
+	require.Equal(t, 1, n)
+	require.Contains(t, errs[0].Error, "do not decode")
+	got, _ = seen.Load("garbled")
+	require.Contains(t, got, "do not decode")
+}
+
 func TestRuntimeHearsRemoval(t *testing.T) {
 	ws := fdbjobs.NewWorkers()
 	started := make(chan string, 1)

@@ -251,9 +251,10 @@ type kindWorker struct {
 	// stats are the kind's figures on the Runtime (one per Runtime, as
 	// ends).
 	stats *kindStats
-	// work decodes args and calls the Worker; a decoding error is
-	// errDecode.
-	work func(ctx context.Context, j *Job, e *envelope, a *attempt) error
+	// decode decodes a job's arguments into the Worker's T (as any); its
+	// error is errDecode. work calls the Worker with them.
+	decode func(raw json.RawMessage) (any, error)
+	work   func(ctx context.Context, j *Job, e *envelope, a *attempt, args any) error
 }
 
 // AddWorker registers worker for the jobs whose arguments are T (their
@@ -284,11 +285,14 @@ func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) err
 		return fmt.Errorf("%w: AddWorker(%q): kind registered already", ErrInvalidArgument, kind)
 	}
 	ws.kinds[kind] = &kindWorker{kind: kind, opts: opts, stats: &kindStats{}, retain: retention{OutcomeCompleted: opts.RetainCompleted,
-		OutcomeCancelled: opts.RetainCancelled, OutcomeDiscarded: opts.RetainDiscarded}, work: func(ctx context.Context, j *Job, e *envelope, a *attempt) error {
+		OutcomeCancelled: opts.RetainCancelled, OutcomeDiscarded: opts.RetainDiscarded}, decode: func(raw json.RawMessage) (any, error) {
 		var args T
-		if err := decodeArgs(e.Args, &args); err != nil {
-			return fmt.Errorf("%w: %v", errDecode, err)
+		if err := decodeArgs(raw, &args); err != nil {
+			return nil, fmt.Errorf("%w: %v", errDecode, err)
 		}
+		return args, nil
+	}, work: func(ctx context.Context, j *Job, e *envelope, a *attempt, decoded any) error {
+		args, _ := decoded.(T) // T's zero value when decoded is a nil interface or pointer
 		return worker.Work(ctx, &Work[T]{Args: args, ID: j.ID, Attempt: e.Attempt + 1,
 			MaxAttempts: cmp.Or(e.MaxAttempts, opts.MaxAttempts), Errors: e.Errors, Job: j, update: a.update, completeTx: a.completeTx})
 	}}
