@@ -103,12 +103,16 @@ func TestCouchDB35ReplicatorKeys(t *testing.T) {
 		}
 		before := insecure()
 		set(t, "valid_endpoint_protocols_log", "true", false, func(c scheduler.Config) bool { return c.Protocols.LogInsecure })
-		r := e.do("PUT", "/_replicator/plain", asAdmin, map[string]any{"source": "http://127.0.0.1:1/a",
-			"target": "https://127.0.0.1:1/b", "ibrowse_options": "[{prefer_ipv6, true}]"})
+		// Databases of their own: CouchDB's replication id leaves the
+		// scheme out, so http://…/a to https://…/b would be the earlier
+		// subtest's "tls" replication, and fail as its duplicate if "tls"
+		// has started by then.
+		r := e.do("PUT", "/_replicator/plain", asAdmin, map[string]any{"source": "http://127.0.0.1:1/plain",
+			"target": "https://127.0.0.1:1/plain-target", "ibrowse_options": "[{prefer_ipv6, true}]"})
 		require.Equal(t, 201, r.Status, r.Raw)
 		e.logs.WaitFor(t, "security warning: replication has an insecure (http) endpoint ([replicator] valid_endpoint_protocols_log)",
 			func(m map[string]any) bool {
-				return m["doc_id"] == "plain" && m["endpoint"] == "source" && m["url"] == "http://127.0.0.1:1/a/"
+				return m["doc_id"] == "plain" && m["endpoint"] == "source" && m["url"] == "http://127.0.0.1:1/plain/"
 			})
 		e.logs.WaitFor(t, "replication field not implemented by fdbrep; ignored", func(m map[string]any) bool {
 			return m["doc_id"] == "plain" && m["field"] == "ibrowse_options"
