@@ -36,9 +36,7 @@ func (n *Node) balance(ctx context.Context, cfg Config, now time.Time, stopped i
 		n.setShare(0)
 		return true
 	}
-	n.mu.Lock()
-	mine := n.keptLocked()
-	n.mu.Unlock()
+	mine := n.kept()
 	var others []int
 	for _, m := range members {
 		if m.Name == cfg.NodeName || !m.HasRole(config.RoleReplication) {

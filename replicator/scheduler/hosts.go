@@ -82,19 +82,12 @@ func (n *Node) watchHost(host, jobID string) { n.hosts.watch(host, jobID) }
 // share allows. A job no longer crashing is forgotten; one whose backoff
 // could not be ended (a store error) is tried again at the next interval.
 // Called from the interval loop.
-func (n *Node) probeHosts(ctx context.Context) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.stopping {
-		return
-	}
+func (n *Node) probeHosts() {
 	hosts := n.hosts.begin()
 	if hosts == nil {
 		return
 	}
-	n.wg.Add(1) // under n.mu with stopping false: Stop waits for it
-	go func() {
-		defer n.wg.Done()
+	probe := func(ctx context.Context) {
 		defer n.hosts.end()
 		for host, ids := range hosts {
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -105,7 +98,10 @@ func (n *Node) probeHosts(ctx context.Context) {
 			}
 			n.retryHost(ctx, host, ids)
 		}
-	}()
+	}
+	if !n.spawn(probe) { // stopping
+		n.hosts.end()
+	}
 }
 
 // retryHost ends the backoff of the jobs ids that crashed on host, which

@@ -156,9 +156,7 @@ func (n *Node) Metrics() *replicator.Metrics { return n.m }
 // then on. Subspace, Metrics, Clock, Logger and Cluster keep their values
 // from New.
 func (n *Node) SetConfig(cfg Config) error {
-	n.mu.Lock()
-	cur := n.cfg
-	n.mu.Unlock()
+	cur := n.Config()
 	cfg.Metrics, cfg.Clock, cfg.Logger, cfg.Cluster = cur.Metrics, cur.Clock, cur.Logger, cur.Cluster
 	cfg.Opener = cur.Opener // its keys are read at start
 	if cfg.DocUpdater == nil {
@@ -179,6 +177,34 @@ func (n *Node) Config() Config {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.cfg
+}
+
+// spawn runs f on a goroutine that shutdown waits for, with the node's
+// run context, unless the node is stopping (or stopped); it reports
+// whether f runs. It adds to wg under mu while the node is not stopping,
+// so that no Add comes after shutdown's Wait began (publishSoonLocked,
+// the other place that adds, is called by the Runtime's workers, which
+// have all left before that Wait).
+func (n *Node) spawn(f func(ctx context.Context)) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopping || n.ctx == nil {
+		return false
+	}
+	ctx := n.ctx
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f(ctx)
+	}()
+	return true
+}
+
+// kept returns the workers not asked to stop.
+func (n *Node) kept() []*worker {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.keptLocked()
 }
 
 // Reschedule runs the rescheduling step now instead of at the next tick.
@@ -215,10 +241,7 @@ func (n *Node) Start(ctx context.Context) error {
 			n.stopWatches()
 			return err
 		}
-		n.mu.Lock()
-		n.wg.Add(1)
-		go n.progressLoop(runCtx)
-		n.mu.Unlock()
+		n.spawn(n.progressLoop)
 		return nil
 	}, func(runCtx context.Context) {
 		n.serve(runCtx)
@@ -324,7 +347,7 @@ func (n *Node) serve(ctx context.Context) {
 		if err := n.reschedule(ctx); err != nil && ctx.Err() == nil {
 			cfg.Logger.Warn().Err(err).Msg("replicator: reschedule")
 		}
-		n.probeHosts(ctx)
+		n.probeHosts()
 	}
 }
 
@@ -442,15 +465,13 @@ func stopLeastDeservingUntilLocked(ws []*worker, k int, kind stopKind, at int64,
 // it stopped.
 func (n *Node) rotate(ctx context.Context, cfg Config, now time.Time, stopped int) int {
 	ran := func(w *worker) bool { return w.continuous && now.Sub(w.started) >= cfg.MinRunTime }
-	n.mu.Lock()
-	kept := n.keptLocked()
+	kept := n.kept()
 	rotatable := 0
 	for _, w := range kept {
-		if ran(w) {
+		if ran(w) { // fixed at the worker's start: read without mu
 			rotatable++
 		}
 	}
-	n.mu.Unlock()
 	limit := rotationPendingLimit(len(kept), rotatable, cfg.MaxJobs, cfg.MaxChurn, stopped)
 	if limit == 0 {
 		return 0
@@ -545,6 +566,14 @@ func (n *Node) reschedule(ctx context.Context) error {
 	}
 	n.m.Add(replicator.MetricJobsPreempted, int64(stopped+rotated))
 	n.setTargetLocked()
+	rs := n.runtimeStatsLocked()
+	n.m.Set(replicator.MetricJobsAccepting, int64(rs.Fetching))
+	n.m.Add(replicator.MetricJobsAccepts, max(0, rs.Fetches-n.fetches))
+	n.fetches = max(n.fetches, rs.Fetches)
+	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
+	n.m.Inc(replicator.MetricJobsReschedules)
+	n.intervals++
+	step := n.intervals
 	n.mu.Unlock()
 
 	if err := n.cleanup(ctx, cfg); err != nil && ctx.Err() == nil {
@@ -557,16 +586,6 @@ func (n *Node) reschedule(ctx context.Context) error {
 		n.m.Set(replicator.MetricJobsParked, parked)
 	}
 
-	n.mu.Lock()
-	rs := n.runtimeStatsLocked()
-	n.m.Set(replicator.MetricJobsAccepting, int64(rs.Fetching))
-	n.m.Add(replicator.MetricJobsAccepts, max(0, rs.Fetches-n.fetches))
-	n.fetches = max(n.fetches, rs.Fetches)
-	n.m.Set(replicator.MetricJobsRunning, int64(len(n.workers)))
-	n.m.Inc(replicator.MetricJobsReschedules)
-	n.intervals++
-	step := n.intervals
-	n.mu.Unlock()
 	n.TestSignals.Rescheduled.Signal(step)
 	return nil
 }

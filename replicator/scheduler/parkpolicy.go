@@ -62,20 +62,7 @@ func (n *Node) feedOK(rep engine.Replication, group string) bool {
 	}
 	f.asking[group] = true
 	f.mu.Unlock()
-	n.mu.Lock()
-	ctx := n.ctx
-	if ctx != nil {
-		n.wg.Add(1)
-	}
-	n.mu.Unlock()
-	if ctx == nil { // stopping
-		f.mu.Lock()
-		delete(f.asking, group)
-		f.mu.Unlock()
-		return known && st.ok
-	}
-	go func() {
-		defer n.wg.Done()
+	ask := func(ctx context.Context) {
 		cfg := n.Config()
 		actx, cancel := context.WithTimeout(ctx, parkCheckTimeout)
 		_, err := n.eng.DBUpdates(actx, rep, "now", time.Millisecond, func(engine.DBUpdate) error { return nil })
@@ -88,7 +75,12 @@ func (n *Node) feedOK(rep engine.Replication, group string) bool {
 		f.known[group] = st
 		delete(f.asking, group)
 		f.mu.Unlock()
-	}()
+	}
+	if !n.spawn(ask) { // stopping
+		f.mu.Lock()
+		delete(f.asking, group)
+		f.mu.Unlock()
+	}
 	return known && st.ok
 }
 

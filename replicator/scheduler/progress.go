@@ -147,7 +147,6 @@ func (p *progress) again(ended []*liveRun) {
 // progressLoop writes the live counters of the node's running jobs every
 // ProgressInterval (see doc.go, "Live progress") until ctx ends.
 func (n *Node) progressLoop(ctx context.Context) {
-	defer n.wg.Done()
 	for {
 		cfg := n.Config()
 		t := cfg.Clock.NewTimer(cfg.ProgressInterval)

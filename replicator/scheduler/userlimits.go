@@ -90,10 +90,9 @@ func (n *Node) rotateUsers(ctx context.Context, cfg Config, now time.Time, stopp
 	budget := cfg.MaxChurn - stopped
 	lim := cfg.userLimit()
 	ran := func(w *worker) bool { return w.continuous && now.Sub(w.started) >= cfg.MinRunTime }
-	n.mu.Lock()
 	local := map[string]int{}
 	eligible := map[string][]*worker{}
-	for _, w := range n.keptLocked() {
+	for _, w := range n.kept() { // limitedOwner and ran's fields are fixed at start
 		o := w.limitedOwner
 		if o == "" {
 			continue
@@ -103,7 +102,6 @@ func (n *Node) rotateUsers(ctx context.Context, cfg Config, now time.Time, stopp
 			eligible[o] = append(eligible[o], w)
 		}
 	}
-	n.mu.Unlock()
 	owners := make([]string, 0, len(eligible))
 	for o := range eligible {
 		owners = append(owners, o)

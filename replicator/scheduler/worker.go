@@ -50,7 +50,7 @@ func (k stopKind) String() string {
 // worker runs one accepted job on a node. Its fields are grouped by
 // owner.
 type worker struct {
-	// Set by newWorker (in Node.accepted, under n.mu) and never changed:
+	// Set by newWorker (in Node.started, under n.mu) and never changed:
 	// read without a lock. continuous, shareKey and limitedOwner are
 	// fixed at acceptance so that the interval step can read them while
 	// the worker changes its job's data.
