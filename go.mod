@@ -19,6 +19,7 @@ require (
 	github.com/mattn/go-runewidth v0.0.16
 	github.com/prometheus/client_golang v1.16.0
 	github.com/prometheus/common v0.42.0
+	github.com/robfig/cron/v3 v3.0.1
 	github.com/rs/zerolog v1.35.1
 	github.com/stretchr/testify v1.12.1
 	github.com/tidwall/btree v1.8.2

@@ -1,6 +1,6 @@
 // Package examples holds runnable programs of fdbjobs' runtime, each on
 // the embedded store in memory: go run ./examples/typed (the program of
 // fdbjobs/README.md), ./examples/retries, ./examples/cancel,
-// ./examples/unique and ./examples/transactional. Each example's test
+// ./examples/unique, ./examples/transactional and ./examples/schedule. Each example's test
 // runs its main.
 package examples

@@ -27,9 +27,12 @@ type Client struct {
 	svc      service.Base
 	force    chan struct{}
 	claiming claiming
-	wake     wakes       // this Client's commits wake its own acceptors (wake.go)
-	layoutOK atomic.Bool // CheckLayout succeeded
-	owners   ownership   // of the queues' shards (shards.go)
+	wake     wakes // this Client's commits wake its own acceptors (wake.go)
+	// schedWake: this Client's schedule changes wake its own Runtimes'
+	// schedule loops (schedulefire.go), under the key "".
+	schedWake wakes
+	layoutOK  atomic.Bool // CheckLayout succeeded
+	owners    ownership   // of the queues' shards (shards.go)
 	// infos is what the type-check loop last read of every type (their
 	// timeouts and shard counts), for accepts to use instead of reading
 	// it each time; nil while the Client is not started or that read

@@ -150,9 +150,17 @@
 //	                              (clearRow) that changes what it counts
 //	                              as adds -1 and +1 in its commit, summed
 //	                              per key in batches; Counts sums them
+//	(15, Name)                    SCHEDULE: the schedule's record (JSON:
+//	                              kind, arguments, period, policies, next
+//	                              and last period, last job)
+//	(16, Kind, Next, Name)        SCHEDULE_DUE: "" — an active schedule's
+//	                              next period (Unix ms), for the Runtimes'
+//	                              schedule loops; moved in the commit that
+//	                              changes the record's next period
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
-// are no longer written.
+// are no longer written. Keys 15 and 16 came without a new layout: a
+// store without them has no schedules.
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
 // running one, the versionstamp of the lease that last granted it (both
@@ -328,6 +336,37 @@
 //   - Stop leaves nothing running: its fetchers end first, then its jobs
 //     (within the grace, or cancelled and handed back) and their runners,
 //     then its completers, which have written every end queued for them.
+//
+// # Schedules
+//
+// A Schedule (PutSchedule) inserts a job of its kind every period: Every
+// (whole multiples since the Unix epoch) or a Cron expression in a
+// TimeZone. Every Runtime runs one schedule loop for its kinds, without a
+// leader: at the next period it read in the SCHEDULE_DUE index, at least
+// every SchedulePoll (a second; at once for this Client's own changes),
+// it reads the due entries without conflicts and takes them, in a random
+// order, in transactions of up to 25 schedules that read their records
+// with conflicts, insert the periods' jobs and move the next periods on.
+// Overlap (allow, skip, queue) and CatchUp (one, none, all within a
+// window) say what happens while the last job is unfinished and after
+// periods were missed. Idle, a Runtime reads one range per kind and
+// second. The loop keeps these, which TestScheduleModel checks over a
+// simulated day with three nodes whose clocks are skewed, which die and
+// come back, and schedules of every policy created, changed, paused,
+// resumed and deleted at random, under injected faults and latency too:
+//   - Safety: no period gets two jobs (the commit that inserts a period's
+//     job moves the record past it; two nodes conflict on the record, and
+//     a retry after commit_unknown_result finds it moved); no job is for
+//     a time that is not one of its schedule's periods or that no node's
+//     clock had reached; a skip or queue schedule has at most one
+//     unfinished job.
+//   - Liveness: after a node's pass at its clock's now, no schedule of its
+//     kinds is due then but one that an Overlap queue holds; a CatchUpAll
+//     schedule has a job for every period, however long its nodes were
+//     down within its window.
+//
+// A node whose clock is ahead inserts a period's job that much early, and
+// one behind, that much late; the period is still inserted once.
 //
 // # Failure behaviour and idempotence
 //

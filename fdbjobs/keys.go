@@ -24,6 +24,8 @@ const (
 	keyUnique          = 12 // (12, Type, Key) -> (JobID, Period)
 	keyRetain          = 13 // (13, Type, Outcome, FinishedAtMillis, JobID) -> ""
 	keyCounts          = 14 // (14, Type, CountState, CountShard) -> int64 LE counter
+	keySchedule        = 15 // (15, Name) -> schedule record (JSON)
+	keyScheduleDue     = 16 // (16, Kind, NextMillis, Name) -> ""
 )
 
 // State is a job's state.

@@ -139,6 +139,10 @@ type envelope struct {
 	// FinishedAt is when it got its Outcome (Unix ms): its retention
 	// counts from there.
 	FinishedAt int64 `json:"finished_at,omitempty"`
+	// Schedule and Period name the schedule that inserted the job and the
+	// time of its period (Unix ms).
+	Schedule string `json:"schedule,omitempty"`
+	Period   int64  `json:"period,omitempty"`
 }
 
 func decodeEnvelope(data json.RawMessage) (*envelope, error) {

@@ -50,6 +50,8 @@ type RuntimeOptions struct {
 	WatchHoldAfter time.Duration
 	// SweepPeriod: see SweepPeriodDefault.
 	SweepPeriod time.Duration
+	// SchedulePoll: see SchedulePollDefault.
+	SchedulePoll time.Duration
 	// Middleware wrap every attempt of every kind, outside the kinds' own
 	// (WorkerOptions.Middleware), outermost first.
 	Middleware []WorkMiddleware
@@ -111,13 +113,14 @@ func NewRuntime(c *Client, ws *Workers, opts RuntimeOptions) (*Runtime, error) {
 	if len(kinds) == 0 {
 		return nil, fmt.Errorf("%w: NewRuntime: no worker registered (AddWorker)", ErrInvalidArgument)
 	}
-	if opts.FetchPoll < 0 || opts.WatchHoldAfter < 0 || opts.SweepPeriod < 0 {
-		return nil, fmt.Errorf("%w: NewRuntime: negative FetchPoll, WatchHoldAfter or SweepPeriod", ErrInvalidArgument)
+	if opts.FetchPoll < 0 || opts.WatchHoldAfter < 0 || opts.SweepPeriod < 0 || opts.SchedulePoll < 0 {
+		return nil, fmt.Errorf("%w: NewRuntime: negative FetchPoll, WatchHoldAfter, SweepPeriod or SchedulePoll", ErrInvalidArgument)
 	}
 	if slices.ContainsFunc(opts.Middleware, isNilMiddleware) {
 		return nil, fmt.Errorf("%w: NewRuntime: a nil Middleware", ErrInvalidArgument)
 	}
 	opts.SweepPeriod = cmp.Or(opts.SweepPeriod, SweepPeriodDefault)
+	opts.SchedulePoll = cmp.Or(opts.SchedulePoll, SchedulePollDefault)
 	if opts.FetchPoll == 0 {
 		opts.FetchPoll = FetchPollDefault
 	}
@@ -212,6 +215,11 @@ func (r *Runtime) run(ctx context.Context, st runState) {
 			r.sweeper(fetchCtx, k)
 		}()
 	}
+	fetchers.Add(1)
+	go func() {
+		defer fetchers.Done()
+		r.scheduleLoop(fetchCtx)
+	}()
 	fetchers.Wait()
 	close(fetched)
 	r.running.Wait()

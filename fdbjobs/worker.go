@@ -61,6 +61,11 @@ type Work[T JobArgs] struct {
 	// Errors are the last errors of the job's earlier attempts, oldest
 	// first (ErrorHistoryMax at most).
 	Errors []AttemptError
+	// Schedule is the name of the schedule that inserted the job, and
+	// Period the time of the period it was inserted for ("" and zero for
+	// a job inserted otherwise; see Client.PutSchedule).
+	Schedule string
+	Period   time.Time
 	// Job is the job as the store gave it. The Runtime renews its hold
 	// meanwhile (Update): the worker reads its ID and Type and its hold
 	// (HoldDeadline, HoldContext), and does not call the Client's Update or
@@ -293,8 +298,12 @@ func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) err
 		return args, nil
 	}, work: func(ctx context.Context, j *Job, e *envelope, a *attempt, decoded any) error {
 		args, _ := decoded.(T) // T's zero value when decoded is a nil interface or pointer
-		return worker.Work(ctx, &Work[T]{Args: args, ID: j.ID, Attempt: e.Attempt + 1,
-			MaxAttempts: cmp.Or(e.MaxAttempts, opts.MaxAttempts), Errors: e.Errors, Job: j, update: a.update, completeTx: a.completeTx})
+		w := &Work[T]{Args: args, ID: j.ID, Attempt: e.Attempt + 1, MaxAttempts: cmp.Or(e.MaxAttempts, opts.MaxAttempts),
+			Errors: e.Errors, Schedule: e.Schedule, Job: j, update: a.update, completeTx: a.completeTx}
+		if e.Period != 0 {
+			w.Period = time.UnixMilli(e.Period)
+		}
+		return worker.Work(ctx, w)
 	}}
 	return nil
 }
