@@ -41,10 +41,13 @@ type jobsOpts struct {
 	rounds, backlog  int
 	duration         time.Duration
 	wakeups, accepts int
-	pending          []int
-	nodes            []int
-	scaleJobs        int
-	inMemory         bool
+	// schedules is the number of one-minute schedules of the schedules
+	// mode (0 skips it).
+	schedules int
+	pending   []int
+	nodes     []int
+	scaleJobs int
+	inMemory  bool
 	// runtime: the burn-down and continuous modes work fdbjobs' jobs on
 	// its Runtime (-loop runtime) rather than hand-written loops of the
 	// batch calls (-loop batch).
@@ -95,6 +98,7 @@ func runJobsBench(args []string) error {
 	fs.DurationVar(&o.duration, "duration", 30*time.Second, "time per continuous run (0 skips the continuous mode)")
 	fs.IntVar(&o.backlog, "backlog", backlogDefault, "jobs the continuous mode keeps pending (both sides)")
 	fs.IntVar(&o.wakeups, "wakeups", 300, "wake-up latency samples")
+	fs.IntVar(&o.schedules, "schedules", 10_000, "schedules of one minute for the schedules mode (0 skips it)")
 	fs.IntVar(&o.accepts, "accepts", 2000, "Accept samples per queue size")
 	nodesList := fs.String("nodes", "1,2,4,8", "scale-out: run the burn-down with this many Clients (one per node) on one store, the -workers shared among them; on FoundationDB also with this many processes (\"\" skips it)")
 	fs.IntVar(&o.scaleJobs, "scale-jobs", 40_000, "scale-out: jobs in each burn-down")
@@ -112,9 +116,9 @@ func runJobsBench(args []string) error {
 		return err
 	}
 	if o.jobs < 1 || o.workers < 1 || o.batch < 1 || o.batch > fdbjobs.MaxBatch || o.insertBatch < 1 || o.insertBatch > fdbjobs.MaxBatch ||
-		o.inserters < 1 || o.rounds < 1 || o.backlog < 1 || o.duration < 0 || o.wakeups < 0 || o.accepts < 1 || o.scaleJobs < 1 ||
+		o.inserters < 1 || o.rounds < 1 || o.backlog < 1 || o.duration < 0 || o.wakeups < 0 || o.schedules < 0 || o.accepts < 1 || o.scaleJobs < 1 ||
 		o.concurrency < 1 || o.concurrency > fdbjobs.ConcurrencyMax {
-		return errors.New("-jobs, -workers, -batch and -insert-batch (at most 10000), -concurrency (at most 10000), -inserters, -rounds, -backlog, -accepts and -scale-jobs must be positive, -duration and -wakeups not negative")
+		return errors.New("-jobs, -workers, -batch and -insert-batch (at most 10000), -concurrency (at most 10000), -inserters, -rounds, -backlog, -accepts and -scale-jobs must be positive, -duration, -wakeups and -schedules not negative")
 	}
 	switch *loop {
 	case "runtime", "batch":
@@ -164,6 +168,11 @@ func runJobsBench(args []string) error {
 	}
 	if o.wakeups > 0 {
 		if err := b.wakeUps(); err != nil {
+			return err
+		}
+	}
+	if o.schedules > 0 {
+		if err := b.schedules(); err != nil {
 			return err
 		}
 	}

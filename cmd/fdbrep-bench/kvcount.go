@@ -19,6 +19,17 @@ type countingDB struct {
 	kv.Database
 	attempts, commits                  atomic.Int64
 	mutations, readRanges, writeRanges atomic.Int64
+	// reads counts the read-only transactions' attempts (the cost of
+	// an idle store: schedules).
+	reads atomic.Int64
+}
+
+// ReadTransact counts the attempts of f.
+func (d *countingDB) ReadTransact(ctx context.Context, f func(kv.ReadTransaction) (any, error)) (any, error) {
+	return d.Database.ReadTransact(ctx, func(tr kv.ReadTransaction) (any, error) {
+		d.reads.Add(1)
+		return f(tr)
+	})
 }
 
 // txCounts are one attempt's counters.
