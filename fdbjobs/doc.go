@@ -345,8 +345,9 @@
 // leader: at the next period it read in the SCHEDULE_DUE index, at least
 // every SchedulePoll (a second; at once for this Client's own changes),
 // it reads the due entries without conflicts and takes them, in a random
-// order, in transactions of up to 25 schedules that read their records
-// with conflicts, insert the periods' jobs and move the next periods on.
+// order, in transactions of up to 50 schedules (8 at once) that read
+// their records with conflicts, insert the periods' jobs (200 or a few
+// more) and move the next periods on.
 // Overlap (allow, skip, queue) and CatchUp (one, none, all within a
 // window) say what happens while the last job is unfinished and after
 // periods were missed. Idle, a Runtime reads one range per kind and

@@ -73,11 +73,13 @@ const (
 	SchedulePollDefault = time.Second
 	// scheduleBatch is the most schedules one firing transaction takes,
 	// scheduleFirers the most such transactions a Runtime runs at once,
-	// and scheduleCatchUpMax the most jobs one inserts for one schedule
-	// (CatchUpAll): the rest stay due for the next transaction.
-	scheduleBatch      = 100
-	scheduleFirers     = 4
+	// scheduleCatchUpMax the most jobs one inserts for one schedule
+	// (CatchUpAll), and scheduleTxJobs the jobs after which it takes no
+	// more schedules: what is left stays due for the next transaction.
+	scheduleBatch      = 50
+	scheduleFirers     = 8
 	scheduleCatchUpMax = 100
+	scheduleTxJobs     = 200
 )
 
 // Schedule is a periodic job stored in the layer: every period (Every, or

@@ -469,3 +469,29 @@ func randomKey[V any](rng *rand.Rand, m map[string]V) string {
 	slices.Sort(keys)
 	return keys[rng.IntN(len(keys))]
 }
+
+// TestScheduleCatchUpBounded: CatchUpAll over many missed periods of
+// several schedules inserts them all, once each, in transactions of a
+// bounded number of jobs.
+func TestScheduleCatchUpBounded(t *testing.T) {
+	b := setup(t)
+	var first time.Time
+	for i := range 5 {
+		info, err := b.c.PutSchedule(b.ctx, nil, Schedule{Name: "c" + string(rune('a'+i)), Args: tickArgs{N: i}, Every: time.Second, CatchUp: CatchUpAll})
+		require.NoError(t, err)
+		first = info.Next
+	}
+	b.fire(t, b.c, first.Add(10*time.Minute))
+	per := map[string][]int64{}
+	for _, j := range b.scheduledJobs(t) {
+		per[j.schedule] = append(per[j.schedule], j.period)
+	}
+	require.Len(t, per, 5)
+	for name, ps := range per {
+		slices.Sort(ps)
+		require.Len(t, ps, 601, name)
+		require.Equal(t, first.UnixMilli(), ps[0], name)
+		require.Equal(t, first.Add(10*time.Minute).UnixMilli(), ps[600], name)
+		require.Len(t, slices.Compact(ps), 601, "%s: once each", name)
+	}
+}

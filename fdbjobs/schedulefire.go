@@ -154,7 +154,7 @@ func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []du
 			}
 		}
 		for i, r := range recs {
-			if r == nil || r.Next > nowMs {
+			if r == nil || r.Next > nowMs || len(jobs) >= scheduleTxJobs {
 				continue
 			}
 			was := *r
