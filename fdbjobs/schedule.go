@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -31,26 +32,27 @@ const (
 	// OverlapSkip skips the period: no job for it.
 	OverlapSkip Overlap = "skip"
 	// OverlapQueue keeps the period waiting until the earlier job has
-	// finished, then inserts its job; the periods that come meanwhile
-	// follow the schedule's CatchUp.
+	// finished, then inserts its job (with CatchUpOne, for the latest
+	// period due by then); the periods that came meanwhile follow the
+	// schedule's CatchUp.
 	OverlapQueue Overlap = "queue"
 )
 
 // CatchUp says what a schedule does with the periods it missed: a period
 // is missed when no job was inserted for it within ScheduleMisfire of its
-// time or before the next period came (every node with a worker of the
-// kind was down, the schedule's kind had no timeout yet, an Overlap
-// queue waited). The period that is due now is never missed.
+// time or before the next period came (no Runtime with a worker of the
+// kind ran, or an Overlap queue waited).
 type CatchUp string
 
 const (
-	// CatchUpOne inserts one job for the missed periods, for the latest
-	// of them (the default: a job that runs once after downtime, as
+	// CatchUpOne inserts one job for the periods due, missed or not: for
+	// the latest (the default: after downtime the job runs once, as
 	// Kubernetes' CronJobs do).
 	CatchUpOne CatchUp = "one"
-	// CatchUpNone inserts no job for missed periods.
+	// CatchUpNone inserts no job for missed periods: only the latest
+	// period due, unless it is missed too.
 	CatchUpNone CatchUp = "none"
-	// CatchUpAll inserts one job for every missed period within the
+	// CatchUpAll inserts one job for every period due within the
 	// schedule's CatchUpWindow of now, oldest first.
 	CatchUpAll CatchUp = "all"
 )
@@ -84,22 +86,27 @@ const (
 
 // Schedule is a periodic job stored in the layer: every period (Every, or
 // a Cron expression in TimeZone) a job of Args' kind with Args is
-// inserted, once, by a Runtime with a worker of that kind. The zero value
-// of each option is its default.
+// inserted, once, by a Runtime with a worker of that kind. While no such
+// Runtime runs, no job is inserted and the periods are missed (see
+// CatchUp; ScheduleInfo.Next stays in the past). The zero value of each
+// option is its default.
 type Schedule struct {
 	// Name identifies the schedule in the store: PutSchedule with a name
 	// that exists changes that schedule. At most MaxNameSize bytes.
 	Name string
-	// Args are the arguments of each period's job; its kind is
-	// Args.Kind(). Its worker sees the schedule's name and the period's
-	// time (Work.Schedule, Work.Period).
+	// Args are the arguments of each period's job (their JSON at most
+	// MaxDataSize less 1,000 bytes); its kind is Args.Kind(). Its worker
+	// sees the schedule's name and the period's time (Work.Schedule,
+	// Work.Period).
 	Args JobArgs
 	// MaxAttempts overrides the worker's for the schedule's jobs (0: the
 	// worker's).
 	MaxAttempts int
-	// Every is a period of a fixed length, at least ScheduleEveryMin: its
-	// periods begin at whole multiples of it since the Unix epoch (every
-	// minute: at each minute's start). Either Every or Cron.
+	// Every is a period of a fixed length, at least ScheduleEveryMin and
+	// a whole number of the Client's Config.TimeUnit (a second by
+	// default), in which jobs are due: its periods begin at whole
+	// multiples of it since the Unix epoch (every minute: at each
+	// minute's start). Either Every or Cron.
 	Every time.Duration
 	// Cron is a cron expression of five fields (minute, hour, day of
 	// month, month, day of week) or a descriptor (@yearly, @monthly,
@@ -114,8 +121,9 @@ type Schedule struct {
 	Overlap Overlap
 	// CatchUp: CatchUpOne by default.
 	CatchUp CatchUp
-	// CatchUpWindow bounds CatchUpAll: missed periods older than this
-	// are skipped. ScheduleCatchUpWindowDefault when zero.
+	// CatchUpWindow bounds CatchUpAll (the other policies ignore it):
+	// missed periods older than this are skipped.
+	// ScheduleCatchUpWindowDefault when zero.
 	CatchUpWindow time.Duration
 	// Paused stores the schedule without inserting jobs; ResumeSchedule
 	// (or PutSchedule without Paused) resumes it from its next period
@@ -137,8 +145,10 @@ type ScheduleInfo struct {
 	// CatchUpWindow is the window in effect (the default filled in).
 	CatchUpWindow time.Duration
 	Paused        bool
-	// Next is the time of the next period that has no job yet (a past
-	// time when it is due and no node inserted its job yet).
+	// Next is the time of the next period that has no job yet: a past
+	// time when it is due and no Runtime inserted its job yet (none with
+	// a worker of the kind runs, or an Overlap queue holds it); zero
+	// while the schedule is paused.
 	Next time.Time
 	// Last is the time of the last period a job was inserted for, and
 	// LastJob that job's id (zero and "" before the first).
@@ -193,10 +203,14 @@ type cronPeriod struct {
 	loc *time.Location
 }
 
+// never is the next period of a cron expression that matches no time in
+// the five years after (PutSchedule refuses one that never matches).
+const never = math.MaxInt64 - 1
+
 func (c cronPeriod) next(t int64) int64 {
 	n := c.s.Next(time.UnixMilli(t).In(c.loc))
-	if n.IsZero() { // never matches (February 30th): no period for five years
-		return t + int64(5*365*24*time.Hour/time.Millisecond)
+	if n.IsZero() {
+		return never
 	}
 	return n.UnixMilli()
 }
@@ -222,29 +236,36 @@ func (r *scheduleRecord) period() (period, error) {
 	return p, nil
 }
 
+// parsePeriod parses a cron expression in a zone; its errors name the
+// field and say what is wrong (the callers add ErrInvalidArgument).
 func parsePeriod(expr, tz string) (period, error) {
-	if strings.HasPrefix(expr, "@every") || strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=") {
-		return nil, fmt.Errorf("%w: Cron %q: @every and a zone in the expression are not taken (Every; TimeZone)", ErrInvalidArgument, expr)
+	switch {
+	case strings.HasPrefix(expr, "@every"):
+		return nil, fmt.Errorf("Cron %q: a fixed period is Schedule.Every", expr)
+	case strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ="):
+		return nil, fmt.Errorf("Cron %q: the zone is Schedule.TimeZone", expr)
 	}
 	loc, err := time.LoadLocation(tz)
 	if err != nil || (tz != "" && strings.EqualFold(tz, "local")) {
-		return nil, fmt.Errorf("%w: TimeZone %q: not an IANA time zone name", ErrInvalidArgument, tz)
+		return nil, fmt.Errorf("TimeZone %q: not an IANA time zone name", tz)
 	}
 	s, err := cronParser.Parse(expr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Cron %q: %v", ErrInvalidArgument, expr, err)
+		return nil, fmt.Errorf("Cron %q: %v", expr, err)
 	}
 	return cronPeriod{s, loc}, nil
 }
 
-// record checks s and returns its record, without times.
-func (s Schedule) record() (*scheduleRecord, error) {
+// record checks s, whose periods' jobs are due in whole units of unit
+// (Config.TimeUnit), and returns its record, without times.
+func (s Schedule) record(unit time.Duration, now time.Time) (*scheduleRecord, error) {
 	if err := checkName("schedule name", s.Name); err != nil {
 		return nil, err
 	}
 	if s.Args == nil {
 		return nil, fmt.Errorf("%w: schedule %q: nil Args", ErrInvalidArgument, s.Name)
 	}
+	unit = max(time.Millisecond, unit)
 	kind := s.Args.Kind()
 	if err := checkName("kind", kind); err != nil {
 		return nil, err
@@ -261,10 +282,12 @@ func (s Schedule) record() (*scheduleRecord, error) {
 	switch {
 	case s.MaxAttempts < 0:
 		return nil, fmt.Errorf("%w: schedule %q: MaxAttempts %d: at least 1 (0: the worker's)", ErrInvalidArgument, s.Name, s.MaxAttempts)
-	case (s.Every != 0) == (s.Cron != ""):
-		return nil, fmt.Errorf("%w: schedule %q: one of Every and Cron", ErrInvalidArgument, s.Name)
-	case s.Every != 0 && (s.Every < ScheduleEveryMin || s.Every%time.Millisecond != 0):
-		return nil, fmt.Errorf("%w: schedule %q: Every %v: at least %v, in whole milliseconds", ErrInvalidArgument, s.Name, s.Every, ScheduleEveryMin)
+	case s.Every == 0 && s.Cron == "":
+		return nil, fmt.Errorf("%w: schedule %q: neither Every nor Cron (one of them)", ErrInvalidArgument, s.Name)
+	case s.Every != 0 && s.Cron != "":
+		return nil, fmt.Errorf("%w: schedule %q: both Every and Cron (one of them)", ErrInvalidArgument, s.Name)
+	case s.Every != 0 && (s.Every < ScheduleEveryMin || s.Every%unit != 0):
+		return nil, fmt.Errorf("%w: schedule %q: Every %v: at least %v, in whole %v (the Client's TimeUnit)", ErrInvalidArgument, s.Name, s.Every, ScheduleEveryMin, unit)
 	case s.Every != 0 && s.TimeZone != "":
 		return nil, fmt.Errorf("%w: schedule %q: TimeZone is Cron's (Every counts from the Unix epoch)", ErrInvalidArgument, s.Name)
 	case s.CatchUpWindow < 0:
@@ -288,8 +311,12 @@ func (s Schedule) record() (*scheduleRecord, error) {
 	if r.WindowMs == 0 {
 		r.WindowMs = ScheduleCatchUpWindowDefault.Milliseconds()
 	}
-	if _, err := r.period(); err != nil {
-		return nil, fmt.Errorf("schedule %q: %w", s.Name, err)
+	p, err := r.period()
+	if err != nil {
+		return nil, fmt.Errorf("%w: schedule %q: %v", ErrInvalidArgument, s.Name, err)
+	}
+	if p.next(now.UnixMilli()) == never {
+		return nil, fmt.Errorf("%w: schedule %q: Cron %q matches no time in the next five years", ErrInvalidArgument, s.Name, s.Cron)
 	}
 	return r, nil
 }
@@ -301,10 +328,14 @@ func (r *scheduleRecord) info(name string) ScheduleInfo {
 		}
 		return time.UnixMilli(v)
 	}
-	return ScheduleInfo{Name: name, Kind: r.Kind, Args: r.Args, MaxAttempts: r.MaxAttempts,
+	info := ScheduleInfo{Name: name, Kind: r.Kind, Args: r.Args, MaxAttempts: r.MaxAttempts,
 		Every: time.Duration(r.EveryMs) * time.Millisecond, Cron: r.Cron, TimeZone: r.TimeZone, Overlap: r.Overlap,
 		CatchUp: r.CatchUp, CatchUpWindow: time.Duration(r.WindowMs) * time.Millisecond, Paused: r.Paused,
 		Next: ms(r.Next), Last: ms(r.Last), LastJob: r.LastJob, Created: ms(r.Created), Updated: ms(r.Updated)}
+	if r.Paused {
+		info.Next = time.Time{}
+	}
+	return info
 }
 
 func (k keys) scheduleKey(name string) kv.Key { return k.root.Pack(tuple.Tuple{keySchedule, name}) }
@@ -365,7 +396,7 @@ func (k keys) writeSchedule(tr kv.Transaction, name string, r, was *scheduleReco
 // active), else its next period is the first after now. Bad options are
 // ErrInvalidArgument, saying which; nothing is stored then.
 func (c *Client) PutSchedule(ctx context.Context, tx kv.Transactor, s Schedule) (ScheduleInfo, error) {
-	r, err := s.record()
+	r, err := s.record(c.cfg.TimeUnit, c.cfg.Clock.Now())
 	if err != nil {
 		return ScheduleInfo{}, err
 	}
@@ -393,7 +424,7 @@ func (c *Client) PutSchedule(ctx context.Context, tx kv.Transactor, s Schedule) 
 		return nr.info(s.Name), nil
 	})
 	if err == nil {
-		c.schedWake.notify(r.Kind)
+		c.schedWake.notify("")
 	}
 	return info, err
 }
@@ -508,7 +539,7 @@ func (c *Client) setSchedulePaused(ctx context.Context, tx kv.Transactor, name s
 		return r.Kind, c.k.writeSchedule(tr, name, &r, was)
 	})
 	if err == nil && kind != "" {
-		c.schedWake.notify(kind)
+		c.schedWake.notify("")
 	}
 	return err
 }

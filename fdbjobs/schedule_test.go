@@ -6,13 +6,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
-	"github.com/stretchr/testify/require"
 )
 
 // tickArgs are the arguments of the schedules' jobs in these tests (kind
@@ -68,14 +69,16 @@ func TestScheduleBadInput(t *testing.T) {
 		{"no name", func(s *Schedule) { s.Name = "" }, "empty schedule name"},
 		{"long name", func(s *Schedule) { s.Name = string(make([]byte, MaxNameSize+1)) }, "schedule name of 1001 bytes"},
 		{"no args", func(s *Schedule) { s.Args = nil }, "nil Args"},
-		{"neither Every nor Cron", func(s *Schedule) { s.Every = 0 }, "one of Every and Cron"},
-		{"both", func(s *Schedule) { s.Cron = "* * * * *" }, "one of Every and Cron"},
+		{"neither Every nor Cron", func(s *Schedule) { s.Every = 0 }, "neither Every nor Cron"},
+		{"both", func(s *Schedule) { s.Cron = "* * * * *" }, "both Every and Cron"},
+		{"Every not in whole TimeUnits", func(s *Schedule) { s.Every = 1500 * time.Millisecond }, "in whole 1s (the Client's TimeUnit)"},
+		{"cron that never matches", func(s *Schedule) { s.Every, s.Cron = 0, "0 0 30 2 *" }, "matches no time in the next five years"},
 		{"Every too short", func(s *Schedule) { s.Every = time.Millisecond * 999 }, "at least 1s"},
 		{"negative Every", func(s *Schedule) { s.Every = -time.Minute }, "at least 1s"},
 		{"zone with Every", func(s *Schedule) { s.TimeZone = "UTC" }, "TimeZone is Cron's"},
 		{"cron that does not parse", func(s *Schedule) { s.Every, s.Cron = 0, "61 * * * *" }, `Cron "61 * * * *"`},
 		{"cron of six fields", func(s *Schedule) { s.Every, s.Cron = 0, "0 0 * * * *" }, "Cron"},
-		{"@every", func(s *Schedule) { s.Every, s.Cron = 0, "@every 1m" }, "@every"},
+		{"@every", func(s *Schedule) { s.Every, s.Cron = 0, "@every 1m" }, "a fixed period is Schedule.Every"},
 		{"zone in the expression", func(s *Schedule) { s.Every, s.Cron = 0, "CRON_TZ=UTC * * * * *" }, "TimeZone"},
 		{"unknown zone", func(s *Schedule) { s.Every, s.Cron, s.TimeZone = 0, "@daily", "Mars/Olympus" }, `TimeZone "Mars/Olympus"`},
 		{"Local", func(s *Schedule) { s.Every, s.Cron, s.TimeZone = 0, "@daily", "Local" }, `TimeZone "Local"`},
@@ -142,6 +145,10 @@ func TestScheduleLifecycle(t *testing.T) {
 	// Paused: no jobs; resumed: from its first period after then.
 	require.NoError(t, b.c.PauseSchedule(b.ctx, nil, "m"))
 	require.Empty(t, b.scan(t, b.c.k.root.Sub(keyScheduleDue)))
+	got, err = b.c.GetSchedule(b.ctx, nil, "m")
+	require.NoError(t, err)
+	require.True(t, got.Paused)
+	require.Zero(t, got.Next, "no next period while paused")
 	b.fire(t, b.c, first.Add(10*time.Minute))
 	require.Len(t, b.scheduledJobs(t), 1)
 	b.clock.Advance(10 * time.Minute)
@@ -209,6 +216,31 @@ func TestScheduleCatchUpAndOverlap(t *testing.T) {
 		require.Empty(t, b.scheduledJobs(t))
 		b.fire(t, b.c, info.Next.Add(time.Hour+time.Second))
 		require.Len(t, b.scheduledJobs(t), 1)
+	})
+
+	t.Run("a queue does not fall behind", func(t *testing.T) {
+		// Every minute, a job that runs 2.5 minutes: with CatchUpOne, each
+		// job is for the latest period when the one before ends, not for
+		// ever older ones.
+		b := setup(t)
+		info, err := b.c.PutSchedule(b.ctx, nil, Schedule{Name: "q", Args: tickArgs{}, Every: time.Minute, Overlap: OverlapQueue})
+		require.NoError(t, err)
+		b.clock.Advance(info.Next.Sub(b.clock.Now()))
+		for range 6 {
+			b.fire(t, b.c, b.clock.Now())
+			jobs := b.scheduledJobs(t)
+			var newest int64
+			for _, j := range jobs {
+				newest = max(newest, j.period)
+			}
+			require.LessOrEqual(t, b.clock.Now().UnixMilli()-newest, (time.Minute).Milliseconds(), "the newest job is for the latest period")
+			job := b.accept(t, t1)
+			for range 5 {
+				b.clock.Advance(30 * time.Second)
+				b.fire(t, b.c, b.clock.Now())
+			}
+			require.NoError(t, b.c.Finish(b.ctx, nil, job, nil))
+		}
 	})
 
 	for _, tc := range []struct {
@@ -316,16 +348,28 @@ func TestScheduleModel(t *testing.T) {
 	names := 0
 	// A schedule of each period that catches up on everything and is
 	// never changed, for the liveness check at the end.
-	fixed := map[string]Schedule{}
-	for i, spec := range specs {
-		s := spec
-		s.Name, s.Args, s.CatchUp, s.Overlap = "fixed"+string(rune('a'+i)), tickArgs{N: -1}, CatchUpAll, OverlapAllow
-		_, err := b.c.PutSchedule(b.ctx, nil, s)
+	// And of three periods for each other catch-up, for the check of what
+	// a node's pass inserted: the latest period at its clock (CatchUpOne),
+	// or that unless it is missed (CatchUpNone).
+	fixed, firsts := map[string]Schedule{}, map[string]int64{}
+	fix := func(name string, s Schedule) {
+		s.Name, s.Args, s.Overlap = name, tickArgs{N: -1}, OverlapAllow
+		info, err := b.c.PutSchedule(b.ctx, nil, s)
 		require.NoError(t, err)
-		fixed[s.Name] = s
+		fixed[s.Name], firsts[s.Name] = s, info.Next.UnixMilli()
+	}
+	for i, spec := range specs {
+		spec.CatchUp = CatchUpAll
+		fix("fixed-all-"+strconv.Itoa(i), spec)
+		if i < 3 {
+			spec.CatchUp = CatchUpOne
+			fix("fixed-one-"+strconv.Itoa(i), spec)
+			spec.CatchUp = CatchUpNone
+			fix("fixed-none-"+strconv.Itoa(i), spec)
+		}
 	}
 	var running []*Job
-	steps := 0
+	steps, latestFire := 0, int64(0)
 	end := start.Add(span)
 	for now := start; now.Before(end); {
 		step := time.Duration(rng.Int64N(int64(3*time.Minute))) + time.Second
@@ -390,6 +434,7 @@ func TestScheduleModel(t *testing.T) {
 			}
 			at := now.Add(n.skew)
 			b.fire(t, n.c, at)
+			latestFire = max(latestFire, at.UnixMilli())
 			infos, err := b.c.ListSchedules(b.ctx, "", MaxBatch)
 			require.NoError(t, err)
 			require.Len(t, infos, len(live)+len(fixed))
@@ -401,6 +446,17 @@ func TestScheduleModel(t *testing.T) {
 				due := info.Next.UnixMilli() <= at.UnixMilli()
 				queued := info.Overlap == OverlapQueue && due
 				require.True(t, !due || queued, "seed %d: schedule %s due at %v after a node fired at %v", seed, name, info.Next, at)
+				if f, ok := fixed[name]; ok && f.CatchUp != CatchUpAll && firsts[name] <= at.UnixMilli() {
+					r := &scheduleRecord{EveryMs: f.Every.Milliseconds(), Cron: f.Cron, TimeZone: f.TimeZone}
+					p, err := r.period()
+					require.NoError(t, err)
+					latest := latestDue(p, firsts[name], at.UnixMilli())
+					// (Missed by the clock of the node that fired it last,
+					// which may be ahead of this one's.)
+					missed := latestFire-latest > ScheduleMisfire.Milliseconds()
+					require.True(t, info.Last.UnixMilli() >= latest || (f.CatchUp == CatchUpNone && missed),
+						"seed %d: %s (%s) has its last job for %v after a node fired at %v", seed, name, f.CatchUp, info.Last.UTC(), at.UTC())
+				}
 			}
 		}
 		// Safety, every few steps (jobs stay: a period's second job
@@ -451,7 +507,7 @@ func TestScheduleModel(t *testing.T) {
 		}
 		checked++
 	}
-	require.GreaterOrEqual(t, checked, len(fixed))
+	require.GreaterOrEqual(t, checked, len(specs))
 	t.Logf("%d schedules (%d live, %d CatchUpAll left alone), %d jobs", names+len(fixed), len(live)+len(fixed), checked, len(jobs))
 }
 

@@ -214,6 +214,7 @@ func (r *scheduleRecord) fire(now int64, lastUnfinished bool) (runs []int64, err
 	if err != nil {
 		return nil, err
 	}
+	missed := func(t int64) bool { return now-t > ScheduleMisfire.Milliseconds() || p.next(t) <= now }
 	busy := lastUnfinished && r.Overlap != OverlapAllow
 	switch {
 	case busy && r.Overlap == OverlapSkip:
@@ -222,13 +223,34 @@ func (r *scheduleRecord) fire(now int64, lastUnfinished bool) (runs []int64, err
 	case busy: // OverlapQueue: wait for it
 		r.Queued = true
 		return nil, nil
-	case r.Queued: // its wait is over: the queued period runs
+	case r.Queued:
+		// Its wait is over: the queued period runs (with CatchUpOne, the
+		// latest period due), and the periods that came while it waited
+		// follow CatchUp, so that a queue does not fall ever further
+		// behind a job that runs longer than its period.
 		q := r.Next
 		r.Queued, r.Next = false, p.next(q)
+		if r.CatchUp == CatchUpOne { // one job, for the latest period due
+			q = latestDue(p, q, now)
+			r.Next = p.next(q)
+		}
+		if r.Next <= now {
+			latest := latestDue(p, r.Next, now)
+			switch r.CatchUp {
+			case CatchUpNone:
+				r.Next = latest
+				if missed(latest) {
+					r.Next = p.next(latest)
+				}
+			case CatchUpAll:
+				if from := now - r.WindowMs; r.Next <= from {
+					r.Next = p.next(from - 1)
+				}
+			}
+		}
 		return []int64{q}, nil
 	}
 	latest := latestDue(p, r.Next, now)
-	missed := func(t int64) bool { return now-t > ScheduleMisfire.Milliseconds() || p.next(t) <= now }
 	switch r.CatchUp {
 	case CatchUpNone:
 		if !missed(latest) {

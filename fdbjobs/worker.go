@@ -62,8 +62,8 @@ type Work[T JobArgs] struct {
 	// first (ErrorHistoryMax at most).
 	Errors []AttemptError
 	// Schedule is the name of the schedule that inserted the job, and
-	// Period the time of the period it was inserted for ("" and zero for
-	// a job inserted otherwise; see Client.PutSchedule).
+	// Period the time of the period it was inserted for, in UTC ("" and
+	// zero for a job inserted otherwise; see Client.PutSchedule).
 	Schedule string
 	Period   time.Time
 	// Job is the job as the store gave it. The Runtime renews its hold
@@ -301,7 +301,7 @@ func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) err
 		w := &Work[T]{Args: args, ID: j.ID, Attempt: e.Attempt + 1, MaxAttempts: cmp.Or(e.MaxAttempts, opts.MaxAttempts),
 			Errors: e.Errors, Schedule: e.Schedule, Job: j, update: a.update, completeTx: a.completeTx}
 		if e.Period != 0 {
-			w.Period = time.UnixMilli(e.Period)
+			w.Period = time.UnixMilli(e.Period).UTC()
 		}
 		return worker.Work(ctx, w)
 	}}
