@@ -197,7 +197,9 @@ bench-kv:
 ## K processes of the benchmark's binary, one Client each, on the same
 ## tenant). Knobs, from the environment or the command line: BENCH_JOBS (the
 ## burn-down's jobs, 200000), BENCH_DURATION (each continuous run, 30s),
-## BENCH_ROUNDS (rounds per mode, 3), RIVER=0 (fdbjobs alone). River's peer
+## BENCH_ROUNDS (rounds per mode, 3), RIVER=0 (fdbjobs alone); its schedules
+## mode (10,000 one-minute schedules, ARGS=-schedules=0 skips it) takes about
+## three minutes, most of it waiting for the periods. River's peer
 ## is its own module (cmd/fdbrep-bench/river), built here; PostgreSQL's
 ## initdb must be on PATH or in /usr/lib/postgresql/*/bin (else River is
 ## skipped, said so).

@@ -82,7 +82,9 @@ func (o jobsOpts) sleep(ctx context.Context) {
 //  2. continuous: keep -backlog jobs (75,000) pending (topped up every 250 ms, 5,000
 //     at a time) while working them, for -duration; alternating too;
 //  3. wake-up latency from an insert to an idle worker;
-//  4. the cost of one Accept (plus its Finish) with 10,000 and with
+//  4. schedules (fdbjobs alone, -schedules of one minute, 0 skips it): a
+//     period's start to its jobs' insert and start, and the idle cost;
+//  5. the cost of one Accept (plus its Finish) with 10,000 and with
 //     1,000,000 pending jobs, to show that it does not grow with the queue
 //     (fdbjobs only).
 func runJobsBench(args []string) error {
