@@ -429,8 +429,12 @@ func (c *Client) PutSchedule(ctx context.Context, tx kv.Transactor, s Schedule) 
 	return info, err
 }
 
-// GetSchedule returns the schedule name, or ErrNotFound.
+// GetSchedule returns the schedule name, or ErrNotFound (an empty or too
+// long name: ErrInvalidArgument, as for the other calls that take one).
 func (c *Client) GetSchedule(ctx context.Context, tx kv.ReadTransactor, name string) (ScheduleInfo, error) {
+	if err := checkName("schedule name", name); err != nil {
+		return ScheduleInfo{}, err
+	}
 	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (ScheduleInfo, error) {
 		r, err := c.k.readSchedule(tr, name)
 		if err != nil {
@@ -480,6 +484,9 @@ func (c *Client) ListSchedules(ctx context.Context, after string, limit int) ([]
 // its own): no period's job is inserted from then on; jobs inserted
 // already stay. ErrNotFound when there is none.
 func (c *Client) DeleteSchedule(ctx context.Context, tx kv.Transactor, name string) error {
+	if err := checkName("schedule name", name); err != nil {
+		return err
+	}
 	found := false
 	_, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (struct{}, error) {
 		r, err := c.k.readSchedule(tr, name)
@@ -515,6 +522,9 @@ func (c *Client) ResumeSchedule(ctx context.Context, tx kv.Transactor, name stri
 }
 
 func (c *Client) setSchedulePaused(ctx context.Context, tx kv.Transactor, name string, paused bool) error {
+	if err := checkName("schedule name", name); err != nil {
+		return err
+	}
 	now := c.cfg.Clock.Now().UnixMilli()
 	kind, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (string, error) {
 		was, err := c.k.readSchedule(tr, name)

@@ -109,6 +109,13 @@ func TestScheduleBadInput(t *testing.T) {
 	} {
 		require.ErrorIs(t, f(), ErrNotFound)
 	}
+	for _, name := range []string{"", string(make([]byte, MaxNameSize+1))} {
+		_, err := b.c.GetSchedule(b.ctx, nil, name)
+		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.ErrorIs(t, b.c.DeleteSchedule(b.ctx, nil, name), ErrInvalidArgument)
+		require.ErrorIs(t, b.c.PauseSchedule(b.ctx, nil, name), ErrInvalidArgument)
+		require.ErrorIs(t, b.c.ResumeSchedule(b.ctx, nil, name), ErrInvalidArgument)
+	}
 }
 
 // TestScheduleLifecycle: a schedule is stored, listed, fires once per
