@@ -27,6 +27,19 @@ import (
 // scheduleDuePage is the most due schedules one reading of the index takes.
 const scheduleDuePage = 1000
 
+// FireSchedules inserts, now, the jobs of kind's schedules that are due
+// at now, as a Runtime's schedule loop does at its clock's time, and
+// returns how many jobs it saw inserted: for tests (a time of their
+// choosing: fdbjobstest.FireSchedules) and for a loop of your own. It is
+// safe beside Runtimes: a period still gets one job.
+func (c *Client) FireSchedules(ctx context.Context, kind string, now time.Time) (int, error) {
+	if err := checkName("kind", kind); err != nil {
+		return 0, err
+	}
+	n, _, err := c.fireDue(ctx, kind, now)
+	return n, err
+}
+
 // fireDue inserts the jobs of kind's schedules due at now (its node's
 // clock), until none is left that it can insert (one an Overlap queue
 // holds is left), and reports how many it inserted and the next period

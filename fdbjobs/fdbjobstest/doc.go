@@ -1,8 +1,9 @@
 // Package fdbjobstest helps test code that inserts and works fdbjobs'
 // runtime jobs, as rivertest does River's: a Client on a store in memory
 // (NewClient), assertions on the jobs inserted (RequireInserted,
-// RequireNotInserted, Jobs), and one job worked synchronously by a Worker
-// on a store of its own (Work).
+// RequireNotInserted, Jobs), one job worked synchronously by a Worker on
+// a store of its own (Work), and the schedules due at a time of the
+// test's choosing fired (FireSchedules).
 //
 //	func TestSignup(t *testing.T) {
 //		c := fdbjobstest.NewClient(t)

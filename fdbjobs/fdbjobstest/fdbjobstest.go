@@ -37,6 +37,21 @@ func NewClient(t testing.TB) *fdbjobs.Client {
 	return c
 }
 
+// FireSchedules inserts the jobs of T's kind's schedules due at now (a
+// time of the test's choosing, such as a period's) and returns how many,
+// as the Runtimes' schedule loops would at that time.
+func FireSchedules[T fdbjobs.JobArgs](t testing.TB, c *fdbjobs.Client, now time.Time) int {
+	t.Helper()
+	var zero T
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	n, err := c.FireSchedules(ctx, kindOf(zero), now)
+	if err != nil {
+		t.Fatalf("fdbjobstest: firing the schedules: %v", err)
+	}
+	return n
+}
+
 // Job is a runtime job of kind T as the store has it.
 type Job[T fdbjobs.JobArgs] struct {
 	ID    string

@@ -35,6 +35,19 @@ func TestRequireInserted(t *testing.T) {
 	require.Len(t, fdbjobstest.Jobs[emailArgs](t, c), 1)
 }
 
+func TestFireSchedules(t *testing.T) {
+	c := fdbjobstest.NewClient(t)
+	ctx := context.Background()
+	require.NoError(t, c.SetTypeTimeout(ctx, nil, "email", fdbjobs.TimeoutDefault))
+	info, err := c.PutSchedule(ctx, nil, fdbjobs.Schedule{Name: "digest", Args: emailArgs{To: "list@example.com"}, Cron: "0 7 * * 1-5", TimeZone: "Europe/Paris"})
+	require.NoError(t, err)
+	require.Zero(t, fdbjobstest.FireSchedules[emailArgs](t, c, info.Next.Add(-time.Second)), "not yet")
+	require.Equal(t, 1, fdbjobstest.FireSchedules[emailArgs](t, c, info.Next))
+	j := fdbjobstest.RequireInserted(t, c, emailArgs{To: "list@example.com"})
+	require.Equal(t, fdbjobs.Pending, j.State)
+	require.Zero(t, fdbjobstest.FireSchedules[emailArgs](t, c, info.Next.Add(time.Minute)), "once per period")
+}
+
 func TestWork(t *testing.T) {
 	ok := fdbjobs.WorkFunc[emailArgs](func(ctx context.Context, w *fdbjobs.Work[emailArgs]) error { return nil })
 	res := fdbjobstest.Work(t, ok, emailArgs{To: "ada@example.com"}, fdbjobstest.WorkOptions{})
