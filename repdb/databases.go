@@ -23,14 +23,17 @@ type DBInfo struct {
 
 // CreateDB creates db with uuid, calling hook (when not nil) in the same
 // transaction. It is idempotent under commit_unknown_result: finding db
-// with this very uuid means an earlier attempt committed. ErrDBExists when
-// db exists.
+// with this very uuid means an earlier attempt committed, and the hooks
+// that attempt's hook left run (kv.Locals.Adopt). ErrDBExists when db
+// exists.
 func (s *Store) CreateDB(ctx context.Context, db, uuid string, hook func(kv.Transaction) error) error {
 	created := s.clock.Now().Unix()
+	wrote := -1 // the last attempt that wrote db
 	_, err := s.db.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		m, err := s.getMeta(tr, db)
 		if err == nil {
 			if m.UUID == uuid {
+				tr.Locals().Adopt(wrote)
 				return nil, nil
 			}
 			return nil, ErrDBExists
@@ -40,6 +43,7 @@ func (s *Store) CreateDB(ctx context.Context, db, uuid string, hook func(kv.Tran
 		}
 		v, _ := json.Marshal(dbMeta{UUID: uuid, Created: created})
 		tr.Set(s.dbKey(db), v)
+		wrote = tr.Locals().Attempt()
 		if hook != nil {
 			return nil, hook(tr)
 		}
@@ -51,17 +55,19 @@ func (s *Store) CreateDB(ctx context.Context, db, uuid string, hook func(kv.Tran
 // DeleteDB removes db and everything in it, calling hook (when not nil) in
 // the same transaction. A retry that finds db gone after an earlier
 // attempt saw it reports success (the earlier attempt, or a concurrent
-// delete, removed it). ErrDBNotFound when db does not exist.
+// delete, removed it), and the hooks the earlier attempt's hook left run
+// (kv.Locals.Adopt). ErrDBNotFound when db does not exist.
 func (s *Store) DeleteDB(ctx context.Context, db string, hook func(kv.Transaction) error) error {
-	seen := false
+	seen := -1 // the last attempt that found db and removed it
 	_, err := s.db.Transact(ctx, func(tr kv.Transaction) (any, error) {
 		if _, err := s.getMeta(tr, db); err != nil {
-			if errors.Is(err, ErrDBNotFound) && seen {
+			if errors.Is(err, ErrDBNotFound) && seen >= 0 {
+				tr.Locals().Adopt(seen)
 				return nil, nil
 			}
 			return nil, err
 		}
-		seen = true
+		seen = tr.Locals().Attempt()
 		tr.Clear(s.dbKey(db))
 		tr.Clear(s.feedKey(db))
 		tr.Clear(s.securityKey(db))

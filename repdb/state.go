@@ -72,7 +72,7 @@ func (s *Store) setState(tr kv.Transaction, db, docID, state, reason string, sta
 	if string(canonical) == string(oldCanonical) || reflect.DeepEqual(body, cur.Body) {
 		return nil
 	}
-	var produced []string
+	var produced attempts
 	_, err = s.writeTx(tr, Write{DB: db, ID: docID, BaseRev: cur.Rev, Body: body}, canonical, &produced)
 	return err
 }

@@ -37,7 +37,7 @@ func TestWriteRetryAfterCommit(t *testing.T) {
 			w.Body = body
 		}
 		canonical, _ := json.Marshal(w.Body)
-		var produced []string
+		var produced attempts
 		attempt := func() (string, error) {
 			return kv.Transact(ctx, db, func(tr kv.Transaction) (string, error) {
 				return s.writeTx(tr, w, canonical, &produced)
@@ -57,7 +57,7 @@ func TestWriteRetryAfterCommit(t *testing.T) {
 	// it (the replicator recording a state, say).
 	w := Write{DB: "_replicator", ID: "h", Body: map[string]any{"v": 1}}
 	canonical, _ := json.Marshal(w.Body)
-	var produced []string
+	var produced attempts
 	first, err := kv.Transact(ctx, db, func(tr kv.Transaction) (string, error) { return s.writeTx(tr, w, canonical, &produced) })
 	require.NoError(t, err)
 	other := Write{DB: "_replicator", ID: "h", BaseRev: first, Body: map[string]any{"v": 2}}

@@ -122,10 +122,24 @@ func (s *Store) Write(ctx context.Context, w Write) (string, error) {
 	if strings.HasPrefix(w.ID, LocalPrefix) {
 		return s.writeLocal(ctx, w, canonical)
 	}
-	var produced []string // revs earlier attempts would have committed
+	var produced attempts // revs earlier attempts would have committed
 	return kv.Transact(ctx, s.db, func(tr kv.Transaction) (string, error) {
 		return s.writeTx(tr, w, canonical, &produced)
 	})
+}
+
+// attempts are the revisions the attempts of one write's retry loop would
+// have committed, each with its attempt's number (kv.Locals.Attempt).
+type attempts []attempt
+
+type attempt struct {
+	rev string
+	n   int
+}
+
+// note records that the current attempt of tr writes rev.
+func (a *attempts) note(tr kv.Transaction, rev string) {
+	*a = append(*a, attempt{rev: rev, n: tr.Locals().Attempt()})
 }
 
 // editBase checks a new edit against the document and returns the
@@ -156,17 +170,19 @@ func (st *docState) editBase(w Write) (string, error) {
 
 // writeTx is Write's transaction body; produced collects the revs of
 // earlier attempts, to recognise one that committed.
-func (s *Store) writeTx(tr kv.Transaction, w Write, canonical []byte, produced *[]string) (string, error) {
+func (s *Store) writeTx(tr kv.Transaction, w Write, canonical []byte, produced *attempts) (string, error) {
 	st, err := s.load(tr, w.DB, w.ID)
 	if err != nil {
 		return "", err
 	}
 	// A retry after commit_unknown_result finds the revision its earlier
 	// attempt committed, a leaf or (if the replicator or a user wrote
-	// since) an ancestor: the write happened, report it.
-	for _, r := range *produced {
-		if st.tree.Has(r) {
-			return r, nil
+	// since) an ancestor: the write happened, report it, with the logs and
+	// counters the hook's run in that attempt left (kv.Locals.Adopt).
+	for _, a := range *produced {
+		if st.tree.Has(a.rev) {
+			tr.Locals().Adopt(a.n)
+			return a.rev, nil
 		}
 	}
 	base, err := st.editBase(w)
@@ -177,7 +193,7 @@ func (s *Store) writeTx(tr kv.Transaction, w Write, canonical []byte, produced *
 		return "", fmt.Errorf("%w: %s", ErrTooLarge, w.ID)
 	}
 	written := &Doc{ID: w.ID, Rev: newRev(base, w.Deleted, canonical), Deleted: w.Deleted, Body: w.Body, raw: canonical}
-	*produced = append(*produced, written.Rev)
+	produced.note(tr, written.Rev)
 	dw := s.newDocWrite(w.DB, w.ID, st)
 	dw.add(base, written)
 	var replaced *Doc
@@ -209,7 +225,7 @@ func (s *Store) writeTx(tr kv.Transaction, w Write, canonical []byte, produced *
 				alt.add(base, stripped)
 				if alt.tree.Winner().Rev == stripped.Rev {
 					dw, written = alt, stripped
-					*produced = append(*produced, written.Rev)
+					produced.note(tr, written.Rev)
 				}
 			} else if err := dw.clearState(ev.New); err != nil {
 				return "", err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
@@ -245,7 +246,7 @@ func TestReplayAfterCommit(t *testing.T) {
 	require.NoError(t, err)
 	w := Write{DB: testDB, ID: "d", BaseRev: "2-b", Body: map[string]any{"v": 1}}
 	canonical, _ := json.Marshal(w.Body)
-	var produced []string
+	var produced attempts
 	attempt := func() (string, error) {
 		return kv.Transact(ctx, db, func(tr kv.Transaction) (string, error) { return s.writeTx(tr, w, canonical, &produced) })
 	}
@@ -454,4 +455,26 @@ func TestPagesStayInBudget(t *testing.T) {
 	missing, err := s.RevsDiff(ctx, testDB, diff)
 	require.NoError(t, err)
 	require.Len(t, missing, 40)
+}
+
+// A write whose commit is reported unknown after it committed runs its
+// hook's OnCommit hooks once all the same: the retry that finds the write
+// adopts them (the replicator's logs and counters of a document added).
+func TestHooksAfterCommitUnknown(t *testing.T) {
+	ctx := context.Background()
+	db := faultkv.Wrap(kvtest.NewDB(t), faultkv.Options{Seed: 7, CommitUnknownResult: 0.5})
+	s := New(db, Options{})
+	require.NoError(t, s.CreateDB(ctx, testDB, "u1", nil))
+	ran := map[string]int{}
+	for i := range 20 {
+		id := fmt.Sprint("d", i)
+		_, err := s.Write(ctx, Write{DB: testDB, ID: id, Body: map[string]any{"v": i},
+			Hook: func(tr kv.Transaction, ev WriteEvent) (bool, error) {
+				tr.Locals().OnCommit(func() { ran[id]++ })
+				return false, nil
+			}})
+		require.NoError(t, err)
+		require.Equal(t, 1, ran[id], id)
+	}
+	require.NotZero(t, db.Stats().CommitUnknownResult)
 }

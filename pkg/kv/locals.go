@@ -12,16 +12,26 @@ import "sync"
 //     makes the Transaction new.
 //   - Hooks added by OnCommit run once the attempt that added them commits
 //     (Run and RunRead run them, in the caller's goroutine, after the
-//     commit and before returning); an attempt that fails, or whose commit
-//     reports commit_unknown_result, drops its hooks, and its retry adds
-//     its own. Logs and counters of what a transaction did go there.
+//     commit and before returning); an attempt that fails drops its hooks,
+//     and its retry adds its own. Logs and counters of what a transaction
+//     did go there.
+//   - An attempt whose commit may have happened (IsMaybeCommitted) keeps
+//     its hooks aside. A retry that finds that attempt's writes (and so
+//     writes nothing again) calls Adopt with the attempt's number (Attempt,
+//     noted beside what it wrote): the kept hooks run when the retry
+//     commits, so what the transaction did is logged and counted once,
+//     neither lost nor twice.
 //
 // A Transaction committed outside Run runs no hooks. Locals is safe for
 // concurrent use; the zero value is ready.
 type Locals struct {
-	mu     sync.Mutex
+	mu     sync.Mutex // guards the fields below
 	values map[any]any
 	hooks  []func()
+	// attempt counts the attempts that ended; kept holds the
+	// hooks of those whose commit may have happened, by attempt.
+	attempt int
+	kept    map[int][]func()
 }
 
 // Value returns the value stored under key, if any.
@@ -56,18 +66,50 @@ func (l *Locals) Committed() {
 	l.mu.Lock()
 	hooks := l.hooks
 	l.hooks = nil
+	l.attempt++
 	l.mu.Unlock()
 	for _, f := range hooks {
 		f()
 	}
 }
 
-// Failed drops the hooks of an attempt that did not commit (or whose commit
-// is unknown). Run calls it before OnError.
-func (l *Locals) Failed() {
+// Failed ends an attempt that did not commit, for err: it drops the
+// attempt's hooks, or keeps them for Adopt when err says the commit may
+// have happened (IsMaybeCommitted). Run calls it before OnError.
+func (l *Locals) Failed(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if len(l.hooks) > 0 && IsMaybeCommitted(err) {
+		if l.kept == nil {
+			l.kept = map[int][]func(){}
+		}
+		l.kept[l.attempt] = l.hooks
+	}
 	l.hooks = nil
+	l.attempt++
+}
+
+// Attempt returns the number of the current attempt of the retry loop,
+// from 0: a function that notes it beside what the attempt writes can
+// name that attempt to Adopt from a retry.
+func (l *Locals) Attempt() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.attempt
+}
+
+// Adopt says that attempt (a number from Attempt), whose commit was
+// reported as maybe done, did commit: the current attempt found its
+// writes. Its kept hooks run once the current attempt commits, before the
+// current attempt's own. An attempt with no hooks kept (its commit failed
+// for sure, or it added none) adopts nothing.
+func (l *Locals) Adopt(attempt int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h := l.kept[attempt]; len(h) > 0 {
+		delete(l.kept, attempt)
+		l.hooks = append(h, l.hooks...)
+	}
 }
 
 // Reset drops values and hooks: the Transaction is new. Backends call it
@@ -75,5 +117,5 @@ func (l *Locals) Failed() {
 func (l *Locals) Reset() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.values, l.hooks = nil, nil
+	l.values, l.hooks, l.kept, l.attempt = nil, nil, nil, 0
 }

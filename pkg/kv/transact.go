@@ -38,7 +38,7 @@ func Run(ctx context.Context, create func() (Transaction, error), f func(Transac
 				return ret, nil
 			}
 		}
-		tr.Locals().Failed()
+		tr.Locals().Failed(err)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
 		}

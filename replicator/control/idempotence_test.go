@@ -63,7 +63,7 @@ func (d retryDB) Transact(ctx context.Context, f func(kv.Transaction) (any, erro
 		code = kv.CodeCommitUnknownResult
 	case afterConflict:
 		_, _ = f(tr) // discarded either way (an injected fault may end it early)
-		tr.Locals().Failed()
+		tr.Locals().Failed(kv.Error{Code: code})
 	}
 	if d.between != nil {
 		d.between()

@@ -19,6 +19,42 @@ var retryLoopTests = []conformanceTest{
 	onDB("ReadTransact", testReadTransact),
 	onDB("TypedResults", testTypedResults),
 	onDB("LocalsLiveWithTheTransaction", testLocals),
+	onDB("LocalsAdoptACommittedAttempt", testLocalsAdopt),
+}
+
+// testLocalsAdopt: an attempt whose commit is reported unknown keeps its
+// hooks; the retry that finds its write adopts them, so they run once, when
+// the retry commits. An attempt that surely failed leaves nothing to adopt.
+func testLocalsAdopt(t *testing.T, db kv.Database) {
+	key := kv.Key("adopt")
+	var hooks []int
+	_, calls, err := transactRuns(ctxBg, db, func(tr kv.Transaction, run int) (any, error) {
+		l := tr.Locals()
+		if v := tr.Get(key).MustGet(); v != nil {
+			l.Adopt(int(v[0]))
+			l.Adopt(int(v[0])) // adopting twice runs the hooks once
+			return nil, nil
+		}
+		n := l.Attempt()
+		tr.Set(key, []byte{byte(n)})
+		l.OnCommit(func() { hooks = append(hooks, n) })
+		switch run {
+		case 1: // fails for sure: nothing kept
+			return nil, kv.Error{Code: kv.CodeNotCommitted}
+		case 2: // committed, then reported unknown
+			if _, err := tr.Commit().Get(); err != nil {
+				return nil, err
+			}
+			return nil, kv.Error{Code: kv.CodeCommitUnknownResult}
+		}
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, calls, 3)
+	require.Len(t, hooks, 1, "the committed attempt's hooks run once")
+	v := read(t, db, key)
+	require.Equal(t, []int{int(v[0])}, hooks, "and they are the hooks of the attempt that wrote")
+	require.NotZero(t, hooks[0], "the attempt that surely failed adopts nothing")
 }
 
 type localsKey struct{}
