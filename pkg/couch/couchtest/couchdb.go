@@ -97,8 +97,28 @@ func startCouchDB(t testing.TB, host *CouchDBHost) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.cleanup(t) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.reportCouchDB(t)
+		}
+		s.cleanup(t)
+	})
 	return s
+}
+
+// reportCouchDB logs, for a failed test, whether CouchDB's process is
+// still alive and the tails of its output and log: a CouchDB that stopped
+// answering shows why.
+func (s *Server) reportCouchDB(t testing.TB) {
+	state := "not running: it exited during the test"
+	if b, err := os.ReadFile(filepath.Join(s.dir, "couchdb.pid")); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 && syscall.Kill(pid, 0) == nil {
+			state = "still running"
+		}
+	}
+	out, _ := os.ReadFile(filepath.Join(s.dir, "stdout.log"))
+	t.Logf("couchtest: CouchDB %s is %s; its output, last lines:\n%s\ncouchtest: CouchDB's log, last lines:\n%s",
+		s.URL(), state, tail(out, 2000), s.logTail())
 }
 
 // couchHome serializes the first unpacking of the release across test
@@ -238,9 +258,9 @@ func stopIdleEPMD(host *CouchDBHost, port int) {
 }
 
 // ReportOnFailure logs, if t fails, what CouchDB's replicator shows
-// (_scheduler/docs and _scheduler/jobs) and the tail of CouchDB's log, before
-// CouchDB stops: for the tests that wait for its own replications. Call it
-// after StartCouchDB.
+// (_scheduler/docs and _scheduler/jobs) before CouchDB stops (StartCouchDB
+// logs its log's tail then): for the tests that wait for its own
+// replications. Call it after StartCouchDB.
 func (s *Server) ReportOnFailure(t testing.TB) {
 	t.Helper()
 	t.Cleanup(func() {
@@ -252,7 +272,6 @@ func (s *Server) ReportOnFailure(t testing.TB) {
 			st := s.Request(t, http.MethodGet, path, nil, &v)
 			t.Logf("couchtest: CouchDB GET %s: %d %s", path, st, tail(v, 4000))
 		}
-		t.Logf("couchtest: CouchDB's log, last lines:\n%s", s.logTail())
 	})
 }
 
