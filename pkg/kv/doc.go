@@ -88,8 +88,9 @@
 // as long as the Transaction, across the retries of its loop, so a run
 // after commit_unknown_result makes the same choice, and OnCommit hooks run
 // once the attempt that added them commits (logs and counters of what the
-// transaction did), never for an attempt that failed or whose commit is
-// unknown.
+// transaction did), never for an attempt that failed; those of an attempt
+// whose commit is unknown run only if a retry finds its writes and says so
+// (Locals.Adopt).
 //
 // # Futures
 //
