@@ -321,6 +321,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		if err != nil || len(jobs) > 0 || handBack {
 			return result{jobs: jobs, timeout: ti.timeout}, err
 		}
+		c.k.knowFeed(tr, typ, ti)
 		// A paused type takes no new job; the read conflicts with Pause,
 		// so no accept that committed after Pause took one. It is looked
 		// at once the pick (read beside it) is back, before any claim.

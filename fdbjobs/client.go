@@ -80,14 +80,16 @@ func New(db kv.Database, cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Client{
+	c := &Client{
 		db:        db,
 		cfg:       cfg,
 		k:         newKeys(cfg.Subspace),
 		force:     make(chan struct{}, 1),
 		monitors:  map[string]*ActivityMonitor{},
 		notifiers: map[string]*notifier{},
-	}, nil
+	}
+	c.k.feed = &feedState{infos: &c.infos, clock: cfg.Clock}
+	return c, nil
 }
 
 // transactor returns tx, or the database when tx is nil.
@@ -350,6 +352,7 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 	}
 	r, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (res, error) {
 		shards := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyShards}), kv.RangeOptions{})
+		feeds := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyFeed}), kv.RangeOptions{})
 		m, err := c.readTypes(tr)
 		if err != nil {
 			return res{}, err
@@ -360,22 +363,43 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 		}
 		infos := make(map[string]typeInfo, len(m))
 		for typ, d := range m {
-			infos[typ] = typeInfo{timeout: d, hasTimeout: true, shards: ShardsDefault, high: ShardsDefault}
+			infos[typ] = typeInfo{timeout: d, hasTimeout: true, shards: ShardsDefault, high: ShardsDefault, known: true}
 		}
-		for _, e := range kvs {
+		// info returns the entry of the type of key e, if it is one.
+		info := func(e kv.KeyValue) (string, typeInfo, bool) {
 			t, err := c.k.root.Unpack(e.Key)
 			if err != nil || len(t) != 2 {
-				continue
+				return "", typeInfo{}, false
 			}
 			typ, ok := t[1].(string)
 			if !ok {
+				return "", typeInfo{}, false
+			}
+			ti, ok := infos[typ]
+			if !ok {
+				ti = typeInfo{shards: ShardsDefault, high: ShardsDefault, known: true}
+			}
+			return typ, ti, true
+		}
+		for _, e := range kvs {
+			typ, ti, ok := info(e)
+			if !ok {
 				continue
 			}
-			ti := infos[typ]
 			if ti.shards, ti.high, err = decodeShards(e.Value); err != nil {
 				return res{}, err
 			}
 			infos[typ] = ti
+		}
+		fkvs, err := feeds.GetSliceWithError()
+		if err != nil {
+			return res{}, err
+		}
+		for _, e := range fkvs {
+			if typ, ti, ok := info(e); ok {
+				ti.feed = true
+				infos[typ] = ti
+			}
 		}
 		return res{infos, tr.Watch(c.k.typesVersion())}, nil
 	})

@@ -92,12 +92,13 @@ func (k keys) countKey(typ, state string, shard int64) kv.Key {
 }
 
 // recount moves the count of a job of queue shard shard from the state
-// (and data) the store held to the one written (0: none), in tr.
-func (k keys) recount(tr kv.Transaction, typ string, shard int64, from State, fromData []byte, to State, toData []byte) {
+// (and data) the store held to the one written (0: none), in tr, and
+// returns the count states it moved from and to ("" for none; equal when
+// it moved nothing).
+func (k keys) recount(tr kv.Transaction, typ string, shard int64, from State, fromData []byte, to State, toData []byte) (was, is string) {
 	if from == to && (to != Finished || bytes.Equal(fromData, toData)) {
-		return // the outcome, in a finished row's data, is all that can differ
+		return "", "" // the outcome, in a finished row's data, is all that can differ
 	}
-	var was, is string
 	if from != 0 {
 		was = countState(from, fromData)
 	}
@@ -105,7 +106,7 @@ func (k keys) recount(tr kv.Transaction, typ string, shard int64, from State, fr
 		is = countState(to, toData)
 	}
 	if was == is {
-		return
+		return was, is
 	}
 	at, _ := tr.(*addTx)
 	for _, c := range [...]struct {
@@ -120,6 +121,7 @@ func (k keys) recount(tr kv.Transaction, typ string, shard int64, from State, fr
 			tr.Add(k.countKey(id.typ, id.state, id.shard), kv.Int64(c.delta))
 		}
 	}
+	return was, is
 }
 
 // countState is the state a row of state s with data is counted in (and

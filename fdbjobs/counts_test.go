@@ -49,14 +49,67 @@ func scanCounts(t *testing.T, ctx context.Context, c *Client, typ string) JobCou
 	return n
 }
 
+// feedModel follows a kind's feed as a reader that reads on from where
+// it stopped: each job's last event.
+type feedModel struct {
+	seq  string
+	last map[string]string
+}
+
+// check reads the events since the last check and checks them against
+// every job's state: a job's events never repeat one (each is a change),
+// and its last one says the state it is in (a job without events, or
+// whose last is removed, is gone; inserted leaves it pending, or
+// completed for AddFinished).
+func (f *feedModel) check(t *testing.T, ctx context.Context, c *Client, kind, when string) {
+	t.Helper()
+	if f.last == nil {
+		f.last = map[string]string{}
+	}
+	for {
+		evs, err := c.ReadFeed(ctx, nil, kind, f.seq, 0)
+		require.NoError(t, err)
+		if len(evs) == 0 {
+			break
+		}
+		for _, e := range evs {
+			require.NotEqual(t, f.last[e.JobID], e.Event, "%s: job %s: the same event twice", when, e.JobID)
+			f.last[e.JobID] = e.Event
+			f.seq = e.Seq
+		}
+	}
+	states := map[string]string{}
+	require.NoError(t, c.FoldJobs(ctx, kind, func(j JobInfo) error {
+		states[j.ID] = countState(j.State, j.Data)
+		return nil
+	}))
+	for id, ev := range f.last {
+		if _, ok := states[id]; !ok {
+			require.Equal(t, FeedRemoved, ev, "%s: job %s is gone", when, id)
+		}
+	}
+	for id, st := range states {
+		want := map[string]string{FeedStarted: StateRunning, FeedRetried: StatePending}[f.last[id]]
+		switch ev := f.last[id]; ev {
+		case FeedInserted:
+			require.Contains(t, []string{StatePending, OutcomeCompleted}, st, "%s: job %s", when, id)
+			continue
+		case FeedCompleted, FeedCancelled, FeedDiscarded:
+			want = ev
+		}
+		require.Equal(t, want, st, "%s: job %s, last event %q", when, id, f.last[id])
+	}
+}
+
 // TestCountsFollowEveryTransition runs a seeded stream of every operation
 // that creates, moves or removes a job (inserts, adds, accepts, updates,
 // the Runtime's ends, Finish, FinishAt, Resubmit, Cancel, RetryNow,
 // SetData, Reenqueue, Remove, the activity monitor, retention's sweep),
 // on runtime jobs and lower-level ones of the same type, and after each
-// checks Counts against a read of every row: plainly, and where commits
-// report commit_unknown_result, so that transaction bodies run again
-// after committing. Replay: FDBJOBS_SEED.
+// checks Counts, and the kind's event feed (feedModel), against a read of
+// every row: plainly, and where commits report commit_unknown_result, so
+// that transaction bodies run again after committing. Replay:
+// FDBJOBS_SEED.
 func TestCountsFollowEveryTransition(t *testing.T) {
 	for _, faults := range []bool{false, true} {
 		t.Run(fmt.Sprintf("commit_unknown_result=%v", faults), func(t *testing.T) {
@@ -78,6 +131,8 @@ func TestCountsFollowEveryTransition(t *testing.T) {
 			rt, err := NewRuntime(c, ws, RuntimeOptions{})
 			require.NoError(t, err)
 			monitor := c.NewActivityMonitor(kind)
+			require.NoError(t, c.SetFeed(ctx, nil, kind, FeedKeepMax))
+			feed := feedModel{seq: ""}
 
 			var ids []string
 			var held []*Job
@@ -217,6 +272,7 @@ func TestCountsFollowEveryTransition(t *testing.T) {
 				got, err := c.Counts(ctx, nil, kind)
 				require.NoError(t, err)
 				require.Equal(t, want, got, "after operation %d (%d)", i, op)
+				feed.check(t, ctx, c, kind, fmt.Sprintf("after operation %d (%d)", i, op))
 			}
 		})
 	}

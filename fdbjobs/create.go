@@ -145,6 +145,7 @@ func (c *Client) AddFinished(ctx context.Context, tx kv.Transactor, typ, id stri
 		if err != nil {
 			return nil, err
 		}
+		c.k.knowFeed(tr, typ, ti)
 		c.k.writeRow(tr, typ, id, &row{state: Finished, data: d, addToken: token, shard: shardOf(id, ti.shards)})
 		return nil, nil
 	})
@@ -327,6 +328,7 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 	if err != nil {
 		return 0, err
 	}
+	c.k.knowFeed(tr, typ, ti)
 	if !ti.hasTimeout {
 		return 0, fmt.Errorf("type %q: %w: start a Runtime with a worker of the kind once (it writes the kind's Timeout), or call SetTypeTimeout, before inserting", typ, ErrNoTypeTimeout)
 	}

@@ -56,6 +56,9 @@
 //     removed or taken, instead of at its next Update).
 //   - Subscriptions: Subscribe, Subscription.Wait / WaitState / Unsubscribe,
 //     WaitAny. They work from any node, not only the one running the job.
+//   - Event feed: SetFeed, DisableFeed, FeedKeep, ReadFeed, Feed (a
+//     FeedReader), EmitEvent, PruneFeed: a kind's job events, in commit
+//     order (see "Event feed").
 //   - Services: Client.Start / Stop run one activity monitor per type and,
 //     for subscriptions, one notifier per type.
 //   - Runtime: typed workers on the calls above. A job's arguments are a
@@ -157,6 +160,17 @@
 //	                              next period (Unix ms), for the Runtimes'
 //	                              schedule loops; moved in the commit that
 //	                              changes the record's next period
+//	(17, Kind)                    FEED: (KeepMillis) while the kind's event
+//	                              feed is on (SetFeed); in the types the
+//	                              type-check loop reads
+//	(18, Kind, Versionstamp)      FEED_EVENTS: (JobID, Event, AtMillis[,
+//	                              Data]) — one per event, keyed by its
+//	                              commit's versionstamp and the event's
+//	                              number in that commit (no key that every
+//	                              event writes)
+//	(19, Kind)                    FEED_PRUNED: the versionstamp (12 bytes)
+//	                              of the last event pruned (byte max), or
+//	                              of DisableFeed's commit
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a
@@ -368,6 +382,31 @@
 //
 // A node whose clock is ahead inserts a period's job that much early, and
 // one behind, that much late; the period is still inserted once.
+//
+// # Event feed
+//
+// With SetFeed, every change of a kind's job's state writes an event in
+// the transaction that makes it (writeRow and clearRow, where Counts are
+// kept too): inserted, started, retried, completed, cancelled, discarded,
+// removed; EmitEvent adds a kind's own. Each event is a key under its
+// commit's versionstamp, so the feed is in commit order across nodes and
+// no key is written by every event. ReadFeed reads, in one snapshot, the
+// events after a Seq: a commit it does not see has a higher versionstamp
+// than every event it returns, so reading on from the last Seq misses
+// nothing and repeats nothing (an event is written in the same commit as
+// its change, so it is exactly once where the change is, also after
+// commit_unknown_result). Every Runtime of the kind prunes events older
+// than the feed's keep at each sweep, and moves FEED_PRUNED past them by
+// an atomic byte max; a read from a Seq below it is ErrFeedPruned, so a
+// reader that comes back too late is told it missed events. A FeedReader
+// waits for new events: its Client's commits wake it at once, and it
+// reads again every FeedPollDefault for the other Clients'. Clients
+// write events from when their type-check loop reads SetFeed's change (a
+// watch's delay); the Client that made it, at once.
+// TestCountsFollowEveryTransition checks the feed against every job's
+// state after each of a seeded stream of every transition, also under
+// commit_unknown_result; TestFeed checks order, reading on, pruning and
+// turning off.
 //
 // # Failure behaviour and idempotence
 //

@@ -55,6 +55,15 @@ var (
 	// (Pause): they take no job until Resume.
 	ErrPaused = errors.New("fdbjobs: type paused")
 
+	// ErrNoFeed is returned by ReadFeed and a FeedReader for a kind whose
+	// event feed is off (SetFeed turns it on).
+	ErrNoFeed = errors.New("fdbjobs: kind has no event feed")
+
+	// ErrFeedPruned is returned by ReadFeed and a FeedReader when events
+	// that follow the place read from were pruned (older than the feed
+	// keeps, or removed by DisableFeed): the reader missed them.
+	ErrFeedPruned = errors.New("fdbjobs: feed events missed: pruned")
+
 	// ErrInvalidConfig is returned by New for a Config that fails
 	// validation.
 	ErrInvalidConfig = errors.New("fdbjobs: invalid config")

@@ -26,6 +26,9 @@ const (
 	keyCounts          = 14 // (14, Type, CountState, CountShard) -> int64 LE counter
 	keySchedule        = 15 // (15, Name) -> schedule record (JSON)
 	keyScheduleDue     = 16 // (16, Kind, NextMillis, Name) -> ""
+	keyFeed            = 17 // (17, Kind) -> (KeepMillis)
+	keyFeedEvents      = 18 // (18, Kind, Versionstamp) -> (JobID, Event, AtMillis[, Data])
+	keyFeedPruned      = 19 // (19, Kind) -> the last pruned event's versionstamp (12 bytes)
 )
 
 // State is a job's state.
@@ -98,6 +101,9 @@ type keys struct {
 	pending  subspace.Subspace
 	leases   subspace.Subspace
 	timeouts subspace.Subspace
+	// feed is the Client's state for writing its feeds' events (nil:
+	// none written, for keys of no Client).
+	feed *feedState
 }
 
 func newKeys(root subspace.Subspace) keys {
@@ -382,7 +388,8 @@ func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
 	if r.state == Pending {
 		tr.Set(k.pendingKey(typ, r.shard, r.stime, id), pendingValue(v))
 	}
-	k.recount(tr, typ, r.shard, r.stored, r.storedData, r.state, r.data)
+	was, is := k.recount(tr, typ, r.shard, r.stored, r.storedData, r.state, r.data)
+	k.feedEvent(tr, typ, id, was, is)
 	r.stored, r.storedData = r.state, r.data
 }
 
@@ -405,7 +412,8 @@ func pendingValue(row []byte) []byte {
 // clearRow deletes the row r of job id (read in this transaction).
 func (k keys) clearRow(tr kv.Transaction, typ, id string, r *row) {
 	tr.Clear(k.dataKey(typ, id))
-	k.recount(tr, typ, r.shard, r.stored, r.storedData, 0, nil)
+	was, is := k.recount(tr, typ, r.shard, r.stored, r.storedData, 0, nil)
+	k.feedEvent(tr, typ, id, was, is)
 	r.stored, r.storedData = 0, nil
 }
 

@@ -200,10 +200,14 @@ func (r *Runtime) Sweep(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// sweep removes k's jobs past their retention, in pages, until none is
-// left or ctx ends; it returns how many marks it cleared.
+// sweep removes k's jobs past their retention, and the events of its feed
+// past the feed's keep (PruneFeed), in pages, until none is left or ctx
+// ends; it returns how many marks it cleared.
 func (r *Runtime) sweep(ctx context.Context, k *kindWorker) (int, error) {
 	now := r.c.cfg.Clock.Now()
+	if _, err := r.c.PruneFeed(ctx, k.kind, now); err != nil {
+		return 0, err
+	}
 	if k.opts.Manual {
 		keep := time.Duration(k.retainFinished.Load())
 		if keep < 0 {

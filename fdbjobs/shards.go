@@ -34,6 +34,9 @@ type typeInfo struct {
 	// the highest it has been, so that shards [shards, high) may still
 	// hold jobs created before it was lowered.
 	shards, high int64
+	// feed: the type's event feed is on (SetFeed). known: the type-check
+	// loop read the type (its copy says whether the feed is on).
+	feed, known bool
 }
 
 // cachedTypeInfo is readTypeInfo for accepts: a started Client takes
@@ -54,12 +57,17 @@ func (c *Client) cachedTypeInfo(tr kv.ReadTransaction, typ string) func() (typeI
 	return c.readTypeInfo(tr, typ)
 }
 
-// readTypeInfo issues the reads of typ's timeout and shard counts in tr,
-// and returns a function that waits for them.
+// readTypeInfo issues the reads of typ's timeout, shard counts and feed
+// setting in tr, and returns a function that waits for them.
 func (c *Client) readTypeInfo(tr kv.ReadTransaction, typ string) func() (typeInfo, error) {
-	tf, sf := tr.Get(c.k.timeoutKey(typ)), tr.Snapshot().Get(c.k.shardsKey(typ))
+	tf, sf, ff := tr.Get(c.k.timeoutKey(typ)), tr.Snapshot().Get(c.k.shardsKey(typ)), tr.Snapshot().Get(c.k.feedKey(typ))
 	return func() (typeInfo, error) {
-		var ti typeInfo
+		ti := typeInfo{known: true}
+		fv, err := ff.Get()
+		if err != nil {
+			return ti, err
+		}
+		ti.feed = fv != nil
 		tv, err := tf.Get()
 		if err != nil {
 			return ti, err

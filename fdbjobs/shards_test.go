@@ -146,7 +146,7 @@ func TestTypeInfoCache(t *testing.T) {
 	waitSync()
 	infos := b.c.infos.Load()
 	require.NotNil(t, infos)
-	require.Equal(t, typeInfo{timeout: 2 * time.Second, hasTimeout: true, shards: ShardsDefault, high: ShardsDefault}, (*infos)[t1])
+	require.Equal(t, typeInfo{timeout: 2 * time.Second, hasTimeout: true, shards: ShardsDefault, high: ShardsDefault, known: true}, (*infos)[t1])
 
 	// The loop is held after a read, so that it cannot read the change
 	// again before the copy is looked at (it watches TYPES_VERSION).
@@ -161,7 +161,7 @@ func TestTypeInfoCache(t *testing.T) {
 	for b.c.infos.Load() == nil {
 		waitSync()
 	}
-	require.Equal(t, typeInfo{timeout: 2 * time.Second, hasTimeout: true, shards: 4, high: ShardsDefault}, (*b.c.infos.Load())[t1])
+	require.Equal(t, typeInfo{timeout: 2 * time.Second, hasTimeout: true, shards: 4, high: ShardsDefault, known: true}, (*b.c.infos.Load())[t1])
 
 	// A change committed while the loop read: its read is not kept.
 	hold = make(chan struct{})
@@ -185,7 +185,7 @@ func TestTypeInfoCache(t *testing.T) {
 	gate.Store(&hold)
 	b.c.forceTypeCheck()
 	<-reading
-	m := map[string]typeInfo{t1: {timeout: time.Hour, hasTimeout: true, shards: 4, high: ShardsDefault}}
+	m := map[string]typeInfo{t1: {timeout: time.Hour, hasTimeout: true, shards: 4, high: ShardsDefault, known: true}}
 	b.c.infos.Store(&m)
 	b.add(t, t1, j1, "", 0)
 	require.Equal(t, time.Hour, b.accept(t, t1).hold.timeout)
