@@ -385,6 +385,36 @@ func (c *Client) ReadFeed(ctx context.Context, tx kv.ReadTransactor, kind, after
 	})
 }
 
+// FeedEnd returns the Seq of kind's last event ("" when it has none): a
+// reader from there reads only the events that come after ("since=now").
+// ErrNoFeed when the kind's feed is off.
+func (c *Client) FeedEnd(ctx context.Context, tx kv.ReadTransactor, kind string) (string, error) {
+	if err := checkName("kind", kind); err != nil {
+		return "", err
+	}
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (string, error) {
+		snap := tr.Snapshot()
+		onF, prunedF := snap.Get(c.k.feedKey(kind)), snap.Get(c.k.feedPrunedKey(kind))
+		last, err := snap.GetRange(c.k.feedEventsRange(kind), kv.RangeOptions{Limit: 1, Reverse: true}).GetSliceWithError()
+		if err != nil {
+			return "", err
+		}
+		if on, err := onF.Get(); err != nil || on == nil {
+			if err == nil {
+				err = fmt.Errorf("%w: %q", ErrNoFeed, kind)
+			}
+			return "", err
+		}
+		if len(last) > 0 {
+			ev, err := c.k.decodeEvent(kind, last[0])
+			return ev.Seq, err
+		}
+		// None kept: after the last pruned, if any.
+		pruned, err := prunedF.Get()
+		return hex.EncodeToString(pruned), err
+	})
+}
+
 // decodeEvent decodes one event of kind's feed.
 func (k keys) decodeEvent(kind string, e kv.KeyValue) (FeedEvent, error) {
 	bad := fmt.Errorf("fdbjobs: bad feed event %x", e.Key)

@@ -108,6 +108,10 @@ type Options struct {
 	// cluster), behind /_membership and /_node/{node}/_config; nil
 	// answers them with 503. NodeName should be its name.
 	Cluster *cluster.Node
+	// Jobs, when set, serves the job layer's kinds under /_jobs/ to
+	// server admins (jobshttp: their counts and event feeds); nil answers
+	// 404 there.
+	Jobs http.Handler
 	// UpMore, when set, gives more members of GET /_up's body from the
 	// node's other services (health.Self.More: a replication node's
 	// watches, on a node with both roles).
@@ -312,6 +316,7 @@ func (s *Server) routes() *mux.Router {
 	r.PathPrefix("/_scheduler/").Handler(s.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("missing"))
 	})))
+	r.PathPrefix("/_jobs/").Handler(s.middleware(http.HandlerFunc(s.handleJobs)))
 	h("/{db}", s.handleDB, "GET", "HEAD", "PUT", "DELETE", "POST")
 	h("/{db}/", s.handleDB, "GET", "HEAD", "PUT", "DELETE", "POST")
 	h("/{db}/_all_docs", s.handleAllDocs, "GET", "HEAD", "POST")
@@ -484,6 +489,18 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, st)))
 	})
+}
+
+// handleJobs serves /_jobs/… to server admins with Options.Jobs.
+func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
+	if !requireAdmin(w, r) {
+		return
+	}
+	if s.opts.Jobs == nil {
+		writeError(w, notFound("missing"))
+		return
+	}
+	http.StripPrefix("/_jobs", s.opts.Jobs).ServeHTTP(w, r)
 }
 
 // requireAdmin answers 401 unless the user is a server admin.

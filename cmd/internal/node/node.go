@@ -14,6 +14,7 @@ import (
 	"github.com/fdbrep/fdbrep/cluster"
 	"github.com/fdbrep/fdbrep/cmd/internal/wire"
 	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/fdbjobs/jobshttp"
 	"github.com/fdbrep/fdbrep/frontend"
 	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/pkg/couch"
@@ -336,6 +337,7 @@ func Run(ctx context.Context, opts Options) error {
 			fopts.UpMore = upMore(node)
 		}
 		wire.Frontend(&fopts, plane)
+		fopts.Jobs = jobshttp.New(jobs, jobshttp.Options{Logger: &log})
 		fopts.Metrics = prom // the plane's, with the job layer's in _prometheus
 		api, err := frontend.New(fopts)
 		if err != nil {
