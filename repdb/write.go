@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -178,8 +179,10 @@ func (s *Store) writeTx(tr kv.Transaction, w Write, canonical []byte, produced *
 	// A retry after commit_unknown_result finds the revision its earlier
 	// attempt committed, a leaf or (if the replicator or a user wrote
 	// since) an ancestor: the write happened, report it, with the logs and
-	// counters the hook's run in that attempt left (kv.Locals.Adopt).
-	for _, a := range *produced {
+	// counters the hook's run in that attempt left (kv.Locals.Adopt): the
+	// last attempt that would have written it (revisions are a function of
+	// the edit, so an attempt that failed may have drawn the same one).
+	for _, a := range slices.Backward(*produced) {
 		if st.tree.Has(a.rev) {
 			tr.Locals().Adopt(a.n)
 			return a.rev, nil

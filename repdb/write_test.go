@@ -466,7 +466,7 @@ func TestHooksAfterCommitUnknown(t *testing.T) {
 	s := New(db, Options{})
 	require.NoError(t, s.CreateDB(ctx, testDB, "u1", nil))
 	ran := map[string]int{}
-	for i := range 20 {
+	for i := range 50 {
 		id := fmt.Sprint("d", i)
 		_, err := s.Write(ctx, Write{DB: testDB, ID: id, Body: map[string]any{"v": i},
 			Hook: func(tr kv.Transaction, ev WriteEvent) (bool, error) {

@@ -1,6 +1,9 @@
 package kv
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // Locals is the state that code joining a transaction keeps with it, and
 // lives exactly as long as the Transaction it belongs to (Transaction.Locals):
@@ -29,9 +32,12 @@ type Locals struct {
 	values map[any]any
 	hooks  []func()
 	// attempt counts the attempts that ended; kept holds the
-	// hooks of those whose commit may have happened, by attempt.
+	// hooks of those whose commit may have happened, by attempt, until
+	// the loop commits; adopted are the attempts whose kept hooks the
+	// current attempt runs if it commits.
 	attempt int
 	kept    map[int][]func()
+	adopted []int
 }
 
 // Value returns the value stored under key, if any.
@@ -64,8 +70,12 @@ func (l *Locals) OnCommit(f func()) {
 // RunRead call it; a backend's own loop must too.
 func (l *Locals) Committed() {
 	l.mu.Lock()
-	hooks := l.hooks
-	l.hooks = nil
+	var hooks []func()
+	for _, a := range l.adopted {
+		hooks = append(hooks, l.kept[a]...)
+	}
+	hooks = append(hooks, l.hooks...)
+	l.hooks, l.kept, l.adopted = nil, nil, nil
 	l.attempt++
 	l.mu.Unlock()
 	for _, f := range hooks {
@@ -85,7 +95,7 @@ func (l *Locals) Failed(err error) {
 		}
 		l.kept[l.attempt] = l.hooks
 	}
-	l.hooks = nil
+	l.hooks, l.adopted = nil, nil // what it adopted stays kept for the next
 	l.attempt++
 }
 
@@ -101,14 +111,15 @@ func (l *Locals) Attempt() int {
 // Adopt says that attempt (a number from Attempt), whose commit was
 // reported as maybe done, did commit: the current attempt found its
 // writes. Its kept hooks run once the current attempt commits, before the
-// current attempt's own. An attempt with no hooks kept (its commit failed
-// for sure, or it added none) adopts nothing.
+// current attempt's own; if the current attempt fails, they stay kept for
+// the next one to adopt. Adopting an attempt twice runs its hooks once;
+// an attempt with no hooks kept (its commit failed for sure, or it added
+// none) adopts nothing.
 func (l *Locals) Adopt(attempt int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if h := l.kept[attempt]; len(h) > 0 {
-		delete(l.kept, attempt)
-		l.hooks = append(h, l.hooks...)
+	if len(l.kept[attempt]) > 0 && !slices.Contains(l.adopted, attempt) {
+		l.adopted = append(l.adopted, attempt)
 	}
 }
 
@@ -117,5 +128,5 @@ func (l *Locals) Adopt(attempt int) {
 func (l *Locals) Reset() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.values, l.hooks, l.kept, l.attempt = nil, nil, nil, 0
+	l.values, l.hooks, l.kept, l.adopted, l.attempt = nil, nil, nil, nil, 0
 }

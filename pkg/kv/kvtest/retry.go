@@ -24,15 +24,20 @@ var retryLoopTests = []conformanceTest{
 
 // testLocalsAdopt: an attempt whose commit is reported unknown keeps its
 // hooks; the retry that finds its write adopts them, so they run once, when
-// the retry commits. An attempt that surely failed leaves nothing to adopt.
+// the retry commits (a retry that adopts them and fails leaves them to the
+// next). An attempt that surely failed leaves nothing to adopt.
 func testLocalsAdopt(t *testing.T, db kv.Database) {
 	key := kv.Key("adopt")
 	var hooks []int
+	found := 0
 	_, calls, err := transactRuns(ctxBg, db, func(tr kv.Transaction, run int) (any, error) {
 		l := tr.Locals()
 		if v := tr.Get(key).MustGet(); v != nil {
 			l.Adopt(int(v[0]))
 			l.Adopt(int(v[0])) // adopting twice runs the hooks once
+			if found++; found == 1 {
+				return nil, kv.Error{Code: kv.CodeNotCommitted}
+			}
 			return nil, nil
 		}
 		n := l.Attempt()
@@ -50,7 +55,7 @@ func testLocalsAdopt(t *testing.T, db kv.Database) {
 		return nil, nil
 	})
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, calls, 3)
+	require.GreaterOrEqual(t, calls, 4)
 	require.Len(t, hooks, 1, "the committed attempt's hooks run once")
 	v := read(t, db, key)
 	require.Equal(t, []int{int(v[0])}, hooks, "and they are the hooks of the attempt that wrote")
