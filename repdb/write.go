@@ -278,7 +278,7 @@ func (s *Store) WriteReplicated(ctx context.Context, w ReplicatedWrite) (bool, e
 	if len(canonical)+recordOverhead > kv.MaxValueSize {
 		return false, fmt.Errorf("%w: %s", ErrTooLarge, w.ID)
 	}
-	tried := false // an earlier attempt would have added the revision
+	tried := -1 // the last attempt that would have added the revision
 	return kv.Transact(ctx, s.db, func(tr kv.Transaction) (bool, error) {
 		st, err := s.load(tr, w.DB, w.ID)
 		if err != nil {
@@ -288,10 +288,16 @@ func (s *Store) WriteReplicated(ctx context.Context, w ReplicatedWrite) (bool, e
 		added, changed, err := dw.tree.Merge(w.Revisions, w.Deleted)
 		if err != nil || !changed {
 			// After commit_unknown_result, the revision found is the
-			// earlier attempt's.
-			return tried && err == nil && !added, err
+			// earlier attempt's, and so are the hook's logs and counters.
+			found := tried >= 0 && err == nil && !added
+			if found {
+				tr.Locals().Adopt(tried)
+			}
+			return found, err
 		}
-		tried = tried || added
+		if added {
+			tried = tr.Locals().Attempt()
+		}
 		var written *Doc // nil when only history the tree had lost came back
 		if added {
 			written = &Doc{ID: w.ID, Rev: w.Revisions[0], Deleted: w.Deleted, Body: w.Body, raw: canonical}

@@ -457,8 +457,8 @@ func TestPagesStayInBudget(t *testing.T) {
 	require.Len(t, missing, 40)
 }
 
-// A write whose commit is reported unknown after it committed runs its
-// hook's OnCommit hooks once all the same: the retry that finds the write
+// A write (new or replicated) whose commit is reported unknown after it
+// committed runs its hook's OnCommit hooks once all the same: the retry that finds the write
 // adopts them (the replicator's logs and counters of a document added).
 func TestHooksAfterCommitUnknown(t *testing.T) {
 	ctx := context.Background()
@@ -475,6 +475,14 @@ func TestHooksAfterCommitUnknown(t *testing.T) {
 			}})
 		require.NoError(t, err)
 		require.Equal(t, 1, ran[id], id)
+		rid := fmt.Sprint("r", i)
+		_, err = s.WriteReplicated(ctx, ReplicatedWrite{DB: testDB, ID: rid, Revisions: []string{"1-a"}, Body: map[string]any{},
+			Hook: func(tr kv.Transaction, ev WriteEvent) (bool, error) {
+				tr.Locals().OnCommit(func() { ran[rid]++ })
+				return false, nil
+			}})
+		require.NoError(t, err)
+		require.Equal(t, 1, ran[rid], rid)
 	}
 	require.NotZero(t, db.Stats().CommitUnknownResult)
 }

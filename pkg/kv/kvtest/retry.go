@@ -55,7 +55,7 @@ func testLocalsAdopt(t *testing.T, db kv.Database) {
 		return nil, nil
 	})
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, calls, 4)
+	require.GreaterOrEqual(t, calls, 3) // 4 without injected faults: one may cut the story short
 	require.Len(t, hooks, 1, "the committed attempt's hooks run once")
 	v := read(t, db, key)
 	require.Equal(t, []int{int(v[0])}, hooks, "and they are the hooks of the attempt that wrote")
