@@ -206,6 +206,22 @@ func (c *Client) listRows(snap kv.ReadTransaction, p ListParams, cands []listCan
 	return jobs, examined, nil
 }
 
+// GetJob returns job id of kind as List shows it, or ErrNotFound.
+func (c *Client) GetJob(ctx context.Context, tx kv.ReadTransactor, kind, id string) (JobRow, error) {
+	if err := checkName("kind", kind); err != nil {
+		return JobRow{}, err
+	}
+	if err := checkName("job id", id); err != nil {
+		return JobRow{}, err
+	}
+	r, err := c.readJob(ctx, tx, kind, id)
+	if err != nil {
+		return JobRow{}, err
+	}
+	e, _ := decodeEnvelope(r.data)
+	return c.jobRow(kind, id, r, e, c.cfg.now()), nil
+}
+
 // jobRow is the JobRow of job id's row r with envelope e (nil: a job of
 // the lower-level API), at scheduled time now.
 func (c *Client) jobRow(kind, id string, r *row, e *envelope, now int64) JobRow {

@@ -40,6 +40,10 @@ func TestJobsForServerAdmins(t *testing.T) {
 	require.Len(t, res, 1)
 	require.Equal(t, "inserted", res[0].(map[string]any)["event"])
 	requireError(t, e.do("GET", "/_jobs/other/_feed", asAdmin, nil), 404, "not_found")
+	page := e.do("GET", "/_jobs/_ui/", asAdmin, nil)
+	require.Equal(t, 200, page.Status)
+	require.Contains(t, page.Raw, `<a href="k/mail">mail</a>`, "the web page")
+	requireError(t, e.do("GET", "/_jobs/_ui/", asAlice, nil), 401, "unauthorized")
 
 	bare := newEnv(t)
 	requireError(t, bare.do("GET", "/_jobs/mail", asAdmin, nil), 404, "not_found")

@@ -1,8 +1,18 @@
 // Package jobshttp serves a fdbjobs Client's kinds over HTTP, for the
 // consumers and dashboards outside the process: a kind's counts and its
 // event feed, read as CouchDB's _changes feed is (normal, longpoll or
-// continuous). It authenticates nobody: mount it behind your own
-// authentication (fdbrep serves it under /_jobs/ to server admins).
+// continuous), and a web page for the people who run the jobs. It
+// authenticates nobody: mount it behind your own authentication (fdbrep
+// serves it under /_jobs/ to server admins).
+//
+// The web page, under /_ui/, is server-rendered HTML (html/template, no
+// front-end framework): the kinds with their counts by state (refreshed
+// every 2 s), feed and pause/resume; the schedules with their period, next
+// and last run, pause/resume and delete; a kind's jobs in each state,
+// paged, and a search by id; one job with its arguments, attempts and
+// errors, and retry now, cancel and delete. Its actions are POSTed forms,
+// which http.CrossOriginProtection refuses when another site's page sends
+// them.
 //
 //	GET /              {"kinds": [the kinds with a timeout, sorted]}
 //	GET /{kind}        {"kind", "counts": {pending, running, completed,

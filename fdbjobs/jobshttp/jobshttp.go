@@ -42,8 +42,9 @@ func New(c *fdbjobs.Client, opts Options) http.Handler {
 	if opts.Logger != nil {
 		log = *opts.Logger
 	}
-	h := &handler{c: c, log: log}
+	h := &handler{c: c, log: log, csrf: http.NewCrossOriginProtection()}
 	mux := http.NewServeMux()
+	h.routeUI(mux)
 	mux.HandleFunc("GET /{$}", h.kinds)
 	mux.HandleFunc("GET /{kind}", h.kind)
 	mux.HandleFunc("GET /{kind}/_feed", h.feed)
@@ -54,8 +55,9 @@ func New(c *fdbjobs.Client, opts Options) http.Handler {
 }
 
 type handler struct {
-	c   *fdbjobs.Client
-	log zerolog.Logger
+	c    *fdbjobs.Client
+	log  zerolog.Logger
+	csrf *http.CrossOriginProtection // of the web page's actions
 }
 
 func (h *handler) kinds(w http.ResponseWriter, r *http.Request) {

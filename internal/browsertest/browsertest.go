@@ -184,6 +184,21 @@ func (b *Browser) WaitTrue(what, expr string) {
 	Run(b, what, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(StepTimeout)))
 }
 
+// Load runs steps that make the tab load a page (a link followed, a form
+// submitted, redirects included), waits until that page has loaded, and
+// returns its status, failing the test as Do does.
+func (b *Browser) Load(what string, steps ...chromedp.Action[chromedp.Void]) int64 {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, StepTimeout)
+	defer cancel()
+	resp, err := chromedp.RunResponse(ctx, steps...)
+	if err != nil {
+		b.Fail(what, err)
+		return 0
+	}
+	return resp.Status
+}
+
 // Run runs one action and returns its value, failing the test as Do does.
 func Run[T any](b *Browser, what string, a chromedp.Action[T]) T {
 	b.t.Helper()
