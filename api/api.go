@@ -1,6 +1,9 @@
 package api
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // User is who makes a request, as the control plane sees it: CouchDB's
 // user context (name and roles; "" is anonymous). Its JSON is CouchDB's
@@ -100,4 +103,40 @@ type TaggedError interface {
 	error
 	Tag() string
 	Reason() string
+}
+
+// ChangesQuery is a read of the replications' state changes
+// (GET /_scheduler/_changes).
+type ChangesQuery struct {
+	// Since is the seq to read after: "" for the oldest kept, "now" for
+	// what comes next.
+	Since string
+	// Limit is the most changes returned (1 to 1000; 0 for 100).
+	Limit int
+	// Wait, when positive, is how long to wait for a first change when
+	// none follows Since (longpoll; the heartbeat of a continuous feed).
+	Wait time.Duration
+	// Database, DocID and States keep only those changes (empty: any).
+	Database, DocID string
+	States          []string
+}
+
+// ChangeRow is one state change of a replication.
+type ChangeRow struct {
+	Seq string `json:"seq"`
+	// ID is the job's id (that of _scheduler/jobs' job_id).
+	ID       string `json:"id"`
+	Database string `json:"database,omitempty"`
+	DocID    string `json:"doc_id,omitempty"`
+	State    string `json:"state"`
+	From     string `json:"from,omitempty"`
+	Node     string `json:"node,omitempty"`
+	Time     string `json:"time"`
+}
+
+// ChangesPage is what a read of the state changes found: the changes, and
+// the seq to read on from (past changes the query filtered out too).
+type ChangesPage struct {
+	Results []ChangeRow `json:"results"`
+	LastSeq string      `json:"last_seq"`
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -79,15 +80,6 @@ func (s *Server) parseChanges(w http.ResponseWriter, r *http.Request) (*changesR
 	default:
 		return nil, badRequest("fdbrep supports only filter=_doc_ids on replicator databases")
 	}
-	switch cr.feed = q.Get("feed"); cr.feed {
-	case "", "normal":
-		cr.feed = "normal"
-	case "live":
-		cr.feed = "continuous"
-	case "longpoll", "continuous", "eventsource":
-	default:
-		return nil, badRequest("Supported `feed` types: normal, continuous, live, longpoll, eventsource")
-	}
 	switch style := q.Get("style"); style {
 	case "", "main_only":
 	case "all_docs":
@@ -96,18 +88,8 @@ func (s *Server) parseChanges(w http.ResponseWriter, r *http.Request) (*changesR
 		return nil, badRequest("Supported `style` values: main_only, all_docs")
 	}
 	var he *httpError
-	if cr.timeout, he = msParam(q, "timeout", LongpollTimeoutDefault); he != nil {
+	if cr.feed, cr.timeout, cr.heartbeat, he = feedParams(q); he != nil {
 		return nil, he
-	}
-	switch hb := q.Get("heartbeat"); hb {
-	case "", "false":
-	case "true":
-		cr.heartbeat = LongpollTimeoutDefault
-	default:
-		if cr.heartbeat, he = msParam(q, "heartbeat", 0); he != nil {
-			return nil, he
-		}
-		cr.heartbeat = max(cr.heartbeat, MinHeartbeat)
 	}
 	p := params{q: q}
 	cr.q.Limit, cr.q.IncludeDocs, cr.q.Descending = p.int("limit", -1), p.bool("include_docs"), p.bool("descending")
@@ -121,6 +103,36 @@ func (s *Server) parseChanges(w http.ResponseWriter, r *http.Request) (*changesR
 	}
 	cr.q.Since = q.Get("since")
 	return cr, nil
+}
+
+// feedParams reads a waiting feed's parameters, as _changes has them:
+// feed (normal, longpoll, continuous or eventsource; live is continuous),
+// timeout (LongpollTimeoutDefault when absent) and heartbeat (0: none; true
+// is LongpollTimeoutDefault; at least MinHeartbeat).
+func feedParams(q url.Values) (feed string, timeout, heartbeat time.Duration, he *httpError) {
+	switch feed = q.Get("feed"); feed {
+	case "", "normal":
+		feed = "normal"
+	case "live":
+		feed = "continuous"
+	case "longpoll", "continuous", "eventsource":
+	default:
+		return "", 0, 0, badRequest("Supported `feed` types: normal, continuous, live, longpoll, eventsource")
+	}
+	if timeout, he = msParam(q, "timeout", LongpollTimeoutDefault); he != nil {
+		return "", 0, 0, he
+	}
+	switch hb := q.Get("heartbeat"); hb {
+	case "", "false":
+	case "true":
+		heartbeat = LongpollTimeoutDefault
+	default:
+		if heartbeat, he = msParam(q, "heartbeat", 0); he != nil {
+			return "", 0, 0, he
+		}
+		heartbeat = max(heartbeat, MinHeartbeat)
+	}
+	return feed, timeout, heartbeat, nil
 }
 
 // msParam reads a duration in milliseconds, capped at

@@ -87,6 +87,10 @@ type Scheduler interface {
 	SchedulerDoc(ctx context.Context, db, docID string) (api.DocInfo, error)
 	// ActiveTasks lists the running replications.
 	ActiveTasks(ctx context.Context, viewer api.User) ([]api.ActiveTask, error)
+	// SchedulerChanges reads the replications' state changes the viewer
+	// may see (a server admin all, another user their own), waiting up
+	// to q.Wait for a first one.
+	SchedulerChanges(ctx context.Context, viewer api.User, q api.ChangesQuery) (api.ChangesPage, error)
 }
 
 // MetricsSource provides the replicator's metrics for /_node/_local/_stats
@@ -103,6 +107,7 @@ var tagStatus = map[string]int{
 	"bad_rep_doc":         http.StatusBadRequest,
 	"invalid_replication": http.StatusBadRequest, // a scheme [replicator] valid_endpoint_protocols forbids
 	"query_parse_error":   http.StatusBadRequest,
+	"feed_pruned":         http.StatusGone, // _scheduler/_changes from a seq whose changes were pruned
 	"unauthorized":        http.StatusUnauthorized,
 	"forbidden":           http.StatusForbidden,
 	"forbidden_address":   http.StatusForbidden, // an endpoint's address the replicator refuses

@@ -311,6 +311,7 @@ func (s *Server) routes() *mux.Router {
 	h("/_scheduler/jobs", s.handleSchedulerJobs, "GET", "HEAD")
 	h("/_scheduler/jobs/{id}", s.handleSchedulerJob, "GET", "HEAD")
 	h("/_scheduler/jobs/{id}/_retry", s.handleRetryJob, "POST")
+	h("/_scheduler/_changes", s.handleSchedulerChanges, "GET")
 	h("/_scheduler/docs", s.handleSchedulerDocs, "GET", "HEAD")
 	r.PathPrefix("/_scheduler/docs/").Handler(s.methods(s.handleSchedulerDocsPath, "GET", "HEAD"))
 	r.PathPrefix("/_scheduler/").Handler(s.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -51,6 +51,10 @@ var (
 	// states, start key); the frontend answers 400 query_parse_error.
 	ErrBadQuery = errors.New("query_parse_error")
 
+	// ErrChangesPruned is the tag of a read of _scheduler/_changes from a
+	// seq whose following changes were pruned: the reader missed some.
+	ErrChangesPruned = errors.New("feed_pruned")
+
 	// ErrDBDeleted is returned by Store.UpdateJob, wrapped with
 	// fdbjobs.ErrHalt, for a job whose _replicator database was deleted:
 	// its worker stops, and the nodes remove the job.

@@ -271,6 +271,9 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 		} else {
 			tr.Set(s.entryKey(j.id), cur.pack())
 		}
+		if err := s.emitChange(tr, j.id, old, cur); err != nil {
+			return err
+		}
 		s.countDeltas(deltas, old, isReg(old), -1)
 		s.countDeltas(deltas, cur, isReg(cur), 1)
 	}

@@ -193,7 +193,8 @@ func subspaceRange(ss subspace.Subspace) kv.KeyRange {
 
 // Setup registers the rep_jobs type with jobTimeout and its queue's
 // shards (each when it differs; shards 0 leaves them as they are), and
-// the watch type (WatchType) with jobTimeout, builds the view index if the store
+// the watch type (WatchType) with jobTimeout, turns on the feed of the
+// replications' state changes (changes.go), builds the view index if the store
 // predates it (buildIndex) and returns the installation's server UUID,
 // creating it on first use (it is an input of replication ids and
 // transient job ids).
@@ -208,6 +209,9 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int)
 		}
 	}
 	if err := s.setupWatches(ctx, jobTimeout); err != nil {
+		return "", err
+	}
+	if err := s.setupChanges(ctx); err != nil {
 		return "", err
 	}
 	if n, err := s.jobs.TypeShards(ctx, nil, JobType); err != nil {
