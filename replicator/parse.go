@@ -132,7 +132,7 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 	if s.Target, err = parseEndpoint(obj, "target"); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{"continuous", "create_target", "winning_revs_only", "use_bulk_get"} {
+	for _, name := range []string{"continuous", "create_target", "winning_revs_only", "use_bulk_get", "skip_deleted"} {
 		v, ok := obj[name]
 		if !ok || isNull(v) {
 			continue
@@ -150,6 +150,8 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 			s.WinningRevsOnly = b
 		case "use_bulk_get":
 			s.UseBulkGet = &b
+		case "skip_deleted":
+			s.SkipDeleted = b
 		}
 	}
 	if v, ok := obj["use_checkpoints"]; ok {

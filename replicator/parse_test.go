@@ -28,6 +28,7 @@ func TestParseSpecErrors(t *testing.T) {
 		{`{"source":"http://h/a","target":"http://u:p@h"}`, "`target` names no database: http://u:*****@h/ is a server's URL; if Fauxton's form showed it as a local database with no name, edit the document's JSON instead (docs/COMPAT.md, Fauxton)"},
 		{`{"source":"http://h/a","target":"http://h/b","create_target":"bad"}`, "`create_target` must be a boolean"},
 		{`{"source":"http://h/a","target":"http://h/b","continuous":1}`, "`continuous` must be a boolean"},
+		{`{"source":"http://h/a","target":"http://h/b","skip_deleted":"yes"}`, "`skip_deleted` must be a boolean"},
 		{`{"source":"http://h/a","target":"http://h/b","doc_ids":42}`, "`doc_ids` must be an array"},
 		{`{"source":"http://h/a","target":"http://h/b","doc_ids":[1]}`, "`doc_ids` array must contain strings"},
 		{`{"source":"http://h/a","target":"http://h/b","selector":{},"filter":"d/f"}`, "`doc_ids`, `filter` and `selector` are mutually exclusive: use at most one"},

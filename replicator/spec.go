@@ -60,6 +60,8 @@ type Spec struct {
 	QueryParams     json.RawMessage `json:"query_params,omitempty"`
 	SinceSeq        json.RawMessage `json:"since_seq,omitempty"`
 	WinningRevsOnly bool            `json:"winning_revs_only,omitempty"`
+	// SkipDeleted is fdbrep's skip_deleted (engine.Replication.SkipDeleted).
+	SkipDeleted bool `json:"skip_deleted,omitempty"`
 	// UseCheckpoints and UseBulkGet are use_checkpoints and use_bulk_get,
 	// nil when the replication leaves them to the node's defaults.
 	UseCheckpoints *bool `json:"use_checkpoints,omitempty"`
@@ -110,7 +112,7 @@ func (s *Spec) Engine() (engine.Replication, error) {
 		Source: src, Target: tgt,
 		Continuous: s.Continuous, CreateTarget: s.CreateTarget, CreateTargetParams: s.CreateTargetParams,
 		DocIDs: s.DocIDs, Selector: s.Selector, Filter: s.Filter, QueryParams: s.QueryParams,
-		SinceSeq: s.SinceSeq, WinningRevsOnly: s.WinningRevsOnly,
+		SinceSeq: s.SinceSeq, WinningRevsOnly: s.WinningRevsOnly, SkipDeleted: s.SkipDeleted,
 		DisableCheckpoints: s.UseCheckpoints != nil && !*s.UseCheckpoints,
 		DisableBulkGet:     s.UseBulkGet != nil && !*s.UseBulkGet,
 		CheckpointInterval: time.Duration(s.CheckpointInterval) * time.Millisecond,
@@ -262,6 +264,9 @@ func TransientJobID(serverUUID string, s *Spec, user string) string {
 		opts += "+create_target"
 	}
 	parts = append(parts, opts, n.DocIDs, n.Selector, n.Filter, n.QueryParams, n.SinceSeq, s.WinningRevsOnly)
+	if s.SkipDeleted {
+		parts = append(parts, "skip_deleted") // only when set: the ids of others stay
+	}
 	b, _ := json.Marshal(parts)
 	sum := md5.Sum(b)
 	return hex.EncodeToString(sum[:])

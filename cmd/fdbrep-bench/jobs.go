@@ -48,6 +48,8 @@ type jobsOpts struct {
 	nodes     []int
 	scaleJobs int
 	inMemory  bool
+	// feed turns on the event feed of fdbjobs' kinds (-feed).
+	feed bool
 	// runtime: the burn-down and continuous modes work fdbjobs' jobs on
 	// its Runtime (-loop runtime) rather than hand-written loops of the
 	// batch calls (-loop batch).
@@ -111,6 +113,7 @@ func runJobsBench(args []string) error {
 	fs.StringVar(&o.cpuProfileContinuous, "cpuprofile-continuous", "", "write a CPU profile of the first fdbjobs continuous run to this file")
 	fs.DurationVar(&o.workSleep, "work-sleep", 0, "how long each job's work takes, on both sides (0: a no-op worker; the issue's second worker sleeps 1ms)")
 	fs.BoolVar(&o.inMemory, "in-memory", false, "fdbjobs on in-memory stores instead (to see what the disk costs)")
+	fs.BoolVar(&o.feed, "feed", false, "turn on the event feed of fdbjobs' kinds (an event per change of a job's state, kept a day), to see what it costs")
 	loop := fs.String("loop", "runtime", "fdbjobs' side of the burn-down and continuous modes: runtime (its Runtime, a no-op Worker, -concurrency of Concurrency: River's side is its river.Client with as many workers) or batch (-workers loops of AcceptBatch and FinishBatch of -batch)")
 	riverBin := fs.String("river-bin", "", "the River peer binary (make bench-jobs builds it from cmd/fdbrep-bench/river); \"\" skips River")
 	pgBin := fs.String("pg-bin", "", "directory of PostgreSQL's initdb, pg_ctl and postgres (default: initdb on PATH, else the newest /usr/lib/postgresql/*/bin)")
@@ -481,6 +484,13 @@ func (b *jobsBench) fdbjobsRun(f func(*fdbjobsRun) (runResult, error)) (runResul
 	c, err := fdbjobs.New(cdb, fdbjobs.Config{})
 	if err != nil {
 		return runResult{}, err
+	}
+	if b.o.feed {
+		for _, kind := range []string{burnType, continuousType} {
+			if err := c.SetFeed(context.Background(), nil, kind, 24*time.Hour); err != nil {
+				return runResult{}, err
+			}
+		}
 	}
 	return f(&fdbjobsRun{ctx: context.Background(), c: c, db: cdb, o: b.o, tenant: b.env.tenant(db)})
 }

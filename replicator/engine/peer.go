@@ -313,6 +313,33 @@ func (p *peer) revsDiff(ctx context.Context, revs map[string][]string) (map[stri
 	return out, nil
 }
 
+// hasDocs returns which of ids the peer has a revision of (live or
+// deleted), from one POST _all_docs with those keys.
+func (p *peer) hasDocs(ctx context.Context, ids []string) (map[string]bool, error) {
+	b, err := json.Marshal(map[string][]string{"keys": ids})
+	if err != nil {
+		return nil, err
+	}
+	var reply struct {
+		Rows []struct {
+			Key   string `json:"key"`
+			Error string `json:"error"`
+		} `json:"rows"`
+	}
+	req := httpRequest{method: http.MethodPost, path: "_all_docs", header: jsonHeader(), body: b,
+		maxBody: AnswerMax + 2*int64(len(b)), limit: replyLimit}
+	if err := p.doRequest(ctx, req, &reply); err != nil {
+		return nil, fmt.Errorf("%w: _all_docs: %w", ErrHTTP, err)
+	}
+	has := make(map[string]bool, len(reply.Rows))
+	for _, r := range reply.Rows {
+		if r.Error == "" {
+			has[r.Key] = true
+		}
+	}
+	return has, nil
+}
+
 // bulkGetDoc is one entry of a _bulk_get request.
 type bulkGetDoc struct {
 	ID        string   `json:"id"`

@@ -140,6 +140,9 @@ type idInputs struct {
 	// ReplicationID).
 	Filter          etfListT
 	WinningRevsOnly bool
+	// SkipDeleted is fdbrep's skip_deleted, hashed only when set (no
+	// CouchDB replication has it).
+	SkipDeleted bool
 	// SinceSeq is since_seq's term, nil when it is not hashed.
 	SinceSeq     any
 	Continuous   bool
@@ -156,6 +159,9 @@ func (in idInputs) replicationID() (base, full string, err error) {
 	terms = append(terms, in.Filter...)
 	if in.WinningRevsOnly {
 		terms = append(terms, "winning_revs_only")
+	}
+	if in.SkipDeleted {
+		terms = append(terms, "skip_deleted")
 	}
 	if in.SinceSeq != nil {
 		terms = append(terms, in.SinceSeq)
@@ -183,6 +189,7 @@ func replicationIDWith(rep Replication, serverUUID, filterCode string, o idOptio
 		Source:          endpointIDOf(rep.Source, o),
 		Target:          endpointIDOf(rep.Target, o),
 		WinningRevsOnly: rep.WinningRevsOnly,
+		SkipDeleted:     rep.SkipDeleted,
 		Continuous:      rep.Continuous,
 		CreateTarget:    rep.CreateTarget,
 		legacy:          o.legacy,

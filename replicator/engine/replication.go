@@ -104,6 +104,11 @@ type Replication struct {
 	SinceSeq json.RawMessage
 	// WinningRevsOnly replicates only winning revisions (no conflicts).
 	WinningRevsOnly bool
+	// SkipDeleted replicates no deletion of a document the target does not
+	// have (skip_deleted): a new replica starts without the source's
+	// tombstones, and deletions of documents the target holds still
+	// replicate.
+	SkipDeleted bool
 
 	// DisableCheckpoints is use_checkpoints: false — no checkpoint
 	// documents are written (existing ones are still read).

@@ -232,6 +232,15 @@ func (w *workers) processBatch(ctx context.Context, rows []change) error {
 	if !skipped {
 		w.tuning.recordRevsDiff(checked, found)
 	}
+	if w.rep.SkipDeleted {
+		n, err := w.skipDeletions(ctx, rows, missing, skipped)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			w.log.Debug().Int("deletions_skipped", n).Msg("skip_deleted: deletions of documents the target does not have left out")
+		}
+	}
 	diffed := w.clock.Now()
 	w.stats.missingFound.Add(int64(found))
 	if found == 0 {
@@ -274,6 +283,42 @@ func (w *workers) processBatch(ctx context.Context, rows []change) error {
 		Float64("diff_ms", millis(diffed.Sub(start))).Float64("fetch_ms", millis(fetched.Sub(diffed))).
 		Float64("write_ms", millis(w.clock.Since(fetched))).Msg("batch replicated")
 	return nil
+}
+
+// skipDeletions drops from missing the deleted documents the target does
+// not have (skip_deleted): those whose last row is a deletion and of which
+// the target has no revision, as its _revs_diff answer suggests (no
+// possible ancestor; every revision when the diff was skipped) and its
+// _all_docs confirms. It returns how many it dropped.
+func (w *workers) skipDeletions(ctx context.Context, rows []change, missing map[string]revsDiffEntry, diffSkipped bool) (int, error) {
+	deleted := map[string]bool{}
+	for _, c := range rows {
+		if c.ID != "" {
+			deleted[c.ID] = c.Deleted // the last row of an id is the current one
+		}
+	}
+	var cands []string
+	for id, e := range missing {
+		if deleted[id] && (diffSkipped || len(e.PossibleAncestors) == 0) {
+			cands = append(cands, id)
+		}
+	}
+	if len(cands) == 0 {
+		return 0, nil
+	}
+	sort.Strings(cands)
+	has, err := w.tgt.hasDocs(ctx, cands)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range cands {
+		if !has[id] {
+			delete(missing, id)
+			n++
+		}
+	}
+	return n, nil
 }
 
 // fetchAndWrite fetches the missing revisions (through _bulk_get when it
