@@ -124,9 +124,7 @@ func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []du
 	if err != nil {
 		return 0, err
 	}
-	type result struct{ jobs int }
-	res, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (result, error) {
-		var res result
+	n, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (int, error) {
 		var jobs []NewJob
 		var datas [][]byte
 		recs := make([]*scheduleRecord, len(b))
@@ -137,11 +135,11 @@ func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []du
 		for i, d := range b {
 			v, err := futs[i].Get()
 			if err != nil {
-				return res, err
+				return 0, err
 			}
 			if v != nil {
 				if recs[i], err = decodeSchedule(d.name, v); err != nil {
-					return res, err
+					return 0, err
 				}
 			}
 			// An entry is stale when this transaction's earlier attempt
@@ -149,10 +147,11 @@ func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []du
 			// the index was read (none is left so): it goes, and the
 			// schedule is fired from its record if it is due, once.
 			r := recs[i]
-			if r == nil || r.Paused || r.Kind != kind || r.Next != d.next {
+			active := r != nil && !r.Paused && r.Kind == kind
+			if !active || r.Next != d.next {
 				tr.Clear(c.k.dueKey(kind, d.next, d.name))
 			}
-			if r == nil || r.Paused || r.Kind != kind || slices.ContainsFunc(b[:i], func(o due) bool { return o.name == d.name }) {
+			if !active || slices.ContainsFunc(b[:i], func(o due) bool { return o.name == d.name }) {
 				recs[i] = nil
 			}
 		}
@@ -163,7 +162,7 @@ func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []du
 				continue
 			}
 			if rows[i], err = c.k.readRow(tr, kind, r.LastJob); err != nil {
-				return res, err
+				return 0, err
 			}
 		}
 		for i, r := range recs {
@@ -179,7 +178,7 @@ func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []du
 			for _, p := range runs {
 				data, err := json.Marshal(envelope{Args: r.Args, MaxAttempts: r.MaxAttempts, Schedule: b[i].name, Period: p})
 				if err != nil {
-					return res, err
+					return 0, err
 				}
 				id := randomHex()
 				jobs = append(jobs, NewJob{ID: id, Data: data, ScheduledTime: c.cfg.stime(time.UnixMilli(p)), Fresh: true})
@@ -190,25 +189,24 @@ func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []du
 				continue
 			}
 			if err := c.k.writeSchedule(tr, b[i].name, r, &was); err != nil {
-				return res, err
+				return 0, err
 			}
 		}
 		if len(jobs) > 0 {
 			if _, err := c.addPage(tr, kind, jobs, datas, token, false, true, c.insertHook(ctx, kind)); err != nil {
-				return res, err
+				return 0, err
 			}
 		}
-		res.jobs = len(jobs)
-		return res, nil
+		return len(jobs), nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	if res.jobs > 0 {
+	if n > 0 {
 		c.committed(nil, kind)
-		c.metrics.Load().count(metricInserted, kind, res.jobs)
+		c.metrics.Load().count(metricInserted, kind, n)
 	}
-	return res.jobs, nil
+	return n, nil
 }
 
 // unfinished reports whether the job of r is pending or running.
@@ -314,9 +312,6 @@ func latestDue(p period, from, now int64) int64 {
 	latest := start
 	for t := start; t <= now; t = p.next(t) {
 		latest = t
-		if t == math.MaxInt64 {
-			break
-		}
 	}
 	return latest
 }
