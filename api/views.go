@@ -57,6 +57,21 @@ type DocInfo struct {
 	// other members of the database see the row as they see the
 	// document (the frontend's rule).
 	Owner string `json:"-"`
+	// Schedule is a scheduled replication's schedule (fdbrep's), absent
+	// for others.
+	Schedule *ScheduleView `json:"schedule,omitempty"`
+}
+
+// ScheduleView is a scheduled replication's schedule as _scheduler/docs
+// shows it: its period (cron in tz, or every seconds), its next run
+// (null while none is due: never for a valid schedule) and its last one
+// (null before the first period).
+type ScheduleView struct {
+	Cron  string  `json:"cron,omitempty"`
+	TZ    string  `json:"tz,omitempty"`
+	Every int64   `json:"every,omitempty"`
+	Next  *string `json:"next"`
+	Last  *string `json:"last"`
 }
 
 // DocList is GET /_scheduler/docs[/{db}].

@@ -256,6 +256,15 @@ func parsePeriod(expr, tz string) (period, error) {
 	return cronPeriod{s, loc}, nil
 }
 
+// Check reports what PutSchedule would refuse in s (ErrInvalidArgument or
+// ErrInvalidData, naming the field) for a Client whose Config.TimeUnit is
+// unit, at now: for a caller that validates a schedule before its
+// transaction, such as a document's.
+func (s Schedule) Check(unit time.Duration, now time.Time) error {
+	_, err := s.record(unit, now)
+	return err
+}
+
 // record checks s, whose periods' jobs are due in whole units of unit
 // (Config.TimeUnit), and returns its record, without times.
 func (s Schedule) record(unit time.Duration, now time.Time) (*scheduleRecord, error) {

@@ -68,6 +68,9 @@ func ParseRequest(body json.RawMessage) (*Request, error) {
 	if req.Spec, err = parseSpec(obj); err != nil {
 		return nil, err
 	}
+	if req.Spec.Schedule != nil {
+		return nil, newReason(ErrBadRequest, "`schedule` is for _replicator documents: a POST /_replicate runs once")
+	}
 	return req, nil
 }
 
@@ -152,6 +155,11 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 			s.UseBulkGet = &b
 		case "skip_deleted":
 			s.SkipDeleted = b
+		}
+	}
+	if v, ok := obj["schedule"]; ok && !isNull(v) {
+		if s.Schedule, err = parseSchedule(v, s.Continuous); err != nil {
+			return nil, err
 		}
 	}
 	if v, ok := obj["use_checkpoints"]; ok {

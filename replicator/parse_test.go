@@ -29,6 +29,9 @@ func TestParseSpecErrors(t *testing.T) {
 		{`{"source":"http://h/a","target":"http://h/b","create_target":"bad"}`, "`create_target` must be a boolean"},
 		{`{"source":"http://h/a","target":"http://h/b","continuous":1}`, "`continuous` must be a boolean"},
 		{`{"source":"http://h/a","target":"http://h/b","skip_deleted":"yes"}`, "`skip_deleted` must be a boolean"},
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"cron":"* * *"}}`, "`schedule`: `cron` \"* * *\": expected exactly 5 fields, found 3: [* * *]"},
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":0}}`, "`schedule.every` must be at least 1"},
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"cron":"@daily","tz":"Nowhere/Here"}}`, "`schedule`: `tz` \"Nowhere/Here\": not an IANA time zone name"},
 		{`{"source":"http://h/a","target":"http://h/b","doc_ids":42}`, "`doc_ids` must be an array"},
 		{`{"source":"http://h/a","target":"http://h/b","doc_ids":[1]}`, "`doc_ids` array must contain strings"},
 		{`{"source":"http://h/a","target":"http://h/b","selector":{},"filter":"d/f"}`, "`doc_ids`, `filter` and `selector` are mutually exclusive: use at most one"},
@@ -131,6 +134,8 @@ func TestParseRequestCancel(t *testing.T) {
 	require.Nil(t, r.Spec)
 	_, err = ParseRequest(json.RawMessage(`{"cancel":"yes","source":"http://h/a","target":"http://h/b"}`))
 	require.Equal(t, "`cancel` must be a boolean", Reason(err))
+	_, err = ParseRequest(json.RawMessage(`{"source":"http://h/a","target":"http://h/b","schedule":{"cron":"@daily"}}`))
+	require.Equal(t, "`schedule` is for _replicator documents: a POST /_replicate runs once", Reason(err))
 }
 
 func TestSpecEngineCarriesProxies(t *testing.T) {

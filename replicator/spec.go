@@ -62,6 +62,9 @@ type Spec struct {
 	WinningRevsOnly bool            `json:"winning_revs_only,omitempty"`
 	// SkipDeleted is fdbrep's skip_deleted (engine.Replication.SkipDeleted).
 	SkipDeleted bool `json:"skip_deleted,omitempty"`
+	// Schedule makes a one-shot replication of a document run again at
+	// each of its periods (schedule.go); nil for none.
+	Schedule *RepSchedule `json:"schedule,omitempty"`
 	// UseCheckpoints and UseBulkGet are use_checkpoints and use_bulk_get,
 	// nil when the replication leaves them to the node's defaults.
 	UseCheckpoints *bool `json:"use_checkpoints,omitempty"`

@@ -214,6 +214,9 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int)
 	if err := s.setupChanges(ctx); err != nil {
 		return "", err
 	}
+	if err := s.setupTriggers(ctx, jobTimeout); err != nil {
+		return "", err
+	}
 	if n, err := s.jobs.TypeShards(ctx, nil, JobType); err != nil {
 		return "", err
 	} else if shards > 0 && n != shards {

@@ -336,6 +336,12 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, parsed api.Pa
 	if err := p.addJob(ctx, tr, jobID, old, d); err != nil {
 		return false, err
 	}
+	if perr != nil {
+		spec = nil
+	}
+	if err := p.store.SetSchedule(ctx, tr, jobID, spec, old); err != nil {
+		return false, err
+	}
 	setMemo(tr, "job", jobID, strconv.FormatInt(d.StartTime, 10))
 	tr.Locals().OnCommit(func() { p.added(jobID, doc, d.State, perr, old != nil) })
 	return perr == nil, nil
@@ -417,6 +423,9 @@ func (p *Plane) DocDeleted(ctx context.Context, tr kv.Transaction, db, docID str
 		return err
 	}
 	if err := p.store.RemoveJob(ctx, tr, jobID, old); err != nil {
+		return err
+	}
+	if err := p.store.SetSchedule(ctx, tr, jobID, nil, old); err != nil {
 		return err
 	}
 	p.m.CountOnCommit(tr, replicator.MetricJobsRemoves, 1)

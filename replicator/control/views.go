@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
@@ -369,9 +371,40 @@ func (p *Plane) SchedulerDocs(ctx context.Context, db string, states []string, q
 		if len(states) > 0 && !slices.Contains(states, d.State) {
 			continue // running by the index, on a node that died
 		}
-		out.Docs = append(out.Docs, docInfo(d))
+		info, err := p.withSchedule(ctx, docInfo(d), j.ID, d.JobData)
+		if err != nil {
+			return api.DocList{}, err
+		}
+		out.Docs = append(out.Docs, info)
 	}
 	return out, nil
+}
+
+// withSchedule adds to info, the row of job jobID with data d, its
+// schedule when it is a scheduled replication: one read.
+func (p *Plane) withSchedule(ctx context.Context, info api.DocInfo, jobID string, d *replicator.JobData) (api.DocInfo, error) {
+	if d.Rep == nil || d.Rep.Schedule == nil {
+		return info, nil
+	}
+	rs := d.Rep.Schedule
+	v := &api.ScheduleView{Cron: rs.Cron, TZ: rs.TZ, Every: rs.Every}
+	s, err := p.store.ScheduleOf(ctx, nil, jobID)
+	switch {
+	case errors.Is(err, fdbjobs.ErrNotFound):
+	case err != nil:
+		return info, err
+	default:
+		at := func(t time.Time) *string {
+			if t.IsZero() {
+				return nil
+			}
+			f := t.UTC().Format(time.RFC3339)
+			return &f
+		}
+		v.Next, v.Last = at(s.Next), at(s.Last)
+	}
+	info.Schedule = v
+	return info, nil
 }
 
 // couchDocStates are CouchDB 3.x's states of a document its replicator has
@@ -404,7 +437,7 @@ func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (api.DocInfo
 	if d == nil {
 		return api.DocInfo{}, missing
 	}
-	return docInfo(p.seer(ctx)(st, d)), nil
+	return p.withSchedule(ctx, docInfo(p.seer(ctx)(st, d)), replicator.DocJobID(u, docID), d)
 }
 
 // ActiveTasks lists the running replications of the whole cluster, as

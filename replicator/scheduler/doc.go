@@ -17,8 +17,13 @@
 // (charges.go), the host prober (hosts.go), the load publisher
 // (balance.go), the progress registry (progress.go), the watches
 // (watch.go: the Runtime of watch jobs, the watches running and recent,
-// the rate of their exact checks), and parking's feed checker and count
-// of waiting jobs (parkpolicy.go). A part's lock is never held while
+// the rate of their exact checks), parking's feed checker and count of
+// waiting jobs (parkpolicy.go), and the Runtime of the scheduled
+// replications' Trigger jobs (triggers.go: an atomic pointer; each
+// Trigger is one transaction of replicator.Store.Rerun, which starts the
+// document's job again only when its last run has ended, so a scheduled
+// replication never runs twice at once, whatever the periods and
+// nodes). A part's lock is never held while
 // Node.mu is taken, so a holder of Node.mu may call a part. The interval
 // step's decisions (how many jobs the trim, the rotation and balance
 // stop, and the node's share) are pure functions of the figures it reads

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
@@ -26,6 +27,9 @@ import (
 // while mu is taken (publishLoad takes mu in its turn, load.turn, which
 // nothing that holds mu waits for).
 type Node struct {
+	// triggers works the Trigger jobs of scheduled replications (set by
+	// Start, cleared by stopTriggers).
+	triggers atomic.Pointer[fdbjobs.Runtime]
 	// Set by New and never changed: read without a lock.
 	store *replicator.Store
 	eng   replicator.Engine
@@ -234,10 +238,15 @@ func (n *Node) Start(ctx context.Context) error {
 		if err := n.startWatches(runCtx, cfg); err != nil {
 			return err
 		}
+		if err := n.startTriggers(runCtx, cfg); err != nil {
+			n.stopWatches()
+			return err
+		}
 		n.mu.Lock()
 		n.ctx, n.stopping, n.serverUUID = runCtx, false, uuid
 		n.mu.Unlock()
 		if err := n.startJobs(runCtx, cfg); err != nil {
+			n.stopTriggers()
 			n.stopWatches()
 			return err
 		}
@@ -310,6 +319,7 @@ func (n *Node) shutdown() {
 	}
 	n.mu.Unlock()
 	n.stopWatches()
+	n.stopTriggers()
 	t := clock.NewTimer(timeout)
 	select {
 	case <-all:
