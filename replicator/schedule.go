@@ -165,15 +165,7 @@ func (s *Store) Rerun(ctx context.Context, jobID string, cfg Config, now time.Ti
 // setupTriggers registers TriggerType with jobTimeout, unless it is so
 // already.
 func (s *Store) setupTriggers(ctx context.Context, jobTimeout time.Duration) error {
-	if cur, err := s.jobs.TypeTimeout(ctx, nil, TriggerType); err == nil && cur == jobTimeout {
-		return nil
-	} else if err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
-		return err
-	}
-	if err := s.jobs.SetTypeTimeout(ctx, nil, TriggerType, jobTimeout); err != nil {
-		return err
-	}
-	return s.jobs.SetTypeShards(ctx, nil, TriggerType, watchShards)
+	return s.setupType(ctx, TriggerType, jobTimeout, watchShards)
 }
 
 // NewTriggerRuntime returns the job layer's Runtime of the Trigger jobs:

@@ -157,15 +157,21 @@ func (s *Store) EndWatch(tr kv.Transaction, group string, complete func(kv.Trans
 // setupWatches registers the watch type with jobTimeout and a few shards
 // (watch jobs are few: one per source server and user).
 func (s *Store) setupWatches(ctx context.Context, jobTimeout time.Duration) error {
-	if cur, err := s.jobs.TypeTimeout(ctx, nil, WatchType); err == nil && cur == jobTimeout {
+	return s.setupType(ctx, WatchType, jobTimeout, watchShards)
+}
+
+// setupType registers typ with jobTimeout and shards queue shards, unless
+// it has that timeout already.
+func (s *Store) setupType(ctx context.Context, typ string, jobTimeout time.Duration, shards int) error {
+	if cur, err := s.jobs.TypeTimeout(ctx, nil, typ); err == nil && cur == jobTimeout {
 		return nil
 	} else if err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
 		return err
 	}
-	if err := s.jobs.SetTypeTimeout(ctx, nil, WatchType, jobTimeout); err != nil {
+	if err := s.jobs.SetTypeTimeout(ctx, nil, typ, jobTimeout); err != nil {
 		return err
 	}
-	return s.jobs.SetTypeShards(ctx, nil, WatchType, watchShards)
+	return s.jobs.SetTypeShards(ctx, nil, typ, shards)
 }
 
 // watchShards is the watch type's queue shards.
