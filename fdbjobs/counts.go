@@ -249,6 +249,13 @@ type addTx struct {
 	counts  map[countID]int64
 	countIn []countID // in the order first added
 	ck      keys
+	// events are the feeds' events of the transaction, by kind (in the
+	// order of kinds first met), written together at flush (putEvents)
+	// with ek and eft, the keys and the attempt that met them.
+	events map[string][]tuple.Tuple
+	kinds  []string
+	ek     keys
+	eft    *feedTx
 }
 
 // countID names a count key: countKey(typ, state, shard).
@@ -272,6 +279,22 @@ func (t *addTx) count(k keys, id countID, delta int64) bool {
 	return true
 }
 
+// event keeps e, an event of kind's feed, for flush, unless the
+// transaction's events are another root's or another attempt's (false:
+// the caller writes it itself).
+func (t *addTx) event(k keys, ft *feedTx, kind string, e tuple.Tuple) bool {
+	if t.events == nil {
+		t.events, t.ek, t.eft = map[string][]tuple.Tuple{}, k, ft
+	} else if t.eft != ft || !bytes.Equal(t.ek.root.Bytes(), k.root.Bytes()) {
+		return false
+	}
+	if _, ok := t.events[kind]; !ok {
+		t.kinds = append(t.kinds, kind)
+	}
+	t.events[kind] = append(t.events[kind], e)
+	return true
+}
+
 func (t *addTx) Add(key kv.KeyConvertible, param []byte) {
 	if len(param) != 8 {
 		t.Transaction.Add(key, param)
@@ -289,6 +312,10 @@ func (t *addTx) Add(key kv.KeyConvertible, param []byte) {
 func coalesceAdds(tr kv.Transaction) (kv.Transaction, func()) {
 	t := &addTx{Transaction: tr, sums: map[string]int64{}}
 	return t, func() {
+		for _, kind := range t.kinds {
+			t.ek.putEvents(t.Transaction, t.eft, kind, t.events[kind])
+		}
+		t.events, t.kinds, t.eft = nil, nil, nil
 		for _, id := range t.countIn {
 			if v := t.counts[id]; v != 0 {
 				t.Add(t.ck.countKey(id.typ, id.state, id.shard), kv.Int64(v))

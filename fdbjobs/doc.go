@@ -163,14 +163,16 @@
 //	(17, Kind)                    FEED: (KeepMillis) while the kind's event
 //	                              feed is on (SetFeed); in the types the
 //	                              type-check loop reads
-//	(18, Kind, Versionstamp)      FEED_EVENTS: (JobID, Event, AtMillis[,
-//	                              Data]) — one per event, keyed by its
-//	                              commit's versionstamp and the event's
-//	                              number in that commit (no key that every
-//	                              event writes)
-//	(19, Kind)                    FEED_PRUNED: the versionstamp (12 bytes)
+//	(18, Kind, Versionstamp)      FEED_EVENTS: ((JobID, Event, AtMillis[,
+//	                              Data]), …) — the events of one commit
+//	                              of the kind (of a batch, up to 8,000
+//	                              bytes a key), keyed by the commit's
+//	                              versionstamp and the key's number in it
+//	                              (no key that every event writes)
+//	(19, Kind)                    FEED_PRUNED: the place (14 bytes: a key's
+//	                              versionstamp and an event's number in it)
 //	                              of the last event pruned (byte max), or
-//	                              of DisableFeed's commit
+//	                              past every event of DisableFeed's commit
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a
@@ -388,9 +390,11 @@
 // With SetFeed, every change of a kind's job's state writes an event in
 // the transaction that makes it (writeRow and clearRow, where Counts are
 // kept too): inserted, started, retried, completed, cancelled, discarded,
-// removed; EmitEvent adds a kind's own. Each event is a key under its
-// commit's versionstamp, so the feed is in commit order across nodes and
-// no key is written by every event. ReadFeed reads, in one snapshot, the
+// removed; EmitEvent adds a kind's own. A commit's events of a kind are
+// written under its versionstamp (a batch's together, a few keys at
+// most), so the feed is in commit order across nodes and no key is
+// written by every commit; a Seq is a key's versionstamp and the event's
+// place in it. ReadFeed reads, in one snapshot, the
 // events after a Seq: a commit it does not see has a higher versionstamp
 // than every event it returns, so reading on from the last Seq misses
 // nothing and repeats nothing (an event is written in the same commit as

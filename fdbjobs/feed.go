@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -180,28 +181,60 @@ func (k keys) feedEvent(tr kv.Transaction, typ, id, was, is string) {
 	}
 }
 
-// writeEvent writes one event of kind's feed in tr, under this commit's
-// versionstamp and the attempt's next user version, and wakes this
-// Client's FeedReaders of kind when tr commits.
+// writeEvent writes one event of kind's feed in tr, and wakes this
+// Client's FeedReaders of kind when tr commits. In a transaction that
+// moves many jobs (coalesceAdds) the events of each kind are written
+// together when it flushes, under one key (or a few: feedKeyBytes); else
+// at once, under a key of their own. Each key is this commit's
+// versionstamp with the attempt's next user version.
 func (k keys) writeEvent(tr kv.Transaction, ft *feedTx, kind, id, ev string, data []byte) {
-	if ft.n > 0xffff {
-		panic(fmt.Errorf("%w: more than 65,536 feed events in one transaction", ErrInvalidArgument))
-	}
-	key, err := k.root.PackWithVersionstamp(tuple.Tuple{keyFeedEvents, kind, tuple.IncompleteVersionstamp(uint16(ft.n))})
-	if err != nil {
-		panic(err)
-	}
 	if !ft.woken[kind] {
 		ft.woken[kind] = true
 		w := &k.feed.wake
 		tr.Locals().OnCommit(func() { w.notify(kind) })
 	}
-	ft.n++
-	v := tuple.Tuple{id, ev, k.feed.clock.Now().UnixMilli()}
+	e := tuple.Tuple{id, ev, k.feed.clock.Now().UnixMilli()}
 	if data != nil {
-		v = append(v, data)
+		e = append(e, data)
 	}
-	tr.SetVersionstampedKey(key, v.Pack())
+	if at, ok := tr.(*addTx); ok && at.event(k, ft, kind, e) {
+		return
+	}
+	k.putEvents(tr, ft, kind, []tuple.Tuple{e})
+}
+
+// feedKeyBytes bounds the events one key of a feed holds (their packed
+// size); feedKeyEvents their number (a Seq numbers them in 2 bytes).
+const (
+	feedKeyBytes  = 8_000
+	feedKeyEvents = 0xffff
+)
+
+// putEvents writes evs, events of kind's feed, in tr: as few keys as
+// feedKeyBytes allows, each under this commit's versionstamp and the
+// attempt's next user version.
+func (k keys) putEvents(tr kv.Transaction, ft *feedTx, kind string, evs []tuple.Tuple) {
+	for len(evs) > 0 {
+		n, size := 0, 0
+		for n < len(evs) && n < feedKeyEvents && (n == 0 || size+len(evs[n].Pack()) <= feedKeyBytes) {
+			size += len(evs[n].Pack())
+			n++
+		}
+		if ft.n > 0xffff {
+			panic(fmt.Errorf("%w: more than 65,536 feed keys in one transaction", ErrInvalidArgument))
+		}
+		key, err := k.root.PackWithVersionstamp(tuple.Tuple{keyFeedEvents, kind, tuple.IncompleteVersionstamp(uint16(ft.n))})
+		if err != nil {
+			panic(err)
+		}
+		ft.n++
+		v := make(tuple.Tuple, n)
+		for i, e := range evs[:n] {
+			v[i] = e
+		}
+		tr.SetVersionstampedKey(key, v.Pack())
+		evs = evs[n:]
+	}
 }
 
 func (k keys) feedKey(kind string) kv.Key { return k.root.Pack(tuple.Tuple{keyFeed, kind}) }
@@ -252,9 +285,13 @@ func (c *Client) DisableFeed(ctx context.Context, tx kv.Transactor, kind string)
 		tr.ClearRange(c.k.feedEventsRange(kind))
 		// Every event so far counts as pruned (this commit's
 		// versionstamp is above them all).
-		tr.SetVersionstampedValue(c.k.feedPrunedKey(kind), make([]byte, 12+4))
+		tr.SetVersionstampedValue(c.k.feedPrunedKey(kind), disabledMark)
 	})
 }
+
+// disabledMark is DisableFeed's FEED_PRUNED value, with its versionstamp's
+// offset (0): this commit's versionstamp, past every place of its keys.
+var disabledMark = []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}
 
 // FeedKeep returns how long kind's feed keeps its events, and false when
 // the kind has no feed.
@@ -339,23 +376,26 @@ func (c *Client) ReadFeed(ctx context.Context, tx kv.ReadTransactor, kind, after
 	if limit == 0 {
 		limit = FeedPageDefault
 	}
-	var from []byte
+	var fromVS tuple.Versionstamp
+	var from []byte // the decoded after; nil for the oldest kept
 	if after != "" {
-		b, err := hex.DecodeString(after)
-		if err != nil || len(b) != 12 {
-			return nil, fmt.Errorf("%w: feed seq %q", ErrInvalidArgument, after)
+		var err error
+		if fromVS, from, err = parseSeq(after); err != nil {
+			return nil, err
 		}
-		from = b
 	}
 	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) ([]FeedEvent, error) {
 		snap := tr.Snapshot()
 		onF, prunedF := snap.Get(c.k.feedKey(kind)), snap.Get(c.k.feedPrunedKey(kind))
-		r := c.k.feedEventsRange(kind)
+		r, keys := c.k.feedEventsRange(kind), limit
 		if from != nil {
-			vs := tuple.Versionstamp{TransactionVersion: [10]byte(from[:10]), UserVersion: binary.BigEndian.Uint16(from[10:])}
-			r.Begin = append(c.k.feedEventKey(kind, vs), 0)
+			// From its key, whose later events follow: one key more, for
+			// the events of that key not read again.
+			r.Begin, keys = c.k.feedEventKey(kind, fromVS), limit+1
 		}
-		rows := snap.GetRange(r, kv.RangeOptions{Limit: limit})
+		// A key holds one event or more: limit keys hold limit events
+		// or more.
+		rows := snap.GetRange(r, kv.RangeOptions{Limit: keys})
 		if on, err := onF.Get(); err != nil {
 			return nil, err
 		} else if on == nil {
@@ -373,13 +413,20 @@ func (c *Client) ReadFeed(ctx context.Context, tx kv.ReadTransactor, kind, after
 		if err != nil {
 			return nil, err
 		}
-		out := make([]FeedEvent, 0, len(kvs))
+		out := make([]FeedEvent, 0, limit)
 		for _, e := range kvs {
-			ev, err := c.k.decodeEvent(kind, e)
+			evs, err := c.k.decodeEvents(kind, e)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, ev)
+			for _, ev := range evs {
+				if len(out) == limit {
+					return out, nil
+				}
+				if ev.Seq > after {
+					out = append(out, ev)
+				}
+			}
 		}
 		return out, nil
 	})
@@ -406,8 +453,11 @@ func (c *Client) FeedEnd(ctx context.Context, tx kv.ReadTransactor, kind string)
 			return "", err
 		}
 		if len(last) > 0 {
-			ev, err := c.k.decodeEvent(kind, last[0])
-			return ev.Seq, err
+			evs, err := c.k.decodeEvents(kind, last[0])
+			if err != nil || len(evs) == 0 {
+				return "", err
+			}
+			return evs[len(evs)-1].Seq, nil
 		}
 		// None kept: after the last pruned, if any.
 		pruned, err := prunedF.Get()
@@ -415,33 +465,54 @@ func (c *Client) FeedEnd(ctx context.Context, tx kv.ReadTransactor, kind string)
 	})
 }
 
-// decodeEvent decodes one event of kind's feed.
-func (k keys) decodeEvent(kind string, e kv.KeyValue) (FeedEvent, error) {
+// seqLen is the length of a decoded Seq: the key's versionstamp (12
+// bytes) and the event's place among the key's events (2 bytes).
+const seqLen = 14
+
+// decodeEvents decodes one key of kind's feed: its events, in order.
+func (k keys) decodeEvents(kind string, e kv.KeyValue) ([]FeedEvent, error) {
 	bad := fmt.Errorf("fdbjobs: bad feed event %x", e.Key)
 	t, err := k.root.Unpack(e.Key)
 	if err != nil || len(t) != 3 {
-		return FeedEvent{}, bad
+		return nil, bad
 	}
 	vs, ok := t[2].(tuple.Versionstamp)
 	if !ok {
-		return FeedEvent{}, bad
+		return nil, bad
 	}
 	v, err := tuple.Unpack(e.Value)
-	if err != nil || len(v) < 3 {
-		return FeedEvent{}, bad
+	if err != nil || len(v) > feedKeyEvents {
+		return nil, bad
 	}
-	id, _ := v[0].(string)
-	name, _ := v[1].(string)
-	at, _ := v[2].(int64)
-	seq := binary.BigEndian.AppendUint16(vs.TransactionVersion[:], vs.UserVersion)
-	ev := FeedEvent{Seq: hex.EncodeToString(seq), Kind: kind, JobID: id, Event: name,
-		At: time.UnixMilli(at).UTC()}
-	if len(v) > 3 {
-		if d, ok := v[3].([]byte); ok {
-			ev.Data = d
+	base := binary.BigEndian.AppendUint16(vs.TransactionVersion[:], vs.UserVersion)
+	out := make([]FeedEvent, 0, len(v))
+	for i, x := range v {
+		f, ok := x.(tuple.Tuple)
+		if !ok || len(f) < 3 {
+			return nil, bad
 		}
+		id, _ := f[0].(string)
+		name, _ := f[1].(string)
+		at, _ := f[2].(int64)
+		ev := FeedEvent{Seq: hex.EncodeToString(binary.BigEndian.AppendUint16(slices.Clip(base), uint16(i))), Kind: kind,
+			JobID: id, Event: name, At: time.UnixMilli(at).UTC()}
+		if len(f) > 3 {
+			if d, ok := f[3].([]byte); ok {
+				ev.Data = d
+			}
+		}
+		out = append(out, ev)
 	}
-	return ev, nil
+	return out, nil
+}
+
+// parseSeq decodes a Seq: the versionstamp of its key and its place there.
+func parseSeq(seq string) (tuple.Versionstamp, []byte, error) {
+	b, err := hex.DecodeString(seq)
+	if err != nil || len(b) != seqLen {
+		return tuple.Versionstamp{}, nil, fmt.Errorf("%w: feed seq %q", ErrInvalidArgument, seq)
+	}
+	return tuple.Versionstamp{TransactionVersion: [10]byte(b[:10]), UserVersion: binary.BigEndian.Uint16(b[10:12])}, b, nil
 }
 
 // PruneFeed removes the events of kind's feed older than the feed's keep
@@ -466,7 +537,7 @@ func (c *Client) PruneFeed(ctx context.Context, kind string, now time.Time) (int
 }
 
 // prunePage is what one pruning transaction did: the events it removed,
-// and whether more may be due.
+// and whether more may be due (it read a full page of keys).
 type prunePage struct {
 	n    int
 	more bool
@@ -490,25 +561,27 @@ func (c *Client) prunePage(tr kv.Transaction, kind string, now time.Time) (prune
 	if err != nil {
 		return prunePage{}, err
 	}
-	n := 0
+	keys, events := 0, 0
 	var last FeedEvent
 	for _, e := range kvs {
-		ev, err := c.k.decodeEvent(kind, e)
+		evs, err := c.k.decodeEvents(kind, e)
 		if err != nil {
 			return prunePage{}, err
 		}
-		if ev.At.UnixMilli() >= cutoff {
+		// A key's events are one commit's: the first one's time is the
+		// key's.
+		if len(evs) == 0 || evs[0].At.UnixMilli() >= cutoff {
 			break
 		}
-		last, n = ev, n+1
+		last, keys, events = evs[len(evs)-1], keys+1, events+len(evs)
 	}
-	if n == 0 {
+	if keys == 0 {
 		return prunePage{}, nil
 	}
-	tr.ClearRange(kv.KeyRange{Begin: r.Begin, End: append(kvs[n-1].Key, 0)})
-	seq, _ := hex.DecodeString(last.Seq)
-	tr.ByteMax(c.k.feedPrunedKey(kind), seq)
-	return prunePage{n, n == feedPrunePage}, nil
+	tr.ClearRange(kv.KeyRange{Begin: r.Begin, End: append(kvs[keys-1].Key, 0)})
+	_, seq, _ := parseSeq(last.Seq)
+	tr.ByteMax(c.k.feedPrunedKey(kind), seq) // its last event's place
+	return prunePage{events, keys == feedPrunePage}, nil
 }
 
 // FeedReader reads a kind's feed in order from a place, waiting for new

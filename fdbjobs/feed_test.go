@@ -203,3 +203,38 @@ func emit(b *runtimeBundle, id, event string, data json.RawMessage) error {
 	})
 	return err
 }
+
+// TestFeedPages: the events of one transaction share keys (a batch of
+// inserts writes a few); reading them in pages of any size, from any
+// event's Seq, gives each once, in order.
+func TestFeedPages(t *testing.T) {
+	b := startClient(t)
+	require.NoError(t, b.c.SetTypeTimeout(b.ctx, nil, "feed", time.Minute))
+	require.NoError(t, b.c.SetFeed(b.ctx, nil, "feed", time.Hour))
+	jobs := make([]fdbjobs.InsertJob, 700)
+	for i := range jobs {
+		jobs[i] = fdbjobs.InsertJob{Args: feedArgs{}, Opts: fdbjobs.InsertOptions{ScheduledAt: time.Now().Add(time.Hour)}}
+	}
+	ids, err := b.c.InsertMany(b.ctx, nil, jobs)
+	require.NoError(t, err)
+	all, err := b.c.ReadFeed(b.ctx, nil, "feed", "", fdbjobs.FeedPageMax)
+	require.NoError(t, err)
+	require.Len(t, all, len(ids))
+	for _, size := range []int{1, 7, 100, 699} {
+		var got []fdbjobs.FeedEvent
+		for after := ""; ; {
+			page, err := b.c.ReadFeed(b.ctx, nil, "feed", after, size)
+			require.NoError(t, err)
+			if len(page) == 0 {
+				break
+			}
+			require.LessOrEqual(t, len(page), size)
+			got = append(got, page...)
+			after = page[len(page)-1].Seq
+		}
+		require.Equal(t, all, got, "pages of %d", size)
+	}
+	end, err := b.c.FeedEnd(b.ctx, nil, "feed")
+	require.NoError(t, err)
+	require.Equal(t, all[len(all)-1].Seq, end)
+}
