@@ -241,8 +241,11 @@
 // # Key layout
 //
 // Under the Store's subspace (SubspaceDefault ("fdbrep_replicator")), besides
-// the fdbjobs keys of types rep_jobs (JobType, the replications) and
-// rep_watch (WatchType, the watches of parked replications):
+// the fdbjobs keys of types rep_jobs (JobType, the replications, with its
+// event feed: their state changes, changes.go), rep_watch (WatchType, the
+// watches of parked replications) and rep_trigger (TriggerType, the
+// periods of scheduled replications, with their schedules "rep|JobID":
+// schedule.go):
 //
 //	(1, RepID)                  -> JobID     replication id owner
 //	(2)                         -> UUID      server UUID (replication ids, job ids): [couchdb] uuid or made (EnsureServerUUID, Setup)
