@@ -508,11 +508,16 @@ func (k keys) decodeEvents(kind string, e kv.KeyValue) ([]FeedEvent, error) {
 
 // parseSeq decodes a Seq: the versionstamp of its key and its place there.
 func parseSeq(seq string) (tuple.Versionstamp, []byte, error) {
+	bad := fmt.Errorf("%w: feed seq %q", ErrInvalidArgument, seq)
 	b, err := hex.DecodeString(seq)
 	if err != nil || len(b) != seqLen {
-		return tuple.Versionstamp{}, nil, fmt.Errorf("%w: feed seq %q", ErrInvalidArgument, seq)
+		return tuple.Versionstamp{}, nil, bad
 	}
-	return tuple.Versionstamp{TransactionVersion: [10]byte(b[:10]), UserVersion: binary.BigEndian.Uint16(b[10:12])}, b, nil
+	vs := tuple.Versionstamp{TransactionVersion: [10]byte(b[:10]), UserVersion: binary.BigEndian.Uint16(b[10:12])}
+	if !vs.IsComplete() {
+		return tuple.Versionstamp{}, nil, bad // ten 0xff bytes: no commit's
+	}
+	return vs, b, nil
 }
 
 // PruneFeed removes the events of kind's feed older than the feed's keep

@@ -164,6 +164,10 @@ func TestFeedBadInput(t *testing.T) {
 			_, err := b.c.ReadFeed(b.ctx, nil, "feed", "zz", 0)
 			return err
 		}},
+		{"seq of no commit", fdbjobs.ErrInvalidArgument, func() error {
+			_, err := b.c.ReadFeed(b.ctx, nil, "feed", "ffffffffffffffffffff00000000", 0)
+			return err
+		}},
 		{"seq too short", fdbjobs.ErrInvalidArgument, func() error {
 			_, err := b.c.ReadFeed(b.ctx, nil, "feed", "00ff", 0)
 			return err

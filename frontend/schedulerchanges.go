@@ -26,6 +26,15 @@ func (s *Server) handleSchedulerChanges(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	cq := api.ChangesQuery{Since: q.Get("since"), Database: q.Get("database"), DocID: q.Get("doc_id")}
+	if id := r.Header.Get("Last-Event-ID"); feed == "eventsource" && id != "" {
+		// An EventSource reconnecting: from the id of the last event it
+		// got (the seq, as JSON), as CouchDB does.
+		var seq string
+		if json.Unmarshal([]byte(id), &seq) != nil {
+			seq = id
+		}
+		cq.Since = seq
+	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {

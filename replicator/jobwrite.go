@@ -19,7 +19,9 @@ import (
 // a pending job with data d scheduled at stime (Unix ms), in tr.
 func (s *Store) AddJob(ctx context.Context, tr kv.Transaction, jobID string, old, d *JobData, stime int64, jobTimeout time.Duration) error {
 	if old != nil {
-		if err := s.RemoveJob(ctx, tr, jobID, old); err != nil {
+		// Its index entry goes from the old job's to the new one's below,
+		// in one change (a state change, not a removal and a creation).
+		if err := s.removeJob(ctx, tr, jobID, old, false); err != nil {
 			return err
 		}
 	}
@@ -54,6 +56,13 @@ func (s *Store) AddFinishedJob(ctx context.Context, tr kv.Transaction, jobID str
 // points to the job) and its index entries, in tr; d is its data (nil
 // when unknown). A missing job is no error.
 func (s *Store) RemoveJob(ctx context.Context, tr kv.Transaction, jobID string, d *JobData) error {
+	return s.removeJob(ctx, tr, jobID, d, true)
+}
+
+// removeJob is RemoveJob; without unindex, it leaves the job's index
+// entry and its database's key of the document to its caller, which
+// indexes the job that replaces it (the same document's).
+func (s *Store) removeJob(ctx context.Context, tr kv.Transaction, jobID string, d *JobData, unindex bool) error {
 	if err := s.jobs.Remove(ctx, tr, JobType, jobID); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
 		return err
 	}
@@ -62,11 +71,14 @@ func (s *Store) RemoveJob(ctx context.Context, tr kv.Transaction, jobID string, 
 			return err
 		}
 	}
-	if d != nil && d.DBUUID != "" {
+	if d != nil && d.DBUUID != "" && unindex {
 		tr.Clear(s.dbJobKey(d.DBUUID, d.DocID)) // also for a job the index never saw
 	}
 	s.progress.clear(tr, jobID)
 	s.failed.clear(tr, jobID)
+	if !unindex {
+		return nil
+	}
 	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.NotFound}})
 }
 

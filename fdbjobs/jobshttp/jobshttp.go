@@ -34,6 +34,12 @@ type Options struct {
 	// Logger receives the store's failures, which answers give as 500
 	// without their detail; nil discards them.
 	Logger *zerolog.Logger
+	// Managed are kinds whose jobs and schedules an application of their
+	// own manages (fdbrep's replications): the web page shows their
+	// counts, jobs and errors but not their arguments (the application
+	// shows them itself, its secrets hidden), offers no action on them,
+	// and refuses one (403).
+	Managed []string
 }
 
 // New returns the handler of c's kinds.
@@ -42,7 +48,7 @@ func New(c *fdbjobs.Client, opts Options) http.Handler {
 	if opts.Logger != nil {
 		log = *opts.Logger
 	}
-	h := &handler{c: c, log: log, csrf: http.NewCrossOriginProtection()}
+	h := &handler{c: c, log: log, opts: opts, csrf: http.NewCrossOriginProtection()}
 	mux := http.NewServeMux()
 	h.routeUI(mux)
 	mux.HandleFunc("GET /{$}", h.kinds)
@@ -57,6 +63,7 @@ func New(c *fdbjobs.Client, opts Options) http.Handler {
 type handler struct {
 	c    *fdbjobs.Client
 	log  zerolog.Logger
+	opts Options
 	csrf *http.CrossOriginProtection // of the web page's actions
 }
 

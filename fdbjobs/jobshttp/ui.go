@@ -7,6 +7,8 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,7 +66,7 @@ func (h *handler) routeUI(mux *http.ServeMux) {
 	post := func(pattern string, fn http.HandlerFunc) {
 		mux.Handle("POST "+pattern, h.csrf.Handler(fn))
 	}
-	mux.Handle("GET /_ui", http.RedirectHandler("_ui/", http.StatusMovedPermanently))
+	get("/_ui", func(w http.ResponseWriter, r *http.Request) { seeOther(w, "_ui/", http.StatusMovedPermanently) })
 	get("/_ui/{$}", h.uiIndex)
 	get("/_ui/k/{kind}", h.uiKind)
 	get("/_ui/k/{kind}/j/{id}", h.uiJob)
@@ -75,10 +77,11 @@ func (h *handler) routeUI(mux *http.ServeMux) {
 }
 
 type kindRow struct {
-	Kind   string
-	Counts fdbjobs.JobCounts
-	Paused bool
-	Feed   time.Duration
+	Kind    string
+	Counts  fdbjobs.JobCounts
+	Paused  bool
+	Feed    time.Duration
+	Managed bool // read-only (Options.Managed)
 }
 
 func (h *handler) uiIndex(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +93,7 @@ func (h *handler) uiIndex(w http.ResponseWriter, r *http.Request) {
 	}
 	var rows []kindRow
 	for _, k := range kinds {
-		row := kindRow{Kind: k}
+		row := kindRow{Kind: k, Managed: h.managed(k)}
 		if row.Counts, err = h.c.Counts(ctx, nil, k); err == nil {
 			row.Paused, err = h.c.Paused(ctx, nil, k)
 		}
@@ -108,7 +111,11 @@ func (h *handler) uiIndex(w http.ResponseWriter, r *http.Request) {
 		h.uiError(w, err)
 		return
 	}
-	h.render(w, "index.html", map[string]any{"Root": "../", "Kinds": rows, "Schedules": schedules})
+	managed := map[string]bool{}
+	for _, k := range h.opts.Managed {
+		managed[k] = true
+	}
+	h.render(w, "index.html", map[string]any{"Root": "../", "Kinds": rows, "Schedules": schedules, "Managed": managed})
 }
 
 func (h *handler) uiKind(w http.ResponseWriter, r *http.Request) {
@@ -116,7 +123,7 @@ func (h *handler) uiKind(w http.ResponseWriter, r *http.Request) {
 	kind := r.PathValue("kind")
 	q := r.URL.Query()
 	if id := strings.TrimSpace(q.Get("id")); id != "" {
-		http.Redirect(w, r, "./"+url.PathEscape(kind)+"/j/"+url.PathEscape(id), http.StatusSeeOther)
+		seeOther(w, "./"+url.PathEscape(kind)+"/j/"+url.PathEscape(id), http.StatusSeeOther)
 		return
 	}
 	state := q.Get("state")
@@ -128,7 +135,7 @@ func (h *handler) uiKind(w http.ResponseWriter, r *http.Request) {
 		h.uiError(w, err)
 		return
 	}
-	row := kindRow{Kind: kind}
+	row := kindRow{Kind: kind, Managed: h.managed(kind)}
 	if row.Counts, err = h.c.Counts(ctx, nil, kind); err == nil {
 		row.Paused, err = h.c.Paused(ctx, nil, kind)
 	}
@@ -146,13 +153,20 @@ func (h *handler) uiJob(w http.ResponseWriter, r *http.Request) {
 		h.uiError(w, err)
 		return
 	}
-	h.render(w, "job.html", map[string]any{"Root": "../../../../", "Job": job,
-		"Retryable":  job.State != fdbjobs.StateRunning && job.State != fdbjobs.StateAvailable,
-		"Cancelable": job.State != fdbjobs.OutcomeCompleted && job.State != fdbjobs.OutcomeCancelled && job.State != fdbjobs.OutcomeDiscarded})
+	managed := h.managed(job.Kind)
+	if managed {
+		job.Args = nil // an application's own data: it shows them itself, its secrets hidden
+	}
+	h.render(w, "job.html", map[string]any{"Root": "../../../../", "Job": job, "Managed": managed,
+		"Retryable":  !managed && job.State != fdbjobs.StateRunning && job.State != fdbjobs.StateAvailable,
+		"Cancelable": !managed && job.State != fdbjobs.OutcomeCompleted && job.State != fdbjobs.OutcomeCancelled && job.State != fdbjobs.OutcomeDiscarded})
 }
 
 func (h *handler) uiKindAction(w http.ResponseWriter, r *http.Request) {
 	kind := r.PathValue("kind")
+	if h.refuseManaged(w, kind) {
+		return
+	}
 	var err error
 	if strings.HasSuffix(r.URL.Path, "/pause") {
 		err = h.c.Pause(r.Context(), nil, kind)
@@ -163,12 +177,15 @@ func (h *handler) uiKindAction(w http.ResponseWriter, r *http.Request) {
 		h.uiError(w, err)
 		return
 	}
-	http.Redirect(w, r, "../"+url.PathEscape(kind), http.StatusSeeOther)
+	seeOther(w, "../"+url.PathEscape(kind), http.StatusSeeOther)
 }
 
 func (h *handler) uiJobAction(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	kind, id := r.PathValue("kind"), r.PathValue("id")
+	if h.refuseManaged(w, kind) {
+		return
+	}
 	back := "../" + url.PathEscape(id)
 	var err error
 	switch r.PathValue("action") {
@@ -187,12 +204,19 @@ func (h *handler) uiJobAction(w http.ResponseWriter, r *http.Request) {
 		h.uiError(w, err)
 		return
 	}
-	http.Redirect(w, r, back, http.StatusSeeOther)
+	seeOther(w, back, http.StatusSeeOther)
 }
 
 func (h *handler) uiScheduleAction(w http.ResponseWriter, r *http.Request) {
 	ctx, name := r.Context(), r.PathValue("name")
-	var err error
+	s, err := h.c.GetSchedule(ctx, nil, name)
+	if err != nil {
+		h.uiError(w, err)
+		return
+	}
+	if h.refuseManaged(w, s.Kind) {
+		return
+	}
 	switch r.PathValue("action") {
 	case "pause":
 		err = h.c.PauseSchedule(ctx, nil, name)
@@ -208,7 +232,30 @@ func (h *handler) uiScheduleAction(w http.ResponseWriter, r *http.Request) {
 		h.uiError(w, err)
 		return
 	}
-	http.Redirect(w, r, "../../", http.StatusSeeOther)
+	seeOther(w, "../../", http.StatusSeeOther)
+}
+
+// seeOther redirects to rel, relative to the request's own URL: the
+// browser resolves it against the path it asked for, whatever prefix the
+// handler is mounted under (http.Redirect would resolve it against the
+// path after http.StripPrefix).
+func seeOther(w http.ResponseWriter, rel string, code int) {
+	w.Header().Set("Location", rel)
+	w.WriteHeader(code)
+}
+
+// managed reports whether kind's jobs are an application's own
+// (Options.Managed): read-only here.
+func (h *handler) managed(kind string) bool { return slices.Contains(h.opts.Managed, kind) }
+
+// refuseManaged answers 403 for an action on a managed kind's job or
+// schedule, and reports whether it did.
+func (h *handler) refuseManaged(w http.ResponseWriter, kind string) bool {
+	if !h.managed(kind) {
+		return false
+	}
+	h.uiStatus(w, http.StatusForbidden, "the jobs of kind "+strconv.Quote(kind)+" are managed by their application: act on them through it")
+	return true
 }
 
 func (h *handler) render(w http.ResponseWriter, name string, data map[string]any) {
@@ -220,7 +267,8 @@ func (h *handler) render(w http.ResponseWriter, name string, data map[string]any
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'none'")
+	w.Header().Set("X-Frame-Options", "DENY")
 	_, _ = w.Write([]byte(b.String()))
 }
 

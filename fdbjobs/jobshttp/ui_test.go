@@ -2,6 +2,7 @@ package jobshttp_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -65,11 +66,17 @@ func TestWebPage(t *testing.T) {
 		TimeZone: "Europe/Paris"})
 	require.NoError(t, err)
 
-	srv := httptest.NewServer(jobshttp.New(c, jobshttp.Options{}))
+	// A kind an application manages: read-only, its arguments not shown.
+	require.NoError(t, c.SetTypeTimeout(ctx, nil, "managed", time.Minute))
+	require.NoError(t, c.Add(ctx, nil, "managed", "m1", json.RawMessage(`{"password":"hunter2"}`), 0))
+
+	// Mounted under a prefix, as fdbrep mounts it: its links and
+	// redirects stay under it.
+	srv := httptest.NewServer(http.StripPrefix("/_jobs", jobshttp.New(c, jobshttp.Options{Managed: []string{"managed"}})))
 	defer srv.Close()
 	// As a browser: "localhost", so that a request to 127.0.0.1 below is
 	// another site's.
-	base := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1) + "/_ui/"
+	base := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1) + "/_jobs/_ui/"
 	b := browsertest.Start(t)
 	count := func(row, state string) string {
 		return fmt.Sprintf(`document.querySelector('%s td[data-count=%q]')?.textContent.trim()`, row, state)
@@ -141,9 +148,22 @@ func TestWebPage(t *testing.T) {
 	_, err = c.GetSchedule(ctx, nil, "nightly <digest>")
 	require.ErrorIs(t, err, fdbjobs.ErrNotFound)
 
+	// A managed kind's job: shown without its arguments or actions, and
+	// an action sent anyway is refused.
+	b.Load("a managed job", chromedp.Navigate(base+"k/managed/j/m1"))
+	require.Contains(t, b.Text("#managed"), "managed by its application")
+	require.NotContains(t, b.Text("body"), "hunter2")
+	resp0, err := http.Post(srv.URL+"/_jobs/_ui/k/managed/j/m1/delete", "", nil)
+	require.NoError(t, err)
+	resp0.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp0.StatusCode)
+	st, _, err := c.Job(ctx, nil, "managed", "m1")
+	require.NoError(t, err)
+	require.Equal(t, fdbjobs.Pending, st)
+
 	// Another site's page cannot act (the browser says where a request
 	// comes from).
-	req, err := http.NewRequest("POST", srv.URL+"/_ui/k/mail/pause", nil)
+	req, err := http.NewRequest("POST", srv.URL+"/_jobs/_ui/k/mail/pause", nil)
 	require.NoError(t, err)
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
 	resp, err := http.DefaultClient.Do(req)

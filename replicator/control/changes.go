@@ -41,6 +41,9 @@ func (p *Plane) SchedulerChanges(ctx context.Context, viewer api.User, q api.Cha
 		q.Limit = ChangesLimitDefault
 	}
 	since := q.Since
+	if since == "0" {
+		since = "" // what CouchDB clients send for "from the start"
+	}
 	if since == "now" {
 		if since, err = p.store.ChangesEnd(ctx); err != nil {
 			return api.ChangesPage{}, changesErr(err)

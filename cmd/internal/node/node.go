@@ -337,7 +337,8 @@ func Run(ctx context.Context, opts Options) error {
 			fopts.UpMore = upMore(node)
 		}
 		wire.Frontend(&fopts, plane)
-		fopts.Jobs = jobshttp.New(jobs, jobshttp.Options{Logger: &log})
+		fopts.Jobs = jobshttp.New(jobs, jobshttp.Options{Logger: &log,
+			Managed: []string{replicator.JobType, replicator.WatchType, replicator.TriggerType}})
 		fopts.Metrics = prom // the plane's, with the job layer's in _prometheus
 		api, err := frontend.New(fopts)
 		if err != nil {

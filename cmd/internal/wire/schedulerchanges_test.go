@@ -70,6 +70,24 @@ func TestSchedulerChanges(t *testing.T) {
 	require.Equal(t, "c2", rows[0].DocID)
 	require.Empty(t, rows[0].From, "its first change: created")
 
+	// Editing a document is a change of state, not a removal.
+	_, beforeEdit, _ := read(asAdmin, "since=now")
+	cur1 := e.do("GET", "/_replicator/c1", asAdmin, nil)
+	edited := map[string]any{"_rev": cur1.Body["_rev"], "worker_processes": 2}
+	for k, v := range dead {
+		edited[k] = v
+	}
+	require.Equal(t, 201, e.do("PUT", "/_replicator/c1", asAdmin, edited).Status)
+	testutil.Eventually(t, "c1's edit in the feed", func() bool {
+		rows, _, _ := read(asAdmin, "doc_id=c1&since="+beforeEdit)
+		for _, r := range rows {
+			require.NotEqual(t, "removed", r.State, "an edit is no removal: %v", rows)
+		}
+		return len(rows) > 0
+	})
+	all, _, _ := read(asAdmin, "doc_id=c1&since=0")
+	require.NotEmpty(t, all, "since=0 is the oldest kept")
+
 	// Filters: by state.
 	rows, _, _ = read(asAdmin, "states=crashing&limit=1")
 	require.Len(t, rows, 1)
