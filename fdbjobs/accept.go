@@ -54,6 +54,8 @@ type Job struct {
 	// resubmitted while running: Finish will make it pending again at
 	// ScheduledTime.
 	Resubmitted bool
+	// Priority is the job's priority as accepted (NewJob.Priority).
+	Priority int
 
 	lock  lock
 	hold  *hold  // the worker's claim as far as it can trust it (HoldDeadline)
@@ -330,7 +332,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		var look pick
 		if noSchedule {
 			var cands []kv.Key
-			cands, marked, err = c.pickNoSchedule(tr, typ, n, ti.high, avoid)
+			cands, marked, err = c.pickNoSchedule(tr, typ, n, ti, avoid)
 			if len(cands) > 0 {
 				run := make([]kv.KeyValue, len(cands))
 				for i, k := range cands {
@@ -339,7 +341,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 				runs = [][]kv.KeyValue{run}
 			}
 		} else {
-			look, err = c.pickScheduled(tr, typ, n, max, ti.high, avoid, scan, sw)
+			look, err = c.pickScheduled(tr, typ, n, max, ti, avoid, scan, sw)
 			runs, marked, busy = look.runs, look.shards, look.busy
 		}
 		if p, perr := paused.Get(); perr != nil || p != nil {
@@ -444,7 +446,7 @@ func (c *Client) reclaimIn(tr kv.Transaction, typ string, token []byte, r kv.Key
 				}
 				lk := lock{token: token, index: en.index}
 				if r != nil && r.lock.equal(lk) && r.seq == vs {
-					jobs = append(jobs, &Job{Type: typ, ID: en.id, Data: r.data, ScheduledTime: r.stime, lock: lk, lease: l})
+					jobs = append(jobs, &Job{Type: typ, ID: en.id, Data: r.data, ScheduledTime: r.stime, Priority: shardPriority(r.shard), lock: lk, lease: l})
 				}
 			}
 			l.held = len(jobs)
@@ -547,12 +549,12 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.
 			continue
 		}
 		if len(jobs) == 0 {
-			shard = r.shard
+			shard = shardBase(r.shard)
 		}
 		l := lock{token: token, index: int64(len(jobs))}
 		r.state, r.seqNew, r.lock, r.resubmit = Running, true, l, false
 		c.k.writeRow(tr, typ, ids[i], r)
-		jobs = append(jobs, &Job{Type: typ, ID: ids[i], Data: r.data, ScheduledTime: r.stime, lock: l})
+		jobs = append(jobs, &Job{Type: typ, ID: ids[i], Data: r.data, ScheduledTime: r.stime, Priority: shardPriority(r.shard), lock: l})
 		idx, held = append(idx, l.index), append(held, ids[i])
 	}
 	if len(jobs) > 0 {

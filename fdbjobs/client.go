@@ -304,7 +304,15 @@ func (c *Client) serve(ctx context.Context) {
 			log.Warn().Err(err).Msg("fdbjobs: reading types")
 		} else {
 			if c.typesGen.Load() == gen {
-				c.infos.Store(&infos)
+				old := c.infos.Swap(&infos)
+				// Acceptors waiting with a copy that lacks a lane of a
+				// type may have missed its first job (priority.go,
+				// useLane): they look again.
+				for typ, ti := range infos {
+					if old == nil || (*old)[typ].lanes != ti.lanes {
+						c.wake.notify(typ)
+					}
+				}
 			}
 			types := make(map[string]time.Duration, len(infos))
 			for typ, ti := range infos {
@@ -342,7 +350,7 @@ func (c *Client) serve(ctx context.Context) {
 }
 
 // typesAndWatch reads what the type-check loop follows of every type, its
-// timeout and its shard counts (a type with shard counts set but no
+// timeout, shard counts, feed and priority lanes (a type with shard counts set but no
 // timeout is listed without one), and watches the types version, which
 // every change of either bumps.
 func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.FutureNil, error) {
@@ -353,6 +361,7 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 	r, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (res, error) {
 		shards := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyShards}), kv.RangeOptions{})
 		feeds := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyFeed}), kv.RangeOptions{})
+		lanesOf := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyLanes}), kv.RangeOptions{})
 		m, err := c.readTypes(tr)
 		if err != nil {
 			return res{}, err
@@ -363,7 +372,7 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 		}
 		infos := make(map[string]typeInfo, len(m))
 		for typ, d := range m {
-			infos[typ] = typeInfo{timeout: d, hasTimeout: true, shards: ShardsDefault, high: ShardsDefault, known: true}
+			infos[typ] = typeInfo{timeout: d, hasTimeout: true, shards: ShardsDefault, high: ShardsDefault, known: true, lanes: laneHighest}
 		}
 		// info returns the entry of the type of key e, if it is one.
 		info := func(e kv.KeyValue) (string, typeInfo, bool) {
@@ -377,7 +386,7 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 			}
 			ti, ok := infos[typ]
 			if !ok {
-				ti = typeInfo{shards: ShardsDefault, high: ShardsDefault, known: true}
+				ti = typeInfo{shards: ShardsDefault, high: ShardsDefault, known: true, lanes: laneHighest}
 			}
 			return typ, ti, true
 		}
@@ -398,6 +407,16 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 		for _, e := range fkvs {
 			if typ, ti, ok := info(e); ok {
 				ti.feed = true
+				infos[typ] = ti
+			}
+		}
+		lkvs, err := lanesOf.GetSliceWithError()
+		if err != nil {
+			return res{}, err
+		}
+		for _, e := range lkvs {
+			if typ, ti, ok := info(e); ok {
+				ti.lanes = decodeLanes(e.Value)
 				infos[typ] = ti
 			}
 		}

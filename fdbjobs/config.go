@@ -87,6 +87,11 @@ type Config struct {
 	// that a job scheduled for later never runs early. Defaults to
 	// TimeUnitDefault; at least a nanosecond.
 	TimeUnit time.Duration
+	// PriorityAging: see PriorityAgingDefault. Counted in whole
+	// TimeUnits, at least one.
+	// Every node should use the same: the bound it gives holds for the
+	// jobs of a shard as its acceptors order them.
+	PriorityAging time.Duration
 	// Members names this node and the live nodes that accept jobs, for
 	// the pending queue's shards (see doc.go, "Shards"): each shard of a
 	// type is owned by one member, chosen by rendezvous hashing of the
@@ -122,6 +127,7 @@ func (c Config) withDefaults() Config {
 	c.BatchIncrement = cmp.Or(c.BatchIncrement, BatchIncrementDefault)
 	c.BatchFactor = cmp.Or(c.BatchFactor, BatchFactorDefault)
 	c.TimeUnit = cmp.Or(c.TimeUnit, TimeUnitDefault)
+	c.PriorityAging = cmp.Or(c.PriorityAging, PriorityAgingDefault)
 	return c
 }
 
@@ -157,6 +163,8 @@ func (c Config) validate() error {
 		return bad("BatchFactor %v is not in (0, 1)", c.BatchFactor)
 	case c.TimeUnit < 0:
 		return bad("TimeUnit %v is negative", c.TimeUnit)
+	case c.PriorityAging < 0:
+		return bad("PriorityAging %v is negative", c.PriorityAging)
 	}
 	return nil
 }

@@ -665,8 +665,8 @@ func TestCouchJobs_check_get_jobs(t *testing.T) {
 		return out
 	}
 	require.Equal(t, []JobInfo{
-		{Type: t1, ID: j1, State: Pending, ScheduledTime: 0, Data: raw(`{"v":1}`)},
-		{Type: t1, ID: j2, State: Pending, ScheduledTime: 3, Data: raw(`{}`)},
+		{Type: t1, ID: j1, State: Pending, ScheduledTime: 0, Priority: 1, Data: raw(`{"v":1}`)},
+		{Type: t1, ID: j2, State: Pending, ScheduledTime: 3, Priority: 1, Data: raw(`{}`)},
 	}, list())
 	_, err := b.c.Accept(b.ctx, t1, AcceptOptions{MaxScheduledTime: 1})
 	require.NoError(t, err)

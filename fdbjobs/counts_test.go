@@ -160,7 +160,7 @@ func TestCountsFollowEveryTransition(t *testing.T) {
 				}
 				switch op {
 				case 0: // a runtime job, maybe for later, maybe unique
-					opts := InsertOptions{ScheduledAt: clock.Now().Add(time.Duration(rng.IntN(3)) * time.Second)}
+					opts := InsertOptions{ScheduledAt: clock.Now().Add(time.Duration(rng.IntN(3)) * time.Second), Priority: rng.IntN(PriorityLowest + 1)}
 					if rng.IntN(3) == 0 {
 						opts.Unique = UniqueOpts{ByArgs: true}
 					}

@@ -2,6 +2,7 @@ package fdbjobs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -166,6 +167,13 @@ type NewJob struct {
 	// job whose id does exist replaces that job (a worker holding it gets
 	// ErrHalt), and Counts goes on counting the job it replaced. Joined to a caller's transaction, rows are always read.
 	Fresh bool
+	// Priority is the job's priority, PriorityHighest (1, also for 0) to
+	// PriorityLowest: among due jobs, acceptors take higher priorities
+	// first, within the bound Config.PriorityAging sets (see doc.go,
+	// "Priorities"). A job keeps its priority when it is retried or
+	// resubmitted; an Add of an existing job with a Priority other than
+	// 0 changes it.
+	Priority int
 }
 
 // AddBatch is Add for up to MaxBatch jobs of typ (River's InsertMany).
@@ -231,6 +239,9 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 		err := checkName("job id", j.ID)
 		if err == nil {
 			datas[i], err = checkAddArgs(j.ScheduledTime, j.Data)
+		}
+		if err == nil && j.Priority != 0 {
+			_, err = checkPriority(j.Priority)
 		}
 		if err == nil && batch {
 			if seen[j.ID] {
@@ -345,8 +356,12 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 				return 0, err
 			}
 		}
+		if j.Priority != 0 {
+			c.k.useLane(tr, typ, ti, j.Priority)
+			ti.lanes |= 1 << (j.Priority - PriorityHighest)
+		}
 		if v == nil {
-			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token, shard: shardOf(j.ID, ti.shards)}, j.ScheduledTime)
+			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token, shard: queueShard(shardOf(j.ID, ti.shards), cmp.Or(j.Priority, PriorityHighest))}, j.ScheduledTime)
 			enqueued = true
 			continue
 		}
@@ -355,7 +370,7 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 		if err != nil {
 			return 0, err
 		}
-		enqueued = c.resubmitRow(tr, typ, j.ID, r, j.ScheduledTime, datas[i], token) || enqueued
+		enqueued = c.resubmitRow(tr, typ, j.ID, r, j.ScheduledTime, j.Priority, datas[i], token) || enqueued
 	}
 	if enqueued {
 		c.k.bumpPending(tr, typ)
@@ -372,38 +387,44 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 type pageHook func(tr kv.Transaction, jobs []NewJob) error
 
 // resubmitRow applies the resubmit rules to an existing job (see Add).
-// data nil keeps the current data. token identifies the Add or Resubmit
+// data nil keeps the current data, prio 0 the job's priority. token identifies the Add or Resubmit
 // call: a row it already changed is left alone, as the call's earlier
 // attempt committed (and the job may have moved on since). It reports
 // whether it enqueued the job: the caller then wakes the acceptors
 // (bumpPending), once per transaction.
-func (c *Client) resubmitRow(tr kv.Transaction, typ, id string, r *row, stime int64, data, token []byte) bool {
+func (c *Client) resubmitRow(tr kv.Transaction, typ, id string, r *row, stime int64, prio int, data, token []byte) bool {
 	if bytes.Equal(r.addToken, token) {
 		return false
 	}
 	r.addToken = token
+	shard := r.shard
+	if prio != 0 {
+		shard = queueShard(shardBase(r.shard), prio)
+	}
 	switch r.state {
 	case Finished:
 		if data != nil {
 			r.data = data
 		}
+		r.shard = shard
 		c.k.enqueue(tr, typ, id, r, stime)
 		return true
 	case Pending:
-		if r.stime == stime {
+		if r.stime == stime && r.shard == shard {
 			return false
 		}
 		tr.Clear(c.k.pendingKey(typ, r.shard, r.stime, id))
 		if data != nil {
 			r.data = data
 		}
+		r.shard = shard
 		c.k.enqueue(tr, typ, id, r, stime)
 		return true
 	case Running:
-		if r.resubmit && r.stime == stime {
+		if r.resubmit && r.stime == stime && r.shard == shard {
 			return false
 		}
-		r.resubmit, r.stime = true, stime
+		r.resubmit, r.stime, r.shard = true, stime, shard
 		c.k.writeRow(tr, typ, id, r)
 	}
 	return false

@@ -68,7 +68,7 @@
 //     Fetchers, FetchBatch, OldestFirst, and Manual for a worker that
 //     holds and ends its jobs itself);
 //     Client.Insert and InsertMany add such jobs (InsertOptions: id,
-//     ScheduledAt, MaxAttempts), in the caller's transaction if given; a
+//     ScheduledAt, MaxAttempts, Priority), in the caller's transaction if given; a
 //     Runtime (NewRuntime, Start, Stop, StopAndCancel) accepts them in
 //     batches up to each kind's Concurrency, renews each running job's
 //     hold every Timeout / HeartbeatFraction, watches its row once it has
@@ -109,7 +109,9 @@
 //	                              PrevToken, PrevIndex, Data, AddToken, Shard)
 //	(2, Type, Shard, STime, JobID) PENDING: the job's row when it has at
 //	                              most 256 bytes, else "" — the queue's
-//	                              shards, each in scheduled-time order
+//	                              shards, each in scheduled-time order;
+//	                              Shard is a queue shard: a shard's lane
+//	                              for a priority (see "Priorities")
 //	(3, Type)                     WATCHES_PENDING: int64 LE counter, atomic
 //	                              add 1 by every transaction that enqueues
 //	                              jobs of the type; blocked acceptors
@@ -173,10 +175,17 @@
 //	                              versionstamp and an event's number in it)
 //	                              of the last event pruned (byte max), or
 //	                              past every event of DisableFeed's commit
+//	(20, Type)                    LANES: one byte, bit p-1 set once a job of
+//	                              priority p was added (atomic or); the
+//	                              lanes of the pending queue an accept reads
+//	                              (see "Priorities")
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a
-// store without them has no schedules.
+// store without them has no schedules; nor did key 20: a store without it
+// has jobs of the default priority only (a node of a release before
+// priorities does not take the others, and handles them otherwise as any
+// job: their rows name their pending keys).
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
 // running one, the versionstamp of the lease that last granted it (both
@@ -269,6 +278,35 @@
 // jobs ahead of it in that shard, or another node runs out of its own.
 // PendingCount counts across every shard, and DueTime finds how far the
 // earliest n due jobs of all shards reach.
+//
+// # Priorities
+//
+// A job has a priority, PriorityHighest (1, the default) to
+// PriorityLowest (4), River's convention. Each priority has a lane of its
+// own in every shard: the pending keys of a job of priority p in shard s
+// are in queue shard s + (p-1) × ShardsMax (the row's Shard), so a
+// priority costs nothing where it is not used, and a lane is a shard to
+// every key that names one; ownership, claiming, leases and counts go by
+// the base shard. LANES (20, Type) has bit p-1 set once a job of priority
+// p was added (an atomic or in that add's transaction, with a bump of
+// TYPES_VERSION, once per type and priority); an accept reads the lanes
+// of each shard it reads in the same round trip, so a type whose jobs all
+// have the default priority reads what it read before priorities.
+//
+// Order within a shard: an accept merges its lanes by handicapped due
+// time, the scheduled time plus (p-1) × Config.PriorityAging
+// (PriorityAgingDefault, a minute), ties to the higher priority. Among due
+// jobs the higher priorities go first, and the bound on a lower one's wait
+// follows: a due job of priority p is taken no later than any job of a
+// higher priority q that became due more than (p-q) × PriorityAging after
+// it, so a steady stream of higher-priority jobs delays it by at most that
+// much. A node helping with another node's shard (which takes from the end
+// of what is due) takes the lanes in priority order. A job keeps its
+// priority when it is retried, snoozed, re-enqueued or resubmitted;
+// an Add or Insert of an existing job with a priority changes it. The
+// first job of a new priority reaches acceptors of other Clients once
+// their type-check loop reads LANES (it watches TYPES_VERSION) and wakes
+// them; those of the adding Client, which knows it, at once.
 //
 // # Leases
 //

@@ -3,6 +3,7 @@ package fdbjobs
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,4 +234,42 @@ func (v variant) started(t *testing.T) *bundle {
 	b := v.setup(t)
 	b.start(t)
 	return b
+}
+
+// typeLoop lets a test follow and hold b's type-check loop: synced gets a
+// signal after each sync, and hold stops the loop after its next read
+// (reading signals it) until the returned release is called.
+type typeLoop struct {
+	synced  chan struct{}
+	reading chan struct{}
+	gate    atomic.Pointer[chan struct{}]
+}
+
+// followTypeLoop installs typeLoop's hooks on b's Client; call it before
+// the Client starts.
+func (b *bundle) followTypeLoop() *typeLoop {
+	l := &typeLoop{synced: make(chan struct{}, 1), reading: make(chan struct{}, 1)}
+	b.c.hooks.typesSynced = func() {
+		select {
+		case l.synced <- struct{}{}:
+		default:
+		}
+	}
+	b.c.hooks.typesRead = func() {
+		if g := l.gate.Load(); g != nil {
+			l.reading <- struct{}{}
+			<-*g
+		}
+	}
+	return l
+}
+
+// hold makes the loop stop after its next read, until release.
+func (l *typeLoop) hold() (release func()) {
+	ch := make(chan struct{})
+	l.gate.Store(&ch)
+	return func() {
+		l.gate.Store(nil)
+		close(ch)
+	}
 }

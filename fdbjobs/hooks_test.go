@@ -108,7 +108,7 @@ func TestReadJobs(t *testing.T) {
 	jobs, err := b.c.ReadJobs(b.ctx, nil, t1, []string{j1, "missing", j2})
 	require.NoError(t, err)
 	require.Len(t, jobs, 3)
-	require.Equal(t, JobInfo{Type: t1, ID: j1, State: Pending, ScheduledTime: 5, Data: raw(`{"v":1}`)}, jobs[0])
+	require.Equal(t, JobInfo{Type: t1, ID: j1, State: Pending, ScheduledTime: 5, Priority: 1, Data: raw(`{"v":1}`)}, jobs[0])
 	require.Equal(t, JobInfo{Type: t1, ID: "missing", State: NotFound}, jobs[1])
 	require.Equal(t, Running, jobs[2].State)
 	require.JSONEq(t, `{"v":2}`, string(jobs[2].Data))

@@ -27,6 +27,12 @@ type InsertOptions struct {
 	// Unique makes the insert a no-op when a job of the kind with the same
 	// unique key exists in one of Unique.ByState (see UniqueOpts).
 	Unique UniqueOpts
+	// Priority is the job's priority: PriorityHighest (1, the default;
+	// 0 means it) to PriorityLowest (4). Due jobs of a higher priority
+	// start first, within the bound of Config.PriorityAging (see
+	// PriorityAgingDefault). An insert with the ID of an existing job
+	// and Priority 0 keeps that job's priority.
+	Priority int
 }
 
 // UniqueOpts make an insert unique, River's way: the insert checks, in
@@ -144,6 +150,11 @@ func (c *Client) newJob(args JobArgs, opts InsertOptions, now time.Time) (NewJob
 	if opts.MaxAttempts < 0 {
 		return NewJob{}, nil, fmt.Errorf("%w: MaxAttempts %d: at least 1 (0: the worker's)", ErrInvalidArgument, opts.MaxAttempts)
 	}
+	if opts.Priority != 0 {
+		if _, err := checkPriority(opts.Priority); err != nil {
+			return NewJob{}, nil, err
+		}
+	}
 	a, err := json.Marshal(args)
 	if err != nil {
 		return NewJob{}, nil, fmt.Errorf("%w: arguments: %v", ErrInvalidData, err)
@@ -160,7 +171,7 @@ func (c *Client) newJob(args JobArgs, opts InsertOptions, now time.Time) (NewJob
 	if at := opts.ScheduledAt; at.After(now) {
 		stime = c.cfg.stime(at)
 	}
-	return NewJob{ID: id, Data: data, ScheduledTime: stime, Fresh: fresh}, a, nil
+	return NewJob{ID: id, Data: data, ScheduledTime: stime, Fresh: fresh, Priority: opts.Priority}, a, nil
 }
 
 // insertUnique is Insert with opts.Unique: in one transaction, the key's

@@ -29,6 +29,7 @@ const (
 	keyFeed            = 17 // (17, Kind) -> (KeepMillis)
 	keyFeedEvents      = 18 // (18, Kind, Versionstamp) -> (JobID, Event, AtMillis[, Data])
 	keyFeedPruned      = 19 // (19, Kind) -> the last pruned event's versionstamp (12 bytes)
+	keyLanes           = 20 // (20, Type) -> bit p-1 set once a job of priority p was added
 )
 
 // State is a job's state.
@@ -437,7 +438,7 @@ func (k keys) jobInfo(typ string, e kv.KeyValue) (j JobInfo, ok bool, err error)
 	if err != nil {
 		return JobInfo{}, false, err
 	}
-	return JobInfo{Type: typ, ID: id, State: r.state, ScheduledTime: r.stime, Data: r.data}, true, nil
+	return JobInfo{Type: typ, ID: id, State: r.state, ScheduledTime: r.stime, Priority: shardPriority(r.shard), Data: r.data}, true, nil
 }
 
 // decodeRows waits for the DATA reads futs and decodes them, in order;

@@ -78,6 +78,8 @@ type JobRow struct {
 	Errors []AttemptError `json:"errors,omitempty"`
 	// ScheduledAt is when it is (or was last) due.
 	ScheduledAt time.Time `json:"scheduled_at"`
+	// Priority is its priority (InsertOptions.Priority).
+	Priority int `json:"priority"`
 	// FinishedAt is when it got its outcome; zero unless finished by a
 	// Runtime or Cancel.
 	FinishedAt time.Time `json:"finished_at,omitzero"`
@@ -225,7 +227,7 @@ func (c *Client) GetJob(ctx context.Context, tx kv.ReadTransactor, kind, id stri
 // jobRow is the JobRow of job id's row r with envelope e (nil: a job of
 // the lower-level API), at scheduled time now.
 func (c *Client) jobRow(kind, id string, r *row, e *envelope, now int64) JobRow {
-	j := JobRow{ID: id, Kind: kind, State: countState(r.state, r.data), ScheduledAt: c.cfg.timeOf(r.stime), Args: r.data}
+	j := JobRow{ID: id, Kind: kind, State: countState(r.state, r.data), ScheduledAt: c.cfg.timeOf(r.stime), Priority: shardPriority(r.shard), Args: r.data}
 	if e != nil {
 		j.Attempt, j.MaxAttempts, j.Errors, j.Args = e.Attempt, e.MaxAttempts, e.Errors, e.Args
 		if e.FinishedAt != 0 {
@@ -312,6 +314,21 @@ func perShard(limit int, high int64) int {
 	return max(1, min(limit, listScanKeys/int(high)))
 }
 
+// queueShards are the shards of typ's pending keys: every lane (one per
+// priority its jobs have had) of every shard it has had.
+func (c *Client) queueShards(snap kv.ReadTransaction, typ string) ([]int64, error) {
+	lf := snap.Get(c.k.lanesKey(typ))
+	high, err := c.shardsHigh(snap, typ)
+	if err != nil {
+		return nil, err
+	}
+	lv, err := lf.Get()
+	if err != nil {
+		return nil, err
+	}
+	return decodeLanes(lv).all(high), nil
+}
+
 // shardsHigh is the most shards typ has had (every one may hold jobs).
 func (c *Client) shardsHigh(snap kv.ReadTransaction, typ string) (int64, error) {
 	v, err := snap.Get(c.k.shardsKey(typ)).Get()
@@ -325,12 +342,12 @@ func (c *Client) shardsHigh(snap kv.ReadTransaction, typ string) (int64, error) 
 // pendingCands are the pending jobs of p's state after the cursor
 // (stime, id), from the pending keys of every shard.
 func (c *Client) pendingCands(snap kv.ReadTransaction, p ListParams, after tuple.Tuple, now int64) ([]listCand, bool, error) {
-	high, err := c.shardsHigh(snap, p.Kind)
+	qs, err := c.queueShards(snap, p.Kind)
 	if err != nil {
 		return nil, false, err
 	}
-	ranges := make([]kv.KeyRange, high)
-	for s := range high {
+	ranges := make([]kv.KeyRange, len(qs))
+	for i, s := range qs {
 		r := prefixRange(c.k.pending, tuple.Tuple{p.Kind, s})
 		switch p.State {
 		case StateAvailable:
@@ -343,9 +360,9 @@ func (c *Client) pendingCands(snap kv.ReadTransaction, p ListParams, after tuple
 				r.Begin = b
 			}
 		}
-		ranges[s] = r
+		ranges[i] = r
 	}
-	keys, more, err := shardCands(snap, c.k.pending, "pending key", ranges, perShard(p.Limit, high))
+	keys, more, err := shardCands(snap, c.k.pending, "pending key", ranges, perShard(p.Limit, int64(len(qs))))
 	if err != nil {
 		return nil, false, err
 	}

@@ -31,17 +31,13 @@ func (c *Client) PendingCount(ctx context.Context, tx kv.ReadTransactor, typ str
 	}
 	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (int, error) {
 		snap := tr.Snapshot()
-		v, err := snap.Get(c.k.shardsKey(typ)).Get()
+		qs, err := c.queueShards(snap, typ)
 		if err != nil {
 			return 0, err
 		}
-		_, high, err := decodeShards(v)
-		if err != nil {
-			return 0, err
-		}
-		futs := make([]kv.RangeResult, high)
-		for s := range high {
-			futs[s] = snap.GetRange(c.k.pendingRange(typ, s, maxSTime), kv.RangeOptions{Limit: limit})
+		futs := make([]kv.RangeResult, len(qs))
+		for i, s := range qs {
+			futs[i] = snap.GetRange(c.k.pendingRange(typ, s, maxSTime), kv.RangeOptions{Limit: limit})
 		}
 		n := 0
 		for _, f := range futs {
@@ -79,17 +75,13 @@ func (c *Client) DueTime(ctx context.Context, tx kv.ReadTransactor, typ string, 
 	}
 	d, err := kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (due, error) {
 		snap := tr.Snapshot()
-		v, err := snap.Get(c.k.shardsKey(typ)).Get()
+		qs, err := c.queueShards(snap, typ)
 		if err != nil {
 			return due{}, err
 		}
-		_, high, err := decodeShards(v)
-		if err != nil {
-			return due{}, err
-		}
-		futs := make([]kv.RangeResult, high)
-		for s := range high {
-			futs[s] = snap.GetRange(c.k.pendingRange(typ, s, maxSTime), kv.RangeOptions{Limit: n})
+		futs := make([]kv.RangeResult, len(qs))
+		for i, s := range qs {
+			futs[i] = snap.GetRange(c.k.pendingRange(typ, s, maxSTime), kv.RangeOptions{Limit: n})
 		}
 		var stimes []int64
 		for _, f := range futs {

@@ -6,7 +6,6 @@ package fdbjobs
 import (
 	"bytes"
 	mrand "math/rand/v2"
-	"slices"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
@@ -95,7 +94,8 @@ type pick struct {
 // reads the shards at once from the start (an Accept woken after it found
 // nothing: one round trip, not two). The shards it took runs from stay
 // marked in c.claiming until the caller releases them.
-func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high int64, avoid map[int64]bool, scan bool, sw *sweep) (p pick, err error) {
+func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max int64, ti typeInfo, avoid map[int64]bool, scan bool, sw *sweep) (p pick, err error) {
+	high, aging := ti.high, c.cfg.agingUnits()
 	snap := tr.Snapshot()
 	if int64(len(sw.order)) != high {
 		order, mine := c.shardsToTry(typ, high, nil)
@@ -107,13 +107,9 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 	if paged {
 		counter = snap.Get(c.k.watchesPending(typ))
 	}
-	read := func(s int64, limit int) kv.RangeResult {
-		return snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: limit})
-	}
 	got := 0
-	add := func(s int64, kvs []kv.KeyValue) {
-		run := kvs[:min(len(kvs), n-got)]
-		p.runs, p.shards, got = append(p.runs, run), append(p.shards, s), got+len(run)
+	add := func(s int64, runs [][]kv.KeyValue, k int) {
+		p.runs, p.shards, got = append(p.runs, runs...), append(p.shards, s), got+k
 	}
 	skipped := false
 	first := int64(-1)
@@ -127,15 +123,15 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 				continue
 			}
 			first = s
-			kvs, err := read(s, n).GetSliceWithError()
+			runs, k, err := c.readLanes(snap, typ, s, ti.lanes, max, n, false).get(c.k, n, aging)
 			if err != nil {
 				c.claiming.release(typ, s)
 				return p, err
 			}
-			if len(kvs) == 0 {
+			if k == 0 {
 				c.claiming.release(typ, s)
 			} else {
-				add(s, kvs)
+				add(s, runs, k)
 			}
 			break
 		}
@@ -162,23 +158,17 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 	// other nodes' from the end of what is due, so that a node helping
 	// with another's shard does not take the keys its owner is taking
 	// (their runs meet only when the shard is nearly empty).
-	type part struct {
-		shard int64
-		f     kv.RangeResult
-		tail  bool
-	}
-	var parts, theirs []part
-	var claimed []kv.RangeResult // the heads of its own shards other acceptors have
+	var parts, theirs []laneRead
+	var claimed []laneRead // the heads of its own shards other acceptors have
 	for _, s := range rest {
 		if c.claiming.marked(typ, s) {
 			skipped = true
 			if mine[s] {
-				claimed = append(claimed, snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: 1}))
+				claimed = append(claimed, c.readLanes(snap, typ, s, ti.lanes, max, 1, false))
 			}
 			continue
 		}
-		pt := part{shard: s, tail: !mine[s]}
-		pt.f = snap.GetRange(c.k.pendingRange(typ, s, max), kv.RangeOptions{Limit: n - got, Reverse: pt.tail})
+		pt := c.readLanes(snap, typ, s, ti.lanes, max, n-got, !mine[s])
 		if pt.tail {
 			theirs = append(theirs, pt)
 		} else {
@@ -191,33 +181,29 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 	// better wait (busy) than meet another node's acceptors. Helpers
 	// spread over the other nodes' shards at random.
 	for _, f := range claimed {
-		kvs, err := f.GetSliceWithError()
+		_, k, err := f.get(c.k, 1, aging)
 		if err != nil {
 			return p, err
 		}
-		if len(kvs) > 0 {
+		if k > 0 {
 			theirs = nil
 			break
 		}
 	}
 	mrand.Shuffle(len(theirs), func(i, j int) { theirs[i], theirs[j] = theirs[j], theirs[i] })
 	for _, pt := range append(parts, theirs...) {
-		kvs, err := pt.f.GetSliceWithError()
+		runs, k, err := pt.get(c.k, n-got, aging)
 		if err != nil {
 			return p, err
 		}
-		if len(kvs) == 0 || got == n {
+		if k == 0 || got == n {
 			continue
 		}
 		if !c.claiming.take(typ, pt.shard) {
 			skipped = true
 			continue
 		}
-		if pt.tail {
-			kvs = kvs[:min(len(kvs), n-got)]
-			slices.Reverse(kvs)
-		}
-		add(pt.shard, kvs)
+		add(pt.shard, runs, k)
 	}
 	if got > 0 {
 		return p, nil
@@ -238,51 +224,60 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max, high i
 	return p, nil
 }
 
-// pickNoSchedule picks up to n pending keys scheduled at 0 of one shard,
-// each the nearest one after or before a random point (couch_jobs'
-// no_schedule), trying the shards in shardsToTry's order. The shard stays
-// marked, as in pickScheduled.
-func (c *Client) pickNoSchedule(tr kv.Transaction, typ string, n int, high int64, avoid map[int64]bool) ([]kv.Key, []int64, error) {
+// pickNoSchedule picks up to n pending keys scheduled at 0 of one lane of
+// one shard, the highest priority's that has any, each the nearest one
+// after or before a random point (couch_jobs' no_schedule), trying the
+// shards in shardsToTry's order. The shard stays marked, as in
+// pickScheduled.
+func (c *Client) pickNoSchedule(tr kv.Transaction, typ string, n int, ti typeInfo, avoid map[int64]bool) ([]kv.Key, []int64, error) {
 	snap := tr.Snapshot()
-	order, _ := c.shardsToTry(typ, high, avoid)
+	order, _ := c.shardsToTry(typ, ti.high, avoid)
 	for _, shard := range order {
 		if !c.claiming.take(typ, shard) {
 			continue
 		}
-		r := prefixRange(c.k.pending, tuple.Tuple{typ, shard, int64(0)})
-		begin, end := r.Begin.FDBKey(), r.End.FDBKey()
-		seen := map[string]bool{}
-		var out []kv.Key
-		inRange := func(k kv.Key) bool {
-			return bytes.Compare(k, begin) >= 0 && bytes.Compare(k, end) < 0 && !seen[string(k)]
-		}
-		for attempt := 0; attempt < 2*n && len(out) < n; attempt++ {
-			point := c.k.pending.Pack(tuple.Tuple{typ, shard, int64(0), randomHex()})
-			sels := []kv.KeySelector{kv.FirstGreaterOrEqual(point), kv.LastLessOrEqual(point)}
-			if mrand.IntN(2) == 0 {
-				sels[0], sels[1] = sels[1], sels[0]
+		for _, q := range ti.lanes.of(shard) {
+			out, err := c.pickNoScheduleIn(snap, typ, n, q)
+			if err != nil || len(out) > 0 {
+				return out, []int64{shard}, err
 			}
-			found := false
-			for _, sel := range sels {
-				k, err := snap.GetKey(sel).Get()
-				if err != nil {
-					return nil, []int64{shard}, err
-				}
-				if inRange(k) {
-					seen[string(k)] = true
-					out = append(out, k)
-					found = true
-					break
-				}
-			}
-			if !found {
-				break // both directions hit the range ends: nothing (else) pending
-			}
-		}
-		if len(out) > 0 {
-			return out, []int64{shard}, nil
 		}
 		c.claiming.release(typ, shard)
 	}
 	return nil, nil, nil
+}
+
+// pickNoScheduleIn is pickNoSchedule's look in queue shard q.
+func (c *Client) pickNoScheduleIn(snap kv.ReadTransaction, typ string, n int, q int64) ([]kv.Key, error) {
+	r := prefixRange(c.k.pending, tuple.Tuple{typ, q, int64(0)})
+	begin, end := r.Begin.FDBKey(), r.End.FDBKey()
+	seen := map[string]bool{}
+	var out []kv.Key
+	inRange := func(k kv.Key) bool {
+		return bytes.Compare(k, begin) >= 0 && bytes.Compare(k, end) < 0 && !seen[string(k)]
+	}
+	for attempt := 0; attempt < 2*n && len(out) < n; attempt++ {
+		point := c.k.pending.Pack(tuple.Tuple{typ, q, int64(0), randomHex()})
+		sels := []kv.KeySelector{kv.FirstGreaterOrEqual(point), kv.LastLessOrEqual(point)}
+		if mrand.IntN(2) == 0 {
+			sels[0], sels[1] = sels[1], sels[0]
+		}
+		found := false
+		for _, sel := range sels {
+			k, err := snap.GetKey(sel).Get()
+			if err != nil {
+				return nil, err
+			}
+			if inRange(k) {
+				seen[string(k)] = true
+				out = append(out, k)
+				found = true
+				break
+			}
+		}
+		if !found {
+			break // both directions hit the range ends: nothing (else) pending
+		}
+	}
+	return out, nil
 }

@@ -381,7 +381,7 @@ func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime
 		if r == nil {
 			return 0, fmt.Errorf("job %q of type %q: %w", job.ID, job.Type, ErrNotFound)
 		}
-		if c.resubmitRow(tr, job.Type, job.ID, r, stime, d, token) {
+		if c.resubmitRow(tr, job.Type, job.ID, r, stime, 0, d, token) {
 			c.k.bumpPending(tr, job.Type)
 			enqueued = true
 		}

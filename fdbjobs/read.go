@@ -40,6 +40,7 @@ func (c *Client) ReadJobs(ctx context.Context, tx kv.ReadTransactor, typ string,
 			out[i] = JobInfo{Type: typ, ID: ids[i], State: NotFound}
 			if r != nil {
 				out[i].State, out[i].ScheduledTime, out[i].Data = r.state, r.stime, r.data
+				out[i].Priority = shardPriority(r.shard)
 			}
 		}
 		return out, nil
@@ -140,6 +141,7 @@ type JobInfo struct {
 	ID            string
 	State         State
 	ScheduledTime int64
+	Priority      int
 	Data          json.RawMessage
 }
 

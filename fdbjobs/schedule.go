@@ -1,6 +1,7 @@
 package fdbjobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -102,6 +103,9 @@ type Schedule struct {
 	// MaxAttempts overrides the worker's for the schedule's jobs (0: the
 	// worker's).
 	MaxAttempts int
+	// Priority is the priority of the schedule's jobs (InsertOptions.Priority;
+	// 0: PriorityHighest).
+	Priority int
 	// Every is a period of a fixed length, at least ScheduleEveryMin and
 	// a whole number of the Client's Config.TimeUnit (a second by
 	// default), in which jobs are due: its periods begin at whole
@@ -137,6 +141,7 @@ type ScheduleInfo struct {
 	Kind        string
 	Args        json.RawMessage
 	MaxAttempts int
+	Priority    int
 	Every       time.Duration
 	Cron        string
 	TimeZone    string
@@ -165,6 +170,7 @@ type scheduleRecord struct {
 	Kind        string          `json:"kind"`
 	Args        json.RawMessage `json:"args"`
 	MaxAttempts int             `json:"max_attempts,omitempty"`
+	Priority    int             `json:"priority,omitempty"`
 	EveryMs     int64           `json:"every_ms,omitempty"`
 	Cron        string          `json:"cron,omitempty"`
 	TimeZone    string          `json:"tz,omitempty"`
@@ -286,8 +292,11 @@ func (s Schedule) record(unit time.Duration, now time.Time) (*scheduleRecord, er
 	if len(args) > MaxDataSize-1000 {
 		return nil, fmt.Errorf("%w: schedule %q: arguments of %d bytes, at most %d", ErrInvalidArgument, s.Name, len(args), MaxDataSize-1000)
 	}
-	r := &scheduleRecord{Kind: kind, Args: args, MaxAttempts: s.MaxAttempts, Cron: s.Cron, TimeZone: s.TimeZone,
+	r := &scheduleRecord{Kind: kind, Args: args, MaxAttempts: s.MaxAttempts, Priority: s.Priority, Cron: s.Cron, TimeZone: s.TimeZone,
 		Overlap: s.Overlap, CatchUp: s.CatchUp, WindowMs: s.CatchUpWindow.Milliseconds(), Paused: s.Paused}
+	if _, err := checkPriority(s.Priority); err != nil {
+		return nil, fmt.Errorf("schedule %q: %w", s.Name, err)
+	}
 	switch {
 	case s.MaxAttempts < 0:
 		return nil, fmt.Errorf("%w: schedule %q: MaxAttempts %d: at least 1 (0: the worker's)", ErrInvalidArgument, s.Name, s.MaxAttempts)
@@ -337,7 +346,7 @@ func (r *scheduleRecord) info(name string) ScheduleInfo {
 		}
 		return time.UnixMilli(v)
 	}
-	info := ScheduleInfo{Name: name, Kind: r.Kind, Args: r.Args, MaxAttempts: r.MaxAttempts,
+	info := ScheduleInfo{Name: name, Kind: r.Kind, Args: r.Args, MaxAttempts: r.MaxAttempts, Priority: cmp.Or(r.Priority, PriorityHighest),
 		Every: time.Duration(r.EveryMs) * time.Millisecond, Cron: r.Cron, TimeZone: r.TimeZone, Overlap: r.Overlap,
 		CatchUp: r.CatchUp, CatchUpWindow: time.Duration(r.WindowMs) * time.Millisecond, Paused: r.Paused,
 		Next: ms(r.Next), Last: ms(r.Last), LastJob: r.LastJob, Created: ms(r.Created), Updated: ms(r.Updated)}

@@ -86,6 +86,7 @@ func TestScheduleBadInput(t *testing.T) {
 		{"bad catch-up", func(s *Schedule) { s.CatchUp = "some" }, `CatchUp "some"`},
 		{"negative window", func(s *Schedule) { s.CatchUpWindow = -time.Hour }, "negative CatchUpWindow"},
 		{"negative attempts", func(s *Schedule) { s.MaxAttempts = -1 }, "MaxAttempts -1"},
+		{"priority out of range", func(s *Schedule) { s.Priority = 5 }, "priority 5 outside [1, 4]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := ok

@@ -181,7 +181,7 @@ func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []du
 					return 0, err
 				}
 				id := randomHex()
-				jobs = append(jobs, NewJob{ID: id, Data: data, ScheduledTime: c.cfg.stime(time.UnixMilli(p)), Fresh: true})
+				jobs = append(jobs, NewJob{ID: id, Data: data, ScheduledTime: c.cfg.stime(time.UnixMilli(p)), Fresh: true, Priority: r.Priority})
 				datas = append(datas, data)
 				r.Last, r.LastJob = p, id
 			}

@@ -21,7 +21,7 @@ const (
 	// so a type needs about as many shards as the acceptors of all nodes
 	// that take from it at once, or more.
 	ShardsDefault = 16
-	// ShardsMax is the most shards a type may have.
+	// ShardsMax is the most shards a type may have (at most laneStride).
 	ShardsMax = 4096
 )
 
@@ -37,6 +37,8 @@ type typeInfo struct {
 	// feed: the type's event feed is on (SetFeed). known: the type-check
 	// loop read the type (its copy says whether the feed is on).
 	feed, known bool
+	// lanes: the priorities the type's jobs have had (priority.go).
+	lanes lanes
 }
 
 // cachedTypeInfo is readTypeInfo for accepts: a started Client takes
@@ -57,12 +59,18 @@ func (c *Client) cachedTypeInfo(tr kv.ReadTransaction, typ string) func() (typeI
 	return c.readTypeInfo(tr, typ)
 }
 
-// readTypeInfo issues the reads of typ's timeout, shard counts and feed
-// setting in tr, and returns a function that waits for them.
+// readTypeInfo issues the reads of typ's timeout, shard counts, feed
+// setting and priority lanes in tr, and returns a function that waits for them.
 func (c *Client) readTypeInfo(tr kv.ReadTransaction, typ string) func() (typeInfo, error) {
 	tf, sf, ff := tr.Get(c.k.timeoutKey(typ)), tr.Snapshot().Get(c.k.shardsKey(typ)), tr.Snapshot().Get(c.k.feedKey(typ))
+	lf := tr.Snapshot().Get(c.k.lanesKey(typ))
 	return func() (typeInfo, error) {
 		ti := typeInfo{known: true}
+		lv, err := lf.Get()
+		if err != nil {
+			return ti, err
+		}
+		ti.lanes = decodeLanes(lv)
 		fv, err := ff.Get()
 		if err != nil {
 			return ti, err

@@ -3,7 +3,6 @@ package fdbjobs
 import (
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,24 +119,11 @@ func TestDueTime(t *testing.T) {
 // (even one made while the loop was reading), and the loop reads them again.
 func TestTypeInfoCache(t *testing.T) {
 	b := setup(t)
-	synced := make(chan struct{}, 1)
-	b.c.hooks.typesSynced = func() {
-		select {
-		case synced <- struct{}{}:
-		default:
-		}
-	}
-	var gate atomic.Pointer[chan struct{}]
-	reading := make(chan struct{}, 1)
-	b.c.hooks.typesRead = func() {
-		if g := gate.Load(); g != nil {
-			reading <- struct{}{}
-			<-*g
-		}
-	}
+	loop := b.followTypeLoop()
+	reading := loop.reading
 	waitSync := func() {
 		select {
-		case <-synced:
+		case <-loop.synced:
 		case <-b.ctx.Done():
 			t.Fatal("the type-check loop never synced")
 		}
@@ -146,31 +132,27 @@ func TestTypeInfoCache(t *testing.T) {
 	waitSync()
 	infos := b.c.infos.Load()
 	require.NotNil(t, infos)
-	require.Equal(t, typeInfo{timeout: 2 * time.Second, hasTimeout: true, shards: ShardsDefault, high: ShardsDefault, known: true}, (*infos)[t1])
+	require.Equal(t, typeInfo{timeout: 2 * time.Second, hasTimeout: true, shards: ShardsDefault, high: ShardsDefault, known: true, lanes: laneHighest}, (*infos)[t1])
 
 	// The loop is held after a read, so that it cannot read the change
 	// again before the copy is looked at (it watches TYPES_VERSION).
-	hold := make(chan struct{})
-	gate.Store(&hold)
+	release := loop.hold()
 	b.c.forceTypeCheck()
 	<-reading
 	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 4))
 	require.Nil(t, b.c.infos.Load(), "the Client's own change drops the copy")
-	gate.Store(nil)
-	close(hold)
+	release()
 	for b.c.infos.Load() == nil {
 		waitSync()
 	}
-	require.Equal(t, typeInfo{timeout: 2 * time.Second, hasTimeout: true, shards: 4, high: ShardsDefault, known: true}, (*b.c.infos.Load())[t1])
+	require.Equal(t, typeInfo{timeout: 2 * time.Second, hasTimeout: true, shards: 4, high: ShardsDefault, known: true, lanes: laneHighest}, (*b.c.infos.Load())[t1])
 
 	// A change committed while the loop read: its read is not kept.
-	hold = make(chan struct{})
-	gate.Store(&hold)
+	release = loop.hold()
 	b.c.forceTypeCheck()
 	<-reading
 	require.NoError(t, b.c.SetTypeTimeout(b.ctx, nil, t1, time.Minute))
-	gate.Store(nil)
-	close(hold)
+	release()
 	for {
 		waitSync()
 		if m := b.c.infos.Load(); m != nil {
@@ -181,16 +163,14 @@ func TestTypeInfoCache(t *testing.T) {
 
 	// Accepts use the copy: the hold follows its timeout (the loop held
 	// after a read, so that it does not replace the copy meanwhile).
-	hold = make(chan struct{})
-	gate.Store(&hold)
+	release = loop.hold()
 	b.c.forceTypeCheck()
 	<-reading
 	m := map[string]typeInfo{t1: {timeout: time.Hour, hasTimeout: true, shards: 4, high: ShardsDefault, known: true}}
 	b.c.infos.Store(&m)
 	b.add(t, t1, j1, "", 0)
 	require.Equal(t, time.Hour, b.accept(t, t1).hold.timeout)
-	gate.Store(nil)
-	close(hold)
+	release()
 }
 
 // Ownership splits the shards among the members: each shard has exactly

@@ -50,6 +50,9 @@ type jobsOpts struct {
 	inMemory  bool
 	// feed turns on the event feed of fdbjobs' kinds (-feed).
 	feed bool
+	// priorities gives fdbjobs' jobs the four priorities in turn
+	// (-priorities).
+	priorities bool
 	// runtime: the burn-down and continuous modes work fdbjobs' jobs on
 	// its Runtime (-loop runtime) rather than hand-written loops of the
 	// batch calls (-loop batch).
@@ -114,6 +117,7 @@ func runJobsBench(args []string) error {
 	fs.DurationVar(&o.workSleep, "work-sleep", 0, "how long each job's work takes, on both sides (0: a no-op worker; the issue's second worker sleeps 1ms)")
 	fs.BoolVar(&o.inMemory, "in-memory", false, "fdbjobs on in-memory stores instead (to see what the disk costs)")
 	fs.BoolVar(&o.feed, "feed", false, "turn on the event feed of fdbjobs' kinds (an event per change of a job's state, kept a day), to see what it costs")
+	fs.BoolVar(&o.priorities, "priorities", false, "give fdbjobs' jobs the priorities 1 to 4 in turn (each accept reads four lanes per shard), to see what they cost")
 	loop := fs.String("loop", "runtime", "fdbjobs' side of the burn-down and continuous modes: runtime (its Runtime, a no-op Worker, -concurrency of Concurrency: River's side is its river.Client with as many workers) or batch (-workers loops of AcceptBatch and FinishBatch of -batch)")
 	riverBin := fs.String("river-bin", "", "the River peer binary (make bench-jobs builds it from cmd/fdbrep-bench/river); \"\" skips River")
 	pgBin := fs.String("pg-bin", "", "directory of PostgreSQL's initdb, pg_ctl and postgres (default: initdb on PATH, else the newest /usr/lib/postgresql/*/bin)")

@@ -109,7 +109,11 @@ func (s *fdbjobsRun) insertJobs(typ, prefix string, from, n int) error {
 					// as River's inserted rows are.
 					// The data of fdbjobs.Client.Insert (the Runtime's
 					// envelope), written by AddBatch for both loops.
-					batch = append(batch, fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(`{"args":{"num":` + strconv.Itoa(i) + `}}`), Fresh: true})
+					j := fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(`{"args":{"num":` + strconv.Itoa(i) + `}}`), Fresh: true}
+					if s.o.priorities {
+						j.Priority = fdbjobs.PriorityHighest + i%(fdbjobs.PriorityLowest-fdbjobs.PriorityHighest+1)
+					}
+					batch = append(batch, j)
 				}
 				// Its own retry loop: idempotent under commit_unknown_result.
 				err := s.c.AddBatch(s.ctx, nil, typ, batch)

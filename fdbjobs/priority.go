@@ -1,0 +1,208 @@
+package fdbjobs
+
+// Priorities (see doc.go, "Priorities"): each priority of a type has a
+// lane of its own in every shard of the pending queue, and an accept
+// merges the lanes of a shard by a job's due time plus its priority's
+// handicap.
+
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// Priorities, River's: 1 is the highest and the default.
+const (
+	// PriorityHighest is the highest priority a job may have, and the
+	// default (InsertOptions.Priority and NewJob.Priority 0).
+	PriorityHighest = 1
+	// PriorityLowest is the lowest.
+	PriorityLowest = 4
+	// PriorityAgingDefault is Config.PriorityAging: the handicap of each
+	// priority level below the highest. Within a shard of the queue, a due
+	// job of priority p is taken no later than any job of a higher
+	// priority q that became due more than (p-q) × PriorityAging after
+	// it, so under a steady stream of higher priority jobs a lower one
+	// waits at most (p-q) × PriorityAging more than it would among jobs
+	// of its own priority.
+	PriorityAgingDefault = time.Minute
+)
+
+// laneStride separates the lanes of a shard: the queue shard of a job of
+// priority p in shard s is s + (p-1) × laneStride (the row's shard), so a
+// lane is a shard of its own to every key that names one, and a shard's
+// base (s) is what ownership, claiming, leases and counts go by. It is
+// part of the store's layout: ShardsMax may not grow past it.
+const laneStride = 4096
+
+// queueShard is the shard of the pending keys of a job of priority prio
+// in base shard s.
+func queueShard(s int64, prio int) int64 { return s + int64(prio-PriorityHighest)*laneStride }
+
+// shardBase is the base shard of queue shard q.
+func shardBase(q int64) int64 { return q % laneStride }
+
+// shardPriority is the priority of queue shard q's lane.
+func shardPriority(q int64) int { return int(q/laneStride) + PriorityHighest }
+
+// checkPriority returns prio, with 0 as PriorityHighest, or
+// ErrInvalidArgument.
+func checkPriority(prio int) (int, error) {
+	if prio == 0 {
+		return PriorityHighest, nil
+	}
+	if prio < PriorityHighest || prio > PriorityLowest {
+		return 0, fmt.Errorf("%w: priority %d outside [%d, %d] (%d is the highest)", ErrInvalidArgument, prio,
+			PriorityHighest, PriorityLowest, PriorityHighest)
+	}
+	return prio, nil
+}
+
+// lanes is the set of priorities a type's jobs have had (bit p-1 for
+// priority p), as the LANES key keeps it: the lanes an accept reads. The
+// highest priority's lane is always read.
+type lanes uint8
+
+const laneHighest lanes = 1
+
+func (l lanes) has(prio int) bool { return l&(1<<(prio-PriorityHighest)) != 0 }
+
+// of returns the queue shards of base shard s, the highest priority first.
+func (l lanes) of(s int64) []int64 {
+	l |= laneHighest
+	out := make([]int64, 0, bits.OnesCount8(uint8(l)))
+	for p := PriorityHighest; p <= PriorityLowest; p++ {
+		if l.has(p) {
+			out = append(out, queueShard(s, p))
+		}
+	}
+	return out
+}
+
+// all returns the queue shards of base shards [0, high).
+func (l lanes) all(high int64) []int64 {
+	var out []int64
+	for s := range high {
+		out = append(out, l.of(s)...)
+	}
+	return out
+}
+
+func decodeLanes(v []byte) lanes {
+	if len(v) == 0 {
+		return laneHighest
+	}
+	return lanes(v[0]) | laneHighest
+}
+
+// useLane records in tr that typ has jobs of priority prio, unless ti
+// (read in tr) says so already: an atomic or of the LANES key, and a bump
+// of the types version, whose watch makes every started Client read the
+// new lane and wake its acceptors (so the first job of a lane waits a
+// watch's delay, and the others nothing). It writes nothing for the
+// highest priority, whose lane is always read.
+func (k keys) useLane(tr kv.Transaction, typ string, ti typeInfo, prio int) {
+	if ti.lanes.has(prio) {
+		return
+	}
+	tr.BitOr(k.lanesKey(typ), []byte{1 << (prio - PriorityHighest)})
+	tr.Add(k.typesVersion(), one)
+}
+
+func (k keys) lanesKey(typ string) kv.Key { return k.root.Pack(tuple.Tuple{keyLanes, typ}) }
+
+// agingUnits is Config.PriorityAging in scheduled-time units.
+func (c Config) agingUnits() int64 { return max(1, int64(c.PriorityAging/c.TimeUnit)) }
+
+// laneRead is the reads of the lanes of one base shard, each up to a
+// limit, from the head of what is due or (tail) from its end.
+type laneRead struct {
+	shard int64 // the base shard
+	tail  bool
+	qs    []int64 // the queue shards read, the highest priority first
+	fs    []kv.RangeResult
+}
+
+// readLanes issues the reads of the due pending keys of typ's base shard s
+// in each of ls, up to limit each.
+func (c *Client) readLanes(snap kv.ReadTransaction, typ string, s int64, ls lanes, max int64, limit int, tail bool) laneRead {
+	lr := laneRead{shard: s, tail: tail, qs: ls.of(s)}
+	for _, q := range lr.qs {
+		lr.fs = append(lr.fs, snap.GetRange(c.k.pendingRange(typ, q, max), kv.RangeOptions{Limit: limit, Reverse: tail}))
+	}
+	return lr
+}
+
+// get waits for the reads and returns up to n keys as runs of consecutive
+// keys of a lane, each run in key order, and how many keys they hold. From
+// the head, the keys are those of least due time plus handicap
+// ((priority-1) × aging units), ties to the higher priority: each lane's
+// part is a prefix of it. From the tail (a node helping with another's
+// shard, which takes from the end of what is due so as not to meet the
+// owner), the lanes are taken in priority order, each from its end.
+func (lr laneRead) get(k keys, n int, aging int64) (runs [][]kv.KeyValue, got int, err error) {
+	all := make([][]kv.KeyValue, len(lr.fs))
+	for i, f := range lr.fs {
+		if all[i], err = f.GetSliceWithError(); err != nil {
+			return nil, 0, err
+		}
+	}
+	if lr.tail {
+		for _, kvs := range all {
+			if got == n {
+				break
+			}
+			if len(kvs) == 0 {
+				continue
+			}
+			run := slices.Clone(kvs[:min(len(kvs), n-got)])
+			slices.Reverse(run)
+			runs, got = append(runs, run), got+len(run)
+		}
+		return runs, got, nil
+	}
+	if len(all) == 1 {
+		run := all[0][:min(len(all[0]), n)]
+		if len(run) == 0 {
+			return nil, 0, nil
+		}
+		return [][]kv.KeyValue{run}, len(run), nil
+	}
+	// Each lane's keys, handicapped: its due times plus its priority's.
+	times := make([][]int64, len(all))
+	for i, kvs := range all {
+		handicap := int64(shardPriority(lr.qs[i])-PriorityHighest) * aging
+		for _, e := range kvs {
+			t, err := k.pending.Unpack(e.Key)
+			if err != nil || len(t) != 4 {
+				return nil, 0, fmt.Errorf("fdbjobs: bad pending key %s", e.Key)
+			}
+			st, _ := intElem(t[2])
+			times[i] = append(times[i], st+handicap)
+		}
+	}
+	taken := make([]int, len(all))
+	for got < n {
+		best := -1
+		for i := range all {
+			if taken[i] < len(times[i]) && (best < 0 || times[i][taken[i]] < times[best][taken[best]]) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		taken[best]++
+		got++
+	}
+	for i, kvs := range all {
+		if taken[i] > 0 {
+			runs = append(runs, kvs[:taken[i]])
+		}
+	}
+	return runs, got, nil
+}
