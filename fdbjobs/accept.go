@@ -38,6 +38,11 @@ type AcceptOptions struct {
 	// as a job is added; it never polls. A job made pending by this
 	// Client's own transaction wakes it at once, before the watch fires.
 	Timeout time.Duration
+
+	// fence, for a Runtime's accepts of a limited kind, reads its lease
+	// of the kind's capacity in each accept transaction (limits.go): it
+	// issues the read and returns its wait.
+	fence func(kv.Transaction) func() error
 }
 
 // Job is a job held by a worker, as returned by Accept. Pass it to Update,
@@ -155,7 +160,7 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 		if max == 0 && !opts.NoSchedule {
 			max = c.cfg.now()
 		}
-		jobs, watch, busy, more, err := c.acceptOnce(ctx, typ, n, max, opts.NoSchedule, token, wait, scan, sw)
+		jobs, watch, busy, more, err := c.acceptOnce(ctx, typ, n, max, opts.NoSchedule, opts.fence, token, wait, scan, sw)
 		if err != nil {
 			return nil, err
 		}
@@ -243,7 +248,7 @@ func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, wb *kv.Ba
 // busy reports that no job was found but shards were skipped because this
 // node's other acceptors were claiming from them: the caller should wait
 // for one of those to finish (claiming.released) and try again.
-func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, noSchedule bool, token []byte, wantWatch, scan bool, sw *sweep) (jobs []*Job, watch kv.FutureNil, busy, more bool, err error) {
+func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, noSchedule bool, fence func(kv.Transaction) func() error, token []byte, wantWatch, scan bool, sw *sweep) (jobs []*Job, watch kv.FutureNil, busy, more bool, err error) {
 	type result struct {
 		jobs    []*Job
 		watch   kv.FutureNil
@@ -328,6 +333,10 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 		// so no accept that committed after Pause took one. It is looked
 		// at once the pick (read beside it) is back, before any claim.
 		paused := tr.Get(c.k.pausedKey(typ))
+		fenced := func() error { return nil }
+		if fence != nil {
+			fenced = fence(tr)
+		}
 		var runs [][]kv.KeyValue
 		var look pick
 		if noSchedule {
@@ -351,6 +360,9 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 			return result{}, perr
 		}
 		if err != nil {
+			return result{}, err
+		}
+		if err := fenced(); err != nil {
 			return result{}, err
 		}
 		var shard int64

@@ -362,6 +362,7 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 		shards := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyShards}), kv.RangeOptions{})
 		feeds := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyFeed}), kv.RangeOptions{})
 		lanesOf := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyLanes}), kv.RangeOptions{})
+		limits := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyLimit}), kv.RangeOptions{})
 		m, err := c.readTypes(tr)
 		if err != nil {
 			return res{}, err
@@ -417,6 +418,18 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 		for _, e := range lkvs {
 			if typ, ti, ok := info(e); ok {
 				ti.lanes = decodeLanes(e.Value)
+				infos[typ] = ti
+			}
+		}
+		mkvs, err := limits.GetSliceWithError()
+		if err != nil {
+			return res{}, err
+		}
+		for _, e := range mkvs {
+			if typ, ti, ok := info(e); ok {
+				if ti.limit, err = decodeLimit(e.Value); err != nil {
+					return res{}, err
+				}
 				infos[typ] = ti
 			}
 		}

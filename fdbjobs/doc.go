@@ -59,6 +59,9 @@
 //   - Event feed: SetFeed, DisableFeed, FeedKeep, ReadFeed, Feed (a
 //     FeedReader), EmitEvent, PruneFeed: a kind's job events, in commit
 //     order (see "Event feed").
+//   - Limits: SetLimit, ClearLimit, GetLimit: a kind's cluster-wide limit
+//     of running jobs, which Runtimes share as leases (see "Limits");
+//     ErrCapacityLapsed.
 //   - Services: Client.Start / Stop run one activity monitor per type and,
 //     for subscriptions, one notifier per type.
 //   - Runtime: typed workers on the calls above. A job's arguments are a
@@ -179,13 +182,27 @@
 //	                              priority p was added (atomic or); the
 //	                              lanes of the pending queue an accept reads
 //	                              (see "Priorities")
+//	(21, Kind)                    LIMIT: (Running) — the kind's cluster-wide
+//	                              limit (SetLimit); read by the type-check
+//	                              loop and the Runtimes' renewals
+//	(22, Kind, Node)              CAPACITY: (Grant, Want, Versionstamp) — a
+//	                              Runtime's lease of the limit (see
+//	                              "Limits"), written by its renewals (the
+//	                              commit's versionstamp), read by every
+//	                              renewal of the kind
+//	(23, Kind, Node)              CAPACITY_FENCE: "" while the lease is
+//	                              held: written when it is made, cleared
+//	                              when it is given or taken back; read by
+//	                              the Runtime's own accepts
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a
 // store without them has no schedules; nor did key 20: a store without it
 // has jobs of the default priority only (a node of a release before
 // priorities does not take the others, and handles them otherwise as any
-// job: their rows name their pending keys).
+// job: their rows name their pending keys); nor did keys 21 to 23: a
+// store without them has no limits (a Runtime of a release before limits
+// does not follow one).
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
 // running one, the versionstamp of the lease that last granted it (both
@@ -308,6 +325,39 @@
 // their type-check loop reads LANES (it watches TYPES_VERSION) and wakes
 // them; those of the adding Client, which knows it, at once.
 //
+// # Limits
+//
+// SetLimit gives a kind a cluster-wide limit: at most Running of its jobs
+// run at once across every Runtime. Each Runtime that works the kind holds
+// a lease of part of it, its grant, and takes jobs only within it (its
+// slots: the lesser of its Concurrency and its grant). A Runtime renews
+// its lease about eight times per the kind's Timeout, in one transaction
+// that reads the limit and every lease of the kind (not as a snapshot, so
+// that two renewals conflict and each grant is within what the others
+// left) and writes its own, stamped with the commit's version: its grant
+// is what is free, at most its max-min fair part of the limit (filled up
+// evenly, each Runtime getting no more than it wants), and never less
+// than the jobs it runs. A Runtime with jobs running wants its
+// Concurrency; an idle one, one slot, and it renews at once (50 ms after
+// its last renewal at the soonest) when that slot is taken, so that a
+// burst finds it asking for its Concurrency one transaction later. So no
+// key is written by every accept: accepts read their own Runtime's fence
+// key (a conflict with a Runtime that took the lease back, not with its
+// own renewals) and write nothing for the limit.
+//
+// Failure: a lease is the Runtime's for half the Timeout from the start
+// of the renewal that wrote it; when it cannot renew by then, it takes no
+// more jobs and ends its running jobs' ctx (cause ErrCapacityLapsed: the
+// jobs are handed back, no attempt counted; a Manual kind's worker holds
+// its jobs itself). A renewal clears the leases written before a version
+// its Runtime read a Timeout ago (by its own clock: no clock is compared
+// across nodes), so a Runtime that died gives its part back within a
+// Timeout. A Runtime that stops gives it back at once, after its jobs
+// ended. Changes: a Runtime sees a new or changed limit through its
+// Client's type-check loop (within about a second) and takes its share at
+// its next renewal; a lowered limit stops no running job. Only Runtimes
+// follow a limit: the lower-level Accept and AcceptBatch do not.
+//
 // # Leases
 //
 // A running job is held under a lease: the LEASES key its row's Seq
@@ -389,7 +439,18 @@
 //     outcomes and attempt counts are those its worker's answers give.
 //   - Stop leaves nothing running: its fetchers end first, then its jobs
 //     (within the grace, or cancelled and handed back) and their runners,
-//     then its completers, which have written every end queued for them.
+//     then its completers, which have written every end queued for them,
+//     and its lease loops, which give their leases back.
+//
+// A Runtime's lease loops (one per kind, limits.go) keep these, which
+// TestLimitModel checks over a seeded stream of renewals, jobs starting
+// and ending, the clock moving, Runtimes dying and the limit raised, and
+// TestLimitAcrossNodes with eight Runtimes at work:
+//   - Safety: the jobs of a kind running across the Runtimes are at most
+//     its limit (a lowered limit: once the jobs above it ended).
+//   - Liveness: a Timeout after a Runtime died its part is free again, and
+//     the live Runtimes' grants then add up to the limit, or to all they
+//     want.
 //
 // # Schedules
 //

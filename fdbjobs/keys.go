@@ -30,6 +30,9 @@ const (
 	keyFeedEvents      = 18 // (18, Kind, Versionstamp) -> (JobID, Event, AtMillis[, Data])
 	keyFeedPruned      = 19 // (19, Kind) -> the last pruned event's versionstamp (12 bytes)
 	keyLanes           = 20 // (20, Type) -> bit p-1 set once a job of priority p was added
+	keyLimit           = 21 // (21, Kind) -> (Running)
+	keyCapacity        = 22 // (22, Kind, Node) -> (Grant, Want, Versionstamp)
+	keyCapacityFence   = 23 // (23, Kind, Node) -> "" while the lease is held
 )
 
 // State is a job's state.

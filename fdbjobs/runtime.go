@@ -100,6 +100,9 @@ type Runtime struct {
 	// running counts the jobs being worked; the run loop waits on it
 	// once its fetchers, which add to it, have ended.
 	running sync.WaitGroup
+	// leaveLease, for tests, makes a stopping Runtime leave its leases of
+	// limited kinds' capacity in the store, as one that died does.
+	leaveLease bool
 }
 
 // NewRuntime returns a Runtime of c for the kinds registered in ws (read
@@ -149,6 +152,14 @@ func (r *Runtime) Start(ctx context.Context) error {
 				return err
 			}
 		}
+		for _, k := range r.kinds {
+			cp, err := newCapacity(r, k)
+			if err != nil {
+				return err
+			}
+			k.capacity = cp
+			k.slots.setGrant(0) // until its lease loop knows whether the kind is limited
+		}
 		hardCtx, hard := context.WithCancelCause(context.WithoutCancel(ctx))
 		run = runState{make(chan struct{}), make(chan struct{}), hardCtx, hard}
 		r.mu.Lock()
@@ -196,6 +207,21 @@ func (r *Runtime) run(ctx context.Context, st runState) {
 		go func() {
 			defer completers.Done()
 			r.completer(completeCtx, k)
+		}()
+	}
+	// The leases of limited kinds' capacity outlive the jobs, and are
+	// given back once they ended.
+	leaseCtx, stopLeases := context.WithCancel(context.WithoutCancel(ctx))
+	var leases sync.WaitGroup
+	defer func() {
+		stopLeases()
+		leases.Wait()
+	}()
+	for _, k := range r.kinds {
+		leases.Add(1)
+		go func() {
+			defer leases.Done()
+			k.capacity.run(leaseCtx)
 		}()
 	}
 	var fetchers sync.WaitGroup
@@ -351,6 +377,10 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 	log := r.c.cfg.Logger
 	var b kv.Backoff
 	for {
+		// A kind that got a limit takes no job until its lease is written.
+		if limited, _ := k.capacity.limited(); limited && !k.slots.limited() {
+			k.slots.setGrant(0)
+		}
 		// Wait for free slots, and take those there are.
 		n := k.slots.take(ctx, k.opts.FetchBatch)
 		if n == 0 {
@@ -361,7 +391,7 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 		jobs, err := r.accept(ctx, k, n)
 		k.stats.fetching.Add(-1)
 		k.slots.give(n - len(jobs))
-		if errors.Is(err, ErrPaused) {
+		if errors.Is(err, ErrPaused) || errors.Is(err, ErrCapacityLapsed) {
 			select { // Resume: looked at again within FetchPoll
 			case <-r.c.cfg.Clock.After(r.opts.FetchPoll):
 			case <-ctx.Done():
@@ -402,6 +432,10 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 // meanwhile leave fewer, and the next fetch takes the rest).
 func (r *Runtime) accept(ctx context.Context, k *kindWorker, n int) ([]*Job, error) {
 	opts := AcceptOptions{Timeout: r.opts.FetchPoll}
+	var fence func(kv.Transaction) func() error
+	if k.slots.limited() {
+		fence = k.capacity.fence
+	}
 	if k.opts.OldestFirst {
 		now := r.c.cfg.now()
 		t, due, err := r.c.DueTime(ctx, nil, k.kind, now, n)
@@ -416,6 +450,7 @@ func (r *Runtime) accept(ctx context.Context, k *kindWorker, n int) ([]*Job, err
 			k.stats.idle.Store(now)
 		}
 	}
+	opts.fence = fence
 	jobs, err := r.c.AcceptBatch(ctx, k.kind, n, opts)
 	if errors.Is(err, ErrNotFound) && !k.opts.OldestFirst {
 		k.stats.idle.Store(r.c.cfg.now())
@@ -500,6 +535,8 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
+	// A lapsed lease of a limited kind's capacity hands the job back.
+	defer context.AfterFunc(k.capacity.jobCtx(), func() { cancel(ErrCapacityLapsed) })()
 	held := make(chan struct{})
 	keeperDone := make(chan struct{})
 	a := &attempt{r: r, job: job, e: t.e, write: make(chan struct{}, 1)}
@@ -528,7 +565,7 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
 		r.c.metrics.Load().ended(k.kind, OutcomeCompleted)
 		return // CompleteTx ended it
 	}
-	r.end(hardCtx, k, job, e, err, errors.Is(cause, ErrStopped))
+	r.end(hardCtx, k, job, e, err, errors.Is(cause, ErrStopped) || errors.Is(cause, ErrCapacityLapsed))
 }
 
 // workManual runs one attempt at job of a Manual kind, whose worker holds

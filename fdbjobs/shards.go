@@ -39,6 +39,10 @@ type typeInfo struct {
 	feed, known bool
 	// lanes: the priorities the type's jobs have had (priority.go).
 	lanes lanes
+	// limit: the kind's cluster-wide limit of running jobs (0: none;
+	// limits.go), as the type-check loop read it (readTypeInfo does not
+	// read it).
+	limit int
 }
 
 // cachedTypeInfo is readTypeInfo for accepts: a started Client takes

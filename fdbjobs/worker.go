@@ -256,6 +256,9 @@ type kindWorker struct {
 	// stats are the kind's figures on the Runtime (one per Runtime, as
 	// ends).
 	stats *kindStats
+	// capacity is the Runtime's lease of the kind's cluster-wide limit
+	// (one per Start of a Runtime; limits.go).
+	capacity *capacity
 	// decode decodes a job's arguments into the Worker's T (as any); its
 	// error is errDecode. work calls the Worker with them.
 	decode func(raw json.RawMessage) (any, error)

@@ -53,6 +53,8 @@ type jobsOpts struct {
 	// priorities gives fdbjobs' jobs the four priorities in turn
 	// (-priorities).
 	priorities bool
+	// limit sets a cluster-wide limit on fdbjobs' kinds (-limit; 0: none).
+	limit int
 	// runtime: the burn-down and continuous modes work fdbjobs' jobs on
 	// its Runtime (-loop runtime) rather than hand-written loops of the
 	// batch calls (-loop batch).
@@ -117,6 +119,7 @@ func runJobsBench(args []string) error {
 	fs.DurationVar(&o.workSleep, "work-sleep", 0, "how long each job's work takes, on both sides (0: a no-op worker; the issue's second worker sleeps 1ms)")
 	fs.BoolVar(&o.inMemory, "in-memory", false, "fdbjobs on in-memory stores instead (to see what the disk costs)")
 	fs.BoolVar(&o.feed, "feed", false, "turn on the event feed of fdbjobs' kinds (an event per change of a job's state, kept a day), to see what it costs")
+	fs.IntVar(&o.limit, "limit", 0, "set a cluster-wide limit of this many running jobs on fdbjobs' kinds (the Runtimes lease it; as high as the workers' Concurrency, it costs without throttling)")
 	fs.BoolVar(&o.priorities, "priorities", false, "give fdbjobs' jobs the priorities 1 to 4 in turn (each accept reads four lanes per shard), to see what they cost")
 	loop := fs.String("loop", "runtime", "fdbjobs' side of the burn-down and continuous modes: runtime (its Runtime, a no-op Worker, -concurrency of Concurrency: River's side is its river.Client with as many workers) or batch (-workers loops of AcceptBatch and FinishBatch of -batch)")
 	riverBin := fs.String("river-bin", "", "the River peer binary (make bench-jobs builds it from cmd/fdbrep-bench/river); \"\" skips River")
@@ -489,9 +492,14 @@ func (b *jobsBench) fdbjobsRun(f func(*fdbjobsRun) (runResult, error)) (runResul
 	if err != nil {
 		return runResult{}, err
 	}
-	if b.o.feed {
-		for _, kind := range []string{burnType, continuousType} {
+	for _, kind := range []string{burnType, continuousType} {
+		if b.o.feed {
 			if err := c.SetFeed(context.Background(), nil, kind, 24*time.Hour); err != nil {
+				return runResult{}, err
+			}
+		}
+		if b.o.limit > 0 {
+			if err := c.SetLimit(context.Background(), nil, kind, fdbjobs.Limit{Running: b.o.limit}); err != nil {
 				return runResult{}, err
 			}
 		}

@@ -1,6 +1,7 @@
 package jobshttp
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -81,7 +82,26 @@ type kindRow struct {
 	Counts  fdbjobs.JobCounts
 	Paused  bool
 	Feed    time.Duration
+	Limit   int  // its cluster-wide limit of running jobs (0: none)
 	Managed bool // read-only (Options.Managed)
+}
+
+// kindRow reads what the pages show of kind.
+func (h *handler) kindRow(ctx context.Context, kind string) (kindRow, error) {
+	row := kindRow{Kind: kind, Managed: h.managed(kind)}
+	var err error
+	if row.Counts, err = h.c.Counts(ctx, nil, kind); err != nil {
+		return row, err
+	}
+	if row.Paused, err = h.c.Paused(ctx, nil, kind); err != nil {
+		return row, err
+	}
+	if row.Feed, _, err = h.c.FeedKeep(ctx, nil, kind); err != nil {
+		return row, err
+	}
+	l, _, err := h.c.GetLimit(ctx, nil, kind)
+	row.Limit = l.Running
+	return row, err
 }
 
 func (h *handler) uiIndex(w http.ResponseWriter, r *http.Request) {
@@ -93,13 +113,7 @@ func (h *handler) uiIndex(w http.ResponseWriter, r *http.Request) {
 	}
 	var rows []kindRow
 	for _, k := range kinds {
-		row := kindRow{Kind: k, Managed: h.managed(k)}
-		if row.Counts, err = h.c.Counts(ctx, nil, k); err == nil {
-			row.Paused, err = h.c.Paused(ctx, nil, k)
-		}
-		if err == nil {
-			row.Feed, _, err = h.c.FeedKeep(ctx, nil, k)
-		}
+		row, err := h.kindRow(ctx, k)
 		if err != nil {
 			h.uiError(w, err)
 			return
@@ -135,10 +149,7 @@ func (h *handler) uiKind(w http.ResponseWriter, r *http.Request) {
 		h.uiError(w, err)
 		return
 	}
-	row := kindRow{Kind: kind, Managed: h.managed(kind)}
-	if row.Counts, err = h.c.Counts(ctx, nil, kind); err == nil {
-		row.Paused, err = h.c.Paused(ctx, nil, kind)
-	}
+	row, err := h.kindRow(ctx, kind)
 	if err != nil {
 		h.uiError(w, err)
 		return

@@ -104,6 +104,11 @@ func TestWebPage(t *testing.T) {
 	b.Load("resume mail", chromedp.Click(chromedp.CSS(`form[action$="/resume"] button`)))
 	require.NotContains(t, b.Text("h1"), "paused")
 
+	// A cluster-wide limit shows on the kind's page.
+	require.NoError(t, c.SetLimit(ctx, nil, "mail", fdbjobs.Limit{Running: 3}))
+	b.Load("reload mail", chromedp.Reload())
+	require.Contains(t, b.Text("#limit"), "At most 3 running at once")
+
 	// The discarded jobs, with their last error; one of them.
 	b.Load("discarded jobs", chromedp.Click(chromedp.CSS(`.states a[href$="state=discarded"]`)))
 	require.Contains(t, b.Text(fmt.Sprintf(`tr[data-job=%q]`, bad.ID)), "no such mailbox: bad@example.com")
