@@ -182,10 +182,13 @@
 //	                              priority p was added (atomic or); the
 //	                              lanes of the pending queue an accept reads
 //	                              (see "Priorities")
-//	(21, Kind)                    LIMIT: (Running) — the kind's cluster-wide
-//	                              limit (SetLimit); read by the type-check
+//	(21, Kind)                    LIMIT: (Running, PerSecondMicro) — the
+//	                              kind's cluster-wide limit (SetLimit; 0:
+//	                              none of that kind); read by the type-check
 //	                              loop and the Runtimes' renewals
-//	(22, Kind, Node)              CAPACITY: (Grant, Want, Versionstamp) — a
+//	(22, Kind, Node)              CAPACITY: (Grant, Want, Versionstamp,
+//	                              RateGrant, RateWant) (rates in millionths
+//	                              of a start per second) — a
 //	                              Runtime's lease of the limit (see
 //	                              "Limits"), written by its renewals (the
 //	                              commit's versionstamp), read by every
@@ -328,22 +331,26 @@
 // # Limits
 //
 // SetLimit gives a kind a cluster-wide limit: at most Running of its jobs
-// run at once across every Runtime. Each Runtime that works the kind holds
-// a lease of part of it, its grant, and takes jobs only within it (its
-// slots: the lesser of its Concurrency and its grant). A Runtime renews
-// its lease about eight times per the kind's Timeout, in one transaction
-// that reads the limit and every lease of the kind (not as a snapshot, so
-// that two renewals conflict and each grant is within what the others
-// left) and writes its own, stamped with the commit's version: its grant
-// is what is free, at most its max-min fair part of the limit (filled up
-// evenly, each Runtime getting no more than it wants), and never less
-// than the jobs it runs. A Runtime with jobs running wants its
-// Concurrency; an idle one, one slot, and it renews at once (50 ms after
-// its last renewal at the soonest) when that slot is taken, so that a
-// burst finds it asking for its Concurrency one transaction later. So no
-// key is written by every accept: accepts read their own Runtime's fence
-// key (a conflict with a Runtime that took the lease back, not with its
-// own renewals) and write nothing for the limit.
+// run at once across every Runtime, at most PerSecond start per second, or
+// both. Each Runtime that works the kind holds a lease of part of it, its
+// grants, and takes jobs only within them: its slots (the lesser of its
+// Concurrency and its grant of running jobs) and a token bucket of its rate
+// (a second's worth, at least one start; a fetcher reserves starts before
+// its accept and gives back those it did not make). A Runtime renews its
+// lease about eight times per the kind's Timeout, in one transaction that
+// reads the limit and every lease of the kind (not as a snapshot, so that
+// two renewals conflict and each grant is within what the others left) and
+// writes its own, stamped with the commit's version: its grant is what is
+// free, at most its max-min fair part of the limit (filled up evenly, each
+// Runtime getting no more than it wants), and never less than the jobs it
+// runs; rates the same way. A Runtime with jobs running wants its
+// Concurrency and the whole rate; an idle one, one slot and a hundredth of
+// the rate, and it renews at once (50 ms after its last renewal at the
+// soonest) when that slot is taken, so that a burst finds it asking for its
+// Concurrency one transaction later. So no key is written by every accept:
+// accepts read their own Runtime's fence key (a conflict with a Runtime
+// that took the lease back, not with its own renewals) and write nothing
+// for the limit.
 //
 // Failure: a lease is the Runtime's for half the Timeout from the start
 // of the renewal that wrote it; when it cannot renew by then, it takes no
@@ -447,7 +454,9 @@
 // and ending, the clock moving, Runtimes dying and the limit raised, and
 // TestLimitAcrossNodes with eight Runtimes at work:
 //   - Safety: the jobs of a kind running across the Runtimes are at most
-//     its limit (a lowered limit: once the jobs above it ended).
+//     its limit (a lowered limit: once the jobs above it ended); over any
+//     window of W seconds they start at most PerSecond × (W + 1) jobs and
+//     one per Runtime (TestLimitRateModel).
 //   - Liveness: a Timeout after a Runtime died its part is free again, and
 //     the live Runtimes' grants then add up to the limit, or to all they
 //     want.

@@ -8,25 +8,57 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"golang.org/x/time/rate"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
-// LimitMax is the highest Limit.Running.
-const LimitMax = 1_000_000
+// Bounds of a Limit.
+const (
+	// LimitMax is the highest Limit.Running and Limit.PerSecond.
+	LimitMax = 1_000_000
+	// LimitRateMin is the lowest Limit.PerSecond but 0.
+	LimitRateMin = 0.001
+)
 
-// Limit is a kind's cluster-wide limit.
+// Limit is a kind's cluster-wide limit: of the jobs running at once, of
+// the jobs started per second, or both.
 type Limit struct {
 	// Running is the most jobs of the kind that run at once across every
-	// Runtime of the cluster, from 1 to LimitMax.
+	// Runtime of the cluster, from 1 to LimitMax (0: no such limit).
 	Running int
+	// PerSecond is the most jobs of the kind that start per second across
+	// every Runtime, from LimitRateMin to LimitMax (0: no such limit):
+	// each Runtime's part is a token bucket that holds a second's worth of
+	// its rate, at least one start, so that over any window of W seconds
+	// the cluster starts at most about PerSecond × (W + 1) jobs.
+	PerSecond float64
 }
+
+// check validates l.
+func (l Limit) check() error {
+	switch {
+	case l.Running == 0 && l.PerSecond == 0:
+		return fmt.Errorf("%w: a limit of neither running jobs nor starts per second (ClearLimit removes one)", ErrInvalidArgument)
+	case l.Running < 0 || l.Running > LimitMax:
+		return fmt.Errorf("%w: limit of %d running jobs outside [1, %d]", ErrInvalidArgument, l.Running, LimitMax)
+	case l.PerSecond != 0 && !(l.PerSecond >= LimitRateMin && l.PerSecond <= LimitMax):
+		return fmt.Errorf("%w: limit of %v starts per second outside [%v, %d]", ErrInvalidArgument, l.PerSecond, LimitRateMin, LimitMax)
+	}
+	return nil
+}
+
+// rateMicro is PerSecond in millionths of a start per second: the unit of
+// rates in the store.
+func (l Limit) rateMicro() int64 { return int64(math.Round(l.PerSecond * 1e6)) }
 
 // SetLimit sets kind's cluster-wide limit, now and for every Runtime
 // (changeable at run time: each Runtime sees it within about a second,
@@ -38,11 +70,11 @@ func (c *Client) SetLimit(ctx context.Context, tx kv.Transactor, kind string, l 
 	if err := checkName("kind", kind); err != nil {
 		return err
 	}
-	if l.Running < 1 || l.Running > LimitMax {
-		return fmt.Errorf("%w: limit of %d running jobs outside [1, %d]", ErrInvalidArgument, l.Running, LimitMax)
+	if err := l.check(); err != nil {
+		return err
 	}
 	return c.changeTypes(ctx, tx, func(tr kv.Transaction) {
-		tr.Set(c.k.limitKey(kind), tuple.Tuple{int64(l.Running)}.Pack())
+		tr.Set(c.k.limitKey(kind), tuple.Tuple{int64(l.Running), l.rateMicro()}.Pack())
 	})
 }
 
@@ -66,18 +98,24 @@ func (c *Client) GetLimit(ctx context.Context, tx kv.ReadTransactor, kind string
 	if err != nil || v == nil {
 		return Limit{}, false, err
 	}
-	n, err := decodeLimit(v)
-	return Limit{Running: n}, err == nil, err
+	l, err = decodeLimit(v)
+	return l, err == nil, err
 }
 
-func decodeLimit(v []byte) (int, error) {
+func decodeLimit(v []byte) (Limit, error) {
 	t, err := tuple.Unpack(v)
-	if err == nil && len(t) == 1 {
-		if n, ok := intElem(t[0]); ok && n >= 1 && n <= LimitMax {
-			return int(n), nil
+	if err == nil && (len(t) == 1 || len(t) == 2) {
+		n, ok := intElem(t[0])
+		var r int64
+		if len(t) == 2 {
+			r, ok = intElem(t[1])
+		}
+		l := Limit{Running: int(n), PerSecond: float64(r) / 1e6}
+		if ok && l.check() == nil {
+			return l, nil
 		}
 	}
-	return 0, fmt.Errorf("fdbjobs: bad limit %x", v)
+	return Limit{}, fmt.Errorf("fdbjobs: bad limit %x", v)
 }
 
 func (k keys) limitKey(kind string) kv.Key { return k.root.Pack(tuple.Tuple{keyLimit, kind}) }
@@ -91,24 +129,28 @@ func (k keys) fenceKey(kind string, node []byte) kv.Key {
 }
 
 // capacityRecord is a Runtime's lease of a limited kind's capacity: the
-// jobs it may run at once, how many it would run, and the version of the
-// commit that wrote it.
+// jobs it may run at once and how many it would run, its rate of starts
+// and the rate it would take (in millionths per second), and the version
+// of the commit that wrote it.
 type capacityRecord struct {
-	node        []byte
-	grant, want int64
-	version     int64
+	node                []byte
+	grant, want         int64
+	rateGrant, rateWant int64
+	version             int64
 }
 
 func (k keys) decodeCapacity(e kv.KeyValue) (capacityRecord, error) {
 	kt, err := k.root.Unpack(e.Key)
 	vt, verr := tuple.Unpack(e.Value)
-	if err == nil && verr == nil && len(kt) == 3 && len(vt) == 3 {
+	if err == nil && verr == nil && len(kt) == 3 && len(vt) == 5 {
 		node, ok1 := kt[2].([]byte)
 		grant, ok2 := intElem(vt[0])
 		want, ok3 := intElem(vt[1])
 		vs, ok4 := vt[2].(tuple.Versionstamp)
-		if ok1 && ok2 && ok3 && ok4 {
-			return capacityRecord{node: node, grant: grant, want: want,
+		rg, ok5 := intElem(vt[3])
+		rw, ok6 := intElem(vt[4])
+		if ok1 && ok2 && ok3 && ok4 && ok5 && ok6 {
+			return capacityRecord{node: node, grant: grant, want: want, rateGrant: rg, rateWant: rw,
 				version: int64(binary.BigEndian.Uint64(vs.TransactionVersion[:8]))}, nil
 		}
 	}
@@ -155,6 +197,12 @@ type capacity struct {
 	// Timeout ago is another Runtime's that stopped renewing. Owned by
 	// the loop.
 	samples []versionSample
+	// leased: the Runtime holds a lease (its accepts are fenced).
+	leased atomic.Bool
+	// limiter spaces the Runtime's starts by its part of the kind's
+	// rate, while rated.
+	limiter *rate.Limiter
+	rated   atomic.Bool
 	// mu guards lapse and lapsed.
 	mu sync.Mutex
 	// lapse ends the ctx of the kind's running jobs (cause
@@ -179,7 +227,7 @@ func newCapacity(r *Runtime, k *kindWorker) (*capacity, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &capacity{r: r, k: k, node: node}
+	cp := &capacity{r: r, k: k, node: node, limiter: rate.NewLimiter(0, 0)}
 	cp.lapsed, cp.lapse = context.WithCancelCause(context.Background())
 	return cp, nil
 }
@@ -243,19 +291,20 @@ func (cp *capacity) run(ctx context.Context) {
 			// with each other) do not keep in step.
 			wait = cp.renewPeriod()*3/4 + jitter(cp.renewPeriod()/2)
 			start := clock.Now()
-			var grant, limit int64
-			var err error
-			grant, limit, short, err = cp.renew(ctx)
+			rn, err := cp.renew(ctx)
+			short = rn.short
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return
 			case err != nil:
 				log.Warn().Err(err).Str("kind", cp.k.kind).Msg("fdbjobs: runtime: renewing the lease of the kind's capacity")
-			case limit == 0:
+			case !rn.limited:
 				held, first = false, false
 				if lapse != nil {
 					lapse.Stop()
 				}
+				cp.leased.Store(false)
+				cp.setRate(-1)
 				cp.k.slots.setGrant(-1)
 			default:
 				held, first = true, false
@@ -263,7 +312,9 @@ func (cp *capacity) run(ctx context.Context) {
 					lapse.Stop()
 				}
 				if left := start.Add(cp.k.opts.Timeout / HoldFraction).Sub(clock.Now()); left > 0 {
-					cp.k.slots.setGrant(int(grant))
+					cp.leased.Store(true)
+					cp.setRate(rn.rate)
+					cp.k.slots.setGrant(int(rn.grant))
 					lapse = clock.AfterFunc(left, cp.lapseNow)
 				} else {
 					cp.lapseNow() // renewed too late to count on
@@ -317,13 +368,78 @@ func (cp *capacity) limited() (limited, known bool) {
 	if m == nil {
 		return false, false
 	}
-	return (*m)[cp.k.kind].limit > 0, true
+	return (*m)[cp.k.kind].limit != (Limit{}), true
 }
 
-// lapseNow takes every slot away and ends the running jobs' ctx; the
-// jobs started after have a new one.
+// setRate makes micro (millionths of a start per second) this Runtime's
+// rate of starts, with a bucket of a second's worth (at least one start;
+// none at rate 0); -1: no rate.
+func (cp *capacity) setRate(micro int64) {
+	if micro < 0 {
+		cp.rated.Store(false)
+		return
+	}
+	now := cp.r.c.cfg.Clock.Now()
+	burst := 0
+	if micro > 0 {
+		burst = int(max(1, (micro+999_999)/1_000_000))
+	}
+	cp.limiter.SetLimitAt(now, rate.Limit(float64(micro)/1e6))
+	cp.limiter.SetBurstAt(now, burst)
+	cp.rated.Store(true)
+}
+
+// reserve waits, while the kind is rated, until up to n starts are this
+// Runtime's to make (at most its bucket), and returns how many (0: none
+// now, ctx ended or no rate) with their reservation, for settle. A
+// fetcher that has to wait asks for an earlier renewal, as one waiting
+// for slots does.
+func (cp *capacity) reserve(ctx context.Context, n int) (int, *rate.Reservation) {
+	clock := cp.r.c.cfg.Clock
+	now := clock.Now()
+	m := min(n, cp.limiter.Burst())
+	if m <= 0 {
+		return 0, nil
+	}
+	res := cp.limiter.ReserveN(now, m)
+	if !res.OK() {
+		return 0, nil
+	}
+	if d := res.DelayFrom(now); d > 0 {
+		select {
+		case cp.k.slots.wanting <- struct{}{}:
+		default:
+		}
+		select {
+		case <-clock.After(d):
+		case <-ctx.Done():
+			res.CancelAt(clock.Now())
+			return 0, nil
+		}
+	}
+	return m, res
+}
+
+// settle gives back the starts of res that the accept did not make: it
+// reserved m and took got jobs.
+func (cp *capacity) settle(res *rate.Reservation, m, got int) {
+	if res == nil || got >= m {
+		return
+	}
+	now := cp.r.c.cfg.Clock.Now()
+	res.CancelAt(now)
+	if got > 0 {
+		cp.limiter.ReserveN(now, got)
+	}
+}
+
+// lapseNow takes every slot and start away and ends the running jobs'
+// ctx; the jobs started after have a new one.
 func (cp *capacity) lapseNow() {
 	cp.k.slots.setGrant(0)
+	if cp.rated.Load() {
+		cp.setRate(0)
+	}
 	cp.mu.Lock()
 	lapse := cp.lapse
 	cp.lapsed, cp.lapse = context.WithCancelCause(context.Background())
@@ -337,9 +453,9 @@ func (cp *capacity) lapseNow() {
 // kind's limit and every lease (not as a snapshot: two renewals conflict,
 // so that each grant is within what the others left), clears those of
 // Runtimes that stopped renewing (written before a version this one read
-// Timeout ago), and writes its own with its grant. Without a limit it
-// clears its own. It returns the grant and the limit (0: none).
-func (cp *capacity) renew(ctx context.Context) (grant, limit int64, short bool, err error) {
+// Timeout ago), and writes its own with its grants. Without a limit it
+// clears its own.
+func (cp *capacity) renew(ctx context.Context) (renewal, error) {
 	c := cp.r.c
 	k := cp.k
 	// A Runtime that runs jobs of the kind wants its Concurrency; an idle
@@ -352,8 +468,9 @@ func (cp *capacity) renew(ctx context.Context) (grant, limit int64, short bool, 
 	}
 	stale := cp.staleBefore()
 	type res struct {
-		grant, limit, version int64
-		at                    time.Time
+		renewal
+		version int64
+		at      time.Time
 	}
 	r, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (res, error) {
 		lf := tr.Get(c.k.limitKey(k.kind))
@@ -377,12 +494,19 @@ func (cp *capacity) renew(ctx context.Context) (grant, limit int64, short bool, 
 		if err != nil {
 			return res{}, err
 		}
+		// Rates as slots: a Runtime with jobs running wants the whole
+		// rate, an idle one a hundredth.
+		total := limit.rateMicro()
+		rateWant := total
+		if running == 0 {
+			rateWant = max(1, total/100)
+		}
 		kvs, err := recs.GetSliceWithError()
 		if err != nil {
 			return res{}, err
 		}
-		var others int64
-		var wants []int64
+		var others, othersRate int64
+		var wants, rateWants []int64
 		mine := false
 		for _, e := range kvs {
 			rec, err := c.k.decodeCapacity(e)
@@ -397,12 +521,23 @@ func (cp *capacity) renew(ctx context.Context) (grant, limit int64, short bool, 
 				tr.Clear(e.Key)
 				tr.Clear(c.k.fenceKey(k.kind, rec.node))
 			default:
-				others += rec.grant
-				wants = append(wants, rec.want)
+				others, othersRate = others+rec.grant, othersRate+rec.rateGrant
+				wants, rateWants = append(wants, rec.want), append(rateWants, rec.rateWant)
 			}
 		}
-		g := grantOf(int64(limit), others, wants, running, want)
-		v, err := tuple.Tuple{g, want, tuple.IncompleteVersionstamp(0)}.PackWithVersionstamp(nil)
+		rn := renewal{grant: -1, rate: -1, limited: true}
+		var g, rg int64
+		if limit.Running > 0 {
+			g = grantOf(int64(limit.Running), others, wants, running, want)
+			rn.grant = g
+			rn.short = g == want && want < int64(k.slots.size())
+		}
+		if total > 0 {
+			rg = min(rateWant, max(0, total-othersRate), fairPart(total, rateWants, rateWant))
+			rn.rate = rg
+			rn.short = rn.short || rg == rateWant && rateWant < total
+		}
+		v, err := tuple.Tuple{g, want, tuple.IncompleteVersionstamp(0), rg, rateWant}.PackWithVersionstamp(nil)
 		if err != nil {
 			return res{}, err
 		}
@@ -411,13 +546,24 @@ func (cp *capacity) renew(ctx context.Context) (grant, limit int64, short bool, 
 			// A new lease (or one taken back): its accepts' fence.
 			tr.Set(c.k.fenceKey(k.kind, cp.node), nil)
 		}
-		return res{grant: g, limit: int64(limit), version: version, at: at}, nil
+		return res{renewal: rn, version: version, at: at}, nil
 	})
 	if err != nil {
-		return 0, 0, false, err
+		return renewal{}, err
 	}
 	cp.samples = append(cp.samples, versionSample{at: r.at, version: r.version})
-	return r.grant, r.limit, r.grant == want && want < int64(k.slots.size()), nil
+	return r.renewal, nil
+}
+
+// renewal is what a renewal of a lease gave: the slots (-1: no limit of
+// running jobs) and the rate of starts (millionths per second; -1: no
+// limit of starts) of the Runtime, whether the kind has a limit, and
+// whether the lease is short of the Runtime's Concurrency or of the rate
+// only because it asked for little.
+type renewal struct {
+	grant, rate int64
+	limited     bool
+	short       bool
 }
 
 // staleBefore is the latest version this Runtime read at least Timeout

@@ -3,6 +3,7 @@ package fdbjobs
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -42,8 +43,15 @@ func TestLimitAcrossNodes(t *testing.T) {
 	var limit atomic.Int64
 	var mu sync.Mutex
 	done := map[int]int{}
+	var started []time.Time // by the job's N, from rateFrom on
+	const rateFrom = 1800
 	ws := NewWorkers()
 	require.NoError(t, AddWorker(ws, WorkFunc[limArgs](func(ctx context.Context, w *Work[limArgs]) error {
+		if w.Args.N >= rateFrom {
+			mu.Lock()
+			started = append(started, time.Now())
+			mu.Unlock()
+		}
 		n := running.Add(1)
 		defer running.Add(-1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
@@ -134,6 +142,24 @@ func TestLimitAcrossNodes(t *testing.T) {
 	})
 	require.Zero(t, over.Load(), "more than 12 jobs ran at once (peak %d)", peak.Load())
 
+	// A limit of starts instead: over any two seconds, at most three
+	// seconds' worth, and one more per node (their buckets).
+	require.NoError(t, nodes[0].c.SetLimit(ctx, nil, "lim", Limit{PerSecond: 400}))
+	limit.Store(1000)
+	insert(rateFrom, 600)
+	waitDone(rateFrom + 600)
+	mu.Lock()
+	for i, from := range started {
+		n := 0
+		for _, at := range started[i:] {
+			if at.Sub(from) >= 0 && at.Sub(from) < 2*time.Second {
+				n++
+			}
+		}
+		require.LessOrEqual(t, n, 3*400+len(nodes), "starts in the two seconds from %v", from)
+	}
+	mu.Unlock()
+
 	// Every job ran once, and transactions rarely ran twice: on the
 	// embedded store as it is. Under injected faults or latency, on a
 	// real FoundationDB or the race detector on this machine's cores,
@@ -162,8 +188,9 @@ func TestLimitAcrossNodes(t *testing.T) {
 // Limits are bounded, and a kind's limit reads back as it was set.
 func TestLimitBadInput(t *testing.T) {
 	b := setup(t)
-	for _, n := range []int{0, -1, LimitMax + 1} {
-		require.ErrorIs(t, b.c.SetLimit(b.ctx, nil, t1, Limit{Running: n}), ErrInvalidArgument, n)
+	for _, l := range []Limit{{}, {Running: -1}, {Running: LimitMax + 1}, {PerSecond: -1}, {PerSecond: 0.0001},
+		{PerSecond: LimitMax + 1}, {Running: 3, PerSecond: math.NaN()}, {PerSecond: math.Inf(1)}} {
+		require.ErrorIs(t, b.c.SetLimit(b.ctx, nil, t1, l), ErrInvalidArgument, l)
 	}
 	require.ErrorIs(t, b.c.SetLimit(b.ctx, nil, "", Limit{Running: 1}), ErrInvalidArgument)
 	_, ok, err := b.c.GetLimit(b.ctx, nil, t1)
@@ -174,6 +201,10 @@ func TestLimitBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, Limit{Running: 3}, l)
+	require.NoError(t, b.c.SetLimit(b.ctx, nil, t1, Limit{PerSecond: 2.5}))
+	l, _, err = b.c.GetLimit(b.ctx, nil, t1)
+	require.NoError(t, err)
+	require.Equal(t, Limit{PerSecond: 2.5}, l)
 	require.NoError(t, b.c.ClearLimit(b.ctx, nil, t1))
 	_, ok, err = b.c.GetLimit(b.ctx, nil, t1)
 	require.NoError(t, err)
@@ -247,9 +278,9 @@ func TestLimitModel(t *testing.T) {
 		switch op := rng.IntN(10); {
 		case op < 3 && !nd.dead:
 			start := b.clock.Now()
-			grant, _, _, err := nd.cp.renew(b.ctx)
+			rn, err := nd.cp.renew(b.ctx)
 			require.NoError(t, err)
-			s.setGrant(int(grant))
+			s.setGrant(int(rn.grant))
 			nd.until = start.Add(timeout / HoldFraction)
 		case op < 6 && !nd.dead && b.clock.Now().Before(nd.until):
 			s.mu.Lock()
@@ -310,9 +341,9 @@ func TestLimitModel(t *testing.T) {
 	for range 3 {
 		b.clock.Advance(timeout)
 		for _, nd := range live {
-			grant, _, _, err := nd.cp.renew(b.ctx)
+			rn, err := nd.cp.renew(b.ctx)
 			require.NoError(t, err)
-			nd.cp.k.slots.setGrant(int(grant))
+			nd.cp.k.slots.setGrant(int(rn.grant))
 		}
 	}
 	total := 0
@@ -320,4 +351,76 @@ func TestLimitModel(t *testing.T) {
 		total += nd.cp.k.slots.cap()
 	}
 	require.Equal(t, min(limit, wantAll), total, "the live Runtimes' grants")
+}
+
+// TestLimitRateModel drives the rate leases of four simulated Runtimes
+// over simulated time, in a seeded random order: renewals, starts as a
+// fetcher makes them (a reservation of up to its bucket, the unused part
+// given back), jobs ending, the clock moving. Over every window of two
+// seconds the Runtimes start at most PerSecond × 3 jobs plus one per
+// Runtime (each bucket holds a second's worth, at least one). Replay:
+// FDBJOBS_SEED.
+func TestLimitRateModel(t *testing.T) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 13))
+	b := setup(t)
+	const perSecond = 20
+	require.NoError(t, b.c.SetLimit(b.ctx, nil, "lim", Limit{PerSecond: perSecond}))
+	var nodes []*capacity
+	for range 4 {
+		c, err := New(b.db, Config{Clock: b.clock})
+		require.NoError(t, err)
+		k := &kindWorker{kind: "lim", opts: WorkerOptions{Timeout: 8 * time.Second}, slots: newSlots(50)}
+		cp, err := newCapacity(&Runtime{c: c}, k)
+		require.NoError(t, err)
+		k.capacity = cp
+		nodes = append(nodes, cp)
+	}
+	var starts []time.Time
+	for range 3000 {
+		cp := nodes[rng.IntN(len(nodes))]
+		s := cp.k.slots
+		switch op := rng.IntN(10); {
+		case op < 2:
+			rn, err := cp.renew(b.ctx)
+			require.NoError(t, err)
+			cp.setRate(rn.rate)
+		case op < 6 && cp.rated.Load():
+			now := b.clock.Now()
+			m := min(1+rng.IntN(10), cp.limiter.Burst())
+			if m == 0 {
+				continue
+			}
+			res := cp.limiter.ReserveN(now, m)
+			if !res.OK() || res.DelayFrom(now) > 0 {
+				res.CancelAt(now) // a fetcher would wait: the next step decides
+				continue
+			}
+			got := rng.IntN(m + 1)
+			cp.settle(res, m, got)
+			for range got {
+				starts = append(starts, now)
+			}
+			s.mu.Lock()
+			s.held += got
+			s.mu.Unlock()
+		case op < 8:
+			if h := s.taken(); h > 0 {
+				s.give(1 + rng.IntN(h))
+			}
+		default:
+			b.clock.Advance(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
+		}
+	}
+	require.NotEmpty(t, starts)
+	for i, from := range starts {
+		n := 0
+		for _, at := range starts[i:] {
+			if at.Sub(from) < 2*time.Second {
+				n++
+			}
+		}
+		require.LessOrEqual(t, n, perSecond*3+len(nodes), "starts in the two seconds from %v", from)
+	}
+	t.Logf("%d starts over %v", len(starts), starts[len(starts)-1].Sub(starts[0]))
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"golang.org/x/time/rate"
 
 	"github.com/fdbrep/fdbrep/internal/service"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -378,7 +379,7 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 	var b kv.Backoff
 	for {
 		// A kind that got a limit takes no job until its lease is written.
-		if limited, _ := k.capacity.limited(); limited && !k.slots.limited() {
+		if limited, _ := k.capacity.limited(); limited && !k.capacity.leased.Load() {
 			k.slots.setGrant(0)
 		}
 		// Wait for free slots, and take those there are.
@@ -386,9 +387,25 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 		if n == 0 {
 			return
 		}
+		// And, for a kind with a limit of starts, for the starts.
+		var starts *rate.Reservation
+		if k.capacity.rated.Load() {
+			var m int
+			m, starts = k.capacity.reserve(ctx, n)
+			k.slots.give(n - m)
+			if n = m; n == 0 {
+				select {
+				case <-r.c.cfg.Clock.After(r.opts.FetchPoll):
+				case <-ctx.Done():
+					return
+				}
+				continue
+			}
+		}
 		k.stats.fetching.Add(1)
 		k.stats.fetches.Add(1)
 		jobs, err := r.accept(ctx, k, n)
+		k.capacity.settle(starts, n, len(jobs))
 		k.stats.fetching.Add(-1)
 		k.slots.give(n - len(jobs))
 		if errors.Is(err, ErrPaused) || errors.Is(err, ErrCapacityLapsed) {
@@ -433,7 +450,7 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 func (r *Runtime) accept(ctx context.Context, k *kindWorker, n int) ([]*Job, error) {
 	opts := AcceptOptions{Timeout: r.opts.FetchPoll}
 	var fence func(kv.Transaction) func() error
-	if k.slots.limited() {
+	if k.capacity.leased.Load() {
 		fence = k.capacity.fence
 	}
 	if k.opts.OldestFirst {

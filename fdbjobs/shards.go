@@ -39,10 +39,9 @@ type typeInfo struct {
 	feed, known bool
 	// lanes: the priorities the type's jobs have had (priority.go).
 	lanes lanes
-	// limit: the kind's cluster-wide limit of running jobs (0: none;
-	// limits.go), as the type-check loop read it (readTypeInfo does not
-	// read it).
-	limit int
+	// limit: the kind's cluster-wide limit (zero: none; limits.go), as
+	// the type-check loop read it (readTypeInfo does not read it).
+	limit Limit
 }
 
 // cachedTypeInfo is readTypeInfo for accepts: a started Client takes

@@ -82,8 +82,8 @@ type kindRow struct {
 	Counts  fdbjobs.JobCounts
 	Paused  bool
 	Feed    time.Duration
-	Limit   int  // its cluster-wide limit of running jobs (0: none)
-	Managed bool // read-only (Options.Managed)
+	Limit   fdbjobs.Limit // its cluster-wide limit (zero: none)
+	Managed bool          // read-only (Options.Managed)
 }
 
 // kindRow reads what the pages show of kind.
@@ -99,8 +99,7 @@ func (h *handler) kindRow(ctx context.Context, kind string) (kindRow, error) {
 	if row.Feed, _, err = h.c.FeedKeep(ctx, nil, kind); err != nil {
 		return row, err
 	}
-	l, _, err := h.c.GetLimit(ctx, nil, kind)
-	row.Limit = l.Running
+	row.Limit, _, err = h.c.GetLimit(ctx, nil, kind)
 	return row, err
 }
 
