@@ -1,6 +1,7 @@
 // Package examples holds runnable programs of fdbjobs' runtime, each on
 // the embedded store in memory: go run ./examples/typed (the program of
 // fdbjobs/README.md), ./examples/retries, ./examples/cancel,
-// ./examples/unique, ./examples/transactional and ./examples/schedule. Each example's test
+// ./examples/unique, ./examples/transactional, ./examples/schedule and
+// ./examples/limits (cluster-wide limits and priorities). Each example's test
 // runs its main.
 package examples

@@ -43,6 +43,10 @@ type AcceptOptions struct {
 	// of the kind's capacity in each accept transaction (limits.go): it
 	// issues the read and returns its wait.
 	fence func(kv.Transaction) func() error
+	// handicapped bounds, for an OldestFirst fetch, the handicapped due
+	// times of the jobs taken by handicap (priority.go, due).
+	handicapped bool
+	handicap    int64
 }
 
 // Job is a job held by a worker, as returned by Accept. Pass it to Update,
@@ -160,7 +164,8 @@ func (c *Client) AcceptBatch(ctx context.Context, typ string, n int, opts Accept
 		if max == 0 && !opts.NoSchedule {
 			max = c.cfg.now()
 		}
-		jobs, watch, busy, more, err := c.acceptOnce(ctx, typ, n, max, opts.NoSchedule, opts.fence, token, wait, scan, sw)
+		d := dueBound{max: max, handicapped: opts.handicapped, handicap: opts.handicap}
+		jobs, watch, busy, more, err := c.acceptOnce(ctx, typ, n, d, opts.NoSchedule, opts.fence, token, wait, scan, sw)
 		if err != nil {
 			return nil, err
 		}
@@ -248,7 +253,7 @@ func (c *Client) awaitPending(ctx context.Context, watch kv.FutureNil, wb *kv.Ba
 // busy reports that no job was found but shards were skipped because this
 // node's other acceptors were claiming from them: the caller should wait
 // for one of those to finish (claiming.released) and try again.
-func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, noSchedule bool, fence func(kv.Transaction) func() error, token []byte, wantWatch, scan bool, sw *sweep) (jobs []*Job, watch kv.FutureNil, busy, more bool, err error) {
+func (c *Client) acceptOnce(ctx context.Context, typ string, n int, d dueBound, noSchedule bool, fence func(kv.Transaction) func() error, token []byte, wantWatch, scan bool, sw *sweep) (jobs []*Job, watch kv.FutureNil, busy, more bool, err error) {
 	type result struct {
 		jobs    []*Job
 		watch   kv.FutureNil
@@ -350,7 +355,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, max int64, n
 				runs = [][]kv.KeyValue{run}
 			}
 		} else {
-			look, err = c.pickScheduled(tr, typ, n, max, ti, avoid, scan, sw)
+			look, err = c.pickScheduled(tr, typ, n, d, ti, avoid, scan, sw)
 			runs, marked, busy = look.runs, look.shards, look.busy
 		}
 		if p, perr := paused.Get(); perr != nil || p != nil {

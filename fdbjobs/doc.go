@@ -321,7 +321,12 @@
 // higher priority q that became due more than (p-q) × PriorityAging after
 // it, so a steady stream of higher-priority jobs delays it by at most that
 // much. A node helping with another node's shard (which takes from the end
-// of what is due) takes the lanes in priority order. A job keeps its
+// of what is due) takes the lanes in priority order. Across shards, as for
+// due times, there is no order by default; a Runtime's OldestFirst kind
+// has one: each fetch first finds the n jobs of least handicapped due time
+// across every shard and lane (one snapshot read of their heads), then
+// takes jobs up to that handicapped time, each lane up to it less its
+// handicap. A job keeps its
 // priority when it is retried, snoozed, re-enqueued or resubmitted;
 // an Add or Insert of an existing job with a priority changes it. The
 // first job of a new priority reaches acceptors of other Clients once

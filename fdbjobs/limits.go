@@ -203,6 +203,8 @@ type capacity struct {
 	// rate, while rated.
 	limiter *rate.Limiter
 	rated   atomic.Bool
+	// starved: a fetcher waited for starts since the last renewal.
+	starved atomic.Bool
 	// mu guards lapse and lapsed.
 	mu sync.Mutex
 	// lapse ends the ctx of the kind's running jobs (cause
@@ -398,6 +400,9 @@ func (cp *capacity) reserve(ctx context.Context, n int) (int, *rate.Reservation)
 	clock := cp.r.c.cfg.Clock
 	now := clock.Now()
 	m := min(n, cp.limiter.Burst())
+	if m < n {
+		cp.starved.Store(true)
+	}
 	if m <= 0 {
 		return 0, nil
 	}
@@ -406,6 +411,7 @@ func (cp *capacity) reserve(ctx context.Context, n int) (int, *rate.Reservation)
 		return 0, nil
 	}
 	if d := res.DelayFrom(now); d > 0 {
+		cp.starved.Store(true)
 		select {
 		case cp.k.slots.wanting <- struct{}{}:
 		default:
@@ -458,12 +464,14 @@ func (cp *capacity) lapseNow() {
 func (cp *capacity) renew(ctx context.Context) (renewal, error) {
 	c := cp.r.c
 	k := cp.k
-	// A Runtime that runs jobs of the kind wants its Concurrency; an idle
+	// A Runtime that runs jobs of the kind, or whose fetchers waited for
+	// its grants since its last renewal, wants its Concurrency; an idle
 	// one, one slot, so that it takes a job as soon as there is one (and
-	// then wants more at its next renewal).
+	// then renews to want more).
 	running := int64(k.slots.taken())
+	busy := running > 0 || k.slots.wasBlocked() || cp.starved.Swap(false)
 	want := int64(k.slots.size())
-	if running == 0 {
+	if !busy {
 		want = 1
 	}
 	stale := cp.staleBefore()
@@ -498,7 +506,7 @@ func (cp *capacity) renew(ctx context.Context) (renewal, error) {
 		// rate, an idle one a hundredth.
 		total := limit.rateMicro()
 		rateWant := total
-		if running == 0 {
+		if !busy {
 			rateWant = max(1, total/100)
 		}
 		kvs, err := recs.GetSliceWithError()

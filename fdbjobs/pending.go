@@ -69,6 +69,16 @@ func (c *Client) DueTime(ctx context.Context, tx kv.ReadTransactor, typ string, 
 	if n < 1 || n > MaxBatch {
 		return 0, 0, fmt.Errorf("%w: count %d outside [1, %d]", ErrInvalidArgument, n, MaxBatch)
 	}
+	return c.nthDue(ctx, tx, typ, maxSTime, n, 0)
+}
+
+// nthDue finds the n pending jobs of typ scheduled at or before maxSTime
+// of least scheduled time plus, with aging (in TimeUnits per priority
+// level; 0: none), their priority's handicap, across every shard and
+// lane, and returns the latest of those times and how many there are (at
+// most n; 0 when none is due). One snapshot read of each queue shard's
+// first n keys.
+func (c *Client) nthDue(ctx context.Context, tx kv.ReadTransactor, typ string, maxSTime int64, n int, aging int64) (int64, int, error) {
 	type due struct {
 		stime int64
 		count int
@@ -84,18 +94,19 @@ func (c *Client) DueTime(ctx context.Context, tx kv.ReadTransactor, typ string, 
 			futs[i] = snap.GetRange(c.k.pendingRange(typ, s, maxSTime), kv.RangeOptions{Limit: n})
 		}
 		var stimes []int64
-		for _, f := range futs {
+		for i, f := range futs {
 			kvs, err := f.GetSliceWithError()
 			if err != nil {
 				return due{}, err
 			}
+			handicap := int64(shardPriority(qs[i])-PriorityHighest) * aging
 			for _, e := range kvs {
 				t, err := c.k.pending.Unpack(e.Key)
 				if err != nil || len(t) != 4 {
 					return due{}, fmt.Errorf("fdbjobs: bad pending key %s", e.Key)
 				}
 				st, _ := intElem(t[2])
-				stimes = append(stimes, st)
+				stimes = append(stimes, st+handicap)
 			}
 		}
 		if len(stimes) == 0 {

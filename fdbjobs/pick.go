@@ -83,8 +83,8 @@ type pick struct {
 	counter []byte
 }
 
-// pickScheduled finds up to n pending keys of typ scheduled at or before
-// max, read as a snapshot, as runs of consecutive keys of a shard (see
+// pickScheduled finds up to n pending keys of typ due by d, read as a
+// snapshot, as runs of consecutive keys of a shard (see
 // doc.go, "Accepting"): the head of the first of the node's own shards
 // that no other acceptor of the node is claiming from; when that has fewer
 // than n due, the other shards not being claimed on the node, read at
@@ -94,7 +94,7 @@ type pick struct {
 // reads the shards at once from the start (an Accept woken after it found
 // nothing: one round trip, not two). The shards it took runs from stay
 // marked in c.claiming until the caller releases them.
-func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max int64, ti typeInfo, avoid map[int64]bool, scan bool, sw *sweep) (p pick, err error) {
+func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, d dueBound, ti typeInfo, avoid map[int64]bool, scan bool, sw *sweep) (p pick, err error) {
 	high, aging := ti.high, c.cfg.agingUnits()
 	snap := tr.Snapshot()
 	if int64(len(sw.order)) != high {
@@ -123,7 +123,7 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max int64, 
 				continue
 			}
 			first = s
-			runs, k, err := c.readLanes(snap, typ, s, ti.lanes, max, n, false).get(c.k, n, aging)
+			runs, k, err := c.readLanes(snap, typ, s, ti.lanes, d, n, false).get(c.k, n, aging)
 			if err != nil {
 				c.claiming.release(typ, s)
 				return p, err
@@ -164,11 +164,11 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, max int64, 
 		if c.claiming.marked(typ, s) {
 			skipped = true
 			if mine[s] {
-				claimed = append(claimed, c.readLanes(snap, typ, s, ti.lanes, max, 1, false))
+				claimed = append(claimed, c.readLanes(snap, typ, s, ti.lanes, d, 1, false))
 			}
 			continue
 		}
-		pt := c.readLanes(snap, typ, s, ti.lanes, max, n-got, !mine[s])
+		pt := c.readLanes(snap, typ, s, ti.lanes, d, n-got, !mine[s])
 		if pt.tail {
 			theirs = append(theirs, pt)
 		} else {

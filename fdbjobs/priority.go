@@ -6,6 +6,7 @@ package fdbjobs
 // handicap.
 
 import (
+	"context"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -129,12 +130,45 @@ type laneRead struct {
 
 // readLanes issues the reads of the due pending keys of typ's base shard s
 // in each of ls, up to limit each.
-func (c *Client) readLanes(snap kv.ReadTransaction, typ string, s int64, ls lanes, max int64, limit int, tail bool) laneRead {
-	lr := laneRead{shard: s, tail: tail, qs: ls.of(s)}
-	for _, q := range lr.qs {
+func (c *Client) readLanes(snap kv.ReadTransaction, typ string, s int64, ls lanes, d dueBound, limit int, tail bool) laneRead {
+	lr := laneRead{shard: s, tail: tail}
+	for _, q := range ls.of(s) {
+		max := d.laneMax(shardPriority(q), c.cfg.agingUnits())
+		if max < 0 {
+			continue
+		}
+		lr.qs = append(lr.qs, q)
 		lr.fs = append(lr.fs, snap.GetRange(c.k.pendingRange(typ, q, max), kv.RangeOptions{Limit: limit, Reverse: tail}))
 	}
 	return lr
+}
+
+// dueBound bounds the jobs an accept takes: scheduled at or before max and,
+// with handicapped, whose handicapped due times are at or before
+// handicap (an OldestFirst fetch's: see Client.dueHandicapped).
+type dueBound struct {
+	max         int64
+	handicapped bool
+	handicap    int64
+}
+
+// laneMax is the latest scheduled time d takes in a lane of priority
+// prio (-1: none).
+func (d dueBound) laneMax(prio int, aging int64) int64 {
+	if !d.handicapped {
+		return d.max
+	}
+	return min(d.max, d.handicap-int64(prio-PriorityHighest)*aging)
+}
+
+// dueHandicapped finds the n pending jobs of typ, due at or before max,
+// of least handicapped due time across every shard and lane, and returns
+// the latest of their handicapped times and how many there are (at most
+// n; 0 when none is due): an accept bounded by it takes due jobs of the
+// kind in priority and due order across its shards (WorkerOptions.
+// OldestFirst). One snapshot read of each queue shard's first n.
+func (c *Client) dueHandicapped(ctx context.Context, typ string, max int64, n int) (int64, int, error) {
+	return c.nthDue(ctx, nil, typ, max, n, c.cfg.agingUnits())
 }
 
 // get waits for the reads and returns up to n keys as runs of consecutive

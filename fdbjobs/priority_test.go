@@ -242,3 +242,30 @@ func TestPriorityModel(t *testing.T) {
 		})
 	}
 }
+
+// Across shards, an OldestFirst fetch takes jobs in priority and due
+// order: dueHandicapped finds how far the n first reach, handicaps
+// included, and the accept takes those from whichever shards hold them.
+func TestPriorityAcrossShards(t *testing.T) {
+	b := setup(t)
+	for i := range 16 {
+		b.addPrio(t, fmt.Sprintf("low-%02d", i), 100, 4) // handicapped: 100 + 3 min
+	}
+	for i := range 3 {
+		b.addPrio(t, fmt.Sprintf("high-%d", i), 150, 1)
+	}
+	h, n, err := b.c.dueHandicapped(b.ctx, t1, b.c.cfg.now(), 3)
+	require.NoError(t, err)
+	require.Equal(t, []int64{150, 3}, []int64{h, int64(n)})
+	jobs, err := b.c.AcceptBatch(b.ctx, t1, 3, AcceptOptions{MaxScheduledTime: b.c.cfg.now(), handicapped: true, handicap: h})
+	require.NoError(t, err)
+	var ids []string
+	for _, j := range jobs {
+		ids = append(ids, j.ID)
+	}
+	slices.Sort(ids)
+	require.Equal(t, []string{"high-0", "high-1", "high-2"}, ids)
+	h, n, err = b.c.dueHandicapped(b.ctx, t1, b.c.cfg.now(), 20)
+	require.NoError(t, err)
+	require.Equal(t, []int64{100 + 3*60, 16}, []int64{h, int64(n)})
+}

@@ -455,14 +455,14 @@ func (r *Runtime) accept(ctx context.Context, k *kindWorker, n int) ([]*Job, err
 	}
 	if k.opts.OldestFirst {
 		now := r.c.cfg.now()
-		t, due, err := r.c.DueTime(ctx, nil, k.kind, now, n)
+		h, due, err := r.c.dueHandicapped(ctx, k.kind, now, n)
 		if err != nil {
 			return nil, err
 		}
 		if due > 0 {
 			// At least 1, which covers the jobs scheduled at 0: a
 			// MaxScheduledTime of 0 is now.
-			opts = AcceptOptions{MaxScheduledTime: max(t, 1)}
+			opts = AcceptOptions{MaxScheduledTime: max(now, 1), handicapped: true, handicap: max(h, 1)}
 		} else {
 			k.stats.idle.Store(now)
 		}

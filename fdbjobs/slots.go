@@ -16,6 +16,9 @@ type slots struct {
 	// blocked whether a fetcher waits for the grant; mu guards them.
 	limit, grant, held int
 	blocked            bool
+	// everBlocked: a fetcher waited for the grant since wasBlocked last
+	// looked.
+	everBlocked bool
 	// room is signalled (buffer of one) when a slot may have become free.
 	room chan struct{}
 	// wanting is signalled (buffer of one) when a fetcher waits for a
@@ -51,6 +54,9 @@ func (s *slots) take(ctx context.Context, most int) int {
 			return n
 		}
 		byGrant := s.grant >= 0 && s.grant < s.limit
+		if byGrant {
+			s.everBlocked = true
+		}
 		if byGrant && !s.blocked {
 			s.blocked = true
 			select {
@@ -94,6 +100,16 @@ func (s *slots) setGrant(grant int) {
 	s.grant = grant
 	s.mu.Unlock()
 	s.signal()
+}
+
+// wasBlocked reports whether a fetcher waited for the grant since it was
+// last asked, and forgets it.
+func (s *slots) wasBlocked() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.everBlocked
+	s.everBlocked = false
+	return b
 }
 
 // limited reports whether the slots follow a grant.

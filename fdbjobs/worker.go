@@ -174,13 +174,14 @@ type WorkerOptions struct {
 	// FetchBatchDefault when zero, at most MaxBatch.
 	FetchBatch int
 	// OldestFirst makes each fetch take the due jobs with the oldest
-	// scheduled times across the kind's shards, for one more snapshot
-	// read of every shard's head per fetch (DueTime): a queue in the order
-	// of its scheduled times, as the replicator's fair share needs. By
-	// default a fetch takes the due jobs of shards in a random order,
-	// which scales out better (the fetchers of many nodes seldom aim at
-	// the same jobs), and a job may start before one due earlier in
-	// another shard.
+	// scheduled times across the kind's shards, priorities' handicaps
+	// included (see Config.PriorityAging), for one more snapshot read of
+	// every shard's head per fetch: a queue in the order of its
+	// scheduled times and priorities, as the replicator's fair share
+	// needs. By default a fetch takes the due jobs of shards in a random
+	// order, which scales out better (the fetchers of many nodes seldom
+	// aim at the same jobs), and a job may start before one due earlier,
+	// or of a higher priority, in another shard.
 	OldestFirst bool
 	// Manual makes the Worker hold and end its jobs itself, with the
 	// Client's Update, Finish and Resubmit fenced by Work.Job's lock (or
