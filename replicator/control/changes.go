@@ -26,9 +26,10 @@ const (
 // SchedulerChanges reads the replications' state changes after q.Since,
 // as viewer may see them: a server admin every replication's, another
 // user their own (the anonymous user none: unauthorized). It keeps those
-// of q's database, document and states, and when none follows and q.Wait
-// is positive, waits up to that long for one. LastSeq is where to read on
-// from: past every event examined, those filtered out too.
+// of q's database, document and states (SchedulerDocs' names, and
+// StateRemoved; an unknown state is ErrBadQuery), and when none follows
+// and q.Wait is positive, waits up to that long for one. LastSeq is where
+// to read on from: past every event examined, those filtered out too.
 func (p *Plane) SchedulerChanges(ctx context.Context, viewer api.User, q api.ChangesQuery) (api.ChangesPage, error) {
 	owner, err := ownerOf(viewer)
 	if err != nil {
@@ -39,6 +40,12 @@ func (p *Plane) SchedulerChanges(ctx context.Context, viewer api.User, q api.Cha
 	}
 	if q.Limit == 0 {
 		q.Limit = ChangesLimitDefault
+	}
+	// states as _scheduler/docs takes them, and removed; a filter of
+	// CouchDB 3.x's states alone keeps nothing.
+	states, err := selectStates(q.States, replicator.StateRemoved)
+	if err != nil {
+		return api.ChangesPage{}, err
 	}
 	since := q.Since
 	if since == "0" {
@@ -58,7 +65,7 @@ func (p *Plane) SchedulerChanges(ctx context.Context, viewer api.User, q api.Cha
 			page.LastSeq = e.Seq
 			c, ok := replicator.ChangeOf(e)
 			if !ok || (owner != "" && c.Owner != owner) || (q.Database != "" && c.DBName != q.Database) ||
-				(q.DocID != "" && c.DocID != q.DocID) || (len(q.States) > 0 && !slices.Contains(q.States, c.State)) {
+				(q.DocID != "" && c.DocID != q.DocID) || (len(q.States) > 0 && !slices.Contains(states, c.State)) {
 				continue
 			}
 			page.Results = append(page.Results, api.ChangeRow{Seq: e.Seq, ID: e.JobID, Database: c.DBName, DocID: c.DocID,

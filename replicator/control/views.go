@@ -323,17 +323,9 @@ func (p *Plane) resolveID(ctx context.Context, id string) (string, error) {
 // whatever their case, as CouchDB; CouchDB 3.x's initializing and error
 // select nothing (couchDocStates); an unknown state is ErrBadQuery.
 func (p *Plane) SchedulerDocs(ctx context.Context, db string, states []string, q api.PageQuery) (api.DocList, error) {
-	known := replicator.ViewStates()
-	var selected []string
-	for _, s := range states {
-		s = strings.ToLower(s) // as CouchDB
-		switch {
-		case slices.Contains(known, s):
-			selected = append(selected, s)
-		case !slices.Contains(couchDocStates, s):
-			return api.DocList{}, replicator.NewReason(replicator.ErrBadQuery, "Unknown states [%s]. Choose from: [%s]",
-				s, strings.Join(slices.Concat(couchDocStates, known), ", "))
-		}
+	selected, err := selectStates(states)
+	if err != nil {
+		return api.DocList{}, err
 	}
 	none := len(states) > 0 && len(selected) == 0 // only states no document has here
 	states = selected
@@ -344,7 +336,7 @@ func (p *Plane) SchedulerDocs(ctx context.Context, db string, states []string, q
 	if db != "" {
 		maxKey = 1
 	}
-	q, err := checkPage(q, maxKey)
+	q, err = checkPage(q, maxKey)
 	if err != nil {
 		return api.DocList{}, err
 	}
@@ -415,6 +407,28 @@ func (p *Plane) withSchedule(ctx context.Context, info api.DocInfo, jobID string
 // replication that cannot start is crashing (or failed, when it does not
 // parse).
 var couchDocStates = []string{"initializing", "error"}
+
+// selectStates checks a states filter of _scheduler/docs (extra none) or
+// _scheduler/_changes (extra StateRemoved): each state a view state
+// (replicator.ViewStates), one of extra or one of couchDocStates, whatever
+// its case, as CouchDB. It returns the states that select something,
+// lower case (none when the filter names only couchDocStates); an unknown
+// state is ErrBadQuery naming it and the states to choose from.
+func selectStates(states []string, extra ...string) ([]string, error) {
+	known := slices.Concat(replicator.ViewStates(), extra)
+	var selected []string
+	for _, s := range states {
+		s = strings.ToLower(s) // as CouchDB
+		switch {
+		case slices.Contains(known, s):
+			selected = append(selected, s)
+		case !slices.Contains(couchDocStates, s):
+			return nil, replicator.NewReason(replicator.ErrBadQuery, "Unknown states [%s]. Choose from: [%s]",
+				s, strings.Join(slices.Concat(couchDocStates, known), ", "))
+		}
+	}
+	return selected, nil
+}
 
 // SchedulerDoc returns the job of one _replicator document, or
 // ErrNotFound.

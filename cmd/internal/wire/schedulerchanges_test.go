@@ -140,3 +140,40 @@ func TestSchedulerChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestSchedulerChangesStates: _scheduler/_changes takes the states
+// _scheduler/docs takes, in any case, and removed; an unknown state is
+// the same 400 as there, naming it, whatever the feed.
+func TestSchedulerChangesStates(t *testing.T) {
+	t.Parallel()
+	e := newService(t)
+	for _, tc := range []struct {
+		query  string
+		status int
+		bad    string // the state the refusal names
+	}{
+		{"states=bogus", 400, "bogus"},
+		{"states=crashing,bogus", 400, "bogus"},
+		{"states=triggered&feed=longpoll&timeout=10", 400, "triggered"},
+		{"states=bogus&feed=continuous&timeout=10", 400, "bogus"},
+		{"states=bogus&feed=eventsource&timeout=10", 400, "bogus"},
+		{"states=crashing", 200, ""},
+		{"states=CRASHING,removed,parked", 200, ""},
+		{"states=initializing,error", 200, ""}, // CouchDB 3.x's: select nothing
+		{"states=", 200, ""},
+	} {
+		t.Run(tc.query, func(t *testing.T) {
+			r := e.do("GET", "/_scheduler/_changes?"+tc.query, asAdmin, nil)
+			if tc.status != 200 {
+				requireError(t, r, tc.status, "query_parse_error")
+				require.Contains(t, r.Body["reason"], "Unknown states ["+tc.bad+"]")
+				// As _scheduler/docs answers it.
+				docs := e.do("GET", "/_scheduler/docs?states="+tc.bad, asAdmin, nil)
+				requireError(t, docs, tc.status, "query_parse_error")
+				return
+			}
+			require.Equal(t, 200, r.Status, r.Raw)
+			require.Contains(t, r.Body, "last_seq")
+		})
+	}
+}
