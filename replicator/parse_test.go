@@ -31,6 +31,12 @@ func TestParseSpecErrors(t *testing.T) {
 		{`{"source":"http://h/a","target":"http://h/b","skip_deleted":"yes"}`, "`skip_deleted` must be a boolean"},
 		{`{"source":"http://h/a","target":"http://h/b","schedule":{"cron":"* * *"}}`, "`schedule`: `cron` \"* * *\": expected exactly 5 fields, found 3: [* * *]"},
 		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":0}}`, "`schedule.every` must be at least 1"},
+		// every is a JSON number of seconds: no string, not even of one.
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":"10"}}`, "`schedule.every` must be a JSON number of seconds"},
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":" 3600"}}`, "`schedule.every` must be a JSON number of seconds"},
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":true}}`, "`schedule.every` must be a JSON number of seconds"},
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":[3600]}}`, "`schedule.every` must be a JSON number of seconds"},
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":3600.5}}`, "`schedule.every` must be an integer"},
 		{`{"source":"http://h/a","target":"http://h/b","schedule":{"cron":"@daily","tz":"Nowhere/Here"}}`, "`schedule`: `tz` \"Nowhere/Here\": not an IANA time zone name"},
 		{`{"source":"http://h/a","target":"http://h/b","doc_ids":42}`, "`doc_ids` must be an array"},
 		{`{"source":"http://h/a","target":"http://h/b","doc_ids":[1]}`, "`doc_ids` array must contain strings"},
@@ -61,6 +67,26 @@ func TestParseSpecErrors(t *testing.T) {
 			_, err := ParseSpec(json.RawMessage(tc.body))
 			require.ErrorIs(t, err, ErrBadRequest)
 			require.Equal(t, tc.reason, Reason(err))
+		})
+	}
+}
+
+// TestParseSchedule: the schedules a document may have, as its job
+// keeps them.
+func TestParseSchedule(t *testing.T) {
+	for _, tc := range []struct {
+		schedule string
+		want     RepSchedule
+	}{
+		{`{"every":3600}`, RepSchedule{Every: 3600}},
+		{`{"every": 86400 }`, RepSchedule{Every: 86400}},
+		{`{"cron":"0 3 * * *","tz":"Europe/Paris"}`, RepSchedule{Cron: "0 3 * * *", TZ: "Europe/Paris"}},
+		{`{"cron":"@daily","every":null}`, RepSchedule{Cron: "@daily"}},
+	} {
+		t.Run(tc.schedule, func(t *testing.T) {
+			s, err := ParseSpec(json.RawMessage(`{"source":"http://h/a","target":"http://h/b","schedule":` + tc.schedule + `}`))
+			require.NoError(t, err)
+			require.Equal(t, &tc.want, s.Schedule)
 		})
 	}
 }

@@ -73,6 +73,11 @@ func parseSchedule(v json.RawMessage, continuous bool) (*RepSchedule, error) {
 		rs.TZ = *raw.TZ
 	}
 	if raw.Every != nil {
+		// A JSON number: intField takes the strings CouchDB's integer
+		// fields take, which a field of fdbrep's own need not.
+		if v := bytes.TrimSpace(*raw.Every); len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
+			return nil, newReason(ErrBadRequest, "`schedule.every` must be a JSON number of seconds")
+		}
 		n, err := intField(*raw.Every, "schedule.every", 1, 10*365*24*3600)
 		if err != nil {
 			return nil, err

@@ -34,7 +34,7 @@ func TestScheduledReplication(t *testing.T) {
 		"create_target": true, "schedule": map[string]any{"every": 1}}
 
 	// Refused: a continuous one, a cron that does not parse, a zone that
-	// does not exist, both periods, neither.
+	// does not exist, both periods, neither, an every that is no number.
 	for _, bad := range []struct {
 		schedule any
 		reason   string
@@ -46,6 +46,7 @@ func TestScheduledReplication(t *testing.T) {
 		{map[string]any{"cron": "@daily", "every": 60}, "both", nil},
 		{map[string]any{}, "neither", nil},
 		{map[string]any{"every": "soon"}, "schedule.every", nil},
+		{map[string]any{"every": "3600"}, "schedule.every", nil}, // a JSON number, not a string
 		{"daily", "schedule", nil},
 	} {
 		d := map[string]any{"source": doc["source"], "target": doc["target"], "schedule": bad.schedule}
