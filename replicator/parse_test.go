@@ -30,7 +30,12 @@ func TestParseSpecErrors(t *testing.T) {
 		{`{"source":"http://h/a","target":"http://h/b","continuous":1}`, "`continuous` must be a boolean"},
 		{`{"source":"http://h/a","target":"http://h/b","skip_deleted":"yes"}`, "`skip_deleted` must be a boolean"},
 		{`{"source":"http://h/a","target":"http://h/b","schedule":{"cron":"* * *"}}`, "`schedule`: `cron` \"* * *\": expected exactly 5 fields, found 3: [* * *]"},
-		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":0}}`, "`schedule.every` must be at least 1"},
+		// every is a minute at least (ScheduleEveryMin), ten years at most.
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":0}}`, "`schedule.every` must be at least 60"},
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":1}}`, "`schedule.every` must be at least 60"},
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":59}}`, "`schedule.every` must be at least 60"},
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":-60}}`, "`schedule.every` must be at least 60"},
+		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":315360001}}`, "`schedule.every` must be at most 315360000"},
 		// every is a JSON number of seconds: no string, not even of one.
 		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":"10"}}`, "`schedule.every` must be a JSON number of seconds"},
 		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":" 3600"}}`, "`schedule.every` must be a JSON number of seconds"},
@@ -79,6 +84,8 @@ func TestParseSchedule(t *testing.T) {
 		want     RepSchedule
 	}{
 		{`{"every":3600}`, RepSchedule{Every: 3600}},
+		{`{"every":60}`, RepSchedule{Every: ScheduleEveryMin}},
+		{`{"every":315360000}`, RepSchedule{Every: ScheduleEveryMax}},
 		{`{"every": 86400 }`, RepSchedule{Every: 86400}},
 		{`{"cron":"0 3 * * *","tz":"Europe/Paris"}`, RepSchedule{Cron: "0 3 * * *", TZ: "Europe/Paris"}},
 		{`{"cron":"@daily","every":null}`, RepSchedule{Cron: "@daily"}},

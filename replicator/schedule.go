@@ -26,9 +26,21 @@ import (
 // replications.
 const TriggerType = "rep_trigger"
 
+// ScheduleEveryMin is the shortest period, in seconds, a document's
+// "schedule": {"every": …} may ask: each run writes its document's state
+// and counters (a revision of the document) and its history, so shorter
+// periods would mostly make revisions. A cron expression's periods are a
+// minute or more already. A shorter one is refused, the field named.
+const ScheduleEveryMin = 60
+
+// ScheduleEveryMax is the longest period, in seconds, of a document's
+// "schedule": {"every": …}: ten years.
+const ScheduleEveryMax = 10 * 365 * 24 * 3600
+
 // RepSchedule is a document's "schedule": cron (five fields or a
 // descriptor such as @daily) in tz (an IANA zone, UTC by default), or
-// every, a period in seconds. One of cron and every.
+// every, a period in seconds (ScheduleEveryMin to ScheduleEveryMax). One
+// of cron and every.
 type RepSchedule struct {
 	Cron  string `json:"cron,omitempty"`
 	TZ    string `json:"tz,omitempty"`
@@ -78,7 +90,7 @@ func parseSchedule(v json.RawMessage, continuous bool) (*RepSchedule, error) {
 		if v := bytes.TrimSpace(*raw.Every); len(v) == 0 || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) {
 			return nil, newReason(ErrBadRequest, "`schedule.every` must be a JSON number of seconds")
 		}
-		n, err := intField(*raw.Every, "schedule.every", 1, 10*365*24*3600)
+		n, err := intField(*raw.Every, "schedule.every", ScheduleEveryMin, ScheduleEveryMax)
 		if err != nil {
 			return nil, err
 		}

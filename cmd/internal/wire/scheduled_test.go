@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,8 +18,9 @@ import (
 // schedule between two CouchDB 3.5 databases runs when written and again
 // at each period, from its checkpoint, never twice at once;
 // _scheduler/docs shows its schedule with the next and last runs; a
-// schedule that cannot run is refused with the field named; deleting the
-// document removes its schedule.
+// schedule that cannot run, or would run more often than once a minute,
+// is refused with the field named; deleting the document removes its
+// schedule.
 func TestScheduledReplication(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -31,22 +33,25 @@ func TestScheduledReplication(t *testing.T) {
 	}
 	e := newService(t)
 	doc := map[string]any{"source": couch.AuthDBURL("sched-src"), "target": couch.AuthDBURL("sched-tgt"),
-		"create_target": true, "schedule": map[string]any{"every": 1}}
+		"create_target": true, "schedule": map[string]any{"every": replicator.ScheduleEveryMin}}
 
 	// Refused: a continuous one, a cron that does not parse, a zone that
-	// does not exist, both periods, neither, an every that is no number.
+	// does not exist, both periods, neither, an every that is no number or
+	// under a minute.
 	for _, bad := range []struct {
 		schedule any
 		reason   string
 		extra    map[string]any
 	}{
-		{map[string]any{"every": 1}, "continuous", map[string]any{"continuous": true}},
+		{map[string]any{"every": 60}, "continuous", map[string]any{"continuous": true}},
 		{map[string]any{"cron": "61 * * * *"}, "cron", nil},
 		{map[string]any{"cron": "@daily", "tz": "Mars/Olympus"}, "tz", nil},
 		{map[string]any{"cron": "@daily", "every": 60}, "both", nil},
 		{map[string]any{}, "neither", nil},
 		{map[string]any{"every": "soon"}, "schedule.every", nil},
 		{map[string]any{"every": "3600"}, "schedule.every", nil}, // a JSON number, not a string
+		{map[string]any{"every": 1}, "`schedule.every` must be at least 60", nil},
+		{map[string]any{"every": 59}, "`schedule.every` must be at least 60", nil},
 		{"daily", "schedule", nil},
 	} {
 		d := map[string]any{"source": doc["source"], "target": doc["target"], "schedule": bad.schedule}
@@ -66,8 +71,17 @@ func TestScheduledReplication(t *testing.T) {
 	view := e.do("GET", "/_scheduler/docs/_replicator/sched", asAdmin, nil)
 	require.Equal(t, 200, view.Status, view.Raw)
 	sched := view.Body["schedule"].(map[string]any)
-	require.EqualValues(t, 1, sched["every"])
+	require.EqualValues(t, 60, sched["every"])
 	require.NotNil(t, sched["next"], view.Raw)
+
+	// Its periods a second apart in the job layer, which a document may
+	// not ask, so that the test need not wait a minute for the next run.
+	ch := e.do("GET", "/_scheduler/_changes?doc_id=sched&limit=1", asAdmin, nil)
+	require.Equal(t, 200, ch.Status, ch.Raw)
+	jobID := ch.Body["results"].([]any)[0].(map[string]any)["id"].(string)
+	_, err := e.parts.Jobs.PutSchedule(context.Background(), nil, fdbjobs.Schedule{Name: replicator.ScheduleName(jobID),
+		Args: replicator.Trigger{JobID: jobID}, Every: time.Second, Overlap: fdbjobs.OverlapSkip, CatchUp: fdbjobs.CatchUpOne})
+	require.NoError(t, err)
 
 	// A new document at the source: the next period's run brings it, from
 	// the checkpoint (the run found it; its counters go on from it).
@@ -89,11 +103,8 @@ func TestScheduledReplication(t *testing.T) {
 	})
 
 	// Deleting the document removes its schedule.
-	ch := e.do("GET", "/_scheduler/_changes?doc_id=sched&limit=1", asAdmin, nil)
-	require.Equal(t, 200, ch.Status, ch.Raw)
-	jobID := ch.Body["results"].([]any)[0].(map[string]any)["id"].(string)
 	cur := e.do("GET", "/_replicator/sched", asAdmin, nil)
 	require.Equal(t, 200, e.do("DELETE", "/_replicator/sched?rev="+cur.Body["_rev"].(string), asAdmin, nil).Status)
-	_, err := e.parts.Jobs.GetSchedule(context.Background(), nil, replicator.ScheduleName(jobID))
+	_, err = e.parts.Jobs.GetSchedule(context.Background(), nil, replicator.ScheduleName(jobID))
 	require.ErrorIs(t, err, fdbjobs.ErrNotFound)
 }
