@@ -24,7 +24,8 @@
 // longpoll one waits up to timeout for the first event. A continuous one
 // streams one event per line, and a newline every heartbeat while idle,
 // until timeout (or the client leaves). Errors are CouchDB-style JSON:
-// 400 bad_request for bad parameters, 404 not_found for a kind without a
-// feed, 410 feed_pruned for a since whose following events were pruned
+// 400 bad_request for bad parameters, 404 not_found for a kind that does
+// not exist (GET /{kind}: not in GET /'s list) or a kind without a feed
+// (GET /{kind}/_feed), 410 feed_pruned for a since whose following events were pruned
 // (read from since= empty for the oldest kept, knowing some were missed).
 package jobshttp

@@ -78,6 +78,16 @@ func (h *handler) kinds(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) kind(w http.ResponseWriter, r *http.Request) {
 	kind := r.PathValue("kind")
+	// A kind exists when it has a timeout (Types lists it): the counts of
+	// any other are zeros, which would hide a misspelt name.
+	if _, err := h.c.TypeTimeout(r.Context(), nil, kind); err != nil {
+		if errors.Is(err, fdbjobs.ErrNotFound) {
+			writeError(w, http.StatusNotFound, "not_found", "no kind "+strconv.Quote(kind)+": GET / lists the kinds")
+			return
+		}
+		h.writeErr(w, err)
+		return
+	}
 	counts, err := h.c.Counts(r.Context(), nil, kind)
 	if err != nil {
 		h.writeErr(w, err)

@@ -147,6 +147,50 @@ func TestFeedOverHTTP(t *testing.T) {
 	require.Equal(t, "feed_pruned", p.Error)
 }
 
+// TestKinds: GET /{kind} answers the counts of a kind GET / lists, and
+// 404 naming any other, rather than its zero counts.
+func TestKinds(t *testing.T) {
+	ctx := context.Background()
+	c, err := fdbjobs.New(kvtest.NewDB(t), fdbjobs.Config{})
+	require.NoError(t, err)
+	require.NoError(t, c.SetTypeTimeout(ctx, nil, "mail", time.Minute))
+	require.NoError(t, c.SetTypeTimeout(ctx, nil, "gone", time.Minute))
+	require.NoError(t, c.ClearTypeTimeout(ctx, nil, "gone"))
+	require.NoError(t, c.SetFeed(ctx, nil, "feedonly", time.Hour))
+	srv := httptest.NewServer(jobshttp.New(c, jobshttp.Options{}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		kind   string
+		status int
+	}{
+		{"mail", http.StatusOK},
+		{"nomail", http.StatusNotFound},
+		{"gone", http.StatusNotFound},     // unregistered
+		{"feedonly", http.StatusNotFound}, // a feed, but no kind
+		{"Mail", http.StatusNotFound},
+		{"%20mail", http.StatusNotFound},
+		{strings.Repeat("k", fdbjobs.MaxNameSize+1), http.StatusNotFound}, // none can have its name
+	} {
+		t.Run(fmt.Sprintf("%.20s", tc.kind), func(t *testing.T) {
+			resp, err := http.Get(srv.URL + "/" + tc.kind)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			require.Equal(t, tc.status, resp.StatusCode)
+			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			var body map[string]any
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+			if tc.status == http.StatusOK {
+				require.Equal(t, tc.kind, body["kind"])
+				require.Contains(t, body, "counts")
+				return
+			}
+			require.Equal(t, "not_found", body["error"])
+			require.Contains(t, body["reason"], "no kind ")
+			require.NotContains(t, body, "counts")
+		})
+	}
+}
+
 func TestBadRequests(t *testing.T) {
 	c, err := fdbjobs.New(kvtest.NewDB(t), fdbjobs.Config{})
 	require.NoError(t, err)
