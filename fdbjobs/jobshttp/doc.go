@@ -12,7 +12,8 @@
 // paged, and a search by id; one job with its arguments, attempts and
 // errors, and retry now, cancel and delete. Its actions are POSTed forms,
 // which http.CrossOriginProtection refuses when another site's page sends
-// them.
+// them (403, {"error": "forbidden", "reason": "cross-origin request
+// refused"}).
 //
 //	GET /              {"kinds": [the kinds with a timeout, sorted]}
 //	GET /{kind}        {"kind", "counts": {pending, running, completed,

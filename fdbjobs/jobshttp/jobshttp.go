@@ -49,6 +49,9 @@ func New(c *fdbjobs.Client, opts Options) http.Handler {
 		log = *opts.Logger
 	}
 	h := &handler{c: c, log: log, opts: opts, csrf: http.NewCrossOriginProtection()}
+	h.csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusForbidden, "forbidden", "cross-origin request refused") // as the other errors, not Go's plain text
+	}))
 	mux := http.NewServeMux()
 	h.routeUI(mux)
 	mux.HandleFunc("GET /{$}", h.kinds)

@@ -213,3 +213,53 @@ func TestBadRequests(t *testing.T) {
 	st, _ = get(t, srv.URL+"/mail/_feed/more")
 	require.Equal(t, http.StatusNotFound, st)
 }
+
+// TestCrossSiteRefused: an action of the web page sent from another
+// site's page (as the browser tells) is refused with a JSON error, and
+// does nothing; the page's own is done. TestWebPage checks the same
+// from a browser.
+func TestCrossSiteRefused(t *testing.T) {
+	ctx := context.Background()
+	c, err := fdbjobs.New(kvtest.NewDB(t), fdbjobs.Config{})
+	require.NoError(t, err)
+	require.NoError(t, c.SetTypeTimeout(ctx, nil, "mail", time.Minute))
+	srv := httptest.NewServer(jobshttp.New(c, jobshttp.Options{}))
+	defer srv.Close()
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct {
+		name    string
+		headers map[string]string
+		refused bool
+	}{
+		{"cross-site", map[string]string{"Sec-Fetch-Site": "cross-site"}, true},
+		{"same-site", map[string]string{"Sec-Fetch-Site": "same-site"}, true},
+		{"another origin", map[string]string{"Origin": "https://evil.example"}, true},
+		{"same-origin", map[string]string{"Sec-Fetch-Site": "same-origin"}, false},
+		{"no browser", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, c.Resume(ctx, nil, "mail"))
+			req, err := http.NewRequest("POST", srv.URL+"/_ui/k/mail/pause", nil)
+			require.NoError(t, err)
+			for k, v := range tc.headers {
+				req.Header.Set(k, v)
+			}
+			resp, err := client.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			paused, err := c.Paused(ctx, nil, "mail")
+			require.NoError(t, err)
+			if !tc.refused {
+				require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+				require.True(t, paused)
+				return
+			}
+			require.Equal(t, http.StatusForbidden, resp.StatusCode)
+			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			var body map[string]any
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+			require.Equal(t, map[string]any{"error": "forbidden", "reason": "cross-origin request refused"}, body)
+			require.False(t, paused, "refused: not done")
+		})
+	}
+}

@@ -173,8 +173,12 @@ func TestWebPage(t *testing.T) {
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
+	var refusal map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&refusal))
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	require.Equal(t, map[string]any{"error": "forbidden", "reason": "cross-origin request refused"}, refusal)
 	paused, err = c.Paused(ctx, nil, "mail")
 	require.NoError(t, err)
 	require.False(t, paused)
