@@ -232,7 +232,8 @@ func (s *Server) writeDoc(w http.ResponseWriter, r *http.Request, e *docEdit, ok
 // whichever endpoint it came through: design documents for admins only;
 // for replication documents CouchDB's owner rules (also against the
 // revision replaced), the size limit, the replicator's parser (403 with
-// its reason, nothing stored), and the job change in the write's own
+// its reason, nothing stored; for a body showing credentials redacted,
+// after the revision check), and the job change in the write's own
 // transaction. It returns the new revision (a replicated one's own).
 // Errors are *httpError or storage errors, for toHTTPError.
 func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, error) {
@@ -249,8 +250,17 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 			return "", he
 		}
 	}
-	if isRep && !e.deleted && !e.replicated() {
-		if err := s.keepSealed(ctx, e); err != nil {
+	// The refusal of a body that shows credentials redacted (read and
+	// written back) is answered in the write's transaction, once the store
+	// has checked the revision it edits: the credentials stand for those
+	// of that revision, so over a stale one (or none, when the document
+	// exists) the edit is a conflict, 409, as it is with the credentials
+	// themselves. Other refusals come first, as CouchDB validates a
+	// _replicator document before it checks the revision.
+	masked := isRep && !e.deleted && !e.replicated() && holdsRedacted(e.body)
+	var refusal *httpError
+	if masked {
+		if err := s.keepSealed(ctx, e); err != nil && !errors.As(err, &refusal) {
 			return "", err
 		}
 	}
@@ -260,7 +270,7 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 	}
 	rep := s.opts.Replicator
 	var parsed api.ParsedDoc
-	if isRep && !e.deleted && rep != nil {
+	if isRep && !e.deleted && rep != nil && refusal == nil {
 		var perr error
 		parsed, perr = rep.ParseDoc(e.db, e.id, canonical, u.Viewer())
 		if perr == nil && !u.HasRole(RoleReplicator) {
@@ -270,10 +280,12 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 		switch {
 		case perr != nil && !errors.As(perr, &te):
 			return "", perr // a failure of the service: nothing stored
+		case perr != nil && !u.HasRole(RoleReplicator) && masked:
+			refusal = forbidden(reasonOf(perr))
 		case perr != nil && !u.HasRole(RoleReplicator):
 			return "", forbidden(reasonOf(perr))
 		}
-		if stored := parsed.Stored(); stored != nil {
+		if stored := parsed.Stored(); stored != nil && refusal == nil {
 			// Its credentials sealed: what is stored, and counts for
 			// the size limit.
 			body, he := decodeObject(stored, s.opts.MaxJSONDepth+3) // auth.basic may add levels
@@ -283,7 +295,7 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 			e.body, canonical = body, stored
 		}
 	}
-	if len(canonical) > s.opts.MaxDocumentSize {
+	if len(canonical) > s.opts.MaxDocumentSize && refusal == nil {
 		return "", newError(http.StatusRequestEntityTooLarge, "document_too_large",
 			fmt.Sprintf("document %s is %d bytes of JSON (as stored), over the limit of %d bytes ([chttpd] max_document_size)",
 				e.id, len(canonical), s.opts.MaxDocumentSize))
@@ -295,6 +307,9 @@ func (s *Server) saveDoc(ctx context.Context, u *User, e *docEdit) (string, erro
 				if he := ownerRules(nil, ev.Replaced, u); he != nil {
 					return false, he
 				}
+			}
+			if refusal != nil {
+				return false, refusal // the revision edited is current: the redacted credentials' refusal
 			}
 			return s.jobChange(ctx, tr, e.db, e.id, ev, parsed, u.Viewer())
 		}

@@ -223,13 +223,13 @@ func hideSealed(body map[string]any) {
 // writer may not have been given the credential, only the use of it
 // there (the replication node also refuses to open a value bound to
 // another destination).
+//
+// Its refusal, and the parser's of a redacted value it left, depend on the
+// revision replaced: saveDoc answers them only once the store has found
+// that revision current (a stale one is 409, as the same edit with the
+// credentials themselves is).
 func (s *Server) keepSealed(ctx context.Context, e *docEdit) error {
-	wants := false
-	_ = couch.WalkSecrets(maps.Clone(e.body), func(_, v string) (string, error) {
-		wants = wants || v == redacted
-		return v, nil
-	})
-	if !wants || e.rev == "" {
+	if !holdsRedacted(e.body) || e.rev == "" {
 		return nil
 	}
 	res, err := s.store.ReadRevs(ctx, e.db, []repdb.RevRequest{{ID: e.id, Query: repdb.OpenRevsQuery{Revs: []string{e.rev}}}})
@@ -262,6 +262,17 @@ func (s *Server) keepSealed(ctx context.Context, e *docEdit) error {
 		}
 		return k.v, nil
 	})
+}
+
+// holdsRedacted reports whether a replication document's body shows a
+// credential as redacted (a document read and written back).
+func holdsRedacted(body map[string]any) bool {
+	found := false
+	_ = couch.WalkSecrets(maps.Clone(body), func(_, v string) (string, error) {
+		found = found || v == redacted
+		return v, nil
+	})
+	return found
 }
 
 // places names each visit of a field by the field and how many times it

@@ -231,3 +231,74 @@ func TestSealedCredentialStaysWithItsOrigin(t *testing.T) {
 		require.NotContains(t, listened(), secret)
 	}
 }
+
+// A document written back as read, credentials shown *****, over a
+// revision that is not the current one answers 409 conflict, as the same
+// edit with the credentials themselves does (and CouchDB, which shows
+// them): the revision is checked before the ***** are. Over the current
+// revision the refusals of ***** stand.
+func TestSealedCredentialStaleRevision(t *testing.T) {
+	t.Parallel()
+	pub, priv := testutil.SealKeys(t)
+	s := newService(t, func(m map[string]map[string]string) {
+		m["replicator"]["seal_public_key_file"] = pub
+		m["replicator"]["seal_private_key_files"] = priv
+	})
+	r := s.do("PUT", "/_replicator/stale", asAlice, map[string]any{
+		"source": "http://bob:B0bPW@127.0.0.1:1/a", "target": "http://127.0.0.1:1/b", "continuous": true,
+	})
+	require.Equal(t, 201, r.Status, r.Raw)
+	first := s.do("GET", "/_replicator/stale", asAlice, nil)
+	require.Equal(t, 200, first.Status, first.Raw)
+	require.Equal(t, "http://bob:*****@127.0.0.1:1/a", first.Body["source"])
+	// Edited once: the revision read is stale.
+	edit := maps.Clone(first.Body)
+	edit["note"] = "edited"
+	r = s.do("PUT", "/_replicator/stale", asAlice, edit)
+	require.Equal(t, 201, r.Status, r.Raw)
+	current := s.do("GET", "/_replicator/stale", asAlice, nil)
+	require.Equal(t, 200, current.Status, current.Raw)
+
+	elsewhere := "http://bob:*****@127.0.0.1:2/a"
+	for _, tc := range []struct {
+		name   string
+		rev    any // nil: none
+		source string
+		status int
+		reason string
+	}{
+		{"stale", first.Body["_rev"], "", 409, "Document update conflict."},
+		{"stale, elsewhere", first.Body["_rev"], elsewhere, 409, "Document update conflict."},
+		{"unknown", "1-00000000000000000000000000000000", "", 409, "Document update conflict."},
+		{"none", nil, "", 409, "Document update conflict."},
+		{"current, elsewhere", current.Body["_rev"], elsewhere, 403, "`source.password` is *****"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := maps.Clone(first.Body)
+			delete(body, "_rev")
+			if tc.rev != nil {
+				body["_rev"] = tc.rev
+			}
+			if tc.source != "" {
+				body["source"] = tc.source
+			}
+			r := s.do("PUT", "/_replicator/stale", asAlice, body)
+			if tc.status == 409 {
+				requireError(t, r, 409, "conflict")
+				require.Equal(t, tc.reason, r.Body["reason"])
+			} else {
+				requireError(t, r, tc.status, "forbidden")
+				require.Contains(t, r.Body["reason"], tc.reason)
+			}
+			now := s.do("GET", "/_replicator/stale", asAlice, nil)
+			require.Equal(t, current.Body["_rev"], now.Body["_rev"], "nothing written")
+		})
+	}
+	// A new document has no credential to keep: *****'s refusal.
+	body := maps.Clone(first.Body)
+	delete(body, "_rev")
+	delete(body, "_id")
+	r = s.do("PUT", "/_replicator/fresh", asAlice, body)
+	requireError(t, r, 403, "forbidden")
+	require.Contains(t, r.Body["reason"], "`source.password` is *****")
+}
