@@ -87,8 +87,10 @@ type Config struct {
 	// that a job scheduled for later never runs early. Defaults to
 	// TimeUnitDefault; at least a nanosecond.
 	TimeUnit time.Duration
-	// PriorityAging: see PriorityAgingDefault. Counted in whole
-	// TimeUnits, at least one.
+	// PriorityAging: see PriorityAgingDefault (0 means it). Counted in
+	// whole TimeUnits, at least one and at most 2^59 (handicaps are added
+	// to scheduled times); aging cannot be turned off, but a long one
+	// (a year, say) makes priorities strict in practice.
 	// Every node should use the same: the bound it gives holds for the
 	// jobs of a shard as its acceptors order them.
 	PriorityAging time.Duration
@@ -165,6 +167,8 @@ func (c Config) validate() error {
 		return bad("TimeUnit %v is negative", c.TimeUnit)
 	case c.PriorityAging < 0:
 		return bad("PriorityAging %v is negative", c.PriorityAging)
+	case c.TimeUnit > 0 && int64(c.PriorityAging/c.TimeUnit) > priorityAgingMaxUnits:
+		return bad("PriorityAging %v is more than %d TimeUnits", c.PriorityAging, int64(priorityAgingMaxUnits))
 	}
 	return nil
 }

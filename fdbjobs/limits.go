@@ -35,11 +35,12 @@ type Limit struct {
 	// Running is the most jobs of the kind that run at once across every
 	// Runtime of the cluster, from 1 to LimitMax (0: no such limit).
 	Running int
-	// PerSecond is the most jobs of the kind that start per second across
-	// every Runtime, from LimitRateMin to LimitMax (0: no such limit):
-	// each Runtime's part is a token bucket that holds a second's worth of
-	// its rate, at least one start, so that over any window of W seconds
-	// the cluster starts at most about PerSecond × (W + 1) jobs.
+	// PerSecond is the jobs of the kind that start per second across
+	// every Runtime, on average, from LimitRateMin to LimitMax (0: no such
+	// limit): each Runtime's part is a token bucket that holds a second's
+	// worth of its rate, at least one start, so that over any window of W
+	// seconds the cluster starts at most PerSecond × (W + 1) jobs and one
+	// per Runtime (in a single second, up to about twice PerSecond).
 	PerSecond float64
 }
 
@@ -60,12 +61,21 @@ func (l Limit) check() error {
 // rates in the store.
 func (l Limit) rateMicro() int64 { return int64(math.Round(l.PerSecond * 1e6)) }
 
-// SetLimit sets kind's cluster-wide limit, now and for every Runtime
-// (changeable at run time: each Runtime sees it within about a second,
-// through the watch of the types version, and takes its share at its
-// next renewal). A lowered limit stops no running job: the Runtimes take
-// new ones only once fewer than the limit run. tx may be nil, a Database
-// or a caller's Transaction.
+// SetLimit sets kind's cluster-wide limit for every Runtime, changeable
+// at run time. It is not in force when SetLimit returns: each Runtime
+// sees it through its Client's watch of the types version (milliseconds,
+// or the type-check period, TypeCheckPeriodDefault, at worst), then takes
+// its share at its next renewal (within about a second for a kind that
+// had no limit; otherwise within about Timeout/8, under 5 s at the
+// default Timeout).
+// Until then a Runtime may go on starting jobs as before (up to its
+// Concurrency), and a kind that gets its first limit starts none until
+// its Runtimes' leases are written. Set a limit before starting the
+// Runtimes to have it from their first job. A lowered limit stops no
+// running job: the Runtimes take new ones only once fewer than the limit
+// run. Jobs taken with the lower-level Accept and AcceptBatch neither
+// follow a limit nor count toward it. tx may be nil, a Database or a
+// caller's Transaction.
 func (c *Client) SetLimit(ctx context.Context, tx kv.Transactor, kind string, l Limit) error {
 	if err := checkName("kind", kind); err != nil {
 		return err
@@ -159,13 +169,17 @@ func (k keys) decodeCapacity(e kv.KeyValue) (capacityRecord, error) {
 
 // grantOf is the capacity a Runtime that runs running jobs and would run
 // want takes of limit, given the grants others hold and what they want:
-// no more than is free, no more than its max-min fair part of the limit
-// among every Runtime's wants, and never less than what it runs (which is
-// free: grants are written one transaction after the other, each within
-// what the others left).
-func grantOf(limit, others int64, otherWants []int64, running, want int64) int64 {
+// share, no more than is free and no more than its max-min fair part of
+// the limit among every Runtime's wants, which bounds the jobs it starts;
+// and held, what its lease holds: share, or what it runs when that is
+// more (which is free: grants are written one transaction after the
+// other, each within what the others left), so that nobody takes the
+// capacity of jobs still running, and the lease shrinks to share as they
+// end.
+func grantOf(limit, others int64, otherWants []int64, running, want int64) (share, held int64) {
 	free := max(0, limit-others)
-	return max(running, min(want, free, fairPart(limit, otherWants, want)))
+	share = min(want, free, fairPart(limit, otherWants, want))
+	return share, max(running, share)
 }
 
 // fairPart is a Runtime's max-min fair part of limit when it wants want
@@ -200,9 +214,14 @@ type capacity struct {
 	// leased: the Runtime holds a lease (its accepts are fenced).
 	leased atomic.Bool
 	// limiter spaces the Runtime's starts by its part of the kind's
-	// rate, while rated.
-	limiter *rate.Limiter
+	// rate, while rated; a new one (a full bucket) when the rate comes
+	// back from none or 0.
+	limiter atomic.Pointer[rate.Limiter]
 	rated   atomic.Bool
+	// startsMu serializes a rated kind's fetchers on the Runtime from
+	// their look at the bucket to their accept's end, so that the starts
+	// they make are those the bucket held.
+	startsMu sync.Mutex
 	// starved: a fetcher waited for starts since the last renewal.
 	starved atomic.Bool
 	// mu guards lapse and lapsed.
@@ -229,7 +248,8 @@ func newCapacity(r *Runtime, k *kindWorker) (*capacity, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &capacity{r: r, k: k, node: node, limiter: rate.NewLimiter(0, 0)}
+	cp := &capacity{r: r, k: k, node: node}
+	cp.limiter.Store(rate.NewLimiter(0, 0))
 	cp.lapsed, cp.lapse = context.WithCancelCause(context.Background())
 	return cp, nil
 }
@@ -375,67 +395,65 @@ func (cp *capacity) limited() (limited, known bool) {
 
 // setRate makes micro (millionths of a start per second) this Runtime's
 // rate of starts, with a bucket of a second's worth (at least one start;
-// none at rate 0); -1: no rate.
+// none at rate 0, and the bucket emptied); -1: no rate. A rate that comes
+// back from none or 0 starts with a full bucket.
 func (cp *capacity) setRate(micro int64) {
 	if micro < 0 {
 		cp.rated.Store(false)
 		return
 	}
 	now := cp.r.c.cfg.Clock.Now()
-	burst := 0
-	if micro > 0 {
-		burst = int(max(1, (micro+999_999)/1_000_000))
+	lim := cp.limiter.Load()
+	switch {
+	case micro == 0:
+		cp.limiter.Store(rate.NewLimiter(0, 0))
+	case !cp.rated.Load() || lim.Limit() == 0:
+		burst := int(max(1, (micro+999_999)/1_000_000))
+		cp.limiter.Store(rate.NewLimiter(rate.Limit(float64(micro)/1e6), burst))
+	default:
+		lim.SetLimitAt(now, rate.Limit(float64(micro)/1e6))
+		lim.SetBurstAt(now, int(max(1, (micro+999_999)/1_000_000)))
 	}
-	cp.limiter.SetLimitAt(now, rate.Limit(float64(micro)/1e6))
-	cp.limiter.SetBurstAt(now, burst)
 	cp.rated.Store(true)
 }
 
-// reserve waits, while the kind is rated, until up to n starts are this
-// Runtime's to make (at most its bucket), and returns how many (0: none
-// now, ctx ended or no rate) with their reservation, for settle. A
-// fetcher that has to wait asks for an earlier renewal, as one waiting
-// for slots does.
-func (cp *capacity) reserve(ctx context.Context, n int) (int, *rate.Reservation) {
+// startsPoll is how often a fetcher of a rated kind that found its
+// bucket empty looks again (its rate may have changed meanwhile).
+const startsPoll = 100 * time.Millisecond
+
+// takeStarts waits, while the kind is rated, until the bucket holds at
+// least one start, and returns how many of n the fetcher may make (what
+// the bucket holds, at most n) and the function that takes from the
+// bucket the starts made (the jobs its accept took) and lets the next
+// fetcher look; 0 and nil when ctx ended first. A fetcher that waits
+// asks for an earlier renewal, as one waiting for slots does.
+func (cp *capacity) takeStarts(ctx context.Context, n int) (int, func(got int)) {
 	clock := cp.r.c.cfg.Clock
-	now := clock.Now()
-	m := min(n, cp.limiter.Burst())
-	if m < n {
-		cp.starved.Store(true)
-	}
-	if m <= 0 {
-		return 0, nil
-	}
-	res := cp.limiter.ReserveN(now, m)
-	if !res.OK() {
-		return 0, nil
-	}
-	if d := res.DelayFrom(now); d > 0 {
+	cp.startsMu.Lock()
+	for {
+		if !cp.rated.Load() {
+			return n, func(int) { cp.startsMu.Unlock() }
+		}
+		lim := cp.limiter.Load()
+		if tokens := lim.TokensAt(clock.Now()); tokens >= 1 {
+			return min(n, int(tokens)), func(got int) {
+				if got > 0 {
+					lim.ReserveN(clock.Now(), got)
+				}
+				cp.startsMu.Unlock()
+			}
+		}
 		cp.starved.Store(true)
 		select {
 		case cp.k.slots.wanting <- struct{}{}:
 		default:
 		}
 		select {
-		case <-clock.After(d):
+		case <-clock.After(startsPoll):
 		case <-ctx.Done():
-			res.CancelAt(clock.Now())
+			cp.startsMu.Unlock()
 			return 0, nil
 		}
-	}
-	return m, res
-}
-
-// settle gives back the starts of res that the accept did not make: it
-// reserved m and took got jobs.
-func (cp *capacity) settle(res *rate.Reservation, m, got int) {
-	if res == nil || got >= m {
-		return
-	}
-	now := cp.r.c.cfg.Clock.Now()
-	res.CancelAt(now)
-	if got > 0 {
-		cp.limiter.ReserveN(now, got)
 	}
 }
 
@@ -443,9 +461,7 @@ func (cp *capacity) settle(res *rate.Reservation, m, got int) {
 // ctx; the jobs started after have a new one.
 func (cp *capacity) lapseNow() {
 	cp.k.slots.setGrant(0)
-	if cp.rated.Load() {
-		cp.setRate(0)
-	}
+	cp.setRate(0)
 	cp.mu.Lock()
 	lapse := cp.lapse
 	cp.lapsed, cp.lapse = context.WithCancelCause(context.Background())
@@ -536,9 +552,10 @@ func (cp *capacity) renew(ctx context.Context) (renewal, error) {
 		rn := renewal{grant: -1, rate: -1, limited: true}
 		var g, rg int64
 		if limit.Running > 0 {
-			g = grantOf(int64(limit.Running), others, wants, running, want)
-			rn.grant = g
-			rn.short = g == want && want < int64(k.slots.size())
+			var share int64
+			share, g = grantOf(int64(limit.Running), others, wants, running, want)
+			rn.grant = share
+			rn.short = share == want && want < int64(k.slots.size())
 		}
 		if total > 0 {
 			rg = min(rateWant, max(0, total-othersRate), fairPart(total, rateWants, rateWant))

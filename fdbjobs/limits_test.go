@@ -230,7 +230,9 @@ func TestGrantOf(t *testing.T) {
 		{10, 0, []int64{1, 1, 1, 8}, 0, 1, 1}, // idle: one
 		{10, 0, []int64{1, 1, 8}, 0, 8, 4},    // 1 + 1 + 4 + 4
 	} {
-		require.Equal(t, tc.g, grantOf(tc.limit, tc.others, tc.wants, tc.running, tc.want), "%+v", tc)
+		share, held := grantOf(tc.limit, tc.others, tc.wants, tc.running, tc.want)
+		require.Equal(t, tc.g, held, "%+v", tc)
+		require.Equal(t, max(tc.running, share), held, "%+v: the lease holds what runs", tc)
 	}
 }
 
@@ -355,8 +357,8 @@ func TestLimitModel(t *testing.T) {
 
 // TestLimitRateModel drives the rate leases of four simulated Runtimes
 // over simulated time, in a seeded random order: renewals, starts as a
-// fetcher makes them (a reservation of up to its bucket, the unused part
-// given back), jobs ending, the clock moving. Over every window of two
+// fetcher makes them (up to what its bucket holds, taken from it once its
+// accept took them), jobs ending, the clock moving. Over every window of two
 // seconds the Runtimes start at most PerSecond × 3 jobs plus one per
 // Runtime (each bucket holds a second's worth, at least one). Replay:
 // FDBJOBS_SEED.
@@ -386,18 +388,19 @@ func TestLimitRateModel(t *testing.T) {
 			require.NoError(t, err)
 			cp.setRate(rn.rate)
 		case op < 6 && cp.rated.Load():
+			// A fetcher's look: as many starts as the bucket holds, at
+			// most its batch; the accept takes some of them.
 			now := b.clock.Now()
-			m := min(1+rng.IntN(10), cp.limiter.Burst())
-			if m == 0 {
+			lim := cp.limiter.Load()
+			tokens := lim.TokensAt(now)
+			if tokens < 1 {
 				continue
 			}
-			res := cp.limiter.ReserveN(now, m)
-			if !res.OK() || res.DelayFrom(now) > 0 {
-				res.CancelAt(now) // a fetcher would wait: the next step decides
-				continue
-			}
+			m := min(1+rng.IntN(10), int(tokens))
 			got := rng.IntN(m + 1)
-			cp.settle(res, m, got)
+			if got > 0 {
+				require.True(t, lim.ReserveN(now, got).OK())
+			}
 			for range got {
 				starts = append(starts, now)
 			}

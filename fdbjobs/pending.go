@@ -69,19 +69,20 @@ func (c *Client) DueTime(ctx context.Context, tx kv.ReadTransactor, typ string, 
 	if n < 1 || n > MaxBatch {
 		return 0, 0, fmt.Errorf("%w: count %d outside [1, %d]", ErrInvalidArgument, n, MaxBatch)
 	}
-	return c.nthDue(ctx, tx, typ, maxSTime, n, 0)
+	stime, count, _, err = c.nthDue(ctx, tx, typ, maxSTime, n, 0)
+	return stime, count, err
 }
 
 // nthDue finds the n pending jobs of typ scheduled at or before maxSTime
 // of least scheduled time plus, with aging (in TimeUnits per priority
 // level; 0: none), their priority's handicap, across every shard and
-// lane, and returns the latest of those times and how many there are (at
-// most n; 0 when none is due). One snapshot read of each queue shard's
-// first n keys.
-func (c *Client) nthDue(ctx context.Context, tx kv.ReadTransactor, typ string, maxSTime int64, n int, aging int64) (int64, int, error) {
+// lane, and returns the latest of those times, how many there are (at
+// most n; 0 when none is due) and how many of them are earlier than it.
+// One snapshot read of each queue shard's first n keys.
+func (c *Client) nthDue(ctx context.Context, tx kv.ReadTransactor, typ string, maxSTime int64, n int, aging int64) (int64, int, int, error) {
 	type due struct {
-		stime int64
-		count int
+		stime        int64
+		count, below int
 	}
 	d, err := kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (due, error) {
 		snap := tr.Snapshot()
@@ -114,7 +115,8 @@ func (c *Client) nthDue(ctx context.Context, tx kv.ReadTransactor, typ string, m
 		}
 		slices.Sort(stimes)
 		k := min(n, len(stimes))
-		return due{stime: stimes[k-1], count: k}, nil
+		below, _ := slices.BinarySearch(stimes, stimes[k-1])
+		return due{stime: stimes[k-1], count: k, below: below}, nil
 	})
-	return d.stime, d.count, err
+	return d.stime, d.count, d.below, err
 }

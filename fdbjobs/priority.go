@@ -33,6 +33,10 @@ const (
 	PriorityAgingDefault = time.Minute
 )
 
+// priorityAgingMaxUnits bounds Config.PriorityAging in TimeUnits, so that
+// a scheduled time plus the lowest priority's handicap fits an int64.
+const priorityAgingMaxUnits = 1 << 59
+
 // laneStride separates the lanes of a shard: the queue shard of a job of
 // priority p in shard s is s + (p-1) × laneStride (the row's shard), so a
 // lane is a shard of its own to every key that names one, and a shard's
@@ -163,12 +167,19 @@ func (d dueBound) laneMax(prio int, aging int64) int64 {
 
 // dueHandicapped finds the n pending jobs of typ, due at or before max,
 // of least handicapped due time across every shard and lane, and returns
-// the latest of their handicapped times and how many there are (at most
-// n; 0 when none is due): an accept bounded by it takes due jobs of the
-// kind in priority and due order across its shards (WorkerOptions.
-// OldestFirst). One snapshot read of each queue shard's first n.
+// the latest of their handicapped times h and how many there are (at most
+// n; 0 when none is due). When some of those are earlier than h and
+// others are at h, it returns h-1 and the earlier ones alone: a job at h
+// in one shard must not take the place of an earlier one in another. An
+// accept bounded by it takes due jobs of the kind in priority and due
+// order across its shards (WorkerOptions.OldestFirst). One snapshot read
+// of each queue shard's first n.
 func (c *Client) dueHandicapped(ctx context.Context, typ string, max int64, n int) (int64, int, error) {
-	return c.nthDue(ctx, nil, typ, max, n, c.cfg.agingUnits())
+	h, count, below, err := c.nthDue(ctx, nil, typ, max, n, c.cfg.agingUnits())
+	if below > 0 && below < count {
+		return h - 1, below, err
+	}
+	return h, count, err
 }
 
 // get waits for the reads and returns up to n keys as runs of consecutive

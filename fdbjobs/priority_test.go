@@ -111,6 +111,8 @@ func TestPriorityBadInput(t *testing.T) {
 	require.Equal(t, 0, b.count(t, keyLanes))
 	_, err := New(b.db, Config{PriorityAging: -time.Second})
 	require.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = New(b.db, Config{TimeUnit: time.Nanosecond, PriorityAging: 1 << 62})
+	require.ErrorIs(t, err, ErrInvalidConfig, "a handicap that overflows")
 }
 
 // The first job of a new lane reaches an acceptor that was waiting with a
@@ -265,7 +267,27 @@ func TestPriorityAcrossShards(t *testing.T) {
 	}
 	slices.Sort(ids)
 	require.Equal(t, []string{"high-0", "high-1", "high-2"}, ids)
-	h, n, err = b.c.dueHandicapped(b.ctx, t1, b.c.cfg.now(), 20)
+	// Ties at the n-th time: the earlier jobs alone, so that a tied job
+	// of one shard does not take an earlier one's place.
+	for i := range 3 {
+		b.addPrio(t, fmt.Sprintf("urgent-%d", i), 170, 1)
+	}
+	h, n, err = b.c.dueHandicapped(b.ctx, t1, b.c.cfg.now(), 10)
 	require.NoError(t, err)
-	require.Equal(t, []int64{100 + 3*60, 16}, []int64{h, int64(n)})
+	require.Equal(t, []int64{100 + 3*60 - 1, 3}, []int64{h, int64(n)}, "the urgent ones before the low ones")
+	jobs, err = b.c.AcceptBatch(b.ctx, t1, 10, AcceptOptions{MaxScheduledTime: b.c.cfg.now(), handicapped: true, handicap: h})
+	require.NoError(t, err)
+	ids = nil
+	for _, j := range jobs {
+		ids = append(ids, j.ID)
+	}
+	slices.Sort(ids)
+	require.Equal(t, []string{"urgent-0", "urgent-1", "urgent-2"}, ids)
+	for i := range 4 {
+		b.addPrio(t, fmt.Sprintf("tie-%d", i), 100+3*60, 1) // as the low ones, handicapped
+	}
+	b.addPrio(t, "first", 200, 1)
+	h, n, err = b.c.dueHandicapped(b.ctx, t1, b.c.cfg.now(), 10)
+	require.NoError(t, err)
+	require.Equal(t, []int64{100 + 3*60 - 1, 1}, []int64{h, int64(n)}, "the one before the tie")
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"golang.org/x/time/rate"
 
 	"github.com/fdbrep/fdbrep/internal/service"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -388,24 +387,21 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 			return
 		}
 		// And, for a kind with a limit of starts, for the starts.
-		var starts *rate.Reservation
+		var started func(got int)
 		if k.capacity.rated.Load() {
 			var m int
-			m, starts = k.capacity.reserve(ctx, n)
+			m, started = k.capacity.takeStarts(ctx, n)
 			k.slots.give(n - m)
 			if n = m; n == 0 {
-				select {
-				case <-r.c.cfg.Clock.After(r.opts.FetchPoll):
-				case <-ctx.Done():
-					return
-				}
-				continue
+				return
 			}
 		}
 		k.stats.fetching.Add(1)
 		k.stats.fetches.Add(1)
 		jobs, err := r.accept(ctx, k, n)
-		k.capacity.settle(starts, n, len(jobs))
+		if started != nil {
+			started(len(jobs))
+		}
 		k.stats.fetching.Add(-1)
 		k.slots.give(n - len(jobs))
 		if errors.Is(err, ErrPaused) || errors.Is(err, ErrCapacityLapsed) {
@@ -460,6 +456,7 @@ func (r *Runtime) accept(ctx context.Context, k *kindWorker, n int) ([]*Job, err
 			return nil, err
 		}
 		if due > 0 {
+			n = due // the jobs at h-1 and before, when others tie at h
 			// At least 1, which covers the jobs scheduled at 0: a
 			// MaxScheduledTime of 0 is now.
 			opts = AcceptOptions{MaxScheduledTime: max(now, 1), handicapped: true, handicap: max(h, 1)}
