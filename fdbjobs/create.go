@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 )
@@ -131,7 +132,7 @@ func (c *Client) AddFinished(ctx context.Context, tx kv.Transactor, typ, id stri
 		return err
 	}
 	_, err = kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (any, error) {
-		info := c.readTypeInfo(tr, typ)
+		info := c.readTypeInfo(tr, typ, false)
 		r, err := c.k.readRow(tr, typ, id)
 		if err != nil {
 			return nil, err
@@ -328,7 +329,10 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 	hookTr := tr // the caller's, whose adds it reads back
 	tr, flush := coalesceAdds(tr)
 	defer flush()
-	info := c.readTypeInfo(tr, typ)
+	// The lanes only when a job has a priority (useLane needs them):
+	// a default add reads no more than before priorities.
+	prioritized := slices.ContainsFunc(jobs, func(j NewJob) bool { return j.Priority != 0 })
+	info := c.readTypeInfo(tr, typ, prioritized)
 	futs := make([]kv.FutureByteSlice, len(jobs))
 	for i, j := range jobs {
 		if !blind || !j.Fresh {

@@ -59,21 +59,27 @@ func (c *Client) cachedTypeInfo(tr kv.ReadTransaction, typ string) func() (typeI
 			return func() (typeInfo, error) { return ti, nil }
 		}
 	}
-	return c.readTypeInfo(tr, typ)
+	return c.readTypeInfo(tr, typ, true)
 }
 
 // readTypeInfo issues the reads of typ's timeout, shard counts, feed
-// setting and priority lanes in tr, and returns a function that waits for them.
-func (c *Client) readTypeInfo(tr kv.ReadTransaction, typ string) func() (typeInfo, error) {
+// setting and, with withLanes, priority lanes (else the highest alone) in
+// tr, and returns a function that waits for them.
+func (c *Client) readTypeInfo(tr kv.ReadTransaction, typ string, withLanes bool) func() (typeInfo, error) {
 	tf, sf, ff := tr.Get(c.k.timeoutKey(typ)), tr.Snapshot().Get(c.k.shardsKey(typ)), tr.Snapshot().Get(c.k.feedKey(typ))
-	lf := tr.Snapshot().Get(c.k.lanesKey(typ))
+	var lf kv.FutureByteSlice
+	if withLanes {
+		lf = tr.Snapshot().Get(c.k.lanesKey(typ))
+	}
 	return func() (typeInfo, error) {
-		ti := typeInfo{known: true}
-		lv, err := lf.Get()
-		if err != nil {
-			return ti, err
+		ti := typeInfo{known: true, lanes: laneHighest}
+		if lf != nil {
+			lv, err := lf.Get()
+			if err != nil {
+				return ti, err
+			}
+			ti.lanes = decodeLanes(lv)
 		}
-		ti.lanes = decodeLanes(lv)
 		fv, err := ff.Get()
 		if err != nil {
 			return ti, err
