@@ -274,8 +274,9 @@ const NotifierPoll = time.Second
 // run serves the subscriptions: each round it watches the rows of the
 // subscribed jobs (up to NotifierWatchMax of them), then reads them all
 // and queues the events due; it waits for a watch to fire (a job
-// changed), a new subscription, or NotifierPoll when some jobs are
-// unwatched; and it rests NotifierHoldoff between rounds. Setting the
+// changed), a new subscription, NotifierPoll when some jobs are
+// unwatched, or, after a read that failed, watchRetryDefault; and it
+// rests NotifierHoldoff between rounds. Setting the
 // watches before reading means no change falls between a read and the
 // watch that follows it.
 func (n *notifier) run(ctx context.Context) {
@@ -317,12 +318,16 @@ func (n *notifier) run(ctx context.Context) {
 			}
 			fired = anyDone(ctx, watches)
 		}
-		if err := n.process(ctx); err != nil && ctx.Err() == nil {
-			log.Warn().Err(err).Str("type", n.typ).Msg("fdbjobs: notifier read failed")
-		}
 		var poll <-chan time.Time
 		var t *time.Timer
-		if len(ids) > len(watched) {
+		if err := n.process(ctx); err != nil && ctx.Err() == nil {
+			// A change between a subscriber's own read and this round's
+			// watches is seen only by this read: read again soon
+			// rather than wait for a change that may never come.
+			log.Warn().Err(err).Str("type", n.typ).Msg("fdbjobs: notifier read failed; it reads again")
+			t = time.NewTimer(max(holdoff, watchRetryDefault))
+			poll = t.C
+		} else if len(ids) > len(watched) {
 			t = time.NewTimer(NotifierPoll)
 			poll = t.C
 		}

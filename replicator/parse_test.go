@@ -29,6 +29,7 @@ func TestParseSpecErrors(t *testing.T) {
 		{`{"source":"http://h/a","target":"http://h/b","create_target":"bad"}`, "`create_target` must be a boolean"},
 		{`{"source":"http://h/a","target":"http://h/b","continuous":1}`, "`continuous` must be a boolean"},
 		{`{"source":"http://h/a","target":"http://h/b","skip_deleted":"yes"}`, "`skip_deleted` must be a boolean"},
+		{`{"source":"http://h/a","target":"http://h/b","follow_purges":1}`, "`follow_purges` must be a boolean"},
 		{`{"source":"http://h/a","target":"http://h/b","schedule":{"cron":"* * *"}}`, "`schedule`: `cron` \"* * *\": expected exactly 5 fields, found 3: [* * *]"},
 		// every is a minute at least (ScheduleEveryMin), ten years at most.
 		{`{"source":"http://h/a","target":"http://h/b","schedule":{"every":0}}`, "`schedule.every` must be at least 60"},

@@ -62,6 +62,8 @@ type Spec struct {
 	WinningRevsOnly bool            `json:"winning_revs_only,omitempty"`
 	// SkipDeleted is fdbrep's skip_deleted (engine.Replication.SkipDeleted).
 	SkipDeleted bool `json:"skip_deleted,omitempty"`
+	// FollowPurges is fdbrep's follow_purges (engine.Replication.FollowPurges).
+	FollowPurges bool `json:"follow_purges,omitempty"`
 	// Schedule makes a one-shot replication of a document run again at
 	// each of its periods (schedule.go); nil for none.
 	Schedule *RepSchedule `json:"schedule,omitempty"`
@@ -115,7 +117,7 @@ func (s *Spec) Engine() (engine.Replication, error) {
 		Source: src, Target: tgt,
 		Continuous: s.Continuous, CreateTarget: s.CreateTarget, CreateTargetParams: s.CreateTargetParams,
 		DocIDs: s.DocIDs, Selector: s.Selector, Filter: s.Filter, QueryParams: s.QueryParams,
-		SinceSeq: s.SinceSeq, WinningRevsOnly: s.WinningRevsOnly, SkipDeleted: s.SkipDeleted,
+		SinceSeq: s.SinceSeq, WinningRevsOnly: s.WinningRevsOnly, SkipDeleted: s.SkipDeleted, FollowPurges: s.FollowPurges,
 		DisableCheckpoints: s.UseCheckpoints != nil && !*s.UseCheckpoints,
 		DisableBulkGet:     s.UseBulkGet != nil && !*s.UseBulkGet,
 		CheckpointInterval: time.Duration(s.CheckpointInterval) * time.Millisecond,
@@ -269,6 +271,9 @@ func TransientJobID(serverUUID string, s *Spec, user string) string {
 	parts = append(parts, opts, n.DocIDs, n.Selector, n.Filter, n.QueryParams, n.SinceSeq, s.WinningRevsOnly)
 	if s.SkipDeleted {
 		parts = append(parts, "skip_deleted") // only when set: the ids of others stay
+	}
+	if s.FollowPurges {
+		parts = append(parts, "follow_purges")
 	}
 	b, _ := json.Marshal(parts)
 	sum := md5.Sum(b)

@@ -67,6 +67,10 @@ type CheckpointDoc struct {
 	SourceLastSeq        json.RawMessage `json:"source_last_seq"`
 	ReplicationIDVersion int             `json:"replication_id_version"`
 	History              []HistoryEntry  `json:"history"`
+	// PurgeSeq is the source's purge_seq whose purges a follow_purges
+	// replication had applied to the target when it wrote this
+	// checkpoint (fdbrep's own field; absent otherwise).
+	PurgeSeq json.RawMessage `json:"fdbrep_purge_seq,omitempty"`
 
 	// The remaining fields are written only for doc_ids replications, for
 	// compatibility with CouchDB 1.0-era readers.
@@ -291,10 +295,12 @@ type checkpointer struct {
 
 	// ckMu serialises checkpoints and is held across their requests;
 	// nothing that must answer promptly (Progress) may take it. It guards
-	// the revisions of the checkpoint documents.
+	// the revisions of the checkpoint documents and purges (nil without
+	// follow_purges), which each checkpoint brings up to date first.
 	ckMu      sync.Mutex
 	srcLogRev string
 	tgtLogRev string
+	purges    *purger
 	// committedMu guards committedSeq and lastResultDoc, written by
 	// checkpoints (under ckMu too) and read by progress and the result.
 	committedMu   sync.Mutex
@@ -404,17 +410,25 @@ func (c *checkpointer) finalCheckpoint(ctx context.Context, completed bool) (Res
 	return res, nil
 }
 
-// commitThrough writes the checkpoint documents for the current through_seq
-// if it moved since the last checkpoint.
+// commitThrough applies the source's new purges (follow_purges), then
+// writes the checkpoint documents for the current through_seq if it, or
+// the purges applied, moved since the last checkpoint.
 // passed is the number of changes processed up to through.
 func (c *checkpointer) commitThrough(ctx context.Context) (written bool, through json.RawMessage, passed int64, err error) {
 	c.ckMu.Lock()
 	defer c.ckMu.Unlock()
+	purged := false
+	if c.purges != nil {
+		if _, err = c.purges.follow(ctx, nil); err != nil {
+			return false, nil, 0, err
+		}
+		purged = !seqEqual(c.purges.applied, c.purges.logged)
+	}
 	through, passed = c.tracker.passedThrough()
 	c.committedMu.Lock()
 	committed := c.committedSeq
 	c.committedMu.Unlock()
-	if seqEqual(through, committed) {
+	if seqEqual(through, committed) && !purged {
 		return false, through, passed, nil
 	}
 	if !c.disabled {
@@ -453,6 +467,7 @@ func (c *checkpointer) logDoc(seq json.RawMessage, s Stats) *CheckpointDoc {
 		ReplicationIDVersion: ReplicationIDVersion,
 		History:              historyWith(entry, c.history),
 	}
+
 	if c.docIDs {
 		d.StartTime, d.EndTime = entry.StartTime, entry.EndTime
 		d.DocsRead, d.DocsWritten, d.DocWriteFailures = &entry.DocsRead, &entry.DocsWritten, &entry.DocWriteFailures
@@ -477,6 +492,9 @@ func (c *checkpointer) writeLogs(ctx context.Context, seq json.RawMessage) error
 		}
 	}
 	d := c.logDoc(seq, c.stats.load())
+	if c.purges != nil {
+		d.PurgeSeq = c.purges.applied
+	}
 	rev, err := putLog(ctx, c.src, d, c.srcLogRev)
 	if err != nil {
 		return fmt.Errorf("%w: Error updating the source checkpoint document: %w", ErrCheckpoint, err)
@@ -487,6 +505,9 @@ func (c *checkpointer) writeLogs(ctx context.Context, seq json.RawMessage) error
 		return fmt.Errorf("%w: Error updating the target checkpoint document: %w", ErrCheckpoint, err)
 	}
 	c.tgtLogRev = rev
+	if c.purges != nil {
+		c.purges.logged = d.PurgeSeq
+	}
 	c.committedMu.Lock()
 	c.lastResultDoc = d
 	c.committedMu.Unlock()

@@ -64,6 +64,11 @@ var (
 	// that restarted (instance_start_time changed) since the last one.
 	ErrCheckpoint = errors.New("checkpoint_commit_failure")
 
+	// ErrPurges reports a replication with follow_purges whose source
+	// does not serve _purged_infos, or whose target refused a _purge
+	// (fdbrep's own tag: CouchDB has no follow_purges).
+	ErrPurges = errors.New("follow_purges_failed")
+
 	// ErrInternal reports a fault inside the engine itself (a panic in one
 	// of the run's goroutines): the run fails with it instead of taking
 	// its process down.

@@ -83,6 +83,9 @@ type dbInfo struct {
 	Adapter           string          `json:"adapter"`
 	DocCount          int64           `json:"doc_count"`
 	DocDelCount       int64           `json:"doc_del_count"`
+	// PurgeSeq changes with every purge (CouchDB 2.3 and later; absent
+	// elsewhere).
+	PurgeSeq json.RawMessage `json:"purge_seq"`
 }
 
 // info reads the database info, mapping failures as CouchDB's db_open does:

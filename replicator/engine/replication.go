@@ -109,6 +109,11 @@ type Replication struct {
 	// tombstones, and deletions of documents the target holds still
 	// replicate.
 	SkipDeleted bool
+	// FollowPurges purges on the target the revisions purged on the source
+	// (follow_purges), read from the source's _purged_infos (CouchDB 3.4
+	// and later) at the run's start and at each checkpoint, so purged
+	// documents are not resurrected: see purges.go.
+	FollowPurges bool
 
 	// DisableCheckpoints is use_checkpoints: false — no checkpoint
 	// documents are written (existing ones are still read).

@@ -480,6 +480,17 @@ func (r *Run) setup(ctx context.Context) error {
 		tracker: r.changes.tracker, stats: &r.stats, onCheckpoint: r.opts.OnCheckpoint, clock: r.opts.Clock,
 		log: r.log, srcLogRev: logRev(srcLog), tgtLogRev: logRev(tgtLog), committedSeq: seq}
 	r.ck.primePending(ctx, seq, srcInfo.UpdateSeq)
+	if r.rep.FollowPurges {
+		var from *CheckpointDoc
+		if logs.found {
+			from = logs.from
+		}
+		r.ck.purges = newPurger(r.rep, r.src, r.tgt, from, r.log)
+		// The purges made while no run looked, before the first change.
+		if _, err := r.ck.purges.follow(ctx, srcInfo.PurgeSeq); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -361,7 +361,7 @@ func (w *worker) logCrashed(d *replicator.JobData, tag, reason string, now time.
 var engineErrors = []error{
 	engine.ErrAddressDenied, engine.ErrInvalidSpec, engine.ErrDBNotFound, engine.ErrUnauthorized, engine.ErrForbidden,
 	engine.ErrMaxBackoff, engine.ErrLoginBudget, engine.ErrFilterFetch, engine.ErrChangesFeed, engine.ErrRevsDiff,
-	engine.ErrOpenRevs, engine.ErrBulkDocs, engine.ErrDocWrite, engine.ErrCheckpoint, engine.ErrHTTP,
+	engine.ErrOpenRevs, engine.ErrBulkDocs, engine.ErrDocWrite, engine.ErrPurges, engine.ErrCheckpoint, engine.ErrHTTP,
 	engine.ErrInternal, engine.ErrStopped,
 }
 
