@@ -83,6 +83,10 @@ func (s *soak) poll() {
 	okViews := s.get("/_scheduler/jobs?limit=1000", &jobs) && s.get("/_scheduler/docs?limit=1000", &docs) &&
 		s.get("/_active_tasks", &tasks) && s.get("/_scheduler/docs/"+url.PathEscape(db)+"?limit=1000", &one)
 	s.pump()
+	// The answers that came meanwhile first: the run loop's select takes
+	// its timer or an answer at random when both are ready, and an answer
+	// that waited in the channel is not one that has not come.
+	s.drainAnswers()
 	now := time.Now()
 	s.checkRuns(now)
 	s.checkLiveness(now)
@@ -201,27 +205,55 @@ func (s *soak) checkRuns(now time.Time) {
 		if !p.answered.IsZero() {
 			continue
 		}
+		if since, what := s.awaited(p); s.late(since, now) {
+			s.problem("liveness: POST /_replicate #%d (%s) has not answered; its job %s at +%v", p.n, v, what, s.since(since))
+		}
+	}
+}
+
+// awaited returns since when p's answer is due, and why (its job was
+// cancelled, completed, failed, or runs); zero while it is not.
+func (s *soak) awaited(p *soakPost) (time.Time, string) {
+	v := p.v
+	switch {
+	case !p.cancelled.IsZero():
+		return p.cancelled, "was cancelled"
+	case !v.completed.IsZero():
+		return v.completed, "completed"
+	case !v.failed.IsZero():
+		return v.failed, "failed"
+	case v.cont && v.open > 0:
 		var since time.Time
-		what := ""
-		switch {
-		case !p.cancelled.IsZero():
-			since, what = p.cancelled, "was cancelled"
-		case !v.completed.IsZero():
-			since, what = v.completed, "completed"
-		case !v.failed.IsZero():
-			since, what = v.failed, "failed"
-		case v.cont && v.open > 0:
-			for _, r := range s.open {
-				for _, x := range r {
-					if x.v == v && (since.IsZero() || x.start.Before(since)) {
-						since = x.start
-					}
+		for _, r := range s.open {
+			for _, x := range r {
+				if x.v == v && (since.IsZero() || x.start.Before(since)) {
+					since = x.start
 				}
 			}
-			what = "runs"
 		}
-		if !since.IsZero() && s.lastKill.Before(since) && now.Sub(since) > soakStep+soakSlack() {
-			s.problem("liveness: POST /_replicate #%d (%s) has not answered; its job %s at +%v", p.n, v, what, s.since(since))
+		return since, "runs"
+	}
+	return time.Time{}, ""
+}
+
+// late reports whether an answer due since (awaited) is late at: more
+// than an interval step and the slack after its job's end (or start),
+// with no kill since then.
+func (s *soak) late(since, at time.Time) bool {
+	return !since.IsZero() && s.lastKill.Before(since) && at.Sub(since) > soakStep+soakSlack()
+}
+
+// drainAnswers takes the answers of POST /_replicate that arrived and were
+// not taken yet: those that came while the loop waited on a request (a
+// cancel waits up to replicator.RunEndWaitDefault for its run's end), so
+// that the checks that follow see them, each at the time it arrived.
+func (s *soak) drainAnswers() {
+	for {
+		select {
+		case a := <-s.answers:
+			s.answered(a)
+		default:
+			return
 		}
 	}
 }

@@ -340,6 +340,11 @@ func (s *soak) opReplicate(cont bool) {
 func (s *soak) answered(a soakAnswer) {
 	p, v := a.p, a.p.v
 	s.pump() // the job's lines, logged before its answer
+	if since, what := s.awaited(p); s.late(since, a.at) {
+		// What checkRuns reports of a POST still waiting, for one whose
+		// answer came late while the loop did not look.
+		s.problem("liveness: POST /_replicate #%d (%s) answered only at +%v; its job %s at +%v", p.n, v, s.since(a.at), what, s.since(since))
+	}
 	p.answered, p.status, p.answer = a.at, a.status, string(bytes.TrimSpace(a.raw))
 	var body map[string]any
 	_ = json.Unmarshal(a.raw, &body)
