@@ -30,6 +30,13 @@ func (s *Spec) CheckAddresses(ctx context.Context, p *couch.AddressPolicy, resol
 				return newReason(ErrForbidden, "`%s`: %s", f.name, addressReason(err))
 			}
 		}
+		if t := f.ep.Token; t != nil {
+			if u, err := url.Parse(t.URL); err == nil {
+				if err := p.CheckURL(ctx, u, resolve && f.ep.Proxy == ""); err != nil {
+					return newReason(ErrForbidden, "the token endpoint of `%s`: %s", f.name, addressReason(err))
+				}
+			}
+		}
 		if f.ep.Proxy == "" {
 			continue
 		}

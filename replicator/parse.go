@@ -320,6 +320,9 @@ func parseEndpoint(obj map[string]json.RawMessage, name string) (EndpointSpec, e
 // endpointSpecOf is the storable form of a parsed endpoint.
 func endpointSpecOf(ep couch.Endpoint) EndpointSpec {
 	out := EndpointSpec{URL: ep.URL.String(), Username: ep.Username, Password: ep.Password}
+	if t := ep.Token; t != nil {
+		out.Token = &TokenSpec{URL: t.URL, APIKey: t.APIKey, ClientID: t.ClientID, ClientSecret: t.ClientSecret, Scope: t.Scope}
+	}
 	for k := range ep.Headers {
 		if out.Headers == nil {
 			out.Headers = map[string]string{}

@@ -40,6 +40,9 @@ func (p Protocols) Check(s *Spec, kind error) error {
 		if ep.Proxy != "" && !slices.Contains(proxy, scheme(ep.Proxy)) {
 			return NewReason(kind, "proxy has an invalid url")
 		}
+		if ep.Token != nil && !slices.Contains(endpoint, scheme(ep.Token.URL)) {
+			return NewReason(kind, "the token endpoint has an invalid url")
+		}
 	}
 	return nil
 }

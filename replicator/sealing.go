@@ -233,6 +233,17 @@ func (s *Spec) eachSecret(f func(field, dest string, v *string)) {
 		if ep.Password != "" {
 			f(side.name+"."+couch.SecretPassword, dest, &ep.Password)
 		}
+		if t := ep.Token; t != nil {
+			c := *t // ep.Token may be shared with another Spec
+			tdest := couch.Destination(t.URL, ep.Proxy)
+			if c.APIKey != "" {
+				f(side.name+"."+couch.SecretAPIKey, tdest, &c.APIKey)
+			}
+			if c.ClientSecret != "" {
+				f(side.name+"."+couch.SecretClientSecret, tdest, &c.ClientSecret)
+			}
+			ep.Token = &c
+		}
 		for k, v := range ep.Headers {
 			nv := v
 			if f(side.name+"."+couch.SecretHeader+strings.ToLower(k), dest, &nv); nv != v {

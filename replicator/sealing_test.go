@@ -37,6 +37,9 @@ func TestSealBodyAndOpen(t *testing.T) {
 		{"bearer and other headers", `{"source":{"url":"http://h/a","headers":{"Authorization":"Bearer tok-secret-1","X-Api-Key":"key-secret-1"}},"target":"http://h/b"}`},
 		{"proxies", `{"source":"http://h/a","target":"http://h/b","source_proxy":"http://pu:proxy-secret-1@p:3128","target_proxy":"socks5://pu:proxy-secret-2@p:1080"}`},
 		{"proxy for both", `{"source":"http://h/a","target":{"url":"http://t:url-secret-3@h/b"},"proxy":"http://pu:proxy-secret-3@p:3128"}`},
+		{"iam api key", `{"source":{"url":"http://h/a","auth":{"iam":{"api_key":"iam-secret-1","url":"https://iam.example/token"}}},"target":"http://h/b"}`},
+		{"iam at its default url", `{"source":"http://h/a","target":{"url":"https://h/b","auth":{"iam":{"api_key":"iam-secret-2"}}}}`},
+		{"oauth2 client secret", `{"source":"http://h/a","target":{"url":"http://h/b","auth":{"oauth2":{"url":"https://auth.example/token","client_id":"c","client_secret":"client-secret-1","scope":"db"}}},"proxy":"http://p:3128"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plain, err := ParseSpec(json.RawMessage(tc.body))
@@ -44,7 +47,7 @@ func TestSealBodyAndOpen(t *testing.T) {
 			scope := DocScope("_replicator", tc.name)
 			stored, err := SealJSON(s, json.RawMessage(tc.body), scope)
 			require.NoError(t, err)
-			require.NotContains(t, string(stored), "secret", "a credential in the clear: %s", stored)
+			require.NotContains(t, string(stored), "-secret", "a credential in the clear: %s", stored)
 			require.NotContains(t, string(stored), strings.TrimPrefix(basic, "Basic "))
 			sealed, err := ParseSpec(stored)
 			require.NoError(t, err)
@@ -147,4 +150,27 @@ func TestSealedValueBoundToDestination(t *testing.T) {
 			require.NotContains(t, err.Error(), "secret")
 		})
 	}
+}
+
+// A token secret opens only for the token endpoint it was sealed for.
+func TestSealedTokenBoundToTokenEndpoint(t *testing.T) {
+	s, o := sealKeys(t)
+	body := `{"source":{"url":"https://db.example/a","auth":{"iam":{"api_key":"iam-secret","url":"https://iam.example/token"}}},"target":"http://h/b"}`
+	scope := DocScope("_replicator", "token")
+	stored, err := SealJSON(s, json.RawMessage(body), scope)
+	require.NoError(t, err)
+	require.NotContains(t, string(stored), "iam-secret")
+	sealed, err := ParseSpec(stored)
+	require.NoError(t, err)
+	c := sealed.clone()
+	c.Source.URL = "https://other.example/a/" // the database moves; the key goes to the same token endpoint
+	_, err = c.Open(o, scope)
+	require.NoError(t, err)
+	c = sealed.clone()
+	tok := *c.Source.Token
+	tok.URL = "https://evil.example/token"
+	c.Source.Token = &tok
+	_, err = c.Open(o, scope)
+	require.ErrorIs(t, err, seal.ErrCorrupt)
+	require.Contains(t, err.Error(), "source.api_key")
 }

@@ -28,6 +28,18 @@ type EndpointSpec struct {
 	Username string            `json:"username,omitempty"`
 	Password string            `json:"password,omitempty"`
 	Proxy    string            `json:"proxy,omitempty"`
+	// Token is the endpoint's token credentials (couch.TokenAuth), nil
+	// for none; its secret is sealed as passwords are.
+	Token *TokenSpec `json:"token,omitempty"`
+}
+
+// TokenSpec is the storable form of couch.TokenAuth.
+type TokenSpec struct {
+	URL          string `json:"url"`
+	APIKey       string `json:"api_key,omitempty"`
+	ClientID     string `json:"client_id,omitempty"`
+	ClientSecret string `json:"client_secret,omitempty"`
+	Scope        string `json:"scope,omitempty"`
 }
 
 // Redacted returns the URL as monitoring shows it: user kept, password
@@ -164,6 +176,9 @@ func (e EndpointSpec) engine() (couch.Endpoint, error) {
 		return couch.Endpoint{}, err
 	}
 	ep.Username, ep.Password = e.Username, e.Password
+	if t := e.Token; t != nil {
+		ep.Token = &couch.TokenAuth{URL: t.URL, APIKey: t.APIKey, ClientID: t.ClientID, ClientSecret: t.ClientSecret, Scope: t.Scope}
+	}
 	ep.Headers = make(map[string][]string, len(e.Headers))
 	for k, v := range e.Headers {
 		ep.Headers[textproto.CanonicalMIMEHeaderKey(k)] = []string{v}
@@ -271,6 +286,11 @@ func TransientJobID(serverUUID string, s *Spec, user string) string {
 	parts = append(parts, opts, n.DocIDs, n.Selector, n.Filter, n.QueryParams, n.SinceSeq, s.WinningRevsOnly)
 	if s.SkipDeleted {
 		parts = append(parts, "skip_deleted") // only when set: the ids of others stay
+	}
+	for _, e := range []EndpointSpec{s.Source, s.Target} {
+		if t := e.Token; t != nil { // who the token is for, as User for a password
+			parts = append(parts, "token", t.URL, t.ClientID)
+		}
 	}
 	if s.FollowPurges {
 		parts = append(parts, "follow_purges")

@@ -35,6 +35,7 @@ type DB struct {
 	release func()        // gives the pool back: Close
 	auth    string        // Basic Authorization header value, "" for none
 	sess    *session      // cookie session (nil: Basic or no credentials)
+	token   *tokenSource  // bearer token (nil: no Endpoint.Token)
 	keyBase string        // rate limiter key prefix: scheme://host
 	host    string        // host:port, for Options.Count
 }
@@ -63,14 +64,14 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 		ep.Headers = http.Header{}
 	}
 	host := hostPort(ep.URL)
-	mk := func() *http.Transport {
+	mkFor := func(hostname string) *http.Transport {
 		dial := opts.Socket.dialer(opts.ConnectionTimeout, opts.Addresses)
 		if count := opts.Count; count != nil {
 			dial = countedDial(dial, func(c Count) { count(host, c) })
 		}
 		tr := &http.Transport{
 			DialContext:         dial,
-			TLSClientConfig:     serverNamed(opts.TLS, ep.URL.Hostname()),
+			TLSClientConfig:     serverNamed(opts.TLS, hostname),
 			TLSHandshakeTimeout: opts.ConnectionTimeout,
 			MaxConnsPerHost:     opts.HTTPConnections,
 			MaxIdleConnsPerHost: opts.HTTPConnections,
@@ -86,6 +87,7 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 		}
 		return tr
 	}
+	mk := func() *http.Transport { return mkFor(ep.URL.Hostname()) }
 	var tr *http.Transport
 	release := func() { tr.CloseIdleConnections() }
 	if opts.Pools != nil {
@@ -103,6 +105,18 @@ func NewDB(ep Endpoint, opts Options, limiter *RateLimiter) (*DB, error) {
 		release: release,
 		keyBase: ep.URL.Scheme + "://" + strings.ToLower(ep.URL.Host),
 		host:    host,
+	}
+	if t := ep.Token; t != nil {
+		u, err := url.Parse(t.URL)
+		if err != nil || u.Host == "" {
+			release()
+			return nil, fmt.Errorf("%w: token endpoint %q is not an http(s) URL", ErrInvalidEndpoint, t.URL)
+		}
+		// Its own connections, not kept: a token lasts for many requests.
+		ttr := mkFor(u.Hostname())
+		ttr.DisableKeepAlives = true
+		db.token = newTokenSource(db, t, ttr)
+		return db, nil
 	}
 	if ep.Username != "" || ep.Password != "" {
 		req := &http.Request{Header: http.Header{}}
@@ -352,7 +366,8 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 			db.log().Debug().Str("url", where).Str("method", r.Method).Float64("interval_ms", millis(db.limiter.Interval(key))).Msg("couch: 429, backing off")
 			attempts-- // 429s do not use up retries
 			continue
-		case resp.StatusCode == http.StatusUnauthorized && cred.cookie != "" && authRetries < authRetriesMax && db.sess.rejected(cred):
+		case resp.StatusCode == http.StatusUnauthorized && cred.bearer != "" && authRetries < authRetriesMax && db.token.rejected(ctx, cred.bearer),
+			resp.StatusCode == http.StatusUnauthorized && cred.cookie != "" && authRetries < authRetriesMax && db.sess.rejected(cred):
 			db.limiter.Success(key)
 			authRetries++
 			attempts-- // a renewed session is not a retry
@@ -427,7 +442,12 @@ func (db *DB) observe(a Attempt) {
 // first), or Basic.
 func (db *DB) credential(ctx context.Context, r Request) (credential, error) {
 	switch {
-	case db.auth == "" || r.login || r.Header.Get("Authorization") != "":
+	case r.login || r.Header.Get("Authorization") != "":
+		return credential{}, nil
+	case db.token != nil:
+		tok, err := db.token.get(ctx)
+		return credential{bearer: tok}, err
+	case db.auth == "":
 		return credential{}, nil
 	case db.sess == nil:
 		return credential{basic: true}, nil
@@ -499,6 +519,8 @@ func (db *DB) attempt(ctx context.Context, r Request, target *url.URL, readAll b
 		req.Header.Set("Content-Type", "application/json")
 	}
 	switch {
+	case cred.bearer != "":
+		req.Header.Set("Authorization", "Bearer "+cred.bearer)
 	case cred.basic:
 		req.Header.Set("Authorization", db.auth)
 	case cred.cookie != "":

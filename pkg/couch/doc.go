@@ -45,6 +45,15 @@
 // AuthBasic sends Basic on every request. The password travels only in the
 // login's body and the Basic header.
 //
+// An endpoint with token credentials (Endpoint.Token: an IBM Cloud IAM
+// API key or OAuth 2.0 client credentials, exchanged at a token endpoint
+// through golang.org/x/oauth2) sends "Authorization: Bearer" with an
+// access token instead, fetched one at a time per DB, renewed before it
+// expires (a fifth of its lifetime, at most a minute) and at once after a
+// 401. The token endpoint is reached with the DB's dialer, address policy,
+// TLS settings and proxy; a 4xx from it is the request's 401, with
+// HTTPError.Login set and the endpoint's own words as the reason.
+//
 // # TLS and sockets
 //
 // Options.TLS configures https; TLSSettings.Config builds it from CouchDB's

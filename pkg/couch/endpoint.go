@@ -20,6 +20,10 @@ type Endpoint struct {
 	Headers  http.Header
 	Username string
 	Password string
+	// Token is the endpoint's token credentials ("auth": {"iam": …} or
+	// {"oauth2": …}), nil for none; an endpoint has them or a user name
+	// and password, not both.
+	Token *TokenAuth
 }
 
 // ParseEndpoint parses a replication endpoint: a JSON string URL, or an
@@ -97,9 +101,22 @@ func ParseEndpoint(raw json.RawMessage) (Endpoint, error) {
 				Username *string `json:"username"`
 				Password *string `json:"password"`
 			} `json:"basic"`
+			IAM    json.RawMessage `json:"iam"`
+			OAuth2 json.RawMessage `json:"oauth2"`
 		}
 		if err := json.Unmarshal(a, &auth); err != nil {
 			return Endpoint{}, fmt.Errorf("%w: endpoint \"auth\" must be an object; \"auth.basic\" an object with string \"username\" and \"password\"", ErrInvalidEndpoint)
+		}
+		t, err := parseTokenAuth(auth.IAM, auth.OAuth2)
+		if err != nil {
+			return Endpoint{}, err
+		}
+		if t != nil {
+			if auth.Basic != nil || urlUser != "" || hdrOK || ep.Headers.Get("Authorization") != "" {
+				return Endpoint{}, fmt.Errorf("%w: endpoint has token credentials (\"auth.iam\" or \"auth.oauth2\") and other credentials: give one kind", ErrInvalidEndpoint)
+			}
+			ep.Token = t
+			return ep, nil
 		}
 		if b := auth.Basic; b != nil {
 			if b.Username == nil || *b.Username == "" || b.Password == nil {

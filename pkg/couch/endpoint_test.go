@@ -113,6 +113,16 @@ func TestParseEndpointErrors(t *testing.T) {
 		{"basic without username", `{"url":"http://h/db","auth":{"basic":{"password":"hunter2"}}}`, "non-empty string"},
 		{"basic without password", `{"url":"http://h/db","auth":{"basic":{"username":"u"}}}`, "non-empty string"},
 		{"truncated", `{"url":"http://h/db"`, "not valid JSON"},
+		{"iam without key", `{"url":"http://h/db","auth":{"iam":{}}}`, `"auth.iam" needs a non-empty string "api_key"`},
+		{"iam key not string", `{"url":"http://h/db","auth":{"iam":{"api_key":5}}}`, `"auth.iam" needs`},
+		{"iam and oauth2", `{"url":"http://h/db","auth":{"iam":{"api_key":"hunter2"},"oauth2":{"url":"https://a/t","client_id":"c","client_secret":"hunter2"}}}`, "give one"},
+		{"iam and basic", `{"url":"http://h/db","auth":{"basic":{"username":"u","password":"hunter2"},"iam":{"api_key":"hunter2"}}}`, "give one kind"},
+		{"iam and url password", `{"url":"http://u:hunter2@h/db","auth":{"iam":{"api_key":"hunter2"}}}`, "give one kind"},
+		{"iam and bearer header", `{"url":"http://h/db","headers":{"Authorization":"Bearer hunter2"},"auth":{"iam":{"api_key":"hunter2"}}}`, "give one kind"},
+		{"oauth2 without url", `{"url":"http://h/db","auth":{"oauth2":{"client_id":"c","client_secret":"hunter2"}}}`, `"auth.oauth2" needs strings "url"`},
+		{"oauth2 without client", `{"url":"http://h/db","auth":{"oauth2":{"url":"https://a/t","client_secret":"hunter2"}}}`, `"client_id" (not empty)`},
+		{"token url not http", `{"url":"http://h/db","auth":{"iam":{"api_key":"hunter2","url":"ftp://a/t"}}}`, "not an http(s) URL"},
+		{"token url with password", `{"url":"http://h/db","auth":{"iam":{"api_key":"k","url":"https://u:hunter2@a/t"}}}`, "without credentials"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := couch.ParseEndpoint(json.RawMessage(tc.raw))

@@ -11,7 +11,8 @@ import (
 // Secret fields of a replication document, as WalkSecrets names them:
 // an endpoint's password ("source.password", "target.password", wherever
 // the document holds it: its URL's userinfo, its "url"'s, or
-// "auth.basic.password"), each header value ("source.header.<name>",
+// "auth.basic.password"), its token secret ("source.api_key",
+// "source.client_secret"), each header value ("source.header.<name>",
 // the name in lower case), a proxy URL's password ("proxy", for "proxy",
 // "source_proxy" and "target_proxy" alike), and an endpoint or proxy URL
 // that does not parse but may hold a userinfo ("source.url",
@@ -21,6 +22,11 @@ const (
 	SecretHeader   = "header."
 	SecretProxy    = "proxy"
 	SecretURL      = "url"
+	// SecretAPIKey and SecretClientSecret are an endpoint's token secrets
+	// ("source.api_key" for "auth.iam.api_key", "source.client_secret"
+	// for "auth.oauth2.client_secret"), sent to its token endpoint.
+	SecretAPIKey       = "api_key"
+	SecretClientSecret = "client_secret"
 )
 
 // Redacted is what messages and reads show in place of a password.
@@ -42,7 +48,8 @@ func WalkSecrets(body map[string]any, f func(field, v string) (string, error)) e
 
 // WalkSecretsTo is WalkSecrets with where each credential is sent, dest:
 // Destination of its endpoint's URL and proxy for an endpoint's password
-// and header values, Origin of the proxy's URL for a proxy's password,
+// and header values, of its token endpoint and proxy for a token secret,
+// Origin of the proxy's URL for a proxy's password,
 // "" for a URL that does not parse.
 func WalkSecretsTo(body map[string]any, f func(field, dest, v string) (string, error)) error {
 	dests := map[string]string{}
@@ -61,7 +68,12 @@ func WalkSecretsTo(body map[string]any, f func(field, dest, v string) (string, e
 		dests[side] = Destination(u, proxy)
 	}
 	for _, side := range []string{"source", "target"} {
-		to := func(field, v string) (string, error) { return f(field, dests[side], v) }
+		to := func(field, v string) (string, error) {
+			if field == side+"."+SecretAPIKey || field == side+"."+SecretClientSecret {
+				return f(field, tokenDestination(body, side), v)
+			}
+			return f(field, dests[side], v)
+		}
 		switch ep := body[side].(type) {
 		case string:
 			v, err := walkURL(ep, side+"."+SecretPassword, side+"."+SecretURL, to)
@@ -105,6 +117,28 @@ func Origin(raw string) string {
 	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
+// tokenDestination is where the token secret of body's side is sent: its
+// token endpoint ("auth.iam.url", IAMTokenURLDefault by default, or
+// "auth.oauth2.url"), through the side's proxy.
+func tokenDestination(body map[string]any, side string) string {
+	ep, _ := body[side].(map[string]any)
+	auth, _ := ep["auth"].(map[string]any)
+	u := ""
+	if iam, ok := auth["iam"].(map[string]any); ok {
+		u = IAMTokenURLDefault
+		if s, ok := iam["url"].(string); ok {
+			u = s
+		}
+	} else if o, ok := auth["oauth2"].(map[string]any); ok {
+		u, _ = o["url"].(string)
+	}
+	proxy, _ := body["proxy"].(string)
+	if proxy == "" {
+		proxy, _ = body[side+"_proxy"].(string)
+	}
+	return Destination(u, proxy)
+}
+
 // Destination is where the credentials of an endpoint at URL endpoint
 // are sent: the endpoint's Origin, and its proxy's when it has one
 // ("http://db.example.com:5984 via http://proxy:3128").
@@ -139,6 +173,27 @@ func walkEndpoint(ep map[string]any, side string, f func(field, v string) (strin
 				a["basic"] = b
 				c["auth"] = a
 			}
+		}
+	}
+	if auth, ok := c["auth"].(map[string]any); ok {
+		for _, t := range []struct{ kind, field string }{{"iam", SecretAPIKey}, {"oauth2", SecretClientSecret}} {
+			o, ok := auth[t.kind].(map[string]any)
+			if !ok {
+				continue
+			}
+			p, ok := o[t.field].(string)
+			if !ok || p == "" { // "" is refused by the parser, not sealed
+				continue
+			}
+			v, err := f(side+"."+t.field, p)
+			if err != nil {
+				return nil, err
+			}
+			oc := maps.Clone(o)
+			oc[t.field] = v
+			a := maps.Clone(c["auth"].(map[string]any))
+			a[t.kind] = oc
+			c["auth"] = a
 		}
 	}
 	if h, ok := c["headers"].(map[string]any); ok {

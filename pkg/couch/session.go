@@ -54,11 +54,12 @@ const sessionMaxAgeShare = 0.9
 const authRetriesMax = 2
 
 // credential is what one attempt carries: the session cookie of an epoch,
-// Basic, or nothing.
+// Basic, a bearer token, or nothing.
 type credential struct {
 	cookie string
 	epoch  uint64
 	basic  bool
+	bearer string // an access token (Endpoint.Token)
 }
 
 // session is the cookie session of one DB. A cookie comes from a login
