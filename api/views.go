@@ -63,9 +63,10 @@ type DocInfo struct {
 }
 
 // ScheduleView is a scheduled replication's schedule as _scheduler/docs
-// shows it: its period (cron in tz, or every seconds), its next run
-// (null while none is due: never for a valid schedule) and its last one
-// (null before the first period).
+// shows it: its period (cron in tz, or every seconds), its next period
+// (null while none is due: never for a valid schedule) and when its last
+// run was asked for, by the document's write or by a period (a period
+// skipped because the run before it was still going is not one).
 type ScheduleView struct {
 	Cron  string  `json:"cron,omitempty"`
 	TZ    string  `json:"tz,omitempty"`

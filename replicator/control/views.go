@@ -380,20 +380,27 @@ func (p *Plane) withSchedule(ctx context.Context, info api.DocInfo, jobID string
 	}
 	rs := d.Rep.Schedule
 	v := &api.ScheduleView{Cron: rs.Cron, TZ: rs.TZ, Every: rs.Every}
+	at := func(t time.Time) *string {
+		if t.IsZero() {
+			return nil
+		}
+		f := t.UTC().Format(time.RFC3339)
+		return &f
+	}
 	s, err := p.store.ScheduleOf(ctx, nil, jobID)
 	switch {
 	case errors.Is(err, fdbjobs.ErrNotFound):
 	case err != nil:
 		return info, err
 	default:
-		at := func(t time.Time) *string {
-			if t.IsZero() {
-				return nil
-			}
-			f := t.UTC().Format(time.RFC3339)
-			return &f
-		}
-		v.Next, v.Last = at(s.Next), at(s.Last)
+		v.Next = at(s.Next)
+	}
+	// Its last run: when this version of the job was added, by the
+	// document's write or by the period that ran it; a period skipped as
+	// a run was still going (the layer's schedule has it as its last) is
+	// not a run.
+	if d.StartTime > 0 {
+		v.Last = at(time.UnixMilli(d.StartTime))
 	}
 	info.Schedule = v
 	return info, nil
