@@ -194,6 +194,16 @@ type StallInfo struct {
 	Until  *string `json:"until,omitempty"`
 }
 
+// PauseResult answers POST /_scheduler/jobs/{id}/_pause and _resume.
+type PauseResult struct {
+	OK bool `json:"ok"`
+	// ID is the replication id (the job id while it has none).
+	ID string `json:"id"`
+	// State is the job's state now: paused, or pending once resumed (a
+	// resume of a job that was not paused gives its state as it is).
+	State string `json:"state"`
+}
+
 // RetryResult is the reply of POST /_scheduler/jobs/{id}/_retry.
 type RetryResult struct {
 	OK bool `json:"ok"`

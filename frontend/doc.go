@@ -25,6 +25,7 @@
 //	POST /_replicate                          any authenticated user
 //	GET  /_scheduler/jobs[/{id}]  /_scheduler/docs[/{db}[/{docid}]]  /_active_tasks   admins; users: see below
 //	POST /_scheduler/jobs/{id}/_retry         a crashing job's backoff ends now: admins, the job's owner
+//	POST /_scheduler/jobs/{id}/_pause|_resume a POST /_replicate replication paused, resumed: admins, the job's owner
 //	GET  /_node/_local/_stats[/{path}]  /_node/_local/_prometheus                       admins, _metrics role
 //	GET  /_node/_local  /_membership                                                    admins
 //	GET|PUT|DELETE /_node/{node}/_config[/{section}[/{key}]]  runtime configuration (config.go), admins;

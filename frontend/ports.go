@@ -80,6 +80,10 @@ type Scheduler interface {
 	SchedulerJob(ctx context.Context, viewer api.User, id string) (api.JobInfo, error)
 	// RetryJob ends a crashing job's backoff now.
 	RetryJob(ctx context.Context, viewer api.User, id string) (api.RetryResult, error)
+	// PauseJob and ResumeJob pause and resume a POST /_replicate
+	// replication.
+	PauseJob(ctx context.Context, viewer api.User, id string) (api.PauseResult, error)
+	ResumeJob(ctx context.Context, viewer api.User, id string) (api.PauseResult, error)
 	// SchedulerDocs lists a page of documents' jobs (server admins only);
 	// db "" means every replicator database, states filters (empty:
 	// all). SchedulerDoc is one document's job.

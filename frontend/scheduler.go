@@ -179,6 +179,26 @@ func (s *Server) handleRetryJob(w http.ResponseWriter, r *http.Request) {
 	s.answer(w, r, resp, err)
 }
 
+// handlePauseJob pauses (or resumes) a POST /_replicate replication
+// (fdbrep's own; see Plane.PauseJob): server admins, the job's owner.
+func (s *Server) handlePauseJob(pause bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.schedulerFor(w, r) {
+			return
+		}
+		id, ok := jobIDVar(w, r)
+		if !ok {
+			return
+		}
+		f := s.opts.Scheduler.ResumeJob
+		if pause {
+			f = s.opts.Scheduler.PauseJob
+		}
+		resp, err := f(r.Context(), userFrom(r).Viewer(), id)
+		s.answer(w, r, resp, err)
+	}
+}
+
 // handleSchedulerDocs lists the documents' jobs of every replicator
 // database for server admins. For other users it is what the path means
 // in CouchDB: the _replicator database's, for its members.

@@ -311,6 +311,8 @@ func (s *Server) routes() *mux.Router {
 	h("/_scheduler/jobs", s.handleSchedulerJobs, "GET", "HEAD")
 	h("/_scheduler/jobs/{id}", s.handleSchedulerJob, "GET", "HEAD")
 	h("/_scheduler/jobs/{id}/_retry", s.handleRetryJob, "POST")
+	h("/_scheduler/jobs/{id}/_pause", s.handlePauseJob(true), "POST")
+	h("/_scheduler/jobs/{id}/_resume", s.handlePauseJob(false), "POST")
 	h("/_scheduler/_changes", s.handleSchedulerChanges, "GET")
 	h("/_scheduler/docs", s.handleSchedulerDocs, "GET", "HEAD")
 	r.PathPrefix("/_scheduler/docs/").Handler(s.methods(s.handleSchedulerDocsPath, "GET", "HEAD"))

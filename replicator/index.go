@@ -79,8 +79,8 @@ func entryOf(jobID string, st fdbjobs.State, d *JobData) *entry {
 	if st == fdbjobs.Running && v.State == StateRunning {
 		e.node = v.Node
 	}
-	if d.Transient() && st == fdbjobs.Finished {
-		e.expires = max(d.LastUpdated, 1)
+	if d.Transient() && st == fdbjobs.Finished && d.State != StatePaused {
+		e.expires = max(d.LastUpdated, 1) // a paused one stays until resumed or cancelled
 	}
 	if st == fdbjobs.Pending && d.State == StateParked && d.Parked != nil {
 		e.group, e.srcDB = d.Parked.Group, d.Parked.SourceDB

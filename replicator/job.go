@@ -23,7 +23,19 @@ const (
 	// change to its source (see doc.go, "Parking"). The views show it
 	// running, as CouchDB shows a replication waiting on its changes feed.
 	StateParked = "parked"
+	// StatePaused is fdbrep's own too: a replication paused by its
+	// document ("paused": true) or by POST /_scheduler/jobs/{id}/_pause.
+	// No node runs it (it is finished in the job layer, not in the queue):
+	// max_jobs, rotation, parking and fair share count it nowhere; resumed,
+	// it runs again from its checkpoint.
+	StatePaused = "paused"
 )
+
+// PausedInfo is the state info of a job paused at: {"paused_since": …}.
+func PausedInfo(at time.Time) json.RawMessage {
+	b, _ := json.Marshal(map[string]string{"paused_since": FormatMillis(Millis(at))})
+	return b
+}
 
 // History event types.
 const (

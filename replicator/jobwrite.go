@@ -52,6 +52,35 @@ func (s *Store) AddFinishedJob(ctx context.Context, tr kv.Transaction, jobID str
 	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.Finished, d: d}})
 }
 
+// PauseJob replaces job jobID (old is its current data, nil when absent)
+// by a finished job with data d, whose State is StatePaused, in tr: no
+// node takes it, and a running one is halted at its next heartbeat. The
+// view index moves the job's entry from old to d in one change; the
+// replication id it held stays its own.
+func (s *Store) PauseJob(ctx context.Context, tr kv.Transaction, jobID string, old, d *JobData) error {
+	if old != nil {
+		owner := ""
+		if old.RepID != "" {
+			var err error
+			if owner, err = s.RepIDOwner(tr, old.RepID); err != nil {
+				return err
+			}
+		}
+		if err := s.removeJob(ctx, tr, jobID, old, false); err != nil {
+			return err
+		}
+		if owner == jobID {
+			// Its replication id still names it: _pause, _resume and
+			// the views find it by that id.
+			s.ClaimRepID(tr, old.RepID, jobID)
+		}
+	}
+	if err := s.jobs.AddFinished(ctx, tr, JobType, jobID, d.Encode()); err != nil {
+		return err
+	}
+	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.Finished, d: d}})
+}
+
 // RemoveJob removes a job with its replication id mapping (if it still
 // points to the job) and its index entries, in tr; d is its data (nil
 // when unknown). A missing job is no error.
@@ -148,8 +177,8 @@ func (s *Store) clearJobKeys(tr kv.Transaction, ids []string, datas []*JobData) 
 // its index entry's (entryOf); another job has none.
 func finishedAt(data json.RawMessage) (time.Time, bool) {
 	d, err := DecodeJobData(data)
-	if err != nil || !d.Transient() {
-		return time.Time{}, false
+	if err != nil || !d.Transient() || d.State == StatePaused {
+		return time.Time{}, false // a paused one stays until resumed or cancelled
 	}
 	return time.UnixMilli(max(d.LastUpdated, 1)), true
 }

@@ -135,7 +135,7 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 	if s.Target, err = parseEndpoint(obj, "target"); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{"continuous", "create_target", "winning_revs_only", "use_bulk_get", "skip_deleted", "follow_purges"} {
+	for _, name := range []string{"continuous", "create_target", "winning_revs_only", "use_bulk_get", "skip_deleted", "follow_purges", "paused"} {
 		v, ok := obj[name]
 		if !ok || isNull(v) {
 			continue
@@ -157,6 +157,8 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 			s.SkipDeleted = b
 		case "follow_purges":
 			s.FollowPurges = b
+		case "paused":
+			s.Paused = b
 		}
 	}
 	if v, ok := obj["schedule"]; ok && !isNull(v) {

@@ -163,7 +163,7 @@ func (s *Store) Rerun(ctx context.Context, jobID string, cfg Config, now time.Ti
 		if old == nil {
 			return false, s.dropSchedule(ctx, tr, jobID)
 		}
-		if st != fdbjobs.Finished || old.Rep == nil || old.Rep.Schedule == nil || old.EndedElsewhere {
+		if st != fdbjobs.Finished || old.Rep == nil || old.Rep.Schedule == nil || old.EndedElsewhere || old.State == StatePaused {
 			return false, nil
 		}
 		d := &JobData{Rep: old.Rep, DocOwner: old.DocOwner, DBName: old.DBName, DBUUID: old.DBUUID, DocID: old.DocID,

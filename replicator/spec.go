@@ -76,6 +76,9 @@ type Spec struct {
 	SkipDeleted bool `json:"skip_deleted,omitempty"`
 	// FollowPurges is fdbrep's follow_purges (engine.Replication.FollowPurges).
 	FollowPurges bool `json:"follow_purges,omitempty"`
+	// Paused is a document's "paused": true, which keeps its replication
+	// from running (StatePaused); not part of the replication's identity.
+	Paused bool `json:"paused,omitempty"`
 	// Schedule makes a one-shot replication of a document run again at
 	// each of its periods (schedule.go); nil for none.
 	Schedule *RepSchedule `json:"schedule,omitempty"`

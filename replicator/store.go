@@ -391,11 +391,12 @@ func (s *Store) moveDocCounts(tr kv.Transaction, dbUUID string, sign int64) erro
 }
 
 // viewStates are the states a job has in the view index: the RFC's five,
-// and parked (which the views show as running; see doc.go, "Parking").
-var viewStates = []string{StatePending, StateRunning, StateCrashing, StateCompleted, StateFailed, StateParked}
+// parked (which the views show as running; see doc.go, "Parking") and
+// paused.
+var viewStates = []string{StatePending, StateRunning, StateCrashing, StateCompleted, StateFailed, StateParked, StatePaused}
 
 // ViewStates returns the states of the view index, in CouchDB's order,
-// then parked.
+// then parked and paused.
 func ViewStates() []string { return append([]string(nil), viewStates...) }
 
 // RegisteredDB returns a database's identity in tr, or "" when it has

@@ -315,8 +315,8 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, parsed api.Pa
 				p.added(jobID, doc, replicator.StatePending, nil, false)
 			}
 			return true, nil
-		case same && (oldState != fdbjobs.Finished || terminal):
-			return false, nil // unchanged, or the replicator recording its own result
+		case same && (oldState != fdbjobs.Finished || terminal || old.State == replicator.StatePaused):
+			return false, nil // unchanged (paused still), or the replicator recording its own result
 		case perr != nil && old.Rep == nil && old.LastError == replicator.Reason(perr):
 			return false, nil // the same parse failure
 		}
@@ -333,6 +333,22 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, parsed api.Pa
 		c.Reason = replicator.Reason(perr) // failed from its start
 	}
 	replicator.Lifecycle{MaxHistory: p.conf().MaxHistory}.Transform(d, c)
+	if perr == nil && spec.Paused {
+		// Paused: kept as a finished job no node takes; a running one
+		// stops at its next heartbeat, with a final checkpoint.
+		d.State, d.StateInfo = replicator.StatePaused, replicator.PausedInfo(now)
+		if err := p.store.PauseJob(ctx, tr, jobID, old, d); err != nil {
+			return false, err
+		}
+		if err := p.store.SetSchedule(ctx, tr, jobID, spec, old); err != nil {
+			return false, err
+		}
+		tr.Locals().OnCommit(func() {
+			p.cfg.Logger.Info().Str("job_id", jobID).Str("db", doc.DB).Str("doc_id", doc.ID).Bool("replaces_job", old != nil).
+				Msg("replication paused by its document")
+		})
+		return false, nil
+	}
 	if err := p.addJob(ctx, tr, jobID, old, d); err != nil {
 		return false, err
 	}

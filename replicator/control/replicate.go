@@ -63,6 +63,10 @@ func (p *Plane) Replicate(ctx context.Context, body json.RawMessage, user api.Us
 	if req.Cancel {
 		return p.cancel(ctx, req, user, uuid)
 	}
+	if req.Spec.Paused {
+		return api.ReplicateResult{}, replicator.NewReason(replicator.ErrBadRequest,
+			"`paused` is a _replicator document's field: pause a POST /_replicate replication with POST /_scheduler/jobs/{id}/_pause")
+	}
 	spec := req.Spec
 	if err := spec.CheckAddresses(ctx, p.cfg.Addresses, true); err != nil {
 		return api.ReplicateResult{}, err
@@ -176,6 +180,10 @@ func (p *Plane) wait(ctx context.Context, jobID string, continuous bool) (api.Re
 		}
 		if ev.State == fdbjobs.NotFound {
 			return api.ReplicateResult{}, errCancelled
+		}
+		if d, err := replicator.DecodeJobData(ev.Data); err == nil && d.State == replicator.StatePaused {
+			return api.ReplicateResult{}, replicator.NewReason(replicator.ErrConflict,
+				"the replication was paused: POST /_scheduler/jobs/%s/_resume resumes it", jobID)
 		}
 		st, raw = ev.State, ev.Data
 	}

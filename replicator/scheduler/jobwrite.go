@@ -118,6 +118,8 @@ func (w *worker) logHalted(starting bool) {
 	}
 	switch {
 	case err != nil || d == nil || st == fdbjobs.Finished:
+	case d.State == replicator.StatePaused:
+		why = "paused, by its document or POST /_scheduler/jobs/{id}/_pause: it resumes from its checkpoint"
 	case w.data != nil && !replicator.SameReplication(d.Rep, w.data.Rep):
 		why = "its document was changed: the job runs again as the new version"
 	case w.stopKind() != stopNone && w.stopKind() != stopPark && d.State != replicator.StateParked:
@@ -132,6 +134,13 @@ func (w *worker) logHalted(starting bool) {
 		why = "re-enqueued: this node's hold on the job lapsed (no heartbeat within the job timeout)"
 	}
 	w.withFinal(w.logEvent(w.cfg.Logger.Info(), w.data)).Str("why", why).Msg("replication stopped")
+}
+
+// pausedNow reports whether the job, taken from this worker's run, is
+// now paused (one read; false when it cannot tell).
+func (w *worker) pausedNow() bool {
+	d, _, err := w.n.store.Job(w.ctx, nil, w.job.ID)
+	return err == nil && d != nil && d.State == replicator.StatePaused
 }
 
 // withFinal adds to e the final counters of a run halted because its job

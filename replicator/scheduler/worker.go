@@ -353,6 +353,12 @@ func (r *runLoop) taken() {
 	w, d := r.w, r.d
 	ctx, cancel := context.WithCancel(w.ctx)
 	t := w.cfg.Clock.AfterFunc(haltGraceDefault, cancel)
+	if w.pausedNow() {
+		// Paused: no run of it follows, so its run ends as a stop does,
+		// with a final checkpoint (within the same grace), and resumes
+		// from there.
+		_ = r.run.Stop(ctx)
+	}
 	_ = r.run.Halt(ctx)
 	t.Stop()
 	cancel()
