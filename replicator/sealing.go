@@ -87,6 +87,9 @@ func adoptBasicHeader(ep map[string]any) (map[string]any, bool) {
 	if !ok {
 		return ep, false
 	}
+	if auth, ok := ep["auth"].(map[string]any); ok && (auth["iam"] != nil || auth["oauth2"] != nil) {
+		return ep, false // token credentials and a header: the parser refuses both
+	}
 	for name, v := range h {
 		s, ok := v.(string)
 		if !ok || !strings.EqualFold(name, "authorization") {
@@ -235,7 +238,7 @@ func (s *Spec) eachSecret(f func(field, dest string, v *string)) {
 		}
 		if t := ep.Token; t != nil {
 			c := *t // ep.Token may be shared with another Spec
-			tdest := couch.Destination(t.URL, ep.Proxy)
+			tdest := couch.TokenDestination(t.URL, ep.URL, ep.Proxy, t.Scope)
 			if c.APIKey != "" {
 				f(side.name+"."+couch.SecretAPIKey, tdest, &c.APIKey)
 			}

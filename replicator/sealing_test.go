@@ -152,7 +152,9 @@ func TestSealedValueBoundToDestination(t *testing.T) {
 	}
 }
 
-// A token secret opens only for the token endpoint it was sealed for.
+// A token secret opens only for the token endpoint, the peer and the
+// scope it was sealed for: kept while the peer moved, it would buy a token
+// for another host.
 func TestSealedTokenBoundToTokenEndpoint(t *testing.T) {
 	s, o := sealKeys(t)
 	body := `{"source":{"url":"https://db.example/a","auth":{"iam":{"api_key":"iam-secret","url":"https://iam.example/token"}}},"target":"http://h/b"}`
@@ -163,9 +165,13 @@ func TestSealedTokenBoundToTokenEndpoint(t *testing.T) {
 	sealed, err := ParseSpec(stored)
 	require.NoError(t, err)
 	c := sealed.clone()
-	c.Source.URL = "https://other.example/a/" // the database moves; the key goes to the same token endpoint
+	c.Source.URL = "https://db.example/b/" // another database of the same server
 	_, err = c.Open(o, scope)
 	require.NoError(t, err)
+	c = sealed.clone()
+	c.Source.URL = "https://evil.example/a/" // the token would go there
+	_, err = c.Open(o, scope)
+	require.ErrorIs(t, err, seal.ErrCorrupt)
 	c = sealed.clone()
 	tok := *c.Source.Token
 	tok.URL = "https://evil.example/token"
@@ -173,4 +179,18 @@ func TestSealedTokenBoundToTokenEndpoint(t *testing.T) {
 	_, err = c.Open(o, scope)
 	require.ErrorIs(t, err, seal.ErrCorrupt)
 	require.Contains(t, err.Error(), "source.api_key")
+}
+
+// A Basic Authorization header beside token credentials is not taken as
+// the endpoint's password (which would drop the token credentials): the
+// parser refuses the two together.
+func TestSealBodyBasicHeaderBesideToken(t *testing.T) {
+	s, _ := sealKeys(t)
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("carol:hdr-secret"))
+	body := `{"source":{"url":"http://h/a","headers":{"Authorization":"` + basic + `"},"auth":{"iam":{"api_key":"iam-secret","url":"https://iam.example/token"}}},"target":"http://h/b"}`
+	stored, err := SealJSON(s, json.RawMessage(body), DocScope("_replicator", "both"))
+	require.NoError(t, err)
+	_, err = ParseSpec(stored)
+	require.ErrorIs(t, err, ErrBadRequest)
+	require.Contains(t, Reason(err), "give one kind")
 }

@@ -96,6 +96,19 @@ func ParseEndpoint(raw json.RawMessage) (Endpoint, error) {
 	}
 	authUser, authPass, authOK := "", "", false
 	if a := bytes.TrimSpace(obj.Auth); len(a) > 0 && !bytes.Equal(a, []byte("null")) {
+		// Other members are other plugins' (CouchDB ignores them), but a
+		// near miss of a known one would keep its secret unsealed.
+		var members map[string]json.RawMessage
+		if json.Unmarshal(a, &members) == nil {
+			for k := range members {
+				switch strings.ToLower(k) {
+				case "basic", "iam", "oauth2", "oauth":
+					if k != "basic" && k != "iam" && k != "oauth2" {
+						return Endpoint{}, fmt.Errorf("%w: endpoint \"auth\" has %q: did you mean \"basic\", \"iam\" or \"oauth2\"?", ErrInvalidEndpoint, k)
+					}
+				}
+			}
+		}
 		var auth struct {
 			Basic *struct {
 				Username *string `json:"username"`

@@ -122,6 +122,10 @@ func TestParseEndpointErrors(t *testing.T) {
 		{"oauth2 without url", `{"url":"http://h/db","auth":{"oauth2":{"client_id":"c","client_secret":"hunter2"}}}`, `"auth.oauth2" needs strings "url"`},
 		{"oauth2 without client", `{"url":"http://h/db","auth":{"oauth2":{"url":"https://a/t","client_secret":"hunter2"}}}`, `"client_id" (not empty)`},
 		{"token url not http", `{"url":"http://h/db","auth":{"iam":{"api_key":"hunter2","url":"ftp://a/t"}}}`, "not an http(s) URL"},
+		{"auth member near iam", `{"url":"http://h/db","auth":{"IAM":{"api_key":"hunter2"}}}`, "did you mean"},
+		{"auth member near oauth2", `{"url":"http://h/db","auth":{"oauth":{"client_secret":"hunter2"}}}`, "did you mean"},
+		{"iam unknown member", `{"url":"http://h/db","auth":{"iam":{"api_key":"k","password":"hunter2"}}}`, `"auth.iam" has "password"`},
+		{"iam key blank", `{"url":"http://h/db","auth":{"iam":{"api_key":"   "}}}`, `"auth.iam" needs`},
 		{"token url with password", `{"url":"http://h/db","auth":{"iam":{"api_key":"k","url":"https://u:hunter2@a/t"}}}`, "without credentials"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -117,13 +118,15 @@ func Origin(raw string) string {
 	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
-// tokenDestination is where the token secret of body's side is sent: its
-// token endpoint ("auth.iam.url", IAMTokenURLDefault by default, or
-// "auth.oauth2.url"), through the side's proxy.
+// tokenDestination is TokenDestination of the token secret of body's
+// side: its token endpoint ("auth.iam.url", IAMTokenURLDefault by
+// default, or "auth.oauth2.url"), the side's endpoint and proxy, and the
+// scope asked.
 func tokenDestination(body map[string]any, side string) string {
 	ep, _ := body[side].(map[string]any)
 	auth, _ := ep["auth"].(map[string]any)
-	u := ""
+	endpoint, _ := ep["url"].(string)
+	u, scope := "", ""
 	if iam, ok := auth["iam"].(map[string]any); ok {
 		u = IAMTokenURLDefault
 		if s, ok := iam["url"].(string); ok {
@@ -131,12 +134,26 @@ func tokenDestination(body map[string]any, side string) string {
 		}
 	} else if o, ok := auth["oauth2"].(map[string]any); ok {
 		u, _ = o["url"].(string)
+		scope, _ = o["scope"].(string)
 	}
 	proxy, _ := body["proxy"].(string)
 	if proxy == "" {
 		proxy, _ = body[side+"_proxy"].(string)
 	}
-	return Destination(u, proxy)
+	return TokenDestination(u, endpoint, proxy, scope)
+}
+
+// TokenDestination is where a token secret is used: it is sent to the
+// token endpoint at tokenURL (through proxy), and the token it buys to
+// the endpoint, with the scope asked. A secret kept while any of them
+// changes would buy a token for another peer or another scope, so each
+// is part of it.
+func TokenDestination(tokenURL, endpoint, proxy, scope string) string {
+	d := "token " + Destination(tokenURL, proxy) + " for " + Destination(endpoint, proxy)
+	if scope != "" {
+		d += " scope " + strconv.Quote(scope)
+	}
+	return d
 }
 
 // Destination is where the credentials of an endpoint at URL endpoint

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,7 +72,10 @@ func newTokenSource(db *DB, t *TokenAuth, tr *http.Transport) *tokenSource {
 		}
 	}
 	return &tokenSource{db: db, cfg: cfg, sem: make(chan struct{}, 1),
-		client: &http.Client{Transport: tr, Timeout: db.opts.ConnectionTimeout}}
+		client: &http.Client{Transport: tr, Timeout: db.opts.ConnectionTimeout,
+			// A redirect would send the secret's form to another URL:
+			// the redirect is the answer (and an error).
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
 // get returns the current token, fetching a new one when there is none or
@@ -174,6 +178,20 @@ func parseTokenAuth(iam, oauth json.RawMessage) (*TokenAuth, error) {
 		raw = bytes.TrimSpace(raw)
 		return len(raw) > 0 && !bytes.Equal(raw, []byte("null"))
 	}
+	// Only the members it knows: a misspelt one would keep a secret the
+	// sealing does not know of, in the clear.
+	only := func(name string, raw json.RawMessage, known ...string) error {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(raw, &m) != nil {
+			return nil // the decoding below says what is wrong
+		}
+		for k := range m {
+			if !slices.Contains(known, k) {
+				return fmt.Errorf("%w: endpoint \"auth.%s\" has %q: it takes %s", ErrInvalidEndpoint, name, k, strings.Join(known, ", "))
+			}
+		}
+		return nil
+	}
 	var t TokenAuth
 	switch {
 	case given(iam) && given(oauth):
@@ -183,7 +201,10 @@ func parseTokenAuth(iam, oauth json.RawMessage) (*TokenAuth, error) {
 			APIKey *string `json:"api_key"`
 			URL    *string `json:"url"`
 		}
-		if json.Unmarshal(iam, &v) != nil || v.APIKey == nil || *v.APIKey == "" {
+		if err := only("iam", iam, "api_key", "url"); err != nil {
+			return nil, err
+		}
+		if json.Unmarshal(iam, &v) != nil || v.APIKey == nil || strings.TrimSpace(*v.APIKey) == "" {
 			return nil, fmt.Errorf("%w: endpoint \"auth.iam\" needs a non-empty string \"api_key\" (and may name its token endpoint, a string \"url\")", ErrInvalidEndpoint)
 		}
 		t.APIKey, t.URL = *v.APIKey, IAMTokenURLDefault
@@ -197,7 +218,10 @@ func parseTokenAuth(iam, oauth json.RawMessage) (*TokenAuth, error) {
 			ClientSecret *string `json:"client_secret"`
 			Scope        *string `json:"scope"`
 		}
-		if json.Unmarshal(oauth, &v) != nil || v.URL == nil || v.ClientID == nil || *v.ClientID == "" || v.ClientSecret == nil {
+		if err := only("oauth2", oauth, "url", "client_id", "client_secret", "scope"); err != nil {
+			return nil, err
+		}
+		if json.Unmarshal(oauth, &v) != nil || v.URL == nil || v.ClientID == nil || strings.TrimSpace(*v.ClientID) == "" || v.ClientSecret == nil {
 			return nil, fmt.Errorf("%w: endpoint \"auth.oauth2\" needs strings \"url\" (its token endpoint), \"client_id\" (not empty) and \"client_secret\", and may ask a \"scope\"", ErrInvalidEndpoint)
 		}
 		t.URL, t.ClientID, t.ClientSecret = *v.URL, *v.ClientID, *v.ClientSecret

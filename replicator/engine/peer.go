@@ -164,6 +164,8 @@ func accessRefusal(err error) string {
 	}
 	var s string
 	switch {
+	case se.login && se.Name == "token_refused":
+		s = ": its token endpoint " + se.URL + " refused the credentials: " + se.Reason
 	case se.login && se.Reason != "":
 		s = ": " + LoginRefused + ": " + se.Reason
 	case se.login:

@@ -24,7 +24,9 @@ import (
 //     last left off;
 //   - what: each revision the log names that the source does not hold
 //     again (a _revs_diff to the source: a document purged, then written
-//     again with the same body, keeps its revision and is not purged), of
+//     again with the same body, keeps its revision and is not purged) and
+//     the target holds (a _revs_diff to the target: what an earlier look
+//     purged is not purged again), of
 //     the replication's doc_ids if it has them; a filtered or selector
 //     replication follows every purge (a purged revision's body is gone,
 //     so no filter can be asked), and a target without a revision ignores
@@ -37,8 +39,8 @@ import (
 //     avoids with a limit above the purges between two checkpoints.
 //
 // A source without _purged_infos (CouchDB before 3.4, PouchDB) or a target
-// that refuses _purge (it needs a database admin) fails the run with
-// ErrPurges, naming which.
+// that refuses _purge (CouchDB 3.5 takes it from a server admin only)
+// fails the run with ErrPurges, naming which.
 
 // Limits of one _purge request: CouchDB's defaults of [purge]
 // max_document_id_number and max_revisions_number.
@@ -154,6 +156,23 @@ func (p *purger) purge(ctx context.Context, batch map[string][]string) (int, err
 	if len(gone) == 0 {
 		return 0, nil
 	}
+	// Only what the target holds: a purge of a revision it lacks (one
+	// purged at an earlier look) would grow its own purge log for nothing.
+	tdiff, err := p.tgt.revsDiff(ctx, gone)
+	if err != nil {
+		return 0, err
+	}
+	for id, e := range tdiff {
+		rs := slices.DeleteFunc(gone[id], func(r string) bool { return slices.Contains(e.Missing, r) })
+		if len(rs) == 0 {
+			delete(gone, id)
+		} else {
+			gone[id] = rs
+		}
+	}
+	if len(gone) == 0 {
+		return 0, nil
+	}
 	b, err := json.Marshal(gone)
 	if err != nil {
 		return 0, err
@@ -163,7 +182,7 @@ func (p *purger) purge(ctx context.Context, batch map[string][]string) (int, err
 	}
 	req := httpRequest{method: http.MethodPost, path: "_purge", body: b, maxBody: AnswerMax + int64(len(b)), limit: replyLimit}
 	if err := p.tgt.doRequest(ctx, req, &reply); err != nil {
-		return 0, fmt.Errorf("%w: the target %s refused _purge: %w", ErrPurges, p.tgt.url(), err)
+		return 0, fmt.Errorf("%w: the target %s refused _purge (CouchDB takes it from a server admin only): %w", ErrPurges, p.tgt.url(), err)
 	}
 	n := 0
 	for _, raw := range reply.Purged {

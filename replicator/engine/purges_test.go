@@ -91,7 +91,7 @@ func TestFollowPurges(t *testing.T) {
 }
 
 // TestFollowPurgesRefused: a target that refuses _purge (its user is a
-// member, not an admin) fails the run with follow_purges_failed, naming
+// member, not a server admin) fails the run with follow_purges_failed, naming
 // the target; nothing is written half-way on the source.
 func TestFollowPurgesRefused(t *testing.T) {
 	t.Parallel()
@@ -101,8 +101,9 @@ func TestFollowPurgesRefused(t *testing.T) {
 	srv := couchtest.StartCouchDB(t)
 	srv.CreateDB(t, "src")
 	rev := srv.PutDoc(t, "src", map[string]any{"_id": "a"})
-	require.Equal(t, 201, srv.Request(t, "POST", "/src/_purge", map[string][]string{"a": {rev}}, nil))
 	srv.CreateDB(t, "tgt")
+	require.True(t, runOnce(t, srcTo(t, srv, "tgt", engine.Replication{}), engine.Options{}).Completed)
+	require.Equal(t, 201, srv.Request(t, "POST", "/src/_purge", map[string][]string{"a": {rev}}, nil))
 	srv.AddUser(t, "member", "member-pw")
 	srv.SetSecurity(t, "tgt", map[string]any{"members": map[string]any{"names": []string{"member"}}})
 	tgt, err := url.Parse(srv.DBURL("tgt"))

@@ -117,9 +117,9 @@ func (w *worker) logHalted(starting bool) {
 		w.storeRunEnd(*w.final)
 	}
 	switch {
-	case err != nil || d == nil || st == fdbjobs.Finished:
-	case d.State == replicator.StatePaused:
+	case err == nil && d != nil && d.State == replicator.StatePaused:
 		why = "paused, by its document or POST /_scheduler/jobs/{id}/_pause: it resumes from its checkpoint"
+	case err != nil || d == nil || st == fdbjobs.Finished:
 	case w.data != nil && !replicator.SameReplication(d.Rep, w.data.Rep):
 		why = "its document was changed: the job runs again as the new version"
 	case w.stopKind() != stopNone && w.stopKind() != stopPark && d.State != replicator.StateParked:

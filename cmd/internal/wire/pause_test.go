@@ -3,6 +3,7 @@ package wire_test
 import (
 	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -46,6 +47,9 @@ func TestPauseResume(t *testing.T) {
 	testutil.Eventually(t, "the run stopped", func() bool {
 		a := e.do("GET", "/_active_tasks", asAdmin, nil)
 		return a.Status == 200 && len(a.List) == 0
+	})
+	testutil.Eventually(t, "its run's stop logged as a pause", func() bool {
+		return strings.Contains(e.logs.String(), "paused, by its document")
 	})
 	couch.PutDoc(t, "p-src", map[string]any{"_id": "while-paused"})
 	require.Nil(t, couch.GetDoc(t, "p-tgt", "while-paused"), "nothing replicated while paused")

@@ -302,3 +302,46 @@ func TestSealedCredentialStaleRevision(t *testing.T) {
 	requireError(t, r, 403, "forbidden")
 	require.Contains(t, r.Body["reason"], "`source.password` is *****")
 }
+
+// A token secret stays with its token endpoint, its peer and its scope:
+// written back with ***** and the peer moved to another host, or another
+// scope asked, the document is refused (403, naming the field), so an
+// editor cannot have a token bought with the key sent elsewhere; another
+// database of the same peer keeps it.
+func TestSealedTokenStaysWithItsPeer(t *testing.T) {
+	t.Parallel()
+	pub, priv := testutil.SealKeys(t)
+	s := newService(t, func(m map[string]map[string]string) {
+		m["replicator"]["seal_public_key_file"] = pub
+		m["replicator"]["seal_private_key_files"] = priv
+	})
+	r := s.do("PUT", "/_replicator/tok", asAdmin, map[string]any{
+		"owner": aliceName, "target": "http://127.0.0.1:1/tgt", "continuous": true,
+		"source": map[string]any{"url": "http://127.0.0.1:1/svc", "auth": map[string]any{"oauth2": map[string]any{
+			"url": "http://127.0.0.1:2/token", "client_id": "svc", "client_secret": "Cl1entSecret", "scope": "read"}}},
+	})
+	require.Equal(t, 201, r.Status, r.Raw)
+	d := s.do("GET", "/_replicator/tok", asAlice, nil)
+	require.Equal(t, 200, d.Status, d.Raw)
+	require.NotContains(t, d.Raw, "Cl1entSecret")
+	edit := func(url, scope string) resp {
+		e := maps.Clone(d.Body)
+		src := maps.Clone(e["source"].(map[string]any))
+		auth := maps.Clone(src["auth"].(map[string]any))
+		o := maps.Clone(auth["oauth2"].(map[string]any))
+		src["url"], o["scope"] = url, scope
+		auth["oauth2"], src["auth"] = o, auth
+		e["source"] = src
+		return s.do("PUT", "/_replicator/tok", asAlice, e)
+	}
+	for _, tc := range []struct{ url, scope string }{
+		{"http://127.0.0.1:3/svc", "read"},  // another peer
+		{"http://127.0.0.1:1/svc", "admin"}, // another scope
+	} {
+		r = edit(tc.url, tc.scope)
+		requireError(t, r, 403, "forbidden")
+		require.Contains(t, r.Body["reason"], "`source.client_secret` is *****")
+	}
+	r = edit("http://127.0.0.1:1/svc2", "read")
+	require.Equal(t, 201, r.Status, r.Raw)
+}
