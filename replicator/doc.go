@@ -53,6 +53,12 @@
 //
 //	parked    -> fdbjobs pending, scheduled at its sweep (see "Parking")
 //
+// and paused (StatePaused; the views show it paused): fdbjobs finished,
+// written by the control plane (a document's "paused": true, or
+// POST /_scheduler/jobs/{id}/_pause) through Store.PauseJob, never by a
+// node; a node whose run it was stops that run with a final checkpoint.
+// Resumed, the control plane adds it again, pending.
+//
 // # Transitions
 //
 // A node changes a job it holds only through Lifecycle.Apply, with a
