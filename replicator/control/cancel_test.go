@@ -3,10 +3,13 @@ package control_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/api"
+	"github.com/fdbrep/fdbrep/cluster"
+	"github.com/fdbrep/fdbrep/pkg/config"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/replicatortest"
 	"github.com/fdbrep/fdbrep/replicator/simengine"
@@ -56,4 +59,28 @@ func TestCancelTellsNothingOfOthersJobs(t *testing.T) {
 	o, err = cancel(transient, alice)
 	require.NoError(t, err)
 	require.Equal(t, api.Cancelled, o.Outcome)
+}
+
+// records is a membership that gives fixed records.
+type records []cluster.Member
+
+func (r records) Records(context.Context) ([]cluster.Member, error) { return r, nil }
+
+// A cancel of a job whose node restarted since its run started (the run
+// died with the node's previous process) answers at once, saying so, not
+// after waiting for final counters no run will store.
+func TestCancelAfterNodeRestartAnswersAtOnce(t *testing.T) {
+	c := replicatortest.NewCluster(t, 1, simengine.New(), replicatortest.Config())
+	ctx := context.Background()
+	o, err := c.Plane.Replicate(ctx, replicateBody(t, map[string]any{"source": "http://h/s", "target": "http://h/t", "continuous": true}), api.Admin())
+	require.NoError(t, err)
+	require.Equal(t, api.Running, o.Outcome)
+	now := time.Now()
+	c.Plane.SetMembership(records{{Name: "node0", Roles: []string{config.RoleReplication},
+		Started: now.Add(time.Hour).UnixMilli(), Seen: now.UnixMilli(), Expires: now.Add(2 * time.Hour).UnixMilli()}})
+	o, err = c.Plane.Replicate(ctx, replicateBody(t, map[string]any{"replication_id": o.LocalID, "cancel": true}), api.Admin())
+	require.NoError(t, err)
+	require.Equal(t, api.Cancelled, o.Outcome)
+	require.Contains(t, o.Unconfirmed, "restarted")
+	require.Nil(t, o.Stopped, "no wait for the counters of a run that is gone (this node's live one would store them)")
 }

@@ -189,6 +189,33 @@ func (p *Plane) wait(ctx context.Context, jobID string, continuous bool) (api.Re
 	}
 }
 
+// runGone says why the run of a job whose data is d cannot report its
+// end, from the membership ("" when it may, or without one): its node's
+// record expired (the node died), or the node restarted after the run
+// started (the run ended with its previous process, before the node took
+// its jobs back). Both times are the node's own clock.
+func (p *Plane) runGone(ctx context.Context, d *replicator.JobData) string {
+	if p.members == nil || d.Node == "" {
+		return ""
+	}
+	ms, err := p.members.Records(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, m := range ms {
+		switch {
+		case m.Name != d.Node:
+		case !m.Alive(p.cfg.Clock.Now()):
+			return fmt.Sprintf("node %s is not alive (its last heartbeat at %s): its run stops when its hold on the job lapses",
+				d.Node, replicator.FormatMillis(m.Seen))
+		case m.Started > d.LastStart:
+			return fmt.Sprintf("node %s restarted at %s, after its run started (%s): that run ended with its previous process",
+				d.Node, replicator.FormatMillis(m.Started), replicator.FormatMillis(d.LastStart))
+		}
+	}
+	return ""
+}
+
 // AuthErrorTag is the error of POST /_replicate when an endpoint refused
 // the replication's login (a wrong password, a locked-out account), as
 // CouchDB names it; the reason is the job's, naming the endpoint and the
@@ -304,8 +331,12 @@ func (p *Plane) cancel(ctx context.Context, req *replicator.Request, user replic
 // hears of the removal, lets the writes it sent finish and reports them,
 // so that the answer says what the replication wrote, and nothing is
 // written after it. Without them (the node dead or cut off, or ctx ended)
-// it says why not.
+// it says why not; where the membership shows that no run can report (the
+// node died, or restarted since the run started) it says so at once.
 func (p *Plane) runEnd(ctx context.Context, jobID string, d *replicator.JobData) (*api.Stats, string) {
+	if why := p.runGone(ctx, d); why != "" {
+		return nil, why
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t := p.cfg.Clock.AfterFunc(replicator.RunEndWaitDefault, cancel)

@@ -364,3 +364,29 @@ func TestMaxWatches(t *testing.T) {
 		return following() == 3 && states()[fdbjobs.Running] == 3
 	})
 }
+
+// A replication with follow_purges does not park where its watch would
+// poll (a purge adds no change a poll sees): with more jobs waiting than
+// TestWatchPollsWithoutDBUpdates needs to park its replications, these
+// rotate instead, and none is ever parked.
+func TestFollowPurgesParksOnlyWithAFeed(t *testing.T) {
+	cfg := testConfig()
+	cfg.ParkAfter, cfg.ParkWhenWaitingAfter, cfg.WatchPollInterval = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
+	c, eng := simCluster(t, 1, cfg, 20*time.Millisecond, 0)
+	eng.SetDBUpdates("http://p/", fmt.Errorf("%w: http://p/_db_updates answered 401: the credentials are refused, or are not a server admin's", engine.ErrUnauthorized))
+	var docs []string
+	for i := range 12 {
+		doc := repDoc(fmt.Sprintf("http://p/f%d", i), "http://p/t", true)
+		doc["follow_purges"] = true
+		c.PutDoc("_replicator", fmt.Sprintf("f%d", i), doc)
+		docs = append(docs, fmt.Sprintf("f%d", i))
+	}
+	c.WaitJob("f0 running", c.DocJobID("_replicator", "f0"), runningOn(c.Nodes[0].Config().NodeName))
+	c.WaitIntervals(0, 25)
+	for _, d := range docs {
+		x, st, err := c.Store.Job(context.Background(), nil, c.DocJobID("_replicator", d))
+		require.NoError(t, err)
+		require.False(t, parked(st, x), "%s parked with a polling watch", d)
+		require.Nil(t, x.Parked, d)
+	}
+}

@@ -150,12 +150,15 @@ func (c Config) pollParkWaiting() int {
 // mayPark reports whether the caught-up job of w, whose source is in
 // group, may park now (see doc.go, "When a replication parks"): where
 // its group gives a _db_updates feed (a change wakes it within about a
-// second), or where waiting jobs make a poll no slower than rotation.
+// second), or where waiting jobs make a poll no slower than rotation. A
+// replication with follow_purges parks only with a feed: a purge adds no
+// change for a poll to see, and _db_updates reports it (rotated instead,
+// it follows the purges made meanwhile when it runs again).
 func (n *Node) mayPark(w *worker, rep engine.Replication, waiting int) bool {
 	if w.group == "" {
 		return false
 	}
-	return n.feedOK(rep, w.group) || n.Config().pollParkOK(waiting)
+	return n.feedOK(rep, w.group) || (!rep.FollowPurges && n.Config().pollParkOK(waiting))
 }
 
 // giveWayWhileWaiting is the progress loop's step for the jobs that wait
