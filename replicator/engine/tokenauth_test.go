@@ -135,4 +135,15 @@ func TestTokenAuth(t *testing.T) {
 	require.ErrorIs(t, err, engine.ErrUnauthorized)
 	require.Contains(t, err.Error(), "the token endpoint answered 400 invalid_client: unknown credentials")
 	require.NotContains(t, err.Error(), "a-wrong-key")
+
+	// A token endpoint that is down: the error names it, not the peer.
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	gone := rep
+	gone.Source = tokenEndpoint(t, srv, "src", map[string]any{"iam": map[string]any{"api_key": tokenKey, "url": down.URL + "/token"}})
+	gone.RetriesPerRequest = -1 // no retries
+	_, err = start(t, gone, engine.Options{}).Wait()
+	require.ErrorIs(t, err, engine.ErrHTTP)
+	require.Contains(t, err.Error(), "the token endpoint "+down.URL+"/token of source")
+	require.Contains(t, err.Error(), "refused the connection")
 }

@@ -335,13 +335,17 @@ type unanswered struct {
 }
 
 func (e *unanswered) Error() string {
-	cause, request := e.err, ""
+	cause, request, subject := e.err, "", e.side+" "+e.url
 	var re *couch.RequestError
 	if errors.As(e.err, &re) {
 		cause = re.Err
 		path := re.URL
 		if u, err := url.Parse(re.URL); err == nil {
 			path = u.EscapedPath()
+			if u.Host != "" && couch.Origin(re.URL) != couch.Origin(e.url) {
+				// Another server than the peer's: its token endpoint.
+				subject = "the token endpoint " + re.URL + " of " + subject
+			}
 		}
 		request = fmt.Sprintf(" (%s %s, %d attempt", re.Method, path, re.Attempts)
 		if re.Attempts != 1 {
@@ -359,7 +363,7 @@ func (e *unanswered) Error() string {
 	case errors.Is(cause, syscall.ECONNRESET):
 		what = " reset the connection"
 	}
-	return fmt.Sprintf("%v: %s %s%s%s", tag, e.side, e.url, what, request)
+	return fmt.Sprintf("%v: %s%s%s", tag, subject, what, request)
 }
 
 func (e *unanswered) Unwrap() []error {
