@@ -84,3 +84,29 @@ func TestCancelAfterNodeRestartAnswersAtOnce(t *testing.T) {
 	require.Contains(t, o.Unconfirmed, "restarted")
 	require.Nil(t, o.Stopped, "no wait for the counters of a run that is gone (this node's live one would store them)")
 }
+
+// A replication resumed right after a pause that stopped its run waits,
+// pending, until that run has surely ended (its hold lapsed: the job
+// timeout after the pause), so two runs of it never overlap.
+func TestResumeWaitsForThePausedRun(t *testing.T) {
+	c := replicatortest.NewCluster(t, 1, simengine.New(), replicatortest.Config())
+	ctx := context.Background()
+	o, err := c.Plane.Replicate(ctx, replicateBody(t, map[string]any{"source": "http://h/s", "target": "http://h/t", "continuous": true}), api.Admin())
+	require.NoError(t, err)
+	require.Equal(t, api.Running, o.Outcome)
+	job, err := c.Plane.SchedulerJob(ctx, api.Admin(), o.LocalID)
+	require.NoError(t, err)
+	res, err := c.Plane.PauseJob(ctx, api.Admin(), job.JobID)
+	require.NoError(t, err)
+	require.Equal(t, replicator.StatePaused, res.State)
+	d, _, err := c.Store.Job(ctx, nil, job.JobID)
+	require.NoError(t, err)
+	require.NotNil(t, d)
+	res, err = c.Plane.ResumeJob(ctx, api.Admin(), job.JobID)
+	require.NoError(t, err)
+	require.Equal(t, replicator.StatePending, res.State)
+	row, err := c.Jobs.GetJob(ctx, nil, replicator.JobType, job.JobID)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, row.ScheduledAt.UnixMilli(), d.LastUpdated+c.Config.JobTimeout.Milliseconds(),
+		"due once the stopped run's hold has lapsed")
+}

@@ -26,7 +26,8 @@ func (p *Plane) PauseJob(ctx context.Context, viewer api.User, id string) (api.P
 
 // ResumeJob resumes the paused replication id (POST
 // /_scheduler/jobs/{id}/_resume): it is pending again at its fair-share
-// place and runs from its checkpoint. Resuming one that is not paused
+// place (or, when its pause stopped a run, not before that run's hold has
+// surely lapsed: addJob) and runs from its checkpoint. Resuming one that is not paused
 // changes nothing. Errors as PauseJob's; a viewer who is not a server
 // admin is held to max_replications_per_user (ErrForbidden).
 func (p *Plane) ResumeJob(ctx context.Context, viewer api.User, id string) (api.PauseResult, error) {
@@ -64,14 +65,17 @@ func (p *Plane) setPaused(ctx context.Context, viewer api.User, id string, pause
 		out := api.PauseResult{OK: true, ID: cmp.Or(d.RepID, jobID)}
 		paused := d.State == replicator.StatePaused
 		switch {
+		case !paused && st == fdbjobs.Finished:
+			return api.PauseResult{}, replicator.NewReason(replicator.ErrConflict, "the replication has ended (%s): there is nothing to pause or resume", d.State)
 		case pause && paused, !pause && !paused:
 			out.State = d.State
 			return out, nil
-		case pause && st == fdbjobs.Finished:
-			return api.PauseResult{}, replicator.NewReason(replicator.ErrConflict, "the replication has ended (%s): there is nothing to pause", d.State)
 		case pause:
 			x := d.Clone()
-			x.State, x.StateInfo, x.Node, x.LastUpdated = replicator.StatePaused, replicator.PausedInfo(now), "", replicator.Millis(now)
+			x.State, x.StateInfo, x.LastUpdated = replicator.StatePaused, replicator.PausedInfo(now), replicator.Millis(now)
+			if st != fdbjobs.Running {
+				x.Node = "" // else it ran there: a resume waits for that run's end (addJob)
+			}
 			if err := p.store.PauseJob(ctx, tr, jobID, d, x); err != nil {
 				return api.PauseResult{}, err
 			}

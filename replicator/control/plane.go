@@ -337,6 +337,9 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, parsed api.Pa
 		// Paused: kept as a finished job no node takes; a running one
 		// stops at its next heartbeat, with a final checkpoint.
 		d.State, d.StateInfo = replicator.StatePaused, replicator.PausedInfo(now)
+		if old != nil && oldState == fdbjobs.Running {
+			d.Node = old.Node // it ran there: a resume waits for that run's end (addJob)
+		}
 		if err := p.store.PauseJob(ctx, tr, jobID, old, d); err != nil {
 			return false, err
 		}
@@ -462,6 +465,13 @@ func (p *Plane) addJob(ctx context.Context, tr kv.Transaction, jobID string, old
 	cfg := p.conf()
 	d.Priority = cfg.Increment(d.ShareKey(), table)
 	stime := cfg.EnqueueTime(p.cfg.Clock.Now(), d.Priority, table.Interval)
+	if old != nil && old.State == replicator.StatePaused && old.Node != "" {
+		// Resumed: its pause stopped a run on old.Node, which ends when
+		// that node hears of it, or at the latest when its hold lapses
+		// (cut off from the store): no run of it starts before, so that
+		// two never overlap.
+		stime = max(stime, old.LastUpdated+p.cfg.JobTimeout.Milliseconds())
+	}
 	return p.store.AddJob(ctx, tr, jobID, old, d, stime, p.cfg.JobTimeout)
 }
 
