@@ -8,7 +8,7 @@ POUCHDB   := $(CURDIR)/scripts/pouchdb
 FAUXTON   := $(CURDIR)/scripts/fauxton
 
 .PHONY: all version build build-fdb run test test-unit test-faults test-latency test-fdb test-deploy soak lint fdb-check pouchdb fauxton fuzz \
-        bench-kv bench-jobs bench-replication bench-scheduler bench-frontend bench-views bench-scale bench-dormant cluster clean
+        bench-kv bench-jobs bench-replication bench-scheduler bench-frontend bench-views bench-scale bench-dormant bench-webhooks cluster clean
 
 all: build
 
@@ -249,6 +249,14 @@ bench-views:
 ## (-sim-n 0 skips it). Needs ../shared/couchdb.
 bench-dormant:
 	$(BENCH) dormant $(ARGS)
+
+## bench-webhooks: one node, default settings: 1,000 replication documents
+## whose source refuses connections change state again and again while a
+## webhook of every change posts to a receiver on 127.0.0.1 and a reader
+## follows _scheduler/_changes; deliveries per second and each path's lag
+## from commit (p50, p99).
+bench-webhooks:
+	$(BENCH) webhooks $(ARGS)
 
 ## bench-scale: 100,000 _replicator documents on 3 replication nodes
 ## (max_jobs 500): time until every job started once, store bytes per job,

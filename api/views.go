@@ -243,3 +243,71 @@ type Stats struct {
 	SourceSeq             string `json:"source_seq,omitempty"`
 	ThroughSeq            string `json:"through_seq,omitempty"`
 }
+
+// WebhookSpec is the body of PUT /_scheduler/webhooks/{id}.
+type WebhookSpec struct {
+	URL      string   `json:"url"`
+	Events   []string `json:"events,omitempty"`
+	Database string   `json:"database,omitempty"`
+	DocID    string   `json:"doc_id,omitempty"`
+	Secret   string   `json:"secret"`
+}
+
+// Webhook is a webhook as GET /_scheduler/webhooks shows it; its secret
+// is shown as "*****".
+type Webhook struct {
+	ID       string   `json:"id"`
+	URL      string   `json:"url"`
+	Events   []string `json:"events"`
+	Database string   `json:"database,omitempty"`
+	DocID    string   `json:"doc_id,omitempty"`
+	Secret   string   `json:"secret"`
+	// AllReplications: a server admin's webhook, which hears every
+	// replication's changes (another user's hears their own).
+	AllReplications bool   `json:"all_replications"`
+	Created         string `json:"created"`
+	// Failures counts its receiver's failures in a row (GET of one
+	// webhook only): after each, every delivery to it rests until
+	// RestingUntil; LastError is the last one's.
+	Failures     int    `json:"failures,omitempty"`
+	LastError    string `json:"last_error,omitempty"`
+	RestingUntil string `json:"resting_until,omitempty"`
+	// Deliveries are its deliveries, one per replication that had changes
+	// for it, kept a day after they end (GET of one webhook only).
+	Deliveries []WebhookDelivery `json:"deliveries,omitempty"`
+}
+
+// WebhookDelivery is the delivery of one replication's changes to a
+// webhook: a job of the job layer, with its attempts.
+type WebhookDelivery struct {
+	// JobID is the replication's job id.
+	JobID string `json:"job_id"`
+	// State is pending, running, retrying (an attempt failed; NextAttempt
+	// says when), completed, or discarded (its attempts ran out; the
+	// replication's next change starts a new delivery of what is queued).
+	State       string `json:"state"`
+	Attempt     int    `json:"attempt"`
+	MaxAttempts int    `json:"max_attempts"`
+	// Queued are the changes not yet delivered.
+	Queued      int            `json:"queued"`
+	NextAttempt string         `json:"next_attempt,omitempty"`
+	Errors      []WebhookError `json:"errors,omitempty"`
+}
+
+// WebhookError is a failed attempt of a delivery.
+type WebhookError struct {
+	Attempt int    `json:"attempt"`
+	At      string `json:"at"`
+	Error   string `json:"error"`
+}
+
+// WebhookResult answers PUT and DELETE /_scheduler/webhooks/{id}.
+type WebhookResult struct {
+	OK bool   `json:"ok"`
+	ID string `json:"id"`
+}
+
+// WebhookList answers GET /_scheduler/webhooks.
+type WebhookList struct {
+	Webhooks []Webhook `json:"webhooks"`
+}

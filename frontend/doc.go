@@ -26,6 +26,8 @@
 //	GET  /_scheduler/jobs[/{id}]  /_scheduler/docs[/{db}[/{docid}]]  /_active_tasks   admins; users: see below
 //	POST /_scheduler/jobs/{id}/_retry         a crashing job's backoff ends now: admins, the job's owner
 //	POST /_scheduler/jobs/{id}/_pause|_resume a POST /_replicate replication paused, resumed: admins, the job's owner
+//	GET  /_scheduler/_changes                 the replications' state changes: admins all, users their own
+//	GET  /_scheduler/webhooks  GET|PUT|DELETE /_scheduler/webhooks/{id}   the caller's webhooks (webhooks.go)
 //	GET  /_node/_local/_stats[/{path}]  /_node/_local/_prometheus                       admins, _metrics role
 //	GET  /_node/_local  /_membership                                                    admins
 //	GET|PUT|DELETE /_node/{node}/_config[/{section}[/{key}]]  runtime configuration (config.go), admins;

@@ -95,6 +95,14 @@ type Scheduler interface {
 	// may see (a server admin all, another user their own), waiting up
 	// to q.Wait for a first one.
 	SchedulerChanges(ctx context.Context, viewer api.User, q api.ChangesQuery) (api.ChangesPage, error)
+	// PutWebhook writes one of the viewer's webhooks from body and
+	// reports whether it is new; Webhook reads one with its deliveries,
+	// Webhooks lists them, DeleteWebhook removes one. Every user but the
+	// anonymous one keeps their own.
+	PutWebhook(ctx context.Context, viewer api.User, id string, body json.RawMessage) (api.WebhookResult, bool, error)
+	Webhook(ctx context.Context, viewer api.User, id string) (api.Webhook, error)
+	Webhooks(ctx context.Context, viewer api.User) (api.WebhookList, error)
+	DeleteWebhook(ctx context.Context, viewer api.User, id string) (api.WebhookResult, error)
 }
 
 // MetricsSource provides the replicator's metrics for /_node/_local/_stats

@@ -78,21 +78,31 @@ func pageParams(q url.Values) (api.PageQuery, *httpError) {
 	return pq, nil
 }
 
-func (s *Server) handleReplicate(w http.ResponseWriter, r *http.Request) {
+// readObject reads the body of a user's request to the scheduler: a JSON
+// object (Content-Type application/json) within the request limits. It
+// answers the request itself and returns false otherwise.
+func (s *Server) readObject(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if !requireUser(w, r) {
-		return
+		return nil, false
 	}
 	if !isJSONType(r.Header.Get("Content-Type")) {
 		writeError(w, errJSONContentType)
-		return
+		return nil, false
 	}
 	b, he := readBody(w, r, s.opts.MaxRequestSize)
+	if he == nil {
+		he = checkObject(b, s.opts.MaxJSONDepth)
+	}
 	if he != nil {
 		writeError(w, he)
-		return
+		return nil, false
 	}
-	if he := checkObject(b, s.opts.MaxJSONDepth); he != nil {
-		writeError(w, he)
+	return b, true
+}
+
+func (s *Server) handleReplicate(w http.ResponseWriter, r *http.Request) {
+	b, ok := s.readObject(w, r)
+	if !ok {
 		return
 	}
 	if s.opts.Scheduler == nil {

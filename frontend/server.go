@@ -314,6 +314,8 @@ func (s *Server) routes() *mux.Router {
 	h("/_scheduler/jobs/{id}/_pause", s.handlePauseJob(true), "POST")
 	h("/_scheduler/jobs/{id}/_resume", s.handlePauseJob(false), "POST")
 	h("/_scheduler/_changes", s.handleSchedulerChanges, "GET")
+	h("/_scheduler/webhooks", s.handleWebhooks, "GET", "HEAD")
+	h("/_scheduler/webhooks/{id}", s.handleWebhook, "GET", "HEAD", "PUT", "DELETE")
 	h("/_scheduler/docs", s.handleSchedulerDocs, "GET", "HEAD")
 	r.PathPrefix("/_scheduler/docs/").Handler(s.methods(s.handleSchedulerDocsPath, "GET", "HEAD"))
 	r.PathPrefix("/_scheduler/").Handler(s.middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

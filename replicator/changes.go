@@ -45,8 +45,9 @@ type StateChange struct {
 }
 
 // emitChange writes the change of job jobID from entry old to cur (nil:
-// none) to the feed, in tr, when its state changed.
-func (s *Store) emitChange(tr kv.Transaction, jobID string, old, cur *entry) error {
+// none) to the feed, in tr, when its state changed, and returns it (false:
+// no change).
+func (s *Store) emitChange(tr kv.Transaction, jobID string, old, cur *entry) (StateChange, bool, error) {
 	c := StateChange{State: StateRemoved}
 	e := cur
 	if e == nil {
@@ -56,16 +57,16 @@ func (s *Store) emitChange(tr kv.Transaction, jobID string, old, cur *entry) err
 	}
 	if old != nil {
 		if cur != nil && old.state == cur.state {
-			return nil
+			return StateChange{}, false, nil
 		}
 		c.From = old.state
 	}
 	c.DBName, c.DocID, c.Owner = e.dbName, e.docID, e.owner
 	b, err := json.Marshal(c)
 	if err != nil {
-		return err
+		return StateChange{}, false, err
 	}
-	return s.jobs.EmitEvent(tr, JobType, jobID, ChangeEvent, b)
+	return c, true, s.jobs.EmitEvent(tr, JobType, jobID, ChangeEvent, b)
 }
 
 // setupChanges turns the feed of JobType on, kept ChangesKeep, unless it

@@ -242,7 +242,9 @@
 //   - Retention (retention.go): the paced removal of the jobs of deleted
 //     databases, whose marks it keeps (18), and of expired transient jobs;
 //   - Progress (progress.go): the running jobs' live counters (23);
-//   - FailedDocs (failed.go): the documents a job's targets refused (24).
+//   - FailedDocs (failed.go): the documents a job's targets refused (24);
+//   - Webhooks (webhooks.go): the users' webhooks, the changes queued for
+//     them, their delivery jobs and their receivers' health (29-33).
 //
 // # Key layout
 //
@@ -251,7 +253,8 @@
 // event feed: their state changes, changes.go), rep_watch (WatchType, the
 // watches of parked replications) and rep_trigger (TriggerType, the
 // periods of scheduled replications, with their schedules "rep|JobID":
-// schedule.go):
+// schedule.go) and rep_webhook (WebhookType, the deliveries of webhooks,
+// one per webhook and replication: webhooks.go):
 //
 //	(1, RepID)                  -> JobID     replication id owner
 //	(2)                         -> UUID      server UUID (replication ids, job ids): [couchdb] uuid or made (EnsureServerUUID, Setup)
@@ -287,6 +290,11 @@
 //	(26)                        -> int64 LE  parked jobs (the jobs.parked gauge)
 //	(27)                        -> JSON      the reseal pass: key, phase, place, holder and lease, counts
 //	(28, Owner)                 -> int64 LE  the owner's jobs held back at the per-user limit, so far
+//	(29, Owner, ID)             -> JSON      a webhook (Webhook)
+//	(30, Owner, ID)             -> ""        a server admin's webhook, which hears every replication
+//	(31, Owner, ID, JobID, Versionstamp) -> JSON a change queued for a webhook, in commit order
+//	(32, Owner, ID, JobID)      -> ""        a webhook's delivery jobs (cleared when the layer removes one)
+//	(33, Owner, ID)             -> JSON      a webhook's receiver's failures in a row (WebhookHealth)
 //
 // # View index
 //

@@ -241,6 +241,7 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 	}
 	isReg := func(e *entry) bool { return e != nil && e.dbUUID != "" && registered[e.dbName] == e.dbUUID }
 	deltas := map[string]int64{}
+	var changes []hookChange
 	for i, j := range jobs {
 		old, cur := olds[i], news[i]
 		if old == nil && cur == nil {
@@ -271,8 +272,12 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 		} else {
 			tr.Set(s.entryKey(j.id), cur.pack())
 		}
-		if err := s.emitChange(tr, j.id, old, cur); err != nil {
+		c, changed, err := s.emitChange(tr, j.id, old, cur)
+		if err != nil {
 			return err
+		}
+		if changed {
+			changes = append(changes, hookChange{jobID: j.id, c: c})
 		}
 		s.countDeltas(deltas, old, isReg(old), -1)
 		s.countDeltas(deltas, cur, isReg(cur), 1)
@@ -282,7 +287,7 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 			tr.Add(kv.Key(k), kv.Int64(d))
 		}
 	}
-	return nil
+	return s.webhooks.enqueue(tr, changes)
 }
 
 // reindex indexes jobs ids as their rows stand in tr (after this

@@ -184,7 +184,7 @@ var (
 		"Refuse endpoints and proxies on private addresses (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, fc00::/7), as denied_endpoint_networks does. Off by default: many deployments replicate inside private networks. Turn it on where replication nodes sit next to internal services, with the peers' networks in allowed_endpoint_networks.",
 		config.Live(config.ApplyAll))
 	keyAllowedNetworks = config.RegisterList("replicator", "allowed_endpoint_networks", nil,
-		"Networks (CIDR, or single addresses) allowed although denied_endpoint_networks, deny_loopback_endpoints or deny_private_endpoints refuse them: the replication peers inside a denied range. Never the node's own health port.",
+		"Networks (CIDR, or single addresses) allowed although denied_endpoint_networks, deny_loopback_endpoints or deny_private_endpoints refuse them: the replication peers inside a denied range. Never the node's own health port. Webhook receivers follow the same rules with loopback always denied: a receiver on 127.0.0.1 needs it here.",
 		nil, config.Live(config.ApplyAll))
 )
 

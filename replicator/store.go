@@ -48,6 +48,13 @@ const (
 
 	keyProgress   = 23 // (23, JobID, Node, Start) -> JSON RunProgress (progress.go)
 	keyFailedDocs = 24 // (24, JobID) -> JSON []FailedDoc (failed.go)
+
+	// Webhooks (webhooks.go).
+	keyWebhooks          = 29 // (29, Owner, ID) -> JSON Webhook
+	keyWebhooksAll       = 30 // (30, Owner, ID) -> "": the webhooks of every replication's changes
+	keyWebhookQueue      = 31 // (31, Owner, ID, JobID, Versionstamp) -> JSON: queued changes
+	keyWebhookDeliveries = 32 // (32, Owner, ID, JobID) -> "": delivery jobs
+	keyWebhookHealth     = 33 // (33, Owner, ID) -> JSON WebhookHealth
 )
 
 // Store is the replicator's state in the kv store, shared by the control
@@ -80,6 +87,7 @@ type Store struct {
 	reseal    *Reseal
 	failed    *FailedDocs
 	progress  *Progress
+	webhooks  *Webhooks
 }
 
 // NewStore returns the store of the replicator's keys under sub (nil means
@@ -103,6 +111,8 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 	s.reseal = &Reseal{s: s, key: sub.Pack(tuple.Tuple{keyReseal})}
 	s.failed = &FailedDocs{s: s, sub: sub.Sub(keyFailedDocs)}
 	s.progress = &Progress{s: s, sub: sub.Sub(keyProgress)}
+	s.webhooks = &Webhooks{s: s, hooks: sub.Sub(keyWebhooks), all: sub.Sub(keyWebhooksAll), queue: sub.Sub(keyWebhookQueue),
+		deliveries: sub.Sub(keyWebhookDeliveries), health: sub.Sub(keyWebhookHealth), clock: time.Now}
 	jobs.SetReenqueueHook(JobType, s.reenqueued)
 	return s
 }
@@ -215,6 +225,9 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int)
 		return "", err
 	}
 	if err := s.setupTriggers(ctx, jobTimeout); err != nil {
+		return "", err
+	}
+	if err := s.setupWebhooks(ctx, jobTimeout); err != nil {
 		return "", err
 	}
 	if n, err := s.jobs.TypeShards(ctx, nil, JobType); err != nil {

@@ -8,6 +8,7 @@
 //	fdbrep-bench views [flags]        scheduler view pages as jobs grow (make bench-views)
 //	fdbrep-bench dormant [flags]      many replications, few active, against CouchDB 3.5 (make bench-dormant)
 //	fdbrep-bench scale [flags]        100,000 documents on 3 replication nodes, a fourth joining (make bench-scale)
+//	fdbrep-bench webhooks [flags]     webhook deliveries and their lag beside _scheduler/_changes (make bench-webhooks)
 //
 // Each benchmark lives in its own file and registers itself in init;
 // jobs-node, which the jobs benchmark runs in processes of its own, is

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,12 @@ type Node struct {
 	// triggers works the Trigger jobs of scheduled replications (set by
 	// Start, cleared by stopTriggers).
 	triggers atomic.Pointer[fdbjobs.Runtime]
+	// webhooks works the webhook deliveries (set by Start, cleared by
+	// stopWebhooks); hookClient is their HTTP client, made once
+	// (webhookClient).
+	webhooks   atomic.Pointer[fdbjobs.Runtime]
+	hookOnce   sync.Once
+	hookClient *http.Client
 	// Set by New and never changed: read without a lock.
 	store *replicator.Store
 	eng   replicator.Engine
@@ -242,10 +249,16 @@ func (n *Node) Start(ctx context.Context) error {
 			n.stopWatches()
 			return err
 		}
+		if err := n.startWebhooks(runCtx, cfg); err != nil {
+			n.stopTriggers()
+			n.stopWatches()
+			return err
+		}
 		n.mu.Lock()
 		n.ctx, n.stopping, n.serverUUID = runCtx, false, uuid
 		n.mu.Unlock()
 		if err := n.startJobs(runCtx, cfg); err != nil {
+			n.stopWebhooks()
 			n.stopTriggers()
 			n.stopWatches()
 			return err
@@ -320,6 +333,7 @@ func (n *Node) shutdown() {
 	n.mu.Unlock()
 	n.stopWatches()
 	n.stopTriggers()
+	n.stopWebhooks()
 	t := clock.NewTimer(timeout)
 	select {
 	case <-all:

@@ -1,0 +1,175 @@
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/replicator"
+)
+
+// Webhook deliveries (replicator/webhooks.go): every replication node runs
+// a Runtime of the delivery jobs, whose worker posts a replication's
+// queued changes to the webhook's URL one at a time, oldest first.
+
+// Bounds of the webhook Runtime and of one delivery.
+const (
+	// webhookConcurrency is how many deliveries a node works at once.
+	webhookConcurrency = 32
+	// WebhookTimeoutDefault bounds one POST to a receiver, from the
+	// connect to the end of its answer.
+	WebhookTimeoutDefault = 10 * time.Second
+	// webhookRetain is how long an ended delivery job is kept (its
+	// attempts and errors show in GET /_scheduler/webhooks/{id}).
+	webhookRetain = 24 * time.Hour
+	// webhookAnswerMax is how much of a refusing receiver's answer the
+	// attempt's error quotes.
+	webhookAnswerMax = 200
+)
+
+// startWebhooks starts the node's webhook Runtime, until ctx ends or
+// stopWebhooks.
+func (n *Node) startWebhooks(ctx context.Context, cfg Config) error {
+	rt, err := n.store.NewWebhookRuntime(fdbjobs.WorkFunc[replicator.WebhookDelivery](n.workWebhook),
+		fdbjobs.WorkerOptions{Concurrency: webhookConcurrency, Timeout: cfg.JobTimeout,
+			RetainCompleted: webhookRetain, RetainCancelled: webhookRetain, RetainDiscarded: webhookRetain,
+			OnRemove: n.store.Webhooks().RemovedDeliveries},
+		fdbjobs.RuntimeOptions{FetchPoll: cfg.acceptWaitMax(), SweepPeriod: cfg.Interval})
+	if err != nil {
+		return err
+	}
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	n.webhooks.Store(rt)
+	return nil
+}
+
+// stopWebhooks stops the webhook Runtime: a delivery it worked goes back,
+// for another node.
+func (n *Node) stopWebhooks() {
+	if rt := n.webhooks.Swap(nil); rt != nil {
+		rt.StopAndCancel()
+	}
+}
+
+// workWebhook delivers the changes queued for its job's webhook and
+// replication, oldest first, and ends the job once none is left. An error
+// (the receiver's, or the store's) ends the attempt: the job layer tries
+// again later, from the same change.
+func (n *Node) workWebhook(ctx context.Context, w *fdbjobs.Work[replicator.WebhookDelivery]) error {
+	hooks := n.store.Webhooks()
+	for {
+		h, health, c, err := hooks.Next(ctx, w.Args)
+		if err != nil {
+			return err
+		}
+		if h == nil || c == nil {
+			ended, err := kv.Transact(ctx, n.store, func(tr kv.Transaction) (bool, error) {
+				return hooks.EndDelivery(tr, w.Args, func(tr kv.Transaction) error { return w.CompleteTx(ctx, tr) })
+			})
+			if err != nil || ended {
+				return err
+			}
+			continue // a change came meanwhile
+		}
+		now := n.Config().Clock.Now()
+		if until := time.UnixMilli(health.Until); now.Before(until) {
+			return fdbjobs.Snooze(until.Sub(now)) // its receiver rests after a failure
+		}
+		if err := n.deliver(ctx, h, c); err != nil {
+			if ctx.Err() != nil {
+				return err // stopped, not the receiver's failure
+			}
+			if _, ferr := hooks.Failed(ctx, w.Args, err.Error(), now); ferr != nil {
+				return errors.Join(err, ferr)
+			}
+			return err
+		}
+		if err := hooks.Ack(ctx, w.Args, c, health.Failures == 0); err != nil {
+			return err
+		}
+	}
+}
+
+// deliver posts change c to h's receiver and returns nil once it answered
+// 2xx.
+func (n *Node) deliver(ctx context.Context, h *replicator.Webhook, c *replicator.WebhookChange) error {
+	cfg := n.Config()
+	u, err := url.Parse(h.URL)
+	if err != nil || !slices.Contains(endpointProtocols(cfg.Protocols), u.Scheme) {
+		return fmt.Errorf("webhook %s: its url's scheme is not one of valid_endpoint_protocols", h.ID)
+	}
+	secret, err := replicator.WebhookSecret(cfg.Opener, h)
+	if err != nil {
+		return fmt.Errorf("webhook %s: %w", h.ID, err)
+	}
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(c.Body)
+	ctx, cancel := context.WithTimeout(ctx, WebhookTimeoutDefault)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(c.Body))
+	if err != nil {
+		return fmt.Errorf("webhook %s: %w", h.ID, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(replicator.WebhookSignatureHeader, "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	req.Header.Set(replicator.WebhookDeliveryHeader, c.DeliveryID())
+	req.Header.Set(replicator.WebhookHeader, h.ID)
+	resp, err := n.webhookClient(cfg).Do(req)
+	if err != nil {
+		return fmt.Errorf("webhook %s: %w", h.ID, err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, webhookAnswerMax))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("webhook %s: the receiver answered %s: %q", h.ID, resp.Status, answer)
+	}
+	return nil
+}
+
+// webhookClient is the HTTP client of deliveries under cfg's address
+// rules (WebhookRules, as they are at each connect); it follows no
+// redirect.
+func (n *Node) webhookClient(cfg Config) *http.Client {
+	n.hookOnce.Do(func() {
+		addresses := cfg.Addresses
+		control := func(network, address string, c syscall.RawConn) error {
+			rules := couch.AddressRules{}
+			if addresses != nil {
+				rules = addresses.Rules()
+			}
+			return couch.NewAddressPolicy(replicator.WebhookRules(rules)).Control()(network, address, c)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.Proxy = nil // the receiver's address is the one checked
+		tr.DialContext = (&net.Dialer{Timeout: WebhookTimeoutDefault, Control: control}).DialContext
+		tr.MaxIdleConnsPerHost = webhookConcurrency
+		n.hookClient = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}}
+	})
+	return n.hookClient
+}
+
+// endpointProtocols are the schemes p allows endpoints.
+func endpointProtocols(p replicator.Protocols) []string {
+	if p.Endpoint == nil {
+		return replicator.EndpointProtocolsDefault
+	}
+	return p.Endpoint
+}
