@@ -3,6 +3,7 @@ package fdbjobs
 import (
 	"context"
 	"encoding/json"
+	"hash/maphash"
 	"reflect"
 	"sync"
 	"time"
@@ -12,15 +13,22 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
-// Event is a change of a subscribed job: a new state, or for a running job
-// a new Update (heartbeat or data). State is NotFound, and Data nil, when
-// the job was removed.
+// Event is a change of a subscribed job: a new state, for a running job a
+// new Update (heartbeat or data), and for a pending job new data (a job
+// resubmitted, or taken and given back, between two reads of the
+// notifier). State is NotFound, and Data nil, when the job was removed.
 type Event struct {
 	Type  string
 	ID    string
 	State State
 	Data  json.RawMessage
 }
+
+// dataSum is a hash of a job's data, by which a subscription tells new
+// data of a pending job from the data it delivered last.
+func dataSum(data []byte) uint64 { return maphash.Bytes(dataSeed, data) }
+
+var dataSeed = maphash.MakeSeed()
 
 // final reports whether no event follows e.
 func (e Event) final() bool { return e.State == Finished || e.State == NotFound }
@@ -37,9 +45,10 @@ type Subscription struct {
 	mu     sync.Mutex
 	queue  []Event
 	closed bool // no event will be added
-	// Last state and seq delivered; guarded by n.mu.
+	// Last state, seq and data (its hash) delivered; guarded by n.mu.
 	state State
 	seq   tuple.Versionstamp
+	data  uint64
 }
 
 // Subscribe follows the state of job id of type typ from this node,
@@ -70,7 +79,7 @@ func (c *Client) Subscribe(ctx context.Context, tx kv.ReadTransactor, typ, id st
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	s := &Subscription{Type: typ, ID: id, n: n, signal: make(chan struct{}, 1), state: r.state, seq: r.seq}
+	s := &Subscription{Type: typ, ID: id, n: n, signal: make(chan struct{}, 1), state: r.state, seq: r.seq, data: dataSum(r.data)}
 	if !n.add(s) {
 		return nil, 0, nil, ErrNotStarted
 	}
@@ -433,9 +442,9 @@ func (n *notifier) process(ctx context.Context) error {
 			switch {
 			case r == nil:
 				e = Event{Type: n.typ, ID: id, State: NotFound}
-			case r.state != s.state || (r.state == Running && r.seq != s.seq):
+			case r.state != s.state || (r.state == Running && r.seq != s.seq) || (r.state == Pending && dataSum(r.data) != s.data):
 				e = Event{Type: n.typ, ID: id, State: r.state, Data: r.data}
-				s.state, s.seq = r.state, r.seq
+				s.state, s.seq, s.data = r.state, r.seq, dataSum(r.data)
 			default:
 				continue
 			}

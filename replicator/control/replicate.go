@@ -264,8 +264,20 @@ func outcomeOf(st fdbjobs.State, d *replicator.JobData, jobID string, continuous
 	case continuous && d.State == replicator.StateRunning && st == fdbjobs.Running,
 		continuous && d.State == replicator.StateParked && st == fdbjobs.Pending: // caught up, shown running
 		return api.ReplicateResult{Outcome: api.Running, LocalID: localID}, true
+	case continuous && d.State == replicator.StateCrashing && errorTag(d) == replicator.TagDuplicate:
+		// The same replication runs as another user's (Collide): it is
+		// running, as CouchDB answers a continuous replication posted
+		// again; this job takes over when that one ends.
+		return api.ReplicateResult{Outcome: api.Running, LocalID: localID}, true
 	}
 	return api.ReplicateResult{}, false
+}
+
+// errorTag is the error tag of d's state info ("" when none).
+func errorTag(d *replicator.JobData) string {
+	var ei replicator.ErrorInfo
+	_ = json.Unmarshal(d.StateInfo, &ei)
+	return ei.Error
 }
 
 func (p *Plane) cancel(ctx context.Context, req *replicator.Request, user replicator.UserCtx, uuid string) (api.ReplicateResult, error) {

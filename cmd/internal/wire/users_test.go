@@ -272,3 +272,35 @@ func TestMembersSeeOthersSchedulerRowsAsDocuments(t *testing.T) {
 		require.NotContains(t, raw, remotePass, c.Name)
 	}
 }
+
+// Two users post the same continuous replication (same endpoints and
+// credentials: the same replication id): the second is answered at once,
+// running as CouchDB answers a replication posted again, while its own job
+// waits (crashing, duplicate_job, without naming the other user) and takes
+// over once the first is cancelled. Before, the second POST waited for a
+// run that could not start as long as the first ran.
+func TestSameReplicationPostedByTwoUsers(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts CouchDB")
+	}
+	couch := couchtest.StartCouchDB(t)
+	couch.CreateDB(t, "two-src")
+	e := newService(t)
+	post := map[string]any{"source": couch.AuthDBURL("two-src"), "target": couch.AuthDBURL("two-tgt"),
+		"create_target": true, "continuous": true}
+	a := e.do("POST", "/_replicate", asAlice, post)
+	require.Equal(t, 202, a.Status, a.Raw)
+	b := e.do("POST", "/_replicate", asBob, post)
+	require.Equal(t, 202, b.Status, b.Raw)
+	require.Equal(t, a.Body["_local_id"], b.Body["_local_id"], "the same replication")
+	jobs := e.do("GET", "/_scheduler/jobs", asBob, nil)
+	require.Equal(t, 200, jobs.Status, jobs.Raw)
+	require.Contains(t, jobs.Raw, "duplicate_job")
+	require.NotContains(t, jobs.Raw, "alice", "the other user is not named")
+
+	cancel := map[string]any{"replication_id": a.Body["_local_id"], "cancel": true}
+	require.Equal(t, 200, e.do("POST", "/_replicate", asAlice, cancel).Status)
+	couch.PutDoc(t, "two-src", map[string]any{"_id": "after"})
+	testutil.Eventually(t, "bob's replication took over", func() bool { return couch.GetDoc(t, "two-tgt", "after") != nil })
+}
