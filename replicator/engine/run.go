@@ -363,7 +363,13 @@ func (r *Run) run() {
 			r.count(CountFailedStart)
 		}
 		r.err = err
-		r.log.Error().Err(err).Msg("replication setup failed")
+		if errors.Is(err, ErrHalted) || errors.Is(err, ErrStopped) || r.ctx.Err() != nil {
+			// Told to stop (a pause, a rotation, a shutdown): not a
+			// failure; the node logs why it stopped.
+			r.log.Debug().Err(err).Msg("replication stopped during setup")
+		} else {
+			r.log.Error().Err(err).Msg("replication setup failed")
+		}
 		return
 	}
 	r.err = safely(&r.log, r.replicate)
