@@ -37,6 +37,7 @@ type Node struct {
 	webhooks   atomic.Pointer[fdbjobs.Runtime]
 	hookOnce   sync.Once
 	hookClient *http.Client
+	hookOwners hookOwners
 	// Set by New and never changed: read without a lock.
 	store *replicator.Store
 	eng   replicator.Engine

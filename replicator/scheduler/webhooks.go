@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,7 +40,45 @@ const (
 	// webhookAnswerMax is how much of a refusing receiver's answer the
 	// attempt's error quotes.
 	webhookAnswerMax = 200
+	// webhookOwnerConcurrency is how many of one user's deliveries a node
+	// works at once: a user whose receivers answer slowly holds no more
+	// of the node's webhookConcurrency; their other deliveries wait
+	// webhookOwnerWait (not an attempt).
+	webhookOwnerConcurrency = 4
+	webhookOwnerWait        = time.Second
+	// webhookHeaderMax bounds a receiver's answer headers.
+	webhookHeaderMax = 64 << 10
 )
+
+// hookOwners counts each user's deliveries working on the node. It owns
+// its state; the zero value is ready.
+type hookOwners struct {
+	mu sync.Mutex // guards n
+	n  map[string]int
+}
+
+// take counts one more delivery of owner, unless webhookOwnerConcurrency
+// work already.
+func (h *hookOwners) take(owner string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n[owner] >= webhookOwnerConcurrency {
+		return false
+	}
+	if h.n == nil {
+		h.n = map[string]int{}
+	}
+	h.n[owner]++
+	return true
+}
+
+func (h *hookOwners) give(owner string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n[owner]--; h.n[owner] <= 0 {
+		delete(h.n, owner)
+	}
+}
 
 // startWebhooks starts the node's webhook Runtime, until ctx ends or
 // stopWebhooks.
@@ -72,6 +111,10 @@ func (n *Node) stopWebhooks() {
 // (the receiver's, or the store's) ends the attempt: the job layer tries
 // again later, from the same change.
 func (n *Node) workWebhook(ctx context.Context, w *fdbjobs.Work[replicator.WebhookDelivery]) error {
+	if !n.hookOwners.take(w.Args.Owner) {
+		return fdbjobs.Snooze(webhookOwnerWait)
+	}
+	defer n.hookOwners.give(w.Args.Owner)
 	hooks := n.store.Webhooks()
 	for {
 		h, health, c, err := hooks.Next(ctx, w.Args)
@@ -159,6 +202,7 @@ func (n *Node) webhookClient(cfg Config) *http.Client {
 		tr.Proxy = nil // the receiver's address is the one checked
 		tr.DialContext = (&net.Dialer{Timeout: WebhookTimeoutDefault, Control: control}).DialContext
 		tr.MaxIdleConnsPerHost = webhookConcurrency
+		tr.MaxResponseHeaderBytes = webhookHeaderMax
 		n.hookClient = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		}}
