@@ -288,8 +288,10 @@ type WebhookDelivery struct {
 	State       string `json:"state"`
 	Attempt     int    `json:"attempt"`
 	MaxAttempts int    `json:"max_attempts"`
-	// Queued are the changes not yet delivered.
+	// Queued are the changes not yet delivered; Dropped those dropped
+	// because 100 were queued already.
 	Queued      int            `json:"queued"`
+	Dropped     int64          `json:"dropped,omitempty"`
 	NextAttempt string         `json:"next_attempt,omitempty"`
 	Errors      []WebhookError `json:"errors,omitempty"`
 }

@@ -98,11 +98,12 @@ type Scheduler interface {
 	// PutWebhook writes one of the viewer's webhooks from body and
 	// reports whether it is new; Webhook reads one with its deliveries,
 	// Webhooks lists them, DeleteWebhook removes one. Every user but the
-	// anonymous one keeps their own.
+	// anonymous one keeps their own; user ("" for the viewer's own) names
+	// another user's, for server admins.
 	PutWebhook(ctx context.Context, viewer api.User, id string, body json.RawMessage) (api.WebhookResult, bool, error)
-	Webhook(ctx context.Context, viewer api.User, id string) (api.Webhook, error)
-	Webhooks(ctx context.Context, viewer api.User) (api.WebhookList, error)
-	DeleteWebhook(ctx context.Context, viewer api.User, id string) (api.WebhookResult, error)
+	Webhook(ctx context.Context, viewer api.User, user, id string) (api.Webhook, error)
+	Webhooks(ctx context.Context, viewer api.User, user string) (api.WebhookList, error)
+	DeleteWebhook(ctx context.Context, viewer api.User, user, id string) (api.WebhookResult, error)
 }
 
 // MetricsSource provides the replicator's metrics for /_node/_local/_stats

@@ -4,18 +4,20 @@ import (
 	"net/http"
 )
 
-// handleWebhooks lists the caller's webhooks (GET /_scheduler/webhooks).
+// handleWebhooks lists the caller's webhooks (GET /_scheduler/webhooks;
+// ?user=NAME another user's, for server admins).
 func (s *Server) handleWebhooks(w http.ResponseWriter, r *http.Request) {
 	if !s.schedulerFor(w, r) {
 		return
 	}
-	resp, err := s.opts.Scheduler.Webhooks(r.Context(), userFrom(r).Viewer())
+	resp, err := s.opts.Scheduler.Webhooks(r.Context(), userFrom(r).Viewer(), r.URL.Query().Get("user"))
 	s.answer(w, r, resp, err)
 }
 
 // handleWebhook writes (PUT, 201 when new), reads (GET, with its
 // deliveries) or removes (DELETE) one of the caller's webhooks
-// (/_scheduler/webhooks/{id}; see control.Plane.PutWebhook).
+// (/_scheduler/webhooks/{id}; see control.Plane.PutWebhook); for GET and
+// DELETE, ?user=NAME names another user's, for server admins.
 func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	if !s.schedulerFor(w, r) {
 		return
@@ -43,10 +45,10 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, status, resp)
 	case http.MethodDelete:
-		resp, err := s.opts.Scheduler.DeleteWebhook(r.Context(), viewer, id)
+		resp, err := s.opts.Scheduler.DeleteWebhook(r.Context(), viewer, r.URL.Query().Get("user"), id)
 		s.answer(w, r, resp, err)
 	default:
-		resp, err := s.opts.Scheduler.Webhook(r.Context(), viewer, id)
+		resp, err := s.opts.Scheduler.Webhook(r.Context(), viewer, r.URL.Query().Get("user"), id)
 		s.answer(w, r, resp, err)
 	}
 }

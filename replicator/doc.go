@@ -293,7 +293,8 @@
 //	(29, Owner, ID)             -> JSON      a webhook (Webhook)
 //	(30, Owner, ID)             -> ""        a server admin's webhook, which hears every replication
 //	(31, Owner, ID, JobID, Versionstamp) -> JSON a change queued for a webhook, in commit order
-//	(32, Owner, ID, JobID)      -> ""        a webhook's delivery jobs (cleared when the layer removes one)
+//	(32, Owner, ID, JobID)      -> int64 LE  a webhook's delivery jobs (cleared when the layer removes one),
+//	                                         with the changes dropped from their full queues
 //	(33, Owner, ID)             -> JSON      a webhook's receiver's failures in a row (WebhookHealth)
 //
 // # View index

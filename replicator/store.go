@@ -53,7 +53,7 @@ const (
 	keyWebhooks          = 29 // (29, Owner, ID) -> JSON Webhook
 	keyWebhooksAll       = 30 // (30, Owner, ID) -> "": the webhooks of every replication's changes
 	keyWebhookQueue      = 31 // (31, Owner, ID, JobID, Versionstamp) -> JSON: queued changes
-	keyWebhookDeliveries = 32 // (32, Owner, ID, JobID) -> "": delivery jobs
+	keyWebhookDeliveries = 32 // (32, Owner, ID, JobID) -> int64 LE: delivery jobs, their dropped changes
 	keyWebhookHealth     = 33 // (33, Owner, ID) -> JSON WebhookHealth
 )
 

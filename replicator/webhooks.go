@@ -84,14 +84,12 @@ const (
 	WebhookHeader = "X-Fdbrep-Webhook"
 )
 
-// WebhookRules are the address rules of webhook receivers: those of
-// replication endpoints, with loopback denied unless Allowed names it
-// (allowed_endpoint_networks): a webhook's URL is the user's, and a node's
-// loopback is where its own and its neighbours' services listen.
-func WebhookRules(r couch.AddressRules) couch.AddressRules {
-	r.DenyLoopback = true
-	return r
-}
+// WebhookAddresses is the address policy of webhook receivers: p's (the
+// rules of replication endpoints and the node's own listeners), with
+// loopback denied unless allowed_endpoint_networks names it: a webhook's
+// URL is the user's, and a node's loopback is where its own and its
+// neighbours' services listen.
+func WebhookAddresses(p *couch.AddressPolicy) *couch.AddressPolicy { return p.Strict() }
 
 // Webhook is a stored webhook.
 type Webhook struct {
@@ -225,7 +223,8 @@ type webhookBody struct {
 //	(hooks, Owner, ID) -> JSON Webhook
 //	(all, Owner, ID) -> "": the webhooks that hear every replication
 //	(queue, Owner, ID, JobID, Versionstamp) -> JSON body: queued changes
-//	(deliveries, Owner, ID, JobID) -> "": the delivery jobs of a webhook
+//	(deliveries, Owner, ID, JobID) -> int64 LE: the delivery jobs of a
+//	webhook, with the changes dropped from their queues
 //	(health, Owner, ID) -> JSON WebhookHealth, while its receiver fails
 type Webhooks struct {
 	s                                     *Store
@@ -435,6 +434,7 @@ func (w *Webhooks) push(tr kv.Transaction, h *Webhook, ch hookChange, now string
 	}
 	if len(kvs) >= WebhookQueueMax {
 		tr.Clear(kvs[0].Key)
+		tr.Add(w.deliveries.Pack(tuple.Tuple{h.Owner, h.ID, ch.jobID}), kv.Int64(1)) // counted as dropped
 	}
 	key, err := w.queue.PackWithVersionstamp(tuple.Tuple{h.Owner, h.ID, ch.jobID,
 		tuple.IncompleteVersionstamp(uint16(webhookStamp.Add(1)))})
@@ -461,7 +461,7 @@ func (w *Webhooks) ensureDelivery(tr kv.Transaction, id string, d WebhookDeliver
 	if _, err := w.s.jobs.Insert(ctx, tr, d, fdbjobs.InsertOptions{ID: id}); err != nil {
 		return err
 	}
-	tr.Set(w.deliveries.Pack(tuple.Tuple{d.Owner, d.Hook, d.JobID}), nil)
+	tr.Add(w.deliveries.Pack(tuple.Tuple{d.Owner, d.Hook, d.JobID}), kv.Int64(0)) // listed; its dropped count kept
 	return nil
 }
 
@@ -572,6 +572,9 @@ type DeliveryInfo struct {
 	JobID  string
 	Job    fdbjobs.JobRow
 	Queued int
+	// Dropped counts the changes dropped because WebhookQueueMax were
+	// queued already.
+	Dropped int64
 }
 
 // Deliveries returns the delivery jobs of webhook id of owner that the
@@ -601,7 +604,7 @@ func (w *Webhooks) Deliveries(ctx context.Context, owner, id string, limit int) 
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, DeliveryInfo{JobID: jobID, Job: row, Queued: len(q)})
+			out = append(out, DeliveryInfo{JobID: jobID, Job: row, Queued: len(q), Dropped: kv.DecodeInt64(e.Value)})
 		}
 		return out, nil
 	})

@@ -64,6 +64,11 @@ func TestWebhookQueue(t *testing.T) {
 	st, _, err = s.jobs.Job(ctx, nil, WebhookType, deliveryID("u", "h", "j"))
 	require.NoError(t, err)
 	require.Equal(t, fdbjobs.Pending, st, "one delivery job, pending")
+	ds, err := w.Deliveries(ctx, "u", "h", 10)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.Equal(t, WebhookQueueMax, ds[0].Queued)
+	require.EqualValues(t, 5, ds[0].Dropped, "the oldest dropped, counted")
 	var states []string
 	for {
 		_, _, c, err := w.Next(ctx, d)

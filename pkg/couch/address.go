@@ -127,6 +127,23 @@ type AddressPolicy struct {
 	// net.DefaultResolver's LookupNetIP. Tests substitute one; set it
 	// before the policy is used.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+
+	// base, for a policy made by Strict, is the policy whose rules (as
+	// they change) and own listeners it applies, loopback denied unless
+	// allowed.
+	base *AddressPolicy
+}
+
+// Strict returns a policy that applies p's rules as they stand at each
+// check and p's own listeners, with loopback addresses denied whatever
+// deny_loopback_endpoints says, unless the rules' Allowed names them: for
+// addresses a user names that are not replication peers (webhooks). The
+// nil policy's is one with no rules but that.
+func (p *AddressPolicy) Strict() *AddressPolicy {
+	if p == nil {
+		p = &AddressPolicy{}
+	}
+	return &AddressPolicy{base: p, Lookup: p.Lookup}
 }
 
 // NewAddressPolicy returns a policy with rules.
@@ -189,11 +206,15 @@ func (p *AddressPolicy) Check(a netip.AddrPort) error {
 	if p == nil {
 		return nil
 	}
+	src := p
+	if p.base != nil {
+		src = p.base
+	}
 	ip := a.Addr().Unmap().WithZone("")
-	if own := p.own.Load(); own != nil && (*own)[a.Port()] && isLocal(ip) {
+	if own := src.own.Load(); own != nil && (*own)[a.Port()] && isLocal(ip) {
 		return &AddressError{Addr: a.String(), Why: "is this node's own listener"}
 	}
-	r := p.rules.Load()
+	r := src.rules.Load()
 	if r == nil {
 		r = &AddressRules{}
 	}
@@ -208,6 +229,8 @@ func (p *AddressPolicy) Check(a netip.AddrPort) error {
 		}
 	}
 	switch {
+	case p.base != nil && !r.DenyLoopback && ip.IsLoopback():
+		return &AddressError{Addr: a.String(), Why: "is a loopback address (reached only where [replicator] allowed_endpoint_networks names it)"}
 	case r.DenyLoopback && ip.IsLoopback():
 		return &AddressError{Addr: a.String(), Why: "is a loopback address ([replicator] deny_loopback_endpoints)"}
 	case r.DenyPrivate && (ip.IsPrivate() || sharedAddressSpace.Contains(ip)):

@@ -109,6 +109,29 @@ func TestAddressPolicyOwnListeners(t *testing.T) {
 	require.ErrorIs(t, err, couch.ErrAddressDenied, "a name of this host")
 }
 
+// A Strict policy denies loopback unless Allowed names it, follows its
+// base's rules as they change, and keeps its own listeners.
+func TestAddressPolicyStrict(t *testing.T) {
+	base := couch.NewAddressPolicy(defaultRules(t))
+	base.DenyOwn(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5986})
+	strict := base.Strict()
+	at := func(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+	require.NoError(t, base.Check(at("127.0.0.1:8080")), "loopback allowed to endpoints by default")
+	err := strict.Check(at("127.0.0.1:8080"))
+	require.ErrorIs(t, err, couch.ErrAddressDenied)
+	require.ErrorContains(t, err, "allowed_endpoint_networks")
+	require.ErrorIs(t, strict.Check(at("[::1]:8080")), couch.ErrAddressDenied)
+	require.ErrorIs(t, strict.Check(at("169.254.169.254:80")), couch.ErrAddressDenied)
+	require.NoError(t, strict.Check(at("192.0.2.1:443")))
+
+	rules := base.Rules()
+	rules.Allowed, _ = couch.ParseNetworks([]string{"127.0.0.1/32"})
+	base.SetRules(rules)
+	require.NoError(t, strict.Check(at("127.0.0.1:8080")), "allowed, at once")
+	require.ErrorContains(t, strict.Check(at("127.0.0.1:5986")), "own listener")
+	require.ErrorIs(t, (*couch.AddressPolicy)(nil).Strict().Check(at("127.0.0.1:1")), couch.ErrAddressDenied)
+}
+
 func TestParseNetworks(t *testing.T) {
 	got, err := couch.ParseNetworks([]string{"10.1.2.3/8", "192.0.2.7", "::ffff:10.0.0.0/104", "fd00::/8"})
 	require.NoError(t, err)

@@ -2,18 +2,18 @@ package control
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
-	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 )
@@ -66,10 +66,10 @@ func (p *Plane) PutWebhook(ctx context.Context, viewer api.User, id string, body
 	return api.WebhookResult{OK: true, ID: id}, created, nil
 }
 
-// Webhook returns webhook id of viewer with its deliveries, or
-// ErrNotFound.
-func (p *Plane) Webhook(ctx context.Context, viewer api.User, id string) (api.Webhook, error) {
-	owner, _, err := webhookOwner(viewer)
+// Webhook returns webhook id of viewer (of user, for a server admin who
+// names one) with its deliveries, or ErrNotFound.
+func (p *Plane) Webhook(ctx context.Context, viewer api.User, user, id string) (api.Webhook, error) {
+	owner, err := webhooksOf(viewer, user)
 	if err != nil {
 		return api.Webhook{}, err
 	}
@@ -98,9 +98,10 @@ func (p *Plane) Webhook(ctx context.Context, viewer api.User, id string) (api.We
 	return out, nil
 }
 
-// Webhooks lists viewer's webhooks, by id.
-func (p *Plane) Webhooks(ctx context.Context, viewer api.User) (api.WebhookList, error) {
-	owner, _, err := webhookOwner(viewer)
+// Webhooks lists viewer's webhooks (user's, for a server admin who names
+// one), by id.
+func (p *Plane) Webhooks(ctx context.Context, viewer api.User, user string) (api.WebhookList, error) {
+	owner, err := webhooksOf(viewer, user)
 	if err != nil {
 		return api.WebhookList{}, err
 	}
@@ -117,10 +118,11 @@ func (p *Plane) Webhooks(ctx context.Context, viewer api.User) (api.WebhookList,
 	return out, nil
 }
 
-// DeleteWebhook removes webhook id of viewer, with the changes queued for
-// it (ErrNotFound when it does not exist).
-func (p *Plane) DeleteWebhook(ctx context.Context, viewer api.User, id string) (api.WebhookResult, error) {
-	owner, _, err := webhookOwner(viewer)
+// DeleteWebhook removes webhook id of viewer (of user, for a server admin
+// who names one), with the changes queued for it (ErrNotFound when it does
+// not exist).
+func (p *Plane) DeleteWebhook(ctx context.Context, viewer api.User, user, id string) (api.WebhookResult, error) {
+	owner, err := webhooksOf(viewer, user)
 	if err != nil {
 		return api.WebhookResult{}, err
 	}
@@ -143,6 +145,22 @@ func webhookOwner(viewer api.User) (string, bool, error) {
 		return "", false, replicator.NewReason(replicator.ErrUnauthorized, "You are not authorized: log in to keep webhooks.")
 	}
 	return viewer.Name, viewer.IsAdmin(), nil
+}
+
+// webhooksOf is whose webhooks viewer reads or removes: user's when named
+// (a server admin may name anyone, another user only themselves:
+// ErrForbidden), else their own.
+func webhooksOf(viewer api.User, user string) (string, error) {
+	owner, _, err := webhookOwner(viewer)
+	switch {
+	case err != nil:
+		return "", err
+	case user == "" || user == owner:
+		return owner, nil
+	case !viewer.IsAdmin():
+		return "", replicator.NewReason(replicator.ErrForbidden, "only server admins read or remove other users' webhooks")
+	}
+	return user, nil
 }
 
 func checkWebhookID(id string) error {
@@ -219,11 +237,11 @@ func parseWebhookSpec(body json.RawMessage) (api.WebhookSpec, error) {
 
 // checkWebhookURL refuses a URL that is not absolute http(s) with a
 // scheme valid_endpoint_protocols allows, or whose host the address rules
-// of webhooks deny (replicator.WebhookRules), its name resolved now.
+// of webhooks deny (replicator.WebhookAddresses), its name resolved now.
 func (p *Plane) checkWebhookURL(ctx context.Context, raw string) error {
 	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" {
-		return replicator.NewReason(replicator.ErrBadRequest, "`url`: an absolute http or https URL without credentials or fragment")
+	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" || strings.ContainsFunc(raw, unicode.IsSpace) {
+		return replicator.NewReason(replicator.ErrBadRequest, "`url`: an absolute http or https URL without credentials, fragment or spaces")
 	}
 	allowed := p.conf().Protocols.Endpoint
 	if allowed == nil {
@@ -233,18 +251,8 @@ func (p *Plane) checkWebhookURL(ctx context.Context, raw string) error {
 		return replicator.NewReason(replicator.ErrForbidden, "`url`: its scheme %q is not one of valid_endpoint_protocols (%s)",
 			u.Scheme, strings.Join(allowed, ", "))
 	}
-	rules := couch.AddressRules{}
-	if p.cfg.Addresses != nil {
-		rules = p.cfg.Addresses.Rules()
-	}
-	policy := couch.NewAddressPolicy(replicator.WebhookRules(rules))
-	if err := policy.CheckURL(ctx, u, true); err != nil {
-		var ae *couch.AddressError
-		if errors.As(err, &ae) {
-			return replicator.NewReason(replicator.ErrForbidden, "`url`: %s (loopback addresses are allowed to webhooks only through allowed_endpoint_networks)",
-				strings.TrimPrefix(err.Error(), "couch: "))
-		}
-		return replicator.NewReason(replicator.ErrForbidden, "`url`: %v", err)
+	if err := replicator.WebhookAddresses(p.cfg.Addresses).CheckURL(ctx, u, true); err != nil {
+		return replicator.NewReason(replicator.ErrForbidden, "`url`: %s", strings.TrimPrefix(err.Error(), "couch: "))
 	}
 	return nil
 }
@@ -255,7 +263,8 @@ func webhookView(h *replicator.Webhook) api.Webhook {
 }
 
 func deliveryView(d replicator.DeliveryInfo) api.WebhookDelivery {
-	out := api.WebhookDelivery{JobID: d.JobID, State: d.Job.State, Attempt: d.Job.Attempt, MaxAttempts: d.Job.MaxAttempts, Queued: d.Queued}
+	out := api.WebhookDelivery{JobID: d.JobID, State: d.Job.State, Attempt: d.Job.Attempt,
+		MaxAttempts: cmp.Or(d.Job.MaxAttempts, fdbjobs.MaxAttemptsDefault), Queued: d.Queued, Dropped: d.Dropped}
 	switch d.Job.State {
 	case fdbjobs.StateAvailable, fdbjobs.StateScheduled:
 		out.State = fdbjobs.StatePending

@@ -11,6 +11,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/netip"
 	"net/url"
 	"slices"
 	"sync"
@@ -18,7 +20,6 @@ import (
 	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
-	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
 )
@@ -37,9 +38,9 @@ const (
 	// webhookRetain is how long an ended delivery job is kept (its
 	// attempts and errors show in GET /_scheduler/webhooks/{id}).
 	webhookRetain = 24 * time.Hour
-	// webhookAnswerMax is how much of a refusing receiver's answer the
-	// attempt's error quotes.
-	webhookAnswerMax = 200
+	// webhookAnswerMax is how much of a receiver's answer is read (to
+	// keep its connection); the rest is not.
+	webhookAnswerMax = 4 << 10
 	// webhookOwnerConcurrency is how many of one user's deliveries a node
 	// works at once: a user whose receivers answer slowly holds no more
 	// of the node's webhookConcurrency; their other deliveries wait
@@ -173,30 +174,45 @@ func (n *Node) deliver(ctx context.Context, h *replicator.Webhook, c *replicator
 	req.Header.Set(replicator.WebhookSignatureHeader, "sha256="+hex.EncodeToString(mac.Sum(nil)))
 	req.Header.Set(replicator.WebhookDeliveryHeader, c.DeliveryID())
 	req.Header.Set(replicator.WebhookHeader, h.ID)
-	resp, err := n.webhookClient(cfg).Do(req)
+	// A pooled connection was checked when it was dialled: check its
+	// address again against the rules as they are now.
+	policy := replicator.WebhookAddresses(cfg.Addresses)
+	ctx, refuse := context.WithCancelCause(ctx)
+	defer refuse(nil)
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		if !info.Reused {
+			return
+		}
+		if a, err := netip.ParseAddrPort(info.Conn.RemoteAddr().String()); err != nil {
+			refuse(err)
+		} else if err := policy.Check(a); err != nil {
+			refuse(err)
+		}
+	}}))
+	resp, err := n.webhookClient().Do(req)
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+			err = cause
+		}
 		return fmt.Errorf("webhook %s: %w", h.ID, err)
 	}
 	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, webhookAnswerMax))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, webhookAnswerMax)) // to reuse the connection
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("webhook %s: the receiver answered %s: %q", h.ID, resp.Status, answer)
+		// Its status only: a receiver's body is not for the webhook's
+		// owner to read (the URL may be a service they could not reach).
+		return fmt.Errorf("webhook %s: the receiver answered %s", h.ID, resp.Status)
 	}
 	return nil
 }
 
-// webhookClient is the HTTP client of deliveries under cfg's address
-// rules (WebhookRules, as they are at each connect); it follows no
-// redirect.
-func (n *Node) webhookClient(cfg Config) *http.Client {
+// webhookClient is the HTTP client of deliveries under the node's
+// address policy for webhooks (replicator.WebhookAddresses of its config's
+// Addresses at each connect); it follows no redirect.
+func (n *Node) webhookClient() *http.Client {
 	n.hookOnce.Do(func() {
-		addresses := cfg.Addresses
 		control := func(network, address string, c syscall.RawConn) error {
-			rules := couch.AddressRules{}
-			if addresses != nil {
-				rules = addresses.Rules()
-			}
-			return couch.NewAddressPolicy(replicator.WebhookRules(rules)).Control()(network, address, c)
+			return replicator.WebhookAddresses(n.Config().Addresses).Control()(network, address, c)
 		}
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.Proxy = nil // the receiver's address is the one checked

@@ -226,7 +226,8 @@ func TestWebhooks(t *testing.T) {
 	require.True(t, chained(alice.states(second)), "in order after a failure: %v", alice.states(second))
 	r = e.do("GET", "/_scheduler/webhooks/mine", asAlice, nil)
 	require.Equal(t, 200, r.Status, r.Raw)
-	require.Contains(t, r.Raw, "receiver is failing on purpose", "the failed attempt is shown")
+	require.Contains(t, r.Raw, "the receiver answered 500 Internal Server Error", "the failed attempt is shown")
+	require.NotContains(t, r.Raw, "failing on purpose", "not the receiver's body")
 	require.Contains(t, r.Raw, second)
 
 	// A receiver that goes away and comes back, slow: nothing is lost.
@@ -266,9 +267,17 @@ func TestWebhooks(t *testing.T) {
 	testutil.Eventually(t, "the admin's receiver heard bob's completion", func() bool { return len(admin.jobs()) == 4 })
 	require.Len(t, alice.jobs(), 3, "alice hears only her own")
 
-	// Reads and removal are the owner's.
+	// Reads and removal are the owner's, and a server admin's.
 	require.Equal(t, 404, e.do("GET", "/_scheduler/webhooks/mine", asBob, nil).Status)
 	require.Equal(t, 404, e.do("DELETE", "/_scheduler/webhooks/mine", asBob, nil).Status)
+	require.Equal(t, 403, e.do("GET", "/_scheduler/webhooks/mine?user=alice", asBob, nil).Status)
+	require.Equal(t, 403, e.do("GET", "/_scheduler/webhooks?user=alice", asBob, nil).Status)
+	r = e.do("GET", "/_scheduler/webhooks/mine?user=alice", asAdmin, nil)
+	require.Equal(t, 200, r.Status, r.Raw)
+	require.Contains(t, r.Raw, third, "an admin reads a user's webhook with its deliveries")
+	r = e.do("GET", "/_scheduler/webhooks?user=alice", asAdmin, nil)
+	require.Equal(t, 200, r.Status, r.Raw)
+	require.Len(t, r.Body["webhooks"], 1, r.Raw)
 	require.Equal(t, 401, e.do("GET", "/_scheduler/webhooks", nil, nil).Status)
 	l := e.do("GET", "/_scheduler/webhooks", asAlice, nil)
 	require.Equal(t, 200, l.Status, l.Raw)
@@ -281,6 +290,19 @@ func TestWebhooks(t *testing.T) {
 	require.Equal(t, 200, r.Status, r.Raw)
 	testutil.Eventually(t, "the admin's receiver heard the fifth", func() bool { return len(admin.jobs()) == 5 })
 	require.Equal(t, posts, alice.postCount(), "a deleted webhook hears nothing")
+
+	// Loopback no longer allowed (at run time): the next delivery is
+	// refused, also over the connection kept open from the last one.
+	r = e.do("PUT", "/_node/_cluster/_config/replicator/allowed_endpoint_networks", asAdmin, `""`)
+	require.Equal(t, 200, r.Status, r.Raw)
+	adminPosts := admin.postCount()
+	r = e.do("POST", "/_replicate", asAlice, map[string]any{"source": couch.AuthDBURL("wh-src"),
+		"target": couch.AuthDBURL("wh-tgt6"), "create_target": true})
+	require.Equal(t, 200, r.Status, r.Raw)
+	testutil.Eventually(t, "the admin's delivery refused", func() bool {
+		return strings.Contains(e.do("GET", "/_scheduler/webhooks/ops", asAdmin, nil).Raw, "is a loopback address")
+	})
+	require.Equal(t, adminPosts, admin.postCount(), "nothing reached the receiver")
 }
 
 // TestWebhooksBadInput: each bad webhook is refused with the field named,
