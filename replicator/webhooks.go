@@ -469,37 +469,41 @@ func (w *Webhooks) ensureDelivery(tr kv.Transaction, id string, d WebhookDeliver
 // change queued for d (nil when none), from one snapshot. A webhook that
 // no longer exists is nil.
 func (w *Webhooks) Next(ctx context.Context, d WebhookDelivery) (*Webhook, WebhookHealth, *WebhookChange, error) {
-	type out struct {
-		h  *Webhook
-		hl WebhookHealth
-		c  *WebhookChange
-	}
-	o, err := kv.ReadTransact(ctx, w.s.db, func(tr kv.ReadTransaction) (out, error) {
-		hf := tr.Get(w.hooks.Pack(tuple.Tuple{d.Owner, d.Hook}))
-		lf := tr.Get(w.health.Pack(tuple.Tuple{d.Owner, d.Hook}))
-		cf := tr.GetRange(prefixRange(w.queue, tuple.Tuple{d.Owner, d.Hook, d.JobID}), kv.RangeOptions{Limit: 1})
-		hv, err := hf.Get()
-		if err != nil || hv == nil {
-			return out{}, err
-		}
-		var o out
-		o.h = &Webhook{}
-		if err := json.Unmarshal(hv, o.h); err != nil {
-			return out{}, fmt.Errorf("replicator: webhook %q of %q: %w", d.Hook, d.Owner, err)
-		}
-		if lv, err := lf.Get(); err != nil {
-			return out{}, err
-		} else if lv != nil {
-			_ = json.Unmarshal(lv, &o.hl) // unreadable: healthy
-		}
-		kvs, err := cf.GetSliceWithError()
-		if err != nil || len(kvs) == 0 {
-			return o, err
-		}
-		o.c = &WebhookChange{Key: kvs[0].Key, Body: kvs[0].Value}
-		return o, nil
-	})
+	o, err := kv.ReadTransact(ctx, w.s.db, func(tr kv.ReadTransaction) (nextChange, error) { return w.next(tr, d) })
 	return o.h, o.hl, o.c, err
+}
+
+// nextChange is what Next and Ack read.
+type nextChange struct {
+	h  *Webhook
+	hl WebhookHealth
+	c  *WebhookChange
+}
+
+func (w *Webhooks) next(tr kv.ReadTransaction, d WebhookDelivery) (nextChange, error) {
+	hf := tr.Get(w.hooks.Pack(tuple.Tuple{d.Owner, d.Hook}))
+	lf := tr.Get(w.health.Pack(tuple.Tuple{d.Owner, d.Hook}))
+	cf := tr.GetRange(prefixRange(w.queue, tuple.Tuple{d.Owner, d.Hook, d.JobID}), kv.RangeOptions{Limit: 1})
+	hv, err := hf.Get()
+	if err != nil || hv == nil {
+		return nextChange{}, err
+	}
+	var o nextChange
+	o.h = &Webhook{}
+	if err := json.Unmarshal(hv, o.h); err != nil {
+		return nextChange{}, fmt.Errorf("replicator: webhook %q of %q: %w", d.Hook, d.Owner, err)
+	}
+	if lv, err := lf.Get(); err != nil {
+		return nextChange{}, err
+	} else if lv != nil {
+		_ = json.Unmarshal(lv, &o.hl) // unreadable: healthy
+	}
+	kvs, err := cf.GetSliceWithError()
+	if err != nil || len(kvs) == 0 {
+		return o, err
+	}
+	o.c = &WebhookChange{Key: kvs[0].Key, Body: kvs[0].Value}
+	return o, nil
 }
 
 // Health returns the health of webhook id of owner's receiver.
@@ -543,16 +547,17 @@ func (w *Webhooks) Failed(ctx context.Context, d WebhookDelivery, reason string,
 
 // Ack clears a delivered change of delivery d, and the failures of its
 // webhook's receiver when there were some (healthy: whether there were
-// none, as Next read it).
-func (w *Webhooks) Ack(ctx context.Context, d WebhookDelivery, c *WebhookChange, healthy bool) error {
-	_, err := kv.Transact(ctx, w.s.db, func(tr kv.Transaction) (struct{}, error) {
+// none, as Next read it), and returns what Next would then, in the same
+// transaction.
+func (w *Webhooks) Ack(ctx context.Context, d WebhookDelivery, c *WebhookChange, healthy bool) (*Webhook, WebhookHealth, *WebhookChange, error) {
+	o, err := kv.Transact(ctx, w.s.db, func(tr kv.Transaction) (nextChange, error) {
 		tr.Clear(c.Key)
 		if !healthy {
 			tr.Clear(w.health.Pack(tuple.Tuple{d.Owner, d.Hook}))
 		}
-		return struct{}{}, nil
+		return w.next(tr, d)
 	})
-	return err
+	return o.h, o.hl, o.c, err
 }
 
 // EndDelivery finishes delivery d, in tr, when its queue is empty

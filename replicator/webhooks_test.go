@@ -79,7 +79,8 @@ func TestWebhookQueue(t *testing.T) {
 		var b webhookBody
 		require.NoError(t, json.Unmarshal(c.Body, &b))
 		states = append(states, b.State)
-		require.NoError(t, w.Ack(ctx, d, c, true))
+		_, _, _, err = w.Ack(ctx, d, c, true)
+		require.NoError(t, err)
 	}
 	require.Len(t, states, WebhookQueueMax, "the newest kept")
 	for i, st := range states {
@@ -107,7 +108,8 @@ func TestWebhookEndConflictsWithAChange(t *testing.T) {
 	require.NoError(t, err)
 	_, _, c, err := w.Next(ctx, d)
 	require.NoError(t, err)
-	require.NoError(t, w.Ack(ctx, d, c, true))
+	_, _, _, err = w.Ack(ctx, d, c, true)
+	require.NoError(t, err)
 
 	end, err := db.CreateTransaction()
 	require.NoError(t, err)
@@ -156,7 +158,8 @@ func TestWebhookHealth(t *testing.T) {
 	_, hl, c, err := w.Next(ctx, d)
 	require.NoError(t, err)
 	require.Equal(t, 3, hl.Failures)
-	require.NoError(t, w.Ack(ctx, d, c, false))
+	_, _, _, err = w.Ack(ctx, d, c, false)
+	require.NoError(t, err)
 	hl, err = w.Health(ctx, "u", "h")
 	require.NoError(t, err)
 	require.Zero(t, hl.Failures, "a taken change clears the failures")

@@ -137,7 +137,7 @@ func runWebhooksBench(args []string) error {
 		}
 	}()
 
-	fmt.Printf("webhooks benchmark: one node, default settings, %s store\n", map[bool]string{true: "in-memory", false: "on-disk"}[*inMemory])
+	fmt.Println("webhooks benchmark: one node, default settings")
 	refused := "http://127.0.0.1:1/none"
 	doc := func(i int) (string, string, any) {
 		return "_replicator", fmt.Sprintf("w%06d", i), map[string]any{"source": refused, "target": refused + "-tgt"}

@@ -43,41 +43,76 @@ const (
 	webhookAnswerMax = 4 << 10
 	// webhookOwnerConcurrency is how many of one user's deliveries a node
 	// works at once: a user whose receivers answer slowly holds no more
-	// of the node's webhookConcurrency; their other deliveries wait
-	// webhookOwnerWait (not an attempt).
-	webhookOwnerConcurrency = 4
-	webhookOwnerWait        = time.Second
+	// of the node's webhookConcurrency. Another of their deliveries waits
+	// up to webhookOwnerWait for one of those to end (deliveries to a
+	// receiver that answers at once follow each other), then goes back to
+	// the queue for a second, without counting an attempt.
+	webhookOwnerConcurrency = 8
+	webhookOwnerWait        = 100 * time.Millisecond
+	webhookOwnerSnooze      = time.Second
 	// webhookHeaderMax bounds a receiver's answer headers.
 	webhookHeaderMax = 64 << 10
 )
 
-// hookOwners counts each user's deliveries working on the node. It owns
+// hookOwners bounds each user's deliveries working on the node. It owns
 // its state; the zero value is ready.
 type hookOwners struct {
-	mu sync.Mutex // guards n
-	n  map[string]int
+	mu   sync.Mutex // guards sems
+	sems map[string]*ownerSem
 }
 
-// take counts one more delivery of owner, unless webhookOwnerConcurrency
-// work already.
-func (h *hookOwners) take(owner string) bool {
+// ownerSem is one user's slots, and how many deliveries hold or wait for
+// one (it goes when none does).
+type ownerSem struct {
+	slots chan struct{}
+	refs  int
+}
+
+// take waits up to wait (or until ctx ends) for one of owner's
+// webhookOwnerConcurrency slots, and reports whether it got one; give
+// returns it.
+func (h *hookOwners) take(ctx context.Context, owner string, wait time.Duration) bool {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.n[owner] >= webhookOwnerConcurrency {
-		return false
+	if h.sems == nil {
+		h.sems = map[string]*ownerSem{}
 	}
-	if h.n == nil {
-		h.n = map[string]int{}
+	s := h.sems[owner]
+	if s == nil {
+		s = &ownerSem{slots: make(chan struct{}, webhookOwnerConcurrency)}
+		h.sems[owner] = s
 	}
-	h.n[owner]++
-	return true
+	s.refs++
+	h.mu.Unlock()
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	h.release(owner, s)
+	return false
 }
 
 func (h *hookOwners) give(owner string) {
 	h.mu.Lock()
+	s := h.sems[owner]
+	h.mu.Unlock()
+	<-s.slots
+	h.release(owner, s)
+}
+
+func (h *hookOwners) release(owner string, s *ownerSem) {
+	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.n[owner]--; h.n[owner] <= 0 {
-		delete(h.n, owner)
+	if s.refs--; s.refs == 0 {
+		delete(h.sems, owner)
 	}
 }
 
@@ -112,13 +147,13 @@ func (n *Node) stopWebhooks() {
 // (the receiver's, or the store's) ends the attempt: the job layer tries
 // again later, from the same change.
 func (n *Node) workWebhook(ctx context.Context, w *fdbjobs.Work[replicator.WebhookDelivery]) error {
-	if !n.hookOwners.take(w.Args.Owner) {
-		return fdbjobs.Snooze(webhookOwnerWait)
+	if !n.hookOwners.take(ctx, w.Args.Owner, webhookOwnerWait) {
+		return fdbjobs.Snooze(webhookOwnerSnooze)
 	}
 	defer n.hookOwners.give(w.Args.Owner)
 	hooks := n.store.Webhooks()
+	h, health, c, err := hooks.Next(ctx, w.Args)
 	for {
-		h, health, c, err := hooks.Next(ctx, w.Args)
 		if err != nil {
 			return err
 		}
@@ -129,7 +164,8 @@ func (n *Node) workWebhook(ctx context.Context, w *fdbjobs.Work[replicator.Webho
 			if err != nil || ended {
 				return err
 			}
-			continue // a change came meanwhile
+			h, health, c, err = hooks.Next(ctx, w.Args) // a change came meanwhile
+			continue
 		}
 		now := n.Config().Clock.Now()
 		if until := time.UnixMilli(health.Until); now.Before(until) {
@@ -144,9 +180,7 @@ func (n *Node) workWebhook(ctx context.Context, w *fdbjobs.Work[replicator.Webho
 			}
 			return err
 		}
-		if err := hooks.Ack(ctx, w.Args, c, health.Failures == 0); err != nil {
-			return err
-		}
+		h, health, c, err = hooks.Ack(ctx, w.Args, c, health.Failures == 0)
 	}
 }
 
