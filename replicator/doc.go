@@ -220,6 +220,26 @@
 // take the oldest first. With more jobs than capacity, run time tends to
 // the ratio of the shares.
 //
+// # Webhooks
+//
+// A webhook (webhooks.go) hears its owner's replications' state changes
+// (a server admin's: every replication's). The transaction that changes a
+// replication's state (the index's) queues the change under the webhook
+// and the replication, in commit order (a versionstamp), and makes sure
+// that pair's delivery job (WebhookType) is pending or running; the
+// delivery's worker (replicator/scheduler) posts the queued changes
+// oldest first, clears each once taken, and ends its job in a
+// transaction that finds the queue empty (EndDelivery). The invariant:
+//
+//	a (webhook, replication) with changes queued has a delivery job
+//	pending or running
+//
+// holds because the end reads the queue and the queueing reads the job's
+// row: a change committed after the end's read conflicts with the end,
+// and an end committed first leaves the job finished, which the queueing
+// sees and inserts again. TestWebhookDeliveryModel checks it, and the
+// order of the deliveries, over random interleavings.
+//
 // # Store
 //
 // Store holds the jobs of both types (rep_jobs and rep_watch) and the

@@ -3,13 +3,16 @@ package replicator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
@@ -171,4 +174,104 @@ func TestWebhookHealth(t *testing.T) {
 	hl, err = w.Health(ctx, "u", "h")
 	require.NoError(t, err)
 	require.Zero(t, hl.Failures, "nothing recorded for a deleted webhook")
+}
+
+// TestWebhookDeliveryModel drives the queue of a webhook's changes and its
+// delivery jobs through random interleavings of changes, accepts,
+// deliveries and ends (a worker's end transaction left open while changes
+// commit, then committed or not), and checks the invariant of doc.go,
+// "Webhooks": whenever a replication has changes queued for a webhook, its
+// delivery job is pending or running; and each worker delivers a
+// replication's changes in the order they were made, none twice, none
+// skipped. Seeded: replay with FDBREP_TEST_SEED.
+func TestWebhookDeliveryModel(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(testutil.Seed(t), 0))
+	s, db := newWebhookStore(t)
+	w := s.Webhooks()
+	_, err := kv.Transact(ctx, s, func(tr kv.Transaction) (bool, error) {
+		return w.Put(ctx, tr, &Webhook{ID: "h", Owner: "u", URL: "http://example.com/"})
+	})
+	require.NoError(t, err)
+	reps := []string{"r1", "r2", "r3"}
+	byID := map[string]string{}
+	for _, r := range reps {
+		byID[deliveryID("u", "h", r)] = r
+	}
+	queued := map[string][]string{}       // the model: changes not yet delivered, oldest first
+	held := map[string]*fdbjobs.Job{}     // delivery jobs a worker holds, by replication
+	ending := map[string]kv.Transaction{} // a worker's end transaction, not yet committed
+	made, steps := 0, map[string]int{}
+	for i := range 600 {
+		r := reps[rng.IntN(len(reps))]
+		d := WebhookDelivery{Owner: "u", Hook: "h", JobID: r}
+		switch op := rng.IntN(6); {
+		case op == 0:
+			made++
+			state := fmt.Sprintf("s%d", made)
+			queueChange(t, s, r, "u", state)
+			queued[r] = append(queued[r], state)
+			steps["change"]++
+		case op == 1:
+			jobs, err := s.jobs.AcceptBatch(ctx, WebhookType, 3, fdbjobs.AcceptOptions{MaxScheduledTime: time.Now().Add(time.Hour).Unix()})
+			if errors.Is(err, fdbjobs.ErrNotFound) {
+				continue
+			}
+			require.NoError(t, err)
+			for _, j := range jobs {
+				rep := byID[j.ID]
+				require.Nil(t, held[rep], "step %d: a delivery taken twice", i)
+				held[rep] = j
+			}
+			steps["accept"]++
+		case (op == 2 || op == 5) && held[r] != nil && ending[r] == nil:
+			_, _, c, err := w.Next(ctx, d)
+			require.NoError(t, err)
+			if c == nil {
+				continue
+			}
+			var b webhookBody
+			require.NoError(t, json.Unmarshal(c.Body, &b))
+			require.NotEmpty(t, queued[r], "step %d: %s delivered with nothing queued", i, b.State)
+			require.Equal(t, queued[r][0], b.State, "step %d: in order", i)
+			_, _, _, err = w.Ack(ctx, d, c, true)
+			require.NoError(t, err)
+			queued[r] = queued[r][1:]
+			steps["deliver"]++
+		case op == 3 && held[r] != nil && ending[r] == nil:
+			tr, err := db.CreateTransaction()
+			require.NoError(t, err)
+			job := held[r]
+			ended, err := w.EndDelivery(tr, d, func(tr kv.Transaction) error { return s.jobs.Finish(ctx, tr, job, nil) })
+			require.NoError(t, err)
+			if ended {
+				ending[r] = tr // committed later, changes may come first
+			} else {
+				tr.Cancel()
+			}
+			steps["begin end"]++
+		case op == 4 && ending[r] != nil:
+			_, err := ending[r].Commit().Get()
+			delete(ending, r)
+			if err == nil {
+				delete(held, r)
+				steps["ended"]++
+			} else {
+				steps["end conflicted"]++ // the worker goes on
+			}
+		}
+		for _, rep := range reps {
+			if len(queued[rep]) == 0 {
+				continue
+			}
+			st, _, err := s.jobs.Job(ctx, nil, WebhookType, deliveryID("u", "h", rep))
+			require.NoError(t, err, "step %d: %s has changes queued and no delivery job", i, rep)
+			require.Contains(t, []fdbjobs.State{fdbjobs.Pending, fdbjobs.Running}, st,
+				"step %d: %s has changes queued and its delivery job is %v", i, rep, st)
+		}
+	}
+	t.Logf("operations: %v", steps)
+	for _, name := range []string{"change", "accept", "deliver", "ended", "end conflicted"} {
+		require.Positive(t, steps[name], "%s never ran", name)
+	}
 }
