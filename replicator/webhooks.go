@@ -428,8 +428,10 @@ func (w *Webhooks) push(tr kv.Transaction, h *Webhook, ch hookChange, now string
 	}
 	rng := prefixRange(w.queue, tuple.Tuple{h.Owner, h.ID, ch.jobID})
 	// At snapshot: the worker's clears do not conflict with this write.
+	// A second change of the job in this transaction finds the first's
+	// key unreadable until the commit: that one is not counted.
 	kvs, err := tr.Snapshot().GetRange(rng, kv.RangeOptions{Limit: WebhookQueueMax}).GetSliceWithError()
-	if err != nil {
+	if err != nil && !kv.HasCode(err, kv.CodeAccessedUnreadable) {
 		return err
 	}
 	if len(kvs) >= WebhookQueueMax {

@@ -95,6 +95,41 @@ func TestWebhookQueue(t *testing.T) {
 	}
 }
 
+// Two changes of one job in one transaction are both queued, in order.
+func TestWebhookTwoChangesInOneTransaction(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newWebhookStore(t)
+	w := s.Webhooks()
+	_, err := kv.Transact(ctx, s, func(tr kv.Transaction) (bool, error) {
+		return w.Put(ctx, tr, &Webhook{ID: "h", Owner: "u", URL: "http://example.com/"})
+	})
+	require.NoError(t, err)
+	_, err = kv.Transact(ctx, s, func(tr kv.Transaction) (struct{}, error) {
+		for _, st := range []string{StatePending, StateRunning} {
+			if err := w.enqueue(tr, []hookChange{{jobID: "j", c: StateChange{Owner: "u", State: st}}}); err != nil {
+				return struct{}{}, err
+			}
+		}
+		return struct{}{}, nil
+	})
+	require.NoError(t, err)
+	d := WebhookDelivery{Owner: "u", Hook: "h", JobID: "j"}
+	var got []string
+	for {
+		_, _, c, err := w.Next(ctx, d)
+		require.NoError(t, err)
+		if c == nil {
+			break
+		}
+		var b webhookBody
+		require.NoError(t, json.Unmarshal(c.Body, &b))
+		got = append(got, b.State)
+		_, _, _, err = w.Ack(ctx, d, c, true)
+		require.NoError(t, err)
+	}
+	require.Equal(t, []string{StatePending, StateRunning}, got)
+}
+
 // A delivery's end and a change queued meanwhile conflict: the end does
 // not commit, so the change is not left without a delivery job.
 func TestWebhookEndConflictsWithAChange(t *testing.T) {
