@@ -225,7 +225,7 @@
 // A webhook (webhooks.go) hears its owner's replications' state changes
 // (a server admin's: every replication's). The transaction that changes a
 // replication's state (the index's) queues the change under the webhook
-// and the replication, in commit order (a versionstamp), and makes sure
+// and the replication, in commit order (the pair's next number), and makes sure
 // that pair's delivery job (WebhookType) is pending or running; the
 // delivery's worker (replicator/scheduler) posts the queued changes
 // oldest first, clears each once taken, and ends its job in a
@@ -264,7 +264,7 @@
 //   - Progress (progress.go): the running jobs' live counters (23);
 //   - FailedDocs (failed.go): the documents a job's targets refused (24);
 //   - Webhooks (webhooks.go): the users' webhooks, the changes queued for
-//     them, their delivery jobs and their receivers' health (29-33).
+//     them, their delivery jobs and their receivers' health (29-34).
 //
 // # Key layout
 //
@@ -312,10 +312,11 @@
 //	(28, Owner)                 -> int64 LE  the owner's jobs held back at the per-user limit, so far
 //	(29, Owner, ID)             -> JSON      a webhook (Webhook)
 //	(30, Owner, ID)             -> ""        a server admin's webhook, which hears every replication
-//	(31, Owner, ID, JobID, Versionstamp) -> JSON a change queued for a webhook, in commit order
+//	(31, Owner, ID, JobID, N)   -> JSON      a change queued for a webhook, in commit order (N: key 34's)
 //	(32, Owner, ID, JobID)      -> int64 LE  a webhook's delivery jobs (cleared when the layer removes one),
 //	                                         with the changes dropped from their full queues
 //	(33, Owner, ID)             -> JSON      a webhook's receiver's failures in a row (WebhookHealth)
+//	(34, Owner, ID, JobID)      -> int64 LE  the number of the last change queued (cleared when its delivery ends)
 //
 // # View index
 //

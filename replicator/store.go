@@ -52,9 +52,10 @@ const (
 	// Webhooks (webhooks.go).
 	keyWebhooks          = 29 // (29, Owner, ID) -> JSON Webhook
 	keyWebhooksAll       = 30 // (30, Owner, ID) -> "": the webhooks of every replication's changes
-	keyWebhookQueue      = 31 // (31, Owner, ID, JobID, Versionstamp) -> JSON: queued changes
+	keyWebhookQueue      = 31 // (31, Owner, ID, JobID, N) -> JSON: queued changes
 	keyWebhookDeliveries = 32 // (32, Owner, ID, JobID) -> int64 LE: delivery jobs, their dropped changes
 	keyWebhookHealth     = 33 // (33, Owner, ID) -> JSON WebhookHealth
+	keyWebhookSeqs       = 34 // (34, Owner, ID, JobID) -> int64 LE: the queue's last number
 )
 
 // Store is the replicator's state in the kv store, shared by the control
@@ -112,7 +113,7 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 	s.failed = &FailedDocs{s: s, sub: sub.Sub(keyFailedDocs)}
 	s.progress = &Progress{s: s, sub: sub.Sub(keyProgress)}
 	s.webhooks = &Webhooks{s: s, hooks: sub.Sub(keyWebhooks), all: sub.Sub(keyWebhooksAll), queue: sub.Sub(keyWebhookQueue),
-		deliveries: sub.Sub(keyWebhookDeliveries), health: sub.Sub(keyWebhookHealth), clock: time.Now}
+		deliveries: sub.Sub(keyWebhookDeliveries), health: sub.Sub(keyWebhookHealth), seqs: sub.Sub(keyWebhookSeqs), clock: time.Now}
 	jobs.SetReenqueueHook(JobType, s.reenqueued)
 	return s
 }

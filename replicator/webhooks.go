@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/tuple"
@@ -29,8 +28,9 @@ import (
 //
 // Delivery. The transaction that changes a replication's state (Store.index,
 // which every job write goes through) also queues the change, for each
-// webhook that wants it, under (webhook, replication) with a versionstamp,
-// so the queue holds the changes in commit order, exactly once, and makes
+// webhook that wants it, under (webhook, replication) with the next number
+// of that pair (the changes of one replication conflict on its job, so
+// their numbers follow their commits), exactly once, and makes
 // sure a delivery job (WebhookType) of that pair is pending or running.
 // The delivery job's worker, on a replication node, posts the queued
 // changes one at a time, oldest first, and clears each once the receiver
@@ -202,8 +202,15 @@ type WebhookChange struct {
 	Body json.RawMessage
 }
 
-// DeliveryID is the change's delivery id: the same at every attempt.
-func (c WebhookChange) DeliveryID() string { return hex.EncodeToString(c.Key[len(c.Key)-12:]) }
+// DeliveryID is the change's delivery id: the same at every attempt, and
+// another for every other change (a hash of its place and its body, which
+// holds the time it was made).
+func (c WebhookChange) DeliveryID() string {
+	h := sha256.New()
+	h.Write(c.Key)
+	h.Write(c.Body)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
 
 // webhookBody is what a delivery posts.
 type webhookBody struct {
@@ -222,22 +229,20 @@ type webhookBody struct {
 //
 //	(hooks, Owner, ID) -> JSON Webhook
 //	(all, Owner, ID) -> "": the webhooks that hear every replication
-//	(queue, Owner, ID, JobID, Versionstamp) -> JSON body: queued changes
+//	(queue, Owner, ID, JobID, N) -> JSON body: queued changes, in order
 //	(deliveries, Owner, ID, JobID) -> int64 LE: the delivery jobs of a
 //	webhook, with the changes dropped from their queues
 //	(health, Owner, ID) -> JSON WebhookHealth, while its receiver fails
+//	(seqs, Owner, ID, JobID) -> int64 LE: the last change's number in the
+//	queue, while a delivery lasts
 type Webhooks struct {
-	s                                     *Store
-	hooks, all, queue, deliveries, health subspace.Subspace
-	clock                                 func() time.Time
+	s                                           *Store
+	hooks, all, queue, deliveries, health, seqs subspace.Subspace
+	clock                                       func() time.Time
 }
 
 // Webhooks returns the store's webhooks.
 func (s *Store) Webhooks() *Webhooks { return s.webhooks }
-
-// webhookStamp orders the changes one transaction queues (the
-// versionstamp's user version).
-var webhookStamp atomic.Uint32
 
 // Put writes h (replacing the webhook of that owner and id), in tr, and
 // reports whether it is new. A new one beyond WebhooksPerOwnerMax is
@@ -317,6 +322,7 @@ func (w *Webhooks) Delete(ctx context.Context, tr kv.Transaction, owner, id stri
 	tr.ClearRange(prefixRange(w.queue, tuple.Tuple{owner, id}))
 	tr.Clear(w.health.Pack(tuple.Tuple{owner, id}))
 	tr.ClearRange(prefixRange(w.deliveries, tuple.Tuple{owner, id}))
+	tr.ClearRange(prefixRange(w.seqs, tuple.Tuple{owner, id}))
 	return true, nil
 }
 
@@ -426,24 +432,32 @@ func (w *Webhooks) push(tr kv.Transaction, h *Webhook, ch hookChange, now string
 	if err != nil {
 		return err
 	}
-	rng := prefixRange(w.queue, tuple.Tuple{h.Owner, h.ID, ch.jobID})
-	// At snapshot: the worker's clears do not conflict with this write.
-	// A second change of the job in this transaction finds the first's
-	// key unreadable until the commit: that one is not counted.
-	kvs, err := tr.Snapshot().GetRange(rng, kv.RangeOptions{Limit: WebhookQueueMax}).GetSliceWithError()
-	if err != nil && !kv.HasCode(err, kv.CodeAccessedUnreadable) {
-		return err
-	}
-	if len(kvs) >= WebhookQueueMax {
-		tr.Clear(kvs[0].Key)
-		tr.Add(w.deliveries.Pack(tuple.Tuple{h.Owner, h.ID, ch.jobID}), kv.Int64(1)) // counted as dropped
-	}
-	key, err := w.queue.PackWithVersionstamp(tuple.Tuple{h.Owner, h.ID, ch.jobID,
-		tuple.IncompleteVersionstamp(uint16(webhookStamp.Add(1)))})
+	// The queue's numbers: the counter is read (not at snapshot) by the
+	// changes of one replication, which conflict on its job already.
+	ck := w.seqs.Pack(tuple.Tuple{h.Owner, h.ID, ch.jobID})
+	v, err := tr.Get(ck).Get()
 	if err != nil {
 		return err
 	}
-	tr.SetVersionstampedKey(key, body)
+	n := kv.DecodeInt64(v) + 1
+	tr.Set(ck, kv.Int64(n))
+	// The oldest queued, at snapshot: the worker's clears do not conflict
+	// with this change.
+	first, err := tr.Snapshot().GetRange(prefixRange(w.queue, tuple.Tuple{h.Owner, h.ID, ch.jobID}), kv.RangeOptions{Limit: 1}).GetSliceWithError()
+	if err != nil {
+		return err
+	}
+	if len(first) > 0 {
+		t, err := w.queue.Unpack(first[0].Key)
+		if err != nil || len(t) != 4 {
+			return fmt.Errorf("replicator: a webhook queue key: %v", err)
+		}
+		if n0, _ := t[3].(int64); n-n0 >= WebhookQueueMax {
+			tr.Clear(first[0].Key)
+			tr.Add(w.deliveries.Pack(tuple.Tuple{h.Owner, h.ID, ch.jobID}), kv.Int64(1)) // counted as dropped
+		}
+	}
+	tr.Set(w.queue.Pack(tuple.Tuple{h.Owner, h.ID, ch.jobID, n}), body)
 	return nil
 }
 
@@ -520,7 +534,8 @@ func (w *Webhooks) Health(ctx context.Context, owner, id string) (WebhookHealth,
 	})
 }
 
-// Failed records a failure of webhook d.Hook's receiver, reason, at now:
+// Failed records a failure of webhook d.Hook's receiver, reason, at now
+// (once: a retry after a commit that did commit finds it), so that
 // deliveries to it rest webhookPause of its failures in a row. It returns
 // until when.
 func (w *Webhooks) Failed(ctx context.Context, d WebhookDelivery, reason string, now time.Time) (time.Time, error) {
@@ -534,6 +549,9 @@ func (w *Webhooks) Failed(ctx context.Context, d WebhookDelivery, reason string,
 		}
 		if exists, err := tr.Get(w.hooks.Pack(tuple.Tuple{d.Owner, d.Hook})).Get(); err != nil || exists == nil {
 			return time.Time{}, err // deleted meanwhile: nothing to record
+		}
+		if hl.FailedAt == now.UnixMilli() && hl.LastError == reason {
+			return time.UnixMilli(hl.Until), nil // this failure, recorded by an attempt that did commit
 		}
 		hl.Failures++
 		until := now.Add(webhookPause(hl.Failures))
@@ -570,6 +588,7 @@ func (w *Webhooks) EndDelivery(tr kv.Transaction, d WebhookDelivery, complete fu
 	if err != nil || len(kvs) > 0 {
 		return false, err
 	}
+	tr.Clear(w.seqs.Pack(tuple.Tuple{d.Owner, d.Hook, d.JobID})) // the next change starts the numbers again
 	return true, complete(tr)
 }
 

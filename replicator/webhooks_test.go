@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/pkg/subspace"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
 func newWebhookStore(t *testing.T) (*Store, kv.Database) {
@@ -29,14 +32,22 @@ func newWebhookStore(t *testing.T) (*Store, kv.Database) {
 }
 
 // queueChange queues a change of job as the index does, in a transaction
-// of its own.
+// of its own, once: a retry after a commit that did commit (under
+// injected faults) finds its mark, as the index finds the state written.
 func queueChange(t *testing.T, s *Store, job, owner, state string) {
 	t.Helper()
+	mark := subspace.Sub("test-change-marks").Pack(tuple.Tuple{changeMarks.Add(1)})
 	_, err := kv.Transact(context.Background(), s, func(tr kv.Transaction) (struct{}, error) {
+		if v, err := tr.Get(mark).Get(); err != nil || v != nil {
+			return struct{}{}, err
+		}
+		tr.Set(mark, []byte{1})
 		return struct{}{}, s.webhooks.enqueue(tr, []hookChange{{jobID: job, c: StateChange{Owner: owner, State: state}}})
 	})
 	require.NoError(t, err)
 }
+
+var changeMarks atomic.Int64
 
 // A webhook's changes queue in commit order, the ones it does not want
 // are left out, and the queue keeps the newest WebhookQueueMax.
@@ -278,6 +289,10 @@ func TestWebhookDeliveryModel(t *testing.T) {
 			require.NoError(t, err)
 			job := held[r]
 			ended, err := w.EndDelivery(tr, d, func(tr kv.Transaction) error { return s.jobs.Finish(ctx, tr, job, nil) })
+			if kv.IsRetryable(err) {
+				tr.Cancel() // an injected fault: the worker tries again later
+				continue
+			}
 			require.NoError(t, err)
 			if ended {
 				ending[r] = tr // committed later, changes may come first
@@ -288,6 +303,14 @@ func TestWebhookDeliveryModel(t *testing.T) {
 		case op == 4 && ending[r] != nil:
 			_, err := ending[r].Commit().Get()
 			delete(ending, r)
+			if err != nil && kv.IsMaybeCommitted(err) {
+				// An injected fault: whether it committed is in the store.
+				st, _, jerr := s.jobs.Job(ctx, nil, WebhookType, deliveryID("u", "h", r))
+				require.NoError(t, jerr)
+				if st == fdbjobs.Finished {
+					err = nil
+				}
+			}
 			if err == nil {
 				delete(held, r)
 				steps["ended"]++
