@@ -1,6 +1,7 @@
 package replicator
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -245,26 +246,31 @@ type Webhooks struct {
 func (s *Store) Webhooks() *Webhooks { return s.webhooks }
 
 // Put writes h (replacing the webhook of that owner and id), in tr, and
-// reports whether it is new. A new one beyond WebhooksPerOwnerMax is
-// ErrForbidden. A replaced webhook keeps its queued changes.
-func (w *Webhooks) Put(ctx context.Context, tr kv.Transaction, h *Webhook) (bool, error) {
+// reports whether it is new, and whether the store held h as it is
+// already (an earlier attempt of the caller's that did commit). A new one
+// beyond WebhooksPerOwnerMax is ErrForbidden. A replaced webhook keeps its
+// queued changes.
+func (w *Webhooks) Put(ctx context.Context, tr kv.Transaction, h *Webhook) (created, same bool, err error) {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return false, false, err
+	}
 	key := w.hooks.Pack(tuple.Tuple{h.Owner, h.ID})
 	old, err := tr.Get(key).Get()
 	if err != nil {
-		return false, err
+		return false, false, err
+	}
+	if bytes.Equal(old, b) {
+		return false, true, nil
 	}
 	if old == nil {
 		kvs, err := tr.GetRange(prefixRange(w.hooks, tuple.Tuple{h.Owner}), kv.RangeOptions{Limit: WebhooksPerOwnerMax}).GetSliceWithError()
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		if len(kvs) >= WebhooksPerOwnerMax {
-			return false, newReason(ErrForbidden, "you have %d webhooks, the most a user may have: delete one first", WebhooksPerOwnerMax)
+			return false, false, newReason(ErrForbidden, "you have %d webhooks, the most a user may have: delete one first", WebhooksPerOwnerMax)
 		}
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return false, err
 	}
 	tr.Set(key, b)
 	if all := w.all.Pack(tuple.Tuple{h.Owner, h.ID}); h.All {
@@ -272,7 +278,7 @@ func (w *Webhooks) Put(ctx context.Context, tr kv.Transaction, h *Webhook) (bool
 	} else {
 		tr.Clear(all)
 	}
-	return old == nil, nil
+	return old == nil, false, nil
 }
 
 // Get returns webhook id of owner, or ErrNotFound.
@@ -378,6 +384,7 @@ func (w *Webhooks) enqueue(tr kv.Transaction, changes []hookChange) error {
 	if err != nil {
 		return err
 	}
+	var others []kv.FutureByteSlice // the admins' webhooks not read yet, read at once
 	for _, e := range marks {
 		t, err := w.all.Unpack(e.Key)
 		if err != nil || len(t) != 2 {
@@ -385,10 +392,12 @@ func (w *Webhooks) enqueue(tr kv.Transaction, changes []hookChange) error {
 		}
 		owner, _ := t[0].(string)
 		id, _ := t[1].(string)
-		if seen[[2]string{owner, id}] {
-			continue
+		if !seen[[2]string{owner, id}] {
+			others = append(others, snap.Get(w.hooks.Pack(tuple.Tuple{owner, id})))
 		}
-		v, err := snap.Get(w.hooks.Pack(tuple.Tuple{owner, id})).Get()
+	}
+	for _, f := range others {
+		v, err := f.Get()
 		if err != nil {
 			return err
 		}

@@ -31,6 +31,16 @@ func newWebhookStore(t *testing.T) (*Store, kv.Database) {
 	return s, db
 }
 
+// putHook stores h.
+func putHook(t *testing.T, s *Store, h *Webhook) {
+	t.Helper()
+	_, err := kv.Transact(context.Background(), s, func(tr kv.Transaction) (struct{}, error) {
+		_, _, err := s.Webhooks().Put(context.Background(), tr, h)
+		return struct{}{}, err
+	})
+	require.NoError(t, err)
+}
+
 // queueChange queues a change of job as the index does, in a transaction
 // of its own, once: a retry after a commit that did commit (under
 // injected faults) finds its mark, as the index finds the state written.
@@ -55,10 +65,7 @@ func TestWebhookQueue(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newWebhookStore(t)
 	w := s.Webhooks()
-	_, err := kv.Transact(ctx, s, func(tr kv.Transaction) (bool, error) {
-		return w.Put(ctx, tr, &Webhook{ID: "h", Owner: "u", URL: "http://example.com/", Events: []string{StateRunning, StateCompleted}})
-	})
-	require.NoError(t, err)
+	putHook(t, s, &Webhook{ID: "h", Owner: "u", URL: "http://example.com/", Events: []string{StateRunning, StateCompleted}})
 	d := WebhookDelivery{Owner: "u", Hook: "h", JobID: "j"}
 	queueChange(t, s, "j", "v", StateRunning) // another owner's
 	queueChange(t, s, "j", "u", StatePending) // not wanted
@@ -111,11 +118,13 @@ func TestWebhookTwoChangesInOneTransaction(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newWebhookStore(t)
 	w := s.Webhooks()
-	_, err := kv.Transact(ctx, s, func(tr kv.Transaction) (bool, error) {
-		return w.Put(ctx, tr, &Webhook{ID: "h", Owner: "u", URL: "http://example.com/"})
-	})
-	require.NoError(t, err)
-	_, err = kv.Transact(ctx, s, func(tr kv.Transaction) (struct{}, error) {
+	putHook(t, s, &Webhook{ID: "h", Owner: "u", URL: "http://example.com/"})
+	mark := subspace.Sub("test-change-marks").Pack(tuple.Tuple{changeMarks.Add(1)})
+	_, err := kv.Transact(ctx, s, func(tr kv.Transaction) (struct{}, error) {
+		if v, err := tr.Get(mark).Get(); err != nil || v != nil {
+			return struct{}{}, err // committed by an attempt that was told otherwise
+		}
+		tr.Set(mark, []byte{1})
 		for _, st := range []string{StatePending, StateRunning} {
 			if err := w.enqueue(tr, []hookChange{{jobID: "j", c: StateChange{Owner: "u", State: st}}}); err != nil {
 				return struct{}{}, err
@@ -147,10 +156,7 @@ func TestWebhookEndConflictsWithAChange(t *testing.T) {
 	ctx := context.Background()
 	s, db := newWebhookStore(t)
 	w := s.Webhooks()
-	_, err := kv.Transact(ctx, s, func(tr kv.Transaction) (bool, error) {
-		return w.Put(ctx, tr, &Webhook{ID: "h", Owner: "u", URL: "http://example.com/"})
-	})
-	require.NoError(t, err)
+	putHook(t, s, &Webhook{ID: "h", Owner: "u", URL: "http://example.com/"})
 	d := WebhookDelivery{Owner: "u", Hook: "h", JobID: "j"}
 	queueChange(t, s, "j", "u", StateRunning)
 	job, err := s.jobs.Accept(ctx, WebhookType, fdbjobs.AcceptOptions{})
@@ -186,10 +192,7 @@ func TestWebhookHealth(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newWebhookStore(t)
 	w := s.Webhooks()
-	_, err := kv.Transact(ctx, s, func(tr kv.Transaction) (bool, error) {
-		return w.Put(ctx, tr, &Webhook{ID: "h", Owner: "u", URL: "http://example.com/"})
-	})
-	require.NoError(t, err)
+	putHook(t, s, &Webhook{ID: "h", Owner: "u", URL: "http://example.com/"})
 	d := WebhookDelivery{Owner: "u", Hook: "h", JobID: "j"}
 	now := time.Unix(1000, 0)
 	for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
@@ -235,10 +238,7 @@ func TestWebhookDeliveryModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testutil.Seed(t), 0))
 	s, db := newWebhookStore(t)
 	w := s.Webhooks()
-	_, err := kv.Transact(ctx, s, func(tr kv.Transaction) (bool, error) {
-		return w.Put(ctx, tr, &Webhook{ID: "h", Owner: "u", URL: "http://example.com/"})
-	})
-	require.NoError(t, err)
+	putHook(t, s, &Webhook{ID: "h", Owner: "u", URL: "http://example.com/"})
 	reps := []string{"r1", "r2", "r3"}
 	byID := map[string]string{}
 	for _, r := range reps {

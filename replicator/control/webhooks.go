@@ -57,8 +57,16 @@ func (p *Plane) PutWebhook(ctx context.Context, viewer api.User, id string, body
 	if _, err := p.setup(ctx); err != nil {
 		return api.WebhookResult{}, false, err
 	}
-	created, err := kv.Transact(ctx, p.store, func(tr kv.Transaction) (bool, error) {
-		return p.store.Webhooks().Put(ctx, tr, h)
+	// created survives the retry loop: an attempt that wrote a new
+	// webhook and committed, though told otherwise, leaves the retry
+	// finding it as written.
+	created := false
+	_, err = kv.Transact(ctx, p.store, func(tr kv.Transaction) (struct{}, error) {
+		c, same, err := p.store.Webhooks().Put(ctx, tr, h)
+		if err == nil && !same {
+			created = c
+		}
+		return struct{}{}, err
 	})
 	if err != nil {
 		return api.WebhookResult{}, false, err
@@ -126,8 +134,13 @@ func (p *Plane) DeleteWebhook(ctx context.Context, viewer api.User, user, id str
 	if err != nil {
 		return api.WebhookResult{}, err
 	}
-	found, err := kv.Transact(ctx, p.store, func(tr kv.Transaction) (bool, error) {
-		return p.store.Webhooks().Delete(ctx, tr, owner, id)
+	// found survives the retry loop: an attempt that removed the webhook
+	// and committed, though told otherwise, leaves the retry finding none.
+	found := false
+	_, err = kv.Transact(ctx, p.store, func(tr kv.Transaction) (struct{}, error) {
+		ok, err := p.store.Webhooks().Delete(ctx, tr, owner, id)
+		found = found || ok
+		return struct{}{}, err
 	})
 	if err != nil {
 		return api.WebhookResult{}, err
