@@ -295,6 +295,10 @@ func TestWebhooks(t *testing.T) {
 	// refused, also over the connection kept open from the last one.
 	r = e.do("PUT", "/_node/_cluster/_config/replicator/allowed_endpoint_networks", asAdmin, `""`)
 	require.Equal(t, 200, r.Status, r.Raw)
+	testutil.Eventually(t, "the change applied (the rules the nodes share refuse a loopback webhook)", func() bool {
+		p := e.do("PUT", "/_scheduler/webhooks/probe", asAdmin, map[string]any{"url": admin.url(), "secret": secret})
+		return p.Status == 403
+	})
 	adminPosts := admin.postCount()
 	r = e.do("POST", "/_replicate", asAlice, map[string]any{"source": couch.AuthDBURL("wh-src"),
 		"target": couch.AuthDBURL("wh-tgt6"), "create_target": true})
