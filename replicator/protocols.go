@@ -26,10 +26,8 @@ type Protocols struct {
 // such a document (403 forbidden) or POST /_replicate (400
 // invalid_replication), and a node fails such a job when it starts it.
 func (p Protocols) Check(s *Spec, kind error) error {
-	endpoint, proxy := p.Endpoint, p.Proxy
-	if endpoint == nil {
-		endpoint = EndpointProtocolsDefault
-	}
+	endpoint, proxy := p.Endpoints(), p.Proxy
+
 	if proxy == nil {
 		proxy = ProxyProtocolsDefault
 	}
@@ -67,4 +65,13 @@ func scheme(raw string) string {
 		return ""
 	}
 	return strings.ToLower(u.Scheme)
+}
+
+// Endpoints are the schemes endpoints may use: Endpoint, or
+// EndpointProtocolsDefault when nil (webhook URLs follow them too).
+func (p Protocols) Endpoints() []string {
+	if p.Endpoint == nil {
+		return EndpointProtocolsDefault
+	}
+	return p.Endpoint
 }

@@ -31,6 +31,26 @@ func newWebhookStore(t *testing.T) (*Store, kv.Database) {
 	return s, db
 }
 
+// drain delivers d's queued changes as a worker does, oldest first, and
+// returns their states.
+func drain(t *testing.T, w *Webhooks, d WebhookDelivery) []string {
+	t.Helper()
+	ctx := context.Background()
+	var states []string
+	for {
+		_, _, c, err := w.Next(ctx, d)
+		require.NoError(t, err)
+		if c == nil {
+			return states
+		}
+		var b webhookBody
+		require.NoError(t, json.Unmarshal(c.Body, &b))
+		states = append(states, b.State)
+		_, _, _, err = w.Ack(ctx, d, c, true)
+		require.NoError(t, err)
+	}
+}
+
 // putHook stores h.
 func putHook(t *testing.T, s *Store, h *Webhook) {
 	t.Helper()
@@ -90,19 +110,7 @@ func TestWebhookQueue(t *testing.T) {
 	require.Len(t, ds, 1)
 	require.Equal(t, WebhookQueueMax, ds[0].Queued)
 	require.EqualValues(t, 5, ds[0].Dropped, "the oldest dropped, counted")
-	var states []string
-	for {
-		_, _, c, err := w.Next(ctx, d)
-		require.NoError(t, err)
-		if c == nil {
-			break
-		}
-		var b webhookBody
-		require.NoError(t, json.Unmarshal(c.Body, &b))
-		states = append(states, b.State)
-		_, _, _, err = w.Ack(ctx, d, c, true)
-		require.NoError(t, err)
-	}
+	states := drain(t, w, d)
 	require.Len(t, states, WebhookQueueMax, "the newest kept")
 	for i, st := range states {
 		want := StateRunning
@@ -134,19 +142,7 @@ func TestWebhookTwoChangesInOneTransaction(t *testing.T) {
 	})
 	require.NoError(t, err)
 	d := WebhookDelivery{Owner: "u", Hook: "h", JobID: "j"}
-	var got []string
-	for {
-		_, _, c, err := w.Next(ctx, d)
-		require.NoError(t, err)
-		if c == nil {
-			break
-		}
-		var b webhookBody
-		require.NoError(t, json.Unmarshal(c.Body, &b))
-		got = append(got, b.State)
-		_, _, _, err = w.Ack(ctx, d, c, true)
-		require.NoError(t, err)
-	}
+	got := drain(t, w, d)
 	require.Equal(t, []string{StatePending, StateRunning}, got)
 }
 

@@ -256,10 +256,7 @@ func (p *Plane) checkWebhookURL(ctx context.Context, raw string) error {
 	if err != nil || u.Host == "" || u.User != nil || u.Fragment != "" || strings.ContainsFunc(raw, unicode.IsSpace) {
 		return replicator.NewReason(replicator.ErrBadRequest, "`url`: an absolute http or https URL without credentials, fragment or spaces")
 	}
-	allowed := p.conf().Protocols.Endpoint
-	if allowed == nil {
-		allowed = replicator.EndpointProtocolsDefault
-	}
+	allowed := p.conf().Protocols.Endpoints()
 	if !slices.Contains(allowed, u.Scheme) {
 		return replicator.NewReason(replicator.ErrForbidden, "`url`: its scheme %q is not one of valid_endpoint_protocols (%s)",
 			u.Scheme, strings.Join(allowed, ", "))

@@ -140,6 +140,7 @@ func (n *Node) stopWebhooks() {
 	if rt := n.webhooks.Swap(nil); rt != nil {
 		rt.StopAndCancel()
 	}
+	n.webhookClient().CloseIdleConnections() // their readers go too (through hookOnce: no race with a delivery)
 }
 
 // workWebhook delivers the changes queued for its job's webhook and
@@ -189,7 +190,7 @@ func (n *Node) workWebhook(ctx context.Context, w *fdbjobs.Work[replicator.Webho
 func (n *Node) deliver(ctx context.Context, h *replicator.Webhook, c *replicator.WebhookChange) error {
 	cfg := n.Config()
 	u, err := url.Parse(h.URL)
-	if err != nil || !slices.Contains(endpointProtocols(cfg.Protocols), u.Scheme) {
+	if err != nil || !slices.Contains(cfg.Protocols.Endpoints(), u.Scheme) {
 		return fmt.Errorf("webhook %s: its url's scheme is not one of valid_endpoint_protocols", h.ID)
 	}
 	secret, err := replicator.WebhookSecret(cfg.Opener, h)
@@ -258,12 +259,4 @@ func (n *Node) webhookClient() *http.Client {
 		}}
 	})
 	return n.hookClient
-}
-
-// endpointProtocols are the schemes p allows endpoints.
-func endpointProtocols(p replicator.Protocols) []string {
-	if p.Endpoint == nil {
-		return replicator.EndpointProtocolsDefault
-	}
-	return p.Endpoint
 }
