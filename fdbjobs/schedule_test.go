@@ -187,6 +187,35 @@ func TestScheduleLifecycle(t *testing.T) {
 	require.Len(t, b.scheduledJobs(t), 1, "its jobs stay, and no more")
 }
 
+// TestScheduleNextAfterStaleEntry: a pass that finds its due entry stale
+// (an earlier commit moved the schedule on unseen, as a
+// commit_unknown_result does) still reports the schedule's next period,
+// so that a Runtime's loop wakes for it rather than sleeping its whole
+// SchedulePoll (found by the faults pass: TestRuntimeRunsSchedules, with
+// SchedulePoll an hour, waited out its minute).
+func TestScheduleNextAfterStaleEntry(t *testing.T) {
+	b := setup(t)
+	info, err := b.c.PutSchedule(b.ctx, nil, Schedule{Name: "m", Args: tickArgs{N: 1}, Every: time.Minute})
+	require.NoError(t, err)
+	first := info.Next
+	b.fire(t, b.c, first)
+	require.Len(t, b.scheduledJobs(t), 1)
+	// The index as a pass read it before the unseen commit: the entry that
+	// commit cleared, not yet the one it wrote.
+	_, err = kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+		tr.Set(b.c.k.dueKey(t1, first.UnixMilli(), "m"), nil)
+		tr.Clear(b.c.k.dueKey(t1, first.Add(time.Minute).UnixMilli(), "m"))
+		return struct{}{}, nil
+	})
+	require.NoError(t, err)
+	n, next, err := b.c.fireDue(b.ctx, t1, first)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, first.Add(time.Minute).UnixMilli(), next, "the schedule's next period, from its record")
+	require.Len(t, b.scheduledJobs(t), 1, "the period once")
+	require.Empty(t, b.scan(t, b.c.k.root.Sub(keyScheduleDue)), "the stale entry gone")
+}
+
 // TestScheduleCatchUpAndOverlap: after 10 periods without a node, each
 // catch-up policy inserts what it says; each overlap policy, what it says
 // while the last job is unfinished.

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,12 +43,15 @@ func (c *Client) FireSchedules(ctx context.Context, kind string, now time.Time) 
 
 // fireDue inserts the jobs of kind's schedules due at now (its node's
 // clock), until none is left that it can insert (one an Overlap queue
-// holds is left), and reports how many it inserted and the next period
-// after now it read (Unix ms; 0 when it read none).
+// holds is left), and reports how many it inserted and the earliest next
+// period after now it read, in the index or in a schedule's record (Unix
+// ms; 0 when it read none). The records count: a pass that finds its due
+// entries stale (a commit that succeeded unseen moved them on) reads no
+// later entry of the index, yet its schedules have a next period.
 func (c *Client) fireDue(ctx context.Context, kind string, now time.Time) (fired int, next int64, err error) {
 	for {
 		n, more, nx, err := c.firePage(ctx, kind, now)
-		fired, next = fired+n, nx
+		fired, next = fired+n, earliest(next, nx)
 		// A schedule may have periods left (CatchUpAll inserts them over
 		// several transactions, an Overlap skip or queue one at a time),
 		// and a transaction that committed unseen cannot tell: another
@@ -98,17 +102,29 @@ func (c *Client) firePage(ctx context.Context, kind string, now time.Time) (fire
 	// Up to scheduleFirers transactions at once: their schedules differ,
 	// and their jobs' writes do not conflict.
 	var total atomic.Int64
+	var mu sync.Mutex // guards next
 	var g errgroup.Group
 	g.SetLimit(scheduleFirers)
 	for _, b := range batches {
 		g.Go(func() error {
-			n, err := c.fireBatch(ctx, kind, nowMs, b)
+			n, nx, err := c.fireBatch(ctx, kind, nowMs, b)
 			total.Add(int64(n))
+			mu.Lock()
+			next = earliest(next, nx)
+			mu.Unlock()
 			return err
 		})
 	}
 	err = g.Wait()
 	return int(total.Load()), more, next, err
+}
+
+// earliest is the earlier of two periods (Unix ms), 0 standing for none.
+func earliest(a, b int64) int64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // due is an entry of the due index: a schedule and its next period.
@@ -118,13 +134,16 @@ type due struct {
 }
 
 // fireBatch fires the schedules of b that are due at nowMs, in one
-// transaction, and returns the number of jobs it inserted.
-func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []due) (int, error) {
+// transaction, and returns the number of jobs it inserted and the earliest
+// next period of the active schedules it read (Unix ms, 0 for none).
+func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []due) (int, int64, error) {
 	token, err := c.addToken(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	var next int64
 	n, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (int, error) {
+		next = 0
 		var jobs []NewJob
 		var datas [][]byte
 		recs := make([]*scheduleRecord, len(b))
@@ -166,6 +185,9 @@ func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []du
 			}
 		}
 		for i, r := range recs {
+			if r != nil && (r.Next > nowMs || len(jobs) >= scheduleTxJobs) {
+				next = earliest(next, r.Next)
+			}
 			if r == nil || r.Next > nowMs || len(jobs) >= scheduleTxJobs {
 				continue
 			}
@@ -185,6 +207,7 @@ func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []du
 				datas = append(datas, data)
 				r.Last, r.LastJob = p, id
 			}
+			next = earliest(next, r.Next)
 			if r.Next == was.Next && r.Queued == was.Queued && r.LastJob == was.LastJob {
 				continue
 			}
@@ -200,13 +223,13 @@ func (c *Client) fireBatch(ctx context.Context, kind string, nowMs int64, b []du
 		return len(jobs), nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if n > 0 {
 		c.committed(nil, kind)
 		c.metrics.Load().count(metricInserted, kind, n)
 	}
-	return n, nil
+	return n, next, nil
 }
 
 // unfinished reports whether the job of r is pending or running.
@@ -316,10 +339,15 @@ func latestDue(p period, from, now int64) int64 {
 	return latest
 }
 
+// scheduleRetryWait is the longest a schedule loop waits to try again
+// after a pass that failed (a failed pass may have left due periods).
+const scheduleRetryWait = time.Second
+
 // scheduleLoop fires the due periods of the Runtime's kinds' schedules
 // until ctx ends: at the next period it read, at least every
-// SchedulePoll, and at once when this Client changes a schedule. Idle, it
-// costs one range read per kind and SchedulePoll.
+// SchedulePoll, within scheduleRetryWait after a pass that failed, and at
+// once when this Client changes a schedule. Idle, it costs one range read
+// per kind and SchedulePoll.
 func (r *Runtime) scheduleLoop(ctx context.Context) {
 	clock, log := r.c.cfg.Clock, r.c.cfg.Logger
 	for ctx.Err() == nil {
@@ -329,6 +357,7 @@ func (r *Runtime) scheduleLoop(ctx context.Context) {
 			_, next, err := r.c.fireDue(ctx, k.kind, clock.Now())
 			if err != nil && ctx.Err() == nil {
 				log.Warn().Err(err).Str("kind", k.kind).Msg("fdbjobs: runtime: inserting the jobs of due schedules")
+				wait = min(wait, scheduleRetryWait)
 			}
 			if next != 0 {
 				wait = min(wait, max(0, time.UnixMilli(next).Sub(clock.Now())))
