@@ -34,7 +34,8 @@
 //     point reads and ranges alike, in both directions, with limits and key
 //     selectors. Reading a key written by SetVersionstampedValue, or one
 //     that a pending SetVersionstampedKey could produce, fails with
-//     accessed_unreadable (1036).
+//     accessed_unreadable (1036), snapshot reads too, and so does the
+//     transaction's commit afterwards, as in FoundationDB 7.3.
 //   - Conflict ranges. Reads add read conflict ranges covering exactly what
 //     they examined: a point read adds the key (present or not); a range
 //     read adds its range, cut at the last key returned when a limit stops

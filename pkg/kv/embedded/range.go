@@ -161,6 +161,7 @@ func (it *rangeIter) fetchBatch() (int, error) {
 	}
 	reverse := it.rr.opts.Reverse
 	kvs, err := tr.scan(it.b, it.e, n, reverse)
+	err = tr.noteUnreadable(err)
 	if err != nil {
 		return 0, err
 	}

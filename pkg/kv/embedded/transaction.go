@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"time"
@@ -228,6 +229,17 @@ func (tr *transaction) poisonCommit(err error) {
 	if tr.req != nil {
 		tr.req.fail(err)
 	}
+}
+
+// noteUnreadable keeps accessed_unreadable for Commit when a read met a
+// key a pending versionstamped operation makes unreadable, as
+// FoundationDB does (its commit fails too, even when the caller dropped
+// the read's error), and returns err.
+func (tr *transaction) noteUnreadable(err error) error {
+	if errors.Is(err, errUnreadable) {
+		tr.deferErr(errUnreadable)
+	}
+	return err
 }
 
 // deferErr keeps err for Commit to fail with, unless an earlier error is

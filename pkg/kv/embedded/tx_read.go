@@ -41,6 +41,7 @@ func (tr *transaction) get(key kv.KeyConvertible, snap bool) kv.FutureByteSlice 
 		return kv.ReadyFuture[[]byte](nil, nil) // cannot exist, as in FoundationDB
 	}
 	v, err := tr.getLocked(k, snap)
+	err = tr.noteUnreadable(err)
 	if err == nil {
 		if err = tr.countRead(len(k) + len(v)); err != nil {
 			v = nil
@@ -126,6 +127,7 @@ func (tr *transaction) resolveKey(s kv.KeySelector, snap bool) ([]byte, error) {
 			from = keyAfter(k)
 		}
 		kvs, err := tr.scan(from, maxReadKey, s.Offset, false)
+		err = tr.noteUnreadable(err)
 		if err != nil {
 			return nil, err
 		}
@@ -152,6 +154,7 @@ func (tr *transaction) resolveKey(s kv.KeySelector, snap bool) ([]byte, error) {
 	}
 	n := 1 - s.Offset
 	kvs, err := tr.scan(nil, to, n, true)
+	err = tr.noteUnreadable(err)
 	if err != nil {
 		return nil, err
 	}
