@@ -189,7 +189,7 @@
 // stored to their current key (Reseal): a pass walks the _replicator
 // documents, each with its job in one transaction (a Resealer gives both
 // the same new values, so SameReplication still matches them), then the
-// transient jobs, a page per transaction, resuming from its record (key
+// transient jobs, then the webhooks' secrets, a page per transaction, resuming from its record (key
 // 27) across intervals, nodes and restarts; credentials stored in the
 // clear before a key was configured are sealed the same way, and values
 // sealed before bindings existed are bound (a pass after an upgrade binds

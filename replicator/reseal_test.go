@@ -491,3 +491,55 @@ func TestResealBindsLegacyValues(t *testing.T) {
 	require.ErrorIs(t, err, seal.ErrCorrupt, "bound: it no longer opens for another host")
 	require.Contains(t, err.Error(), "`source.password` was not sealed for http://elsewhere:80")
 }
+
+// The reseal pass moves webhook secrets too: one sealed to the old key and
+// one stored in the clear (written before the node had a key) are sealed
+// to the current key, bound to their receivers; one sealed to a key no
+// node holds stays. Each still opens to what was written.
+func TestResealMovesWebhookSecrets(t *testing.T) {
+	w := newResealWorld(t)
+	put := func(owner, id string, sealer *seal.Sealer) *Webhook {
+		h := &Webhook{ID: id, Owner: owner, URL: "https://hooks.example/" + id, Secret: "secret-of-" + owner + "-" + id}
+		require.NoError(t, SealWebhookSecret(sealer, h))
+		_, err := kv.Transact(w.ctx, w.db, func(tr kv.Transaction) (struct{}, error) {
+			_, _, err := w.s.Webhooks().Put(w.ctx, tr, h)
+			return struct{}{}, err
+		})
+		require.NoError(t, err)
+		return h
+	}
+	// More webhooks than a page, so that the phase pages.
+	for i := range ResealPageDefault + 3 {
+		put(fmt.Sprintf("u%02d", i), "old", w.a)
+	}
+	put("bob", "clear", nil)
+	lost := put("carol", "elsewhere", w.c)
+
+	var rep ResealReport
+	for i := 0; !rep.Ended; i++ {
+		require.Less(t, i, 20)
+		rep = w.step("n1", 1)
+	}
+	require.Equal(t, ResealPageDefault+4, rep.PassMoved, "%+v", rep)
+	require.Zero(t, rep.PassSkipped, "%+v", rep)
+	get := func(owner, id string) *Webhook {
+		h, err := kv.ReadTransact(w.ctx, w.db, func(tr kv.ReadTransaction) (*Webhook, error) {
+			return w.s.Webhooks().Get(w.ctx, tr, owner, id)
+		})
+		require.NoError(t, err)
+		return h
+	}
+	for _, k := range []struct{ owner, id string }{{"u00", "old"}, {fmt.Sprintf("u%02d", ResealPageDefault+2), "old"}, {"bob", "clear"}} {
+		h := get(k.owner, k.id)
+		id, ok := seal.KeyID(h.Secret)
+		require.True(t, ok, "%s sealed", k.id)
+		require.Equal(t, w.b.ID(), id, k.id)
+		secret, err := WebhookSecret(w.o, h)
+		require.NoError(t, err)
+		require.Equal(t, "secret-of-"+k.owner+"-"+k.id, secret)
+		h.URL = "https://elsewhere.example/"
+		_, err = WebhookSecret(w.o, h)
+		require.Error(t, err, "bound to its receiver")
+	}
+	require.Equal(t, lost.Secret, get("carol", "elsewhere").Secret, "a key no node holds: left as it is")
+}

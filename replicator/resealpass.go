@@ -6,15 +6,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/seal"
 )
 
-// The reseal pass: a walk over every _replicator document (with its job)
-// and every transient job, a page per transaction, that moves their
-// credentials to the current key (Reseal.Doc, Reseal.Transient). Its place
+// The reseal pass: a walk over every _replicator document (with its job),
+// every transient job and every webhook, a page per transaction, that
+// moves their credentials (a webhook's secret) to the current key (Reseal.Doc, Reseal.Transient). Its place
 // is one record in the store, so the walk goes on across intervals,
 // nodes and restarts; one node at a time holds it for a lease (as the
 // removal of a deleted database's jobs), so two nodes do not conflict on
@@ -55,7 +56,7 @@ const (
 // resealPass is the record of the current or last pass.
 type resealPass struct {
 	Key     string   `json:"key"`               // the key id values move to
-	Phase   string   `json:"phase"`             // passDocs, passJobs, passDone
+	Phase   string   `json:"phase"`             // passDocs, passJobs, passHooks, passDone
 	DB      string   `json:"db,omitempty"`      // passDocs: the database walked
 	DBUUID  string   `json:"db_uuid,omitempty"` // and its instance
 	After   string   `json:"after,omitempty"`   // the last document or job id done
@@ -75,9 +76,10 @@ type resealPass struct {
 }
 
 const (
-	passDocs = "docs"
-	passJobs = "jobs"
-	passDone = "done"
+	passDocs  = "docs"
+	passJobs  = "jobs"
+	passHooks = "webhooks"
+	passDone  = "done"
 )
 
 // ResealReport is what a Reseal.Step did.
@@ -236,6 +238,9 @@ func (c *resealCounts) add(ctx context.Context, what string, o ResealOutcome, er
 // page walks one page of pass p, of n documents or jobs at most, in
 // tr, and moves p on.
 func (rs *Reseal) page(ctx context.Context, tr kv.Transaction, docs DocRewriter, r *Resealer, p *resealPass, n int, c *resealCounts) error {
+	if p.Phase == passHooks {
+		return rs.hooksPage(ctx, tr, r, p, n, c)
+	}
 	if p.Phase == passDocs {
 		if p.DB == "" {
 			db, uuid, err := rs.dbAfter(tr, "")
@@ -298,6 +303,51 @@ func (rs *Reseal) page(ctx context.Context, tr kv.Transaction, docs DocRewriter,
 		}
 	}
 	if len(jobs) < n {
+		p.Phase, p.After = passHooks, ""
+	}
+	return nil
+}
+
+// hooksPage walks one page of the webhooks phase: up to n webhooks after
+// p.After (the hex of the last one's key within the webhooks' range), each
+// secret that moves resealed in place (bound, as SealWebhookSecret binds
+// it, to its URL's origin).
+func (rs *Reseal) hooksPage(ctx context.Context, tr kv.Transaction, r *Resealer, p *resealPass, n int, c *resealCounts) error {
+	w := rs.s.webhooks
+	rg := subspaceRange(w.hooks)
+	if p.After != "" {
+		after, err := hex.DecodeString(p.After)
+		if err != nil {
+			return fmt.Errorf("replicator: reseal pass: webhooks phase after %q: %w", p.After, err)
+		}
+		rg.Begin = kv.KeyAfter(append(w.hooks.Pack(nil), after...))
+	}
+	kvs, err := tr.GetRange(rg, kv.RangeOptions{Limit: n}).GetSliceWithError()
+	if err != nil {
+		return err
+	}
+	for _, e := range kvs {
+		p.After = hex.EncodeToString([]byte(e.Key[len(w.hooks.Pack(nil)):]))
+		var h Webhook
+		if json.Unmarshal(e.Value, &h) != nil || !moves(r.o, h.Secret) {
+			continue
+		}
+		v, err := r.value(webhookSealScope(h.Owner, h.ID), "secret", webhookOrigin(h.URL), h.Secret)
+		if err == nil && v == h.Secret {
+			continue // corrupt: stays, and its deliveries say why
+		}
+		if err == nil {
+			h.Secret = v
+			var b []byte
+			if b, err = json.Marshal(h); err == nil {
+				tr.Set(e.Key, b)
+			}
+		}
+		if err := c.add(ctx, "webhook "+h.ID+" of "+h.Owner, ResealMoved, err); err != nil {
+			return err
+		}
+	}
+	if len(kvs) < n {
 		p.Phase, p.After = passDone, ""
 	}
 	return nil
