@@ -97,7 +97,10 @@ type Webhook struct {
 	ID    string `json:"id"`
 	Owner string `json:"owner"`
 	// All: a server admin's webhook, which hears every replication's
-	// changes (else only those Owner owns).
+	// changes (else only those Owner owns), while Owner stays one: a
+	// delivery whose node finds Owner a configured account that is not a
+	// server admin drops the changes of others' replications and Demotes
+	// it.
 	All bool   `json:"all,omitempty"`
 	URL string `json:"url"`
 	// Events are the states whose changes it wants (the states of
@@ -112,6 +115,10 @@ type Webhook struct {
 	Secret string `json:"secret"`
 	// Created is when it was written, in Unix milliseconds.
 	Created int64 `json:"created"`
+	// Demoted is when it stopped being All (Unix ms), 0 if it never was:
+	// changes of others' replications queued before may still wait, and
+	// its deliveries drop them.
+	Demoted int64 `json:"demoted,omitempty"`
 }
 
 // wants reports whether h wants change c.
@@ -249,14 +256,19 @@ func (s *Store) Webhooks() *Webhooks { return s.webhooks }
 // reports whether it is new, and whether the store held h as it is
 // already (an earlier attempt of the caller's that did commit). A new one
 // beyond WebhooksPerOwnerMax is ErrForbidden. A replaced webhook keeps its
-// queued changes.
+// queued changes; one that was All and is no longer is marked Demoted.
 func (w *Webhooks) Put(ctx context.Context, tr kv.Transaction, h *Webhook) (created, same bool, err error) {
-	b, err := json.Marshal(h)
+	key := w.hooks.Pack(tuple.Tuple{h.Owner, h.ID})
+	old, err := tr.Get(key).Get()
 	if err != nil {
 		return false, false, err
 	}
-	key := w.hooks.Pack(tuple.Tuple{h.Owner, h.ID})
-	old, err := tr.Get(key).Get()
+	if was := (Webhook{}); old != nil && json.Unmarshal(old, &was) == nil && !h.All {
+		if h.Demoted = was.Demoted; was.All && h.Demoted == 0 {
+			h.Demoted = w.clock().UnixMilli()
+		}
+	}
+	b, err := json.Marshal(h)
 	if err != nil {
 		return false, false, err
 	}
@@ -279,6 +291,25 @@ func (w *Webhooks) Put(ctx context.Context, tr kv.Transaction, h *Webhook) (crea
 		tr.Clear(all)
 	}
 	return old == nil, false, nil
+}
+
+// Demote makes webhook id of owner hear only its owner's replications
+// from now on (owner is no longer a server admin), and marks it Demoted;
+// nothing when it does already or is gone.
+func (w *Webhooks) Demote(ctx context.Context, owner, id string) error {
+	_, err := kv.Transact(ctx, w.s.db, func(tr kv.Transaction) (struct{}, error) {
+		h, err := w.Get(ctx, tr, owner, id)
+		if errors.Is(err, ErrNotFound) || err == nil && !h.All {
+			return struct{}{}, nil
+		}
+		if err != nil {
+			return struct{}{}, err
+		}
+		h.All = false
+		_, _, err = w.Put(ctx, tr, h)
+		return struct{}{}, err
+	})
+	return err
 }
 
 // Get returns webhook id of owner, or ErrNotFound.

@@ -164,6 +164,11 @@ type Config struct {
 	// default).
 	OneShotStallPreempt time.Duration
 
+	// NonAdmins are the configured accounts ([users]) that are not server
+	// admins (not in [admins], no _admin in [user_roles]): a webhook one of
+	// them made as a server admin hears only their own replications again.
+	// SetConfig puts them in force at once.
+	NonAdmins map[string]bool
 	// JobDefaults fill the tunables a replication leaves unset (CouchDB's
 	// node-wide [replicator] worker_processes and the like).
 	JobDefaults replicator.JobDefaults

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
@@ -116,5 +117,18 @@ func FromConfig(c *config.Config) (Config, error) {
 		MaxJobsPerUserPercent: int(keyMaxJobsPerUserPercent.Get(c)),
 		OneShotStallPreempt:   cmp.Or(keyOneShotStallPreempt.Get(c), StallPreemptNever), // 0: never
 		JobDefaults:           defaults,
+		NonAdmins:             nonAdmins(c),
 	}, nil
+}
+
+// nonAdmins are c's accounts that are not server admins.
+func nonAdmins(c *config.Config) map[string]bool {
+	admins := c.Admins()
+	out := map[string]bool{}
+	for name := range c.Users() {
+		if _, admin := admins[name]; !admin && !slices.Contains(c.UserRoles(name), "_admin") {
+			out[name] = true
+		}
+	}
+	return out
 }

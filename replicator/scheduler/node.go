@@ -38,6 +38,11 @@ type Node struct {
 	hookOnce   sync.Once
 	hookClient *http.Client
 	hookOwners hookOwners
+	// nonAdmins is Config.NonAdmins of the last SetConfig, in force at
+	// once (not at the next interval): an account that stops being a
+	// server admin stops hearing others' replications with its next
+	// delivery.
+	nonAdmins atomic.Pointer[map[string]bool]
 	// Set by New and never changed: read without a lock.
 	store *replicator.Store
 	eng   replicator.Engine
@@ -151,16 +156,18 @@ func New(store *replicator.Store, eng replicator.Engine, cfg Config) (*Node, err
 		n.m.ObserveSeries(name, false, func() []replicator.Series { return n.progress.syncSeries(name) })
 	}
 	n.m.ObserveSeries(replicator.MetricDocsRefused, true, n.progress.refusedSeries)
+	n.nonAdmins.Store(&cfg.NonAdmins)
 	return n, nil
 }
 
 // Metrics returns the counters the node updates.
 func (n *Node) Metrics() *replicator.Metrics { return n.m }
 
-// SetConfig validates cfg and applies it at the next interval (a new
-// Interval is used from the interval after). Lowering MaxJobs stops the
-// excess then, whatever their run time and however many (MaxChurn does
-// not bound it), the least deserving first: continuous jobs, then
+// SetConfig validates cfg and applies it at the next interval (NonAdmins
+// at once; a new Interval is used from the interval after). Lowering
+// MaxJobs stops the excess then, whatever their run time and however many
+// (MaxChurn does not bound it), the least deserving first: continuous
+// jobs, then
 // one-shot jobs, each in stopOrder. Raising it gives the Runtime of its jobs
 // the new room at that step, and its fetchers take pending jobs into it as
 // fast as they come (acceptBatchMax per accept, MaxAcceptors at once; not
@@ -181,6 +188,7 @@ func (n *Node) SetConfig(cfg Config) error {
 	n.cfgMu.Lock()
 	n.next = &cfg
 	n.cfgMu.Unlock()
+	n.nonAdmins.Store(&cfg.NonAdmins)
 	return nil
 }
 

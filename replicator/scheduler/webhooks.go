@@ -154,6 +154,12 @@ func (n *Node) workWebhook(ctx context.Context, w *fdbjobs.Work[replicator.Webho
 	defer n.hookOwners.give(w.Args.Owner)
 	hooks := n.store.Webhooks()
 	h, health, c, err := hooks.Next(ctx, w.Args)
+	drop := false // the changes of a replication no longer the owner's to hear
+	if err == nil && h != nil && (h.All && (*n.nonAdmins.Load())[h.Owner] || h.Demoted != 0) {
+		if drop, err = n.othersReplication(ctx, h, w.Args.JobID); err != nil {
+			return err
+		}
+	}
 	for {
 		if err != nil {
 			return err
@@ -166,6 +172,10 @@ func (n *Node) workWebhook(ctx context.Context, w *fdbjobs.Work[replicator.Webho
 				return err
 			}
 			h, health, c, err = hooks.Next(ctx, w.Args) // a change came meanwhile
+			continue
+		}
+		if drop {
+			h, health, c, err = hooks.Ack(ctx, w.Args, c, true)
 			continue
 		}
 		now := n.Config().Clock.Now()
@@ -183,6 +193,25 @@ func (n *Node) workWebhook(ctx context.Context, w *fdbjobs.Work[replicator.Webho
 		}
 		h, health, c, err = hooks.Ack(ctx, w.Args, c, health.Failures == 0)
 	}
+}
+
+// othersReplication reports whether replication jobID is not h's owner's
+// (or is gone: no one's to hear), for h a server admin's webhook whose
+// owner is no longer one, which it first makes hear only its owner's
+// replications (Webhooks.Demote), or one demoted before.
+func (n *Node) othersReplication(ctx context.Context, h *replicator.Webhook, jobID string) (bool, error) {
+	if h.All {
+		if err := n.store.Webhooks().Demote(ctx, h.Owner, h.ID); err != nil {
+			return false, err
+		}
+		n.Config().Logger.Info().Str("webhook", h.ID).Str("owner", h.Owner).
+			Msg("webhooks: the owner is no longer a server admin; the webhook hears only their replications")
+	}
+	jd, _, err := n.store.Job(ctx, nil, jobID)
+	if err != nil {
+		return false, err
+	}
+	return jd == nil || jd.Owner() != h.Owner, nil
 }
 
 // deliver posts change c to h's receiver and returns nil once it answered

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -290,6 +292,34 @@ func TestWebhooks(t *testing.T) {
 	require.Equal(t, 200, r.Status, r.Raw)
 	testutil.Eventually(t, "the admin's receiver heard the fifth", func() bool { return len(admin.jobs()) == 5 })
 	require.Equal(t, posts, alice.postCount(), "a deleted webhook hears nothing")
+
+	// A server admin's webhook, its owner then made a plain user: the
+	// changes of others' replications queued meanwhile are dropped, and
+	// it hears only its owner's from then on.
+	carol := &creds{Name: "carol", Pass: "carol's password"}
+	require.Equal(t, 200, e.do("PUT", "/_node/_cluster/_config/admins/carol", asAdmin, `"carol's password"`).Status)
+	testutil.Eventually(t, "carol is a server admin", func() bool {
+		r := e.do("PUT", "/_scheduler/webhooks/watch", carol, map[string]any{"url": alice.url(), "secret": secret})
+		return r.Status == 201 && e.do("GET", "/_scheduler/webhooks/watch", carol, nil).Body["all_replications"] == true
+	})
+	require.Equal(t, 200, e.do("DELETE", "/_node/_cluster/_config/admins/carol", asAdmin, nil).Status)
+	require.Equal(t, 200, e.do("PUT", "/_node/_cluster/_config/users/carol", asAdmin, `"carol's password"`).Status)
+	testutil.Eventually(t, "carol is no longer a server admin", func() bool {
+		r := e.do("GET", "/_session", carol, nil)
+		roles, _ := r.Body["userCtx"].(map[string]any)["roles"].([]any)
+		return r.Status == 200 && !slices.Contains(roles, any("_admin"))
+	})
+	heard := maps.Clone(alice.jobs())
+	r = e.do("POST", "/_replicate", asBob, map[string]any{"source": couch.AuthDBURL("wh-src"),
+		"target": couch.AuthDBURL("wh-tgt7"), "create_target": true})
+	require.Equal(t, 200, r.Status, r.Raw)
+	testutil.Eventually(t, "carol's webhook hears only her replications again", func() bool {
+		return e.do("GET", "/_scheduler/webhooks/watch", carol, nil).Body["all_replications"] == false
+	})
+	testutil.Eventually(t, "the admin's receiver heard bob's", func() bool { return len(admin.jobs()) == 6 })
+	for id := range alice.jobs() {
+		require.True(t, heard[id], "carol's webhook posted none of bob's changes: %s %v", id, alice.states(id))
+	}
 
 	// Loopback no longer allowed (at run time): the next delivery is
 	// refused, also over the connection kept open from the last one.
