@@ -173,11 +173,15 @@ func (n *Node) Metrics() *replicator.Metrics { return n.m }
 // fast as they come (acceptBatchMax per accept, MaxAcceptors at once; not
 // bounded by MaxChurn). New JobDefaults apply to the jobs started from
 // then on. Subspace, Metrics, Clock, Logger and Cluster keep their values
-// from New.
+// from New, and so does Addresses when cfg has none (the policy is shared
+// and changed in place).
 func (n *Node) SetConfig(cfg Config) error {
 	cur := n.Config()
 	cfg.Metrics, cfg.Clock, cfg.Logger, cfg.Cluster = cur.Metrics, cur.Clock, cur.Logger, cur.Cluster
 	cfg.Opener = cur.Opener // its keys are read at start
+	if cfg.Addresses == nil {
+		cfg.Addresses = cur.Addresses // shared, and changed in place (SetRules)
+	}
 	if cfg.DocUpdater == nil {
 		cfg.DocUpdater = cur.DocUpdater
 	}

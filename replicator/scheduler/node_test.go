@@ -10,6 +10,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/couch"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/replicator"
 	"github.com/fdbrep/fdbrep/replicator/control"
@@ -29,6 +30,28 @@ func TestNodeLifecycle(t *testing.T) {
 	n.Stop()
 	n.Stop()
 	require.Zero(t, n.Stats().Running)
+}
+
+// A configuration changed at run time keeps the address policy the node
+// shares with its control plane when it names none (as one built from the
+// settings does): that policy knows the node's own listeners and follows
+// the rules' changes in place. Losing it sent webhooks by the default
+// rules after any runtime change (a loopback receiver allowed refused,
+// the operator's denied networks not denied).
+func TestSetConfigKeepsSharedAddresses(t *testing.T) {
+	cfg := testConfig()
+	shared := couch.NewAddressPolicy(couch.AddressRules{})
+	cfg.Addresses = shared
+	c := newCluster(t, 1, simengine.New(), cfg)
+	n := c.Nodes[0]
+	require.Same(t, shared, n.Config().Addresses)
+	next := n.Config()
+	next.Addresses = nil
+	next.MaxChurn++
+	require.NoError(t, n.SetConfig(next))
+	rescheduleNow(t, c, 0)
+	require.Equal(t, next.MaxChurn, n.Config().MaxChurn, "in force")
+	require.Same(t, shared, n.Config().Addresses)
 }
 
 // A second Start of a running node does nothing: its running jobs stay

@@ -96,6 +96,11 @@ func (s *liveServices) apply(c *config.Config) {
 	log := s.log.Logger
 	s.log.level.set(c.String("log", "level"))
 	cl := clusterConfig(c, &log, nil)
+	// The policy the node's services share: it knows the node's own
+	// listeners, and SetRules below gives it the new rules. A config built
+	// here has none (nil: the node's deliveries would fall back to the
+	// base rules, without the operator's networks or the own listeners).
+	cl.Addresses = s.addresses
 	if s.plane != nil {
 		if err := s.plane.SetConfig(cl); err != nil {
 			log.Error().Err(err).Msg("config: runtime change not applied to the control plane")
