@@ -363,6 +363,7 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 		feeds := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyFeed}), kv.RangeOptions{})
 		lanesOf := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyLanes}), kv.RangeOptions{})
 		limits := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyLimit}), kv.RangeOptions{})
+		partLimits := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyPartLimit}), kv.RangeOptions{})
 		m, err := c.readTypes(tr)
 		if err != nil {
 			return res{}, err
@@ -401,36 +402,33 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 			}
 			infos[typ] = ti
 		}
-		fkvs, err := feeds.GetSliceWithError()
-		if err != nil {
-			return res{}, err
-		}
-		for _, e := range fkvs {
-			if typ, ti, ok := info(e); ok {
-				ti.feed = true
-				infos[typ] = ti
+		// each sets what the entries of one range of per-type keys say.
+		each := func(f kv.RangeResult, set func(ti *typeInfo, v []byte) error) error {
+			kvs, err := f.GetSliceWithError()
+			if err != nil {
+				return err
 			}
-		}
-		lkvs, err := lanesOf.GetSliceWithError()
-		if err != nil {
-			return res{}, err
-		}
-		for _, e := range lkvs {
-			if typ, ti, ok := info(e); ok {
-				ti.lanes = decodeLanes(e.Value)
-				infos[typ] = ti
-			}
-		}
-		mkvs, err := limits.GetSliceWithError()
-		if err != nil {
-			return res{}, err
-		}
-		for _, e := range mkvs {
-			if typ, ti, ok := info(e); ok {
-				if ti.limit, err = decodeLimit(e.Value); err != nil {
-					return res{}, err
+			for _, e := range kvs {
+				if typ, ti, ok := info(e); ok {
+					if err := set(&ti, e.Value); err != nil {
+						return err
+					}
+					infos[typ] = ti
 				}
-				infos[typ] = ti
+			}
+			return nil
+		}
+		for _, r := range []struct {
+			f   kv.RangeResult
+			set func(ti *typeInfo, v []byte) error
+		}{
+			{feeds, func(ti *typeInfo, _ []byte) error { ti.feed = true; return nil }},
+			{lanesOf, func(ti *typeInfo, v []byte) error { ti.lanes = decodeLanes(v); return nil }},
+			{limits, func(ti *typeInfo, v []byte) (err error) { ti.limit, err = decodeLimit(v); return err }},
+			{partLimits, func(ti *typeInfo, v []byte) (err error) { ti.partLimit, err = decodePartLimit(v); return err }},
+		} {
+			if err := each(r.f, r.set); err != nil {
+				return res{}, err
 			}
 		}
 		return res{infos, tr.Watch(c.k.typesVersion())}, nil

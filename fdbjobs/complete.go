@@ -164,12 +164,20 @@ func (c *Client) endBatchIn(ctx context.Context, tx kv.Transactor, ends []*endin
 		items[i] = Completion{Job: en.job, Data: en.data}
 		byJob[en.job] = en
 	}
+	token, err := newToken() // the wakes of waiting jobs (leavePartition)
+	if err != nil {
+		return nil, err
+	}
 	apply := func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, bool, error) {
 		en := byJob[j]
 		if en.stime >= 0 && r != nil && r.lock.equal(j.lock) {
 			r.resubmit, r.stime = true, en.stime // FinishAt
 		}
-		return c.finishRow(tr, j, r, data, seen)
+		after, renewed, err := c.finishRow(tr, j, r, data, seen)
+		if err == nil && after != nil && en.e != nil && c.partLimited(j.Type, en.e.Partition) {
+			err = c.leavePartition(tr, j.Type, en.e.Partition, j.ID, token)
+		}
+		return after, renewed, err
 	}
 	retain := func(tr kv.Transaction, after []*row) {
 		type group struct{ typ, outcome string }

@@ -197,6 +197,16 @@
 //	                              held: written when it is made, cleared
 //	                              when it is given or taken back; read by
 //	                              the Runtime's own accepts
+//	(24, Kind)                    PARTITION_LIMIT: (N) — the kind's limit of
+//	                              one partition's running jobs
+//	                              (SetPartitionLimit); read by the
+//	                              type-check loop and by each claim
+//	(25, Kind, Partition, JobID)  PARTITION_RUNNING: "" — a place taken
+//	                              (see "Partitions"): written by the
+//	                              job's claim, cleared by its end
+//	(26, Kind, Partition, JobID)  PARTITION_WAITING: "" — a job that found
+//	                              its partition full, woken by the next
+//	                              end of one of the partition's jobs
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a
@@ -205,7 +215,8 @@
 // priorities does not take the others, and handles them otherwise as any
 // job: their rows name their pending keys); nor did keys 21 to 23: a
 // store without them has no limits (a Runtime of a release before limits
-// does not follow one).
+// does not follow one); nor did keys 24 to 26 (partition limits, which a
+// Runtime of a release before them does not follow).
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
 // running one, the versionstamp of the lease that last granted it (both
@@ -369,6 +380,47 @@
 // Client's type-check loop (within about a second) and takes its share at
 // its next renewal; a lowered limit stops no running job. Only Runtimes
 // follow a limit: the lower-level Accept and AcceptBatch do not.
+//
+// # Partitions
+//
+// A job inserted with InsertOptions.Partition (kept in its envelope)
+// belongs to that partition of its kind; SetPartitionLimit lets at most N
+// jobs of one partition run at once across every Runtime. Before calling
+// the worker, a Runtime claims a place for the job, in one transaction
+// fenced by the job's lock (Client.claimPartition): it reads the limit and
+// the partition's PARTITION_RUNNING entries (N + 32 at most). With fewer
+// than N entries, or N entries of which some name jobs no longer running
+// (read then, and cleared), it writes the job's entry; an entry of its
+// own counts as a place. Otherwise it writes the job's PARTITION_WAITING
+// entry and sends the job back to the queue until the kind's Timeout from
+// now (FinishAt: not an attempt). Every end a Runtime writes
+// (endBatchIn, CompleteTx's too) clears the job's entry and, in the same
+// transaction, moves the first pending job of the partition's waiting
+// entries (8 looked at; those of jobs gone are cleared) to now, so the
+// waiter claims the freed place as soon as an acceptor takes it. A job
+// taken from its Runtime without an end it wrote (cancelled, removed, its
+// hold lapsed) gives its place back in a transaction of its own unless it
+// runs again elsewhere (releasePartition).
+//
+// Invariant: at any moment the jobs of one partition that run past their
+// claim are at most the limit in force at their claims: each claim
+// counts, in a transaction that conflicts with every other claim of the
+// partition (they read the range each other writes), the entries of
+// running jobs; a job's entry outlives its run (cleared by its end, or
+// found stale by a claim), never the reverse. Liveness: a waiting job is
+// looked at again at the latest a Timeout later, by which time a place
+// held by a node that died is free (its job handed back by the activity
+// monitor, its entry then stale); a wake moves a waiter that is pending,
+// so a wake meeting a waiter still in its claim's transaction conflicts
+// with it instead of being lost. TestPartitionLimitAcrossNodes checks both
+// with eight nodes, under the faults, latency and FoundationDB passes.
+//
+// Cost: a claim per start of a partitioned job of a limited kind (a kind
+// without a partition limit claims nothing), a range read and a clear in
+// its end; claims of one partition conflict with each other, claims of
+// different partitions do not (no key is written by every claim of a
+// kind). Waiting jobs cost an accept and a claim each per wake or Timeout.
+// Order among a partition's waiters is their job ids', not their arrival.
 //
 // # Leases
 //

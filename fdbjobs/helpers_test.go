@@ -3,6 +3,7 @@ package fdbjobs
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/pkg/subspace"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
@@ -272,4 +274,36 @@ func (l *typeLoop) hold() (release func()) {
 		l.gate.Store(nil)
 		close(ch)
 	}
+}
+
+// plainStore reports whether the test runs on the embedded store as it is:
+// no injected faults or latency, not FoundationDB, not the race detector.
+// Only there are exact counts of runs and attempts per commit bounded.
+func plainStore(t *testing.T) bool {
+	t.Helper()
+	_, faults, err := faultkv.FromEnv()
+	require.NoError(t, err)
+	latency, err := kv.LatencyFromEnv()
+	require.NoError(t, err)
+	return !testutil.Race && !faults && latency.IsZero() && !kvtest.OnFoundationDB(t)
+}
+
+// startMembers starts n Clients on db, scheduled times in milliseconds,
+// each a member of the same cluster (Config.Members), so that each owns
+// its part of the queue's shards as a cluster's nodes do.
+func startMembers(ctx context.Context, t *testing.T, db kv.Database, n int) []*Client {
+	t.Helper()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%d", i)
+	}
+	var out []*Client
+	for i := range names {
+		c, err := New(db, Config{TimeUnit: time.Millisecond, Members: func() (string, []string) { return names[i], names }})
+		require.NoError(t, err)
+		require.NoError(t, c.Start(ctx))
+		t.Cleanup(c.Stop)
+		out = append(out, c)
+	}
+	return out
 }

@@ -33,6 +33,11 @@ type InsertOptions struct {
 	// PriorityAgingDefault). An insert with the ID of an existing job
 	// and Priority 0 keeps that job's priority.
 	Priority int
+	// Partition is the job's partition key (a tenant, a host; at most
+	// PartitionMaxBytes): with the kind's partition limit
+	// (SetPartitionLimit), at most that many jobs of one partition run at
+	// once across every node. Empty: none.
+	Partition string
 }
 
 // UniqueOpts make an insert unique, River's way: the insert checks, in
@@ -155,11 +160,14 @@ func (c *Client) newJob(args JobArgs, opts InsertOptions, now time.Time) (NewJob
 			return NewJob{}, nil, err
 		}
 	}
+	if err := checkPartition(opts.Partition); err != nil {
+		return NewJob{}, nil, err
+	}
 	a, err := json.Marshal(args)
 	if err != nil {
 		return NewJob{}, nil, fmt.Errorf("%w: arguments: %v", ErrInvalidData, err)
 	}
-	data, err := json.Marshal(envelope{Args: a, MaxAttempts: opts.MaxAttempts})
+	data, err := json.Marshal(envelope{Args: a, MaxAttempts: opts.MaxAttempts, Partition: opts.Partition})
 	if err != nil {
 		return NewJob{}, nil, err
 	}

@@ -33,6 +33,9 @@ const (
 	keyLimit           = 21 // (21, Kind) -> (Running)
 	keyCapacity        = 22 // (22, Kind, Node) -> (Grant, Want, Versionstamp)
 	keyCapacityFence   = 23 // (23, Kind, Node) -> "" while the lease is held
+	keyPartLimit       = 24 // (24, Kind) -> (N)
+	keyPartRunning     = 25 // (25, Kind, Partition, JobID) -> ""
+	keyPartWaiting     = 26 // (26, Kind, Partition, JobID) -> ""
 )
 
 // State is a job's state.

@@ -14,7 +14,6 @@ import (
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/kv"
-	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
@@ -71,14 +70,7 @@ func TestLimitAcrossNodes(t *testing.T) {
 	}), WorkerOptions{Concurrency: 8, Timeout: 3 * time.Second, FetchBatch: 4}))
 
 	var nodes []*limNode
-	names := []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"}
-	for i := range names {
-		// Each owns its part of the queue's shards, as a cluster's
-		// nodes do (Config.Members).
-		c, err := New(db, Config{TimeUnit: time.Millisecond, Members: func() (string, []string) { return names[i], names }})
-		require.NoError(t, err)
-		require.NoError(t, c.Start(ctx))
-		t.Cleanup(c.Stop)
+	for _, c := range startMembers(ctx, t, db, 8) {
 		nodes = append(nodes, &limNode{c: c})
 	}
 	// Shards for every node's acceptors, and more (see ShardsDefault).
@@ -165,11 +157,7 @@ func TestLimitAcrossNodes(t *testing.T) {
 	// real FoundationDB or the race detector on this machine's cores,
 	// holds may lapse (a job runs again: at least once) and more
 	// transactions overlap: the figures are logged, not bounded.
-	_, faults, err := faultkv.FromEnv()
-	require.NoError(t, err)
-	latency, err := kv.LatencyFromEnv()
-	require.NoError(t, err)
-	plain := !testutil.Race && !faults && latency.IsZero() && !kvtest.OnFoundationDB(t)
+	plain := plainStore(t)
 	mu.Lock()
 	again := 0
 	for _, runs := range done {

@@ -80,6 +80,8 @@ type JobRow struct {
 	ScheduledAt time.Time `json:"scheduled_at"`
 	// Priority is its priority (InsertOptions.Priority).
 	Priority int `json:"priority"`
+	// Partition is its partition (InsertOptions.Partition).
+	Partition string `json:"partition,omitempty"`
 	// FinishedAt is when it got its outcome; zero unless finished by a
 	// Runtime or Cancel.
 	FinishedAt time.Time `json:"finished_at,omitzero"`
@@ -229,7 +231,7 @@ func (c *Client) GetJob(ctx context.Context, tx kv.ReadTransactor, kind, id stri
 func (c *Client) jobRow(kind, id string, r *row, e *envelope, now int64) JobRow {
 	j := JobRow{ID: id, Kind: kind, State: countState(r.state, r.data), ScheduledAt: c.cfg.timeOf(r.stime), Priority: shardPriority(r.shard), Args: r.data}
 	if e != nil {
-		j.Attempt, j.MaxAttempts, j.Errors, j.Args = e.Attempt, e.MaxAttempts, e.Errors, e.Args
+		j.Attempt, j.MaxAttempts, j.Errors, j.Args, j.Partition = e.Attempt, e.MaxAttempts, e.Errors, e.Args, e.Partition
 		if e.FinishedAt != 0 {
 			j.FinishedAt = time.UnixMilli(e.FinishedAt)
 		}

@@ -25,6 +25,7 @@ const MetricsReadTimeoutDefault = 2 * time.Second
 //	fdbjobs_jobs_completed_total   attempts whose end was written completed
 //	fdbjobs_jobs_retried_total     attempts whose end was written pending again, for a retry
 //	fdbjobs_jobs_discarded_total   attempts whose end was written discarded
+//	fdbjobs_jobs_partition_waits_total jobs sent back to wait for a place in their partition (SetPartitionLimit)
 //	fdbjobs_jobs_running           attempts running now (gauge)
 //	fdbjobs_job_wait_seconds       from a job's scheduled time to its attempt's start (histogram)
 //	fdbjobs_job_run_seconds        an attempt's run, its middleware and Worker (histogram)
@@ -38,6 +39,7 @@ const MetricsReadTimeoutDefault = 2 * time.Second
 type Metrics struct {
 	c                                                           *Client
 	inserted, cancelled, started, completed, retried, discarded *prometheus.CounterVec
+	partitionWaits                                              *prometheus.CounterVec
 	running                                                     *prometheus.GaugeVec
 	wait, run                                                   *prometheus.HistogramVec
 	jobs                                                        *prometheus.Desc
@@ -59,13 +61,14 @@ func NewMetrics(c *Client, kinds ...string) *Metrics {
 	// From 5 ms to about 6 h, for waits and runs alike.
 	buckets := prometheus.ExponentialBuckets(0.005, 4, 12)
 	m := &Metrics{
-		c:         c,
-		inserted:  counter("inserted", "Jobs inserted (Insert, InsertMany) by this process."),
-		cancelled: counter("cancelled", "Jobs cancelled (Cancel) by this process."),
-		started:   counter("started", "Attempts started by this process's Runtimes."),
-		completed: counter("completed", "Attempts that ended with the job completed."),
-		retried:   counter("retried", "Attempts that failed and left the job pending for a retry."),
-		discarded: counter("discarded", "Attempts that ended with the job discarded."),
+		c:              c,
+		inserted:       counter("inserted", "Jobs inserted (Insert, InsertMany) by this process."),
+		cancelled:      counter("cancelled", "Jobs cancelled (Cancel) by this process."),
+		started:        counter("started", "Attempts started by this process's Runtimes."),
+		completed:      counter("completed", "Attempts that ended with the job completed."),
+		retried:        counter("retried", "Attempts that failed and left the job pending for a retry."),
+		discarded:      counter("discarded", "Attempts that ended with the job discarded."),
+		partitionWaits: counter("partition_waits", "Jobs sent back to wait for a place in their partition (SetPartitionLimit)."),
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fdbjobs_jobs_running",
 			Help: "Attempts running in this process's Runtimes."}, []string{"kind"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fdbjobs_job_wait_seconds",
@@ -84,7 +87,8 @@ func NewMetrics(c *Client, kinds ...string) *Metrics {
 }
 
 func (m *Metrics) vecs() []prometheus.Collector {
-	return []prometheus.Collector{m.inserted, m.cancelled, m.started, m.completed, m.retried, m.discarded, m.running, m.wait, m.run}
+	return []prometheus.Collector{m.inserted, m.cancelled, m.started, m.completed, m.retried, m.discarded, m.partitionWaits,
+		m.running, m.wait, m.run}
 }
 
 // Describe implements prometheus.Collector.
@@ -140,6 +144,9 @@ func (m *Metrics) count(c func(*Metrics) *prometheus.CounterVec, kind string, n 
 
 func metricInserted(m *Metrics) *prometheus.CounterVec  { return m.inserted }
 func metricCancelled(m *Metrics) *prometheus.CounterVec { return m.cancelled }
+func metricPartitionWaits(m *Metrics) *prometheus.CounterVec {
+	return m.partitionWaits
+}
 
 // attempt records the start of an attempt at a job of kind due at due,
 // and returns what records its end; m may be nil.

@@ -143,6 +143,8 @@ type envelope struct {
 	// time of its period (Unix ms).
 	Schedule string `json:"schedule,omitempty"`
 	Period   int64  `json:"period,omitempty"`
+	// Partition is InsertOptions.Partition.
+	Partition string `json:"partition,omitempty"`
 }
 
 func decodeEnvelope(data json.RawMessage) (*envelope, error) {

@@ -562,6 +562,19 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
 		r.keep(ctx, cancel, held, k, job, after, a.write)
 	})
 	e, err := t.e, t.err
+	if e != nil && r.c.partLimited(k.kind, e.Partition) {
+		ok, cerr := r.claimPartition(ctx, k, job, e.Partition)
+		if !ok {
+			close(held)
+			if !keeper.Stop() {
+				<-keeperDone
+			}
+			if cerr != nil && !errors.Is(cerr, ErrHalt) && ctx.Err() == nil {
+				r.end(hardCtx, k, job, e, cerr, true) // handed back, not an attempt
+			}
+			return
+		}
+	}
 	if e != nil {
 		err = r.call(ctx, k, a, t)
 	} else {
@@ -573,6 +586,14 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
 	}
 	cause := context.Cause(ctx)
 	if errors.Is(cause, ErrHalt) || errors.Is(cause, ErrHoldLapsed) || errors.Is(cause, ErrCancelled) {
+		if e != nil && r.c.partLimited(k.kind, e.Partition) {
+			rctx, cancel := context.WithTimeout(hardCtx, partitionReleaseTimeout)
+			if err := r.c.releasePartition(rctx, k.kind, e.Partition, job.ID); err != nil && hardCtx.Err() == nil {
+				r.c.cfg.Logger.Warn().Err(err).Str("kind", k.kind).Str("job", job.ID).
+					Msg("fdbjobs: runtime: giving back a partition's place (the jobs waiting for it look again within the kind's Timeout)")
+			}
+			cancel()
+		}
 		return // not this node's job any more
 	}
 	if err == nil && a.completed.Load() {
@@ -580,6 +601,20 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
 		return // CompleteTx ended it
 	}
 	r.end(hardCtx, k, job, e, err, errors.Is(cause, ErrStopped) || errors.Is(cause, ErrCapacityLapsed))
+}
+
+// claimPartition is Client.claimPartition for a job of k, bounded by the
+// job's hold: a job that waits for a place goes back until k's Timeout
+// from now at the latest (a place freed by a node that died, or by a job
+// the Runtime did not end, is seen then).
+func (r *Runtime) claimPartition(ctx context.Context, k *kindWorker, job *Job, part string) (bool, error) {
+	ctx, cancel := job.HoldContext(ctx)
+	defer cancel()
+	ok, err := r.c.claimPartition(ctx, job, part, r.c.cfg.stime(r.c.cfg.Clock.Now().Add(k.opts.Timeout)))
+	if err == nil && !ok {
+		r.c.metrics.Load().count(metricPartitionWaits, k.kind, 1)
+	}
+	return ok, err
 }
 
 // workManual runs one attempt at job of a Manual kind, whose worker holds

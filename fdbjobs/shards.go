@@ -42,6 +42,9 @@ type typeInfo struct {
 	// limit: the kind's cluster-wide limit (zero: none; limits.go), as
 	// the type-check loop read it (readTypeInfo does not read it).
 	limit Limit
+	// partLimit: the kind's partition limit (0: none; partition.go), as
+	// the type-check loop read it.
+	partLimit int
 }
 
 // cachedTypeInfo is readTypeInfo for accepts: a started Client takes

@@ -1,0 +1,262 @@
+package fdbjobs
+
+// Partitions (see doc.go, "Partitions"): a job's partition key
+// (InsertOptions.Partition: a tenant, a host) and a kind's limit of the
+// jobs of one partition that run at once across every node
+// (SetPartitionLimit), kept in the store as the partition's running set
+// and its waiting set.
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+const (
+	// PartitionMaxBytes bounds InsertOptions.Partition.
+	PartitionMaxBytes = 128
+	// partitionScanExtra is how many running entries beyond its limit a
+	// claim reads (entries left by jobs that ended unseen, or by a limit
+	// lowered since): a partition with more than that many entries beyond
+	// its limit counts as full until its jobs end or the claims that look
+	// clear them.
+	partitionScanExtra = 32
+	// partitionWakeScan is how many waiting entries a job that ends looks
+	// at for one to wake (the others' jobs gone, or running already).
+	partitionWakeScan = 8
+	// partitionReleaseTimeout bounds the transaction that gives back the
+	// place of a job taken from its Runtime (releasePartition).
+	partitionReleaseTimeout = 5 * time.Second
+)
+
+// checkPartition validates an InsertOptions.Partition.
+func checkPartition(p string) error {
+	if len(p) > PartitionMaxBytes || !utf8.ValidString(p) {
+		return fmt.Errorf("%w: partition of %d bytes: at most %d bytes of UTF-8", ErrInvalidArgument, len(p), PartitionMaxBytes)
+	}
+	return nil
+}
+
+func (k keys) partLimitKey(kind string) kv.Key { return k.root.Pack(tuple.Tuple{keyPartLimit, kind}) }
+
+func (k keys) partRunningKey(kind, part, id string) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyPartRunning, kind, part, id})
+}
+
+func (k keys) partWaitingKey(kind, part, id string) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyPartWaiting, kind, part, id})
+}
+
+// SetPartitionLimit makes n (1 to LimitMax) the most jobs of kind with the
+// same partition (InsertOptions.Partition) that the Runtimes run at once,
+// across every node; jobs without a partition are not limited. Changeable
+// at run time; in force for the jobs the Runtimes start once their
+// Clients have read it (see SetLimit). Jobs running then are not counted
+// until they end, and a lowered limit stops none. Jobs taken with the
+// lower-level Accept neither follow it nor count toward it. tx may be nil,
+// a Database or a caller's Transaction.
+func (c *Client) SetPartitionLimit(ctx context.Context, tx kv.Transactor, kind string, n int) error {
+	if err := checkName("kind", kind); err != nil {
+		return err
+	}
+	if n < 1 || n > LimitMax {
+		return fmt.Errorf("%w: partition limit %d outside [1, %d]", ErrInvalidArgument, n, LimitMax)
+	}
+	return c.changeTypes(ctx, tx, func(tr kv.Transaction) { tr.Set(c.k.partLimitKey(kind), tuple.Tuple{int64(n)}.Pack()) })
+}
+
+// ClearPartitionLimit removes kind's partition limit; the jobs waiting
+// for a place start at their next look (within the kind's Timeout).
+func (c *Client) ClearPartitionLimit(ctx context.Context, tx kv.Transactor, kind string) error {
+	if err := checkName("kind", kind); err != nil {
+		return err
+	}
+	return c.changeTypes(ctx, tx, func(tr kv.Transaction) { tr.Clear(c.k.partLimitKey(kind)) })
+}
+
+// GetPartitionLimit returns kind's partition limit, 0 when it has none.
+func (c *Client) GetPartitionLimit(ctx context.Context, tx kv.ReadTransactor, kind string) (int, error) {
+	if err := checkName("kind", kind); err != nil {
+		return 0, err
+	}
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (int, error) {
+		return c.readPartLimit(tr, kind)
+	})
+}
+
+func (c *Client) readPartLimit(tr kv.ReadTransaction, kind string) (int, error) {
+	v, err := tr.Get(c.k.partLimitKey(kind)).Get()
+	if err != nil || v == nil {
+		return 0, err
+	}
+	return decodePartLimit(v)
+}
+
+func decodePartLimit(v []byte) (int, error) {
+	t, err := tuple.Unpack(v)
+	if err == nil && len(t) == 1 {
+		if n, ok := intElem(t[0]); ok && n >= 1 && n <= LimitMax {
+			return int(n), nil
+		}
+	}
+	return 0, fmt.Errorf("fdbjobs: bad partition limit %x", v)
+}
+
+// partLimited reports whether a job of kind in partition part may have to
+// claim a place: it has a partition, and the Client's copy of the types
+// gives kind a partition limit or is not there to say.
+func (c *Client) partLimited(kind, part string) bool {
+	if part == "" {
+		return false
+	}
+	m := c.infos.Load()
+	if m == nil {
+		return true
+	}
+	ti, ok := (*m)[kind]
+	return !ok || ti.partLimit > 0
+}
+
+// claimPartition takes a place for job (of partition part) among its
+// partition's running jobs before its worker is called, in a transaction
+// fenced by the job's lock. It reports whether the job may run: with a
+// place (its entry in the running set, written here; an entry of its own
+// found there, as after a retry or a hand-back, counts), or without a
+// limit. Otherwise the partition is full: in the same transaction the job
+// enters the waiting set and goes back to the queue until wait from now
+// (not an attempt), and the first job of the partition that ends moves it
+// to now. Entries of jobs that no longer run (ended unseen, handed back by
+// the activity monitor) are cleared on the way.
+func (c *Client) claimPartition(ctx context.Context, job *Job, part string, stime int64) (bool, error) {
+	granted := false
+	_, err := c.batch(ctx, nil, []Completion{{Job: job}}, func(tr kv.Transaction, j *Job, r *row, _ []byte, seen *tuple.Versionstamp) (*row, bool, error) {
+		granted = false
+		if r == nil || !r.lock.equal(j.lock) {
+			return c.finishRow(tr, j, r, nil, seen) // ErrHalt, or an earlier attempt of this call sent it back
+		}
+		n, err := c.readPartLimit(tr, j.Type)
+		if err != nil {
+			return nil, false, err
+		}
+		if n == 0 {
+			granted = true
+			return r, false, nil
+		}
+		own := c.k.partRunningKey(j.Type, part, j.ID)
+		rg := prefixRange(c.k.root, tuple.Tuple{keyPartRunning, j.Type, part})
+		kvs, err := tr.GetRange(rg, kv.RangeOptions{Limit: n + partitionScanExtra}).GetSliceWithError()
+		if err != nil {
+			return nil, false, err
+		}
+		live := 0
+		var others []string
+		for _, e := range kvs {
+			if string(e.Key) == string(own) {
+				granted = true
+				return r, false, nil
+			}
+			t, err := c.k.root.Unpack(e.Key)
+			if err != nil || len(t) != 4 {
+				continue
+			}
+			id, _ := t[3].(string)
+			others = append(others, id)
+		}
+		if len(others) >= n {
+			// Full as counted: look at whose entries they are.
+			futs := make([]kv.FutureByteSlice, len(others))
+			for i, id := range others {
+				futs[i] = tr.Get(c.k.dataKey(j.Type, id))
+			}
+			for i, id := range others {
+				v, err := futs[i].Get()
+				if err != nil {
+					return nil, false, err
+				}
+				var o *row
+				if v != nil {
+					if o, err = decodeRow(v); err != nil {
+						return nil, false, err
+					}
+				}
+				if o == nil || o.state != Running {
+					tr.Clear(c.k.partRunningKey(j.Type, part, id))
+					continue
+				}
+				live++
+			}
+		} else {
+			live = len(others)
+		}
+		if live < n && len(kvs) < n+partitionScanExtra {
+			tr.Set(own, nil)
+			tr.Clear(c.k.partWaitingKey(j.Type, part, j.ID))
+			granted = true
+			return r, false, nil
+		}
+		tr.Set(c.k.partWaitingKey(j.Type, part, j.ID), nil)
+		r.resubmit, r.stime = true, stime
+		return c.finishRow(tr, j, r, nil, seen)
+	}, nil)
+	return granted, err
+}
+
+// releasePartition gives back the place of job id of kind (of partition
+// part), which left its Runtime without an end the Runtime wrote
+// (cancelled, removed, its hold lapsed): unless the job runs again (on
+// another node, whose claim holds the place), leavePartition in a
+// transaction of its own.
+func (c *Client) releasePartition(ctx context.Context, kind, part, id string) error {
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	_, err = kv.Transact(ctx, c.db, func(tr kv.Transaction) (struct{}, error) {
+		r, err := c.k.readRow(tr, kind, id)
+		if err != nil || r != nil && r.state == Running {
+			return struct{}{}, err
+		}
+		return struct{}{}, c.leavePartition(tr, kind, part, id, token)
+	})
+	return err
+}
+
+// leavePartition, in a transaction that ended job (of partition part) or
+// handed it back, clears its place and moves the first waiting job of the
+// partition that is pending to now, so that it claims the place. The
+// waiting entries it passes whose jobs are gone or finished are cleared;
+// those of running jobs (woken already, claiming) are left to their claim.
+func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token []byte) error {
+	tr.Clear(c.k.partRunningKey(kind, part, id))
+	rg := prefixRange(c.k.root, tuple.Tuple{keyPartWaiting, kind, part})
+	kvs, err := tr.GetRange(rg, kv.RangeOptions{Limit: partitionWakeScan}).GetSliceWithError()
+	if err != nil {
+		return err
+	}
+	for _, e := range kvs {
+		t, err := c.k.root.Unpack(e.Key)
+		if err != nil || len(t) != 4 {
+			continue
+		}
+		wid, _ := t[3].(string)
+		r, err := c.k.readRow(tr, kind, wid)
+		if err != nil {
+			return err
+		}
+		switch {
+		case r == nil || r.state == Finished:
+			tr.Clear(e.Key)
+		case r.state == Pending:
+			tr.Clear(e.Key)
+			if c.resubmitRow(tr, kind, wid, r, min(r.stime, c.cfg.now()), 0, nil, token) {
+				c.k.bumpPending(tr, kind)
+			}
+			return nil
+		}
+	}
+	return nil
+}

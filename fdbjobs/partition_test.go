@@ -1,0 +1,254 @@
+package fdbjobs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+type partArgs struct {
+	N    int    `json:"n"`
+	Part string `json:"part"`
+}
+
+func (partArgs) Kind() string { return "part" }
+
+// Eight nodes work one kind with a partition limit far below their
+// Concurrency: at no moment do more jobs of one partition run than the
+// limit, a partition's backlog holds back no other partition nor the jobs
+// without one, a job that waited for a place ran once with one attempt
+// (waiting is not an attempt), and the jobs waiting are woken by the ends
+// of their partition's jobs: the kind's Timeout, an hour, would otherwise
+// hold them past the test's bounds. A lowered limit holds for the jobs
+// that start after it.
+func TestPartitionLimitAcrossNodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := &attemptsDB{Database: kvtest.NewDB(t)}
+	var limit atomic.Int64
+	var mu sync.Mutex
+	running, peak, over := map[string]int{}, map[string]int{}, map[string]int{}
+	done := map[int]int{}
+	ws := NewWorkers()
+	require.NoError(t, AddWorker(ws, WorkFunc[partArgs](func(ctx context.Context, w *Work[partArgs]) error {
+		mu.Lock()
+		running[w.Args.Part]++
+		n := running[w.Args.Part]
+		peak[w.Args.Part] = max(peak[w.Args.Part], n)
+		if w.Args.Part != "" && n > int(limit.Load()) {
+			over[w.Args.Part]++
+		}
+		mu.Unlock()
+		select { // a job's work: long enough for jobs to overlap
+		case <-time.After(3 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		mu.Lock()
+		running[w.Args.Part]--
+		done[w.Args.N]++
+		mu.Unlock()
+		return nil
+	}), WorkerOptions{Concurrency: 8, Timeout: time.Hour, FetchBatch: 4}))
+
+	nodes := startMembers(ctx, t, db, 8)
+	require.NoError(t, nodes[0].SetTypeShards(ctx, nil, "part", 64))
+	limit.Store(3)
+	require.NoError(t, nodes[0].SetPartitionLimit(ctx, nil, "part", 3))
+	n, err := nodes[5].GetPartitionLimit(ctx, nil, "part")
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	for _, c := range nodes {
+		rt, err := NewRuntime(c, ws, RuntimeOptions{FetchPoll: 20 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, rt.Start(ctx))
+		t.Cleanup(rt.StopAndCancel)
+	}
+	// A backlog of partition a, then a few jobs of b, c and none.
+	var ids []string
+	insert := func(from, count int, part string) {
+		t.Helper()
+		jobs := make([]InsertJob, count)
+		for i := range jobs {
+			jobs[i] = InsertJob{Args: partArgs{N: from + i, Part: part}, Opts: InsertOptions{Partition: part}}
+		}
+		got, err := nodes[i2n(from)].InsertMany(ctx, nil, jobs)
+		require.NoError(t, err)
+		ids = append(ids, got...)
+	}
+	waitDone := func(count int) {
+		t.Helper()
+		testutil.Eventually(t, fmt.Sprintf("%d jobs done", count), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(done) == count
+		})
+	}
+	insert(0, 300, "a")
+	insert(300, 20, "b")
+	insert(320, 20, "c")
+	insert(340, 20, "")
+	testutil.Eventually(t, "b, c and the jobs without a partition done before a's backlog", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := 300; i < 360; i++ {
+			if done[i] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	aDone := 0
+	for i := range 300 {
+		aDone += done[i]
+	}
+	mu.Unlock()
+	require.Less(t, aDone, 300, "a's backlog held back no one")
+	waitDone(360)
+	mu.Lock()
+	require.Empty(t, over, "more than 3 jobs of one partition at once (peaks %v)", peak)
+	mu.Unlock()
+
+	// Lowered at run time: the jobs that start after it keep to it.
+	require.NoError(t, nodes[2].SetPartitionLimit(ctx, nil, "part", 1))
+	testutil.Eventually(t, "every node read the new limit", func() bool {
+		for _, c := range nodes {
+			if m := c.infos.Load(); m == nil || (*m)["part"].partLimit != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	limit.Store(1)
+	insert(360, 100, "a")
+	insert(460, 40, "d")
+	waitDone(500)
+	mu.Lock()
+	require.Empty(t, over, "more than 1 job of one partition at once (peaks %v)", peak)
+	again := 0
+	for _, runs := range done {
+		again += runs - 1
+	}
+	mu.Unlock()
+	// Nothing left in the partitions' sets once every job ended.
+	testutil.Eventually(t, "the partitions' sets empty", func() bool {
+		return len(scanRoot(t, db, nodes[0], keyPartRunning, keyPartWaiting)) == 0
+	})
+
+	// Every job ran once with one attempt, on the embedded store as it
+	// is. Under injected faults or latency, the race detector or a real
+	// FoundationDB, a hold may lapse (a job runs again: at least once) and
+	// more transactions overlap: those figures are logged.
+	plain := plainStore(t)
+	ratio := float64(db.attempts.Load()) / float64(db.commits.Load())
+	t.Logf("peaks %v; %d jobs ran again; %d transactions, %.3f attempts per committed transaction", peak, again,
+		db.commits.Load(), ratio)
+	if plain {
+		require.Zero(t, again)
+		for _, id := range ids {
+			row, err := nodes[0].GetJob(ctx, nil, "part", id)
+			require.NoError(t, err)
+			require.Equal(t, OutcomeCompleted, row.State)
+			require.Equal(t, 1, row.Attempt, "waiting for a place is not an attempt")
+		}
+	}
+}
+
+// i2n spreads the inserts over the nodes.
+func i2n(from int) int { return from / 100 % 8 }
+
+// scanRoot reads every key of c's store under the given first elements.
+func scanRoot(t *testing.T, db kv.Database, c *Client, firsts ...int) []kv.KeyValue {
+	t.Helper()
+	var out []kv.KeyValue
+	for _, f := range firsts {
+		kvs, err := kv.ReadTransact(context.Background(), db, func(tr kv.ReadTransaction) ([]kv.KeyValue, error) {
+			return tr.GetRange(prefixRange(c.k.root, tuple.Tuple{f}), kv.RangeOptions{}).GetSliceWithError()
+		})
+		require.NoError(t, err)
+		out = append(out, kvs...)
+	}
+	return out
+}
+
+// A job cancelled while it runs gives its place back at once: the job
+// waiting for it starts, though the kind's Timeout (an hour) would hold
+// it for that long otherwise.
+func TestPartitionPlaceOfCancelledJob(t *testing.T) {
+	b := setup(t)
+	started := make(chan string, 4)
+	release := make(chan struct{})
+	ws := NewWorkers()
+	require.NoError(t, AddWorker(ws, WorkFunc[partArgs](func(ctx context.Context, w *Work[partArgs]) error {
+		started <- w.Job.ID
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}), WorkerOptions{Concurrency: 4, Timeout: time.Hour}))
+	c, err := New(b.db, Config{TimeUnit: time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(b.ctx))
+	t.Cleanup(c.Stop)
+	require.NoError(t, c.SetPartitionLimit(b.ctx, nil, "part", 1))
+	rt, err := NewRuntime(c, ws, RuntimeOptions{FetchPoll: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, rt.Start(b.ctx))
+	t.Cleanup(rt.StopAndCancel)
+	first, err := c.Insert(b.ctx, nil, partArgs{N: 1, Part: "t"}, InsertOptions{Partition: "t"})
+	require.NoError(t, err)
+	require.Equal(t, first.ID, testutil.Recv(t, started))
+	second, err := c.Insert(b.ctx, nil, partArgs{N: 2, Part: "t"}, InsertOptions{Partition: "t"})
+	require.NoError(t, err)
+	testutil.Eventually(t, "the second job waits for the place", func() bool {
+		return len(scanRoot(t, b.db, c, keyPartWaiting)) == 1
+	})
+	_, err = c.Cancel(b.ctx, nil, "part", first.ID)
+	require.NoError(t, err)
+	require.Equal(t, second.ID, testutil.Recv(t, started))
+	close(release)
+	testutil.Eventually(t, "both ended, the sets empty", func() bool {
+		row, err := c.GetJob(b.ctx, nil, "part", second.ID)
+		require.NoError(t, err)
+		return row.State == OutcomeCompleted && len(scanRoot(t, b.db, c, keyPartRunning, keyPartWaiting)) == 0
+	})
+}
+
+// Partitions and partition limits are bounded.
+func TestPartitionBadInput(t *testing.T) {
+	b := setup(t)
+	for _, n := range []int{0, -1, LimitMax + 1} {
+		err := b.c.SetPartitionLimit(b.ctx, nil, "part", n)
+		require.ErrorIs(t, err, ErrInvalidArgument, "%d", n)
+	}
+	require.ErrorIs(t, b.c.SetPartitionLimit(b.ctx, nil, "", 2), ErrInvalidArgument)
+	n, err := b.c.GetPartitionLimit(b.ctx, nil, "part")
+	require.NoError(t, err)
+	require.Zero(t, n, "none set")
+	require.NoError(t, b.c.SetTypeTimeout(b.ctx, nil, "part", time.Minute))
+	for _, p := range []string{strings.Repeat("x", PartitionMaxBytes+1), "\xff"} {
+		_, err := b.c.Insert(b.ctx, nil, partArgs{}, InsertOptions{Partition: p})
+		require.ErrorIs(t, err, ErrInvalidArgument)
+	}
+	_, err = b.c.Insert(b.ctx, nil, partArgs{}, InsertOptions{Partition: strings.Repeat("x", PartitionMaxBytes)})
+	require.NoError(t, err)
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, "part", 2))
+	require.NoError(t, b.c.ClearPartitionLimit(b.ctx, nil, "part"))
+	n, err = b.c.GetPartitionLimit(b.ctx, nil, "part")
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
