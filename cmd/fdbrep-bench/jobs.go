@@ -55,6 +55,10 @@ type jobsOpts struct {
 	priorities bool
 	// limit sets a cluster-wide limit on fdbjobs' kinds (-limit; 0: none).
 	limit int
+	// partitions spreads fdbjobs' jobs over that many partitions
+	// (-partitions; 0: none), and partitionLimit is their kinds'
+	// partition limit (-partition-limit; 0: none).
+	partitions, partitionLimit int
 	// runtime: the burn-down and continuous modes work fdbjobs' jobs on
 	// its Runtime (-loop runtime) rather than hand-written loops of the
 	// batch calls (-loop batch).
@@ -120,6 +124,8 @@ func runJobsBench(args []string) error {
 	fs.BoolVar(&o.inMemory, "in-memory", false, "fdbjobs on in-memory stores instead (to see what the disk costs)")
 	fs.BoolVar(&o.feed, "feed", false, "turn on the event feed of fdbjobs' kinds (an event per change of a job's state, kept a day), to see what it costs")
 	fs.IntVar(&o.limit, "limit", 0, "set a cluster-wide limit of this many running jobs on fdbjobs' kinds (the Runtimes lease it; as high as the workers' Concurrency, it costs without throttling)")
+	fs.IntVar(&o.partitions, "partitions", 0, "spread fdbjobs' jobs over this many partitions in turn (InsertOptions.Partition), to see what they cost with -partition-limit")
+	fs.IntVar(&o.partitionLimit, "partition-limit", 0, "set this partition limit on fdbjobs' kinds (each start of a partitioned job claims a place; 0: none)")
 	fs.BoolVar(&o.priorities, "priorities", false, "give fdbjobs' jobs the priorities 1 to 4 in turn (each accept reads four lanes per shard), to see what they cost")
 	loop := fs.String("loop", "runtime", "fdbjobs' side of the burn-down and continuous modes: runtime (its Runtime, a no-op Worker, -concurrency of Concurrency: River's side is its river.Client with as many workers) or batch (-workers loops of AcceptBatch and FinishBatch of -batch)")
 	riverBin := fs.String("river-bin", "", "the River peer binary (make bench-jobs builds it from cmd/fdbrep-bench/river); \"\" skips River")
@@ -129,7 +135,7 @@ func runJobsBench(args []string) error {
 	}
 	if o.jobs < 1 || o.workers < 1 || o.batch < 1 || o.batch > fdbjobs.MaxBatch || o.insertBatch < 1 || o.insertBatch > fdbjobs.MaxBatch ||
 		o.inserters < 1 || o.rounds < 1 || o.backlog < 1 || o.duration < 0 || o.wakeups < 0 || o.schedules < 0 || o.accepts < 1 || o.scaleJobs < 1 ||
-		o.concurrency < 1 || o.concurrency > fdbjobs.ConcurrencyMax {
+		o.concurrency < 1 || o.concurrency > fdbjobs.ConcurrencyMax || o.partitions < 0 || o.partitionLimit < 0 {
 		return errors.New("-jobs, -workers, -batch and -insert-batch (at most 10000), -concurrency (at most 10000), -inserters, -rounds, -backlog, -accepts and -scale-jobs must be positive, -duration, -wakeups and -schedules not negative")
 	}
 	switch *loop {
@@ -500,6 +506,11 @@ func (b *jobsBench) fdbjobsRun(f func(*fdbjobsRun) (runResult, error)) (runResul
 		}
 		if b.o.limit > 0 {
 			if err := c.SetLimit(context.Background(), nil, kind, fdbjobs.Limit{Running: b.o.limit}); err != nil {
+				return runResult{}, err
+			}
+		}
+		if b.o.partitionLimit > 0 {
+			if err := c.SetPartitionLimit(context.Background(), nil, kind, b.o.partitionLimit); err != nil {
 				return runResult{}, err
 			}
 		}

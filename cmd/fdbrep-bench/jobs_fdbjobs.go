@@ -109,7 +109,11 @@ func (s *fdbjobsRun) insertJobs(typ, prefix string, from, n int) error {
 					// as River's inserted rows are.
 					// The data of fdbjobs.Client.Insert (the Runtime's
 					// envelope), written by AddBatch for both loops.
-					j := fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(`{"args":{"num":` + strconv.Itoa(i) + `}}`), Fresh: true}
+					data := `{"args":{"num":` + strconv.Itoa(i) + `}}`
+					if s.o.partitions > 0 {
+						data = `{"args":{"num":` + strconv.Itoa(i) + `},"partition":"p` + strconv.Itoa(i%s.o.partitions) + `"}`
+					}
+					j := fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(data), Fresh: true}
 					if s.o.priorities {
 						j.Priority = fdbjobs.PriorityHighest + i%(fdbjobs.PriorityLowest-fdbjobs.PriorityHighest+1)
 					}
