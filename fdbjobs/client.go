@@ -132,17 +132,20 @@ func (c *Client) SetTypeTimeout(ctx context.Context, tx kv.Transactor, typ strin
 	if timeout < time.Millisecond {
 		return fmt.Errorf("%w: type timeout %v is under a millisecond", ErrInvalidArgument, timeout)
 	}
-	return c.changeTypes(ctx, tx, func(tr kv.Transaction) {
+	return c.changeTypes(ctx, tx, func(tr kv.Transaction) error {
 		tr.Set(c.k.timeoutKey(typ), tuple.Tuple{timeout.Milliseconds()}.Pack())
+		return nil
 	})
 }
 
 // changeTypes runs change, which sets or clears a type's timeout, in tx,
 // bumps the types version (the type monitors watch it) and makes this
 // client's type monitor look at once.
-func (c *Client) changeTypes(ctx context.Context, tx kv.Transactor, change func(kv.Transaction)) error {
+func (c *Client) changeTypes(ctx context.Context, tx kv.Transactor, change func(kv.Transaction) error) error {
 	_, err := c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
-		change(tr)
+		if err := change(tr); err != nil {
+			return nil, err
+		}
 		tr.Add(c.k.typesVersion(), one)
 		return nil, nil
 	})
@@ -168,7 +171,7 @@ func (c *Client) ClearTypeTimeout(ctx context.Context, tx kv.Transactor, typ str
 	if err := checkName("type", typ); err != nil {
 		return err
 	}
-	return c.changeTypes(ctx, tx, func(tr kv.Transaction) { tr.Clear(c.k.timeoutKey(typ)) })
+	return c.changeTypes(ctx, tx, func(tr kv.Transaction) error { tr.Clear(c.k.timeoutKey(typ)); return nil })
 }
 
 // TypeTimeout returns typ's activity timeout, or ErrNotFound.

@@ -204,9 +204,10 @@
 //	(25, Kind, Partition, JobID)  PARTITION_RUNNING: "" — a place taken
 //	                              (see "Partitions"): written by the
 //	                              job's claim, cleared by its end
-//	(26, Kind, Partition, JobID)  PARTITION_WAITING: "" — a job that found
-//	                              its partition full, woken by the next
-//	                              end of one of the partition's jobs
+//	(26, Kind, Partition, JobID)  PARTITION_WAITING: (Looks) — a job that
+//	                              found its partition full (Looks times
+//	                              since it was last woken), woken by the
+//	                              next end of one of the partition's jobs
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a
@@ -392,15 +393,20 @@
 // than N entries, or N entries of which some name jobs no longer running
 // (read then, and cleared), it writes the job's entry; an entry of its
 // own counts as a place. Otherwise it writes the job's PARTITION_WAITING
-// entry and sends the job back to the queue until the kind's Timeout from
-// now (FinishAt: not an attempt). Every end a Runtime writes
+// entry (its value counts the looks that found the partition full) and
+// sends the job back to the queue until the kind's Timeout from now,
+// doubled per earlier look up to PartitionRecheckMax (FinishAt: not an
+// attempt). Every end a Runtime writes
 // (endBatchIn, CompleteTx's too) clears the job's entry and, in the same
 // transaction, moves the first pending job of the partition's waiting
 // entries (8 looked at; those of jobs gone are cleared) to now, so the
 // waiter claims the freed place as soon as an acceptor takes it. A job
 // taken from its Runtime without an end it wrote (cancelled, removed, its
 // hold lapsed) gives its place back in a transaction of its own unless it
-// runs again elsewhere (releasePartition).
+// runs again elsewhere (releasePartition). A raised or cleared limit moves
+// every waiting job to now, a page of 200 per transaction (wakeWaiting).
+// The ranges read are the tuple subspaces of (Kind, Partition), so that a
+// partition whose name extends another's ("p\x00", "p") is apart from it.
 //
 // Invariant: at any moment the jobs of one partition that run past their
 // claim are at most the limit in force at their claims: each claim
@@ -408,9 +414,10 @@
 // partition (they read the range each other writes), the entries of
 // running jobs; a job's entry outlives its run (cleared by its end, or
 // found stale by a claim), never the reverse. Liveness: a waiting job is
-// looked at again at the latest a Timeout later, by which time a place
-// held by a node that died is free (its job handed back by the activity
-// monitor, its entry then stale); a wake moves a waiter that is pending,
+// looked at again at the latest PartitionRecheckMax later, by which time
+// a place held by a node that died is free (its job handed back by the
+// activity monitor within a Timeout, its entry then stale, or taken again
+// by that job's next claim); a wake moves a waiter that is pending,
 // so a wake meeting a waiter still in its claim's transaction conflicts
 // with it instead of being lost. TestPartitionLimitAcrossNodes checks both
 // with eight nodes, under the faults, latency and FoundationDB passes.
@@ -419,7 +426,7 @@
 // without a partition limit claims nothing), a range read and a clear in
 // its end; claims of one partition conflict with each other, claims of
 // different partitions do not (no key is written by every claim of a
-// kind). Waiting jobs cost an accept and a claim each per wake or Timeout.
+// kind). Waiting jobs cost an accept and a claim each per wake or look.
 // Order among a partition's waiters is their job ids', not their arrival.
 //
 // # Leases

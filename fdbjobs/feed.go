@@ -267,8 +267,9 @@ func (c *Client) SetFeed(ctx context.Context, tx kv.Transactor, kind string, kee
 	if keep < FeedKeepMin || keep > FeedKeepMax {
 		return fmt.Errorf("%w: feed of %q kept %v: from %v to %v", ErrInvalidArgument, kind, keep, FeedKeepMin, FeedKeepMax)
 	}
-	return c.changeTypes(ctx, tx, func(tr kv.Transaction) {
+	return c.changeTypes(ctx, tx, func(tr kv.Transaction) error {
 		tr.Set(c.k.feedKey(kind), tuple.Tuple{keep.Milliseconds()}.Pack())
+		return nil
 	})
 }
 
@@ -280,12 +281,13 @@ func (c *Client) DisableFeed(ctx context.Context, tx kv.Transactor, kind string)
 	if err := checkName("kind", kind); err != nil {
 		return err
 	}
-	return c.changeTypes(ctx, tx, func(tr kv.Transaction) {
+	return c.changeTypes(ctx, tx, func(tr kv.Transaction) error {
 		tr.Clear(c.k.feedKey(kind))
 		tr.ClearRange(c.k.feedEventsRange(kind))
 		// Every event so far counts as pruned (this commit's
 		// versionstamp is above them all).
 		tr.SetVersionstampedValue(c.k.feedPrunedKey(kind), disabledMark)
+		return nil
 	})
 }
 

@@ -35,7 +35,7 @@ const (
 	keyCapacityFence   = 23 // (23, Kind, Node) -> "" while the lease is held
 	keyPartLimit       = 24 // (24, Kind) -> (N)
 	keyPartRunning     = 25 // (25, Kind, Partition, JobID) -> ""
-	keyPartWaiting     = 26 // (26, Kind, Partition, JobID) -> ""
+	keyPartWaiting     = 26 // (26, Kind, Partition, JobID) -> (Looks)
 )
 
 // State is a job's state.
@@ -228,15 +228,14 @@ func (k keys) decodeLease(key kv.Key, value []byte) (vs tuple.Versionstamp, toke
 	return vs, token, entries, nil
 }
 
-// prefixRange is the range of every key that extends the packed tuple t
-// under ss.
+// prefixRange is the range of every key whose tuple under ss extends t
+// with more elements: (packed t)+0x00 to (packed t)+0xff, as a tuple
+// subspace's range. (Not the packed bytes' Strinc: that range also holds
+// the keys of a longer string or bytes element, "p\x00" beside "p", whose
+// packing extends "p"'s.)
 func prefixRange(ss subspace.Subspace, t tuple.Tuple) kv.KeyRange {
 	p := ss.Pack(t)
-	end, err := kv.Strinc(p)
-	if err != nil {
-		panic(err) // a packed tuple under a subspace always has a non-0xff byte
-	}
-	return kv.KeyRange{Begin: p, End: end}
+	return kv.KeyRange{Begin: append(p[:len(p):len(p)], 0x00), End: append(p[:len(p):len(p)], 0xff)}
 }
 
 var one = kv.Int64(1)

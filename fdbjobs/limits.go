@@ -83,8 +83,9 @@ func (c *Client) SetLimit(ctx context.Context, tx kv.Transactor, kind string, l 
 	if err := l.check(); err != nil {
 		return err
 	}
-	return c.changeTypes(ctx, tx, func(tr kv.Transaction) {
+	return c.changeTypes(ctx, tx, func(tr kv.Transaction) error {
 		tr.Set(c.k.limitKey(kind), tuple.Tuple{int64(l.Running), l.rateMicro()}.Pack())
+		return nil
 	})
 }
 
@@ -94,7 +95,7 @@ func (c *Client) ClearLimit(ctx context.Context, tx kv.Transactor, kind string) 
 	if err := checkName("kind", kind); err != nil {
 		return err
 	}
-	return c.changeTypes(ctx, tx, func(tr kv.Transaction) { tr.Clear(c.k.limitKey(kind)) })
+	return c.changeTypes(ctx, tx, func(tr kv.Transaction) error { tr.Clear(c.k.limitKey(kind)); return nil })
 }
 
 // GetLimit returns kind's limit; ok is false when it has none.

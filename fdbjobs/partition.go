@@ -31,12 +31,22 @@ const (
 	// partitionReleaseTimeout bounds the transaction that gives back the
 	// place of a job taken from its Runtime (releasePartition).
 	partitionReleaseTimeout = 5 * time.Second
+	// PartitionRecheckMax bounds how long a job waiting for a place goes
+	// back for: the kind's Timeout, doubling with each look that found its
+	// partition full (the ends of its partition's jobs wake it before).
+	PartitionRecheckMax = 10 * time.Minute
+	// partitionWakePage is how many waiting jobs a transaction of
+	// wakeWaiting moves.
+	partitionWakePage = 200
 )
 
 // checkPartition validates an InsertOptions.Partition.
 func checkPartition(p string) error {
-	if len(p) > PartitionMaxBytes || !utf8.ValidString(p) {
-		return fmt.Errorf("%w: partition of %d bytes: at most %d bytes of UTF-8", ErrInvalidArgument, len(p), PartitionMaxBytes)
+	switch {
+	case len(p) > PartitionMaxBytes:
+		return fmt.Errorf("%w: partition of %d bytes: at most %d", ErrInvalidArgument, len(p), PartitionMaxBytes)
+	case !utf8.ValidString(p):
+		return fmt.Errorf("%w: partition %q: not valid UTF-8", ErrInvalidArgument, p)
 	}
 	return nil
 }
@@ -56,9 +66,12 @@ func (k keys) partWaitingKey(kind, part, id string) kv.Key {
 // across every node; jobs without a partition are not limited. Changeable
 // at run time; in force for the jobs the Runtimes start once their
 // Clients have read it (see SetLimit). Jobs running then are not counted
-// until they end, and a lowered limit stops none. Jobs taken with the
-// lower-level Accept neither follow it nor count toward it. tx may be nil,
-// a Database or a caller's Transaction.
+// until they end, and a lowered limit stops none. A raised limit wakes the
+// jobs waiting for a place (wakeWaiting: after the change committed, a
+// page of 200 per transaction; with tx a caller's Transaction they look
+// again at their own time instead). Jobs taken with the lower-level Accept
+// neither follow it nor count toward it. tx may be nil, a Database or a
+// caller's Transaction.
 func (c *Client) SetPartitionLimit(ctx context.Context, tx kv.Transactor, kind string, n int) error {
 	if err := checkName("kind", kind); err != nil {
 		return err
@@ -66,16 +79,75 @@ func (c *Client) SetPartitionLimit(ctx context.Context, tx kv.Transactor, kind s
 	if n < 1 || n > LimitMax {
 		return fmt.Errorf("%w: partition limit %d outside [1, %d]", ErrInvalidArgument, n, LimitMax)
 	}
-	return c.changeTypes(ctx, tx, func(tr kv.Transaction) { tr.Set(c.k.partLimitKey(kind), tuple.Tuple{int64(n)}.Pack()) })
+	raised := false
+	err := c.changeTypes(ctx, tx, func(tr kv.Transaction) error {
+		old, err := c.readPartLimit(tr, kind)
+		raised = old != 0 && n > old
+		tr.Set(c.k.partLimitKey(kind), tuple.Tuple{int64(n)}.Pack())
+		return err
+	})
+	if err != nil || !raised {
+		return err
+	}
+	return c.wakeWaiting(ctx, tx, kind)
 }
 
-// ClearPartitionLimit removes kind's partition limit; the jobs waiting
-// for a place start at their next look (within the kind's Timeout).
+// ClearPartitionLimit removes kind's partition limit and wakes the jobs
+// waiting for a place (as a raised limit does).
 func (c *Client) ClearPartitionLimit(ctx context.Context, tx kv.Transactor, kind string) error {
 	if err := checkName("kind", kind); err != nil {
 		return err
 	}
-	return c.changeTypes(ctx, tx, func(tr kv.Transaction) { tr.Clear(c.k.partLimitKey(kind)) })
+	if err := c.changeTypes(ctx, tx, func(tr kv.Transaction) error { tr.Clear(c.k.partLimitKey(kind)); return nil }); err != nil {
+		return err
+	}
+	return c.wakeWaiting(ctx, tx, kind)
+}
+
+// wakeWaiting moves every job of kind waiting for a place to now, a page
+// per transaction (each claims again: a place for those that fit, a wait
+// for the others), unless tx is a caller's Transaction, which has not
+// committed yet.
+func (c *Client) wakeWaiting(ctx context.Context, tx kv.Transactor, kind string) error {
+	if _, joined := tx.(kv.Transaction); joined {
+		return nil
+	}
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	rg := prefixRange(c.k.root, tuple.Tuple{keyPartWaiting, kind})
+	for {
+		more, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (bool, error) {
+			kvs, err := tr.GetRange(rg, kv.RangeOptions{Limit: partitionWakePage}).GetSliceWithError()
+			if err != nil {
+				return false, err
+			}
+			woke := false
+			for _, e := range kvs {
+				tr.Clear(e.Key)
+				t, err := c.k.root.Unpack(e.Key)
+				if err != nil || len(t) != 4 {
+					continue
+				}
+				id, _ := t[3].(string)
+				r, err := c.k.readRow(tr, kind, id)
+				if err != nil {
+					return false, err
+				}
+				if r != nil && r.state == Pending && c.resubmitRow(tr, kind, id, r, min(r.stime, c.cfg.now()), 0, nil, token) {
+					woke = true
+				}
+			}
+			if woke {
+				c.k.bumpPending(tr, kind)
+			}
+			return len(kvs) == partitionWakePage, nil
+		})
+		if err != nil || !more {
+			return err
+		}
+	}
 }
 
 // GetPartitionLimit returns kind's partition limit, 0 when it has none.
@@ -127,11 +199,12 @@ func (c *Client) partLimited(kind, part string) bool {
 // place (its entry in the running set, written here; an entry of its own
 // found there, as after a retry or a hand-back, counts), or without a
 // limit. Otherwise the partition is full: in the same transaction the job
-// enters the waiting set and goes back to the queue until wait from now
-// (not an attempt), and the first job of the partition that ends moves it
-// to now. Entries of jobs that no longer run (ended unseen, handed back by
+// enters the waiting set and goes back to the queue until wait(looks)
+// (not an attempt; looks counts the claims that found the partition full
+// since it was last woken), and the first job of the partition that ends
+// moves it to now. Entries of jobs that no longer run (ended unseen, handed back by
 // the activity monitor) are cleared on the way.
-func (c *Client) claimPartition(ctx context.Context, job *Job, part string, stime int64) (bool, error) {
+func (c *Client) claimPartition(ctx context.Context, job *Job, part string, wait func(looks int64) int64) (bool, error) {
 	granted := false
 	_, err := c.batch(ctx, nil, []Completion{{Job: job}}, func(tr kv.Transaction, j *Job, r *row, _ []byte, seen *tuple.Versionstamp) (*row, bool, error) {
 		granted = false
@@ -160,7 +233,7 @@ func (c *Client) claimPartition(ctx context.Context, job *Job, part string, stim
 				return r, false, nil
 			}
 			t, err := c.k.root.Unpack(e.Key)
-			if err != nil || len(t) != 4 {
+			if err != nil || len(t) != 4 || t[2] != any(part) {
 				continue
 			}
 			id, _ := t[3].(string)
@@ -198,8 +271,19 @@ func (c *Client) claimPartition(ctx context.Context, job *Job, part string, stim
 			granted = true
 			return r, false, nil
 		}
-		tr.Set(c.k.partWaitingKey(j.Type, part, j.ID), nil)
-		r.resubmit, r.stime = true, stime
+		// The looks that found the partition full since the job was last
+		// woken: each doubles its wait.
+		wk := c.k.partWaitingKey(j.Type, part, j.ID)
+		wv, err := tr.Get(wk).Get()
+		if err != nil {
+			return nil, false, err
+		}
+		looks := int64(0)
+		if t, err := tuple.Unpack(wv); err == nil && len(t) == 1 {
+			looks, _ = intElem(t[0])
+		}
+		tr.Set(wk, tuple.Tuple{looks + 1}.Pack())
+		r.resubmit, r.stime = true, wait(looks)
 		return c.finishRow(tr, j, r, nil, seen)
 	}, nil)
 	return granted, err
@@ -239,7 +323,7 @@ func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token 
 	}
 	for _, e := range kvs {
 		t, err := c.k.root.Unpack(e.Key)
-		if err != nil || len(t) != 4 {
+		if err != nil || len(t) != 4 || t[2] != any(part) {
 			continue
 		}
 		wid, _ := t[3].(string)

@@ -252,3 +252,55 @@ func TestPartitionBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// A raised limit and a cleared one start the jobs waiting for a place at
+// once (the kind's Timeout, an hour, would hold them that long otherwise),
+// and partitions whose names extend one another ("p", "p\x00") are apart.
+func TestPartitionLimitRaisedWakesWaiters(t *testing.T) {
+	b := setup(t)
+	started := make(chan string, 16)
+	release := make(chan struct{})
+	ws := NewWorkers()
+	require.NoError(t, AddWorker(ws, WorkFunc[partArgs](func(ctx context.Context, w *Work[partArgs]) error {
+		started <- w.Args.Part
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}), WorkerOptions{Concurrency: 16, Timeout: time.Hour}))
+	c, err := New(b.db, Config{TimeUnit: time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(b.ctx))
+	t.Cleanup(c.Stop)
+	require.NoError(t, c.SetPartitionLimit(b.ctx, nil, "part", 1))
+	rt, err := NewRuntime(c, ws, RuntimeOptions{FetchPoll: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, rt.Start(b.ctx))
+	t.Cleanup(func() { close(release); rt.StopAndCancel() })
+	insert := func(part string) {
+		t.Helper()
+		_, err := c.Insert(b.ctx, nil, partArgs{Part: part}, InsertOptions{Partition: part})
+		require.NoError(t, err)
+	}
+	insert("p\x00")
+	require.Equal(t, "p\x00", testutil.Recv(t, started))
+	insert("p")
+	require.Equal(t, "p", testutil.Recv(t, started), "a partition apart from the one its name extends")
+	for range 4 {
+		insert("p")
+	}
+	testutil.Eventually(t, "four jobs wait for p's place", func() bool {
+		return len(scanRoot(t, b.db, c, keyPartWaiting)) == 4
+	})
+	require.NoError(t, c.SetPartitionLimit(b.ctx, nil, "part", 3))
+	require.Equal(t, "p", testutil.Recv(t, started))
+	require.Equal(t, "p", testutil.Recv(t, started))
+	testutil.Eventually(t, "two jobs wait again", func() bool {
+		return len(scanRoot(t, b.db, c, keyPartWaiting)) == 2
+	})
+	require.NoError(t, c.ClearPartitionLimit(b.ctx, nil, "part"))
+	require.Equal(t, "p", testutil.Recv(t, started))
+	require.Equal(t, "p", testutil.Recv(t, started))
+}

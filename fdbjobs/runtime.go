@@ -605,12 +605,22 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
 
 // claimPartition is Client.claimPartition for a job of k, bounded by the
 // job's hold: a job that waits for a place goes back until k's Timeout
-// from now at the latest (a place freed by a node that died, or by a job
-// the Runtime did not end, is seen then).
+// from now, doubling with each look that found its partition full, up to
+// PartitionRecheckMax, at the latest (a place freed by a node that died,
+// or by a job the Runtime did not end, is seen then; the ends of its
+// partition's jobs wake it before).
 func (r *Runtime) claimPartition(ctx context.Context, k *kindWorker, job *Job, part string) (bool, error) {
 	ctx, cancel := job.HoldContext(ctx)
 	defer cancel()
-	ok, err := r.c.claimPartition(ctx, job, part, r.c.cfg.stime(r.c.cfg.Clock.Now().Add(k.opts.Timeout)))
+	now := r.c.cfg.Clock.Now()
+	wait := func(looks int64) int64 {
+		d := k.opts.Timeout
+		for range min(looks, 16) {
+			d = min(2*d, PartitionRecheckMax)
+		}
+		return r.c.cfg.stime(now.Add(max(d, k.opts.Timeout)))
+	}
+	ok, err := r.c.claimPartition(ctx, job, part, wait)
 	if err == nil && !ok {
 		r.c.metrics.Load().count(metricPartitionWaits, k.kind, 1)
 	}
