@@ -188,30 +188,10 @@ func scanRoot(t *testing.T, db kv.Database, c *Client, firsts ...int) []kv.KeyVa
 // it for that long otherwise.
 func TestPartitionPlaceOfCancelledJob(t *testing.T) {
 	b := setup(t)
-	started := make(chan string, 4)
-	release := make(chan struct{})
-	ws := NewWorkers()
-	require.NoError(t, AddWorker(ws, WorkFunc[partArgs](func(ctx context.Context, w *Work[partArgs]) error {
-		started <- w.Job.ID
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}), WorkerOptions{Concurrency: 4, Timeout: time.Hour}))
-	c, err := New(b.db, Config{TimeUnit: time.Millisecond})
-	require.NoError(t, err)
-	require.NoError(t, c.Start(b.ctx))
-	t.Cleanup(c.Stop)
-	require.NoError(t, c.SetPartitionLimit(b.ctx, nil, "part", 1))
-	rt, err := NewRuntime(c, ws, RuntimeOptions{FetchPoll: 20 * time.Millisecond})
-	require.NoError(t, err)
-	require.NoError(t, rt.Start(b.ctx))
-	t.Cleanup(rt.StopAndCancel)
+	c, started, release := startHeldParts(t, b)
 	first, err := c.Insert(b.ctx, nil, partArgs{N: 1, Part: "t"}, InsertOptions{Partition: "t"})
 	require.NoError(t, err)
-	require.Equal(t, first.ID, testutil.Recv(t, started))
+	require.Equal(t, first.ID, testutil.Recv(t, started).ID)
 	second, err := c.Insert(b.ctx, nil, partArgs{N: 2, Part: "t"}, InsertOptions{Partition: "t"})
 	require.NoError(t, err)
 	testutil.Eventually(t, "the second job waits for the place", func() bool {
@@ -219,7 +199,7 @@ func TestPartitionPlaceOfCancelledJob(t *testing.T) {
 	})
 	_, err = c.Cancel(b.ctx, nil, "part", first.ID)
 	require.NoError(t, err)
-	require.Equal(t, second.ID, testutil.Recv(t, started))
+	require.Equal(t, second.ID, testutil.Recv(t, started).ID)
 	close(release)
 	testutil.Eventually(t, "both ended, the sets empty", func() bool {
 		row, err := c.GetJob(b.ctx, nil, "part", second.ID)
@@ -258,11 +238,48 @@ func TestPartitionBadInput(t *testing.T) {
 // and partitions whose names extend one another ("p", "p\x00") are apart.
 func TestPartitionLimitRaisedWakesWaiters(t *testing.T) {
 	b := setup(t)
-	started := make(chan string, 16)
+	c, started, release := startHeldParts(t, b)
+	t.Cleanup(func() { close(release) })
+	insert := func(part string) {
+		t.Helper()
+		_, err := c.Insert(b.ctx, nil, partArgs{Part: part}, InsertOptions{Partition: part})
+		require.NoError(t, err)
+	}
+	insert("p\x00")
+	require.Equal(t, "p\x00", testutil.Recv(t, started).Part)
+	insert("p")
+	require.Equal(t, "p", testutil.Recv(t, started).Part, "a partition apart from the one its name extends")
+	for range 4 {
+		insert("p")
+	}
+	testutil.Eventually(t, "four jobs wait for p's place", func() bool {
+		return len(scanRoot(t, b.db, c, keyPartWaiting)) == 4
+	})
+	require.NoError(t, c.SetPartitionLimit(b.ctx, nil, "part", 3))
+	require.Equal(t, "p", testutil.Recv(t, started).Part)
+	require.Equal(t, "p", testutil.Recv(t, started).Part)
+	testutil.Eventually(t, "two jobs wait again", func() bool {
+		return len(scanRoot(t, b.db, c, keyPartWaiting)) == 2
+	})
+	require.NoError(t, c.ClearPartitionLimit(b.ctx, nil, "part"))
+	require.Equal(t, "p", testutil.Recv(t, started).Part)
+	require.Equal(t, "p", testutil.Recv(t, started).Part)
+}
+
+// heldStart is a job of startHeldParts' worker as it starts.
+type heldStart struct{ ID, Part string }
+
+// startHeldParts starts a Client (scheduled times in milliseconds) and a
+// Runtime on b's store whose worker reports each job it starts and holds
+// it until release closes, with a partition limit of 1 and a Timeout of
+// an hour (longer than any test: a waiting job that starts was woken).
+func startHeldParts(t *testing.T, b *bundle) (*Client, chan heldStart, chan struct{}) {
+	t.Helper()
+	started := make(chan heldStart, 16)
 	release := make(chan struct{})
 	ws := NewWorkers()
 	require.NoError(t, AddWorker(ws, WorkFunc[partArgs](func(ctx context.Context, w *Work[partArgs]) error {
-		started <- w.Args.Part
+		started <- heldStart{w.Job.ID, w.Args.Part}
 		select {
 		case <-release:
 			return nil
@@ -278,29 +295,6 @@ func TestPartitionLimitRaisedWakesWaiters(t *testing.T) {
 	rt, err := NewRuntime(c, ws, RuntimeOptions{FetchPoll: 20 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, rt.Start(b.ctx))
-	t.Cleanup(func() { close(release); rt.StopAndCancel() })
-	insert := func(part string) {
-		t.Helper()
-		_, err := c.Insert(b.ctx, nil, partArgs{Part: part}, InsertOptions{Partition: part})
-		require.NoError(t, err)
-	}
-	insert("p\x00")
-	require.Equal(t, "p\x00", testutil.Recv(t, started))
-	insert("p")
-	require.Equal(t, "p", testutil.Recv(t, started), "a partition apart from the one its name extends")
-	for range 4 {
-		insert("p")
-	}
-	testutil.Eventually(t, "four jobs wait for p's place", func() bool {
-		return len(scanRoot(t, b.db, c, keyPartWaiting)) == 4
-	})
-	require.NoError(t, c.SetPartitionLimit(b.ctx, nil, "part", 3))
-	require.Equal(t, "p", testutil.Recv(t, started))
-	require.Equal(t, "p", testutil.Recv(t, started))
-	testutil.Eventually(t, "two jobs wait again", func() bool {
-		return len(scanRoot(t, b.db, c, keyPartWaiting)) == 2
-	})
-	require.NoError(t, c.ClearPartitionLimit(b.ctx, nil, "part"))
-	require.Equal(t, "p", testutil.Recv(t, started))
-	require.Equal(t, "p", testutil.Recv(t, started))
+	t.Cleanup(rt.StopAndCancel)
+	return c, started, release
 }
