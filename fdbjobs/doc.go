@@ -208,6 +208,11 @@
 //	                              found its partition full (Looks times
 //	                              since it was last woken), woken by the
 //	                              next end of one of the partition's jobs
+//	(27, Kind, Partition)         PARTITION_HINT: int64 LE counter — jobs
+//	                              may wait: added to by each claim that
+//	                              makes one wait, cleared by an end that
+//	                              finds none (an end reads it, and the
+//	                              waiting set only when it is set)
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a
@@ -216,7 +221,7 @@
 // priorities does not take the others, and handles them otherwise as any
 // job: their rows name their pending keys); nor did keys 21 to 23: a
 // store without them has no limits (a Runtime of a release before limits
-// does not follow one); nor did keys 24 to 26 (partition limits, which a
+// does not follow one); nor did keys 24 to 27 (partition limits, which a
 // Runtime of a release before them does not follow).
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
@@ -387,19 +392,22 @@
 // A job inserted with InsertOptions.Partition (kept in its envelope)
 // belongs to that partition of its kind; SetPartitionLimit lets at most N
 // jobs of one partition run at once across every Runtime. Before calling
-// the worker, a Runtime claims a place for the job, in one transaction
-// fenced by the job's lock (Client.claimPartition): it reads the limit and
-// the partition's PARTITION_RUNNING entries (N + 32 at most). With fewer
+// the workers, a Runtime's fetcher claims places for the jobs it took, in
+// one transaction per fetch fenced by each job's lock
+// (Client.claimPartitions): it reads the limit and each partition's
+// PARTITION_RUNNING entries (N + 32 at most, N as its Client last read
+// it), all at once. With fewer
 // than N entries, or N entries of which some name jobs no longer running
 // (read then, and cleared), it writes the job's entry; an entry of its
 // own counts as a place. Otherwise it writes the job's PARTITION_WAITING
 // entry (its value counts the looks that found the partition full) and
 // sends the job back to the queue until the kind's Timeout from now,
 // doubled per earlier look up to PartitionRecheckMax (FinishAt: not an
-// attempt). Every end a Runtime writes
-// (endBatchIn, CompleteTx's too) clears the job's entry and, in the same
-// transaction, moves the first pending job of the partition's waiting
-// entries (8 looked at; those of jobs gone are cleared) to now, so the
+// attempt), and adds to the partition's PARTITION_HINT. Every end a
+// Runtime writes (endBatchIn, CompleteTx's too) clears the job's entry
+// and, when the hint is set, in the same transaction moves the first
+// pending job of the partition's waiting entries (8 looked at; those of
+// jobs gone are cleared; none left clears the hint) to now, so the
 // waiter claims the freed place as soon as an acceptor takes it. A job
 // taken from its Runtime without an end it wrote (cancelled, removed, its
 // hold lapsed) gives its place back in a transaction of its own unless it
@@ -422,9 +430,9 @@
 // with it instead of being lost. TestPartitionLimitAcrossNodes checks both
 // with eight nodes, under the faults, latency and FoundationDB passes.
 //
-// Cost: a claim per start of a partitioned job of a limited kind (a kind
-// without a partition limit claims nothing), a range read and a clear in
-// its end; claims of one partition conflict with each other, claims of
+// Cost: a claim transaction per fetch that took partitioned jobs of a
+// limited kind (a kind without a partition limit claims nothing), with a
+// range read per partition, and a clear and a point read in each end; claims of one partition conflict with each other, claims of
 // different partitions do not (no key is written by every claim of a
 // kind). Waiting jobs cost an accept and a claim each per wake or look.
 // Order among a partition's waiters is their job ids', not their arrival.

@@ -36,6 +36,7 @@ const (
 	keyPartLimit       = 24 // (24, Kind) -> (N)
 	keyPartRunning     = 25 // (25, Kind, Partition, JobID) -> ""
 	keyPartWaiting     = 26 // (26, Kind, Partition, JobID) -> (Looks)
+	keyPartHint        = 27 // (27, Kind, Partition) -> int64 LE counter
 )
 
 // State is a job's state.

@@ -25,6 +25,8 @@ const (
 	// its limit counts as full until its jobs end or the claims that look
 	// clear them.
 	partitionScanExtra = 32
+	// (A claim reads that many beyond the limit as its Client last read
+	// it; see claimPartitions.)
 	// partitionWakeScan is how many waiting entries a job that ends looks
 	// at for one to wake (the others' jobs gone, or running already).
 	partitionWakeScan = 8
@@ -57,6 +59,12 @@ func (k keys) partRunningKey(kind, part, id string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyPartRunning, kind, part, id})
 }
 
+// partHintKey is the hint that jobs of part may wait: added to by each
+// claim that makes one wait, cleared by an end that finds none waiting.
+func (k keys) partHintKey(kind, part string) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyPartHint, kind, part})
+}
+
 func (k keys) partWaitingKey(kind, part, id string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyPartWaiting, kind, part, id})
 }
@@ -82,7 +90,9 @@ func (c *Client) SetPartitionLimit(ctx context.Context, tx kv.Transactor, kind s
 	raised := false
 	err := c.changeTypes(ctx, tx, func(tr kv.Transaction) error {
 		old, err := c.readPartLimit(tr, kind)
-		raised = old != 0 && n > old
+		// Over the attempts: a retry after commit_unknown_result reads
+		// the limit its earlier attempt wrote.
+		raised = raised || old != 0 && n > old
 		tr.Set(c.k.partLimitKey(kind), tuple.Tuple{int64(n)}.Pack())
 		return err
 	})
@@ -193,87 +203,122 @@ func (c *Client) partLimited(kind, part string) bool {
 	return !ok || ti.partLimit > 0
 }
 
-// claimPartition takes a place for job (of partition part) among its
-// partition's running jobs before its worker is called, in a transaction
-// fenced by the job's lock. It reports whether the job may run: with a
-// place (its entry in the running set, written here; an entry of its own
-// found there, as after a retry or a hand-back, counts), or without a
-// limit. Otherwise the partition is full: in the same transaction the job
-// enters the waiting set and goes back to the queue until wait(looks)
-// (not an attempt; looks counts the claims that found the partition full
-// since it was last woken), and the first job of the partition that ends
-// moves it to now. Entries of jobs that no longer run (ended unseen, handed back by
-// the activity monitor) are cleared on the way.
-func (c *Client) claimPartition(ctx context.Context, job *Job, part string, wait func(looks int64) int64) (bool, error) {
-	granted := false
-	_, err := c.batch(ctx, nil, []Completion{{Job: job}}, func(tr kv.Transaction, j *Job, r *row, _ []byte, seen *tuple.Versionstamp) (*row, bool, error) {
-		granted = false
+// claim is one job of a claimPartitions batch: the job, its partition,
+// and what the claim found.
+type claim struct {
+	job     *Job
+	part    string
+	granted bool
+	err     error
+}
+
+// partClaims is what one attempt of a claimPartitions transaction knows of
+// one partition: the entries of its running set (by job id: true for
+// those written by this attempt), whether those of other jobs were
+// checked, and how many of them run.
+type partClaims struct {
+	fut      kv.RangeResult
+	entries  map[string]bool
+	read     bool
+	checked  bool
+	live     int
+	overflow bool // as many entries as read: maybe more
+}
+
+// claimPartitions takes places for claims' jobs (each of the partition of
+// its claim) among their partitions' running jobs before their workers
+// are called, in one transaction fenced by each job's lock, and sets each
+// claim's granted (and err: ErrHalt for a job no longer this node's). A
+// job may run with a place (its entry in the running set, written here;
+// an entry of its own found there, as after a retry or a hand-back,
+// counts), or when its kind has no partition limit. When the entries read
+// reach the limit, the rows of their jobs are read: entries of jobs no
+// longer running (ended unseen, handed back by the activity monitor) are
+// cleared. A partition still full makes the job wait: in the same
+// transaction it enters the waiting set and goes back to the queue until
+// wait(looks) (not an attempt; looks counts the claims that found the
+// partition full since it was last woken), and the first job of the
+// partition that ends moves it to now. The jobs are of one kind; each
+// partition's running set is read once, all at the attempt's start.
+func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func(looks int64) int64) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	kind := claims[0].job.Type
+	items := make([]Completion, len(claims))
+	byJob := make(map[*Job]*claim, len(claims))
+	for i, cl := range claims {
+		items[i], byJob[cl.job] = Completion{Job: cl.job}, cl
+	}
+	// The running entries read of each partition: the limit as this
+	// Client last read it, and partitionScanExtra more. A partition with
+	// that many counts as full (conservative while the copy lags a raised
+	// limit, whose wake brings its waiters back).
+	scan := partitionScanExtra + 1
+	if m := c.infos.Load(); m != nil {
+		scan += (*m)[kind].partLimit
+	}
+	var limitFut kv.FutureByteSlice
+	var parts map[string]*partClaims
+	limit, limitRead := 0, false
+	before := func(tr kv.Transaction) {
+		limitRead = false
+		limitFut = tr.Get(c.k.partLimitKey(kind))
+		parts = map[string]*partClaims{}
+		for _, cl := range claims {
+			cl.granted, cl.err = false, nil
+			if parts[cl.part] == nil {
+				begin, end := c.k.root.Sub(keyPartRunning, kind, cl.part).FDBRangeKeys()
+				parts[cl.part] = &partClaims{fut: tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: scan})}
+			}
+		}
+	}
+	apply := func(tr kv.Transaction, j *Job, r *row, _ []byte, seen *tuple.Versionstamp) (*row, bool, error) {
+		cl := byJob[j]
 		if r == nil || !r.lock.equal(j.lock) {
 			return c.finishRow(tr, j, r, nil, seen) // ErrHalt, or an earlier attempt of this call sent it back
 		}
-		n, err := c.readPartLimit(tr, j.Type)
-		if err != nil {
-			return nil, false, err
-		}
-		if n == 0 {
-			granted = true
-			return r, false, nil
-		}
-		own := c.k.partRunningKey(j.Type, part, j.ID)
-		rg := prefixRange(c.k.root, tuple.Tuple{keyPartRunning, j.Type, part})
-		kvs, err := tr.GetRange(rg, kv.RangeOptions{Limit: n + partitionScanExtra}).GetSliceWithError()
-		if err != nil {
-			return nil, false, err
-		}
-		live := 0
-		var others []string
-		for _, e := range kvs {
-			if string(e.Key) == string(own) {
-				granted = true
-				return r, false, nil
+		if !limitRead {
+			v, err := limitFut.Get()
+			if err != nil {
+				return nil, false, err
 			}
-			t, err := c.k.root.Unpack(e.Key)
-			if err != nil || len(t) != 4 || t[2] != any(part) {
-				continue
-			}
-			id, _ := t[3].(string)
-			others = append(others, id)
-		}
-		if len(others) >= n {
-			// Full as counted: look at whose entries they are.
-			futs := make([]kv.FutureByteSlice, len(others))
-			for i, id := range others {
-				futs[i] = tr.Get(c.k.dataKey(j.Type, id))
-			}
-			for i, id := range others {
-				v, err := futs[i].Get()
-				if err != nil {
+			limit = 0
+			if v != nil {
+				if limit, err = decodePartLimit(v); err != nil {
 					return nil, false, err
 				}
-				var o *row
-				if v != nil {
-					if o, err = decodeRow(v); err != nil {
-						return nil, false, err
-					}
-				}
-				if o == nil || o.state != Running {
-					tr.Clear(c.k.partRunningKey(j.Type, part, id))
-					continue
-				}
-				live++
 			}
-		} else {
-			live = len(others)
+			limitRead = true
 		}
-		if live < n && len(kvs) < n+partitionScanExtra {
-			tr.Set(own, nil)
-			tr.Clear(c.k.partWaitingKey(j.Type, part, j.ID))
-			granted = true
+		if limit == 0 {
+			cl.granted = true
+			return r, false, nil
+		}
+		pc := parts[cl.part]
+		if err := c.readPartClaims(cl.part, pc, scan); err != nil {
+			return nil, false, err
+		}
+		if _, ok := pc.entries[j.ID]; ok {
+			cl.granted = true
+			return r, false, nil
+		}
+		if (pc.live >= limit || pc.overflow) && !pc.checked {
+			if err := c.checkPartClaims(tr, kind, cl.part, pc); err != nil {
+				return nil, false, err
+			}
+		}
+		if pc.live < limit && !pc.overflow {
+			tr.Set(c.k.partRunningKey(kind, cl.part, j.ID), nil)
+			tr.Clear(c.k.partWaitingKey(kind, cl.part, j.ID))
+			pc.entries[j.ID] = true
+			pc.live++
+			cl.granted = true
 			return r, false, nil
 		}
 		// The looks that found the partition full since the job was last
 		// woken: each doubles its wait.
-		wk := c.k.partWaitingKey(j.Type, part, j.ID)
+		wk := c.k.partWaitingKey(kind, cl.part, j.ID)
 		wv, err := tr.Get(wk).Get()
 		if err != nil {
 			return nil, false, err
@@ -283,10 +328,89 @@ func (c *Client) claimPartition(ctx context.Context, job *Job, part string, wait
 			looks, _ = intElem(t[0])
 		}
 		tr.Set(wk, tuple.Tuple{looks + 1}.Pack())
+		tr.Add(c.k.partHintKey(kind, cl.part), one)
 		r.resubmit, r.stime = true, wait(looks)
 		return c.finishRow(tr, j, r, nil, seen)
-	}, nil)
-	return granted, err
+	}
+	errs, err := c.batchWith(ctx, nil, items, before, apply, nil)
+	if err != nil {
+		return err
+	}
+	for i, cl := range claims {
+		if errs[i] != nil {
+			cl.granted, cl.err = false, errs[i]
+		}
+	}
+	return nil
+}
+
+// readPartClaims takes pc's running set from its range read, once per
+// attempt. Until checked, every entry counts as a running job.
+func (c *Client) readPartClaims(part string, pc *partClaims, scan int) error {
+	if pc.read {
+		return nil
+	}
+	kvs, err := pc.fut.GetSliceWithError()
+	if err != nil {
+		return err
+	}
+	pc.read, pc.entries = true, map[string]bool{}
+	for _, e := range kvs {
+		t, err := c.k.root.Unpack(e.Key)
+		if err != nil || len(t) != 4 || t[2] != any(part) {
+			continue
+		}
+		id, _ := t[3].(string)
+		pc.entries[id] = false
+	}
+	pc.live, pc.overflow = len(pc.entries), len(kvs) >= scan
+	return nil
+}
+
+// checkPartClaims reads the rows of the jobs of pc's entries that this
+// attempt did not write, clears the entries of those no longer running,
+// and counts the running ones. A set read only in part stays full unless
+// clearing brought it under the entries read.
+func (c *Client) checkPartClaims(tr kv.Transaction, kind, part string, pc *partClaims) error {
+	pc.checked = true
+	type entry struct {
+		id  string
+		fut kv.FutureByteSlice
+	}
+	var others []entry
+	live := 0
+	for id, mine := range pc.entries {
+		if mine {
+			live++
+			continue
+		}
+		others = append(others, entry{id, tr.Get(c.k.dataKey(kind, id))})
+	}
+	cleared := 0
+	for _, e := range others {
+		v, err := e.fut.Get()
+		if err != nil {
+			return err
+		}
+		var o *row
+		if v != nil {
+			if o, err = decodeRow(v); err != nil {
+				return err
+			}
+		}
+		if o == nil || o.state != Running {
+			tr.Clear(c.k.partRunningKey(kind, part, e.id))
+			delete(pc.entries, e.id)
+			cleared++
+			continue
+		}
+		live++
+	}
+	pc.live = live
+	if cleared > 0 {
+		pc.overflow = false // a place among those read: the next claim reads the rest
+	}
+	return nil
 }
 
 // releasePartition gives back the place of job id of kind (of partition
@@ -316,10 +440,23 @@ func (c *Client) releasePartition(ctx context.Context, kind, part, id string) er
 // those of running jobs (woken already, claiming) are left to their claim.
 func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token []byte) error {
 	tr.Clear(c.k.partRunningKey(kind, part, id))
+	// The hint says whether jobs may wait: a point read, where most ends
+	// find none, instead of a range read.
+	hk := c.k.partHintKey(kind, part)
+	hv, err := tr.Get(hk).Get()
+	if err != nil || kv.DecodeInt64(hv) <= 0 {
+		return err
+	}
 	rg := prefixRange(c.k.root, tuple.Tuple{keyPartWaiting, kind, part})
 	kvs, err := tr.GetRange(rg, kv.RangeOptions{Limit: partitionWakeScan}).GetSliceWithError()
 	if err != nil {
 		return err
+	}
+	if len(kvs) == 0 {
+		// None waits: the hint goes (a claim that makes a job wait
+		// meanwhile conflicts with this read of the waiting set).
+		tr.Clear(hk)
+		return nil
 	}
 	for _, e := range kvs {
 		t, err := c.k.root.Unpack(e.Key)

@@ -101,6 +101,12 @@ type applyFunc func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.
 // when not nil, written calls with the rows each attempt of it wrote (nil
 // for a job it did not write), in the same transaction.
 func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion, apply applyFunc, written func(tr kv.Transaction, after []*row)) ([]error, error) {
+	return c.batchWith(ctx, tx, items, nil, apply, written)
+}
+
+// batchWith is batch with before, when not nil, called at the start of
+// each attempt of its transaction (to issue reads apply will wait for).
+func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Completion, before func(tr kv.Transaction), apply applyFunc, written func(tr kv.Transaction, after []*row)) ([]error, error) {
 	if len(items) == 0 || len(items) > MaxBatch {
 		return nil, fmt.Errorf("%w: batch size %d outside [1, %d]", ErrInvalidArgument, len(items), MaxBatch)
 	}
@@ -144,6 +150,9 @@ func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion
 	out, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (outcome, error) {
 		tr, flush := coalesceAdds(tr)
 		defer flush()
+		if before != nil {
+			before(tr)
+		}
 		futs := make([]kv.FutureByteSlice, len(items))
 		for i, it := range items {
 			futs[i] = tr.Get(c.k.dataKey(it.Job.Type, it.Job.ID))

@@ -426,8 +426,11 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 		}
 		b = kv.Backoff{}
 		k.stats.running.Add(int64(len(jobs)))
-		for _, j := range jobs {
-			t := r.prepare(k, j)
+		tasks := make([]task, len(jobs))
+		for i, j := range jobs {
+			tasks[i] = r.prepare(k, j)
+		}
+		for _, t := range r.claimPartitions(ctx, p.hardCtx, k, tasks) {
 			select {
 			case p.jobs <- t: // an idle runner takes it
 			default:
@@ -562,19 +565,6 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
 		r.keep(ctx, cancel, held, k, job, after, a.write)
 	})
 	e, err := t.e, t.err
-	if e != nil && r.c.partLimited(k.kind, e.Partition) {
-		ok, cerr := r.claimPartition(ctx, k, job, e.Partition)
-		if !ok {
-			close(held)
-			if !keeper.Stop() {
-				<-keeperDone
-			}
-			if cerr != nil && !errors.Is(cerr, ErrHalt) && ctx.Err() == nil {
-				r.end(hardCtx, k, job, e, cerr, true) // handed back, not an attempt
-			}
-			return
-		}
-	}
 	if e != nil {
 		err = r.call(ctx, k, a, t)
 	} else {
@@ -603,14 +593,36 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
 	r.end(hardCtx, k, job, e, err, errors.Is(cause, ErrStopped) || errors.Is(cause, ErrCapacityLapsed))
 }
 
-// claimPartition is Client.claimPartition for a job of k, bounded by the
-// job's hold: a job that waits for a place goes back until k's Timeout
-// from now, doubling with each look that found its partition full, up to
-// PartitionRecheckMax, at the latest (a place freed by a node that died,
-// or by a job the Runtime did not end, is seen then; the ends of its
-// partition's jobs wake it before).
-func (r *Runtime) claimPartition(ctx context.Context, k *kindWorker, job *Job, part string) (bool, error) {
-	ctx, cancel := job.HoldContext(ctx)
+// claimPartitions claims, in one transaction (Client.claimPartitions),
+// places for the tasks of partitioned jobs of k that a fetch took, when k
+// may have a partition limit, and returns the tasks that may run: the
+// others went back to wait, were no longer this node's, or were handed
+// back after the transaction failed (none of those an attempt). A job that
+// waits goes back until k's Timeout from now, doubling with each look that
+// found its partition full, up to PartitionRecheckMax (a place freed by a
+// node that died, or by a job the Runtime did not end, is seen then; the
+// ends of its partition's jobs wake it before). The transaction is
+// bounded by the earliest hold of the jobs.
+func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, tasks []task) []task {
+	var claims []*claim
+	var of []int
+	for i, t := range tasks {
+		if t.e != nil && r.c.partLimited(k.kind, t.e.Partition) {
+			claims, of = append(claims, &claim{job: t.job, part: t.e.Partition}), append(of, i)
+		}
+	}
+	if len(claims) == 0 {
+		return tasks
+	}
+	first := claims[0].job
+	for _, cl := range claims {
+		if d, ok := cl.job.HoldDeadline(); ok {
+			if fd, fok := first.HoldDeadline(); !fok || d.Before(fd) {
+				first = cl.job
+			}
+		}
+	}
+	hctx, cancel := first.HoldContext(ctx)
 	defer cancel()
 	now := r.c.cfg.Clock.Now()
 	wait := func(looks int64) int64 {
@@ -618,13 +630,42 @@ func (r *Runtime) claimPartition(ctx context.Context, k *kindWorker, job *Job, p
 		for range min(looks, 16) {
 			d = min(2*d, PartitionRecheckMax)
 		}
-		return r.c.cfg.stime(now.Add(max(d, k.opts.Timeout)))
+		return r.c.cfg.stime(now.Add(d))
 	}
-	ok, err := r.c.claimPartition(ctx, job, part, wait)
-	if err == nil && !ok {
-		r.c.metrics.Load().count(metricPartitionWaits, k.kind, 1)
+	err := r.c.claimPartitions(hctx, claims, wait)
+	drop := map[int]bool{}
+	waits := 0
+	for i, cl := range claims {
+		t := tasks[of[i]]
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				r.c.cfg.Logger.Warn().Err(err).Str("kind", k.kind).Str("job", t.job.ID).
+					Msg("fdbjobs: runtime: claiming a place in the job's partition; handed back")
+				r.end(hardCtx, k, t.job, t.e, err, true)
+			}
+		case cl.granted:
+			continue
+		case cl.err == nil:
+			waits++
+		}
+		drop[of[i]] = true
 	}
-	return ok, err
+	if waits > 0 {
+		r.c.metrics.Load().count(metricPartitionWaits, k.kind, waits)
+	}
+	if len(drop) == 0 {
+		return tasks
+	}
+	kept := tasks[:0:0]
+	for i, t := range tasks {
+		if !drop[i] {
+			kept = append(kept, t)
+		}
+	}
+	k.stats.running.Add(-int64(len(drop)))
+	k.slots.give(len(drop))
+	return kept
 }
 
 // workManual runs one attempt at job of a Manual kind, whose worker holds
