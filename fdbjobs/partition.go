@@ -25,8 +25,6 @@ const (
 	// its limit counts as full until its jobs end or the claims that look
 	// clear them.
 	partitionScanExtra = 32
-	// (A claim reads that many beyond the limit as its Client last read
-	// it; see claimPartitions.)
 	// partitionWakeScan is how many waiting entries a job that ends looks
 	// at for one to wake (the others' jobs gone, or running already).
 	partitionWakeScan = 8
@@ -296,7 +294,7 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 			return r, false, nil
 		}
 		pc := parts[cl.part]
-		if err := c.readPartClaims(cl.part, pc, scan); err != nil {
+		if err := c.readPartClaims(tr, kind, cl.part, pc, scan, limit); err != nil {
 			return nil, false, err
 		}
 		if _, ok := pc.entries[j.ID]; ok {
@@ -345,14 +343,23 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 }
 
 // readPartClaims takes pc's running set from its range read, once per
-// attempt. Until checked, every entry counts as a running job.
-func (c *Client) readPartClaims(part string, pc *partClaims, scan int) error {
+// attempt, reading further when that read was cut at fewer entries than
+// limit and partitionScanExtra (the Client's copy of the limit lagged a
+// raise). Until checked, every entry counts as a running job.
+func (c *Client) readPartClaims(tr kv.Transaction, kind, part string, pc *partClaims, scan, limit int) error {
 	if pc.read {
 		return nil
 	}
 	kvs, err := pc.fut.GetSliceWithError()
 	if err != nil {
 		return err
+	}
+	if want := limit + partitionScanExtra; len(kvs) >= scan && scan < want {
+		begin, end := c.k.root.Sub(keyPartRunning, kind, part).FDBRangeKeys()
+		if kvs, err = tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: want}).GetSliceWithError(); err != nil {
+			return err
+		}
+		scan = want
 	}
 	pc.read, pc.entries = true, map[string]bool{}
 	for _, e := range kvs {

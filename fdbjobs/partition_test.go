@@ -315,3 +315,37 @@ func heldTimeout(t *testing.T) time.Duration {
 	}
 	return 3 * time.Second
 }
+
+// A claim whose Client's copy of the limit lags a raise reads on past the
+// entries it first read: a partition with 40 jobs running and a limit
+// raised from 1 to 100 (not yet seen by the Client) has room.
+func TestPartitionClaimReadsPastALaggingLimit(t *testing.T) {
+	b := setup(t)
+	b.start(t)
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, 1))
+	testutil.Eventually(t, "the Client read the limit", func() bool {
+		m := b.c.infos.Load()
+		return m != nil && (*m)[t1].partLimit == 1
+	})
+	// Raised behind the Client's back: no types version bump.
+	_, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+		tr.Set(b.c.k.partLimitKey(t1), tuple.Tuple{int64(100)}.Pack())
+		return struct{}{}, nil
+	})
+	require.NoError(t, err)
+	for i := range 41 {
+		b.add(t, t1, fmt.Sprintf("j%02d", i), `{"args":{}}`, 0)
+	}
+	var claims []*claim
+	for range 41 {
+		claims = append(claims, &claim{job: b.accept(t, t1), part: "p"})
+	}
+	wait := func(int64) int64 { return b.c.cfg.now() + 1000 }
+	require.NoError(t, b.c.claimPartitions(b.ctx, claims[:40], wait))
+	for _, cl := range claims[:40] {
+		require.True(t, cl.granted)
+	}
+	last := claims[40:]
+	require.NoError(t, b.c.claimPartitions(b.ctx, last, wait))
+	require.True(t, last[0].granted, "41 of 100")
+}
