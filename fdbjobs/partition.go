@@ -420,6 +420,81 @@ func (c *Client) checkPartClaims(tr kv.Transaction, kind, part string, pc *partC
 	return nil
 }
 
+// claimPartitions claims, in one transaction (Client.claimPartitions),
+// places for the tasks of partitioned jobs of k that a fetch took, when k
+// may have a partition limit, and returns the tasks that may run: the
+// others went back to wait, were no longer this node's, or were handed
+// back after the transaction failed (none of those an attempt). A job that
+// waits goes back until k's Timeout from now, doubling with each look that
+// found its partition full, up to PartitionRecheckMax (a place freed by a
+// node that died, or by a job the Runtime did not end, is seen then; the
+// ends of its partition's jobs wake it before). The transaction is
+// bounded by the earliest hold of the jobs.
+func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, tasks []task) []task {
+	var claims []*claim
+	var of []int
+	for i, t := range tasks {
+		if t.e != nil && r.c.partLimited(k.kind, t.e.Partition) {
+			claims, of = append(claims, &claim{job: t.job, part: t.e.Partition}), append(of, i)
+		}
+	}
+	if len(claims) == 0 {
+		return tasks
+	}
+	first := claims[0].job
+	for _, cl := range claims {
+		if d, ok := cl.job.HoldDeadline(); ok {
+			if fd, fok := first.HoldDeadline(); !fok || d.Before(fd) {
+				first = cl.job
+			}
+		}
+	}
+	hctx, cancel := first.HoldContext(ctx)
+	defer cancel()
+	now := r.c.cfg.Clock.Now()
+	wait := func(looks int64) int64 {
+		d := k.opts.Timeout
+		for range min(looks, 16) {
+			d = min(2*d, PartitionRecheckMax)
+		}
+		return r.c.cfg.stime(now.Add(d))
+	}
+	err := r.c.claimPartitions(hctx, claims, wait)
+	drop := map[int]bool{}
+	waits := 0
+	for i, cl := range claims {
+		t := tasks[of[i]]
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				r.c.cfg.Logger.Warn().Err(err).Str("kind", k.kind).Str("job", t.job.ID).
+					Msg("fdbjobs: runtime: claiming a place in the job's partition; handed back")
+				r.end(hardCtx, k, t.job, t.e, err, true)
+			}
+		case cl.granted:
+			continue
+		case cl.err == nil:
+			waits++
+		}
+		drop[of[i]] = true
+	}
+	if waits > 0 {
+		r.c.metrics.Load().count(metricPartitionWaits, k.kind, waits)
+	}
+	if len(drop) == 0 {
+		return tasks
+	}
+	kept := tasks[:0:0]
+	for i, t := range tasks {
+		if !drop[i] {
+			kept = append(kept, t)
+		}
+	}
+	k.stats.running.Add(-int64(len(drop)))
+	k.slots.give(len(drop))
+	return kept
+}
+
 // releasePartition gives back the place of job id of kind (of partition
 // part), which left its Runtime without an end the Runtime wrote
 // (cancelled, removed, its hold lapsed): unless the job runs again (on

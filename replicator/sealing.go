@@ -280,3 +280,27 @@ func proxyPassword(p string) string {
 	pw, _ := u.User.Password()
 	return pw
 }
+
+// SealWebhookSecret seals h's secret with s (nil: kept as written).
+func SealWebhookSecret(s *seal.Sealer, h *Webhook) error {
+	if s == nil || seal.IsSealed(h.Secret) {
+		return nil
+	}
+	v, err := s.Seal(h.Secret, sealContext(webhookSealScope(h.Owner, h.ID), "secret"), sealBinding(webhookOrigin(h.URL)))
+	if err != nil {
+		return err
+	}
+	h.Secret = v
+	return nil
+}
+
+// WebhookSecret returns h's secret in clear, opened with o when sealed.
+func WebhookSecret(o *seal.Opener, h *Webhook) (string, error) {
+	if !seal.IsSealed(h.Secret) {
+		return h.Secret, nil
+	}
+	if o == nil {
+		return "", errors.New("the webhook's secret is sealed and this node holds no key ([replicator] seal_private_key_files)")
+	}
+	return o.Open(h.Secret, sealContext(webhookSealScope(h.Owner, h.ID), "secret"), sealBinding(webhookOrigin(h.URL)))
+}
