@@ -53,10 +53,11 @@ func newChangesReader(rep Replication, src *peer, startSeq json.RawMessage, inli
 		tracker: newSeqTracker(startSeq)}
 }
 
-// run reads the feed until it ends, fails or ctx ends, and then closes
-// rows. A one-shot feed read to its end is recorded as complete.
+// run reads the feed until it ends, fails or ctx ends. A one-shot feed
+// read to its end is recorded as complete. Its caller closes rows after it
+// has recorded run's error (see Run.spawn): the workers end when rows
+// close, and the run must not end before it has the feed's failure.
 func (c *changesReader) run(ctx context.Context) error {
-	defer close(c.rows)
 	err := c.read(ctx)
 	if err == nil && ctx.Err() == nil && !c.rep.Continuous {
 		c.complete.Store(true)

@@ -523,15 +523,16 @@ func (r *Run) replicate() error {
 	defer feedCancel()
 
 	var bg, workers sync.WaitGroup
-	r.spawn(&bg, feedCtx, runCancel, CountChangesReaderDeath, func() error { return r.changes.run(feedCtx) })
+	r.spawn(&bg, feedCtx, runCancel, CountChangesReaderDeath, func() error { return r.changes.run(feedCtx) },
+		func() { close(r.changes.rows) })
 	for i := 0; i < r.rep.WorkerProcesses; i++ {
 		r.count(CountWorkerStarted)
-		r.spawn(&workers, runCtx, runCancel, CountWorkerDeath, func() error { return r.workers.work(runCtx) })
+		r.spawn(&workers, runCtx, runCancel, CountWorkerDeath, func() error { return r.workers.work(runCtx) }, nil)
 	}
 	workersDone := make(chan struct{})
 	go func() { workers.Wait(); close(workersDone) }()
 	tickerStop := make(chan struct{})
-	r.spawn(&bg, runCtx, runCancel, -1, func() error { return r.ck.every(runCtx, r.rep.CheckpointInterval, tickerStop) })
+	r.spawn(&bg, runCtx, runCancel, -1, func() error { return r.ck.every(runCtx, r.rep.CheckpointInterval, tickerStop) }, nil)
 	join := func() {
 		close(tickerStop)
 		feedCancel()
@@ -603,11 +604,17 @@ func (r *Run) replicate() error {
 // spawn runs f on a goroutine counted by wg. An error fails the run, unless
 // ctx had ended (a role cut short by the end of the run reports that end,
 // not the request it was in); a panic (ErrInternal) always fails it. An
-// error that fails the run is counted as death (none: -1).
-func (r *Run) spawn(wg *sync.WaitGroup, ctx context.Context, cancel context.CancelCauseFunc, death Count, f func() error) {
+// error that fails the run is counted as death (none: -1). then (nil:
+// none) runs after that, when f's end is recorded: what the other roles
+// wait for (the changes feed's rows closing) is done there, so that no
+// role sees f end before its error fails the run.
+func (r *Run) spawn(wg *sync.WaitGroup, ctx context.Context, cancel context.CancelCauseFunc, death Count, f func() error, then func()) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		if then != nil {
+			defer then()
+		}
 		err := safely(&r.log, f)
 		// A role cut short by a halt (a read cancelled, a write not
 		// started) ended as asked.
