@@ -213,6 +213,18 @@
 //	                              makes one wait, cleared by an end that
 //	                              finds none (an end reads it, and the
 //	                              waiting set only when it is set)
+//	(28, Kind, Partition)         PARTITION_COUNT: int64 LE counter — the
+//	                              partition's PARTITION_RUNNING entries,
+//	                              or more: added to by each claim that
+//	                              writes one, taken from by each end that
+//	                              clears one, set by a claim that counted
+//	                              them; absent or below 0: not known.
+//	                              Kept at 0 once the partition is idle
+//	                              (one key per partition that ran under
+//	                              a limit)
+//	(29, Kind, Partition)         PARTITION_CLAIM: never written — the
+//	                              claims of the partition add a read and
+//	                              a write conflict range on it
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a
@@ -389,46 +401,56 @@
 //
 // # Partitions
 //
-// A job inserted with InsertOptions.Partition (kept in its envelope)
-// belongs to that partition of its kind; SetPartitionLimit lets at most N
-// jobs of one partition run at once across every Runtime. Before calling
-// the workers, a Runtime's fetcher claims places for the jobs it took, in
-// one transaction per fetch fenced by each job's lock
-// (Client.claimPartitions): it reads the limit and each partition's
-// PARTITION_RUNNING entries (N + 32 at most, N as its Client last read
-// it), all at once. With fewer
-// than N entries, or N entries of which some name jobs no longer running
-// (read then, and cleared), it writes the job's entry; an entry of its
-// own counts as a place. Otherwise it writes the job's PARTITION_WAITING
-// entry (its value counts the looks that found the partition full) and
-// sends the job back to the queue until the kind's Timeout from now,
-// doubled per earlier look up to PartitionRecheckMax (FinishAt: not an
-// attempt), and adds to the partition's PARTITION_HINT. Every end a
-// Runtime writes (endBatchIn, CompleteTx's too) clears the job's entry
-// and, when the hint is set, in the same transaction moves the first
-// pending job of the partition's waiting entries (8 looked at; those of
-// jobs gone are cleared; none left clears the hint) to now, so the
-// waiter claims the freed place as soon as an acceptor takes it. A job
-// taken from its Runtime without an end it wrote (cancelled, removed, its
-// hold lapsed) gives its place back in a transaction of its own unless it
-// runs again elsewhere (releasePartition). A raised or cleared limit moves
-// every waiting job to now, a page of 200 per transaction (wakeWaiting).
-// The ranges read are the tuple subspaces of (Kind, Partition), so that a
-// partition whose name extends another's ("p\x00", "p") is apart from it.
+// A job inserted with InsertOptions.Partition (kept in its envelope) belongs
+// to that partition of its kind; SetPartitionLimit lets at most N jobs of
+// one partition run at once across every Runtime. Before calling the
+// workers, a Runtime's fetcher claims places for the jobs it took, in one
+// transaction per fetch fenced by each job's lock (Client.claimPartitions),
+// one at a time on a Runtime (its fetchers' claims would conflict): it reads
+// the limit and each partition's PARTITION_COUNT (a snapshot read: the ends
+// that take from it do not conflict with claims). A count below N grants the
+// place: the claim writes the job's entry and adds to the count. A count
+// absent, below 0, or at N makes the claim read the PARTITION_RUNNING
+// entries instead (N + 32 at most) and, when they reach N, the rows of their
+// jobs, clearing the entries of jobs no longer running; having read them all
+// it sets the count to them. With fewer than N entries then it writes the
+// job's entry; an entry of its own counts as a place. Otherwise it writes
+// the job's PARTITION_WAITING entry (its value counts the looks that found
+// the partition full) and sends the job back to the queue until the kind's
+// Timeout from now, doubled per earlier look up to PartitionRecheckMax
+// (FinishAt: not an attempt), and adds to the partition's PARTITION_HINT.
+// Every end a Runtime writes (endBatchIn, CompleteTx's too) clears the job's
+// entry, taking one from the count when it was there, and, when the hint is
+// set, in the same transaction moves the first pending job of the
+// partition's waiting entries (8 looked at; those of jobs gone are cleared;
+// none left clears the hint) to now, so the waiter claims the freed place as
+// soon as an acceptor takes it. A job taken from its Runtime without an end
+// it wrote (cancelled, removed, its hold lapsed) gives its place back in a
+// transaction of its own unless it runs again elsewhere (releasePartition).
+// A raised or cleared limit moves every waiting job to now, a page of 200
+// per transaction (wakeWaiting). The ranges read are the tuple subspaces of
+// (Kind, Partition), so that a partition whose name extends another's
+// ("p\x00", "p") is apart from it.
 //
 // Invariant: at any moment the jobs of one partition that run past their
-// claim are at most the limit in force at their claims: each claim
-// counts, in a transaction that conflicts with every other claim of the
-// partition (they read the range each other writes), the entries of
-// running jobs; a job's entry outlives its run (cleared by its end, or
-// found stale by a claim), never the reverse. Liveness: a waiting job is
-// looked at again at the latest PartitionRecheckMax later, by which time
-// a place held by a node that died is free (its job handed back by the
-// activity monitor within a Timeout, its entry then stale, or taken again
-// by that job's next claim); a wake moves a waiter that is pending,
-// so a wake meeting a waiter still in its claim's transaction conflicts
-// with it instead of being lost. TestPartitionLimitAcrossNodes checks both
-// with eight nodes, under the faults, latency and FoundationDB passes.
+// claim are at most the limit in force at their claims: each claim decides,
+// in a transaction that conflicts with every other claim of the partition
+// (PARTITION_CLAIM), from a count that is at least the partition's entries
+// (each entry written adds one, each cleared takes one, and a count set is
+// the entries read in a transaction that conflicts with any end clearing
+// one; a claim retried after commit_unknown_result may add twice, which only
+// makes the count high until it reaches the limit and is counted again), or
+// from the entries themselves; a job's entry outlives its run (cleared by
+// its end, or found stale by a claim), never the reverse. A claim that makes
+// a job wait has read the entries, so an end that frees a place conflicts
+// with it or comes after it and wakes the job. Liveness: a waiting job is
+// looked at again at the latest PartitionRecheckMax later, by which time a
+// place held by a node that died is free (its job handed back by the
+// activity monitor within a Timeout, its entry then stale, or taken again by
+// that job's next claim); a wake moves a waiter that is pending, so a wake
+// meeting a waiter still in its claim's transaction conflicts with it
+// instead of being lost. TestPartitionLimitAcrossNodes checks both with
+// eight nodes, under the faults, latency and FoundationDB passes.
 //
 // Cost: a claim transaction per fetch that took partitioned jobs of a
 // limited kind (a kind without a partition limit claims nothing), with a

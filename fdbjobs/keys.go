@@ -37,6 +37,8 @@ const (
 	keyPartRunning     = 25 // (25, Kind, Partition, JobID) -> ""
 	keyPartWaiting     = 26 // (26, Kind, Partition, JobID) -> (Looks)
 	keyPartHint        = 27 // (27, Kind, Partition) -> int64 LE counter
+	keyPartCount       = 28 // (28, Kind, Partition) -> int64 LE counter of PARTITION_RUNNING entries
+	keyPartClaim       = 29 // (29, Kind, Partition): conflict ranges only, never written
 )
 
 // State is a job's state.

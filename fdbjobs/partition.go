@@ -63,6 +63,21 @@ func (k keys) partHintKey(kind, part string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyPartHint, kind, part})
 }
 
+// partCountKey is the count of part's running entries, kept by the
+// claims and ends that write and clear them; absent, or at 0 or below,
+// means unknown (a claim counts the entries then).
+func (k keys) partCountKey(kind, part string) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyPartCount, kind, part})
+}
+
+// partClaimKey is where the claims of part conflict with each other: each
+// adds a read and a write conflict on it, none writes it.
+func (k keys) partClaimKey(kind, part string) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyPartClaim, kind, part})
+}
+
+var minusOne = kv.Int64(-1)
+
 func (k keys) partWaitingKey(kind, part, id string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyPartWaiting, kind, part, id})
 }
@@ -211,16 +226,26 @@ type claim struct {
 }
 
 // partClaims is what one attempt of a claimPartitions transaction knows of
-// one partition: the entries of its running set (by job id: true for
-// those written by this attempt), whether those of other jobs were
-// checked, and how many of them run.
+// one partition: its PARTITION_COUNT as read (a snapshot read: the ends
+// that lower it do not conflict with claims), and, once the count did not
+// do (absent, or at the limit), the entries of its running set (by job
+// id: true for those written by this attempt), whether those of other
+// jobs were checked, and how many of them run.
 type partClaims struct {
-	fut      kv.RangeResult
-	entries  map[string]bool
-	read     bool
-	checked  bool
-	live     int
-	overflow bool // as many entries as read: maybe more
+	countFut kv.FutureByteSlice
+	// count is the places taken, while tracked: from a count read above
+	// 0, or set exactly from the running set read whole; grants add to
+	// it, and add to the stored count only while tracked.
+	count   int64
+	known   bool // count read (or the set read instead)
+	tracked bool
+	fenced  bool // the claims' conflict key added
+	ranged  bool // the running set read (entries, live, overflow)
+	entries map[string]bool
+	checked bool
+	live    int
+	// overflow: as many entries as read, maybe more.
+	overflow bool
 }
 
 // claimPartitions takes places for claims' jobs (each of the partition of
@@ -229,15 +254,20 @@ type partClaims struct {
 // claim's granted (and err: ErrHalt for a job no longer this node's). A
 // job may run with a place (its entry in the running set, written here;
 // an entry of its own found there, as after a retry or a hand-back,
-// counts), or when its kind has no partition limit. When the entries read
-// reach the limit, the rows of their jobs are read: entries of jobs no
-// longer running (ended unseen, handed back by the activity monitor) are
-// cleared. A partition still full makes the job wait: in the same
-// transaction it enters the waiting set and goes back to the queue until
-// wait(looks) (not an attempt; looks counts the claims that found the
-// partition full since it was last woken), and the first job of the
-// partition that ends moves it to now. The jobs are of one kind; each
-// partition's running set is read once, all at the attempt's start.
+// counts), or when its kind has no partition limit. A partition's count
+// of entries (PARTITION_COUNT) below the limit grants a place with point
+// reads alone; an absent count (none kept yet, or back to 0), or one at
+// the limit, makes the claim read the running set instead, count it
+// exactly, and, when the entries read reach the limit, read the rows of
+// their jobs: entries of jobs no longer running (ended unseen, handed back
+// by the activity monitor) are cleared. A partition still full makes the
+// job wait: in the same transaction it enters the waiting set and goes
+// back to the queue until wait(looks) (not an attempt; looks counts the
+// claims that found the partition full since it was last woken), and the
+// first job of the partition that ends moves it to now. The jobs are of
+// one kind. Claims of one partition conflict with each other through
+// PARTITION_CLAIM, which no transaction writes: the ends that free places
+// conflict with no claim that grants one.
 func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func(looks int64) int64) error {
 	if len(claims) == 0 {
 		return nil
@@ -248,10 +278,11 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 	for i, cl := range claims {
 		items[i], byJob[cl.job] = Completion{Job: cl.job}, cl
 	}
-	// The running entries read of each partition: the limit as this
-	// Client last read it, and partitionScanExtra more. A partition with
-	// that many counts as full (conservative while the copy lags a raised
-	// limit, whose wake brings its waiters back).
+	// The running entries a claim reads of a partition whose count does
+	// not do: the limit as this Client last read it, and
+	// partitionScanExtra more. A partition with that many counts as full
+	// (conservative while the copy lags a raised limit, whose wake brings
+	// its waiters back).
 	scan := partitionScanExtra + 1
 	if m := c.infos.Load(); m != nil {
 		scan += (*m)[kind].partLimit
@@ -266,8 +297,7 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 		for _, cl := range claims {
 			cl.granted, cl.err = false, nil
 			if parts[cl.part] == nil {
-				begin, end := c.k.root.Sub(keyPartRunning, kind, cl.part).FDBRangeKeys()
-				parts[cl.part] = &partClaims{fut: tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: scan})}
+				parts[cl.part] = &partClaims{countFut: tr.Snapshot().Get(c.k.partCountKey(kind, cl.part))}
 			}
 		}
 	}
@@ -294,23 +324,49 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 			return r, false, nil
 		}
 		pc := parts[cl.part]
-		if err := c.readPartClaims(tr, kind, cl.part, pc, scan, limit); err != nil {
-			return nil, false, err
+		if !pc.fenced {
+			// Claims of the partition conflict with each other.
+			ck := c.k.partClaimKey(kind, cl.part)
+			if err := tr.AddReadConflictKey(ck); err != nil {
+				return nil, false, err
+			}
+			if err := tr.AddWriteConflictKey(ck); err != nil {
+				return nil, false, err
+			}
+			pc.fenced = true
 		}
-		if _, ok := pc.entries[j.ID]; ok {
-			cl.granted = true
-			return r, false, nil
+		if !pc.known {
+			v, err := pc.countFut.Get()
+			if err != nil {
+				return nil, false, err
+			}
+			if n := kv.DecodeInt64(v); len(v) == 8 && n >= 0 {
+				pc.count, pc.tracked = n, true
+			}
+			pc.known = true
 		}
-		if (pc.live >= limit || pc.overflow) && !pc.checked {
-			if err := c.checkPartClaims(tr, kind, cl.part, pc); err != nil {
+		if !pc.tracked || pc.count >= int64(limit) {
+			if err := c.countPartClaims(tr, kind, cl.part, pc, scan, limit); err != nil {
 				return nil, false, err
 			}
 		}
-		if pc.live < limit && !pc.overflow {
+		if pc.ranged {
+			if _, ok := pc.entries[j.ID]; ok {
+				cl.granted = true // its place, taken before (and counted)
+				return r, false, nil
+			}
+		}
+		if (!pc.ranged && pc.count < int64(limit)) || (pc.ranged && pc.live < limit && !pc.overflow) {
 			tr.Set(c.k.partRunningKey(kind, cl.part, j.ID), nil)
 			tr.Clear(c.k.partWaitingKey(kind, cl.part, j.ID))
-			pc.entries[j.ID] = true
-			pc.live++
+			if pc.tracked {
+				tr.Add(c.k.partCountKey(kind, cl.part), one)
+				pc.count++
+			}
+			if pc.ranged {
+				pc.entries[j.ID] = true
+				pc.live++
+			}
 			cl.granted = true
 			return r, false, nil
 		}
@@ -342,26 +398,43 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 	return nil
 }
 
-// readPartClaims takes pc's running set from its range read, once per
-// attempt, reading further when that read was cut at fewer entries than
-// limit and partitionScanExtra (the Client's copy of the limit lagged a
-// raise). Until checked, every entry counts as a running job.
-func (c *Client) readPartClaims(tr kv.Transaction, kind, part string, pc *partClaims, scan, limit int) error {
-	if pc.read {
+// countPartClaims reads pc's running set, once per attempt (a read that
+// conflicts with the ends that clear entries: a job made to wait is woken
+// by an end that commits after its claim, or its claim fails), checks the
+// entries when they reach the limit, and, when it read them all, sets the
+// partition's count to the entries found (this attempt's grants counted
+// on from there).
+func (c *Client) countPartClaims(tr kv.Transaction, kind, part string, pc *partClaims, scan, limit int) error {
+	if pc.ranged {
 		return nil
 	}
-	kvs, err := pc.fut.GetSliceWithError()
+	if err := c.readPartClaims(tr, kind, part, pc, scan, limit); err != nil {
+		return err
+	}
+	whole := !pc.overflow // (a check that clears entries may reset overflow)
+	if (pc.live >= limit || pc.overflow) && !pc.checked {
+		if err := c.checkPartClaims(tr, kind, part, pc); err != nil {
+			return err
+		}
+	}
+	if whole {
+		tr.Set(c.k.partCountKey(kind, part), kv.Int64(int64(pc.live)))
+		pc.count, pc.tracked = int64(pc.live), true
+	}
+	return nil
+}
+
+// readPartClaims reads pc's running set: the limit and partitionScanExtra
+// entries, or scan when more (the Client's copy of the limit before a
+// lowering). Until checked, every entry counts as a running job.
+func (c *Client) readPartClaims(tr kv.Transaction, kind, part string, pc *partClaims, scan, limit int) error {
+	begin, end := c.k.root.Sub(keyPartRunning, kind, part).FDBRangeKeys()
+	scan = max(scan, limit+partitionScanExtra+1)
+	kvs, err := tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: scan}).GetSliceWithError()
 	if err != nil {
 		return err
 	}
-	if want := limit + partitionScanExtra; len(kvs) >= scan && scan < want {
-		begin, end := c.k.root.Sub(keyPartRunning, kind, part).FDBRangeKeys()
-		if kvs, err = tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: want}).GetSliceWithError(); err != nil {
-			return err
-		}
-		scan = want
-	}
-	pc.read, pc.entries = true, map[string]bool{}
+	pc.ranged, pc.entries = true, map[string]bool{}
 	for _, e := range kvs {
 		t, err := c.k.root.Unpack(e.Key)
 		if err != nil || len(t) != 4 || t[2] != any(part) {
@@ -459,7 +532,9 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 		}
 		return r.c.cfg.stime(now.Add(d))
 	}
+	k.claims.Lock()
 	err := r.c.claimPartitions(hctx, claims, wait)
+	k.claims.Unlock()
 	drop := map[int]bool{}
 	waits := 0
 	for i, cl := range claims {
@@ -516,12 +591,23 @@ func (c *Client) releasePartition(ctx context.Context, kind, part, id string) er
 }
 
 // leavePartition, in a transaction that ended job (of partition part) or
-// handed it back, clears its place and moves the first waiting job of the
-// partition that is pending to now, so that it claims the place. The
-// waiting entries it passes whose jobs are gone or finished are cleared;
-// those of running jobs (woken already, claiming) are left to their claim.
+// handed it back, clears its place (its entry, and one from the
+// partition's count: a count back at 0 is cleared) and moves the first
+// waiting job of the partition that is pending to now, so that it claims
+// the place. The waiting entries it passes whose jobs are gone or finished
+// are cleared; those of running jobs (woken already, claiming) are left to
+// their claim.
 func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token []byte) error {
-	tr.Clear(c.k.partRunningKey(kind, part, id))
+	ek := c.k.partRunningKey(kind, part, id)
+	ev, err := tr.Get(ek).Get()
+	if err != nil {
+		return err
+	}
+	if ev != nil {
+		tr.Clear(ek)
+		ck := c.k.partCountKey(kind, part)
+		tr.Add(ck, minusOne)
+	}
 	// The hint says whether jobs may wait: a point read, where most ends
 	// find none, instead of a range read.
 	hk := c.k.partHintKey(kind, part)

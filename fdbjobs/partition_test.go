@@ -69,6 +69,21 @@ func TestPartitionLimitAcrossNodes(t *testing.T) {
 	n, err := nodes[5].GetPartitionLimit(ctx, nil, "part")
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
+	// The limit is in force for the jobs a Runtime starts once its Client
+	// has read it (SetPartitionLimit); under injected faults a Client's
+	// watch may fail, and its next look come a poll later.
+	everyNodeRead := func(n int) {
+		t.Helper()
+		testutil.Eventually(t, "every node read the limit", func() bool {
+			for _, c := range nodes {
+				if m := c.infos.Load(); m == nil || (*m)["part"].partLimit != n {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	everyNodeRead(3)
 	for _, c := range nodes {
 		rt, err := NewRuntime(c, ws, RuntimeOptions{FetchPoll: 20 * time.Millisecond})
 		require.NoError(t, err)
@@ -123,14 +138,7 @@ func TestPartitionLimitAcrossNodes(t *testing.T) {
 
 	// Lowered at run time: the jobs that start after it keep to it.
 	require.NoError(t, nodes[2].SetPartitionLimit(ctx, nil, "part", 1))
-	testutil.Eventually(t, "every node read the new limit", func() bool {
-		for _, c := range nodes {
-			if m := c.infos.Load(); m == nil || (*m)["part"].partLimit != 1 {
-				return false
-			}
-		}
-		return true
-	})
+	everyNodeRead(1)
 	limit.Store(1)
 	insert(360, 100, "a")
 	insert(460, 40, "d")
@@ -146,6 +154,11 @@ func TestPartitionLimitAcrossNodes(t *testing.T) {
 	testutil.Eventually(t, "the partitions' sets empty", func() bool {
 		return len(scanRoot(t, db, nodes[0], keyPartRunning, keyPartWaiting)) == 0
 	})
+	if plainStore(t) { // (a claim retried after commit_unknown_result counts its place twice)
+		for _, e := range scanRoot(t, db, nodes[0], keyPartCount) {
+			require.Zero(t, kv.DecodeInt64(e.Value), "a count of places once every job ended")
+		}
+	}
 
 	// Every job ran once with one attempt, on the embedded store as it
 	// is. Under injected faults or latency, the race detector or a real
@@ -348,4 +361,92 @@ func TestPartitionClaimReadsPastALaggingLimit(t *testing.T) {
 	last := claims[40:]
 	require.NoError(t, b.c.claimPartitions(b.ctx, last, wait))
 	require.True(t, last[0].granted, "41 of 100")
+}
+
+// A partition's count of places decides claims with point reads, and the
+// running set decides them when the count cannot: a count missing (a
+// store whose entries were written before counts were kept) is taken from
+// the entries, so the limit holds; a count above its entries (a claim
+// retried after commit_unknown_result counts its place twice) is set
+// right once it reaches the limit; an end takes its place off the count
+// (and wakes a job waiting for it).
+func TestPartitionCountRepaired(t *testing.T) {
+	b := setup(t)
+	b.start(t)
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, 2))
+	count := func(part string) (int64, bool) {
+		v, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]byte, error) {
+			return tr.Get(b.c.k.partCountKey(t1, part)).Get()
+		})
+		require.NoError(t, err)
+		return kv.DecodeInt64(v), v != nil
+	}
+	setCount := func(part string, n int64, present bool) {
+		_, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+			if present {
+				tr.Set(b.c.k.partCountKey(t1, part), kv.Int64(n))
+			} else {
+				tr.Clear(b.c.k.partCountKey(t1, part))
+			}
+			return struct{}{}, nil
+		})
+		require.NoError(t, err)
+	}
+	// Under injected faults a claim retried after commit_unknown_result
+	// may count its place twice: the count is at least the places then.
+	requireCount := func(part string, want int64) {
+		t.Helper()
+		n, ok := count(part)
+		require.True(t, ok)
+		if plainStore(t) {
+			require.Equal(t, want, n)
+		} else {
+			require.GreaterOrEqual(t, n, want)
+		}
+	}
+	wait := func(int64) int64 { return b.c.cfg.now() + 60_000 }
+	claimOne := func(id, part string) *claim {
+		t.Helper()
+		b.add(t, t1, id, `{"args":{}}`, 0)
+		cl := &claim{job: b.accept(t, t1), part: part}
+		require.Equal(t, id, cl.job.ID)
+		require.NoError(t, b.c.claimPartitions(b.ctx, []*claim{cl}, wait))
+		require.NoError(t, cl.err)
+		return cl
+	}
+
+	// Two places taken and counted; the count lost: the third waits.
+	require.True(t, claimOne("a1", "a").granted)
+	a2 := claimOne("a2", "a")
+	require.True(t, a2.granted)
+	requireCount("a", 2)
+	setCount("a", 0, false)
+	require.False(t, claimOne("a3", "a").granted, "two entries, limit 2: the missing count was taken from them")
+	requireCount("a", 2) // counted again
+
+	// An end takes its place off the count.
+	token, err := newToken()
+	require.NoError(t, err)
+	_, err = kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+		return struct{}{}, b.c.leavePartition(tr, t1, "a", a2.job.ID, token)
+	})
+	require.NoError(t, err)
+	requireCount("a", 1)
+	// and wakes a3, which takes the place.
+	a3 := &claim{job: b.accept(t, t1), part: "a"}
+	require.Equal(t, "a3", a3.job.ID)
+	require.NoError(t, b.c.claimPartitions(b.ctx, []*claim{a3}, wait))
+	require.True(t, a3.granted)
+	requireCount("a", 2)
+
+	// A count above its entries: set right when it reaches the limit.
+	setCount("b", 2, true)
+	require.True(t, claimOne("b1", "b").granted, "no entries: a place, though the count said full")
+	requireCount("b", 1)
+	// A negative count is no count.
+	setCount("c", -3, true)
+	require.True(t, claimOne("c1", "c").granted)
+	require.True(t, claimOne("c2", "c").granted)
+	require.False(t, claimOne("c3", "c").granted)
+	requireCount("c", 2)
 }

@@ -260,6 +260,11 @@ type kindWorker struct {
 	// capacity is the Runtime's lease of the kind's cluster-wide limit
 	// (one per Start of a Runtime; limits.go).
 	capacity *capacity
+	// claims serializes the Runtime's claims of places in the kind's
+	// partitions (partition.go; one per Runtime, as ends): its fetchers'
+	// claims read and write the same partitions' keys, so that two at
+	// once would make one of them fail and run again.
+	claims *sync.Mutex
 	// decode decodes a job's arguments into the Worker's T (as any); its
 	// error is errDecode. work calls the Worker with them.
 	decode func(raw json.RawMessage) (any, error)
@@ -407,6 +412,7 @@ func (ws *Workers) snapshot() []*kindWorker {
 		c.ends = make(chan *ending, completeQueue)
 		c.slots = newSlots(c.opts.Concurrency)
 		c.stats = &kindStats{}
+		c.claims = &sync.Mutex{}
 		c.retainFinished = &atomic.Int64{}
 		c.retainFinished.Store(int64(c.opts.RetainFinished))
 		out = append(out, &c)
