@@ -428,7 +428,11 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 			{feeds, func(ti *typeInfo, _ []byte) error { ti.feed = true; return nil }},
 			{lanesOf, func(ti *typeInfo, v []byte) error { ti.lanes = decodeLanes(v); return nil }},
 			{limits, func(ti *typeInfo, v []byte) (err error) { ti.limit, err = decodeLimit(v); return err }},
-			{partLimits, func(ti *typeInfo, v []byte) (err error) { ti.partLimit, err = decodePartLimit(v); return err }},
+			{partLimits, func(ti *typeInfo, v []byte) error {
+				l, err := decodeLimit(v)
+				ti.partLimit, ti.partRate = l.Running, l.rateMicro()
+				return err
+			}},
 		} {
 			if err := each(r.f, r.set); err != nil {
 				return res{}, err

@@ -225,6 +225,12 @@
 //	(29, Kind, Partition)         PARTITION_CLAIM: never written — the
 //	                              claims of the partition add a read and
 //	                              a write conflict range on it
+//	(30, Kind, Partition)         PARTITION_STARTS: int64 LE — the
+//	                              theoretical time of the partition's
+//	                              next start (µs since the epoch) under a
+//	                              limit of starts per second; written by
+//	                              each claim that takes a start (one key
+//	                              per partition that started under it)
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a
@@ -428,7 +434,16 @@
 // it wrote (cancelled, removed, its hold lapsed) gives its place back in a
 // transaction of its own unless it runs again elsewhere (releasePartition).
 // A raised or cleared limit moves every waiting job to now, a page of 200
-// per transaction (wakeWaiting). The ranges read are the tuple subspaces of
+// per transaction (wakeWaiting). A limit of starts per second (PerSecond)
+// is a generic cell rate per partition, a token bucket kept as one time,
+// PARTITION_STARTS, read and written by the claims (takeStart): each start
+// moves it on by 1/PerSecond from it or from now, whichever is later, and
+// a start is free while it is within (max(1, PerSecond) - 1)/PerSecond of
+// now (the clock of the claiming node: skew between nodes moves starts by
+// as much). A job that finds no start free goes back to the queue (not an
+// attempt) until the next one, the jobs of one claim a start apart, at
+// most PartitionRecheckMax later; it takes no place until it has a start,
+// and a job whose place is its own already still takes one. The ranges read are the tuple subspaces of
 // (Kind, Partition), so that a partition whose name extends another's
 // ("p\x00", "p") is apart from it.
 //
@@ -452,11 +467,24 @@
 // instead of being lost. TestPartitionLimitAcrossNodes checks both with
 // eight nodes, under the faults, latency and FoundationDB passes.
 //
+// Invariant (starts): over any window of W seconds, a partition's jobs
+// take at most PerSecond × W + max(1, PerSecond) starts, give or take the
+// nodes' clock skew: the claims of a partition are serial (PARTITION_CLAIM),
+// and each start moves PARTITION_STARTS on by 1/PerSecond. A claim
+// retried after commit_unknown_result may take a start twice (fewer
+// starts, never more). Liveness: a job sent back for a start looks again
+// when one is free. TestPartitionStartsModel checks both with random
+// arrivals, limits and ends over simulated time.
+//
 // Cost: a claim transaction per fetch that took partitioned jobs of a
-// limited kind (a kind without a partition limit claims nothing), with a
-// range read per partition, and a clear and a point read in each end; claims of one partition conflict with each other, claims of
-// different partitions do not (no key is written by every claim of a
-// kind). Waiting jobs cost an accept and a claim each per wake or look.
+// limited kind (a kind without a partition limit claims nothing), with
+// point reads per partition (its count, its starts) while its count is
+// under the limit, its running set's range otherwise, and two point reads,
+// a clear and an add in each end; claims of one partition conflict with
+// each other, claims of different partitions do not, nor do ends with
+// claims (no key is written by every claim of a kind). A Runtime makes its
+// claims of a kind one at a time. Waiting jobs cost an accept and a claim
+// each per wake or look.
 // Order among a partition's waiters is their job ids', not their arrival.
 //
 // # Leases

@@ -34,9 +34,9 @@ type InsertOptions struct {
 	// and Priority 0 keeps that job's priority.
 	Priority int
 	// Partition is the job's partition key (a tenant, a host; at most
-	// PartitionMaxBytes): with the kind's partition limit
-	// (SetPartitionLimit), at most that many jobs of one partition run at
-	// once across every node. Empty: none.
+	// PartitionMaxBytes): with the kind's limit per partition
+	// (SetPartitionLimit), at most so many jobs of one partition run at
+	// once, or start per second, across every node. Empty: none.
 	Partition string
 }
 

@@ -39,6 +39,7 @@ const (
 	keyPartHint        = 27 // (27, Kind, Partition) -> int64 LE counter
 	keyPartCount       = 28 // (28, Kind, Partition) -> int64 LE counter of PARTITION_RUNNING entries
 	keyPartClaim       = 29 // (29, Kind, Partition): conflict ranges only, never written
+	keyPartStarts      = 30 // (30, Kind, Partition) -> int64 LE: the theoretical time of the next start, µs
 )
 
 // State is a job's state.

@@ -25,7 +25,7 @@ const MetricsReadTimeoutDefault = 2 * time.Second
 //	fdbjobs_jobs_completed_total   attempts whose end was written completed
 //	fdbjobs_jobs_retried_total     attempts whose end was written pending again, for a retry
 //	fdbjobs_jobs_discarded_total   attempts whose end was written discarded
-//	fdbjobs_jobs_partition_waits_total jobs sent back to wait for a place in their partition (SetPartitionLimit)
+//	fdbjobs_jobs_partition_waits_total jobs sent back to wait for a place or a start in their partition (SetPartitionLimit)
 //	fdbjobs_jobs_running           attempts running now (gauge)
 //	fdbjobs_job_wait_seconds       from a job's scheduled time to its attempt's start (histogram)
 //	fdbjobs_job_run_seconds        an attempt's run, its middleware and Worker (histogram)
@@ -68,7 +68,7 @@ func NewMetrics(c *Client, kinds ...string) *Metrics {
 		completed:      counter("completed", "Attempts that ended with the job completed."),
 		retried:        counter("retried", "Attempts that failed and left the job pending for a retry."),
 		discarded:      counter("discarded", "Attempts that ended with the job discarded."),
-		partitionWaits: counter("partition_waits", "Jobs sent back to wait for a place in their partition (SetPartitionLimit)."),
+		partitionWaits: counter("partition_waits", "Jobs sent back to wait for a place or a start in their partition (SetPartitionLimit)."),
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fdbjobs_jobs_running",
 			Help: "Attempts running in this process's Runtimes."}, []string{"kind"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "fdbjobs_job_wait_seconds",

@@ -2,7 +2,10 @@ package fdbjobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,10 +68,10 @@ func TestPartitionLimitAcrossNodes(t *testing.T) {
 	nodes := startMembers(ctx, t, db, 8)
 	require.NoError(t, nodes[0].SetTypeShards(ctx, nil, "part", 64))
 	limit.Store(3)
-	require.NoError(t, nodes[0].SetPartitionLimit(ctx, nil, "part", 3))
+	require.NoError(t, nodes[0].SetPartitionLimit(ctx, nil, "part", Limit{Running: 3}))
 	n, err := nodes[5].GetPartitionLimit(ctx, nil, "part")
 	require.NoError(t, err)
-	require.Equal(t, 3, n)
+	require.Equal(t, Limit{Running: 3}, n)
 	// The limit is in force for the jobs a Runtime starts once its Client
 	// has read it (SetPartitionLimit); under injected faults a Client's
 	// watch may fail, and its next look come a poll later.
@@ -137,7 +140,7 @@ func TestPartitionLimitAcrossNodes(t *testing.T) {
 	mu.Unlock()
 
 	// Lowered at run time: the jobs that start after it keep to it.
-	require.NoError(t, nodes[2].SetPartitionLimit(ctx, nil, "part", 1))
+	require.NoError(t, nodes[2].SetPartitionLimit(ctx, nil, "part", Limit{Running: 1}))
 	everyNodeRead(1)
 	limit.Store(1)
 	insert(360, 100, "a")
@@ -224,11 +227,12 @@ func TestPartitionPlaceOfCancelledJob(t *testing.T) {
 // Partitions and partition limits are bounded.
 func TestPartitionBadInput(t *testing.T) {
 	b := setup(t)
-	for _, n := range []int{0, -1, LimitMax + 1} {
-		err := b.c.SetPartitionLimit(b.ctx, nil, "part", n)
-		require.ErrorIs(t, err, ErrInvalidArgument, "%d", n)
+	for _, l := range []Limit{{}, {Running: -1}, {Running: LimitMax + 1}, {PerSecond: -1}, {PerSecond: LimitRateMin / 2},
+		{Running: 2, PerSecond: LimitMax + 1}} {
+		err := b.c.SetPartitionLimit(b.ctx, nil, "part", l)
+		require.ErrorIs(t, err, ErrInvalidArgument, "%+v", l)
 	}
-	require.ErrorIs(t, b.c.SetPartitionLimit(b.ctx, nil, "", 2), ErrInvalidArgument)
+	require.ErrorIs(t, b.c.SetPartitionLimit(b.ctx, nil, "", Limit{Running: 2}), ErrInvalidArgument)
 	n, err := b.c.GetPartitionLimit(b.ctx, nil, "part")
 	require.NoError(t, err)
 	require.Zero(t, n, "none set")
@@ -239,7 +243,7 @@ func TestPartitionBadInput(t *testing.T) {
 	}
 	_, err = b.c.Insert(b.ctx, nil, partArgs{}, InsertOptions{Partition: strings.Repeat("x", PartitionMaxBytes)})
 	require.NoError(t, err)
-	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, "part", 2))
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, "part", Limit{Running: 2}))
 	require.NoError(t, b.c.ClearPartitionLimit(b.ctx, nil, "part"))
 	n, err = b.c.GetPartitionLimit(b.ctx, nil, "part")
 	require.NoError(t, err)
@@ -268,7 +272,7 @@ func TestPartitionLimitRaisedWakesWaiters(t *testing.T) {
 	testutil.Eventually(t, "four jobs wait for p's place", func() bool {
 		return len(scanRoot(t, b.db, c, keyPartWaiting)) == 4
 	})
-	require.NoError(t, c.SetPartitionLimit(b.ctx, nil, "part", 3))
+	require.NoError(t, c.SetPartitionLimit(b.ctx, nil, "part", Limit{Running: 3}))
 	require.Equal(t, "p", testutil.Recv(t, started).Part)
 	require.Equal(t, "p", testutil.Recv(t, started).Part)
 	if plainStore(t) { // (under injected faults a hold may lapse, and a job run again)
@@ -308,7 +312,7 @@ func startHeldParts(t *testing.T, b *bundle) (*Client, chan heldStart, chan stru
 	require.NoError(t, err)
 	require.NoError(t, c.Start(b.ctx))
 	t.Cleanup(c.Stop)
-	require.NoError(t, c.SetPartitionLimit(b.ctx, nil, "part", 1))
+	require.NoError(t, c.SetPartitionLimit(b.ctx, nil, "part", Limit{Running: 1}))
 	rt, err := NewRuntime(c, ws, RuntimeOptions{FetchPoll: 20 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, rt.Start(b.ctx))
@@ -335,7 +339,7 @@ func heldTimeout(t *testing.T) time.Duration {
 func TestPartitionClaimReadsPastALaggingLimit(t *testing.T) {
 	b := setup(t)
 	b.start(t)
-	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, 1))
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, Limit{Running: 1}))
 	testutil.Eventually(t, "the Client read the limit", func() bool {
 		m := b.c.infos.Load()
 		return m != nil && (*m)[t1].partLimit == 1
@@ -373,7 +377,7 @@ func TestPartitionClaimReadsPastALaggingLimit(t *testing.T) {
 func TestPartitionCountRepaired(t *testing.T) {
 	b := setup(t)
 	b.start(t)
-	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, 2))
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, Limit{Running: 2}))
 	count := func(part string) (int64, bool) {
 		v, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]byte, error) {
 			return tr.Get(b.c.k.partCountKey(t1, part)).Get()
@@ -449,4 +453,138 @@ func TestPartitionCountRepaired(t *testing.T) {
 	require.True(t, claimOne("c2", "c").granted)
 	require.False(t, claimOne("c3", "c").granted)
 	requireCount("c", 2)
+}
+
+// TestPartitionStartsModel runs a seeded stream of claims over simulated
+// time (the Client's fake clock): jobs of three partitions arrive at random
+// moments and rates, are accepted once due and claimed in batches of
+// random size, and end at random moments, under a limit per partition of
+// starts per second drawn from the seed, with or without a limit of
+// running jobs. Safety: over any window of W seconds a partition starts at
+// most PerSecond × W + max(1, PerSecond) jobs, and never runs more than
+// Running at once. Liveness: once arrivals stop, every job starts within
+// 1.5 times its partition's backlog at the rate, and a few seconds more.
+// FDBREP_PARTITION_SEED replays a seed.
+func TestPartitionStartsModel(t *testing.T) {
+	seed := testutil.SeedFrom(t, "FDBREP_PARTITION_SEED")
+	rng := rand.New(rand.NewPCG(seed, seed>>1))
+	b := setup(t, func(cfg *Config) { cfg.TimeUnit = time.Millisecond })
+	b.start(t)
+	lim := Limit{PerSecond: []float64{0.7, 3, 10, 40}[rng.IntN(4)], Running: []int{0, 2, 5}[rng.IntN(3)]}
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, lim))
+	t.Logf("limit %+v", lim)
+	parts := []string{"p0", "p1", "p2"}
+	partOf := map[string]string{}
+	starts := map[string][]time.Time{}
+	running := map[string]int{}
+	type end struct {
+		at   time.Time
+		job  *Job
+		part string
+	}
+	var ends []end
+	wait := func(int64) int64 { return b.c.cfg.stime(b.clock.Now().Add(time.Second)) }
+	n := 0
+	step := func(arrive bool, advance time.Duration) {
+		t.Helper()
+		b.clock.Advance(time.Duration(rng.Int64N(int64(advance))))
+		now := b.clock.Now()
+		if arrive && rng.IntN(3) == 0 {
+			part := parts[rng.IntN(len(parts))]
+			for range 1 + rng.IntN(4) {
+				id := fmt.Sprintf("j%04d", n)
+				n++
+				b.add(t, t1, id, `{"args":{}}`, 0)
+				partOf[id] = part
+			}
+		}
+		kept := ends[:0]
+		for _, e := range ends {
+			if e.at.After(now) {
+				kept = append(kept, e)
+				continue
+			}
+			token, err := newToken()
+			require.NoError(t, err)
+			_, err = kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+				if err := b.c.leavePartition(tr, t1, e.part, e.job.ID, token); err != nil {
+					return struct{}{}, err
+				}
+				return struct{}{}, b.c.Finish(b.ctx, tr, e.job, nil)
+			})
+			require.NoError(t, err)
+			running[e.part]--
+		}
+		ends = kept
+		jobs, err := b.c.AcceptBatch(b.ctx, t1, 1+rng.IntN(12), AcceptOptions{})
+		if errors.Is(err, ErrNotFound) {
+			return
+		}
+		require.NoError(t, err)
+		claims := make([]*claim, len(jobs))
+		for i, j := range jobs {
+			claims[i] = &claim{job: j, part: partOf[j.ID]}
+		}
+		require.NoError(t, b.c.claimPartitions(b.ctx, claims, wait))
+		for _, cl := range claims {
+			require.NoError(t, cl.err)
+			if !cl.granted {
+				continue
+			}
+			starts[cl.part] = append(starts[cl.part], now)
+			running[cl.part]++
+			if lim.Running > 0 {
+				require.LessOrEqual(t, running[cl.part], lim.Running, "%s runs more than its limit (seed %d)", cl.part, seed)
+			}
+			ends = append(ends, end{now.Add(time.Duration(rng.IntN(400)) * time.Millisecond), cl.job, cl.part})
+		}
+	}
+	for range 600 {
+		step(true, 60*time.Millisecond)
+	}
+	// Every job starts: its partition's backlog at the rate, and a few
+	// seconds more (the claims' looks, the ends that free places), give
+	// or take half: a due job taken late (here by up to a step, 300 ms)
+	// leaves the bucket's start unused for that time when the bucket holds
+	// one.
+	stop := b.clock.Now()
+	backlog := 0
+	for _, p := range parts {
+		backlog = max(backlog, countOf(partOf, p)-len(starts[p]))
+	}
+	bound := stop.Add(time.Duration(1.5*float64(backlog)/lim.PerSecond*float64(time.Second)) + 10*time.Second)
+	for done := 0; done < len(partOf); {
+		require.False(t, b.clock.Now().After(bound), "%d of %d jobs started by %v after the arrivals (seed %d)",
+			done, len(partOf), bound.Sub(stop), seed)
+		step(false, 300*time.Millisecond)
+		done = 0
+		for _, p := range parts {
+			done += len(starts[p])
+		}
+	}
+	// No window of W seconds holds more starts than PerSecond × W +
+	// max(1, PerSecond).
+	depth := max(1, math.Floor(lim.PerSecond))
+	for _, p := range parts {
+		s := starts[p]
+		for i := range s {
+			for j := i; j < len(s); j++ {
+				w := s[j].Sub(s[i]).Seconds()
+				require.LessOrEqual(t, float64(j-i+1), lim.PerSecond*w+depth+1e-9,
+					"%s started %d jobs in %.3fs (seed %d)", p, j-i+1, w, seed)
+			}
+		}
+	}
+	t.Logf("%d jobs; starts per partition %d %d %d", len(partOf), len(starts["p0"]), len(starts["p1"]), len(starts["p2"]))
+}
+
+// countOf counts the values of m equal to v.
+func countOf(m map[string]string, v string) int {
+	n := 0
+	for _, x := range m {
+		if x == v {
+			n++
+		}
+	}
+	return n
 }

@@ -42,9 +42,11 @@ type typeInfo struct {
 	// limit: the kind's cluster-wide limit (zero: none; limits.go), as
 	// the type-check loop read it (readTypeInfo does not read it).
 	limit Limit
-	// partLimit: the kind's partition limit (0: none; partition.go), as
-	// the type-check loop read it.
+	// partLimit and partRate: the kind's limit per partition, its Running
+	// and its PerSecond in millionths (0: none; partition.go), as the
+	// type-check loop read them.
 	partLimit int
+	partRate  int64
 }
 
 // cachedTypeInfo is readTypeInfo for accepts: a started Client takes

@@ -510,7 +510,7 @@ func (b *jobsBench) fdbjobsRun(f func(*fdbjobsRun) (runResult, error)) (runResul
 			}
 		}
 		if b.o.partitionLimit > 0 {
-			if err := c.SetPartitionLimit(context.Background(), nil, kind, b.o.partitionLimit); err != nil {
+			if err := c.SetPartitionLimit(context.Background(), nil, kind, fdbjobs.Limit{Running: b.o.partitionLimit}); err != nil {
 				return runResult{}, err
 			}
 		}

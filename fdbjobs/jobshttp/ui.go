@@ -78,12 +78,14 @@ func (h *handler) routeUI(mux *http.ServeMux) {
 }
 
 type kindRow struct {
-	Kind    string
-	Counts  fdbjobs.JobCounts
-	Paused  bool
-	Feed    time.Duration
-	Limit   fdbjobs.Limit // its cluster-wide limit (zero: none)
-	Managed bool          // read-only (Options.Managed)
+	Kind   string
+	Counts fdbjobs.JobCounts
+	Paused bool
+	Feed   time.Duration
+	Limit  fdbjobs.Limit // its cluster-wide limit (zero: none)
+	// PartLimit is its limit per partition (zero: none).
+	PartLimit fdbjobs.Limit
+	Managed   bool // read-only (Options.Managed)
 }
 
 // kindRow reads what the pages show of kind.
@@ -99,7 +101,10 @@ func (h *handler) kindRow(ctx context.Context, kind string) (kindRow, error) {
 	if row.Feed, _, err = h.c.FeedKeep(ctx, nil, kind); err != nil {
 		return row, err
 	}
-	row.Limit, _, err = h.c.GetLimit(ctx, nil, kind)
+	if row.Limit, _, err = h.c.GetLimit(ctx, nil, kind); err != nil {
+		return row, err
+	}
+	row.PartLimit, err = h.c.GetPartitionLimit(ctx, nil, kind)
 	return row, err
 }
 

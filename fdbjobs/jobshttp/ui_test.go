@@ -104,10 +104,14 @@ func TestWebPage(t *testing.T) {
 	b.Load("resume mail", chromedp.Click(chromedp.CSS(`form[action$="/resume"] button`)))
 	require.NotContains(t, b.Text("h1"), "paused")
 
-	// A cluster-wide limit shows on the kind's page.
+	// A cluster-wide limit shows on the kind's page, and a limit per
+	// partition.
 	require.NoError(t, c.SetLimit(ctx, nil, "mail", fdbjobs.Limit{Running: 3}))
 	b.Load("reload mail", chromedp.Reload())
 	require.Contains(t, b.Text("#limit"), "At most 3 running at once")
+	require.NoError(t, c.SetPartitionLimit(ctx, nil, "mail", fdbjobs.Limit{Running: 2, PerSecond: 5}))
+	b.Load("reload mail", chromedp.Reload())
+	require.Contains(t, b.Text("#partlimit"), "at most 2 running at once and 5 starts per second")
 
 	// The discarded jobs, with their last error; one of them.
 	b.Load("discarded jobs", chromedp.Click(chromedp.CSS(`.states a[href$="state=discarded"]`)))

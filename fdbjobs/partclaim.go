@@ -1,0 +1,382 @@
+package fdbjobs
+
+// A claim of places and starts in partitions (see doc.go, "Partitions"):
+// the transaction a Runtime's fetcher runs for the partitioned jobs it
+// took (Runtime.claimPartitions, partition.go), before their workers.
+
+import (
+	"context"
+	"time"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// claim is one job of a claimPartitions batch: the job, its partition,
+// and what the claim found.
+type claim struct {
+	job     *Job
+	part    string
+	granted bool
+	err     error
+}
+
+// partClaims is what one attempt of a claimPartitions transaction knows of
+// one partition: its PARTITION_COUNT as read (a snapshot read: the ends
+// that lower it do not conflict with claims), and, once the count did not
+// do (absent, or at the limit), the entries of its running set (by job
+// id: true for those written by this attempt), whether those of other
+// jobs were checked, and how many of them run.
+type partClaims struct {
+	countFut kv.FutureByteSlice
+	// count is the places taken, while tracked: from a count read above
+	// 0, or set exactly from the running set read whole; grants add to
+	// it, and add to the stored count only while tracked.
+	count   int64
+	known   bool // count read (or the set read instead)
+	tracked bool
+	fenced  bool // the claims' conflict key added
+	ranged  bool // the running set read (entries, live, overflow)
+	entries map[string]bool
+	checked bool
+	live    int
+	// overflow: as many entries as read, maybe more.
+	overflow bool
+	// The partition's starts (PerSecond): the theoretical time of its
+	// next start (PARTITION_STARTS, µs since the epoch; a snapshot read,
+	// as only claims write it), once read, and the jobs this attempt sent
+	// back for want of a start.
+	startsFut  kv.FutureByteSlice
+	startsRead bool
+	tat        int64
+	denied     int64
+}
+
+// claimPartitions takes places for claims' jobs (each of the partition of
+// its claim) among their partitions' running jobs before their workers
+// are called, in one transaction fenced by each job's lock, and sets each
+// claim's granted (and err: ErrHalt for a job no longer this node's). A
+// job may run with a place (its entry in the running set, written here;
+// an entry of its own found there, as after a retry or a hand-back,
+// counts), or when its kind has no partition limit. A partition's count
+// of entries (PARTITION_COUNT) below the limit grants a place with point
+// reads alone; an absent count (none kept yet, or back to 0), or one at
+// the limit, makes the claim read the running set instead, count it
+// exactly, and, when the entries read reach the limit, read the rows of
+// their jobs: entries of jobs no longer running (ended unseen, handed back
+// by the activity monitor) are cleared. A partition still full makes the
+// job wait: in the same transaction it enters the waiting set and goes
+// back to the queue until wait(looks) (not an attempt; looks counts the
+// claims that found the partition full since it was last woken), and the
+// first job of the partition that ends moves it to now. The jobs are of
+// one kind. Claims of one partition conflict with each other through
+// PARTITION_CLAIM, which no transaction writes: the ends that free places
+// conflict with no claim that grants one.
+func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func(looks int64) int64) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	kind := claims[0].job.Type
+	items := make([]Completion, len(claims))
+	byJob := make(map[*Job]*claim, len(claims))
+	for i, cl := range claims {
+		items[i], byJob[cl.job] = Completion{Job: cl.job}, cl
+	}
+	// The running entries a claim reads of a partition whose count does
+	// not do: the limit as this Client last read it, and
+	// partitionScanExtra more. A partition with that many counts as full
+	// (conservative while the copy lags a raised limit, whose wake brings
+	// its waiters back).
+	scan := partitionScanExtra + 1
+	if m := c.infos.Load(); m != nil {
+		scan += (*m)[kind].partLimit
+	}
+	rated := false // (as this Client last read the limit: the starts read at once)
+	if m := c.infos.Load(); m != nil {
+		rated = (*m)[kind].partRate > 0
+	}
+	var limitFut kv.FutureByteSlice
+	var parts map[string]*partClaims
+	var lim Limit
+	var now time.Time
+	limitRead := false
+	before := func(tr kv.Transaction) {
+		limitRead, now = false, c.cfg.Clock.Now()
+		limitFut = tr.Get(c.k.partLimitKey(kind))
+		parts = map[string]*partClaims{}
+		for _, cl := range claims {
+			cl.granted, cl.err = false, nil
+			if parts[cl.part] == nil {
+				pc := &partClaims{countFut: tr.Snapshot().Get(c.k.partCountKey(kind, cl.part))}
+				if rated {
+					pc.startsFut = tr.Snapshot().Get(c.k.partStartsKey(kind, cl.part))
+				}
+				parts[cl.part] = pc
+			}
+		}
+	}
+	apply := func(tr kv.Transaction, j *Job, r *row, _ []byte, seen *tuple.Versionstamp) (*row, bool, error) {
+		cl := byJob[j]
+		if r == nil || !r.lock.equal(j.lock) {
+			return c.finishRow(tr, j, r, nil, seen) // ErrHalt, or an earlier attempt of this call sent it back
+		}
+		if !limitRead {
+			v, err := limitFut.Get()
+			if err != nil {
+				return nil, false, err
+			}
+			lim = Limit{}
+			if v != nil {
+				if lim, err = decodeLimit(v); err != nil {
+					return nil, false, err
+				}
+			}
+			limitRead = true
+		}
+		if lim.Running == 0 && lim.PerSecond == 0 {
+			cl.granted = true
+			return r, false, nil
+		}
+		pc := parts[cl.part]
+		if !pc.fenced {
+			// Claims of the partition conflict with each other.
+			ck := c.k.partClaimKey(kind, cl.part)
+			if err := tr.AddReadConflictKey(ck); err != nil {
+				return nil, false, err
+			}
+			if err := tr.AddWriteConflictKey(ck); err != nil {
+				return nil, false, err
+			}
+			pc.fenced = true
+		}
+		own := false // its place, taken before (and counted): a retry, or a job handed back
+		if lim.Running > 0 {
+			o, free, err := c.placeFree(tr, kind, cl.part, j.ID, pc, scan, lim.Running)
+			if err != nil {
+				return nil, false, err
+			}
+			if !o && !free {
+				return c.waitForPlace(tr, j, r, cl.part, seen, wait)
+			}
+			own = o
+		}
+		if lim.PerSecond > 0 {
+			// Every start takes one, its place its own or not (a job
+			// whose claim was retried after commit_unknown_result may
+			// take two, or wait with its place kept).
+			due, ok, err := c.takeStart(tr, kind, cl.part, pc, lim, now)
+			if err != nil {
+				return nil, false, err
+			}
+			if !ok {
+				// No start left in the partition's second: back to the
+				// queue until the next one (not an attempt).
+				r.resubmit, r.stime = true, c.cfg.stime(due)
+				return c.finishRow(tr, j, r, nil, seen)
+			}
+		}
+		if lim.Running > 0 && !own {
+			tr.Set(c.k.partRunningKey(kind, cl.part, j.ID), nil)
+			tr.Clear(c.k.partWaitingKey(kind, cl.part, j.ID))
+			if pc.tracked {
+				tr.Add(c.k.partCountKey(kind, cl.part), one)
+				pc.count++
+			}
+			if pc.ranged {
+				pc.entries[j.ID] = true
+				pc.live++
+			}
+		}
+		cl.granted = true
+		return r, false, nil
+	}
+	errs, err := c.batchWith(ctx, nil, items, before, apply, nil)
+	if err != nil {
+		return err
+	}
+	for i, cl := range claims {
+		if errs[i] != nil {
+			cl.granted, cl.err = false, errs[i]
+		}
+	}
+	return nil
+}
+
+// placeFree reports whether job id has a place of its own in part's
+// running set (as far as the entries read tell) or the partition has one
+// free for it (limit places), reading pc's count, or its entries when the
+// count does not do.
+func (c *Client) placeFree(tr kv.Transaction, kind, part, id string, pc *partClaims, scan, limit int) (own, free bool, err error) {
+	if !pc.known {
+		v, err := pc.countFut.Get()
+		if err != nil {
+			return false, false, err
+		}
+		if n := kv.DecodeInt64(v); len(v) == 8 && n >= 0 {
+			pc.count, pc.tracked = n, true
+		}
+		pc.known = true
+	}
+	if !pc.tracked || pc.count >= int64(limit) {
+		if err := c.countPartClaims(tr, kind, part, pc, scan, limit); err != nil {
+			return false, false, err
+		}
+	}
+	if pc.ranged {
+		if _, ok := pc.entries[id]; ok {
+			return true, true, nil
+		}
+		return false, pc.live < limit && !pc.overflow, nil
+	}
+	return false, pc.count < int64(limit), nil
+}
+
+// waitForPlace sends job j (row r) of partition part back to wait for a
+// place: it enters the waiting set, counting the looks that found the
+// partition full since it was last woken (each doubles its wait), and the
+// partition's hint, and goes back to the queue until wait(looks), not as
+// an attempt.
+func (c *Client) waitForPlace(tr kv.Transaction, j *Job, r *row, part string, seen *tuple.Versionstamp,
+	wait func(looks int64) int64) (*row, bool, error) {
+	wk := c.k.partWaitingKey(j.Type, part, j.ID)
+	wv, err := tr.Get(wk).Get()
+	if err != nil {
+		return nil, false, err
+	}
+	looks := int64(0)
+	if t, err := tuple.Unpack(wv); err == nil && len(t) == 1 {
+		looks, _ = intElem(t[0])
+	}
+	tr.Set(wk, tuple.Tuple{looks + 1}.Pack())
+	tr.Add(c.k.partHintKey(j.Type, part), one)
+	r.resubmit, r.stime = true, wait(looks)
+	return c.finishRow(tr, j, r, nil, seen)
+}
+
+// takeStart takes one of part's starts (lim.PerSecond > 0) at now, or
+// returns when the next one comes for the job sent back: a generic cell
+// rate (a token bucket kept as one time, PARTITION_STARTS): each start
+// moves the partition's theoretical time of the next start on by
+// 1/PerSecond from it or from now, whichever is later, and a start is
+// free while that time is within the bucket's depth, (max(1, PerSecond) -
+// 1)/PerSecond, of now. The jobs sent back in one claim are spread a
+// start apart, the latest PartitionRecheckMax from now.
+func (c *Client) takeStart(tr kv.Transaction, kind, part string, pc *partClaims, lim Limit, now time.Time) (time.Time, bool, error) {
+	if !pc.startsRead {
+		if pc.startsFut == nil {
+			pc.startsFut = tr.Snapshot().Get(c.k.partStartsKey(kind, part))
+		}
+		v, err := pc.startsFut.Get()
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		pc.tat, pc.startsRead = kv.DecodeInt64(v), true
+	}
+	nowUs := now.UnixMicro()
+	step := int64(1e12 / float64(lim.rateMicro())) // µs between starts
+	depth := (max(1, int64(lim.PerSecond)) - 1) * step
+	tat := max(pc.tat, nowUs)
+	if tat-nowUs > depth {
+		due := min(tat-depth+pc.denied*step, nowUs+PartitionRecheckMax.Microseconds())
+		pc.denied++
+		return time.UnixMicro(due), false, nil
+	}
+	pc.tat = tat + step
+	tr.Set(c.k.partStartsKey(kind, part), kv.Int64(pc.tat))
+	return time.Time{}, true, nil
+}
+
+// countPartClaims reads pc's running set, once per attempt (a read that
+// conflicts with the ends that clear entries: a job made to wait is woken
+// by an end that commits after its claim, or its claim fails), checks the
+// entries when they reach the limit, and, when it read them all, sets the
+// partition's count to the entries found (this attempt's grants counted
+// on from there).
+func (c *Client) countPartClaims(tr kv.Transaction, kind, part string, pc *partClaims, scan, limit int) error {
+	if pc.ranged {
+		return nil
+	}
+	if err := c.readPartClaims(tr, kind, part, pc, scan, limit); err != nil {
+		return err
+	}
+	whole := !pc.overflow // (a check that clears entries may reset overflow)
+	if (pc.live >= limit || pc.overflow) && !pc.checked {
+		if err := c.checkPartClaims(tr, kind, part, pc); err != nil {
+			return err
+		}
+	}
+	if whole {
+		tr.Set(c.k.partCountKey(kind, part), kv.Int64(int64(pc.live)))
+		pc.count, pc.tracked = int64(pc.live), true
+	}
+	return nil
+}
+
+// readPartClaims reads pc's running set: the limit and partitionScanExtra
+// entries, or scan when more (the Client's copy of the limit before a
+// lowering). Until checked, every entry counts as a running job.
+func (c *Client) readPartClaims(tr kv.Transaction, kind, part string, pc *partClaims, scan, limit int) error {
+	begin, end := c.k.root.Sub(keyPartRunning, kind, part).FDBRangeKeys()
+	scan = max(scan, limit+partitionScanExtra+1)
+	kvs, err := tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: scan}).GetSliceWithError()
+	if err != nil {
+		return err
+	}
+	pc.ranged, pc.entries = true, map[string]bool{}
+	for _, e := range kvs {
+		t, err := c.k.root.Unpack(e.Key)
+		if err != nil || len(t) != 4 || t[2] != any(part) {
+			continue
+		}
+		id, _ := t[3].(string)
+		pc.entries[id] = false
+	}
+	pc.live, pc.overflow = len(pc.entries), len(kvs) >= scan
+	return nil
+}
+
+// checkPartClaims reads the rows of the jobs of pc's entries that this
+// attempt did not write, clears the entries of those no longer running,
+// and counts the running ones. A set read only in part stays full unless
+// clearing brought it under the entries read.
+func (c *Client) checkPartClaims(tr kv.Transaction, kind, part string, pc *partClaims) error {
+	pc.checked = true
+	type entry struct {
+		id  string
+		fut kv.FutureByteSlice
+	}
+	var others []entry
+	live := 0
+	for id, mine := range pc.entries {
+		if mine {
+			live++
+			continue
+		}
+		others = append(others, entry{id, tr.Get(c.k.dataKey(kind, id))})
+	}
+	cleared := 0
+	for _, e := range others {
+		v, err := e.fut.Get()
+		if err != nil {
+			return err
+		}
+		var o *row
+		if v != nil {
+			if o, err = decodeRow(v); err != nil {
+				return err
+			}
+		}
+		if o == nil || o.state != Running {
+			tr.Clear(c.k.partRunningKey(kind, part, e.id))
+			delete(pc.entries, e.id)
+			cleared++
+			continue
+		}
+		live++
+	}
+	pc.live = live
+	if cleared > 0 {
+		pc.overflow = false // a place among those read: the next claim reads the rest
+	}
+	return nil
+}
