@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
@@ -143,12 +142,7 @@ func (r *Runtime) ended(k *kindWorker, en *ending, werr error) {
 // endBatch writes ends in one transaction, bounded by the earliest of
 // their holds.
 func (c *Client) endBatch(ends []*ending) ([]error, error) {
-	first, deadline := ends[0].job, time.Time{}
-	for _, en := range ends {
-		if d, ok := en.job.HoldDeadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
-			first, deadline = en.job, d
-		}
-	}
+	first := earliestHold(len(ends), func(i int) *Job { return ends[i].job })
 	ctx, cancel := first.HoldContext(context.Background())
 	defer cancel()
 	return c.endBatchIn(ctx, nil, ends)
@@ -164,10 +158,7 @@ func (c *Client) endBatchIn(ctx context.Context, tx kv.Transactor, ends []*endin
 		items[i] = Completion{Job: en.job, Data: en.data}
 		byJob[en.job] = en
 	}
-	token, err := newToken() // the wakes of waiting jobs (leavePartition)
-	if err != nil {
-		return nil, err
-	}
+	var token []byte // the wakes of waiting jobs (leavePartition), drawn once when needed
 	apply := func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, bool, error) {
 		en := byJob[j]
 		if en.stime >= 0 && r != nil && r.lock.equal(j.lock) {
@@ -175,6 +166,11 @@ func (c *Client) endBatchIn(ctx context.Context, tx kv.Transactor, ends []*endin
 		}
 		after, renewed, err := c.finishRow(tr, j, r, data, seen)
 		if err == nil && after != nil && en.e != nil && c.partLimited(j.Type, en.e.Partition) {
+			if token == nil {
+				if token, err = newToken(); err != nil {
+					return nil, false, err
+				}
+			}
 			err = c.leavePartition(tr, j.Type, en.e.Partition, j.ID, token)
 		}
 		return after, renewed, err

@@ -113,3 +113,16 @@ func (c *Client) WatchHold(tr kv.Transaction, job *Job) (watch kv.FutureNil, hel
 	}
 	return tr.Watch(c.k.dataKey(job.Type, job.ID)), true, nil
 }
+
+// earliestHold returns the job among job(0) to job(n-1), n > 0, whose hold
+// ends first (the first job when none has a hold): a transaction for them
+// all is bounded by its HoldContext.
+func earliestHold(n int, job func(i int) *Job) *Job {
+	first, deadline := job(0), time.Time{}
+	for i := range n {
+		if d, ok := job(i).HoldDeadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+			first, deadline = job(i), d
+		}
+	}
+	return first
+}

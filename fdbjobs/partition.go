@@ -240,14 +240,7 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 	if len(claims) == 0 {
 		return tasks
 	}
-	first := claims[0].job
-	for _, cl := range claims {
-		if d, ok := cl.job.HoldDeadline(); ok {
-			if fd, fok := first.HoldDeadline(); !fok || d.Before(fd) {
-				first = cl.job
-			}
-		}
-	}
+	first := earliestHold(len(claims), func(i int) *Job { return claims[i].job })
 	hctx, cancel := first.HoldContext(ctx)
 	defer cancel()
 	now := r.c.cfg.Clock.Now()
