@@ -245,7 +245,7 @@ func stopIdleEPMD(host *CouchDBHost, port int) {
 			return // no port mapper running
 		}
 		if !strings.Contains(names, node) {
-			if !strings.Contains(names, "\nname ") && !strings.HasPrefix(names, "name ") {
+			if !strings.Contains(names, "\nname ") && !strings.HasPrefix(names, "name ") && (host != nil || !otherCouchDBs()) {
 				_, _ = run("-kill")
 			}
 			return
@@ -255,6 +255,30 @@ func stopIdleEPMD(host *CouchDBHost, port int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// otherCouchDBs reports whether a CouchDB of another test runs in this
+// network namespace: one restarting in place (POST /_node/_local/_restart,
+// Server.Restart) leaves the port mapper for a moment, and registers again
+// once its applications are back; a port mapper stopped meanwhile (by
+// another package's test, which go test runs at the same time) makes that
+// CouchDB exit ("register/listen error: econnrefused").
+func otherCouchDBs() bool {
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return false
+	}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmd, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil || !bytes.Contains(cmd, []byte("beam")) || !bytes.Contains(cmd, []byte("\x00couchdb_")) {
+			continue
+		}
+		if ns, err := os.Readlink(filepath.Join(d, "ns", "net")); err == nil && ns == self {
+			return true
+		}
+	}
+	return false
 }
 
 // ReportOnFailure logs, if t fails, what CouchDB's replicator shows
