@@ -24,7 +24,7 @@ type claim struct {
 // partClaims is what one attempt of a claimPartitions transaction knows of
 // one partition: its PARTITION_COUNT as read (a snapshot read: the ends
 // that lower it do not conflict with claims), and, once the count did not
-// do (absent, or at the limit), the entries of its running set (by job
+// do (absent, below 0, or at the limit), the entries of its running set (by job
 // id: true for those written by this attempt), whether those of other
 // jobs were checked, and how many of them run.
 type partClaims struct {
@@ -52,26 +52,27 @@ type partClaims struct {
 	denied     int64
 }
 
-// claimPartitions takes places for claims' jobs (each of the partition of
-// its claim) among their partitions' running jobs before their workers
-// are called, in one transaction fenced by each job's lock, and sets each
-// claim's granted (and err: ErrHalt for a job no longer this node's). A
-// job may run with a place (its entry in the running set, written here;
-// an entry of its own found there, as after a retry or a hand-back,
-// counts), or when its kind has no partition limit. A partition's count
-// of entries (PARTITION_COUNT) below the limit grants a place with point
-// reads alone; an absent count (none kept yet, or back to 0), or one at
-// the limit, makes the claim read the running set instead, count it
-// exactly, and, when the entries read reach the limit, read the rows of
-// their jobs: entries of jobs no longer running (ended unseen, handed back
-// by the activity monitor) are cleared. A partition still full makes the
-// job wait: in the same transaction it enters the waiting set and goes
-// back to the queue until wait(looks) (not an attempt; looks counts the
-// claims that found the partition full since it was last woken), and the
-// first job of the partition that ends moves it to now. The jobs are of
-// one kind. Claims of one partition conflict with each other through
-// PARTITION_CLAIM, which no transaction writes: the ends that free places
-// conflict with no claim that grants one.
+// claimPartitions takes places and starts for claims' jobs (each in the
+// partition of its claim), under their kind's limit per partition, before
+// their workers are called, in one transaction fenced by each job's lock,
+// and sets each claim's granted (and err: ErrHalt for a job no longer this
+// node's). With no limit, every job is granted. Under a limit of running
+// jobs, a job needs a place: its entry in the running set, written here,
+// or an entry of its own found there (after a retry or a hand-back). A
+// partition's count of entries (PARTITION_COUNT) below the limit grants a
+// place with point reads alone; a count absent (none kept yet) or below 0,
+// or one at the limit, makes the claim read the running set instead, count
+// it, and, when the entries read reach the limit, read the rows of their
+// jobs: entries of jobs no longer running (ended unseen, handed back by the
+// activity monitor) are cleared. A partition still full makes the job wait
+// for a place (waitForPlace: until wait(looks), or until a job of the
+// partition ends). Under a limit of starts per second, a job needs a start
+// too (takeStart), taken after its place is found and before it is
+// written; without one it goes back to the queue until the next. Neither
+// wait is an attempt. The jobs are of one kind. Claims of one partition
+// conflict with each other through PARTITION_CLAIM, which no transaction
+// writes: the ends that free places conflict with no claim that grants
+// one.
 func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func(looks int64) int64) error {
 	if len(claims) == 0 {
 		return nil

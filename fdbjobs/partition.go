@@ -220,15 +220,17 @@ func (c *Client) partLimited(kind, part string) bool {
 }
 
 // claimPartitions claims, in one transaction (Client.claimPartitions),
-// places for the tasks of partitioned jobs of k that a fetch took, when k
-// may have a partition limit, and returns the tasks that may run: the
-// others went back to wait, were no longer this node's, or were handed
-// back after the transaction failed (none of those an attempt). A job that
-// waits goes back until k's Timeout from now, doubling with each look that
+// places and starts for the tasks of partitioned jobs of k that a fetch
+// took, when k may have a limit per partition, one claim of k at a time on
+// the Runtime, and returns the tasks that may run: the others went back to
+// wait, were no longer this node's, or were handed back after the
+// transaction failed (none of those an attempt). A job that waits for a
+// place goes back until k's Timeout from now, doubling with each look that
 // found its partition full, up to PartitionRecheckMax (a place freed by a
 // node that died, or by a job the Runtime did not end, is seen then; the
-// ends of its partition's jobs wake it before). The transaction is
-// bounded by the earliest hold of the jobs.
+// ends of its partition's jobs wake it before); one that waits for a start,
+// until its partition's next. The transaction is bounded by the earliest
+// hold of the jobs.
 func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, tasks []task) []task {
 	var claims []*claim
 	var of []int
