@@ -274,7 +274,8 @@ func (c *Client) takeStart(tr kv.Transaction, kind, part string, pc *partClaims,
 		pc.tat, pc.startsRead = kv.DecodeInt64(v), true
 	}
 	nowUs := now.UnixMicro()
-	step := int64(1e12 / float64(lim.rateMicro())) // µs between starts
+	rm := lim.rateMicro()
+	step := (int64(1e12) + rm - 1) / rm // µs between starts, rounded up: never faster than PerSecond
 	depth := (max(1, int64(lim.PerSecond)) - 1) * step
 	tat := max(pc.tat, nowUs)
 	if tat-nowUs > depth {

@@ -588,3 +588,40 @@ func countOf(m map[string]string, v string) int {
 	}
 	return n
 }
+
+// Starts taken as fast as a partition's rate allows, at the very moment
+// each comes, are never more than PerSecond × W + max(1, PerSecond) in a
+// window of W seconds, to the microsecond, whatever the rate's fraction.
+func TestPartitionStartsExact(t *testing.T) {
+	b := setup(t)
+	for _, rate := range []float64{3, 7, 0.7, 1000 / 3.0, 9999} {
+		lim := Limit{PerSecond: rate}
+		pc := &partClaims{}
+		now := b.clock.Now()
+		var starts []time.Time
+		for len(starts) < 300 {
+			_, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+				p := *pc
+				due, ok, err := b.c.takeStart(tr, t1, fmt.Sprint(rate), &p, lim, now)
+				if err != nil {
+					return struct{}{}, err
+				}
+				*pc = p
+				if ok {
+					starts = append(starts, now)
+				} else {
+					now = due
+				}
+				return struct{}{}, nil
+			})
+			require.NoError(t, err)
+		}
+		depth := max(1, math.Floor(rate))
+		for i := range starts {
+			for j := i; j < len(starts); j++ {
+				w := starts[j].Sub(starts[i]).Seconds()
+				require.LessOrEqual(t, float64(j-i+1), rate*w+depth+1e-9, "%v/s: %d starts in %.6fs", rate, j-i+1, w)
+			}
+		}
+	}
+}
