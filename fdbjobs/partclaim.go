@@ -83,15 +83,6 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 	for i, cl := range claims {
 		items[i], byJob[cl.job] = Completion{Job: cl.job}, cl
 	}
-	// The running entries a claim reads of a partition whose count does
-	// not do: the limit as this Client last read it, and
-	// partitionScanExtra more. A partition with that many counts as full
-	// (conservative while the copy lags a raised limit, whose wake brings
-	// its waiters back).
-	scan := partitionScanExtra + 1
-	if m := c.infos.Load(); m != nil {
-		scan += (*m)[kind].partLimit
-	}
 	rated := false // (as this Client last read the limit: the starts read at once)
 	if m := c.infos.Load(); m != nil {
 		rated = (*m)[kind].partRate > 0
@@ -152,7 +143,7 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 		}
 		own := false // its place, taken before (and counted): a retry, or a job handed back
 		if lim.Running > 0 {
-			o, free, err := c.placeFree(tr, kind, cl.part, j.ID, pc, scan, lim.Running)
+			o, free, err := c.placeFree(tr, kind, cl.part, j.ID, pc, lim.Running)
 			if err != nil {
 				return nil, false, err
 			}
@@ -207,7 +198,7 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 // running set (as far as the entries read tell) or the partition has one
 // free for it (limit places), reading pc's count, or its entries when the
 // count does not do.
-func (c *Client) placeFree(tr kv.Transaction, kind, part, id string, pc *partClaims, scan, limit int) (own, free bool, err error) {
+func (c *Client) placeFree(tr kv.Transaction, kind, part, id string, pc *partClaims, limit int) (own, free bool, err error) {
 	if !pc.known {
 		v, err := pc.countFut.Get()
 		if err != nil {
@@ -219,7 +210,7 @@ func (c *Client) placeFree(tr kv.Transaction, kind, part, id string, pc *partCla
 		pc.known = true
 	}
 	if !pc.tracked || pc.count >= int64(limit) {
-		if err := c.countPartClaims(tr, kind, part, pc, scan, limit); err != nil {
+		if err := c.countPartClaims(tr, kind, part, pc, limit); err != nil {
 			return false, false, err
 		}
 	}
@@ -294,11 +285,11 @@ func (c *Client) takeStart(tr kv.Transaction, kind, part string, pc *partClaims,
 // entries when they reach the limit, and, when it read them all, sets the
 // partition's count to the entries found (this attempt's grants counted
 // on from there).
-func (c *Client) countPartClaims(tr kv.Transaction, kind, part string, pc *partClaims, scan, limit int) error {
+func (c *Client) countPartClaims(tr kv.Transaction, kind, part string, pc *partClaims, limit int) error {
 	if pc.ranged {
 		return nil
 	}
-	if err := c.readPartClaims(tr, kind, part, pc, scan, limit); err != nil {
+	if err := c.readPartClaims(tr, kind, part, pc, limit); err != nil {
 		return err
 	}
 	whole := !pc.overflow // (a check that clears entries may reset overflow)
@@ -314,12 +305,12 @@ func (c *Client) countPartClaims(tr kv.Transaction, kind, part string, pc *partC
 	return nil
 }
 
-// readPartClaims reads pc's running set: the limit and partitionScanExtra
-// entries, or scan when more (the Client's copy of the limit before a
-// lowering). Until checked, every entry counts as a running job.
-func (c *Client) readPartClaims(tr kv.Transaction, kind, part string, pc *partClaims, scan, limit int) error {
+// readPartClaims reads pc's running set: the limit in force and
+// partitionScanExtra entries more at most (a set with that many counts as
+// full until checked). Until checked, every entry counts as a running job.
+func (c *Client) readPartClaims(tr kv.Transaction, kind, part string, pc *partClaims, limit int) error {
 	begin, end := c.k.root.Sub(keyPartRunning, kind, part).FDBRangeKeys()
-	scan = max(scan, limit+partitionScanExtra+1)
+	scan := limit + partitionScanExtra + 1
 	kvs, err := tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: scan}).GetSliceWithError()
 	if err != nil {
 		return err

@@ -63,9 +63,9 @@ func (k keys) partHintKey(kind, part string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyPartHint, kind, part})
 }
 
-// partCountKey is the count of part's running entries, kept by the
-// claims and ends that write and clear them; absent, or at 0 or below,
-// means unknown (a claim counts the entries then).
+// partCountKey is the count of part's running entries (or more), kept by
+// the claims and ends that write and clear them; absent or below 0 means
+// unknown (a claim counts the entries then).
 func (k keys) partCountKey(kind, part string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyPartCount, kind, part})
 }
@@ -108,6 +108,9 @@ func (k keys) partWaitingKey(kind, part, id string) kv.Key {
 func (c *Client) SetPartitionLimit(ctx context.Context, tx kv.Transactor, kind string, l Limit) error {
 	if err := checkName("kind", kind); err != nil {
 		return err
+	}
+	if l.Running == 0 && l.PerSecond == 0 {
+		return fmt.Errorf("%w: a limit per partition of neither running jobs nor starts per second (ClearPartitionLimit removes one)", ErrInvalidArgument)
 	}
 	if err := l.check(); err != nil {
 		return fmt.Errorf("partition limit: %w", err)
