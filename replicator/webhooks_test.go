@@ -245,7 +245,18 @@ func TestWebhookDeliveryModel(t *testing.T) {
 	ending := map[string]kv.Transaction{} // a worker's end transaction, not yet committed
 	made, steps := 0, map[string]int{}
 	endedAt := map[string]int{} // the step each end transaction began
-	for i := range 600 {
+	ops := []string{"change", "accept", "deliver", "ended", "end conflicted"}
+	uncovered := func() bool { // an operation no step has run yet
+		for _, name := range ops {
+			if steps[name] == 0 {
+				return true
+			}
+		}
+		return false
+	}
+	// 600 steps, and on until every operation ran (some seeds come to a
+	// conflicted end late), 6,000 at most.
+	for i := 0; i < 600 || uncovered() && i < 6000; i++ {
 		r := reps[rng.IntN(len(reps))]
 		d := WebhookDelivery{Owner: "u", Hook: "h", JobID: r}
 		switch op := rng.IntN(6); {
@@ -326,7 +337,7 @@ func TestWebhookDeliveryModel(t *testing.T) {
 		}
 	}
 	t.Logf("operations: %v", steps)
-	for _, name := range []string{"change", "accept", "deliver", "ended", "end conflicted"} {
+	for _, name := range ops {
 		require.Positive(t, steps[name], "%s never ran", name)
 	}
 }
