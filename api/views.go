@@ -192,6 +192,8 @@ type StallInfo struct {
 	Detail string  `json:"detail"`
 	Since  string  `json:"since"`
 	Until  *string `json:"until,omitempty"`
+	// Host is the host whose budget holds the job back (reason budget).
+	Host string `json:"host,omitempty"`
 }
 
 // PauseResult answers POST /_scheduler/jobs/{id}/_pause and _resume.

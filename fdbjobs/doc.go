@@ -447,6 +447,15 @@
 // (Kind, Partition), so that a partition whose name extends another's
 // ("p\x00", "p") is apart from it.
 //
+// A run loop of the caller's own (a Manual kind, Accept) takes places with
+// ClaimPlaces, in its own transaction and under a limit it names: in up to
+// PlacesMax partitions at once, all or none, with the same count, running
+// set and checks as a Runtime's claim; a partition found full gets the
+// job's waiting entry and hint, and the caller puts the job back itself.
+// LeavePlaces, in the transaction that ends the job's run, is the end's
+// leavePartition for each partition named. fdbrep's replicator holds its
+// replications' places in their endpoint hosts' partitions so.
+//
 // Invariant: at any moment the jobs of one partition that run past their
 // claim are at most the limit in force at their claims: each claim decides,
 // in a transaction that conflicts with every other claim of the partition

@@ -102,10 +102,23 @@
 // parked job pending at its fair-share place, history pending with the
 // cause: Store.WakeJob). Removal (Store.RemoveJob) leaves no state.
 //
-// A held-back job (the per-user limit, below) keeps its state and its
-// history; its data says since when it is held and when it is due again
-// (JobData.HeldSince, HeldUntil, which its start clears), and the views
-// show it pending with the stall user_limit (StallUserLimit).
+// A held-back job (the per-user limit, below, or a host's budget) keeps
+// its state and its history; its data says since when it is held, when it
+// is due again, and for a budget which host (JobData.HeldSince, HeldUntil,
+// HeldHost, which its start clears), and the views show it pending with
+// the stall user_limit (StallUserLimit) or budget (StallBudget).
+//
+// # Budgets per host
+//
+// A running job's data names the hosts in whose budgets it holds a place
+// (JobData.BudgetHosts, set by its Started change; the scheduler's doc.go,
+// "Budgets per host"), and its view index entry (9) keeps them as an
+// eleventh element while it runs. The places are the job layer's:
+// partitions of JobType named by HostOf, taken with Store.ClaimHosts
+// (fdbjobs ClaimPlaces) and given back by the index when a write takes the
+// job out of running (fdbjobs LeavePlaces, in that write's transaction),
+// so every path that stops a job (its transitions, the re-enqueue hook, a
+// removal) gives them back.
 //
 // # Per-user limits
 //
@@ -285,8 +298,9 @@
 //	(7)                         -> (int64, int64) last usage period rolled up, its interval in ms
 //	(8, Token)                  -> ""        charge applied (cleared right after)
 //	(9, JobID)                  -> (DBUUID, DBName, DocID, State, SortID, Node, Expires, Owner
-//	                                         [, Group, SourceDB]) the job's view index entry as last
-//	                                         written; a parked job's ends with its watch group
+//	                                         [, Group, SourceDB [, Hosts]]) the job's view index entry as last
+//	                                         written; a parked job's ends with its watch group, a running
+//	                                         job's that holds places in budgets with its hosts (space-separated)
 //	(10, DBUUID, State, DocID)  -> ""        documents by view state (states=)
 //	(11, SortID, JobID)         -> ""        unfinished jobs (_scheduler/jobs order)
 //	(12, Node, JobID)           -> ""        running jobs by node (_active_tasks, restarts)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
@@ -57,6 +59,7 @@ type entry struct {
 	expires               int64  // a finished transient job's last update (Unix ms); else 0
 	owner                 string // JobData.Owner; "" for none (entries written before version 2 too)
 	group, srcDB          string // a parked job's watch group and source database; else ""
+	hosts                 string // a running job's JobData.BudgetHosts, space-separated; else ""
 }
 
 // entryOf is the index entry of a job; nil when the job is gone or its
@@ -78,6 +81,7 @@ func entryOf(jobID string, st fdbjobs.State, d *JobData) *entry {
 	}
 	if st == fdbjobs.Running && v.State == StateRunning {
 		e.node = v.Node
+		e.hosts = strings.Join(d.BudgetHosts, " ")
 	}
 	if d.Transient() && st == fdbjobs.Finished && d.State != StatePaused {
 		e.expires = max(d.LastUpdated, 1) // a paused one stays until resumed or cancelled
@@ -90,8 +94,11 @@ func entryOf(jobID string, st fdbjobs.State, d *JobData) *entry {
 
 func (e *entry) pack() []byte {
 	t := tuple.Tuple{e.dbUUID, e.dbName, e.docID, e.state, e.sortID, e.node, e.expires, e.owner}
-	if e.group != "" {
+	if e.group != "" || e.hosts != "" {
 		t = append(t, e.group, e.srcDB)
+	}
+	if e.hosts != "" {
+		t = append(t, e.hosts)
 	}
 	return t.Pack()
 }
@@ -99,10 +106,11 @@ func (e *entry) pack() []byte {
 // unpackEntry decodes an entry; one of index version 1 has no owner (seven
 // elements): it reads as owner "", so the job's next write, or the
 // backfill to version 2, adds its owner's keys. A parked job's has its
-// watch group and source database last (ten elements).
+// watch group and source database last (ten elements), and a running job
+// that holds places in its hosts' budgets those hosts after them (eleven).
 func unpackEntry(v []byte) (*entry, error) {
 	t, err := tuple.Unpack(v)
-	if err != nil || len(t) != 7 && len(t) != 8 && len(t) != 10 {
+	if err != nil || len(t) != 7 && len(t) != 8 && len(t) != 10 && len(t) != 11 {
 		return nil, fmt.Errorf("replicator: bad index entry %x", v)
 	}
 	var e entry
@@ -110,8 +118,11 @@ func unpackEntry(v []byte) (*entry, error) {
 	if len(t) >= 8 {
 		strs[7] = &e.owner // after expires
 	}
-	if len(t) == 10 {
+	if len(t) >= 10 {
 		strs[8], strs[9] = &e.group, &e.srcDB
+	}
+	if len(t) == 11 {
+		strs[10] = &e.hosts
 	}
 	for i, dst := range strs {
 		s, ok := t[i].(string)
@@ -253,6 +264,9 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 			}
 			continue
 		}
+		if err := s.leaveHosts(tr, j.id, old, cur); err != nil {
+			return err
+		}
 		for _, k := range s.entryKeys(j.id, old) {
 			tr.Clear(k)
 		}
@@ -288,6 +302,29 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 		}
 	}
 	return s.webhooks.enqueue(tr, changes)
+}
+
+// leaveHosts gives back the places in its hosts' budgets that a job's run
+// held (old's hosts) and no longer holds (cur's): it stopped running, or
+// runs again under other hosts.
+func (s *Store) leaveHosts(tr kv.Transaction, jobID string, old, cur *entry) error {
+	if old == nil || old.hosts == "" {
+		return nil
+	}
+	var now []string
+	if cur != nil && cur.hosts != "" {
+		now = strings.Fields(cur.hosts)
+	}
+	var gone []string
+	for _, h := range strings.Fields(old.hosts) {
+		if !slices.Contains(now, h) {
+			gone = append(gone, h)
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	return s.jobs.LeavePlaces(tr, JobType, jobID, gone)
 }
 
 // reindex indexes jobs ids as their rows stand in tr (after this

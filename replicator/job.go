@@ -133,11 +133,19 @@ type JobData struct {
 	// fdbrep had the limits, has none.
 	UserLimited bool `json:"user_limited,omitempty"`
 	// HeldSince and HeldUntil are set while the job waits because its
-	// owner ran as many replications as a user may (the HeldBack
-	// transition): since when, and when it is due again (Unix ms; 0
-	// otherwise). Its start clears them.
-	HeldSince int64 `json:"held_since,omitempty"`
-	HeldUntil int64 `json:"held_until,omitempty"`
+	// owner ran as many replications as a user may, or a host of its ran
+	// as many as its budget allows (the HeldBack transition): since when,
+	// and when it is due again at the latest (Unix ms; 0 otherwise).
+	// HeldHost names the host (HostOf) for a budget, "" for the per-user
+	// limit. Its start clears them.
+	HeldSince int64  `json:"held_since,omitempty"`
+	HeldUntil int64  `json:"held_until,omitempty"`
+	HeldHost  string `json:"held_host,omitempty"`
+	// BudgetHosts are the hosts in whose budgets its run holds a place
+	// (see doc.go, "Budgets per host"), set as it starts: the view index
+	// gives the places back as the job stops running. Meaningless while
+	// it does not run.
+	BudgetHosts []string `json:"budget_hosts,omitempty"`
 }
 
 // ParkInfo is what a parked job keeps of its last run: what a watch needs to

@@ -46,10 +46,11 @@ const (
 	// (fdbjobs Resubmit; see doc.go, "Parking").
 	Parked
 	// HeldBack: a job accepted but not started because its owner runs as
-	// many replications as a user may goes back to the queue, pending at
+	// many replications as a user may, or a host of its as many as its
+	// budget allows (Change.Reason), goes back to the queue, pending at
 	// Change.STime, behind the jobs that wait, its data marked held
-	// (JobData.HeldSince, HeldUntil; fdbjobs Resubmit; see doc.go,
-	// "Per-user limits").
+	// (JobData.HeldSince, HeldUntil, HeldHost; fdbjobs Resubmit; see
+	// doc.go, "Per-user limits" and "Budgets per host").
 	HeldBack
 
 	// The transitions no node makes with a job it holds: Transform
@@ -111,8 +112,11 @@ type Change struct {
 	Node string    // Started: the node that runs the job
 
 	// Crashed and Failed: CouchDB's error tag and the reason; Requeued:
-	// the reason of its "stopped" event ("" for none).
+	// the reason of its "stopped" event ("" for none); HeldBack: the host
+	// whose budget is full ("" for the per-user limit).
 	Tag, Reason string
+	// Started: the hosts in whose budgets the job took a place (JobData.BudgetHosts).
+	Hosts []string
 
 	Priority float64   // Crashed, Requeued, Parked, HeldBack: the fair-share priority the job keeps
 	STime    int64     // Requeued, Woken, HeldBack: when it is due again (Unix ms)
@@ -177,7 +181,7 @@ func (l Lifecycle) Transform(x *JobData, c Change) {
 		}
 	case Started:
 		x.StateInfo, x.LastStart, x.Node, x.Parked = nil, now, c.Node, nil
-		x.HeldSince, x.HeldUntil = 0, 0
+		x.HeldSince, x.HeldUntil, x.HeldHost, x.BudgetHosts = 0, 0, "", c.Hosts
 	case Heartbeat:
 		if x.ErrorCount > 0 && Healed(x.LastStart, c.At, l.HealthThreshold) {
 			x.ErrorCount, x.LastError = 0, ""
@@ -203,7 +207,7 @@ func (l Lifecycle) Transform(x *JobData, c Change) {
 	case Woken:
 		x.Parked, x.LastWoken, x.WakeCause = nil, now, c.Reason
 	case HeldBack:
-		x.HeldSince, x.HeldUntil, x.Priority = cmp.Or(x.HeldSince, now), c.STime, c.Priority
+		x.HeldSince, x.HeldUntil, x.HeldHost, x.Priority = cmp.Or(x.HeldSince, now), c.STime, c.Reason, c.Priority
 	}
 	if k.state != "" {
 		x.State = k.state
@@ -257,7 +261,9 @@ func (l Lifecycle) Apply(ctx context.Context, tr kv.Transaction, job *fdbjobs.Jo
 	case Parked:
 		return s.ensureWatch(ctx, tr, c.Park.Group)
 	case HeldBack:
-		s.countHeldBack(tr, x.Owner())
+		if c.Reason == "" { // the per-user limit's, not a host's budget
+			s.countHeldBack(tr, x.Owner())
+		}
 	}
 	return nil
 }

@@ -154,7 +154,12 @@ func syncInfo(d *replicator.JobData, stall *engine.Stall) api.SyncInfo {
 			out.Stall.Until = strp(replicator.FormatMillis(d.RetryAt))
 		}
 	case replicator.StatePending:
-		if d.HeldUntil != 0 {
+		if d.HeldUntil != 0 && d.HeldHost != "" {
+			out.Stall = &api.StallInfo{Reason: replicator.StallBudget, Since: replicator.FormatMillis(d.HeldSince),
+				Until: strp(replicator.FormatMillis(d.HeldUntil)), Host: d.HeldHost,
+				Detail: "the host " + d.HeldHost + " runs as many replications at once as its budget allows " +
+					"([replicator] max_jobs_per_host): it runs when one of them stops"}
+		} else if d.HeldUntil != 0 {
 			out.Stall = &api.StallInfo{Reason: replicator.StallUserLimit, Since: replicator.FormatMillis(d.HeldSince),
 				Until: strp(replicator.FormatMillis(d.HeldUntil)),
 				Detail: "its user runs as many replications at once as a user who is not a server admin may " +

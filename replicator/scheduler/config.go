@@ -90,6 +90,18 @@ const (
 	// replications are not limited: one person on their own cluster loses
 	// nothing.
 	MaxJobsPerUserPercentDefault = 25
+	// MaxJobsPerHostDefault is how many replications with an endpoint on
+	// one host (scheme, name and port) run at once in the whole cluster
+	// (see doc.go, "Budgets per host"): 0, no budget, as in CouchDB. An
+	// operator whose endpoints answer 429 beyond some number of clients
+	// (a hosted CouchDB plan) sets one.
+	MaxJobsPerHostDefault = 0
+	// MaxJobsPerHostMax bounds MaxJobsPerHost.
+	MaxJobsPerHostMax = 100_000
+	// HeldByHostRecheck is how many intervals a job held back by a host's
+	// budget waits at most before a node takes it again: a replication of
+	// the host that stops wakes one waiting job at once.
+	HeldByHostRecheck = 4
 	// OneShotStallPreemptDefault is how long a one-shot run may make no
 	// progress (its counters unchanged, no batch finished) while other
 	// jobs wait for a slot before its node stops it and queues it behind
@@ -158,6 +170,9 @@ type Config struct {
 	// not a server admin that run at once, cluster-wide, in percent of
 	// MaxJobs (Config.userLimit; 0 takes the default).
 	MaxJobsPerUserPercent int
+	// MaxJobsPerHost bounds the replications with an endpoint on one host
+	// that run at once, cluster-wide; 0 (the default): no bound.
+	MaxJobsPerHost int
 	// OneShotStallPreempt is how long a one-shot run may make no progress
 	// while jobs wait for a slot before it is stopped and queued behind
 	// them; StallPreemptNever (any negative value): never (0 takes the
@@ -271,6 +286,8 @@ func (c Config) validate() error {
 		return bad("watch poll rate %d is under 1", c.WatchPollRate)
 	case c.MaxJobsPerUserPercent < 1:
 		return bad("max_jobs_per_user_percent %d is under 1", c.MaxJobsPerUserPercent)
+	case c.MaxJobsPerHost < 0 || c.MaxJobsPerHost > MaxJobsPerHostMax:
+		return bad("max_jobs_per_host %d is outside [0, %d]", c.MaxJobsPerHost, MaxJobsPerHostMax)
 	}
 	return nil
 }

@@ -340,6 +340,29 @@
 // replications are not limited, so one person running many replications
 // on their own cluster, as an admin, is never held back.
 //
+// # Budgets per host
+//
+// With MaxJobsPerHost above 0 ([replicator] max_jobs_per_host), a job
+// starts only while fewer than that many replications with an endpoint on
+// one of its hosts run in the whole cluster (replicator.BudgetHosts: its
+// source's and its target's scheme, name and port). initJob, after the
+// collision checks, takes a place in each host's partition of the job
+// layer in the start's transaction (replicator.Store.ClaimHosts, fdbjobs
+// ClaimPlaces: all or none; the claims of one host conflict with each
+// other only), and the Started change records the hosts in the job's data
+// (BudgetHosts), which the view index keeps in the running job's entry. A
+// job whose host is full is held back (replicator.HeldBack with the host):
+// pending, due again HeldByHostRecheck intervals later at the latest, its
+// view showing the stall budget with the host, and entered in the host's
+// waiting set. Every write that takes a job out of running (any
+// transition, the re-enqueue of a dead node's job, a removal) goes through
+// the view index, which gives its places back (fdbjobs LeavePlaces) and
+// moves the host's first waiting job to due now, in that transaction. No
+// key is written by the jobs of other hosts, and none by any job while the
+// budget is 0. A budget holds back; it stops nothing: a running
+// continuous job keeps its place until it stops, parks or is paused (no
+// turns, unlike the per-user limit's).
+//
 // # Stalled one-shot runs
 //
 // One-shot jobs are not rotated: their runs end by themselves. One whose
@@ -592,7 +615,8 @@
 // 1 s, shutdown timeout 5 s, shares 100, usage_coeff 0.5, priority_coeff
 // 0.98, fair-share window 24 h, park_after 5 min, park_sweep 24 h,
 // max_watches 100, watch_poll_interval 60 s, watch_poll_rate 20,
-// max_jobs_per_user_percent 25, one_shot_stall_preempt 60 s.
+// max_jobs_per_user_percent 25, max_jobs_per_host 0 (none),
+// one_shot_stall_preempt 60 s.
 // The *Default constants (here and in
 // package replicator) document each.
 package scheduler

@@ -66,6 +66,9 @@ var (
 	keyMaxJobsPerUserPercent = config.RegisterInt("replicator", "max_jobs_per_user_percent", MaxJobsPerUserPercentDefault, 1, 100_000,
 		"Most replications of one user who is not a server admin that run at once in the whole cluster, in percent of max_jobs (of the node that starts one; rounded up, at least 1): 125 at the default max_jobs. A node that takes a job of a user who runs that many puts it back without running it, behind the jobs that wait (its view shows the stall user_limit), and the user's continuous replications take turns; server admins' replications are not limited (docs/COMPAT.md, \"Per-user limits\").",
 		config.Live(config.ApplyReplication))
+	keyMaxJobsPerHost = config.RegisterInt("replicator", "max_jobs_per_host", MaxJobsPerHostDefault, 0, MaxJobsPerHostMax,
+		"Most replications with an endpoint (source or target) on one host (scheme, name and port) that run at once in the whole cluster; 0: no bound. A node that takes a job of a host that runs that many puts it back without running it (its view shows the stall budget, naming the host), and the next replication of the host to stop wakes it (docs/COMPAT.md, \"Budgets per host\"). Turn it on once every node runs a version that has it.",
+		config.Live(config.ApplyReplication))
 	keyOneShotStallPreempt = config.RegisterDuration("replicator", "one_shot_stall_preempt_sec", time.Second, OneShotStallPreemptDefault, 0, config.Forever,
 		"Seconds a one-shot replication may make no progress (no document read or written, no batch finished) while other replications wait for a slot before its node stops it, with a final checkpoint if it can, and queues it behind them; a POST /_replicate that started it goes on waiting for its result. 0: one-shot replications are never stopped, as in CouchDB.",
 		config.Live(config.ApplyReplication))
@@ -115,6 +118,7 @@ func FromConfig(c *config.Config) (Config, error) {
 		WatchPollInterval:     keyWatchPollInterval.Get(c),
 		WatchPollRate:         int(keyWatchPollRate.Get(c)),
 		MaxJobsPerUserPercent: int(keyMaxJobsPerUserPercent.Get(c)),
+		MaxJobsPerHost:        int(keyMaxJobsPerHost.Get(c)),
 		OneShotStallPreempt:   cmp.Or(keyOneShotStallPreempt.Get(c), StallPreemptNever), // 0: never
 		JobDefaults:           defaults,
 		NonAdmins:             nonAdmins(c),

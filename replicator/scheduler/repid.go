@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"errors"
+	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -10,8 +11,9 @@ import (
 )
 
 // initJob marks the job running under repID after checking the per-user
-// limit (a job whose owner runs the limit is held back) and who holds
-// repID (the collision rules of doc.go, "Job lifecycle"). It reports
+// limit (a job whose owner runs the limit is held back), who holds repID
+// (the collision rules of doc.go, "Job lifecycle") and its hosts' budgets
+// (a job of a host that runs max_jobs_per_host is held back). It reports
 // whether the job should run.
 func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, code string) bool {
 	type outcome struct {
@@ -35,6 +37,14 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 	// The per-user limit: a job whose owner runs the limit is held back
 	// (checked again here, exactly: heldAtStart's read was outside).
 	owner, lim := limitedOwner(d), w.cfg.userLimit()
+	// The hosts' budgets: a job of a host that runs as many as its budget
+	// allows is held back too, after the collision checks (a duplicate
+	// takes no place).
+	budget := w.cfg.MaxJobsPerHost
+	var hosts []string
+	if budget > 0 {
+		hosts = replicator.BudgetHosts(d.Rep)
+	}
 	prio := w.n.priorityOf(w, now)
 	renewed := w.job.Renewing()
 	o, err := transactJob(w, func(tr kv.Transaction) (outcome, error) {
@@ -91,11 +101,22 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 			}
 			// The holder is finished, crashing, gone or orphaned: take over.
 		}
+		if len(hosts) > 0 {
+			full, err := w.n.store.ClaimHosts(tr, w.job.ID, hosts, budget)
+			if err != nil {
+				return outcome{}, err
+			}
+			if full != "" {
+				c := replicator.Change{Kind: replicator.HeldBack, At: now, Priority: prio, Reason: full,
+					STime: replicator.Millis(now.Add(HeldByHostRecheck * w.cfg.Interval))}
+				return outcome{x: x, c: c}, l.Apply(w.ctx, tr, w.job, x, c)
+			}
+		}
 		w.n.store.ClaimRepID(tr, repID, w.job.ID)
 		if err := w.reseal(tr, x, res); err != nil {
 			return outcome{}, err
 		}
-		c := replicator.Change{Kind: replicator.Started, At: now, Node: w.cfg.NodeName}
+		c := replicator.Change{Kind: replicator.Started, At: now, Node: w.cfg.NodeName, Hosts: hosts}
 		if err := l.Apply(w.ctx, tr, w.job, x, c); err != nil {
 			return outcome{}, err
 		}
@@ -134,7 +155,13 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 	case replicator.Failed:
 		w.logFailed(d, replicator.TagDuplicate, d.LastError)
 	case replicator.HeldBack:
-		w.logHeld(d, owner, lim, o.c)
+		if o.c.Reason != "" {
+			w.logEvent(w.cfg.Logger.Debug(), d).Str("host", o.c.Reason).Int("max_jobs_per_host", budget).
+				Time("retry_at", time.UnixMilli(o.c.STime).UTC()).
+				Msg("replication held back: a host of its runs as many replications as its budget allows")
+		} else {
+			w.logHeld(d, owner, lim, o.c)
+		}
 	}
 	return o.run
 }

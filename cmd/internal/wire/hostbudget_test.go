@@ -1,0 +1,67 @@
+package wire_test
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/couch/couchtest"
+	"github.com/fdbrep/fdbrep/replicator"
+)
+
+// Budgets per host (issue 46 item 5), against CouchDB 3.5: with
+// [replicator] max_jobs_per_host 1, set at run time, a second replication
+// with CouchDB as an endpoint waits while the first runs, pending with the
+// stall budget naming CouchDB's host, and runs once the first is paused (a
+// paused replication gives its place back). A value out of range is
+// refused with the key named.
+func TestHostBudget(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts CouchDB")
+	}
+	couch := couchtest.StartCouchDB(t)
+	for _, db := range []string{"hb-src1", "hb-src2"} {
+		couch.CreateDB(t, db)
+		for i := range 5 {
+			couch.PutDoc(t, db, map[string]any{"_id": fmt.Sprintf("d%d", i)})
+		}
+	}
+	e := newService(t)
+	path := "/_node/_local/_config/replicator/max_jobs_per_host"
+	r := e.do("PUT", path, asAdmin, `"-1"`)
+	require.Equal(t, 400, r.Status, r.Raw)
+	require.Contains(t, r.Raw, "max_jobs_per_host")
+	require.Equal(t, 200, e.do("PUT", path, asAdmin, strconv.Quote("1")).Status)
+	testutil.Eventually(t, "the budget applied by the replication node", func() bool {
+		return e.node.Config().MaxJobsPerHost == 1
+	})
+
+	first := map[string]any{"source": couch.AuthDBURL("hb-src1"), "target": couch.AuthDBURL("hb-tgt1"),
+		"create_target": true, "continuous": true}
+	r = e.do("PUT", "/_replicator/first", asAdmin, first)
+	require.Equal(t, 201, r.Status, r.Raw)
+	e.waitDocState("_replicator", "first", "running")
+
+	second := map[string]any{"source": couch.AuthDBURL("hb-src2"), "target": couch.AuthDBURL("hb-tgt2"), "create_target": true}
+	require.Equal(t, 201, e.do("PUT", "/_replicator/second", asAdmin, second).Status)
+	var stall map[string]any
+	testutil.Eventually(t, "the second replication held back by CouchDB's budget", func() bool {
+		v := e.do("GET", "/_scheduler/docs/_replicator/second", asAdmin, nil)
+		info, _ := v.Body["info"].(map[string]any)
+		stall, _ = info["stall"].(map[string]any)
+		return v.Body["state"] == "pending" && stall != nil && stall["reason"] == "budget"
+	})
+	require.Equal(t, replicator.HostOf(couch.URL()), stall["host"], "%v", stall)
+	require.Contains(t, stall["detail"], "max_jobs_per_host")
+	require.LessOrEqual(t, docCount(couch.AuthDBURL("hb-tgt2")), 0, "nothing replicated while held back (-1: not even created)")
+
+	// The first one paused gives its place to the second.
+	first["_rev"], first["paused"] = r.Body["rev"], true
+	require.Equal(t, 201, e.do("PUT", "/_replicator/first", asAdmin, first).Status)
+	e.waitDocState("_replicator", "second", "completed")
+	require.Equal(t, 5, docCount(couch.AuthDBURL("hb-tgt2")))
+}

@@ -1,0 +1,142 @@
+package fdbjobs
+
+// Places in partitions for a run loop of the caller's own (see doc.go,
+// "Partitions"): ClaimPlaces and LeavePlaces give a Manual kind (or a loop
+// on Accept) the places, counts and wakes that the Runtime's claims give
+// the jobs it inserts, in several partitions at once and under a limit the
+// caller names.
+
+import (
+	"fmt"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+// PlacesMax bounds the partitions of one ClaimPlaces or LeavePlaces.
+const PlacesMax = 8
+
+// checkPlaces validates the arguments of ClaimPlaces and LeavePlaces.
+func checkPlaces(kind, id string, parts []string) error {
+	if err := checkName("kind", kind); err != nil {
+		return err
+	}
+	if id == "" {
+		return fmt.Errorf("%w: empty job id", ErrInvalidArgument)
+	}
+	if len(parts) > PlacesMax {
+		return fmt.Errorf("%w: %d partitions: at most %d", ErrInvalidArgument, len(parts), PlacesMax)
+	}
+	for i, p := range parts {
+		if p == "" {
+			return fmt.Errorf("%w: partition %d is empty", ErrInvalidArgument, i)
+		}
+		if err := checkPartition(p); err != nil {
+			return err
+		}
+		for _, q := range parts[:i] {
+			if q == p {
+				return fmt.Errorf("%w: partition %q named twice", ErrInvalidArgument, p)
+			}
+		}
+	}
+	return nil
+}
+
+// ClaimPlaces takes, in tr, a place for job id of kind in each of parts,
+// where at most limit jobs of one partition run at once: all of them, or
+// none. It is for a run loop of the caller's own (a Manual kind's worker,
+// in the transaction that starts the job, fenced by its lock); a Runtime
+// claims the places of the jobs it inserted with a partition itself, under
+// SetPartitionLimit. A place the job holds already (an earlier attempt of
+// the caller's transaction after commit_unknown_result, a start after a
+// hand-back) counts as taken.
+//
+// When a partition is full, ClaimPlaces takes nothing, enters the job in
+// that partition's waiting set and returns its name as full: the caller
+// puts the job back in the queue (Resubmit, FinishAt: when it looks again
+// at the latest), and the next end in that partition (LeavePlaces, or a
+// Runtime's end of a job of the partition) moves it to due now, if it is
+// pending then. A partition's count of places is read as a snapshot and the
+// claims of one partition conflict with each other only; one that finds
+// the partition full reads its running set and checks the rows of its
+// entries, clearing those of jobs not running (ended without LeavePlaces,
+// taken back from a node that died), so a place left behind is found again
+// once the partition fills.
+func (c *Client) ClaimPlaces(tr kv.Transaction, kind, id string, parts []string, limit int) (full string, err error) {
+	if err := checkPlaces(kind, id, parts); err != nil {
+		return "", err
+	}
+	if limit < 1 || limit > LimitMax {
+		return "", fmt.Errorf("%w: limit of %d running jobs per partition outside [1, %d]", ErrInvalidArgument, limit, LimitMax)
+	}
+	pcs := make([]*partClaims, len(parts))
+	for i, p := range parts {
+		pcs[i] = &partClaims{countFut: tr.Snapshot().Get(c.k.partCountKey(kind, p))}
+		ck := c.k.partClaimKey(kind, p)
+		if err := tr.AddReadConflictKey(ck); err != nil {
+			return "", err
+		}
+		if err := tr.AddWriteConflictKey(ck); err != nil {
+			return "", err
+		}
+	}
+	own := make([]bool, len(parts))
+	for i, p := range parts {
+		o, free, err := c.placeFree(tr, kind, p, id, pcs[i], limit)
+		if err != nil {
+			return "", err
+		}
+		if !o && !free {
+			wk := c.k.partWaitingKey(kind, p, id)
+			wv, err := tr.Get(wk).Get()
+			if err != nil {
+				return "", err
+			}
+			looks := int64(0)
+			if t, err := tuple.Unpack(wv); err == nil && len(t) == 1 {
+				looks, _ = intElem(t[0])
+			}
+			tr.Set(wk, tuple.Tuple{looks + 1}.Pack())
+			tr.Add(c.k.partHintKey(kind, p), one)
+			return p, nil
+		}
+		own[i] = o
+	}
+	for i, p := range parts {
+		tr.Clear(c.k.partWaitingKey(kind, p, id))
+		if own[i] {
+			continue
+		}
+		tr.Set(c.k.partRunningKey(kind, p, id), nil)
+		if pcs[i].tracked {
+			tr.Add(c.k.partCountKey(kind, p), one)
+		}
+	}
+	return "", nil
+}
+
+// LeavePlaces gives back, in tr, the places job id of kind holds in parts
+// (those it holds: a partition where it has none is left as it is), and in
+// each partition where jobs wait moves the first of them that is pending to
+// due now, so that it claims the place freed. Call it in the transaction
+// that ends the job's run or hands it back. Its writes are idempotent under
+// commit_unknown_result.
+func (c *Client) LeavePlaces(tr kv.Transaction, kind, id string, parts []string) error {
+	if err := checkPlaces(kind, id, parts); err != nil {
+		return err
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if err := c.leavePartition(tr, kind, p, id, token); err != nil {
+			return err
+		}
+	}
+	return nil
+}

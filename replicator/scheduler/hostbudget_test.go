@@ -1,0 +1,86 @@
+package scheduler_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/replicator"
+)
+
+// Budgets per host (doc.go, "Budgets per host"): with max_jobs_per_host 1,
+// of two replications from one source host one runs and the other is held
+// back, pending with the stall budget naming the host, across two nodes,
+// while a replication of other hosts runs at once; when the running one
+// stops (its document deleted), the held one starts at once: the interval,
+// an hour, would hold it back until its recheck otherwise.
+func TestHostBudgetHoldsBackAHostsJobs(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxJobsPerHost = 1
+	cfg.Interval = time.Hour
+	c, _ := simCluster(t, 2, cfg, 0, 0)
+	ctx := context.Background()
+	c.PutDoc("_replicator", "a1", repDoc("http://a/s1", "http://t1/x", true))
+	c.PutDoc("_replicator", "a2", repDoc("http://a:80/s2", "http://t2/x", true))
+	c.PutDoc("_replicator", "other", repDoc("http://b/s", "http://t3/x", true))
+
+	c.WaitDocState("_replicator", "other", replicator.StateRunning)
+	held, running := "", ""
+	for _, id := range []string{"a1", "a2"} {
+		c.WaitJob(id+" running or held", c.DocJobID("_replicator", id), func(_ fdbjobs.State, d *replicator.JobData) bool {
+			switch {
+			case d != nil && d.State == replicator.StateRunning:
+				running = id
+			case d != nil && d.HeldHost != "":
+				held = id
+			default:
+				return false
+			}
+			return true
+		})
+	}
+	require.NotEmpty(t, held, "one of a's replications is held back")
+	require.NotEmpty(t, running, "one of a's replications runs")
+
+	info := c.DocState("_replicator", held)
+	require.Equal(t, replicator.StatePending, info.State)
+	var add struct {
+		Stall struct{ Reason, Host, Until string } `json:"stall"`
+	}
+	require.NoError(t, json.Unmarshal(info.Info, &add), string(info.Info))
+	require.Equal(t, replicator.StallBudget, add.Stall.Reason)
+	require.Equal(t, "http://a:80", add.Stall.Host)
+	require.NotEmpty(t, add.Stall.Until)
+
+	// The running one stops: the held one takes its place at once.
+	c.PutDoc("_replicator", running, nil)
+	info = c.WaitDocState("_replicator", held, replicator.StateRunning)
+	require.Equal(t, replicator.StateRunning, info.State)
+	d, _, err := c.Store.Job(ctx, nil, c.DocJobID("_replicator", held))
+	require.NoError(t, err)
+	require.Equal(t, []string{"http://a:80", "http://t" + held[1:] + ":80"}, d.BudgetHosts)
+	require.Empty(t, d.HeldHost)
+}
+
+func TestBudgetHosts(t *testing.T) {
+	for _, tc := range []struct {
+		src, tgt string
+		want     []string
+	}{
+		{"http://A.example/db", "https://b.example/db", []string{"http://a.example:80", "https://b.example:443"}},
+		{"http://h:5984/a", "http://h:5984/b", []string{"http://h:5984"}},
+		{"http://[::1]:5984/a", "http://h/b", []string{"http://[::1]:5984", "http://h:80"}},
+		{"not a url", "http://h/b", []string{"http://h:80"}},
+	} {
+		got := replicator.BudgetHosts(&replicator.Spec{Source: replicator.EndpointSpec{URL: tc.src}, Target: replicator.EndpointSpec{URL: tc.tgt}})
+		require.Equal(t, tc.want, got, tc.src)
+	}
+	h := replicator.HostOf("http://" + strings.Repeat("x", 200) + ".example/db")
+	require.LessOrEqual(t, len(h), fdbjobs.PartitionMaxBytes)
+	require.Contains(t, h, "sha256:")
+}
