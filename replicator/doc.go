@@ -331,6 +331,7 @@
 //	                                         with the changes dropped from their full queues
 //	(33, Owner, ID)             -> JSON      a webhook's receiver's failures in a row (WebhookHealth)
 //	(34, Owner, ID, JobID)      -> int64 LE  the number of the last change queued (cleared when its delivery ends)
+//	(35, Host)                  -> int64 LE  the host's jobs held back by its budget, so far (HostOf)
 //
 // # View index
 //

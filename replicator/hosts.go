@@ -1,6 +1,7 @@
 package replicator
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"net"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
 // Budgets per endpoint host (see doc.go, "Budgets per host"): at most
@@ -65,4 +67,38 @@ func BudgetHosts(s *Spec) []string {
 // of the job layer, woken as a replication of the host leaves its place).
 func (s *Store) ClaimHosts(tr kv.Transaction, jobID string, hosts []string, limit int) (full string, err error) {
 	return s.jobs.ClaimPlaces(tr, JobType, jobID, hosts, limit)
+}
+
+func (s *Store) hostHeldKey(host string) kv.Key {
+	return s.root.Pack(tuple.Tuple{keyHostHeld, host})
+}
+
+// countHostHeld adds one to host's count of jobs held back by its budget
+// (35), in tr: an atomic add, which conflicts with nothing.
+func (s *Store) countHostHeld(tr kv.Transaction, host string) {
+	tr.Add(s.hostHeldKey(host), kv.Int64(1))
+}
+
+// HostsHeld returns the count of jobs held back by the budget of each of
+// hosts so far (35), in one snapshot read: a node compares it with its
+// last reading to learn which hosts' jobs wait for a turn.
+func (s *Store) HostsHeld(ctx context.Context, hosts []string) (map[string]int64, error) {
+	out := make(map[string]int64, len(hosts))
+	if len(hosts) == 0 {
+		return out, nil
+	}
+	return kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (map[string]int64, error) {
+		keys := make([]kv.Key, len(hosts))
+		for i, h := range hosts {
+			keys[i] = s.hostHeldKey(h)
+		}
+		ns, err := readCounters(tr.Snapshot(), keys)
+		if err != nil {
+			return nil, err
+		}
+		for i, h := range hosts {
+			out[h] = ns[i]
+		}
+		return out, nil
+	})
 }

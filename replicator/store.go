@@ -56,6 +56,7 @@ const (
 	keyWebhookDeliveries = 32 // (32, Owner, ID, JobID) -> int64 LE: delivery jobs, their dropped changes
 	keyWebhookHealth     = 33 // (33, Owner, ID) -> JSON WebhookHealth
 	keyWebhookSeqs       = 34 // (34, Owner, ID, JobID) -> int64 LE: the queue's last number
+	keyHostHeld          = 35 // (35, Host) -> int64 LE: the host's jobs held back by its budget (hosts.go)
 )
 
 // Store is the replicator's state in the kv store, shared by the control

@@ -263,6 +263,8 @@ func (l Lifecycle) Apply(ctx context.Context, tr kv.Transaction, job *fdbjobs.Jo
 	case HeldBack:
 		if c.Reason == "" { // the per-user limit's, not a host's budget
 			s.countHeldBack(tr, x.Owner())
+		} else {
+			s.countHostHeld(tr, c.Reason)
 		}
 	}
 	return nil

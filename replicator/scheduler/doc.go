@@ -359,9 +359,19 @@
 // the view index, which gives its places back (fdbjobs LeavePlaces) and
 // moves the host's first waiting job to due now, in that transaction. No
 // key is written by the jobs of other hosts, and none by any job while the
-// budget is 0. A budget holds back; it stops nothing: a running
-// continuous job keeps its place until it stops, parks or is paused (no
-// turns, unlike the per-user limit's).
+// budget is 0.
+//
+// A run that started while its node had no budget takes its places at its
+// next heartbeat once the node has one (the heartbeat's transaction claims
+// them); one whose host is full then stops (stopHost) and goes back to the
+// queue, where its start waits for a place. Turns, as the per-user limit's:
+// a held-back job adds to its host's count (replicator's key 35), and each
+// interval step (rotateHosts) stops, of the continuous jobs here that ran
+// MinRunTime, as many of a host's as its share of the jobs held back since
+// the last step (within what MaxChurn leaves), back in the queue
+// HeldByHostRecheck intervals later (or parked, caught up); each stop
+// wakes a held job, which takes the place. So a host's replications take
+// turns when more want to run than its budget allows.
 //
 // # Stalled one-shot runs
 //

@@ -90,12 +90,28 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 	renewed := w.job.Renewing()
 	ctx, done := w.job.HoldContext(w.ctx)
 	defer done()
+	// A run that started while its node had no budget per host takes its
+	// places now that there is one (or, its host full, gives way).
+	budget := w.n.Config().MaxJobsPerHost
+	var over string
 	x, err := kv.Transact(ctx, w.n.store, func(tr kv.Transaction) (*replicator.JobData, error) {
 		x := d.Clone()
 		now := w.now()
 		x.Stats = mergeStats(x.Stats, s)
 		if sy != nil {
 			x.Sync = sy
+		}
+		over = ""
+		if budget > 0 && len(x.BudgetHosts) == 0 {
+			if hosts := replicator.BudgetHosts(x.Rep); len(hosts) > 0 {
+				full, err := w.n.store.ClaimHosts(tr, w.job.ID, hosts, budget)
+				if err != nil {
+					return nil, err
+				}
+				if over = full; full == "" {
+					x.BudgetHosts = hosts
+				}
+			}
 		}
 		healed = x.ErrorCount > 0 && replicator.Healed(x.LastStart, now, w.cfg.HealthThreshold)
 		return x, l.Apply(ctx, tr, w.job, x, replicator.Change{Kind: replicator.Heartbeat, At: now})
@@ -104,6 +120,13 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 	if err != nil {
 		w.txError(err)
 		return !errors.Is(err, fdbjobs.ErrHalt) && w.ctx.Err() == nil
+	}
+	if over != "" {
+		// Its host runs as many as its budget allows without it: it goes
+		// back to the queue, where its start waits for a place.
+		w.logEvent(w.cfg.Logger.Info(), x).Str("host", over).Int("max_jobs_per_host", budget).
+			Msg("replication stopping: it started before its host's budget, which its host's other replications fill")
+		w.requestStopUntil(stopHost, replicator.Millis(w.now().Add(HeldByHostRecheck*w.cfg.Interval)))
 	}
 	if healed {
 		w.logEvent(w.cfg.Logger.Info(), x).Int("errors_forgotten", d.ErrorCount).

@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/replicatortest"
 )
 
 // Budgets per host (doc.go, "Budgets per host"): with max_jobs_per_host 1,
@@ -83,4 +87,70 @@ func TestBudgetHosts(t *testing.T) {
 	h := replicator.HostOf("http://" + strings.Repeat("x", 200) + ".example/db")
 	require.LessOrEqual(t, len(h), fdbjobs.PartitionMaxBytes)
 	require.Contains(t, h, "sha256:")
+}
+
+// runningOfHost counts, in one snapshot of the store, the jobs of ids that
+// run.
+func runningOfHost(t *testing.T, c *replicatortest.Cluster, ids []string) int {
+	t.Helper()
+	n, err := kv.ReadTransact(context.Background(), c.DB, func(tr kv.ReadTransaction) (int, error) {
+		n := 0
+		for _, id := range ids {
+			d, st, err := c.Store.Job(context.Background(), tr, id)
+			if err != nil {
+				return 0, err
+			}
+			if d != nil && st == fdbjobs.Running && d.State == replicator.StateRunning {
+				n++
+			}
+		}
+		return n, nil
+	})
+	require.NoError(t, err)
+	return n
+}
+
+// The continuous replications of a host take turns within its budget:
+// with max_jobs_per_host 1, each of three continuous replications from
+// one host runs, never two at once; and replications that ran before the
+// budget was set take their places at their next heartbeat, those beyond
+// it giving way.
+func TestHostBudgetTurns(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "set before", true: "set while they run"}[late], func(t *testing.T) {
+			cfg := testConfig()
+			if !late {
+				cfg.MaxJobsPerHost = 1
+			}
+			c, eng := simCluster(t, 2, cfg, 0, 0)
+			var ids []string
+			for i := range 3 {
+				id := fmt.Sprintf("r%d", i)
+				c.PutDoc("_replicator", id, repDoc(fmt.Sprintf("http://a/s%d", i), fmt.Sprintf("http://t%d/x", i), true))
+				ids = append(ids, c.DocJobID("_replicator", id))
+			}
+			if late {
+				for i := range 3 {
+					c.WaitDocState("_replicator", fmt.Sprintf("r%d", i), replicator.StateRunning)
+				}
+				for _, n := range c.Nodes {
+					next := n.Config()
+					next.MaxJobsPerHost = 1
+					require.NoError(t, n.SetConfig(next))
+				}
+				testutil.Eventually(t, "one of a's replications running", func() bool { return runningOfHost(t, c, ids) == 1 })
+			}
+			starts := func(i int) int { return eng.Starts(fmt.Sprintf("http://a/s%d/", i)) }
+			before := []int{starts(0), starts(1), starts(2)}
+			waitStarts(t, eng, "each of a's replications ran again", func() bool {
+				require.LessOrEqual(t, runningOfHost(t, c, ids), 1, "a runs more than its budget")
+				for i := range 3 {
+					if starts(i) <= before[i] {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
 }

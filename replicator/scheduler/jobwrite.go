@@ -287,6 +287,8 @@ func (k stopKind) requeueWhy() string {
 		return "caught up and idle, but its final checkpoint was not written: it waits its turn to run again"
 	case stopUser:
 		return "user limit: another of its user's replications' turn"
+	case stopHost:
+		return "host budget: another replication of its host's turn, or its host ran as many as its budget allows"
 	case stopStall:
 		return "no progress while other replications waited for a slot: queued behind them"
 	}

@@ -117,6 +117,9 @@ type Node struct {
 	// jobs ran here, as the last interval step read it (rotateUsers):
 	// only the interval step's goroutine touches it, without a lock.
 	heldSeen map[string]int64
+	// hostHeldSeen is, likewise, the store's count of jobs held back by
+	// the budget of each host of the jobs here (rotateHosts).
+	hostHeldSeen map[string]int64
 }
 
 // Signals are the moments of a node's work that tests wait for.
@@ -583,6 +586,8 @@ func (n *Node) reschedule(ctx context.Context) error {
 	// The users' turns: continuous jobs of users whose other jobs were
 	// held back at the per-user limit make room for them.
 	stopped += n.rotateUsers(ctx, cfg, now, stopped)
+	// The hosts' turns, likewise, within their budgets.
+	stopped += n.rotateHosts(ctx, cfg, now, stopped)
 
 	// Balance: with other replication nodes, move jobs to the lighter
 	// ones and set the node's share; rotation only while every node is

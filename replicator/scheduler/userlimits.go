@@ -87,26 +87,13 @@ func (w *worker) logHeld(d *replicator.JobData, owner string, lim int, c replica
 // one of those takes the slot. A user first seen here is only noted. It
 // returns how many it stopped.
 func (n *Node) rotateUsers(ctx context.Context, cfg Config, now time.Time, stopped int) int {
-	budget := cfg.MaxChurn - stopped
 	lim := cfg.userLimit()
-	ran := func(w *worker) bool { return w.continuous && now.Sub(w.started) >= cfg.MinRunTime }
-	local := map[string]int{}
-	eligible := map[string][]*worker{}
-	for _, w := range n.kept() { // limitedOwner and ran's fields are fixed at start
-		o := w.limitedOwner
-		if o == "" {
-			continue
+	local, eligible, owners := turnGroups(n.kept(), cfg, now, func(w *worker) []string {
+		if w.limitedOwner == "" {
+			return nil
 		}
-		local[o]++
-		if ran(w) {
-			eligible[o] = append(eligible[o], w)
-		}
-	}
-	owners := make([]string, 0, len(eligible))
-	for o := range eligible {
-		owners = append(owners, o)
-	}
-	slices.Sort(owners)
+		return []string{w.limitedOwner}
+	})
 	seen := n.heldSeen
 	n.heldSeen = map[string]int64{}
 	if len(owners) == 0 {
@@ -121,17 +108,64 @@ func (n *Node) rotateUsers(ctx context.Context, cfg Config, now time.Time, stopp
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	total := 0
-	for _, o := range owners {
-		c := counts[o]
-		n.heldSeen[o] = c.HeldBack
-		prev, known := seen[o]
-		if !known || c.HeldBack <= prev || budget <= 0 {
+	return takeTurnsLocked(turns{groups: owners, held: func(o string) int64 { return counts[o].HeldBack },
+		seen: seen, next: n.heldSeen, local: local, eligible: eligible, lim: lim, budget: cfg.MaxChurn - stopped,
+		kind: stopUser, at: func(o string) int64 {
+			return replicator.Millis(now.Add(replicator.HeldTurn(counts[o].Unfinished, lim, cfg.Interval)))
+		}})
+}
+
+// turnGroups groups the workers ws (those the node keeps) by the groups
+// (users, hosts) groupsOf gives each: how many each group has here, those
+// that may give way (continuous, run MinRunTime), and the groups of the
+// latter, sorted. groupsOf reads fields fixed at acceptance.
+func turnGroups(ws []*worker, cfg Config, now time.Time, groupsOf func(*worker) []string) (local map[string]int, eligible map[string][]*worker, groups []string) {
+	local, eligible = map[string]int{}, map[string][]*worker{}
+	for _, w := range ws {
+		ran := w.continuous && now.Sub(w.started) >= cfg.MinRunTime
+		for _, g := range groupsOf(w) {
+			local[g]++
+			if ran {
+				eligible[g] = append(eligible[g], w)
+			}
+		}
+	}
+	for g := range eligible {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	return local, eligible, groups
+}
+
+// turns is what takeTurnsLocked needs of one kind of turns.
+type turns struct {
+	groups     []string
+	held       func(group string) int64 // the store's count of the group's held-back jobs
+	seen, next map[string]int64         // held as the last step read it; this step's reading, filled in
+	local      map[string]int
+	eligible   map[string][]*worker
+	lim        int // the group's limit (users) or budget (hosts)
+	budget     int // the stops MaxChurn leaves
+	kind       stopKind
+	at         func(group string) int64 // when a job stopped for the group's turn is due again (Unix ms)
+}
+
+// takeTurnsLocked stops, for each of t's groups whose count of held-back
+// jobs grew since its last reading, as many of its eligible jobs (the
+// least deserving first) as its share of the growth (in proportion to its
+// jobs here among the limit), within t.budget, and returns how many it
+// stopped. A group first seen here is only noted. Called with n.mu held.
+func takeTurnsLocked(t turns) int {
+	budget, total := t.budget, 0
+	for _, g := range t.groups {
+		c := t.held(g)
+		t.next[g] = c
+		prev, known := t.seen[g]
+		if !known || c <= prev || budget <= 0 {
 			continue
 		}
-		k := min(budget, int((c.HeldBack-prev)*int64(local[o])+int64(lim)-1)/lim)
-		at := replicator.Millis(now.Add(replicator.HeldTurn(c.Unfinished, lim, cfg.Interval)))
-		k = stopLeastDeservingUntilLocked(eligible[o], k, stopUser, at, func(*worker) bool { return true })
+		k := min(budget, int((c-prev)*int64(t.local[g])+int64(t.lim)-1)/t.lim)
+		k = stopLeastDeservingUntilLocked(t.eligible[g], k, t.kind, t.at(g), func(*worker) bool { return true })
 		budget -= k
 		total += k
 	}
@@ -142,4 +176,39 @@ func (n *Node) rotateUsers(ctx context.Context, cfg Config, now time.Time, stopp
 type heldRead struct {
 	c    replicator.Change
 	held bool
+}
+
+// rotateHosts is the interval step's turn-taking within the hosts'
+// budgets, as rotateUsers within the per-user limit: for each host of the
+// continuous jobs here that ran MinRunTime whose waiting jobs the nodes
+// held back since the last step (the store's count of them, key 35, read
+// for all those hosts in one snapshot read), it stops as many of them as
+// the host's share of those held back (in proportion to its jobs here
+// among the budget), within what MaxChurn leaves after stopped; each goes
+// back to the queue HeldByHostRecheck intervals later (or parks, caught
+// up), and its stop wakes one of the held jobs, which takes its place. It
+// returns how many it stopped.
+func (n *Node) rotateHosts(ctx context.Context, cfg Config, now time.Time, stopped int) int {
+	seen := n.hostHeldSeen
+	n.hostHeldSeen = map[string]int64{}
+	if cfg.MaxJobsPerHost <= 0 {
+		return 0
+	}
+	local, eligible, hosts := turnGroups(n.kept(), cfg, now, func(w *worker) []string { return w.hosts })
+	if len(hosts) == 0 {
+		return 0
+	}
+	counts, err := n.store.HostsHeld(ctx, hosts)
+	if err != nil {
+		if ctx.Err() == nil {
+			cfg.Logger.Warn().Err(err).Msg("replicator: hosts' budgets: reading the held-back jobs; no turns this interval")
+		}
+		return 0
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	at := replicator.Millis(now.Add(HeldByHostRecheck * cfg.Interval))
+	return takeTurnsLocked(turns{groups: hosts, held: func(h string) int64 { return counts[h] },
+		seen: seen, next: n.hostHeldSeen, local: local, eligible: eligible, lim: cfg.MaxJobsPerHost,
+		budget: cfg.MaxChurn - stopped, kind: stopHost, at: func(string) int64 { return at }})
 }

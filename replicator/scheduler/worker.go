@@ -23,6 +23,7 @@ const (
 	stopMove // balance: a lighter node takes the job
 	stopPark // caught up and idle: the job parks (see doc.go, "Parking")
 	stopUser // its user's other replications wait for a turn (see doc.go, "Per-user limits")
+	stopHost // its host's other replications wait for a turn, or it runs beyond its host's budget (see doc.go, "Budgets per host")
 	// stopStall: a one-shot run that made no progress while jobs wait
 	// (see doc.go, "Stalled one-shot runs")
 	stopStall
@@ -41,6 +42,8 @@ func (k stopKind) String() string {
 		return "park"
 	case stopUser:
 		return "user limit"
+	case stopHost:
+		return "host budget"
 	case stopStall:
 		return "stall"
 	}
@@ -65,7 +68,10 @@ type worker struct {
 	// limitedOwner is the owner the per-user limit counts the job against
 	// ("" when it is not limited; see doc.go, "Per-user limits").
 	limitedOwner string
-	started      time.Time
+	// hosts are the hosts whose budgets count the job while the node has
+	// them (see doc.go, "Budgets per host").
+	hosts   []string
+	started time.Time
 
 	// Guarded by n.mu (the interval step, workerExit and priorityOf):
 	// charged is when the job's run time was last charged for fair share;
@@ -112,6 +118,7 @@ func newWorker(n *Node, job *fdbjobs.Job, ctx context.Context, cfg Config) *work
 	w.prioritized = w.started
 	if w.data != nil {
 		w.continuous, w.shareKey, w.limitedOwner = w.data.Continuous(), w.data.ShareKey(), limitedOwner(w.data)
+		w.hosts = replicator.BudgetHosts(w.data.Rep)
 		// The priority it was enqueued with, decayed while it waited.
 		w.priority = cfg.Decay(w.data.Priority, w.started.Sub(time.UnixMilli(w.data.LastUpdated)), cfg.Interval)
 	}
@@ -490,7 +497,7 @@ func (r *runLoop) stopped() {
 		case kind == stopPark:
 			w.park(d, r.rep, "")
 			return
-		case (kind == stopPreempt || kind == stopUser) && w.parkable && w.n.Config().parks() && d.Sync.CaughtUp && d.Sync.Stall == nil &&
+		case (kind == stopPreempt || kind == stopUser || kind == stopHost) && w.parkable && w.n.Config().parks() && d.Sync.CaughtUp && d.Sync.Stall == nil &&
 			w.n.mayPark(w, r.rep, w.n.waiting.get(w.now(), w.n.Config().waitingMaxAge())):
 			w.park(d, r.rep, kind.String())
 			return
