@@ -271,6 +271,11 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 		return err
 	}
 	size := kv.Batch{Max: AddPageJobs, Min: addPageMin}
+	// tried is the end of the jobs any attempt so far took: an attempt
+	// reported failed may have committed (commit_unknown_result), and a
+	// later page may start among its jobs, so only the jobs beyond it are
+	// added blind.
+	tried := 0
 	for start := 0; start < len(jobs); {
 		end := start + addPageEnd(typ, jobs[start:], datas[start:], size.Size())
 		attempts := 0
@@ -279,10 +284,12 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 			// down to addPageMin (see AddBatch): pages get through a
 			// cluster whose reads keep failing. Jobs an earlier attempt
 			// committed carry the call's token, so taking fewer of them
-			// again changes nothing.
+			// again changes nothing; they are read, never added blind.
 			n := min(end-start, size.Size())
 			attempts++
-			used, err := c.addPage(tr, typ, jobs[start:start+n], datas[start:start+n], token, true, attempts == 1, hook)
+			blind := attempts == 1 && start >= tried
+			tried = max(tried, start+n)
+			used, err := c.addPage(tr, typ, jobs[start:start+n], datas[start:start+n], token, true, blind, hook)
 			if err != nil {
 				size.Shrink()
 			}

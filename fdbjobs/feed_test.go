@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
 type feedArgs struct {
@@ -241,4 +244,42 @@ func TestFeedPages(t *testing.T) {
 	end, err := b.c.FeedEnd(b.ctx, nil, "feed")
 	require.NoError(t, err)
 	require.Equal(t, all[len(all)-1].Seq, end)
+}
+
+// A page of InsertMany retried after commit_unknown_result, smaller once a
+// read failed, leaves jobs its first attempt committed to the next page:
+// that page reads them as any retry does, so each job's insert makes one
+// event and counts once (a blind first attempt wrote them again, each
+// with a second event).
+func TestInsertManyRetriedPagesOnce(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			db := faultkv.Wrap(kvtest.NewDB(t), faultkv.Options{Seed: seed, CommitUnknownResult: 0.4, ReadTooOld: 0.002})
+			c, err := fdbjobs.New(db, fdbjobs.Config{})
+			require.NoError(t, err)
+			require.NoError(t, c.SetTypeTimeout(ctx, nil, "feed", time.Minute))
+			require.NoError(t, c.SetFeed(ctx, nil, "feed", time.Hour))
+			jobs := make([]fdbjobs.InsertJob, 1500)
+			for i := range jobs {
+				jobs[i] = fdbjobs.InsertJob{Args: feedArgs{}, Opts: fdbjobs.InsertOptions{ScheduledAt: time.Now().Add(time.Hour)}}
+			}
+			ids, err := c.InsertMany(ctx, nil, jobs)
+			require.NoError(t, err)
+			var events []fdbjobs.FeedEvent
+			for after := ""; ; {
+				page, err := c.ReadFeed(ctx, nil, "feed", after, fdbjobs.FeedPageMax)
+				require.NoError(t, err)
+				if len(page) == 0 {
+					break
+				}
+				events, after = append(events, page...), page[len(page)-1].Seq
+			}
+			require.Len(t, events, len(ids), "one event per job inserted")
+			counts, err := c.Counts(ctx, nil, "feed")
+			require.NoError(t, err)
+			require.EqualValues(t, len(ids), counts.Pending, "each job counted once")
+		})
+	}
 }
