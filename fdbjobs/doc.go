@@ -230,7 +230,9 @@
 //	                              next start (µs since the epoch) under a
 //	                              limit of starts per second; written by
 //	                              each claim that takes a start (one key
-//	                              per partition that started under it)
+//	                              per partition that started under it),
+//	                              and by each TakeTokens of the bucket
+//	                              (Kind, Partition)
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a

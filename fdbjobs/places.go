@@ -7,7 +7,9 @@ package fdbjobs
 // caller names.
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
@@ -139,4 +141,62 @@ func (c *Client) LeavePlaces(tr kv.Transaction, kind, id string, parts []string)
 		}
 	}
 	return nil
+}
+
+// TokensMax bounds the tokens one TakeTokens asks for.
+const TokensMax = 1_000_000
+
+// TakeTokens takes up to n tokens from the bucket of partition part of
+// kind (a name of the caller's: the bucket needs no registered type) that
+// fills at rate tokens a second and holds a second's worth, at least one:
+// over any window of W seconds the takes of every node get at most rate ×
+// W + max(1, rate) tokens, give or take the nodes' clock skew. It returns
+// the tokens taken (0 when the bucket is empty) and, when none, when the
+// next one comes. The bucket is one time in the store, the partition's
+// PARTITION_STARTS (a kind's limit of starts per second per partition is
+// such a bucket too), read and written by each take: the takes of one
+// bucket conflict with each other, so a caller takes tokens in chunks (a
+// tenth of a second's worth, say) and spends them itself. tx may be nil, a
+// Database or a caller's Transaction; a take retried after
+// commit_unknown_result may take twice, which leaves fewer tokens, never
+// more.
+func (c *Client) TakeTokens(ctx context.Context, tx kv.Transactor, kind, part string, rate float64, n int) (taken int, next time.Time, err error) {
+	if err := checkPlaces(kind, "-", []string{part}); err != nil {
+		return 0, time.Time{}, err
+	}
+	if !(rate >= LimitRateMin && rate <= LimitMax) {
+		return 0, time.Time{}, fmt.Errorf("%w: rate of %v tokens per second outside [%v, %d]", ErrInvalidArgument, rate, LimitRateMin, LimitMax)
+	}
+	if n < 1 || n > TokensMax {
+		return 0, time.Time{}, fmt.Errorf("%w: %d tokens asked: from 1 to %d", ErrInvalidArgument, n, TokensMax)
+	}
+	lim := Limit{PerSecond: rate}
+	type took struct {
+		n    int
+		next time.Time
+	}
+	now := c.cfg.Clock.Now()
+	t, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (took, error) {
+		key := c.k.partStartsKey(kind, part)
+		v, err := tr.Get(key).Get()
+		if err != nil {
+			return took{}, err
+		}
+		nowUs := now.UnixMicro()
+		rm := lim.rateMicro()
+		step := (int64(1e12) + rm - 1) / rm // µs between tokens, rounded up: never faster than rate
+		depth := (max(1, int64(rate)) - 1) * step
+		tat := max(kv.DecodeInt64(v), nowUs)
+		free := int64(0)
+		if slack := depth - (tat - nowUs); slack >= 0 {
+			free = slack/step + 1
+		}
+		if free == 0 {
+			return took{next: time.UnixMicro(tat - depth)}, nil
+		}
+		k := min(free, int64(n))
+		tr.Set(key, kv.Int64(tat+k*step))
+		return took{n: int(k)}, nil
+	})
+	return t.n, t.next, err
 }

@@ -2,6 +2,7 @@ package fdbjobs
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -79,6 +80,54 @@ func TestClaimPlaces(t *testing.T) {
 			_, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (string, error) {
 				return b.c.ClaimPlaces(tr, t1, "d", tc.parts, tc.limit)
 			})
+			require.ErrorIs(t, err, ErrInvalidArgument)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// TakeTokens gives a second's worth of tokens at once, then one per
+// 1/rate: over any window the takes get at most rate × W + rate; an
+// empty bucket says when the next token comes; bad input is refused.
+func TestTakeTokens(t *testing.T) {
+	b := setup(t)
+	take := func(n int) (int, time.Time) {
+		t.Helper()
+		k, next, err := b.c.TakeTokens(b.ctx, nil, "requests", "http://h:80", 10, n)
+		require.NoError(t, err)
+		return k, next
+	}
+	k, _ := take(4)
+	require.Equal(t, 4, k)
+	k, _ = take(100)
+	require.Equal(t, 6, k, "a second's worth in all")
+	k, next := take(1)
+	require.Zero(t, k)
+	require.Equal(t, b.clock.Now().Add(100*time.Millisecond), next, "the next token, a tenth of a second later")
+	b.clock.Advance(250 * time.Millisecond)
+	k, _ = take(100)
+	require.Equal(t, 2, k, "two tokens came in 250 ms")
+	b.clock.Advance(time.Hour)
+	k, _ = take(100)
+	require.Equal(t, 10, k, "a full bucket holds a second's worth")
+	// Another partition's bucket is its own.
+	k, _, err := b.c.TakeTokens(b.ctx, nil, "requests", "http://h2:80", 0.5, 3)
+	require.NoError(t, err)
+	require.Equal(t, 1, k, "a bucket holds at least one token")
+
+	for _, tc := range []struct {
+		name string
+		rate float64
+		n    int
+		part string
+		want string
+	}{
+		{"rate 0", 0, 1, "p", "rate of 0 tokens per second"},
+		{"n 0", 1, 0, "p", "0 tokens asked"},
+		{"no partition", 1, 1, "", "partition 0 is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := b.c.TakeTokens(b.ctx, nil, "requests", tc.part, tc.rate, tc.n)
 			require.ErrorIs(t, err, ErrInvalidArgument)
 			require.ErrorContains(t, err, tc.want)
 		})

@@ -4,12 +4,19 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"net"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/internal/clockwait"
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
@@ -101,4 +108,141 @@ func (s *Store) HostsHeld(ctx context.Context, hosts []string) (map[string]int64
 		}
 		return out, nil
 	})
+}
+
+// RequestsKind names the job layer's token buckets of the budgets of
+// requests per second per host (fdbjobs TakeTokens): one per host.
+const RequestsKind = "rep_requests"
+
+// pacerChunk is the share of a second's worth of a host's requests a node
+// takes from its bucket at once: a tenth, so that a node makes at most
+// about ten takes a second per host it sends requests to.
+const pacerChunk = 0.1
+
+// pacerTakeTimeout bounds a take of tokens from the store.
+const pacerTakeTimeout = 2 * time.Second
+
+// pacerKeep is how long a node spends tokens it took before they lapse
+// (it gives none back).
+const pacerKeep = time.Second
+
+// HostPacer paces a node's requests to each endpoint host within the
+// cluster-wide budget of requests per second per host ([replicator]
+// max_requests_per_host_per_sec): each host's budget is a token bucket of
+// the job layer (fdbjobs TakeTokens, RequestsKind), from which the node
+// takes a tenth of a second's worth at a time and spends it on its runs'
+// requests (engine.Options.Pace) within a second. A take that fails (the
+// store does not answer within pacerTakeTimeout) lets its request go
+// 1/rate later: the node paces its own requests alone meanwhile. Safe for
+// concurrent use.
+type HostPacer struct {
+	jobs  *fdbjobs.Client
+	clock clockwork.Clock
+	log   *zerolog.Logger
+
+	mu    sync.Mutex // guards rate and hosts
+	rate  float64    // 0: no budget
+	hosts map[string]*hostTokens
+}
+
+// hostTokens are the tokens a node holds of one host's bucket.
+type hostTokens struct {
+	part string     // the bucket's partition: HostOf the host
+	take sync.Mutex // one take from the store at a time
+	mu   sync.Mutex // guards n and until
+	n    int
+	// until is when the tokens held lapse.
+	until time.Time
+}
+
+// NewHostPacer returns a pacer with no budget (SetRate sets one) that
+// takes tokens through s's job layer Client.
+func NewHostPacer(s *Store, clock clockwork.Clock, log *zerolog.Logger) *HostPacer {
+	return &HostPacer{jobs: s.jobs, clock: clock, log: log, hosts: map[string]*hostTokens{}}
+}
+
+// SetRate sets the budget of requests per second per host; 0 removes it.
+func (p *HostPacer) SetRate(perSec float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rate = perSec
+}
+
+// Wait waits until a request of the node to host (a couch.Options.Pace
+// host: scheme and host) fits the host's budget, or ctx ends.
+func (p *HostPacer) Wait(ctx context.Context, host string) error {
+	p.mu.Lock()
+	rate := p.rate
+	h := p.hosts[host]
+	if rate > 0 && h == nil {
+		if len(p.hosts) >= 4096 { // bound memory: forget the hosts whose tokens lapsed
+			now := p.clock.Now()
+			for k, o := range p.hosts {
+				o.mu.Lock()
+				if now.After(o.until) {
+					delete(p.hosts, k)
+				}
+				o.mu.Unlock()
+			}
+		}
+		h = &hostTokens{part: HostOf(host)}
+		p.hosts[host] = h
+	}
+	p.mu.Unlock()
+	if rate <= 0 || h.part == "" {
+		return nil
+	}
+	for {
+		if h.spend(p.clock.Now()) {
+			return nil
+		}
+		h.take.Lock()
+		if h.spend(p.clock.Now()) { // another caller's take came meanwhile
+			h.take.Unlock()
+			return nil
+		}
+		chunk := max(1, int(math.Ceil(rate*pacerChunk)))
+		tctx, cancel := context.WithTimeout(ctx, pacerTakeTimeout)
+		n, next, err := p.jobs.TakeTokens(tctx, nil, RequestsKind, h.part, rate, chunk)
+		cancel()
+		now := p.clock.Now()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			h.take.Unlock()
+			return ctx.Err()
+		case err != nil:
+			// The store does not answer: this request goes after 1/rate,
+			// the other callers waiting their turns behind it.
+			p.log.Warn().Err(err).Str("host", h.part).Msg("replicator: budget of requests per host: taking tokens; pacing this node alone meanwhile")
+			err = clockwait.Sleep(ctx, p.clock, time.Duration(float64(time.Second)/rate))
+			h.take.Unlock()
+			return err
+		case n > 0:
+			h.hold(n-1, now.Add(pacerKeep))
+			h.take.Unlock()
+			return nil
+		}
+		h.take.Unlock()
+		if err := clockwait.Sleep(ctx, p.clock, next.Sub(now)); err != nil {
+			return err
+		}
+	}
+}
+
+// spend takes one of the tokens held, if any lives at now.
+func (h *hostTokens) spend(now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n > 0 && !now.After(h.until) {
+		h.n--
+		return true
+	}
+	return false
+}
+
+// hold sets the tokens held to n, lapsing at until.
+func (h *hostTokens) hold(n int, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n, h.until = n, until
 }

@@ -332,6 +332,11 @@ func (db *DB) do(ctx context.Context, r Request, readAll bool) (*http.Response, 
 	var firstFailure time.Time
 	attempts, stalls, authRetries := 0, 0, 0
 	for {
+		if pace := db.opts.Pace; pace != nil {
+			if err := pace(ctx, db.keyBase); err != nil {
+				return nil, nil, err
+			}
+		}
 		if err := db.limiter.Wait(ctx, key); err != nil {
 			if errors.Is(err, ErrMaxBackoff) {
 				return nil, nil, fmt.Errorf("%w: %s %s: the peer kept answering 429 Too Many Requests", ErrMaxBackoff, r.Method, where)

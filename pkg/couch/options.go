@@ -2,6 +2,7 @@ package couch
 
 import (
 	"cmp"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net/url"
@@ -101,6 +102,12 @@ type Options struct {
 	// quick and safe for concurrent use. With Pools, a pool's connections
 	// are counted through the Count of the DB that made the pool.
 	Count func(host string, c Count)
+	// Pace, if set, is waited on before each attempt of a request (a
+	// retry and a 429's again too), with the endpoint's scheme and host
+	// ("https://db.example.com", lower case, its port when the URL names
+	// one): a budget of requests per second per host. Its error ends the
+	// request.
+	Pace func(ctx context.Context, host string) error
 	// Clock is the time source of the retry loop (its waits and
 	// RetryTimeLimit) and of the private rate limiter NewDB makes when given
 	// none; nil is the real clock. Tests pass a fake clock. Timeouts of the

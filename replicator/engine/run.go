@@ -42,6 +42,10 @@ type Options struct {
 	// Limiter is the process's shared 429 back-off state (nil: a private
 	// one per run).
 	Limiter *couch.RateLimiter
+	// Pace, if set, is waited on before each request of the run to an
+	// endpoint (couch.Options.Pace): the node's budget of requests per
+	// second per host.
+	Pace func(ctx context.Context, host string) error
 
 	// Logins is the process's memory of the logins peers refused (nil: a
 	// run remembers its own only): credentials a peer refused lately are

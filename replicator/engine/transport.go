@@ -199,6 +199,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*p
 		Logins:                 opts.Logins,
 		Pools:                  opts.Pools,
 		Count:                  opts.Client.Count,
+		Pace:                   opts.Pace,
 	}
 	if rep.SocketOptions != nil {
 		copts.Socket = *rep.SocketOptions

@@ -98,6 +98,12 @@ const (
 	MaxJobsPerHostDefault = 0
 	// MaxJobsPerHostMax bounds MaxJobsPerHost.
 	MaxJobsPerHostMax = 100_000
+	// MaxRequestsPerHostPerSecDefault is how many requests a second the
+	// replications of the whole cluster send to one endpoint host at most
+	// (see doc.go, "Budgets per host"): 0, no budget, as in CouchDB.
+	MaxRequestsPerHostPerSecDefault = 0
+	// MaxRequestsPerHostPerSecMax bounds MaxRequestsPerHostPerSec.
+	MaxRequestsPerHostPerSecMax = 1_000_000
 	// HeldByHostRecheck is how many intervals a job held back by a host's
 	// budget waits at most before a node takes it again: a replication of
 	// the host that stops wakes one waiting job at once.
@@ -173,6 +179,10 @@ type Config struct {
 	// MaxJobsPerHost bounds the replications with an endpoint on one host
 	// that run at once, cluster-wide; 0 (the default): no bound.
 	MaxJobsPerHost int
+	// MaxRequestsPerHostPerSec bounds the requests a second the runs of
+	// the whole cluster send to one endpoint host; 0 (the default): no
+	// bound.
+	MaxRequestsPerHostPerSec int
 	// OneShotStallPreempt is how long a one-shot run may make no progress
 	// while jobs wait for a slot before it is stopped and queued behind
 	// them; StallPreemptNever (any negative value): never (0 takes the
@@ -288,6 +298,8 @@ func (c Config) validate() error {
 		return bad("max_jobs_per_user_percent %d is under 1", c.MaxJobsPerUserPercent)
 	case c.MaxJobsPerHost < 0 || c.MaxJobsPerHost > MaxJobsPerHostMax:
 		return bad("max_jobs_per_host %d is outside [0, %d]", c.MaxJobsPerHost, MaxJobsPerHostMax)
+	case c.MaxRequestsPerHostPerSec < 0 || c.MaxRequestsPerHostPerSec > MaxRequestsPerHostPerSecMax:
+		return bad("max_requests_per_host_per_sec %d is outside [0, %d]", c.MaxRequestsPerHostPerSec, MaxRequestsPerHostPerSecMax)
 	}
 	return nil
 }

@@ -373,6 +373,17 @@
 // wakes a held job, which takes the place. So a host's replications take
 // turns when more want to run than its budget allows.
 //
+// With MaxRequestsPerHostPerSec above 0, the requests of the node's runs
+// to each host wait for a token of the host's bucket (the node's
+// replicator.HostPacer, engine.Options.Pace before each attempt): a job
+// layer bucket per host (fdbjobs TakeTokens) holding a second's worth,
+// from which each node takes a tenth of a second's worth at a time and
+// spends it within a second. Over any window of W seconds the cluster's
+// runs send a host at most MaxRequestsPerHostPerSec × (W + 1) requests,
+// give or take the nodes' clock skew; the requests of the watches and of
+// the checks after a park are not counted. The rate applies from the
+// node's next interval step.
+//
 // # Stalled one-shot runs
 //
 // One-shot jobs are not rotated: their runs end by themselves. One whose
@@ -626,7 +637,7 @@
 // 0.98, fair-share window 24 h, park_after 5 min, park_sweep 24 h,
 // max_watches 100, watch_poll_interval 60 s, watch_poll_rate 20,
 // max_jobs_per_user_percent 25, max_jobs_per_host 0 (none),
-// one_shot_stall_preempt 60 s.
+// max_requests_per_host_per_sec 0 (none), one_shot_stall_preempt 60 s.
 // The *Default constants (here and in
 // package replicator) document each.
 package scheduler

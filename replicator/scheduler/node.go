@@ -46,6 +46,10 @@ type Node struct {
 	// Set by New and never changed: read without a lock.
 	store *replicator.Store
 	eng   replicator.Engine
+	// pacer paces the runs' requests within the budget of requests per
+	// second per host (MaxRequestsPerHostPerSec, set at each interval
+	// step); safe for concurrent use.
+	pacer *replicator.HostPacer
 	m     *replicator.Metrics
 	kick  chan struct{} // Reschedule's nudge to the interval loop (one slot)
 	// TestSignals let tests wait for the node's steps instead of sleeping
@@ -152,7 +156,7 @@ func New(store *replicator.Store, eng replicator.Engine, cfg Config) (*Node, err
 	if eng == nil {
 		eng = replicator.EngineDefault{}
 	}
-	n := &Node{store: store, eng: eng, m: cfg.Metrics, cfg: cfg,
+	n := &Node{store: store, eng: eng, m: cfg.Metrics, cfg: cfg, pacer: replicator.NewHostPacer(store, cfg.Clock, cfg.Logger),
 		kick: make(chan struct{}, 1), load: newLoadPublisher(), workers: map[*worker]bool{}, charges: newCharges(),
 		progress: newProgress(), watches: newWatches(), feeds: newFeeds()}
 	for _, name := range []string{replicator.MetricSyncJobs, replicator.MetricSyncLagChanges, replicator.MetricSyncLagSeconds} {
@@ -160,6 +164,7 @@ func New(store *replicator.Store, eng replicator.Engine, cfg Config) (*Node, err
 	}
 	n.m.ObserveSeries(replicator.MetricDocsRefused, true, n.progress.refusedSeries)
 	n.nonAdmins.Store(&cfg.NonAdmins)
+	n.pacer.SetRate(float64(cfg.MaxRequestsPerHostPerSec))
 	return n, nil
 }
 
@@ -554,6 +559,7 @@ func (n *Node) reschedule(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	n.setMaxWatches(cfg)
+	n.pacer.SetRate(float64(cfg.MaxRequestsPerHostPerSec))
 
 	// Fair share: charge, roll up, then adjust the priorities of the jobs
 	// running here (replicator/share.go).

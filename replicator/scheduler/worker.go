@@ -252,7 +252,7 @@ func (w *worker) execute(d *replicator.JobData, rep engine.Replication, code str
 	ck := make(chan engine.Checkpoint, 1)
 	run := w.n.eng.Start(runCtx, rep, engine.Options{
 		ServerUUID: w.n.serverUUID, FilterCode: code, Stats: d.Stats, Clock: w.cfg.Clock, LogFields: w.logFields(d),
-		OnCheckpoint: keepLatest(ck),
+		OnCheckpoint: keepLatest(ck), Pace: w.n.pacer.Wait,
 	})
 	r := &runLoop{w: w, d: d, rep: rep, run: run, cancel: cancel, hb: w.cfg.Clock.NewTicker(w.cfg.heartbeat()), hold: w.newHoldTimer()}
 	w.rep, w.parkable = rep, r.parkable()

@@ -1,0 +1,78 @@
+package replicator
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
+)
+
+// Two nodes' pacers share a host's budget of requests per second, on one
+// clock: a second's worth goes at once, whichever node asks; then a
+// request waits for the next token (a tenth of a second at 10 a second),
+// and a request of another host has a bucket of its own. Without a
+// budget nothing waits.
+func TestHostPacerSharesABudget(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clock := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0))
+	db := kvtest.NewDB(t)
+	jobs, err := fdbjobs.New(db, fdbjobs.Config{Clock: clock})
+	require.NoError(t, err)
+	s := NewStore(db, jobs, nil)
+	log := zerolog.Nop()
+	a, b := NewHostPacer(s, clock, &log), NewHostPacer(s, clock, &log)
+	require.NoError(t, a.Wait(ctx, "http://h"), "no budget: no wait")
+
+	// wait reports whether p lets a request to host go without the clock
+	// moving: it returns, or it sleeps on the clock (then the clock is
+	// moved on until it returns, and false is reported).
+	wait := func(p *HostPacer, host string) bool {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- p.Wait(ctx, host) }()
+		slept := make(chan struct{})
+		go func() {
+			if clock.BlockUntilContext(ctx, 1) == nil {
+				close(slept)
+			}
+		}()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			return true
+		case <-slept:
+		}
+		for range 1000 { // 10 s of the clock at most
+			clock.Advance(10 * time.Millisecond)
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+				return false
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		require.FailNow(t, "a request waited over 10 s of the clock")
+		return false
+	}
+	const rate = 10
+	a.SetRate(rate)
+	b.SetRate(rate)
+	at := clock.Now()
+	free := 0
+	for i := 0; ; i++ {
+		if !wait([]*HostPacer{a, b}[i%2], "http://h") {
+			break
+		}
+		free++
+	}
+	require.Equal(t, rate, free, "a second's worth at once, shared by the two nodes")
+	require.GreaterOrEqual(t, clock.Since(at), 100*time.Millisecond, "the next one a tenth of a second later")
+	require.True(t, wait(a, "http://other:5984"), "another host's bucket is its own")
+}
