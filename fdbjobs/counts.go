@@ -307,8 +307,60 @@ func (t *addTx) Add(key kv.KeyConvertible, param []byte) {
 	t.sums[k] += kv.DecodeInt64(param)
 }
 
+// Set writes key after the adds to it so far, which it supersedes (they
+// are not written at flush: an exact count set after adds of the same
+// transaction stays exact).
+func (t *addTx) Set(key kv.KeyConvertible, value []byte) {
+	t.drop(key)
+	t.Transaction.Set(key, value)
+}
+
+// Clear clears key, superseding the adds to it so far.
+func (t *addTx) Clear(key kv.KeyConvertible) {
+	t.drop(key)
+	t.Transaction.Clear(key)
+}
+
+// ClearRange clears r, superseding the adds so far to the keys in it.
+func (t *addTx) ClearRange(r kv.ExactRange) {
+	if len(t.keys) > 0 {
+		b, e := r.FDBRangeKeys()
+		begin, end := string(b.FDBKey()), string(e.FDBKey())
+		for _, k := range t.keys {
+			if k >= begin && k < end {
+				t.sums[k] = 0
+			}
+		}
+	}
+	t.Transaction.ClearRange(r)
+}
+
+// Get reads key with the adds to it so far (written now, not at flush).
+func (t *addTx) Get(key kv.KeyConvertible) kv.FutureByteSlice {
+	if len(t.sums) > 0 {
+		if b := key.FDBKey(); t.sums[string(b)] != 0 {
+			t.Transaction.Add(key, kv.Int64(t.sums[string(b)]))
+			t.sums[string(b)] = 0
+		}
+	}
+	return t.Transaction.Get(key)
+}
+
+// drop forgets the adds to key so far.
+func (t *addTx) drop(key kv.KeyConvertible) {
+	if len(t.sums) == 0 {
+		return
+	}
+	if b := key.FDBKey(); t.sums[string(b)] != 0 { // (no string allocated for the look-up)
+		t.sums[string(b)] = 0
+	}
+}
+
 // coalesceAdds returns tr summing its adds, and the function that writes
-// them, to call before the transaction body returns.
+// them, to call before the transaction body returns. Reads and writes of a
+// key through it see the adds to it before them; reads through its
+// Snapshot, and range reads, do not (no caller reads a key it added to
+// so).
 func coalesceAdds(tr kv.Transaction) (kv.Transaction, func()) {
 	t := &addTx{Transaction: tr, sums: map[string]int64{}}
 	return t, func() {

@@ -133,3 +133,36 @@ func TestTakeTokens(t *testing.T) {
 		})
 	}
 }
+
+// A claim of two jobs of one partition whose count decides the first
+// and the running set the second (the count at the limit then) leaves the
+// count at the entries: the count the set gave, set after the first's
+// add, is exact.
+func TestClaimCountExactAfterRecount(t *testing.T) {
+	b := setup(t)
+	b.start(t)
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, Limit{Running: 2}))
+	for _, id := range []string{"a", "b", "c"} {
+		b.add(t, t1, id, `{}`, 0)
+	}
+	jobs, err := b.c.AcceptBatch(b.ctx, t1, 3, AcceptOptions{})
+	require.NoError(t, err)
+	require.Len(t, jobs, 3)
+	byID := map[string]*Job{}
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	wait := func(int64) int64 { return b.c.cfg.now() + 3_600_000 }
+	first := []*claim{{job: byID["a"], part: "p"}}
+	require.NoError(t, b.c.claimPartitions(b.ctx, first, wait))
+	require.True(t, first[0].granted)
+	both := []*claim{{job: byID["b"], part: "p"}, {job: byID["c"], part: "p"}}
+	require.NoError(t, b.c.claimPartitions(b.ctx, both, wait))
+	require.True(t, both[0].granted)
+	require.False(t, both[1].granted, "the partition is full")
+	v, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]byte, error) {
+		return tr.Get(b.c.k.partCountKey(t1, "p")).Get()
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, kv.DecodeInt64(v), "the count of places: a's and b's")
+}
