@@ -450,7 +450,7 @@
 // ("p\x00", "p") is apart from it.
 //
 // A run loop of the caller's own (a Manual kind, Accept) takes places with
-// ClaimPlaces, in its own transaction and under a limit it names: in up to
+// ClaimPlaces, in its own transaction and under limits it names: in up to
 // PlacesMax partitions at once, all or none, with the same count, running
 // set and checks as a Runtime's claim; a partition found full gets the
 // job's waiting entry and hint, and the caller puts the job back itself.

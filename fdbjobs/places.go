@@ -45,9 +45,17 @@ func checkPlaces(kind, id string, parts []string) error {
 	return nil
 }
 
-// ClaimPlaces takes, in tr, a place for job id of kind in each of parts,
-// where at most limit jobs of one partition run at once: all of them, or
-// none. It is for a run loop of the caller's own (a Manual kind's worker,
+// Place is a partition and its limit of jobs running at once, for
+// ClaimPlaces.
+type Place struct {
+	Partition string
+	// Limit is from 1 to LimitMax.
+	Limit int
+}
+
+// ClaimPlaces takes, in tr, a place for job id of kind in each of places'
+// partitions, where at most the place's Limit jobs of the partition run at
+// once: all of them, or none. It is for a run loop of the caller's own (a Manual kind's worker,
 // in the transaction that starts the job, fenced by its lock); a Runtime
 // claims the places of the jobs it inserted with a partition itself, under
 // SetPartitionLimit. A place the job holds already (an earlier attempt of
@@ -65,12 +73,18 @@ func checkPlaces(kind, id string, parts []string) error {
 // entries, clearing those of jobs not running (ended without LeavePlaces,
 // taken back from a node that died), so a place left behind is found again
 // once the partition fills.
-func (c *Client) ClaimPlaces(tr kv.Transaction, kind, id string, parts []string, limit int) (full string, err error) {
+func (c *Client) ClaimPlaces(tr kv.Transaction, kind, id string, places []Place) (full string, err error) {
+	parts := make([]string, len(places))
+	for i, p := range places {
+		parts[i] = p.Partition
+	}
 	if err := checkPlaces(kind, id, parts); err != nil {
 		return "", err
 	}
-	if limit < 1 || limit > LimitMax {
-		return "", fmt.Errorf("%w: limit of %d running jobs per partition outside [1, %d]", ErrInvalidArgument, limit, LimitMax)
+	for _, p := range places {
+		if p.Limit < 1 || p.Limit > LimitMax {
+			return "", fmt.Errorf("%w: partition %q: limit of %d running jobs outside [1, %d]", ErrInvalidArgument, p.Partition, p.Limit, LimitMax)
+		}
 	}
 	pcs := make([]*partClaims, len(parts))
 	for i, p := range parts {
@@ -85,7 +99,7 @@ func (c *Client) ClaimPlaces(tr kv.Transaction, kind, id string, parts []string,
 	}
 	own := make([]bool, len(parts))
 	for i, p := range parts {
-		o, free, err := c.placeFree(tr, kind, p, id, pcs[i], limit)
+		o, free, err := c.placeFree(tr, kind, p, id, pcs[i], places[i].Limit)
 		if err != nil {
 			return "", err
 		}

@@ -29,7 +29,7 @@ func TestClaimPlaces(t *testing.T) {
 	claim := func(id string, parts []string, limit int) string {
 		t.Helper()
 		full, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (string, error) {
-			return b.c.ClaimPlaces(tr, t1, id, parts, limit)
+			return b.c.ClaimPlaces(tr, t1, id, placesOf(parts, limit))
 		})
 		require.NoError(t, err)
 		return full
@@ -64,6 +64,7 @@ func TestClaimPlaces(t *testing.T) {
 	require.Equal(t, "d", b.accept(t, t1).ID)
 	require.Empty(t, claim("d", []string{"z"}, 1))
 	require.Equal(t, "z", claim("b", []string{"z"}, 1), "d holds z now")
+	require.Empty(t, claim("b", []string{"z"}, 2), "each place has its own limit")
 
 	for _, tc := range []struct {
 		name  string
@@ -71,14 +72,14 @@ func TestClaimPlaces(t *testing.T) {
 		limit int
 		want  string
 	}{
-		{"limit 0", []string{"x"}, 0, "limit of 0 running jobs"},
+		{"limit 0", []string{"x"}, 0, `partition "x": limit of 0 running jobs`},
 		{"empty partition", []string{""}, 1, "partition 0 is empty"},
 		{"twice", []string{"x", "x"}, 1, `partition "x" named twice`},
 		{"too many", []string{"1", "2", "3", "4", "5", "6", "7", "8", "9"}, 1, "9 partitions: at most 8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (string, error) {
-				return b.c.ClaimPlaces(tr, t1, "d", tc.parts, tc.limit)
+				return b.c.ClaimPlaces(tr, t1, "d", placesOf(tc.parts, tc.limit))
 			})
 			require.ErrorIs(t, err, ErrInvalidArgument)
 			require.ErrorContains(t, err, tc.want)
@@ -165,4 +166,13 @@ func TestClaimCountExactAfterRecount(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, kv.DecodeInt64(v), "the count of places: a's and b's")
+}
+
+// placesOf is parts, each with limit.
+func placesOf(parts []string, limit int) []Place {
+	out := make([]Place, len(parts))
+	for i, p := range parts {
+		out[i] = Place{Partition: p, Limit: limit}
+	}
+	return out
 }

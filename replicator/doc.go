@@ -114,7 +114,7 @@
 // (JobData.BudgetHosts, set by its Started change; the scheduler's doc.go,
 // "Budgets per host"), and its view index entry (9) keeps them as an
 // eleventh element while it runs. The places are the job layer's:
-// partitions of JobType named by HostOf, taken with Store.ClaimHosts
+// partitions of JobType named by HostOf and HostUserOf, taken with Store.ClaimHosts
 // (fdbjobs ClaimPlaces) and given back by the index when a write takes the
 // job out of running (fdbjobs LeavePlaces, in that write's transaction),
 // so every path that stops a job (its transitions, the re-enqueue hook, a

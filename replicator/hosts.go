@@ -34,7 +34,26 @@ const StallBudget = "budget"
 // scheme, host name (lower case) and port (the scheme's default when the
 // URL has none), as "https://db.example.com:443"; "" for a URL without a
 // host. One longer than a job layer partition allows is named by its hash.
-func HostOf(rawURL string) string {
+func HostOf(rawURL string) string { return budgetPart(rawURL, "") }
+
+// HostUserOf is the host and user an endpoint's budget per host and user
+// counts it against: HostOf with the user name it logs in with (its
+// username, or its token's client id) before the host, as
+// "https://alice@db.example.com:443"; "" for an endpoint without one (an
+// IAM API key, no credentials).
+func HostUserOf(e EndpointSpec) string {
+	user := e.Username
+	if user == "" && e.Token != nil {
+		user = e.Token.ClientID
+	}
+	if user == "" {
+		return ""
+	}
+	return budgetPart(e.URL, user)
+}
+
+// budgetPart is HostOf, with user before the host when not "".
+func budgetPart(rawURL, user string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
 		return ""
@@ -44,36 +63,91 @@ func HostOf(rawURL string) string {
 	if port == "" {
 		port = map[string]string{"http": "80", "https": "443"}[scheme]
 	}
-	h := scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+	h := scheme + "://"
+	if user != "" {
+		h += url.QueryEscape(user) + "@"
+	}
+	h += net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 	if len(h) > fdbjobs.PartitionMaxBytes {
 		sum := sha256.Sum256([]byte(h))
 		h = "sha256:" + hex.EncodeToString(sum[:16])
+		if user != "" {
+			h = "user-" + h // not to be taken for a host's
+		}
 	}
 	return h
 }
 
-// BudgetHosts are the hosts a replication's budget counts it against: its
-// source's and its target's (one, when both are on the same host), sorted.
-func BudgetHosts(s *Spec) []string {
+// IsHostUser reports whether a budget's partition is a host and user's
+// (HostUserOf), not a host's.
+func IsHostUser(part string) bool {
+	return strings.HasPrefix(part, "user-") || strings.Contains(part, "@")
+}
+
+// Budgets are a node's budgets of running replications per endpoint host,
+// and per host and user (0: none).
+type Budgets struct {
+	PerHost, PerHostUser int
+}
+
+// On reports whether b has a budget.
+func (b Budgets) On() bool { return b.PerHost > 0 || b.PerHostUser > 0 }
+
+// LimitOf is b's limit of a budget's partition: PerHost, or PerHostUser
+// for a host and user's.
+func (b Budgets) LimitOf(part string) int {
+	if IsHostUser(part) {
+		return b.PerHostUser
+	}
+	return b.PerHost
+}
+
+// BudgetGroups are the budgets' partitions a replication counts in: its
+// source's and target's hosts (one, when both are on the same host) and
+// hosts and users, sorted.
+func BudgetGroups(s *Spec) []string {
 	if s == nil {
 		return nil
 	}
-	var hs []string
+	var out []string
 	for _, e := range []EndpointSpec{s.Source, s.Target} {
-		if h := HostOf(e.URL); h != "" && !slices.Contains(hs, h) {
-			hs = append(hs, h)
+		for _, g := range []string{HostOf(e.URL), HostUserOf(e)} {
+			if g != "" && !slices.Contains(out, g) {
+				out = append(out, g)
+			}
 		}
 	}
-	slices.Sort(hs)
-	return hs
+	slices.Sort(out)
+	return out
 }
 
-// ClaimHosts takes, in tr (the start's transaction), a place for job jobID
-// in each of hosts' budgets of limit running replications: all of them, or
-// none and the host whose budget is full (the job then waits in its queue
-// of the job layer, woken as a replication of the host leaves its place).
-func (s *Store) ClaimHosts(tr kv.Transaction, jobID string, hosts []string, limit int) (full string, err error) {
-	return s.jobs.ClaimPlaces(tr, JobType, jobID, hosts, limit)
+// Places are the places a replication takes under b: one in each of its
+// BudgetGroups that b limits.
+func (b Budgets) Places(s *Spec) []fdbjobs.Place {
+	var out []fdbjobs.Place
+	for _, g := range BudgetGroups(s) {
+		if lim := b.LimitOf(g); lim > 0 {
+			out = append(out, fdbjobs.Place{Partition: g, Limit: lim})
+		}
+	}
+	return out
+}
+
+// ClaimHosts takes, in tr (the start's transaction), the places for job
+// jobID: all of them, or none and the partition whose budget is full (the
+// job then waits in its queue of the job layer, woken as a replication of
+// that partition leaves its place).
+func (s *Store) ClaimHosts(tr kv.Transaction, jobID string, places []fdbjobs.Place) (full string, err error) {
+	return s.jobs.ClaimPlaces(tr, JobType, jobID, places)
+}
+
+// Partitions are places' partitions.
+func Partitions(places []fdbjobs.Place) []string {
+	out := make([]string, len(places))
+	for i, p := range places {
+		out[i] = p.Partition
+	}
+	return out
 }
 
 func (s *Store) hostHeldKey(host string) kv.Key {

@@ -136,15 +136,16 @@ type JobData struct {
 	// owner ran as many replications as a user may, or a host of its ran
 	// as many as its budget allows (the HeldBack transition): since when,
 	// and when it is due again at the latest (Unix ms; 0 otherwise).
-	// HeldHost names the host (HostOf) for a budget, "" for the per-user
-	// limit. Its start clears them.
+	// HeldHost names the budget's partition (HostOf, HostUserOf), "" for
+	// the per-user limit. Its start clears them.
 	HeldSince int64  `json:"held_since,omitempty"`
 	HeldUntil int64  `json:"held_until,omitempty"`
 	HeldHost  string `json:"held_host,omitempty"`
-	// BudgetHosts are the hosts in whose budgets its run holds a place
-	// (see doc.go, "Budgets per host"), set as it starts: the view index
-	// gives the places back as the job stops running. Meaningless while
-	// it does not run.
+	// BudgetHosts are the budgets' partitions (hosts, HostOf; hosts and
+	// users, HostUserOf) in which its run holds a place (see doc.go,
+	// "Budgets per host"), set as it starts: the view index gives the
+	// places back as the job stops running. Meaningless while it does not
+	// run.
 	BudgetHosts []string `json:"budget_hosts,omitempty"`
 }
 

@@ -157,8 +157,7 @@ func syncInfo(d *replicator.JobData, stall *engine.Stall) api.SyncInfo {
 		if d.HeldUntil != 0 && d.HeldHost != "" {
 			out.Stall = &api.StallInfo{Reason: replicator.StallBudget, Since: replicator.FormatMillis(d.HeldSince),
 				Until: strp(replicator.FormatMillis(d.HeldUntil)), Host: d.HeldHost,
-				Detail: "the host " + d.HeldHost + " runs as many replications at once as its budget allows " +
-					"([replicator] max_jobs_per_host): it runs when one of them stops"}
+				Detail: budgetDetail(d.HeldHost)}
 		} else if d.HeldUntil != 0 {
 			out.Stall = &api.StallInfo{Reason: replicator.StallUserLimit, Since: replicator.FormatMillis(d.HeldSince),
 				Until: strp(replicator.FormatMillis(d.HeldUntil)),
@@ -515,4 +514,15 @@ func activeTask(id string, st fdbjobs.State, d *replicator.JobData) (api.ActiveT
 		CheckpointInterval: ci, StartedOn: d.LastStart / 1000, UpdatedOn: d.LastUpdated / 1000,
 		Stats: d.Stats, SyncInfo: syncInfo(d, nil),
 	}, true
+}
+
+// budgetDetail is the stall budget's detail for the budget's partition
+// part (replicator.HostOf, HostUserOf).
+func budgetDetail(part string) string {
+	if replicator.IsHostUser(part) {
+		return "the host and user " + part + " run as many replications at once as their budget allows " +
+			"([replicator] max_jobs_per_host_user): it runs when one of them stops"
+	}
+	return "the host " + part + " runs as many replications at once as its budget allows " +
+		"([replicator] max_jobs_per_host): it runs when one of them stops"
 }

@@ -96,8 +96,12 @@ const (
 	// operator whose endpoints answer 429 beyond some number of clients
 	// (a hosted CouchDB plan) sets one.
 	MaxJobsPerHostDefault = 0
-	// MaxJobsPerHostMax bounds MaxJobsPerHost.
+	// MaxJobsPerHostMax bounds MaxJobsPerHost and MaxJobsPerHostUser.
 	MaxJobsPerHostMax = 100_000
+	// MaxJobsPerHostUserDefault is how many replications with an endpoint
+	// on one host that logs in as one user (its username, or its token's
+	// client id) run at once in the whole cluster: 0, no budget.
+	MaxJobsPerHostUserDefault = 0
 	// MaxRequestsPerHostPerSecDefault is how many requests a second the
 	// replications of the whole cluster send to one endpoint host at most
 	// (see doc.go, "Budgets per host"): 0, no budget, as in CouchDB.
@@ -179,6 +183,9 @@ type Config struct {
 	// MaxJobsPerHost bounds the replications with an endpoint on one host
 	// that run at once, cluster-wide; 0 (the default): no bound.
 	MaxJobsPerHost int
+	// MaxJobsPerHostUser bounds, likewise, those with an endpoint on one
+	// host that logs in as one user; 0 (the default): no bound.
+	MaxJobsPerHostUser int
 	// MaxRequestsPerHostPerSec bounds the requests a second the runs of
 	// the whole cluster send to one endpoint host; 0 (the default): no
 	// bound.
@@ -298,10 +305,18 @@ func (c Config) validate() error {
 		return bad("max_jobs_per_user_percent %d is under 1", c.MaxJobsPerUserPercent)
 	case c.MaxJobsPerHost < 0 || c.MaxJobsPerHost > MaxJobsPerHostMax:
 		return bad("max_jobs_per_host %d is outside [0, %d]", c.MaxJobsPerHost, MaxJobsPerHostMax)
+	case c.MaxJobsPerHostUser < 0 || c.MaxJobsPerHostUser > MaxJobsPerHostMax:
+		return bad("max_jobs_per_host_user %d is outside [0, %d]", c.MaxJobsPerHostUser, MaxJobsPerHostMax)
 	case c.MaxRequestsPerHostPerSec < 0 || c.MaxRequestsPerHostPerSec > MaxRequestsPerHostPerSecMax:
 		return bad("max_requests_per_host_per_sec %d is outside [0, %d]", c.MaxRequestsPerHostPerSec, MaxRequestsPerHostPerSecMax)
 	}
 	return nil
+}
+
+// budgets are the budgets of running replications per host, and per
+// host and user.
+func (c Config) budgets() replicator.Budgets {
+	return replicator.Budgets{PerHost: c.MaxJobsPerHost, PerHostUser: c.MaxJobsPerHostUser}
 }
 
 // userLimit is how many replications of one user who is not a server

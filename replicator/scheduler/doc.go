@@ -344,13 +344,16 @@
 //
 // With MaxJobsPerHost above 0 ([replicator] max_jobs_per_host), a job
 // starts only while fewer than that many replications with an endpoint on
-// one of its hosts run in the whole cluster (replicator.BudgetHosts: its
-// source's and its target's scheme, name and port). initJob, after the
-// collision checks, takes a place in each host's partition of the job
-// layer in the start's transaction (replicator.Store.ClaimHosts, fdbjobs
-// ClaimPlaces: all or none; the claims of one host conflict with each
-// other only), and the Started change records the hosts in the job's data
-// (BudgetHosts), which the view index keeps in the running job's entry. A
+// one of its hosts run in the whole cluster (replicator.HostOf: its
+// source's and its target's scheme, name and port); with
+// MaxJobsPerHostUser, likewise per host and user (replicator.HostUserOf:
+// the user an endpoint logs in as). initJob, after the collision checks,
+// takes a place in each of those partitions of the job layer in the
+// start's transaction (replicator.Budgets.Places, Store.ClaimHosts,
+// fdbjobs ClaimPlaces: all or none; the claims of one partition conflict
+// with each other only), and the Started change records the partitions in
+// the job's data (BudgetHosts), which the view index keeps in the running
+// job's entry. A
 // job whose host is full is held back (replicator.HeldBack with the host):
 // pending, due again HeldByHostRecheck intervals later at the latest, its
 // view showing the stall budget with the host, and entered in the host's
@@ -637,7 +640,8 @@
 // 0.98, fair-share window 24 h, park_after 5 min, park_sweep 24 h,
 // max_watches 100, watch_poll_interval 60 s, watch_poll_rate 20,
 // max_jobs_per_user_percent 25, max_jobs_per_host 0 (none),
-// max_requests_per_host_per_sec 0 (none), one_shot_stall_preempt 60 s.
+// max_jobs_per_host_user 0 (none), max_requests_per_host_per_sec 0
+// (none), one_shot_stall_preempt 60 s.
 // The *Default constants (here and in
 // package replicator) document each.
 package scheduler

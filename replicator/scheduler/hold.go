@@ -92,7 +92,7 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 	defer done()
 	// A run that started while its node had no budget per host takes its
 	// places now that there is one (or, its host full, gives way).
-	budget := w.n.Config().MaxJobsPerHost
+	budget := w.n.Config().budgets()
 	var over string
 	x, err := kv.Transact(ctx, w.n.store, func(tr kv.Transaction) (*replicator.JobData, error) {
 		x := d.Clone()
@@ -102,14 +102,14 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 			x.Sync = sy
 		}
 		over = ""
-		if budget > 0 && len(x.BudgetHosts) == 0 {
-			if hosts := replicator.BudgetHosts(x.Rep); len(hosts) > 0 {
-				full, err := w.n.store.ClaimHosts(tr, w.job.ID, hosts, budget)
+		if budget.On() && len(x.BudgetHosts) == 0 {
+			if places := budget.Places(x.Rep); len(places) > 0 {
+				full, err := w.n.store.ClaimHosts(tr, w.job.ID, places)
 				if err != nil {
 					return nil, err
 				}
 				if over = full; full == "" {
-					x.BudgetHosts = hosts
+					x.BudgetHosts = replicator.Partitions(places)
 				}
 			}
 		}
@@ -124,7 +124,7 @@ func (w *worker) heartbeat(d *replicator.JobData, s engine.Stats) bool {
 	if over != "" {
 		// Its host runs as many as its budget allows without it: it goes
 		// back to the queue, where its start waits for a place.
-		w.logEvent(w.cfg.Logger.Info(), x).Str("host", over).Int("max_jobs_per_host", budget).
+		w.logEvent(w.cfg.Logger.Info(), x).Str("host", over).Int("budget", budget.LimitOf(over)).
 			Msg("replication stopping: it started before its host's budget, which its host's other replications fill")
 		w.requestStopUntil(stopHost, replicator.Millis(w.now().Add(HeldByHostRecheck*w.cfg.Interval)))
 	}

@@ -71,22 +71,35 @@ func TestHostBudgetHoldsBackAHostsJobs(t *testing.T) {
 	require.Empty(t, d.HeldHost)
 }
 
-func TestBudgetHosts(t *testing.T) {
+func TestBudgetGroups(t *testing.T) {
+	ep := func(url, user string) replicator.EndpointSpec {
+		return replicator.EndpointSpec{URL: url, Username: user}
+	}
 	for _, tc := range []struct {
-		src, tgt string
+		src, tgt replicator.EndpointSpec
 		want     []string
 	}{
-		{"http://A.example/db", "https://b.example/db", []string{"http://a.example:80", "https://b.example:443"}},
-		{"http://h:5984/a", "http://h:5984/b", []string{"http://h:5984"}},
-		{"http://[::1]:5984/a", "http://h/b", []string{"http://[::1]:5984", "http://h:80"}},
-		{"not a url", "http://h/b", []string{"http://h:80"}},
+		{ep("http://A.example/db", ""), ep("https://b.example/db", ""), []string{"http://a.example:80", "https://b.example:443"}},
+		{ep("http://h:5984/a", ""), ep("http://h:5984/b", ""), []string{"http://h:5984"}},
+		{ep("http://[::1]:5984/a", ""), ep("http://h/b", ""), []string{"http://[::1]:5984", "http://h:80"}},
+		{ep("not a url", ""), ep("http://h/b", ""), []string{"http://h:80"}},
+		{ep("http://h/a", "bob"), ep("http://h/b", "al ice"), []string{"http://al+ice@h:80", "http://bob@h:80", "http://h:80"}},
+		{replicator.EndpointSpec{URL: "https://h/a", Token: &replicator.TokenSpec{ClientID: "svc"}}, ep("http://t/b", ""),
+			[]string{"http://t:80", "https://h:443", "https://svc@h:443"}},
 	} {
-		got := replicator.BudgetHosts(&replicator.Spec{Source: replicator.EndpointSpec{URL: tc.src}, Target: replicator.EndpointSpec{URL: tc.tgt}})
-		require.Equal(t, tc.want, got, tc.src)
+		got := replicator.BudgetGroups(&replicator.Spec{Source: tc.src, Target: tc.tgt})
+		require.Equal(t, tc.want, got, tc.src.URL)
 	}
 	h := replicator.HostOf("http://" + strings.Repeat("x", 200) + ".example/db")
 	require.LessOrEqual(t, len(h), fdbjobs.PartitionMaxBytes)
 	require.Contains(t, h, "sha256:")
+	require.False(t, replicator.IsHostUser(h))
+	hu := replicator.HostUserOf(replicator.EndpointSpec{URL: "http://" + strings.Repeat("x", 200) + ".example/db", Username: "u"})
+	require.True(t, replicator.IsHostUser(hu), hu)
+
+	b := replicator.Budgets{PerHostUser: 2}
+	spec := &replicator.Spec{Source: ep("http://h/a", "bob"), Target: ep("http://t/b", "")}
+	require.Equal(t, []fdbjobs.Place{{Partition: "http://bob@h:80", Limit: 2}}, b.Places(spec), "only the budgets set")
 }
 
 // runningOfHost counts, in one snapshot of the store, the jobs of ids that
@@ -153,4 +166,36 @@ func TestHostBudgetTurns(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A budget per host and user: with max_jobs_per_host_user 1, of bob's two
+// replications from host a one runs and the other waits, naming bob at a,
+// while alice's from a runs beside them.
+func TestHostUserBudget(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxJobsPerHostUser = 1
+	cfg.Interval = time.Hour
+	c, _ := simCluster(t, 1, cfg, 0, 0)
+	c.PutDoc("_replicator", "bob1", repDoc("http://bob:pw@a/s1", "http://t1/x", true))
+	c.PutDoc("_replicator", "bob2", repDoc("http://bob:pw@a/s2", "http://t2/x", true))
+	c.PutDoc("_replicator", "alice", repDoc("http://alice:pw@a/s3", "http://t3/x", true))
+	c.WaitDocState("_replicator", "alice", replicator.StateRunning)
+	held := ""
+	for _, id := range []string{"bob1", "bob2"} {
+		c.WaitJob(id+" running or held", c.DocJobID("_replicator", id), func(_ fdbjobs.State, d *replicator.JobData) bool {
+			if d != nil && d.HeldHost != "" {
+				held = id
+			}
+			return d != nil && (d.State == replicator.StateRunning || d.HeldHost != "")
+		})
+	}
+	require.NotEmpty(t, held)
+	var add struct {
+		Stall struct{ Reason, Host, Detail string } `json:"stall"`
+	}
+	info := c.DocState("_replicator", held)
+	require.NoError(t, json.Unmarshal(info.Info, &add), string(info.Info))
+	require.Equal(t, replicator.StallBudget, add.Stall.Reason)
+	require.Equal(t, "http://bob@a:80", add.Stall.Host)
+	require.Contains(t, add.Stall.Detail, "max_jobs_per_host_user")
 }

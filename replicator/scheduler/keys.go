@@ -69,6 +69,9 @@ var (
 	keyMaxJobsPerHost = config.RegisterInt("replicator", "max_jobs_per_host", MaxJobsPerHostDefault, 0, MaxJobsPerHostMax,
 		"Most replications with an endpoint (source or target) on one host (scheme, name and port) that run at once in the whole cluster; 0: no bound. A node that takes a job of a host that runs that many puts it back without running it (its view shows the stall budget, naming the host), and the next replication of the host to stop wakes it (docs/COMPAT.md, \"Budgets per host\"). Turn it on once every node runs a version that has it.",
 		config.Live(config.ApplyReplication))
+	keyMaxJobsPerHostUser = config.RegisterInt("replicator", "max_jobs_per_host_user", MaxJobsPerHostUserDefault, 0, MaxJobsPerHostMax,
+		"Most replications with an endpoint on one host that logs in as one user (its username, or its token's client id) that run at once in the whole cluster; 0: no bound. As max_jobs_per_host, for a host whose quota is per account (docs/COMPAT.md, \"Budgets per host\").",
+		config.Live(config.ApplyReplication))
 	keyMaxRequestsPerHostPerSec = config.RegisterInt("replicator", "max_requests_per_host_per_sec", MaxRequestsPerHostPerSecDefault, 0, MaxRequestsPerHostPerSecMax,
 		"Most requests a second that the replications of the whole cluster send to one endpoint host (scheme, name and port), on average; 0: no bound. Each host's budget is a token bucket in the store holding a second's worth, from which each replication node takes a tenth of a second's worth at a time. The per-node back-off on 429 answers applies beside it (docs/COMPAT.md, \"Budgets per host\").",
 		config.Live(config.ApplyReplication))
@@ -122,6 +125,7 @@ func FromConfig(c *config.Config) (Config, error) {
 		WatchPollRate:            int(keyWatchPollRate.Get(c)),
 		MaxJobsPerUserPercent:    int(keyMaxJobsPerUserPercent.Get(c)),
 		MaxJobsPerHost:           int(keyMaxJobsPerHost.Get(c)),
+		MaxJobsPerHostUser:       int(keyMaxJobsPerHostUser.Get(c)),
 		MaxRequestsPerHostPerSec: int(keyMaxRequestsPerHostPerSec.Get(c)),
 		OneShotStallPreempt:      cmp.Or(keyOneShotStallPreempt.Get(c), StallPreemptNever), // 0: never
 		JobDefaults:              defaults,

@@ -40,10 +40,10 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 	// The hosts' budgets: a job of a host that runs as many as its budget
 	// allows is held back too, after the collision checks (a duplicate
 	// takes no place).
-	budget := w.cfg.MaxJobsPerHost
-	var hosts []string
-	if budget > 0 {
-		hosts = replicator.BudgetHosts(d.Rep)
+	budget := w.cfg.budgets()
+	var places []fdbjobs.Place
+	if budget.On() {
+		places = budget.Places(d.Rep)
 	}
 	prio := w.n.priorityOf(w, now)
 	renewed := w.job.Renewing()
@@ -101,8 +101,8 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 			}
 			// The holder is finished, crashing, gone or orphaned: take over.
 		}
-		if len(hosts) > 0 {
-			full, err := w.n.store.ClaimHosts(tr, w.job.ID, hosts, budget)
+		if len(places) > 0 {
+			full, err := w.n.store.ClaimHosts(tr, w.job.ID, places)
 			if err != nil {
 				return outcome{}, err
 			}
@@ -116,7 +116,7 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 		if err := w.reseal(tr, x, res); err != nil {
 			return outcome{}, err
 		}
-		c := replicator.Change{Kind: replicator.Started, At: now, Node: w.cfg.NodeName, Hosts: hosts}
+		c := replicator.Change{Kind: replicator.Started, At: now, Node: w.cfg.NodeName, Hosts: replicator.Partitions(places)}
 		if err := l.Apply(w.ctx, tr, w.job, x, c); err != nil {
 			return outcome{}, err
 		}
@@ -156,7 +156,7 @@ func (w *worker) initJob(d *replicator.JobData, rep engine.Replication, repID, c
 		w.logFailed(d, replicator.TagDuplicate, d.LastError)
 	case replicator.HeldBack:
 		if o.c.Reason != "" {
-			w.logEvent(w.cfg.Logger.Debug(), d).Str("host", o.c.Reason).Int("max_jobs_per_host", budget).
+			w.logEvent(w.cfg.Logger.Debug(), d).Str("host", o.c.Reason).Int("budget", budget.LimitOf(o.c.Reason)).
 				Time("retry_at", time.UnixMilli(o.c.STime).UTC()).
 				Msg("replication held back: a host of its runs as many replications as its budget allows")
 		} else {

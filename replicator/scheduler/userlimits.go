@@ -109,7 +109,7 @@ func (n *Node) rotateUsers(ctx context.Context, cfg Config, now time.Time, stopp
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return takeTurnsLocked(turns{groups: owners, held: func(o string) int64 { return counts[o].HeldBack },
-		seen: seen, next: n.heldSeen, local: local, eligible: eligible, lim: lim, budget: cfg.MaxChurn - stopped,
+		seen: seen, next: n.heldSeen, local: local, eligible: eligible, lim: func(string) int { return lim }, budget: cfg.MaxChurn - stopped,
 		kind: stopUser, at: func(o string) int64 {
 			return replicator.Millis(now.Add(replicator.HeldTurn(counts[o].Unfinished, lim, cfg.Interval)))
 		}})
@@ -144,8 +144,8 @@ type turns struct {
 	seen, next map[string]int64         // held as the last step read it; this step's reading, filled in
 	local      map[string]int
 	eligible   map[string][]*worker
-	lim        int // the group's limit (users) or budget (hosts)
-	budget     int // the stops MaxChurn leaves
+	lim        func(group string) int // the group's limit (users) or budget (hosts)
+	budget     int                    // the stops MaxChurn leaves
 	kind       stopKind
 	at         func(group string) int64 // when a job stopped for the group's turn is due again (Unix ms)
 }
@@ -164,7 +164,8 @@ func takeTurnsLocked(t turns) int {
 		if !known || c <= prev || budget <= 0 {
 			continue
 		}
-		k := min(budget, int((c-prev)*int64(t.local[g])+int64(t.lim)-1)/t.lim)
+		lim := max(1, t.lim(g))
+		k := min(budget, int((c-prev)*int64(t.local[g])+int64(lim)-1)/lim)
 		k = stopLeastDeservingUntilLocked(t.eligible[g], k, t.kind, t.at(g), func(*worker) bool { return true })
 		budget -= k
 		total += k
@@ -191,10 +192,13 @@ type heldRead struct {
 func (n *Node) rotateHosts(ctx context.Context, cfg Config, now time.Time, stopped int) int {
 	seen := n.hostHeldSeen
 	n.hostHeldSeen = map[string]int64{}
-	if cfg.MaxJobsPerHost <= 0 {
+	budget := cfg.budgets()
+	if !budget.On() {
 		return 0
 	}
-	local, eligible, hosts := turnGroups(n.kept(), cfg, now, func(w *worker) []string { return w.hosts })
+	local, eligible, hosts := turnGroups(n.kept(), cfg, now, func(w *worker) []string {
+		return slices.DeleteFunc(slices.Clone(w.hosts), func(g string) bool { return budget.LimitOf(g) == 0 })
+	})
 	if len(hosts) == 0 {
 		return 0
 	}
@@ -209,6 +213,6 @@ func (n *Node) rotateHosts(ctx context.Context, cfg Config, now time.Time, stopp
 	defer n.mu.Unlock()
 	at := replicator.Millis(now.Add(HeldByHostRecheck * cfg.Interval))
 	return takeTurnsLocked(turns{groups: hosts, held: func(h string) int64 { return counts[h] },
-		seen: seen, next: n.hostHeldSeen, local: local, eligible: eligible, lim: cfg.MaxJobsPerHost,
+		seen: seen, next: n.hostHeldSeen, local: local, eligible: eligible, lim: budget.LimitOf,
 		budget: cfg.MaxChurn - stopped, kind: stopHost, at: func(string) int64 { return at }})
 }

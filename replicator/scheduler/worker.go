@@ -68,8 +68,9 @@ type worker struct {
 	// limitedOwner is the owner the per-user limit counts the job against
 	// ("" when it is not limited; see doc.go, "Per-user limits").
 	limitedOwner string
-	// hosts are the hosts whose budgets count the job while the node has
-	// them (see doc.go, "Budgets per host").
+	// hosts are the budgets' partitions (hosts, hosts and users) that
+	// count the job while the node has budgets (see doc.go, "Budgets per
+	// host").
 	hosts   []string
 	started time.Time
 
@@ -118,7 +119,7 @@ func newWorker(n *Node, job *fdbjobs.Job, ctx context.Context, cfg Config) *work
 	w.prioritized = w.started
 	if w.data != nil {
 		w.continuous, w.shareKey, w.limitedOwner = w.data.Continuous(), w.data.ShareKey(), limitedOwner(w.data)
-		w.hosts = replicator.BudgetHosts(w.data.Rep)
+		w.hosts = replicator.BudgetGroups(w.data.Rep)
 		// The priority it was enqueued with, decayed while it waited.
 		w.priority = cfg.Decay(w.data.Priority, w.started.Sub(time.UnixMilli(w.data.LastUpdated)), cfg.Interval)
 	}
