@@ -416,8 +416,12 @@
 // transaction per fetch fenced by each job's lock (Client.claimPartitions),
 // one at a time on a Runtime (its fetchers' claims would conflict): it reads
 // the limit and each partition's PARTITION_COUNT (a snapshot read: the ends
-// that take from it do not conflict with claims). A count below N grants the
-// place: the claim writes the job's entry and adds to the count. A count
+// that take from it do not conflict with claims) and PARTITION_HINT (a
+// snapshot read too). A count below N grants the place: the claim writes
+// the job's entry and adds to the count, and clears the job's
+// PARTITION_WAITING entry when the hint says jobs may wait (none can be
+// left otherwise: an entry is written with an add to the hint, and the hint
+// is cleared only by a read of the waiting set that finds none). A count
 // absent, below 0, or at N makes the claim read the PARTITION_RUNNING
 // entries instead (N + 32 at most) and, when they reach N, the rows of their
 // jobs, clearing the entries of jobs no longer running; having read them all

@@ -50,6 +50,17 @@ type partClaims struct {
 	startsRead bool
 	tat        int64
 	denied     int64
+	// hintFut is the partition's PARTITION_HINT, a snapshot read: with no
+	// hint no job of the partition waits, so a grant has no waiting entry
+	// to clear (a job's entry is written with an add to the hint, and the
+	// hint is cleared only by a read of the waiting set that finds none).
+	hintFut kv.FutureByteSlice
+}
+
+// waiting reports whether jobs of pc's partition may wait.
+func (pc *partClaims) waiting() (bool, error) {
+	v, err := pc.hintFut.Get()
+	return kv.DecodeInt64(v) > 0, err
 }
 
 // claimPartitions takes places and starts for claims' jobs (each in the
@@ -99,7 +110,8 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 		for _, cl := range claims {
 			cl.granted, cl.err = false, nil
 			if parts[cl.part] == nil {
-				pc := &partClaims{countFut: tr.Snapshot().Get(c.k.partCountKey(kind, cl.part))}
+				pc := &partClaims{countFut: tr.Snapshot().Get(c.k.partCountKey(kind, cl.part)),
+					hintFut: tr.Snapshot().Get(c.k.partHintKey(kind, cl.part))}
 				if rated {
 					pc.startsFut = tr.Snapshot().Get(c.k.partStartsKey(kind, cl.part))
 				}
@@ -169,7 +181,11 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 		}
 		if lim.Running > 0 && !own {
 			tr.Set(c.k.partRunningKey(kind, cl.part, j.ID), nil)
-			tr.Clear(c.k.partWaitingKey(kind, cl.part, j.ID))
+			if w, err := pc.waiting(); err != nil {
+				return nil, false, err
+			} else if w {
+				tr.Clear(c.k.partWaitingKey(kind, cl.part, j.ID))
+			}
 			if pc.tracked {
 				tr.Add(c.k.partCountKey(kind, cl.part), one)
 				pc.count++
