@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv/faultkv"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 )
 
@@ -72,7 +73,13 @@ func TestHostPacerSharesABudget(t *testing.T) {
 		}
 		free++
 	}
-	require.Equal(t, rate, free, "a second's worth at once, shared by the two nodes")
+	if _, faults, _ := faultkv.FromEnv(); faults || kvtest.OnFoundationDB(t) {
+		// A take retried after commit_unknown_result takes its tokens
+		// twice: fewer go, never more.
+		require.LessOrEqual(t, free, rate, "at most a second's worth at once, shared by the two nodes")
+	} else {
+		require.Equal(t, rate, free, "a second's worth at once, shared by the two nodes")
+	}
 	require.GreaterOrEqual(t, clock.Since(at), 100*time.Millisecond, "the next one a tenth of a second later")
 	require.True(t, wait(a, "http://other:5984"), "another host's bucket is its own")
 }
