@@ -292,8 +292,14 @@ func Run(ctx context.Context, opts Options) error {
 		ncfg.Cluster = accepting
 		eng := opts.Engine
 		if eng == nil {
+			// One 429 back-off per node, as CouchDB's: the runs to a host
+			// that answered 429 slow down together.
+			limiter, err := couch.NewRateLimiter(couch.RateLimiterConfig{})
+			if err != nil {
+				return err
+			}
 			eng = replicator.EngineDefault{Logger: log, Client: client, Logins: replicator.LoginsFromConfig(cfg), Pools: couch.NewPools(),
-				Metrics: metrics}
+				Limiter: limiter, Metrics: metrics}
 		}
 		n, err := scheduler.New(store, eng, ncfg)
 		if err != nil {
