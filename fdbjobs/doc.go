@@ -204,10 +204,12 @@
 //	(25, Kind, Partition, JobID)  PARTITION_RUNNING: "" — a place taken
 //	                              (see "Partitions"): written by the
 //	                              job's claim, cleared by its end
-//	(26, Kind, Partition, JobID)  PARTITION_WAITING: (Looks) — a job that
-//	                              found its partition full (Looks times
-//	                              since it was last woken), woken by the
-//	                              next end of one of the partition's jobs
+//	(26, Kind, Partition, JobID)  PARTITION_WAITING: (Looks, Since) — a job
+//	                              that found its partition full (Looks
+//	                              times since it was last woken, the first
+//	                              at Since, µs), woken by the next end of
+//	                              one of the partition's jobs (an entry of
+//	                              an earlier version has no Since)
 //	(27, Kind, Partition)         PARTITION_HINT: int64 LE counter — jobs
 //	                              may wait: added to by each claim that
 //	                              makes one wait, cleared by an end that
@@ -233,6 +235,11 @@
 //	                              per partition that started under it),
 //	                              and by each TakeTokens of the bucket
 //	                              (Kind, Partition)
+//	(31, Kind, Partition, Since, JobID)
+//	                              PARTITION_QUEUE: "" — the waiting jobs
+//	                              in the order they came: written and
+//	                              cleared with their PARTITION_WAITING
+//	                              entries
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a
@@ -242,7 +249,10 @@
 // job: their rows name their pending keys); nor did keys 21 to 23: a
 // store without them has no limits (a Runtime of a release before limits
 // does not follow one); nor did keys 24 to 27 (partition limits, which a
-// Runtime of a release before them does not follow).
+// Runtime of a release before them does not follow), nor key 31: waiting
+// entries written without it (no Since) are woken after those in it, and
+// a node of a release before it wakes waiting jobs by id and leaves their
+// PARTITION_QUEUE keys, which the next claim or wake of those jobs clears.
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
 // running one, the versionstamp of the lease that last granted it (both
@@ -433,10 +443,12 @@
 // (FinishAt: not an attempt), and adds to the partition's PARTITION_HINT.
 // Every end a Runtime writes (endBatchIn, CompleteTx's too) clears the job's
 // entry, taking one from the count when it was there, and, when the hint is
-// set, in the same transaction moves the first pending job of the
-// partition's waiting entries (8 looked at; those of jobs gone are cleared;
-// none left clears the hint) to now, so the waiter claims the freed place as
-// soon as an acceptor takes it. A job taken from its Runtime without an end
+// set, in the same transaction moves the pending job that has waited
+// longest (PARTITION_QUEUE, 8 looked at, then entries of an earlier
+// version; those of jobs gone are cleared; none left clears the hint) to
+// now, so the waiter claims the freed place as soon as an acceptor takes
+// it: the waiting jobs of a partition get its places in the order they
+// came. A job taken from its Runtime without an end
 // it wrote (cancelled, removed, its hold lapsed) gives its place back in a
 // transaction of its own unless it runs again elsewhere (releasePartition).
 // A raised or cleared limit moves every waiting job to now, a page of 200

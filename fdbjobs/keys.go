@@ -35,11 +35,12 @@ const (
 	keyCapacityFence   = 23 // (23, Kind, Node) -> "" while the lease is held
 	keyPartLimit       = 24 // (24, Kind) -> (N)
 	keyPartRunning     = 25 // (25, Kind, Partition, JobID) -> ""
-	keyPartWaiting     = 26 // (26, Kind, Partition, JobID) -> (Looks)
+	keyPartWaiting     = 26 // (26, Kind, Partition, JobID) -> (Looks[, Since])
 	keyPartHint        = 27 // (27, Kind, Partition) -> int64 LE counter
 	keyPartCount       = 28 // (28, Kind, Partition) -> int64 LE counter of PARTITION_RUNNING entries
 	keyPartClaim       = 29 // (29, Kind, Partition): conflict ranges only, never written
 	keyPartStarts      = 30 // (30, Kind, Partition) -> int64 LE: the theoretical time of the next start, µs
+	keyPartQueue       = 31 // (31, Kind, Partition, Since, JobID) -> "": the waiting jobs in the order they came
 )
 
 // State is a job's state.

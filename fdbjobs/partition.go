@@ -168,7 +168,11 @@ func (c *Client) wakeWaiting(ctx context.Context, tx kv.Transactor, kind string)
 				if err != nil || len(t) != 4 {
 					continue
 				}
+				part, _ := t[2].(string)
 				id, _ := t[3].(string)
+				if _, since, queued := decodeWaiting(e.Value); queued {
+					tr.Clear(c.k.partQueueKey(kind, part, since, id))
+				}
 				r, err := c.k.readRow(tr, kind, id)
 				if err != nil {
 					return false, err
@@ -339,14 +343,33 @@ func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token 
 	if err != nil || kv.DecodeInt64(hv) <= 0 {
 		return err
 	}
+	// The waiting jobs in the order they came (PARTITION_QUEUE), the
+	// longest waiting first.
+	qr := prefixRange(c.k.root, tuple.Tuple{keyPartQueue, kind, part})
+	qs, err := tr.GetRange(qr, kv.RangeOptions{Limit: partitionWakeScan}).GetSliceWithError()
+	if err != nil {
+		return err
+	}
+	for _, e := range qs {
+		t, err := c.k.root.Unpack(e.Key)
+		if err != nil || len(t) != 5 || t[2] != any(part) {
+			continue
+		}
+		wid, _ := t[4].(string)
+		woke, err := c.wakeWaiter(tr, kind, part, wid, e.Key, token)
+		if woke || err != nil {
+			return err
+		}
+	}
+	// Then the entries an earlier version wrote, with no place in the
+	// queue; none left at all clears the hint (a claim that makes a job
+	// wait meanwhile conflicts with this read of the waiting set).
 	rg := prefixRange(c.k.root, tuple.Tuple{keyPartWaiting, kind, part})
 	kvs, err := tr.GetRange(rg, kv.RangeOptions{Limit: partitionWakeScan}).GetSliceWithError()
 	if err != nil {
 		return err
 	}
 	if len(kvs) == 0 {
-		// None waits: the hint goes (a claim that makes a job wait
-		// meanwhile conflicts with this read of the waiting set).
 		tr.Clear(hk)
 		return nil
 	}
@@ -355,21 +378,43 @@ func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token 
 		if err != nil || len(t) != 4 || t[2] != any(part) {
 			continue
 		}
-		wid, _ := t[3].(string)
-		r, err := c.k.readRow(tr, kind, wid)
-		if err != nil {
-			return err
+		if _, _, queued := decodeWaiting(e.Value); queued {
+			continue // passed above, in the queue's order
 		}
-		switch {
-		case r == nil || r.state == Finished:
-			tr.Clear(e.Key)
-		case r.state == Pending:
-			tr.Clear(e.Key)
-			if c.resubmitRow(tr, kind, wid, r, min(r.stime, c.cfg.now()), 0, nil, token) {
-				c.k.bumpPending(tr, kind)
-			}
-			return nil
+		wid, _ := t[3].(string)
+		woke, err := c.wakeWaiter(tr, kind, part, wid, nil, token)
+		if woke || err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// wakeWaiter looks at job wid, waiting in part (qk: the PARTITION_QUEUE
+// key it was found by, nil for none): gone or finished, its waiting
+// entries are cleared; pending, they are cleared and it is moved to now,
+// so that it claims the place freed (woke); running (woken already,
+// claiming), it is left to its claim. (A queue key whose waiting entry a
+// node of an earlier release cleared goes with it.)
+func (c *Client) wakeWaiter(tr kv.Transaction, kind, part, wid string, qk kv.Key, token []byte) (woke bool, err error) {
+	r, err := c.k.readRow(tr, kind, wid)
+	if err != nil {
+		return false, err
+	}
+	if qk != nil && (r == nil || r.state != Running) {
+		tr.Clear(qk)
+	}
+	switch {
+	case r == nil || r.state == Finished:
+		return false, c.leaveWaiting(tr, kind, part, wid)
+	case r.state == Pending:
+		if err := c.leaveWaiting(tr, kind, part, wid); err != nil {
+			return false, err
+		}
+		if c.resubmitRow(tr, kind, wid, r, min(r.stime, c.cfg.now()), 0, nil, token) {
+			c.k.bumpPending(tr, kind)
+		}
+		return true, nil
+	}
+	return false, nil
 }

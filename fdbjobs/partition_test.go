@@ -155,7 +155,7 @@ func TestPartitionLimitAcrossNodes(t *testing.T) {
 	mu.Unlock()
 	// Nothing left in the partitions' sets once every job ended.
 	testutil.Eventually(t, "the partitions' sets empty", func() bool {
-		return len(scanRoot(t, db, nodes[0], keyPartRunning, keyPartWaiting)) == 0
+		return len(scanRoot(t, db, nodes[0], keyPartRunning, keyPartWaiting, keyPartQueue)) == 0
 	})
 	if plainStore(t) { // (a claim retried after commit_unknown_result counts its place twice)
 		for _, e := range scanRoot(t, db, nodes[0], keyPartCount) {
@@ -220,7 +220,7 @@ func TestPartitionPlaceOfCancelledJob(t *testing.T) {
 	testutil.Eventually(t, "both ended, the sets empty", func() bool {
 		row, err := c.GetJob(b.ctx, nil, "part", second.ID)
 		require.NoError(t, err)
-		return row.State == OutcomeCompleted && len(scanRoot(t, b.db, c, keyPartRunning, keyPartWaiting)) == 0
+		return row.State == OutcomeCompleted && len(scanRoot(t, b.db, c, keyPartRunning, keyPartWaiting, keyPartQueue)) == 0
 	})
 }
 

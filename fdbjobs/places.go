@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
-	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
 // PlacesMax bounds the partitions of one ClaimPlaces or LeavePlaces.
@@ -104,23 +103,15 @@ func (c *Client) ClaimPlaces(tr kv.Transaction, kind, id string, places []Place)
 			return "", err
 		}
 		if !o && !free {
-			wk := c.k.partWaitingKey(kind, p, id)
-			wv, err := tr.Get(wk).Get()
-			if err != nil {
-				return "", err
-			}
-			looks := int64(0)
-			if t, err := tuple.Unpack(wv); err == nil && len(t) == 1 {
-				looks, _ = intElem(t[0])
-			}
-			tr.Set(wk, tuple.Tuple{looks + 1}.Pack())
-			tr.Add(c.k.partHintKey(kind, p), one)
-			return p, nil
+			_, err := c.enterWaiting(tr, kind, p, id)
+			return p, err
 		}
 		own[i] = o
 	}
 	for i, p := range parts {
-		tr.Clear(c.k.partWaitingKey(kind, p, id))
+		if err := c.leaveWaiting(tr, kind, p, id); err != nil {
+			return "", err
+		}
 		if own[i] {
 			continue
 		}

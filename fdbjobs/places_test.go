@@ -192,3 +192,49 @@ func placesOf(parts []string, limit int) []Place {
 	}
 	return out
 }
+
+// The jobs waiting for a place in a partition are woken in the order they
+// came, not by id: a place freed goes to the one that waited longest.
+func TestWaitingJobsWokenInOrder(t *testing.T) {
+	b := setup(t)
+	b.start(t)
+	for _, id := range []string{"x", "a", "b", "c"} {
+		b.add(t, t1, id, `{}`, 0)
+	}
+	held := map[string]*Job{}
+	for range 4 {
+		j := b.accept(t, t1)
+		held[j.ID] = j
+	}
+	claim := func(id string) string {
+		t.Helper()
+		full, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (string, error) {
+			return b.c.ClaimPlaces(tr, t1, id, []Place{{Partition: "p", Limit: 1}})
+		})
+		require.NoError(t, err)
+		return full
+	}
+	require.Empty(t, claim("x"))
+	later := b.c.cfg.now() + 3_600_000
+	for _, id := range []string{"c", "b", "a"} { // they come in this order
+		require.Equal(t, "p", claim(id))
+		require.NoError(t, b.c.FinishAt(b.ctx, nil, held[id], later, nil))
+		b.clock.Advance(time.Millisecond)
+	}
+	waiting := []string{"c", "b", "a"}
+	leaver := "x"
+	for len(waiting) > 0 {
+		_, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+			return struct{}{}, b.c.LeavePlaces(tr, t1, leaver, []string{"p"})
+		})
+		require.NoError(t, err)
+		want := waiting[0]
+		for _, id := range waiting {
+			require.Equal(t, id == want, b.stime(t, t1, id) <= b.c.cfg.now(), "after %s left: is %s woken", leaver, id)
+		}
+		waiting, leaver = waiting[1:], want
+		j := b.accept(t, t1)
+		require.Equal(t, want, j.ID, "the longest waiting first")
+		require.Empty(t, claim(want))
+	}
+}
