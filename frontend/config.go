@@ -194,6 +194,10 @@ func (s *Server) putConfig(w http.ResponseWriter, r *http.Request, t configTarge
 		writeError(w, he)
 		return
 	}
+	if err := config.CheckValue(section, key, value, "_config ("+t.scope+")"); err != nil {
+		writeError(w, configError(err)) // in any layer, even where another hides it
+		return
+	}
 	if (section == config.SectionAdmins || section == config.SectionUsers) && value != "" && !isHashed(value) {
 		// Hashed here, once, as CouchDB does: only the hash is stored.
 		h := PasswordHashing(s.opts.Cluster.Config())

@@ -183,6 +183,12 @@ func TestConfigPutAndDelete(t *testing.T) {
 			require.Contains(t, r.Body["reason"], tc.reason)
 		})
 	}
+	// A bad value is refused in a layer another layer hides too.
+	require.Equal(t, 200, e.do("PUT", "/_node/_local/_config/replicator/max_jobs_per_host", asAdmin, `"0"`).Status)
+	r = e.do("PUT", "/_node/_cluster/_config/replicator/max_jobs_per_host", asAdmin, `"-1"`)
+	requireError(t, r, 400, "bad_request")
+	require.Contains(t, r.Body["reason"], `[replicator] max_jobs_per_host = "-1" (_config (_cluster)): want an integer from 0`)
+	require.Equal(t, 200, e.do("DELETE", "/_node/_local/_config/replicator/max_jobs_per_host", asAdmin, nil).Status)
 	require.Equal(t, "\"\"\n", e.do("PUT", "/_node/_cluster/_config/replicator.shares/another%2F_replicator", asAdmin, `"1"`).Raw)
 	require.Equal(t, "\"1\"\n", e.do("GET", "/_node/_cluster/_config/replicator.shares/another%2F_replicator", asAdmin, nil).Raw)
 }

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"math"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,9 +33,12 @@ import (
 const StallBudget = "budget"
 
 // HostOf is the host an endpoint URL's budget counts it against: its
-// scheme, host name (lower case) and port (the scheme's default when the
-// URL has none), as "https://db.example.com:443"; "" for a URL without a
-// host. One longer than a job layer partition allows is named by its hash.
+// scheme, host name (lower case, without a final dot; an IP address in
+// its canonical form, an IPv4-mapped IPv6 address as IPv4) and port (the
+// scheme's default when the URL has none; leading zeros dropped), as
+// "https://db.example.com:443"; "" for a URL without a host. One longer
+// than a job layer partition allows is named by its hash. Names are not
+// resolved: two names of one server count apart.
 func HostOf(rawURL string) string { return budgetPart(rawURL, "") }
 
 // HostUserOf is the host and user an endpoint's budget per host and user
@@ -62,12 +67,18 @@ func budgetPart(rawURL, user string) string {
 	port := u.Port()
 	if port == "" {
 		port = map[string]string{"http": "80", "https": "443"}[scheme]
+	} else if n, err := strconv.ParseUint(port, 10, 16); err == nil {
+		port = strconv.FormatUint(n, 10) // "026984" is 26984
+	}
+	name := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".") // "h." is h
+	if a, err := netip.ParseAddr(name); err == nil {
+		name = a.Unmap().WithZone("").String() // ::ffff:7f00:1 is 127.0.0.1
 	}
 	h := scheme + "://"
 	if user != "" {
 		h += url.QueryEscape(user) + "@"
 	}
-	h += net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+	h += net.JoinHostPort(name, port)
 	if len(h) > fdbjobs.PartitionMaxBytes {
 		sum := sha256.Sum256([]byte(h))
 		h = "sha256:" + hex.EncodeToString(sum[:16])

@@ -203,3 +203,22 @@ func Alias(section, key string) (string, bool) {
 	other, ok := frozen().aliases[section+"/"+key]
 	return other, ok
 }
+
+// CheckValue validates value for the registered key [section] key on its
+// own (its kind, range and words), whatever other layers hold: a value
+// that the merge of a node's layers would hide is refused as well. src
+// names where it comes from in the error, as a merge names it. A key that
+// is not registered (a section of free keys) passes.
+func CheckValue(section, key, value, src string) error {
+	k := lookup(section, key)
+	if k == nil {
+		return nil
+	}
+	if err := k.check(value); err != nil {
+		if k.Secret {
+			return fmt.Errorf("%w: [%s] %s (%s): %v", ErrInvalidValue, section, key, src, err)
+		}
+		return fmt.Errorf("%w: [%s] %s = %q (%s): %v", ErrInvalidValue, section, key, value, src, err)
+	}
+	return nil
+}

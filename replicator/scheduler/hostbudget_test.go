@@ -83,6 +83,8 @@ func TestBudgetGroups(t *testing.T) {
 		{ep("http://h:5984/a", ""), ep("http://h:5984/b", ""), []string{"http://h:5984"}},
 		{ep("http://[::1]:5984/a", ""), ep("http://h/b", ""), []string{"http://[::1]:5984", "http://h:80"}},
 		{ep("not a url", ""), ep("http://h/b", ""), []string{"http://h:80"}},
+		{ep("http://127.0.0.1:026984/a", ""), ep("http://[::ffff:7f00:1]:26984/b", ""), []string{"http://127.0.0.1:26984"}},
+		{ep("https://H.example.:443/a", ""), ep("https://h.example/b", ""), []string{"https://h.example:443"}},
 		{ep("http://h/a", "bob"), ep("http://h/b", "al ice"), []string{"http://al+ice@h:80", "http://bob@h:80", "http://h:80"}},
 		{replicator.EndpointSpec{URL: "https://h/a", Token: &replicator.TokenSpec{ClientID: "svc"}}, ep("http://t/b", ""),
 			[]string{"http://t:80", "https://h:443", "https://svc@h:443"}},

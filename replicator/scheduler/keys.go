@@ -74,7 +74,7 @@ var (
 		config.Live(config.ApplyReplication))
 	keyMaxRequestsPerHostPerSec = config.RegisterInt("replicator", "max_requests_per_host_per_sec", MaxRequestsPerHostPerSecDefault, 0, MaxRequestsPerHostPerSecMax,
 		"Most requests a second that the replications of the whole cluster send to one endpoint host (scheme, name and port), on average; 0: no bound. Each host's budget is a token bucket in the store holding a second's worth, from which each replication node takes a tenth of a second's worth at a time. The per-node back-off on 429 answers applies beside it (docs/COMPAT.md, \"Budgets per host\").",
-		config.Live(config.ApplyReplication))
+		config.Live(config.ApplyReplication), config.InUnit("requests per second"))
 	keyOneShotStallPreempt = config.RegisterDuration("replicator", "one_shot_stall_preempt_sec", time.Second, OneShotStallPreemptDefault, 0, config.Forever,
 		"Seconds a one-shot replication may make no progress (no document read or written, no batch finished) while other replications wait for a slot before its node stops it, with a final checkpoint if it can, and queues it behind them; a POST /_replicate that started it goes on waiting for its result. 0: one-shot replications are never stopped, as in CouchDB.",
 		config.Live(config.ApplyReplication))
