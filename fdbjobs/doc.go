@@ -208,8 +208,7 @@
 //	                              that found its partition full (Looks
 //	                              times since it was last woken, the first
 //	                              at Since, µs), woken by the next end of
-//	                              one of the partition's jobs (an entry of
-//	                              an earlier version has no Since)
+//	                              one of the partition's jobs
 //	(27, Kind, Partition)         PARTITION_HINT: int64 LE counter — jobs
 //	                              may wait: added to by each claim that
 //	                              makes one wait, cleared by an end that
@@ -235,11 +234,8 @@
 //	                              per partition that started under it),
 //	                              and by each TakeTokens of the bucket
 //	                              (Kind, Partition)
-//	(31, Kind, Partition, Since, JobID)
-//	                              PARTITION_QUEUE: "" — the waiting jobs
-//	                              in the order they came: written and
-//	                              cleared with their PARTITION_WAITING
-//	                              entries
+//	(31, Kind, Partition, Since, JobID) PARTITION_QUEUE: "" — the waiting
+//	                              jobs in the order they came
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a
@@ -249,10 +245,8 @@
 // job: their rows name their pending keys); nor did keys 21 to 23: a
 // store without them has no limits (a Runtime of a release before limits
 // does not follow one); nor did keys 24 to 27 (partition limits, which a
-// Runtime of a release before them does not follow), nor key 31: waiting
-// entries written without it (no Since) are woken after those in it, and
-// a node of a release before it wakes waiting jobs by id and leaves their
-// PARTITION_QUEUE keys, which the next claim or wake of those jobs clears.
+// Runtime of a release before them does not follow), nor key 31 (waiting
+// entries without Since are woken after those in it).
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
 // running one, the versionstamp of the lease that last granted it (both
@@ -426,12 +420,9 @@
 // transaction per fetch fenced by each job's lock (Client.claimPartitions),
 // one at a time on a Runtime (its fetchers' claims would conflict): it reads
 // the limit and each partition's PARTITION_COUNT (a snapshot read: the ends
-// that take from it do not conflict with claims) and PARTITION_HINT (a
-// snapshot read too). A count below N grants the place: the claim writes
-// the job's entry and adds to the count, and clears the job's
-// PARTITION_WAITING entry when the hint says jobs may wait (none can be
-// left otherwise: an entry is written with an add to the hint, and the hint
-// is cleared only by a read of the waiting set that finds none). A count
+// that take from it do not conflict with claims) and hint. A count below N
+// grants the place: the claim writes the job's entry and adds to the count
+// (and clears its waiting entries when the hint is set). A count
 // absent, below 0, or at N makes the claim read the PARTITION_RUNNING
 // entries instead (N + 32 at most) and, when they reach N, the rows of their
 // jobs, clearing the entries of jobs no longer running; having read them all
@@ -465,14 +456,7 @@
 // (Kind, Partition), so that a partition whose name extends another's
 // ("p\x00", "p") is apart from it.
 //
-// A run loop of the caller's own (a Manual kind, Accept) takes places with
-// ClaimPlaces, in its own transaction and under limits it names: in up to
-// PlacesMax partitions at once, all or none, with the same count, running
-// set and checks as a Runtime's claim; a partition found full gets the
-// job's waiting entry and hint, and the caller puts the job back itself.
-// LeavePlaces, in the transaction that ends the job's run, is the end's
-// leavePartition for each partition named. fdbrep's replicator holds its
-// replications' places in their endpoint hosts' partitions so.
+// A run loop of the caller's own uses ClaimPlaces and LeavePlaces.
 //
 // Invariant: at any moment the jobs of one partition that run past their
 // claim are at most the limit in force at their claims: each claim decides,

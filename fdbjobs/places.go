@@ -166,7 +166,13 @@ const TokensMax = 1_000_000
 // commit_unknown_result may take twice, which leaves fewer tokens, never
 // more.
 func (c *Client) TakeTokens(ctx context.Context, tx kv.Transactor, kind, part string, rate float64, n int) (taken int, next time.Time, err error) {
-	if err := checkPlaces(kind, "-", []string{part}); err != nil {
+	if err := checkName("kind", kind); err != nil {
+		return 0, time.Time{}, err
+	}
+	if part == "" {
+		return 0, time.Time{}, fmt.Errorf("%w: partition 0 is empty", ErrInvalidArgument)
+	}
+	if err := checkPartition(part); err != nil {
 		return 0, time.Time{}, err
 	}
 	if !(rate >= LimitRateMin && rate <= LimitMax) {
