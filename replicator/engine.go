@@ -30,6 +30,9 @@ type Engine interface {
 	// source from since until it closes after timeout without a row; see
 	// engine.DBUpdates.
 	DBUpdates(ctx context.Context, rep engine.Replication, since string, timeout time.Duration, emit func(engine.DBUpdate) error) (string, error)
+	// AllDBs returns up to limit database names of the server of rep's
+	// source from from on; see engine.AllDBs.
+	AllDBs(ctx context.Context, rep engine.Replication, from string, limit int) ([]string, error)
 }
 
 // Run is one execution of a replication (see engine.Run).
@@ -107,6 +110,11 @@ func (e EngineDefault) Pending(ctx context.Context, rep engine.Replication, sinc
 // DBUpdates implements Engine.
 func (e EngineDefault) DBUpdates(ctx context.Context, rep engine.Replication, since string, timeout time.Duration, emit func(engine.DBUpdate) error) (string, error) {
 	return engine.DBUpdates(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.client(), Pools: e.Pools}, since, timeout, emit)
+}
+
+// AllDBs implements Engine.
+func (e EngineDefault) AllDBs(ctx context.Context, rep engine.Replication, from string, limit int) ([]string, error) {
+	return engine.AllDBs(ctx, rep, engine.Options{Limiter: e.Limiter, Logins: e.Logins, Client: e.client(), Pools: e.Pools}, from, limit)
 }
 
 // Start implements Engine.

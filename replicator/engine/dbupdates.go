@@ -44,25 +44,9 @@ var ErrNoDBUpdates = errors.New("no _db_updates feed")
 // CouchDB coalesces a database's updates and may lose the last ones when
 // a node dies: it says that a database changed, not each change.
 func DBUpdates(ctx context.Context, rep Replication, opts Options, since string, timeout time.Duration, emit func(DBUpdate) error) (string, error) {
-	ep := rep.Source
-	base, ok := serverURL(ep.URL)
-	if !ok {
-		return since, fmt.Errorf("%w: source %s names no database on a server", ErrInvalidSpec, ep.Redacted())
-	}
-	u := *base
-	u.Path += "_db_updates"
-	u.RawPath = ""
-	ep.URL = &u
-	var nolog zerolog.Logger
-	db, err := couch.NewDB(ep, couch.Options{
-		HTTPConnections: 1, ConnectionTimeout: rep.WithDefaults().ConnectionTimeout + timeout,
-		RetriesPerRequest: couch.NoRetries, Logger: &nolog, Clock: opts.Clock, TLS: opts.Client.TLS,
-		Auth: opts.Client.Auth, SessionRefreshInterval: opts.Client.SessionRefreshInterval,
-		IdleConnTimeout: opts.Client.IdleConnTimeout, Addresses: opts.Client.Addresses, Logins: opts.Logins, Proxy: rep.SourceProxy, Pools: opts.Pools,
-		Count: opts.Client.Count,
-	}, opts.Limiter)
+	db, err := serverResource(rep, opts, "_db_updates", timeout)
 	if err != nil {
-		return since, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+		return since, err
 	}
 	defer db.Close()
 	q := url.Values{"feed": {"continuous"}, "timeout": {strconv.FormatInt(max(1, timeout.Milliseconds()), 10)}}
@@ -93,6 +77,84 @@ func DBUpdates(ctx context.Context, rep Replication, opts Options, since string,
 		return since, fmt.Errorf("%w: %w", ErrHTTP, err)
 	}
 }
+
+// serverResource is a client of path on the server of rep's source (its
+// URL without the database; the source's credentials, headers and
+// proxy), one connection, no retries, its requests bounded by the
+// connection timeout plus wait.
+func serverResource(rep Replication, opts Options, path string, wait time.Duration) (*couch.DB, error) {
+	ep := rep.Source
+	base, ok := serverURL(ep.URL)
+	if !ok {
+		return nil, fmt.Errorf("%w: source %s names no database on a server", ErrInvalidSpec, ep.Redacted())
+	}
+	u := *base
+	u.Path += path
+	u.RawPath = ""
+	ep.URL = &u
+	var nolog zerolog.Logger
+	db, err := couch.NewDB(ep, couch.Options{
+		HTTPConnections: 1, ConnectionTimeout: rep.WithDefaults().ConnectionTimeout + wait,
+		RetriesPerRequest: couch.NoRetries, Logger: &nolog, Clock: opts.Clock, TLS: opts.Client.TLS,
+		Auth: opts.Client.Auth, SessionRefreshInterval: opts.Client.SessionRefreshInterval,
+		IdleConnTimeout: opts.Client.IdleConnTimeout, Addresses: opts.Client.Addresses, Logins: opts.Logins, Proxy: rep.SourceProxy, Pools: opts.Pools,
+		Count: opts.Client.Count,
+	}, opts.Limiter)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	}
+	return db, nil
+}
+
+// AllDBsPageMax bounds the names one AllDBs call asks for.
+const AllDBsPageMax = 1000
+
+// AllDBs returns up to limit (at most AllDBsPageMax) database names of
+// the server of rep's source from from on ("" from the first; from
+// itself included when it exists), in the server's order: GET /_all_dbs
+// with start_key and limit, with the
+// source's credentials, headers and proxy. CouchDB 3.x serves it to
+// server admins alone by default ([chttpd] admin_only_all_dbs): a refusal
+// wraps ErrUnauthorized (401) or ErrForbidden (403).
+func AllDBs(ctx context.Context, rep Replication, opts Options, from string, limit int) ([]string, error) {
+	limit = min(max(limit, 1), AllDBsPageMax)
+	db, err := serverResource(rep, opts, "_all_dbs", 0)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	q := url.Values{"limit": {strconv.Itoa(limit)}}
+	if from != "" {
+		k, _ := json.Marshal(from)
+		q.Set("start_key", string(k))
+	}
+	res, err := db.Do(ctx, couch.Request{Method: http.MethodGet, Query: q, Stream: true, NoRetry: true})
+	var he *couch.HTTPError
+	switch {
+	case err == nil:
+	case !errors.As(err, &he):
+		return nil, err
+	case he.Status == http.StatusUnauthorized:
+		return nil, fmt.Errorf("%w: %s answered 401: the credentials are refused, or are not a server admin's", ErrUnauthorized, db.Redacted())
+	case he.Status == http.StatusForbidden:
+		return nil, fmt.Errorf("%w: %s answered 403: the credentials are not a server admin's", ErrForbidden, db.Redacted())
+	default:
+		return nil, fmt.Errorf("%w: %w", ErrHTTP, err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%w: %s answered %d", ErrHTTP, db.Redacted(), res.StatusCode)
+	}
+	var names []string
+	if err := json.NewDecoder(io.LimitReader(res.Body, allDBsBodyMax)).Decode(&names); err != nil {
+		return nil, fmt.Errorf("%w: %s: not a list of names: %v", ErrHTTP, db.Redacted(), err)
+	}
+	return names[:min(len(names), limit)], nil
+}
+
+// allDBsBodyMax bounds an _all_dbs answer (a page of names of at most 256
+// bytes each, with room to spare).
+const allDBsBodyMax = 4 << 20
 
 // readDBUpdates parses a continuous _db_updates feed: one JSON object a
 // line (blank lines are heartbeats), rows then {"last_seq"}.

@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,7 @@ type Engine struct {
 	open    map[string]map[*run]time.Time // the runs in progress and their starts, by source
 	seq     map[string]int64              // the source's update sequence, by source
 	updates map[string][]engine.DBUpdate  // each server's _db_updates feed, by server URL
+	dbs     map[string]map[string]bool    // each server's databases (CreateDB, DeleteDB), by server URL
 	feedErr map[string]error              // a server's answer to _db_updates, when not a feed
 	rewind  map[string]int                // rows a server's feed gives again at its next request
 	changed chan struct{}                 // closed and replaced at each Change
@@ -78,6 +80,49 @@ func New() *Engine {
 // SetDBUpdates makes the _db_updates feed of server (a URL ending in "/")
 // answer err (nil: a feed again), as a server that refuses or lacks it.
 func (e *Engine) SetDBUpdates(server string, err error) { setOrDelete(&e.mu, e.feedErr, server, err) }
+
+// AllDBs implements replicator.Engine: the databases CreateDB made on the
+// server of rep's source and DeleteDB did not remove, in name order.
+func (e *Engine) AllDBs(_ context.Context, rep engine.Replication, from string, limit int) ([]string, error) {
+	src := rep.Source.URL.String()
+	server := src[:strings.LastIndexByte(strings.TrimSuffix(src, "/"), '/')+1]
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for db := range e.dbs[server] {
+		if db >= from {
+			out = append(out, db)
+		}
+	}
+	slices.Sort(out)
+	return out[:min(len(out), limit)], nil
+}
+
+// CreateDB makes database db on server (a URL ending in "/"), which its
+// _db_updates feed says; DeleteDB removes it.
+func (e *Engine) CreateDB(server, db string) { e.dbUpdate(server, db, "created") }
+
+// DeleteDB removes database db from server (see CreateDB).
+func (e *Engine) DeleteDB(server, db string) { e.dbUpdate(server, db, "deleted") }
+
+func (e *Engine) dbUpdate(server, db, typ string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dbs == nil {
+		e.dbs = map[string]map[string]bool{}
+	}
+	if e.dbs[server] == nil {
+		e.dbs[server] = map[string]bool{}
+	}
+	if typ == "deleted" {
+		delete(e.dbs[server], db)
+	} else {
+		e.dbs[server][db] = true
+	}
+	e.updates[server] = append(e.updates[server], engine.DBUpdate{DB: db, Type: typ, Seq: strconv.Itoa(len(e.updates[server]) + 1)})
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
 
 // DBUpdates implements replicator.Engine: the server of rep's source has a
 // feed of its sources' changes, one row per Change, its sequences 1, 2, …

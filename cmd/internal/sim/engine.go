@@ -272,6 +272,19 @@ func (n nodeEngine) Pending(ctx context.Context, rep engine.Replication, since s
 	return n.e.inner.Pending(ctx, rep, since)
 }
 
+// AllDBs implements replicator.Engine: a server whose host is down does
+// not answer.
+func (n nodeEngine) AllDBs(ctx context.Context, rep engine.Replication, from string, limit int) ([]string, error) {
+	job := rep.Source.URL.String()
+	n.e.mu.Lock()
+	down := n.e.down[hostOf(job)]
+	n.e.mu.Unlock()
+	if down {
+		return nil, refused(job)
+	}
+	return n.e.inner.AllDBs(ctx, rep, from, limit)
+}
+
 // DBUpdates implements replicator.Engine: a server whose host is down
 // does not answer.
 func (n nodeEngine) DBUpdates(ctx context.Context, rep engine.Replication, since string, timeout time.Duration, emit func(engine.DBUpdate) error) (string, error) {
