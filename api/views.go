@@ -60,6 +60,31 @@ type DocInfo struct {
 	// Schedule is a scheduled replication's schedule (fdbrep's), absent
 	// for others.
 	Schedule *ScheduleView `json:"schedule,omitempty"`
+	// Template is, for a template's replication, the database it
+	// replicates; for a template document (GET
+	// /_scheduler/docs/{db}/{docid}), how it follows its server
+	// (fdbrep's); absent for others.
+	Template *TemplateView `json:"template,omitempty"`
+}
+
+// TemplateView is a template as _scheduler/docs shows it: on the rows of
+// its replications, the database each replicates; on the template
+// document's own, its pattern, the side whose server it matches, how many
+// replications it has (and how many matching databases have none), how
+// it follows the server ("db_updates", or "poll" with the reason), when it
+// last listed the server and what stops it, if anything.
+type TemplateView struct {
+	Database     string  `json:"database,omitempty"`
+	Databases    string  `json:"databases,omitempty"`
+	Of           string  `json:"of,omitempty"`
+	Replications *int    `json:"replications,omitempty"`
+	Unmade       int     `json:"unmade,omitempty"`
+	Mode         string  `json:"mode,omitempty"`
+	Reason       string  `json:"reason,omitempty"`
+	Listed       *string `json:"listed,omitempty"`
+	Node         string  `json:"node,omitempty"`
+	Error        string  `json:"error,omitempty"`
+	Ending       bool    `json:"ending,omitempty"`
 }
 
 // ScheduleView is a scheduled replication's schedule as _scheduler/docs

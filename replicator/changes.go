@@ -3,6 +3,7 @@ package replicator
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/fdbrep/fdbrep/fdbjobs"
@@ -33,6 +34,9 @@ type StateChange struct {
 	// DBName and DocID name a document's job ("" for a transient one).
 	DBName string `json:"database,omitempty"`
 	DocID  string `json:"doc_id,omitempty"`
+	// TemplateDB is, for a template's replication, the database it
+	// replicates (DocID is the template's).
+	TemplateDB string `json:"template_db,omitempty"`
 	// State is the job's view state after the change (StateRemoved when
 	// it was removed); From the one before ("" for a new job).
 	State string `json:"state"`
@@ -61,7 +65,8 @@ func (s *Store) emitChange(tr kv.Transaction, jobID string, old, cur *entry) (St
 		}
 		c.From = old.state
 	}
-	c.DBName, c.DocID, c.Owner = e.dbName, e.docID, e.owner
+	c.DBName, c.Owner = e.dbName, e.owner
+	c.DocID, c.TemplateDB, _ = strings.Cut(e.docID, childSep)
 	b, err := json.Marshal(c)
 	if err != nil {
 		return StateChange{}, false, err

@@ -122,6 +122,26 @@
 // are token buckets of the job layer too (RequestsKind, one per HostOf;
 // HostPacer).
 //
+// # Templates
+//
+// A _replicator document whose source (or target) names a server and a
+// pattern of its databases ({"url": ..., "databases": "userdb-*"} or
+// {"regex": ...}; Spec.Template, template.go) is a template: the control
+// plane makes it a job of type TemplateType (PutTemplate, in the
+// document's write; an edit replaces that job, a deletion or an edit into
+// a plain replication replaces it by one marked Ending: EndTemplate), and
+// the replication node that holds it makes one replication job per
+// matching database of the server (Spec.Child: the endpoint names the
+// database, "{db}" in the other endpoint's URL is its name). Such a job
+// (its JobData.TemplateDB the database, DocID the template's) has the job
+// id ChildJobID ("<db uuid>:<database>|<doc id>", which no document's is)
+// and is listed by the view index under its template's document id with
+// the database after a byte no document id holds (JobData.IndexDocID), so
+// that the template's replications list after it, its database's removal
+// removes them, and Children reads them in pages. They are replications
+// like any other, except that none writes its state into the template's
+// document. See the scheduler's doc.go, "Templates", for the node's part.
+//
 // # Per-user limits
 //
 // fdbrep holds the replications of users who are not server admins to
@@ -286,7 +306,8 @@
 // Under the Store's subspace (SubspaceDefault ("fdbrep_replicator")), besides
 // the fdbjobs keys of types rep_jobs (JobType, the replications, with its
 // event feed: their state changes, changes.go), rep_watch (WatchType, the
-// watches of parked replications) and rep_trigger (TriggerType, the
+// watches of parked replications), rep_template (TemplateType, the
+// templates: template.go) and rep_trigger (TriggerType, the
 // periods of scheduled replications, with their schedules "rep|JobID":
 // schedule.go) and rep_webhook (WebhookType, the deliveries of webhooks,
 // one per webhook and replication: webhooks.go):
@@ -294,7 +315,8 @@
 //	(1, RepID)                  -> JobID     replication id owner
 //	(2)                         -> UUID      server UUID (replication ids, job ids): [couchdb] uuid or made (EnsureServerUUID, Setup)
 //	(3, DBName)                 -> UUID      _replicator database identity (registered instance)
-//	(4, DBUUID, DocID)          -> ""        jobs of a database instance (docs view, deletion)
+//	(4, DBUUID, DocID)          -> ""        jobs of a database instance (docs view, deletion); a
+//	                                         template's replication under JobData.IndexDocID
 //	(5, ShareKey)               -> (float64) decayed usage, ms
 //	(6, ShareKey)               -> int64 LE  charges since the last roll-up, atomic add
 //	(7)                         -> (int64, int64) last usage period rolled up, its interval in ms

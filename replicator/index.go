@@ -69,7 +69,7 @@ func entryOf(jobID string, st fdbjobs.State, d *JobData) *entry {
 		return nil
 	}
 	v := AsSeen(st, d)
-	e := &entry{dbUUID: d.DBUUID, dbName: d.DBName, docID: d.DocID, state: v.State, owner: d.Owner()}
+	e := &entry{dbUUID: d.DBUUID, dbName: d.DBName, docID: d.IndexDocID(), state: v.State, owner: d.Owner()}
 	if e.dbUUID == "" {
 		e.dbName, e.docID = "", ""
 	}

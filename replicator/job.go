@@ -85,6 +85,10 @@ type JobData struct {
 	DBName string `json:"db_name,omitempty"`
 	DBUUID string `json:"db_uuid,omitempty"`
 	DocID  string `json:"doc_id,omitempty"`
+	// TemplateDB is, for the replication a template document makes of
+	// one database of its server, that database (DocID is the
+	// template's); "" for any other job.
+	TemplateDB string `json:"template_db,omitempty"`
 
 	State      string          `json:"state"`
 	StateInfo  json.RawMessage `json:"state_info,omitempty"`

@@ -156,7 +156,7 @@ func (s *Store) removeDBJobs(ctx context.Context, tr kv.Transaction, dbUUID stri
 	}
 	ids := make([]string, len(docIDs))
 	for i, docID := range docIDs {
-		ids[i] = DocJobID(dbUUID, docID)
+		ids[i] = indexJobID(dbUUID, docID)
 	}
 	gone, examined, err := s.removeJobs(ctx, tr, ids, nil)
 	if err != nil {

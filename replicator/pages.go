@@ -538,7 +538,7 @@ func (c docsCursor) next(tr kv.ReadTransaction, n int) ([]string, cursor, error)
 			return nil, c, err
 		}
 		for _, d := range docs {
-			ids = append(ids, DocJobID(c.uuid, d))
+			ids = append(ids, indexJobID(c.uuid, d))
 		}
 		c = c.advance(docs, exhausted)
 	}

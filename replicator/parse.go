@@ -71,6 +71,9 @@ func ParseRequest(body json.RawMessage) (*Request, error) {
 	if req.Spec.Schedule != nil {
 		return nil, newReason(ErrBadRequest, "`schedule` is for _replicator documents: a POST /_replicate runs once")
 	}
+	if t := req.Spec.Template; t != nil {
+		return nil, newReason(ErrBadRequest, "`%s.databases` makes a template, which is for _replicator documents: a POST /_replicate replicates one database", t.Side)
+	}
 	return req, nil
 }
 
@@ -128,12 +131,21 @@ func ParseObject(obj map[string]json.RawMessage) (*Spec, error) { return parseSp
 
 func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 	s := &Spec{}
+	src, tgt := (*TemplateSpec)(nil), (*TemplateSpec)(nil)
 	var err error
-	if s.Source, err = parseEndpoint(obj, "source"); err != nil {
+	if s.Source, src, err = parseEndpoint(obj, "source"); err != nil {
 		return nil, err
 	}
-	if s.Target, err = parseEndpoint(obj, "target"); err != nil {
+	if s.Target, tgt, err = parseEndpoint(obj, "target"); err != nil {
 		return nil, err
+	}
+	switch {
+	case src != nil && tgt != nil:
+		return nil, newReason(ErrBadRequest, "`source.databases` and `target.databases`: a template matches the databases of one endpoint's server, not both")
+	case src != nil:
+		s.Template = src
+	case tgt != nil:
+		s.Template = tgt
 	}
 	for _, name := range []string{"continuous", "create_target", "winning_revs_only", "use_bulk_get", "skip_deleted", "follow_purges", "paused"} {
 		v, ok := obj[name]
@@ -269,8 +281,13 @@ func parseSpec(obj map[string]json.RawMessage) (*Spec, error) {
 		}
 		s.UserCtx = &u
 	}
-	if _, err := s.Replication(); err != nil {
+	if err := s.checkTemplate(); err != nil {
 		return nil, err
+	}
+	if s.Template == nil {
+		if _, err := s.Replication(); err != nil {
+			return nil, err
+		}
 	}
 	if b, err := json.Marshal(s); err != nil || len(b) > SpecMaxBytes {
 		return nil, newReason(ErrTooLarge, "the replication is larger than %d bytes", SpecMaxBytes)
@@ -298,25 +315,54 @@ func engineReason(err error) string {
 	return msg
 }
 
-func parseEndpoint(obj map[string]json.RawMessage, name string) (EndpointSpec, error) {
+// parseEndpoint parses endpoint name of obj; a template's endpoint (an
+// object with "databases") names a server, and its template is returned
+// too.
+func parseEndpoint(obj map[string]json.RawMessage, name string) (EndpointSpec, *TemplateSpec, error) {
 	v, ok := obj[name]
 	if !ok || isNull(v) {
-		return EndpointSpec{}, newReason(ErrBadRequest, "Missing `%s` field", name)
+		return EndpointSpec{}, nil, newReason(ErrBadRequest, "Missing `%s` field", name)
 	}
 	ep, err := couch.ParseEndpoint(v)
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), couch.ErrInvalidEndpoint.Error()+": ")
-		return EndpointSpec{}, newReason(ErrBadRequest, "`%s`: %s", name, msg)
+		return EndpointSpec{}, nil, newReason(ErrBadRequest, "`%s`: %s", name, msg)
+	}
+	if v, ok := templateOf(v); ok {
+		t, err := parseTemplate(v, name)
+		if err != nil {
+			return EndpointSpec{}, nil, err
+		}
+		if ep.URL.RawQuery != "" {
+			return EndpointSpec{}, nil, newReason(ErrBadRequest, "`%s.url` names a server whose databases `%s.databases` matches: it takes no query string", name, name)
+		}
+		out := endpointSpecOf(ep)
+		out.URL = strings.TrimSuffix(out.URL, "/") + "/"
+		return out, t, nil
 	}
 	if strings.Trim(ep.URL.Path, "/") == "" {
 		// A server, not a database: what Fauxton's replication form saves
 		// for an endpoint it took for a local database it does not list
 		// (any URL that contains the page's host name, whatever its port).
-		return EndpointSpec{}, newReason(ErrBadRequest, "`%s` names no database: %s is a server's URL; "+
+		return EndpointSpec{}, nil, newReason(ErrBadRequest, "`%s` names no database: %s is a server's URL; "+
 			"if Fauxton's form showed it as a local database with no name, edit the document's JSON instead (docs/COMPAT.md, Fauxton)",
 			name, ep.Redacted())
 	}
-	return endpointSpecOf(ep), nil
+	return endpointSpecOf(ep), nil, nil
+}
+
+// templateOf returns the "databases" member of an endpoint written as an
+// object, if it has one.
+func templateOf(v json.RawMessage) (json.RawMessage, bool) {
+	if !isObject(v) {
+		return nil, false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(v, &m) != nil {
+		return nil, false
+	}
+	d, ok := m["databases"]
+	return d, ok && !isNull(d)
 }
 
 // endpointSpecOf is the storable form of a parsed endpoint.

@@ -82,6 +82,9 @@ type Spec struct {
 	// Schedule makes a one-shot replication of a document run again at
 	// each of its periods (schedule.go); nil for none.
 	Schedule *RepSchedule `json:"schedule,omitempty"`
+	// Template makes a document's replication a template: one
+	// replication per database of a server (template.go); nil for none.
+	Template *TemplateSpec `json:"template,omitempty"`
 	// UseCheckpoints and UseBulkGet are use_checkpoints and use_bulk_get,
 	// nil when the replication leaves them to the node's defaults.
 	UseCheckpoints *bool `json:"use_checkpoints,omitempty"`

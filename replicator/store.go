@@ -223,6 +223,9 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int)
 	if err := s.setupWatches(ctx, jobTimeout); err != nil {
 		return "", err
 	}
+	if err := s.setupTemplates(ctx, jobTimeout); err != nil {
+		return "", err
+	}
 	if err := s.setupChanges(ctx); err != nil {
 		return "", err
 	}

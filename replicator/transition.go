@@ -274,7 +274,7 @@ func (l Lifecycle) Apply(ctx context.Context, tr kv.Transaction, job *fdbjobs.Jo
 // one to once it commits.
 func (l Lifecycle) Counters(x *JobData, c Change) []string {
 	out := kinds[c.Kind].counters
-	if l.Docs == nil || x.Transient() {
+	if l.Docs == nil || x.Transient() || x.TemplateDB != "" {
 		return out
 	}
 	switch c.Kind {
@@ -291,8 +291,8 @@ func (l Lifecycle) Counters(x *JobData, c Change) []string {
 // same name never receives an old job's state). A refusal by Docs that is
 // not a storage error is logged, and the job's state written all the same.
 func (l Lifecycle) updateDoc(ctx context.Context, tr kv.Transaction, x *JobData, c Change) error {
-	if x.Transient() || l.Docs == nil {
-		return nil
+	if x.Transient() || l.Docs == nil || x.TemplateDB != "" {
+		return nil // a template's replication has no document of its own
 	}
 	owns, err := l.Store.OwnsDoc(tr, x)
 	if err != nil || !owns {

@@ -294,6 +294,12 @@ func (p *Plane) DocWritten(ctx context.Context, tr kv.Transaction, parsed api.Pa
 		return false, err
 	}
 	spec, perr := doc.Spec, doc.Err
+	if perr == nil && spec.Template != nil {
+		return false, p.templateWritten(ctx, tr, doc, dbUUID, jobID, old)
+	}
+	if err := p.endTemplate(ctx, tr, doc.DB, doc.ID, jobID, "its document is no longer a template"); err != nil {
+		return false, err
+	}
 	terminal := doc.State == replicator.StateCompleted || doc.State == replicator.StateFailed
 	if terminal && (old == nil || old.EndedElsewhere) {
 		// A finished replication from elsewhere (replicated or restored
@@ -437,6 +443,9 @@ func (p *Plane) DocDeleted(ctx context.Context, tr kv.Transaction, db, docID str
 		return err
 	}
 	jobID := replicator.DocJobID(dbUUID, docID)
+	if err := p.endTemplate(ctx, tr, db, docID, jobID, "its document was deleted"); err != nil {
+		return err
+	}
 	old, _, err := p.store.Job(ctx, tr, jobID)
 	if err != nil || old == nil {
 		return err
@@ -450,6 +459,45 @@ func (p *Plane) DocDeleted(ctx context.Context, tr kv.Transaction, db, docID str
 	p.m.CountOnCommit(tr, replicator.MetricJobsRemoves, 1)
 	tr.Locals().OnCommit(func() {
 		p.cfg.Logger.Info().Str("job_id", jobID).Str("db", db).Str("doc_id", docID).Msg("replication removed: its document was deleted")
+	})
+	return nil
+}
+
+// templateWritten makes the document doc, a template, follow its
+// pattern, in tr: its replication job, if it was one before, is removed,
+// and its template job (replicator.Store.PutTemplate) made or replaced.
+// A node that takes the template job makes its replications.
+func (p *Plane) templateWritten(ctx context.Context, tr kv.Transaction, doc *Doc, dbUUID, jobID string, old *replicator.JobData) error {
+	if old != nil {
+		if err := p.store.RemoveJob(ctx, tr, jobID, old); err != nil {
+			return err
+		}
+		if err := p.store.SetSchedule(ctx, tr, jobID, nil, old); err != nil {
+			return err
+		}
+	}
+	t := &replicator.TemplateData{Rep: doc.Spec, DBName: doc.DB, DBUUID: dbUUID, DocID: doc.ID, DocOwner: doc.Owner, UserLimited: doc.Limited}
+	wrote, err := p.store.PutTemplate(ctx, tr, jobID, t, p.cfg.JobTimeout)
+	if err != nil || !wrote {
+		return err
+	}
+	tr.Locals().OnCommit(func() {
+		p.cfg.Logger.Info().Str("job_id", jobID).Str("db", doc.DB).Str("doc_id", doc.ID).Str("databases", doc.Spec.Template.Pattern()).
+			Str("of", doc.Spec.Template.Side).Bool("replaced", old != nil).Msg("replication template added by document: a replication node makes its replications")
+	})
+	return nil
+}
+
+// endTemplate ends the template of document docID (job id jobID), if it
+// is one, in tr, for why: a replication node removes its replications.
+func (p *Plane) endTemplate(ctx context.Context, tr kv.Transaction, db, docID, jobID, why string) error {
+	ended, err := p.store.EndTemplate(ctx, tr, jobID, p.cfg.JobTimeout)
+	if err != nil || !ended {
+		return err
+	}
+	tr.Locals().OnCommit(func() {
+		p.cfg.Logger.Info().Str("job_id", jobID).Str("db", db).Str("doc_id", docID).
+			Msg("replication template ended, " + why + ": a replication node removes its replications")
 	})
 	return nil
 }

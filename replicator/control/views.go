@@ -214,8 +214,42 @@ func docInfo(d shown) api.DocInfo {
 		ID: strp(d.RepID), Database: d.DBName, DocID: d.DocID, Source: src, Target: tgt,
 		SourceProxy: sp, TargetProxy: tp, State: shownState(d.State), Info: info(d), ErrorCount: d.ErrorCount,
 		LastUpdated: replicator.FormatMillis(d.LastUpdated), StartTime: replicator.FormatMillis(d.StartTime), Node: strp(nodeIfRunning(d.JobData)),
-		Owner: d.Owner(),
+		Owner: d.Owner(), Template: templateOf(d.JobData),
 	}
+}
+
+// templateOf is the template part of the row of a template's replication.
+func templateOf(d *replicator.JobData) *api.TemplateView {
+	if d.TemplateDB == "" {
+		return nil
+	}
+	return &api.TemplateView{Database: d.TemplateDB}
+}
+
+// templateDoc is the row of a template document: its template job as it
+// stands (state running while a node follows its server, pending until
+// one takes it, crashing while it cannot list or follow it).
+func templateDoc(t *replicator.TemplateData, st fdbjobs.State) api.DocInfo {
+	n := t.Databases
+	v := &api.TemplateView{Databases: t.Rep.Template.Pattern(), Of: t.Rep.Template.Side, Replications: &n, Unmade: t.Unmade,
+		Mode: t.Mode, Reason: t.Reason, Error: t.Error, Ending: t.Ending}
+	if t.Listed > 0 {
+		v.Listed = strp(replicator.FormatMillis(t.Listed))
+	}
+	state := replicator.StatePending
+	switch {
+	case t.Error != "":
+		state = replicator.StateCrashing
+	case st == fdbjobs.Running || t.Mode == replicator.WatchPoll:
+		state, v.Node = replicator.StateRunning, t.Node
+	}
+	src, tgt := t.Rep.Source.Redacted(), t.Rep.Target.Redacted()
+	info, _ := json.Marshal(map[string]any{"template": v})
+	if t.Error != "" {
+		info, _ = json.Marshal(map[string]any{"error": t.Error, "template": v})
+	}
+	return api.DocInfo{Database: t.DBName, DocID: t.DocID, Source: &src, Target: &tgt, State: state, Info: info,
+		LastUpdated: replicator.FormatMillis(t.Updated), StartTime: replicator.FormatMillis(t.Updated), Owner: t.DocOwner, Template: v}
 }
 
 // checkPage validates q (its start key has at most maxKey elements) and
@@ -460,7 +494,11 @@ func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (api.DocInfo
 		return api.DocInfo{}, err
 	}
 	if d == nil {
-		return api.DocInfo{}, missing
+		t, st, err := p.store.Template(ctx, nil, replicator.DocJobID(u, docID))
+		if err != nil || t == nil || st == fdbjobs.Finished || t.Rep == nil || t.Rep.Template == nil {
+			return api.DocInfo{}, cmp.Or(err, missing)
+		}
+		return templateDoc(t, st), nil
 	}
 	return p.withSchedule(ctx, docInfo(p.seer(ctx)(st, d)), replicator.DocJobID(u, docID), d)
 }

@@ -533,6 +533,44 @@
 // documents (checkpoints) do not appear in it, so replications do not
 // wake each other through their checkpoints on a shared source.
 //
+// # Templates
+//
+// A template document (replicator's doc.go, "Templates") is a job of the
+// job layer's type replicator.TemplateType, which one replication node
+// holds at a time on a Runtime of its own (templates.go; at most
+// MaxWatches at once, beside the watches), fenced by its lock and taken
+// over when its node dies. Its work:
+//
+//   - an ending template (its document deleted or no longer a template)
+//     or one whose database was deleted removes its replications, a page
+//     per transaction, and ends in the transaction that finds none left
+//     (Work.CompleteTx);
+//   - otherwise, without a _db_updates sequence (a new template, or one
+//     that polls), it takes the feed's end, lists the server's _all_dbs
+//     (engine.AllDBs, pages of 1,000) and makes the replications what the
+//     template says: replicator.Store.PutChild for each matching database
+//     (at most replicator.TemplateDatabasesDefault), RemoveChild for each
+//     replication whose database is not listed; then it follows the feed
+//     from that end, making the replication of a database created (once
+//     _all_dbs lists it: the feed's rows of one database may come out of
+//     order) and removing that of one deleted, and lists the server again
+//     every templateRelist. A row it could not apply is read again. Where
+//     the feed is refused or missing it lists the server again every
+//     WatchPollInterval.
+//
+// Every write of its replications (templateBatch per transaction) reads
+// its job's lock first (replicator.Store.Holds): a template replaced by an
+// edit of its document, or taken over, writes nothing more. The
+// invariant, at the end of each listing and after each feed row applied:
+//
+//	the template has a replication of exactly the matching databases the
+//	server lists (the first TemplateDatabasesDefault of them, less those
+//	its owner's limit refused), each as the template now says
+//
+// TestTemplate (cmd/internal/wire) checks it against CouchDB 3.5 as
+// databases are created and deleted, and TestTemplateModel over random
+// creations, deletions, edits and takeovers.
+//
 // # Logs
 //
 // Each event an operator cares about is one structured line with job_id,

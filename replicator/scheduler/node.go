@@ -63,8 +63,10 @@ type Node struct {
 	// The parts: each owns its state behind its own lock (keysLacking
 	// is a sync.Map), never held while mu is taken, so a holder of mu
 	// may call one.
-	hosts hostProber    // hosts that did not answer, and their jobs (hosts.go)
-	load  loadPublisher // the node's load for balance (balance.go)
+	hosts hostProber // hosts that did not answer, and their jobs (hosts.go)
+	// templates works the template jobs (templates.go).
+	templates templates
+	load      loadPublisher // the node's load for balance (balance.go)
 	// progress follows the running jobs' runs for the progress loop and
 	// the metrics (progress.go).
 	progress progress
@@ -266,12 +268,18 @@ func (n *Node) Start(ctx context.Context) error {
 		if err := n.startWatches(runCtx, cfg); err != nil {
 			return err
 		}
+		if err := n.startTemplates(runCtx, cfg); err != nil {
+			n.stopWatches()
+			return err
+		}
 		if err := n.startTriggers(runCtx, cfg); err != nil {
+			n.stopTemplates()
 			n.stopWatches()
 			return err
 		}
 		if err := n.startWebhooks(runCtx, cfg); err != nil {
 			n.stopTriggers()
+			n.stopTemplates()
 			n.stopWatches()
 			return err
 		}
@@ -281,6 +289,7 @@ func (n *Node) Start(ctx context.Context) error {
 		if err := n.startJobs(runCtx, cfg); err != nil {
 			n.stopWebhooks()
 			n.stopTriggers()
+			n.stopTemplates()
 			n.stopWatches()
 			return err
 		}
@@ -353,6 +362,7 @@ func (n *Node) shutdown() {
 	}
 	n.mu.Unlock()
 	n.stopWatches()
+	n.stopTemplates()
 	n.stopTriggers()
 	n.stopWebhooks()
 	t := clock.NewTimer(timeout)

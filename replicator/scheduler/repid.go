@@ -197,8 +197,8 @@ func (w *worker) reseal(tr kv.Transaction, x *replicator.JobData, r *replicator.
 		return err
 	}
 	x.Rep = rep
-	if x.Transient() || w.cfg.DocUpdater == nil {
-		return nil
+	if x.Transient() || w.cfg.DocUpdater == nil || x.TemplateDB != "" {
+		return nil // a template's replication: its template's document is the reseal pass's
 	}
 	_, err = r.Doc(tr, w.cfg.DocUpdater, x.DBName, x.DocID)
 	return err

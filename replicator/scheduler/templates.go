@@ -1,0 +1,602 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fdbrep/fdbrep/fdbjobs"
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/engine"
+)
+
+// Templates (see doc.go, "Templates").
+const (
+	// templateBatch is how many replications a template makes or removes
+	// per transaction.
+	templateBatch = 20
+	// templatePage is how many of its replications a template reads per
+	// transaction.
+	templatePage = 500
+	// templateRelist is how often a template that follows its server's
+	// _db_updates lists the server's databases again all the same: the
+	// feed may lose the last rows when a CouchDB node dies.
+	templateRelist = time.Hour
+	// templatesRetain is how long an ended template's job is kept.
+	templatesRetain = time.Minute
+)
+
+// templates is the part of a Node that works the template jobs: its
+// Runtime of template jobs (Config.MaxWatches at once, beside the
+// watches and the replication slots).
+type templates struct {
+	// mu guards rt.
+	mu sync.Mutex
+	// rt works the template jobs (set by Node.Start, cleared by
+	// stopTemplates): the one runner of held template jobs.
+	rt *fdbjobs.Runtime
+}
+
+// startTemplates starts the node's Runtime of template jobs until ctx
+// ends or stopTemplates.
+func (n *Node) startTemplates(ctx context.Context, cfg Config) error {
+	rt, err := n.store.NewTemplateRuntime(fdbjobs.WorkFunc[replicator.TemplateData](n.workTemplate),
+		fdbjobs.WorkerOptions{Concurrency: cfg.MaxWatches, Timeout: cfg.JobTimeout, RetainCompleted: templatesRetain},
+		fdbjobs.RuntimeOptions{FetchPoll: cfg.acceptWaitMax()})
+	if err != nil {
+		return err
+	}
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	n.templates.mu.Lock()
+	n.templates.rt = rt
+	n.templates.mu.Unlock()
+	return nil
+}
+
+// stopTemplates stops the template Runtime: the templates running are put
+// back at once, pending with what they followed, for another node to go
+// on.
+func (n *Node) stopTemplates() {
+	n.templates.mu.Lock()
+	rt := n.templates.rt
+	n.templates.rt = nil
+	n.templates.mu.Unlock()
+	if rt != nil {
+		rt.StopAndCancel()
+	}
+}
+
+// templateEnd is how a template's work ended.
+type templateEnd int
+
+const (
+	templateCancelled templateEnd = iota // the node stops, or the job is no longer the node's
+	templateDone                         // an ending template removed its replications and ended (CompleteTx)
+	templatePolled                       // a listing is done, no feed to follow: again after WatchPollInterval
+	templateRetry                        // its server did not answer: again after watchRetryWait
+)
+
+// templateRun is one template job worked on the node.
+type templateRun struct {
+	n *Node
+	w *fdbjobs.Work[replicator.TemplateData]
+
+	mu sync.Mutex              // guards t
+	t  replicator.TemplateData // as the next write stores it
+
+	// known are the databases the template has a replication of (nil
+	// until read), and rep the replication whose source is its server:
+	// work's goroutine alone uses them.
+	known map[string]bool
+	rep   engine.Replication
+}
+
+// workTemplate follows the template job w (see doc.go, "Templates") until
+// it ends, a listing without a feed is done, its server does not answer,
+// or ctx ends; then it puts the job back (a Snooze) to be taken again.
+// Its data is written every heartbeat and before it is put back.
+func (n *Node) workTemplate(ctx context.Context, w *fdbjobs.Work[replicator.TemplateData]) error {
+	cfg := n.Config()
+	r := &templateRun{n: n, w: w, t: w.Args}
+	r.t.Node = cfg.NodeName
+	workCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan templateEnd, 1)
+	go func() { done <- r.work(workCtx) }()
+	hb := cfg.Clock.NewTicker(cfg.heartbeat())
+	defer hb.Stop()
+	for {
+		select {
+		case <-hb.Chan():
+			if err := w.Update(ctx, *r.data()); errors.Is(err, fdbjobs.ErrHalt) {
+				cancel()
+				<-done
+				return err
+			}
+		case end := <-done:
+			return r.end(ctx, end)
+		}
+	}
+}
+
+// data returns the template's data as it stands, stamped now.
+func (r *templateRun) data() *replicator.TemplateData {
+	now := replicator.Millis(r.n.Config().Clock.Now())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.t
+	t.Updated = now
+	return &t
+}
+
+// set changes the template's data.
+func (r *templateRun) set(f func(*replicator.TemplateData)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(&r.t)
+}
+
+// fail records why the template cannot do its work, logging it when it
+// is new.
+func (r *templateRun) fail(reason string) {
+	was := ""
+	r.set(func(t *replicator.TemplateData) { was, t.Error = t.Error, reason })
+	if was != reason && reason != "" {
+		t := r.data()
+		r.n.Config().Logger.Warn().Str("db", t.DBName).Str("doc_id", t.DocID).Str("reason", reason).Msg("replicator: template")
+	}
+}
+
+// end ends the template's attempt after its work.
+func (r *templateRun) end(ctx context.Context, end templateEnd) error {
+	cfg := r.n.Config()
+	var again time.Duration
+	switch end {
+	case templateDone:
+		return nil
+	case templatePolled:
+		again = cfg.WatchPollInterval
+	case templateRetry:
+		again = watchRetryWait
+	default:
+		cause := context.Cause(ctx)
+		if cause == nil {
+			break // again at once
+		}
+		if errors.Is(cause, fdbjobs.ErrStopped) {
+			_ = r.w.Update(context.WithoutCancel(ctx), *r.data())
+		}
+		return cause
+	}
+	if err := r.w.Update(ctx, *r.data()); err != nil && !errors.Is(err, fdbjobs.ErrHalt) && ctx.Err() == nil {
+		cfg.Logger.Warn().Err(err).Str("doc_id", r.data().DocID).Msg("replicator: template: writing what it followed")
+	}
+	return fdbjobs.Snooze(again)
+}
+
+// work lists the template's server and makes its replications, then
+// follows its _db_updates feed; an ending template (or one whose database
+// was deleted) removes its replications and ends.
+func (r *templateRun) work(ctx context.Context) templateEnd {
+	cfg := r.n.Config()
+	t := r.data()
+	owns, err := r.owns(ctx)
+	switch {
+	case err != nil:
+		return r.retry(ctx)
+	case t.Ending || !owns:
+		return r.removeAll(ctx)
+	}
+	rep, match, err := r.server(t)
+	if err != nil {
+		r.fail(replicator.Reason(err))
+		return templatePolled
+	}
+	r.rep = rep
+	since := t.Since
+	if since == "" || t.Mode == replicator.WatchPoll {
+		since = ""
+		if t.Mode != replicator.WatchPoll || cfg.Clock.Since(time.UnixMilli(t.FeedTried)) >= watchFeedRetry {
+			last, err := r.n.eng.DBUpdates(ctx, rep, "now", time.Millisecond, func(engine.DBUpdate) error { return nil })
+			switch {
+			case err == nil:
+				since = last
+			case ctx.Err() != nil:
+				return templateCancelled
+			case feedUnavailable(err):
+				r.polls(err)
+			default:
+				r.fail("its server does not answer: " + replicator.Reason(err))
+				return templateRetry
+			}
+		}
+		if err := r.reconcile(ctx, rep, match); err != nil {
+			if ctx.Err() != nil {
+				return templateCancelled
+			}
+			r.fail("listing its server's databases: " + replicator.Reason(err))
+			return templateRetry
+		}
+		if since == "" {
+			return templatePolled
+		}
+		r.set(func(t *replicator.TemplateData) { t.Mode, t.Reason, t.Since = replicator.WatchDBUpdates, "", since })
+	}
+	if err := r.readKnown(ctx); err != nil {
+		return r.retry(ctx)
+	}
+	for {
+		if cfg.Clock.Since(time.UnixMilli(r.data().Listed)) >= templateRelist {
+			if err := r.reconcile(ctx, rep, match); err != nil {
+				if ctx.Err() != nil {
+					return templateCancelled
+				}
+				r.fail("listing its server's databases: " + replicator.Reason(err))
+				return templateRetry
+			}
+		}
+		followed, applied := since, true
+		last, err := r.n.eng.DBUpdates(ctx, rep, since, min(watchFeedTimeoutMax, cfg.Interval), func(u engine.DBUpdate) error {
+			if err := r.apply(ctx, u, match); err != nil {
+				applied = false
+				return err
+			}
+			followed = u.Seq
+			return nil
+		})
+		if applied && last != "" {
+			followed = last
+		}
+		if followed != since {
+			// A row it could not apply is not passed: the next attempt
+			// reads it again.
+			since = followed
+			r.set(func(t *replicator.TemplateData) { t.Since = since })
+		}
+		switch {
+		case ctx.Err() != nil:
+			return templateCancelled
+		case err != nil && feedUnavailable(err):
+			r.polls(err)
+			return templatePolled
+		case err != nil:
+			r.fail("following its server's _db_updates: " + replicator.Reason(err))
+			return templateRetry
+		}
+		if owns, err := r.owns(ctx); err == nil && !owns {
+			return r.removeAll(ctx)
+		}
+	}
+}
+
+func (r *templateRun) retry(ctx context.Context) templateEnd {
+	if ctx.Err() != nil {
+		return templateCancelled
+	}
+	return templateRetry
+}
+
+// feedUnavailable: the server refuses its _db_updates feed to the
+// template's credentials, or has none.
+func feedUnavailable(err error) bool {
+	return errors.Is(err, engine.ErrUnauthorized) || errors.Is(err, engine.ErrForbidden) || errors.Is(err, engine.ErrNoDBUpdates)
+}
+
+// polls records that the template lists its server every poll interval,
+// for want of its feed.
+func (r *templateRun) polls(err error) {
+	now := replicator.Millis(r.n.Config().Clock.Now())
+	r.set(func(t *replicator.TemplateData) {
+		t.Mode, t.Reason, t.Since, t.FeedTried = replicator.WatchPoll, replicator.Reason(err), "", now
+	})
+}
+
+// owns reports whether the template's database is still the one its
+// document belongs to.
+func (r *templateRun) owns(ctx context.Context) (bool, error) {
+	t := r.data()
+	return kv.ReadTransact(ctx, r.n.store, func(tr kv.ReadTransaction) (bool, error) {
+		u, err := r.n.store.RegisteredDB(tr, t.DBName)
+		return u == t.DBUUID, err
+	})
+}
+
+// server returns the replication whose source is the template's server
+// (its credentials opened), and the test of its pattern.
+func (r *templateRun) server(t *replicator.TemplateData) (engine.Replication, func(string) bool, error) {
+	cfg := r.n.Config()
+	if t.Rep == nil || t.Rep.Template == nil {
+		return engine.Replication{}, nil, replicator.NewReason(replicator.ErrBadRequest, "the template's data names no template")
+	}
+	spec, err := t.Rep.Open(cfg.Opener, t.SealScope())
+	if err != nil {
+		return engine.Replication{}, nil, err
+	}
+	match, err := spec.Template.Matcher()
+	if err != nil {
+		return engine.Replication{}, nil, err
+	}
+	child, err := spec.Child("a")
+	if err != nil {
+		return engine.Replication{}, nil, err
+	}
+	rep, err := child.Replication()
+	if err != nil {
+		return engine.Replication{}, nil, err
+	}
+	rep = cfg.JobDefaults.Apply(rep, child)
+	if spec.Template.Side == replicator.TemplateSideTarget {
+		rep.Source, rep.SourceProxy = rep.Target, rep.TargetProxy
+	}
+	system := strings.HasPrefix(strings.TrimPrefix(spec.Template.Pattern(), "/^"), "_") || strings.HasPrefix(spec.Template.Pattern(), "/_")
+	return rep, func(db string) bool { return (system || !strings.HasPrefix(db, "_")) && match(db) }, nil
+}
+
+// reconcile lists the server's databases and makes the template's
+// replications what the template says: one per matching database (at
+// most replicator.TemplateDatabasesDefault), none of the others.
+func (r *templateRun) reconcile(ctx context.Context, rep engine.Replication, match func(string) bool) error {
+	var want []string
+	for from := ""; ; {
+		names, err := r.n.eng.AllDBs(ctx, rep, from, engine.AllDBsPageMax)
+		if err != nil {
+			return err
+		}
+		full := len(names) == engine.AllDBsPageMax
+		if from != "" && len(names) > 0 && names[0] == from {
+			names = names[1:] // the last of the page before
+		}
+		for _, db := range names {
+			if match(db) {
+				want = append(want, db)
+			}
+		}
+		if !full || len(names) == 0 {
+			break
+		}
+		from = names[len(names)-1]
+	}
+	slices.Sort(want)
+	unmade := 0
+	if len(want) > replicator.TemplateDatabasesDefault {
+		unmade = len(want) - replicator.TemplateDatabasesDefault
+		want = want[:replicator.TemplateDatabasesDefault]
+	}
+	made, reason, err := r.put(ctx, want)
+	if err != nil {
+		return err
+	}
+	keep := make(map[string]bool, len(made))
+	for _, db := range made {
+		keep[db] = true
+	}
+	have, err := r.children(ctx)
+	if err != nil {
+		return err
+	}
+	var stale []string
+	for _, db := range have {
+		if !keep[db] {
+			stale = append(stale, db)
+		}
+	}
+	if err := r.remove(ctx, stale); err != nil {
+		return err
+	}
+	unmade += len(want) - len(made)
+	if unmade > 0 && reason == "" {
+		reason = "the most databases a template replicates is reached"
+	}
+	r.known = keep
+	now := replicator.Millis(r.n.Config().Clock.Now())
+	r.set(func(t *replicator.TemplateData) { t.Databases, t.Unmade, t.Listed = len(made), unmade, now })
+	r.fail(reason)
+	return nil
+}
+
+// readKnown reads the databases the template has a replication of, once.
+func (r *templateRun) readKnown(ctx context.Context) error {
+	if r.known != nil {
+		return nil
+	}
+	have, err := r.children(ctx)
+	if err != nil {
+		return err
+	}
+	known := make(map[string]bool, len(have))
+	for _, db := range have {
+		known[db] = true
+	}
+	r.known = known
+	r.set(func(t *replicator.TemplateData) { t.Databases = len(known) })
+	return nil
+}
+
+// children reads the databases the template has a replication of, a page
+// per transaction.
+func (r *templateRun) children(ctx context.Context) ([]string, error) {
+	t := r.data()
+	var out []string
+	for {
+		after := ""
+		if len(out) > 0 {
+			after = out[len(out)-1]
+		}
+		page, err := kv.ReadTransact(ctx, r.n.store, func(tr kv.ReadTransaction) ([]string, error) {
+			return r.n.store.Children(tr, t.DBUUID, t.DocID, after, templatePage)
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < templatePage {
+			return out, nil
+		}
+	}
+}
+
+// apply follows one row of the server's _db_updates feed: a matching
+// database created (or updated, with no replication yet) gets its
+// replication, a deleted one loses it.
+func (r *templateRun) apply(ctx context.Context, u engine.DBUpdate, match func(string) bool) error {
+	if !match(u.DB) {
+		return nil
+	}
+	switch u.Type {
+	case "deleted":
+		if err := r.remove(ctx, []string{u.DB}); err != nil {
+			return err
+		}
+		if r.known[u.DB] {
+			delete(r.known, u.DB)
+			r.set(func(t *replicator.TemplateData) { t.Databases-- })
+		}
+	default:
+		if r.known[u.DB] {
+			return nil
+		}
+		// The feed's rows of one database may come out of order (CouchDB
+		// batches them): an update written just before a deletion can
+		// follow it. Only a database the server lists gets a replication.
+		names, err := r.n.eng.AllDBs(ctx, r.rep, u.DB, 1)
+		if err != nil {
+			return err
+		}
+		if len(names) == 0 || names[0] != u.DB {
+			return nil
+		}
+		if len(r.known) >= replicator.TemplateDatabasesDefault {
+			r.set(func(t *replicator.TemplateData) { t.Unmade++ })
+			r.fail("the most databases a template replicates is reached")
+			return nil
+		}
+		made, reason, err := r.put(ctx, []string{u.DB})
+		if err != nil {
+			return err
+		}
+		if len(made) == 1 {
+			r.known[u.DB] = true
+			r.set(func(t *replicator.TemplateData) { t.Databases++ })
+		} else {
+			r.set(func(t *replicator.TemplateData) { t.Unmade++ })
+		}
+		r.fail(reason)
+	}
+	return nil
+}
+
+// put makes sure the template has its replications of dbs, in
+// transactions of templateBatch fenced by its lock, and returns the
+// databases that have one. A database whose replication cannot be made
+// (its owner's limit of replications, a name the replication refuses) has
+// none, and reason says why.
+func (r *templateRun) put(ctx context.Context, dbs []string) (made []string, reason string, err error) {
+	cfg := r.n.Config()
+	t := r.data()
+	for len(dbs) > 0 {
+		batch := dbs[:min(templateBatch, len(dbs))]
+		type res struct {
+			made   []string
+			reason string
+			limit  bool // the owner's limit: no more
+		}
+		out, err := kv.Transact(ctx, r.n.store, func(tr kv.Transaction) (res, error) {
+			if err := r.n.store.Holds(tr, r.w.Job); err != nil {
+				return res{}, err
+			}
+			var o res
+			for _, db := range batch {
+				_, err := r.n.store.PutChild(ctx, tr, &cfg.Config, t, db)
+				var ke kv.Error
+				switch {
+				case errors.As(err, &ke):
+					return res{}, err
+				case errors.Is(err, replicator.ErrForbidden):
+					o.reason, o.limit = replicator.Reason(err), true
+					return o, nil
+				case err != nil:
+					o.reason = db + ": " + replicator.Reason(err)
+				default:
+					o.made = append(o.made, db)
+				}
+			}
+			return o, nil
+		})
+		if err != nil {
+			return made, reason, err
+		}
+		made = append(made, out.made...)
+		if out.reason != "" {
+			reason = out.reason
+		}
+		if out.limit {
+			break
+		}
+		dbs = dbs[len(batch):]
+	}
+	return made, reason, nil
+}
+
+// remove removes the template's replications of dbs, in transactions of
+// templateBatch fenced by its lock.
+func (r *templateRun) remove(ctx context.Context, dbs []string) error {
+	t := r.data()
+	for len(dbs) > 0 {
+		batch := dbs[:min(templateBatch, len(dbs))]
+		_, err := kv.Transact(ctx, r.n.store, func(tr kv.Transaction) (any, error) {
+			if err := r.n.store.Holds(tr, r.w.Job); err != nil {
+				return nil, err
+			}
+			for _, db := range batch {
+				if _, err := r.n.store.RemoveChild(ctx, tr, t.DBUUID, t.DocID, db); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		})
+		if err != nil {
+			return err
+		}
+		dbs = dbs[len(batch):]
+	}
+	return nil
+}
+
+// removeAll removes every replication of an ending template, a page per
+// transaction, and ends its job in the transaction that finds none left.
+func (r *templateRun) removeAll(ctx context.Context) templateEnd {
+	t := r.data()
+	for {
+		done, err := kv.Transact(ctx, r.n.store, func(tr kv.Transaction) (bool, error) {
+			if err := r.n.store.Holds(tr, r.w.Job); err != nil {
+				return false, err
+			}
+			page, err := r.n.store.Children(tr, t.DBUUID, t.DocID, "", templateBatch)
+			if err != nil {
+				return false, err
+			}
+			for _, db := range page {
+				if _, err := r.n.store.RemoveChild(ctx, tr, t.DBUUID, t.DocID, db); err != nil {
+					return false, err
+				}
+			}
+			if len(page) > 0 {
+				return false, nil
+			}
+			return true, r.w.CompleteTx(ctx, tr)
+		})
+		switch {
+		case err != nil:
+			return r.retry(ctx)
+		case done:
+			r.n.Config().Logger.Info().Str("db", t.DBName).Str("doc_id", t.DocID).Msg("replicator: template ended: its replications are removed")
+			return templateDone
+		}
+	}
+}
