@@ -70,7 +70,8 @@ type DocInfo struct {
 // TemplateView is a template as _scheduler/docs shows it: on the rows of
 // its replications, the database each replicates; on the template
 // document's own, its pattern, the side whose server it matches, how many
-// replications it has (and how many matching databases have none), how
+// replications it has (and how many matching databases have none, and
+// why), how
 // it follows the server ("db_updates", or "poll" with the reason), when it
 // last listed the server and what stops it, if anything.
 type TemplateView struct {
@@ -79,6 +80,7 @@ type TemplateView struct {
 	Of           string  `json:"of,omitempty"`
 	Replications *int    `json:"replications,omitempty"`
 	Unmade       int     `json:"unmade,omitempty"`
+	UnmadeReason string  `json:"unmade_reason,omitempty"`
 	Mode         string  `json:"mode,omitempty"`
 	Reason       string  `json:"reason,omitempty"`
 	Listed       *string `json:"listed,omitempty"`

@@ -40,6 +40,26 @@ func (s *Store) AddJob(ctx context.Context, tr kv.Transaction, jobID string, old
 	return s.index(tr, []indexedJob{{id: jobID, st: fdbjobs.Pending, d: d}})
 }
 
+// EnqueueJob replaces job jobID (old is its current data, nil when
+// absent) by a pending job with data d at its fair-share place, in tr: a
+// new job starts as if it had run one interval (CouchDB's job_added), so
+// d.Priority and its scheduled time come from c's coefficients at now. A
+// job resumed from a pause whose run stopped on a node (old.Node) is
+// scheduled no sooner than that run's hold lapses, so that two runs of it
+// never overlap.
+func (s *Store) EnqueueJob(ctx context.Context, tr kv.Transaction, c *Config, now time.Time, jobID string, old, d *JobData) error {
+	table, err := s.Shares().Table(tr)
+	if err != nil {
+		return err
+	}
+	d.Priority = c.Increment(d.ShareKey(), table)
+	stime := c.EnqueueTime(now, d.Priority, table.Interval)
+	if old != nil && old.State == StatePaused && old.Node != "" {
+		stime = max(stime, old.LastUpdated+c.JobTimeout.Milliseconds())
+	}
+	return s.AddJob(ctx, tr, jobID, old, d, stime, c.JobTimeout)
+}
+
 // AddFinishedJob creates job jobID, which must not exist, finished with
 // data d (its State completed or failed), in tr: the record of a
 // replication another server ran, which no node takes (a _replicator

@@ -154,7 +154,7 @@ func (s *Store) ScheduleOf(ctx context.Context, tr kv.ReadTransactor, jobID stri
 // checkpoint. While the job is pending or running it does nothing; a job
 // that is gone (its document deleted, its database too) takes its
 // schedule with it. It reports whether it started a run.
-func (s *Store) Rerun(ctx context.Context, jobID string, cfg Config, now time.Time, jobTimeout time.Duration) (bool, error) {
+func (s *Store) Rerun(ctx context.Context, jobID string, cfg Config, now time.Time) (bool, error) {
 	return kv.Transact(ctx, s.db, func(tr kv.Transaction) (bool, error) {
 		old, st, err := s.Job(ctx, tr, jobID)
 		if err != nil {
@@ -167,15 +167,9 @@ func (s *Store) Rerun(ctx context.Context, jobID string, cfg Config, now time.Ti
 			return false, nil
 		}
 		d := &JobData{Rep: old.Rep, DocOwner: old.DocOwner, DBName: old.DBName, DBUUID: old.DBUUID, DocID: old.DocID,
-			UserLimited: old.UserLimited}
+			TemplateDB: old.TemplateDB, UserLimited: old.UserLimited}
 		Lifecycle{MaxHistory: cfg.MaxHistory}.Transform(d, Change{Kind: Added, At: now})
-		table, err := s.Shares().Table(tr)
-		if err != nil {
-			return false, err
-		}
-		d.Priority = cfg.Increment(d.ShareKey(), table)
-		stime := cfg.EnqueueTime(now, d.Priority, table.Interval)
-		return true, s.AddJob(ctx, tr, jobID, old, d, stime, jobTimeout)
+		return true, s.EnqueueJob(ctx, tr, &cfg, now, jobID, old, d)
 	})
 }
 

@@ -66,13 +66,16 @@ func (t *TemplateSpec) Pattern() string {
 	return t.Glob
 }
 
-// Matcher returns the test of a database name against the pattern.
+// Matcher returns the test of a database name against the pattern. A
+// system database (its name starts with "_") matches only a pattern that
+// starts with "_" (a regular expression: with "_" or "^_").
 func (t *TemplateSpec) Matcher() (func(string) bool, error) {
 	re, err := t.regexp()
 	if err != nil {
 		return nil, err
 	}
-	return re.MatchString, nil
+	system := strings.HasPrefix(t.Glob, "_") || strings.HasPrefix(strings.TrimPrefix(t.Regex, "^"), "_")
+	return func(db string) bool { return (system || !strings.HasPrefix(db, "_")) && re.MatchString(db) }, nil
 }
 
 func (t *TemplateSpec) regexp() (*regexp.Regexp, error) {
@@ -220,13 +223,15 @@ type TemplateData struct {
 	Since     string `json:"since,omitempty"`
 	FeedTried int64  `json:"feed_tried,omitempty"`
 	// Listed is when its last whole listing of the server's databases
-	// ended (Unix ms), Databases how many replications it has then, and
-	// Unmade how many matching databases got none (a limit: Error says).
-	Listed    int64 `json:"listed,omitempty"`
-	Databases int   `json:"databases"`
-	Unmade    int   `json:"unmade,omitempty"`
-	// Error is why it cannot list or follow its server, or make some
-	// replication ("" when all is well).
+	// ended (Unix ms), Databases how many replications it has, and
+	// Unmade how many matching databases got none (a bound or a limit),
+	// UnmadeReason why.
+	Listed       int64  `json:"listed,omitempty"`
+	Databases    int    `json:"databases"`
+	Unmade       int    `json:"unmade,omitempty"`
+	UnmadeReason string `json:"unmade_reason,omitempty"`
+	// Error is why it cannot list or follow its server now ("" once the
+	// server answers again).
 	Error string `json:"error,omitempty"`
 	// Node is the node that follows it, and Updated when it last wrote
 	// (Unix ms).
@@ -398,16 +403,7 @@ func (s *Store) PutChild(ctx context.Context, tr kv.Transaction, c *Config, t *T
 		}
 		return true, s.SetSchedule(ctx, tr, id, spec, old)
 	}
-	table, err := s.Shares().Table(tr)
-	if err != nil {
-		return false, err
-	}
-	d.Priority = c.Increment(d.ShareKey(), table)
-	stime := c.EnqueueTime(now, d.Priority, table.Interval)
-	if old != nil && old.State == StatePaused && old.Node != "" {
-		stime = max(stime, old.LastUpdated+c.JobTimeout.Milliseconds()) // as a resumed document's
-	}
-	if err := s.AddJob(ctx, tr, id, old, d, stime, c.JobTimeout); err != nil {
+	if err := s.EnqueueJob(ctx, tr, c, now, id, old, d); err != nil {
 		return false, err
 	}
 	return true, s.SetSchedule(ctx, tr, id, spec, old)

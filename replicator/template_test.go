@@ -24,8 +24,11 @@ func TestTemplateSpec(t *testing.T) {
 		{name: "question", doc: `{"source": {"url": "http://h/", "databases": "db?"}, "target": "http://b/all"}`,
 			side: "source", match: []string{"db1"}, nomatch: []string{"db", "db12"},
 			db: "db1", source: "http://h/db1/", target: "http://b/all/"},
+		{name: "system databases", doc: `{"source": {"url": "http://h/", "databases": "_*"}, "target": "http://b/copy{db}"}`,
+			side: "source", match: []string{"_users", "_replicator"}, nomatch: []string{"users"},
+			db: "_users", source: "http://h/_users/", target: "http://b/copy_users/"},
 		{name: "regex on the target", doc: `{"source": "http://h/shared", "target": {"url": "http://b/", "databases": {"regex": "u[0-9]+"}}}`,
-			side: "target", match: []string{"u1", "u22"}, nomatch: []string{"u", "xu1", "u1x"},
+			side: "target", match: []string{"u1", "u22"}, nomatch: []string{"u", "xu1", "u1x", "_u1"},
 			db: "u7", source: "http://h/shared/", target: "http://b/u7/"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

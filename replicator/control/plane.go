@@ -503,24 +503,10 @@ func (p *Plane) endTemplate(ctx context.Context, tr kv.Transaction, db, docID, j
 }
 
 // addJob replaces job jobID (old is its current data, nil when absent) by
-// a pending job with data d, scheduled by fair share.
+// a pending job with data d, scheduled by fair share
+// (replicator.Store.EnqueueJob).
 func (p *Plane) addJob(ctx context.Context, tr kv.Transaction, jobID string, old, d *replicator.JobData) error {
-	table, err := p.store.Shares().Table(tr)
-	if err != nil {
-		return err
-	}
-	// A new job starts as if it had run one interval (CouchDB's job_added).
-	cfg := p.conf()
-	d.Priority = cfg.Increment(d.ShareKey(), table)
-	stime := cfg.EnqueueTime(p.cfg.Clock.Now(), d.Priority, table.Interval)
-	if old != nil && old.State == replicator.StatePaused && old.Node != "" {
-		// Resumed: its pause stopped a run on old.Node, which ends when
-		// that node hears of it, or at the latest when its hold lapses
-		// (cut off from the store): no run of it starts before, so that
-		// two never overlap.
-		stime = max(stime, old.LastUpdated+p.cfg.JobTimeout.Milliseconds())
-	}
-	return p.store.AddJob(ctx, tr, jobID, old, d, stime, p.cfg.JobTimeout)
+	return p.store.EnqueueJob(ctx, tr, p.conf(), p.cfg.Clock.Now(), jobID, old, d)
 }
 
 // DBCreated gives a _replicator database a new identity (persistent job

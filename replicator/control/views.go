@@ -231,7 +231,7 @@ func templateOf(d *replicator.JobData) *api.TemplateView {
 // one takes it, crashing while it cannot list or follow it).
 func templateDoc(t *replicator.TemplateData, st fdbjobs.State) api.DocInfo {
 	n := t.Databases
-	v := &api.TemplateView{Databases: t.Rep.Template.Pattern(), Of: t.Rep.Template.Side, Replications: &n, Unmade: t.Unmade,
+	v := &api.TemplateView{Databases: t.Rep.Template.Pattern(), Of: t.Rep.Template.Side, Replications: &n, Unmade: t.Unmade, UnmadeReason: t.UnmadeReason,
 		Mode: t.Mode, Reason: t.Reason, Error: t.Error, Ending: t.Ending}
 	if t.Listed > 0 {
 		v.Listed = strp(replicator.FormatMillis(t.Listed))
@@ -244,9 +244,9 @@ func templateDoc(t *replicator.TemplateData, st fdbjobs.State) api.DocInfo {
 		state, v.Node = replicator.StateRunning, t.Node
 	}
 	src, tgt := t.Rep.Source.Redacted(), t.Rep.Target.Redacted()
-	info, _ := json.Marshal(map[string]any{"template": v})
+	var info json.RawMessage // CouchDB's null, or the error
 	if t.Error != "" {
-		info, _ = json.Marshal(map[string]any{"error": t.Error, "template": v})
+		info, _ = json.Marshal(map[string]string{"error": t.Error})
 	}
 	return api.DocInfo{Database: t.DBName, DocID: t.DocID, Source: &src, Target: &tgt, State: state, Info: info,
 		LastUpdated: replicator.FormatMillis(t.Updated), StartTime: replicator.FormatMillis(t.Updated), Owner: t.DocOwner, Template: v}

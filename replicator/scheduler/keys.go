@@ -55,7 +55,7 @@ var (
 		"Seconds a parked replication waits at most: it runs again then, whether or not a change woke it.",
 		config.Live(config.ApplyReplication))
 	keyMaxWatches = config.RegisterInt("replicator", "max_watches", MaxWatchesDefault, 1, 100_000,
-		"Most watches of parked replications one replication node follows at once, beside its max_jobs slots: a watch follows one source server's _db_updates feed for the parked replications of that server and user, or polls them.",
+		"Most watches of parked replications one replication node follows at once, beside its max_jobs slots: a watch follows one source server's _db_updates feed for the parked replications of that server and user, or polls them. It bounds the templates (one _replicator document for many databases) a node follows at once too.",
 		config.Live(config.ApplyReplication))
 	keyWatchPollInterval = config.RegisterDuration("replicator", "watch_poll_interval_sec", time.Second, WatchPollIntervalDefault, time.Second, config.Forever,
 		"Seconds between two poll cycles of a watch whose source server gives no _db_updates feed (it checks each parked replication of that server once a cycle).",

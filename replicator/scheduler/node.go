@@ -34,7 +34,10 @@ type Node struct {
 	// webhooks works the webhook deliveries (set by Start, cleared by
 	// stopWebhooks); hookClient is their HTTP client, made once
 	// (webhookClient).
-	webhooks   atomic.Pointer[fdbjobs.Runtime]
+	webhooks atomic.Pointer[fdbjobs.Runtime]
+	// templates works the template jobs (set by Start, cleared by
+	// stopTemplates; templates.go).
+	templates  atomic.Pointer[fdbjobs.Runtime]
 	hookOnce   sync.Once
 	hookClient *http.Client
 	hookOwners hookOwners
@@ -63,10 +66,8 @@ type Node struct {
 	// The parts: each owns its state behind its own lock (keysLacking
 	// is a sync.Map), never held while mu is taken, so a holder of mu
 	// may call one.
-	hosts hostProber // hosts that did not answer, and their jobs (hosts.go)
-	// templates works the template jobs (templates.go).
-	templates templates
-	load      loadPublisher // the node's load for balance (balance.go)
+	hosts hostProber    // hosts that did not answer, and their jobs (hosts.go)
+	load  loadPublisher // the node's load for balance (balance.go)
 	// progress follows the running jobs' runs for the progress loop and
 	// the metrics (progress.go).
 	progress progress

@@ -3,8 +3,6 @@ package scheduler
 import (
 	"context"
 	"errors"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -30,19 +28,10 @@ const (
 	templatesRetain = time.Minute
 )
 
-// templates is the part of a Node that works the template jobs: its
-// Runtime of template jobs (Config.MaxWatches at once, beside the
-// watches and the replication slots).
-type templates struct {
-	// mu guards rt.
-	mu sync.Mutex
-	// rt works the template jobs (set by Node.Start, cleared by
-	// stopTemplates): the one runner of held template jobs.
-	rt *fdbjobs.Runtime
-}
-
-// startTemplates starts the node's Runtime of template jobs until ctx
-// ends or stopTemplates.
+// startTemplates starts the node's Runtime of template jobs (at most
+// Config.MaxWatches at once, beside the watches and the replication
+// slots: the one runner of held template jobs) until ctx ends or
+// stopTemplates.
 func (n *Node) startTemplates(ctx context.Context, cfg Config) error {
 	rt, err := n.store.NewTemplateRuntime(fdbjobs.WorkFunc[replicator.TemplateData](n.workTemplate),
 		fdbjobs.WorkerOptions{Concurrency: cfg.MaxWatches, Timeout: cfg.JobTimeout, RetainCompleted: templatesRetain},
@@ -53,9 +42,7 @@ func (n *Node) startTemplates(ctx context.Context, cfg Config) error {
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
-	n.templates.mu.Lock()
-	n.templates.rt = rt
-	n.templates.mu.Unlock()
+	n.templates.Store(rt)
 	return nil
 }
 
@@ -63,11 +50,7 @@ func (n *Node) startTemplates(ctx context.Context, cfg Config) error {
 // back at once, pending with what they followed, for another node to go
 // on.
 func (n *Node) stopTemplates() {
-	n.templates.mu.Lock()
-	rt := n.templates.rt
-	n.templates.rt = nil
-	n.templates.mu.Unlock()
-	if rt != nil {
+	if rt := n.templates.Swap(nil); rt != nil {
 		rt.StopAndCancel()
 	}
 }
@@ -91,10 +74,11 @@ type templateRun struct {
 	t  replicator.TemplateData // as the next write stores it
 
 	// known are the databases the template has a replication of (nil
-	// until read), and rep the replication whose source is its server:
-	// work's goroutine alone uses them.
-	known map[string]bool
-	rep   engine.Replication
+	// until read), unmade the matching ones that have none (a bound, a
+	// limit), and rep the replication whose source is its server: work's
+	// goroutine alone uses them.
+	known, unmade map[string]bool
+	rep           engine.Replication
 }
 
 // workTemplate follows the template job w (see doc.go, "Templates") until
@@ -269,6 +253,7 @@ func (r *templateRun) work(ctx context.Context) templateEnd {
 			r.fail("following its server's _db_updates: " + replicator.Reason(err))
 			return templateRetry
 		}
+		r.fail("") // it answers
 		if owns, err := r.owns(ctx); err == nil && !owns {
 			return r.removeAll(ctx)
 		}
@@ -280,12 +265,6 @@ func (r *templateRun) retry(ctx context.Context) templateEnd {
 		return templateCancelled
 	}
 	return templateRetry
-}
-
-// feedUnavailable: the server refuses its _db_updates feed to the
-// template's credentials, or has none.
-func feedUnavailable(err error) bool {
-	return errors.Is(err, engine.ErrUnauthorized) || errors.Is(err, engine.ErrForbidden) || errors.Is(err, engine.ErrNoDBUpdates)
 }
 
 // polls records that the template lists its server every poll interval,
@@ -334,15 +313,16 @@ func (r *templateRun) server(t *replicator.TemplateData) (engine.Replication, fu
 	if spec.Template.Side == replicator.TemplateSideTarget {
 		rep.Source, rep.SourceProxy = rep.Target, rep.TargetProxy
 	}
-	system := strings.HasPrefix(strings.TrimPrefix(spec.Template.Pattern(), "/^"), "_") || strings.HasPrefix(spec.Template.Pattern(), "/_")
-	return rep, func(db string) bool { return (system || !strings.HasPrefix(db, "_")) && match(db) }, nil
+	return rep, match, nil
 }
 
 // reconcile lists the server's databases and makes the template's
-// replications what the template says: one per matching database (at
-// most replicator.TemplateDatabasesDefault), none of the others.
+// replications what the template says: one per matching database (the
+// first replicator.TemplateDatabasesDefault of them, in the server's name
+// order), none of the others. A listing clears the template's error.
 func (r *templateRun) reconcile(ctx context.Context, rep engine.Replication, match func(string) bool) error {
 	var want []string
+	over := 0 // matching databases past the bound
 	for from := ""; ; {
 		names, err := r.n.eng.AllDBs(ctx, rep, from, engine.AllDBsPageMax)
 		if err != nil {
@@ -353,20 +333,18 @@ func (r *templateRun) reconcile(ctx context.Context, rep engine.Replication, mat
 			names = names[1:] // the last of the page before
 		}
 		for _, db := range names {
-			if match(db) {
+			switch {
+			case !match(db):
+			case len(want) < replicator.TemplateDatabasesDefault:
 				want = append(want, db)
+			default:
+				over++
 			}
 		}
 		if !full || len(names) == 0 {
 			break
 		}
 		from = names[len(names)-1]
-	}
-	slices.Sort(want)
-	unmade := 0
-	if len(want) > replicator.TemplateDatabasesDefault {
-		unmade = len(want) - replicator.TemplateDatabasesDefault
-		want = want[:replicator.TemplateDatabasesDefault]
 	}
 	made, reason, err := r.put(ctx, want)
 	if err != nil {
@@ -389,16 +367,25 @@ func (r *templateRun) reconcile(ctx context.Context, rep engine.Replication, mat
 	if err := r.remove(ctx, stale); err != nil {
 		return err
 	}
-	unmade += len(want) - len(made)
-	if unmade > 0 && reason == "" {
-		reason = "the most databases a template replicates is reached"
+	r.known, r.unmade = keep, map[string]bool{}
+	for _, db := range want {
+		if !keep[db] {
+			r.unmade[db] = true
+		}
 	}
-	r.known = keep
+	if over > 0 && reason == "" {
+		reason = templateFull
+	}
 	now := replicator.Millis(r.n.Config().Clock.Now())
-	r.set(func(t *replicator.TemplateData) { t.Databases, t.Unmade, t.Listed = len(made), unmade, now })
-	r.fail(reason)
+	r.set(func(t *replicator.TemplateData) {
+		t.Databases, t.Unmade, t.UnmadeReason, t.Listed = len(made), len(r.unmade)+over, reason, now
+	})
+	r.fail("")
 	return nil
 }
+
+// templateFull is why a database past the bound has no replication.
+const templateFull = "the most databases a template replicates (100,000) is reached"
 
 // readKnown reads the databases the template has a replication of, once.
 func (r *templateRun) readKnown(ctx context.Context) error {
@@ -413,7 +400,7 @@ func (r *templateRun) readKnown(ctx context.Context) error {
 	for _, db := range have {
 		known[db] = true
 	}
-	r.known = known
+	r.known, r.unmade = known, map[string]bool{}
 	r.set(func(t *replicator.TemplateData) { t.Databases = len(known) })
 	return nil
 }
@@ -443,52 +430,60 @@ func (r *templateRun) children(ctx context.Context) ([]string, error) {
 
 // apply follows one row of the server's _db_updates feed: a matching
 // database created (or updated, with no replication yet) gets its
-// replication, a deleted one loses it.
+// replication, a deleted one loses it. A database whose replication could
+// not be made is tried again at the next listing, not at each of its
+// updates.
 func (r *templateRun) apply(ctx context.Context, u engine.DBUpdate, match func(string) bool) error {
 	if !match(u.DB) {
 		return nil
 	}
-	switch u.Type {
-	case "deleted":
+	if u.Type == "deleted" {
 		if err := r.remove(ctx, []string{u.DB}); err != nil {
 			return err
 		}
-		if r.known[u.DB] {
-			delete(r.known, u.DB)
-			r.set(func(t *replicator.TemplateData) { t.Databases-- })
-		}
-	default:
-		if r.known[u.DB] {
-			return nil
-		}
-		// The feed's rows of one database may come out of order (CouchDB
-		// batches them): an update written just before a deletion can
-		// follow it. Only a database the server lists gets a replication.
-		names, err := r.n.eng.AllDBs(ctx, r.rep, u.DB, 1)
-		if err != nil {
-			return err
-		}
-		if len(names) == 0 || names[0] != u.DB {
-			return nil
-		}
-		if len(r.known) >= replicator.TemplateDatabasesDefault {
-			r.set(func(t *replicator.TemplateData) { t.Unmade++ })
-			r.fail("the most databases a template replicates is reached")
-			return nil
-		}
-		made, reason, err := r.put(ctx, []string{u.DB})
-		if err != nil {
-			return err
-		}
-		if len(made) == 1 {
-			r.known[u.DB] = true
-			r.set(func(t *replicator.TemplateData) { t.Databases++ })
-		} else {
-			r.set(func(t *replicator.TemplateData) { t.Unmade++ })
-		}
-		r.fail(reason)
+		known, unmade := r.known[u.DB], r.unmade[u.DB]
+		delete(r.known, u.DB)
+		delete(r.unmade, u.DB)
+		r.set(func(t *replicator.TemplateData) {
+			t.Databases -= b2i(known)
+			t.Unmade -= b2i(unmade)
+		})
+		return nil
+	}
+	if r.known[u.DB] || r.unmade[u.DB] {
+		return nil
+	}
+	if len(r.known) >= replicator.TemplateDatabasesDefault {
+		r.unmade[u.DB] = true
+		r.set(func(t *replicator.TemplateData) { t.Unmade, t.UnmadeReason = t.Unmade+1, templateFull })
+		return nil
+	}
+	// The feed's rows of one database may come out of order (CouchDB
+	// batches them): an update written just before a deletion can follow
+	// it. Only a database the server lists gets a replication.
+	names, err := r.n.eng.AllDBs(ctx, r.rep, u.DB, 1)
+	if err != nil || len(names) == 0 || names[0] != u.DB {
+		return err
+	}
+	made, reason, err := r.put(ctx, []string{u.DB})
+	if err != nil {
+		return err
+	}
+	if len(made) == 1 {
+		r.known[u.DB] = true
+		r.set(func(t *replicator.TemplateData) { t.Databases++ })
+	} else {
+		r.unmade[u.DB] = true
+		r.set(func(t *replicator.TemplateData) { t.Unmade, t.UnmadeReason = t.Unmade+1, reason })
 	}
 	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // put makes sure the template has its replications of dbs, in

@@ -53,7 +53,7 @@ func (n *Node) stopTriggers() {
 // (Store.Rerun).
 func (n *Node) workTrigger(ctx context.Context, w *fdbjobs.Work[replicator.Trigger]) error {
 	cfg := n.Config()
-	started, err := n.store.Rerun(ctx, w.Args.JobID, cfg.Config, cfg.Clock.Now(), cfg.JobTimeout)
+	started, err := n.store.Rerun(ctx, w.Args.JobID, cfg.Config, cfg.Clock.Now())
 	if err != nil {
 		return err
 	}

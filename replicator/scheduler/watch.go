@@ -170,16 +170,25 @@ func (n *Node) startWatches(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// setMaxWatches gives the watch Runtime the configuration's MaxWatches.
+// setMaxWatches gives the watch Runtime, and the template Runtime, the
+// configuration's MaxWatches.
 func (n *Node) setMaxWatches(cfg Config) {
 	ws := n.watches
 	ws.mu.Lock()
 	rt, changed := ws.rt, ws.maxWatches != cfg.MaxWatches
 	ws.maxWatches = cfg.MaxWatches
 	ws.mu.Unlock()
-	if rt != nil && changed {
+	if !changed {
+		return
+	}
+	if rt != nil {
 		if err := rt.SetConcurrency(replicator.WatchType, cfg.MaxWatches); err != nil {
 			cfg.Logger.Warn().Err(err).Msg("replicator: max_watches")
+		}
+	}
+	if rt := n.templates.Load(); rt != nil {
+		if err := rt.SetConcurrency(replicator.TemplateType, cfg.MaxWatches); err != nil {
+			cfg.Logger.Warn().Err(err).Msg("replicator: max_watches (templates)")
 		}
 	}
 }
@@ -389,7 +398,7 @@ func (r *watchRun) follow(ctx context.Context, rep engine.Replication) (end watc
 		switch {
 		case ctx.Err() != nil:
 			return watchCancelled, false
-		case errors.Is(err, engine.ErrUnauthorized), errors.Is(err, engine.ErrForbidden), errors.Is(err, engine.ErrNoDBUpdates):
+		case feedUnavailable(err):
 			reason, cause := replicator.Reason(err), "refused"
 			if errors.Is(err, engine.ErrNoDBUpdates) {
 				cause = "missing"
@@ -459,6 +468,12 @@ func (r *watchRun) follow(ctx context.Context, rep engine.Replication) (end watc
 			return watchEmpty, false
 		}
 	}
+}
+
+// feedUnavailable: the server refuses its _db_updates feed to the
+// template's credentials, or has none.
+func feedUnavailable(err error) bool {
+	return errors.Is(err, engine.ErrUnauthorized) || errors.Is(err, engine.ErrForbidden) || errors.Is(err, engine.ErrNoDBUpdates)
 }
 
 // wakeDB wakes the parked jobs of the group whose source is db.

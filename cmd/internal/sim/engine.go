@@ -275,12 +275,8 @@ func (n nodeEngine) Pending(ctx context.Context, rep engine.Replication, since s
 // AllDBs implements replicator.Engine: a server whose host is down does
 // not answer.
 func (n nodeEngine) AllDBs(ctx context.Context, rep engine.Replication, from string, limit int) ([]string, error) {
-	job := rep.Source.URL.String()
-	n.e.mu.Lock()
-	down := n.e.down[hostOf(job)]
-	n.e.mu.Unlock()
-	if down {
-		return nil, refused(job)
+	if err := n.Probe(ctx, rep.Source.URL.String()); err != nil {
+		return nil, err
 	}
 	return n.e.inner.AllDBs(ctx, rep, from, limit)
 }
@@ -288,12 +284,8 @@ func (n nodeEngine) AllDBs(ctx context.Context, rep engine.Replication, from str
 // DBUpdates implements replicator.Engine: a server whose host is down
 // does not answer.
 func (n nodeEngine) DBUpdates(ctx context.Context, rep engine.Replication, since string, timeout time.Duration, emit func(engine.DBUpdate) error) (string, error) {
-	job := rep.Source.URL.String()
-	n.e.mu.Lock()
-	down := n.e.down[hostOf(job)]
-	n.e.mu.Unlock()
-	if down {
-		return since, refused(job)
+	if err := n.Probe(ctx, rep.Source.URL.String()); err != nil {
+		return since, err
 	}
 	return n.e.inner.DBUpdates(ctx, rep, since, timeout, emit)
 }
