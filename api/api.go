@@ -128,10 +128,13 @@ type ChangeRow struct {
 	ID       string `json:"id"`
 	Database string `json:"database,omitempty"`
 	DocID    string `json:"doc_id,omitempty"`
-	State    string `json:"state"`
-	From     string `json:"from,omitempty"`
-	Node     string `json:"node,omitempty"`
-	Time     string `json:"time"`
+	// TemplateDB is, for a template's replication, the database it
+	// replicates (DocID is the template's).
+	TemplateDB string `json:"template_db,omitempty"`
+	State      string `json:"state"`
+	From       string `json:"from,omitempty"`
+	Node       string `json:"node,omitempty"`
+	Time       string `json:"time"`
 }
 
 // ChangesPage is what a read of the state changes found: the changes, and

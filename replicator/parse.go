@@ -352,7 +352,7 @@ func parseEndpoint(obj map[string]json.RawMessage, name string) (EndpointSpec, *
 }
 
 // templateOf returns the "databases" member of an endpoint written as an
-// object, if it has one.
+// object, if it has one (null too: parseTemplate refuses it).
 func templateOf(v json.RawMessage) (json.RawMessage, bool) {
 	if !isObject(v) {
 		return nil, false
@@ -362,7 +362,7 @@ func templateOf(v json.RawMessage) (json.RawMessage, bool) {
 		return nil, false
 	}
 	d, ok := m["databases"]
-	return d, ok && !isNull(d)
+	return d, ok
 }
 
 // endpointSpecOf is the storable form of a parsed endpoint.

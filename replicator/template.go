@@ -1,6 +1,7 @@
 package replicator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,7 +110,13 @@ func parseTemplate(v json.RawMessage, name string) (*TemplateSpec, error) {
 	var obj struct {
 		Regex *string `json:"regex"`
 	}
+	strict := func() error {
+		d := json.NewDecoder(bytes.NewReader(v))
+		d.DisallowUnknownFields()
+		return d.Decode(&obj)
+	}
 	switch {
+	case isNull(v):
 	case json.Unmarshal(v, &glob) == nil:
 		if glob == "" || len(glob) > TemplatePatternMax {
 			return nil, newReason(ErrBadRequest, "`%s.databases` must be a pattern of 1 to %d bytes", name, TemplatePatternMax)
@@ -119,15 +126,25 @@ func parseTemplate(v json.RawMessage, name string) (*TemplateSpec, error) {
 				"(a-z, 0-9, _$()+-/), * (any characters) and ? (one); for more, write {\"regex\": \"...\"}", name, glob[i:i+1])
 		}
 		t.Glob = glob
-	case isObject(v) && json.Unmarshal(v, &obj) == nil && obj.Regex != nil:
+	case isObject(v) && strict() == nil && obj.Regex != nil:
 		if *obj.Regex == "" || len(*obj.Regex) > TemplatePatternMax {
 			return nil, newReason(ErrBadRequest, "`%s.databases.regex` must be a regular expression of 1 to %d bytes", name, TemplatePatternMax)
 		}
 		t.Regex = *obj.Regex
-		if _, err := t.regexp(); err != nil {
+		_, err := regexp.Compile(t.Regex) // its own text in the error
+		if err == nil {
+			_, err = t.regexp()
+		}
+		if err != nil {
 			return nil, newReason(ErrBadRequest, "`%s.databases.regex` is not a valid regular expression: %s", name,
 				strings.TrimPrefix(err.Error(), "error parsing regexp: "))
 		}
+		return t, nil
+	}
+	switch {
+	case t.Glob != "":
+	case isObject(v):
+		return nil, newReason(ErrBadRequest, "`%s.databases` must be {\"regex\": \"...\"}, with no other member", name)
 	default:
 		return nil, newReason(ErrBadRequest, "`%s.databases` must be a pattern such as \"userdb-*\", or {\"regex\": \"^userdb-[0-9a-f]+$\"}", name)
 	}
@@ -142,6 +159,9 @@ func (s *Spec) checkTemplate() error {
 		name string
 		e    EndpointSpec
 	}{{"source", s.Source}, {"target", s.Target}} {
+		if _, q, ok := strings.Cut(ep.e.URL, "?"); ok && (strings.Contains(q, templateDBStored) || strings.Contains(q, TemplateDB)) {
+			return newReason(ErrBadRequest, "`%s`: %s names the database in the URL's path, not in its query string", ep.name, TemplateDB)
+		}
 		if strings.Contains(ep.e.URL, templateDBStored) && (s.Template == nil || s.Template.Side == ep.name) {
 			return newReason(ErrBadRequest, "`%s` names %s, which only the other endpoint of a template may: "+
 				"a template's source (or target) is {\"url\": \"http://server/\", \"databases\": \"userdb-*\"}", ep.name, TemplateDB)
@@ -150,8 +170,23 @@ func (s *Spec) checkTemplate() error {
 	if s.Template == nil {
 		return nil
 	}
-	_, err := s.Child("a")
+	_, err := s.Child(s.Template.sample())
 	return err
+}
+
+// sample is a database name the pattern matches, when it is a glob (a
+// name made of its literal characters and "a" for its wildcards; for a
+// regular expression, "a"), with which a template is checked as it is
+// written.
+func (t *TemplateSpec) sample() string {
+	if t.Glob == "" {
+		return "a"
+	}
+	name := strings.NewReplacer("*", "a", "?", "a").Replace(t.Glob)
+	if name == "" || name[0] < 'a' || name[0] > 'z' {
+		name = "a" + name // a database name starts with a letter
+	}
+	return name
 }
 
 // Child returns the replication a template makes for database db of its
@@ -167,14 +202,37 @@ func (s *Spec) Child(db string) (*Spec, error) {
 	if s.Template.Side == TemplateSideTarget {
 		pat, other = other, pat
 	}
+	server := strings.TrimSuffix(pat.URL, "/") + "/"
 	esc := url.PathEscape(db)
-	pat.URL = strings.TrimSuffix(pat.URL, "/") + "/" + esc + "/"
+	pat.URL = server + esc + "/"
+	named := strings.Contains(other.URL, templateDBStored)
 	other.URL = strings.ReplaceAll(other.URL, templateDBStored, esc)
 	if _, err := c.Replication(); err != nil {
 		return nil, err
 	}
+	if rest, ok := strings.CutPrefix(other.URL, server); ok {
+		// The other endpoint is on the template's server. Named after db,
+		// a database the template matches would get a replication of its
+		// own, and so on without end; a fixed one would replicate into
+		// itself.
+		name, err := url.PathUnescape(strings.TrimSuffix(rest, "/"))
+		match, merr := s.Template.Matcher()
+		side := map[string]string{TemplateSideSource: "target", TemplateSideTarget: "source"}[s.Template.Side]
+		switch {
+		case err != nil || merr != nil:
+		case named && match(name):
+			return nil, newReason(ErrBadRequest, "the %s of database %s would be %s, which the template matches too: "+
+				"a template would replicate into its own databases without end", side, db, name)
+		case name == db:
+			return nil, newReason(ErrBadRequest, "the %s of database %s would be itself", side, db)
+		}
+	}
 	return &c, nil
 }
+
+// ShowTemplateURL shows TemplateDB in a stored URL as its document wrote
+// it.
+func ShowTemplateURL(u string) string { return strings.ReplaceAll(u, templateDBStored, TemplateDB) }
 
 // ChildJobID is the job id of the replication a template document makes
 // for database db: "<db instance uuid>:<database>|<doc id>", which no

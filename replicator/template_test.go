@@ -72,6 +72,10 @@ func TestTemplateSpecRefused(t *testing.T) {
 		{`{"source": {"url": "http://h/x-{db}", "databases": "a*"}, "target": "http://b/{db}"}`, "`source` names {db}"},
 		{`{"source": "http://h/a", "target": "http://b/{db}"}`, "`target` names {db}"},
 		{`{"source": {"url": "http://h/?q=1", "databases": "a*"}, "target": "http://b/{db}"}`, "takes no query string"},
+		{`{"source": {"url": "http://h/", "databases": "a*"}, "target": "http://b/x?q={db}"}`, "not in its query string"},
+		{`{"source": {"url": "http://h/", "databases": {"regex": "a", "glob": "b"}}, "target": "http://b/{db}"}`, "with no other member"},
+		{`{"source": {"url": "http://h/", "databases": null}, "target": "http://b/{db}"}`, "`source.databases` must be a pattern such as"},
+		{`{"source": {"url": "http://h/", "databases": {"regex": "^u-["}}, "target": "http://b/{db}"}`, "missing closing ]: `[`"},
 	} {
 		_, err := replicator.ParseSpec(json.RawMessage(c.doc))
 		require.ErrorIs(t, err, replicator.ErrBadRequest, c.doc)
@@ -90,4 +94,26 @@ func TestChildJobID(t *testing.T) {
 	d := &replicator.JobData{DocID: "tmpl", TemplateDB: "userdb-1"}
 	require.Equal(t, "tmpl\xffuserdb-1", d.IndexDocID())
 	require.Equal(t, "tmpl", (&replicator.JobData{DocID: "tmpl"}).IndexDocID())
+}
+
+// A template whose other endpoint is on its own server makes no
+// replication into a database it matches: it would feed itself.
+func TestTemplateDoesNotFeedItself(t *testing.T) {
+	_, err := replicator.ParseSpec(json.RawMessage(`{"source": {"url": "http://h/", "databases": "userdb-*"}, "target": "http://h/{db}-{db}"}`))
+	require.ErrorContains(t, err, "would replicate into its own databases without end", "refused as it is written")
+	s, err := replicator.ParseSpec(json.RawMessage(`{"source": {"url": "http://h/", "databases": {"regex": "userdb-.*"}}, "target": "http://h/{db}-{db}"}`))
+	require.NoError(t, err, "a regular expression: no name to try it with; its replications say")
+	_, err = s.Child("userdb-a")
+	require.ErrorIs(t, err, replicator.ErrBadRequest)
+	require.Contains(t, replicator.Reason(err), "the target of database userdb-a would be userdb-a-userdb-a, which the template matches too")
+	s, err = replicator.ParseSpec(json.RawMessage(`{"source": {"url": "http://h/", "databases": "userdb-*"}, "target": "http://h/backup-{db}"}`))
+	require.NoError(t, err)
+	_, err = s.Child("userdb-a")
+	require.NoError(t, err, "backup-userdb-a does not match")
+	s, err = replicator.ParseSpec(json.RawMessage(`{"source": "http://h/userdb-shared", "target": {"url": "http://h/", "databases": "userdb-*"}}`))
+	require.NoError(t, err)
+	_, err = s.Child("userdb-a")
+	require.NoError(t, err, "a fan-out from a database the pattern matches")
+	_, err = s.Child("userdb-shared")
+	require.ErrorContains(t, err, "the source of database userdb-shared would be itself")
 }

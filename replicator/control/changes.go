@@ -69,7 +69,7 @@ func (p *Plane) SchedulerChanges(ctx context.Context, viewer api.User, q api.Cha
 				continue
 			}
 			page.Results = append(page.Results, api.ChangeRow{Seq: e.Seq, ID: e.JobID, Database: c.DBName, DocID: c.DocID,
-				State: c.State, From: c.From, Node: c.Node, Time: e.At.UTC().Format(time.RFC3339Nano)})
+				TemplateDB: c.TemplateDB, State: c.State, From: c.From, Node: c.Node, Time: e.At.UTC().Format(time.RFC3339Nano)})
 		}
 	}
 	for scanned := 0; scanned < changesScanMax && len(page.Results) < q.Limit; {

@@ -483,7 +483,8 @@ func (p *Plane) templateWritten(ctx context.Context, tr kv.Transaction, doc *Doc
 	}
 	tr.Locals().OnCommit(func() {
 		p.cfg.Logger.Info().Str("job_id", jobID).Str("db", doc.DB).Str("doc_id", doc.ID).Str("databases", doc.Spec.Template.Pattern()).
-			Str("of", doc.Spec.Template.Side).Bool("replaced", old != nil).Msg("replication template added by document: a replication node makes its replications")
+			Str("of", doc.Spec.Template.Side).Bool("replaces_replication", old != nil).
+			Msg("replication template written by document: a replication node makes (or updates) its replications")
 	})
 	return nil
 }

@@ -243,7 +243,7 @@ func templateDoc(t *replicator.TemplateData, st fdbjobs.State) api.DocInfo {
 	case st == fdbjobs.Running || t.Mode == replicator.WatchPoll:
 		state, v.Node = replicator.StateRunning, t.Node
 	}
-	src, tgt := t.Rep.Source.Redacted(), t.Rep.Target.Redacted()
+	src, tgt := replicator.ShowTemplateURL(t.Rep.Source.Redacted()), replicator.ShowTemplateURL(t.Rep.Target.Redacted())
 	var info json.RawMessage // CouchDB's null, or the error
 	if t.Error != "" {
 		info, _ = json.Marshal(map[string]string{"error": t.Error})

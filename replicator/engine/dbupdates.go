@@ -138,6 +138,8 @@ func AllDBs(ctx context.Context, rep Replication, opts Options, from string, lim
 		return nil, fmt.Errorf("%w: %s answered 401: the credentials are refused, or are not a server admin's", ErrUnauthorized, db.Redacted())
 	case he.Status == http.StatusForbidden:
 		return nil, fmt.Errorf("%w: %s answered 403: the credentials are not a server admin's", ErrForbidden, db.Redacted())
+	case he.Status == http.StatusNotFound:
+		return nil, fmt.Errorf("%w: %s answered 404: is the URL the server's, not a database's?", ErrHTTP, db.Redacted())
 	default:
 		return nil, fmt.Errorf("%w: %w", ErrHTTP, err)
 	}

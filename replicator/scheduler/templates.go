@@ -242,6 +242,7 @@ func (r *templateRun) work(ctx context.Context) templateEnd {
 			// reads it again.
 			since = followed
 			r.set(func(t *replicator.TemplateData) { t.Since = since })
+			r.write(ctx)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -381,7 +382,14 @@ func (r *templateRun) reconcile(ctx context.Context, rep engine.Replication, mat
 		t.Databases, t.Unmade, t.UnmadeReason, t.Listed = len(made), len(r.unmade)+over, reason, now
 	})
 	r.fail("")
+	r.write(ctx)
 	return nil
+}
+
+// write stores the template's data now, for its row to show, rather than
+// at its next heartbeat (an error is the heartbeat's to meet).
+func (r *templateRun) write(ctx context.Context) {
+	_ = r.w.Update(ctx, *r.data())
 }
 
 // templateFull is why a database past the bound has no replication.
