@@ -240,7 +240,8 @@ bench-views:
 ## replications from N user databases of a CouchDB 3.5 into one shared
 ## database, with the same max_jobs (100), max_churn (20) and interval (5 s)
 ## on CouchDB 3.5's own replicator and on one fdbrep node with its default
-## parking settings, fdbrep with _db_updates and without it; timed writes
+## parking settings, fdbrep with _db_updates (the replication documents,
+## then one template document for all the user databases) and without it; timed writes
 ## to random user databases from 30 s after the replications were written
 ## (-write-after): arrived, lag p50, p99, max; once they settled,
 ## connections, CPU and memory while idle, store size per replication; then

@@ -52,7 +52,7 @@ type dormantBench struct {
 	writeGap, giveUp, idle    time.Duration
 	settleMax, couchSettleMax time.Duration
 	inMemory, couchdb, noFeed bool
-	feed                      bool
+	feed, template            bool
 	base                      string // CouchDB's URL, with the admin's credentials
 	couchPID, couchPort       int
 	env                       *benchEnv
@@ -97,6 +97,7 @@ func runDormantBench(args []string) error {
 	fs.BoolVar(&b.inMemory, "in-memory", false, "in-memory store instead of a durable one in a temporary directory")
 	fs.BoolVar(&b.couchdb, "couchdb", true, "run CouchDB 3.5's own replicator too")
 	fs.BoolVar(&b.feed, "feed", true, "run fdbrep with _db_updates (_global_changes created)")
+	fs.BoolVar(&b.template, "template", true, "run fdbrep again with _db_updates, with one template document (\"databases\": \"u?????\") in place of the -n replication documents")
 	fs.BoolVar(&b.noFeed, "no-feed", true, "run fdbrep a second time without _db_updates (_global_changes deleted: its watches poll)")
 	fs.IntVar(&b.simN, "sim-n", 100_000, "then a simulated run (the simulated engine, no peer): this many replications; 0 skips it")
 	fs.IntVar(&b.simServers, "sim-servers", 10, "simulated run: source servers")
@@ -141,6 +142,11 @@ func runDormantBench(args []string) error {
 	if b.feed {
 		if err := b.runFdbrep("fdbrep, _db_updates", "shared_feed"); err != nil {
 			return fmt.Errorf("fdbrep: %w", err)
+		}
+	}
+	if b.template {
+		if err := b.runFdbrep("fdbrep, one template, _db_updates", "shared_tmpl"); err != nil {
+			return fmt.Errorf("fdbrep with a template: %w", err)
 		}
 	}
 	if b.noFeed || b.few > 0 {
@@ -355,9 +361,15 @@ func (b *dormantBench) runFdbrep(name, target string) error {
 		return err
 	}
 	defer node.Stop()
-	if err := writeDocs(ctx, db, plane, 0, b.n, func(i int) (string, string, any) {
-		return "_replicator", fmt.Sprintf("r%05d", i), b.spec(i, target)
-	}); err != nil {
+	docs, doc := b.n, func(i int) (string, string, any) { return "_replicator", fmt.Sprintf("r%05d", i), b.spec(i, target) }
+	if target == "shared_tmpl" {
+		// One template: a replication per user database (u00000, …).
+		docs, doc = 1, func(int) (string, string, any) {
+			return "_replicator", "users", map[string]any{"source": map[string]any{"url": b.base + "/", "databases": "u?????"},
+				"target": b.base + "/" + target, "continuous": true}
+		}
+	}
+	if err := writeDocs(ctx, db, plane, 0, docs, doc); err != nil {
 		return err
 	}
 	res := dormantResult{name: name}
@@ -605,6 +617,20 @@ func (b *dormantBench) report() {
 			fmt.Printf("  %s / CouchDB: lag p99 %.3fx, connections while idle %d / %d\n", r.name,
 				float64(pctDur(r.lags, 99))/float64(pctDur(c.lags, 99)), r.conns, c.conns)
 		}
+	}
+	var docs, tmpl *dormantResult
+	for i := range b.results {
+		switch b.results[i].name {
+		case "fdbrep, _db_updates":
+			docs = &b.results[i]
+		case "fdbrep, one template, _db_updates":
+			tmpl = &b.results[i]
+		}
+	}
+	if docs != nil && tmpl != nil && len(docs.lags) > 0 && len(tmpl.lags) > 0 {
+		fmt.Printf("  one template / %d documents: store keys per replication %.1f / %.1f, bytes %.0f / %.0f; idle CPU %.3f / %.3f cores, "+
+			"connections %d / %d; lag p50 %v / %v, p99 %v / %v\n", b.n, tmpl.keys, docs.keys, tmpl.bytes, docs.bytes, tmpl.cpu, docs.cpu,
+			tmpl.conns, docs.conns, pctOr(tmpl.lags, 50), pctOr(docs.lags, 50), pctOr(tmpl.lags, 99), pctOr(docs.lags, 99))
 	}
 }
 
