@@ -79,6 +79,9 @@ type templateRun struct {
 	// goroutine alone uses them.
 	known, unmade map[string]bool
 	rep           engine.Replication
+	// batch sizes its transactions of replications: smaller after one
+	// that failed (a conflict), back to templateBatch after successes.
+	batch kv.Batch
 }
 
 // workTemplate follows the template job w (see doc.go, "Templates") until
@@ -87,7 +90,7 @@ type templateRun struct {
 // Its data is written every heartbeat and before it is put back.
 func (n *Node) workTemplate(ctx context.Context, w *fdbjobs.Work[replicator.TemplateData]) error {
 	cfg := n.Config()
-	r := &templateRun{n: n, w: w, t: w.Args}
+	r := &templateRun{n: n, w: w, t: w.Args, batch: kv.Batch{Max: templateBatch}}
 	r.t.Node = cfg.NodeName
 	workCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -495,26 +498,26 @@ func b2i(b bool) int {
 }
 
 // put makes sure the template has its replications of dbs, in
-// transactions of templateBatch fenced by its lock, and returns the
-// databases that have one. A database whose replication cannot be made
-// (its owner's limit of replications, a name the replication refuses) has
-// none, and reason says why.
+// transactions of up to templateBatch (fewer after one failed: r.batch)
+// fenced by its lock, and returns the databases that have one. A database
+// whose replication cannot be made (its owner's limit of replications, a
+// name the replication refuses) has none, and reason says why.
 func (r *templateRun) put(ctx context.Context, dbs []string) (made []string, reason string, err error) {
 	cfg := r.n.Config()
 	t := r.data()
+	type res struct {
+		n      int // of dbs done
+		made   []string
+		reason string
+		limit  bool // the owner's limit: no more
+	}
 	for len(dbs) > 0 {
-		batch := dbs[:min(templateBatch, len(dbs))]
-		type res struct {
-			made   []string
-			reason string
-			limit  bool // the owner's limit: no more
-		}
-		out, err := kv.Transact(ctx, r.n.store, func(tr kv.Transaction) (res, error) {
+		out, err := kv.TransactBatch(ctx, r.n.store, &r.batch, func(tr kv.Transaction, n int) (res, error) {
 			if err := r.n.store.Holds(tr, r.w.Job); err != nil {
 				return res{}, err
 			}
-			var o res
-			for _, db := range batch {
+			o := res{n: min(n, len(dbs))}
+			for _, db := range dbs[:o.n] {
 				_, err := r.n.store.PutChild(ctx, tr, &cfg.Config, t, db)
 				var ke kv.Error
 				switch {
@@ -541,32 +544,32 @@ func (r *templateRun) put(ctx context.Context, dbs []string) (made []string, rea
 		if out.limit {
 			break
 		}
-		dbs = dbs[len(batch):]
+		dbs = dbs[out.n:]
 	}
 	return made, reason, nil
 }
 
 // remove removes the template's replications of dbs, in transactions of
-// templateBatch fenced by its lock.
+// up to templateBatch (r.batch) fenced by its lock.
 func (r *templateRun) remove(ctx context.Context, dbs []string) error {
 	t := r.data()
 	for len(dbs) > 0 {
-		batch := dbs[:min(templateBatch, len(dbs))]
-		_, err := kv.Transact(ctx, r.n.store, func(tr kv.Transaction) (any, error) {
+		n, err := kv.TransactBatch(ctx, r.n.store, &r.batch, func(tr kv.Transaction, n int) (int, error) {
 			if err := r.n.store.Holds(tr, r.w.Job); err != nil {
-				return nil, err
+				return 0, err
 			}
-			for _, db := range batch {
+			n = min(n, len(dbs))
+			for _, db := range dbs[:n] {
 				if _, err := r.n.store.RemoveChild(ctx, tr, t.DBUUID, t.DocID, db); err != nil {
-					return nil, err
+					return 0, err
 				}
 			}
-			return nil, nil
+			return n, nil
 		})
 		if err != nil {
 			return err
 		}
-		dbs = dbs[len(batch):]
+		dbs = dbs[n:]
 	}
 	return nil
 }
@@ -576,11 +579,11 @@ func (r *templateRun) remove(ctx context.Context, dbs []string) error {
 func (r *templateRun) removeAll(ctx context.Context) templateEnd {
 	t := r.data()
 	for {
-		done, err := kv.Transact(ctx, r.n.store, func(tr kv.Transaction) (bool, error) {
+		done, err := kv.TransactBatch(ctx, r.n.store, &r.batch, func(tr kv.Transaction, n int) (bool, error) {
 			if err := r.n.store.Holds(tr, r.w.Job); err != nil {
 				return false, err
 			}
-			page, err := r.n.store.Children(tr, t.DBUUID, t.DocID, "", templateBatch)
+			page, err := r.n.store.Children(tr, t.DBUUID, t.DocID, "", n)
 			if err != nil {
 				return false, err
 			}
