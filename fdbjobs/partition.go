@@ -322,7 +322,8 @@ func (c *Client) releasePartition(ctx context.Context, kind, part, id string) er
 // handed it back, clears its place (its entry, and one from the
 // partition's count: a count back at 0 is cleared) and moves the first
 // waiting job of the partition that is pending to now, so that it claims
-// the place. The waiting entries it passes whose jobs are gone or finished
+// the place. A job without a place there leaves nothing and wakes no one,
+// so that a retry after commit_unknown_result wakes no second job. The waiting entries it passes whose jobs are gone or finished
 // are cleared; those of running jobs (woken already, claiming) are left to
 // their claim.
 func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token []byte) error {
@@ -331,11 +332,16 @@ func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token 
 	if err != nil {
 		return err
 	}
-	if ev != nil {
-		tr.Clear(ek)
-		ck := c.k.partCountKey(kind, part)
-		tr.Add(ck, minusOne)
+	if ev == nil {
+		// No place of id's here: it never had one, or this is a retry
+		// after commit_unknown_result of a leave that committed (and woke
+		// a waiter then). Waking one now would wake two for one place.
+		return nil
 	}
+	tr.Clear(ek)
+	ck := c.k.partCountKey(kind, part)
+	tr.Add(ck, minusOne)
+	tr.CompareAndClear(ck, kv.Int64(0))
 	// The hint says whether jobs may wait: a point read, where most ends
 	// find none, instead of a range read.
 	hk := c.k.partHintKey(kind, part)

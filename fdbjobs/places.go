@@ -128,7 +128,8 @@ func (c *Client) ClaimPlaces(tr kv.Transaction, kind, id string, places []Place)
 // each partition where jobs wait moves the first of them that is pending to
 // due now, so that it claims the place freed. Call it in the transaction
 // that ends the job's run or hands it back. Its writes are idempotent under
-// commit_unknown_result.
+// commit_unknown_result: a retry finds the places given back already and
+// wakes no second job.
 func (c *Client) LeavePlaces(tr kv.Transaction, kind, id string, parts []string) error {
 	if err := checkPlaces(kind, id, parts); err != nil {
 		return err
