@@ -118,9 +118,9 @@
 // (fdbjobs ClaimPlaces) and given back by the index when a write takes the
 // job out of running (fdbjobs LeavePlaces, in that write's transaction),
 // so every path that stops a job (its transitions, the re-enqueue hook, a
-// removal) gives them back. The budgets of requests per second per host
-// are token buckets of the job layer too (RequestsKind, one per HostOf;
-// HostPacer).
+// removal) gives them back. The budgets of requests per second per host,
+// and per host and user, are token buckets of the job layer too
+// (RequestsKind, one per HostOf and per HostUserOf; HostPacer).
 //
 // # Templates
 //

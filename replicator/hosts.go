@@ -196,7 +196,8 @@ func (s *Store) HostsHeld(ctx context.Context, hosts []string) (map[string]int64
 }
 
 // RequestsKind names the job layer's token buckets of the budgets of
-// requests per second per host (fdbjobs TakeTokens): one per host.
+// requests per second per host, and per host and user (fdbjobs
+// TakeTokens): one per host, and one per host and user.
 const RequestsKind = "rep_requests"
 
 // pacerChunk is the share of a second's worth of a host's requests a node
@@ -212,27 +213,34 @@ const pacerTakeTimeout = 2 * time.Second
 const pacerKeep = time.Second
 
 // HostPacer paces a node's requests to each endpoint host within the
-// cluster-wide budget of requests per second per host ([replicator]
-// max_requests_per_host_per_sec): each host's budget is a token bucket of
-// the job layer (fdbjobs TakeTokens, RequestsKind), from which the node
+// cluster-wide budgets of requests per second per host ([replicator]
+// max_requests_per_host_per_sec) and per host and user
+// (max_requests_per_host_user_per_sec): each host's budget, and each host
+// and user's, is a token bucket of the job layer (fdbjobs TakeTokens,
+// RequestsKind, partitions HostOf and HostUserOf's), from which the node
 // takes a tenth of a second's worth at a time and spends it on its runs'
-// requests (engine.Options.Pace) within a second. A take that fails (the
-// store does not answer within pacerTakeTimeout) lets its request go
-// 1/rate later: the node paces its own requests alone meanwhile. Safe for
-// concurrent use.
+// requests (engine.Options.Pace) within a second; a request goes once it
+// has a token of each. A take that fails (the store does not answer within
+// pacerTakeTimeout) lets its request go 1/rate later: the node paces its
+// own requests alone meanwhile. Safe for concurrent use.
 type HostPacer struct {
 	jobs  *fdbjobs.Client
 	clock clockwork.Clock
 	log   *zerolog.Logger
 
-	mu    sync.Mutex // guards rate and hosts
-	rate  float64    // 0: no budget
-	hosts map[string]*hostTokens
+	mu       sync.Mutex // guards rate, userRate and buckets
+	rate     float64    // per host; 0: no budget
+	userRate float64    // per host and user; 0: no budget
+	buckets  map[bucketKey]*hostTokens
 }
 
-// hostTokens are the tokens a node holds of one host's bucket.
+// bucketKey names the tokens a node holds: a host's (user ""), or a host
+// and user's.
+type bucketKey struct{ host, user string }
+
+// hostTokens are the tokens a node holds of one bucket.
 type hostTokens struct {
-	part string     // the bucket's partition: HostOf the host
+	part string     // the bucket's partition: HostOf the host, or its host and user's
 	take sync.Mutex // one take from the store at a time
 	mu   sync.Mutex // guards n and until
 	n    int
@@ -240,43 +248,75 @@ type hostTokens struct {
 	until time.Time
 }
 
-// NewHostPacer returns a pacer with no budget (SetRate sets one) that
+// pacerBucketsMax bounds the buckets a node remembers: past it, it forgets
+// those whose tokens lapsed.
+const pacerBucketsMax = 4096
+
+// NewHostPacer returns a pacer with no budget (SetRates sets them) that
 // takes tokens through s's job layer Client.
 func NewHostPacer(s *Store, clock clockwork.Clock, log *zerolog.Logger) *HostPacer {
-	return &HostPacer{jobs: s.jobs, clock: clock, log: log, hosts: map[string]*hostTokens{}}
+	return &HostPacer{jobs: s.jobs, clock: clock, log: log, buckets: map[bucketKey]*hostTokens{}}
 }
 
-// SetRate sets the budget of requests per second per host; 0 removes it.
-func (p *HostPacer) SetRate(perSec float64) {
+// SetRates sets the budgets of requests per second per host and per host
+// and user; 0 removes one.
+func (p *HostPacer) SetRates(perHost, perHostUser float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.rate = perSec
+	p.rate, p.userRate = perHost, perHostUser
 }
 
 // Wait waits until a request of the node to host (a couch.Options.Pace
-// host: scheme and host) fits the host's budget, or ctx ends.
-func (p *HostPacer) Wait(ctx context.Context, host string) error {
+// host: scheme and host), logging in as user ("" for none: the user name,
+// or a token's client id), fits the host's budget and the host and user's,
+// or ctx ends.
+func (p *HostPacer) Wait(ctx context.Context, host, user string) error {
 	p.mu.Lock()
-	rate := p.rate
-	h := p.hosts[host]
-	if rate > 0 && h == nil {
-		if len(p.hosts) >= 4096 { // bound memory: forget the hosts whose tokens lapsed
-			now := p.clock.Now()
-			for k, o := range p.hosts {
-				o.mu.Lock()
-				if now.After(o.until) {
-					delete(p.hosts, k)
-				}
-				o.mu.Unlock()
-			}
-		}
-		h = &hostTokens{part: HostOf(host)}
-		p.hosts[host] = h
+	rate, userRate := p.rate, p.userRate
+	var h, hu *hostTokens
+	if rate > 0 {
+		h = p.bucket(bucketKey{host, ""})
+	}
+	if userRate > 0 && user != "" {
+		hu = p.bucket(bucketKey{host, user})
 	}
 	p.mu.Unlock()
-	if rate <= 0 || h.part == "" {
-		return nil
+	if h != nil && h.part != "" {
+		if err := p.wait(ctx, h, rate); err != nil {
+			return err
+		}
 	}
+	if hu != nil && hu.part != "" {
+		return p.wait(ctx, hu, userRate)
+	}
+	return nil
+}
+
+// bucket returns the tokens of k, made when new. p.mu is held.
+func (p *HostPacer) bucket(k bucketKey) *hostTokens {
+	if h := p.buckets[k]; h != nil {
+		return h
+	}
+	if len(p.buckets) >= pacerBucketsMax { // bound memory: forget the buckets whose tokens lapsed
+		now := p.clock.Now()
+		for key, o := range p.buckets {
+			o.mu.Lock()
+			if now.After(o.until) {
+				delete(p.buckets, key)
+			}
+			o.mu.Unlock()
+		}
+	}
+	h := &hostTokens{part: HostOf(k.host)}
+	if k.user != "" {
+		h.part = budgetPart(k.host, k.user)
+	}
+	p.buckets[k] = h
+	return h
+}
+
+// wait waits for a token of h, whose bucket fills at rate, or ctx's end.
+func (p *HostPacer) wait(ctx context.Context, h *hostTokens, rate float64) error {
 	for {
 		if h.spend(p.clock.Now()) {
 			return nil
@@ -298,7 +338,7 @@ func (p *HostPacer) Wait(ctx context.Context, host string) error {
 		case err != nil:
 			// The store does not answer: this request goes after 1/rate,
 			// the other callers waiting their turns behind it.
-			p.log.Warn().Err(err).Str("host", h.part).Msg("replicator: budget of requests per host: taking tokens; pacing this node alone meanwhile")
+			p.log.Warn().Err(err).Str("budget", h.part).Msg("replicator: budget of requests per host: taking tokens; pacing this node alone meanwhile")
 			err = clockwait.Sleep(ctx, p.clock, time.Duration(float64(time.Second)/rate))
 			h.take.Unlock()
 			return err

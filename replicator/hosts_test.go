@@ -18,7 +18,9 @@ import (
 // clock: a second's worth goes at once, whichever node asks; then a
 // request waits for the next token (a tenth of a second at 10 a second),
 // and a request of another host has a bucket of its own. Without a
-// budget nothing waits.
+// budget nothing waits. The budget per host and user is shared likewise
+// by the requests of one user to one host; another user's, or those
+// without one, are not held by it.
 func TestHostPacerSharesABudget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -29,15 +31,15 @@ func TestHostPacerSharesABudget(t *testing.T) {
 	s := NewStore(db, jobs, nil)
 	log := zerolog.Nop()
 	a, b := NewHostPacer(s, clock, &log), NewHostPacer(s, clock, &log)
-	require.NoError(t, a.Wait(ctx, "http://h"), "no budget: no wait")
+	require.NoError(t, a.Wait(ctx, "http://h", "alice"), "no budget: no wait")
 
 	// wait reports whether p lets a request to host go without the clock
 	// moving: it returns, or it sleeps on the clock (then the clock is
 	// moved on until it returns, and false is reported).
-	wait := func(p *HostPacer, host string) bool {
+	wait := func(p *HostPacer, host, user string) bool {
 		t.Helper()
 		done := make(chan error, 1)
-		go func() { done <- p.Wait(ctx, host) }()
+		go func() { done <- p.Wait(ctx, host, user) }()
 		slept := make(chan struct{})
 		go func() {
 			if clock.BlockUntilContext(ctx, 1) == nil {
@@ -63,23 +65,42 @@ func TestHostPacerSharesABudget(t *testing.T) {
 		return false
 	}
 	const rate = 10
-	a.SetRate(rate)
-	b.SetRate(rate)
-	at := clock.Now()
-	free := 0
-	for i := 0; ; i++ {
-		if !wait([]*HostPacer{a, b}[i%2], "http://h") {
-			break
+	// free counts the requests of user to host that go at once, from
+	// either node, before one waits.
+	free := func(host, user string) int {
+		t.Helper()
+		n := 0
+		for i := 0; ; i++ {
+			if !wait([]*HostPacer{a, b}[i%2], host, user) {
+				return n
+			}
+			n++
 		}
-		free++
 	}
-	if _, faults, _ := faultkv.FromEnv(); faults || kvtest.OnFoundationDB(t) {
-		// A take retried after commit_unknown_result takes its tokens
-		// twice: fewer go, never more.
-		require.LessOrEqual(t, free, rate, "at most a second's worth at once, shared by the two nodes")
-	} else {
-		require.Equal(t, rate, free, "a second's worth at once, shared by the two nodes")
+	secondsWorth := func(n int, what string) {
+		t.Helper()
+		if _, faults, _ := faultkv.FromEnv(); faults || kvtest.OnFoundationDB(t) {
+			// A take retried after commit_unknown_result takes its tokens
+			// twice: fewer go, never more.
+			require.LessOrEqual(t, n, rate, what)
+		} else {
+			require.Equal(t, rate, n, what)
+		}
 	}
+	a.SetRates(rate, 0)
+	b.SetRates(rate, 0)
+	at := clock.Now()
+	secondsWorth(free("http://h", "alice"), "a second's worth at once, shared by the two nodes")
 	require.GreaterOrEqual(t, clock.Since(at), 100*time.Millisecond, "the next one a tenth of a second later")
-	require.True(t, wait(a, "http://other:5984"), "another host's bucket is its own")
+	require.True(t, wait(a, "http://other:5984", "alice"), "another host's bucket is its own")
+
+	a.SetRates(0, rate)
+	b.SetRates(0, rate)
+	at = clock.Now()
+	secondsWorth(free("http://u", "alice"), "a second's worth of one user's at once, shared by the two nodes")
+	require.GreaterOrEqual(t, clock.Since(at), 100*time.Millisecond, "the next one a tenth of a second later")
+	require.True(t, wait(a, "http://u", "bob"), "another user's bucket is their own")
+	for range 2 * rate {
+		require.True(t, wait(b, "http://u", ""), "a request without a user is not held by a budget per user")
+	}
 }

@@ -43,9 +43,11 @@ type Options struct {
 	// one per run).
 	Limiter *couch.RateLimiter
 	// Pace, if set, is waited on before each request of the run to an
-	// endpoint (couch.Options.Pace): the node's budget of requests per
-	// second per host.
-	Pace func(ctx context.Context, host string) error
+	// endpoint (couch.Options.Pace), with the endpoint's host and the user
+	// it logs in as (its user name, or its token's client id; "" for
+	// none): the node's budgets of requests per second per host and per
+	// host and user.
+	Pace func(ctx context.Context, host, user string) error
 
 	// Logins is the process's memory of the logins peers refused (nil: a
 	// run remembers its own only): credentials a peer refused lately are

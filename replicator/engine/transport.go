@@ -199,7 +199,6 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*p
 		Logins:                 opts.Logins,
 		Pools:                  opts.Pools,
 		Count:                  opts.Client.Count,
-		Pace:                   opts.Pace,
 	}
 	if rep.SocketOptions != nil {
 		copts.Socket = *rep.SocketOptions
@@ -207,6 +206,7 @@ func newPeers(rep Replication, opts Options, log *zerolog.Logger, h *health) (*p
 	srcOpts, tgtOpts := copts, copts
 	srcOpts.HTTPConnections = max(2, copts.HTTPConnections)
 	srcOpts.Proxy, tgtOpts.Proxy = rep.SourceProxy, rep.TargetProxy
+	srcOpts.Pace, tgtOpts.Pace = paceAs(opts.Pace, rep.Source), paceAs(opts.Pace, rep.Target)
 	srcOpts.Observe, tgtOpts.Observe = h.observer(sourceSide), h.observer(targetSide)
 	src, err := couch.NewDB(rep.Source, srcOpts, opts.Limiter)
 	if err != nil {
@@ -372,4 +372,17 @@ func (e *unanswered) Unwrap() []error {
 		return []error{ErrAddressDenied, e.err}
 	}
 	return []error{ErrHTTP, e.err}
+}
+
+// paceAs is the couch.Options.Pace of endpoint e: pace (nil: none) with
+// the user e logs in as, its user name or its token's client id.
+func paceAs(pace func(ctx context.Context, host, user string) error, e couch.Endpoint) func(context.Context, string) error {
+	if pace == nil {
+		return nil
+	}
+	user := e.Username
+	if user == "" && e.Token != nil {
+		user = e.Token.ClientID
+	}
+	return func(ctx context.Context, host string) error { return pace(ctx, host, user) }
 }

@@ -106,7 +106,12 @@ const (
 	// replications of the whole cluster send to one endpoint host at most
 	// (see doc.go, "Budgets per host"): 0, no budget, as in CouchDB.
 	MaxRequestsPerHostPerSecDefault = 0
-	// MaxRequestsPerHostPerSecMax bounds MaxRequestsPerHostPerSec.
+	// MaxRequestsPerHostUserPerSecDefault is how many requests a second
+	// the replications of the whole cluster send to one endpoint host
+	// logging in as one user at most: 0, no budget.
+	MaxRequestsPerHostUserPerSecDefault = 0
+	// MaxRequestsPerHostPerSecMax bounds MaxRequestsPerHostPerSec and
+	// MaxRequestsPerHostUserPerSec.
 	MaxRequestsPerHostPerSecMax = 1_000_000
 	// HeldByHostRecheck is how many intervals a job held back by a host's
 	// budget waits at most before a node takes it again: a replication of
@@ -190,6 +195,9 @@ type Config struct {
 	// the whole cluster send to one endpoint host; 0 (the default): no
 	// bound.
 	MaxRequestsPerHostPerSec int
+	// MaxRequestsPerHostUserPerSec bounds, likewise, those to one host
+	// logging in as one user; 0 (the default): no bound.
+	MaxRequestsPerHostUserPerSec int
 	// OneShotStallPreempt is how long a one-shot run may make no progress
 	// while jobs wait for a slot before it is stopped and queued behind
 	// them; StallPreemptNever (any negative value): never (0 takes the
@@ -309,6 +317,8 @@ func (c Config) validate() error {
 		return bad("max_jobs_per_host_user %d is outside [0, %d]", c.MaxJobsPerHostUser, MaxJobsPerHostMax)
 	case c.MaxRequestsPerHostPerSec < 0 || c.MaxRequestsPerHostPerSec > MaxRequestsPerHostPerSecMax:
 		return bad("max_requests_per_host_per_sec %d is outside [0, %d]", c.MaxRequestsPerHostPerSec, MaxRequestsPerHostPerSecMax)
+	case c.MaxRequestsPerHostUserPerSec < 0 || c.MaxRequestsPerHostUserPerSec > MaxRequestsPerHostPerSecMax:
+		return bad("max_requests_per_host_user_per_sec %d is outside [0, %d]", c.MaxRequestsPerHostUserPerSec, MaxRequestsPerHostPerSecMax)
 	}
 	return nil
 }

@@ -384,8 +384,11 @@
 // spends it within a second. Over any window of W seconds the cluster's
 // runs send a host at most MaxRequestsPerHostPerSec × (W + 1) requests,
 // give or take the nodes' clock skew; the requests of the watches and of
-// the checks after a park are not counted. The rate applies from the
-// node's next interval step.
+// the checks after a park are not counted. MaxRequestsPerHostUserPerSec
+// is the same for the requests to one host of the endpoints logging in as
+// one user (a bucket per host and user): a request with a user waits for
+// a token of each budget on. The rates apply from the node's next
+// interval step.
 //
 // # Stalled one-shot runs
 //
@@ -679,7 +682,8 @@
 // max_watches 100, watch_poll_interval 60 s, watch_poll_rate 20,
 // max_jobs_per_user_percent 25, max_jobs_per_host 0 (none),
 // max_jobs_per_host_user 0 (none), max_requests_per_host_per_sec 0
-// (none), one_shot_stall_preempt 60 s.
+// (none), max_requests_per_host_user_per_sec 0 (none),
+// one_shot_stall_preempt 60 s.
 // The *Default constants (here and in
 // package replicator) document each.
 package scheduler

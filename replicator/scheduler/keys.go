@@ -75,6 +75,9 @@ var (
 	keyMaxRequestsPerHostPerSec = config.RegisterInt("replicator", "max_requests_per_host_per_sec", MaxRequestsPerHostPerSecDefault, 0, MaxRequestsPerHostPerSecMax,
 		"Most requests a second that the replications of the whole cluster send to one endpoint host (scheme, name and port), on average; 0: no bound. Each host's budget is a token bucket in the store holding a second's worth, from which each replication node takes a tenth of a second's worth at a time. The per-node back-off on 429 answers applies beside it (docs/COMPAT.md, \"Budgets per host\").",
 		config.Live(config.ApplyReplication), config.InUnit("requests per second"))
+	keyMaxRequestsPerHostUserPerSec = config.RegisterInt("replicator", "max_requests_per_host_user_per_sec", MaxRequestsPerHostUserPerSecDefault, 0, MaxRequestsPerHostPerSecMax,
+		"Most requests a second that the replications of the whole cluster send to one endpoint host logging in as one user (its username, or its token's client id), on average; 0: no bound. As max_requests_per_host_per_sec, for a host whose quota of requests is per account (docs/COMPAT.md, \"Budgets per host\"); a request counts against both.",
+		config.Live(config.ApplyReplication), config.InUnit("requests per second"))
 	keyOneShotStallPreempt = config.RegisterDuration("replicator", "one_shot_stall_preempt_sec", time.Second, OneShotStallPreemptDefault, 0, config.Forever,
 		"Seconds a one-shot replication may make no progress (no document read or written, no batch finished) while other replications wait for a slot before its node stops it, with a final checkpoint if it can, and queues it behind them; a POST /_replicate that started it goes on waiting for its result. 0: one-shot replications are never stopped, as in CouchDB.",
 		config.Live(config.ApplyReplication))
@@ -104,32 +107,33 @@ func FromConfig(c *config.Config) (Config, error) {
 		return Config{}, err
 	}
 	return Config{
-		Config:                   replicator.FromConfig(c),
-		NodeName:                 c.NodeName(),
-		MaxJobs:                  int(keyMaxJobs.Get(c)),
-		MaxChurn:                 int(keyMaxChurn.Get(c)),
-		MaxAcceptors:             int(keyMaxAcceptors.Get(c)),
-		Interval:                 keyInterval.Get(c),
-		MinRunTime:               keyMinRunTime.Get(c),
-		MinBackoff:               keyMinBackoff.Get(c),
-		MaxBackoff:               keyMaxBackoff.Get(c),
-		HealthThreshold:          keyHealthThreshold.Get(c),
-		TransientJobMaxAge:       keyTransientJobMaxAge.Get(c),
-		StatsUpdateInterval:      keyStatsUpdateInterval.Get(c),
-		ProgressInterval:         keyProgressInterval.Get(c),
-		ParkAfter:                cmp.Or(keyParkAfter.Get(c), ParkNever), // 0: never
-		ParkSweep:                keyParkSweep.Get(c),
-		ParkWhenWaitingAfter:     keyParkWhenWaitingAfter.Get(c),
-		MaxWatches:               int(keyMaxWatches.Get(c)),
-		WatchPollInterval:        keyWatchPollInterval.Get(c),
-		WatchPollRate:            int(keyWatchPollRate.Get(c)),
-		MaxJobsPerUserPercent:    int(keyMaxJobsPerUserPercent.Get(c)),
-		MaxJobsPerHost:           int(keyMaxJobsPerHost.Get(c)),
-		MaxJobsPerHostUser:       int(keyMaxJobsPerHostUser.Get(c)),
-		MaxRequestsPerHostPerSec: int(keyMaxRequestsPerHostPerSec.Get(c)),
-		OneShotStallPreempt:      cmp.Or(keyOneShotStallPreempt.Get(c), StallPreemptNever), // 0: never
-		JobDefaults:              defaults,
-		NonAdmins:                nonAdmins(c),
+		Config:                       replicator.FromConfig(c),
+		NodeName:                     c.NodeName(),
+		MaxJobs:                      int(keyMaxJobs.Get(c)),
+		MaxChurn:                     int(keyMaxChurn.Get(c)),
+		MaxAcceptors:                 int(keyMaxAcceptors.Get(c)),
+		Interval:                     keyInterval.Get(c),
+		MinRunTime:                   keyMinRunTime.Get(c),
+		MinBackoff:                   keyMinBackoff.Get(c),
+		MaxBackoff:                   keyMaxBackoff.Get(c),
+		HealthThreshold:              keyHealthThreshold.Get(c),
+		TransientJobMaxAge:           keyTransientJobMaxAge.Get(c),
+		StatsUpdateInterval:          keyStatsUpdateInterval.Get(c),
+		ProgressInterval:             keyProgressInterval.Get(c),
+		ParkAfter:                    cmp.Or(keyParkAfter.Get(c), ParkNever), // 0: never
+		ParkSweep:                    keyParkSweep.Get(c),
+		ParkWhenWaitingAfter:         keyParkWhenWaitingAfter.Get(c),
+		MaxWatches:                   int(keyMaxWatches.Get(c)),
+		WatchPollInterval:            keyWatchPollInterval.Get(c),
+		WatchPollRate:                int(keyWatchPollRate.Get(c)),
+		MaxJobsPerUserPercent:        int(keyMaxJobsPerUserPercent.Get(c)),
+		MaxJobsPerHost:               int(keyMaxJobsPerHost.Get(c)),
+		MaxJobsPerHostUser:           int(keyMaxJobsPerHostUser.Get(c)),
+		MaxRequestsPerHostPerSec:     int(keyMaxRequestsPerHostPerSec.Get(c)),
+		MaxRequestsPerHostUserPerSec: int(keyMaxRequestsPerHostUserPerSec.Get(c)),
+		OneShotStallPreempt:          cmp.Or(keyOneShotStallPreempt.Get(c), StallPreemptNever), // 0: never
+		JobDefaults:                  defaults,
+		NonAdmins:                    nonAdmins(c),
 	}, nil
 }
 

@@ -167,7 +167,7 @@ func New(store *replicator.Store, eng replicator.Engine, cfg Config) (*Node, err
 	}
 	n.m.ObserveSeries(replicator.MetricDocsRefused, true, n.progress.refusedSeries)
 	n.nonAdmins.Store(&cfg.NonAdmins)
-	n.pacer.SetRate(float64(cfg.MaxRequestsPerHostPerSec))
+	n.pacer.SetRates(float64(cfg.MaxRequestsPerHostPerSec), float64(cfg.MaxRequestsPerHostUserPerSec))
 	return n, nil
 }
 
@@ -570,7 +570,7 @@ func (n *Node) reschedule(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	n.setMaxWatches(cfg)
-	n.pacer.SetRate(float64(cfg.MaxRequestsPerHostPerSec))
+	n.pacer.SetRates(float64(cfg.MaxRequestsPerHostPerSec), float64(cfg.MaxRequestsPerHostUserPerSec))
 
 	// Fair share: charge, roll up, then adjust the priorities of the jobs
 	// running here (replicator/share.go).

@@ -73,12 +73,13 @@ func TestHostBudget(t *testing.T) {
 	require.Equal(t, 5, docCount(couch.AuthDBURL("hb-tgt2")))
 }
 
-// Budgets of requests per host (issue 46 item 5), against CouchDB 3.5
-// behind a proxy that counts what reaches it: with [replicator]
-// max_requests_per_host_per_sec 5, a one-shot replication whose source and
-// target are on that host sends at most 5 requests a second on average
-// (and a second's worth at once), so its requests take their time; it
-// completes, whole.
+// Budgets of requests per host, and per host and user (issue 46 item 5),
+// against CouchDB 3.5 behind a proxy that counts what reaches it: with
+// [replicator] max_requests_per_host_per_sec 5 (or
+// max_requests_per_host_user_per_sec 5, the replication logging in as
+// CouchDB's admin), a one-shot replication whose source and target are on
+// that host sends at most 5 requests a second on average (and a second's
+// worth at once), so its requests take their time; it completes, whole.
 func TestHostRequestBudget(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -91,40 +92,46 @@ func TestHostRequestBudget(t *testing.T) {
 	}
 	target, err := url.Parse(couch.URL())
 	require.NoError(t, err)
-	var mu sync.Mutex
-	var seen []time.Time
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/_session" {
+	for _, key := range []string{"max_requests_per_host_per_sec", "max_requests_per_host_user_per_sec"} {
+		t.Run(key, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var seen []time.Time
+			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/_session" {
+					mu.Lock()
+					seen = append(seen, time.Now())
+					mu.Unlock()
+				}
+				httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
+			}))
+			t.Cleanup(proxy.Close)
+			viaProxy := func(db string) string {
+				u, err := url.Parse(couch.AuthDBURL(db))
+				require.NoError(t, err)
+				u.Host = strings.TrimPrefix(proxy.URL, "http://")
+				return u.String()
+			}
+
+			const rate = 5
+			e := newService(t, func(m map[string]map[string]string) {
+				m["replicator"][key] = strconv.Itoa(rate)
+				m["replicator"]["deny_loopback_endpoints"] = "false"
+			})
+			tgt := "rb-tgt-" + strings.ReplaceAll(key, "_", "-")
+			r := e.do("PUT", "/_replicator/paced", asAdmin, map[string]any{"source": viaProxy("rb-src"), "target": viaProxy(tgt),
+				"create_target": true, "worker_batch_size": 5})
+			require.Equal(t, 201, r.Status, r.Raw)
+			e.waitDocState("_replicator", "paced", "completed")
+			require.Equal(t, 40, docCount(couch.AuthDBURL(tgt)))
+
 			mu.Lock()
-			seen = append(seen, time.Now())
-			mu.Unlock()
-		}
-		httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
-	}))
-	t.Cleanup(proxy.Close)
-	viaProxy := func(db string) string {
-		u, err := url.Parse(couch.AuthDBURL(db))
-		require.NoError(t, err)
-		u.Host = strings.TrimPrefix(proxy.URL, "http://")
-		return u.String()
+			defer mu.Unlock()
+			require.NotEmpty(t, seen)
+			took := seen[len(seen)-1].Sub(seen[0]).Seconds()
+			require.LessOrEqual(t, float64(len(seen)), rate*(took+1)+1, "%d requests in %.1f s", len(seen), took)
+			require.Greater(t, len(seen), 2*rate, "enough requests to see the budget")
+			t.Logf("%d requests in %.1f s (budget %d a second)", len(seen), took, rate)
+		})
 	}
-
-	const rate = 5
-	e := newService(t, func(m map[string]map[string]string) {
-		m["replicator"]["max_requests_per_host_per_sec"] = strconv.Itoa(rate)
-		m["replicator"]["deny_loopback_endpoints"] = "false"
-	})
-	r := e.do("PUT", "/_replicator/paced", asAdmin, map[string]any{"source": viaProxy("rb-src"), "target": viaProxy("rb-tgt"),
-		"create_target": true, "worker_batch_size": 5})
-	require.Equal(t, 201, r.Status, r.Raw)
-	e.waitDocState("_replicator", "paced", "completed")
-	require.Equal(t, 40, docCount(couch.AuthDBURL("rb-tgt")))
-
-	mu.Lock()
-	defer mu.Unlock()
-	require.NotEmpty(t, seen)
-	took := seen[len(seen)-1].Sub(seen[0]).Seconds()
-	require.LessOrEqual(t, float64(len(seen)), rate*(took+1)+1, "%d requests in %.1f s", len(seen), took)
-	require.Greater(t, len(seen), 2*rate, "enough requests to see the budget")
-	t.Logf("%d requests in %.1f s (budget %d a second)", len(seen), took, rate)
 }
