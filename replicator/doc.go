@@ -222,15 +222,17 @@
 // old ones after it ([replicator] seal_private_key_files), the frontends
 // get the new public key. The replication nodes then move every credential
 // stored to their current key (Reseal): a pass walks the _replicator
-// documents, each with its job in one transaction (a Resealer gives both
-// the same new values, so SameReplication still matches them), then the
-// transient jobs, then the webhooks' secrets, a page per transaction, resuming from its record (key
+// documents, each with its job (or its template's data) in one
+// transaction (a Resealer gives both the same new values, so
+// SameReplication still matches them), then the transient jobs and
+// templates' replications, then the webhooks' secrets, a page per transaction, resuming from its record (key
 // 27) across intervals, nodes and restarts; credentials stored in the
 // clear before a key was configured are sealed the same way, and values
 // sealed before bindings existed are bound (a pass after an upgrade binds
 // them; the next starts within ResealAgainDefault). A running job is its
 // worker's to write: the worker moves its credentials, and its document's,
-// as the job starts. Bodies are rewritten in place
+// as the job starts; a running template's node moves the template's data
+// at its next wait on its server's feed. Bodies are rewritten in place
 // (repdb.Store.RewriteBodies): no revision, no change in the feed, nothing
 // a read shows. A pass that moved or held back anything is followed by
 // another ResealRetryDefault later (a document written back as read while

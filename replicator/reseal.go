@@ -189,7 +189,10 @@ const (
 // this transaction, which reads the job's row and so conflicts with an
 // Accept of it. A running job's holder keeps its data in memory and
 // writes it back, so while its job runs neither it nor its document is
-// changed (ResealHeld) unless the job's credentials already moved.
+// changed (ResealHeld) unless the job's credentials already moved. A
+// template's document moves with its template's data, whose running
+// holder moves them itself (ResealHeld, the document moved); its
+// replications' data is their own (Transient, in the jobs phase).
 func (rs *Reseal) Doc(ctx context.Context, tr kv.Transaction, docs DocRewriter, db, dbUUID, docID string, r *Resealer) (ResealOutcome, error) {
 	jobID := DocJobID(dbUUID, docID)
 	d, st, err := rs.s.Job(ctx, tr, jobID)
@@ -198,6 +201,10 @@ func (rs *Reseal) Doc(ctx context.Context, tr kv.Transaction, docs DocRewriter, 
 	}
 	if d != nil && st == fdbjobs.Running && d.Rep.Moves(r.o) {
 		return ResealHeld, nil
+	}
+	tmpl, held, err := rs.template(ctx, tr, jobID, r)
+	if err != nil {
+		return ResealNone, err
 	}
 	// The job's new data first, checked: an error about the document or
 	// its job stores nothing.
@@ -217,21 +224,55 @@ func (rs *Reseal) Doc(ctx context.Context, tr kv.Transaction, docs DocRewriter, 
 		}
 		moved = true
 	}
-	if moved {
+	if tmpl != nil {
+		if err := rs.s.jobs.SetData(ctx, tr, TemplateType, jobID, tmpl); err != nil {
+			return ResealNone, err
+		}
+		moved = true
+	}
+	switch {
+	case held:
+		return ResealHeld, nil
+	case moved:
 		return ResealMoved, nil
 	}
 	return ResealNone, nil
 }
 
-// Transient moves the credentials of transient job jobID with r,
-// in tr; a running one is ResealHeld (its holder moves them at its next
-// start), a document's job is left to Doc.
+// template returns the data of the template job jobID with its
+// credentials moved, when they move and it does not run; when it runs,
+// held (its holder moves them: scheduler's template runs).
+func (rs *Reseal) template(ctx context.Context, tr kv.Transaction, jobID string, r *Resealer) (data []byte, held bool, err error) {
+	t, st, err := rs.s.Template(ctx, tr, jobID)
+	if err != nil || t == nil || !t.Rep.Moves(r.o) {
+		return nil, false, err
+	}
+	if st == fdbjobs.Running {
+		return nil, true, nil
+	}
+	rep, changed, err := r.Spec(t.Rep, t.SealScope())
+	if err != nil || !changed {
+		return nil, false, err
+	}
+	x := *t
+	x.Rep = rep
+	data = x.Encode()
+	if len(data) > fdbjobs.MaxDataSize {
+		return nil, false, fmt.Errorf("%w: %d bytes with its credentials sealed, at most %d", fdbjobs.ErrDataTooLarge, len(data), fdbjobs.MaxDataSize)
+	}
+	return data, false, nil
+}
+
+// Transient moves the credentials of transient job jobID with r, in tr,
+// or of a template's replication (whose data is its own: its template's
+// document and data are Doc's); a running one is ResealHeld (its holder
+// moves them at its next start), a document's job is left to Doc.
 func (rs *Reseal) Transient(ctx context.Context, tr kv.Transaction, jobID string, r *Resealer) (ResealOutcome, error) {
 	d, st, err := rs.s.Job(ctx, tr, jobID)
 	switch {
 	case err != nil:
 		return ResealNone, err
-	case d == nil || !d.Transient() || !d.Rep.Moves(r.o):
+	case d == nil || !d.Transient() && d.TemplateDB == "" || !d.Rep.Moves(r.o):
 		return ResealNone, nil
 	case st == fdbjobs.Running:
 		return ResealHeld, nil

@@ -543,3 +543,89 @@ func TestResealMovesWebhookSecrets(t *testing.T) {
 	}
 	require.Equal(t, lost.Secret, get("carol", "elsewhere").Secret, "a key no node holds: left as it is")
 }
+
+// A template's credentials move with its document: the pass moves its
+// document and its template's data (held while the template runs: its
+// holder moves them), and its replications' data in the jobs phase, each
+// still opening to what was written for where it is sent.
+func TestResealTemplate(t *testing.T) {
+	for _, running := range []bool{false, true} {
+		t.Run(fmt.Sprintf("template running %v", running), func(t *testing.T) {
+			w := newResealWorld(t)
+			scope := DocScope("_replicator", "tpl")
+			plain := map[string]string{"source." + couch.SecretPassword: "src-pw", "target." + couch.SecretPassword: "tgt-pw"}
+			body, err := decodeBody(json.RawMessage(`{"source":{"url":"http://su:src-pw@h/","databases":"a*"},"target":"http://tu:tgt-pw@h/copy-{db}","continuous":true}`))
+			require.NoError(t, err)
+			require.NoError(t, couch.WalkSecretsTo(body, func(field, dest, v string) (string, error) {
+				return w.a.Seal(v, sealContext(scope, field), sealBinding(dest)) // the old key
+			}))
+			raw, err := json.Marshal(body)
+			require.NoError(t, err)
+			doc, err := repdb.DecodeBody(raw)
+			require.NoError(t, err)
+			_, err = w.docs.Write(w.ctx, repdb.Write{DB: "_replicator", ID: "tpl", Body: doc})
+			require.NoError(t, err)
+			spec, err := ParseSpec(raw)
+			require.NoError(t, err)
+			require.NotNil(t, spec.Template)
+			td := &TemplateData{Rep: spec, DBName: "_replicator", DBUUID: "u0", DocID: "tpl"}
+			id := DocJobID("u0", "tpl")
+			cfg := Config{Clock: w.clock}.WithDefaults()
+			_, err = kv.Transact(w.ctx, w.db, func(tr kv.Transaction) (any, error) {
+				if _, err := w.s.PutTemplate(w.ctx, tr, id, td, time.Hour); err != nil {
+					return nil, err
+				}
+				for _, db := range []string{"a1", "a2"} {
+					if _, err := w.s.PutChild(w.ctx, tr, &cfg, td, db); err != nil {
+						return nil, err
+					}
+				}
+				return nil, nil
+			})
+			require.NoError(t, err)
+			var held *fdbjobs.Job
+			if running {
+				held, err = w.s.jobs.Accept(w.ctx, TemplateType, fdbjobs.AcceptOptions{})
+				require.NoError(t, err)
+			}
+
+			var rep ResealReport
+			for i := 0; !rep.Ended; i++ {
+				require.Less(t, i, 20)
+				rep = w.step("n1", 1)
+			}
+			require.Equal(t, running, rep.PassHeld == 1, "%+v", rep)
+
+			// verify checks that v opens to what was written, for dest,
+			// and is sealed to the new key unless old says it may not be.
+			verify := func(what, field, dest, v string, old bool) {
+				t.Helper()
+				require.True(t, seal.IsSealed(v), "%s %s", what, field)
+				require.Equal(t, old, w.o.Stale(v), "%s %s sealed to the old key", what, field)
+				got, err := w.o.Open(v, sealContext(scope, field), sealBinding(dest))
+				require.NoError(t, err, "%s %s", what, field)
+				require.Equal(t, plain[field], got, "%s %s", what, field)
+			}
+			d, err := w.docs.ReadDoc(w.ctx, "_replicator", "tpl")
+			require.NoError(t, err)
+			require.NoError(t, couch.WalkSecretsTo(d.Body, func(field, dest, v string) (string, error) {
+				verify("the document", field, dest, v, false)
+				return v, nil
+			}))
+			tmpl, _, err := w.s.Template(w.ctx, w.db, id)
+			require.NoError(t, err)
+			tmpl.Rep.eachSecret(func(field, dest string, v *string) { verify("the template", field, dest, *v, running) })
+			n := 0
+			require.NoError(t, w.s.FoldJobs(w.ctx, func(jid string, _ fdbjobs.State, d *JobData) error {
+				require.NotEmpty(t, d.TemplateDB, jid)
+				d.Rep.eachSecret(func(field, dest string, v *string) { verify("replication "+jid, field, dest, *v, false) })
+				n++
+				return nil
+			}))
+			require.Equal(t, 2, n)
+			if held != nil {
+				require.NoError(t, w.s.jobs.Finish(w.ctx, nil, held, held.Data))
+			}
+		})
+	}
+}

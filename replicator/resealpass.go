@@ -294,7 +294,7 @@ func (rs *Reseal) page(ctx context.Context, tr kv.Transaction, docs DocRewriter,
 	for _, j := range jobs {
 		p.After = j.ID
 		d, err := DecodeJobData(j.Data)
-		if err != nil || !d.Transient() || !d.Rep.Moves(r.o) {
+		if err != nil || !d.Transient() && d.TemplateDB == "" || !d.Rep.Moves(r.o) {
 			continue
 		}
 		o, err := rs.Transient(ctx, tr, j.ID, r)

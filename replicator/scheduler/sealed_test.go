@@ -143,3 +143,67 @@ func TestSealedCredentialNotSentElsewhere(t *testing.T) {
 	defer mu.Unlock()
 	require.Empty(t, heard.String(), "the listener heard the replication")
 }
+
+// A key rotation with a template: the reseal pass moves the template's
+// document and leaves its running template to the node that runs it (held
+// back); the template's credentials move once a node holding the new key
+// runs it, and its replications' at their starts there, each opening to
+// what the document gave.
+func TestRotationMovesATemplate(t *testing.T) {
+	ctx := context.Background()
+	pubA, privA := testutil.SealKeys(t)
+	_, privB := testutil.SealKeys(t)
+	sealA, err := seal.LoadPublicKey(pubA)
+	require.NoError(t, err)
+	onlyA, err := seal.LoadPrivateKeys(privA)
+	require.NoError(t, err)
+	newFirst, err := seal.LoadPrivateKeys(privB, privA)
+	require.NoError(t, err)
+	newID := newFirst.Current().ID()
+
+	logs := &testutil.Logs{}
+	cfg := testConfig()
+	cfg.Sealer, cfg.Opener, cfg.Logger = sealA, onlyA, logs.Logger()
+	c, eng := simCluster(t, 1, cfg, 0, 0)
+	const server = "http://h:5984/"
+	for _, db := range []string{"u-1", "u-2"} {
+		eng.CreateDB(server, db)
+	}
+	c.PutDoc("_replicator", "tmpl", map[string]any{
+		"source": map[string]any{"url": "http://bob:pw@h:5984/", "databases": "u-*"}, "target": "http://b:5984/copy-{db}", "continuous": true,
+	})
+	u := c.DocJobID("_replicator", "tmpl")
+	dbUUID := u[:strings.IndexByte(u, '|')]
+	children := []string{replicator.ChildJobID(dbUUID, "tmpl", "u-1"), replicator.ChildJobID(dbUUID, "tmpl", "u-2")}
+	for _, id := range children {
+		c.WaitJob("running on node0", id, runningOn("node0"))
+	}
+
+	c.Config.Opener = newFirst
+	c.AddNode("node1")
+	ended := logs.WaitFor(t, scheduler.MsgResealEnded, func(m map[string]any) bool { return m["node"] == "node1" })
+	require.Equal(t, newID, ended["key"])
+	require.Equal(t, false, ended["clean"], "%v", ended)
+
+	c.Nodes[0].Stop()
+	testutil.Eventually(t, "the template's credentials sealed to the new key", func() bool {
+		tmpl, _, err := c.Store.Template(ctx, c.Store, u)
+		require.NoError(t, err)
+		return tmpl.Rep.SealedKeyID() == newID
+	})
+	tmpl, _, err := c.Store.Template(ctx, c.Store, u)
+	require.NoError(t, err)
+	spec, err := tmpl.Rep.Open(newFirst, tmpl.SealScope())
+	require.NoError(t, err)
+	require.Equal(t, "pw", spec.Source.Password, "the template's credential moved, not lost")
+	for _, id := range children {
+		c.WaitJob("running on node1, sealed to the new key", id, func(st fdbjobs.State, d *replicator.JobData) bool {
+			return runningOn("node1")(st, d) && d.Rep.SealedKeyID() == newID
+		})
+		d, _, err := c.Store.Job(ctx, nil, id)
+		require.NoError(t, err)
+		spec, err := d.Rep.Open(newFirst, d.SealScope())
+		require.NoError(t, err)
+		require.Equal(t, "pw", spec.Source.Password, "%s: the credential moved, not lost", id)
+	}
+}

@@ -180,6 +180,8 @@ func (r *templateRun) work(ctx context.Context) templateEnd {
 	case t.Ending || !owns:
 		return r.removeAll(ctx)
 	}
+	r.reseal(ctx)
+	t = r.data()
 	rep, match, err := r.server(t)
 	if err != nil {
 		r.fail(replicator.Reason(err))
@@ -261,7 +263,24 @@ func (r *templateRun) work(ctx context.Context) templateEnd {
 		if owns, err := r.owns(ctx); err == nil && !owns {
 			return r.removeAll(ctx)
 		}
+		r.reseal(ctx)
 	}
+}
+
+// reseal moves the template's credentials in its data to the node's
+// current sealing key, when they move: the reseal pass leaves a running
+// template's to its holder (replicator.Reseal.Doc), which calls this at
+// each start and after each wait on its feed (a minute at most). Its
+// replications made after have the new values; those made before move
+// their own (the pass, or their start).
+func (r *templateRun) reseal(ctx context.Context) {
+	t := r.data()
+	rep, moved, err := replicator.NewResealer(r.n.Config().Opener).Spec(t.Rep, t.SealScope())
+	if err != nil || !moved {
+		return
+	}
+	r.set(func(t *replicator.TemplateData) { t.Rep = rep })
+	r.write(ctx)
 }
 
 func (r *templateRun) retry(ctx context.Context) templateEnd {
