@@ -52,14 +52,7 @@ func TestNoSealingKey(t *testing.T) {
 // transaction that starts it on a node that holds that key.
 func TestRotationMovesARunningJobAtItsStart(t *testing.T) {
 	ctx := context.Background()
-	pubA, privA := testutil.SealKeys(t)
-	_, privB := testutil.SealKeys(t)
-	sealA, err := seal.LoadPublicKey(pubA)
-	require.NoError(t, err)
-	onlyA, err := seal.LoadPrivateKeys(privA)
-	require.NoError(t, err)
-	newFirst, err := seal.LoadPrivateKeys(privB, privA)
-	require.NoError(t, err)
+	sealA, onlyA, newFirst := rotationKeys(t)
 	newID := newFirst.Current().ID()
 
 	logs := &testutil.Logs{}
@@ -151,14 +144,7 @@ func TestSealedCredentialNotSentElsewhere(t *testing.T) {
 // what the document gave.
 func TestRotationMovesATemplate(t *testing.T) {
 	ctx := context.Background()
-	pubA, privA := testutil.SealKeys(t)
-	_, privB := testutil.SealKeys(t)
-	sealA, err := seal.LoadPublicKey(pubA)
-	require.NoError(t, err)
-	onlyA, err := seal.LoadPrivateKeys(privA)
-	require.NoError(t, err)
-	newFirst, err := seal.LoadPrivateKeys(privB, privA)
-	require.NoError(t, err)
+	sealA, onlyA, newFirst := rotationKeys(t)
 	newID := newFirst.Current().ID()
 
 	logs := &testutil.Logs{}
@@ -206,4 +192,19 @@ func TestRotationMovesATemplate(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "pw", spec.Source.Password, "%s: the credential moved, not lost", id)
 	}
+}
+
+// rotationKeys are the keys of a rotation: the old key's sealer and
+// opener, and the openers of the nodes given the new key before it.
+func rotationKeys(t *testing.T) (sealA *seal.Sealer, onlyA, newFirst *seal.Opener) {
+	t.Helper()
+	pubA, privA := testutil.SealKeys(t)
+	_, privB := testutil.SealKeys(t)
+	sealA, err := seal.LoadPublicKey(pubA)
+	require.NoError(t, err)
+	onlyA, err = seal.LoadPrivateKeys(privA)
+	require.NoError(t, err)
+	newFirst, err = seal.LoadPrivateKeys(privB, privA)
+	require.NoError(t, err)
+	return sealA, onlyA, newFirst
 }
