@@ -320,12 +320,14 @@ func (c *Client) releasePartition(ctx context.Context, kind, part, id string) er
 
 // leavePartition, in a transaction that ended job (of partition part) or
 // handed it back, clears its place (its entry, and one from the
-// partition's count: a count back at 0 is cleared) and moves the first
-// waiting job of the partition that is pending to now, so that it claims
-// the place. A job without a place there leaves nothing and wakes no one,
-// so that a retry after commit_unknown_result wakes no second job. The waiting entries it passes whose jobs are gone or finished
-// are cleared; those of running jobs (woken already, claiming) are left to
-// their claim.
+// partition's count, which stays at 0 rather than go: an absent count
+// sends the next claim to the slower read of the running set) and moves
+// the first waiting job of the partition that is pending to now, so that
+// it claims the place. A job without a place there leaves nothing and
+// wakes no one, so that a retry after commit_unknown_result wakes no
+// second job. The waiting entries it passes whose jobs are gone or
+// finished are cleared; those of running jobs (woken already, claiming)
+// are left to their claim.
 func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token []byte) error {
 	ek := c.k.partRunningKey(kind, part, id)
 	ev, err := tr.Get(ek).Get()
@@ -339,9 +341,7 @@ func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token 
 		return nil
 	}
 	tr.Clear(ek)
-	ck := c.k.partCountKey(kind, part)
-	tr.Add(ck, minusOne)
-	tr.CompareAndClear(ck, kv.Int64(0))
+	tr.Add(c.k.partCountKey(kind, part), minusOne)
 	// The hint says whether jobs may wait: a point read, where most ends
 	// find none, instead of a range read.
 	hk := c.k.partHintKey(kind, part)

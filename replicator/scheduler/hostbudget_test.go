@@ -107,22 +107,33 @@ func TestBudgetGroups(t *testing.T) {
 // runningOfHost counts, in one snapshot of the store, the jobs of ids that
 // run.
 func runningOfHost(t *testing.T, c *replicatortest.Cluster, ids []string) int {
+	n, _ := runningPlaced(t, c, ids)
+	return n
+}
+
+// runningPlaced counts the jobs ids that run, and of them those that hold
+// their places in their hosts' budgets (a job that ran before a budget
+// was set runs without until its next heartbeat).
+func runningPlaced(t *testing.T, c *replicatortest.Cluster, ids []string) (running, placed int) {
 	t.Helper()
-	n, err := kv.ReadTransact(context.Background(), c.DB, func(tr kv.ReadTransaction) (int, error) {
-		n := 0
+	_, err := kv.ReadTransact(context.Background(), c.DB, func(tr kv.ReadTransaction) (struct{}, error) {
+		running, placed = 0, 0
 		for _, id := range ids {
 			d, st, err := c.Store.Job(context.Background(), tr, id)
 			if err != nil {
-				return 0, err
+				return struct{}{}, err
 			}
 			if d != nil && st == fdbjobs.Running && d.State == replicator.StateRunning {
-				n++
+				running++
+				if len(d.BudgetHosts) > 0 {
+					placed++
+				}
 			}
 		}
-		return n, nil
+		return struct{}{}, nil
 	})
 	require.NoError(t, err)
-	return n
+	return running, placed
 }
 
 // The continuous replications of a host take turns within its budget:
@@ -153,7 +164,12 @@ func TestHostBudgetTurns(t *testing.T) {
 					next.MaxJobsPerHost = 1
 					require.NoError(t, n.SetConfig(next))
 				}
-				testutil.Eventually(t, "one of a's replications running", func() bool { return runningOfHost(t, c, ids) == 1 })
+				// Those that ran before take their places at their next
+				// heartbeats, or give way: until then more run.
+				testutil.Eventually(t, "one of a's replications running, with its place", func() bool {
+					running, placed := runningPlaced(t, c, ids)
+					return running == 1 && placed == 1
+				})
 			}
 			starts := func(i int) int { return eng.Starts(fmt.Sprintf("http://a/s%d/", i)) }
 			before := []int{starts(0), starts(1), starts(2)}
