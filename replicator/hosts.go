@@ -227,6 +227,7 @@ type HostPacer struct {
 	jobs  *fdbjobs.Client
 	clock clockwork.Clock
 	log   *zerolog.Logger
+	m     *Metrics // MetricBudgetRequestWaits; nil: none
 
 	mu       sync.Mutex // guards rate, userRate and buckets
 	rate     float64    // per host; 0: no budget
@@ -253,9 +254,10 @@ type hostTokens struct {
 const pacerBucketsMax = 4096
 
 // NewHostPacer returns a pacer with no budget (SetRates sets them) that
-// takes tokens through s's job layer Client.
-func NewHostPacer(s *Store, clock clockwork.Clock, log *zerolog.Logger) *HostPacer {
-	return &HostPacer{jobs: s.jobs, clock: clock, log: log, buckets: map[bucketKey]*hostTokens{}}
+// takes tokens through s's job layer Client and counts the requests that
+// wait in m (nil: nowhere).
+func NewHostPacer(s *Store, clock clockwork.Clock, log *zerolog.Logger, m *Metrics) *HostPacer {
+	return &HostPacer{jobs: s.jobs, clock: clock, log: log, m: m, buckets: map[bucketKey]*hostTokens{}}
 }
 
 // SetRates sets the budgets of requests per second per host and per host
@@ -317,7 +319,7 @@ func (p *HostPacer) bucket(k bucketKey) *hostTokens {
 
 // wait waits for a token of h, whose bucket fills at rate, or ctx's end.
 func (p *HostPacer) wait(ctx context.Context, h *hostTokens, rate float64) error {
-	for {
+	for waited := false; ; {
 		if h.spend(p.clock.Now()) {
 			return nil
 		}
@@ -339,6 +341,9 @@ func (p *HostPacer) wait(ctx context.Context, h *hostTokens, rate float64) error
 			// The store does not answer: this request goes after 1/rate,
 			// the other callers waiting their turns behind it.
 			p.log.Warn().Err(err).Str("budget", h.part).Msg("replicator: budget of requests per host: taking tokens; pacing this node alone meanwhile")
+			if !waited && p.m != nil {
+				p.m.Inc(MetricBudgetRequestWaits)
+			}
 			err = clockwait.Sleep(ctx, p.clock, time.Duration(float64(time.Second)/rate))
 			h.take.Unlock()
 			return err
@@ -348,6 +353,10 @@ func (p *HostPacer) wait(ctx context.Context, h *hostTokens, rate float64) error
 			return nil
 		}
 		h.take.Unlock()
+		if !waited && p.m != nil {
+			p.m.Inc(MetricBudgetRequestWaits)
+		}
+		waited = true
 		if err := clockwait.Sleep(ctx, p.clock, next.Sub(now)); err != nil {
 			return err
 		}

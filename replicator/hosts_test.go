@@ -30,7 +30,8 @@ func TestHostPacerSharesABudget(t *testing.T) {
 	require.NoError(t, err)
 	s := NewStore(db, jobs, nil)
 	log := zerolog.Nop()
-	a, b := NewHostPacer(s, clock, &log), NewHostPacer(s, clock, &log)
+	m := NewMetrics()
+	a, b := NewHostPacer(s, clock, &log, m), NewHostPacer(s, clock, &log, m)
 	require.NoError(t, a.Wait(ctx, "http://h", "alice"), "no budget: no wait")
 
 	// wait reports whether p lets a request to host go without the clock
@@ -103,4 +104,5 @@ func TestHostPacerSharesABudget(t *testing.T) {
 	for range 2 * rate {
 		require.True(t, wait(b, "http://u", ""), "a request without a user is not held by a budget per user")
 	}
+	require.EqualValues(t, 2, m.Value(MetricBudgetRequestWaits), "the requests that waited: one per budget")
 }

@@ -62,6 +62,11 @@ const (
 	// endpoint while [replicator] valid_endpoint_protocols_log is on (not
 	// a CouchDB metric: CouchDB only logs them).
 	MetricJobsInsecure = "couch_replicator.jobs.insecure"
+	// MetricBudgetRequestWaits counts the requests of this node's runs
+	// that waited for a token of a budget of requests per second
+	// (HostPacer; not a CouchDB metric): a budget that holds requests
+	// back makes it grow.
+	MetricBudgetRequestWaits = "couch_replicator.budget.request_waits"
 )
 
 // CouchDB's counters of the replicator's requests, connections and runs
@@ -130,6 +135,7 @@ var metricNames = []string{
 	MetricDocsDBsCreated, MetricDocsDBsDeleted, MetricDocsDBChanges, MetricDocsFailedUpdates,
 	MetricDocsCompletedUpdates, MetricCheckpointsSuccess, MetricCheckpointsFailure, MetricTransientJobsRemoved,
 	MetricJobsParks, MetricJobsWakes, MetricJobsParked, MetricCredentialsResealed, MetricJobsInsecure, MetricJobsHeldBack,
+	MetricBudgetRequestWaits,
 	MetricRequests, MetricResponsesSuccess, MetricResponsesFailure, MetricStreamResponsesSuccess,
 	MetricStreamResponsesFailure, MetricConnectionCreates, MetricConnectionCloses, MetricConnectionAcquires,
 	MetricConnectionReleases, MetricConnectionOwnerCrashes, MetricConnectionWorkerCrashes, MetricWorkersStarted,

@@ -387,8 +387,8 @@
 // the checks after a park are not counted. MaxRequestsPerHostUserPerSec
 // is the same for the requests to one host of the endpoints logging in as
 // one user (a bucket per host and user): a request with a user waits for
-// a token of each budget on. The rates apply from the node's next
-// interval step.
+// a token of each budget on. A change of the rates applies at once, to the
+// next request of every run.
 //
 // # Stalled one-shot runs
 //

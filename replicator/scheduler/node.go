@@ -159,7 +159,7 @@ func New(store *replicator.Store, eng replicator.Engine, cfg Config) (*Node, err
 	if eng == nil {
 		eng = replicator.EngineDefault{}
 	}
-	n := &Node{store: store, eng: eng, m: cfg.Metrics, cfg: cfg, pacer: replicator.NewHostPacer(store, cfg.Clock, cfg.Logger),
+	n := &Node{store: store, eng: eng, m: cfg.Metrics, cfg: cfg, pacer: replicator.NewHostPacer(store, cfg.Clock, cfg.Logger, cfg.Metrics),
 		kick: make(chan struct{}, 1), load: newLoadPublisher(), workers: map[*worker]bool{}, charges: newCharges(),
 		progress: newProgress(), watches: newWatches(), feeds: newFeeds()}
 	for _, name := range []string{replicator.MetricSyncJobs, replicator.MetricSyncLagChanges, replicator.MetricSyncLagSeconds} {
@@ -204,6 +204,9 @@ func (n *Node) SetConfig(cfg Config) error {
 	n.next = &cfg
 	n.cfgMu.Unlock()
 	n.nonAdmins.Store(&cfg.NonAdmins)
+	// The budgets of requests apply at once: the pacer is read before
+	// each request.
+	n.pacer.SetRates(float64(cfg.MaxRequestsPerHostPerSec), float64(cfg.MaxRequestsPerHostUserPerSec))
 	return nil
 }
 

@@ -79,7 +79,8 @@ func TestHostBudget(t *testing.T) {
 // max_requests_per_host_user_per_sec 5, the replication logging in as
 // CouchDB's admin), a one-shot replication whose source and target are on
 // that host sends at most 5 requests a second on average (and a second's
-// worth at once), so its requests take their time; it completes, whole.
+// worth at once), so its requests take their time, counted in
+// _prometheus as they wait; it completes, whole.
 func TestHostRequestBudget(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -124,6 +125,9 @@ func TestHostRequestBudget(t *testing.T) {
 			require.Equal(t, 201, r.Status, r.Raw)
 			e.waitDocState("_replicator", "paced", "completed")
 			require.Equal(t, 40, docCount(couch.AuthDBURL(tgt)))
+			m := e.do("GET", "/_node/_local/_prometheus", asAdmin, nil)
+			require.Equal(t, 200, m.Status)
+			require.Regexp(t, `(?m)^couchdb_couch_replicator_budget_request_waits_total [1-9]`, m.Raw, "the requests that waited counted")
 
 			mu.Lock()
 			defer mu.Unlock()
