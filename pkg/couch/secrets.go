@@ -232,7 +232,8 @@ func walkEndpoint(ep map[string]any, side string, f func(field, v string) (strin
 }
 
 // walkURL passes the password of URL raw to f as field password and
-// returns raw with f's result in its place (escaped). A URL that does not
+// returns raw with f's result in its place (escaped), the rest of raw as
+// it was written (a template's "{db}" stays so). A URL that does not
 // parse but holds an '@' after its scheme, where a userinfo may hide, is
 // passed whole as field whole.
 func walkURL(raw, password, whole string, f func(field, v string) (string, error)) (string, error) {
@@ -256,6 +257,9 @@ func walkURL(raw, password, whole string, f func(field, v string) (string, error
 	}
 	u.User = url.UserPassword(u.User.Username(), v)
 	out := u.String()
+	if i := strings.Index(raw, "://"); i >= 0 {
+		out = raw[:i+3] + u.User.String() + "@" + afterUserinfo(raw)
+	}
 	if v == Redacted {
 		// As the views print it, unescaped.
 		out = strings.Replace(out, ":"+strings.Repeat("%2A", len(Redacted))+"@", ":"+Redacted+"@", 1)

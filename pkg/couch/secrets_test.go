@@ -73,3 +73,19 @@ func TestWalkSecretsTo(t *testing.T) {
 		require.Equal(t, want, Origin(raw), raw)
 	}
 }
+
+// A credential replaced in a URL leaves the rest of the URL as it was
+// written: a template's "{db}" is not escaped, nor an escape undone.
+func TestWalkSecretsToKeepsTheURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://bob:pw@h:5984/copy-{db}":      "http://bob:X@h:5984/copy-{db}",
+		"http://bob:pw@h/a%2Fb?x=1#f":         "http://bob:X@h/a%2Fb?x=1#f",
+		"https://b%40ob:p%3Aw@h/":             "https://b%40ob:X@h/",
+		"http://bob:pw@h:5984/c-%7Bdb%7D/":    "http://bob:X@h:5984/c-%7Bdb%7D/",
+		"http://bob:pw@[::1]:5984/db?since=0": "http://bob:X@[::1]:5984/db?since=0",
+	} {
+		body := map[string]any{"source": raw}
+		require.NoError(t, WalkSecretsTo(body, func(_, _, v string) (string, error) { return "X", nil }))
+		require.Equal(t, want, body["source"], raw)
+	}
+}

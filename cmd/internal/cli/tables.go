@@ -439,7 +439,7 @@ func renderDocs(raw json.RawMessage, v view) (string, error) {
 	for _, d := range list.Docs {
 		written, pending, errText := counts(d.Info)
 		inSync, stall := v.syncCols(d.Info)
-		rows = append(rows, []string{d.Database, d.DocID, stateCol(d.State, d.Info), v.endpoint(d.Source), v.endpoint(d.Target), orDash(d.Node),
+		rows = append(rows, []string{d.Database, docIDCol(d), stateCol(d.State, d.Info), v.endpoint(d.Source), v.endpoint(d.Target), orDash(d.Node),
 			strconv.Itoa(d.ErrorCount), written, pending, inSync, stall, d.LastUpdated, v.cut(errText)})
 	}
 	header, rows := columns([]string{"DATABASE", "DOC ID", "STATE", "SOURCE", "TARGET", "NODE", "ERRORS", "WRITTEN", "PENDING", "IN SYNC", "STALL", "LAST UPDATED", "ERROR"},
@@ -449,6 +449,19 @@ func renderDocs(raw json.RawMessage, v view) (string, error) {
 		out += v.failedDocs(list.Docs[0].Info)
 	}
 	return out, nil
+}
+
+// docIDCol is a row's DOC ID: its document's id, and for a template's
+// replication the database it replicates ("users [userdb-1]"), for the
+// template's own row its pattern ("users [template userdb-*]").
+func docIDCol(d api.DocInfo) string {
+	switch t := d.Template; {
+	case t == nil:
+		return d.DocID
+	case t.Database != "":
+		return d.DocID + " [" + t.Database + "]"
+	}
+	return d.DocID + " [template " + d.Template.Databases + "]"
 }
 
 // stateCol is a job's STATE: its view state, or "parked" for a running

@@ -167,3 +167,15 @@ func TestPlurals(t *testing.T) {
 	_, err = newTestReplicate(t, "http://h/a")
 	require.ErrorContains(t, err, "(got 1 argument)")
 }
+
+// A template's replications name their database beside the template's
+// id, and the template's own row its pattern.
+func TestTemplateRows(t *testing.T) {
+	raw := json.RawMessage(`{"total_rows":2,"offset":0,"docs":[
+		{"database":"_replicator","doc_id":"users","source":"http://h/","target":"http://b/copy-{db}/","state":"running","info":null,"error_count":0,"template":{"databases":"userdb-*","of":"source","replications":1}},
+		{"database":"_replicator","doc_id":"users","source":"http://h/userdb-1/","target":"http://b/copy-userdb-1/","state":"running","info":null,"error_count":0,"template":{"database":"userdb-1"}}]}`)
+	out, err := renderDocs(raw, view{now: time.Unix(0, 0)})
+	require.NoError(t, err)
+	require.Contains(t, out, "users [template userdb-*]")
+	require.Contains(t, out, "users [userdb-1]")
+}
