@@ -10,6 +10,7 @@ import (
 
 	"github.com/fdbrep/fdbrep/api"
 	"github.com/fdbrep/fdbrep/pkg/couch"
+	"github.com/fdbrep/fdbrep/pkg/seal"
 	"github.com/fdbrep/fdbrep/replicator/engine"
 )
 
@@ -315,6 +316,27 @@ func engineReason(err error) string {
 	return msg
 }
 
+// sealedWholeReason is why an endpoint or proxy URL sealed whole is
+// refused: sealing (couch.WalkSecretsTo) takes a URL with an '@' where a
+// URL cannot hold one for a password it cannot tell from the rest.
+const sealedWholeReason = "its URL holds an '@' past the user name and password (so it was sealed whole, and is not stored): escape '@', '/', '?' and '#' in the user name and password (%40, %2F, %3F, %23)"
+
+// sealedWhole reports whether endpoint v (a URL string, or an object with
+// "url") is a URL sealed whole.
+func sealedWhole(v json.RawMessage) bool {
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		var o struct {
+			URL string `json:"url"`
+		}
+		if json.Unmarshal(v, &o) != nil {
+			return false
+		}
+		s = o.URL
+	}
+	return seal.IsSealed(s)
+}
+
 // parseEndpoint parses endpoint name of obj; a template's endpoint (an
 // object with "databases") names a server, and its template is returned
 // too.
@@ -324,6 +346,9 @@ func parseEndpoint(obj map[string]json.RawMessage, name string) (EndpointSpec, *
 		return EndpointSpec{}, nil, newReason(ErrBadRequest, "Missing `%s` field", name)
 	}
 	ep, err := couch.ParseEndpoint(v)
+	if err != nil && sealedWhole(v) {
+		return EndpointSpec{}, nil, newReason(ErrBadRequest, "`%s`: %s", name, sealedWholeReason)
+	}
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), couch.ErrInvalidEndpoint.Error()+": ")
 		return EndpointSpec{}, nil, newReason(ErrBadRequest, "`%s`: %s", name, msg)
@@ -393,9 +418,15 @@ func parseProxies(obj map[string]json.RawMessage, s *Spec) error {
 		if p == "" {
 			return "", nil
 		}
+		if seal.IsSealed(p) {
+			return "", newReason(ErrBadRequest, "`%s`: %s", k, sealedWholeReason)
+		}
 		u, err := url.Parse(p)
 		if err != nil || u.Host == "" {
 			return "", newReason(ErrBadRequest, "`%s` has an invalid url", k)
+		}
+		if couch.HidesUserinfo(p) {
+			return "", newReason(ErrBadRequest, "`%s` has an invalid url: escape '@', '/', '?' and '#' in the user name and password (%%40, %%2F, %%3F, %%23)", k)
 		}
 		switch u.Scheme {
 		case "http", "https", "socks5":

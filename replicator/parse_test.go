@@ -63,6 +63,11 @@ func TestParseSpecErrors(t *testing.T) {
 		{`{"source":"http://h/a","target":"http://h/b","checkpoint_interval":3600001}`, "`checkpoint_interval` must be at most 3600000"},
 		{`{"source":"http://h/a","target":"http://h/b","proxy":"http://p","source_proxy":"http://q"}`, "`proxy` is mutually exclusive with `source_proxy`"},
 		{`{"source":"http://h/a","target":"http://h/b","proxy":"ftp://p"}`, "Unsupported proxy protocol in `proxy`: use http, https or socks5"},
+		// Sealing takes a URL with an '@' past its userinfo whole.
+		{`{"source":"fdbrep-sealed:v1:k.b:x","target":"http://h/b"}`, "`source`: " + sealedWholeReason},
+		{`{"source":"http://h/a","target":{"url":"fdbrep-sealed:v1:k.b:x"}}`, "`target`: " + sealedWholeReason},
+		{`{"source":"http://h/a","target":"http://h/b","proxy":"fdbrep-sealed:v1:k.b:x"}`, "`proxy`: " + sealedWholeReason},
+		{`{"source":"http://h/a","target":"http://h/b","target_proxy":"http://pu:8080?pw@p:3128"}`, "`target_proxy` has an invalid url: escape '@', '/', '?' and '#' in the user name and password (%40, %2F, %3F, %23)"},
 		{`{"source":"http://h/a","target":"http://h/b","filter":"nofilter"}`, "Invalid filter. Must match `ddocname/filtername`."},
 		{`{"source":"http://h/a","target":"http://h/b","socket_options":[["nodelay",true]]}`, "`socket_options` must be a string such as \"[{keepalive, true}, {nodelay, false}]\""},
 		{`{"source":"http://h/a","target":"http://h/b","socket_options":"[{buffer, 8192}]"}`, "`socket_options`: buffer (the Erlang runtime's own receive buffer) has no equivalent in fdbrep; use recbuf for the kernel's"},

@@ -169,10 +169,11 @@ func parseURL(raw string) (ep Endpoint, user, pass string, err error) {
 			return Endpoint{}, "", "", fmt.Errorf("%w: endpoint has an invalid port in %q", ErrInvalidEndpoint, redactRaw(raw))
 		}
 	}
-	if u.User != nil && strings.Contains(afterUserinfo(raw), "@") {
-		// Another '@' after the userinfo: most likely a password with an
-		// unescaped '@', '/', '?' or '#', which would leave part of it in
-		// the path.
+	if hidesUserinfo(raw, u) {
+		// Another '@' after the userinfo, or one after a host that has
+		// none: most likely a password with an unescaped '@', '/', '?' or
+		// '#', which would leave part of it in the path or the query
+		// ("http://bob:2024/pw@host/db" names host bob, port 2024).
 		return Endpoint{}, "", "", fmt.Errorf("%w: endpoint has an invalid url %q: escape '@', '/', '?' and '#' in the user name and password (%%40, %%2F, %%3F, %%23)",
 			ErrInvalidEndpoint, redactRaw(raw))
 	}
@@ -191,6 +192,30 @@ func parseURL(raw string) (ep Endpoint, user, pass string, err error) {
 		}
 	}
 	return Endpoint{URL: u}, user, pass, nil
+}
+
+// HidesUserinfo reports whether URL raw holds an '@' past its userinfo (or
+// past "://" when it has none), where a password with an unescaped '@',
+// '/', '?' or '#' would leave part of itself in the path or the query: such
+// a URL is refused, and sealed or redacted whole.
+func HidesUserinfo(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && hidesUserinfo(raw, u)
+}
+
+// hidesUserinfo reports whether raw, parsed as u, holds an '@' past its
+// userinfo (or past "://" when it has none): a userinfo whose password
+// holds an unescaped '@', '/', '?' or '#', which url.Parse would split
+// into the host and the path or query.
+func hidesUserinfo(raw string, u *url.URL) bool {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return false
+	}
+	if u.User == nil {
+		return strings.Contains(raw[i+3:], "@")
+	}
+	return strings.Contains(afterUserinfo(raw), "@")
 }
 
 // afterUserinfo is what follows the userinfo of an http(s) URL, as

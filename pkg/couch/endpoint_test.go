@@ -105,6 +105,12 @@ func TestParseEndpointErrors(t *testing.T) {
 		{"no host", `"http:///db"`, "invalid url"},
 		{"bad port", `"http://h:99999/db"`, "invalid port"},
 		{"bad url with password", `"http://bob:hunter2@h:x/db"`, "invalid"},
+		// A password of digits with an unescaped '/', '?' or '#' parses
+		// as a port, and the rest of it as the path or the query.
+		{"password in the path", `"http://bob:2024/hunter2@h/db"`, "escape '@', '/', '?' and '#'"},
+		{"password in the query", `"http://bob:2024?hunter2@h/db"`, "escape '@', '/', '?' and '#'"},
+		{"password in the fragment", `"http://bob:2024#hunter2@h/db"`, "escape '@', '/', '?' and '#'"},
+		{"an @ in the path", `"http://h/db@x"`, "escape '@', '/', '?' and '#'"},
 		{"object without url", `{"headers":{}}`, `no string "url"`},
 		{"url not string", `{"url":5}`, "not valid JSON"},
 		{"headers not strings", `{"url":"http://h/db","headers":{"a":1}}`, "object of strings"},

@@ -238,7 +238,7 @@ func walkEndpoint(ep map[string]any, side string, f func(field, v string) (strin
 // passed whole as field whole.
 func walkURL(raw, password, whole string, f func(field, v string) (string, error)) (string, error) {
 	u, err := url.Parse(raw)
-	if err != nil || (u.User != nil && strings.Contains(afterUserinfo(raw), "@")) {
+	if err != nil || hidesUserinfo(raw, u) {
 		if i := strings.Index(raw, "://"); i >= 0 && strings.Contains(raw[i:], "@") {
 			return f(whole, raw)
 		}

@@ -88,4 +88,17 @@ func TestWalkSecretsToKeepsTheURL(t *testing.T) {
 		require.NoError(t, WalkSecretsTo(body, func(_, _, v string) (string, error) { return "X", nil }))
 		require.Equal(t, want, body["source"], raw)
 	}
+	// A password of digits with an unescaped '/' or '?' parses as a port
+	// and a path or query: such a URL goes whole, as one that does not
+	// parse.
+	for _, raw := range []string{"http://bob:2024/pw@h/db", "http://bob:2024?pw@h/db"} {
+		body := map[string]any{"source": raw}
+		var fields []string
+		require.NoError(t, WalkSecretsTo(body, func(field, _, v string) (string, error) {
+			fields = append(fields, field)
+			return "X", nil
+		}))
+		require.Equal(t, []string{"source." + SecretURL}, fields, raw)
+		require.Equal(t, "X", body["source"], raw)
+	}
 }
