@@ -260,8 +260,31 @@ func (s *Server) keepSealed(ctx context.Context, e *docEdit) error {
 			return "", forbidden(fmt.Sprintf("`%s` is %s, which keeps the credential the replaced revision sends to %s, "+
 				"but this revision would send it to %s: give the credential itself to send one there", field, redacted, k.dest, dest))
 		}
+		if side, ok := strings.CutSuffix(field, "."+couch.SecretPassword); ok {
+			was, now := endpointUser(res[0].Revs[0].Doc.Body[side]), endpointUser(e.body[side])
+			if was != now {
+				return "", forbidden(fmt.Sprintf("`%s` is %s, which keeps the password the replaced revision gives as user %q, "+
+					"but this revision would give it as user %q: give the password itself to log in as another user", field, redacted, was, now))
+			}
+		}
 		return k.v, nil
 	})
+}
+
+// endpointUser is the user name an endpoint of a replication document's
+// body logs in with, its password aside: from auth.basic, its URL's
+// userinfo or a Basic Authorization header, as couch.ParseEndpoint takes
+// them ("" for none, or an endpoint that does not parse).
+func endpointUser(ep any) string {
+	raw, err := json.Marshal(ep)
+	if err != nil {
+		return ""
+	}
+	e, err := couch.ParseEndpoint(raw)
+	if err != nil {
+		return ""
+	}
+	return e.Username
 }
 
 // holdsRedacted reports whether a replication document's body shows a

@@ -163,8 +163,8 @@ func TestCredentialsSealedAtRest(t *testing.T) {
 // alice a replication with a service account's password; alice reads
 // *****, and may edit the document (another database on the same server
 // keeps the credential), but not send the credential to another host or
-// port: written back with ***** and another origin, the document is
-// refused (403, naming the field). A listener on that other port gets
+// port, nor as another user: written back with ***** and another origin
+// or user name, the document is refused (403, naming the field). A listener on that other port gets
 // alice's own credential, when she gives it, never the service account's.
 func TestSealedCredentialStaysWithItsOrigin(t *testing.T) {
 	t.Parallel()
@@ -213,6 +213,19 @@ func TestSealedCredentialStaysWithItsOrigin(t *testing.T) {
 		requireError(t, r, 403, "forbidden")
 		require.Contains(t, r.Body["reason"], "`source.password` is *****")
 		require.Contains(t, r.Body["reason"], "http://127.0.0.1:1")
+	}
+	// As another user of the same server: refused too (the password would
+	// be tried for that user: an oracle of shared passwords).
+	for _, other := range []any{
+		"http://eve:*****@127.0.0.1:1/svc",
+		map[string]any{"url": "http://127.0.0.1:1/svc", "auth": map[string]any{"basic": map[string]any{"username": "eve", "password": "*****"}}},
+	} {
+		edit := maps.Clone(d.Body)
+		edit["source"] = other
+		r = s.do("PUT", "/_replicator/svc", asAlice, edit)
+		requireError(t, r, 403, "forbidden")
+		require.Contains(t, r.Body["reason"], `as user "svcacct"`)
+		require.Contains(t, r.Body["reason"], `as user "eve"`)
 	}
 	// Another database of the same server: kept.
 	edit := maps.Clone(d.Body)
