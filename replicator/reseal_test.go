@@ -137,18 +137,26 @@ func (w *resealWorld) addDoc(db, uuid, id, how, state string) {
 	if cur, err := w.docs.ReadDoc(w.ctx, db, id); err == nil {
 		base = cur.Rev // else new, or deleted: the write extends the deletion
 	}
-	body, err := repdb.DecodeBody(raw)
-	require.NoError(w.t, err)
-	_, err = w.docs.Write(w.ctx, repdb.Write{DB: db, ID: id, BaseRev: base, Body: body})
-	require.NoError(w.t, err)
-	spec, err := ParseSpec(raw)
-	require.NoError(w.t, err)
+	spec := w.writeDoc(db, id, base, raw)
 	w.plain[db+"\x00"+id] = p
 	if w.ids[db] == nil {
 		w.ids[db] = map[string]bool{}
 	}
 	w.ids[db][id] = true
 	w.setJob(DocJobID(uuid, id), &JobData{Rep: spec, DBName: db, DBUUID: uuid, DocID: id, State: StatePending}, state)
+}
+
+// writeDoc writes document id of db with body raw over revision base
+// ("" for a new one) and returns its replication.
+func (w *resealWorld) writeDoc(db, id, base string, raw json.RawMessage) *Spec {
+	w.t.Helper()
+	body, err := repdb.DecodeBody(raw)
+	require.NoError(w.t, err)
+	_, err = w.docs.Write(w.ctx, repdb.Write{DB: db, ID: id, BaseRev: base, Body: body})
+	require.NoError(w.t, err)
+	spec, err := ParseSpec(raw)
+	require.NoError(w.t, err)
+	return spec
 }
 
 // deleteDoc deletes document id of db with its job.
@@ -449,12 +457,7 @@ func TestResealBindsLegacyValues(t *testing.T) {
 	src := (&url.URL{Scheme: "http", User: url.UserPassword("svcacct", legacySourcePassword), Host: "h", Path: "/a"}).String()
 	raw, err := json.Marshal(map[string]any{"source": src, "target": "http://h/b", "continuous": true})
 	require.NoError(t, err)
-	body, err := repdb.DecodeBody(raw)
-	require.NoError(t, err)
-	_, err = w.docs.Write(w.ctx, repdb.Write{DB: "_replicator", ID: "legacy", Body: body})
-	require.NoError(t, err)
-	spec, err := ParseSpec(raw)
-	require.NoError(t, err)
+	spec := w.writeDoc("_replicator", "legacy", "", raw)
 	scope, jobID := DocScope("_replicator", "legacy"), DocJobID("u0", "legacy")
 	w.setJob(jobID, &JobData{Rep: spec, DBName: "_replicator", DBUUID: "u0", DocID: "legacy", State: StatePending}, "pending")
 	opened, err := spec.Open(legacy, scope)
@@ -561,12 +564,7 @@ func TestResealTemplate(t *testing.T) {
 			}))
 			raw, err := json.Marshal(body)
 			require.NoError(t, err)
-			doc, err := repdb.DecodeBody(raw)
-			require.NoError(t, err)
-			_, err = w.docs.Write(w.ctx, repdb.Write{DB: "_replicator", ID: "tpl", Body: doc})
-			require.NoError(t, err)
-			spec, err := ParseSpec(raw)
-			require.NoError(t, err)
+			spec := w.writeDoc("_replicator", "tpl", "", raw)
 			require.NotNil(t, spec.Template)
 			td := &TemplateData{Rep: spec, DBName: "_replicator", DBUUID: "u0", DocID: "tpl"}
 			id := DocJobID("u0", "tpl")

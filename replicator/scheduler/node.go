@@ -572,8 +572,7 @@ func (n *Node) reschedule(ctx context.Context) error {
 		n.addChargeLocked(w, now)
 	}
 	n.mu.Unlock()
-	n.setMaxWatches(cfg)
-	n.pacer.SetRates(float64(cfg.MaxRequestsPerHostPerSec), float64(cfg.MaxRequestsPerHostUserPerSec))
+	n.setMaxWatches(cfg) // (the pacer's rates were set by SetConfig)
 
 	// Fair share: charge, roll up, then adjust the priorities of the jobs
 	// running here (replicator/share.go).

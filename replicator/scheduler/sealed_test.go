@@ -17,7 +17,9 @@ import (
 	"github.com/fdbrep/fdbrep/internal/testutil"
 	"github.com/fdbrep/fdbrep/pkg/seal"
 	"github.com/fdbrep/fdbrep/replicator"
+	"github.com/fdbrep/fdbrep/replicator/replicatortest"
 	"github.com/fdbrep/fdbrep/replicator/scheduler"
+	"github.com/fdbrep/fdbrep/replicator/simengine"
 )
 
 // A node that holds no private key runs no job whose credentials are
@@ -52,13 +54,8 @@ func TestNoSealingKey(t *testing.T) {
 // transaction that starts it on a node that holds that key.
 func TestRotationMovesARunningJobAtItsStart(t *testing.T) {
 	ctx := context.Background()
-	sealA, onlyA, newFirst := rotationKeys(t)
-	newID := newFirst.Current().ID()
-
-	logs := &testutil.Logs{}
-	cfg := testConfig()
-	cfg.Sealer, cfg.Opener, cfg.Logger = sealA, onlyA, logs.Logger()
-	c, _ := simCluster(t, 1, cfg, 0, 0)
+	r := startRotation(t)
+	c, sealA, newID := r.c, r.old, r.newID
 	body, _ := json.Marshal(map[string]any{"source": "http://bob:pw@h/a", "target": "http://h/t", "continuous": true})
 	o, err := c.Plane.Replicate(ctx, body, replicator.UserCtx{Name: "bob"})
 	require.NoError(t, err)
@@ -77,10 +74,7 @@ func TestRotationMovesARunningJobAtItsStart(t *testing.T) {
 	}
 	c.WaitJob("running on node0, sealed to the old key", jobID, running("node0", sealA.ID()))
 
-	c.Config.Opener = newFirst
-	c.AddNode("node1")
-	ended := logs.WaitFor(t, scheduler.MsgResealEnded, func(m map[string]any) bool { return m["node"] == "node1" })
-	require.Equal(t, newID, ended["key"])
+	ended := r.roll(t)
 	require.EqualValues(t, 1, ended["held"], "%v", ended)
 	require.Equal(t, false, ended["clean"])
 	_, st := c.JobSTime(jobID)
@@ -90,11 +84,7 @@ func TestRotationMovesARunningJobAtItsStart(t *testing.T) {
 
 	c.Nodes[0].Stop()
 	c.WaitJob("running on node1, sealed to the new key", jobID, running("node1", newID))
-	d, _, err = c.Store.Job(ctx, nil, jobID)
-	require.NoError(t, err)
-	spec, err := d.Rep.Open(newFirst, d.SealScope())
-	require.NoError(t, err)
-	require.Equal(t, "pw", spec.Source.Password, "the credential moved, not lost")
+	r.requireOpens(t, jobID)
 }
 
 // A credential whose stored document now sends it elsewhere than it was
@@ -144,13 +134,8 @@ func TestSealedCredentialNotSentElsewhere(t *testing.T) {
 // what the document gave.
 func TestRotationMovesATemplate(t *testing.T) {
 	ctx := context.Background()
-	sealA, onlyA, newFirst := rotationKeys(t)
-	newID := newFirst.Current().ID()
-
-	logs := &testutil.Logs{}
-	cfg := testConfig()
-	cfg.Sealer, cfg.Opener, cfg.Logger = sealA, onlyA, logs.Logger()
-	c, eng := simCluster(t, 1, cfg, 0, 0)
+	r := startRotation(t)
+	c, eng, newID := r.c, r.eng, r.newID
 	const server = "http://h:5984/"
 	for _, db := range []string{"u-1", "u-2"} {
 		eng.CreateDB(server, db)
@@ -165,10 +150,7 @@ func TestRotationMovesATemplate(t *testing.T) {
 		c.WaitJob("running on node0", id, runningOn("node0"))
 	}
 
-	c.Config.Opener = newFirst
-	c.AddNode("node1")
-	ended := logs.WaitFor(t, scheduler.MsgResealEnded, func(m map[string]any) bool { return m["node"] == "node1" })
-	require.Equal(t, newID, ended["key"])
+	ended := r.roll(t)
 	require.Equal(t, false, ended["clean"], "%v", ended)
 
 	c.Nodes[0].Stop()
@@ -179,32 +161,66 @@ func TestRotationMovesATemplate(t *testing.T) {
 	})
 	tmpl, _, err := c.Store.Template(ctx, c.Store, u)
 	require.NoError(t, err)
-	spec, err := tmpl.Rep.Open(newFirst, tmpl.SealScope())
+	spec, err := tmpl.Rep.Open(r.newKeys, tmpl.SealScope())
 	require.NoError(t, err)
 	require.Equal(t, "pw", spec.Source.Password, "the template's credential moved, not lost")
 	for _, id := range children {
 		c.WaitJob("running on node1, sealed to the new key", id, func(st fdbjobs.State, d *replicator.JobData) bool {
 			return runningOn("node1")(st, d) && d.Rep.SealedKeyID() == newID
 		})
-		d, _, err := c.Store.Job(ctx, nil, id)
-		require.NoError(t, err)
-		spec, err := d.Rep.Open(newFirst, d.SealScope())
-		require.NoError(t, err)
-		require.Equal(t, "pw", spec.Source.Password, "%s: the credential moved, not lost", id)
+		r.requireOpens(t, id)
 	}
 }
 
-// rotationKeys are the keys of a rotation: the old key's sealer and
-// opener, and the openers of the nodes given the new key before it.
-func rotationKeys(t *testing.T) (sealA *seal.Sealer, onlyA, newFirst *seal.Opener) {
+// rotation is a key rotation: a cluster of one node (node0) holding the
+// old key, and the keys a node added by roll holds, the new first.
+type rotation struct {
+	c       *replicatortest.Cluster
+	eng     *simengine.Engine
+	logs    *testutil.Logs
+	old     *seal.Sealer
+	newKeys *seal.Opener
+	newID   string
+}
+
+// startRotation starts the cluster of a rotation, sealing to the old key.
+func startRotation(t *testing.T) *rotation {
 	t.Helper()
 	pubA, privA := testutil.SealKeys(t)
 	_, privB := testutil.SealKeys(t)
-	sealA, err := seal.LoadPublicKey(pubA)
+	r := &rotation{logs: &testutil.Logs{}}
+	var err error
+	r.old, err = seal.LoadPublicKey(pubA)
 	require.NoError(t, err)
-	onlyA, err = seal.LoadPrivateKeys(privA)
+	onlyA, err := seal.LoadPrivateKeys(privA)
 	require.NoError(t, err)
-	newFirst, err = seal.LoadPrivateKeys(privB, privA)
+	r.newKeys, err = seal.LoadPrivateKeys(privB, privA)
 	require.NoError(t, err)
-	return sealA, onlyA, newFirst
+	r.newID = r.newKeys.Current().ID()
+	cfg := testConfig()
+	cfg.Sealer, cfg.Opener, cfg.Logger = r.old, onlyA, r.logs.Logger()
+	r.c, r.eng = simCluster(t, 1, cfg, 0, 0)
+	return r
+}
+
+// roll adds node1, holding the new keys, and returns the log line of the
+// end of its reseal pass, to the new key.
+func (r *rotation) roll(t *testing.T) map[string]any {
+	t.Helper()
+	r.c.Config.Opener = r.newKeys
+	r.c.AddNode("node1")
+	ended := r.logs.WaitFor(t, scheduler.MsgResealEnded, func(m map[string]any) bool { return m["node"] == "node1" })
+	require.Equal(t, r.newID, ended["key"])
+	return ended
+}
+
+// requireOpens checks that job id's source password opens with the new
+// keys to what was written, "pw".
+func (r *rotation) requireOpens(t *testing.T, id string) {
+	t.Helper()
+	d, _, err := r.c.Store.Job(context.Background(), nil, id)
+	require.NoError(t, err)
+	spec, err := d.Rep.Open(r.newKeys, d.SealScope())
+	require.NoError(t, err)
+	require.Equal(t, "pw", spec.Source.Password, "%s: the credential moved, not lost", id)
 }
