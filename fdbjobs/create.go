@@ -175,6 +175,14 @@ type NewJob struct {
 	// resubmitted; an Add of an existing job with a Priority other than
 	// 0 changes it.
 	Priority int
+	// ShardKey, when set, places a new job in the queue shard of this key
+	// rather than of its id, so that the jobs of one key share a shard
+	// and so, mostly, the node that owns it (see doc.go, "Shards"). Insert
+	// sets it to the job's partition: the claims of a partition's places
+	// from several nodes conflict with each other, from one node they
+	// take turns. A job keeps its shard when it is resubmitted, retried
+	// or re-enqueued.
+	ShardKey string
 }
 
 // AddBatch is Add for up to MaxBatch jobs of typ (River's InsertMany).
@@ -372,7 +380,7 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 			ti.lanes |= 1 << (j.Priority - PriorityHighest)
 		}
 		if v == nil {
-			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token, shard: queueShard(shardOf(j.ID, ti.shards), cmp.Or(j.Priority, PriorityHighest))}, j.ScheduledTime)
+			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token, shard: queueShard(shardOf(cmp.Or(j.ShardKey, j.ID), ti.shards), cmp.Or(j.Priority, PriorityHighest))}, j.ScheduledTime)
 			enqueued = true
 			continue
 		}

@@ -262,9 +262,10 @@
 //
 // # Shards
 //
-// A type's pending queue is split into shards (ShardsDefault, or
-// SetTypeShards): a job's pending key is in the shard its row names, in
-// scheduled-time order within it. Each shard of a type is owned by one of
+// A type's pending queue is split into shards (ShardsDefault, SetTypeShards,
+// or raised by a Runtime's Start to the nodes Members names): a new job's
+// shard is its id's, or its NewJob.ShardKey's (Insert's: its partition),
+// kept in its row; its pending key is there, in scheduled-time order. Each shard of a type is owned by one of
 // the nodes that Config.Members names, by rendezvous hashing of (node,
 // type, shard) with bounded load: every node owns as many shards as
 // another, give or take one; every node computes the same owners from the
@@ -277,8 +278,7 @@
 // pending keys: no counter or head key that every accept touches.
 //
 // Lowering the count loses no job: jobs keep their shard, and acceptors
-// and PendingCount cover every shard up to High, the most the type has
-// had.
+// and PendingCount cover every shard up to High, the most it has had.
 //
 // # Accepting
 //
@@ -367,9 +367,9 @@
 // has one: each fetch first finds the n jobs of least handicapped due time
 // across every shard and lane (one snapshot read of their heads), then
 // takes jobs up to that handicapped time, each lane up to it less its
-// handicap. A job keeps its
-// priority when it is retried, snoozed, re-enqueued or resubmitted;
-// an Add or Insert of an existing job with a priority changes it. The
+// handicap. A job keeps its priority when it is retried, snoozed,
+// re-enqueued or resubmitted; an Add or Insert of an existing job with a
+// priority changes it. The
 // first job of a new priority reaches acceptors of other Clients once
 // their type-check loop reads LANES (it watches TYPES_VERSION) and wakes
 // them; those of the adding Client, which knows it, at once.
@@ -418,7 +418,8 @@
 // one partition run at once across every Runtime. Before calling the
 // workers, a Runtime's fetcher claims places for the jobs it took, in one
 // transaction per fetch fenced by each job's lock (Client.claimPartitions),
-// one at a time on a Runtime (its fetchers' claims would conflict): it reads
+// one at a time on a Runtime (its fetchers' claims would conflict; and a
+// partition's jobs share a shard, so one node mostly claims them): it reads
 // the limit and each partition's PARTITION_COUNT (a snapshot read: the ends
 // that take from it do not conflict with claims) and hint. A count below N
 // grants the place: the claim writes the job's entry and adds to the count
@@ -452,11 +453,10 @@
 // as much). A job that finds no start free goes back to the queue (not an
 // attempt) until the next one, the jobs of one claim a start apart, at
 // most PartitionRecheckMax later; it takes no place until it has a start,
-// and a job whose place is its own already still takes one. The ranges read are the tuple subspaces of
-// (Kind, Partition), so that a partition whose name extends another's
-// ("p\x00", "p") is apart from it.
-//
-// A run loop of the caller's own uses ClaimPlaces and LeavePlaces.
+// and a job whose place is its own already still takes one. The ranges
+// read are the tuple subspaces of (Kind, Partition), so that a partition
+// whose name extends another's ("p\x00", "p") is apart from it. A run
+// loop of the caller's own uses ClaimPlaces and LeavePlaces.
 //
 // Invariant: at any moment the jobs of one partition that run past their
 // claim are at most the limit in force at their claims: each claim decides,

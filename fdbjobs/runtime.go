@@ -133,7 +133,10 @@ func NewRuntime(c *Client, ws *Workers, opts RuntimeOptions) (*Runtime, error) {
 	return &Runtime{c: c, kinds: kinds, opts: opts}, nil
 }
 
-// Start writes each kind's timeout where the store has another, then
+// Start writes each kind's timeout where the store has another, raises
+// each kind's shards (SetTypeShards) to the number of nodes
+// Config.Members names when it has fewer (a type needs about as many
+// shards as the nodes that take from it; Start never lowers them), then
 // works jobs until Stop, StopAndCancel, or until ctx ends (which cancels
 // running jobs as StopAndCancel does). Start on a started Runtime does
 // nothing.
@@ -150,6 +153,13 @@ func (r *Runtime) Start(ctx context.Context) error {
 			}
 			if err := r.c.SetTypeTimeout(ctx, nil, k.kind, k.opts.Timeout); err != nil {
 				return err
+			}
+		}
+		if n := r.c.memberCount(); n > 0 {
+			for _, k := range r.kinds {
+				if err := r.c.raiseTypeShards(ctx, k.kind, n); err != nil {
+					return err
+				}
 			}
 		}
 		for _, k := range r.kinds {

@@ -17,9 +17,10 @@ import (
 // Shards of a type's pending queue (see doc.go, "Shards").
 const (
 	// ShardsDefault is the number of shards of a type's pending queue
-	// until SetTypeShards sets another. Nodes take from different shards,
-	// so a type needs about as many shards as the acceptors of all nodes
-	// that take from it at once, or more.
+	// until SetTypeShards sets another, or a Runtime's Start raises it to
+	// the nodes Config.Members names. Nodes take from different shards,
+	// so a type needs about as many shards as the nodes that take from
+	// it at once, or more.
 	ShardsDefault = 16
 	// ShardsMax is the most shards a type may have (at most laneStride).
 	ShardsMax = 4096
@@ -153,6 +154,43 @@ func (c *Client) SetTypeShards(ctx context.Context, tx kv.Transactor, typ string
 		c.typesChanged()
 	}
 	return err
+}
+
+// raiseTypeShards raises typ's shard count to n when it has fewer (a
+// Runtime's start: as many shards as the members it sees), and leaves
+// it as it is otherwise: it never lowers a count set by SetTypeShards.
+func (c *Client) raiseTypeShards(ctx context.Context, typ string, n int64) error {
+	n = min(n, ShardsMax)
+	raised, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (bool, error) {
+		v, err := tr.Get(c.k.shardsKey(typ)).Get()
+		if err != nil {
+			return false, err
+		}
+		s, high, err := decodeShards(v)
+		if err != nil || s >= n {
+			return false, err
+		}
+		tr.Set(c.k.shardsKey(typ), tuple.Tuple{n, max(high, n)}.Pack())
+		tr.Add(c.k.typesVersion(), one) // started Clients read it again
+		return true, nil
+	})
+	if raised {
+		c.typesChanged()
+	}
+	return err
+}
+
+// memberCount is how many members Config.Members names, this node among
+// them (0 without Members, or when it does not name this node).
+func (c *Client) memberCount() int64 {
+	if c.cfg.Members == nil {
+		return 0
+	}
+	self, members := c.cfg.Members()
+	if !slices.Contains(members, self) {
+		return 0
+	}
+	return int64(len(members))
 }
 
 // TypeShards returns the number of shards new jobs of typ are spread

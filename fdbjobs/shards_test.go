@@ -1,6 +1,7 @@
 package fdbjobs
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -262,4 +263,74 @@ func TestLayout(t *testing.T) {
 		require.NoError(t, err)
 		require.ErrorContains(t, b.c.Add(b.ctx, nil, t1, j1, nil, 0), fmt.Sprintf("key layout %d", LayoutVersion+1))
 	})
+}
+
+// A new job goes to its ShardKey's shard when it has one (Insert's: its
+// partition), else to its id's.
+func TestShardKey(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.c.SetTypeTimeout(b.ctx, nil, "part", time.Minute))
+	jobs := make([]NewJob, 40)
+	for i := range jobs {
+		jobs[i] = NewJob{ID: fmt.Sprintf("k%02d", i), Data: []byte(`{}`), ShardKey: "tenant-a"}
+	}
+	jobs = append(jobs, NewJob{ID: "own", Data: []byte(`{}`)})
+	require.NoError(t, b.c.AddBatch(b.ctx, nil, t1, jobs))
+	var ins InsertResult
+	_, err := b.db.Transact(b.ctx, func(tr kv.Transaction) (any, error) {
+		var err error
+		ins, err = b.c.Insert(b.ctx, tr, partArgs{N: 1}, InsertOptions{Partition: "tenant-b"})
+		return nil, err
+	})
+	require.NoError(t, err)
+	shard := func(typ, id string) int64 {
+		r, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) (*row, error) { return b.c.k.readRow(tr, typ, id) })
+		require.NoError(t, err)
+		require.NotNil(t, r, id)
+		return r.shard
+	}
+	for _, j := range jobs[:40] {
+		require.Equal(t, shardOf("tenant-a", ShardsDefault), shard(t1, j.ID), j.ID)
+	}
+	require.Equal(t, shardOf("own", ShardsDefault), shard(t1, "own"))
+	require.Equal(t, shardOf("tenant-b", ShardsDefault), shard("part", ins.ID))
+}
+
+// A Runtime's Start raises its kinds' shards to the nodes Members names,
+// and never lowers them; a node Members does not name leaves them.
+func TestRuntimeRaisesShards(t *testing.T) {
+	b := setup(t)
+	members := func(self string, n int) func() (string, []string) {
+		all := make([]string, n)
+		for i := range all {
+			all[i] = fmt.Sprintf("node-%d", i)
+		}
+		return func() (string, []string) { return self, all }
+	}
+	start := func(m func() (string, []string)) {
+		c, err := New(b.db, Config{Members: m})
+		require.NoError(t, err)
+		require.NoError(t, c.Start(b.ctx))
+		t.Cleanup(c.Stop)
+		ws := NewWorkers()
+		require.NoError(t, AddWorker(ws, WorkFunc[partArgs](func(context.Context, *Work[partArgs]) error { return nil }), WorkerOptions{Timeout: time.Minute}))
+		rt, err := NewRuntime(c, ws, RuntimeOptions{})
+		require.NoError(t, err)
+		require.NoError(t, rt.Start(b.ctx))
+		require.NoError(t, rt.Stop(b.ctx))
+	}
+	shards := func() int {
+		n, err := b.c.TypeShards(b.ctx, nil, "part")
+		require.NoError(t, err)
+		return n
+	}
+	start(members("stranger", 40))
+	require.Equal(t, ShardsDefault, shards(), "a node not among the members")
+	start(members("node-3", 40))
+	require.Equal(t, 40, shards())
+	start(members("node-3", 20))
+	require.Equal(t, 40, shards(), "never lowered")
+	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, "part", 8))
+	start(members("node-0", 6))
+	require.Equal(t, 8, shards(), "a count set above the members stays")
 }
