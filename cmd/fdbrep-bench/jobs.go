@@ -113,7 +113,7 @@ func runJobsBench(args []string) error {
 	fs.IntVar(&o.wakeups, "wakeups", 300, "wake-up latency samples")
 	fs.IntVar(&o.schedules, "schedules", 10_000, "schedules of one minute for the schedules mode (0 skips it)")
 	fs.IntVar(&o.accepts, "accepts", 2000, "Accept samples per queue size")
-	nodesList := fs.String("nodes", "1,2,4,8", "scale-out: run the burn-down with this many Clients (one per node) on one store, the -workers shared among them; on FoundationDB also with this many processes (\"\" skips it)")
+	nodesList := fs.String("nodes", "1,2,4,8", "scale-out: run the burn-down with this many Clients (one per node) on one store, sharing the -concurrency (-loop runtime: a Runtime each) or the -workers (-loop batch); on FoundationDB also with this many processes, each a loop of AcceptBatch and FinishBatch (\"\" skips it)")
 	fs.IntVar(&o.scaleJobs, "scale-jobs", 40_000, "scale-out: jobs in each burn-down")
 	pendingList := fs.String("pending", "10000,1000000", "queue sizes for the Accept cost (\"\" skips it)")
 	skip1M := fs.Bool("skip-1m", false, "skip queue sizes of a million and more")
@@ -148,8 +148,13 @@ func runJobsBench(args []string) error {
 	if o.nodes, err = parseInts("nodes", *nodesList); err != nil {
 		return err
 	}
-	if slices.ContainsFunc(o.nodes, func(k int) bool { return k < 1 || k > o.workers }) {
-		return fmt.Errorf("-nodes %s: each from 1 to -workers (%d)", *nodesList, o.workers)
+	if most, name := o.workers, "-workers"; slices.ContainsFunc(o.nodes, func(k int) bool {
+		if o.runtime {
+			most, name = o.concurrency, "-concurrency"
+		}
+		return k < 1 || k > most
+	}) {
+		return fmt.Errorf("-nodes %s: each from 1 to %s (%d)", *nodesList, name, most)
 	}
 	if o.pending, err = parseInts("pending", *pendingList); err != nil {
 		return err
@@ -345,10 +350,13 @@ func (b *jobsBench) alternate(mode, profile string, ours func(s *fdbjobsRun, pro
 }
 
 // scaleOut runs the burn-down of -scale-jobs jobs with K Clients on one
-// store for each K of -nodes, as K nodes would: the -workers workers in
-// all, worker i on Client i mod K, each AcceptBatch then FinishBatch. On
-// FoundationDB it runs each K a second time with K processes, one Client
-// each (burnDownProcesses). It prints each run's rate, its ratio to the
+// store for each K of -nodes, as K nodes would: with -loop runtime a
+// Runtime on each Client, the -concurrency shared among them (so that
+// partitions, limits and priorities are claimed as in production); with
+// -loop batch the -workers workers in all, worker i on Client i mod K,
+// each AcceptBatch then FinishBatch. On FoundationDB it runs each K a
+// second time with K processes, one Client each, in loops of AcceptBatch
+// and FinishBatch (burnDownProcesses). It prints each run's rate, its ratio to the
 // first K's run of its kind, and what the work phase cost the store
 // (attempts per committed transaction, mutations and conflict ranges per
 // job), then River's burn-down of as many jobs.
@@ -358,8 +366,12 @@ func (b *jobsBench) scaleOut() error {
 	if onFDB() {
 		procs = "; then by K processes of this binary, one Client each"
 	}
-	fmt.Printf("\nscale-out: %d jobs inserted, then worked off by K Clients (one per node) on one store%s; %d workers in all, batches of %d\n",
-		o.scaleJobs, procs, o.workers, o.batch)
+	how := fmt.Sprintf("%d loops of AcceptBatch and FinishBatch of %d in all", o.workers, o.batch)
+	if o.runtime {
+		how = fmt.Sprintf("a Runtime per Client, Concurrency %d in all", o.concurrency)
+	}
+	fmt.Printf("\nscale-out: %d jobs inserted, then worked off by K Clients (one per node) on one store%s; %s\n",
+		o.scaleJobs, procs, how)
 	var base, baseProcs float64
 	for _, k := range o.nodes {
 		if err := b.scaleRun(k, "", &base, (*fdbjobsRun).burnDownClients); err != nil {

@@ -72,6 +72,14 @@ func (s *fdbjobsRun) burnDownClients(k int) (runResult, kvCost, error) {
 	if s.nodes, err = s.newNodes(k); err != nil {
 		return runResult{}, kvCost{}, err
 	}
+	if s.o.runtime && k > fdbjobs.ShardsDefault {
+		// As many shards as nodes, as the nodes' Runtimes make them at
+		// their start: a cluster's Runtimes start before its inserts,
+		// this burn-down's after.
+		if err := s.c.SetTypeShards(s.ctx, nil, burnType, min(k, fdbjobs.ShardsMax)); err != nil {
+			return runResult{}, kvCost{}, err
+		}
+	}
 	return s.burnDownCounted(s.o.scaleJobs)
 }
 
@@ -114,6 +122,9 @@ func (s *fdbjobsRun) insertJobs(typ, prefix string, from, n int) error {
 						data = `{"args":{"num":` + strconv.Itoa(i) + `},"partition":"p` + strconv.Itoa(i%s.o.partitions) + `"}`
 					}
 					j := fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(data), Fresh: true}
+					if s.o.partitions > 0 {
+						j.ShardKey = "p" + strconv.Itoa(i%s.o.partitions) // as Insert does
+					}
 					if s.o.priorities {
 						j.Priority = fdbjobs.PriorityHighest + i%(fdbjobs.PriorityLowest-fdbjobs.PriorityHighest+1)
 					}
@@ -149,43 +160,64 @@ func (continuousArgs) Kind() string { return continuousType }
 
 // workRuntime is work on fdbjobs' Runtime (-loop runtime): one Runtime
 // with a no-op Worker of typ's kind and o.concurrency of Concurrency
-// (River's side: a river.Client with as many workers). A job
+// (River's side: a river.Client with as many workers), or, with nodes
+// (the scale-out), one Runtime per node sharing that Concurrency. A job
 // counts in done when its Worker returned; a burn-down ends when all of
-// want did and the Runtime has stopped (their ends committed).
+// want did and the Runtimes have stopped (their ends committed).
 func (s *fdbjobsRun) workRuntime(ctx context.Context, typ string, wait bool, done *atomic.Int64, want int64) error {
-	ws := fdbjobs.NewWorkers()
 	all := make(chan struct{})
 	count := func() {
 		if done.Add(1) == want && !wait {
 			close(all)
 		}
 	}
-	opts := fdbjobs.WorkerOptions{Concurrency: s.o.concurrency, Timeout: time.Minute}
-	s.concurrency = opts.Concurrency
-	var err error
-	switch typ {
-	case burnType:
-		err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[burnArgs](func(ctx context.Context, _ *fdbjobs.Work[burnArgs]) error { s.o.sleep(ctx); count(); return nil }), opts)
-	case continuousType:
-		err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[continuousArgs](func(ctx context.Context, _ *fdbjobs.Work[continuousArgs]) error { s.o.sleep(ctx); count(); return nil }), opts)
-	default:
-		err = fmt.Errorf("no Runtime worker for %q", typ)
+	clients := []*fdbjobs.Client{s.c}
+	if len(s.nodes) > 0 {
+		clients = clients[:0]
+		for _, n := range s.nodes {
+			clients = append(clients, n.c)
+		}
 	}
-	if err != nil {
-		return err
-	}
-	rt, err := fdbjobs.NewRuntime(s.c, ws, fdbjobs.RuntimeOptions{})
-	if err != nil {
-		return err
-	}
-	if err := rt.Start(ctx); err != nil {
-		return err
+	s.concurrency = s.o.concurrency
+	var rts []*fdbjobs.Runtime
+	defer func() {
+		for _, rt := range rts {
+			rt.StopAndCancel()
+		}
+	}()
+	for i, c := range clients {
+		// The Concurrency shared out, the first nodes one more each.
+		share := s.o.concurrency / len(clients)
+		if i < s.o.concurrency%len(clients) {
+			share++
+		}
+		ws := fdbjobs.NewWorkers()
+		opts := fdbjobs.WorkerOptions{Concurrency: share, Timeout: time.Minute}
+		var err error
+		switch typ {
+		case burnType:
+			err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[burnArgs](func(ctx context.Context, _ *fdbjobs.Work[burnArgs]) error { s.o.sleep(ctx); count(); return nil }), opts)
+		case continuousType:
+			err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[continuousArgs](func(ctx context.Context, _ *fdbjobs.Work[continuousArgs]) error { s.o.sleep(ctx); count(); return nil }), opts)
+		default:
+			err = fmt.Errorf("no Runtime worker for %q", typ)
+		}
+		if err != nil {
+			return err
+		}
+		rt, err := fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{})
+		if err != nil {
+			return err
+		}
+		if err := rt.Start(ctx); err != nil {
+			return err
+		}
+		rts = append(rts, rt)
 	}
 	select {
 	case <-all:
 	case <-ctx.Done():
 	}
-	rt.StopAndCancel()
 	return nil
 }
 
