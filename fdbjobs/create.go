@@ -175,14 +175,16 @@ type NewJob struct {
 	// resubmitted; an Add of an existing job with a Priority other than
 	// 0 changes it.
 	Priority int
-	// ShardKey, when set, places a new job in the queue shard of this key
-	// rather than of its id, so that the jobs of one key share a shard
-	// and so, mostly, the node that owns it (see doc.go, "Shards"). Insert
-	// sets it to the job's partition: the claims of a partition's places
-	// from several nodes conflict with each other, from one node they
-	// take turns. A job keeps its shard when it is resubmitted, retried
-	// or re-enqueued.
-	ShardKey string
+	// Partition is the job's partition as its data's envelope names it
+	// (InsertOptions.Partition: Insert sets both). Where the kind has a
+	// limit per partition (SetPartitionLimit), a new job goes to the queue
+	// shard of its partition rather than of its id, so that one node
+	// mostly claims the partition's places (claims of one partition from
+	// several nodes conflict with each other; from one node they take
+	// turns). Without a limit, jobs spread by id, as a partition's jobs
+	// in one shard are taken by one acceptor at a time. A job keeps its
+	// shard when it is resubmitted, retried or re-enqueued.
+	Partition string
 }
 
 // AddBatch is Add for up to MaxBatch jobs of typ (River's InsertMany).
@@ -251,6 +253,9 @@ func (c *Client) add(ctx context.Context, tx kv.Transactor, typ string, jobs []N
 		}
 		if err == nil && j.Priority != 0 {
 			_, err = checkPriority(j.Priority)
+		}
+		if err == nil {
+			err = checkPartition(j.Partition)
 		}
 		if err == nil && batch {
 			if seen[j.ID] {
@@ -348,6 +353,13 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 	// a default add reads no more than before priorities.
 	prioritized := slices.ContainsFunc(jobs, func(j NewJob) bool { return j.Priority != 0 })
 	info := c.readTypeInfo(tr, typ, prioritized)
+	// The limit per partition only when a job has a partition: with one,
+	// a partition's jobs share a shard (NewJob.Partition). A snapshot
+	// read: a limit set meanwhile only moves where new jobs go.
+	var partLimitFut kv.FutureByteSlice
+	if slices.ContainsFunc(jobs, func(j NewJob) bool { return j.Partition != "" }) {
+		partLimitFut = tr.Snapshot().Get(c.k.partLimitKey(typ))
+	}
 	futs := make([]kv.FutureByteSlice, len(jobs))
 	for i, j := range jobs {
 		if !blind || !j.Fresh {
@@ -361,6 +373,20 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 	c.k.knowFeed(tr, typ, ti)
 	if !ti.hasTimeout {
 		return 0, fmt.Errorf("type %q: %w: start a Runtime with a worker of the kind once (it writes the kind's Timeout), or call SetTypeTimeout, before inserting", typ, ErrNoTypeTimeout)
+	}
+	byPartition := false
+	if partLimitFut != nil {
+		v, err := partLimitFut.Get()
+		if err != nil {
+			return 0, err
+		}
+		if v != nil {
+			l, err := decodeLimit(v)
+			if err != nil {
+				return 0, err
+			}
+			byPartition = l.Running > 0 || l.PerSecond > 0
+		}
 	}
 	enqueued, size, used := false, 0, len(jobs)
 	for i, j := range jobs {
@@ -380,7 +406,7 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 			ti.lanes |= 1 << (j.Priority - PriorityHighest)
 		}
 		if v == nil {
-			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token, shard: queueShard(shardOf(cmp.Or(j.ShardKey, j.ID), ti.shards), cmp.Or(j.Priority, PriorityHighest))}, j.ScheduledTime)
+			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token, shard: queueShard(shardOf(shardKey(j, byPartition), ti.shards), cmp.Or(j.Priority, PriorityHighest))}, j.ScheduledTime)
 			enqueued = true
 			continue
 		}
@@ -518,4 +544,13 @@ func (c *Client) SetData(ctx context.Context, tx kv.Transactor, typ, id string, 
 		return nil, nil
 	})
 	return err
+}
+
+// shardKey is what a new job's queue shard is drawn from: its partition
+// where the kind has a limit per partition (byPartition), else its id.
+func shardKey(j NewJob, byPartition bool) string {
+	if byPartition && j.Partition != "" {
+		return j.Partition
+	}
+	return j.ID
 }

@@ -264,17 +264,17 @@
 //
 // A type's pending queue is split into shards (ShardsDefault, SetTypeShards,
 // or raised by a Runtime's Start to the nodes Members names): a new job's
-// shard is its id's, or its NewJob.ShardKey's (Insert's: its partition),
-// kept in its row; its pending key is there, in scheduled-time order. Each shard of a type is owned by one of
-// the nodes that Config.Members names, by rendezvous hashing of (node,
-// type, shard) with bounded load: every node owns as many shards as
-// another, give or take one; every node computes the same owners from the
-// same list, and when a node comes or goes few shards besides its own
-// change hands. A node's accepts take from the shards it owns, and
-// its acceptors each from a different shard (they mark the shard they
-// read, in memory), so acceptors meet only when membership views differ
-// for a moment, or when an idle node helps: a node with nothing due in its
-// own shards takes from the others. Nothing is written per shard besides
+// shard is its id's, or its partition's where the kind has a limit per
+// partition (NewJob.Partition), kept in its row; its pending key is there,
+// in scheduled-time order. Each shard is owned by one of the nodes that
+// Members names, by rendezvous hashing of (node, type, shard) with bounded
+// load: every node owns as many shards as another, give or take one;
+// every node computes the same owners from the same list, and when a node
+// comes or goes few shards besides its own change hands. A node's accepts
+// take from the shards it owns, and its acceptors each from a different
+// shard (they mark the shard they read, in memory), so acceptors meet only
+// when membership views differ for a moment, or when an idle node helps: a
+// node with nothing due in its own shards takes from the others. Nothing is written per shard besides
 // pending keys: no counter or head key that every accept touches.
 //
 // Lowering the count loses no job: jobs keep their shard, and acceptors
@@ -419,7 +419,7 @@
 // workers, a Runtime's fetcher claims places for the jobs it took, in one
 // transaction per fetch fenced by each job's lock (Client.claimPartitions),
 // one at a time on a Runtime (its fetchers' claims would conflict; and a
-// partition's jobs share a shard, so one node mostly claims them): it reads
+// limited partition's jobs share a shard, so one node mostly claims them): it reads
 // the limit and each partition's PARTITION_COUNT (a snapshot read: the ends
 // that take from it do not conflict with claims) and hint. A count below N
 // grants the place: the claim writes the job's entry and adds to the count

@@ -179,7 +179,7 @@ func (c *Client) newJob(args JobArgs, opts InsertOptions, now time.Time) (NewJob
 	if at := opts.ScheduledAt; at.After(now) {
 		stime = c.cfg.stime(at)
 	}
-	return NewJob{ID: id, Data: data, ScheduledTime: stime, Fresh: fresh, Priority: opts.Priority, ShardKey: opts.Partition}, a, nil
+	return NewJob{ID: id, Data: data, ScheduledTime: stime, Fresh: fresh, Priority: opts.Priority, Partition: opts.Partition}, a, nil
 }
 
 // insertUnique is Insert with opts.Unique: in one transaction, the key's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -265,35 +266,51 @@ func TestLayout(t *testing.T) {
 	})
 }
 
-// A new job goes to its ShardKey's shard when it has one (Insert's: its
-// partition), else to its id's.
-func TestShardKey(t *testing.T) {
+// A new job with a partition goes to its partition's shard where its
+// kind has a limit per partition (Insert's jobs too), else to its id's.
+func TestPartitionShard(t *testing.T) {
 	b := setup(t)
 	require.NoError(t, b.c.SetTypeTimeout(b.ctx, nil, "part", time.Minute))
-	jobs := make([]NewJob, 40)
-	for i := range jobs {
-		jobs[i] = NewJob{ID: fmt.Sprintf("k%02d", i), Data: []byte(`{}`), ShardKey: "tenant-a"}
+	batch := func(prefix string) []NewJob {
+		jobs := make([]NewJob, 40)
+		for i := range jobs {
+			jobs[i] = NewJob{ID: fmt.Sprintf("%s%02d", prefix, i), Data: []byte(`{}`), Partition: "tenant-a"}
+		}
+		return append(jobs, NewJob{ID: prefix + "-none", Data: []byte(`{}`)})
 	}
-	jobs = append(jobs, NewJob{ID: "own", Data: []byte(`{}`)})
-	require.NoError(t, b.c.AddBatch(b.ctx, nil, t1, jobs))
-	var ins InsertResult
-	_, err := b.db.Transact(b.ctx, func(tr kv.Transaction) (any, error) {
-		var err error
-		ins, err = b.c.Insert(b.ctx, tr, partArgs{N: 1}, InsertOptions{Partition: "tenant-b"})
-		return nil, err
-	})
-	require.NoError(t, err)
+	insert := func() string {
+		res, err := b.c.Insert(b.ctx, nil, partArgs{N: 1}, InsertOptions{Partition: "tenant-b"})
+		require.NoError(t, err)
+		return res.ID
+	}
 	shard := func(typ, id string) int64 {
 		r, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) (*row, error) { return b.c.k.readRow(tr, typ, id) })
 		require.NoError(t, err)
 		require.NotNil(t, r, id)
 		return r.shard
 	}
-	for _, j := range jobs[:40] {
+	spread := batch("s")
+	require.NoError(t, b.c.AddBatch(b.ctx, nil, t1, spread))
+	spreadIns := insert()
+	for _, j := range spread {
+		require.Equal(t, shardOf(j.ID, ShardsDefault), shard(t1, j.ID), "no limit: by id")
+	}
+	require.Equal(t, shardOf(spreadIns, ShardsDefault), shard("part", spreadIns))
+
+	for _, kind := range []string{t1, "part"} {
+		require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, kind, Limit{PerSecond: 5}))
+	}
+	together := batch("t")
+	require.NoError(t, b.c.AddBatch(b.ctx, nil, t1, together))
+	ins := insert()
+	for _, j := range together[:40] {
 		require.Equal(t, shardOf("tenant-a", ShardsDefault), shard(t1, j.ID), j.ID)
 	}
-	require.Equal(t, shardOf("own", ShardsDefault), shard(t1, "own"))
-	require.Equal(t, shardOf("tenant-b", ShardsDefault), shard("part", ins.ID))
+	require.Equal(t, shardOf("t-none", ShardsDefault), shard(t1, "t-none"))
+	require.Equal(t, shardOf("tenant-b", ShardsDefault), shard("part", ins))
+
+	long := NewJob{ID: "long", Data: []byte(`{}`), Partition: strings.Repeat("x", PartitionMaxBytes+1)}
+	require.ErrorIs(t, b.c.AddBatch(b.ctx, nil, t1, []NewJob{long}), ErrInvalidArgument)
 }
 
 // A Runtime's Start raises its kinds' shards to the nodes Members names,

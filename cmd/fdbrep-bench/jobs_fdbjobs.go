@@ -123,7 +123,7 @@ func (s *fdbjobsRun) insertJobs(typ, prefix string, from, n int) error {
 					}
 					j := fdbjobs.NewJob{ID: fmt.Sprintf("%s-%09d", prefix, i), Data: []byte(data), Fresh: true}
 					if s.o.partitions > 0 {
-						j.ShardKey = "p" + strconv.Itoa(i%s.o.partitions) // as Insert does
+						j.Partition = "p" + strconv.Itoa(i%s.o.partitions) // as Insert does
 					}
 					if s.o.priorities {
 						j.Priority = fdbjobs.PriorityHighest + i%(fdbjobs.PriorityLowest-fdbjobs.PriorityHighest+1)
