@@ -510,6 +510,13 @@ func (b *jobsBench) fdbjobsRun(f func(*fdbjobsRun) (runResult, error)) (runResul
 	if err != nil {
 		return runResult{}, err
 	}
+	// Started, as a Runtime's Client must be (and a node's is): its
+	// activity monitors, and its copy of the types that accepts and
+	// claims read.
+	if err := c.Start(context.Background()); err != nil {
+		return runResult{}, err
+	}
+	defer c.Stop()
 	for _, kind := range []string{burnType, continuousType} {
 		if b.o.feed {
 			if err := c.SetFeed(context.Background(), nil, kind, 24*time.Hour); err != nil {
@@ -527,7 +534,13 @@ func (b *jobsBench) fdbjobsRun(f func(*fdbjobsRun) (runResult, error)) (runResul
 			}
 		}
 	}
-	return f(&fdbjobsRun{ctx: context.Background(), c: c, db: cdb, o: b.o, tenant: b.env.tenant(db)})
+	run := &fdbjobsRun{ctx: context.Background(), c: c, db: cdb, o: b.o, tenant: b.env.tenant(db)}
+	defer func() {
+		for _, n := range run.nodes {
+			n.c.Stop()
+		}
+	}()
+	return f(run)
 }
 
 func (r *riverResult) result() runResult {

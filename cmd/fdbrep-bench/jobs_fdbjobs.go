@@ -40,14 +40,21 @@ type node struct {
 	db *countingDB
 }
 
-// newNodes returns k Clients on the run's store, Client i being node i
-// of k to the pending queue's shards (nodeMembers).
+// newNodes returns k started Clients on the run's store, Client i being
+// node i of k to the pending queue's shards (nodeMembers); fdbjobsRun
+// stops them.
 func (s *fdbjobsRun) newNodes(k int) ([]*node, error) {
 	out := make([]*node, k)
 	for i := range out {
 		db := &countingDB{Database: s.db.Database}
 		c, err := fdbjobs.New(db, fdbjobs.Config{Members: nodeMembers(i, k)})
+		if err == nil {
+			err = c.Start(s.ctx)
+		}
 		if err != nil {
+			for _, n := range out[:i] {
+				n.c.Stop()
+			}
 			return nil, err
 		}
 		out[i] = &node{c: c, db: db}
