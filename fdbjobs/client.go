@@ -487,6 +487,13 @@ func (c *Client) syncTypes(ctx context.Context, types map[string]time.Duration, 
 	}
 }
 
+// started reports whether the Client is started (between Start and Stop).
+func (c *Client) started() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runCtx != nil
+}
+
 // notifierFor returns the running notifier of typ, starting one if needed.
 func (c *Client) notifierFor(typ string) (*notifier, error) {
 	c.mu.Lock()

@@ -38,8 +38,10 @@ var (
 	// with a MaxScheduledTime other than zero.
 	ErrNoScheduleMaxTime = errors.New("fdbjobs: no-schedule accept requires a zero max scheduled time")
 
-	// ErrNotStarted is returned by Subscribe when the Client is not started:
-	// subscriptions are served by the Client's notifiers.
+	// ErrNotStarted is returned by Subscribe when the Client is not started
+	// (subscriptions are served by the Client's notifiers), and by a
+	// Runtime's Start (its Client's activity monitors hand back the jobs
+	// of nodes that died).
 	ErrNotStarted = errors.New("fdbjobs: client not started")
 
 	// ErrSubscriptionClosed is returned by Wait after Unsubscribe, and after

@@ -143,6 +143,11 @@ func NewRuntime(c *Client, ws *Workers, opts RuntimeOptions) (*Runtime, error) {
 func (r *Runtime) Start(ctx context.Context) error {
 	var run runState
 	_, err := r.svc.Start(ctx, func(ctx context.Context) error {
+		if !r.c.started() {
+			// Without its activity monitors the jobs of a node that
+			// died would never come back.
+			return fmt.Errorf("%w: a Runtime's Client must be started (Client.Start) first", ErrNotStarted)
+		}
 		for _, k := range r.kinds {
 			have, err := r.c.TypeTimeout(ctx, nil, k.kind)
 			if err == nil && have == k.opts.Timeout {

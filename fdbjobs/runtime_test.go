@@ -309,6 +309,7 @@ func TestRuntimeHearsRemoval(t *testing.T) {
 // A Stop right after Start stops the run loop that Start began, even when
 // that loop had not yet begun (it read what Start made from the Runtime,
 // which the Stop had taken: the loop got nil channels and never drained).
+// A Runtime does not start on a Client not started.
 func TestRuntimeStopRightAfterStart(t *testing.T) {
 	ws := fdbjobs.NewWorkers()
 	require.NoError(t, fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[sumArgs](func(context.Context, *fdbjobs.Work[sumArgs]) error { return nil }),
@@ -317,6 +318,13 @@ func TestRuntimeStopRightAfterStart(t *testing.T) {
 	defer cancel()
 	c, err := fdbjobs.New(kvtest.NewDB(t), fdbjobs.Config{})
 	require.NoError(t, err)
+	// Not before its Client: without the Client's activity monitors the
+	// jobs of a node that died would never come back.
+	rt, err := fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{})
+	require.NoError(t, err)
+	require.ErrorIs(t, rt.Start(ctx), fdbjobs.ErrNotStarted)
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(c.Stop)
 	for range 100 {
 		rt, err := fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{})
 		require.NoError(t, err)
