@@ -269,11 +269,14 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 		t := tasks[of[i]]
 		switch {
 		case err != nil:
+			// Handed back, also when Stop cut the claim short: the job
+			// was accepted, and would stay running until the activity
+			// monitor took it back.
 			if ctx.Err() == nil {
 				r.c.cfg.Logger.Warn().Err(err).Str("kind", k.kind).Str("job", t.job.ID).
 					Msg("fdbjobs: runtime: claiming a place in the job's partition; handed back")
-				r.end(hardCtx, k, t.job, t.e, err, true)
 			}
+			r.end(hardCtx, k, t.job, t.e, err, true)
 		case cl.granted:
 			continue
 		case cl.err == nil:

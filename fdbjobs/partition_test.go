@@ -625,3 +625,45 @@ func TestPartitionStartsExact(t *testing.T) {
 		}
 	}
 }
+
+// A Runtime stopped while its fetchers claim places hands back the jobs
+// those claims were for: once Stop returns, no job is left running (a
+// claim that Stop cut short dropped its jobs, running until the activity
+// monitor took them back a Timeout later).
+func TestStopDuringClaimsHandsBack(t *testing.T) {
+	for round := range 6 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		db := kvtest.NewDB(t)
+		c, err := New(db, Config{TimeUnit: time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, c.Start(ctx))
+		require.NoError(t, c.SetPartitionLimit(ctx, nil, "part", Limit{Running: 3}))
+		var worked atomic.Int64
+		ws := NewWorkers()
+		require.NoError(t, AddWorker(ws, WorkFunc[partArgs](func(ctx context.Context, w *Work[partArgs]) error {
+			worked.Add(1)
+			select {
+			case <-time.After(2 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			return nil
+		}), WorkerOptions{Concurrency: 10, Timeout: time.Hour}))
+		rt, err := NewRuntime(c, ws, RuntimeOptions{FetchPoll: 20 * time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, rt.Start(ctx))
+		jobs := make([]InsertJob, 400)
+		for i := range jobs {
+			part := fmt.Sprintf("t%d", i%10)
+			jobs[i] = InsertJob{Args: partArgs{N: i, Part: part}, Opts: InsertOptions{Partition: part}}
+		}
+		_, err = c.InsertMany(ctx, nil, jobs)
+		require.NoError(t, err)
+		testutil.Eventually(t, "jobs worked", func() bool { return worked.Load() >= 30 })
+		require.NoError(t, rt.Stop(ctx))
+		n, err := c.Counts(ctx, nil, "part")
+		require.NoError(t, err)
+		require.Zero(t, n.Running, "round %d: jobs left running after Stop (%+v)", round, n)
+		c.Stop()
+		cancel()
+	}
+}
