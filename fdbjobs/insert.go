@@ -122,8 +122,11 @@ func (c *Client) InsertMany(ctx context.Context, tx kv.Transactor, jobs []Insert
 			return nil, fmt.Errorf("%w: job %d: unique jobs are inserted one by one (Insert)", ErrInvalidArgument, i)
 		}
 		nj, _, err := c.newJob(j.Args, j.Opts, now)
-		if err != nil {
+		if err != nil && len(jobs) > 1 {
 			return nil, fmt.Errorf("job %d: %w", i, err)
+		}
+		if err != nil {
+			return nil, err // Insert's one job
 		}
 		if k := j.Args.Kind(); i == 0 {
 			kind = k

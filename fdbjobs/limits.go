@@ -29,8 +29,10 @@ const (
 	LimitRateMin = 0.001
 )
 
-// Limit is a kind's cluster-wide limit: of the jobs running at once, of
-// the jobs started per second, or both.
+// Limit is a kind's cluster-wide limit (SetLimit), or its limit per
+// partition (SetPartitionLimit, where every "of the kind" below reads
+// "of one partition of the kind"): of the jobs running at once, of the
+// jobs started per second, or both.
 type Limit struct {
 	// Running is the most jobs of the kind that run at once across every
 	// Runtime of the cluster, from 1 to LimitMax (0: no such limit).

@@ -281,14 +281,14 @@ func AddWorker[T JobArgs](ws *Workers, worker Worker[T], opts WorkerOptions) err
 	}
 	kind := kindOf(zero)
 	if err := checkName("kind", kind); err != nil {
-		return fmt.Errorf("fdbjobs: AddWorker[%T]: %w", zero, err)
+		return fmt.Errorf("AddWorker[%T]: %w", zero, err)
 	}
 	if worker == nil {
 		return fmt.Errorf("%w: AddWorker(%q): nil worker", ErrInvalidArgument, kind)
 	}
 	opts, err := opts.withDefaults()
 	if err != nil {
-		return fmt.Errorf("fdbjobs: AddWorker(%q): %w", kind, err)
+		return fmt.Errorf("AddWorker(%q): %w", kind, err)
 	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
