@@ -28,6 +28,8 @@ const (
 	// JobShardsDefault is the number of shards of the rep_jobs queue
 	// (fdbjobs.SetTypeShards): set it to at least the acceptors of all
 	// replication nodes (the scheduler's MaxAcceptors each, 2 by default).
+	// A replication node's Runtime raises it to the replication nodes
+	// when there are more, at its start (fdbjobs.Runtime.Start).
 	JobShardsDefault = fdbjobs.ShardsDefault
 	// MaxHistoryDefault is the number of history events kept per job.
 	MaxHistoryDefault = 10

@@ -19,7 +19,7 @@ var (
 	keyJobTimeout = config.RegisterDuration("replicator", "job_timeout_sec", time.Second, JobTimeoutDefault, 3*time.Second, time.Hour,
 		"A running job whose node sends no heartbeat for this long is given to another node (the rep_jobs activity timeout); every node must use the same value.")
 	keyJobShards = config.RegisterInt("replicator", "job_shards", JobShardsDefault, 1, fdbjobs.ShardsMax,
-		"Shards of the replication job queue: the nodes' acceptors take from different shards, so use at least as many as the acceptors of all replication nodes (max_acceptors each); changing it loses no job. Every node must use the same value.")
+		"Shards of the replication job queue: the nodes' acceptors take from different shards, so use at least as many as the acceptors of all replication nodes (max_acceptors each); a replication node raises it to the number of replication nodes when there are more, at its start. Changing it loses no job. Every node must use the same value.")
 	keyMaxHistory = config.RegisterInt("replicator", "max_history", MaxHistoryDefault, 1, 1000,
 		"Events kept in a job's history.", config.Live(config.ApplyAll))
 	keyStartupJitter = config.RegisterDuration("replicator", "startup_jitter", time.Millisecond, StartupJitterDefault, time.Millisecond, config.Forever,
