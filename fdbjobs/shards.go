@@ -137,23 +137,7 @@ func (c *Client) SetTypeShards(ctx context.Context, tx kv.Transactor, typ string
 	if n < 1 || n > ShardsMax {
 		return fmt.Errorf("%w: %d shards outside [1, %d]", ErrInvalidArgument, n, ShardsMax)
 	}
-	_, err := c.transactor(tx).Transact(ctx, func(tr kv.Transaction) (any, error) {
-		v, err := tr.Get(c.k.shardsKey(typ)).Get()
-		if err != nil {
-			return nil, err
-		}
-		_, high, err := decodeShards(v)
-		if err != nil {
-			return nil, err
-		}
-		tr.Set(c.k.shardsKey(typ), tuple.Tuple{int64(n), max(high, int64(n))}.Pack())
-		tr.Add(c.k.typesVersion(), one) // started Clients read it again
-		return nil, nil
-	})
-	if err == nil {
-		c.typesChanged()
-	}
-	return err
+	return c.writeShards(ctx, tx, typ, func(int64) bool { return true }, int64(n))
 }
 
 // raiseTypeShards raises typ's shard count to n when it has fewer (a
@@ -161,20 +145,27 @@ func (c *Client) SetTypeShards(ctx context.Context, tx kv.Transactor, typ string
 // it as it is otherwise: it never lowers a count set by SetTypeShards.
 func (c *Client) raiseTypeShards(ctx context.Context, typ string, n int64) error {
 	n = min(n, ShardsMax)
-	raised, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (bool, error) {
+	return c.writeShards(ctx, nil, typ, func(cur int64) bool { return cur < n }, n)
+}
+
+// writeShards sets typ's shard count to n in tx when change(the count
+// now) says so, keeping the highest it has had, and bumps the types'
+// version so that started Clients read it again.
+func (c *Client) writeShards(ctx context.Context, tx kv.Transactor, typ string, change func(cur int64) bool, n int64) error {
+	changed, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (bool, error) {
 		v, err := tr.Get(c.k.shardsKey(typ)).Get()
 		if err != nil {
 			return false, err
 		}
 		s, high, err := decodeShards(v)
-		if err != nil || s >= n {
+		if err != nil || !change(s) {
 			return false, err
 		}
 		tr.Set(c.k.shardsKey(typ), tuple.Tuple{n, max(high, n)}.Pack())
-		tr.Add(c.k.typesVersion(), one) // started Clients read it again
+		tr.Add(c.k.typesVersion(), one)
 		return true, nil
 	})
-	if raised {
+	if changed {
 		c.typesChanged()
 	}
 	return err

@@ -148,12 +148,11 @@ func runJobsBench(args []string) error {
 	if o.nodes, err = parseInts("nodes", *nodesList); err != nil {
 		return err
 	}
-	if most, name := o.workers, "-workers"; slices.ContainsFunc(o.nodes, func(k int) bool {
-		if o.runtime {
-			most, name = o.concurrency, "-concurrency"
-		}
-		return k < 1 || k > most
-	}) {
+	most, name := o.workers, "-workers" // shared among the nodes
+	if o.runtime {
+		most, name = o.concurrency, "-concurrency"
+	}
+	if slices.ContainsFunc(o.nodes, func(k int) bool { return k < 1 || k > most }) {
 		return fmt.Errorf("-nodes %s: each from 1 to %s (%d)", *nodesList, name, most)
 	}
 	if o.pending, err = parseInts("pending", *pendingList); err != nil {
