@@ -119,8 +119,9 @@ func (c *Client) Accept(ctx context.Context, typ string, opts AcceptOptions) (*J
 // AcceptBatch takes up to n pending jobs of typ in one transaction and makes
 // them running: the first due jobs of one of the shards this node owns,
 // and of others when that one has fewer (see doc.go, "Shards" and
-// "Accepting"). It returns at least one job, or ErrNotFound when none came
-// before opts.Timeout.
+// "Accepting"), and fewer than n when their data passes 400 KB
+// (kv.PageBytes), so that its transaction stays small. It returns at least
+// one job, or ErrNotFound when none came before opts.Timeout.
 //
 // The claim token is chosen once per call, and the claims it made are
 // recorded under it, so a retry after commit_unknown_result returns the
@@ -493,6 +494,12 @@ func randomHex() string {
 	return hex.EncodeToString(b[:])
 }
 
+// claimBytesMax bounds the job data one accept takes: past it, the
+// accept takes no more candidates (at least one), and those it leaves stay
+// pending, so that a batch of large jobs keeps its transaction well under
+// FoundationDB's limits (each taken row is written again).
+const claimBytesMax = kv.PageBytes
+
 // claim takes the candidate pending keys, given as runs: a read conflict
 // on them and their clear (with run, each run is the first keys of a
 // shard in order, and gets one range for both; otherwise each key its
@@ -500,23 +507,14 @@ func randomHex() string {
 // time (stale keys are dropped). A key's value, when it has one, is its
 // row (see doc.go, "Pending keys"); the other rows are read as a
 // snapshot. Either way the conflict on the pending key covers the row, as
-// every write to a pending job's row writes that key too.
+// every write to a pending job's row writes that key too. The candidates
+// past claimBytesMax of the rows' data are left alone.
 func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.KeyValue, run bool) ([]*Job, int64, error) {
 	tr, flush := coalesceAdds(tr)
 	defer flush()
 	var cands []kv.KeyValue
 	for _, kvs := range runs {
-		if len(kvs) == 0 {
-			continue
-		}
 		cands = append(cands, kvs...)
-		if run {
-			r := kv.KeyRange{Begin: kvs[0].Key, End: kv.KeyAfter(kvs[len(kvs)-1].Key)}
-			if err := tr.AddReadConflictRange(r); err != nil {
-				return nil, 0, err
-			}
-			tr.ClearRange(r)
-		}
 	}
 	if len(cands) == 0 {
 		return nil, 0, nil
@@ -524,44 +522,97 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.
 	ids := make([]string, len(cands))
 	stimes := make([]int64, len(cands))
 	rows := make([]*row, len(cands))
-	var futs []kv.FutureByteSlice // of the rows not inlined, in order
+	var far []int // the candidates whose rows are not inlined, in order
 	for i, e := range cands {
-		k := e.Key
-		t, err := c.k.pending.Unpack(k)
+		t, err := c.k.pending.Unpack(e.Key)
 		if err != nil || len(t) != 4 {
-			return nil, 0, fmt.Errorf("fdbjobs: bad pending key %s", k)
+			return nil, 0, fmt.Errorf("fdbjobs: bad pending key %s", e.Key)
 		}
 		id, _ := t[3].(string)
 		stime, _ := intElem(t[2])
 		ids[i], stimes[i] = id, stime
-		if !run {
-			if err := tr.AddReadConflictKey(k); err != nil {
-				return nil, 0, err
-			}
-			tr.Clear(k)
+		if len(e.Value) == 0 {
+			far = append(far, i)
+		} else if rows[i], err = decodeRow(e.Value); err != nil {
+			return nil, 0, err
 		}
-		if len(e.Value) > 0 {
-			if rows[i], err = decodeRow(e.Value); err != nil {
-				return nil, 0, err
+	}
+	// The candidates taken: a prefix, within claimBytesMax. The rows not
+	// inlined are read in waves as the prefix needs them, each of as
+	// many as the bytes left would hold at the largest row seen (the
+	// largest possible at first), and at most four times those read
+	// before: large rows are not read beyond the bound, small ones in a
+	// round trip or two.
+	take, size, taken := len(cands), 0, 0
+	pos, next, biggest, largest := 0, 0, MaxDataSize, 0
+	for {
+		upto := len(cands)
+		if next < len(far) {
+			upto = far[next]
+		}
+		for ; pos < upto; pos++ {
+			r := rows[pos]
+			if r == nil || r.state != Pending || r.stime != stimes[pos] {
+				continue // stale: cleared, not taken
+			}
+			if size += len(r.data); size > claimBytesMax && taken > 0 {
+				take = pos
+				break
+			}
+			taken++
+		}
+		if take < len(cands) || next == len(far) {
+			break
+		}
+		wave := min(len(far)-next, max(1, (claimBytesMax-size)/biggest))
+		if next > 0 {
+			wave = min(wave, 4*next)
+		}
+		futs := make([]kv.FutureByteSlice, wave)
+		for i, ci := range far[next : next+wave] {
+			futs[i] = tr.Snapshot().Get(c.k.dataKey(typ, ids[ci]))
+		}
+		read, err := decodeRows(futs)
+		if err != nil {
+			return nil, 0, err
+		}
+		for i, ci := range far[next : next+wave] {
+			if rows[ci] = read[i]; read[i] != nil {
+				largest = max(largest, len(read[i].data))
+			}
+		}
+		next, biggest = next+wave, max(1, largest)
+	}
+	left := take
+	for _, kvs := range runs {
+		if left == 0 {
+			break
+		}
+		kvs = kvs[:min(len(kvs), left)]
+		left -= len(kvs)
+		if len(kvs) == 0 {
+			continue
+		}
+		if !run {
+			for _, e := range kvs {
+				if err := tr.AddReadConflictKey(e.Key); err != nil {
+					return nil, 0, err
+				}
+				tr.Clear(e.Key)
 			}
 			continue
 		}
-		futs = append(futs, tr.Snapshot().Get(c.k.dataKey(typ, id)))
-	}
-	read, err := decodeRows(futs)
-	if err != nil {
-		return nil, 0, err
-	}
-	for i := range rows {
-		if len(cands[i].Value) == 0 {
-			rows[i], read = read[0], read[1:]
+		r := kv.KeyRange{Begin: kvs[0].Key, End: kv.KeyAfter(kvs[len(kvs)-1].Key)}
+		if err := tr.AddReadConflictRange(r); err != nil {
+			return nil, 0, err
 		}
+		tr.ClearRange(r)
 	}
 	var jobs []*Job
 	var idx []int64
 	var held []string
 	shard := int64(0) // the lease's: its first job's
-	for i, r := range rows {
+	for i, r := range rows[:take] {
 		if r == nil || r.state != Pending || r.stime != stimes[i] {
 			continue
 		}

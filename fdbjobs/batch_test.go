@@ -263,9 +263,11 @@ func TestAddBatchPageCutByExistingRows(t *testing.T) {
 		jobs[i] = NewJob{ID: fmt.Sprintf("j%02d", i), Data: big}
 	}
 	require.NoError(t, b.c.AddBatch(b.ctx, nil, t1, jobs))
-	running, err := b.c.AcceptBatch(b.ctx, t1, len(jobs), AcceptOptions{})
-	require.NoError(t, err)
-	require.Len(t, running, len(jobs))
+	for taken := 0; taken < len(jobs); { // in two accepts: 600 kB of data
+		running, err := b.c.AcceptBatch(b.ctx, t1, len(jobs), AcceptOptions{})
+		require.NoError(t, err)
+		taken += len(running)
+	}
 
 	// Adding them again with small data plans one page; each job's row is
 	// read and written again with its 30 kB of data (it is running).
@@ -313,4 +315,34 @@ func TestAddBatchInCallersTransaction(t *testing.T) {
 	cnt, err := b.c.PendingCount(b.ctx, nil, t1, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, AddPageJobs, cnt)
+}
+
+// An AcceptBatch of large jobs takes those whose data fit claimBytesMax
+// (at least one), and leaves the others pending for the next accepts: its
+// transaction stays small whatever n is.
+func TestAcceptBatchBoundsBytes(t *testing.T) {
+	b := setup(t)
+	const size, n = 60_000, 20
+	per := claimBytesMax / size
+	data := raw(`{"pad":"` + strings.Repeat("x", size-10) + `"}`)
+	jobs := make([]NewJob, n)
+	for i := range jobs {
+		jobs[i] = NewJob{ID: fmt.Sprintf("big%02d", i), Data: data}
+	}
+	require.NoError(t, b.c.AddBatch(b.ctx, nil, t1, jobs))
+	seen := map[string]bool{}
+	for len(seen) < n {
+		got, err := b.c.AcceptBatch(b.ctx, t1, n, AcceptOptions{})
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(got), per, "an accept takes no more than its bytes allow")
+		require.Equal(t, min(per, n-len(seen)), len(got))
+		for _, j := range got {
+			require.False(t, seen[j.ID], "job %s taken twice", j.ID)
+			seen[j.ID] = true
+			require.Equal(t, Running, b.state(t, t1, j.ID))
+		}
+	}
+	left, err := b.c.PendingCount(b.ctx, nil, t1, 0, 0)
+	require.NoError(t, err)
+	require.Zero(t, left)
 }
