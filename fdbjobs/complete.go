@@ -9,20 +9,25 @@ import (
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
 
-// Group commit of the attempts' ends: a kind's completer takes the end of
-// one attempt, then every other end already waiting, and writes them in
-// one transaction (River's batch completer, without its wait: a lone end
-// is written at once, and ends batch up only while a transaction is in
-// flight). Each is fenced by its job's lock as Finish is. A job's runner
-// hands its end over and goes on to its next job: up to completeQueue
-// ends wait for the completer, and a runner that finds the queue full
-// waits, at most until the job's hold deadline.
+// Group commit of the attempts' ends: each of a kind's completers takes
+// the end of one attempt, then every other end already waiting, and
+// writes them in one transaction (River's batch completer, without its
+// wait: a lone end is written at once, and ends batch up only while
+// transactions are in flight). Each is fenced by its job's lock as Finish
+// is. A job's runner hands its end over and goes on to its next job: up
+// to completeQueue ends wait for the completers, and a runner that finds
+// the queue full waits, at most until the job's hold deadline.
 const (
+	// completersPerKind is how many completers a kind has on a Runtime:
+	// as many transactions of ends in flight at once. With one, ends
+	// queued behind its commit's latency, and on one FoundationDB
+	// process a burn-down ran 20% slower (make bench-jobs).
+	completersPerKind = 4
 	// completeBatchMax is the most ends one transaction writes.
 	completeBatchMax = 500
 	// completeBatchBytes is about the most job data one writes.
 	completeBatchBytes = kv.PageBytes
-	// completeQueue is how many ends wait for a kind's completer at most.
+	// completeQueue is how many ends wait for a kind's completers at most.
 	completeQueue = completeBatchMax
 )
 
@@ -67,7 +72,8 @@ func (r *Runtime) complete(hardCtx context.Context, k *kindWorker, en *ending) b
 }
 
 // completer writes k's ends until ctx ends, then those still queued (the
-// run loop ends ctx after the last job has ended).
+// run loop ends ctx after the last job has ended), beside the kind's
+// other completers.
 func (r *Runtime) completer(ctx context.Context, k *kindWorker) {
 	for {
 		var batch []*ending

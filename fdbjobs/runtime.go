@@ -70,7 +70,7 @@ type RuntimeOptions struct {
 // watches its row, and ends the Work's ctx when the job is taken from it
 // or its hold lapses; a shorter job costs no goroutine or transaction of
 // its own. When Work returns, the runner hands the attempt's end to the
-// kind's completer and goes on: the completer finishes the job
+// kind's completers and goes on: one of them finishes the job
 // (completed), retries it later by its RetryPolicy, or discards it, fenced
 // by the job's lock, in a transaction it shares among the attempts that
 // ended meanwhile.
@@ -218,11 +218,13 @@ func (r *Runtime) run(ctx context.Context, st runState) {
 		completers.Wait()
 	}()
 	for _, k := range r.kinds {
-		completers.Add(1)
-		go func() {
-			defer completers.Done()
-			r.completer(completeCtx, k)
-		}()
+		for range completersPerKind {
+			completers.Add(1)
+			go func() {
+				defer completers.Done()
+				r.completer(completeCtx, k)
+			}()
+		}
 	}
 	// The leases of limited kinds' capacity outlive the jobs, and are
 	// given back once they ended.

@@ -220,7 +220,7 @@ const (
 	// MaxAttemptsDefault is WorkerOptions.MaxAttempts' default, River's.
 	MaxAttemptsDefault = 25
 	// FetchBatchDefault is WorkerOptions.FetchBatch's default.
-	FetchBatchDefault = 100
+	FetchBatchDefault = 200
 	// FetchersMax bounds WorkerOptions.Fetchers.
 	FetchersMax = 1000
 	// HeartbeatFraction divides a kind's Timeout into the time between
@@ -248,7 +248,7 @@ type kindWorker struct {
 	// retainFinished is a Manual kind's RetainFinished on the Runtime
 	// (one per Runtime, as ends), which SetRetainFinished changes.
 	retainFinished *atomic.Int64
-	// ends are the attempts' ends for the kind's completer (complete.go),
+	// ends are the attempts' ends for the kind's completers (complete.go),
 	// one channel per Runtime (snapshot makes it).
 	ends chan *ending
 	// slots bound the kind's jobs at work on the Runtime (one per Runtime,
