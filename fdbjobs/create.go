@@ -185,6 +185,9 @@ type NewJob struct {
 	// in one shard are taken by one acceptor at a time. A job keeps its
 	// shard when it is resubmitted, retried or re-enqueued.
 	Partition string
+	// drawnID: Insert drew ID, which the add may replace by one that
+	// carries the job's place in its kind's fair order (fair.go), once.
+	drawnID bool
 }
 
 // AddBatch is Add for up to MaxBatch jobs of typ (River's InsertMany).
@@ -349,15 +352,17 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 	hookTr := tr // the caller's, whose adds it reads back
 	tr, flush := coalesceAdds(tr)
 	defer flush()
-	// The lanes only when a job has a priority (useLane needs them):
-	// a default add reads no more than before priorities.
+	// The lanes only when a job has a priority (useLane needs them) or a
+	// partition (fair shares read the lanes' heads): a default add reads
+	// no more than before priorities.
 	prioritized := slices.ContainsFunc(jobs, func(j NewJob) bool { return j.Priority != 0 })
-	info := c.readTypeInfo(tr, typ, prioritized)
+	partitioned := slices.ContainsFunc(jobs, func(j NewJob) bool { return j.Partition != "" })
+	info := c.readTypeInfo(tr, typ, prioritized || partitioned)
 	// The limit per partition only when a job has a partition: with one,
 	// a partition's jobs share a shard (NewJob.Partition). A snapshot
 	// read: a limit set meanwhile only moves where new jobs go.
 	var partLimitFut kv.FutureByteSlice
-	if slices.ContainsFunc(jobs, func(j NewJob) bool { return j.Partition != "" }) {
+	if partitioned {
 		partLimitFut = tr.Snapshot().Get(c.k.partLimitKey(typ))
 	}
 	futs := make([]kv.FutureByteSlice, len(jobs))
@@ -388,6 +393,12 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 			byPartition = l.Running > 0 || l.PerSecond > 0
 		}
 	}
+	var fair *fairQueue
+	if partLimitFut != nil { // a job has a partition: the kind may share fairly
+		if fair, err = c.fairShares(tr, typ, jobs, ti); err != nil {
+			return 0, err
+		}
+	}
 	enqueued, size, used := false, 0, len(jobs)
 	for i, j := range jobs {
 		if mayCut && i > 0 && size > AddPageBytes {
@@ -406,7 +417,15 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 			ti.lanes |= 1 << (j.Priority - PriorityHighest)
 		}
 		if v == nil {
-			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token, shard: queueShard(shardOf(shardKey(j, byPartition), ti.shards), cmp.Or(j.Priority, PriorityHighest))}, j.ScheduledTime)
+			stime := j.ScheduledTime
+			if fair != nil {
+				var id string
+				if stime, id = fair.place(j, stime); id != "" {
+					// Drawn once: a later attempt adds the same job.
+					jobs[i].ID, jobs[i].drawnID, j.ID = id, false, id
+				}
+			}
+			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token, shard: queueShard(shardOf(shardKey(j, byPartition), ti.shards), cmp.Or(j.Priority, PriorityHighest))}, stime)
 			enqueued = true
 			continue
 		}
@@ -419,6 +438,9 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 	}
 	if enqueued {
 		c.k.bumpPending(tr, typ)
+	}
+	if fair != nil {
+		fair.write(tr, c.k)
 	}
 	if hook != nil {
 		if err := hook(hookTr, jobs[:used]); err != nil {

@@ -61,47 +61,46 @@
 //     order (see "Event feed").
 //   - Limits: SetLimit, ClearLimit, GetLimit: a kind's cluster-wide limit
 //     of running jobs, which Runtimes share as leases (see "Limits");
-//     ErrCapacityLapsed.
+//     ErrCapacityLapsed. Fair shares: SetFairShare, SetPartitionWeight.
 //   - Services: Client.Start / Stop run one activity monitor per type and,
 //     for subscriptions, one notifier per type.
-//   - Runtime: typed workers on the calls above. A job's arguments are a
-//     Go type with a Kind (JobArgs; the kind is the job's type); AddWorker
+//   - Runtime: typed workers on the calls above. A job's arguments are a Go
+//     type with a Kind (JobArgs; the kind is the job's type); AddWorker
 //     registers a Worker[T] for them in a Workers registry with its
 //     WorkerOptions (Concurrency, Timeout, MaxAttempts, RetryPolicy,
-//     Fetchers, FetchBatch, OldestFirst, and Manual for a worker that
-//     holds and ends its jobs itself);
-//     Client.Insert and InsertMany add such jobs (InsertOptions: id,
-//     ScheduledAt, MaxAttempts, Priority), in the caller's transaction if given; a
-//     Runtime (NewRuntime, Start, Stop, StopAndCancel) accepts them in
-//     batches up to each kind's Concurrency, renews each running job's
-//     hold every Timeout / HeartbeatFraction, watches its row once it has
-//     run WatchHoldAfter, ends the Work's ctx when the job is taken from it
-//     (ErrHalt) or its hold lapses (ErrHoldLapsed), and writes the
-//     attempt's end in one transaction fenced by the job's lock: finished
-//     (OutcomeCompleted), pending again at the RetryPolicy's time
-//     (RetryPolicyDefault: attempt⁴ s, ±10%), or finished as
-//     OutcomeDiscarded after MaxAttempts, at once for Permanent errors and
-//     arguments that do not decode. Snooze puts a job back without
-//     counting an attempt; a panic is the attempt's error, a panic of the
-//     arguments' decoding too. The fetcher that accepted a job decodes its
-//     arguments, before a runner takes it: decoding JSON calls deep, and
-//     on the runners it would double their stacks for as long as they live. Cancel, from any
-//     node and in the caller's transaction, finishes a pending or running
-//     job as OutcomeCancelled and takes its lock away (its Work's ctx ends,
-//     cause ErrCancelled); RetryNow makes a finished or waiting job due
-//     now. InsertOptions.Unique inserts nothing when a job with the same
-//     key (kind, arguments, period) is in the states it names, and returns
-//     that job's id (River's unique jobs). Finished jobs are kept for
-//     their outcome's retention (RetainCompletedDefault a day,
-//     RetainCancelledDefault a day, RetainDiscardedDefault a week, or
-//     RetainForever), then removed in pages by the sweeper of every
-//     Runtime working the kind (Runtime.Sweep, every SweepPeriod). The job's data
-//     is an envelope of its arguments and attempts (JobOutcome reads it);
-//     the last ErrorHistoryMax errors are kept. An attempt whose node died
-//     is not counted: the activity monitor hands the job back as it was.
-//     WorkMiddleware (RuntimeOptions and WorkerOptions.Middleware) wraps
-//     each attempt, and insert hooks (AddInsertHook) run in the
-//     transactions of Insert and InsertMany.
+//     Fetchers, FetchBatch, OldestFirst, and Manual for a worker that holds
+//     and ends its jobs itself); Client.Insert and InsertMany add such jobs
+//     (InsertOptions: id, ScheduledAt, MaxAttempts, Priority), in the
+//     caller's transaction if given; a Runtime (NewRuntime, Start, Stop,
+//     StopAndCancel) accepts them in batches up to each kind's Concurrency,
+//     renews each running job's hold every Timeout / HeartbeatFraction,
+//     watches its row once it has run WatchHoldAfter, ends the Work's ctx
+//     when the job is taken from it (ErrHalt) or its hold lapses
+//     (ErrHoldLapsed), and writes the attempt's end in one transaction
+//     fenced by the job's lock: finished (OutcomeCompleted), pending again
+//     at the RetryPolicy's time (RetryPolicyDefault: attempt⁴ s, ±10%), or
+//     finished as OutcomeDiscarded after MaxAttempts, at once for Permanent
+//     errors and arguments that do not decode. Snooze puts a job back
+//     without counting an attempt; a panic is the attempt's error, a panic
+//     of the arguments' decoding too. The fetcher that accepted a job
+//     decodes its arguments, before a runner takes it: decoding JSON calls
+//     deep, and on the runners it would double their stacks for as long as
+//     they live. Cancel, from any node and in the caller's transaction,
+//     finishes a pending or running job as OutcomeCancelled and takes its
+//     lock away (its Work's ctx ends, cause ErrCancelled); RetryNow makes a
+//     finished or waiting job due now. InsertOptions.Unique inserts nothing
+//     when a job with the same key (kind, arguments, period) is in the
+//     states it names, and returns that job's id (River's unique jobs).
+//     Finished jobs are kept for their outcome's retention
+//     (RetainCompletedDefault a day, RetainCancelledDefault a day,
+//     RetainDiscardedDefault a week, or RetainForever), then removed in
+//     pages by the sweeper of every Runtime working the kind (Runtime.Sweep,
+//     every SweepPeriod). The job's data is an envelope of its arguments and
+//     attempts (JobOutcome reads it); the last ErrorHistoryMax errors are
+//     kept. An attempt whose node died is not counted: the activity monitor
+//     hands the job back as it was. WorkMiddleware (RuntimeOptions and
+//     WorkerOptions.Middleware) wraps each attempt, and insert hooks
+//     (AddInsertHook) run in the transactions of Insert and InsertMany.
 //
 // # Key layout
 //
@@ -236,6 +235,10 @@
 //	                              (Kind, Partition)
 //	(31, Kind, Partition, Since, JobID) PARTITION_QUEUE: "" — the waiting
 //	                              jobs in the order they came
+//	(32, Kind)                    FAIR: "" while the kind's fair shares are on
+//	(33, Kind, Partition)         WEIGHT: (Weight) — SetPartitionWeight's
+//	(34, Kind, Partition)         TAG: int64 LE — the partition's last fair
+//	                              tag, ns (atomic max by insert pages)
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15 and 16 came without a new layout: a
@@ -413,50 +416,48 @@
 //
 // # Partitions
 //
-// A job inserted with InsertOptions.Partition (kept in its envelope) belongs
-// to that partition of its kind; SetPartitionLimit lets at most N jobs of
-// one partition run at once across every Runtime. Before calling the
-// workers, a Runtime's fetcher claims places for the jobs it took, in one
-// transaction per fetch fenced by each job's lock (Client.claimPartitions),
-// one at a time on a Runtime (its fetchers' claims would conflict; and a
-// limited partition's jobs share a shard, so one node mostly claims them): it reads
-// the limit and each partition's PARTITION_COUNT (a snapshot read: the ends
-// that take from it do not conflict with claims) and hint. A count below N
-// grants the place: the claim writes the job's entry and adds to the count
-// (and clears its waiting entries when the hint is set). A count
-// absent, below 0, or at N makes the claim read the PARTITION_RUNNING
-// entries instead (N + 32 at most) and, when they reach N, the rows of their
-// jobs, clearing the entries of jobs no longer running; having read them all
-// it sets the count to them. With fewer than N entries then it writes the
-// job's entry; an entry of its own counts as a place. Otherwise it writes
-// the job's PARTITION_WAITING entry (its value counts the looks that found
-// the partition full) and sends the job back to the queue until the kind's
-// Timeout from now, doubled per earlier look up to PartitionRecheckMax
-// (FinishAt: not an attempt), and adds to the partition's PARTITION_HINT.
-// Every end a Runtime writes (endBatchIn, CompleteTx's too) clears the job's
-// entry, taking one from the count when it was there, and, when the hint is
-// set, in the same transaction moves the pending job that has waited
-// longest (PARTITION_QUEUE, 8 looked at, then entries of an earlier
-// version; those of jobs gone are cleared; none left clears the hint) to
-// now, so the waiter claims the freed place as soon as an acceptor takes
-// it: the waiting jobs of a partition get its places in the order they
-// came. A job taken from its Runtime without an end
-// it wrote (cancelled, removed, its hold lapsed) gives its place back in a
-// transaction of its own unless it runs again elsewhere (releasePartition).
-// A raised or cleared limit moves every waiting job to now, a page of 200
-// per transaction (wakeWaiting). A limit of starts per second (PerSecond)
-// is a generic cell rate per partition, a token bucket kept as one time,
-// PARTITION_STARTS, read and written by the claims (takeStart): each start
-// moves it on by 1/PerSecond from it or from now, whichever is later, and
-// a start is free while it is within (max(1, PerSecond) - 1)/PerSecond of
-// now (the clock of the claiming node: skew between nodes moves starts by
-// as much). A job that finds no start free goes back to the queue (not an
-// attempt) until the next one, the jobs of one claim a start apart, at
-// most PartitionRecheckMax later; it takes no place until it has a start,
-// and a job whose place is its own already still takes one. The ranges
-// read are the tuple subspaces of (Kind, Partition), so that a partition
-// whose name extends another's ("p\x00", "p") is apart from it. A run
-// loop of the caller's own uses ClaimPlaces and LeavePlaces.
+// A job inserted with InsertOptions.Partition (kept in its envelope) belongs to
+// that partition of its kind; SetPartitionLimit lets at most N jobs of one
+// partition run at once across every Runtime. Before calling the workers, a
+// Runtime's fetcher claims places for the jobs it took, in one transaction per
+// fetch fenced by each job's lock (Client.claimPartitions), one at a time on a
+// Runtime (its fetchers' claims would conflict; and a limited partition's jobs
+// share a shard, so one node mostly claims them): it reads the limit and each
+// partition's PARTITION_COUNT (a snapshot read: the ends that take from it do
+// not conflict with claims) and hint. A count below N grants the place: the
+// claim writes the job's entry and adds to the count (and clears its waiting
+// entries when the hint is set). A count absent, below 0, or at N makes the
+// claim read the PARTITION_RUNNING entries instead (N + 32 at most) and, when
+// they reach N, the rows of their jobs, clearing the entries of jobs no longer
+// running; having read them all it sets the count to them. With fewer than N
+// entries then it writes the job's entry; an entry of its own counts as a
+// place. Otherwise it writes the job's PARTITION_WAITING entry (its value
+// counts the looks that found the partition full) and sends the job back to the
+// queue until the kind's Timeout from now, doubled per earlier look up to
+// PartitionRecheckMax (FinishAt: not an attempt), and adds to the partition's
+// PARTITION_HINT. Every end a Runtime writes (endBatchIn, CompleteTx's too)
+// clears the job's entry, taking one from the count when it was there, and,
+// when the hint is set, in the same transaction moves the pending job that has
+// waited longest (PARTITION_QUEUE, 8 looked at, then entries of an earlier
+// version; those of jobs gone are cleared; none left clears the hint) to now,
+// so the waiter claims the freed place as soon as an acceptor takes it: the
+// waiting jobs of a partition get its places in the order they came. A job
+// taken from its Runtime without an end it wrote (cancelled, removed, its hold
+// lapsed) gives its place back in a transaction of its own unless it runs again
+// elsewhere (releasePartition). A raised or cleared limit moves every waiting
+// job to now, a page of 200 per transaction (wakeWaiting). A limit of starts
+// per second (PerSecond) is a generic cell rate per partition, a token bucket
+// kept as one time, PARTITION_STARTS, read and written by the claims
+// (takeStart): each start moves it on by 1/PerSecond from it or from now,
+// whichever is later, and a start is free while it is within (max(1, PerSecond)
+// - 1)/PerSecond of now (the clock of the claiming node: skew between nodes
+// moves starts by as much). A job that finds no start free goes back to the
+// queue (not an attempt) until the next one, the jobs of one claim a start
+// apart, at most PartitionRecheckMax later; it takes no place until it has a
+// start, and a job whose place is its own already still takes one. The ranges
+// read are the tuple subspaces of (Kind, Partition), so that a partition whose
+// name extends another's ("p\x00", "p") is apart from it. A run loop of the
+// caller's own uses ClaimPlaces and LeavePlaces.
 //
 // Invariant: at any moment the jobs of one partition that run past their
 // claim are at most the limit in force at their claims: each claim decides,
@@ -497,6 +498,20 @@
 // claims of a kind one at a time. Waiting jobs cost an accept and a claim
 // each per wake or look.
 // Order among a partition's waiters is their job ids', not their arrival.
+//
+// # Fair shares
+//
+// With SetFairShare, Insert's due partitioned jobs are queued by start-time
+// fair queueing (fair.go): an insert page reads where the queue is served
+// (the median tag of its shards' first due jobs), and each partition's
+// WEIGHT and TAG; a job's tag is the later of the two plus 1 µs / weight,
+// its scheduled time the tag's TimeUnit, its drawn id starts with the tag:
+// the queue's order is the tags'. Invariant: among partitions with jobs
+// waiting, each one's jobs lie in that order as densely as its weight,
+// whatever their rates, so a shard's starts go to them by weight; one that
+// had none starts where the queue is. TestFairShareModel checks shares and
+// order over simulated time. Cost: per such page, a snapshot read of each
+// shard's head, two per partition and an atomic max; no conflict.
 //
 // # Leases
 //
@@ -655,26 +670,25 @@
 //
 // # Failure behaviour and idempotence
 //
-// Every transaction is small and retried by the kv retry loop, including
-// after commit_unknown_result, when the previous attempt may have
-// committed. Each operation gives the same outcome when its transaction
-// body runs again after committing, even when other clients changed the
-// job in between: Accept finds the lease of its token among those written
-// since its first attempt's read version and returns the jobs it still
-// holds; Update sees the heartbeat its earlier attempt wrote (the seq
-// moved under its own lock) and writes no second one; Finish and FinishAt
-// recognise their own commit through PrevToken and write nothing more (a
-// job another client moved since stays where it is); Add and Resubmit recognise their own add
-// token in the row and do not resubmit a job their first attempt enqueued
-// and a worker took since (the pages of one AddBatch share one token);
-// Remove reports success when an earlier attempt removed the job, and
-// leaves alone a job added again since. Operations that
-// join a caller's transaction run once per call of the caller's function:
-// a caller whose function may run again after committing must make its
-// own calls idempotent (for example, Add only if JobState says
-// ErrNotFound, and treat ErrNotFound from Remove as done); Finish and
-// FinishAt are safe to repeat there too (the row records the lock that finished it), and a
-// repeated Update only writes one more heartbeat.
+// Every transaction is small and retried by the kv retry loop, including after
+// commit_unknown_result, when the previous attempt may have committed. Each
+// operation gives the same outcome when its transaction body runs again after
+// committing, even when other clients changed the job in between: Accept finds
+// the lease of its token among those written since its first attempt's read
+// version and returns the jobs it still holds; Update sees the heartbeat its
+// earlier attempt wrote (the seq moved under its own lock) and writes no second
+// one; Finish and FinishAt recognise their own commit through PrevToken and
+// write nothing more (a job another client moved since stays where it is); Add
+// and Resubmit recognise their own add token in the row and do not resubmit a
+// job their first attempt enqueued and a worker took since (the pages of one
+// AddBatch share one token); Remove reports success when an earlier attempt
+// removed the job, and leaves alone a job added again since. Operations that
+// join a caller's transaction run once per call of the caller's function: a
+// caller whose function may run again after committing must make its own calls
+// idempotent (for example, Add only if JobState says ErrNotFound, and treat
+// ErrNotFound from Remove as done); Finish and FinishAt are safe to repeat
+// there too (the row records the lock that finished it), and a repeated Update
+// only writes one more heartbeat.
 //
 // The activity monitor, the notifier and FoldJobs size their batches by
 // AIMD with a kv.Batch: a transaction_too_large, retryable error or
@@ -683,18 +697,4 @@
 // a batch that its byte budget ended sets the next one's size, and
 // kv.BatchAttemptsDefault failed batches in a row end the loop with the
 // last error.
-//
-// # Differences from couch_jobs
-//
-// Types and job ids are strings. Data is any JSON value. Scheduled times
-// must be non-negative. Resubmit with nil data keeps the data, and the
-// Go Resubmit takes the scheduled time explicitly (couch_jobs' resubmit/2
-// moved the job to 2^36). A worker resubmits its own job with FinishAt,
-// fenced by its lock: Resubmit checks no lock, so Resubmit then Finish run
-// again after their commit would move a job another client had moved
-// since. An Accept without a maximum scheduled time takes
-// the jobs due now, not every job scheduled up to 2^36. Unsubscribe really drops queued events, and
-// WaitState keeps its filter. Every Subscribe returns a new Subscription.
-// There is no activity clock or index per running job: leases per batch,
-// and notifiers that watch the subscribed jobs.
 package fdbjobs

@@ -138,6 +138,9 @@ func (c *Client) InsertMany(ctx context.Context, tx kv.Transactor, jobs []Insert
 	if err := c.add(ctx, tx, kind, batch, len(batch) > 1, c.insertHook(ctx, kind)); err != nil {
 		return nil, err
 	}
+	for i, j := range batch {
+		ids[i] = j.ID // a fair kind's drawn ids carry their places
+	}
 	c.metrics.Load().count(metricInserted, kind, len(ids))
 	return ids, nil
 }
@@ -182,7 +185,7 @@ func (c *Client) newJob(args JobArgs, opts InsertOptions, now time.Time) (NewJob
 	if at := opts.ScheduledAt; at.After(now) {
 		stime = c.cfg.stime(at)
 	}
-	return NewJob{ID: id, Data: data, ScheduledTime: stime, Fresh: fresh, Priority: opts.Priority, Partition: opts.Partition}, a, nil
+	return NewJob{ID: id, Data: data, ScheduledTime: stime, Fresh: fresh, Priority: opts.Priority, Partition: opts.Partition, drawnID: fresh}, a, nil
 }
 
 // insertUnique is Insert with opts.Unique: in one transaction, the key's
@@ -235,7 +238,8 @@ func (c *Client) insertUnique(ctx context.Context, tx kv.Transactor, args JobArg
 	if err != nil {
 		return InsertResult{}, err
 	}
-	nj.Fresh = false // read: an id of the caller's may exist
+	nj.Fresh = false   // read: an id of the caller's may exist
+	nj.drawnID = false // the index entry names it
 	res, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (InsertResult, error) {
 		v, err := tr.Get(key).Get()
 		if err != nil {

@@ -41,6 +41,9 @@ const (
 	keyPartClaim       = 29 // (29, Kind, Partition): conflict ranges only, never written
 	keyPartStarts      = 30 // (30, Kind, Partition) -> int64 LE: the theoretical time of the next start, µs
 	keyPartQueue       = 31 // (31, Kind, Partition, Since, JobID) -> "": the waiting jobs in the order they came
+	keyFair            = 32 // (32, Kind) -> "": the kind's fair shares are on
+	keyPartWeight      = 33 // (33, Kind, Partition) -> (Weight)
+	keyPartTag         = 34 // (34, Kind, Partition) -> int64 LE: the partition's last fair tag, ns
 )
 
 // State is a job's state.

@@ -1,0 +1,288 @@
+package fdbjobs
+
+// Fair shares (see doc.go, "Fair shares"): a kind's starts shared between
+// its partitions in proportion to their weights, by start-time fair
+// queueing of each due job's scheduled time when it is inserted.
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/tuple"
+)
+
+const (
+	// PartitionWeightDefault is the weight of a partition no
+	// SetPartitionWeight named.
+	PartitionWeightDefault = 1
+	// PartitionWeightMax bounds SetPartitionWeight's weight.
+	PartitionWeightMax = 1000
+	// fairStep is how far one due job of a partition of weight 1 moves its
+	// partition's tag, in ns (weight w: fairStep / w): a partition whose
+	// due jobs come faster than a million per second and weight has its
+	// tags run ahead of the clock, and its jobs then queue at now, in the
+	// order they came (see fairTags).
+	fairStep = 1000
+)
+
+func (k keys) fairKey(kind string) kv.Key { return k.root.Pack(tuple.Tuple{keyFair, kind}) }
+
+func (k keys) partWeightKey(kind, part string) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyPartWeight, kind, part})
+}
+
+func (k keys) partTagKey(kind, part string) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyPartTag, kind, part})
+}
+
+// SetFairShare turns kind's fair shares between partitions on or off.
+// With them on, the jobs Insert adds due now with a partition
+// (InsertOptions.Partition) are queued so that, while the kind has more
+// due jobs than its Runtimes start, each partition with jobs waiting gets
+// a share of the starts in proportion to its weight (SetPartitionWeight;
+// 1 by default), whatever the rates at which the partitions insert: a
+// partition that inserts a thousand jobs does not make the next
+// partition's job wait behind them. A job's ScheduledTime is then its
+// place in that order, at or before the time it was inserted. Jobs without
+// a partition, and jobs scheduled later, are queued by their time as
+// before. Off by default: each insert page with partitioned jobs reads the
+// head of every queue shard of the kind, and each partition's tag, and
+// writes the tag. Changes apply to the jobs inserted after them. tx may
+// be nil, a Database or a caller's Transaction.
+func (c *Client) SetFairShare(ctx context.Context, tx kv.Transactor, kind string, on bool) error {
+	if err := checkName("kind", kind); err != nil {
+		return err
+	}
+	_, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (struct{}, error) {
+		if on {
+			tr.Set(c.k.fairKey(kind), nil)
+		} else {
+			tr.Clear(c.k.fairKey(kind))
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// GetFairShare reports whether kind's fair shares are on.
+func (c *Client) GetFairShare(ctx context.Context, tx kv.ReadTransactor, kind string) (bool, error) {
+	if err := checkName("kind", kind); err != nil {
+		return false, err
+	}
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (bool, error) {
+		v, err := tr.Get(c.k.fairKey(kind)).Get()
+		return v != nil, err
+	})
+}
+
+// SetPartitionWeight sets partition's weight in kind's fair shares (see
+// SetFairShare), from 1 to PartitionWeightMax; 0 gives it back the
+// default, PartitionWeightDefault. It applies to the jobs inserted after
+// it. tx may be nil, a Database or a caller's Transaction.
+func (c *Client) SetPartitionWeight(ctx context.Context, tx kv.Transactor, kind, partition string, weight int) error {
+	if err := checkName("kind", kind); err != nil {
+		return err
+	}
+	if err := checkPartition(partition); err != nil {
+		return err
+	}
+	if partition == "" {
+		return fmt.Errorf("%w: a weight for the empty partition (jobs without a partition have no share)", ErrInvalidArgument)
+	}
+	if weight < 0 || weight > PartitionWeightMax {
+		return fmt.Errorf("%w: weight %d outside [1, %d] (0: the default, %d)", ErrInvalidArgument, weight, PartitionWeightMax, PartitionWeightDefault)
+	}
+	_, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (struct{}, error) {
+		if weight == 0 {
+			tr.Clear(c.k.partWeightKey(kind, partition))
+		} else {
+			tr.Set(c.k.partWeightKey(kind, partition), tuple.Tuple{int64(weight)}.Pack())
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// GetPartitionWeight returns partition's weight in kind's fair shares.
+func (c *Client) GetPartitionWeight(ctx context.Context, tx kv.ReadTransactor, kind, partition string) (int, error) {
+	if err := checkName("kind", kind); err != nil {
+		return 0, err
+	}
+	if err := checkPartition(partition); err != nil {
+		return 0, err
+	}
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (int, error) {
+		v, err := tr.Get(c.k.partWeightKey(kind, partition)).Get()
+		if err != nil {
+			return 0, err
+		}
+		return decodeWeight(v), nil
+	})
+}
+
+// decodeWeight reads a WEIGHT value; absent or not understood is the
+// default.
+func decodeWeight(v []byte) int {
+	if t, err := tuple.Unpack(v); err == nil && len(t) == 1 {
+		if w, ok := intElem(t[0]); ok && w >= 1 && w <= PartitionWeightMax {
+			return int(w)
+		}
+	}
+	return PartitionWeightDefault
+}
+
+// fairQueue places the new due partitioned jobs of an insert page of a
+// kind whose fair shares are on in its fair order (start-time fair
+// queueing, Goyal et al.): a partition's tag moves by fairStep / weight
+// per job from the later of its last tag and where the queue is being
+// served (queueHead), so that among the partitions with jobs waiting each
+// one's jobs lie as densely in the queue's order as its weight, and a
+// partition that had none starts where the queue is. The tags are ns; a
+// job's scheduled time is its tag in TimeUnits, rounded down, and its id
+// (when Insert drew it) starts with the tag, so that the queue's order,
+// by scheduled time and then id, is the tags' (tags run ahead of the
+// clock, where now bounds the scheduled time, only when a partition has
+// over a million due jobs per unit of weight waiting). The reads are
+// snapshots (two inserts of one partition at once may share tags, which
+// only ties their jobs), the tags' writes atomic maxima: it adds no
+// conflict.
+type fairQueue struct {
+	kind  string
+	now   int64 // in TimeUnits
+	unit  int64 // ns
+	parts map[string]*fairPartition
+}
+
+type fairPartition struct {
+	weight int64
+	tag    int64 // the last, ns
+	moved  bool
+}
+
+// fairShares returns the fairQueue of an insert page of jobs of kind
+// (whose type information ti holds its lanes), nil when kind's fair
+// shares are off or no job is partitioned and due.
+func (c *Client) fairShares(tr kv.Transaction, kind string, jobs []NewJob, ti typeInfo) (*fairQueue, error) {
+	snap := tr.Snapshot()
+	now := c.cfg.now()
+	type reads struct{ weight, tag kv.FutureByteSlice }
+	rs := map[string]reads{}
+	for _, j := range jobs {
+		if _, ok := rs[j.Partition]; !ok && j.Partition != "" && j.ScheduledTime <= now {
+			rs[j.Partition] = reads{snap.Get(c.k.partWeightKey(kind, j.Partition)), snap.Get(c.k.partTagKey(kind, j.Partition))}
+		}
+	}
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	on, err := snap.Get(c.k.fairKey(kind)).Get()
+	if err != nil || on == nil {
+		return nil, err
+	}
+	q := &fairQueue{kind: kind, now: now, unit: int64(c.cfg.TimeUnit), parts: map[string]*fairPartition{}}
+	floor, err := c.queueHead(snap, kind, ti.lanes.all(ti.high), now, q.unit)
+	if err != nil {
+		return nil, err
+	}
+	for name, r := range rs {
+		wv, err := r.weight.Get()
+		if err != nil {
+			return nil, err
+		}
+		tv, err := r.tag.Get()
+		if err != nil {
+			return nil, err
+		}
+		q.parts[name] = &fairPartition{weight: int64(decodeWeight(wv)), tag: max(floor, kv.DecodeInt64(tv))}
+	}
+	return q, nil
+}
+
+// place returns the scheduled time of new job j (stime when j is not
+// partitioned or not due) and, for a job whose id Insert drew, the id to
+// give it instead: its tag in 16 hex digits, then 16 random ones, so that
+// the jobs of one scheduled time, which the queue orders by id, start in
+// the order of their tags too.
+func (q *fairQueue) place(j NewJob, stime int64) (int64, string) {
+	p := q.parts[j.Partition]
+	if p == nil || stime > q.now {
+		return stime, ""
+	}
+	if p.tag <= math.MaxInt64-fairStep {
+		p.tag += fairStep / p.weight
+	}
+	p.moved = true
+	stime = min(q.now, p.tag/q.unit)
+	if !j.drawnID {
+		return stime, ""
+	}
+	return stime, fmt.Sprintf("%016x", p.tag) + randomHex()[:16]
+}
+
+// tagOf reads the tag a fair job's id carries (place), given the job's
+// scheduled time: ok is false for an id that does not carry one.
+func tagOf(id string, stime, unit int64) (tag int64, ok bool) {
+	if len(id) != 32 {
+		return 0, false
+	}
+	t, err := strconv.ParseUint(id[:16], 16, 63)
+	if err != nil || int64(t) < stime*unit { // a scheduled time at or before its tag's
+		return 0, false
+	}
+	return int64(t), true
+}
+
+// write records the partitions' tags the page moved.
+func (q *fairQueue) write(tr kv.Transaction, k keys) {
+	for name, p := range q.parts {
+		if p.moved {
+			tr.Max(k.partTagKey(q.kind, name), binary.LittleEndian.AppendUint64(nil, uint64(p.tag)))
+		}
+	}
+}
+
+// queueHead is where kind's queue is being served, in ns: the median of
+// the tags of its queue shards' first due jobs (read as snapshots), each
+// the tag its id carries, which is ahead of now when the partitions' tags
+// ran ahead of the clock, or else its scheduled time's; now's when no job
+// is due. The acceptors serve the shards one at a time, so that their
+// heads spread: a shard left behind a while must not put a partition that
+// comes back in front of every other shard's jobs, nor one served ahead
+// put it behind them.
+func (c *Client) queueHead(snap kv.ReadTransaction, kind string, qs []int64, now, unit int64) (int64, error) {
+	futs := make([]kv.RangeResult, len(qs))
+	for i, q := range qs {
+		futs[i] = snap.GetRange(prefixRange(c.k.pending, tuple.Tuple{kind, q}), kv.RangeOptions{Limit: 1})
+	}
+	var heads []int64
+	for _, f := range futs {
+		kvs, err := f.GetSliceWithError()
+		if err != nil {
+			return 0, err
+		}
+		if len(kvs) == 0 {
+			continue
+		}
+		t, err := c.k.pending.Unpack(kvs[0].Key)
+		if err != nil || len(t) != 4 {
+			return 0, fmt.Errorf("fdbjobs: bad pending key %s", kvs[0].Key)
+		}
+		st, _ := intElem(t[2])
+		id, _ := t[3].(string)
+		if tag, ok := tagOf(id, st, unit); ok && st <= now {
+			heads = append(heads, tag) // ahead of now when tags ran ahead of the clock
+		} else if st <= now {
+			heads = append(heads, st*unit)
+		}
+	}
+	if len(heads) == 0 {
+		return now * unit, nil
+	}
+	slices.Sort(heads)
+	return heads[(len(heads)-1)/2], nil
+}
