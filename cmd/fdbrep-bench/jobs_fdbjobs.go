@@ -32,6 +32,9 @@ type fdbjobsRun struct {
 	// beforeWork, when set, is called at the start of a burn-down's work
 	// phase.
 	beforeWork func()
+	// fairStarts counts the starts of a burn-down's first half by weight
+	// (-fair), weight w at w-1.
+	fairStarts [4]atomic.Int64
 }
 
 // node is one of a run's Clients and its counters.
@@ -118,6 +121,13 @@ func (s *fdbjobsRun) insertJobs(typ, prefix string, from, n int) error {
 					return
 				}
 				end := min(n, start+s.o.insertBatch)
+				if s.o.fair {
+					if err := s.insertFair(typ, from+start, from+end); err != nil {
+						errc <- err
+						return
+					}
+					continue
+				}
 				batch = batch[:0]
 				for i := from + start; i < from+end; i++ {
 					// Numbered once per store and type: new by construction,
@@ -150,6 +160,25 @@ func (s *fdbjobsRun) insertJobs(typ, prefix string, from, n int) error {
 	close(errc)
 	return <-errc
 }
+
+// insertFair inserts the jobs numbered [from, to) of typ with InsertMany,
+// job i in partition i mod -partitions (-fair: the ids are drawn, so that
+// they carry the jobs' places in the fair order).
+func (s *fdbjobsRun) insertFair(typ string, from, to int) error {
+	jobs := make([]fdbjobs.InsertJob, 0, to-from)
+	for i := from; i < to; i++ {
+		var args fdbjobs.JobArgs = burnArgs{Num: i}
+		if typ == continuousType {
+			args = continuousArgs{Num: i}
+		}
+		jobs = append(jobs, fdbjobs.InsertJob{Args: args, Opts: fdbjobs.InsertOptions{Partition: "p" + strconv.Itoa(i%s.o.partitions)}})
+	}
+	_, err := s.c.InsertMany(s.ctx, nil, jobs)
+	return err
+}
+
+// fairWeight is partition i's weight with -fair.
+func fairWeight(i int) int { return i%4 + 1 }
 
 // benchArgs are the arguments of the benchmark's jobs on the Runtime, one
 // type per kind: a number, as River's side has (its benchArgs).
@@ -203,7 +232,14 @@ func (s *fdbjobsRun) workRuntime(ctx context.Context, typ string, wait bool, don
 		var err error
 		switch typ {
 		case burnType:
-			err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[burnArgs](func(ctx context.Context, _ *fdbjobs.Work[burnArgs]) error { s.o.sleep(ctx); count(); return nil }), opts)
+			err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[burnArgs](func(ctx context.Context, w *fdbjobs.Work[burnArgs]) error {
+				if s.o.fair && done.Load() < want/2 {
+					s.fairStarts[fairWeight(w.Args.Num%s.o.partitions)-1].Add(1)
+				}
+				s.o.sleep(ctx)
+				count()
+				return nil
+			}), opts)
 		case continuousType:
 			err = fdbjobs.AddWorker(ws, fdbjobs.WorkFunc[continuousArgs](func(ctx context.Context, _ *fdbjobs.Work[continuousArgs]) error { s.o.sleep(ctx); count(); return nil }), opts)
 		default:
@@ -332,6 +368,9 @@ func (s *fdbjobsRun) burnDown(n int, cpuProfile string) (runResult, error) {
 	}
 	if res.worked != int64(n) {
 		return runResult{}, fmt.Errorf("burn-down worked %d jobs, want %d", res.worked, n)
+	}
+	if s.o.fair {
+		s.printFairShares()
 	}
 	res.cost = s.db.cost().sub(cost0)
 	res.concurrency = s.concurrency
@@ -540,4 +579,24 @@ func mean(d []time.Duration) time.Duration {
 		sum += x
 	}
 	return sum / time.Duration(max(1, len(d)))
+}
+
+// printFairShares prints the shares of a burn-down's first half of starts
+// by weight (-fair), beside the weights' shares: every partition has jobs
+// waiting throughout, its jobs inserted at the same rate as the others'.
+func (s *fdbjobsRun) printFairShares() {
+	var weights [4]int
+	for i := range s.o.partitions {
+		weights[fairWeight(i)-1] += fairWeight(i)
+	}
+	total, sum := int64(0), 0
+	for w := range 4 {
+		total += s.fairStarts[w].Load()
+		sum += weights[w]
+	}
+	fmt.Printf("  fair shares of the first half's starts by weight:")
+	for w := range 4 {
+		fmt.Printf(" %d: %.1f%% (weights' %.1f%%);", w+1, 100*float64(s.fairStarts[w].Swap(0))/float64(max(1, total)), 100*float64(weights[w])/float64(max(1, sum)))
+	}
+	fmt.Println()
 }
