@@ -166,14 +166,14 @@ type fairPartition struct {
 
 // fairShares returns the fairQueue of an insert page of jobs of kind
 // (whose type information ti holds its lanes), nil when kind's fair
-// shares are off or no job is partitioned and due.
+// shares are off or no job is partitioned, due and of a drawn id.
 func (c *Client) fairShares(tr kv.Transaction, kind string, jobs []NewJob, ti typeInfo) (*fairQueue, error) {
 	snap := tr.Snapshot()
 	now := c.cfg.now()
 	type reads struct{ weight, tag kv.FutureByteSlice }
 	rs := map[string]reads{}
 	for _, j := range jobs {
-		if _, ok := rs[j.Partition]; !ok && j.Partition != "" && j.ScheduledTime <= now {
+		if _, ok := rs[j.Partition]; !ok && j.Partition != "" && j.ScheduledTime <= now && j.drawnID {
 			rs[j.Partition] = reads{snap.Get(c.k.partWeightKey(kind, j.Partition)), snap.Get(c.k.partTagKey(kind, j.Partition))}
 		}
 	}
@@ -203,25 +203,21 @@ func (c *Client) fairShares(tr kv.Transaction, kind string, jobs []NewJob, ti ty
 	return q, nil
 }
 
-// place returns the scheduled time of new job j (stime when j is not
-// partitioned or not due) and, for a job whose id Insert drew, the id to
-// give it instead: its tag in 16 hex digits, then 16 random ones, so that
-// the jobs of one scheduled time, which the queue orders by id, start in
-// the order of their tags too.
+// place returns the scheduled time of new job j and the id to give it
+// instead of the one Insert drew: its tag in 16 hex digits, then 16
+// random ones, so that the jobs of one scheduled time, which the queue
+// orders by id, start in the order of their tags too. A job that is not
+// partitioned, not due, or whose id is the caller's keeps stime and id.
 func (q *fairQueue) place(j NewJob, stime int64) (int64, string) {
 	p := q.parts[j.Partition]
-	if p == nil || stime > q.now {
+	if p == nil || stime > q.now || !j.drawnID {
 		return stime, ""
 	}
 	if p.tag <= math.MaxInt64-fairStep {
 		p.tag += fairStep / p.weight
 	}
 	p.moved = true
-	stime = min(q.now, p.tag/q.unit)
-	if !j.drawnID {
-		return stime, ""
-	}
-	return stime, fmt.Sprintf("%016x", p.tag) + randomHex()[:16]
+	return min(q.now, p.tag/q.unit), fmt.Sprintf("%016x", p.tag) + randomHex()[:16]
 }
 
 // tagOf reads the tag a fair job's id carries (place), given the job's

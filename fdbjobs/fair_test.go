@@ -175,3 +175,38 @@ func TestFairShareBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, PartitionWeightDefault, w, "0 gives the default back")
 }
+
+// Insert's drawn ids carry a fair kind's order (unique inserts too: the
+// duplicate found is the job inserted); ids of the caller's, AddBatch's
+// jobs and jobs scheduled later keep their ids and times.
+func TestFairShareIDs(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.c.SetFairShare(b.ctx, nil, t1, true))
+	now := b.c.cfg.now()
+	first, err := b.c.Insert(b.ctx, nil, fairArgs{N: 1}, InsertOptions{Partition: "a"})
+	require.NoError(t, err)
+	u := InsertOptions{Partition: "a", Unique: UniqueOpts{ByArgs: true}}
+	unique, err := b.c.Insert(b.ctx, nil, fairArgs{N: 2}, u)
+	require.NoError(t, err)
+	again, err := b.c.Insert(b.ctx, nil, fairArgs{N: 2}, u)
+	require.NoError(t, err)
+	require.True(t, again.Duplicate)
+	require.Equal(t, unique.ID, again.ID)
+	for _, id := range []string{first.ID, unique.ID} {
+		st := b.stime(t, t1, id)
+		tag, ok := tagOf(id, st, int64(b.c.cfg.TimeUnit))
+		require.True(t, ok, id)
+		require.Equal(t, st, tag/int64(b.c.cfg.TimeUnit))
+	}
+	require.Less(t, first.ID, unique.ID, "the later job of a partition has the later tag")
+
+	own, err := b.c.Insert(b.ctx, nil, fairArgs{N: 3}, InsertOptions{Partition: "a", ID: "mine"})
+	require.NoError(t, err)
+	require.Equal(t, "mine", own.ID)
+	require.Equal(t, now, b.stime(t, t1, "mine"))
+	later, err := b.c.Insert(b.ctx, nil, fairArgs{N: 4}, InsertOptions{Partition: "a", ScheduledAt: b.clock.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	require.Equal(t, now+3600, b.stime(t, t1, later.ID))
+	require.NoError(t, b.c.AddBatch(b.ctx, nil, t1, []NewJob{{ID: "batch", Partition: "a", ScheduledTime: now}}))
+	require.Equal(t, now, b.stime(t, t1, "batch"))
+}

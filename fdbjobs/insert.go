@@ -238,8 +238,7 @@ func (c *Client) insertUnique(ctx context.Context, tx kv.Transactor, args JobArg
 	if err != nil {
 		return InsertResult{}, err
 	}
-	nj.Fresh = false   // read: an id of the caller's may exist
-	nj.drawnID = false // the index entry names it
+	nj.Fresh = false // read: an id of the caller's may exist
 	res, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (InsertResult, error) {
 		v, err := tr.Get(key).Get()
 		if err != nil {
@@ -265,9 +264,12 @@ func (c *Client) insertUnique(ctx context.Context, tx kv.Transactor, args JobArg
 				}
 			}
 		}
-		if _, err := c.addPage(tr, kind, []NewJob{nj}, [][]byte{d}, token, false, false, c.insertHook(ctx, kind)); err != nil {
+		page := []NewJob{nj}
+		if _, err := c.addPage(tr, kind, page, [][]byte{d}, token, false, false, c.insertHook(ctx, kind)); err != nil {
 			return InsertResult{}, err
 		}
+		nj = page[0] // a fair kind's drawn id carries its place, from now on
+
 		tr.Set(key, tuple.Tuple{nj.ID, period}.Pack())
 		return InsertResult{ID: nj.ID}, nil
 	})
