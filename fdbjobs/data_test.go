@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
 // SetData changes the data of a job that no worker holds and nothing
@@ -90,9 +92,19 @@ func TestSetDataConflictsWithAccept(t *testing.T) {
 	b := setup(t)
 	b.start(t)
 	b.add(t, t1, j1, `{"v":1}`, 0)
-	tr, err := b.db.CreateTransaction()
+	// The test's own transaction, committed after the Accept: its reads
+	// are tried again on an error the faults pass injects.
+	var tr kv.Transaction
+	var err error
+	for attempt := 0; ; attempt++ {
+		tr, err = b.db.CreateTransaction()
+		require.NoError(t, err)
+		if err = b.c.SetData(b.ctx, tr, t1, j1, raw(`{"v":2}`)); err == nil || attempt == 20 || !kv.IsRetryable(err) {
+			break
+		}
+		tr.Cancel()
+	}
 	require.NoError(t, err)
-	require.NoError(t, b.c.SetData(b.ctx, tr, t1, j1, raw(`{"v":2}`)))
 	j := b.accept(t, t1)
 	require.Equal(t, j1, j.ID)
 	_, err = tr.Commit().Get()

@@ -162,11 +162,22 @@ func TestWebhookEndConflictsWithAChange(t *testing.T) {
 	_, _, _, err = w.Ack(ctx, d, c, true)
 	require.NoError(t, err)
 
-	end, err := db.CreateTransaction()
-	require.NoError(t, err)
-	ended, err := w.EndDelivery(end, d, func(tr kv.Transaction) error {
-		return s.jobs.Finish(ctx, tr, job, nil)
-	})
+	// The end's transaction is the test's own, to commit after the
+	// change: its reads are tried again on an error the faults pass
+	// injects, as a retry loop would.
+	var end kv.Transaction
+	var ended bool
+	for attempt := 0; ; attempt++ {
+		end, err = db.CreateTransaction()
+		require.NoError(t, err)
+		ended, err = w.EndDelivery(end, d, func(tr kv.Transaction) error {
+			return s.jobs.Finish(ctx, tr, job, nil)
+		})
+		if err == nil || attempt == 20 || !kv.IsRetryable(err) {
+			break
+		}
+		end.Cancel()
+	}
 	require.NoError(t, err)
 	require.True(t, ended, "the queue looked empty")
 	queueChange(t, s, "j", "u", StateCompleted) // commits first
