@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -14,12 +15,14 @@ import (
 // InsertOptions tune Insert and InsertMany. The zero value inserts a job
 // with a new id, due now, with its worker's MaxAttempts.
 type InsertOptions struct {
-	// ID is the job's id: empty draws a new one (32 hex digits). A job of
-	// the kind with this id is resubmitted, as Add does.
+	// ID is the job's id: empty draws a new one (32 hex digits, the first
+	// 16 its fair place in a kind with fair shares: SetFairShare). A job
+	// of the kind with this id is resubmitted, as Add does.
 	ID string
 	// ScheduledAt is when the job is due: zero is now, and so is a time
 	// in the past (a job is not due before it was inserted; the store's
-	// Config.TimeUnit rounds it, seconds by default).
+	// Config.TimeUnit rounds it, seconds by default); at most
+	// ScheduledAtMax.
 	ScheduledAt time.Time
 	// MaxAttempts overrides the worker's WorkerOptions.MaxAttempts for
 	// this job: zero keeps the worker's; at least 1 otherwise.
@@ -146,12 +149,25 @@ func (c *Client) InsertMany(ctx context.Context, tx kv.Transactor, jobs []Insert
 }
 
 // stime is t as a scheduled time: the TimeUnit it falls in, rounded up,
-// so that a job is never due before t.
+// so that a job is never due before t; the last one a time in ns holds
+// (ScheduledAtMax) for a later t.
 func (c Config) stime(t time.Time) int64 {
 	u := int64(c.TimeUnit)
+	if t.After(ScheduledAtMax) {
+		t = ScheduledAtMax
+	}
 	n := t.UnixNano()
-	return (n + u - 1) / u
+	q := n / u
+	if n%u > 0 {
+		q++
+	}
+	return q
 }
+
+// ScheduledAtMax is the latest InsertOptions.ScheduledAt, in 2262 (the
+// latest time of a Unix time in nanoseconds); a later retry or snooze waits
+// until it.
+var ScheduledAtMax = time.Unix(0, math.MaxInt64)
 
 // newJob is the job to add for args and opts, and its arguments' JSON.
 func (c *Client) newJob(args JobArgs, opts InsertOptions, now time.Time) (NewJob, []byte, error) {
@@ -182,6 +198,9 @@ func (c *Client) newJob(args JobArgs, opts InsertOptions, now time.Time) (NewJob
 		id, fresh = randomHex(), true
 	}
 	stime := c.cfg.now()
+	if opts.ScheduledAt.After(ScheduledAtMax) {
+		return NewJob{}, nil, fmt.Errorf("%w: ScheduledAt %v after %v, the latest it may be", ErrInvalidArgument, opts.ScheduledAt, ScheduledAtMax)
+	}
 	if at := opts.ScheduledAt; at.After(now) {
 		stime = c.cfg.stime(at)
 	}
