@@ -186,8 +186,10 @@ type NewJob struct {
 	// shard when it is resubmitted, retried or re-enqueued.
 	Partition string
 	// drawnID: Insert drew ID, which the add may replace by one that
-	// carries the job's place in its kind's fair order (fair.go), once.
+	// carries the job's place in its kind's fair order (fair.go), once;
+	// tag is that place (ns; 0: none), for the add's later attempts.
 	drawnID bool
+	tag     int64
 }
 
 // AddBatch is Add for up to MaxBatch jobs of typ (River's InsertMany).
@@ -417,15 +419,23 @@ func (c *Client) addPage(tr kv.Transaction, typ string, jobs []NewJob, datas [][
 			ti.lanes |= 1 << (j.Priority - PriorityHighest)
 		}
 		if v == nil {
-			stime := j.ScheduledTime
+			stime, prio := j.ScheduledTime, cmp.Or(j.Priority, PriorityHighest)
+			r := &row{data: datas[i], addToken: token, shard: queueShard(shardOf(shardKey(j, byPartition), ti.shards), prio)}
 			if fair != nil {
+				var placed bool
 				var id string
-				if stime, id = fair.place(j, stime); id != "" {
+				if stime, placed, id = fair.place(j, stime); id != "" {
 					// Drawn once: a later attempt adds the same job.
-					jobs[i].ID, jobs[i].drawnID, j.ID = id, false, id
+					tag, _ := tagOf(id, 0, 1)
+					jobs[i].ID, jobs[i].drawnID, jobs[i].tag, j.ID = id, false, tag, id
+				}
+				if placed {
+					r.shard = fairQueueShard(shardOf(shardKey(j, byPartition), ti.shards), prio)
+					c.k.useFairLane(tr, typ, ti, prio)
+					ti.lanes |= 1 << (fairLanes + prio - PriorityHighest)
 				}
 			}
-			c.k.enqueue(tr, typ, j.ID, &row{data: datas[i], addToken: token, shard: queueShard(shardOf(shardKey(j, byPartition), ti.shards), cmp.Or(j.Priority, PriorityHighest))}, stime)
+			c.k.enqueueIn(tr, typ, j.ID, r, stime)
 			enqueued = true
 			continue
 		}

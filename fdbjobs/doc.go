@@ -177,10 +177,10 @@
 //	                              versionstamp and an event's number in it)
 //	                              of the last event pruned (byte max), or
 //	                              past every event of DisableFeed's commit
-//	(20, Type)                    LANES: one byte, bit p-1 set once a job of
-//	                              priority p was added (atomic or); the
-//	                              lanes of the pending queue an accept reads
-//	                              (see "Priorities")
+//	(20, Type)                    LANES: one byte, bit p-1 (3+p: fair lane)
+//	                              set once a job of priority p was added
+//	                              (atomic or); the lanes of the pending queue
+//	                              an accept reads ("Priorities", "Fair shares")
 //	(21, Kind)                    LIMIT: (Running, PerSecondMicro) — the
 //	                              kind's cluster-wide limit (SetLimit; 0:
 //	                              none of that kind); read by the type-check
@@ -502,16 +502,16 @@
 // # Fair shares
 //
 // With SetFairShare, Insert's due partitioned jobs are queued by start-time
-// fair queueing (fair.go): an insert page reads where the queue is served
-// (the median tag of its shards' first due jobs), and each partition's
-// WEIGHT and TAG; a job's tag is the later of the two plus 1 µs / weight,
-// its scheduled time the tag's TimeUnit, its drawn id starts with the tag:
-// the queue's order is the tags'. Invariant: among partitions with jobs
-// waiting, each one's jobs lie in that order as densely as its weight,
-// whatever their rates, so a shard's starts go to them by weight; one that
-// had none starts where the queue is. TestFairShareModel checks shares and
-// order over simulated time. Cost: per such page, a snapshot read of each
-// shard's head, two per partition and an atomic max; no conflict.
+// fair queueing (fair.go): an insert page reads where the fair lanes are
+// served (the median tag of their first jobs), each partition's WEIGHT and
+// TAG; a job's tag is the later of the two plus 1 µs / weight, its
+// scheduled time the tag's TimeUnit, its drawn id starts with the tag, and
+// it waits in its shard's fair lane (3+p), which accepts take after the
+// jobs due by the clock (enqueued again, a job leaves it). Invariant: in a
+// fair lane each partition's jobs lie as densely as its weight, whatever
+// their rates, so its starts go by weight; one that had none starts where
+// the lane is (TestFairShareModel). Cost: per such page, reads of each
+// fair lane's head, two per partition and an atomic max; no conflict.
 //
 // # Leases
 //

@@ -173,7 +173,7 @@ func (c *Client) fairShares(tr kv.Transaction, kind string, jobs []NewJob, ti ty
 	type reads struct{ weight, tag kv.FutureByteSlice }
 	rs := map[string]reads{}
 	for _, j := range jobs {
-		if _, ok := rs[j.Partition]; !ok && j.Partition != "" && j.ScheduledTime <= now && j.drawnID {
+		if _, ok := rs[j.Partition]; !ok && j.Partition != "" && j.ScheduledTime <= now && (j.drawnID || j.tag != 0) {
 			rs[j.Partition] = reads{snap.Get(c.k.partWeightKey(kind, j.Partition)), snap.Get(c.k.partTagKey(kind, j.Partition))}
 		}
 	}
@@ -185,7 +185,7 @@ func (c *Client) fairShares(tr kv.Transaction, kind string, jobs []NewJob, ti ty
 		return nil, err
 	}
 	q := &fairQueue{kind: kind, now: now, unit: int64(c.cfg.TimeUnit), parts: map[string]*fairPartition{}}
-	floor, err := c.queueHead(snap, kind, ti.lanes.all(ti.high), now, q.unit)
+	floor, err := c.queueHead(snap, kind, ti.lanes.fair(ti.high), now, q.unit)
 	if err != nil {
 		return nil, err
 	}
@@ -203,21 +203,27 @@ func (c *Client) fairShares(tr kv.Transaction, kind string, jobs []NewJob, ti ty
 	return q, nil
 }
 
-// place returns the scheduled time of new job j and the id to give it
-// instead of the one Insert drew: its tag in 16 hex digits, then 16
-// random ones, so that the jobs of one scheduled time, which the queue
-// orders by id, start in the order of their tags too. A job that is not
-// partitioned, not due, or whose id is the caller's keeps stime and id.
-func (q *fairQueue) place(j NewJob, stime int64) (int64, string) {
+// place returns the scheduled time of new job j, whether it goes to a
+// fair lane, and the id to give it instead of the one Insert drew: its tag
+// in 16 hex digits, then 16 random ones, so that the jobs of one scheduled
+// time, which the queue orders by id, start in the order of their tags
+// too. A job that is not partitioned, not due, or whose id is the
+// caller's keeps stime and id; a job an earlier attempt placed keeps its
+// place (tag).
+func (q *fairQueue) place(j NewJob, stime int64) (int64, bool, string) {
 	p := q.parts[j.Partition]
-	if p == nil || stime > q.now || !j.drawnID {
-		return stime, ""
+	if p == nil || stime > q.now || !j.drawnID && j.tag == 0 {
+		return stime, false, ""
+	}
+	p.moved = true
+	if j.tag != 0 {
+		p.tag = max(p.tag, j.tag)
+		return min(q.now, j.tag/q.unit), true, ""
 	}
 	if p.tag <= math.MaxInt64-fairStep {
 		p.tag += fairStep / p.weight
 	}
-	p.moved = true
-	return min(q.now, p.tag/q.unit), fmt.Sprintf("%016x", p.tag) + randomHex()[:16]
+	return min(q.now, p.tag/q.unit), true, fmt.Sprintf("%016x", p.tag) + randomHex()[:16]
 }
 
 // tagOf reads the tag a fair job's id carries (place), given the job's

@@ -210,3 +210,55 @@ func TestFairShareIDs(t *testing.T) {
 	require.NoError(t, b.c.AddBatch(b.ctx, nil, t1, []NewJob{{ID: "batch", Partition: "a", ScheduledTime: now}}))
 	require.Equal(t, now, b.stime(t, t1, "batch"))
 }
+
+// Jobs outside the fair order go first once due, whatever the fair
+// backlog: a job without a partition, one with an id of the caller's, one
+// scheduled later, and a fair job retried (FinishAt) or handed back, which
+// leaves its fair place for its time.
+func TestFairShareLeavesOthersFirst(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.c.SetFairShare(b.ctx, nil, t1, true))
+	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 1))
+	backlog := make([]InsertJob, 500)
+	for i := range backlog {
+		backlog[i] = InsertJob{Args: fairArgs{N: i}, Opts: InsertOptions{Partition: part(i % 2)}}
+	}
+	_, err := b.c.InsertMany(b.ctx, nil, backlog)
+	require.NoError(t, err)
+	got, err := b.c.AcceptBatch(b.ctx, t1, 1, AcceptOptions{})
+	require.NoError(t, err)
+	retried := got[0]
+	b.clock.Advance(time.Second)
+	require.NoError(t, b.c.FinishAt(b.ctx, nil, retried, b.c.cfg.now(), nil))
+	others := map[string]bool{retried.ID: true}
+	for _, opts := range []InsertOptions{{}, {Partition: "p0", ID: "mine"}, {Partition: "p1", ScheduledAt: b.clock.Now().Add(time.Second)}} {
+		r, err := b.c.Insert(b.ctx, nil, fairArgs{N: -1}, opts)
+		require.NoError(t, err)
+		others[r.ID] = true
+	}
+	// More fair jobs after them: the backlog keeps growing.
+	_, err = b.c.InsertMany(b.ctx, nil, backlog)
+	require.NoError(t, err)
+	b.clock.Advance(2 * time.Second)
+	got, err = b.c.AcceptBatch(b.ctx, t1, len(others), AcceptOptions{})
+	require.NoError(t, err)
+	ids := map[string]bool{}
+	for _, j := range got {
+		ids[j.ID] = true
+	}
+	require.Equal(t, others, ids, "the jobs due by the clock go before the fair backlog")
+}
+
+// A ScheduledAt past what a time in ns holds is refused, not wrapped into
+// the past; a retry that far waits until the latest time there is.
+func TestScheduledAtMax(t *testing.T) {
+	b := setup(t)
+	far := time.Date(2600, 1, 1, 0, 0, 0, 0, time.UTC)
+	_, err := b.c.Insert(b.ctx, nil, fairArgs{}, InsertOptions{ScheduledAt: far})
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Equal(t, b.c.cfg.stime(ScheduledAtMax), b.c.cfg.stime(far))
+	require.Greater(t, b.c.cfg.stime(far), b.c.cfg.now())
+	r, err := b.c.Insert(b.ctx, nil, fairArgs{}, InsertOptions{ScheduledAt: ScheduledAtMax})
+	require.NoError(t, err)
+	require.Equal(t, b.c.cfg.stime(ScheduledAtMax), b.stime(t, t1, r.ID))
+}

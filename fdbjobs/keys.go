@@ -29,7 +29,7 @@ const (
 	keyFeed            = 17 // (17, Kind) -> (KeepMillis)
 	keyFeedEvents      = 18 // (18, Kind, Versionstamp) -> (JobID, Event, AtMillis[, Data])
 	keyFeedPruned      = 19 // (19, Kind) -> the last pruned event's versionstamp (12 bytes)
-	keyLanes           = 20 // (20, Type) -> bit p-1 set once a job of priority p was added
+	keyLanes           = 20 // (20, Type) -> bit p-1 (fair lane: 3+p) set once a job of priority p was added
 	keyLimit           = 21 // (21, Kind) -> (Running)
 	keyCapacity        = 22 // (22, Kind, Node) -> (Grant, Want, Versionstamp)
 	keyCapacityFence   = 23 // (23, Kind, Node) -> "" while the lease is held
@@ -435,6 +435,16 @@ func (k keys) clearRow(tr kv.Transaction, typ, id string, r *row) {
 // row's shard. The caller wakes the type's acceptors with bumpPending,
 // once per transaction.
 func (k keys) enqueue(tr kv.Transaction, typ, id string, r *row, stime int64) {
+	if isFairLane(r.shard) {
+		// Enqueued again (retried, snoozed, handed back, resubmitted), a
+		// job waits for its time as others do, not for its fair place.
+		r.shard = queueShard(shardBase(r.shard), shardPriority(r.shard))
+	}
+	k.enqueueIn(tr, typ, id, r, stime)
+}
+
+// enqueueIn is enqueue in r's queue shard, a fair lane too.
+func (k keys) enqueueIn(tr kv.Transaction, typ, id string, r *row, stime int64) {
 	r.state, r.seq, r.seqNew, r.lock, r.resubmit, r.stime = Pending, tuple.Versionstamp{}, false, lock{}, false, stime
 	k.writeRow(tr, typ, id, r)
 }

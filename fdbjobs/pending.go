@@ -69,17 +69,18 @@ func (c *Client) DueTime(ctx context.Context, tx kv.ReadTransactor, typ string, 
 	if n < 1 || n > MaxBatch {
 		return 0, 0, fmt.Errorf("%w: count %d outside [1, %d]", ErrInvalidArgument, n, MaxBatch)
 	}
-	stime, count, _, err = c.nthDue(ctx, tx, typ, maxSTime, n, 0)
+	stime, count, _, err = c.nthDue(ctx, tx, typ, maxSTime, n, 0, false)
 	return stime, count, err
 }
 
 // nthDue finds the n pending jobs of typ scheduled at or before maxSTime
 // of least scheduled time plus, with aging (in TimeUnits per priority
 // level; 0: none), their priority's handicap, across every shard and
-// lane, and returns the latest of those times, how many there are (at
-// most n; 0 when none is due) and how many of them are earlier than it.
+// lane (but the fair lanes with skipFair), and returns the latest of
+// those times, how many there are (at most n; 0 when none is due) and how
+// many of them are earlier than it.
 // One snapshot read of each queue shard's first n keys.
-func (c *Client) nthDue(ctx context.Context, tx kv.ReadTransactor, typ string, maxSTime int64, n int, aging int64) (int64, int, int, error) {
+func (c *Client) nthDue(ctx context.Context, tx kv.ReadTransactor, typ string, maxSTime int64, n int, aging int64, skipFair bool) (int64, int, int, error) {
 	type due struct {
 		stime        int64
 		count, below int
@@ -89,6 +90,9 @@ func (c *Client) nthDue(ctx context.Context, tx kv.ReadTransactor, typ string, m
 		qs, err := c.queueShards(snap, typ)
 		if err != nil {
 			return due{}, err
+		}
+		if skipFair {
+			qs = slices.DeleteFunc(qs, isFairLane)
 		}
 		futs := make([]kv.RangeResult, len(qs))
 		for i, s := range qs {

@@ -52,7 +52,21 @@ func queueShard(s int64, prio int) int64 { return s + int64(prio-PriorityHighest
 func shardBase(q int64) int64 { return q % laneStride }
 
 // shardPriority is the priority of queue shard q's lane.
-func shardPriority(q int64) int { return int(q/laneStride) + PriorityHighest }
+func shardPriority(q int64) int { return int(q/laneStride)%fairLanes + PriorityHighest }
+
+// fairLanes is where a shard's fair lanes start: a job that fair shares
+// placed (fair.go) waits in lane fairLanes + p-1 for priority p, apart
+// from the jobs due by the clock, which go first.
+const fairLanes = 4
+
+// fairQueueShard is the queue shard of a fair job of priority prio in
+// base shard s.
+func fairQueueShard(s int64, prio int) int64 {
+	return s + int64(fairLanes+prio-PriorityHighest)*laneStride
+}
+
+// isFairLane reports whether queue shard q is a fair lane.
+func isFairLane(q int64) bool { return q/laneStride >= fairLanes }
 
 // checkPriority returns prio, with 0 as PriorityHighest, or
 // ErrInvalidArgument.
@@ -76,13 +90,30 @@ const laneHighest lanes = 1
 
 func (l lanes) has(prio int) bool { return l&(1<<(prio-PriorityHighest)) != 0 }
 
-// of returns the queue shards of base shard s, the highest priority first.
+// hasFair reports whether l holds the fair lane of priority prio.
+func (l lanes) hasFair(prio int) bool { return l&(1<<(fairLanes+prio-PriorityHighest)) != 0 }
+
+// of returns the queue shards of base shard s, the highest priority
+// first, then its fair lanes, the highest priority first.
 func (l lanes) of(s int64) []int64 {
 	l |= laneHighest
 	out := make([]int64, 0, bits.OnesCount8(uint8(l)))
-	for p := PriorityHighest; p <= PriorityLowest; p++ {
-		if l.has(p) {
-			out = append(out, queueShard(s, p))
+	for bit := range 2 * fairLanes {
+		if l&(1<<bit) != 0 {
+			out = append(out, s+int64(bit)*laneStride)
+		}
+	}
+	return out
+}
+
+// fair returns the fair lanes of base shards [0, high).
+func (l lanes) fair(high int64) []int64 {
+	var out []int64
+	for s := range high {
+		for p := PriorityHighest; p <= PriorityLowest; p++ {
+			if l.hasFair(p) {
+				out = append(out, fairQueueShard(s, p))
+			}
 		}
 	}
 	return out
@@ -118,10 +149,24 @@ func (k keys) useLane(tr kv.Transaction, typ string, ti typeInfo, prio int) {
 	tr.Add(k.typesVersion(), one)
 }
 
+// useFairLane is useLane for the fair lane of priority prio.
+func (k keys) useFairLane(tr kv.Transaction, typ string, ti typeInfo, prio int) {
+	if ti.lanes.hasFair(prio) {
+		return
+	}
+	tr.BitOr(k.lanesKey(typ), []byte{1 << (fairLanes + prio - PriorityHighest)})
+	tr.Add(k.typesVersion(), one)
+}
+
 func (k keys) lanesKey(typ string) kv.Key { return k.root.Pack(tuple.Tuple{keyLanes, typ}) }
 
 // agingUnits is Config.PriorityAging in scheduled-time units.
 func (c Config) agingUnits() int64 { return max(1, int64(c.PriorityAging/c.TimeUnit)) }
+
+// fairAfter orders a fair lane's jobs after those of the other lanes in
+// an accept's merge: their scheduled times are their places in the fair
+// order, behind the clock when the kind has a backlog.
+const fairAfter = MaxScheduledTimeMax / 2
 
 // laneRead is the reads of the lanes of one base shard, each up to a
 // limit, from the head of what is due or (tail) from its end.
@@ -138,6 +183,12 @@ func (c *Client) readLanes(snap kv.ReadTransaction, typ string, s int64, ls lane
 	lr := laneRead{shard: s, tail: tail}
 	for _, q := range ls.of(s) {
 		max := d.laneMax(shardPriority(q), c.cfg.agingUnits())
+		if isFairLane(q) {
+			if d.handicapped {
+				continue // OldestFirst takes the fair jobs once no other is due
+			}
+			max = d.max
+		}
 		if max < 0 {
 			continue
 		}
@@ -172,10 +223,11 @@ func (d dueBound) laneMax(prio int, aging int64) int64 {
 // others are at h, it returns h-1 and the earlier ones alone: a job at h
 // in one shard must not take the place of an earlier one in another. An
 // accept bounded by it takes due jobs of the kind in priority and due
-// order across its shards (WorkerOptions.OldestFirst). One snapshot read
-// of each queue shard's first n.
+// order across its shards (WorkerOptions.OldestFirst); the fair lanes'
+// jobs come after the others (0 due here: a plain accept takes them). One
+// snapshot read of each queue shard's first n.
 func (c *Client) dueHandicapped(ctx context.Context, typ string, max int64, n int) (int64, int, error) {
-	h, count, below, err := c.nthDue(ctx, nil, typ, max, n, c.cfg.agingUnits())
+	h, count, below, err := c.nthDue(ctx, nil, typ, max, n, c.cfg.agingUnits(), true)
 	if below > 0 && below < count {
 		return h - 1, below, err
 	}
@@ -221,6 +273,9 @@ func (lr laneRead) get(k keys, n int, aging int64) (runs [][]kv.KeyValue, got in
 	times := make([][]int64, len(all))
 	for i, kvs := range all {
 		handicap := int64(shardPriority(lr.qs[i])-PriorityHighest) * aging
+		if isFairLane(lr.qs[i]) {
+			handicap += fairAfter // after every job due by the clock
+		}
 		for _, e := range kvs {
 			t, err := k.pending.Unpack(e.Key)
 			if err != nil || len(t) != 4 {
