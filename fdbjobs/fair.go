@@ -47,13 +47,17 @@ func (k keys) partTagKey(kind, part string) kv.Key {
 // a share of the starts in proportion to its weight (SetPartitionWeight;
 // 1 by default), whatever the rates at which the partitions insert: a
 // partition that inserts a thousand jobs does not make the next
-// partition's job wait behind them. A job's ScheduledTime is then its
-// place in that order, at or before the time it was inserted. Jobs without
-// a partition, and jobs scheduled later, are queued by their time as
-// before. Off by default: each insert page with partitioned jobs reads the
-// head of every queue shard of the kind, and each partition's tag, and
-// writes the tag. Changes apply to the jobs inserted after them. tx may
-// be nil, a Database or a caller's Transaction.
+// partition's job wait behind them. Such a job waits in a fair lane of
+// the queue; its ScheduledTime is its place in that order, at or before
+// the time it was inserted, and its id starts with that place. Jobs
+// without a partition, jobs scheduled later, jobs with ids of the
+// caller's and jobs enqueued again (retried, snoozed, handed back) are
+// queued by their time, and go before the fair lanes' jobs once due. Off
+// by default: each insert page with partitioned jobs then reads the head
+// of every fair lane of the kind and each partition's weight and tag, and
+// writes the tag. Changes apply to the jobs inserted after them; the kind
+// need not exist yet. tx may be nil, a Database or a caller's
+// Transaction.
 func (c *Client) SetFairShare(ctx context.Context, tx kv.Transactor, kind string, on bool) error {
 	if err := checkName("kind", kind); err != nil {
 		return err
