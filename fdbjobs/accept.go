@@ -9,6 +9,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -69,6 +70,10 @@ type Job struct {
 	lock  lock
 	hold  *hold  // the worker's claim as far as it can trust it (HoldDeadline)
 	lease *lease // the lease key the job was last written under
+	// known is the row as this Job's Accept wrote it, for its first end to
+	// write without reading it (batchWith) unless its lease was touched
+	// since; nil once used, or unknown (a reclaimed job).
+	known atomic.Pointer[row]
 }
 
 // lease is a worker's count of the jobs that one LEASES key lists and that
@@ -408,6 +413,10 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, d dueBound, 
 		copy(l.vs.TransactionVersion[:], vs)
 		for _, j := range res.jobs {
 			j.lease = l
+			if r := j.known.Load(); r != nil {
+				r.seq, r.seqNew = l.vs, false
+				r.storedSeq, r.storedToken = l.vs, r.lock.token
+			}
 		}
 	}
 	if res.timeout > 0 {
@@ -622,7 +631,12 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.
 		l := lock{token: token, index: int64(len(jobs))}
 		r.state, r.seqNew, r.lock, r.resubmit = Running, true, l, false
 		c.k.writeRow(tr, typ, ids[i], r)
-		jobs = append(jobs, &Job{Type: typ, ID: ids[i], Data: r.data, ScheduledTime: r.stime, Priority: shardPriority(r.shard), lock: l})
+		j := &Job{Type: typ, ID: ids[i], Data: r.data, ScheduledTime: r.stime, Priority: shardPriority(r.shard), lock: l}
+		known := *r // its seq is the commit's, set once known (acceptOnce)
+		known.data = bytes.Clone(r.data)
+		known.storedData = known.data
+		j.known.Store(&known)
+		jobs = append(jobs, j)
 		idx, held = append(idx, l.index), append(held, ids[i])
 	}
 	if len(jobs) > 0 {

@@ -212,6 +212,9 @@ func TestRowEncoding(t *testing.T) {
 		got, err := decodeRow(v)
 		require.NoError(t, err)
 		r.stored, r.storedData = r.state, r.data // what the store holds, for its count
+		if r.state == Running {
+			r.storedSeq, r.storedToken = r.seq, r.lock.token // its lease
+		}
 		require.Equal(t, r, got)
 	}
 	_, err := decodeRow([]byte("garbage"))

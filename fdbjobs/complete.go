@@ -200,5 +200,5 @@ func (c *Client) endBatchIn(ctx context.Context, tx kv.Transactor, ends []*endin
 			c.k.retainAll(tr, g.typ, g.outcome, at[g], ids[g])
 		}
 	}
-	return c.batch(ctx, tx, items, apply, retain)
+	return c.end(ctx, tx, items, apply, retain)
 }

@@ -31,15 +31,14 @@
 //
 //   - Types: SetTypeTimeout, TypeTimeout, ClearTypeTimeout, Types.
 //   - Creation: Add (creates, or resubmits an existing job), AddBatch (Add
-//     for up to MaxBatch jobs, as River's InsertMany, paged into
-//     transactions of at most AddPageJobs jobs and about AddPageBytes),
-//     AddFinished (a job created finished: work done elsewhere), Remove, Job, JobData, JobState, ReadJobs, ActiveJobIDs, PendingCount,
-//     DueTime, FoldJobs. All but FoldJobs take a kv.Transactor (nil for a transaction
-//     of their own) and so can join a caller's transaction (AddBatch then
-//     takes one page at most).
-//   - Hooks: SetReenqueueHook lets a type's owner update its own keys (and
-//     the job's data) inside the transactions in which the job layer
-//     re-enqueues jobs by itself (activity monitor, Reenqueue).
+//     for up to MaxBatch jobs, paged into transactions of at most
+//     AddPageJobs jobs and about AddPageBytes), AddFinished (a job created
+//     finished), Remove, Job, JobData, JobState, ReadJobs, ActiveJobIDs,
+//     PendingCount, DueTime, FoldJobs. All but FoldJobs take a
+//     kv.Transactor (nil for a transaction of their own, or the caller's;
+//     AddBatch then takes one page at most).
+//   - Hooks: SetReenqueueHook lets a type's owner update its keys (and the
+//     job's data) where the layer re-enqueues jobs (monitor, Reenqueue).
 //   - Listing and counts: List pages through a kind's jobs in one state
 //     (available, scheduled, retrying, pending, running, completed,
 //     cancelled, discarded), each page from the index that holds the
@@ -82,20 +81,17 @@
 //     finished as OutcomeDiscarded after MaxAttempts, at once for Permanent
 //     errors and arguments that do not decode. Snooze puts a job back
 //     without counting an attempt; a panic is the attempt's error, a panic
-//     of the arguments' decoding too. The fetcher that accepted a job
-//     decodes its arguments, before a runner takes it: decoding JSON calls
-//     deep, and on the runners it would double their stacks for as long as
-//     they live. Cancel, from any node and in the caller's transaction,
-//     finishes a pending or running job as OutcomeCancelled and takes its
-//     lock away (its Work's ctx ends, cause ErrCancelled); RetryNow makes a
-//     finished or waiting job due now. InsertOptions.Unique inserts nothing
-//     when a job with the same key (kind, arguments, period) is in the
-//     states it names, and returns that job's id (River's unique jobs).
-//     Finished jobs are kept for their outcome's retention
-//     (RetainCompletedDefault a day, RetainCancelledDefault a day,
-//     RetainDiscardedDefault a week, or RetainForever), then removed in
-//     pages by the sweeper of every Runtime working the kind (Runtime.Sweep,
-//     every SweepPeriod). The job's data is an envelope of its arguments and
+//     of the arguments' decoding too. Cancel, from any node and in the
+//     caller's transaction, finishes a pending or running job as
+//     OutcomeCancelled and takes its lock away (its Work's ctx ends, cause
+//     ErrCancelled); RetryNow makes a finished or waiting job due now.
+//     InsertOptions.Unique inserts nothing when a job with the same key
+//     (kind, arguments, period) is in the states it names, and returns that
+//     job's id (River's unique jobs). Finished jobs are kept for their
+//     outcome's retention (RetainCompletedDefault and RetainCancelledDefault
+//     a day, RetainDiscardedDefault a week, or RetainForever), then removed
+//     by every Runtime's sweeper of the kind (Runtime.Sweep, SweepPeriod).
+//     The job's data is an envelope of its arguments and
 //     attempts (JobOutcome reads it); the last ErrorHistoryMax errors are
 //     kept. An attempt whose node died is not counted: the activity monitor
 //     hands the job back as it was. WorkMiddleware (RuntimeOptions and
@@ -239,17 +235,16 @@
 //	(33, Kind, Partition)         WEIGHT: (Weight) — SetPartitionWeight's
 //	(34, Kind, Partition)         TAG: int64 LE — the partition's last fair
 //	                              tag, ns (atomic max by insert pages)
+//	(35, Type, Versionstamp, Token) LEASE_TOUCHED: "" — the lease's rows
+//	                              changed but by its holder's ends ("Leases")
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
-// are no longer written. Keys 15 and 16 came without a new layout: a
-// store without them has no schedules; nor did key 20: a store without it
-// has jobs of the default priority only (a node of a release before
-// priorities does not take the others, and handles them otherwise as any
-// job: their rows name their pending keys); nor did keys 21 to 23: a
-// store without them has no limits (a Runtime of a release before limits
-// does not follow one); nor did keys 24 to 27 (partition limits, which a
-// Runtime of a release before them does not follow), nor key 31 (waiting
-// entries without Since are woken after those in it).
+// are no longer written. Keys 15, 16, 20 to 27 and 31 came without a new
+// layout: a store without them has no schedules, priorities or limits,
+// which a node of a release before them does not take or follow (it
+// handles a job of another priority as any: its row names its pending
+// key); waiting entries without Since are woken after those in it. Key 35
+// came with layout 4 (see LayoutVersion).
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
 // running one, the versionstamp of the lease that last granted it (both
@@ -516,10 +511,8 @@
 // # Leases
 //
 // A running job is held under a lease: the LEASES key its row's Seq
-// names, whose entries list it under its lock. The lease is what the
-// activity monitor finds a dead worker's jobs by; nothing else is written
-// per running job, and no key is written by every accept or heartbeat of a
-// type. A job leaves its lease when it finishes, is lost (removed,
+// names, whose entries list it under its lock, by which the monitor finds
+// a dead worker's jobs; no key is written by every accept or heartbeat. A job leaves its lease when it finishes, is lost (removed,
 // re-enqueued) or renewed by Update, which grants it a newer lease. The
 // worker's Client counts the jobs of each lease it still holds (Job's
 // lease) and clears the key in the transaction in which the last one
@@ -531,11 +524,18 @@
 // whose leaving is uncertain keeps counting; the monitor clears a lease
 // in the transaction that re-enqueues the jobs it still holds.
 //
+// A worker knows its jobs' rows as its Accept wrote them; any other write
+// of a row running under a lease (Cancel, Resubmit, Remove, the monitor,
+// an Update) sets the lease's LEASE_TOUCHED key. An end's first attempt,
+// in a transaction of its own, reads the lease's two keys, not the rows:
+// if the lease is there and untouched it writes the rows it knows.
+// Invariant: an end writes a row unread only if the store holds it as
+// known (TestEndsTakeKnownRows).
+//
 // # Activity monitor
 //
-// See ActivityMonitor. A dead worker's job is pending again between one and
-// a bit more than two type timeouts after its last Update; the comparison
-// uses database versions, so node clocks need not agree.
+// See ActivityMonitor: a dead worker's job is pending again one to a bit
+// over two type timeouts after its last Update (database versions, not clocks).
 //
 // # Holding a job
 //
@@ -575,9 +575,8 @@
 // that node (up to NotifierWatchMax of them; the others are read every
 // NotifierPoll); when one changes (at most once per NotifierHoldoff) the
 // notifier reads every subscribed job and queues an event per
-// subscription whose job changed state or, when running, was updated.
-// Events are never dropped while a subscription is open; Unsubscribe drops
-// the queued ones.
+// subscription whose job changed state or, when running, was updated,
+// never dropped while it is open (Unsubscribe drops the queued ones).
 //
 // # Runtime invariants
 //
@@ -670,7 +669,7 @@
 //
 // # Failure behaviour and idempotence
 //
-// Every transaction is small and retried by the kv retry loop, including after
+// Every transaction is small and retried by the kv retry loop, also after
 // commit_unknown_result, when the previous attempt may have committed. Each
 // operation gives the same outcome when its transaction body runs again after
 // committing, even when other clients changed the job in between: Accept finds

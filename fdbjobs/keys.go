@@ -44,6 +44,7 @@ const (
 	keyFair            = 32 // (32, Kind) -> "": the kind's fair shares are on
 	keyPartWeight      = 33 // (33, Kind, Partition) -> (Weight)
 	keyPartTag         = 34 // (34, Kind, Partition) -> int64 LE: the partition's last fair tag, ns
+	keyLeaseTouched    = 35 // (35, Type, Versionstamp, Token) -> "": a row the lease holds was written by another
 )
 
 // State is a job's state.
@@ -108,6 +109,15 @@ type row struct {
 	// move the row's count from them to what they write.
 	stored     State
 	storedData []byte
+	// storedSeq and storedToken name the lease of a row stored running
+	// (its seq and lock token; nil token: none known): writeRow and
+	// clearRow mark it touched (touchKey) when anyone but its holder
+	// ending the run writes the row.
+	storedSeq   tuple.Versionstamp
+	storedToken []byte
+	// holder marks a row read for its lock's holder (batchWith): a write
+	// of it that ends the run is the holder's own, and touches nothing.
+	holder bool
 }
 
 type keys struct {
@@ -150,6 +160,16 @@ func (k keys) pendingRange(typ string, shard, max int64) kv.KeyRange {
 		Begin: k.pending.Pack(tuple.Tuple{typ, shard}),
 		End:   k.pending.Pack(tuple.Tuple{typ, shard, max + 1}),
 	}
+}
+
+// touchKey marks the lease of typ keyed by versionstamp vs and token as
+// touched: a row it holds was written by someone other than its holder
+// ending the run (Cancel, Resubmit, Remove, the activity monitor, an
+// Update). Until a lease is touched, its holder knows its jobs' rows as
+// its Accept wrote them, and ends them without reading them (batchWith).
+// It is cleared with the lease.
+func (k keys) touchKey(typ string, vs tuple.Versionstamp, token []byte) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyLeaseTouched, typ, vs, token})
 }
 
 func (k keys) shardsKey(typ string) kv.Key { return k.root.Pack(tuple.Tuple{keyShards, typ}) }
@@ -347,6 +367,9 @@ func decodeRow(v []byte) (*row, error) {
 		return nil, bad("running without lock")
 	}
 	r.stored, r.storedData = r.state, r.data
+	if r.state == Running {
+		r.storedSeq, r.storedToken = r.seq, r.lock.token
+	}
 	return r, nil
 }
 
@@ -402,9 +425,25 @@ func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
 	if r.state == Pending {
 		tr.Set(k.pendingKey(typ, r.shard, r.stime, id), pendingValue(v))
 	}
+	k.touch(tr, typ, r, r.state != Running)
 	was, is := k.recount(tr, typ, r.shard, r.stored, r.storedData, r.state, r.data)
 	k.feedEvent(tr, typ, id, was, is)
 	r.stored, r.storedData = r.state, r.data
+	r.storedSeq, r.storedToken = tuple.Versionstamp{}, nil
+	if r.state == Running && !r.seqNew {
+		r.storedSeq, r.storedToken = r.seq, r.lock.token
+	}
+}
+
+// touch marks the lease of r's stored row touched (touchKey) unless no
+// lease holds it or its holder ends its run (holder and ends: the row is
+// no longer running): that write is the holder's own, which it need not
+// hear of.
+func (k keys) touch(tr kv.Transaction, typ string, r *row, ends bool) {
+	if r.stored != Running || r.storedToken == nil || (r.holder && ends) {
+		return
+	}
+	tr.Set(k.touchKey(typ, r.storedSeq, r.storedToken), nil)
 }
 
 // inlineRowMax bounds the rows a PENDING key's value holds (pendingValue):
@@ -426,9 +465,10 @@ func pendingValue(row []byte) []byte {
 // clearRow deletes the row r of job id (read in this transaction).
 func (k keys) clearRow(tr kv.Transaction, typ, id string, r *row) {
 	tr.Clear(k.dataKey(typ, id))
+	k.touch(tr, typ, r, true)
 	was, is := k.recount(tr, typ, r.shard, r.stored, r.storedData, 0, nil)
 	k.feedEvent(tr, typ, id, was, is)
-	r.stored, r.storedData = 0, nil
+	r.stored, r.storedData, r.storedSeq, r.storedToken = 0, nil, tuple.Versionstamp{}, nil
 }
 
 // enqueue makes r pending at stime and writes its pending key, in the

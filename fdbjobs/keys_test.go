@@ -63,6 +63,9 @@ func TestRowCodec(t *testing.T) {
 		got, err := decodeRow(b)
 		require.NoError(t, err)
 		r.stored, r.storedData = r.state, r.data
+		if r.state == Running {
+			r.storedSeq, r.storedToken = r.seq, r.lock.token // its lease
+		}
 		require.Equal(t, r, got)
 	}
 	for _, bad := range [][]byte{nil, tuple.Tuple{nil}.Pack(), append(tuple.Tuple{nil, nil, 0, 0, false, nil, 0, []byte{}, nil, 0}.Pack(), 0x14)} {

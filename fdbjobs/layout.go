@@ -12,8 +12,12 @@ import (
 // doc.go, "Key layout"). Layout 1, before the sharded queue, kept a job's
 // pending key without a shard and its row without the shard's number.
 // Layout 2 kept no counts per state (COUNTS, Counts): Migrate counts its
-// jobs once, and Clients keep the counts from then on.
-const LayoutVersion = 3
+// jobs once, and Clients keep the counts from then on. Layout 3's Clients
+// did not mark a lease touched when they wrote a row it holds (touchKey),
+// on which a Client of layout 4 ends its own jobs without reading their
+// rows: its rows and keys are layout 4's, and Migrate records the version
+// once no Client of layout 3 runs.
+const LayoutVersion = 4
 
 // layoutValue is the LAYOUT key's value for version.
 func layoutValue(version int64) []byte { return tuple.Tuple{version}.Pack() }

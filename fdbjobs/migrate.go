@@ -24,9 +24,11 @@ const migratePage = 200
 // lock and seq it has, so that the activity monitor takes it back if its
 // worker is gone), and clears the keys layout 2 no longer has. From layout
 // 1 or 2 it then counts each type's jobs per state (Counts), reading them
-// in pages of migratePage rows. No Client of the earlier version may run
-// meanwhile: it reads neither the new rows nor the leases, its activity
-// monitor would clear them, and it keeps no counts. Migrate is idempotent,
+// in pages of migratePage rows. From layout 3 it only records the version.
+// No Client of the earlier version may run meanwhile: it reads neither
+// the new rows nor the leases, its activity monitor would clear them, it
+// keeps no counts, and it does not mark the leases it writes under
+// (touchKey). Migrate is idempotent,
 // and safe to run from several nodes at once or again after an error; on
 // a store already in this layout it does nothing.
 func (c *Client) Migrate(ctx context.Context) error {
@@ -55,6 +57,9 @@ func (c *Client) Migrate(ctx context.Context) error {
 			if err := c.migrateType(ctx, typ); err != nil {
 				return fmt.Errorf("fdbjobs: migrating the jobs of type %q: %w", typ, err)
 			}
+		}
+		if from >= 3 {
+			continue // counted already
 		}
 		if err := c.countType(ctx, typ); err != nil {
 			return fmt.Errorf("fdbjobs: counting the jobs of type %q: %w", typ, err)

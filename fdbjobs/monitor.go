@@ -150,7 +150,17 @@ func (m *ActivityMonitor) reenqueue(ctx context.Context, version int64) (int, er
 			return total, err
 		}
 	}
-	return total, nil
+	// No lease written at or before version is left, so neither is a row
+	// running under one: their touch keys, which the clears above missed
+	// (one written after its lease went), are of no use.
+	_, err = kv.Transact(ctx, m.c.db, func(tr kv.Transaction) (struct{}, error) {
+		tr.ClearRange(kv.KeyRange{
+			Begin: m.c.k.root.Pack(tuple.Tuple{keyLeaseTouched, m.typ}),
+			End:   m.c.k.root.Pack(tuple.Tuple{keyLeaseTouched, m.typ, versionstampAt(version + 1)}),
+		})
+		return struct{}{}, nil
+	})
+	return total, err
 }
 
 // reenqueueRange goes through the leases of r in AIMD-sized batches.
@@ -198,6 +208,14 @@ func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit in
 		}
 		var ids []string
 		var rows []*row
+		var touched []kv.Key // of the leases cleared: after the rows' writes, which touch them
+		done := func() error {
+			err := m.c.reenqueueRows(tr, typ, ids, rows)
+			for _, key := range touched {
+				tr.Clear(key)
+			}
+			return err
+		}
 		read := 0
 		for i, e := range kvs {
 			// Leases are read whole, and the batch ends between two once
@@ -205,13 +223,14 @@ func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit in
 			// back as much again): the leases not reached stay for the
 			// next.
 			if read >= monitorBatchBytes {
-				return result{n: len(ids), full: true, cut: true, leases: i}, m.c.reenqueueRows(tr, typ, ids, rows)
+				return result{n: len(ids), full: true, cut: true, leases: i}, done()
 			}
 			vs, token, entries, err := k.decodeLease(e.Key, e.Value)
 			if err != nil {
 				tr.Clear(e.Key)
 				continue
 			}
+			touched = append(touched, k.touchKey(typ, vs, token))
 			futs := make([]kv.FutureByteSlice, len(entries))
 			for j, en := range entries {
 				futs[j] = tr.Snapshot().Get(k.dataKey(typ, en.id))
@@ -241,7 +260,7 @@ func (m *ActivityMonitor) batchOnce(ctx context.Context, r kv.KeyRange, limit in
 			}
 			tr.Clear(e.Key)
 		}
-		if err := m.c.reenqueueRows(tr, typ, ids, rows); err != nil {
+		if err := done(); err != nil {
 			return result{}, err
 		}
 		return result{n: len(ids), full: len(kvs) == limit, leases: len(kvs)}, nil

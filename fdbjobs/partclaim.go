@@ -200,7 +200,7 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 		cl.granted = true
 		return r, false, nil
 	}
-	errs, err := c.batchWith(ctx, nil, items, before, apply, nil)
+	errs, err := c.batchWith(ctx, nil, items, before, apply, nil, knownKeep)
 	if err != nil {
 		return err
 	}

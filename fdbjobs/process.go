@@ -64,7 +64,7 @@ func (c *Client) FinishAt(ctx context.Context, tx kv.Transactor, job *Job, stime
 	if err := checkSTime(stime); err != nil {
 		return err
 	}
-	errs, err := c.batch(ctx, tx, []Completion{{Job: job, Data: data}},
+	errs, err := c.end(ctx, tx, []Completion{{Job: job, Data: data}},
 		func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, bool, error) {
 			if r != nil && r.lock.equal(j.lock) {
 				r.resubmit, r.stime = true, stime
@@ -87,7 +87,7 @@ func (c *Client) UpdateBatch(ctx context.Context, tx kv.Transactor, items []Comp
 // FinishBatch is Finish for many jobs in one transaction, with per-item
 // outcomes as in UpdateBatch.
 func (c *Client) FinishBatch(ctx context.Context, tx kv.Transactor, items []Completion) (errs []error, err error) {
-	return c.batch(ctx, tx, items, c.finishRow, nil)
+	return c.end(ctx, tx, items, c.finishRow, nil)
 }
 
 // applyFunc applies an Update or Finish to one job's row r (nil when the
@@ -101,12 +101,41 @@ type applyFunc func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.
 // when not nil, written calls with the rows each attempt of it wrote (nil
 // for a job it did not write), in the same transaction.
 func (c *Client) batch(ctx context.Context, tx kv.Transactor, items []Completion, apply applyFunc, written func(tr kv.Transaction, after []*row)) ([]error, error) {
-	return c.batchWith(ctx, tx, items, nil, apply, written)
+	return c.batchWith(ctx, tx, items, nil, apply, written, knownDrop)
+}
+
+// knownUse is what a batch does with its jobs' known rows (Job.known).
+type knownUse int
+
+const (
+	// knownDrop forgets them: the batch may write the rows and leave the
+	// jobs running (an Update).
+	knownDrop knownUse = iota
+	// knownEnd ends the jobs: its first attempt, in a transaction of its
+	// own, takes the rows of a lease not touched since as read (see
+	// touchKey), and reads only the lease's two keys.
+	knownEnd
+	// knownKeep leaves them: the batch writes no row of a job it leaves
+	// running.
+	knownKeep
+)
+
+// end is batch for a call that ends each job it writes (Finish and its
+// kin, a Runtime's ends): see knownEnd.
+func (c *Client) end(ctx context.Context, tx kv.Transactor, items []Completion, apply applyFunc, written func(tr kv.Transaction, after []*row)) ([]error, error) {
+	return c.batchWith(ctx, tx, items, nil, apply, written, knownEnd)
+}
+
+// leaseFence is the read of one lease's key and its touch key, and the
+// batch's items the lease holds whose rows are known.
+type leaseFence struct {
+	lease, touched kv.FutureByteSlice
+	items          []int
 }
 
 // batchWith is batch with before, when not nil, called at the start of
 // each attempt of its transaction (to issue reads apply will wait for).
-func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Completion, before func(tr kv.Transaction), apply applyFunc, written func(tr kv.Transaction, after []*row)) ([]error, error) {
+func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Completion, before func(tr kv.Transaction), apply applyFunc, written func(tr kv.Transaction, after []*row), use knownUse) ([]error, error) {
 	if len(items) == 0 || len(items) > MaxBatch {
 		return nil, fmt.Errorf("%w: batch size %d outside [1, %d]", ErrInvalidArgument, len(items), MaxBatch)
 	}
@@ -147,15 +176,64 @@ func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Comple
 	// its own, which only delays that lease's clear) and tracks no new
 	// lease (the activity monitor clears those).
 	_, joined := tx.(kv.Transaction)
+	// The rows the jobs' Accepts wrote, for an end's first attempt to
+	// take as read where their lease is untouched (touchKey). A later
+	// attempt reads them: the first may have committed. Joined to a
+	// caller's transaction, which may run again, an end reads them too.
+	known := make([]*row, len(items))
+	for i, it := range items {
+		known[i] = it.Job.known.Swap(nil)
+	}
+	fast := use == knownEnd && !joined
+	attempts := 0
 	out, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (outcome, error) {
 		tr, flush := coalesceAdds(tr)
 		defer flush()
+		attempts++
 		if before != nil {
 			before(tr)
 		}
 		futs := make([]kv.FutureByteSlice, len(items))
+		rows := make([]*row, len(items))
+		var fences []*leaseFence
+		if attempts == 1 && fast {
+			byLease := map[*lease]*leaseFence{}
+			for i, it := range items {
+				l, r := it.Job.lease, known[i]
+				if l == nil || r == nil || r.storedToken == nil || r.storedSeq != l.vs {
+					continue
+				}
+				f := byLease[l]
+				if f == nil {
+					token := it.Job.lock.token
+					f = &leaseFence{lease: tr.Get(c.k.leaseKey(it.Job.Type, l.shard, l.vs, token)), touched: tr.Get(c.k.touchKey(it.Job.Type, l.vs, token))}
+					byLease[l] = f
+					fences = append(fences, f)
+				}
+				f.items = append(f.items, i)
+				rows[i] = r
+			}
+		}
 		for i, it := range items {
-			futs[i] = tr.Get(c.k.dataKey(it.Job.Type, it.Job.ID))
+			if rows[i] == nil {
+				futs[i] = tr.Get(c.k.dataKey(it.Job.Type, it.Job.ID))
+			}
+		}
+		for _, f := range fences {
+			lv, err := f.lease.Get()
+			if err != nil {
+				return outcome{}, err
+			}
+			tv, err := f.touched.Get()
+			if err != nil {
+				return outcome{}, err
+			}
+			if lv != nil && tv == nil {
+				continue // the rows are as their Accept wrote them
+			}
+			for _, i := range f.items {
+				rows[i], futs[i] = nil, tr.Get(c.k.dataKey(items[i].Job.Type, items[i].Job.ID))
+			}
 		}
 		n := len(items)
 		o := outcome{errs: make([]error, n), after: make([]*row, n), renewed: make([]bool, n), left: make([]bool, n),
@@ -165,15 +243,20 @@ func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Comple
 		grants := map[claimRef][]int{} // heartbeats, by type and token
 		var order []claimRef           // grants' keys in item order
 		for i, it := range items {
-			v, err := futs[i].Get()
-			if err != nil {
-				return outcome{}, err
-			}
-			var r *row
-			if v != nil {
-				if r, err = decodeRow(v); err != nil {
+			r := rows[i]
+			if r == nil {
+				v, err := futs[i].Get()
+				if err != nil {
 					return outcome{}, err
 				}
+				if v != nil {
+					if r, err = decodeRow(v); err != nil {
+						return outcome{}, err
+					}
+				}
+			}
+			if r != nil && r.lock.equal(it.Job.lock) {
+				r.holder = true // its writes are the holder's (touch)
 			}
 			if firstSeq[i] == nil && r != nil && r.state == Running {
 				seq := r.seq
@@ -235,6 +318,7 @@ func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Comple
 			if l := it.Job.lease; l != nil && o.left[i] && leaving[l] > 0 {
 				if l.emptiedBy(leaving[l]) {
 					tr.Clear(c.k.leaseKey(it.Job.Type, l.shard, l.vs, it.Job.lock.token))
+					tr.Clear(c.k.touchKey(it.Job.Type, l.vs, it.Job.lock.token))
 				}
 				leaving[l] = 0
 			}
@@ -305,6 +389,11 @@ func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Comple
 		}
 		if r := out.after[i]; r != nil {
 			j.Data, j.ScheduledTime, j.Resubmitted = r.data, r.stime, r.resubmit
+		}
+		// A job this batch left running as it was keeps its known row.
+		if r := out.after[i]; use == knownKeep && known[i] != nil && out.errs[i] == nil && r != nil && r.state == Running &&
+			!out.left[i] && !out.renewed[i] && out.moved[i] == nil {
+			j.known.Store(known[i])
 		}
 	}
 	return out.errs, nil
