@@ -216,7 +216,7 @@ func TestAddBatchPagesShrinkUnderReadErrors(t *testing.T) {
 }
 
 // Fresh jobs are written without reading their rows: one whose id exists
-// replaces that job (its worker is halted), where a job without Fresh is
+// replaces that job (its worker's Update is halted), where one without Fresh is
 // resubmitted as Add does; a page retried after commit_unknown_result reads
 // the rows and leaves alone what its first commit added and a worker took.
 func TestAddBatchFresh(t *testing.T) {

@@ -165,8 +165,10 @@ type NewJob struct {
 	// attempt of its page writes the job without reading its row, as
 	// River's InsertMany does; an attempt after that reads it as Add does,
 	// so the call stays idempotent under commit_unknown_result. A Fresh
-	// job whose id does exist replaces that job (a worker holding it gets
-	// ErrHalt), and Counts goes on counting the job it replaced. Joined to a caller's transaction, rows are always read.
+	// job whose id does exist replaces that job without the layer knowing:
+	// a worker holding it may still end it, over the new job, and Counts
+	// goes on counting the job it replaced. Joined to a caller's
+	// transaction, rows are always read.
 	Fresh bool
 	// Priority is the job's priority, PriorityHighest (1, also for 0) to
 	// PriorityLowest: among due jobs, acceptors take higher priorities
