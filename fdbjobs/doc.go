@@ -510,27 +510,28 @@
 //
 // # Leases
 //
-// A running job is held under a lease: the LEASES key its row's Seq
-// names, whose entries list it under its lock, by which the monitor finds
-// a dead worker's jobs; no key is written by every accept or heartbeat. A job leaves its lease when it finishes, is lost (removed,
-// re-enqueued) or renewed by Update, which grants it a newer lease. The
-// worker's Client counts the jobs of each lease it still holds (Job's
-// lease) and clears the key in the transaction in which the last one
-// leaves; a lease it could not clear that way (a job abandoned, or an
+// A running job is held under a lease: the LEASES key its row's Seq names,
+// whose entries list it under its lock, by which the monitor finds a dead
+// worker's jobs; no key is written by every accept or heartbeat. A job
+// leaves its lease when it finishes, is lost (removed, re-enqueued) or
+// renewed by Update, which grants it a newer lease (in its base shard
+// too). The worker's Client counts the jobs of each lease it still holds
+// (Job's lease) and clears the key in the transaction in which the last
+// one leaves; a lease it could not clear that way (a job abandoned, or an
 // Update or Finish joined to a caller's transaction, whose commit the job
 // layer cannot see) is cleared by the activity monitor once older than a
 // type timeout. A worker never clears a lease that still holds a job: the
 // count goes down only after the commit in which a job left, and a job
-// whose leaving is uncertain keeps counting; the monitor clears a lease
-// in the transaction that re-enqueues the jobs it still holds.
+// whose leaving is uncertain keeps counting; the monitor clears a lease in
+// the transaction that re-enqueues the jobs it still holds.
 //
 // A worker knows its jobs' rows as its Accept wrote them; any other write
-// of a row running under a lease (Cancel, Resubmit, Remove, the monitor,
-// an Update) sets the lease's LEASE_TOUCHED key. An end's first attempt,
-// in a transaction of its own, reads the lease's two keys, not the rows:
-// if the lease is there and untouched it writes the rows it knows.
-// Invariant: an end writes a row unread only if the store holds it as
-// known (TestEndsTakeKnownRows).
+// of a running row (Cancel, Resubmit, Remove, the monitor, an Update, an
+// end that read it) sets its lease's LEASE_TOUCHED key. An end's first
+// attempt, in a transaction of its own, reads the lease's two keys, not
+// the rows: lease there and untouched, it writes the rows it knows, each
+// with a read conflict. Invariant: an end writes a row unread only if the
+// store holds it as known (TestEndsTakeKnownRows, TestKnownEnd…).
 //
 // # Activity monitor
 //

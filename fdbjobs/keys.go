@@ -111,12 +111,12 @@ type row struct {
 	storedData []byte
 	// storedSeq and storedToken name the lease of a row stored running
 	// (its seq and lock token; nil token: none known): writeRow and
-	// clearRow mark it touched (touchKey) when anyone but its holder
-	// ending the run writes the row.
+	// clearRow mark it touched (touchKey) unless an end writes the row it
+	// took as known (holder).
 	storedSeq   tuple.Versionstamp
 	storedToken []byte
-	// holder marks a row read for its lock's holder (batchWith): a write
-	// of it that ends the run is the holder's own, and touches nothing.
+	// holder marks a row an end took as its Accept wrote it (batchWith,
+	// Job.known): a write of it that ends the run touches nothing.
 	holder bool
 }
 
@@ -163,11 +163,11 @@ func (k keys) pendingRange(typ string, shard, max int64) kv.KeyRange {
 }
 
 // touchKey marks the lease of typ keyed by versionstamp vs and token as
-// touched: a row it holds was written by someone other than its holder
-// ending the run (Cancel, Resubmit, Remove, the activity monitor, an
-// Update). Until a lease is touched, its holder knows its jobs' rows as
-// its Accept wrote them, and ends them without reading them (batchWith).
-// It is cleared with the lease.
+// touched: a row it holds was written other than by an end that took it
+// as known (by Cancel, Resubmit, Remove, the activity monitor, an Update,
+// an end that read it). Until a lease is touched, its holder knows its
+// jobs' rows as its Accept wrote them, and ends them without reading them
+// (batchWith). It is cleared with the lease.
 func (k keys) touchKey(typ string, vs tuple.Versionstamp, token []byte) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyLeaseTouched, typ, vs, token})
 }
@@ -436,9 +436,9 @@ func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
 }
 
 // touch marks the lease of r's stored row touched (touchKey) unless no
-// lease holds it or its holder ends its run (holder and ends: the row is
-// no longer running): that write is the holder's own, which it need not
-// hear of.
+// lease holds it or an end that took it as known writes it (holder and
+// ends: the row is no longer running), which no other end of the lease's
+// need hear of.
 func (k keys) touch(tr kv.Transaction, typ string, r *row, ends bool) {
 	if r.stored != Running || r.storedToken == nil || (r.holder && ends) {
 		return

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
+	"github.com/fdbrep/fdbrep/pkg/kv/embedded"
 	"github.com/fdbrep/fdbrep/pkg/kv/kvtest"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
 )
@@ -129,9 +130,10 @@ func TestEndsTakeKnownRows(t *testing.T) {
 	}
 }
 
-// setupRowReads is setup on a store that counts the reads of job rows.
+// setupRowReads is setup on a store that counts the reads of job rows,
+// without injected faults (an attempt after a failed one reads the rows).
 func setupRowReads(t *testing.T) (*bundle, *rowReads) {
-	reads := &rowReads{Database: kvtest.NewDB(t)}
+	reads := &rowReads{Database: kvtest.OpenEmbedded(t, embedded.Options{InMemory: true})}
 	clock := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0))
 	c, err := New(reads, Config{Clock: clock, NotifierHoldoff: time.Millisecond})
 	require.NoError(t, err)
@@ -184,4 +186,101 @@ func TestMigrateLayout3(t *testing.T) {
 	after, err := c.Counts(b.ctx, nil, t1)
 	require.NoError(t, err)
 	require.Equal(t, before, after)
+}
+
+// An end that took its rows as known conflicts with any later write of
+// them: here one made between its reads and its commit, as by another end
+// of the same job after a ctx that ended left this one's commit behind.
+// It then reads the rows and does what reading them says.
+func TestKnownEndConflictsWithALaterWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		between func(t *testing.T, b *bundle, j *Job)
+		err     error     // the late end's
+		state   State     // j0's after it
+		counts  JobCounts // after it (zero: not checked)
+	}{
+		{name: "ended again by its holder", between: func(t *testing.T, b *bundle, j *Job) {
+			require.NoError(t, b.c.Finish(b.ctx, nil, j, nil))
+		}, state: Finished, counts: JobCounts{Running: 1, Completed: 1}},
+		{name: "resubmitted and taken by another worker", between: func(t *testing.T, b *bundle, j *Job) {
+			require.NoError(t, b.c.Resubmit(b.ctx, nil, &Job{Type: j.Type, ID: j.ID}, 0, nil))
+			ok, err := b.c.Reenqueue(b.ctx, nil, j.Type, j.ID)
+			require.NoError(t, err)
+			require.True(t, ok)
+			taken, err := b.c.Accept(b.ctx, j.Type, AcceptOptions{})
+			require.NoError(t, err)
+			require.Equal(t, j.ID, taken.ID)
+		}, err: ErrHalt, state: Running, counts: JobCounts{Running: 2}},
+		// A Fresh add of an id that exists breaks its promise, which the
+		// layer cannot see (NewJob.Fresh); made while the end is on its
+		// way, it is not overwritten.
+		{name: "replaced by a Fresh add", between: func(t *testing.T, b *bundle, j *Job) {
+			require.NoError(t, b.c.AddBatch(b.ctx, nil, j.Type, []NewJob{{ID: j.ID, Data: raw(`{"new":1}`), Fresh: true}}))
+		}, err: ErrHalt, state: Pending},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, _ := setupRowReads(t) // no injected faults: the interleaving is the first attempt's
+			b.add(t, t1, "j0", "", 0)
+			b.add(t, t1, "j1", "", 0)
+			jobs, err := b.c.AcceptBatch(b.ctx, t1, 2, AcceptOptions{})
+			require.NoError(t, err)
+			require.Len(t, jobs, 2)
+			j := jobs[0]
+			idb := &interleaveDB{Database: b.db, beforeCommit: true}
+			idb.between = func() { tc.between(t, b, j) }
+			late, err := New(idb, Config{Clock: b.clock})
+			require.NoError(t, err)
+			require.ErrorIs(t, late.Finish(b.ctx, nil, j, nil), tc.err)
+			require.Equal(t, tc.state, b.state(t, t1, j.ID))
+			if tc.counts != (JobCounts{}) {
+				n, err := b.c.Counts(b.ctx, nil, t1)
+				require.NoError(t, err)
+				require.Equal(t, tc.counts, n)
+			}
+		})
+	}
+}
+
+// The activity monitor takes back the job of a worker that died after a
+// heartbeat, whatever the job's lane: the heartbeat's lease is in its base
+// shard, as an Accept's. A lease that a release before wrote in the job's
+// lane is found too.
+func TestMonitorFindsHeartbeatLeasesInEveryLane(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lease in the lane=%v", legacy), func(t *testing.T) {
+			b := setup(t)
+			require.NoError(t, b.c.AddBatch(b.ctx, nil, t1, []NewJob{{ID: "low", Priority: PriorityLowest}}))
+			j := b.accept(t, t1)
+			require.NoError(t, b.c.Update(b.ctx, nil, j, nil))
+			leases := prefixRange(b.c.k.leases, tuple.Tuple{t1})
+			kvs, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]kv.KeyValue, error) {
+				return tr.GetRange(leases, kv.RangeOptions{}).GetSliceWithError()
+			})
+			require.NoError(t, err)
+			require.Len(t, kvs, 1, "the heartbeat's lease")
+			vs, token, _, err := b.c.k.decodeLease(kvs[0].Key, kvs[0].Value)
+			require.NoError(t, err)
+			r, err := b.c.k.leases.Unpack(kvs[0].Key)
+			require.NoError(t, err)
+			shard := r[1].(int64)
+			require.Less(t, shard, int64(laneStride), "in a base shard")
+			if legacy {
+				lane := b.c.k.leaseKey(t1, queueShard(shard, PriorityLowest), vs, token)
+				_, err := b.db.Transact(b.ctx, func(tr kv.Transaction) (any, error) {
+					tr.Clear(kvs[0].Key)
+					tr.Set(lane, kvs[0].Value)
+					return nil, nil
+				})
+				require.NoError(t, err)
+			}
+			m := b.c.NewActivityMonitor(t1)
+			_, _, err = m.Check(b.ctx)
+			require.NoError(t, err)
+			_, _, err = m.Check(b.ctx)
+			require.NoError(t, err)
+			require.Equal(t, Pending, b.state(t, t1, "low"), "the dead worker's job taken back")
+			b.requireNoKeys(t, keyLeases, keyLeaseTouched)
+		})
+	}
 }

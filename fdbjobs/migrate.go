@@ -174,7 +174,7 @@ func (c *Client) migrateRow(tr kv.Transaction, typ, id string, v []byte, shards 
 		// Its lease: the jobs of one Accept share a token, and those not
 		// updated since their seq, so the entry is added to what the
 		// lease holds already.
-		key := c.k.leaseKey(typ, r.shard, r.seq, r.lock.token)
+		key := c.k.leaseKey(typ, shardBase(r.shard), r.seq, r.lock.token)
 		old, err := tr.Get(key).Get()
 		if err != nil {
 			return err

@@ -128,20 +128,32 @@ func (m *ActivityMonitor) Check(ctx context.Context) (reenqueued int, next time.
 }
 
 // reenqueue re-enqueues every job still held by a lease written at or
-// before version, and clears those leases, shard by shard.
+// before version, and clears those leases, shard by shard. Leases are in
+// base shards; a heartbeat's of a release before 29 November 2026 was in
+// its job's lane (shardBase), so the lanes the type has are read too.
 func (m *ActivityMonitor) reenqueue(ctx context.Context, version int64) (int, error) {
-	v, err := kv.ReadTransact(ctx, m.c.db, func(tr kv.ReadTransaction) ([]byte, error) {
-		return tr.Get(m.c.k.shardsKey(m.typ)).Get()
+	type info struct {
+		shards, lanes []byte
+	}
+	v, err := kv.ReadTransact(ctx, m.c.db, func(tr kv.ReadTransaction) (info, error) {
+		shards, lanes := tr.Get(m.c.k.shardsKey(m.typ)), tr.Get(m.c.k.lanesKey(m.typ))
+		var i info
+		var err error
+		if i.shards, err = shards.Get(); err != nil {
+			return i, err
+		}
+		i.lanes, err = lanes.Get()
+		return i, err
 	})
 	if err != nil {
 		return 0, err
 	}
-	_, high, err := decodeShards(v)
+	_, high, err := decodeShards(v.shards)
 	if err != nil {
 		return 0, err
 	}
 	total := 0
-	for s := range high {
+	for _, s := range decodeLanes(v.lanes).all(high) {
 		r := m.c.k.leaseRange(m.typ, s, -1, version)
 		r.Begin = m.c.k.leases.Pack(tuple.Tuple{m.typ, s})
 		n, err := m.reenqueueRange(ctx, r)

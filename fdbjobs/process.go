@@ -229,7 +229,17 @@ func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Comple
 				return outcome{}, err
 			}
 			if lv != nil && tv == nil {
-				continue // the rows are as their Accept wrote them
+				// The rows are as their Accept wrote them. A conflict on
+				// each (no read) makes any later write of one abort this
+				// end: another end of the job's, its commit left behind
+				// by a ctx that ended, is such a write.
+				for _, i := range f.items {
+					if err := tr.AddReadConflictKey(c.k.dataKey(items[i].Job.Type, items[i].Job.ID)); err != nil {
+						return outcome{}, err
+					}
+					rows[i].holder = true // its end's writes touch nothing
+				}
+				continue
 			}
 			for _, i := range f.items {
 				rows[i], futs[i] = nil, tr.Get(c.k.dataKey(items[i].Job.Type, items[i].Job.ID))
@@ -254,9 +264,6 @@ func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Comple
 						return outcome{}, err
 					}
 				}
-			}
-			if r != nil && r.lock.equal(it.Job.lock) {
-				r.holder = true // its writes are the holder's (touch)
 			}
 			if firstSeq[i] == nil && r != nil && r.state == Running {
 				seq := r.seq
@@ -300,7 +307,8 @@ func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Comple
 			for _, i := range grants[ref] {
 				idx, ids = append(idx, items[i].Job.lock.index), append(ids, items[i].Job.ID)
 			}
-			shard := o.after[grants[ref][0]].shard
+			// In the base shard, as an Accept's: where the monitor looks.
+			shard := shardBase(o.after[grants[ref][0]].shard)
 			c.k.writeLease(tr, ref.typ, shard, []byte(ref.token), idx, ids)
 		}
 		if joined {
@@ -350,7 +358,7 @@ func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Comple
 			}
 			ref := claimRef{it.Job.Type, string(it.Job.lock.token)}
 			if granted[ref] == nil {
-				granted[ref] = &lease{shard: out.after[i].shard}
+				granted[ref] = &lease{shard: shardBase(out.after[i].shard)}
 				copy(granted[ref].vs.TransactionVersion[:], vs)
 			}
 			granted[ref].held++
@@ -368,7 +376,7 @@ func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Comple
 		if vs := out.moved[i]; vs != nil {
 			ref := movedRef{claimRef{it.Job.Type, string(it.Job.lock.token)}, *vs}
 			if recovered[ref] == nil {
-				recovered[ref] = &lease{shard: out.after[i].shard, vs: *vs}
+				recovered[ref] = &lease{shard: shardBase(out.after[i].shard), vs: *vs}
 			}
 			recovered[ref].held++
 		}
