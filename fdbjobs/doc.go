@@ -529,9 +529,9 @@
 // of a running row (Cancel, Resubmit, Remove, the monitor, an Update, an
 // end that read it) sets its lease's LEASE_TOUCHED key. An end's first
 // attempt, in a transaction of its own, reads the lease's two keys, not
-// the rows: lease there and untouched, it writes the rows it knows, each
-// with a read conflict. Invariant: an end writes a row unread only if the
-// store holds it as known (TestEndsTakeKnownRows, TestKnownEnd…).
+// the rows: lease there and untouched, it writes the rows it knows (the
+// reads conflict with later touches). Invariant: an end writes a row unread
+// only if the store holds it as known (TestEndsTakeKnownRows, TestKnownEnd…).
 //
 // # Activity monitor
 //

@@ -229,14 +229,13 @@ func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Comple
 				return outcome{}, err
 			}
 			if lv != nil && tv == nil {
-				// The rows are as their Accept wrote them. A conflict on
-				// each (no read) makes any later write of one abort this
-				// end: another end of the job's, its commit left behind
-				// by a ctx that ended, is such a write.
+				// The rows are as their Accept wrote them, and any later
+				// write of one touches the lease (writeRow, clearRow), or
+				// clears it: the reads conflict with it. Another end of
+				// the job's that read its row is such a write, even when
+				// this end's commit, left behind by a ctx that ended,
+				// lands after it.
 				for _, i := range f.items {
-					if err := tr.AddReadConflictKey(c.k.dataKey(items[i].Job.Type, items[i].Job.ID)); err != nil {
-						return outcome{}, err
-					}
 					rows[i].holder = true // its end's writes touch nothing
 				}
 				continue
