@@ -65,8 +65,8 @@ func TestBigJobsStayInBudget(t *testing.T) {
 
 	// The backfill of a store that predates the index.
 	_, err = db.Transact(ctx, func(tr kv.Transaction) (any, error) {
-		tr.ClearRange(subspaceRange(s.entries))
-		tr.Clear(s.indexVersionKey())
+		tr.ClearRange(subspaceRange(s.k.entries))
+		tr.Clear(s.k.indexVersionKey())
 		return nil, nil
 	})
 	require.NoError(t, err)

@@ -4,8 +4,9 @@
 // validated once by ParseSpec), how it is stored as a job (JobData,
 // states, ids), the replicator's state in the store (Store: jobs and the
 // view index kept with them, the replication id → job id subspace,
-// database identities; beside it Views, Shares, Reseal, Retention,
-// Progress and FailedDocs, see "Store"), the cluster-wide settings
+// database identities, its keys in storekeys.go; beside it Views, Shares,
+// Reseal, Retention, Progress, FailedDocs, Webhooks and Templates, see
+// "Store"), the cluster-wide settings
 // (Config), the engine contract (Engine, Run) and the metrics. Two planes
 // build on it, and neither imports the other:
 //
@@ -301,7 +302,12 @@
 //   - Progress (progress.go): the running jobs' live counters (23);
 //   - FailedDocs (failed.go): the documents a job's targets refused (24);
 //   - Webhooks (webhooks.go): the users' webhooks, the changes queued for
-//     them, their delivery jobs and their receivers' health (29-34).
+//     them, their delivery jobs and their receivers' health (29-34);
+//   - Templates (template.go): the template documents' jobs and the
+//     replications each makes (its children), written through the Store.
+//
+// The Store's own keys (the jobs' index, replication ids, databases) are
+// built by storeKeys (storekeys.go).
 //
 // # Key layout
 //

@@ -162,7 +162,7 @@ func Partitions(places []fdbjobs.Place) []string {
 }
 
 func (s *Store) hostHeldKey(host string) kv.Key {
-	return s.root.Pack(tuple.Tuple{keyHostHeld, host})
+	return s.k.root.Pack(tuple.Tuple{keyHostHeld, host})
 }
 
 // countHostHeld adds one to host's count of jobs held back by its budget

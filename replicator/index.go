@@ -154,22 +154,22 @@ func (s *Store) entryKeys(jobID string, e *entry) []kv.Key {
 	}
 	var ks []kv.Key
 	if e.dbUUID != "" {
-		ks = append(ks, s.dbJobKey(e.dbUUID, e.docID), s.docStateKey(e.dbUUID, e.state, e.docID))
+		ks = append(ks, s.k.dbJobKey(e.dbUUID, e.docID), s.k.docStateKey(e.dbUUID, e.state, e.docID))
 	}
 	if e.sortID != "" {
-		ks = append(ks, s.unfinishedKey(e.sortID, jobID))
+		ks = append(ks, s.k.unfinishedKey(e.sortID, jobID))
 	}
 	if e.node != "" {
-		ks = append(ks, s.runningKey(e.node, jobID))
+		ks = append(ks, s.k.runningKey(e.node, jobID))
 	}
 	if e.owner != "" && e.sortID != "" {
-		ks = append(ks, s.ownerJobKey(e.owner, e.sortID, jobID))
+		ks = append(ks, s.k.ownerJobKey(e.owner, e.sortID, jobID))
 	}
 	if e.owner != "" && e.node != "" {
-		ks = append(ks, s.ownerRunningKey(e.owner, e.node, jobID))
+		ks = append(ks, s.k.ownerRunningKey(e.owner, e.node, jobID))
 	}
 	if e.group != "" {
-		ks = append(ks, s.parkedKey(e.group, e.srcDB, jobID))
+		ks = append(ks, s.k.parkedKey(e.group, e.srcDB, jobID))
 	}
 	return ks
 }
@@ -182,22 +182,22 @@ func (s *Store) countDeltas(deltas map[string]int64, e *entry, registered bool, 
 		return
 	}
 	if e.dbUUID != "" {
-		deltas[string(s.dbCountKey(e.dbUUID, e.state))] += sign
+		deltas[string(s.k.dbCountKey(e.dbUUID, e.state))] += sign
 		if registered {
-			deltas[string(s.docCountKey(e.state))] += sign
+			deltas[string(s.k.docCountKey(e.state))] += sign
 		}
 	}
 	if e.sortID != "" {
-		deltas[string(s.jobCountKey())] += sign
+		deltas[string(s.k.jobCountKey())] += sign
 		if e.owner != "" {
-			deltas[string(s.ownerCountKey(e.owner))] += sign
+			deltas[string(s.k.ownerCountKey(e.owner))] += sign
 		}
 	}
 	if e.node != "" {
-		deltas[string(s.nodeCountKey(e.node))] += sign
+		deltas[string(s.k.nodeCountKey(e.node))] += sign
 	}
 	if e.group != "" {
-		deltas[string(s.parkedCountKey())] += sign
+		deltas[string(s.k.parkedCountKey())] += sign
 	}
 }
 
@@ -218,7 +218,7 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 	}
 	futs := make([]kv.FutureByteSlice, len(jobs))
 	for i, j := range jobs {
-		futs[i] = tr.Get(s.entryKey(j.id))
+		futs[i] = tr.Get(s.k.entryKey(j.id))
 	}
 	olds := make([]*entry, len(jobs))
 	oldRaw := make([][]byte, len(jobs))
@@ -238,7 +238,7 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 		news[i] = entryOf(j.id, j.st, j.d)
 		for _, e := range []*entry{olds[i], news[i]} {
 			if e != nil && e.dbUUID != "" && names[e.dbName] == nil {
-				names[e.dbName] = tr.Get(s.dbKey(e.dbName))
+				names[e.dbName] = tr.Get(s.k.dbKey(e.dbName))
 			}
 		}
 	}
@@ -260,7 +260,7 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 		}
 		if old != nil && cur != nil && *old == *cur {
 			if p := cur.pack(); !bytes.Equal(oldRaw[i], p) {
-				tr.Set(s.entryKey(j.id), p) // an older version's encoding, same keys
+				tr.Set(s.k.entryKey(j.id), p) // an older version's encoding, same keys
 			}
 			continue
 		}
@@ -282,9 +282,9 @@ func (s *Store) index(tr kv.Transaction, jobs []indexedJob) error {
 			s.jobs.RetainTx(tr, JobType, j.id, time.UnixMilli(cur.expires))
 		}
 		if cur == nil {
-			tr.Clear(s.entryKey(j.id))
+			tr.Clear(s.k.entryKey(j.id))
 		} else {
-			tr.Set(s.entryKey(j.id), cur.pack())
+			tr.Set(s.k.entryKey(j.id), cur.pack())
 		}
 		c, changed, err := s.emitChange(tr, j.id, old, cur)
 		if err != nil {

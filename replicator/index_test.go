@@ -345,8 +345,8 @@ func (m *indexModel) cleanup() {
 		at := m.jobs[id].lastUpdated
 		m.tx(func(tr kv.Transaction) error {
 			m.s.jobs.UnretainTx(tr, JobType, id, time.UnixMilli(at))
-			tr.Set(m.s.expiryKey(at, id), nil)
-			tr.Set(m.s.expiryKey(at-1, id), nil)
+			tr.Set(m.s.k.expiryKey(at, id), nil)
+			tr.Set(m.s.k.expiryKey(at-1, id), nil)
 			return nil
 		})
 		m.steps["expiry keys moved"]++
@@ -458,7 +458,7 @@ func TestIndexBackfillAddsOwners(t *testing.T) {
 	m.checkIndex(-1)
 	s := m.s
 	// Back to version 1.
-	entries := m.readKeys(s.entries)
+	entries := m.readKeys(s.k.entries)
 	m.tx(func(tr kv.Transaction) error {
 		for k, v := range entries {
 			e, err := unpackEntry([]byte(v))
@@ -467,13 +467,13 @@ func TestIndexBackfillAddsOwners(t *testing.T) {
 			}
 			tr.Set(kv.Key(k), tuple.Tuple{e.dbUUID, e.dbName, e.docID, e.state, e.sortID, e.node, e.expires}.Pack())
 		}
-		tr.ClearRange(subspaceRange(s.ownerJobs))
-		tr.ClearRange(subspaceRange(s.ownerRunning))
-		tr.ClearRange(subspaceRange(s.root.Sub(keyOwnerCounts)))
+		tr.ClearRange(subspaceRange(s.k.ownerJobs))
+		tr.ClearRange(subspaceRange(s.k.ownerRunning))
+		tr.ClearRange(subspaceRange(s.k.root.Sub(keyOwnerCounts)))
 		// Version 1 predates parking: no watch-group keys, no parked count.
-		tr.ClearRange(subspaceRange(s.parked))
-		tr.Clear(s.parkedCountKey())
-		tr.Set(s.indexVersionKey(), tuple.Tuple{int64(1)}.Pack())
+		tr.ClearRange(subspaceRange(s.k.parked))
+		tr.Clear(s.k.parkedCountKey())
+		tr.Set(s.k.indexVersionKey(), tuple.Tuple{int64(1)}.Pack())
 		return nil
 	})
 	p, err := s.views.OwnerJobsPage(m.ctx, "u", "", "", 100, 0)
@@ -484,7 +484,7 @@ func TestIndexBackfillAddsOwners(t *testing.T) {
 	require.NoError(t, m.s.buildIndex(m.ctx))
 	m.checkIndex(-1)
 	m.checkPages(-1)
-	v, err := kv.ReadTransact(m.ctx, m.db, func(tr kv.ReadTransaction) ([]byte, error) { return tr.Get(s.indexVersionKey()).Get() })
+	v, err := kv.ReadTransact(m.ctx, m.db, func(tr kv.ReadTransaction) ([]byte, error) { return tr.Get(s.k.indexVersionKey()).Get() })
 	require.NoError(t, err)
 	require.Equal(t, tuple.Tuple{int64(indexVersion)}.Pack(), v)
 }
@@ -552,7 +552,7 @@ func (m *indexModel) checkIndex(step int) {
 	marks := m.readKeys(s.retention.marks)
 	for id, j := range m.fold() {
 		e := entryOf(id, j.State, j.Data)
-		want.keys[string(s.entryKey(id))] = string(e.pack())
+		want.keys[string(s.k.entryKey(id))] = string(e.pack())
 		for _, k := range s.entryKeys(id, e) {
 			want.keys[string(k)] = ""
 		}
@@ -569,19 +569,19 @@ func (m *indexModel) checkIndex(step int) {
 		}
 	}
 	got := indexState{keys: map[string]string{}, counts: map[string]int64{}}
-	for _, ss := range []subspace.Subspace{s.entries, s.dbJobs, s.docStates, s.unfinished, s.running, s.expiry, s.ownerJobs, s.ownerRunning, s.parked} {
+	for _, ss := range []subspace.Subspace{s.k.entries, s.k.dbJobs, s.k.docStates, s.k.unfinished, s.k.running, s.k.expiry, s.k.ownerJobs, s.k.ownerRunning, s.k.parked} {
 		for k, v := range m.readKeys(ss) {
 			got.keys[k] = v
 		}
 	}
-	for _, ss := range []subspace.Subspace{s.dbCounts, s.root.Sub(keyDocCounts), s.root.Sub(keyJobCount), s.root.Sub(keyNodeCounts), s.root.Sub(keyOwnerCounts)} {
+	for _, ss := range []subspace.Subspace{s.k.dbCounts, s.k.root.Sub(keyDocCounts), s.k.root.Sub(keyJobCount), s.k.root.Sub(keyNodeCounts), s.k.root.Sub(keyOwnerCounts)} {
 		for k, v := range m.readKeys(ss) {
 			if n := kv.DecodeInt64([]byte(v)); n != 0 {
 				got.counts[k] = n
 			}
 		}
 	}
-	for _, k := range []kv.Key{s.jobCountKey(), s.parkedCountKey()} {
+	for _, k := range []kv.Key{s.k.jobCountKey(), s.k.parkedCountKey()} {
 		if n := m.counter(k); n != 0 {
 			got.counts[string(k)] = n
 		}

@@ -121,7 +121,7 @@ func (s *Store) removeJob(ctx context.Context, tr kv.Transaction, jobID string, 
 		}
 	}
 	if d != nil && d.DBUUID != "" && unindex {
-		tr.Clear(s.dbJobKey(d.DBUUID, d.DocID)) // also for a job the index never saw
+		tr.Clear(s.k.dbJobKey(d.DBUUID, d.DocID)) // also for a job the index never saw
 	}
 	s.progress.clear(tr, jobID)
 	s.failed.clear(tr, jobID)
@@ -168,7 +168,7 @@ func (s *Store) clearJobKeys(tr kv.Transaction, ids []string, datas []*JobData) 
 	owners := make([]kv.FutureByteSlice, len(ids))
 	for i, d := range datas {
 		if d != nil && d.RepID != "" {
-			owners[i] = tr.Get(s.repIDKey(d.RepID))
+			owners[i] = tr.Get(s.k.repIDKey(d.RepID))
 		}
 	}
 	gone := make([]indexedJob, len(ids))
@@ -179,13 +179,13 @@ func (s *Store) clearJobKeys(tr kv.Transaction, ids []string, datas []*JobData) 
 				return err
 			}
 			if string(v) == id {
-				tr.Clear(s.repIDKey(d.RepID))
+				tr.Clear(s.k.repIDKey(d.RepID))
 			}
 		}
 		s.progress.clear(tr, id)
 		s.failed.clear(tr, id)
 		if d := datas[i]; d != nil && d.DBUUID != "" {
-			tr.Clear(s.dbJobKey(d.DBUUID, d.DocID))
+			tr.Clear(s.k.dbJobKey(d.DBUUID, d.DocID))
 		}
 		gone[i] = indexedJob{id: id, st: fdbjobs.NotFound}
 	}
@@ -264,7 +264,7 @@ func (s *Store) WatchRun(tr kv.Transaction, job *fdbjobs.Job, d *JobData) (watch
 			w.Cancel()
 			return nil, false, err
 		}
-		watches = append(watches, tr.Watch(s.dbKey(d.DBName)))
+		watches = append(watches, tr.Watch(s.k.dbKey(d.DBName)))
 	}
 	return watches, true, nil
 }

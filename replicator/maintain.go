@@ -44,7 +44,7 @@ func (s *Store) buildIndex(ctx context.Context) error {
 		return nil
 	}
 	v, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) ([]byte, error) {
-		return tr.Get(s.indexVersionKey()).Get()
+		return tr.Get(s.k.indexVersionKey()).Get()
 	})
 	if err != nil {
 		return err
@@ -83,7 +83,7 @@ func (s *Store) buildIndex(ctx context.Context) error {
 		return err
 	}
 	_, err = s.db.Transact(ctx, func(tr kv.Transaction) (any, error) {
-		tr.Set(s.indexVersionKey(), tuple.Tuple{int64(indexVersion)}.Pack())
+		tr.Set(s.k.indexVersionKey(), tuple.Tuple{int64(indexVersion)}.Pack())
 		return nil, nil
 	})
 	if err == nil {
@@ -169,7 +169,7 @@ func (s *Store) removeDBJobs(ctx context.Context, tr kv.Transaction, dbUUID stri
 		return len(gone), dbCursor{before: docIDs[examined-1], moved: true}, false, nil
 	}
 	if len(docIDs) < limit {
-		tr.ClearRange(prefixRange(s.dbCounts, tuple.Tuple{dbUUID}))
+		tr.ClearRange(prefixRange(s.k.dbCounts, tuple.Tuple{dbUUID}))
 		return len(gone), c, true, nil
 	}
 	return len(gone), dbCursor{before: docIDs[len(docIDs)-1], moved: true}, false, nil
@@ -180,8 +180,8 @@ func (s *Store) removeDBJobs(ctx context.Context, tr kv.Transaction, dbUUID stri
 // most).
 func (s *Store) RunningOn(ctx context.Context, node string) ([]string, error) {
 	var out []string
-	err := kv.ReadPages(ctx, s.db, prefixRange(s.running, tuple.Tuple{node}), scanBatch, func(page []kv.KeyValue) (bool, error) {
-		ids, _ := idsOf(s.running, page)
+	err := kv.ReadPages(ctx, s.db, prefixRange(s.k.running, tuple.Tuple{node}), scanBatch, func(page []kv.KeyValue) (bool, error) {
+		ids, _ := idsOf(s.k.running, page)
 		out = append(out, ids...)
 		return false, nil
 	})

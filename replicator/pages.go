@@ -126,11 +126,11 @@ func (v *Views) DocsPage(ctx context.Context, q DocsQuery) (Page, error) {
 				return 0, err
 			}
 			for _, st := range states {
-				keys = append(keys, v.s.dbCountKey(u, st))
+				keys = append(keys, v.s.k.dbCountKey(u, st))
 			}
 		} else {
 			for _, st := range states {
-				keys = append(keys, v.s.docCountKey(st))
+				keys = append(keys, v.s.k.docCountKey(st))
 			}
 		}
 		return sumCounters(tr, keys)
@@ -142,12 +142,12 @@ func (v *Views) DocsPage(ctx context.Context, q DocsQuery) (Page, error) {
 // (Unfinished) sorted by replication id (job id when they have none yet),
 // then job id, starting at (startID, startJobID) inclusive.
 func (v *Views) JobsPage(ctx context.Context, startID, startJobID string, limit, skip int) (Page, error) {
-	rng := subspaceRange(v.s.unfinished)
+	rng := subspaceRange(v.s.k.unfinished)
 	if startID != "" || startJobID != "" {
-		rng.Begin = v.s.unfinishedKey(startID, startJobID)
+		rng.Begin = v.s.k.unfinishedKey(startID, startJobID)
 	}
-	total := func(tr kv.ReadTransaction) (int64, error) { return sumCounters(tr, []kv.Key{v.s.jobCountKey()}) }
-	return v.page(ctx, rangeCursor{ss: v.s.unfinished, rng: rng}, total, limit, skip)
+	total := func(tr kv.ReadTransaction) (int64, error) { return sumCounters(tr, []kv.Key{v.s.k.jobCountKey()}) }
+	return v.page(ctx, rangeCursor{ss: v.s.k.unfinished, rng: rng}, total, limit, skip)
 }
 
 // OwnerJobsPage is JobsPage among the unfinished jobs of owner
@@ -158,14 +158,14 @@ func (v *Views) OwnerJobsPage(ctx context.Context, owner, startID, startJobID st
 	if owner == "" {
 		return Page{Jobs: []PageJob{}}, nil
 	}
-	rng := prefixRange(v.s.ownerJobs, tuple.Tuple{owner})
+	rng := prefixRange(v.s.k.ownerJobs, tuple.Tuple{owner})
 	if startID != "" || startJobID != "" {
-		rng.Begin = v.s.ownerJobKey(owner, startID, startJobID)
+		rng.Begin = v.s.k.ownerJobKey(owner, startID, startJobID)
 	}
 	total := func(tr kv.ReadTransaction) (int64, error) {
-		return sumCounters(tr, []kv.Key{v.s.ownerCountKey(owner)})
+		return sumCounters(tr, []kv.Key{v.s.k.ownerCountKey(owner)})
 	}
-	return v.page(ctx, rangeCursor{ss: v.s.ownerJobs, rng: rng}, total, limit, skip)
+	return v.page(ctx, rangeCursor{ss: v.s.k.ownerJobs, rng: rng}, total, limit, skip)
 }
 
 // OwnerRunningJobs returns the jobs of owner that run, sorted by node and
@@ -175,8 +175,8 @@ func (v *Views) OwnerRunningJobs(ctx context.Context, owner string) ([]PageJob, 
 	if owner == "" {
 		return []PageJob{}, nil
 	}
-	rng := prefixRange(v.s.ownerRunning, tuple.Tuple{owner})
-	p, err := v.page(ctx, rangeCursor{ss: v.s.ownerRunning, rng: rng}, nil, math.MaxInt, 0)
+	rng := prefixRange(v.s.k.ownerRunning, tuple.Tuple{owner})
+	p, err := v.page(ctx, rangeCursor{ss: v.s.k.ownerRunning, rng: rng}, nil, math.MaxInt, 0)
 	return p.Jobs, err
 }
 
@@ -184,11 +184,11 @@ func (v *Views) OwnerRunningJobs(ctx context.Context, owner string) ([]PageJob, 
 // sorted by node and job id: a node runs max_jobs jobs at most, so this
 // costs the running jobs, not all of them.
 func (v *Views) RunningJobs(ctx context.Context, node string) ([]PageJob, error) {
-	rng := subspaceRange(v.s.running)
+	rng := subspaceRange(v.s.k.running)
 	if node != "" {
-		rng = prefixRange(v.s.running, tuple.Tuple{node})
+		rng = prefixRange(v.s.k.running, tuple.Tuple{node})
 	}
-	p, err := v.page(ctx, rangeCursor{ss: v.s.running, rng: rng}, nil, math.MaxInt, 0)
+	p, err := v.page(ctx, rangeCursor{ss: v.s.k.running, rng: rng}, nil, math.MaxInt, 0)
 	return p.Jobs, err
 }
 
@@ -199,7 +199,7 @@ func (v *Views) NodeRunning(ctx context.Context, tr kv.ReadTransactor, node stri
 		tr = v.s.db
 	}
 	return kv.ReadTransact(ctx, tr, func(tr kv.ReadTransaction) (int, error) {
-		n, err := sumCounters(tr, []kv.Key{v.s.nodeCountKey(node)})
+		n, err := sumCounters(tr, []kv.Key{v.s.k.nodeCountKey(node)})
 		return int(n), err
 	})
 }
@@ -407,18 +407,18 @@ func (c docsCursor) enter(tr kv.ReadTransaction) (docsCursor, error) {
 		c.uuid, c.end = u, u == ""
 		return c, nil
 	}
-	rng := subspaceRange(c.s.dbs)
+	rng := subspaceRange(c.s.k.dbs)
 	if c.inclDB {
-		rng.Begin = c.s.dbKey(c.db)
+		rng.Begin = c.s.k.dbKey(c.db)
 	} else {
-		rng.Begin = kv.KeyAfter(c.s.dbKey(c.db))
+		rng.Begin = kv.KeyAfter(c.s.k.dbKey(c.db))
 	}
 	kvs, err := tr.GetRange(rng, kv.RangeOptions{Limit: 1}).GetSliceWithError()
 	if err != nil || len(kvs) == 0 {
 		c.end = err == nil
 		return c, err
 	}
-	t, err := c.s.dbs.Unpack(kvs[0].Key)
+	t, err := c.s.k.dbs.Unpack(kvs[0].Key)
 	name, _ := tupleString(t, err)
 	if name != c.db {
 		c.doc, c.inclDoc = "", true // a database after the start one: from its first document
@@ -450,12 +450,12 @@ func (c docsCursor) leave() docsCursor {
 func (c docsCursor) docRange(st string) kv.KeyRange {
 	var prefix tuple.Tuple
 	var at kv.Key
-	ss := c.s.dbJobs
+	ss := c.s.k.dbJobs
 	if st == "" {
-		prefix, at = tuple.Tuple{c.uuid}, c.s.dbJobKey(c.uuid, c.doc)
+		prefix, at = tuple.Tuple{c.uuid}, c.s.k.dbJobKey(c.uuid, c.doc)
 	} else {
-		ss = c.s.docStates
-		prefix, at = tuple.Tuple{c.uuid, st}, c.s.docStateKey(c.uuid, st, c.doc)
+		ss = c.s.k.docStates
+		prefix, at = tuple.Tuple{c.uuid, st}, c.s.k.docStateKey(c.uuid, st, c.doc)
 	}
 	rng := prefixRange(ss, prefix)
 	if c.inclDoc {
@@ -493,9 +493,9 @@ func (c docsCursor) inDB(tr kv.ReadTransaction, n int) ([]string, bool, int, err
 		}
 		read += len(kvs)
 		exhausted = exhausted && len(kvs) < n
-		ss := c.s.dbJobs
+		ss := c.s.k.dbJobs
 		if ranges[i] != "" {
-			ss = c.s.docStates
+			ss = c.s.k.docStates
 		}
 		for _, e := range kvs {
 			if t, err := ss.Unpack(e.Key); err == nil && len(t) > 0 {
@@ -557,7 +557,7 @@ func (c docsCursor) skip(tr kv.ReadTransaction, n int) (int, int, cursor, error)
 	if c.doc == "" && c.inclDoc {
 		keys := make([]kv.Key, len(c.states))
 		for i, st := range c.states {
-			keys[i] = c.s.dbCountKey(c.uuid, st)
+			keys[i] = c.s.k.dbCountKey(c.uuid, st)
 		}
 		total, err := sumCounters(tr, keys)
 		if err != nil {

@@ -90,7 +90,7 @@ func (s *Store) ParkedCount(ctx context.Context, tr kv.ReadTransactor) (int64, e
 		tr = s.db
 	}
 	return kv.ReadTransact(ctx, tr, func(tr kv.ReadTransaction) (int64, error) {
-		v, err := tr.Snapshot().Get(s.parkedCountKey()).Get()
+		v, err := tr.Snapshot().Get(s.k.parkedCountKey()).Get()
 		return kv.DecodeInt64(v), err
 	})
 }
@@ -110,12 +110,12 @@ func (s *Store) ParkedPage(ctx context.Context, tr kv.ReadTransactor, group, db 
 		if db != "" {
 			prefix = append(prefix, db)
 		}
-		rng, err := kv.PrefixRange(s.parked.Pack(prefix))
+		rng, err := kv.PrefixRange(s.k.parked.Pack(prefix))
 		if err != nil {
 			return nil, err
 		}
 		if after.JobID != "" {
-			rng.Begin = kv.KeyAfter(s.parkedKey(group, after.SourceDB, after.JobID))
+			rng.Begin = kv.KeyAfter(s.k.parkedKey(group, after.SourceDB, after.JobID))
 		}
 		kvs, err := tr.Snapshot().GetRange(rng, kv.RangeOptions{Limit: limit}).GetSliceWithError()
 		if err != nil {
@@ -123,7 +123,7 @@ func (s *Store) ParkedPage(ctx context.Context, tr kv.ReadTransactor, group, db 
 		}
 		out := make([]ParkedRef, 0, len(kvs))
 		for _, e := range kvs {
-			t, err := s.parked.Unpack(e.Key)
+			t, err := s.k.parked.Unpack(e.Key)
 			if err != nil || len(t) != 3 {
 				continue
 			}
@@ -139,7 +139,7 @@ func (s *Store) ParkedPage(ctx context.Context, tr kv.ReadTransactor, group, db 
 // on the group's range: a watch that ends because its group is empty
 // conflicts with a job parking into it meanwhile.
 func (s *Store) AnyParked(tr kv.ReadTransaction, group string) (bool, error) {
-	rng, err := kv.PrefixRange(s.parked.Pack(tuple.Tuple{group}))
+	rng, err := kv.PrefixRange(s.k.parked.Pack(tuple.Tuple{group}))
 	if err != nil {
 		return false, err
 	}

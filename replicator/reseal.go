@@ -243,7 +243,7 @@ func (rs *Reseal) Doc(ctx context.Context, tr kv.Transaction, docs DocRewriter, 
 // credentials moved, when they move and it does not run; when it runs,
 // held (its holder moves them: scheduler's template runs).
 func (rs *Reseal) template(ctx context.Context, tr kv.Transaction, jobID string, r *Resealer) (data []byte, held bool, err error) {
-	t, st, err := rs.s.Template(ctx, tr, jobID)
+	t, st, err := rs.s.Templates().Get(ctx, tr, jobID)
 	if err != nil || t == nil || !t.Rep.Moves(r.o) {
 		return nil, false, err
 	}

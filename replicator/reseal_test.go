@@ -570,11 +570,11 @@ func TestResealTemplate(t *testing.T) {
 			id := DocJobID("u0", "tpl")
 			cfg := Config{Clock: w.clock}.WithDefaults()
 			_, err = kv.Transact(w.ctx, w.db, func(tr kv.Transaction) (any, error) {
-				if _, err := w.s.PutTemplate(w.ctx, tr, id, td, time.Hour); err != nil {
+				if _, err := w.s.Templates().Put(w.ctx, tr, id, td, time.Hour); err != nil {
 					return nil, err
 				}
 				for _, db := range []string{"a1", "a2"} {
-					if _, err := w.s.PutChild(w.ctx, tr, &cfg, td, db); err != nil {
+					if _, err := w.s.Templates().PutChild(w.ctx, tr, &cfg, td, db); err != nil {
 						return nil, err
 					}
 				}
@@ -610,7 +610,7 @@ func TestResealTemplate(t *testing.T) {
 				verify("the document", field, dest, v, false)
 				return v, nil
 			}))
-			tmpl, _, err := w.s.Template(w.ctx, w.db, id)
+			tmpl, _, err := w.s.Templates().Get(w.ctx, w.db, id)
 			require.NoError(t, err)
 			tmpl.Rep.eachSecret(func(field, dest string, v *string) { verify("the template", field, dest, *v, running) })
 			n := 0

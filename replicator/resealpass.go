@@ -357,11 +357,11 @@ func (rs *Reseal) hooksPage(ctx context.Context, tr kv.Transaction, r *Resealer,
 // follows after ("" for the first), with its UUID; "" when none does.
 // It reads at tr's snapshot.
 func (rs *Reseal) dbAfter(tr kv.ReadTransaction, after string) (string, string, error) {
-	begin := rs.s.dbs.Pack(nil)
+	begin := rs.s.k.dbs.Pack(nil)
 	if after != "" {
-		begin = kv.KeyAfter(rs.s.dbKey(after))
+		begin = kv.KeyAfter(rs.s.k.dbKey(after))
 	}
-	end, err := kv.Strinc(rs.s.dbs.Pack(nil))
+	end, err := kv.Strinc(rs.s.k.dbs.Pack(nil))
 	if err != nil {
 		return "", "", err
 	}
@@ -369,7 +369,7 @@ func (rs *Reseal) dbAfter(tr kv.ReadTransaction, after string) (string, string, 
 	if err != nil || len(rows) == 0 {
 		return "", "", err
 	}
-	t, err := rs.s.dbs.Unpack(rows[0].Key)
+	t, err := rs.s.k.dbs.Unpack(rows[0].Key)
 	if err != nil || len(t) != 1 {
 		return "", "", err
 	}

@@ -173,7 +173,7 @@ func (r *Retention) MoveExpiryKeys(ctx context.Context, batch int) (int, error) 
 	total := 0
 	// The range's start moves past each batch, never back over the
 	// deletion tombstones of the keys cleared (see dbCursor).
-	rng := subspaceRange(r.s.expiry)
+	rng := subspaceRange(r.s.k.expiry)
 	for {
 		var last kv.Key
 		n, err := kv.Transact(ctx, r.s.db, func(tr kv.Transaction) (int, error) {
@@ -189,7 +189,7 @@ func (r *Retention) MoveExpiryKeys(ctx context.Context, batch int) (int, error) 
 			ats := make([]int64, len(kvs))
 			ids := make([]string, len(kvs))
 			for i, k := range kvs {
-				t, err := r.s.expiry.Unpack(k.Key)
+				t, err := r.s.k.expiry.Unpack(k.Key)
 				if err != nil || len(t) != 2 {
 					continue
 				}
@@ -198,7 +198,7 @@ func (r *Retention) MoveExpiryKeys(ctx context.Context, batch int) (int, error) 
 				if aerr != nil || !ok {
 					continue
 				}
-				ats[i], ids[i], entries[i] = at, id, tr.Get(r.s.entryKey(id))
+				ats[i], ids[i], entries[i] = at, id, tr.Get(r.s.k.entryKey(id))
 			}
 			for i, k := range kvs {
 				tr.Clear(k.Key)

@@ -156,7 +156,7 @@ func (sh *Shares) Table(tr kv.ReadTransaction) (ShareTable, error) {
 	for key := range t.Usage {
 		if key != "" {
 			keys = append(keys, key)
-			uuids = append(uuids, snap.Get(sh.s.dbKey(key)))
+			uuids = append(uuids, snap.Get(sh.s.k.dbKey(key)))
 		}
 	}
 	unfinished := []string{StatePending, StateRunning, StateCrashing}
@@ -171,18 +171,18 @@ func (sh *Shares) Table(tr kv.ReadTransaction) (ShareTable, error) {
 			continue // deleted: its jobs are going
 		}
 		for _, st := range unfinished {
-			counters = append(counters, sh.s.dbCountKey(string(u), st))
+			counters = append(counters, sh.s.k.dbCountKey(string(u), st))
 			owners = append(owners, keys[i])
 		}
 	}
 	_, transient := t.Usage[""]
 	if transient {
-		counters = append(counters, sh.s.jobCountKey())
+		counters = append(counters, sh.s.k.jobCountKey())
 		owners = append(owners, "")
 		// Parked documents are unfinished jobs too (16); parked transient
 		// jobs stay counted in the transient bucket (no counter tells them).
 		for _, st := range append(unfinished, StateParked) {
-			counters = append(counters, sh.s.docCountKey(st))
+			counters = append(counters, sh.s.k.docCountKey(st))
 			owners = append(owners, "-")
 		}
 	}

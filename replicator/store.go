@@ -74,10 +74,7 @@ type Store struct {
 	db   kv.Database
 	jobs *fdbjobs.Client
 
-	root, repIDs, dbs, dbJobs subspace.Subspace
-	// The view index.
-	entries, docStates, unfinished, running, expiry, dbCounts subspace.Subspace
-	ownerJobs, ownerRunning, parked                           subspace.Subspace
+	k storeKeys
 
 	indexed atomic.Bool // the index version was seen built (Setup)
 
@@ -90,6 +87,7 @@ type Store struct {
 	failed    *FailedDocs
 	progress  *Progress
 	webhooks  *Webhooks
+	templates *Templates
 }
 
 // NewStore returns the store of the replicator's keys under sub (nil means
@@ -100,13 +98,14 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 	if sub == nil {
 		sub = SubspaceDefault
 	}
-	s := &Store{db: db, jobs: jobs, root: sub,
+	s := &Store{db: db, jobs: jobs, k: storeKeys{root: sub,
 		repIDs: sub.Sub(keyRepIDs), dbs: sub.Sub(keyDBs), dbJobs: sub.Sub(keyDBJobs),
 		entries: sub.Sub(keyEntries), docStates: sub.Sub(keyDocStates), unfinished: sub.Sub(keyUnfinished),
 		running: sub.Sub(keyRunning), expiry: sub.Sub(keyExpiry), dbCounts: sub.Sub(keyDBCounts),
 		ownerJobs: sub.Sub(keyOwnerJobs), ownerRunning: sub.Sub(keyOwnerRunning),
-		parked: sub.Sub(keyParked)}
+		parked: sub.Sub(keyParked)}}
 	s.views = &Views{s: s}
+	s.templates = &Templates{s: s}
 	s.shares = &Shares{s: s, usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges), tokens: sub.Sub(keyChargeToken),
 		period: sub.Pack(tuple.Tuple{keyUsagePeriod})}
 	s.retention = &Retention{s: s, marks: sub.Sub(keyDeletedDBs)}
@@ -149,50 +148,6 @@ func (s *Store) ReadTransact(ctx context.Context, f func(kv.ReadTransaction) (an
 	return s.db.ReadTransact(ctx, f)
 }
 
-func (s *Store) repIDKey(repID string) kv.Key { return s.repIDs.Pack(tuple.Tuple{repID}) }
-func (s *Store) serverUUIDKey() kv.Key        { return s.root.Pack(tuple.Tuple{keyServerUUID}) }
-func (s *Store) dbKey(name string) kv.Key     { return s.dbs.Pack(tuple.Tuple{name}) }
-func (s *Store) dbJobKey(dbUUID, docID string) kv.Key {
-	return s.dbJobs.Pack(tuple.Tuple{dbUUID, docID})
-}
-func (s *Store) entryKey(jobID string) kv.Key { return s.entries.Pack(tuple.Tuple{jobID}) }
-func (s *Store) docStateKey(dbUUID, state, docID string) kv.Key {
-	return s.docStates.Pack(tuple.Tuple{dbUUID, state, docID})
-}
-func (s *Store) unfinishedKey(sortID, jobID string) kv.Key {
-	return s.unfinished.Pack(tuple.Tuple{sortID, jobID})
-}
-func (s *Store) runningKey(node, jobID string) kv.Key {
-	return s.running.Pack(tuple.Tuple{node, jobID})
-}
-func (s *Store) expiryKey(t int64, jobID string) kv.Key {
-	return s.expiry.Pack(tuple.Tuple{t, jobID})
-}
-func (s *Store) dbCountKey(dbUUID, state string) kv.Key {
-	return s.dbCounts.Pack(tuple.Tuple{dbUUID, state})
-}
-func (s *Store) docCountKey(state string) kv.Key {
-	return s.root.Pack(tuple.Tuple{keyDocCounts, state})
-}
-func (s *Store) jobCountKey() kv.Key { return s.root.Pack(tuple.Tuple{keyJobCount}) }
-func (s *Store) nodeCountKey(node string) kv.Key {
-	return s.root.Pack(tuple.Tuple{keyNodeCounts, node})
-}
-func (s *Store) ownerJobKey(owner, sortID, jobID string) kv.Key {
-	return s.ownerJobs.Pack(tuple.Tuple{owner, sortID, jobID})
-}
-func (s *Store) ownerCountKey(owner string) kv.Key {
-	return s.root.Pack(tuple.Tuple{keyOwnerCounts, owner})
-}
-func (s *Store) ownerRunningKey(owner, node, jobID string) kv.Key {
-	return s.ownerRunning.Pack(tuple.Tuple{owner, node, jobID})
-}
-func (s *Store) parkedCountKey() kv.Key { return s.root.Pack(tuple.Tuple{keyParkedCount}) }
-func (s *Store) parkedKey(group, db, jobID string) kv.Key {
-	return s.parked.Pack(tuple.Tuple{group, db, jobID})
-}
-func (s *Store) indexVersionKey() kv.Key { return s.root.Pack(tuple.Tuple{keyIndexVersion}) }
-
 func prefixRange(ss subspace.Subspace, t tuple.Tuple) kv.KeyRange {
 	p := ss.Pack(t)
 	return kv.KeyRange{Begin: kv.Key(append(append([]byte{}, p...), 0x00)), End: kv.Key(append(append([]byte{}, p...), 0xff))}
@@ -223,7 +178,7 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int)
 	if err := s.setupWatches(ctx, jobTimeout); err != nil {
 		return "", err
 	}
-	if err := s.setupTemplates(ctx, jobTimeout); err != nil {
+	if err := s.templates.setup(ctx, jobTimeout); err != nil {
 		return "", err
 	}
 	if err := s.setupChanges(ctx); err != nil {
@@ -245,14 +200,14 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int)
 	fresh := uuid.New()
 	id := fmt.Sprintf("%x", fresh[:])
 	id, err = kv.Transact(ctx, s.db, func(tr kv.Transaction) (string, error) {
-		v, err := tr.Get(s.serverUUIDKey()).Get()
+		v, err := tr.Get(s.k.serverUUIDKey()).Get()
 		if err != nil {
 			return "", err
 		}
 		if v != nil {
 			return string(v), nil
 		}
-		tr.Set(s.serverUUIDKey(), []byte(id))
+		tr.Set(s.k.serverUUIDKey(), []byte(id))
 		return id, nil
 	})
 	if err != nil {
@@ -270,7 +225,7 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int)
 // none).
 func (s *Store) EnsureServerUUID(ctx context.Context, want string, replace bool) (string, error) {
 	return kv.Transact(ctx, s.db, func(tr kv.Transaction) (string, error) {
-		v, err := tr.Get(s.serverUUIDKey()).Get()
+		v, err := tr.Get(s.k.serverUUIDKey()).Get()
 		if err != nil {
 			return "", err
 		}
@@ -282,7 +237,7 @@ func (s *Store) EnsureServerUUID(ctx context.Context, want string, replace bool)
 				ErrServerUUID, had, want)
 		}
 		if had != want {
-			tr.Set(s.serverUUIDKey(), []byte(want))
+			tr.Set(s.k.serverUUIDKey(), []byte(want))
 		}
 		return had, nil
 	})
@@ -308,13 +263,13 @@ func (s *Store) Job(ctx context.Context, tr kv.ReadTransactor, jobID string) (*J
 
 // RepIDOwner returns the job that holds replication id repID, or "".
 func (s *Store) RepIDOwner(tr kv.ReadTransaction, repID string) (string, error) {
-	v, err := tr.Get(s.repIDKey(repID)).Get()
+	v, err := tr.Get(s.k.repIDKey(repID)).Get()
 	return string(v), err
 }
 
 // ClaimRepID makes jobID the holder of repID.
 func (s *Store) ClaimRepID(tr kv.Transaction, repID, jobID string) {
-	tr.Set(s.repIDKey(repID), []byte(jobID))
+	tr.Set(s.k.repIDKey(repID), []byte(jobID))
 }
 
 // ClearRepID clears the replication id mapping if it names jobID.
@@ -324,7 +279,7 @@ func (s *Store) ClearRepID(tr kv.Transaction, repID, jobID string) error {
 		return err
 	}
 	if owner == jobID {
-		tr.Clear(s.repIDKey(repID))
+		tr.Clear(s.k.repIDKey(repID))
 	}
 	return nil
 }
@@ -333,7 +288,7 @@ func (s *Store) ClearRepID(tr kv.Transaction, repID, jobID string) error {
 // a new one if the database has none yet (a database the control plane
 // never saw created).
 func (s *Store) DBUUID(tr kv.Transaction, dbName string) (string, error) {
-	v, err := tr.Get(s.dbKey(dbName)).Get()
+	v, err := tr.Get(s.k.dbKey(dbName)).Get()
 	if err != nil {
 		return "", err
 	}
@@ -365,7 +320,7 @@ func (s *Store) RegisterDB(tr kv.Transaction, dbName, dbUUID string) error {
 			return err
 		}
 	}
-	tr.Set(s.dbKey(dbName), []byte(dbUUID))
+	tr.Set(s.k.dbKey(dbName), []byte(dbUUID))
 	return s.moveDocCounts(tr, dbUUID, 1)
 }
 
@@ -384,7 +339,7 @@ func (s *Store) UnregisterDB(tr kv.Transaction, dbName string) (string, error) {
 	if err := s.moveDocCounts(tr, dbUUID, -1); err != nil {
 		return "", err
 	}
-	tr.Clear(s.dbKey(dbName))
+	tr.Clear(s.k.dbKey(dbName))
 	return dbUUID, s.retention.markDeleted(tr, dbUUID, dbName)
 }
 
@@ -394,7 +349,7 @@ func (s *Store) UnregisterDB(tr kv.Transaction, dbName string) (string, error) {
 func (s *Store) moveDocCounts(tr kv.Transaction, dbUUID string, sign int64) error {
 	keys := make([]kv.Key, len(viewStates))
 	for i, st := range viewStates {
-		keys[i] = s.dbCountKey(dbUUID, st)
+		keys[i] = s.k.dbCountKey(dbUUID, st)
 	}
 	ns, err := readCounters(tr, keys)
 	if err != nil {
@@ -402,7 +357,7 @@ func (s *Store) moveDocCounts(tr kv.Transaction, dbUUID string, sign int64) erro
 	}
 	for i, n := range ns {
 		if n != 0 {
-			tr.Add(s.docCountKey(viewStates[i]), kv.Int64(sign*n))
+			tr.Add(s.k.docCountKey(viewStates[i]), kv.Int64(sign*n))
 		}
 	}
 	return nil
@@ -420,7 +375,7 @@ func ViewStates() []string { return append([]string(nil), viewStates...) }
 // RegisteredDB returns a database's identity in tr, or "" when it has
 // none.
 func (s *Store) RegisteredDB(tr kv.ReadTransaction, dbName string) (string, error) {
-	v, err := tr.Get(s.dbKey(dbName)).Get()
+	v, err := tr.Get(s.k.dbKey(dbName)).Get()
 	return string(v), err
 }
 
@@ -435,16 +390,16 @@ func (s *Store) ReadRegisteredDB(ctx context.Context, dbName string) (string, er
 // instance dbUUID before document id before, highest first ("" and first:
 // from the end), with their (4) keys.
 func (s *Store) dbJobIDs(tr kv.ReadTransaction, dbUUID, before string, first bool, limit int) (docIDs []string, keys []kv.Key, err error) {
-	rng := prefixRange(s.dbJobs, tuple.Tuple{dbUUID})
+	rng := prefixRange(s.k.dbJobs, tuple.Tuple{dbUUID})
 	if !first {
-		rng.End = s.dbJobKey(dbUUID, before)
+		rng.End = s.k.dbJobKey(dbUUID, before)
 	}
 	kvs, err := tr.GetRange(rng, kv.RangeOptions{Limit: limit, Reverse: true}).GetSliceWithError()
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, e := range kvs {
-		t, err := s.dbJobs.Unpack(e.Key)
+		t, err := s.k.dbJobs.Unpack(e.Key)
 		if err != nil || len(t) != 2 {
 			continue
 		}

@@ -298,7 +298,7 @@ type TemplateData struct {
 }
 
 // Kind is TemplateType: template jobs are the arguments of a job layer
-// Runtime's worker (NewTemplateRuntime).
+// Runtime's worker (Templates.NewRuntime).
 func (TemplateData) Kind() string { return TemplateType }
 
 // Encode encodes the template's data.
@@ -312,7 +312,7 @@ func (t *TemplateData) Encode() json.RawMessage {
 func (t *TemplateData) SealScope() string { return DocScope(t.DBName, t.DocID) }
 
 // DecodeTemplateData decodes a template job's data: the Runtime's envelope
-// of its TemplateData, or the TemplateData alone (as PutTemplate adds it).
+// of its TemplateData, or the TemplateData alone (as Templates.Put adds it).
 func DecodeTemplateData(raw json.RawMessage) (*TemplateData, error) {
 	t := &TemplateData{}
 	if err := fdbjobs.UnmarshalArgs(raw, t); err != nil {
@@ -321,16 +321,26 @@ func DecodeTemplateData(raw json.RawMessage) (*TemplateData, error) {
 	return t, nil
 }
 
-// NewTemplateRuntime returns a job layer Runtime that works the template
-// jobs with worker: the one runner of held template jobs.
-func (s *Store) NewTemplateRuntime(worker fdbjobs.Worker[TemplateData], opts fdbjobs.WorkerOptions, ropts fdbjobs.RuntimeOptions) (*fdbjobs.Runtime, error) {
-	return newRuntime(s, worker, opts, ropts)
+// Templates are the template replications' jobs (TemplateType), one per
+// template document, and the replications each makes of the databases
+// its pattern matches (its children, in the view index).
+type Templates struct {
+	s *Store
 }
 
-// Template returns template job id's data and state, nil when there is
+// Templates returns the template documents' jobs and their replications.
+func (s *Store) Templates() *Templates { return s.templates }
+
+// NewRuntime returns a job layer Runtime that works the template
+// jobs with worker: the one runner of held template jobs.
+func (tp *Templates) NewRuntime(worker fdbjobs.Worker[TemplateData], opts fdbjobs.WorkerOptions, ropts fdbjobs.RuntimeOptions) (*fdbjobs.Runtime, error) {
+	return newRuntime(tp.s, worker, opts, ropts)
+}
+
+// Get returns template job id's data and state, nil when there is
 // none.
-func (s *Store) Template(ctx context.Context, tr kv.ReadTransactor, id string) (*TemplateData, fdbjobs.State, error) {
-	st, raw, err := s.jobs.Job(ctx, tr, TemplateType, id)
+func (tp *Templates) Get(ctx context.Context, tr kv.ReadTransactor, id string) (*TemplateData, fdbjobs.State, error) {
+	st, raw, err := tp.s.jobs.Job(ctx, tr, TemplateType, id)
 	if errors.Is(err, fdbjobs.ErrNotFound) {
 		return nil, 0, nil
 	}
@@ -344,14 +354,14 @@ func (s *Store) Template(ctx context.Context, tr kv.ReadTransactor, id string) (
 	return t, st, nil
 }
 
-// PutTemplate makes t the template of its document, in tr (the
+// Put makes t the template of its document, in tr (the
 // document's write): unless the template job id already follows the same
 // template, it replaces that job (a running one's worker stops within the
 // watch latency) by a pending one, which lists the server again and
 // replaces the replications the change touched. It reports whether it
 // wrote.
-func (s *Store) PutTemplate(ctx context.Context, tr kv.Transaction, id string, t *TemplateData, jobTimeout time.Duration) (bool, error) {
-	old, st, err := s.Template(ctx, tr, id)
+func (tp *Templates) Put(ctx context.Context, tr kv.Transaction, id string, t *TemplateData, jobTimeout time.Duration) (bool, error) {
+	old, st, err := tp.Get(ctx, tr, id)
 	if err != nil {
 		return false, err
 	}
@@ -365,32 +375,32 @@ func (s *Store) PutTemplate(ctx context.Context, tr kv.Transaction, id string, t
 		return false, nil
 	}
 	if old != nil {
-		if err := s.jobs.Remove(ctx, tr, TemplateType, id); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
+		if err := tp.s.jobs.Remove(ctx, tr, TemplateType, id); err != nil && !errors.Is(err, fdbjobs.ErrNotFound) {
 			return false, err
 		}
 	}
-	if _, err := s.jobs.TypeTimeout(ctx, tr, TemplateType); errors.Is(err, fdbjobs.ErrNotFound) {
-		if err := s.jobs.SetTypeTimeout(ctx, tr, TemplateType, jobTimeout); err != nil {
+	if _, err := tp.s.jobs.TypeTimeout(ctx, tr, TemplateType); errors.Is(err, fdbjobs.ErrNotFound) {
+		if err := tp.s.jobs.SetTypeTimeout(ctx, tr, TemplateType, jobTimeout); err != nil {
 			return false, err
 		}
 	} else if err != nil {
 		return false, err
 	}
-	return true, s.jobs.Add(ctx, tr, TemplateType, id, t.Encode(), 0)
+	return true, tp.s.jobs.Add(ctx, tr, TemplateType, id, t.Encode(), 0)
 }
 
-// EndTemplate ends the template of job id, if it has one, in tr (the
+// End ends the template of job id, if it has one, in tr (the
 // write that deletes its document or makes it something else): its job,
 // replaced by one marked Ending, removes the template's replications and
 // ends. It reports whether there was one to end.
-func (s *Store) EndTemplate(ctx context.Context, tr kv.Transaction, id string, jobTimeout time.Duration) (bool, error) {
-	old, st, err := s.Template(ctx, tr, id)
+func (tp *Templates) End(ctx context.Context, tr kv.Transaction, id string, jobTimeout time.Duration) (bool, error) {
+	old, st, err := tp.Get(ctx, tr, id)
 	if err != nil || old == nil || st == fdbjobs.Finished {
 		return false, err
 	}
 	end := *old
 	end.Ending, end.Mode, end.Since, end.Reason, end.Error = true, "", "", "", ""
-	return s.PutTemplate(ctx, tr, id, &end, jobTimeout)
+	return tp.Put(ctx, tr, id, &end, jobTimeout)
 }
 
 func sameTemplate(a, b *TemplateData) bool {
@@ -401,11 +411,11 @@ func sameTemplate(a, b *TemplateData) bool {
 // Children returns up to limit databases, after after ("" for the first),
 // that template document docID of database instance dbUUID has a
 // replication of, in name order, from the view index.
-func (s *Store) Children(tr kv.ReadTransaction, dbUUID, docID, after string, limit int) ([]string, error) {
+func (tp *Templates) Children(tr kv.ReadTransaction, dbUUID, docID, after string, limit int) ([]string, error) {
 	prefix := docID + childSep
-	rng := kv.KeyRange{Begin: s.dbJobKey(dbUUID, prefix), End: s.dbJobKey(dbUUID, prefix+"\xff")}
+	rng := kv.KeyRange{Begin: tp.s.k.dbJobKey(dbUUID, prefix), End: tp.s.k.dbJobKey(dbUUID, prefix+"\xff")}
 	if after != "" {
-		rng.Begin = append(s.dbJobKey(dbUUID, prefix+after), 0)
+		rng.Begin = append(tp.s.k.dbJobKey(dbUUID, prefix+after), 0)
 	}
 	kvs, err := tr.GetRange(rng, kv.RangeOptions{Limit: limit}).GetSliceWithError()
 	if err != nil {
@@ -413,7 +423,7 @@ func (s *Store) Children(tr kv.ReadTransaction, dbUUID, docID, after string, lim
 	}
 	out := make([]string, 0, len(kvs))
 	for _, e := range kvs {
-		t, err := s.dbJobs.Unpack(e.Key)
+		t, err := tp.s.k.dbJobs.Unpack(e.Key)
 		if err != nil || len(t) != 2 {
 			continue
 		}
@@ -430,13 +440,13 @@ func (s *Store) Children(tr kv.ReadTransaction, dbUUID, docID, after string, lim
 // does. A user who is not a server admin is held to
 // MaxReplicationsPerUser (an error wrapping ErrForbidden). It reports
 // whether it wrote.
-func (s *Store) PutChild(ctx context.Context, tr kv.Transaction, c *Config, t *TemplateData, db string) (bool, error) {
+func (tp *Templates) PutChild(ctx context.Context, tr kv.Transaction, c *Config, t *TemplateData, db string) (bool, error) {
 	spec, err := t.Rep.Child(db)
 	if err != nil {
 		return false, err
 	}
 	id := ChildJobID(t.DBUUID, t.DocID, db)
-	old, oldState, err := s.Job(ctx, tr, id)
+	old, oldState, err := tp.s.Job(ctx, tr, id)
 	if err != nil {
 		return false, err
 	}
@@ -444,7 +454,7 @@ func (s *Store) PutChild(ctx context.Context, tr kv.Transaction, c *Config, t *T
 		return false, nil
 	}
 	if t.UserLimited {
-		if err := s.CheckUserCount(tr, c, t.DocOwner, Counted(old, oldState, t.DocOwner)); err != nil {
+		if err := tp.s.CheckUserCount(tr, c, t.DocOwner, Counted(old, oldState, t.DocOwner)); err != nil {
 			return false, err
 		}
 	}
@@ -456,36 +466,36 @@ func (s *Store) PutChild(ctx context.Context, tr kv.Transaction, c *Config, t *T
 		if old != nil && oldState == fdbjobs.Running {
 			d.Node = old.Node
 		}
-		if err := s.PauseJob(ctx, tr, id, old, d); err != nil {
+		if err := tp.s.PauseJob(ctx, tr, id, old, d); err != nil {
 			return false, err
 		}
-		return true, s.SetSchedule(ctx, tr, id, spec, old)
+		return true, tp.s.SetSchedule(ctx, tr, id, spec, old)
 	}
-	if err := s.EnqueueJob(ctx, tr, c, now, id, old, d); err != nil {
+	if err := tp.s.EnqueueJob(ctx, tr, c, now, id, old, d); err != nil {
 		return false, err
 	}
-	return true, s.SetSchedule(ctx, tr, id, spec, old)
+	return true, tp.s.SetSchedule(ctx, tr, id, spec, old)
 }
 
 // RemoveChild removes template document docID's replication of database
 // db, if it has one, in tr (a running one stops within the watch
 // latency). It reports whether there was one.
-func (s *Store) RemoveChild(ctx context.Context, tr kv.Transaction, dbUUID, docID, db string) (bool, error) {
+func (tp *Templates) RemoveChild(ctx context.Context, tr kv.Transaction, dbUUID, docID, db string) (bool, error) {
 	id := ChildJobID(dbUUID, docID, db)
-	old, _, err := s.Job(ctx, tr, id)
+	old, _, err := tp.s.Job(ctx, tr, id)
 	if err != nil || old == nil {
 		return false, err
 	}
-	if err := s.RemoveJob(ctx, tr, id, old); err != nil {
+	if err := tp.s.RemoveJob(ctx, tr, id, old); err != nil {
 		return false, err
 	}
-	return true, s.SetSchedule(ctx, tr, id, nil, old)
+	return true, tp.s.SetSchedule(ctx, tr, id, nil, old)
 }
 
-// setupTemplates registers the template type with jobTimeout and a few
+// setup registers the template type with jobTimeout and a few
 // shards (templates are few).
-func (s *Store) setupTemplates(ctx context.Context, jobTimeout time.Duration) error {
-	return s.setupType(ctx, TemplateType, jobTimeout, watchShards)
+func (tp *Templates) setup(ctx context.Context, jobTimeout time.Duration) error {
+	return tp.s.setupType(ctx, TemplateType, jobTimeout, watchShards)
 }
 
 // Holds fails with fdbjobs.ErrHalt, in tr, when job is no longer its

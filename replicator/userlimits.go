@@ -69,7 +69,7 @@ func (s *Store) OwnerUnfinished(tr kv.ReadTransaction, owner string) (int64, err
 	if owner == "" {
 		return 0, nil
 	}
-	return sumCounters(tr, []kv.Key{s.ownerCountKey(owner)})
+	return sumCounters(tr, []kv.Key{s.k.ownerCountKey(owner)})
 }
 
 // OwnerRunning returns how many of owner's jobs other than except run,
@@ -83,13 +83,13 @@ func (s *Store) OwnerRunning(tr kv.ReadTransaction, owner string, limit int, exc
 	if owner == "" || limit <= 0 {
 		return 0, nil
 	}
-	kvs, err := tr.GetRange(prefixRange(s.ownerRunning, tuple.Tuple{owner}), kv.RangeOptions{Limit: limit + 1}).GetSliceWithError()
+	kvs, err := tr.GetRange(prefixRange(s.k.ownerRunning, tuple.Tuple{owner}), kv.RangeOptions{Limit: limit + 1}).GetSliceWithError()
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for _, e := range kvs {
-		if t, err := s.ownerRunning.Unpack(e.Key); err == nil && len(t) == 3 && t[2] == except {
+		if t, err := s.k.ownerRunning.Unpack(e.Key); err == nil && len(t) == 3 && t[2] == except {
 			continue
 		}
 		n++
@@ -98,7 +98,7 @@ func (s *Store) OwnerRunning(tr kv.ReadTransaction, owner string, limit int, exc
 }
 
 func (s *Store) userHeldKey(owner string) kv.Key {
-	return s.root.Pack(tuple.Tuple{keyUserHeld, owner})
+	return s.k.root.Pack(tuple.Tuple{keyUserHeld, owner})
 }
 
 // countHeldBack adds one to owner's count of jobs held back (28), in tr:
@@ -126,7 +126,7 @@ func (s *Store) UserCounts(ctx context.Context, owners []string) (map[string]Use
 	return kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (map[string]UserCount, error) {
 		keys := make([]kv.Key, 0, 2*len(owners))
 		for _, o := range owners {
-			keys = append(keys, s.userHeldKey(o), s.ownerCountKey(o))
+			keys = append(keys, s.userHeldKey(o), s.k.ownerCountKey(o))
 		}
 		ns, err := readCounters(tr.Snapshot(), keys)
 		if err != nil {

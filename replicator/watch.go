@@ -192,7 +192,7 @@ func (s *Store) Unwatched(ctx context.Context) ([]string, error) {
 	var after kv.Key
 	for {
 		l, err := kv.ReadTransact(ctx, s.db, func(tr kv.ReadTransaction) (look, error) {
-			rng := subspaceRange(s.parked)
+			rng := subspaceRange(s.k.parked)
 			if after != nil {
 				rng.Begin = after
 			}
@@ -200,7 +200,7 @@ func (s *Store) Unwatched(ctx context.Context) ([]string, error) {
 			if err != nil || len(kvs) == 0 {
 				return look{}, err
 			}
-			t, err := s.parked.Unpack(kvs[0].Key)
+			t, err := s.k.parked.Unpack(kvs[0].Key)
 			g, ok := "", false
 			if err == nil && len(t) > 0 {
 				g, ok = t[0].(string)
@@ -208,7 +208,7 @@ func (s *Store) Unwatched(ctx context.Context) ([]string, error) {
 			if !ok {
 				return look{}, fmt.Errorf("replicator: bad watch index key %x", kvs[0].Key)
 			}
-			next, err := kv.Strinc(s.parked.Pack(tuple.Tuple{g}))
+			next, err := kv.Strinc(s.k.parked.Pack(tuple.Tuple{g}))
 			if err != nil {
 				return look{}, err
 			}

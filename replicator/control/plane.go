@@ -477,7 +477,7 @@ func (p *Plane) templateWritten(ctx context.Context, tr kv.Transaction, doc *Doc
 		}
 	}
 	t := &replicator.TemplateData{Rep: doc.Spec, DBName: doc.DB, DBUUID: dbUUID, DocID: doc.ID, DocOwner: doc.Owner, UserLimited: doc.Limited}
-	wrote, err := p.store.PutTemplate(ctx, tr, jobID, t, p.cfg.JobTimeout)
+	wrote, err := p.store.Templates().Put(ctx, tr, jobID, t, p.cfg.JobTimeout)
 	if err != nil || !wrote {
 		return err
 	}
@@ -492,7 +492,7 @@ func (p *Plane) templateWritten(ctx context.Context, tr kv.Transaction, doc *Doc
 // endTemplate ends the template of document docID (job id jobID), if it
 // is one, in tr, for why: a replication node removes its replications.
 func (p *Plane) endTemplate(ctx context.Context, tr kv.Transaction, db, docID, jobID, why string) error {
-	ended, err := p.store.EndTemplate(ctx, tr, jobID, p.cfg.JobTimeout)
+	ended, err := p.store.Templates().End(ctx, tr, jobID, p.cfg.JobTimeout)
 	if err != nil || !ended {
 		return err
 	}

@@ -494,7 +494,7 @@ func (p *Plane) SchedulerDoc(ctx context.Context, db, docID string) (api.DocInfo
 		return api.DocInfo{}, err
 	}
 	if d == nil {
-		t, st, err := p.store.Template(ctx, nil, replicator.DocJobID(u, docID))
+		t, st, err := p.store.Templates().Get(ctx, nil, replicator.DocJobID(u, docID))
 		if err != nil || t == nil || st == fdbjobs.Finished || t.Rep == nil || t.Rep.Template == nil {
 			return api.DocInfo{}, cmp.Or(err, missing)
 		}

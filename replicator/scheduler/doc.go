@@ -551,7 +551,7 @@
 //   - otherwise, without a _db_updates sequence (a new template, or one
 //     that polls), it takes the feed's end, lists the server's _all_dbs
 //     (engine.AllDBs, pages of 1,000) and makes the replications what the
-//     template says: replicator.Store.PutChild for each matching database
+//     template says: replicator.Templates.PutChild for each matching database
 //     (at most replicator.TemplateDatabasesDefault), RemoveChild for each
 //     replication whose database is not listed; then it follows the feed
 //     from that end, making the replication of a database created (once

@@ -155,11 +155,11 @@ func TestRotationMovesATemplate(t *testing.T) {
 
 	c.Nodes[0].Stop()
 	testutil.Eventually(t, "the template's credentials sealed to the new key", func() bool {
-		tmpl, _, err := c.Store.Template(ctx, c.Store, u)
+		tmpl, _, err := c.Store.Templates().Get(ctx, c.Store, u)
 		require.NoError(t, err)
 		return tmpl.Rep.SealedKeyID() == newID
 	})
-	tmpl, _, err := c.Store.Template(ctx, c.Store, u)
+	tmpl, _, err := c.Store.Templates().Get(ctx, c.Store, u)
 	require.NoError(t, err)
 	spec, err := tmpl.Rep.Open(r.newKeys, tmpl.SealScope())
 	require.NoError(t, err)

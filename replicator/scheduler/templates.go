@@ -33,7 +33,7 @@ const (
 // slots: the one runner of held template jobs) until ctx ends or
 // stopTemplates.
 func (n *Node) startTemplates(ctx context.Context, cfg Config) error {
-	rt, err := n.store.NewTemplateRuntime(fdbjobs.WorkFunc[replicator.TemplateData](n.workTemplate),
+	rt, err := n.store.Templates().NewRuntime(fdbjobs.WorkFunc[replicator.TemplateData](n.workTemplate),
 		fdbjobs.WorkerOptions{Concurrency: cfg.MaxWatches, Timeout: cfg.JobTimeout, RetainCompleted: templatesRetain},
 		fdbjobs.RuntimeOptions{FetchPoll: cfg.acceptWaitMax()})
 	if err != nil {
@@ -446,7 +446,7 @@ func (r *templateRun) children(ctx context.Context) ([]string, error) {
 			after = out[len(out)-1]
 		}
 		page, err := kv.ReadTransact(ctx, r.n.store, func(tr kv.ReadTransaction) ([]string, error) {
-			return r.n.store.Children(tr, t.DBUUID, t.DocID, after, templatePage)
+			return r.n.store.Templates().Children(tr, t.DBUUID, t.DocID, after, templatePage)
 		})
 		if err != nil {
 			return nil, err
@@ -537,7 +537,7 @@ func (r *templateRun) put(ctx context.Context, dbs []string) (made []string, rea
 			}
 			o := res{n: min(n, len(dbs))}
 			for _, db := range dbs[:o.n] {
-				_, err := r.n.store.PutChild(ctx, tr, &cfg.Config, t, db)
+				_, err := r.n.store.Templates().PutChild(ctx, tr, &cfg.Config, t, db)
 				var ke kv.Error
 				switch {
 				case errors.As(err, &ke):
@@ -579,7 +579,7 @@ func (r *templateRun) remove(ctx context.Context, dbs []string) error {
 			}
 			n = min(n, len(dbs))
 			for _, db := range dbs[:n] {
-				if _, err := r.n.store.RemoveChild(ctx, tr, t.DBUUID, t.DocID, db); err != nil {
+				if _, err := r.n.store.Templates().RemoveChild(ctx, tr, t.DBUUID, t.DocID, db); err != nil {
 					return 0, err
 				}
 			}
@@ -602,12 +602,12 @@ func (r *templateRun) removeAll(ctx context.Context) templateEnd {
 			if err := r.n.store.Holds(tr, r.w.Job); err != nil {
 				return false, err
 			}
-			page, err := r.n.store.Children(tr, t.DBUUID, t.DocID, "", n)
+			page, err := r.n.store.Templates().Children(tr, t.DBUUID, t.DocID, "", n)
 			if err != nil {
 				return false, err
 			}
 			for _, db := range page {
-				if _, err := r.n.store.RemoveChild(ctx, tr, t.DBUUID, t.DocID, db); err != nil {
+				if _, err := r.n.store.Templates().RemoveChild(ctx, tr, t.DBUUID, t.DocID, db); err != nil {
 					return false, err
 				}
 			}

@@ -77,7 +77,7 @@ func TestTemplateModel(t *testing.T) {
 	dbUUID := u[:strings.IndexByte(u, '|')]
 	testutil.Eventually(t, "the template's replications are the matching databases' ("+strings.Join(want, ",")+")", func() bool {
 		got, err := kv.ReadTransact(context.Background(), c.Store, func(tr kv.ReadTransaction) ([]string, error) {
-			return c.Store.Children(tr, dbUUID, "tmpl", "", 1000)
+			return c.Store.Templates().Children(tr, dbUUID, "tmpl", "", 1000)
 		})
 		require.NoError(t, err)
 		if !slices.Equal(got, want) {
@@ -98,7 +98,7 @@ func TestTemplateModel(t *testing.T) {
 	c.PutDoc("_replicator", "tmpl", nil)
 	testutil.Eventually(t, "the template's replications removed", func() bool {
 		got, err := kv.ReadTransact(context.Background(), c.Store, func(tr kv.ReadTransaction) ([]string, error) {
-			return c.Store.Children(tr, dbUUID, "tmpl", "", 1000)
+			return c.Store.Templates().Children(tr, dbUUID, "tmpl", "", 1000)
 		})
 		require.NoError(t, err)
 		return len(got) == 0
