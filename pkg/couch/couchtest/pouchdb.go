@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,8 +202,33 @@ func startOnce(dir, bin string, cfg startConfig) (*Server, error) {
 	return s, nil
 }
 
-// waitReady polls GET / until it answers 200, the process exits or the
-// timeout passes.
+// adminReady reports whether the peer takes the admin's credentials: GET
+// /_session with them names the admin with the _admin role. pouchdb-server
+// answers GET / before it has loaded the admins of its configuration, and
+// meanwhile refuses them (401).
+func (s *Server) adminReady(ctx context.Context) bool {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL()+"/_session", nil)
+	req.SetBasicAuth(s.admin, s.password)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var session struct {
+		UserCtx struct {
+			Name  string   `json:"name"`
+			Roles []string `json:"roles"`
+		} `json:"userCtx"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&session) != nil {
+		return false
+	}
+	return session.UserCtx.Name == s.admin && slices.Contains(session.UserCtx.Roles, "_admin")
+}
+
+// waitReady polls GET / until it answers 200 (and, with an admin, until
+// the admin's credentials are taken: adminReady), the process exits or
+// the timeout passes.
 func (s *Server) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	delay := 20 * time.Millisecond
@@ -214,10 +240,11 @@ func (s *Server) waitReady(timeout time.Duration) error {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 		}
-		cancel()
-		if err == nil && resp.StatusCode == http.StatusOK {
+		if err == nil && resp.StatusCode == http.StatusOK && (s.admin == "" || s.adminReady(ctx)) {
+			cancel()
 			return nil
 		}
+		cancel()
 		select {
 		case <-s.exited:
 			return fmt.Errorf("pouchdb-server exited before answering: %v", s.waitErr)
