@@ -42,7 +42,7 @@ func (c *Client) CheckLayout(ctx context.Context) error {
 				return nil, fmt.Errorf("fdbjobs: bad layout version %x", v)
 			}
 			if n, _ := intElem(t[0]); n < LayoutVersion {
-				return nil, fmt.Errorf("%w: the store's jobs are in key layout %d, this version reads layout %d only (Migrate rewrites them)", ErrLayout, n, LayoutVersion)
+				return nil, fmt.Errorf("%w: the store's jobs are in key layout %d, this version reads layout %d only (Migrate brings them to it)", ErrLayout, n, LayoutVersion)
 			} else if n != LayoutVersion {
 				return nil, fmt.Errorf("%w: the store's jobs are in key layout %d, this version reads layout %d only", ErrLayout, n, LayoutVersion)
 			}
@@ -55,7 +55,7 @@ func (c *Client) CheckLayout(ctx context.Context) error {
 			return nil, err
 		}
 		if len(kvs) > 0 {
-			return nil, fmt.Errorf("%w: the store's jobs are in key layout 1, this version reads layout %d only (Migrate rewrites them)", ErrLayout, LayoutVersion)
+			return nil, fmt.Errorf("%w: the store's jobs are in key layout 1, this version reads layout %d only (Migrate brings them to it)", ErrLayout, LayoutVersion)
 		}
 		tr.Set(c.k.layout(), layoutValue(LayoutVersion))
 		return nil, nil
