@@ -123,7 +123,8 @@ func TestEndsTakeKnownRows(t *testing.T) {
 			require.Equal(t, mates, b.state(t, t1, "j1"))
 			require.Equal(t, mates, b.state(t, t1, "j2"))
 			// The lease went with its last job, and its touch key with it.
-			b.requireNoKeys(t, keyLeases, keyLeaseTouched)
+			require.Zero(t, b.count(t, keyLeases), "leases left")
+			require.Zero(t, b.count(t, keyLeaseTouched), "touch keys left")
 			// Ended once, an end's retry reads the row: it finds it ended.
 			require.ErrorIs(t, b.c.Finish(b.ctx, nil, byID["j2"], nil), mateErr)
 		})
@@ -143,19 +144,6 @@ func setupRowReads(t *testing.T) (*bundle, *rowReads) {
 	t.Cleanup(c.Stop)
 	require.NoError(t, c.SetTypeTimeout(ctx, nil, t1, 2*time.Second))
 	return &bundle{c: c, db: reads, clock: clock, ctx: ctx}, reads
-}
-
-// requireNoKeys fails if the store holds a key of any of the subspaces.
-func (b *bundle) requireNoKeys(t *testing.T, subspaces ...int) {
-	t.Helper()
-	for _, s := range subspaces {
-		r := prefixRange(b.c.k.root, tuple.Tuple{s})
-		kvs, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]kv.KeyValue, error) {
-			return tr.GetRange(r, kv.RangeOptions{}).GetSliceWithError()
-		})
-		require.NoError(t, err)
-		require.Empty(t, kvs, fmt.Sprintf("keys of subspace %d", s))
-	}
 }
 
 // A store of layout 3 may hold leases whose rows a Client of that layout
@@ -273,7 +261,8 @@ func TestMonitorFindsHeartbeatLeasesInEveryLane(t *testing.T) {
 			_, _, err = m.Check(b.ctx)
 			require.NoError(t, err)
 			require.Equal(t, Pending, b.state(t, t1, "low"), "the dead worker's job taken back")
-			b.requireNoKeys(t, keyLeases, keyLeaseTouched)
+			require.Zero(t, b.count(t, keyLeases), "leases left")
+			require.Zero(t, b.count(t, keyLeaseTouched), "touch keys left")
 		})
 	}
 }
