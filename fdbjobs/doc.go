@@ -235,8 +235,8 @@
 //	(33, Kind, Partition)         WEIGHT: (Weight) — SetPartitionWeight's
 //	(34, Kind, Partition)         TAG: int64 LE — the partition's last fair
 //	                              tag, ns (atomic max by insert pages)
-//	(35, Type, Versionstamp, Token) LEASE_TOUCHED: "" — the lease's rows
-//	                              changed but by its holder's ends ("Leases")
+//	(35, Type, Versionstamp, Token) LEASE_TOUCHED: "" — a lease's row was
+//	                              written, not by an end that knew it ("Leases")
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15, 16, 20 to 27 and 31 came without a new

@@ -44,7 +44,7 @@ const (
 	keyFair            = 32 // (32, Kind) -> "": the kind's fair shares are on
 	keyPartWeight      = 33 // (33, Kind, Partition) -> (Weight)
 	keyPartTag         = 34 // (34, Kind, Partition) -> int64 LE: the partition's last fair tag, ns
-	keyLeaseTouched    = 35 // (35, Type, Versionstamp, Token) -> "": a row the lease holds was written by another
+	keyLeaseTouched    = 35 // (35, Type, Versionstamp, Token) -> "": a row the lease holds was written, not by an end that knew it
 )
 
 // State is a job's state.
