@@ -181,13 +181,10 @@
 //	                              kind's cluster-wide limit (SetLimit; 0:
 //	                              none of that kind); read by the type-check
 //	                              loop and the Runtimes' renewals
-//	(22, Kind, Node)              CAPACITY: (Grant, Want, Versionstamp,
-//	                              RateGrant, RateWant) (rates in millionths
-//	                              of a start per second) — a
-//	                              Runtime's lease of the limit (see
-//	                              "Limits"), written by its renewals (the
-//	                              commit's versionstamp), read by every
-//	                              renewal of the kind
+//	(22, Kind, Node)              CAPACITY: (Grant, Want, Versionstamp, RateGrant, RateWant) (rates
+//	                              in millionths of a start per second) — a Runtime's lease of the
+//	                              limit (see "Limits"), written by its renewals (the commit's
+//	                              versionstamp), read by every renewal of the kind
 //	(23, Kind, Node)              CAPACITY_FENCE: "" while the lease is
 //	                              held: written when it is made, cleared
 //	                              when it is given or taken back; read by
@@ -209,26 +206,19 @@
 //	                              makes one wait, cleared by an end that
 //	                              finds none (an end reads it, and the
 //	                              waiting set only when it is set)
-//	(28, Kind, Partition)         PARTITION_COUNT: int64 LE counter — the
-//	                              partition's PARTITION_RUNNING entries,
-//	                              or more: added to by each claim that
-//	                              writes one, taken from by each end that
-//	                              clears one, set by a claim that counted
-//	                              them; absent or below 0: not known.
-//	                              Kept at 0 once the partition is idle
-//	                              (one key per partition that ran under
-//	                              a limit)
+//	(28, Kind, Partition)         PARTITION_COUNT: int64 LE counter — the partition's
+//	                              PARTITION_RUNNING entries, or more: added to by each claim that
+//	                              writes one, taken from by each end that clears one, set by a claim
+//	                              that counted them; absent or below 0: not known. Kept at 0 once
+//	                              the partition is idle (one key per partition that ran under a limit)
 //	(29, Kind, Partition)         PARTITION_CLAIM: never written — the
 //	                              claims of the partition add a read and
 //	                              a write conflict range on it
-//	(30, Kind, Partition)         PARTITION_STARTS: int64 LE — the
-//	                              theoretical time of the partition's
-//	                              next start (µs since the epoch) under a
-//	                              limit of starts per second; written by
-//	                              each claim that takes a start (one key
-//	                              per partition that started under it),
-//	                              and by each TakeTokens of the bucket
-//	                              (Kind, Partition)
+//	(30, Kind, Partition)         PARTITION_STARTS: int64 LE — the theoretical time of the
+//	                              partition's next start (µs since the epoch) under a limit of starts
+//	                              per second; written by each claim that takes a start (one key per
+//	                              partition that started under it), and by each TakeTokens of the
+//	                              bucket (Kind, Partition)
 //	(31, Kind, Partition, Since, JobID) PARTITION_QUEUE: "" — the waiting
 //	                              jobs in the order they came
 //	(32, Kind)                    FAIR: "" while the kind's fair shares are on
@@ -237,6 +227,10 @@
 //	                              tag, ns (atomic max by insert pages)
 //	(35, Type, Versionstamp, Token) LEASE_TOUCHED: "" — a lease's row was
 //	                              written, not by an end that knew it ("Leases")
+//	(36, Kind, Partition)         USAGE: (float64) — decayed run time, ms
+//	(37, Kind, Partition)         CHARGE: int64 LE — run time since the last roll-up
+//	(38, Kind)                    USAGE_PERIOD: (Period, IntervalMillis)
+//	(39, Kind, Token)             CHARGE_TOKEN: "" — a charge committed
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15, 16, 20 to 27 and 31 came without a new
@@ -244,7 +238,7 @@
 // which a node of a release before them does not take or follow (it
 // handles a job of another priority as any: its row names its pending
 // key); waiting entries without Since are woken after those in it. Key 35
-// came with layout 4 (see LayoutVersion).
+// came with layout 4 (see LayoutVersion), keys 36 to 39 without one.
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
 // running one, the versionstamp of the lease that last granted it (both
@@ -507,6 +501,10 @@
 // their rates, so its starts go by weight; one that had none starts where
 // the lane is (TestFairShareModel). Cost: per such page, reads of each
 // fair lane's head, two per partition and an atomic max; no conflict.
+// Shares of run time (usage.go), for long jobs that are rotated: nodes add
+// their jobs' run time to CHARGE (ChargeRunTime, once whatever the retries);
+// RollUpUsage folds it into USAGE once per period, leaderless (the period
+// key conflicts); RunTimeShares turns usage into priorities and times.
 //
 // # Leases
 //

@@ -246,8 +246,10 @@
 // # Fair share
 //
 // The fair-share RFC (seed 001) between _replicator databases (transient
-// jobs form one more bucket, key ""), cluster-wide: see share.go. Shares
-// per database in Config.Shares (default 100, 1..1000). Run time is
+// jobs form one more bucket, key ""), cluster-wide: the job layer's shares
+// of run time (fdbjobs' usage.go: ChargeRunTime, RollUpUsage,
+// RunTimeShares), configured by share.go with a partition per database.
+// Shares per database in Config.Shares (default 100, 1..1000). Run time is
 // charged per database; once per node interval (scheduler.Config.Interval)
 // one node decays the usage (× UsageCoeff) and adds the charges. Nodes
 // raise the priority of the jobs they run by usage × jobs / shares² every
@@ -325,10 +327,8 @@
 //	(3, DBName)                 -> UUID      _replicator database identity (registered instance)
 //	(4, DBUUID, DocID)          -> ""        jobs of a database instance (docs view, deletion); a
 //	                                         template's replication under JobData.IndexDocID
-//	(5, ShareKey)               -> (float64) decayed usage, ms
-//	(6, ShareKey)               -> int64 LE  charges since the last roll-up, atomic add
-//	(7)                         -> (int64, int64) last usage period rolled up, its interval in ms
-//	(8, Token)                  -> ""        charge applied (cleared right after)
+//	(5) to (8)                               fair-share usage before it moved to the job layer
+//	                                         (fdbjobs keys 36 to 39 of rep_jobs); cleared by Setup
 //	(9, JobID)                  -> (DBUUID, DBName, DocID, State, SortID, Node, Expires, Owner
 //	                                         [, Group, SourceDB [, Hosts]]) the job's view index entry as last
 //	                                         written; a parked job's ends with its watch group, a running

@@ -17,14 +17,14 @@ import (
 
 // Key layout under the Store's subspace (see doc.go).
 const (
-	keyRepIDs      = 1 // (1, RepID) -> JobID
-	keyServerUUID  = 2 // (2) -> UUID text
-	keyDBs         = 3 // (3, DBName) -> DB instance UUID text
-	keyDBJobs      = 4 // (4, DBUUID, DocID) -> ""
-	keyUsage       = 5 // (5, ShareKey) -> (float64 usage in ms)
-	keyCharges     = 6 // (6, ShareKey) -> int64 LE ms, atomic add
-	keyUsagePeriod = 7 // (7) -> (int64 period number, int64 interval in ms)
-	keyChargeToken = 8 // (8, Token) -> "": a charge transaction that committed
+	keyRepIDs     = 1 // (1, RepID) -> JobID
+	keyServerUUID = 2 // (2) -> UUID text
+	keyDBs        = 3 // (3, DBName) -> DB instance UUID text
+	keyDBJobs     = 4 // (4, DBUUID, DocID) -> ""
+	// Keys 5 to 8 held fair-share usage before it moved to the job layer
+	// (fdbjobs keys 36 to 39); Setup clears what a store keeps of them.
+	keyRetiredFirst = 5
+	keyRetiredEnd   = 9
 
 	// The view index (index.go).
 	keyEntries      = 9  // (9, JobID) -> packed entry
@@ -106,8 +106,7 @@ func NewStore(db kv.Database, jobs *fdbjobs.Client, sub subspace.Subspace) *Stor
 		parked: sub.Sub(keyParked)}}
 	s.views = &Views{s: s}
 	s.templates = &Templates{s: s}
-	s.shares = &Shares{s: s, usage: sub.Sub(keyUsage), charges: sub.Sub(keyCharges), tokens: sub.Sub(keyChargeToken),
-		period: sub.Pack(tuple.Tuple{keyUsagePeriod})}
+	s.shares = &Shares{s: s}
 	s.retention = &Retention{s: s, marks: sub.Sub(keyDeletedDBs)}
 	s.reseal = &Reseal{s: s, key: sub.Pack(tuple.Tuple{keyReseal})}
 	s.failed = &FailedDocs{s: s, sub: sub.Sub(keyFailedDocs)}
@@ -209,6 +208,13 @@ func (s *Store) Setup(ctx context.Context, jobTimeout time.Duration, shards int)
 		}
 		tr.Set(s.k.serverUUIDKey(), []byte(id))
 		return id, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	_, err = kv.Transact(ctx, s.db, func(tr kv.Transaction) (struct{}, error) {
+		tr.ClearRange(kv.KeyRange{Begin: s.k.root.Pack(tuple.Tuple{keyRetiredFirst}), End: s.k.root.Pack(tuple.Tuple{keyRetiredEnd})})
+		return struct{}{}, nil
 	})
 	if err != nil {
 		return "", err
