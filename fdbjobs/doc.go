@@ -60,7 +60,8 @@
 //     order (see "Event feed").
 //   - Limits: SetLimit, ClearLimit, GetLimit: a kind's cluster-wide limit
 //     of running jobs, which Runtimes share as leases (see "Limits");
-//     ErrCapacityLapsed. Fair shares: SetFairShare, SetPartitionWeight.
+//     ErrCapacityLapsed. Fair shares: SetFairShareMode (of starts or run
+//     time), SetPartitionWeight; ChargeRunTime, RollUpUsage, RunTimeShares.
 //   - Services: Client.Start / Stop run one activity monitor per type and,
 //     for subscriptions, one notifier per type.
 //   - Runtime: typed workers on the calls above. A job's arguments are a Go
@@ -137,22 +138,16 @@
 //	                              insert (InsertOptions.Unique) with that
 //	                              key made; read and written by such
 //	                              inserts alone
-//	(13, Type, Outcome, At, JobID) RETAIN: "" or (JobID, ...) — runtime
-//	                              jobs finished with Outcome at or before
-//	                              At (Unix ms): JobID alone, or the jobs the
-//	                              value lists, one entry per outcome for the
-//	                              jobs one completer transaction ends (at
-//	                              most 8,000 bytes of ids); for the
-//	                              Runtimes' sweepers (WorkerOptions.Retain…)
-//	                              and List's finished states
-//	(14, Type, State, Shard)      COUNTS: int64 LE counter — the jobs of
-//	                              the type in State (pending, running,
-//	                              completed, cancelled, discarded) whose
-//	                              queue shard modulo 8 is Shard; every
-//	                              write of a row (writeRow) or removal
-//	                              (clearRow) that changes what it counts
-//	                              as adds -1 and +1 in its commit, summed
-//	                              per key in batches; Counts sums them
+//	(13, Type, Outcome, At, JobID) RETAIN: "" or (JobID, ...) — runtime jobs finished with Outcome
+//	                              at or before At (Unix ms): JobID alone, or the jobs the value lists,
+//	                              one entry per outcome for the jobs one completer transaction ends (at
+//	                              most 8,000 bytes of ids); for the Runtimes' sweepers
+//	                              (WorkerOptions.Retain…) and List's finished states
+//	(14, Type, State, Shard)      COUNTS: int64 LE counter — the jobs of the type in State (pending,
+//	                              running, completed, cancelled, discarded) whose queue shard modulo 8
+//	                              is Shard; every write of a row (writeRow) or removal (clearRow) that
+//	                              changes what it counts as adds -1 and +1 in its commit, summed per
+//	                              key in batches; Counts sums them
 //	(15, Name)                    SCHEDULE: the schedule's record (JSON:
 //	                              kind, arguments, period, policies, next
 //	                              and last period, last job)
@@ -163,12 +158,10 @@
 //	(17, Kind)                    FEED: (KeepMillis) while the kind's event
 //	                              feed is on (SetFeed); in the types the
 //	                              type-check loop reads
-//	(18, Kind, Versionstamp)      FEED_EVENTS: ((JobID, Event, AtMillis[,
-//	                              Data]), …) — the events of one commit
-//	                              of the kind (of a batch, up to 8,000
-//	                              bytes a key), keyed by the commit's
-//	                              versionstamp and the key's number in it
-//	                              (no key that every event writes)
+//	(18, Kind, Versionstamp)      FEED_EVENTS: ((JobID, Event, AtMillis[, Data]), …) — the events of
+//	                              one commit of the kind (of a batch, up to 8,000 bytes a key), keyed by
+//	                              the commit's versionstamp and the key's number in it (no key that
+//	                              every event writes)
 //	(19, Kind)                    FEED_PRUNED: the place (14 bytes: a key's
 //	                              versionstamp and an event's number in it)
 //	                              of the last event pruned (byte max), or
@@ -221,16 +214,18 @@
 //	                              bucket (Kind, Partition)
 //	(31, Kind, Partition, Since, JobID) PARTITION_QUEUE: "" — the waiting
 //	                              jobs in the order they came
-//	(32, Kind)                    FAIR: "" while the kind's fair shares are on
+//	(32, Kind)                    FAIR: "" by starts, ("run_time") by run time; absent: off
 //	(33, Kind, Partition)         WEIGHT: (Weight) — SetPartitionWeight's
 //	(34, Kind, Partition)         TAG: int64 LE — the partition's last fair
 //	                              tag, ns (atomic max by insert pages)
 //	(35, Type, Versionstamp, Token) LEASE_TOUCHED: "" — a lease's row was
 //	                              written, not by an end that knew it ("Leases")
-//	(36, Kind, Partition)         USAGE: (float64) — decayed run time, ms
-//	(37, Kind, Partition)         CHARGE: int64 LE — run time since the last roll-up
-//	(38, Kind)                    USAGE_PERIOD: (Period, IntervalMillis)
+//	(36, Kind, Partition)         USAGE: (Millis, Runs, Period) — decayed as of Period
+//	(37, Kind, Partition)         CHARGE: int64 LE — run time since the last fold, ms
+//	(38, Kind)                    USAGE_PERIOD: (Period, IntervalMillis, Coeff, TotalMillis,
+//	                              TotalRuns, Cursor, Token, Cleared) — the last roll-up
 //	(39, Kind, Token)             CHARGE_TOKEN: "" — a charge committed
+//	(40, Kind, Partition)         CHARGE_RUNS: int64 LE — runs since the last fold
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15, 16, 20 to 27 and 31 came without a new
@@ -238,7 +233,7 @@
 // which a node of a release before them does not take or follow (it
 // handles a job of another priority as any: its row names its pending
 // key); waiting entries without Since are woken after those in it. Key 35
-// came with layout 4 (see LayoutVersion), keys 36 to 39 without one.
+// came with layout 4 (see LayoutVersion), keys 36 to 40 without one.
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
 // running one, the versionstamp of the lease that last granted it (both
@@ -501,10 +496,15 @@
 // their rates, so its starts go by weight; one that had none starts where
 // the lane is (TestFairShareModel). Cost: per such page, reads of each
 // fair lane's head, two per partition and an atomic max; no conflict.
-// Shares of run time (usage.go), for long jobs that are rotated: nodes add
-// their jobs' run time to CHARGE (ChargeRunTime, once whatever the retries);
-// RollUpUsage folds it into USAGE once per period, leaderless (the period
-// key conflicts); RunTimeShares turns usage into priorities and times.
+// By run time (FairShareRunTime), a start moves its partition's tag by
+// 1 µs × its mean run time over the kind's (USAGE, USAGE_PERIOD's totals) /
+// weight. Usage (usage.go): Runtimes add their jobs' run time and runs to
+// CHARGE (ChargeRunTime, once whatever the retries); RollUpUsage, from every
+// Runtime each RunTimeIntervalDefault, takes the period (its key conflicts;
+// the token tells a retry) and folds CHARGE into USAGE by pages that
+// conflict with the adds they clear; USAGE decays lazily. Invariant: each
+// run charged counts once in USAGE (TestRunTimeUsageStore under faults), so
+// run time goes by weight once the means are known (TestFairShareRunTimeModel).
 //
 // # Leases
 //

@@ -5,12 +5,14 @@ package fdbjobs
 // queueing of each due job's scheduled time when it is inserted.
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
 	"github.com/fdbrep/fdbrep/pkg/tuple"
@@ -28,6 +30,16 @@ const (
 	// tags run ahead of the clock, and its jobs then queue at now, in the
 	// order they came (see fairTags).
 	fairStep = 1000
+	// RunTimeRatioMax bounds a partition's cost of a start by run time
+	// (FairShareRunTime) against the kind's mean, both ways: a partition
+	// whose jobs run more than RunTimeRatioMax times the kind's mean counts
+	// as RunTimeRatioMax times.
+	RunTimeRatioMax = 100.0
+	// RunTimeIntervalDefault is how often a Runtime charges the run time
+	// of a FairShareRunTime kind's jobs, and rolls its usage up (decaying
+	// it by UsageCoeffDefault): the unit of the decay of the partitions'
+	// means.
+	RunTimeIntervalDefault = 10 * time.Second
 )
 
 func (k keys) fairKey(kind string) kv.Key { return k.root.Pack(tuple.Tuple{keyFair, kind}) }
@@ -40,12 +52,73 @@ func (k keys) partTagKey(kind, part string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyPartTag, kind, part})
 }
 
-// SetFairShare turns kind's fair shares between partitions on or off.
-// With them on, the jobs Insert adds due now with a partition
+// FairShare is what a kind's fair shares share between its partitions
+// (SetFairShareMode).
+type FairShare int
+
+const (
+	// FairShareOff: jobs queue by their time, whatever their partition.
+	FairShareOff FairShare = iota
+	// FairShareStarts shares the starts: each start of a partition's job
+	// moves the partition along the fair order as much as any other.
+	FairShareStarts
+	// FairShareRunTime shares the run time: each start of a partition's
+	// job moves the partition as far as its jobs' mean run time (decayed
+	// as the fair-share RFC's usage, which Runtimes charge) against the
+	// kind's, so that a partition whose jobs run ten times longer starts a
+	// tenth as many.
+	FairShareRunTime
+)
+
+// String names the mode as the job layer's web page does.
+func (m FairShare) String() string {
+	switch m {
+	case FairShareOff:
+		return "off"
+	case FairShareStarts:
+		return "starts"
+	case FairShareRunTime:
+		return "run time"
+	}
+	return fmt.Sprintf("FairShare(%d)", int(m))
+}
+
+// fairRunTime is FAIR's value for FairShareRunTime (FairShareStarts': empty).
+var fairRunTime = tuple.Tuple{"run_time"}.Pack()
+
+func decodeFairShare(v []byte) FairShare {
+	switch {
+	case v == nil:
+		return FairShareOff
+	case bytes.Equal(v, fairRunTime):
+		return FairShareRunTime
+	}
+	return FairShareStarts
+}
+
+// SetFairShare turns kind's fair shares between partitions on, sharing
+// the starts (FairShareStarts), or off: SetFairShareMode.
+func (c *Client) SetFairShare(ctx context.Context, tx kv.Transactor, kind string, on bool) error {
+	m := FairShareOff
+	if on {
+		m = FairShareStarts
+	}
+	return c.SetFairShareMode(ctx, tx, kind, m)
+}
+
+// GetFairShare reports whether kind's fair shares are on, in either mode.
+func (c *Client) GetFairShare(ctx context.Context, tx kv.ReadTransactor, kind string) (bool, error) {
+	m, err := c.GetFairShareMode(ctx, tx, kind)
+	return m != FairShareOff, err
+}
+
+// SetFairShareMode sets kind's fair shares between partitions. With them
+// on, the jobs Insert adds due now with a partition
 // (InsertOptions.Partition) are queued so that, while the kind has more
 // due jobs than its Runtimes start, each partition with jobs waiting gets
-// a share of the starts in proportion to its weight (SetPartitionWeight;
-// 1 by default), whatever the rates at which the partitions insert: a
+// a share of the starts (FairShareStarts) or of the run time
+// (FairShareRunTime) in proportion to its weight (SetPartitionWeight; 1
+// by default), whatever the rates at which the partitions insert: a
 // partition that inserts a thousand jobs does not make the next
 // partition's job wait behind them. Such a job waits in a fair lane of
 // the queue; its ScheduledTime is its place in that order, at or before
@@ -54,33 +127,44 @@ func (k keys) partTagKey(kind, part string) kv.Key {
 // caller's and jobs enqueued again (retried, snoozed, handed back) are
 // queued by their time, and go before the fair lanes' jobs once due. Off
 // by default: each insert page with partitioned jobs then reads the head
-// of every fair lane of the kind and each partition's weight and tag, and
-// writes the tag. Changes apply to the jobs inserted after them; the kind
-// need not exist yet. tx may be nil, a Database or a caller's
-// Transaction.
-func (c *Client) SetFairShare(ctx context.Context, tx kv.Transactor, kind string, on bool) error {
+// of every fair lane of the kind and each partition's weight and tag (and
+// its usage, by run time), and writes the tag. By run time, each Runtime
+// charges the run time of the kind's partitioned jobs it ran and rolls
+// the kind's usage up every RunTimeIntervalDefault (ChargeRunTime,
+// RollUpUsage); a partition's cost of a start is its mean run time
+// against the kind's, within [1/RunTimeRatioMax, RunTimeRatioMax], and a
+// partition not yet charged costs the kind's mean. Changes apply to the
+// jobs inserted after them; the kind need not exist yet. tx may be nil, a
+// Database or a caller's Transaction.
+func (c *Client) SetFairShareMode(ctx context.Context, tx kv.Transactor, kind string, m FairShare) error {
 	if err := checkName("kind", kind); err != nil {
 		return err
 	}
+	if m < FairShareOff || m > FairShareRunTime {
+		return fmt.Errorf("%w: fair share mode %d", ErrInvalidArgument, int(m))
+	}
 	_, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (struct{}, error) {
-		if on {
-			tr.Set(c.k.fairKey(kind), nil)
-		} else {
+		switch m {
+		case FairShareOff:
 			tr.Clear(c.k.fairKey(kind))
+		case FairShareStarts:
+			tr.Set(c.k.fairKey(kind), nil)
+		case FairShareRunTime:
+			tr.Set(c.k.fairKey(kind), fairRunTime)
 		}
 		return struct{}{}, nil
 	})
 	return err
 }
 
-// GetFairShare reports whether kind's fair shares are on.
-func (c *Client) GetFairShare(ctx context.Context, tx kv.ReadTransactor, kind string) (bool, error) {
+// GetFairShareMode returns kind's fair share mode.
+func (c *Client) GetFairShareMode(ctx context.Context, tx kv.ReadTransactor, kind string) (FairShare, error) {
 	if err := checkName("kind", kind); err != nil {
-		return false, err
+		return FairShareOff, err
 	}
-	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (bool, error) {
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (FairShare, error) {
 		v, err := tr.Get(c.k.fairKey(kind)).Get()
-		return v != nil, err
+		return decodeFairShare(v), err
 	})
 }
 
@@ -165,6 +249,7 @@ type fairQueue struct {
 type fairPartition struct {
 	weight int64
 	tag    int64 // the last, ns
+	step   int64 // a start's move of tag, ns: fairStep / weight, by run time × its cost
 	moved  bool
 }
 
@@ -184,14 +269,34 @@ func (c *Client) fairShares(tr kv.Transaction, kind string, jobs []NewJob, ti ty
 	if len(rs) == 0 {
 		return nil, nil
 	}
-	on, err := snap.Get(c.k.fairKey(kind)).Get()
-	if err != nil || on == nil {
+	fv, err := snap.Get(c.k.fairKey(kind)).Get()
+	mode := decodeFairShare(fv)
+	if err != nil || mode == FairShareOff {
 		return nil, err
+	}
+	// By run time, each partition's cost of a start: its usage, and the
+	// kind's mean, read once the mode is known.
+	var usageF map[string]kv.FutureByteSlice
+	var periodF kv.FutureByteSlice
+	if mode == FairShareRunTime {
+		usageF = make(map[string]kv.FutureByteSlice, len(rs))
+		for name := range rs {
+			usageF[name] = snap.Get(c.k.usageKey(kind, name))
+		}
+		periodF = snap.Get(c.k.usagePeriodKey(kind))
 	}
 	q := &fairQueue{kind: kind, now: now, unit: int64(c.cfg.TimeUnit), parts: map[string]*fairPartition{}}
 	floor, err := c.queueHead(snap, kind, ti.lanes.fair(ti.high), now, q.unit)
 	if err != nil {
 		return nil, err
+	}
+	mean := 0.0
+	if periodF != nil {
+		pv, err := periodF.Get()
+		if err != nil {
+			return nil, err
+		}
+		mean = decodeUsagePeriod(pv).mean()
 	}
 	for name, r := range rs {
 		wv, err := r.weight.Get()
@@ -202,9 +307,31 @@ func (c *Client) fairShares(tr kv.Transaction, kind string, jobs []NewJob, ti ty
 		if err != nil {
 			return nil, err
 		}
-		q.parts[name] = &fairPartition{weight: int64(decodeWeight(wv)), tag: max(floor, kv.DecodeInt64(tv))}
+		w := int64(decodeWeight(wv))
+		p := &fairPartition{weight: w, tag: max(floor, kv.DecodeInt64(tv)), step: fairStep / w}
+		if f, ok := usageF[name]; ok {
+			uv, err := f.Get()
+			if err != nil {
+				return nil, err
+			}
+			u, _ := decodeUsage(uv)
+			p.step = runTimeStep(u, mean, w)
+		}
+		q.parts[name] = p
 	}
 	return q, nil
+}
+
+// runTimeStep is how far a start moves a partition of weight w, whose
+// usage is u, in a kind whose mean run time of a run is mean (ms): fairStep
+// × its mean against the kind's, within [1/RunTimeRatioMax,
+// RunTimeRatioMax] (1 when either is not known), over w; at least 1 ns.
+func runTimeStep(u usage, mean float64, w int64) int64 {
+	ratio := 1.0
+	if u.runs >= 1 && mean > 0 {
+		ratio = min(RunTimeRatioMax, max(1/RunTimeRatioMax, u.ms/u.runs/mean))
+	}
+	return max(1, int64(fairStep*ratio/float64(w)))
 }
 
 // place returns the scheduled time of new job j, whether it goes to a
@@ -224,8 +351,8 @@ func (q *fairQueue) place(j NewJob, stime int64) (int64, bool, string) {
 		p.tag = max(p.tag, j.tag)
 		return min(q.now, j.tag/q.unit), true, ""
 	}
-	if p.tag <= math.MaxInt64-fairStep {
-		p.tag += fairStep / p.weight
+	if p.tag <= math.MaxInt64-p.step {
+		p.tag += p.step
 	}
 	return min(q.now, p.tag/q.unit), true, fmt.Sprintf("%016x", p.tag) + randomHex()[:16]
 }

@@ -45,10 +45,11 @@ const (
 	keyPartWeight      = 33 // (33, Kind, Partition) -> (Weight)
 	keyPartTag         = 34 // (34, Kind, Partition) -> int64 LE: the partition's last fair tag, ns
 	keyLeaseTouched    = 35 // (35, Type, Versionstamp, Token) -> "": a row the lease holds was written, not by an end that knew it
-	keyUsage           = 36 // (36, Kind, Partition) -> (float64): decayed run time, ms
+	keyUsage           = 36 // (36, Kind, Partition) -> (Millis, Runs, Period): decayed run time and runs as of Period
 	keyCharge          = 37 // (37, Kind, Partition) -> int64 LE: run time charged since the last roll-up, ms
-	keyUsagePeriod     = 38 // (38, Kind) -> (Period, IntervalMillis): the last roll-up
+	keyUsagePeriod     = 38 // (38, Kind) -> (Period, IntervalMillis, Coeff, TotalMillis, TotalRuns, Cursor): the last roll-up
 	keyChargeToken     = 39 // (39, Kind, Token) -> "": a charge that committed (cleared right after)
+	keyChargeRuns      = 40 // (40, Kind, Partition) -> int64 LE: runs charged since the last roll-up
 )
 
 // State is a job's state.

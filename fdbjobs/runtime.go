@@ -226,8 +226,7 @@ func (r *Runtime) run(ctx context.Context, st runState) {
 			}()
 		}
 	}
-	// The leases of limited kinds' capacity outlive the jobs, and are
-	// given back once they ended.
+	// Leases of limited kinds' capacity and chargers outlive the jobs.
 	leaseCtx, stopLeases := context.WithCancel(context.WithoutCancel(ctx))
 	var leases sync.WaitGroup
 	defer func() {
@@ -235,11 +234,12 @@ func (r *Runtime) run(ctx context.Context, st runState) {
 		leases.Wait()
 	}()
 	for _, k := range r.kinds {
-		leases.Add(1)
+		leases.Add(2)
 		go func() {
 			defer leases.Done()
 			k.capacity.run(leaseCtx)
 		}()
+		go func() { defer leases.Done(); r.charger(leaseCtx, k) }()
 	}
 	var fetchers sync.WaitGroup
 	fetched := make(chan struct{}) // closed once the fetchers ended: idle runners leave
@@ -583,7 +583,9 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
 	})
 	e, err := t.e, t.err
 	if e != nil {
+		began := r.c.cfg.Clock.Now()
 		err = r.call(ctx, k, a, t)
+		k.runTime.add(e.Partition, r.c.cfg.Clock.Since(began))
 	} else {
 		e = &envelope{Args: job.Data}
 	}

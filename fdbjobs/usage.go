@@ -10,6 +10,7 @@ package fdbjobs
 // shares'.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -43,6 +44,10 @@ func (k keys) chargeKey(kind, part string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyCharge, kind, part})
 }
 
+func (k keys) chargeRunsKey(kind, part string) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyChargeRuns, kind, part})
+}
+
 func (k keys) usagePeriodKey(kind string) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyUsagePeriod, kind})
 }
@@ -51,10 +56,20 @@ func (k keys) chargeTokenKey(kind string, token []byte) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyChargeToken, kind, token})
 }
 
+const (
+	// usageFoldPage is how many partitions' charges one transaction of a
+	// roll-up folds, and how many usage entries it looks at for idle ones.
+	usageFoldPage = 100
+	// usageFoldPages bounds the transactions of one roll-up: the charges
+	// of partitions beyond usageFoldPage × usageFoldPages wait for the
+	// next period's.
+	usageFoldPages = 100
+)
+
 // checkUsagePartition validates a partition named in a charge: any
-// UTF-8 string up to MaxNameSize bytes, the empty one for the jobs without
-// a partition. (Wider than InsertOptions.Partition, so that an account
-// such as a CouchDB database name fits.)
+// string up to MaxNameSize bytes, the empty one for the jobs without a
+// partition. (Wider than InsertOptions.Partition, so that an account such
+// as a CouchDB database name fits.)
 func checkUsagePartition(p string) error {
 	if len(p) > MaxNameSize {
 		return fmt.Errorf("%w: partition of %d bytes: at most %d", ErrInvalidArgument, len(p), MaxNameSize)
@@ -92,13 +107,101 @@ type KindUsage struct {
 	Interval time.Duration
 }
 
+// usage is a USAGE value: a partition's run time (ms) and runs, decayed
+// to the end of period.
+type usage struct {
+	ms, runs float64
+	period   int64
+}
+
+func decodeUsage(v []byte) (usage, bool) {
+	t, err := tuple.Unpack(v)
+	if v == nil || err != nil || len(t) < 1 {
+		return usage{}, false
+	}
+	u := usage{period: -1}
+	u.ms, _ = t[0].(float64)
+	if len(t) >= 3 {
+		u.runs, _ = t[1].(float64)
+		u.period, _ = intElem(t[2])
+	}
+	return u, true
+}
+
+func (u usage) encode() []byte { return tuple.Tuple{u.ms, u.runs, u.period}.Pack() }
+
+// at is u decayed to period, by coeff per period.
+func (u usage) at(period int64, coeff float64) usage {
+	if u.period < 0 || period <= u.period {
+		return u
+	}
+	d := math.Pow(coeff, float64(min(period-u.period, usageStepsMax)))
+	return usage{ms: u.ms * d, runs: u.runs * d, period: period}
+}
+
+// usagePeriod is a USAGE_PERIOD value: the last period rolled up (-1:
+// none), the interval and coefficient it was rolled up with, the kind's
+// totals as of then, and where the look for idle partitions' entries is.
+type usagePeriod struct {
+	period   int64
+	interval time.Duration
+	coeff    float64
+	total    usage
+	cursor   string
+	// token is the roll-up's that took the period, so that its attempt
+	// after commit_unknown_result knows; cleared is the last period whose
+	// page of idle entries was looked at.
+	token   []byte
+	cleared int64
+}
+
+func decodeUsagePeriod(v []byte) usagePeriod {
+	p := usagePeriod{period: -1, coeff: UsageCoeffDefault}
+	t, err := tuple.Unpack(v)
+	if v == nil || err != nil || len(t) < 1 {
+		return p
+	}
+	if last, ok := intElem(t[0]); ok {
+		p.period = last
+	}
+	if len(t) > 1 {
+		if ms, ok := intElem(t[1]); ok {
+			p.interval = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if len(t) >= 8 {
+		p.coeff, _ = t[2].(float64)
+		p.total.ms, _ = t[3].(float64)
+		p.total.runs, _ = t[4].(float64)
+		p.cursor, _ = t[5].(string)
+		p.token, _ = t[6].([]byte)
+		p.cleared, _ = intElem(t[7])
+	}
+	p.total.period = p.period
+	return p
+}
+
+func (p usagePeriod) encode() []byte {
+	return tuple.Tuple{p.period, p.interval.Milliseconds(), p.coeff, p.total.ms, p.total.runs, p.cursor, p.token, p.cleared}.Pack()
+}
+
+// mean is the kind's mean run time of a run (ms), 0 when none is known.
+func (p usagePeriod) mean() float64 {
+	if p.total.runs < 1 {
+		return 0
+	}
+	return p.total.ms / p.total.runs
+}
+
 // ChargeRunTime adds run time (ms, per partition; "" for jobs without
-// one) to kind's charges, which the next RollUpUsage folds into its
-// usage. Its atomic adds are not idempotent, so the transaction also
-// writes a token drawn once: an attempt that finds the token (an earlier
-// one committed despite commit_unknown_result) adds nothing. A second
-// transaction clears the token.
-func (c *Client) ChargeRunTime(ctx context.Context, kind string, ms map[string]int64) error {
+// one) and runs (attempts; may be nil) to kind's charges, which the next
+// RollUpUsage folds into its usage. (Fair shares by run time take a
+// partition's cost of a start from its run time over its runs; a Runtime
+// charges them itself.) Its atomic adds are not idempotent, so the
+// transaction also writes a token drawn once: an attempt that finds the
+// token (an earlier one committed despite commit_unknown_result) adds
+// nothing. A second transaction clears the token.
+func (c *Client) ChargeRunTime(ctx context.Context, kind string, ms, runs map[string]int64) error {
 	if err := checkName("kind", kind); err != nil {
 		return err
 	}
@@ -107,7 +210,12 @@ func (c *Client) ChargeRunTime(ctx context.Context, kind string, ms map[string]i
 			return err
 		}
 	}
-	if len(ms) == 0 {
+	for p := range runs {
+		if err := checkUsagePartition(p); err != nil {
+			return err
+		}
+	}
+	if len(ms) == 0 && len(runs) == 0 {
 		return nil
 	}
 	token, err := newToken()
@@ -125,6 +233,14 @@ func (c *Client) ChargeRunTime(ctx context.Context, kind string, ms map[string]i
 				tr.Add(c.k.chargeKey(kind, p), kv.Int64(v))
 			}
 		}
+		for p, n := range runs {
+			if n > 0 {
+				// The charge key is the one a roll-up looks for: it is
+				// there, at 0 if need be, whenever runs are.
+				tr.Add(c.k.chargeKey(kind, p), kv.Int64(0))
+				tr.Add(c.k.chargeRunsKey(kind, p), kv.Int64(n))
+			}
+		}
 		tr.Set(tk, nil)
 		return struct{}{}, nil
 	})
@@ -138,101 +254,210 @@ func (c *Client) ChargeRunTime(ctx context.Context, kind string, ms map[string]i
 	return nil
 }
 
-// RollUpUsage folds kind's charges into its decayed usage once per period
-// (the period is the Unix time over interval): usage × coeff per interval
-// since the last roll-up (at most 64) plus the charges. Nodes that call it
-// in the same period conflict on the period key and one applies it; the
-// others read the result. It returns the usage. Run it from every node
-// that charges, once per interval: no node leads.
+// RollUpUsage folds kind's charges into its decayed usage, which decays
+// per period (the period is the Unix time over interval): usage × coeff
+// per interval since the last roll-up (at most 64) plus the charges. The
+// first node to call it in a period takes the period (the others conflict
+// on the period key, then find it taken) and, once taken, clears a page of
+// idle partitions' entries (decayed under 1 ms). Every call folds the
+// charges waiting, in transactions of usageFoldPage partitions each, each
+// conflicting with the charges added meanwhile (which it then folds too);
+// usage decays lazily, so that the partitions without charges are not
+// written. It returns the usage of
+// every partition as of the period. Run it from every node that charges,
+// once per interval: no node leads.
 func (c *Client) RollUpUsage(ctx context.Context, kind string, now time.Time, interval time.Duration, coeff float64) (KindUsage, error) {
-	if err := checkName("kind", kind); err != nil {
+	if err := c.rollUpUsage(ctx, kind, now, interval, coeff); err != nil {
 		return KindUsage{}, err
+	}
+	return c.GetUsage(ctx, nil, kind)
+}
+
+func (c *Client) rollUpUsage(ctx context.Context, kind string, now time.Time, interval time.Duration, coeff float64) error {
+	if err := checkName("kind", kind); err != nil {
+		return err
 	}
 	if interval <= 0 || coeff < 0 || coeff > 1 {
-		return KindUsage{}, fmt.Errorf("%w: roll-up interval %v (want > 0), coefficient %v (want [0, 1])", ErrInvalidArgument, interval, coeff)
+		return fmt.Errorf("%w: roll-up interval %v (want > 0), coefficient %v (want [0, 1])", ErrInvalidArgument, interval, coeff)
 	}
 	period := now.UnixMilli() / max(1, interval.Milliseconds())
-	return kv.Transact(ctx, c.db, func(tr kv.Transaction) (KindUsage, error) {
-		pv, err := tr.Get(c.k.usagePeriodKey(kind)).Get()
+	pk := c.k.usagePeriodKey(kind)
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	took, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (bool, error) {
+		v, err := tr.Get(pk).Get()
 		if err != nil {
-			return KindUsage{}, err
+			return false, err
 		}
-		last, _ := decodeUsagePeriod(pv)
-		u, err := c.readUsage(tr, kind)
-		if err != nil || last >= period {
-			return u, err
+		rec := decodeUsagePeriod(v)
+		if rec.period >= period {
+			return rec.period == period && bytes.Equal(rec.token, token), nil
 		}
-		steps := period - last
-		if last < 0 || steps > usageStepsMax {
-			steps = usageStepsMax
-		}
-		kvs, err := tr.Snapshot().GetRange(prefixRange(c.k.root, tuple.Tuple{keyCharge, kind}), kv.RangeOptions{}).GetSliceWithError()
+		rec.total = rec.total.at(period, coeff)
+		rec.period, rec.interval, rec.coeff, rec.total.period, rec.token = period, interval, coeff, period, token
+		tr.Set(pk, rec.encode())
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	// Whoever took the period, the charges are folded: folds conflict on
+	// them, so that each is folded once, and one that finds none writes
+	// nothing.
+	for range usageFoldPages {
+		more, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (bool, error) {
+			return c.foldCharges(tr, kind, period, coeff)
+		})
 		if err != nil {
-			return KindUsage{}, err
+			return err
 		}
-		charges := map[string]int64{}
-		for _, e := range kvs {
+		if !more {
+			break
+		}
+	}
+	if !took {
+		return nil // the node that took the period looks for idle entries
+	}
+	_, err = kv.Transact(ctx, c.db, func(tr kv.Transaction) (struct{}, error) {
+		return struct{}{}, c.clearIdleUsage(tr, kind, period, coeff)
+	})
+	return err
+}
+
+// foldCharges folds a page of kind's charges into its usage as of period,
+// and reports whether a page was full (more may wait).
+func (c *Client) foldCharges(tr kv.Transaction, kind string, period int64, coeff float64) (bool, error) {
+	// Not snapshots: a charge added meanwhile conflicts, and is folded by
+	// the next attempt, so that clearing the keys loses none.
+	kvs, err := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyCharge, kind}), kv.RangeOptions{Limit: usageFoldPage}).GetSliceWithError()
+	if err != nil || len(kvs) == 0 {
+		return false, err
+	}
+	parts := make([]string, 0, len(kvs))
+	ms := make([]int64, 0, len(kvs))
+	usageF := make([]kv.FutureByteSlice, 0, len(kvs))
+	for _, e := range kvs {
+		p, ok := usagePartitionOf(c.k, e.Key)
+		if !ok {
+			tr.Clear(e.Key)
+			continue
+		}
+		parts, ms = append(parts, p), append(ms, kv.DecodeInt64(e.Value))
+		usageF = append(usageF, tr.Snapshot().Get(c.k.usageKey(kind, p)))
+	}
+	// A partition's runs are charged only with its charge key: those of
+	// the page's partitions are the runs keys up to its last one's.
+	runs := map[string]int64{}
+	if len(parts) > 0 {
+		rr := prefixRange(c.k.root, tuple.Tuple{keyChargeRuns, kind})
+		rr.End = append(c.k.chargeRunsKey(kind, parts[len(parts)-1]), 0x00)
+		rkvs, err := tr.GetRange(rr, kv.RangeOptions{}).GetSliceWithError()
+		if err != nil {
+			return false, err
+		}
+		for _, e := range rkvs {
 			if p, ok := usagePartitionOf(c.k, e.Key); ok {
-				charges[p] = kv.DecodeInt64(e.Value)
+				runs[p] = kv.DecodeInt64(e.Value)
 			}
 		}
-		next := u.Usage.RollUp(charges, coeff, steps)
-		for p, ch := range charges {
-			if ch != 0 {
-				// Subtract what was folded: charges added meanwhile stay.
-				tr.Add(c.k.chargeKey(kind, p), kv.Int64(-ch))
-			}
+	}
+	pk := c.k.usagePeriodKey(kind)
+	pv, err := tr.Get(pk).Get()
+	if err != nil {
+		return false, err
+	}
+	rec := decodeUsagePeriod(pv)
+	for i, p := range parts {
+		uv, err := usageF[i].Get()
+		if err != nil {
+			return false, err
 		}
-		for p := range u.Usage {
-			if _, ok := next[p]; !ok {
-				tr.Clear(c.k.usageKey(kind, p))
-			}
-		}
-		for p, v := range next {
-			tr.Set(c.k.usageKey(kind, p), tuple.Tuple{v}.Pack())
-		}
-		tr.Set(c.k.usagePeriodKey(kind), tuple.Tuple{period, interval.Milliseconds()}.Pack())
-		return KindUsage{Usage: next, Interval: interval}, nil
-	})
+		u, _ := decodeUsage(uv)
+		u = u.at(period, coeff)
+		add := usage{ms: float64(max(0, ms[i])), runs: float64(max(0, runs[p]))}
+		u.ms, u.runs, u.period = u.ms+add.ms, u.runs+add.runs, period
+		rec.total.ms, rec.total.runs = rec.total.ms+add.ms, rec.total.runs+add.runs
+		tr.Set(c.k.usageKey(kind, p), u.encode())
+		tr.Clear(c.k.chargeKey(kind, p))
+		tr.Clear(c.k.chargeRunsKey(kind, p))
+	}
+	tr.Set(pk, rec.encode())
+	return len(kvs) == usageFoldPage, nil
 }
 
-// GetUsage reads kind's usage as of its last roll-up, with snapshot reads
-// (no conflicts). tx may be nil, a Database or a caller's Transaction.
-func (c *Client) GetUsage(ctx context.Context, tx kv.ReadTransactor, kind string) (KindUsage, error) {
-	if err := checkName("kind", kind); err != nil {
-		return KindUsage{}, err
-	}
-	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (KindUsage, error) {
-		return c.readUsage(tr, kind)
-	})
-}
-
-func (c *Client) readUsage(tr kv.ReadTransaction, kind string) (KindUsage, error) {
-	snap := tr.Snapshot()
-	uf := snap.GetRange(prefixRange(c.k.root, tuple.Tuple{keyUsage, kind}), kv.RangeOptions{})
-	pf := snap.Get(c.k.usagePeriodKey(kind))
-	kvs, err := uf.GetSliceWithError()
+// clearIdleUsage clears the entries, of a page after the period record's
+// cursor, of partitions whose usage decayed under 1 ms by period, and
+// moves the cursor (back to the start after the last page).
+func (c *Client) clearIdleUsage(tr kv.Transaction, kind string, period int64, coeff float64) error {
+	pk := c.k.usagePeriodKey(kind)
+	pv, err := tr.Get(pk).Get()
 	if err != nil {
-		return KindUsage{}, err
+		return err
 	}
-	pv, err := pf.Get()
+	rec := decodeUsagePeriod(pv)
+	if rec.cleared >= period {
+		return nil // this roll-up's earlier attempt committed
+	}
+	rec.cleared = period
+	r := prefixRange(c.k.root, tuple.Tuple{keyUsage, kind})
+	if rec.cursor != "" {
+		r.Begin = append(c.k.usageKey(kind, rec.cursor), 0x00)
+	}
+	kvs, err := tr.GetRange(r, kv.RangeOptions{Limit: usageFoldPage}).GetSliceWithError()
 	if err != nil {
-		return KindUsage{}, err
+		return err
 	}
-	u := KindUsage{Usage: Usage{}}
-	_, u.Interval = decodeUsagePeriod(pv)
+	rec.cursor = ""
 	for _, e := range kvs {
 		p, ok := usagePartitionOf(c.k, e.Key)
 		if !ok {
 			continue
 		}
-		if t, err := tuple.Unpack(e.Value); err == nil && len(t) == 1 {
-			if v, ok := t[0].(float64); ok {
-				u.Usage[p] = v
-			}
+		if u, ok := decodeUsage(e.Value); !ok || u.at(period, coeff).ms < 1 {
+			tr.Clear(e.Key)
+		}
+		if len(kvs) == usageFoldPage {
+			rec.cursor = p
 		}
 	}
-	return u, nil
+	tr.Set(pk, rec.encode())
+	return nil
+}
+
+// GetUsage reads kind's usage as of its last roll-up, with snapshot reads
+// (no conflicts): each partition's decayed to that period, those under
+// 1 ms left out. tx may be nil, a Database or a caller's Transaction.
+func (c *Client) GetUsage(ctx context.Context, tx kv.ReadTransactor, kind string) (KindUsage, error) {
+	if err := checkName("kind", kind); err != nil {
+		return KindUsage{}, err
+	}
+	return kv.ReadTransact(ctx, c.readTransactor(tx), func(tr kv.ReadTransaction) (KindUsage, error) {
+		snap := tr.Snapshot()
+		uf := snap.GetRange(prefixRange(c.k.root, tuple.Tuple{keyUsage, kind}), kv.RangeOptions{})
+		pv, err := snap.Get(c.k.usagePeriodKey(kind)).Get()
+		if err != nil {
+			return KindUsage{}, err
+		}
+		kvs, err := uf.GetSliceWithError()
+		if err != nil {
+			return KindUsage{}, err
+		}
+		rec := decodeUsagePeriod(pv)
+		out := KindUsage{Usage: Usage{}, Interval: rec.interval}
+		for _, e := range kvs {
+			p, ok := usagePartitionOf(c.k, e.Key)
+			u, uok := decodeUsage(e.Value)
+			if !ok || !uok {
+				continue
+			}
+			if ms := u.at(rec.period, rec.coeff).ms; ms >= 1 {
+				out.Usage[p] = ms
+			}
+		}
+		return out, nil
+	})
 }
 
 // usagePartitionOf is the partition of a USAGE or CHARGE key.
@@ -243,27 +468,6 @@ func usagePartitionOf(k keys, key kv.Key) (string, bool) {
 	}
 	p, ok := t[2].(string)
 	return p, ok
-}
-
-// decodeUsagePeriod reads a USAGE_PERIOD value: the last period rolled up
-// (-1 when none) and the interval it was rolled up with (0 when not
-// recorded).
-func decodeUsagePeriod(v []byte) (int64, time.Duration) {
-	t, err := tuple.Unpack(v)
-	if v == nil || err != nil || len(t) < 1 {
-		return -1, 0
-	}
-	last, ok := t[0].(int64)
-	if !ok {
-		return -1, 0
-	}
-	var interval time.Duration
-	if len(t) > 1 {
-		if ms, ok := t[1].(int64); ok {
-			interval = time.Duration(ms) * time.Millisecond
-		}
-	}
-	return last, interval
 }
 
 // RunTimeShares is the fair-share RFC's rule for a kind's priorities,

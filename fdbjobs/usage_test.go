@@ -1,6 +1,7 @@
 package fdbjobs
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
 func TestUsageRollUp(t *testing.T) {
@@ -25,10 +28,10 @@ func TestRunTimeUsageStore(t *testing.T) {
 	now := time.UnixMilli(10_000_000_000)
 	long := strings.Repeat("d", 200) // wider than a job's partition: a CouchDB database name fits
 	for range 20 {
-		require.NoError(t, b.c.ChargeRunTime(ctx, "k", map[string]int64{"a": 50, "": 1, long: 5}))
+		require.NoError(t, b.c.ChargeRunTime(ctx, "k", map[string]int64{"a": 50, "": 1, long: 5}, nil))
 	}
-	require.NoError(t, b.c.ChargeRunTime(ctx, "other", map[string]int64{"a": 7}))
-	require.NoError(t, b.c.ChargeRunTime(ctx, "k", nil), "nothing to charge")
+	require.NoError(t, b.c.ChargeRunTime(ctx, "other", map[string]int64{"a": 7}, nil))
+	require.NoError(t, b.c.ChargeRunTime(ctx, "k", nil, nil), "nothing to charge")
 
 	u, err := b.c.RollUpUsage(ctx, "k", now, time.Minute, 0.5)
 	require.NoError(t, err)
@@ -40,7 +43,7 @@ func TestRunTimeUsageStore(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, u, got)
 
-	require.NoError(t, b.c.ChargeRunTime(ctx, "k", map[string]int64{"a": 100}))
+	require.NoError(t, b.c.ChargeRunTime(ctx, "k", map[string]int64{"a": 100}, nil))
 	u, err = b.c.RollUpUsage(ctx, "k", now.Add(2*time.Minute), time.Minute, 0.5)
 	require.NoError(t, err)
 	require.Equal(t, Usage{"a": 1000*0.25 + 100, "": 5, long: 25}, u.Usage, "two intervals decayed, the new charge added")
@@ -59,8 +62,8 @@ func TestRunTimeUsageStore(t *testing.T) {
 func TestRunTimeUsageBadInput(t *testing.T) {
 	b := setup(t)
 	for name, err := range map[string]error{
-		"empty kind":        b.c.ChargeRunTime(b.ctx, "", map[string]int64{"a": 1}),
-		"partition too big": b.c.ChargeRunTime(b.ctx, "k", map[string]int64{strings.Repeat("p", MaxNameSize+1): 1}),
+		"empty kind":        b.c.ChargeRunTime(b.ctx, "", map[string]int64{"a": 1}, nil),
+		"partition too big": b.c.ChargeRunTime(b.ctx, "k", nil, map[string]int64{strings.Repeat("p", MaxNameSize+1): 1}),
 		"no interval": func() error {
 			_, err := b.c.RollUpUsage(b.ctx, "k", time.Now(), 0, 0.5)
 			return err
@@ -72,12 +75,15 @@ func TestRunTimeUsageBadInput(t *testing.T) {
 		"usage coefficient":    RunTimeShares{UsageCoeff: -1}.Validate(),
 		"priority coefficient": RunTimeShares{PriorityCoeff: 2}.Validate(),
 		"negative margin":      RunTimeShares{Margin: -time.Second}.Validate(),
+		"fair share mode":      b.c.SetFairShareMode(b.ctx, nil, "k", FairShare(9)),
+		"fair share mode < 0":  b.c.SetFairShareMode(b.ctx, nil, "k", FairShare(-1)),
 	} {
 		require.ErrorIs(t, err, ErrInvalidArgument, name)
 	}
 	require.NoError(t, RunTimeShares{}.Validate())
 	require.Zero(t, b.count(t, keyCharge), "nothing written")
 	require.Zero(t, b.count(t, keyUsagePeriod))
+	require.Zero(t, b.count(t, keyFair))
 }
 
 func TestRunTimeSharesPriority(t *testing.T) {
@@ -158,4 +164,40 @@ func TestRunTimeSharesOrderIsDecayedPriorities(t *testing.T) {
 		checked++
 	}
 	require.Greater(t, checked, 500, "seed %d: pairs compared", seed)
+}
+
+// A roll-up folds the charges of any number of partitions in pages, and
+// each one clears a page of idle partitions' entries, from where the last
+// left off; the kind's mean run time of a run comes from the runs charged.
+func TestRunTimeUsagePages(t *testing.T) {
+	b := setup(t)
+	ctx := b.ctx
+	now := time.UnixMilli(10_000_000_000)
+	const n = 2*usageFoldPage + 50
+	ms, runs := map[string]int64{}, map[string]int64{}
+	for i := range n {
+		p := fmt.Sprintf("p%03d", i)
+		ms[p], runs[p] = int64(10*(i%3+1)), 1
+	}
+	require.NoError(t, b.c.ChargeRunTime(ctx, "k", ms, runs))
+	u, err := b.c.RollUpUsage(ctx, "k", now, time.Minute, 0.5)
+	require.NoError(t, err)
+	require.Len(t, u.Usage, n)
+	require.Zero(t, b.count(t, keyCharge), "every page folded")
+	require.Zero(t, b.count(t, keyChargeRuns))
+	rec, err := kv.ReadTransact(ctx, b.db, func(tr kv.ReadTransaction) (usagePeriod, error) {
+		v, err := tr.Get(b.c.k.usagePeriodKey("k")).Get()
+		return decodeUsagePeriod(v), err
+	})
+	require.NoError(t, err)
+	require.InDelta(t, 20, rec.mean(), 0.1, "runs of 10, 20 and 30 ms")
+
+	// The roll-up above looked at the first page: the next ones go on
+	// from there, and back to the start.
+	later := now.Add(time.Hour)
+	for i, left := range []int{n - usageFoldPage, usageFoldPage, 0} {
+		_, err := b.c.RollUpUsage(ctx, "k", later.Add(time.Duration(i)*time.Minute), time.Minute, 0.5)
+		require.NoError(t, err)
+		require.Equal(t, left, b.count(t, keyUsage), "idle entries cleared a page a roll-up")
+	}
 }

@@ -265,6 +265,9 @@ type kindWorker struct {
 	// claims read and write the same partitions' keys, so that two at
 	// once would make one of them fail and run again.
 	claims *sync.Mutex
+	// runTime is the run time of the kind's jobs not yet charged, for
+	// fair shares by run time (charge.go; one per Runtime, as ends).
+	runTime *runTimeCharges
 	// decode decodes a job's arguments into the Worker's T (as any); its
 	// error is errDecode. work calls the Worker with them.
 	decode func(raw json.RawMessage) (any, error)
@@ -413,6 +416,7 @@ func (ws *Workers) snapshot() []*kindWorker {
 		c.slots = newSlots(c.opts.Concurrency)
 		c.stats = &kindStats{}
 		c.claims = &sync.Mutex{}
+		c.runTime = newRunTimeCharges()
 		c.retainFinished = &atomic.Int64{}
 		c.retainFinished.Store(int64(c.opts.RetainFinished))
 		out = append(out, &c)

@@ -177,7 +177,7 @@ func (sh *Shares) table(snap kv.ReadTransaction, u fdbjobs.KindUsage) (ShareTabl
 // Charge adds run time (ms) per share key to the cluster's charges, once
 // whatever the retries (fdbjobs.Client.ChargeRunTime).
 func (sh *Shares) Charge(ctx context.Context, charges map[string]int64) error {
-	return sh.s.jobs.ChargeRunTime(ctx, JobType, charges)
+	return sh.s.jobs.ChargeRunTime(ctx, JobType, charges, nil)
 }
 
 // RollUp folds the charges into the usage once per period (the period
