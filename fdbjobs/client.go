@@ -367,6 +367,7 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 		lanesOf := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyLanes}), kv.RangeOptions{})
 		limits := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyLimit}), kv.RangeOptions{})
 		partLimits := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyPartLimit}), kv.RangeOptions{})
+		fairs := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyFair}), kv.RangeOptions{})
 		m, err := c.readTypes(tr)
 		if err != nil {
 			return res{}, err
@@ -432,6 +433,10 @@ func (c *Client) typesAndWatch(ctx context.Context) (map[string]typeInfo, kv.Fut
 				l, err := decodeLimit(v)
 				ti.partLimit, ti.partRate = l.Running, l.rateMicro()
 				return err
+			}},
+			{fairs, func(ti *typeInfo, v []byte) error {
+				ti.fairRunTime = decodeFairShare(v) == FairShareRunTime
+				return nil
 			}},
 		} {
 			if err := each(r.f, r.set); err != nil {

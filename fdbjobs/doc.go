@@ -220,11 +220,11 @@
 //	                              tag, ns (atomic max by insert pages)
 //	(35, Type, Versionstamp, Token) LEASE_TOUCHED: "" — a lease's row was
 //	                              written, not by an end that knew it ("Leases")
-//	(36, Kind, Partition)         USAGE: (Millis, Runs, Period) — decayed as of Period
+//	(36, Kind, Partition)         USAGE: (Millis, Runs, AtMillis) — decayed as of AtMillis
 //	(37, Kind, Partition)         CHARGE: int64 LE — run time since the last fold, ms
-//	(38, Kind)                    USAGE_PERIOD: (Period, IntervalMillis, Coeff, TotalMillis,
+//	(38, Kind)                    USAGE_PERIOD: (AtMillis, IntervalMillis, Coeff, TotalMillis,
 //	                              TotalRuns, Cursor, Token, Cleared) — the last roll-up
-//	(39, Kind, Token)             CHARGE_TOKEN: "" — a charge committed
+//	(39, Kind, AtMillis, Token)   CHARGE_TOKEN: "" — a charge page committed
 //	(40, Kind, Partition)         CHARGE_RUNS: int64 LE — runs since the last fold
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
@@ -498,9 +498,11 @@
 // fair lane's head, two per partition and an atomic max; no conflict.
 // By run time (FairShareRunTime), a start moves its partition's tag by
 // 1 µs × its mean run time over the kind's (USAGE, USAGE_PERIOD's totals) /
-// weight. Usage (usage.go): Runtimes add their jobs' run time and runs to
+// weight, from the least head; its accepts take the first jobs of the
+// node's shards together (pickFairest), as its tags' rates differ.
+// Usage (usage.go): Runtimes add their jobs' run time and runs to
 // CHARGE (ChargeRunTime, once whatever the retries); RollUpUsage, from every
-// Runtime each RunTimeIntervalDefault, takes the period (its key conflicts;
+// Runtime each ChargeInterval, takes the period (its key conflicts;
 // the token tells a retry) and folds CHARGE into USAGE by pages that
 // conflict with the adds they clear; USAGE decays lazily. Invariant: each
 // run charged counts once in USAGE (TestRunTimeUsageStore under faults), so

@@ -35,11 +35,13 @@ const (
 	// whose jobs run more than RunTimeRatioMax times the kind's mean counts
 	// as RunTimeRatioMax times.
 	RunTimeRatioMax = 100.0
-	// RunTimeIntervalDefault is how often a Runtime charges the run time
-	// of a FairShareRunTime kind's jobs, and rolls its usage up (decaying
-	// it by UsageCoeffDefault): the unit of the decay of the partitions'
-	// means.
-	RunTimeIntervalDefault = 10 * time.Second
+	// ChargeIntervalDefault is RuntimeOptions.ChargeInterval's default:
+	// how often a Runtime charges the run time of a FairShareRunTime
+	// kind's jobs, and rolls the kind's usage up (decaying it by
+	// UsageCoeffDefault): the unit of the decay of the partitions' means.
+	// Runtimes of one kind with different intervals roll up at the
+	// interval of whichever takes the period.
+	ChargeIntervalDefault = 10 * time.Second
 )
 
 func (k keys) fairKey(kind string) kv.Key { return k.root.Pack(tuple.Tuple{keyFair, kind}) }
@@ -130,7 +132,7 @@ func (c *Client) GetFairShare(ctx context.Context, tx kv.ReadTransactor, kind st
 // of every fair lane of the kind and each partition's weight and tag (and
 // its usage, by run time), and writes the tag. By run time, each Runtime
 // charges the run time of the kind's partitioned jobs it ran and rolls
-// the kind's usage up every RunTimeIntervalDefault (ChargeRunTime,
+// the kind's usage up every RuntimeOptions.ChargeInterval (ChargeRunTime,
 // RollUpUsage); a partition's cost of a start is its mean run time
 // against the kind's, within [1/RunTimeRatioMax, RunTimeRatioMax], and a
 // partition not yet charged costs the kind's mean. Changes apply to the
@@ -143,7 +145,9 @@ func (c *Client) SetFairShareMode(ctx context.Context, tx kv.Transactor, kind st
 	if m < FairShareOff || m > FairShareRunTime {
 		return fmt.Errorf("%w: fair share mode %d", ErrInvalidArgument, int(m))
 	}
-	_, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (struct{}, error) {
+	// The types version's bump tells the type-check loops (accepts of a
+	// kind by run time pick their shard: fairestFirst).
+	return c.changeTypes(ctx, tx, func(tr kv.Transaction) error {
 		switch m {
 		case FairShareOff:
 			tr.Clear(c.k.fairKey(kind))
@@ -152,9 +156,8 @@ func (c *Client) SetFairShareMode(ctx context.Context, tx kv.Transactor, kind st
 		case FairShareRunTime:
 			tr.Set(c.k.fairKey(kind), fairRunTime)
 		}
-		return struct{}{}, nil
+		return nil
 	})
-	return err
 }
 
 // GetFairShareMode returns kind's fair share mode.
@@ -286,7 +289,7 @@ func (c *Client) fairShares(tr kv.Transaction, kind string, jobs []NewJob, ti ty
 		periodF = snap.Get(c.k.usagePeriodKey(kind))
 	}
 	q := &fairQueue{kind: kind, now: now, unit: int64(c.cfg.TimeUnit), parts: map[string]*fairPartition{}}
-	floor, err := c.queueHead(snap, kind, ti.lanes.fair(ti.high), now, q.unit)
+	floor, err := c.queueHead(snap, kind, ti.lanes.fair(ti.high), now, q.unit, mode == FairShareRunTime)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +299,7 @@ func (c *Client) fairShares(tr kv.Transaction, kind string, jobs []NewJob, ti ty
 		if err != nil {
 			return nil, err
 		}
-		mean = decodeUsagePeriod(pv).mean()
+		mean = decodeUsageRecord(pv).mean()
 	}
 	for name, r := range rs {
 		wv, err := r.weight.Get()
@@ -386,8 +389,9 @@ func (q *fairQueue) write(tr kv.Transaction, k keys) {
 // is due. The acceptors serve the shards one at a time, so that their
 // heads spread: a shard left behind a while must not put a partition that
 // comes back in front of every other shard's jobs, nor one served ahead
-// put it behind them.
-func (c *Client) queueHead(snap kv.ReadTransaction, kind string, qs []int64, now, unit int64) (int64, error) {
+// put it behind them. With least (fair shares by run time, whose accepts
+// take the first jobs of all shards together: pickFairest), the least.
+func (c *Client) queueHead(snap kv.ReadTransaction, kind string, qs []int64, now, unit int64, least bool) (int64, error) {
 	futs := make([]kv.RangeResult, len(qs))
 	for i, q := range qs {
 		futs[i] = snap.GetRange(prefixRange(c.k.pending, tuple.Tuple{kind, q}), kv.RangeOptions{Limit: 1})
@@ -417,5 +421,8 @@ func (c *Client) queueHead(snap kv.ReadTransaction, kind string, qs []int64, now
 		return now * unit, nil
 	}
 	slices.Sort(heads)
+	if least {
+		return heads[0], nil
+	}
 	return heads[(len(heads)-1)/2], nil
 }

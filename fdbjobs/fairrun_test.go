@@ -1,6 +1,7 @@
 package fdbjobs
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -18,15 +19,19 @@ import (
 // the weight's, each start worth its run time).
 func TestFairShareRunTimeModel(t *testing.T) {
 	seed := testSeed(t)
-	for _, mode := range []FairShare{FairShareRunTime, FairShareStarts} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		mode   FairShare
+		shards int
+	}{{FairShareRunTime, 1}, {FairShareRunTime, ShardsDefault}, {FairShareStarts, 1}} {
+		mode := tc.mode
+		t.Run(fmt.Sprintf("%v, %d shards", mode, tc.shards), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 46))
 			b := setup(t)
 			require.NoError(t, b.c.SetFairShareMode(b.ctx, nil, t1, mode))
 			got, err := b.c.GetFairShareMode(b.ctx, nil, t1)
 			require.NoError(t, err)
 			require.Equal(t, mode, got)
-			require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 1)) // one order (see TestFairShareModel)
+			require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, tc.shards))
 			const slots, seconds, window, interval, waiting = 20, 300, 100, 10, 20
 			n := 3 + rng.IntN(3)
 			weights, durations := make([]int, n), make([]int, n)

@@ -45,10 +45,10 @@ const (
 	keyPartWeight      = 33 // (33, Kind, Partition) -> (Weight)
 	keyPartTag         = 34 // (34, Kind, Partition) -> int64 LE: the partition's last fair tag, ns
 	keyLeaseTouched    = 35 // (35, Type, Versionstamp, Token) -> "": a row the lease holds was written, not by an end that knew it
-	keyUsage           = 36 // (36, Kind, Partition) -> (Millis, Runs, Period): decayed run time and runs as of Period
+	keyUsage           = 36 // (36, Kind, Partition) -> (Millis, Runs, AtMillis): decayed run time and runs as of AtMillis
 	keyCharge          = 37 // (37, Kind, Partition) -> int64 LE: run time charged since the last roll-up, ms
-	keyUsagePeriod     = 38 // (38, Kind) -> (Period, IntervalMillis, Coeff, TotalMillis, TotalRuns, Cursor): the last roll-up
-	keyChargeToken     = 39 // (39, Kind, Token) -> "": a charge that committed (cleared right after)
+	keyUsagePeriod     = 38 // (38, Kind) -> (AtMillis, IntervalMillis, Coeff, TotalMillis, TotalRuns, Cursor, Token, Cleared): the last roll-up
+	keyChargeToken     = 39 // (39, Kind, AtMillis, Token) -> "": a charge page that committed (cleared by a roll-up after chargeTokenKeep)
 	keyChargeRuns      = 40 // (40, Kind, Partition) -> int64 LE: runs charged since the last roll-up
 )
 

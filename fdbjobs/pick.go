@@ -5,6 +5,7 @@ package fdbjobs
 
 import (
 	"bytes"
+	"fmt"
 	mrand "math/rand/v2"
 
 	"github.com/fdbrep/fdbrep/pkg/kv"
@@ -114,6 +115,11 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, d dueBound,
 	skipped := false
 	first := int64(-1)
 	if !scan && sw.pos == 0 {
+		if ti.fairRunTime {
+			if p, err = c.pickFairest(snap, typ, n, d, ti, order, mine, avoid); err != nil || len(p.runs) > 0 {
+				return p, err
+			}
+		}
 		for _, s := range order {
 			if !mine[s] || avoid[s] {
 				continue
@@ -280,4 +286,90 @@ func (c *Client) pickNoScheduleIn(snap kv.ReadTransaction, typ string, n int, q 
 		}
 	}
 	return out, nil
+}
+
+// pickFairest takes, for a kind whose fair shares are by run time, the n
+// due jobs that come first in the order of all the node's own shards
+// together (not avoided nor being claimed by its other acceptors): by
+// handicapped due time, then by id (a fair job's id starts with its tag),
+// each shard's part a prefix of each of its lanes. One snapshot read of
+// each such shard's first n per lane, of sweepShards shards at most. Such a kind's partitions' tags
+// advance at rates that differ as their jobs' run times, so that the head
+// of one shard taken at random, as other kinds' accepts take, would
+// favour the partitions of long jobs in every shard where the others have
+// no job waiting. The shards it takes from are marked in c.claiming.
+func (c *Client) pickFairest(snap kv.ReadTransaction, typ string, n int, d dueBound, ti typeInfo, order []int64, mine, avoid map[int64]bool) (p pick, err error) {
+	aging := c.cfg.agingUnits()
+	type lane struct {
+		shard int64
+		kvs   []kv.KeyValue
+		ranks []int64
+		ids   []string
+		taken int
+	}
+	var reads []laneRead
+	for _, s := range order {
+		if len(reads) < sweepShards && mine[s] && !avoid[s] && !c.claiming.marked(typ, s) {
+			reads = append(reads, c.readLanes(snap, typ, s, ti.lanes, d, n, false))
+		}
+	}
+	var lanes []*lane
+	for _, lr := range reads {
+		for i, f := range lr.fs {
+			kvs, err := f.GetSliceWithError()
+			if err != nil {
+				return p, err
+			}
+			l := &lane{shard: lr.shard, kvs: kvs}
+			handicap := int64(shardPriority(lr.qs[i])-PriorityHighest) * aging
+			if isFairLane(lr.qs[i]) {
+				handicap += fairAfter
+			}
+			for _, e := range kvs {
+				t, err := c.k.pending.Unpack(e.Key)
+				if err != nil || len(t) != 4 {
+					return p, fmt.Errorf("fdbjobs: bad pending key %s", e.Key)
+				}
+				st, _ := intElem(t[2])
+				id, _ := t[3].(string)
+				l.ranks, l.ids = append(l.ranks, st+handicap), append(l.ids, id)
+			}
+			lanes = append(lanes, l)
+		}
+	}
+	for got := 0; got < n; got++ {
+		var best *lane
+		for _, l := range lanes {
+			if l.taken == len(l.kvs) {
+				continue
+			}
+			if best == nil || l.ranks[l.taken] < best.ranks[best.taken] ||
+				l.ranks[l.taken] == best.ranks[best.taken] && l.ids[l.taken] < best.ids[best.taken] {
+				best = l
+			}
+		}
+		if best == nil {
+			break
+		}
+		best.taken++
+	}
+	byShard := map[int64][][]kv.KeyValue{}
+	count := map[int64]int{}
+	var shards []int64
+	for _, l := range lanes {
+		if l.taken == 0 {
+			continue
+		}
+		if _, ok := byShard[l.shard]; !ok {
+			shards = append(shards, l.shard)
+		}
+		byShard[l.shard] = append(byShard[l.shard], l.kvs[:l.taken])
+		count[l.shard] += l.taken
+	}
+	for _, s := range shards {
+		if c.claiming.take(typ, s) { // else another acceptor of the node has just begun
+			p.runs, p.shards = append(p.runs, byShard[s]...), append(p.shards, s)
+		}
+	}
+	return p, nil
 }

@@ -28,35 +28,6 @@ var (
 	ErrStopped = errors.New("fdbjobs: runtime stopped")
 )
 
-// Defaults of RuntimeOptions.
-const (
-	// FetchPollDefault is how often a kind's idle fetcher looks for jobs
-	// that became due by the clock (a retry, a snooze, a job inserted for
-	// later); a job inserted due now wakes it at once (Accept's watch).
-	FetchPollDefault = time.Second
-	// WatchHoldAfterDefault is how long a job runs before its Runtime
-	// watches its row (WatchHold), so that the worker hears within the
-	// watch's latency that the job was removed or taken: shorter jobs
-	// finish without paying the watch's transaction, and hear of it at
-	// their Finish.
-	WatchHoldAfterDefault = 200 * time.Millisecond
-)
-
-// RuntimeOptions tune a Runtime. The zero value gives the defaults.
-type RuntimeOptions struct {
-	// FetchPoll: see FetchPollDefault.
-	FetchPoll time.Duration
-	// WatchHoldAfter: see WatchHoldAfterDefault.
-	WatchHoldAfter time.Duration
-	// SweepPeriod: see SweepPeriodDefault.
-	SweepPeriod time.Duration
-	// SchedulePoll: see SchedulePollDefault.
-	SchedulePoll time.Duration
-	// Middleware wrap every attempt of every kind, outside the kinds' own
-	// (WorkerOptions.Middleware), outermost first.
-	Middleware []WorkMiddleware
-}
-
 // Runtime works the jobs of the kinds its Workers registry names, on one
 // node: per kind, fetchers (WorkerOptions.Fetchers: by default one per
 // FetchBatch of its Concurrency, 8 at most) accept up to the kind's
@@ -119,11 +90,15 @@ func NewRuntime(c *Client, ws *Workers, opts RuntimeOptions) (*Runtime, error) {
 	if opts.FetchPoll < 0 || opts.WatchHoldAfter < 0 || opts.SweepPeriod < 0 || opts.SchedulePoll < 0 {
 		return nil, fmt.Errorf("%w: NewRuntime: negative FetchPoll, WatchHoldAfter, SweepPeriod or SchedulePoll", ErrInvalidArgument)
 	}
+	if opts.ChargeInterval != 0 && opts.ChargeInterval < time.Millisecond {
+		return nil, fmt.Errorf("%w: NewRuntime: ChargeInterval %v: at least 1ms (0: %v)", ErrInvalidArgument, opts.ChargeInterval, ChargeIntervalDefault)
+	}
 	if slices.ContainsFunc(opts.Middleware, isNilMiddleware) {
 		return nil, fmt.Errorf("%w: NewRuntime: a nil Middleware", ErrInvalidArgument)
 	}
 	opts.SweepPeriod = cmp.Or(opts.SweepPeriod, SweepPeriodDefault)
 	opts.SchedulePoll = cmp.Or(opts.SchedulePoll, SchedulePollDefault)
+	opts.ChargeInterval = cmp.Or(opts.ChargeInterval, ChargeIntervalDefault)
 	if opts.FetchPoll == 0 {
 		opts.FetchPoll = FetchPollDefault
 	}

@@ -417,6 +417,8 @@ func TestRuntimeBadInput(t *testing.T) {
 	require.ErrorIs(t, fdbjobs.AddWorker(ws, nop, fdbjobs.WorkerOptions{}), fdbjobs.ErrInvalidArgument, "registered twice")
 	_, err = fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{FetchPoll: -1})
 	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument)
+	_, err = fdbjobs.NewRuntime(c, ws, fdbjobs.RuntimeOptions{ChargeInterval: time.Microsecond})
+	require.ErrorIs(t, err, fdbjobs.ErrInvalidArgument)
 
 	ctx := context.Background()
 	_, err = c.Insert(ctx, nil, nil, fdbjobs.InsertOptions{})

@@ -48,6 +48,10 @@ type typeInfo struct {
 	// type-check loop read them.
 	partLimit int
 	partRate  int64
+	// fairRunTime: the kind's fair shares are by run time (its accepts
+	// take the shard whose first job comes first: fairestFirst), as the
+	// type-check loop read it.
+	fairRunTime bool
 }
 
 // cachedTypeInfo is readTypeInfo for accepts: a started Client takes
@@ -69,13 +73,13 @@ func (c *Client) cachedTypeInfo(tr kv.ReadTransaction, typ string) func() (typeI
 }
 
 // readTypeInfo issues the reads of typ's timeout, shard counts, feed
-// setting and, with withLanes, priority lanes (else the highest alone) in
-// tr, and returns a function that waits for them.
+// setting and, with withLanes, priority lanes (else the highest alone) and
+// fair share mode in tr, and returns a function that waits for them.
 func (c *Client) readTypeInfo(tr kv.ReadTransaction, typ string, withLanes bool) func() (typeInfo, error) {
 	tf, sf, ff := tr.Get(c.k.timeoutKey(typ)), tr.Snapshot().Get(c.k.shardsKey(typ)), tr.Snapshot().Get(c.k.feedKey(typ))
-	var lf kv.FutureByteSlice
+	var lf, fairF kv.FutureByteSlice
 	if withLanes {
-		lf = tr.Snapshot().Get(c.k.lanesKey(typ))
+		lf, fairF = tr.Snapshot().Get(c.k.lanesKey(typ)), tr.Snapshot().Get(c.k.fairKey(typ))
 	}
 	return func() (typeInfo, error) {
 		ti := typeInfo{known: true, lanes: laneHighest}
@@ -85,6 +89,11 @@ func (c *Client) readTypeInfo(tr kv.ReadTransaction, typ string, withLanes bool)
 				return ti, err
 			}
 			ti.lanes = decodeLanes(lv)
+			fv, err := fairF.Get()
+			if err != nil {
+				return ti, err
+			}
+			ti.fairRunTime = decodeFairShare(fv) == FairShareRunTime
 		}
 		fv, err := ff.Get()
 		if err != nil {

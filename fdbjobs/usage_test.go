@@ -1,6 +1,7 @@
 package fdbjobs
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -173,7 +174,7 @@ func TestRunTimeUsagePages(t *testing.T) {
 	b := setup(t)
 	ctx := b.ctx
 	now := time.UnixMilli(10_000_000_000)
-	const n = 2*usageFoldPage + 50
+	const n = 2*usagePage + 50
 	ms, runs := map[string]int64{}, map[string]int64{}
 	for i := range n {
 		p := fmt.Sprintf("p%03d", i)
@@ -185,9 +186,9 @@ func TestRunTimeUsagePages(t *testing.T) {
 	require.Len(t, u.Usage, n)
 	require.Zero(t, b.count(t, keyCharge), "every page folded")
 	require.Zero(t, b.count(t, keyChargeRuns))
-	rec, err := kv.ReadTransact(ctx, b.db, func(tr kv.ReadTransaction) (usagePeriod, error) {
+	rec, err := kv.ReadTransact(ctx, b.db, func(tr kv.ReadTransaction) (usageRecord, error) {
 		v, err := tr.Get(b.c.k.usagePeriodKey("k")).Get()
-		return decodeUsagePeriod(v), err
+		return decodeUsageRecord(v), err
 	})
 	require.NoError(t, err)
 	require.InDelta(t, 20, rec.mean(), 0.1, "runs of 10, 20 and 30 ms")
@@ -195,9 +196,67 @@ func TestRunTimeUsagePages(t *testing.T) {
 	// The roll-up above looked at the first page: the next ones go on
 	// from there, and back to the start.
 	later := now.Add(time.Hour)
-	for i, left := range []int{n - usageFoldPage, usageFoldPage, 0} {
+	for i, left := range []int{n - usagePage, usagePage, 0} {
 		_, err := b.c.RollUpUsage(ctx, "k", later.Add(time.Duration(i)*time.Minute), time.Minute, 0.5)
 		require.NoError(t, err)
 		require.Equal(t, left, b.count(t, keyUsage), "idle entries cleared a page a roll-up")
 	}
+}
+
+// A node whose clock is behind takes no period and dates no entry back;
+// a node rolling up with another interval decays by it and loses nothing.
+func TestRunTimeUsageSkewAndIntervals(t *testing.T) {
+	b := setup(t)
+	ctx := b.ctx
+	p := time.UnixMilli(10_000_000_000).Truncate(time.Minute)
+	rollUp := func(at time.Time, interval time.Duration) Usage {
+		t.Helper()
+		u, err := b.c.RollUpUsage(ctx, "k", at, interval, 0.5)
+		require.NoError(t, err)
+		return u.Usage
+	}
+	require.NoError(t, b.c.ChargeRunTime(ctx, "k", map[string]int64{"a": 1000}, nil))
+	require.Equal(t, Usage{"a": 1000}, rollUp(p.Add(time.Minute), time.Minute))
+	require.NoError(t, b.c.ChargeRunTime(ctx, "k", map[string]int64{"a": 100}, nil))
+	require.Equal(t, Usage{"a": 1000}, rollUp(p.Add(time.Minute-time.Millisecond), time.Minute),
+		"a node behind takes no period: the charge waits")
+	require.Equal(t, Usage{"a": 500 + 100}, rollUp(p.Add(2*time.Minute), time.Minute), "and is folded once, by the next")
+
+	// Another interval: 10 s, then a minute again. An entry decays from
+	// its own time by the interval of the kind's last roll-up.
+	require.Equal(t, Usage{"a": 600 * 0.5}, rollUp(p.Add(2*time.Minute+10*time.Second), 10*time.Second))
+	require.NoError(t, b.c.ChargeRunTime(ctx, "k", map[string]int64{"a": 100}, nil))
+	require.Equal(t, Usage{"a": 600*0.5 + 100}, rollUp(p.Add(3*time.Minute), time.Minute))
+	require.Equal(t, Usage{"a": 200}, rollUp(p.Add(4*time.Minute+30*time.Second), time.Minute),
+		"a minute and a half later, read as of its period's start: one interval")
+}
+
+// A Runtime's charger keeps a page it could not write with its token, and
+// writes it once: an earlier write that committed unseen is not doubled.
+func TestChargerKeepsPagesUntilWritten(t *testing.T) {
+	b := setup(t)
+	r := &Runtime{c: b.c}
+	k := &kindWorker{kind: "k", runTime: newRunTimeCharges()}
+	k.runTime.on.Store(true)
+	k.runTime.add("a", 50*time.Millisecond)
+	k.runTime.add("", time.Second) // no partition: not charged
+	cancelled, cancel := context.WithCancel(b.ctx)
+	cancel()
+	require.Error(t, r.flushCharges(cancelled, k))
+	require.Len(t, k.runTime.pending, 1, "kept")
+	page := k.runTime.pending[0]
+	require.NoError(t, b.c.charge(b.ctx, "k", page), "as if the failed write had committed unseen")
+	k.runTime.add("a", 100*time.Millisecond)
+	require.NoError(t, r.flushCharges(b.ctx, k))
+	require.Empty(t, k.runTime.pending)
+	u, err := b.c.RollUpUsage(b.ctx, "k", time.UnixMilli(10_000_000_000), time.Minute, 0.5)
+	require.NoError(t, err)
+	require.Equal(t, Usage{"a": 150}, u.Usage, "each attempt charged once")
+
+	k.runTime.add("a", time.Second)
+	k.runTime.on.Store(false)
+	k.runTime.add("a", time.Second) // off: not charged
+	k.runTime.drop()
+	require.NoError(t, r.flushCharges(b.ctx, k))
+	require.Zero(t, b.count(t, keyCharge))
 }

@@ -60,8 +60,9 @@ type jobsOpts struct {
 	// partition limit (-partition-limit; 0: none).
 	partitions, partitionLimit int
 	// fair turns fdbjobs' kinds' fair shares on (-fair), partition i of
-	// -partitions weighing i%4+1, and inserts with InsertMany.
-	fair bool
+	// -partitions weighing i%4+1, and inserts with InsertMany; by run time
+	// with fairRunTime (-fair-run-time).
+	fair, fairRunTime bool
 	// runtime: the burn-down and continuous modes work fdbjobs' jobs on
 	// its Runtime (-loop runtime) rather than hand-written loops of the
 	// batch calls (-loop batch).
@@ -129,6 +130,7 @@ func runJobsBench(args []string) error {
 	fs.IntVar(&o.limit, "limit", 0, "set a cluster-wide limit of this many running jobs on fdbjobs' kinds (the Runtimes lease it; as high as the workers' Concurrency, it costs without throttling)")
 	fs.IntVar(&o.partitions, "partitions", 0, "spread fdbjobs' jobs over this many partitions in turn (InsertOptions.Partition), to see what they cost with -partition-limit")
 	fs.IntVar(&o.partitionLimit, "partition-limit", 0, "set this partition limit on fdbjobs' kinds (each start of a partitioned job claims a place; 0: none)")
+	fs.BoolVar(&o.fairRunTime, "fair-run-time", false, "with -fair, share the run time (FairShareRunTime) rather than the starts: each start costs its partition's mean run time, which the Runtimes charge (with -work-sleep, or jobs of no time, it measures the mode's cost)")
 	fs.BoolVar(&o.fair, "fair", false, "turn fdbjobs' fair shares on with -partitions, partition i weighing i%4+1, its jobs inserted by InsertMany (drawn ids); prints the burn-down's shares of the starts by weight over its first half")
 	fs.BoolVar(&o.priorities, "priorities", false, "give fdbjobs' jobs the priorities 1 to 4 in turn (each accept reads four lanes per shard), to see what they cost")
 	loop := fs.String("loop", "runtime", "fdbjobs' side of the burn-down and continuous modes: runtime (its Runtime, a no-op Worker, -concurrency of Concurrency: River's side is its river.Client with as many workers) or batch (-workers loops of AcceptBatch and FinishBatch of -batch)")
@@ -139,8 +141,8 @@ func runJobsBench(args []string) error {
 	}
 	if o.jobs < 1 || o.workers < 1 || o.batch < 1 || o.batch > fdbjobs.MaxBatch || o.insertBatch < 1 || o.insertBatch > fdbjobs.MaxBatch ||
 		o.inserters < 1 || o.rounds < 1 || o.backlog < 1 || o.duration < 0 || o.wakeups < 0 || o.schedules < 0 || o.accepts < 1 || o.scaleJobs < 1 ||
-		o.concurrency < 1 || o.concurrency > fdbjobs.ConcurrencyMax || o.partitions < 0 || o.partitionLimit < 0 || o.fair && o.partitions == 0 {
-		return errors.New("-jobs, -workers, -batch and -insert-batch (at most 10000), -concurrency (at most 10000), -inserters, -rounds, -backlog, -accepts and -scale-jobs must be positive, -duration, -wakeups and -schedules not negative; -fair needs -partitions")
+		o.concurrency < 1 || o.concurrency > fdbjobs.ConcurrencyMax || o.partitions < 0 || o.partitionLimit < 0 || o.fair && o.partitions == 0 || o.fairRunTime && !o.fair {
+		return errors.New("-jobs, -workers, -batch and -insert-batch (at most 10000), -concurrency (at most 10000), -inserters, -rounds, -backlog, -accepts and -scale-jobs must be positive, -duration, -wakeups and -schedules not negative; -fair needs -partitions, -fair-run-time -fair")
 	}
 	switch *loop {
 	case "runtime", "batch":
@@ -537,7 +539,11 @@ func (b *jobsBench) fdbjobsRun(f func(*fdbjobsRun) (runResult, error)) (runResul
 			}
 		}
 		if b.o.fair {
-			if err := c.SetFairShare(context.Background(), nil, kind, true); err != nil {
+			mode := fdbjobs.FairShareStarts
+			if b.o.fairRunTime {
+				mode = fdbjobs.FairShareRunTime
+			}
+			if err := c.SetFairShareMode(context.Background(), nil, kind, mode); err != nil {
 				return runResult{}, err
 			}
 			for i := range b.o.partitions {
