@@ -6,6 +6,7 @@ package fdbjobs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -35,6 +36,10 @@ const (
 	// whose jobs run more than RunTimeRatioMax times the kind's mean counts
 	// as RunTimeRatioMax times.
 	RunTimeRatioMax = 100.0
+	// fairCreditMax bounds how far behind the median of its lanes' heads a
+	// kind by run time starts a partition that comes back (queueHeads), in
+	// ns of tag: a thousand starts of weight 1 at the kind's mean.
+	fairCreditMax = 1000 * fairStep
 	// ChargeIntervalDefault is RuntimeOptions.ChargeInterval's default:
 	// how often a Runtime charges the run time of a FairShareRunTime
 	// kind's jobs, and rolls the kind's usage up (decaying it by
@@ -146,7 +151,7 @@ func (c *Client) SetFairShareMode(ctx context.Context, tx kv.Transactor, kind st
 		return fmt.Errorf("%w: fair share mode %d", ErrInvalidArgument, int(m))
 	}
 	// The types version's bump tells the type-check loops (accepts of a
-	// kind by run time pick their shard: fairestFirst).
+	// kind by run time take the first jobs of all shards: pickFairest).
 	return c.changeTypes(ctx, tx, func(tr kv.Transaction) error {
 		switch m {
 		case FairShareOff:
@@ -247,6 +252,9 @@ type fairQueue struct {
 	now   int64 // in TimeUnits
 	unit  int64 // ns
 	parts map[string]*fairPartition
+	// floors are where the fair lanes of each priority are served, ns
+	// (queueHeads): a partition's next tag is at least its priority's.
+	floors [PriorityLowest + 1]int64
 }
 
 type fairPartition struct {
@@ -289,8 +297,7 @@ func (c *Client) fairShares(tr kv.Transaction, kind string, jobs []NewJob, ti ty
 		periodF = snap.Get(c.k.usagePeriodKey(kind))
 	}
 	q := &fairQueue{kind: kind, now: now, unit: int64(c.cfg.TimeUnit), parts: map[string]*fairPartition{}}
-	floor, err := c.queueHead(snap, kind, ti.lanes.fair(ti.high), now, q.unit, mode == FairShareRunTime)
-	if err != nil {
+	if q.floors, err = c.queueHeads(snap, kind, ti.lanes.fair(ti.high), now, q.unit, mode == FairShareRunTime); err != nil {
 		return nil, err
 	}
 	mean := 0.0
@@ -311,7 +318,7 @@ func (c *Client) fairShares(tr kv.Transaction, kind string, jobs []NewJob, ti ty
 			return nil, err
 		}
 		w := int64(decodeWeight(wv))
-		p := &fairPartition{weight: w, tag: max(floor, kv.DecodeInt64(tv)), step: fairStep / w}
+		p := &fairPartition{weight: w, tag: kv.DecodeInt64(tv), step: fairStep / w}
 		if f, ok := usageF[name]; ok {
 			uv, err := f.Get()
 			if err != nil {
@@ -350,6 +357,7 @@ func (q *fairQueue) place(j NewJob, stime int64) (int64, bool, string) {
 		return stime, false, ""
 	}
 	p.moved = true
+	p.tag = max(p.tag, q.floors[cmp.Or(j.Priority, PriorityHighest)])
 	if j.tag != 0 {
 		p.tag = max(p.tag, j.tag)
 		return min(q.now, j.tag/q.unit), true, ""
@@ -382,47 +390,75 @@ func (q *fairQueue) write(tr kv.Transaction, k keys) {
 	}
 }
 
-// queueHead is where kind's queue is being served, in ns: the median of
-// the tags of its queue shards' first due jobs (read as snapshots), each
-// the tag its id carries, which is ahead of now when the partitions' tags
-// ran ahead of the clock, or else its scheduled time's; now's when no job
-// is due. The acceptors serve the shards one at a time, so that their
-// heads spread: a shard left behind a while must not put a partition that
+// queueHeads is where kind's fair lanes are being served, in ns, for each
+// priority: from the first due job of each fair lane of every queue shard
+// (read as snapshots), its tag (its id carries it; ahead of now when the
+// partitions' tags ran ahead of the clock), or else its scheduled time's;
+// now's for a priority with no job due.
+//
+// By starts (least false), every priority's is the median of all those
+// heads: the acceptors serve the shards one at a time, so that their heads
+// spread, and a shard left behind a while must not put a partition that
 // comes back in front of every other shard's jobs, nor one served ahead
-// put it behind them. With least (fair shares by run time, whose accepts
-// take the first jobs of all shards together: pickFairest), the least.
-func (c *Client) queueHead(snap kv.ReadTransaction, kind string, qs []int64, now, unit int64, least bool) (int64, error) {
+// put it behind them. By run time (least), each priority's is the least
+// of its own lanes' heads, as its accepts take the first jobs of the
+// node's shards together (pickFairest), but no further behind their
+// median than fairCreditMax, so that a lane left behind (another node's,
+// one that does not run the kind) gives a partition that comes back at
+// most that much ahead of the others.
+func (c *Client) queueHeads(snap kv.ReadTransaction, kind string, qs []int64, now, unit int64, least bool) (floors [PriorityLowest + 1]int64, err error) {
 	futs := make([]kv.RangeResult, len(qs))
 	for i, q := range qs {
 		futs[i] = snap.GetRange(prefixRange(c.k.pending, tuple.Tuple{kind, q}), kv.RangeOptions{Limit: 1})
 	}
-	var heads []int64
-	for _, f := range futs {
+	var all []int64
+	var byPrio [PriorityLowest + 1][]int64
+	for i, f := range futs {
 		kvs, err := f.GetSliceWithError()
 		if err != nil {
-			return 0, err
+			return floors, err
 		}
 		if len(kvs) == 0 {
 			continue
 		}
 		t, err := c.k.pending.Unpack(kvs[0].Key)
 		if err != nil || len(t) != 4 {
-			return 0, fmt.Errorf("fdbjobs: bad pending key %s", kvs[0].Key)
+			return floors, fmt.Errorf("fdbjobs: bad pending key %s", kvs[0].Key)
 		}
 		st, _ := intElem(t[2])
 		id, _ := t[3].(string)
-		if tag, ok := tagOf(id, st, unit); ok && st <= now {
-			heads = append(heads, tag) // ahead of now when tags ran ahead of the clock
-		} else if st <= now {
-			heads = append(heads, st*unit)
+		if st > now {
+			continue
+		}
+		head := st * unit
+		if tag, ok := tagOf(id, st, unit); ok {
+			head = tag // ahead of now when tags ran ahead of the clock
+		}
+		all = append(all, head)
+		prio := shardPriority(qs[i])
+		byPrio[prio] = append(byPrio[prio], head)
+	}
+	median := func(hs []int64) int64 {
+		slices.Sort(hs)
+		return hs[(len(hs)-1)/2]
+	}
+	for p := range floors {
+		floors[p] = now * unit
+	}
+	if !least {
+		if len(all) > 0 {
+			m := median(all)
+			for p := range floors {
+				floors[p] = m
+			}
+		}
+		return floors, nil
+	}
+	for p, hs := range byPrio {
+		if len(hs) > 0 {
+			m := median(hs)
+			floors[p] = max(hs[0], m-fairCreditMax)
 		}
 	}
-	if len(heads) == 0 {
-		return now * unit, nil
-	}
-	slices.Sort(heads)
-	if least {
-		return heads[0], nil
-	}
-	return heads[(len(heads)-1)/2], nil
+	return floors, nil
 }

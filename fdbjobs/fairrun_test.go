@@ -119,3 +119,39 @@ func TestFairShareRunTimeModel(t *testing.T) {
 }
 
 func abs(f float64) float64 { return max(f, -f) }
+
+// By run time, a partition that comes back starts where the lanes of its
+// own priority are served: a lower priority's fair lane, left behind (it
+// is served after a minute's aging), gives it no credit over the
+// partitions waiting at its priority.
+func TestFairShareRunTimeFloorByPriority(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.c.SetFairShareMode(b.ctx, nil, t1, FairShareRunTime))
+	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 1))
+	insert := func(p string, prio, n int) {
+		jobs := make([]InsertJob, n)
+		for i := range jobs {
+			jobs[i] = InsertJob{Args: fairArgs{N: i}, Opts: InsertOptions{Partition: p, Priority: prio}}
+		}
+		_, err := b.c.InsertMany(b.ctx, nil, jobs)
+		require.NoError(t, err)
+	}
+	accept := func(n int) map[string]int {
+		by := map[string]int{}
+		for n > 0 { // (an accept may take fewer)
+			got, err := b.c.AcceptBatch(b.ctx, t1, n, AcceptOptions{})
+			require.NoError(t, err)
+			for _, j := range got {
+				by[part(partOf(t, j))]++
+			}
+			n -= len(got)
+		}
+		return by
+	}
+	insert(part(2), PriorityLowest, 10) // a lane left behind
+	insert(part(0), PriorityHighest, 3000)
+	require.Equal(t, map[string]int{part(0): 1000}, accept(1000))
+	insert(part(1), PriorityHighest, 200)
+	by := accept(200)
+	require.InDelta(t, 100, by[part(1)], 2, "the newcomer shares the starts with the partition waiting: %v", by)
+}

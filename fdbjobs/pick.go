@@ -39,6 +39,13 @@ func (c *Client) shardsToTry(typ string, high int64, avoid map[int64]bool) (orde
 // transaction grows with the type's shards, and so with the cluster.
 const sweepShards = 32
 
+// pickFairest reads at most fairestReadMax jobs of all the shards, but
+// at least fairestPerShard of each.
+const (
+	fairestReadMax  = 1024
+	fairestPerShard = 4
+)
+
 // sweep is where one look over a type's shards is, across the accept
 // transactions of one Accept call: the shards in the order it reads them
 // (this node's own first), how many it has read, and the type's pending
@@ -114,12 +121,12 @@ func (c *Client) pickScheduled(tr kv.Transaction, typ string, n int, d dueBound,
 	}
 	skipped := false
 	first := int64(-1)
-	if !scan && sw.pos == 0 {
-		if ti.fairRunTime {
-			if p, err = c.pickFairest(snap, typ, n, d, ti, order, mine, avoid); err != nil || len(p.runs) > 0 {
-				return p, err
-			}
+	if ti.fairRunTime && sw.pos == 0 {
+		if p, err = c.pickFairest(snap, typ, n, d, ti, order, mine, avoid); err != nil || len(p.runs) > 0 {
+			return p, err
 		}
+	}
+	if !scan && sw.pos == 0 {
 		for _, s := range order {
 			if !mine[s] || avoid[s] {
 				continue
@@ -293,7 +300,11 @@ func (c *Client) pickNoScheduleIn(snap kv.ReadTransaction, typ string, n int, q 
 // together (not avoided nor being claimed by its other acceptors): by
 // handicapped due time, then by id (a fair job's id starts with its tag),
 // each shard's part a prefix of each of its lanes. One snapshot read of
-// each such shard's first n per lane, of sweepShards shards at most. Such a kind's partitions' tags
+// each such shard's first n per lane (fewer with many shards:
+// fairestReadMax), of sweepShards shards at most. Any look of an accept begins with
+// it. It marks every shard it takes from, so that the node's other
+// fetchers of the kind wait (busy) until its claim is done: such kinds'
+// jobs run long, and their accepts are few. Such a kind's partitions' tags
 // advance at rates that differ as their jobs' run times, so that the head
 // of one shard taken at random, as other kinds' accepts take, would
 // favour the partitions of long jobs in every shard where the others have
@@ -307,11 +318,19 @@ func (c *Client) pickFairest(snap kv.ReadTransaction, typ string, n int, d dueBo
 		ids   []string
 		taken int
 	}
-	var reads []laneRead
+	var cands []int64
 	for _, s := range order {
-		if len(reads) < sweepShards && mine[s] && !avoid[s] && !c.claiming.marked(typ, s) {
-			reads = append(reads, c.readLanes(snap, typ, s, ti.lanes, d, n, false))
+		if len(cands) < sweepShards && mine[s] && !avoid[s] && !c.claiming.marked(typ, s) {
+			cands = append(cands, s)
 		}
+	}
+	// Each shard's first n, or fewer with many shards (fairestReadMax in
+	// all): the merge then ends where a shard's read does, and the next
+	// fetch takes more.
+	per := min(n, max(fairestPerShard, fairestReadMax/max(1, len(cands))))
+	reads := make([]laneRead, len(cands))
+	for i, s := range cands {
+		reads[i] = c.readLanes(snap, typ, s, ti.lanes, d, per, false)
 	}
 	var lanes []*lane
 	for _, lr := range reads {
@@ -341,6 +360,12 @@ func (c *Client) pickFairest(snap kv.ReadTransaction, typ string, n int, d dueBo
 		var best *lane
 		for _, l := range lanes {
 			if l.taken == len(l.kvs) {
+				if l.taken == per {
+					// The lane's next, not read, may come before every
+					// other: the merge ends here.
+					best = nil
+					break
+				}
 				continue
 			}
 			if best == nil || l.ranks[l.taken] < best.ranks[best.taken] ||
@@ -354,7 +379,6 @@ func (c *Client) pickFairest(snap kv.ReadTransaction, typ string, n int, d dueBo
 		best.taken++
 	}
 	byShard := map[int64][][]kv.KeyValue{}
-	count := map[int64]int{}
 	var shards []int64
 	for _, l := range lanes {
 		if l.taken == 0 {
@@ -364,7 +388,6 @@ func (c *Client) pickFairest(snap kv.ReadTransaction, typ string, n int, d dueBo
 			shards = append(shards, l.shard)
 		}
 		byShard[l.shard] = append(byShard[l.shard], l.kvs[:l.taken])
-		count[l.shard] += l.taken
 	}
 	for _, s := range shards {
 		if c.claiming.take(typ, s) { // else another acceptor of the node has just begun

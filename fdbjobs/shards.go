@@ -49,7 +49,7 @@ type typeInfo struct {
 	partLimit int
 	partRate  int64
 	// fairRunTime: the kind's fair shares are by run time (its accepts
-	// take the shard whose first job comes first: fairestFirst), as the
+	// take the first jobs of all its shards: pickFairest), as the
 	// type-check loop read it.
 	fairRunTime bool
 }

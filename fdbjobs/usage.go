@@ -191,44 +191,36 @@ type chargePage struct {
 	at       int64 // when the page was made, Unix ms (the token's time)
 }
 
-// chargePages splits ms and runs into pages, each with a new token.
+// chargePages splits ms and runs into pages of usagePage partitions at
+// most, each partition in one page with its run time and runs, each page
+// with a new token.
 func (c *Client) chargePages(ms, runs map[string]int64) ([]*chargePage, error) {
-	var pages []*chargePage
-	var page *chargePage
-	add := func(p string) error {
-		if page != nil {
-			if _, ok := page.ms[p]; ok {
-				return nil
-			}
-			if _, ok := page.runs[p]; ok {
-				return nil
-			}
-		}
-		if page == nil || len(page.ms)+len(page.runs) >= usagePage {
-			token, err := newToken()
-			if err != nil {
-				return err
-			}
-			page = &chargePage{ms: map[string]int64{}, runs: map[string]int64{}, token: token, at: c.cfg.Clock.Now().UnixMilli()}
-			pages = append(pages, page)
-		}
-		if v, ok := ms[p]; ok {
-			page.ms[p] = v
-		}
-		if n, ok := runs[p]; ok {
-			page.runs[p] = n
-		}
-		return nil
-	}
+	parts := make([]string, 0, len(ms)+len(runs))
 	for p := range ms {
-		if err := add(p); err != nil {
-			return nil, err
-		}
+		parts = append(parts, p)
 	}
 	for p := range runs {
-		if err := add(p); err != nil {
+		if _, ok := ms[p]; !ok {
+			parts = append(parts, p)
+		}
+	}
+	var pages []*chargePage
+	for len(parts) > 0 {
+		token, err := newToken()
+		if err != nil {
 			return nil, err
 		}
+		pg := &chargePage{ms: map[string]int64{}, runs: map[string]int64{}, token: token, at: c.cfg.Clock.Now().UnixMilli()}
+		for _, p := range parts[:min(len(parts), usagePage)] {
+			if v, ok := ms[p]; ok {
+				pg.ms[p] = v
+			}
+			if n, ok := runs[p]; ok {
+				pg.runs[p] = n
+			}
+		}
+		parts = parts[min(len(parts), usagePage):]
+		pages = append(pages, pg)
 	}
 	return pages, nil
 }

@@ -184,6 +184,9 @@ func TestRunTimeUsagePages(t *testing.T) {
 	u, err := b.c.RollUpUsage(ctx, "k", now, time.Minute, 0.5)
 	require.NoError(t, err)
 	require.Len(t, u.Usage, n)
+	for p, v := range ms {
+		require.Equal(t, float64(v), u.Usage[p], "partition %s charged once", p)
+	}
 	require.Zero(t, b.count(t, keyCharge), "every page folded")
 	require.Zero(t, b.count(t, keyChargeRuns))
 	rec, err := kv.ReadTransact(ctx, b.db, func(tr kv.ReadTransaction) (usageRecord, error) {
