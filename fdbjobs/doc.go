@@ -498,8 +498,8 @@
 // fair lane's head, two per partition and an atomic max; no conflict.
 // By run time (FairShareRunTime), a start moves its partition's tag by
 // 1 µs × its mean run time over the kind's (USAGE, USAGE_PERIOD's totals) /
-// weight, from the least head; its accepts take the first jobs of the
-// node's shards together (pickFairest), as its tags' rates differ.
+// weight, from its priority's least head (fairCreditMax behind the median
+// at most); its accepts merge the first jobs of the node's shards.
 // Usage (usage.go): Runtimes add their jobs' run time and runs to
 // CHARGE (ChargeRunTime, once whatever the retries); RollUpUsage, from every
 // Runtime each ChargeInterval, takes the period (its key conflicts;
