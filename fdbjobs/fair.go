@@ -405,7 +405,8 @@ func (q *fairQueue) write(tr kv.Transaction, k keys) {
 // node's shards together (pickFairest), but no further behind their
 // median than fairCreditMax, so that a lane left behind (another node's,
 // one that does not run the kind) gives a partition that comes back at
-// most that much ahead of the others.
+// most that much ahead of the others; a priority with none due takes the
+// least head of all.
 func (c *Client) queueHeads(snap kv.ReadTransaction, kind string, qs []int64, now, unit int64, least bool) (floors [PriorityLowest + 1]int64, err error) {
 	futs := make([]kv.RangeResult, len(qs))
 	for i, q := range qs {
@@ -454,10 +455,19 @@ func (c *Client) queueHeads(snap kv.ReadTransaction, kind string, qs []int64, no
 		}
 		return floors, nil
 	}
+	if len(all) == 0 {
+		return floors, nil
+	}
+	slices.Sort(all)
 	for p, hs := range byPrio {
 		if len(hs) > 0 {
 			m := median(hs)
 			floors[p] = max(hs[0], m-fairCreditMax)
+		} else {
+			// No job waits at this priority: where the others are
+			// (tags lag the clock under a backlog, and a floor of now
+			// would put a newcomer behind a lower priority's backlog).
+			floors[p] = all[0]
 		}
 	}
 	return floors, nil

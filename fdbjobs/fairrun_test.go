@@ -141,6 +141,7 @@ func TestFairShareRunTimeFloorByPriority(t *testing.T) {
 		for n > 0 { // (an accept may take fewer)
 			got, err := b.c.AcceptBatch(b.ctx, t1, n, AcceptOptions{})
 			require.NoError(t, err)
+			require.NotEmpty(t, got)
 			for _, j := range got {
 				by[part(partOf(t, j))]++
 			}
@@ -154,4 +155,27 @@ func TestFairShareRunTimeFloorByPriority(t *testing.T) {
 	insert(part(1), PriorityHighest, 200)
 	by := accept(200)
 	require.InDelta(t, 100, by[part(1)], 2, "the newcomer shares the starts with the partition waiting: %v", by)
+}
+
+// By run time, a partition of a priority with no job waiting starts where
+// the other priorities' jobs are served, not at the clock: under a
+// backlog, tags lag the clock, and a priority-1 newcomer placed at now
+// would wait behind a lower priority's backlog once it aged.
+func TestFairShareRunTimeNewPriority(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.c.SetFairShareMode(b.ctx, nil, t1, FairShareRunTime))
+	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, t1, 1))
+	jobs := make([]InsertJob, 50)
+	for i := range jobs {
+		jobs[i] = InsertJob{Args: fairArgs{N: i}, Opts: InsertOptions{Partition: part(4), Priority: PriorityLowest}}
+	}
+	_, err := b.c.InsertMany(b.ctx, nil, jobs)
+	require.NoError(t, err)
+	b.clock.Advance(time.Hour) // the backlog ages past every handicap
+	_, err = b.c.Insert(b.ctx, nil, fairArgs{N: -1}, InsertOptions{Partition: part(1), Priority: PriorityHighest})
+	require.NoError(t, err)
+	got, err := b.c.AcceptBatch(b.ctx, t1, 1, AcceptOptions{})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, 1, partOf(t, got[0]), "the priority-1 job first")
 }

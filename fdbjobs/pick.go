@@ -39,12 +39,9 @@ func (c *Client) shardsToTry(typ string, high int64, avoid map[int64]bool) (orde
 // transaction grows with the type's shards, and so with the cluster.
 const sweepShards = 32
 
-// pickFairest reads at most fairestReadMax jobs of all the shards, but
-// at least fairestPerShard of each.
-const (
-	fairestReadMax  = 1024
-	fairestPerShard = 4
-)
+// fairestReadMax bounds the jobs pickFairest reads of each lane, over
+// all the shards it reads (at least 32 a shard: sweepShards).
+const fairestReadMax = 1024
 
 // sweep is where one look over a type's shards is, across the accept
 // transactions of one Accept call: the shards in the order it reads them
@@ -327,7 +324,7 @@ func (c *Client) pickFairest(snap kv.ReadTransaction, typ string, n int, d dueBo
 	// Each shard's first n, or fewer with many shards (fairestReadMax in
 	// all): the merge then ends where a shard's read does, and the next
 	// fetch takes more.
-	per := min(n, max(fairestPerShard, fairestReadMax/max(1, len(cands))))
+	per := min(n, max(1, fairestReadMax/max(1, len(cands))))
 	reads := make([]laneRead, len(cands))
 	for i, s := range cands {
 		reads[i] = c.readLanes(snap, typ, s, ti.lanes, d, per, false)
