@@ -594,8 +594,8 @@
 //     outcomes and attempt counts are those its worker's answers give.
 //   - Stop leaves nothing running: its fetchers end first, then its jobs
 //     (within the grace, or cancelled and handed back) and their runners,
-//     then its completers, which have written every end queued for them,
-//     and its lease loops, which give their leases back.
+//     then its completers (every end queued for them written), its lease
+//     loops (their leases given back) and chargers (run time written).
 //
 // A Runtime's lease loops (one per kind, limits.go) keep these, which
 // TestLimitModel checks over a seeded stream of renewals, jobs starting
