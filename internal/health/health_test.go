@@ -37,13 +37,9 @@ func TestUp(t *testing.T) {
 	require.Contains(t, []any{"storage_error", "storage_unavailable"}, body["status"])
 }
 
-// The body names the node, its roles and its heartbeat's age, whatever
-// the store's state.
-func TestUpSaysWhoAnswers(t *testing.T) {
-	db := kvtest.NewDB(t)
-	self := health.Self{Node: "replication1", Roles: []string{"replication"}, HeartbeatAge: func() time.Duration { return 1500 * time.Millisecond }}
-	// Asked again (at most 20 times) while an injected fault makes the
-	// store's probe fail: that request answers 503.
+// upRetried asks Up again, at most 20 times, while an injected fault
+// (FDBREP_KV_FAULTS) makes the store's probe fail: that request answers 503.
+func upRetried(db kv.Database, self health.Self) (int, map[string]any) {
 	var status int
 	var body map[string]any
 	for range 20 {
@@ -51,6 +47,15 @@ func TestUpSaysWhoAnswers(t *testing.T) {
 			break
 		}
 	}
+	return status, body
+}
+
+// The body names the node, its roles and its heartbeat's age, whatever
+// the store's state.
+func TestUpSaysWhoAnswers(t *testing.T) {
+	db := kvtest.NewDB(t)
+	self := health.Self{Node: "replication1", Roles: []string{"replication"}, HeartbeatAge: func() time.Duration { return 1500 * time.Millisecond }}
+	status, body := upRetried(db, self)
 	require.Equal(t, 200, status)
 	require.Equal(t, map[string]any{"status": "ok", "node": "replication1", "roles": []string{"replication"}, "heartbeat_age_ms": int64(1500)}, body)
 
@@ -62,7 +67,7 @@ func TestUpSaysWhoAnswers(t *testing.T) {
 // More adds the node's services' members to the body.
 func TestUpMore(t *testing.T) {
 	db := kvtest.NewDB(t)
-	status, body := health.Up(context.Background(), db, health.Self{Node: "n", More: func() map[string]any { return map[string]any{"watches": 2} }})
+	status, body := upRetried(db, health.Self{Node: "n", More: func() map[string]any { return map[string]any{"watches": 2} }})
 	require.Equal(t, 200, status)
 	require.Equal(t, 2, body["watches"])
 }
