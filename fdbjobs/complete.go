@@ -47,6 +47,9 @@ type ending struct {
 	// attempt: the end of an attempt (not a snooze or a hand-back), for
 	// the metrics.
 	attempt bool
+	// leased: the job held one of its Runtime's places (placelease.go):
+	// its end has no place of its own to give back.
+	leased bool
 }
 
 // complete hands the end to k's completer, which writes it and logs what
@@ -171,7 +174,7 @@ func (c *Client) endBatchIn(ctx context.Context, tx kv.Transactor, ends []*endin
 			r.resubmit, r.stime = true, en.stime // FinishAt
 		}
 		after, renewed, err := c.finishRow(tr, j, r, data, seen)
-		if err == nil && after != nil && en.e != nil && c.partLimited(j.Type, en.e.Partition) {
+		if err == nil && after != nil && en.e != nil && !en.leased && c.partLimited(j.Type, en.e.Partition) {
 			if token == nil {
 				if token, err = newToken(); err != nil {
 					return nil, false, err

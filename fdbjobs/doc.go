@@ -189,21 +189,14 @@
 //	(25, Kind, Partition, JobID)  PARTITION_RUNNING: "" — a place taken
 //	                              (see "Partitions"): written by the
 //	                              job's claim, cleared by its end
-//	(26, Kind, Partition, JobID)  PARTITION_WAITING: (Looks, Since) — a job
-//	                              that found its partition full (Looks
-//	                              times since it was last woken, the first
-//	                              at Since, µs), woken by the next end of
-//	                              one of the partition's jobs
-//	(27, Kind, Partition)         PARTITION_HINT: int64 LE counter — jobs
-//	                              may wait: added to by each claim that
-//	                              makes one wait, cleared by an end that
-//	                              finds none (an end reads it, and the
-//	                              waiting set only when it is set)
+//	(26, Kind, Partition, JobID)  PARTITION_WAITING: (Looks, Since) — a job that found its
+//	                              partition full (Looks times since last woken, the first at Since, µs)
+//	(27, Kind, Partition)         PARTITION_HINT: int64 LE counter — jobs may wait: added to by each
+//	                              claim that makes one wait, cleared by a wake that finds none
 //	(28, Kind, Partition)         PARTITION_COUNT: int64 LE counter — the partition's
-//	                              PARTITION_RUNNING entries, or more: added to by each claim that
-//	                              writes one, taken from by each end that clears one, set by a claim
-//	                              that counted them; absent or below 0: not known. Kept at 0 once
-//	                              the partition is idle (one key per partition that ran under a limit)
+//	                              PARTITION_RUNNING entries and leased places, or more: kept by the
+//	                              claims, ends and sweeps that change them, set by a claim that
+//	                              counted them; absent or below 0: not known. Kept at 0 once idle
 //	(29, Kind, Partition)         PARTITION_CLAIM: never written — the
 //	                              claims of the partition add a read and
 //	                              a write conflict range on it
@@ -226,6 +219,10 @@
 //	                              TotalRuns, Cursor, Token, Cleared) — the last roll-up
 //	(39, Kind, AtMillis, Token)   CHARGE_TOKEN: "" — a charge page committed
 //	(40, Kind, Partition)         CHARGE_RUNS: int64 LE — runs since the last fold
+//	(41, Kind, Partition, Node)   PARTITION_LEASED: int64 LE — the places a Runtime holds
+//	                              (its lease of the kind's capacity, Node): its claims and sweeps'
+//	(42, Kind, Node)              PARTITION_RECALL: int64 LE counter — added to by claims that make
+//	                              a job wait where the Runtime holds places; it watches it
 //
 // Keys 4 and 7 held an activity clock and claim records in layout 1 and
 // are no longer written. Keys 15, 16, 20 to 27 and 31 came without a new
@@ -233,7 +230,9 @@
 // which a node of a release before them does not take or follow (it
 // handles a job of another priority as any: its row names its pending
 // key); waiting entries without Since are woken after those in it. Key 35
-// came with layout 4 (see LayoutVersion), keys 36 to 40 without one.
+// came with layout 4 (see LayoutVersion), keys 36 to 42 without one (a node
+// of a release before 41 that counts a full partition counts its entries
+// alone: until every node upgrades, a partition may run past its limit).
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
 // running one, the versionstamp of the lease that last granted it (both
@@ -403,85 +402,86 @@
 // A job inserted with InsertOptions.Partition (kept in its envelope) belongs to
 // that partition of its kind; SetPartitionLimit lets at most N jobs of one
 // partition run at once across every Runtime. Before calling the workers, a
-// Runtime's fetcher claims places for the jobs it took, in one transaction per
-// fetch fenced by each job's lock (Client.claimPartitions), one at a time on a
-// Runtime (its fetchers' claims would conflict; and a limited partition's jobs
-// share a shard, so one node mostly claims them): it reads the limit and each
-// partition's PARTITION_COUNT (a snapshot read: the ends that take from it do
-// not conflict with claims) and hint. A count below N grants the place: the
-// claim writes the job's entry and adds to the count (and clears its waiting
-// entries when the hint is set). A count absent, below 0, or at N makes the
-// claim read the PARTITION_RUNNING entries instead (N + 32 at most) and, when
-// they reach N, the rows of their jobs, clearing the entries of jobs no longer
-// running; having read them all it sets the count to them. With fewer than N
-// entries then it writes the job's entry; an entry of its own counts as a
-// place. Otherwise it writes the job's PARTITION_WAITING entry (its value
-// counts the looks that found the partition full) and sends the job back to the
-// queue until the kind's Timeout from now, doubled per earlier look up to
-// PartitionRecheckMax (FinishAt: not an attempt), and adds to the partition's
-// PARTITION_HINT. Every end a Runtime writes (endBatchIn, CompleteTx's too)
-// clears the job's entry, taking one from the count when it was there, and,
-// when the hint is set, in the same transaction moves the pending job that has
-// waited longest (PARTITION_QUEUE, 8 looked at, then entries of an earlier
-// version; those of jobs gone are cleared; none left clears the hint) to now,
-// so the waiter claims the freed place as soon as an acceptor takes it: the
-// waiting jobs of a partition get its places in the order they came. A job
-// taken from its Runtime without an end it wrote (cancelled, removed, its hold
-// lapsed) gives its place back in a transaction of its own unless it runs again
-// elsewhere (releasePartition). A raised or cleared limit moves every waiting
-// job to now, a page of 200 per transaction (wakeWaiting). A limit of starts
-// per second (PerSecond) is a generic cell rate per partition, a token bucket
-// kept as one time, PARTITION_STARTS, read and written by the claims
-// (takeStart): each start moves it on by 1/PerSecond from it or from now,
-// whichever is later, and a start is free while it is within (max(1, PerSecond)
-// - 1)/PerSecond of now (the clock of the claiming node: skew between nodes
-// moves starts by as much). A job that finds no start free goes back to the
-// queue (not an attempt) until the next one, the jobs of one claim a start
-// apart, at most PartitionRecheckMax later; it takes no place until it has a
-// start, and a job whose place is its own already still takes one. The ranges
-// read are the tuple subspaces of (Kind, Partition), so that a partition whose
-// name extends another's ("p\x00", "p") is apart from it. A run loop of the
-// caller's own uses ClaimPlaces and LeavePlaces.
+// Runtime's fetcher gives each partitioned job a place its Runtime holds
+// unused there (below), or one its claim takes, in a transaction per fetch
+// fenced by each job's lock (Client.claimPartitions; one at a time per kind
+// on a Runtime). A claim reads the limit and each partition's PARTITION_COUNT
+// (a snapshot read: ends do not conflict with claims) and hint. A count
+// below N grants the place and adds to the count. A count absent, below 0, or at N makes the
+// claim read the PARTITION_RUNNING entries (N + 32 at most) and the Runtimes'
+// PARTITION_LEASED records instead, clear the entries of jobs no longer
+// running and the records of Runtimes whose lease of the kind's capacity is
+// gone, and set the count to what it found. With fewer than N then it grants
+// the place (an entry of the job's own counts as one). Otherwise it writes the
+// job's PARTITION_WAITING entry (counting the looks that found the partition
+// full) and PARTITION_QUEUE place, adds to the hint and to PARTITION_RECALL of
+// each Runtime holding places there, and sends the job back until the kind's
+// Timeout from now, doubled per earlier look up to PartitionRecheckMax
+// (FinishAt: not an attempt). A place freed wakes the pending job that has
+// waited longest (PARTITION_QUEUE, 8 looked at; none left clears the hint) to
+// now, in the transaction that frees it: waiting jobs get places in the order
+// they came. A raised or cleared limit wakes them all, 200 per transaction.
+//
+// Places leased (placelease.go): under a limit of running jobs alone, a place
+// a Runtime's claim grants is the Runtime's, counted in its PARTITION_LEASED
+// record of the partition (set from what it knows, so a claim retried after
+// commit_unknown_result leases nothing twice), and stays its own when the job
+// ends, for its next job of the partition: most starts and ends write nothing
+// for their place. Its sweeper (every second) gives back, fenced by the lease,
+// the places unused since its last sweep, and, where jobs wait (a claim of its
+// own made one wait, a grant saw the hint, or PARTITION_RECALL, which it
+// watches, moved), every place as it comes free; each place given back wakes
+// a waiter (32 at most per transaction), until a wake finds none waiting or
+// a sweep reads the hint unset. A place is reused only while the Client's
+// copy of the limit is the one it was counted under; a changed or cleared
+// limit, or a lapsed lease, sends the places back as they come free; a
+// Runtime that stops gives back all of them before its lease. Under a limit
+// of starts too, for Manual kinds and through ClaimPlaces, a place is the
+// job's own PARTITION_RUNNING entry, cleared by its end (endBatchIn,
+// CompleteTx's) or, for a job taken from its Runtime without one, by a
+// transaction of its own unless it runs again (releasePartition). A limit of starts per second (PerSecond) is a generic
+// cell rate per partition, a token bucket kept as one time, PARTITION_STARTS,
+// read and written by the claims (takeStart): each start moves it on by
+// 1/PerSecond from it or from now, whichever is later, and a start is free
+// while it is within (max(1, PerSecond) - 1)/PerSecond of now (by the claiming
+// node's clock). A job that finds no start free goes back to the queue (not an
+// attempt) until the next one, at most PartitionRecheckMax later. The ranges
+// read are the tuple subspaces of (Kind, Partition), apart from a partition
+// whose name extends another's. ClaimPlaces and LeavePlaces serve own loops.
 //
 // Invariant: at any moment the jobs of one partition that run past their
 // claim are at most the limit in force at their claims: each claim decides,
 // in a transaction that conflicts with every other claim of the partition
-// (PARTITION_CLAIM), from a count that is at least the partition's entries
-// (each entry written adds one, each cleared takes one, and a count set is
-// the entries read in a transaction that conflicts with any end clearing
-// one; a claim retried after commit_unknown_result may add twice, which only
-// makes the count high until it reaches the limit and is counted again), or
-// from the entries themselves; a job's entry outlives its run (cleared by
-// its end, or found stale by a claim), never the reverse. A claim that makes
-// a job wait has read the entries, so an end that frees a place conflicts
-// with it or comes after it and wakes the job. Liveness: a waiting job is
-// looked at again at the latest PartitionRecheckMax later, by which time a
-// place held by a node that died is free (its job handed back by the
-// activity monitor within a Timeout, its entry then stale, or taken again by
-// that job's next claim); a wake moves a waiter that is pending, so a wake
-// meeting a waiter still in its claim's transaction conflicts with it
-// instead of being lost. TestPartitionLimitAcrossNodes checks both with
-// eight nodes, under the faults, latency and FoundationDB passes.
+// (PARTITION_CLAIM), from a count that is at least the entries and leased
+// places (each added adds to it, each cleared takes from it, and a count set
+// is what a transaction read that conflicts with any change of them; a claim
+// retried after commit_unknown_result may add twice, which only makes the
+// count high until it is counted again), or from them; a job's entry outlives
+// its run, and a Runtime's jobs use no more places than its record holds (its
+// sweeps lower what it knows before they write; a claim whose fence fails
+// grants none), which others clear only a Timeout after its last renewal,
+// half a Timeout after its lease lapsed and stopped its jobs. Liveness: a
+// waiting job is woken by the next place freed in its partition (a Runtime
+// holding places learns of it within its claim, by its recall's watch, or
+// within a second of hints), or looks again at the latest PartitionRecheckMax
+// later; places held by a node that died are found by the first claim that
+// finds the partition full once another Runtime of the kind cleared its lease
+// (a Timeout on), and wake as many waiters. TestPartitionLimitAcrossNodes
+// checks both with eight nodes under the faults, latency and FoundationDB
+// passes; TestPlaceLeaseModel with Runtimes dying and leases lapsing.
 //
-// Invariant (starts): over any window of W seconds, a partition's jobs
-// take at most PerSecond × W + max(1, PerSecond) starts, give or take the
-// nodes' clock skew: the claims of a partition are serial (PARTITION_CLAIM),
-// and each start moves PARTITION_STARTS on by 1/PerSecond. A claim
-// retried after commit_unknown_result may take a start twice (fewer
-// starts, never more). Liveness: a job sent back for a start looks again
-// when one is free. TestPartitionStartsModel checks both with random
-// arrivals, limits and ends over simulated time.
+// Invariant (starts): over any window of W seconds, a partition's jobs take at
+// most PerSecond × W + max(1, PerSecond) starts, give or take the nodes' clock
+// skew: its claims are serial, and each start moves PARTITION_STARTS on by
+// 1/PerSecond (a claim retried after commit_unknown_result may take a start
+// twice: fewer starts, never more). Liveness: a job sent back for a start
+// looks again when one is free. TestPartitionStartsModel checks both.
 //
-// Cost: a claim transaction per fetch that took partitioned jobs of a
-// limited kind (a kind without a partition limit claims nothing), with
-// point reads per partition (its count, its starts) while its count is
-// under the limit, its running set's range otherwise, and two point reads,
-// a clear and an add in each end; claims of one partition conflict with
-// each other, claims of different partitions do not, nor do ends with
-// claims (no key is written by every claim of a kind). A Runtime makes its
-// claims of a kind one at a time. Waiting jobs cost an accept and a claim
-// each per wake or look.
-// Order among a partition's waiters is their job ids', not their arrival.
+// Cost: none for a start or an end that reuses a leased place; a claim per
+// fetch that found none (point reads per partition under the limit, its
+// running set and records at it), a sweep for places given back. Claims of
+// one partition conflict with each other only (no key is written by every
+// claim of a kind). A waiting job costs an accept and a claim per look.
 //
 // # Fair shares
 //

@@ -50,6 +50,8 @@ const (
 	keyUsagePeriod     = 38 // (38, Kind) -> (AtMillis, IntervalMillis, Coeff, TotalMillis, TotalRuns, Cursor, Token, Cleared): the last roll-up
 	keyChargeToken     = 39 // (39, Kind, AtMillis, Token) -> "": a charge page that committed (cleared by a roll-up after chargeTokenKeep)
 	keyChargeRuns      = 40 // (40, Kind, Partition) -> int64 LE: runs charged since the last roll-up
+	keyPartLeased      = 41 // (41, Kind, Partition, Node) -> int64 LE: the places a Runtime holds (placelease.go)
+	keyPartRecall      = 42 // (42, Kind, Node) -> int64 LE counter: bumped by a claim that made a job wait where the Runtime holds places
 )
 
 // State is a job's state.

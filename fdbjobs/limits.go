@@ -233,6 +233,9 @@ type capacity struct {
 	// ErrCapacityLapsed) when the lease lapses; lapsed is that ctx.
 	lapsed context.Context
 	lapse  context.CancelCauseFunc
+	// places are the Runtime's places in the kind's partitions, held
+	// while the lease is (placelease.go).
+	places *placeLeases
 }
 
 type versionSample struct {
@@ -252,6 +255,7 @@ func newCapacity(r *Runtime, k *kindWorker) (*capacity, error) {
 		return nil, err
 	}
 	cp := &capacity{r: r, k: k, node: node}
+	cp.places = newPlaceLeases(r, k, cp)
 	cp.limiter.Store(rate.NewLimiter(0, 0))
 	cp.lapsed, cp.lapse = context.WithCancelCause(context.Background())
 	return cp, nil
@@ -295,13 +299,20 @@ func (cp *capacity) run(ctx context.Context) {
 			lapse.Stop()
 		}
 	}()
+	// The places' sweeper gives them back before the lease goes.
+	placesCtx, stopPlaces := context.WithCancel(ctx)
+	placesDone := make(chan struct{})
+	go func() { defer close(placesDone); cp.places.run(placesCtx) }()
 	defer func() {
+		stopPlaces()
+		<-placesDone
 		if held && !cp.r.leaveLease {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cp.k.opts.Timeout)
 			defer cancel()
 			if _, err := kv.Transact(cctx, cp.r.c.db, func(tr kv.Transaction) (any, error) {
 				tr.Clear(cp.r.c.k.capacityKey(cp.k.kind, cp.node))
 				tr.Clear(cp.r.c.k.fenceKey(cp.k.kind, cp.node))
+				tr.Clear(cp.r.c.k.partRecallKey(cp.k.kind, cp.node))
 				return nil, nil
 			}); err != nil {
 				log.Warn().Err(err).Str("kind", cp.k.kind).Msg("fdbjobs: runtime: giving back the kind's capacity (other Runtimes take it a Timeout later)")
@@ -335,6 +346,9 @@ func (cp *capacity) run(ctx context.Context) {
 				held, first = true, false
 				if lapse != nil {
 					lapse.Stop()
+				}
+				if rn.fresh {
+					cp.places.forget()
 				}
 				if left := start.Add(cp.k.opts.Timeout / HoldFraction).Sub(clock.Now()); left > 0 {
 					cp.leased.Store(true)
@@ -393,7 +407,8 @@ func (cp *capacity) limited() (limited, known bool) {
 	if m == nil {
 		return false, false
 	}
-	return (*m)[cp.k.kind].limit != (Limit{}), true
+	ti := (*m)[cp.k.kind]
+	return ti.limit != (Limit{}) || ti.partLimit > 0, true
 }
 
 // setRate makes micro (millionths of a start per second) this Runtime's
@@ -463,6 +478,7 @@ func (cp *capacity) takeStarts(ctx context.Context, n int) (int, func(got int)) 
 // lapseNow takes every slot and start away and ends the running jobs'
 // ctx; the jobs started after have a new one.
 func (cp *capacity) lapseNow() {
+	cp.leased.Store(false) // (set again by the next renewal)
 	cp.k.slots.setGrant(0)
 	cp.setRate(0)
 	cp.mu.Lock()
@@ -470,6 +486,7 @@ func (cp *capacity) lapseNow() {
 	cp.lapsed, cp.lapse = context.WithCancelCause(context.Background())
 	cp.mu.Unlock()
 	lapse(ErrCapacityLapsed)
+	cp.places.lapsed()
 	cp.r.c.cfg.Logger.Warn().Str("kind", cp.k.kind).
 		Msg("fdbjobs: runtime: the lease of the kind's capacity lapsed; its running jobs are handed back")
 }
@@ -501,7 +518,13 @@ func (cp *capacity) renew(ctx context.Context) (renewal, error) {
 	}
 	r, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (res, error) {
 		lf := tr.Get(c.k.limitKey(k.kind))
-		recs := tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyCapacity, k.kind}), kv.RangeOptions{})
+		plf := tr.Get(c.k.partLimitKey(k.kind))
+		// A snapshot read, made a conflicting one under a limit of the
+		// kind's own (each grant within what the others left): leases of
+		// places alone do not share anything out, so their renewals do
+		// not conflict (100 Runtimes' would, all the time).
+		recRange := prefixRange(c.k.root, tuple.Tuple{keyCapacity, k.kind})
+		recs := tr.Snapshot().GetRange(recRange, kv.RangeOptions{})
 		version, err := tr.GetReadVersion().Get()
 		if err != nil {
 			return res{}, err
@@ -512,15 +535,30 @@ func (cp *capacity) renew(ctx context.Context) (renewal, error) {
 			return res{}, err
 		}
 		own := c.k.capacityKey(k.kind, cp.node)
-		if lv == nil {
+		// Its own record read as it is (the snapshot above does not
+		// conflict): another Runtime's clear of it, as stale, makes this
+		// renewal run again and find it gone (a new lease, a new fence).
+		if err := tr.AddReadConflictKey(own); err != nil {
+			return res{}, err
+		}
+		var limit Limit
+		if lv != nil {
+			if limit, err = decodeLimit(lv); err != nil {
+				return res{}, err
+			}
+			if err := tr.AddReadConflictRange(recRange); err != nil {
+				return res{}, err
+			}
+		} else if plv, err := plf.Get(); err != nil {
+			return res{}, err
+		} else if plv == nil && !cp.places.holding() {
 			tr.Clear(own)
 			tr.Clear(c.k.fenceKey(k.kind, cp.node))
 			return res{version: version, at: at}, nil
 		}
-		limit, err := decodeLimit(lv)
-		if err != nil {
-			return res{}, err
-		}
+		// A kind with no limit of its own but one per partition (or
+		// places the Runtime holds yet): the lease is its places'
+		// (placelease.go), and grants it every slot and start.
 		// Rates as slots: a Runtime with jobs running wants the whole
 		// rate, an idle one a hundredth.
 		total := limit.rateMicro()
@@ -544,9 +582,14 @@ func (cp *capacity) renew(ctx context.Context) (renewal, error) {
 			case string(rec.node) == string(cp.node):
 				mine = true
 			case rec.version < stale:
-				// Its Runtime stopped renewing a Timeout ago.
+				// Its Runtime stopped renewing a Timeout ago (unless it
+				// renews meanwhile: the clear conflicts with that).
+				if err := tr.AddReadConflictKey(e.Key); err != nil {
+					return res{}, err
+				}
 				tr.Clear(e.Key)
 				tr.Clear(c.k.fenceKey(k.kind, rec.node))
+				tr.Clear(c.k.partRecallKey(k.kind, rec.node))
 			default:
 				others, othersRate = others+rec.grant, othersRate+rec.rateGrant
 				wants, rateWants = append(wants, rec.want), append(rateWants, rec.rateWant)
@@ -574,6 +617,7 @@ func (cp *capacity) renew(ctx context.Context) (renewal, error) {
 			// A new lease (or one taken back): its accepts' fence.
 			tr.Set(c.k.fenceKey(k.kind, cp.node), nil)
 		}
+		rn.fresh = !mine
 		return res{renewal: rn, version: version, at: at}, nil
 	})
 	if err != nil {
@@ -592,6 +636,9 @@ type renewal struct {
 	grant, rate int64
 	limited     bool
 	short       bool
+	// fresh: the lease is new (or was taken back): places the Runtime
+	// held under an earlier one may be others' now.
+	fresh bool
 }
 
 // staleBefore is the latest version this Runtime read at least Timeout

@@ -18,7 +18,19 @@ type claim struct {
 	job     *Job
 	part    string
 	granted bool
-	err     error
+	// leased: the place granted is one of the Runtime's leased places
+	// (placelease.go), not an entry of the job's own.
+	leased bool
+	err    error
+}
+
+// leaseWrite is what a claim that leases places wrote of one partition:
+// the Runtime's places there, the claim's grants among them, and the
+// limit they were counted under.
+type leaseWrite struct {
+	leased, grants, limit int
+	// contended: jobs wait for places in the partition.
+	contended bool
 }
 
 // partClaims is what one attempt of a claimPartitions transaction knows of
@@ -40,8 +52,9 @@ type partClaims struct {
 	entries map[string]bool
 	checked bool
 	live    int
-	// overflow: as many entries as read, maybe more.
-	overflow bool
+	// overflow: as many entries as read, maybe more; leaseOverflow: as
+	// many records of leased places (partLeasesScan).
+	overflow, leaseOverflow bool
 	// The partition's starts (PerSecond): the theoretical time of its
 	// next start (PARTITION_STARTS, µs since the epoch; a snapshot read,
 	// as only claims write it), once read, and the jobs this attempt sent
@@ -55,6 +68,30 @@ type partClaims struct {
 	// to clear (a job's entry is written with an add to the hint, and the
 	// hint is cleared only by a read of the waiting set that finds none).
 	hintFut kv.FutureByteSlice
+	// The places of the claiming Runtime (placelease.go): its record in
+	// the store (not a snapshot: only its claims and sweeps write it), the
+	// places it knows it holds, and the claim's grants of leased places.
+	node         []byte // the claiming Runtime's (its lease of the kind's capacity), nil for none
+	leasedFut    kv.FutureByteSlice
+	leasedBase   int
+	leasedStored int
+	leased       int
+	// leaseLive is the places Runtimes lease in the partition, as read
+	// with its running set (counted in live).
+	leaseLive int
+	// ownAtRead is the claiming Runtime's places as the running set's read
+	// counted them, and ownAtSet as the count set from it (countSet).
+	ownAtRead, ownAtSet int
+	countSet            bool
+	// holders are the other Runtimes with places in the partition, as
+	// read with its running set; recalled, once they were asked for them
+	// (recallHolders). sawWaiting: a grant found jobs waiting there.
+	holders    [][]byte
+	recalled   bool
+	sawWaiting bool
+	// wakes counts the waiting jobs the places of dead Runtimes woke, in
+	// every partition of the claim (placeWakes at most).
+	wakes *int
 }
 
 // waiting reports whether jobs of pc's partition may wait.
@@ -84,9 +121,15 @@ func (pc *partClaims) waiting() (bool, error) {
 // conflict with each other through PARTITION_CLAIM, which no transaction
 // writes: the ends that free places conflict with no claim that grants
 // one.
-func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func(looks int64) int64) error {
+//
+// With pl, a Runtime's places, under a limit of running jobs alone, a
+// place granted is leased to the Runtime (pl's record in the partition,
+// counted in PARTITION_COUNT) rather than an entry of the job's, in a
+// transaction fenced by the Runtime's lease of the kind's capacity; the
+// partitions whose leases it wrote are returned.
+func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func(looks int64) int64, pl *placeLeases) (map[string]leaseWrite, error) {
 	if len(claims) == 0 {
-		return nil
+		return nil, nil
 	}
 	kind := claims[0].job.Type
 	items := make([]Completion, len(claims))
@@ -102,18 +145,32 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 	var parts map[string]*partClaims
 	var lim Limit
 	var now time.Time
-	limitRead := false
+	var fence func() error
+	var node []byte
+	if pl != nil {
+		node = pl.cp.node
+	}
+	limitRead, leasing := false, false
+	var fenceErr error
 	before := func(tr kv.Transaction) {
-		limitRead, now = false, c.cfg.Clock.Now()
+		limitRead, leasing, fenceErr, now = false, false, nil, c.cfg.Clock.Now()
 		limitFut = tr.Get(c.k.partLimitKey(kind))
+		if pl != nil {
+			fence = pl.cp.fence(tr)
+		}
 		parts = map[string]*partClaims{}
+		wakes := new(int)
 		for _, cl := range claims {
-			cl.granted, cl.err = false, nil
+			cl.granted, cl.leased, cl.err = false, false, nil
 			if parts[cl.part] == nil {
 				pc := &partClaims{countFut: tr.Snapshot().Get(c.k.partCountKey(kind, cl.part)),
-					hintFut: tr.Snapshot().Get(c.k.partHintKey(kind, cl.part))}
+					hintFut: tr.Snapshot().Get(c.k.partHintKey(kind, cl.part)), wakes: wakes}
 				if rated {
 					pc.startsFut = tr.Snapshot().Get(c.k.partStartsKey(kind, cl.part))
+				}
+				if pl != nil {
+					pc.leasedFut = tr.Get(c.k.partLeasedKey(kind, cl.part, node))
+					pc.leasedBase = pl.leasedOf(cl.part)
 				}
 				parts[cl.part] = pc
 			}
@@ -136,6 +193,13 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 				}
 			}
 			limitRead = true
+			if leasing = pl != nil && lim.Running > 0 && lim.PerSecond == 0; leasing {
+				fenceErr = fence()
+			}
+		}
+		if leasing && fenceErr != nil {
+			// The lease is gone: no job of the claim takes a place.
+			return nil, false, fenceErr
 		}
 		if lim.Running == 0 && lim.PerSecond == 0 {
 			cl.granted = true
@@ -152,6 +216,9 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 				return nil, false, err
 			}
 			pc.fenced = true
+			if leasing {
+				pc.node = node // its places counted as this claim leaves them
+			}
 		}
 		own := false // its place, taken before (and counted): a retry, or a job handed back
 		if lim.Running > 0 {
@@ -160,6 +227,7 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 				return nil, false, err
 			}
 			if !o && !free {
+				c.recallHolders(tr, kind, pc)
 				return c.waitForPlace(tr, j, r, cl.part, seen, wait)
 			}
 			own = o
@@ -180,36 +248,82 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 			}
 		}
 		if lim.Running > 0 && !own {
-			tr.Set(c.k.partRunningKey(kind, cl.part, j.ID), nil)
+			if leasing {
+				if pc.leased == 0 {
+					v, err := pc.leasedFut.Get()
+					if err != nil {
+						return nil, false, err
+					}
+					pc.leasedStored = int(kv.DecodeInt64(v))
+				}
+				pc.leased++
+				cl.leased = true
+			} else {
+				tr.Set(c.k.partRunningKey(kind, cl.part, j.ID), nil)
+			}
 			if w, err := pc.waiting(); err != nil {
 				return nil, false, err
 			} else if w {
+				pc.sawWaiting = true
 				if err := c.leaveWaiting(tr, kind, cl.part, j.ID); err != nil {
 					return nil, false, err
 				}
 			}
 			if pc.tracked {
-				tr.Add(c.k.partCountKey(kind, cl.part), one)
+				if !leasing {
+					tr.Add(c.k.partCountKey(kind, cl.part), one)
+				}
 				pc.count++
 			}
 			if pc.ranged {
-				pc.entries[j.ID] = true
+				if !leasing {
+					pc.entries[j.ID] = true
+				}
 				pc.live++
 			}
 		}
 		cl.granted = true
 		return r, false, nil
 	}
-	errs, err := c.batchWith(ctx, nil, items, before, apply, nil, knownKeep)
+	var writes map[string]leaseWrite
+	written := func(tr kv.Transaction, _ []*row) {
+		writes = nil
+		if !leasing {
+			return
+		}
+		for part, pc := range parts {
+			if pc.leased == 0 {
+				continue
+			}
+			stored, target := pc.leasedStored, pc.leasedBase+pc.leased
+			key := c.k.partLeasedKey(kind, part, node)
+			tr.Set(key, kv.Int64(int64(target)))
+			// The count: set in this claim with the places counted then,
+			// or as read (with what the store held), or unknown (only
+			// lowered: below 0 it is counted again).
+			d := target - stored
+			if pc.countSet {
+				d = target - pc.ownAtSet
+			}
+			if d < 0 || d > 0 && pc.tracked {
+				tr.Add(c.k.partCountKey(kind, part), kv.Int64(int64(d)))
+			}
+			if writes == nil {
+				writes = map[string]leaseWrite{}
+			}
+			writes[part] = leaseWrite{leased: target, grants: pc.leased, limit: lim.Running, contended: pc.sawWaiting}
+		}
+	}
+	errs, err := c.batchWith(ctx, nil, items, before, apply, written, knownKeep)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for i, cl := range claims {
 		if errs[i] != nil {
-			cl.granted, cl.err = false, errs[i]
+			cl.granted, cl.leased, cl.err = false, false, errs[i]
 		}
 	}
-	return nil
+	return writes, nil
 }
 
 // placeFree reports whether job id has a place of its own in part's
@@ -236,7 +350,7 @@ func (c *Client) placeFree(tr kv.Transaction, kind, part, id string, pc *partCla
 		if _, ok := pc.entries[id]; ok {
 			return true, true, nil
 		}
-		return false, pc.live < limit && !pc.overflow, nil
+		return false, pc.live < limit && !pc.overflow && !pc.leaseOverflow, nil
 	}
 	return false, pc.count < int64(limit), nil
 }
@@ -357,8 +471,11 @@ func (c *Client) countPartClaims(tr kv.Transaction, kind, part string, pc *partC
 	if err := c.readPartClaims(tr, kind, part, pc, limit); err != nil {
 		return err
 	}
-	whole := !pc.overflow // (a check that clears entries may reset overflow)
-	if (pc.live >= limit || pc.overflow) && !pc.checked {
+	if err := c.readPartLeases(tr, kind, part, pc); err != nil {
+		return err
+	}
+	whole := !pc.overflow && !pc.leaseOverflow // (a check that clears entries may reset overflow)
+	if (pc.live >= limit || pc.overflow || pc.leaseOverflow) && !pc.checked {
 		if err := c.checkPartClaims(tr, kind, part, pc); err != nil {
 			return err
 		}
@@ -366,6 +483,7 @@ func (c *Client) countPartClaims(tr kv.Transaction, kind, part string, pc *partC
 	if whole {
 		tr.Set(c.k.partCountKey(kind, part), kv.Int64(int64(pc.live)))
 		pc.count, pc.tracked = int64(pc.live), true
+		pc.countSet, pc.ownAtSet = true, pc.ownAtRead
 	}
 	return nil
 }
@@ -432,9 +550,108 @@ func (c *Client) checkPartClaims(tr kv.Transaction, kind, part string, pc *partC
 		}
 		live++
 	}
-	pc.live = live
+	pc.live = live + pc.leaseLive
 	if cleared > 0 {
 		pc.overflow = false // a place among those read: the next claim reads the rest
 	}
 	return nil
+}
+
+// partLeasesScan bounds the Runtimes' records of places one claim reads
+// in a partition (a Runtime has one per partition where it holds places).
+const partLeasesScan = 1000
+
+// readPartLeases adds to pc's running jobs the places Runtimes lease in
+// part (placelease.go): a record whose Runtime's lease of the kind's
+// capacity is gone (the Runtime died, and another's renewal cleared it a
+// Timeout later) is cleared and not counted, and its places wake as many
+// waiting jobs (placeWakes at most). Past partLeasesScan records the
+// partition counts as full.
+func (c *Client) readPartLeases(tr kv.Transaction, kind, part string, pc *partClaims) (err error) {
+	rg := prefixRange(c.k.root, tuple.Tuple{keyPartLeased, kind, part})
+	kvs, err := tr.GetRange(rg, kv.RangeOptions{Limit: partLeasesScan + 1}).GetSliceWithError()
+	if err != nil {
+		return err
+	}
+	if len(kvs) > partLeasesScan {
+		pc.leaseOverflow = true
+	}
+	own := 0 // the claiming Runtime's record, as stored
+	defer func() {
+		if pc.node != nil {
+			// With this claim's grants so far (not written yet).
+			n := own + pc.leased
+			pc.live, pc.leaseLive, pc.ownAtRead = pc.live+n, pc.leaseLive+n, n
+		}
+	}()
+	type rec struct {
+		key  kv.Key
+		node []byte
+		n    int
+		fut  kv.FutureByteSlice
+	}
+	var others []rec
+	for _, e := range kvs {
+		t, err := c.k.root.Unpack(e.Key)
+		if err != nil || len(t) != 4 || t[2] != any(part) {
+			continue
+		}
+		node, _ := t[3].([]byte)
+		n := int(kv.DecodeInt64(e.Value))
+		if pc.node != nil && string(node) == string(pc.node) {
+			own = n
+			continue
+		}
+		others = append(others, rec{e.Key, node, n, tr.Get(c.k.capacityKey(kind, node))})
+	}
+	freed := 0
+	defer func() {
+		if freed == 0 || err != nil {
+			return
+		}
+		// The places of the dead wake as many waiters (this claim's job
+		// among them, as may be).
+		wakes := pc.wakes
+		if wakes == nil {
+			wakes = new(int)
+		}
+		token, terr := newToken()
+		for ; freed > 0 && *wakes < placeWakes; freed-- {
+			*wakes++
+			if err = terr; err == nil {
+				err = c.wakeOne(tr, kind, part, token)
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for _, o := range others {
+		v, err := o.fut.Get()
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			tr.Clear(o.key)
+			freed += o.n
+			continue
+		}
+		pc.live, pc.leaseLive = pc.live+o.n, pc.leaseLive+o.n
+		pc.holders = append(pc.holders, o.node)
+	}
+	return nil
+}
+
+// recallHolders, in a claim that makes a job of pc's partition wait, asks
+// the other Runtimes that hold places there (as its read of the running
+// set found them) to give them back as they come free: each one's
+// PARTITION_RECALL, which it watches, is added to, once per claim.
+func (c *Client) recallHolders(tr kv.Transaction, kind string, pc *partClaims) {
+	if pc.recalled {
+		return
+	}
+	pc.recalled = true
+	for _, node := range pc.holders {
+		tr.Add(c.k.partRecallKey(kind, node), one)
+	}
 }

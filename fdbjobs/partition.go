@@ -8,6 +8,7 @@ package fdbjobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -241,13 +242,28 @@ func (c *Client) partLimited(kind, part string) bool {
 func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, tasks []task) []task {
 	var claims []*claim
 	var of []int
+	pl := k.capacity.places
+	limit := pl.limit()
+	if k.opts.Manual {
+		// A Manual kind's worker holds and ends its jobs itself (a
+		// lapsed lease does not stop it): each job has a place of its own.
+		limit = 0
+	}
 	for i, t := range tasks {
-		if t.e != nil && r.c.partLimited(k.kind, t.e.Partition) {
-			claims, of = append(claims, &claim{job: t.job, part: t.e.Partition}), append(of, i)
+		if t.e == nil || !r.c.partLimited(k.kind, t.e.Partition) {
+			continue
 		}
+		if pl.take(t.e.Partition, limit) {
+			tasks[i].leased = true // a place the Runtime holds: no transaction
+			continue
+		}
+		claims, of = append(claims, &claim{job: t.job, part: t.e.Partition}), append(of, i)
 	}
 	if len(claims) == 0 {
 		return tasks
+	}
+	if limit == 0 {
+		pl = nil // no places to lease: a limit of starts, or none known
 	}
 	first := earliestHold(len(claims), func(i int) *Job { return claims[i].job })
 	hctx, cancel := first.HoldContext(ctx)
@@ -261,8 +277,25 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 		return r.c.cfg.stime(now.Add(d))
 	}
 	k.claims.Lock()
-	err := r.c.claimPartitions(hctx, claims, wait)
+	if pl != nil {
+		// Its partitions' records swept, should the claim commit unseen.
+		pl.track(claims)
+	}
+	writes, err := r.c.claimPartitions(hctx, claims, wait, pl)
+	for part, w := range writes {
+		pl.granted(part, w)
+	}
 	k.claims.Unlock()
+	if pl != nil && err == nil && !k.capacity.leased.Load() {
+		// The lease lapsed meanwhile: its places may go to others a
+		// Timeout on, so the jobs granted them do not start.
+		for _, cl := range claims {
+			if cl.granted && cl.leased {
+				pl.release(cl.part)
+				cl.granted, cl.leased, cl.err = false, false, ErrCapacityLapsed
+			}
+		}
+	}
 	drop := map[int]bool{}
 	waits := 0
 	for i, cl := range claims {
@@ -276,11 +309,17 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 				r.c.cfg.Logger.Warn().Err(err).Str("kind", k.kind).Str("job", t.job.ID).
 					Msg("fdbjobs: runtime: claiming a place in the job's partition; handed back")
 			}
-			r.end(hardCtx, k, t.job, t.e, err, true)
+			r.end(hardCtx, k, t, t.e, err, true)
 		case cl.granted:
+			tasks[of[i]].leased = cl.leased
 			continue
+		case errors.Is(cl.err, ErrCapacityLapsed):
+			r.end(hardCtx, k, t, t.e, cl.err, true) // handed back
 		case cl.err == nil:
 			waits++
+			if pl != nil {
+				pl.contend(cl.part)
+			}
 		}
 		drop[of[i]] = true
 	}
@@ -345,19 +384,34 @@ func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token 
 	}
 	tr.Clear(ek)
 	tr.Add(c.k.partCountKey(kind, part), minusOne)
+	return c.wakeOne(tr, kind, part, token)
+}
+
+// wakeOne, in a transaction that freed a place in part, moves the first
+// waiting job of the partition that is pending to now, so that it claims
+// the place. The waiting entries it passes whose jobs are gone or
+// finished are cleared; those of running jobs (woken already, claiming)
+// are left to their claim.
+func (c *Client) wakeOne(tr kv.Transaction, kind, part string, token []byte) error {
+	_, err := c.wakeFirst(tr, kind, part, token)
+	return err
+}
+
+// wakeFirst is wakeOne, reporting whether it woke a job.
+func (c *Client) wakeFirst(tr kv.Transaction, kind, part string, token []byte) (bool, error) {
 	// The hint says whether jobs may wait: a point read, where most ends
 	// find none, instead of a range read.
 	hk := c.k.partHintKey(kind, part)
 	hv, err := tr.Get(hk).Get()
 	if err != nil || kv.DecodeInt64(hv) <= 0 {
-		return err
+		return false, err
 	}
 	// The waiting jobs in the order they came (PARTITION_QUEUE), the
 	// longest waiting first.
 	qr := prefixRange(c.k.root, tuple.Tuple{keyPartQueue, kind, part})
 	qs, err := tr.GetRange(qr, kv.RangeOptions{Limit: partitionWakeScan}).GetSliceWithError()
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, e := range qs {
 		t, err := c.k.root.Unpack(e.Key)
@@ -367,7 +421,7 @@ func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token 
 		wid, _ := t[4].(string)
 		woke, err := c.wakeWaiter(tr, kind, part, wid, e.Key, token)
 		if woke || err != nil {
-			return err
+			return woke, err
 		}
 	}
 	// Then the entries an earlier version wrote, with no place in the
@@ -376,11 +430,11 @@ func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token 
 	rg := prefixRange(c.k.root, tuple.Tuple{keyPartWaiting, kind, part})
 	kvs, err := tr.GetRange(rg, kv.RangeOptions{Limit: partitionWakeScan}).GetSliceWithError()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if len(kvs) == 0 {
 		tr.Clear(hk)
-		return nil
+		return false, nil
 	}
 	for _, e := range kvs {
 		t, err := c.k.root.Unpack(e.Key)
@@ -393,10 +447,10 @@ func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token 
 		wid, _ := t[3].(string)
 		woke, err := c.wakeWaiter(tr, kind, part, wid, nil, token)
 		if woke || err != nil {
-			return err
+			return woke, err
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // wakeWaiter looks at job wid, waiting in part (qk: the PARTITION_QUEUE

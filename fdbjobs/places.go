@@ -103,6 +103,7 @@ func (c *Client) ClaimPlaces(tr kv.Transaction, kind, id string, places []Place)
 			return "", err
 		}
 		if !o && !free {
+			c.recallHolders(tr, kind, pcs[i])
 			_, err := c.enterWaiting(tr, kind, p, id)
 			return p, err
 		}

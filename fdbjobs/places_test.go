@@ -169,10 +169,12 @@ func TestClaimCountExactAfterRecount(t *testing.T) {
 	}
 	wait := func(int64) int64 { return b.c.cfg.now() + 3_600_000 }
 	first := []*claim{{job: byID["a"], part: "p"}}
-	require.NoError(t, b.c.claimPartitions(b.ctx, first, wait))
+	_, err = b.c.claimPartitions(b.ctx, first, wait, nil)
+	require.NoError(t, err)
 	require.True(t, first[0].granted)
 	both := []*claim{{job: byID["b"], part: "p"}, {job: byID["c"], part: "p"}}
-	require.NoError(t, b.c.claimPartitions(b.ctx, both, wait))
+	_, err = b.c.claimPartitions(b.ctx, both, wait, nil)
+	require.NoError(t, err)
 	require.True(t, both[0].granted)
 	require.False(t, both[1].granted, "the partition is full")
 	v, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]byte, error) {

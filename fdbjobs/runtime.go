@@ -480,6 +480,9 @@ type task struct {
 	// called) or, with e set, of the arguments (the attempt's error, as
 	// the Worker's would be).
 	err error
+	// leased: the job holds one of the Runtime's places in its partition
+	// (placelease.go), which it gives back locally as it leaves.
+	leased bool
 }
 
 // prepare decodes job's envelope and arguments for k's Worker. It runs in
@@ -538,6 +541,9 @@ func (r *Runtime) runner(p *pool, t task) {
 // when the Runtime stopped it, handed back.
 func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
 	job := t.job
+	if t.leased {
+		defer k.capacity.places.release(t.e.Partition)
+	}
 	if k.opts.Manual {
 		r.workManual(parent, k, t)
 		return
@@ -570,7 +576,7 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
 	}
 	cause := context.Cause(ctx)
 	if errors.Is(cause, ErrHalt) || errors.Is(cause, ErrHoldLapsed) || errors.Is(cause, ErrCancelled) {
-		if e != nil && r.c.partLimited(k.kind, e.Partition) {
+		if e != nil && !t.leased && r.c.partLimited(k.kind, e.Partition) {
 			rctx, cancel := context.WithTimeout(hardCtx, partitionReleaseTimeout)
 			if err := r.c.releasePartition(rctx, k.kind, e.Partition, job.ID); err != nil && hardCtx.Err() == nil {
 				r.c.cfg.Logger.Warn().Err(err).Str("kind", k.kind).Str("job", job.ID).
@@ -584,7 +590,7 @@ func (r *Runtime) work(parent, hardCtx context.Context, k *kindWorker, t task) {
 		r.c.metrics.Load().ended(k.kind, OutcomeCompleted)
 		return // CompleteTx ended it
 	}
-	r.end(hardCtx, k, job, e, err, errors.Is(cause, ErrStopped) || errors.Is(cause, ErrCapacityLapsed))
+	r.end(hardCtx, k, t, e, err, errors.Is(cause, ErrStopped) || errors.Is(cause, ErrCapacityLapsed))
 }
 
 // workManual runs one attempt at job of a Manual kind, whose worker holds
@@ -632,7 +638,8 @@ func (r *Runtime) call(ctx context.Context, k *kindWorker, a *attempt, t task) (
 // end hands the outcome of an attempt whose worker returned err to the
 // kind's completer, which writes it in a transaction fenced by the job's
 // lock, bounded by the hold.
-func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envelope, err error, stopped bool) {
+func (r *Runtime) end(hardCtx context.Context, k *kindWorker, t task, e *envelope, err error, stopped bool) {
+	job := t.job
 	log := r.c.cfg.Logger
 	now := r.c.cfg.Clock.Now()
 	maxAttempts := cmp.Or(e.MaxAttempts, k.opts.MaxAttempts)
@@ -665,7 +672,7 @@ func (r *Runtime) end(hardCtx context.Context, k *kindWorker, job *Job, e *envel
 		}
 		data = b
 	}
-	en := &ending{job: job, data: data, stime: stime, e: e, attempt: !stopped && snooze == nil}
+	en := &ending{job: job, data: data, stime: stime, e: e, attempt: !stopped && snooze == nil, leased: t.leased}
 	if err != nil && !stopped && snooze == nil {
 		en.failed, en.maxAttempts = err, maxAttempts
 	}

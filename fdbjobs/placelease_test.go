@@ -1,0 +1,218 @@
+package fdbjobs
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
+)
+
+// placeNode is a simulated Runtime of TestPlaceLeaseModel: its lease of
+// the kind's capacity, its places, and the jobs it runs.
+type placeNode struct {
+	r       *Runtime
+	k       *kindWorker
+	cp      *capacity
+	dead    bool
+	until   time.Time // its lease's end, by its clock
+	running []task
+}
+
+func newPlaceNode(t *testing.T, b *bundle, kind string, timeout time.Duration) *placeNode {
+	t.Helper()
+	c, err := New(b.db, Config{Clock: b.clock, TimeUnit: time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(b.ctx))
+	t.Cleanup(c.Stop)
+	r := &Runtime{c: c}
+	k := &kindWorker{kind: kind, opts: WorkerOptions{Timeout: timeout}, slots: newSlots(100), stats: &kindStats{},
+		claims: &sync.Mutex{}, ends: make(chan *ending, 1000)}
+	cp, err := newCapacity(r, k)
+	require.NoError(t, err)
+	k.capacity = cp
+	return &placeNode{r: r, k: k, cp: cp}
+}
+
+// TestPlaceLeaseModel drives the places of five simulated Runtimes in the
+// partitions of one kind with a limit of running jobs per partition, over
+// simulated time, in a seeded random order: renewals of their leases,
+// fetches (a place of their own reused, or a claim that leases one), jobs
+// ending, sweeps (periodic, with the hints, or asked for), the clock
+// moving, a raised limit, Runtimes dying (their places left in the store)
+// and leases lapsing (their jobs stopped). At no step do more jobs of a
+// partition run on the live Runtimes than the limit. Then, every job
+// ended, a Timeout and more on, with the live Runtimes renewing and
+// sweeping, a claim in each partition gets a place: places left by the
+// dead are found, and the count of places comes back to what runs.
+// Replay: FDBJOBS_SEED.
+func TestPlaceLeaseModel(t *testing.T) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 41))
+	b := setup(t)
+	const kind, timeout = "pl", 8 * time.Second
+	limit := 2
+	parts := []string{"a", "b", "c"}
+	require.NoError(t, b.c.SetTypeTimeout(b.ctx, nil, kind, timeout))
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, kind, Limit{Running: limit}))
+	var nodes []*placeNode
+	for range 5 {
+		nodes = append(nodes, newPlaceNode(t, b, kind, timeout))
+	}
+	seen := func(l int) {
+		t.Helper()
+		testutil.Eventually(t, "every node read the limit", func() bool {
+			for _, nd := range nodes {
+				if m := nd.r.c.infos.Load(); m == nil || (*m)[kind].partLimit != l {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	seen(limit)
+	ids := 0
+	add := func(part string) {
+		ids++
+		b.add(t, kind, fmt.Sprintf("j%05d-%s", ids, part), `{"args":{}}`, 0)
+	}
+	partOf := map[string]string{}
+	renew := func(nd *placeNode) {
+		start := b.clock.Now()
+		_, err := nd.cp.renew(b.ctx)
+		require.NoError(t, err)
+		nd.cp.leased.Store(true)
+		nd.until = start.Add(timeout / HoldFraction)
+	}
+	for _, nd := range nodes {
+		renew(nd)
+	}
+	end := func(nd *placeNode, i int) {
+		tk := nd.running[i]
+		nd.running = append(nd.running[:i], nd.running[i+1:]...)
+		if tk.leased {
+			nd.cp.places.release(tk.e.Partition)
+		}
+		// (A job a monitor took back while the clock moved ends with
+		// ErrHalt.)
+		_, err := nd.r.c.endBatchIn(b.ctx, nil, []*ending{{job: tk.job, stime: -1, e: tk.e, leased: tk.leased}})
+		require.NoError(t, err)
+	}
+	fetched, started := 0, 0
+	for step := range 600 {
+		nd := nodes[rng.IntN(len(nodes))]
+		live := !nd.dead && b.clock.Now().Before(nd.until)
+		switch op := rng.IntN(20); {
+		case op < 3 && !nd.dead:
+			renew(nd)
+		case op < 8 && live:
+			for range 1 + rng.IntN(3) {
+				add(parts[rng.IntN(len(parts))])
+			}
+			jobs, err := nd.r.c.AcceptBatch(b.ctx, kind, 1+rng.IntN(4), AcceptOptions{})
+			if err != nil {
+				require.ErrorIs(t, err, ErrNotFound)
+				break
+			}
+			tasks := make([]task, len(jobs))
+			for i, j := range jobs {
+				part := j.ID[len(j.ID)-1:]
+				partOf[j.ID] = part
+				tasks[i] = task{job: j, e: &envelope{Partition: part}}
+			}
+			kept := nd.r.claimPartitions(b.ctx, b.ctx, nd.k, tasks)
+			fetched, started = fetched+len(tasks), started+len(kept)
+			nd.running = append(nd.running, kept...)
+		case op < 13 && len(nd.running) > 0 && !nd.dead:
+			end(nd, rng.IntN(len(nd.running)))
+		case op < 16 && !nd.dead:
+			nd.cp.places.sweep(b.ctx, false, rng.IntN(2) == 0, rng.IntN(2) == 0)
+		case op < 18:
+			b.clock.Advance(time.Duration(rng.Int64N(int64(timeout / 4))))
+		default:
+			switch {
+			case rng.IntN(30) == 0 && !nd.dead:
+				nd.dead, nd.running = true, nil // its jobs stop with it; its places stay in the store
+			case rng.IntN(8) == 0 && limit < 4:
+				limit++
+				require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, kind, Limit{Running: limit}))
+				seen(limit)
+			}
+		}
+		// A lease that lapsed stops its Runtime's jobs and forgets its
+		// places.
+		for _, n := range nodes {
+			if !n.dead && !b.clock.Now().Before(n.until) && len(n.running) > 0 {
+				n.cp.places.lapsed()
+				for len(n.running) > 0 {
+					end(n, 0)
+				}
+			}
+		}
+		runs := map[string]int{}
+		for _, n := range nodes {
+			for _, tk := range n.running {
+				runs[tk.e.Partition]++
+			}
+		}
+		for p, n := range runs {
+			require.LessOrEqual(t, n, limit, "step %d (seed %d): %d jobs of %q running, limit %d", step, seed, n, p, limit)
+		}
+	}
+
+	handedBack := 0
+	for _, nd := range nodes {
+		handedBack += len(nd.k.ends)
+	}
+	t.Logf("%d jobs fetched, %d started, %d handed back (the others waited)", fetched, started, handedBack)
+
+	// Liveness: every job ended, two Timeouts on with the live Runtimes
+	// renewing and sweeping, a claim in each partition gets a place.
+	var live []*placeNode
+	for _, nd := range nodes {
+		for len(nd.running) > 0 {
+			end(nd, 0)
+		}
+		if !nd.dead {
+			live = append(live, nd)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	for range 4 {
+		b.clock.Advance(timeout / 2)
+		for _, nd := range live {
+			renew(nd)
+			nd.cp.places.sweep(b.ctx, false, true, true)
+		}
+	}
+	nd := live[0]
+	for _, p := range parts {
+		for range limit {
+			add(p)
+		}
+	}
+	got := map[string]int{}
+	for {
+		jobs, err := nd.r.c.AcceptBatch(b.ctx, kind, 10, AcceptOptions{})
+		if err != nil {
+			require.ErrorIs(t, err, ErrNotFound)
+			break
+		}
+		tasks := make([]task, len(jobs))
+		for i, j := range jobs {
+			tasks[i] = task{job: j, e: &envelope{Partition: j.ID[len(j.ID)-1:]}}
+		}
+		for _, tk := range nd.r.claimPartitions(b.ctx, b.ctx, nd.k, tasks) {
+			got[tk.e.Partition]++
+		}
+	}
+	for _, p := range parts {
+		require.Equal(t, limit, got[p], "seed %d: places in %q once the dead's are found", seed, p)
+	}
+}
