@@ -436,6 +436,7 @@ func (pl *placeLeases) giveBack(ctx context.Context, rets []placeReturn) (int, e
 				return i, nil
 			}
 			rt := &rets[i]
+			rt.none, rt.contended = false, false // (an earlier attempt's)
 			v, err := held[i].Get()
 			if err != nil {
 				return 0, err
@@ -444,9 +445,7 @@ func (pl *placeLeases) giveBack(ctx context.Context, rets []placeReturn) (int, e
 			// the lease gone cleared stay cleared.
 			stored := int(kv.DecodeInt64(v))
 			rt.target = min(rt.target, stored)
-			if err := c.writeLeased(tr, kind, rt.part, node, stored, rt.target); err != nil {
-				return 0, err
-			}
+			c.writeLeased(tr, kind, rt.part, node, stored, rt.target)
 			for range min(placeWakes, max(0, stored-rt.target)) {
 				woke, err := c.wakeFirst(tr, kind, rt.part, token)
 				if err != nil {
@@ -472,9 +471,9 @@ func (pl *placeLeases) giveBack(ctx context.Context, rets []placeReturn) (int, e
 
 // writeLeased sets, in tr, node's places in part from stored (as read) to
 // target, and the partition's count by the difference.
-func (c *Client) writeLeased(tr kv.Transaction, kind, part string, node []byte, stored, target int) error {
+func (c *Client) writeLeased(tr kv.Transaction, kind, part string, node []byte, stored, target int) {
 	if stored == target {
-		return nil
+		return
 	}
 	key := c.k.partLeasedKey(kind, part, node)
 	if target <= 0 {
@@ -483,5 +482,4 @@ func (c *Client) writeLeased(tr kv.Transaction, kind, part string, node []byte, 
 		tr.Set(key, kv.Int64(int64(target)))
 	}
 	tr.Add(c.k.partCountKey(kind, part), kv.Int64(int64(target-stored)))
-	return nil
 }
