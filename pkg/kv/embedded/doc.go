@@ -42,7 +42,10 @@
 //     it; a key selector adds the keys between its reference key and its
 //     result. Snapshot reads add nothing, nor do reads answered from the
 //     transaction's own writes. Writes add write conflict ranges; a
-//     versionstamped key adds the range its final key can fall in.
+//     versionstamped key adds the range its final key can fall in, from the
+//     first versionstamp of the version after the read version, as
+//     FoundationDB's client does (keys committed at the read version are
+//     not in it).
 //
 // # Commit pipeline
 //

@@ -182,12 +182,14 @@ func (tr *transaction) SetVersionstampedKey(key kv.KeyConvertible, value []byte)
 		tr.deferErr(err)
 		return
 	}
-	// The key lands somewhere in [k with the read version's stamp, k with
-	// 0xff...): that range is unreadable and write-conflicting, as in
-	// FoundationDB.
+	// The key lands somewhere in [k with the first stamp of the version
+	// after the read version, k with 0xff...): a commit's version is above
+	// its read version. That range is unreadable and write-conflicting, as
+	// in FoundationDB (getVersionstampKeyRange). It leaves out the keys of
+	// commits at the read version, which this transaction has seen.
 	var rv int64
 	if tr.ref.s != nil {
-		rv = tr.ref.s.version
+		rv = tr.ref.s.version + 1
 	}
 	begin := clone(k)
 	binary.BigEndian.PutUint64(begin[pos:], uint64(rv))

@@ -20,6 +20,7 @@ var versionstampTests = []conformanceTest{
 	onDB("ConcurrentCommitsAreOrderedAndUnique", testVersionstampConcurrent),
 	onDB("UnreadableInSameTransaction", testVersionstampUnreadable),
 	inScenario("MatchesCommittedVersion", testVersionstampCommittedVersion),
+	inScenario("ConflictRangeStartsAfterReadVersion", testVersionstampConflictRange),
 }
 
 // vsKey returns prefix, 10 placeholder bytes, suffix and the 4-byte
@@ -202,4 +203,35 @@ func testVersionstampCommittedVersion(t *testing.T, db kv.Database, ks keyspace)
 	require.Greater(t, cv, rv)
 	vs := wait(t, vsf)
 	require.Equal(t, uint64(cv), binary.BigEndian.Uint64(vs[:8]))
+}
+
+// testVersionstampConflictRange: a versionstamped key conflicts with the
+// reads of every key it could land on, those of commits after its read
+// version (FoundationDB's getVersionstampKeyRange), and not with the reads
+// of keys committed at or before it, which its transaction has seen.
+func testVersionstampConflictRange(t *testing.T, db kv.Database, ks keyspace) {
+	vs, err := commitVersionstamped(db, vsOperand(ks.key("k/"), nil))
+	require.NoError(t, err)
+	old := append(ks.key("k/"), vs...)
+
+	point, span := newTr(t, db), newTr(t, db)
+	v := wait(t, point.Get(kv.Key(old)))
+	require.NotNil(t, v)
+	r, err := kv.PrefixRange(ks.key("k/"))
+	require.NoError(t, err)
+	kvs, err := span.GetRange(r, kv.RangeOptions{}).GetSliceWithError()
+	require.NoError(t, err)
+	require.Len(t, kvs, 1)
+	point.Set(ks.key("point"), []byte("x"))
+	span.Set(ks.key("span"), []byte("x"))
+
+	// A transaction that starts after the first commit, with no commit in
+	// between on the embedded store: its read version is that commit's.
+	tr := newTr(t, db)
+	wait(t, tr.GetReadVersion())
+	tr.SetVersionstampedKey(kv.Key(vsOperand(ks.key("k/"), nil)), []byte("v"))
+	must(t, commit(tr))
+
+	must(t, commit(point))
+	mustCode(t, commit(span), kv.CodeNotCommitted)
 }
