@@ -160,7 +160,8 @@ func decodedOutcome(data []byte) string {
 // envelopeOutcome reads the outcome of a finished row's data as
 // countState's decoding would, without decoding, when data ends as the
 // Runtime's envelope does (its outcome and finish time are its last
-// fields): {"args":…,"outcome":"o"} or {"args":…,"outcome":"o","finished_at":n}.
+// fields, but for a partitioned job's partition): {"args":…,"outcome":"o"}
+// or {"args":…,"outcome":"o","finished_at":n}, then ,"partition":"p".
 // Valid JSON (what the store holds) cannot end so inside a string: the
 // quote before outcome follows a comma. ok is false for other data,
 // which countState decodes.
@@ -170,6 +171,9 @@ func envelopeOutcome(data []byte) (string, bool) {
 		return "", false
 	}
 	rest := data[:len(data)-1]
+	if r, _, ok := trailingPartition(data); ok {
+		rest = r // a partitioned job's: its partition follows
+	}
 	if i := bytes.LastIndex(rest, []byte(at)); i >= 0 && isDigits(rest[i+len(at):]) {
 		rest = rest[:i+1] // up to the outcome's closing quote
 	}

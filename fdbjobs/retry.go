@@ -1,12 +1,14 @@
 package fdbjobs
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
+	"unicode/utf8"
 )
 
 // RetryPolicy says how long after a failed attempt a job is tried again.
@@ -151,6 +153,11 @@ func decodeEnvelope(data json.RawMessage) (*envelope, error) {
 	if args, ok := argsOnly(data); ok {
 		return &envelope{Args: args}, nil
 	}
+	if rest, p, ok := trailingPartition(data); ok {
+		if args, ok := argsOnly(append(rest[:len(rest):len(rest)], '}')); ok {
+			return &envelope{Args: args, Partition: p}, nil
+		}
+	}
 	var e envelope
 	if err := json.Unmarshal(data, &e); err != nil || e.Args == nil {
 		if !json.Valid(data) {
@@ -205,6 +212,29 @@ func argsOnly(data []byte) (json.RawMessage, bool) {
 		return nil, false
 	}
 	return json.RawMessage(args), true
+}
+
+// trailingPartition splits off the partition that ends a partitioned
+// job's envelope (encode writes it last: `{…,"partition":"p"}`) when it is
+// plain text (valid UTF-8 with no quote nor backslash, so nothing to
+// unescape or replace): rest is the data before it, without the closing
+// brace. As a comma followed by a quote cannot be inside a JSON string,
+// the key found is a member of the object the last brace closes. Any
+// other form is not ok, for json.Unmarshal.
+func trailingPartition(data []byte) (rest []byte, partition string, ok bool) {
+	const key = `,"partition":"`
+	if !bytes.HasSuffix(data, []byte(`"}`)) {
+		return nil, "", false
+	}
+	i := bytes.LastIndex(data, []byte(key))
+	if i < 0 {
+		return nil, "", false
+	}
+	p := data[i+len(key) : len(data)-2]
+	if bytes.ContainsAny(p, `"\`) || !utf8.Valid(p) {
+		return nil, "", false
+	}
+	return data[:i], string(p), true
 }
 
 // failed records a failed attempt's error in e.
