@@ -402,25 +402,25 @@
 // A job inserted with InsertOptions.Partition (kept in its envelope) belongs to
 // that partition of its kind; SetPartitionLimit lets at most N jobs of one
 // partition run at once across every Runtime. Before calling the workers, a
-// Runtime's fetcher gives each partitioned job a place its Runtime holds
-// unused there (below), or one its claim takes, in a transaction per fetch
-// fenced by each job's lock (Client.claimPartitions; one at a time per kind
-// on a Runtime). A claim reads the limit and each partition's PARTITION_COUNT
-// (a snapshot read: ends do not conflict with claims) and hint. A count
-// below N grants the place and adds to the count. A count absent, below 0, or at N makes the
-// claim read the PARTITION_RUNNING entries (N + 32 at most) and the Runtimes'
-// PARTITION_LEASED records instead, clear the entries of jobs no longer
-// running and the records of Runtimes whose lease of the kind's capacity is
-// gone, and set the count to what it found. With fewer than N then it grants
-// the place (an entry of the job's own counts as one). Otherwise it writes the
-// job's PARTITION_WAITING entry (counting the looks that found the partition
-// full) and PARTITION_QUEUE place, adds to the hint and to PARTITION_RECALL of
-// each Runtime holding places there, and sends the job back until the kind's
-// Timeout from now, doubled per earlier look up to PartitionRecheckMax
-// (FinishAt: not an attempt). A place freed wakes the pending job that has
-// waited longest (PARTITION_QUEUE, 8 looked at; none left clears the hint) to
-// now, in the transaction that frees it: waiting jobs get places in the order
-// they came. A raised or cleared limit wakes them all, 200 per transaction.
+// Runtime's fetcher gives each partitioned job a place its Runtime holds unused
+// there (below; the job starts at once), or one its claim takes, fenced by each
+// job's lock (Client.claimPartitions; the claims of a kind's fetches that come
+// while one runs share the next transaction, up to FetchBatch jobs). A claim reads
+// the limit and each partition's PARTITION_COUNT (a snapshot read: ends do not
+// conflict with claims) and hint. A count below N grants the place and adds to the
+// count. A count absent, below 0, or at N makes the claim read the
+// PARTITION_RUNNING entries (N + 32 at most) and the Runtimes' PARTITION_LEASED
+// records instead, clear the entries of jobs no longer running and the records of
+// Runtimes whose lease of the kind's capacity is gone, and set the count to what
+// it found. With fewer than N then it grants the place (an entry of the job's own
+// counts as one). Otherwise it writes the job's PARTITION_WAITING entry (counting
+// the looks that found the partition full) and PARTITION_QUEUE place, adds to the
+// hint and to PARTITION_RECALL of each Runtime holding places there, and sends the
+// job back until the kind's Timeout from now, doubled per earlier look up to
+// PartitionRecheckMax (FinishAt: not an attempt). A place freed wakes the pending
+// job that has waited longest (PARTITION_QUEUE, 8 looked at; none left clears the
+// hint) to now, in the transaction that frees it: waiting jobs get places in the
+// order they came. A raised or cleared limit wakes them all, 200 per transaction.
 //
 // Places leased (placelease.go): under a limit of running jobs alone, a place
 // a Runtime's claim grants is the Runtime's, counted in its PARTITION_LEASED

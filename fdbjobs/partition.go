@@ -229,17 +229,21 @@ func (c *Client) partLimited(kind, part string) bool {
 
 // claimPartitions claims, in one transaction (Client.claimPartitions),
 // places and starts for the tasks of partitioned jobs of k that a fetch
-// took, when k may have a limit per partition, one claim of k at a time on
-// the Runtime, and returns the tasks that may run: the others went back to
-// wait, were no longer this node's, or were handed back after the
-// transaction failed (none of those an attempt). A job that waits for a
-// place goes back until k's Timeout from now, doubling with each look that
-// found its partition full, up to PartitionRecheckMax (a place freed by a
-// node that died, or by a job the Runtime did not end, is seen then; the
-// ends of its partition's jobs wake it before); one that waits for a start,
-// until its partition's next. The transaction is bounded by the earliest
-// hold of the jobs.
-func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, tasks []task) []task {
+// took, when k may have a limit per partition, and returns the tasks that
+// may run: the others went back to wait, were no longer this node's, or
+// were handed back after the transaction failed (none of those an
+// attempt). With early, the tasks that need no claim (a partition without
+// a limit, a place the Runtime holds) go to early at once rather than wait
+// for the claim, and are not returned. The claims of k's fetches on the
+// Runtime go together (claimGroup: those that come while one runs share
+// the next transaction). A job that waits for a place goes back until k's
+// Timeout from now, doubling with each look that found its partition
+// full, up to PartitionRecheckMax (a place freed by a node that died, or
+// by a job the Runtime did not end, is seen then; the ends of its
+// partition's jobs wake it before); one that waits for a start, until its
+// partition's next. The transaction is bounded by the earliest hold of
+// its jobs.
+func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, tasks []task, early func(task)) []task {
 	var claims []*claim
 	var of []int
 	pl := k.capacity.places
@@ -249,12 +253,15 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 		// lapsed lease does not stop it): each job has a place of its own.
 		limit = 0
 	}
+	var now []task // the tasks early takes
 	for i, t := range tasks {
 		if t.e == nil || !r.c.partLimited(k.kind, t.e.Partition) {
+			now = append(now, t)
 			continue
 		}
 		if pl.take(t.e.Partition, limit) {
 			tasks[i].leased = true // a place the Runtime holds: no transaction
+			now = append(now, tasks[i])
 			continue
 		}
 		claims, of = append(claims, &claim{job: t.job, part: t.e.Partition}), append(of, i)
@@ -262,30 +269,51 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 	if len(claims) == 0 {
 		return tasks
 	}
+	if early != nil {
+		for _, t := range now {
+			early(t)
+		}
+		kept := tasks[:0:0]
+		for _, i := range of {
+			kept = append(kept, tasks[i])
+		}
+		tasks = kept
+		for i := range of {
+			of[i] = i
+		}
+	}
 	if limit == 0 {
 		pl = nil // no places to lease: a limit of starts, or none known
 	}
-	first := earliestHold(len(claims), func(i int) *Job { return claims[i].job })
-	hctx, cancel := first.HoldContext(ctx)
-	defer cancel()
-	now := r.c.cfg.Clock.Now()
-	wait := func(looks int64) int64 {
-		d := k.opts.Timeout
-		for range min(looks, 16) {
-			d = min(2*d, PartitionRecheckMax)
+	call := &claimCall{claims: claims, leasing: pl != nil}
+	err := k.claimGroup.claim(call, k.opts.FetchBatch, func(claims []*claim, leasing bool) error {
+		first := earliestHold(len(claims), func(i int) *Job { return claims[i].job })
+		hctx, cancel := first.HoldContext(ctx)
+		defer cancel()
+		now := r.c.cfg.Clock.Now()
+		wait := func(looks int64) int64 {
+			d := k.opts.Timeout
+			for range min(looks, 16) {
+				d = min(2*d, PartitionRecheckMax)
+			}
+			return r.c.cfg.stime(now.Add(d))
 		}
-		return r.c.cfg.stime(now.Add(d))
-	}
-	k.claims.Lock()
-	if pl != nil {
-		// Its partitions' records swept, should the claim commit unseen.
-		pl.track(claims)
-	}
-	writes, err := r.c.claimPartitions(hctx, claims, wait, pl)
-	for part, w := range writes {
-		pl.granted(part, w)
-	}
-	k.claims.Unlock()
+		pl := pl
+		if !leasing {
+			pl = nil
+		}
+		k.claims.Lock()
+		defer k.claims.Unlock()
+		if pl != nil {
+			// Its partitions' records swept, should the claim commit unseen.
+			pl.track(claims)
+		}
+		writes, err := r.c.claimPartitions(hctx, claims, wait, pl)
+		for part, w := range writes {
+			pl.granted(part, w)
+		}
+		return err
+	})
 	if pl != nil && err == nil && !k.capacity.leased.Load() {
 		// The lease lapsed meanwhile: its places may go to others a
 		// Timeout on, so the jobs granted them do not start.

@@ -31,7 +31,7 @@ func newPlaceNode(t *testing.T, b *bundle, kind string, timeout time.Duration) *
 	t.Cleanup(c.Stop)
 	r := &Runtime{c: c}
 	k := &kindWorker{kind: kind, opts: WorkerOptions{Timeout: timeout}, slots: newSlots(100), stats: &kindStats{},
-		claims: &sync.Mutex{}, ends: make(chan *ending, 1000)}
+		claims: &sync.Mutex{}, claimGroup: &claimGroup{}, ends: make(chan *ending, 1000)}
 	cp, err := newCapacity(r, k)
 	require.NoError(t, err)
 	k.capacity = cp
@@ -124,7 +124,7 @@ func TestPlaceLeaseModel(t *testing.T) {
 				partOf[j.ID] = part
 				tasks[i] = task{job: j, e: &envelope{Partition: part}}
 			}
-			kept := nd.r.claimPartitions(b.ctx, b.ctx, nd.k, tasks)
+			kept := nd.r.claimPartitions(b.ctx, b.ctx, nd.k, tasks, nil)
 			fetched, started = fetched+len(tasks), started+len(kept)
 			nd.running = append(nd.running, kept...)
 		case op < 13 && len(nd.running) > 0 && !nd.dead:
@@ -208,7 +208,7 @@ func TestPlaceLeaseModel(t *testing.T) {
 		for i, j := range jobs {
 			tasks[i] = task{job: j, e: &envelope{Partition: j.ID[len(j.ID)-1:]}}
 		}
-		for _, tk := range nd.r.claimPartitions(b.ctx, b.ctx, nd.k, tasks) {
+		for _, tk := range nd.r.claimPartitions(b.ctx, b.ctx, nd.k, tasks, nil) {
 			got[tk.e.Partition]++
 		}
 	}

@@ -422,13 +422,16 @@ func (r *Runtime) fetch(ctx context.Context, p *pool) {
 		for i, j := range jobs {
 			tasks[i] = r.prepare(k, j)
 		}
-		for _, t := range r.claimPartitions(ctx, p.hardCtx, k, tasks) {
+		start := func(t task) {
 			select {
 			case p.jobs <- t: // an idle runner takes it
 			default:
 				r.running.Add(1)
 				go r.runner(p, t)
 			}
+		}
+		for _, t := range r.claimPartitions(ctx, p.hardCtx, k, tasks, start) {
+			start(t)
 		}
 	}
 }

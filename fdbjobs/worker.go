@@ -265,6 +265,10 @@ type kindWorker struct {
 	// claims read and write the same partitions' keys, so that two at
 	// once would make one of them fail and run again.
 	claims *sync.Mutex
+	// claimGroup gathers the claims of the kind's fetchers on the
+	// Runtime into shared transactions (claimgroup.go; one per Runtime,
+	// as ends).
+	claimGroup *claimGroup
 	// runTime is the run time of the kind's jobs not yet charged, for
 	// fair shares by run time (charge.go; one per Runtime, as ends).
 	runTime *runTimeCharges
@@ -416,6 +420,7 @@ func (ws *Workers) snapshot() []*kindWorker {
 		c.slots = newSlots(c.opts.Concurrency)
 		c.stats = &kindStats{}
 		c.claims = &sync.Mutex{}
+		c.claimGroup = &claimGroup{}
 		c.runTime = newRunTimeCharges()
 		c.retainFinished = &atomic.Int64{}
 		c.retainFinished.Store(int64(c.opts.RetainFinished))

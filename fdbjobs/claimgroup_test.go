@@ -1,0 +1,78 @@
+package fdbjobs
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fdbrep/fdbrep/internal/testutil"
+)
+
+// The calls that come while a claim transaction runs share the next one,
+// in order, of the same way of granting and up to max claims; the others
+// wait for a later one; each call gets its own transaction's error.
+func TestClaimGroup(t *testing.T) {
+	g := &claimGroup{}
+	var mu sync.Mutex
+	var runs [][]string // the jobs of each run
+	release := make(chan struct{})
+	run := func(claims []*claim, leasing bool) error {
+		mu.Lock()
+		n := len(runs)
+		var ids []string
+		for _, cl := range claims {
+			ids = append(ids, cl.job.ID)
+		}
+		runs = append(runs, ids)
+		mu.Unlock()
+		if n == 0 {
+			<-release
+		}
+		return fmt.Errorf("run %d", n)
+	}
+	call := func(leasing bool, ids ...string) *claimCall {
+		c := &claimCall{leasing: leasing}
+		for _, id := range ids {
+			c.claims = append(c.claims, &claim{job: &Job{ID: id}})
+		}
+		return c
+	}
+	a, b, c, d, e := call(false, "a"), call(false, "b1", "b2"), call(true, "c"), call(false, "d1", "d2"), call(false, "e1", "e2", "e3")
+	errs := make(map[*claimCall]error)
+	var wg sync.WaitGroup
+	do := func(cl *claimCall) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := g.claim(cl, 4, run)
+			mu.Lock()
+			errs[cl] = err
+			mu.Unlock()
+		}()
+	}
+	do(a)
+	testutil.Eventually(t, "a's transaction runs", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(runs) == 1
+	})
+	for _, cl := range []*claimCall{b, c, d, e} {
+		do(cl)
+		testutil.Eventually(t, "the call waits", func() bool {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return len(g.waiting) > 0 && g.waiting[len(g.waiting)-1] == cl
+		})
+	}
+	close(release)
+	wg.Wait()
+
+	require.Equal(t, [][]string{{"a"}, {"b1", "b2", "d1", "d2"}, {"c"}, {"e1", "e2", "e3"}}, runs)
+	for cl, want := range map[*claimCall]string{a: "run 0", b: "run 1", d: "run 1", c: "run 2", e: "run 3"} {
+		require.EqualError(t, errs[cl], want)
+	}
+	require.Empty(t, g.waiting)
+	require.False(t, g.leading)
+}
