@@ -55,6 +55,11 @@ type partClaims struct {
 	// overflow: as many entries as read, maybe more; leaseOverflow: as
 	// many records of leased places (partLeasesScan).
 	overflow, leaseOverflow bool
+	// claims is the claim's jobs in the partition; runningFut and
+	// leasesFut, the reads of its running set and Runtimes' records when
+	// its count does not do for them (prefetch), nil until sent.
+	claims                int
+	runningFut, leasesFut kv.RangeResult
 	// The partition's starts (PerSecond): the theoretical time of its
 	// next start (PARTITION_STARTS, µs since the epoch; a snapshot read,
 	// as only claims write it), once read, and the jobs this attempt sent
@@ -92,6 +97,41 @@ type partClaims struct {
 	// wakes counts the waiting jobs the places of dead Runtimes woke, in
 	// every partition of the claim (placeWakes at most).
 	wakes *int
+}
+
+// readCount reads pc's count, once per attempt.
+func (pc *partClaims) readCount() error {
+	if pc.known {
+		return nil
+	}
+	v, err := pc.countFut.Get()
+	if err != nil {
+		return err
+	}
+	if n := kv.DecodeInt64(v); len(v) == 8 && n >= 0 {
+		pc.count, pc.tracked = n, true
+	}
+	pc.known = true
+	return nil
+}
+
+// prefetch sends at once, in tr, the range reads that countPartClaims will
+// make of the partitions of parts whose count does not do for their claims
+// under limit places (absent, below 0, or reaching the limit: new or full
+// partitions): each is a round trip, and a claim may find hundreds.
+func (c *Client) prefetch(tr kv.Transaction, kind string, parts map[string]*partClaims, limit int) error {
+	for part, pc := range parts {
+		if err := pc.readCount(); err != nil {
+			return err
+		}
+		if pc.tracked && pc.count+int64(pc.claims) <= int64(limit) || pc.runningFut != nil {
+			continue
+		}
+		begin, end := c.k.root.Sub(keyPartRunning, kind, part).FDBRangeKeys()
+		pc.runningFut = tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: limit + partitionScanExtra + 1})
+		pc.leasesFut = tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyPartLeased, kind, part}), kv.RangeOptions{Limit: partLeasesScan + 1})
+	}
+	return nil
 }
 
 // waiting reports whether jobs of pc's partition may wait.
@@ -174,6 +214,7 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 				}
 				parts[cl.part] = pc
 			}
+			parts[cl.part].claims++
 		}
 	}
 	apply := func(tr kv.Transaction, j *Job, r *row, _ []byte, seen *tuple.Versionstamp) (*row, bool, error) {
@@ -195,6 +236,11 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 			limitRead = true
 			if leasing = pl != nil && lim.Running > 0 && lim.PerSecond == 0; leasing {
 				fenceErr = fence()
+			}
+			if lim.Running > 0 && fenceErr == nil {
+				if err := c.prefetch(tr, kind, parts, lim.Running); err != nil {
+					return nil, false, err
+				}
 			}
 		}
 		if leasing && fenceErr != nil {
@@ -331,15 +377,8 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 // free for it (limit places), reading pc's count, or its entries when the
 // count does not do.
 func (c *Client) placeFree(tr kv.Transaction, kind, part, id string, pc *partClaims, limit int) (own, free bool, err error) {
-	if !pc.known {
-		v, err := pc.countFut.Get()
-		if err != nil {
-			return false, false, err
-		}
-		if n := kv.DecodeInt64(v); len(v) == 8 && n >= 0 {
-			pc.count, pc.tracked = n, true
-		}
-		pc.known = true
+	if err := pc.readCount(); err != nil {
+		return false, false, err
 	}
 	if !pc.tracked || pc.count >= int64(limit) {
 		if err := c.countPartClaims(tr, kind, part, pc, limit); err != nil {
@@ -353,75 +392,6 @@ func (c *Client) placeFree(tr kv.Transaction, kind, part, id string, pc *partCla
 		return false, pc.live < limit && !pc.overflow && !pc.leaseOverflow, nil
 	}
 	return false, pc.count < int64(limit), nil
-}
-
-// waitForPlace sends job j (row r) of partition part back to wait for a
-// place: it enters the waiting set, counting the looks that found the
-// partition full since it was last woken (each doubles its wait), and the
-// partition's hint, and goes back to the queue until wait(looks), not as
-// an attempt.
-func (c *Client) waitForPlace(tr kv.Transaction, j *Job, r *row, part string, seen *tuple.Versionstamp,
-	wait func(looks int64) int64) (*row, bool, error) {
-	looks, err := c.enterWaiting(tr, j.Type, part, j.ID)
-	if err != nil {
-		return nil, false, err
-	}
-	r.resubmit, r.stime = true, wait(looks)
-	return c.finishRow(tr, j, r, nil, seen)
-}
-
-func (k keys) partQueueKey(kind, part string, since int64, id string) kv.Key {
-	return k.root.Pack(tuple.Tuple{keyPartQueue, kind, part, since, id})
-}
-
-// decodeWaiting decodes a PARTITION_WAITING value: the looks, and the
-// entry's place in PARTITION_QUEUE (since, µs) when it has one (an entry
-// an earlier version wrote has none).
-func decodeWaiting(v []byte) (looks, since int64, queued bool) {
-	t, err := tuple.Unpack(v)
-	if err != nil || len(t) < 1 || len(t) > 2 {
-		return 0, 0, false
-	}
-	looks, _ = intElem(t[0])
-	if len(t) == 2 {
-		since, queued = intElem(t[1])
-	}
-	return looks, since, queued
-}
-
-// enterWaiting records, in tr, that job id of kind waits for a place in
-// part: its PARTITION_WAITING entry counts one look more, it keeps its
-// place in the partition's queue (or takes one at the end: now), and the
-// partition's hint is added to. It returns the looks before this one.
-func (c *Client) enterWaiting(tr kv.Transaction, kind, part, id string) (int64, error) {
-	wk := c.k.partWaitingKey(kind, part, id)
-	wv, err := tr.Get(wk).Get()
-	if err != nil {
-		return 0, err
-	}
-	looks, since, queued := decodeWaiting(wv)
-	if !queued {
-		since = c.cfg.Clock.Now().UnixMicro()
-		tr.Set(c.k.partQueueKey(kind, part, since, id), nil)
-	}
-	tr.Set(wk, tuple.Tuple{looks + 1, since}.Pack())
-	tr.Add(c.k.partHintKey(kind, part), one)
-	return looks, nil
-}
-
-// leaveWaiting clears, in tr, job id's PARTITION_WAITING entry in part and
-// its place in the queue, if it has them.
-func (c *Client) leaveWaiting(tr kv.Transaction, kind, part, id string) error {
-	wk := c.k.partWaitingKey(kind, part, id)
-	wv, err := tr.Get(wk).Get()
-	if err != nil || wv == nil {
-		return err
-	}
-	tr.Clear(wk)
-	if _, since, queued := decodeWaiting(wv); queued {
-		tr.Clear(c.k.partQueueKey(kind, part, since, id))
-	}
-	return nil
 }
 
 // takeStart takes one of part's starts (lim.PerSecond > 0) at now, or
@@ -492,9 +462,13 @@ func (c *Client) countPartClaims(tr kv.Transaction, kind, part string, pc *partC
 // partitionScanExtra entries more at most (a set with that many counts as
 // full until checked). Until checked, every entry counts as a running job.
 func (c *Client) readPartClaims(tr kv.Transaction, kind, part string, pc *partClaims, limit int) error {
-	begin, end := c.k.root.Sub(keyPartRunning, kind, part).FDBRangeKeys()
 	scan := limit + partitionScanExtra + 1
-	kvs, err := tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: scan}).GetSliceWithError()
+	rr := pc.runningFut
+	if rr == nil {
+		begin, end := c.k.root.Sub(keyPartRunning, kind, part).FDBRangeKeys()
+		rr = tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: scan})
+	}
+	kvs, err := rr.GetSliceWithError()
 	if err != nil {
 		return err
 	}
@@ -568,8 +542,11 @@ const partLeasesScan = 1000
 // waiting jobs (placeWakes at most). Past partLeasesScan records the
 // partition counts as full.
 func (c *Client) readPartLeases(tr kv.Transaction, kind, part string, pc *partClaims) (err error) {
-	rg := prefixRange(c.k.root, tuple.Tuple{keyPartLeased, kind, part})
-	kvs, err := tr.GetRange(rg, kv.RangeOptions{Limit: partLeasesScan + 1}).GetSliceWithError()
+	rr := pc.leasesFut
+	if rr == nil {
+		rr = tr.GetRange(prefixRange(c.k.root, tuple.Tuple{keyPartLeased, kind, part}), kv.RangeOptions{Limit: partLeasesScan + 1})
+	}
+	kvs, err := rr.GetSliceWithError()
 	if err != nil {
 		return err
 	}

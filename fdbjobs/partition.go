@@ -509,3 +509,72 @@ func (c *Client) wakeWaiter(tr kv.Transaction, kind, part, wid string, qk kv.Key
 	}
 	return false, nil
 }
+
+// waitForPlace sends job j (row r) of partition part back to wait for a
+// place: it enters the waiting set, counting the looks that found the
+// partition full since it was last woken (each doubles its wait), and the
+// partition's hint, and goes back to the queue until wait(looks), not as
+// an attempt.
+func (c *Client) waitForPlace(tr kv.Transaction, j *Job, r *row, part string, seen *tuple.Versionstamp,
+	wait func(looks int64) int64) (*row, bool, error) {
+	looks, err := c.enterWaiting(tr, j.Type, part, j.ID)
+	if err != nil {
+		return nil, false, err
+	}
+	r.resubmit, r.stime = true, wait(looks)
+	return c.finishRow(tr, j, r, nil, seen)
+}
+
+func (k keys) partQueueKey(kind, part string, since int64, id string) kv.Key {
+	return k.root.Pack(tuple.Tuple{keyPartQueue, kind, part, since, id})
+}
+
+// decodeWaiting decodes a PARTITION_WAITING value: the looks, and the
+// entry's place in PARTITION_QUEUE (since, µs) when it has one (an entry
+// an earlier version wrote has none).
+func decodeWaiting(v []byte) (looks, since int64, queued bool) {
+	t, err := tuple.Unpack(v)
+	if err != nil || len(t) < 1 || len(t) > 2 {
+		return 0, 0, false
+	}
+	looks, _ = intElem(t[0])
+	if len(t) == 2 {
+		since, queued = intElem(t[1])
+	}
+	return looks, since, queued
+}
+
+// enterWaiting records, in tr, that job id of kind waits for a place in
+// part: its PARTITION_WAITING entry counts one look more, it keeps its
+// place in the partition's queue (or takes one at the end: now), and the
+// partition's hint is added to. It returns the looks before this one.
+func (c *Client) enterWaiting(tr kv.Transaction, kind, part, id string) (int64, error) {
+	wk := c.k.partWaitingKey(kind, part, id)
+	wv, err := tr.Get(wk).Get()
+	if err != nil {
+		return 0, err
+	}
+	looks, since, queued := decodeWaiting(wv)
+	if !queued {
+		since = c.cfg.Clock.Now().UnixMicro()
+		tr.Set(c.k.partQueueKey(kind, part, since, id), nil)
+	}
+	tr.Set(wk, tuple.Tuple{looks + 1, since}.Pack())
+	tr.Add(c.k.partHintKey(kind, part), one)
+	return looks, nil
+}
+
+// leaveWaiting clears, in tr, job id's PARTITION_WAITING entry in part and
+// its place in the queue, if it has them.
+func (c *Client) leaveWaiting(tr kv.Transaction, kind, part, id string) error {
+	wk := c.k.partWaitingKey(kind, part, id)
+	wv, err := tr.Get(wk).Get()
+	if err != nil || wv == nil {
+		return err
+	}
+	tr.Clear(wk)
+	if _, since, queued := decodeWaiting(wv); queued {
+		tr.Clear(c.k.partQueueKey(kind, part, since, id))
+	}
+	return nil
+}
