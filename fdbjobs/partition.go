@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -305,6 +306,20 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 		k.claims.Lock()
 		defer k.claims.Unlock()
 		if pl != nil {
+			// A place the Runtime holds may have come free since the
+			// fetch (a job of the partition ended): it does without the
+			// store.
+			limit := pl.limit()
+			claims = slices.DeleteFunc(claims, func(cl *claim) bool {
+				if pl.take(cl.part, limit) {
+					cl.granted, cl.leased = true, true
+					return true
+				}
+				return false
+			})
+			if len(claims) == 0 {
+				return nil
+			}
 			// Its partitions' records swept, should the claim commit unseen.
 			pl.track(claims)
 		}
