@@ -28,16 +28,15 @@ type claimCall struct {
 	// only calls alike share a transaction.
 	leasing bool
 	// wake is sent to once, under the group's mu, when the call's
-	// transaction ended (err set) or when it is to lead (lead set).
+	// transaction ended or when it is to lead (lead set).
 	wake chan struct{}
 	lead bool
-	err  error
 }
 
 // claim runs c's claims in a transaction of its group, run (with every
-// claim of the group, and whether they lease), and returns its error; the
-// claims' own outcomes are in them.
-func (g *claimGroup) claim(c *claimCall, max int, run func(claims []*claim, leasing bool) error) error {
+// claim of the group, and whether they lease), which leaves each claim's
+// outcome in it.
+func (g *claimGroup) claim(c *claimCall, max int, run func(claims []*claim, leasing bool)) {
 	c.wake = make(chan struct{}, 1)
 	g.mu.Lock()
 	g.waiting = append(g.waiting, c)
@@ -45,7 +44,7 @@ func (g *claimGroup) claim(c *claimCall, max int, run func(claims []*claim, leas
 		g.mu.Unlock()
 		<-c.wake
 		if !c.lead {
-			return c.err
+			return
 		}
 		g.mu.Lock()
 	}
@@ -57,12 +56,11 @@ func (g *claimGroup) claim(c *claimCall, max int, run func(claims []*claim, leas
 	for _, gc := range group {
 		all = append(all, gc.claims...)
 	}
-	err := run(all, c.leasing)
+	run(all, c.leasing)
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, gc := range group[1:] {
-		gc.err = err
 		gc.wake <- struct{}{}
 	}
 	if len(g.waiting) > 0 {
@@ -72,7 +70,6 @@ func (g *claimGroup) claim(c *claimCall, max int, run func(claims []*claim, leas
 	} else {
 		g.leading = false
 	}
-	return err
 }
 
 // take removes from waiting and returns lead (first) and the calls

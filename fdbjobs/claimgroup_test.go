@@ -12,13 +12,13 @@ import (
 
 // The calls that come while a claim transaction runs share the next one,
 // in order, of the same way of granting and up to max claims; the others
-// wait for a later one; each call gets its own transaction's error.
+// wait for a later one; each call returns once its own transaction ran.
 func TestClaimGroup(t *testing.T) {
 	g := &claimGroup{}
 	var mu sync.Mutex
 	var runs [][]string // the jobs of each run
 	release := make(chan struct{})
-	run := func(claims []*claim, leasing bool) error {
+	run := func(claims []*claim, leasing bool) {
 		mu.Lock()
 		n := len(runs)
 		var ids []string
@@ -27,10 +27,12 @@ func TestClaimGroup(t *testing.T) {
 		}
 		runs = append(runs, ids)
 		mu.Unlock()
+		for _, cl := range claims {
+			cl.err = fmt.Errorf("run %d", n)
+		}
 		if n == 0 {
 			<-release
 		}
-		return fmt.Errorf("run %d", n)
 	}
 	call := func(leasing bool, ids ...string) *claimCall {
 		c := &claimCall{leasing: leasing}
@@ -40,16 +42,12 @@ func TestClaimGroup(t *testing.T) {
 		return c
 	}
 	a, b, c, d, e := call(false, "a"), call(false, "b1", "b2"), call(true, "c"), call(false, "d1", "d2"), call(false, "e1", "e2", "e3")
-	errs := make(map[*claimCall]error)
 	var wg sync.WaitGroup
 	do := func(cl *claimCall) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := g.claim(cl, 4, run)
-			mu.Lock()
-			errs[cl] = err
-			mu.Unlock()
+			g.claim(cl, 4, run)
 		}()
 	}
 	do(a)
@@ -71,7 +69,9 @@ func TestClaimGroup(t *testing.T) {
 
 	require.Equal(t, [][]string{{"a"}, {"b1", "b2", "d1", "d2"}, {"c"}, {"e1", "e2", "e3"}}, runs)
 	for cl, want := range map[*claimCall]string{a: "run 0", b: "run 1", d: "run 1", c: "run 2", e: "run 3"} {
-		require.EqualError(t, errs[cl], want)
+		for _, c := range cl.claims {
+			require.EqualError(t, c.err, want) // its transaction's outcome, seen by its caller
+		}
 	}
 	require.Empty(t, g.waiting)
 	require.False(t, g.leading)

@@ -21,7 +21,13 @@ type claim struct {
 	// leased: the place granted is one of the Runtime's leased places
 	// (placelease.go), not an entry of the job's own.
 	leased bool
-	err    error
+	// retaken: granted a place the Runtime held, come free since the
+	// fetch, before the claim's transaction (Runtime.claimPartitions).
+	retaken bool
+	err     error
+	// failed is the error of the transaction that was to claim for it
+	// (Runtime.claimPartitions): none of its outcomes stand.
+	failed error
 }
 
 // leaseWrite is what a claim that leases places wrote of one partition:
@@ -60,6 +66,10 @@ type partClaims struct {
 	// its count does not do for them (prefetch), nil until sent.
 	claims                int
 	runningFut, leasesFut kv.RangeResult
+	// wrote: the attempt wrote an entry of the running set, which a read
+	// sent before it (FoundationDB's client sends a range read's first
+	// batch at once) would not see.
+	wrote bool
 	// The partition's starts (PerSecond): the theoretical time of its
 	// next start (PARTITION_STARTS, µs since the epoch; a snapshot read,
 	// as only claims write it), once read, and the jobs this attempt sent
@@ -306,6 +316,7 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 				cl.leased = true
 			} else {
 				tr.Set(c.k.partRunningKey(kind, cl.part, j.ID), nil)
+				pc.wrote = true
 			}
 			if w, err := pc.waiting(); err != nil {
 				return nil, false, err
@@ -464,7 +475,7 @@ func (c *Client) countPartClaims(tr kv.Transaction, kind, part string, pc *partC
 func (c *Client) readPartClaims(tr kv.Transaction, kind, part string, pc *partClaims, limit int) error {
 	scan := limit + partitionScanExtra + 1
 	rr := pc.runningFut
-	if rr == nil {
+	if rr == nil || pc.wrote {
 		begin, end := c.k.root.Sub(keyPartRunning, kind, part).FDBRangeKeys()
 		rr = tr.GetRange(kv.KeyRange{Begin: begin, End: end}, kv.RangeOptions{Limit: scan})
 	}

@@ -287,7 +287,28 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 		pl = nil // no places to lease: a limit of starts, or none known
 	}
 	call := &claimCall{claims: claims, leasing: pl != nil}
-	err := k.claimGroup.claim(call, k.opts.FetchBatch, func(claims []*claim, leasing bool) error {
+	k.claimGroup.claim(call, k.opts.FetchBatch, func(claims []*claim, leasing bool) {
+		pl := pl
+		if !leasing {
+			pl = nil
+		}
+		k.claims.Lock()
+		defer k.claims.Unlock()
+		if pl != nil {
+			// A place the Runtime holds may have come free since the
+			// fetch (a job of the partition ended): the job takes it as
+			// a job whose fetch found it does, without the store.
+			limit := pl.limit()
+			claims = slices.DeleteFunc(claims, func(cl *claim) bool {
+				cl.retaken = pl.take(cl.part, limit)
+				return cl.retaken
+			})
+			if len(claims) == 0 {
+				return
+			}
+			// Its partitions' records swept, should the claim commit unseen.
+			pl.track(claims)
+		}
 		first := earliestHold(len(claims), func(i int) *Job { return claims[i].job })
 		hctx, cancel := first.HoldContext(ctx)
 		defer cancel()
@@ -299,41 +320,30 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 			}
 			return r.c.cfg.stime(now.Add(d))
 		}
-		pl := pl
-		if !leasing {
-			pl = nil
-		}
-		k.claims.Lock()
-		defer k.claims.Unlock()
-		if pl != nil {
-			// A place the Runtime holds may have come free since the
-			// fetch (a job of the partition ended): it does without the
-			// store.
-			limit := pl.limit()
-			claims = slices.DeleteFunc(claims, func(cl *claim) bool {
-				if pl.take(cl.part, limit) {
-					cl.granted, cl.leased = true, true
-					return true
-				}
-				return false
-			})
-			if len(claims) == 0 {
-				return nil
+		// A job twice in a group (its hold lapsed while its claim waited,
+		// and another fetch took it again) goes in a transaction of its
+		// own: a batch takes each job once.
+		for len(claims) > 0 {
+			var round []*claim
+			round, claims = onceEach(claims)
+			writes, err := r.c.claimPartitions(hctx, round, wait, pl)
+			for part, w := range writes {
+				pl.granted(part, w)
 			}
-			// Its partitions' records swept, should the claim commit unseen.
-			pl.track(claims)
+			if err != nil {
+				for _, cl := range append(round, claims...) {
+					cl.failed = err
+				}
+				return
+			}
 		}
-		writes, err := r.c.claimPartitions(hctx, claims, wait, pl)
-		for part, w := range writes {
-			pl.granted(part, w)
-		}
-		return err
 	})
-	if pl != nil && err == nil && !k.capacity.leased.Load() {
+	if pl != nil && !k.capacity.leased.Load() {
 		// The lease lapsed meanwhile: its places may go to others a
-		// Timeout on, so the jobs granted them do not start.
+		// Timeout on, so the jobs granted them do not start (those that
+		// took a place the Runtime held run, as those of the fetch do).
 		for _, cl := range claims {
-			if cl.granted && cl.leased {
+			if cl.granted && cl.leased && !cl.retaken && cl.failed == nil {
 				pl.release(cl.part)
 				cl.granted, cl.leased, cl.err = false, false, ErrCapacityLapsed
 			}
@@ -344,15 +354,18 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 	for i, cl := range claims {
 		t := tasks[of[i]]
 		switch {
-		case err != nil:
+		case cl.retaken:
+			tasks[of[i]].leased = true // whatever became of the others' claims
+			continue
+		case cl.failed != nil:
 			// Handed back, also when Stop cut the claim short: the job
 			// was accepted, and would stay running until the activity
 			// monitor took it back.
 			if ctx.Err() == nil {
-				r.c.cfg.Logger.Warn().Err(err).Str("kind", k.kind).Str("job", t.job.ID).
+				r.c.cfg.Logger.Warn().Err(cl.failed).Str("kind", k.kind).Str("job", t.job.ID).
 					Msg("fdbjobs: runtime: claiming a place in the job's partition; handed back")
 			}
-			r.end(hardCtx, k, t, t.e, err, true)
+			r.end(hardCtx, k, t, t.e, cl.failed, true)
 		case cl.granted:
 			tasks[of[i]].leased = cl.leased
 			continue
@@ -592,4 +605,19 @@ func (c *Client) leaveWaiting(tr kv.Transaction, kind, part, id string) error {
 		tr.Clear(c.k.partQueueKey(kind, part, since, id))
 	}
 	return nil
+}
+
+// onceEach splits claims into those of their jobs' first claims, in order,
+// and the rest.
+func onceEach(claims []*claim) (once, rest []*claim) {
+	seen := make(map[string]bool, len(claims))
+	for _, cl := range claims {
+		if seen[cl.job.ID] {
+			rest = append(rest, cl)
+			continue
+		}
+		seen[cl.job.ID] = true
+		once = append(once, cl)
+	}
+	return once, rest
 }

@@ -684,3 +684,47 @@ func TestStopDuringClaimsHandsBack(t *testing.T) {
 		cancel()
 	}
 }
+
+// One claim of several jobs of a partition whose count reaches the limit
+// on the way counts the entries it wrote before it: the running set read
+// then (on FoundationDB sent ahead, with the partition's other reads)
+// holds them. A limit of 2 with one job running grants one of two.
+func TestPartitionClaimCountsItsOwnEntries(t *testing.T) {
+	b := setup(t)
+	b.start(t)
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, Limit{Running: 2}))
+	testutil.Eventually(t, "the Client read the limit", func() bool {
+		m := b.c.infos.Load()
+		return m != nil && (*m)[t1].partLimit == 2
+	})
+	for i := range 3 {
+		b.add(t, t1, fmt.Sprintf("j%d", i), `{"args":{}}`, 0)
+	}
+	var claims []*claim
+	for range 3 {
+		claims = append(claims, &claim{job: b.accept(t, t1), part: "p"})
+	}
+	wait := func(int64) int64 { return b.c.cfg.now() + 1000 }
+	_, err := b.c.claimPartitions(b.ctx, claims[:1], wait, nil) // the count: 1
+	require.NoError(t, err)
+	require.True(t, claims[0].granted)
+	_, err = b.c.claimPartitions(b.ctx, claims[1:], wait, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, countGranted(claims[1:]), "2 places, 3 jobs")
+	n, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (int64, error) {
+		v, err := tr.Get(b.c.k.partCountKey(t1, "p")).Get()
+		return kv.DecodeInt64(v), err
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+}
+
+func countGranted(claims []*claim) int {
+	n := 0
+	for _, cl := range claims {
+		if cl.granted {
+			n++
+		}
+	}
+	return n
+}
