@@ -351,24 +351,14 @@ func heldTimeout(t *testing.T) time.Duration {
 func TestPartitionClaimReadsPastALaggingLimit(t *testing.T) {
 	b := setup(t)
 	b.start(t)
-	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, Limit{Running: 1}))
-	testutil.Eventually(t, "the Client read the limit", func() bool {
-		m := b.c.infos.Load()
-		return m != nil && (*m)[t1].partLimit == 1
-	})
+	setPartLimit(t, b, 1)
 	// Raised behind the Client's back: no types version bump.
 	_, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
 		tr.Set(b.c.k.partLimitKey(t1), tuple.Tuple{int64(100)}.Pack())
 		return struct{}{}, nil
 	})
 	require.NoError(t, err)
-	for i := range 41 {
-		b.add(t, t1, fmt.Sprintf("j%02d", i), `{"args":{}}`, 0)
-	}
-	var claims []*claim
-	for range 41 {
-		claims = append(claims, &claim{job: b.accept(t, t1), part: "p"})
-	}
+	claims := acceptClaims(t, b, 41)
 	wait := func(int64) int64 { return b.c.cfg.now() + 1000 }
 	_, err = b.c.claimPartitions(b.ctx, claims[:40], wait, nil)
 	require.NoError(t, err)
@@ -692,18 +682,8 @@ func TestStopDuringClaimsHandsBack(t *testing.T) {
 func TestPartitionClaimCountsItsOwnEntries(t *testing.T) {
 	b := setup(t)
 	b.start(t)
-	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, Limit{Running: 2}))
-	testutil.Eventually(t, "the Client read the limit", func() bool {
-		m := b.c.infos.Load()
-		return m != nil && (*m)[t1].partLimit == 2
-	})
-	for i := range 3 {
-		b.add(t, t1, fmt.Sprintf("j%d", i), `{"args":{}}`, 0)
-	}
-	var claims []*claim
-	for range 3 {
-		claims = append(claims, &claim{job: b.accept(t, t1), part: "p"})
-	}
+	setPartLimit(t, b, 2)
+	claims := acceptClaims(t, b, 3)
 	wait := func(int64) int64 { return b.c.cfg.now() + 1000 }
 	_, err := b.c.claimPartitions(b.ctx, claims[:1], wait, nil) // the count: 1
 	require.NoError(t, err)
@@ -727,4 +707,26 @@ func countGranted(claims []*claim) int {
 		}
 	}
 	return n
+}
+
+// setPartLimit sets t1's partition limit to n running jobs and waits until
+// b's Client read it.
+func setPartLimit(t *testing.T, b *bundle, n int) {
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, Limit{Running: n}))
+	testutil.Eventually(t, "the Client read the limit", func() bool {
+		m := b.c.infos.Load()
+		return m != nil && (*m)[t1].partLimit == n
+	})
+}
+
+// acceptClaims adds n jobs of t1 and accepts them, as claims in partition p.
+func acceptClaims(t *testing.T, b *bundle, n int) []*claim {
+	for i := range n {
+		b.add(t, t1, fmt.Sprintf("j%02d", i), `{"args":{}}`, 0)
+	}
+	var claims []*claim
+	for range n {
+		claims = append(claims, &claim{job: b.accept(t, t1), part: "p"})
+	}
+	return claims
 }
