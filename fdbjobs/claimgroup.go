@@ -34,9 +34,9 @@ type claimCall struct {
 }
 
 // claim runs c's claims in a transaction of its group, run (with every
-// claim of the group, and whether they lease), which leaves each claim's
-// outcome in it.
-func (g *claimGroup) claim(c *claimCall, max int, run func(claims []*claim, leasing bool)) {
+// claim of the group, all of them leasing as c's do: run is c's own), which
+// leaves each claim's outcome in it.
+func (g *claimGroup) claim(c *claimCall, max int, run func(claims []*claim)) {
 	c.wake = make(chan struct{}, 1)
 	g.mu.Lock()
 	g.waiting = append(g.waiting, c)
@@ -56,7 +56,7 @@ func (g *claimGroup) claim(c *claimCall, max int, run func(claims []*claim, leas
 	for _, gc := range group {
 		all = append(all, gc.claims...)
 	}
-	run(all, c.leasing)
+	run(all)
 
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -18,7 +18,7 @@ func TestClaimGroup(t *testing.T) {
 	var mu sync.Mutex
 	var runs [][]string // the jobs of each run
 	release := make(chan struct{})
-	run := func(claims []*claim, leasing bool) {
+	run := func(claims []*claim) {
 		mu.Lock()
 		n := len(runs)
 		var ids []string

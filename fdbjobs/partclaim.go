@@ -304,19 +304,14 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 			}
 		}
 		if lim.Running > 0 && !own {
-			if leasing {
-				if pc.leased == 0 {
-					v, err := pc.leasedFut.Get()
-					if err != nil {
-						return nil, false, err
-					}
-					pc.leasedStored = int(kv.DecodeInt64(v))
+			// Reads first: a job whose read fails (its own error, not the
+			// transaction's) is granted nothing, counted nowhere.
+			if leasing && pc.leased == 0 {
+				v, err := pc.leasedFut.Get()
+				if err != nil {
+					return nil, false, err
 				}
-				pc.leased++
-				cl.leased = true
-			} else {
-				tr.Set(c.k.partRunningKey(kind, cl.part, j.ID), nil)
-				pc.wrote = true
+				pc.leasedStored = int(kv.DecodeInt64(v))
 			}
 			if w, err := pc.waiting(); err != nil {
 				return nil, false, err
@@ -326,16 +321,23 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 					return nil, false, err
 				}
 			}
-			if pc.tracked {
-				if !leasing {
+			if leasing {
+				pc.leased++
+				cl.leased = true
+			} else {
+				tr.Set(c.k.partRunningKey(kind, cl.part, j.ID), nil)
+				pc.wrote = true
+				if pc.tracked {
 					tr.Add(c.k.partCountKey(kind, cl.part), one)
 				}
+				if pc.ranged {
+					pc.entries[j.ID] = true
+				}
+			}
+			if pc.tracked {
 				pc.count++
 			}
 			if pc.ranged {
-				if !leasing {
-					pc.entries[j.ID] = true
-				}
 				pc.live++
 			}
 		}

@@ -287,11 +287,7 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 		pl = nil // no places to lease: a limit of starts, or none known
 	}
 	call := &claimCall{claims: claims, leasing: pl != nil}
-	k.claimGroup.claim(call, k.opts.FetchBatch, func(claims []*claim, leasing bool) {
-		pl := pl
-		if !leasing {
-			pl = nil
-		}
+	k.claimGroup.claim(call, k.opts.FetchBatch, func(claims []*claim) {
 		k.claims.Lock()
 		defer k.claims.Unlock()
 		if pl != nil {

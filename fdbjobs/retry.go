@@ -154,7 +154,7 @@ func decodeEnvelope(data json.RawMessage) (*envelope, error) {
 		return &envelope{Args: args}, nil
 	}
 	if rest, p, ok := trailingPartition(data); ok {
-		if args, ok := argsOnly(append(rest[:len(rest):len(rest)], '}')); ok {
+		if args, ok := argsOf(rest); ok {
 			return &envelope{Args: args, Partition: p}, nil
 		}
 	}
@@ -177,11 +177,20 @@ func decodeEnvelope(data json.RawMessage) (*envelope, error) {
 // them. Any other form (more fields, spaces) is not ok, for
 // json.Unmarshal.
 func argsOnly(data []byte) (json.RawMessage, bool) {
-	const prefix = `{"args":`
-	if len(data) < len(prefix)+2 || string(data[:len(prefix)]) != prefix || data[len(data)-1] != '}' {
+	if len(data) == 0 || data[len(data)-1] != '}' {
 		return nil, false
 	}
-	args := data[len(prefix) : len(data)-1]
+	return argsOf(data[:len(data)-1])
+}
+
+// argsOf is argsOnly of an envelope without its closing brace (b), as
+// trailingPartition leaves one.
+func argsOf(b []byte) (json.RawMessage, bool) {
+	const prefix = `{"args":`
+	if len(b) <= len(prefix) || string(b[:len(prefix)]) != prefix {
+		return nil, false
+	}
+	args := b[len(prefix):]
 	// args must be one value: no comma or closing bracket outside strings
 	// at its top level, and its brackets balanced.
 	depth, inString, escaped := 0, false, false
