@@ -28,7 +28,8 @@ import (
 const StartTimeoutDefault = 60 * time.Second
 
 // startAttempts is how often StartPouchDB retries when the process dies before
-// answering, which happens when another process grabbed the free port first.
+// answering or another process answers on its port, which happen when that
+// process grabbed the free port first.
 const startAttempts = 3
 
 // Server is a running pouchdb-server peer. Its methods that take a
@@ -52,6 +53,10 @@ type Server struct {
 	// started by its script); nil for pouchdb-server.
 	halt func()
 	name string // "pouchdb-server" or "CouchDB", for messages
+	// uuid is the server uuid this pouchdb-server was configured with:
+	// waitReady takes only an answer that names it, since another process
+	// that took the free port first answers too ("" for CouchDB).
+	uuid string
 }
 
 // Option configures StartPouchDB.
@@ -153,7 +158,11 @@ func startOnce(dir, bin string, cfg startConfig) (*Server, error) {
 		return nil, err
 	}
 	configPath := filepath.Join(dir, "config.json")
-	conf := map[string]any{"log": map[string]any{"file": filepath.Join(dir, "log.txt")}}
+	uuid := strconv.FormatInt(time.Now().UnixNano(), 16) + strconv.Itoa(os.Getpid())
+	conf := map[string]any{
+		"log":     map[string]any{"file": filepath.Join(dir, "log.txt")},
+		"couchdb": map[string]any{"uuid": uuid},
+	}
 	if cfg.admin != "" {
 		conf["admins"] = map[string]string{cfg.admin: cfg.password}
 	}
@@ -190,6 +199,7 @@ func startOnce(dir, bin string, cfg startConfig) (*Server, error) {
 		cmd:      cmd,
 		exited:   make(chan struct{}),
 		name:     "pouchdb-server",
+		uuid:     uuid,
 	}
 	go func() {
 		s.waitErr = cmd.Wait()
@@ -228,7 +238,8 @@ func (s *Server) adminReady(ctx context.Context) bool {
 
 // waitReady polls GET / until it answers 200 (and, with an admin, until
 // the admin's credentials are taken: adminReady), the process exits or
-// the timeout passes.
+// the timeout passes. A pouchdb-server's answer must name its own uuid: when
+// another process took the port, the one that answers is not ours.
 func (s *Server) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	delay := 20 * time.Millisecond
@@ -236,9 +247,17 @@ func (s *Server) waitReady(timeout time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL()+"/", nil)
 		resp, err := s.client.Do(req)
+		var welcome struct {
+			UUID string `json:"uuid"`
+		}
 		if err == nil {
+			_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&welcome)
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
+			if s.uuid != "" && resp.StatusCode == http.StatusOK && welcome.UUID != s.uuid {
+				cancel()
+				return fmt.Errorf("%s: another process answers on %s (uuid %q)", s.name, s.URL(), welcome.UUID)
+			}
 		}
 		if err == nil && resp.StatusCode == http.StatusOK && (s.admin == "" || s.adminReady(ctx)) {
 			cancel()
