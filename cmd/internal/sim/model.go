@@ -53,7 +53,17 @@ type replicate struct {
 	body     map[string]any
 	gaveUp   bool // the client cancelled its wait
 	deadline time.Time
+	// answered is when a continuous one answered running before its run
+	// started (zero otherwise): the run must start within answeredRun.
+	answered time.Time
 }
+
+// answeredRun bounds the time from a POST /_replicate answering that its
+// continuous replication runs to its run starting. The answer comes once
+// a node's start committed; when that commit's result came back unknown
+// (an injected fault), the node starts the run only once a retry, a
+// backoff later, has found the start made.
+const answeredRun = 5 * time.Second
 
 // timing is what the model's bounds are computed from.
 type timing struct {

@@ -3,9 +3,11 @@ package sim
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -234,6 +236,20 @@ func (r *runner) fail(start time.Time, problems string) *Failure {
 // at some moment while it waited.
 func (r *runner) collect(now time.Time) problems {
 	var p problems
+	for _, n := range slices.Sorted(maps.Keys(r.m.reps)) {
+		rp := r.m.reps[n]
+		if rp.answered.IsZero() {
+			continue
+		}
+		switch {
+		case len(r.w.eng.Runs(rp.src)) > 0 || r.m.diedSince(rp.sent):
+			rp.answered = time.Time{}
+		case now.Sub(rp.answered) > answeredRun:
+			p.add("replicate: POST /_replicate #%d answered running at %s; it has not run since (bound %v)",
+				rp.n, rp.answered.Format(time.TimeOnly), answeredRun)
+			rp.answered = time.Time{}
+		}
+	}
 	for {
 		var res repResult
 		select {
@@ -267,7 +283,7 @@ func (r *runner) collect(now time.Time) problems {
 			// marked the job running and gone before its run started
 			// (the liveness bounds then have it run once taken back).
 			if len(runs) == 0 && !r.m.diedSince(rp.sent) {
-				p.add("replicate: POST /_replicate #%d answered running; it never ran", res.n)
+				rp.answered = now // checked above from now on
 			}
 		case res.status >= 400 && !j.gone.IsZero():
 			// cancelled while the client waited
