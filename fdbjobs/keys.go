@@ -172,9 +172,11 @@ func (k keys) pendingRange(typ string, shard, max int64) kv.KeyRange {
 // touchKey marks the lease of typ keyed by versionstamp vs and token as
 // touched: a row it holds was written other than by an end that took it
 // as known (by Cancel, Resubmit, Remove, the activity monitor, an Update,
-// an end that read it). Until a lease is touched, its holder knows its
-// jobs' rows as its Accept wrote them, and ends them without reading them
-// (batchWith). It is cleared with the lease.
+// an end that read it; not by a claim that sends its job back to the
+// queue, sendBack, after which no end takes that row as known). Until a
+// lease is touched, its holder knows its jobs' rows as its Accept wrote
+// them, and ends them without reading them (batchWith). It is cleared
+// with the lease.
 func (k keys) touchKey(typ string, vs tuple.Versionstamp, token []byte) kv.Key {
 	return k.root.Pack(tuple.Tuple{keyLeaseTouched, typ, vs, token})
 }

@@ -82,6 +82,23 @@ func TestEndsTakeKnownRows(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, 3, n)
 		}, reads: 3, err: ErrHalt, state: Pending, mates: Pending},
+		{name: "sent back by its claim to wait for a place", touch: func(t *testing.T, b *bundle, j *Job) {
+			// A limit of 1 per partition, taken by x (a lease of its own).
+			require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, t1, Limit{Running: 1}))
+			require.NoError(t, b.c.Add(b.ctx, nil, t1, "x", raw(`{}`), 0))
+			x, err := b.c.Accept(b.ctx, t1, AcceptOptions{})
+			require.NoError(t, err)
+			wait := func(int64) int64 { return b.c.cfg.now() + 1000 }
+			claims := []*claim{{job: x, part: "p"}}
+			_, err = b.c.claimPartitions(b.ctx, claims, wait, nil)
+			require.NoError(t, err)
+			require.True(t, claims[0].granted)
+			claims = []*claim{{job: j, part: "p"}}
+			_, err = b.c.claimPartitions(b.ctx, claims, wait, nil)
+			require.NoError(t, err)
+			require.False(t, claims[0].granted, "the partition is full")
+			require.NoError(t, b.c.Finish(b.ctx, nil, x, nil))
+		}, reads: 1, state: Pending}, // j0's end reads its row, its mates' take theirs as known
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, reads := setupRowReads(t)

@@ -299,8 +299,7 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 			if !ok {
 				// No start left in the partition's second: back to the
 				// queue until the next one (not an attempt).
-				r.resubmit, r.stime = true, c.cfg.stime(due)
-				return c.finishRow(tr, j, r, nil, seen)
+				return c.sendBack(tr, j, r, c.cfg.stime(due), seen)
 			}
 		}
 		if lim.Running > 0 && !own {

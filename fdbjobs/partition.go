@@ -545,7 +545,19 @@ func (c *Client) waitForPlace(tr kv.Transaction, j *Job, r *row, part string, se
 	if err != nil {
 		return nil, false, err
 	}
-	r.resubmit, r.stime = true, wait(looks)
+	return c.sendBack(tr, j, r, wait(looks), seen)
+}
+
+// sendBack ends, in a claim's transaction, the run of job j (row r, read
+// there): pending again at stime, not as an attempt. It is an end that
+// read the row, by the job's holder, and marks its lease touched no more
+// than an end that took the row as known would (keys.touch): the
+// touch is for the ends that take a row as known without reading it, and
+// none will take j's: the claim's batch took j's known row and keeps it
+// only for a job it leaves running (batchWith). Marking it would make
+// every end of j's siblings in the lease, in flight, conflict.
+func (c *Client) sendBack(tr kv.Transaction, j *Job, r *row, stime int64, seen *tuple.Versionstamp) (*row, bool, error) {
+	r.resubmit, r.stime, r.holder = true, stime, true
 	return c.finishRow(tr, j, r, nil, seen)
 }
 
