@@ -355,10 +355,10 @@
 // takes jobs up to that handicapped time, each lane up to it less its
 // handicap. A job keeps its priority when it is retried, snoozed,
 // re-enqueued or resubmitted; an Add or Insert of an existing job with a
-// priority changes it. The
-// first job of a new priority reaches acceptors of other Clients once
-// their type-check loop reads LANES (it watches TYPES_VERSION) and wakes
-// them; those of the adding Client, which knows it, at once.
+// priority changes it. The first job of a new priority reaches acceptors
+// of other Clients once their type-check loop reads LANES (it watches
+// TYPES_VERSION) and wakes them; those of the adding Client, which knows
+// it, at once.
 //
 // # Limits
 //
@@ -380,9 +380,8 @@
 // the rate, and it renews at once (50 ms after its last renewal at the
 // soonest) when that slot is taken, so that a burst finds it asking for its
 // Concurrency one transaction later. So no key is written by every accept:
-// accepts read their own Runtime's fence key (a conflict with a Runtime
-// that took the lease back, not with its own renewals) and write nothing
-// for the limit.
+// accepts read their own Runtime's fence key (a conflict with a Runtime that
+// took the lease back, not with its own renewals), write nothing for it.
 //
 // Failure: a lease is the Runtime's for half the Timeout from the start
 // of the renewal that wrote it; when it cannot renew by then, it takes no
@@ -525,13 +524,14 @@
 // whose leaving is uncertain keeps counting; the monitor clears a lease in
 // the transaction that re-enqueues the jobs it still holds.
 //
-// A worker knows its jobs' rows as its Accept wrote them; any other write
-// of a running row (Cancel, Resubmit, Remove, the monitor, an Update, an
-// end that read it) sets its lease's LEASE_TOUCHED key. An end's first
-// attempt, in a transaction of its own, reads the lease's two keys, not
-// the rows: lease there and untouched, it writes the rows it knows (the
-// reads conflict with later touches). Invariant: an end writes a row unread
-// only if the store holds it as known (TestEndsTakeKnownRows, TestKnownEnd…).
+// A worker knows its jobs' rows as its Accept wrote them; any other write of
+// a running row (Cancel, Resubmit, Remove, the monitor, an Update, an end that
+// read it; not a claim sending its job back, whose row no end takes as known
+// after it) sets its lease's LEASE_TOUCHED key. An end's first attempt, in a
+// transaction of its own, reads the lease's two keys, not the rows: lease
+// there and untouched, it writes the rows it knows (the reads conflict with
+// later touches). Invariant: an end writes a row unread only if the store
+// holds it as known (TestEndsTakeKnownRows, TestKnownEnd…).
 //
 // # Activity monitor
 //
