@@ -221,7 +221,11 @@ func testVersionstampConflictRange(t *testing.T, db kv.Database, ks keyspace) {
 	require.NoError(t, err)
 	kvs, err := span.GetRange(r, kv.RangeOptions{}).GetSliceWithError()
 	require.NoError(t, err)
-	require.Len(t, kvs, 1)
+	// old, and under injected faults perhaps a first attempt's key too
+	// (its commit_unknown_result committed): a versionstamped key is not
+	// idempotent.
+	require.NotEmpty(t, kvs)
+	require.Equal(t, kv.Key(old), kvs[len(kvs)-1].Key)
 	point.Set(ks.key("point"), []byte("x"))
 	span.Set(ks.key("span"), []byte("x"))
 
