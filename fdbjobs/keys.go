@@ -118,12 +118,14 @@ type row struct {
 	storedData []byte
 	// storedSeq and storedToken name the lease of a row stored running
 	// (its seq and lock token; nil token: none known): writeRow and
-	// clearRow mark it touched (touchKey) unless an end writes the row it
-	// took as known (holder).
+	// clearRow mark it touched (touchKey) unless its holder ends the run
+	// (holder).
 	storedSeq   tuple.Versionstamp
 	storedToken []byte
 	// holder marks a row an end took as its Accept wrote it (batchWith,
-	// Job.known): a write of it that ends the run touches nothing.
+	// Job.known), or a claim read and sends back (sendBack), after which
+	// no end takes it as known: a write of it that ends the run touches
+	// nothing.
 	holder bool
 }
 
@@ -445,9 +447,9 @@ func (k keys) writeRow(tr kv.Transaction, typ, id string, r *row) {
 }
 
 // touch marks the lease of r's stored row touched (touchKey) unless no
-// lease holds it or an end that took it as known writes it (holder and
-// ends: the row is no longer running), which no other end of the lease's
-// need hear of.
+// lease holds it or its holder ends the run (holder and ends: an end that
+// took the row as known, or a claim's sendBack), which no other end of
+// the lease's need hear of.
 func (k keys) touch(tr kv.Transaction, typ string, r *row, ends bool) {
 	if r.stored != Running || r.storedToken == nil || (r.holder && ends) {
 		return

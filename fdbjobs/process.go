@@ -230,8 +230,9 @@ func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Comple
 			}
 			if lv != nil && tv == nil {
 				// The rows are as their Accept wrote them, and any later
-				// write of one touches the lease (writeRow, clearRow), or
-				// clears it: the reads conflict with it. Another end of
+				// write of one touches the lease (writeRow, clearRow; a
+				// claim's sendBack writes only a row no end takes as
+				// known), or clears it: the reads conflict with it. Another end of
 				// the job's that read its row is such a write, even when
 				// this end's commit, left behind by a ctx that ended,
 				// lands after it.
