@@ -211,7 +211,7 @@ func testVersionstampCommittedVersion(t *testing.T, db kv.Database, ks keyspace)
 // of keys committed at or before it, which its transaction has seen.
 func testVersionstampConflictRange(t *testing.T, db kv.Database, ks keyspace) {
 	vs, err := commitVersionstamped(db, vsOperand(ks.key("k/"), nil))
-	require.NoError(t, err)
+	must(t, err)
 	old := append(ks.key("k/"), vs...)
 
 	point, span := newTr(t, db), newTr(t, db)
@@ -220,7 +220,7 @@ func testVersionstampConflictRange(t *testing.T, db kv.Database, ks keyspace) {
 	r, err := kv.PrefixRange(ks.key("k/"))
 	require.NoError(t, err)
 	kvs, err := span.GetRange(r, kv.RangeOptions{}).GetSliceWithError()
-	require.NoError(t, err)
+	must(t, err)
 	// old, and under injected faults perhaps a first attempt's key too
 	// (its commit_unknown_result committed): a versionstamped key is not
 	// idempotent.
