@@ -161,8 +161,18 @@ func TestPartitionLimitAcrossNodes(t *testing.T) {
 	mu.Unlock()
 	// Nothing left in the partitions' sets once every job ended, and the
 	// places the Runtimes leased given back once unused for a sweep.
+	var left []kv.KeyValue
+	defer func() {
+		if t.Failed() { // what was left, to see which set kept it
+			for _, e := range left {
+				k, _ := nodes[0].k.root.Unpack(e.Key)
+				t.Logf("left: %v = %q", k, e.Value)
+			}
+		}
+	}()
 	testutil.Eventually(t, "the partitions' sets empty", func() bool {
-		return len(scanRoot(t, db, nodes[0], keyPartRunning, keyPartWaiting, keyPartQueue, keyPartLeased)) == 0
+		left = scanRoot(t, db, nodes[0], keyPartRunning, keyPartWaiting, keyPartQueue, keyPartLeased)
+		return len(left) == 0
 	})
 	if plainStore(t) { // (a claim retried after commit_unknown_result counts its place twice)
 		testutil.Eventually(t, "every count of places 0 once every job ended", func() bool {
