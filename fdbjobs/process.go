@@ -232,10 +232,10 @@ func (c *Client) batchWith(ctx context.Context, tx kv.Transactor, items []Comple
 				// The rows are as their Accept wrote them, and any later
 				// write of one touches the lease (writeRow, clearRow; a
 				// claim's sendBack writes only a row no end takes as
-				// known), or clears it: the reads conflict with it. Another end of
-				// the job's that read its row is such a write, even when
-				// this end's commit, left behind by a ctx that ended,
-				// lands after it.
+				// known), or clears it: the reads conflict with it.
+				// Another end of the job's that read its row is such a
+				// write, even when this end's commit, left behind by a
+				// ctx that ended, lands after it.
 				for _, i := range f.items {
 					rows[i].holder = true // its end's writes touch nothing
 				}
