@@ -421,31 +421,31 @@
 // hint) to now, in the transaction that frees it: waiting jobs get places in the
 // order they came. A raised or cleared limit wakes them all, 200 per transaction.
 //
-// Places leased (placelease.go): under a limit of running jobs alone, a place
-// a Runtime's claim grants is the Runtime's, counted in its PARTITION_LEASED
-// record of the partition (set from what it knows, so a claim retried after
+// Places leased (placelease.go): under a limit of running jobs alone, a place a
+// Runtime's claim grants is the Runtime's, counted in its PARTITION_LEASED record
+// of the partition (set from what it knows, so a claim retried after
 // commit_unknown_result leases nothing twice), and stays its own when the job
-// ends, for its next job of the partition: most starts and ends write nothing
-// for their place. Its sweeper (every second) gives back, fenced by the lease,
-// the places unused since its last sweep, and, where jobs wait (a claim of its
-// own made one wait, a grant saw the hint, or PARTITION_RECALL, which it
-// watches, moved), every place as it comes free; each place given back wakes
-// a waiter (32 at most per transaction), until a wake finds none waiting or
-// a sweep reads the hint unset. A place is reused only while the Client's
-// copy of the limit is the one it was counted under; a changed or cleared
-// limit, or a lapsed lease, sends the places back as they come free; a
-// Runtime that stops gives back all of them before its lease. Under a limit
-// of starts too, for Manual kinds and through ClaimPlaces, a place is the
-// job's own PARTITION_RUNNING entry, cleared by its end (endBatchIn,
-// CompleteTx's) or, for a job taken from its Runtime without one, by a
-// transaction of its own unless it runs again (releasePartition). A limit of starts per second (PerSecond) is a generic
-// cell rate per partition, a token bucket kept as one time, PARTITION_STARTS,
-// read and written by the claims (takeStart): each start moves it on by
-// 1/PerSecond from it or from now, whichever is later, and a start is free
-// while it is within (max(1, PerSecond) - 1)/PerSecond of now (by the claiming
-// node's clock). A job that finds no start free goes back to the queue (not an
-// attempt) until the next one, at most PartitionRecheckMax later. The ranges
-// read are the tuple subspaces of (Kind, Partition), apart from a partition
+// ends, for its next job of the partition: most starts and ends write nothing for
+// their place. Its sweeper (every second) gives back, fenced by the lease, the
+// places unused since its last sweep (and for 10 s after a claim failed, those its
+// late commit counted), and, where jobs wait (a claim of its own made one wait, a
+// grant saw the hint, or PARTITION_RECALL, which it watches, moved), every place
+// as it comes free; each place given back wakes a waiter (32 at most per
+// transaction), until a wake finds none waiting or a sweep reads the hint unset. A
+// place is reused only while the Client's copy of the limit is the one it was
+// counted under; a changed or cleared limit, or a lapsed lease, sends the places
+// back as they come free; a Runtime that stops gives back all of them before its
+// lease. Under a limit of starts too, for Manual kinds and through ClaimPlaces, a
+// place is the job's own PARTITION_RUNNING entry, cleared by its end (endBatchIn,
+// CompleteTx's) or, for a job taken from its Runtime without one, by a transaction
+// of its own unless it runs again (releasePartition). A limit of starts per second
+// (PerSecond) is a generic cell rate per partition, a token bucket kept as one
+// time, PARTITION_STARTS, read and written by the claims (takeStart): each start
+// moves it on by 1/PerSecond from it or from now, whichever is later, and a start
+// is free while it is within (max(1, PerSecond) - 1)/PerSecond of now (by the
+// claiming node's clock). A job that finds no start free goes back to the queue
+// (not an attempt) until the next one, at most PartitionRecheckMax later. The
+// ranges read are the tuple subspaces of (Kind, Partition), apart from a partition
 // whose name extends another's. ClaimPlaces and LeavePlaces serve own loops.
 //
 // Invariant: at any moment the jobs of one partition that run past their

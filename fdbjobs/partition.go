@@ -327,6 +327,9 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 				pl.granted(part, w)
 			}
 			if err != nil {
+				if pl != nil {
+					pl.failed(round) // its commit may yet land
+				}
 				for _, cl := range append(round, claims...) {
 					cl.failed = err
 				}

@@ -32,6 +32,14 @@ const (
 	// or are woken by the next place freed), and, once reached, ends the
 	// transaction's page.
 	placeWakes = 32
+	// placeUnsure is how long a Runtime keeps sweeping a partition where
+	// a claim of its failed: the claim's commit may still land (cut short
+	// by a hold that lapsed, or commit_unknown_result then an error), its
+	// places counted in the store and not by the Runtime. FoundationDB
+	// resolves no commit whose read version is older than
+	// kv.MaxTransactionLifetimeMillis; twice that leaves room for the
+	// clocks.
+	placeUnsure = 2 * kv.MaxTransactionLifetimeMillis * time.Millisecond
 )
 
 // partRecallKey is a counter other Runtimes' claims add to when they
@@ -65,6 +73,9 @@ type leasedPart struct {
 	// Runtime's made one wait, or a sweep read the partition's hint), so
 	// that a place freed goes back, and wakes one.
 	contended bool
+	// unsure: until then each sweep writes the store's places down to
+	// leased and keeps the record (see placeUnsure).
+	unsure time.Time
 }
 
 // placeLeases is a Runtime's places in one kind's partitions (one per
@@ -149,12 +160,23 @@ func (pl *placeLeases) leasedOf(part string) int {
 
 // track makes sure the partitions of claims have records, so that a
 // sweep writes the store's places there down to what the Runtime knows,
-// should a claim commit unseen (commit_unknown_result, then a failure).
+// should a claim commit unseen (see failed).
 func (pl *placeLeases) track(claims []*claim) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	for _, cl := range claims {
 		pl.part(cl.part)
+	}
+}
+
+// failed keeps the records of claims' partitions for placeUnsure: the
+// claims failed, and their commit may still land.
+func (pl *placeLeases) failed(claims []*claim) {
+	until := pl.r.c.cfg.Clock.Now().Add(placeUnsure)
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for _, cl := range claims {
+		pl.part(cl.part).unsure = until
 	}
 }
 
@@ -332,16 +354,18 @@ type placeReturn struct {
 // periodic; each place given back wakes a job waiting in the partition.
 // With hints it reads whether jobs wait in every partition where the
 // Runtime holds places or saw jobs wait. A partition the Runtime neither
-// holds places in nor saw jobs wait in is written once (the store's
-// places brought down to none, should a write have failed) and
-// forgotten.
+// holds places in nor saw jobs wait in is written (the store's places
+// brought down to none, should a write have failed) and forgotten, once
+// no claim of the Runtime's that failed there may still commit.
 func (pl *placeLeases) sweep(ctx context.Context, all, periodic, hints bool) {
 	pl.k.claims.Lock()
 	defer pl.k.claims.Unlock()
 	limit := pl.limit()
+	now := pl.r.c.cfg.Clock.Now()
 	var rets []placeReturn
 	pl.mu.Lock()
 	for part, p := range pl.parts {
+		unsure := now.Before(p.unsure)
 		if limit == 0 {
 			p.contended = false // no limit (or no lease): no job waits for the places
 		}
@@ -357,7 +381,7 @@ func (pl *placeLeases) sweep(ctx context.Context, all, periodic, hints bool) {
 			p.idle = unused - give
 		}
 		readHint := hints && (p.leased > 0 || p.contended)
-		if give == 0 && !readHint && (p.leased > 0 || p.contended) {
+		if give == 0 && !readHint && !unsure && (p.leased > 0 || p.contended) {
 			continue
 		}
 		// Not reused meanwhile: the places go as the sweep begins (and
@@ -394,7 +418,7 @@ func (pl *placeLeases) sweep(ctx context.Context, all, periodic, hints bool) {
 				p.contended = false
 			}
 			p.idle = min(p.idle, max(0, p.leased-p.used))
-			if p.leased == 0 && p.used == 0 && !p.contended {
+			if p.leased == 0 && p.used == 0 && !p.contended && !now.Before(p.unsure) {
 				delete(pl.parts, rt.part)
 			}
 		}

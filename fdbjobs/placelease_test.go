@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fdbrep/fdbrep/internal/testutil"
+	"github.com/fdbrep/fdbrep/pkg/kv"
 )
 
 // placeNode is a simulated Runtime of TestPlaceLeaseModel: its lease of
@@ -235,4 +236,57 @@ func TestPlaceLeaseModel(t *testing.T) {
 	for _, p := range parts {
 		require.Equal(t, limit, got[p], "seed %d: places in %q once the dead's are found", seed, p)
 	}
+}
+
+// TestPlacesOfAClaimThatCommitsLate: a claim of places fails (its hold
+// lapsed mid-commit, say) and its commit lands later, after a sweep has
+// read the partition: the Runtime keeps sweeping the partition for
+// placeUnsure, so that the places the late commit counted in the store go
+// back, and forgets it only then. (Forgotten at once, the place stayed
+// counted for as long as the Runtime lived: one fewer in the partition.)
+func TestPlacesOfAClaimThatCommitsLate(t *testing.T) {
+	b := setup(t)
+	const kind, timeout = "pl", 8 * time.Second
+	require.NoError(t, b.c.SetTypeTimeout(b.ctx, nil, kind, timeout))
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, kind, Limit{Running: 2}))
+	nd := newPlaceNode(t, b, kind, timeout)
+	_, err := nd.cp.renew(b.ctx)
+	require.NoError(t, err)
+	nd.cp.leased.Store(true)
+	c, pl := nd.r.c, nd.cp.places
+	stored := func() (leased, count int64) {
+		t.Helper()
+		type pair struct{ l, n int64 }
+		p, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) (pair, error) {
+			l, err := tr.Get(c.k.partLeasedKey(kind, "c", nd.cp.node)).Get()
+			if err != nil {
+				return pair{}, err
+			}
+			n, err := tr.Get(c.k.partCountKey(kind, "c")).Get()
+			return pair{kv.DecodeInt64(l), kv.DecodeInt64(n)}, err
+		})
+		require.NoError(t, err)
+		return p.l, p.n
+	}
+
+	// The claim failed: its partition tracked, and unsure.
+	cls := []*claim{{part: "c"}}
+	pl.track(cls)
+	pl.failed(cls)
+	pl.sweep(b.ctx, false, true, true) // reads the store before the commit lands
+	// The commit lands: one place of the Runtime's counted.
+	_, err = kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+		c.writeLeased(tr, kind, "c", nd.cp.node, 0, 1)
+		return struct{}{}, nil
+	})
+	require.NoError(t, err)
+	l, n := stored()
+	require.Equal(t, []int64{1, 1}, []int64{l, n})
+	pl.sweep(b.ctx, false, true, true)
+	l, n = stored()
+	require.Equal(t, []int64{0, 0}, []int64{l, n}, "the late commit's place given back")
+	require.True(t, pl.holding(), "kept while a commit may land")
+	b.clock.Advance(placeUnsure)
+	pl.sweep(b.ctx, false, true, true)
+	require.False(t, pl.holding(), "forgotten once no commit may land")
 }
