@@ -67,6 +67,9 @@ type Job struct {
 	// Priority is the job's priority as accepted (NewJob.Priority).
 	Priority int
 
+	// shard is the pending queue's shard the job was accepted from (its
+	// base shard: shardBase).
+	shard int64
 	lock  lock
 	hold  *hold  // the worker's claim as far as it can trust it (HoldDeadline)
 	lease *lease // the lease key the job was last written under
@@ -473,7 +476,8 @@ func (c *Client) reclaimIn(tr kv.Transaction, typ string, token []byte, r kv.Key
 				}
 				lk := lock{token: token, index: en.index}
 				if r != nil && r.lock.equal(lk) && r.seq == vs {
-					jobs = append(jobs, &Job{Type: typ, ID: en.id, Data: r.data, ScheduledTime: r.stime, Priority: shardPriority(r.shard), lock: lk, lease: l})
+					jobs = append(jobs, &Job{Type: typ, ID: en.id, Data: r.data, ScheduledTime: r.stime, Priority: shardPriority(r.shard),
+						shard: shardBase(r.shard), lock: lk, lease: l})
 				}
 			}
 			l.held = len(jobs)
@@ -631,7 +635,8 @@ func (c *Client) claim(tr kv.Transaction, typ string, token []byte, runs [][]kv.
 		l := lock{token: token, index: int64(len(jobs))}
 		r.state, r.seqNew, r.lock, r.resubmit = Running, true, l, false
 		c.k.writeRow(tr, typ, ids[i], r)
-		j := &Job{Type: typ, ID: ids[i], Data: r.data, ScheduledTime: r.stime, Priority: shardPriority(r.shard), lock: l}
+		j := &Job{Type: typ, ID: ids[i], Data: r.data, ScheduledTime: r.stime, Priority: shardPriority(r.shard),
+			shard: shardBase(r.shard), lock: l}
 		known := *r // its seq is the commit's, set once known (acceptOnce)
 		known.data = bytes.Clone(r.data)
 		known.storedData = known.data

@@ -235,16 +235,16 @@
 // alone: until every node upgrades, a partition may run past its limit).
 //
 // In DATA, Seq is 0 for a pending job, nil for a finished one and, for a
-// running one, the versionstamp of the lease that last granted it (both
-// written in the same commit with versionstamped operations). Token is nil
-// unless running.
-// PrevToken/PrevIndex name the lock of the last Finish, so that a Finish
-// retried after commit_unknown_result recognises its own commit. Data is
+// running one, the versionstamp of the lease that last granted it (both written
+// in the same commit with versionstamped operations). Token is nil unless
+// running. PrevToken/PrevIndex name the lock of the last Finish, so that a
+// Finish retried after commit_unknown_result recognises its own commit. Data is
 // the job's JSON. AddToken is the token of the last Add or Resubmit call that
 // changed the job, so that such a call retried after commit_unknown_result
-// recognises its own commit instead of resubmitting the job again. Shard is
-// the shard of the job's pending key, drawn from its id when it was created
-// (FNV-1a modulo the type's Count) and kept for its life.
+// recognises its own commit instead of resubmitting the job again. Shard is the
+// shard of the job's pending key, drawn when it was created from its id (its
+// partition, under a limit per partition) (FNV-1a modulo the type's Count) and
+// kept for its life.
 //
 // # Shards
 //
@@ -422,31 +422,33 @@
 // order they came. A raised or cleared limit wakes them all, 200 per transaction.
 //
 // Places leased (placelease.go): under a limit of running jobs alone, a place a
-// Runtime's claim grants is the Runtime's, counted in its PARTITION_LEASED record
-// of the partition (set from what it knows, so a claim retried after
-// commit_unknown_result leases nothing twice), and stays its own when the job
-// ends, for its next job of the partition: most starts and ends write nothing for
-// their place. Its sweeper (every second) gives back, fenced by the lease, the
-// places unused since its last sweep (and for 10 s after a claim failed, those its
-// late commit counted), and, where jobs wait (a claim of its own made one wait, a
-// grant saw the hint, or PARTITION_RECALL, which it watches, moved), every place
-// as it comes free; each place given back wakes a waiter (32 at most per
-// transaction), until a wake finds none waiting or a sweep reads the hint unset. A
-// place is reused only while the Client's copy of the limit is the one it was
-// counted under; a changed or cleared limit, or a lapsed lease, sends the places
-// back as they come free; a Runtime that stops gives back all of them before its
-// lease. Under a limit of starts too, for Manual kinds and through ClaimPlaces, a
-// place is the job's own PARTITION_RUNNING entry, cleared by its end (endBatchIn,
-// CompleteTx's) or, for a job taken from its Runtime without one, by a transaction
-// of its own unless it runs again (releasePartition). A limit of starts per second
+// Runtime's claim grants a job of its node's own shards is the Runtime's,
+// counted in its PARTITION_LEASED record of the partition (set from what it
+// knows, so a claim retried after commit_unknown_result leases nothing twice),
+// and stays its own when the job ends, for its next job of the partition: most
+// starts and ends write nothing for it. Its sweeper (every second) gives back,
+// fenced by the lease, the places unused since its last sweep (and for 10 s
+// after a claim failed, those its late commit counted), and, where jobs wait (a
+// claim of its own made one wait, a grant saw the hint, or its PARTITION_RECALL
+// moved), every place as it comes free; each place given back wakes a waiter
+// (32 at most per transaction), until a wake finds none waiting or a sweep
+// reads the hint unset. A place is reused only under the limit it was counted
+// under (as the Client read it); a changed limit, or a lapsed lease, sends the
+// places back as they come free; a Runtime that stops gives back all of them
+// before its lease. For a job taken from another node's shard, under a limit of
+// starts too, for Manual kinds and through ClaimPlaces, a place is the job's
+// own PARTITION_RUNNING entry, cleared by its end (endBatchIn, CompleteTx's)
+// or, for a job taken from its Runtime without one, by a transaction of its own
+// unless it runs again (releasePartition). A limit of starts per second
 // (PerSecond) is a generic cell rate per partition, a token bucket kept as one
-// time, PARTITION_STARTS, read and written by the claims (takeStart): each start
-// moves it on by 1/PerSecond from it or from now, whichever is later, and a start
-// is free while it is within (max(1, PerSecond) - 1)/PerSecond of now (by the
-// claiming node's clock). A job that finds no start free goes back to the queue
-// (not an attempt) until the next one, at most PartitionRecheckMax later. The
-// ranges read are the tuple subspaces of (Kind, Partition), apart from a partition
-// whose name extends another's. ClaimPlaces and LeavePlaces serve own loops.
+// time, PARTITION_STARTS, read and written by the claims (takeStart): each
+// start moves it on by 1/PerSecond from it or from now, whichever is later, and
+// a start is free while it is within (max(1, PerSecond) - 1)/PerSecond of now
+// (by the claiming node's clock). A job that finds no start free goes back to
+// the queue (not an attempt) until the next one, at most PartitionRecheckMax
+// later. The ranges read are the tuple subspaces of (Kind, Partition), apart
+// from a partition whose name extends another's. ClaimPlaces and LeavePlaces
+// serve own loops.
 //
 // Invariant: at any moment the jobs of one partition that run past their
 // claim are at most the limit in force at their claims: each claim decides,
@@ -643,29 +645,27 @@
 //
 // # Event feed
 //
-// With SetFeed, every change of a kind's job's state writes an event in
-// the transaction that makes it (writeRow and clearRow, where Counts are
-// kept too): inserted, started, retried, completed, cancelled, discarded,
-// removed; EmitEvent adds a kind's own. A commit's events of a kind are
-// written under its versionstamp (a batch's together, a few keys at
-// most), so the feed is in commit order across nodes and no key is
-// written by every commit; a Seq is a key's versionstamp and the event's
-// place in it. ReadFeed reads, in one snapshot, the
-// events after a Seq: a commit it does not see has a higher versionstamp
-// than every event it returns, so reading on from the last Seq misses
-// nothing and repeats nothing (an event is written in the same commit as
+// With SetFeed, every change of a kind's job's state writes an event in the
+// transaction that makes it (writeRow and clearRow, where Counts are kept too):
+// inserted, started, retried, completed, cancelled, discarded, removed;
+// EmitEvent adds a kind's own. A commit's events of a kind are written under
+// its versionstamp (a batch's together, a few keys at most), so the feed is in
+// commit order across nodes and no key is written by every commit; a Seq is a
+// key's versionstamp and the event's place in it. ReadFeed reads, in one
+// snapshot, the events after a Seq: a commit it does not see has a higher
+// versionstamp than every event it returns, so reading on from the last Seq
+// misses nothing and repeats nothing (an event is written in the same commit as
 // its change, so it is exactly once where the change is, also after
-// commit_unknown_result). Every Runtime of the kind prunes events older
-// than the feed's keep at each sweep, and moves FEED_PRUNED past them by
-// an atomic byte max; a read from a Seq below it is ErrFeedPruned, so a
-// reader that comes back too late is told it missed events. A FeedReader
-// waits for new events: its Client's commits wake it at once, and it
-// reads again every FeedPollDefault for the other Clients'. Clients
-// write events from when their type-check loop reads SetFeed's change (a
-// watch's delay); the Client that made it, at once.
-// TestCountsFollowEveryTransition checks the feed against every job's
-// state after each of a seeded stream of every transition, also under
-// commit_unknown_result; TestFeed checks order, reading on, pruning and
+// commit_unknown_result). Every Runtime of the kind prunes events older than
+// the feed's keep at each sweep, and moves FEED_PRUNED past them by an atomic
+// byte max; a read from a Seq below it is ErrFeedPruned, so a reader that comes
+// back too late is told it missed events. A FeedReader waits for new events:
+// its Client's commits wake it at once, and it reads again every
+// FeedPollDefault for the other Clients'. Clients write events from when their
+// type-check loop reads SetFeed's change (a watch's delay); the Client that
+// made it, at once. TestCountsFollowEveryTransition checks the feed against
+// every job's state after each of a seeded stream of every transition, also
+// under commit_unknown_result; TestFeed checks order, reading on, pruning and
 // turning off.
 //
 // # Failure behaviour and idempotence

@@ -24,6 +24,12 @@ type claim struct {
 	// retaken: granted a place the Runtime held, come free since the
 	// fetch, before the claim's transaction (Runtime.claimPartitions).
 	retaken bool
+	// helping: the job came from a shard of the queue that another node
+	// owns (Client.ownsShard). Granted a place, it holds an entry of its
+	// own, freed by its end, rather than a place leased to the Runtime,
+	// which would sit idle, held from the partition's other jobs, once
+	// the Runtime went back to its own shards.
+	helping bool
 	err     error
 	// failed is the error of the transaction that was to claim for it
 	// (Runtime.claimPartitions): none of its outcomes stand.
@@ -173,10 +179,11 @@ func (pc *partClaims) waiting() (bool, error) {
 // one.
 //
 // With pl, a Runtime's places, under a limit of running jobs alone, a
-// place granted is leased to the Runtime (pl's record in the partition,
-// counted in PARTITION_COUNT) rather than an entry of the job's, in a
-// transaction fenced by the Runtime's lease of the kind's capacity; the
-// partitions whose leases it wrote are returned.
+// place granted to a job of the node's own shards is leased to the
+// Runtime (pl's record in the partition, counted in PARTITION_COUNT)
+// rather than an entry of the job's (a job it helps with: claim.helping),
+// in a transaction fenced by the Runtime's lease of the kind's capacity;
+// the partitions whose leases it wrote are returned.
 func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func(looks int64) int64, pl *placeLeases) (map[string]leaseWrite, error) {
 	if len(claims) == 0 {
 		return nil, nil
@@ -305,7 +312,7 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 		if lim.Running > 0 && !own {
 			// Reads first: a job whose read fails (its own error, not the
 			// transaction's) is granted nothing, counted nowhere.
-			if leasing && pc.leased == 0 {
+			if leasing && !cl.helping && pc.leased == 0 {
 				v, err := pc.leasedFut.Get()
 				if err != nil {
 					return nil, false, err
@@ -320,7 +327,7 @@ func (c *Client) claimPartitions(ctx context.Context, claims []*claim, wait func
 					return nil, false, err
 				}
 			}
-			if leasing {
+			if leasing && !cl.helping {
 				pc.leased++
 				cl.leased = true
 			} else {

@@ -265,7 +265,8 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 			now = append(now, tasks[i])
 			continue
 		}
-		claims, of = append(claims, &claim{job: t.job, part: t.e.Partition}), append(of, i)
+		cl := &claim{job: t.job, part: t.e.Partition, helping: !r.c.ownsShard(k.kind, t.job.shard)}
+		claims, of = append(claims, cl), append(of, i)
 	}
 	if len(claims) == 0 {
 		return tasks

@@ -2,10 +2,13 @@ package fdbjobs
 
 // Places leased to a Runtime (see doc.go, "Partitions"): under a limit of
 // running jobs per partition (and no limit of starts), a place a
-// Runtime's claim takes stays the Runtime's once its job ends, for its
-// next job of the partition, until it goes unused for a sweep, jobs of
-// the partition wait for a place, or the limit changes. Most starts then
-// write nothing for their place, and most ends nothing either.
+// Runtime's claim takes for a job of its node's own shards of the queue
+// stays the Runtime's once its job ends, for its next job of the
+// partition, until it goes unused for a sweep, jobs of the partition wait
+// for a place, or the limit changes. Most starts then write nothing for
+// their place, and most ends nothing either. (A job the node helps with,
+// from another's shard, holds an entry of its own: the node's next jobs
+// come from its own shards, and a place it kept would sit idle.)
 
 import (
 	"context"

@@ -1,6 +1,7 @@
 package fdbjobs
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -24,9 +25,13 @@ type placeNode struct {
 	running []task
 }
 
-func newPlaceNode(t *testing.T, b *bundle, kind string, timeout time.Duration) *placeNode {
+func newPlaceNode(t *testing.T, b *bundle, kind string, timeout time.Duration, opts ...bundleOpt) *placeNode {
 	t.Helper()
-	c, err := New(b.db, Config{Clock: b.clock, TimeUnit: time.Millisecond})
+	cfg := Config{Clock: b.clock, TimeUnit: time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := New(b.db, cfg)
 	require.NoError(t, err)
 	require.NoError(t, c.Start(b.ctx))
 	t.Cleanup(c.Stop)
@@ -289,4 +294,80 @@ func TestPlacesOfAClaimThatCommitsLate(t *testing.T) {
 	b.clock.Advance(placeUnsure)
 	pl.sweep(b.ctx, false, true, true)
 	require.False(t, pl.holding(), "forgotten once no commit may land")
+}
+
+// TestHelpingJobsLeaseNoPlace: a Runtime leases the places its jobs of its
+// own shards of the queue take, and keeps them once the jobs end; a job it
+// takes from another node's shard (helping, its own shards empty) holds an
+// entry of its own, freed by its end, so that no place sits idle with a
+// Runtime gone back to its own shards.
+func TestHelpingJobsLeaseNoPlace(t *testing.T) {
+	b := setup(t)
+	const kind, timeout = "part", 8 * time.Second
+	require.NoError(t, b.c.SetTypeTimeout(b.ctx, nil, kind, timeout))
+	require.NoError(t, b.c.SetTypeShards(b.ctx, nil, kind, 2))
+	require.NoError(t, b.c.SetPartitionLimit(b.ctx, nil, kind, Limit{Running: 2}))
+	members := func(cfg *Config) {
+		cfg.Members = func() (string, []string) { return "n1", []string{"n1", "n2"} }
+	}
+	nd := newPlaceNode(t, b, kind, timeout, members)
+	c := nd.r.c
+	testutil.Eventually(t, "the node read the kind", func() bool {
+		m := c.infos.Load()
+		return m != nil && (*m)[kind].partLimit == 2 && (*m)[kind].shards == 2
+	})
+	_, err := nd.cp.renew(b.ctx)
+	require.NoError(t, err)
+	nd.cp.leased.Store(true)
+	// A partition of each shard: the node owns one of the two.
+	byShard := map[bool]string{}
+	for i := 0; len(byShard) < 2; i++ {
+		p := fmt.Sprintf("p%d", i)
+		if _, ok := byShard[c.ownsShard(kind, shardOf(p, 2))]; !ok {
+			byShard[c.ownsShard(kind, shardOf(p, 2))] = p
+		}
+	}
+	own, other := byShard[true], byShard[false]
+	_, err = c.InsertMany(b.ctx, nil, []InsertJob{
+		{Args: partArgs{N: 1, Part: own}, Opts: InsertOptions{Partition: own}},
+		{Args: partArgs{N: 2, Part: other}, Opts: InsertOptions{Partition: other}},
+	})
+	require.NoError(t, err)
+	var tasks []task
+	for len(tasks) < 2 {
+		jobs, err := c.AcceptBatch(b.ctx, kind, 2, AcceptOptions{})
+		require.NoError(t, err)
+		for _, j := range jobs {
+			var e envelope
+			require.NoError(t, json.Unmarshal(j.Data, &e))
+			tasks = append(tasks, task{job: j, e: &e})
+		}
+	}
+	kept := nd.r.claimPartitions(b.ctx, b.ctx, nd.k, tasks, nil)
+	require.Len(t, kept, 2)
+	byPart := map[string]task{}
+	for _, tk := range kept {
+		byPart[tk.e.Partition] = tk
+	}
+	require.True(t, byPart[own].leased, "a job of the node's own shard: a place leased")
+	require.False(t, byPart[other].leased, "a job the node helps with: an entry of its own")
+	count := func(part string) int64 {
+		t.Helper()
+		v, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) ([]byte, error) {
+			return tr.Get(c.k.partCountKey(kind, part)).Get()
+		})
+		require.NoError(t, err)
+		return kv.DecodeInt64(v)
+	}
+	require.Equal(t, []int64{1, 1}, []int64{count(own), count(other)})
+	for _, tk := range kept {
+		if tk.leased {
+			nd.cp.places.release(tk.e.Partition)
+		}
+		_, err := c.endBatchIn(b.ctx, nil, []*ending{{job: tk.job, stime: -1, e: tk.e, leased: tk.leased}})
+		require.NoError(t, err)
+	}
+	require.Equal(t, []int64{1, 0}, []int64{count(own), count(other)}, "the leased place kept, the entry freed")
+	require.Equal(t, 1, nd.cp.places.leasedOf(own))
+	require.Zero(t, nd.cp.places.leasedOf(other))
 }

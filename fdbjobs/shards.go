@@ -241,6 +241,25 @@ func (c *Client) shardOrder(typ string, high int64) (own, others []int64) {
 	return rotate(own), rotate(others)
 }
 
+// ownsShard reports whether this node owns base shard s of typ's pending
+// queue (see shardOrder; every shard, without Config.Members).
+func (c *Client) ownsShard(typ string, s int64) bool {
+	if c.cfg.Members == nil {
+		return true
+	}
+	self, members := c.cfg.Members()
+	i := slices.Index(members, self)
+	m := c.infos.Load()
+	if i < 0 || m == nil {
+		return true
+	}
+	high := (*m)[typ].high
+	if high <= 0 || s >= high {
+		return true
+	}
+	return c.owners.of(typ, high, members)[s] == i
+}
+
 // ownership caches the owners of each type's shards for the latest member
 // list, which changes rarely.
 type ownership struct {
