@@ -117,7 +117,7 @@ func runJobsBench(args []string) error {
 	fs.IntVar(&o.wakeups, "wakeups", 300, "wake-up latency samples")
 	fs.IntVar(&o.schedules, "schedules", 10_000, "schedules of one minute for the schedules mode (0 skips it)")
 	fs.IntVar(&o.accepts, "accepts", 2000, "Accept samples per queue size")
-	nodesList := fs.String("nodes", "1,2,4,8", "scale-out: run the burn-down with this many Clients (one per node) on one store, sharing the -concurrency (-loop runtime: a Runtime each) or the -workers (-loop batch); on FoundationDB also with this many processes, each a loop of AcceptBatch and FinishBatch (\"\" skips it)")
+	nodesList := fs.String("nodes", "1,2,4,8", "scale-out: run the burn-down with this many Clients (one per node) on one store, sharing the -concurrency (-loop runtime: a Runtime each) or the -workers (-loop batch); on FoundationDB also with this many processes (where -workers has one for each), each a loop of AcceptBatch and FinishBatch (\"\" skips it)")
 	fs.IntVar(&o.scaleJobs, "scale-jobs", 40_000, "scale-out: jobs in each burn-down")
 	pendingList := fs.String("pending", "10000,1000000", "queue sizes for the Accept cost (\"\" skips it)")
 	skip1M := fs.Bool("skip-1m", false, "skip queue sizes of a million and more")
@@ -383,6 +383,11 @@ func (b *jobsBench) scaleOut() error {
 			return err
 		}
 		if procs == "" {
+			continue
+		}
+		if k > o.workers {
+			// Each process is a node with one worker or more.
+			fmt.Printf("  %-17s skipped: fewer -workers (%d) than processes\n", fmt.Sprintf("K = %d processes:", k), o.workers)
 			continue
 		}
 		if err := b.scaleRun(k, " processes", &baseProcs, (*fdbjobsRun).burnDownProcesses); err != nil {
