@@ -167,7 +167,6 @@ func (c *Client) endBatchIn(ctx context.Context, tx kv.Transactor, ends []*endin
 		items[i] = Completion{Job: en.job, Data: en.data}
 		byJob[en.job] = en
 	}
-	var token []byte // the wakes of waiting jobs (leavePartition), drawn once when needed
 	apply := func(tr kv.Transaction, j *Job, r *row, data []byte, seen *tuple.Versionstamp) (*row, bool, error) {
 		en := byJob[j]
 		if en.stime >= 0 && r != nil && r.lock.equal(j.lock) {
@@ -175,12 +174,7 @@ func (c *Client) endBatchIn(ctx context.Context, tx kv.Transactor, ends []*endin
 		}
 		after, renewed, err := c.finishRow(tr, j, r, data, seen)
 		if err == nil && after != nil && en.e != nil && !en.leased && c.partLimited(j.Type, en.e.Partition) {
-			if token == nil {
-				if token, err = newToken(); err != nil {
-					return nil, false, err
-				}
-			}
-			err = c.leavePartition(tr, j.Type, en.e.Partition, j.ID, token)
+			err = c.leavePartition(tr, j.Type, en.e.Partition, j.ID)
 		}
 		return after, renewed, err
 	}

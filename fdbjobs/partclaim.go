@@ -611,13 +611,9 @@ func (c *Client) readPartLeases(tr kv.Transaction, kind, part string, pc *partCl
 		if wakes == nil {
 			wakes = new(int)
 		}
-		token, terr := newToken()
 		for ; freed > 0 && *wakes < placeWakes; freed-- {
 			*wakes++
-			if err = terr; err == nil {
-				err = c.wakeOne(tr, kind, part, token)
-			}
-			if err != nil {
+			if err = c.wakeOne(tr, kind, part); err != nil {
 				return
 			}
 		}

@@ -152,10 +152,6 @@ func (c *Client) wakeWaiting(ctx context.Context, tx kv.Transactor, kind string)
 	if _, joined := tx.(kv.Transaction); joined {
 		return nil
 	}
-	token, err := newToken()
-	if err != nil {
-		return err
-	}
 	rg := prefixRange(c.k.root, tuple.Tuple{keyPartWaiting, kind})
 	for {
 		more, err := kv.Transact(ctx, c.transactor(tx), func(tr kv.Transaction) (bool, error) {
@@ -179,7 +175,7 @@ func (c *Client) wakeWaiting(ctx context.Context, tx kv.Transactor, kind string)
 				if err != nil {
 					return false, err
 				}
-				if r != nil && r.state == Pending && c.resubmitRow(tr, kind, id, r, min(r.stime, c.cfg.now()), 0, nil, token) {
+				if r != nil && c.wakeRow(tr, kind, id, r) {
 					woke = true
 				}
 			}
@@ -402,16 +398,12 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 // another node, whose claim holds the place), leavePartition in a
 // transaction of its own.
 func (c *Client) releasePartition(ctx context.Context, kind, part, id string) error {
-	token, err := newToken()
-	if err != nil {
-		return err
-	}
-	_, err = kv.Transact(ctx, c.db, func(tr kv.Transaction) (struct{}, error) {
+	_, err := kv.Transact(ctx, c.db, func(tr kv.Transaction) (struct{}, error) {
 		r, err := c.k.readRow(tr, kind, id)
 		if err != nil || r != nil && r.state == Running {
 			return struct{}{}, err
 		}
-		return struct{}{}, c.leavePartition(tr, kind, part, id, token)
+		return struct{}{}, c.leavePartition(tr, kind, part, id)
 	})
 	return err
 }
@@ -426,7 +418,7 @@ func (c *Client) releasePartition(ctx context.Context, kind, part, id string) er
 // second job. The waiting entries it passes whose jobs are gone or
 // finished are cleared; those of running jobs (woken already, claiming)
 // are left to their claim.
-func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token []byte) error {
+func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string) error {
 	ek := c.k.partRunningKey(kind, part, id)
 	ev, err := tr.Get(ek).Get()
 	if err != nil {
@@ -440,7 +432,7 @@ func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token 
 	}
 	tr.Clear(ek)
 	tr.Add(c.k.partCountKey(kind, part), minusOne)
-	return c.wakeOne(tr, kind, part, token)
+	return c.wakeOne(tr, kind, part)
 }
 
 // wakeOne, in a transaction that freed a place in part, moves the first
@@ -448,13 +440,13 @@ func (c *Client) leavePartition(tr kv.Transaction, kind, part, id string, token 
 // the place. The waiting entries it passes whose jobs are gone or
 // finished are cleared; those of running jobs (woken already, claiming)
 // are left to their claim.
-func (c *Client) wakeOne(tr kv.Transaction, kind, part string, token []byte) error {
-	_, err := c.wakeFirst(tr, kind, part, token)
+func (c *Client) wakeOne(tr kv.Transaction, kind, part string) error {
+	_, err := c.wakeFirst(tr, kind, part)
 	return err
 }
 
 // wakeFirst is wakeOne, reporting whether it woke a job.
-func (c *Client) wakeFirst(tr kv.Transaction, kind, part string, token []byte) (bool, error) {
+func (c *Client) wakeFirst(tr kv.Transaction, kind, part string) (bool, error) {
 	// The hint says whether jobs may wait: a point read, where most ends
 	// find none, instead of a range read.
 	hk := c.k.partHintKey(kind, part)
@@ -475,7 +467,7 @@ func (c *Client) wakeFirst(tr kv.Transaction, kind, part string, token []byte) (
 			continue
 		}
 		wid, _ := t[4].(string)
-		woke, err := c.wakeWaiter(tr, kind, part, wid, e.Key, token)
+		woke, err := c.wakeWaiter(tr, kind, part, wid, e.Key)
 		if woke || err != nil {
 			return woke, err
 		}
@@ -501,7 +493,7 @@ func (c *Client) wakeFirst(tr kv.Transaction, kind, part string, token []byte) (
 			continue // passed above, in the queue's order
 		}
 		wid, _ := t[3].(string)
-		woke, err := c.wakeWaiter(tr, kind, part, wid, nil, token)
+		woke, err := c.wakeWaiter(tr, kind, part, wid, nil)
 		if woke || err != nil {
 			return woke, err
 		}
@@ -515,7 +507,7 @@ func (c *Client) wakeFirst(tr kv.Transaction, kind, part string, token []byte) (
 // so that it claims the place freed (woke); running (woken already,
 // claiming), it is left to its claim. (A queue key whose waiting entry a
 // node of an earlier release cleared goes with it.)
-func (c *Client) wakeWaiter(tr kv.Transaction, kind, part, wid string, qk kv.Key, token []byte) (woke bool, err error) {
+func (c *Client) wakeWaiter(tr kv.Transaction, kind, part, wid string, qk kv.Key) (woke bool, err error) {
 	r, err := c.k.readRow(tr, kind, wid)
 	if err != nil {
 		return false, err
@@ -530,12 +522,27 @@ func (c *Client) wakeWaiter(tr kv.Transaction, kind, part, wid string, qk kv.Key
 		if err := c.leaveWaiting(tr, kind, part, wid); err != nil {
 			return false, err
 		}
-		if c.resubmitRow(tr, kind, wid, r, min(r.stime, c.cfg.now()), 0, nil, token) {
+		if c.wakeRow(tr, kind, wid, r) {
 			c.k.bumpPending(tr, kind)
 		}
 		return true, nil
 	}
 	return false, nil
+}
+
+// wakeRow moves pending job id (row r), waiting for a place, to now when
+// it is due later, so that it claims again; it reports whether it moved
+// it. Unlike a Resubmit it carries no call's token: a job woken, sent back
+// to wait and woken again by the same call (wakeWaiting's pages), or by a
+// retry of the same transaction, moves each time.
+func (c *Client) wakeRow(tr kv.Transaction, kind, id string, r *row) bool {
+	now := c.cfg.now()
+	if r.state != Pending || r.stime <= now {
+		return false
+	}
+	tr.Clear(c.k.pendingKey(kind, r.shard, r.stime, id))
+	c.k.enqueue(tr, kind, id, r, now)
+	return true
 }
 
 // waitForPlace sends job j (row r) of partition part back to wait for a

@@ -355,6 +355,56 @@ func heldTimeout(t *testing.T) time.Duration {
 	return 3 * time.Second
 }
 
+// A limit raised while jobs wait wakes every one of them, also those
+// that, woken by one page of the raise's wakes, claimed, found their
+// partition full again and waited anew before a later page passed them
+// (a newcomer's trial: with the wakes under the raise's one token, such a
+// job's entry was cleared and its row left as it was, its next look a
+// Timeout away with nothing running in its partition).
+func TestPartitionLimitRaisedWakesEveryWaiter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := kvtest.NewDB(t)
+	var mu sync.Mutex
+	done := map[int]bool{}
+	ws := NewWorkers()
+	require.NoError(t, AddWorker(ws, WorkFunc[partArgs](func(ctx context.Context, w *Work[partArgs]) error {
+		select {
+		case <-time.After(15 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		mu.Lock()
+		done[w.Args.N] = true
+		mu.Unlock()
+		return nil
+	}), WorkerOptions{Concurrency: 10, Timeout: heldTimeout(t)}))
+	nodes := startMembers(ctx, t, db, 4)
+	require.NoError(t, nodes[0].SetPartitionLimit(ctx, nil, "part", Limit{Running: 2}))
+	for _, c := range nodes {
+		rt, err := NewRuntime(c, ws, RuntimeOptions{})
+		require.NoError(t, err)
+		require.NoError(t, rt.Start(ctx))
+		t.Cleanup(rt.StopAndCancel)
+	}
+	const total = 800
+	jobs := make([]InsertJob, total)
+	for i := range jobs {
+		p := fmt.Sprintf("p%d", i%8)
+		jobs[i] = InsertJob{Args: partArgs{N: i, Part: p}, Opts: InsertOptions{Partition: p}}
+	}
+	_, err := nodes[0].InsertMany(ctx, nil, jobs)
+	require.NoError(t, err)
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(done)
+	}
+	testutil.Eventually(t, "jobs waiting behind the first", func() bool { return count() >= 100 })
+	require.NoError(t, nodes[2].SetPartitionLimit(ctx, nil, "part", Limit{Running: 3}))
+	testutil.Eventually(t, "every job done", func() bool { return count() == total })
+}
+
 // A claim whose Client's copy of the limit lags a raise reads on past the
 // entries it first read: a partition with 40 jobs running and a limit
 // raised from 1 to 100 (not yet seen by the Client) has room.
@@ -444,10 +494,8 @@ func TestPartitionCountRepaired(t *testing.T) {
 	requireCount("a", 2) // counted again
 
 	// An end takes its place off the count.
-	token, err := newToken()
-	require.NoError(t, err)
-	_, err = kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
-		return struct{}{}, b.c.leavePartition(tr, t1, "a", a2.job.ID, token)
+	_, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+		return struct{}{}, b.c.leavePartition(tr, t1, "a", a2.job.ID)
 	})
 	require.NoError(t, err)
 	requireCount("a", 1)
@@ -520,10 +568,8 @@ func TestPartitionStartsModel(t *testing.T) {
 				kept = append(kept, e)
 				continue
 			}
-			token, err := newToken()
-			require.NoError(t, err)
-			_, err = kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
-				if err := b.c.leavePartition(tr, t1, e.part, e.job.ID, token); err != nil {
+			_, err := kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+				if err := b.c.leavePartition(tr, t1, e.part, e.job.ID); err != nil {
 					return struct{}{}, err
 				}
 				return struct{}{}, b.c.Finish(b.ctx, tr, e.job, nil)

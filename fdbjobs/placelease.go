@@ -440,10 +440,6 @@ func (pl *placeLeases) sweep(ctx context.Context, all, periodic, hints bool) {
 // writes no further partition: it returns how many it wrote, at least one.
 func (pl *placeLeases) giveBack(ctx context.Context, rets []placeReturn) (int, error) {
 	c, kind, node := pl.r.c, pl.k.kind, pl.cp.node
-	token, err := newToken()
-	if err != nil {
-		return 0, err
-	}
 	return kv.Transact(ctx, c.db, func(tr kv.Transaction) (int, error) {
 		fence := pl.cp.fence(tr)
 		held := make([]kv.FutureByteSlice, len(rets))
@@ -474,7 +470,7 @@ func (pl *placeLeases) giveBack(ctx context.Context, rets []placeReturn) (int, e
 			rt.target = min(rt.target, stored)
 			c.writeLeased(tr, kind, rt.part, node, stored, rt.target)
 			for range min(placeWakes, max(0, stored-rt.target)) {
-				woke, err := c.wakeFirst(tr, kind, rt.part, token)
+				woke, err := c.wakeFirst(tr, kind, rt.part)
 				if err != nil {
 					return 0, err
 				}

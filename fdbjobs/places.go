@@ -138,12 +138,8 @@ func (c *Client) LeavePlaces(tr kv.Transaction, kind, id string, parts []string)
 	if len(parts) == 0 {
 		return nil
 	}
-	token, err := newToken()
-	if err != nil {
-		return err
-	}
 	for _, p := range parts {
-		if err := c.leavePartition(tr, kind, p, id, token); err != nil {
+		if err := c.leavePartition(tr, kind, p, id); err != nil {
 			return err
 		}
 	}
