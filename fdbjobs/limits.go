@@ -279,9 +279,12 @@ func (cp *capacity) renewPeriod() time.Duration { return cp.k.opts.Timeout / 8 }
 const limitPoll = time.Second
 
 // run renews the lease until ctx ends, then clears it. A kind without a
-// limit takes no lease and runs up to its Concurrency. Until its first
+// limit takes no lease and runs up to its Concurrency; run looks at the
+// Client's copy of the types every limitPoll for a limit. Until its first
 // renewal has read whether the kind has a limit, the Runtime takes none
-// of its jobs (Start sets the grant to 0).
+// of its jobs (Start sets the grant to 0), nor, once the kind got one,
+// until its first lease: its fetchers, waiting, bring that renewal
+// forward.
 func (cp *capacity) run(ctx context.Context) {
 	clock := cp.r.c.cfg.Clock
 	log := cp.r.c.cfg.Logger
@@ -335,7 +338,9 @@ func (cp *capacity) run(ctx context.Context) {
 			case err != nil:
 				log.Warn().Err(err).Str("kind", cp.k.kind).Msg("fdbjobs: runtime: renewing the lease of the kind's capacity")
 			case !rn.limited:
-				held, first = false, false
+				// No limit: the next look at the Client's copy comes a
+				// limitPoll on, not a renewal's period.
+				held, first, wait = false, false, limitPoll
 				if lapse != nil {
 					lapse.Stop()
 				}
@@ -378,7 +383,11 @@ func (cp *capacity) run(ctx context.Context) {
 			case <-t.Chan():
 				break waiting
 			case <-cp.k.slots.wanting:
-				if !short {
+				// A fetcher waits: for more of a grant the Runtime was
+				// short of, or for the first lease of a kind that got a
+				// limit (fetch: it takes no job until then).
+				limited, _ := cp.limited()
+				if !short && (!limited || cp.leased.Load()) {
 					continue
 				}
 				if d := renewWanting - clock.Since(last); d > 0 {

@@ -174,6 +174,57 @@ func TestLimitAcrossNodes(t *testing.T) {
 }
 
 // Limits are bounded, and a kind's limit reads back as it was set.
+// A limit set on a kind its Runtime already works without one stalls
+// none of its jobs: the fetchers, which take no job until the Runtime's
+// first lease of the kind's capacity, bring its renewal forward rather
+// than wait for the next look (with an hour's Timeout, minutes: a
+// newcomer's trial saw the kind stop for a twelfth of its Timeout).
+func TestLimitSetWhileRunningStallsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(ctx context.Context, c *Client) error
+	}{
+		{"limit", func(ctx context.Context, c *Client) error { return c.SetLimit(ctx, nil, "lim", Limit{Running: 4}) }},
+		{"partition limit", func(ctx context.Context, c *Client) error {
+			return c.SetPartitionLimit(ctx, nil, "lim", Limit{Running: 2})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var done atomic.Int64
+			ws := NewWorkers()
+			require.NoError(t, AddWorker(ws, WorkFunc[limArgs](func(context.Context, *Work[limArgs]) error {
+				done.Add(1)
+				return nil
+			}), WorkerOptions{Concurrency: 8, Timeout: time.Hour}))
+			c := startMembers(ctx, t, kvtest.NewDB(t), 1)[0]
+			rt, err := NewRuntime(c, ws, RuntimeOptions{})
+			require.NoError(t, err)
+			require.NoError(t, rt.Start(ctx))
+			t.Cleanup(rt.StopAndCancel)
+			insert := func(from int) {
+				t.Helper()
+				jobs := make([]InsertJob, 20)
+				for i := range jobs {
+					jobs[i] = InsertJob{Args: limArgs{N: from + i}, Opts: InsertOptions{Partition: fmt.Sprintf("p%d", i%4)}}
+				}
+				_, err := c.InsertMany(ctx, nil, jobs)
+				require.NoError(t, err)
+			}
+			insert(0)
+			testutil.Eventually(t, "the jobs without a limit done", func() bool { return done.Load() == 20 })
+			require.NoError(t, tc.set(ctx, c))
+			testutil.Eventually(t, "the Client read the limit", func() bool {
+				limited, _ := rt.kinds[0].capacity.limited()
+				return limited
+			})
+			insert(20)
+			testutil.Eventually(t, "the jobs after the limit done", func() bool { return done.Load() == 40 })
+		})
+	}
+}
+
 func TestLimitBadInput(t *testing.T) {
 	b := setup(t)
 	for _, l := range []Limit{{}, {Running: -1}, {Running: LimitMax + 1}, {PerSecond: -1}, {PerSecond: 0.0001},
