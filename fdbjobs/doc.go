@@ -58,51 +58,52 @@
 //   - Event feed: SetFeed, DisableFeed, FeedKeep, ReadFeed, Feed (a
 //     FeedReader), EmitEvent, PruneFeed: a kind's job events, in commit
 //     order (see "Event feed").
-//   - Limits: SetLimit, ClearLimit, GetLimit: a kind's cluster-wide limit
-//     of running jobs, which Runtimes share as leases (see "Limits");
-//     ErrCapacityLapsed. Fair shares: SetFairShareMode (of starts or run
-//     time), SetPartitionWeight; ChargeRunTime, RollUpUsage, RunTimeShares.
+//   - Limits: SetLimit, ClearLimit, GetLimit: a kind's cluster-wide limit of
+//     running jobs and starts per second, which Runtimes share as leases (see
+//     "Limits"); ErrCapacityLapsed. SetPartitionLimit, ClearPartitionLimit,
+//     GetPartitionLimit: the same for each partition (InsertOptions.Partition;
+//     see "Partitions"); ClaimPlaces, LeavePlaces, TakeTokens for own loops.
+//     Fair shares: SetFairShareMode (of starts or run time),
+//     SetPartitionWeight; ChargeRunTime, RollUpUsage, RunTimeShares.
 //   - Services: Client.Start / Stop run one activity monitor per type and,
 //     for subscriptions, one notifier per type.
 //   - Runtime: typed workers on the calls above. A job's arguments are a Go
 //     type with a Kind (JobArgs; the kind is the job's type); AddWorker
 //     registers a Worker[T] for them in a Workers registry with its
-//     WorkerOptions (Concurrency, Timeout, MaxAttempts, RetryPolicy,
-//     Fetchers, FetchBatch, OldestFirst, and Manual for a worker that holds
-//     and ends its jobs itself); Client.Insert and InsertMany add such jobs
-//     (InsertOptions: id, ScheduledAt, MaxAttempts, Priority), in the
+//     WorkerOptions (Concurrency, Timeout, MaxAttempts, RetryPolicy, Fetchers,
+//     FetchBatch, OldestFirst, and Manual for a worker that holds and ends its
+//     jobs itself); Client.Insert and InsertMany add such jobs (InsertOptions:
+//     id, ScheduledAt, MaxAttempts, Priority, Partition, Unique), in the
 //     caller's transaction if given; a Runtime (NewRuntime, Start, Stop,
 //     StopAndCancel) accepts them in batches up to each kind's Concurrency,
-//     renews each running job's hold every Timeout / HeartbeatFraction,
-//     watches its row once it has run WatchHoldAfter, ends the Work's ctx
-//     when the job is taken from it (ErrHalt) or its hold lapses
-//     (ErrHoldLapsed), and writes the attempt's end in one transaction
-//     fenced by the job's lock: finished (OutcomeCompleted), pending again
-//     at the RetryPolicy's time (RetryPolicyDefault: attempt⁴ s, ±10%), or
-//     finished as OutcomeDiscarded after MaxAttempts, at once for Permanent
-//     errors and arguments that do not decode. Snooze puts a job back
-//     without counting an attempt; a panic is the attempt's error, a panic
-//     of the arguments' decoding too. Cancel, from any node and in the
-//     caller's transaction, finishes a pending or running job as
-//     OutcomeCancelled and takes its lock away (its Work's ctx ends, cause
-//     ErrCancelled); RetryNow makes a finished or waiting job due now.
-//     InsertOptions.Unique inserts nothing when a job with the same key
-//     (kind, arguments, period) is in the states it names, and returns that
-//     job's id (River's unique jobs). Finished jobs are kept for their
-//     outcome's retention (RetainCompletedDefault and RetainCancelledDefault
-//     a day, RetainDiscardedDefault a week, or RetainForever), then removed
-//     by every Runtime's sweeper of the kind (Runtime.Sweep, SweepPeriod).
-//     The job's data is an envelope of its arguments and
-//     attempts (JobOutcome reads it); the last ErrorHistoryMax errors are
-//     kept. An attempt whose node died is not counted: the activity monitor
-//     hands the job back as it was. WorkMiddleware (RuntimeOptions and
-//     WorkerOptions.Middleware) wraps each attempt, and insert hooks
-//     (AddInsertHook) run in the transactions of Insert and InsertMany.
+//     renews each running job's hold every Timeout / HeartbeatFraction, watches
+//     its row once it has run WatchHoldAfter, ends the Work's ctx when the job
+//     is taken from it (ErrHalt) or its hold lapses (ErrHoldLapsed), and writes
+//     the attempt's end in one transaction fenced by the job's lock: finished
+//     (OutcomeCompleted), pending again at the RetryPolicy's time
+//     (RetryPolicyDefault: attempt⁴ s, ±10%), or finished as OutcomeDiscarded
+//     after MaxAttempts, at once for Permanent errors and arguments that do not
+//     decode. Snooze puts a job back without counting an attempt; a panic is
+//     the attempt's error, a panic of the arguments' decoding too. Cancel, from
+//     any node and in the caller's transaction, finishes a pending or running
+//     job as OutcomeCancelled and takes its lock away (its Work's ctx ends,
+//     cause ErrCancelled); RetryNow makes a finished or waiting job due now.
+//     InsertOptions.Unique inserts nothing when a job with the same key (kind,
+//     arguments, period) is in the states it names, and returns that job's id
+//     (River's unique jobs). Finished jobs are kept for their outcome's
+//     retention (RetainCompletedDefault and RetainCancelledDefault a day,
+//     RetainDiscardedDefault a week, or RetainForever), then removed by every
+//     Runtime's sweeper of the kind (Runtime.Sweep, SweepPeriod). The job's
+//     data is an envelope of its arguments and attempts (JobOutcome reads it);
+//     the last ErrorHistoryMax errors are kept. An attempt whose node died is
+//     not counted: the activity monitor hands the job back as it was.
+//     WorkMiddleware (RuntimeOptions and WorkerOptions.Middleware) wraps each
+//     attempt, and insert hooks (AddInsertHook) run in the transactions of
+//     Insert and InsertMany.
 //
 // # Key layout
 //
-// Every key is a tuple under Config.Subspace (SubspaceDefault is
-// ("fdbjobs")):
+// Every key is a tuple under Config.Subspace (SubspaceDefault is ("fdbjobs")):
 //
 //	(1, Type, JobID)              DATA: (Seq, Token, Index, STime, Resubmit,
 //	                              PrevToken, PrevIndex, Data, AddToken, Shard)
@@ -182,8 +183,9 @@
 //	                              held: written when it is made, cleared
 //	                              when it is given or taken back; read by
 //	                              the Runtime's own accepts
-//	(24, Kind)                    PARTITION_LIMIT: (N) — the kind's limit of
-//	                              one partition's running jobs
+//	(24, Kind)                    PARTITION_LIMIT: (N, R) — the kind's limit
+//	                              of one partition's running jobs and
+//	                              its starts per second in millionths
 //	                              (SetPartitionLimit); read by the
 //	                              type-check loop and by each claim
 //	(25, Kind, Partition, JobID)  PARTITION_RUNNING: "" — a place taken
@@ -268,63 +270,58 @@
 //
 // # Accepting
 //
-// A scheduled Accept reads, as a snapshot, the first n due pending keys
-// of the first shard that its node owns and that no other acceptor of the
-// node is reading (its own shards start at a random one each time); when
-// that shard has fewer than n, it reads the other shards not being read
-// on the node at once, 32 at most per transaction (a type with more goes
-// on in the Accept's next transactions: no accept transaction grows with
-// the shards, and so with the cluster), and fills the batch from them:
-// its node's own from their head, then, only if none of its own shards
-// has anything more due, other nodes' from the end of what they have due
-// (so that a helping node and the shard's owner take from opposite ends),
-// chosen at random. An Accept that looks again after finding nothing
-// reads the shards at once, as many a transaction. A look over several
-// transactions that found nothing compares the type's pending counter as
-// its last transaction reads it (where it sets its watch) with its first
-// reading, and looks again when a job was enqueued meanwhile, so it never
-// waits with a job due in a shard it read before.
-// A started Client's Accept takes the type's timeout and shard counts
-// from what its type-check loop last read (it watches TYPES_VERSION), so
-// no key is read by every accept of a type; one not started reads them.
-// It claims each run of keys with one read conflict range and one range
-// clear: two acceptors conflict only when they take from the same end of
-// a shard at once, and then the loser's retry tries that shard last. A
-// NoSchedule Accept takes the pending key next to a random point of a
-// shard (O(1), for random-looking ids scheduled at 0). With nothing
-// pending, the same transaction sets a watch on the type's pending counter
-// and Accept waits on it: no polling.
-// A commit of the same Client that makes a job pending (Add, AddBatch,
-// Resubmit, a Finish that re-enqueues, Reenqueue, the activity monitor;
-// in its own transaction, not the caller's) also wakes that Client's
-// waiting acceptors at once, without waiting for the watch to fire, which
-// on FoundationDB takes a few milliseconds after the commit.
+// A scheduled Accept reads, as a snapshot, the first n due pending keys of the
+// first shard that its node owns and that no other acceptor of the node is
+// reading (its own shards start at a random one each time); when that shard has
+// fewer than n, it reads the other shards not being read on the node at once,
+// 32 at most per transaction (a type with more goes on in the Accept's next
+// transactions: no accept transaction grows with the shards, and so with the
+// cluster), and fills the batch from them: its node's own from their head,
+// then, only if none of its own shards has anything more due, other nodes' from
+// the end of what they have due (so that a helping node and the shard's owner
+// take from opposite ends), chosen at random. An Accept that looks again after
+// finding nothing reads the shards at once, as many a transaction. A look over
+// several transactions that found nothing compares the type's pending counter
+// as its last transaction reads it (where it sets its watch) with its first
+// reading, and looks again when a job was enqueued meanwhile, so it never waits
+// with a job due in a shard it read before. A started Client's Accept takes the
+// type's timeout and shard counts from what its type-check loop last read (it
+// watches TYPES_VERSION), so no key is read by every accept of a type; one not
+// started reads them. It claims each run of keys with one read conflict range
+// and one range clear: two acceptors conflict only when they take from the same
+// end of a shard at once, and then the loser's retry tries that shard last. A
+// NoSchedule Accept takes the pending key next to a random point of a shard
+// (O(1), for random-looking ids scheduled at 0). With nothing pending, the same
+// transaction sets a watch on the type's pending counter and Accept waits on
+// it: no polling. A commit of the same Client that makes a job pending (Add,
+// AddBatch, Resubmit, a Finish that re-enqueues, Reenqueue, the activity
+// monitor; in its own transaction, not the caller's) also wakes that Client's
+// waiting acceptors at once, without waiting for the watch to fire, which on
+// FoundationDB takes a few milliseconds after the commit.
 //
 // # Pending keys
 //
-// A pending job's row and its PENDING key change together: every write
-// that makes a row pending at a scheduled time sets that key, every write
-// that takes it out of that state (Accept, Remove, a resubmit to another
-// time) clears it, and a write of a row that stays pending (SetData)
-// sets the key again (an Add or Resubmit at the same time changes
-// nothing). So a conflict on a pending key covers its row: Accept adds a
-// read conflict on the keys it takes and reads their rows as a snapshot.
-// The key's value is the row itself when the row has at most 256 bytes
-// (written in the same commit, so always the row's current value), and
-// Accept then takes the row from the key it read, with no read of its
-// own: one round trip less per accept, and one read less per job; a
-// larger row is read. The bound keeps small what an Accept that reads
-// several shards at once reads and does not take.
+// A pending job's row and its PENDING key change together: every write that
+// makes a row pending at a scheduled time sets that key, every write that takes
+// it out of that state (Accept, Remove, a resubmit to another time) clears it,
+// and a write of a row that stays pending (SetData) sets the key again (an Add
+// or Resubmit at the same time changes nothing). So a conflict on a pending key
+// covers its row: Accept adds a read conflict on the keys it takes and reads
+// their rows as a snapshot. The key's value is the row itself when the row has
+// at most 256 bytes (written in the same commit, so always the row's current
+// value), and Accept then takes the row from the key it read, with no read of
+// its own: one round trip less per accept, and one read less per job; a larger
+// row is read. The bound keeps small what an Accept that reads several shards
+// at once reads and does not take.
 //
-// Order: a shard's owner takes its jobs in scheduled-time order (a job
-// added with an earlier time than the ones being taken is next); a node
-// helping takes the latest due ones of the shard. Across shards there is
-// no global order: a node takes from its own shards before others', so a
-// job due in a busy shard may wait while another node's acceptors take
-// later jobs from theirs, at most until its shard's owner has taken the
-// jobs ahead of it in that shard, or another node runs out of its own.
-// PendingCount counts across every shard, and DueTime finds how far the
-// earliest n due jobs of all shards reach.
+// Order: a shard's owner takes its jobs in scheduled-time order (a job added
+// with an earlier time than the ones being taken is next); a node helping takes
+// the latest due ones of the shard. Across shards there is no global order: a
+// node takes from its own shards before others', so a job due in a busy shard
+// may wait while another node's acceptors take later jobs from theirs, at most
+// until its shard's owner has taken the jobs ahead of it in that shard, or
+// another node runs out of its own. PendingCount counts across every shard, and
+// DueTime finds how far the earliest n due jobs of all shards reach.
 //
 // # Priorities
 //

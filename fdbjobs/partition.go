@@ -112,7 +112,7 @@ func (c *Client) SetPartitionLimit(ctx context.Context, tx kv.Transactor, kind s
 		return err
 	}
 	if l.Running == 0 && l.PerSecond == 0 {
-		return fmt.Errorf("%w: a limit per partition of neither running jobs nor starts per second (ClearPartitionLimit removes one)", ErrInvalidArgument)
+		return fmt.Errorf("partition limit: %w: a limit of neither running jobs nor starts per second (ClearPartitionLimit removes one)", ErrInvalidArgument)
 	}
 	if err := l.check(); err != nil {
 		return fmt.Errorf("partition limit: %w", err)
