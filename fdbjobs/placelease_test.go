@@ -280,8 +280,13 @@ func TestPlacesOfAClaimThatCommitsLate(t *testing.T) {
 	pl.failed(cls)
 	pl.sweep(b.ctx, false, true, true) // reads the store before the commit lands
 	// The commit lands: one place of the Runtime's counted.
+	// (Reading what is stored keeps it idempotent under commit_unknown_result.)
 	_, err = kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
-		c.writeLeased(tr, kind, "c", nd.cp.node, 0, 1)
+		v, err := tr.Get(c.k.partLeasedKey(kind, "c", nd.cp.node)).Get()
+		if err != nil {
+			return struct{}{}, err
+		}
+		c.writeLeased(tr, kind, "c", nd.cp.node, int(kv.DecodeInt64(v)), 1)
 		return struct{}{}, nil
 	})
 	require.NoError(t, err)
