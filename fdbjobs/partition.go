@@ -250,7 +250,8 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 		// lapsed lease does not stop it): each job has a place of its own.
 		limit = 0
 	}
-	var now []task // the tasks early takes
+	var now []task                  // the tasks early takes
+	var owns func(shard int64) bool // (asked once, for the first claim)
 	for i, t := range tasks {
 		if t.e == nil || !r.c.partLimited(k.kind, t.e.Partition) {
 			now = append(now, t)
@@ -261,7 +262,10 @@ func (r *Runtime) claimPartitions(ctx, hardCtx context.Context, k *kindWorker, t
 			now = append(now, tasks[i])
 			continue
 		}
-		cl := &claim{job: t.job, part: t.e.Partition, helping: !r.c.ownsShard(k.kind, t.job.shard)}
+		if owns == nil {
+			owns = r.c.shardOwner(k.kind)
+		}
+		cl := &claim{job: t.job, part: t.e.Partition, helping: !owns(t.job.shard)}
 		claims, of = append(claims, cl), append(of, i)
 	}
 	if len(claims) == 0 {

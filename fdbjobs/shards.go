@@ -244,20 +244,28 @@ func (c *Client) shardOrder(typ string, high int64) (own, others []int64) {
 // ownsShard reports whether this node owns base shard s of typ's pending
 // queue (see shardOrder; every shard, without Config.Members).
 func (c *Client) ownsShard(typ string, s int64) bool {
+	return c.shardOwner(typ)(s)
+}
+
+// shardOwner is ownsShard for many shards of typ: it asks Config.Members
+// once, as a claim of a batch of jobs does.
+func (c *Client) shardOwner(typ string) func(s int64) bool {
+	all := func(int64) bool { return true }
 	if c.cfg.Members == nil {
-		return true
+		return all
 	}
 	self, members := c.cfg.Members()
 	i := slices.Index(members, self)
 	m := c.infos.Load()
 	if i < 0 || m == nil {
-		return true
+		return all
 	}
 	high := (*m)[typ].high
-	if high <= 0 || s >= high {
-		return true
+	if high <= 0 {
+		return all
 	}
-	return c.owners.of(typ, high, members)[s] == i
+	owners := c.owners.of(typ, high, members)
+	return func(s int64) bool { return s >= high || owners[s] == i }
 }
 
 // ownership caches the owners of each type's shards for the latest member
