@@ -556,6 +556,12 @@ func (c *Client) wakeRow(tr kv.Transaction, kind, id string, r *row) bool {
 // an attempt.
 func (c *Client) waitForPlace(tr kv.Transaction, j *Job, r *row, part string, seen *tuple.Versionstamp,
 	wait func(looks int64) int64) (*row, bool, error) {
+	if r.resubmit && r.stime > c.cfg.now() {
+		// Resubmitted to a later time before its run began: pending at
+		// that time and waiting for no place yet, so that no wake moves
+		// it before the time asked.
+		return c.sendBack(tr, j, r, r.stime, seen)
+	}
 	looks, err := c.enterWaiting(tr, j.Type, part, j.ID)
 	if err != nil {
 		return nil, false, err
@@ -571,7 +577,14 @@ func (c *Client) waitForPlace(tr kv.Transaction, j *Job, r *row, part string, se
 // none will take j's: the claim's batch took j's known row and keeps it
 // only for a job it leaves running (batchWith). Marking it would make
 // every end of j's siblings in the lease, in flight, conflict.
+//
+// A job resubmitted while it ran (Resubmit) goes back at the later of
+// stime and the time asked: its run had not begun, so the run to come and
+// the one asked for are one, none of it before the time asked.
 func (c *Client) sendBack(tr kv.Transaction, j *Job, r *row, stime int64, seen *tuple.Versionstamp) (*row, bool, error) {
+	if r.resubmit && r.stime > stime {
+		stime = r.stime
+	}
 	r.resubmit, r.stime, r.holder = true, stime, true
 	return c.finishRow(tr, j, r, nil, seen)
 }

@@ -755,6 +755,59 @@ func TestPartitionClaimCountsItsOwnEntries(t *testing.T) {
 	require.EqualValues(t, 2, n)
 }
 
+// A job resubmitted while it ran (Resubmit) that its claim sends back
+// before its run began (its partition full) is pending at the later of the
+// time asked and its next look: resubmitted to an hour on, it waits for no
+// place, and the end that frees one moves it no earlier; resubmitted to
+// now, it waits for a place as any job does.
+func TestPartitionSendBackKeepsResubmit(t *testing.T) {
+	b := setup(t)
+	b.start(t)
+	setPartLimit(t, b, 1)
+	claims := acceptClaims(t, b, 3)
+	wait := func(int64) int64 { return b.c.cfg.now() + 1000 }
+	_, err := b.c.claimPartitions(b.ctx, claims[:1], wait, nil)
+	require.NoError(t, err)
+	require.True(t, claims[0].granted)
+	later := b.c.cfg.stime(b.c.cfg.Clock.Now().Add(time.Hour))
+	require.NoError(t, b.c.Resubmit(b.ctx, nil, claims[1].job, later, nil))
+	require.NoError(t, b.c.Resubmit(b.ctx, nil, claims[2].job, b.c.cfg.now(), nil))
+	_, err = b.c.claimPartitions(b.ctx, claims[1:], wait, nil)
+	require.NoError(t, err)
+	require.Zero(t, countGranted(claims[1:]), "1 place, taken")
+	type look struct {
+		state   State
+		stime   int64
+		waiting bool
+	}
+	at := func(cl *claim) look {
+		t.Helper()
+		l, err := kv.ReadTransact(b.ctx, b.db, func(tr kv.ReadTransaction) (look, error) {
+			w, err := tr.Get(b.c.k.partWaitingKey(t1, "p", cl.job.ID)).Get()
+			if err != nil {
+				return look{}, err
+			}
+			r, err := b.c.k.readRow(tr, t1, cl.job.ID)
+			if err != nil || r == nil {
+				return look{}, err
+			}
+			return look{r.state, r.stime, w != nil}, nil
+		})
+		require.NoError(t, err)
+		return l
+	}
+	require.Equal(t, look{Pending, later, false}, at(claims[1]), "at the time asked, waiting for no place")
+	now := at(claims[2])
+	require.Equal(t, Pending, now.state)
+	require.True(t, now.waiting, "resubmitted to now: waits for a place")
+	_, err = kv.Transact(b.ctx, b.db, func(tr kv.Transaction) (struct{}, error) {
+		return struct{}{}, b.c.leavePartition(tr, t1, "p", claims[0].job.ID)
+	})
+	require.NoError(t, err)
+	require.Equal(t, later, at(claims[1]).stime, "the end that frees the place moves it no earlier")
+	require.LessOrEqual(t, at(claims[2]).stime, b.c.cfg.now(), "the job waiting is woken")
+}
+
 func countGranted(claims []*claim) int {
 	n := 0
 	for _, cl := range claims {

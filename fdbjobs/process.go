@@ -463,7 +463,10 @@ func (c *Client) finishRow(tr kv.Transaction, j *Job, r *row, data []byte, _ *tu
 //   - pending at the same stime: nothing changes;
 //   - pending at another stime: moved to stime, data replaced;
 //   - running: flagged so that Finish makes it pending at stime; the data
-//     is not changed and job.Resubmitted becomes true.
+//     is not changed and job.Resubmitted becomes true. A Runtime that
+//     sends the job back before its run began (its partition full, or no
+//     start left: SetPartitionLimit) makes it pending at the later of
+//     stime and its next look: one run, none before stime.
 //
 // It returns ErrNotFound for a removed job.
 func (c *Client) Resubmit(ctx context.Context, tx kv.Transactor, job *Job, stime int64, data json.RawMessage) error {
