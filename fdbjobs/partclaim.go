@@ -25,7 +25,7 @@ type claim struct {
 	// fetch, before the claim's transaction (Runtime.claimPartitions).
 	retaken bool
 	// helping: the job came from a shard of the queue that another node
-	// owns (Client.ownsShard). Granted a place, it holds an entry of its
+	// owns (Client.shardOwner). Granted a place, it holds an entry of its
 	// own, freed by its end, rather than a place leased to the Runtime,
 	// which would sit idle, held from the partition's other jobs, once
 	// the Runtime went back to its own shards.

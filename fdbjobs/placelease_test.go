@@ -327,10 +327,11 @@ func TestHelpingJobsLeaseNoPlace(t *testing.T) {
 	nd.cp.leased.Store(true)
 	// A partition of each shard: the node owns one of the two.
 	byShard := map[bool]string{}
+	owns := c.shardOwner(kind)
 	for i := 0; len(byShard) < 2; i++ {
 		p := fmt.Sprintf("p%d", i)
-		if _, ok := byShard[c.ownsShard(kind, shardOf(p, 2))]; !ok {
-			byShard[c.ownsShard(kind, shardOf(p, 2))] = p
+		if _, ok := byShard[owns(shardOf(p, 2))]; !ok {
+			byShard[owns(shardOf(p, 2))] = p
 		}
 	}
 	own, other := byShard[true], byShard[false]

@@ -241,14 +241,10 @@ func (c *Client) shardOrder(typ string, high int64) (own, others []int64) {
 	return rotate(own), rotate(others)
 }
 
-// ownsShard reports whether this node owns base shard s of typ's pending
-// queue (see shardOrder; every shard, without Config.Members).
-func (c *Client) ownsShard(typ string, s int64) bool {
-	return c.shardOwner(typ)(s)
-}
-
-// shardOwner is ownsShard for many shards of typ: it asks Config.Members
-// once, as a claim of a batch of jobs does.
+// shardOwner returns whether this node owns base shard s of typ's pending
+// queue (see shardOrder; every shard, without Config.Members), for as many
+// shards as the caller asks about: it asks Config.Members once, as a claim
+// of a batch of jobs does.
 func (c *Client) shardOwner(typ string) func(s int64) bool {
 	all := func(int64) bool { return true }
 	if c.cfg.Members == nil {
