@@ -223,6 +223,10 @@ const claimGrace = 5 * time.Second
 // rather than spin.
 const acceptWatchRetry = 10 * time.Millisecond
 
+// acceptPageMin is the fewest jobs an accept's attempt is cut to after
+// attempts whose reads failed (as AddBatch's pages are, addPageMin).
+const acceptPageMin = 50
+
 // awaitPending waits for the pending watch, a commit of this Client
 // (woken; see wakes), the deadline or ctx; after a watch that failed it
 // waits acceptWatchRetry (wb) before the caller reads again.
@@ -307,6 +311,11 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, d dueBound, 
 	})
 	defer stopGrace()
 	handBack := false
+	// An attempt after one whose reads failed takes fewer jobs, down to
+	// acceptPageMin: an accept of many gets through a cluster whose reads
+	// keep failing, each attempt meeting a failure less often. (A commit
+	// that fails, a conflict most likely, does not shrink it.)
+	take := kv.Batch{Max: n, Min: min(n, acceptPageMin)}
 	body := func(tr kv.Transaction) (result, error) {
 		attempts++
 		if err := ctx.Err(); err != nil {
@@ -355,7 +364,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, d dueBound, 
 		var look pick
 		if noSchedule {
 			var cands []kv.Key
-			cands, marked, err = c.pickNoSchedule(tr, typ, n, ti, avoid)
+			cands, marked, err = c.pickNoSchedule(tr, typ, take.Size(), ti, avoid)
 			if len(cands) > 0 {
 				run := make([]kv.KeyValue, len(cands))
 				for i, k := range cands {
@@ -364,7 +373,7 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, d dueBound, 
 				runs = [][]kv.KeyValue{run}
 			}
 		} else {
-			look, err = c.pickScheduled(tr, typ, n, d, ti, avoid, scan, sw)
+			look, err = c.pickScheduled(tr, typ, take.Size(), d, ti, avoid, scan, sw)
 			runs, marked, busy = look.runs, look.shards, look.busy
 		}
 		if p, perr := paused.Get(); perr != nil || p != nil {
@@ -396,7 +405,13 @@ func (c *Client) acceptOnce(ctx context.Context, typ string, n int, d dueBound, 
 		}
 		return res, nil
 	}
-	res, err := kv.Transact(txCtx, c.db, body)
+	res, err := kv.Transact(txCtx, c.db, func(tr kv.Transaction) (result, error) {
+		res, err := body(tr)
+		if err != nil {
+			take.Shrink()
+		}
+		return res, err
+	})
 	if err == nil && handBack && len(res.jobs) == 0 {
 		err = ctx.Err()
 	}
